@@ -1,0 +1,246 @@
+"""Protobuf schemas for XSpace and the HLO subset traceview reads, built at import time.
+
+The messages are declared field by field with ``descriptor_pb2`` into a private
+``DescriptorPool``, so traceview needs neither TensorFlow, XProf nor ``protoc`` and never
+clashes with another copy of ``tensorflow.profiler.XSpace`` loaded in the same process.
+
+Field numbers are public facts taken from:
+
+* ``xla/tsl/profiler/protobuf/xplane.proto`` (openxla/xla): XSpace, XPlane, XLine, XEvent,
+  XStat, XEventMetadata, XStatMetadata.
+* ``xla/service/hlo.proto`` and ``xla/xla_data.proto`` (openxla/xla): HloProto,
+  HloModuleProto, HloComputationProto, HloInstructionProto, ShapeProto, LayoutProto,
+  OpMetadata, StackFrameIndexProto, DotDimensionNumbers, ConvolutionDimensionNumbers, Window.
+
+Only the fields traceview uses are declared; unknown fields are skipped by the parser.
+"""
+
+from __future__ import annotations
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+_F = descriptor_pb2.FieldDescriptorProto
+_T = {
+    "int64": _F.TYPE_INT64,
+    "uint64": _F.TYPE_UINT64,
+    "int32": _F.TYPE_INT32,
+    "double": _F.TYPE_DOUBLE,
+    "float": _F.TYPE_FLOAT,
+    "bool": _F.TYPE_BOOL,
+    "string": _F.TYPE_STRING,
+    "bytes": _F.TYPE_BYTES,
+}
+
+
+def _message(file_proto, name, fields, nested=()):
+    msg = file_proto.message_type.add() if file_proto is not None else descriptor_pb2.DescriptorProto()
+    msg.name = name
+    _fill(msg, fields, file_proto.package)
+    for n in nested:
+        msg.nested_type.add().CopyFrom(n)
+    return msg
+
+
+def _fill(msg, fields, package):
+    for fname, number, ftype, label in fields:
+        f = msg.field.add()
+        f.name = fname
+        f.number = number
+        f.label = _F.LABEL_REPEATED if label == "repeated" else _F.LABEL_OPTIONAL
+        if ftype in _T:
+            f.type = _T[ftype]
+        else:
+            f.type = _F.TYPE_MESSAGE
+            f.type_name = ftype if ftype.startswith(".") else f".{package}.{ftype}"
+
+
+def _map_entry(name, key_type, value_type, package):
+    entry = descriptor_pb2.DescriptorProto()
+    entry.name = name
+    entry.options.map_entry = True
+    _fill(entry, [("key", 1, key_type, ""), ("value", 2, value_type, "")], package)
+    return entry
+
+
+def _build_xplane(pool):
+    fp = descriptor_pb2.FileDescriptorProto()
+    fp.name = "traceview/xplane.proto"
+    fp.package = "traceview.xplane"
+    fp.syntax = "proto3"
+    pkg = fp.package
+    _message(fp, "XSpace", [
+        ("planes", 1, "XPlane", "repeated"),
+        ("errors", 2, "string", "repeated"),
+        ("warnings", 3, "string", "repeated"),
+        ("hostnames", 4, "string", "repeated"),
+    ])
+    plane = _message(fp, "XPlane", [
+        ("id", 1, "int64", ""),
+        ("name", 2, "string", ""),
+        ("lines", 3, "XLine", "repeated"),
+        ("event_metadata", 4, ".traceview.xplane.XPlane.EventMetadataEntry", "repeated"),
+        ("stat_metadata", 5, ".traceview.xplane.XPlane.StatMetadataEntry", "repeated"),
+        ("stats", 6, "XStat", "repeated"),
+    ])
+    plane.nested_type.add().CopyFrom(_map_entry("EventMetadataEntry", "int64", "XEventMetadata", pkg))
+    plane.nested_type.add().CopyFrom(_map_entry("StatMetadataEntry", "int64", "XStatMetadata", pkg))
+    _message(fp, "XLine", [
+        ("id", 1, "int64", ""),
+        ("display_id", 10, "int64", ""),
+        ("name", 2, "string", ""),
+        ("display_name", 11, "string", ""),
+        ("timestamp_ns", 3, "int64", ""),
+        ("duration_ps", 9, "int64", ""),
+        ("events", 4, "XEvent", "repeated"),
+    ])
+    ev = _message(fp, "XEvent", [
+        ("metadata_id", 1, "int64", ""),
+        ("offset_ps", 2, "int64", ""),
+        ("num_occurrences", 5, "int64", ""),
+        ("duration_ps", 3, "int64", ""),
+        ("stats", 4, "XStat", "repeated"),
+    ])
+    ev.oneof_decl.add().name = "data"
+    ev.field[1].oneof_index = 0
+    ev.field[2].oneof_index = 0
+    st = _message(fp, "XStat", [
+        ("metadata_id", 1, "int64", ""),
+        ("double_value", 2, "double", ""),
+        ("uint64_value", 3, "uint64", ""),
+        ("int64_value", 4, "int64", ""),
+        ("str_value", 5, "string", ""),
+        ("bytes_value", 6, "bytes", ""),
+        ("ref_value", 7, "uint64", ""),
+    ])
+    st.oneof_decl.add().name = "value"
+    for i in range(1, 7):
+        st.field[i].oneof_index = 0
+    _message(fp, "XEventMetadata", [
+        ("id", 1, "int64", ""),
+        ("name", 2, "string", ""),
+        ("display_name", 4, "string", ""),
+        ("metadata", 3, "bytes", ""),
+        ("stats", 5, "XStat", "repeated"),
+        ("child_id", 6, "int64", "repeated"),
+    ])
+    _message(fp, "XStatMetadata", [
+        ("id", 1, "int64", ""),
+        ("name", 2, "string", ""),
+        ("description", 3, "string", ""),
+    ])
+    pool.Add(fp)
+
+
+def _build_hlo(pool):
+    fp = descriptor_pb2.FileDescriptorProto()
+    fp.name = "traceview/hlo.proto"
+    fp.package = "traceview.hlo"
+    fp.syntax = "proto3"
+    _message(fp, "TileProto", [("dimensions", 1, "int64", "repeated")])
+    _message(fp, "LayoutProto", [
+        ("minor_to_major", 1, "int64", "repeated"),
+        ("tiles", 6, "TileProto", "repeated"),
+        ("element_size_in_bits", 7, "int64", ""),
+        ("memory_space", 8, "int64", ""),
+    ])
+    _message(fp, "ShapeProto", [
+        ("element_type", 2, "int32", ""),
+        ("dimensions", 3, "int64", "repeated"),
+        ("tuple_shapes", 4, "ShapeProto", "repeated"),
+        ("layout", 5, "LayoutProto", ""),
+        ("is_dynamic_dimension", 6, "bool", "repeated"),
+    ])
+    _message(fp, "OpMetadata", [
+        ("op_type", 1, "string", ""),
+        ("op_name", 2, "string", ""),
+        ("source_file", 3, "string", ""),
+        ("source_line", 4, "int32", ""),
+        ("stack_frame_id", 15, "int32", ""),
+    ])
+    _message(fp, "DotDimensionNumbers", [
+        ("lhs_contracting_dimensions", 1, "int64", "repeated"),
+        ("rhs_contracting_dimensions", 2, "int64", "repeated"),
+        ("lhs_batch_dimensions", 3, "int64", "repeated"),
+        ("rhs_batch_dimensions", 4, "int64", "repeated"),
+    ])
+    _message(fp, "ConvolutionDimensionNumbers", [
+        ("input_batch_dimension", 7, "int64", ""),
+        ("input_feature_dimension", 8, "int64", ""),
+        ("input_spatial_dimensions", 11, "int64", "repeated"),
+        ("kernel_input_feature_dimension", 3, "int64", ""),
+        ("kernel_output_feature_dimension", 4, "int64", ""),
+        ("kernel_spatial_dimensions", 6, "int64", "repeated"),
+        ("output_batch_dimension", 9, "int64", ""),
+        ("output_feature_dimension", 10, "int64", ""),
+        ("output_spatial_dimensions", 12, "int64", "repeated"),
+    ])
+    _message(fp, "HloInstructionProto", [
+        ("name", 1, "string", ""),
+        ("opcode", 2, "string", ""),
+        ("shape", 3, "ShapeProto", ""),
+        ("metadata", 7, "OpMetadata", ""),
+        ("fusion_kind", 11, "string", ""),
+        ("convolution_dimension_numbers", 16, "ConvolutionDimensionNumbers", ""),
+        ("feature_group_count", 50, "int64", ""),
+        ("batch_group_count", 58, "int64", ""),
+        ("custom_call_target", 28, "string", ""),
+        ("dot_dimension_numbers", 30, "DotDimensionNumbers", ""),
+        ("id", 35, "int64", ""),
+        ("operand_ids", 36, "int64", "repeated"),
+        ("called_computation_ids", 38, "int64", "repeated"),
+        ("backend_config", 43, "bytes", ""),
+    ])
+    _message(fp, "HloComputationProto", [
+        ("name", 1, "string", ""),
+        ("instructions", 2, "HloInstructionProto", "repeated"),
+        ("id", 5, "int64", ""),
+        ("root_id", 6, "int64", ""),
+        ("is_fusion_computation", 7, "bool", ""),
+    ])
+    fl = descriptor_pb2.DescriptorProto()
+    fl.name = "FileLocation"
+    _fill(fl, [("file_name_id", 1, "int32", ""), ("function_name_id", 2, "int32", ""),
+               ("line", 3, "int32", ""), ("column", 4, "int32", "")], fp.package)
+    sf = descriptor_pb2.DescriptorProto()
+    sf.name = "StackFrame"
+    _fill(sf, [("file_location_id", 1, "int32", ""), ("parent_frame_id", 2, "int32", "")], fp.package)
+    _message(fp, "StackFrameIndexProto", [
+        ("file_names", 1, "string", "repeated"),
+        ("function_names", 2, "string", "repeated"),
+        ("file_locations", 3, ".traceview.hlo.StackFrameIndexProto.FileLocation", "repeated"),
+        ("stack_frames", 4, ".traceview.hlo.StackFrameIndexProto.StackFrame", "repeated"),
+    ], nested=(fl, sf))
+    _message(fp, "HloModuleProto", [
+        ("name", 1, "string", ""),
+        ("entry_computation_name", 2, "string", ""),
+        ("entry_computation_id", 6, "int64", ""),
+        ("computations", 3, "HloComputationProto", "repeated"),
+        ("id", 5, "int64", ""),
+        ("stack_frame_index", 17, "StackFrameIndexProto", ""),
+    ])
+    _message(fp, "HloProto", [("hlo_module", 1, "HloModuleProto", "")])
+    pool.Add(fp)
+
+
+_POOL = descriptor_pool.DescriptorPool()
+_build_xplane(_POOL)
+_build_hlo(_POOL)
+
+
+def _cls(full_name):
+    return message_factory.GetMessageClass(_POOL.FindMessageTypeByName(full_name))
+
+
+XSpace = _cls("traceview.xplane.XSpace")
+XPlane = _cls("traceview.xplane.XPlane")
+XLine = _cls("traceview.xplane.XLine")
+XEvent = _cls("traceview.xplane.XEvent")
+XStat = _cls("traceview.xplane.XStat")
+XEventMetadata = _cls("traceview.xplane.XEventMetadata")
+XStatMetadata = _cls("traceview.xplane.XStatMetadata")
+HloProto = _cls("traceview.hlo.HloProto")
+HloModuleProto = _cls("traceview.hlo.HloModuleProto")
+ShapeProto = _cls("traceview.hlo.ShapeProto")
+
+__all__ = ["XSpace", "XPlane", "XLine", "XEvent", "XStat", "XEventMetadata", "XStatMetadata",
+           "HloProto", "HloModuleProto", "ShapeProto"]

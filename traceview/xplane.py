@@ -1,0 +1,454 @@
+"""Read an XProf ``.xplane.pb`` (a serialized XSpace) into the op-event table.
+
+Where op identity comes from, per platform (facts in ``shared/reference/xplane-and-xprof.md``):
+
+* **TPU** — plane ``/device:TPU:<n>``, line ``XLA Ops``. Each XEventMetadata's ``name`` is
+  the HLO text with shapes (``display_name`` the short op name) and its stats carry
+  ``program_id``, ``hlo_category``, ``flops``, ``model_flops``, ``bytes_accessed``,
+  ``source``, ``source_stack`` and ``tf_op``. Line ``XLA Modules`` holds one event per program
+  execution, named ``<module>(<program_id>)``.
+* **GPU** — plane ``/device:GPU:<n>``, lines ``Stream #<id>(...)``. Kernel events carry
+  per-event stats ``hlo_op``, ``hlo_module``, ``program_id``; shapes, opcode and source come
+  from the HLO protos in ``/host:metadata`` joined on (program_id, hlo_op).
+* **CPU** — plane ``/host:CPU``, XLA:CPU thunk-executor threads; events with ``hlo_op`` /
+  ``hlo_module`` / ``program_id`` stats, joined to the HLO protos the same way; the
+  ``end: <op>`` marker events are skipped. Used only when no device plane has HLO ops (on
+  GPU hosts the host threads carry launch events, not op executions).
+
+Event start = ``XLine.timestamp_ns * 1000 + XEvent.offset_ps`` (ps since session start, the
+exporter's post-processing shifts timestamps); stats = XEventMetadata stats then XEvent
+stats (the later wins); ``ref_value`` stats are resolved through the plane's
+XStatMetadata names.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from ._protos import XSpace
+from .errors import TraceUnreadable
+from .hlo import HloIndex
+from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, DeviceInfo, TraceData, frame
+from .shapes import canonical_shape_text, parse_instruction
+from .timeline import enclosing, self_times
+
+_MODULE_NAME = re.compile(r"^(.*)\((\d+)\)$")
+_SOURCE = re.compile(r"^(.*):(\d+)$")
+_GPU_SKIP_LINES = ("XLA Ops", "XLA Modules", "TensorFlow", "Framework", "Steps", "Source code", "Launch Stats")
+_U64 = (1 << 64) - 1
+
+#: default cap on file size read into memory (bytes); over it raises LimitExceeded
+MAX_FILE_BYTES = 8 << 30
+
+
+def _stat_value(stat, names: dict[int, str]):
+    kind = stat.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "ref_value":
+        return names.get(stat.ref_value, "")
+    return getattr(stat, kind)
+
+
+def _stats(stats, names: dict[int, str], stat_names: dict[int, str], into: dict | None = None) -> dict:
+    out = {} if into is None else into
+    for s in stats:
+        out[stat_names.get(s.metadata_id, f"#{s.metadata_id}")] = _stat_value(s, names)
+    return out
+
+
+def _as_int(v) -> int | None:
+    if v is None or v == "":
+        return None
+    try:
+        x = int(v)
+    except (TypeError, ValueError):
+        return None
+    return x & _U64 if x < 0 else x
+
+
+def _as_float(v) -> float | None:
+    if v is None or v == "":
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def split_source(src: str) -> tuple[str, int | None]:
+    """``"path/file.py:37"`` -> ("path/file.py", 37); no line -> (src, None)."""
+    if not src:
+        return "", None
+    m = _SOURCE.match(src)
+    if not m:
+        return src, None
+    return m.group(1), int(m.group(2))
+
+
+def split_module_name(name: str) -> tuple[str, int | None]:
+    """``"jit_step_fun(5120112285394406626)"`` -> ("jit_step_fun", 5120112285394406626)."""
+    m = _MODULE_NAME.match(name)
+    if not m:
+        return name, None
+    return m.group(1), int(m.group(2)) & _U64
+
+
+def _device_info(plane, kind: str, names, stat_names) -> DeviceInfo:
+    st = _stats(plane.stats, names, stat_names)
+    st = {k: (f"<{len(v)} bytes>" if isinstance(v, bytes) else v) for k, v in st.items()}
+    info = DeviceInfo(name=plane.name, kind=kind, stats=st)
+    if kind == "TPU":
+        info.device_type = str(st.get("device_type_string", "TPU"))
+        tf = _as_float(st.get("peak_teraflops_per_second"))
+        bw = _as_float(st.get("peak_hbm_bw_gigabytes_per_second"))
+        info.peak_flops = tf * 1e12 if tf else None
+        info.peak_bw = bw * 1e9 if bw else None
+    elif kind == "GPU":
+        vendor = st.get("device_vendor", "")
+        info.device_type = f"{vendor} GPU".strip() if vendor else "GPU"
+        if st.get("gpu_device_name"):
+            info.device_type = str(st["gpu_device_name"])
+        bw = _as_float(st.get("memory_bandwidth"))
+        info.peak_bw = bw if bw else None
+    else:
+        info.device_type = "CPU"
+    return info
+
+
+class _Columns:
+    """Column lists for the ops table, appended to per event."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list] = {k: [] for k in OPS_SCHEMA}
+
+    def extend(self, **values) -> None:
+        n = None
+        for k, v in values.items():
+            if isinstance(v, list):
+                n = len(v)
+                break
+        for k in OPS_SCHEMA:
+            v = values.get(k)
+            if isinstance(v, list):
+                self.cols[k].extend(v)
+            else:
+                self.cols[k].extend([v] * n)
+
+
+def _tpu_metadata(plane, names, stat_names) -> dict[int, dict]:
+    """Per XEventMetadata id: the op fields TPU records once per op."""
+    out = {}
+    for mid, md in plane.event_metadata.items():
+        st = _stats(md.stats, names, stat_names)
+        text = md.name
+        ins = parse_instruction(text)
+        op_name = md.display_name or (ins.name if ins else text)
+        if ins is not None:
+            shape, kind = ins.signature(), ins.opcode
+        else:
+            shape = canonical_shape_text(str(st.get("shape_with_layout", "")))
+            kind = ""
+        src_file, src_line = split_source(str(st.get("source", "") or ""))
+        out[mid] = {
+            "op_name": op_name,
+            "op_kind": kind,
+            "category": str(st.get("hlo_category", "") or kind),
+            "shape": shape,
+            "hlo_text": text if ins is not None else "",
+            "program_id": _as_int(st.get("program_id")),
+            "source_file": src_file,
+            "source_line": src_line,
+            "source_stack": str(st.get("source_stack", "") or "").rstrip("\n"),
+            "framework_op": str(st.get("tf_op", "") or "").rstrip(":"),
+            "flops": _as_float(st.get("flops")),
+            "model_flops": _as_float(st.get("model_flops")),
+            "bytes_accessed": _as_float(st.get("bytes_accessed")),
+        }
+    return out
+
+
+def _line_arrays(line):
+    """(metadata ids, start ps, duration ps, count) arrays for one XLine."""
+    evs = line.events
+    n = len(evs)
+    mids = np.fromiter((e.metadata_id for e in evs), dtype=np.int64, count=n)
+    offs = np.fromiter((e.offset_ps for e in evs), dtype=np.int64, count=n)
+    durs = np.fromiter((e.duration_ps for e in evs), dtype=np.int64, count=n)
+    occ = np.fromiter((e.num_occurrences for e in evs), dtype=np.int64, count=n)
+    base = int(line.timestamp_ns) * 1000
+    return mids, offs + base, durs, occ
+
+
+def read_xspace_bytes(data: bytes, path: str):
+    """Parse serialized XSpace bytes. Raises :class:`TraceUnreadable` naming ``path``."""
+    space = XSpace()
+    try:
+        space.ParseFromString(data)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        raise TraceUnreadable(f"not a valid XSpace protobuf ({exc})", path) from None
+    return space
+
+
+def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = "", max_bytes: int = MAX_FILE_BYTES) -> TraceData:
+    """Read one ``.xplane.pb`` into a :class:`~traceview.schema.TraceData`.
+
+    ``host`` defaults to the XSpace's first hostname, else the file stem. ``run`` is stored
+    in every row. Times are integer ps. Raises :class:`TraceUnreadable` if the file cannot
+    be read or is not an XSpace, :class:`~traceview.errors.LimitExceeded` if it is larger
+    than ``max_bytes``. A file that decodes but holds no HLO op yields an empty ``ops``
+    frame (the caller decides whether that is an error).
+    """
+    from .errors import LimitExceeded
+
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > max_bytes:
+            raise LimitExceeded(f"file is {size} bytes, over the {max_bytes}-byte read limit", str(p))
+        with open(p, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(p)) from None
+    if not data:
+        raise TraceUnreadable("file is empty", str(p))
+    space = read_xspace_bytes(data, str(p))
+    del data
+    if not space.planes:
+        raise TraceUnreadable("XSpace has no planes (not an XProf trace?)", str(p))
+    stem = p.name.split(".xplane")[0] if ".xplane" in p.name else p.stem
+    host = host or stem or (space.hostnames[0] if space.hostnames else "")
+    return _convert(space, str(p), host, run)
+
+
+def _convert(space, path: str, host: str, run: str) -> TraceData:
+    cols = _Columns()
+    runs_cols: dict[str, list] = {k: [] for k in MODULE_RUNS_SCHEMA}
+    devices: list[DeviceInfo] = []
+    notes: list[str] = []
+    hlo = HloIndex()
+    start_ns = stop_ns = None
+    n_events = 0
+    host_planes = []
+
+    # pass 1: metadata and environment planes
+    for plane in space.planes:
+        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        if plane.name == "/host:metadata":
+            for md in plane.event_metadata.values():
+                st = {}
+                proto = None
+                for s in md.stats:
+                    nm = stat_names.get(s.metadata_id, "")
+                    if nm == "Hlo Proto":
+                        proto = s.bytes_value
+                    else:
+                        st[nm] = _stat_value(s, stat_names)
+                if proto is None:
+                    continue
+                mod_name, pid = split_module_name(md.name)
+                pid = _as_int(st.get("program_id")) if st.get("program_id") is not None else pid
+                if pid is not None:
+                    hlo.add(pid, mod_name, proto)
+        elif plane.name == "Task Environment":
+            st = _stats(plane.stats, stat_names, stat_names)
+            start_ns = _as_int(st.get("profile_start_time"))
+            stop_ns = _as_int(st.get("profile_stop_time"))
+
+    # pass 2: device planes
+    for plane in space.planes:
+        name = plane.name
+        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        if name.startswith("/device:TPU:"):
+            devices.append(_device_info(plane, "TPU", stat_names, stat_names))
+            n_events += _read_tpu_plane(plane, stat_names, cols, runs_cols, host, run, path)
+        elif name.startswith("/device:GPU:") or name.startswith("/device:CUSTOM:"):
+            devices.append(_device_info(plane, "GPU" if "GPU" in name else "CUSTOM", stat_names, stat_names))
+            n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=True)
+        elif name == "/host:CPU":
+            host_planes.append((plane, stat_names))
+    have_device_ops = bool(cols.cols["op_name"])
+    for plane, stat_names in host_planes:
+        if have_device_ops:
+            n_events += sum(len(l.events) for l in plane.lines)
+            continue
+        before = len(cols.cols["op_name"])
+        n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=False)
+        if len(cols.cols["op_name"]) > before:
+            devices.append(DeviceInfo(name=plane.name, kind="CPU", device_type="CPU"))
+
+    ops = frame(cols.cols, OPS_SCHEMA)
+    module_runs = frame(runs_cols, MODULE_RUNS_SCHEMA)
+    if module_runs.height == 0 and ops.height:
+        module_runs = _derive_module_runs(ops)
+    notes.extend(hlo.errors)
+    has_shapes = bool(ops.height) and bool((ops["shape"] != "").any())
+    if ops.height and not has_shapes:
+        notes.append(f"{path}: no HLO shapes could be resolved (no HLO protos in /host:metadata?)")
+    return TraceData(path=path, host=host, format="xplane", ops=ops, module_runs=module_runs,
+                     devices=devices, notes=notes, has_shapes=has_shapes, n_events=n_events,
+                     profile_start_ns=start_ns, profile_stop_ns=stop_ns)
+
+
+def _read_tpu_plane(plane, stat_names, cols: _Columns, runs_cols, host, run, path) -> int:
+    meta = None
+    n = 0
+    mod_intervals = None
+    lines = {l.name: l for l in plane.lines}
+    n = sum(len(l.events) for l in plane.lines)
+    mod_line = lines.get("XLA Modules")
+    mod_names: list[tuple[str, int | None]] = []
+    if mod_line is not None and len(mod_line.events):
+        mids, starts, durs, _ = _line_arrays(mod_line)
+        md_names = {k: v.name for k, v in plane.event_metadata.items()}
+        for mid in mids.tolist():
+            mod_names.append(split_module_name(md_names.get(mid, "")))
+        runs_cols["host"].extend([host] * len(mids))
+        runs_cols["device"].extend([plane.name] * len(mids))
+        runs_cols["module"].extend([m for m, _ in mod_names])
+        runs_cols["program_id"].extend([p for _, p in mod_names])
+        runs_cols["start_ps"].extend(starts.tolist())
+        runs_cols["duration_ps"].extend(durs.tolist())
+        mod_intervals = (starts, starts + durs)
+    op_line = lines.get("XLA Ops")
+    if op_line is None or not len(op_line.events):
+        return n
+    meta = _tpu_metadata(plane, stat_names, stat_names)
+    mids, starts, durs, occ = _line_arrays(op_line)
+    selfs = self_times(starts, durs)
+    program_to_module = {p: m for m, p in mod_names if p is not None}
+    if mod_intervals is not None:
+        enc = enclosing(starts, starts + durs, *mod_intervals).tolist()
+    else:
+        enc = [-1] * len(mids)
+    empty = {"op_name": "", "op_kind": "", "category": "", "shape": "", "hlo_text": "", "program_id": None,
+             "source_file": "", "source_line": None, "source_stack": "", "framework_op": "",
+             "flops": None, "model_flops": None, "bytes_accessed": None}
+    rows = [meta.get(m, empty) for m in mids.tolist()]
+    keys = list(empty)
+    col = {k: [r[k] for r in rows] for k in keys}
+    modules = []
+    for r, e in zip(rows, enc):
+        pid = r["program_id"]
+        if pid is not None and pid in program_to_module:
+            modules.append(program_to_module[pid])
+        elif e >= 0:
+            modules.append(mod_names[e][0])
+        else:
+            modules.append("")
+    # an op whose metadata lacks program_id inherits the enclosing module's
+    col["program_id"] = [pid if pid is not None else (mod_names[e][1] if e >= 0 else None)
+                         for pid, e in zip(col["program_id"], enc)]
+    occ_l = occ.tolist()
+    cols.extend(host=host, run=run, file=path, device=plane.name, line="XLA Ops", module=modules,
+                kernel="", start_ps=[None if o else s for s, o in zip(starts.tolist(), occ_l)],
+                duration_ps=durs.tolist(), self_ps=selfs.tolist(),
+                count=[o if o else 1 for o in occ_l], **col)
+    return n
+
+
+def _read_annotated_plane(plane, stat_names, cols: _Columns, hlo: HloIndex, host, run, path, device_lines: bool) -> int:
+    """GPU stream lines / CPU thunk-executor threads: ops named by per-event stats."""
+    n = 0
+    md_by_id = plane.event_metadata
+    md_stats_cache: dict[int, dict] = {}
+    for line in plane.lines:
+        n += len(line.events)
+        if device_lines and line.name.startswith(_GPU_SKIP_LINES):
+            continue
+        base = int(line.timestamp_ns) * 1000
+        rows = []
+        for ev in line.events:
+            mid = ev.metadata_id
+            if mid not in md_stats_cache:
+                md = md_by_id.get(mid)
+                md_stats_cache[mid] = _stats(md.stats, stat_names, stat_names) if md is not None else {}
+            st = dict(md_stats_cache[mid])
+            _stats(ev.stats, stat_names, stat_names, into=st)
+            op = st.get("hlo_op")
+            if not op:
+                continue
+            md = md_by_id.get(mid)
+            ev_name = md.name if md is not None else ""
+            if ev_name.startswith("end: "):
+                continue
+            rows.append((ev, st, ev_name))
+        if not rows:
+            continue
+        starts = np.array([base + r[0].offset_ps for r in rows], dtype=np.int64)
+        durs = np.array([r[0].duration_ps for r in rows], dtype=np.int64)
+        selfs = self_times(starts, durs).tolist()
+        c = {k: [] for k in OPS_SCHEMA}
+        for (ev, st, ev_name), s, d, sf in zip(rows, starts.tolist(), durs.tolist(), selfs):
+            op_name = str(st.get("hlo_op"))
+            pid = _as_int(st.get("program_id"))
+            module = str(st.get("hlo_module", "") or "") or hlo.names.get(pid, "")
+            info = hlo.op(pid, op_name)
+            occ = ev.num_occurrences
+            c["start_ps"].append(None if occ else s)
+            c["duration_ps"].append(d)
+            c["self_ps"].append(sf)
+            c["count"].append(occ if occ else 1)
+            c["module"].append(module)
+            c["program_id"].append(pid)
+            c["op_name"].append(op_name)
+            c["kernel"].append(ev_name if ev_name != op_name else "")
+            fw = str(st.get("tf_op", "") or "")
+            if fw in ("", "XlaModule:"):
+                fw = str(st.get("name", "") or "")
+            if info is not None:
+                c["op_kind"].append(info.opcode)
+                c["category"].append(info.category)
+                c["shape"].append(info.shape)
+                c["hlo_text"].append(info.hlo_text)
+                c["source_file"].append(info.source_file)
+                c["source_line"].append(info.source_line)
+                c["source_stack"].append(info.source_stack)
+                c["framework_op"].append(info.framework_op or fw)
+            else:
+                c["op_kind"].append("")
+                c["category"].append("")
+                c["shape"].append("")
+                c["hlo_text"].append("")
+                c["source_file"].append("")
+                c["source_line"].append(None)
+                c["source_stack"].append("")
+                c["framework_op"].append(fw)
+            c["flops"].append(None)
+            c["model_flops"].append(None)
+            c["bytes_accessed"].append(None)
+        m = len(rows)
+        c["host"] = [host] * m
+        c["run"] = [run] * m
+        c["file"] = [path] * m
+        c["device"] = [plane.name] * m
+        c["line"] = [line.name] * m
+        for k in OPS_SCHEMA:
+            cols.cols[k].extend(c[k])
+    return n
+
+
+def _derive_module_runs(ops):
+    """GPU/CPU traces have no ``XLA Modules`` line: estimate program executions.
+
+    Per (device, program), the number of executions is taken as the smallest occurrence
+    count of any of its ops (an op outside loops runs once per execution); each execution
+    spans from that op's start. Documented as an estimate.
+    """
+    import polars as pl
+
+    per_op = (ops.filter(pl.col("start_ps").is_not_null())
+              .group_by(["host", "device", "module", "program_id", "op_name"])
+              .agg(pl.col("count").sum().alias("n"), pl.col("start_ps").min().alias("first")))
+    if per_op.height == 0:
+        return frame({}, MODULE_RUNS_SCHEMA)
+    best = per_op.sort(["n", "first"]).group_by(["host", "device", "module", "program_id"], maintain_order=True).first()
+    anchors = best.select(["host", "device", "module", "program_id", "op_name"])
+    runs = (ops.join(anchors, on=["host", "device", "module", "program_id", "op_name"], how="inner")
+            .select(["host", "device", "module", "program_id", "start_ps", "duration_ps"]))
+    return runs.select(list(MODULE_RUNS_SCHEMA))
