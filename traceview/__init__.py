@@ -1,0 +1,22 @@
+"""traceview: shape-keyed analysis of JAX/XProf profiles.
+
+Quick start::
+
+    import traceview
+    prof = traceview.load("./profile")      # finds the newest run under ./profile
+    prof.by_shape()                         # polars DataFrame: one row per (op, shape)
+    prof.populations("fusion")              # the shape populations behind one op name
+
+Modules: ``discover`` (find traces), ``xplane`` / ``tracejson`` (readers), ``schema`` (the
+op-event table), ``aggregate`` (shape / name / program keys), ``profile`` (the object
+above), ``cli`` (the ``traceview`` command).
+"""
+
+from .errors import (LimitExceeded, NoOpsFound, NoTraceFound, TraceUnreadable, TraceviewError,
+                     UsageError)
+from .profile import Profile, load, read_file
+
+__version__ = "0.1.0"
+
+__all__ = ["load", "read_file", "Profile", "TraceviewError", "NoTraceFound", "TraceUnreadable",
+           "NoOpsFound", "UsageError", "LimitExceeded", "__version__"]

@@ -1,0 +1,205 @@
+"""Aggregations of the op-event table: by shape (the study's key), by name, by (program, op).
+
+Why shape: compiled programs reuse HLO op names across buckets (``fusion``, ``custom-call.1``),
+so a table keyed by name mixes programs and shapes, and a bucket that ran 18 times at prefill
+shape can look like padding in a decode table. Keying on (op name, shape signature) separates
+each *population* (every occurrence of one op at one shape) and keeps its occurrence count
+honest.
+
+All times are integer ps in and out (``*_ps`` columns). ``share`` is the population's self
+time over the total self time of all ops in the input (self time avoids double counting ops
+nested in a ``while``/``call`` on the same line). Every function takes an op-event frame that
+follows :data:`traceview.schema.OPS_SCHEMA` and returns a new polars DataFrame; none raises on
+an empty input (it returns an empty frame with the documented columns).
+"""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+_DIMS = re.compile(r"\[([0-9,]*)\]")
+
+
+def _source_expr() -> pl.Expr:
+    return (
+        pl.when(pl.col("source_file") != "")
+        .then(pl.col("source_file") + pl.lit(":") + pl.col("source_line").cast(pl.Utf8).fill_null("?"))
+        .otherwise(pl.lit(""))
+    )
+
+
+def _stats_aggs() -> list[pl.Expr]:
+    # duration of one occurrence; pre-aggregated rows (count > 1) contribute their mean
+    per = pl.col("duration_ps") / pl.col("count")
+    return [
+        pl.col("count").sum().alias("occurrences"),
+        pl.col("duration_ps").sum().alias("total_ps"),
+        pl.col("self_ps").sum().alias("self_ps"),
+        per.min().cast(pl.Int64).alias("min_ps"),
+        per.max().cast(pl.Int64).alias("max_ps"),
+        per.median().alias("median_ps"),
+    ]
+
+
+def _total_self(ops: pl.DataFrame) -> int:
+    return int(ops["self_ps"].sum() or 0) if ops.height else 0
+
+
+def _finish(df: pl.DataFrame, total_self: int, sort: bool = True) -> pl.DataFrame:
+    df = df.with_columns(
+        (pl.col("total_ps") / pl.col("occurrences")).alias("mean_ps"),
+        (pl.col("self_ps") / total_self if total_self else pl.lit(0.0)).alias("share"),
+    )
+    return df.sort(["self_ps", "total_ps"], descending=True) if sort else df
+
+
+def by_shape(ops: pl.DataFrame) -> pl.DataFrame:
+    """One row per (op_name, shape) population.
+
+    Columns: op_name, shape, op_kind, category, occurrences, total_ps, self_ps, mean_ps,
+    min_ps, max_ps, median_ps (per occurrence), share (of all ops' self time), modules
+    (sorted list of hlo_module names), n_programs, devices (number of devices), source (most
+    frequent ``file:line``), framework_op (most frequent). Sorted by self time, descending.
+    """
+    if ops.height == 0:
+        return _empty_by_shape()
+    df = ops.with_columns(_source_expr().alias("_src")).group_by(["op_name", "shape"]).agg(
+        pl.col("op_kind").first(),
+        pl.col("category").first(),
+        *_stats_aggs(),
+        pl.col("module").unique().sort().alias("modules"),
+        pl.col("program_id").n_unique().alias("n_programs"),
+        pl.col("device").n_unique().alias("devices"),
+        pl.col("_src").filter(pl.col("_src") != "").mode().first().alias("source"),
+        pl.col("framework_op").filter(pl.col("framework_op") != "").mode().first().alias("framework_op"),
+    )
+    df = df.with_columns(pl.col("source").fill_null(""), pl.col("framework_op").fill_null(""))
+    return _finish(df, _total_self(ops)).select(_BY_SHAPE_COLUMNS)
+
+
+_BY_SHAPE_COLUMNS = ["op_name", "shape", "op_kind", "category", "occurrences", "total_ps", "self_ps",
+                     "mean_ps", "min_ps", "max_ps", "median_ps", "share", "modules", "n_programs",
+                     "devices", "source", "framework_op"]
+
+
+def _empty_by_shape() -> pl.DataFrame:
+    schema = {"op_name": pl.Utf8, "shape": pl.Utf8, "op_kind": pl.Utf8, "category": pl.Utf8,
+              "occurrences": pl.Int64, "total_ps": pl.Int64, "self_ps": pl.Int64, "mean_ps": pl.Float64,
+              "min_ps": pl.Int64, "max_ps": pl.Int64, "median_ps": pl.Float64, "share": pl.Float64,
+              "modules": pl.List(pl.Utf8), "n_programs": pl.UInt32, "devices": pl.UInt32,
+              "source": pl.Utf8, "framework_op": pl.Utf8}
+    return pl.DataFrame(schema=schema)
+
+
+def by_name(ops: pl.DataFrame) -> pl.DataFrame:
+    """One row per op name, mixing shapes and programs — the view XProf's trace-based tools
+    and naive scripts give. Columns: op_name, occurrences, total_ps, self_ps, mean_ps, min_ps,
+    max_ps, median_ps, share, n_shapes, modules. Kept to show what shape keying separates."""
+    if ops.height == 0:
+        return pl.DataFrame(schema={"op_name": pl.Utf8, "occurrences": pl.Int64, "total_ps": pl.Int64,
+                                    "self_ps": pl.Int64, "mean_ps": pl.Float64, "min_ps": pl.Int64,
+                                    "max_ps": pl.Int64, "median_ps": pl.Float64, "share": pl.Float64,
+                                    "n_shapes": pl.UInt32, "modules": pl.List(pl.Utf8)})
+    df = ops.group_by("op_name").agg(
+        *_stats_aggs(),
+        pl.col("shape").n_unique().alias("n_shapes"),
+        pl.col("module").unique().sort().alias("modules"),
+    )
+    return _finish(df, _total_self(ops)).select(
+        ["op_name", "occurrences", "total_ps", "self_ps", "mean_ps", "min_ps", "max_ps", "median_ps",
+         "share", "n_shapes", "modules"])
+
+
+def by_program_op(ops: pl.DataFrame) -> pl.DataFrame:
+    """One row per (program_id, op_name), XProf ``hlo_stats``'s row key. Columns: program_id,
+    module, op_name, shape, occurrences, total_ps, self_ps, mean_ps, share. Summed over
+    devices (as XProf sums over TPU cores)."""
+    if ops.height == 0:
+        return pl.DataFrame(schema={"program_id": pl.UInt64, "module": pl.Utf8, "op_name": pl.Utf8,
+                                    "shape": pl.Utf8, "occurrences": pl.Int64, "total_ps": pl.Int64,
+                                    "self_ps": pl.Int64, "mean_ps": pl.Float64, "share": pl.Float64})
+    df = ops.group_by(["program_id", "op_name"]).agg(
+        pl.col("module").first(),
+        pl.col("shape").first(),
+        pl.col("count").sum().alias("occurrences"),
+        pl.col("duration_ps").sum().alias("total_ps"),
+        pl.col("self_ps").sum().alias("self_ps"),
+    )
+    return _finish(df, _total_self(ops)).select(
+        ["program_id", "module", "op_name", "shape", "occurrences", "total_ps", "self_ps", "mean_ps", "share"])
+
+
+def populations(ops: pl.DataFrame, op_name: str) -> pl.DataFrame:
+    """The shape populations behind one op name: ``by_shape`` rows for ``op_name`` plus
+    per-module detail. Columns as :func:`by_shape`. Empty frame if the name is absent."""
+    return by_shape(ops.filter(pl.col("op_name") == op_name))
+
+
+def module_executions(module_runs: pl.DataFrame) -> pl.DataFrame:
+    """Executions per (module, program_id), summed over devices: columns module, program_id,
+    executions, devices, total_ps (module wall time)."""
+    if module_runs.height == 0:
+        return pl.DataFrame(schema={"module": pl.Utf8, "program_id": pl.UInt64, "executions": pl.UInt32,
+                                    "devices": pl.UInt32, "total_ps": pl.Int64})
+    return (module_runs.group_by(["module", "program_id"]).agg(
+        pl.len().alias("executions"),
+        pl.col("device").n_unique().alias("devices"),
+        pl.col("duration_ps").sum().alias("total_ps"),
+    ).sort("total_ps", descending=True))
+
+
+def occurrence_checks(ops: pl.DataFrame, module_runs: pl.DataFrame, *, steps: int | None = None,
+                      expect_batch: int | None = None) -> pl.DataFrame:
+    """Occurrence checks per (op_name, shape) population, the study's authentication step.
+
+    Columns: op_name, shape, occurrences, executions (of the programs the population ran
+    in, summed over devices), per_execution (occurrences / executions, null if unknown),
+    per_device_min / per_device_max (occurrences on the least and most busy device),
+    steps_ok (every device's count is a whole multiple of ``steps``; null when steps is
+    None), has_batch (``expect_batch`` appears among the shape's dimensions; null when
+    expect_batch is None). Sorted by occurrences descending.
+    """
+    if ops.height == 0:
+        return pl.DataFrame(schema={"op_name": pl.Utf8, "shape": pl.Utf8, "occurrences": pl.Int64,
+                                    "executions": pl.Int64, "per_execution": pl.Float64,
+                                    "per_device_min": pl.Int64, "per_device_max": pl.Int64,
+                                    "steps_ok": pl.Boolean, "has_batch": pl.Boolean})
+    ex = (module_runs.group_by(["device", "program_id"]).agg(pl.len().cast(pl.Int64).alias("_runs"))
+          if module_runs.height else None)
+    per_dev = ops.group_by(["op_name", "shape", "device", "program_id"]).agg(pl.col("count").sum().alias("_n"))
+    if ex is not None:
+        per_dev = per_dev.join(ex, on=["device", "program_id"], how="left")
+    else:
+        per_dev = per_dev.with_columns(pl.lit(None, dtype=pl.Int64).alias("_runs"))
+    dev_tot = per_dev.group_by(["op_name", "shape", "device"]).agg(pl.col("_n").sum())
+    out = per_dev.group_by(["op_name", "shape"]).agg(
+        pl.col("_n").sum().alias("occurrences"),
+        pl.col("_runs").sum().alias("executions"),
+    ).join(
+        dev_tot.group_by(["op_name", "shape"]).agg(
+            pl.col("_n").min().alias("per_device_min"),
+            pl.col("_n").max().alias("per_device_max"),
+            ((pl.col("_n") % steps) == 0).all().alias("steps_ok") if steps else pl.lit(None, dtype=pl.Boolean).alias("steps_ok"),
+        ), on=["op_name", "shape"])
+    out = out.with_columns(
+        pl.when(pl.col("executions") > 0).then(pl.col("occurrences") / pl.col("executions")).otherwise(None).alias("per_execution"),
+    )
+    if expect_batch is not None:
+        b = int(expect_batch)
+        out = out.with_columns(pl.col("shape").map_elements(lambda s: b in shape_dims(s), return_dtype=pl.Boolean).alias("has_batch"))
+    else:
+        out = out.with_columns(pl.lit(None, dtype=pl.Boolean).alias("has_batch"))
+    return out.select(["op_name", "shape", "occurrences", "executions", "per_execution", "per_device_min",
+                       "per_device_max", "steps_ok", "has_batch"]).sort("occurrences", descending=True)
+
+
+def shape_dims(signature: str) -> set[int]:
+    """All dimension sizes named anywhere in a shape signature (result and operands)."""
+    out: set[int] = set()
+    for body in _DIMS.findall(signature or ""):
+        for d in body.split(","):
+            if d:
+                out.add(int(d))
+    return out

@@ -1,0 +1,193 @@
+"""The ``traceview`` command: a thin layer over the library.
+
+Exit codes are those of :mod:`traceview.errors` (0 ok, 1 check failed, 2 usage, 3 no trace
+found, 4 trace unreadable, 5 no HLO ops, 6 limit exceeded). Library errors are printed as one
+line, ``traceview: error: <file>: <fault>``, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import polars as pl
+
+from . import __version__
+from .errors import EXIT_OK, EXIT_USAGE, TraceviewError, UsageError
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path", nargs="?", default=".", help="trace file, run dir, log dir or any folder above (default: .)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--run", metavar="NAME", help="read this run (folder name YYYY_MM_DD_HH_MM_SS) instead of the newest")
+    g.add_argument("--all-runs", action="store_true", help="read every run found, not only the newest")
+    p.add_argument("--stale-days", type=float, default=7.0, metavar="D",
+                   help="warn when the chosen run is older than D days (default 7)")
+    p.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX (e.g. 'TPU:0$')")
+    p.add_argument("--filter", metavar="REGEX", help="keep only ops whose name or HLO text matches REGEX")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="traceview",
+        description="Shape-keyed analysis of JAX/XProf profiles (.xplane.pb, .trace.json.gz).",
+        epilog="exit codes: 0 ok, 1 check failed, 2 usage, 3 no trace found, 4 trace unreadable, "
+               "5 no HLO ops in trace, 6 resource limit exceeded")
+    parser.add_argument("--version", action="version", version=f"traceview {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    a = sub.add_parser("analyze", help="find traces under PATH and print shape-keyed op tables",
+                       description="Find traces under PATH, say what was read and why, and print "
+                                   "the HLO ops keyed by (name, shape) with occurrences and times.")
+    _add_selection(a)
+    a.add_argument("--top", type=_positive_int, default=25, metavar="N", help="rows to show (default 25)")
+    a.add_argument("--by", choices=["shape", "name", "program"], default="shape",
+                   help="row key: (name, shape) [default], name only, or (program_id, name) as XProf hlo_stats")
+    a.add_argument("--format", choices=["table", "json", "csv", "parquet"], default="table")
+    a.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (required for parquet)")
+    a.add_argument("--steps", type=_positive_int, metavar="N",
+                   help="flag populations whose per-device occurrence count is not a multiple of N")
+    a.add_argument("--expect-batch", type=_positive_int, metavar="B",
+                   help="show which populations carry a dimension of size B")
+
+    e = sub.add_parser("engine", help="the bundled Pallas decode engine (bench, profile)", add_help=False)
+    e.add_argument("engine_args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _out_inside_inputs(out: Path, prof) -> bool:
+    out = out.resolve()
+    disc = prof.discovery
+    dirs = set()
+    if disc is not None:
+        for f in disc.files:
+            dirs.add(Path(f.path).resolve().parent)
+    return any(out == d or d in out.parents for d in dirs)
+
+
+def _table_for(prof, by: str) -> pl.DataFrame:
+    if by == "name":
+        return prof.by_name()
+    if by == "program":
+        return prof.by_program_op()
+    return prof.by_shape()
+
+
+def _flat(df: pl.DataFrame) -> pl.DataFrame:
+    """Lists to ';'-joined strings so CSV can hold them."""
+    return df.with_columns([pl.col(c).list.join(";") for c, t in df.schema.items() if isinstance(t, pl.List)])
+
+
+def _json_payload(prof, table: pl.DataFrame, checks: pl.DataFrame | None, top: int | None) -> dict:
+    from .render.terminal import provenance_lines
+
+    disc = prof.discovery
+    return {
+        "traceview": __version__,
+        "provenance": {
+            "lines": provenance_lines(prof),
+            "files": [{"path": str(t.path), "host": t.host, "format": t.format, "events": t.n_events,
+                       "op_events": t.ops.height} for t in prof.traces],
+            "runs": [r.name for r in disc.selected] if disc is not None else [],
+        },
+        "warnings": list(prof.warnings),
+        "has_shapes": prof.has_shapes,
+        "devices": prof.device_summary().to_dicts(),
+        "ops": (table.head(top) if top else table).to_dicts(),
+        "occurrence_checks": checks.to_dicts() if checks is not None else None,
+    }
+
+
+def cmd_analyze(args) -> int:
+    from rich.console import Console
+
+    from .profile import load
+
+    prof = load(args.path, run=args.run, all_runs=args.all_runs,
+                stale_after_s=None if args.stale_days <= 0 else args.stale_days * 86400)
+    prof = prof.filter(op_regex=args.filter, device_regex=args.device)
+    table = _table_for(prof, args.by)
+    checks = None
+    if args.steps or args.expect_batch:
+        checks = prof.occurrence_checks(steps=args.steps, expect_batch=args.expect_batch)
+
+    out = Path(args.output) if args.output else None
+    if out is not None and _out_inside_inputs(out, prof):
+        raise UsageError(f"refusing to write {out} inside the profile folder it reads; choose another -o")
+    if args.format == "parquet" and out is None:
+        raise UsageError("--format parquet needs -o FILE")
+
+    if args.format == "table":
+        if out is not None:
+            with open(out, "w", encoding="utf-8") as fh:
+                console = Console(file=fh, width=200, color_system=None)
+                from .render.terminal import render_analysis
+                render_analysis(console, prof, table, by=args.by, top=args.top, checks=checks)
+        else:
+            from .render.terminal import render_analysis
+            render_analysis(Console(), prof, table, by=args.by, top=args.top, checks=checks)
+    elif args.format == "json":
+        text = json.dumps(_json_payload(prof, table, checks, args.top), indent=2, default=str)
+        if out is not None:
+            out.write_text(text + "\n", encoding="utf-8")
+        else:
+            sys.stdout.write(text + "\n")
+    elif args.format == "csv":
+        flat = _flat(table)
+        if out is not None:
+            flat.write_csv(out)
+        else:
+            sys.stdout.write(flat.write_csv())
+    else:
+        table.write_parquet(out)
+    if out is not None and args.format != "table":
+        print(f"wrote {out}", file=sys.stderr)
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``traceview`` console script. Returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "engine":
+        try:
+            from .engine_shim.cli import main as engine_main
+        except ImportError as exc:
+            print(f"traceview: error: the engine needs the 'engine' extra (pip install 'traceview[engine]'): {exc}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        return engine_main(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        if args.command == "analyze":
+            return cmd_analyze(args)
+    except TraceviewError as exc:
+        print(f"traceview: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except BrokenPipeError:
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print("traceview: interrupted", file=sys.stderr)
+        return 130
+    parser.print_help()
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,185 @@
+"""A loaded profile: discovery result + merged op-event table + the analyses as methods.
+
+This is the notebook-facing object (``traceview.load(path)``) and what the CLI renders.
+It never prints and never exits; bad input raises :class:`traceview.errors.TraceviewError`.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from . import aggregate
+from .errors import NoOpsFound, TraceviewError, UsageError
+from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, DeviceInfo, TraceData
+
+
+def read_file(path: str | os.PathLike, *, kind: str | None = None, host: str | None = None, run: str = "") -> TraceData:
+    """Read one trace file with the reader its name calls for.
+
+    ``kind`` is "xplane" or "trace_json" (guessed from the name when None). Raises
+    :class:`~traceview.errors.TraceUnreadable` / :class:`~traceview.errors.LimitExceeded`.
+    """
+    p = str(path)
+    if kind is None:
+        kind = "xplane" if p.endswith(".pb") else "trace_json"
+    if kind == "xplane":
+        from .xplane import read_xplane
+
+        return read_xplane(p, host=host, run=run)
+    from .tracejson import read_trace_json
+
+    return read_trace_json(p, host=host, run=run)
+
+
+@dataclass
+class Profile:
+    """One or more trace files read into one op-event table.
+
+    Attributes: ``ops`` (polars DataFrame, :data:`~traceview.schema.OPS_SCHEMA`, one row
+    per HLO op event, times in ps), ``module_runs`` (program executions), ``devices``
+    (:class:`~traceview.schema.DeviceInfo` per device plane), ``traces`` (the per-file
+    :class:`~traceview.schema.TraceData`), ``discovery`` (what was found and why it was
+    chosen, or None when built from files directly), ``warnings`` (one line each).
+    """
+
+    ops: pl.DataFrame
+    module_runs: pl.DataFrame
+    devices: list[DeviceInfo]
+    traces: list[TraceData] = field(default_factory=list)
+    discovery: object = None
+    warnings: list[str] = field(default_factory=list)
+
+    # -- construction ---------------------------------------------------------------
+    @classmethod
+    def from_traces(cls, traces: list[TraceData], discovery=None, warnings: list[str] | None = None) -> "Profile":
+        ops = pl.concat([t.ops for t in traces], how="vertical") if traces else pl.DataFrame(schema=OPS_SCHEMA)
+        runs = (pl.concat([t.module_runs for t in traces], how="vertical") if traces
+                else pl.DataFrame(schema=MODULE_RUNS_SCHEMA))
+        devices = [d for t in traces for d in t.devices]
+        warns = list(warnings or [])
+        for t in traces:
+            warns.extend(t.notes)
+        return cls(ops=ops, module_runs=runs, devices=devices, traces=traces, discovery=discovery, warnings=warns)
+
+    # -- selection ------------------------------------------------------------------
+    def filter(self, *, op_regex: str | None = None, device_regex: str | None = None) -> "Profile":
+        """A new Profile keeping ops whose name (or HLO text) matches ``op_regex`` and whose
+        device matches ``device_regex``. Raises :class:`UsageError` on an invalid regex."""
+        import re
+
+        ops, runs, devices = self.ops, self.module_runs, self.devices
+        for rx in (op_regex, device_regex):
+            if rx is not None:
+                try:
+                    re.compile(rx)
+                except re.error as exc:
+                    raise UsageError(f"invalid regular expression {rx!r}: {exc}") from None
+        if op_regex:
+            ops = ops.filter(pl.col("op_name").str.contains(op_regex) | pl.col("hlo_text").str.contains(op_regex))
+        if device_regex:
+            ops = ops.filter(pl.col("device").str.contains(device_regex))
+            runs = runs.filter(pl.col("device").str.contains(device_regex))
+            devices = [d for d in devices if re.search(device_regex, d.name)]
+        return Profile(ops=ops, module_runs=runs, devices=devices, traces=self.traces,
+                       discovery=self.discovery, warnings=list(self.warnings))
+
+    # -- analyses -------------------------------------------------------------------
+    def by_shape(self) -> pl.DataFrame:
+        """Shape-keyed populations; see :func:`traceview.aggregate.by_shape`."""
+        return aggregate.by_shape(self.ops)
+
+    def by_name(self) -> pl.DataFrame:
+        """Name-keyed view (mixes shapes); see :func:`traceview.aggregate.by_name`."""
+        return aggregate.by_name(self.ops)
+
+    def by_program_op(self) -> pl.DataFrame:
+        """XProf ``hlo_stats``-style (program_id, op) rows; see :func:`traceview.aggregate.by_program_op`."""
+        return aggregate.by_program_op(self.ops)
+
+    def populations(self, op_name: str) -> pl.DataFrame:
+        """Shape populations behind one op name; see :func:`traceview.aggregate.populations`."""
+        return aggregate.populations(self.ops, op_name)
+
+    def occurrence_checks(self, *, steps: int | None = None, expect_batch: int | None = None) -> pl.DataFrame:
+        """See :func:`traceview.aggregate.occurrence_checks`."""
+        return aggregate.occurrence_checks(self.ops, self.module_runs, steps=steps, expect_batch=expect_batch)
+
+    def modules(self) -> pl.DataFrame:
+        """Program executions per module; see :func:`traceview.aggregate.module_executions`."""
+        return aggregate.module_executions(self.module_runs)
+
+    # -- summary --------------------------------------------------------------------
+    @property
+    def op_time_ps(self) -> int:
+        """Total self time of all HLO ops, ps (summed over devices)."""
+        return int(self.ops["self_ps"].sum() or 0) if self.ops.height else 0
+
+    @property
+    def has_shapes(self) -> bool:
+        return any(t.has_shapes for t in self.traces if t.ops.height)
+
+    def device_summary(self) -> pl.DataFrame:
+        """Per device: name, kind, device_type, ops (events), op_time_ps (self), peak_flops
+        (FLOP/s), peak_bw (bytes/s), from the trace's plane stats (None when absent)."""
+        rows = []
+        per = {}
+        if self.ops.height:
+            for r in self.ops.group_by("device").agg(pl.col("count").sum().alias("n"),
+                                                       pl.col("self_ps").sum().alias("t")).iter_rows(named=True):
+                per[r["device"]] = (r["n"], r["t"])
+        seen = set()
+        for d in self.devices:
+            if d.name in seen:
+                continue
+            seen.add(d.name)
+            n, t = per.get(d.name, (0, 0))
+            if n == 0:
+                continue
+            rows.append({"device": d.name, "kind": d.kind, "device_type": d.device_type, "ops": n,
+                         "op_time_ps": t, "peak_flops": d.peak_flops, "peak_bw": d.peak_bw})
+        return pl.DataFrame(rows, schema={"device": pl.Utf8, "kind": pl.Utf8, "device_type": pl.Utf8, "ops": pl.Int64,
+                                          "op_time_ps": pl.Int64, "peak_flops": pl.Float64, "peak_bw": pl.Float64})
+
+    def _repr_html_(self) -> str:  # pragma: no cover - exercised by the notebook tests
+        from .render.html import profile_summary_html
+
+        return profile_summary_html(self)
+
+
+def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = False,
+         require_ops: bool = True, stale_after_s: float | None = 7 * 24 * 3600) -> Profile:
+    """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above).
+
+    Picks the newest run unless ``run`` names one or ``all_runs`` is set, reads one file per
+    host (xplane.pb preferred over trace.json.gz) and merges them into one
+    :class:`Profile`. Raises :class:`~traceview.errors.NoTraceFound` when nothing is found,
+    :class:`~traceview.errors.TraceUnreadable` when every selected file is unreadable (a
+    single unreadable host among several becomes a warning), and
+    :class:`~traceview.errors.NoOpsFound` when the traces hold no HLO op and
+    ``require_ops`` is True.
+    """
+    from .discover import discover
+
+    disc = discover(path, run=run, all_runs=all_runs, stale_after_s=stale_after_s)
+    traces: list[TraceData] = []
+    warnings = list(disc.warnings)
+    errors: list[TraceviewError] = []
+    for tf in disc.files:
+        try:
+            traces.append(read_file(tf.path, kind="xplane" if tf.kind == "xplane" else "trace_json",
+                                    host=tf.host, run=tf.run))
+        except TraceviewError as exc:
+            errors.append(exc)
+            warnings.append(f"skipped unreadable trace {exc}")
+    if errors and not traces:
+        raise errors[0]
+    prof = Profile.from_traces(traces, discovery=disc, warnings=warnings)
+    if require_ops and prof.ops.height == 0:
+        names = ", ".join(str(t.path) for t in traces)
+        raise NoOpsFound("the trace has no HLO ops (no XLA Ops line, no hlo_op-annotated kernels); "
+                         "was it recorded from a JAX/XLA program?", names)
+    return prof

@@ -1,0 +1,120 @@
+"""Terminal rendering of an analysis with rich: provenance, devices, shape-keyed ops."""
+
+from __future__ import annotations
+
+import polars as pl
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .units import fmt_pct, fmt_rate, fmt_time_ps
+
+
+def provenance_lines(prof) -> list[str]:
+    """What was read and why: one plain-text line each (run, hosts, files, reasons)."""
+    disc = prof.discovery
+    lines = []
+    if disc is not None:
+        lines.extend(disc.reasons)
+    else:
+        for t in prof.traces:
+            lines.append(f"read {t.path} (host {t.host})")
+    for t in prof.traces:
+        lines.append(f"  {t.host}: {t.path} [{t.format}, {t.n_events:,} events, {t.ops.height:,} op events]")
+    return lines
+
+
+def render_analysis(console: Console, prof, table: pl.DataFrame, *, by: str, top: int, checks: pl.DataFrame | None = None) -> None:
+    """Print the provenance block, warnings, device summary and the top rows of ``table``."""
+    console.print("[bold]traceview[/bold] — what was read")
+    for line in provenance_lines(prof):
+        console.print("  " + escape(line))
+    for w in prof.warnings:
+        console.print(f"  [yellow]warning:[/yellow] {escape(w)}")
+    if not prof.has_shapes:
+        console.print("  [yellow]note:[/yellow] no shapes in this trace: ops are keyed by name only")
+
+    dev = prof.device_summary()
+    if dev.height:
+        console.print()
+        groups = dev.group_by(["kind", "device_type"], maintain_order=True).agg(
+            pl.len().alias("n"), pl.col("op_time_ps").sum(), pl.col("ops").sum(),
+            pl.col("peak_flops").first(), pl.col("peak_bw").first())
+        for g in groups.iter_rows(named=True):
+            peaks = []
+            if g["peak_flops"]:
+                peaks.append(f"peak {fmt_rate(g['peak_flops'], 'FLOP/s')}")
+            if g["peak_bw"]:
+                peaks.append(f"memory {fmt_rate(g['peak_bw'], 'B/s')}")
+            if g["peak_flops"] and g["peak_bw"]:
+                peaks.append(f"ridge point {g['peak_flops'] / g['peak_bw']:.1f} FLOP/byte")
+            console.print(
+                f"[bold]devices[/bold] {escape(g['device_type'])} ×{g['n']}: {g['ops']:,} op events, "
+                f"op time {fmt_time_ps(g['op_time_ps'])}" + (" (" + ", ".join(peaks) + ", from the trace)" if peaks else ""))
+
+    console.print()
+    title = {"shape": "HLO ops keyed by (name, shape)", "name": "HLO ops keyed by name (shapes mixed)",
+             "program": "HLO ops keyed by (program_id, name), as XProf hlo_stats"}[by]
+    t = Table(title=f"{title} — top {min(top, table.height)} of {table.height} by self time", show_lines=False)
+    t.add_column("#", justify="right")
+    t.add_column("op")
+    if by in ("shape", "program"):
+        t.add_column("shape", overflow="fold")
+    if by == "program":
+        t.add_column("program")
+    t.add_column("occ.", justify="right")
+    t.add_column("total", justify="right")
+    t.add_column("mean", justify="right")
+    t.add_column("self %", justify="right")
+    if by == "shape":
+        t.add_column("module(s)", overflow="fold")
+        t.add_column("source", overflow="fold")
+    if by == "name":
+        t.add_column("shapes", justify="right")
+    for i, r in enumerate(table.head(top).iter_rows(named=True), 1):
+        cells = [str(i), escape(r["op_name"])]
+        if by in ("shape", "program"):
+            cells.append(escape(r["shape"] or "?"))
+        if by == "program":
+            cells.append(f"{r['module']}({r['program_id']})")
+        cells += [f"{r['occurrences']:,}", fmt_time_ps(r["total_ps"]), fmt_time_ps(r["mean_ps"]), fmt_pct(r["share"])]
+        if by == "shape":
+            mods = r["modules"] or []
+            cells.append(escape(", ".join(mods[:3]) + (f" +{len(mods) - 3}" if len(mods) > 3 else "")))
+            cells.append(escape(_short_path(r["source"])))
+        if by == "name":
+            cells.append(str(r["n_shapes"]))
+        t.add_row(*cells)
+    console.print(t)
+
+    if by == "shape" and table.height:
+        split = (table.group_by("op_name").agg(pl.len().alias("n"), pl.col("occurrences"), pl.col("shape"),
+                                               pl.col("mean_ps"), pl.col("self_ps").sum().alias("t"))
+                 .filter(pl.col("n") > 1).sort("t", descending=True).head(5))
+        if split.height:
+            console.print("[bold]op names split into several shape populations[/bold] (a name-keyed table would mix these):")
+            for r in split.iter_rows(named=True):
+                pops = sorted(zip(r["occurrences"], r["shape"], r["mean_ps"]), reverse=True)[:4]
+                desc = "; ".join(f"{escape(s or '?')} ×{o:,} (mean {fmt_time_ps(m)})" for o, s, m in pops)
+                more = f"; +{r['n'] - 4} more" if r["n"] > 4 else ""
+                console.print(f"  {escape(r['op_name'])}: {r['n']} populations — {desc}{more}")
+
+    if checks is not None and checks.height:
+        console.print()
+        ct = Table(title="occurrence checks (per population)")
+        for c in ("op", "shape", "occ.", "per execution", "per device", "steps ok", "has batch"):
+            ct.add_column(c, overflow="fold")
+        for r in checks.head(top).iter_rows(named=True):
+            pe = "-" if r["per_execution"] is None else f"{r['per_execution']:.3g}"
+            pd_ = f"{r['per_device_min']:,}" if r["per_device_min"] == r["per_device_max"] else f"{r['per_device_min']:,}–{r['per_device_max']:,}"
+            ok = {True: "yes", False: "[red]NO[/red]", None: "-"}
+            ct.add_row(escape(r["op_name"]), escape(r["shape"] or "?"), f"{r['occurrences']:,}", pe, pd_,
+                       ok[r["steps_ok"]], ok[r["has_batch"]])
+        console.print(ct)
+
+
+def _short_path(src: str, keep: int = 2) -> str:
+    if not src:
+        return ""
+    parts = src.split("/")
+    return "/".join(parts[-keep:]) if len(parts) > keep else src

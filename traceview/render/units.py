@@ -1,0 +1,34 @@
+"""Human formatting of ps, bytes, FLOP/s for terminal and HTML output."""
+
+from __future__ import annotations
+
+
+def fmt_time_ps(ps: float | int | None) -> str:
+    """Format a duration given in picoseconds with an adaptive unit (ns, µs, ms, s)."""
+    if ps is None:
+        return "-"
+    ps = float(ps)
+    a = abs(ps)
+    if a >= 1e12:
+        return f"{ps / 1e12:.3f} s"
+    if a >= 1e9:
+        return f"{ps / 1e9:.3f} ms"
+    if a >= 1e6:
+        return f"{ps / 1e6:.2f} µs"
+    if a >= 1e3:
+        return f"{ps / 1e3:.1f} ns"
+    return f"{ps:.0f} ps"
+
+
+def fmt_rate(value: float | None, unit: str) -> str:
+    """Format a rate (FLOP/s, B/s) with SI prefixes: ``fmt_rate(9.18e14, "FLOP/s")`` -> ``918 TFLOP/s``."""
+    if value is None:
+        return "-"
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.4g} {prefix}{unit}"
+    return f"{value:.4g} {unit}"
+
+
+def fmt_pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
