@@ -1,0 +1,77 @@
+"""Shared fixtures: the real traces in ``../shared/traces`` and a CPU profile recorded live."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+# What ``cpu_profile_dir`` records; tests read it through the ``cpu_profile_spec`` fixture.
+_CPU_PROFILE_SPEC = {
+    "module": "jit_f",  # jax names the compiled program after the function
+    "batches": (8, 16),  # one compiled program (program_id) per batch size
+    "calls": 3,  # profiled calls per batch size, after one warm-up call each
+    "features": 128,  # x: f32[batch, features]
+    "hidden": 256,  # w: f32[features, hidden]
+}
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    """``../shared/traces`` beside the checkout (real profiler traces; read-only)."""
+    path = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+    if not path.is_dir():
+        pytest.fail(
+            f"shared traces not found at {path}: the tests need the read-only folder "
+            "../shared/traces beside the repository checkout (CI provides it)"
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def cpu_profile_spec() -> dict:
+    """What :func:`cpu_profile_dir` ran: module name, batch sizes, calls per batch, dims."""
+    return dict(_CPU_PROFILE_SPEC)
+
+
+@pytest.fixture(scope="session")
+def cpu_profile_dir(tmp_path_factory) -> Path:
+    """Record a real XLA:CPU profile with ``jax.profiler.trace`` and return its log dir.
+
+    ``jit_f(x, w) = tanh(x @ w).sum(-1)`` is compiled for two batch sizes (8 and 16, so two
+    programs with the same HLO op names and different shapes), warmed up, then called
+    ``calls`` times per batch size inside the trace. The log dir holds
+    ``plugins/profile/<run>/<host>.xplane.pb`` and ``<host>.trace.json.gz``. Inputs are
+    placed on the CPU device explicitly so the ops run on XLA:CPU even where an accelerator
+    is the default backend. Takes about a second.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    spec = _CPU_PROFILE_SPEC
+    cpu = jax.devices("cpu")[0]
+    rng = np.random.default_rng(0)
+    w = jax.device_put(rng.standard_normal((spec["features"], spec["hidden"]), dtype=np.float32), cpu)
+    xs = [
+        jax.device_put(rng.standard_normal((b, spec["features"]), dtype=np.float32), cpu)
+        for b in spec["batches"]
+    ]
+
+    def f(x, w):
+        return jnp.tanh(x @ w).sum(axis=-1)
+
+    jit_f = jax.jit(f)
+    for x in xs:  # compile both programs outside the trace
+        jit_f(x, w).block_until_ready()
+
+    logdir = tmp_path_factory.mktemp("cpu_profile")
+    with jax.profiler.trace(str(logdir)):
+        for x in xs:
+            for _ in range(spec["calls"]):
+                jit_f(x, w).block_until_ready()
+
+    found = list(logdir.glob("plugins/profile/*/*.xplane.pb"))
+    if len(found) != 1:
+        pytest.fail(f"jax.profiler.trace wrote {len(found)} xplane files under {logdir}, expected 1")
+    return logdir
