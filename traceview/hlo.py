@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from google.protobuf.message import DecodeError
 
 from ._protos import HloProto
+from .costs import ModuleCosts, io_bytes
 from .shapes import Shape, shape_from_proto, signature
 
 _FUSION_CATEGORY = {
@@ -41,6 +42,8 @@ class HloOp:
     source_stack: str = ""
     framework_op: str = ""
     custom_call_target: str = ""
+    flops: int | None = None  # per execution, derived (traceview.costs)
+    bytes: int | None = None  # operand + result bytes per execution
     # raw proto kept for FLOP derivation (dot/convolution dimension numbers)
     proto: object = None
 
@@ -82,6 +85,7 @@ def decode_module(data: bytes, program_id: int) -> HloModule:
     proto.ParseFromString(data)
     mod = proto.hlo_module
     result = HloModule(mod.name, program_id)
+    costs = ModuleCosts(mod)
     by_id: dict[int, object] = {}
     for comp in mod.computations:
         for ins in comp.instructions:
@@ -124,6 +128,8 @@ def decode_module(data: bytes, program_id: int) -> HloModule:
                 source_stack="\n".join(f"{f}:{ln}" for f, ln in frames),
                 framework_op=md.op_name,
                 custom_call_target=ins.custom_call_target,
+                flops=costs.instruction_flops(ins),
+                bytes=io_bytes(res, operands, ins.opcode),
                 proto=ins,
             )
     return result

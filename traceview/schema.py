@@ -37,9 +37,12 @@ source_stack        Utf8       newline-separated ``file:line[:col]`` frames, inn
 framework_op        Utf8       framework op path (``tf_op`` / HLO ``op_name``), e.g.
                                ``jit(step_fun)/dot_general``
 flops               Float64    FLOPs of one occurrence as recorded in the trace (TPU
-                               ``flops``), else null
+                               ``flops``), else derived from the HLO, else null
 model_flops         Float64    TPU ``model_flops`` (FLOPs the model asked for), else null
-bytes_accessed      Float64    bytes of one occurrence as recorded in the trace, else null
+bytes_accessed      Float64    bytes of one occurrence as recorded in the trace, else
+                               derived from the HLO (:mod:`traceview.costs`), else null
+cost_source         Utf8       where flops/bytes_accessed come from: ``trace``, ``derived``
+                               or ``unknown``
 ==================  =========  ==============================================================
 
 ``module_runs`` — one row per execution of a compiled program (TPU ``XLA Modules`` line,
@@ -77,6 +80,7 @@ OPS_SCHEMA: dict[str, pl.DataType] = {
     "flops": pl.Float64,
     "model_flops": pl.Float64,
     "bytes_accessed": pl.Float64,
+    "cost_source": pl.Utf8,
 }
 
 MODULE_RUNS_SCHEMA: dict[str, pl.DataType] = {

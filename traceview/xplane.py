@@ -169,6 +169,7 @@ def _tpu_metadata(plane, names, stat_names) -> dict[int, dict]:
             "flops": _as_float(st.get("flops")),
             "model_flops": _as_float(st.get("model_flops")),
             "bytes_accessed": _as_float(st.get("bytes_accessed")),
+            "cost_source": "trace" if st.get("flops") is not None or st.get("bytes_accessed") is not None else "unknown",
         }
     return out
 
@@ -328,7 +329,7 @@ def _read_tpu_plane(plane, stat_names, cols: _Columns, runs_cols, host, run, pat
         enc = [-1] * len(mids)
     empty = {"op_name": "", "op_kind": "", "category": "", "shape": "", "hlo_text": "", "program_id": None,
              "source_file": "", "source_line": None, "source_stack": "", "framework_op": "",
-             "flops": None, "model_flops": None, "bytes_accessed": None}
+             "flops": None, "model_flops": None, "bytes_accessed": None, "cost_source": "unknown"}
     rows = [meta.get(m, empty) for m in mids.tolist()]
     keys = list(empty)
     col = {k: [r[k] for r in rows] for k in keys}
@@ -410,6 +411,9 @@ def _read_annotated_plane(plane, stat_names, cols: _Columns, hlo: HloIndex, host
                 c["source_line"].append(info.source_line)
                 c["source_stack"].append(info.source_stack)
                 c["framework_op"].append(info.framework_op or fw)
+                c["flops"].append(None if info.flops is None else float(info.flops))
+                c["bytes_accessed"].append(None if info.bytes is None else float(info.bytes))
+                c["cost_source"].append("derived")
             else:
                 c["op_kind"].append("")
                 c["category"].append("")
@@ -419,9 +423,10 @@ def _read_annotated_plane(plane, stat_names, cols: _Columns, hlo: HloIndex, host
                 c["source_line"].append(None)
                 c["source_stack"].append("")
                 c["framework_op"].append(fw)
-            c["flops"].append(None)
+                c["flops"].append(None)
+                c["bytes_accessed"].append(None)
+                c["cost_source"].append("unknown")
             c["model_flops"].append(None)
-            c["bytes_accessed"].append(None)
         m = len(rows)
         c["host"] = [host] * m
         c["run"] = [run] * m
