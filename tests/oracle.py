@@ -228,17 +228,21 @@ def xprof_hlo_stats(path) -> pl.DataFrame:
 
 
 def raw_hlo_events(path) -> pl.DataFrame:
-    """Every XEvent in ``path`` that carries an ``hlo_op`` stat, straight from the protobuf.
-
-    Meant for XLA:CPU (thunk-executor events) and GPU kernels, which carry ``hlo_op``,
-    ``hlo_module`` and ``program_id`` as event stats. TPU ``XLA Ops`` events do not carry
-    ``hlo_op`` (the op name is the metadata ``display_name``), so use XProf for TPU.
+    """Every HLO op XEvent in ``path``, straight from the protobuf, one row per event.
 
     Deliberately naive and independent of traceview's readers (only the protobuf schema is
-    shared): one row per event with ``device`` (plane name), ``line``, ``hlo_module``,
-    ``program_id`` (UInt64, null if the event has none), ``hlo_op``, ``name`` (event
-    metadata name), ``duration_ps`` (the XEvent's duration) and ``device_duration_ps`` (the
-    stat, null if absent). Stats may sit on the event or on its metadata; event stats win.
+    shared). An event is taken when it carries an ``hlo_op`` stat (XLA:CPU thunk-executor
+    events; GPU kernels on ``Stream #N`` lines, **and** on GPU traces the host launch-API
+    events such as ``hipModuleLaunchKernel`` on ``/host:CPU``, which carry the same stats),
+    or when it sits on a TPU ``XLA Ops`` line (op name = metadata ``display_name``; TPU
+    ``Async XLA Ops`` spans carry ``hlo_op`` too and are kept, with their line name).
+    Filter on ``device``/``line`` as needed.
+
+    Columns: ``device`` (plane name), ``line``, ``hlo_module`` (null on TPU), ``program_id``
+    (UInt64; event or metadata stat; null if none), ``hlo_op``, ``name`` (event metadata
+    name), ``duration_ps`` (the XEvent's duration on the host-aligned timeline) and
+    ``device_duration_ps`` (the stat, TPU only, else null). Event stats override metadata
+    stats.
     """
     from traceview._protos import XSpace
 
@@ -264,14 +268,17 @@ def raw_hlo_events(path) -> pl.DataFrame:
         for line in plane.lines:
             for ev in line.events:
                 st = {**md_stats.get(ev.metadata_id, {}), **values(ev.stats)}
-                if "hlo_op" not in st:
+                op = st.get("hlo_op")
+                if op is None and line.name == "XLA Ops":
+                    op = plane.event_metadata[ev.metadata_id].display_name or None
+                if op is None:
                     continue
                 pid = st.get("program_id")
                 out["device"].append(plane.name)
                 out["line"].append(line.name)
                 out["hlo_module"].append(st.get("hlo_module"))
                 out["program_id"].append(None if pid is None else int(pid) % (1 << 64))
-                out["hlo_op"].append(st["hlo_op"])
+                out["hlo_op"].append(op)
                 out["name"].append(plane.event_metadata[ev.metadata_id].name)
                 out["duration_ps"].append(ev.duration_ps)
                 out["device_duration_ps"].append(st.get("device_duration_ps"))
