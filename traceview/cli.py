@@ -40,6 +40,34 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--filter", metavar="REGEX", help="keep only ops whose name or HLO text matches REGEX")
 
 
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def _add_peaks(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--chip", metavar="NAME", help="use this chip's peaks from the built-in table "
+                   "(tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e, a100, h100, h200, mi300x)")
+    p.add_argument("--peak-flops", type=_positive_float, metavar="FLOP/S", help="peak FLOP/s (e.g. 1.97e14)")
+    p.add_argument("--peak-bw", type=_positive_float, metavar="B/S", help="peak memory bandwidth in bytes/s (e.g. 8.19e11)")
+    p.add_argument("--measure-cpu-peaks", action="store_true",
+                   help="measure this host's FLOP/s and copy bandwidth (for CPU traces; opt-in, ~1 s)")
+
+
+def _peaks_from_args(prof, args):
+    if getattr(args, "measure_cpu_peaks", False) and not (args.peak_flops and args.peak_bw):
+        from .roofline import measure_cpu_peaks
+
+        m = measure_cpu_peaks()
+        return prof.peaks(chip=args.chip, peak_flops=args.peak_flops or m.peak_flops, peak_bw=args.peak_bw or m.peak_bw)
+    return prof.peaks(chip=args.chip, peak_flops=args.peak_flops, peak_bw=args.peak_bw)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="traceview",
@@ -62,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="flag populations whose per-device occurrence count is not a multiple of N")
     a.add_argument("--expect-batch", type=_positive_int, metavar="B",
                    help="show which populations carry a dimension of size B")
+    _add_peaks(a)
 
     e = sub.add_parser("engine", help="the bundled Pallas decode engine (bench, profile)", add_help=False)
     e.add_argument("engine_args", nargs=argparse.REMAINDER)
@@ -91,7 +120,8 @@ def _flat(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns([pl.col(c).list.join(";") for c, t in df.schema.items() if isinstance(t, pl.List)])
 
 
-def _json_payload(prof, table: pl.DataFrame, checks: pl.DataFrame | None, top: int | None) -> dict:
+def _json_payload(prof, table: pl.DataFrame, checks: pl.DataFrame | None, top: int | None,
+                  peaks=None, roof: pl.DataFrame | None = None) -> dict:
     from .render.terminal import provenance_lines
 
     disc = prof.discovery
@@ -107,8 +137,29 @@ def _json_payload(prof, table: pl.DataFrame, checks: pl.DataFrame | None, top: i
         "has_shapes": prof.has_shapes,
         "devices": prof.device_summary().to_dicts(),
         "ops": (table.head(top) if top else table).to_dicts(),
+        "peaks": None if peaks is None else {"peak_flops": peaks.peak_flops, "peak_bw": peaks.peak_bw,
+                                             "ridge": peaks.ridge, "flops_source": peaks.flops_source,
+                                             "bw_source": peaks.bw_source},
+        "roofline": None if roof is None else (roof.head(top) if top else roof).to_dicts(),
         "occurrence_checks": checks.to_dicts() if checks is not None else None,
     }
+
+
+def _console():
+    from rich.console import Console
+
+    if sys.stdout.isatty():
+        return Console()
+    width = int(os.environ.get("COLUMNS", "0") or 0) or 160
+    return Console(width=width, color_system=None, soft_wrap=False)
+
+
+def _render_all(console, prof, table, args, checks, peaks, roof) -> None:
+    from .render.terminal import render_analysis, render_roofline
+    from .roofline import predicted_vs_measured
+
+    render_analysis(console, prof, table, by=args.by, top=args.top, checks=checks)
+    render_roofline(console, peaks, roof, top=min(args.top, 10), summary=predicted_vs_measured(roof))
 
 
 def cmd_analyze(args) -> int:
@@ -120,6 +171,8 @@ def cmd_analyze(args) -> int:
                 stale_after_s=None if args.stale_days <= 0 else args.stale_days * 86400)
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     table = _table_for(prof, args.by)
+    peaks = _peaks_from_args(prof, args)
+    roof = prof.roofline(peaks)
     checks = None
     if args.steps or args.expect_batch:
         checks = prof.occurrence_checks(steps=args.steps, expect_batch=args.expect_batch)
@@ -134,13 +187,11 @@ def cmd_analyze(args) -> int:
         if out is not None:
             with open(out, "w", encoding="utf-8") as fh:
                 console = Console(file=fh, width=200, color_system=None)
-                from .render.terminal import render_analysis
-                render_analysis(console, prof, table, by=args.by, top=args.top, checks=checks)
+                _render_all(console, prof, table, args, checks, peaks, roof)
         else:
-            from .render.terminal import render_analysis
-            render_analysis(Console(), prof, table, by=args.by, top=args.top, checks=checks)
+            _render_all(_console(), prof, table, args, checks, peaks, roof)
     elif args.format == "json":
-        text = json.dumps(_json_payload(prof, table, checks, args.top), indent=2, default=str)
+        text = json.dumps(_json_payload(prof, table, checks, args.top, peaks, roof), indent=2, default=str)
         if out is not None:
             out.write_text(text + "\n", encoding="utf-8")
         else:

@@ -112,6 +112,43 @@ class Profile:
         """Program executions per module; see :func:`traceview.aggregate.module_executions`."""
         return aggregate.module_executions(self.module_runs)
 
+    def peaks(self, *, chip: str | None = None, peak_flops: float | None = None,
+              peak_bw: float | None = None):
+        """Peak FLOP/s and bytes/s for this profile's devices, each with its source; see
+        :func:`traceview.roofline.resolve_peaks`."""
+        from .roofline import resolve_peaks
+
+        return resolve_peaks(self.devices, chip=chip, peak_flops=peak_flops, peak_bw=peak_bw)
+
+    def roofline(self, peaks=None, **peak_overrides) -> pl.DataFrame:
+        """Roofline figures per (op, shape) population; see :func:`traceview.roofline.roofline`.
+        ``peaks`` defaults to :meth:`peaks` called with ``peak_overrides``."""
+        from .roofline import roofline
+
+        return roofline(self.ops, peaks if peaks is not None else self.peaks(**peak_overrides))
+
+    def sources(self, by: str = "file", frame: str = "direct") -> pl.DataFrame:
+        """Source attribution roll-up ``by`` "file" or "line" (see :mod:`traceview.sources`)."""
+        from . import sources
+
+        if by == "line":
+            return sources.by_line(self.ops, frame=frame)
+        if by == "file":
+            return sources.by_file(self.ops, frame=frame)
+        raise UsageError(f"sources(by=...) must be 'file' or 'line', got {by!r}")
+
+    def steps(self, rules=None):
+        """Step anatomy: steps, op families and the coverage line (see :mod:`traceview.steps`)."""
+        from .steps import anatomy
+
+        return anatomy(self.ops, self.module_runs, rules=rules)
+
+    def report(self, path: str | os.PathLike, **options) -> Path:
+        """Write the offline, self-contained HTML report to ``path``; returns the path."""
+        from .render.html import write_report
+
+        return write_report(self, path, **options)
+
     # -- summary --------------------------------------------------------------------
     @property
     def op_time_ps(self) -> int:

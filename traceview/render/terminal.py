@@ -118,3 +118,41 @@ def _short_path(src: str, keep: int = 2) -> str:
         return ""
     parts = src.split("/")
     return "/".join(parts[-keep:]) if len(parts) > keep else src
+
+
+def render_roofline(console: Console, peaks, roof: pl.DataFrame, *, top: int, summary: dict | None = None) -> None:
+    """Print the peaks used (with sources), the ridge point, and the top populations'
+    roofline figures: intensity, achieved FLOP/s and bytes/s, % of peak, bound by, efficiency."""
+    console.print()
+    if peaks.peak_flops or peaks.peak_bw:
+        console.print(f"[bold]roofline[/bold] peaks: {fmt_rate(peaks.peak_flops, 'FLOP/s')} "
+                      f"({escape(peaks.flops_source)}); {fmt_rate(peaks.peak_bw, 'B/s')} ({escape(peaks.bw_source)})")
+    else:
+        console.print("[bold]roofline[/bold]: no peaks known for this device; pass --chip, or --peak-flops and --peak-bw")
+    if peaks.ridge:
+        console.print(f"  ridge point {peaks.ridge:.1f} FLOP/byte: ops below it are bound by memory, above it by compute")
+    known = roof.filter(pl.col("flops").is_not_null() | pl.col("bytes").is_not_null())
+    if known.height == 0:
+        console.print("  no FLOP or byte counts in this trace (and none derivable): nothing to place on the roofline")
+        return
+    t = Table(title=f"roofline of the top {min(top, known.height)} populations by total time")
+    for c, j in (("op", "left"), ("result shape", "left"), ("FLOP/B", "right"), ("achieved", "right"), ("bandwidth", "right"),
+                 ("% peak FLOP/s", "right"), ("% peak BW", "right"), ("bound by", "left"), ("roofline/measured", "right"),
+                 ("costs", "left")):
+        t.add_column(c, justify=j, overflow="fold")
+    for r in known.head(top).iter_rows(named=True):
+        eff = "-" if r["efficiency"] is None else f"{100 * r['efficiency']:.1f}%"
+        if r["warning"]:
+            eff = f"[red]{eff} ![/red]"
+        t.add_row(escape(r["op_name"]), escape((r["shape"] or "?").split(" <- ")[0]),
+                  "-" if r["intensity"] is None else f"{r['intensity']:.3g}",
+                  fmt_rate(r["achieved_flops"], "FLOP/s"), fmt_rate(r["achieved_bw"], "B/s"),
+                  fmt_pct(r["frac_peak_flops"]), fmt_pct(r["frac_peak_bw"]), r["bound_by"], eff, r["cost_source"])
+    console.print(t)
+    warned = known.head(top).filter(pl.col("warning") != "")
+    for r in warned.iter_rows(named=True):
+        console.print(f"  [yellow]warning:[/yellow] {escape(r['op_name'])} {escape(r['shape'])}: {escape(r['warning'])}")
+    if summary and summary.get("ratio") is not None:
+        console.print(f"  roofline-predicted {fmt_time_ps(summary['predicted_ps'])} against {fmt_time_ps(summary['measured_ps'])} "
+                      f"measured ({100 * summary['ratio']:.0f}%) over ops with known costs "
+                      f"({fmt_pct(summary['covered_share'])} of op time)")
