@@ -128,6 +128,33 @@ def _build_xplane(pool):
         ("name", 2, "string", ""),
         ("description", 3, "string", ""),
     ])
+    # Lazy views of the same wire data: lines kept as raw bytes (decoded on demand, so a
+    # 100 MB host line nobody asked for is never materialized), and a line header that
+    # skips the events field entirely.
+    _message(fp, "XSpaceLazy", [
+        ("planes", 1, "XPlaneLazy", "repeated"),
+        ("errors", 2, "string", "repeated"),
+        ("warnings", 3, "string", "repeated"),
+        ("hostnames", 4, "string", "repeated"),
+    ])
+    lazy = _message(fp, "XPlaneLazy", [
+        ("id", 1, "int64", ""),
+        ("name", 2, "string", ""),
+        ("lines", 3, "bytes", "repeated"),
+        ("event_metadata", 4, ".traceview.xplane.XPlaneLazy.EventMetadataEntry", "repeated"),
+        ("stat_metadata", 5, ".traceview.xplane.XPlaneLazy.StatMetadataEntry", "repeated"),
+        ("stats", 6, "XStat", "repeated"),
+    ])
+    lazy.nested_type.add().CopyFrom(_map_entry("EventMetadataEntry", "int64", "XEventMetadata", pkg))
+    lazy.nested_type.add().CopyFrom(_map_entry("StatMetadataEntry", "int64", "XStatMetadata", pkg))
+    _message(fp, "XLineHeader", [
+        ("id", 1, "int64", ""),
+        ("display_id", 10, "int64", ""),
+        ("name", 2, "string", ""),
+        ("display_name", 11, "string", ""),
+        ("timestamp_ns", 3, "int64", ""),
+        ("duration_ps", 9, "int64", ""),
+    ])
     pool.Add(fp)
 
 
@@ -238,9 +265,11 @@ XEvent = _cls("traceview.xplane.XEvent")
 XStat = _cls("traceview.xplane.XStat")
 XEventMetadata = _cls("traceview.xplane.XEventMetadata")
 XStatMetadata = _cls("traceview.xplane.XStatMetadata")
+XSpaceLazy = _cls("traceview.xplane.XSpaceLazy")
+XLineHeader = _cls("traceview.xplane.XLineHeader")
 HloProto = _cls("traceview.hlo.HloProto")
 HloModuleProto = _cls("traceview.hlo.HloModuleProto")
 ShapeProto = _cls("traceview.hlo.ShapeProto")
 
-__all__ = ["XSpace", "XPlane", "XLine", "XEvent", "XStat", "XEventMetadata", "XStatMetadata",
+__all__ = ["XSpace", "XSpaceLazy", "XLineHeader", "XPlane", "XLine", "XEvent", "XStat", "XEventMetadata", "XStatMetadata",
            "HloProto", "HloModuleProto", "ShapeProto"]

@@ -12,31 +12,45 @@ def self_times(starts: np.ndarray, durations: np.ndarray) -> np.ndarray:
     nested in it (fully contained, same line), as XProf's ``self_time`` is defined for
     ``XLA Ops``. Events that merely overlap without containment are treated as siblings.
     ``starts`` and ``durations`` are int64 arrays of equal length; the result is int64 and
-    never negative. O(n log n).
+    never negative. Events are first split into clusters of mutually overlapping events
+    (vectorized); only clusters of two or more events are walked with a stack.
     """
     n = len(starts)
-    out = np.array(durations, dtype=np.int64, copy=True)
+    starts = np.asarray(starts, dtype=np.int64)
+    durations = np.asarray(durations, dtype=np.int64)
+    out = durations.copy()
     if n < 2:
         return out
     ends = starts + durations
     order = np.lexsort((-ends, starts))  # by start, longer first
-    stack: list[int] = []
-    s_list = starts[order].tolist()
-    e_list = ends[order].tolist()
-    d_list = durations[order].tolist()
-    o_list = order.tolist()
-    child_sum = [0] * n
-    for k in range(n):
-        s, e = s_list[k], e_list[k]
-        # drop enclosing candidates that ended before this event, or that it outlasts
-        while stack and (e_list[stack[-1]] <= s or e > e_list[stack[-1]]):
-            stack.pop()
-        if stack:
-            child_sum[stack[-1]] += d_list[k]
-        stack.append(k)
-    for k in range(n):
-        if child_sum[k]:
-            out[o_list[k]] = max(0, d_list[k] - child_sum[k])
+    s_sorted, e_sorted = starts[order], ends[order]
+    run_max = np.maximum.accumulate(e_sorted)
+    new_cluster = np.empty(n, dtype=bool)
+    new_cluster[0] = True
+    new_cluster[1:] = s_sorted[1:] >= run_max[:-1]
+    if new_cluster.all():
+        return out
+    bounds = np.flatnonzero(new_cluster).tolist() + [n]
+    d_sorted = durations[order]
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if b - a < 2:
+            continue
+        s_l = s_sorted[a:b].tolist()
+        e_l = e_sorted[a:b].tolist()
+        d_l = d_sorted[a:b].tolist()
+        child = [0] * (b - a)
+        stack: list[int] = []
+        for k in range(b - a):
+            s, e = s_l[k], e_l[k]
+            # drop enclosing candidates that ended before this event, or that it outlasts
+            while stack and (e_l[stack[-1]] <= s or e > e_l[stack[-1]]):
+                stack.pop()
+            if stack:
+                child[stack[-1]] += d_l[k]
+            stack.append(k)
+        for k in range(b - a):
+            if child[k]:
+                out[order[a + k]] = max(0, d_l[k] - child[k])
     return out
 
 

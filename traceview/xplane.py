@@ -28,9 +28,10 @@ import re
 from pathlib import Path
 
 import numpy as np
+import polars as pl
 from google.protobuf.message import DecodeError
 
-from ._protos import XSpace
+from ._protos import XLine, XLineHeader, XSpaceLazy
 from .errors import TraceUnreadable
 from .hlo import HloIndex
 from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, DeviceInfo, TraceData, frame
@@ -41,6 +42,11 @@ _MODULE_NAME = re.compile(r"^(.*)\((\d+)\)$")
 _SOURCE = re.compile(r"^(.*):(\d+)$")
 _GPU_SKIP_LINES = ("XLA Ops", "XLA Modules", "TensorFlow", "Framework", "Steps", "Source code", "Launch Stats")
 _U64 = (1 << 64) - 1
+
+try:  # optional C accelerator (setup.py builds it when a compiler is available)
+    from . import _fastxplane as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
 
 #: default cap on file size read into memory (bytes); over it raises LimitExceeded
 MAX_FILE_BYTES = 8 << 30
@@ -121,74 +127,11 @@ def _device_info(plane, kind: str, names, stat_names) -> DeviceInfo:
     return info
 
 
-class _Columns:
-    """Column lists for the ops table, appended to per event."""
-
-    def __init__(self) -> None:
-        self.cols: dict[str, list] = {k: [] for k in OPS_SCHEMA}
-
-    def extend(self, **values) -> None:
-        n = None
-        for k, v in values.items():
-            if isinstance(v, list):
-                n = len(v)
-                break
-        for k in OPS_SCHEMA:
-            v = values.get(k)
-            if isinstance(v, list):
-                self.cols[k].extend(v)
-            else:
-                self.cols[k].extend([v] * n)
-
-
-def _tpu_metadata(plane, names, stat_names) -> dict[int, dict]:
-    """Per XEventMetadata id: the op fields TPU records once per op."""
-    out = {}
-    for mid, md in plane.event_metadata.items():
-        st = _stats(md.stats, names, stat_names)
-        text = md.name
-        ins = parse_instruction(text)
-        op_name = md.display_name or (ins.name if ins else text)
-        if ins is not None:
-            shape, kind = ins.signature(), ins.opcode
-        else:
-            shape = canonical_shape_text(str(st.get("shape_with_layout", "")))
-            kind = ""
-        src_file, src_line = split_source(str(st.get("source", "") or ""))
-        out[mid] = {
-            "op_name": op_name,
-            "op_kind": kind,
-            "category": str(st.get("hlo_category", "") or kind),
-            "shape": shape,
-            "hlo_text": text if ins is not None else "",
-            "program_id": _as_int(st.get("program_id")),
-            "source_file": src_file,
-            "source_line": src_line,
-            "source_stack": str(st.get("source_stack", "") or "").rstrip("\n"),
-            "framework_op": str(st.get("tf_op", "") or "").rstrip(":"),
-            "flops": _as_float(st.get("flops")),
-            "model_flops": _as_float(st.get("model_flops")),
-            "bytes_accessed": _as_float(st.get("bytes_accessed")),
-            "cost_source": "trace" if st.get("flops") is not None or st.get("bytes_accessed") is not None else "unknown",
-        }
-    return out
-
-
-def _line_arrays(line):
-    """(metadata ids, start ps, duration ps, count) arrays for one XLine."""
-    evs = line.events
-    n = len(evs)
-    mids = np.fromiter((e.metadata_id for e in evs), dtype=np.int64, count=n)
-    offs = np.fromiter((e.offset_ps for e in evs), dtype=np.int64, count=n)
-    durs = np.fromiter((e.duration_ps for e in evs), dtype=np.int64, count=n)
-    occ = np.fromiter((e.num_occurrences for e in evs), dtype=np.int64, count=n)
-    base = int(line.timestamp_ns) * 1000
-    return mids, offs + base, durs, occ
-
-
 def read_xspace_bytes(data: bytes, path: str):
-    """Parse serialized XSpace bytes. Raises :class:`TraceUnreadable` naming ``path``."""
-    space = XSpace()
+    """Parse serialized XSpace bytes into the lazy view (lines kept as raw bytes).
+
+    Raises :class:`TraceUnreadable` naming ``path``."""
+    space = XSpaceLazy()
     try:
         space.ParseFromString(data)
     except (DecodeError, RecursionError, ValueError) as exc:
@@ -199,11 +142,12 @@ def read_xspace_bytes(data: bytes, path: str):
 def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = "", max_bytes: int = MAX_FILE_BYTES) -> TraceData:
     """Read one ``.xplane.pb`` into a :class:`~traceview.schema.TraceData`.
 
-    ``host`` defaults to the XSpace's first hostname, else the file stem. ``run`` is stored
-    in every row. Times are integer ps. Raises :class:`TraceUnreadable` if the file cannot
-    be read or is not an XSpace, :class:`~traceview.errors.LimitExceeded` if it is larger
-    than ``max_bytes``. A file that decodes but holds no HLO op yields an empty ``ops``
-    frame (the caller decides whether that is an error).
+    ``host`` defaults to the file stem (the profiler names files after the host), else the
+    XSpace's first hostname. ``run`` is stored in every row. Times are integer ps. Raises
+    :class:`TraceUnreadable` if the file cannot be read or is not an XSpace,
+    :class:`~traceview.errors.LimitExceeded` if it is larger than ``max_bytes``. A file that
+    decodes but holds no HLO op yields an empty ``ops`` frame (the caller decides whether
+    that is an error).
     """
     from .errors import LimitExceeded
 
@@ -224,12 +168,13 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
         raise TraceUnreadable("XSpace has no planes (not an XProf trace?)", str(p))
     stem = p.name.split(".xplane")[0] if ".xplane" in p.name else p.stem
     host = host or stem or (space.hostnames[0] if space.hostnames else "")
-    return _convert(space, str(p), host, run)
+    return convert_xspace(space, str(p), host, run)
 
 
-def _convert(space, path: str, host: str, run: str) -> TraceData:
-    cols = _Columns()
-    runs_cols: dict[str, list] = {k: [] for k in MODULE_RUNS_SCHEMA}
+def convert_xspace(space, path: str, host: str, run: str) -> TraceData:
+    """Turn a parsed (lazy) XSpace into a :class:`TraceData` (see the module docstring)."""
+    cols: list[pl.DataFrame] = []
+    runs: list[pl.DataFrame] = []
     devices: list[DeviceInfo] = []
     notes: list[str] = []
     hlo = HloIndex()
@@ -253,7 +198,8 @@ def _convert(space, path: str, host: str, run: str) -> TraceData:
                 if proto is None:
                     continue
                 mod_name, pid = split_module_name(md.name)
-                pid = _as_int(st.get("program_id")) if st.get("program_id") is not None else pid
+                if st.get("program_id") is not None:
+                    pid = _as_int(st.get("program_id"))
                 if pid is not None:
                     hlo.add(pid, mod_name, proto)
         elif plane.name == "Task Environment":
@@ -261,30 +207,30 @@ def _convert(space, path: str, host: str, run: str) -> TraceData:
             start_ns = _as_int(st.get("profile_start_time"))
             stop_ns = _as_int(st.get("profile_stop_time"))
 
-    # pass 2: device planes
+    # pass 2: device planes, then the host plane when no device ran HLO ops
     for plane in space.planes:
         name = plane.name
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
         if name.startswith("/device:TPU:"):
             devices.append(_device_info(plane, "TPU", stat_names, stat_names))
-            n_events += _read_tpu_plane(plane, stat_names, cols, runs_cols, host, run, path)
+            n_events += _read_tpu_plane(plane, stat_names, cols, runs, host, run, path)
         elif name.startswith("/device:GPU:") or name.startswith("/device:CUSTOM:"):
             devices.append(_device_info(plane, "GPU" if "GPU" in name else "CUSTOM", stat_names, stat_names))
             n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=True)
         elif name == "/host:CPU":
             host_planes.append((plane, stat_names))
-    have_device_ops = bool(cols.cols["op_name"])
+    have_device_ops = any(c.height for c in cols)
     for plane, stat_names in host_planes:
         if have_device_ops:
-            n_events += sum(len(l.events) for l in plane.lines)
+            n_events += sum(len(decode_line(raw, path)) for raw in plane.lines)
             continue
-        before = len(cols.cols["op_name"])
+        before = len(cols)
         n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=False)
-        if len(cols.cols["op_name"]) > before:
+        if len(cols) > before:
             devices.append(DeviceInfo(name=plane.name, kind="CPU", device_type="CPU"))
 
-    ops = frame(cols.cols, OPS_SCHEMA)
-    module_runs = frame(runs_cols, MODULE_RUNS_SCHEMA)
+    ops = pl.concat(cols, how="vertical") if cols else frame({}, OPS_SCHEMA)
+    module_runs = pl.concat(runs, how="vertical") if runs else frame({}, MODULE_RUNS_SCHEMA)
     if module_runs.height == 0 and ops.height:
         module_runs = _derive_module_runs(ops)
     notes.extend(hlo.errors)
@@ -296,72 +242,175 @@ def _convert(space, path: str, host: str, run: str) -> TraceData:
                      profile_start_ns=start_ns, profile_stop_ns=stop_ns)
 
 
-def _read_tpu_plane(plane, stat_names, cols: _Columns, runs_cols, host, run, path) -> int:
-    meta = None
-    n = 0
-    mod_intervals = None
-    lines = {l.name: l for l in plane.lines}
-    n = sum(len(l.events) for l in plane.lines)
-    mod_line = lines.get("XLA Modules")
+def _tpu_metadata(plane, names, stat_names) -> pl.DataFrame:
+    """One row per XEventMetadata id: the op fields TPU records once per op."""
+    cols: dict[str, list] = {k: [] for k in _META_COLUMNS}
+    for mid, md in plane.event_metadata.items():
+        st = _stats(md.stats, names, stat_names)
+        text = md.name
+        ins = parse_instruction(text)
+        op_name = md.display_name or (ins.name if ins else text)
+        if ins is not None:
+            shape, kind = ins.signature(), ins.opcode
+        else:
+            shape = canonical_shape_text(str(st.get("shape_with_layout", "")))
+            kind = ""
+        src_file, src_line = split_source(str(st.get("source", "") or ""))
+        has_cost = st.get("flops") is not None or st.get("bytes_accessed") is not None
+        row = {
+            "metadata_id": mid,
+            "op_name": op_name,
+            "op_kind": kind,
+            "category": str(st.get("hlo_category", "") or kind),
+            "shape": shape,
+            "hlo_text": text if ins is not None else "",
+            "program_id": _as_int(st.get("program_id")),
+            "source_file": src_file,
+            "source_line": src_line,
+            "source_stack": str(st.get("source_stack", "") or "").rstrip("\n"),
+            "framework_op": str(st.get("tf_op", "") or "").rstrip(":"),
+            "flops": _as_float(st.get("flops")),
+            "model_flops": _as_float(st.get("model_flops")),
+            "bytes_accessed": _as_float(st.get("bytes_accessed")),
+            "cost_source": "trace" if has_cost else "unknown",
+        }
+        for k, v in row.items():
+            cols[k].append(v)
+    schema = {"metadata_id": pl.Int64, **{k: OPS_SCHEMA[k] for k in _META_COLUMNS if k != "metadata_id"}}
+    return frame(cols, schema)
+
+
+_META_COLUMNS = ["metadata_id", "op_name", "op_kind", "category", "shape", "hlo_text", "program_id",
+                 "source_file", "source_line", "source_stack", "framework_op", "flops", "model_flops",
+                 "bytes_accessed", "cost_source"]
+
+
+class LineEvents:
+    """The events of one XLine as flat arrays: ``mids`` (XEventMetadata ids), ``starts`` (ps
+    since session start), ``durations`` (ps), ``occurrences`` (``num_occurrences``, 0 for
+    timed events), ``has_stats`` (bool: the event carries per-event stats)."""
+
+    __slots__ = ("name", "header", "mids", "starts", "durations", "occurrences", "has_stats", "raw")
+
+    def __len__(self) -> int:
+        return len(self.mids)
+
+
+def decode_line(raw: bytes, path: str) -> LineEvents:
+    """Decode one serialized XLine (header + event arrays) with the C accelerator when it is
+    built, else with protobuf. Raises :class:`TraceUnreadable` on malformed bytes."""
+    le = LineEvents()
+    le.raw = raw
+    try:
+        le.header = XLineHeader.FromString(raw)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
+    le.name = le.header.name
+    if _fast is not None:
+        try:
+            ts, n, mids, offs, durs, occs, flags = _fast.decode_line(raw)
+        except ValueError as exc:
+            raise TraceUnreadable(f"malformed XLine {le.name!r} ({exc})", path) from None
+        le.mids = np.frombuffer(mids, dtype=np.int64)
+        offsets = np.frombuffer(offs, dtype=np.int64)
+        le.durations = np.frombuffer(durs, dtype=np.int64)
+        le.occurrences = np.frombuffer(occs, dtype=np.int64)
+        le.has_stats = np.frombuffer(flags, dtype=np.bool_)
+    else:
+        line = _full_line(raw, path)
+        evs = line.events
+        n = len(evs)
+        le.mids = np.fromiter((e.metadata_id for e in evs), dtype=np.int64, count=n)
+        offsets = np.fromiter((e.offset_ps for e in evs), dtype=np.int64, count=n)
+        le.durations = np.fromiter((e.duration_ps for e in evs), dtype=np.int64, count=n)
+        le.occurrences = np.fromiter((e.num_occurrences for e in evs), dtype=np.int64, count=n)
+        le.has_stats = np.fromiter((len(e.stats) > 0 for e in evs), dtype=np.bool_, count=n)
+    le.starts = offsets + int(le.header.timestamp_ns) * 1000
+    return le
+
+
+def _full_line(raw: bytes, path: str):
+    try:
+        return XLine.FromString(raw)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
+
+
+def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path) -> int:
+    lines = [decode_line(raw, path) for raw in plane.lines]
+    n = sum(len(le) for le in lines)
+    by_name = {le.name: le for le in lines}
+    mod_line = by_name.get("XLA Modules")
     mod_names: list[tuple[str, int | None]] = []
-    if mod_line is not None and len(mod_line.events):
-        mids, starts, durs, _ = _line_arrays(mod_line)
+    mod_intervals = None
+    if mod_line is not None and len(mod_line):
         md_names = {k: v.name for k, v in plane.event_metadata.items()}
-        for mid in mids.tolist():
-            mod_names.append(split_module_name(md_names.get(mid, "")))
-        runs_cols["host"].extend([host] * len(mids))
-        runs_cols["device"].extend([plane.name] * len(mids))
-        runs_cols["module"].extend([m for m, _ in mod_names])
-        runs_cols["program_id"].extend([p for _, p in mod_names])
-        runs_cols["start_ps"].extend(starts.tolist())
-        runs_cols["duration_ps"].extend(durs.tolist())
-        mod_intervals = (starts, starts + durs)
-    op_line = lines.get("XLA Ops")
-    if op_line is None or not len(op_line.events):
+        name_of = {mid: split_module_name(md_names.get(mid, "")) for mid in np.unique(mod_line.mids).tolist()}
+        mod_names = [name_of[m] for m in mod_line.mids.tolist()]
+        runs.append(frame({
+            "host": [host] * len(mod_names), "device": [plane.name] * len(mod_names),
+            "module": [m for m, _ in mod_names], "program_id": [p for _, p in mod_names],
+            "start_ps": mod_line.starts, "duration_ps": mod_line.durations}, MODULE_RUNS_SCHEMA))
+        mod_intervals = (mod_line.starts, mod_line.starts + mod_line.durations)
+    op_line = by_name.get("XLA Ops")
+    if op_line is None or not len(op_line):
         return n
     meta = _tpu_metadata(plane, stat_names, stat_names)
-    mids, starts, durs, occ = _line_arrays(op_line)
+    starts, durs, occ = op_line.starts, op_line.durations, op_line.occurrences
     selfs = self_times(starts, durs)
-    program_to_module = {p: m for m, p in mod_names if p is not None}
     if mod_intervals is not None:
-        enc = enclosing(starts, starts + durs, *mod_intervals).tolist()
+        enc = enclosing(starts, starts + durs, *mod_intervals)
     else:
-        enc = [-1] * len(mids)
-    empty = {"op_name": "", "op_kind": "", "category": "", "shape": "", "hlo_text": "", "program_id": None,
-             "source_file": "", "source_line": None, "source_stack": "", "framework_op": "",
-             "flops": None, "model_flops": None, "bytes_accessed": None, "cost_source": "unknown"}
-    rows = [meta.get(m, empty) for m in mids.tolist()]
-    keys = list(empty)
-    col = {k: [r[k] for r in rows] for k in keys}
-    modules = []
-    for r, e in zip(rows, enc):
-        pid = r["program_id"]
-        if pid is not None and pid in program_to_module:
-            modules.append(program_to_module[pid])
-        elif e >= 0:
-            modules.append(mod_names[e][0])
-        else:
-            modules.append("")
-    # an op whose metadata lacks program_id inherits the enclosing module's
-    col["program_id"] = [pid if pid is not None else (mod_names[e][1] if e >= 0 else None)
-                         for pid, e in zip(col["program_id"], enc)]
-    occ_l = occ.tolist()
-    cols.extend(host=host, run=run, file=path, device=plane.name, line="XLA Ops", module=modules,
-                kernel="", start_ps=[None if o else s for s, o in zip(starts.tolist(), occ_l)],
-                duration_ps=durs.tolist(), self_ps=selfs.tolist(),
-                count=[o if o else 1 for o in occ_l], **col)
+        enc = np.full(len(starts), -1, dtype=np.int64)
+    enc_module = [m for m, _ in mod_names] + [""]
+    enc_pid = [p for _, p in mod_names] + [None]
+    program_to_module = {p: m for m, p in mod_names if p is not None}
+    ev = pl.DataFrame({
+        "metadata_id": op_line.mids,
+        "start_ps": np.where(occ > 0, np.int64(-1), starts),
+        "duration_ps": durs,
+        "self_ps": selfs,
+        "count": np.where(occ > 0, occ, 1),
+        "_enc": enc,
+    }).with_columns(pl.when(pl.col("start_ps") < 0).then(None).otherwise(pl.col("start_ps")).alias("start_ps"))
+    df = ev.join(meta, on="metadata_id", how="left", maintain_order="left")
+    enc_mod = pl.Series("_enc_mod", enc_module, dtype=pl.Utf8)
+    enc_p = pl.Series("_enc_pid", enc_pid, dtype=pl.UInt64)
+    # module by the op's program_id, else by the enclosing XLA Modules event
+    idx = df["_enc"].to_numpy()
+    idx = np.where(idx < 0, len(enc_module) - 1, idx)
+    df = df.with_columns(enc_mod.gather(idx).alias("_enc_mod"), enc_p.gather(idx).alias("_enc_pid"))
+    df = df.with_columns(
+        pl.col("program_id").fill_null(pl.col("_enc_pid")).alias("program_id"),
+    ).with_columns(
+        pl.col("program_id").replace_strict(program_to_module, default=None, return_dtype=pl.Utf8)
+        .fill_null(pl.col("_enc_mod")).fill_null("").alias("module"),
+    )
+    df = df.with_columns(
+        pl.lit(host).alias("host"), pl.lit(run).alias("run"), pl.lit(path).alias("file"),
+        pl.lit(plane.name).alias("device"), pl.lit("XLA Ops").alias("line"), pl.lit("").alias("kernel"),
+        pl.col("op_name").fill_null(""), pl.col("op_kind").fill_null(""), pl.col("category").fill_null(""),
+        pl.col("shape").fill_null(""), pl.col("hlo_text").fill_null(""), pl.col("source_file").fill_null(""),
+        pl.col("source_stack").fill_null(""), pl.col("framework_op").fill_null(""),
+        pl.col("cost_source").fill_null("unknown"),
+    )
+    cols.append(df.select([pl.col(k).cast(t) for k, t in OPS_SCHEMA.items()]))
     return n
 
 
-def _read_annotated_plane(plane, stat_names, cols: _Columns, hlo: HloIndex, host, run, path, device_lines: bool) -> int:
+def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, run, path, device_lines: bool) -> int:
     """GPU stream lines / CPU thunk-executor threads: ops named by per-event stats."""
     n = 0
     md_by_id = plane.event_metadata
     md_stats_cache: dict[int, dict] = {}
-    for line in plane.lines:
-        n += len(line.events)
-        if device_lines and line.name.startswith(_GPU_SKIP_LINES):
+    for raw in plane.lines:
+        le = decode_line(raw, path)
+        if (device_lines and le.name.startswith(_GPU_SKIP_LINES)) or not le.has_stats.any():
+            # derived lines, or no event with per-event stats (hlo_op is one): no ops here
+            n += len(le)
             continue
+        line = _full_line(raw, path)
+        n += len(line.events)
         base = int(line.timestamp_ns) * 1000
         rows = []
         for ev in line.events:
@@ -433,8 +482,7 @@ def _read_annotated_plane(plane, stat_names, cols: _Columns, hlo: HloIndex, host
         c["file"] = [path] * m
         c["device"] = [plane.name] * m
         c["line"] = [line.name] * m
-        for k in OPS_SCHEMA:
-            cols.cols[k].extend(c[k])
+        cols.append(frame(c, OPS_SCHEMA))
     return n
 
 
