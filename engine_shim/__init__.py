@@ -1,0 +1,1 @@
+"""Bundled toy serving engine (installed as ``traceview.engine_shim``)."""

@@ -1,0 +1,158 @@
+"""Command line for the bundled engine: ``traceview engine {bench,profile} ...``.
+
+``main(argv)`` returns an exit code (0 ok, 2 usage or configuration error) and never calls
+``sys.exit``; ``python -m traceview.engine_shim.cli`` works as well.
+
+Environment variables (a flag, when given, wins):
+
+* ``BATCH_MULT`` — prompt-set repetitions (``--batch-mult``);
+* ``MAX_NUM_SEQS`` — concurrency cap (``--max-num-seqs``);
+* ``SAMPLING`` — ``greedy`` or ``topp`` (``--sampling``);
+* ``PROFILE`` — ``1``/``true`` traces the main generation (``--profile`` / ``--no-profile``);
+* ``TRACEVIEW_KV_BLOCK_SIZE`` — decode KV block in tokens (``--kv-block``), read by the kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _env_int(env, name, default):
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} must be a positive integer") from None
+    if v < 1:
+        raise ValueError(f"{name}={raw!r} must be a positive integer")
+    return v
+
+
+def _env_bool(env, name, default):
+    raw = env.get(name)
+    if raw is None:
+        return default
+    if raw.strip().lower() in _TRUE:
+        return True
+    if raw.strip().lower() in _FALSE:
+        return False
+    raise ValueError(f"{name}={raw!r} must be one of 1/0, true/false, yes/no, on/off")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="traceview engine", description="Bundled Pallas decode engine: benchmark and profile.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, helptext, tokens, mult in (
+        ("bench", "the study's protocol: init, warmup, batch TTFT, main generation, ITL, tokens/s", 128, 2),
+        ("profile", "record a short profile of the main generation and print how to analyse it", 8, 1),
+    ):
+        s = sub.add_parser(name, help=helptext, description=helptext)
+        s.add_argument("--model", default="tiny", help="preset: tiny (CPU) or gemma-2b (accelerators only)")
+        s.add_argument("--max-num-seqs", type=int, default=None, help="concurrency cap [env MAX_NUM_SEQS, default 8]")
+        s.add_argument("--batch-mult", type=int, default=None, help=f"repeat the 4 prompts N times [env BATCH_MULT, default {mult}]")
+        s.add_argument("--max-tokens", type=int, default=tokens, help=f"tokens per request in the main run [default {tokens}]")
+        s.add_argument("--max-model-len", type=int, default=512, help="max context per request [default 512]")
+        s.add_argument("--kv-block", type=int, default=None, help="decode KV block in tokens [env TRACEVIEW_KV_BLOCK_SIZE, default heuristic]")
+        s.add_argument("--sampling", choices=("greedy", "topp"), default=None, help="greedy (temperature 0) or topp [env SAMPLING, default greedy]")
+        s.add_argument("--top-p", type=float, default=1.0, help="top_p for --sampling topp [default 1.0: a no-op that still runs the search]")
+        s.add_argument("--temperature", type=float, default=1.0, help="temperature for --sampling topp [default 1.0]")
+        s.add_argument("--repetition-penalty", type=float, default=1.0)
+        s.add_argument("--seed", type=int, default=0)
+        s.add_argument("--no-precompile", action="store_true", help="compile buckets on first use instead of at start-up")
+        s.add_argument("--log-dir", default="./profile", help="profile log dir [default ./profile]")
+        if name == "bench":
+            g = s.add_mutually_exclusive_group()
+            g.add_argument("--profile", dest="profile", action="store_true", default=None, help="trace the main generation [env PROFILE]")
+            g.add_argument("--no-profile", dest="profile", action="store_false")
+        s.add_argument("--format", choices=("text", "json"), default="text", help="stdout format")
+        s.add_argument("--json", metavar="FILE", default=None, help="also write the results as JSON to FILE")
+    return p
+
+
+def _resolve(args, env) -> dict:
+    profile = args.command == "profile" or (args.profile if args.profile is not None else _env_bool(env, "PROFILE", False))
+    sampling = args.sampling or (env.get("SAMPLING", "").strip() or "greedy")
+    if sampling not in ("greedy", "topp"):
+        raise ValueError(f"SAMPLING={sampling!r} must be greedy or topp")
+    return dict(
+        model=args.model,
+        max_num_seqs=args.max_num_seqs if args.max_num_seqs is not None else _env_int(env, "MAX_NUM_SEQS", 8),
+        batch_mult=args.batch_mult if args.batch_mult is not None else _env_int(env, "BATCH_MULT", 2 if args.command == "bench" else 1),
+        max_tokens=args.max_tokens,
+        max_model_len=args.max_model_len,
+        kv_block_size=args.kv_block,
+        sampling=sampling,
+        top_p=args.top_p,
+        temperature=args.temperature,
+        repetition_penalty=args.repetition_penalty,
+        profile=profile,
+        log_dir=args.log_dir,
+        precompile=not args.no_precompile,
+        seed=args.seed,
+    )
+
+
+def format_text(r: dict) -> str:
+    c = r["config"]
+    lines = [
+        f"engine  model={c['model']} max_num_seqs={c['max_num_seqs']} max_model_len={c['max_model_len']} "
+        f"kv_block={c['kv_block_size']} sampling={c['sampling']} requests={r['num_requests']} x {r['tokens_per_request']} tokens",
+        f"        jax {r['environment']['jax']} on {r['environment']['backend']} ({r['environment']['cpu_count']} CPUs); "
+        f"request buckets {c['request_buckets']}, token buckets {c['token_buckets']}",
+        f"init    {r['init_s']:.2f} s (precompile {r['precompile_s']:.2f} s; {len(r['compiled_modules'])} bucket modules compiled by the end)",
+        f"TTFT    {r['ttft_s'] * 1e3:.1f} ms (batch of {r['num_requests']}, one token each)",
+        f"main    {r['main_s']:.3f} s for {r['output_tokens']} tokens ({r['decode_steps']} decode steps in total)",
+        f"ITL     {r['itl_s'] * 1e3:.2f} ms/token  ((main - TTFT) / {r['tokens_per_request']})",
+        f"tok/s   {r['wall_tokens_per_s']:.1f} wall-clock | {r['engine_tokens_per_s']:.1f} engine counter "
+        f"({r['engine_counted_tokens']} counted) | diff {100 * r['tokens_per_s_rel_diff']:.2f}%",
+    ]
+    if r["profiled"]:
+        lines.append("note    profiled run: throughput above includes tracing overhead; quote unprofiled runs")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point for ``traceview engine``; returns the exit code."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse: --help (0) or usage error (2)
+        return int(e.code or 0)
+    try:
+        kwargs = _resolve(args, os.environ)
+        from .bench import run_bench  # imports jax: keep `--help` fast
+
+        result = run_bench(**kwargs)
+    except (ValueError, MemoryError) as e:
+        print(f"traceview engine: error: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    if args.format == "json":
+        print(json.dumps(result, indent=2))
+    else:
+        print(format_text(result))
+    if result["profiled"]:
+        where = result["profile_dir"]
+        if where is None:
+            print(f"profile: no new run folder found under {Path(kwargs['log_dir']) / 'plugins' / 'profile'}", file=sys.stderr)
+        else:
+            stream = sys.stderr if args.format == "json" else sys.stdout
+            print(f"profile written to {where}", file=stream)
+            print(f"read it with:\n  traceview analyze {where}", file=stream)
+    if args.json:
+        print(f"results written to {args.json}", file=sys.stderr if args.format == "json" else sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

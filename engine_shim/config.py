@@ -1,0 +1,97 @@
+"""Model presets (Gemma-like shapes) and the engine configuration."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape of a Gemma-like decoder (RMSNorm, RoPE, MQA/GQA, GeGLU MLP, tied scaled embeddings).
+
+    ``dtype`` is the parameter, activation and KV-cache dtype name (``"float32"`` / ``"bfloat16"``).
+    """
+
+    name: str
+    vocab_size: int
+    d_model: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    mlp_hidden: int
+    dtype: str = "float32"
+    rope_base: float = 10_000.0
+    norm_eps: float = 1e-6
+
+    def __post_init__(self):
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+
+
+#: ``gemma-2b``: Gemma 2B's published shape (d_model 2048, 18 layers, 8 query heads sharing
+#: 1 KV head of dim 256, GeGLU hidden 16384, vocab 256000, bf16) — for accelerators only.
+#: ``tiny``: the same ratios scaled down to run on 2 CPU cores in seconds.
+PRESETS: dict[str, ModelConfig] = {
+    "tiny": ModelConfig("tiny", vocab_size=512, d_model=256, num_layers=2, num_heads=8, num_kv_heads=1,
+                        head_dim=64, mlp_hidden=512, dtype="float32"),
+    "gemma-2b": ModelConfig("gemma-2b", vocab_size=256_000, d_model=2048, num_layers=18, num_heads=8, num_kv_heads=1,
+                            head_dim=256, mlp_hidden=16_384, dtype="bfloat16"),
+}
+
+
+def model_config(model: str | ModelConfig) -> ModelConfig:
+    """Look up a preset by name (or pass a :class:`ModelConfig` through). Raises ValueError if unknown."""
+    if isinstance(model, ModelConfig):
+        return model
+    try:
+        return PRESETS[model]
+    except KeyError:
+        raise ValueError(f"unknown model preset {model!r}; choose one of {sorted(PRESETS)}") from None
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Serving configuration (vLLM names where they exist).
+
+    * ``max_num_seqs``: concurrent requests (largest request bucket).
+    * ``max_model_len``: prompt + generated tokens per request (the max context).
+    * ``page_size``: tokens per KV page; page 0 is reserved as the trash page.
+    * ``kv_block_size``: decode KV block in tokens; None = env ``TRACEVIEW_KV_BLOCK_SIZE`` or heuristic.
+    * ``max_num_batched_tokens``: largest prefill token bucket (default ``max_model_len``).
+    * ``min_token_bucket`` / ``min_request_bucket``: smallest buckets (vLLM TPU: 16 and 8).
+    * ``num_pages``: page pool size including page 0 (default: enough for every slot at max length).
+    * ``precompile``: compile every bucket at start-up (timed separately) instead of on first use.
+    * ``interpret``: Pallas interpret mode; None = interpret unless running on TPU.
+    """
+
+    max_num_seqs: int = 8
+    max_model_len: int = 512
+    page_size: int = 16
+    kv_block_size: int | None = None
+    max_num_batched_tokens: int | None = None
+    min_token_bucket: int = 16
+    min_request_bucket: int = 8
+    num_pages: int | None = None
+    precompile: bool = True
+    interpret: bool | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        for f in ("max_num_seqs", "max_model_len", "page_size", "min_token_bucket", "min_request_bucket"):
+            if int(getattr(self, f)) <= 0:
+                raise ValueError(f"{f} must be positive, got {getattr(self, f)!r}")
+
+    @property
+    def pages_per_seq(self) -> int:
+        return -(-self.max_model_len // self.page_size)
+
+    @property
+    def total_pages(self) -> int:
+        return self.num_pages if self.num_pages is not None else self.max_num_seqs * self.pages_per_seq + 1
+
+    def replace(self, **kw) -> "EngineConfig":
+        return dataclasses.replace(self, **kw)

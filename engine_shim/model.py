@@ -1,0 +1,163 @@
+"""Gemma-like decoder forward passes: jnp causal prefill, and decode through the Pallas kernel.
+
+Architecture (Gemma 1, reduced to what matters for profiles): token embedding scaled by
+``sqrt(d_model)``; per layer RMSNorm (``x * rsqrt(mean(x^2) + eps) * (1 + w)``) -> attention
+with RoPE (rotate-half form, base 10000) and ``Hq`` query heads sharing ``Hkv`` KV heads ->
+residual -> RMSNorm -> GeGLU MLP (``gelu_tanh(x Wg) * (x Wu) Wd``) -> residual; final
+RMSNorm; logits against the tied embedding, returned in float32.
+
+Weights are deterministic functions of a seed (``jax.random``), nothing is downloaded. The
+output projections (``wo``, ``w_down``) are drawn :data:`OUTPUT_PROJ_SCALE` times larger than
+``1/sqrt(fan_in)``: with tied embeddings a random model otherwise lets the last input
+token's own embedding dominate the residual stream and just repeats that token, so greedy
+outputs would not depend on attention at all (and kernel errors would be invisible).
+
+The decode attention is called through the name ``paged_decode`` bound in this module
+(``from traceview.kernels.paged_attention import paged_decode``): the transplant shim
+rebinds exactly this kind of direct reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from traceview.kernels.paged_attention import paged_decode
+
+from .config import ModelConfig
+
+OUTPUT_PROJ_SCALE = 8.0
+
+
+def init_params(cfg: ModelConfig, seed: int = 0) -> dict:
+    """Random weights for ``cfg`` from ``seed``: normal(0, 1/fan_in) projections (times
+    :data:`OUTPUT_PROJ_SCALE` for ``wo`` and ``w_down``), normal(0, 1/d_model) embedding,
+    zero norm weights (i.e. unit scale)."""
+    dt = jnp.dtype(cfg.dtype)
+    d, hq, hkv, hd, f = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.mlp_hidden
+    key = jax.random.key(seed)
+
+    def normal(k, shape, fan_in, scale=1.0):
+        return (jax.random.normal(k, shape, jnp.float32) * (scale / math.sqrt(fan_in))).astype(dt)
+
+    keys = jax.random.split(key, 1 + 7 * cfg.num_layers)
+    params = {"embed": normal(keys[0], (cfg.vocab_size, d), d), "final_norm": jnp.zeros((d,), dt), "layers": []}
+    for i in range(cfg.num_layers):
+        k = keys[1 + 7 * i: 8 + 7 * i]
+        params["layers"].append({
+            "attn_norm": jnp.zeros((d,), dt),
+            "wq": normal(k[0], (d, hq * hd), d),
+            "wk": normal(k[1], (d, hkv * hd), d),
+            "wv": normal(k[2], (d, hkv * hd), d),
+            "wo": normal(k[3], (hq * hd, d), hq * hd, OUTPUT_PROJ_SCALE),
+            "mlp_norm": jnp.zeros((d,), dt),
+            "w_gate": normal(k[4], (d, f), d),
+            "w_up": normal(k[5], (d, f), d),
+            "w_down": normal(k[6], (f, d), f, OUTPUT_PROJ_SCALE),
+        })
+    return params
+
+
+def rms_norm(x, w, eps):
+    xf = x.astype(jnp.float32)
+    y = xf * jax.lax.rsqrt(jnp.mean(xf * xf, axis=-1, keepdims=True) + eps)
+    return (y * (1.0 + w.astype(jnp.float32))).astype(x.dtype)
+
+
+def rope(x, positions, base):
+    """Rotary embedding on ``x[..., T-like, H, D]`` at integer ``positions`` (broadcast over heads)."""
+    d = x.shape[-1]
+    inv = 1.0 / (base ** (jnp.arange(0, d, 2, dtype=jnp.float32) / d))
+    ang = positions.astype(jnp.float32)[..., None, None] * inv  # [..., 1, D/2]
+    sin, cos = jnp.sin(ang), jnp.cos(ang)
+    x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
+
+
+def mlp(x, layer):
+    return (jax.nn.gelu(x @ layer["w_gate"], approximate=True) * (x @ layer["w_up"])) @ layer["w_down"]
+
+
+def _embed(params, cfg, tokens):
+    return params["embed"][tokens] * jnp.asarray(math.sqrt(cfg.d_model), params["embed"].dtype)
+
+
+def _logits(params, cfg, x):
+    x = rms_norm(x, params["final_norm"], cfg.norm_eps)
+    return jnp.einsum("...d,vd->...v", x, params["embed"], preferred_element_type=jnp.float32)
+
+
+def prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, length, page_row, *, page_size: int):
+    """Prefill one request: causal jnp attention over ``tokens``; writes K/V pages.
+
+    Args:
+      tokens: ``int32[T]`` padded to a token bucket; ``length``: int32 scalar (valid tokens).
+      page_row: ``int32[pages_per_seq]`` the request's pages (unused entries may be 0).
+      k_cache, v_cache: lists (per layer) of ``[Hkv, P, page, D]`` pools.
+
+    Returns: ``(logits f32[V] at position length-1, k_cache, v_cache)``. Padded positions
+    write to the trash page 0.
+    """
+    t = tokens.shape[0]
+    hq, hkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    pos = jnp.arange(t, dtype=jnp.int32)
+    valid = pos < length
+    pids = jnp.where(valid, page_row[pos // page_size], 0)
+    offs = pos % page_size
+    causal = (pos[None, :] <= pos[:, None]) & valid[None, :]  # [T(query), T(key)]
+    x = _embed(params, cfg, tokens)
+    new_k, new_v = [], []
+    for layer, kc, vc in zip(params["layers"], k_cache, v_cache):
+        h = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
+        q = rope((h @ layer["wq"]).reshape(t, hq, hd), pos, cfg.rope_base)
+        k = rope((h @ layer["wk"]).reshape(t, hkv, hd), pos, cfg.rope_base)
+        v = (h @ layer["wv"]).reshape(t, hkv, hd)
+        new_k.append(kc.at[:, pids, offs].set(k.transpose(1, 0, 2)))
+        new_v.append(vc.at[:, pids, offs].set(v.transpose(1, 0, 2)))
+        qg = q.reshape(t, hkv, hq // hkv, hd)
+        s = jnp.einsum("thgd,shd->hgts", qg, k, preferred_element_type=jnp.float32) / math.sqrt(hd)
+        s = jnp.where(causal, s, -jnp.inf)
+        p = jax.nn.softmax(s, axis=-1).astype(v.dtype)
+        o = jnp.einsum("hgts,shd->thgd", p, v).reshape(t, hq * hd)
+        x = x + o @ layer["wo"]
+        x = x + mlp(rms_norm(x, layer["mlp_norm"], cfg.norm_eps), layer)
+    last = jax.lax.dynamic_index_in_dim(x, jnp.maximum(length - 1, 0), axis=0, keepdims=False)
+    return _logits(params, cfg, last), new_k, new_v
+
+
+def decode_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, positions, page_table, *, page_size: int,
+                   kv_block_size: int, interpret: bool | None):
+    """One decode step for a padded batch of ``R`` rows.
+
+    Args:
+      tokens, positions: ``int32[R]`` last token and its position (= tokens already cached).
+      page_table: ``int32[R, pages_per_seq]``; padded rows are all-zero (trash page).
+      kv_block_size: static KV block for the kernel.
+
+    Returns: ``(logits f32[R, V], k_cache, v_cache)``. Row ``r`` attends over
+    ``positions[r] + 1`` tokens; padded rows (page table row 0) get ``kv_len`` 0.
+    """
+    r = tokens.shape[0]
+    hq, hkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    real = page_table[:, 0] != 0
+    kv_lens = jnp.where(real, positions + 1, 0).astype(jnp.int32)
+    rows = jnp.arange(r)
+    pids = page_table[rows, positions // page_size]
+    offs = positions % page_size
+    x = _embed(params, cfg, tokens)
+    new_k, new_v = [], []
+    for layer, kc, vc in zip(params["layers"], k_cache, v_cache):
+        h = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
+        q = rope((h @ layer["wq"]).reshape(r, hq, hd), positions, cfg.rope_base)
+        k = rope((h @ layer["wk"]).reshape(r, hkv, hd), positions, cfg.rope_base)
+        v = (h @ layer["wv"]).reshape(r, hkv, hd)
+        kc = kc.at[:, pids, offs].set(k.transpose(1, 0, 2))
+        vc = vc.at[:, pids, offs].set(v.transpose(1, 0, 2))
+        new_k.append(kc)
+        new_v.append(vc)
+        o = paged_decode(q, kc, vc, kv_lens, page_table, kv_block_size=kv_block_size, interpret=interpret)
+        x = x + o.reshape(r, hq * hd) @ layer["wo"]
+        x = x + mlp(rms_norm(x, layer["mlp_norm"], cfg.norm_eps), layer)
+    return _logits(params, cfg, x), new_k, new_v
