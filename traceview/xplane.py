@@ -290,15 +290,17 @@ class LineEvents:
     since session start), ``durations`` (ps), ``occurrences`` (``num_occurrences``, 0 for
     timed events), ``has_stats`` (bool: the event carries per-event stats)."""
 
-    __slots__ = ("name", "header", "mids", "starts", "durations", "occurrences", "has_stats", "raw")
+    __slots__ = ("name", "header", "mids", "starts", "durations", "occurrences", "has_stats", "raw", "stat_values", "stat_values2")
 
     def __len__(self) -> int:
         return len(self.mids)
 
 
-def decode_line(raw: bytes, path: str) -> LineEvents:
+def decode_line(raw: bytes, path: str, stat_id: int = -1, stat_id2: int = -1) -> LineEvents:
     """Decode one serialized XLine (header + event arrays) with the C accelerator when it is
-    built, else with protobuf. Raises :class:`TraceUnreadable` on malformed bytes."""
+    built, else with protobuf. ``stat_values`` holds each event's integer XStat with
+    metadata id ``stat_id`` (-1 where absent), ``stat_values2`` the same for ``stat_id2``. Raises :class:`TraceUnreadable` on malformed
+    bytes."""
     le = LineEvents()
     le.raw = raw
     try:
@@ -308,7 +310,7 @@ def decode_line(raw: bytes, path: str) -> LineEvents:
     le.name = le.header.name
     if _fast is not None:
         try:
-            ts, n, mids, offs, durs, occs, flags = _fast.decode_line(raw)
+            ts, n, mids, offs, durs, occs, flags, svals, svals2 = _fast.decode_line(raw, stat_id, stat_id2)
         except ValueError as exc:
             raise TraceUnreadable(f"malformed XLine {le.name!r} ({exc})", path) from None
         le.mids = np.frombuffer(mids, dtype=np.int64)
@@ -316,6 +318,8 @@ def decode_line(raw: bytes, path: str) -> LineEvents:
         le.durations = np.frombuffer(durs, dtype=np.int64)
         le.occurrences = np.frombuffer(occs, dtype=np.int64)
         le.has_stats = np.frombuffer(flags, dtype=np.bool_)
+        le.stat_values = np.frombuffer(svals, dtype=np.int64)
+        le.stat_values2 = np.frombuffer(svals2, dtype=np.int64)
     else:
         line = _full_line(raw, path)
         evs = line.events
@@ -325,8 +329,22 @@ def decode_line(raw: bytes, path: str) -> LineEvents:
         le.durations = np.fromiter((e.duration_ps for e in evs), dtype=np.int64, count=n)
         le.occurrences = np.fromiter((e.num_occurrences for e in evs), dtype=np.int64, count=n)
         le.has_stats = np.fromiter((len(e.stats) > 0 for e in evs), dtype=np.bool_, count=n)
+        le.stat_values = np.fromiter((_int_stat(e, stat_id) for e in evs), dtype=np.int64, count=n)
+        le.stat_values2 = np.fromiter((_int_stat(e, stat_id2) for e in evs), dtype=np.int64, count=n)
     le.starts = offsets + int(le.header.timestamp_ns) * 1000
     return le
+
+
+def _int_stat(event, stat_id: int) -> int:
+    if stat_id < 0:
+        return -1
+    value = -1
+    for st in event.stats:
+        if st.metadata_id == stat_id:
+            kind = st.WhichOneof("value")
+            if kind in ("int64_value", "uint64_value"):
+                value = getattr(st, kind)
+    return value
 
 
 def _full_line(raw: bytes, path: str):
@@ -337,7 +355,16 @@ def _full_line(raw: bytes, path: str):
 
 
 def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path) -> int:
-    lines = [decode_line(raw, path) for raw in plane.lines]
+    off_id = next((k for k, v in stat_names.items() if v == "device_offset_ps"), -1)
+    dur_id = next((k for k, v in stat_names.items() if v == "device_duration_ps"), -1)
+    lines = [decode_line(raw, path, off_id, dur_id) for raw in plane.lines]
+    for le in lines:
+        # TPU events record the device clock's offset and duration (what XProf's op metrics
+        # use); take them where present, the host-aligned line times elsewhere
+        both = (le.stat_values >= 0) & (le.stat_values2 >= 0)
+        if both.any():
+            le.starts = np.where(both, le.stat_values, le.starts)
+            le.durations = np.where(both, le.stat_values2, le.durations)
     n = sum(len(le) for le in lines)
     by_name = {le.name: le for le in lines}
     mod_line = by_name.get("XLA Modules")
