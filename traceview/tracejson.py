@@ -1,0 +1,672 @@
+"""Read a Chrome-trace JSON export (``<host>.trace.json.gz``) into the op-event table.
+
+The JAX profiler writes this file next to every ``.xplane.pb`` (facts in
+``shared/reference/xplane-and-xprof.md`` §4; writer: XLA's ``xplane_to_trace_events.cc`` and
+``trace_events_to_json.cc``)::
+
+    {"displayTimeUnit":"ns","metadata":{"highres-ticks":true},
+     "traceEvents":[ {"ph":"M",...}, ..., {"ph":"X","pid":3,"tid":3,"ts":1144995.94963,
+                     "dur":1.320453,"name":"slice.1996","args":{"long_name":"%slice.1996 = ...",
+                     ...}}, ..., {}]}
+
+* ``ph:"M"`` rows name processes (``pid`` = device: ``/device:TPU:0``, ``/host:CPU``) and
+  threads (``(pid, tid)`` = timeline line: ``XLA Ops``, ``XLA Modules``, ...).
+* ``ph:"X"`` rows are events; ``ts``/``dur`` are µs floats with ps precision, converted here
+  to integer ps with ``round(x * 1e6)``. The exporter writes every duration as at least 1 ps.
+* ``args`` values are strings. Internal stats are dropped by the exporter, among them
+  ``program_id`` and ``flops``: on TPU the module's program id is recovered from the
+  enclosing ``XLA Modules`` event's name (``jit_step_fun(5120112285394406626)``), and the
+  ``flops`` column is filled from ``model_flops`` (the only FLOP count left in the file).
+* The array ends with an empty ``{}``.
+
+Per platform:
+
+* **TPU** — ops are the events of a device process's ``XLA Ops`` thread. ``args.long_name``
+  is the HLO text (parsed for opcode and shape signature), else ``shape_with_layout`` gives
+  the result shape only. Module and program id come from the enclosing ``XLA Modules``
+  event of the same device; those events are also the ``module_runs`` rows.
+* **GPU / CPU** — ops are events whose ``args`` carry ``hlo_op`` and ``hlo_module`` (GPU:
+  device stream lines; CPU: ``/host:CPU`` threads, used only when no device process has
+  ops; ``end: <op>`` markers are skipped). The JSON carries no HLO text, shapes or program
+  ids for them: ``shape`` is "", ``has_shapes`` is False and a note says to read the
+  ``.xplane.pb``. ``op_kind`` is guessed from the op name (``fusion.3`` -> ``fusion``,
+  ``*_fusion`` -> ``fusion``). ``module_runs`` are derived from ops sharing ``run_id``.
+
+``self_ps`` is the duration minus the durations of the op events directly nested in it on
+the same line. The exporter keeps at most ``TF_PROFILER_TRACE_VIEWER_MAX_EVENTS`` events
+(5,000,000; formerly 1,000,000), the earliest by start time: a file holding exactly that many
+``X`` events was truncated, and a note says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import re
+import zlib
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from .discover import host_from_filename
+from .errors import LimitExceeded, NoTraceFound, TraceUnreadable
+from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, DeviceInfo, TraceData, frame
+from .shapes import canonical_shape_text, parse_instruction, parse_shape, strip_workspace
+from .timeline import enclosing, self_times
+
+#: Event counts at which the exporter truncates (``GetTraceViewerMaxEvents``: 5M now, 1M
+#: before openxla/xla PR #44702). A file holding exactly one of these many events was cut.
+EVENT_CAPS: tuple[int, ...] = (1_000_000, 5_000_000)
+
+#: Default limit on decompressed JSON size, bytes.
+MAX_DECOMPRESSED_BYTES = 4 << 30
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_IN_CHUNK = 1 << 20  # compressed bytes fed to zlib per call
+_MODULE_NAME = re.compile(r"^(.*)\((\d+)\)$")
+_SOURCE = re.compile(r"^(.*):(\d+)$")
+_SEQ_SUFFIX = re.compile(r"\.\d+$")
+_U64 = (1 << 64) - 1
+#: the OPS_SCHEMA columns this reader fills (others are left null by ``schema.frame``)
+_FILLED = ("host", "run", "file", "device", "line", "module", "program_id", "op_name", "op_kind",
+           "category", "shape", "hlo_text", "kernel", "start_ps", "duration_ps", "self_ps", "count",
+           "source_file", "source_line", "source_stack", "framework_op", "flops", "model_flops",
+           "bytes_accessed")
+#: device-process lines that repeat ops derived from other lines (never read as GPU ops)
+_GPU_SKIP_LINES = ("XLA Ops", "XLA Modules", "TensorFlow", "Framework", "Steps", "Source code", "Launch Stats")
+
+
+# -- bytes -> document ---------------------------------------------------------------------
+
+def _gunzip(data: bytes, path: str, limit: int) -> bytearray:
+    """Decompress (possibly multi-member) gzip ``data`` into at most ``limit`` bytes."""
+    out = bytearray()
+    view = memoryview(data)
+    pos = 0
+    n = len(data)
+    while True:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            while pos < n and not d.eof:
+                chunk = view[pos:pos + _IN_CHUNK]
+                pos += len(chunk)
+                room = limit - len(out)
+                got = d.decompress(chunk, room + 1)
+                out += got
+                if len(out) > limit or d.unconsumed_tail:
+                    raise LimitExceeded(
+                        f"decompressed JSON exceeds the {limit}-byte limit (max_decompressed_bytes)", path)
+                if d.eof:
+                    # bytes of this chunk past the member's end belong to the next member
+                    pos -= len(d.unused_data)
+            if not d.eof:
+                tail = d.flush()
+                out += tail
+                if len(out) > limit:
+                    raise LimitExceeded(
+                        f"decompressed JSON exceeds the {limit}-byte limit (max_decompressed_bytes)", path)
+                raise TraceUnreadable(
+                    f"truncated gzip stream: the file ends after {n} compressed bytes "
+                    f"({len(out)} bytes decompressed) before the gzip trailer", path)
+        except zlib.error as exc:
+            msg = str(exc)
+            if "incorrect data check" in msg or "incorrect length check" in msg:
+                raise TraceUnreadable(f"bad gzip data: CRC/length check failed ({msg}): the file is corrupt", path) from None
+            raise TraceUnreadable(f"bad gzip data ({msg})", path) from None
+        if pos >= n:
+            return out
+        rest = view[pos:]
+        if bytes(rest[:2]) != _GZIP_MAGIC:
+            if not any(bytes(rest)):
+                return out  # zero padding after the last member
+            raise TraceUnreadable(f"{n - pos} bytes of trailing garbage after the gzip data", path)
+
+
+def read_json_bytes(path: str | os.PathLike, *, max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES) -> bytes | bytearray:
+    """The JSON text of a trace file: gunzipped when it starts with the gzip magic, else as is.
+
+    Reads the whole file (opened read-only); decompression streams into a buffer capped at
+    ``max_decompressed_bytes``. Raises :class:`NoTraceFound` when the file does not exist,
+    :class:`TraceUnreadable` when it cannot be read, is not gzip nor JSON-looking, or its gzip
+    stream is corrupt or truncated, :class:`LimitExceeded` over the limit.
+    """
+    p = str(path)
+    try:
+        with open(p, "rb") as fh:
+            data = fh.read()
+    except FileNotFoundError:
+        raise NoTraceFound("does not exist", p) from None
+    except OSError as exc:
+        raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", p) from None
+    if not data:
+        raise TraceUnreadable("file is empty", p)
+    if data[:2] == _GZIP_MAGIC:
+        return _gunzip(data, p, max_decompressed_bytes)
+    head = data[:64].lstrip()
+    if head[:1] in (b"{", b"["):
+        if len(data) > max_decompressed_bytes:
+            raise LimitExceeded(
+                f"JSON file is {len(data)} bytes, over the {max_decompressed_bytes}-byte limit (max_decompressed_bytes)", p)
+        return data
+    what = "not gzip-compressed" if p.endswith(".gz") else "neither gzip nor JSON"
+    raise TraceUnreadable(f"{what} (starts with {data[:8]!r}); expected a Chrome-trace JSON", p)
+
+
+def _load_events(text, path: str) -> list:
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise TraceUnreadable(f"not valid JSON ({exc})", path) from None
+    if isinstance(doc, dict):
+        if "traceEvents" not in doc:
+            keys = ", ".join(list(doc)[:5])
+            raise TraceUnreadable(f"JSON without traceEvents (top-level keys: {keys or 'none'}): not a Chrome trace", path)
+        events = doc["traceEvents"]
+    elif isinstance(doc, list):
+        events = doc  # the Chrome-trace "JSON array" form
+    else:
+        raise TraceUnreadable(f"JSON top level is a {type(doc).__name__}, not a Chrome trace object", path)
+    if not isinstance(events, list):
+        raise TraceUnreadable(f"traceEvents is a {type(events).__name__}, not a list", path)
+    return events
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+# -- small converters ----------------------------------------------------------------------
+
+def _ps(x) -> int | None:
+    """µs (float, int or numeric string) -> integer ps; None when missing/unparseable."""
+    t = type(x)
+    if t is float or t is int:
+        return round(x * 1e6)
+    if x is None or t is bool:
+        return None
+    try:
+        return round(float(x) * 1e6)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _num(x) -> float | None:
+    if x is None or x == "":
+        return None
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def _int(x) -> int | None:
+    if x is None or x == "":
+        return None
+    try:
+        v = int(x)
+    except (TypeError, ValueError):
+        return None
+    return v & _U64 if v < 0 else v
+
+
+def split_module_name(name: str) -> tuple[str, int | None]:
+    """``"jit_step_fun(5120112285394406626)"`` -> ("jit_step_fun", 5120112285394406626);
+    a name without ``(<digits>)`` -> (name, None)."""
+    m = _MODULE_NAME.match(name)
+    if not m:
+        return name, None
+    return m.group(1), int(m.group(2)) & _U64
+
+
+def guess_opcode(op_name: str) -> str:
+    """Best guess of the HLO opcode from an instruction name when no HLO text is known:
+    XLA names instructions ``<opcode>.<n>`` and fusions ``<...>_fusion[.n]``."""
+    base = _SEQ_SUFFIX.sub("", op_name)
+    if base.endswith("fusion"):
+        return "fusion"
+    return base
+
+
+def _kind_of(process: str) -> str:
+    if "TPU" in process:
+        return "TPU"
+    if "GPU" in process:
+        return "GPU"
+    if process.startswith("/host:"):
+        return "CPU"
+    return "CUSTOM" if "CUSTOM" in process.upper() else "other"
+
+
+def _order(x) -> tuple:
+    """Sort key for pids/tids: numbers in numeric order, anything else after, as text."""
+    return (0, x, "") if type(x) is int else (1, 0, str(x))
+
+
+class _Cache(dict):
+    """str -> derived value, computed once per distinct string."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def __missing__(self, key):
+        v = self[key] = self.fn(key)
+        return v
+
+
+_HEAD = re.compile(r"\s*(?:ROOT\s+)?%?([^\s=]+)\s*=\s*")
+_OPCODE = re.compile(r"\s*([A-Za-z][\w\-\.]*)\(\s*")
+# an array shape with plain integer dims and an optional layout, e.g. bf16[8,128]{1,0:T(8,128)}
+_SIMPLE_ARRAY = re.compile(r"([a-z][a-z0-9]*\[[\d,]*\])(?:\{[^}]*\})?\s*")
+_OPERAND_REF = re.compile(r"%[\w\-\.]+\s*([,)])\s*")
+
+
+def _fast_hlo_info(text: str) -> tuple[str, str, str, str] | None:
+    """Fast path of :func:`_hlo_info` for the common form ``%n = SHAPE op(SHAPE %a, ...)...``.
+
+    Walks the operand list shape by shape (plain arrays copied as text, others through
+    :func:`traceview.shapes.parse_shape`) instead of bracket-matching the whole text, the
+    general parser's cost on long TPU texts. Returns None for anything else (literal
+    operands, nested calls, dynamic dims), and the caller falls back to
+    :func:`traceview.shapes.parse_instruction`; both give the same result where this one
+    succeeds (tested on every op of the vLLM TPU trace).
+    """
+    m = _HEAD.match(text)
+    if not m:
+        return None
+    i = m.end()
+    opcode_m = None
+    am = _SIMPLE_ARRAY.match(text, i)
+    if am is not None:
+        result_s = am.group(1)
+        opcode_m = _OPCODE.match(text, am.end())
+    if opcode_m is None:
+        result, i = parse_shape(text, i)
+        if result is None:
+            return None
+        opcode_m = _OPCODE.match(text, i)
+        if opcode_m is None:
+            return None
+        opcode = opcode_m.group(1)
+        result_s = str(strip_workspace(result, opcode))
+    opcode = opcode_m.group(1)
+    j = opcode_m.end()
+    if text.startswith(")", j):
+        return m.group(1), opcode, result_s, text
+    ops = []
+    while True:
+        am = _SIMPLE_ARRAY.match(text, j)
+        if am is not None:
+            ops.append(am.group(1))
+            k = am.end()
+        else:
+            shape, k = parse_shape(text, j)
+            if shape is None:
+                return None
+            ops.append(str(shape))
+            while text.startswith(" ", k):
+                k += 1
+        rm = _OPERAND_REF.match(text, k)
+        if rm is None:
+            return None
+        j = rm.end()
+        if rm.group(1) == ")":
+            break
+    return m.group(1), opcode, f"{result_s} <- {', '.join(ops)}", text
+
+
+def _hlo_info(text: str) -> tuple[str, str, str, str]:
+    """HLO text -> (instruction name, opcode, shape signature, hlo_text) or blanks."""
+    fast = _fast_hlo_info(text)
+    if fast is not None:
+        return fast
+    ins = parse_instruction(text)
+    if ins is None:
+        return "", "", "", ""
+    return ins.name, ins.opcode, ins.signature(), text
+
+
+def _source(src: str) -> tuple[str, int | None]:
+    m = _SOURCE.match(src)
+    if not m:
+        return src, None
+    return m.group(1), int(m.group(2))
+
+
+def _stack(s: str) -> str:
+    # newline-separated frames, innermost first, with a trailing newline
+    return s.rstrip("\n")
+
+
+# -- the reader ----------------------------------------------------------------------------
+
+def read_trace_json(
+    path: str | os.PathLike,
+    *,
+    host: str | None = None,
+    run: str = "",
+    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+) -> TraceData:
+    """Read a ``.trace.json.gz`` / ``.trace.json`` / ``perfetto_trace.json.gz`` file.
+
+    Args:
+        path: the file; gzip is detected by its magic bytes, not by the name.
+        host: host name stored in every row (default: the file stem before ``.trace.json``).
+        run: run name stored in every row ("" when none).
+        max_decompressed_bytes: limit on the JSON text size in bytes (default 4 GiB).
+
+    Returns:
+        A :class:`~traceview.schema.TraceData` with ``format="trace_json"``: ``ops`` per
+        :data:`~traceview.schema.OPS_SCHEMA` (times in integer ps), ``module_runs`` per
+        :data:`~traceview.schema.MODULE_RUNS_SCHEMA`, one :class:`DeviceInfo` per device
+        process (no peak FLOP/s or bandwidth: the JSON has none), ``notes`` (missing shapes,
+        event-cap truncation), ``n_events`` = the number of ``X``/other non-metadata events.
+        A file without HLO ops gives an empty ``ops`` frame (no exception).
+
+    Raises:
+        NoTraceFound: the file does not exist.
+        TraceUnreadable: unreadable file, not gzip/JSON, corrupt or truncated gzip, invalid
+            JSON, or JSON that is not a Chrome trace (no ``traceEvents``). One-line message.
+        LimitExceeded: the decompressed JSON is larger than ``max_decompressed_bytes``.
+
+    Never writes anything.
+    """
+    p = str(path)
+    text = read_json_bytes(p, max_decompressed_bytes=max_decompressed_bytes)
+    host = host if host is not None else host_from_filename(p)
+    # millions of small dicts trigger the cyclic GC again and again while nothing here can
+    # form a cycle: pausing it saves about a third of the parse time
+    with _gc_paused():
+        events = _load_events(text, p)
+        del text
+        return _convert(events, p, host, run)
+
+
+def _convert(events: list, path: str, host: str, run: str) -> TraceData:
+    process: dict = {}
+    thread: dict = {}
+    buckets: dict = {}
+    n_events = 0
+    for e in events:
+        if type(e) is not dict:
+            continue
+        ph = e.get("ph")
+        if ph == "X":
+            n_events += 1
+            key = (e.get("pid"), e.get("tid"))
+            b = buckets.get(key)
+            if b is None:
+                b = buckets[key] = []
+            b.append(e)
+        elif ph == "M":
+            args = e.get("args")
+            nm = args.get("name") if type(args) is dict else None
+            if nm is None:
+                continue
+            kind = e.get("name")
+            if kind == "process_name":
+                process[e.get("pid")] = str(nm)
+            elif kind == "thread_name":
+                thread[(e.get("pid"), e.get("tid"))] = str(nm)
+        elif e:
+            n_events += 1
+
+    cols: dict[str, list] = {k: [] for k in _FILLED}
+    runs_cols: dict[str, list] = {k: [] for k in MODULE_RUNS_SCHEMA}
+    devices: list[DeviceInfo] = []
+    notes: list[str] = []
+    caches = (_Cache(_hlo_info), _Cache(_source), _Cache(_stack), _Cache(canonical_shape_text), {})
+
+    device_pids = sorted((pid for pid, nm in process.items() if nm.startswith("/device:")), key=_order)
+    by_pid: dict = {}
+    for (pid, tid), evs in buckets.items():
+        by_pid.setdefault(pid, []).append((tid, evs))
+    annotated_kinds = set()
+    for pid in device_pids:
+        pname = process[pid]
+        kind = _kind_of(pname)
+        devices.append(DeviceInfo(name=pname, kind=kind, device_type=kind if kind in ("TPU", "GPU") else ""))
+        lines = sorted(by_pid.get(pid, []), key=lambda t: _order(t[0]))
+        names = {tid: thread.get((pid, tid), str(tid)) for tid, _ in lines}
+        if any(names[tid] == "XLA Ops" for tid, _ in lines) and kind != "GPU":
+            _read_tpu_process(pid, pname, lines, names, cols, runs_cols, caches, host, run, path)
+        else:
+            if _read_annotated(pname, lines, names, cols, runs_cols, host, run, path, skip_derived=True):
+                annotated_kinds.add(kind if kind != "other" else "device")
+    if not cols["op_name"]:
+        for pid, pname in sorted(process.items(), key=lambda t: _order(t[0])):
+            if not pname.startswith("/host:"):
+                continue
+            lines = sorted(by_pid.get(pid, []), key=lambda t: _order(t[0]))
+            names = {tid: thread.get((pid, tid), str(tid)) for tid, _ in lines}
+            if _read_annotated(pname, lines, names, cols, runs_cols, host, run, path, skip_derived=False):
+                devices.append(DeviceInfo(name=pname, kind="CPU", device_type="CPU"))
+                annotated_kinds.add("CPU")
+    if annotated_kinds:
+        which = "/".join(sorted(annotated_kinds))
+        notes.append(f"{path}: trace.json carries no shapes or program ids for {which} ops; "
+                     "read the .xplane.pb for shape-keyed tables")
+    if n_events in EVENT_CAPS:
+        notes.append(f"{path}: holds exactly {n_events:,} events, the profiler's cap: the trace was probably "
+                     "truncated, keeping only the earliest events (raise TF_PROFILER_TRACE_VIEWER_MAX_EVENTS "
+                     "or read the .xplane.pb)")
+
+    m = len(cols["op_name"])
+    cols["host"] = [host] * m
+    cols["run"] = [run] * m
+    cols["file"] = [path] * m
+    cols["count"] = [1] * m
+    if "cost_source" in OPS_SCHEMA:
+        cols["cost_source"] = ["trace" if f is not None or b is not None else "unknown"
+                               for f, b in zip(cols["flops"], cols["bytes_accessed"])]
+    ops = frame(cols, OPS_SCHEMA)
+    module_runs = frame(runs_cols, MODULE_RUNS_SCHEMA)
+    has_shapes = bool(m) and any(cols["shape"])
+    return TraceData(path=path, host=host, format="trace_json", ops=ops, module_runs=module_runs,
+                     devices=devices, notes=notes, has_shapes=has_shapes, n_events=n_events)
+
+
+def _times(evs: list) -> tuple[list, np.ndarray, np.ndarray]:
+    """(starts in ps as a list with None where missing, starts as int64 array with 0 there,
+    durations in ps as int64 array, 0 where missing) for a list of events."""
+    try:
+        # the exporter's form: numeric ts/dur on every event
+        starts = [round(e["ts"] * 1e6) for e in evs]
+        durs = [round(e["dur"] * 1e6) for e in evs]
+        return starts, np.array(starts, dtype=np.int64), np.array(durs, dtype=np.int64)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        pass
+    starts = [_ps(e.get("ts")) for e in evs]
+    durs = [_ps(e.get("dur")) or 0 for e in evs]
+    s_arr = np.array([s if s is not None else 0 for s in starts], dtype=np.int64)
+    d_arr = np.array(durs, dtype=np.int64)
+    return starts, s_arr, d_arr
+
+
+def _self(starts: list, s_arr: np.ndarray, d_arr: np.ndarray) -> list:
+    if None not in starts:
+        return self_times(s_arr, d_arr).tolist()
+    idx = [i for i, s in enumerate(starts) if s is not None]
+    out = d_arr.tolist()
+    if idx:
+        ix = np.array(idx, dtype=np.int64)
+        for i, v in zip(idx, self_times(s_arr[ix], d_arr[ix]).tolist()):
+            out[i] = v
+    return out
+
+
+#: TPU op columns derived from an event's name and metadata args, in _tpu_row's order
+_TPU_ROW_COLS = ("op_name", "op_kind", "category", "shape", "hlo_text", "source_file", "source_line",
+                 "source_stack", "framework_op", "flops", "model_flops", "bytes_accessed")
+_NO_ARGS: dict = {}
+
+
+def _tpu_row(key: tuple, caches) -> tuple:
+    """The derived TPU op fields for one distinct (name, metadata args) key."""
+    hlo_c, src_c, stack_c, shape_c = caches[:4]
+    name, text, cat, src, stack, fw, mf, ba, swl = key
+    name = name if type(name) is str else ("" if name is None else str(name))
+    name_is_text = False
+    if type(text) is not str:
+        # no display name: the exporter wrote the HLO text itself as the event name
+        name_is_text = " = " in name
+        text = name if name_is_text else ""
+    ins_name, kind, shape, hlo_text = hlo_c[text] if text else ("", "", "", "")
+    if not hlo_text:
+        shape = shape_c[swl] if type(swl) is str and swl else ""
+    op_name = (ins_name or name) if (name_is_text or not name) else name
+    if not kind:
+        kind = guess_opcode(op_name)
+    f, ln = src_c[src] if type(src) is str and src else ("", None)
+    mflops = _num(mf)
+    return (op_name, kind, cat if type(cat) is str and cat else kind, shape, hlo_text, f, ln,
+            stack_c[stack] if type(stack) is str and stack else "",
+            fw.rstrip(":") if type(fw) is str else "",
+            mflops, mflops, _num(ba))
+
+
+def _read_tpu_process(pid, pname, lines, names, cols, runs_cols, caches, host, run, path) -> None:
+    mod_evs = [e for tid, evs in lines if names[tid] == "XLA Modules" for e in evs]
+    mods = [split_module_name(str(e.get("name", ""))) for e in mod_evs]
+    m_starts, m_s, m_d = _times(mod_evs)
+    runs_cols["host"].extend([host] * len(mod_evs))
+    runs_cols["device"].extend([pname] * len(mod_evs))
+    runs_cols["module"].extend([m for m, _ in mods])
+    runs_cols["program_id"].extend([p for _, p in mods])
+    runs_cols["start_ps"].extend(m_starts)
+    runs_cols["duration_ps"].extend(m_d.tolist())
+    valid_mod = [i for i, s in enumerate(m_starts) if s is not None]
+    vm = np.array(valid_mod, dtype=np.int64)
+    row_cache: dict = caches[4]
+
+    for tid, evs in lines:
+        if names[tid] != "XLA Ops":
+            continue
+        starts, s_arr, d_arr = _times(evs)
+        selfs = _self(starts, s_arr, d_arr)
+        if len(valid_mod):
+            enc = enclosing(s_arr, s_arr + d_arr, m_s[vm], (m_s + m_d)[vm]).tolist()
+            enc = [valid_mod[k] if k >= 0 and starts[i] is not None else -1 for i, k in enumerate(enc)]
+        else:
+            enc = [-1] * len(evs)
+        rows = []
+        append = rows.append
+        for e in evs:
+            args = e.get("args")
+            if type(args) is not dict:
+                args = _NO_ARGS
+            get = args.get
+            # every metadata arg read below is part of the key: equal keys give equal rows
+            key = (e.get("name"), get("long_name"), get("hlo_category"), get("source"), get("source_stack"),
+                   get("tf_op"), get("model_flops"), get("bytes_accessed"), get("shape_with_layout"))
+            try:
+                row = row_cache[key]
+            except KeyError:
+                row = row_cache[key] = _tpu_row(key, caches)
+            except TypeError:  # an unhashable (non-string) arg value
+                row = _tpu_row(tuple(v if v is None or type(v) in (str, int, float) else str(v) for v in key), caches)
+            append(row)
+        for name, column in zip(_TPU_ROW_COLS, zip(*rows)):
+            cols[name].extend(column)
+        n = len(evs)
+        cols["device"].extend([pname] * n)
+        cols["line"].extend(["XLA Ops"] * n)
+        cols["module"].extend([mods[k][0] if k >= 0 else "" for k in enc])
+        cols["program_id"].extend([mods[k][1] if k >= 0 else None for k in enc])
+        cols["kernel"].extend([""] * n)
+        cols["start_ps"].extend(starts)
+        cols["duration_ps"].extend(d_arr.tolist())
+        cols["self_ps"].extend(selfs)
+
+
+def _read_annotated(pname, lines, names, cols, runs_cols, host, run, path, skip_derived: bool) -> bool:
+    """GPU stream lines / CPU threads: ops are events with ``args.hlo_op``. Returns True if
+    any op was found."""
+    found = False
+    runs: dict = {}  # (module, run_id) -> [first start, last end]
+    for tid, evs in lines:
+        lname = names[tid]
+        if skip_derived and lname.startswith(_GPU_SKIP_LINES):
+            continue
+        ops = []
+        for e in evs:
+            args = e.get("args")
+            if type(args) is not dict:
+                continue
+            op = args.get("hlo_op")
+            if not op:
+                continue
+            name = e.get("name")
+            if type(name) is str and name.startswith("end: "):
+                continue
+            ops.append(e)
+        if not ops:
+            continue
+        found = True
+        starts, s_arr, d_arr = _times(ops)
+        selfs = _self(starts, s_arr, d_arr)
+        durs = d_arr.tolist()
+        for e, s, d in zip(ops, starts, durs):
+            args = e["args"]
+            op = str(args["hlo_op"])
+            name = e.get("name")
+            name = "" if name is None else str(name)
+            mod_raw = args.get("hlo_module")
+            module, pid_in_name = split_module_name(str(mod_raw)) if mod_raw else ("", None)
+            pid = _int(args.get("program_id"))
+            if pid is None:
+                pid = pid_in_name
+            kind = guess_opcode(op)
+            cols["op_name"].append(op)
+            cols["op_kind"].append(kind)
+            cols["category"].append(kind)
+            cols["shape"].append("")
+            cols["hlo_text"].append("")
+            cols["kernel"].append(name if name != op else "")
+            cols["module"].append(module)
+            cols["program_id"].append(pid)
+            src = args.get("source")
+            f, ln = _source(src) if type(src) is str and src else ("", None)
+            cols["source_file"].append(f)
+            cols["source_line"].append(ln)
+            st = args.get("source_stack")
+            cols["source_stack"].append(_stack(st) if type(st) is str else "")
+            fw = args.get("tf_op")
+            cols["framework_op"].append(fw.rstrip(":") if type(fw) is str else "")
+            cols["flops"].append(None)
+            cols["model_flops"].append(None)
+            cols["bytes_accessed"].append(None)
+            rid = args.get("run_id")
+            if rid is not None and s is not None:
+                k = (module, pid, rid)
+                r = runs.get(k)
+                if r is None:
+                    runs[k] = [s, s + d]
+                else:
+                    if s < r[0]:
+                        r[0] = s
+                    if s + d > r[1]:
+                        r[1] = s + d
+        n = len(ops)
+        cols["device"].extend([pname] * n)
+        cols["line"].extend([lname] * n)
+        cols["start_ps"].extend(starts)
+        cols["duration_ps"].extend(durs)
+        cols["self_ps"].extend(selfs)
+    for (module, pid, _rid), (s, e) in sorted(runs.items(), key=lambda kv: kv[1][0]):
+        runs_cols["host"].append(host)
+        runs_cols["device"].append(pname)
+        runs_cols["module"].append(module)
+        runs_cols["program_id"].append(pid)
+        runs_cols["start_ps"].append(s)
+        runs_cols["duration_ps"].append(e - s)
+    return found
