@@ -72,15 +72,16 @@ def test_vllm_devices_ops_and_modules(vllm, shared_traces):
     assert runs.height == 8
     step0 = runs.filter((pl.col("device") == "/device:TPU:0") & (pl.col("module") == "jit_step_fun")).row(0, named=True)
     assert step0["program_id"] == 5120112285394406626
-    assert step0["start_ps"] == 1_144_986_718_988 and step0["duration_ps"] == 66_914_493_397
+    # on the device clock (args device_offset_ps / device_duration_ps), as the xplane reader
+    assert step0["start_ps"] == 1_145_388_794_718 and step0["duration_ps"] == 66_914_493_397
     # no op nests in another on this trace's XLA Ops lines
     assert (ops["self_ps"] == ops["duration_ps"]).all()
 
 
 def test_vllm_one_op_in_detail(vllm):
     row = vllm.ops.filter((pl.col("device") == "/device:TPU:0") & (pl.col("op_name") == "slice.1996")).row(0, named=True)
-    assert row["start_ps"] == 1_144_995_949_630  # ts 1144995.94963 µs
-    assert row["duration_ps"] == 1_320_453  # dur 1.320453 µs
+    # the device clock (ts 1144995.94963 µs, dur 1.320453 µs on the host-aligned clock)
+    assert row["start_ps"] == 1_145_398_025_210 and row["duration_ps"] == 1_320_528
     assert row["op_kind"] == "slice" and row["category"] == "slice"
     assert row["shape"] == "s32[1] <- s32[3]"
     assert row["hlo_text"].startswith("%slice.1996 = s32[1]{0:T(128)} slice(")
@@ -162,7 +163,8 @@ def _tpu_doc():
                                                "source": "m.py:3", "source_stack": "m.py:3:1\nn.py:9:2\n", "tf_op": "jit(f)/while:"}),
         _x(3, 3, 102.0, 5.25, "fusion.7", {"long_name": hlo, "hlo_category": "loop fusion", "model_flops": "2048",
                                            "bytes_accessed": "4608.5", "source": "no line here"}),
-        _x(3, 3, 110.0, 1.0, "copy.3", {"shape_with_layout": "f32[5,1024]{1,0:T(8,128)}"}),
+        _x(3, 3, 110.0, 1.0, "copy.3", {"shape_with_layout": "f32[5,1024]{1,0:T(8,128)}",
+                                        "device_offset_ps": "110000007", "device_duration_ps": "999999"}),
         _x(3, 3, 120.0, 1.0, "%add.2 = f32[4]{0} add(f32[4]{0} %a, f32[4]{0} %b)", {}),  # no display name
         _x(3, 3, 130.0, 1.0, "custom-call.9", "not a dict"),
         _x(3, 3, 140.0, None, "fusion.8"),  # no args, null dur
@@ -187,7 +189,7 @@ def test_synthetic_tpu_corners(tmp_path):
     r = {row["op_name"]: row for row in ops.iter_rows(named=True)}
     w = r["while.1"]
     assert w["start_ps"] == 101_000_001 and w["duration_ps"] == 20_500_000
-    assert w["self_ps"] == 20_500_000 - 5_250_000 - 1_000_000 - 1_000_000  # fusion.7, copy.3, add.2 nest in it
+    assert w["self_ps"] == 20_500_000 - 5_250_000 - 999_999 - 1_000_000  # fusion.7, copy.3, add.2 nest in it
     assert w["module"] == "jit_f" and w["program_id"] == 18446744073709551615
     assert w["op_kind"] == "while" and w["category"] == "control flow"
     assert w["shape"] == "(s32[], f32[8]) <- (s32[], f32[8])"
@@ -198,6 +200,7 @@ def test_synthetic_tpu_corners(tmp_path):
     assert f["shape"] == "bf16[8,128] <- bf16[8,256], f32[128]" and f["self_ps"] == 5_250_000
     assert f["source_file"] == "no line here" and f["source_line"] is None and f["bytes_accessed"] == 4608.5
     c = r["copy.3"]
+    assert (c["start_ps"], c["duration_ps"]) == (110_000_007, 999_999)  # the device clock, where given
     assert c["shape"] == "f32[5,1024]" and c["hlo_text"] == "" and c["op_kind"] == "copy" and c["category"] == "copy"
     a = r["add.2"]
     assert a["op_kind"] == "add" and a["shape"] == "f32[4] <- f32[4], f32[4]" and a["hlo_text"].startswith("%add.2 =")

@@ -13,6 +13,9 @@ The JAX profiler writes this file next to every ``.xplane.pb`` (facts in
   threads (``(pid, tid)`` = timeline line: ``XLA Ops``, ``XLA Modules``, ...).
 * ``ph:"X"`` rows are events; ``ts``/``dur`` are µs floats with ps precision, converted here
   to integer ps with ``round(x * 1e6)``. The exporter writes every duration as at least 1 ps.
+  TPU events also carry ``device_offset_ps`` / ``device_duration_ps`` (the device clock,
+  integer ps): where an ``XLA Ops`` / ``XLA Modules`` event has both they are used instead,
+  as XProf's op metrics and :mod:`traceview.xplane` do, so both readers give the same times.
 * ``args`` values are strings. Internal stats are dropped by the exporter, among them
   ``program_id`` and ``flops``: on TPU the module's program id is recovered from the
   enclosing ``XLA Modules`` event's name (``jit_step_fun(5120112285394406626)``), and the
@@ -492,6 +495,32 @@ def _times(evs: list) -> tuple[list, np.ndarray, np.ndarray]:
     return starts, s_arr, d_arr
 
 
+def _device_times(evs: list) -> tuple[list, np.ndarray, np.ndarray]:
+    """Like :func:`_times`, on the device clock where the event has it: TPU events carry
+    ``args.device_offset_ps`` / ``args.device_duration_ps`` (integer ps, as strings), the
+    times XProf's op metrics and :mod:`traceview.xplane` use; ``ts``/``dur`` (host-aligned)
+    elsewhere."""
+    try:
+        starts = [int(e["args"]["device_offset_ps"]) for e in evs]
+        durs = [int(e["args"]["device_duration_ps"]) for e in evs]
+        return starts, np.array(starts, dtype=np.int64), np.array(durs, dtype=np.int64)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        pass
+    starts, s_arr, d_arr = _times(evs)
+    starts = list(starts)
+    durs = d_arr.tolist()
+    for i, e in enumerate(evs):
+        args = e.get("args")
+        if type(args) is dict:
+            try:
+                o, d = int(args["device_offset_ps"]), int(args["device_duration_ps"])
+            except (KeyError, TypeError, ValueError, OverflowError):
+                continue
+            starts[i], durs[i] = o, d
+    s_arr = np.array([s if s is not None else 0 for s in starts], dtype=np.int64)
+    return starts, s_arr, np.array(durs, dtype=np.int64)
+
+
 def _self(starts: list, s_arr: np.ndarray, d_arr: np.ndarray) -> list:
     if None not in starts:
         return self_times(s_arr, d_arr).tolist()
@@ -537,7 +566,7 @@ def _tpu_row(key: tuple, caches) -> tuple:
 def _read_tpu_process(pid, pname, lines, names, cols, runs_cols, caches, host, run, path) -> None:
     mod_evs = [e for tid, evs in lines if names[tid] == "XLA Modules" for e in evs]
     mods = [split_module_name(str(e.get("name", ""))) for e in mod_evs]
-    m_starts, m_s, m_d = _times(mod_evs)
+    m_starts, m_s, m_d = _device_times(mod_evs)
     runs_cols["host"].extend([host] * len(mod_evs))
     runs_cols["device"].extend([pname] * len(mod_evs))
     runs_cols["module"].extend([m for m, _ in mods])
@@ -551,7 +580,7 @@ def _read_tpu_process(pid, pname, lines, names, cols, runs_cols, caches, host, r
     for tid, evs in lines:
         if names[tid] != "XLA Ops":
             continue
-        starts, s_arr, d_arr = _times(evs)
+        starts, s_arr, d_arr = _device_times(evs)
         selfs = _self(starts, s_arr, d_arr)
         if len(valid_mod):
             enc = enclosing(s_arr, s_arr + d_arr, m_s[vm], (m_s + m_d)[vm]).tolist()
