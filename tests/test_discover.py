@@ -168,6 +168,10 @@ def test_two_runs_picks_newest_by_folder_name_and_warns(tmp_path):
 
     d = discover(tmp_path, all_runs=True, now=now)
     assert [f.run for f in d.files] == ["2026_01_02_10_00_00", "2026_01_02_10_00_00", "2026_01_01_10_00_00"]
+    assert d.warnings == []
+    # a month later: one stale warning, for the newest run read
+    d = discover(tmp_path, all_runs=True, now=now + 30 * DAY)
+    assert [w.split(" is ")[0] for w in d.warnings] == ["run 2026_01_02_10_00_00"]
 
 
 def test_start_trace_none_folder_found_and_explained(tmp_path):

@@ -493,7 +493,8 @@ def discover(
         elif r.hosts:
             reasons.append(f"hosts: {', '.join(r.hosts)}")
         files.extend(_select_files(r, reasons, warnings))
-        if stale_after_s is not None and r.age(now) > stale_after_s:
+        # stale: only the newest run read matters (older ones were asked for with all_runs)
+        if stale_after_s is not None and r is selected[0] and r.age(now) > stale_after_s:
             when = r.timestamp.strftime("%Y-%m-%d %H:%M:%S") if r.timestamp else datetime.fromtimestamp(r.time).strftime("%Y-%m-%d %H:%M:%S")
             warnings.append(
                 f"run {r.name or r.directory} is {_fmt_age(r.age(now))} old (captured {when}): if you just "
