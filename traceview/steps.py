@@ -1,0 +1,680 @@
+"""Step anatomy: where the time of one step goes, by op family, and how much is covered.
+
+This is the study's "families sum to X of Y ms" line: find the steps, put every HLO op in the
+step it started in, group the ops into families, and compare the families' op time with the
+step's wall time; the difference is the gap (device idle: host, dispatch, synchronisation).
+
+Steps (:func:`find_steps`), per (host, device), in this order:
+
+1. **markers** — a frame of step markers (a ``Steps`` line: host, device, start_ps,
+   duration_ps) when the caller passes one. The readers do not put ``Steps`` in the op-event
+   table yet, so this only happens when a caller supplies it.
+2. **dominant module** — otherwise each execution (``module_runs`` row) of the *dominant
+   module* is a step: the module whose ops have the largest total self time (over all devices),
+   among modules that have executions; ``module=`` overrides the choice. Executions are first
+   put on the ops' clock (:func:`align_module_runs`: TPU ops timed on the device clock next to
+   host-aligned ``XLA Modules`` events are re-anchored on the ops; ``StepAnatomy.notes`` says so).
+3. **whole trace** — when there are no module runs: one step per device, from its first op's
+   start to its last op's end.
+
+Step windows for case 2 (``window=``), with s_k the k-th execution's start on a device:
+
+* ``"span"`` (default): from s_k to the latest end of any op or module run that starts in
+  [s_k, s_{k+1}) on that device — the dominant program *plus* the programs that run after it
+  in the same step (vLLM on TPU: ``jit_step_fun`` then ``jit_compute_logits_func`` and
+  ``jit_sample``). The host time before the next step is ``gap_after_ps``, not step time; this
+  is the study's split (an 11.9 ms step and an 85 µs gap between steps). For the last
+  execution s_{k+1} is s_k + the longest earlier start-to-start period on that device (no
+  limit when there is a single execution), so a trailing unrelated program is not swallowed.
+  A window never reaches past the next step's start.
+* ``"period"``: [s_k, s_{k+1}) — start to start, host gaps included (the last step as in
+  span).
+* ``"run"``: the execution itself, [s_k, s_k + duration), extended to the end of the latest op
+  of the same program that starts before s_{k+1}, because GPU/CPU module runs are derived
+  from one anchor op (:func:`traceview.xplane._derive_module_runs`) and are shorter than the
+  execution.
+
+An op belongs to the step whose window contains its start (its whole self time counts there);
+ops with no start (pre-aggregated) or starting outside every window are reported as
+``outside_ps``, not dropped silently.
+
+Families (:func:`family_of`, :func:`classify`), first match wins, user rules first:
+
+==========================  ======================================================================
+family                      ops
+==========================  ======================================================================
+user rules                  ``name=regex`` rules (:func:`parse_rules`), searched in op_name,
+                            hlo_text, framework_op and source_file
+attention/custom kernels    custom-calls that are not a GEMM/convolution library call nor a
+                            layout-only call (``ConcatBitcast``, ``MoveToHost/Device``) — Pallas /
+                            Mosaic (``tpu_custom_call``), Triton and other hand-written kernels;
+                            fusion/custom-call ops whose name, GPU kernel name or
+                            custom_call_target matches RPA|ragged|paged|attention|attn|flash|mosaic|
+                            pallas|tpu_custom_call|triton; and every op inside a Pallas kernel run
+                            in interpret mode (CPU): a framework-op path component other than
+                            ``jit(...)`` matching RPA|pallas|mosaic|paged|ragged|flash (so the
+                            wrapper's pads and slices under ``jit(ragged_paged_attention)`` are not)
+matmul/convolution          opcodes dot / convolution; GEMM/conv library calls (``__cublas$gemm``,
+                            cuBLASLt, hipBLAS(Lt), rocBLAS, ``__cudnn$conv*``, MIOpen, oneDNN);
+                            names like ``gemm_fusion*``, ``cublas*``; XLA:CPU's XNNPACK/YNNPACK
+                            library fusions (``xnn_fusion``, ``ynn_fusion``); TPU categories
+                            ``convolution``, ``convolution fusion``; ``output fusion`` / ``custom
+                            fusion`` whose framework op is a dot_general / conv_general / einsum /
+                            matmul
+collectives                 all-reduce, all-gather, reduce-scatter, all-to-all, ragged-all-to-all,
+                            collective-permute, collective-broadcast, send, recv (and their
+                            ``-start``/``-done`` halves), by opcode, category or op name
+copies and conversions      copy, copy-start/done, convert, bitcast, bitcast-convert, transpose,
+                            reshape, slice, dynamic-slice, dynamic-update-slice, concatenate, pad,
+                            gather; TPU category ``data formatting``; layout-only custom-calls;
+                            ``wrapped_<one of these>`` fusions; TPU-style fusion names made only of
+                            these words (``copy_bitcast_fusion``); ``custom fusion`` ops whose
+                            framework op is one of these (TPU gather fusions)
+sampling                    source file, stack or framework op mentions sample/sampler/sampling,
+                            top_k/top_p/topk, binary_search, argmax/argmin/argsort or sort; opcode
+                            sort
+elementwise fusions         every other fusion (loop, input, output, ...) and elementwise, reduce,
+                            broadcast, iota, select, compare, clamp opcodes
+other                       the rest (while/call/conditional bodies' self time, scatter, rng,
+                            infeed/outfeed, async wrappers of unknown ops, unknown opcodes)
+==========================  ======================================================================
+
+Decisions: the category ``custom fusion`` is XLA's own kCustom fusion kind (GPU GEMM/cuDNN
+fusions, TPU gather fusions, XLA:CPU XNNPACK fusions), not a hand-written kernel, so it is
+classified by what it wraps (dot -> matmul, gather/slice -> copies, else elementwise) and is not
+an attention/custom kernel unless its name says so. XNNPACK/YNNPACK fusions are counted as
+matmul because XLA:CPU hands them the dot-containing fusions; their element-wise epilogues come
+along. dynamic-update-slice and gather are data movement without arithmetic (the KV-cache
+write and embedding lookups), so they are copies; scatter may combine values and stays in
+other. XLA:GPU names fusions after their *root* only (``loop_convert_fusion`` may compute an
+exp and then convert), so a ``loop_``/``input_`` fusion is never classified by its name
+(elementwise); TPU names list the fused opcodes, so a TPU fusion named only with data-movement
+words is a copy. Sampling comes after copies (the family order): a convert inside the sampler
+counts as a copy. A ``sort`` or ``top_k`` used outside a sampler (MoE routing) lands in sampling;
+add a user rule to move it.
+
+All times are integer ps (means are floats). Errors: bad rules raise
+:class:`~traceview.errors.UsageError` with a one-line message; an unknown ``window`` or
+``module`` also raises UsageError. Empty inputs give empty frames and a zero coverage.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+import polars as pl
+
+from .errors import UsageError
+
+ATTENTION = "attention/custom kernels"
+MATMUL = "matmul/convolution"
+COLLECTIVES = "collectives"
+COPIES = "copies and conversions"
+SAMPLING = "sampling"
+ELEMENTWISE = "elementwise fusions"
+OTHER = "other"
+
+#: default families in matching order
+FAMILIES = (ATTENTION, MATMUL, COLLECTIVES, COPIES, SAMPLING, ELEMENTWISE, OTHER)
+
+WINDOWS = ("span", "period", "run")
+
+_TARGET = re.compile(r'custom_call_target="([^"]*)"')
+_KERNEL_NAME = re.compile(r"(^|[^A-Za-z])RPA|ragged|paged|attention|attn|flash|mosaic|pallas|tpu_custom_call|triton",
+                          re.IGNORECASE)
+_KERNEL_SCOPE = re.compile(r"(^|[^A-Za-z])RPA|pallas|mosaic|paged|ragged|flash", re.IGNORECASE)
+_GEMM_TARGET = re.compile(r"cublas|hipblas|rocblas|gemm|matmul|cudnn\$conv|cudnn.*conv|miopen|onednn.*(matmul|conv)",
+                          re.IGNORECASE)
+_GEMM_NAME = re.compile(r"gemm|cublas|hipblas|rocblas|matmul|cudnn-conv|(^|[_.])dot([_.]|$)|(^|_)convolution|"
+                        r"^(ynn|xnn)_fusion|onednn",
+                        re.IGNORECASE)
+_LAYOUT_TARGETS = re.compile(r"^(ConcatBitcast|MoveToHost|MoveToDevice)$")
+_DOT_FRAMEWORK = re.compile(r"dot_general|conv_general|einsum|matmul|(^|/)dot(/|:|$)", re.IGNORECASE)
+_COLLECTIVE = re.compile(r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|collective-permute|"
+                         r"collective-broadcast|send|recv)(-start|-done)?(\.\d+)?$")
+_COLLECTIVE_NAME = re.compile(r"^(all-reduce|all-gather|reduce-scatter|all-to-all|ragged-all-to-all|"
+                              r"collective-permute|collective-broadcast)")
+_MOVE_OPS = frozenset({"copy", "copy-start", "copy-done", "convert", "bitcast", "bitcast-convert", "transpose",
+                       "reshape", "slice", "dynamic-slice", "dynamic-update-slice", "concatenate", "pad", "gather"})
+_MOVE_FRAMEWORK = re.compile(r"(^|/)(gather|dynamic_slice|dynamic_update_slice|slice|concatenate|pad|transpose|"
+                             r"reshape|copy|convert_element_type)(:|$)")
+_MOVE_WORDS = frozenset({"copy", "start", "done", "convert", "bitcast", "transpose", "reshape", "slice", "dynamic",
+                         "update", "concatenate", "pad", "gather"})
+_SAMPLING = re.compile(r"(?<![a-z])sampl(e|er|ers|ing)(?![a-z])|(?<![a-z])top_?[kp](?![a-z])|binary_search|"
+                       r"(?<![a-z])arg(max|min|sort)(?![a-z])|(?<![a-z])sort(?![a-z])", re.IGNORECASE)
+_ELEMENTWISE = frozenset("""abs add and atan2 cbrt ceil clamp compare complex cos cosine divide erf exp
+    exponential exponential-minus-one expm1 floor imag is-finite log log-plus-one log1p logistic maximum minimum
+    multiply negate not or popcnt power real remainder round-nearest-afz round-nearest-even rsqrt select
+    shift-left shift-right-arithmetic shift-right-logical sign sin sine sqrt subtract tan tanh xor
+    reduce reduce-window reduce-precision broadcast iota map constant clz""".split())
+_SUFFIX = re.compile(r"\.\d+$")
+
+
+@dataclass(frozen=True)
+class FamilyRule:
+    """A user family: ops whose op_name, hlo_text, framework_op or source_file matches
+    ``pattern`` (``re.search``) belong to family ``name``."""
+
+    name: str
+    pattern: re.Pattern
+
+    def matches(self, op_name: str, hlo_text: str, framework_op: str, source_file: str) -> bool:
+        s = self.pattern.search
+        return bool(s(op_name) or s(hlo_text) or s(framework_op) or s(source_file))
+
+
+def parse_rule(text: str, where: str = "") -> FamilyRule:
+    """``"name=regex"`` -> :class:`FamilyRule`. The name is stripped; the regex is taken as
+    written after the first ``=``. Raises UsageError (naming ``where``, e.g. ``file:line``)
+    when there is no ``=``, the name or regex is empty, or the regex does not compile."""
+    at = f"{where}: " if where else ""
+    if "=" not in text:
+        raise UsageError(f"{at}bad family rule {text.strip()!r}: expected NAME=REGEX")
+    name, rx = text.split("=", 1)
+    name = name.strip()
+    if not name:
+        raise UsageError(f"{at}bad family rule {text.strip()!r}: the family name before '=' is empty")
+    if not rx.strip():
+        raise UsageError(f"{at}bad family rule {text.strip()!r}: the regular expression after '=' is empty")
+    try:
+        pat = re.compile(rx.strip())
+    except re.error as exc:
+        raise UsageError(f"{at}bad family rule {text.strip()!r}: invalid regular expression ({exc})") from None
+    return FamilyRule(name, pat)
+
+
+def parse_rules(lines: Iterable[str]) -> list[FamilyRule]:
+    """Rules from ``name=regex`` strings; blank lines and lines starting with ``#`` are
+    skipped. Raises UsageError on the first bad rule (its 1-based position in the message)."""
+    if isinstance(lines, (str, bytes)):
+        raise UsageError("family rules must be a list of 'NAME=REGEX' strings or a rules file path")
+    out = []
+    for i, line in enumerate(lines, 1):
+        if isinstance(line, FamilyRule):
+            out.append(line)
+            continue
+        s = str(line).strip()
+        if not s or s.startswith("#"):
+            continue
+        out.append(parse_rule(s, where=f"rule {i}"))
+    return out
+
+
+def read_rules(path: str | os.PathLike) -> list[FamilyRule]:
+    """Rules from a file, one ``name=regex`` per line, ``#`` comments and blank lines
+    ignored. Raises UsageError when the file cannot be read or a line is bad (message names
+    ``path:line``)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read family rules file ({getattr(exc, 'strerror', None) or exc})", str(p)) from None
+    out = []
+    for i, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s or s.startswith("#"):
+            continue
+        out.append(parse_rule(s, where=f"{p}:{i}"))
+    return out
+
+
+def _rules(rules) -> list[FamilyRule]:
+    if rules is None:
+        return []
+    if isinstance(rules, (str, os.PathLike)):
+        return read_rules(rules)
+    return parse_rules(rules)
+
+
+def _fusion_name_is_move(op_name: str) -> bool:
+    base = _SUFFIX.sub("", op_name)
+    if base.startswith("wrapped_"):
+        return base[len("wrapped_"):].replace("_", "-") in _MOVE_OPS
+    if base.startswith(("loop_", "input_")) or not base.endswith("_fusion"):
+        return False
+    words = [w for w in base[: -len("_fusion")].split("_") if w]
+    return bool(words) and all(w in _MOVE_WORDS for w in words)
+
+
+def _in_kernel_scope(framework_op: str) -> bool:
+    """A framework-op path component (not a ``jit(...)`` wrapper) names a Pallas kernel: the
+    ops of a kernel run in interpret mode (XLA:CPU) carry ``.../RPAd-p_16-.../while/...``."""
+    for comp in framework_op.split("/")[1:]:
+        if comp and not comp.startswith(("jit(", "pjit(")) and _KERNEL_SCOPE.search(comp):
+            return True
+    return False
+
+
+@lru_cache(maxsize=65536)
+def family_of(op_name: str, op_kind: str, category: str, hlo_text: str, framework_op: str,
+              source_file: str, source_stack: str = "", kernel: str = "") -> str:
+    """Default family of one op (table in the module doc). Never raises."""
+    kind = (op_kind or "").lower()
+    cat = (category or "").lower()
+    m = _TARGET.search(hlo_text or "")
+    target = m.group(1) if m else ""
+    base = _SUFFIX.sub("", op_name or "")
+    is_custom_call = kind == "custom-call" or cat == "custom-call"
+    gemm_call = bool(_GEMM_TARGET.search(target)) or bool(_GEMM_NAME.search(op_name or "")) or (
+        cat == "custom fusion" and bool(_DOT_FRAMEWORK.search(framework_op or "")))
+    layout_call = bool(_LAYOUT_TARGETS.match(target))
+    # attention / custom kernels
+    if is_custom_call and not gemm_call and not layout_call:
+        return ATTENTION
+    if _in_kernel_scope(framework_op or ""):
+        return ATTENTION
+    if kind in ("custom-call", "fusion", "") and not gemm_call and not layout_call and (
+            _KERNEL_NAME.search(op_name or "") or _KERNEL_NAME.search(target) or _KERNEL_NAME.search(kernel or "")):
+        return ATTENTION
+    # matmul / convolution
+    if kind in ("dot", "convolution") or gemm_call or cat in ("convolution", "convolution fusion") or (
+            cat == "output fusion" and _DOT_FRAMEWORK.search(framework_op or "")):
+        return MATMUL
+    # collectives
+    if _COLLECTIVE.match(kind) or _COLLECTIVE.match(cat) or _COLLECTIVE_NAME.match(base):
+        return COLLECTIVES
+    # copies and conversions
+    if (kind in _MOVE_OPS or cat == "data formatting" or layout_call or base in _MOVE_OPS
+            or base.removesuffix("-start").removesuffix("-done") in _MOVE_OPS
+            or (kind in ("fusion", "") and _fusion_name_is_move(op_name or ""))
+            or (cat == "custom fusion" and _MOVE_FRAMEWORK.search(framework_op or ""))):
+        return COPIES
+    # sampling
+    if (kind == "sort" or _SAMPLING.search(source_file or "") or _SAMPLING.search(source_stack or "")
+            or _SAMPLING.search(framework_op or "")):
+        return SAMPLING
+    # elementwise fusions
+    if kind == "fusion" or cat.endswith("fusion") or kind in _ELEMENTWISE or cat == "non-fusion elementwise":
+        return ELEMENTWISE
+    return OTHER
+
+
+_CLASSIFY_COLS = ["op_name", "op_kind", "category", "hlo_text", "framework_op", "source_file", "source_stack", "kernel"]
+
+
+def classify(ops: pl.DataFrame, rules=None) -> pl.DataFrame:
+    """The op-event table with a ``family`` column (Utf8) added.
+
+    ``rules``: None, a list of ``"name=regex"`` strings (or :class:`FamilyRule`), or a path
+    (str / PathLike) to a rules file. User rules are tried in order before the defaults.
+    Raises UsageError on bad rules.
+    """
+    rs = _rules(rules)
+    if ops.height == 0:
+        return ops.with_columns(pl.lit(None, dtype=pl.Utf8).alias("family")).clear()
+    keys = ops.select([pl.col(c).cast(pl.Utf8).fill_null("") if c in ops.columns else pl.lit("").alias(c)
+                       for c in _CLASSIFY_COLS])
+    uniq = keys.unique(maintain_order=True)
+    fam = []
+    for op_name, kind, cat, hlo, fw, sf, stack, kernel in uniq.iter_rows():
+        name = next((r.name for r in rs if r.matches(op_name, hlo, fw, sf)), None)
+        fam.append(name or family_of(op_name, kind, cat, hlo, fw, sf, stack, kernel))
+    table = uniq.with_columns(pl.Series("family", fam, dtype=pl.Utf8))
+    joined = keys.with_row_index("_i").join(table, on=_CLASSIFY_COLS, how="left").sort("_i")
+    return ops.drop("family", strict=False).with_columns(joined["family"])
+
+
+# --------------------------------------------------------------------------------------
+# steps
+
+STEPS_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "step": pl.Int64, "module": pl.Utf8, "program_id": pl.UInt64,
+                "start_ps": pl.Int64, "duration_ps": pl.Int64, "run_ps": pl.Int64, "gap_after_ps": pl.Int64,
+                "ops": pl.Int64, "op_time_ps": pl.Int64, "busy_ps": pl.Int64, "idle_ps": pl.Int64}
+
+
+def dominant_module(ops: pl.DataFrame, module_runs: pl.DataFrame) -> str | None:
+    """The module with the largest total op self time among modules with executions in
+    ``module_runs`` (ties: name order); None when there is none."""
+    if ops.height == 0 or module_runs.height == 0:
+        return None
+    have = set(module_runs["module"].drop_nulls().to_list()) - {""}
+    t = (ops.filter(pl.col("module").is_in(list(have)))
+         .group_by("module").agg(pl.col("self_ps").sum().alias("t"))
+         .sort(["t", "module"], descending=[True, False]))
+    return t["module"][0] if t.height else None
+
+
+def align_module_runs(ops: pl.DataFrame, module_runs: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
+    """Module runs on the ops' clock, per (host, device), for step windows.
+
+    TPU ops can be timed on the device clock (``device_offset_ps``) while the ``XLA Modules``
+    events of older traces are host-aligned; on the v6e trace the two disagree by -14 µs to
+    -173 ms per execution, so the host-aligned windows do not hold their ops. Method: for each
+    program whose op count on a device is a whole multiple m of its executions there, the
+    k-th execution's ops are ops k·m .. k·m+m-1 in time order (its *chunk*). When some chunk's
+    first op does not start inside its execution, the device's runs are taken from the ops:
+    each such execution becomes [first op start, latest op end] of its chunk, and executions of
+    other programs move by the median (first op start − execution start). When every chunk
+    starts inside its execution (vLLM JSON, GPU/CPU runs derived from ops) nothing changes.
+    Returns (runs, {(host, device): median shift in ps}) for the devices rebuilt. Never raises.
+    """
+    fixed: dict = {}
+    if ops.height == 0 or module_runs.height == 0:
+        return module_runs, fixed
+    placed = ops.filter(pl.col("start_ps").is_not_null() & pl.col("program_id").is_not_null()).with_columns(
+        (pl.col("start_ps") + pl.col("duration_ps")).alias("_end"))
+    parts = []
+    for (host, device), r in module_runs.group_by(["host", "device"], maintain_order=True):
+        r = r.sort("start_ps")
+        o = placed.filter((pl.col("host") == host) & (pl.col("device") == device)).sort("start_ps")
+        o_start, o_end, o_prog = o["start_ps"].to_numpy(), o["_end"].to_numpy(), o["program_id"].to_numpy()
+        r_start, r_dur = r["start_ps"].to_numpy().copy(), r["duration_ps"].to_numpy().copy()
+        r_prog = r["program_id"].to_numpy()
+        chunks: dict = {}
+        offs = []
+        inside = True
+        for pid in r["program_id"].drop_nulls().unique().to_list():
+            idx = np.nonzero(r_prog == pid)[0]
+            sel = o_prog == pid
+            st, en = o_start[sel], o_end[sel]
+            if len(st) == 0 or len(st) % len(idx):
+                continue
+            m = len(st) // len(idx)
+            heads = st[::m]
+            ends = en.reshape(len(idx), m).max(axis=1)
+            off = heads - r_start[idx]
+            offs.append(off)
+            chunks[pid] = (idx, heads, ends)
+            inside &= bool(((off >= 0) & (off < np.maximum(r_dur[idx], 1))).all())
+        if offs and not inside:
+            shift = int(np.median(np.concatenate(offs)))
+            new_start, new_dur = r_start + shift, r_dur
+            for idx, heads, ends in chunks.values():
+                new_start[idx] = heads
+                new_dur[idx] = ends - heads
+            r = r.with_columns(pl.Series("start_ps", new_start, dtype=pl.Int64),
+                               pl.Series("duration_ps", new_dur, dtype=pl.Int64)).sort("start_ps")
+            fixed[(host, device)] = shift
+        parts.append(r)
+    return pl.concat(parts, how="vertical"), fixed
+
+
+def _step_windows(ops: pl.DataFrame, module_runs: pl.DataFrame, markers: pl.DataFrame | None,
+                  module: str | None, window: str) -> tuple[pl.DataFrame, str, str | None, list[str]]:
+    """Per (host, device) step windows: host, device, module, program_id, start_ps, end_ps,
+    run_ps, next_ps (start of the next step or null); the method; the module; notes."""
+    placed = ops.filter(pl.col("start_ps").is_not_null()).select(
+        "host", "device", "module", "program_id", "start_ps", (pl.col("start_ps") + pl.col("duration_ps")).alias("end_ps"))
+    rows: list[dict] = []
+    if markers is not None and markers.height:
+        mk = markers
+        devs = placed.select("host", "device").unique()
+        for r in mk.sort("start_ps").iter_rows(named=True):
+            targets = ([(r.get("host") or "", r["device"])] if r.get("device") else
+                       [(h, d) for h, d in devs.filter(pl.col("host") == (r.get("host") or "")).iter_rows()])
+            for h, d in targets:
+                rows.append({"host": h, "device": d, "module": "", "program_id": None, "start_ps": r["start_ps"],
+                             "end_ps": r["start_ps"] + r["duration_ps"], "run_ps": None})
+        return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "markers", None, []
+    if module_runs.height and ops.height:
+        module_runs, fixed = align_module_runs(ops, module_runs)
+        notes = [f"{d}: module runs rebuilt from the ops (XLA Modules and XLA Ops on different clocks, "
+                 f"median offset {v / 1e6:+.1f} µs)" for (_, d), v in sorted(fixed.items())]
+        mod = module if module is not None else dominant_module(ops, module_runs)
+        if module is not None and module not in set(module_runs["module"].to_list()):
+            raise UsageError(f"module {module!r} has no executions in this trace")
+        if mod is not None:
+            activity = pl.concat([
+                placed.select("host", "device", "program_id", "start_ps", "end_ps"),
+                module_runs.select("host", "device", "program_id", "start_ps",
+                                   (pl.col("start_ps") + pl.col("duration_ps")).alias("end_ps")),
+            ], how="vertical_relaxed")
+            return _module_windows(activity, module_runs.filter(pl.col("module") == mod), window), "module", mod, notes
+    # whole trace
+    if placed.height == 0:
+        return pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}), "trace", None, []
+    w = placed.group_by(["host", "device"]).agg(pl.col("start_ps").min(), pl.col("end_ps").max()).with_columns(
+        pl.lit("").alias("module"), pl.lit(None, dtype=pl.UInt64).alias("program_id"),
+        pl.lit(None, dtype=pl.Int64).alias("run_ps"))
+    return _with_next(w.select(list(_WIN_SCHEMA)).cast(_WIN_SCHEMA)), "trace", None, []
+
+
+_WIN_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "module": pl.Utf8, "program_id": pl.UInt64,
+               "start_ps": pl.Int64, "end_ps": pl.Int64, "run_ps": pl.Int64}
+
+
+def _with_next(w: pl.DataFrame) -> pl.DataFrame:
+    return w.sort(["host", "device", "start_ps"]).with_columns(
+        pl.col("start_ps").shift(-1).over(["host", "device"]).alias("next_ps"))
+
+
+def _module_windows(activity: pl.DataFrame, runs: pl.DataFrame, window: str) -> pl.DataFrame:
+    """Windows for the dominant module's executions ``runs``; ``activity`` holds every op and
+    every module run (host, device, program_id, start_ps, end_ps)."""
+    out = []
+    for (host, device), r in runs.sort("start_ps").group_by(["host", "device"], maintain_order=True):
+        act = activity.filter((pl.col("host") == host) & (pl.col("device") == device)).sort("start_ps")
+        a_start = act["start_ps"].to_numpy()
+        a_end = act["end_ps"].to_numpy()
+        a_prog = act["program_id"].to_list()
+        starts = r["start_ps"].to_numpy()
+        ends = starts + r["duration_ps"].to_numpy()
+        progs = r["program_id"].to_list()
+        n = len(starts)
+        longest = int(np.diff(starts).max()) if n > 1 else None
+        for k in range(n):
+            s = int(starts[k])
+            nxt = int(starts[k + 1]) if k + 1 < n else (s + longest if longest is not None else None)
+            lo = int(np.searchsorted(a_start, s, side="left"))
+            hi = int(np.searchsorted(a_start, nxt, side="left")) if nxt is not None else len(a_start)
+            end = int(ends[k])
+            if window == "run":
+                for i in range(lo, hi):
+                    if a_prog[i] == progs[k] and a_end[i] > end:
+                        end = int(a_end[i])
+            elif window == "period" and k + 1 < n:
+                end = int(starts[k + 1])
+            elif hi > lo:
+                end = max(end, int(a_end[lo:hi].max()))
+            if k + 1 < n:  # never past the next step's start
+                end = min(end, int(starts[k + 1]))
+            out.append({"host": host, "device": device, "module": r["module"][k], "program_id": progs[k],
+                        "start_ps": s, "end_ps": max(end, s), "run_ps": int(ends[k] - starts[k])})
+    return _with_next(pl.DataFrame(out, schema=_WIN_SCHEMA))
+
+
+def _busy(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
+    """Length of the union of [starts, ends) clipped to [lo, hi), ps."""
+    if len(starts) == 0:
+        return 0
+    s = np.clip(starts, lo, hi)
+    e = np.clip(ends, lo, hi)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    total = 0
+    cur_s, cur_e = int(s[0]), int(e[0])
+    for a, b in zip(s[1:].tolist(), e[1:].tolist()):
+        if a > cur_e:
+            total += cur_e - cur_s
+            cur_s, cur_e = a, b
+        elif b > cur_e:
+            cur_e = b
+    return total + (cur_e - cur_s)
+
+
+def _assign(ops: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
+    """ops with ``_step`` (row index into ``win``) or null when outside every window."""
+    from .timeline import enclosing
+
+    idx = np.full(ops.height, -1, dtype=np.int64)
+    if win.height and ops.height:
+        w = win.with_row_index("_w")
+        o = ops.with_row_index("_o")
+        for (host, device), wd in w.group_by(["host", "device"]):
+            od = o.filter((pl.col("host") == host) & (pl.col("device") == device) & pl.col("start_ps").is_not_null())
+            if od.height == 0:
+                continue
+            st = od["start_ps"].to_numpy()
+            enc = enclosing(st, st, wd["start_ps"].to_numpy(), wd["end_ps"].to_numpy())
+            wi = wd["_w"].to_numpy()
+            hit = enc >= 0
+            idx[od["_o"].to_numpy()[hit]] = wi[enc[hit]]
+    return ops.with_columns(pl.Series("_step", [None if i < 0 else i for i in idx.tolist()], dtype=pl.Int64))
+
+
+def find_steps(ops: pl.DataFrame, module_runs: pl.DataFrame, *, markers: pl.DataFrame | None = None,
+               module: str | None = None, window: str = "span") -> pl.DataFrame:
+    """One row per (host, device, step): the columns of :data:`STEPS_SCHEMA`.
+
+    ``step`` numbers a device's steps from 0 in time order; ``start_ps``/``duration_ps`` are
+    the window (wall, ps); ``run_ps`` the dominant execution's own duration (null for markers
+    and whole-trace steps); ``gap_after_ps`` = next step's start − this step's end (null for a
+    device's last step); ``ops`` = op events (sum of ``count``) starting in the window;
+    ``op_time_ps`` = sum of their self_ps; ``busy_ps`` = length of the union of their
+    [start, end) intervals clipped to the window; ``idle_ps`` = duration_ps − busy_ps (no op
+    running on the device). Step choice and windows: module doc. Raises UsageError on an
+    unknown ``window`` or a ``module`` with no executions.
+    """
+    return _steps(ops, module_runs, markers=markers, module=module, window=window)[0]
+
+
+def _steps(ops, module_runs, *, markers, module, window):
+    if window not in WINDOWS:
+        raise UsageError(f"unknown step window {window!r}: expected one of {', '.join(WINDOWS)}")
+    win, method, mod, notes = _step_windows(ops, module_runs, markers, module, window)
+    assigned = _assign(ops, win)
+    if win.height == 0:
+        return pl.DataFrame(schema=STEPS_SCHEMA), assigned, method, mod, notes
+    w = win.with_row_index("_step").with_columns(pl.col("_step").cast(pl.Int64))
+    inside = assigned.filter(pl.col("_step").is_not_null()).with_columns(
+        (pl.col("start_ps") + pl.col("duration_ps")).alias("_end"))
+    per = inside.group_by("_step").agg(pl.col("count").sum().alias("ops"), pl.col("self_ps").sum().alias("op_time_ps"),
+                                       pl.col("start_ps"), pl.col("_end"))
+    busy = {}
+    bounds = {r[0]: (r[1], r[2]) for r in w.select("_step", "start_ps", "end_ps").iter_rows()}
+    for k, s, e in per.select("_step", "start_ps", "_end").iter_rows():
+        lo, hi = bounds[k]
+        busy[k] = _busy(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64), lo, hi)
+    per = per.select("_step", "ops", "op_time_ps").with_columns(
+        pl.col("_step").replace_strict(busy, default=0, return_dtype=pl.Int64).alias("busy_ps"))
+    out = w.join(per, on="_step", how="left").with_columns(
+        pl.col("ops").fill_null(0), pl.col("op_time_ps").fill_null(0), pl.col("busy_ps").fill_null(0),
+        (pl.col("end_ps") - pl.col("start_ps")).alias("duration_ps"),
+        (pl.col("next_ps") - pl.col("end_ps")).alias("gap_after_ps"),
+        pl.int_range(pl.len()).over(["host", "device"], order_by="start_ps").cast(pl.Int64).alias("step"),
+    ).with_columns((pl.col("duration_ps") - pl.col("busy_ps")).alias("idle_ps")).sort("_step")
+    # keep _step (row order = window index) for the caller, cast to the documented schema
+    steps = out.select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA)
+    return steps, assigned, method, mod, notes
+
+
+# --------------------------------------------------------------------------------------
+# anatomy
+
+
+@dataclass
+class Coverage:
+    """The study's "families sum to X of Y ms" line, per step means over all device-steps.
+
+    ``family_ps`` X = Σ_steps Σ_{ops starting in the step} self_ps / n_steps.
+    ``step_ps`` Y = Σ_steps duration_ps / n_steps (wall). ``ratio`` = X / Y (0 when Y is 0).
+    ``busy_ps`` = mean union of op intervals in the step; ``idle_ps`` = Y − busy_ps (the gap:
+    no op on the device — host, dispatch, synchronisation); ``overlap_ps`` = X − busy_ps (op
+    time counted twice in wall time: ops running concurrently, e.g. XLA:CPU thunks on several
+    threads, or ops spilling past the step end). So X = Y − idle + overlap exactly.
+    ``gap_between_ps`` = mean ``gap_after_ps`` (host time between steps, not in Y; null when
+    no device has two steps). ``outside_ps`` = op self time in no step (total, not per step)
+    and ``outside_share`` its part of all op self time. ``n_steps`` counts device-steps over
+    ``devices`` devices.
+    """
+
+    n_steps: int = 0
+    devices: int = 0
+    family_ps: float = 0.0
+    step_ps: float = 0.0
+    ratio: float = 0.0
+    busy_ps: float = 0.0
+    idle_ps: float = 0.0
+    overlap_ps: float = 0.0
+    gap_between_ps: float | None = None
+    outside_ps: int = 0
+    outside_share: float = 0.0
+
+    def line(self) -> str:
+        """``"families sum to 30.00 of 31.20 ms per step (96.2%); idle 1.20 ms; ..."``."""
+        ms = 1e-9
+        parts = [f"families sum to {self.family_ps * ms:.3f} of {self.step_ps * ms:.3f} ms per step "
+                 f"({self.ratio:.1%}, {self.n_steps} steps on {self.devices} device(s))",
+                 f"idle {self.idle_ps * ms:.3f} ms"]
+        if self.overlap_ps > 0.0005 * max(self.step_ps, 1):
+            parts.append(f"overlapping ops {self.overlap_ps * ms:.3f} ms")
+        if self.gap_between_ps is not None:
+            parts.append(f"gap between steps {self.gap_between_ps * ms:.3f} ms")
+        if self.outside_ps:
+            parts.append(f"op time outside steps {self.outside_share:.1%}")
+        return "; ".join(parts)
+
+
+@dataclass
+class StepAnatomy:
+    """Result of :func:`anatomy`.
+
+    ``steps``: :func:`find_steps`'s frame. ``families``: family, self_ps (mean per step, ps),
+    share (self_ps / mean step wall time), occurrences (total op events in steps), per_step
+    (occurrences / n_steps), n_populations (distinct (op_name, shape)); sorted by self time.
+    ``coverage``: :class:`Coverage`. ``method``: "markers", "module" or "trace";
+    ``module``: the dominant module (method "module"); ``window``: the window rule used.
+    ``ops``: the op table with ``family`` and ``step_row`` (row index into ``steps``, null
+    for ops outside every step). ``notes``: one line per adjustment made (module runs rebuilt
+    on a device whose ops and executions are on different clocks, :func:`align_module_runs`).
+    """
+
+    steps: pl.DataFrame
+    families: pl.DataFrame
+    coverage: Coverage
+    method: str
+    module: str | None
+    window: str
+    ops: pl.DataFrame = field(repr=False, default=None)
+    notes: list[str] = field(default_factory=list)
+
+
+FAMILIES_SCHEMA = {"family": pl.Utf8, "self_ps": pl.Float64, "share": pl.Float64, "occurrences": pl.Int64,
+                   "per_step": pl.Float64, "n_populations": pl.UInt32}
+
+
+def anatomy(ops: pl.DataFrame, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame | None = None,
+            module: str | None = None, window: str = "span") -> StepAnatomy:
+    """Step anatomy of a profile: steps, families per step and the coverage line.
+
+    ``ops`` / ``module_runs``: the tables of :mod:`traceview.schema` (e.g. ``prof.ops``,
+    ``prof.module_runs``). ``rules``: user families (see :func:`classify`). ``markers``,
+    ``module``, ``window``: see :func:`find_steps`. Formulas: :class:`Coverage` and the
+    module doc. Raises UsageError on bad rules, window or module.
+    """
+    rs = _rules(rules)  # validate before any work
+    steps, assigned, method, mod, notes = _steps(ops, module_runs, markers=markers, module=module, window=window)
+    classified = classify(assigned, rs).rename({"_step": "step_row"})
+    n = steps.height
+    total_self = int(classified["self_ps"].sum() or 0) if classified.height else 0
+    inside = classified.filter(pl.col("step_row").is_not_null()) if classified.height else classified
+    cov = Coverage()
+    if n:
+        y = float(steps["duration_ps"].sum()) / n
+        x = float(steps["op_time_ps"].sum()) / n
+        busy = float(steps["busy_ps"].sum()) / n
+        gaps = steps["gap_after_ps"].drop_nulls()
+        outside = total_self - int(inside["self_ps"].sum() or 0)
+        cov = Coverage(n_steps=n, devices=steps.select("host", "device").unique().height, family_ps=x, step_ps=y,
+                       ratio=(x / y if y else 0.0), busy_ps=busy, idle_ps=y - busy, overlap_ps=x - busy,
+                       gap_between_ps=(float(gaps.mean()) if gaps.len() else None), outside_ps=outside,
+                       outside_share=(outside / total_self if total_self else 0.0))
+    if n and inside.height:
+        fam = inside.group_by("family").agg(
+            (pl.col("self_ps").sum() / n).alias("self_ps"),
+            pl.col("count").sum().alias("occurrences"),
+            pl.struct("op_name", "shape").n_unique().alias("n_populations"),
+        ).with_columns(
+            (pl.col("self_ps") / cov.step_ps if cov.step_ps else pl.lit(0.0)).alias("share"),
+            (pl.col("occurrences") / n).alias("per_step"),
+        ).select(list(FAMILIES_SCHEMA)).cast(FAMILIES_SCHEMA).sort(["self_ps", "family"], descending=[True, False])
+    else:
+        fam = pl.DataFrame(schema=FAMILIES_SCHEMA)
+    return StepAnatomy(steps=steps, families=fam, coverage=cov, method=method, module=mod, window=window,
+                       ops=classified, notes=notes)
