@@ -48,7 +48,6 @@ import gc
 import os
 import re
 import zlib
-from pathlib import Path
 
 import numpy as np
 import orjson
