@@ -90,7 +90,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="flag populations whose per-device occurrence count is not a multiple of N")
     a.add_argument("--expect-batch", type=_positive_int, metavar="B",
                    help="show which populations carry a dimension of size B")
+    a.add_argument("--html", metavar="FILE", help="also write the offline HTML report to FILE")
     _add_peaks(a)
+
+    r = sub.add_parser("report", help="write the offline, self-contained HTML report of PATH",
+                       description="Find traces under PATH and write one self-contained HTML file (no network, "
+                                   "no script): provenance, peaks and ridge point, roofline chart, top ops "
+                                   "with their shape populations, step anatomy and source attribution.")
+    _add_selection(r)
+    r.add_argument("-o", "--output", metavar="FILE", default="traceview_report.html",
+                   help="HTML file to write (default: traceview_report.html)")
+    r.add_argument("--top", type=_positive_int, default=30, metavar="N", help="populations to list (default 30)")
+    r.add_argument("--title", metavar="TEXT", help="page title (default: 'traceview report — <path name>')")
+    _add_peaks(r)
 
     e = sub.add_parser("engine", help="the bundled Pallas decode engine (bench, profile)", add_help=False)
     e.add_argument("engine_args", nargs=argparse.REMAINDER)
@@ -180,6 +192,8 @@ def cmd_analyze(args) -> int:
     out = Path(args.output) if args.output else None
     if out is not None and _out_inside_inputs(out, prof):
         raise UsageError(f"refusing to write {out} inside the profile folder it reads; choose another -o")
+    if args.html and _out_inside_inputs(Path(args.html), prof):
+        raise UsageError(f"refusing to write {args.html} inside the profile folder it reads; choose another --html")
     if args.format == "parquet" and out is None:
         raise UsageError("--format parquet needs -o FILE")
 
@@ -206,6 +220,30 @@ def cmd_analyze(args) -> int:
         table.write_parquet(out)
     if out is not None and args.format != "table":
         print(f"wrote {out}", file=sys.stderr)
+    if args.html:
+        prof.report(args.html, top=max(args.top, 30), peaks=peaks)
+        print(f"wrote {args.html}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_report(args) -> int:
+    """``traceview report PATH -o FILE``: the HTML report (see :func:`traceview.render.html.write_report`)."""
+    from .profile import load
+
+    out = Path(args.output)
+    if out.is_dir():
+        raise UsageError(f"{out} is a folder; -o needs a file name (e.g. {out / 'report.html'})")
+    prof = load(args.path, run=args.run, all_runs=args.all_runs,
+                stale_after_s=None if args.stale_days <= 0 else args.stale_days * 86400)
+    prof = prof.filter(op_regex=args.filter, device_regex=args.device)
+    if _out_inside_inputs(out, prof):
+        raise UsageError(f"refusing to write {out} inside the profile folder it reads; choose another -o")
+    peaks = _peaks_from_args(prof, args)
+    try:
+        prof.report(out, top=args.top, peaks=peaks, title=args.title)
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    print(f"wrote {out}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -228,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "analyze":
             return cmd_analyze(args)
+        if args.command == "report":
+            return cmd_report(args)
     except TraceviewError as exc:
         print(f"traceview: error: {exc}", file=sys.stderr)
         return exc.exit_code

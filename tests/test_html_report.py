@@ -1,0 +1,264 @@
+"""The offline HTML report (``traceview.render.html``) and the ``report`` / ``--html`` CLI.
+
+Checks on the real shared traces: the figures the study reads (peaks with their sources, the
+ridge point, the five ``custom-call.1`` GEMM populations) are on the page; the page is
+self-contained (no network reference, no script); every trace string is escaped, including a
+hostile one; and headless Chromium renders it to a non-blank screenshot.
+
+Chromium is required, not optional: CI installs it with ``apt-get install -y chromium``; a
+missing browser fails the test with that line instead of skipping it.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import traceview
+from traceview.cli import main
+from traceview.profile import Profile
+from traceview.render.html import profile_summary_html, render_report, write_report
+from traceview.roofline import Peaks
+
+EVIL = "<script>alert(1)</script>\"'</textarea>$\\frac{1}{0}$ & --> <!--"
+EVIL_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
+
+GEMM_SHAPES = ["bf16[8192,8192]", "bf16[16384,4096]", "bf16[4096,4096]", "bf16[2048,2048]", "bf16[1024,1024]"]
+
+
+@pytest.fixture(scope="module")
+def tpu(shared_traces) -> Profile:
+    return traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+
+
+@pytest.fixture(scope="module")
+def gemm(shared_traces) -> Profile:
+    return traceview.load(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+
+
+@pytest.fixture(scope="module")
+def tpu_html(tpu) -> str:
+    return render_report(tpu)
+
+
+@pytest.fixture(scope="module")
+def gemm_html(gemm) -> str:
+    return render_report(gemm)
+
+
+def _text(html: str) -> str:
+    """The page's visible text, roughly: tags and the inline SVG dropped, entities kept."""
+    html = re.sub(r"<svg.*?</svg>", " ", html, flags=re.S)
+    html = re.sub(r"<style>.*?</style>", " ", html, flags=re.S)
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def test_tpu_report_has_peaks_sources_and_ridge(tpu_html):
+    text = _text(tpu_html)
+    assert "918 TFLOP/s" in text
+    assert "1.638 TB/s" in text
+    assert "560.4 FLOP/byte" in text  # ridge = 918e12 / 1.638e12
+    assert "trace plane stats of /device:TPU:0" in text  # where the peaks come from
+    assert "TPU v6 Lite" in text
+    assert tpu_html.count("<svg") == 2  # roofline + step anatomy
+    assert "Coverage:" in text and "families sum to" in text
+    assert "copy-done.4" in text and "broadcast_add_fusion.1" in text
+
+
+def test_gemm_report_has_the_five_populations(gemm_html):
+    text = _text(gemm_html)
+    for shape in GEMM_SHAPES:
+        assert shape in text, shape
+    # custom-call.1 is flagged as one name with five shape populations, and grouped
+    assert "5 shapes" in text
+    split = text[text.index("Op names split into several shape populations"):]
+    assert "custom-call.1" in split
+    assert all(s in split for s in GEMM_SHAPES)
+    assert "491.1 FLOP/byte" in text  # MI300X ridge from the trace's clock × cores and bandwidth
+    assert "1.307 PFLOP/s" in text and "2.662 TB/s" in text
+    assert "generate_gemm_trace.py" in text  # source attribution
+    assert "project" in text
+
+
+@pytest.mark.parametrize("which", ["tpu_html", "gemm_html"])
+def test_report_is_offline_and_scriptless(which, request):
+    html = request.getfixturevalue(which)
+    assert "http://" not in html and "https://" not in html
+    assert not re.search(r"(?i)<script|<link\b|<iframe|<object|<embed|@import|url\((?!#)", html)
+    for attr, value in re.findall(r"""(?i)\b(src|href|xlink:href)\s*=\s*["']?([^"'\s>]*)""", html):
+        assert value.startswith("#"), f"{attr}={value!r} points outside the page"
+    assert len(html) < 400_000  # small: text SVG, no embedded fonts or images
+
+
+def test_report_is_fast(tpu):
+    t = time.perf_counter()
+    render_report(tpu)
+    # < 2 s on a quiet 2-core machine; the bound leaves room for a loaded CI runner
+    assert time.perf_counter() - t < 6.0
+
+
+def _evil_profile(base: Profile) -> Profile:
+    ops = base.ops.with_columns(
+        (pl.lit(EVIL) + pl.col("op_name")).alias("op_name"),
+        pl.lit("/home/u/" + EVIL + "/model.py").alias("source_file"),
+        pl.lit("/home/u/" + EVIL + "/model.py:3").alias("source_stack"),
+        (pl.lit(EVIL + " ") + pl.col("hlo_text")).alias("hlo_text"),
+        pl.lit(EVIL).alias("module"),
+        (pl.lit(EVIL) + pl.col("shape")).alias("shape"),
+        pl.lit(EVIL).alias("framework_op"),
+    )
+    runs = base.module_runs.with_columns(pl.lit(EVIL).alias("module"))
+    traces = [dataclasses.replace(t, host=EVIL, path="/tmp/" + EVIL + ".xplane.pb") for t in base.traces]
+    devices = [dataclasses.replace(d, device_type=EVIL) for d in base.devices]
+    return Profile(ops=ops, module_runs=runs, devices=devices, traces=traces, discovery=None,
+                   warnings=[EVIL])
+
+
+def _assert_escaped(html: str) -> None:
+    assert "<script" not in html.lower()
+    assert "</textarea>" not in html.lower()
+    assert "<!--" not in html  # no comment opened by a trace string
+    assert EVIL_ESCAPED in html
+    assert "&#34;" in html or "&quot;" in html  # the quote
+    for svg in re.findall(r"<svg.*?</svg>", html, flags=re.S):
+        assert "alert" not in svg and "frac" not in svg  # no trace string reaches the charts
+
+
+def test_trace_strings_are_escaped(gemm):
+    evil = _evil_profile(gemm)
+    html = render_report(evil, title=EVIL)
+    _assert_escaped(html)
+    text = _text(html)
+    # every kind of trace string made it to the page, as text
+    assert text.count(EVIL_ESCAPED) >= 5
+    assert "alert(1)&lt;/script&gt;&#34;&#39;&lt;/textarea&gt;" in html
+    assert "<svg" in html  # the charts were still drawn ($...$ never reached mathtext)
+
+
+def test_summary_html_is_escaped_and_compact(gemm):
+    html = profile_summary_html(gemm)
+    assert "custom-call.1" in html and "5 shapes" in html
+    assert "AMD GPU" in html
+    assert html.count("<tr>") <= 11  # header + top 10
+    assert "<script" not in html.lower() and "http" not in html
+    _assert_escaped(profile_summary_html(_evil_profile(gemm)))
+    assert gemm._repr_html_() == html
+
+
+def test_no_peaks_and_no_costs_give_a_note(gemm):
+    html = render_report(gemm, peaks=Peaks())
+    assert "No roofline chart" in html and "peak FLOP/s and the peak memory bandwidth" in html
+    assert html.count("<svg") == 1  # the step chart only
+    nocost = dataclasses.replace(gemm, ops=gemm.ops.with_columns(
+        pl.lit(None, dtype=pl.Float64).alias("flops"), pl.lit(None, dtype=pl.Float64).alias("bytes_accessed")))
+    html = render_report(nocost)
+    assert "no FLOP or byte counts" in html
+
+
+def test_empty_profile_renders(gemm):
+    empty = Profile(ops=gemm.ops.clear(), module_runs=gemm.module_runs.clear(), devices=[], traces=[])
+    html = render_report(empty)
+    assert "No HLO op events" in html
+    assert "<svg" not in html
+
+
+def test_rendering_leaves_matplotlib_state_alone(gemm):
+    import matplotlib
+
+    before = copy.deepcopy(dict(matplotlib.rcParams))
+    backend = matplotlib.get_backend()
+    with matplotlib.rc_context({"axes.facecolor": "#123456", "lines.linewidth": 9.0}):
+        html = render_report(gemm)
+        assert matplotlib.rcParams["axes.facecolor"] == "#123456"
+    assert "#123456" not in html  # the report is drawn in matplotlib's default style
+    assert dict(matplotlib.rcParams) == before
+    assert matplotlib.get_backend() == backend
+
+
+def test_write_report_and_profile_report(gemm, tmp_path):
+    out = write_report(gemm, tmp_path / "r.html", top=5, title="GEMM sweep")
+    assert out == tmp_path / "r.html" and out.stat().st_size > 10_000
+    html = out.read_text(encoding="utf-8")
+    assert "<title>GEMM sweep</title>" in html
+    assert gemm.report(tmp_path / "p.html").exists()
+
+
+# -- CLI --------------------------------------------------------------------------------------
+
+def test_cli_report(shared_traces, tmp_path, capsys):
+    out = tmp_path / "gemm.html"
+    rc = main(["report", str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb"), "-o", str(out), "--top", "8"])
+    assert rc == 0, capsys.readouterr().err
+    html = out.read_text(encoding="utf-8")
+    assert all(s in html for s in GEMM_SHAPES)
+    assert f"wrote {out}" in capsys.readouterr().err
+    # peaks flags reach the report
+    rc = main(["report", str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb"), "-o", str(out),
+               "--peak-flops", "1e15", "--peak-bw", "1e12"])
+    assert rc == 0
+    assert "1000.0 FLOP/byte" in out.read_text(encoding="utf-8")
+    assert "given on the command line" in out.read_text(encoding="utf-8")
+
+
+def test_cli_report_refuses_to_write_into_the_profile(shared_traces, tmp_path, capsys):
+    run = tmp_path / "logs" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    run.mkdir(parents=True)
+    shutil.copy(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", run / "host.xplane.pb")
+    rc = main(["report", str(tmp_path / "logs"), "-o", str(run / "r.html"), "--stale-days", "0"])
+    assert rc == 2
+    assert "refusing to write" in capsys.readouterr().err
+    assert not (run / "r.html").exists()
+    rc = main(["analyze", str(tmp_path / "logs"), "--html", str(run / "r.html"), "--stale-days", "0"])
+    assert rc == 2 and not (run / "r.html").exists()
+
+
+def test_cli_analyze_html(shared_traces, tmp_path, capsys):
+    out = tmp_path / "a.html"
+    rc = main(["analyze", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), "--top", "3", "--html", str(out)])
+    assert rc == 0
+    assert "560.4 FLOP/byte" in out.read_text(encoding="utf-8")
+    assert "wrote" in capsys.readouterr().err
+
+
+# -- headless Chromium ------------------------------------------------------------------------
+
+def _chromium() -> str:
+    env = os.environ.get("CHROMIUM")
+    if env:
+        return env
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        path = shutil.which(name)
+        if path:
+            return path
+    pytest.fail("headless Chromium not found (looked for $CHROMIUM, chromium, chromium-browser, google-chrome): "
+                "install it with `apt-get install -y chromium` (Debian) or point $CHROMIUM at a Chrome binary")
+
+
+def test_chromium_renders_a_non_blank_page(gemm, tmp_path):
+    import matplotlib.image
+    import numpy as np
+
+    page = write_report(gemm, tmp_path / "report.html")
+    png = tmp_path / "shot.png"
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-first-run",
+           f"--user-data-dir={tmp_path / 'chrome'}", f"--screenshot={png}", "--window-size=1280,2000",
+           page.resolve().as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert png.exists(), f"no screenshot (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    img = matplotlib.image.imread(png)[..., :3]
+    assert img.shape[:2] == (2000, 1280)
+    non_white = (img < 0.94).any(axis=-1).mean()
+    colors = np.unique((img * 255).astype(np.uint8).reshape(-1, 3), axis=0).shape[0]
+    assert non_white > 0.05, f"only {non_white:.1%} of the screenshot is not white"
+    assert colors > 200, f"only {colors} distinct colors in the screenshot"
+    # the dark header band is there (the stylesheet applied)
+    assert img[20:60, 20:400].mean() < 0.3
