@@ -301,3 +301,19 @@ def test_empty_input():
     a = steps.anatomy(empty_ops(), empty_module_runs())
     assert a.steps.height == 0 and a.families.height == 0 and a.coverage.n_steps == 0
     assert a.families.columns == list(steps.FAMILIES_SCHEMA)
+
+
+def test_busy_time_is_the_union_of_intervals():
+    """busy_ps's union arithmetic against a brute-force count of covered picoseconds."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n = int(rng.integers(1, 12))
+        st = rng.integers(0, 100, n)
+        en = st + rng.integers(0, 30, n)
+        lo, hi = sorted(int(x) for x in rng.integers(0, 130, 2))
+        covered = set()
+        for a, b in zip(st.tolist(), en.tolist()):
+            covered.update(range(max(a, lo), min(b, hi)))
+        assert steps._busy(st, en, lo, hi) == len(covered)

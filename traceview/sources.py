@@ -142,14 +142,15 @@ def attribute(ops: pl.DataFrame) -> pl.DataFrame:
               "user_file": pl.Utf8, "user_line": pl.Int32, "user_origin": pl.Utf8}
     if keys is None:
         return ops.with_columns([pl.lit(None, dtype=t).alias(c) for c, t in schema.items()]).clear()
-    uniq = keys.unique(maintain_order=True)
-    rows = [_attribute_one(f, l, s) for f, l, s in uniq.iter_rows()]
+    # one attribution per distinct (file, line, stack), found through a 64-bit hash
+    h = keys.select(pl.struct(keys.columns).hash(seed=7).alias("_h"))["_h"]
+    first = h.to_frame().with_row_index("_i").unique("_h", keep="first", maintain_order=True)
+    codes = {hv: j for j, hv in enumerate(first["_h"].to_list())}
+    rows = [_attribute_one(*keys.row(i)) for i in first["_i"].to_list()]
     table = pl.DataFrame(rows, schema=list(schema.items()), orient="row")
-    table = pl.concat([uniq, table], how="horizontal")
-    joined = keys.with_row_index("_i").join(table, on=["source_file", "source_line", "source_stack"],
-                                              how="left", nulls_equal=True).sort("_i")
+    idx = h.replace_strict(codes, return_dtype=pl.UInt32)
     return ops.drop([c for c in schema if c in ops.columns]).with_columns(
-        [joined[c].alias(c) for c in schema])
+        [table[c].gather(idx).alias(c) for c in schema])
 
 
 def _frame_cols(frame: str) -> tuple[str, str, str]:

@@ -310,14 +310,16 @@ def classify(ops: pl.DataFrame, rules=None) -> pl.DataFrame:
         return ops.with_columns(pl.lit(None, dtype=pl.Utf8).alias("family")).clear()
     keys = ops.select([pl.col(c).cast(pl.Utf8).fill_null("") if c in ops.columns else pl.lit("").alias(c)
                        for c in _CLASSIFY_COLS])
-    uniq = keys.unique(maintain_order=True)
-    fam = []
-    for op_name, kind, cat, hlo, fw, sf, stack, kernel in uniq.iter_rows():
+    # one classification per distinct op description, found through a 64-bit hash of the columns
+    h = keys.select(pl.struct(_CLASSIFY_COLS).hash(seed=7).alias("_h"))["_h"]
+    first = h.to_frame().with_row_index("_i").unique("_h", keep="first", maintain_order=True)
+    fam = {}
+    for hv, i in first.select("_h", "_i").iter_rows():
+        op_name, kind, cat, hlo, fw, sf, stack, kernel = keys.row(i)
         name = next((r.name for r in rs if r.matches(op_name, hlo, fw, sf)), None)
-        fam.append(name or family_of(op_name, kind, cat, hlo, fw, sf, stack, kernel))
-    table = uniq.with_columns(pl.Series("family", fam, dtype=pl.Utf8))
-    joined = keys.with_row_index("_i").join(table, on=_CLASSIFY_COLS, how="left").sort("_i")
-    return ops.drop("family", strict=False).with_columns(joined["family"])
+        fam[hv] = name or family_of(op_name, kind, cat, hlo, fw, sf, stack, kernel)
+    return ops.drop("family", strict=False).with_columns(
+        h.replace_strict(fam, return_dtype=pl.Utf8).alias("family"))
 
 
 # --------------------------------------------------------------------------------------
@@ -480,22 +482,17 @@ def _module_windows(activity: pl.DataFrame, runs: pl.DataFrame, window: str) -> 
 
 
 def _busy(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
-    """Length of the union of [starts, ends) clipped to [lo, hi), ps."""
+    """Length of the union of [starts, ends) clipped to [lo, hi), ps: the span from the first
+    start to the last end minus the gaps where an interval starts after every earlier one
+    ended."""
     if len(starts) == 0:
         return 0
     s = np.clip(starts, lo, hi)
     e = np.clip(ends, lo, hi)
     order = np.argsort(s, kind="stable")
-    s, e = s[order], e[order]
-    total = 0
-    cur_s, cur_e = int(s[0]), int(e[0])
-    for a, b in zip(s[1:].tolist(), e[1:].tolist()):
-        if a > cur_e:
-            total += cur_e - cur_s
-            cur_s, cur_e = a, b
-        elif b > cur_e:
-            cur_e = b
-    return total + (cur_e - cur_s)
+    s, e = s[order], np.maximum.accumulate(e[order])
+    gaps = np.maximum(s[1:] - e[:-1], 0).sum() if len(s) > 1 else 0
+    return int(max(int(e[-1]) - int(s[0]) - int(gaps), 0))
 
 
 def _assign(ops: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
