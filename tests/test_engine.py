@@ -1,0 +1,215 @@
+"""Bundled engine: buckets, page allocator, sampler, greedy correctness, batching, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp  # noqa: E402
+
+from traceview.engine_shim.buckets import pad_to_bucket, pow2_buckets  # noqa: E402
+from traceview.engine_shim.kv_cache import PageAllocator, empty_cache  # noqa: E402
+from traceview.engine_shim.sampling import SamplingParams, sample_tokens, topp_binary_search  # noqa: E402
+
+PROMPTS = ["Hello, my name is", "The president of the United States is", "The capital of France is",
+           "The future of AI is"]
+GREEDY = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
+
+
+# ---------------------------------------------------------------------------- pure parts
+def test_pow2_buckets_and_padding():
+    assert pow2_buckets(16, 512) == [16, 32, 64, 128, 256, 512]
+    assert pow2_buckets(8, 8) == [8]
+    assert pow2_buckets(8, 4) == [4]
+    assert pow2_buckets(1, 6) == [1, 2, 4, 6]
+    assert pow2_buckets(16, 100) == [16, 32, 64, 100]
+    assert pad_to_bucket([1, 2, 4, 6], 5) == 6 and pad_to_bucket([1, 2, 4, 6], 2) == 2
+    with pytest.raises(ValueError, match="exceeds the largest compile bucket 6"):
+        pad_to_bucket([1, 2, 4, 6], 7)
+
+
+def test_page_allocator_reserves_trash_page():
+    a = PageAllocator(5)
+    assert a.allocate(4) == [1, 2, 3, 4] and a.num_free == 0
+    with pytest.raises(MemoryError):
+        a.allocate(1)
+    a.free([2, 4])
+    assert a.allocate(2) == [2, 4]
+    for bad in ([0], [7], [1, 1]):
+        with pytest.raises(ValueError):
+            PageAllocator(5).free(bad) if bad != [1, 1] else a.free([1, 1])
+
+
+@pytest.mark.parametrize("kw", [dict(max_tokens=0), dict(temperature=-1), dict(top_p=0.0), dict(top_p=1.5),
+                                dict(top_k=-2), dict(repetition_penalty=0)])
+def test_sampling_params_validation(kw):
+    with pytest.raises(ValueError):
+        SamplingParams(**kw)
+
+
+def test_topp_binary_search_matches_sorted_nucleus():
+    rng = np.random.default_rng(0)
+    probs = jax.nn.softmax(jnp.asarray(rng.standard_normal((6, 512)) * 3, jnp.float32), axis=-1)
+    top_p = jnp.asarray([0.1, 0.5, 0.9, 0.99, 1.0, 0.3], jnp.float32)
+    thr = np.asarray(jax.jit(topp_binary_search)(probs, top_p))
+    p = np.asarray(probs)
+    for i in range(6):
+        kept = p[i] >= thr[i]
+        # Nucleus from sorting: the smallest prefix of sorted probs reaching top_p.
+        srt = np.sort(p[i])[::-1]
+        k = int(np.searchsorted(np.cumsum(srt), float(top_p[i]) - 1e-6)) + 1
+        assert kept.sum() == min(k, 512) or (top_p[i] == 1.0 and kept.sum() >= k - 1)
+        assert p[i][kept].sum() >= float(top_p[i]) - 1e-5
+
+
+def test_sampler_top_k_1_is_argmax_and_seeded():
+    rng = np.random.default_rng(1)
+    logits = jnp.asarray(rng.standard_normal((4, 512)), jnp.float32)
+    ones = jnp.ones(4, jnp.float32)
+    seen = jnp.zeros((4, 512), bool)
+    seeds = jnp.arange(4, dtype=jnp.uint32)
+    f = jax.jit(sample_tokens)
+    top1 = f(logits, ones, jnp.ones(4, jnp.int32), ones, ones, seen, seeds)
+    np.testing.assert_array_equal(np.asarray(top1), np.asarray(jnp.argmax(logits, -1)))
+    a = f(logits, ones, jnp.zeros(4, jnp.int32), ones, ones, seen, seeds)
+    b = f(logits, ones, jnp.zeros(4, jnp.int32), ones, ones, seen, seeds)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+# ---------------------------------------------------------------------------- engine
+@pytest.fixture(scope="module")
+def llm():
+    from traceview.engine_shim.engine import LLM
+
+    return LLM("tiny", max_num_seqs=4, max_model_len=128, min_request_bucket=2, precompile=False)
+
+
+def _ground_truth(llm, prompts, n):
+    """Greedy tokens by re-running the jnp prefill on the whole sequence at every step
+    (no paged decode, no kernel): the oracle for the engine's cache + kernel path."""
+    from traceview.engine_shim import model as model_lib
+
+    mc = llm.model_config
+    kc, vc = empty_cache(num_layers=mc.num_layers, num_kv_heads=mc.num_kv_heads, num_pages=5, page_size=16,
+                         head_dim=mc.head_dim, dtype=jnp.float32)
+
+    @jax.jit
+    def next_token(params, toks, n_):
+        logits = model_lib.prefill_forward(params, mc, kc, vc, toks, n_, jnp.arange(1, 5, dtype=jnp.int32), page_size=16)[0]
+        return jnp.argmax(logits)
+
+    result = []
+    for prompt in prompts:
+        ids = llm.tokenizer.encode(prompt)
+        for _ in range(n):
+            toks = np.zeros(64, np.int32)
+            toks[: len(ids)] = ids
+            ids.append(int(next_token(llm.params, toks, np.int32(len(ids)))))
+        result.append(ids[-n:])
+    return result
+
+
+def test_greedy_decode_matches_full_recompute(llm):
+    # Prompts of 18 and 38 tokens + 20 generated: decode crosses the 32- and 48-token page edges.
+    outs = llm.generate(PROMPTS[:2], GREEDY)
+    assert [o.outputs[0].token_ids for o in outs] == _ground_truth(llm, PROMPTS[:2], 20)
+    assert all(o.outputs[0].finish_reason == "length" for o in outs)
+
+
+def test_continuous_batching_is_batch_invariant_and_frees_pages(llm):
+    prompts = PROMPTS + ["abc", "x" * 40]  # 6 requests through 4 slots: buckets 4 then 2
+    free0, count0 = llm.allocator.num_free, llm.stats.num_generated_tokens
+    together = [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY)]
+    assert llm.allocator.num_free == free0
+    assert llm.stats.num_generated_tokens - count0 == 6 * 20
+    alone = [llm.generate(p, GREEDY)[0].outputs[0].token_ids for p in prompts]
+    assert together == alone
+    names = llm.stats.compiled_modules
+    assert "jit_decode_b4_bkv128" in names and "jit_decode_b2_bkv128" in names
+    assert not any(n.startswith("jit_sample_") for n in names)  # greedy never builds the sampler
+
+
+def test_ttft_protocol_one_token_runs_no_decode_step(llm):
+    steps = llm.stats.num_decode_steps
+    outs = llm.generate(PROMPTS, SamplingParams(max_tokens=1, temperature=0.0))
+    assert [len(o.outputs[0].token_ids) for o in outs] == [1] * 4
+    assert llm.stats.num_decode_steps == steps
+
+
+def test_topp_path_compiles_sampler_and_is_seeded(llm):
+    sp = SamplingParams(max_tokens=6, temperature=1.0, top_p=1.0, ignore_eos=True, seed=7)
+    a = [o.outputs[0].token_ids for o in llm.generate(PROMPTS[:2], sp)]
+    b = [o.outputs[0].token_ids for o in llm.generate(PROMPTS[:2], sp)]
+    assert a == b
+    assert "jit_sample_b2" in llm.stats.compiled_modules and "jit_sample_b1" in llm.stats.compiled_modules
+    k1 = [o.outputs[0].token_ids for o in llm.generate(PROMPTS[:2], SamplingParams(max_tokens=6, top_k=1, ignore_eos=True))]
+    g = [o.outputs[0].token_ids for o in llm.generate(PROMPTS[:2], SamplingParams(max_tokens=6, temperature=0.0))]
+    assert k1 == g
+
+
+def test_prompt_must_fit_context(llm):
+    with pytest.raises(ValueError, match="does not fit max_model_len=128"):
+        llm.generate("y" * 200, GREEDY)
+
+
+def test_generation_stops_at_max_model_len(llm):
+    out = llm.generate("z" * 120, SamplingParams(max_tokens=50, temperature=0.0, ignore_eos=True))[0]
+    assert len(out.prompt_token_ids) + len(out.outputs[0].token_ids) == 128
+
+
+def test_invalid_env_block_size_fails_engine_construction(monkeypatch):
+    from traceview.engine_shim.engine import LLM
+
+    monkeypatch.setenv("TRACEVIEW_KV_BLOCK_SIZE", "100")
+    with pytest.raises(ValueError, match="TRACEVIEW_KV_BLOCK_SIZE='100'"):
+        LLM("tiny", max_num_seqs=2, max_model_len=128, precompile=False)
+
+
+# ---------------------------------------------------------------------------- CLI
+def test_cli_help_and_usage_errors(capsys):
+    from traceview.engine_shim.cli import main
+
+    assert main(["--help"]) == 0
+    assert main(["bench", "--sampling", "nope"]) == 2
+    assert main([]) == 2
+
+
+def test_cli_bench_json_counts(tmp_path, monkeypatch, capsys):
+    from traceview.engine_shim.cli import main
+
+    monkeypatch.setenv("BATCH_MULT", "1")
+    monkeypatch.setenv("TRACEVIEW_KV_BLOCK_SIZE", "32")
+    out = tmp_path / "r.json"
+    rc = main(["bench", "--max-tokens", "5", "--max-num-seqs", "4", "--max-model-len", "64", "--no-precompile",
+               "--json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    for label in ("init", "TTFT", "ITL", "tok/s", "engine counter"):
+        assert label in text
+    r = json.loads(out.read_text())
+    assert r["num_requests"] == 4 and r["output_tokens"] == 20 and r["engine_counted_tokens"] == 20
+    assert r["config"]["kv_block_size"] == 32 and r["profiled"] is False
+    assert r["itl_s"] == pytest.approx((r["main_s"] - r["ttft_s"]) / 5)
+
+
+def test_cli_rejects_bad_env(monkeypatch, capsys):
+    from traceview.engine_shim.cli import main
+
+    monkeypatch.setenv("BATCH_MULT", "zero")
+    assert main(["bench"]) == 2
+    assert "BATCH_MULT='zero'" in capsys.readouterr().err
+
+
+def test_cli_profile_writes_run_and_prints_analyze_command(tmp_path, capsys):
+    from traceview.engine_shim.cli import main
+
+    rc = main(["profile", "--max-tokens", "2", "--max-num-seqs", "4", "--max-model-len", "64", "--no-precompile",
+               "--sampling", "topp", "--log-dir", str(tmp_path / "profile")])
+    assert rc == 0
+    text = capsys.readouterr().out
+    runs = list((tmp_path / "profile" / "plugins" / "profile").iterdir())
+    assert len(runs) == 1 and list(runs[0].glob("*.xplane.pb"))
+    assert f"traceview analyze {runs[0]}" in text
