@@ -18,6 +18,8 @@ from ._protos import HloProto
 from .costs import ModuleCosts, io_bytes
 from .shapes import Shape, shape_from_proto, signature
 
+_CONTROL_FLOW = frozenset({"while", "conditional", "call", "async-start", "async-done"})
+
 _FUSION_CATEGORY = {
     "kLoop": "loop fusion",
     "kInput": "input fusion",
@@ -128,8 +130,9 @@ def decode_module(data: bytes, program_id: int) -> HloModule:
                 source_stack="\n".join(f"{f}:{ln}" for f, ln in frames),
                 framework_op=md.op_name,
                 custom_call_target=ins.custom_call_target,
-                flops=costs.instruction_flops(ins),
-                bytes=io_bytes(res, operands, ins.opcode),
+                # control flow: its body's ops are traced (and costed) on their own
+                flops=None if ins.opcode in _CONTROL_FLOW else costs.instruction_flops(ins),
+                bytes=None if ins.opcode in _CONTROL_FLOW else io_bytes(res, operands, ins.opcode),
                 proto=ins,
             )
     return result

@@ -156,3 +156,21 @@ def render_roofline(console: Console, peaks, roof: pl.DataFrame, *, top: int, su
         console.print(f"  roofline-predicted {fmt_time_ps(summary['predicted_ps'])} against {fmt_time_ps(summary['measured_ps'])} "
                       f"measured ({100 * summary['ratio']:.0f}%) over ops with known costs "
                       f"({fmt_pct(summary['covered_share'])} of op time)")
+
+
+def render_kernels(console: Console, kern: pl.DataFrame, *, top: int) -> None:
+    """Print custom kernels found by name (configuration read off the name), one per module."""
+    if kern.height == 0:
+        return
+    console.print()
+    t = Table(title="custom kernels (configuration read off the kernel name in the trace)")
+    for c, j in (("kernel", "left"), ("config", "left"), ("module", "left"), ("invocations", "right"),
+                 ("ops", "right"), ("self time", "right"), ("self %", "right"), ("top-level shape", "left"),
+                 ("source", "left")):
+        t.add_column(c, justify=j, overflow="fold")
+    for r in kern.head(top).iter_rows(named=True):
+        shape = r["shape"] if len(r["shape"]) <= 90 else r["shape"][:87] + "..."
+        t.add_row(escape(r["kernel"]), escape(r["config"]), escape(r["module"]), f"{r['invocations']:,}",
+                  f"{r['ops']:,}", fmt_time_ps(r["self_ps"]), fmt_pct(r["share"]), escape(shape),
+                  escape(_short_path(r["source"], 3)))
+    console.print(t)
