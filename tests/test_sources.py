@@ -209,3 +209,20 @@ def test_bad_frame_and_empty_input():
     assert sources.by_line(empty, frame="user").height == 0
     assert sources.by_file_and_population(empty).height == 0
     assert sources.attribute(empty).columns[-6:] == sources.ATTRIBUTE_COLUMNS
+
+
+def test_engine_fixture_files():
+    from pathlib import Path
+
+    found = sorted((Path(__file__).resolve().parents[1] / "fixtures").glob("topp_b4/plugins/profile/*/*.xplane.pb"))
+    ops = traceview.read_file(found[0]).ops
+    files = sources.by_file(ops)
+    known = {"/work/main/engine_shim/model.py", "/work/main/kernels/paged_attention.py",
+             "/work/main/engine_shim/sampling.py"}
+    assert set(files["file"]) == known | {""}
+    assert set(files.filter(pl.col("file") != "")["origin"]) == {"project"}
+    # independent: occurrences per file counted row by row
+    per: Counter = Counter()
+    for r in ops.iter_rows(named=True):
+        per[r["source_file"]] += r["count"]
+    assert dict(zip(files["file"], files["occurrences"])) == dict(per)

@@ -317,3 +317,66 @@ def test_busy_time_is_the_union_of_intervals():
         for a, b in zip(st.tolist(), en.tolist()):
             covered.update(range(max(a, lo), min(b, hi)))
         assert steps._busy(st, en, lo, hi) == len(covered)
+
+
+# --------------------------------------------------------------------------------------
+# the bundled engine's CPU fixtures (fixtures/README.md): structure, never times
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _fixture(name: str):
+    found = sorted(FIXTURES.glob(f"{name}/plugins/profile/*/*.xplane.pb"))
+    assert len(found) == 1, f"expected one xplane under fixtures/{name}"
+    return traceview.read_file(found[0])
+
+
+@pytest.mark.parametrize("name,batch,sampler", [("greedy_b4", 4, "greedy"), ("greedy_b8", 8, "greedy"),
+                                                ("topp_b4", 4, "sample")])
+def test_engine_fixture_decode_anatomy(name, batch, sampler):
+    td = _fixture(name)
+    decode, samp = f"jit_decode_b{batch}_bkv128", f"jit_{sampler}_b{batch}"
+    a = steps.anatomy(td.ops, td.module_runs, module=decode)
+    _check_identities(a)
+    # 3 decode steps on the host CPU device, each holding one decode and one sampler execution
+    assert (a.method, a.module, a.steps.height) == ("module", decode, 3)
+    per_step = [td.ops.filter(pl.col("module") == m)["count"].sum() // 3 for m in (decode, samp)]
+    assert a.steps["ops"].to_list() == [sum(per_step)] * 3
+    inside = a.ops.filter(pl.col("step_row").is_not_null())
+    assert set(inside["module"]) == {decode, samp}
+    fam = dict(zip(a.families["family"], a.families["self_ps"]))
+    # attention = every op of the Pallas kernel (interpret mode on CPU), found by hand from
+    # the kernel's name scope; the same ops are exactly those sourced from the kernel file
+    kernel = inside.filter(pl.col("framework_op").str.contains("/RPAd-p_16-bq_1_1-bkv_128_128/", literal=True))
+    assert kernel.height > 0
+    assert set(kernel["family"]) == {"attention/custom kernels"}
+    assert fam["attention/custom kernels"] == pytest.approx(sum(kernel["self_ps"].to_list()) / 3)
+    assert set(inside.filter(pl.col("family") == "attention/custom kernels")["source_file"]) == {
+        "/work/main/kernels/paged_attention.py"}
+    # the sampler: top-p's binary search (run although top_p=1.0) vs greedy's argmax
+    sampling = inside.filter(pl.col("family") == "sampling")
+    assert set(sampling["module"]) == {samp}
+    if sampler == "sample":
+        search = inside.filter(pl.col("framework_op").str.contains("topp_binary_search"))
+        assert search.height > 0 and set(search["family"]) == {"sampling"}
+        assert sampling.height > search.height  # plus sort/argmax-style ops around it
+    else:
+        assert sampling.height == 3 and set(sampling["source_file"]) == {"/work/main/engine_shim/sampling.py"}
+    assert {"matmul/convolution", "copies and conversions"} <= set(fam)
+
+
+def test_engine_fixture_default_steps_and_windows():
+    td = _fixture("topp_b4")
+    a = steps.anatomy(td.ops, td.module_runs)
+    _check_identities(a)
+    # the dominant module is the one with the most op self time: in a 4-token run, a prefill
+    # or the decode; either way every execution of it is a step
+    runs = td.module_runs.filter(pl.col("module") == a.module)
+    assert a.module in ("jit_prefill_t32", "jit_decode_b4_bkv128") and a.steps.height == runs.height
+    for window in ("run", "period"):
+        b = steps.anatomy(td.ops, td.module_runs, module="jit_decode_b4_bkv128", window=window)
+        _check_identities(b)
+    run = steps.find_steps(td.ops, td.module_runs, module="jit_decode_b4_bkv128", window="run")
+    span = steps.find_steps(td.ops, td.module_runs, module="jit_decode_b4_bkv128")
+    # run windows hold the decode program only; span adds the sampler that follows it
+    assert (run["duration_ps"] <= span["duration_ps"]).all() and (run["ops"] < span["ops"]).all()
