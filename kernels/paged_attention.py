@@ -50,6 +50,10 @@ from jax.experimental.pallas import tpu as pltpu
 from traceview.kernels.block_sizes import resolve_kv_block_size
 from traceview.kernels.naming import kernel_name
 
+# Grid semantics: every (sequence, KV head) program is independent -> both axes parallel.
+# pltpu.PARALLEL where the installed jax has it, else the string form.
+_PARALLEL = getattr(pltpu, "PARALLEL", "parallel")
+
 #: Finite mask value for masked logits (as jax's Pallas attention ops use), so that
 #: ``exp(mask - max)`` underflows to 0 instead of producing ``inf - inf = nan``.
 MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
@@ -240,7 +244,7 @@ def paged_decode(
         kernel,
         out_shape=jax.ShapeDtypeStruct(qg.shape, q.dtype),
         grid_spec=grid_spec,
-        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=(_PARALLEL, _PARALLEL)),
         interpret=interpret,
         name=kernel_name(page_size=page_size, kv_block=bkv),
         cost_estimate=cost,
