@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import namedtuple
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +74,9 @@ def _as_int(v) -> int | None:
         return None
     try:
         x = int(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if x > _U64:
         return None
     return x & _U64 if x < 0 else x
 
@@ -135,7 +138,11 @@ def read_xspace_bytes(data: bytes, path: str):
     try:
         space.ParseFromString(data)
     except (DecodeError, RecursionError, ValueError) as exc:
-        raise TraceUnreadable(f"not a valid XSpace protobuf ({exc})", path) from None
+        from .diagnose import xspace_fault
+
+        why = xspace_fault(data)
+        raise TraceUnreadable(f"not a valid XSpace protobuf: {why}" if why else
+                              f"not a valid XSpace protobuf ({exc})", path) from None
     return space
 
 
@@ -166,6 +173,8 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
     del data
     if not space.planes:
         raise TraceUnreadable("XSpace has no planes (not an XProf trace?)", str(p))
+    if not any(pl_.name for pl_ in space.planes):
+        raise TraceUnreadable("a protobuf whose planes have no names: not an XProf trace", str(p))
     stem = p.name.split(".xplane")[0] if ".xplane" in p.name else p.stem
     host = host or stem or (space.hostnames[0] if space.hostnames else "")
     return convert_xspace(space, str(p), host, run)
@@ -222,7 +231,7 @@ def convert_xspace(space, path: str, host: str, run: str) -> TraceData:
     have_device_ops = any(c.height for c in cols)
     for plane, stat_names in host_planes:
         if have_device_ops:
-            n_events += sum(len(decode_line(raw, path)) for raw in plane.lines)
+            n_events += sum(count_events(raw, path) for raw in plane.lines)
             continue
         before = len(cols)
         n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=False)
@@ -296,6 +305,35 @@ class LineEvents:
         return len(self.mids)
 
 
+#: An XLine's own fields (what :class:`~traceview._protos.XLineHeader` holds).
+LineHeader = namedtuple("LineHeader", "id display_id name display_name timestamp_ns duration_ps")
+
+
+def line_header(raw: bytes, path: str) -> LineHeader:
+    """The header fields of one serialized XLine, its events skipped (C accelerator when
+    built, else protobuf). Raises :class:`TraceUnreadable` on malformed bytes."""
+    if _fast is not None:
+        try:
+            return LineHeader(*_fast.line_header(raw))
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
+    try:
+        h = XLineHeader.FromString(raw)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
+    return LineHeader(h.id, h.display_id, h.name, h.display_name, h.timestamp_ns, h.duration_ps)
+
+
+def count_events(raw: bytes, path: str) -> int:
+    """Number of XEvents in one serialized XLine, without decoding them."""
+    if _fast is not None:
+        try:
+            return _fast.count_events(raw)
+        except ValueError as exc:
+            raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
+    return len(decode_line(raw, path))
+
+
 def decode_line(raw: bytes, path: str, stat_id: int = -1, stat_id2: int = -1) -> LineEvents:
     """Decode one serialized XLine (header + event arrays) with the C accelerator when it is
     built, else with protobuf. ``stat_values`` holds each event's integer XStat with
@@ -303,10 +341,7 @@ def decode_line(raw: bytes, path: str, stat_id: int = -1, stat_id2: int = -1) ->
     bytes."""
     le = LineEvents()
     le.raw = raw
-    try:
-        le.header = XLineHeader.FromString(raw)
-    except (DecodeError, RecursionError, ValueError) as exc:
-        raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
+    le.header = line_header(raw, path)
     le.name = le.header.name
     if _fast is not None:
         try:
@@ -331,8 +366,14 @@ def decode_line(raw: bytes, path: str, stat_id: int = -1, stat_id2: int = -1) ->
         le.has_stats = np.fromiter((len(e.stats) > 0 for e in evs), dtype=np.bool_, count=n)
         le.stat_values = np.fromiter((_int_stat(e, stat_id) for e in evs), dtype=np.int64, count=n)
         le.stat_values2 = np.fromiter((_int_stat(e, stat_id2) for e in evs), dtype=np.int64, count=n)
-    le.starts = offsets + int(le.header.timestamp_ns) * 1000
+    le.starts = offsets + _line_base_ps(le.header.timestamp_ns)
     return le
+
+
+def _line_base_ps(timestamp_ns: int) -> np.int64:
+    """``timestamp_ns * 1000`` as int64 ps, wrapping like the event arithmetic does when a
+    corrupt line's timestamp is out of range (the reader notes such times; it never raises)."""
+    return np.int64(((int(timestamp_ns) * 1000 + (1 << 63)) & _U64) - (1 << 63))
 
 
 def _int_stat(event, stat_id: int) -> int:
@@ -358,10 +399,14 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path) 
     off_id = next((k for k, v in stat_names.items() if v == "device_offset_ps"), -1)
     dur_id = next((k for k, v in stat_names.items() if v == "device_duration_ps"), -1)
     lines = [decode_line(raw, path, off_id, dur_id) for raw in plane.lines]
+    aligned: dict[str, np.ndarray] = {}
+    device_clock: dict[str, np.ndarray] = {}
     for le in lines:
         # TPU events record the device clock's offset and duration (what XProf's op metrics
         # use); take them where present, the host-aligned line times elsewhere
         both = (le.stat_values >= 0) & (le.stat_values2 >= 0)
+        aligned[le.name] = le.starts
+        device_clock[le.name] = both
         if both.any():
             le.starts = np.where(both, le.stat_values, le.starts)
             le.durations = np.where(both, le.stat_values2, le.durations)
@@ -374,11 +419,28 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path) 
         md_names = {k: v.name for k, v in plane.event_metadata.items()}
         name_of = {mid: split_module_name(md_names.get(mid, "")) for mid in np.unique(mod_line.mids).tolist()}
         mod_names = [name_of[m] for m in mod_line.mids.tolist()]
+        mod_starts = mod_line.starts
+        op_l = by_name.get("XLA Ops")
+        if not device_clock["XLA Modules"].all() and op_l is not None and device_clock["XLA Ops"].any():
+            # Modules without device times: move them onto the ops' device clock by the
+            # device-minus-host offset of the first op at or after each module's start
+            # (the offset drifts over a trace, so no single shift fits).
+            has = device_clock["XLA Ops"]
+            a_ops = aligned["XLA Ops"][has]
+            delta = (op_l.starts[has] - a_ops)
+            order = np.argsort(a_ops, kind="stable")
+            a_sorted, d_sorted = a_ops[order], delta[order]
+            a_mod = aligned["XLA Modules"]
+            pos = np.clip(np.searchsorted(a_sorted, a_mod, side="left"), 0, len(a_sorted) - 1)
+            shift = np.where(device_clock["XLA Modules"], 0, d_sorted[pos])
+            mod_starts = np.where(device_clock["XLA Modules"], mod_line.starts, a_mod + shift)
         runs.append(frame({
             "host": [host] * len(mod_names), "device": [plane.name] * len(mod_names),
             "module": [m for m, _ in mod_names], "program_id": [p for _, p in mod_names],
-            "start_ps": mod_line.starts, "duration_ps": mod_line.durations}, MODULE_RUNS_SCHEMA))
-        mod_intervals = (mod_line.starts, mod_line.starts + mod_line.durations)
+            "start_ps": mod_starts, "duration_ps": mod_line.durations}, MODULE_RUNS_SCHEMA))
+        # ops are matched to the module execution enclosing them on the host-aligned clock,
+        # which both lines share
+        mod_intervals = (aligned["XLA Modules"], aligned["XLA Modules"] + mod_line.durations)
     op_line = by_name.get("XLA Ops")
     if op_line is None or not len(op_line):
         return n
@@ -386,7 +448,8 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path) 
     starts, durs, occ = op_line.starts, op_line.durations, op_line.occurrences
     selfs = self_times(starts, durs)
     if mod_intervals is not None:
-        enc = enclosing(starts, starts + durs, *mod_intervals)
+        a_st = aligned["XLA Ops"]
+        enc = enclosing(a_st, a_st + durs, *mod_intervals)
     else:
         enc = np.full(len(starts), -1, dtype=np.int64)
     enc_module = [m for m, _ in mod_names] + [""]
@@ -438,7 +501,7 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
             continue
         line = _full_line(raw, path)
         n += len(line.events)
-        base = int(line.timestamp_ns) * 1000
+        base = _line_base_ps(line.timestamp_ns)
         rows = []
         for ev in line.events:
             mid = ev.metadata_id
@@ -457,7 +520,7 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
             rows.append((ev, st, ev_name))
         if not rows:
             continue
-        starts = np.array([base + r[0].offset_ps for r in rows], dtype=np.int64)
+        starts = np.array([r[0].offset_ps for r in rows], dtype=np.int64) + base
         durs = np.array([r[0].duration_ps for r in rows], dtype=np.int64)
         selfs = self_times(starts, durs).tolist()
         c = {k: [] for k in OPS_SCHEMA}
@@ -489,7 +552,7 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
                 c["framework_op"].append(info.framework_op or fw)
                 c["flops"].append(None if info.flops is None else float(info.flops))
                 c["bytes_accessed"].append(None if info.bytes is None else float(info.bytes))
-                c["cost_source"].append("derived")
+                c["cost_source"].append("unknown" if info.flops is None and info.bytes is None else "derived")
             else:
                 c["op_kind"].append("")
                 c["category"].append("")
