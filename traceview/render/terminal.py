@@ -174,3 +174,42 @@ def render_kernels(console: Console, kern: pl.DataFrame, *, top: int) -> None:
                   f"{r['ops']:,}", fmt_time_ps(r["self_ps"]), fmt_pct(r["share"]), escape(shape),
                   escape(_short_path(r["source"], 3)))
     console.print(t)
+
+
+def render_sources(console: Console, files: pl.DataFrame, *, top: int, frame: str) -> None:
+    """Print source attribution by file: share of op self time, project vs site-packages."""
+    if files.height == 0:
+        return
+    console.print()
+    t = Table(title=f"source attribution by file ({frame} frame) — top {min(top, files.height)} of {files.height}")
+    for c, j in (("file", "left"), ("origin", "left"), ("occ.", "right"), ("self time", "right"),
+                 ("self %", "right"), ("ops", "right")):
+        t.add_column(c, justify=j, overflow="fold")
+    for r in files.head(top).iter_rows(named=True):
+        origin = r["origin"] or "-"
+        if origin == "project":
+            origin = "[green]project[/green]"
+        t.add_row(escape(r["file"] or "(no source recorded)"), origin, f"{r['occurrences']:,}",
+                  fmt_time_ps(r["self_ps"]), fmt_pct(r["share"]), str(r["n_ops"]))
+    console.print(t)
+
+
+def render_steps(console: Console, anat) -> None:
+    """Print the step anatomy: how steps were found, op families per step, the coverage line."""
+    if anat is None or anat.steps.height == 0:
+        return
+    console.print()
+    how = {"module": f"executions of {anat.module}", "markers": "step markers", "trace": "the whole trace"}
+    console.print(f"[bold]step anatomy[/bold] — steps are {escape(how.get(anat.method, anat.method))} "
+                  f"(window: {anat.window})")
+    t = Table()
+    for c, j in (("family", "left"), ("time per step", "right"), ("share of step", "right"),
+                 ("occ. per step", "right"), ("populations", "right")):
+        t.add_column(c, justify=j)
+    for r in anat.families.iter_rows(named=True):
+        t.add_row(escape(r["family"]), fmt_time_ps(r["self_ps"]), fmt_pct(r["share"]),
+                  f"{r['per_step']:.3g}", str(r["n_populations"]))
+    console.print(t)
+    console.print("  " + escape(anat.coverage.line()))
+    for n in anat.notes:
+        console.print(f"  [yellow]note:[/yellow] {escape(n)}")
