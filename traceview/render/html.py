@@ -558,11 +558,11 @@ _SUMMARY = """\
 </style>
 <b>traceview Profile</b>: {{ files|length }} file(s){% if hosts %} from {{ hosts|join(", ") }}{% endif %};
 {{ op_events|num }} op events, op time {{ op_time_ps|t }}
-{% for d in devices %}<br>{{ d.kind }} {{ d.device_type }} ×{{ d.n }}: {{ d.ops|num }} op events, {{ d.op_time_ps|t }}
-{%- if d.peak_flops %}; peak {{ d.peak_flops|rate("FLOP/s") }}{% endif %}
-{%- if d.peak_bw %}, {{ d.peak_bw|rate("B/s") }}{% endif %}
-{%- if d.peak_flops and d.peak_bw %}, ridge {{ "%.1f"|format(d.peak_flops / d.peak_bw) }} FLOP/byte{% endif %}
+{% for d in devices %}<br>{{ d.kind }}{% if d.device_type != d.kind %} {{ d.device_type }}{% endif %} ×{{ d.n }}: {{ d.ops|num }} op events, {{ d.op_time_ps|t }}
 {% endfor %}
+{% if peaks.flops or peaks.bw %}<br>peaks {{ peaks.flops or "unknown" }}, {{ peaks.bw or "unknown" }}{% if peaks.ridge %}; ridge point {{ "%.1f"|format(peaks.ridge) }} FLOP/byte{% endif %}
+{% else %}<br>peaks unknown (pass <code>chip=</code> or <code>peak_flops=</code>/<code>peak_bw=</code> to <code>.peaks()</code>)
+{% endif %}
 {% for w in warnings %}<br><span class="warn">warning: {{ w }}</span>{% endfor %}
 {% if rows %}
 <table>
@@ -582,13 +582,13 @@ _SUMMARY = """\
 
 
 def profile_summary_html(prof) -> str:
-    """A compact HTML summary for Jupyter (``Profile._repr_html_``): files and hosts, devices
-    with their peaks, warnings, and the top 10 (op, shape) populations by self time. Every
+    """A compact HTML summary for Jupyter (``Profile._repr_html_``): files and hosts, devices,
+    the resolved peaks (FLOP/s, B/s) and ridge point (FLOP/byte), warnings, and the top 10 (op, shape) populations by self time. Every
     trace string is escaped; no script, no external reference."""
     rows, _, _ = _top_ops(prof, 10)
     hosts = sorted({t.host for t in prof.traces})
     return _env().from_string(_SUMMARY).render(
         files=prof.traces, hosts=hosts[:4] + ([f"+{len(hosts) - 4}"] if len(hosts) > 4 else []),
         op_events=int(prof.ops["count"].sum() or 0) if prof.ops.height else 0, op_time_ps=prof.op_time_ps,
-        devices=_devices(prof), warnings=list(prof.warnings), rows=rows,
+        devices=_devices(prof), peaks=_peaks(prof.peaks()), warnings=list(prof.warnings), rows=rows,
         n_pops=prof.by_shape().height if prof.ops.height else 0)
