@@ -13,21 +13,30 @@
  * stat_id (XStat.int64_value = 4 or uint64_value = 3), or -1 when absent (stat_values2 the
  * same for stat_id2). TPU events carry their device-clock offset and duration this way
  * (``device_offset_ps``, ``device_duration_ps``).
- * Raises ValueError on malformed input (truncated varint, length past the end).
+ *
+ * line_header(buf) -> (id, display_id, name, display_name, timestamp_ns, duration_ps): the
+ * XLine's own fields, skipping its events (name and display_name decoded as strict UTF-8).
+ *
+ * count_events(buf) -> n: the number of XEvents in a serialized XLine.
+ *
+ * All three release the GIL while they walk the bytes (the buffer is held through the
+ * buffer protocol), so lines can be decoded in parallel threads.
+ * Raise ValueError on malformed input (truncated varint, length past the end, bad UTF-8).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
 
-static int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    const uint8_t *q = *p;
+    if (q < end && !(*q & 0x80)) { *out = *q; *p = q + 1; return 1; }  /* one-byte fast path */
     uint64_t v = 0;
     int shift = 0;
-    while (*p < end && shift < 70) {
-        uint8_t b = **p;
-        (*p)++;
+    while (q < end && shift < 70) {
+        uint8_t b = *q++;
         v |= (uint64_t)(b & 0x7F) << shift;
-        if (!(b & 0x80)) { *out = v; return 1; }
+        if (!(b & 0x80)) { *out = v; *p = q; return 1; }
         shift += 7;
     }
     return 0;
@@ -45,19 +54,6 @@ static int skip_field(const uint8_t **p, const uint8_t *end, int wt) {
         *p += tmp; return 1;
     default: return 0;
     }
-}
-
-typedef struct { int64_t *data; Py_ssize_t n, cap; } vec64;
-
-static int push64(vec64 *v, int64_t x) {
-    if (v->n == v->cap) {
-        Py_ssize_t nc = v->cap ? v->cap * 2 : 1024;
-        int64_t *d = (int64_t *)PyMem_Realloc(v->data, nc * sizeof(int64_t));
-        if (!d) return 0;
-        v->data = d; v->cap = nc;
-    }
-    v->data[v->n++] = x;
-    return 1;
 }
 
 static int stat_int(const uint8_t *q, const uint8_t *qe, long long want, int64_t *out,
@@ -78,34 +74,52 @@ static int stat_int(const uint8_t *q, const uint8_t *qe, long long want, int64_t
     return 1;
 }
 
-static PyObject *decode_line(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    long long want = -1, want2 = -1;
-    if (!PyArg_ParseTuple(args, "y*|LL", &view, &want, &want2)) return NULL;
-    const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
-    vec64 mids = {0}, offs = {0}, durs = {0}, occs = {0}, stats = {0}, svals = {0}, svals2 = {0};
+/* Pass 1: count the events and read timestamp_ns; returns NULL or an error message. */
+static const char *scan_line(const uint8_t *p, const uint8_t *end, Py_ssize_t *n_out, int64_t *ts_out) {
+    Py_ssize_t n = 0;
     int64_t ts = 0;
-    int ok = 1;
-    const char *err = "malformed XLine";
-    while (p < end && ok) {
+    while (p < end) {
         uint64_t key;
-        if (!read_varint(&p, end, &key)) { ok = 0; err = "truncated field key"; break; }
+        if (!read_varint(&p, end, &key)) return "truncated field key";
         int field = (int)(key >> 3), wt = (int)(key & 7);
         if (field == 3 && wt == 0) {
-            uint64_t v; if (!read_varint(&p, end, &v)) { ok = 0; err = "truncated timestamp"; break; }
+            uint64_t v; if (!read_varint(&p, end, &v)) return "truncated timestamp";
             ts = (int64_t)v;
         } else if (field == 4 && wt == 2) {
             uint64_t len;
-            if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) { ok = 0; err = "event length past the end"; break; }
+            if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) return "event length past the end";
+            p += len;
+            n++;
+        } else if (!skip_field(&p, end, wt)) return "bad line field";
+    }
+    *n_out = n;
+    *ts_out = ts;
+    return NULL;
+}
+
+typedef struct { int64_t *mids, *offs, *durs, *occs, *svals, *svals2; uint8_t *flags; } out_arrays;
+
+/* Pass 2: fill the arrays (exactly n events, as counted by scan_line). */
+static const char *fill_line(const uint8_t *p, const uint8_t *end, out_arrays *o, long long want, long long want2) {
+    Py_ssize_t i = 0;
+    int any_stat = (want >= 0 || want2 >= 0);
+    while (p < end) {
+        uint64_t key;
+        if (!read_varint(&p, end, &key)) return "truncated field key";
+        int field = (int)(key >> 3), wt = (int)(key & 7);
+        if (field == 4 && wt == 2) {
+            uint64_t len;
+            if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) return "event length past the end";
             const uint8_t *q = p, *qe = p + len;
-            int64_t mid = 0, off = 0, dur = 0, occ = 0, st = 0, sv = -1, sv2 = -1;
+            int64_t mid = 0, off = 0, dur = 0, occ = 0, sv = -1, sv2 = -1;
+            uint8_t st = 0;
             while (q < qe) {
                 uint64_t k2;
-                if (!read_varint(&q, qe, &k2)) { ok = 0; err = "truncated event field"; break; }
+                if (!read_varint(&q, qe, &k2)) return "truncated event field";
                 int f2 = (int)(k2 >> 3), w2 = (int)(k2 & 7);
                 uint64_t v;
                 if (w2 == 0 && (f2 == 1 || f2 == 2 || f2 == 3 || f2 == 5)) {
-                    if (!read_varint(&q, qe, &v)) { ok = 0; err = "truncated event varint"; break; }
+                    if (!read_varint(&q, qe, &v)) return "truncated event varint";
                     if (f2 == 1) mid = (int64_t)v;
                     else if (f2 == 2) { off = (int64_t)v; occ = 0; }
                     else if (f2 == 3) dur = (int64_t)v;
@@ -113,49 +127,108 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
                 } else if (f2 == 4 && w2 == 2) {
                     uint64_t sl;
                     st = 1;
-                    if (!read_varint(&q, qe, &sl) || sl > (uint64_t)(qe - q)) { ok = 0; err = "stat length past the end"; break; }
-                    if ((want >= 0 || want2 >= 0) && !stat_int(q, q + sl, want, &sv, want2, &sv2)) { ok = 0; err = "bad stat"; break; }
+                    if (!read_varint(&q, qe, &sl) || sl > (uint64_t)(qe - q)) return "stat length past the end";
+                    if (any_stat && !stat_int(q, q + sl, want, &sv, want2, &sv2)) return "bad stat";
                     q += sl;
-                } else {
-                    if (!skip_field(&q, qe, w2)) { ok = 0; err = "bad event field"; break; }
-                }
+                } else if (!skip_field(&q, qe, w2)) return "bad event field";
             }
-            if (!ok) break;
-            if (!push64(&mids, mid) || !push64(&offs, off) || !push64(&durs, dur) ||
-                !push64(&occs, occ) || !push64(&stats, st) || !push64(&svals, sv) || !push64(&svals2, sv2)) { ok = 0; err = "out of memory"; break; }
+            o->mids[i] = mid; o->offs[i] = off; o->durs[i] = dur; o->occs[i] = occ;
+            o->flags[i] = st; o->svals[i] = sv; o->svals2[i] = sv2;
+            i++;
             p = qe;
-        } else {
-            if (!skip_field(&p, end, wt)) { ok = 0; err = "bad line field"; break; }
-        }
+        } else if (!skip_field(&p, end, wt)) return "bad line field";
     }
+    return NULL;
+}
+
+static PyObject *decode_line(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long want = -1, want2 = -1;
+    if (!PyArg_ParseTuple(args, "y*|LL", &view, &want, &want2)) return NULL;
+    const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
+    Py_ssize_t n = 0;
+    int64_t ts = 0;
+    const char *err;
+    Py_BEGIN_ALLOW_THREADS
+    err = scan_line(p, end, &n, &ts);
+    Py_END_ALLOW_THREADS
+    if (err) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    PyObject *b[7] = {NULL};
+    for (int k = 0; k < 7; k++) {
+        b[k] = PyBytes_FromStringAndSize(NULL, k == 4 ? n : n * 8);
+        if (!b[k]) { for (int j = 0; j < k; j++) Py_DECREF(b[j]); PyBuffer_Release(&view); return NULL; }
+    }
+    out_arrays o = {(int64_t *)PyBytes_AS_STRING(b[0]), (int64_t *)PyBytes_AS_STRING(b[1]),
+                    (int64_t *)PyBytes_AS_STRING(b[2]), (int64_t *)PyBytes_AS_STRING(b[3]),
+                    (int64_t *)PyBytes_AS_STRING(b[5]), (int64_t *)PyBytes_AS_STRING(b[6]),
+                    (uint8_t *)PyBytes_AS_STRING(b[4])};
+    Py_BEGIN_ALLOW_THREADS
+    err = fill_line(p, end, &o, want, want2);
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
-    PyObject *res = NULL;
-    if (ok) {
-        Py_ssize_t n = mids.n;
-        PyObject *flags = PyBytes_FromStringAndSize(NULL, n);
-        if (flags) {
-            char *fb = PyBytes_AS_STRING(flags);
-            for (Py_ssize_t i = 0; i < n; i++) fb[i] = (char)(stats.data[i] != 0);
-            res = Py_BuildValue("(LnNNNNNNN)", (long long)ts, n,
-                PyBytes_FromStringAndSize((const char *)mids.data, n * 8),
-                PyBytes_FromStringAndSize((const char *)offs.data, n * 8),
-                PyBytes_FromStringAndSize((const char *)durs.data, n * 8),
-                PyBytes_FromStringAndSize((const char *)occs.data, n * 8),
-                flags,
-                PyBytes_FromStringAndSize((const char *)svals.data, n * 8),
-                PyBytes_FromStringAndSize((const char *)svals2.data, n * 8));
-        }
-    } else {
+    if (err) {
+        for (int k = 0; k < 7; k++) Py_DECREF(b[k]);
         PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
     }
-    PyMem_Free(mids.data); PyMem_Free(offs.data); PyMem_Free(durs.data);
-    PyMem_Free(occs.data); PyMem_Free(stats.data); PyMem_Free(svals.data); PyMem_Free(svals2.data);
-    return res;
+    return Py_BuildValue("(LnNNNNNNN)", (long long)ts, n, b[0], b[1], b[2], b[3], b[4], b[5], b[6]);
+}
+
+static PyObject *line_header(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
+    int64_t id = 0, display_id = 0, ts = 0, dur = 0;
+    const uint8_t *name = NULL, *dname = NULL;
+    Py_ssize_t name_len = 0, dname_len = 0;
+    const char *err = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    while (p < end) {
+        uint64_t key, v;
+        if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
+        int field = (int)(key >> 3), wt = (int)(key & 7);
+        if (wt == 0 && (field == 1 || field == 3 || field == 9 || field == 10)) {
+            if (!read_varint(&p, end, &v)) { err = "truncated varint"; break; }
+            if (field == 1) id = (int64_t)v;
+            else if (field == 3) ts = (int64_t)v;
+            else if (field == 9) dur = (int64_t)v;
+            else display_id = (int64_t)v;
+        } else if (wt == 2 && (field == 2 || field == 11)) {
+            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) { err = "string length past the end"; break; }
+            if (field == 2) { name = p; name_len = (Py_ssize_t)v; }
+            else { dname = p; dname_len = (Py_ssize_t)v; }
+            p += v;
+        } else if (!skip_field(&p, end, wt)) { err = "bad line field"; break; }
+    }
+    Py_END_ALLOW_THREADS
+    if (err) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    PyObject *n1 = PyUnicode_DecodeUTF8(name ? (const char *)name : "", name_len, "strict");
+    PyObject *n2 = n1 ? PyUnicode_DecodeUTF8(dname ? (const char *)dname : "", dname_len, "strict") : NULL;
+    PyBuffer_Release(&view);
+    if (!n1 || !n2) { Py_XDECREF(n1); return NULL; }
+    return Py_BuildValue("(LLNNLL)", (long long)id, (long long)display_id, n1, n2, (long long)ts, (long long)dur);
+}
+
+static PyObject *count_events(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    Py_ssize_t n = 0;
+    int64_t ts = 0;
+    const char *err;
+    Py_BEGIN_ALLOW_THREADS
+    err = scan_line((const uint8_t *)view.buf, (const uint8_t *)view.buf + view.len, &n, &ts);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (err) { PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    return PyLong_FromSsize_t(n);
 }
 
 static PyMethodDef methods[] = {
     {"decode_line", decode_line, METH_VARARGS,
      "decode_line(buf, stat_id=-1, stat_id2=-1) -> (timestamp_ns, n, mids, offsets, durations, occurrences, has_stats, stat_values, stat_values2)"},
+    {"line_header", line_header, METH_VARARGS,
+     "line_header(buf) -> (id, display_id, name, display_name, timestamp_ns, duration_ps)"},
+    {"count_events", count_events, METH_VARARGS, "count_events(buf) -> number of XEvents in the XLine"},
     {NULL, NULL, 0, NULL}
 };
 
