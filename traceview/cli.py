@@ -38,6 +38,9 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
                    help="warn when the chosen run is older than D days (default 7)")
     p.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX (e.g. 'TPU:0$')")
     p.add_argument("--filter", metavar="REGEX", help="keep only ops whose name or HLO text matches REGEX")
+    from .parallel import add_cli_arguments  # --no-cache, --scheduler
+
+    add_cli_arguments(p)
 
 
 def _positive_float(text: str) -> float:
@@ -177,10 +180,12 @@ def _render_all(console, prof, table, args, checks, peaks, roof) -> None:
 def cmd_analyze(args) -> int:
     from rich.console import Console
 
+    from .parallel import cli_read_options
     from .profile import load
 
     prof = load(args.path, run=args.run, all_runs=args.all_runs,
-                stale_after_s=None if args.stale_days <= 0 else args.stale_days * 86400)
+                stale_after_s=None if args.stale_days <= 0 else args.stale_days * 86400,
+                **cli_read_options(args))
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     table = _table_for(prof, args.by)
     peaks = _peaks_from_args(prof, args)
@@ -228,13 +233,15 @@ def cmd_analyze(args) -> int:
 
 def cmd_report(args) -> int:
     """``traceview report PATH -o FILE``: the HTML report (see :func:`traceview.render.html.write_report`)."""
+    from .parallel import cli_read_options
     from .profile import load
 
     out = Path(args.output)
     if out.is_dir():
         raise UsageError(f"{out} is a folder; -o needs a file name (e.g. {out / 'report.html'})")
     prof = load(args.path, run=args.run, all_runs=args.all_runs,
-                stale_after_s=None if args.stale_days <= 0 else args.stale_days * 86400)
+                stale_after_s=None if args.stale_days <= 0 else args.stale_days * 86400,
+                **cli_read_options(args))
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     if _out_inside_inputs(out, prof):
         raise UsageError(f"refusing to write {out} inside the profile folder it reads; choose another -o")

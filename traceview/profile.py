@@ -18,6 +18,21 @@ from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, DeviceInfo, TraceData
 
 
 def read_file(path: str | os.PathLike, *, kind: str | None = None, host: str | None = None, run: str = "") -> TraceData:
+    """Read one trace file with the reader its name calls for, through the parsed-table cache.
+
+    Same arguments, result and errors as :func:`_read_file_uncached`; a fresh entry of
+    :mod:`traceview.cache` (outside the profile folder) is returned instead of reading the
+    file again, and a read result is stored there.
+    """
+    from .cache import cached_read
+
+    p = str(path)
+    k = kind if kind is not None else ("xplane" if p.endswith(".pb") else "trace_json")
+    return cached_read(p, k, host, run, lambda: _read_file_uncached(p, kind=k, host=host, run=run))
+
+
+def _read_file_uncached(path: str | os.PathLike, *, kind: str | None = None, host: str | None = None,
+                        run: str = "") -> TraceData:
     """Read one trace file with the reader its name calls for.
 
     ``kind`` is "xplane" or "trace_json" (guessed from the name when None). Raises
@@ -188,7 +203,8 @@ class Profile:
 
 
 def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = False,
-         require_ops: bool = True, stale_after_s: float | None = 7 * 24 * 3600) -> Profile:
+         require_ops: bool = True, stale_after_s: float | None = 7 * 24 * 3600, executor=None,
+         scheduler: str | None = None, progress=None) -> Profile:
     """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above).
 
     Picks the newest run unless ``run`` names one or ``all_runs`` is set, reads one file per
@@ -197,21 +213,25 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     :class:`~traceview.errors.TraceUnreadable` when every selected file is unreadable (a
     single unreadable host among several becomes a warning), and
     :class:`~traceview.errors.NoOpsFound` when the traces hold no HLO op and
-    ``require_ops`` is True.
+    ``require_ops`` is True. Several files are read in parallel (see
+    :func:`traceview.parallel.read_many`: local processes, ``executor`` or the Dask cluster at
+    ``scheduler``); ``progress`` receives a :class:`traceview.parallel.Progress` after each file.
     """
+    from .cache import cache_root
     from .discover import discover
+    from .parallel import read_many, tasks_for
 
     disc = discover(path, run=run, all_runs=all_runs, stale_after_s=stale_after_s)
     traces: list[TraceData] = []
     warnings = list(disc.warnings)
     errors: list[TraceviewError] = []
-    for tf in disc.files:
-        try:
-            traces.append(read_file(tf.path, kind="xplane" if tf.kind == "xplane" else "trace_json",
-                                    host=tf.host, run=tf.run))
-        except TraceviewError as exc:
-            errors.append(exc)
-            warnings.append(f"skipped unreadable trace {exc}")
+    tasks = tasks_for(disc.files, use_cache=cache_root() is not None)
+    for res in read_many(tasks, executor=executor, scheduler=scheduler, progress=progress):
+        if isinstance(res, TraceviewError):
+            errors.append(res)
+            warnings.append(f"skipped unreadable trace {res}")
+        else:
+            traces.append(res)
     if errors and not traces:
         raise errors[0]
     prof = Profile.from_traces(traces, discovery=disc, warnings=warnings)
