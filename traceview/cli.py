@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--title", metavar="TEXT", help="page title (default: 'traceview report — <path name>')")
     _add_peaks(r)
 
+    from .cli_diff import add_parsers as _add_diff_parsers  # diff, verify
+
+    _add_diff_parsers(sub, _positive_int, _positive_float)
+
     e = sub.add_parser("engine", help="the bundled Pallas decode engine (bench, profile)", add_help=False)
     e.add_argument("engine_args", nargs=argparse.REMAINDER)
     return parser
@@ -275,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_analyze(args)
         if args.command == "report":
             return cmd_report(args)
+        if args.command in ("diff", "verify"):
+            from .cli_diff import cmd_diff, cmd_verify
+
+            return (cmd_diff if args.command == "diff" else cmd_verify)(args)
     except TraceviewError as exc:
         print(f"traceview: error: {exc}", file=sys.stderr)
         return exc.exit_code

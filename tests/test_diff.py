@@ -1,0 +1,274 @@
+"""``traceview diff``: populations matched by (kind, shape, HLO fingerprint), not by name.
+
+* Two engine profiles recorded here at KV block 2048 and 256 (the study's block-size
+  treatment): the diff reports the kernel's block size change and the attention
+  population's time change, and matches every other population.
+* A vLLM TPU trace against a copy whose XLA names were consistently renumbered: every
+  population is matched by shape and fingerprint although no op name is shared.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import traceview
+from traceview.cli import main
+from traceview.diff import (THROUGHPUT_RULE, diff, find_kernel_name, kernel_config, kernel_id, populations,
+                            population_fingerprint)
+from traceview.profile import Profile
+from traceview.render.diff_html import diff_section_html, render_diff_page
+from traceview.render.diff_terminal import render_diff_text
+
+PROMPTS = ["Hello, my name is", "The capital of France is"]
+KV_BLOCKS = (2048, 256)  # base (the heuristic at a 2048-token context), treatment (the study's tuned block)
+
+
+def _record(kv_block: int, log_dir: Path) -> Path:
+    """Tiny engine, 2 requests x 3 tokens (2 decode steps), buckets compiled and warmed
+    before the traced ``generate``; returns the run folder."""
+    from traceview.engine_shim.bench import sampling_params
+    from traceview.engine_shim.engine import LLM
+
+    llm = LLM("tiny", max_num_seqs=2, min_request_bucket=2, max_model_len=2048, kv_block_size=kv_block,
+              precompile=False, seed=0)
+    params = sampling_params("greedy", 3)
+    llm.generate(PROMPTS, params)
+    llm.start_profile(log_dir)
+    llm.generate(PROMPTS, params)
+    run = llm.stop_profile()
+    assert run is not None, f"no profile written under {log_dir}"
+    return run
+
+
+@pytest.fixture(scope="session")
+def kv_block_pair(tmp_path_factory) -> tuple[Path, Path]:
+    """Run folders of two engine profiles differing only in the decode KV block (2048 -> 256).
+    About 25 s on 2 CPU cores (two decode-kernel compilations in Pallas interpret mode)."""
+    root = tmp_path_factory.mktemp("kv_block_pair")
+    return tuple(_record(k, root / f"bkv{k}") for k in KV_BLOCKS)
+
+
+@pytest.fixture(scope="module")
+def kv_diff(kv_block_pair):
+    return diff(*kv_block_pair)
+
+
+def test_kv_block_diff_reports_block_change_and_attention_time(kv_diff):
+    d = kv_diff
+    # the kernel's configuration, read off its name, changed 2048 -> 256
+    kc = d.kernel_changes()
+    assert kc.height == 1
+    k = kc.row(0, named=True)
+    assert k["names_base"] == ["RPAd-p_16-bq_1_1-bkv_2048_2048"]
+    assert k["names_treatment"] == ["RPAd-p_16-bq_1_1-bkv_256_256"]
+    assert k["changes"] == "bkv 2048_2048 -> 256_256"
+    # 2 layers x 2 decode steps, on both sides
+    assert k["invocations_base"] == k["invocations_treatment"] == 4
+
+    # the attention population: one kernel population, matched across the change, with its time delta
+    att = d.populations.filter(pl.col("kind") == "kernel")
+    assert att.height == 1
+    a = att.row(0, named=True)
+    assert a["status"] == "matched" and a["match"] == "kernel+module"
+    assert a["kernel_changes"] == "bkv 2048_2048 -> 256_256"
+    assert a["occurrences_base"] == a["occurrences_treatment"] == 4
+    assert a["self_ps_base"] > 0 and a["self_ps_treatment"] > 0
+    assert a["delta_self_ps"] == a["self_ps_treatment"] - a["self_ps_base"]
+    assert a["family"] == "attention/custom kernels"
+    fam = d.families.filter(pl.col("family") == "attention/custom kernels").row(0, named=True)
+    assert fam["self_ps_base"] == a["self_ps_base"] and fam["self_ps_treatment"] == a["self_ps_treatment"]
+
+    # everything else is matched: nothing appeared or vanished
+    assert d.appeared().height == 0, d.appeared().select("kind", "stem", "shape").to_dicts()
+    assert d.vanished().height == 0, d.vanished().select("kind", "stem", "shape").to_dicts()
+    others = d.populations.filter(pl.col("kind") != "kernel")
+    assert others.height > 30
+    assert set(others["match"]) <= {"exact", "config-scaled"}
+    # scratch buffers sized by the block (bkv/page pages x page x head_dim) pair up by the 8x scale
+    scaled = others.filter(pl.col("match") == "config-scaled")
+    assert scaled.height >= 1
+    for r in scaled.iter_rows(named=True):
+        assert "128,16,64" in r["shape"] and "16,16,64" in r["shape_treatment"]
+    # the model's own ops ran the same number of times
+    exact = others.filter(pl.col("match") == "exact")
+    assert (exact["occurrences_base"] == exact["occurrences_treatment"]).all()
+    assert d.source_changes().height == 0
+
+
+def test_kv_block_diff_steps_modules_and_overhead_note(kv_diff):
+    d = kv_diff
+    s = d.steps
+    assert s.module_base == "jit_decode_b2_bkv2048" and s.module_treatment == "jit_decode_b2_bkv256"
+    assert s.steps_base == s.steps_treatment == 2
+    assert s.step_ps_base > 0 and s.step_ps_treatment > 0
+    mods = {r["module"]: r for r in d.modules.iter_rows(named=True)}
+    assert mods["jit_decode_b2_bkv2048"]["module_treatment"] == "jit_decode_b2_bkv256"
+    assert mods["jit_decode_b2_bkv2048"]["executions_base"] == mods["jit_decode_b2_bkv2048"]["executions_treatment"] == 2
+    # the 2048 block walks 128 pages per block, the 256 block 16: many more traced events in the base
+    k = d.kernels.row(0, named=True)
+    assert k["events_base"] >= 4 * k["events_treatment"]
+    kernel_row = d.populations.filter(pl.col("kind") == "kernel").row(0, named=True)
+    assert "fewer traced events in the treatment" in kernel_row["overhead_note"]
+    assert any(THROUGHPUT_RULE in n for n in d.notes)
+
+
+def test_kv_block_diff_outputs(kv_block_pair, kv_diff, tmp_path, capsys):
+    text = render_diff_text(kv_diff, top=10)
+    assert "bkv 2048_2048 -> 256_256" in text and "RPAd-p_16-bq_1_1-bkv_256_256" in text
+    assert THROUGHPUT_RULE in text
+
+    html = diff_section_html(kv_diff, top=10)
+    assert html.startswith('<section class="tv-diff"') and "bkv 2048_2048 -&gt; 256_256" in html
+    page = render_diff_page(kv_diff)
+    assert "<script" not in page and "http" not in page.split("<body>")[1]
+
+    out = tmp_path / "diff.json"
+    base, treat = (str(p) for p in kv_block_pair)
+    assert main(["diff", base, treat, "--format", "json", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["counts"] == {"matched": kv_diff.populations.height, "appeared": 0, "vanished": 0}
+    assert doc["kernels"][0]["changes"] == "bkv 2048_2048 -> 256_256"
+    assert doc["units"] == "ps"
+
+    assert main(["diff", base, treat, "--top", "5"]) == 0
+    printed = capsys.readouterr().out
+    assert "kernels whose configuration changed" in printed and "matched by kernel+module" in printed
+
+    # the verify command on the same pair: the treatment took effect
+    assert main(["verify", base, treat, "-c", "kernel RPAd* changed bkv 2048 -> 256", "-c", "kernel RPAd* has bkv 256",
+                 "-c", "base: kernel RPAd* has bkv 2048", "-c", "all matched"]) == 0
+    assert "4 check(s): 4 passed, 0 failed" in capsys.readouterr().out
+
+
+# -- renumbered op names --------------------------------------------------------------------
+
+_NAME_REF = re.compile(r"%([\w\-\.]+)")
+
+
+def _renumbered(prof: Profile) -> tuple[Profile, dict]:
+    """A copy of ``prof`` whose op names (and the names inside the HLO text) were renumbered
+    consistently, as a recompilation does: ``fusion.12`` -> ``fusion.9012``, ``fusion`` ->
+    ``fusion.9000`` ..."""
+    names = sorted(set(prof.ops["op_name"].to_list()))
+    new = {n: f"{re.sub(r'[.][0-9]+$', '', n)}.{9000 + i}" for i, n in enumerate(names)}
+
+    def hlo(text: str) -> str:
+        return _NAME_REF.sub(lambda m: "%" + new.get(m.group(1), m.group(1) + ".r"), text)
+
+    ops = prof.ops.with_columns(pl.col("op_name").replace_strict(new, return_dtype=pl.Utf8),
+                                pl.col("hlo_text").map_elements(hlo, return_dtype=pl.Utf8))
+    return Profile(ops=ops, module_runs=prof.module_runs, devices=prof.devices, traces=prof.traces), new
+
+
+@pytest.fixture(scope="module")
+def vllm(shared_traces):
+    return traceview.load(shared_traces / "vllm_tpu_qwen")
+
+
+def test_renumbered_vllm_profile_matches_by_shape_and_fingerprint(vllm):
+    renamed, mapping = _renumbered(vllm)
+    assert not set(vllm.ops["op_name"].to_list()) & set(renamed.ops["op_name"].to_list())  # no name in common
+    d = diff(vllm, renamed, labels=("vllm", "vllm renumbered"))
+    assert d.appeared().height == 0 and d.vanished().height == 0
+    assert set(d.populations["match"]) == {"exact"}
+    assert (d.populations["occurrences_base"] == d.populations["occurrences_treatment"]).all()
+    assert (d.populations["delta_self_ps"] == 0).all()
+    # every population was matched to the renamed ops of the same computation
+    for r in d.populations.head(40).iter_rows(named=True):
+        assert [mapping[n] for n in r["op_names_base"]] == sorted(r["op_names_treatment"]) or r["kind"] == "kernel"
+    # fusion.N names recur across programs with different shapes: they stay separate populations
+    fusions = d.populations.filter(pl.col("stem") == "fusion")
+    assert fusions.height > 10 and fusions["shape"].n_unique() > 10
+    # the ragged paged attention custom call is one kernel population, read off its legacy name
+    k = d.populations.filter(pl.col("kind") == "kernel").row(0, named=True)
+    assert k["stem"] == "RPA-bq_*-bkvp_*-p_*-" and k["occurrences_base"] == k["occurrences_treatment"] > 0
+    assert d.kernels.row(0, named=True)["changes"] == ""
+    assert d.steps.step_ps_base == d.steps.step_ps_treatment
+
+
+def test_renumbered_treatment_reports_removed_and_slower_populations(vllm):
+    renamed, mapping = _renumbered(vllm)
+    # the treatment: the sampler program's ops gone, the attention kernel 2x slower
+    kernel_names = {mapping[n] for n in vllm.ops["op_name"].unique().to_list() if n.startswith("RPA-")}
+    ops = renamed.ops.filter(pl.col("module") != "jit_sample").with_columns(
+        pl.when(pl.col("op_name").is_in(list(kernel_names))).then(pl.col("duration_ps") * 2)
+        .otherwise(pl.col("duration_ps")).alias("duration_ps"),
+        pl.when(pl.col("op_name").is_in(list(kernel_names))).then(pl.col("self_ps") * 2)
+        .otherwise(pl.col("self_ps")).alias("self_ps"))
+    treat = Profile(ops=ops, module_runs=renamed.module_runs, devices=renamed.devices, traces=renamed.traces)
+    d = diff(vllm, treat)
+    sample_pops = populations(Profile(ops=vllm.ops.filter(pl.col("module") == "jit_sample"),
+                                      module_runs=vllm.module_runs, devices=vllm.devices))
+    gone = d.vanished()
+    assert gone.height > 0 and d.appeared().height == 0
+    assert {m for ms in gone["modules_base"].to_list() for m in ms} == {"jit_sample"}
+    # populations that ran only in jit_sample vanished; those shared with other programs shrank
+    assert gone.height <= sample_pops.height
+    k = d.populations.filter(pl.col("kind") == "kernel").row(0, named=True)
+    assert k["status"] == "matched" and k["self_ratio"] == pytest.approx(2.0)
+    assert d.populations.row(0, named=True)["kind"] == "kernel"  # largest |delta| first
+
+
+def test_gemm_sweep_custom_call_populations_are_separate(shared_traces):
+    prof = traceview.load(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    renamed, _ = _renumbered(prof)
+    d = diff(prof, renamed)
+    cc = d.populations.filter(pl.col("stem") == "custom-call")
+    assert cc.height == 5 and cc["shape"].n_unique() == 5  # custom-call.1 in five programs, five shapes
+    assert set(d.populations["status"]) == {"matched"}
+
+
+def test_name_stem_can_be_left_out(shared_traces):
+    prof = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    with_stem = populations(prof)
+    without = populations(prof, name_stem=False)
+    assert set(without["stem"]) == {""} and without.height <= with_stem.height
+    d = diff(prof, prof, name_stem=False)
+    assert set(d.populations["status"]) == {"matched"}
+
+
+# -- kernel names and fingerprints ----------------------------------------------------------
+
+def test_kernel_names_and_configs():
+    assert find_kernel_name("jit(decode_b8_bkv256)/RPAd-p_16-bq_1_1-bkv_256_256/while/body") == \
+        "RPAd-p_16-bq_1_1-bkv_256_256"
+    assert find_kernel_name("RPA-bq_32-bkvp_64-p_64-.40") == "RPA-bq_32-bkvp_64-p_64-"
+    assert find_kernel_name("fusion.12") is None and find_kernel_name("jit(f)/dynamic-update-slice") is None
+    cfg = kernel_config("RPAd-p_16-bq_1_1-bkv_256_256")
+    assert cfg["bkv"] == (256, 256) and cfg["phase"] == "decode" and cfg["page"] == (16,) and cfg["p"] == (16,)
+    legacy = kernel_config("RPA-bq_32-bkvp_64-p_64-")
+    assert legacy["bkv"] == (4096, 4096) and legacy["bkvp"] == (64,)  # 64 pages of 64 tokens
+    assert kernel_config("flash-bq_128-bk_512")["bk"] == (512,)
+    assert kernel_id("RPAd-p_16-bq_1_1-bkv_256_256") == "RPAd-p_*-bq_*_*-bkv_*_*"
+
+
+def test_population_fingerprint_drops_names_layouts_and_payloads():
+    a = ('%fusion.12 = bf16[8,128]{1,0:T(8,128)(2,1)} fusion(bf16[8,256]{1,0} %param.3, f32[8]{0} %copy.7), '
+         'kind=kLoop, calls=%fused_computation.12, metadata={op_name="jit(f)/add" source_file="a.py"}')
+    b = ('%fusion.40 = bf16[8,128]{0,1} fusion(bf16[8,256]{1,0} %param.9, f32[8]{0} %copy.1), '
+         'kind=kLoop, calls=%fused_computation.40, metadata={op_name="jit(g)/add" source_file="b.py"}')
+    assert population_fingerprint(a) == population_fingerprint(b) == \
+        "fusion bf16[8,128] <- bf16[8,256], f32[8] kind=kLoop, calls=%_"
+    c = ('%custom-call.3 = f32[4,8]{1,0} custom-call(f32[4,8]{1,0} %x), custom_call_target="tpu_custom_call", '
+         'backend_config={"custom_call_config": {"body": "TUxJUh..."}, "kernel_name": "RPAd-p_16-bq_1_1-bkv_256_256"}')
+    fp = population_fingerprint(c)
+    assert "backend_config" not in fp and 'custom_call_target="tpu_custom_call"' in fp
+    assert population_fingerprint("") == ""
+
+
+def test_diff_rejects_bad_arguments(shared_traces):
+    from traceview.errors import NoTraceFound, UsageError
+
+    prof = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    with pytest.raises(UsageError):
+        diff(prof, prof, overhead_factor=1.0)
+    with pytest.raises(UsageError):
+        diff(prof, object())
+    with pytest.raises(NoTraceFound):
+        diff(prof, shared_traces / "no_such_folder_here")
+    assert main(["diff", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), str(shared_traces / "nope")]) == 3

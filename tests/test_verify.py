@@ -1,0 +1,163 @@
+"""``traceview verify``: declarative checks on a profile or a base/treatment pair.
+
+The must-show case: on the engine's top-p and greedy profiles (``fixtures/topp_b4`` and
+``fixtures/greedy_b4``, same workload, same engine), the sampler's binary-search ops are
+present under top-p and gone under greedy decoding — proved from the trace, independently
+of the flag that asked for greedy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from traceview.cli import main
+from traceview.errors import UsageError
+from traceview.verify import Verifier, parse_check, parse_checks, read_checks, tokenize, verify
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+TOPP = str(FIXTURES / "topp_b4")
+GREEDY = str(FIXTURES / "greedy_b4")
+
+
+def test_binary_search_gone_under_greedy_cli(capsys):
+    rc = main(["verify", TOPP, GREEDY,
+               "--check", "op matching topp_binary_search vanished",
+               "--check", "base: op matching binary_search present",
+               "--check", "no op matching binary_search",
+               "--check", "base: family sampling share > 10%",
+               "--check", "family sampling share < 1%",
+               "--check", "kernel RPAd* has bkv 128",
+               "--check", "all matched except sample"])
+    out = capsys.readouterr().out
+    # "all matched except sample": every population outside the jit_sample_* programs has its
+    # counterpart, except the greedy argmax ops that replace the sampler (appeared)
+    assert rc == 1, out
+    lines = out.splitlines()
+    for check in ("op matching topp_binary_search vanished", "base: op matching binary_search present",
+                  "no op matching binary_search", "base: family sampling share > 10%",
+                  "family sampling share < 1%", "kernel RPAd* has bkv 128"):
+        assert f"PASS  {check}" in lines, out
+    assert "FAIL  all matched except sample" in lines
+    assert "appeared: iota_reduce_fusion" in out  # argmax of jit_greedy_*: new under greedy
+    assert "7 check(s): 6 passed, 1 failed" in out
+
+    # the same proof without the failing check: exit 0
+    assert main(["verify", TOPP, GREEDY, "-c", "op matching topp_binary_search vanished",
+                 "-c", "all matched except sample|greedy"]) == 0
+
+
+def test_binary_search_figures(capsys):
+    v = Verifier(GREEDY, base=TOPP)
+    r = v.check("op matching topp_binary_search vanished")
+    assert r.ok
+    # 1,134 traced events of the 32-iteration search in the top-p trace, none under greedy
+    assert r.message.startswith("1,134 op event(s) match /topp_binary_search/ in the base")
+    assert v.check("base: op matching topp_binary_search/while/body/add count == 32 per execution").ok
+
+    # on the top-p profile alone the check fails, naming the ops, their shapes and figures
+    r = Verifier(TOPP).check("no op matching binary_search")
+    assert not r.ok
+    assert "1,134 op event(s) match /binary_search/" in r.message
+    assert "while.28 (s32[], f32[1], f32[1], f32[1,512], f32[1])" in r.message and "in jit_sample_b1" in r.message
+    assert "expected none" in r.message
+    assert main(["verify", TOPP, "-c", "no op matching binary_search"]) == 1
+    assert "FAIL  no op matching binary_search" in capsys.readouterr().out
+
+
+def test_single_profile_checks_pass_and_fail_with_reasons():
+    rep = verify(GREEDY, [
+        "kernel RPAd* has bkv 128", "kernel RPAd* has bkv 128_128", "kernel RPAd* has phase decode",
+        "kernel 'RPAd-p_16-*' present", "no kernel RPAp*",
+        "source of kernel RPAd* under kernels/", "source engine_shim/ present", "source my_kernels/ absent",
+        "op matching iota_reduce_fusion count == 1 per execution", "op matching topp_binary_search count == 0",
+        "family attention share < 50%", "family matching ynn_fusion share > 10%",
+        "op from file matching sampling present",
+    ])
+    assert rep.ok, rep.text()
+
+    rep = verify(GREEDY, ["kernel RPAd* has bkv 256", "source of kernel RPAd* under my_kernels/",
+                          "family matmul share < 10%", "op matching iota_reduce_fusion count == 2 per execution",
+                          "kernel XYZ* present"])
+    assert [r.ok for r in rep.results] == [False] * 5
+    msgs = [r.message for r in rep.results]
+    assert msgs[0] == "RPAd-p_16-bq_1_1-bkv_128_128 has bkv 128_128, expected 256 (6 invocations in jit_decode_b4_bkv128)"
+    assert "from /work/main/kernels/paged_attention.py" in msgs[1] and "bound: under my_kernels/" in msgs[1]
+    assert msgs[2].startswith("family 'matmul/convolution' is ") and "bound < 10%" in msgs[2]
+    assert "= 1 per execution, bound == 2" in msgs[3]
+    assert msgs[4].startswith("no kernel named like 'XYZ*'; kernels found: RPAd-p_16-bq_1_1-bkv_128_128")
+    assert "5 check(s): 0 passed, 5 failed" in rep.text()
+
+
+def test_diff_checks_on_batch_sizes():
+    rep = verify(str(FIXTURES / "greedy_b8"), ["kernel RPAd* changed bkv", "kernel RPAd* has bkv 128",
+                                              "op matching jit_decode_b8 appeared"], base=GREEDY)
+    assert [r.ok for r in rep.results] == [False, True, False]
+    assert rep.results[0].message.startswith("bkv unchanged: bkv 128_128 -> 128_128")
+
+
+def test_checks_file_and_json(tmp_path, capsys):
+    f = tmp_path / "checks.txt"
+    f.write_text("# the greedy treatment took effect\n\nop matching topp_binary_search vanished\n"
+                 "kernel RPAd* has bkv 128\n", encoding="utf-8")
+    assert len(read_checks(f)) == 2
+    assert main(["verify", TOPP, GREEDY, "--checks", str(f), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["ok"] is True and [r["check"] for r in doc["results"]] == [
+        "op matching topp_binary_search vanished", "kernel RPAd* has bkv 128"]
+
+
+@pytest.mark.parametrize("bad, fault", [
+    ("kernal RPAd* has bkv 256", "unknown check"),
+    ("family attention share << 30%", "unknown comparison '<<'"),
+    ("family attention share < lots", "expected a percentage"),
+    ("no op matching (", "invalid regular expression '('"),
+    ("op matching x frobbed", "expected present, absent, vanished, appeared or count"),
+    ("kernel RPAd* has bkv", "missing value"),
+    ("kernel RPAd* changed bkv 2048 256", "expected '->'"),
+    ("source of kernel RPAd*", "expected 'under'"),
+    ("no op matching x y", "unexpected 'y'"),
+])
+def test_invalid_checks_are_usage_errors(bad, fault, capsys):
+    with pytest.raises(UsageError) as ei:
+        parse_check(bad)
+    assert fault in str(ei.value) and "\n" not in str(ei.value)
+    assert main(["verify", GREEDY, "-c", bad]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("traceview: error: check 1: invalid check") and err.count("\n") == 1
+
+
+def test_usage_errors_at_evaluation(tmp_path, capsys):
+    assert main(["verify", GREEDY, "-c", "op matching x vanished"]) == 2  # diff check, one profile
+    assert "needs two profiles" in capsys.readouterr().err
+    assert main(["verify", GREEDY, "-c", "kernel RPAd* has bkv 128", "-c", "family bogus share < 3%"]) == 2
+    cap = capsys.readouterr()
+    assert "unknown family 'bogus'" in cap.err and cap.out == ""  # nothing evaluated
+    assert main(["verify", GREEDY]) == 2  # no checks
+    assert main(["verify", GREEDY, GREEDY, GREEDY, "-c", "all matched"]) == 2
+    bad = tmp_path / "checks.txt"
+    bad.write_text("kernel RPAd* has bkv 128\nnot a check\n", encoding="utf-8")
+    assert main(["verify", GREEDY, "--checks", str(bad)]) == 2
+    assert f"{bad}:2: invalid check 'not a check'" in capsys.readouterr().err
+    assert main(["verify", str(tmp_path / "none"), "-c", "no op matching x"]) == 3
+
+
+def test_user_family_rules():
+    rep = verify(GREEDY, ["family norms share < 50%", "family norms share > 0%"],
+                 rules=["norms=rsqrt|reduce-window"])
+    assert rep.ok, rep.text()
+    assert "family 'norms' is " in rep.results[0].message
+    assert main(["verify", GREEDY, "--family", "norms=rsqrt", "-c", "family norms share < 50%"]) == 0
+
+
+def test_tokenizer_and_parser():
+    assert tokenize("no op matching 'a b' \"\\d+\"") == ["no", "op", "matching", "a b", "\\d+"]
+    c = parse_check("base: op from file matching sampling\\.py present")
+    assert c.side == "base" and c.kind == "op_file" and c.args == {"rx": "sampling\\.py", "want": "present"}
+    assert parse_check("kernel RPAd* changed bkv 2048 -> 256").args == {"glob": "RPAd*", "key": "bkv", "a": "2048",
+                                                                       "b": "256"}
+    assert parse_check("FAMILY Attention SHARE <= 0.3").args["bound"] == pytest.approx(0.3)
+    assert [c.kind for c in parse_checks(["# c", "", "all matched", "source x/ present"])] == ["all_matched",
+                                                                                            "source_present"]

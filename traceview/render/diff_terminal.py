@@ -1,0 +1,147 @@
+"""Terminal rendering of a :class:`traceview.diff.ProfileDiff` with rich.
+
+Times are shown with adaptive units (input ps); ``Δ`` is treatment − base. Every trace string
+goes through :func:`rich.markup.escape`.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from .units import fmt_pct, fmt_time_ps
+
+
+def _names(names: list | None, n: int = 2) -> str:
+    names = list(names or [])
+    if not names:
+        return ""
+    s = ", ".join(names[:n])
+    return s + (f" +{len(names) - n}" if len(names) > n else "")
+
+
+def population_label(r: dict) -> str:
+    """A short label for one diff row: the kernel identity, or ``stem`` (else the kind) with
+    the base → treatment XLA names when they differ."""
+    if r["kind"] == "kernel":
+        kb, kt = r.get("kernels_base") or [], r.get("kernels_treatment") or []
+        if kb and kt and kb != kt:
+            return f"{_names(kb, 1)} → {_names(kt, 1)}"
+        return _names(kb or kt, 1) or r["stem"]
+    nb, nt = r.get("op_names_base") or [], r.get("op_names_treatment") or []
+    if nb and nt and nb != nt:
+        return f"{_names(nb, 1)} → {_names(nt, 1)}"
+    return _names(nb or nt, 2) or r["stem"] or r["kind"]
+
+
+def short_shape(shape: str | None, n: int = 90) -> str:
+    """A shape signature cut to ``n`` characters (kernel roots carry long loop tuples)."""
+    s = shape or "?"
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _ratio(x) -> str:
+    return "-" if x is None else f"{x:.2f}x"
+
+
+def _delta(ps) -> str:
+    if ps is None:
+        return "-"
+    return ("+" if ps > 0 else "") + fmt_time_ps(ps)
+
+
+def render_diff(console: Console, d, *, top: int = 25) -> None:
+    """Print a diff: headline, step time, kernel configuration changes, families, the top
+    ``top`` populations by |Δ self time|, appeared/vanished populations, source changes and
+    notes (profiling overhead)."""
+    console.print("[bold]traceview diff[/bold]")
+    for line in d.summary_lines():
+        console.print("  " + escape(line), soft_wrap=True)
+
+    kc = d.kernel_changes()
+    if kc.height:
+        console.print()
+        t = Table(title="kernels whose configuration changed (read off their names)")
+        for c, j in (("kernel", "left"), ("base", "left"), ("treatment", "left"), ("change", "left"),
+                     ("invocations", "right"), ("traced events", "right"), ("self time", "right")):
+            t.add_column(c, justify=j, overflow="fold")
+        for r in kc.iter_rows(named=True):
+            t.add_row(escape(r["kernel_id"]), escape(", ".join(r["names_base"])), escape(", ".join(r["names_treatment"])),
+                      escape(r["changes"]), f"{r['invocations_base'] or 0:,} → {r['invocations_treatment'] or 0:,}",
+                      f"{r['events_base'] or 0:,} → {r['events_treatment'] or 0:,}",
+                      f"{fmt_time_ps(r['self_ps_base'])} → {fmt_time_ps(r['self_ps_treatment'])}")
+        console.print(t)
+
+    if d.families.height:
+        console.print()
+        t = Table(title="op families (self time, share of op time)")
+        for c, j in (("family", "left"), ("base", "right"), ("treatment", "right"), ("Δ", "right"),
+                     ("share base", "right"), ("share treatment", "right")):
+            t.add_column(c, justify=j)
+        for r in d.families.iter_rows(named=True):
+            t.add_row(escape(r["family"]), fmt_time_ps(r["self_ps_base"]), fmt_time_ps(r["self_ps_treatment"]),
+                      _delta(r["delta_self_ps"]), fmt_pct(r["share_base"]), fmt_pct(r["share_treatment"]))
+        console.print(t)
+
+    pops = d.populations
+    console.print()
+    t = Table(title=f"populations matched by (kind, shape, HLO fingerprint) — top {min(top, pops.height)} of "
+                    f"{pops.height} by |Δ self time|")
+    for c, j in (("#", "right"), ("status", "left"), ("op", "left"), ("shape", "left"), ("occ.", "right"),
+                 ("self time", "right"), ("Δ", "right"), ("ratio", "right"), ("notes", "left")):
+        t.add_column(c, justify=j, overflow="fold")
+    for i, r in enumerate(pops.head(top).iter_rows(named=True), 1):
+        shape = short_shape(r["shape"]) if r["shape_treatment"] in (None, r["shape"]) else \
+            f"{short_shape(r['shape'], 60)} → {short_shape(r['shape_treatment'], 60)}"
+        notes = []
+        if r["match"] not in ("exact", ""):
+            notes.append(f"matched by {r['match']}")
+        if r["kernel_changes"]:
+            notes.append(r["kernel_changes"])
+        if r["source_changed"]:
+            notes.append(f"source {r['source_base']} → {r['source_treatment']}")
+        if r["overhead_note"]:
+            notes.append("[yellow]traced events " + f"{r['events_base']:,} → {r['events_treatment']:,}[/yellow]")
+        status = {"matched": "matched", "appeared": "[green]appeared[/green]",
+                  "vanished": "[red]vanished[/red]"}[r["status"]]
+        occ = f"{r['occurrences_base'] if r['occurrences_base'] is not None else '-'} → " \
+              f"{r['occurrences_treatment'] if r['occurrences_treatment'] is not None else '-'}"
+        t.add_row(str(i), status, escape(population_label(r)), escape(shape or "?"), occ,
+                  f"{fmt_time_ps(r['self_ps_base'])} → {fmt_time_ps(r['self_ps_treatment'])}",
+                  _delta(r["delta_self_ps"]), _ratio(r["self_ratio"]),
+                  "; ".join(n if n.startswith("[yellow]") else escape(n) for n in notes))
+    console.print(t)
+
+    for status, colour in (("appeared", "green"), ("vanished", "red")):
+        rows = pops.filter(pl.col("status") == status)
+        if rows.height:
+            side = "treatment" if status == "appeared" else "base"
+            console.print(f"[bold {colour}]{rows.height} population(s) {status}[/bold {colour}]"
+                          f" ({'only in the treatment' if status == 'appeared' else 'only in the base'}):")
+            for r in rows.head(top).iter_rows(named=True):
+                console.print(f"  {escape(population_label(r))} {escape(short_shape(r['shape']))} ×{r[f'occurrences_{side}']:,} "
+                              f"({fmt_time_ps(r[f'self_ps_{side}'])}) {escape(_names(r[f'modules_{side}'], 2))}")
+            if rows.height > top:
+                console.print(f"  ... {rows.height - top} more")
+
+    sc = d.source_changes()
+    if sc.height:
+        console.print(f"[bold]source attribution changed[/bold] for {sc.height} population(s):")
+        for r in sc.head(top).iter_rows(named=True):
+            console.print(f"  {escape(population_label(r))} {escape(short_shape(r['shape']))}: "
+                          f"{escape(r['source_base'] or '?')} → {escape(r['source_treatment'] or '?')}")
+    if d.notes:
+        console.print()
+        for n in d.notes:
+            console.print(f"[yellow]note:[/yellow] {escape(n)}", soft_wrap=True)
+
+
+def render_diff_text(d, *, top: int = 25, width: int = 160) -> str:
+    """The :func:`render_diff` output as plain text (no colour), e.g. for files and tests."""
+    import io
+
+    buf = io.StringIO()
+    render_diff(Console(file=buf, width=width, color_system=None, soft_wrap=False), d, top=top)
+    return buf.getvalue()
