@@ -37,8 +37,8 @@ def _stats_aggs() -> list[pl.Expr]:
         pl.col("count").sum().alias("occurrences"),
         pl.col("duration_ps").sum().alias("total_ps"),
         pl.col("self_ps").sum().alias("self_ps"),
-        per.min().cast(pl.Int64).alias("min_ps"),
-        per.max().cast(pl.Int64).alias("max_ps"),
+        per.min().cast(pl.Int64, strict=False).alias("min_ps"),  # null, not an error, past int64
+        per.max().cast(pl.Int64, strict=False).alias("max_ps"),
         per.median().alias("median_ps"),
     ]
 

@@ -41,6 +41,9 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     from .parallel import add_cli_arguments  # --no-cache, --scheduler
 
     add_cli_arguments(p)
+    p.add_argument("--max-bytes", type=_positive_int, metavar="N",
+                   help="most bytes of trace data to hold per file: .xplane.pb size, decompressed .trace.json "
+                        "text (default: $TRACEVIEW_MAX_BYTES, else 8 GiB / 4 GiB); over it: exit 6")
 
 
 def _positive_float(text: str) -> float:
@@ -188,7 +191,7 @@ def cmd_analyze(args) -> int:
     from .profile import load
 
     prof = load(args.path, run=args.run, all_runs=args.all_runs,
-                stale_after_s=None if args.stale_days <= 0 else args.stale_days * 86400,
+                stale_after_s=None if args.stale_days <= 0 else args.stale_days * 86400, max_bytes=args.max_bytes,
                 **cli_read_options(args))
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     table = _table_for(prof, args.by)
@@ -244,7 +247,7 @@ def cmd_report(args) -> int:
     if out.is_dir():
         raise UsageError(f"{out} is a folder; -o needs a file name (e.g. {out / 'report.html'})")
     prof = load(args.path, run=args.run, all_runs=args.all_runs,
-                stale_after_s=None if args.stale_days <= 0 else args.stale_days * 86400,
+                stale_after_s=None if args.stale_days <= 0 else args.stale_days * 86400, max_bytes=args.max_bytes,
                 **cli_read_options(args))
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     if _out_inside_inputs(out, prof):

@@ -416,6 +416,8 @@ def discover(
             st = root.stat()
         except OSError as exc:
             raise NoTraceFound(f"cannot stat: {exc.strerror or exc}", root) from None
+        if not _stat.S_ISREG(st.st_mode):
+            raise NoTraceFound("not a regular file (a FIFO, socket or device?)", root)
         if st.st_size == 0:
             raise NoTraceFound("empty file (0 bytes): an interrupted profiler export?", root)
         found = [(root, c[0], c[1], st.st_size, st.st_mtime)]

@@ -36,7 +36,9 @@ class TraceviewError(Exception):
     def __init__(self, message: str, path: str | None = None):
         self.path = None if path is None else str(path)
         self.fault = message
-        super().__init__(f"{self.path}: {message}" if self.path else message)
+        text = f"{self.path}: {message}" if self.path else message
+        # one line whatever the file or its contents hold (a newline in a JSON key, a file name)
+        super().__init__(text.replace("\r", "\\r").replace("\n", "\\n"))
 
 
 class UsageError(TraceviewError):

@@ -17,37 +17,86 @@ from .errors import NoOpsFound, TraceviewError, UsageError
 from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, DeviceInfo, TraceData
 
 
-def read_file(path: str | os.PathLike, *, kind: str | None = None, host: str | None = None, run: str = "") -> TraceData:
+#: Environment variable: the default of ``max_bytes`` (see :func:`read_file`).
+MAX_BYTES_ENV = "TRACEVIEW_MAX_BYTES"
+
+
+def _max_bytes(max_bytes: int | None) -> int | None:
+    if max_bytes is not None:
+        return max_bytes
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise UsageError(f"{MAX_BYTES_ENV} must be a positive number of bytes, got {text!r}")
+    return value
+
+
+def read_file(path: str | os.PathLike, *, kind: str | None = None, host: str | None = None, run: str = "",
+              max_bytes: int | None = None) -> TraceData:
     """Read one trace file with the reader its name calls for, through the parsed-table cache.
 
     Same arguments, result and errors as :func:`_read_file_uncached`; a fresh entry of
     :mod:`traceview.cache` (outside the profile folder) is returned instead of reading the
-    file again, and a read result is stored there.
+    file again, and a read result is stored there. The cache is skipped when a byte limit
+    is in force (``max_bytes`` / ``$TRACEVIEW_MAX_BYTES``), so limits are always checked.
     """
     from .cache import cached_read
 
     p = str(path)
     k = kind if kind is not None else ("xplane" if p.endswith(".pb") else "trace_json")
+    if _max_bytes(max_bytes) is not None:
+        return _read_file_uncached(p, kind=k, host=host, run=run, max_bytes=max_bytes)
     return cached_read(p, k, host, run, lambda: _read_file_uncached(p, kind=k, host=host, run=run))
 
 
-def _read_file_uncached(path: str | os.PathLike, *, kind: str | None = None, host: str | None = None,
-                        run: str = "") -> TraceData:
+def _read_file_uncached(path: str | os.PathLike, *, kind: str | None = None, host: str | None = None, run: str = "",
+                        max_bytes: int | None = None) -> TraceData:
     """Read one trace file with the reader its name calls for.
 
-    ``kind`` is "xplane" or "trace_json" (guessed from the name when None). Raises
-    :class:`~traceview.errors.TraceUnreadable` / :class:`~traceview.errors.LimitExceeded`.
+    ``kind`` is "xplane" or "trace_json" (guessed from the name when None). ``max_bytes``
+    caps the trace data held in memory: the size of an ``.xplane.pb``, the decompressed text
+    of a ``.trace.json[.gz]`` (default: ``$TRACEVIEW_MAX_BYTES``, else the readers' own
+    limits, 8 GiB and 4 GiB). Raises :class:`~traceview.errors.TraceUnreadable` (a truncated
+    file modified in the last two minutes says the profiler may still be writing it) /
+    :class:`~traceview.errors.LimitExceeded`. Op events with negative or overflowing times
+    are kept and noted in ``notes``.
     """
+    import stat as _stat
+
+    from .diagnose import still_writing_hint, time_faults
+    from .errors import TraceUnreadable
+
     p = str(path)
+    limit = _max_bytes(max_bytes)
     if kind is None:
         kind = "xplane" if p.endswith(".pb") else "trace_json"
-    if kind == "xplane":
-        from .xplane import read_xplane
+    try:
+        if not _stat.S_ISREG(os.stat(p).st_mode):  # a FIFO or device would block or never end
+            raise TraceUnreadable("not a regular file", p)
+    except OSError:
+        pass  # the reader reports a missing or unreadable file
+    try:
+        if kind == "xplane":
+            from .xplane import read_xplane
 
-        return read_xplane(p, host=host, run=run)
-    from .tracejson import read_trace_json
+            td = read_xplane(p, host=host, run=run, **({} if limit is None else {"max_bytes": limit}))
+        else:
+            from .tracejson import read_trace_json
 
-    return read_trace_json(p, host=host, run=run)
+            td = read_trace_json(p, host=host, run=run,
+                                 **({} if limit is None else {"max_decompressed_bytes": limit}))
+    except TraceUnreadable as exc:
+        hint = still_writing_hint(p) if ("truncated" in exc.fault or "unexpected end" in exc.fault) else None
+        if hint:
+            raise TraceUnreadable(f"{exc.fault}; {hint}", exc.path) from None
+        raise
+    td.notes.extend(time_faults(td.ops, p))
+    return td
 
 
 @dataclass
@@ -203,8 +252,9 @@ class Profile:
 
 
 def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = False,
-         require_ops: bool = True, stale_after_s: float | None = 7 * 24 * 3600, executor=None,
-         scheduler: str | None = None, progress=None) -> Profile:
+         require_ops: bool = True, stale_after_s: float | None = 7 * 24 * 3600,
+         max_bytes: int | None = None, executor=None, scheduler: str | None = None,
+         progress=None) -> Profile:
     """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above).
 
     Picks the newest run unless ``run`` names one or ``all_runs`` is set, reads one file per
@@ -213,19 +263,22 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     :class:`~traceview.errors.TraceUnreadable` when every selected file is unreadable (a
     single unreadable host among several becomes a warning), and
     :class:`~traceview.errors.NoOpsFound` when the traces hold no HLO op and
-    ``require_ops`` is True. Several files are read in parallel (see
-    :func:`traceview.parallel.read_many`: local processes, ``executor`` or the Dask cluster at
-    ``scheduler``); ``progress`` receives a :class:`traceview.parallel.Progress` after each file.
+    ``require_ops`` is True. ``max_bytes``: see :func:`read_file` (over it:
+    :class:`~traceview.errors.LimitExceeded`, or a warning when other hosts are readable).
+    Several files are read in parallel (see :func:`traceview.parallel.read_many`: local
+    processes, ``executor`` or the Dask cluster at ``scheduler``); ``progress`` receives a
+    :class:`traceview.parallel.Progress` after each file.
     """
     from .cache import cache_root
     from .discover import discover
     from .parallel import read_many, tasks_for
 
+    max_bytes = _max_bytes(max_bytes)
     disc = discover(path, run=run, all_runs=all_runs, stale_after_s=stale_after_s)
     traces: list[TraceData] = []
     warnings = list(disc.warnings)
     errors: list[TraceviewError] = []
-    tasks = tasks_for(disc.files, use_cache=cache_root() is not None)
+    tasks = tasks_for(disc.files, max_bytes, use_cache=cache_root() is not None)
     for res in read_many(tasks, executor=executor, scheduler=scheduler, progress=progress):
         if isinstance(res, TraceviewError):
             errors.append(res)

@@ -128,15 +128,22 @@ def _parse_dims(body: str) -> tuple[int, ...]:
     return tuple(dims)
 
 
-def parse_shape(text: str, i: int = 0) -> tuple[Shape | None, int]:
+#: Deepest tuple nesting parsed; deeper text is not a shape (XLA's shapes nest a few levels).
+MAX_TUPLE_DEPTH = 64
+
+
+def parse_shape(text: str, i: int = 0, _depth: int = 0) -> tuple[Shape | None, int]:
     """Parse one HLO shape starting at ``text[i]``; return (shape, index after it).
 
-    Returns (None, i) when no shape starts there. Never raises on malformed text.
+    Returns (None, i) when no shape starts there, or when tuples nest deeper than
+    :data:`MAX_TUPLE_DEPTH`. Never raises on malformed text.
     """
     n = len(text)
     while i < n and text[i] == " ":
         i += 1
     if i < n and text[i] == "(":
+        if _depth >= MAX_TUPLE_DEPTH:
+            return None, i
         members = []
         i += 1
         while i < n:
@@ -145,7 +152,7 @@ def parse_shape(text: str, i: int = 0) -> tuple[Shape | None, int]:
             if i < n and text[i] == ")":
                 i += 1
                 break
-            m, j = parse_shape(text, i)
+            m, j = parse_shape(text, i, _depth + 1)
             if m is None or j == i:
                 # not a shape list: give up on the tuple
                 return None, i

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+_I64_MAX = (1 << 63) - 1
+
 
 def self_times(starts: np.ndarray, durations: np.ndarray) -> np.ndarray:
     """Self time of each event on one timeline line, in the input's unit (ps).
@@ -50,7 +52,8 @@ def self_times(starts: np.ndarray, durations: np.ndarray) -> np.ndarray:
             stack.append(k)
         for k in range(b - a):
             if child[k]:
-                out[order[a + k]] = max(0, d_l[k] - child[k])
+                # clamped into int64: children of corrupt traces may have negative durations
+                out[order[a + k]] = min(max(0, d_l[k] - child[k]), _I64_MAX)
     return out
 
 

@@ -71,6 +71,7 @@ _MODULE_NAME = re.compile(r"^(.*)\((\d+)\)$")
 _SOURCE = re.compile(r"^(.*):(\d+)$")
 _SEQ_SUFFIX = re.compile(r"\.\d+$")
 _U64 = (1 << 64) - 1
+_I64 = 1 << 63
 #: the OPS_SCHEMA columns this reader fills (others are left null by ``schema.frame``)
 _FILLED = ("host", "run", "file", "device", "line", "module", "program_id", "op_name", "op_kind",
            "category", "shape", "hlo_text", "kernel", "start_ps", "duration_ps", "self_ps", "count",
@@ -172,6 +173,8 @@ def _load_events(text, path: str) -> list:
         raise TraceUnreadable(f"JSON top level is a {type(doc).__name__}, not a Chrome trace object", path)
     if not isinstance(events, list):
         raise TraceUnreadable(f"traceEvents is a {type(events).__name__}, not a list", path)
+    if events and not any(type(e) is dict for e in events):
+        raise TraceUnreadable(f"no trace event objects among the {len(events)} JSON values: not a Chrome trace", path)
     return events
 
 
@@ -189,16 +192,16 @@ def _gc_paused():
 # -- small converters ----------------------------------------------------------------------
 
 def _ps(x) -> int | None:
-    """µs (float, int or numeric string) -> integer ps; None when missing/unparseable."""
+    """µs (float, int or numeric string) -> integer ps; None when missing, unparseable or
+    outside the int64 ps range."""
     t = type(x)
-    if t is float or t is int:
-        return round(x * 1e6)
     if x is None or t is bool:
         return None
     try:
-        return round(float(x) * 1e6)
+        v = round((x if t is float or t is int else float(x)) * 1e6)
     except (TypeError, ValueError, OverflowError):
         return None
+    return v if -_I64 <= v < _I64 else None
 
 
 def _num(x) -> float | None:
@@ -216,6 +219,8 @@ def _int(x) -> int | None:
     try:
         v = int(x)
     except (TypeError, ValueError):
+        return None
+    if v > _U64:
         return None
     return v & _U64 if v < 0 else v
 
@@ -405,7 +410,10 @@ def _convert(events: list, path: str, host: str, run: str) -> TraceData:
         if ph == "X":
             n_events += 1
             key = (e.get("pid"), e.get("tid"))
-            b = buckets.get(key)
+            try:
+                b = buckets.get(key)
+            except TypeError:  # a list or object as pid/tid: on no line
+                continue
             if b is None:
                 b = buckets[key] = []
             b.append(e)
@@ -415,10 +423,13 @@ def _convert(events: list, path: str, host: str, run: str) -> TraceData:
             if nm is None:
                 continue
             kind = e.get("name")
-            if kind == "process_name":
-                process[e.get("pid")] = str(nm)
-            elif kind == "thread_name":
-                thread[(e.get("pid"), e.get("tid"))] = str(nm)
+            try:
+                if kind == "process_name":
+                    process[e.get("pid")] = str(nm)
+                elif kind == "thread_name":
+                    thread[(e.get("pid"), e.get("tid"))] = str(nm)
+            except TypeError:  # unhashable pid/tid: names nothing
+                continue
         elif e:
             n_events += 1
 
@@ -514,6 +525,8 @@ def _device_times(evs: list) -> tuple[list, np.ndarray, np.ndarray]:
             try:
                 o, d = int(args["device_offset_ps"]), int(args["device_duration_ps"])
             except (KeyError, TypeError, ValueError, OverflowError):
+                continue
+            if not (-_I64 <= o < _I64 and -_I64 <= d < _I64):
                 continue
             starts[i], durs[i] = o, d
     s_arr = np.array([s if s is not None else 0 for s in starts], dtype=np.int64)
@@ -674,7 +687,7 @@ def _read_annotated(pname, lines, names, cols, runs_cols, host, run, path, skip_
             cols["model_flops"].append(None)
             cols["bytes_accessed"].append(None)
             rid = args.get("run_id")
-            if rid is not None and s is not None:
+            if rid is not None and s is not None and type(rid) in (int, str, float):
                 k = (module, pid, rid)
                 r = runs.get(k)
                 if r is None:

@@ -385,7 +385,7 @@ def _int_stat(event, stat_id: int) -> int:
             kind = st.WhichOneof("value")
             if kind in ("int64_value", "uint64_value"):
                 value = getattr(st, kind)
-    return value
+    return value - (1 << 64) if value >= 1 << 63 else value  # int64, as the C decoder reads it
 
 
 def _full_line(raw: bytes, path: str):

@@ -1,0 +1,120 @@
+"""Why a trace file could not be read, or what in it is suspect: one-line diagnoses that the
+readers put into their error messages and notes.
+
+* :func:`xspace_fault` — when protobuf refuses an ``.xplane.pb``: was the file re-encoded as
+  text (every invalid UTF-8 byte replaced by ``EF BF BD``, as the shared
+  ``corrupt_utf8_mangled.xplane.pb``), or does it end inside a plane (truncated: an export
+  that was killed or is still running)? Walks the top-level wire format only; never raises.
+* :func:`still_writing_hint` — a file modified in the last :data:`RECENT_WRITE_S` seconds
+  may still be being written by the profiler: say so in the error.
+* :func:`time_faults` — op events whose duration is negative or whose interval overflows
+  int64 ps: the analysis goes on, with a note that those times are unreliable.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+#: UTF-8 encoding of U+FFFD, what a text re-encoding writes for every invalid byte.
+REPLACEMENT = b"\xef\xbf\xbd"
+#: A file modified less than this many seconds ago may still be being written.
+RECENT_WRITE_S = 120.0
+#: Op durations above this (ps; about 11.6 days) are reported as implausible.
+MAX_PLAUSIBLE_PS = 1 << 60
+
+_XSPACE_FIELDS = {1: "plane", 2: "error string", 3: "warning string", 4: "hostname"}
+
+
+def _varint(data, i: int) -> tuple[int | None, int]:
+    v, shift, n = 0, 0, len(data)
+    while i < n and shift < 70:
+        c = data[i]
+        i += 1
+        v |= (c & 0x7F) << shift
+        if c < 0x80:
+            return v, i
+        shift += 7
+    return None, i
+
+
+def xspace_fault(data: bytes) -> str | None:
+    """A one-line reason why ``data`` (a serialized XSpace protobuf refuses) is unreadable,
+    or None when the top level looks well formed (the fault is deeper in)."""
+    n = len(data)
+    bad = data.count(REPLACEMENT)
+    if bad >= 3:
+        return (f"it holds {bad} U+FFFD replacement sequences (bytes EF BF BD): the binary file was "
+                "re-encoded as text (a text-mode copy, an editor save or a string round-trip) and cannot "
+                "be repaired; copy the original in binary mode")
+    i, k = 0, 0
+    while i < n:
+        at = i
+        key, i = _varint(data, i)
+        if key is None:
+            return f"the file ends inside a field key at byte {at} of {n}: truncated"
+        field, wt = key >> 3, key & 7
+        what = _XSPACE_FIELDS.get(field, f"field {field}")
+        if wt == 2:
+            length, i = _varint(data, i)
+            if length is None:
+                return f"the file ends inside the length of {what} #{k} at byte {at} of {n}: truncated"
+            if length > n - i:
+                return (f"the file ends inside {what} #{k}: it starts at byte {at} and declares {length} bytes, "
+                        f"but only {n - i} remain: the file is truncated (a killed or unfinished export?) "
+                        "or corrupt")
+            i += length
+        elif wt == 0:
+            v, i = _varint(data, i)
+            if v is None:
+                return f"the file ends inside {what} at byte {at} of {n}: truncated"
+        elif wt in (1, 5):
+            i += 8 if wt == 1 else 4
+            if i > n:
+                return f"the file ends inside {what} at byte {at} of {n}: truncated"
+        else:
+            return f"invalid protobuf field key {key} at byte {at}: not an XSpace, or corrupt"
+        k += 1
+    return None
+
+
+def still_writing_hint(path: str | os.PathLike, now: float | None = None) -> str | None:
+    """``"the file was modified 3 s ago: ..."`` when ``path`` changed in the last
+    :data:`RECENT_WRITE_S` seconds (the profiler may still be writing it), else None."""
+    try:
+        mtime = os.stat(path).st_mtime
+    except OSError:
+        return None
+    age = (time.time() if now is None else now) - mtime
+    if -5.0 <= age < RECENT_WRITE_S:
+        return (f"the file was modified {max(age, 0.0):.0f} s ago: the profiler may still be writing it; "
+                "wait for the export to finish and retry")
+    return None
+
+
+def time_faults(ops, path: str) -> list[str]:
+    """Notes about op events with negative, implausibly long or int64-overflowing times
+    (a corrupt or hostile trace). ``ops`` follows :data:`traceview.schema.OPS_SCHEMA`."""
+    import polars as pl
+
+    if ops.height == 0:
+        return []
+    d = pl.col("duration_ps")
+    s = pl.col("start_ps")
+    row = ops.select(
+        (d < 0).sum().alias("neg"),
+        (d > MAX_PLAUSIBLE_PS).sum().alias("long"),
+        (s.is_not_null() & ((s < 0) | (s > (1 << 63) - 1 - d.clip(lower_bound=0)))).sum().alias("wrap"),
+    ).row(0)
+    neg, long_, wrap = (int(x or 0) for x in row)
+    notes = []
+    if neg:
+        notes.append(f"{path}: {neg} op event(s) have a negative duration: the trace is corrupt; "
+                     "their times are unreliable")
+    if long_:
+        notes.append(f"{path}: {long_} op event(s) last longer than {MAX_PLAUSIBLE_PS} ps (11 days): "
+                     "the trace is corrupt; their times are unreliable")
+    if wrap:
+        notes.append(f"{path}: {wrap} op event(s) start before the session or end past the int64 ps range: "
+                     "the trace is corrupt; their times are unreliable")
+    return notes
