@@ -213,3 +213,26 @@ def test_cli_profile_writes_run_and_prints_analyze_command(tmp_path, capsys):
     runs = list((tmp_path / "profile" / "plugins" / "profile").iterdir())
     assert len(runs) == 1 and list(runs[0].glob("*.xplane.pb"))
     assert f"traceview analyze {runs[0]}" in text
+
+
+def test_gemma_2b_preset_shapes_without_allocating():
+    """The accelerator preset is never run here; trace it abstractly (no memory allocated)."""
+    from traceview.engine_shim import model as model_lib
+    from traceview.engine_shim.config import PRESETS
+    from traceview.kernels.paged_attention import decode_block_size
+
+    mc = PRESETS["gemma-2b"]
+    params = jax.eval_shape(lambda: model_lib.init_params(mc, 0))
+    assert sum(x.size for x in jax.tree.leaves(params)) == 2_506_172_416  # Gemma 2B: 2.51 B parameters
+    r, pps, page = 8, 128, 16  # max_model_len 2048
+    bkv = decode_block_size(None, head_dim=256, num_kv_heads=1, dtype=jnp.bfloat16, page_size=page, max_kv=pps * page)
+    assert bkv == 2048
+    cache = [jax.ShapeDtypeStruct((1, r * pps + 1, page, 256), jnp.bfloat16)] * mc.num_layers
+    i32 = jnp.int32
+    logits, k, _ = jax.eval_shape(
+        lambda p, kc, vc, t, pos, pt: model_lib.decode_forward(p, mc, kc, vc, t, pos, pt, page_size=page,
+                                                                kv_block_size=bkv, interpret=True),
+        params, cache, cache, jax.ShapeDtypeStruct((r,), i32), jax.ShapeDtypeStruct((r,), i32),
+        jax.ShapeDtypeStruct((r, pps), i32))
+    assert logits.shape == (r, 256_000) and logits.dtype == jnp.float32
+    assert len(k) == 18 and k[0].dtype == jnp.bfloat16
