@@ -145,6 +145,39 @@ def test_kv_block_diff_outputs(kv_block_pair, kv_diff, tmp_path, capsys):
     assert "4 check(s): 4 passed, 0 failed" in capsys.readouterr().out
 
 
+@pytest.fixture(scope="module")
+def transplanted_256(kv_block_pair, tmp_path_factory) -> Path:
+    """The same engine at KV block 256 with the kernel module transplanted: an unmodified
+    copy at ``my_kernels/kernel.py`` injected before the engine is built (the study's
+    Strategy 4). About 10 s."""
+    import traceview.kernels.paged_attention as stock
+    from traceview.engine_shim.transplant import copy_module_source, inject
+
+    root = tmp_path_factory.mktemp("transplant")
+    copy_path = copy_module_source(stock, root / "my_kernels", filename="kernel.py")
+    with inject(stock, copy_path, rebind_prefixes=("traceview.engine_shim",)) as rep:
+        run = _record(256, root / "bkv256_transplant")
+        assert rep.fired("paged_decode")
+    return run
+
+
+def test_transplant_shows_as_a_source_change_only(kv_block_pair, transplanted_256, capsys):
+    d = diff(kv_block_pair[1], transplanted_256)
+    assert d.appeared().height == 0 and d.vanished().height == 0
+    assert d.kernel_changes().height == 0  # same kernel, same configuration
+    changed = d.source_changes()
+    assert changed["kind"].to_list() == ["kernel"]  # the kernel's ops, and nothing else, moved
+    k = changed.row(0, named=True)
+    assert k["source_changed"] == "file"
+    assert k["source_files_base"] and all(f.endswith("kernels/paged_attention.py") for f in k["source_files_base"])
+    assert k["source_files_treatment"] and all(f.endswith("my_kernels/kernel.py") for f in k["source_files_treatment"])
+    assert k["occurrences_base"] == k["occurrences_treatment"] == 4
+    assert main(["verify", str(kv_block_pair[1]), str(transplanted_256), "-c", "source of kernel RPAd* changed",
+                 "-c", "source of kernel RPAd* under my_kernels/", "-c", "base: source of kernel RPAd* under kernels/",
+                 "-c", "kernel RPAd* has bkv 256", "-c", "all matched"]) == 0
+    assert "5 check(s): 5 passed, 0 failed" in capsys.readouterr().out
+
+
 # -- renumbered op names --------------------------------------------------------------------
 
 _NAME_REF = re.compile(r"%([\w\-\.]+)")
@@ -272,3 +305,15 @@ def test_diff_rejects_bad_arguments(shared_traces):
     with pytest.raises(NoTraceFound):
         diff(prof, shared_traces / "no_such_folder_here")
     assert main(["diff", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), str(shared_traces / "nope")]) == 3
+
+
+def test_html_section_escapes_trace_strings(shared_traces):
+    prof = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    evil = '<script>alert("x")</script>'
+    ops = prof.ops.with_columns((pl.lit(evil) + pl.col("op_name")).alias("op_name"),
+                                pl.lit("fusion").alias("op_kind"))
+    treat = Profile(ops=ops, module_runs=prof.module_runs, devices=prof.devices, traces=prof.traces)
+    d = diff(prof, treat, labels=("base <b>", evil))
+    html = diff_section_html(d)
+    assert "<script" not in html and "&lt;script&gt;" in html and "base &lt;b&gt;" in html
+    assert "<script" not in render_diff_page(d)

@@ -19,7 +19,8 @@ Installed with traceview; nothing to import or register. Fixtures:
   profile's shape-keyed summary with ``<golden dir>/<name or test name>.json``
   (:func:`traceview.testing.assert_matches_golden`); ``--traceview-update-golden`` writes the
   files instead. The golden dir is the ``traceview_golden_dir`` ini option (default
-  ``tests/golden``), relative to the rootdir.
+  ``tests/golden``), relative to the rootdir; ``traceview_golden_time_rtol`` (default 0.5)
+  and ``traceview_golden_share_atol`` (default 0.05) set the tolerances for a project.
 
 Relative paths (options, ini values, marker paths) are resolved against the rootdir.
 Profiles are loaded once per session per (path, run) and shared between tests; treat them
@@ -50,6 +51,10 @@ def pytest_addoption(parser):
     parser.addini("traceview_path", "trace file or folder for the traceview_profile fixture", default="")
     parser.addini("traceview_fixtures_dir", "folder of named recorded traces for recorded_trace", default="")
     parser.addini("traceview_golden_dir", "folder of golden summaries for traceview_golden", default="tests/golden")
+    parser.addini("traceview_golden_time_rtol", "relative tolerance on a population's self time in golden "
+                  "comparisons (default 0.5)", default="")
+    parser.addini("traceview_golden_share_atol", "absolute tolerance on a family's share of op time in golden "
+                  "comparisons (default 0.05)", default="")
 
 
 def pytest_configure(config):
@@ -191,8 +196,18 @@ def traceview_golden(request):
     config = request.config
     update = bool(config.getoption("--traceview-update-golden"))
     gdir = _resolve(config, config.getini("traceview_golden_dir") or "tests/golden")
+    defaults: dict = {}
+
+    for key, ini in (("time_rtol", "traceview_golden_time_rtol"), ("share_atol", "traceview_golden_share_atol")):
+        raw = config.getini(ini)
+        if raw:
+            try:
+                defaults[key] = float(raw)
+            except ValueError:
+                raise pytest.UsageError(f"{ini} = {raw!r}: expected a number") from None
 
     def _check(profile, name: str | None = None, **tolerances):
+        tolerances = {**defaults, **tolerances}
         path = gdir / f"{_golden_name(name or request.node.name)}.json"
         return assert_matches_golden(profile, path, update=update, **tolerances)
 
