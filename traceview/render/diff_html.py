@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-import polars as pl
-
 from .units import fmt_pct, fmt_time_ps
 
 _SECTION = """\
