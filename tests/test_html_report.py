@@ -24,6 +24,7 @@ import polars as pl
 import pytest
 
 import traceview
+import traceview.errors
 from traceview.cli import main
 from traceview.profile import Profile
 from traceview.render.html import profile_summary_html, render_report, write_report
@@ -162,6 +163,16 @@ def test_no_peaks_and_no_costs_give_a_note(gemm):
         pl.lit(None, dtype=pl.Float64).alias("flops"), pl.lit(None, dtype=pl.Float64).alias("bytes_accessed")))
     html = render_report(nocost)
     assert "no FLOP or byte counts" in html
+
+
+def test_step_options_reach_the_anatomy(shared_traces):
+    qwen = traceview.load(shared_traces / "vllm_tpu_qwen")
+    html = render_report(qwen, step_module="jit_compute_logits_func", step_window="run",
+                         rules=["logits projection=compute_logits"])
+    assert "one execution of jit_compute_logits_func (window: run)" in html
+    assert "logits projection" in html
+    with pytest.raises(traceview.errors.UsageError):
+        render_report(qwen, rules=["no equals sign"])
 
 
 def test_empty_profile_renders(gemm):

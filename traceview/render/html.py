@@ -23,6 +23,7 @@ from pathlib import Path
 
 import polars as pl
 
+from ..errors import TraceviewError
 from .units import fmt_pct, fmt_rate, fmt_time_ps
 
 #: Colors of the roofline points by bound ("memory" / "compute" / "unknown").
@@ -426,7 +427,7 @@ _MAX_STEPS = 48
 _IDLE = "idle (no op running)"
 
 
-def _steps(prof, rules) -> _StepsView:
+def _steps(prof, rules, module: str | None = None, window: str = "span") -> _StepsView:
     """Step anatomy via :mod:`traceview.steps`: families per step as a stacked bar (per-step
     family self time, averaged over the devices that ran that step, plus the idle time) and
     the coverage line; a note instead when the module is missing or finds no step."""
@@ -436,8 +437,11 @@ def _steps(prof, rules) -> _StepsView:
         return _StepsView(None, "Step anatomy is not available in this version (traceview.steps is missing).",
                           "", "", [], 0, 0)
     try:
-        an = prof.steps(rules=rules)
-    except Exception as exc:  # a bug or a bad rule must not cost the whole report
+        an = prof.steps(rules=rules, module=module, window=window) if (module or window != "span") \
+            else prof.steps(rules=rules)
+    except TraceviewError:  # a bad rule, window or module: the caller's mistake, said as such
+        raise
+    except Exception as exc:  # a bug in the anatomy must not cost the whole report
         return _StepsView(None, f"Step anatomy failed: {type(exc).__name__}: {exc}", "", "", [], 0, 0)
     cov = an.coverage
     line = cov.line() if hasattr(cov, "line") else str(cov)
@@ -487,7 +491,8 @@ def _steps(prof, rules) -> _StepsView:
 
 # -- public ---------------------------------------------------------------------------------
 
-def _context(prof, *, top: int, peaks, rules, title: str | None) -> dict:
+def _context(prof, *, top: int, peaks, rules, title: str | None, step_module: str | None = None,
+             step_window: str = "span") -> dict:
     from .. import __version__
 
     if peaks is None:
@@ -514,20 +519,23 @@ def _context(prof, *, top: int, peaks, rules, title: str | None) -> dict:
         "n_split": n_split,
         "op_events": int(prof.ops["count"].sum() or 0) if prof.ops.height else 0,
         "op_time_ps": prof.op_time_ps,
-        "steps": _steps(prof, rules),
+        "steps": _steps(prof, rules, step_module, step_window),
         "sources": _sources(prof),
         "bound_colors": _BOUND_COLORS,
         "top": top,
     }
 
 
-def render_report(prof, *, top: int = 30, peaks=None, rules=None, title: str | None = None) -> str:
+def render_report(prof, *, top: int = 30, peaks=None, rules=None, title: str | None = None,
+                  step_module: str | None = None, step_window: str = "span") -> str:
     """The report as one HTML string (see :func:`write_report`)."""
-    ctx = _context(prof, top=top, peaks=peaks, rules=rules, title=title)
+    ctx = _context(prof, top=top, peaks=peaks, rules=rules, title=title, step_module=step_module,
+                   step_window=step_window)
     return _env().get_template("report.html.j2").render(**ctx)
 
 
-def write_report(prof, path, *, top: int = 30, peaks=None, rules=None, title: str | None = None) -> Path:
+def write_report(prof, path, *, top: int = 30, peaks=None, rules=None, title: str | None = None,
+                 step_module: str | None = None, step_window: str = "span") -> Path:
     """Write the offline, self-contained HTML report of ``prof`` to ``path``; returns the Path.
 
     Sections: what was read (files, hosts, runs, why) and warnings; devices, peaks with their
@@ -537,10 +545,13 @@ def write_report(prof, path, *, top: int = 30, peaks=None, rules=None, title: st
     (families per step, stacked, with the coverage line) when :mod:`traceview.steps` finds
     steps; source attribution (top files by op self time, project against site-packages).
     ``peaks`` is a :class:`traceview.roofline.Peaks` (default: ``prof.peaks()``); ``rules``
-    goes to ``prof.steps``. The file has no script and no network reference.
+    (family rules), ``step_module`` and ``step_window`` go to ``prof.steps`` (``module``,
+    ``window``); a bad rule, module or window raises :class:`~traceview.errors.UsageError`.
+    The file has no script and no network reference.
     """
     out = Path(path)
-    html = render_report(prof, top=top, peaks=peaks, rules=rules, title=title)
+    html = render_report(prof, top=top, peaks=peaks, rules=rules, title=title, step_module=step_module,
+                         step_window=step_window)
     out.write_text(html, encoding="utf-8")
     return out
 
