@@ -37,7 +37,7 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stale-days", type=float, default=7.0, metavar="D",
                    help="warn when the chosen run is older than D days (default 7)")
     p.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX (e.g. 'TPU:0$')")
-    p.add_argument("--filter", metavar="REGEX", help="keep only ops whose name or HLO text matches REGEX")
+    p.add_argument("--filter", metavar="REGEX", help="keep only ops whose name, HLO text or framework op path (named scopes) matches REGEX")
     from .parallel import add_cli_arguments  # --no-cache, --scheduler
 
     add_cli_arguments(p)
@@ -74,6 +74,27 @@ def _peaks_from_args(prof, args):
     return prof.peaks(chip=args.chip, peak_flops=args.peak_flops, peak_bw=args.peak_bw)
 
 
+def _add_steps(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--family", action="append", default=[], metavar="NAME=REGEX",
+                   help="an op family rule, tried before the defaults (repeatable); REGEX is matched "
+                        "against op name, HLO text, framework op and source file")
+    p.add_argument("--families", metavar="FILE", help="family rules, one NAME=REGEX per line (# comments)")
+    p.add_argument("--step-module", metavar="NAME",
+                   help="the program whose executions are the steps (default: the one with most op time)")
+    p.add_argument("--step-window", choices=["span", "period", "run"], default="span",
+                   help="span: a run to the end of what it starts [default]; period: start to next start; "
+                        "run: the program's own execution")
+
+
+def _rules_from_args(args):
+    """Family rules from --families FILE then --family NAME=REGEX (UsageError when malformed)."""
+    from .steps import parse_rules, read_rules
+
+    rules = read_rules(args.families) if getattr(args, "families", None) else []
+    rules += parse_rules(getattr(args, "family", None) or [])
+    return rules or None
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="traceview",
@@ -98,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="show which populations carry a dimension of size B")
     a.add_argument("--html", metavar="FILE", help="also write the offline HTML report to FILE")
     _add_peaks(a)
+    _add_steps(a)
+    a.add_argument("--source-frame", choices=["direct", "user"], default="direct",
+                   help="attribute ops to the file that emitted them (direct) or to the innermost "
+                        "project frame of their stack (user)")
 
     r = sub.add_parser("report", help="write the offline, self-contained HTML report of PATH",
                        description="Find traces under PATH and write one self-contained HTML file (no network, "
@@ -109,6 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--top", type=_positive_int, default=30, metavar="N", help="populations to list (default 30)")
     r.add_argument("--title", metavar="TEXT", help="page title (default: 'traceview report — <path name>')")
     _add_peaks(r)
+    _add_steps(r)
 
     from .cli_diff import add_parsers as _add_diff_parsers  # diff, verify
 
@@ -177,10 +203,15 @@ def _console():
 
 
 def _render_all(console, prof, table, args, checks, peaks, roof) -> None:
-    from .render.terminal import render_analysis, render_roofline
+    from .render.terminal import (render_analysis, render_kernels, render_roofline, render_sources,
+                                  render_steps)
     from .roofline import predicted_vs_measured
 
     render_analysis(console, prof, table, by=args.by, top=args.top, checks=checks)
+    render_kernels(console, prof.kernels(), top=args.top)
+    render_sources(console, prof.sources("file", frame=args.source_frame), top=min(args.top, 12),
+                   frame=args.source_frame)
+    render_steps(console, prof.steps(_rules_from_args(args), module=args.step_module, window=args.step_window))
     render_roofline(console, peaks, roof, top=min(args.top, 10), summary=predicted_vs_measured(roof))
 
 
@@ -233,7 +264,8 @@ def cmd_analyze(args) -> int:
     if out is not None and args.format != "table":
         print(f"wrote {out}", file=sys.stderr)
     if args.html:
-        prof.report(args.html, top=max(args.top, 30), peaks=peaks)
+        prof.report(args.html, top=max(args.top, 30), peaks=peaks, rules=_rules_from_args(args),
+                    step_module=args.step_module, step_window=args.step_window)
         print(f"wrote {args.html}", file=sys.stderr)
     return EXIT_OK
 
@@ -254,7 +286,8 @@ def cmd_report(args) -> int:
         raise UsageError(f"refusing to write {out} inside the profile folder it reads; choose another -o")
     peaks = _peaks_from_args(prof, args)
     try:
-        prof.report(out, top=args.top, peaks=peaks, title=args.title)
+        prof.report(out, top=args.top, peaks=peaks, title=args.title, rules=_rules_from_args(args),
+                    step_module=args.step_module, step_window=args.step_window)
     except OSError as exc:
         raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
     print(f"wrote {out}", file=sys.stderr)

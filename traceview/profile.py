@@ -131,7 +131,8 @@ class Profile:
 
     # -- selection ------------------------------------------------------------------
     def filter(self, *, op_regex: str | None = None, device_regex: str | None = None) -> "Profile":
-        """A new Profile keeping ops whose name (or HLO text) matches ``op_regex`` and whose
+        """A new Profile keeping ops whose name, HLO text or framework op path (the named
+        scopes, e.g. a Pallas kernel's name or ``topp_binary_search``) matches ``op_regex`` and whose
         device matches ``device_regex``. Raises :class:`UsageError` on an invalid regex."""
         import re
 
@@ -143,7 +144,8 @@ class Profile:
                 except re.error as exc:
                     raise UsageError(f"invalid regular expression {rx!r}: {exc}") from None
         if op_regex:
-            ops = ops.filter(pl.col("op_name").str.contains(op_regex) | pl.col("hlo_text").str.contains(op_regex))
+            ops = ops.filter(pl.col("op_name").str.contains(op_regex) | pl.col("hlo_text").str.contains(op_regex)
+                             | pl.col("framework_op").str.contains(op_regex))
         if device_regex:
             ops = ops.filter(pl.col("device").str.contains(device_regex))
             runs = runs.filter(pl.col("device").str.contains(device_regex))
@@ -192,20 +194,31 @@ class Profile:
         return roofline(self.ops, peaks if peaks is not None else self.peaks(**peak_overrides))
 
     def sources(self, by: str = "file", frame: str = "direct") -> pl.DataFrame:
-        """Source attribution roll-up ``by`` "file" or "line" (see :mod:`traceview.sources`)."""
+        """Source attribution roll-up ``by`` "file", "line" or "population" (file × shape
+        population), on the ``frame`` "direct" or "user" (see :mod:`traceview.sources`)."""
         from . import sources
 
         if by == "line":
             return sources.by_line(self.ops, frame=frame)
         if by == "file":
             return sources.by_file(self.ops, frame=frame)
-        raise UsageError(f"sources(by=...) must be 'file' or 'line', got {by!r}")
+        if by == "population":
+            return sources.by_file_and_population(self.ops, frame=frame)
+        raise UsageError(f"sources(by=...) must be 'file', 'line' or 'population', got {by!r}")
 
-    def steps(self, rules=None):
-        """Step anatomy: steps, op families and the coverage line (see :mod:`traceview.steps`)."""
+    def kernels(self) -> pl.DataFrame:
+        """Custom kernels by their configuration-carrying names; see :func:`traceview.kernelscopes.kernels`."""
+        from .kernelscopes import kernels
+
+        return kernels(self.ops)
+
+    def steps(self, rules=None, *, module: str | None = None, window: str = "span", markers=None):
+        """Step anatomy: steps, op families and the coverage line; see :func:`traceview.steps.anatomy`
+        (``rules``: ``name=regex`` family rules; ``module``: the program whose executions are
+        steps, default the one with most op time; ``window``: "span", "period" or "run")."""
         from .steps import anatomy
 
-        return anatomy(self.ops, self.module_runs, rules=rules)
+        return anatomy(self.ops, self.module_runs, rules=rules, module=module, window=window, markers=markers)
 
     def report(self, path: str | os.PathLike, **options) -> Path:
         """Write the offline, self-contained HTML report to ``path``; returns the path."""

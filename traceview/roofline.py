@@ -128,7 +128,8 @@ def roofline(ops: pl.DataFrame, peaks: Peaks) -> pl.DataFrame:
     Columns: op_name, shape, category, occurrences, mean_ps (inclusive time per occurrence),
     total_ps, flops and bytes (per occurrence), cost_source (trace / derived / unknown),
     intensity (FLOP/byte), achieved_flops (FLOP/s), achieved_bw (bytes/s), frac_peak_flops,
-    frac_peak_bw, bound_by ("compute" / "memory" / "unknown": intensity vs ridge point),
+    frac_peak_bw, bound_by ("compute" / "memory": intensity vs ridge point; "async" for the
+    issue/await halves of asynchronous ops, which get no costs; "unknown" without costs),
     roofline_ps (per occurrence: max(flops/peak_flops, bytes/peak_bw) in ps), efficiency
     (roofline_ps / mean_ps), warning ("" or why a figure above 100% is not to be trusted).
     Sorted by total time. Rates use inclusive time because an op's FLOPs include its
@@ -136,6 +137,15 @@ def roofline(ops: pl.DataFrame, peaks: Peaks) -> pl.DataFrame:
     """
     if ops.height == 0:
         return pl.DataFrame(schema=_ROOF_SCHEMA)
+    # Async halves (copy-start/-done, all-gather-start/-done, send/recv...) mark when a transfer
+    # is issued or awaited: their bytes move while other ops run, so bytes over their own
+    # duration is no bandwidth. They stay in the table without costs (bound_by "async").
+    is_async = pl.col("op_kind").fill_null("").str.contains(_ASYNC) | pl.col("op_name").str.contains(_ASYNC)
+    ops = ops.with_columns(
+        pl.when(is_async).then(None).otherwise(pl.col("flops")).alias("flops"),
+        pl.when(is_async).then(None).otherwise(pl.col("bytes_accessed")).alias("bytes_accessed"),
+        pl.when(is_async).then(pl.lit("async")).otherwise(pl.col("cost_source")).alias("cost_source"),
+    )
     g = ops.group_by(["op_name", "shape"]).agg(
         pl.col("category").first(),
         pl.col("count").sum().alias("occurrences"),
@@ -156,7 +166,8 @@ def roofline(ops: pl.DataFrame, peaks: Peaks) -> pl.DataFrame:
     g = g.with_columns(
         (pl.col("achieved_flops") / pf if pf else pl.lit(None, dtype=pl.Float64)).alias("frac_peak_flops"),
         (pl.col("achieved_bw") / pb if pb else pl.lit(None, dtype=pl.Float64)).alias("frac_peak_bw"),
-        (pl.when(pl.col("intensity").is_null()).then(pl.lit("unknown"))
+        (pl.when(pl.col("cost_source") == "async").then(pl.lit("async"))
+         .when(pl.col("intensity").is_null()).then(pl.lit("unknown"))
          .when(pl.col("intensity") >= ridge).then(pl.lit("compute")).otherwise(pl.lit("memory"))
          if ridge else pl.lit("unknown")).alias("bound_by"),
     )
@@ -180,6 +191,8 @@ def roofline(ops: pl.DataFrame, peaks: Peaks) -> pl.DataFrame:
         .otherwise(pl.lit("")).alias("warning"))
     return g.select(list(_ROOF_SCHEMA)).sort("total_ps", descending=True)
 
+
+_ASYNC = r"(?:-start|-done|-update)(?:\.\d+)?$|^(?:send|recv)(?:-done)?(?:\.\d+)?$"
 
 _ROOF_SCHEMA = {
     "op_name": pl.Utf8, "shape": pl.Utf8, "category": pl.Utf8, "occurrences": pl.Int64, "mean_ps": pl.Float64,
