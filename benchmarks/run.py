@@ -30,6 +30,7 @@ import gzip
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -69,6 +70,34 @@ finally:
 """
 
 
+_BREAKDOWN_CHILD = r"""
+import json, os, sys, time
+os.environ["TRACEVIEW_NO_CACHE"] = "1"
+marks = []
+def mark(name, t0, c0):
+    marks.append((name, time.perf_counter() - t0, time.process_time() - c0))
+t0, c0 = time.perf_counter(), time.process_time()
+import polars, numpy, traceview.cli, traceview.profile, traceview.aggregate, traceview.roofline
+from traceview import xplane, tracejson  # noqa: F401
+mark("imports", t0, c0)
+from traceview.profile import Profile, read_file
+t0, c0 = time.perf_counter(), time.process_time()
+td = read_file(sys.argv[1])
+mark("read file -> op table", t0, c0)
+prof = Profile.from_traces([td])
+t0, c0 = time.perf_counter(), time.process_time()
+prof.by_shape()
+mark("by_shape", t0, c0)
+t0, c0 = time.perf_counter(), time.process_time()
+prof.roofline(prof.peaks())
+mark("roofline", t0, c0)
+t0, c0 = time.perf_counter(), time.process_time()
+prof.device_summary()
+mark("device_summary", t0, c0)
+print(json.dumps({"rows": td.ops.height, "marks": marks}))
+"""
+
+
 def _load1() -> float:
     try:
         return os.getloadavg()[0]
@@ -78,28 +107,37 @@ def _load1() -> float:
 
 def measure(cmd: list[str], env: dict | None = None, timeout: float = 1800) -> dict:
     """Run ``cmd`` as a child process; returns wall_s, cpu_s (user+sys), rss_mib (peak),
-    rc, load1 (1-minute load average before the run), stdout."""
+    rc, load1 (1-minute load average before the run), stdout.
+
+    The child is started through ``/usr/bin/time`` when it exists: Linux carries a
+    process's peak RSS across ``exec``, so a child forked straight from this (large)
+    process would report this process's peak; ``time`` is small and reports its own child.
+    """
     load = _load1()
+    timer = Path("/usr/bin/time").exists()
+    full = (["/usr/bin/time", "-f", "TVBENCH %e %U %S %M"] + cmd) if timer else cmd
     t0 = time.perf_counter()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
-        deadline = t0 + timeout
-        while True:
-            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                p.kill()
-                pid, status, ru = os.wait4(p.pid, 0)
-                break
-            time.sleep(0.01)
-        wall = time.perf_counter() - t0
-        p.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
-    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "rss_mib": ru.ru_maxrss / 1024,
-            "rc": p.returncode, "load1": load, "stdout": stdout, "stderr": stderr[-2000:]}
+    try:
+        p = subprocess.run(full, capture_output=True, env=env, timeout=timeout)
+        rc, stdout, stderr = p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+    except subprocess.TimeoutExpired as exc:
+        rc, stdout, stderr = 124, (exc.stdout or b"").decode(errors="replace"), (exc.stderr or b"").decode(errors="replace")
+    wall = time.perf_counter() - t0
+    cpu = rss = float("nan")
+    lines = stderr.splitlines()
+    for line in reversed(lines):
+        if line.startswith("TVBENCH "):
+            w, u, sy, m = line.split()[1:5]
+            wall, cpu, rss = float(w), float(u) + float(sy), int(m) / 1024
+            lines.remove(line)
+            break
+    else:
+        ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = ru.ru_utime + ru.ru_stime  # cumulative: only meaningful without /usr/bin/time
+    if rc != 0 and "Command exited with non-zero status" in stderr:
+        lines = [x for x in lines if not x.startswith("Command exited with non-zero status")]
+    return {"wall_s": wall, "cpu_s": cpu, "rss_mib": rss, "rc": rc, "load1": load, "stdout": stdout,
+            "stderr": "\n".join(lines)[-2000:]}
 
 
 def median_of(runs: list[dict]) -> dict:
@@ -146,7 +184,8 @@ def json_facts(path: Path) -> tuple[int, int]:
     return len(raw), len(orjson.loads(raw)["traceEvents"])
 
 
-def bench_file(path: Path, runs: int, xprof: bool, cache: bool, events: int, data_bytes: int) -> dict:
+def bench_file(path: Path, runs: int, xprof: bool, cache: bool, events: int, data_bytes: int,
+               breakdown: bool = True) -> dict:
     res: dict = {"file": path.name, "file_bytes": path.stat().st_size, "data_bytes": data_bytes, "events": events}
     env = dict(os.environ)
     env.pop("TRACEVIEW_NO_CACHE", None)
@@ -176,6 +215,13 @@ def bench_file(path: Path, runs: int, xprof: bool, cache: bool, events: int, dat
             xs.append(m)
         res["xprof"] = median_of(xs) | {"convert_s": statistics.median(x["convert_s"] for x in xs),
                                         "rows": xs[0]["rows"]}
+    res["breakdown"] = None
+    if breakdown:
+        b = measure([sys.executable, "-c", _BREAKDOWN_CHILD, str(path)], env)
+        try:
+            res["breakdown"] = json.loads(b["stdout"].strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            pass
     shutil.rmtree(outp.parent, ignore_errors=True)
     return res
 
@@ -257,6 +303,14 @@ def write_results(results: list[dict], path: Path, argv: list[str]) -> None:
         if r.get("xprof"):
             lines.append(f"| | | | XProf convert call alone | {_f(r['xprof']['convert_s'])} | | | "
                          f"{r['events'] / r['xprof']['convert_s']:,.0f} | | |")
+    lines += ["", "## Where traceview's time goes (one in-process run, no cache)", "",
+              "| file | op rows | stage | wall s | CPU s |", "|---|---|---|---|---|"]
+    for r in results:
+        b = r.get("breakdown")
+        if not b:
+            continue
+        for name, wall, cpu in b["marks"]:
+            lines.append(f"| {r['file']} | {b['rows']:,} | {name} | {wall:.2f} | {cpu:.2f} |")
     lines += ["", "## Against the targets", ""]
     for r in results:
         c, x = r.get("cold"), r.get("xprof")
@@ -301,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     results.append(bench_file(traces["json"], runs, False, True, jevents, jbytes))
     if "20m" in traces:
         results.append(bench_file(traces["20m"], 1, False, False, xplane_events(traces["20m"]),
-                                  traces["20m"].stat().st_size))
+                                  traces["20m"].stat().st_size, breakdown=False))
     write_results(results, args.out, argv)
     print(args.out.read_text())
     return 0
