@@ -42,6 +42,12 @@ static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *o
     return 0;
 }
 
+/* a field number protobuf refuses (0, or past 2^29 - 1): the Python decoder refuses it too */
+static inline int bad_key(uint64_t key) {
+    uint64_t f = key >> 3;
+    return f == 0 || f > 0x1FFFFFFFu;
+}
+
 static int skip_field(const uint8_t **p, const uint8_t *end, int wt) {
     uint64_t tmp;
     switch (wt) {
@@ -69,8 +75,8 @@ static int stat_int(const uint8_t *q, const uint8_t *qe, long long want, int64_t
             if (f == 1) id = (int64_t)v; else { val = (int64_t)v; have = 1; }
         } else if (!skip_field(&q, qe, w)) return 0;
     }
-    if (have && id == want) *out = val;
-    if (have && id == want2) *out2 = val;
+    if (have && want >= 0 && id == want) *out = val;  /* -1 means "not asked" */
+    if (have && want2 >= 0 && id == want2) *out2 = val;
     return 1;
 }
 
@@ -81,6 +87,7 @@ static const char *scan_line(const uint8_t *p, const uint8_t *end, Py_ssize_t *n
     while (p < end) {
         uint64_t key;
         if (!read_varint(&p, end, &key)) return "truncated field key";
+        if (bad_key(key)) return "bad field number";
         int field = (int)(key >> 3), wt = (int)(key & 7);
         if (field == 3 && wt == 0) {
             uint64_t v; if (!read_varint(&p, end, &v)) return "truncated timestamp";
@@ -106,6 +113,7 @@ static const char *fill_line(const uint8_t *p, const uint8_t *end, out_arrays *o
     while (p < end) {
         uint64_t key;
         if (!read_varint(&p, end, &key)) return "truncated field key";
+        if (bad_key(key)) return "bad field number";
         int field = (int)(key >> 3), wt = (int)(key & 7);
         if (field == 4 && wt == 2) {
             uint64_t len;
@@ -116,6 +124,7 @@ static const char *fill_line(const uint8_t *p, const uint8_t *end, out_arrays *o
             while (q < qe) {
                 uint64_t k2;
                 if (!read_varint(&q, qe, &k2)) return "truncated event field";
+                if (bad_key(k2)) return "bad event field number";
                 int f2 = (int)(k2 >> 3), w2 = (int)(k2 & 7);
                 uint64_t v;
                 if (w2 == 0 && (f2 == 1 || f2 == 2 || f2 == 3 || f2 == 5)) {
@@ -186,6 +195,7 @@ static PyObject *line_header(PyObject *self, PyObject *args) {
     while (p < end) {
         uint64_t key, v;
         if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
+        if (bad_key(key)) { err = "bad field number"; break; }
         int field = (int)(key >> 3), wt = (int)(key & 7);
         if (wt == 0 && (field == 1 || field == 3 || field == 9 || field == 10)) {
             if (!read_varint(&p, end, &v)) { err = "truncated varint"; break; }

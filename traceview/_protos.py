@@ -147,6 +147,34 @@ def _build_xplane(pool):
     ])
     lazy.nested_type.add().CopyFrom(_map_entry("EventMetadataEntry", "int64", "XEventMetadata", pkg))
     lazy.nested_type.add().CopyFrom(_map_entry("StatMetadataEntry", "int64", "XStatMetadata", pkg))
+    # The events of a line as the pure-Python decoder reads them: stats kept as raw bytes
+    # (parsed one by one when asked for, as XStatLoose whose str_value is bytes), so what the
+    # C decoder does not look at (a malformed or non-UTF-8 stat nobody reads) is tolerated by
+    # both decoders alike.
+    ev_loose = _message(fp, "XEventLoose", [
+        ("metadata_id", 1, "int64", ""),
+        ("offset_ps", 2, "int64", ""),
+        ("num_occurrences", 5, "int64", ""),
+        ("duration_ps", 3, "int64", ""),
+        ("stats", 4, "bytes", "repeated"),
+    ])
+    ev_loose.oneof_decl.add().name = "data"
+    ev_loose.field[1].oneof_index = 0
+    ev_loose.field[2].oneof_index = 0
+    st_loose = _message(fp, "XStatLoose", [
+        ("metadata_id", 1, "int64", ""),
+        ("double_value", 2, "double", ""),
+        ("uint64_value", 3, "uint64", ""),
+        ("int64_value", 4, "int64", ""),
+        ("str_value", 5, "bytes", ""),
+        ("bytes_value", 6, "bytes", ""),
+        ("ref_value", 7, "uint64", ""),
+    ])
+    st_loose.oneof_decl.add().name = "value"
+    for i in range(1, 7):
+        st_loose.field[i].oneof_index = 0
+    _message(fp, "XLineEventsLoose", [("events", 4, "XEventLoose", "repeated")])
+    _message(fp, "XLineEventsRaw", [("events", 4, "bytes", "repeated")])  # counting only
     _message(fp, "XLineHeader", [
         ("id", 1, "int64", ""),
         ("display_id", 10, "int64", ""),
@@ -267,9 +295,12 @@ XEventMetadata = _cls("traceview.xplane.XEventMetadata")
 XStatMetadata = _cls("traceview.xplane.XStatMetadata")
 XSpaceLazy = _cls("traceview.xplane.XSpaceLazy")
 XLineHeader = _cls("traceview.xplane.XLineHeader")
+XLineEventsLoose = _cls("traceview.xplane.XLineEventsLoose")
+XStatLoose = _cls("traceview.xplane.XStatLoose")
+XLineEventsRaw = _cls("traceview.xplane.XLineEventsRaw")
 HloProto = _cls("traceview.hlo.HloProto")
 HloModuleProto = _cls("traceview.hlo.HloModuleProto")
 ShapeProto = _cls("traceview.hlo.ShapeProto")
 
-__all__ = ["XSpace", "XSpaceLazy", "XLineHeader", "XPlane", "XLine", "XEvent", "XStat", "XEventMetadata", "XStatMetadata",
+__all__ = ["XSpace", "XSpaceLazy", "XLineHeader", "XLineEventsLoose", "XStatLoose", "XLineEventsRaw", "XPlane", "XLine", "XEvent", "XStat", "XEventMetadata", "XStatMetadata",
            "HloProto", "HloModuleProto", "ShapeProto"]

@@ -95,8 +95,10 @@ def _gemm_contracting(ins) -> list[int] | None:
         data = json.loads(cfg.decode("utf-8", "replace"))
     except ValueError:
         return None
+    if not isinstance(data, dict):
+        return None
     for v in data.values():
-        if isinstance(v, dict) and "dot_dimension_numbers" in v:
+        if isinstance(v, dict) and isinstance(v.get("dot_dimension_numbers"), dict):
             dims = v["dot_dimension_numbers"].get("lhs_contracting_dimensions", [])
             try:
                 return [int(d) for d in dims]

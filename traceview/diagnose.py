@@ -78,9 +78,16 @@ def xspace_fault(data: bytes) -> str | None:
     return None
 
 
-def still_writing_hint(path: str | os.PathLike, now: float | None = None) -> str | None:
+#: Faults that mean "the file ends too early" (what an unfinished write looks like).
+INCOMPLETE = ("the file ends inside", "truncated gzip stream", "unexpected end of data")
+
+
+def still_writing_hint(path: str | os.PathLike, fault: str | None = None, now: float | None = None) -> str | None:
     """``"the file was modified 3 s ago: ..."`` when ``path`` changed in the last
-    :data:`RECENT_WRITE_S` seconds (the profiler may still be writing it), else None."""
+    :data:`RECENT_WRITE_S` seconds (the profiler may still be writing it), else None. With
+    ``fault``, only when it says the file ends too early (:data:`INCOMPLETE`)."""
+    if fault is not None and not any(s in fault for s in INCOMPLETE):
+        return None
     try:
         mtime = os.stat(path).st_mtime
     except OSError:

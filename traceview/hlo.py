@@ -165,6 +165,10 @@ class HloIndex:
             except (DecodeError, RecursionError, ValueError) as exc:
                 self.errors.append(f"HLO proto of {name}({program_id}) is unreadable: {exc}")
                 self._decoded[program_id] = None
+            except Exception as exc:  # noqa: BLE001 - a hostile proto costs its shapes, not the trace
+                self.errors.append(f"HLO proto of {name}({program_id}) is unusable "
+                                   f"({type(exc).__name__}: {exc}); its ops have no shapes")
+                self._decoded[program_id] = None
         return self._decoded[program_id]
 
     def op(self, program_id: int | None, op_name: str) -> HloOp | None:

@@ -91,7 +91,7 @@ def _read_file_uncached(path: str | os.PathLike, *, kind: str | None = None, hos
             td = read_trace_json(p, host=host, run=run,
                                  **({} if limit is None else {"max_decompressed_bytes": limit}))
     except TraceUnreadable as exc:
-        hint = still_writing_hint(p) if ("truncated" in exc.fault or "unexpected end" in exc.fault) else None
+        hint = still_writing_hint(p, exc.fault)
         if hint:
             raise TraceUnreadable(f"{exc.fault}; {hint}", exc.path) from None
         raise

@@ -32,7 +32,7 @@ import numpy as np
 import polars as pl
 from google.protobuf.message import DecodeError
 
-from ._protos import XLine, XLineHeader, XSpaceLazy
+from ._protos import XLine, XLineEventsLoose, XLineEventsRaw, XLineHeader, XSpaceLazy
 from .errors import TraceUnreadable
 from .hlo import HloIndex
 from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, DeviceInfo, TraceData, frame
@@ -331,7 +331,10 @@ def count_events(raw: bytes, path: str) -> int:
             return _fast.count_events(raw)
         except ValueError as exc:
             raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
-    return len(decode_line(raw, path))
+    try:  # the events are not looked into, as the C decoder does not
+        return len(XLineEventsRaw.FromString(raw).events)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
 
 
 def decode_line(raw: bytes, path: str, stat_id: int = -1, stat_id2: int = -1) -> LineEvents:
@@ -356,16 +359,30 @@ def decode_line(raw: bytes, path: str, stat_id: int = -1, stat_id2: int = -1) ->
         le.stat_values = np.frombuffer(svals, dtype=np.int64)
         le.stat_values2 = np.frombuffer(svals2, dtype=np.int64)
     else:
-        line = _full_line(raw, path)
-        evs = line.events
+        try:
+            evs = XLineEventsLoose.FromString(raw).events
+        except (DecodeError, RecursionError, ValueError) as exc:
+            raise TraceUnreadable(f"malformed XLine {le.name!r} ({exc})", path) from None
         n = len(evs)
         le.mids = np.fromiter((e.metadata_id for e in evs), dtype=np.int64, count=n)
         offsets = np.fromiter((e.offset_ps for e in evs), dtype=np.int64, count=n)
         le.durations = np.fromiter((e.duration_ps for e in evs), dtype=np.int64, count=n)
         le.occurrences = np.fromiter((e.num_occurrences for e in evs), dtype=np.int64, count=n)
         le.has_stats = np.fromiter((len(e.stats) > 0 for e in evs), dtype=np.bool_, count=n)
-        le.stat_values = np.fromiter((_int_stat(e, stat_id) for e in evs), dtype=np.int64, count=n)
-        le.stat_values2 = np.fromiter((_int_stat(e, stat_id2) for e in evs), dtype=np.int64, count=n)
+        le.stat_values = np.full(n, -1, dtype=np.int64)
+        le.stat_values2 = np.full(n, -1, dtype=np.int64)
+        if stat_id >= 0 or stat_id2 >= 0:  # as the C decoder: then every stat is read
+            try:
+                for i, e in enumerate(evs):
+                    for sraw in e.stats:
+                        sid, v = _stat_int_fields(sraw)
+                        if v is not None and sid >= 0:
+                            if sid == stat_id:
+                                le.stat_values[i] = v
+                            if sid == stat_id2:
+                                le.stat_values2[i] = v
+            except ValueError as exc:
+                raise TraceUnreadable(f"malformed XLine {le.name!r} ({exc})", path) from None
     le.starts = offsets + _line_base_ps(le.header.timestamp_ns)
     return le
 
@@ -376,16 +393,40 @@ def _line_base_ps(timestamp_ns: int) -> np.int64:
     return np.int64(((int(timestamp_ns) * 1000 + (1 << 63)) & _U64) - (1 << 63))
 
 
-def _int_stat(event, stat_id: int) -> int:
-    if stat_id < 0:
-        return -1
-    value = -1
-    for st in event.stats:
-        if st.metadata_id == stat_id:
-            kind = st.WhichOneof("value")
-            if kind in ("int64_value", "uint64_value"):
-                value = getattr(st, kind)
-    return value - (1 << 64) if value >= 1 << 63 else value  # int64, as the C decoder reads it
+def _stat_int_fields(raw: bytes) -> tuple[int, int | None]:
+    """(metadata_id, integer value or None) of one serialized XStat, read field by field as
+    the C decoder reads it (``stat_int`` in ``_fastxplane.c``: the last int64/uint64 value
+    field counts, as int64); malformed bytes raise ValueError."""
+    from .diagnose import _varint
+
+    sid, val, i, n = -1, None, 0, len(raw)
+    while i < n:
+        key, i = _varint(raw, i)
+        if key is None:
+            raise ValueError("bad stat")
+        f, w = (key >> 3) & 0xFFFFFFFF, key & 7  # C: (int)(key >> 3)
+        if w == 0:
+            v, i = _varint(raw, i)
+            if v is None:
+                raise ValueError("bad stat")
+            v = v & _U64
+            v = v - (1 << 64) if v >= 1 << 63 else v  # int64, as the C decoder casts it
+            if f == 1:
+                sid = v
+            elif f in (3, 4):
+                val = v
+        elif w == 1 or w == 5:
+            i += 8 if w == 1 else 4
+            if i > n:
+                raise ValueError("bad stat")
+        elif w == 2:
+            ln, i = _varint(raw, i)
+            if ln is None or ln > n - i:
+                raise ValueError("bad stat")
+            i += ln
+        else:
+            raise ValueError("bad stat")
+    return sid, val
 
 
 def _full_line(raw: bytes, path: str):
@@ -590,8 +631,11 @@ def _derive_module_runs(ops):
               .agg(pl.col("count").sum().alias("n"), pl.col("start_ps").min().alias("first")))
     if per_op.height == 0:
         return frame({}, MODULE_RUNS_SCHEMA)
-    best = per_op.sort(["n", "first"]).group_by(["host", "device", "module", "program_id"], maintain_order=True).first()
+    # ties broken by op name: the same trace always gives the same executions
+    best = (per_op.sort(["n", "first", "op_name"], maintain_order=True)
+            .group_by(["host", "device", "module", "program_id"], maintain_order=True).first())
     anchors = best.select(["host", "device", "module", "program_id", "op_name"])
-    runs = (ops.join(anchors, on=["host", "device", "module", "program_id", "op_name"], how="inner")
+    runs = (ops.filter(pl.col("start_ps").is_not_null())
+            .join(anchors, on=["host", "device", "module", "program_id", "op_name"], how="inner")
             .select(["host", "device", "module", "program_id", "start_ps", "duration_ps"]))
     return runs.select(list(MODULE_RUNS_SCHEMA))
