@@ -102,3 +102,33 @@ def test_terminal_progress_is_quiet_off_a_terminal():
     forced(Progress(0, 1, 0, 10, 0))
     forced(Progress(1, 1, 10, 10, 42))  # the last file: the bar stops
     assert forced._bar is None
+
+
+def test_local_processes_only_when_allowed(shared_traces, tmp_path, monkeypatch, run_dir):
+    """Library default: one process. With local workers allowed (CLI --workers N), the files
+    are read by a process pool, with the single-process result."""
+    import traceview.parallel as par
+
+    made = []
+
+    class Counting(ProcessPoolExecutor):
+        def __init__(self, *a, **k):
+            made.append(1)
+            super().__init__(*a, **k)
+
+    monkeypatch.setattr(par, "ProcessPoolExecutor", Counting)
+    monkeypatch.setattr(par, "PARALLEL_MIN_BYTES", 0)
+    src = next((shared_traces / "vllm_tpu_qwen").rglob("*.trace.json.gz"))
+    run = tmp_path / "plugins" / "profile" / "2026_01_02_00_00_00"
+    run.mkdir(parents=True)
+    for host in ("ja", "jb"):
+        shutil.copyfile(src, run / f"{host}.trace.json.gz")
+    single_json, single_xplane = load(tmp_path), load(run_dir)
+    assert made == []
+    par.set_local_workers(2)
+    try:
+        _same_profile(single_json, load(tmp_path))
+        _same_profile(single_xplane, load(run_dir))
+        assert made == [1, 1]
+    finally:
+        par.set_local_workers(0)

@@ -6,9 +6,14 @@ table (the ``host`` column tells them apart). The per-file work is
 :func:`read_task` (a plain, picklable function of a :class:`ReadTask`), submitted to any
 ``concurrent.futures.Executor``-compatible object:
 
-* default: a ``ProcessPoolExecutor`` (``spawn`` context: polars' threads do not survive a
-  ``fork``) when there are several files and enough bytes to repay the start-up of the
-  workers (about 0.5 s each), else the calling process;
+* default: the calling process. Local worker processes are opt-in
+  (:func:`set_local_workers`, CLI ``--workers N``): a ``ProcessPoolExecutor`` in the
+  ``spawn`` context (polars' threads do not survive a ``fork``; ``spawn`` re-imports the
+  caller's main module, which a script must guard with ``if __name__ == "__main__":``).
+  They do not pay off on a 2-core machine: sending a worker's op table back (one row per
+  op event, 16 string columns) costs about what reading the file costs. Measured: two
+  hosts of the 3M-event TPU xplane, 4 s in one process against 14 s with two workers; two
+  hosts of a 277 MB trace.json, 7 s against 8.5 s;
 * ``scheduler="tcp://host:8786"`` (CLI ``--scheduler ADDRESS``): the workers of an existing
   Dask distributed cluster, through ``distributed.Client(address).get_executor()``
   (``pip install 'traceview[dist]'``). The workers must see the trace files at the same
@@ -33,9 +38,18 @@ from typing import Callable, Sequence
 
 from .errors import TraceviewError, UsageError
 
-#: Below this many bytes in total, files are read in the calling process (worker
-#: start-up and result transfer would cost more than they save).
-PARALLEL_MIN_BYTES = 64 << 20
+#: Below this many bytes in total (on disk), files are read in the calling process (worker
+#: start-up, about 0.5 s each, and result transfer would cost more than they save).
+PARALLEL_MIN_BYTES = 8 << 20
+#: Local worker processes for multi-file trace.json runs; 0 = read in the calling process.
+_local_workers = 0
+
+
+def set_local_workers(n: int | None) -> None:
+    """Allow up to ``n`` local worker processes for :func:`read_many` (None: one per core;
+    0: none, the default). Only for programs whose main module is import-safe (``spawn``)."""
+    global _local_workers
+    _local_workers = default_workers() if n is None else max(0, int(n))
 
 
 @dataclass(frozen=True)
@@ -145,9 +159,10 @@ def read_many(tasks: Sequence[ReadTask], *, executor: Executor | None = None, sc
 
     ``executor``: use it as given (not shut down here). ``scheduler``: a Dask scheduler
     address (a client is opened and closed here). Otherwise a local process pool of
-    ``workers`` processes (default :func:`default_workers`, capped by the number of
-    files) when there are at least two files and :data:`PARALLEL_MIN_BYTES` in total, else
-    the calling process. ``progress`` gets a :class:`Progress` after each file.
+    ``workers`` processes (default: what :func:`set_local_workers` allowed, 0 unless set;
+    capped by the number of files) when there are at least two files and
+    :data:`PARALLEL_MIN_BYTES` in total, else the calling process. ``progress`` gets a
+    :class:`Progress` after each file.
     """
     tasks = list(tasks)
     n = len(tasks)
@@ -172,7 +187,7 @@ def read_many(tasks: Sequence[ReadTask], *, executor: Executor | None = None, sc
     if executor is None and scheduler:
         executor, close = dask_executor(scheduler)
     elif executor is None:
-        w = min(workers or default_workers(), n)
+        w = min(_local_workers if workers is None else workers, n)
         if w >= 2 and total >= PARALLEL_MIN_BYTES:
             import multiprocessing
 
@@ -246,6 +261,8 @@ def add_cli_arguments(p) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the parsed-table cache (~/.cache/traceview; "
                         "$TRACEVIEW_CACHE_DIR, $TRACEVIEW_NO_CACHE=1)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="read the hosts' files in up to N local processes (default 1: in this process)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="read the hosts' files on this Dask cluster (e.g. tcp://10.0.0.5:8786); "
                         "needs traceview[dist] and the files at the same paths on the workers")
@@ -253,9 +270,11 @@ def add_cli_arguments(p) -> None:
 
 def cli_read_options(args) -> dict:
     """``load()`` keyword arguments from the CLI flags (turns the cache off for
-    ``--no-cache``; a progress bar on stderr when it is a terminal)."""
+    ``--no-cache``, allows ``--workers`` local processes, draws a progress bar on stderr when
+    it is a terminal)."""
     from . import cache
 
     if getattr(args, "no_cache", False):
         cache.disabled(True)
+    set_local_workers(max(0, getattr(args, "workers", 1) or 0))  # the CLI's main is import-safe
     return {"scheduler": getattr(args, "scheduler", None), "progress": TerminalProgress()}
