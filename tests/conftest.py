@@ -6,6 +6,16 @@ from pathlib import Path
 
 import pytest
 
+def pytest_configure(config):
+    """Keep traceview's parsed-table cache inside this session's temp area, never ~/.cache
+    (tests that exercise the cache set their own TRACEVIEW_CACHE_DIR)."""
+    import os
+    import tempfile
+
+    if "TRACEVIEW_CACHE_DIR" not in os.environ:
+        os.environ["TRACEVIEW_CACHE_DIR"] = tempfile.mkdtemp(prefix="traceview-test-cache-")
+
+
 # What ``cpu_profile_dir`` records; tests read it through the ``cpu_profile_spec`` fixture.
 _CPU_PROFILE_SPEC = {
     "module": "jit_f",  # jax names the compiled program after the function
