@@ -375,6 +375,13 @@ def _(tmp):
     return Built(write(tmp / "h.xplane.pb", (SHARED / MI300X).read_bytes()), args=["--max-bytes", "50000"])
 
 
+@case("json-over-limit", "a 2 MB plain `.trace.json` with `--max-bytes 1000000`",
+      "limit: file size over the limit, not read into memory", EXIT_LIMIT, expect=("1000000-byte limit",), xplane=False)
+def _(tmp):
+    return Built(write(tmp / "h.trace.json", orjson.dumps(tpu_trace_doc([("y" * (2 << 20), ADD, 1.0, 0.5)]))),
+                 args=["--max-bytes", "1000000"])
+
+
 @case("json-not-a-trace", "`.trace.json` holding JSON that is not a trace (`{\"a\": 1}`)",
       "unreadable: JSON without traceEvents", EXIT_UNREADABLE, expect=("without traceEvents",), xplane=False)
 def _(tmp):

@@ -138,6 +138,11 @@ def read_json_bytes(path: str | os.PathLike, *, max_decompressed_bytes: int = MA
     p = str(path)
     try:
         with open(p, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > max_decompressed_bytes:
+                # its text (or, gzip aside, its decompressed text) cannot fit: not read at all
+                raise LimitExceeded(f"file is {size} bytes, over the {max_decompressed_bytes}-byte limit "
+                                    "(max_decompressed_bytes)", p)
             data = fh.read()
     except FileNotFoundError:
         raise NoTraceFound("does not exist", p) from None
