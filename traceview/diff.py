@@ -89,56 +89,16 @@ KEY = ["kind", "stem", "shape", "fingerprint"]
 
 # -- kernel names ---------------------------------------------------------------------------
 
-#: a name carrying its configuration: a word followed by two or more ``-key_N[_N...]`` parts,
-#: e.g. ``RPAd-p_16-bq_1_1-bkv_256_256`` or the legacy ``RPA-bq_32-bkvp_64-p_64-``
-KERNEL_NAME_RE = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9]*(?:-[A-Za-z]+_\d+(?:_\d+)*){2,}-?)")
-_CONFIG_PART = re.compile(r"-([A-Za-z]+)_(\d+(?:_\d+)*)")
+from .kernelscopes import KERNEL_NAME_RE, find_kernel_name, kernel_config  # noqa: E402 (one grammar)
+
 _HLO_KERNEL_ATTR = re.compile(r"kernel_name\W{1,4}([A-Za-z][\w\-]*)")
 _SUFFIX = re.compile(r"\.\d+$")
-
-
-def find_kernel_name(text: str | None) -> str | None:
-    """The first configuration-carrying kernel name in ``text`` (see :data:`KERNEL_NAME_RE`),
-    or None. ``"jit(f)/RPAd-p_16-bq_1_1-bkv_256_256/while"`` -> ``"RPAd-p_16-bq_1_1-bkv_256_256"``.
-    Never raises."""
-    if not text:
-        return None
-    m = KERNEL_NAME_RE.search(text)
-    return m.group(1) if m else None
 
 
 def kernel_id(name: str) -> str:
     """A kernel's identity without its configuration: numbers replaced by ``*``
     (``RPAd-p_16-bq_1_1-bkv_256_256`` -> ``RPAd-p_*-bq_*_*-bkv_*_*``)."""
     return re.sub(r"\d+", "*", name)
-
-
-@lru_cache(maxsize=4096)
-def _kernel_config(name: str) -> tuple:
-    out: dict = {}
-    for m in _CONFIG_PART.finditer(name):
-        out[m.group(1)] = tuple(int(x) for x in m.group(2).split("_"))
-    try:  # canonical fields of the bundled RPA naming (phase, page, bq, bkv)
-        from traceview.kernels.naming import match_kernel_config
-    except ImportError:  # pragma: no cover - kernels package not installed
-        match_kernel_config = None
-    canon = match_kernel_config(name) if match_kernel_config else None
-    if canon:
-        for k, v in canon.items():
-            out[k] = v if isinstance(v, str) else (tuple(v) if isinstance(v, (tuple, list)) else (int(v),))
-    return tuple(sorted(out.items()))
-
-
-def kernel_config(name: str) -> dict:
-    """The configuration read off a kernel name.
-
-    Every ``-key_N[_N...]`` part gives ``key: (N, ...)`` (a tuple of ints); RPA names also
-    get the canonical fields of :func:`traceview.kernels.naming.parse_kernel_config`
-    (``phase`` as a string, ``page``, ``bq``, ``bkv`` as tuples, in tokens; legacy
-    ``bkvp`` pages are converted to ``bkv`` tokens). ``{}`` when nothing is found.
-    Example: ``kernel_config("RPAd-p_16-bq_1_1-bkv_256_256")["bkv"] == (256, 256)``.
-    """
-    return dict(_kernel_config(name))
 
 
 def format_config_value(v) -> str:

@@ -6,7 +6,8 @@ scope in every HLO op the kernel emits (``op_name`` = ``jit(step)/RPAd-.../while
 on TPU the kernel is one custom-call carrying it). Reading the configuration off the trace
 is the study's independent check that a block-size flag took effect.
 
-A *kernel scope* is a path component of ``framework_op`` shaped ``NAME(-key_int[_int...])+``.
+A *kernel scope* is a name in ``framework_op`` shaped ``NAME(-key_int[_int...]){2,}``
+(:data:`KERNEL_NAME_RE`; also the legacy ``RPA-bq_32-bkvp_64-p_64-``).
 Its *invocations* are the events at the top of the scope (ops whose path ends at the scope
 or one component below it, e.g. the outer ``while`` of an interpreted kernel or the TPU
 custom-call); its time is the self time of every op inside the scope.
@@ -15,20 +16,60 @@ custom-call); its time is the self time of every op inside the scope.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 import polars as pl
 
-#: a configuration-carrying kernel name as one path component of an op_name
-KERNEL_NAME = r"[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z]+(?:_\d+)+)+"
-_SCOPE = rf"(?:^|/)({KERNEL_NAME})(?:/|$)"
-_KV = re.compile(r"-([A-Za-z]+)((?:_\d+)+)")
+#: a name carrying its configuration: a word followed by two or more ``-key_N[_N...]`` parts,
+#: e.g. ``RPAd-p_16-bq_1_1-bkv_256_256`` or the legacy ``RPA-bq_32-bkvp_64-p_64-``
+KERNEL_NAME_RE = re.compile(r"(?<![A-Za-z0-9_])([A-Za-z][A-Za-z0-9]*(?:-[A-Za-z]+_\d+(?:_\d+)*){2,}-?)")
+_CONFIG_PART = re.compile(r"-([A-Za-z]+)_(\d+(?:_\d+)*)")
+# the same grammar for polars (Rust regex has no look-behind): the name is group 1
+_POLARS_NAME = r"(?:^|[^A-Za-z0-9_])([A-Za-z][A-Za-z0-9]*(?:-[A-Za-z]+_\d+(?:_\d+)*){2,}-?)"
+
+
+def find_kernel_name(text: str | None) -> str | None:
+    """The first configuration-carrying kernel name in ``text`` (see :data:`KERNEL_NAME_RE`),
+    or None. ``"jit(f)/RPAd-p_16-bq_1_1-bkv_256_256/while"`` -> ``"RPAd-p_16-bq_1_1-bkv_256_256"``.
+    Never raises."""
+    if not text:
+        return None
+    m = KERNEL_NAME_RE.search(text)
+    return m.group(1) if m else None
+
+
+@lru_cache(maxsize=4096)
+def _kernel_config(name: str) -> tuple:
+    out: dict = {}
+    for m in _CONFIG_PART.finditer(name):
+        out[m.group(1)] = tuple(int(x) for x in m.group(2).split("_"))
+    try:  # canonical fields of the bundled RPA naming (phase, page, bq, bkv)
+        from traceview.kernels.naming import match_kernel_config
+    except ImportError:  # pragma: no cover - kernels package not installed
+        match_kernel_config = None
+    canon = match_kernel_config(name) if match_kernel_config else None
+    if canon:
+        for k, v in canon.items():
+            out[k] = v if isinstance(v, str) else (tuple(v) if isinstance(v, (tuple, list)) else (int(v),))
+    return tuple(sorted(out.items()))
+
+
+def kernel_config(name: str) -> dict:
+    """The configuration read off a kernel name.
+
+    Every ``-key_N[_N...]`` part gives ``key: (N, ...)`` (a tuple of ints); RPA names also
+    get the canonical fields of :func:`traceview.kernels.naming.parse_kernel_config`
+    (``phase`` as a string, ``page``, ``bq``, ``bkv`` as tuples, in tokens; legacy
+    ``bkvp`` pages are converted to ``bkv`` tokens). ``{}`` when nothing is found.
+    Example: ``kernel_config("RPAd-p_16-bq_1_1-bkv_256_256")["bkv"] == (256, 256)``.
+    """
+    return dict(_kernel_config(name))
 
 
 def parse_config(name: str) -> dict[str, tuple[int, ...]]:
-    """``"RPAd-p_16-bq_1_1-bkv_256_256"`` -> ``{"p": (16,), "bq": (1, 1), "bkv": (256, 256)}``.
-
-    Generic over keys; returns {} when ``name`` carries no ``-key_int`` groups."""
-    return {k: tuple(int(x) for x in v.strip("_").split("_")) for k, v in _KV.findall(name or "")}
+    """Only the literal ``-key_N[_N...]`` parts of a name:
+    ``"RPAd-p_16-bq_1_1-bkv_256_256"`` -> ``{"p": (16,), "bq": (1, 1), "bkv": (256, 256)}``."""
+    return {m.group(1): tuple(int(x) for x in m.group(2).split("_")) for m in _CONFIG_PART.finditer(name or "")}
 
 
 def kernels(ops: pl.DataFrame) -> pl.DataFrame:
@@ -46,7 +87,7 @@ def kernels(ops: pl.DataFrame) -> pl.DataFrame:
     if ops.height == 0:
         return pl.DataFrame(schema=schema)
     total = int(ops["self_ps"].sum() or 0)
-    k = ops.with_columns(pl.col("framework_op").str.extract(_SCOPE, 1).alias("kernel"))
+    k = ops.with_columns(pl.col("framework_op").str.extract(_POLARS_NAME, 1).alias("kernel"))
     k = k.filter(pl.col("kernel").is_not_null())
     if k.height == 0:
         return pl.DataFrame(schema=schema)
