@@ -79,7 +79,7 @@ def xspace_fault(data: bytes) -> str | None:
 
 
 #: Faults that mean "the file ends too early" (what an unfinished write looks like).
-INCOMPLETE = ("the file ends inside", "truncated gzip stream", "unexpected end of data")
+INCOMPLETE = ("the file ends inside", "truncated gzip stream", "not valid JSON (unexpected end of data")
 
 
 def still_writing_hint(path: str | os.PathLike, fault: str | None = None, now: float | None = None) -> str | None:
