@@ -384,3 +384,49 @@ def test_engine_fixture_default_steps_and_windows():
     span = steps.find_steps(td.ops, td.module_runs, module="jit_decode_b4_bkv128")
     # run windows hold the decode program only; span adds the sampler that follows it
     assert (run["duration_ps"] <= span["duration_ps"]).all() and (run["ops"] < span["ops"]).all()
+
+
+@pytest.fixture(scope="module")
+def engine_profile(tmp_path_factory):
+    """A live engine profile in the shape of ``traceview engine profile``: tiny model, 8 requests
+    x 16 greedy tokens, buckets warmed before the traced ``generate`` (about 10 s on 2 cores)."""
+    from traceview.engine_shim.bench import sampling_params
+    from traceview.engine_shim.engine import LLM
+
+    prompts = ["Hello, my name is", "The capital of France is", "The future of AI is", "Once upon a time"] * 2
+    llm = LLM("tiny", max_num_seqs=8, max_model_len=512, precompile=False, seed=0)
+    params = sampling_params("greedy", 16)
+    llm.generate(prompts, params)
+    llm.start_profile(tmp_path_factory.mktemp("engine_profile"))
+    llm.generate(prompts, params)
+    run = llm.stop_profile()
+    return traceview.load(run)
+
+
+def test_engine_profile_families_cover_the_decode_step(engine_profile):
+    """Issue 4, must-show 4: on an engine profile the families sum to the step time.
+
+    Steps are the decode program's executions (window "run": the program's own wall time on
+    the XLA:CPU thread). What is left is thunk-scheduling idle inside the program; measured
+    95.6% here (94.4% with the default span window, which adds the host gap before the
+    sampler program). The bound is 90% so that a loaded CI machine cannot flake it; the
+    figure itself is in the notes of issue 4."""
+    prof = engine_profile
+    decode = [m for m in prof.modules()["module"].to_list() if m.startswith("jit_decode_b8")]
+    assert decode == ["jit_decode_b8_bkv512"]
+    a = prof.steps(module=decode[0], window="run")
+    _check_identities(a)
+    assert a.coverage.n_steps == 15  # 16 tokens: the first comes from prefill
+    assert a.coverage.ratio >= 0.90, a.coverage.line()
+    fams = dict(zip(a.families["family"], a.families["share"]))
+    # the Pallas kernel's ops are the attention family and the largest one
+    assert max(fams, key=fams.get) == "attention/custom kernels"
+    # independent: per step, the self time of the ops that start inside the run, summed by hand
+    runs = prof.module_runs.filter(pl.col("module") == decode[0]).sort("start_ps").rows(named=True)
+    total = 0
+    for r in prof.ops.filter(pl.col("start_ps").is_not_null()).iter_rows(named=True):
+        for run in runs:
+            if run["start_ps"] <= r["start_ps"] < run["start_ps"] + run["duration_ps"]:
+                total += r["self_ps"]
+                break
+    assert a.coverage.family_ps == pytest.approx(total / len(runs))

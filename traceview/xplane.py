@@ -415,18 +415,43 @@ def _stat_int_fields(raw: bytes) -> tuple[int, int | None]:
                 sid = v
             elif f in (3, 4):
                 val = v
-        elif w == 1 or w == 5:
-            i += 8 if w == 1 else 4
-            if i > n:
-                raise ValueError("bad stat")
-        elif w == 2:
-            ln, i = _varint(raw, i)
-            if ln is None or ln > n - i:
-                raise ValueError("bad stat")
-            i += ln
         else:
-            raise ValueError("bad stat")
+            i = _skip_value(raw, i, key, 0)
     return sid, val
+
+
+def _skip_value(raw: bytes, i: int, key: int, depth: int) -> int:
+    """Index after the value of the field whose ``key`` ends at ``raw[i]`` (``skip_field`` in
+    ``_fastxplane.c``: groups to their matching end tag, at most 100 deep)."""
+    from .diagnose import _varint
+
+    n, w = len(raw), key & 7
+    if w == 0:
+        v, i = _varint(raw, i)
+        if v is None:
+            raise ValueError("bad stat")
+        return i
+    if w in (1, 5):
+        i += 8 if w == 1 else 4
+        if i > n:
+            raise ValueError("bad stat")
+        return i
+    if w == 2:
+        ln, i = _varint(raw, i)
+        if ln is None or ln > n - i:
+            raise ValueError("bad stat")
+        return i + ln
+    if w == 3 and depth < 100:
+        while True:
+            k, i = _varint(raw, i)
+            if k is None or (k >> 3) == 0 or (k >> 3) > 0x1FFFFFFF:
+                raise ValueError("bad stat")
+            if k & 7 == 4:
+                if (k >> 3) != (key >> 3):
+                    raise ValueError("bad stat")
+                return i
+            i = _skip_value(raw, i, k, depth + 1)
+    raise ValueError("bad stat")
 
 
 def _full_line(raw: bytes, path: str):
@@ -618,24 +643,34 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
 
 
 def _derive_module_runs(ops):
-    """GPU/CPU traces have no ``XLA Modules`` line: estimate program executions.
+    """GPU/CPU traces have no ``XLA Modules`` line: derive program executions from the ops.
 
-    Per (device, program), the number of executions is taken as the smallest occurrence
-    count of any of its ops (an op outside loops runs once per execution); each execution
-    spans from that op's start. Documented as an estimate.
+    Per (host, device, program), the number of executions is taken as the smallest occurrence
+    count of any of its ops (an op outside loops runs once per execution; ties broken by op
+    name, so the same trace always gives the same executions). Execution k starts at that
+    anchor op's k-th start and ends at the latest end of the program's ops that start before
+    execution k+1 begins (an as-of join), so it spans the whole program, not the anchor op.
     """
     import polars as pl
 
-    per_op = (ops.filter(pl.col("start_ps").is_not_null())
-              .group_by(["host", "device", "module", "program_id", "op_name"])
-              .agg(pl.col("count").sum().alias("n"), pl.col("start_ps").min().alias("first")))
-    if per_op.height == 0:
+    keys = ["host", "device", "module", "program_id"]
+    placed = ops.filter(pl.col("start_ps").is_not_null()).select(
+        keys + ["op_name", "count", "start_ps", (pl.col("start_ps") + pl.col("duration_ps")).alias("_end")])
+    if placed.height == 0:
         return frame({}, MODULE_RUNS_SCHEMA)
-    # ties broken by op name: the same trace always gives the same executions
+    per_op = placed.group_by(keys + ["op_name"]).agg(
+        pl.col("count").sum().alias("n"), pl.col("start_ps").min().alias("first"))
     best = (per_op.sort(["n", "first", "op_name"], maintain_order=True)
-            .group_by(["host", "device", "module", "program_id"], maintain_order=True).first())
-    anchors = best.select(["host", "device", "module", "program_id", "op_name"])
-    runs = (ops.filter(pl.col("start_ps").is_not_null())
-            .join(anchors, on=["host", "device", "module", "program_id", "op_name"], how="inner")
-            .select(["host", "device", "module", "program_id", "start_ps", "duration_ps"]))
+            .group_by(keys, maintain_order=True).first().select(keys + ["op_name"]))
+    anchors = (placed.join(best, on=keys + ["op_name"], how="inner", nulls_equal=True)
+               .select(keys + [pl.col("start_ps").alias("run_start")]).sort("run_start"))
+    # both sides are sorted by time; polars cannot check that per 'by' group and would warn
+    assigned = placed.sort("start_ps").join_asof(
+        anchors, left_on="start_ps", right_on="run_start", by=keys, strategy="backward",
+        check_sortedness=False)
+    runs = (assigned.filter(pl.col("run_start").is_not_null())
+            .group_by(keys + ["run_start"]).agg(pl.col("_end").max().alias("_end"))
+            .select(keys + [pl.col("run_start").alias("start_ps"),
+                            (pl.col("_end") - pl.col("run_start")).alias("duration_ps")])
+            .sort(["host", "device", "start_ps"]))
     return runs.select(list(MODULE_RUNS_SCHEMA))
