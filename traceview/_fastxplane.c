@@ -48,9 +48,14 @@ static inline int bad_key(uint64_t key) {
     return f == 0 || f > 0x1FFFFFFFu;
 }
 
-static int skip_field(const uint8_t **p, const uint8_t *end, int wt) {
+/* Skip the value of the field whose key was just read. Groups (wire types 3/4, as protobuf
+ * still accepts them for unknown fields) are skipped to their matching end tag; an end tag
+ * without a start, a mismatched one or nesting past 100 levels is malformed, as for protobuf. */
+static int skip_group(const uint8_t **p, const uint8_t *end, uint64_t field, int depth);
+
+static int skip_field_d(const uint8_t **p, const uint8_t *end, uint64_t key, int depth) {
     uint64_t tmp;
-    switch (wt) {
+    switch ((int)(key & 7)) {
     case 0: return read_varint(p, end, &tmp);
     case 1: if (end - *p < 8) return 0; *p += 8; return 1;
     case 5: if (end - *p < 4) return 0; *p += 4; return 1;
@@ -58,8 +63,23 @@ static int skip_field(const uint8_t **p, const uint8_t *end, int wt) {
         if (!read_varint(p, end, &tmp)) return 0;
         if (tmp > (uint64_t)(end - *p)) return 0;
         *p += tmp; return 1;
+    case 3: return skip_group(p, end, key >> 3, depth + 1);
     default: return 0;
     }
+}
+
+static int skip_group(const uint8_t **p, const uint8_t *end, uint64_t field, int depth) {
+    if (depth > 100) return 0;
+    for (;;) {
+        uint64_t k;
+        if (!read_varint(p, end, &k) || bad_key(k)) return 0;
+        if ((k & 7) == 4) return (k >> 3) == field;
+        if (!skip_field_d(p, end, k, depth)) return 0;
+    }
+}
+
+static int skip_field(const uint8_t **p, const uint8_t *end, uint64_t key) {
+    return skip_field_d(p, end, key, 0);
 }
 
 static int stat_int(const uint8_t *q, const uint8_t *qe, long long want, int64_t *out,
@@ -73,7 +93,7 @@ static int stat_int(const uint8_t *q, const uint8_t *qe, long long want, int64_t
         if (w == 0 && (f == 1 || f == 3 || f == 4)) {
             if (!read_varint(&q, qe, &v)) return 0;
             if (f == 1) id = (int64_t)v; else { val = (int64_t)v; have = 1; }
-        } else if (!skip_field(&q, qe, w)) return 0;
+        } else if (!skip_field(&q, qe, k)) return 0;
     }
     if (have && want >= 0 && id == want) *out = val;  /* -1 means "not asked" */
     if (have && want2 >= 0 && id == want2) *out2 = val;
@@ -97,7 +117,7 @@ static const char *scan_line(const uint8_t *p, const uint8_t *end, Py_ssize_t *n
             if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) return "event length past the end";
             p += len;
             n++;
-        } else if (!skip_field(&p, end, wt)) return "bad line field";
+        } else if (!skip_field(&p, end, key)) return "bad line field";
     }
     *n_out = n;
     *ts_out = ts;
@@ -139,13 +159,13 @@ static const char *fill_line(const uint8_t *p, const uint8_t *end, out_arrays *o
                     if (!read_varint(&q, qe, &sl) || sl > (uint64_t)(qe - q)) return "stat length past the end";
                     if (any_stat && !stat_int(q, q + sl, want, &sv, want2, &sv2)) return "bad stat";
                     q += sl;
-                } else if (!skip_field(&q, qe, w2)) return "bad event field";
+                } else if (!skip_field(&q, qe, k2)) return "bad event field";
             }
             o->mids[i] = mid; o->offs[i] = off; o->durs[i] = dur; o->occs[i] = occ;
             o->flags[i] = st; o->svals[i] = sv; o->svals2[i] = sv2;
             i++;
             p = qe;
-        } else if (!skip_field(&p, end, wt)) return "bad line field";
+        } else if (!skip_field(&p, end, key)) return "bad line field";
     }
     return NULL;
 }
@@ -208,7 +228,7 @@ static PyObject *line_header(PyObject *self, PyObject *args) {
             if (field == 2) { name = p; name_len = (Py_ssize_t)v; }
             else { dname = p; dname_len = (Py_ssize_t)v; }
             p += v;
-        } else if (!skip_field(&p, end, wt)) { err = "bad line field"; break; }
+        } else if (!skip_field(&p, end, key)) { err = "bad line field"; break; }
     }
     Py_END_ALLOW_THREADS
     if (err) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, err); return NULL; }
