@@ -71,7 +71,7 @@ def by_shape(ops: pl.DataFrame) -> pl.DataFrame:
         *_stats_aggs(),
         pl.col("module").unique().sort().alias("modules"),
         pl.col("program_id").n_unique().alias("n_programs"),
-        pl.col("device").n_unique().alias("devices"),
+        pl.struct("host", "device").n_unique().alias("devices"),
         pl.col("_src").filter(pl.col("_src") != "").mode().first().alias("source"),
         pl.col("framework_op").filter(pl.col("framework_op") != "").mode().first().alias("framework_op"),
     )
@@ -145,7 +145,7 @@ def module_executions(module_runs: pl.DataFrame) -> pl.DataFrame:
                                     "devices": pl.UInt32, "total_ps": pl.Int64})
     return (module_runs.group_by(["module", "program_id"]).agg(
         pl.len().alias("executions"),
-        pl.col("device").n_unique().alias("devices"),
+        pl.struct("host", "device").n_unique().alias("devices"),
         pl.col("duration_ps").sum().alias("total_ps"),
     ).sort("total_ps", descending=True))
 
@@ -166,14 +166,15 @@ def occurrence_checks(ops: pl.DataFrame, module_runs: pl.DataFrame, *, steps: in
                                     "executions": pl.Int64, "per_execution": pl.Float64,
                                     "per_device_min": pl.Int64, "per_device_max": pl.Int64,
                                     "steps_ok": pl.Boolean, "has_batch": pl.Boolean})
-    ex = (module_runs.group_by(["device", "program_id"]).agg(pl.len().cast(pl.Int64).alias("_runs"))
+    # devices are (host, device): every host of a pod names its planes /device:TPU:0..n
+    ex = (module_runs.group_by(["host", "device", "program_id"]).agg(pl.len().cast(pl.Int64).alias("_runs"))
           if module_runs.height else None)
-    per_dev = ops.group_by(["op_name", "shape", "device", "program_id"]).agg(pl.col("count").sum().alias("_n"))
+    per_dev = ops.group_by(["op_name", "shape", "host", "device", "program_id"]).agg(pl.col("count").sum().alias("_n"))
     if ex is not None:
-        per_dev = per_dev.join(ex, on=["device", "program_id"], how="left")
+        per_dev = per_dev.join(ex, on=["host", "device", "program_id"], how="left", nulls_equal=True)
     else:
         per_dev = per_dev.with_columns(pl.lit(None, dtype=pl.Int64).alias("_runs"))
-    dev_tot = per_dev.group_by(["op_name", "shape", "device"]).agg(pl.col("_n").sum())
+    dev_tot = per_dev.group_by(["op_name", "shape", "host", "device"]).agg(pl.col("_n").sum())
     out = per_dev.group_by(["op_name", "shape"]).agg(
         pl.col("_n").sum().alias("occurrences"),
         pl.col("_runs").sum().alias("executions"),

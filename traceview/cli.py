@@ -168,11 +168,12 @@ def _flat(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns([pl.col(c).list.join(";") for c, t in df.schema.items() if isinstance(t, pl.List)])
 
 
-def _json_payload(prof, table: pl.DataFrame, checks: pl.DataFrame | None, top: int | None,
-                  peaks=None, roof: pl.DataFrame | None = None) -> dict:
+def _json_payload(prof, table: pl.DataFrame, top: int | None, sections: dict) -> dict:
     from .render.terminal import provenance_lines
 
     disc = prof.discovery
+    peaks, roof, checks, anat = sections["peaks"], sections["roof"], sections["checks"], sections["steps"]
+    head = (lambda df: df.head(top)) if top else (lambda df: df)
     return {
         "traceview": __version__,
         "provenance": {
@@ -184,11 +185,16 @@ def _json_payload(prof, table: pl.DataFrame, checks: pl.DataFrame | None, top: i
         "warnings": list(prof.warnings),
         "has_shapes": prof.has_shapes,
         "devices": prof.device_summary().to_dicts(),
-        "ops": (table.head(top) if top else table).to_dicts(),
-        "peaks": None if peaks is None else {"peak_flops": peaks.peak_flops, "peak_bw": peaks.peak_bw,
-                                             "ridge": peaks.ridge, "flops_source": peaks.flops_source,
-                                             "bw_source": peaks.bw_source},
-        "roofline": None if roof is None else (roof.head(top) if top else roof).to_dicts(),
+        "ops": head(table).to_dicts(),
+        "peaks": {"peak_flops": peaks.peak_flops, "peak_bw": peaks.peak_bw, "ridge": peaks.ridge,
+                  "flops_source": peaks.flops_source, "bw_source": peaks.bw_source},
+        "roofline": head(roof).to_dicts(),
+        "kernels": sections["kernels"].to_dicts(),
+        "sources": head(sections["sources"]).to_dicts(),
+        "steps": None if anat is None else {
+            "method": anat.method, "module": anat.module, "window": anat.window,
+            "coverage": anat.coverage.line(), "coverage_ratio": anat.coverage.ratio,
+            "families": anat.families.to_dicts(), "notes": list(anat.notes)},
         "occurrence_checks": checks.to_dicts() if checks is not None else None,
     }
 
@@ -196,77 +202,110 @@ def _json_payload(prof, table: pl.DataFrame, checks: pl.DataFrame | None, top: i
 def _console():
     from rich.console import Console
 
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich exits 1 here; a closed pipe is a normal end
+            raise BrokenPipeError
+
     if sys.stdout.isatty():
-        return Console()
-    width = int(os.environ.get("COLUMNS", "0") or 0) or 160
-    return Console(width=width, color_system=None, soft_wrap=False)
+        return _Console(highlight=False)
+    try:
+        width = int(os.environ.get("COLUMNS", "") or 0)
+    except ValueError:
+        width = 0
+    return _Console(width=width if width >= 60 else 160, color_system=None, soft_wrap=False, highlight=False)
 
 
-def _render_all(console, prof, table, args, checks, peaks, roof) -> None:
+def _render_all(console, prof, table, args, sections) -> None:
     from .render.terminal import (render_analysis, render_kernels, render_roofline, render_sources,
                                   render_steps)
     from .roofline import predicted_vs_measured
 
-    render_analysis(console, prof, table, by=args.by, top=args.top, checks=checks)
-    render_kernels(console, prof.kernels(), top=args.top)
-    render_sources(console, prof.sources("file", frame=args.source_frame), top=min(args.top, 12),
-                   frame=args.source_frame)
-    render_steps(console, prof.steps(_rules_from_args(args), module=args.step_module, window=args.step_window))
-    render_roofline(console, peaks, roof, top=min(args.top, 10), summary=predicted_vs_measured(roof))
+    render_analysis(console, prof, table, by=args.by, top=args.top, checks=sections["checks"])
+    render_kernels(console, sections["kernels"], top=args.top)
+    render_sources(console, sections["sources"], top=min(args.top, 12), frame=args.source_frame)
+    render_steps(console, sections["steps"])
+    roof = sections["roof"]
+    render_roofline(console, sections["peaks"], roof, top=min(args.top, 10), summary=predicted_vs_measured(roof))
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    """UsageError unless ``path`` names a file whose folder exists (checked before any work)."""
+    if path.is_dir():
+        raise UsageError(f"refusing to write {path}: it is a folder; {flag} needs a file name")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"refusing to write {path}: folder {parent} does not exist")
 
 
 def cmd_analyze(args) -> int:
-    from rich.console import Console
-
     from .parallel import cli_read_options
     from .profile import load
+
+    out = Path(args.output) if args.output else None
+    if args.format == "parquet" and out is None:
+        raise UsageError("--format parquet needs -o FILE")
+    for path, flag in ((out, "-o"), (Path(args.html) if args.html else None, "--html")):
+        if path is not None:
+            _check_writable(path, flag)
 
     prof = load(args.path, run=args.run, all_runs=args.all_runs,
                 stale_after_s=None if args.stale_days <= 0 else args.stale_days * 86400, max_bytes=args.max_bytes,
                 **cli_read_options(args))
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
+    if prof.ops.height == 0:
+        what = " and ".join(f"{k} {v!r}" for k, v in (("--filter", args.filter), ("--device", args.device)) if v)
+        prof.warnings.append(f"no op left after {what}" if what else "no op to show")
+    for path, flag in ((out, "-o"), (Path(args.html) if args.html else None, "--html")):
+        if path is not None and _out_inside_inputs(path, prof):
+            raise UsageError(f"refusing to write {path} inside the profile folder it reads; choose another {flag}")
+
+    # every section is computed whatever the format, so bad options fail the same way
     table = _table_for(prof, args.by)
     peaks = _peaks_from_args(prof, args)
     roof = prof.roofline(peaks)
     checks = None
     if args.steps or args.expect_batch:
         checks = prof.occurrence_checks(steps=args.steps, expect_batch=args.expect_batch)
+    rules = _rules_from_args(args)
+    anat = prof.steps(rules, module=args.step_module, window=args.step_window)
+    kern = prof.kernels()
+    files = prof.sources("file", frame=args.source_frame)
+    sections = {"checks": checks, "peaks": peaks, "roof": roof, "steps": anat, "kernels": kern, "sources": files}
 
-    out = Path(args.output) if args.output else None
-    if out is not None and _out_inside_inputs(out, prof):
-        raise UsageError(f"refusing to write {out} inside the profile folder it reads; choose another -o")
-    if args.html and _out_inside_inputs(Path(args.html), prof):
-        raise UsageError(f"refusing to write {args.html} inside the profile folder it reads; choose another --html")
-    if args.format == "parquet" and out is None:
-        raise UsageError("--format parquet needs -o FILE")
+    try:
+        if args.format == "table":
+            if out is not None:
+                from rich.console import Console
 
-    if args.format == "table":
-        if out is not None:
-            with open(out, "w", encoding="utf-8") as fh:
-                console = Console(file=fh, width=200, color_system=None)
-                _render_all(console, prof, table, args, checks, peaks, roof)
+                with open(out, "w", encoding="utf-8") as fh:
+                    _render_all(Console(file=fh, width=200, color_system=None), prof, table, args, sections)
+            else:
+                _render_all(_console(), prof, table, args, sections)
+        elif args.format == "json":
+            text = json.dumps(_json_payload(prof, table, args.top, sections), indent=2, default=str)
+            if out is not None:
+                out.write_text(text + "\n", encoding="utf-8")
+            else:
+                sys.stdout.write(text + "\n")
+        elif args.format == "csv":
+            flat = _flat(table)
+            if out is not None:
+                flat.write_csv(out)
+            else:
+                sys.stdout.write(flat.write_csv())
         else:
-            _render_all(_console(), prof, table, args, checks, peaks, roof)
-    elif args.format == "json":
-        text = json.dumps(_json_payload(prof, table, checks, args.top, peaks, roof), indent=2, default=str)
-        if out is not None:
-            out.write_text(text + "\n", encoding="utf-8")
-        else:
-            sys.stdout.write(text + "\n")
-    elif args.format == "csv":
-        flat = _flat(table)
-        if out is not None:
-            flat.write_csv(out)
-        else:
-            sys.stdout.write(flat.write_csv())
-    else:
-        table.write_parquet(out)
-    if out is not None and args.format != "table":
-        print(f"wrote {out}", file=sys.stderr)
-    if args.html:
-        prof.report(args.html, top=max(args.top, 30), peaks=peaks, rules=_rules_from_args(args),
-                    step_module=args.step_module, step_window=args.step_window)
-        print(f"wrote {args.html}", file=sys.stderr)
+            table.write_parquet(out)
+        if out is not None and args.format != "table":
+            print(f"wrote {out}", file=sys.stderr)
+        if args.html:
+            prof.report(args.html, top=max(args.top, 30), peaks=peaks, rules=rules,
+                        step_module=args.step_module, step_window=args.step_window)
+            print(f"wrote {args.html}", file=sys.stderr)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        target = out if out is not None else "standard output"
+        raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
     return EXIT_OK
 
 
@@ -311,24 +350,42 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        if args.command == "analyze":
-            return cmd_analyze(args)
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command in ("diff", "verify"):
-            from .cli_diff import cmd_diff, cmd_verify
-
-            return (cmd_diff if args.command == "diff" else cmd_verify)(args)
+        rc = _dispatch(args)
+        sys.stdout.flush()
+        return rc
     except TraceviewError as exc:
         print(f"traceview: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader went away (| head): a normal end
+        _silence_stdout()
         return EXIT_OK
+    except OSError as exc:  # writing the output failed (disk full, closed descriptor...)
+        _silence_stdout()
+        print(f"traceview: error: cannot write {exc.filename or 'the output'}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("traceview: interrupted", file=sys.stderr)
         return 130
-    parser.print_help()
-    return EXIT_USAGE
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def _dispatch(args) -> int:
+    if args.command == "analyze":
+        return cmd_analyze(args)
+    if args.command == "report":
+        return cmd_report(args)
+    from .cli_diff import cmd_diff, cmd_verify
+
+    return (cmd_diff if args.command == "diff" else cmd_verify)(args)
 
 
 if __name__ == "__main__":  # pragma: no cover

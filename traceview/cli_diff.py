@@ -51,9 +51,15 @@ def _rules(args) -> list | str | None:
 
 
 def _load(path: str, run: str | None, device: str | None):
+    """Load one side; its discovery warnings (several runs, stray files...) go to stderr,
+    one line each, as ``analyze`` shows them."""
+    import sys
+
     from .profile import load
 
     prof = load(path, run=run, stale_after_s=None)
+    for w in prof.warnings:
+        print(f"traceview: warning: {path}: {w}", file=sys.stderr)
     return prof.filter(device_regex=device) if device else prof
 
 

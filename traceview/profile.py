@@ -99,6 +99,18 @@ def _read_file_uncached(path: str | os.PathLike, *, kind: str | None = None, hos
     return td
 
 
+def check_regex(rx: str) -> str:
+    """Raise :class:`UsageError` unless ``rx`` compiles in polars' regex engine (the one the
+    filters run in: Rust ``regex``, which has no look-around or back-references)."""
+    try:
+        pl.Series([""], dtype=pl.Utf8).str.contains(rx)
+    except Exception as exc:  # polars raises ComputeError / other engine errors
+        first = str(exc).strip().splitlines()
+        detail = next((ln.strip() for ln in first if ln.strip().startswith("error:")), first[-1] if first else "")
+        raise UsageError(f"invalid regular expression {rx!r}: {detail}") from None
+    return rx
+
+
 @dataclass
 class Profile:
     """One or more trace files read into one op-event table.
@@ -123,7 +135,11 @@ class Profile:
         ops = pl.concat([t.ops for t in traces], how="vertical") if traces else pl.DataFrame(schema=OPS_SCHEMA)
         runs = (pl.concat([t.module_runs for t in traces], how="vertical") if traces
                 else pl.DataFrame(schema=MODULE_RUNS_SCHEMA))
-        devices = [d for t in traces for d in t.devices]
+        devices = []
+        for t in traces:
+            for d in t.devices:
+                d.host = d.host or t.host
+                devices.append(d)
         warns = list(warnings or [])
         for t in traces:
             warns.extend(t.notes)
@@ -132,24 +148,26 @@ class Profile:
     # -- selection ------------------------------------------------------------------
     def filter(self, *, op_regex: str | None = None, device_regex: str | None = None) -> "Profile":
         """A new Profile keeping ops whose name, HLO text or framework op path (the named
-        scopes, e.g. a Pallas kernel's name or ``topp_binary_search``) matches ``op_regex`` and whose
-        device matches ``device_regex``. Raises :class:`UsageError` on an invalid regex."""
-        import re
-
+        scopes, e.g. a Pallas kernel's name or ``topp_binary_search``) matches ``op_regex`` and
+        whose device (plane name, or ``host:plane``) matches ``device_regex``. The syntax is
+        polars' (Rust ``regex``: no look-around or back-references). Raises
+        :class:`UsageError` on an invalid regex."""
         ops, runs, devices = self.ops, self.module_runs, self.devices
         for rx in (op_regex, device_regex):
             if rx is not None:
-                try:
-                    re.compile(rx)
-                except re.error as exc:
-                    raise UsageError(f"invalid regular expression {rx!r}: {exc}") from None
+                check_regex(rx)
         if op_regex:
             ops = ops.filter(pl.col("op_name").str.contains(op_regex) | pl.col("hlo_text").str.contains(op_regex)
                              | pl.col("framework_op").str.contains(op_regex))
         if device_regex:
-            ops = ops.filter(pl.col("device").str.contains(device_regex))
-            runs = runs.filter(pl.col("device").str.contains(device_regex))
-            devices = [d for d in devices if re.search(device_regex, d.name)]
+            def keep(frame: pl.DataFrame) -> pl.DataFrame:
+                return frame.filter(pl.col("device").str.contains(device_regex)
+                                    | (pl.col("host") + ":" + pl.col("device")).str.contains(device_regex))
+
+            ops, runs = keep(ops), keep(runs)
+            names = pl.Series([d.name for d in devices], dtype=pl.Utf8)
+            mask = names.str.contains(device_regex).to_list() if len(names) else []
+            devices = [d for d, m in zip(devices, mask) if m]
         return Profile(ops=ops, module_runs=runs, devices=devices, traces=self.traces,
                        discovery=self.discovery, warnings=list(self.warnings))
 
@@ -184,7 +202,10 @@ class Profile:
         :func:`traceview.roofline.resolve_peaks`."""
         from .roofline import resolve_peaks
 
-        return resolve_peaks(self.devices, chip=chip, peak_flops=peak_flops, peak_bw=peak_bw)
+        # the devices that ran the ops (a folder of loose traces can hold others)
+        used = set(self.ops.select("host", "device").unique().iter_rows()) if self.ops.height else set()
+        devices = [d for d in self.devices if (d.host, d.name) in used] or self.devices
+        return resolve_peaks(devices, chip=chip, peak_flops=peak_flops, peak_bw=peak_bw)
 
     def roofline(self, peaks=None, **peak_overrides) -> pl.DataFrame:
         """Roofline figures per (op, shape) population; see :func:`traceview.roofline.roofline`.
@@ -237,26 +258,30 @@ class Profile:
         return any(t.has_shapes for t in self.traces if t.ops.height)
 
     def device_summary(self) -> pl.DataFrame:
-        """Per device: name, kind, device_type, ops (events), op_time_ps (self), peak_flops
-        (FLOP/s), peak_bw (bytes/s), from the trace's plane stats (None when absent)."""
+        """Per (host, device): host, device, kind, device_type, ops (events), op_time_ps (self),
+        peak_flops (FLOP/s), peak_bw (bytes/s), from the trace's plane stats (None when
+        absent). Devices are keyed by host because every host of a pod names its planes
+        ``/device:TPU:0..n``."""
         rows = []
         per = {}
         if self.ops.height:
-            for r in self.ops.group_by("device").agg(pl.col("count").sum().alias("n"),
-                                                       pl.col("self_ps").sum().alias("t")).iter_rows(named=True):
-                per[r["device"]] = (r["n"], r["t"])
+            for r in self.ops.group_by(["host", "device"]).agg(pl.col("count").sum().alias("n"),
+                                                                pl.col("self_ps").sum().alias("t")).iter_rows(named=True):
+                per[(r["host"], r["device"])] = (r["n"], r["t"])
         seen = set()
         for d in self.devices:
-            if d.name in seen:
+            key = (d.host, d.name)
+            if key in seen:
                 continue
-            seen.add(d.name)
-            n, t = per.get(d.name, (0, 0))
+            seen.add(key)
+            n, t = per.get(key, (0, 0))
             if n == 0:
                 continue
-            rows.append({"device": d.name, "kind": d.kind, "device_type": d.device_type, "ops": n,
+            rows.append({"host": d.host, "device": d.name, "kind": d.kind, "device_type": d.device_type, "ops": n,
                          "op_time_ps": t, "peak_flops": d.peak_flops, "peak_bw": d.peak_bw})
-        return pl.DataFrame(rows, schema={"device": pl.Utf8, "kind": pl.Utf8, "device_type": pl.Utf8, "ops": pl.Int64,
-                                          "op_time_ps": pl.Int64, "peak_flops": pl.Float64, "peak_bw": pl.Float64})
+        return pl.DataFrame(rows, schema={"host": pl.Utf8, "device": pl.Utf8, "kind": pl.Utf8, "device_type": pl.Utf8,
+                                          "ops": pl.Int64, "op_time_ps": pl.Int64, "peak_flops": pl.Float64,
+                                          "peak_bw": pl.Float64})
 
     def _repr_html_(self) -> str:  # pragma: no cover - exercised by the notebook tests
         from .render.html import profile_summary_html

@@ -14,7 +14,7 @@ Times in ps, FLOPs and bytes per occurrence, rates in FLOP/s and bytes/s.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -36,6 +36,7 @@ class Peaks:
     flops_source: str = "unknown"
     bw_source: str = "unknown"
     device_type: str = ""
+    notes: list = field(default_factory=list)
 
     @property
     def ridge(self) -> float | None:
@@ -65,6 +66,10 @@ def resolve_peaks(devices: list[DeviceInfo], *, chip: str | None = None, peak_fl
     kinds = [d for d in devices if d.kind in ("TPU", "GPU", "CUSTOM")] or list(devices)
     dev = kinds[0] if kinds else None
     p = Peaks(device_type=dev.device_type if dev else "")
+    types = sorted({d.device_type for d in kinds if d.device_type})
+    if len(types) > 1 and peak_flops is None and peak_bw is None and chip is None:
+        p.notes.append(f"devices of several types ({', '.join(types)}): the roofline uses the peaks of "
+                       f"{dev.device_type} ({dev.host + ':' if dev.host else ''}{dev.name}); select one kind with --device")
     table = None
     if chip is not None:
         table = find_chip(chip)

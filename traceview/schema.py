@@ -126,7 +126,9 @@ class DeviceInfo:
     ``peak_flops`` is in FLOP/s and ``peak_bw`` in bytes/s; both are None when the trace does
     not carry them. TPU planes carry ``peak_teraflops_per_second`` and
     ``peak_hbm_bw_gigabytes_per_second`` (libtpu; GB = 1e9 bytes). GPU planes carry
-    ``clock_rate`` (kHz), ``core_count`` and ``memory_bandwidth`` (bytes/s).
+    ``clock_rate`` (kHz), ``core_count`` and ``memory_bandwidth`` (bytes/s). ``host`` is the
+    host the plane belongs to (planes are named per host: a pod has ``/device:TPU:0`` on
+    every host), set when a profile merges several files.
     """
 
     name: str
@@ -135,6 +137,7 @@ class DeviceInfo:
     peak_flops: float | None = None
     peak_bw: float | None = None
     stats: dict = field(default_factory=dict)
+    host: str = ""
 
 
 @dataclass

@@ -176,11 +176,15 @@ class _P:
 
 
 def _regex(p: _P, what: str = "regular expression") -> str:
+    """A regex word, checked in polars' engine (the one the checks run in)."""
+    from .errors import UsageError
+    from .profile import check_regex
+
     rx = p.word(what)
     try:
-        re.compile(rx)
-    except re.error as exc:
-        p.err(f"invalid regular expression {rx!r} ({exc})")
+        check_regex(rx)
+    except UsageError as exc:
+        p.err(exc.fault)
     return rx
 
 

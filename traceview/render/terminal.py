@@ -131,6 +131,8 @@ def render_roofline(console: Console, peaks, roof: pl.DataFrame, *, top: int, su
         console.print("[bold]roofline[/bold]: no peaks known for this device; pass --chip, or --peak-flops and --peak-bw")
     if peaks.ridge:
         console.print(f"  ridge point {peaks.ridge:.1f} FLOP/byte: ops below it are bound by memory, above it by compute")
+    for n in getattr(peaks, "notes", []):
+        console.print(f"  [yellow]warning:[/yellow] {escape(n)}")
     known = roof.filter(pl.col("flops").is_not_null() | pl.col("bytes").is_not_null())
     if known.height == 0:
         console.print("  no FLOP or byte counts in this trace (and none derivable): nothing to place on the roofline")
