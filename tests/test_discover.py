@@ -80,9 +80,9 @@ def test_shared_traces_folder_mixes_loose_files_and_a_run(shared_traces):
     assert loose.hosts == sorted(["tpu_v6e_4chip_psum", "corrupt_utf8_mangled", "gpu_v100x8_tf2_bert_no_xla",
                                   "mi300x_jax_gemm_sweep", "mi300x_jax_attention", "mi300x_jax_conv3d"])
     assert all(f.kind == "xplane" for f in loose.files)
-    assert len(d.selected) == 1
-    newest = d.runs[0].name
-    assert any(w.startswith(f"2 runs found; reading the newest {newest}; pass --run or --all-runs") for w in d.warnings)
+    # a run folder wins over loose files, however new they are
+    assert [r.name for r in d.selected] == [VLLM_RUN]
+    assert any(w.startswith("2 runs found; reading") and VLLM_RUN in w for w in d.warnings)
     assert any("other runs, not read" in r for r in d.reasons)
 
     d = discover(shared_traces, run=VLLM_RUN, now=VLLM_TIME + DAY)

@@ -146,13 +146,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _out_inside_inputs(out: Path, prof) -> bool:
+    """True when ``out`` would land in a folder traceview read a trace from, or anywhere in a
+    ``plugins/profile`` tree (where a stray output would later be taken for a trace)."""
     out = out.resolve()
     disc = prof.discovery
     dirs = set()
     if disc is not None:
         for f in disc.files:
             dirs.add(Path(f.path).resolve().parent)
-    return any(out == d or d in out.parents for d in dirs)
+    if any(out == d or d in out.parents for d in dirs):
+        return True
+    chain = [out, *out.parents]
+    return any(p.name == "profile" and p.parent.name == "plugins" for p in chain)
 
 
 def _table_for(prof, by: str) -> pl.DataFrame:

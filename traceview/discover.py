@@ -460,16 +460,28 @@ def discover(
         selected = matches
         reasons.append(f"reading run {_describe_run(selected[0], now)} at {selected[0].directory}: selected by name")
     else:
-        selected = [runs[0]]
-        r0 = runs[0]
+        # Real runs (YYYY_MM_DD_HH_MM_SS folders) win over loose files: a summary or a copy
+        # dropped next to them is newer by mtime but is not the session that was profiled.
+        timed = [r for r in runs if r.timestamp is not None]
+        r0 = timed[0] if timed else runs[0]
+        selected = [r0]
+        if timed and runs[0] is not r0:
+            loose = [r for r in runs if r.timestamp is None]
+            warnings.append(
+                f"{sum(len(r.files) for r in loose)} trace file(s) outside any run folder "
+                f"({', '.join(str(r.directory) for r in loose)}) are newer than run {r0.name}; reading the run "
+                "folder (pass --run or --all-runs to read them)")
         basis = "its folder name" if r0.timestamp else "its newest file's mtime (not in a YYYY_MM_DD_HH_MM_SS run folder)"
         if len(runs) > 1:
-            reasons.append(f"reading run {_describe_run(r0, now)} at {r0.directory}: the newest of {len(runs)} runs, dated by {basis}")
+            reasons.append(f"reading run {_describe_run(r0, now)} at {r0.directory}: the newest of "
+                           f"{len(timed) if timed else len(runs)} run(s){' in run folders' if timed else ''}, "
+                           f"dated by {basis}")
         else:
             reasons.append(f"reading run {_describe_run(r0, now)} at {r0.directory}: the only run found")
         if len(runs) > 1:
             warnings.append(
-                f"{len(runs)} runs found; reading the newest {r0.name or r0.directory}; pass --run or --all-runs "
+                f"{len(runs)} runs found; reading {'the newest ' if r0 is runs[0] else 'the newest run folder, '}"
+                f"{r0.name or r0.directory}; pass --run or --all-runs "
                 "to choose (the newest run may not be the session you just profiled if clocks or copies differ)"
             )
     if not all_runs and len(runs) > 1:
