@@ -68,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--repetition-penalty", type=float, default=1.0)
         s.add_argument("--seed", type=int, default=0)
         s.add_argument("--no-precompile", action="store_true", help="compile buckets on first use instead of at start-up")
+        s.add_argument("--allow-cpu", action="store_true",
+                       help="run an accelerator-sized preset (gemma-2b) even on a CPU-only machine")
         s.add_argument("--log-dir", default="./profile", help="profile log dir [default ./profile]")
         if name == "bench":
             g = s.add_mutually_exclusive_group()
@@ -129,12 +131,27 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0)
     try:
         kwargs = _resolve(args, os.environ)
+        if kwargs["log_dir"] and kwargs["profile"]:
+            log_dir = Path(kwargs["log_dir"])
+            probe = log_dir if log_dir.exists() else next((p for p in log_dir.parents if p.exists()), Path("."))
+            if not os.access(probe, os.W_OK):
+                raise ValueError(f"cannot write the profile under {log_dir}: {probe} is not writable")
         from .bench import run_bench  # imports jax: keep `--help` fast
 
+        if kwargs["model"] != "tiny" and not args.allow_cpu:
+            import jax
+
+            if jax.default_backend() == "cpu":
+                raise ValueError(f"model {kwargs['model']!r} is for accelerators: on this CPU-only machine it would "
+                                 "run for hours; use --model tiny, or pass --allow-cpu to insist")
         result = run_bench(**kwargs)
     except (ValueError, MemoryError) as e:
         print(f"traceview engine: error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # a JAX runtime failure (device, profiler, disk): one line, exit 4
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        print(f"traceview engine: error: {type(e).__name__}: {first}", file=sys.stderr)
+        return 4
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     if args.format == "json":
