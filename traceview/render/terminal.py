@@ -56,17 +56,22 @@ def render_analysis(console: Console, prof, table: pl.DataFrame, *, by: str, top
     title = {"shape": "HLO ops keyed by (name, shape)", "name": "HLO ops keyed by name (shapes mixed)",
              "program": "HLO ops keyed by (program_id, name), as XProf hlo_stats"}[by]
     t = Table(title=f"{title} — top {min(top, table.height)} of {table.height} by self time", show_lines=False)
+    # below ~130 columns the module and source columns go (they are in --format json/csv),
+    # so op names and shapes stay readable at a standard 80-column terminal
+    wide = console.width >= 130
     t.add_column("#", justify="right")
-    t.add_column("op")
+    t.add_column("op", min_width=min(24, max(10, console.width // 7)))
     if by in ("shape", "program"):
-        t.add_column("shape", overflow="fold")
+        t.add_column("shape", overflow="fold", min_width=min(40, console.width // 4), ratio=1)
     if by == "program":
         t.add_column("program")
     t.add_column("occ.", justify="right")
-    t.add_column("total", justify="right")
+    roomy = console.width >= 100  # at 80 columns "total" goes: mean × occurrences gives it
+    if roomy:
+        t.add_column("total", justify="right")
     t.add_column("mean", justify="right")
     t.add_column("self %", justify="right")
-    if by == "shape":
+    if by == "shape" and wide:
         t.add_column("module(s)", overflow="fold")
         t.add_column("source", overflow="fold")
     if by == "name":
@@ -77,8 +82,9 @@ def render_analysis(console: Console, prof, table: pl.DataFrame, *, by: str, top
             cells.append(escape(r["shape"] or "?"))
         if by == "program":
             cells.append(f"{r['module']}({r['program_id']})")
-        cells += [f"{r['occurrences']:,}", fmt_time_ps(r["total_ps"]), fmt_time_ps(r["mean_ps"]), fmt_pct(r["share"])]
-        if by == "shape":
+        cells += [f"{r['occurrences']:,}"] + ([fmt_time_ps(r["total_ps"])] if roomy else []) + [
+            fmt_time_ps(r["mean_ps"]), fmt_pct(r["share"])]
+        if by == "shape" and wide:
             mods = r["modules"] or []
             cells.append(escape(", ".join(mods[:3]) + (f" +{len(mods) - 3}" if len(mods) > 3 else "")))
             cells.append(escape(_short_path(r["source"])))
