@@ -159,8 +159,15 @@ def occurrence_checks(ops: pl.DataFrame, module_runs: pl.DataFrame, *, steps: in
     per_device_min / per_device_max (occurrences on the least and most busy device),
     steps_ok (every device's count is a whole multiple of ``steps``; null when steps is
     None), has_batch (``expect_batch`` appears among the shape's dimensions; null when
-    expect_batch is None). Sorted by occurrences descending.
+    expect_batch is None). Sorted by occurrences descending. Raises
+    :class:`~traceview.errors.UsageError` when ``steps`` or ``expect_batch`` is not a positive
+    integer.
     """
+    for v, what in ((steps, "steps"), (expect_batch, "expect_batch")):
+        if v is not None and (not isinstance(v, int) or v <= 0):
+            from .errors import UsageError
+
+            raise UsageError(f"{what} must be a positive integer, got {v!r}")
     if ops.height == 0:
         return pl.DataFrame(schema={"op_name": pl.Utf8, "shape": pl.Utf8, "occurrences": pl.Int64,
                                     "executions": pl.Int64, "per_execution": pl.Float64,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -29,12 +30,22 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _days(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of days, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number of days, got {text!r}")
+    return v
+
+
 def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("path", nargs="?", default=".", help="trace file, run dir, log dir or any folder above (default: .)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--run", metavar="NAME", help="read this run (folder name YYYY_MM_DD_HH_MM_SS) instead of the newest")
     g.add_argument("--all-runs", action="store_true", help="read every run found, not only the newest")
-    p.add_argument("--stale-days", type=float, default=7.0, metavar="D",
+    p.add_argument("--stale-days", type=_days, default=7.0, metavar="D",
                    help="warn when the chosen run is older than D days (default 7)")
     p.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX (e.g. 'TPU:0$')")
     p.add_argument("--filter", metavar="REGEX", help="keep only ops whose name, HLO text or framework op path (named scopes) matches REGEX")
@@ -51,8 +62,8 @@ def _positive_float(text: str) -> float:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
     return v
 
 

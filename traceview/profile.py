@@ -283,6 +283,12 @@ class Profile:
                                           "ops": pl.Int64, "op_time_ps": pl.Int64, "peak_flops": pl.Float64,
                                           "peak_bw": pl.Float64})
 
+    def __repr__(self) -> str:
+        hosts = sorted({t.host for t in self.traces})
+        return (f"<traceview.Profile: {self.ops.height:,} op events, {self.by_shape().height:,} shape populations, "
+                f"{len(self.devices)} device planes, hosts {', '.join(hosts) or '-'}; "
+                f"{len(self.warnings)} warning(s)>")
+
     def _repr_html_(self) -> str:  # pragma: no cover - exercised by the notebook tests
         from .render.html import profile_summary_html
 

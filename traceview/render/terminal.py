@@ -216,7 +216,7 @@ def render_steps(console: Console, anat) -> None:
         t.add_column(c, justify=j)
     for r in anat.families.iter_rows(named=True):
         t.add_row(escape(r["family"]), fmt_time_ps(r["self_ps"]), fmt_pct(r["share"]),
-                  f"{r['per_step']:.3g}", str(r["n_populations"]))
+                  f"{r['per_step']:,.1f}".removesuffix(".0"), str(r["n_populations"]))
     console.print(t)
     console.print("  " + escape(anat.coverage.line()))
     for n in anat.notes:
