@@ -37,7 +37,7 @@ def _mnk(hlo_text: str) -> tuple[int, int, int]:
 
 
 def test_gemm_flops_come_from_shapes_where_xprof_has_none(gemm, shared_traces):
-    from tests.oracle import xprof_hlo_stats
+    from oracle import xprof_hlo_stats
 
     roof = gemm.roofline()
     calls = roof.filter(pl.col("op_name") == "custom-call.1")
