@@ -672,5 +672,6 @@ def _derive_module_runs(ops):
             .group_by(keys + ["run_start"]).agg(pl.col("_end").max().alias("_end"))
             .select(keys + [pl.col("run_start").alias("start_ps"),
                             (pl.col("_end") - pl.col("run_start")).alias("duration_ps")])
-            .sort(["host", "device", "start_ps"]))
+            # programs starting at the same ps: ordered by name and id, the same every time
+            .sort(["host", "device", "start_ps", "module", "program_id"], nulls_last=True, maintain_order=True))
     return runs.select(list(MODULE_RUNS_SCHEMA))
