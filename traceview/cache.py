@@ -38,6 +38,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import asdict
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -63,6 +64,18 @@ def disabled(flag: bool = True) -> None:
     ``--no-cache``). ``TRACEVIEW_NO_CACHE`` still wins when set."""
     global _disabled_here
     _disabled_here = bool(flag)
+
+
+@contextmanager
+def off():
+    """Context manager: the cache is off inside, and back to what it was after."""
+    global _disabled_here
+    before = _disabled_here
+    _disabled_here = True
+    try:
+        yield
+    finally:
+        _disabled_here = before
 
 
 def cache_root() -> Path | None:

@@ -365,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    from . import cache
+
     try:
         rc = _dispatch(args)
         sys.stdout.flush()
@@ -383,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("traceview: interrupted", file=sys.stderr)
         return 130
+    finally:
+        cache.disabled(False)  # --no-cache holds for this command only (main() may run again in-process)
 
 
 def _silence_stdout() -> None:

@@ -108,11 +108,12 @@ def read_task(task: ReadTask):
     from . import cache
     from .profile import read_file
 
-    if not task.use_cache:
-        cache.disabled(True)
+    from contextlib import nullcontext
+
     try:
         limit = {} if task.max_bytes is None else {"max_bytes": task.max_bytes}
-        return read_file(task.path, kind=task.kind, host=task.host, run=task.run, **limit)
+        with (nullcontext() if task.use_cache else cache.off()):
+            return read_file(task.path, kind=task.kind, host=task.host, run=task.run, **limit)
     except TraceviewError as exc:
         return _Failed(exc)
 

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as _markup_escape
 from rich.table import Table
 
 from .units import fmt_pct, fmt_rate, fmt_time_ps
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape(text) -> str:
+    """A trace string made safe for the terminal: control characters (ANSI escape sequences
+    from a hostile op name) shown as ``?`` and rich markup escaped."""
+    return _markup_escape(_CONTROL.sub("?", str(text)))
 
 
 def provenance_lines(prof) -> list[str]:
