@@ -39,15 +39,11 @@ CMP: < <= > >= == !=   PCT: 30% or 0.3   quote tokens with spaces ("..." or '...
 exit codes: 0 all checks passed, 1 a check failed, 2 invalid check or usage, 3-6 trace errors"""
 
 
-def _rules(args) -> list | str | None:
-    rules: list = []
-    if getattr(args, "families", None):
-        from .steps import read_rules
+def _rules(args):
+    """Family rules from --families / --family, parsed once, as ``analyze`` does."""
+    from .cli import _rules_from_args
 
-        rules.extend(read_rules(args.families))
-    for r in getattr(args, "family", None) or []:
-        rules.append(r)
-    return rules or None
+    return _rules_from_args(args)
 
 
 def _load(path: str, run: str | None, device: str | None):
