@@ -430,3 +430,28 @@ def test_engine_profile_families_cover_the_decode_step(engine_profile):
                 total += r["self_ps"]
                 break
     assert a.coverage.family_ps == pytest.approx(total / len(runs))
+
+
+def test_step_markers_from_the_engine_fixture_define_cpu_steps():
+    """The engine wraps each decode step in ``StepTraceAnnotation("decode", step_num=i)``; on a
+    CPU trace the reader exposes them and the step anatomy uses them (same host clock)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "fixtures"
+    prof = traceview.load(root / "greedy_b8")
+    mk = prof.step_markers
+    assert mk["name"].to_list() == ["decode"] * 3 and mk["step_num"].to_list() == [3, 4, 5]
+    a = prof.steps()
+    assert a.method == "markers" and a.coverage.n_steps == 3
+    _check_identities(a)
+    # each marker window holds exactly one execution of the decode program and of the sampler
+    for r in mk.iter_rows(named=True):
+        lo, hi = r["start_ps"], r["start_ps"] + r["duration_ps"]
+        inside = prof.module_runs.filter((pl.col("start_ps") >= lo) & (pl.col("start_ps") < hi))
+        assert sorted(inside["module"].to_list()) == ["jit_decode_b8_bkv128", "jit_greedy_b8"]
+    # naming a module, or markers=None, falls back to module executions
+    assert prof.steps(module="jit_decode_b8_bkv128").method == "module"
+    assert prof.steps(markers=None).method == "module"
+    # TPU ops run on the device clock: host markers are never applied there automatically
+    v6e = traceview.load(Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "tpu_v6e_4chip_psum.xplane.pb")
+    assert v6e.steps().method == "module"

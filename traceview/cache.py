@@ -18,7 +18,8 @@ up in the frames — in ``<root>/v<SCHEMA_VERSION>/<slot>/``:
 
 * ``meta.json`` — the identity the entry was made from and the small parts of the
   TraceData (devices with their stats, notes, has_shapes, n_events, profile start/stop);
-* ``ops.arrow`` / ``module_runs.arrow`` — the two frames as Arrow IPC files (zstd).
+* ``ops.arrow`` / ``module_runs.arrow`` / ``step_markers.arrow`` — the frames as Arrow IPC
+  files (zstd).
 
 The identity is the resolved path, size (bytes), ``st_mtime_ns``, inode and device number,
 a BLAKE2b hash of the first and last 64 KiB, traceview's version and :data:`SCHEMA_VERSION`.
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import Callable
 
 #: Bumped whenever the stored layout or the meaning of a stored column changes.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: step_markers.arrow
 #: Bytes hashed at each end of the file for the identity.
 EDGE_BYTES = 64 << 10
 #: Environment variables.
@@ -164,11 +165,14 @@ def _decode(entry: Path, meta: dict):
     runs = pl.read_ipc(entry / "module_runs.arrow")
     if ops.schema != pl.Schema(OPS_SCHEMA) or runs.schema != pl.Schema(MODULE_RUNS_SCHEMA):
         return None  # written by a traceview whose tables differ
+    mk_path = entry / "step_markers.arrow"
+    markers = pl.read_ipc(mk_path) if mk_path.exists() else None
     t = meta["trace"]
     return TraceData(path=t["path"], host=t["host"], format=t["format"], ops=ops, module_runs=runs,
                      devices=[DeviceInfo(**d) for d in t["devices"]], notes=list(t["notes"]),
                      has_shapes=t["has_shapes"], n_events=t["n_events"],
-                     profile_start_ns=t["profile_start_ns"], profile_stop_ns=t["profile_stop_ns"])
+                     profile_start_ns=t["profile_start_ns"], profile_stop_ns=t["profile_stop_ns"],
+                     step_markers=markers)
 
 
 def store(td, path: str, kind: str, host: str | None, run: str, identity: dict | None = None) -> Path | None:
@@ -196,6 +200,8 @@ def store(td, path: str, kind: str, host: str | None, run: str, identity: dict |
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
         td.ops.write_ipc(tmp / "ops.arrow", compression="zstd")
         td.module_runs.write_ipc(tmp / "module_runs.arrow", compression="zstd")
+        if td.step_markers is not None:
+            td.step_markers.write_ipc(tmp / "step_markers.arrow", compression="zstd")
         (tmp / "meta.json").write_text(text, encoding="utf-8")
         old = None
         if entry.exists():  # a stale entry: move it aside, then swap the new one in

@@ -14,7 +14,7 @@ import polars as pl
 
 from . import aggregate
 from .errors import NoOpsFound, TraceviewError, UsageError
-from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, DeviceInfo, TraceData
+from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, STEP_MARKERS_SCHEMA, DeviceInfo, TraceData
 
 
 #: Environment variable: the default of ``max_bytes`` (see :func:`read_file`).
@@ -128,6 +128,7 @@ class Profile:
     traces: list[TraceData] = field(default_factory=list)
     discovery: object = None
     warnings: list[str] = field(default_factory=list)
+    step_markers: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STEP_MARKERS_SCHEMA))
 
     # -- construction ---------------------------------------------------------------
     @classmethod
@@ -143,7 +144,10 @@ class Profile:
         warns = list(warnings or [])
         for t in traces:
             warns.extend(t.notes)
-        return cls(ops=ops, module_runs=runs, devices=devices, traces=traces, discovery=discovery, warnings=warns)
+        marks = [t.step_markers for t in traces if t.step_markers is not None and t.step_markers.height]
+        markers = pl.concat(marks, how="vertical") if marks else pl.DataFrame(schema=STEP_MARKERS_SCHEMA)
+        return cls(ops=ops, module_runs=runs, devices=devices, traces=traces, discovery=discovery, warnings=warns,
+                   step_markers=markers)
 
     # -- selection ------------------------------------------------------------------
     def filter(self, *, op_regex: str | None = None, device_regex: str | None = None) -> "Profile":
@@ -169,7 +173,7 @@ class Profile:
             mask = names.str.contains(device_regex).to_list() if len(names) else []
             devices = [d for d, m in zip(devices, mask) if m]
         return Profile(ops=ops, module_runs=runs, devices=devices, traces=self.traces,
-                       discovery=self.discovery, warnings=list(self.warnings))
+                       discovery=self.discovery, warnings=list(self.warnings), step_markers=self.step_markers)
 
     # -- analyses -------------------------------------------------------------------
     def by_shape(self) -> pl.DataFrame:
@@ -233,12 +237,22 @@ class Profile:
 
         return kernels(self.ops)
 
-    def steps(self, rules=None, *, module: str | None = None, window: str = "span", markers=None):
+    def steps(self, rules=None, *, module: str | None = None, window: str = "span", markers="auto"):
         """Step anatomy: steps, op families and the coverage line; see :func:`traceview.steps.anatomy`
         (``rules``: ``name=regex`` family rules; ``module``: the program whose executions are
-        steps, default the one with most op time; ``window``: "span", "period" or "run")."""
+        steps, default the one with most op time; ``window``: "span", "period" or "run").
+
+        ``markers``: "auto" uses the trace's step annotations (``StepTraceAnnotation``) when
+        the ops run on the host (CPU traces: markers and ops share the host clock) and no
+        ``module`` is named; None ignores them; or pass a frame of your own
+        (:data:`~traceview.schema.STEP_MARKERS_SCHEMA`)."""
         from .steps import anatomy
 
+        if isinstance(markers, str):
+            if markers != "auto":
+                raise UsageError(f"markers must be 'auto', None or a frame, got {markers!r}")
+            on_host = self.ops.height > 0 and bool(self.ops["device"].str.starts_with("/host:").all())
+            markers = self.step_markers if (module is None and on_host and self.step_markers.height) else None
         return anatomy(self.ops, self.module_runs, rules=rules, module=module, window=window, markers=markers)
 
     def report(self, path: str | os.PathLike, **options) -> Path:

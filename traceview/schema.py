@@ -47,6 +47,10 @@ cost_source         Utf8       where flops/bytes_accessed come from: ``trace``, 
 
 ``module_runs`` — one row per execution of a compiled program (TPU ``XLA Modules`` line,
 GPU/CPU derived from op events): host, device, module, program_id, start_ps, duration_ps.
+
+``step_markers`` — one row per step annotation (``jax.profiler.StepTraceAnnotation``: a host
+event carrying a ``step_num`` stat) on a CPU trace, where ops and markers share the host
+clock: host, device ("" = every device of the host), name, step_num, start_ps, duration_ps.
 """
 
 from __future__ import annotations
@@ -81,6 +85,15 @@ OPS_SCHEMA: dict[str, pl.DataType] = {
     "model_flops": pl.Float64,
     "bytes_accessed": pl.Float64,
     "cost_source": pl.Utf8,
+}
+
+STEP_MARKERS_SCHEMA: dict[str, pl.DataType] = {
+    "host": pl.Utf8,
+    "device": pl.Utf8,
+    "name": pl.Utf8,
+    "step_num": pl.Int64,
+    "start_ps": pl.Int64,
+    "duration_ps": pl.Int64,
 }
 
 MODULE_RUNS_SCHEMA: dict[str, pl.DataType] = {
@@ -161,3 +174,4 @@ class TraceData:
     n_events: int = 0
     profile_start_ns: int | None = None
     profile_stop_ns: int | None = None
+    step_markers: pl.DataFrame | None = None

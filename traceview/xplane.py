@@ -35,7 +35,7 @@ from google.protobuf.message import DecodeError
 from ._protos import XLine, XLineEventsLoose, XLineEventsRaw, XLineHeader, XSpaceLazy
 from .errors import TraceUnreadable
 from .hlo import HloIndex
-from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, DeviceInfo, TraceData, frame
+from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, STEP_MARKERS_SCHEMA, DeviceInfo, TraceData, frame
 from .shapes import canonical_shape_text, parse_instruction
 from .timeline import enclosing, self_times
 
@@ -190,6 +190,7 @@ def convert_xspace(space, path: str, host: str, run: str) -> TraceData:
     start_ns = stop_ns = None
     n_events = 0
     host_planes = []
+    markers: list[tuple] = []
 
     # pass 1: metadata and environment planes
     for plane in space.planes:
@@ -234,7 +235,8 @@ def convert_xspace(space, path: str, host: str, run: str) -> TraceData:
             n_events += sum(count_events(raw, path) for raw in plane.lines)
             continue
         before = len(cols)
-        n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=False)
+        n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=False,
+                                          markers=markers)
         if len(cols) > before:
             devices.append(DeviceInfo(name=plane.name, kind="CPU", device_type="CPU"))
 
@@ -246,9 +248,14 @@ def convert_xspace(space, path: str, host: str, run: str) -> TraceData:
     has_shapes = bool(ops.height) and bool((ops["shape"] != "").any())
     if ops.height and not has_shapes:
         notes.append(f"{path}: no HLO shapes could be resolved (no HLO protos in /host:metadata?)")
+    step_markers = frame({
+        "host": [host] * len(markers), "device": [""] * len(markers),
+        "name": [m[0] for m in markers], "step_num": [m[1] for m in markers],
+        "start_ps": [m[2] for m in markers], "duration_ps": [m[3] for m in markers]}, STEP_MARKERS_SCHEMA)
     return TraceData(path=path, host=host, format="xplane", ops=ops, module_runs=module_runs,
                      devices=devices, notes=notes, has_shapes=has_shapes, n_events=n_events,
-                     profile_start_ns=start_ns, profile_stop_ns=stop_ns)
+                     profile_start_ns=start_ns, profile_stop_ns=stop_ns,
+                     step_markers=step_markers.sort("start_ps"))
 
 
 def _tpu_metadata(plane, names, stat_names) -> pl.DataFrame:
@@ -554,8 +561,11 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path) 
     return n
 
 
-def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, run, path, device_lines: bool) -> int:
-    """GPU stream lines / CPU thunk-executor threads: ops named by per-event stats."""
+def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, run, path, device_lines: bool,
+                          markers: list | None = None) -> int:
+    """GPU stream lines / CPU thunk-executor threads: ops named by per-event stats. On host
+    planes, events carrying a ``step_num`` stat (step annotations) go to ``markers`` as
+    (name, step_num, start_ps, duration_ps)."""
     n = 0
     md_by_id = plane.event_metadata
     md_stats_cache: dict[int, dict] = {}
@@ -578,6 +588,10 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
             _stats(ev.stats, stat_names, stat_names, into=st)
             op = st.get("hlo_op")
             if not op:
+                if markers is not None and st.get("step_num") is not None and not ev.num_occurrences:
+                    md = md_by_id.get(mid)
+                    markers.append((md.name if md is not None else "", _as_int(st.get("step_num")),
+                                    base + ev.offset_ps, ev.duration_ps))
                 continue
             md = md_by_id.get(mid)
             ev_name = md.name if md is not None else ""
