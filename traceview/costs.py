@@ -173,27 +173,3 @@ class ModuleCosts:
             src = self._shape(ins.operand_ids[0]) if ins.operand_ids else None
             return src.elements if src is not None else 0
         return 0
-
-
-_LHS_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([0-9,]*)\}")
-
-
-def flops_from_text(opcode: str, result: Shape | None, operands, attributes: str) -> int | None:
-    """FLOPs of an instruction known only by its HLO text (TPU trace JSON without
-    ``model_flops``): dot from ``lhs_contracting_dims``, elementwise from element count.
-    Returns None when the text does not determine it (fusions, convolutions)."""
-    if result is None:
-        return None
-    if opcode == "dot" and operands and operands[0] is not None:
-        m = _LHS_CONTRACTING.search(attributes or "")
-        if not m:
-            return None
-        dims = [int(d) for d in m.group(1).split(",") if d]
-        return dot_flops(result, operands[0], dims)
-    if opcode in ELEMENTWISE:
-        return result.elements
-    if opcode in ("copy", "broadcast", "transpose", "reshape", "bitcast", "slice", "convert",
-                  "dynamic-slice", "dynamic-update-slice", "concatenate", "pad", "iota", "constant",
-                  "parameter", "get-tuple-element", "tuple", "copy-start", "copy-done"):
-        return 0
-    return None
