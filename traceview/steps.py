@@ -104,7 +104,6 @@ import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Iterable
 
 import numpy as np
@@ -210,18 +209,9 @@ def read_rules(path: str | os.PathLike) -> list[FamilyRule]:
     """Rules from a file, one ``name=regex`` per line, ``#`` comments and blank lines
     ignored. Raises UsageError when the file cannot be read or a line is bad (message names
     ``path:line``)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read family rules file ({getattr(exc, 'strerror', None) or exc})", str(p)) from None
-    out = []
-    for i, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
-        out.append(parse_rule(s, where=f"{p}:{i}"))
-    return out
+    from .textfiles import config_lines
+
+    return [parse_rule(s, where=where) for where, s in config_lines(path, "family rules")]
 
 
 def _rules(rules) -> list[FamilyRule]:

@@ -67,7 +67,6 @@ import json
 import operator
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import polars as pl
 
@@ -333,20 +332,14 @@ def parse_checks(lines) -> list[Check]:
 def read_checks(path) -> list[Check]:
     """Checks from a file, one per line (``#`` comments, blank lines skipped). Raises
     UsageError when the file cannot be read or a line is bad (message names ``file:line``)."""
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read checks file ({getattr(exc, 'strerror', None) or exc})", str(p)) from None
+    from .textfiles import config_lines
+
     out = []
-    for i, line in enumerate(text.splitlines(), 1):
-        s = line.strip()
-        if not s or s.startswith("#"):
-            continue
+    for where, s in config_lines(path, "checks"):
         try:
             out.append(parse_check(s))
         except UsageError as exc:
-            raise UsageError(f"{p}:{i}: {exc.fault}") from None
+            raise UsageError(f"{where}: {exc.fault}") from None
     return out
 
 
