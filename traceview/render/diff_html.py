@@ -91,21 +91,14 @@ def _env():
 
 
 def _context(d, top: int, title: str, anchor: str) -> dict:
-    from .diff_terminal import population_label, short_shape
+    from .diff_terminal import match_notes, population_label, shape_change, short_shape
 
     rows = []
     for r in d.populations.head(top).iter_rows(named=True):
-        notes = []
-        if r["match"] not in ("exact", ""):
-            notes.append(f"matched by {r['match']}")
-        if r["kernel_changes"]:
-            notes.append(r["kernel_changes"])
-        if r["source_changed"]:
-            notes.append(f"source {r['source_base']} → {r['source_treatment']}")
+        notes = match_notes(r)
         if r["overhead_note"]:
             notes.append(r["overhead_note"])
-        shape = short_shape(r["shape"], 200) if r["shape_treatment"] in (None, r["shape"]) else \
-            f"{short_shape(r['shape'], 120)} → {short_shape(r['shape_treatment'], 120)}"
+        shape = shape_change(r, 200, 120)
         ob, ot = r["occurrences_base"], r["occurrences_treatment"]
         rows.append(dict(r, label=population_label(r), shape_text=shape, notes=notes,
                          occ=f"{'-' if ob is None else f'{ob:,}'} → {'-' if ot is None else f'{ot:,}'}",

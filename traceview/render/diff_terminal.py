@@ -42,6 +42,27 @@ def short_shape(shape: str | None, n: int = 90) -> str:
     return s if len(s) <= n else s[: n - 1] + "…"
 
 
+def shape_change(r: dict, whole: int, each: int) -> str:
+    """A diff row's shape, or ``base → treatment`` when a kernel's shape changed with its
+    configuration (cut to ``whole`` characters, or ``each`` per side)."""
+    if r["shape_treatment"] in (None, r["shape"]):
+        return short_shape(r["shape"], whole)
+    return f"{short_shape(r['shape'], each)} → {short_shape(r['shape_treatment'], each)}"
+
+
+def match_notes(r: dict) -> list[str]:
+    """Plain-text notes on how a diff row was matched and what changed (match kind, kernel
+    configuration, source path); renderers add their own overhead note."""
+    notes = []
+    if r["match"] not in ("exact", ""):
+        notes.append(f"matched by {r['match']}")
+    if r["kernel_changes"]:
+        notes.append(r["kernel_changes"])
+    if r["source_changed"]:
+        notes.append(f"source {r['source_base']} → {r['source_treatment']}")
+    return notes
+
+
 def _ratio(x) -> str:
     return "-" if x is None else f"{x:.2f}x"
 
@@ -93,15 +114,8 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
                  ("self time", "right"), ("Δ", "right"), ("ratio", "right"), ("notes", "left")):
         t.add_column(c, justify=j, overflow="fold")
     for i, r in enumerate(pops.head(top).iter_rows(named=True), 1):
-        shape = short_shape(r["shape"]) if r["shape_treatment"] in (None, r["shape"]) else \
-            f"{short_shape(r['shape'], 60)} → {short_shape(r['shape_treatment'], 60)}"
-        notes = []
-        if r["match"] not in ("exact", ""):
-            notes.append(f"matched by {r['match']}")
-        if r["kernel_changes"]:
-            notes.append(r["kernel_changes"])
-        if r["source_changed"]:
-            notes.append(f"source {r['source_base']} → {r['source_treatment']}")
+        shape = shape_change(r, 90, 60)
+        notes = match_notes(r)
         if r["overhead_note"]:
             notes.append("[yellow]traced events " + f"{r['events_base']:,} → {r['events_treatment']:,}[/yellow]")
         status = {"matched": "matched", "appeared": "[green]appeared[/green]",
