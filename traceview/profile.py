@@ -299,7 +299,8 @@ class Profile:
 
     def __repr__(self) -> str:
         hosts = sorted({t.host for t in self.traces})
-        return (f"<traceview.Profile: {self.ops.height:,} op events, {self.by_shape().height:,} shape populations, "
+        # cheap on any size: no aggregation here (by_shape() on millions of events takes seconds)
+        return (f"<traceview.Profile: {self.ops.height:,} op events, "
                 f"{len(self.devices)} device planes, hosts {', '.join(hosts) or '-'}; "
                 f"{len(self.warnings)} warning(s)>")
 
