@@ -47,11 +47,12 @@ import contextlib
 import gc
 import os
 import re
-import zlib
 
 import numpy as np
 import orjson
 
+from ._inflate import GZIP_MAGIC as _GZIP_MAGIC
+from ._inflate import gunzip as _gunzip
 from .discover import host_from_filename
 from .errors import LimitExceeded, NoTraceFound, TraceUnreadable
 from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, DeviceInfo, TraceData, frame
@@ -65,8 +66,6 @@ EVENT_CAPS: tuple[int, ...] = (1_000_000, 5_000_000)
 #: Default limit on decompressed JSON size, bytes.
 MAX_DECOMPRESSED_BYTES = 4 << 30
 
-_GZIP_MAGIC = b"\x1f\x8b"
-_IN_CHUNK = 1 << 20  # compressed bytes fed to zlib per call
 _MODULE_NAME = re.compile(r"^(.*)\((\d+)\)$")
 _SOURCE = re.compile(r"^(.*):(\d+)$")
 _SEQ_SUFFIX = re.compile(r"\.\d+$")
@@ -82,50 +81,6 @@ _GPU_SKIP_LINES = ("XLA Ops", "XLA Modules", "TensorFlow", "Framework", "Steps",
 
 
 # -- bytes -> document ---------------------------------------------------------------------
-
-def _gunzip(data: bytes, path: str, limit: int) -> bytearray:
-    """Decompress (possibly multi-member) gzip ``data`` into at most ``limit`` bytes."""
-    out = bytearray()
-    view = memoryview(data)
-    pos = 0
-    n = len(data)
-    while True:
-        d = zlib.decompressobj(wbits=31)
-        try:
-            while pos < n and not d.eof:
-                chunk = view[pos:pos + _IN_CHUNK]
-                pos += len(chunk)
-                room = limit - len(out)
-                got = d.decompress(chunk, room + 1)
-                out += got
-                if len(out) > limit or d.unconsumed_tail:
-                    raise LimitExceeded(
-                        f"decompressed JSON exceeds the {limit}-byte limit (max_decompressed_bytes)", path)
-                if d.eof:
-                    # bytes of this chunk past the member's end belong to the next member
-                    pos -= len(d.unused_data)
-            if not d.eof:
-                tail = d.flush()
-                out += tail
-                if len(out) > limit:
-                    raise LimitExceeded(
-                        f"decompressed JSON exceeds the {limit}-byte limit (max_decompressed_bytes)", path)
-                raise TraceUnreadable(
-                    f"truncated gzip stream: the file ends after {n} compressed bytes "
-                    f"({len(out)} bytes decompressed) before the gzip trailer", path)
-        except zlib.error as exc:
-            msg = str(exc)
-            if "incorrect data check" in msg or "incorrect length check" in msg:
-                raise TraceUnreadable(f"bad gzip data: CRC/length check failed ({msg}): the file is corrupt", path) from None
-            raise TraceUnreadable(f"bad gzip data ({msg})", path) from None
-        if pos >= n:
-            return out
-        rest = view[pos:]
-        if bytes(rest[:2]) != _GZIP_MAGIC:
-            if not any(bytes(rest)):
-                return out  # zero padding after the last member
-            raise TraceUnreadable(f"{n - pos} bytes of trailing garbage after the gzip data", path)
-
 
 def read_json_bytes(path: str | os.PathLike, *, max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES) -> bytes | bytearray:
     """The JSON text of a trace file: gunzipped when it starts with the gzip magic, else as is.
