@@ -204,7 +204,7 @@ def test_analyze_writes_nothing_under_the_input(profile_tree, tmp_path, capsys, 
         rc, out, err = run_cli(["report", str(profile_tree), "-o", str(out_dir / "report.html")], capsys)
         assert rc == 0, err
         assert _listing(profile_tree) == before, "report changed the input tree"
-    assert any((tmp_path / "cache").rglob("ops.arrow")), "the cache was not exercised"
+    assert any((tmp_path / "cache").rglob("events.arrow")), "the cache was not exercised"
     # -o inside the tree is refused, and nothing is written there either
     for target in (run_dir / "x.json", run_dir):
         rc, out, err = run_cli(["analyze", str(profile_tree), "--format", "json", "-o", str(target)], capsys)

@@ -8,16 +8,24 @@ honest.
 
 All times are integer ps in and out (``*_ps`` columns). ``share`` is the population's self
 time over the total self time of all ops in the input (self time avoids double counting ops
-nested in a ``while``/``call`` on the same line). Every function takes an op-event frame that
-follows :data:`traceview.schema.OPS_SCHEMA` and returns a new polars DataFrame; none raises on
-an empty input (it returns an empty frame with the documented columns).
+nested in a ``while``/``call`` on the same line). Every function takes the op events as a
+:class:`traceview.optable.OpTable` (or a wide frame following
+:data:`traceview.schema.OPS_SCHEMA`, which is encoded first) and returns a new polars DataFrame;
+none raises on an empty input (it returns an empty frame with the documented columns).
+
+Method: sums, counts, min/max and row-weighted modes are taken over
+:meth:`~traceview.optable.OpTable.collapse` (one row per op description, a few hundred rows
+however many events); only the median goes back to the events, grouped on an integer key.
 """
 
 from __future__ import annotations
 
 import re
 
+import numpy as np
 import polars as pl
+
+from .optable import OpTable, as_table, weighted_mode
 
 _DIMS = re.compile(r"\[([0-9,]*)\]")
 
@@ -30,21 +38,32 @@ def _source_expr() -> pl.Expr:
     )
 
 
-def _stats_aggs() -> list[pl.Expr]:
-    # duration of one occurrence; pre-aggregated rows (count > 1) contribute their mean
-    per = pl.col("duration_ps") / pl.col("count")
+def _sum_aggs() -> list[pl.Expr]:
+    """Aggregations over collapsed rows (one per op description)."""
     return [
         pl.col("count").sum().alias("occurrences"),
         pl.col("duration_ps").sum().alias("total_ps"),
         pl.col("self_ps").sum().alias("self_ps"),
-        per.min().cast(pl.Int64, strict=False).alias("min_ps"),  # null, not an error, past int64
-        per.max().cast(pl.Int64, strict=False).alias("max_ps"),
-        per.median().alias("median_ps"),
+        pl.col("min_ps").min().alias("min_ps"),
+        pl.col("max_ps").max().alias("max_ps"),
     ]
 
 
-def _total_self(ops: pl.DataFrame) -> int:
-    return int(ops["self_ps"].sum() or 0) if ops.height else 0
+def _medians(table: OpTable, col: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Median duration per occurrence (``duration_ps / count`` per event, so a pre-aggregated
+    row contributes its mean) per ``keys`` group of the collapsed frame ``col``: columns
+    ``keys`` + ``median_ps`` (Float64)."""
+    k = col.select(["attr"] + keys).with_columns(pl.struct(keys).rank("dense").cast(pl.Int64).alias("key") - 1)
+    ids = table.event_keys(k.select("attr", "key"))
+    ev = table.events
+    per = pl.DataFrame({"key": ids, "per": (ev["duration_ps"] / ev["count"])})
+    med = per.filter(pl.col("key") >= 0).group_by("key").agg(pl.col("per").median().alias("median_ps"))
+    names = k.group_by("key").agg([pl.col(c).first() for c in keys])
+    return names.join(med, on="key", how="left").drop("key")
+
+
+def _total_self(table: OpTable) -> int:
+    return table.total_self_ps()
 
 
 def _finish(df: pl.DataFrame, total_self: int, sort: bool = True) -> pl.DataFrame:
@@ -55,28 +74,33 @@ def _finish(df: pl.DataFrame, total_self: int, sort: bool = True) -> pl.DataFram
     return df.sort(["self_ps", "total_ps"], descending=True) if sort else df
 
 
-def by_shape(ops: pl.DataFrame) -> pl.DataFrame:
+def by_shape(ops) -> pl.DataFrame:
     """One row per (op_name, shape) population.
 
     Columns: op_name, shape, op_kind, category, occurrences, total_ps, self_ps, mean_ps,
     min_ps, max_ps, median_ps (per occurrence), share (of all ops' self time), modules
     (sorted list of hlo_module names), n_programs, devices (number of devices), source (most
-    frequent ``file:line``), framework_op (most frequent). Sorted by self time, descending.
+    frequent ``file:line`` over the events, ties to the smallest), framework_op (likewise).
+    Sorted by self time, descending.
     """
-    if ops.height == 0:
+    table = as_table(ops)
+    if table.height == 0:
         return _empty_by_shape()
-    df = ops.with_columns(_source_expr().alias("_src")).group_by(["op_name", "shape"]).agg(
-        pl.col("op_kind").first(),
-        pl.col("category").first(),
-        *_stats_aggs(),
+    col = table.collapse().with_columns(_source_expr().alias("_src"))
+    keys = ["op_name", "shape"]
+    df = col.group_by(keys).agg(
+        pl.col("op_kind").sort_by("first_ps", "attr", nulls_last=True).first(),
+        pl.col("category").sort_by("first_ps", "attr", nulls_last=True).first(),
+        *_sum_aggs(),
         pl.col("module").unique().sort().alias("modules"),
         pl.col("program_id").n_unique().alias("n_programs"),
         pl.struct("host", "device").n_unique().alias("devices"),
-        pl.col("_src").filter(pl.col("_src") != "").mode().first().alias("source"),
-        pl.col("framework_op").filter(pl.col("framework_op") != "").mode().first().alias("framework_op"),
     )
+    df = (df.join(_medians(table, col, keys), on=keys, how="left", nulls_equal=True)
+          .join(weighted_mode(col, keys, "_src").rename({"_src": "source"}), on=keys, how="left", nulls_equal=True)
+          .join(weighted_mode(col, keys, "framework_op"), on=keys, how="left", nulls_equal=True))
     df = df.with_columns(pl.col("source").fill_null(""), pl.col("framework_op").fill_null(""))
-    return _finish(df, _total_self(ops)).select(_BY_SHAPE_COLUMNS)
+    return _finish(df, _total_self(table)).select(_BY_SHAPE_COLUMNS)
 
 
 _BY_SHAPE_COLUMNS = ["op_name", "shape", "op_kind", "category", "occurrences", "total_ps", "self_ps",
@@ -93,48 +117,53 @@ def _empty_by_shape() -> pl.DataFrame:
     return pl.DataFrame(schema=schema)
 
 
-def by_name(ops: pl.DataFrame) -> pl.DataFrame:
+def by_name(ops) -> pl.DataFrame:
     """One row per op name, mixing shapes and programs — the view XProf's trace-based tools
     and naive scripts give. Columns: op_name, occurrences, total_ps, self_ps, mean_ps, min_ps,
     max_ps, median_ps, share, n_shapes, modules. Kept to show what shape keying separates."""
-    if ops.height == 0:
+    table = as_table(ops)
+    if table.height == 0:
         return pl.DataFrame(schema={"op_name": pl.Utf8, "occurrences": pl.Int64, "total_ps": pl.Int64,
                                     "self_ps": pl.Int64, "mean_ps": pl.Float64, "min_ps": pl.Int64,
                                     "max_ps": pl.Int64, "median_ps": pl.Float64, "share": pl.Float64,
                                     "n_shapes": pl.UInt32, "modules": pl.List(pl.Utf8)})
-    df = ops.group_by("op_name").agg(
-        *_stats_aggs(),
+    col = table.collapse()
+    df = col.group_by("op_name").agg(
+        *_sum_aggs(),
         pl.col("shape").n_unique().alias("n_shapes"),
         pl.col("module").unique().sort().alias("modules"),
-    )
-    return _finish(df, _total_self(ops)).select(
+    ).join(_medians(table, col, ["op_name"]), on="op_name", how="left")
+    return _finish(df, _total_self(table)).select(
         ["op_name", "occurrences", "total_ps", "self_ps", "mean_ps", "min_ps", "max_ps", "median_ps",
          "share", "n_shapes", "modules"])
 
 
-def by_program_op(ops: pl.DataFrame) -> pl.DataFrame:
+def by_program_op(ops) -> pl.DataFrame:
     """One row per (program_id, op_name), XProf ``hlo_stats``'s row key. Columns: program_id,
     module, op_name, shape, occurrences, total_ps, self_ps, mean_ps, share. Summed over
     devices (as XProf sums over TPU cores)."""
-    if ops.height == 0:
+    table = as_table(ops)
+    if table.height == 0:
         return pl.DataFrame(schema={"program_id": pl.UInt64, "module": pl.Utf8, "op_name": pl.Utf8,
                                     "shape": pl.Utf8, "occurrences": pl.Int64, "total_ps": pl.Int64,
                                     "self_ps": pl.Int64, "mean_ps": pl.Float64, "share": pl.Float64})
-    df = ops.group_by(["program_id", "op_name"]).agg(
+    col = table.collapse().sort("first_ps", "attr", nulls_last=True)
+    df = col.group_by(["program_id", "op_name"]).agg(
         pl.col("module").first(),
         pl.col("shape").first(),
         pl.col("count").sum().alias("occurrences"),
         pl.col("duration_ps").sum().alias("total_ps"),
         pl.col("self_ps").sum().alias("self_ps"),
     )
-    return _finish(df, _total_self(ops)).select(
+    return _finish(df, _total_self(table)).select(
         ["program_id", "module", "op_name", "shape", "occurrences", "total_ps", "self_ps", "mean_ps", "share"])
 
 
-def populations(ops: pl.DataFrame, op_name: str) -> pl.DataFrame:
-    """The shape populations behind one op name: ``by_shape`` rows for ``op_name`` plus
-    per-module detail. Columns as :func:`by_shape`. Empty frame if the name is absent."""
-    return by_shape(ops.filter(pl.col("op_name") == op_name))
+def populations(ops, op_name: str) -> pl.DataFrame:
+    """The shape populations behind one op name: ``by_shape`` rows for ``op_name``. Columns
+    as :func:`by_shape`, with ``share`` taken over the named op's self time. Empty frame if the
+    name is absent."""
+    return by_shape(as_table(ops).filter(pl.col("op_name") == op_name))
 
 
 def module_executions(module_runs: pl.DataFrame) -> pl.DataFrame:
@@ -150,7 +179,7 @@ def module_executions(module_runs: pl.DataFrame) -> pl.DataFrame:
     ).sort("total_ps", descending=True))
 
 
-def occurrence_checks(ops: pl.DataFrame, module_runs: pl.DataFrame, *, steps: int | None = None,
+def occurrence_checks(ops, module_runs: pl.DataFrame, *, steps: int | None = None,
                       expect_batch: int | None = None) -> pl.DataFrame:
     """Occurrence checks per (op_name, shape) population, the study's authentication step.
 
@@ -168,7 +197,8 @@ def occurrence_checks(ops: pl.DataFrame, module_runs: pl.DataFrame, *, steps: in
             from .errors import UsageError
 
             raise UsageError(f"{what} must be a positive integer, got {v!r}")
-    if ops.height == 0:
+    table = as_table(ops)
+    if table.height == 0:
         return pl.DataFrame(schema={"op_name": pl.Utf8, "shape": pl.Utf8, "occurrences": pl.Int64,
                                     "executions": pl.Int64, "per_execution": pl.Float64,
                                     "per_device_min": pl.Int64, "per_device_max": pl.Int64,
@@ -176,7 +206,7 @@ def occurrence_checks(ops: pl.DataFrame, module_runs: pl.DataFrame, *, steps: in
     # devices are (host, device): every host of a pod names its planes /device:TPU:0..n
     ex = (module_runs.group_by(["host", "device", "program_id"]).agg(pl.len().cast(pl.Int64).alias("_runs"))
           if module_runs.height else None)
-    per_dev = ops.group_by(["op_name", "shape", "host", "device", "program_id"]).agg(pl.col("count").sum().alias("_n"))
+    per_dev = table.collapse().group_by(["op_name", "shape", "host", "device", "program_id"]).agg(pl.col("count").sum().alias("_n"))
     if ex is not None:
         per_dev = per_dev.join(ex, on=["host", "device", "program_id"], how="left", nulls_equal=True)
     else:

@@ -18,8 +18,8 @@ up in the frames — in ``<root>/v<SCHEMA_VERSION>/<slot>/``:
 
 * ``meta.json`` — the identity the entry was made from and the small parts of the
   TraceData (devices with their stats, notes, has_shapes, n_events, profile start/stop);
-* ``ops.arrow`` / ``module_runs.arrow`` / ``step_markers.arrow`` — the frames as Arrow IPC
-  files (zstd).
+* ``events.arrow`` / ``attrs.arrow`` (the OpTable) / ``module_runs.arrow`` / ``step_markers.arrow`` — the frames as Arrow IPC
+  files (events lz4, the rest zstd).
 
 The identity is the resolved path, size (bytes), ``st_mtime_ns``, inode and device number,
 a BLAKE2b hash of the first and last 64 KiB, traceview's version and :data:`SCHEMA_VERSION`.
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Callable
 
 #: Bumped whenever the stored layout or the meaning of a stored column changes.
-SCHEMA_VERSION = 2  # 2: step_markers.arrow
+SCHEMA_VERSION = 3  # 2: step_markers.arrow; 3: events.arrow + attrs.arrow (OpTable)
 #: Bytes hashed at each end of the file for the identity.
 EDGE_BYTES = 64 << 10
 #: Environment variables.
@@ -159,17 +159,20 @@ def load(path: str, kind: str, host: str | None, run: str, identity: dict | None
 def _decode(entry: Path, meta: dict):
     import polars as pl
 
-    from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, DeviceInfo, TraceData
+    from .optable import ATTR_SCHEMA, EVENT_SCHEMA, OpTable
+    from .schema import MODULE_RUNS_SCHEMA, DeviceInfo, TraceData
 
-    ops = pl.read_ipc(entry / "ops.arrow")
+    events = pl.read_ipc(entry / "events.arrow")
+    attrs = pl.read_ipc(entry / "attrs.arrow")
     runs = pl.read_ipc(entry / "module_runs.arrow")
-    if ops.schema != pl.Schema(OPS_SCHEMA) or runs.schema != pl.Schema(MODULE_RUNS_SCHEMA):
+    if (events.schema != pl.Schema(EVENT_SCHEMA) or attrs.schema != pl.Schema(ATTR_SCHEMA)
+            or runs.schema != pl.Schema(MODULE_RUNS_SCHEMA)):
         return None  # written by a traceview whose tables differ
     mk_path = entry / "step_markers.arrow"
     markers = pl.read_ipc(mk_path) if mk_path.exists() else None
     t = meta["trace"]
-    return TraceData(path=t["path"], host=t["host"], format=t["format"], ops=ops, module_runs=runs,
-                     devices=[DeviceInfo(**d) for d in t["devices"]], notes=list(t["notes"]),
+    return TraceData(path=t["path"], host=t["host"], format=t["format"], ops=OpTable(events, attrs),
+                     module_runs=runs, devices=[DeviceInfo(**d) for d in t["devices"]], notes=list(t["notes"]),
                      has_shapes=t["has_shapes"], n_events=t["n_events"],
                      profile_start_ns=t["profile_start_ns"], profile_stop_ns=t["profile_stop_ns"],
                      step_markers=markers)
@@ -198,7 +201,9 @@ def store(td, path: str, kind: str, host: str | None, run: str, identity: dict |
             return None  # something in the device stats does not survive JSON: do not cache
         entry.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=entry.parent))
-        td.ops.write_ipc(tmp / "ops.arrow", compression="zstd")
+        # events: lz4 (decodes at GB/s; the cache hit must be cheap), the rest: zstd
+        td.table.events.write_ipc(tmp / "events.arrow", compression="lz4")
+        td.table.attrs.write_ipc(tmp / "attrs.arrow", compression="zstd")
         td.module_runs.write_ipc(tmp / "module_runs.arrow", compression="zstd")
         if td.step_markers is not None:
             td.step_markers.write_ipc(tmp / "step_markers.arrow", compression="zstd")

@@ -195,7 +195,7 @@ def _json_payload(prof, table: pl.DataFrame, top: int | None, sections: dict) ->
         "provenance": {
             "lines": provenance_lines(prof),
             "files": [{"path": str(t.path), "host": t.host, "format": t.format, "events": t.n_events,
-                       "op_events": t.ops.height} for t in prof.traces],
+                       "op_events": t.table.height} for t in prof.traces],
             "runs": [r.name for r in disc.selected] if disc is not None else [],
         },
         "warnings": list(prof.warnings),
@@ -268,7 +268,7 @@ def cmd_analyze(args) -> int:
                 stale_after_s=None if args.stale_days <= 0 else args.stale_days * 86400, max_bytes=args.max_bytes,
                 **cli_read_options(args))
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
-    if prof.ops.height == 0:
+    if prof.table.height == 0:
         what = " and ".join(f"{k} {v!r}" for k, v in (("--filter", args.filter), ("--device", args.device)) if v)
         prof.warnings.append(f"no op left after {what}" if what else "no op to show")
     for path, flag in ((out, "-o"), (Path(args.html) if args.html else None, "--html")):

@@ -72,7 +72,7 @@ def parse_config(name: str) -> dict[str, tuple[int, ...]]:
     return {m.group(1): tuple(int(x) for x in m.group(2).split("_")) for m in _CONFIG_PART.finditer(name or "")}
 
 
-def kernels(ops: pl.DataFrame) -> pl.DataFrame:
+def kernels(ops) -> pl.DataFrame:
     """One row per (kernel name, module): the custom kernels of a profile.
 
     Columns: kernel, module, config (``key=v,v`` text), invocations (events at the top of the
@@ -84,10 +84,14 @@ def kernels(ops: pl.DataFrame) -> pl.DataFrame:
     """
     schema = {"kernel": pl.Utf8, "module": pl.Utf8, "config": pl.Utf8, "invocations": pl.Int64, "ops": pl.Int64,
               "self_ps": pl.Int64, "share": pl.Float64, "shape": pl.Utf8, "source": pl.Utf8}
-    if ops.height == 0:
+    from .optable import as_table, weighted_mode
+
+    table = as_table(ops)
+    if table.height == 0:
         return pl.DataFrame(schema=schema)
-    total = int(ops["self_ps"].sum() or 0)
-    k = ops.with_columns(pl.col("framework_op").str.extract(_POLARS_NAME, 1).alias("kernel"))
+    total = table.total_self_ps()
+    col = table.collapse()
+    k = col.with_columns(pl.col("framework_op").str.extract(_POLARS_NAME, 1).alias("kernel"))
     k = k.filter(pl.col("kernel").is_not_null())
     if k.height == 0:
         return pl.DataFrame(schema=schema)
@@ -98,13 +102,15 @@ def kernels(ops: pl.DataFrame) -> pl.DataFrame:
         .then(pl.col("source_file") + ":" + pl.col("source_line").cast(pl.Utf8).fill_null("?"))
         .otherwise(None).alias("_src"),
     )
-    out = k.group_by(["kernel", "module"]).agg(
+    keys = ["kernel", "module"]
+    out = k.group_by(keys).agg(
         pl.col("count").filter(pl.col("_depth") <= 1).sum().alias("invocations"),
         pl.col("count").sum().alias("ops"),
         pl.col("self_ps").sum().alias("self_ps"),
-        pl.col("shape").filter(pl.col("_depth") == pl.col("_depth").min()).mode().first().alias("shape"),
-        pl.col("_src").drop_nulls().mode().first().alias("source"),
     )
+    top = k.filter(pl.col("_depth") == pl.col("_depth").min().over(keys))
+    out = (out.join(weighted_mode(top, keys, "shape", skip_empty=False), on=keys, how="left", nulls_equal=True)
+           .join(weighted_mode(k, keys, "_src").rename({"_src": "source"}), on=keys, how="left", nulls_equal=True))
     out = out.with_columns(
         pl.col("kernel").map_elements(lambda n: ", ".join(f"{a}={'_'.join(map(str, b))}" for a, b in parse_config(n).items()),
                                       return_dtype=pl.Utf8).alias("config"),

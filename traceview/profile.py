@@ -7,8 +7,9 @@ It never prints and never exits; bad input raises :class:`traceview.errors.Trace
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from dataclasses import dataclass
 
 import polars as pl
 
@@ -95,7 +96,7 @@ def _read_file_uncached(path: str | os.PathLike, *, kind: str | None = None, hos
         if hint:
             raise TraceUnreadable(f"{exc.fault}; {hint}", exc.path) from None
         raise
-    td.notes.extend(time_faults(td.ops, p))
+    td.notes.extend(time_faults(td.table.events, p))
     return td
 
 
@@ -111,29 +112,56 @@ def check_regex(rx: str) -> str:
     return rx
 
 
-@dataclass
+@dataclass(init=False, eq=False)
 class Profile:
     """One or more trace files read into one op-event table.
 
-    Attributes: ``ops`` (polars DataFrame, :data:`~traceview.schema.OPS_SCHEMA`, one row
-    per HLO op event, times in ps), ``module_runs`` (program executions), ``devices``
-    (:class:`~traceview.schema.DeviceInfo` per device plane), ``traces`` (the per-file
-    :class:`~traceview.schema.TraceData`), ``discovery`` (what was found and why it was
-    chosen, or None when built from files directly), ``warnings`` (one line each).
+    Attributes: ``table`` (:class:`~traceview.optable.OpTable`: per-event numbers + one row
+    per op description), ``ops`` (the wide polars DataFrame, :data:`~traceview.schema.OPS_SCHEMA`,
+    one row per HLO op event, times in ps; built from ``table`` on first use),
+    ``module_runs`` (program executions), ``devices`` (:class:`~traceview.schema.DeviceInfo`
+    per device plane), ``traces`` (the per-file :class:`~traceview.schema.TraceData`),
+    ``discovery`` (what was found and why it was chosen, or None when built from files
+    directly), ``warnings`` (one line each), ``step_markers``.
+
+    ``ops`` (or ``table``) may be given as a wide frame or as an OpTable;
+    ``dataclasses.replace`` works on it.
     """
 
-    ops: pl.DataFrame
+    table: object
     module_runs: pl.DataFrame
     devices: list[DeviceInfo]
-    traces: list[TraceData] = field(default_factory=list)
-    discovery: object = None
-    warnings: list[str] = field(default_factory=list)
-    step_markers: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=STEP_MARKERS_SCHEMA))
+    traces: list[TraceData]
+    discovery: object
+    warnings: list[str]
+    step_markers: pl.DataFrame
+
+    def __init__(self, ops=None, module_runs: pl.DataFrame | None = None, devices: list[DeviceInfo] | None = None,
+                 traces: list[TraceData] | None = None, discovery=None, warnings: list[str] | None = None,
+                 step_markers: pl.DataFrame | None = None, table=None):
+        from .optable import OpTable, as_table
+
+        src = ops if ops is not None else table  # replace(x, ops=...) passes the old table too
+        self.table = OpTable.empty() if src is None else as_table(src)
+        self.module_runs = module_runs if module_runs is not None else pl.DataFrame(schema=MODULE_RUNS_SCHEMA)
+        self.devices = list(devices or [])
+        self.traces = list(traces or [])
+        self.discovery = discovery
+        self.warnings = list(warnings or [])
+        self.step_markers = step_markers if step_markers is not None else pl.DataFrame(schema=STEP_MARKERS_SCHEMA)
+
+    @property
+    def ops(self) -> pl.DataFrame:
+        """The wide op-event frame (:data:`~traceview.schema.OPS_SCHEMA`), built from
+        ``table`` on first use and cached (~16 bytes per string column per event)."""
+        return self.table.frame()
 
     # -- construction ---------------------------------------------------------------
     @classmethod
     def from_traces(cls, traces: list[TraceData], discovery=None, warnings: list[str] | None = None) -> "Profile":
-        ops = pl.concat([t.ops for t in traces], how="vertical") if traces else pl.DataFrame(schema=OPS_SCHEMA)
+        from .optable import OpTable
+
+        table = OpTable.concat([t.table for t in traces])
         runs = (pl.concat([t.module_runs for t in traces], how="vertical") if traces
                 else pl.DataFrame(schema=MODULE_RUNS_SCHEMA))
         devices = []
@@ -146,7 +174,7 @@ class Profile:
             warns.extend(t.notes)
         marks = [t.step_markers for t in traces if t.step_markers is not None and t.step_markers.height]
         markers = pl.concat(marks, how="vertical") if marks else pl.DataFrame(schema=STEP_MARKERS_SCHEMA)
-        return cls(ops=ops, module_runs=runs, devices=devices, traces=traces, discovery=discovery, warnings=warns,
+        return cls(ops=table, module_runs=runs, devices=devices, traces=traces, discovery=discovery, warnings=warns,
                    step_markers=markers)
 
     # -- selection ------------------------------------------------------------------
@@ -156,45 +184,46 @@ class Profile:
         whose device (plane name, or ``host:plane``) matches ``device_regex``. The syntax is
         polars' (Rust ``regex``: no look-around or back-references). Raises
         :class:`UsageError` on an invalid regex."""
-        ops, runs, devices = self.ops, self.module_runs, self.devices
+        table, runs, devices = self.table, self.module_runs, self.devices
         for rx in (op_regex, device_regex):
             if rx is not None:
                 check_regex(rx)
         if op_regex:
-            ops = ops.filter(pl.col("op_name").str.contains(op_regex) | pl.col("hlo_text").str.contains(op_regex)
-                             | pl.col("framework_op").str.contains(op_regex))
+            table = table.filter(pl.col("op_name").str.contains(op_regex) | pl.col("hlo_text").str.contains(op_regex)
+                                 | pl.col("framework_op").str.contains(op_regex))
         if device_regex:
-            def keep(frame: pl.DataFrame) -> pl.DataFrame:
-                return frame.filter(pl.col("device").str.contains(device_regex)
-                                    | (pl.col("host") + ":" + pl.col("device")).str.contains(device_regex))
-
-            ops, runs = keep(ops), keep(runs)
+            dev_match = (pl.col("device").str.contains(device_regex)
+                         | (pl.col("host") + ":" + pl.col("device")).str.contains(device_regex))
+            table = table.filter(dev_match)
+            runs = runs.filter(dev_match)
             names = pl.Series([d.name for d in devices], dtype=pl.Utf8)
             mask = names.str.contains(device_regex).to_list() if len(names) else []
             devices = [d for d, m in zip(devices, mask) if m]
-        return Profile(ops=ops, module_runs=runs, devices=devices, traces=self.traces,
+        if table is self.table and runs is self.module_runs:
+            table = type(table)(table.events, table.attrs)
+        return Profile(ops=table, module_runs=runs, devices=devices, traces=self.traces,
                        discovery=self.discovery, warnings=list(self.warnings), step_markers=self.step_markers)
 
     # -- analyses -------------------------------------------------------------------
     def by_shape(self) -> pl.DataFrame:
         """Shape-keyed populations; see :func:`traceview.aggregate.by_shape`."""
-        return aggregate.by_shape(self.ops)
+        return aggregate.by_shape(self.table)
 
     def by_name(self) -> pl.DataFrame:
         """Name-keyed view (mixes shapes); see :func:`traceview.aggregate.by_name`."""
-        return aggregate.by_name(self.ops)
+        return aggregate.by_name(self.table)
 
     def by_program_op(self) -> pl.DataFrame:
         """XProf ``hlo_stats``-style (program_id, op) rows; see :func:`traceview.aggregate.by_program_op`."""
-        return aggregate.by_program_op(self.ops)
+        return aggregate.by_program_op(self.table)
 
     def populations(self, op_name: str) -> pl.DataFrame:
         """Shape populations behind one op name; see :func:`traceview.aggregate.populations`."""
-        return aggregate.populations(self.ops, op_name)
+        return aggregate.populations(self.table, op_name)
 
     def occurrence_checks(self, *, steps: int | None = None, expect_batch: int | None = None) -> pl.DataFrame:
         """See :func:`traceview.aggregate.occurrence_checks`."""
-        return aggregate.occurrence_checks(self.ops, self.module_runs, steps=steps, expect_batch=expect_batch)
+        return aggregate.occurrence_checks(self.table, self.module_runs, steps=steps, expect_batch=expect_batch)
 
     def modules(self) -> pl.DataFrame:
         """Program executions per module; see :func:`traceview.aggregate.module_executions`."""
@@ -207,7 +236,8 @@ class Profile:
         from .roofline import resolve_peaks
 
         # the devices that ran the ops (a folder of loose traces can hold others)
-        used = set(self.ops.select("host", "device").unique().iter_rows()) if self.ops.height else set()
+        used = (set(self.table.collapse().select("host", "device").unique().iter_rows())
+                if self.table.height else set())
         devices = [d for d in self.devices if (d.host, d.name) in used] or self.devices
         return resolve_peaks(devices, chip=chip, peak_flops=peak_flops, peak_bw=peak_bw)
 
@@ -216,7 +246,7 @@ class Profile:
         ``peaks`` defaults to :meth:`peaks` called with ``peak_overrides``."""
         from .roofline import roofline
 
-        return roofline(self.ops, peaks if peaks is not None else self.peaks(**peak_overrides))
+        return roofline(self.table, peaks if peaks is not None else self.peaks(**peak_overrides))
 
     def sources(self, by: str = "file", frame: str = "direct") -> pl.DataFrame:
         """Source attribution roll-up ``by`` "file", "line" or "population" (file × shape
@@ -224,18 +254,18 @@ class Profile:
         from . import sources
 
         if by == "line":
-            return sources.by_line(self.ops, frame=frame)
+            return sources.by_line(self.table, frame=frame)
         if by == "file":
-            return sources.by_file(self.ops, frame=frame)
+            return sources.by_file(self.table, frame=frame)
         if by == "population":
-            return sources.by_file_and_population(self.ops, frame=frame)
+            return sources.by_file_and_population(self.table, frame=frame)
         raise UsageError(f"sources(by=...) must be 'file', 'line' or 'population', got {by!r}")
 
     def kernels(self) -> pl.DataFrame:
         """Custom kernels by their configuration-carrying names; see :func:`traceview.kernelscopes.kernels`."""
         from .kernelscopes import kernels
 
-        return kernels(self.ops)
+        return kernels(self.table)
 
     def steps(self, rules=None, *, module: str | None = None, window: str = "span", markers="auto"):
         """Step anatomy: steps, op families and the coverage line; see :func:`traceview.steps.anatomy`
@@ -251,9 +281,9 @@ class Profile:
         if isinstance(markers, str):
             if markers != "auto":
                 raise UsageError(f"markers must be 'auto', None or a frame, got {markers!r}")
-            on_host = self.ops.height > 0 and bool(self.ops["device"].str.starts_with("/host:").all())
+            on_host = self.table.height > 0 and bool(self.table.collapse()["device"].str.starts_with("/host:").all())
             markers = self.step_markers if (module is None and on_host and self.step_markers.height) else None
-        return anatomy(self.ops, self.module_runs, rules=rules, module=module, window=window, markers=markers)
+        return anatomy(self.table, self.module_runs, rules=rules, module=module, window=window, markers=markers)
 
     def report(self, path: str | os.PathLike, **options) -> Path:
         """Write the offline, self-contained HTML report to ``path``; returns the path."""
@@ -265,11 +295,11 @@ class Profile:
     @property
     def op_time_ps(self) -> int:
         """Total self time of all HLO ops, ps (summed over devices)."""
-        return int(self.ops["self_ps"].sum() or 0) if self.ops.height else 0
+        return self.table.total_self_ps()
 
     @property
     def has_shapes(self) -> bool:
-        return any(t.has_shapes for t in self.traces if t.ops.height)
+        return any(t.has_shapes for t in self.traces if t.table.height)
 
     def device_summary(self) -> pl.DataFrame:
         """Per (host, device): host, device, kind, device_type, ops (events), op_time_ps (self),
@@ -278,8 +308,9 @@ class Profile:
         ``/device:TPU:0..n``."""
         rows = []
         per = {}
-        if self.ops.height:
-            for r in self.ops.group_by(["host", "device"]).agg(pl.col("count").sum().alias("n"),
+        if self.table.height:
+            per_attr = self.table.collapse()
+            for r in per_attr.group_by(["host", "device"]).agg(pl.col("count").sum().alias("n"),
                                                                 pl.col("self_ps").sum().alias("t")).iter_rows(named=True):
                 per[(r["host"], r["device"])] = (r["n"], r["t"])
         seen = set()
@@ -300,7 +331,7 @@ class Profile:
     def __repr__(self) -> str:
         hosts = sorted({t.host for t in self.traces})
         # cheap on any size: no aggregation here (by_shape() on millions of events takes seconds)
-        return (f"<traceview.Profile: {self.ops.height:,} op events, "
+        return (f"<traceview.Profile: {self.table.height:,} op events, "
                 f"{len(self.devices)} device planes, hosts {', '.join(hosts) or '-'}; "
                 f"{len(self.warnings)} warning(s)>")
 
@@ -347,7 +378,7 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     if errors and not traces:
         raise errors[0]
     prof = Profile.from_traces(traces, discovery=disc, warnings=warnings)
-    if require_ops and prof.ops.height == 0:
+    if require_ops and prof.table.height == 0:
         names = ", ".join(str(t.path) for t in traces)
         raise NoOpsFound("the trace has no HLO ops (no XLA Ops line, no hlo_op-annotated kernels); "
                          "was it recorded from a JAX/XLA program?", names)

@@ -127,7 +127,7 @@ def measure_cpu_peaks(seconds: float = 0.5) -> Peaks:
                  "measured: numpy 256 MiB copy (read+write) on this host", "CPU")
 
 
-def roofline(ops: pl.DataFrame, peaks: Peaks) -> pl.DataFrame:
+def roofline(ops, peaks: Peaks) -> pl.DataFrame:
     """Roofline figures per (op_name, shape) population.
 
     Columns: op_name, shape, category, occurrences, mean_ps (inclusive time per occurrence),
@@ -138,27 +138,34 @@ def roofline(ops: pl.DataFrame, peaks: Peaks) -> pl.DataFrame:
     roofline_ps (per occurrence: max(flops/peak_flops, bytes/peak_bw) in ps), efficiency
     (roofline_ps / mean_ps), warning ("" or why a figure above 100% is not to be trusted).
     Sorted by total time. Rates use inclusive time because an op's FLOPs include its
-    children's (as XProf's FLOP rate).
+    children's (as XProf's FLOP rate). ``ops``: an :class:`~traceview.optable.OpTable` or a
+    wide op-event frame.
     """
-    if ops.height == 0:
+    from .optable import as_table, weighted_mode
+
+    table = as_table(ops)
+    if table.height == 0:
         return pl.DataFrame(schema=_ROOF_SCHEMA)
     # Async halves (copy-start/-done, all-gather-start/-done, send/recv...) mark when a transfer
     # is issued or awaited: their bytes move while other ops run, so bytes over their own
     # duration is no bandwidth. They stay in the table without costs (bound_by "async").
     is_async = pl.col("op_kind").fill_null("").str.contains(_ASYNC) | pl.col("op_name").str.contains(_ASYNC)
-    ops = ops.with_columns(
+    col = table.collapse().with_columns(
         pl.when(is_async).then(None).otherwise(pl.col("flops")).alias("flops"),
         pl.when(is_async).then(None).otherwise(pl.col("bytes_accessed")).alias("bytes_accessed"),
-        pl.when(is_async).then(pl.lit("async")).otherwise(pl.col("cost_source")).alias("cost_source"),
+        pl.when(is_async).then(pl.lit("async")).otherwise(pl.col("cost_source")).fill_null("unknown").alias("cost_source"),
     )
-    g = ops.group_by(["op_name", "shape"]).agg(
+    keys = ["op_name", "shape"]
+    # per-occurrence costs: the mean over the population's events (each event row weighs 1)
+    w = pl.col("rows").cast(pl.Float64)
+    g = col.sort("first_ps", "attr", nulls_last=True).group_by(keys).agg(
         pl.col("category").first(),
         pl.col("count").sum().alias("occurrences"),
         pl.col("duration_ps").sum().alias("total_ps"),
-        pl.col("flops").mean().alias("flops"),
-        pl.col("bytes_accessed").mean().alias("bytes"),
-        pl.col("cost_source").fill_null("unknown").mode().first().alias("cost_source"),
+        _weighted_mean("flops", w).alias("flops"),
+        _weighted_mean("bytes_accessed", w).alias("bytes"),
     ).with_columns((pl.col("total_ps") / pl.col("occurrences")).alias("mean_ps"))
+    g = g.join(weighted_mode(col, keys, "cost_source", skip_empty=False), on=keys, how="left", nulls_equal=True)
     pf = peaks.peak_flops or None
     pb = peaks.peak_bw or None
     ridge = peaks.ridge
@@ -195,6 +202,12 @@ def roofline(ops: pl.DataFrame, peaks: Peaks) -> pl.DataFrame:
         .then(pl.lit("faster than the roofline: the peak or the byte count is off"))
         .otherwise(pl.lit("")).alias("warning"))
     return g.select(list(_ROOF_SCHEMA)).sort("total_ps", descending=True)
+
+
+def _weighted_mean(name: str, w: pl.Expr) -> pl.Expr:
+    """Mean of ``name`` weighted by ``w`` over its non-null values; null when there is none."""
+    have = pl.col(name).is_not_null()
+    return pl.when(have.any()).then((pl.col(name) * w).filter(have).sum() / w.filter(have).sum())
 
 
 _ASYNC = r"(?:-start|-done|-update)(?:\.\d+)?$|^(?:send|recv)(?:-done)?(?:\.\d+)?$"

@@ -153,25 +153,57 @@ class DeviceInfo:
     host: str = ""
 
 
-@dataclass
+@dataclass(init=False)
 class TraceData:
     """Everything one reader extracted from one trace file.
 
-    ``ops`` follows :data:`OPS_SCHEMA`; ``module_runs`` follows :data:`MODULE_RUNS_SCHEMA`.
-    ``notes`` are reader warnings (one line each) to show the user, e.g. that a
-    ``trace.json.gz`` from CPU/GPU carries no shapes. ``has_shapes`` is False when no op in
-    the file could be given a shape signature. ``n_events`` counts every event read.
+    ``table`` is the op-event table in dictionary-encoded form
+    (:class:`traceview.optable.OpTable`); ``ops`` is its wide :data:`OPS_SCHEMA` frame, built
+    on first use (readers pass either as ``ops`` or ``table``). ``module_runs`` follows
+    :data:`MODULE_RUNS_SCHEMA`. ``notes`` are reader warnings (one line each) to show the
+    user, e.g. that a ``trace.json.gz`` from CPU/GPU carries no shapes. ``has_shapes`` is
+    False when no op in the file could be given a shape signature. ``n_events`` counts every
+    event read. ``dataclasses.replace`` works on it.
     """
 
     path: str
     host: str
     format: str  # "xplane" or "trace_json"
-    ops: pl.DataFrame
+    table: object
     module_runs: pl.DataFrame
-    devices: list[DeviceInfo] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    has_shapes: bool = True
-    n_events: int = 0
-    profile_start_ns: int | None = None
-    profile_stop_ns: int | None = None
-    step_markers: pl.DataFrame | None = None
+    devices: list[DeviceInfo]
+    notes: list[str]
+    has_shapes: bool
+    n_events: int
+    profile_start_ns: int | None
+    profile_stop_ns: int | None
+    step_markers: pl.DataFrame | None
+
+    def __init__(self, path: str, host: str, format: str, ops=None, module_runs: pl.DataFrame | None = None,
+                 devices: list[DeviceInfo] | None = None, notes: list[str] | None = None,
+                 has_shapes: bool = True, n_events: int = 0, profile_start_ns: int | None = None,
+                 profile_stop_ns: int | None = None, step_markers: pl.DataFrame | None = None, table=None):
+        from .optable import OpTable, as_table
+
+        self.path = path
+        self.host = host
+        self.format = format
+        src = ops if ops is not None else table  # replace(x, ops=...) passes the old table too
+        self.table = OpTable.empty() if src is None else as_table(src)
+        self.module_runs = module_runs if module_runs is not None else empty_module_runs()
+        self.devices = list(devices or [])
+        self.notes = list(notes or [])
+        self.has_shapes = has_shapes
+        self.n_events = n_events
+        self.profile_start_ns = profile_start_ns
+        self.profile_stop_ns = profile_stop_ns
+        self.step_markers = step_markers
+
+    @property
+    def ops(self) -> pl.DataFrame:
+        """The wide op-event frame (:data:`OPS_SCHEMA`), built from ``table`` and cached."""
+        return self.table.frame()
+
+    def __repr__(self) -> str:
+        return (f"<TraceData {self.format} {self.path!r}: host {self.host!r}, "
+                f"{self.table.height:,} op events, {len(self.devices)} devices>")

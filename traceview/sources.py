@@ -161,8 +161,12 @@ def _frame_cols(frame: str) -> tuple[str, str, str]:
     raise UsageError(f"unknown source frame {frame!r}: expected 'direct' or 'user'")
 
 
-def _prepared(ops: pl.DataFrame, frame: str) -> tuple[pl.DataFrame, int]:
+def _prepared(ops, frame: str) -> tuple[pl.DataFrame, int]:
+    from .optable import OpTable
+
     f, l, o = _frame_cols(frame)
+    if isinstance(ops, OpTable):  # every roll-up here is a sum: one row per op description will do
+        ops = ops.collapse()
     if not all(c in ops.columns for c in ATTRIBUTE_COLUMNS):
         ops = attribute(ops)
     df = ops.select(
@@ -180,7 +184,7 @@ _AGGS = [pl.col("count").sum().alias("occurrences"), pl.col("self_ps").sum().ali
          pl.col("op_name").n_unique().alias("n_ops")]
 
 
-def by_file(ops: pl.DataFrame, frame: str = "direct") -> pl.DataFrame:
+def by_file(ops, frame: str = "direct") -> pl.DataFrame:
     """One row per source file: file, origin, occurrences, self_ps, share, n_ops.
 
     ``occurrences`` sums ``count``; ``self_ps`` sums self time (ps); ``share`` = self_ps /
@@ -197,7 +201,7 @@ def by_file(ops: pl.DataFrame, frame: str = "direct") -> pl.DataFrame:
         ["self_ps", "file"], descending=[True, False])
 
 
-def by_line(ops: pl.DataFrame, frame: str = "direct") -> pl.DataFrame:
+def by_line(ops, frame: str = "direct") -> pl.DataFrame:
     """One row per (file, line): file, line, origin, occurrences, self_ps, share, n_ops.
 
     Same definitions as :func:`by_file`; ``line`` is null when the trace names no line.
@@ -212,7 +216,7 @@ def by_line(ops: pl.DataFrame, frame: str = "direct") -> pl.DataFrame:
         ["self_ps", "file", "line"], descending=[True, False, False], nulls_last=True)
 
 
-def by_file_and_population(ops: pl.DataFrame, frame: str = "direct") -> pl.DataFrame:
+def by_file_and_population(ops, frame: str = "direct") -> pl.DataFrame:
     """Which files emitted each (op_name, shape) population, and how much of it.
 
     Columns: op_name, shape, file, origin, occurrences, self_ps, share (of all ops' self

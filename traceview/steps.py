@@ -289,7 +289,7 @@ _CLASSIFY_COLS = ["op_name", "op_kind", "category", "hlo_text", "framework_op", 
 
 
 def classify(ops: pl.DataFrame, rules=None) -> pl.DataFrame:
-    """The op-event table with a ``family`` column (Utf8) added.
+    """The op-event table (a wide frame) with a ``family`` column (Utf8) added.
 
     ``rules``: None, a list of ``"name=regex"`` strings (or :class:`FamilyRule`), or a path
     (str / PathLike) to a rules file. User rules are tried in order before the defaults.
@@ -305,11 +305,24 @@ def classify(ops: pl.DataFrame, rules=None) -> pl.DataFrame:
     first = h.to_frame().with_row_index("_i").unique("_h", keep="first", maintain_order=True)
     fam = {}
     for hv, i in first.select("_h", "_i").iter_rows():
-        op_name, kind, cat, hlo, fw, sf, stack, kernel = keys.row(i)
-        name = next((r.name for r in rs if r.matches(op_name, hlo, fw, sf)), None)
-        fam[hv] = name or family_of(op_name, kind, cat, hlo, fw, sf, stack, kernel)
+        fam[hv] = _family(rs, *keys.row(i))
     return ops.drop("family", strict=False).with_columns(
         h.replace_strict(fam, return_dtype=pl.Utf8).alias("family"))
+
+
+def _family(rs, op_name, kind, cat, hlo, fw, sf, stack, kernel) -> str:
+    name = next((r.name for r in rs if r.matches(op_name, hlo, fw, sf)), None)
+    return name or family_of(op_name, kind, cat, hlo, fw, sf, stack, kernel)
+
+
+def attr_families(table, rules=None) -> pl.DataFrame:
+    """Family of every op description of an :class:`~traceview.optable.OpTable` that has
+    events: columns attr (UInt32), family (Utf8). Same rules as :func:`classify`."""
+    rs = _rules(rules)
+    col = table.collapse()
+    keys = col.select(["attr"] + [pl.col(c).cast(pl.Utf8).fill_null("") for c in _CLASSIFY_COLS])
+    fams = [_family(rs, *r[1:]) for r in keys.iter_rows()]
+    return pl.DataFrame({"attr": keys["attr"], "family": pl.Series("family", fams, dtype=pl.Utf8)})
 
 
 # --------------------------------------------------------------------------------------
@@ -320,19 +333,84 @@ STEPS_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "step": pl.Int64, "module": 
                 "ops": pl.Int64, "op_time_ps": pl.Int64, "busy_ps": pl.Int64, "idle_ps": pl.Int64}
 
 
-def dominant_module(ops: pl.DataFrame, module_runs: pl.DataFrame) -> str | None:
+class _Placed:
+    """The events of an OpTable as numpy arrays for timeline work: ``devs`` (list of
+    (host, device)), per event ``dev`` (int32 index into ``devs``), ``placed`` (has a start),
+    ``start``, ``end`` (ps; 0 where not placed), ``count``, ``self_ps``; program ids through
+    :meth:`pid` / :meth:`has_pid` (looked up per description, not stored per event)."""
+
+    def __init__(self, table):
+        ev = table.events
+        attrs = table.attrs
+        dev_tab = attrs.select("host", "device").unique(maintain_order=True).with_row_index("_d")
+        a = attrs.join(dev_tab, on=["host", "device"], how="left", maintain_order="left")
+        self.devs = [(h, d) for _, h, d in dev_tab.iter_rows()]
+        self.dev_index = {k: i for i, k in enumerate(self.devs)}
+        self.attr = ev["attr"].to_numpy()
+        self.dev = a["_d"].to_numpy().astype(np.int32)[self.attr] if len(self.attr) else np.zeros(0, np.int32)
+        self._pid_lut = a["program_id"].fill_null(0).to_numpy().astype(np.uint64)
+        self._has_lut = a["program_id"].is_not_null().to_numpy()
+        st = ev["start_ps"]
+        self.placed = st.is_not_null().to_numpy()
+        self.start = st.fill_null(0).to_numpy() if st.null_count() else st.to_numpy()
+        self.end = self.start + ev["duration_ps"].to_numpy()
+        self.count = ev["count"].to_numpy()
+        self.self_ps = ev["self_ps"].to_numpy()
+        self.n = len(self.attr)
+        self._on: dict = {}
+
+    def pid(self, idx: np.ndarray) -> np.ndarray:
+        """program_id (uint64, 0 where unknown) of the events ``idx``."""
+        return self._pid_lut[self.attr[idx]]
+
+    def has_pid(self, idx: np.ndarray) -> np.ndarray:
+        """Whether the events ``idx`` have a program_id (bool)."""
+        return self._has_lut[self.attr[idx]]
+
+    def on(self, host: str, device: str, need_pid: bool = False) -> np.ndarray:
+        """Indices of the placed events of one device, in time order (stable); cached."""
+        key = (host, device, need_pid)
+        hit = self._on.get(key)
+        if hit is not None:
+            return hit
+        i = self.dev_index.get((host, device))
+        if i is None:
+            return np.zeros(0, dtype=np.int64)
+        if need_pid:
+            idx = self.on(host, device)
+            idx = idx[self.has_pid(idx)]
+        else:
+            idx = np.flatnonzero(self.placed & (self.dev == i))
+            st = self.start[idx]
+            if len(st) > 1 and not (st[1:] >= st[:-1]).all():
+                idx = idx[np.argsort(st, kind="stable")]
+        self._on[key] = idx
+        return idx
+
+
+def _placed(ops) -> tuple:
+    from .optable import as_table
+
+    table = as_table(ops)
+    return table, _Placed(table)
+
+
+def dominant_module(ops, module_runs: pl.DataFrame) -> str | None:
     """The module with the largest total op self time among modules with executions in
     ``module_runs`` (ties: name order); None when there is none."""
-    if ops.height == 0 or module_runs.height == 0:
+    from .optable import as_table
+
+    table = as_table(ops)
+    if table.height == 0 or module_runs.height == 0:
         return None
     have = set(module_runs["module"].drop_nulls().to_list()) - {""}
-    t = (ops.filter(pl.col("module").is_in(list(have)))
+    t = (table.collapse().filter(pl.col("module").is_in(list(have)))
          .group_by("module").agg(pl.col("self_ps").sum().alias("t"))
          .sort(["t", "module"], descending=[True, False]))
     return t["module"][0] if t.height else None
 
 
-def align_module_runs(ops: pl.DataFrame, module_runs: pl.DataFrame) -> tuple[pl.DataFrame, dict]:
+def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed | None" = None) -> tuple[pl.DataFrame, dict]:
     """Module runs on the ops' clock, per (host, device), for step windows.
 
     TPU ops can be timed on the device clock (``device_offset_ps``) while the ``XLA Modules``
@@ -347,39 +425,46 @@ def align_module_runs(ops: pl.DataFrame, module_runs: pl.DataFrame) -> tuple[pl.
     Returns (runs, {(host, device): median shift in ps}) for the devices rebuilt. Never raises.
     """
     fixed: dict = {}
-    if ops.height == 0 or module_runs.height == 0:
+    if module_runs.height == 0:
         return module_runs, fixed
-    placed = ops.filter(pl.col("start_ps").is_not_null() & pl.col("program_id").is_not_null()).with_columns(
-        (pl.col("start_ps") + pl.col("duration_ps")).alias("_end"))
+    if _placed_events is None:
+        table, pe = _placed(ops)
+        if table.height == 0:
+            return module_runs, fixed
+    else:
+        pe = _placed_events
+    if pe.n == 0:
+        return module_runs, fixed
     parts = []
     for (host, device), r in module_runs.group_by(["host", "device"], maintain_order=True):
         r = r.sort("start_ps")
-        o = placed.filter((pl.col("host") == host) & (pl.col("device") == device)).sort("start_ps")
-        o_start, o_end, o_prog = o["start_ps"].to_numpy(), o["_end"].to_numpy(), o["program_id"].to_numpy()
+        idx = pe.on(host, device, need_pid=True)
+        o_start, o_end, o_prog = pe.start[idx], pe.end[idx], pe.pid(idx)
         r_start, r_dur = r["start_ps"].to_numpy().copy(), r["duration_ps"].to_numpy().copy()
-        r_prog = r["program_id"].to_numpy()
+        r_prog = r["program_id"].fill_null(0).to_numpy().astype(np.uint64)
+        r_has = r["program_id"].is_not_null().to_numpy()
         chunks: dict = {}
         offs = []
         inside = True
         for pid in r["program_id"].drop_nulls().unique().to_list():
-            idx = np.nonzero(r_prog == pid)[0]
-            sel = o_prog == pid
+            ridx = np.nonzero(r_has & (r_prog == np.uint64(pid)))[0]
+            sel = o_prog == np.uint64(pid)
             st, en = o_start[sel], o_end[sel]
-            if len(st) == 0 or len(st) % len(idx):
+            if len(st) == 0 or len(st) % len(ridx):
                 continue
-            m = len(st) // len(idx)
+            m = len(st) // len(ridx)
             heads = st[::m]
-            ends = en.reshape(len(idx), m).max(axis=1)
-            off = heads - r_start[idx]
+            ends = en.reshape(len(ridx), m).max(axis=1)
+            off = heads - r_start[ridx]
             offs.append(off)
-            chunks[pid] = (idx, heads, ends)
-            inside &= bool(((off >= 0) & (off < np.maximum(r_dur[idx], 1))).all())
+            chunks[pid] = (ridx, heads, ends)
+            inside &= bool(((off >= 0) & (off < np.maximum(r_dur[ridx], 1))).all())
         if offs and not inside:
             shift = int(np.median(np.concatenate(offs)))
             new_start, new_dur = r_start + shift, r_dur
-            for idx, heads, ends in chunks.values():
-                new_start[idx] = heads
-                new_dur[idx] = ends - heads
+            for ridx, heads, ends in chunks.values():
+                new_start[ridx] = heads
+                new_dur[ridx] = ends - heads
             r = r.with_columns(pl.Series("start_ps", new_start, dtype=pl.Int64),
                                pl.Series("duration_ps", new_dur, dtype=pl.Int64)).sort("start_ps")
             fixed[(host, device)] = shift
@@ -387,44 +472,39 @@ def align_module_runs(ops: pl.DataFrame, module_runs: pl.DataFrame) -> tuple[pl.
     return pl.concat(parts, how="vertical"), fixed
 
 
-def _step_windows(ops: pl.DataFrame, module_runs: pl.DataFrame, markers: pl.DataFrame | None,
+def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.DataFrame | None,
                   module: str | None, window: str) -> tuple[pl.DataFrame, str, str | None, list[str]]:
     """Per (host, device) step windows: host, device, module, program_id, start_ps, end_ps,
     run_ps, next_ps (start of the next step or null); the method; the module; notes."""
-    placed = ops.filter(pl.col("start_ps").is_not_null()).select(
-        "host", "device", "module", "program_id", "start_ps", (pl.col("start_ps") + pl.col("duration_ps")).alias("end_ps"))
     rows: list[dict] = []
+    placed_devs = sorted(set(table.collapse().filter(pl.col("first_ps").is_not_null())
+                             .select("host", "device").iter_rows())) if pe.n else []
     if markers is not None and markers.height:
-        mk = markers
-        devs = placed.select("host", "device").unique()
-        for r in mk.sort("start_ps").iter_rows(named=True):
-            targets = ([(r.get("host") or "", r["device"])] if r.get("device") else
-                       [(h, d) for h, d in devs.filter(pl.col("host") == (r.get("host") or "")).iter_rows()])
+        for r in markers.sort("start_ps").iter_rows(named=True):
+            host = r.get("host") or ""
+            targets = [(host, r["device"])] if r.get("device") else [(h, d) for h, d in placed_devs if h == host]
             for h, d in targets:
                 rows.append({"host": h, "device": d, "module": "", "program_id": None, "start_ps": r["start_ps"],
                              "end_ps": r["start_ps"] + r["duration_ps"], "run_ps": None})
         return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "markers", None, []
-    if module_runs.height and ops.height:
-        module_runs, fixed = align_module_runs(ops, module_runs)
+    if module_runs.height and table.height:
+        module_runs, fixed = align_module_runs(table, module_runs, pe)
         notes = [f"{d}: module runs rebuilt from the ops (XLA Modules and XLA Ops on different clocks, "
                  f"median offset {v / 1e6:+.1f} µs)" for (_, d), v in sorted(fixed.items())]
-        mod = module if module is not None else dominant_module(ops, module_runs)
+        mod = module if module is not None else dominant_module(table, module_runs)
         if module is not None and module not in set(module_runs["module"].to_list()):
             raise UsageError(f"module {module!r} has no executions in this trace")
         if mod is not None:
-            activity = pl.concat([
-                placed.select("host", "device", "program_id", "start_ps", "end_ps"),
-                module_runs.select("host", "device", "program_id", "start_ps",
-                                   (pl.col("start_ps") + pl.col("duration_ps")).alias("end_ps")),
-            ], how="vertical_relaxed")
-            return _module_windows(activity, module_runs.filter(pl.col("module") == mod), window), "module", mod, notes
+            return _module_windows(pe, module_runs, module_runs.filter(pl.col("module") == mod), window), \
+                "module", mod, notes
     # whole trace
-    if placed.height == 0:
+    if not pe.n or not pe.placed.any():
         return pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}), "trace", None, []
-    w = placed.group_by(["host", "device"]).agg(pl.col("start_ps").min(), pl.col("end_ps").max()).with_columns(
-        pl.lit("").alias("module"), pl.lit(None, dtype=pl.UInt64).alias("program_id"),
-        pl.lit(None, dtype=pl.Int64).alias("run_ps"))
-    return _with_next(w.select(list(_WIN_SCHEMA)).cast(_WIN_SCHEMA)), "trace", None, []
+    for h, d in placed_devs:
+        idx = pe.on(h, d)
+        rows.append({"host": h, "device": d, "module": "", "program_id": None,
+                     "start_ps": int(pe.start[idx].min()), "end_ps": int(pe.end[idx].max()), "run_ps": None})
+    return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "trace", None, []
 
 
 _WIN_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "module": pl.Utf8, "program_id": pl.UInt64,
@@ -436,45 +516,101 @@ def _with_next(w: pl.DataFrame) -> pl.DataFrame:
         pl.col("start_ps").shift(-1).over(["host", "device"]).alias("next_ps"))
 
 
-def _module_windows(activity: pl.DataFrame, runs: pl.DataFrame, window: str) -> pl.DataFrame:
-    """Windows for the dominant module's executions ``runs``; ``activity`` holds every op and
-    every module run (host, device, program_id, start_ps, end_ps)."""
+_I64_MIN = np.iinfo(np.int64).min
+
+
+def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """max(values[lo[k]:hi[k]]) per k (int64), ``_I64_MIN`` for an empty range. Ordered,
+    disjoint ranges (the windows of one device) take one ``maximum.reduceat`` pass; others a
+    sparse table (O(n log n) build, O(1) per query)."""
+    out = np.full(len(lo), _I64_MIN, dtype=np.int64)
+    n = len(values)
+    ok = hi > lo
+    if n == 0 or not ok.any():
+        return out
+    a, b = lo[ok], hi[ok]
+    if (a[1:] >= b[:-1]).all():
+        # ranges in order and disjoint (consecutive windows): one reduceat pass, O(n)
+        cuts = np.empty(2 * len(a), dtype=np.int64)
+        cuts[0::2], cuts[1::2] = a, b
+        vals = np.append(values.astype(np.int64, copy=False), np.int64(_I64_MIN))  # hi may equal n
+        out[ok] = np.maximum.reduceat(vals, cuts)[0::2]
+        return out
+    levels = [values.astype(np.int64)]
+    j = 1
+    while (1 << j) <= n:
+        prev = levels[-1]
+        half = 1 << (j - 1)
+        levels.append(np.maximum(prev[:-half], prev[half:]))
+        j += 1
+    length = (hi - lo)[ok]
+    k = np.floor(np.log2(length)).astype(np.int64)
+    # guard against floating-point log2 rounding at powers of two
+    k = np.where((1 << (k + 1)) <= length, k + 1, k)
+    k = np.where((1 << k) > length, k - 1, k)
+    a, b = lo[ok], hi[ok]
+    res = np.empty(len(a), dtype=np.int64)
+    for lvl in np.unique(k).tolist():
+        m = k == lvl
+        tab = levels[lvl]
+        res[m] = np.maximum(tab[a[m]], tab[b[m] - (1 << lvl)])
+    out[ok] = res
+    return out
+
+
+def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, window: str) -> pl.DataFrame:
+    """Windows for the dominant module's executions ``runs``; the activity on a device is
+    every placed op and every module run of ``all_runs`` (start, end, program_id)."""
     out = []
     for (host, device), r in runs.sort("start_ps").group_by(["host", "device"], maintain_order=True):
-        act = activity.filter((pl.col("host") == host) & (pl.col("device") == device)).sort("start_ps")
-        a_start = act["start_ps"].to_numpy()
-        a_end = act["end_ps"].to_numpy()
-        a_prog = act["program_id"].to_list()
-        starts = r["start_ps"].to_numpy()
+        idx = pe.on(host, device)
+        ar = all_runs.filter((pl.col("host") == host) & (pl.col("device") == device))
+        a_start = np.concatenate([pe.start[idx], ar["start_ps"].to_numpy()])
+        a_end = np.concatenate([pe.end[idx], ar["start_ps"].to_numpy() + ar["duration_ps"].to_numpy()])
+        a_has = np.concatenate([pe.has_pid(idx), ar["program_id"].is_not_null().to_numpy()])
+        a_prog = np.concatenate([pe.pid(idx), ar["program_id"].fill_null(0).to_numpy().astype(np.uint64)])
+        order = np.argsort(a_start, kind="stable")
+        a_start, a_end, a_has, a_prog = a_start[order], a_end[order], a_has[order], a_prog[order]
+        starts = r["start_ps"].to_numpy().astype(np.int64)
         ends = starts + r["duration_ps"].to_numpy()
-        progs = r["program_id"].to_list()
+        r_has = r["program_id"].is_not_null().to_numpy()
+        progs = r["program_id"].fill_null(0).to_numpy().astype(np.uint64)
         n = len(starts)
         longest = int(np.diff(starts).max()) if n > 1 else None
-        for k in range(n):
-            s = int(starts[k])
-            nxt = int(starts[k + 1]) if k + 1 < n else (s + longest if longest is not None else None)
-            lo = int(np.searchsorted(a_start, s, side="left"))
-            hi = int(np.searchsorted(a_start, nxt, side="left")) if nxt is not None else len(a_start)
-            end = int(ends[k])
-            if window == "run":
-                for i in range(lo, hi):
-                    if a_prog[i] == progs[k] and a_end[i] > end:
-                        end = int(a_end[i])
-            elif window == "period" and k + 1 < n:
-                end = int(starts[k + 1])
-            elif hi > lo:
-                end = max(end, int(a_end[lo:hi].max()))
-            if k + 1 < n:  # never past the next step's start
-                end = min(end, int(starts[k + 1]))
-            out.append({"host": host, "device": device, "module": r["module"][k], "program_id": progs[k],
-                        "start_ps": s, "end_ps": max(end, s), "run_ps": int(ends[k] - starts[k])})
-    return _with_next(pl.DataFrame(out, schema=_WIN_SCHEMA))
+        nxt = np.empty(n, dtype=np.int64)
+        nxt[:-1] = starts[1:]
+        lo = np.searchsorted(a_start, starts, side="left")
+        if longest is not None:
+            nxt[-1] = starts[-1] + longest
+            hi = np.searchsorted(a_start, nxt, side="left")
+        else:
+            hi = np.array([len(a_start)], dtype=np.int64)
+        end = ends.copy()
+        if window == "run":
+            for pid, has in {(int(p), bool(h)) for p, h in zip(progs.tolist(), r_has.tolist())}:
+                m = (r_has == has) & (progs == np.uint64(pid))
+                same = (a_has == has) & (a_prog == np.uint64(pid)) if has else ~a_has
+                masked = np.where(same, a_end, _I64_MIN)
+                end[m] = np.maximum(end[m], _range_max(masked, lo[m], hi[m]))
+        elif window == "period":  # start to start; the last step as in span
+            end[:-1] = starts[1:]
+            end[-1] = max(end[-1], _range_max(a_end, lo[-1:], hi[-1:])[0])
+        else:
+            end = np.maximum(end, _range_max(a_end, lo, hi))
+        end[:-1] = np.minimum(end[:-1], starts[1:])  # never past the next step's start
+        end = np.maximum(end, starts)
+        out.append(pl.DataFrame({
+            "host": [host] * n, "device": [device] * n, "module": r["module"],
+            "program_id": r["program_id"], "start_ps": starts, "end_ps": end, "run_ps": ends - starts,
+        }, schema=_WIN_SCHEMA))
+    frames = [f for f in out if f.height]
+    return _with_next(pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=_WIN_SCHEMA))
 
 
 def _busy(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
     """Length of the union of [starts, ends) clipped to [lo, hi), ps: the span from the first
     start to the last end minus the gaps where an interval starts after every earlier one
-    ended."""
+    ended. (Reference form of the vectorized computation in :func:`_steps`.)"""
     if len(starts) == 0:
         return 0
     s = np.clip(starts, lo, hi)
@@ -485,27 +621,72 @@ def _busy(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
     return int(max(int(e[-1]) - int(s[0]) - int(gaps), 0))
 
 
-def _assign(ops: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
-    """ops with ``_step`` (row index into ``win``) or null when outside every window."""
+def _assign(pe: _Placed, win: pl.DataFrame) -> np.ndarray:
+    """Per event, the row of ``win`` whose window holds its start, -1 when none (int64)."""
     from .timeline import enclosing
 
-    idx = np.full(ops.height, -1, dtype=np.int64)
-    if win.height and ops.height:
+    idx = np.full(pe.n, -1, dtype=np.int64)
+    if win.height and pe.n:
         w = win.with_row_index("_w")
-        o = ops.with_row_index("_o")
         for (host, device), wd in w.group_by(["host", "device"]):
-            od = o.filter((pl.col("host") == host) & (pl.col("device") == device) & pl.col("start_ps").is_not_null())
-            if od.height == 0:
+            od = pe.on(host, device)
+            if len(od) == 0:
                 continue
-            st = od["start_ps"].to_numpy()
+            st = pe.start[od]
             enc = enclosing(st, st, wd["start_ps"].to_numpy(), wd["end_ps"].to_numpy())
-            wi = wd["_w"].to_numpy()
+            wi = wd["_w"].to_numpy().astype(np.int64)
             hit = enc >= 0
-            idx[od["_o"].to_numpy()[hit]] = wi[enc[hit]]
-    return ops.with_columns(pl.Series("_step", [None if i < 0 else i for i in idx.tolist()], dtype=pl.Int64))
+            idx[od[hit]] = wi[enc[hit]]
+    return idx
 
 
-def find_steps(ops: pl.DataFrame, module_runs: pl.DataFrame, *, markers: pl.DataFrame | None = None,
+def _busy_per_step(pe: _Placed, step_row: np.ndarray, win: pl.DataFrame) -> np.ndarray:
+    """Per window row: length of the union of its ops' [start, end) clipped to the window
+    (ps), as :func:`_busy` computes it for one window, for all windows of a device at once.
+
+    An op belongs to the window holding its start, so on one device, in start order, the ops
+    come window by window; when the device's windows are disjoint (module and whole-trace
+    windows always are) a running maximum of the clipped ends never carries a window's
+    maximum into the next (it is at most that window's end, at most the next one's start),
+    and each window's union is its span minus the gaps inside it. Overlapping windows (step
+    markers can overlap) are done one window at a time."""
+    busy = np.zeros(win.height, dtype=np.int64)
+    if win.height == 0 or not (step_row >= 0).any():
+        return busy
+    w_lo = win["start_ps"].to_numpy()
+    w_hi = win["end_ps"].to_numpy()
+    rows = win.with_row_index("_w").group_by(["host", "device"], maintain_order=True).agg(pl.col("_w"))
+    for host, device, wrows in rows.iter_rows():
+        idx = pe.on(host, device)
+        k = step_row[idx]
+        keep = k >= 0
+        idx, k = idx[keep], k[keep]
+        if len(k) == 0:
+            continue
+        lo, hi = w_lo[k], w_hi[k]
+        s = np.clip(pe.start[idx], lo, hi)
+        e = np.clip(pe.end[idx], lo, hi)
+        w = np.asarray(wrows, dtype=np.int64)
+        disjoint = (w_lo[w][1:] >= w_hi[w][:-1]).all() and (np.diff(k) >= 0).all()
+        first = np.ones(len(k), dtype=bool)
+        first[1:] = k[1:] != k[:-1]
+        starts_at = np.flatnonzero(first)
+        if not disjoint:
+            bounds = starts_at.tolist() + [len(k)]
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                busy[k[a]] = _busy(s[a:b], e[a:b], int(w_lo[k[a]]), int(w_hi[k[a]]))
+            continue
+        e_max = np.maximum.accumulate(e)
+        gaps = np.zeros(len(k), dtype=np.int64)
+        gaps[1:] = np.maximum(s[1:] - e_max[:-1], 0)
+        gaps[first] = 0
+        gap_sum = np.add.reduceat(gaps, starts_at)
+        last = np.append(starts_at[1:], len(k)) - 1
+        busy[k[starts_at]] = np.maximum(e_max[last] - s[starts_at] - gap_sum, 0)
+    return busy
+
+
+def find_steps(ops, module_runs: pl.DataFrame, *, markers: pl.DataFrame | None = None,
                module: str | None = None, window: str = "span") -> pl.DataFrame:
     """One row per (host, device, step): the columns of :data:`STEPS_SCHEMA`.
 
@@ -515,40 +696,37 @@ def find_steps(ops: pl.DataFrame, module_runs: pl.DataFrame, *, markers: pl.Data
     device's last step); ``ops`` = op events (sum of ``count``) starting in the window;
     ``op_time_ps`` = sum of their self_ps; ``busy_ps`` = length of the union of their
     [start, end) intervals clipped to the window; ``idle_ps`` = duration_ps − busy_ps (no op
-    running on the device). Step choice and windows: module doc. Raises UsageError on an
+    running on the device). Step choice and windows: module doc. ``ops``: an
+    :class:`~traceview.optable.OpTable` or a wide op-event frame. Raises UsageError on an
     unknown ``window`` or a ``module`` with no executions.
     """
-    return _steps(ops, module_runs, markers=markers, module=module, window=window)[0]
+    table, pe = _placed(ops)
+    return _steps(table, pe, module_runs, markers=markers, module=module, window=window)[0]
 
 
-def _steps(ops, module_runs, *, markers, module, window):
+def _steps(table, pe: _Placed, module_runs, *, markers, module, window):
     if window not in WINDOWS:
         raise UsageError(f"unknown step window {window!r}: expected one of {', '.join(WINDOWS)}")
-    win, method, mod, notes = _step_windows(ops, module_runs, markers, module, window)
-    assigned = _assign(ops, win)
+    win, method, mod, notes = _step_windows(table, pe, module_runs, markers, module, window)
+    step_row = _assign(pe, win)
     if win.height == 0:
-        return pl.DataFrame(schema=STEPS_SCHEMA), assigned, method, mod, notes
-    w = win.with_row_index("_step").with_columns(pl.col("_step").cast(pl.Int64))
-    inside = assigned.filter(pl.col("_step").is_not_null()).with_columns(
-        (pl.col("start_ps") + pl.col("duration_ps")).alias("_end"))
-    per = inside.group_by("_step").agg(pl.col("count").sum().alias("ops"), pl.col("self_ps").sum().alias("op_time_ps"),
-                                       pl.col("start_ps"), pl.col("_end"))
-    busy = {}
-    bounds = {r[0]: (r[1], r[2]) for r in w.select("_step", "start_ps", "end_ps").iter_rows()}
-    for k, s, e in per.select("_step", "start_ps", "_end").iter_rows():
-        lo, hi = bounds[k]
-        busy[k] = _busy(np.asarray(s, dtype=np.int64), np.asarray(e, dtype=np.int64), lo, hi)
-    per = per.select("_step", "ops", "op_time_ps").with_columns(
-        pl.col("_step").replace_strict(busy, default=0, return_dtype=pl.Int64).alias("busy_ps"))
-    out = w.join(per, on="_step", how="left").with_columns(
-        pl.col("ops").fill_null(0), pl.col("op_time_ps").fill_null(0), pl.col("busy_ps").fill_null(0),
+        return pl.DataFrame(schema=STEPS_SCHEMA), step_row, method, mod, notes
+    inside = step_row >= 0
+    k = step_row[inside]
+    per = pl.DataFrame({"_step": k, "c": pe.count[inside], "t": pe.self_ps[inside]}).group_by("_step").agg(
+        pl.col("c").sum().alias("ops"), pl.col("t").sum().alias("op_time_ps"))
+    busy = _busy_per_step(pe, step_row, win)
+    w = win.with_row_index("_step").with_columns(pl.col("_step").cast(pl.Int64),
+                                                 pl.Series("busy_ps", busy, dtype=pl.Int64))
+    out = w.join(per.with_columns(pl.col("_step").cast(pl.Int64)), on="_step", how="left").with_columns(
+        pl.col("ops").fill_null(0), pl.col("op_time_ps").fill_null(0),
         (pl.col("end_ps") - pl.col("start_ps")).alias("duration_ps"),
         (pl.col("next_ps") - pl.col("end_ps")).alias("gap_after_ps"),
         pl.int_range(pl.len()).over(["host", "device"], order_by="start_ps").cast(pl.Int64).alias("step"),
     ).with_columns((pl.col("duration_ps") - pl.col("busy_ps")).alias("idle_ps")).sort("_step")
-    # keep _step (row order = window index) for the caller, cast to the documented schema
+    # row order = window index (step_row), cast to the documented schema
     steps = out.select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA)
-    return steps, assigned, method, mod, notes
+    return steps, step_row, method, mod, notes
 
 
 # --------------------------------------------------------------------------------------
@@ -607,9 +785,11 @@ class StepAnatomy:
     (occurrences / n_steps), n_populations (distinct (op_name, shape)); sorted by self time.
     ``coverage``: :class:`Coverage`. ``method``: "markers", "module" or "trace";
     ``module``: the dominant module (method "module"); ``window``: the window rule used.
-    ``ops``: the op table with ``family`` and ``step_row`` (row index into ``steps``, null
-    for ops outside every step). ``notes``: one line per adjustment made (module runs rebuilt
-    on a device whose ops and executions are on different clocks, :func:`align_module_runs`).
+    ``ops`` (built on first use): the wide op table with ``family`` and ``step_row`` (row
+    index into ``steps``, null for ops outside every step). ``notes``: one line per adjustment
+    made (module runs rebuilt on a device whose ops and executions are on different clocks,
+    :func:`align_module_runs`). ``table``, ``step_rows`` (per event, -1 outside every step)
+    and ``attr_family`` (attr -> family) are the compact form behind ``ops``.
     """
 
     steps: pl.DataFrame
@@ -618,29 +798,63 @@ class StepAnatomy:
     method: str
     module: str | None
     window: str
-    ops: pl.DataFrame = field(repr=False, default=None)
     notes: list[str] = field(default_factory=list)
+    table: object = field(repr=False, default=None)
+    step_rows: np.ndarray | None = field(repr=False, default=None)
+    attr_family: pl.DataFrame | None = field(repr=False, default=None)
+
+    @property
+    def ops(self) -> pl.DataFrame:
+        """The wide op-event frame plus ``family`` (Utf8) and ``step_row`` (Int64, null
+        outside every step). Costs ~16 bytes per string column per event."""
+        if self.table is None:
+            return pl.DataFrame()
+        wide = self.table.frame().with_columns(self.table.events["attr"].alias("_attr"))
+        fam = self.attr_family.rename({"attr": "_attr"})
+        rows = pl.Series("step_row", self.step_rows, dtype=pl.Int64)
+        return (wide.join(fam, on="_attr", how="left", maintain_order="left").drop("_attr")
+                .with_columns(pl.when(rows >= 0).then(rows).otherwise(None).alias("step_row")))
+
+    def family_time_by_step(self) -> pl.DataFrame:
+        """Op self time per (step_row, family) over the ops inside steps: columns step_row
+        (Int64), family (Utf8), self_ps (Int64, ps)."""
+        schema = {"step_row": pl.Int64, "family": pl.Utf8, "self_ps": pl.Int64}
+        if self.table is None or self.step_rows is None or not (self.step_rows >= 0).any():
+            return pl.DataFrame(schema=schema)
+        ev = self.table.events
+        df = pl.DataFrame({"step_row": self.step_rows, "attr": ev["attr"], "self_ps": ev["self_ps"]})
+        return (df.filter(pl.col("step_row") >= 0).group_by("step_row", "attr").agg(pl.col("self_ps").sum())
+                .join(self.attr_family, on="attr", how="left").group_by("step_row", "family")
+                .agg(pl.col("self_ps").sum()).select(list(schema)).cast(schema))
 
 
 FAMILIES_SCHEMA = {"family": pl.Utf8, "self_ps": pl.Float64, "share": pl.Float64, "occurrences": pl.Int64,
                    "per_step": pl.Float64, "n_populations": pl.UInt32}
 
 
-def anatomy(ops: pl.DataFrame, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame | None = None,
+def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame | None = None,
             module: str | None = None, window: str = "span") -> StepAnatomy:
     """Step anatomy of a profile: steps, families per step and the coverage line.
 
-    ``ops`` / ``module_runs``: the tables of :mod:`traceview.schema` (e.g. ``prof.ops``,
+    ``ops`` / ``module_runs``: the tables of :mod:`traceview.schema` (``prof.table`` — an
+    :class:`~traceview.optable.OpTable` — or a wide frame such as ``prof.ops``;
     ``prof.module_runs``). ``rules``: user families (see :func:`classify`). ``markers``,
     ``module``, ``window``: see :func:`find_steps`. Formulas: :class:`Coverage` and the
     module doc. Raises UsageError on bad rules, window or module.
     """
     rs = _rules(rules)  # validate before any work
-    steps, assigned, method, mod, notes = _steps(ops, module_runs, markers=markers, module=module, window=window)
-    classified = classify(assigned, rs).rename({"_step": "step_row"})
+    table, pe = _placed(ops)
+    steps, step_rows, method, mod, notes = _steps(table, pe, module_runs, markers=markers, module=module,
+                                                  window=window)
+    fam_of = attr_families(table, rs) if table.height else pl.DataFrame(schema={"attr": pl.UInt32, "family": pl.Utf8})
     n = steps.height
-    total_self = int(classified["self_ps"].sum() or 0) if classified.height else 0
-    inside = classified.filter(pl.col("step_row").is_not_null()) if classified.height else classified
+    total_self = table.total_self_ps()
+    in_mask = step_rows >= 0
+    # per op description: its events inside steps (self time, occurrences)
+    inside = (pl.DataFrame({"attr": table.events["attr"], "self_ps": table.events["self_ps"],
+                            "count": table.events["count"]}).filter(pl.Series(in_mask))
+              .group_by("attr").agg(pl.col("self_ps").sum(), pl.col("count").sum())
+              if table.height else pl.DataFrame(schema={"attr": pl.UInt32, "self_ps": pl.Int64, "count": pl.Int64}))
     cov = Coverage()
     if n:
         y = float(steps["duration_ps"].sum()) / n
@@ -653,7 +867,8 @@ def anatomy(ops: pl.DataFrame, module_runs: pl.DataFrame, rules=None, *, markers
                        gap_between_ps=(float(gaps.mean()) if gaps.len() else None), outside_ps=outside,
                        outside_share=(outside / total_self if total_self else 0.0))
     if n and inside.height:
-        fam = inside.group_by("family").agg(
+        desc = table.attrs.select("attr", "op_name", "shape")
+        fam = inside.join(fam_of, on="attr", how="left").join(desc, on="attr", how="left").group_by("family").agg(
             (pl.col("self_ps").sum() / n).alias("self_ps"),
             pl.col("count").sum().alias("occurrences"),
             pl.struct("op_name", "shape").n_unique().alias("n_populations"),
@@ -664,4 +879,4 @@ def anatomy(ops: pl.DataFrame, module_runs: pl.DataFrame, rules=None, *, markers
     else:
         fam = pl.DataFrame(schema=FAMILIES_SCHEMA)
     return StepAnatomy(steps=steps, families=fam, coverage=cov, method=method, module=mod, window=window,
-                       ops=classified, notes=notes)
+                       notes=notes, table=table, step_rows=step_rows, attr_family=fam_of)

@@ -257,7 +257,7 @@ def _provenance(prof) -> dict:
     return {
         "lines": provenance_lines(prof),
         "files": [{"path": str(t.path), "host": t.host, "format": t.format, "events": t.n_events,
-                   "op_events": t.ops.height} for t in prof.traces],
+                   "op_events": t.table.height} for t in prof.traces],
         "runs": [r.name for r in disc.selected if r.name] if disc is not None and getattr(disc, "selected", None) else [],
     }
 
@@ -286,8 +286,8 @@ def _top_ops(prof, top: int) -> tuple[list[dict], list[dict], int]:
         return [], [], 0
     npop = dict(table.group_by("op_name").agg(pl.len().alias("n")).iter_rows())
     hlo = {}
-    if "hlo_text" in prof.ops.columns:
-        first = (prof.ops.filter(pl.col("hlo_text") != "").group_by(["op_name", "shape"])
+    if prof.table.height:
+        first = (prof.table.collapse().filter(pl.col("hlo_text") != "").group_by(["op_name", "shape"])
                  .agg(pl.col("hlo_text").first()))
         hlo = {(r[0], r[1]): r[2] for r in first.iter_rows()}
     rows = []
@@ -397,7 +397,7 @@ def _sources(prof, top: int = 15) -> dict:
             return {"rows": rows, "kinds": [{"kind": k, "share": s} for k, s in kinds.iter_rows()], "note": note}
         df = None
         note = "traceview.sources returned an unexpected table; computed from each op's own source file."
-    ops = prof.ops
+    ops = prof.table.collapse()
     if ops.height == 0:
         return {"rows": [], "kinds": [], "note": note}
     total = float(ops["self_ps"].sum() or 0)
@@ -458,13 +458,12 @@ def _steps(prof, rules, module: str | None = None, window: str = "span") -> _Ste
     order = [f["family"] for f in families]
     n_steps = int(steps["step"].n_unique())
     shown = min(n_steps, _MAX_STEPS)
-    ops = an.ops
     matrix: list[tuple[str, list[float]]] = []
-    if ops is not None and ops.height and "step_row" in ops.columns:
+    by_step = an.family_time_by_step()
+    if by_step.height:
         step_of = steps.with_row_index("step_row").select(pl.col("step_row").cast(pl.Int64), "step")
         ndev = steps.group_by("step").agg(pl.len().alias("ndev"))
-        per = (ops.filter(pl.col("step_row").is_not_null()).select(pl.col("step_row").cast(pl.Int64), "family", "self_ps")
-               .join(step_of, on="step_row").filter(pl.col("step") < shown)
+        per = (by_step.join(step_of, on="step_row").filter(pl.col("step") < shown)
                .group_by("step", "family").agg(pl.col("self_ps").sum())
                .join(ndev, on="step").with_columns(pl.col("self_ps") / pl.col("ndev")))
         acc = {f: [0.0] * shown for f in order}
@@ -514,10 +513,10 @@ def _context(prof, *, top: int, peaks, rules, title: str | None, step_module: st
         "peaks": _peaks(peaks),
         "roof": _roofline(prof, peaks, min(top, 20)),
         "ops": ops_rows,
-        "n_pops": prof.by_shape().height if prof.ops.height else 0,
+        "n_pops": prof.by_shape().height if prof.table.height else 0,
         "split": split,
         "n_split": n_split,
-        "op_events": int(prof.ops["count"].sum() or 0) if prof.ops.height else 0,
+        "op_events": int(prof.table.events["count"].sum() or 0) if prof.table.height else 0,
         "op_time_ps": prof.op_time_ps,
         "steps": _steps(prof, rules, step_module, step_window),
         "sources": _sources(prof),
@@ -600,6 +599,6 @@ def profile_summary_html(prof) -> str:
     hosts = sorted({t.host for t in prof.traces})
     return _env().from_string(_SUMMARY).render(
         files=prof.traces, hosts=hosts[:4] + ([f"+{len(hosts) - 4}"] if len(hosts) > 4 else []),
-        op_events=int(prof.ops["count"].sum() or 0) if prof.ops.height else 0, op_time_ps=prof.op_time_ps,
+        op_events=int(prof.table.events["count"].sum() or 0) if prof.table.height else 0, op_time_ps=prof.op_time_ps,
         devices=_devices(prof), peaks=_peaks(prof.peaks()), warnings=list(prof.warnings), rows=rows,
-        n_pops=prof.by_shape().height if prof.ops.height else 0)
+        n_pops=prof.by_shape().height if prof.table.height else 0)

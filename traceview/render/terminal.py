@@ -30,7 +30,7 @@ def provenance_lines(prof) -> list[str]:
         for t in prof.traces:
             lines.append(f"read {t.path} (host {t.host})")
     for t in prof.traces:
-        lines.append(f"  {t.host}: {t.path} [{t.format}, {t.n_events:,} events, {t.ops.height:,} op events]")
+        lines.append(f"  {t.host}: {t.path} [{t.format}, {t.n_events:,} events, {t.table.height:,} op events]")
     return lines
 
 
