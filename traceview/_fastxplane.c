@@ -253,7 +253,280 @@ static PyObject *count_events(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(n);
 }
 
+
+/* ---- zero-copy reading of a memory-mapped XSpace ------------------------------------ */
+
+/* scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]:
+ * the top-level fields of the message bytes buf[lo:hi]; for a length-delimited field the
+ * value is its payload, for others the encoded value. */
+static PyObject *scan_message(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "y*nn", &view, &lo, &hi)) return NULL;
+    if (lo < 0 || hi > view.len || lo > hi) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, "range outside the buffer"); return NULL; }
+    const uint8_t *base = (const uint8_t *)view.buf, *p = base + lo, *end = base + hi;
+    PyObject *out = PyList_New(0);
+    if (!out) { PyBuffer_Release(&view); return NULL; }
+    const char *err = NULL;
+    while (p < end) {
+        const uint8_t *tag = p;
+        uint64_t key;
+        if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
+        if (bad_key(key)) { err = "bad field number"; break; }
+        int wt = (int)(key & 7);
+        const uint8_t *vs = p;
+        if (wt == 2) {
+            uint64_t len;
+            if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) { err = "length past the end"; break; }
+            vs = p;
+            p += len;
+        } else if (wt == 4) { err = "unexpected end-group tag"; break; }
+        else if (!skip_field(&p, end, key)) { err = "bad field value"; break; }
+        PyObject *t = Py_BuildValue("(iinnn)", (int)(key >> 3), wt, (Py_ssize_t)(tag - base),
+                                    (Py_ssize_t)(vs - base), (Py_ssize_t)(p - base));
+        if (!t || PyList_Append(out, t) < 0) { Py_XDECREF(t); Py_DECREF(out); PyBuffer_Release(&view); return NULL; }
+        Py_DECREF(t);
+    }
+    PyBuffer_Release(&view);
+    if (err) { Py_DECREF(out); PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    return out;
+}
+
+/* field_bounds(buf, target) -> [0, b1, ..., len(buf)]: offsets that cut the field sequence
+ * buf into pieces of at least target bytes at field boundaries (each piece is itself a valid
+ * serialization of a subset of the fields). */
+static PyObject *field_bounds(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t target;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &target)) return NULL;
+    const uint8_t *base = (const uint8_t *)view.buf, *p = base, *end = base + view.len, *last = base;
+    PyObject *out = PyList_New(0);
+    const char *err = NULL;
+    if (!out) { PyBuffer_Release(&view); return NULL; }
+    PyObject *z = PyLong_FromSsize_t(0);
+    if (!z || PyList_Append(out, z) < 0) { Py_XDECREF(z); Py_DECREF(out); PyBuffer_Release(&view); return NULL; }
+    Py_DECREF(z);
+    while (p < end) {
+        uint64_t key;
+        if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
+        if (bad_key(key)) { err = "bad field number"; break; }
+        if (!skip_field(&p, end, key)) { err = "bad field value"; break; }
+        if (p - last >= target && p < end) {
+            PyObject *b = PyLong_FromSsize_t((Py_ssize_t)(p - base));
+            if (!b || PyList_Append(out, b) < 0) { Py_XDECREF(b); Py_DECREF(out); PyBuffer_Release(&view); return NULL; }
+            Py_DECREF(b);
+            last = p;
+        }
+    }
+    if (!err) {
+        PyObject *b = PyLong_FromSsize_t(view.len);
+        if (!b || PyList_Append(out, b) < 0) { Py_XDECREF(b); Py_DECREF(out); PyBuffer_Release(&view); return NULL; }
+        Py_DECREF(b);
+    }
+    PyBuffer_Release(&view);
+    if (err) { Py_DECREF(out); PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    return out;
+}
+
+/* decode_tpu(buf, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, index) -> n
+ * Decode the XEvents of (a field-aligned piece of) a TPU XLine into caller-owned arrays from
+ * position index on: mids (uint32), starts / durs / aligned (int64), flags (uint8).
+ * aligned = base_ps + offset_ps (the host-aligned start, int64 wrapping); where the event
+ * carries both integer stats stat_off (device_offset_ps) and stat_dur (device_duration_ps)
+ * start/dur are those and flags bit 0 is set, else start = aligned and dur = duration_ps.
+ * flags bit 1: the event is pre-aggregated (num_occurrences > 0; its occurrence count is not
+ * returned here). Raises ValueError on malformed bytes or when the arrays are too short. */
+static PyObject *decode_tpu(PyObject *self, PyObject *args) {
+    Py_buffer view, bm, bs, bd, ba, bf;
+    long long base_ps, want, want2;
+    Py_ssize_t index;
+    if (!PyArg_ParseTuple(args, "y*LLLw*w*w*w*w*n", &view, &base_ps, &want, &want2, &bm, &bs, &bd, &ba, &bf, &index))
+        return NULL;
+    Py_ssize_t cap = bm.len / 4;
+    if (bs.len / 8 < cap) cap = bs.len / 8;
+    if (bd.len / 8 < cap) cap = bd.len / 8;
+    if (ba.len / 8 < cap) cap = ba.len / 8;
+    if (bf.len < cap) cap = bf.len;
+    uint32_t *mids = (uint32_t *)bm.buf;
+    int64_t *starts = (int64_t *)bs.buf, *durs = (int64_t *)bd.buf, *aligned = (int64_t *)ba.buf;
+    uint8_t *flags = (uint8_t *)bf.buf;
+    const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
+    const char *err = NULL;
+    Py_ssize_t i = index, n0 = index;
+    Py_BEGIN_ALLOW_THREADS
+    while (p < end) {
+        uint64_t key;
+        if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
+        if (bad_key(key)) { err = "bad field number"; break; }
+        int field = (int)(key >> 3), wt = (int)(key & 7);
+        if (field == 4 && wt == 2) {
+            uint64_t len;
+            if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) { err = "event length past the end"; break; }
+            if (i >= cap || i < 0) { err = "output arrays too short"; break; }
+            const uint8_t *q = p, *qe = p + len;
+            int64_t mid = 0, off = 0, dur = 0, occ = 0, sv = -1, sv2 = -1;
+            while (q < qe) {
+                uint64_t k2;
+                if (!read_varint(&q, qe, &k2)) { err = "truncated event field"; break; }
+                if (bad_key(k2)) { err = "bad event field number"; break; }
+                int f2 = (int)(k2 >> 3), w2 = (int)(k2 & 7);
+                uint64_t v;
+                if (w2 == 0 && (f2 == 1 || f2 == 2 || f2 == 3 || f2 == 5)) {
+                    if (!read_varint(&q, qe, &v)) { err = "truncated event varint"; break; }
+                    if (f2 == 1) mid = (int64_t)v;
+                    else if (f2 == 2) { off = (int64_t)v; occ = 0; }
+                    else if (f2 == 3) dur = (int64_t)v;
+                    else { occ = (int64_t)v; off = 0; }
+                } else if (f2 == 4 && w2 == 2) {
+                    uint64_t sl;
+                    if (!read_varint(&q, qe, &sl) || sl > (uint64_t)(qe - q)) { err = "stat length past the end"; break; }
+                    if ((want >= 0 || want2 >= 0) && !stat_int(q, q + sl, want, &sv, want2, &sv2)) { err = "bad stat"; break; }
+                    q += sl;
+                } else if (!skip_field(&q, qe, k2)) { err = "bad event field"; break; }
+            }
+            if (err) break;
+            int64_t al = (int64_t)((uint64_t)base_ps + (uint64_t)off);
+            uint8_t fl = 0;
+            mids[i] = (uint32_t)mid;
+            aligned[i] = al;
+            if (sv >= 0 && sv2 >= 0) { starts[i] = sv; durs[i] = sv2; fl |= 1; }
+            else { starts[i] = al; durs[i] = dur; }
+            if (occ > 0) fl |= 2;
+            if ((uint64_t)mid > 0xFFFFFFFFu) fl |= 4;  /* id does not fit the uint32 column */
+            flags[i] = fl;
+            i++;
+            p = qe;
+        } else if (!skip_field(&p, end, key)) { err = "bad line field"; break; }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view); PyBuffer_Release(&bm); PyBuffer_Release(&bs); PyBuffer_Release(&bd);
+    PyBuffer_Release(&ba); PyBuffer_Release(&bf);
+    if (err) { PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    return PyLong_FromSsize_t(i - n0);
+}
+
+/* self_times_sorted(starts, durs, out) -> bool: self time of each event of one line (as
+ * traceview.timeline.self_times defines it) in one stack pass, when the events are already
+ * in that function's order (start ascending, then end descending); returns False, writing
+ * nothing meaningful, when they are not (the caller then sorts). int64 arrays of equal
+ * length; ends wrap like numpy int64 addition; sums of children are exact (128-bit). */
+static PyObject *self_times_sorted(PyObject *self, PyObject *args) {
+    Py_buffer bs, bd, bo;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &bs, &bd, &bo)) return NULL;
+    Py_ssize_t n = bs.len / 8;
+    if (bd.len / 8 != n || bo.len / 8 != n) {
+        PyBuffer_Release(&bs); PyBuffer_Release(&bd); PyBuffer_Release(&bo);
+        PyErr_SetString(PyExc_ValueError, "arrays differ in length");
+        return NULL;
+    }
+    const int64_t *s = (const int64_t *)bs.buf, *d = (const int64_t *)bd.buf;
+    int64_t *out = (int64_t *)bo.buf;
+    int ok = 1;
+    Py_ssize_t *stack = NULL;
+    __int128 *child = NULL;
+    if (n > 0) {
+        stack = (Py_ssize_t *)PyMem_RawMalloc(sizeof(Py_ssize_t) * (size_t)n);
+        child = (__int128 *)PyMem_RawCalloc((size_t)n, sizeof(__int128));
+        if (!stack || !child) {
+            PyMem_RawFree(stack); PyMem_RawFree(child);
+            PyBuffer_Release(&bs); PyBuffer_Release(&bd); PyBuffer_Release(&bo);
+            return PyErr_NoMemory();
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    Py_ssize_t top = 0;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        int64_t e = (int64_t)((uint64_t)s[k] + (uint64_t)d[k]);
+        if (k > 0) {
+            int64_t pe = (int64_t)((uint64_t)s[k - 1] + (uint64_t)d[k - 1]);
+            if (s[k] < s[k - 1] || (s[k] == s[k - 1] && e > pe)) { ok = 0; break; }
+        }
+        while (top > 0) {
+            Py_ssize_t t = stack[top - 1];
+            int64_t te = (int64_t)((uint64_t)s[t] + (uint64_t)d[t]);
+            if (te <= s[k] || e > te) top--; else break;
+        }
+        if (top > 0) child[stack[top - 1]] += d[k];
+        stack[top++] = k;
+    }
+    if (ok) {
+        for (Py_ssize_t k = 0; k < n; k++) {
+            if (child[k] != 0) {
+                __int128 v = (__int128)d[k] - child[k];
+                if (v < 0) v = 0;
+                if (v > (__int128)INT64_MAX) v = INT64_MAX;
+                out[k] = (int64_t)v;
+            } else out[k] = d[k];
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(stack); PyMem_RawFree(child);
+    PyBuffer_Release(&bs); PyBuffer_Release(&bd); PyBuffer_Release(&bo);
+    return PyBool_FromLong(ok);
+}
+
+
+/* line_layout(buf, target) -> (n_events, timestamp_ns, name_start, name_end, bounds): one
+ * pass over a serialized XLine: its event count, timestamp_ns, the byte range of its name
+ * (-1, -1 if absent) and piece boundaries at field boundaries every >= target bytes (as
+ * field_bounds). */
+static PyObject *line_layout(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t target;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &target)) return NULL;
+    const uint8_t *base = (const uint8_t *)view.buf, *p = base, *end = base + view.len, *last = base;
+    Py_ssize_t n = 0, ns = -1, ne = -1, nb = 1, cap = 16;
+    int64_t ts = 0;
+    const char *err = NULL;
+    Py_ssize_t *bounds = (Py_ssize_t *)PyMem_RawMalloc(sizeof(Py_ssize_t) * (size_t)cap);
+    if (!bounds) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
+    bounds[0] = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (p < end) {
+        uint64_t key, v;
+        if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
+        if (bad_key(key)) { err = "bad field number"; break; }
+        int field = (int)(key >> 3), wt = (int)(key & 7);
+        if (field == 4 && wt == 2) {
+            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) { err = "event length past the end"; break; }
+            p += v; n++;
+        } else if (field == 3 && wt == 0) {
+            if (!read_varint(&p, end, &v)) { err = "truncated timestamp"; break; }
+            ts = (int64_t)v;
+        } else if (field == 2 && wt == 2) {
+            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) { err = "string length past the end"; break; }
+            ns = p - base; ne = ns + (Py_ssize_t)v; p += v;
+        } else if (!skip_field(&p, end, key)) { err = "bad line field"; break; }
+        if (p - last >= target && p < end) {
+            if (nb + 1 >= cap) {
+                Py_ssize_t *nbuf = (Py_ssize_t *)PyMem_RawRealloc(bounds, sizeof(Py_ssize_t) * (size_t)(cap * 2));
+                if (!nbuf) { err = "out of memory"; break; }
+                bounds = nbuf; cap *= 2;
+            }
+            bounds[nb++] = p - base;
+            last = p;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (err) { PyMem_RawFree(bounds); PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    PyObject *lst = PyList_New(nb + 1);
+    if (!lst) { PyMem_RawFree(bounds); return NULL; }
+    for (Py_ssize_t i = 0; i < nb; i++) PyList_SET_ITEM(lst, i, PyLong_FromSsize_t(bounds[i]));
+    PyList_SET_ITEM(lst, nb, PyLong_FromSsize_t(view.len));
+    PyMem_RawFree(bounds);
+    return Py_BuildValue("(nLnnN)", n, (long long)ts, ns, ne, lst);
+}
+
 static PyMethodDef methods[] = {
+    {"scan_message", scan_message, METH_VARARGS,
+     "scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]"},
+    {"line_layout", line_layout, METH_VARARGS,
+     "line_layout(buf, target) -> (n_events, timestamp_ns, name_start, name_end, piece bounds)"},
+    {"field_bounds", field_bounds, METH_VARARGS, "field_bounds(buf, target) -> piece boundaries at fields"},
+    {"decode_tpu", decode_tpu, METH_VARARGS,
+     "decode_tpu(buf, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, index) -> n"},
+    {"self_times_sorted", self_times_sorted, METH_VARARGS, "self_times_sorted(starts, durs, out) -> bool"},
     {"decode_line", decode_line, METH_VARARGS,
      "decode_line(buf, stat_id=-1, stat_id2=-1) -> (timestamp_ns, n, mids, offsets, durations, occurrences, has_stats, stat_values, stat_values2)"},
     {"line_header", line_header, METH_VARARGS,

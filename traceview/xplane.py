@@ -155,6 +155,12 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
     :class:`~traceview.errors.LimitExceeded` if it is larger than ``max_bytes``. A file that
     decodes but holds no HLO op yields an empty ``ops`` frame (the caller decides whether
     that is an error).
+
+    With the C accelerator the file is memory-mapped and read in place: only the planes'
+    small fields are parsed by protobuf, each XLine is decoded from the mapping in pieces
+    and its pages are released behind the decoder, so memory stays near the size of the
+    decoded arrays however large the file (:func:`map_xspace`). A file the in-place scan
+    finds malformed is read again the classic way, which names the fault.
     """
     from .errors import LimitExceeded
 
@@ -163,14 +169,21 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
         size = p.stat().st_size
         if size > max_bytes:
             raise LimitExceeded(f"file is {size} bytes, over the {max_bytes}-byte read limit", str(p))
-        with open(p, "rb") as fh:
-            data = fh.read()
     except OSError as exc:
         raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(p)) from None
-    if not data:
-        raise TraceUnreadable("file is empty", str(p))
-    space = read_xspace_bytes(data, str(p))
-    del data
+    space = None
+    if _fast is not None and size > 0:
+        space = map_xspace(p)
+    if space is None:
+        try:
+            with open(p, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(p)) from None
+        if not data:
+            raise TraceUnreadable("file is empty", str(p))
+        space = read_xspace_bytes(data, str(p))
+        del data
     if not space.planes:
         raise TraceUnreadable("XSpace has no planes (not an XProf trace?)", str(p))
     if not any(pl_.name for pl_ in space.planes):
@@ -178,6 +191,116 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
     stem = p.name.split(".xplane")[0] if ".xplane" in p.name else p.stem
     host = host or stem or (space.hostnames[0] if space.hostnames else "")
     return convert_xspace(space, str(p), host, run)
+
+
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+class MappedLine:
+    """One XLine left in the memory-mapped file: ``view`` (a memoryview of its bytes) and
+    ``release()``, which hands its pages back to the OS (they are re-read from the page
+    cache if touched again)."""
+
+    __slots__ = ("view", "mm", "start", "end")
+
+    def __init__(self, mm, start: int, end: int):
+        self.mm, self.start, self.end = mm, start, end
+        self.view = memoryview(mm)[start:end]
+
+    def release(self, lo: int = 0, hi: int | None = None) -> None:
+        """madvise(DONTNEED) the whole pages inside [start + lo, start + hi)."""
+        import mmap as _mmap
+
+        if not hasattr(_mmap, "MADV_DONTNEED"):
+            return
+        a = self.start + lo
+        b = self.end if hi is None else self.start + hi
+        page = _mmap.PAGESIZE
+        a = -(-a // page) * page
+        b = (b // page) * page
+        if b > a:
+            try:
+                self.mm.madvise(_mmap.MADV_DONTNEED, a, b - a)
+            except (OSError, ValueError):
+                pass
+
+
+class MappedPlane:
+    """An XPlane read in place: the parsed small fields (``id``, ``name``,
+    ``event_metadata``, ``stat_metadata``, ``stats``) and ``lines``, the XLines as memoryviews
+    (``mapped_lines``: the same as :class:`MappedLine`)."""
+
+    def __init__(self, msg, mapped_lines: list):
+        self._msg = msg
+        self.mapped_lines = mapped_lines
+        self.lines = [m.view for m in mapped_lines]
+
+    def __getattr__(self, name):
+        return getattr(self._msg, name)
+
+
+class MappedSpace:
+    """An XSpace read in place (:func:`map_xspace`): ``planes`` (:class:`MappedPlane`),
+    ``hostnames``, ``errors``, ``warnings``."""
+
+    def __init__(self, msg, planes: list):
+        self._msg = msg
+        self.planes = planes
+
+    def __getattr__(self, name):
+        return getattr(self._msg, name)
+
+
+def map_xspace(path: Path):
+    """The XSpace of ``path`` read in place through ``mmap`` (C accelerator required), or
+    None when the file cannot be mapped or its wire structure is malformed (the caller
+    then reads it the classic way, which reports the fault).
+
+    Method: ``scan_message`` lists the top-level XSpace fields and each plane's fields as
+    byte ranges; everything except the XLines (the planes' names, metadata, stats, the
+    hostnames) is copied out and parsed by protobuf as an XSpace whose planes have no lines;
+    the XLines stay as views into the mapping."""
+    import mmap as _mmap
+
+    try:
+        with open(path, "rb") as fh:
+            mm = _mmap.mmap(fh.fileno(), 0, access=_mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+    try:
+        top = _fast.scan_message(mm, 0, len(mm))
+        skeleton = bytearray()
+        plane_lines: list[list] = []
+        for field, wt, tag, vs, ve in top:
+            if field == 1 and wt == 2:
+                fields = _fast.scan_message(mm, vs, ve)
+                rest = bytearray()
+                lines = []
+                for f2, w2, t2, a2, b2 in fields:
+                    if f2 == 3 and w2 == 2:
+                        lines.append(MappedLine(mm, a2, b2))
+                    else:
+                        rest += mm[t2:b2]
+                plane_lines.append(lines)
+                skeleton += b"\x0a" + _varint_bytes(len(rest)) + rest
+            else:
+                skeleton += mm[tag:ve]
+        msg = XSpaceLazy()
+        msg.ParseFromString(bytes(skeleton))
+    except (ValueError, DecodeError, RecursionError):
+        return None
+    if len(msg.planes) != len(plane_lines):
+        return None
+    return MappedSpace(msg, [MappedPlane(pm, ls) for pm, ls in zip(msg.planes, plane_lines)])
 
 
 def convert_xspace(space, path: str, host: str, run: str) -> TraceData:
@@ -229,7 +352,7 @@ def convert_xspace(space, path: str, host: str, run: str) -> TraceData:
             n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=True)
         elif name == "/host:CPU":
             host_planes.append((plane, stat_names))
-    have_device_ops = any(c.height for c in cols)
+    have_device_ops = any(c.height for c in cols)  # OpTables (TPU) and frames (GPU) both have height
     for plane, stat_names in host_planes:
         if have_device_ops:
             n_events += sum(count_events(raw, path) for raw in plane.lines)
@@ -240,12 +363,15 @@ def convert_xspace(space, path: str, host: str, run: str) -> TraceData:
         if len(cols) > before:
             devices.append(DeviceInfo(name=plane.name, kind="CPU", device_type="CPU"))
 
-    ops = pl.concat(cols, how="vertical") if cols else frame({}, OPS_SCHEMA)
+    from .optable import OpTable
+
+    ops = OpTable.concat([c if isinstance(c, OpTable) else OpTable.from_frame(c) for c in cols])
     module_runs = pl.concat(runs, how="vertical") if runs else frame({}, MODULE_RUNS_SCHEMA)
     if module_runs.height == 0 and ops.height:
-        module_runs = _derive_module_runs(ops)
+        module_runs = _derive_module_runs(ops.frame(["host", "device", "module", "program_id", "op_name", "count",
+                                                     "start_ps", "duration_ps"]))
     notes.extend(hlo.errors)
-    has_shapes = bool(ops.height) and bool((ops["shape"] != "").any())
+    has_shapes = bool(ops.height) and bool((ops.collapse()["shape"] != "").any())
     if ops.height and not has_shapes:
         notes.append(f"{path}: no HLO shapes could be resolved (no HLO protos in /host:metadata?)")
     step_markers = frame({
@@ -468,21 +594,75 @@ def _full_line(raw: bytes, path: str):
         raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
 
 
+class TpuLine:
+    """The events of one TPU XLine on the clocks traceview uses: ``mids`` (XEventMetadata
+    ids), ``starts`` / ``durations`` (ps; the device clock's ``device_offset_ps`` /
+    ``device_duration_ps`` where the event carries both, else the host-aligned line times),
+    ``aligned`` (host-aligned start, ps), ``device_clock`` (bool: the device clock was used),
+    ``occurrences`` (``num_occurrences``, 0 for timed events; None when no event is
+    pre-aggregated)."""
+
+    __slots__ = ("name", "mids", "starts", "durations", "aligned", "device_clock", "occurrences")
+
+    def __len__(self) -> int:
+        return len(self.mids)
+
+
+#: XLines larger than this are decoded in pieces of about this size, each released after use
+PIECE_BYTES = 32 << 20
+
+
+def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLine | None" = None) -> TpuLine:
+    """Decode one TPU XLine (see :class:`TpuLine`). With the C accelerator the events are
+    written straight into preallocated arrays (5 arrays, 29 bytes per event), in pieces of
+    :data:`PIECE_BYTES` whose file pages are released behind the decoder when the line lives
+    in a mapped file; a line with pre-aggregated events or metadata ids past 32 bits takes
+    the general decoder. Raises :class:`TraceUnreadable` on malformed bytes."""
+    out = TpuLine()
+    if _fast is not None:
+        try:
+            n, ts_ns, ns, ne, bounds = _fast.line_layout(raw, PIECE_BYTES)
+            out.name = bytes(raw[ns:ne]).decode("utf-8") if ns >= 0 else ""
+            mids = np.empty(n, dtype=np.uint32)
+            starts = np.empty(n, dtype=np.int64)
+            durs = np.empty(n, dtype=np.int64)
+            al = np.empty(n, dtype=np.int64)
+            flags = np.empty(n, dtype=np.uint8)
+            base = int(_line_base_ps(ts_ns))
+            i = 0
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                i += _fast.decode_tpu(raw[a:b], base, off_id, dur_id, mids, starts, durs, al, flags, i)
+                if mapped is not None:
+                    mapped.release(a, b)
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise TraceUnreadable(f"malformed XLine {getattr(out, 'name', '')!r} ({exc})", path) from None
+        if mapped is not None:
+            mapped.release()
+        if not (flags & 6).any():
+            out.mids, out.starts, out.durations, out.aligned = mids, starts, durs, al
+            out.device_clock = (flags & 1).astype(bool)
+            out.occurrences = None
+            return out
+    le = decode_line(raw if isinstance(raw, bytes) else bytes(raw), path, off_id, dur_id)
+    both = (le.stat_values >= 0) & (le.stat_values2 >= 0)
+    out.name = le.name
+    out.mids = le.mids
+    out.aligned = le.starts
+    out.device_clock = both
+    out.starts = np.where(both, le.stat_values, le.starts) if both.any() else le.starts
+    out.durations = np.where(both, le.stat_values2, le.durations) if both.any() else le.durations
+    out.occurrences = le.occurrences if (le.occurrences > 0).any() else None
+    return out
+
+
 def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path) -> int:
     off_id = next((k for k, v in stat_names.items() if v == "device_offset_ps"), -1)
     dur_id = next((k for k, v in stat_names.items() if v == "device_duration_ps"), -1)
-    lines = [decode_line(raw, path, off_id, dur_id) for raw in plane.lines]
-    aligned: dict[str, np.ndarray] = {}
-    device_clock: dict[str, np.ndarray] = {}
-    for le in lines:
-        # TPU events record the device clock's offset and duration (what XProf's op metrics
-        # use); take them where present, the host-aligned line times elsewhere
-        both = (le.stat_values >= 0) & (le.stat_values2 >= 0)
-        aligned[le.name] = le.starts
-        device_clock[le.name] = both
-        if both.any():
-            le.starts = np.where(both, le.stat_values, le.starts)
-            le.durations = np.where(both, le.stat_values2, le.durations)
+    mapped = getattr(plane, "mapped_lines", None)
+    lines = [decode_tpu_line(raw, path, off_id, dur_id, mapped[i] if mapped else None)
+             for i, raw in enumerate(plane.lines)]
+    aligned: dict[str, np.ndarray] = {le.name: le.aligned for le in lines}
+    device_clock: dict[str, np.ndarray] = {le.name: le.device_clock for le in lines}
     n = sum(len(le) for le in lines)
     by_name = {le.name: le for le in lines}
     mod_line = by_name.get("XLA Modules")
@@ -525,40 +705,74 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path) 
         enc = enclosing(a_st, a_st + durs, *mod_intervals)
     else:
         enc = np.full(len(starts), -1, dtype=np.int64)
-    enc_module = [m for m, _ in mod_names] + [""]
-    enc_pid = [p for _, p in mod_names] + [None]
-    program_to_module = {p: m for m, p in mod_names if p is not None}
-    ev = pl.DataFrame({
-        "metadata_id": op_line.mids,
-        "start_ps": np.where(occ > 0, np.int64(-1), starts),
-        "duration_ps": durs,
-        "self_ps": selfs,
-        "count": np.where(occ > 0, occ, 1),
-        "_enc": enc,
-    }).with_columns(pl.when(pl.col("start_ps") < 0).then(None).otherwise(pl.col("start_ps")).alias("start_ps"))
-    df = ev.join(meta, on="metadata_id", how="left", maintain_order="left")
-    enc_mod = pl.Series("_enc_mod", enc_module, dtype=pl.Utf8)
-    enc_p = pl.Series("_enc_pid", enc_pid, dtype=pl.UInt64)
-    # module by the op's program_id, else by the enclosing XLA Modules event
-    idx = df["_enc"].to_numpy()
-    idx = np.where(idx < 0, len(enc_module) - 1, idx)
-    df = df.with_columns(enc_mod.gather(idx).alias("_enc_mod"), enc_p.gather(idx).alias("_enc_pid"))
-    df = df.with_columns(
-        pl.col("program_id").fill_null(pl.col("_enc_pid")).alias("program_id"),
-    ).with_columns(
-        pl.col("program_id").replace_strict(program_to_module, default=None, return_dtype=pl.Utf8)
-        .fill_null(pl.col("_enc_mod")).fill_null("").alias("module"),
-    )
-    df = df.with_columns(
-        pl.lit(host).alias("host"), pl.lit(run).alias("run"), pl.lit(path).alias("file"),
-        pl.lit(plane.name).alias("device"), pl.lit("XLA Ops").alias("line"), pl.lit("").alias("kernel"),
-        pl.col("op_name").fill_null(""), pl.col("op_kind").fill_null(""), pl.col("category").fill_null(""),
-        pl.col("shape").fill_null(""), pl.col("hlo_text").fill_null(""), pl.col("source_file").fill_null(""),
-        pl.col("source_stack").fill_null(""), pl.col("framework_op").fill_null(""),
-        pl.col("cost_source").fill_null("unknown"),
-    )
-    cols.append(df.select([pl.col(k).cast(t) for k, t in OPS_SCHEMA.items()]))
+    cols.append(_tpu_op_table(meta, op_line.mids, starts, durs, selfs, occ, enc, mod_names,
+                              {"host": host, "run": run, "file": path, "device": plane.name, "line": "XLA Ops",
+                               "kernel": ""}))
     return n
+
+
+def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ, enc: np.ndarray,
+                  mod_names: list, constants: dict):
+    """The :class:`~traceview.optable.OpTable` of one TPU ``XLA Ops`` line.
+
+    An event's description is its XEventMetadata row plus its module: the op's own
+    ``program_id`` names the module (through the ``XLA Modules`` names); an op without one,
+    or whose program has no execution on the line, takes the enclosing execution's module and
+    program (``enc``: index into ``mod_names``, -1 for none). Events are grouped into
+    descriptions with integer keys (metadata row x module), never through strings."""
+    from .optable import ATTR_COLUMNS, OpTable
+
+    program_to_module = {p: m for m, p in mod_names if p is not None}
+    # distinct (module, program) of the enclosing executions; index U = "none"
+    uniq = list(dict.fromkeys(mod_names))
+    u_of = {k: i for i, k in enumerate(uniq)}
+    enc_u = np.array([u_of[k] for k in mod_names] + [len(uniq)], dtype=np.int64)[np.where(enc < 0, len(mod_names), enc)]
+    # metadata row of each event (an unknown id gets the extra, empty row at the end)
+    ids = meta["metadata_id"].to_numpy()
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    pos = np.clip(np.searchsorted(sorted_ids, mids), 0, max(len(ids) - 1, 0))
+    known = (sorted_ids[pos] == mids) if len(ids) else np.zeros(len(mids), dtype=bool)
+    row = np.where(known, order[pos] if len(ids) else 0, len(ids))
+    pids = meta["program_id"].to_list() + [None]
+    # rows whose own program names a module do not depend on the enclosing execution
+    fixed = np.array([p is not None and p in program_to_module for p in pids], dtype=bool)
+    u = np.where(fixed[row], len(uniq), enc_u)
+    width = len(uniq) + 1
+    key = row.astype(np.int64) * width + u
+    span = (len(ids) + 1) * width
+    if span <= 4 * len(key) + 1024:  # dense keys: a lookup table is O(n)
+        seen = np.zeros(span, dtype=bool)
+        seen[key] = True
+        ukeys = np.flatnonzero(seen)
+        lut = np.cumsum(seen) - 1
+        attr = lut[key].astype(np.uint32)
+    else:
+        ukeys, inv = np.unique(key, return_inverse=True)
+        attr = inv.astype(np.uint32)
+    k_row, k_u = ukeys // width, ukeys % width
+    empty = {c: None for c in meta.columns}
+    meta_x = pl.concat([meta, pl.DataFrame([empty], schema=meta.schema)], how="vertical")
+    desc = meta_x[k_row.tolist()] if len(ukeys) else meta_x.clear()
+    enc_mod = [uniq[i][0] if i < len(uniq) else None for i in k_u.tolist()]
+    enc_pid = [uniq[i][1] if i < len(uniq) else None for i in k_u.tolist()]
+    desc = desc.with_columns(pl.Series("_enc_mod", enc_mod, dtype=pl.Utf8), pl.Series("_enc_pid", enc_pid, dtype=pl.UInt64))
+    desc = desc.with_columns(pl.col("program_id").fill_null(pl.col("_enc_pid")).alias("program_id")).with_columns(
+        pl.col("program_id").replace_strict(program_to_module, default=None, return_dtype=pl.Utf8)
+        .fill_null(pl.col("_enc_mod")).fill_null("").alias("module"))
+    desc = desc.with_columns(
+        *[pl.lit(v).alias(k) for k, v in constants.items()],
+        *[pl.col(c).fill_null("") for c in ("op_name", "op_kind", "category", "shape", "hlo_text", "source_file",
+                                              "source_stack", "framework_op")],
+        pl.col("cost_source").fill_null("unknown"),
+    ).select([pl.col(c).cast(OPS_SCHEMA[c]) for c in ATTR_COLUMNS])
+    start = pl.Series("start_ps", starts, dtype=pl.Int64)
+    if occ is not None and (occ > 0).any():
+        start = pl.select(pl.when(pl.Series(occ > 0)).then(None).otherwise(start).alias("start_ps")).to_series()
+        count = np.where(occ > 0, occ, 1)
+    else:
+        count = np.ones(len(starts), dtype=np.int64)
+    return OpTable.from_parts(attr, start, durs, selfs, count, desc)
 
 
 def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, run, path, device_lines: bool,
