@@ -52,6 +52,7 @@ from typing import Annotated, Union
 
 import numpy as np
 import orjson
+import polars as pl
 
 try:  # the typed JSON decoder; without it orjson reads everything (the general path)
     import msgspec
@@ -62,6 +63,7 @@ from ._inflate import GZIP_MAGIC as _GZIP_MAGIC
 from ._inflate import gunzip as _gunzip
 from .discover import host_from_filename
 from .errors import LimitExceeded, NoTraceFound, TraceUnreadable
+from .optable import ATTR_COLUMNS, OpTable
 from .schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, DeviceInfo, TraceData, frame
 from .shapes import canonical_shape_text, parse_instruction, parse_shape, strip_workspace
 from .timeline import enclosing, self_times
@@ -78,11 +80,6 @@ _SOURCE = re.compile(r"^(.*):(\d+)$")
 _SEQ_SUFFIX = re.compile(r"\.\d+$")
 _U64 = (1 << 64) - 1
 _I64 = 1 << 63
-#: the OPS_SCHEMA columns this reader fills (others are left null by ``schema.frame``)
-_FILLED = ("host", "run", "file", "device", "line", "module", "program_id", "op_name", "op_kind",
-           "category", "shape", "hlo_text", "kernel", "start_ps", "duration_ps", "self_ps", "count",
-           "source_file", "source_line", "source_stack", "framework_op", "flops", "model_flops",
-           "bytes_accessed")
 #: device-process lines that repeat ops derived from other lines (never read as GPU ops)
 _GPU_SKIP_LINES = ("XLA Ops", "XLA Modules", "TensorFlow", "Framework", "Steps", "Source code", "Launch Stats")
 
@@ -537,11 +534,11 @@ def _convert(events: list, n_other: int, path: str, host: str, run: str) -> Trac
         elif ph is not unset or _has_fields(e):  # not the empty {}
             n_events += 1
 
-    cols: dict[str, list] = {k: [] for k in _FILLED}
+    acc = _OpRows()
     runs_cols: dict[str, list] = {k: [] for k in MODULE_RUNS_SCHEMA}
     devices: list[DeviceInfo] = []
     notes: list[str] = []
-    caches = (_Cache(_hlo_info), _Cache(_source), _Cache(_stack), _Cache(canonical_shape_text), {})
+    caches = (_Cache(_hlo_info), _Cache(_source), _Cache(_stack), _Cache(canonical_shape_text), {}, [])
 
     device_pids = sorted((pid for pid, nm in process.items() if nm.startswith("/device:")), key=_order)
     by_pid: dict = {}
@@ -555,17 +552,17 @@ def _convert(events: list, n_other: int, path: str, host: str, run: str) -> Trac
         lines = sorted(by_pid.get(pid, []), key=lambda t: _order(t[0]))
         names = {tid: thread.get((pid, tid), str(tid)) for tid, _ in lines}
         if any(names[tid] == "XLA Ops" for tid, _ in lines) and kind != "GPU":
-            _read_tpu_process(pname, lines, names, cols, runs_cols, caches, host)
+            _read_tpu_process(pname, lines, names, acc, runs_cols, caches, host)
         else:
-            if _read_annotated(pname, lines, names, cols, runs_cols, host, skip_derived=True):
+            if _read_annotated(pname, lines, names, acc, runs_cols, host, skip_derived=True):
                 annotated_kinds.add(kind if kind != "other" else "device")
-    if not cols["op_name"]:
+    if not acc.n:
         for pid, pname in sorted(process.items(), key=lambda t: _order(t[0])):
             if not pname.startswith("/host:"):
                 continue
             lines = sorted(by_pid.get(pid, []), key=lambda t: _order(t[0]))
             names = {tid: thread.get((pid, tid), str(tid)) for tid, _ in lines}
-            if _read_annotated(pname, lines, names, cols, runs_cols, host, skip_derived=False):
+            if _read_annotated(pname, lines, names, acc, runs_cols, host, skip_derived=False):
                 devices.append(DeviceInfo(name=pname, kind="CPU", device_type="CPU"))
                 annotated_kinds.add("CPU")
     if annotated_kinds:
@@ -577,19 +574,81 @@ def _convert(events: list, n_other: int, path: str, host: str, run: str) -> Trac
                      "truncated, keeping only the earliest events (raise TF_PROFILER_TRACE_VIEWER_MAX_EVENTS "
                      "or read the .xplane.pb)")
 
-    m = len(cols["op_name"])
-    cols["host"] = [host] * m
-    cols["run"] = [run] * m
-    cols["file"] = [path] * m
-    cols["count"] = [1] * m
-    if "cost_source" in OPS_SCHEMA:
-        cols["cost_source"] = ["trace" if f is not None or b is not None else "unknown"
-                               for f, b in zip(cols["flops"], cols["bytes_accessed"])]
-    ops = frame(cols, OPS_SCHEMA)
+    ops = acc.table(host, run, path)
     module_runs = frame(runs_cols, MODULE_RUNS_SCHEMA)
-    has_shapes = bool(m) and any(cols["shape"])
+    has_shapes = bool(acc.n) and any(r[_SHAPE_AT] for r in acc.rows)
     return TraceData(path=path, host=host, format="trace_json", ops=ops, module_runs=module_runs,
                      devices=devices, notes=notes, has_shapes=has_shapes, n_events=n_events)
+
+
+#: TPU op columns derived from an event's name and metadata args, in _tpu_row's order
+_TPU_ROW_COLS = ("op_name", "op_kind", "category", "shape", "hlo_text", "source_file", "source_line",
+                 "source_stack", "framework_op", "flops", "model_flops", "bytes_accessed")
+#: the columns of an _OpRows row: the line's, then _TPU_ROW_COLS
+_ROW_COLS = ("device", "line", "module", "program_id", "kernel") + _TPU_ROW_COLS
+_SHAPE_AT = _ROW_COLS.index("shape")
+_FLOPS_AT = _ROW_COLS.index("flops")
+_BYTES_AT = _ROW_COLS.index("bytes_accessed")
+
+
+class _OpRows:
+    """The op table under construction, dictionary-encoded like :class:`OpTable`: ``rows``
+    holds per-op descriptions (tuples of _ROW_COLS values; a TPU trace repeats a few thousand
+    of them over hundreds of thousands of events), and per event the index of its row and
+    its start/duration/self time, in chunks of one timeline line each. Building the table
+    from these skips the per-event string columns (Python lists -> a wide frame -> hashed
+    back into descriptions by ``OpTable.from_frame``), ~0.5 s on the 280k-event x40 trace."""
+
+    def __init__(self):
+        self.rows: list[tuple] = []
+        self.n = 0
+        self._idx: list[np.ndarray] = []
+        self._starts: list = []
+        self._durs: list[np.ndarray] = []
+        self._selfs: list[np.ndarray] = []
+
+    def add(self, idx: np.ndarray, starts: list, s_arr: np.ndarray, d_arr: np.ndarray, selfs: np.ndarray) -> None:
+        """One line's events: row indices, starts (list, None where unknown; ``s_arr`` holds
+        the same with 0 there), durations and self times."""
+        self._idx.append(idx)
+        self._starts.append(starts if None in starts else s_arr)
+        self._durs.append(d_arr)
+        self._selfs.append(selfs)
+        self.n += len(idx)
+
+    def table(self, host: str, run: str, path: str) -> OpTable:
+        """The :class:`OpTable`, equal to ``OpTable.from_frame`` of the wide frame built per
+        event: the distinct rows go through ``schema.frame`` (the same conversions), then are
+        merged where their values are equal, numbered in order of first appearance."""
+        if not self.n:
+            return OpTable.empty()
+        k = len(self.rows)
+        cols: dict[str, list] = {c: list(v) for c, v in zip(_ROW_COLS, zip(*self.rows))}
+        cols["host"] = [host] * k
+        cols["run"] = [run] * k
+        cols["file"] = [path] * k
+        if "cost_source" in OPS_SCHEMA:
+            cols["cost_source"] = ["trace" if r[_FLOPS_AT] is not None or r[_BYTES_AT] is not None else "unknown"
+                                   for r in self.rows]
+        desc = frame(cols, {c: OPS_SCHEMA[c] for c in ATTR_COLUMNS})
+        groups = (desc.with_row_index("_row")
+                  .group_by(ATTR_COLUMNS, maintain_order=True).agg(pl.col("_row")))
+        attr_of = np.empty(k, dtype=np.uint32)
+        attr_of[groups["_row"].explode().to_numpy()] = np.repeat(
+            np.arange(groups.height, dtype=np.uint32), groups["_row"].list.len().to_numpy())
+        return OpTable.from_parts(
+            attr_of[np.concatenate(self._idx)],
+            _i64_series("start_ps", self._starts), _i64_series("duration_ps", self._durs),
+            _i64_series("self_ps", self._selfs), np.ones(self.n, dtype=np.int64), groups.drop("_row"))
+
+
+def _i64_series(name: str, chunks: list) -> pl.Series:
+    """An Int64 series from int64 arrays and lists of ints/None (out-of-range -> null, as
+    ``schema.frame`` converts)."""
+    if not chunks:
+        return pl.Series(name, [], dtype=pl.Int64)
+    parts = [pl.Series(name, c, dtype=pl.Int64, strict=False) for c in chunks]
+    return parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=True)
 
 
 def _times(evs: list) -> tuple[list, np.ndarray, np.ndarray]:
@@ -637,21 +696,15 @@ def _device_times(evs: list) -> tuple[list, np.ndarray, np.ndarray]:
     return starts, s_arr, np.array(durs, dtype=np.int64)
 
 
-def _self(starts: list, s_arr: np.ndarray, d_arr: np.ndarray) -> list:
+def _self(starts: list, s_arr: np.ndarray, d_arr: np.ndarray) -> np.ndarray:
     if None not in starts:
-        return self_times(s_arr, d_arr).tolist()
+        return self_times(s_arr, d_arr)
     idx = [i for i, s in enumerate(starts) if s is not None]
-    out = d_arr.tolist()
+    out = d_arr.copy()
     if idx:
         ix = np.array(idx, dtype=np.int64)
-        for i, v in zip(idx, self_times(s_arr[ix], d_arr[ix]).tolist()):
-            out[i] = v
+        out[ix] = self_times(s_arr[ix], d_arr[ix])
     return out
-
-
-#: TPU op columns derived from an event's name and metadata args, in _tpu_row's order
-_TPU_ROW_COLS = ("op_name", "op_kind", "category", "shape", "hlo_text", "source_file", "source_line",
-                 "source_stack", "framework_op", "flops", "model_flops", "bytes_accessed")
 
 
 def _tpu_row(key: tuple, caches) -> tuple:
@@ -680,7 +733,7 @@ def _tpu_row(key: tuple, caches) -> tuple:
             mflops, mflops, _num(ba))
 
 
-def _read_tpu_process(pname, lines, names, cols, runs_cols, caches, host) -> None:
+def _read_tpu_process(pname, lines, names, acc: _OpRows, runs_cols, caches, host) -> None:
     mod_evs = [e for tid, evs in lines if names[tid] == "XLA Modules" for e in evs]
     mods = [split_module_name("" if e.name is _UNSET else str(e.name)) for e in mod_evs]
     m_starts, m_s, m_d = _device_times(mod_evs)
@@ -692,8 +745,15 @@ def _read_tpu_process(pname, lines, names, cols, runs_cols, caches, host) -> Non
     runs_cols["duration_ps"].extend(m_d.tolist())
     valid_mod = [i for i, s in enumerate(m_starts) if s is not None]
     vm = np.array(valid_mod, dtype=np.int64)
-    row_cache: dict = caches[4]
+    key_rows: dict = caches[4]  # (name, metadata args) -> index into tpu_rows
+    tpu_rows: list = caches[5]
+    line_rows: dict = {}  # (index into tpu_rows, index into mod_names or -1) -> acc row, this process
     nones = (None,) * 8
+    # the distinct (module, program id) pairs, and per module run the index of its pair
+    mod_ids: dict = {}
+    run_mod = np.array([mod_ids.setdefault(m, len(mod_ids)) for m in mods] + [-1], dtype=np.int64)
+    mod_names = list(mod_ids)
+    n_mods = len(mod_names) + 1
 
     for tid, evs in lines:
         if names[tid] != "XLA Ops":
@@ -701,39 +761,47 @@ def _read_tpu_process(pname, lines, names, cols, runs_cols, caches, host) -> Non
         starts, s_arr, d_arr = _device_times(evs)
         selfs = _self(starts, s_arr, d_arr)
         if len(valid_mod):
-            enc = enclosing(s_arr, s_arr + d_arr, m_s[vm], (m_s + m_d)[vm]).tolist()
-            enc = [valid_mod[k] if k >= 0 and starts[i] is not None else -1 for i, k in enumerate(enc)]
+            enc = enclosing(s_arr, s_arr + d_arr, m_s[vm], (m_s + m_d)[vm])
+            enc = np.where(enc >= 0, vm[np.maximum(enc, 0)], -1)
+            if None in starts:
+                enc[[i for i, s in enumerate(starts) if s is None]] = -1
         else:
-            enc = [-1] * len(evs)
-        rows = []
-        append = rows.append
+            enc = np.full(len(evs), -1, dtype=np.int64)
+        ids = []
+        append = ids.append
         for e in evs:
             a = e.args
             # every metadata arg read below is part of the key: equal keys give equal rows
             key = ((e.name, a.long_name, a.hlo_category, a.source, a.source_stack, a.tf_op, a.model_flops,
                     a.bytes_accessed, a.shape_with_layout) if type(a) is _Args else (e.name,) + nones)
             try:
-                row = row_cache[key]
+                r = key_rows[key]
             except KeyError:
-                row = row_cache[key] = _tpu_row(key, caches)
+                r = key_rows[key] = len(tpu_rows)
+                tpu_rows.append(_tpu_row(key, caches))
             except TypeError:  # an unhashable (non-string) arg value
-                row = _tpu_row(tuple(None if v is None or v is _UNSET else v if type(v) in (str, int, float) else str(v)
-                                     for v in key), caches)
-            append(row)
-        for name, column in zip(_TPU_ROW_COLS, zip(*rows)):
-            cols[name].extend(column)
-        n = len(evs)
-        cols["device"].extend([pname] * n)
-        cols["line"].extend(["XLA Ops"] * n)
-        cols["module"].extend([mods[k][0] if k >= 0 else "" for k in enc])
-        cols["program_id"].extend([mods[k][1] if k >= 0 else None for k in enc])
-        cols["kernel"].extend([""] * n)
-        cols["start_ps"].extend(starts)
-        cols["duration_ps"].extend(d_arr.tolist())
-        cols["self_ps"].extend(selfs)
+                r = len(tpu_rows)
+                tpu_rows.append(_tpu_row(tuple(
+                    None if v is None or v is _UNSET else v if type(v) in (str, int, float) else str(v) for v in key),
+                    caches))
+            append(r)
+        # the row of an event: its description and its module, numbered in order of first appearance
+        code = np.array(ids, dtype=np.int64) * n_mods + (run_mod[enc] + 1)  # enc -1 -> run_mod[-1] = -1
+        uniq, first, inv = np.unique(code, return_index=True, return_inverse=True)
+        rows_of = np.empty(len(uniq), dtype=np.int64)
+        for j in np.argsort(first, kind="stable").tolist():
+            r, k = divmod(int(uniq[j]), n_mods)
+            k -= 1
+            row = line_rows.get((r, k))
+            if row is None:
+                row = line_rows[(r, k)] = len(acc.rows)
+                mod, prog = mod_names[k] if k >= 0 else ("", None)
+                acc.rows.append((pname, "XLA Ops", mod, prog, "") + tpu_rows[r])
+            rows_of[j] = row
+        acc.add(rows_of[inv.reshape(-1)], starts, s_arr, d_arr, selfs)
 
 
-def _read_annotated(pname, lines, names, cols, runs_cols, host, skip_derived: bool) -> bool:
+def _read_annotated(pname, lines, names, acc: _OpRows, runs_cols, host, skip_derived: bool) -> bool:
     """GPU stream lines / CPU threads: ops are events with ``args.hlo_op``. Returns True if
     any op was found."""
     found = False
@@ -759,6 +827,7 @@ def _read_annotated(pname, lines, names, cols, runs_cols, host, skip_derived: bo
         starts, s_arr, d_arr = _times(ops)
         selfs = _self(starts, s_arr, d_arr)
         durs = d_arr.tolist()
+        first = len(acc.rows)
         for e, s, d in zip(ops, starts, durs):
             args = e.args
             op = str(args.hlo_op)
@@ -770,25 +839,13 @@ def _read_annotated(pname, lines, names, cols, runs_cols, host, skip_derived: bo
             if pid is None:
                 pid = pid_in_name
             kind = guess_opcode(op)
-            cols["op_name"].append(op)
-            cols["op_kind"].append(kind)
-            cols["category"].append(kind)
-            cols["shape"].append("")
-            cols["hlo_text"].append("")
-            cols["kernel"].append(name if name != op else "")
-            cols["module"].append(module)
-            cols["program_id"].append(pid)
             src = args.source
             f, ln = _source(src) if type(src) is str and src else ("", None)
-            cols["source_file"].append(f)
-            cols["source_line"].append(ln)
             st = args.source_stack
-            cols["source_stack"].append(_stack(st) if type(st) is str else "")
             fw = args.tf_op
-            cols["framework_op"].append(fw.rstrip(":") if type(fw) is str else "")
-            cols["flops"].append(None)
-            cols["model_flops"].append(None)
-            cols["bytes_accessed"].append(None)
+            acc.rows.append((pname, lname, module, pid, name if name != op else "",
+                             op, kind, kind, "", "", f, ln, _stack(st) if type(st) is str else "",
+                             fw.rstrip(":") if type(fw) is str else "", None, None, None))
             rid = args.run_id
             if rid is not None and s is not None and type(rid) in (int, str, float):
                 k = (module, pid, rid)
@@ -800,12 +857,7 @@ def _read_annotated(pname, lines, names, cols, runs_cols, host, skip_derived: bo
                         r[0] = s
                     if s + d > r[1]:
                         r[1] = s + d
-        n = len(ops)
-        cols["device"].extend([pname] * n)
-        cols["line"].extend([lname] * n)
-        cols["start_ps"].extend(starts)
-        cols["duration_ps"].extend(durs)
-        cols["self_ps"].extend(selfs)
+        acc.add(np.arange(first, len(acc.rows), dtype=np.int64), starts, s_arr, d_arr, selfs)
     for (module, pid, _rid), (s, e) in sorted(runs.items(), key=lambda kv: kv[1][0]):
         runs_cols["host"].append(host)
         runs_cols["device"].append(pname)
