@@ -518,9 +518,79 @@ static PyObject *line_layout(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nLnnN)", n, (long long)ts, ns, ne, lst);
 }
 
+
+/* step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) -> bool
+ * One device's ops, given as indices idx (int32 or int64, by its byte length relative to
+ * rows) into the event arrays starts / durs / selfs / counts (int64, whole table), in time
+ * order (starts[idx] non-decreasing), against its step windows (lo non-decreasing,
+ * disjoint: lo[j+1] >= hi[j], hi[j] >= lo[j]). rows (int32, one per idx) = the window
+ * holding the op's start (the last window with lo <= start, if start < hi or start == lo),
+ * else -1; per window: ops = sum of counts, optime = sum of selfs, busy = length of the
+ * union of the ops' [start, start + dur) clipped to the window. Sums wrap like numpy's.
+ * Returns False, outputs unspecified, when the inputs are not so ordered or sized (the
+ * caller falls back). */
+static PyObject *step_pass(PyObject *self, PyObject *args) {
+    Py_buffer b[11];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
+                          &b[8], &b[9], &b[10]))
+        return NULL;
+    Py_ssize_t n = b[7].len / 4, N = b[1].len / 8, m = b[5].len / 8;
+    int wide = b[0].len == n * 8;
+    int ok = (wide || b[0].len == n * 4) && b[2].len / 8 == N && b[3].len / 8 == N && b[4].len / 8 == N
+             && b[6].len / 8 == m && b[8].len / 8 == m && b[9].len / 8 == m && b[10].len / 8 == m;
+    const int32_t *ix32 = b[0].buf;
+    const int64_t *ix64 = b[0].buf;
+    const int64_t *st = b[1].buf, *du = b[2].buf, *sf = b[3].buf, *ct = b[4].buf, *lo = b[5].buf, *hi = b[6].buf;
+    int32_t *rows = b[7].buf;
+    int64_t *ops = b[8].buf, *opt = b[9].buf, *busy = b[10].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t j = 0; j < m && ok; j++) {
+            if (hi[j] < lo[j] || (j + 1 < m && lo[j + 1] < hi[j])) ok = 0;
+            ops[j] = opt[j] = busy[j] = 0;
+        }
+        int64_t prev = INT64_MIN;
+        for (Py_ssize_t i = 0; i < n && ok; i++) {
+            int64_t e = wide ? ix64[i] : (int64_t)ix32[i];
+            if (e < 0 || e >= N || st[e] < prev) ok = 0; else prev = st[e];
+        }
+        if (ok) {
+            Py_ssize_t j = 0, cur = -1;
+            int64_t first_s = 0, emax = 0;
+            uint64_t gaps = 0;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t e = wide ? ix64[i] : (int64_t)ix32[i];
+                int64_t s = st[e], en = (int64_t)((uint64_t)s + (uint64_t)du[e]);
+                while (j + 1 < m && lo[j + 1] <= s) j++;
+                Py_ssize_t w = -1;
+                if (m > 0 && lo[j] <= s && (s < hi[j] || s == lo[j])) w = j;
+                rows[i] = (int32_t)w;
+                if (w < 0) continue;
+                ops[w] = (int64_t)((uint64_t)ops[w] + (uint64_t)ct[e]);
+                opt[w] = (int64_t)((uint64_t)opt[w] + (uint64_t)sf[e]);
+                int64_t cs = s < lo[w] ? lo[w] : (s > hi[w] ? hi[w] : s);
+                int64_t ce = en < lo[w] ? lo[w] : (en > hi[w] ? hi[w] : en);
+                if (w != cur) {
+                    if (cur >= 0) { int64_t v = (int64_t)((uint64_t)emax - (uint64_t)first_s - gaps); busy[cur] = v > 0 ? v : 0; }
+                    cur = w; first_s = cs; emax = ce; gaps = 0;
+                } else {
+                    if (cs > emax) gaps += (uint64_t)(cs - emax);
+                    if (ce > emax) emax = ce;
+                }
+            }
+            if (cur >= 0) { int64_t v = (int64_t)((uint64_t)emax - (uint64_t)first_s - gaps); busy[cur] = v > 0 ? v : 0; }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 11; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
     {"scan_message", scan_message, METH_VARARGS,
      "scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]"},
+    {"step_pass", step_pass, METH_VARARGS,
+     "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) -> bool"},
     {"line_layout", line_layout, METH_VARARGS,
      "line_layout(buf, target) -> (n_events, timestamp_ns, name_start, name_end, piece bounds)"},
     {"field_bounds", field_bounds, METH_VARARGS, "field_bounds(buf, target) -> piece boundaries at fields"},

@@ -55,8 +55,13 @@ def _medians(table: OpTable, col: pl.DataFrame, keys: list[str]) -> pl.DataFrame
     ``keys`` + ``median_ps`` (Float64)."""
     k = col.select(["attr"] + keys).with_columns(pl.struct(keys).rank("dense").cast(pl.Int64).alias("key") - 1)
     ids = table.event_keys(k.select("attr", "key"))
+    if len(ids) < (1 << 31):
+        ids = ids.astype(np.int32)
     ev = table.events
-    per = pl.DataFrame({"key": ids, "per": (ev["duration_ps"] / ev["count"])})
+    # one occurrence per row (the usual case): the duration itself, no float column
+    one = not ev.height or int(ev["count"].max() or 1) <= 1
+    per = pl.DataFrame({"key": ids, "per": ev["duration_ps"] if one else ev["duration_ps"] / ev["count"]})
+    del ids
     med = per.filter(pl.col("key") >= 0).group_by("key").agg(pl.col("per").median().alias("median_ps"))
     names = k.group_by("key").agg([pl.col(c).first() for c in keys])
     return names.join(med, on="key", how="left").drop("key")

@@ -1,0 +1,146 @@
+"""The fast paths equal the plain ones they replace, on real traces.
+
+* reading an xplane in place (mmap, ``scan_message``, ``decode_tpu`` in pieces) equals the
+  classic read (whole file parsed by protobuf) and the pure-Python decoder;
+* the C step pass (``step_pass``) equals the numpy/polars step computation;
+* the C self-time pass equals the sort-and-stack reference on random nested intervals;
+* the vectorized range maximum equals a brute-force one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from traceview import steps, timeline, xplane
+from traceview.optable import OpTable
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+pytestmark = pytest.mark.skipif(xplane._fast is None, reason="the C accelerator is not built")
+
+
+def _xplanes(shared_traces: Path) -> list[Path]:
+    names = ["tpu_v6e_4chip_psum.xplane.pb", "mi300x_jax_gemm_sweep.xplane.pb", "mi300x_jax_attention.xplane.pb",
+             "mi300x_jax_conv3d.xplane.pb"]
+    return [shared_traces / n for n in names] + sorted(FIXTURES.rglob("*.xplane.pb"))
+
+
+def _same_trace(a, b) -> None:
+    assert a.ops.equals(b.ops, null_equal=True)
+    assert a.module_runs.equals(b.module_runs, null_equal=True)
+    assert a.n_events == b.n_events and a.notes == b.notes and a.has_shapes == b.has_shapes
+    assert [d.name for d in a.devices] == [d.name for d in b.devices]
+
+
+def test_mapped_read_equals_classic_and_python_reads(shared_traces, monkeypatch):
+    files = _xplanes(shared_traces)
+    mapped = [xplane.read_xplane(p) for p in files]
+    assert all(xplane.map_xspace(p) is not None for p in files)  # the in-place path was taken
+    monkeypatch.setattr(xplane, "map_xspace", lambda p: None)
+    classic = [xplane.read_xplane(p) for p in files]
+    monkeypatch.setattr(xplane, "_fast", None)
+    python = [xplane.read_xplane(p) for p in files]
+    for a, b, c in zip(mapped, classic, python):
+        _same_trace(a, b)
+        _same_trace(a, c)
+    v6e = mapped[0]
+    # 6,013 op events of 65 descriptions: 17 populations on TPU:0, 16 on each other chip
+    assert v6e.table.height == 6013 and v6e.table.attrs.height == 65
+
+
+def test_pieces_and_page_release_do_not_change_the_events(shared_traces, monkeypatch):
+    path = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
+    whole = xplane.read_xplane(path)
+    monkeypatch.setattr(xplane, "PIECE_BYTES", 4096)  # hundreds of pieces per XLine
+    released = []
+    orig = xplane.MappedLine.release
+
+    def spy(self, lo=0, hi=None):
+        released.append((lo, hi))
+        return orig(self, lo, hi)
+
+    monkeypatch.setattr(xplane.MappedLine, "release", spy)
+    pieces = xplane.read_xplane(path)
+    _same_trace(whole, pieces)
+    assert sum(1 for lo, hi in released if hi is not None) > 50  # 84 pieces of about 4 KiB
+
+
+def test_truncated_file_falls_back_to_the_classic_fault_message(tmp_path, shared_traces):
+    data = (shared_traces / "tpu_v6e_4chip_psum.xplane.pb").read_bytes()
+    cut = tmp_path / "cut.xplane.pb"
+    cut.write_bytes(data[: len(data) // 2])
+    assert xplane.map_xspace(cut) is None
+    from traceview.errors import TraceUnreadable
+
+    with pytest.raises(TraceUnreadable, match="truncated"):
+        xplane.read_xplane(cut)
+
+
+@pytest.mark.parametrize("window", steps.WINDOWS)
+def test_c_step_pass_equals_the_numpy_steps(shared_traces, window, monkeypatch):
+    import traceview
+
+    profs = [traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"),
+             traceview.load(shared_traces / "vllm_tpu_qwen"),
+             traceview.load(FIXTURES / "greedy_b4")]
+    fast = [steps.anatomy(p.table, p.module_runs, window=window, markers=p.step_markers if p.step_markers.height
+                          else None) for p in profs]
+    monkeypatch.setattr(steps, "_fast", None)
+    slow = [steps.anatomy(p.table, p.module_runs, window=window, markers=p.step_markers if p.step_markers.height
+                          else None) for p in profs]
+    for a, b in zip(fast, slow):
+        assert a.steps.equals(b.steps, null_equal=True)
+        assert a.families.equals(b.families, null_equal=True)
+        assert vars(a.coverage) == vars(b.coverage)
+        assert (np.asarray(a.step_rows) == np.asarray(b.step_rows)).all()
+    assert fast[0].steps.height == 400 and fast[0].steps["busy_ps"].sum() > 0  # 100 executions x 4 chips
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(-3, 120)), max_size=60))
+def test_c_self_times_equal_the_reference(pairs):
+    starts = np.array([p[0] for p in pairs], dtype=np.int64)
+    durs = np.array([p[1] for p in pairs], dtype=np.int64)
+    fast = timeline.self_times(starts, durs)
+    saved = timeline._fast
+    try:
+        timeline._fast = None
+        ref = timeline.self_times(starts, durs)
+    finally:
+        timeline._fast = saved
+    assert (fast == ref).all()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-50, 50), min_size=1, max_size=40), st.lists(st.integers(0, 40), max_size=12),
+       st.booleans())
+def test_range_max_equals_brute_force(values, cuts, disjoint):
+    v = np.array(values, dtype=np.int64)
+    c = np.clip(np.array(sorted(cuts), dtype=np.int64), 0, len(v))
+    if disjoint:
+        lo, hi = c[0::2][: len(c) // 2], c[1::2]
+    else:  # overlapping ranges take the sparse-table path
+        lo = np.array(cuts[: len(cuts) // 2], dtype=np.int64).clip(0, len(v))
+        hi = np.minimum(lo + 7, len(v))
+    got = steps._range_max(v, lo, hi)
+    want = [v[a:b].max() if b > a else np.iinfo(np.int64).min for a, b in zip(lo, hi)]
+    assert got.tolist() == want
+
+
+def test_optable_round_trip_and_concat(shared_traces):
+    td = xplane.read_xplane(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    wide = td.ops
+    again = OpTable.from_frame(wide)
+    assert again.frame().equals(wide, null_equal=True)
+    both = OpTable.concat([again, td.table])
+    assert both.height == 2 * wide.height and both.attrs.height == again.attrs.height + td.table.attrs.height
+    assert both.frame().equals(pl.concat([wide, wide]), null_equal=True)
+    col = both.collapse()
+    assert int(col["count"].sum()) == int(wide["count"].sum()) * 2
+    assert int(col["rows"].sum()) == 2 * wide.height
