@@ -52,6 +52,11 @@ except ImportError:  # pragma: no cover - exercised when the extension is absent
 #: default cap on file size read into memory (bytes); over it raises LimitExceeded
 MAX_FILE_BYTES = 8 << 30
 
+#: at most this many threads read TPU planes at once (bounded by the cores)
+PLANE_THREADS = 4
+#: TPU line bytes above which planes are read one at a time (memory over speed)
+PARALLEL_MAX_BYTES = 256 << 20
+
 
 def _stat_value(stat, names: dict[int, str]):
     kind = stat.WhichOneof("value")
@@ -340,13 +345,36 @@ def convert_xspace(space, path: str, host: str, run: str) -> TraceData:
             start_ns = _as_int(st.get("profile_start_time"))
             stop_ns = _as_int(st.get("profile_stop_time"))
 
-    # pass 2: device planes, then the host plane when no device ran HLO ops
+    # pass 2: device planes, then the host plane when no device ran HLO ops. TPU planes are
+    # independent and mostly C/numpy work that releases the GIL: read them on threads.
+    tpu = [p_ for p_ in space.planes if p_.name.startswith("/device:TPU:")]
+    tpu_out = {}
+    if tpu:
+        def one(plane):
+            sn = {k: v.name for k, v in plane.stat_metadata.items()}
+            c_, r_ = [], []
+            return _read_tpu_plane(plane, sn, c_, r_, host, run, path), c_, r_
+
+        workers = min(len(tpu), os.cpu_count() or 1, PLANE_THREADS)
+        if sum(len(ln) for p_ in tpu for ln in p_.lines) > PARALLEL_MAX_BYTES:
+            workers = 1  # each thread holds a plane's decoding temporaries: one at a time on big files
+        if workers > 1 and _fast is not None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=workers) as ex:
+                results = list(ex.map(one, tpu))
+        else:
+            results = [one(p_) for p_ in tpu]
+        tpu_out = {id(p_): r for p_, r in zip(tpu, results)}
     for plane in space.planes:
         name = plane.name
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
         if name.startswith("/device:TPU:"):
             devices.append(_device_info(plane, "TPU", stat_names, stat_names))
-            n_events += _read_tpu_plane(plane, stat_names, cols, runs, host, run, path)
+            k, c_, r_ = tpu_out[id(plane)]
+            n_events += k
+            cols.extend(c_)
+            runs.extend(r_)
         elif name.startswith("/device:GPU:") or name.startswith("/device:CUSTOM:"):
             devices.append(_device_info(plane, "GPU" if "GPU" in name else "CUSTOM", stat_names, stat_names))
             n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=True)
@@ -365,7 +393,11 @@ def convert_xspace(space, path: str, host: str, run: str) -> TraceData:
 
     from .optable import OpTable
 
-    ops = OpTable.concat([c if isinstance(c, OpTable) else OpTable.from_frame(c) for c in cols])
+    tpu_parts = [c for c in cols if isinstance(c, _TpuParts)]
+    ops = OpTable.concat(([_merge_parts(tpu_parts)] if tpu_parts else [])
+                         + [OpTable.from_frame(c) for c in cols if not isinstance(c, _TpuParts)])
+    del tpu_parts
+    cols.clear()
     module_runs = pl.concat(runs, how="vertical") if runs else frame({}, MODULE_RUNS_SCHEMA)
     if module_runs.height == 0 and ops.height:
         module_runs = _derive_module_runs(ops.frame(["host", "device", "module", "program_id", "op_name", "count",
@@ -602,27 +634,41 @@ class TpuLine:
     ``occurrences`` (``num_occurrences``, 0 for timed events; None when no event is
     pre-aggregated)."""
 
-    __slots__ = ("name", "mids", "starts", "durations", "aligned", "device_clock", "occurrences")
+    __slots__ = ("name", "mids", "starts", "durations", "aligned", "device_clock", "occurrences", "n")
 
     def __len__(self) -> int:
-        return len(self.mids)
+        return self.n
 
 
 #: XLines larger than this are decoded in pieces of about this size, each released after use
 PIECE_BYTES = 32 << 20
 
 
-def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLine | None" = None) -> TpuLine:
+#: the TPU lines whose events traceview uses (the others are only counted)
+TPU_LINES_USED = ("XLA Ops", "XLA Modules")
+
+
+def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLine | None" = None,
+                    only: tuple[str, ...] | None = None) -> TpuLine:
     """Decode one TPU XLine (see :class:`TpuLine`). With the C accelerator the events are
     written straight into preallocated arrays (5 arrays, 29 bytes per event), in pieces of
     :data:`PIECE_BYTES` whose file pages are released behind the decoder when the line lives
     in a mapped file; a line with pre-aggregated events or metadata ids past 32 bits takes
-    the general decoder. Raises :class:`TraceUnreadable` on malformed bytes."""
+    the general decoder. A line whose name is not in ``only`` (when given) is walked for its
+    name and event count only (its arrays are None). Raises :class:`TraceUnreadable` on
+    malformed bytes."""
     out = TpuLine()
+    out.name = line_header(raw, path).name  # validates the header as every reader path does
+    if only is not None and out.name not in only:
+        out.n = count_events(raw, path)
+        if mapped is not None:
+            mapped.release()
+        out.mids = out.starts = out.durations = out.aligned = out.device_clock = out.occurrences = None
+        return out
     if _fast is not None:
         try:
             n, ts_ns, ns, ne, bounds = _fast.line_layout(raw, PIECE_BYTES)
-            out.name = bytes(raw[ns:ne]).decode("utf-8") if ns >= 0 else ""
+            out.n = n
             mids = np.empty(n, dtype=np.uint32)
             starts = np.empty(n, dtype=np.int64)
             durs = np.empty(n, dtype=np.int64)
@@ -635,7 +681,7 @@ def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLin
                 if mapped is not None:
                     mapped.release(a, b)
         except ValueError as exc:  # UnicodeDecodeError included
-            raise TraceUnreadable(f"malformed XLine {getattr(out, 'name', '')!r} ({exc})", path) from None
+            raise TraceUnreadable(f"malformed XLine {out.name!r} ({exc})", path) from None
         if mapped is not None:
             mapped.release()
         if not (flags & 6).any():
@@ -652,6 +698,7 @@ def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLin
     out.starts = np.where(both, le.stat_values, le.starts) if both.any() else le.starts
     out.durations = np.where(both, le.stat_values2, le.durations) if both.any() else le.durations
     out.occurrences = le.occurrences if (le.occurrences > 0).any() else None
+    out.n = len(le.mids)
     return out
 
 
@@ -659,11 +706,12 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path) 
     off_id = next((k for k, v in stat_names.items() if v == "device_offset_ps"), -1)
     dur_id = next((k for k, v in stat_names.items() if v == "device_duration_ps"), -1)
     mapped = getattr(plane, "mapped_lines", None)
-    lines = [decode_tpu_line(raw, path, off_id, dur_id, mapped[i] if mapped else None)
-             for i, raw in enumerate(plane.lines)]
+    counted = [decode_tpu_line(raw, path, off_id, dur_id, mapped[i] if mapped else None, only=TPU_LINES_USED)
+               for i, raw in enumerate(plane.lines)]
+    n = sum(len(le) for le in counted)
+    lines = [le for le in counted if le.mids is not None]
     aligned: dict[str, np.ndarray] = {le.name: le.aligned for le in lines}
     device_clock: dict[str, np.ndarray] = {le.name: le.device_clock for le in lines}
-    n = sum(len(le) for le in lines)
     by_name = {le.name: le for le in lines}
     mod_line = by_name.get("XLA Modules")
     mod_names: list[tuple[str, int | None]] = []
@@ -766,13 +814,53 @@ def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ
                                               "source_stack", "framework_op")],
         pl.col("cost_source").fill_null("unknown"),
     ).select([pl.col(c).cast(OPS_SCHEMA[c]) for c in ATTR_COLUMNS])
-    start = pl.Series("start_ps", starts, dtype=pl.Int64)
+    start = starts  # numpy; a Series with nulls where events are pre-aggregated
     if occ is not None and (occ > 0).any():
-        start = pl.select(pl.when(pl.Series(occ > 0)).then(None).otherwise(start).alias("start_ps")).to_series()
+        start = pl.select(pl.when(pl.Series(occ > 0)).then(None)
+                          .otherwise(pl.Series("start_ps", starts, dtype=pl.Int64)).alias("start_ps")).to_series()
         count = np.where(occ > 0, occ, 1)
     else:
         count = np.ones(len(starts), dtype=np.int64)
-    return OpTable.from_parts(attr, start, durs, selfs, count, desc)
+    return _TpuParts(attr, start, durs, selfs, count, desc)
+
+
+class _TpuParts:
+    """One TPU plane's op events before they join the file's OpTable: per-event arrays
+    (attr ids local to ``desc``) and the plane's descriptions."""
+
+    __slots__ = ("attr", "start", "durs", "selfs", "count", "desc", "height")
+
+    def __init__(self, attr, start, durs, selfs, count, desc):
+        self.attr, self.start, self.durs, self.selfs, self.count, self.desc = attr, start, durs, selfs, count, desc
+        self.height = len(attr)
+
+
+def _merge_parts(parts: list) -> "OpTable":
+    """One single-chunk OpTable from the planes' parts, built column by column and freeing
+    each plane's array as it goes, so the merge costs one column of extra memory, not a
+    second copy of the table (per-plane polars frames concatenated would be several chunks,
+    which every ``to_numpy`` would copy again)."""
+    from .optable import OpTable
+
+    offsets = np.cumsum([0] + [p.desc.height for p in parts])[:-1]
+    attr = np.concatenate([p.attr.astype(np.uint32) + np.uint32(o) for p, o in zip(parts, offsets)])
+    for p in parts:
+        p.attr = None
+    cols = {}
+    for name in ("durs", "selfs", "count"):
+        cols[name] = np.concatenate([getattr(p, name) for p in parts])
+        for p in parts:
+            setattr(p, name, None)
+    starts = [p.start for p in parts]
+    if any(isinstance(x, pl.Series) for x in starts):
+        start = pl.concat([x if isinstance(x, pl.Series) else pl.Series("start_ps", x, dtype=pl.Int64)
+                           for x in starts], rechunk=True)
+    else:
+        start = np.concatenate(starts)
+    for p in parts:
+        p.start = None
+    desc = pl.concat([p.desc for p in parts], how="vertical")
+    return OpTable.from_parts(attr, start, cols["durs"], cols["selfs"], cols["count"], desc)
 
 
 def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, run, path, device_lines: bool,
