@@ -344,7 +344,7 @@ class Profile:
 def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = False,
          require_ops: bool = True, stale_after_s: float | None = 7 * 24 * 3600,
          max_bytes: int | None = None, executor=None, scheduler: str | None = None,
-         progress=None) -> Profile:
+         progress=None, discovery=None) -> Profile:
     """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above).
 
     Picks the newest run unless ``run`` names one or ``all_runs`` is set, reads one file per
@@ -357,14 +357,17 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     :class:`~traceview.errors.LimitExceeded`, or a warning when other hosts are readable).
     Several files are read in parallel (see :func:`traceview.parallel.read_many`: local
     processes, ``executor`` or the Dask cluster at ``scheduler``); ``progress`` receives a
-    :class:`traceview.parallel.Progress` after each file.
+    :class:`traceview.parallel.Progress` after each file. ``discovery``: a
+    :func:`~traceview.discover.discover` result for ``path`` made by the caller (not
+    repeated).
     """
     from .cache import cache_root
     from .discover import discover
     from .parallel import read_many, tasks_for
 
     max_bytes = _max_bytes(max_bytes)
-    disc = discover(path, run=run, all_runs=all_runs, stale_after_s=stale_after_s)
+    disc = discovery if discovery is not None else discover(path, run=run, all_runs=all_runs,
+                                                             stale_after_s=stale_after_s)
     traces: list[TraceData] = []
     warnings = list(disc.warnings)
     errors: list[TraceviewError] = []

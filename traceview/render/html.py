@@ -251,7 +251,7 @@ def _short(s: str, n: int) -> str:
 
 
 def _provenance(prof) -> dict:
-    from .terminal import provenance_lines
+    from .provenance import provenance_lines
 
     disc = prof.discovery
     return {

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape as _markup_escape
 from rich.table import Table
 
+from .provenance import provenance_lines  # noqa: F401  (re-exported)
 from .units import fmt_pct, fmt_rate, fmt_time_ps
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -18,20 +19,6 @@ def escape(text) -> str:
     """A trace string made safe for the terminal: control characters (ANSI escape sequences
     from a hostile op name) shown as ``?`` and rich markup escaped."""
     return _markup_escape(_CONTROL.sub("?", str(text)))
-
-
-def provenance_lines(prof) -> list[str]:
-    """What was read and why: one plain-text line each (run, hosts, files, reasons)."""
-    disc = prof.discovery
-    lines = []
-    if disc is not None:
-        lines.extend(disc.reasons)
-    else:
-        for t in prof.traces:
-            lines.append(f"read {t.path} (host {t.host})")
-    for t in prof.traces:
-        lines.append(f"  {t.host}: {t.path} [{t.format}, {t.n_events:,} events, {t.table.height:,} op events]")
-    return lines
 
 
 def render_analysis(console: Console, prof, table: pl.DataFrame, *, by: str, top: int, checks: pl.DataFrame | None = None) -> None:

@@ -1,0 +1,113 @@
+"""The stored-result cache: the same ``analyze`` over unchanged files answers without reading,
+byte for byte what the first run wrote; a changed file, other options or --no-cache do not."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+import traceview.profile as profile
+from traceview import cache, resultcache
+from traceview.cli import main
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "cache"
+    monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(d))
+    monkeypatch.delenv("TRACEVIEW_NO_CACHE", raising=False)
+    monkeypatch.delenv("TRACEVIEW_MAX_BYTES", raising=False)
+    monkeypatch.setattr(cache, "_disabled_here", False)
+    return d
+
+
+@pytest.fixture
+def trace(tmp_path, shared_traces):
+    src = tmp_path / "in" / "tpu_v6e_4chip_psum.xplane.pb"
+    src.parent.mkdir()
+    shutil.copyfile(shared_traces / "tpu_v6e_4chip_psum.xplane.pb", src)
+    return src
+
+
+def _no_reading(monkeypatch):
+    def boom(*a, **k):
+        raise AssertionError("the trace was read although the stored result applies")
+
+    monkeypatch.setattr(profile, "load", boom)
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv", "parquet"])
+def test_same_command_is_answered_from_the_stored_result(cache_dir, trace, tmp_path, monkeypatch, fmt):
+    a, b = tmp_path / f"a.{fmt}", tmp_path / f"b.{fmt}"
+    assert main(["analyze", str(trace), "--format", fmt, "-o", str(a)]) == 0
+    assert len(list((cache_dir / "results").glob("*.out"))) == 1
+    with monkeypatch.context() as m:
+        _no_reading(m)
+        assert main(["analyze", str(trace), "--format", fmt, "-o", str(b)]) == 0
+    assert a.read_bytes() == b.read_bytes()
+    # and it is what an uncached run writes
+    c = tmp_path / f"c.{fmt}"
+    assert main(["analyze", str(trace), "--format", fmt, "-o", str(c), "--no-cache"]) == 0
+    assert c.read_bytes() == a.read_bytes()
+
+
+def test_stdout_is_stored_too(cache_dir, trace, monkeypatch, capsysbinary):
+    assert main(["analyze", str(trace), "--format", "json", "--top", "3"]) == 0
+    first = capsysbinary.readouterr().out
+    assert first.startswith(b"{") and b'"ops"' in first
+    _no_reading(monkeypatch)
+    assert main(["analyze", str(trace), "--format", "json", "--top", "3"]) == 0
+    assert capsysbinary.readouterr().out == first
+
+
+def test_changed_file_or_other_options_are_misses(cache_dir, trace, tmp_path, monkeypatch):
+    out = tmp_path / "o.json"
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(out)]) == 0
+    calls = []
+    real = profile.load
+
+    def counting(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    monkeypatch.setattr(profile, "load", counting)
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(out), "--top", "5"]) == 0
+    assert len(calls) == 1  # other options: computed again
+    data = bytearray(trace.read_bytes())
+    trace.write_bytes(bytes(data))  # same bytes, new mtime: the identity changed
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(out)]) == 0
+    assert len(calls) == 2
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(out), "--no-cache"]) == 0
+    assert len(calls) == 3
+
+
+def test_no_cache_stores_nothing_and_html_is_never_served(cache_dir, trace, tmp_path):
+    out = tmp_path / "o.json"
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(out), "--no-cache"]) == 0
+    cache.disabled(False)
+    assert not (cache_dir / "results").exists()
+    html = tmp_path / "r.html"
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(out), "--html", str(html)]) == 0
+    assert not (cache_dir / "results").exists() and html.is_file()
+
+
+def test_stored_result_is_not_written_into_the_profile_folder(cache_dir, trace, tmp_path, capsys):
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(tmp_path / "o.json")]) == 0
+    inside = trace.parent / "o.json"
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(inside)]) == 2
+    assert not inside.exists()
+    assert "refusing to write" in capsys.readouterr().err
+
+
+def test_prune_keeps_the_newest(tmp_path):
+    d = tmp_path / "results"
+    d.mkdir()
+    for i in range(5):
+        p = d / f"{i}.out"
+        p.write_bytes(b"x")
+        import os
+
+        os.utime(p, (1000 + i, 1000 + i))
+    assert resultcache.prune(d, max_entries=2) == 3
+    assert sorted(p.name for p in d.iterdir()) == ["3.out", "4.out"]

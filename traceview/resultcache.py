@@ -1,0 +1,132 @@
+"""A finished command's output, kept to answer the same question again without reading.
+
+The parsed-table cache (:mod:`traceview.cache`) spares the read of an unchanged file, but a
+second ``traceview analyze`` still imports polars and numpy and runs every analysis again
+(about 1 s on a 3M-event trace). This cache stores the bytes a command wrote (the JSON,
+CSV, Parquet or table file, or what went to standard output) under a key made of:
+
+* traceview's version and :data:`traceview.cache.SCHEMA_VERSION`;
+* every option of the command that can change its output (not where it is written);
+* the discovery outcome: the identity of every trace file chosen (resolved path, size,
+  mtime, inode, device and a hash of its first and last 64 KiB, as
+  :func:`traceview.cache.file_identity`), the reasons and the warnings (so a run that
+  became stale, or a new run folder, is a miss).
+
+A hit writes the stored bytes and returns; it needs neither polars nor numpy. Entries live
+in ``<cache root>/results/`` beside the table cache (never in a profile folder) and are
+pruned with it; ``--no-cache`` / ``TRACEVIEW_NO_CACHE=1`` turn both off. Nothing here
+raises: a damaged or unwritable entry is a miss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+#: options of ``analyze`` that only say where or how verbosely to write, not what
+_NOT_IN_KEY = frozenset({"output", "no_cache", "workers", "scheduler", "progress", "func", "command"})
+
+
+def _dir() -> Path | None:
+    from .cache import cache_root
+
+    root = cache_root()
+    return None if root is None else root / "results"
+
+
+def key(command: str, options: dict, discovery) -> str | None:
+    """The entry key for ``command`` run with ``options`` (argparse values) over
+    ``discovery`` (:class:`traceview.discover.Discovery`); None (nothing is cached) when the
+    cache is off, a chosen file cannot be identified, or the cache folder lies inside a
+    folder being read."""
+    from . import __version__
+    from .cache import SCHEMA_VERSION, _inside, file_identity
+
+    d = _dir()
+    if d is None:
+        return None
+    try:
+        files = [file_identity(tf.path) for tf in discovery.files]
+    except OSError:
+        return None
+    # never store under a folder being read (a cache folder pointed into the profile)
+    if any(_inside(d, Path(f["resolved"]).parent) or _inside(d, Path(tf.path).parent)
+           for f, tf in zip(files, discovery.files)) or _inside(d, Path(discovery.root)):
+        return None
+    opts = {k: v for k, v in sorted(options.items()) if k not in _NOT_IN_KEY}
+    blob = json.dumps({"v": [__version__, SCHEMA_VERSION], "command": command, "options": opts, "files": files,
+                       "reasons": list(discovery.reasons), "warnings": list(discovery.warnings)},
+                      sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def get(k: str | None) -> bytes | None:
+    """The stored output for key ``k``, or None."""
+    d = _dir()
+    if d is None or k is None:
+        return None
+    try:
+        p = d / f"{k}.out"
+        data = p.read_bytes()
+        os.utime(p)  # recently used: kept by prune
+        return data
+    except OSError:
+        return None
+
+
+def put(k: str | None, data: bytes) -> None:
+    """Store ``data`` as the output for key ``k`` (atomically: a temp file renamed)."""
+    d = _dir()
+    if d is None or k is None:
+        return
+    tmp = None
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, d / f"{k}.out")
+        tmp = None
+        prune(d)
+    except OSError:
+        pass
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+#: at most this many stored outputs (least recently used go first)
+MAX_ENTRIES = 200
+
+
+def prune(d: Path | None = None, max_entries: int = MAX_ENTRIES) -> int:
+    """Delete the least recently used outputs beyond ``max_entries`` and temp files older
+    than an hour; returns the number deleted."""
+    d = d or _dir()
+    if d is None or not d.is_dir():
+        return 0
+    removed = 0
+    entries = []
+    for p in d.iterdir():
+        try:
+            st = p.stat()
+        except OSError:
+            continue
+        if p.name.startswith("."):
+            if time.time() - st.st_mtime > 3600:
+                p.unlink(missing_ok=True)
+                removed += 1
+            continue
+        entries.append((st.st_mtime, p))
+    entries.sort()
+    for _, p in entries[: max(0, len(entries) - max_entries)]:
+        p.unlink(missing_ok=True)
+        removed += 1
+    return removed
