@@ -4,7 +4,10 @@ Readers (:mod:`traceview.xplane`, :mod:`traceview.tracejson`) turn a trace file 
 :class:`TraceData`; analyses only ever see these frames. Times are integer picoseconds
 throughout (XPlane's native unit); renderers convert to µs/ms for display.
 
-``ops`` — one row per HLO op event on a device timeline (TPU ``XLA Ops`` line, GPU kernel
+``ops`` — one row per HLO op event on a device timeline (held dictionary-encoded as a
+:class:`traceview.optable.OpTable`: the per-event columns start_ps, duration_ps, self_ps and
+count plus an id into one row per distinct op description holding every other column;
+``TraceData.ops`` / ``Profile.ops`` join the two into this wide frame on first use) (TPU ``XLA Ops`` line, GPU kernel
 stream line, XLA:CPU thunk-executor thread). On GPU an HLO op that launches k kernels gives
 k rows, as XProf counts it (its ``occurrences`` are per kernel). A pre-aggregated XEvent
 (``num_occurrences``) gives one row with ``count`` = that number and no start time.
