@@ -199,8 +199,6 @@ class Profile:
             names = pl.Series([d.name for d in devices], dtype=pl.Utf8)
             mask = names.str.contains(device_regex).to_list() if len(names) else []
             devices = [d for d, m in zip(devices, mask) if m]
-        if table is self.table and runs is self.module_runs:
-            table = type(table)(table.events, table.attrs)
         return Profile(ops=table, module_runs=runs, devices=devices, traces=self.traces,
                        discovery=self.discovery, warnings=list(self.warnings), step_markers=self.step_markers)
 

@@ -409,6 +409,25 @@ def _placed(ops) -> tuple:
     return table, _Placed(table)
 
 
+#: below this many op events the per-device step work runs on threads (numpy, polars and the
+#: C pass release the GIL); above it, one device at a time bounds the temporaries
+PARALLEL_MAX_EVENTS = 8_000_000
+
+
+def _per_device(fn, items: list, pe: "_Placed") -> list:
+    """``[fn(item) for item in items]``, on up to ``os.cpu_count()`` threads when there are
+    several devices and fewer than :data:`PARALLEL_MAX_EVENTS` events. Order is kept."""
+    workers = min(len(items), os.cpu_count() or 1)
+    if workers < 2 or pe.n >= PARALLEL_MAX_EVENTS:
+        return [fn(it) for it in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    for host, device in {k for k, _ in items} if items and isinstance(items[0][0], tuple) else ():
+        pe.on(host, device)  # fill the index cache before the threads share it
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        return list(ex.map(fn, items))
+
+
 def dominant_module(ops, module_runs: pl.DataFrame) -> str | None:
     """The module with the largest total op self time among modules with executions in
     ``module_runs`` (ties: name order); None when there is none."""
@@ -449,8 +468,8 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
         pe = _placed_events
     if pe.n == 0:
         return module_runs, fixed
-    parts = []
-    for (host, device), r in module_runs.group_by(["host", "device"], maintain_order=True):
+    def one(item):
+        (host, device), r = item
         r = r.sort("start_ps")
         idx = pe.on(host, device, need_pid=True)
         o_start, o_end, o_prog = pe.start[idx], pe.end(idx), pe.pid(idx)
@@ -481,8 +500,14 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
                 new_dur[ridx] = ends - heads
             r = r.with_columns(pl.Series("start_ps", new_start, dtype=pl.Int64),
                                pl.Series("duration_ps", new_dur, dtype=pl.Int64)).sort("start_ps")
-            fixed[(host, device)] = shift
+            return r, ((host, device), shift)
+        return r, None
+
+    parts = []
+    for r, fix in _per_device(one, list(module_runs.group_by(["host", "device"], maintain_order=True)), pe):
         parts.append(r)
+        if fix is not None:
+            fixed[fix[0]] = fix[1]
     return pl.concat(parts, how="vertical"), fixed
 
 
@@ -577,8 +602,8 @@ def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, win
     every placed op and every module run of ``all_runs`` (start, end, program_id). The two
     kinds of activity are searched separately (each is already in time order) and their
     maxima combined, which is the maximum over their union."""
-    out = []
-    for (host, device), r in runs.sort("start_ps").group_by(["host", "device"], maintain_order=True):
+    def one(item):
+        (host, device), r = item
         idx = pe.on(host, device)
         ar = all_runs.filter((pl.col("host") == host) & (pl.col("device") == device)).sort("start_ps")
         ar_start = ar["start_ps"].to_numpy()
@@ -617,10 +642,12 @@ def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, win
             end[:-1] = starts[1:]
         end[:-1] = np.minimum(end[:-1], starts[1:])  # never past the next step's start
         end = np.maximum(end, starts)
-        out.append(pl.DataFrame({
+        return pl.DataFrame({
             "host": [host] * n, "device": [device] * n, "module": r["module"],
             "program_id": r["program_id"], "start_ps": starts, "end_ps": end, "run_ps": ends - starts,
-        }, schema=_WIN_SCHEMA))
+        }, schema=_WIN_SCHEMA)
+
+    out = _per_device(one, list(runs.sort("start_ps").group_by(["host", "device"], maintain_order=True)), pe)
     frames = [f for f in out if f.height]
     return _with_next(pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=_WIN_SCHEMA))
 
@@ -893,6 +920,19 @@ FAMILIES_SCHEMA = {"family": pl.Utf8, "self_ps": pl.Float64, "share": pl.Float64
                    "per_step": pl.Float64, "n_populations": pl.UInt32}
 
 
+def _int_bincount(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 sums of ``values`` per key in [0, n): ``np.bincount`` (float64) when no sum
+    can reach 2**53, else ``np.add.at``."""
+    if len(values) == 0:
+        return np.zeros(n, dtype=np.int64)
+    bound = max(abs(int(values.max())), abs(int(values.min()))) * len(values)
+    if bound < (1 << 53):
+        return np.bincount(keys, weights=values, minlength=n).astype(np.int64)
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, keys, values)
+    return out
+
+
 def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame | None = None,
             module: str | None = None, window: str = "span") -> StepAnatomy:
     """Step anatomy of a profile: steps, families per step and the coverage line.
@@ -911,11 +951,17 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
     n = steps.height
     total_self = table.total_self_ps()
     in_mask = step_rows >= 0
-    # per op description: its events inside steps (self time, occurrences)
-    inside = (pl.DataFrame({"attr": table.events["attr"], "self_ps": table.events["self_ps"],
-                            "count": table.events["count"]}).filter(pl.Series(in_mask))
-              .group_by("attr").agg(pl.col("self_ps").sum(), pl.col("count").sum())
-              if table.height else pl.DataFrame(schema={"attr": pl.UInt32, "self_ps": pl.Int64, "count": pl.Int64}))
+    # per op description: its events inside steps (self time, occurrences), exact int64 sums
+    if table.height:
+        a_in = pe.attr[in_mask].astype(np.int64)
+        t_sum = _int_bincount(a_in, pe.self_ps[in_mask], table.attrs.height)
+        c_sum = _int_bincount(a_in, pe.count[in_mask], table.attrs.height)
+        present = np.bincount(a_in, minlength=table.attrs.height) > 0
+        ids = np.flatnonzero(present)
+        inside = pl.DataFrame({"attr": pl.Series(ids, dtype=pl.UInt32), "self_ps": t_sum[ids], "count": c_sum[ids]})
+        del a_in
+    else:
+        inside = pl.DataFrame(schema={"attr": pl.UInt32, "self_ps": pl.Int64, "count": pl.Int64})
     cov = Coverage()
     if n:
         y = float(steps["duration_ps"].sum()) / n
