@@ -642,14 +642,18 @@ def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, win
             end[:-1] = starts[1:]
         end[:-1] = np.minimum(end[:-1], starts[1:])  # never past the next step's start
         end = np.maximum(end, starts)
+        nxt_ps = pl.Series("next_ps", starts, dtype=pl.Int64).shift(-1)  # starts are in time order
         return pl.DataFrame({
-            "host": [host] * n, "device": [device] * n, "module": r["module"],
-            "program_id": r["program_id"], "start_ps": starts, "end_ps": end, "run_ps": ends - starts,
-        }, schema=_WIN_SCHEMA)
+            "module": r["module"], "program_id": r["program_id"], "start_ps": starts, "end_ps": end,
+            "run_ps": ends - starts,
+        }).with_columns(pl.lit(host, dtype=pl.Utf8).alias("host"), pl.lit(device, dtype=pl.Utf8).alias("device"),
+                        nxt_ps).select(list(_WIN_SCHEMA) + ["next_ps"]).cast(_WIN_SCHEMA | {"next_ps": pl.Int64})
 
-    out = _per_device(one, list(runs.sort("start_ps").group_by(["host", "device"], maintain_order=True)), pe)
-    frames = [f for f in out if f.height]
-    return _with_next(pl.concat(frames, how="vertical") if frames else pl.DataFrame(schema=_WIN_SCHEMA))
+    # devices in (host, device) order, each in time order: the order _with_next gives, no sort
+    groups = sorted(runs.sort("start_ps").group_by(["host", "device"], maintain_order=True), key=lambda g: g[0])
+    frames = [f for f in _per_device(one, groups, pe) if f.height]
+    return (pl.concat(frames, how="vertical") if frames
+            else pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}))
 
 
 def _busy(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
