@@ -10,10 +10,12 @@ table (the ``host`` column tells them apart). The per-file work is
   (:func:`set_local_workers`, CLI ``--workers N``): a ``ProcessPoolExecutor`` in the
   ``spawn`` context (polars' threads do not survive a ``fork``; ``spawn`` re-imports the
   caller's main module, which a script must guard with ``if __name__ == "__main__":``).
-  They do not pay off on a 2-core machine: sending a worker's op table back (one row per
-  op event, 16 string columns) costs about what reading the file costs. Measured: two
-  hosts of the 3M-event TPU xplane, 4 s in one process against 14 s with two workers; two
-  hosts of a 277 MB trace.json, 7 s against 8.5 s;
+  They do not pay off on a 2-core machine: one process already reads a file's TPU planes
+  on threads (the C decoder and numpy release the GIL), and a spawned worker pays ~0.5 s of
+  start-up and imports before it reads. Measured (analyze, 2026-11-29, with the
+  dictionary-encoded op table, whose 36 bytes per event travel back cheaply): two hosts of
+  the 3M-event TPU xplane, 4.8 s in one process against 5.9 s with two workers. Before the
+  op table was encoded (16 string columns per event) it was 4 s against 14 s;
 * ``scheduler="tcp://host:8786"`` (CLI ``--scheduler ADDRESS``): the workers of an existing
   Dask distributed cluster, through ``distributed.Client(address).get_executor()``
   (``pip install 'traceview[dist]'``). The workers must see the trace files at the same
