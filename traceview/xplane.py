@@ -777,11 +777,19 @@ def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ
     enc_u = np.array([u_of[k] for k in mod_names] + [len(uniq)], dtype=np.int64)[np.where(enc < 0, len(mod_names), enc)]
     # metadata row of each event (an unknown id gets the extra, empty row at the end)
     ids = meta["metadata_id"].to_numpy()
-    order = np.argsort(ids, kind="stable")
-    sorted_ids = ids[order]
-    pos = np.clip(np.searchsorted(sorted_ids, mids), 0, max(len(ids) - 1, 0))
-    known = (sorted_ids[pos] == mids) if len(ids) else np.zeros(len(mids), dtype=bool)
-    row = np.where(known, order[pos] if len(ids) else 0, len(ids))
+    top = int(mids.max()) + 1 if len(mids) else 0
+    if len(ids) and 0 <= int(ids.min()) and top <= 4 * len(ids) + (1 << 16):
+        # metadata ids are small and dense (XProf numbers them from 1): one lookup table
+        lut = np.full(top, len(ids), dtype=np.int64)
+        ok = ids < top
+        lut[ids[ok]] = np.flatnonzero(ok)
+        row = lut[mids]
+    else:
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order]
+        pos = np.clip(np.searchsorted(sorted_ids, mids), 0, max(len(ids) - 1, 0))
+        known = (sorted_ids[pos] == mids) if len(ids) else np.zeros(len(mids), dtype=bool)
+        row = np.where(known, order[pos] if len(ids) else 0, len(ids))
     pids = meta["program_id"].to_list() + [None]
     # rows whose own program names a module do not depend on the enclosing execution
     fixed = np.array([p is not None and p in program_to_module for p in pids], dtype=bool)
