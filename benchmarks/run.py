@@ -278,6 +278,10 @@ def _f(x, fmt="{:.2f}"):
     return "-" if x is None or x != x else fmt.format(x)
 
 
+#: RESULTS.md keeps everything from this line on when the tables above it are rewritten
+HAND_WRITTEN = "<!-- hand-written: kept by benchmarks/run.py -->"
+
+
 def write_results(results: list[dict], path: Path, argv: list[str]) -> None:
     m, v = machine(), versions()
     lines = ["# traceview benchmarks", "",
@@ -346,7 +350,13 @@ def write_results(results: list[dict], path: Path, argv: list[str]) -> None:
             lines.append(f"  - cache: other options over the cached table {r['cache_table']['wall_s'] / r['cache_first']['wall_s'] * 100:.0f}% "
                          f"of the first's wall time, {r['cache_table']['cpu_s'] / r['cache_first']['cpu_s'] * 100:.0f}% of its CPU time")
     lines.append("")
-    path.write_text("\n".join(lines), encoding="utf-8")
+    # a hand-written reading of the figures below the marker survives a re-run
+    kept = ""
+    if path.exists():
+        old = path.read_text(encoding="utf-8")
+        if HAND_WRITTEN in old:
+            kept = old[old.index(HAND_WRITTEN):]
+    path.write_text("\n".join(lines) + (("\n" + kept) if kept else ""), encoding="utf-8")
     (OUT / "results.json").write_text(json.dumps(results, indent=1, default=str), encoding="utf-8")
 
 

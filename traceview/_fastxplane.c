@@ -19,7 +19,16 @@
  *
  * count_events(buf) -> n: the number of XEvents in a serialized XLine.
  *
- * All three release the GIL while they walk the bytes (the buffer is held through the
+ * Reading a memory-mapped XSpace in place (traceview.xplane.map_xspace):
+ *   scan_message(buf, lo, hi) -> the top-level fields of buf[lo:hi] as byte ranges;
+ *   line_layout(buf, target) -> (n_events, timestamp_ns, name range, piece bounds);
+ *   decode_tpu(piece, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, i)
+ *     -> events of a TPU line piece written into caller-owned arrays from index i.
+ * Timelines: self_times_sorted(starts, durs, out) (self time in one stack pass) and
+ * step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) (ops
+ * against step windows in one merge pass); both return False on unordered input.
+ *
+ * The decoders release the GIL while they walk the bytes (the buffer is held through the
  * buffer protocol), so lines can be decoded in parallel threads.
  * Raise ValueError on malformed input (truncated varint, length past the end, bad UTF-8).
  */
@@ -292,42 +301,6 @@ static PyObject *scan_message(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* field_bounds(buf, target) -> [0, b1, ..., len(buf)]: offsets that cut the field sequence
- * buf into pieces of at least target bytes at field boundaries (each piece is itself a valid
- * serialization of a subset of the fields). */
-static PyObject *field_bounds(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    Py_ssize_t target;
-    if (!PyArg_ParseTuple(args, "y*n", &view, &target)) return NULL;
-    const uint8_t *base = (const uint8_t *)view.buf, *p = base, *end = base + view.len, *last = base;
-    PyObject *out = PyList_New(0);
-    const char *err = NULL;
-    if (!out) { PyBuffer_Release(&view); return NULL; }
-    PyObject *z = PyLong_FromSsize_t(0);
-    if (!z || PyList_Append(out, z) < 0) { Py_XDECREF(z); Py_DECREF(out); PyBuffer_Release(&view); return NULL; }
-    Py_DECREF(z);
-    while (p < end) {
-        uint64_t key;
-        if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
-        if (bad_key(key)) { err = "bad field number"; break; }
-        if (!skip_field(&p, end, key)) { err = "bad field value"; break; }
-        if (p - last >= target && p < end) {
-            PyObject *b = PyLong_FromSsize_t((Py_ssize_t)(p - base));
-            if (!b || PyList_Append(out, b) < 0) { Py_XDECREF(b); Py_DECREF(out); PyBuffer_Release(&view); return NULL; }
-            Py_DECREF(b);
-            last = p;
-        }
-    }
-    if (!err) {
-        PyObject *b = PyLong_FromSsize_t(view.len);
-        if (!b || PyList_Append(out, b) < 0) { Py_XDECREF(b); Py_DECREF(out); PyBuffer_Release(&view); return NULL; }
-        Py_DECREF(b);
-    }
-    PyBuffer_Release(&view);
-    if (err) { Py_DECREF(out); PyErr_SetString(PyExc_ValueError, err); return NULL; }
-    return out;
-}
-
 /* decode_tpu(buf, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, index) -> n
  * Decode the XEvents of (a field-aligned piece of) a TPU XLine into caller-owned arrays from
  * position index on: mids (uint32), starts / durs / aligned (int64), flags (uint8).
@@ -593,7 +566,6 @@ static PyMethodDef methods[] = {
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) -> bool"},
     {"line_layout", line_layout, METH_VARARGS,
      "line_layout(buf, target) -> (n_events, timestamp_ns, name_start, name_end, piece bounds)"},
-    {"field_bounds", field_bounds, METH_VARARGS, "field_bounds(buf, target) -> piece boundaries at fields"},
     {"decode_tpu", decode_tpu, METH_VARARGS,
      "decode_tpu(buf, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, index) -> n"},
     {"self_times_sorted", self_times_sorted, METH_VARARGS, "self_times_sorted(starts, durs, out) -> bool"},

@@ -41,8 +41,6 @@ ATTR_SCHEMA: dict[str, pl.DataType] = {"attr": pl.UInt32, **{k: OPS_SCHEMA[k] fo
 #: rows per slice when :meth:`OpTable.collapse` aggregates the events
 _SLICE_ROWS = 1 << 22
 
-#: columns of :meth:`OpTable.collapse` beyond ATTR_SCHEMA and the summed event columns
-COLLAPSE_EXTRA = {"rows": pl.UInt32, "min_ps": pl.Int64, "max_ps": pl.Int64, "first_ps": pl.Int64}
 
 
 class OpTable:
