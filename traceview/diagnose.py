@@ -106,6 +106,13 @@ def time_faults(ops, path: str) -> list[str]:
 
     if ops.height == 0:
         return []
+    # the common case in one pass of min/max: no negative, huge or overflowing time
+    dur, st = ops["duration_ps"], ops["start_ps"]
+    d_min, d_max = dur.min(), dur.max()
+    s_min, s_max = st.min(), st.max()
+    if (d_min is not None and d_min >= 0 and d_max <= MAX_PLAUSIBLE_PS
+            and (s_min is None or (s_min >= 0 and s_max <= (1 << 63) - 1 - d_max))):
+        return []
     d = pl.col("duration_ps")
     s = pl.col("start_ps")
     row = ops.select(

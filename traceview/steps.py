@@ -436,7 +436,7 @@ def dominant_module(ops, module_runs: pl.DataFrame) -> str | None:
     table = as_table(ops)
     if table.height == 0 or module_runs.height == 0:
         return None
-    have = set(module_runs["module"].drop_nulls().to_list()) - {""}
+    have = set(module_runs["module"].drop_nulls().unique().to_list()) - {""}
     t = (table.collapse().filter(pl.col("module").is_in(list(have)))
          .group_by("module").agg(pl.col("self_ps").sum().alias("t"))
          .sort(["t", "module"], descending=[True, False]))
