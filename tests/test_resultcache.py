@@ -111,3 +111,18 @@ def test_prune_keeps_the_newest(tmp_path):
         os.utime(p, (1000 + i, 1000 + i))
     assert resultcache.prune(d, max_entries=2) == 3
     assert sorted(p.name for p in d.iterdir()) == ["3.out", "4.out"]
+
+
+def test_output_is_the_same_in_every_process(shared_traces, tmp_path):
+    """Ties (equal self and total time) are ordered by key, not by polars' hash order, which
+    changes from one process to the next: a stored result must equal a fresh run's bytes."""
+    import subprocess
+    import sys
+
+    outs = []
+    for i in range(3):
+        out = tmp_path / f"o{i}.json"
+        subprocess.run([sys.executable, "-m", "traceview.cli", "analyze", str(shared_traces / "vllm_tpu_qwen"),
+                        "--format", "json", "--no-cache", "-o", str(out)], check=True, capture_output=True)
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] == outs[2]

@@ -76,7 +76,11 @@ def _finish(df: pl.DataFrame, total_self: int, sort: bool = True) -> pl.DataFram
         (pl.col("total_ps") / pl.col("occurrences")).alias("mean_ps"),
         (pl.col("self_ps") / total_self if total_self else pl.lit(0.0)).alias("share"),
     )
-    return df.sort(["self_ps", "total_ps"], descending=True) if sort else df
+    if not sort:
+        return df
+    # ties broken by the key columns, so the same input always gives the same row order
+    keys = [c for c in ("op_name", "shape", "program_id") if c in df.columns]
+    return df.sort(["self_ps", "total_ps", *keys], descending=[True, True] + [False] * len(keys), nulls_last=True)
 
 
 def by_shape(ops) -> pl.DataFrame:
@@ -181,7 +185,7 @@ def module_executions(module_runs: pl.DataFrame) -> pl.DataFrame:
         pl.len().alias("executions"),
         pl.struct("host", "device").n_unique().alias("devices"),
         pl.col("duration_ps").sum().alias("total_ps"),
-    ).sort("total_ps", descending=True))
+    ).sort(["total_ps", "module", "program_id"], descending=[True, False, False], nulls_last=True))
 
 
 def occurrence_checks(ops, module_runs: pl.DataFrame, *, steps: int | None = None,
@@ -235,7 +239,8 @@ def occurrence_checks(ops, module_runs: pl.DataFrame, *, steps: int | None = Non
     else:
         out = out.with_columns(pl.lit(None, dtype=pl.Boolean).alias("has_batch"))
     return out.select(["op_name", "shape", "occurrences", "executions", "per_execution", "per_device_min",
-                       "per_device_max", "steps_ok", "has_batch"]).sort("occurrences", descending=True)
+                       "per_device_max", "steps_ok", "has_batch"]).sort(
+        ["occurrences", "op_name", "shape"], descending=[True, False, False])
 
 
 def shape_dims(signature: str) -> set[int]:

@@ -117,4 +117,4 @@ def kernels(ops) -> pl.DataFrame:
         (pl.col("self_ps") / total if total else pl.lit(0.0)).alias("share"),
         pl.col("shape").fill_null(""), pl.col("source").fill_null(""),
     )
-    return out.select(list(schema)).sort("self_ps", descending=True)
+    return out.select(list(schema)).sort(["self_ps", "kernel", "module"], descending=[True, False, False])

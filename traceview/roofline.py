@@ -201,7 +201,7 @@ def roofline(ops, peaks: Peaks) -> pl.DataFrame:
         .when(pl.col("efficiency") > 1.0)
         .then(pl.lit("faster than the roofline: the peak or the byte count is off"))
         .otherwise(pl.lit("")).alias("warning"))
-    return g.select(list(_ROOF_SCHEMA)).sort("total_ps", descending=True)
+    return g.select(list(_ROOF_SCHEMA)).sort(["total_ps", "op_name", "shape"], descending=[True, False, False])
 
 
 def _weighted_mean(name: str, w: pl.Expr) -> pl.Expr:

@@ -240,4 +240,4 @@ def by_file_and_population(ops, frame: str = "direct") -> pl.DataFrame:
         .otherwise(1.0 / pl.len().over(["op_name", "shape"])).alias("population_share"))
     return out.select(["op_name", "shape", "file", "origin", "occurrences", "self_ps", "share",
                        "population_self_ps", "population_share"]).sort(
-        ["population_self_ps", "op_name", "shape", "self_ps"], descending=[True, False, False, True])
+        ["population_self_ps", "op_name", "shape", "self_ps", "file"], descending=[True, False, False, True, False])
