@@ -13,7 +13,17 @@ def pytest_configure(config):
     import tempfile
 
     if "TRACEVIEW_CACHE_DIR" not in os.environ:
-        os.environ["TRACEVIEW_CACHE_DIR"] = tempfile.mkdtemp(prefix="traceview-test-cache-")
+        config._traceview_cache = tempfile.mkdtemp(prefix="traceview-test-cache-")
+        os.environ["TRACEVIEW_CACHE_DIR"] = config._traceview_cache
+
+
+def pytest_unconfigure(config):
+    """Remove the session's cache folder (it is ours: made in pytest_configure)."""
+    import shutil
+
+    made = getattr(config, "_traceview_cache", None)
+    if made:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 # What ``cpu_profile_dir`` records; tests read it through the ``cpu_profile_spec`` fixture.

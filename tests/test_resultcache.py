@@ -126,3 +126,47 @@ def test_output_is_the_same_in_every_process(shared_traces, tmp_path):
                         "--format", "json", "--no-cache", "-o", str(out)], check=True, capture_output=True)
         outs.append(out.read_bytes())
     assert outs[0] == outs[1] == outs[2]
+
+
+def test_rules_file_content_and_byte_limit_and_damage(cache_dir, trace, tmp_path, monkeypatch):
+    fam = tmp_path / "fam.txt"
+    out = tmp_path / "o.json"
+    fam.write_text("gemms=copy\n")
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(out), "--families", str(fam)]) == 0
+    assert b'"gemms"' in out.read_bytes()
+    fam.write_text("reductions=copy\n")  # same path, new rules: not the stored result
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(out), "--families", str(fam)]) == 0
+    assert b'"reductions"' in out.read_bytes() and b'"gemms"' not in out.read_bytes()
+    monkeypatch.setenv("TRACEVIEW_MAX_BYTES", "1000")  # a limit is checked by reading, never skipped
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(out), "--families", str(fam)]) == 6
+    monkeypatch.delenv("TRACEVIEW_MAX_BYTES")
+    for p in (cache_dir / "results").glob("*.out"):
+        p.write_bytes(p.read_bytes()[:300])  # damaged entries are misses, not served
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(out), "--families", str(fam)]) == 0
+    assert out.read_bytes().endswith(b"}\n") and b'"reductions"' in out.read_bytes()
+
+
+def test_cache_folder_in_a_profile_tree_gets_nothing(trace, tmp_path, monkeypatch):
+    tree = tmp_path / "logs" / "plugins" / "profile" / "tvcache"
+    monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(tree))
+    monkeypatch.setattr(cache, "_disabled_here", False)
+    monkeypatch.setattr(cache, "MIN_FILE_BYTES", 0)
+    for _ in range(2):
+        assert main(["analyze", str(trace), "--format", "csv", "-o", str(tmp_path / "o.csv")]) == 0
+    assert not tree.exists() or not any(tree.rglob("*"))
+
+
+def test_in_place_edit_with_mtime_put_back_is_a_miss(cache_dir, trace, tmp_path):
+    out = tmp_path / "o.json"
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(out)]) == 0
+    st = trace.stat()
+    data = trace.read_bytes()
+    i = data.index(b"jit__psum", len(data) // 4)  # a module name inside the file, not at its edges
+    with open(trace, "r+b") as fh:
+        fh.seek(i)
+        fh.write(b"jit__PSUM")
+    import os
+
+    os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(out)]) == 0
+    assert b"jit__PSUM" in out.read_bytes()

@@ -91,16 +91,34 @@ def cache_root() -> Path | None:
     return base / "traceview"
 
 
+_CODE_ID: str | None = None
+
+
 def _version() -> str:
+    """traceview's version plus a fingerprint of its own code files (name, size, mtime): an
+    edited checkout (editable install) never reuses entries an older build wrote."""
+    global _CODE_ID
     from . import __version__
 
-    return __version__
+    if _CODE_ID is None:
+        h = hashlib.blake2b(digest_size=8)
+        here = Path(__file__).resolve().parent
+        for p in sorted([*here.rglob("*.py"), *here.glob("*.so"), *here.glob("*.pyd")]):
+            try:
+                st = p.stat()
+            except OSError:
+                continue
+            h.update(f"{p.relative_to(here)}:{st.st_size}:{st.st_mtime_ns};".encode())
+        _CODE_ID = h.hexdigest()
+    return f"{__version__}+{_CODE_ID}"
 
 
 def file_identity(path: str | os.PathLike) -> dict:
     """What the cache checks before trusting an entry for ``path``: resolved path, size
-    (bytes), mtime_ns, inode, device, BLAKE2b of the first and last :data:`EDGE_BYTES`,
-    traceview version and :data:`SCHEMA_VERSION`. Raises ``OSError`` when unreadable."""
+    (bytes), mtime_ns, ctime_ns (which no one can set back: an in-place edit whose mtime was
+    restored still changes it), inode, device, BLAKE2b of the first and last
+    :data:`EDGE_BYTES`, traceview version and code fingerprint (:func:`_version`) and
+    :data:`SCHEMA_VERSION`. Raises ``OSError`` when unreadable."""
     resolved = os.path.realpath(path)
     with open(resolved, "rb") as fh:
         st = os.fstat(fh.fileno())
@@ -109,7 +127,8 @@ def file_identity(path: str | os.PathLike) -> dict:
         if st.st_size > EDGE_BYTES:
             fh.seek(max(EDGE_BYTES, st.st_size - EDGE_BYTES))
             h.update(fh.read(EDGE_BYTES))
-    return {"resolved": resolved, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "inode": st.st_ino,
+    return {"resolved": resolved, "size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns,
+            "inode": st.st_ino,
             "device": st.st_dev, "edges_blake2b": h.hexdigest(), "traceview": _version(),
             "schema": SCHEMA_VERSION}
 
@@ -125,6 +144,16 @@ def _inside(child: Path, parent: Path) -> bool:
         return True
     except ValueError:
         return False
+
+
+def in_profile_tree(folder: Path) -> bool:
+    """Whether ``folder`` lies in a ``plugins/profile`` tree (where the profiler writes runs
+    and a stray file would later be taken for a trace): no cache is ever written there."""
+    try:
+        p = Path(folder).resolve()
+    except OSError:
+        return True
+    return any(q.name == "profile" and q.parent.name == "plugins" for q in (p, *p.parents))
 
 
 def _entry_dir(root: Path, slot: str) -> Path:
@@ -188,8 +217,9 @@ def store(td, path: str, kind: str, host: str | None, run: str, identity: dict |
     tmp = None
     try:
         ident = identity or file_identity(path)
-        if _inside(root, Path(ident["resolved"]).parent) or _inside(root, Path(path).parent):
-            return None  # never write under the input path
+        if (_inside(root, Path(ident["resolved"]).parent) or _inside(root, Path(path).parent)
+                or in_profile_tree(root)):
+            return None  # never write under the input path, nor in any plugins/profile tree
         entry = _entry_dir(root, _slot(path, kind, host, run, ident["resolved"]))
         meta = {"identity": ident, "args": [path, kind, host, run], "written": time.time(),
                 "trace": {"path": td.path, "host": td.host, "format": td.format,

@@ -308,7 +308,8 @@ def cmd_analyze(args) -> int:
             if hit is not None and (out is None or not _out_inside_inputs(out, SimpleNamespace(discovery=disc))):
                 if out is not None:
                     out.write_bytes(hit)
-                    print(f"wrote {out} (unchanged input: the stored result)", file=sys.stderr)
+                    if args.format != "table":  # as a computed run reports it
+                        print(f"wrote {out}", file=sys.stderr)
                 else:
                     sys.stdout.buffer.write(hit) if hasattr(sys.stdout, "buffer") else sys.stdout.write(hit.decode())
                 return EXIT_OK

@@ -54,6 +54,11 @@ def xspace_fault(data: bytes) -> str | None:
         if key is None:
             return f"the file ends inside a field key at byte {at} of {n}: truncated"
         field, wt = key >> 3, key & 7
+        if field == 0:  # protobuf has no field 0 (a zero-filled file stops here, not after 1e9 steps)
+            return (f"invalid protobuf field number 0 at byte {at} (zero bytes?): not an XSpace, or corrupt"
+                    if data[at:at + 64].count(0) < 64 else
+                    f"the file holds zero bytes from byte {at} on (a preallocated or unwritten file?): "
+                    "not an XSpace, or corrupt")
         what = _XSPACE_FIELDS.get(field, f"field {field}")
         if wt == 2:
             length, i = _varint(data, i)

@@ -12,10 +12,14 @@ CSV, Parquet or table file, or what went to standard output) under a key made of
   :func:`traceview.cache.file_identity`), the reasons and the warnings (so a run that
   became stale, or a new run folder, is a miss).
 
+* the bytes of files named by options (``--families``) and traceview's code fingerprint.
+
 A hit writes the stored bytes and returns; it needs neither polars nor numpy. Entries live
-in ``<cache root>/results/`` beside the table cache (never in a profile folder) and are
-pruned with it; ``--no-cache`` / ``TRACEVIEW_NO_CACHE=1`` turn both off. Nothing here
-raises: a damaged or unwritable entry is a miss.
+in ``<cache root>/results/`` beside the table cache, each headed by a BLAKE2b digest of its
+bytes; never in a folder being read or a ``plugins/profile`` tree. ``--no-cache`` /
+``TRACEVIEW_NO_CACHE=1`` turn both caches off, and a byte limit (``--max-bytes`` /
+``TRACEVIEW_MAX_BYTES``) skips them. Nothing here raises: a damaged or unwritable entry is
+a miss.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ import os
 import tempfile
 import time
 from pathlib import Path
+
+#: options whose value is a file read by the command (its bytes go into the key)
+_FILE_OPTIONS = ("families",)
 
 #: options of ``analyze`` that only say where or how verbosely to write, not what
 _NOT_IN_KEY = frozenset({"output", "no_cache", "workers", "scheduler", "progress", "func", "command"})
@@ -43,12 +50,11 @@ def key(command: str, options: dict, discovery) -> str | None:
     ``discovery`` (:class:`traceview.discover.Discovery`); None (nothing is cached) when the
     cache is off, a chosen file cannot be identified, or the cache folder lies inside a
     folder being read."""
-    from . import __version__
-    from .cache import SCHEMA_VERSION, _inside, file_identity
+    from .cache import SCHEMA_VERSION, _inside, _version, file_identity, in_profile_tree
 
     d = _dir()
-    if d is None:
-        return None
+    if d is None or in_profile_tree(d) or os.environ.get("TRACEVIEW_MAX_BYTES", "").strip():
+        return None  # a byte limit is always checked by reading (as for the table cache)
     try:
         files = [file_identity(tf.path) for tf in discovery.files]
     except OSError:
@@ -58,7 +64,17 @@ def key(command: str, options: dict, discovery) -> str | None:
            for f, tf in zip(files, discovery.files)) or _inside(d, Path(discovery.root)):
         return None
     opts = {k: v for k, v in sorted(options.items()) if k not in _NOT_IN_KEY}
-    blob = json.dumps({"v": [__version__, SCHEMA_VERSION], "command": command, "options": opts, "files": files,
+    # options naming a file (family rules) count by content, not by name
+    contents = {}
+    for name in _FILE_OPTIONS:
+        value = opts.get(name)
+        if value:
+            try:
+                contents[name] = hashlib.blake2b(Path(value).read_bytes(), digest_size=16).hexdigest()
+            except OSError:
+                return None  # the command will report the unreadable file
+    blob = json.dumps({"v": [_version(), SCHEMA_VERSION], "command": command, "options": opts,
+                       "contents": contents, "files": files,
                        "reasons": list(discovery.reasons), "warnings": list(discovery.warnings)},
                       sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -71,7 +87,10 @@ def get(k: str | None) -> bytes | None:
         return None
     try:
         p = d / f"{k}.out"
-        data = p.read_bytes()
+        blob = p.read_bytes()
+        digest, data = blob[:_DIGEST], blob[_DIGEST:]
+        if len(digest) < _DIGEST or hashlib.blake2b(data, digest_size=_DIGEST).digest() != digest:
+            return None  # damaged or foreign: a miss (the run rewrites it)
         os.utime(p)  # recently used: kept by prune
         return data
     except OSError:
@@ -88,6 +107,7 @@ def put(k: str | None, data: bytes) -> None:
         d.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
         with os.fdopen(fd, "wb") as fh:
+            fh.write(hashlib.blake2b(data, digest_size=_DIGEST).digest())
             fh.write(data)
         os.replace(tmp, d / f"{k}.out")
         tmp = None
@@ -101,6 +121,9 @@ def put(k: str | None, data: bytes) -> None:
             except OSError:
                 pass
 
+
+#: bytes of the BLAKE2b digest that heads every stored output (checked on read)
+_DIGEST = 16
 
 #: at most this many stored outputs (least recently used go first)
 MAX_ENTRIES = 200
