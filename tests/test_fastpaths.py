@@ -144,3 +144,59 @@ def test_optable_round_trip_and_concat(shared_traces):
     col = both.collapse()
     assert int(col["count"].sum()) == int(wide["count"].sum()) * 2
     assert int(col["rows"].sum()) == 2 * wide.height
+
+
+def test_a_file_truncated_under_the_reader_is_an_error_not_a_crash(tmp_path, shared_traces):
+    """The readers walk a memory-mapped file; if another program shrinks it meanwhile, the
+    pages past the new end raise SIGBUS. The C walks run under a guard that turns that into
+    ValueError. Run in a child process: a regression would kill it, not the test session."""
+    import subprocess
+    import sys
+
+    src = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
+    copy = tmp_path / "t.xplane.pb"
+    copy.write_bytes(src.read_bytes() * 40)  # big enough to span many pages
+    child = r"""
+import mmap, os, sys
+from traceview import _fastxplane as f
+from traceview import xplane
+p = sys.argv[1]
+fh = open(p, "rb")
+mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+view = memoryview(mm)
+os.truncate(p, 0)
+for call in (lambda: f.count_events(view), lambda: f.line_header(view), lambda: f.scan_message(mm, 0, len(mm)),
+             lambda: f.copy_bytes(mm, 0, len(mm)), lambda: f.line_layout(view, 1 << 20), lambda: f.decode_line(view)):
+    try:
+        call()
+        print("no error")
+    except ValueError as exc:
+        print("ValueError:", exc)
+"""
+    r = subprocess.run([sys.executable, "-c", child, str(copy)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 6 and all("changed while it was read" in ln for ln in lines), lines
+
+    # end to end: the file shrinks after it was mapped, while a line is decoded
+    copy.write_bytes(src.read_bytes())
+    child2 = r"""
+import os, sys
+from traceview import xplane
+from traceview.errors import TraceviewError
+p = sys.argv[1]
+orig = xplane.decode_tpu_line
+def shrink_then_decode(*a, **k):
+    os.truncate(p, 4096)
+    return orig(*a, **k)
+xplane.decode_tpu_line = shrink_then_decode
+xplane.PLANE_THREADS = 1
+try:
+    xplane.read_xplane(p)
+    print("read")
+except TraceviewError as exc:
+    print("error:", exc)
+"""
+    r = subprocess.run([sys.executable, "-c", child2, str(copy)], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
+    assert r.stdout.startswith("error:") and "changed while it was read" in r.stdout, r.stdout

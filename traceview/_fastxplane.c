@@ -36,6 +36,40 @@
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <signal.h>
+#include <setjmp.h>
+
+/* ---- reading a file that another program truncates -----------------------------------
+ * The readers walk memory-mapped files; if the file shrinks meanwhile, touching a page past
+ * its new end raises SIGBUS, which would kill the process (a notebook kernel included).
+ * Every walk over caller memory runs under TV_GUARD: a SIGBUS in the guarded thread jumps
+ * back and the call fails with ValueError(TV_CHANGED). A SIGBUS anywhere else is handed to
+ * the handler that was installed before ours (or the default action). */
+#define TV_CHANGED "the file changed while it was read (truncated or rewritten by another program)"
+static __thread sigjmp_buf *volatile tv_guard = NULL;  /* volatile: the stores around a guarded memcpy must not be optimized away */
+static struct sigaction tv_prev_bus;
+
+static void tv_on_sigbus(int sig, siginfo_t *info, void *uctx) {
+    (void)sig; (void)info; (void)uctx;
+    if (tv_guard) siglongjmp(*tv_guard, 1);
+    sigaction(SIGBUS, &tv_prev_bus, NULL);  /* not ours: the faulting access re-runs into it */
+}
+
+static void tv_install_guard(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = tv_on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &tv_prev_bus);
+}
+
+#define TV_GUARD(err, ...) do { \
+        sigjmp_buf tv_jb_; \
+        sigjmp_buf *volatile tv_prev_ = tv_guard; \
+        if (sigsetjmp(tv_jb_, 1)) { tv_guard = tv_prev_; (err) = TV_CHANGED; } \
+        else { tv_guard = &tv_jb_; __VA_ARGS__; tv_guard = tv_prev_; } \
+    } while (0)
 
 static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
     const uint8_t *q = *p;
@@ -187,8 +221,9 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
     Py_ssize_t n = 0;
     int64_t ts = 0;
     const char *err;
+    err = NULL;
     Py_BEGIN_ALLOW_THREADS
-    err = scan_line(p, end, &n, &ts);
+    TV_GUARD(err, err = scan_line(p, end, &n, &ts));
     Py_END_ALLOW_THREADS
     if (err) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, err); return NULL; }
     PyObject *b[7] = {NULL};
@@ -201,7 +236,7 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
                     (int64_t *)PyBytes_AS_STRING(b[5]), (int64_t *)PyBytes_AS_STRING(b[6]),
                     (uint8_t *)PyBytes_AS_STRING(b[4])};
     Py_BEGIN_ALLOW_THREADS
-    err = fill_line(p, end, &o, want, want2);
+    TV_GUARD(err, err = fill_line(p, end, &o, want, want2));
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (err) {
@@ -220,7 +255,9 @@ static PyObject *line_header(PyObject *self, PyObject *args) {
     const uint8_t *name = NULL, *dname = NULL;
     Py_ssize_t name_len = 0, dname_len = 0;
     const char *err = NULL;
+    char *names = NULL;  /* both names copied out of the (possibly mapped) buffer */
     Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err,
     while (p < end) {
         uint64_t key, v;
         if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
@@ -239,11 +276,20 @@ static PyObject *line_header(PyObject *self, PyObject *args) {
             p += v;
         } else if (!skip_field(&p, end, key)) { err = "bad line field"; break; }
     }
+    if (!err) {
+        names = (char *)PyMem_RawMalloc((size_t)(name_len + dname_len + 1));
+        if (!names) err = "out of memory";
+        else {
+            if (name_len) memcpy(names, name, (size_t)name_len);
+            if (dname_len) memcpy(names + name_len, dname, (size_t)dname_len);
+        }
+    });
     Py_END_ALLOW_THREADS
-    if (err) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, err); return NULL; }
-    PyObject *n1 = PyUnicode_DecodeUTF8(name ? (const char *)name : "", name_len, "strict");
-    PyObject *n2 = n1 ? PyUnicode_DecodeUTF8(dname ? (const char *)dname : "", dname_len, "strict") : NULL;
     PyBuffer_Release(&view);
+    if (err) { PyMem_RawFree(names); PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    PyObject *n1 = PyUnicode_DecodeUTF8(names, name_len, "strict");
+    PyObject *n2 = n1 ? PyUnicode_DecodeUTF8(names + name_len, dname_len, "strict") : NULL;
+    PyMem_RawFree(names);
     if (!n1 || !n2) { Py_XDECREF(n1); return NULL; }
     return Py_BuildValue("(LLNNLL)", (long long)id, (long long)display_id, n1, n2, (long long)ts, (long long)dur);
 }
@@ -253,9 +299,9 @@ static PyObject *count_events(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
     Py_ssize_t n = 0;
     int64_t ts = 0;
-    const char *err;
+    const char *err = NULL;
     Py_BEGIN_ALLOW_THREADS
-    err = scan_line((const uint8_t *)view.buf, (const uint8_t *)view.buf + view.len, &n, &ts);
+    TV_GUARD(err, err = scan_line((const uint8_t *)view.buf, (const uint8_t *)view.buf + view.len, &n, &ts));
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (err) { PyErr_SetString(PyExc_ValueError, err); return NULL; }
@@ -274,9 +320,12 @@ static PyObject *scan_message(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*nn", &view, &lo, &hi)) return NULL;
     if (lo < 0 || hi > view.len || lo > hi) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, "range outside the buffer"); return NULL; }
     const uint8_t *base = (const uint8_t *)view.buf, *p = base + lo, *end = base + hi;
-    PyObject *out = PyList_New(0);
-    if (!out) { PyBuffer_Release(&view); return NULL; }
     const char *err = NULL;
+    /* fields as (field, wire type, tag start, value start, value end), gathered under the guard */
+    Py_ssize_t n = 0, cap = 64;
+    int64_t *f = (int64_t *)PyMem_RawMalloc(sizeof(int64_t) * 5 * (size_t)cap);
+    if (!f) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
+    TV_GUARD(err,
     while (p < end) {
         const uint8_t *tag = p;
         uint64_t key;
@@ -291,11 +340,42 @@ static PyObject *scan_message(PyObject *self, PyObject *args) {
             p += len;
         } else if (wt == 4) { err = "unexpected end-group tag"; break; }
         else if (!skip_field(&p, end, key)) { err = "bad field value"; break; }
-        PyObject *t = Py_BuildValue("(iinnn)", (int)(key >> 3), wt, (Py_ssize_t)(tag - base),
-                                    (Py_ssize_t)(vs - base), (Py_ssize_t)(p - base));
-        if (!t || PyList_Append(out, t) < 0) { Py_XDECREF(t); Py_DECREF(out); PyBuffer_Release(&view); return NULL; }
-        Py_DECREF(t);
+        if (n == cap) {
+            int64_t *g = (int64_t *)PyMem_RawRealloc(f, sizeof(int64_t) * 5 * (size_t)(cap * 2));
+            if (!g) { err = "out of memory"; break; }
+            f = g; cap *= 2;
+        }
+        int64_t *r = f + 5 * n++;
+        r[0] = (int64_t)(key >> 3); r[1] = wt; r[2] = tag - base; r[3] = vs - base; r[4] = p - base;
+    });
+    PyBuffer_Release(&view);
+    if (err) { PyMem_RawFree(f); PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        int64_t *r = f + 5 * i;
+        PyObject *t = Py_BuildValue("(iinnn)", (int)r[0], (int)r[1], (Py_ssize_t)r[2], (Py_ssize_t)r[3], (Py_ssize_t)r[4]);
+        if (!t) { Py_CLEAR(out); break; }
+        PyList_SET_ITEM(out, i, t);
     }
+    PyMem_RawFree(f);
+    return out;
+}
+
+/* copy_bytes(buf, lo, hi) -> bytes: buf[lo:hi] copied under the truncation guard (a plain
+ * slice of a mapped file would die of SIGBUS if the file shrank). */
+static PyObject *copy_bytes(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "y*nn", &view, &lo, &hi)) return NULL;
+    if (lo < 0 || hi > view.len || lo > hi) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, "range outside the buffer"); return NULL; }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, hi - lo);
+    if (!out) { PyBuffer_Release(&view); return NULL; }
+    const char *err = NULL;
+    char *dst = PyBytes_AS_STRING(out);
+    const char *src = (const char *)view.buf + lo;
+    Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err, memcpy(dst, src, (size_t)(hi - lo)));
+    Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (err) { Py_DECREF(out); PyErr_SetString(PyExc_ValueError, err); return NULL; }
     return out;
@@ -327,6 +407,7 @@ static PyObject *decode_tpu(PyObject *self, PyObject *args) {
     const char *err = NULL;
     Py_ssize_t i = index, n0 = index;
     Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err,
     while (p < end) {
         uint64_t key;
         if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
@@ -370,7 +451,7 @@ static PyObject *decode_tpu(PyObject *self, PyObject *args) {
             i++;
             p = qe;
         } else if (!skip_field(&p, end, key)) { err = "bad line field"; break; }
-    }
+    });
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view); PyBuffer_Release(&bm); PyBuffer_Release(&bs); PyBuffer_Release(&bd);
     PyBuffer_Release(&ba); PyBuffer_Release(&bf);
@@ -455,6 +536,7 @@ static PyObject *line_layout(PyObject *self, PyObject *args) {
     if (!bounds) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
     bounds[0] = 0;
     Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err,
     while (p < end) {
         uint64_t key, v;
         if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
@@ -479,7 +561,7 @@ static PyObject *line_layout(PyObject *self, PyObject *args) {
             bounds[nb++] = p - base;
             last = p;
         }
-    }
+    });
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view);
     if (err) { PyMem_RawFree(bounds); PyErr_SetString(PyExc_ValueError, err); return NULL; }
@@ -564,6 +646,7 @@ static PyMethodDef methods[] = {
      "scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]"},
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) -> bool"},
+    {"copy_bytes", copy_bytes, METH_VARARGS, "copy_bytes(buf, lo, hi) -> bytes (guarded against a shrinking file)"},
     {"line_layout", line_layout, METH_VARARGS,
      "line_layout(buf, target) -> (n_events, timestamp_ns, name_start, name_end, piece bounds)"},
     {"decode_tpu", decode_tpu, METH_VARARGS,
@@ -580,4 +663,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastxplane",
     "Fast XLine event decoder for traceview (optional accelerator).", -1, methods};
 
-PyMODINIT_FUNC PyInit__fastxplane(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__fastxplane(void) {
+    tv_install_guard();
+    return PyModule_Create(&module);
+}

@@ -294,11 +294,11 @@ def map_xspace(path: Path):
                     if f2 == 3 and w2 == 2:
                         lines.append(MappedLine(mm, a2, b2))
                     else:
-                        rest += mm[t2:b2]
+                        rest += _fast.copy_bytes(mm, t2, b2)  # guarded: the file may shrink meanwhile
                 plane_lines.append(lines)
                 skeleton += b"\x0a" + _varint_bytes(len(rest)) + rest
             else:
-                skeleton += mm[tag:ve]
+                skeleton += _fast.copy_bytes(mm, tag, ve)
         msg = XSpaceLazy()
         msg.ParseFromString(bytes(skeleton))
     except (ValueError, DecodeError, RecursionError):
@@ -474,6 +474,15 @@ class LineEvents:
 LineHeader = namedtuple("LineHeader", "id display_id name display_name timestamp_ns duration_ps")
 
 
+def _line_fault(exc: Exception, name: str | None = None) -> str:
+    """The one-line fault for a line the decoder refused: the C guard's "the file changed
+    while it was read" as it is, anything else as a malformed XLine."""
+    text = str(exc)
+    if "changed while it was read" in text:
+        return text
+    return f"malformed XLine {name!r} ({text})" if name is not None else f"malformed XLine ({text})"
+
+
 def line_header(raw: bytes, path: str) -> LineHeader:
     """The header fields of one serialized XLine, its events skipped (C accelerator when
     built, else protobuf). Raises :class:`TraceUnreadable` on malformed bytes."""
@@ -481,11 +490,11 @@ def line_header(raw: bytes, path: str) -> LineHeader:
         try:
             return LineHeader(*_fast.line_header(raw))
         except ValueError as exc:  # UnicodeDecodeError included
-            raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
+            raise TraceUnreadable(_line_fault(exc), path) from None
     try:
         h = XLineHeader.FromString(raw)
     except (DecodeError, RecursionError, ValueError) as exc:
-        raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
+        raise TraceUnreadable(_line_fault(exc), path) from None
     return LineHeader(h.id, h.display_id, h.name, h.display_name, h.timestamp_ns, h.duration_ps)
 
 
@@ -495,11 +504,11 @@ def count_events(raw: bytes, path: str) -> int:
         try:
             return _fast.count_events(raw)
         except ValueError as exc:
-            raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
+            raise TraceUnreadable(_line_fault(exc), path) from None
     try:  # the events are not looked into, as the C decoder does not
         return len(XLineEventsRaw.FromString(raw).events)
     except (DecodeError, RecursionError, ValueError) as exc:
-        raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
+        raise TraceUnreadable(_line_fault(exc), path) from None
 
 
 def decode_line(raw: bytes, path: str, stat_id: int = -1, stat_id2: int = -1) -> LineEvents:
@@ -515,7 +524,7 @@ def decode_line(raw: bytes, path: str, stat_id: int = -1, stat_id2: int = -1) ->
         try:
             ts, n, mids, offs, durs, occs, flags, svals, svals2 = _fast.decode_line(raw, stat_id, stat_id2)
         except ValueError as exc:
-            raise TraceUnreadable(f"malformed XLine {le.name!r} ({exc})", path) from None
+            raise TraceUnreadable(_line_fault(exc, le.name), path) from None
         le.mids = np.frombuffer(mids, dtype=np.int64)
         offsets = np.frombuffer(offs, dtype=np.int64)
         le.durations = np.frombuffer(durs, dtype=np.int64)
@@ -527,7 +536,7 @@ def decode_line(raw: bytes, path: str, stat_id: int = -1, stat_id2: int = -1) ->
         try:
             evs = XLineEventsLoose.FromString(raw).events
         except (DecodeError, RecursionError, ValueError) as exc:
-            raise TraceUnreadable(f"malformed XLine {le.name!r} ({exc})", path) from None
+            raise TraceUnreadable(_line_fault(exc, le.name), path) from None
         n = len(evs)
         le.mids = np.fromiter((e.metadata_id for e in evs), dtype=np.int64, count=n)
         offsets = np.fromiter((e.offset_ps for e in evs), dtype=np.int64, count=n)
@@ -547,7 +556,7 @@ def decode_line(raw: bytes, path: str, stat_id: int = -1, stat_id2: int = -1) ->
                             if sid == stat_id2:
                                 le.stat_values2[i] = v
             except ValueError as exc:
-                raise TraceUnreadable(f"malformed XLine {le.name!r} ({exc})", path) from None
+                raise TraceUnreadable(_line_fault(exc, le.name), path) from None
     le.starts = offsets + _line_base_ps(le.header.timestamp_ns)
     return le
 
@@ -619,11 +628,22 @@ def _skip_value(raw: bytes, i: int, key: int, depth: int) -> int:
     raise ValueError("bad stat")
 
 
-def _full_line(raw: bytes, path: str):
+def _copy(raw, path: str) -> bytes:
+    """The bytes of a mapped XLine, copied under the C truncation guard (a plain ``bytes()``
+    of a mapping whose file shrank would die of SIGBUS)."""
+    try:
+        return _fast.copy_bytes(raw, 0, len(raw))
+    except ValueError as exc:
+        raise TraceUnreadable(f"cannot read the XLine ({exc})", path) from None
+
+
+def _full_line(raw, path: str):
+    if not isinstance(raw, bytes):
+        raw = _copy(raw, path)
     try:
         return XLine.FromString(raw)
     except (DecodeError, RecursionError, ValueError) as exc:
-        raise TraceUnreadable(f"malformed XLine ({exc})", path) from None
+        raise TraceUnreadable(_line_fault(exc), path) from None
 
 
 class TpuLine:
@@ -681,7 +701,7 @@ def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLin
                 if mapped is not None:
                     mapped.release(a, b)
         except ValueError as exc:  # UnicodeDecodeError included
-            raise TraceUnreadable(f"malformed XLine {out.name!r} ({exc})", path) from None
+            raise TraceUnreadable(_line_fault(exc, out.name), path) from None
         if mapped is not None:
             mapped.release()
         if not (flags & 6).any():
@@ -689,7 +709,7 @@ def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLin
             out.device_clock = (flags & 1).astype(bool)
             out.occurrences = None
             return out
-    le = decode_line(raw if isinstance(raw, bytes) else bytes(raw), path, off_id, dur_id)
+    le = decode_line(raw if isinstance(raw, bytes) else _copy(raw, path), path, off_id, dur_id)
     both = (le.stat_values >= 0) & (le.stat_values2 >= 0)
     out.name = le.name
     out.mids = le.mids
