@@ -260,7 +260,7 @@ def versions() -> dict:
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    for pkg in ("traceview", "xprof", "polars", "protobuf", "numpy", "orjson"):
+    for pkg in ("traceview", "xprof", "polars", "protobuf", "numpy", "orjson", "msgspec", "isal"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
