@@ -17,12 +17,6 @@ from pathlib import Path
 from . import __version__
 from .errors import EXIT_OK, EXIT_USAGE, TraceviewError, UsageError
 
-if "polars" not in sys.modules:
-    # polars allocates through jemalloc, which by default keeps freed pages for 10 s: on a
-    # 20M-event trace that held ~250 MB of dead temporaries while the next stage allocated.
-    # The command returns them at once (read by jemalloc when polars loads; the library
-    # itself never changes the allocator).
-    os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
 
 
 def _positive_int(text: str) -> int:
@@ -409,15 +403,24 @@ BIG_INPUT_BYTES = 256 << 20
 
 
 def _tune_allocator(input_bytes: int) -> None:
-    """For inputs of :data:`BIG_INPUT_BYTES` and more, on glibc, serve allocations of 1 MiB
-    and more from ``mmap`` so that freed arrays go back to the OS at once. glibc's dynamic
-    threshold otherwise moves up to 32 MiB after the first large free, later per-device
-    arrays land on its heap, and on a 20M-event trace the heap kept ~0.5 GB of freed arrays
-    (measured peak 1.54 GB after reading, 1.15 GB with this). Fresh mappings cost page
-    faults (system time: +0.4 s on the 3M-event file, for no memory that matters there), so
-    smaller inputs keep glibc's default. A no-op elsewhere; the library itself never
+    """For inputs of :data:`BIG_INPUT_BYTES` and more, trade allocation speed for memory:
+
+    * polars allocates through jemalloc, which keeps freed pages for 10 s: on a 20M-event
+      trace that held ~250 MB of dead temporaries while the next stage allocated. Asked to
+      purge at once (``_RJEM_MALLOC_CONF``, read when polars loads: this runs before);
+    * on glibc, allocations of 1 MiB and more are served from ``mmap``, so that freed arrays
+      go back to the OS at once. glibc's dynamic threshold otherwise moves up to 32 MiB after
+      the first large free, later per-device arrays land on its heap, and on a 20M-event
+      trace the heap kept ~0.5 GB of freed arrays (peak 1.54 GB after reading, 1.15 with).
+
+    Both cost page faults: on the 3M-event file 1.4 s instead of 1.15 s, for no memory that
+    matters there, so smaller inputs keep the allocators' defaults. The library itself never
     changes the allocator."""
-    if not sys.platform.startswith("linux") or input_bytes < BIG_INPUT_BYTES:
+    if input_bytes < BIG_INPUT_BYTES:
+        return
+    if "polars" not in sys.modules:
+        os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+    if not sys.platform.startswith("linux"):
         return
     try:
         import ctypes
