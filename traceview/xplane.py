@@ -734,12 +734,10 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path) 
     device_clock: dict[str, np.ndarray] = {le.name: le.device_clock for le in lines}
     by_name = {le.name: le for le in lines}
     mod_line = by_name.get("XLA Modules")
-    mod_names: list[tuple[str, int | None]] = []
+    mods = _ModuleNames.empty()
     mod_intervals = None
     if mod_line is not None and len(mod_line):
-        md_names = {k: v.name for k, v in plane.event_metadata.items()}
-        name_of = {mid: split_module_name(md_names.get(mid, "")) for mid in np.unique(mod_line.mids).tolist()}
-        mod_names = [name_of[m] for m in mod_line.mids.tolist()]
+        mods = _ModuleNames(plane, mod_line.mids)
         mod_starts = mod_line.starts
         op_l = by_name.get("XLA Ops")
         if not device_clock["XLA Modules"].all() and op_l is not None and device_clock["XLA Ops"].any():
@@ -755,10 +753,15 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path) 
             pos = np.clip(np.searchsorted(a_sorted, a_mod, side="left"), 0, len(a_sorted) - 1)
             shift = np.where(device_clock["XLA Modules"], 0, d_sorted[pos])
             mod_starts = np.where(device_clock["XLA Modules"], mod_line.starts, a_mod + shift)
-        runs.append(frame({
-            "host": [host] * len(mod_names), "device": [plane.name] * len(mod_names),
-            "module": [m for m, _ in mod_names], "program_id": [p for _, p in mod_names],
-            "start_ps": mod_starts, "duration_ps": mod_line.durations}, MODULE_RUNS_SCHEMA))
+        names = pl.Series("module", [m for m, _ in mods.uniq], dtype=pl.Utf8)
+        pids = pl.Series("program_id", [p_ for _, p_ in mods.uniq], dtype=pl.UInt64)
+        u = pl.Series("u", mods.exec_u, dtype=pl.UInt32)
+        runs.append(pl.DataFrame({"module": names.gather(u), "program_id": pids.gather(u),
+                                  "start_ps": pl.Series(mod_starts, dtype=pl.Int64),
+                                  "duration_ps": pl.Series(mod_line.durations, dtype=pl.Int64)})
+                    .with_columns(pl.lit(host, dtype=pl.Utf8).alias("host"),
+                                  pl.lit(plane.name, dtype=pl.Utf8).alias("device"))
+                    .select(list(MODULE_RUNS_SCHEMA)))
         # ops are matched to the module execution enclosing them on the host-aligned clock,
         # which both lines share
         mod_intervals = (aligned["XLA Modules"], aligned["XLA Modules"] + mod_line.durations)
@@ -773,28 +776,58 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path) 
         enc = enclosing(a_st, a_st + durs, *mod_intervals)
     else:
         enc = np.full(len(starts), -1, dtype=np.int64)
-    cols.append(_tpu_op_table(meta, op_line.mids, starts, durs, selfs, occ, enc, mod_names,
+    cols.append(_tpu_op_table(meta, op_line.mids, starts, durs, selfs, occ, enc, mods,
                               {"host": host, "run": run, "file": path, "device": plane.name, "line": "XLA Ops",
                                "kernel": ""}))
     return n
 
 
+class _ModuleNames:
+    """The ``XLA Modules`` executions of one TPU plane, named: ``uniq`` the distinct
+    (module, program_id) pairs in order of first execution, ``exec_u`` (int64) each
+    execution's index into ``uniq``, ``program_to_module`` program_id -> module (the latest
+    execution's name). Built per distinct metadata id, never per execution in Python."""
+
+    def __init__(self, plane=None, exec_mids: np.ndarray | None = None):
+        self.uniq: list[tuple[str, int | None]] = []
+        self.exec_u = np.zeros(0, dtype=np.int64)
+        self.program_to_module: dict = {}
+        if plane is None or exec_mids is None or len(exec_mids) == 0:
+            return
+        umids, first, inv = np.unique(exec_mids, return_index=True, return_inverse=True)
+        last = len(exec_mids) - 1 - np.unique(exec_mids[::-1], return_index=True)[1]
+        md = plane.event_metadata
+        names = [split_module_name(md[m].name if m in md else "") for m in umids.tolist()]
+        u_of: dict = {}
+        for j in np.argsort(first, kind="stable").tolist():  # first-execution order
+            u_of.setdefault(names[j], len(u_of))
+        self.uniq = list(u_of)
+        self.exec_u = np.array([u_of[nm] for nm in names], dtype=np.int64)[inv.reshape(-1)]
+        for j in np.argsort(last, kind="stable").tolist():  # the latest execution wins
+            m, p = names[j]
+            if p is not None:
+                self.program_to_module[p] = m
+
+    @classmethod
+    def empty(cls) -> "_ModuleNames":
+        return cls()
+
+
 def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ, enc: np.ndarray,
-                  mod_names: list, constants: dict):
+                  mods: _ModuleNames, constants: dict):
     """The :class:`~traceview.optable.OpTable` of one TPU ``XLA Ops`` line.
 
     An event's description is its XEventMetadata row plus its module: the op's own
     ``program_id`` names the module (through the ``XLA Modules`` names); an op without one,
     or whose program has no execution on the line, takes the enclosing execution's module and
-    program (``enc``: index into ``mod_names``, -1 for none). Events are grouped into
+    program (``enc``: index into the executions of ``mods``, -1 for none). Events are grouped into
     descriptions with integer keys (metadata row x module), never through strings."""
     from .optable import ATTR_COLUMNS, OpTable
 
-    program_to_module = {p: m for m, p in mod_names if p is not None}
+    program_to_module = mods.program_to_module
     # distinct (module, program) of the enclosing executions; index U = "none"
-    uniq = list(dict.fromkeys(mod_names))
-    u_of = {k: i for i, k in enumerate(uniq)}
-    enc_u = np.array([u_of[k] for k in mod_names] + [len(uniq)], dtype=np.int64)[np.where(enc < 0, len(mod_names), enc)]
+    uniq = mods.uniq
+    enc_u = np.append(mods.exec_u, len(uniq))[np.where(enc < 0, len(mods.exec_u), enc)]
     # metadata row of each event (an unknown id gets the extra, empty row at the end)
     ids = meta["metadata_id"].to_numpy()
     top = int(mids.max()) + 1 if len(mids) else 0
