@@ -95,3 +95,17 @@ def cpu_profile_dir(tmp_path_factory) -> Path:
     if len(found) != 1:
         pytest.fail(f"jax.profiler.trace wrote {len(found)} xplane files under {logdir}, expected 1")
     return logdir
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    """A fresh, empty cache folder for this test (both caches on, small files cached too)."""
+    from traceview import cache
+
+    d = tmp_path / "cache"
+    monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(d))
+    monkeypatch.delenv("TRACEVIEW_NO_CACHE", raising=False)
+    monkeypatch.delenv("TRACEVIEW_MAX_BYTES", raising=False)
+    monkeypatch.setattr(cache, "MIN_FILE_BYTES", 0)  # cache the small shared traces too
+    monkeypatch.setattr(cache, "_disabled_here", False)
+    return d

@@ -15,17 +15,6 @@ from polars.testing import assert_frame_equal
 from traceview import cache, load, read_file
 
 
-@pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    d = tmp_path / "cache"
-    monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(d))
-    monkeypatch.delenv("TRACEVIEW_NO_CACHE", raising=False)
-    monkeypatch.delenv("TRACEVIEW_MAX_BYTES", raising=False)
-    monkeypatch.setattr(cache, "MIN_FILE_BYTES", 0)  # cache the small shared traces too
-    monkeypatch.setattr(cache, "_disabled_here", False)
-    return d
-
-
 def _same(a, b) -> None:
     assert_frame_equal(a.ops, b.ops)
     assert_frame_equal(a.module_runs, b.module_runs)

@@ -13,16 +13,6 @@ from traceview.cli import main
 
 
 @pytest.fixture
-def cache_dir(tmp_path, monkeypatch):
-    d = tmp_path / "cache"
-    monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(d))
-    monkeypatch.delenv("TRACEVIEW_NO_CACHE", raising=False)
-    monkeypatch.delenv("TRACEVIEW_MAX_BYTES", raising=False)
-    monkeypatch.setattr(cache, "_disabled_here", False)
-    return d
-
-
-@pytest.fixture
 def trace(tmp_path, shared_traces):
     src = tmp_path / "in" / "tpu_v6e_4chip_psum.xplane.pb"
     src.parent.mkdir()
