@@ -21,7 +21,7 @@
  *
  * Reading a memory-mapped XSpace in place (traceview.xplane.map_xspace):
  *   scan_message(buf, lo, hi) -> the top-level fields of buf[lo:hi] as byte ranges;
- *   line_layout(buf, target) -> (n_events, timestamp_ns, name range, piece bounds);
+ *   line_layout(buf, target) -> (n_events, line_header's tuple, piece bounds);
  *   decode_tpu(piece, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, i)
  *     -> events of a TPU line piece written into caller-owned arrays from index i.
  * Timelines: self_times_sorted(starts, durs, out) (self time in one stack pass) and
@@ -247,51 +247,98 @@ static PyObject *decode_line(PyObject *self, PyObject *args) {
     return Py_BuildValue("(LnNNNNNNN)", (long long)ts, n, b[0], b[1], b[2], b[3], b[4], b[5], b[6]);
 }
 
-static PyObject *line_header(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
-    const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
-    int64_t id = 0, display_id = 0, ts = 0, dur = 0;
-    const uint8_t *name = NULL, *dname = NULL;
-    Py_ssize_t name_len = 0, dname_len = 0;
-    const char *err = NULL;
-    char *names = NULL;  /* both names copied out of the (possibly mapped) buffer */
-    Py_BEGIN_ALLOW_THREADS
-    TV_GUARD(err,
+/* One walk over a serialized XLine, shared by line_header and line_layout: the line's own
+ * fields (events skipped and counted) and, when target > 0, piece boundaries at field
+ * boundaries every >= target bytes. Names are copied out of the (possibly mapped) buffer
+ * into w->names (name, then display_name). Run under TV_GUARD by the callers. */
+typedef struct {
+    int64_t id, display_id, ts, dur;
+    Py_ssize_t name_len, dname_len, n, nb, cap;
+    Py_ssize_t *bounds;  /* NULL when no pieces are asked for */
+    char *names;
+} line_walk;
+
+static const char *walk_line(const uint8_t *base, const uint8_t *end, Py_ssize_t target, line_walk *w) {
+    const uint8_t *p = base, *last = base, *name = NULL, *dname = NULL;
     while (p < end) {
         uint64_t key, v;
-        if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
-        if (bad_key(key)) { err = "bad field number"; break; }
+        if (!read_varint(&p, end, &key)) return "truncated field key";
+        if (bad_key(key)) return "bad field number";
         int field = (int)(key >> 3), wt = (int)(key & 7);
-        if (wt == 0 && (field == 1 || field == 3 || field == 9 || field == 10)) {
-            if (!read_varint(&p, end, &v)) { err = "truncated varint"; break; }
-            if (field == 1) id = (int64_t)v;
-            else if (field == 3) ts = (int64_t)v;
-            else if (field == 9) dur = (int64_t)v;
-            else display_id = (int64_t)v;
+        if (field == 4 && wt == 2) {
+            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return "event length past the end";
+            p += v; w->n++;
+        } else if (wt == 0 && (field == 1 || field == 3 || field == 9 || field == 10)) {
+            if (!read_varint(&p, end, &v)) return "truncated varint";
+            if (field == 1) w->id = (int64_t)v;
+            else if (field == 3) w->ts = (int64_t)v;
+            else if (field == 9) w->dur = (int64_t)v;
+            else w->display_id = (int64_t)v;
         } else if (wt == 2 && (field == 2 || field == 11)) {
-            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) { err = "string length past the end"; break; }
-            if (field == 2) { name = p; name_len = (Py_ssize_t)v; }
-            else { dname = p; dname_len = (Py_ssize_t)v; }
+            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return "string length past the end";
+            if (field == 2) { name = p; w->name_len = (Py_ssize_t)v; }
+            else { dname = p; w->dname_len = (Py_ssize_t)v; }
             p += v;
-        } else if (!skip_field(&p, end, key)) { err = "bad line field"; break; }
-    }
-    if (!err) {
-        names = (char *)PyMem_RawMalloc((size_t)(name_len + dname_len + 1));
-        if (!names) err = "out of memory";
-        else {
-            if (name_len) memcpy(names, name, (size_t)name_len);
-            if (dname_len) memcpy(names + name_len, dname, (size_t)dname_len);
+        } else if (!skip_field(&p, end, key)) return "bad line field";
+        if (w->bounds && p - last >= target && p < end) {
+            if (w->nb + 1 >= w->cap) {
+                Py_ssize_t *nbuf = (Py_ssize_t *)PyMem_RawRealloc(w->bounds, sizeof(Py_ssize_t) * (size_t)(w->cap * 2));
+                if (!nbuf) return "out of memory";
+                w->bounds = nbuf; w->cap *= 2;
+            }
+            w->bounds[w->nb++] = p - base;
+            last = p;
         }
-    });
+    }
+    w->names = (char *)PyMem_RawMalloc((size_t)(w->name_len + w->dname_len + 1));
+    if (!w->names) return "out of memory";
+    if (w->name_len) memcpy(w->names, name, (size_t)w->name_len);
+    if (w->dname_len) memcpy(w->names + w->name_len, dname, (size_t)w->dname_len);
+    return NULL;
+}
+
+/* Run walk_line over a buffer under the guard; returns 0 (ValueError set) on failure. */
+static int walk_buffer(Py_buffer *view, Py_ssize_t target, line_walk *w) {
+    const uint8_t *p = (const uint8_t *)view->buf, *end = p + view->len;
+    const char *err = NULL;
+    memset(w, 0, sizeof *w);
+    if (target > 0) {
+        w->cap = 16; w->nb = 1;
+        w->bounds = (Py_ssize_t *)PyMem_RawMalloc(sizeof(Py_ssize_t) * (size_t)w->cap);
+        if (!w->bounds) { PyErr_NoMemory(); return 0; }
+        w->bounds[0] = 0;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err, err = walk_line(p, end, target, w));
     Py_END_ALLOW_THREADS
-    PyBuffer_Release(&view);
-    if (err) { PyMem_RawFree(names); PyErr_SetString(PyExc_ValueError, err); return NULL; }
-    PyObject *n1 = PyUnicode_DecodeUTF8(names, name_len, "strict");
-    PyObject *n2 = n1 ? PyUnicode_DecodeUTF8(names + name_len, dname_len, "strict") : NULL;
-    PyMem_RawFree(names);
+    if (err) {
+        PyMem_RawFree(w->bounds); PyMem_RawFree(w->names);
+        w->bounds = NULL; w->names = NULL;
+        PyErr_SetString(PyExc_ValueError, err);
+        return 0;
+    }
+    return 1;
+}
+
+/* (id, display_id, name, display_name, timestamp_ns, duration_ps); names strict UTF-8. */
+static PyObject *header_tuple(line_walk *w) {
+    PyObject *n1 = PyUnicode_DecodeUTF8(w->names, w->name_len, "strict");
+    PyObject *n2 = n1 ? PyUnicode_DecodeUTF8(w->names + w->name_len, w->dname_len, "strict") : NULL;
     if (!n1 || !n2) { Py_XDECREF(n1); return NULL; }
-    return Py_BuildValue("(LLNNLL)", (long long)id, (long long)display_id, n1, n2, (long long)ts, (long long)dur);
+    return Py_BuildValue("(LLNNLL)", (long long)w->id, (long long)w->display_id, n1, n2, (long long)w->ts,
+                         (long long)w->dur);
+}
+
+static PyObject *line_header(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    line_walk w;
+    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    int ok = walk_buffer(&view, 0, &w);
+    PyBuffer_Release(&view);
+    if (!ok) return NULL;
+    PyObject *out = header_tuple(&w);
+    PyMem_RawFree(w.names);
+    return out;
 }
 
 static PyObject *count_events(PyObject *self, PyObject *args) {
@@ -520,57 +567,28 @@ static PyObject *self_times_sorted(PyObject *self, PyObject *args) {
 }
 
 
-/* line_layout(buf, target) -> (n_events, timestamp_ns, name_start, name_end, bounds): one
- * pass over a serialized XLine: its event count, timestamp_ns, the byte range of its name
- * (-1, -1 if absent) and piece boundaries at field boundaries every >= target bytes (as
- * field_bounds). */
+/* line_layout(buf, target) -> (n_events, header, bounds): one pass over a serialized XLine:
+ * its event count, its header as line_header gives it, and piece boundaries at field
+ * boundaries every >= target bytes (each piece is itself a valid serialization of a subset
+ * of the line's fields). */
 static PyObject *line_layout(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t target;
+    line_walk w;
     if (!PyArg_ParseTuple(args, "y*n", &view, &target)) return NULL;
-    const uint8_t *base = (const uint8_t *)view.buf, *p = base, *end = base + view.len, *last = base;
-    Py_ssize_t n = 0, ns = -1, ne = -1, nb = 1, cap = 16;
-    int64_t ts = 0;
-    const char *err = NULL;
-    Py_ssize_t *bounds = (Py_ssize_t *)PyMem_RawMalloc(sizeof(Py_ssize_t) * (size_t)cap);
-    if (!bounds) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
-    bounds[0] = 0;
-    Py_BEGIN_ALLOW_THREADS
-    TV_GUARD(err,
-    while (p < end) {
-        uint64_t key, v;
-        if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
-        if (bad_key(key)) { err = "bad field number"; break; }
-        int field = (int)(key >> 3), wt = (int)(key & 7);
-        if (field == 4 && wt == 2) {
-            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) { err = "event length past the end"; break; }
-            p += v; n++;
-        } else if (field == 3 && wt == 0) {
-            if (!read_varint(&p, end, &v)) { err = "truncated timestamp"; break; }
-            ts = (int64_t)v;
-        } else if (field == 2 && wt == 2) {
-            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) { err = "string length past the end"; break; }
-            ns = p - base; ne = ns + (Py_ssize_t)v; p += v;
-        } else if (!skip_field(&p, end, key)) { err = "bad line field"; break; }
-        if (p - last >= target && p < end) {
-            if (nb + 1 >= cap) {
-                Py_ssize_t *nbuf = (Py_ssize_t *)PyMem_RawRealloc(bounds, sizeof(Py_ssize_t) * (size_t)(cap * 2));
-                if (!nbuf) { err = "out of memory"; break; }
-                bounds = nbuf; cap *= 2;
-            }
-            bounds[nb++] = p - base;
-            last = p;
-        }
-    });
-    Py_END_ALLOW_THREADS
+    if (target < 1) target = 1;
+    Py_ssize_t len = view.len;
+    int ok = walk_buffer(&view, target, &w);
     PyBuffer_Release(&view);
-    if (err) { PyMem_RawFree(bounds); PyErr_SetString(PyExc_ValueError, err); return NULL; }
-    PyObject *lst = PyList_New(nb + 1);
-    if (!lst) { PyMem_RawFree(bounds); return NULL; }
-    for (Py_ssize_t i = 0; i < nb; i++) PyList_SET_ITEM(lst, i, PyLong_FromSsize_t(bounds[i]));
-    PyList_SET_ITEM(lst, nb, PyLong_FromSsize_t(view.len));
-    PyMem_RawFree(bounds);
-    return Py_BuildValue("(nLnnN)", n, (long long)ts, ns, ne, lst);
+    if (!ok) return NULL;
+    PyObject *head = header_tuple(&w);
+    PyMem_RawFree(w.names);
+    PyObject *lst = head ? PyList_New(w.nb + 1) : NULL;
+    if (!lst) { Py_XDECREF(head); PyMem_RawFree(w.bounds); return NULL; }
+    for (Py_ssize_t i = 0; i < w.nb; i++) PyList_SET_ITEM(lst, i, PyLong_FromSsize_t(w.bounds[i]));
+    PyList_SET_ITEM(lst, w.nb, PyLong_FromSsize_t(len));
+    PyMem_RawFree(w.bounds);
+    return Py_BuildValue("(nNN)", w.n, head, lst);
 }
 
 
@@ -648,7 +666,7 @@ static PyMethodDef methods[] = {
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) -> bool"},
     {"copy_bytes", copy_bytes, METH_VARARGS, "copy_bytes(buf, lo, hi) -> bytes (guarded against a shrinking file)"},
     {"line_layout", line_layout, METH_VARARGS,
-     "line_layout(buf, target) -> (n_events, timestamp_ns, name_start, name_end, piece bounds)"},
+     "line_layout(buf, target) -> (n_events, header, piece bounds)"},
     {"decode_tpu", decode_tpu, METH_VARARGS,
      "decode_tpu(buf, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, index) -> n"},
     {"self_times_sorted", self_times_sorted, METH_VARARGS, "self_times_sorted(starts, durs, out) -> bool"},

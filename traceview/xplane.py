@@ -678,17 +678,23 @@ def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLin
     name and event count only (its arrays are None). Raises :class:`TraceUnreadable` on
     malformed bytes."""
     out = TpuLine()
-    out.name = line_header(raw, path).name  # validates the header as every reader path does
+    if _fast is not None:
+        try:  # one pass: header (validated as line_header does), event count, piece bounds
+            n, head, bounds = _fast.line_layout(raw, PIECE_BYTES)
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise TraceUnreadable(_line_fault(exc), path) from None
+        out.name, out.n, ts_ns = head[2], n, head[4]
+    else:
+        out.name = line_header(raw, path).name
     if only is not None and out.name not in only:
-        out.n = count_events(raw, path)
+        if _fast is None:
+            out.n = count_events(raw, path)
         if mapped is not None:
             mapped.release()
         out.mids = out.starts = out.durations = out.aligned = out.device_clock = out.occurrences = None
         return out
     if _fast is not None:
         try:
-            n, ts_ns, ns, ne, bounds = _fast.line_layout(raw, PIECE_BYTES)
-            out.n = n
             mids = np.empty(n, dtype=np.uint32)
             starts = np.empty(n, dtype=np.int64)
             durs = np.empty(n, dtype=np.int64)
