@@ -185,17 +185,11 @@ class OpTable:
             lut[keys["attr"].to_numpy().astype(np.int64)] = keys["key"].to_numpy().astype(np.int64)
         return lut[self.events["attr"].to_numpy()]
 
-    def filter(self, attr_mask: pl.Expr | None = None, event_mask: pl.Expr | None = None) -> "OpTable":
-        """Events whose description matches ``attr_mask`` (an expression over ``attrs``
-        columns) and that match ``event_mask`` (over ``events`` columns); attrs are kept whole
-        so ids stay valid."""
-        ev = self.events
-        if attr_mask is not None:
-            keep = self.attrs.filter(attr_mask)["attr"]
-            ev = ev.filter(pl.col("attr").is_in(keep.to_list()))
-        if event_mask is not None:
-            ev = ev.filter(event_mask)
-        return OpTable(ev, self.attrs)
+    def filter(self, attr_mask: pl.Expr) -> "OpTable":
+        """The events whose description matches ``attr_mask`` (an expression over ``attrs``
+        columns); attrs are kept whole so ids stay valid."""
+        keep = self.attrs.filter(attr_mask)["attr"]
+        return OpTable(self.events.filter(pl.col("attr").is_in(keep.to_list())), self.attrs)
 
     def total_self_ps(self) -> int:
         """Sum of self time over all events, ps."""
