@@ -340,9 +340,15 @@ STEPS_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "step": pl.Int64, "module": 
 
 class _Placed:
     """The events of an OpTable as numpy arrays for timeline work: ``devs`` (list of
-    (host, device)), per event ``dev`` (int32 index into ``devs``), ``placed`` (has a start),
-    ``start``, ``end`` (ps; 0 where not placed), ``count``, ``self_ps``; program ids through
-    :meth:`pid` / :meth:`has_pid` (looked up per description, not stored per event)."""
+    (host, device)), per event ``dev`` (int16/int32 index into ``devs``), ``placed`` (has a
+    start), ``start``, ``dur`` (ps; start 0 where not placed), ``count``, ``self_ps``; ends
+    through :meth:`end` and program ids through :meth:`pid` / :meth:`has_pid` (looked up per
+    description, not stored per event).
+
+    A device's placed events are reached through :meth:`sel`: a ``slice`` of the event arrays
+    when they are one contiguous, time-ordered run (the xplane reader writes each TPU plane's
+    ops in start order, one plane after another), so that ``start[sel]`` is a view and not a
+    gather; otherwise the index array of :meth:`on`."""
 
     def __init__(self, table):
         ev = table.events
@@ -365,19 +371,48 @@ class _Placed:
         self.self_ps = np.ascontiguousarray(ev["self_ps"].to_numpy())
         self.n = len(self.attr)
         self._on: dict = {}
+        self._spans = self._find_spans()
 
-    def end(self, idx: np.ndarray) -> np.ndarray:
-        """End (start + duration, ps) of the events ``idx`` (computed, not stored: 8 bytes
-        per event saved)."""
+    def _find_spans(self) -> dict:
+        """{device index: slice} when every event is placed, each device's events are one
+        contiguous run and each run is in start order; else {}."""
+        n = self.n
+        if n == 0 or not self.placed.all():
+            return {}
+        d = self.dev
+        cuts = np.flatnonzero(d[1:] != d[:-1]) + 1
+        bounds = [0, *cuts.tolist(), n]
+        order = d[bounds[:-1]].tolist()
+        if len(set(order)) != len(order):
+            return {}
+        down = np.flatnonzero(self.start[1:] < self.start[:-1]) + 1  # where the start order breaks
+        if len(down) and not np.isin(down, cuts).all():
+            return {}
+        return {dv: slice(a, b) for dv, a, b in zip(order, bounds[:-1], bounds[1:])}
+
+    def sel(self, host: str, device: str):
+        """The placed events of one device in time order: a slice (see the class doc) or an
+        index array (:meth:`on`)."""
+        i = self.dev_index.get((host, device))
+        hit = self._spans.get(i) if i is not None else None
+        return hit if hit is not None else self.on(host, device)
+
+    def end(self, idx) -> np.ndarray:
+        """End (start + duration, ps) of the events ``idx`` (a slice or an index array;
+        computed, not stored: 8 bytes per event saved)."""
         return self.start[idx] + self.dur[idx]
 
-    def pid(self, idx: np.ndarray) -> np.ndarray:
+    def pid(self, idx) -> np.ndarray:
         """program_id (uint64, 0 where unknown) of the events ``idx``."""
         return self._pid_lut[self.attr[idx]]
 
-    def has_pid(self, idx: np.ndarray) -> np.ndarray:
+    def has_pid(self, idx) -> np.ndarray:
         """Whether the events ``idx`` have a program_id (bool)."""
         return self._has_lut[self.attr[idx]]
+
+    def of_program(self, pid: int) -> np.ndarray:
+        """Per description (attr id): whether its program_id is ``pid`` (bool lookup table)."""
+        return self._has_lut & (self._pid_lut == np.uint64(pid))
 
     def on(self, host: str, device: str, need_pid: bool = False) -> np.ndarray:
         """Indices of the placed events of one device, in time order (stable); cached."""
@@ -391,6 +426,11 @@ class _Placed:
         i = self.dev_index.get(key)
         if i is None:
             return np.zeros(0, dtype=np.int64)
+        span = self._spans.get(i)
+        if span is not None:
+            idx = np.arange(span.start, span.stop, dtype=np.int32 if self.n < (1 << 31) else np.int64)
+            self._on[key] = idx
+            return idx
         idx = np.flatnonzero(self.placed & (self.dev == i))
         if self.n < (1 << 31):
             idx = idx.astype(np.int32)  # half the memory of int64 indices
@@ -423,7 +463,7 @@ def _per_device(fn, items: list, pe: "_Placed") -> list:
     from concurrent.futures import ThreadPoolExecutor
 
     for host, device in {k for k, _ in items} if items and isinstance(items[0][0], tuple) else ():
-        pe.on(host, device)  # fill the index cache before the threads share it
+        pe.sel(host, device)  # fill the index cache before the threads share it
     with ThreadPoolExecutor(max_workers=workers) as ex:
         return list(ex.map(fn, items))
 
@@ -471,8 +511,8 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
     def one(item):
         (host, device), r = item
         r = r.sort("start_ps")
-        idx = pe.on(host, device, need_pid=True)
-        o_start, o_end, o_prog = pe.start[idx], pe.end(idx), pe.pid(idx)
+        dsel = pe.sel(host, device)
+        o_start, o_dur, o_attr = pe.start[dsel], pe.dur[dsel], pe.attr[dsel]  # views for a slice
         r_start, r_dur = r["start_ps"].to_numpy().copy(), r["duration_ps"].to_numpy().copy()
         r_prog = r["program_id"].fill_null(0).to_numpy().astype(np.uint64)
         r_has = r["program_id"].is_not_null().to_numpy()
@@ -481,8 +521,12 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
         inside = True
         for pid in r["program_id"].drop_nulls().unique().to_list():
             ridx = np.nonzero(r_has & (r_prog == np.uint64(pid)))[0]
-            sel = o_prog == np.uint64(pid)
-            st, en = o_start[sel], o_end[sel]
+            lut = pe.of_program(pid)
+            if not lut.any():
+                continue
+            sel = lut[o_attr]
+            st = o_start[sel]
+            en = st + o_dur[sel]
             if len(st) == 0 or len(st) % len(ridx):
                 continue
             m = len(st) // len(ridx)
@@ -540,7 +584,7 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.Dat
     if not pe.n or not pe.placed.any():
         return pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}), "trace", None, []
     for h, d in placed_devs:
-        idx = pe.on(h, d)
+        idx = pe.sel(h, d)
         rows.append({"host": h, "device": d, "module": "", "program_id": None,
                      "start_ps": int(pe.start[idx].min()), "end_ps": int(pe.end(idx).max()), "run_ps": None})
     return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "trace", None, []
@@ -604,7 +648,7 @@ def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, win
     maxima combined, which is the maximum over their union."""
     def one(item):
         (host, device), r = item
-        idx = pe.on(host, device)
+        idx = pe.sel(host, device)
         ar = all_runs.filter((pl.col("host") == host) & (pl.col("device") == device)).sort("start_ps")
         ar_start = ar["start_ps"].to_numpy()
         sources = [  # (starts, ends, has program, program) per kind of activity, time-ordered
@@ -749,24 +793,32 @@ def _measure(pe: _Placed, win: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np
         w_lo = win["start_ps"].to_numpy()
         w_hi = win["end_ps"].to_numpy()
         done = True
-        groups = win.with_row_index("_w").group_by(["host", "device"], maintain_order=True).agg(pl.col("_w"))
-        for host, device, wrows in groups.iter_rows():
-            w = np.asarray(wrows, dtype=np.int64)
-            if len(w) and (np.diff(w) != 1).any():
+        groups = (win.with_row_index("_w").group_by(["host", "device"], maintain_order=True)
+                  .agg(pl.col("_w").min().alias("a"), pl.col("_w").max().alias("z"), pl.len().alias("k")))
+        for host, device, a, z, k in groups.iter_rows():
+            if z - a + 1 != k:
                 done = False  # windows of a device are contiguous rows of win (sorted); else fall back
                 break
-            idx = pe.on(host, device)
+            w = slice(a, z + 1)
+            sel = pe.sel(host, device)
+            if isinstance(sel, slice):  # the device's events are one run: views, rows written in place
+                idx = np.arange(sel.stop - sel.start, dtype=np.int32)
+                arrays = (pe.start[sel], pe.dur[sel], pe.self_ps[sel], pe.count[sel])
+                rows = step_row[sel]
+            else:
+                idx = sel
+                arrays = (pe.start, pe.dur, pe.self_ps, pe.count)
+                rows = np.empty(len(idx), dtype=np.int32)
             if len(idx) == 0:
                 continue
-            lo_w, hi_w = np.ascontiguousarray(w_lo[w]), np.ascontiguousarray(w_hi[w])
-            rows = np.empty(len(idx), dtype=np.int32)
-            o, t, b = (np.empty(len(w), dtype=np.int64) for _ in range(3))
-            if not _fast.step_pass(idx, pe.start, pe.dur, pe.self_ps, pe.count, lo_w, hi_w, rows, o, t, b):
+            if not _fast.step_pass(idx, *arrays, w_lo[w], w_hi[w], rows, n_ops[w], op_time[w], busy[w]):
                 done = False
                 break
             hit = rows >= 0
-            step_row[idx[hit]] = w[rows[hit]]
-            n_ops[w], op_time[w], busy[w] = o, t, b
+            if isinstance(sel, slice):
+                rows[hit] += np.int32(a)
+            else:
+                step_row[idx[hit]] = rows[hit] + a
         if done:
             return step_row, n_ops, op_time, busy
     step_row = _assign(pe, win)
@@ -954,16 +1006,25 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
     fam_of = attr_families(table, rs) if table.height else pl.DataFrame(schema={"attr": pl.UInt32, "family": pl.Utf8})
     n = steps.height
     total_self = table.total_self_ps()
-    in_mask = step_rows >= 0
-    # per op description: its events inside steps (self time, occurrences), exact int64 sums
+    # per op description: its events inside steps (self time, occurrences), exact int64 sums:
+    # the description's totals (OpTable.collapse, cached) less its events outside every step,
+    # which are few (bincount over those alone)
     if table.height:
-        a_in = pe.attr[in_mask].astype(np.int64)
-        t_sum = _int_bincount(a_in, pe.self_ps[in_mask], table.attrs.height)
-        c_sum = _int_bincount(a_in, pe.count[in_mask], table.attrs.height)
-        present = np.bincount(a_in, minlength=table.attrs.height) > 0
+        na = table.attrs.height
+        col = table.collapse()
+        tot_t = np.zeros(na, dtype=np.int64)
+        tot_c = np.zeros(na, dtype=np.int64)
+        tot_r = np.zeros(na, dtype=np.int64)
+        ca = col["attr"].to_numpy().astype(np.int64)
+        tot_t[ca], tot_c[ca], tot_r[ca] = col["self_ps"].to_numpy(), col["count"].to_numpy(), col["rows"].to_numpy()
+        out_idx = np.flatnonzero(step_rows < 0)
+        a_out = pe.attr[out_idx].astype(np.int64)
+        t_sum = tot_t - _int_bincount(a_out, pe.self_ps[out_idx], na)
+        c_sum = tot_c - _int_bincount(a_out, pe.count[out_idx], na)
+        present = tot_r - np.bincount(a_out, minlength=na) > 0
         ids = np.flatnonzero(present)
         inside = pl.DataFrame({"attr": pl.Series(ids, dtype=pl.UInt32), "self_ps": t_sum[ids], "count": c_sum[ids]})
-        del a_in
+        del a_out, out_idx
     else:
         inside = pl.DataFrame(schema={"attr": pl.UInt32, "self_ps": pl.Int64, "count": pl.Int64})
     cov = Coverage()

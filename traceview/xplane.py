@@ -775,14 +775,23 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path) 
     if op_line is None or not len(op_line):
         return n
     meta = _tpu_metadata(plane, stat_names, stat_names)
-    starts, durs, occ = op_line.starts, op_line.durations, op_line.occurrences
+    starts, durs, occ, mids = op_line.starts, op_line.durations, op_line.occurrences, op_line.mids
+    a_st = aligned["XLA Ops"]
+    if len(starts) > 1 and not (starts[1:] >= starts[:-1]).all():
+        # The line is in host-aligned order; device-clock starts can be slightly out of it.
+        # The plane's events are kept in device-start order (stable), the order self time
+        # and the step anatomy walk them in: one sort here instead of one in each.
+        order = np.argsort(starts, kind="stable")
+        starts, durs, mids, a_st = starts[order], durs[order], mids[order], a_st[order]
+        occ = occ[order] if occ is not None else None
+        del order
     selfs = self_times(starts, durs)
     if mod_intervals is not None:
-        a_st = aligned["XLA Ops"]
         enc = enclosing(a_st, a_st + durs, *mod_intervals)
     else:
         enc = np.full(len(starts), -1, dtype=np.int64)
-    cols.append(_tpu_op_table(meta, op_line.mids, starts, durs, selfs, occ, enc, mods,
+    del a_st
+    cols.append(_tpu_op_table(meta, mids, starts, durs, selfs, occ, enc, mods,
                               {"host": host, "run": run, "file": path, "device": plane.name, "line": "XLA Ops",
                                "kernel": ""}))
     return n
