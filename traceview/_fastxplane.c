@@ -71,9 +71,41 @@ static void tv_install_guard(void) {
         else { tv_guard = &tv_jb_; __VA_ARGS__; tv_guard = tv_prev_; } \
     } while (0)
 
-static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+#if defined(__GNUC__)
+#define TV_LIKELY(x) __builtin_expect(!!(x), 1)
+#else
+#define TV_LIKELY(x) (x)
+#endif
+
+/* Read one base-128 varint (at most 10 bytes; bits past 64 are dropped, as protobuf does).
+ * With 8 or more bytes left, varints of up to 8 bytes are decoded without a branch per byte:
+ * one 8-byte load, the first byte without its continuation bit found by a count of trailing
+ * zeros, the 7-bit groups packed by three mask-and-shift steps. Longer ones and the last
+ * bytes of the buffer take the checked loop. Returns 0 when truncated or over 10 bytes. */
+static inline int read_varint_h(const uint8_t **p, const uint8_t *end, const uint8_t *hard, uint64_t *out) {
+    /* hard: the end of readable memory (>= end): the 8-byte load may look past end, never past hard */
     const uint8_t *q = *p;
     if (q < end && !(*q & 0x80)) { *out = *q; *p = q + 1; return 1; }  /* one-byte fast path */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (TV_LIKELY(hard - q >= 8)) {
+        uint64_t w;
+        memcpy(&w, q, 8);
+        uint64_t stop = ~w & 0x8080808080808080ULL;
+        if (TV_LIKELY(stop != 0)) {
+            int bits = __builtin_ctzll(stop) + 1;  /* 8 * (bytes used) */
+            uint64_t x = (bits == 64 ? w : (w & ((1ULL << bits) - 1))) & 0x7F7F7F7F7F7F7F7FULL;
+            x = ((x & 0x7F007F007F007F00ULL) >> 1) | (x & 0x007F007F007F007FULL);
+            x = ((x & 0x3FFF00003FFF0000ULL) >> 2) | (x & 0x00003FFF00003FFFULL);
+            x = ((x & 0x0FFFFFFF00000000ULL) >> 4) | (x & 0x000000000FFFFFFFULL);
+            if (TV_LIKELY((bits >> 3) <= end - q)) {
+                *out = x;
+                *p = q + (bits >> 3);
+                return 1;
+            }
+            return 0;  /* runs past end: truncated */
+        }
+    }
+#endif
     uint64_t v = 0;
     int shift = 0;
     while (q < end && shift < 70) {
@@ -83,6 +115,10 @@ static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *o
         shift += 7;
     }
     return 0;
+}
+
+static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    return read_varint_h(p, end, end, out);
 }
 
 /* a field number protobuf refuses (0, or past 2^29 - 1): the Python decoder refuses it too */
@@ -125,16 +161,20 @@ static int skip_field(const uint8_t **p, const uint8_t *end, uint64_t key) {
     return skip_field_d(p, end, key, 0);
 }
 
-static int stat_int(const uint8_t *q, const uint8_t *qe, long long want, int64_t *out,
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline int stat_int(const uint8_t *q, const uint8_t *qe, const uint8_t *hard, long long want, int64_t *out,
                     long long want2, int64_t *out2) {
-    /* parse one XStat; if its metadata_id is want (want2) and it holds an int, store it */
+    /* parse one XStat; if its metadata_id is want (want2) and it holds an int, store it.
+     * hard: end of readable memory (read_varint_h) */
     int64_t id = -1, val = 0; int have = 0;
     while (q < qe) {
         uint64_t k, v;
-        if (!read_varint(&q, qe, &k)) return 0;
+        if (!read_varint_h(&q, qe, hard, &k)) return 0;
         int f = (int)(k >> 3), w = (int)(k & 7);
         if (w == 0 && (f == 1 || f == 3 || f == 4)) {
-            if (!read_varint(&q, qe, &v)) return 0;
+            if (!read_varint_h(&q, qe, hard, &v)) return 0;
             if (f == 1) id = (int64_t)v; else { val = (int64_t)v; have = 1; }
         } else if (!skip_field(&q, qe, k)) return 0;
     }
@@ -144,6 +184,9 @@ static int stat_int(const uint8_t *q, const uint8_t *qe, long long want, int64_t
 }
 
 /* Pass 1: count the events and read timestamp_ns; returns NULL or an error message. */
+#if defined(__GNUC__)
+__attribute__((noinline))  /* called under TV_GUARD: kept out of the sigsetjmp frame */
+#endif
 static const char *scan_line(const uint8_t *p, const uint8_t *end, Py_ssize_t *n_out, int64_t *ts_out) {
     Py_ssize_t n = 0;
     int64_t ts = 0;
@@ -170,6 +213,9 @@ static const char *scan_line(const uint8_t *p, const uint8_t *end, Py_ssize_t *n
 typedef struct { int64_t *mids, *offs, *durs, *occs, *svals, *svals2; uint8_t *flags; } out_arrays;
 
 /* Pass 2: fill the arrays (exactly n events, as counted by scan_line). */
+#if defined(__GNUC__)
+__attribute__((noinline))  /* called under TV_GUARD: kept out of the sigsetjmp frame */
+#endif
 static const char *fill_line(const uint8_t *p, const uint8_t *end, out_arrays *o, long long want, long long want2) {
     Py_ssize_t i = 0;
     int any_stat = (want >= 0 || want2 >= 0);
@@ -200,7 +246,7 @@ static const char *fill_line(const uint8_t *p, const uint8_t *end, out_arrays *o
                     uint64_t sl;
                     st = 1;
                     if (!read_varint(&q, qe, &sl) || sl > (uint64_t)(qe - q)) return "stat length past the end";
-                    if (any_stat && !stat_int(q, q + sl, want, &sv, want2, &sv2)) return "bad stat";
+                    if (any_stat && !stat_int(q, q + sl, end, want, &sv, want2, &sv2)) return "bad stat";
                     q += sl;
                 } else if (!skip_field(&q, qe, k2)) return "bad event field";
             }
@@ -258,6 +304,9 @@ typedef struct {
     char *names;
 } line_walk;
 
+#if defined(__GNUC__)
+__attribute__((noinline))  /* called under TV_GUARD: kept out of the sigsetjmp frame */
+#endif
 static const char *walk_line(const uint8_t *base, const uint8_t *end, Py_ssize_t target, line_walk *w) {
     const uint8_t *p = base, *last = base, *name = NULL, *dname = NULL;
     while (p < end) {
@@ -436,6 +485,69 @@ static PyObject *copy_bytes(PyObject *self, PyObject *args) {
  * start/dur are those and flags bit 0 is set, else start = aligned and dur = duration_ps.
  * flags bit 1: the event is pre-aggregated (num_occurrences > 0; its occurrence count is not
  * returned here). Raises ValueError on malformed bytes or when the arrays are too short. */
+typedef struct {
+    uint32_t *mids; int64_t *starts, *durs, *aligned; uint8_t *flags;
+    Py_ssize_t cap; long long base_ps, want, want2;
+} tpu_out;
+
+/* The loop of decode_tpu, in a frame of its own: no sigsetjmp here, so the compiler keeps
+ * the cursor and the fields in registers. Writes from *index on; returns NULL or the fault. */
+#if defined(__GNUC__)
+__attribute__((noinline))  /* its own frame: no sigsetjmp, the cursor stays in registers */
+#endif
+static const char *decode_tpu_body(const uint8_t *p, const uint8_t *end, const tpu_out *o, Py_ssize_t *index) {
+    Py_ssize_t i = *index;
+    const long long want = o->want, want2 = o->want2;
+    const int any_stat = (want >= 0 || want2 >= 0);
+    const char *err = NULL;
+    while (p < end) {
+        uint64_t key;
+        if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
+        if (bad_key(key)) { err = "bad field number"; break; }
+        int field = (int)(key >> 3), wt = (int)(key & 7);
+        if (field == 4 && wt == 2) {
+            uint64_t len;
+            if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) { err = "event length past the end"; break; }
+            if (i >= o->cap || i < 0) { err = "output arrays too short"; break; }
+            const uint8_t *q = p, *qe = p + len;
+            int64_t mid = 0, off = 0, dur = 0, occ = 0, sv = -1, sv2 = -1;
+            while (q < qe) {
+                uint64_t k2;
+                if (!read_varint_h(&q, qe, end, &k2)) { err = "truncated event field"; break; }
+                if (bad_key(k2)) { err = "bad event field number"; break; }
+                int f2 = (int)(k2 >> 3), w2 = (int)(k2 & 7);
+                uint64_t v;
+                if (w2 == 0 && (f2 == 1 || f2 == 2 || f2 == 3 || f2 == 5)) {
+                    if (!read_varint_h(&q, qe, end, &v)) { err = "truncated event varint"; break; }
+                    if (f2 == 1) mid = (int64_t)v;
+                    else if (f2 == 2) { off = (int64_t)v; occ = 0; }
+                    else if (f2 == 3) dur = (int64_t)v;
+                    else { occ = (int64_t)v; off = 0; }
+                } else if (f2 == 4 && w2 == 2) {
+                    uint64_t sl;
+                    if (!read_varint_h(&q, qe, end, &sl) || sl > (uint64_t)(qe - q)) { err = "stat length past the end"; break; }
+                    if (any_stat && !stat_int(q, q + sl, end, want, &sv, want2, &sv2)) { err = "bad stat"; break; }
+                    q += sl;
+                } else if (!skip_field(&q, qe, k2)) { err = "bad event field"; break; }
+            }
+            if (err) break;
+            int64_t al = (int64_t)((uint64_t)o->base_ps + (uint64_t)off);
+            uint8_t fl = 0;
+            o->mids[i] = (uint32_t)mid;
+            o->aligned[i] = al;
+            if (sv >= 0 && sv2 >= 0) { o->starts[i] = sv; o->durs[i] = sv2; fl |= 1; }
+            else { o->starts[i] = al; o->durs[i] = dur; }
+            if (occ > 0) fl |= 2;
+            if ((uint64_t)mid > 0xFFFFFFFFu) fl |= 4;  /* id does not fit the uint32 column */
+            o->flags[i] = fl;
+            i++;
+            p = qe;
+        } else if (!skip_field(&p, end, key)) { err = "bad line field"; break; }
+    }
+    *index = i;
+    return err;
+}
+
 static PyObject *decode_tpu(PyObject *self, PyObject *args) {
     Py_buffer view, bm, bs, bd, ba, bf;
     long long base_ps, want, want2;
@@ -447,63 +559,18 @@ static PyObject *decode_tpu(PyObject *self, PyObject *args) {
     if (bd.len / 8 < cap) cap = bd.len / 8;
     if (ba.len / 8 < cap) cap = ba.len / 8;
     if (bf.len < cap) cap = bf.len;
-    uint32_t *mids = (uint32_t *)bm.buf;
-    int64_t *starts = (int64_t *)bs.buf, *durs = (int64_t *)bd.buf, *aligned = (int64_t *)ba.buf;
-    uint8_t *flags = (uint8_t *)bf.buf;
+    tpu_out o = {(uint32_t *)bm.buf, (int64_t *)bs.buf, (int64_t *)bd.buf, (int64_t *)ba.buf, (uint8_t *)bf.buf,
+                 cap, base_ps, want, want2};
     const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
     const char *err = NULL;
-    Py_ssize_t i = index, n0 = index;
+    Py_ssize_t i = index;
     Py_BEGIN_ALLOW_THREADS
-    TV_GUARD(err,
-    while (p < end) {
-        uint64_t key;
-        if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
-        if (bad_key(key)) { err = "bad field number"; break; }
-        int field = (int)(key >> 3), wt = (int)(key & 7);
-        if (field == 4 && wt == 2) {
-            uint64_t len;
-            if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) { err = "event length past the end"; break; }
-            if (i >= cap || i < 0) { err = "output arrays too short"; break; }
-            const uint8_t *q = p, *qe = p + len;
-            int64_t mid = 0, off = 0, dur = 0, occ = 0, sv = -1, sv2 = -1;
-            while (q < qe) {
-                uint64_t k2;
-                if (!read_varint(&q, qe, &k2)) { err = "truncated event field"; break; }
-                if (bad_key(k2)) { err = "bad event field number"; break; }
-                int f2 = (int)(k2 >> 3), w2 = (int)(k2 & 7);
-                uint64_t v;
-                if (w2 == 0 && (f2 == 1 || f2 == 2 || f2 == 3 || f2 == 5)) {
-                    if (!read_varint(&q, qe, &v)) { err = "truncated event varint"; break; }
-                    if (f2 == 1) mid = (int64_t)v;
-                    else if (f2 == 2) { off = (int64_t)v; occ = 0; }
-                    else if (f2 == 3) dur = (int64_t)v;
-                    else { occ = (int64_t)v; off = 0; }
-                } else if (f2 == 4 && w2 == 2) {
-                    uint64_t sl;
-                    if (!read_varint(&q, qe, &sl) || sl > (uint64_t)(qe - q)) { err = "stat length past the end"; break; }
-                    if ((want >= 0 || want2 >= 0) && !stat_int(q, q + sl, want, &sv, want2, &sv2)) { err = "bad stat"; break; }
-                    q += sl;
-                } else if (!skip_field(&q, qe, k2)) { err = "bad event field"; break; }
-            }
-            if (err) break;
-            int64_t al = (int64_t)((uint64_t)base_ps + (uint64_t)off);
-            uint8_t fl = 0;
-            mids[i] = (uint32_t)mid;
-            aligned[i] = al;
-            if (sv >= 0 && sv2 >= 0) { starts[i] = sv; durs[i] = sv2; fl |= 1; }
-            else { starts[i] = al; durs[i] = dur; }
-            if (occ > 0) fl |= 2;
-            if ((uint64_t)mid > 0xFFFFFFFFu) fl |= 4;  /* id does not fit the uint32 column */
-            flags[i] = fl;
-            i++;
-            p = qe;
-        } else if (!skip_field(&p, end, key)) { err = "bad line field"; break; }
-    });
+    TV_GUARD(err, err = decode_tpu_body(p, end, &o, &i));
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view); PyBuffer_Release(&bm); PyBuffer_Release(&bs); PyBuffer_Release(&bd);
     PyBuffer_Release(&ba); PyBuffer_Release(&bf);
     if (err) { PyErr_SetString(PyExc_ValueError, err); return NULL; }
-    return PyLong_FromSsize_t(i - n0);
+    return PyLong_FromSsize_t(i - index);
 }
 
 /* self_times_sorted(starts, durs, out) -> bool: self time of each event of one line (as
