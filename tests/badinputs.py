@@ -551,6 +551,7 @@ def _no_read(path: Path):
     import builtins
 
     import traceview.tracejson
+    import traceview.xline
     import traceview.xplane
 
     os.chmod(path, 0)
@@ -566,6 +567,7 @@ def _no_read(path: Path):
 
     def patch(mp):
         mp.setattr(traceview.xplane, "open", guarded, raising=False)
+        mp.setattr(traceview.xline, "open", guarded, raising=False)  # map_xspace
         mp.setattr(traceview.tracejson, "open", guarded, raising=False)
     return patch
 

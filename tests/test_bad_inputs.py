@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+import traceview.xline
 import traceview.xplane
 from traceview.cli import main
 
@@ -55,6 +56,7 @@ RUNS = [(c, d) for c in CASES for d in (("c", "python") if c.xplane else ("c",))
 def test_bad_input(case, decoder, tmp_path, monkeypatch, capsys, hang_guard):
     if decoder == "python":
         monkeypatch.setattr(traceview.xplane, "_fast", None)
+        monkeypatch.setattr(traceview.xline, "_fast", None)
     else:
         assert traceview.xplane._fast is not None, "the C decoder is not built"
     monkeypatch.delenv("TRACEVIEW_MAX_BYTES", raising=False)

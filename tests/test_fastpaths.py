@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceview import steps, timeline, xplane
+from traceview import steps, timeline, xline, xplane
 from traceview.optable import OpTable
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -45,6 +45,7 @@ def test_mapped_read_equals_classic_and_python_reads(shared_traces, monkeypatch)
     monkeypatch.setattr(xplane, "map_xspace", lambda p: None)
     classic = [xplane.read_xplane(p) for p in files]
     monkeypatch.setattr(xplane, "_fast", None)
+    monkeypatch.setattr(xline, "_fast", None)  # the wire decoders: protobuf
     python = [xplane.read_xplane(p) for p in files]
     for a, b, c in zip(mapped, classic, python):
         _same_trace(a, b)
@@ -57,15 +58,15 @@ def test_mapped_read_equals_classic_and_python_reads(shared_traces, monkeypatch)
 def test_pieces_and_page_release_do_not_change_the_events(shared_traces, monkeypatch):
     path = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
     whole = xplane.read_xplane(path)
-    monkeypatch.setattr(xplane, "PIECE_BYTES", 4096)  # hundreds of pieces per XLine
+    monkeypatch.setattr(xline, "PIECE_BYTES", 4096)  # hundreds of pieces per XLine
     released = []
-    orig = xplane.MappedLine.release
+    orig = xline.MappedLine.release
 
     def spy(self, lo=0, hi=None):
         released.append((lo, hi))
         return orig(self, lo, hi)
 
-    monkeypatch.setattr(xplane.MappedLine, "release", spy)
+    monkeypatch.setattr(xline.MappedLine, "release", spy)
     pieces = xplane.read_xplane(path)
     _same_trace(whole, pieces)
     assert sum(1 for lo, hi in released if hi is not None) > 50  # 84 pieces of about 4 KiB
@@ -182,14 +183,14 @@ for call in (lambda: f.count_events(view), lambda: f.line_header(view), lambda: 
     copy.write_bytes(src.read_bytes())
     child2 = r"""
 import os, sys
-from traceview import xplane
+from traceview import tpu_plane, xplane
 from traceview.errors import TraceviewError
 p = sys.argv[1]
-orig = xplane.decode_tpu_line
+orig = tpu_plane.decode_tpu_line
 def shrink_then_decode(*a, **k):
     os.truncate(p, 4096)
     return orig(*a, **k)
-xplane.decode_tpu_line = shrink_then_decode
+tpu_plane.decode_tpu_line = shrink_then_decode
 xplane.PLANE_THREADS = 1
 try:
     xplane.read_xplane(p)

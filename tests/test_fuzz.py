@@ -36,6 +36,7 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 import traceview
+import traceview.xline
 import traceview.xplane
 from traceview import aggregate
 from traceview._protos import HloProto, XSpace
@@ -507,6 +508,7 @@ def _read_both(data: bytes, name: str, kind: str, monkeypatch):
     fast = _outcome(path, kind)
     with monkeypatch.context() as m:
         m.setattr(traceview.xplane, "_fast", None)
+        m.setattr(traceview.xline, "_fast", None)
         slow = _outcome(path, kind)
     _same(fast, slow)
     return fast
