@@ -119,6 +119,26 @@ def test_c_self_times_equal_the_reference(pairs):
 
 
 @settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 100), max_size=50), st.lists(st.tuples(st.integers(0, 100), st.integers(0, 30)),
+                                                            max_size=12), st.booleans())
+def test_c_enclosing_equals_the_binary_search(inner, outer, in_order):
+    """The merge pass (both sides in time order) and the binary search (any order) agree,
+    duplicates and zero-length outer intervals included."""
+    s = np.array(sorted(inner) if in_order else inner, dtype=np.int64)
+    o = sorted(outer) if in_order else outer
+    os_ = np.array([a for a, _ in o], dtype=np.int64)
+    oe = np.array([a + d for a, d in o], dtype=np.int64)
+    fast = timeline.enclosing(s, s, os_, oe)
+    saved = timeline._fast
+    try:
+        timeline._fast = None
+        ref = timeline.enclosing(s, s, os_, oe)
+    finally:
+        timeline._fast = saved
+    assert fast.tolist() == ref.tolist()
+
+
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(-50, 50), min_size=1, max_size=40), st.lists(st.integers(0, 40), max_size=12),
        st.booleans())
 def test_range_max_equals_brute_force(values, cuts, disjoint):

@@ -24,7 +24,8 @@
  *   line_layout(buf, target) -> (n_events, line_header's tuple, piece bounds);
  *   decode_tpu(piece, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, i)
  *     -> events of a TPU line piece written into caller-owned arrays from index i.
- * Timelines: self_times_sorted(starts, durs, out) (self time in one stack pass) and
+ * Timelines: self_times_sorted(starts, durs, out) (self time in one stack pass),
+ * enclosing_sorted(starts, outer_starts, outer_ends, out) (enclosing interval by merge) and
  * step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) (ops
  * against step windows in one merge pass); both return False on unordered input.
  *
@@ -726,6 +727,36 @@ static PyObject *step_pass(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* enclosing_sorted(starts, outer_starts, outer_ends, out) -> bool: for each start, the index
+ * of the outer interval holding it (traceview.timeline.enclosing's rule: the last outer
+ * interval starting at or before it, if the start is before its end or equal to its start),
+ * else -1, in one merge pass. int64 arrays; returns False, writing nothing meaningful, unless
+ * starts and outer_starts are both non-decreasing (the caller then binary-searches). */
+static PyObject *enclosing_sorted(PyObject *self, PyObject *args) {
+    Py_buffer b[4];
+    if (!PyArg_ParseTuple(args, "y*y*y*w*", &b[0], &b[1], &b[2], &b[3])) return NULL;
+    Py_ssize_t n = b[0].len / 8, m = b[1].len / 8;
+    int ok = b[2].len / 8 == m && b[3].len / 8 == n;
+    const int64_t *st = b[0].buf, *os = b[1].buf, *oe = b[2].buf;
+    int64_t *out = b[3].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 1; i < n && ok; i++) if (st[i] < st[i - 1]) ok = 0;
+        for (Py_ssize_t j = 1; j < m && ok; j++) if (os[j] < os[j - 1]) ok = 0;
+        if (ok) {
+            Py_ssize_t j = -1;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t s = st[i];
+                while (j + 1 < m && os[j + 1] <= s) j++;
+                out[i] = (j >= 0 && (s < oe[j] || s == os[j])) ? (int64_t)j : -1;
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 4; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
     {"scan_message", scan_message, METH_VARARGS,
      "scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]"},
@@ -737,6 +768,8 @@ static PyMethodDef methods[] = {
     {"decode_tpu", decode_tpu, METH_VARARGS,
      "decode_tpu(buf, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, index) -> n"},
     {"self_times_sorted", self_times_sorted, METH_VARARGS, "self_times_sorted(starts, durs, out) -> bool"},
+    {"enclosing_sorted", enclosing_sorted, METH_VARARGS,
+     "enclosing_sorted(starts, outer_starts, outer_ends, out) -> bool"},
     {"decode_line", decode_line, METH_VARARGS,
      "decode_line(buf, stat_id=-1, stat_id2=-1) -> (timestamp_ns, n, mids, offsets, durations, occurrences, has_stats, stat_values, stat_values2)"},
     {"line_header", line_header, METH_VARARGS,

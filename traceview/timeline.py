@@ -82,6 +82,13 @@ def enclosing(starts: np.ndarray, ends: np.ndarray, outer_starts: np.ndarray, ou
     """
     if len(outer_starts) == 0:
         return np.full(len(starts), -1, dtype=np.int64)
+    if _fast is not None:  # both sides in time order (a line and its modules): one merge pass
+        s64 = np.ascontiguousarray(starts, dtype=np.int64)
+        os64 = np.ascontiguousarray(outer_starts, dtype=np.int64)
+        oe64 = np.ascontiguousarray(outer_ends, dtype=np.int64)
+        out = np.empty(len(s64), dtype=np.int64)
+        if _fast.enclosing_sorted(s64, os64, oe64, out):
+            return out
     order = np.argsort(outer_starts, kind="stable")
     os_, oe = outer_starts[order], outer_ends[order]
     pos = np.searchsorted(os_, starts, side="right") - 1

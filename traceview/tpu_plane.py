@@ -88,17 +88,18 @@ def plane_arrays(plane, path: str) -> PlaneArrays:
     if op_line is None or not len(op_line):
         return out
     starts, durs, occ, mids = op_line.starts, op_line.durations, op_line.occurrences, op_line.mids
-    a_st = op_line.aligned
+    if mod_intervals is not None:  # in line (host-aligned) order, which enclosing merges in one pass
+        a_st = op_line.aligned
+        enc = enclosing(a_st, a_st + durs, *mod_intervals)
+        del a_st
+    else:
+        enc = np.full(len(starts), -1, dtype=np.int64)
     if len(starts) > 1 and not (starts[1:] >= starts[:-1]).all():
         # one sort here instead of one in self time and one in the step anatomy
         order = np.argsort(starts, kind="stable")
-        starts, durs, mids, a_st = starts[order], durs[order], mids[order], a_st[order]
+        starts, durs, mids, enc = starts[order], durs[order], mids[order], enc[order]
         occ = occ[order] if occ is not None else None
         del order
     out.selfs = self_times(starts, durs)
-    if mod_intervals is not None:
-        out.enc = enclosing(a_st, a_st + durs, *mod_intervals)
-    else:
-        out.enc = np.full(len(starts), -1, dtype=np.int64)
-    out.mids, out.starts, out.durs, out.occ = mids, starts, durs, occ
+    out.mids, out.starts, out.durs, out.occ, out.enc = mids, starts, durs, occ, enc
     return out
