@@ -160,21 +160,41 @@ def _entry_dir(root: Path, slot: str) -> Path:
     return root / f"v{SCHEMA_VERSION}" / slot
 
 
-def load(path: str, kind: str, host: str | None, run: str, identity: dict | None = None):
-    """The cached :class:`~traceview.schema.TraceData` for these read arguments, or None
-    (cache off, no entry, stale entry, unreadable entry). Never raises."""
+def _fresh(path: str, kind: str, host: str | None, run: str, identity: dict | None):
+    """(entry folder, meta) of a fresh entry for these read arguments, else None. Raises
+    whatever reading the meta raises."""
     root = cache_root()
     if root is None:
         return None
+    ident = identity or file_identity(path)
+    entry = _entry_dir(root, _slot(path, kind, host, run, ident["resolved"]))
+    meta_path = entry / "meta.json"
+    if not meta_path.is_file():
+        return None
+    meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    if meta.get("identity") != ident or meta.get("args") != [path, kind, host, run]:
+        return None
+    return entry, meta
+
+
+def has_fresh_entry(path: str, kind: str, host: str | None, run: str) -> bool:
+    """Whether :func:`load` would find a fresh entry for these read arguments (the entry's
+    meta is checked, its tables are not read). Never raises."""
     try:
-        ident = identity or file_identity(path)
-        entry = _entry_dir(root, _slot(path, kind, host, run, ident["resolved"]))
+        return _fresh(str(path), kind, host, run, None) is not None
+    except Exception:
+        return False
+
+
+def load(path: str, kind: str, host: str | None, run: str, identity: dict | None = None):
+    """The cached :class:`~traceview.schema.TraceData` for these read arguments, or None
+    (cache off, no entry, stale entry, unreadable entry). Never raises."""
+    try:
+        found = _fresh(path, kind, host, run, identity)
+        if found is None:
+            return None
+        entry, meta = found
         meta_path = entry / "meta.json"
-        if not meta_path.is_file():
-            return None
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        if meta.get("identity") != ident or meta.get("args") != [path, kind, host, run]:
-            return None
         td = _decode(entry, meta)
         try:
             os.utime(meta_path)  # recently used: kept by prune

@@ -159,8 +159,15 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
     except OSError as exc:
         raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(p)) from None
     space = None
+    arrays = None
     if _fast is not None and size > 0:
-        space = map_xspace(p)
+        from . import prefetch
+
+        pre = prefetch.take(p)  # decoded on a thread while the CLI imported polars, if it was started
+        if pre is not None:
+            space, arrays = pre
+        else:
+            space = map_xspace(p)
     if space is None:
         try:
             with open(p, "rb") as fh:
@@ -177,11 +184,14 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
         raise TraceUnreadable("a protobuf whose planes have no names: not an XProf trace", str(p))
     stem = p.name.split(".xplane")[0] if ".xplane" in p.name else p.stem
     host = host or stem or (space.hostnames[0] if space.hostnames else "")
-    return convert_xspace(space, str(p), host, run)
+    return convert_xspace(space, str(p), host, run, tpu_arrays=arrays)
 
 
-def convert_xspace(space, path: str, host: str, run: str) -> TraceData:
-    """Turn a parsed (lazy) XSpace into a :class:`TraceData` (see the module docstring)."""
+def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | None = None) -> TraceData:
+    """Turn a parsed (lazy) XSpace into a :class:`TraceData` (see the module docstring).
+    ``tpu_arrays``: per TPU plane of ``space`` (in plane order), its already decoded
+    :class:`~traceview.tpu_plane.PlaneArrays` or the exception its decoding raised
+    (:mod:`traceview.prefetch`); None to decode here."""
     cols: list[pl.DataFrame] = []
     runs: list[pl.DataFrame] = []
     devices: list[DeviceInfo] = []
@@ -222,10 +232,15 @@ def convert_xspace(space, path: str, host: str, run: str) -> TraceData:
     tpu = [p_ for p_ in space.planes if p_.name.startswith("/device:TPU:")]
     tpu_out = {}
     if tpu:
+        pre = dict(zip(map(id, tpu), tpu_arrays)) if tpu_arrays is not None and len(tpu_arrays) == len(tpu) else {}
+        for got in pre.values():
+            if isinstance(got, BaseException):
+                raise got
+
         def one(plane):
             sn = {k: v.name for k, v in plane.stat_metadata.items()}
             c_, r_ = [], []
-            return _read_tpu_plane(plane, sn, c_, r_, host, run, path), c_, r_
+            return _read_tpu_plane(plane, sn, c_, r_, host, run, path, arrays=pre.get(id(plane))), c_, r_
 
         workers = min(len(tpu), os.cpu_count() or 1, PLANE_THREADS)
         if sum(len(ln) for p_ in tpu for ln in p_.lines) > PARALLEL_MAX_BYTES:
