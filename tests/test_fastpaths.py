@@ -55,6 +55,18 @@ def test_mapped_read_equals_classic_and_python_reads(shared_traces, monkeypatch)
     assert v6e.table.height == 6013 and v6e.table.attrs.height == 65
 
 
+def test_the_readers_collapse_equals_the_group_by(shared_traces):
+    """TPU planes hand OpTable their per-description aggregates (C attr_stats on each
+    plane's thread); they must be what OpTable.collapse's group-by computes from the events."""
+    seeded = 0
+    for p in _xplanes(shared_traces):
+        t = xplane.read_xplane(p).table
+        seeded += t._collapsed is not None
+        again = OpTable(t.events, t.attrs)  # nothing seeded: the polars group-by
+        assert t.collapse().equals(again.collapse(), null_equal=True), p
+    assert seeded >= 1  # the v6e trace at least
+
+
 def test_pieces_and_page_release_do_not_change_the_events(shared_traces, monkeypatch):
     path = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
     whole = xplane.read_xplane(path)

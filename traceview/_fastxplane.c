@@ -25,7 +25,8 @@
  *   decode_tpu(piece, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, i)
  *     -> events of a TPU line piece written into caller-owned arrays from index i.
  * Timelines: self_times_sorted(starts, durs, out) (self time in one stack pass),
- * enclosing_sorted(starts, outer_starts, outer_ends, out) (enclosing interval by merge) and
+ * enclosing_sorted(starts, outer_starts, outer_ends, out) (enclosing interval by merge),
+ * tpu_attr(...) (TPU op events' description ids), attr_stats(...) (per-description sums) and
  * step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) (ops
  * against step windows in one merge pass); both return False on unordered input.
  *
@@ -757,6 +758,91 @@ static PyObject *enclosing_sorted(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* tpu_attr(mids, enc, mid_row, fixed, exec_u, width, attr, lut) -> distinct or -1
+ * The description id of each TPU op event (traceview.xplane._tpu_op_table's integer keys):
+ * row = mid_row[mids[i]] (the event's XEventMetadata row; a mid past the table is the
+ * "unknown" row, the last entry of fixed), u = width - 1 when fixed[row] (its own program
+ * names the module) or enc[i] < 0, else exec_u[enc[i]] (the enclosing execution's module),
+ * key = row * width + u. lut (int32, zeroed, one entry per possible key) marks the keys
+ * used, then holds each used key's rank; attr[i] (uint32) = rank of its key, so ids follow
+ * key order. Returns the number of distinct keys, or -1 (nothing meaningful written) when
+ * an index falls outside its table. mids uint32; enc, mid_row, exec_u int64; fixed uint8. */
+static PyObject *tpu_attr(PyObject *self, PyObject *args) {
+    Py_buffer b[7];
+    long long width;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*Lw*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &width, &b[5], &b[6]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, top = b[2].len / 8, nrows = b[3].len, nexec = b[4].len / 8, span = b[6].len / 4;
+    long long distinct = -1;
+    int ok = b[1].len / 8 == n && b[5].len / 4 == n && width >= 1 && nrows >= 1 && span == (Py_ssize_t)nrows * width;
+    const uint32_t *mids = b[0].buf;
+    const int64_t *enc = b[1].buf, *mid_row = b[2].buf, *exec_u = b[4].buf;
+    const uint8_t *fixed = b[3].buf;
+    uint32_t *attr = b[5].buf;
+    int32_t *lut = b[6].buf;
+    if (ok && span < 0x7FFFFFFF) {
+        Py_BEGIN_ALLOW_THREADS
+        const int64_t unknown = nrows - 1;
+        for (Py_ssize_t i = 0; i < n && ok; i++) {
+            int64_t r = mids[i] < (uint64_t)top ? mid_row[mids[i]] : unknown;
+            if (r < 0 || r >= nrows) { ok = 0; break; }
+            int64_t e = enc[i], u = width - 1;
+            if (!fixed[r] && e >= 0) {
+                if (e >= nexec) { ok = 0; break; }
+                u = exec_u[e];
+                if (u < 0 || u >= width) { ok = 0; break; }
+            }
+            int64_t key = r * width + u;
+            lut[key] = 1;
+            attr[i] = (uint32_t)key;
+        }
+        if (ok) {
+            int32_t rank = 0;
+            for (Py_ssize_t k = 0; k < span; k++) lut[k] = lut[k] ? rank++ : -1;
+            for (Py_ssize_t i = 0; i < n; i++) attr[i] = (uint32_t)lut[attr[i]];
+            distinct = rank;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 7; k++) PyBuffer_Release(&b[k]);
+    return PyLong_FromLongLong(ok ? distinct : -1);
+}
+
+/* attr_stats(attr, starts, durs, selfs, rows, dur_sum, self_sum, min_dur, max_dur, first) -> bool
+ * Per description id (the output arrays' index, int64, caller-zeroed except min/max/first):
+ * events, sums of duration and self time (int64, wrapping like polars' sums), shortest and
+ * longest duration and earliest start: OpTable.collapse's aggregates for events that are all
+ * placed and of one occurrence each (count 1). Returns False when an id is past the outputs.
+ * min_dur must start at INT64_MAX, max_dur and first at INT64_MIN / INT64_MAX. */
+static PyObject *attr_stats(PyObject *self, PyObject *args) {
+    Py_buffer b[10];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
+                          &b[8], &b[9]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, k = b[4].len / 8;
+    int ok = b[1].len / 8 == n && b[2].len / 8 == n && b[3].len / 8 == n;
+    for (int j = 5; j < 10; j++) ok = ok && b[j].len / 8 == k;
+    const uint32_t *attr = b[0].buf;
+    const int64_t *st = b[1].buf, *du = b[2].buf, *sf = b[3].buf;
+    int64_t *rows = b[4].buf, *ds = b[5].buf, *ss = b[6].buf, *mn = b[7].buf, *mx = b[8].buf, *first = b[9].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t a = attr[i];
+            if ((Py_ssize_t)a >= k) { ok = 0; break; }
+            rows[a]++;
+            ds[a] = (int64_t)((uint64_t)ds[a] + (uint64_t)du[i]);
+            ss[a] = (int64_t)((uint64_t)ss[a] + (uint64_t)sf[i]);
+            if (du[i] < mn[a]) mn[a] = du[i];
+            if (du[i] > mx[a]) mx[a] = du[i];
+            if (st[i] < first[a]) first[a] = st[i];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int j = 0; j < 10; j++) PyBuffer_Release(&b[j]);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
     {"scan_message", scan_message, METH_VARARGS,
      "scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]"},
@@ -768,6 +854,9 @@ static PyMethodDef methods[] = {
     {"decode_tpu", decode_tpu, METH_VARARGS,
      "decode_tpu(buf, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, index) -> n"},
     {"self_times_sorted", self_times_sorted, METH_VARARGS, "self_times_sorted(starts, durs, out) -> bool"},
+    {"tpu_attr", tpu_attr, METH_VARARGS, "tpu_attr(mids, enc, mid_row, fixed, exec_u, width, attr, lut) -> distinct"},
+    {"attr_stats", attr_stats, METH_VARARGS,
+     "attr_stats(attr, starts, durs, selfs, rows, dur_sum, self_sum, min_dur, max_dur, first) -> bool"},
     {"enclosing_sorted", enclosing_sorted, METH_VARARGS,
      "enclosing_sorted(starts, outer_starts, outer_ends, out) -> bool"},
     {"decode_line", decode_line, METH_VARARGS,

@@ -89,9 +89,13 @@ class OpTable:
         return cls(events, attrs)
 
     @classmethod
-    def from_parts(cls, attr: np.ndarray, start_ps, duration_ps, self_ps, count, attrs: pl.DataFrame) -> "OpTable":
+    def from_parts(cls, attr: np.ndarray, start_ps, duration_ps, self_ps, count, attrs: pl.DataFrame,
+                   collapsed: pl.DataFrame | None = None) -> "OpTable":
         """Build from per-event arrays (``attr`` indexes ``attrs`` rows; ``start_ps`` may hold
         nulls as a polars Series) and an attrs frame without the ``attr`` column (it is added).
+        ``collapsed``: the per-description aggregates of :meth:`collapse` (columns ``attr``
+        then ``count`` .. ``first_ps``, one row per description with events) when the caller
+        computed them already; they are joined to the attrs as :meth:`collapse` joins its own.
         Raises ``ValueError`` when an ``attr`` value is outside ``attrs``."""
         attr = np.asarray(attr)
         if len(attr) and (int(attr.max()) >= attrs.height or int(attr.min()) < 0):
@@ -104,7 +108,10 @@ class OpTable:
             "count": pl.Series("count", count, dtype=pl.Int64),
         })
         a = attrs.with_row_index("attr").select(list(ATTR_SCHEMA)).cast(ATTR_SCHEMA)
-        return cls(events, a)
+        out = cls(events, a)
+        if collapsed is not None:
+            out._collapsed = a.join(collapsed, on="attr", how="inner").sort("attr")
+        return out
 
     @staticmethod
     def concat(tables: list["OpTable"]) -> "OpTable":

@@ -419,38 +419,52 @@ def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ
     program_to_module = mods.program_to_module
     # distinct (module, program) of the enclosing executions; index U = "none"
     uniq = mods.uniq
-    enc_u = np.append(mods.exec_u, len(uniq))[np.where(enc < 0, len(mods.exec_u), enc)]
-    # metadata row of each event (an unknown id gets the extra, empty row at the end)
+    width = len(uniq) + 1
     ids = meta["metadata_id"].to_numpy()
+    pids = meta["program_id"].to_list() + [None]
+    # rows whose own program names a module do not depend on the enclosing execution
+    fixed = np.array([p is not None and p in program_to_module for p in pids], dtype=bool)
+    span = (len(ids) + 1) * width
     top = int(mids.max()) + 1 if len(mids) else 0
-    if len(ids) and 0 <= int(ids.min()) and top <= 4 * len(ids) + (1 << 16):
+    dense_ids = bool(len(ids)) and 0 <= int(ids.min()) and top <= 4 * len(ids) + (1 << 16)
+    attr = None
+    if dense_ids:
         # metadata ids are small and dense (XProf numbers them from 1): one lookup table
-        lut = np.full(top, len(ids), dtype=np.int64)
+        # (an unknown id gets the extra, empty row at the end)
+        mid_row = np.full(top, len(ids), dtype=np.int64)
         ok = ids < top
-        lut[ids[ok]] = np.flatnonzero(ok)
-        row = lut[mids]
+        mid_row[ids[ok]] = np.flatnonzero(ok)
+        if _fast is not None and span < (1 << 31) and mids.dtype == np.uint32:
+            # one C pass: the same keys and ids as the numpy below
+            attr = np.empty(len(mids), dtype=np.uint32)
+            key_rank = np.zeros(span, dtype=np.int32)
+            got = _fast.tpu_attr(mids, np.ascontiguousarray(enc, dtype=np.int64), mid_row, fixed.view(np.uint8),
+                                 np.ascontiguousarray(mods.exec_u, dtype=np.int64), width, attr, key_rank)
+            if got >= 0:
+                ukeys = np.flatnonzero(key_rank >= 0)
+            else:
+                attr = None
+        if attr is None:
+            row = mid_row[mids]
     else:
         order = np.argsort(ids, kind="stable")
         sorted_ids = ids[order]
         pos = np.clip(np.searchsorted(sorted_ids, mids), 0, max(len(ids) - 1, 0))
         known = (sorted_ids[pos] == mids) if len(ids) else np.zeros(len(mids), dtype=bool)
         row = np.where(known, order[pos] if len(ids) else 0, len(ids))
-    pids = meta["program_id"].to_list() + [None]
-    # rows whose own program names a module do not depend on the enclosing execution
-    fixed = np.array([p is not None and p in program_to_module for p in pids], dtype=bool)
-    u = np.where(fixed[row], len(uniq), enc_u)
-    width = len(uniq) + 1
-    key = row.astype(np.int64) * width + u
-    span = (len(ids) + 1) * width
-    if span <= 4 * len(key) + 1024:  # dense keys: a lookup table is O(n)
-        seen = np.zeros(span, dtype=bool)
-        seen[key] = True
-        ukeys = np.flatnonzero(seen)
-        lut = np.cumsum(seen) - 1
-        attr = lut[key].astype(np.uint32)
-    else:
-        ukeys, inv = np.unique(key, return_inverse=True)
-        attr = inv.astype(np.uint32)
+    if attr is None:
+        enc_u = np.append(mods.exec_u, len(uniq))[np.where(enc < 0, len(mods.exec_u), enc)]
+        u = np.where(fixed[row], len(uniq), enc_u)
+        key = row.astype(np.int64) * width + u
+        if span <= 4 * len(key) + 1024:  # dense keys: a lookup table is O(n)
+            seen = np.zeros(span, dtype=bool)
+            seen[key] = True
+            ukeys = np.flatnonzero(seen)
+            lut = np.cumsum(seen) - 1
+            attr = lut[key].astype(np.uint32)
+        else:
+            ukeys, inv = np.unique(key, return_inverse=True)
+            attr = inv.astype(np.uint32)
     k_row, k_u = ukeys // width, ukeys % width
     empty = {c: None for c in meta.columns}
     meta_x = pl.concat([meta, pl.DataFrame([empty], schema=meta.schema)], how="vertical")
@@ -474,18 +488,32 @@ def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ
         count = np.where(occ > 0, occ, 1)
     else:
         count = np.ones(len(starts), dtype=np.int64)
-    return _TpuParts(attr, start, durs, selfs, count, desc)
+    stats = None
+    if _fast is not None and count is not None and not isinstance(start, pl.Series) and len(ukeys):
+        # every event placed and of one occurrence: OpTable.collapse's per-description
+        # aggregates in one C pass here, on the plane's thread, instead of a group-by later
+        k = len(ukeys)
+        stats = {name: np.zeros(k, dtype=np.int64) for name in ("rows", "duration_ps", "self_ps")}
+        stats["min_ps"] = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+        stats["max_ps"] = np.full(k, np.iinfo(np.int64).min, dtype=np.int64)
+        stats["first_ps"] = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+        if not _fast.attr_stats(attr, np.ascontiguousarray(starts, dtype=np.int64),
+                                np.ascontiguousarray(durs, dtype=np.int64), np.ascontiguousarray(selfs, dtype=np.int64),
+                                *(stats[c] for c in ("rows", "duration_ps", "self_ps", "min_ps", "max_ps", "first_ps"))):
+            stats = None
+    return _TpuParts(attr, start, durs, selfs, count, desc, stats)
 
 
 class _TpuParts:
     """One TPU plane's op events before they join the file's OpTable: per-event arrays
     (attr ids local to ``desc``) and the plane's descriptions."""
 
-    __slots__ = ("attr", "start", "durs", "selfs", "count", "desc", "height")
+    __slots__ = ("attr", "start", "durs", "selfs", "count", "desc", "height", "stats")
 
-    def __init__(self, attr, start, durs, selfs, count, desc):
+    def __init__(self, attr, start, durs, selfs, count, desc, stats=None):
         self.attr, self.start, self.durs, self.selfs, self.count, self.desc = attr, start, durs, selfs, count, desc
         self.height = len(attr)
+        self.stats = stats  # per description: rows, duration_ps, self_ps, min_ps, max_ps, first_ps (or None)
 
 
 def _merge_parts(parts: list) -> "OpTable":
@@ -513,7 +541,20 @@ def _merge_parts(parts: list) -> "OpTable":
     for p in parts:
         p.start = None
     desc = pl.concat([p.desc for p in parts], how="vertical")
-    return OpTable.from_parts(attr, start, cols["durs"], cols["selfs"], cols["count"], desc)
+    collapsed = None
+    if parts and all(p.stats is not None for p in parts):
+        st = {c: np.concatenate([p.stats[c] for p in parts]) for c in parts[0].stats}
+        collapsed = pl.DataFrame({
+            "attr": pl.Series(np.arange(len(st["rows"]), dtype=np.uint32), dtype=pl.UInt32),
+            "count": pl.Series(st["rows"], dtype=pl.Int64),  # one occurrence per event
+            "duration_ps": pl.Series(st["duration_ps"], dtype=pl.Int64),
+            "self_ps": pl.Series(st["self_ps"], dtype=pl.Int64),
+            "rows": pl.Series(st["rows"], dtype=pl.UInt32),
+            "min_ps": pl.Series(st["min_ps"], dtype=pl.Int64),
+            "max_ps": pl.Series(st["max_ps"], dtype=pl.Int64),
+            "first_ps": pl.Series(st["first_ps"], dtype=pl.Int64),
+        }).filter(pl.col("rows") > 0)
+    return OpTable.from_parts(attr, start, cols["durs"], cols["selfs"], cols["count"], desc, collapsed=collapsed)
 
 
 def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, run, path, device_lines: bool,
