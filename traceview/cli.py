@@ -280,7 +280,9 @@ def _start_prefetch(disc, args) -> bool:
         return False
     if size >= cache.MIN_FILE_BYTES and cache.has_fresh_entry(str(tf.path), "xplane", tf.host, tf.run):
         return False
-    from . import prefetch
+    from . import prefetch, tpu_plane  # noqa: F401 - numpy and the decoders first, here: the thread
+    # then decodes (mostly without the GIL) while this thread imports polars, instead of both
+    # threads importing at once and taking turns on the GIL
 
     return prefetch.start(tf.path)
 
