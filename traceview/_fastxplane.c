@@ -26,7 +26,8 @@
  *     -> events of a TPU line piece written into caller-owned arrays from index i.
  * Timelines: self_times_sorted(starts, durs, out) (self time in one stack pass),
  * enclosing_sorted(starts, outer_starts, outer_ends, out) (enclosing interval by merge),
- * tpu_attr(...) (TPU op events' description ids), attr_stats(...) (per-description sums) and
+ * tpu_attr(...) (TPU op events' description ids), attr_stats(...) (per-description sums),
+ * window_max(...) (latest activity end per step window, by merge) and
  * step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) (ops
  * against step windows in one merge pass); both return False on unordered input.
  *
@@ -843,6 +844,46 @@ static PyObject *attr_stats(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* window_max(a_start, a_len, is_dur, starts, nxt, end) -> bool
+ * For consecutive windows [starts[k], nxt[k]) (starts non-decreasing, nxt[k] >= starts[k] and
+ * nxt[k] <= starts[k + 1]) raise end[k] to the latest end of the activity starting inside the
+ * window; the activity (a_start non-decreasing) ends at a_start + a_len (wrapping like numpy
+ * int64 addition) when is_dur, else at a_len. One merge pass: the step windows' range maxima
+ * of traceview.steps._module_windows. int64 arrays; returns False, leaving end unchanged,
+ * when an order condition fails (the caller then binary-searches). */
+static PyObject *window_max(PyObject *self, PyObject *args) {
+    Py_buffer b[5];
+    int is_dur;
+    if (!PyArg_ParseTuple(args, "y*y*py*y*w*", &b[0], &b[1], &is_dur, &b[2], &b[3], &b[4])) return NULL;
+    Py_ssize_t n = b[0].len / 8, m = b[2].len / 8;
+    int ok = b[1].len / 8 == n && b[3].len / 8 == m && b[4].len / 8 == m;
+    const int64_t *as = b[0].buf, *al = b[1].buf, *st = b[2].buf, *nx = b[3].buf;
+    int64_t *end = b[4].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 1; i < n && ok; i++) if (as[i] < as[i - 1]) ok = 0;
+        for (Py_ssize_t k = 0; k < m && ok; k++) {
+            if (nx[k] < st[k]) ok = 0;
+            if (k + 1 < m && (st[k + 1] < st[k] || nx[k] > st[k + 1])) ok = 0;
+        }
+        if (ok) {
+            Py_ssize_t i = 0;
+            for (Py_ssize_t k = 0; k < m; k++) {
+                while (i < n && as[i] < st[k]) i++;
+                int64_t mx = INT64_MIN;
+                for (; i < n && as[i] < nx[k]; i++) {
+                    int64_t e = is_dur ? (int64_t)((uint64_t)as[i] + (uint64_t)al[i]) : al[i];
+                    if (e > mx) mx = e;
+                }
+                if (mx > end[k]) end[k] = mx;
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int j = 0; j < 5; j++) PyBuffer_Release(&b[j]);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
     {"scan_message", scan_message, METH_VARARGS,
      "scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]"},
@@ -857,6 +898,7 @@ static PyMethodDef methods[] = {
     {"tpu_attr", tpu_attr, METH_VARARGS, "tpu_attr(mids, enc, mid_row, fixed, exec_u, width, attr, lut) -> distinct"},
     {"attr_stats", attr_stats, METH_VARARGS,
      "attr_stats(attr, starts, durs, selfs, rows, dur_sum, self_sum, min_dur, max_dur, first) -> bool"},
+    {"window_max", window_max, METH_VARARGS, "window_max(a_start, a_len, is_dur, starts, nxt, end) -> bool"},
     {"enclosing_sorted", enclosing_sorted, METH_VARARGS,
      "enclosing_sorted(starts, outer_starts, outer_ends, out) -> bool"},
     {"decode_line", decode_line, METH_VARARGS,

@@ -652,7 +652,7 @@ def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, win
         ar = all_runs.filter((pl.col("host") == host) & (pl.col("device") == device)).sort("start_ps")
         ar_start = ar["start_ps"].to_numpy()
         sources = [  # (starts, ends, has program, program) per kind of activity, time-ordered
-            (pe.start[idx], pe.end(idx), lambda i=idx: pe.has_pid(i), lambda i=idx: pe.pid(i)),
+            (pe.start[idx], None, lambda i=idx: pe.has_pid(i), lambda i=idx: pe.pid(i)),
             (ar_start, ar_start + ar["duration_ps"].to_numpy(), lambda a=ar: a["program_id"].is_not_null().to_numpy(),
              lambda a=ar: a["program_id"].fill_null(0).to_numpy().astype(np.uint64)),
         ]
@@ -667,7 +667,23 @@ def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, win
         if longest is not None:
             nxt[-1] = starts[-1] + longest
         end = ends.copy()
+        if window == "span" and _fast is not None:
+            # one C merge pass per kind of activity (ends computed from durations on the fly)
+            nxt_c = nxt.copy()
+            if longest is None:
+                nxt_c[-1] = np.iinfo(np.int64).max  # a single execution: no limit
+            ok = True
+            for a_start, a_len, is_dur in ((pe.start[idx], pe.dur[idx], True),
+                                           (ar_start, ar["duration_ps"].to_numpy(), True)):
+                ok = ok and _fast.window_max(np.ascontiguousarray(a_start, dtype=np.int64),
+                                             np.ascontiguousarray(a_len, dtype=np.int64), is_dur, starts, nxt_c, end)
+            if ok:
+                sources = []
+            else:
+                end = ends.copy()
         for a_start, a_end, a_has_f, a_prog_f in sources:
+            if a_end is None:
+                a_end = pe.end(idx)
             lo = np.searchsorted(a_start, starts, side="left")
             hi = (np.searchsorted(a_start, nxt, side="left") if longest is not None
                   else np.concatenate([np.searchsorted(a_start, nxt[:-1], side="left"), [len(a_start)]]))
