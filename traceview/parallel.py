@@ -34,11 +34,13 @@ the calling process); the CLI draws it as a bar on stderr when stderr is a termi
 from __future__ import annotations
 
 import os
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from .errors import TraceviewError, UsageError
+
+if TYPE_CHECKING:  # imported where used: concurrent.futures with its process pool and
+    from concurrent.futures import Executor  # logging is ~35 ms of every CLI start otherwise
 
 #: Below this many bytes in total (on disk), files are read in the calling process (worker
 #: start-up, about 0.5 s each, and result transfer would cost more than they save).
@@ -194,12 +196,16 @@ def read_many(tasks: Sequence[ReadTask], *, executor: Executor | None = None, sc
         if w >= 2 and total >= PARALLEL_MIN_BYTES:
             import multiprocessing
 
+            from concurrent.futures import ProcessPoolExecutor
+
             own_pool = executor = ProcessPoolExecutor(max_workers=w, mp_context=multiprocessing.get_context("spawn"))
     try:
         if executor is None:
             for i, t in enumerate(tasks):
                 finish(i, read_task(t))
         else:
+            from concurrent.futures import Future, as_completed
+
             futures = [executor.submit(read_task, t) for t in tasks]
             if all(isinstance(f, Future) for f in futures):
                 index = {f: i for i, f in enumerate(futures)}
