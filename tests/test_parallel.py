@@ -116,7 +116,9 @@ def test_local_processes_only_when_allowed(shared_traces, tmp_path, monkeypatch,
             made.append(1)
             super().__init__(*a, **k)
 
-    monkeypatch.setattr(par, "ProcessPoolExecutor", Counting)
+    import concurrent.futures
+
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", Counting)  # read_many imports it when used
     monkeypatch.setattr(par, "PARALLEL_MIN_BYTES", 0)
     src = next((shared_traces / "vllm_tpu_qwen").rglob("*.trace.json.gz"))
     run = tmp_path / "plugins" / "profile" / "2026_01_02_00_00_00"
