@@ -237,10 +237,21 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
             if isinstance(got, BaseException):
                 raise got
 
+        # Every plane decoded already (prefetch), none pre-aggregated: the planes write their
+        # events straight into the file's arrays, each its own slice, on the plane threads,
+        # instead of a serial concatenation afterwards (_merge_parts).
+        dest = {}
+        if pre and all(v.occ is None for v in pre.values()):
+            sizes = [len(pre[id(p_)].mids) if pre[id(p_)].mids is not None else 0 for p_ in tpu]
+            ops_out = _OpArrays(sum(sizes))
+            bounds = np.cumsum([0] + sizes).tolist()
+            dest = {id(p_): (ops_out, a, b) for p_, a, b in zip(tpu, bounds[:-1], bounds[1:])}
+
         def one(plane):
             sn = {k: v.name for k, v in plane.stat_metadata.items()}
             c_, r_ = [], []
-            return _read_tpu_plane(plane, sn, c_, r_, host, run, path, arrays=pre.get(id(plane))), c_, r_
+            return _read_tpu_plane(plane, sn, c_, r_, host, run, path, arrays=pre.get(id(plane)),
+                                   dest=dest.get(id(plane))), c_, r_
 
         workers = min(len(tpu), os.cpu_count() or 1, PLANE_THREADS)
         if sum(len(ln) for p_ in tpu for ln in p_.lines) > PARALLEL_MAX_BYTES:
@@ -346,10 +357,11 @@ _META_COLUMNS = ["metadata_id", "op_name", "op_kind", "category", "shape", "hlo_
                  "bytes_accessed", "cost_source"]
 
 
-def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, arrays=None) -> int:
+def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, arrays=None, dest=None) -> int:
     """Append one TPU plane's module runs (to ``runs``) and op parts (to ``cols``); returns
     its event count. ``arrays``: its :class:`~traceview.tpu_plane.PlaneArrays` when already
-    decoded (:mod:`traceview.prefetch`), else decoded here."""
+    decoded (:mod:`traceview.prefetch`), else decoded here. ``dest``: (:class:`_OpArrays`,
+    lo, hi), the slice of the file's event arrays its ops are written to, or None."""
     from .tpu_plane import plane_arrays
 
     pa = arrays if arrays is not None else plane_arrays(plane, path)
@@ -370,7 +382,7 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, 
     meta = _tpu_metadata(plane, stat_names, stat_names)
     cols.append(_tpu_op_table(meta, pa.mids, pa.starts, pa.durs, pa.selfs, pa.occ, pa.enc, mods,
                               {"host": host, "run": run, "file": path, "device": plane.name, "line": "XLA Ops",
-                               "kernel": ""}))
+                               "kernel": ""}, dest=dest))
     return pa.n_events
 
 
@@ -406,7 +418,7 @@ class _ModuleNames:
 
 
 def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ, enc: np.ndarray,
-                  mods: _ModuleNames, constants: dict):
+                  mods: _ModuleNames, constants: dict, dest=None):
     """The :class:`~traceview.optable.OpTable` of one TPU ``XLA Ops`` line.
 
     An event's description is its XEventMetadata row plus its module: the op's own
@@ -436,7 +448,7 @@ def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ
         mid_row[ids[ok]] = np.flatnonzero(ok)
         if _fast is not None and span < (1 << 31) and mids.dtype == np.uint32:
             # one C pass: the same keys and ids as the numpy below
-            attr = np.empty(len(mids), dtype=np.uint32)
+            attr = dest[0].attr[dest[1]:dest[2]] if dest is not None else np.empty(len(mids), dtype=np.uint32)
             key_rank = np.zeros(span, dtype=np.int32)
             got = _fast.tpu_attr(mids, np.ascontiguousarray(enc, dtype=np.int64), mid_row, fixed.view(np.uint8),
                                  np.ascontiguousarray(mods.exec_u, dtype=np.int64), width, attr, key_rank)
@@ -486,6 +498,15 @@ def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ
         start = pl.select(pl.when(pl.Series(occ > 0)).then(None)
                           .otherwise(pl.Series("start_ps", starts, dtype=pl.Int64)).alias("start_ps")).to_series()
         count = np.where(occ > 0, occ, 1)
+    elif dest is not None:  # the file's arrays: this plane's slice
+        out, lo, hi = dest
+        if not np.shares_memory(attr, out.attr):
+            out.attr[lo:hi] = attr
+        attr = out.attr[lo:hi]
+        for arr, src in ((out.start, starts), (out.durs, durs), (out.selfs, selfs)):
+            arr[lo:hi] = src
+        out.count[lo:hi] = 1
+        start, durs, selfs, count = out.start[lo:hi], out.durs[lo:hi], out.selfs[lo:hi], out.count[lo:hi]
     else:
         count = np.ones(len(starts), dtype=np.int64)
     stats = None
@@ -501,19 +522,34 @@ def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ
                                 np.ascontiguousarray(durs, dtype=np.int64), np.ascontiguousarray(selfs, dtype=np.int64),
                                 *(stats[c] for c in ("rows", "duration_ps", "self_ps", "min_ps", "max_ps", "first_ps"))):
             stats = None
-    return _TpuParts(attr, start, durs, selfs, count, desc, stats)
+    parts = _TpuParts(attr, start, durs, selfs, count, desc, stats)
+    parts.dest = dest if dest is not None and not isinstance(start, pl.Series) else None
+    return parts
+
+
+class _OpArrays:
+    """A file's TPU op events as numpy arrays that the planes fill, each its own slice:
+    ``attr`` (uint32, plane-local description ids until :func:`_merge_parts` offsets them),
+    ``start``, ``durs``, ``selfs``, ``count`` (int64; ps, ps, ps, occurrences)."""
+
+    __slots__ = ("attr", "start", "durs", "selfs", "count")
+
+    def __init__(self, n: int):
+        self.attr = np.empty(n, dtype=np.uint32)
+        self.start, self.durs, self.selfs, self.count = (np.empty(n, dtype=np.int64) for _ in range(4))
 
 
 class _TpuParts:
     """One TPU plane's op events before they join the file's OpTable: per-event arrays
     (attr ids local to ``desc``) and the plane's descriptions."""
 
-    __slots__ = ("attr", "start", "durs", "selfs", "count", "desc", "height", "stats")
+    __slots__ = ("attr", "start", "durs", "selfs", "count", "desc", "height", "stats", "dest")
 
     def __init__(self, attr, start, durs, selfs, count, desc, stats=None):
         self.attr, self.start, self.durs, self.selfs, self.count, self.desc = attr, start, durs, selfs, count, desc
         self.height = len(attr)
         self.stats = stats  # per description: rows, duration_ps, self_ps, min_ps, max_ps, first_ps (or None)
+        self.dest = None  # (_OpArrays, lo, hi) when the arrays are a slice of the file's
 
 
 def _merge_parts(parts: list) -> "OpTable":
@@ -524,6 +560,15 @@ def _merge_parts(parts: list) -> "OpTable":
     from .optable import OpTable
 
     offsets = np.cumsum([0] + [p.desc.height for p in parts])[:-1]
+    out = parts[0].dest[0] if parts and parts[0].dest is not None else None
+    if out is not None and [(p.dest[0] is out, p.dest[1], p.dest[2]) for p in parts] == [
+            (True, a, b) for a, b in zip([0] + [p.dest[2] for p in parts[:-1]], [p.dest[2] for p in parts])] \
+            and parts[-1].dest[2] == len(out.attr):
+        # the planes filled one set of arrays, slice after slice: only the ids need offsets
+        for p, o in zip(parts, offsets):
+            if o:
+                p.attr += np.uint32(o)
+        return _finish_parts(parts, out.attr, out.start, out.durs, out.selfs, out.count)
     attr = np.concatenate([p.attr.astype(np.uint32) + np.uint32(o) for p, o in zip(parts, offsets)])
     for p in parts:
         p.attr = None
@@ -540,6 +585,14 @@ def _merge_parts(parts: list) -> "OpTable":
         start = np.concatenate(starts)
     for p in parts:
         p.start = None
+    return _finish_parts(parts, attr, start, cols["durs"], cols["selfs"], cols["count"])
+
+
+def _finish_parts(parts: list, attr, start, durs, selfs, count) -> "OpTable":
+    """The OpTable of merged per-event arrays, its descriptions and, when every plane
+    computed them, its per-description aggregates."""
+    from .optable import OpTable
+
     desc = pl.concat([p.desc for p in parts], how="vertical")
     collapsed = None
     if parts and all(p.stats is not None for p in parts):
@@ -554,7 +607,7 @@ def _merge_parts(parts: list) -> "OpTable":
             "max_ps": pl.Series(st["max_ps"], dtype=pl.Int64),
             "first_ps": pl.Series(st["first_ps"], dtype=pl.Int64),
         }).filter(pl.col("rows") > 0)
-    return OpTable.from_parts(attr, start, cols["durs"], cols["selfs"], cols["count"], desc, collapsed=collapsed)
+    return OpTable.from_parts(attr, start, durs, selfs, count, desc, collapsed=collapsed)
 
 
 def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, run, path, device_lines: bool,
