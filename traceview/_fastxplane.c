@@ -27,7 +27,8 @@
  * Timelines: self_times_sorted(starts, durs, out) (self time in one stack pass),
  * enclosing_sorted(starts, outer_starts, outer_ends, out) (enclosing interval by merge),
  * tpu_attr(...) (TPU op events' description ids), attr_stats(...) (per-description sums),
- * window_max(...) (latest activity end per step window, by merge) and
+ * window_max(...) (latest activity end per step window, by merge), chunk_heads(...) (module
+ * runs' op chunks) and
  * step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) (ops
  * against step windows in one merge pass); both return False on unordered input.
  *
@@ -884,6 +885,46 @@ static PyObject *window_max(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* chunk_heads(attr, starts, durs, prog, m, offs, heads, ends) -> bool
+ * traceview.steps.align_module_runs's chunks in one pass over one device's events in time
+ * order: the j-th event of program p = prog[attr] (-1: none of the programs asked) belongs
+ * to chunk j / m[p]; heads[offs[p] + chunk] = start of its first event, ends[...] = latest
+ * end (start + duration, wrapping) of its events. Returns False when a program has more
+ * events than its chunks hold or an index is outside its table (nothing meaningful written).
+ * attr uint32; prog int32; the rest int64. */
+static PyObject *chunk_heads(PyObject *self, PyObject *args) {
+    Py_buffer b[8];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, na = b[3].len / 4, np_ = b[4].len / 8, nh = b[6].len / 8;
+    int ok = b[1].len / 8 == n && b[2].len / 8 == n && b[5].len / 8 == np_ && b[7].len / 8 == nh;
+    const uint32_t *attr = b[0].buf;
+    const int64_t *st = b[1].buf, *du = b[2].buf, *m = b[4].buf, *offs = b[5].buf;
+    const int32_t *prog = b[3].buf;
+    int64_t *heads = b[6].buf, *ends = b[7].buf;
+    int64_t *cnt = ok ? PyMem_RawCalloc(np_ ? (size_t)np_ : 1, sizeof(int64_t)) : NULL;
+    if (ok && !cnt) { for (int k = 0; k < 8; k++) PyBuffer_Release(&b[k]); return PyErr_NoMemory(); }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t p = 0; p < np_ && ok; p++) if (m[p] < 1 || offs[p] < 0) ok = 0;
+        for (Py_ssize_t i = 0; i < n && ok; i++) {
+            if ((Py_ssize_t)attr[i] >= na) { ok = 0; break; }
+            int32_t p = prog[attr[i]];
+            if (p < 0) continue;
+            if (p >= np_) { ok = 0; break; }
+            int64_t k = cnt[p]++, o = offs[p] + k / m[p];
+            if (o >= nh) { ok = 0; break; }
+            int64_t e = (int64_t)((uint64_t)st[i] + (uint64_t)du[i]);
+            if (k % m[p] == 0) { heads[o] = st[i]; ends[o] = e; }
+            else if (e > ends[o]) ends[o] = e;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(cnt);
+    for (int k = 0; k < 8; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
     {"scan_message", scan_message, METH_VARARGS,
      "scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]"},
@@ -898,6 +939,7 @@ static PyMethodDef methods[] = {
     {"tpu_attr", tpu_attr, METH_VARARGS, "tpu_attr(mids, enc, mid_row, fixed, exec_u, width, attr, lut) -> distinct"},
     {"attr_stats", attr_stats, METH_VARARGS,
      "attr_stats(attr, starts, durs, selfs, rows, dur_sum, self_sum, min_dur, max_dur, first) -> bool"},
+    {"chunk_heads", chunk_heads, METH_VARARGS, "chunk_heads(attr, starts, durs, prog, m, offs, heads, ends) -> bool"},
     {"window_max", window_max, METH_VARARGS, "window_max(a_start, a_len, is_dur, starts, nxt, end) -> bool"},
     {"enclosing_sorted", enclosing_sorted, METH_VARARGS,
      "enclosing_sorted(starts, outer_starts, outer_ends, out) -> bool"},

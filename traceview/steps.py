@@ -362,6 +362,8 @@ class _Placed:
         self.dev = a["_d"].to_numpy().astype(dt)[self.attr] if len(self.attr) else np.zeros(0, dt)
         self._pid_lut = a["program_id"].fill_null(0).to_numpy().astype(np.uint64)
         self._has_lut = a["program_id"].is_not_null().to_numpy()
+        self._attr_dev = a["_d"].to_numpy()  # device index per description
+        self._table = table
         st = ev["start_ps"]
         self.placed = st.is_not_null().to_numpy()
         self.start = st.fill_null(0).to_numpy() if st.null_count() else st.to_numpy()
@@ -409,6 +411,16 @@ class _Placed:
     def has_pid(self, idx) -> np.ndarray:
         """Whether the events ``idx`` have a program_id (bool)."""
         return self._has_lut[self.attr[idx]]
+
+    def events_per_attr(self) -> np.ndarray:
+        """Number of events per description (int64, indexed by attr id; from the table's
+        cached collapse)."""
+        if getattr(self, "_rows", None) is None:
+            col = self._table.collapse()
+            rows = np.zeros(self._table.attrs.height, dtype=np.int64)
+            rows[col["attr"].to_numpy().astype(np.int64)] = col["rows"].to_numpy()
+            self._rows = rows
+        return self._rows
 
     def of_program(self, pid: int) -> np.ndarray:
         """Per description (attr id): whether its program_id is ``pid`` (bool lookup table)."""
@@ -519,19 +531,26 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
         chunks: dict = {}
         offs = []
         inside = True
-        for pid in r["program_id"].drop_nulls().unique().to_list():
+        pids = r["program_id"].drop_nulls().unique().to_list()
+        c_chunks = _c_chunks(pe, host, device, dsel, pids, r_has, r_prog) if isinstance(dsel, slice) else None
+        for pid in pids:
             ridx = np.nonzero(r_has & (r_prog == np.uint64(pid)))[0]
-            lut = pe.of_program(pid)
-            if not lut.any():
-                continue
-            sel = lut[o_attr]
-            st = o_start[sel]
-            en = st + o_dur[sel]
-            if len(st) == 0 or len(st) % len(ridx):
-                continue
-            m = len(st) // len(ridx)
-            heads = st[::m]
-            ends = en.reshape(len(ridx), m).max(axis=1)
+            if c_chunks is not None:
+                if pid not in c_chunks:
+                    continue
+                heads, ends = c_chunks[pid]
+            else:
+                lut = pe.of_program(pid)
+                if not lut.any():
+                    continue
+                sel = lut[o_attr]
+                st = o_start[sel]
+                en = st + o_dur[sel]
+                if len(st) == 0 or len(st) % len(ridx):
+                    continue
+                m = len(st) // len(ridx)
+                heads = st[::m]
+                ends = en.reshape(len(ridx), m).max(axis=1)
             off = heads - r_start[ridx]
             offs.append(off)
             chunks[pid] = (ridx, heads, ends)
@@ -553,6 +572,40 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
         if fix is not None:
             fixed[fix[0]] = fix[1]
     return pl.concat(parts, how="vertical"), fixed
+
+
+def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, pids: list, r_has: np.ndarray,
+              r_prog: np.ndarray) -> dict | None:
+    """{program_id: (heads, ends)} for one device whose events are the slice ``dsel``, as
+    align_module_runs computes them per program (the k-th execution's chunk of m ops: its
+    first op's start and its latest op end), in one C pass (``chunk_heads``); programs whose
+    op count on the device is not a whole multiple of their executions are left out. None
+    without the C accelerator or when the pass refuses (the caller then uses numpy)."""
+    if _fast is None:
+        return None
+    d = pe.dev_index[(host, device)]
+    rows = pe.events_per_attr()
+    on_dev = pe._attr_dev == d
+    prog = np.full(len(rows), -1, dtype=np.int32)
+    plan = []  # (pid, executions, m)
+    for pid in pids:
+        runs_n = int(np.count_nonzero(r_has & (r_prog == np.uint64(pid))))
+        lut = pe.of_program(pid) & on_dev
+        n_ops = int(rows[lut].sum())
+        if n_ops == 0 or runs_n == 0 or n_ops % runs_n:
+            continue
+        prog[lut] = len(plan)
+        plan.append((pid, runs_n, n_ops // runs_n))
+    if not plan:
+        return {}
+    offs = np.cumsum([0] + [k for _, k, _ in plan])
+    heads = np.empty(int(offs[-1]), dtype=np.int64)
+    ends = np.empty(int(offs[-1]), dtype=np.int64)
+    ok = _fast.chunk_heads(pe.attr[dsel], pe.start[dsel], pe.dur[dsel], prog,
+                           np.array([m for _, _, m in plan], dtype=np.int64), offs[:-1].astype(np.int64), heads, ends)
+    if not ok:
+        return None
+    return {pid: (heads[offs[j]:offs[j + 1]], ends[offs[j]:offs[j + 1]]) for j, (pid, _, _) in enumerate(plan)}
 
 
 def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.DataFrame | None,
