@@ -151,6 +151,25 @@ def test_c_enclosing_equals_the_binary_search(inner, outer, in_order):
 
 
 @settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(-(1 << 62), 1 << 62) | st.integers(0, 50)), max_size=80),
+       st.lists(st.integers(-1, 3), min_size=6, max_size=6))
+def test_c_medians_equal_polars(events, key_of_attr):
+    """median_by (group, then quickselect) gives polars' median per key, to the bit: even
+    counts, duplicates, negative and 62-bit values, keys with no event, attrs not counted."""
+    from traceview import _fastxplane as f
+
+    attr = np.array([a for a, _ in events], dtype=np.uint32)
+    vals = np.array([v for _, v in events], dtype=np.int64)
+    lut = np.array(key_of_attr, dtype=np.int32)
+    out, have = np.empty(4), np.zeros(4, dtype=np.uint8)
+    assert f.median_by(attr, lut, vals, out, have)
+    keys = lut[attr.astype(np.int64)] if len(attr) else np.zeros(0, dtype=np.int32)
+    df = pl.DataFrame({"k": keys, "v": vals}, schema={"k": pl.Int32, "v": pl.Int64}).filter(pl.col("k") >= 0)
+    want = dict(df.group_by("k").agg(pl.col("v").median()).iter_rows())
+    assert {k: out[k] for k in range(4) if have[k]} == want
+
+
+@settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(-50, 50), min_size=1, max_size=40), st.lists(st.integers(0, 40), max_size=12),
        st.booleans())
 def test_range_max_equals_brute_force(values, cuts, disjoint):

@@ -28,7 +28,7 @@
  * enclosing_sorted(starts, outer_starts, outer_ends, out) (enclosing interval by merge),
  * tpu_attr(...) (TPU op events' description ids), attr_stats(...) (per-description sums),
  * window_max(...) (latest activity end per step window, by merge), chunk_heads(...) (module
- * runs' op chunks) and
+ * runs' op chunks), median_by(...) (medians per group by quickselect) and
  * step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) (ops
  * against step windows in one merge pass); both return False on unordered input.
  *
@@ -925,6 +925,90 @@ static PyObject *chunk_heads(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+static void tv_select(int64_t *v, Py_ssize_t n, Py_ssize_t k) {
+    /* v[k] becomes the k-th smallest, smaller ones before it (Hoare quickselect) */
+    Py_ssize_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int64_t a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi];
+        int64_t pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] < pivot) i++;
+            while (v[j] > pivot) j--;
+            if (i <= j) { int64_t t = v[i]; v[i] = v[j]; v[j] = t; i++; j--; }
+        }
+        if (k <= j) hi = j; else if (k >= i) lo = i; else return;
+    }
+}
+
+/* median_by(attr, key_of_attr, values, out, have) -> bool
+ * Median of values (int64) per key = key_of_attr[attr[i]] (int32; -1: not counted), as polars'
+ * median computes it: the middle value, or for an even count lo + (hi - lo) * 0.5 in double
+ * of the two middle ones. out (double) and have (uint8: the key has values) per key. Values
+ * are grouped by key into one buffer, then each group is quickselected: O(n). Returns False
+ * when an index is outside its table. attr uint32. */
+static PyObject *median_by(PyObject *self, PyObject *args) {
+    Py_buffer b[5];
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4])) return NULL;
+    Py_ssize_t n = b[0].len / 4, na = b[1].len / 4, nk = b[3].len / 8;
+    int ok = b[2].len / 8 == n && b[4].len == nk;
+    const uint32_t *attr = b[0].buf;
+    const int32_t *key = b[1].buf;
+    const int64_t *val = b[2].buf;
+    double *out = b[3].buf;
+    uint8_t *have = b[4].buf;
+    Py_ssize_t *start = ok ? PyMem_RawCalloc((size_t)nk + 1, sizeof(Py_ssize_t)) : NULL;
+    int64_t *buf = ok ? PyMem_RawMalloc((n ? (size_t)n : 1) * sizeof(int64_t)) : NULL;
+    if (ok && (!start || !buf)) {
+        PyMem_RawFree(start); PyMem_RawFree(buf);
+        for (int k = 0; k < 5; k++) PyBuffer_Release(&b[k]);
+        return PyErr_NoMemory();
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n && ok; i++) {   /* counts */
+            if ((Py_ssize_t)attr[i] >= na) { ok = 0; break; }
+            int32_t k = key[attr[i]];
+            if (k < 0) continue;
+            if (k >= nk) { ok = 0; break; }
+            start[k + 1]++;
+        }
+        if (ok) {
+            for (Py_ssize_t k = 0; k < nk; k++) start[k + 1] += start[k];
+            Py_ssize_t *fill = PyMem_RawMalloc(((size_t)nk + 1) * sizeof(Py_ssize_t));
+            if (!fill) ok = 0;
+            else {
+                memcpy(fill, start, ((size_t)nk + 1) * sizeof(Py_ssize_t));
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    int32_t k = key[attr[i]];
+                    if (k >= 0) buf[fill[k]++] = val[i];
+                }
+                PyMem_RawFree(fill);
+                for (Py_ssize_t k = 0; k < nk; k++) {
+                    Py_ssize_t c = start[k + 1] - start[k];
+                    have[k] = c > 0;
+                    if (!c) { out[k] = 0.0; continue; }
+                    int64_t *v = buf + start[k];
+                    Py_ssize_t mid = c / 2;
+                    tv_select(v, c, mid);
+                    if (c % 2) out[k] = (double)v[mid];
+                    else {
+                        int64_t lo = v[0];  /* the largest value before mid */
+                        for (Py_ssize_t i = 1; i < mid; i++) if (v[i] > lo) lo = v[i];
+                        double dl = (double)lo, dh = (double)v[mid];
+                        out[k] = dl + (dh - dl) * 0.5;
+                    }
+                }
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(start); PyMem_RawFree(buf);
+    for (int k = 0; k < 5; k++) PyBuffer_Release(&b[k]);
+    if (!ok && !PyErr_Occurred()) Py_RETURN_FALSE;
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
     {"scan_message", scan_message, METH_VARARGS,
      "scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]"},
@@ -939,6 +1023,7 @@ static PyMethodDef methods[] = {
     {"tpu_attr", tpu_attr, METH_VARARGS, "tpu_attr(mids, enc, mid_row, fixed, exec_u, width, attr, lut) -> distinct"},
     {"attr_stats", attr_stats, METH_VARARGS,
      "attr_stats(attr, starts, durs, selfs, rows, dur_sum, self_sum, min_dur, max_dur, first) -> bool"},
+    {"median_by", median_by, METH_VARARGS, "median_by(attr, key_of_attr, values, out, have) -> bool"},
     {"chunk_heads", chunk_heads, METH_VARARGS, "chunk_heads(attr, starts, durs, prog, m, offs, heads, ends) -> bool"},
     {"window_max", window_max, METH_VARARGS, "window_max(a_start, a_len, is_dur, starts, nxt, end) -> bool"},
     {"enclosing_sorted", enclosing_sorted, METH_VARARGS,
