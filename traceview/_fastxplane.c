@@ -663,20 +663,21 @@ static PyObject *line_layout(PyObject *self, PyObject *args) {
 }
 
 
-/* step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) -> bool
+/* step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool
  * One device's ops, given as indices idx (int32 or int64, by its byte length relative to
  * rows) into the event arrays starts / durs / selfs / counts (int64, whole table), in time
  * order (starts[idx] non-decreasing), against its step windows (lo non-decreasing,
- * disjoint: lo[j+1] >= hi[j], hi[j] >= lo[j]). rows (int32, one per idx) = the window
- * holding the op's start (the last window with lo <= start, if start < hi or start == lo),
- * else -1; per window: ops = sum of counts, optime = sum of selfs, busy = length of the
+ * disjoint: lo[j+1] >= hi[j], hi[j] >= lo[j]). rows (int32, one per idx) = row_offset + the
+ * window holding the op's start (the last window with lo <= start, if start < hi or start ==
+ * lo), else -1; per window: ops = sum of counts, optime = sum of selfs, busy = length of the
  * union of the ops' [start, start + dur) clipped to the window. Sums wrap like numpy's.
  * Returns False, outputs unspecified, when the inputs are not so ordered or sized (the
  * caller falls back). */
 static PyObject *step_pass(PyObject *self, PyObject *args) {
     Py_buffer b[11];
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
-                          &b[8], &b[9], &b[10]))
+    Py_ssize_t row_offset = 0;  /* added to every window index written to rows */
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*|n", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
+                          &b[8], &b[9], &b[10], &row_offset))
         return NULL;
     Py_ssize_t n = b[7].len / 4, N = b[1].len / 8, m = b[5].len / 8;
     int wide = b[0].len == n * 8;
@@ -708,7 +709,7 @@ static PyObject *step_pass(PyObject *self, PyObject *args) {
                 while (j + 1 < m && lo[j + 1] <= s) j++;
                 Py_ssize_t w = -1;
                 if (m > 0 && lo[j] <= s && (s < hi[j] || s == lo[j])) w = j;
-                rows[i] = (int32_t)w;
+                rows[i] = w < 0 ? -1 : (int32_t)(w + row_offset);
                 if (w < 0) continue;
                 ops[w] = (int64_t)((uint64_t)ops[w] + (uint64_t)ct[e]);
                 opt[w] = (int64_t)((uint64_t)opt[w] + (uint64_t)sf[e]);
@@ -1013,7 +1014,7 @@ static PyMethodDef methods[] = {
     {"scan_message", scan_message, METH_VARARGS,
      "scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]"},
     {"step_pass", step_pass, METH_VARARGS,
-     "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) -> bool"},
+     "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
     {"copy_bytes", copy_bytes, METH_VARARGS, "copy_bytes(buf, lo, hi) -> bytes (guarded against a shrinking file)"},
     {"line_layout", line_layout, METH_VARARGS,
      "line_layout(buf, target) -> (n_events, header, piece bounds)"},

@@ -702,7 +702,7 @@ def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, win
     def one(item):
         (host, device), r = item
         idx = pe.sel(host, device)
-        ar = all_runs.filter((pl.col("host") == host) & (pl.col("device") == device)).sort("start_ps")
+        ar = _in_start_order(ar_parts.get((host, device), all_runs.clear()))
         ar_start = ar["start_ps"].to_numpy()
         sources = [  # (starts, ends, has program, program) per kind of activity, time-ordered
             (pe.start[idx], None, lambda i=idx: pe.has_pid(i), lambda i=idx: pe.pid(i)),
@@ -763,10 +763,24 @@ def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, win
                         nxt_ps).select(list(_WIN_SCHEMA) + ["next_ps"]).cast(_WIN_SCHEMA | {"next_ps": pl.Int64})
 
     # devices in (host, device) order, each in time order: the order _with_next gives, no sort
-    groups = sorted(runs.sort("start_ps").group_by(["host", "device"], maintain_order=True), key=lambda g: g[0])
+    ar_parts = all_runs.partition_by(["host", "device"], as_dict=True, maintain_order=True)
+    groups = sorted(((k, _in_start_order(r)) for k, r in
+                     runs.partition_by(["host", "device"], as_dict=True, maintain_order=True).items()),
+                    key=lambda g: g[0])
     frames = [f for f in _per_device(one, groups, pe) if f.height]
     return (pl.concat(frames, how="vertical") if frames
             else pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}))
+
+
+def _in_start_order(runs: pl.DataFrame) -> pl.DataFrame:
+    """``runs`` sorted by start_ps (stable), without sorting when they already are (module
+    runs of one device after :func:`align_module_runs`)."""
+    st = runs["start_ps"]
+    if st.null_count() == 0:
+        a = st.to_numpy()
+        if len(a) < 2 or (a[1:] >= a[:-1]).all():
+            return runs
+    return runs.sort("start_ps", maintain_order=True)
 
 
 def _busy(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
@@ -848,6 +862,25 @@ def _busy_per_step(pe: _Placed, step_row: np.ndarray, win: pl.DataFrame) -> np.n
     return busy
 
 
+def _device_blocks(win: pl.DataFrame) -> list[tuple[str, str, int, int]] | None:
+    """(host, device, first row, end row) per device of ``win`` when each device's windows
+    are one run of consecutive rows (the order :func:`_step_windows` gives); None when a
+    device's rows are split."""
+    n = win.height
+    if n == 0:
+        return []
+    new = win.select((pl.col("host").ne_missing(pl.col("host").shift(1))
+                      | pl.col("device").ne_missing(pl.col("device").shift(1))).alias("f"))["f"]
+    firsts = np.flatnonzero(new.fill_null(True).to_numpy()).tolist()
+    if not firsts or firsts[0] != 0:
+        firsts = [0] + firsts
+    hosts, devices = win["host"].gather(firsts).to_list(), win["device"].gather(firsts).to_list()
+    keys = list(zip(hosts, devices))
+    if len(set(keys)) != len(keys):
+        return None
+    return [(h, d, a, b) for (h, d), a, b in zip(keys, firsts, firsts[1:] + [n])]
+
+
 def _measure(pe: _Placed, win: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per event its window row (-1: none), and per window: op events (sum of count), op
     self time and busy time (ps). With the C accelerator one merge pass per device
@@ -862,13 +895,12 @@ def _measure(pe: _Placed, win: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np
         w_lo = win["start_ps"].to_numpy()
         w_hi = win["end_ps"].to_numpy()
         done = True
-        groups = (win.with_row_index("_w").group_by(["host", "device"], maintain_order=True)
-                  .agg(pl.col("_w").min().alias("a"), pl.col("_w").max().alias("z"), pl.len().alias("k")))
-        for host, device, a, z, k in groups.iter_rows():
-            if z - a + 1 != k:
-                done = False  # windows of a device are contiguous rows of win (sorted); else fall back
-                break
-            w = slice(a, z + 1)
+        blocks = _device_blocks(win)
+        if blocks is None:
+            done = False  # windows of a device are contiguous rows of win (sorted); else fall back
+            blocks = []
+        for host, device, a, z in blocks:
+            w = slice(a, z)
             sel = pe.sel(host, device)
             if isinstance(sel, slice):  # the device's events are one run: views, rows written in place
                 idx = np.arange(sel.stop - sel.start, dtype=np.int32)
@@ -880,14 +912,11 @@ def _measure(pe: _Placed, win: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np
                 rows = np.empty(len(idx), dtype=np.int32)
             if len(idx) == 0:
                 continue
-            if not _fast.step_pass(idx, *arrays, w_lo[w], w_hi[w], rows, n_ops[w], op_time[w], busy[w]):
+            if not _fast.step_pass(idx, *arrays, w_lo[w], w_hi[w], rows, n_ops[w], op_time[w], busy[w], a):
                 done = False
                 break
-            hit = rows >= 0
-            if isinstance(sel, slice):
-                rows[hit] += np.int32(a)
-            else:
-                step_row[idx[hit]] = rows[hit] + a
+            if not isinstance(sel, slice):
+                step_row[idx] = rows
         if done:
             return step_row, n_ops, op_time, busy
     step_row = _assign(pe, win)
@@ -921,6 +950,16 @@ def find_steps(ops, module_runs: pl.DataFrame, *, markers: pl.DataFrame | None =
     return _steps(table, pe, module_runs, markers=markers, module=module, window=window)[0]
 
 
+def _starts_in_order(win: pl.DataFrame, blocks: list) -> bool:
+    """Whether each device block of ``win`` is in non-decreasing start order."""
+    st = win["start_ps"].to_numpy()
+    for _, _, a, b in blocks:
+        s = st[a:b]
+        if len(s) > 1 and not (s[1:] >= s[:-1]).all():
+            return False
+    return True
+
+
 def _steps(table, pe: _Placed, module_runs, *, markers, module, window):
     if window not in WINDOWS:
         raise UsageError(f"unknown step window {window!r}: expected one of {', '.join(WINDOWS)}")
@@ -928,15 +967,22 @@ def _steps(table, pe: _Placed, module_runs, *, markers, module, window):
     step_row, n_ops, op_time, busy = _measure(pe, win)
     if win.height == 0:
         return pl.DataFrame(schema=STEPS_SCHEMA), step_row, method, mod, notes
-    per = pl.DataFrame({"_step": np.arange(win.height, dtype=np.int64), "ops": n_ops, "op_time_ps": op_time})
-    w = win.with_row_index("_step").with_columns(pl.col("_step").cast(pl.Int64),
-                                                 pl.Series("busy_ps", busy, dtype=pl.Int64))
-    out = w.join(per, on="_step", how="left").with_columns(
-        pl.col("ops").fill_null(0), pl.col("op_time_ps").fill_null(0),
+    blocks = _device_blocks(win)
+    if blocks is not None and (win.height < 2 or _starts_in_order(win, blocks)):
+        # each device's windows are consecutive rows in start order: step = row - device's first row
+        step = np.arange(win.height, dtype=np.int64)
+        for _, _, a, b in blocks:
+            step[a:b] -= a
+        step_col = pl.Series("step", step, dtype=pl.Int64)
+    else:
+        step_col = pl.int_range(pl.len()).over(["host", "device"], order_by="start_ps").cast(pl.Int64).alias("step")
+    out = win.with_columns(
+        pl.Series("ops", n_ops, dtype=pl.Int64), pl.Series("op_time_ps", op_time, dtype=pl.Int64),
+        pl.Series("busy_ps", busy, dtype=pl.Int64),
         (pl.col("end_ps") - pl.col("start_ps")).alias("duration_ps"),
         (pl.col("next_ps") - pl.col("end_ps")).alias("gap_after_ps"),
-        pl.int_range(pl.len()).over(["host", "device"], order_by="start_ps").cast(pl.Int64).alias("step"),
-    ).with_columns((pl.col("duration_ps") - pl.col("busy_ps")).alias("idle_ps")).sort("_step")
+        step_col,
+    ).with_columns((pl.col("duration_ps") - pl.col("busy_ps")).alias("idle_ps"))
     # row order = window index (step_row), cast to the documented schema
     steps = out.select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA)
     return steps, step_row, method, mod, notes
