@@ -109,6 +109,7 @@ from typing import Iterable
 import numpy as np
 import polars as pl
 
+from . import hugearrays
 from .errors import UsageError
 
 try:  # optional C accelerator
@@ -359,7 +360,7 @@ class _Placed:
         self.dev_index = {k: i for i, k in enumerate(self.devs)}
         self.attr = ev["attr"].to_numpy()
         dt = np.int16 if len(self.devs) < (1 << 15) else np.int32  # 2 bytes per event on any real pod
-        self.dev = a["_d"].to_numpy().astype(dt)[self.attr] if len(self.attr) else np.zeros(0, dt)
+        self.dev = hugearrays.take(a["_d"].to_numpy().astype(dt), self.attr) if len(self.attr) else np.zeros(0, dt)
         self._pid_lut = a["program_id"].fill_null(0).to_numpy().astype(np.uint64)
         self._has_lut = a["program_id"].is_not_null().to_numpy()
         self._attr_dev = a["_d"].to_numpy()  # device index per description
@@ -888,7 +889,7 @@ def _measure(pe: _Placed, win: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np
     :func:`_busy_per_step` and a group-by, which compute the same."""
     m = win.height
     if _fast is not None and m and pe.n and m < (1 << 31):
-        step_row = np.full(pe.n, -1, dtype=np.int32)
+        step_row = hugearrays.full(pe.n, -1, np.int32)
         n_ops = np.zeros(m, dtype=np.int64)
         op_time = np.zeros(m, dtype=np.int64)
         busy = np.zeros(m, dtype=np.int64)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import hugearrays
+
 try:  # optional C accelerator
     from . import _fastxplane as _fast
 except ImportError:  # pragma: no cover - exercised when the extension is absent
@@ -25,7 +27,8 @@ def self_times(starts: np.ndarray, durations: np.ndarray) -> np.ndarray:
     n = len(starts)
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     durations = np.ascontiguousarray(durations, dtype=np.int64)
-    out = durations.copy()
+    out = hugearrays.empty(n, np.int64)
+    out[:] = durations
     if n < 2:
         return out
     if _fast is not None:
@@ -34,7 +37,7 @@ def self_times(starts: np.ndarray, durations: np.ndarray) -> np.ndarray:
         # nearly sorted (TPU device-clock starts): a stable sort by start is cheap, and if
         # equal starts come longer first it is exactly the lexsort order used below
         order = np.argsort(starts, kind="stable")
-        tmp = np.empty_like(out)
+        tmp = hugearrays.empty(n, np.int64)
         if _fast.self_times_sorted(starts[order], durations[order], tmp):
             out[order] = tmp
             return out
@@ -86,7 +89,7 @@ def enclosing(starts: np.ndarray, ends: np.ndarray, outer_starts: np.ndarray, ou
         s64 = np.ascontiguousarray(starts, dtype=np.int64)
         os64 = np.ascontiguousarray(outer_starts, dtype=np.int64)
         oe64 = np.ascontiguousarray(outer_ends, dtype=np.int64)
-        out = np.empty(len(s64), dtype=np.int64)
+        out = hugearrays.empty(len(s64), np.int64)
         if _fast.enclosing_sorted(s64, os64, oe64, out):
             return out
     order = np.argsort(outer_starts, kind="stable")

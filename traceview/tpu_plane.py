@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import hugearrays
 from .timeline import enclosing, self_times
 from .xline import TPU_LINES_USED, decode_tpu_line
 
@@ -97,7 +98,7 @@ def plane_arrays(plane, path: str) -> PlaneArrays:
     if len(starts) > 1 and not (starts[1:] >= starts[:-1]).all():
         # one sort here instead of one in self time and one in the step anatomy
         order = np.argsort(starts, kind="stable")
-        starts, durs, mids, enc = starts[order], durs[order], mids[order], enc[order]
+        starts, durs, mids, enc = (hugearrays.take(a, order) for a in (starts, durs, mids, enc))
         occ = occ[order] if occ is not None else None
         del order
     out.selfs = self_times(starts, durs)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from . import hugearrays
 from ._protos import XLine, XLineEventsLoose, XLineEventsRaw, XLineHeader, XSpaceLazy
 from .errors import TraceUnreadable
 
@@ -381,6 +382,8 @@ def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLin
     malformed bytes."""
     out = TpuLine()
     if _fast is not None:
+        if mapped is not None:
+            _fast.populate(raw)  # the line's pages mapped in one call, not one fault per page
         try:  # one pass: header (validated as line_header does), event count, piece bounds
             n, head, bounds = _fast.line_layout(raw, PIECE_BYTES)
         except ValueError as exc:  # UnicodeDecodeError included
@@ -397,11 +400,11 @@ def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLin
         return out
     if _fast is not None:
         try:
-            mids = np.empty(n, dtype=np.uint32)
-            starts = np.empty(n, dtype=np.int64)
-            durs = np.empty(n, dtype=np.int64)
-            al = np.empty(n, dtype=np.int64)
-            flags = np.empty(n, dtype=np.uint8)
+            mids = hugearrays.empty(n, np.uint32)
+            starts = hugearrays.empty(n, np.int64)
+            durs = hugearrays.empty(n, np.int64)
+            al = hugearrays.empty(n, np.int64)
+            flags = hugearrays.empty(n, np.uint8)
             base = int(_line_base_ps(ts_ns))
             i = 0
             for a, b in zip(bounds[:-1], bounds[1:]):

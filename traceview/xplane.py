@@ -535,8 +535,10 @@ class _OpArrays:
     __slots__ = ("attr", "start", "durs", "selfs", "count")
 
     def __init__(self, n: int):
-        self.attr = np.empty(n, dtype=np.uint32)
-        self.start, self.durs, self.selfs, self.count = (np.empty(n, dtype=np.int64) for _ in range(4))
+        from . import hugearrays
+
+        self.attr = hugearrays.empty(n, np.uint32)
+        self.start, self.durs, self.selfs, self.count = (hugearrays.empty(n, np.int64) for _ in range(4))
 
 
 class _TpuParts:
