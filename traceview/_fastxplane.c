@@ -28,8 +28,7 @@
  * enclosing_sorted(starts, outer_starts, outer_ends, out) (enclosing interval by merge),
  * tpu_attr(...) (TPU op events' description ids), attr_stats(...) (per-description sums),
  * window_max(...) (latest activity end per step window, by merge), chunk_heads(...) (module
- * runs' op chunks), median_by(...) (medians per group by quickselect), populate(buf) (map a
- * mapped range's pages in one call) and
+ * runs' op chunks), median_by(...) (medians per group by quickselect) and
  * step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) (ops
  * against step windows in one merge pass); both return False on unordered input.
  *
@@ -43,8 +42,6 @@
 #include <string.h>
 #include <signal.h>
 #include <setjmp.h>
-#include <unistd.h>
-#include <sys/mman.h>
 
 /* ---- reading a file that another program truncates -----------------------------------
  * The readers walk memory-mapped files; if the file shrinks meanwhile, touching a page past
@@ -1013,29 +1010,6 @@ static PyObject *median_by(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
-/* populate(buf) -> bool: map the pages of (memory-mapped) buf into the page table in one
- * call, madvise(MADV_POPULATE_READ) (Linux 5.14+), with the GIL released, instead of one
- * page fault per 4 KiB page as the decoders first touch them. Returns False when the kernel
- * refuses (older kernel, not a mapping, file shrunk: the pages then fault in as before). */
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22
-#endif
-static PyObject *populate(PyObject *self, PyObject *args) {
-    Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
-    int ok = 0;
-    long page = sysconf(_SC_PAGESIZE);
-    if (page > 0 && view.len > 0) {
-        uintptr_t a = (uintptr_t)view.buf & ~(uintptr_t)(page - 1);
-        uintptr_t b = (uintptr_t)view.buf + (uintptr_t)view.len;
-        Py_BEGIN_ALLOW_THREADS
-        ok = madvise((void *)a, (size_t)(b - a), MADV_POPULATE_READ) == 0;
-        Py_END_ALLOW_THREADS
-    }
-    PyBuffer_Release(&view);
-    return PyBool_FromLong(ok);
-}
-
 static PyMethodDef methods[] = {
     {"scan_message", scan_message, METH_VARARGS,
      "scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]"},
@@ -1050,7 +1024,6 @@ static PyMethodDef methods[] = {
     {"tpu_attr", tpu_attr, METH_VARARGS, "tpu_attr(mids, enc, mid_row, fixed, exec_u, width, attr, lut) -> distinct"},
     {"attr_stats", attr_stats, METH_VARARGS,
      "attr_stats(attr, starts, durs, selfs, rows, dur_sum, self_sum, min_dur, max_dur, first) -> bool"},
-    {"populate", populate, METH_VARARGS, "populate(buf) -> bool (madvise MADV_POPULATE_READ)"},
     {"median_by", median_by, METH_VARARGS, "median_by(attr, key_of_attr, values, out, have) -> bool"},
     {"chunk_heads", chunk_heads, METH_VARARGS, "chunk_heads(attr, starts, durs, prog, m, offs, heads, ends) -> bool"},
     {"window_max", window_max, METH_VARARGS, "window_max(a_start, a_len, is_dur, starts, nxt, end) -> bool"},

@@ -382,8 +382,6 @@ def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLin
     malformed bytes."""
     out = TpuLine()
     if _fast is not None:
-        if mapped is not None:
-            _fast.populate(raw)  # the line's pages mapped in one call, not one fault per page
         try:  # one pass: header (validated as line_header does), event count, piece bounds
             n, head, bounds = _fast.line_layout(raw, PIECE_BYTES)
         except ValueError as exc:  # UnicodeDecodeError included
