@@ -105,7 +105,13 @@ def _rules_from_args(args):
     return rules or None
 
 
-def build_parser() -> argparse.ArgumentParser:
+#: the subcommands; :func:`build_parser` can build just one of them
+COMMANDS = ("analyze", "report", "diff", "verify", "engine")
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's argument parser. ``only``: build just that subcommand (``main`` does, for
+    the command on its command line: argparse spends ~1 ms per option building the others)."""
     parser = argparse.ArgumentParser(
         prog="traceview",
         description="Shape-keyed analysis of JAX/XProf profiles (.xplane.pb, .trace.json.gz).",
@@ -114,6 +120,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"traceview {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    if only is None or only == "analyze":
+        _add_analyze(sub)
+    if only is None or only == "report":
+        _add_report(sub)
+    if only is None or only in ("diff", "verify"):
+        from .cli_diff import add_parsers as _add_diff_parsers  # diff, verify
+
+        _add_diff_parsers(sub, _positive_int, _positive_float)
+    if only is None or only == "engine":
+        e = sub.add_parser("engine", help="the bundled Pallas decode engine (bench, profile)", add_help=False)
+        e.add_argument("engine_args", nargs=argparse.REMAINDER)
+    return parser
+
+
+def _add_analyze(sub) -> None:
     a = sub.add_parser("analyze", help="find traces under PATH and print shape-keyed op tables",
                        description="Find traces under PATH, say what was read and why, and print "
                                    "the HLO ops keyed by (name, shape) with occurrences and times.")
@@ -134,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="attribute ops to the file that emitted them (direct) or to the innermost "
                         "project frame of their stack (user)")
 
+
+
+def _add_report(sub) -> None:
     r = sub.add_parser("report", help="write the offline, self-contained HTML report of PATH",
                        description="Find traces under PATH and write one self-contained HTML file (no network, "
                                    "no script): provenance, peaks and ridge point, roofline chart, top ops "
@@ -145,14 +169,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--title", metavar="TEXT", help="page title (default: 'traceview report — <path name>')")
     _add_peaks(r)
     _add_steps(r)
-
-    from .cli_diff import add_parsers as _add_diff_parsers  # diff, verify
-
-    _add_diff_parsers(sub, _positive_int, _positive_float)
-
-    e = sub.add_parser("engine", help="the bundled Pallas decode engine (bench, profile)", add_help=False)
-    e.add_argument("engine_args", nargs=argparse.REMAINDER)
-    return parser
 
 
 def _out_inside_inputs(out: Path, prof) -> bool:
@@ -485,7 +501,7 @@ def main(argv: list[str] | None = None) -> int:
         # numpy's OpenBLAS starts a thread per core that spins after start-up: traceview does
         # no linear algebra, and on 2 cores the spinning took 5% of a 3M-event analyze
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    parser = build_parser()
+    parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
