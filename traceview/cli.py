@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
-from .errors import EXIT_OK, EXIT_USAGE, TraceviewError, UsageError
+from .errors import EXIT_LIMIT, EXIT_OK, EXIT_USAGE, TraceviewError, UsageError
 
 
 
@@ -180,6 +180,11 @@ def _out_inside_inputs(out: Path, prof) -> bool:
     if disc is not None:
         for f in disc.files:
             dirs.add(Path(f.path).resolve().parent)
+            try:
+                if out.exists() and os.path.samefile(out, f.path):  # a hard link to a trace elsewhere
+                    return True
+            except OSError:
+                pass
     if any(out == d or d in out.parents for d in dirs):
         return True
     chain = [out, *out.parents]
@@ -360,7 +365,8 @@ def cmd_analyze(args) -> int:
         prof.warnings.append(f"no op left after {what}" if what else "no op to show")
     for path, flag in ((out, "-o"), (Path(args.html) if args.html else None, "--html")):
         if path is not None and _out_inside_inputs(path, prof):
-            raise UsageError(f"refusing to write {path} inside the profile folder it reads; choose another {flag}")
+            raise UsageError(f"refusing to write {path}: it is inside the profile folder it reads or is one of its "
+                             f"trace files; choose another {flag}")
 
     # every section is computed whatever the format, so bad options fail the same way
     table = _table_for(prof, args.by)
@@ -430,7 +436,8 @@ def cmd_report(args) -> int:
                 **cli_read_options(args))
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     if _out_inside_inputs(out, prof):
-        raise UsageError(f"refusing to write {out} inside the profile folder it reads; choose another -o")
+        raise UsageError(f"refusing to write {out}: it is inside the profile folder it reads or is one of its "
+                         f"trace files; choose another -o")
     peaks = _peaks_from_args(prof, args)
     try:
         prof.report(out, top=args.top, peaks=peaks, title=args.title, rules=_rules_from_args(args),
@@ -508,6 +515,11 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     from . import cache
 
+    saved = sys.stdout, sys.stderr
+    if sys.stdout is None:  # started with stdout closed: writing there fails, -o still works
+        sys.stdout = _ClosedStream("standard output")
+    if sys.stderr is None:  # closed stderr: messages are dropped, not sent to stdout
+        sys.stderr = _ClosedStream("standard error", silent=True)
     try:
         rc = _dispatch(args)
         sys.stdout.flush()
@@ -526,10 +538,38 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("traceview: interrupted", file=sys.stderr)
         return 130
+    except MemoryError:
+        print("traceview: error: out of memory while reading or analysing the trace (try a smaller run, "
+              "--max-bytes, or a machine with more memory)", file=sys.stderr)
+        return EXIT_LIMIT
     finally:
+        if isinstance(sys.stdout, _ClosedStream) or isinstance(sys.stderr, _ClosedStream):
+            sys.stdout, sys.stderr = saved
         cache.disabled(False)  # --no-cache holds for this command only (main() may run again in-process)
         if "traceview.prefetch" in sys.modules:
             sys.modules["traceview.prefetch"].discard()  # one a failed run started and never took
+
+
+class _ClosedStream:
+    """Stands in for a standard stream the process was started without (``>&-``): writes
+    raise ``OSError(EBADF)`` (reported as "cannot write standard output", exit 2), or are
+    dropped when ``silent`` (stderr); flushing does nothing."""
+
+    def __init__(self, name: str, silent: bool = False):
+        self.name, self.silent = name, silent
+
+    def write(self, text: str) -> int:
+        if self.silent:
+            return len(text)
+        import errno
+
+        raise OSError(errno.EBADF, f"{self.name} is closed")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
 
 
 def _silence_stdout() -> None:
@@ -563,9 +603,10 @@ def entry() -> None:
     if argv and argv[0] == "engine":
         sys.exit(rc)
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except Exception:  # noqa: BLE001 - a stream that cannot flush: the normal exit reports nothing more
         sys.exit(rc)
     os._exit(rc)
 

@@ -265,12 +265,24 @@ class TerminalProgress:
             self._bar = None
 
 
+def _workers(text: str) -> int:
+    import argparse
+
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of processes, 1 or more: {text!r}")
+    return n
+
+
 def add_cli_arguments(p) -> None:
     """The CLI flags of this module and the cache, for every command that reads traces."""
     p.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the parsed-table cache (~/.cache/traceview; "
                         "$TRACEVIEW_CACHE_DIR, $TRACEVIEW_NO_CACHE=1)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
+    p.add_argument("--workers", type=_workers, default=1, metavar="N",
                    help="read the hosts' files in up to N local processes (default 1: in this process)")
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="read the hosts' files on this Dask cluster (e.g. tcp://10.0.0.5:8786); "

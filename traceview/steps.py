@@ -719,7 +719,7 @@ def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, win
         nxt = np.empty(n, dtype=np.int64)
         nxt[:-1] = starts[1:]
         if longest is not None:
-            nxt[-1] = starts[-1] + longest
+            nxt[-1] = min(int(starts[-1]) + longest, np.iinfo(np.int64).max)  # no int64 wrap
         end = ends.copy()
         if window == "span" and _fast is not None:
             # one C merge pass per kind of activity (ends computed from durations on the fly)

@@ -1,0 +1,76 @@
+"""The CLI in odd surroundings: closed standard streams, an output that is a hard link to a
+trace, running out of memory, bad --workers. Each must end with a documented exit code and
+at most one line on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from traceview.cli import main
+
+TPU = "tpu_v6e_4chip_psum.xplane.pb"
+
+
+def _run(args, close: str):
+    """The CLI as a process started with file descriptor ``close`` (1 or 2) closed."""
+    import shlex
+
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "traceview.cli", *args])
+    return subprocess.run(["sh", "-c", f"exec {cmd} {close}>&-"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TRACEVIEW_NO_CACHE": "1"})
+
+
+def test_closed_stderr_keeps_the_exit_codes(shared_traces):
+    ok = _run(["analyze", str(shared_traces / TPU), "--format", "json"], close="2")
+    assert ok.returncode == 0 and ok.stdout.lstrip().startswith("{")
+    missing = _run(["analyze", "/nonexistent/trace"], close="2")
+    assert missing.returncode == 3 and missing.stdout == ""  # the error line is not sent to stdout
+
+
+def test_closed_stdout_still_writes_the_output_file(shared_traces, tmp_path):
+    out = tmp_path / "a.json"
+    r = _run(["analyze", str(shared_traces / TPU), "--format", "json", "-o", str(out)], close="1")
+    assert r.returncode == 0 and "Traceback" not in r.stderr and out.stat().st_size > 1000
+    r = _run(["analyze", str(shared_traces / TPU), "--format", "json"], close="1")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == "traceview: error: cannot write standard output: standard output is closed"
+
+
+def test_an_output_that_is_a_hard_link_to_the_trace_is_refused(shared_traces, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")
+    run = tmp_path / "run"
+    run.mkdir()
+    trace = run / "h.xplane.pb"
+    trace.write_bytes((shared_traces / TPU).read_bytes())
+    elsewhere = tmp_path / "out"
+    elsewhere.mkdir()
+    link = elsewhere / "h.json"
+    os.link(trace, link)
+    before = trace.read_bytes()
+    rc = main(["analyze", str(trace), "--format", "json", "-o", str(link)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "refusing to write" in err and "trace files" in err
+    assert trace.read_bytes() == before
+
+
+def test_out_of_memory_is_one_line_and_exit_6(shared_traces, capsys, monkeypatch):
+    import traceview.profile
+
+    def boom(*a, **k):
+        raise MemoryError
+
+    monkeypatch.setattr(traceview.profile, "load", boom)
+    rc = main(["analyze", str(shared_traces / TPU), "--format", "json", "--no-cache"])
+    err = capsys.readouterr().err
+    assert rc == 6 and err.startswith("traceview: error: out of memory") and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["-3", "0", "two"])
+def test_workers_must_be_one_or_more(value, shared_traces, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["analyze", str(shared_traces / TPU), "--workers", value])
+    assert exc.value.code == 2 and "--workers" in capsys.readouterr().err
