@@ -74,3 +74,26 @@ def test_workers_must_be_one_or_more(value, shared_traces, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["analyze", str(shared_traces / TPU), "--workers", value])
     assert exc.value.code == 2 and "--workers" in capsys.readouterr().err
+
+
+def test_diff_and_verify_take_no_cache(shared_traces, capsys, cache_dir):
+    from traceview import cache
+
+    t = str(shared_traces / TPU)
+    seen = []
+    orig = cache.disabled
+
+    def spy(flag=True):
+        seen.append(flag)
+        return orig(flag)
+
+    import traceview.cache as c
+
+    c.disabled = spy
+    try:
+        assert main(["diff", t, t, "--no-cache", "--format", "json"]) == 0
+        assert main(["verify", t, "--no-cache", "-c", "no op matching nonexistent_op_zz"]) == 0
+    finally:
+        c.disabled = orig
+    capsys.readouterr()
+    assert seen.count(True) == 2  # each command turned the cache off (and main turned it back on)

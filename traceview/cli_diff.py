@@ -82,6 +82,7 @@ def add_parsers(sub, positive_int, positive_float) -> None:
                    help="leave the op-name stem (fusion name without .N) out of the matching key")
     d.add_argument("--families", metavar="FILE", help="user op families, one NAME=REGEX per line (# comments)")
     d.add_argument("--family", action="append", metavar="NAME=REGEX", help="a user op family (repeatable)")
+    d.add_argument("--no-cache", action="store_true", help=_NO_CACHE_HELP)
 
     v = sub.add_parser("verify", help="check a profile (or a base/treatment pair) against declarative checks",
                        description="Evaluate checks on one profile, or on a BASE and TREATMENT pair. Exit 0 when "
@@ -96,12 +97,24 @@ def add_parsers(sub, positive_int, positive_float) -> None:
     v.add_argument("--families", metavar="FILE", help="user op families, one NAME=REGEX per line (# comments)")
     v.add_argument("--family", action="append", metavar="NAME=REGEX", help="a user op family (repeatable)")
     v.add_argument("--format", choices=["text", "json"], default="text")
+    v.add_argument("--no-cache", action="store_true", help=_NO_CACHE_HELP)
+
+
+_NO_CACHE_HELP = "neither read nor write the parsed-table cache (~/.cache/traceview; $TRACEVIEW_NO_CACHE=1)"
+
+
+def _no_cache(args) -> None:
+    if getattr(args, "no_cache", False):
+        from . import cache
+
+        cache.disabled(True)  # main() turns it back on when the command ends
 
 
 def cmd_diff(args) -> int:
     """``traceview diff``: returns 0; raises TraceviewError subclasses on bad input."""
     from .diff import diff
 
+    _no_cache(args)
     out = Path(args.output) if args.output else None
     if out is not None and out.is_dir():
         raise UsageError(f"{out} is a folder; -o needs a file name")
@@ -143,6 +156,7 @@ def cmd_verify(args) -> int:
     invalid check, a diff check with one profile, or more than two paths."""
     from .verify import parse_checks, read_checks, verify
 
+    _no_cache(args)
     if len(args.paths) > 2:
         raise UsageError(f"verify takes one profile or BASE TREATMENT, got {len(args.paths)} paths")
     checks = parse_checks(args.check)

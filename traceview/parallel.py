@@ -278,7 +278,8 @@ def _workers(text: str) -> int:
 
 
 def add_cli_arguments(p) -> None:
-    """The CLI flags of this module and the cache, for every command that reads traces."""
+    """The CLI flags of this module and the cache, for ``analyze`` and ``report`` (``diff``
+    and ``verify`` take ``--no-cache`` only: they read each side in this process)."""
     p.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the parsed-table cache (~/.cache/traceview; "
                         "$TRACEVIEW_CACHE_DIR, $TRACEVIEW_NO_CACHE=1)")
