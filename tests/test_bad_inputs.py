@@ -272,3 +272,21 @@ def test_trace_strings_reach_the_html_report_escaped(kind, tmp_path, capsys, mon
     rc, _, err = run_cli(["analyze", str(tmp_path / "logs"), "--html", str(tmp_path / "a.html"), "--format", "json"], capsys)
     assert rc == 0, err
     _assert_escaped((tmp_path / "a.html").read_text(encoding="utf-8"))
+
+
+def test_zero_fill_message_names_where_the_zeros_begin(shared_traces, tmp_path, capsys, monkeypatch):
+    """The fault names the zeroed range itself, not the byte where the walk over whole
+    fields happened to land inside it."""
+    monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")
+    data = (shared_traces / "tpu_v6e_4chip_psum.xplane.pb").read_bytes()
+    tail = tmp_path / "tail.xplane.pb"
+    tail.write_bytes(data[:500000] + bytes(len(data) - 500000))
+    middle = tmp_path / "middle.xplane.pb"
+    middle.write_bytes(data[:300000] + bytes(100000) + data[400000:])
+    start = len(data[:500000].rstrip(b"\0"))  # 500000 unless the original ends in zeros there
+    assert main(["analyze", str(tail), "--format", "json"]) == 4
+    assert f"zero bytes from byte {start} on" in capsys.readouterr().err
+    assert main(["analyze", str(middle), "--format", "json"]) == 4
+    s2 = len(data[:300000].rstrip(b"\0"))
+    e2 = 400000 + (len(data[400000:]) - len(data[400000:].lstrip(b"\0")))
+    assert f"zero bytes from byte {s2} to byte {e2}" in capsys.readouterr().err

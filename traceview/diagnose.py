@@ -26,6 +26,28 @@ MAX_PLAUSIBLE_PS = 1 << 60
 _XSPACE_FIELDS = {1: "plane", 2: "error string", 3: "warning string", 4: "hostname"}
 
 
+def _zero_run(data, at: int, step: int = 1 << 16) -> tuple[int, int]:
+    """[start, end) of the run of zero bytes in ``data`` that contains index ``at``, found
+    64 KiB at a time (an error path, but files run to gigabytes)."""
+    start = at
+    while start > 0:
+        lo = max(0, start - step)
+        chunk = bytes(data[lo:start])
+        kept = len(chunk.rstrip(b"\0"))
+        if kept:
+            start = lo + kept
+            break
+        start = lo
+    end, n = at, len(data)
+    while end < n:
+        chunk = bytes(data[end:end + step])
+        kept = len(chunk) - len(chunk.lstrip(b"\0"))
+        end += kept
+        if kept < len(chunk):
+            break
+    return start, end
+
+
 def _varint(data, i: int) -> tuple[int | None, int]:
     v, shift, n = 0, 0, len(data)
     while i < n and shift < 70:
@@ -55,9 +77,11 @@ def xspace_fault(data: bytes) -> str | None:
             return f"the file ends inside a field key at byte {at} of {n}: truncated"
         field, wt = key >> 3, key & 7
         if field == 0:  # protobuf has no field 0 (a zero-filled file stops here, not after 1e9 steps)
-            return (f"invalid protobuf field number 0 at byte {at} (zero bytes?): not an XSpace, or corrupt"
-                    if data[at:at + 64].count(0) < 64 else
-                    f"the file holds zero bytes from byte {at} on (a preallocated or unwritten file?): "
+            if data[at:at + 64].count(0) < 64:
+                return f"invalid protobuf field number 0 at byte {at} (zero bytes?): not an XSpace, or corrupt"
+            start, end = _zero_run(data, at)  # the walk may land inside the run, not at its start
+            where = f"from byte {start} on" if end >= n else f"from byte {start} to byte {end}"
+            return (f"the file holds zero bytes {where} (a preallocated or unwritten file?): "
                     "not an XSpace, or corrupt")
         what = _XSPACE_FIELDS.get(field, f"field {field}")
         if wt == 2:
