@@ -378,3 +378,27 @@ def test_reading_writes_nothing(tmp_path):
         assert before == after and os.access(p, os.R_OK)
     finally:
         d.chmod(0o755)
+
+
+def test_a_utf8_byte_order_mark_is_ignored(shared_traces, tmp_path):
+    """RFC 8259 lets a parser ignore a leading BOM (Windows editors and some exporters write
+    one); the same trace with and without it, plain and gzipped, reads the same."""
+    import gzip
+
+    from traceview.profile import read_file
+
+    src = next((shared_traces / "vllm_tpu_qwen").rglob("*.trace.json.gz"))
+    text = gzip.decompress(src.read_bytes())
+    plain = tmp_path / "a" / "h.trace.json"
+    plain.parent.mkdir()
+    plain.write_bytes(b"\xef\xbb\xbf" + text)
+    gz = tmp_path / "b" / "h.trace.json.gz"
+    gz.parent.mkdir()
+    gz.write_bytes(gzip.compress(b"\xef\xbb\xbf" + text, compresslevel=1))
+    ref = tmp_path / "c" / "h.trace.json"
+    ref.parent.mkdir()
+    ref.write_bytes(text)
+    want = read_file(ref).ops.drop("file")
+    for p in (plain, gz):
+        got = read_file(p).ops.drop("file")
+        assert got.equals(want, null_equal=True) and got.height > 1000

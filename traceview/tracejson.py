@@ -86,8 +86,18 @@ _GPU_SKIP_LINES = ("XLA Ops", "XLA Modules", "TensorFlow", "Framework", "Steps",
 
 # -- bytes -> document ---------------------------------------------------------------------
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def _without_bom(data):
+    """``data`` without a leading UTF-8 byte order mark (RFC 8259 lets a parser ignore one;
+    orjson and msgspec refuse it). Copies only when there is one."""
+    return data[3:] if data[:3] == _BOM else data
+
+
 def read_json_bytes(path: str | os.PathLike, *, max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES) -> bytes | bytearray:
-    """The JSON text of a trace file: gunzipped when it starts with the gzip magic, else as is.
+    """The JSON text of a trace file: gunzipped when it starts with the gzip magic, else as is,
+    without a leading UTF-8 byte order mark.
 
     Reads the whole file (opened read-only); decompression streams into a buffer capped at
     ``max_decompressed_bytes``. Raises :class:`NoTraceFound` when the file does not exist,
@@ -110,7 +120,8 @@ def read_json_bytes(path: str | os.PathLike, *, max_decompressed_bytes: int = MA
     if not data:
         raise TraceUnreadable("file is empty", p)
     if data[:2] == _GZIP_MAGIC:
-        return _gunzip(data, p, max_decompressed_bytes)
+        return _without_bom(_gunzip(data, p, max_decompressed_bytes))
+    data = _without_bom(data)
     head = data[:64].lstrip()
     if head[:1] in (b"{", b"["):
         if len(data) > max_decompressed_bytes:
