@@ -187,6 +187,44 @@ static inline int stat_int(const uint8_t *q, const uint8_t *qe, const uint8_t *h
     return 1;
 }
 
+/* One XEvent's fields (the caller's defaults: 0 and -1 for absent stats). */
+typedef struct { int64_t mid, off, dur, occ, sv, sv2; uint8_t has_stats; } tv_event;
+
+/* Parse the XEvent in q..qe into ev (offset_ps and num_occurrences exclude each other: the
+ * later one wins); the stat values asked for (want, want2; -1: not asked) are read when
+ * any_stat. hard: end of readable memory (read_varint_h). Returns NULL or the fault. Shared
+ * by fill_line and decode_tpu_body; always inlined into their loops. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline const char *parse_event(const uint8_t *q, const uint8_t *qe, const uint8_t *hard, int any_stat,
+                                      long long want, long long want2, tv_event *ev) {
+    ev->mid = ev->off = ev->dur = ev->occ = 0;
+    ev->sv = ev->sv2 = -1;
+    ev->has_stats = 0;
+    while (q < qe) {
+        uint64_t k2;
+        if (!read_varint_h(&q, qe, hard, &k2)) return "truncated event field";
+        if (bad_key(k2)) return "bad event field number";
+        int f2 = (int)(k2 >> 3), w2 = (int)(k2 & 7);
+        uint64_t v;
+        if (w2 == 0 && (f2 == 1 || f2 == 2 || f2 == 3 || f2 == 5)) {
+            if (!read_varint_h(&q, qe, hard, &v)) return "truncated event varint";
+            if (f2 == 1) ev->mid = (int64_t)v;
+            else if (f2 == 2) { ev->off = (int64_t)v; ev->occ = 0; }
+            else if (f2 == 3) ev->dur = (int64_t)v;
+            else { ev->occ = (int64_t)v; ev->off = 0; }
+        } else if (f2 == 4 && w2 == 2) {
+            uint64_t sl;
+            ev->has_stats = 1;
+            if (!read_varint_h(&q, qe, hard, &sl) || sl > (uint64_t)(qe - q)) return "stat length past the end";
+            if (any_stat && !stat_int(q, q + sl, hard, want, &ev->sv, want2, &ev->sv2)) return "bad stat";
+            q += sl;
+        } else if (!skip_field(&q, qe, k2)) return "bad event field";
+    }
+    return NULL;
+}
+
 /* Pass 1: count the events and read timestamp_ns; returns NULL or an error message. */
 #if defined(__GNUC__)
 __attribute__((noinline))  /* called under TV_GUARD: kept out of the sigsetjmp frame */
@@ -231,31 +269,12 @@ static const char *fill_line(const uint8_t *p, const uint8_t *end, out_arrays *o
         if (field == 4 && wt == 2) {
             uint64_t len;
             if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) return "event length past the end";
-            const uint8_t *q = p, *qe = p + len;
-            int64_t mid = 0, off = 0, dur = 0, occ = 0, sv = -1, sv2 = -1;
-            uint8_t st = 0;
-            while (q < qe) {
-                uint64_t k2;
-                if (!read_varint(&q, qe, &k2)) return "truncated event field";
-                if (bad_key(k2)) return "bad event field number";
-                int f2 = (int)(k2 >> 3), w2 = (int)(k2 & 7);
-                uint64_t v;
-                if (w2 == 0 && (f2 == 1 || f2 == 2 || f2 == 3 || f2 == 5)) {
-                    if (!read_varint(&q, qe, &v)) return "truncated event varint";
-                    if (f2 == 1) mid = (int64_t)v;
-                    else if (f2 == 2) { off = (int64_t)v; occ = 0; }
-                    else if (f2 == 3) dur = (int64_t)v;
-                    else { occ = (int64_t)v; off = 0; }
-                } else if (f2 == 4 && w2 == 2) {
-                    uint64_t sl;
-                    st = 1;
-                    if (!read_varint(&q, qe, &sl) || sl > (uint64_t)(qe - q)) return "stat length past the end";
-                    if (any_stat && !stat_int(q, q + sl, end, want, &sv, want2, &sv2)) return "bad stat";
-                    q += sl;
-                } else if (!skip_field(&q, qe, k2)) return "bad event field";
-            }
-            o->mids[i] = mid; o->offs[i] = off; o->durs[i] = dur; o->occs[i] = occ;
-            o->flags[i] = st; o->svals[i] = sv; o->svals2[i] = sv2;
+            const uint8_t *qe = p + len;
+            tv_event ev;
+            const char *fault = parse_event(p, qe, end, any_stat, want, want2, &ev);
+            if (fault) return fault;
+            o->mids[i] = ev.mid; o->offs[i] = ev.off; o->durs[i] = ev.dur; o->occs[i] = ev.occ;
+            o->flags[i] = ev.has_stats; o->svals[i] = ev.sv; o->svals2[i] = ev.sv2;
             i++;
             p = qe;
         } else if (!skip_field(&p, end, key)) return "bad line field";
@@ -513,36 +532,18 @@ static const char *decode_tpu_body(const uint8_t *p, const uint8_t *end, const t
             uint64_t len;
             if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) { err = "event length past the end"; break; }
             if (i >= o->cap || i < 0) { err = "output arrays too short"; break; }
-            const uint8_t *q = p, *qe = p + len;
-            int64_t mid = 0, off = 0, dur = 0, occ = 0, sv = -1, sv2 = -1;
-            while (q < qe) {
-                uint64_t k2;
-                if (!read_varint_h(&q, qe, end, &k2)) { err = "truncated event field"; break; }
-                if (bad_key(k2)) { err = "bad event field number"; break; }
-                int f2 = (int)(k2 >> 3), w2 = (int)(k2 & 7);
-                uint64_t v;
-                if (w2 == 0 && (f2 == 1 || f2 == 2 || f2 == 3 || f2 == 5)) {
-                    if (!read_varint_h(&q, qe, end, &v)) { err = "truncated event varint"; break; }
-                    if (f2 == 1) mid = (int64_t)v;
-                    else if (f2 == 2) { off = (int64_t)v; occ = 0; }
-                    else if (f2 == 3) dur = (int64_t)v;
-                    else { occ = (int64_t)v; off = 0; }
-                } else if (f2 == 4 && w2 == 2) {
-                    uint64_t sl;
-                    if (!read_varint_h(&q, qe, end, &sl) || sl > (uint64_t)(qe - q)) { err = "stat length past the end"; break; }
-                    if (any_stat && !stat_int(q, q + sl, end, want, &sv, want2, &sv2)) { err = "bad stat"; break; }
-                    q += sl;
-                } else if (!skip_field(&q, qe, k2)) { err = "bad event field"; break; }
-            }
+            const uint8_t *qe = p + len;
+            tv_event ev;
+            err = parse_event(p, qe, end, any_stat, want, want2, &ev);
             if (err) break;
-            int64_t al = (int64_t)((uint64_t)o->base_ps + (uint64_t)off);
+            int64_t al = (int64_t)((uint64_t)o->base_ps + (uint64_t)ev.off);
             uint8_t fl = 0;
-            o->mids[i] = (uint32_t)mid;
+            o->mids[i] = (uint32_t)ev.mid;
             o->aligned[i] = al;
-            if (sv >= 0 && sv2 >= 0) { o->starts[i] = sv; o->durs[i] = sv2; fl |= 1; }
-            else { o->starts[i] = al; o->durs[i] = dur; }
-            if (occ > 0) fl |= 2;
-            if ((uint64_t)mid > 0xFFFFFFFFu) fl |= 4;  /* id does not fit the uint32 column */
+            if (ev.sv >= 0 && ev.sv2 >= 0) { o->starts[i] = ev.sv; o->durs[i] = ev.sv2; fl |= 1; }
+            else { o->starts[i] = al; o->durs[i] = ev.dur; }
+            if (ev.occ > 0) fl |= 2;
+            if ((uint64_t)ev.mid > 0xFFFFFFFFu) fl |= 4;  /* id does not fit the uint32 column */
             o->flags[i] = fl;
             i++;
             p = qe;
