@@ -882,12 +882,16 @@ def _device_blocks(win: pl.DataFrame) -> list[tuple[str, str, int, int]] | None:
     return [(h, d, a, b) for (h, d), a, b in zip(keys, firsts, firsts[1:] + [n])]
 
 
-def _measure(pe: _Placed, win: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _measure(pe: _Placed, win: pl.DataFrame, blocks: list | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                                 np.ndarray]:
     """Per event its window row (-1: none), and per window: op events (sum of count), op
     self time and busy time (ps). With the C accelerator one merge pass per device
     (``step_pass``); else, or when a device's windows overlap, :func:`_assign`,
-    :func:`_busy_per_step` and a group-by, which compute the same."""
+    :func:`_busy_per_step` and a group-by, which compute the same. ``blocks``:
+    :func:`_device_blocks` of ``win`` when the caller has it."""
     m = win.height
+    if blocks is None:
+        blocks = _device_blocks(win)
     if _fast is not None and m and pe.n and m < (1 << 31):
         step_row = hugearrays.full(pe.n, -1, np.int32)
         n_ops = np.zeros(m, dtype=np.int64)
@@ -896,7 +900,6 @@ def _measure(pe: _Placed, win: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, np
         w_lo = win["start_ps"].to_numpy()
         w_hi = win["end_ps"].to_numpy()
         done = True
-        blocks = _device_blocks(win)
         if blocks is None:
             done = False  # windows of a device are contiguous rows of win (sorted); else fall back
             blocks = []
@@ -965,10 +968,10 @@ def _steps(table, pe: _Placed, module_runs, *, markers, module, window):
     if window not in WINDOWS:
         raise UsageError(f"unknown step window {window!r}: expected one of {', '.join(WINDOWS)}")
     win, method, mod, notes = _step_windows(table, pe, module_runs, markers, module, window)
-    step_row, n_ops, op_time, busy = _measure(pe, win)
+    blocks = _device_blocks(win)
+    step_row, n_ops, op_time, busy = _measure(pe, win, blocks)
     if win.height == 0:
         return pl.DataFrame(schema=STEPS_SCHEMA), step_row, method, mod, notes
-    blocks = _device_blocks(win)
     if blocks is not None and (win.height < 2 or _starts_in_order(win, blocks)):
         # each device's windows are consecutive rows in start order: step = row - device's first row
         step = np.arange(win.height, dtype=np.int64)
