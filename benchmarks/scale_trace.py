@@ -57,18 +57,11 @@ _GAP_PS = 1_000_000  # 1 µs between repetitions
 # -- protobuf wire helpers -------------------------------------------------------------------
 
 def _varint(n: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative int (negative int64 as 10-byte two's complement)."""
-    if n < 0:
-        n &= (1 << 64) - 1
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(b | 0x80)
-        else:
-            out.append(b)
-            return bytes(out)
+    """Protobuf base-128 varint of an int64/uint64 (negative int64 as 10-byte two's
+    complement), by traceview's own encoder."""
+    from traceview.xline import _varint_bytes
+
+    return _varint_bytes(n & ((1 << 64) - 1))
 
 
 def _len_field(field: int, length: int) -> bytes:
@@ -320,7 +313,6 @@ def scale_trace_json(src: str | os.PathLike, dst: str | os.PathLike, repeat: int
     head = {k: v for k, v in doc.items() if k != "traceEvents"} if isinstance(doc, dict) else None
     n_out = 0
     json_bytes = 0
-    dev_ids = {id(e) for e in dev}
     with opener(tmp) as out:
         def w(b: bytes):
             nonlocal json_bytes
