@@ -365,6 +365,7 @@ class _Placed:
         self._has_lut = a["program_id"].is_not_null().to_numpy()
         self._attr_dev = a["_d"].to_numpy()  # device index per description
         self._table = table
+        self._rows: np.ndarray | None = None  # events per description, on first use
         st = ev["start_ps"]
         self.placed = st.is_not_null().to_numpy()
         self.start = st.fill_null(0).to_numpy() if st.null_count() else st.to_numpy()
@@ -416,7 +417,7 @@ class _Placed:
     def events_per_attr(self) -> np.ndarray:
         """Number of events per description (int64, indexed by attr id; from the table's
         cached collapse)."""
-        if getattr(self, "_rows", None) is None:
+        if self._rows is None:
             col = self._table.collapse()
             rows = np.zeros(self._table.attrs.height, dtype=np.int64)
             rows[col["attr"].to_numpy().astype(np.int64)] = col["rows"].to_numpy()
