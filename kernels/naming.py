@@ -7,7 +7,8 @@ section 2)::
 
 ``phase`` is ``d`` (decode), ``p`` (prefill) or ``m`` (mixed). Example:
 ``RPAd-p_16-bq_1_1-bkv_256_256``. The legacy pre-#1820 form
-``RPA-bq_{bq}-bkvp_{pages}-p_{page}`` is also understood by the parser.
+``RPA-bq_{bq}-bkvp_{pages}-p_{page}`` is also understood by the parser. The grammar itself
+is :mod:`traceview.model.kernelname`, the one place names are read and written.
 
 The name is passed as ``pallas_call(name=...)``, so it appears in the HLO ``op_name`` of the
 kernel's ops (``.../RPAd-p_16-bq_1_1-bkv_256_256/...``) and, on TPU, as the Mosaic
@@ -16,14 +17,8 @@ kernel's ops (``.../RPAd-p_16-bq_1_1-bkv_256_256/...``) and, on TPU, as the Mosa
 
 from __future__ import annotations
 
-import re
-
-PHASES = {"d": "decode", "p": "prefill", "m": "mixed"}
-
-_V3 = re.compile(
-    r"RPA(?P<phase>[dpm])-p_(?P<page>\d+)-bq_(?P<bq0>\d+)_(?P<bq1>\d+)-bkv_(?P<bkv0>\d+)_(?P<bkv1>\d+)(?:-sw_(?P<sw>\d+))?"
-)
-_LEGACY = re.compile(r"RPA-bq_(?P<bq>\d+)-bkvp_(?P<pages>\d+)-p_(?P<page>\d+)")
+from traceview.model.kernelname import RPA_PHASES as PHASES
+from traceview.model.kernelname import format_kernel_name, rpa_config
 
 
 def kernel_name(*, page_size: int, kv_block: int, kv_compute_block: int | None = None, q_block: tuple[int, int] = (1, 1),
@@ -46,30 +41,15 @@ def kernel_name(*, page_size: int, kv_block: int, kv_compute_block: int | None =
     for label, v in (("page_size", page_size), ("kv_block", kv_block), ("kv_compute_block", kc), ("q_block[0]", q_block[0]), ("q_block[1]", q_block[1])):
         if int(v) <= 0:
             raise ValueError(f"{label} must be positive, got {v!r}")
-    name = f"RPA{phase}-p_{int(page_size)}-bq_{int(q_block[0])}_{int(q_block[1])}-bkv_{int(kv_block)}_{int(kc)}"
+    parts = [("p", (page_size,)), ("bq", tuple(q_block)), ("bkv", (kv_block, kc))]
     if sliding_window is not None:
-        name += f"-sw_{int(sliding_window)}"
-    return name
+        parts.append(("sw", (sliding_window,)))
+    return format_kernel_name(f"RPA{phase}", parts)
 
 
 def match_kernel_config(text: str) -> dict | None:
     """Like :func:`parse_kernel_config` but returns None when ``text`` holds no kernel name."""
-    m = _V3.search(text)
-    if m:
-        out = {
-            "phase": PHASES[m["phase"]],
-            "page": int(m["page"]),
-            "bq": (int(m["bq0"]), int(m["bq1"])),
-            "bkv": (int(m["bkv0"]), int(m["bkv1"])),
-        }
-        if m["sw"] is not None:
-            out["sliding_window"] = int(m["sw"])
-        return out
-    m = _LEGACY.search(text)
-    if m:
-        page, pages = int(m["page"]), int(m["pages"])
-        return {"phase": "mixed", "page": page, "bq": (int(m["bq"]), int(m["bq"])), "bkv": (pages * page, pages * page)}
-    return None
+    return rpa_config(text)
 
 
 def parse_kernel_config(name: str) -> dict:

@@ -6,26 +6,33 @@ Quick start::
     prof = traceview.load("./profile")      # finds the newest run under ./profile
     prof.by_shape()                         # polars DataFrame: one row per (op, shape)
     prof.populations("fusion")              # the shape populations behind one op name
+    rep = prof.analyze()                    # a Report: every section `traceview analyze` shows
+    traceview.diff("./before", "./after")   # population-matched diff (a DiffReport)
+    traceview.verify("./after", ["op matching topp_binary_search absent"])
 
-Modules: ``discover`` (find traces), ``xplane`` / ``tracejson`` (readers), ``schema`` (the
-op-event table), ``aggregate`` (shape / name / program keys), ``profile`` (the object
-above), ``cli`` (the ``traceview`` command).
+The package's layers, imports running one way: ``read`` (finding files, decoding bytes) ->
+``model`` (the op table) -> ``analysis`` (results, gathered in a ``Report``) -> ``render``
+(text, JSON, HTML) -> ``cli`` (the ``traceview`` command). ``api`` holds the entry points
+above; ``testing`` and ``pytest_plugin`` serve test suites.
 """
 
-from .errors import (LimitExceeded, NoOpsFound, NoTraceFound, TraceUnreadable, TraceviewError,
-                     UsageError)
+from traceview.errors import LimitExceeded, NoOpsFound, NoTraceFound, TraceUnreadable, TraceviewError, UsageError
 
 __version__ = "0.1.0"
 
+_LAZY = {"load": "traceview.api", "Profile": "traceview.api", "diff": "traceview.api", "verify": "traceview.api",
+         "Report": "traceview.analysis.report"}
+
 
 def __getattr__(name: str):
-    # Profile, load and read_file import polars and numpy (~0.3 s): loaded on first use, so
-    # that ``import traceview.cli`` stays cheap (a cached result is printed without them).
-    if name in ("Profile", "load", "read_file"):
-        from . import profile
+    # the entry points import polars and numpy (~0.3 s) when used: loaded on first use, so
+    # that ``import traceview.cli`` stays cheap (a stored result is printed without them)
+    if name in _LAZY:
+        import importlib
 
-        return getattr(profile, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'traceview' has no attribute {name!r}")
 
-__all__ = ["load", "read_file", "Profile", "TraceviewError", "NoTraceFound", "TraceUnreadable",
+
+__all__ = ["load", "Profile", "Report", "diff", "verify", "TraceviewError", "NoTraceFound", "TraceUnreadable",
            "NoOpsFound", "UsageError", "LimitExceeded", "__version__"]

@@ -7,13 +7,14 @@ measured figure and the bound, e.g.::
     kernel 'RPAd*' has bkv 256: RPAd-p_16-bq_1_1-bkv_2048_2048 has bkv 2048_2048, expected 256
     (4 invocations in jit_decode_b2_bkv2048)
 
-They are thin wrappers over the checks of :mod:`traceview.verify` (same definitions:
+They are thin wrappers over the checks of :mod:`traceview.analysis.verify` (same definitions:
 *share* = self time over all ops' self time; ops of a named kernel count in
 ``attention/custom kernels``), so a CI script's ``traceview verify --check ...`` and a
 pytest test assert the same thing. :func:`check` returns the result instead of raising.
 
 Golden summaries: :func:`golden_summary` is a JSON-ready, stably ordered summary of a
-profile keyed by population (kind, stem, shape, HLO fingerprint — see :mod:`traceview.diff`);
+profile keyed by population (kind, stem, shape, HLO fingerprint — see
+:mod:`traceview.analysis.populations`);
 :func:`compare_summaries` lists the differences (structure exactly, times within
 tolerances); :func:`assert_matches_golden` compares against a stored file and rewrites it
 when ``update=True`` (the pytest plugin's ``--traceview-update-golden``).
@@ -29,7 +30,8 @@ from pathlib import Path
 
 import polars as pl
 
-from .verify import Check, CheckResult, Verifier, parse_check
+from traceview.analysis.verify import CheckResult, Verifier
+from traceview.analysis.verify_grammar import CMPS, Check, parse_check
 
 __all__ = ["check", "assert_check", "assert_op_absent", "assert_op_present", "assert_ops_from_file_absent",
            "assert_ops_from_file_present", "assert_family_share", "assert_occurrences", "assert_kernel_config",
@@ -46,7 +48,7 @@ def _q(token: str) -> str:
 
 
 def _run(profile, c: Check, base=None, rules=None) -> CheckResult:
-    return Verifier(profile, base, rules=rules).check(c)
+    return Verifier(_profile(profile), _profile(base) if base is not None else None, rules=rules).check(c)
 
 
 def _assert(res: CheckResult) -> CheckResult:
@@ -119,7 +121,6 @@ def assert_occurrences(profile, regex: str, expected: float, *, cmp: str = "==",
     (``== != < <= > >=``): their total, or with ``per_execution=True`` each (op, shape)
     population's occurrences per execution of its program (e.g. 18 per decode step for a
     per-layer op of an 18-layer model). Raises ValueError for an unknown ``cmp``."""
-    from .verify import CMPS
 
     if cmp not in CMPS:
         raise ValueError(f"cmp must be one of {', '.join(CMPS)}, got {cmp!r}")
@@ -203,9 +204,9 @@ def assert_all_matched(base, treatment, *, except_regex: str | None = None) -> C
 # -- golden summaries ----------------------------------------------------------------------
 
 def _profile(p):
-    from .diff import _as_profile
+    from traceview.api import _profile as profile_of
 
-    return _as_profile(p)
+    return profile_of(p)
 
 
 def golden_summary(profile, *, rules=None, min_share: float = 0.0) -> dict:
@@ -217,23 +218,24 @@ def golden_summary(profile, *, rules=None, min_share: float = 0.0) -> dict:
     key, each with kind, stem, shape, fingerprint, occurrences, self_ps, share, modules,
     kernels). Populations below ``min_share`` of op time are left out (default: none).
     """
-    from .diff import kernel_config, kernel_table, populations, prepare
+    from traceview.analysis.populations import family_shares, kernel_table, populations
+    from traceview.analysis.tagged import tag
+    from traceview.model.kernelname import kernel_config
 
     prof = _profile(profile)
-    pops = populations(prof, rules=rules)
-    df = prepare(prof, rules)
-    total = int(df["self_ps"].sum() or 0) if df.height else 0
+    tagged = tag(prof.table, rules)
+    pops = populations(prof, tagged=tagged)
+    total = tagged.self_ps
     fam = {}
-    if df.height:
-        for r in df.group_by("family").agg(pl.col("self_ps").sum()).iter_rows(named=True):
-            fam[r["family"]] = {"self_ps": int(r["self_ps"]), "share": round(r["self_ps"] / total, 6) if total else 0.0}
+    for r in family_shares(tagged).iter_rows(named=True):
+        fam[r["family"]] = {"self_ps": int(r["self_ps"]), "share": round(r["self_ps"] / total, 6) if total else 0.0}
     mods = {}
     runs = prof.module_runs
     if runs is not None and runs.height:
         for m, n in runs.group_by("module").len().iter_rows():
             mods[m] = int(n)
     kern = {}
-    for r in kernel_table(prof).iter_rows(named=True):
+    for r in kernel_table(prof, tagged=tagged).iter_rows(named=True):
         kern[r["kernel"]] = {"invocations": int(r["invocations"]),
                              "config": {k: (list(v) if isinstance(v, tuple) else v)
                                         for k, v in kernel_config(r["kernel"]).items()}}
@@ -246,7 +248,7 @@ def golden_summary(profile, *, rules=None, min_share: float = 0.0) -> dict:
                      "share": round(float(r["share"]), 6), "modules": list(r["modules"]),
                      "kernels": list(r["kernels"])})
     rows.sort(key=lambda x: (x["kind"], x["stem"], x["shape"], x["fingerprint"]))
-    return {"traceview_golden": GOLDEN_VERSION, "op_time_ps": total, "events": int(df["count"].sum() or 0) if df.height else 0,
+    return {"traceview_golden": GOLDEN_VERSION, "op_time_ps": total, "events": tagged.events,
             "modules": dict(sorted(mods.items())), "kernels": dict(sorted(kern.items())),
             "families": dict(sorted(fam.items())), "populations": rows}
 
@@ -261,7 +263,7 @@ def compare_summaries(actual: dict, golden: dict, *, time_rtol: float = 0.5, tim
     golden)`` (defaults ±50%, at least ±10 µs), and each family's share within
     ``share_atol`` (0.05 = 5 percentage points). At most ``limit`` lines (+ a count).
     """
-    from .render.units import fmt_time_ps
+    from traceview.model.units import fmt_time_ps
 
     out: list[str] = []
     if actual.get("traceview_golden") != golden.get("traceview_golden"):

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .units import fmt_pct, fmt_time_ps
+from traceview.model.units import fmt_pct, fmt_time_ps
+from traceview.render.diff_summary import summary_lines
 
 _SECTION = """\
 <section class="tv-diff" id="{{ anchor }}">
@@ -91,7 +92,7 @@ def _env():
 
 
 def _context(d, top: int, title: str, anchor: str) -> dict:
-    from .diff_terminal import match_notes, population_label, shape_change, short_shape
+    from traceview.render.diff_terminal import match_notes, population_label, shape_change, short_shape
 
     rows = []
     for r in d.populations.head(top).iter_rows(named=True):
@@ -105,7 +106,7 @@ def _context(d, top: int, title: str, anchor: str) -> dict:
                          ratio="-" if r["self_ratio"] is None else f"{r['self_ratio']:.2f}x"))
     sc = [dict(label=population_label(r), shape=short_shape(r["shape"], 120), source_base=r["source_base"] or "?",
                source_treatment=r["source_treatment"] or "?") for r in d.source_changes().head(top).iter_rows(named=True)]
-    return {"title": title, "anchor": anchor, "summary": d.summary_lines(), "kernels": d.kernel_changes().to_dicts(),
+    return {"title": title, "anchor": anchor, "summary": summary_lines(d), "kernels": d.kernel_changes().to_dicts(),
             "families": d.families.to_dicts(), "rows": rows, "n_rows": d.populations.height, "source_changes": sc,
             "notes": list(d.notes)}
 

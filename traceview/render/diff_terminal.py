@@ -1,17 +1,19 @@
-"""Terminal rendering of a :class:`traceview.diff.ProfileDiff` with rich.
+"""Terminal rendering of a :class:`~traceview.analysis.diff.DiffReport` with rich.
 
 Times are shown with adaptive units (input ps); ``Δ`` is treatment − base. Every trace string
-goes through :func:`rich.markup.escape`.
+goes through :func:`traceview.render.terminal.escape` (control characters shown as ``?``,
+rich markup escaped).
 """
 
 from __future__ import annotations
 
 import polars as pl
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from .units import fmt_pct, fmt_time_ps
+from traceview.model.units import fmt_pct, fmt_time_ps
+from traceview.render.diff_summary import summary_lines
+from traceview.render.terminal import escape
 
 
 def _names(names: list | None, n: int = 2) -> str:
@@ -78,7 +80,7 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
     ``top`` populations by |Δ self time|, appeared/vanished populations, source changes and
     notes (profiling overhead)."""
     console.print("[bold]traceview diff[/bold]")
-    for line in d.summary_lines():
+    for line in summary_lines(d):
         console.print("  " + escape(line), soft_wrap=True)
 
     kc = d.kernel_changes()

@@ -1,4 +1,5 @@
-"""Terminal rendering of an analysis with rich: provenance, devices, shape-keyed ops."""
+"""Terminal rendering of a :class:`~traceview.analysis.report.Report` with rich: provenance,
+devices, shape-keyed ops, kernels, sources, steps and roofline."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from rich.console import Console
 from rich.markup import escape as _markup_escape
 from rich.table import Table
 
-from .provenance import provenance_lines  # noqa: F401  (re-exported)
-from .units import fmt_pct, fmt_rate, fmt_time_ps
+from traceview.model.units import fmt_pct, fmt_rate, fmt_time_ps
+from traceview.render.provenance import provenance_lines
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -21,23 +22,31 @@ def escape(text) -> str:
     return _markup_escape(_CONTROL.sub("?", str(text)))
 
 
-def render_analysis(console: Console, prof, table: pl.DataFrame, *, by: str, top: int, checks: pl.DataFrame | None = None) -> None:
-    """Print the provenance block, warnings, device summary and the top rows of ``table``."""
+def render_report(console: Console, rep, *, top: int) -> None:
+    """Print every section of ``rep`` (a :class:`~traceview.analysis.report.Report`): what
+    was read, devices, the top ``top`` ops, kernels, sources, steps and the roofline."""
+    render_analysis(console, rep, top=top)
+    render_kernels(console, rep.kernels, top=top)
+    render_sources(console, rep.sources, top=min(top, 12), frame=rep.source_frame)
+    render_steps(console, rep.steps)
+    render_roofline(console, rep.peaks, rep.roofline, top=min(top, 10), summary=rep.roofline_summary)
+
+
+def render_analysis(console: Console, rep, *, top: int) -> None:
+    """Print the provenance block, warnings, device summary, the top rows of the report's op
+    table, the op names split into several shape populations and the occurrence checks."""
+    table, by, checks = rep.table, rep.by, rep.checks
     console.print("[bold]traceview[/bold] — what was read")
-    for line in provenance_lines(prof):
+    for line in provenance_lines(rep.discovery, rep.files):
         console.print("  " + escape(line))
-    for w in prof.warnings:
+    for w in rep.warnings:
         console.print(f"  [yellow]warning:[/yellow] {escape(w)}")
-    if not prof.has_shapes:
+    if not rep.has_shapes:
         console.print("  [yellow]note:[/yellow] no shapes in this trace: ops are keyed by name only")
 
-    dev = prof.device_summary()
-    if dev.height:
+    if rep.devices.height:
         console.print()
-        groups = dev.group_by(["kind", "device_type"], maintain_order=True).agg(
-            pl.len().alias("n"), pl.col("op_time_ps").sum(), pl.col("ops").sum(),
-            pl.col("peak_flops").first(), pl.col("peak_bw").first())
-        for g in groups.iter_rows(named=True):
+        for g in rep.device_groups.iter_rows(named=True):
             peaks = []
             if g["peak_flops"]:
                 peaks.append(f"peak {fmt_rate(g['peak_flops'], 'FLOP/s')}")
@@ -91,9 +100,7 @@ def render_analysis(console: Console, prof, table: pl.DataFrame, *, by: str, top
     console.print(t)
 
     if by == "shape" and table.height:
-        split = (table.group_by("op_name").agg(pl.len().alias("n"), pl.col("occurrences"), pl.col("shape"),
-                                               pl.col("mean_ps"), pl.col("self_ps").sum().alias("t"))
-                 .filter(pl.col("n") > 1).sort("t", descending=True).head(5))
+        split = rep.split.head(5)
         if split.height:
             console.print("[bold]op names split into several shape populations[/bold] (a name-keyed table would mix these):")
             for r in split.iter_rows(named=True):

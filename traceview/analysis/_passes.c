@@ -1,0 +1,265 @@
+/*
+ * traceview.analysis._passes: single passes of the analyses over time-ordered op-event
+ * arrays (optional accelerator; the numpy/polars code beside each call computes the same).
+ *
+ *   step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) -> bool:
+ *     ops against step windows in one merge pass (traceview.analysis.steps);
+ *   window_max(...) -> bool: latest activity end per step window, by merge;
+ *   chunk_heads(...) -> bool: module runs' op chunks (traceview.analysis.steps.align_module_runs);
+ *   median_by(...) -> bool: medians per group by quickselect (traceview.analysis.aggregate).
+ *
+ * Each releases the GIL and returns False on input outside its preconditions (unordered
+ * input, an index outside its table); the caller then takes the general path.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool
+ * One device's ops, given as indices idx (int32 or int64, by its byte length relative to
+ * rows) into the event arrays starts / durs / selfs / counts (int64, whole table), in time
+ * order (starts[idx] non-decreasing), against its step windows (lo non-decreasing,
+ * disjoint: lo[j+1] >= hi[j], hi[j] >= lo[j]). rows (int32, one per idx) = row_offset + the
+ * window holding the op's start (the last window with lo <= start, if start < hi or start ==
+ * lo), else -1; per window: ops = sum of counts, optime = sum of selfs, busy = length of the
+ * union of the ops' [start, start + dur) clipped to the window. Sums wrap like numpy's.
+ * Returns False, outputs unspecified, when the inputs are not so ordered or sized (the
+ * caller falls back). */
+static PyObject *step_pass(PyObject *self, PyObject *args) {
+    Py_buffer b[11];
+    Py_ssize_t row_offset = 0;  /* added to every window index written to rows */
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*|n", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
+                          &b[8], &b[9], &b[10], &row_offset))
+        return NULL;
+    Py_ssize_t n = b[7].len / 4, N = b[1].len / 8, m = b[5].len / 8;
+    int wide = b[0].len == n * 8;
+    int ok = (wide || b[0].len == n * 4) && b[2].len / 8 == N && b[3].len / 8 == N && b[4].len / 8 == N
+             && b[6].len / 8 == m && b[8].len / 8 == m && b[9].len / 8 == m && b[10].len / 8 == m;
+    const int32_t *ix32 = b[0].buf;
+    const int64_t *ix64 = b[0].buf;
+    const int64_t *st = b[1].buf, *du = b[2].buf, *sf = b[3].buf, *ct = b[4].buf, *lo = b[5].buf, *hi = b[6].buf;
+    int32_t *rows = b[7].buf;
+    int64_t *ops = b[8].buf, *opt = b[9].buf, *busy = b[10].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t j = 0; j < m && ok; j++) {
+            if (hi[j] < lo[j] || (j + 1 < m && lo[j + 1] < hi[j])) ok = 0;
+            ops[j] = opt[j] = busy[j] = 0;
+        }
+        int64_t prev = INT64_MIN;
+        for (Py_ssize_t i = 0; i < n && ok; i++) {
+            int64_t e = wide ? ix64[i] : (int64_t)ix32[i];
+            if (e < 0 || e >= N || st[e] < prev) ok = 0; else prev = st[e];
+        }
+        if (ok) {
+            Py_ssize_t j = 0, cur = -1;
+            int64_t first_s = 0, emax = 0;
+            uint64_t gaps = 0;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t e = wide ? ix64[i] : (int64_t)ix32[i];
+                int64_t s = st[e], en = (int64_t)((uint64_t)s + (uint64_t)du[e]);
+                while (j + 1 < m && lo[j + 1] <= s) j++;
+                Py_ssize_t w = -1;
+                if (m > 0 && lo[j] <= s && (s < hi[j] || s == lo[j])) w = j;
+                rows[i] = w < 0 ? -1 : (int32_t)(w + row_offset);
+                if (w < 0) continue;
+                ops[w] = (int64_t)((uint64_t)ops[w] + (uint64_t)ct[e]);
+                opt[w] = (int64_t)((uint64_t)opt[w] + (uint64_t)sf[e]);
+                int64_t cs = s < lo[w] ? lo[w] : (s > hi[w] ? hi[w] : s);
+                int64_t ce = en < lo[w] ? lo[w] : (en > hi[w] ? hi[w] : en);
+                if (w != cur) {
+                    if (cur >= 0) { int64_t v = (int64_t)((uint64_t)emax - (uint64_t)first_s - gaps); busy[cur] = v > 0 ? v : 0; }
+                    cur = w; first_s = cs; emax = ce; gaps = 0;
+                } else {
+                    if (cs > emax) gaps += (uint64_t)(cs - emax);
+                    if (ce > emax) emax = ce;
+                }
+            }
+            if (cur >= 0) { int64_t v = (int64_t)((uint64_t)emax - (uint64_t)first_s - gaps); busy[cur] = v > 0 ? v : 0; }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 11; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
+/* window_max(a_start, a_len, is_dur, starts, nxt, end) -> bool
+ * For consecutive windows [starts[k], nxt[k]) (starts non-decreasing, nxt[k] >= starts[k] and
+ * nxt[k] <= starts[k + 1]) raise end[k] to the latest end of the activity starting inside the
+ * window; the activity (a_start non-decreasing) ends at a_start + a_len (wrapping like numpy
+ * int64 addition) when is_dur, else at a_len. One merge pass: the step windows' range maxima
+ * of traceview.analysis.steps._module_windows. int64 arrays; returns False, leaving end unchanged,
+ * when an order condition fails (the caller then binary-searches). */
+static PyObject *window_max(PyObject *self, PyObject *args) {
+    Py_buffer b[5];
+    int is_dur;
+    if (!PyArg_ParseTuple(args, "y*y*py*y*w*", &b[0], &b[1], &is_dur, &b[2], &b[3], &b[4])) return NULL;
+    Py_ssize_t n = b[0].len / 8, m = b[2].len / 8;
+    int ok = b[1].len / 8 == n && b[3].len / 8 == m && b[4].len / 8 == m;
+    const int64_t *as = b[0].buf, *al = b[1].buf, *st = b[2].buf, *nx = b[3].buf;
+    int64_t *end = b[4].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 1; i < n && ok; i++) if (as[i] < as[i - 1]) ok = 0;
+        for (Py_ssize_t k = 0; k < m && ok; k++) {
+            if (nx[k] < st[k]) ok = 0;
+            if (k + 1 < m && (st[k + 1] < st[k] || nx[k] > st[k + 1])) ok = 0;
+        }
+        if (ok) {
+            Py_ssize_t i = 0;
+            for (Py_ssize_t k = 0; k < m; k++) {
+                while (i < n && as[i] < st[k]) i++;
+                int64_t mx = INT64_MIN;
+                for (; i < n && as[i] < nx[k]; i++) {
+                    int64_t e = is_dur ? (int64_t)((uint64_t)as[i] + (uint64_t)al[i]) : al[i];
+                    if (e > mx) mx = e;
+                }
+                if (mx > end[k]) end[k] = mx;
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int j = 0; j < 5; j++) PyBuffer_Release(&b[j]);
+    return PyBool_FromLong(ok);
+}
+
+/* chunk_heads(attr, starts, durs, prog, m, offs, heads, ends) -> bool
+ * traceview.analysis.steps.align_module_runs's chunks in one pass over one device's events in time
+ * order: the j-th event of program p = prog[attr] (-1: none of the programs asked) belongs
+ * to chunk j / m[p]; heads[offs[p] + chunk] = start of its first event, ends[...] = latest
+ * end (start + duration, wrapping) of its events. Returns False when a program has more
+ * events than its chunks hold or an index is outside its table (nothing meaningful written).
+ * attr uint32; prog int32; the rest int64. */
+static PyObject *chunk_heads(PyObject *self, PyObject *args) {
+    Py_buffer b[8];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, na = b[3].len / 4, np_ = b[4].len / 8, nh = b[6].len / 8;
+    int ok = b[1].len / 8 == n && b[2].len / 8 == n && b[5].len / 8 == np_ && b[7].len / 8 == nh;
+    const uint32_t *attr = b[0].buf;
+    const int64_t *st = b[1].buf, *du = b[2].buf, *m = b[4].buf, *offs = b[5].buf;
+    const int32_t *prog = b[3].buf;
+    int64_t *heads = b[6].buf, *ends = b[7].buf;
+    int64_t *cnt = ok ? PyMem_RawCalloc(np_ ? (size_t)np_ : 1, sizeof(int64_t)) : NULL;
+    if (ok && !cnt) { for (int k = 0; k < 8; k++) PyBuffer_Release(&b[k]); return PyErr_NoMemory(); }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t p = 0; p < np_ && ok; p++) if (m[p] < 1 || offs[p] < 0) ok = 0;
+        for (Py_ssize_t i = 0; i < n && ok; i++) {
+            if ((Py_ssize_t)attr[i] >= na) { ok = 0; break; }
+            int32_t p = prog[attr[i]];
+            if (p < 0) continue;
+            if (p >= np_) { ok = 0; break; }
+            int64_t k = cnt[p]++, o = offs[p] + k / m[p];
+            if (o >= nh) { ok = 0; break; }
+            int64_t e = (int64_t)((uint64_t)st[i] + (uint64_t)du[i]);
+            if (k % m[p] == 0) { heads[o] = st[i]; ends[o] = e; }
+            else if (e > ends[o]) ends[o] = e;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(cnt);
+    for (int k = 0; k < 8; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
+static void tv_select(int64_t *v, Py_ssize_t n, Py_ssize_t k) {
+    /* v[k] becomes the k-th smallest, smaller ones before it (Hoare quickselect) */
+    Py_ssize_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        int64_t a = v[lo], b = v[lo + (hi - lo) / 2], c = v[hi];
+        int64_t pivot = a < b ? (b < c ? b : (a < c ? c : a)) : (a < c ? a : (b < c ? c : b));
+        Py_ssize_t i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] < pivot) i++;
+            while (v[j] > pivot) j--;
+            if (i <= j) { int64_t t = v[i]; v[i] = v[j]; v[j] = t; i++; j--; }
+        }
+        if (k <= j) hi = j; else if (k >= i) lo = i; else return;
+    }
+}
+
+/* median_by(attr, key_of_attr, values, out, have) -> bool
+ * Median of values (int64) per key = key_of_attr[attr[i]] (int32; -1: not counted), as polars'
+ * median computes it: the middle value, or for an even count lo + (hi - lo) * 0.5 in double
+ * of the two middle ones. out (double) and have (uint8: the key has values) per key. Values
+ * are grouped by key into one buffer, then each group is quickselected: O(n). Returns False
+ * when an index is outside its table. attr uint32. */
+static PyObject *median_by(PyObject *self, PyObject *args) {
+    Py_buffer b[5];
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4])) return NULL;
+    Py_ssize_t n = b[0].len / 4, na = b[1].len / 4, nk = b[3].len / 8;
+    int ok = b[2].len / 8 == n && b[4].len == nk;
+    const uint32_t *attr = b[0].buf;
+    const int32_t *key = b[1].buf;
+    const int64_t *val = b[2].buf;
+    double *out = b[3].buf;
+    uint8_t *have = b[4].buf;
+    Py_ssize_t *start = ok ? PyMem_RawCalloc((size_t)nk + 1, sizeof(Py_ssize_t)) : NULL;
+    int64_t *buf = ok ? PyMem_RawMalloc((n ? (size_t)n : 1) * sizeof(int64_t)) : NULL;
+    if (ok && (!start || !buf)) {
+        PyMem_RawFree(start); PyMem_RawFree(buf);
+        for (int k = 0; k < 5; k++) PyBuffer_Release(&b[k]);
+        return PyErr_NoMemory();
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n && ok; i++) {   /* counts */
+            if ((Py_ssize_t)attr[i] >= na) { ok = 0; break; }
+            int32_t k = key[attr[i]];
+            if (k < 0) continue;
+            if (k >= nk) { ok = 0; break; }
+            start[k + 1]++;
+        }
+        if (ok) {
+            for (Py_ssize_t k = 0; k < nk; k++) start[k + 1] += start[k];
+            Py_ssize_t *fill = PyMem_RawMalloc(((size_t)nk + 1) * sizeof(Py_ssize_t));
+            if (!fill) ok = 0;
+            else {
+                memcpy(fill, start, ((size_t)nk + 1) * sizeof(Py_ssize_t));
+                for (Py_ssize_t i = 0; i < n; i++) {
+                    int32_t k = key[attr[i]];
+                    if (k >= 0) buf[fill[k]++] = val[i];
+                }
+                PyMem_RawFree(fill);
+                for (Py_ssize_t k = 0; k < nk; k++) {
+                    Py_ssize_t c = start[k + 1] - start[k];
+                    have[k] = c > 0;
+                    if (!c) { out[k] = 0.0; continue; }
+                    int64_t *v = buf + start[k];
+                    Py_ssize_t mid = c / 2;
+                    tv_select(v, c, mid);
+                    if (c % 2) out[k] = (double)v[mid];
+                    else {
+                        int64_t lo = v[0];  /* the largest value before mid */
+                        for (Py_ssize_t i = 1; i < mid; i++) if (v[i] > lo) lo = v[i];
+                        double dl = (double)lo, dh = (double)v[mid];
+                        out[k] = dl + (dh - dl) * 0.5;
+                    }
+                }
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(start); PyMem_RawFree(buf);
+    for (int k = 0; k < 5; k++) PyBuffer_Release(&b[k]);
+    if (!ok && !PyErr_Occurred()) Py_RETURN_FALSE;
+    return PyBool_FromLong(ok);
+}
+
+static PyMethodDef methods[] = {
+    {"step_pass", step_pass, METH_VARARGS,
+     "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
+    {"window_max", window_max, METH_VARARGS, "window_max(a_start, a_len, is_dur, starts, nxt, end) -> bool"},
+    {"chunk_heads", chunk_heads, METH_VARARGS, "chunk_heads(attr, starts, durs, prog, m, offs, heads, ends) -> bool"},
+    {"median_by", median_by, METH_VARARGS, "median_by(attr, key_of_attr, values, out, have) -> bool"},
+    {NULL, NULL, 0, NULL}
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_passes",
+    "Analysis passes for traceview (optional accelerator).", -1, methods};
+
+PyMODINIT_FUNC PyInit__passes(void) {
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,273 @@
+"""Aggregations of the op-event table: by shape (the study's key), by name, by (program, op).
+
+Why shape: compiled programs reuse HLO op names across buckets (``fusion``, ``custom-call.1``),
+so a table keyed by name mixes programs and shapes, and a bucket that ran 18 times at prefill
+shape can look like padding in a decode table. Keying on (op name, shape signature) separates
+each *population* (every occurrence of one op at one shape) and keeps its occurrence count
+honest.
+
+All times are integer ps in and out (``*_ps`` columns). ``share`` is the population's self
+time over the total self time of all ops in the input (self time avoids double counting ops
+nested in a ``while``/``call`` on the same line). Every function takes the op events as a
+:class:`traceview.optable.OpTable` (or a wide frame following
+:data:`traceview.schema.OPS_SCHEMA`, which is encoded first) and returns a new polars DataFrame;
+none raises on an empty input (it returns an empty frame with the documented columns).
+
+Method: sums, counts, min/max and row-weighted modes are taken over
+:meth:`~traceview.optable.OpTable.collapse` (one row per op description, a few hundred rows
+however many events); only the median goes back to the events, grouped on an integer key.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import polars as pl
+
+from traceview.model.optable import OpTable, as_table, weighted_mode
+
+try:  # optional C accelerator
+    from traceview.analysis import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
+_DIMS = re.compile(r"\[([0-9,]*)\]")
+
+
+def _source_expr() -> pl.Expr:
+    return (
+        pl.when(pl.col("source_file") != "")
+        .then(pl.col("source_file") + pl.lit(":") + pl.col("source_line").cast(pl.Utf8).fill_null("?"))
+        .otherwise(pl.lit(""))
+    )
+
+
+def _sum_aggs() -> list[pl.Expr]:
+    """Aggregations over collapsed rows (one per op description)."""
+    return [
+        pl.col("count").sum().alias("occurrences"),
+        pl.col("duration_ps").sum().alias("total_ps"),
+        pl.col("self_ps").sum().alias("self_ps"),
+        pl.col("min_ps").min().alias("min_ps"),
+        pl.col("max_ps").max().alias("max_ps"),
+    ]
+
+
+def _medians(table: OpTable, col: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Median duration per occurrence (``duration_ps / count`` per event, so a pre-aggregated
+    row contributes its mean) per ``keys`` group of the collapsed frame ``col``: columns
+    ``keys`` + ``median_ps`` (Float64)."""
+    k = col.select(["attr"] + keys).with_columns(pl.struct(keys).rank("dense").cast(pl.Int64).alias("key") - 1)
+    names = k.group_by("key").agg([pl.col(c).first() for c in keys])
+    ev = table.events
+    if _fast is not None and ev.height and int(ev["count"].max() or 1) <= 1 and k.height:
+        # one occurrence per event: the medians of the durations in one C pass (values grouped
+        # by key, then quickselect), equal to polars' median
+        key_of_attr = np.full(table.attrs.height, -1, dtype=np.int32)
+        key_of_attr[k["attr"].to_numpy().astype(np.int64)] = k["key"].to_numpy().astype(np.int32)
+        nk = int(k["key"].max()) + 1
+        out = np.empty(nk, dtype=np.float64)
+        have = np.zeros(nk, dtype=np.uint8)
+        attr = np.ascontiguousarray(ev["attr"].to_numpy())
+        dur = np.ascontiguousarray(ev["duration_ps"].to_numpy(), dtype=np.int64)
+        if _fast.median_by(attr, key_of_attr, dur, out, have):
+            got = np.flatnonzero(have)
+            med = pl.DataFrame({"key": pl.Series(got, dtype=pl.Int64), "median_ps": out[got]})
+            return names.join(med, on="key", how="left").drop("key")
+    ids = table.event_keys(k.select("attr", "key"))
+    if len(ids) < (1 << 31):
+        ids = ids.astype(np.int32)
+    ev = table.events
+    # one occurrence per row (the usual case): the duration itself, no float column
+    one = not ev.height or int(ev["count"].max() or 1) <= 1
+    per = pl.DataFrame({"key": ids, "per": ev["duration_ps"] if one else ev["duration_ps"] / ev["count"]})
+    del ids
+    med = per.filter(pl.col("key") >= 0).group_by("key").agg(pl.col("per").median().alias("median_ps"))
+    return names.join(med, on="key", how="left").drop("key")
+
+
+def _total_self(table: OpTable) -> int:
+    return table.total_self_ps()
+
+
+def _finish(df: pl.DataFrame, total_self: int, sort: bool = True) -> pl.DataFrame:
+    df = df.with_columns(
+        (pl.col("total_ps") / pl.col("occurrences")).alias("mean_ps"),
+        (pl.col("self_ps") / total_self if total_self else pl.lit(0.0)).alias("share"),
+    )
+    if not sort:
+        return df
+    # ties broken by the key columns, so the same input always gives the same row order
+    keys = [c for c in ("op_name", "shape", "program_id") if c in df.columns]
+    return df.sort(["self_ps", "total_ps", *keys], descending=[True, True] + [False] * len(keys), nulls_last=True)
+
+
+def by_shape(ops) -> pl.DataFrame:
+    """One row per (op_name, shape) population.
+
+    Columns: op_name, shape, op_kind, category, occurrences, total_ps, self_ps, mean_ps,
+    min_ps, max_ps, median_ps (per occurrence), share (of all ops' self time), modules
+    (sorted list of hlo_module names), n_programs, devices (number of devices), source (most
+    frequent ``file:line`` over the events, ties to the smallest), framework_op (likewise).
+    Sorted by self time, descending.
+    """
+    table = as_table(ops)
+    if table.height == 0:
+        return _empty_by_shape()
+    col = table.collapse().with_columns(_source_expr().alias("_src"))
+    keys = ["op_name", "shape"]
+    df = col.group_by(keys).agg(
+        pl.col("op_kind").sort_by("first_ps", "attr", nulls_last=True).first(),
+        pl.col("category").sort_by("first_ps", "attr", nulls_last=True).first(),
+        *_sum_aggs(),
+        pl.col("module").unique().sort().alias("modules"),
+        pl.col("program_id").n_unique().alias("n_programs"),
+        pl.struct("host", "device").n_unique().alias("devices"),
+    )
+    df = (df.join(_medians(table, col, keys), on=keys, how="left", nulls_equal=True)
+          .join(weighted_mode(col, keys, "_src").rename({"_src": "source"}), on=keys, how="left", nulls_equal=True)
+          .join(weighted_mode(col, keys, "framework_op"), on=keys, how="left", nulls_equal=True))
+    df = df.with_columns(pl.col("source").fill_null(""), pl.col("framework_op").fill_null(""))
+    return _finish(df, _total_self(table)).select(_BY_SHAPE_COLUMNS)
+
+
+_BY_SHAPE_COLUMNS = ["op_name", "shape", "op_kind", "category", "occurrences", "total_ps", "self_ps",
+                     "mean_ps", "min_ps", "max_ps", "median_ps", "share", "modules", "n_programs",
+                     "devices", "source", "framework_op"]
+
+
+def _empty_by_shape() -> pl.DataFrame:
+    schema = {"op_name": pl.Utf8, "shape": pl.Utf8, "op_kind": pl.Utf8, "category": pl.Utf8,
+              "occurrences": pl.Int64, "total_ps": pl.Int64, "self_ps": pl.Int64, "mean_ps": pl.Float64,
+              "min_ps": pl.Int64, "max_ps": pl.Int64, "median_ps": pl.Float64, "share": pl.Float64,
+              "modules": pl.List(pl.Utf8), "n_programs": pl.UInt32, "devices": pl.UInt32,
+              "source": pl.Utf8, "framework_op": pl.Utf8}
+    return pl.DataFrame(schema=schema)
+
+
+def by_name(ops) -> pl.DataFrame:
+    """One row per op name, mixing shapes and programs — the view XProf's trace-based tools
+    and naive scripts give. Columns: op_name, occurrences, total_ps, self_ps, mean_ps, min_ps,
+    max_ps, median_ps, share, n_shapes, modules. Kept to show what shape keying separates."""
+    table = as_table(ops)
+    if table.height == 0:
+        return pl.DataFrame(schema={"op_name": pl.Utf8, "occurrences": pl.Int64, "total_ps": pl.Int64,
+                                    "self_ps": pl.Int64, "mean_ps": pl.Float64, "min_ps": pl.Int64,
+                                    "max_ps": pl.Int64, "median_ps": pl.Float64, "share": pl.Float64,
+                                    "n_shapes": pl.UInt32, "modules": pl.List(pl.Utf8)})
+    col = table.collapse()
+    df = col.group_by("op_name").agg(
+        *_sum_aggs(),
+        pl.col("shape").n_unique().alias("n_shapes"),
+        pl.col("module").unique().sort().alias("modules"),
+    ).join(_medians(table, col, ["op_name"]), on="op_name", how="left")
+    return _finish(df, _total_self(table)).select(
+        ["op_name", "occurrences", "total_ps", "self_ps", "mean_ps", "min_ps", "max_ps", "median_ps",
+         "share", "n_shapes", "modules"])
+
+
+def by_program_op(ops) -> pl.DataFrame:
+    """One row per (program_id, op_name), XProf ``hlo_stats``'s row key. Columns: program_id,
+    module, op_name, shape, occurrences, total_ps, self_ps, mean_ps, share. Summed over
+    devices (as XProf sums over TPU cores)."""
+    table = as_table(ops)
+    if table.height == 0:
+        return pl.DataFrame(schema={"program_id": pl.UInt64, "module": pl.Utf8, "op_name": pl.Utf8,
+                                    "shape": pl.Utf8, "occurrences": pl.Int64, "total_ps": pl.Int64,
+                                    "self_ps": pl.Int64, "mean_ps": pl.Float64, "share": pl.Float64})
+    col = table.collapse().sort("first_ps", "attr", nulls_last=True)
+    df = col.group_by(["program_id", "op_name"]).agg(
+        pl.col("module").first(),
+        pl.col("shape").first(),
+        pl.col("count").sum().alias("occurrences"),
+        pl.col("duration_ps").sum().alias("total_ps"),
+        pl.col("self_ps").sum().alias("self_ps"),
+    )
+    return _finish(df, _total_self(table)).select(
+        ["program_id", "module", "op_name", "shape", "occurrences", "total_ps", "self_ps", "mean_ps", "share"])
+
+
+def populations(ops, op_name: str) -> pl.DataFrame:
+    """The shape populations behind one op name: ``by_shape`` rows for ``op_name``. Columns
+    as :func:`by_shape`, with ``share`` taken over the named op's self time. Empty frame if the
+    name is absent."""
+    return by_shape(as_table(ops).filter(pl.col("op_name") == op_name))
+
+
+def module_executions(module_runs: pl.DataFrame) -> pl.DataFrame:
+    """Executions per (module, program_id), summed over devices: columns module, program_id,
+    executions, devices, total_ps (module wall time)."""
+    if module_runs.height == 0:
+        return pl.DataFrame(schema={"module": pl.Utf8, "program_id": pl.UInt64, "executions": pl.UInt32,
+                                    "devices": pl.UInt32, "total_ps": pl.Int64})
+    return (module_runs.group_by(["module", "program_id"]).agg(
+        pl.len().alias("executions"),
+        pl.struct("host", "device").n_unique().alias("devices"),
+        pl.col("duration_ps").sum().alias("total_ps"),
+    ).sort(["total_ps", "module", "program_id"], descending=[True, False, False], nulls_last=True))
+
+
+def occurrence_checks(ops, module_runs: pl.DataFrame, *, steps: int | None = None,
+                      expect_batch: int | None = None) -> pl.DataFrame:
+    """Occurrence checks per (op_name, shape) population, the study's authentication step.
+
+    Columns: op_name, shape, occurrences, executions (of the programs the population ran
+    in, summed over devices), per_execution (occurrences / executions, null if unknown),
+    per_device_min / per_device_max (occurrences on the least and most busy device),
+    steps_ok (every device's count is a whole multiple of ``steps``; null when steps is
+    None), has_batch (``expect_batch`` appears among the shape's dimensions; null when
+    expect_batch is None). Sorted by occurrences descending. Raises
+    :class:`~traceview.errors.UsageError` when ``steps`` or ``expect_batch`` is not a positive
+    integer.
+    """
+    for v, what in ((steps, "steps"), (expect_batch, "expect_batch")):
+        if v is not None and (not isinstance(v, int) or v <= 0):
+            from traceview.errors import UsageError
+
+            raise UsageError(f"{what} must be a positive integer, got {v!r}")
+    table = as_table(ops)
+    if table.height == 0:
+        return pl.DataFrame(schema={"op_name": pl.Utf8, "shape": pl.Utf8, "occurrences": pl.Int64,
+                                    "executions": pl.Int64, "per_execution": pl.Float64,
+                                    "per_device_min": pl.Int64, "per_device_max": pl.Int64,
+                                    "steps_ok": pl.Boolean, "has_batch": pl.Boolean})
+    # devices are (host, device): every host of a pod names its planes /device:TPU:0..n
+    ex = (module_runs.group_by(["host", "device", "program_id"]).agg(pl.len().cast(pl.Int64).alias("_runs"))
+          if module_runs.height else None)
+    per_dev = table.collapse().group_by(["op_name", "shape", "host", "device", "program_id"]).agg(pl.col("count").sum().alias("_n"))
+    if ex is not None:
+        per_dev = per_dev.join(ex, on=["host", "device", "program_id"], how="left", nulls_equal=True)
+    else:
+        per_dev = per_dev.with_columns(pl.lit(None, dtype=pl.Int64).alias("_runs"))
+    dev_tot = per_dev.group_by(["op_name", "shape", "host", "device"]).agg(pl.col("_n").sum())
+    out = per_dev.group_by(["op_name", "shape"]).agg(
+        pl.col("_n").sum().alias("occurrences"),
+        pl.col("_runs").sum().alias("executions"),
+    ).join(
+        dev_tot.group_by(["op_name", "shape"]).agg(
+            pl.col("_n").min().alias("per_device_min"),
+            pl.col("_n").max().alias("per_device_max"),
+            ((pl.col("_n") % steps) == 0).all().alias("steps_ok") if steps else pl.lit(None, dtype=pl.Boolean).alias("steps_ok"),
+        ), on=["op_name", "shape"])
+    out = out.with_columns(
+        pl.when(pl.col("executions") > 0).then(pl.col("occurrences") / pl.col("executions")).otherwise(None).alias("per_execution"),
+    )
+    if expect_batch is not None:
+        b = int(expect_batch)
+        out = out.with_columns(pl.col("shape").map_elements(lambda s: b in shape_dims(s), return_dtype=pl.Boolean).alias("has_batch"))
+    else:
+        out = out.with_columns(pl.lit(None, dtype=pl.Boolean).alias("has_batch"))
+    return out.select(["op_name", "shape", "occurrences", "executions", "per_execution", "per_device_min",
+                       "per_device_max", "steps_ok", "has_batch"]).sort(
+        ["occurrences", "op_name", "shape"], descending=[True, False, False])
+
+
+def shape_dims(signature: str) -> set[int]:
+    """All dimension sizes named anywhere in a shape signature (result and operands)."""
+    out: set[int] = set()
+    for body in _DIMS.findall(signature or ""):
+        for d in body.split(","):
+            if d:
+                out.add(int(d))
+    return out

@@ -1,0 +1,477 @@
+"""Shape-keyed diff of two profiles (``traceview diff BASE TREATMENT``).
+
+The question a treatment raises is "did the change take effect, and what did it do?". XLA's
+instruction names cannot answer it: they are renumbered at every compilation (``fusion.12``
+becomes ``fusion.40``) and reused across programs. The diff therefore matches *populations*
+(:mod:`traceview.analysis.populations`: key ``(kind, stem, shape, fingerprint)``, named
+kernels as one population each).
+
+Matching
+--------
+1. exact key equality;
+2. kernel populations left over are paired by kernel identity: first when the modules they
+   ran in have the same name after substituting the changed configuration values
+   (``jit_decode_b8_bkv2048`` vs ``jit_decode_b8_bkv256`` when bkv went 2048 -> 256), then
+   when exactly one unmatched population per side is left (``match`` column says which);
+3. populations whose shapes differ only by dimensions scaled with a changed kernel
+   configuration value (a kernel's scratch buffers, on CPU outside the kernel), when the
+   pairing is one to one (``config-scaled``).
+
+Everything else is ``appeared`` (treatment only) or ``vanished`` (base only).
+
+Reported: per population the occurrence and self-time deltas; populations that appeared or
+vanished; populations whose direct source file changed (:mod:`traceview.analysis.sources`);
+kernels whose configuration changed; op families (:mod:`traceview.analysis.families`);
+module executions; the step-time delta (:func:`traceview.analysis.steps.anatomy` on the
+base's dominant module and the treatment's module of the same name, after configuration
+substitution; else each side's dominant module). Profiling-overhead notes: a population whose
+traced event count differs by ``overhead_factor`` (default 4) or more between the sides gets a
+note that per-event tracing overhead may distort the comparison of its timing — throughput is
+never to be quoted from a profiled run.
+
+Units: every time is integer (or mean float) picoseconds; shares are fractions of all ops'
+self time on that side. Errors: :class:`~traceview.errors.UsageError` for bad arguments.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from traceview.analysis import steps
+from traceview.analysis.populations import KEY, family_shares, kernel_table, populations
+from traceview.analysis.tagged import TaggedOps, tag
+from traceview.errors import TraceviewError, UsageError
+from traceview.model.kernelname import config_changes, format_config_value, kernel_id
+
+#: default ratio of traced event counts above which a population gets an overhead note
+OVERHEAD_FACTOR = 4.0
+#: populations with fewer traced events than this on both sides never get the note
+OVERHEAD_MIN_EVENTS = 50
+#: the study's rule, quoted in every diff that carries an overhead note
+THROUGHPUT_RULE = "throughput is never to be quoted from a profiled run"
+
+
+# -- the diff -------------------------------------------------------------------------------
+
+@dataclass
+class StepDelta:
+    """Mean step wall time on each side (:func:`traceview.steps.anatomy`), ps.
+
+    ``module_*``: the module whose executions define the steps (None when the side has no
+    module runs: one whole-trace step per device). ``method_*``: anatomy's method
+    ("module", "trace", "markers"). ``delta_ps`` = treatment − base; ``ratio`` = treatment /
+    base (None when the base step is 0).
+    """
+
+    module_base: str | None
+    module_treatment: str | None
+    steps_base: int
+    steps_treatment: int
+    step_ps_base: float
+    step_ps_treatment: float
+    method_base: str = ""
+    method_treatment: str = ""
+
+    @property
+    def delta_ps(self) -> float:
+        return self.step_ps_treatment - self.step_ps_base
+
+    @property
+    def ratio(self) -> float | None:
+        return self.step_ps_treatment / self.step_ps_base if self.step_ps_base else None
+
+    def to_dict(self) -> dict:
+        return {"module_base": self.module_base, "module_treatment": self.module_treatment,
+                "steps_base": self.steps_base, "steps_treatment": self.steps_treatment,
+                "step_ps_base": self.step_ps_base, "step_ps_treatment": self.step_ps_treatment,
+                "delta_ps": self.delta_ps, "ratio": self.ratio, "method_base": self.method_base,
+                "method_treatment": self.method_treatment}
+
+
+@dataclass
+class DiffReport:
+    """Result of :func:`diff`. Frames (times in ps, shares as fractions):
+
+    ``populations`` — one row per population, :data:`DIFF_COLUMNS`: ``status`` ("matched",
+    "appeared", "vanished"), ``match`` ("exact", "kernel+module", "kernel", ""), the key of
+    the base side (treatment side for appeared rows), ``shape_treatment`` (differs from
+    ``shape`` only for kernel populations matched in pass 2), per side (``_base`` /
+    ``_treatment``): op_names, kernels, occurrences, events, self_ps, mean_ps, share,
+    per_execution, source, source_files, modules; then delta_self_ps, self_ratio,
+    occurrence_ratio, events_ratio, source_changed ("file", "line" or ""), kernel_changes
+    (text such as ``bkv 2048_2048 -> 256_256``), family, overhead_note. Sorted by
+    ``|delta_self_ps|``.
+    ``kernels`` — kernel identity, names on each side, configs, ``changes`` text, invocations
+    and events per side. ``families`` — family, self_ps and share per side, delta_self_ps.
+    ``modules`` — module (base name; treatment names mapped through configuration
+    substitution), executions and mean_ps per side. ``steps``: :class:`StepDelta`.
+    ``notes``: one line each (overhead, mismatched steps...).
+    """
+
+    base_label: str
+    treatment_label: str
+    populations: pl.DataFrame
+    kernels: pl.DataFrame
+    families: pl.DataFrame
+    modules: pl.DataFrame
+    steps: StepDelta | None
+    op_time_ps_base: int
+    op_time_ps_treatment: int
+    events_base: int
+    events_treatment: int
+    overhead_factor: float = OVERHEAD_FACTOR
+    notes: list[str] = field(default_factory=list)
+
+    # -- views ----------------------------------------------------------------------------
+    def matched(self) -> pl.DataFrame:
+        return self.populations.filter(pl.col("status") == "matched")
+
+    def appeared(self) -> pl.DataFrame:
+        return self.populations.filter(pl.col("status") == "appeared")
+
+    def vanished(self) -> pl.DataFrame:
+        return self.populations.filter(pl.col("status") == "vanished")
+
+    def source_changes(self) -> pl.DataFrame:
+        return self.populations.filter(pl.col("source_changed") != "")
+
+    def kernel_changes(self) -> pl.DataFrame:
+        return self.kernels.filter(pl.col("changes") != "")
+
+    def overhead_notes(self) -> pl.DataFrame:
+        return self.populations.filter(pl.col("overhead_note") != "")
+
+    def counts(self) -> dict[str, int]:
+        """Populations per status: {"matched": n, "appeared": n, "vanished": n}."""
+        return {s: self.populations.filter(pl.col("status") == s).height for s in ("matched", "appeared", "vanished")}
+
+
+_SIDE = ["op_names", "kernels", "occurrences", "events", "self_ps", "mean_ps", "share", "per_execution", "source",
+         "source_files", "modules", "hlo_text"]
+
+#: columns of :attr:`DiffReport.populations`
+DIFF_COLUMNS = (["status", "match"] + KEY + ["shape_treatment", "is_kernel", "family"]
+                + [f"{c}_base" for c in _SIDE] + [f"{c}_treatment" for c in _SIDE]
+                + ["delta_self_ps", "self_ratio", "occurrence_ratio", "events_ratio", "source_changed",
+                   "kernel_changes", "overhead_note"])
+
+
+def _label(prof, given: str | None) -> str:
+    if given:
+        return given
+    files = [str(t.path) for t in getattr(prof, "traces", [])]
+    return ", ".join(files) if files else "<profile>"
+
+
+def _value_map(changes: list[dict]) -> dict[str, str]:
+    """Treatment number -> base number for every changed configuration value."""
+    out: dict[str, str] = {}
+    for ch in changes:
+        for a, b in ch.values():
+            if isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b):
+                for x, y in zip(a, b):
+                    if x != y:
+                        out.setdefault(str(y), str(x))
+    return out
+
+
+def _subst(name: str, vmap: dict[str, str]) -> str:
+    if not vmap or not name:
+        return name
+    return re.sub(r"\d+", lambda m: vmap.get(m.group(0), m.group(0)), name)
+
+
+_NUM = re.compile(r"\d+")
+
+
+def _scaled(b: dict, t: dict, pairs: set, ratios: set) -> bool:
+    """Same kind, stem and shape/fingerprint skeleton, and every differing dimension pair
+    (base, treatment) is a changed configuration value pair or in one of their ratios."""
+    if b["kind"] != t["kind"] or b["stem"] != t["stem"]:
+        return False
+    if _NUM.sub("#", b["shape"]) != _NUM.sub("#", t["shape"]):
+        return False
+    if _NUM.sub("#", b["fingerprint"]) != _NUM.sub("#", t["fingerprint"]):
+        return False
+    db = [int(x) for x in _NUM.findall(b["shape"])]
+    dt = [int(x) for x in _NUM.findall(t["shape"])]
+    differ = [(x, y) for x, y in zip(db, dt) if x != y]
+    if not differ:
+        return False
+    return all((x, y) in pairs or (y and x / y in ratios) for x, y in differ)
+
+
+def _changes_text(ch: dict) -> str:
+    return "; ".join(f"{k} {format_config_value(a) if a is not None else '-'} -> "
+                     f"{format_config_value(b) if b is not None else '-'}" for k, (a, b) in ch.items())
+
+
+def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor: float = OVERHEAD_FACTOR,
+         overhead_min_events: int = OVERHEAD_MIN_EVENTS, labels: tuple[str, str] | None = None,
+         tagged: tuple[TaggedOps, TaggedOps] | None = None) -> DiffReport:
+    """Diff two profiles population by population (method in the module doc).
+
+    Args:
+      base, treatment: profiles (anything with ``table``, ``module_runs`` and ``traces``, as
+        :class:`traceview.Profile`).
+      rules: user op families for :func:`traceview.analysis.families.classify`
+        (``["name=regex", ...]``).
+      name_stem: include the op-name stem in the population key (default True).
+      overhead_factor: ratio of traced event counts (either way) that earns a population an
+        overhead note (default 4.0); must be > 1.
+      overhead_min_events: populations with fewer events than this on both sides get no note.
+      labels: display names for the two sides (default: their file paths).
+      tagged: the sides' :func:`~traceview.analysis.tagged.tag` results made with ``rules``,
+        when the caller has them.
+
+    Returns: :class:`DiffReport`.
+    Raises: UsageError for ``overhead_factor <= 1`` or bad rules.
+    """
+    if not overhead_factor > 1:
+        raise UsageError(f"overhead factor must be > 1, got {overhead_factor!r}")
+    bp, tp = base, treatment
+    tb, tt = tagged if tagged is not None else (tag(bp.table, rules), tag(tp.table, rules))
+    b_pop = populations(bp, name_stem=name_stem, tagged=tb)
+    t_pop = populations(tp, name_stem=name_stem, tagged=tt)
+    b_label = _label(bp, labels[0] if labels else None)
+    t_label = _label(tp, labels[1] if labels else None)
+
+    bs = b_pop.rename({c: f"{c}_base" for c in _SIDE})
+    ts = t_pop.rename({c: f"{c}_treatment" for c in _SIDE})
+    joined = bs.join(ts.drop("is_kernel", "family"), on=KEY, how="full", coalesce=True, nulls_equal=True)
+    in_b = pl.col("occurrences_base").is_not_null()
+    in_t = pl.col("occurrences_treatment").is_not_null()
+    joined = joined.with_columns(
+        pl.when(in_b & in_t).then(pl.lit("matched")).when(in_b).then(pl.lit("vanished")).otherwise(pl.lit("appeared"))
+        .alias("status"),
+        pl.when(in_b & in_t).then(pl.lit("exact")).otherwise(pl.lit("")).alias("match"),
+        pl.col("shape").alias("shape_treatment"),
+    )
+    # fill is_kernel/family for appeared rows from the treatment table
+    t_meta = t_pop.select(KEY + [pl.col("is_kernel").alias("_ik"), pl.col("family").alias("_fam")])
+    joined = joined.join(t_meta, on=KEY, how="left", nulls_equal=True).with_columns(
+        pl.coalesce("is_kernel", "_ik").alias("is_kernel"), pl.coalesce("family", "_fam").alias("family")
+    ).drop("_ik", "_fam")
+
+    kernels = _kernel_diff(kernel_table(bp, tagged=tb), kernel_table(tp, tagged=tt))
+    changes = [config_changes(a, b) for r in kernels.filter(pl.col("changes") != "").iter_rows(named=True)
+               for a in r["names_base"] for b in r["names_treatment"]]
+    vmap = _value_map(changes)
+
+    # pass 2: kernel populations paired by kernel identity
+    rows = joined.to_dicts()
+    vanished_k = [r for r in rows if r["status"] == "vanished" and r["kind"] == "kernel"]
+    appeared_k = [r for r in rows if r["status"] == "appeared" and r["kind"] == "kernel"]
+    paired: list[tuple[dict, dict, str]] = []
+    for kid in sorted({r["stem"] for r in vanished_k} & {r["stem"] for r in appeared_k}):
+        bl = [r for r in vanished_k if r["stem"] == kid]
+        tl = [r for r in appeared_k if r["stem"] == kid]
+        for b in list(bl):
+            for t in list(tl):
+                chs = [config_changes(x, y) for x in b["kernels_base"] for y in t["kernels_treatment"]]
+                vm = _value_map(chs)
+                if set(b["modules_base"]) & {_subst(m, vm) for m in t["modules_treatment"]}:
+                    paired.append((b, t, "kernel+module"))
+                    bl.remove(b)
+                    tl.remove(t)
+                    break
+        if len(bl) == 1 and len(tl) == 1:
+            paired.append((bl[0], tl[0], "kernel"))
+    # pass 3: populations whose shapes differ only by dimensions scaled with a changed
+    # kernel configuration value (a kernel's scratch buffers, on CPU outside the kernel)
+    if vmap:
+        taken = {id(b) for b, _, _ in paired} | {id(t) for _, t, _ in paired}
+        pairs = {(int(t), int(b)) for t, b in vmap.items()}
+        ratios = {b / t for t, b in pairs if t}
+        van = [r for r in rows if r["status"] == "vanished" and r["kind"] != "kernel" and id(r) not in taken]
+        app = [r for r in rows if r["status"] == "appeared" and r["kind"] != "kernel" and id(r) not in taken]
+        cand = {id(b): [t for t in app if _scaled(b, t, pairs, ratios)] for b in van}
+        back: dict[int, list] = {}
+        for b in van:
+            for t in cand[id(b)]:
+                back.setdefault(id(t), []).append(b)
+        for b in van:
+            c = cand[id(b)]
+            if len(c) == 1 and len(back[id(c[0])]) == 1:
+                paired.append((b, c[0], "config-scaled"))
+    if paired:
+        drop_ids = {id(b) for b, _, _ in paired} | {id(t) for _, t, _ in paired}
+        keep = [r for r in rows if id(r) not in drop_ids]
+        for b, t, how in paired:
+            m = dict(b)
+            for c in _SIDE:
+                m[f"{c}_treatment"] = t[f"{c}_treatment"]
+            m["status"], m["match"], m["shape_treatment"] = "matched", how, t["shape"]
+            keep.append(m)
+        joined = pl.DataFrame(keep, schema=joined.schema)
+
+    # kernel configuration changes per population
+    def _kchanges(kb, kt):
+        if not kb or not kt:
+            return ""
+        texts = []
+        for x in kb:
+            for y in kt:
+                if x != y and kernel_id(x) == kernel_id(y):
+                    t = _changes_text(config_changes(x, y))
+                    if t and t not in texts:
+                        texts.append(t)
+        return "; ".join(texts)
+
+    def _src_change(fb, ft, sb, st):
+        if fb is None or ft is None:
+            return ""
+        if sorted(fb) != sorted(ft):
+            return "file"
+        if (sb or "") != (st or ""):
+            return "line"
+        return ""
+
+    ratio = lambda a, b: pl.when(pl.col(a) > 0).then(pl.col(b) / pl.col(a)).otherwise(None)  # noqa: E731
+    joined = joined.with_columns(
+        (pl.col("self_ps_treatment").fill_null(0) - pl.col("self_ps_base").fill_null(0)).alias("delta_self_ps"),
+        ratio("self_ps_base", "self_ps_treatment").alias("self_ratio"),
+        ratio("occurrences_base", "occurrences_treatment").alias("occurrence_ratio"),
+        ratio("events_base", "events_treatment").alias("events_ratio"),
+        pl.struct("kernels_base", "kernels_treatment").map_elements(
+            lambda s: _kchanges(s["kernels_base"], s["kernels_treatment"]), return_dtype=pl.Utf8).alias("kernel_changes"),
+        pl.struct("source_files_base", "source_files_treatment", "source_base", "source_treatment").map_elements(
+            lambda s: _src_change(s["source_files_base"], s["source_files_treatment"], s["source_base"],
+                                  s["source_treatment"]), return_dtype=pl.Utf8).alias("source_changed"),
+    )
+
+    def _note(s):
+        eb, et = s["events_base"], s["events_treatment"]
+        if not eb or not et or max(eb, et) < overhead_min_events:
+            return ""
+        r = et / eb
+        if r >= overhead_factor:
+            return (f"{r:.1f}x more traced events in the treatment ({eb:,} -> {et:,}): per-event profiling "
+                    f"overhead may inflate the treatment's time; {THROUGHPUT_RULE}")
+        if 1 / r >= overhead_factor:
+            return (f"{1 / r:.1f}x fewer traced events in the treatment ({eb:,} -> {et:,}): per-event profiling "
+                    f"overhead may inflate the base's time; {THROUGHPUT_RULE}")
+        return ""
+
+    joined = joined.with_columns(
+        pl.struct("events_base", "events_treatment").map_elements(_note, return_dtype=pl.Utf8).alias("overhead_note"),
+        pl.col("kernel_changes").fill_null(""), pl.col("source_changed").fill_null(""),
+    )
+    joined = joined.with_columns(pl.col("delta_self_ps").abs().alias("_abs")).sort(
+        ["_abs", "status", "stem", "shape"], descending=[True, False, False, False]).drop("_abs")
+    joined = joined.select(DIFF_COLUMNS)
+
+    families = _family_diff(family_shares(tb), family_shares(tt))
+    modules = _module_diff(bp, tp, vmap)
+    step = _step_delta(bp, tp, vmap)
+
+    notes: list[str] = []
+    over = joined.filter(pl.col("overhead_note") != "")
+    for r in over.head(5).iter_rows(named=True):
+        what = r["stem"] if r["kind"] == "kernel" else f"{r['stem'] or r['kind']} {r['shape']}"
+        notes.append(f"{what}: {r['overhead_note']}")
+    if over.height > 5:
+        notes.append(f"... and {over.height - 5} more populations with a {overhead_factor:g}x change in traced events")
+    eb, et = tb.events, tt.events
+    if eb and et and max(eb / et, et / eb) >= overhead_factor:
+        notes.append(f"traced op events {eb:,} -> {et:,} ({max(eb / et, et / eb):.1f}x): the profiled timings of the "
+                     f"two runs carry different tracing overhead; {THROUGHPUT_RULE}")
+    if step is not None and step.module_base and step.module_treatment and step.module_base != step.module_treatment \
+            and _subst(step.module_treatment, vmap) != step.module_base:
+        notes.append(f"steps are executions of {step.module_base} (base) and {step.module_treatment} (treatment): "
+                     f"different programs, compare step times with care")
+    return DiffReport(base_label=b_label, treatment_label=t_label, populations=joined, kernels=kernels,
+                       families=families, modules=modules, steps=step, op_time_ps_base=tb.self_ps,
+                       op_time_ps_treatment=tt.self_ps,
+                       events_base=eb, events_treatment=et, overhead_factor=overhead_factor, notes=notes)
+
+
+def _kernel_diff(kb: pl.DataFrame, kt: pl.DataFrame) -> pl.DataFrame:
+    """Kernels of both sides by identity: names, configs, changes text, invocations, events
+    and self time per side."""
+    schema = {"kernel_id": pl.Utf8, "names_base": pl.List(pl.Utf8), "names_treatment": pl.List(pl.Utf8),
+              "config_base": pl.Utf8, "config_treatment": pl.Utf8, "changes": pl.Utf8,
+              "invocations_base": pl.Int64, "invocations_treatment": pl.Int64,
+              "events_base": pl.Int64, "events_treatment": pl.Int64,
+              "self_ps_base": pl.Int64, "self_ps_treatment": pl.Int64}
+    ids = sorted(set(kb["kernel_id"].to_list()) | set(kt["kernel_id"].to_list()))
+    rows = []
+    for kid in ids:
+        b = kb.filter(pl.col("kernel_id") == kid)
+        t = kt.filter(pl.col("kernel_id") == kid)
+        nb, nt = sorted(b["kernel"].to_list()), sorted(t["kernel"].to_list())
+        texts = []
+        if nb and nt and nb != nt:
+            for x in nb:
+                for y in nt:
+                    if x != y:
+                        s = _changes_text(config_changes(x, y))
+                        if s and s not in texts:
+                            texts.append(s)
+        rows.append({"kernel_id": kid, "names_base": nb, "names_treatment": nt,
+                     "config_base": "; ".join(b["config"].to_list()), "config_treatment": "; ".join(t["config"].to_list()),
+                     "changes": "; ".join(texts),
+                     "invocations_base": int(b["invocations"].sum()) if b.height else None,
+                     "invocations_treatment": int(t["invocations"].sum()) if t.height else None,
+                     "events_base": int(b["events"].sum()) if b.height else None,
+                     "events_treatment": int(t["events"].sum()) if t.height else None,
+                     "self_ps_base": int(b["self_ps"].sum()) if b.height else None,
+                     "self_ps_treatment": int(t["self_ps"].sum()) if t.height else None})
+    return pl.DataFrame(rows, schema=schema)
+
+
+def _family_diff(b: pl.DataFrame, t: pl.DataFrame) -> pl.DataFrame:
+    """Families of both sides (:func:`traceview.analysis.populations.family_shares`): self
+    time and share per side and the delta."""
+    out = b.join(t, on="family", how="full", coalesce=True, suffix="_treatment").rename(
+        {"self_ps": "self_ps_base", "share": "share_base"})
+    out = out.with_columns(pl.col("self_ps_base").fill_null(0), pl.col("self_ps_treatment").fill_null(0),
+                           pl.col("share_base").fill_null(0.0), pl.col("share_treatment").fill_null(0.0))
+    return out.with_columns((pl.col("self_ps_treatment") - pl.col("self_ps_base")).alias("delta_self_ps")).sort(
+        ["self_ps_base", "family"], descending=[True, False])
+
+
+def _module_diff(bp, tp, vmap) -> pl.DataFrame:
+    def mods(prof, mapping):
+        r = prof.module_runs
+        if r is None or r.height == 0:
+            return pl.DataFrame(schema={"module": pl.Utf8, "executions": pl.Int64, "mean_ps": pl.Float64})
+        return r.with_columns(pl.col("module").map_elements(lambda m: _subst(m, mapping), return_dtype=pl.Utf8)) \
+            .group_by("module").agg(pl.len().cast(pl.Int64).alias("executions"),
+                                    pl.col("duration_ps").mean().alias("mean_ps"))
+
+    b, t = mods(bp, {}), mods(tp, vmap)
+    names_t = {}
+    if tp.module_runs is not None and tp.module_runs.height:
+        for m in tp.module_runs["module"].unique().to_list():
+            names_t.setdefault(_subst(m, vmap), m)
+    out = b.join(t, on="module", how="full", coalesce=True, suffix="_treatment").rename(
+        {"executions": "executions_base", "mean_ps": "mean_ps_base"})
+    out = out.with_columns(pl.col("module").replace_strict(names_t, default=pl.col("module"), return_dtype=pl.Utf8)
+                           .alias("module_treatment"))
+    return out.select("module", "module_treatment", "executions_base", "executions_treatment", "mean_ps_base",
+                      "mean_ps_treatment").sort(["mean_ps_base", "module"], descending=[True, False], nulls_last=True)
+
+
+def _step_delta(bp, tp, vmap) -> StepDelta | None:
+    try:
+        mb = steps.dominant_module(bp.table, bp.module_runs)
+        ab = steps.anatomy(bp.table, bp.module_runs, module=mb)
+        mt = None
+        if mb and tp.module_runs is not None and tp.module_runs.height:
+            names = tp.module_runs["module"].unique().to_list()
+            if mb in names:
+                mt = mb
+            else:
+                mt = next((m for m in names if _subst(m, vmap) == mb), None)
+        if mt is None:
+            mt = steps.dominant_module(tp.table, tp.module_runs)
+        at = steps.anatomy(tp.table, tp.module_runs, module=mt)
+    except TraceviewError:
+        return None
+    return StepDelta(module_base=ab.module, module_treatment=at.module, steps_base=ab.coverage.n_steps,
+                     steps_treatment=at.coverage.n_steps, step_ps_base=ab.coverage.step_ps,
+                     step_ps_treatment=at.coverage.step_ps, method_base=ab.method, method_treatment=at.method)

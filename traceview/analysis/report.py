@@ -1,0 +1,227 @@
+"""The results one command shows, gathered once: :class:`Report` (analyze, report, the
+notebook summary); a diff's is :class:`~traceview.analysis.diff.DiffReport`.
+
+A renderer (:mod:`traceview.render`) formats a report and never computes: every table,
+group and figure it shows is a field here. :func:`build_report` computes every section in a
+fixed order, so a bad option fails the same way whatever the output format; the HTML-only
+sections (the step chart's per-step family times, HLO texts, population counts per name) are
+computed when ``html`` is set. Times in ps, rates in FLOP/s and bytes/s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from traceview.analysis import aggregate, sources as _sources
+from traceview.analysis.kernels import kernels as _kernels
+from traceview.analysis.peaks import Peaks, profile_peaks
+from traceview.analysis.roofline import predicted_vs_measured, roofline
+from traceview.analysis.steps import StepAnatomy, profile_anatomy
+
+#: at most this many steps go into the step chart (the first ones, in time order)
+CHART_STEPS = 48
+
+
+@dataclass
+class StepChart:
+    """Per-step family times for a stacked-bar chart of the first ``shown`` of ``n_steps``
+    steps (ps, averaged over the devices that ran each step): ``series`` is (family, times
+    per step) in the anatomy's family order then any other family, families with no time
+    left out; ``idle`` the mean idle time per step."""
+
+    n_steps: int
+    shown: int
+    series: list = field(default_factory=list)
+    idle: list = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """What ``traceview analyze`` / ``report`` show about one profile.
+
+    What was read: ``discovery`` (:class:`traceview.read.discover.Discovery` or None),
+    ``files`` (per file: path, host, format, events, op_events), ``warnings``, ``has_shapes``.
+    Devices: ``devices`` (:meth:`ProfileData.device_summary`), ``device_groups`` (per (kind,
+    device_type): n, device (names), op_time_ps, ops, peak_flops, peak_bw), ``op_events``,
+    ``op_time_ps``. Ops: ``by`` ("shape", "name" or "program") and ``table`` keyed by it,
+    ``by_shape``, ``split`` (op names with several shape populations, by their total self
+    time: n, and per population shape, occurrences, mean_ps, self_ps, share, modules; t the
+    sum), ``checks`` (occurrence checks or None). ``peaks`` (:class:`~traceview.analysis.peaks.Peaks`),
+    ``roofline`` and ``roofline_summary`` (:func:`~traceview.analysis.roofline.predicted_vs_measured`),
+    ``kernels``, ``sources`` (by file on ``source_frame``), ``steps``
+    (:class:`~traceview.analysis.steps.StepAnatomy`). HTML only (else None):
+    ``html_sources`` (by file, direct frame) and ``source_kinds`` (origin, share),
+    ``populations_per_name`` ({op_name: populations}), ``hlo_texts`` ({(op_name, shape): the
+    first HLO text}), ``step_chart`` (:class:`StepChart`).
+    """
+
+    discovery: object
+    files: list
+    warnings: list
+    has_shapes: bool
+    devices: pl.DataFrame
+    device_groups: pl.DataFrame
+    op_events: int
+    op_time_ps: int
+    by: str
+    table: pl.DataFrame
+    by_shape: pl.DataFrame
+    split: pl.DataFrame
+    checks: pl.DataFrame | None
+    peaks: Peaks
+    roofline: pl.DataFrame
+    roofline_summary: dict
+    kernels: pl.DataFrame
+    sources: pl.DataFrame
+    source_frame: str
+    steps: StepAnatomy
+    html_sources: pl.DataFrame | None = None
+    source_kinds: pl.DataFrame | None = None
+    populations_per_name: dict | None = None
+    hlo_texts: dict | None = None
+    step_chart: StepChart | None = None
+
+
+def file_rows(prof) -> list[dict]:
+    """Per trace file read: path, host, format, events (all events), op_events."""
+    return [{"path": str(t.path), "host": t.host, "format": t.format, "events": t.n_events,
+             "op_events": t.table.height} for t in prof.traces]
+
+
+def device_groups(devices: pl.DataFrame) -> pl.DataFrame:
+    """Devices grouped by (kind, device_type) in order of appearance: n, device (names),
+    op_time_ps, ops (sums), peak_flops, peak_bw (the first device's)."""
+    return devices.group_by(["kind", "device_type"], maintain_order=True).agg(
+        pl.len().alias("n"), pl.col("device"), pl.col("op_time_ps").sum(), pl.col("ops").sum(),
+        pl.col("peak_flops").first(), pl.col("peak_bw").first())
+
+
+def split_names(by_shape: pl.DataFrame) -> pl.DataFrame:
+    """The op names of a :func:`~traceview.analysis.aggregate.by_shape` table that have
+    several shape populations: op_name, n, and per population (lists, in the table's order)
+    shape, occurrences, mean_ps, self_ps, share, modules; t (their total self time, ps).
+    Sorted by t, descending."""
+    return (by_shape.group_by("op_name").agg(
+        pl.len().alias("n"), pl.col("shape"), pl.col("occurrences"), pl.col("mean_ps"), pl.col("self_ps"),
+        pl.col("share"), pl.col("modules"), pl.col("self_ps").sum().alias("t"))
+        .filter(pl.col("n") > 1).sort("t", descending=True))
+
+
+def step_chart(anat: StepAnatomy, max_steps: int = CHART_STEPS) -> StepChart:
+    """The :class:`StepChart` of an anatomy (its first ``max_steps`` steps)."""
+    st = anat.steps
+    if st.height == 0:
+        return StepChart(0, 0)
+    order = anat.families["family"].to_list() if anat.families.height else []
+    n_steps = int(st["step"].n_unique())
+    shown = min(n_steps, max_steps)
+    series: list = []
+    by_step = anat.family_time_by_step()
+    if by_step.height:
+        step_of = st.with_row_index("step_row").select(pl.col("step_row").cast(pl.Int64), "step")
+        ndev = st.group_by("step").agg(pl.len().alias("ndev"))
+        per = (by_step.join(step_of, on="step_row").filter(pl.col("step") < shown)
+               .group_by("step", "family").agg(pl.col("self_ps").sum())
+               .join(ndev, on="step").with_columns(pl.col("self_ps") / pl.col("ndev")))
+        acc = {f: [0.0] * shown for f in order}
+        for s, f, t, _ in per.iter_rows():
+            acc.setdefault(f, [0.0] * shown)[s] += float(t or 0)
+        series = [(f, acc[f]) for f in order if sum(acc[f]) > 0] + \
+                 [(f, v) for f, v in acc.items() if f not in order and sum(v) > 0]
+    idle = st.filter(pl.col("step") < shown).group_by("step").agg(pl.col("idle_ps").mean()).sort("step")
+    idle_vals = [0.0] * shown
+    for s, v in idle.iter_rows():
+        idle_vals[s] = max(0.0, float(v or 0))
+    return StepChart(n_steps, shown, series, idle_vals)
+
+
+def source_kinds(files: pl.DataFrame) -> pl.DataFrame:
+    """Share of op self time per origin (project, site-packages, unknown) of a
+    :func:`~traceview.analysis.sources.by_file` table: kind, share; by share, descending."""
+    return (files.select(pl.col("origin").fill_null("").replace("", "unknown").alias("kind"), pl.col("share"))
+            .group_by("kind").agg(pl.col("share").sum()).sort("share", descending=True))
+
+
+def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: int | None = None,
+                 expect_batch: int | None = None, rules=None, step_module: str | None = None,
+                 step_window: str = "span", source_frame: str = "direct", html: bool = False) -> Report:
+    """Every section of :class:`Report` for ``prof`` (a
+    :class:`~traceview.model.profiledata.ProfileData`).
+
+    ``by``: the op table's key ("shape", "name", "program"); ``peaks``: default
+    :func:`~traceview.analysis.peaks.profile_peaks`; ``steps`` / ``expect_batch``: the
+    occurrence checks (none when both are None); ``rules`` (family rules), ``step_module``,
+    ``step_window``: the step anatomy; ``source_frame``: "direct" or "user"; ``html``: also
+    the HTML-only sections. Raises :class:`~traceview.errors.UsageError` on a bad option
+    (rule, module, window, frame, steps), before any other work for ``by``.
+    """
+    from traceview.errors import UsageError
+
+    if by not in ("shape", "name", "program"):
+        raise UsageError(f"unknown op table key {by!r}: expected shape, name or program")
+    by_shape = aggregate.by_shape(prof.table)
+    table = {"shape": lambda: by_shape, "name": lambda: aggregate.by_name(prof.table),
+             "program": lambda: aggregate.by_program_op(prof.table)}[by]()
+    peaks = peaks if peaks is not None else profile_peaks(prof)
+    roof = roofline(prof.table, peaks)
+    checks = None
+    if steps or expect_batch:
+        checks = aggregate.occurrence_checks(prof.table, prof.module_runs, steps=steps, expect_batch=expect_batch)
+    anat = profile_anatomy(prof, rules, module=step_module, window=step_window)
+    kern = _kernels(prof.table)
+    files = _sources.by_file(prof.table, frame=source_frame)
+    devices = prof.device_summary()
+    rep = Report(discovery=prof.discovery, files=file_rows(prof), warnings=list(prof.warnings),
+                 has_shapes=prof.has_shapes, devices=devices, device_groups=device_groups(devices),
+                 op_events=prof.op_events, op_time_ps=prof.op_time_ps, by=by, table=table, by_shape=by_shape,
+                 split=split_names(by_shape), checks=checks, peaks=peaks, roofline=roof,
+                 roofline_summary=predicted_vs_measured(roof), kernels=kern, sources=files,
+                 source_frame=source_frame, steps=anat)
+    if html:
+        add_html_sections(rep, prof)
+    return rep
+
+
+def add_html_sections(rep: Report, prof) -> Report:
+    """Fill the HTML-only fields of ``rep`` (for ``prof``, the profile it was built from)."""
+    direct = rep.sources if rep.source_frame == "direct" else _sources.by_file(prof.table, frame="direct")
+    rep.html_sources = direct
+    rep.source_kinds = source_kinds(direct)
+    rep.populations_per_name = dict(rep.by_shape.group_by("op_name").agg(pl.len().alias("n")).iter_rows())
+    hlo = {}
+    if prof.table.height:
+        first = (prof.table.collapse().filter(pl.col("hlo_text") != "").group_by(["op_name", "shape"])
+                 .agg(pl.col("hlo_text").first()))
+        hlo = {(r[0], r[1]): r[2] for r in first.iter_rows()}
+    rep.hlo_texts = hlo
+    rep.step_chart = step_chart(rep.steps)
+    return rep
+
+
+@dataclass
+class Summary:
+    """What the notebook summary of a profile shows (``Profile._repr_html_``): ``files``,
+    ``hosts`` (sorted), ``device_groups``, ``op_events``, ``op_time_ps``, ``peaks``,
+    ``warnings``, ``by_shape`` and ``populations_per_name`` ({op_name: populations})."""
+
+    files: list
+    hosts: list
+    device_groups: pl.DataFrame
+    op_events: int
+    op_time_ps: int
+    peaks: Peaks
+    warnings: list
+    by_shape: pl.DataFrame
+    populations_per_name: dict
+
+
+def build_summary(prof) -> Summary:
+    """The :class:`Summary` of a profile (no step anatomy, no roofline: cheap on any size)."""
+    by_shape = aggregate.by_shape(prof.table)
+    return Summary(files=file_rows(prof), hosts=sorted({t.host for t in prof.traces}),
+                   device_groups=device_groups(prof.device_summary()), op_events=prof.op_events,
+                   op_time_ps=prof.op_time_ps, peaks=profile_peaks(prof), warnings=list(prof.warnings),
+                   by_shape=by_shape,
+                   populations_per_name=dict(by_shape.group_by("op_name").agg(pl.len().alias("n")).iter_rows()))

@@ -1,0 +1,126 @@
+"""Roofline of every shape-keyed op: intensity, achieved rates, bound-by, roofline time.
+
+Model (Williams, Waterman & Patterson, "Roofline: an insightful visual performance model",
+CACM 2009): an op doing F FLOPs and moving B bytes cannot finish faster than
+``max(F / peak_flops, B / peak_bw)``. Its arithmetic intensity is ``I = F / B`` (FLOP/byte);
+the ridge point is ``peak_flops / peak_bw``; an op with ``I`` below the ridge is bound by
+memory, above it by compute. *Efficiency* is roofline time / measured time (1.0 = at the
+roof); a value above 1.0 means the peak or the byte/FLOP count is wrong (e.g. data served
+from on-chip memory, not HBM) and is flagged, never shown silently.
+
+Times in ps, FLOPs and bytes per occurrence, rates in FLOP/s and bytes/s. Peaks:
+:mod:`traceview.analysis.peaks`.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceview.analysis.peaks import Peaks
+from traceview.model.optable import as_table, weighted_mode
+
+
+def roofline(ops, peaks: Peaks) -> pl.DataFrame:
+    """Roofline figures per (op_name, shape) population.
+
+    Columns: op_name, shape, category, occurrences, mean_ps (inclusive time per occurrence),
+    total_ps, flops and bytes (per occurrence), cost_source (trace / derived / unknown),
+    intensity (FLOP/byte), achieved_flops (FLOP/s), achieved_bw (bytes/s), frac_peak_flops,
+    frac_peak_bw, bound_by ("compute" / "memory": intensity vs ridge point; "async" for the
+    issue/await halves of asynchronous ops, which get no costs; "unknown" without costs),
+    roofline_ps (per occurrence: max(flops/peak_flops, bytes/peak_bw) in ps), efficiency
+    (roofline_ps / mean_ps), warning ("" or why a figure above 100% is not to be trusted).
+    Sorted by total time. Rates use inclusive time because an op's FLOPs include its
+    children's (as XProf's FLOP rate). ``ops``: an :class:`~traceview.optable.OpTable` or a
+    wide op-event frame.
+    """
+    table = as_table(ops)
+    if table.height == 0:
+        return pl.DataFrame(schema=_ROOF_SCHEMA)
+    # Async halves (copy-start/-done, all-gather-start/-done, send/recv...) mark when a transfer
+    # is issued or awaited: their bytes move while other ops run, so bytes over their own
+    # duration is no bandwidth. They stay in the table without costs (bound_by "async").
+    is_async = pl.col("op_kind").fill_null("").str.contains(_ASYNC) | pl.col("op_name").str.contains(_ASYNC)
+    col = table.collapse().with_columns(
+        pl.when(is_async).then(None).otherwise(pl.col("flops")).alias("flops"),
+        pl.when(is_async).then(None).otherwise(pl.col("bytes_accessed")).alias("bytes_accessed"),
+        pl.when(is_async).then(pl.lit("async")).otherwise(pl.col("cost_source")).fill_null("unknown").alias("cost_source"),
+    )
+    keys = ["op_name", "shape"]
+    # per-occurrence costs: the mean over the population's events (each event row weighs 1)
+    w = pl.col("rows").cast(pl.Float64)
+    g = col.sort("first_ps", "attr", nulls_last=True).group_by(keys).agg(
+        pl.col("category").first(),
+        pl.col("count").sum().alias("occurrences"),
+        pl.col("duration_ps").sum().alias("total_ps"),
+        _weighted_mean("flops", w).alias("flops"),
+        _weighted_mean("bytes_accessed", w).alias("bytes"),
+    ).with_columns((pl.col("total_ps") / pl.col("occurrences")).alias("mean_ps"))
+    g = g.join(weighted_mode(col, keys, "cost_source", skip_empty=False), on=keys, how="left", nulls_equal=True)
+    pf = peaks.peak_flops or None
+    pb = peaks.peak_bw or None
+    ridge = peaks.ridge
+    secs = pl.col("mean_ps") * 1e-12
+    g = g.with_columns(
+        pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")).otherwise(None).alias("intensity"),
+        pl.when(secs > 0).then(pl.col("flops") / secs).otherwise(None).alias("achieved_flops"),
+        pl.when(secs > 0).then(pl.col("bytes") / secs).otherwise(None).alias("achieved_bw"),
+    )
+    g = g.with_columns(
+        (pl.col("achieved_flops") / pf if pf else pl.lit(None, dtype=pl.Float64)).alias("frac_peak_flops"),
+        (pl.col("achieved_bw") / pb if pb else pl.lit(None, dtype=pl.Float64)).alias("frac_peak_bw"),
+        (pl.when(pl.col("cost_source") == "async").then(pl.lit("async"))
+         .when(pl.col("intensity").is_null()).then(pl.lit("unknown"))
+         .when(pl.col("intensity") >= ridge).then(pl.lit("compute")).otherwise(pl.lit("memory"))
+         if ridge else pl.lit("unknown")).alias("bound_by"),
+    )
+    terms = []
+    if pf:
+        terms.append(pl.col("flops").fill_null(0) / pf * 1e12)
+    if pb:
+        terms.append(pl.col("bytes").fill_null(0) / pb * 1e12)
+    roof = pl.max_horizontal(terms) if terms else pl.lit(None, dtype=pl.Float64)
+    g = g.with_columns(
+        pl.when(pl.col("flops").is_null() & pl.col("bytes").is_null()).then(None).otherwise(roof).alias("roofline_ps"))
+    g = g.with_columns(
+        pl.when(pl.col("mean_ps") > 0).then(pl.col("roofline_ps") / pl.col("mean_ps")).otherwise(None).alias("efficiency"))
+    g = g.with_columns(
+        pl.when(pl.col("frac_peak_flops") > 1.0)
+        .then(pl.lit("achieved FLOP/s above peak: the FLOP count or the peak is off"))
+        .when(pl.col("frac_peak_bw") > 1.0)
+        .then(pl.lit("achieved bandwidth above peak: bytes likely served from on-chip memory, or the peak is off"))
+        .when(pl.col("efficiency") > 1.0)
+        .then(pl.lit("faster than the roofline: the peak or the byte count is off"))
+        .otherwise(pl.lit("")).alias("warning"))
+    return g.select(list(_ROOF_SCHEMA)).sort(["total_ps", "op_name", "shape"], descending=[True, False, False])
+
+
+def _weighted_mean(name: str, w: pl.Expr) -> pl.Expr:
+    """Mean of ``name`` weighted by ``w`` over its non-null values; null when there is none."""
+    have = pl.col(name).is_not_null()
+    return pl.when(have.any()).then((pl.col(name) * w).filter(have).sum() / w.filter(have).sum())
+
+
+_ASYNC = r"(?:-start|-done|-update)(?:\.\d+)?$|^(?:send|recv)(?:-done)?(?:\.\d+)?$"
+
+_ROOF_SCHEMA = {
+    "op_name": pl.Utf8, "shape": pl.Utf8, "category": pl.Utf8, "occurrences": pl.Int64, "mean_ps": pl.Float64,
+    "total_ps": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64, "cost_source": pl.Utf8,
+    "intensity": pl.Float64, "achieved_flops": pl.Float64, "achieved_bw": pl.Float64,
+    "frac_peak_flops": pl.Float64, "frac_peak_bw": pl.Float64, "bound_by": pl.Utf8,
+    "roofline_ps": pl.Float64, "efficiency": pl.Float64, "warning": pl.Utf8,
+}
+
+
+def predicted_vs_measured(roof: pl.DataFrame) -> dict:
+    """Sum over populations with known costs of roofline time × occurrences against their
+    measured total time (the study's "roofline-predicted 349 µs against 375 µs measured").
+    Returns {"predicted_ps", "measured_ps", "ratio", "covered_share"} where covered_share is
+    the fraction of measured time whose ops have a cost."""
+    known = roof.filter(pl.col("roofline_ps").is_not_null())
+    predicted = float((known["roofline_ps"] * known["occurrences"]).sum() or 0.0)
+    measured = float(known["total_ps"].sum() or 0.0)
+    total = float(roof["total_ps"].sum() or 0.0)
+    return {"predicted_ps": predicted, "measured_ps": measured,
+            "ratio": predicted / measured if measured else None,
+            "covered_share": measured / total if total else None}

@@ -1,0 +1,918 @@
+"""Step anatomy: where the time of one step goes, by op family, and how much is covered.
+
+This is the study's "families sum to X of Y ms" line: find the steps, put every HLO op in the
+step it started in, group the ops into families, and compare the families' op time with the
+step's wall time; the difference is the gap (device idle: host, dispatch, synchronisation).
+
+Steps (:func:`find_steps`), per (host, device), in this order:
+
+1. **markers** — a frame of step markers (a ``Steps`` line: host, device, start_ps,
+   duration_ps) when the caller passes one. The readers do not put ``Steps`` in the op-event
+   table yet, so this only happens when a caller supplies it.
+2. **dominant module** — otherwise each execution (``module_runs`` row) of the *dominant
+   module* is a step: the module whose ops have the largest total self time (over all devices),
+   among modules that have executions; ``module=`` overrides the choice. Executions are first
+   put on the ops' clock (:func:`align_module_runs`: TPU ops timed on the device clock next to
+   host-aligned ``XLA Modules`` events are re-anchored on the ops; ``StepAnatomy.notes`` says so).
+3. **whole trace** — when there are no module runs: one step per device, from its first op's
+   start to its last op's end.
+
+Step windows for case 2 (``window=``), with s_k the k-th execution's start on a device:
+
+* ``"span"`` (default): from s_k to the latest end of any op or module run that starts in
+  [s_k, s_{k+1}) on that device — the dominant program *plus* the programs that run after it
+  in the same step (vLLM on TPU: ``jit_step_fun`` then ``jit_compute_logits_func`` and
+  ``jit_sample``). The host time before the next step is ``gap_after_ps``, not step time; this
+  is the study's split (an 11.9 ms step and an 85 µs gap between steps). For the last
+  execution s_{k+1} is s_k + the longest earlier start-to-start period on that device (no
+  limit when there is a single execution), so a trailing unrelated program is not swallowed.
+  A window never reaches past the next step's start.
+* ``"period"``: [s_k, s_{k+1}) — start to start, host gaps included (the last step as in
+  span).
+* ``"run"``: the execution itself, [s_k, s_k + duration), extended to the end of the latest op
+  of the same program that starts before s_{k+1}, because GPU/CPU module runs are derived
+  from one anchor op (:func:`traceview.xplane._derive_module_runs`) and are shorter than the
+  execution.
+
+An op belongs to the step whose window contains its start (its whole self time counts there);
+ops with no start (pre-aggregated) or starting outside every window are reported as
+``outside_ps``, not dropped silently.
+
+Ops are grouped into op families by :mod:`traceview.analysis.families`.
+
+All times are integer ps (means are floats). Errors: bad rules raise
+:class:`~traceview.errors.UsageError` with a one-line message; an unknown ``window`` or
+``module`` also raises UsageError. Empty inputs give empty frames and a zero coverage.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from traceview.analysis.families import attr_families, rules_of
+from traceview.errors import UsageError
+from traceview.model.optable import as_table
+from traceview.model.timeline import enclosing
+from traceview.read import hugearrays
+
+try:  # optional C accelerator
+    from traceview.analysis import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
+WINDOWS = ("span", "period", "run")
+
+
+STEPS_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "step": pl.Int64, "module": pl.Utf8, "program_id": pl.UInt64,
+                "start_ps": pl.Int64, "duration_ps": pl.Int64, "run_ps": pl.Int64, "gap_after_ps": pl.Int64,
+                "ops": pl.Int64, "op_time_ps": pl.Int64, "busy_ps": pl.Int64, "idle_ps": pl.Int64}
+
+
+class _Placed:
+    """The events of an OpTable as numpy arrays for timeline work: ``devs`` (list of
+    (host, device)), per event ``dev`` (int16/int32 index into ``devs``), ``placed`` (has a
+    start), ``start``, ``dur`` (ps; start 0 where not placed), ``count``, ``self_ps``; ends
+    through :meth:`end` and program ids through :meth:`pid` / :meth:`has_pid` (looked up per
+    description, not stored per event).
+
+    A device's placed events are reached through :meth:`sel`: a ``slice`` of the event arrays
+    when they are one contiguous, time-ordered run (the xplane reader writes each TPU plane's
+    ops in start order, one plane after another), so that ``start[sel]`` is a view and not a
+    gather; otherwise the index array of :meth:`on`."""
+
+    def __init__(self, table):
+        ev = table.events
+        attrs = table.attrs
+        dev_tab = attrs.select("host", "device").unique(maintain_order=True).with_row_index("_d")
+        a = attrs.join(dev_tab, on=["host", "device"], how="left", maintain_order="left")
+        self.devs = [(h, d) for _, h, d in dev_tab.iter_rows()]
+        self.dev_index = {k: i for i, k in enumerate(self.devs)}
+        self.attr = ev["attr"].to_numpy()
+        dt = np.int16 if len(self.devs) < (1 << 15) else np.int32  # 2 bytes per event on any real pod
+        self.dev = hugearrays.take(a["_d"].to_numpy().astype(dt), self.attr) if len(self.attr) else np.zeros(0, dt)
+        self._pid_lut = a["program_id"].fill_null(0).to_numpy().astype(np.uint64)
+        self._has_lut = a["program_id"].is_not_null().to_numpy()
+        self._attr_dev = a["_d"].to_numpy()  # device index per description
+        self._table = table
+        self._rows: np.ndarray | None = None  # events per description, on first use
+        st = ev["start_ps"]
+        self.placed = st.is_not_null().to_numpy()
+        self.start = st.fill_null(0).to_numpy() if st.null_count() else st.to_numpy()
+        self.start = np.ascontiguousarray(self.start)
+        self.dur = np.ascontiguousarray(ev["duration_ps"].to_numpy())  # (views when single-chunk)
+        self.count = np.ascontiguousarray(ev["count"].to_numpy())
+        self.self_ps = np.ascontiguousarray(ev["self_ps"].to_numpy())
+        self.n = len(self.attr)
+        self._on: dict = {}
+        self._spans = self._find_spans()
+
+    def _find_spans(self) -> dict:
+        """{device index: slice} when every event is placed, each device's events are one
+        contiguous run and each run is in start order; else {}."""
+        n = self.n
+        if n == 0 or not self.placed.all():
+            return {}
+        d = self.dev
+        cuts = np.flatnonzero(d[1:] != d[:-1]) + 1
+        bounds = [0, *cuts.tolist(), n]
+        order = d[bounds[:-1]].tolist()
+        if len(set(order)) != len(order):
+            return {}
+        down = np.flatnonzero(self.start[1:] < self.start[:-1]) + 1  # where the start order breaks
+        if len(down) and not np.isin(down, cuts).all():
+            return {}
+        return {dv: slice(a, b) for dv, a, b in zip(order, bounds[:-1], bounds[1:])}
+
+    def sel(self, host: str, device: str):
+        """The placed events of one device in time order: a slice (see the class doc) or an
+        index array (:meth:`on`)."""
+        i = self.dev_index.get((host, device))
+        hit = self._spans.get(i) if i is not None else None
+        return hit if hit is not None else self.on(host, device)
+
+    def end(self, idx) -> np.ndarray:
+        """End (start + duration, ps) of the events ``idx`` (a slice or an index array;
+        computed, not stored: 8 bytes per event saved)."""
+        return self.start[idx] + self.dur[idx]
+
+    def pid(self, idx) -> np.ndarray:
+        """program_id (uint64, 0 where unknown) of the events ``idx``."""
+        return self._pid_lut[self.attr[idx]]
+
+    def has_pid(self, idx) -> np.ndarray:
+        """Whether the events ``idx`` have a program_id (bool)."""
+        return self._has_lut[self.attr[idx]]
+
+    def events_per_attr(self) -> np.ndarray:
+        """Number of events per description (int64, indexed by attr id; from the table's
+        cached collapse)."""
+        if self._rows is None:
+            col = self._table.collapse()
+            rows = np.zeros(self._table.attrs.height, dtype=np.int64)
+            rows[col["attr"].to_numpy().astype(np.int64)] = col["rows"].to_numpy()
+            self._rows = rows
+        return self._rows
+
+    def of_program(self, pid: int) -> np.ndarray:
+        """Per description (attr id): whether its program_id is ``pid`` (bool lookup table)."""
+        return self._has_lut & (self._pid_lut == np.uint64(pid))
+
+    def on(self, host: str, device: str, need_pid: bool = False) -> np.ndarray:
+        """Indices of the placed events of one device, in time order (stable); cached."""
+        if need_pid:  # not cached: used once per device
+            idx = self.on(host, device)
+            return idx[self.has_pid(idx)]
+        key = (host, device)
+        hit = self._on.get(key)
+        if hit is not None:
+            return hit
+        i = self.dev_index.get(key)
+        if i is None:
+            return np.zeros(0, dtype=np.int64)
+        span = self._spans.get(i)
+        if span is not None:
+            idx = np.arange(span.start, span.stop, dtype=np.int32 if self.n < (1 << 31) else np.int64)
+            self._on[key] = idx
+            return idx
+        idx = np.flatnonzero(self.placed & (self.dev == i))
+        if self.n < (1 << 31):
+            idx = idx.astype(np.int32)  # half the memory of int64 indices
+        st = self.start[idx]
+        if len(st) > 1 and not (st[1:] >= st[:-1]).all():
+            idx = idx[np.argsort(st, kind="stable")]
+        del st
+        self._on[key] = idx
+        return idx
+
+
+def _placed(ops) -> tuple:
+    table = as_table(ops)
+    return table, _Placed(table)
+
+
+#: below this many op events the per-device step work runs on threads (numpy, polars and the
+#: C pass release the GIL); above it, one device at a time bounds the temporaries
+PARALLEL_MAX_EVENTS = 8_000_000
+
+
+def _per_device(fn, items: list, pe: "_Placed") -> list:
+    """``[fn(item) for item in items]``, on up to ``os.cpu_count()`` threads when there are
+    several devices and fewer than :data:`PARALLEL_MAX_EVENTS` events. Order is kept."""
+    workers = min(len(items), os.cpu_count() or 1)
+    if workers < 2 or pe.n >= PARALLEL_MAX_EVENTS:
+        return [fn(it) for it in items]
+    from concurrent.futures import ThreadPoolExecutor
+
+    for host, device in {k for k, _ in items} if items and isinstance(items[0][0], tuple) else ():
+        pe.sel(host, device)  # fill the index cache before the threads share it
+    with ThreadPoolExecutor(max_workers=workers) as ex:
+        return list(ex.map(fn, items))
+
+
+def dominant_module(ops, module_runs: pl.DataFrame) -> str | None:
+    """The module with the largest total op self time among modules with executions in
+    ``module_runs`` (ties: name order); None when there is none."""
+    table = as_table(ops)
+    if table.height == 0 or module_runs.height == 0:
+        return None
+    have = set(module_runs["module"].drop_nulls().unique().to_list()) - {""}
+    t = (table.collapse().filter(pl.col("module").is_in(list(have)))
+         .group_by("module").agg(pl.col("self_ps").sum().alias("t"))
+         .sort(["t", "module"], descending=[True, False]))
+    return t["module"][0] if t.height else None
+
+
+def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed | None" = None) -> tuple[pl.DataFrame, dict]:
+    """Module runs on the ops' clock, per (host, device), for step windows.
+
+    TPU ops can be timed on the device clock (``device_offset_ps``) while the ``XLA Modules``
+    events of older traces are host-aligned; on the v6e trace the two disagree by -14 µs to
+    -173 ms per execution, so the host-aligned windows do not hold their ops. Method: for each
+    program whose op count on a device is a whole multiple m of its executions there, the
+    k-th execution's ops are ops k·m .. k·m+m-1 in time order (its *chunk*). When some chunk's
+    first op does not start inside its execution, the device's runs are taken from the ops:
+    each such execution becomes [first op start, latest op end] of its chunk, and executions of
+    other programs move by the median (first op start − execution start). When every chunk
+    starts inside its execution (vLLM JSON, GPU/CPU runs derived from ops) nothing changes.
+    Returns (runs, {(host, device): median shift in ps}) for the devices rebuilt. Never raises.
+    """
+    fixed: dict = {}
+    if module_runs.height == 0:
+        return module_runs, fixed
+    if _placed_events is None:
+        table, pe = _placed(ops)
+        if table.height == 0:
+            return module_runs, fixed
+    else:
+        pe = _placed_events
+    if pe.n == 0:
+        return module_runs, fixed
+    def one(item):
+        (host, device), r = item
+        r = r.sort("start_ps")
+        dsel = pe.sel(host, device)
+        o_start, o_dur, o_attr = pe.start[dsel], pe.dur[dsel], pe.attr[dsel]  # views for a slice
+        r_start, r_dur = r["start_ps"].to_numpy().copy(), r["duration_ps"].to_numpy().copy()
+        r_prog = r["program_id"].fill_null(0).to_numpy().astype(np.uint64)
+        r_has = r["program_id"].is_not_null().to_numpy()
+        chunks: dict = {}
+        offs = []
+        inside = True
+        pids = r["program_id"].drop_nulls().unique().to_list()
+        c_chunks = _c_chunks(pe, host, device, dsel, pids, r_has, r_prog) if isinstance(dsel, slice) else None
+        for pid in pids:
+            ridx = np.nonzero(r_has & (r_prog == np.uint64(pid)))[0]
+            if c_chunks is not None:
+                if pid not in c_chunks:
+                    continue
+                heads, ends = c_chunks[pid]
+            else:
+                lut = pe.of_program(pid)
+                if not lut.any():
+                    continue
+                sel = lut[o_attr]
+                st = o_start[sel]
+                en = st + o_dur[sel]
+                if len(st) == 0 or len(st) % len(ridx):
+                    continue
+                m = len(st) // len(ridx)
+                heads = st[::m]
+                ends = en.reshape(len(ridx), m).max(axis=1)
+            off = heads - r_start[ridx]
+            offs.append(off)
+            chunks[pid] = (ridx, heads, ends)
+            inside &= bool(((off >= 0) & (off < np.maximum(r_dur[ridx], 1))).all())
+        if offs and not inside:
+            shift = int(np.median(np.concatenate(offs)))
+            new_start, new_dur = r_start + shift, r_dur
+            for ridx, heads, ends in chunks.values():
+                new_start[ridx] = heads
+                new_dur[ridx] = ends - heads
+            r = r.with_columns(pl.Series("start_ps", new_start, dtype=pl.Int64),
+                               pl.Series("duration_ps", new_dur, dtype=pl.Int64)).sort("start_ps")
+            return r, ((host, device), shift)
+        return r, None
+
+    parts = []
+    for r, fix in _per_device(one, list(module_runs.group_by(["host", "device"], maintain_order=True)), pe):
+        parts.append(r)
+        if fix is not None:
+            fixed[fix[0]] = fix[1]
+    return pl.concat(parts, how="vertical"), fixed
+
+
+def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, pids: list, r_has: np.ndarray,
+              r_prog: np.ndarray) -> dict | None:
+    """{program_id: (heads, ends)} for one device whose events are the slice ``dsel``, as
+    align_module_runs computes them per program (the k-th execution's chunk of m ops: its
+    first op's start and its latest op end), in one C pass (``chunk_heads``); programs whose
+    op count on the device is not a whole multiple of their executions are left out. None
+    without the C accelerator or when the pass refuses (the caller then uses numpy)."""
+    if _fast is None:
+        return None
+    d = pe.dev_index[(host, device)]
+    rows = pe.events_per_attr()
+    on_dev = pe._attr_dev == d
+    prog = np.full(len(rows), -1, dtype=np.int32)
+    plan = []  # (pid, executions, m)
+    for pid in pids:
+        runs_n = int(np.count_nonzero(r_has & (r_prog == np.uint64(pid))))
+        lut = pe.of_program(pid) & on_dev
+        n_ops = int(rows[lut].sum())
+        if n_ops == 0 or runs_n == 0 or n_ops % runs_n:
+            continue
+        prog[lut] = len(plan)
+        plan.append((pid, runs_n, n_ops // runs_n))
+    if not plan:
+        return {}
+    offs = np.cumsum([0] + [k for _, k, _ in plan])
+    heads = np.empty(int(offs[-1]), dtype=np.int64)
+    ends = np.empty(int(offs[-1]), dtype=np.int64)
+    ok = _fast.chunk_heads(pe.attr[dsel], pe.start[dsel], pe.dur[dsel], prog,
+                           np.array([m for _, _, m in plan], dtype=np.int64), offs[:-1].astype(np.int64), heads, ends)
+    if not ok:
+        return None
+    return {pid: (heads[offs[j]:offs[j + 1]], ends[offs[j]:offs[j + 1]]) for j, (pid, _, _) in enumerate(plan)}
+
+
+def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.DataFrame | None,
+                  module: str | None, window: str) -> tuple[pl.DataFrame, str, str | None, list[str]]:
+    """Per (host, device) step windows: host, device, module, program_id, start_ps, end_ps,
+    run_ps, next_ps (start of the next step or null); the method; the module; notes."""
+    rows: list[dict] = []
+    placed_devs = sorted(set(table.collapse().filter(pl.col("first_ps").is_not_null())
+                             .select("host", "device").iter_rows())) if pe.n else []
+    if markers is not None and markers.height:
+        for r in markers.sort("start_ps").iter_rows(named=True):
+            host = r.get("host") or ""
+            targets = [(host, r["device"])] if r.get("device") else [(h, d) for h, d in placed_devs if h == host]
+            for h, d in targets:
+                rows.append({"host": h, "device": d, "module": "", "program_id": None, "start_ps": r["start_ps"],
+                             "end_ps": r["start_ps"] + r["duration_ps"], "run_ps": None})
+        return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "markers", None, []
+    if module_runs.height and table.height:
+        module_runs, fixed = align_module_runs(table, module_runs, pe)
+        notes = [f"{d}: module runs rebuilt from the ops (XLA Modules and XLA Ops on different clocks, "
+                 f"median offset {v / 1e6:+.1f} µs)" for (_, d), v in sorted(fixed.items())]
+        mod = module if module is not None else dominant_module(table, module_runs)
+        if module is not None and module not in set(module_runs["module"].to_list()):
+            raise UsageError(f"module {module!r} has no executions in this trace")
+        if mod is not None:
+            return _module_windows(pe, module_runs, module_runs.filter(pl.col("module") == mod), window), \
+                "module", mod, notes
+    # whole trace
+    if not pe.n or not pe.placed.any():
+        return pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}), "trace", None, []
+    for h, d in placed_devs:
+        idx = pe.sel(h, d)
+        rows.append({"host": h, "device": d, "module": "", "program_id": None,
+                     "start_ps": int(pe.start[idx].min()), "end_ps": int(pe.end(idx).max()), "run_ps": None})
+    return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "trace", None, []
+
+
+_WIN_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "module": pl.Utf8, "program_id": pl.UInt64,
+               "start_ps": pl.Int64, "end_ps": pl.Int64, "run_ps": pl.Int64}
+
+
+def _with_next(w: pl.DataFrame) -> pl.DataFrame:
+    return w.sort(["host", "device", "start_ps"]).with_columns(
+        pl.col("start_ps").shift(-1).over(["host", "device"]).alias("next_ps"))
+
+
+_I64_MIN = np.iinfo(np.int64).min
+
+
+def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """max(values[lo[k]:hi[k]]) per k (int64), ``_I64_MIN`` for an empty range. Ordered,
+    disjoint ranges (the windows of one device) take one ``maximum.reduceat`` pass; others a
+    sparse table (O(n log n) build, O(1) per query)."""
+    out = np.full(len(lo), _I64_MIN, dtype=np.int64)
+    n = len(values)
+    ok = hi > lo
+    if n == 0 or not ok.any():
+        return out
+    a, b = lo[ok], hi[ok]
+    if (a[1:] >= b[:-1]).all():
+        # ranges in order and disjoint (consecutive windows): one reduceat pass, O(n)
+        cuts = np.empty(2 * len(a), dtype=np.int64)
+        cuts[0::2], cuts[1::2] = a, b
+        vals = np.append(values.astype(np.int64, copy=False), np.int64(_I64_MIN))  # hi may equal n
+        out[ok] = np.maximum.reduceat(vals, cuts)[0::2]
+        return out
+    levels = [values.astype(np.int64)]
+    j = 1
+    while (1 << j) <= n:
+        prev = levels[-1]
+        half = 1 << (j - 1)
+        levels.append(np.maximum(prev[:-half], prev[half:]))
+        j += 1
+    length = (hi - lo)[ok]
+    k = np.floor(np.log2(length)).astype(np.int64)
+    # guard against floating-point log2 rounding at powers of two
+    k = np.where((1 << (k + 1)) <= length, k + 1, k)
+    k = np.where((1 << k) > length, k - 1, k)
+    a, b = lo[ok], hi[ok]
+    res = np.empty(len(a), dtype=np.int64)
+    for lvl in np.unique(k).tolist():
+        m = k == lvl
+        tab = levels[lvl]
+        res[m] = np.maximum(tab[a[m]], tab[b[m] - (1 << lvl)])
+    out[ok] = res
+    return out
+
+
+def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, window: str) -> pl.DataFrame:
+    """Windows for the dominant module's executions ``runs``; the activity on a device is
+    every placed op and every module run of ``all_runs`` (start, end, program_id). The two
+    kinds of activity are searched separately (each is already in time order) and their
+    maxima combined, which is the maximum over their union."""
+    def one(item):
+        (host, device), r = item
+        idx = pe.sel(host, device)
+        ar = _in_start_order(ar_parts.get((host, device), all_runs.clear()))
+        ar_start = ar["start_ps"].to_numpy()
+        sources = [  # (starts, ends, has program, program) per kind of activity, time-ordered
+            (pe.start[idx], None, lambda i=idx: pe.has_pid(i), lambda i=idx: pe.pid(i)),
+            (ar_start, ar_start + ar["duration_ps"].to_numpy(), lambda a=ar: a["program_id"].is_not_null().to_numpy(),
+             lambda a=ar: a["program_id"].fill_null(0).to_numpy().astype(np.uint64)),
+        ]
+        starts = r["start_ps"].to_numpy().astype(np.int64)
+        ends = starts + r["duration_ps"].to_numpy()
+        r_has = r["program_id"].is_not_null().to_numpy()
+        progs = r["program_id"].fill_null(0).to_numpy().astype(np.uint64)
+        n = len(starts)
+        longest = int(np.diff(starts).max()) if n > 1 else None
+        nxt = np.empty(n, dtype=np.int64)
+        nxt[:-1] = starts[1:]
+        if longest is not None:
+            nxt[-1] = min(int(starts[-1]) + longest, np.iinfo(np.int64).max)  # no int64 wrap
+        end = ends.copy()
+        if window == "span" and _fast is not None:
+            # one C merge pass per kind of activity (ends computed from durations on the fly)
+            nxt_c = nxt.copy()
+            if longest is None:
+                nxt_c[-1] = np.iinfo(np.int64).max  # a single execution: no limit
+            ok = True
+            for a_start, a_len, is_dur in ((pe.start[idx], pe.dur[idx], True),
+                                           (ar_start, ar["duration_ps"].to_numpy(), True)):
+                ok = ok and _fast.window_max(np.ascontiguousarray(a_start, dtype=np.int64),
+                                             np.ascontiguousarray(a_len, dtype=np.int64), is_dur, starts, nxt_c, end)
+            if ok:
+                sources = []
+            else:
+                end = ends.copy()
+        for a_start, a_end, a_has_f, a_prog_f in sources:
+            if a_end is None:
+                a_end = pe.end(idx)
+            lo = np.searchsorted(a_start, starts, side="left")
+            hi = (np.searchsorted(a_start, nxt, side="left") if longest is not None
+                  else np.concatenate([np.searchsorted(a_start, nxt[:-1], side="left"), [len(a_start)]]))
+            if window == "run":
+                a_has, a_prog = a_has_f(), a_prog_f()
+                for pid, has in {(int(p), bool(h)) for p, h in zip(progs.tolist(), r_has.tolist())}:
+                    m = (r_has == has) & (progs == np.uint64(pid))
+                    same = (a_has & (a_prog == np.uint64(pid))) if has else ~a_has
+                    masked = np.where(same, a_end, _I64_MIN)
+                    end[m] = np.maximum(end[m], _range_max(masked, lo[m], hi[m]))
+            elif window == "period":  # start to start; the last step as in span
+                end[-1] = max(end[-1], _range_max(a_end, lo[-1:], hi[-1:])[0])
+            else:
+                end = np.maximum(end, _range_max(a_end, lo, hi))
+        if window == "period":
+            end[:-1] = starts[1:]
+        end[:-1] = np.minimum(end[:-1], starts[1:])  # never past the next step's start
+        end = np.maximum(end, starts)
+        nxt_ps = pl.Series("next_ps", starts, dtype=pl.Int64).shift(-1)  # starts are in time order
+        return pl.DataFrame({
+            "module": r["module"], "program_id": r["program_id"], "start_ps": starts, "end_ps": end,
+            "run_ps": ends - starts,
+        }).with_columns(pl.lit(host, dtype=pl.Utf8).alias("host"), pl.lit(device, dtype=pl.Utf8).alias("device"),
+                        nxt_ps).select(list(_WIN_SCHEMA) + ["next_ps"]).cast(_WIN_SCHEMA | {"next_ps": pl.Int64})
+
+    # devices in (host, device) order, each in time order: the order _with_next gives, no sort
+    ar_parts = all_runs.partition_by(["host", "device"], as_dict=True, maintain_order=True)
+    groups = sorted(((k, _in_start_order(r)) for k, r in
+                     runs.partition_by(["host", "device"], as_dict=True, maintain_order=True).items()),
+                    key=lambda g: g[0])
+    frames = [f for f in _per_device(one, groups, pe) if f.height]
+    return (pl.concat(frames, how="vertical") if frames
+            else pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}))
+
+
+def _in_start_order(runs: pl.DataFrame) -> pl.DataFrame:
+    """``runs`` sorted by start_ps (stable), without sorting when they already are (module
+    runs of one device after :func:`align_module_runs`)."""
+    st = runs["start_ps"]
+    if st.null_count() == 0:
+        a = st.to_numpy()
+        if len(a) < 2 or (a[1:] >= a[:-1]).all():
+            return runs
+    return runs.sort("start_ps", maintain_order=True)
+
+
+def _busy(starts: np.ndarray, ends: np.ndarray, lo: int, hi: int) -> int:
+    """Length of the union of [starts, ends) clipped to [lo, hi), ps: the span from the first
+    start to the last end minus the gaps where an interval starts after every earlier one
+    ended. (Reference form of the vectorized computation in :func:`_steps`.)"""
+    if len(starts) == 0:
+        return 0
+    s = np.clip(starts, lo, hi)
+    e = np.clip(ends, lo, hi)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], np.maximum.accumulate(e[order])
+    gaps = np.maximum(s[1:] - e[:-1], 0).sum() if len(s) > 1 else 0
+    return int(max(int(e[-1]) - int(s[0]) - int(gaps), 0))
+
+
+def _assign(pe: _Placed, win: pl.DataFrame) -> np.ndarray:
+    """Per event, the row of ``win`` whose window holds its start, -1 when none (int64)."""
+    idx = np.full(pe.n, -1, dtype=np.int64)
+    if win.height and pe.n:
+        w = win.with_row_index("_w")
+        for (host, device), wd in w.group_by(["host", "device"]):
+            od = pe.on(host, device)
+            if len(od) == 0:
+                continue
+            st = pe.start[od]
+            enc = enclosing(st, st, wd["start_ps"].to_numpy(), wd["end_ps"].to_numpy())
+            wi = wd["_w"].to_numpy().astype(np.int64)
+            hit = enc >= 0
+            idx[od[hit]] = wi[enc[hit]]
+    return idx
+
+
+def _busy_per_step(pe: _Placed, step_row: np.ndarray, win: pl.DataFrame) -> np.ndarray:
+    """Per window row: length of the union of its ops' [start, end) clipped to the window
+    (ps), as :func:`_busy` computes it for one window, for all windows of a device at once.
+
+    An op belongs to the window holding its start, so on one device, in start order, the ops
+    come window by window; when the device's windows are disjoint (module and whole-trace
+    windows always are) a running maximum of the clipped ends never carries a window's
+    maximum into the next (it is at most that window's end, at most the next one's start),
+    and each window's union is its span minus the gaps inside it. Overlapping windows (step
+    markers can overlap) are done one window at a time."""
+    busy = np.zeros(win.height, dtype=np.int64)
+    if win.height == 0 or not (step_row >= 0).any():
+        return busy
+    w_lo = win["start_ps"].to_numpy()
+    w_hi = win["end_ps"].to_numpy()
+    rows = win.with_row_index("_w").group_by(["host", "device"], maintain_order=True).agg(pl.col("_w"))
+    for host, device, wrows in rows.iter_rows():
+        idx = pe.on(host, device)
+        k = step_row[idx]
+        keep = k >= 0
+        idx, k = idx[keep], k[keep]
+        if len(k) == 0:
+            continue
+        lo, hi = w_lo[k], w_hi[k]
+        s = np.clip(pe.start[idx], lo, hi)
+        e = np.clip(pe.end(idx), lo, hi)
+        w = np.asarray(wrows, dtype=np.int64)
+        disjoint = (w_lo[w][1:] >= w_hi[w][:-1]).all() and (np.diff(k) >= 0).all()
+        first = np.ones(len(k), dtype=bool)
+        first[1:] = k[1:] != k[:-1]
+        starts_at = np.flatnonzero(first)
+        if not disjoint:
+            bounds = starts_at.tolist() + [len(k)]
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                busy[k[a]] = _busy(s[a:b], e[a:b], int(w_lo[k[a]]), int(w_hi[k[a]]))
+            continue
+        e_max = np.maximum.accumulate(e)
+        gaps = np.zeros(len(k), dtype=np.int64)
+        gaps[1:] = np.maximum(s[1:] - e_max[:-1], 0)
+        gaps[first] = 0
+        gap_sum = np.add.reduceat(gaps, starts_at)
+        last = np.append(starts_at[1:], len(k)) - 1
+        busy[k[starts_at]] = np.maximum(e_max[last] - s[starts_at] - gap_sum, 0)
+    return busy
+
+
+def _device_blocks(win: pl.DataFrame) -> list[tuple[str, str, int, int]] | None:
+    """(host, device, first row, end row) per device of ``win`` when each device's windows
+    are one run of consecutive rows (the order :func:`_step_windows` gives); None when a
+    device's rows are split."""
+    n = win.height
+    if n == 0:
+        return []
+    new = win.select((pl.col("host").ne_missing(pl.col("host").shift(1))
+                      | pl.col("device").ne_missing(pl.col("device").shift(1))).alias("f"))["f"]
+    firsts = np.flatnonzero(new.fill_null(True).to_numpy()).tolist()
+    if not firsts or firsts[0] != 0:
+        firsts = [0] + firsts
+    hosts, devices = win["host"].gather(firsts).to_list(), win["device"].gather(firsts).to_list()
+    keys = list(zip(hosts, devices))
+    if len(set(keys)) != len(keys):
+        return None
+    return [(h, d, a, b) for (h, d), a, b in zip(keys, firsts, firsts[1:] + [n])]
+
+
+def _measure(pe: _Placed, win: pl.DataFrame, blocks: list | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                                                 np.ndarray]:
+    """Per event its window row (-1: none), and per window: op events (sum of count), op
+    self time and busy time (ps). With the C accelerator one merge pass per device
+    (``step_pass``); else, or when a device's windows overlap, :func:`_assign`,
+    :func:`_busy_per_step` and a group-by, which compute the same. ``blocks``:
+    :func:`_device_blocks` of ``win`` when the caller has it."""
+    m = win.height
+    if blocks is None:
+        blocks = _device_blocks(win)
+    if _fast is not None and m and pe.n and m < (1 << 31):
+        step_row = hugearrays.full(pe.n, -1, np.int32)
+        n_ops = np.zeros(m, dtype=np.int64)
+        op_time = np.zeros(m, dtype=np.int64)
+        busy = np.zeros(m, dtype=np.int64)
+        w_lo = win["start_ps"].to_numpy()
+        w_hi = win["end_ps"].to_numpy()
+        done = True
+        if blocks is None:
+            done = False  # windows of a device are contiguous rows of win (sorted); else fall back
+            blocks = []
+        for host, device, a, z in blocks:
+            w = slice(a, z)
+            sel = pe.sel(host, device)
+            if isinstance(sel, slice):  # the device's events are one run: views, rows written in place
+                idx = np.arange(sel.stop - sel.start, dtype=np.int32)
+                arrays = (pe.start[sel], pe.dur[sel], pe.self_ps[sel], pe.count[sel])
+                rows = step_row[sel]
+            else:
+                idx = sel
+                arrays = (pe.start, pe.dur, pe.self_ps, pe.count)
+                rows = np.empty(len(idx), dtype=np.int32)
+            if len(idx) == 0:
+                continue
+            if not _fast.step_pass(idx, *arrays, w_lo[w], w_hi[w], rows, n_ops[w], op_time[w], busy[w], a):
+                done = False
+                break
+            if not isinstance(sel, slice):
+                step_row[idx] = rows
+        if done:
+            return step_row, n_ops, op_time, busy
+    step_row = _assign(pe, win)
+    inside = step_row >= 0
+    k = step_row[inside]
+    per = (pl.DataFrame({"_step": k, "c": pe.count[inside], "t": pe.self_ps[inside]}).group_by("_step")
+           .agg(pl.col("c").sum(), pl.col("t").sum()))
+    n_ops = np.zeros(m, dtype=np.int64)
+    op_time = np.zeros(m, dtype=np.int64)
+    kk = per["_step"].to_numpy().astype(np.int64)
+    n_ops[kk] = per["c"].to_numpy()
+    op_time[kk] = per["t"].to_numpy()
+    return step_row, n_ops, op_time, _busy_per_step(pe, step_row, win)
+
+
+def find_steps(ops, module_runs: pl.DataFrame, *, markers: pl.DataFrame | None = None,
+               module: str | None = None, window: str = "span") -> pl.DataFrame:
+    """One row per (host, device, step): the columns of :data:`STEPS_SCHEMA`.
+
+    ``step`` numbers a device's steps from 0 in time order; ``start_ps``/``duration_ps`` are
+    the window (wall, ps); ``run_ps`` the dominant execution's own duration (null for markers
+    and whole-trace steps); ``gap_after_ps`` = next step's start − this step's end (null for a
+    device's last step); ``ops`` = op events (sum of ``count``) starting in the window;
+    ``op_time_ps`` = sum of their self_ps; ``busy_ps`` = length of the union of their
+    [start, end) intervals clipped to the window; ``idle_ps`` = duration_ps − busy_ps (no op
+    running on the device). Step choice and windows: module doc. ``ops``: an
+    :class:`~traceview.optable.OpTable` or a wide op-event frame. Raises UsageError on an
+    unknown ``window`` or a ``module`` with no executions.
+    """
+    table, pe = _placed(ops)
+    return _steps(table, pe, module_runs, markers=markers, module=module, window=window)[0]
+
+
+def _starts_in_order(win: pl.DataFrame, blocks: list) -> bool:
+    """Whether each device block of ``win`` is in non-decreasing start order."""
+    st = win["start_ps"].to_numpy()
+    for _, _, a, b in blocks:
+        s = st[a:b]
+        if len(s) > 1 and not (s[1:] >= s[:-1]).all():
+            return False
+    return True
+
+
+def _steps(table, pe: _Placed, module_runs, *, markers, module, window):
+    if window not in WINDOWS:
+        raise UsageError(f"unknown step window {window!r}: expected one of {', '.join(WINDOWS)}")
+    win, method, mod, notes = _step_windows(table, pe, module_runs, markers, module, window)
+    blocks = _device_blocks(win)
+    step_row, n_ops, op_time, busy = _measure(pe, win, blocks)
+    if win.height == 0:
+        return pl.DataFrame(schema=STEPS_SCHEMA), step_row, method, mod, notes
+    if blocks is not None and (win.height < 2 or _starts_in_order(win, blocks)):
+        # each device's windows are consecutive rows in start order: step = row - device's first row
+        step = np.arange(win.height, dtype=np.int64)
+        for _, _, a, b in blocks:
+            step[a:b] -= a
+        step_col = pl.Series("step", step, dtype=pl.Int64)
+    else:
+        step_col = pl.int_range(pl.len()).over(["host", "device"], order_by="start_ps").cast(pl.Int64).alias("step")
+    out = win.with_columns(
+        pl.Series("ops", n_ops, dtype=pl.Int64), pl.Series("op_time_ps", op_time, dtype=pl.Int64),
+        pl.Series("busy_ps", busy, dtype=pl.Int64),
+        (pl.col("end_ps") - pl.col("start_ps")).alias("duration_ps"),
+        (pl.col("next_ps") - pl.col("end_ps")).alias("gap_after_ps"),
+        step_col,
+    ).with_columns((pl.col("duration_ps") - pl.col("busy_ps")).alias("idle_ps"))
+    # row order = window index (step_row), cast to the documented schema
+    steps = out.select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA)
+    return steps, step_row, method, mod, notes
+
+
+# --------------------------------------------------------------------------------------
+# anatomy
+
+
+@dataclass
+class Coverage:
+    """The study's "families sum to X of Y ms" line, per step means over all device-steps.
+
+    ``family_ps`` X = Σ_steps Σ_{ops starting in the step} self_ps / n_steps.
+    ``step_ps`` Y = Σ_steps duration_ps / n_steps (wall). ``ratio`` = X / Y (0 when Y is 0).
+    ``busy_ps`` = mean union of op intervals in the step; ``idle_ps`` = Y − busy_ps (the gap:
+    no op on the device — host, dispatch, synchronisation); ``overlap_ps`` = X − busy_ps (op
+    time counted twice in wall time: ops running concurrently, e.g. XLA:CPU thunks on several
+    threads, or ops spilling past the step end). So X = Y − idle + overlap exactly.
+    ``gap_between_ps`` = mean ``gap_after_ps`` (host time between steps, not in Y; null when
+    no device has two steps). ``outside_ps`` = op self time in no step (total, not per step)
+    and ``outside_share`` its part of all op self time. ``n_steps`` counts device-steps over
+    ``devices`` devices.
+    """
+
+    n_steps: int = 0
+    devices: int = 0
+    family_ps: float = 0.0
+    step_ps: float = 0.0
+    ratio: float = 0.0
+    busy_ps: float = 0.0
+    idle_ps: float = 0.0
+    overlap_ps: float = 0.0
+    gap_between_ps: float | None = None
+    outside_ps: int = 0
+    outside_share: float = 0.0
+
+    def line(self) -> str:
+        """``"families sum to 30.00 of 31.20 ms per step (96.2%); idle 1.20 ms; ..."``."""
+        ms = 1e-9
+        parts = [f"families sum to {self.family_ps * ms:.3f} of {self.step_ps * ms:.3f} ms per step "
+                 f"({self.ratio:.1%}, {self.n_steps} steps on {self.devices} device(s))",
+                 f"idle {self.idle_ps * ms:.3f} ms"]
+        if self.overlap_ps > 0.0005 * max(self.step_ps, 1):
+            parts.append(f"overlapping ops {self.overlap_ps * ms:.3f} ms")
+        if self.gap_between_ps is not None:
+            parts.append(f"gap between steps {self.gap_between_ps * ms:.3f} ms")
+        if self.outside_ps:
+            parts.append(f"op time outside steps {self.outside_share:.1%}")
+        return "; ".join(parts)
+
+
+@dataclass
+class StepAnatomy:
+    """Result of :func:`anatomy`.
+
+    ``steps``: :func:`find_steps`'s frame. ``families``: family, self_ps (mean per step, ps),
+    share (self_ps / mean step wall time), occurrences (total op events in steps), per_step
+    (occurrences / n_steps), n_populations (distinct (op_name, shape)); sorted by self time.
+    ``coverage``: :class:`Coverage`. ``method``: "markers", "module" or "trace";
+    ``module``: the dominant module (method "module"); ``window``: the window rule used.
+    ``ops`` (built on first use): the wide op table with ``family`` and ``step_row`` (row
+    index into ``steps``, null for ops outside every step). ``notes``: one line per adjustment
+    made (module runs rebuilt on a device whose ops and executions are on different clocks,
+    :func:`align_module_runs`). ``table``, ``step_rows`` (per event, -1 outside every step)
+    and ``attr_family`` (attr -> family) are the compact form behind ``ops``.
+    """
+
+    steps: pl.DataFrame
+    families: pl.DataFrame
+    coverage: Coverage
+    method: str
+    module: str | None
+    window: str
+    notes: list[str] = field(default_factory=list)
+    table: object = field(repr=False, default=None)
+    step_rows: np.ndarray | None = field(repr=False, default=None)
+    attr_family: pl.DataFrame | None = field(repr=False, default=None)
+
+    @property
+    def ops(self) -> pl.DataFrame:
+        """The wide op-event frame plus ``family`` (Utf8) and ``step_row`` (Int64, null
+        outside every step). Costs ~16 bytes per string column per event."""
+        if self.table is None:
+            return pl.DataFrame()
+        wide = self.table.frame().with_columns(self.table.events["attr"].alias("_attr"))
+        fam = self.attr_family.rename({"attr": "_attr"})
+        rows = pl.Series("step_row", self.step_rows, dtype=pl.Int64)
+        return (wide.join(fam, on="_attr", how="left", maintain_order="left").drop("_attr")
+                .with_columns(pl.when(rows >= 0).then(rows).otherwise(None).alias("step_row")))
+
+    def family_time_by_step(self) -> pl.DataFrame:
+        """Op self time per (step_row, family) over the ops inside steps: columns step_row
+        (Int64), family (Utf8), self_ps (Int64, ps)."""
+        schema = {"step_row": pl.Int64, "family": pl.Utf8, "self_ps": pl.Int64}
+        if self.table is None or self.step_rows is None or not (self.step_rows >= 0).any():
+            return pl.DataFrame(schema=schema)
+        ev = self.table.events
+        df = pl.DataFrame({"step_row": self.step_rows, "attr": ev["attr"], "self_ps": ev["self_ps"]})
+        return (df.filter(pl.col("step_row") >= 0).group_by("step_row", "attr").agg(pl.col("self_ps").sum())
+                .join(self.attr_family, on="attr", how="left").group_by("step_row", "family")
+                .agg(pl.col("self_ps").sum()).select(list(schema)).cast(schema))
+
+
+FAMILIES_SCHEMA = {"family": pl.Utf8, "self_ps": pl.Float64, "share": pl.Float64, "occurrences": pl.Int64,
+                   "per_step": pl.Float64, "n_populations": pl.UInt32}
+
+
+def _int_bincount(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 sums of ``values`` per key in [0, n): ``np.bincount`` (float64) when no sum
+    can reach 2**53, else ``np.add.at``."""
+    if len(values) == 0:
+        return np.zeros(n, dtype=np.int64)
+    bound = max(abs(int(values.max())), abs(int(values.min()))) * len(values)
+    if bound < (1 << 53):
+        return np.bincount(keys, weights=values, minlength=n).astype(np.int64)
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, keys, values)
+    return out
+
+
+def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame | None = None,
+            module: str | None = None, window: str = "span") -> StepAnatomy:
+    """Step anatomy of a profile: steps, families per step and the coverage line.
+
+    ``ops`` / ``module_runs``: the tables of :mod:`traceview.schema` (``prof.table`` — an
+    :class:`~traceview.optable.OpTable` — or a wide frame such as ``prof.ops``;
+    ``prof.module_runs``). ``rules``: user families (see :func:`classify`). ``markers``,
+    ``module``, ``window``: see :func:`find_steps`. Formulas: :class:`Coverage` and the
+    module doc. Raises UsageError on bad rules, window or module.
+    """
+    rs = rules_of(rules)  # validate before any work
+    table, pe = _placed(ops)
+    steps, step_rows, method, mod, notes = _steps(table, pe, module_runs, markers=markers, module=module,
+                                                  window=window)
+    fam_of = attr_families(table, rs) if table.height else pl.DataFrame(schema={"attr": pl.UInt32, "family": pl.Utf8})
+    n = steps.height
+    total_self = table.total_self_ps()
+    # per op description: its events inside steps (self time, occurrences), exact int64 sums:
+    # the description's totals (OpTable.collapse, cached) less its events outside every step,
+    # which are few (bincount over those alone)
+    if table.height:
+        na = table.attrs.height
+        col = table.collapse()
+        tot_t = np.zeros(na, dtype=np.int64)
+        tot_c = np.zeros(na, dtype=np.int64)
+        tot_r = np.zeros(na, dtype=np.int64)
+        ca = col["attr"].to_numpy().astype(np.int64)
+        tot_t[ca], tot_c[ca], tot_r[ca] = col["self_ps"].to_numpy(), col["count"].to_numpy(), col["rows"].to_numpy()
+        out_idx = np.flatnonzero(step_rows < 0)
+        a_out = pe.attr[out_idx].astype(np.int64)
+        t_sum = tot_t - _int_bincount(a_out, pe.self_ps[out_idx], na)
+        c_sum = tot_c - _int_bincount(a_out, pe.count[out_idx], na)
+        present = tot_r - np.bincount(a_out, minlength=na) > 0
+        ids = np.flatnonzero(present)
+        inside = pl.DataFrame({"attr": pl.Series(ids, dtype=pl.UInt32), "self_ps": t_sum[ids], "count": c_sum[ids]})
+        del a_out, out_idx
+    else:
+        inside = pl.DataFrame(schema={"attr": pl.UInt32, "self_ps": pl.Int64, "count": pl.Int64})
+    cov = Coverage()
+    if n:
+        y = float(steps["duration_ps"].sum()) / n
+        x = float(steps["op_time_ps"].sum()) / n
+        busy = float(steps["busy_ps"].sum()) / n
+        gaps = steps["gap_after_ps"].drop_nulls()
+        outside = total_self - int(inside["self_ps"].sum() or 0)
+        cov = Coverage(n_steps=n, devices=steps.select("host", "device").unique().height, family_ps=x, step_ps=y,
+                       ratio=(x / y if y else 0.0), busy_ps=busy, idle_ps=y - busy, overlap_ps=x - busy,
+                       gap_between_ps=(float(gaps.mean()) if gaps.len() else None), outside_ps=outside,
+                       outside_share=(outside / total_self if total_self else 0.0))
+    if n and inside.height:
+        desc = table.attrs.select("attr", "op_name", "shape")
+        fam = inside.join(fam_of, on="attr", how="left").join(desc, on="attr", how="left").group_by("family").agg(
+            (pl.col("self_ps").sum() / n).alias("self_ps"),
+            pl.col("count").sum().alias("occurrences"),
+            pl.struct("op_name", "shape").n_unique().alias("n_populations"),
+        ).with_columns(
+            (pl.col("self_ps") / cov.step_ps if cov.step_ps else pl.lit(0.0)).alias("share"),
+            (pl.col("occurrences") / n).alias("per_step"),
+        ).select(list(FAMILIES_SCHEMA)).cast(FAMILIES_SCHEMA).sort(["self_ps", "family"], descending=[True, False])
+    else:
+        fam = pl.DataFrame(schema=FAMILIES_SCHEMA)
+    return StepAnatomy(steps=steps, families=fam, coverage=cov, method=method, module=mod, window=window,
+                       notes=notes, table=table, step_rows=step_rows, attr_family=fam_of)
+
+
+def profile_anatomy(prof, rules=None, *, module: str | None = None, window: str = "span",
+                    markers="auto") -> StepAnatomy:
+    """:func:`anatomy` of a profile (a :class:`~traceview.model.profiledata.ProfileData`).
+
+    ``markers``: "auto" uses the trace's step annotations (``StepTraceAnnotation``) when the
+    ops run on the host (CPU traces: markers and ops share the host clock) and no ``module``
+    is named; None ignores them; or a frame of :data:`~traceview.model.schema.STEP_MARKERS_SCHEMA`.
+    Raises UsageError on bad rules, window, module or ``markers``."""
+    table = prof.table
+    if isinstance(markers, str):
+        if markers != "auto":
+            raise UsageError(f"markers must be 'auto', None or a frame, got {markers!r}")
+        on_host = table.height > 0 and bool(table.collapse()["device"].str.starts_with("/host:").all())
+        markers = prof.step_markers if (module is None and on_host and prof.step_markers.height) else None
+    return anatomy(table, prof.module_runs, rules=rules, module=module, window=window, markers=markers)

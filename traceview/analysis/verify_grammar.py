@@ -1,0 +1,298 @@
+"""The grammar of ``traceview verify`` checks: one line of text to a :class:`Check`.
+
+A treatment is only a treatment once the trace shows it took effect: the kernel's name
+carries the new block size, the sampler's ops are gone, the transplanted kernel's ops come
+from the new file. Each check below is one line; ``traceview verify`` exits 0 when every check
+passes and 1 (:data:`traceview.errors.EXIT_CHECK_FAILED`) otherwise, printing one reason per
+failed check that names the op, its shape, the measured figure and the bound. A check that
+does not parse raises :class:`~traceview.errors.UsageError` (exit 2) with a one-line message.
+
+Grammar
+-------
+Keywords are case-insensitive; ``[...]`` is optional; ``RX`` is a Python regular expression
+(``re.search``), ``GLOB`` a shell pattern on the full kernel name (``fnmatch``, case
+sensitive), ``PATH`` a path or path prefix. A token with spaces can be quoted with ``"`` or
+``'`` (no escapes inside quotes, so ``\\d`` stays as written). In a checks file, blank lines
+and lines starting with ``#`` are skipped.
+
+Single-profile checks (on the treatment when two profiles are given; prefix ``base:`` to
+check the base instead)::
+
+    no op [matching] RX                 no op's name, framework op (JAX name stack), kernel name or
+                                        HLO text without instruction names matches RX
+    op [matching] RX present|absent
+    no op from file [matching] RX       no op's source file or any frame of its stack matches RX
+    op from file [matching] RX present|absent
+    op [matching] RX count CMP N [per execution]
+                                        occurrences of the matching ops (summed), or with
+                                        "per execution" every matching (op, shape) population's
+                                        occurrences per execution of its program
+    family NAME share CMP PCT           NAME: a default family of traceview.steps (a unique
+                                        prefix such as "attention" is enough) or a user family
+    family matching RX share CMP PCT    ad-hoc family: ops whose name, HLO text, framework op,
+                                        kernel name or source file matches RX
+    kernel GLOB present|absent
+    kernel GLOB has KEY VALUE           every kernel named like GLOB has KEY = VALUE (read off
+                                        its name: see traceview.diff.kernel_config)
+    source of kernel GLOB under PATH    every op of those kernels with a source comes from PATH
+    source of op [matching] RX under PATH
+    source PATH present|absent          some op's source file or stack frame is under PATH
+
+Diff checks (two profiles, BASE then TREATMENT)::
+
+    op [matching] RX vanished|appeared  present in the base and absent in the treatment, or
+                                        the reverse
+    op from file [matching] RX vanished|appeared
+    kernel GLOB changed KEY [A -> B]    the KEY of the kernels named like GLOB differs between
+                                        the sides (and is A in the base, B in the treatment)
+    source of kernel GLOB changed       the kernels' ops come from other source files
+    all matched [except RX]             every population of either side has its counterpart
+                                        (traceview.diff), except those whose op names, kernel
+                                        names, stem or modules match RX
+
+``CMP`` is one of ``< <= > >= == !=``; ``PCT`` is a percentage (``30%``) or a fraction
+(``0.3``); ``VALUE`` is a number (compared with the first number of a ``key_N_M`` part: the
+block size), ``N_M`` / ``N,M`` for the whole tuple, or a word (``phase decode``).
+
+Definitions: *share* is the family's self time over the self time of all ops of the profile
+(all devices); ops of a named kernel count in ``attention/custom kernels``. *Under PATH*: the
+source path equals PATH, starts with it, or contains it after a ``/`` (``my_kernels/`` matches
+``/home/me/proj/my_kernels/kernel.py``).
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+
+from traceview.errors import UsageError
+from traceview.model.profiledata import check_regex
+
+CMPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne}
+_TOKEN = re.compile(r'"([^"]*)"|\'([^\']*)\'|(\S+)')
+
+
+@dataclass
+class Check:
+    """A parsed check: ``kind`` names the evaluator, ``args`` its arguments, ``side``
+    "treatment" or "base" for single-profile checks, ``needs_base`` for diff checks."""
+
+    text: str
+    kind: str
+    args: dict
+    side: str = "treatment"
+    needs_base: bool = False
+
+
+# -- parsing --------------------------------------------------------------------------------
+
+def tokenize(text: str) -> list[str]:
+    """Split a check into tokens: whitespace-separated, ``"..."``/``'...'`` quoted (kept verbatim)."""
+    out = []
+    for m in _TOKEN.finditer(text):
+        out.append(next(g for g in m.groups() if g is not None))
+    return out
+
+
+class _P:
+    def __init__(self, text: str, toks: list[str]):
+        self.text, self.t, self.i = text, toks, 0
+
+    def err(self, why: str):
+        raise UsageError(f"invalid check {self.text.strip()!r}: {why}")
+
+    def peek(self, k: int = 0) -> str | None:
+        j = self.i + k
+        return self.t[j] if j < len(self.t) else None
+
+    def kw(self, *words: str) -> bool:
+        """Consume the keywords if they come next (case-insensitive)."""
+        for k, w in enumerate(words):
+            p = self.peek(k)
+            if p is None or p.lower() != w:
+                return False
+        self.i += len(words)
+        return True
+
+    def need(self, *words: str) -> None:
+        if not self.kw(*words):
+            self.err(f"expected {' '.join(words)!r} after {' '.join(self.t[:self.i]) or 'the start'!r}")
+
+    def word(self, what: str) -> str:
+        p = self.peek()
+        if p is None:
+            self.err(f"missing {what}")
+        self.i += 1
+        return p
+
+    def end(self) -> None:
+        if self.i < len(self.t):
+            self.err(f"unexpected {' '.join(self.t[self.i:])!r}")
+
+
+def _regex(p: _P, what: str = "regular expression") -> str:
+    """A regex word, checked in polars' engine (the one the checks run in)."""
+    rx = p.word(what)
+    try:
+        check_regex(rx)
+    except UsageError as exc:
+        p.err(exc.fault)
+    return rx
+
+
+def _cmp(p: _P) -> str:
+    c = p.word("comparison (< <= > >= == !=)")
+    if c not in CMPS:
+        p.err(f"unknown comparison {c!r}: use one of < <= > >= == !=")
+    return c
+
+
+def _pct(p: _P) -> float:
+    s = p.word("percentage")
+    try:
+        return float(s[:-1]) / 100 if s.endswith("%") else float(s)
+    except ValueError:
+        p.err(f"expected a percentage such as 30% or 0.3, got {s!r}")
+
+
+def _int(p: _P) -> float:
+    s = p.word("number")
+    try:
+        return float(s)
+    except ValueError:
+        p.err(f"expected a number, got {s!r}")
+
+
+def parse_check(text: str) -> Check:
+    """Parse one check (grammar in the module doc). Raises UsageError with a one-line message."""
+    toks = tokenize(text)
+    p = _P(text, toks)
+    if not toks:
+        p.err("empty check")
+    side = "treatment"
+    if toks[0].lower() in ("base:", "treatment:"):
+        side = toks[0].lower()[:-1]
+        p.i = 1
+    c = _parse_body(p)
+    p.end()
+    c.text, c.side = text.strip(), side
+    if c.needs_base and side == "base" and p.t[0].lower() == "base:":
+        p.err("a diff check compares base and treatment; drop the 'base:' prefix")
+    return c
+
+
+def _parse_body(p: _P) -> Check:
+    if p.kw("no", "op", "from", "file") or p.kw("no", "ops", "from", "file"):
+        p.kw("matching")
+        return Check("", "op_file", {"rx": _regex(p), "want": "absent"})
+    if p.kw("no", "op") or p.kw("no", "ops"):
+        p.kw("matching")
+        return Check("", "op", {"rx": _regex(p), "want": "absent"})
+    if p.kw("no", "kernel"):
+        return Check("", "kernel_present", {"glob": p.word("kernel name pattern"), "want": "absent"})
+    if p.kw("all", "matched"):
+        rx = _regex(p) if p.kw("except") else None
+        return Check("", "all_matched", {"rx": rx}, needs_base=True)
+    if p.kw("op") or p.kw("ops") or p.kw("some", "op"):
+        what = "op_file" if p.kw("from", "file") else "op"
+        p.kw("matching")
+        rx = _regex(p)
+        nxt = (p.peek() or "").lower()
+        if nxt in ("present", "absent"):
+            p.i += 1
+            return Check("", what, {"rx": rx, "want": nxt})
+        if nxt in ("vanished", "appeared"):
+            p.i += 1
+            return Check("", what + "_diff", {"rx": rx, "want": nxt}, needs_base=True)
+        if nxt == "count" and what == "op":
+            p.i += 1
+            cmp_, n = _cmp(p), _int(p)
+            per = p.kw("per", "execution")
+            return Check("", "count", {"rx": rx, "cmp": cmp_, "n": n, "per_execution": per})
+        if nxt == "":
+            return Check("", what, {"rx": rx, "want": "present"})
+        p.err(f"expected present, absent, vanished, appeared or count after the pattern, got {p.peek()!r}")
+    if p.kw("family"):
+        if p.kw("matching"):
+            rx = _regex(p)
+            name = None
+        else:
+            words = []
+            while p.peek() is not None and p.peek().lower() != "share":
+                words.append(p.word("family name"))
+            if not words:
+                p.err("missing family name")
+            name, rx = " ".join(words), None
+        p.need("share")
+        return Check("", "family_share", {"name": name, "rx": rx, "cmp": _cmp(p), "bound": _pct(p)})
+    if p.kw("kernel"):
+        glob = p.word("kernel name pattern")
+        if p.kw("has"):
+            key = p.word("configuration key")
+            return Check("", "kernel_has", {"glob": glob, "key": key, "value": p.word("value")})
+        if p.kw("changed"):
+            key = p.word("configuration key")
+            a = b = None
+            if p.peek() is not None:
+                a = p.word("base value")
+                p.need("->")
+                b = p.word("treatment value")
+            return Check("", "kernel_changed", {"glob": glob, "key": key, "a": a, "b": b}, needs_base=True)
+        nxt = (p.peek() or "").lower()
+        if nxt in ("present", "absent"):
+            p.i += 1
+            return Check("", "kernel_present", {"glob": glob, "want": nxt})
+        p.err(f"expected has, changed, present or absent after the kernel pattern, got {p.peek()!r}")
+    if p.kw("source", "of", "kernel"):
+        glob = p.word("kernel name pattern")
+        if p.kw("changed"):
+            return Check("", "kernel_source_changed", {"glob": glob}, needs_base=True)
+        p.need("under")
+        return Check("", "source_under", {"glob": glob, "rx": None, "path": p.word("path")})
+    if p.kw("source", "of", "op") or p.kw("source", "of", "ops"):
+        p.kw("matching")
+        rx = _regex(p)
+        p.need("under")
+        return Check("", "source_under", {"glob": None, "rx": rx, "path": p.word("path")})
+    if p.kw("source"):
+        p.kw("under")
+        path = p.word("path")
+        want = (p.peek() or "present").lower()
+        if want not in ("present", "absent"):
+            p.err(f"expected present or absent after the path, got {p.peek()!r}")
+        if p.peek() is not None:
+            p.i += 1
+        return Check("", "source_present", {"path": path, "want": want})
+    p.err("unknown check; it should start with 'no op', 'op', 'family', 'kernel', 'source' or 'all matched' "
+          "(see traceview verify --help)")
+
+
+def parse_checks(lines) -> list[Check]:
+    """Checks from strings; blank ones and ``#`` comments skipped. Raises UsageError naming
+    the check's position on the first bad one."""
+    out = []
+    for i, line in enumerate(lines, 1):
+        s = str(line).strip()
+        if not s or s.startswith("#"):
+            continue
+        try:
+            out.append(parse_check(s))
+        except UsageError as exc:
+            raise UsageError(f"check {i}: {exc.fault}") from None
+    return out
+
+
+def read_checks(path) -> list[Check]:
+    """Checks from a file, one per line (``#`` comments, blank lines skipped). Raises
+    UsageError when the file cannot be read or a line is bad (message names ``file:line``)."""
+    from traceview.analysis.rulefiles import config_lines
+
+
+    out = []
+    for where, s in config_lines(path, "checks"):
+        try:
+            out.append(parse_check(s))
+        except UsageError as exc:
+            raise UsageError(f"{where}: {exc.fault}") from None
+    return out

@@ -1,0 +1,175 @@
+"""The library's entry points: :func:`load` a profile, the :class:`Profile` a notebook works
+with, and :func:`diff` / :func:`verify` over profiles or paths.
+
+This module sits above the layers, as the CLI does: it composes reading (:mod:`traceview.read`,
+:mod:`traceview.model`), the analyses (:mod:`traceview.analysis`) and, for Jupyter and the HTML
+report, the renderers (:mod:`traceview.render`). It never prints and never exits; bad input
+raises :class:`traceview.errors.TraceviewError` subclasses. It imports polars only when a
+function needs it, so :func:`load` can decode while polars is imported.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from traceview.errors import UsageError
+from traceview.model.profiledata import ProfileData
+
+
+class Profile(ProfileData):
+    """One or more trace files read into one op-event table, with the analyses as methods.
+
+    The tables (``table``, ``ops``, ``module_runs``, ``devices``, ``traces``, ``discovery``,
+    ``warnings``, ``step_markers``) are those of
+    :class:`~traceview.model.profiledata.ProfileData`. Every method returns a polars
+    DataFrame or a value object; times are in ps.
+    """
+
+    # -- analyses -------------------------------------------------------------------
+    def by_shape(self):
+        """Shape-keyed populations; see :func:`traceview.analysis.aggregate.by_shape`."""
+        from traceview.analysis import aggregate
+
+        return aggregate.by_shape(self.table)
+
+    def by_name(self):
+        """Name-keyed view (mixes shapes); see :func:`traceview.analysis.aggregate.by_name`."""
+        from traceview.analysis import aggregate
+
+        return aggregate.by_name(self.table)
+
+    def by_program_op(self):
+        """XProf ``hlo_stats``-style (program_id, op) rows; see
+        :func:`traceview.analysis.aggregate.by_program_op`."""
+        from traceview.analysis import aggregate
+
+        return aggregate.by_program_op(self.table)
+
+    def populations(self, op_name: str):
+        """Shape populations behind one op name; see :func:`traceview.analysis.aggregate.populations`."""
+        from traceview.analysis import aggregate
+
+        return aggregate.populations(self.table, op_name)
+
+    def occurrence_checks(self, *, steps: int | None = None, expect_batch: int | None = None):
+        """See :func:`traceview.analysis.aggregate.occurrence_checks`."""
+        from traceview.analysis import aggregate
+
+        return aggregate.occurrence_checks(self.table, self.module_runs, steps=steps, expect_batch=expect_batch)
+
+    def modules(self):
+        """Program executions per module; see :func:`traceview.analysis.aggregate.module_executions`."""
+        from traceview.analysis import aggregate
+
+        return aggregate.module_executions(self.module_runs)
+
+    def peaks(self, *, chip: str | None = None, peak_flops: float | None = None, peak_bw: float | None = None):
+        """Peak FLOP/s and bytes/s for this profile's devices, each with its source; see
+        :func:`traceview.analysis.peaks.resolve_peaks`."""
+        from traceview.analysis.peaks import profile_peaks
+
+        return profile_peaks(self, chip=chip, peak_flops=peak_flops, peak_bw=peak_bw)
+
+    def roofline(self, peaks=None, **peak_overrides):
+        """Roofline figures per (op, shape) population; see
+        :func:`traceview.analysis.roofline.roofline`. ``peaks`` defaults to :meth:`peaks`
+        called with ``peak_overrides``."""
+        from traceview.analysis.roofline import roofline
+
+        return roofline(self.table, peaks if peaks is not None else self.peaks(**peak_overrides))
+
+    def sources(self, by: str = "file", frame: str = "direct"):
+        """Source attribution roll-up ``by`` "file", "line" or "population" (file × shape
+        population), on the ``frame`` "direct" or "user" (see :mod:`traceview.analysis.sources`)."""
+        from traceview.analysis import sources
+
+        return sources.of_table(self.table, by, frame)
+
+    def kernels(self):
+        """Custom kernels by their configuration-carrying names; see
+        :func:`traceview.analysis.kernels.kernels`."""
+        from traceview.analysis.kernels import kernels
+
+        return kernels(self.table)
+
+    def steps(self, rules=None, *, module: str | None = None, window: str = "span", markers="auto"):
+        """Step anatomy: steps, op families and the coverage line; see
+        :func:`traceview.analysis.steps.profile_anatomy` (``rules``: ``name=regex`` family
+        rules; ``module``: the program whose executions are steps, default the one with most
+        op time; ``window``: "span", "period" or "run"; ``markers``: "auto", None or a frame)."""
+        from traceview.analysis.steps import profile_anatomy
+
+        return profile_anatomy(self, rules, module=module, window=window, markers=markers)
+
+    def analyze(self, **options):
+        """Every section ``traceview analyze`` shows, as a :class:`traceview.Report`; options
+        as :func:`traceview.analysis.report.build_report`."""
+        from traceview.analysis.report import build_report
+
+        return build_report(self, **options)
+
+    def report(self, path: str | os.PathLike, *, top: int = 30, title: str | None = None, peaks=None, rules=None,
+               step_module: str | None = None, step_window: str = "span") -> Path:
+        """Write the offline, self-contained HTML report to ``path``; returns the path (see
+        :func:`traceview.render.html.render_report`). Raises UsageError on a bad option and
+        OSError when the file cannot be written."""
+        from traceview.analysis.report import build_report
+        from traceview.render.html import render_report
+
+        rep = build_report(self, peaks=peaks, rules=rules, step_module=step_module, step_window=step_window, html=True)
+        out = Path(path)
+        out.write_text(render_report(rep, top=top, title=title), encoding="utf-8")
+        return out
+
+    def _repr_html_(self) -> str:  # pragma: no cover - exercised by the notebook tests
+        from traceview.analysis.report import build_summary
+        from traceview.render.html import summary_html
+
+        return summary_html(build_summary(self))
+
+
+def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = False, require_ops: bool = True,
+         stale_after_s: float | None = 7 * 24 * 3600, max_bytes: int | None = None, cache=None, workers: int = 0,
+         executor=None, scheduler: str | None = None, progress=None, discovery=None, prefetch: bool = True) -> Profile:
+    """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above)
+    into a :class:`Profile`: the newest run unless ``run`` names one or ``all_runs`` is set;
+    arguments and errors as :func:`traceview.model.load.load` (``cache``: a
+    :class:`traceview.read.cache.TableCache`, False for none, None for the environment's;
+    ``workers`` / ``executor`` / ``scheduler``: where several files are read)."""
+    from traceview.model.load import load as _load
+
+    return _load(path, run=run, all_runs=all_runs, require_ops=require_ops, stale_after_s=stale_after_s,
+                 max_bytes=max_bytes, cache=cache, workers=workers, executor=executor, scheduler=scheduler,
+                 progress=progress, discovery=discovery, prefetch=prefetch, factory=Profile)
+
+
+def _profile(x):
+    """A profile as given, or the one :func:`load` reads at a path."""
+    if isinstance(x, (str, os.PathLike)):
+        return load(x)
+    if not hasattr(x, "table") or not hasattr(x, "module_runs"):
+        raise UsageError(f"expected a Profile or a trace path, got {type(x).__name__}")
+    return x
+
+
+def diff(base, treatment, **options):
+    """Diff two profiles (:class:`Profile` objects or paths for :func:`load`) population by
+    population: a :class:`traceview.analysis.diff.DiffReport`; options as
+    :func:`traceview.analysis.diff.diff`. Raises the errors of :func:`load` for bad paths
+    and UsageError for bad options."""
+    from traceview.analysis.diff import diff as _diff
+
+    return _diff(_profile(base), _profile(treatment), **options)
+
+
+def verify(treatment, checks, *, base=None, rules=None):
+    """Evaluate ``checks`` (strings of the :mod:`traceview.analysis.verify_grammar` grammar)
+    on ``treatment`` (and ``base`` for diff checks): :class:`Profile` objects or paths. Returns
+    a :class:`traceview.analysis.verify.VerifyReport`. Raises UsageError for an invalid check
+    (before evaluating any) and the errors of :func:`load` for bad paths."""
+    from traceview.analysis.verify import verify as _verify
+    from traceview.analysis.verify_grammar import parse_check
+
+    parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]  # usage errors before reading
+    return _verify(_profile(treatment), parsed, base=_profile(base) if base is not None else None, rules=rules)

@@ -1,0 +1,88 @@
+"""The ``traceview`` command: one module per subcommand, each with ``add_parser(sub)`` and
+``run(args) -> exit code``; :func:`main` builds the parser of the command it is given, runs it
+and turns errors into one line and an exit code.
+
+Exit codes are those of :mod:`traceview.errors` (0 ok, 1 check failed, 2 usage, 3 no trace
+found, 4 trace unreadable, 5 no HLO ops, 6 limit exceeded). Library errors are printed as one
+line, ``traceview: error: <file>: <fault>``, never as a traceback. Process tuning (allocator,
+threads, streams, the exit path) is :mod:`traceview.cli.process`'s alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from traceview import __version__
+from traceview.errors import EXIT_LIMIT, EXIT_OK, EXIT_USAGE, TraceviewError
+
+#: the subcommands and their modules (imported only for the command being run)
+COMMANDS = {"analyze": "traceview.cli.analyze", "report": "traceview.cli.report", "diff": "traceview.cli.diff",
+            "verify": "traceview.cli.verify", "engine": "traceview.cli.engine"}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's argument parser. ``only``: build just that subcommand (:func:`main` does,
+    for the command on its command line: argparse spends ~1 ms per option building the others)."""
+    parser = argparse.ArgumentParser(
+        prog="traceview",
+        description="Shape-keyed analysis of JAX/XProf profiles (.xplane.pb, .trace.json.gz).",
+        epilog="exit codes: 0 ok, 1 check failed, 2 usage, 3 no trace found, 4 trace unreadable, "
+               "5 no HLO ops in trace, 6 resource limit exceeded")
+    parser.add_argument("--version", action="version", version=f"traceview {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module in COMMANDS.items():
+        if only is None or only == name:
+            importlib.import_module(module).add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``traceview`` console script. Returns the exit code."""
+    from traceview.cli import process
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "engine":
+        from traceview.cli.engine import main as engine_main
+
+        return engine_main(argv[1:])
+    process.limit_blas_threads()
+    parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None)
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    with process.standard_streams():
+        try:
+            rc = importlib.import_module(COMMANDS[args.command]).run(args)
+            sys.stdout.flush()
+            return rc
+        except TraceviewError as exc:
+            print(f"traceview: error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        except BrokenPipeError:  # the reader went away (| head): a normal end
+            process.silence_stdout()
+            return EXIT_OK
+        except OSError as exc:  # writing the output failed (disk full, closed descriptor...)
+            process.silence_stdout()
+            print(f"traceview: error: cannot write {exc.filename or 'the output'}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        except KeyboardInterrupt:
+            print("traceview: interrupted", file=sys.stderr)
+            return 130
+        except MemoryError:
+            print("traceview: error: out of memory while reading or analysing the trace (try a smaller run, "
+                  "--max-bytes, or a machine with more memory)", file=sys.stderr)
+            return EXIT_LIMIT
+
+
+def entry() -> None:
+    """The ``traceview`` console script and ``python -m traceview.cli``: :func:`main`, then
+    :func:`traceview.cli.process.exit_now`."""
+    from traceview.cli import process
+
+    argv = sys.argv[1:]
+    rc = main(argv)
+    process.exit_now(rc, teardown=bool(argv and argv[0] == "engine"))

@@ -1,0 +1,158 @@
+"""``traceview analyze PATH``: what was read and why, then the shape-keyed op tables and every
+analysis, as a table, JSON, CSV or Parquet."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from traceview.cli import args as cargs
+from traceview.cli.outputs import check_writable, inside_inputs, refuse_inside_inputs
+from traceview.errors import EXIT_OK, UsageError
+
+NAME = "analyze"
+
+
+def add_parser(sub) -> None:
+    a = sub.add_parser("analyze", help="find traces under PATH and print shape-keyed op tables",
+                       description="Find traces under PATH, say what was read and why, and print "
+                                   "the HLO ops keyed by (name, shape) with occurrences and times.")
+    cargs.add_selection(a)
+    a.add_argument("--top", type=cargs.positive_int, default=25, metavar="N", help="rows to show (default 25)")
+    a.add_argument("--by", choices=["shape", "name", "program"], default="shape",
+                   help="row key: (name, shape) [default], name only, or (program_id, name) as XProf hlo_stats")
+    a.add_argument("--format", choices=["table", "json", "csv", "parquet"], default="table")
+    a.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (required for parquet)")
+    a.add_argument("--steps", type=cargs.positive_int, metavar="N",
+                   help="flag populations whose per-device occurrence count is not a multiple of N")
+    a.add_argument("--expect-batch", type=cargs.positive_int, metavar="B",
+                   help="show which populations carry a dimension of size B")
+    a.add_argument("--html", metavar="FILE", help="also write the offline HTML report to FILE")
+    cargs.add_peaks(a)
+    cargs.add_steps(a)
+    a.add_argument("--source-frame", choices=["direct", "user"], default="direct",
+                   help="attribute ops to the file that emitted them (direct) or to the innermost "
+                        "project frame of their stack (user)")
+
+
+def _stored(args, disc, out: Path | None):
+    """(result cache key or None, whether a stored output was written). A finished output for
+    the same options over the same unchanged files is written again (no polars, no
+    reading); not for side outputs (--html), measured peaks, a byte limit or a terminal
+    whose width and colours vary."""
+    if (args.html or getattr(args, "measure_cpu_peaks", False) or args.max_bytes is not None
+            or (args.format == "table" and out is None) or args.no_cache):
+        return None, False
+    from traceview.cli import resultcache
+    from traceview.read.cache import default_root
+
+    root = default_root()
+    if root is None:
+        return None, False
+    rkey = resultcache.key("analyze", vars(args), disc, root)
+    hit = resultcache.get(rkey, root)
+    if hit is None or (out is not None and inside_inputs(out, disc)):
+        return (rkey, root), False
+    if out is not None:
+        out.write_bytes(hit)
+        if args.format != "table":  # as a computed run reports it
+            print(f"wrote {out}", file=sys.stderr)
+    else:
+        sys.stdout.buffer.write(hit) if hasattr(sys.stdout, "buffer") else sys.stdout.write(hit.decode())
+    return (rkey, root), True
+
+
+def run(args) -> int:
+    """Returns 0; raises TraceviewError subclasses on bad input."""
+    from traceview.cli import process
+    from traceview.read.discover import discover
+
+    out = Path(args.output) if args.output else None
+    if args.format == "parquet" and out is None:
+        raise UsageError("--format parquet needs -o FILE")
+    html = Path(args.html) if args.html else None
+    check_writable(out, "-o")
+    check_writable(html, "--html")
+    stale = cargs.stale_after(args)
+    disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale)
+    process.tune_allocator(cargs.input_bytes(disc))
+    stored, done = _stored(args, disc, out)
+    if done:
+        return EXIT_OK
+    from traceview.model.load import load
+
+    with process.decoding_beside_imports():
+        prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale, max_bytes=args.max_bytes,
+                    discovery=disc, **cargs.read_options(args))
+    prof = prof.filter(op_regex=args.filter, device_regex=args.device)
+    if prof.table.height == 0:
+        what = " and ".join(f"{k} {v!r}" for k, v in (("--filter", args.filter), ("--device", args.device)) if v)
+        prof.warnings.append(f"no op left after {what}" if what else "no op to show")
+    refuse_inside_inputs(out, "-o", prof.discovery)
+    refuse_inside_inputs(html, "--html", prof.discovery)
+
+    from traceview.analysis.report import add_html_sections, build_report
+
+    # every section is computed whatever the format, so bad options fail the same way
+    rep = build_report(prof, by=args.by, peaks=cargs.peaks_from_args(prof, args), steps=args.steps,
+                       expect_batch=args.expect_batch, rules=cargs.rules_from_args(args),
+                       step_module=args.step_module, step_window=args.step_window, source_frame=args.source_frame)
+    try:
+        data = _write(rep, args, out)
+        if stored is not None and data is not None:
+            from traceview.cli import resultcache
+
+            resultcache.put(stored[0], data, stored[1])
+        if out is not None and args.format != "table":
+            print(f"wrote {out}", file=sys.stderr)
+        if html is not None:
+            from traceview.render.html import render_report
+
+            add_html_sections(rep, prof)
+            html.write_text(render_report(rep, top=max(args.top, 30)), encoding="utf-8")
+            print(f"wrote {args.html}", file=sys.stderr)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        target = out if out is not None else "standard output"
+        raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
+    return EXIT_OK
+
+
+def _write(rep, args, out: Path | None) -> bytes | None:
+    """Write the output in ``args.format``; returns the bytes written (for the result cache)
+    when they were kept, else None."""
+    if args.format == "table":
+        from traceview.render.terminal import render_report
+
+        if out is None:
+            from traceview.cli.outputs import console
+
+            render_report(console(), rep, top=args.top)
+            return None
+        from traceview.cli.outputs import file_console
+
+        with open(out, "w", encoding="utf-8") as fh:
+            render_report(file_console(fh), rep, top=args.top)
+        return out.read_bytes()
+    if args.format == "json":
+        from traceview import __version__
+        from traceview.render.json import analysis_json
+
+        text = analysis_json(rep, top=args.top, version=__version__)
+    elif args.format == "csv":
+        from traceview.render.tables import flat
+
+        if out is not None:
+            flat(rep.table).write_csv(out)
+            return out.read_bytes()
+        text = flat(rep.table).write_csv()
+    else:
+        rep.table.write_parquet(out)
+        return out.read_bytes()
+    if out is not None:
+        out.write_text(text, encoding="utf-8")
+        return out.read_bytes()
+    sys.stdout.write(text)
+    return text.encode("utf-8")
+

@@ -1,0 +1,170 @@
+"""Command-line arguments shared by the subcommands, and what they turn into (read options,
+family rules, peaks)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer > 0."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text!r}")
+    return v
+
+
+def days(text: str) -> float:
+    """argparse type: a finite number of days."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of days, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"expected a finite number of days, got {text!r}")
+    return v
+
+
+def workers(text: str) -> int:
+    """argparse type: a whole number of processes, 1 or more."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of processes, 1 or more: {text!r}")
+    return n
+
+
+NO_CACHE_HELP = ("neither read nor write the parsed-table cache (~/.cache/traceview; $TRACEVIEW_CACHE_DIR, "
+                 "$TRACEVIEW_NO_CACHE=1)")
+
+
+def add_reading(p: argparse.ArgumentParser) -> None:
+    """``--no-cache``, ``--workers``, ``--scheduler`` (analyze, report)."""
+    p.add_argument("--no-cache", action="store_true", help=NO_CACHE_HELP)
+    p.add_argument("--workers", type=workers, default=1, metavar="N",
+                   help="read the hosts' files in up to N local processes (default 1: in this process)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="read the hosts' files on this Dask cluster (e.g. tcp://10.0.0.5:8786); "
+                        "needs traceview[dist] and the files at the same paths on the workers")
+
+
+def add_selection(p: argparse.ArgumentParser) -> None:
+    """PATH and what to read of it: run, staleness, device and op filters, reading, byte limit."""
+    p.add_argument("path", nargs="?", default=".", help="trace file, run dir, log dir or any folder above (default: .)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--run", metavar="NAME", help="read this run (folder name YYYY_MM_DD_HH_MM_SS) instead of the newest")
+    g.add_argument("--all-runs", action="store_true", help="read every run found, not only the newest")
+    p.add_argument("--stale-days", type=days, default=7.0, metavar="D",
+                   help="warn when the chosen run is older than D days (default 7)")
+    p.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX (e.g. 'TPU:0$')")
+    p.add_argument("--filter", metavar="REGEX", help="keep only ops whose name, HLO text or framework op path (named scopes) matches REGEX")
+    add_reading(p)
+    p.add_argument("--max-bytes", type=positive_int, metavar="N",
+                   help="most bytes of trace data to hold per file: .xplane.pb size, decompressed .trace.json "
+                        "text (default: $TRACEVIEW_MAX_BYTES, else 8 GiB / 4 GiB); over it: exit 6")
+
+
+def add_peaks(p: argparse.ArgumentParser) -> None:
+    """``--chip``, ``--peak-flops``, ``--peak-bw``, ``--measure-cpu-peaks``."""
+    p.add_argument("--chip", metavar="NAME", help="use this chip's peaks from the built-in table "
+                   "(tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e, a100, h100, h200, mi300x)")
+    p.add_argument("--peak-flops", type=positive_float, metavar="FLOP/S", help="peak FLOP/s (e.g. 1.97e14)")
+    p.add_argument("--peak-bw", type=positive_float, metavar="B/S", help="peak memory bandwidth in bytes/s (e.g. 8.19e11)")
+    p.add_argument("--measure-cpu-peaks", action="store_true",
+                   help="measure this host's FLOP/s and copy bandwidth (for CPU traces; opt-in, ~1 s)")
+
+
+def add_families(p: argparse.ArgumentParser, *, default_list: bool = True) -> None:
+    """``--family NAME=REGEX`` (repeatable) and ``--families FILE``."""
+    p.add_argument("--family", action="append", default=[] if default_list else None, metavar="NAME=REGEX",
+                   help="an op family rule, tried before the defaults (repeatable); REGEX is matched "
+                        "against op name, HLO text, framework op and source file")
+    p.add_argument("--families", metavar="FILE", help="family rules, one NAME=REGEX per line (# comments)")
+
+
+def add_steps(p: argparse.ArgumentParser) -> None:
+    """Family rules, ``--step-module`` and ``--step-window``."""
+    add_families(p)
+    p.add_argument("--step-module", metavar="NAME",
+                   help="the program whose executions are the steps (default: the one with most op time)")
+    p.add_argument("--step-window", choices=["span", "period", "run"], default="span",
+                   help="span: a run to the end of what it starts [default]; period: start to next start; "
+                        "run: the program's own execution")
+
+
+def rules_from_args(args):
+    """Family rules from ``--families FILE`` then ``--family NAME=REGEX`` (UsageError when
+    malformed), or None when there are none."""
+    from traceview.analysis.families import parse_rules, read_rules
+
+    rules = read_rules(args.families) if getattr(args, "families", None) else []
+    rules += parse_rules(getattr(args, "family", None) or [])
+    return rules or None
+
+
+def peaks_from_args(prof, args):
+    """The profile's peaks with the command line's overrides (``--measure-cpu-peaks``
+    measures this host for the figures not given)."""
+    from traceview.analysis.peaks import measure_cpu_peaks, profile_peaks
+
+    if getattr(args, "measure_cpu_peaks", False) and not (args.peak_flops and args.peak_bw):
+        m = measure_cpu_peaks()
+        return profile_peaks(prof, chip=args.chip, peak_flops=args.peak_flops or m.peak_flops,
+                             peak_bw=args.peak_bw or m.peak_bw)
+    return profile_peaks(prof, chip=args.chip, peak_flops=args.peak_flops, peak_bw=args.peak_bw)
+
+
+def cache_from_args(args):
+    """The parsed-table cache to use: False under ``--no-cache``, else the environment's
+    (:meth:`traceview.read.cache.TableCache.default`, None when it is off)."""
+    if getattr(args, "no_cache", False):
+        return False
+    from traceview.read.cache import TableCache
+
+    return TableCache.default() or False
+
+
+def read_options(args) -> dict:
+    """``traceview.model.load.load`` keyword arguments from the reading flags: the cache,
+    ``--workers`` local processes (the CLI's main is import-safe, as ``spawn`` needs),
+    ``--scheduler``, and a progress bar on stderr when it is a terminal."""
+    from traceview.render.progress import TerminalProgress
+
+    return {"cache": cache_from_args(args), "workers": max(0, getattr(args, "workers", 1) or 0),
+            "scheduler": getattr(args, "scheduler", None), "progress": TerminalProgress()}
+
+
+def stale_after(args) -> float | None:
+    """``--stale-days`` in seconds, None when 0 or less (no warning)."""
+    return None if args.stale_days <= 0 else args.stale_days * 86400
+
+
+def input_bytes(*discoveries) -> int:
+    """Bytes on disk of every file the discoveries chose (0 for one that cannot be stat'ed)."""
+    import os
+
+    total = 0
+    for d in discoveries:
+        for tf in d.files:
+            try:
+                total += os.stat(tf.path).st_size
+            except OSError:
+                pass
+    return total

@@ -1,0 +1,104 @@
+"""``traceview diff BASE TREATMENT``: the population-matched diff of two profiles
+(:mod:`traceview.analysis.diff`) as a table, JSON or a standalone HTML page."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from traceview.cli import args as cargs
+from traceview.errors import EXIT_OK, UsageError
+
+NAME = "diff"
+
+
+def add_parser(sub) -> None:
+    d = sub.add_parser("diff", help="match two profiles' op populations by shape and HLO fingerprint; show deltas",
+                       description="Diff two profiles population by population: ops are matched by (op kind, shape "
+                                   "signature, HLO text without instruction names), not by XLA's names. Shows time "
+                                   "and occurrence deltas, populations that appeared or vanished, kernels whose "
+                                   "configuration changed, source attribution changes and the step-time delta.",
+                       epilog="throughput is never to be quoted from a profiled run: a treatment that multiplies "
+                              "traced events (e.g. a smaller kernel block) pays more tracing overhead")
+    d.add_argument("base", help="trace file or folder of the base (before) profile")
+    d.add_argument("treatment", help="trace file or folder of the treatment (after) profile")
+    d.add_argument("--run-base", metavar="NAME", help="run folder to read under BASE (default: newest)")
+    d.add_argument("--run-treatment", metavar="NAME", help="run folder to read under TREATMENT (default: newest)")
+    d.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX, on both sides")
+    d.add_argument("--top", type=cargs.positive_int, default=25, metavar="N", help="populations to show (default 25)")
+    d.add_argument("--format", choices=["table", "json", "html"], default="table")
+    d.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE")
+    d.add_argument("--overhead-factor", type=cargs.positive_float, default=4.0, metavar="F",
+                   help="note populations whose traced event count changed by F times or more (default 4)")
+    d.add_argument("--no-name-stem", action="store_true",
+                   help="leave the op-name stem (fusion name without .N) out of the matching key")
+    d.add_argument("--families", metavar="FILE", help="user op families, one NAME=REGEX per line (# comments)")
+    d.add_argument("--family", action="append", metavar="NAME=REGEX", help="a user op family (repeatable)")
+    d.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
+
+
+def load_sides(sides: list[tuple[str, str | None]], args) -> list:
+    """Load each (path, run) side; each side's discovery warnings (several runs, stray
+    files...) go to stderr, one line each, as ``analyze`` shows them. The sides' single
+    xplane files are decoded on threads while polars is imported (one prefetch per file)."""
+    from traceview.cli import process
+    from traceview.model.load import load, start_prefetch
+    from traceview.read.discover import discover
+
+    cache = cargs.cache_from_args(args)
+    discs = [discover(path, run=run, stale_after_s=None) for path, run in sides]
+    process.tune_allocator(cargs.input_bytes(*discs))
+    seen: set = set()
+    out = []
+    with process.decoding_beside_imports():
+        pres = []
+        for d in discs:  # one prefetch per distinct file, all started before polars is imported
+            key = tuple(str(tf.path) for tf in d.files)
+            pres.append(None if key in seen else start_prefetch(d, max_bytes=None, cache=cache or None, local=True))
+            seen.add(key)
+        for (path, run), d, pre in zip(sides, discs, pres):
+            prof = load(path, run=run, stale_after_s=None, discovery=d, cache=cache, prefetch=pre or False)
+            for w in prof.warnings:
+                print(f"traceview: warning: {path}: {w}", file=sys.stderr)
+            out.append(prof.filter(device_regex=args.device) if args.device else prof)
+    return out
+
+
+def run(args) -> int:
+    """Returns 0; raises TraceviewError subclasses on bad input."""
+    from traceview.analysis.diff import diff
+    from traceview.cli.outputs import inside_inputs
+
+    out = Path(args.output) if args.output else None
+    if out is not None and out.is_dir():
+        raise UsageError(f"{out} is a folder; -o needs a file name")
+    base, treat = load_sides([(args.base, args.run_base), (args.treatment, args.run_treatment)], args)
+    if out is not None and (inside_inputs(out, base.discovery) or inside_inputs(out, treat.discovery)):
+        raise UsageError(f"refusing to write {out} inside a profile folder it reads; choose another -o")
+    d = diff(base, treat, rules=cargs.rules_from_args(args), name_stem=not args.no_name_stem,
+             overhead_factor=args.overhead_factor)
+    if args.format == "json":
+        from traceview.render.json import diff_json
+
+        text = diff_json(d)
+    elif args.format == "html":
+        from traceview.render.diff_html import render_diff_page
+
+        text = render_diff_page(d, top=args.top)
+    else:
+        from traceview.render.diff_terminal import render_diff
+
+        if out is None:
+            from traceview.cli.outputs import console
+
+            render_diff(console(), d, top=args.top)
+            return EXIT_OK
+        from traceview.render.diff_terminal import render_diff_text
+
+        text = render_diff_text(d, top=args.top, width=200)
+    if out is not None:
+        out.write_text(text, encoding="utf-8")
+        print(f"wrote {out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK

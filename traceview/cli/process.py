@@ -1,0 +1,137 @@
+"""The one place traceview tunes the process it runs in (the command line only; the library
+never does): allocators, BLAS threads, the GIL switch interval while decoding on a thread,
+standard streams a process was started without, and the exit path."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+
+#: total trace bytes from which the allocators trade allocation speed for memory (see tune_allocator)
+BIG_INPUT_BYTES = 256 << 20
+#: GIL switch interval while a file is decoded on a thread, s (Python's default is 5 ms)
+DECODE_SWITCH_INTERVAL_S = 0.0005
+
+
+def limit_blas_threads() -> None:
+    """One OpenBLAS thread (before numpy is imported): its threads spin after start-up, and
+    traceview does no linear algebra."""
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
+def tune_allocator(input_bytes: int) -> None:
+    """Tune the allocators for the input size, before polars is imported.
+
+    * **glibc, every size**: one malloc arena (``M_ARENA_MAX`` = 1). The plane and step
+      threads otherwise each get an arena whose freed arrays the next thread cannot reuse,
+      so each new array is faulted in again.
+    * **inputs under** :data:`BIG_INPUT_BYTES`: freed arrays stay in the heap for reuse
+      (mmap threshold 32 MiB, trim threshold 4 GiB, 64 MiB top pad); the heap is at most a
+      few hundred MB there.
+    * **inputs of** :data:`BIG_INPUT_BYTES` **and more**, allocation speed is traded for
+      memory: polars allocates through jemalloc, which keeps freed pages for 10 s and is
+      asked to purge at once (``_RJEM_MALLOC_CONF``, read when polars loads); on glibc,
+      allocations of 1 MiB and more are served from ``mmap``, so freed arrays go back to the
+      OS at once (glibc's dynamic threshold otherwise rises to 32 MiB after the first large
+      free, keeping freed arrays in the heap while the next stage allocates).
+
+    Options are ``mallopt`` parameters (glibc ``malloc.h``: M_TRIM_THRESHOLD -1, M_TOP_PAD
+    -2, M_MMAP_THRESHOLD -3, M_ARENA_MAX -8). Nothing on other platforms or C libraries.
+    The figures behind these choices are in ``benchmarks/RESULTS.md``."""
+    big = input_bytes >= BIG_INPUT_BYTES
+    if big and "polars" not in sys.modules:
+        os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-8, 1)  # M_ARENA_MAX
+        if big:
+            libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+        else:
+            libc.mallopt(-3, 32 << 20)
+            libc.mallopt(-1, 4 << 30)  # M_TRIM_THRESHOLD
+            libc.mallopt(-2, 64 << 20)  # M_TOP_PAD
+    except (OSError, AttributeError):
+        pass
+
+
+@contextlib.contextmanager
+def decoding_beside_imports():
+    """A short GIL switch interval (:data:`DECODE_SWITCH_INTERVAL_S`) inside: a thread
+    decoding a file (:mod:`traceview.read.prefetch`) takes the GIL for short Python steps
+    between long C calls, and with the default 5 ms interval each step waits up to 5 ms for
+    the importing thread to let go. Restored on exit."""
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(DECODE_SWITCH_INTERVAL_S)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(saved)
+
+
+class ClosedStream:
+    """Stands in for a standard stream the process was started without (``>&-``): writes
+    raise ``OSError(EBADF)`` (reported as "cannot write standard output", exit 2), or are
+    dropped when ``silent`` (stderr); flushing does nothing."""
+
+    def __init__(self, name: str, silent: bool = False):
+        self.name, self.silent = name, silent
+
+    def write(self, text: str) -> int:
+        if self.silent:
+            return len(text)
+        raise OSError(errno.EBADF, f"{self.name} is closed")
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+@contextlib.contextmanager
+def standard_streams():
+    """Closed standard streams replaced by :class:`ClosedStream` inside (stdout: writes fail,
+    ``-o`` still works; stderr: messages are dropped, not sent to stdout); put back after."""
+    saved = sys.stdout, sys.stderr
+    if sys.stdout is None:
+        sys.stdout = ClosedStream("standard output")
+    if sys.stderr is None:
+        sys.stderr = ClosedStream("standard error", silent=True)
+    try:
+        yield
+    finally:
+        if isinstance(sys.stdout, ClosedStream) or isinstance(sys.stderr, ClosedStream):
+            sys.stdout, sys.stderr = saved
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def exit_now(rc: int, *, teardown: bool = False) -> None:
+    """Exit with ``rc`` once stdout and stderr are flushed, without the interpreter's
+    teardown (freeing every frame and array one by one, joining polars' thread pool):
+    traceview registers no exit handler, and every output is written and closed before this
+    is called. ``teardown`` (the engine subcommand: JAX may have exit handlers) or a stream
+    that cannot flush take the normal ``sys.exit``."""
+    if teardown:
+        sys.exit(rc)
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:
+                stream.flush()
+    except Exception:  # noqa: BLE001 - a stream that cannot flush: the normal exit reports nothing more
+        sys.exit(rc)
+    os._exit(rc)

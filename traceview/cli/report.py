@@ -1,0 +1,53 @@
+"""``traceview report PATH -o FILE``: the offline, self-contained HTML report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from traceview.cli import args as cargs
+from traceview.cli.outputs import refuse_inside_inputs
+from traceview.errors import EXIT_OK, UsageError
+
+NAME = "report"
+
+
+def add_parser(sub) -> None:
+    r = sub.add_parser("report", help="write the offline, self-contained HTML report of PATH",
+                       description="Find traces under PATH and write one self-contained HTML file (no network, "
+                                   "no script): provenance, peaks and ridge point, roofline chart, top ops "
+                                   "with their shape populations, step anatomy and source attribution.")
+    cargs.add_selection(r)
+    r.add_argument("-o", "--output", metavar="FILE", default="traceview_report.html",
+                   help="HTML file to write (default: traceview_report.html)")
+    r.add_argument("--top", type=cargs.positive_int, default=30, metavar="N", help="populations to list (default 30)")
+    r.add_argument("--title", metavar="TEXT", help="page title (default: 'traceview report — <path name>')")
+    cargs.add_peaks(r)
+    cargs.add_steps(r)
+
+
+def run(args) -> int:
+    """Writes the report (see :func:`traceview.render.html.render_report`); returns 0."""
+    from traceview.cli import process
+    from traceview.model.load import load
+
+    out = Path(args.output)
+    if out.is_dir():
+        raise UsageError(f"{out} is a folder; -o needs a file name (e.g. {out / 'report.html'})")
+    with process.decoding_beside_imports():
+        prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=cargs.stale_after(args),
+                    max_bytes=args.max_bytes, **cargs.read_options(args))
+    prof = prof.filter(op_regex=args.filter, device_regex=args.device)
+    refuse_inside_inputs(out, "-o", prof.discovery)
+    from traceview.analysis.report import build_report
+    from traceview.render.html import render_report
+
+    rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
+                       step_module=args.step_module, step_window=args.step_window, html=True)
+    text = render_report(rep, top=args.top, title=args.title)
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    print(f"wrote {out}", file=sys.stderr)
+    return EXIT_OK

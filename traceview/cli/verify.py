@@ -1,0 +1,84 @@
+"""``traceview verify PATH [TREATMENT] --check CHECK ...``: declarative checks on a profile or
+a base/treatment pair (:mod:`traceview.analysis.verify`). Exit 0 when every check passes, 1
+(:data:`traceview.errors.EXIT_CHECK_FAILED`) when one fails, 2 on an invalid check."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from traceview.cli import args as cargs
+from traceview.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+
+NAME = "verify"
+
+_VERIFY_EPILOG = """\
+checks (one per --check, or one per line in --checks FILE; '#' comments):
+  no op [matching] RX                     op name, JAX name stack, kernel name or HLO text (names removed)
+  op [matching] RX present|absent
+  no op from file [matching] RX           source file or any stack frame
+  op from file [matching] RX present|absent
+  op [matching] RX count CMP N [per execution]
+  family NAME share CMP PCT               e.g. family attention share < 30%
+  family matching RX share CMP PCT
+  kernel GLOB present|absent
+  kernel GLOB has KEY VALUE               e.g. kernel 'RPAd*' has bkv 256
+  source of kernel GLOB under PATH        e.g. source of kernel 'RPAd*' under my_kernels/
+  source of op [matching] RX under PATH
+  source PATH present|absent
+with two profiles (BASE TREATMENT); single-profile checks apply to TREATMENT, prefix 'base:' for BASE:
+  op [matching] RX vanished|appeared      e.g. op matching binary_search vanished
+  op from file [matching] RX vanished|appeared
+  kernel GLOB changed KEY [A -> B]        e.g. kernel 'RPAd*' changed bkv 2048 -> 256
+  source of kernel GLOB changed
+  all matched [except RX]
+CMP: < <= > >= == !=   PCT: 30% or 0.3   quote tokens with spaces ("..." or '...')
+exit codes: 0 all checks passed, 1 a check failed, 2 invalid check or usage, 3-6 trace errors"""
+
+
+def add_parser(sub) -> None:
+    v = sub.add_parser("verify", help="check a profile (or a base/treatment pair) against declarative checks",
+                       description="Evaluate checks on one profile, or on a BASE and TREATMENT pair. Exit 0 when "
+                                   "every check passes, 1 when one fails (with the reasons), 2 on an invalid check.",
+                       epilog=_VERIFY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    v.add_argument("paths", nargs="+", metavar="PATH",
+                   help="the profile to check, or BASE TREATMENT for diff checks")
+    v.add_argument("-c", "--check", action="append", default=[], metavar="CHECK", help="a check (repeatable)")
+    v.add_argument("--checks", metavar="FILE", help="a file of checks, one per line")
+    v.add_argument("--run", metavar="NAME", help="run folder to read under PATH (single profile)")
+    v.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX")
+    v.add_argument("--families", metavar="FILE", help="user op families, one NAME=REGEX per line (# comments)")
+    v.add_argument("--family", action="append", metavar="NAME=REGEX", help="a user op family (repeatable)")
+    v.add_argument("--format", choices=["text", "json"], default="text")
+    v.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
+
+
+def run(args) -> int:
+    """0 when every check passes, 1 otherwise; UsageError (2) on an invalid check, a diff
+    check with one profile, or more than two paths."""
+    from traceview.analysis.verify import verify
+    from traceview.analysis.verify_grammar import parse_checks, read_checks
+    from traceview.cli.diff import load_sides
+
+    if len(args.paths) > 2:
+        raise UsageError(f"verify takes one profile or BASE TREATMENT, got {len(args.paths)} paths")
+    checks = parse_checks(args.check)
+    if args.checks:
+        checks += read_checks(args.checks)
+    if not checks:
+        raise UsageError("no checks given: use --check CHECK or --checks FILE (see traceview verify --help)")
+    rules = cargs.rules_from_args(args)
+    if len(args.paths) == 2:
+        base, treat = load_sides([(args.paths[0], None), (args.paths[1], None)], args)
+    else:
+        base, (treat,) = None, load_sides([(args.paths[0], args.run)], args)
+    report = verify(treat, checks, base=base, rules=rules)
+    if args.format == "json":
+        from traceview.render.json import verify_json
+
+        sys.stdout.write(verify_json(report))
+    else:
+        from traceview.render.verify import verify_text
+
+        sys.stdout.write(verify_text(report) + "\n")
+    return EXIT_OK if report.ok else EXIT_CHECK_FAILED

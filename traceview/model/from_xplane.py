@@ -1,0 +1,702 @@
+"""Read an XProf ``.xplane.pb`` (a serialized XSpace) into the op-event table.
+
+Where op identity comes from, per platform (facts in ``shared/reference/xplane-and-xprof.md``):
+
+* **TPU** — plane ``/device:TPU:<n>``, line ``XLA Ops``. Each XEventMetadata's ``name`` is
+  the HLO text with shapes (``display_name`` the short op name) and its stats carry
+  ``program_id``, ``hlo_category``, ``flops``, ``model_flops``, ``bytes_accessed``,
+  ``source``, ``source_stack`` and ``tf_op``. Line ``XLA Modules`` holds one event per program
+  execution, named ``<module>(<program_id>)``.
+* **GPU** — plane ``/device:GPU:<n>``, lines ``Stream #<id>(...)``. Kernel events carry
+  per-event stats ``hlo_op``, ``hlo_module``, ``program_id``; shapes, opcode and source come
+  from the HLO protos in ``/host:metadata`` joined on (program_id, hlo_op).
+* **CPU** — plane ``/host:CPU``, XLA:CPU thunk-executor threads; events with ``hlo_op`` /
+  ``hlo_module`` / ``program_id`` stats, joined to the HLO protos the same way; the
+  ``end: <op>`` marker events are skipped. Used only when no device plane has HLO ops (on
+  GPU hosts the host threads carry launch events, not op executions).
+
+Event start = ``XLine.timestamp_ns * 1000 + XEvent.offset_ps`` (ps since session start, the
+exporter's post-processing shifts timestamps); stats = XEventMetadata stats then XEvent
+stats (the later wins); ``ref_value`` stats are resolved through the plane's
+XStatMetadata names.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from traceview.errors import TraceUnreadable
+from traceview.model.hlo import HloIndex
+from traceview.model.schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, STEP_MARKERS_SCHEMA, DeviceInfo, TraceData, frame
+from traceview.model.shapes import canonical_shape_text, parse_instruction
+from traceview.model.timeline import self_times
+from traceview.model.naming import as_float as _as_float
+from traceview.model.naming import as_uint64 as _as_int
+from traceview.model.naming import DERIVED_LINES, split_module_name, split_source
+from traceview.read.xplane.wire import (HAS_DECODER, _full_line, _line_base_ps, count_events, decode_line, map_xspace,
+                                        read_xspace_bytes)
+
+try:  # optional C accelerator (setup.py builds it when a compiler is available)
+    from traceview.model import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
+#: default cap on file size read into memory (bytes); over it raises LimitExceeded
+MAX_FILE_BYTES = 8 << 30
+
+#: at most this many threads read TPU planes at once (bounded by the cores)
+PLANE_THREADS = 4
+#: TPU line bytes above which planes are read one at a time (memory over speed)
+PARALLEL_MAX_BYTES = 256 << 20
+
+
+def _stat_value(stat, names: dict[int, str]):
+    kind = stat.WhichOneof("value")
+    if kind is None:
+        return None
+    if kind == "ref_value":
+        return names.get(stat.ref_value, "")
+    return getattr(stat, kind)
+
+
+def _stats(stats, names: dict[int, str], stat_names: dict[int, str], into: dict | None = None) -> dict:
+    out = {} if into is None else into
+    for s in stats:
+        out[stat_names.get(s.metadata_id, f"#{s.metadata_id}")] = _stat_value(s, names)
+    return out
+
+
+def _device_info(plane, kind: str, names, stat_names) -> DeviceInfo:
+    st = _stats(plane.stats, names, stat_names)
+    st = {k: (f"<{len(v)} bytes>" if isinstance(v, bytes) else v) for k, v in st.items()}
+    info = DeviceInfo(name=plane.name, kind=kind, stats=st)
+    if kind == "TPU":
+        info.device_type = str(st.get("device_type_string", "TPU"))
+        tf = _as_float(st.get("peak_teraflops_per_second"))
+        bw = _as_float(st.get("peak_hbm_bw_gigabytes_per_second"))
+        info.peak_flops = tf * 1e12 if tf else None
+        info.peak_bw = bw * 1e9 if bw else None
+    elif kind == "GPU":
+        vendor = st.get("device_vendor", "")
+        info.device_type = f"{vendor} GPU".strip() if vendor else "GPU"
+        if st.get("gpu_device_name"):
+            info.device_type = str(st["gpu_device_name"])
+        bw = _as_float(st.get("memory_bandwidth"))
+        info.peak_bw = bw if bw else None
+    else:
+        info.device_type = "CPU"
+    return info
+
+
+def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = "", max_bytes: int = MAX_FILE_BYTES,
+                prefetch=None) -> TraceData:
+    """Read one ``.xplane.pb`` into a :class:`~traceview.model.schema.TraceData`.
+
+    ``host`` defaults to the file stem (the profiler names files after the host), else the
+    XSpace's first hostname. ``run`` is stored in every row. Times are integer ps. Raises
+    :class:`TraceUnreadable` if the file cannot be read or is not an XSpace,
+    :class:`~traceview.errors.LimitExceeded` if it is larger than ``max_bytes``. A file that
+    decodes but holds no HLO op yields an empty ``ops`` frame (the caller decides whether
+    that is an error).
+
+    With the C accelerator the file is memory-mapped and read in place: only the planes'
+    small fields are parsed by protobuf, each XLine is decoded from the mapping in pieces
+    and its pages are released behind the decoder, so memory stays near the size of the
+    decoded arrays however large the file (:func:`map_xspace`). A file the in-place scan
+    finds malformed is read again the classic way, which names the fault. ``prefetch``: a
+    :class:`traceview.read.prefetch.Prefetch` of this file (its TPU planes decoded on a thread
+    meanwhile), or None.
+    """
+    from traceview.errors import LimitExceeded
+
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+        if size > max_bytes:
+            raise LimitExceeded(f"file is {size} bytes, over the {max_bytes}-byte read limit", str(p))
+    except OSError as exc:
+        raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(p)) from None
+    space = None
+    arrays = None
+    if HAS_DECODER and size > 0:
+        pre = prefetch.take() if prefetch is not None and prefetch.matches(p) else None
+        if pre is not None:
+            space, arrays = pre
+        else:
+            space = map_xspace(p)
+    if space is None:
+        try:
+            with open(p, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(p)) from None
+        if not data:
+            raise TraceUnreadable("file is empty", str(p))
+        space = read_xspace_bytes(data, str(p))
+        del data
+    if not space.planes:
+        raise TraceUnreadable("XSpace has no planes (not an XProf trace?)", str(p))
+    if not any(pl_.name for pl_ in space.planes):
+        raise TraceUnreadable("a protobuf whose planes have no names: not an XProf trace", str(p))
+    stem = p.name.split(".xplane")[0] if ".xplane" in p.name else p.stem
+    host = host or stem or (space.hostnames[0] if space.hostnames else "")
+    return convert_xspace(space, str(p), host, run, tpu_arrays=arrays)
+
+
+def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | None = None) -> TraceData:
+    """Turn a parsed (lazy) XSpace into a :class:`TraceData` (see the module docstring).
+    ``tpu_arrays``: per TPU plane of ``space`` (in plane order), its already decoded
+    :class:`~traceview.model.tpu_plane.PlaneArrays` or the exception its decoding raised
+    (:mod:`traceview.read.prefetch`); None to decode here."""
+    cols: list[pl.DataFrame] = []
+    runs: list[pl.DataFrame] = []
+    devices: list[DeviceInfo] = []
+    notes: list[str] = []
+    hlo = HloIndex()
+    start_ns = stop_ns = None
+    n_events = 0
+    host_planes = []
+    markers: list[tuple] = []
+
+    # pass 1: metadata and environment planes
+    for plane in space.planes:
+        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        if plane.name == "/host:metadata":
+            for md in plane.event_metadata.values():
+                st = {}
+                proto = None
+                for s in md.stats:
+                    nm = stat_names.get(s.metadata_id, "")
+                    if nm == "Hlo Proto":
+                        proto = s.bytes_value
+                    else:
+                        st[nm] = _stat_value(s, stat_names)
+                if proto is None:
+                    continue
+                mod_name, pid = split_module_name(md.name)
+                if st.get("program_id") is not None:
+                    pid = _as_int(st.get("program_id"))
+                if pid is not None:
+                    hlo.add(pid, mod_name, proto)
+        elif plane.name == "Task Environment":
+            st = _stats(plane.stats, stat_names, stat_names)
+            start_ns = _as_int(st.get("profile_start_time"))
+            stop_ns = _as_int(st.get("profile_stop_time"))
+
+    # pass 2: device planes, then the host plane when no device ran HLO ops. TPU planes are
+    # independent and mostly C/numpy work that releases the GIL: read them on threads.
+    tpu = [p_ for p_ in space.planes if p_.name.startswith("/device:TPU:")]
+    tpu_out = {}
+    if tpu:
+        pre = dict(zip(map(id, tpu), tpu_arrays)) if tpu_arrays is not None and len(tpu_arrays) == len(tpu) else {}
+        for got in pre.values():
+            if isinstance(got, BaseException):
+                raise got
+
+        # Every plane decoded already (prefetch), none pre-aggregated: the planes write their
+        # events straight into the file's arrays, each its own slice, on the plane threads,
+        # instead of a serial concatenation afterwards (_merge_parts).
+        dest = {}
+        if pre and all(v.occ is None for v in pre.values()):
+            sizes = [len(pre[id(p_)].mids) if pre[id(p_)].mids is not None else 0 for p_ in tpu]
+            ops_out = _OpArrays(sum(sizes))
+            bounds = np.cumsum([0] + sizes).tolist()
+            dest = {id(p_): (ops_out, a, b) for p_, a, b in zip(tpu, bounds[:-1], bounds[1:])}
+
+        def one(plane):
+            sn = {k: v.name for k, v in plane.stat_metadata.items()}
+            c_, r_ = [], []
+            return _read_tpu_plane(plane, sn, c_, r_, host, run, path, arrays=pre.get(id(plane)),
+                                   dest=dest.get(id(plane))), c_, r_
+
+        workers = min(len(tpu), os.cpu_count() or 1, PLANE_THREADS)
+        if sum(len(ln) for p_ in tpu for ln in p_.lines) > PARALLEL_MAX_BYTES:
+            workers = 1  # each thread holds a plane's decoding temporaries: one at a time on big files
+        if workers > 1 and HAS_DECODER:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=workers) as ex:
+                results = list(ex.map(one, tpu))
+        else:
+            results = [one(p_) for p_ in tpu]
+        tpu_out = {id(p_): r for p_, r in zip(tpu, results)}
+    for plane in space.planes:
+        name = plane.name
+        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        if name.startswith("/device:TPU:"):
+            devices.append(_device_info(plane, "TPU", stat_names, stat_names))
+            k, c_, r_ = tpu_out[id(plane)]
+            n_events += k
+            cols.extend(c_)
+            runs.extend(r_)
+        elif name.startswith("/device:GPU:") or name.startswith("/device:CUSTOM:"):
+            devices.append(_device_info(plane, "GPU" if "GPU" in name else "CUSTOM", stat_names, stat_names))
+            n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=True)
+        elif name == "/host:CPU":
+            host_planes.append((plane, stat_names))
+    have_device_ops = any(c.height for c in cols)  # OpTables (TPU) and frames (GPU) both have height
+    for plane, stat_names in host_planes:
+        if have_device_ops:
+            n_events += sum(count_events(raw, path) for raw in plane.lines)
+            continue
+        before = len(cols)
+        n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=False,
+                                          markers=markers)
+        if len(cols) > before:
+            devices.append(DeviceInfo(name=plane.name, kind="CPU", device_type="CPU"))
+
+    from traceview.model.optable import OpTable
+
+    tpu_parts = [c for c in cols if isinstance(c, _TpuParts)]
+    ops = OpTable.concat(([_merge_parts(tpu_parts)] if tpu_parts else [])
+                         + [OpTable.from_frame(c) for c in cols if not isinstance(c, _TpuParts)])
+    del tpu_parts
+    cols.clear()
+    module_runs = pl.concat(runs, how="vertical") if runs else frame({}, MODULE_RUNS_SCHEMA)
+    if module_runs.height == 0 and ops.height:
+        module_runs = _derive_module_runs(ops.frame(["host", "device", "module", "program_id", "op_name", "count",
+                                                     "start_ps", "duration_ps"]))
+    notes.extend(hlo.errors)
+    has_shapes = bool(ops.height) and bool((ops.collapse()["shape"] != "").any())
+    if ops.height and not has_shapes:
+        notes.append(f"{path}: no HLO shapes could be resolved (no HLO protos in /host:metadata?)")
+    step_markers = frame({
+        "host": [host] * len(markers), "device": [""] * len(markers),
+        "name": [m[0] for m in markers], "step_num": [m[1] for m in markers],
+        "start_ps": [m[2] for m in markers], "duration_ps": [m[3] for m in markers]}, STEP_MARKERS_SCHEMA)
+    return TraceData(path=path, host=host, format="xplane", ops=ops, module_runs=module_runs,
+                     devices=devices, notes=notes, has_shapes=has_shapes, n_events=n_events,
+                     profile_start_ns=start_ns, profile_stop_ns=stop_ns,
+                     step_markers=step_markers.sort("start_ps"))
+
+
+def _tpu_metadata(plane, names, stat_names) -> pl.DataFrame:
+    """One row per XEventMetadata id: the op fields TPU records once per op."""
+    cols: dict[str, list] = {k: [] for k in _META_COLUMNS}
+    for mid, md in plane.event_metadata.items():
+        st = _stats(md.stats, names, stat_names)
+        text = md.name
+        ins = parse_instruction(text)
+        op_name = md.display_name or (ins.name if ins else text)
+        if ins is not None:
+            shape, kind = ins.signature(), ins.opcode
+        else:
+            shape = canonical_shape_text(str(st.get("shape_with_layout", "")))
+            kind = ""
+        src_file, src_line = split_source(str(st.get("source", "") or ""))
+        has_cost = st.get("flops") is not None or st.get("bytes_accessed") is not None
+        row = {
+            "metadata_id": mid,
+            "op_name": op_name,
+            "op_kind": kind,
+            "category": str(st.get("hlo_category", "") or kind),
+            "shape": shape,
+            "hlo_text": text if ins is not None else "",
+            "program_id": _as_int(st.get("program_id")),
+            "source_file": src_file,
+            "source_line": src_line,
+            "source_stack": str(st.get("source_stack", "") or "").rstrip("\n"),
+            "framework_op": str(st.get("tf_op", "") or "").rstrip(":"),
+            "flops": _as_float(st.get("flops")),
+            "model_flops": _as_float(st.get("model_flops")),
+            "bytes_accessed": _as_float(st.get("bytes_accessed")),
+            "cost_source": "trace" if has_cost else "unknown",
+        }
+        for k, v in row.items():
+            cols[k].append(v)
+    schema = {"metadata_id": pl.Int64, **{k: OPS_SCHEMA[k] for k in _META_COLUMNS if k != "metadata_id"}}
+    return frame(cols, schema)
+
+
+_META_COLUMNS = ["metadata_id", "op_name", "op_kind", "category", "shape", "hlo_text", "program_id",
+                 "source_file", "source_line", "source_stack", "framework_op", "flops", "model_flops",
+                 "bytes_accessed", "cost_source"]
+
+
+def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, arrays=None, dest=None) -> int:
+    """Append one TPU plane's module runs (to ``runs``) and op parts (to ``cols``); returns
+    its event count. ``arrays``: its :class:`~traceview.tpu_plane.PlaneArrays` when already
+    decoded (:mod:`traceview.read.prefetch`), else decoded here. ``dest``: (:class:`_OpArrays`,
+    lo, hi), the slice of the file's event arrays its ops are written to, or None."""
+    from traceview.model.tpu_plane import plane_arrays
+
+    pa = arrays if arrays is not None else plane_arrays(plane, path)
+    mods = _ModuleNames.empty()
+    if pa.mod_mids is not None:
+        mods = _ModuleNames(plane, pa.mod_mids)
+        names = pl.Series("module", [m for m, _ in mods.uniq], dtype=pl.Utf8)
+        pids = pl.Series("program_id", [p_ for _, p_ in mods.uniq], dtype=pl.UInt64)
+        u = pl.Series("u", mods.exec_u, dtype=pl.UInt32)
+        runs.append(pl.DataFrame({"module": names.gather(u), "program_id": pids.gather(u),
+                                  "start_ps": pl.Series(pa.mod_starts, dtype=pl.Int64),
+                                  "duration_ps": pl.Series(pa.mod_durs, dtype=pl.Int64)})
+                    .with_columns(pl.lit(host, dtype=pl.Utf8).alias("host"),
+                                  pl.lit(plane.name, dtype=pl.Utf8).alias("device"))
+                    .select(list(MODULE_RUNS_SCHEMA)))
+    if pa.mids is None:
+        return pa.n_events
+    meta = _tpu_metadata(plane, stat_names, stat_names)
+    cols.append(_tpu_op_table(meta, pa.mids, pa.starts, pa.durs, pa.selfs, pa.occ, pa.enc, mods,
+                              {"host": host, "run": run, "file": path, "device": plane.name, "line": "XLA Ops",
+                               "kernel": ""}, dest=dest))
+    return pa.n_events
+
+
+class _ModuleNames:
+    """The ``XLA Modules`` executions of one TPU plane, named: ``uniq`` the distinct
+    (module, program_id) pairs in order of first execution, ``exec_u`` (int64) each
+    execution's index into ``uniq``, ``program_to_module`` program_id -> module (the latest
+    execution's name). Built per distinct metadata id, never per execution in Python."""
+
+    def __init__(self, plane=None, exec_mids: np.ndarray | None = None):
+        self.uniq: list[tuple[str, int | None]] = []
+        self.exec_u = np.zeros(0, dtype=np.int64)
+        self.program_to_module: dict = {}
+        if plane is None or exec_mids is None or len(exec_mids) == 0:
+            return
+        umids, first, inv = np.unique(exec_mids, return_index=True, return_inverse=True)
+        last = len(exec_mids) - 1 - np.unique(exec_mids[::-1], return_index=True)[1]
+        md = plane.event_metadata
+        names = [split_module_name(md[m].name if m in md else "") for m in umids.tolist()]
+        u_of: dict = {}
+        for j in np.argsort(first, kind="stable").tolist():  # first-execution order
+            u_of.setdefault(names[j], len(u_of))
+        self.uniq = list(u_of)
+        self.exec_u = np.array([u_of[nm] for nm in names], dtype=np.int64)[inv.reshape(-1)]
+        for j in np.argsort(last, kind="stable").tolist():  # the latest execution wins
+            m, p = names[j]
+            if p is not None:
+                self.program_to_module[p] = m
+
+    @classmethod
+    def empty(cls) -> "_ModuleNames":
+        return cls()
+
+
+def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ, enc: np.ndarray,
+                  mods: _ModuleNames, constants: dict, dest=None):
+    """The :class:`~traceview.optable.OpTable` of one TPU ``XLA Ops`` line.
+
+    An event's description is its XEventMetadata row plus its module: the op's own
+    ``program_id`` names the module (through the ``XLA Modules`` names); an op without one,
+    or whose program has no execution on the line, takes the enclosing execution's module and
+    program (``enc``: index into the executions of ``mods``, -1 for none). Events are grouped into
+    descriptions with integer keys (metadata row x module), never through strings."""
+    from traceview.model.optable import ATTR_COLUMNS, OpTable
+
+    program_to_module = mods.program_to_module
+    # distinct (module, program) of the enclosing executions; index U = "none"
+    uniq = mods.uniq
+    width = len(uniq) + 1
+    ids = meta["metadata_id"].to_numpy()
+    pids = meta["program_id"].to_list() + [None]
+    # rows whose own program names a module do not depend on the enclosing execution
+    fixed = np.array([p is not None and p in program_to_module for p in pids], dtype=bool)
+    span = (len(ids) + 1) * width
+    top = int(mids.max()) + 1 if len(mids) else 0
+    dense_ids = bool(len(ids)) and 0 <= int(ids.min()) and top <= 4 * len(ids) + (1 << 16)
+    attr = None
+    if dense_ids:
+        # metadata ids are small and dense (XProf numbers them from 1): one lookup table
+        # (an unknown id gets the extra, empty row at the end)
+        mid_row = np.full(top, len(ids), dtype=np.int64)
+        ok = ids < top
+        mid_row[ids[ok]] = np.flatnonzero(ok)
+        if _fast is not None and span < (1 << 31) and mids.dtype == np.uint32:
+            # one C pass: the same keys and ids as the numpy below
+            attr = dest[0].attr[dest[1]:dest[2]] if dest is not None else np.empty(len(mids), dtype=np.uint32)
+            key_rank = np.zeros(span, dtype=np.int32)
+            got = _fast.tpu_attr(mids, np.ascontiguousarray(enc, dtype=np.int64), mid_row, fixed.view(np.uint8),
+                                 np.ascontiguousarray(mods.exec_u, dtype=np.int64), width, attr, key_rank)
+            if got >= 0:
+                ukeys = np.flatnonzero(key_rank >= 0)
+            else:
+                attr = None
+        if attr is None:
+            row = mid_row[mids]
+    else:
+        order = np.argsort(ids, kind="stable")
+        sorted_ids = ids[order]
+        pos = np.clip(np.searchsorted(sorted_ids, mids), 0, max(len(ids) - 1, 0))
+        known = (sorted_ids[pos] == mids) if len(ids) else np.zeros(len(mids), dtype=bool)
+        row = np.where(known, order[pos] if len(ids) else 0, len(ids))
+    if attr is None:
+        enc_u = np.append(mods.exec_u, len(uniq))[np.where(enc < 0, len(mods.exec_u), enc)]
+        u = np.where(fixed[row], len(uniq), enc_u)
+        key = row.astype(np.int64) * width + u
+        if span <= 4 * len(key) + 1024:  # dense keys: a lookup table is O(n)
+            seen = np.zeros(span, dtype=bool)
+            seen[key] = True
+            ukeys = np.flatnonzero(seen)
+            lut = np.cumsum(seen) - 1
+            attr = lut[key].astype(np.uint32)
+        else:
+            ukeys, inv = np.unique(key, return_inverse=True)
+            attr = inv.astype(np.uint32)
+    k_row, k_u = ukeys // width, ukeys % width
+    empty = {c: None for c in meta.columns}
+    meta_x = pl.concat([meta, pl.DataFrame([empty], schema=meta.schema)], how="vertical")
+    desc = meta_x[k_row.tolist()] if len(ukeys) else meta_x.clear()
+    enc_mod = [uniq[i][0] if i < len(uniq) else None for i in k_u.tolist()]
+    enc_pid = [uniq[i][1] if i < len(uniq) else None for i in k_u.tolist()]
+    desc = desc.with_columns(pl.Series("_enc_mod", enc_mod, dtype=pl.Utf8), pl.Series("_enc_pid", enc_pid, dtype=pl.UInt64))
+    desc = desc.with_columns(pl.col("program_id").fill_null(pl.col("_enc_pid")).alias("program_id")).with_columns(
+        pl.col("program_id").replace_strict(program_to_module, default=None, return_dtype=pl.Utf8)
+        .fill_null(pl.col("_enc_mod")).fill_null("").alias("module"))
+    desc = desc.with_columns(
+        *[pl.lit(v).alias(k) for k, v in constants.items()],
+        *[pl.col(c).fill_null("") for c in ("op_name", "op_kind", "category", "shape", "hlo_text", "source_file",
+                                              "source_stack", "framework_op")],
+        pl.col("cost_source").fill_null("unknown"),
+    ).select([pl.col(c).cast(OPS_SCHEMA[c]) for c in ATTR_COLUMNS])
+    start = starts  # numpy; a Series with nulls where events are pre-aggregated
+    if occ is not None and (occ > 0).any():
+        start = pl.select(pl.when(pl.Series(occ > 0)).then(None)
+                          .otherwise(pl.Series("start_ps", starts, dtype=pl.Int64)).alias("start_ps")).to_series()
+        count = np.where(occ > 0, occ, 1)
+    elif dest is not None:  # the file's arrays: this plane's slice
+        out, lo, hi = dest
+        if not np.shares_memory(attr, out.attr):
+            out.attr[lo:hi] = attr
+        attr = out.attr[lo:hi]
+        for arr, src in ((out.start, starts), (out.durs, durs), (out.selfs, selfs)):
+            arr[lo:hi] = src
+        out.count[lo:hi] = 1
+        start, durs, selfs, count = out.start[lo:hi], out.durs[lo:hi], out.selfs[lo:hi], out.count[lo:hi]
+    else:
+        count = np.ones(len(starts), dtype=np.int64)
+    stats = None
+    if _fast is not None and count is not None and not isinstance(start, pl.Series) and len(ukeys):
+        # every event placed and of one occurrence: OpTable.collapse's per-description
+        # aggregates in one C pass here, on the plane's thread, instead of a group-by later
+        k = len(ukeys)
+        stats = {name: np.zeros(k, dtype=np.int64) for name in ("rows", "duration_ps", "self_ps")}
+        stats["min_ps"] = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+        stats["max_ps"] = np.full(k, np.iinfo(np.int64).min, dtype=np.int64)
+        stats["first_ps"] = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+        if not _fast.attr_stats(attr, np.ascontiguousarray(starts, dtype=np.int64),
+                                np.ascontiguousarray(durs, dtype=np.int64), np.ascontiguousarray(selfs, dtype=np.int64),
+                                *(stats[c] for c in ("rows", "duration_ps", "self_ps", "min_ps", "max_ps", "first_ps"))):
+            stats = None
+    parts = _TpuParts(attr, start, durs, selfs, count, desc, stats)
+    parts.dest = dest if dest is not None and not isinstance(start, pl.Series) else None
+    return parts
+
+
+class _OpArrays:
+    """A file's TPU op events as numpy arrays that the planes fill, each its own slice:
+    ``attr`` (uint32, plane-local description ids until :func:`_merge_parts` offsets them),
+    ``start``, ``durs``, ``selfs``, ``count`` (int64; ps, ps, ps, occurrences)."""
+
+    __slots__ = ("attr", "start", "durs", "selfs", "count")
+
+    def __init__(self, n: int):
+        from traceview.read import hugearrays
+
+        self.attr = hugearrays.empty(n, np.uint32)
+        self.start, self.durs, self.selfs, self.count = (hugearrays.empty(n, np.int64) for _ in range(4))
+
+
+class _TpuParts:
+    """One TPU plane's op events before they join the file's OpTable: per-event arrays
+    (attr ids local to ``desc``) and the plane's descriptions."""
+
+    __slots__ = ("attr", "start", "durs", "selfs", "count", "desc", "height", "stats", "dest")
+
+    def __init__(self, attr, start, durs, selfs, count, desc, stats=None):
+        self.attr, self.start, self.durs, self.selfs, self.count, self.desc = attr, start, durs, selfs, count, desc
+        self.height = len(attr)
+        self.stats = stats  # per description: rows, duration_ps, self_ps, min_ps, max_ps, first_ps (or None)
+        self.dest = None  # (_OpArrays, lo, hi) when the arrays are a slice of the file's
+
+
+def _merge_parts(parts: list) -> "OpTable":
+    """One single-chunk OpTable from the planes' parts, built column by column and freeing
+    each plane's array as it goes, so the merge costs one column of extra memory, not a
+    second copy of the table (per-plane polars frames concatenated would be several chunks,
+    which every ``to_numpy`` would copy again)."""
+    from traceview.model.optable import OpTable
+
+    offsets = np.cumsum([0] + [p.desc.height for p in parts])[:-1]
+    out = parts[0].dest[0] if parts and parts[0].dest is not None else None
+    if out is not None and [(p.dest[0] is out, p.dest[1], p.dest[2]) for p in parts] == [
+            (True, a, b) for a, b in zip([0] + [p.dest[2] for p in parts[:-1]], [p.dest[2] for p in parts])] \
+            and parts[-1].dest[2] == len(out.attr):
+        # the planes filled one set of arrays, slice after slice: only the ids need offsets
+        for p, o in zip(parts, offsets):
+            if o:
+                p.attr += np.uint32(o)
+        return _finish_parts(parts, out.attr, out.start, out.durs, out.selfs, out.count)
+    attr = np.concatenate([p.attr.astype(np.uint32) + np.uint32(o) for p, o in zip(parts, offsets)])
+    for p in parts:
+        p.attr = None
+    cols = {}
+    for name in ("durs", "selfs", "count"):
+        cols[name] = np.concatenate([getattr(p, name) for p in parts])
+        for p in parts:
+            setattr(p, name, None)
+    starts = [p.start for p in parts]
+    if any(isinstance(x, pl.Series) for x in starts):
+        start = pl.concat([x if isinstance(x, pl.Series) else pl.Series("start_ps", x, dtype=pl.Int64)
+                           for x in starts], rechunk=True)
+    else:
+        start = np.concatenate(starts)
+    for p in parts:
+        p.start = None
+    return _finish_parts(parts, attr, start, cols["durs"], cols["selfs"], cols["count"])
+
+
+def _finish_parts(parts: list, attr, start, durs, selfs, count) -> "OpTable":
+    """The OpTable of merged per-event arrays, its descriptions and, when every plane
+    computed them, its per-description aggregates."""
+    from traceview.model.optable import OpTable
+
+    desc = pl.concat([p.desc for p in parts], how="vertical")
+    collapsed = None
+    if parts and all(p.stats is not None for p in parts):
+        st = {c: np.concatenate([p.stats[c] for p in parts]) for c in parts[0].stats}
+        collapsed = pl.DataFrame({
+            "attr": pl.Series(np.arange(len(st["rows"]), dtype=np.uint32), dtype=pl.UInt32),
+            "count": pl.Series(st["rows"], dtype=pl.Int64),  # one occurrence per event
+            "duration_ps": pl.Series(st["duration_ps"], dtype=pl.Int64),
+            "self_ps": pl.Series(st["self_ps"], dtype=pl.Int64),
+            "rows": pl.Series(st["rows"], dtype=pl.UInt32),
+            "min_ps": pl.Series(st["min_ps"], dtype=pl.Int64),
+            "max_ps": pl.Series(st["max_ps"], dtype=pl.Int64),
+            "first_ps": pl.Series(st["first_ps"], dtype=pl.Int64),
+        }).filter(pl.col("rows") > 0)
+    return OpTable.from_parts(attr, start, durs, selfs, count, desc, collapsed=collapsed)
+
+
+def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, run, path, device_lines: bool,
+                          markers: list | None = None) -> int:
+    """GPU stream lines / CPU thunk-executor threads: ops named by per-event stats. On host
+    planes, events carrying a ``step_num`` stat (step annotations) go to ``markers`` as
+    (name, step_num, start_ps, duration_ps)."""
+    n = 0
+    md_by_id = plane.event_metadata
+    md_stats_cache: dict[int, dict] = {}
+    for raw in plane.lines:
+        le = decode_line(raw, path)
+        if (device_lines and le.name.startswith(DERIVED_LINES)) or not le.has_stats.any():
+            # derived lines, or no event with per-event stats (hlo_op is one): no ops here
+            n += len(le)
+            continue
+        line = _full_line(raw, path)
+        n += len(line.events)
+        base = _line_base_ps(line.timestamp_ns)
+        rows = []
+        for ev in line.events:
+            mid = ev.metadata_id
+            if mid not in md_stats_cache:
+                md = md_by_id.get(mid)
+                md_stats_cache[mid] = _stats(md.stats, stat_names, stat_names) if md is not None else {}
+            st = dict(md_stats_cache[mid])
+            _stats(ev.stats, stat_names, stat_names, into=st)
+            op = st.get("hlo_op")
+            if not op:
+                if markers is not None and st.get("step_num") is not None and not ev.num_occurrences:
+                    md = md_by_id.get(mid)
+                    markers.append((md.name if md is not None else "", _as_int(st.get("step_num")),
+                                    base + ev.offset_ps, ev.duration_ps))
+                continue
+            md = md_by_id.get(mid)
+            ev_name = md.name if md is not None else ""
+            if ev_name.startswith("end: "):
+                continue
+            rows.append((ev, st, ev_name))
+        if not rows:
+            continue
+        starts = np.array([r[0].offset_ps for r in rows], dtype=np.int64) + base
+        durs = np.array([r[0].duration_ps for r in rows], dtype=np.int64)
+        selfs = self_times(starts, durs).tolist()
+        c = {k: [] for k in OPS_SCHEMA}
+        for (ev, st, ev_name), s, d, sf in zip(rows, starts.tolist(), durs.tolist(), selfs):
+            op_name = str(st.get("hlo_op"))
+            pid = _as_int(st.get("program_id"))
+            module = str(st.get("hlo_module", "") or "") or hlo.names.get(pid, "")
+            info = hlo.op(pid, op_name)
+            occ = ev.num_occurrences
+            c["start_ps"].append(None if occ else s)
+            c["duration_ps"].append(d)
+            c["self_ps"].append(sf)
+            c["count"].append(occ if occ else 1)
+            c["module"].append(module)
+            c["program_id"].append(pid)
+            c["op_name"].append(op_name)
+            c["kernel"].append(ev_name if ev_name != op_name else "")
+            fw = str(st.get("tf_op", "") or "")
+            if fw in ("", "XlaModule:"):
+                fw = str(st.get("name", "") or "")
+            if info is not None:
+                c["op_kind"].append(info.opcode)
+                c["category"].append(info.category)
+                c["shape"].append(info.shape)
+                c["hlo_text"].append(info.hlo_text)
+                c["source_file"].append(info.source_file)
+                c["source_line"].append(info.source_line)
+                c["source_stack"].append(info.source_stack)
+                c["framework_op"].append(info.framework_op or fw)
+                c["flops"].append(None if info.flops is None else float(info.flops))
+                c["bytes_accessed"].append(None if info.bytes is None else float(info.bytes))
+                c["cost_source"].append("unknown" if info.flops is None and info.bytes is None else "derived")
+            else:
+                c["op_kind"].append("")
+                c["category"].append("")
+                c["shape"].append("")
+                c["hlo_text"].append("")
+                c["source_file"].append("")
+                c["source_line"].append(None)
+                c["source_stack"].append("")
+                c["framework_op"].append(fw)
+                c["flops"].append(None)
+                c["bytes_accessed"].append(None)
+                c["cost_source"].append("unknown")
+            c["model_flops"].append(None)
+        m = len(rows)
+        c["host"] = [host] * m
+        c["run"] = [run] * m
+        c["file"] = [path] * m
+        c["device"] = [plane.name] * m
+        c["line"] = [line.name] * m
+        cols.append(frame(c, OPS_SCHEMA))
+    return n
+
+
+def _derive_module_runs(ops):
+    """GPU/CPU traces have no ``XLA Modules`` line: derive program executions from the ops.
+
+    Per (host, device, program), the number of executions is taken as the smallest occurrence
+    count of any of its ops (an op outside loops runs once per execution; ties broken by op
+    name, so the same trace always gives the same executions). Execution k starts at that
+    anchor op's k-th start and ends at the latest end of the program's ops that start before
+    execution k+1 begins (an as-of join), so it spans the whole program, not the anchor op.
+    """
+    import polars as pl
+
+    keys = ["host", "device", "module", "program_id"]
+    placed = ops.filter(pl.col("start_ps").is_not_null()).select(
+        keys + ["op_name", "count", "start_ps", (pl.col("start_ps") + pl.col("duration_ps")).alias("_end")])
+    if placed.height == 0:
+        return frame({}, MODULE_RUNS_SCHEMA)
+    per_op = placed.group_by(keys + ["op_name"]).agg(
+        pl.col("count").sum().alias("n"), pl.col("start_ps").min().alias("first"))
+    best = (per_op.sort(["n", "first", "op_name"], maintain_order=True)
+            .group_by(keys, maintain_order=True).first().select(keys + ["op_name"]))
+    anchors = (placed.join(best, on=keys + ["op_name"], how="inner", nulls_equal=True)
+               .select(keys + [pl.col("start_ps").alias("run_start")]).sort("run_start"))
+    # both sides are sorted by time; polars cannot check that per 'by' group and would warn
+    assigned = placed.sort("start_ps").join_asof(
+        anchors, left_on="start_ps", right_on="run_start", by=keys, strategy="backward",
+        check_sortedness=False)
+    runs = (assigned.filter(pl.col("run_start").is_not_null())
+            .group_by(keys + ["run_start"]).agg(pl.col("_end").max().alias("_end"))
+            .select(keys + [pl.col("run_start").alias("start_ps"),
+                            (pl.col("_end") - pl.col("run_start")).alias("duration_ps")])
+            # programs starting at the same ps: ordered by name and id, the same every time
+            .sort(["host", "device", "start_ps", "module", "program_id"], nulls_last=True, maintain_order=True))
+    return runs.select(list(MODULE_RUNS_SCHEMA))

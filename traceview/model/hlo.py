@@ -1,0 +1,176 @@
+"""Decode the HLO protos a profile stores in its ``/host:metadata`` plane.
+
+JAX records one ``xla.HloProto`` per compiled program (``enable_hlo_proto=True``, the
+default since jax 0.4): an XEventMetadata named ``<module>(<program_id>)`` carrying the
+stat ``Hlo Proto`` (bytes). GPU and CPU op events only name their op (``hlo_op``) and
+program (``program_id``); shapes, opcodes and source lines come from joining on
+(program_id, op name) against these protos. Protos are decoded lazily, one per program
+actually referenced by an event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from google.protobuf.message import DecodeError
+
+from traceview.read.xplane.protos import HloProto
+from traceview.model.costs import ModuleCosts, io_bytes
+from traceview.model.shapes import Shape, shape_from_proto, signature
+
+_CONTROL_FLOW = frozenset({"while", "conditional", "call", "async-start", "async-done"})
+
+_FUSION_CATEGORY = {
+    "kLoop": "loop fusion",
+    "kInput": "input fusion",
+    "kOutput": "output fusion",
+    "kCustom": "custom fusion",
+}
+
+
+@dataclass
+class HloOp:
+    """One HLO instruction as needed by the op table (shapes without layouts)."""
+
+    name: str
+    opcode: str
+    category: str
+    result: Shape
+    operands: tuple[Shape | None, ...]
+    shape: str
+    hlo_text: str
+    source_file: str = ""
+    source_line: int | None = None
+    source_stack: str = ""
+    framework_op: str = ""
+    custom_call_target: str = ""
+    flops: int | None = None  # per execution, derived (traceview.costs)
+    bytes: int | None = None  # operand + result bytes per execution
+    # raw proto kept for FLOP derivation (dot/convolution dimension numbers)
+    proto: object = None
+
+
+@dataclass
+class HloModule:
+    """A decoded HLO module: its name, program id and instructions by name."""
+
+    name: str
+    program_id: int
+    ops: dict[str, HloOp] = field(default_factory=dict)
+
+
+def _stack(module_proto, frame_id: int, limit: int = 64) -> list[tuple[str, int]]:
+    """Resolve a 1-based StackFrameIndexProto frame id to [(file, line), ...] innermost first."""
+    idx = module_proto.stack_frame_index
+    frames, files, locs = idx.stack_frames, idx.file_names, idx.file_locations
+    out: list[tuple[str, int]] = []
+    seen = set()
+    while 0 < frame_id <= len(frames) and frame_id not in seen and len(out) < limit:
+        seen.add(frame_id)
+        fr = frames[frame_id - 1]
+        loc_id = fr.file_location_id
+        if 0 < loc_id <= len(locs):
+            loc = locs[loc_id - 1]
+            fname = files[loc.file_name_id - 1] if 0 < loc.file_name_id <= len(files) else ""
+            out.append((fname, int(loc.line)))
+        frame_id = fr.parent_frame_id
+    return out
+
+
+def decode_module(data: bytes, program_id: int) -> HloModule:
+    """Decode serialized ``xla.HloProto`` bytes into an :class:`HloModule`.
+
+    Raises ``google.protobuf.message.DecodeError`` on corrupt bytes (callers turn it into a
+    warning: a broken proto costs shapes, not the whole trace).
+    """
+    proto = HloProto()
+    proto.ParseFromString(data)
+    mod = proto.hlo_module
+    result = HloModule(mod.name, program_id)
+    costs = ModuleCosts(mod)
+    by_id: dict[int, object] = {}
+    for comp in mod.computations:
+        for ins in comp.instructions:
+            by_id[ins.id] = ins
+    for comp in mod.computations:
+        for ins in comp.instructions:
+            res = shape_from_proto(ins.shape)
+            operands = []
+            for oid in ins.operand_ids:
+                o = by_id.get(oid)
+                operands.append(None if o is None else shape_from_proto(o.shape))
+            operand_names = [by_id[o].name if o in by_id else "?" for o in ins.operand_ids]
+            text_ops = ", ".join(
+                f"{'?' if s is None else s} %{n}" for s, n in zip(operands, operand_names)
+            )
+            attrs = []
+            if ins.fusion_kind:
+                attrs.append(f"kind={ins.fusion_kind}")
+            if ins.custom_call_target:
+                attrs.append(f'custom_call_target="{ins.custom_call_target}"')
+            hlo_text = f"%{ins.name} = {res} {ins.opcode}({text_ops})" + (
+                ", " + ", ".join(attrs) if attrs else ""
+            )
+            md = ins.metadata
+            frames = _stack(mod, md.stack_frame_id) if md.stack_frame_id else []
+            src_file, src_line = md.source_file, (md.source_line or None)
+            if not src_file and frames:
+                src_file, src_line = frames[0]
+            category = _FUSION_CATEGORY.get(ins.fusion_kind, ins.opcode) if ins.opcode == "fusion" else ins.opcode
+            result.ops[ins.name] = HloOp(
+                name=ins.name,
+                opcode=ins.opcode,
+                category=category,
+                result=res,
+                operands=tuple(operands),
+                shape=signature(res, operands, ins.opcode),
+                hlo_text=hlo_text,
+                source_file=src_file,
+                source_line=src_line,
+                source_stack="\n".join(f"{f}:{ln}" for f, ln in frames),
+                framework_op=md.op_name,
+                custom_call_target=ins.custom_call_target,
+                # control flow: its body's ops are traced (and costed) on their own
+                flops=None if ins.opcode in _CONTROL_FLOW else costs.instruction_flops(ins),
+                bytes=None if ins.opcode in _CONTROL_FLOW else io_bytes(res, operands, ins.opcode),
+                proto=ins,
+            )
+    return result
+
+
+class HloIndex:
+    """Lazily decoded HLO modules of one XSpace, keyed by program id.
+
+    ``raw`` maps program_id -> (module name, serialized HloProto bytes). ``get`` decodes on
+    first use and caches; a proto that fails to decode is remembered in ``errors``.
+    """
+
+    def __init__(self) -> None:
+        self.raw: dict[int, tuple[str, bytes]] = {}
+        self.names: dict[int, str] = {}
+        self._decoded: dict[int, HloModule | None] = {}
+        self.errors: list[str] = []
+
+    def add(self, program_id: int, module_name: str, data: bytes) -> None:
+        self.raw[program_id] = (module_name, data)
+        self.names[program_id] = module_name
+
+    def get(self, program_id: int | None) -> HloModule | None:
+        if program_id is None or program_id not in self.raw:
+            return None
+        if program_id not in self._decoded:
+            name, data = self.raw[program_id]
+            try:
+                self._decoded[program_id] = decode_module(data, program_id)
+            except (DecodeError, RecursionError, ValueError) as exc:
+                self.errors.append(f"HLO proto of {name}({program_id}) is unreadable: {exc}")
+                self._decoded[program_id] = None
+            except Exception as exc:  # noqa: BLE001 - a hostile proto costs its shapes, not the trace
+                self.errors.append(f"HLO proto of {name}({program_id}) is unusable "
+                                   f"({type(exc).__name__}: {exc}); its ops have no shapes")
+                self._decoded[program_id] = None
+        return self._decoded[program_id]
+
+    def op(self, program_id: int | None, op_name: str) -> HloOp | None:
+        mod = self.get(program_id)
+        return None if mod is None else mod.ops.get(op_name)

@@ -1,0 +1,113 @@
+"""The tables of a run: find its files, read them (in parallel, through the cache, decoding
+while polars is imported) and merge them into one profile.
+
+Imports neither polars nor the readers until :func:`load` has started decoding, so a fresh
+interpreter overlaps its imports with the first file's decoding.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+#: the largest single ``.xplane.pb`` decoded on a thread while the caller imports (bytes);
+#: larger files are read plane by plane to bound memory
+PREFETCH_MAX_BYTES = 256 << 20
+
+
+def _size(path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def start_prefetch(disc, *, max_bytes: int | None, cache, local: bool):
+    """A :class:`traceview.read.prefetch.Prefetch` of the run's file, for the common case
+    only: one ``.xplane.pb`` under :data:`PREFETCH_MAX_BYTES` read in this process
+    (``local``), no byte limit in force (limits are checked first) and no fresh parsed-table
+    cache entry for it; else None. ``cache``: a TableCache or None. Never raises."""
+    files = disc.files
+    if (len(files) != 1 or files[0].kind != "xplane" or max_bytes is not None or not local
+            or os.environ.get("TRACEVIEW_MAX_BYTES", "").strip()):  # traceview.model.files.MAX_BYTES_ENV
+        return None
+    tf = files[0]
+    size = _size(tf.path)
+    if not 0 < size < PREFETCH_MAX_BYTES:
+        return None
+    if cache is not None and size >= cache.min_file_bytes and cache.has_fresh(
+            tf.path, [str(tf.path), "xplane", tf.host, tf.run]):  # traceview.model.files.cache_args
+        return None
+    from traceview.model.tpu_plane import plane_arrays  # numpy and the decoders first: the thread then
+    from traceview.read import prefetch  # decodes (mostly without the GIL) while this one imports polars
+
+    return prefetch.start(tf.path, plane_arrays)
+
+
+def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = False, require_ops: bool = True,
+         stale_after_s: float | None = 7 * 24 * 3600, max_bytes: int | None = None, cache=None, workers: int = 0,
+         executor=None, scheduler: str | None = None, progress=None, discovery=None, prefetch=True,
+         factory=None):
+    """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above).
+
+    Picks the newest run unless ``run`` names one or ``all_runs`` is set
+    (:func:`traceview.read.discover.discover`; ``discovery``: its result for ``path`` made by
+    the caller, not repeated), reads one file per host (xplane.pb preferred over
+    trace.json.gz) and merges them into one profile, an instance of ``factory`` (default
+    :class:`~traceview.model.profiledata.ProfileData`; called as its ``from_traces``).
+
+    ``max_bytes``: see :func:`traceview.model.files.read_file`. ``cache``: a
+    :class:`~traceview.read.cache.TableCache`, False for none, None for the environment's
+    (:meth:`TableCache.default`). Several files are read by
+    :func:`traceview.read.batch.read_many`: in this process, in up to ``workers`` local
+    processes, on ``executor`` or on the Dask cluster at ``scheduler``; ``progress`` gets a
+    :class:`traceview.read.batch.Progress` after each file. ``prefetch``: True to decode a
+    single xplane's TPU planes on a thread while polars is imported (:func:`start_prefetch`),
+    False not to, or a :class:`traceview.read.prefetch.Prefetch` the caller started.
+
+    Raises :class:`~traceview.errors.NoTraceFound` when nothing is found,
+    :class:`~traceview.errors.TraceUnreadable` when every selected file is unreadable (a
+    single unreadable host among several becomes a warning),
+    :class:`~traceview.errors.LimitExceeded` over ``max_bytes`` (a warning when other hosts
+    are readable), and :class:`~traceview.errors.NoOpsFound` when the traces hold no HLO op
+    and ``require_ops`` is True.
+    """
+    from traceview.read.cache import TableCache
+    from traceview.read.discover import discover
+
+    disc = discovery if discovery is not None else discover(path, run=run, all_runs=all_runs,
+                                                             stale_after_s=stale_after_s)
+    store = TableCache.default() if cache is None else (cache or None)
+    if prefetch is True:
+        pre = start_prefetch(disc, max_bytes=max_bytes, cache=store, local=executor is None and not scheduler)
+    else:
+        pre = prefetch or None
+
+    from traceview.errors import NoOpsFound, TraceviewError  # noqa: E402 - polars from here on
+    from traceview.model.files import max_bytes_default, read_task
+    from traceview.model.profiledata import ProfileData
+    from traceview.read.batch import read_many, tasks_for
+
+    limit = max_bytes_default(max_bytes)
+    traces = []
+    warnings = list(disc.warnings)
+    errors: list[TraceviewError] = []
+    tasks = tasks_for(disc.files, limit, cache=store)
+    # a prefetch is only started for a single file read here (read_many reads one file in
+    # this process), so the reader can take it over
+    read = read_task if pre is None or len(tasks) != 1 else functools.partial(read_task, prefetch=pre)
+    results = read_many(tasks, read, executor=executor, scheduler=scheduler, workers=workers, progress=progress)
+    for res in results:
+        if isinstance(res, TraceviewError):
+            errors.append(res)
+            warnings.append(f"skipped unreadable trace {res}")
+        else:
+            traces.append(res)
+    if errors and not traces:
+        raise errors[0]
+    prof = (factory or ProfileData).from_traces(traces, discovery=disc, warnings=warnings)
+    if require_ops and prof.table.height == 0:
+        names = ", ".join(str(t.path) for t in traces)
+        raise NoOpsFound("the trace has no HLO ops (no XLA Ops line, no hlo_op-annotated kernels); "
+                         "was it recorded from a JAX/XLA program?", names)
+    return prof

@@ -1,0 +1,68 @@
+"""The naming conventions traces follow: ``module(program_id)``, ``file:line``, the ``.N``
+suffix that makes XLA instruction names unique, and 64-bit ids stored in int64 fields."""
+
+from __future__ import annotations
+
+import re
+
+#: the largest unsigned 64-bit value (program ids are 64-bit fingerprints on TPU)
+U64 = (1 << 64) - 1
+
+_MODULE_NAME = re.compile(r"^(.*)\((\d+)\)$")
+_SOURCE = re.compile(r"^(.*):(\d+)$")
+#: XLA's uniquifying suffix of an instruction name (``fusion.12``)
+SUFFIX = re.compile(r"\.\d+$")
+
+
+def split_module_name(name: str) -> tuple[str, int | None]:
+    """``"jit_step_fun(5120112285394406626)"`` -> ("jit_step_fun", 5120112285394406626);
+    a name without ``(<digits>)`` -> (name, None). The id is taken modulo 2**64."""
+    m = _MODULE_NAME.match(name)
+    if not m:
+        return name, None
+    return m.group(1), int(m.group(2)) & U64
+
+
+def split_source(src: str) -> tuple[str, int | None]:
+    """``"path/file.py:37"`` -> ("path/file.py", 37); no line -> (src, None); "" -> ("", None)."""
+    if not src:
+        return "", None
+    m = _SOURCE.match(src)
+    if not m:
+        return src, None
+    return m.group(1), int(m.group(2))
+
+
+def name_stem(op_name: str) -> str:
+    """An instruction name without XLA's uniquifying suffix: ``fusion.12`` -> ``fusion``."""
+    return SUFFIX.sub("", op_name)
+
+
+def as_uint64(v) -> int | None:
+    """A stat value (int, numeric string) as an unsigned 64-bit id: negative int64 values
+    (an id stored in a signed field) wrap to their unsigned value; None for missing,
+    unparseable or larger-than-64-bit values."""
+    if v is None or v == "":
+        return None
+    try:
+        x = int(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if x > U64:
+        return None
+    return x & U64 if x < 0 else x
+
+
+def as_float(v) -> float | None:
+    """A stat value as a float; None for missing or unparseable values."""
+    if v is None or v == "":
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+#: device lines (XLines, trace.json threads) that repeat ops derived from other lines: never
+#: read as GPU kernel lines
+DERIVED_LINES = ("XLA Ops", "XLA Modules", "TensorFlow", "Framework", "Steps", "Source code", "Launch Stats")

@@ -1,0 +1,181 @@
+"""One or more trace files merged into one profile's tables, and selections of them.
+
+Imports polars only when a method needs it, so that :func:`traceview.model.load.load` can
+start decoding on a thread before polars is imported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def check_regex(rx: str) -> str:
+    """``rx`` when it compiles in polars' regex engine (the one the filters run in: Rust
+    ``regex``, which has no look-around or back-references); raises
+    :class:`~traceview.errors.UsageError` with the engine's one-line reason otherwise."""
+    import polars as pl
+
+    from traceview.errors import UsageError
+
+    try:
+        pl.Series([""], dtype=pl.Utf8).str.contains(rx)
+    except Exception as exc:  # polars raises ComputeError / other engine errors
+        first = str(exc).strip().splitlines()
+        detail = next((ln.strip() for ln in first if ln.strip().startswith("error:")), first[-1] if first else "")
+        raise UsageError(f"invalid regular expression {rx!r}: {detail}") from None
+    return rx
+
+
+@dataclass(init=False, eq=False)
+class ProfileData:
+    """The tables of one or more trace files.
+
+    ``table``: the op events (:class:`~traceview.model.optable.OpTable`: per-event numbers +
+    one row per op description); ``ops``: the wide polars frame
+    (:data:`~traceview.model.schema.OPS_SCHEMA`, one row per HLO op event, times in ps),
+    built from ``table`` on first use; ``module_runs`` (program executions); ``devices``
+    (:class:`~traceview.model.schema.DeviceInfo` per device plane); ``traces`` (the per-file
+    :class:`~traceview.model.schema.TraceData`); ``discovery`` (what was found and why it
+    was chosen, or None when built from files directly); ``warnings`` (one line each);
+    ``step_markers``. ``ops`` (or ``table``) may be given as a wide frame or as an OpTable;
+    ``dataclasses.replace`` works on it.
+    """
+
+    table: object
+    module_runs: object
+    devices: list
+    traces: list
+    discovery: object
+    warnings: list
+    step_markers: object
+
+    def __init__(self, ops=None, module_runs=None, devices=None, traces=None, discovery=None, warnings=None,
+                 step_markers=None, table=None):
+        import polars as pl
+
+        from traceview.model.optable import OpTable, as_table
+        from traceview.model.schema import MODULE_RUNS_SCHEMA, STEP_MARKERS_SCHEMA
+
+        src = ops if ops is not None else table  # replace(x, ops=...) passes the old table too
+        self.table = OpTable.empty() if src is None else as_table(src)
+        self.module_runs = module_runs if module_runs is not None else pl.DataFrame(schema=MODULE_RUNS_SCHEMA)
+        self.devices = list(devices or [])
+        self.traces = list(traces or [])
+        self.discovery = discovery
+        self.warnings = list(warnings or [])
+        self.step_markers = step_markers if step_markers is not None else pl.DataFrame(schema=STEP_MARKERS_SCHEMA)
+
+    @property
+    def ops(self):
+        """The wide op-event frame (:data:`~traceview.model.schema.OPS_SCHEMA`), built from
+        ``table`` on first use and cached (~16 bytes per string column per event)."""
+        return self.table.frame()
+
+    @classmethod
+    def from_traces(cls, traces: list, discovery=None, warnings: list[str] | None = None):
+        """One profile of the per-file :class:`~traceview.model.schema.TraceData` (in order):
+        their op tables concatenated, devices tagged with their host, the files' notes after
+        ``warnings``."""
+        import polars as pl
+
+        from traceview.model.optable import OpTable
+        from traceview.model.schema import MODULE_RUNS_SCHEMA, STEP_MARKERS_SCHEMA
+
+        table = OpTable.concat([t.table for t in traces])
+        runs = (pl.concat([t.module_runs for t in traces], how="vertical") if traces
+                else pl.DataFrame(schema=MODULE_RUNS_SCHEMA))
+        devices = []
+        for t in traces:
+            for d in t.devices:
+                d.host = d.host or t.host
+                devices.append(d)
+        warns = list(warnings or [])
+        for t in traces:
+            warns.extend(t.notes)
+        marks = [t.step_markers for t in traces if t.step_markers is not None and t.step_markers.height]
+        markers = pl.concat(marks, how="vertical") if marks else pl.DataFrame(schema=STEP_MARKERS_SCHEMA)
+        return cls(ops=table, module_runs=runs, devices=devices, traces=traces, discovery=discovery, warnings=warns,
+                   step_markers=markers)
+
+    def filter(self, *, op_regex: str | None = None, device_regex: str | None = None):
+        """A new profile (of the same class) keeping ops whose name, HLO text or framework op
+        path (the named scopes, e.g. a Pallas kernel's name or ``topp_binary_search``) matches
+        ``op_regex`` and whose device (plane name, or ``host:plane``) matches
+        ``device_regex``. The syntax is polars' (Rust ``regex``: no look-around or
+        back-references). Raises :class:`~traceview.errors.UsageError` on an invalid regex."""
+        import polars as pl
+
+        table, runs, devices = self.table, self.module_runs, self.devices
+        for rx in (op_regex, device_regex):
+            if rx is not None:
+                check_regex(rx)
+        if op_regex:
+            table = table.filter(pl.col("op_name").str.contains(op_regex) | pl.col("hlo_text").str.contains(op_regex)
+                                 | pl.col("framework_op").str.contains(op_regex))
+        if device_regex:
+            dev_match = (pl.col("device").str.contains(device_regex)
+                         | (pl.col("host") + ":" + pl.col("device")).str.contains(device_regex))
+            table = table.filter(dev_match)
+            runs = runs.filter(dev_match)
+            names = pl.Series([d.name for d in devices], dtype=pl.Utf8)
+            mask = names.str.contains(device_regex).to_list() if len(names) else []
+            devices = [d for d, m in zip(devices, mask) if m]
+        return type(self)(ops=table, module_runs=runs, devices=devices, traces=self.traces,
+                          discovery=self.discovery, warnings=list(self.warnings), step_markers=self.step_markers)
+
+    @property
+    def op_time_ps(self) -> int:
+        """Total self time of all HLO ops, ps (summed over devices)."""
+        return self.table.total_self_ps()
+
+    @property
+    def op_events(self) -> int:
+        """Occurrences of all HLO ops (sum of ``count``)."""
+        return int(self.table.events["count"].sum() or 0) if self.table.height else 0
+
+    @property
+    def has_shapes(self) -> bool:
+        """Whether some file with ops gave them shape signatures."""
+        return any(t.has_shapes for t in self.traces if t.table.height)
+
+    def device_summary(self):
+        """Per (host, device): host, device, kind, device_type, ops (events), op_time_ps (self),
+        peak_flops (FLOP/s), peak_bw (bytes/s), from the trace's plane stats (None when
+        absent). Devices are keyed by host because every host of a pod names its planes
+        ``/device:TPU:0..n``."""
+        import polars as pl
+
+        rows = []
+        per = {}
+        if self.table.height:
+            per_attr = self.table.collapse()
+            for r in per_attr.group_by(["host", "device"]).agg(pl.col("count").sum().alias("n"),
+                                                                pl.col("self_ps").sum().alias("t")).iter_rows(named=True):
+                per[(r["host"], r["device"])] = (r["n"], r["t"])
+        seen = set()
+        for d in self.devices:
+            key = (d.host, d.name)
+            if key in seen:
+                continue
+            seen.add(key)
+            n, t = per.get(key, (0, 0))
+            if n == 0:
+                continue
+            rows.append({"host": d.host, "device": d.name, "kind": d.kind, "device_type": d.device_type, "ops": n,
+                         "op_time_ps": t, "peak_flops": d.peak_flops, "peak_bw": d.peak_bw})
+        return pl.DataFrame(rows, schema={"host": pl.Utf8, "device": pl.Utf8, "kind": pl.Utf8, "device_type": pl.Utf8,
+                                          "ops": pl.Int64, "op_time_ps": pl.Int64, "peak_flops": pl.Float64,
+                                          "peak_bw": pl.Float64})
+
+    def used_devices(self) -> list:
+        """The devices that ran ops (a folder of loose traces can hold others), else all."""
+        used = (set(self.table.collapse().select("host", "device").unique().iter_rows())
+                if self.table.height else set())
+        return [d for d in self.devices if (d.host, d.name) in used] or self.devices
+
+    def __repr__(self) -> str:
+        hosts = sorted({t.host for t in self.traces})
+        # cheap on any size: no aggregation here (by_shape() on millions of events takes seconds)
+        return (f"<traceview.Profile: {self.table.height:,} op events, "
+                f"{len(self.devices)} device planes, hosts {', '.join(hosts) or '-'}; "
+                f"{len(self.warnings)} warning(s)>")

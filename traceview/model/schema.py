@@ -1,0 +1,212 @@
+"""The op-event table: one schema shared by every reader and every analysis.
+
+Readers (:mod:`traceview.xplane`, :mod:`traceview.tracejson`) turn a trace file into a
+:class:`TraceData`; analyses only ever see these frames. Times are integer picoseconds
+throughout (XPlane's native unit); renderers convert to µs/ms for display.
+
+``ops`` — one row per HLO op event on a device timeline (held dictionary-encoded as a
+:class:`traceview.optable.OpTable`: the per-event columns start_ps, duration_ps, self_ps and
+count plus an id into one row per distinct op description holding every other column;
+``TraceData.ops`` / ``Profile.ops`` join the two into this wide frame on first use) (TPU ``XLA Ops`` line, GPU kernel
+stream line, XLA:CPU thunk-executor thread). On GPU an HLO op that launches k kernels gives
+k rows, as XProf counts it (its ``occurrences`` are per kernel). A pre-aggregated XEvent
+(``num_occurrences``) gives one row with ``count`` = that number and no start time.
+
+==================  =========  ==============================================================
+column              dtype      meaning
+==================  =========  ==============================================================
+host                Utf8       host name (XSpace hostname, else the file stem)
+run                 Utf8       run folder name (``YYYY_MM_DD_HH_MM_SS``) or "" when none
+file                Utf8       path of the trace file the row was read from
+device              Utf8       XPlane name, e.g. ``/device:TPU:0``, ``/host:CPU``
+line                Utf8       XLine name, e.g. ``XLA Ops``, ``Stream #16(Kernel)``
+module              Utf8       hlo_module name, e.g. ``jit_step_fun`` ("" if unknown)
+program_id          UInt64     XLA program id (TPU: 64-bit fingerprint; GPU/CPU: per-process
+                               sequential id, meaningless across runs); null if unknown
+op_name             Utf8       HLO instruction name, e.g. ``fusion.12``, ``custom-call.1``
+op_kind             Utf8       HLO opcode, e.g. ``fusion``, ``custom-call``, ``dot``
+category            Utf8       TPU ``hlo_category`` (e.g. ``loop fusion``), else derived
+shape               Utf8       canonical shape signature ``result <- operand, ...`` with
+                               layouts, tiling and memory spaces stripped ("" if unknown)
+hlo_text            Utf8       HLO text of the instruction as written by XLA ("" if unknown)
+kernel              Utf8       device event name when it differs from op_name (GPU kernel)
+start_ps            Int64      start, ps since the profile session start (null if aggregated)
+duration_ps         Int64      wall duration, ps (total over ``count`` when aggregated)
+self_ps             Int64      duration minus nested child ops on the same line, ps
+count               Int64      occurrences this row stands for (1 unless pre-aggregated)
+source_file         Utf8       Python file that emitted the op ("" if unknown)
+source_line         Int32      line in source_file (null if unknown)
+source_stack        Utf8       newline-separated ``file:line[:col]`` frames, innermost first
+framework_op        Utf8       framework op path (``tf_op`` / HLO ``op_name``), e.g.
+                               ``jit(step_fun)/dot_general``
+flops               Float64    FLOPs of one occurrence as recorded in the trace (TPU
+                               ``flops``), else derived from the HLO, else null
+model_flops         Float64    TPU ``model_flops`` (FLOPs the model asked for), else null
+bytes_accessed      Float64    bytes of one occurrence as recorded in the trace, else
+                               derived from the HLO (:mod:`traceview.costs`), else null
+cost_source         Utf8       where flops/bytes_accessed come from: ``trace``, ``derived``
+                               or ``unknown``
+==================  =========  ==============================================================
+
+``module_runs`` — one row per execution of a compiled program (TPU ``XLA Modules`` line,
+GPU/CPU derived from op events): host, device, module, program_id, start_ps, duration_ps.
+
+``step_markers`` — one row per step annotation (``jax.profiler.StepTraceAnnotation``: a host
+event carrying a ``step_num`` stat) on a CPU trace, where ops and markers share the host
+clock: host, device ("" = every device of the host), name, step_num, start_ps, duration_ps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+OPS_SCHEMA: dict[str, pl.DataType] = {
+    "host": pl.Utf8,
+    "run": pl.Utf8,
+    "file": pl.Utf8,
+    "device": pl.Utf8,
+    "line": pl.Utf8,
+    "module": pl.Utf8,
+    "program_id": pl.UInt64,
+    "op_name": pl.Utf8,
+    "op_kind": pl.Utf8,
+    "category": pl.Utf8,
+    "shape": pl.Utf8,
+    "hlo_text": pl.Utf8,
+    "kernel": pl.Utf8,
+    "start_ps": pl.Int64,
+    "duration_ps": pl.Int64,
+    "self_ps": pl.Int64,
+    "count": pl.Int64,
+    "source_file": pl.Utf8,
+    "source_line": pl.Int32,
+    "source_stack": pl.Utf8,
+    "framework_op": pl.Utf8,
+    "flops": pl.Float64,
+    "model_flops": pl.Float64,
+    "bytes_accessed": pl.Float64,
+    "cost_source": pl.Utf8,
+}
+
+STEP_MARKERS_SCHEMA: dict[str, pl.DataType] = {
+    "host": pl.Utf8,
+    "device": pl.Utf8,
+    "name": pl.Utf8,
+    "step_num": pl.Int64,
+    "start_ps": pl.Int64,
+    "duration_ps": pl.Int64,
+}
+
+MODULE_RUNS_SCHEMA: dict[str, pl.DataType] = {
+    "host": pl.Utf8,
+    "device": pl.Utf8,
+    "module": pl.Utf8,
+    "program_id": pl.UInt64,
+    "start_ps": pl.Int64,
+    "duration_ps": pl.Int64,
+}
+
+
+def empty_ops() -> pl.DataFrame:
+    """An op-event table with no rows and the full :data:`OPS_SCHEMA`."""
+    return pl.DataFrame(schema=OPS_SCHEMA)
+
+
+def empty_module_runs() -> pl.DataFrame:
+    """A module-runs table with no rows and :data:`MODULE_RUNS_SCHEMA`."""
+    return pl.DataFrame(schema=MODULE_RUNS_SCHEMA)
+
+
+def frame(columns: dict[str, list], schema: dict[str, pl.DataType]) -> pl.DataFrame:
+    """Build a frame from column lists; missing columns are filled with nulls.
+
+    Raises ``ValueError`` if the column lists differ in length.
+    """
+    n = {len(v) for v in columns.values()}
+    if len(n) > 1:
+        raise ValueError(f"column lengths differ: {sorted(n)}")
+    rows = n.pop() if n else 0
+    data = {}
+    for name, dtype in schema.items():
+        values = columns.get(name)
+        data[name] = pl.Series(name, values if values is not None else [None] * rows, dtype=dtype, strict=False)
+    return pl.DataFrame(data)
+
+
+@dataclass
+class DeviceInfo:
+    """What a trace says about one device (an XPlane's stats).
+
+    ``peak_flops`` is in FLOP/s and ``peak_bw`` in bytes/s; both are None when the trace does
+    not carry them. TPU planes carry ``peak_teraflops_per_second`` and
+    ``peak_hbm_bw_gigabytes_per_second`` (libtpu; GB = 1e9 bytes). GPU planes carry
+    ``clock_rate`` (kHz), ``core_count`` and ``memory_bandwidth`` (bytes/s). ``host`` is the
+    host the plane belongs to (planes are named per host: a pod has ``/device:TPU:0`` on
+    every host), set when a profile merges several files.
+    """
+
+    name: str
+    kind: str  # "TPU", "GPU", "CPU"
+    device_type: str = ""
+    peak_flops: float | None = None
+    peak_bw: float | None = None
+    stats: dict = field(default_factory=dict)
+    host: str = ""
+
+
+@dataclass(init=False)
+class TraceData:
+    """Everything one reader extracted from one trace file.
+
+    ``table`` is the op-event table in dictionary-encoded form
+    (:class:`traceview.optable.OpTable`); ``ops`` is its wide :data:`OPS_SCHEMA` frame, built
+    on first use (readers pass either as ``ops`` or ``table``). ``module_runs`` follows
+    :data:`MODULE_RUNS_SCHEMA`. ``notes`` are reader warnings (one line each) to show the
+    user, e.g. that a ``trace.json.gz`` from CPU/GPU carries no shapes. ``has_shapes`` is
+    False when no op in the file could be given a shape signature. ``n_events`` counts every
+    event read. ``dataclasses.replace`` works on it.
+    """
+
+    path: str
+    host: str
+    format: str  # "xplane" or "trace_json"
+    table: object
+    module_runs: pl.DataFrame
+    devices: list[DeviceInfo]
+    notes: list[str]
+    has_shapes: bool
+    n_events: int
+    profile_start_ns: int | None
+    profile_stop_ns: int | None
+    step_markers: pl.DataFrame | None
+
+    def __init__(self, path: str, host: str, format: str, ops=None, module_runs: pl.DataFrame | None = None,
+                 devices: list[DeviceInfo] | None = None, notes: list[str] | None = None,
+                 has_shapes: bool = True, n_events: int = 0, profile_start_ns: int | None = None,
+                 profile_stop_ns: int | None = None, step_markers: pl.DataFrame | None = None, table=None):
+        from traceview.model.optable import OpTable, as_table
+
+        self.path = path
+        self.host = host
+        self.format = format
+        src = ops if ops is not None else table  # replace(x, ops=...) passes the old table too
+        self.table = OpTable.empty() if src is None else as_table(src)
+        self.module_runs = module_runs if module_runs is not None else empty_module_runs()
+        self.devices = list(devices or [])
+        self.notes = list(notes or [])
+        self.has_shapes = has_shapes
+        self.n_events = n_events
+        self.profile_start_ns = profile_start_ns
+        self.profile_stop_ns = profile_stop_ns
+        self.step_markers = step_markers
+
+    @property
+    def ops(self) -> pl.DataFrame:
+        """The wide op-event frame (:data:`OPS_SCHEMA`), built from ``table`` and cached."""
+        return self.table.frame()
+
+    def __repr__(self) -> str:
+        return (f"<TraceData {self.format} {self.path!r}: host {self.host!r}, "
+                f"{self.table.height:,} op events, {len(self.devices)} devices>")

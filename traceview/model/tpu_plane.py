@@ -1,0 +1,106 @@
+"""The op and module-execution arrays of one TPU XPlane, numpy only.
+
+A TPU plane (``/device:TPU:<n>``) has an ``XLA Ops`` line (one event per HLO op execution)
+and an ``XLA Modules`` line (one event per program execution). :func:`plane_arrays` decodes
+both (:func:`traceview.xline.decode_tpu_line`; the other lines are only counted) and derives,
+per op event, what the op table needs:
+
+* **times** on the device clock (``device_offset_ps`` / ``device_duration_ps`` stats, ps)
+  where the event carries them, else host-aligned;
+* **order**: the ops in device-start order (stable). The line is stored in host-aligned order,
+  and device-clock starts can be slightly out of it;
+* **self time**: duration minus directly nested ops (:func:`traceview.timeline.self_times`,
+  XProf's ``self_time`` for ``XLA Ops``);
+* **enclosing execution**: the index of the ``XLA Modules`` event whose host-aligned interval
+  holds the op's host-aligned start (both lines share that clock), -1 for none.
+
+Module executions without device times are moved onto the ops' device clock by the
+device-minus-host offset of the first op at or after each execution's start (the offset
+drifts over a trace, so no single shift fits).
+
+It imports no polars, so :mod:`traceview.prefetch` can run it on a thread while polars is
+imported. Raises :class:`~traceview.errors.TraceUnreadable` on malformed lines.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from traceview.read import hugearrays
+from traceview.model.timeline import enclosing, self_times
+from traceview.read.xplane.wire import TPU_LINES_USED, decode_tpu_line
+
+
+class PlaneArrays:
+    """The arrays of one TPU plane (see the module doc). ``n_events``: events on all its
+    lines (counted, decoded or not). Module executions, in line order: ``mod_mids``
+    (XEventMetadata ids, uint32), ``mod_starts`` (ps, ops' clock), ``mod_durs`` (ps); all
+    None when the plane has no ``XLA Modules`` events. Ops, in device-start order:
+    ``mids`` (uint32), ``starts``, ``durs``, ``selfs`` (int64 ps), ``occ`` (``num_occurrences``
+    per event, 0 for timed events; None when no event is pre-aggregated), ``enc`` (int64
+    index into the executions, -1 for none); ``mids`` is None when there is no op."""
+
+    __slots__ = ("n_events", "mod_mids", "mod_starts", "mod_durs", "mids", "starts", "durs", "selfs", "occ", "enc")
+
+    def __init__(self):
+        for k in self.__slots__:
+            setattr(self, k, None)
+        self.n_events = 0
+
+
+def stat_ids(plane) -> tuple[int, int]:
+    """The XStatMetadata ids of ``device_offset_ps`` and ``device_duration_ps`` on
+    ``plane`` (-1 where absent)."""
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    off_id = next((k for k, v in names.items() if v == "device_offset_ps"), -1)
+    dur_id = next((k for k, v in names.items() if v == "device_duration_ps"), -1)
+    return off_id, dur_id
+
+
+def plane_arrays(plane, path: str) -> PlaneArrays:
+    """Decode one TPU plane (an XPlane message or a :class:`~traceview.xline.MappedPlane`,
+    whose line pages are released as they are decoded) into :class:`PlaneArrays`.
+    ``path`` names the file in errors. Raises TraceUnreadable on malformed bytes."""
+    off_id, dur_id = stat_ids(plane)
+    mapped = getattr(plane, "mapped_lines", None)
+    counted = [decode_tpu_line(raw, path, off_id, dur_id, mapped[i] if mapped else None, only=TPU_LINES_USED)
+               for i, raw in enumerate(plane.lines)]
+    out = PlaneArrays()
+    out.n_events = sum(len(le) for le in counted)
+    by_name = {le.name: le for le in counted if le.mids is not None}
+    mod_line = by_name.get("XLA Modules")
+    op_line = by_name.get("XLA Ops")
+    mod_intervals = None
+    if mod_line is not None and len(mod_line):
+        mod_starts = mod_line.starts
+        if (not mod_line.device_clock.all() and op_line is not None and len(op_line)
+                and op_line.device_clock.any()):
+            has = op_line.device_clock
+            a_ops = op_line.aligned[has]
+            delta = op_line.starts[has] - a_ops
+            order = np.argsort(a_ops, kind="stable")
+            a_sorted, d_sorted = a_ops[order], delta[order]
+            a_mod = mod_line.aligned
+            pos = np.clip(np.searchsorted(a_sorted, a_mod, side="left"), 0, len(a_sorted) - 1)
+            shift = np.where(mod_line.device_clock, 0, d_sorted[pos])
+            mod_starts = np.where(mod_line.device_clock, mod_line.starts, a_mod + shift)
+        out.mod_mids, out.mod_starts, out.mod_durs = mod_line.mids, mod_starts, mod_line.durations
+        mod_intervals = (mod_line.aligned, mod_line.aligned + mod_line.durations)
+    if op_line is None or not len(op_line):
+        return out
+    starts, durs, occ, mids = op_line.starts, op_line.durations, op_line.occurrences, op_line.mids
+    if mod_intervals is not None:  # in line (host-aligned) order, which enclosing merges in one pass
+        a_st = op_line.aligned
+        enc = enclosing(a_st, a_st + durs, *mod_intervals)
+        del a_st
+    else:
+        enc = np.full(len(starts), -1, dtype=np.int64)
+    if len(starts) > 1 and not (starts[1:] >= starts[:-1]).all():
+        # one sort here instead of one in self time and one in the step anatomy
+        order = np.argsort(starts, kind="stable")
+        starts, durs, mids, enc = (hugearrays.take(a, order) for a in (starts, durs, mids, enc))
+        occ = occ[order] if occ is not None else None
+        del order
+    out.selfs = self_times(starts, durs)
+    out.mids, out.starts, out.durs, out.occ, out.enc = mids, starts, durs, occ, enc
+    return out

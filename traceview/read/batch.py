@@ -1,0 +1,203 @@
+"""Read the files of a run: in this process, in local worker processes, or on a Dask cluster.
+
+A multi-host run has one trace file per host; each is read on its own and the caller merges
+the results (the ``host`` column tells them apart). :func:`read_many` submits one
+:class:`ReadTask` per file to a picklable per-file function (``read``, e.g.
+:func:`traceview.model.files.read_task`), through any ``concurrent.futures.Executor``-like
+object:
+
+* default (``workers`` 0 or 1): the calling process, one file after the other;
+* ``workers=N`` (N >= 2): a ``ProcessPoolExecutor`` of up to N processes in the ``spawn``
+  context (polars' threads do not survive a ``fork``; ``spawn`` re-imports the caller's main
+  module, which a script must guard with ``if __name__ == "__main__":``), when there are at
+  least two files and :data:`PARALLEL_MIN_BYTES` in total. A worker pays about 0.5 s of
+  start-up and imports before it reads, and one process already reads a file's TPU planes on
+  threads, so on a machine with few cores this is slower (``benchmarks/RESULTS.md``);
+* ``scheduler="tcp://host:8786"``: the workers of an existing Dask distributed cluster,
+  through ``distributed.Client(address).get_executor()`` (``pip install 'traceview[dist]'``).
+  The workers must see the trace files at the same paths and have traceview installed;
+* ``executor=``: any object with ``submit(fn, *args) -> Future`` (a Dask ``Client`` works).
+
+A worker returns its file's encoded op table (a few bytes per event), never a wide table.
+Results come back in file order whatever order they finish in, so the merged table is
+identical to a sequential read. A :class:`~traceview.errors.TraceviewError` raised while
+reading one file is returned in its place (the caller turns it into a warning when other
+hosts were readable); any other exception propagates. ``progress(p)`` is called with a
+:class:`Progress` after each file completes, in the calling process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Sequence
+
+from traceview.errors import TraceviewError, UsageError
+
+if TYPE_CHECKING:  # imported where used: concurrent.futures with its process pool and
+    from concurrent.futures import Executor  # logging is ~35 ms of every CLI start otherwise
+
+#: Below this many bytes in total (on disk), files are read in the calling process (worker
+#: start-up, about 0.5 s each, and result transfer would cost more than they save).
+PARALLEL_MIN_BYTES = 8 << 20
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    """One file to read: what the per-file function needs. ``size`` in bytes (on disk);
+    ``cache_root``: the parsed-table cache folder to use, None for none; ``min_cache_bytes``:
+    the smallest file that cache keeps."""
+
+    path: str
+    kind: str | None = None
+    host: str | None = None
+    run: str = ""
+    max_bytes: int | None = None
+    size: int = 0
+    cache_root: str | None = None
+    min_cache_bytes: int = 1 << 20
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a multi-file read stands: files and bytes (on disk) done of the total, and the
+    events read so far (``n_events`` of the files done)."""
+
+    files_done: int
+    files_total: int
+    bytes_done: int
+    bytes_total: int
+    events: int
+    path: str = ""
+
+
+class Failed:
+    """A TraceviewError carried back from a worker as (class, fault, path): rebuilt on this
+    side, so its ``fault``/``path`` attributes survive pickling."""
+
+    def __init__(self, exc: TraceviewError):
+        self.cls, self.fault, self.path = type(exc), exc.fault, exc.path
+        self.exc = exc
+
+    def __getstate__(self):
+        return {"cls": self.cls, "fault": self.fault, "path": self.path}
+
+    def __setstate__(self, st):
+        self.cls, self.fault, self.path = st["cls"], st["fault"], st["path"]
+        self.exc = None
+
+    def rebuild(self) -> TraceviewError:
+        if self.exc is not None:
+            return self.exc
+        try:
+            return self.cls(self.fault, self.path)
+        except Exception:  # a subclass with another signature
+            return TraceviewError(self.fault, self.path)
+
+
+def tasks_for(files, max_bytes: int | None = None, cache=None) -> list[ReadTask]:
+    """ReadTasks for discovered files (:class:`traceview.read.discover.TraceFile`-like
+    objects with ``path``, ``kind``, ``host``, ``run``); ``cache``: a
+    :class:`traceview.read.cache.TableCache` or None."""
+    out = []
+    for tf in files:
+        try:
+            size = int(getattr(tf, "size", 0) or os.stat(tf.path).st_size)
+        except OSError:
+            size = 0
+        out.append(ReadTask(path=str(tf.path), kind="xplane" if tf.kind == "xplane" else "trace_json",
+                            host=tf.host, run=tf.run, max_bytes=max_bytes, size=size,
+                            cache_root=None if cache is None else str(cache.root),
+                            min_cache_bytes=1 << 20 if cache is None else cache.min_file_bytes))
+    return out
+
+
+def dask_executor(address: str):
+    """(executor, close) for the Dask cluster at ``address``. Raises :class:`UsageError`
+    when ``distributed`` is not installed or the scheduler cannot be reached."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UsageError("--scheduler needs Dask: pip install 'traceview[dist]' (dask[distributed])") from None
+    try:
+        client = Client(address, timeout="10s", set_as_default=False)
+    except Exception as exc:  # OSError, TimeoutError, ValueError for a bad address...
+        raise UsageError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+    return client.get_executor(pure=False), client.close
+
+
+def default_workers() -> int:
+    """Processes for a local parallel read: the cores this process may use."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor | None" = None,
+              scheduler: str | None = None, workers: int = 0,
+              progress: Callable[[Progress], None] | None = None) -> list:
+    """``read(task)`` for every task; returns, in task order, its result or the
+    TraceviewError it raised, per file.
+
+    ``read`` must be a module-level function (it is pickled by name for worker processes);
+    it returns the file's result or a :class:`Failed`. ``executor``: used as given (not shut
+    down here). ``scheduler``: a Dask scheduler address (a client is opened and closed here).
+    Otherwise a local process pool of up to ``workers`` processes (capped by the number of
+    files) when ``workers`` >= 2, there are at least two files and :data:`PARALLEL_MIN_BYTES`
+    in total, else the calling process. ``progress`` gets a :class:`Progress` after each
+    file. Raises :class:`UsageError` for ``workers`` < 0.
+    """
+    if workers < 0:
+        raise UsageError(f"workers must be 0 or more, got {workers}")
+    tasks = list(tasks)
+    n = len(tasks)
+    total = sum(t.size for t in tasks)
+    results: list = [None] * n
+    done = {"files": 0, "bytes": 0, "events": 0}
+
+    def finish(i: int, res) -> None:
+        if isinstance(res, Failed):
+            res = res.rebuild()
+        results[i] = res
+        done["files"] += 1
+        done["bytes"] += tasks[i].size
+        done["events"] += getattr(res, "n_events", 0) or 0
+        if progress is not None:
+            progress(Progress(done["files"], n, done["bytes"], total, done["events"], tasks[i].path))
+
+    if progress is not None and n:
+        progress(Progress(0, n, 0, total, 0, tasks[0].path))
+    close = None
+    own_pool = None
+    if executor is None and scheduler:
+        executor, close = dask_executor(scheduler)
+    elif executor is None:
+        w = min(workers, n)
+        if w >= 2 and total >= PARALLEL_MIN_BYTES:
+            import multiprocessing
+
+            from concurrent.futures import ProcessPoolExecutor
+
+            own_pool = executor = ProcessPoolExecutor(max_workers=w, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        if executor is None:
+            for i, t in enumerate(tasks):
+                finish(i, read(t))
+        else:
+            from concurrent.futures import Future, as_completed
+
+            futures = [executor.submit(read, t) for t in tasks]
+            if all(isinstance(f, Future) for f in futures):
+                index = {f: i for i, f in enumerate(futures)}
+                for fut in as_completed(futures):
+                    finish(index[fut], fut.result())
+            else:  # e.g. a Dask Client's own futures: collect them in order
+                for i, fut in enumerate(futures):
+                    finish(i, fut.result())
+    finally:
+        if own_pool is not None:
+            own_pool.shutdown(wait=True, cancel_futures=True)
+        if close is not None:
+            close()
+    return results

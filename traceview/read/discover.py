@@ -1,0 +1,519 @@
+"""Finding trace files: which run, which hosts, which files, and why.
+
+``discover(path)`` accepts whatever a user is likely to type: a log dir (the folder given to
+``jax.profiler.trace``), its ``plugins/profile`` folder, one run folder, one trace file, or any
+folder above them (``.`` included). It walks the tree (stat only: no file is opened, nothing
+is written), groups what it finds into *runs* and *hosts*, picks what to read and explains the
+choice in :attr:`Discovery.reasons`, and lists the traps it noticed in
+:attr:`Discovery.warnings`.
+
+On-disk layout written by the profiler (see ``shared/reference/xplane-and-xprof.md`` §4)::
+
+    <log_dir>/plugins/profile/<YYYY_MM_DD_HH_MM_SS>/<host>.xplane.pb
+                                                   /<host>.trace.json.gz
+                                                   /perfetto_trace.json.gz   (optional copy)
+
+The traps this module guards against:
+
+* **stale trace** — a log dir accumulates one run folder per profiling session; tools that
+  read "whatever is there" silently show an old run. We read the newest run, say so, list the
+  others with their ages, and warn when there are several or when the chosen one is old.
+* **same-second collision** — two sessions started in the same second share one run folder
+  and the second overwrites the first, possibly only partly: a host whose ``.xplane.pb`` and
+  ``.trace.json.gz`` were written far apart gets a warning.
+* **``None/``** — ``jax.profiler.start_trace(None)`` writes to ``./None/plugins/profile/``.
+* **stray files** — trace files lying loose next to each other (not in a run folder) are read
+  as the hosts of one run, with a warning.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat as _stat
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from traceview.errors import NoTraceFound, UsageError
+
+#: File-name patterns searched for, as shown to users.
+PATTERNS: tuple[str, ...] = ("*.xplane.pb", "*.trace.json.gz", "*.trace.json", "perfetto_trace.json.gz")
+
+#: kind -> preference when a host has several files (lower is preferred).
+_KIND_RANK = {"xplane": 0, "trace_json": 1, "perfetto": 2}
+
+#: Run folder names written by the profiler (local time, 1-second resolution).
+RUN_NAME_RE = re.compile(r"^(\d{4})_(\d{2})_(\d{2})_(\d{2})_(\d{2})_(\d{2})$")
+
+#: Folders never descended into below the starting folder (they hold no profiles, and
+#: package folders can be huge or ship test traces of their own).
+PRUNED_DIRS = frozenset({
+    ".git", ".hg", ".svn", "__pycache__", "node_modules", ".venv", "venv", "site-packages",
+    ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints",
+})
+
+#: Two files of one host written further apart than this (seconds) get a warning.
+MTIME_MISMATCH_S = 60.0
+
+PERFETTO_NAME = "perfetto_trace.json.gz"
+_PERFETTO_HOST = "perfetto_trace"
+
+
+def classify(name: str) -> tuple[str, str] | None:
+    """Classify a file name: ``(kind, host)`` or None when it is not a trace file.
+
+    kind is ``"xplane"`` (``<host>.xplane.pb``), ``"trace_json"`` (``<host>.trace.json.gz``
+    or ``<host>.trace.json``) or ``"perfetto"`` (``perfetto_trace.json.gz``, whose host is
+    not in its name: ``"perfetto_trace"`` is returned).
+    """
+    if name == PERFETTO_NAME:
+        return "perfetto", _PERFETTO_HOST
+    for suffix, kind in ((".xplane.pb", "xplane"), (".trace.json.gz", "trace_json"), (".trace.json", "trace_json")):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            return kind, name[: -len(suffix)]
+    return None
+
+
+def host_from_filename(path: str | os.PathLike) -> str:
+    """The host name a trace file's name implies (its stem before ``.xplane.pb`` /
+    ``.trace.json[.gz]``), or the whole file name when it follows no known pattern."""
+    name = os.path.basename(os.fspath(path))
+    c = classify(name)
+    return c[1] if c else name
+
+
+def parse_run_timestamp(name: str) -> datetime | None:
+    """Parse a run folder name ``YYYY_MM_DD_HH_MM_SS`` (local time); None if it is not one."""
+    m = RUN_NAME_RE.match(name)
+    if not m:
+        return None
+    try:
+        return datetime(*(int(g) for g in m.groups()))
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class TraceFile:
+    """One trace file found on disk (from ``stat``; never opened by discovery).
+
+    ``size`` is in bytes, ``mtime`` in seconds since the epoch. ``run`` is the name of the
+    :class:`Run` the file belongs to ("" for a single file outside any run folder).
+    """
+
+    path: Path
+    host: str
+    kind: str  # "xplane" | "trace_json" | "perfetto"
+    size: int
+    mtime: float
+    run: str
+
+
+@dataclass
+class Run:
+    """The trace files of one profiling session: one folder.
+
+    ``name`` is the run folder name (``YYYY_MM_DD_HH_MM_SS``), or the parent folder's name for
+    trace files lying outside a run folder, or "" for a single file given directly.
+    ``timestamp`` is parsed from the folder name (local time), None when it is not a run name.
+    """
+
+    name: str
+    directory: Path
+    files: list[TraceFile]
+    timestamp: datetime | None
+
+    @property
+    def hosts(self) -> list[str]:
+        """Host names in this run, sorted."""
+        return sorted({f.host for f in self.files})
+
+    @property
+    def time(self) -> float:
+        """When the run was captured, seconds since the epoch: the folder's timestamp, else
+        the newest file mtime."""
+        if self.timestamp is not None:
+            return self.timestamp.timestamp()
+        return max((f.mtime for f in self.files), default=0.0)
+
+    def age(self, now: float | None = None) -> float:
+        """Seconds between :attr:`time` and ``now`` (default: the current time)."""
+        return (time.time() if now is None else now) - self.time
+
+    @property
+    def under_none(self) -> bool:
+        """True when the run sits under ``None/plugins/profile`` (``start_trace(None)``)."""
+        parts = self.directory.parts
+        for i in range(len(parts) - 2):
+            if parts[i] == "None" and parts[i + 1] == "plugins" and parts[i + 2] == "profile":
+                return True
+        return False
+
+    def files_for(self, host: str) -> list[TraceFile]:
+        """This host's files, preferred first (xplane, then trace.json[.gz], then perfetto)."""
+        return sorted((f for f in self.files if f.host == host), key=_file_pref)
+
+
+@dataclass
+class Discovery:
+    """What :func:`discover` found and chose.
+
+    ``runs`` are all runs found, newest first; ``selected`` the runs to read; ``files`` the
+    files to read: one per (selected run, host), ``.xplane.pb`` preferred. ``reasons`` are
+    human-readable lines saying what is read and why; ``warnings`` one line per trap noticed;
+    ``skipped`` the (path, why) of folders and files that could not be looked at.
+    """
+
+    root: Path
+    runs: list[Run]
+    selected: list[Run]
+    files: list[TraceFile]
+    reasons: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+    def siblings(self, tf: TraceFile) -> list[TraceFile]:
+        """The other files of ``tf``'s run and host (e.g. the ``.trace.json.gz`` next to a
+        chosen ``.xplane.pb``), preferred first."""
+        return json_siblings(self, tf, kinds=None)
+
+
+def json_siblings(discovery: Discovery, tf: TraceFile, kinds: tuple[str, ...] | None = ("trace_json", "perfetto")) -> list[TraceFile]:
+    """Files of the same run and host as ``tf`` (other than ``tf``) whose kind is in
+    ``kinds`` (default: the Chrome-trace JSON copies), preferred first. Lets a reader compare
+    the xplane's event counts with the JSON's (e.g. to show the JSON was truncated)."""
+    for r in discovery.runs:
+        if r.directory == tf.path.parent and r.name == tf.run:
+            return [f for f in r.files_for(tf.host) if f.path != tf.path and (kinds is None or f.kind in kinds)]
+    return []
+
+
+def _file_pref(f: TraceFile):
+    # xplane first; among JSON, .gz before plain; then newest
+    return (_KIND_RANK.get(f.kind, 9), 0 if f.path.name.endswith(".gz") else 1, -f.mtime, f.path.name)
+
+
+def _fmt_age(seconds: float) -> str:
+    """'3 min', '5 h', '12 days' for an age in seconds (negative: 'in the future')."""
+    if seconds < 0:
+        return "in the future (clock skew?)"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} days"
+
+
+def _fmt_size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _walk(root: Path, skipped: list[tuple[Path, str]]) -> list[tuple[Path, str, str, int, float]]:
+    """Depth-first walk of ``root`` following directory symlinks, each real folder once.
+
+    Returns (path, kind, host, size, mtime) for each trace file. Folders that cannot be
+    listed and files that cannot be stat'ed go to ``skipped``. Nothing is opened but folders.
+    """
+    found = []
+    visited: set[tuple[int, int]] = set()
+    stack = [(root, True)]
+    while stack:
+        d, is_root = stack.pop()
+        try:
+            st = os.stat(d)
+        except OSError as exc:
+            skipped.append((d, f"cannot stat folder: {exc.strerror or exc}"))
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in visited:
+            skipped.append((d, "already visited (symlink loop or duplicate link); not followed again"))
+            continue
+        visited.add(key)
+        try:
+            with os.scandir(d) as it:
+                entries = list(it)
+        except OSError as exc:
+            skipped.append((d, f"cannot list folder: {exc.strerror or exc}"))
+            continue
+        subdirs = []
+        for e in entries:
+            name = e.name
+            try:
+                is_dir = e.is_dir(follow_symlinks=True)
+            except OSError:
+                is_dir = False
+            if is_dir:
+                if name not in PRUNED_DIRS:
+                    subdirs.append(Path(e.path))
+                continue
+            c = classify(name)
+            if c is None:
+                continue
+            p = Path(e.path)
+            try:
+                fst = e.stat(follow_symlinks=True)
+            except OSError as exc:
+                why = "broken symlink" if e.is_symlink() else f"cannot stat: {exc.strerror or exc}"
+                skipped.append((p, why))
+                continue
+            if not _stat.S_ISREG(fst.st_mode):
+                skipped.append((p, "not a regular file"))
+                continue
+            if fst.st_size == 0:
+                skipped.append((p, "empty file (0 bytes): an interrupted profiler export?"))
+                continue
+            found.append((p, c[0], c[1], fst.st_size, fst.st_mtime))
+        # sorted push so that the walk order (and thus all output) is deterministic
+        for sd in sorted(subdirs, reverse=True):
+            stack.append((sd, False))
+    return found
+
+
+def _group(found, root: Path, single_file: bool) -> list[Run]:
+    by_dir: dict[Path, list] = {}
+    for item in found:
+        by_dir.setdefault(item[0].parent, []).append(item)
+    runs: list[Run] = []
+    for d, items in by_dir.items():
+        ts = parse_run_timestamp(d.name)
+        if single_file and ts is None:
+            name = ""
+        else:
+            name = d.name
+        # the perfetto copy carries no host in its name: give it the folder's only host
+        hosts = {h for (_, k, h, _, _) in items if k != "perfetto"}
+        files = []
+        for p, kind, host, size, mtime in items:
+            if kind == "perfetto" and len(hosts) == 1:
+                host = next(iter(hosts))
+            files.append((p, kind, host, size, mtime))
+        runs.append(Run(name=name, directory=d, files=[], timestamp=ts))
+        runs[-1].files = [TraceFile(p, h, k, s, m, name) for (p, k, h, s, m) in sorted(files)]
+    # disambiguate equal names (e.g. two log dirs holding runs of the same second)
+    counts: dict[str, int] = {}
+    for r in runs:
+        counts[r.name] = counts.get(r.name, 0) + 1
+    for r in runs:
+        if counts[r.name] > 1:
+            try:
+                rel = r.directory.relative_to(root)
+                new = rel.as_posix() if rel.parts else r.name
+            except ValueError:
+                new = str(r.directory)
+            if new != r.name:
+                r.files = [TraceFile(f.path, f.host, f.kind, f.size, f.mtime, new) for f in r.files]
+                r.name = new
+    runs.sort(key=lambda r: (-r.time, r.name))
+    return runs
+
+
+def _select_files(r: Run, reasons: list[str], warnings: list[str]) -> list[TraceFile]:
+    chosen = []
+    for host in r.hosts:
+        fs = r.files_for(host)
+        best = fs[0]
+        chosen.append(best)
+        others = fs[1:]
+        label = f"{r.name}/{host}" if r.name else host
+        if not others:
+            why = {
+                "xplane": "the only file for this host",
+                "trace_json": "no .xplane.pb for this host: the Chrome-trace JSON carries fewer details "
+                              "(TPU: shapes from HLO text; CPU/GPU: no shapes, no program ids)",
+                "perfetto": "the only file for this host (a Perfetto copy of the trace JSON)",
+            }[best.kind]
+            reasons.append(f"host {host}: reading {best.path.name} ({_fmt_size(best.size)}): {why}")
+            continue
+        if best.kind == "xplane":
+            reasons.append(
+                f"host {host}: reading {best.path.name} ({_fmt_size(best.size)}), preferred over "
+                f"{', '.join(o.path.name for o in others)}: the .xplane.pb is complete (the JSON export drops "
+                "program ids and FLOPs and is capped at 1M-5M events)"
+            )
+        else:
+            reasons.append(
+                f"host {host}: reading {best.path.name} ({_fmt_size(best.size)}); not read: "
+                f"{', '.join(o.path.name for o in others)} (copies of the same trace)"
+            )
+        # same host, files written far apart: they may come from different sessions
+        xp = [f for f in fs if f.kind == "xplane"]
+        js = [f for f in fs if f.kind == "trace_json"]
+        for a in xp:
+            for b in js:
+                gap = abs(a.mtime - b.mtime)
+                if gap > MTIME_MISMATCH_S:
+                    warnings.append(
+                        f"run {r.name or r.directory}: host {host}: {a.path.name} and {b.path.name} were written "
+                        f"{gap:.0f} s apart; they may come from different profiling sessions (sessions started "
+                        f"in the same second share one run folder and overwrite each other's files)"
+                    )
+    return chosen
+
+
+def _describe_run(r: Run, now: float) -> str:
+    when = r.timestamp.strftime("%Y-%m-%d %H:%M:%S") if r.timestamp else "newest file " + datetime.fromtimestamp(r.time).strftime("%Y-%m-%d %H:%M:%S")
+    hosts = r.hosts
+    return f"{r.name or r.directory.name or str(r.directory)} ({when}, {_fmt_age(r.age(now))} old, {len(hosts)} host{'s' if len(hosts) != 1 else ''})"
+
+
+def discover(
+    path: str | os.PathLike,
+    *,
+    run: str | None = None,
+    all_runs: bool = False,
+    stale_after_s: float | None = 7 * 24 * 3600,
+    now: float | None = None,
+) -> Discovery:
+    """Find the trace files under ``path`` and choose which to read.
+
+    Args:
+        path: a trace file, a run folder, a ``plugins/profile`` folder, a log dir, or any
+            folder above (``.``). Folders are walked at any depth, following directory
+            symlinks once per real folder (loops terminate), skipping folders that cannot be
+            listed (recorded in ``skipped``) and :data:`PRUNED_DIRS` below the start.
+        run: read this run only: a run name as listed in ``Discovery.runs`` (folder name
+            ``YYYY_MM_DD_HH_MM_SS``; a folder path relative to ``path`` when two runs share a
+            name).
+        all_runs: read every run found (newest first).
+        stale_after_s: warn when the chosen run is older than this many seconds (None: never).
+        now: the current time, seconds since the epoch (default ``time.time()``); for ages.
+
+    Returns:
+        A :class:`Discovery`. Runs are ordered newest first by their folder timestamp, else
+        by their newest file mtime. One file is read per (run, host): ``.xplane.pb``, else
+        ``.trace.json.gz``, else ``.trace.json``, else ``perfetto_trace.json.gz``.
+
+    Raises:
+        NoTraceFound: ``path`` does not exist, is a file that is not a trace, or no trace file
+            was found under it.
+        UsageError: ``run`` names no run found (the message lists the runs), or both ``run``
+            and ``all_runs`` are given.
+
+    Never opens a trace file and never writes anything.
+    """
+    root = Path(os.fspath(path))
+    now = time.time() if now is None else now
+    if run is not None and all_runs:
+        raise UsageError("give either a run name or all runs, not both")
+    if not os.path.exists(root):
+        raise NoTraceFound("does not exist", root)
+    skipped: list[tuple[Path, str]] = []
+    patterns = ", ".join(PATTERNS)
+    single_file = not root.is_dir()
+    if single_file:
+        c = classify(root.name)
+        if c is None:
+            raise NoTraceFound(f"not a trace file (expected a name matching {patterns})", root)
+        try:
+            st = root.stat()
+        except OSError as exc:
+            raise NoTraceFound(f"cannot stat: {exc.strerror or exc}", root) from None
+        if not _stat.S_ISREG(st.st_mode):
+            raise NoTraceFound("not a regular file (a FIFO, socket or device?)", root)
+        if st.st_size == 0:
+            raise NoTraceFound("empty file (0 bytes): an interrupted profiler export?", root)
+        found = [(root, c[0], c[1], st.st_size, st.st_mtime)]
+    else:
+        found = _walk(root, skipped)
+    if not found:
+        extra = f"; {len(skipped)} path(s) skipped, first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
+        raise NoTraceFound(f"no trace files found (searched at any depth for {patterns}){extra}", root)
+
+    runs = _group(found, root, single_file)
+    reasons: list[str] = []
+    warnings: list[str] = []
+    n_files = sum(len(r.files) for r in runs)
+    if single_file:
+        reasons.append(f"reading the file given: {root}")
+    else:
+        reasons.append(
+            f"searched {root} for {patterns}: {n_files} file{'s' if n_files != 1 else ''} "
+            f"in {len(runs)} run{'s' if len(runs) != 1 else ''}"
+        )
+
+    if all_runs:
+        selected = list(runs)
+        reasons.append(f"reading all {len(runs)} runs (all runs requested): " + "; ".join(_describe_run(r, now) for r in runs))
+    elif run is not None:
+        matches = [r for r in runs if r.name == run]
+        if not matches:
+            matches = [r for r in runs if r.directory.name == run or str(r.directory) == run]
+            if not matches:
+                try:
+                    matches = [r for r in runs if r.directory.relative_to(root).as_posix() == run.strip("/")]
+                except ValueError:
+                    matches = []
+        if not matches:
+            avail = ", ".join(r.name or str(r.directory) for r in runs)
+            raise UsageError(f"no run named {run!r} under {root}; available runs (newest first): {avail}")
+        if len(matches) > 1:
+            avail = ", ".join(r.name for r in matches)
+            raise UsageError(f"run name {run!r} is ambiguous under {root}: {avail}")
+        selected = matches
+        reasons.append(f"reading run {_describe_run(selected[0], now)} at {selected[0].directory}: selected by name")
+    else:
+        # Real runs (YYYY_MM_DD_HH_MM_SS folders) win over loose files: a summary or a copy
+        # dropped next to them is newer by mtime but is not the session that was profiled.
+        timed = [r for r in runs if r.timestamp is not None]
+        r0 = timed[0] if timed else runs[0]
+        selected = [r0]
+        if timed and runs[0] is not r0:
+            loose = [r for r in runs if r.timestamp is None]
+            warnings.append(
+                f"{sum(len(r.files) for r in loose)} trace file(s) outside any run folder "
+                f"({', '.join(str(r.directory) for r in loose)}) are newer than run {r0.name}; reading the run "
+                "folder (pass --run or --all-runs to read them)")
+        basis = "its folder name" if r0.timestamp else "its newest file's mtime (not in a YYYY_MM_DD_HH_MM_SS run folder)"
+        if len(runs) > 1:
+            reasons.append(f"reading run {_describe_run(r0, now)} at {r0.directory}: the newest of "
+                           f"{len(timed) if timed else len(runs)} run(s){' in run folders' if timed else ''}, "
+                           f"dated by {basis}")
+        else:
+            reasons.append(f"reading run {_describe_run(r0, now)} at {r0.directory}: the only run found")
+        if len(runs) > 1:
+            warnings.append(
+                f"{len(runs)} runs found; reading {'the newest ' if r0 is runs[0] else 'the newest run folder, '}"
+                f"{r0.name or r0.directory}; pass --run or --all-runs "
+                "to choose (the newest run may not be the session you just profiled if clocks or copies differ)"
+            )
+    if not all_runs and len(runs) > 1:
+        others = [r for r in runs if r not in selected]
+        reasons.append("other runs, not read: " + "; ".join(_describe_run(r, now) for r in others))
+
+    files: list[TraceFile] = []
+    for r in selected:
+        if r.under_none:
+            reasons.append(
+                f"run {r.name} is under {r.directory.parent.parent.parent}: jax.profiler.start_trace(None) "
+                "(or a log_dir that is None) writes to ./None/plugins/profile/ in the working directory; "
+                "pass a real log dir"
+            )
+        if r.timestamp is None and len(r.hosts) > 1 and not single_file:
+            warnings.append(
+                f"{len(r.files)} trace files lie loose in {r.directory} (not in a plugins/profile/"
+                f"YYYY_MM_DD_HH_MM_SS run folder); they are read as {len(r.hosts)} hosts of one run: "
+                "pass one file to read only that one"
+            )
+        if all_runs or len(selected) > 1:
+            reasons.append(f"run {r.name or r.directory}: hosts {', '.join(r.hosts)}")
+        elif r.hosts:
+            reasons.append(f"hosts: {', '.join(r.hosts)}")
+        files.extend(_select_files(r, reasons, warnings))
+        # stale: only the newest run read matters (older ones were asked for with all_runs)
+        if stale_after_s is not None and r is selected[0] and r.age(now) > stale_after_s:
+            when = r.timestamp.strftime("%Y-%m-%d %H:%M:%S") if r.timestamp else datetime.fromtimestamp(r.time).strftime("%Y-%m-%d %H:%M:%S")
+            warnings.append(
+                f"run {r.name or r.directory} is {_fmt_age(r.age(now))} old (captured {when}): if you just "
+                "profiled, the new trace went elsewhere (check the log dir you passed to the profiler)"
+            )
+    if skipped:
+        reasons.append(f"skipped {len(skipped)} path(s) that could not be read (see skipped)")
+    return Discovery(root=root, runs=runs, selected=selected, files=files, reasons=reasons, warnings=warnings, skipped=skipped)

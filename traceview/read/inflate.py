@@ -1,0 +1,117 @@
+"""gzip -> bytes for the trace JSON reader, with ISA-L where it is installed.
+
+:func:`gunzip` inflates a (possibly multi-member) gzip file into at most ``limit`` bytes.
+zlib's inflate runs at ~160 MB/s on the machines this was measured on; python-isal's
+``isal_zlib`` (the same API, Intel ISA-L underneath) at ~3x that, which is a third of the
+time of reading a large ``.trace.json.gz``. ISA-L is only trusted with the common case: when
+it finishes cleanly (every member ends, CRC and length match, nothing but zero padding
+after) the bytes are the same as zlib's. Anything else — a corrupt, truncated or over-limit
+stream, trailing garbage, or a gzip header with reserved flag bits (which zlib rejects and
+ISA-L does not) — is inflated again with zlib, whose outcome and messages are the reader's
+documented ones. Without python-isal, zlib does everything.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+from traceview.errors import LimitExceeded, TraceUnreadable
+
+try:  # optional: manylinux wheels exist, but an exotic platform may lack it
+    from isal import isal_zlib as _isal_zlib
+except ImportError:  # pragma: no cover - depends on the environment
+    _isal_zlib = None
+
+GZIP_MAGIC = b"\x1f\x8b"
+_IN_CHUNK = 1 << 20  # compressed bytes fed to the inflater per call
+_FRESERVED = 0xE0  # gzip FLG bits 5-7: zlib fails on them, ISA-L ignores them
+
+
+def gunzip(data: bytes, path: str, limit: int) -> bytes | bytearray:
+    """Decompress (possibly multi-member) gzip ``data`` into at most ``limit`` bytes.
+
+    Raises :class:`TraceUnreadable` (corrupt or truncated stream, trailing garbage) or
+    :class:`LimitExceeded` (more than ``limit`` bytes), with zlib's wording.
+    """
+    if _isal_zlib is not None:
+        out = _clean_inflate(_isal_zlib, data, limit)
+        if out is not None:
+            return out
+    return _gunzip_zlib(data, path, limit)
+
+
+def _clean_inflate(mod, data: bytes, limit: int) -> bytes | None:
+    """Inflate with ``mod`` (a zlib-compatible module); None unless every member ends
+    cleanly within ``limit`` bytes and only zero padding follows the last one.
+
+    Each member is inflated in one call (output capped at ``limit + 1`` bytes): feeding it
+    in 1 MiB pieces and growing a bytearray costs ~40% more here than the inflate itself."""
+    parts = []
+    size = 0
+    view = memoryview(data)
+    pos = 0
+    n = len(data)
+    try:
+        while True:
+            if n - pos < 4 or data[pos + 3] & _FRESERVED:
+                return None
+            d = mod.decompressobj(wbits=31)
+            got = d.decompress(view[pos:], limit - size + 1)
+            size += len(got)
+            parts.append(got)
+            if size > limit or not d.eof:  # over the limit, or truncated
+                return None
+            pos = n - len(d.unused_data)
+            if pos >= n:
+                break
+            rest = view[pos:]
+            if bytes(rest[:2]) != GZIP_MAGIC:
+                if any(rest):
+                    return None  # trailing garbage
+                break  # zero padding after the last member
+    except Exception:  # isal_zlib.error and anything unexpected: zlib decides
+        return None
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _gunzip_zlib(data: bytes, path: str, limit: int) -> bytearray:
+    out = bytearray()
+    view = memoryview(data)
+    pos = 0
+    n = len(data)
+    while True:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            while pos < n and not d.eof:
+                chunk = view[pos:pos + _IN_CHUNK]
+                pos += len(chunk)
+                room = limit - len(out)
+                got = d.decompress(chunk, room + 1)
+                out += got
+                if len(out) > limit or d.unconsumed_tail:
+                    raise LimitExceeded(
+                        f"decompressed JSON exceeds the {limit}-byte limit (max_decompressed_bytes)", path)
+                if d.eof:
+                    # bytes of this chunk past the member's end belong to the next member
+                    pos -= len(d.unused_data)
+            if not d.eof:
+                tail = d.flush()
+                out += tail
+                if len(out) > limit:
+                    raise LimitExceeded(
+                        f"decompressed JSON exceeds the {limit}-byte limit (max_decompressed_bytes)", path)
+                raise TraceUnreadable(
+                    f"truncated gzip stream: the file ends after {n} compressed bytes "
+                    f"({len(out)} bytes decompressed) before the gzip trailer", path)
+        except zlib.error as exc:
+            msg = str(exc)
+            if "incorrect data check" in msg or "incorrect length check" in msg:
+                raise TraceUnreadable(f"bad gzip data: CRC/length check failed ({msg}): the file is corrupt", path) from None
+            raise TraceUnreadable(f"bad gzip data ({msg})", path) from None
+        if pos >= n:
+            return out
+        rest = view[pos:]
+        if bytes(rest[:2]) != GZIP_MAGIC:
+            if not any(bytes(rest)):
+                return out  # zero padding after the last member
+            raise TraceUnreadable(f"{n - pos} bytes of trailing garbage after the gzip data", path)

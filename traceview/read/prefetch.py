@@ -1,0 +1,115 @@
+"""Decode an xplane file's TPU planes on a background thread while the caller is still starting.
+
+A cold ``traceview.load`` spends its first ~0.3 s importing polars on one core while the other
+is idle. :func:`start` (called right after discovery, before polars is imported) maps the file
+and runs ``work(plane, path)`` over its TPU planes on a daemon thread (the caller passes
+:func:`traceview.model.tpu_plane.plane_arrays`, which imports no polars and spends most of
+its time in C and numpy code that releases the GIL). :meth:`Prefetch.take` hands the mapped
+XSpace and the per-plane results over: it first works on the calling thread through the
+planes the background thread has not started, so both cores work once the imports are done,
+then waits for the rest.
+
+Nothing changes in what is read: the same function runs on the same bytes, and a plane whose
+work failed hands its exception over, for the reader to raise as it would have. A prefetch is
+used only if the file's identity (size, mtime, ctime, inode, device) is unchanged at
+:meth:`~Prefetch.take`; anything else (no C decoder, an unmappable or malformed file, a
+changed file) makes it return None and the reader starts afresh. A prefetch never taken is
+dropped with its object (its thread finishes on its own). Nothing here raises.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Callable
+
+
+def _identity(path: str) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+class Prefetch:
+    """One file's prefetch: the mapped space, its TPU planes and per-plane results (what
+    ``work`` returned, or the exception it raised). Made by :func:`start`."""
+
+    def __init__(self, path: str, ident: tuple, work: Callable):
+        self.path, self.ident, self._work = path, ident, work
+        self.space = None
+        self.planes: list = []
+        self.results: list = []
+        self.done: list[threading.Event] = []
+        self.next = 0
+        self.failed = False
+        self.ready = threading.Event()  # set once planes are listed (or the job failed)
+        self.lock = threading.Lock()
+
+    def matches(self, path: str | os.PathLike) -> bool:
+        """Whether this prefetch is for ``path`` (the same file once links are resolved)."""
+        return os.path.realpath(path) == os.path.realpath(self.path)
+
+    def _drain(self) -> None:
+        """Work through unclaimed planes on the calling thread until none is left."""
+        while True:
+            with self.lock:
+                i = self.next
+                if i >= len(self.planes):
+                    return
+                self.next += 1
+            try:
+                self.results[i] = self._work(self.planes[i], self.path)
+            except Exception as exc:  # handed over to the reader, which raises it
+                self.results[i] = exc
+            self.done[i].set()
+
+    def _run(self) -> None:
+        try:
+            from traceview.read.xplane.wire import HAS_DECODER, map_xspace
+
+            space = map_xspace(Path(self.path)) if HAS_DECODER else None
+            if space is None:
+                self.failed = True
+                return
+            self.space = space
+            self.planes = [p for p in space.planes if p.name.startswith("/device:TPU:")]
+            self.results = [None] * len(self.planes)
+            self.done = [threading.Event() for _ in self.planes]
+        except BaseException:  # noqa: BLE001 - a prefetch never fails the run
+            self.failed = True
+            return
+        finally:
+            self.ready.set()
+        self._drain()
+
+    def take(self):
+        """``(space, results)`` (``results``: one entry per TPU plane of ``space``, in plane
+        order, each what ``work`` returned or the exception to raise), or None when the
+        prefetch failed or the file changed since it started. Works through the planes not
+        yet started on the calling thread, then waits for the others. Never raises."""
+        self.ready.wait()
+        if self.failed or _identity(os.path.realpath(self.path)) != self.ident:
+            return None
+        self._drain()
+        for ev in self.done:
+            ev.wait()
+        return self.space, self.results
+
+
+def start(path: str | os.PathLike, work: Callable) -> Prefetch | None:
+    """Begin running ``work(plane, path)`` over the TPU planes of the xplane file ``path`` on
+    a daemon thread; returns the :class:`Prefetch`, or None when the file cannot be stat'ed
+    or no thread can be started. Never raises."""
+    key = os.path.realpath(path)
+    ident = _identity(key)
+    if ident is None:
+        return None
+    job = Prefetch(str(path), ident, work)
+    try:
+        threading.Thread(target=job._run, name="traceview-prefetch", daemon=True).start()
+    except RuntimeError:  # no thread can be started
+        return None
+    return job

@@ -1,0 +1,243 @@
+"""Chrome-trace JSON (``<host>.trace.json.gz``) as bytes, then as event objects.
+
+:func:`read_json_bytes` gives a file's JSON text (gunzipped by :mod:`traceview.read.inflate`
+when it starts with the gzip magic; a leading UTF-8 byte order mark dropped), within a byte
+limit. :func:`load_events` decodes it into :data:`Event` objects with the attributes the
+converter reads (``ph``, ``pid``, ``tid``, ``ts``, ``dur``, ``name``, ``args`` and, on
+``args``, the keys in :data:`ARG_FIELDS`), through a typed msgspec decode, else orjson.
+:mod:`traceview.model.from_tracejson` turns the events into the op table. Errors are
+:class:`~traceview.errors.TraceUnreadable`, :class:`~traceview.errors.NoTraceFound` and
+:class:`~traceview.errors.LimitExceeded`, each one line naming the file.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import gc
+import os
+from typing import Annotated, Union
+
+import orjson
+
+try:  # the typed JSON decoder; without it orjson reads everything (the general path)
+    import msgspec
+except ImportError:  # pragma: no cover - depends on the environment
+    msgspec = None
+
+from traceview.errors import LimitExceeded, NoTraceFound, TraceUnreadable
+from traceview.read.inflate import GZIP_MAGIC as _GZIP_MAGIC
+from traceview.read.inflate import gunzip as _gunzip
+
+#: Default limit on decompressed JSON size, bytes.
+MAX_DECOMPRESSED_BYTES = 4 << 30
+
+
+# -- bytes -> document ---------------------------------------------------------------------
+
+_BOM = b"\xef\xbb\xbf"
+
+
+def _without_bom(data):
+    """``data`` without a leading UTF-8 byte order mark (RFC 8259 lets a parser ignore one;
+    orjson and msgspec refuse it). Copies only when there is one."""
+    return data[3:] if data[:3] == _BOM else data
+
+
+def read_json_bytes(path: str | os.PathLike, *, max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES) -> bytes | bytearray:
+    """The JSON text of a trace file: gunzipped when it starts with the gzip magic, else as is,
+    without a leading UTF-8 byte order mark.
+
+    Reads the whole file (opened read-only); decompression streams into a buffer capped at
+    ``max_decompressed_bytes``. Raises :class:`NoTraceFound` when the file does not exist,
+    :class:`TraceUnreadable` when it cannot be read, is not gzip nor JSON-looking, or its gzip
+    stream is corrupt or truncated, :class:`LimitExceeded` over the limit.
+    """
+    p = str(path)
+    try:
+        with open(p, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size > max_decompressed_bytes:
+                # its text (or, gzip aside, its decompressed text) cannot fit: not read at all
+                raise LimitExceeded(f"file is {size} bytes, over the {max_decompressed_bytes}-byte limit "
+                                    "(max_decompressed_bytes)", p)
+            data = fh.read()
+    except FileNotFoundError:
+        raise NoTraceFound("does not exist", p) from None
+    except OSError as exc:
+        raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", p) from None
+    if not data:
+        raise TraceUnreadable("file is empty", p)
+    if data[:2] == _GZIP_MAGIC:
+        return _without_bom(_gunzip(data, p, max_decompressed_bytes))
+    data = _without_bom(data)
+    head = data[:64].lstrip()
+    if head[:1] in (b"{", b"["):
+        if len(data) > max_decompressed_bytes:
+            raise LimitExceeded(
+                f"JSON file is {len(data)} bytes, over the {max_decompressed_bytes}-byte limit (max_decompressed_bytes)", p)
+        return data
+    what = "not gzip-compressed" if p.endswith(".gz") else "neither gzip nor JSON"
+    raise TraceUnreadable(f"{what} (starts with {data[:8]!r}); expected a Chrome-trace JSON", p)
+
+
+def _utf8_ok(text) -> bool:
+    """Whether ``text`` is valid UTF-8 (orjson rejects anything else; the typed decode does
+    not look inside the values it skips). ASCII, the exporter's output, is checked in one
+    fast pass; anything else is decoded in 4 MiB pieces and thrown away."""
+    if text.isascii():
+        return True
+    dec = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(text)
+    try:
+        for i in range(0, len(view), 1 << 22):
+            dec.decode(view[i:i + (1 << 22)])
+        dec.decode(b"", True)
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def load_events(text, path: str) -> tuple[list, int]:
+    """The trace's events as :data:`Event` objects (only ``X`` and ``M`` ones on the general
+    path) and the number of other non-empty events left out of that list.
+
+    The typed decode (msgspec) is tried first; whatever it does not take — a value of an
+    unexpected type, an event key outside the trace format, an integer past int64, invalid
+    JSON, the array form's non-object values, no ``traceEvents`` — goes down the general path
+    (orjson, then dicts -> objects), which gives the reader's documented errors. Both give
+    the same events for any file the typed decode takes. One difference remains: a number
+    beyond the float64 range (``1e400``) in a value the reader never reads (an unknown
+    ``args`` key, an unknown top-level key) is skipped by msgspec, while orjson fails the
+    file on it; such a file is now read.
+    """
+    if _DECODER is not None and _utf8_ok(text):
+        try:
+            doc = _DECODER.decode(text)
+        except Exception:  # msgspec.DecodeError/ValidationError, RecursionError: the general path decides
+            doc = None
+        if doc is not None:
+            events = doc if type(doc) is list else doc.traceEvents
+            if events is not UNSET:
+                return events, 0
+    return _from_dicts(_load_json(text, path))
+
+
+def _load_json(text, path: str) -> list:
+    try:
+        doc = orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        raise TraceUnreadable(f"not valid JSON ({exc})", path) from None
+    if isinstance(doc, dict):
+        if "traceEvents" not in doc:
+            keys = ", ".join(list(doc)[:5])
+            raise TraceUnreadable(f"JSON without traceEvents (top-level keys: {keys or 'none'}): not a Chrome trace", path)
+        events = doc["traceEvents"]
+    elif isinstance(doc, list):
+        events = doc  # the Chrome-trace "JSON array" form
+    else:
+        raise TraceUnreadable(f"JSON top level is a {type(doc).__name__}, not a Chrome trace object", path)
+    if not isinstance(events, list):
+        raise TraceUnreadable(f"traceEvents is a {type(events).__name__}, not a list", path)
+    if events and not any(type(e) is dict for e in events):
+        raise TraceUnreadable(f"no trace event objects among the {len(events)} JSON values: not a Chrome trace", path)
+    return events
+
+
+def _from_dicts(events: list) -> tuple[list, int]:
+    """orjson's event dicts -> (:data:`Event` objects for the ``X`` and ``M`` events, number
+    of the other non-empty event objects). Values are kept as they are, of any type."""
+    out: list = []
+    append = out.append
+    n_other = 0
+    fields = ARG_FIELDS
+    for e in events:
+        if type(e) is not dict:
+            continue
+        ph = e.get("ph")
+        if ph == "X" or ph == "M":
+            a = e.get("args")
+            append(Event(ph, e.get("pid"), e.get("tid"), e.get("ts"), e.get("dur"), e.get("name", UNSET),
+                          Args(*[a.get(k) for k in fields]) if type(a) is dict else None))
+        elif e:
+            n_other += 1
+    return out, n_other
+
+
+@contextlib.contextmanager
+def gc_paused():
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+# -- event objects -------------------------------------------------------------------------
+#
+# The reader works on event objects with attributes: ph, pid, tid, ts, dur, name, args, and
+# on ``args`` the keys listed in ARG_FIELDS (the only ones read). With msgspec they come
+# straight out of a typed decode of the JSON text: other ``args`` keys are skipped, never
+# allocated, and an event is one small untracked object instead of two dicts (about twice
+# orjson's speed on the exporter's files, a third of the objects). The general path (orjson)
+# builds the same objects from its dicts. On an event, an absent field is UNSET and an
+# explicit null is None: ``name`` defaults differently on the two (module names), and an
+# event with no field at all is the ``{}`` that ends the exporter's array (not counted).
+
+#: the ``args`` keys the reader reads
+ARG_FIELDS = ("name", "long_name", "hlo_category", "source", "source_stack", "tf_op", "model_flops",
+               "bytes_accessed", "shape_with_layout", "device_offset_ps", "device_duration_ps", "hlo_op",
+               "hlo_module", "program_id", "run_id")
+#: the event fields the reader reads, in Event's order
+_EVENT_FIELDS = ("ph", "pid", "tid", "ts", "dur", "name", "args")
+#: the Chrome trace format's other event keys: never read, only declared so that the typed
+#: decode takes them; an event with any other key sends the file down the general path, so
+#: that an event made only of unknown keys is still told from an empty one
+_OTHER_EVENT_KEYS = ("cat", "tts", "tdur", "id", "id2", "bp", "s", "sf", "stack", "esf", "estack", "cname",
+                     "bind_id", "flow_in", "flow_out", "scope")
+
+if msgspec is not None:
+    UNSET = msgspec.UNSET
+    # orjson reads an integer outside int64..uint64 as a float: the typed decode takes int64
+    # only (anything else goes down the general path)
+    _Int = Annotated[int, msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)]
+    _Str = Union[str, None]
+    _Num = Union[_Int, float, str, None]
+    _NUM_ARGS = ("model_flops", "bytes_accessed", "device_offset_ps", "device_duration_ps", "program_id", "run_id")
+    Args = msgspec.defstruct("Args", [(k, _Num if k in _NUM_ARGS else _Str, None) for k in ARG_FIELDS],
+                              gc=False, module=__name__)
+    _U = msgspec.UnsetType
+    Event = msgspec.defstruct(
+        "Event",
+        [("ph", Union[str, None, _U], UNSET), ("pid", Union[_Int, str, None, _U], UNSET),
+         ("tid", Union[_Int, str, None, _U], UNSET), ("ts", Union[_Num, _U], UNSET),
+         ("dur", Union[_Num, _U], UNSET), ("name", Union[str, None, _U], UNSET),
+         ("args", Union[Args, None, _U], UNSET)]
+        + [(k, Union[msgspec.Raw, _U], UNSET) for k in _OTHER_EVENT_KEYS],
+        gc=False, forbid_unknown_fields=True, module=__name__)
+    _Doc = msgspec.defstruct("_Doc", [("traceEvents", Union[list[Event], _U], UNSET)], gc=False, module=__name__)
+    _DECODER = msgspec.json.Decoder(Union[_Doc, list[Event]])
+else:  # pragma: no cover - msgspec is a dependency; this keeps an exotic platform working
+    UNSET = type("_Unset", (), {"__repr__": lambda self: "UNSET", "__bool__": lambda self: False})()
+
+    def _plain(name: str, fields: tuple, default):
+        def __init__(self, *values):
+            for k, v in zip(fields, values):
+                setattr(self, k, v)
+            for k in fields[len(values):]:
+                setattr(self, k, default)
+        return type(name, (), {"__slots__": fields, "__init__": __init__})
+
+    Args = _plain("Args", ARG_FIELDS, None)
+    Event = _plain("Event", _EVENT_FIELDS + _OTHER_EVENT_KEYS, UNSET)
+    _DECODER = None
+
+_ALL_EVENT_FIELDS = _EVENT_FIELDS + _OTHER_EVENT_KEYS
+
+
+def has_fields(e) -> bool:
+    return any(getattr(e, k) is not UNSET for k in _ALL_EVENT_FIELDS)
+
+

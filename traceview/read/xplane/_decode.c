@@ -1,0 +1,623 @@
+/*
+ * traceview.read.xplane._decode: the XSpace wire decoder (optional accelerator of
+ * traceview.read.xplane.wire; the protobuf fallbacks there give the same arrays).
+ *
+ * Wire format (xla/tsl/profiler/protobuf/xplane.proto): XLine.events = field 4 (length-
+ * delimited XEvent); XLine.timestamp_ns = field 3 (varint). XEvent: metadata_id = 1,
+ * offset_ps = 2, duration_ps = 3, stats = 4 (length-delimited, repeated), num_occurrences = 5.
+ * int64 fields are plain varints (two's complement, 10 bytes when negative).
+ *
+ * decode_line(buf, stat_id=-1, stat_id2=-1) -> (timestamp_ns, n, mids, offsets, durations,
+ *                                  occurrences, has_stats, stat_values, stat_values2)
+ * where the arrays are bytes objects holding n native int64 (has_stats: n uint8), and
+ * stat_values holds, per event, the integer value of the event's XStat whose metadata_id is
+ * stat_id (XStat.int64_value = 4 or uint64_value = 3), or -1 when absent (stat_values2 the
+ * same for stat_id2). TPU events carry their device-clock offset and duration this way
+ * (``device_offset_ps``, ``device_duration_ps``).
+ *
+ * line_header(buf) -> (id, display_id, name, display_name, timestamp_ns, duration_ps): the
+ * XLine's own fields, skipping its events (name and display_name decoded as strict UTF-8).
+ *
+ * count_events(buf) -> n: the number of XEvents in a serialized XLine.
+ *
+ * Reading a memory-mapped XSpace in place (traceview.read.xplane.wire.map_xspace):
+ *   scan_message(buf, lo, hi) -> the top-level fields of buf[lo:hi] as byte ranges;
+ *   copy_bytes(buf, lo, hi) -> bytes, guarded against a file that shrinks meanwhile;
+ *   line_layout(buf, target) -> (n_events, line_header's tuple, piece bounds);
+ *   decode_tpu(piece, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, i)
+ *     -> events of a TPU line piece written into caller-owned arrays from index i.
+ *
+ * The decoders release the GIL while they walk the bytes (the buffer is held through the
+ * buffer protocol), so lines can be decoded in parallel threads.
+ * Raise ValueError on malformed input (truncated varint, length past the end, bad UTF-8).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+#include <signal.h>
+#include <setjmp.h>
+
+/* ---- reading a file that another program truncates -----------------------------------
+ * The readers walk memory-mapped files; if the file shrinks meanwhile, touching a page past
+ * its new end raises SIGBUS, which would kill the process (a notebook kernel included).
+ * Every walk over caller memory runs under TV_GUARD: a SIGBUS in the guarded thread jumps
+ * back and the call fails with ValueError(TV_CHANGED). A SIGBUS anywhere else is handed to
+ * the handler that was installed before ours (or the default action). */
+#define TV_CHANGED "the file changed while it was read (truncated or rewritten by another program)"
+static __thread sigjmp_buf *volatile tv_guard = NULL;  /* volatile: the stores around a guarded memcpy must not be optimized away */
+static struct sigaction tv_prev_bus;
+
+static void tv_on_sigbus(int sig, siginfo_t *info, void *uctx) {
+    (void)sig; (void)info; (void)uctx;
+    if (tv_guard) siglongjmp(*tv_guard, 1);
+    sigaction(SIGBUS, &tv_prev_bus, NULL);  /* not ours: the faulting access re-runs into it */
+}
+
+static void tv_install_guard(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = tv_on_sigbus;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGBUS, &sa, &tv_prev_bus);
+}
+
+#define TV_GUARD(err, ...) do { \
+        sigjmp_buf tv_jb_; \
+        sigjmp_buf *volatile tv_prev_ = tv_guard; \
+        if (sigsetjmp(tv_jb_, 1)) { tv_guard = tv_prev_; (err) = TV_CHANGED; } \
+        else { tv_guard = &tv_jb_; __VA_ARGS__; tv_guard = tv_prev_; } \
+    } while (0)
+
+#if defined(__GNUC__)
+#define TV_LIKELY(x) __builtin_expect(!!(x), 1)
+#else
+#define TV_LIKELY(x) (x)
+#endif
+
+/* Read one base-128 varint (at most 10 bytes; bits past 64 are dropped, as protobuf does).
+ * With 8 or more bytes left, varints of up to 8 bytes are decoded without a branch per byte:
+ * one 8-byte load, the first byte without its continuation bit found by a count of trailing
+ * zeros, the 7-bit groups packed by three mask-and-shift steps. Longer ones and the last
+ * bytes of the buffer take the checked loop. Returns 0 when truncated or over 10 bytes. */
+static inline int read_varint_h(const uint8_t **p, const uint8_t *end, const uint8_t *hard, uint64_t *out) {
+    /* hard: the end of readable memory (>= end): the 8-byte load may look past end, never past hard */
+    const uint8_t *q = *p;
+    if (q < end && !(*q & 0x80)) { *out = *q; *p = q + 1; return 1; }  /* one-byte fast path */
+#if defined(__GNUC__) && defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (TV_LIKELY(hard - q >= 8)) {
+        uint64_t w;
+        memcpy(&w, q, 8);
+        uint64_t stop = ~w & 0x8080808080808080ULL;
+        if (TV_LIKELY(stop != 0)) {
+            int bits = __builtin_ctzll(stop) + 1;  /* 8 * (bytes used) */
+            uint64_t x = (bits == 64 ? w : (w & ((1ULL << bits) - 1))) & 0x7F7F7F7F7F7F7F7FULL;
+            x = ((x & 0x7F007F007F007F00ULL) >> 1) | (x & 0x007F007F007F007FULL);
+            x = ((x & 0x3FFF00003FFF0000ULL) >> 2) | (x & 0x00003FFF00003FFFULL);
+            x = ((x & 0x0FFFFFFF00000000ULL) >> 4) | (x & 0x000000000FFFFFFFULL);
+            if (TV_LIKELY((bits >> 3) <= end - q)) {
+                *out = x;
+                *p = q + (bits >> 3);
+                return 1;
+            }
+            return 0;  /* runs past end: truncated */
+        }
+    }
+#endif
+    uint64_t v = 0;
+    int shift = 0;
+    while (q < end && shift < 70) {
+        uint8_t b = *q++;
+        v |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) { *out = v; *p = q; return 1; }
+        shift += 7;
+    }
+    return 0;
+}
+
+static inline int read_varint(const uint8_t **p, const uint8_t *end, uint64_t *out) {
+    return read_varint_h(p, end, end, out);
+}
+
+/* a field number protobuf refuses (0, or past 2^29 - 1): the Python decoder refuses it too */
+static inline int bad_key(uint64_t key) {
+    uint64_t f = key >> 3;
+    return f == 0 || f > 0x1FFFFFFFu;
+}
+
+/* Skip the value of the field whose key was just read. Groups (wire types 3/4, as protobuf
+ * still accepts them for unknown fields) are skipped to their matching end tag; an end tag
+ * without a start, a mismatched one or nesting past 100 levels is malformed, as for protobuf. */
+static int skip_group(const uint8_t **p, const uint8_t *end, uint64_t field, int depth);
+
+static int skip_field_d(const uint8_t **p, const uint8_t *end, uint64_t key, int depth) {
+    uint64_t tmp;
+    switch ((int)(key & 7)) {
+    case 0: return read_varint(p, end, &tmp);
+    case 1: if (end - *p < 8) return 0; *p += 8; return 1;
+    case 5: if (end - *p < 4) return 0; *p += 4; return 1;
+    case 2:
+        if (!read_varint(p, end, &tmp)) return 0;
+        if (tmp > (uint64_t)(end - *p)) return 0;
+        *p += tmp; return 1;
+    case 3: return skip_group(p, end, key >> 3, depth + 1);
+    default: return 0;
+    }
+}
+
+static int skip_group(const uint8_t **p, const uint8_t *end, uint64_t field, int depth) {
+    if (depth > 100) return 0;
+    for (;;) {
+        uint64_t k;
+        if (!read_varint(p, end, &k) || bad_key(k)) return 0;
+        if ((k & 7) == 4) return (k >> 3) == field;
+        if (!skip_field_d(p, end, k, depth)) return 0;
+    }
+}
+
+static int skip_field(const uint8_t **p, const uint8_t *end, uint64_t key) {
+    return skip_field_d(p, end, key, 0);
+}
+
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline int stat_int(const uint8_t *q, const uint8_t *qe, const uint8_t *hard, long long want, int64_t *out,
+                    long long want2, int64_t *out2) {
+    /* parse one XStat; if its metadata_id is want (want2) and it holds an int, store it.
+     * hard: end of readable memory (read_varint_h) */
+    int64_t id = -1, val = 0; int have = 0;
+    while (q < qe) {
+        uint64_t k, v;
+        if (!read_varint_h(&q, qe, hard, &k)) return 0;
+        int f = (int)(k >> 3), w = (int)(k & 7);
+        if (w == 0 && (f == 1 || f == 3 || f == 4)) {
+            if (!read_varint_h(&q, qe, hard, &v)) return 0;
+            if (f == 1) id = (int64_t)v; else { val = (int64_t)v; have = 1; }
+        } else if (!skip_field(&q, qe, k)) return 0;
+    }
+    if (have && want >= 0 && id == want) *out = val;  /* -1 means "not asked" */
+    if (have && want2 >= 0 && id == want2) *out2 = val;
+    return 1;
+}
+
+/* One XEvent's fields (the caller's defaults: 0 and -1 for absent stats). */
+typedef struct { int64_t mid, off, dur, occ, sv, sv2; uint8_t has_stats; } tv_event;
+
+/* Parse the XEvent in q..qe into ev (offset_ps and num_occurrences exclude each other: the
+ * later one wins); the stat values asked for (want, want2; -1: not asked) are read when
+ * any_stat. hard: end of readable memory (read_varint_h). Returns NULL or the fault. Shared
+ * by fill_line and decode_tpu_body; always inlined into their loops. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline const char *parse_event(const uint8_t *q, const uint8_t *qe, const uint8_t *hard, int any_stat,
+                                      long long want, long long want2, tv_event *ev) {
+    ev->mid = ev->off = ev->dur = ev->occ = 0;
+    ev->sv = ev->sv2 = -1;
+    ev->has_stats = 0;
+    while (q < qe) {
+        uint64_t k2;
+        if (!read_varint_h(&q, qe, hard, &k2)) return "truncated event field";
+        if (bad_key(k2)) return "bad event field number";
+        int f2 = (int)(k2 >> 3), w2 = (int)(k2 & 7);
+        uint64_t v;
+        if (w2 == 0 && (f2 == 1 || f2 == 2 || f2 == 3 || f2 == 5)) {
+            if (!read_varint_h(&q, qe, hard, &v)) return "truncated event varint";
+            if (f2 == 1) ev->mid = (int64_t)v;
+            else if (f2 == 2) { ev->off = (int64_t)v; ev->occ = 0; }
+            else if (f2 == 3) ev->dur = (int64_t)v;
+            else { ev->occ = (int64_t)v; ev->off = 0; }
+        } else if (f2 == 4 && w2 == 2) {
+            uint64_t sl;
+            ev->has_stats = 1;
+            if (!read_varint_h(&q, qe, hard, &sl) || sl > (uint64_t)(qe - q)) return "stat length past the end";
+            if (any_stat && !stat_int(q, q + sl, hard, want, &ev->sv, want2, &ev->sv2)) return "bad stat";
+            q += sl;
+        } else if (!skip_field(&q, qe, k2)) return "bad event field";
+    }
+    return NULL;
+}
+
+/* Pass 1: count the events and read timestamp_ns; returns NULL or an error message. */
+#if defined(__GNUC__)
+__attribute__((noinline))  /* called under TV_GUARD: kept out of the sigsetjmp frame */
+#endif
+static const char *scan_line(const uint8_t *p, const uint8_t *end, Py_ssize_t *n_out, int64_t *ts_out) {
+    Py_ssize_t n = 0;
+    int64_t ts = 0;
+    while (p < end) {
+        uint64_t key;
+        if (!read_varint(&p, end, &key)) return "truncated field key";
+        if (bad_key(key)) return "bad field number";
+        int field = (int)(key >> 3), wt = (int)(key & 7);
+        if (field == 3 && wt == 0) {
+            uint64_t v; if (!read_varint(&p, end, &v)) return "truncated timestamp";
+            ts = (int64_t)v;
+        } else if (field == 4 && wt == 2) {
+            uint64_t len;
+            if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) return "event length past the end";
+            p += len;
+            n++;
+        } else if (!skip_field(&p, end, key)) return "bad line field";
+    }
+    *n_out = n;
+    *ts_out = ts;
+    return NULL;
+}
+
+typedef struct { int64_t *mids, *offs, *durs, *occs, *svals, *svals2; uint8_t *flags; } out_arrays;
+
+/* Pass 2: fill the arrays (exactly n events, as counted by scan_line). */
+#if defined(__GNUC__)
+__attribute__((noinline))  /* called under TV_GUARD: kept out of the sigsetjmp frame */
+#endif
+static const char *fill_line(const uint8_t *p, const uint8_t *end, out_arrays *o, long long want, long long want2) {
+    Py_ssize_t i = 0;
+    int any_stat = (want >= 0 || want2 >= 0);
+    while (p < end) {
+        uint64_t key;
+        if (!read_varint(&p, end, &key)) return "truncated field key";
+        if (bad_key(key)) return "bad field number";
+        int field = (int)(key >> 3), wt = (int)(key & 7);
+        if (field == 4 && wt == 2) {
+            uint64_t len;
+            if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) return "event length past the end";
+            const uint8_t *qe = p + len;
+            tv_event ev;
+            const char *fault = parse_event(p, qe, end, any_stat, want, want2, &ev);
+            if (fault) return fault;
+            o->mids[i] = ev.mid; o->offs[i] = ev.off; o->durs[i] = ev.dur; o->occs[i] = ev.occ;
+            o->flags[i] = ev.has_stats; o->svals[i] = ev.sv; o->svals2[i] = ev.sv2;
+            i++;
+            p = qe;
+        } else if (!skip_field(&p, end, key)) return "bad line field";
+    }
+    return NULL;
+}
+
+static PyObject *decode_line(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    long long want = -1, want2 = -1;
+    if (!PyArg_ParseTuple(args, "y*|LL", &view, &want, &want2)) return NULL;
+    const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
+    Py_ssize_t n = 0;
+    int64_t ts = 0;
+    const char *err;
+    err = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err, err = scan_line(p, end, &n, &ts));
+    Py_END_ALLOW_THREADS
+    if (err) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    PyObject *b[7] = {NULL};
+    for (int k = 0; k < 7; k++) {
+        b[k] = PyBytes_FromStringAndSize(NULL, k == 4 ? n : n * 8);
+        if (!b[k]) { for (int j = 0; j < k; j++) Py_DECREF(b[j]); PyBuffer_Release(&view); return NULL; }
+    }
+    out_arrays o = {(int64_t *)PyBytes_AS_STRING(b[0]), (int64_t *)PyBytes_AS_STRING(b[1]),
+                    (int64_t *)PyBytes_AS_STRING(b[2]), (int64_t *)PyBytes_AS_STRING(b[3]),
+                    (int64_t *)PyBytes_AS_STRING(b[5]), (int64_t *)PyBytes_AS_STRING(b[6]),
+                    (uint8_t *)PyBytes_AS_STRING(b[4])};
+    Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err, err = fill_line(p, end, &o, want, want2));
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (err) {
+        for (int k = 0; k < 7; k++) Py_DECREF(b[k]);
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    return Py_BuildValue("(LnNNNNNNN)", (long long)ts, n, b[0], b[1], b[2], b[3], b[4], b[5], b[6]);
+}
+
+/* One walk over a serialized XLine, shared by line_header and line_layout: the line's own
+ * fields (events skipped and counted) and, when target > 0, piece boundaries at field
+ * boundaries every >= target bytes. Names are copied out of the (possibly mapped) buffer
+ * into w->names (name, then display_name). Run under TV_GUARD by the callers. */
+typedef struct {
+    int64_t id, display_id, ts, dur;
+    Py_ssize_t name_len, dname_len, n, nb, cap;
+    Py_ssize_t *bounds;  /* NULL when no pieces are asked for */
+    char *names;
+} line_walk;
+
+#if defined(__GNUC__)
+__attribute__((noinline))  /* called under TV_GUARD: kept out of the sigsetjmp frame */
+#endif
+static const char *walk_line(const uint8_t *base, const uint8_t *end, Py_ssize_t target, line_walk *w) {
+    const uint8_t *p = base, *last = base, *name = NULL, *dname = NULL;
+    while (p < end) {
+        uint64_t key, v;
+        if (!read_varint(&p, end, &key)) return "truncated field key";
+        if (bad_key(key)) return "bad field number";
+        int field = (int)(key >> 3), wt = (int)(key & 7);
+        if (field == 4 && wt == 2) {
+            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return "event length past the end";
+            p += v; w->n++;
+        } else if (wt == 0 && (field == 1 || field == 3 || field == 9 || field == 10)) {
+            if (!read_varint(&p, end, &v)) return "truncated varint";
+            if (field == 1) w->id = (int64_t)v;
+            else if (field == 3) w->ts = (int64_t)v;
+            else if (field == 9) w->dur = (int64_t)v;
+            else w->display_id = (int64_t)v;
+        } else if (wt == 2 && (field == 2 || field == 11)) {
+            if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return "string length past the end";
+            if (field == 2) { name = p; w->name_len = (Py_ssize_t)v; }
+            else { dname = p; w->dname_len = (Py_ssize_t)v; }
+            p += v;
+        } else if (!skip_field(&p, end, key)) return "bad line field";
+        if (w->bounds && p - last >= target && p < end) {
+            if (w->nb + 1 >= w->cap) {
+                Py_ssize_t *nbuf = (Py_ssize_t *)PyMem_RawRealloc(w->bounds, sizeof(Py_ssize_t) * (size_t)(w->cap * 2));
+                if (!nbuf) return "out of memory";
+                w->bounds = nbuf; w->cap *= 2;
+            }
+            w->bounds[w->nb++] = p - base;
+            last = p;
+        }
+    }
+    w->names = (char *)PyMem_RawMalloc((size_t)(w->name_len + w->dname_len + 1));
+    if (!w->names) return "out of memory";
+    if (w->name_len) memcpy(w->names, name, (size_t)w->name_len);
+    if (w->dname_len) memcpy(w->names + w->name_len, dname, (size_t)w->dname_len);
+    return NULL;
+}
+
+/* Run walk_line over a buffer under the guard; returns 0 (ValueError set) on failure. */
+static int walk_buffer(Py_buffer *view, Py_ssize_t target, line_walk *w) {
+    const uint8_t *p = (const uint8_t *)view->buf, *end = p + view->len;
+    const char *err = NULL;
+    memset(w, 0, sizeof *w);
+    if (target > 0) {
+        w->cap = 16; w->nb = 1;
+        w->bounds = (Py_ssize_t *)PyMem_RawMalloc(sizeof(Py_ssize_t) * (size_t)w->cap);
+        if (!w->bounds) { PyErr_NoMemory(); return 0; }
+        w->bounds[0] = 0;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err, err = walk_line(p, end, target, w));
+    Py_END_ALLOW_THREADS
+    if (err) {
+        PyMem_RawFree(w->bounds); PyMem_RawFree(w->names);
+        w->bounds = NULL; w->names = NULL;
+        PyErr_SetString(PyExc_ValueError, err);
+        return 0;
+    }
+    return 1;
+}
+
+/* (id, display_id, name, display_name, timestamp_ns, duration_ps); names strict UTF-8. */
+static PyObject *header_tuple(line_walk *w) {
+    PyObject *n1 = PyUnicode_DecodeUTF8(w->names, w->name_len, "strict");
+    PyObject *n2 = n1 ? PyUnicode_DecodeUTF8(w->names + w->name_len, w->dname_len, "strict") : NULL;
+    if (!n1 || !n2) { Py_XDECREF(n1); return NULL; }
+    return Py_BuildValue("(LLNNLL)", (long long)w->id, (long long)w->display_id, n1, n2, (long long)w->ts,
+                         (long long)w->dur);
+}
+
+static PyObject *line_header(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    line_walk w;
+    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    int ok = walk_buffer(&view, 0, &w);
+    PyBuffer_Release(&view);
+    if (!ok) return NULL;
+    PyObject *out = header_tuple(&w);
+    PyMem_RawFree(w.names);
+    return out;
+}
+
+static PyObject *count_events(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    Py_ssize_t n = 0;
+    int64_t ts = 0;
+    const char *err = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err, err = scan_line((const uint8_t *)view.buf, (const uint8_t *)view.buf + view.len, &n, &ts));
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (err) { PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    return PyLong_FromSsize_t(n);
+}
+
+/* ---- zero-copy reading of a memory-mapped XSpace ------------------------------------ */
+
+/* scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]:
+ * the top-level fields of the message bytes buf[lo:hi]; for a length-delimited field the
+ * value is its payload, for others the encoded value. */
+static PyObject *scan_message(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "y*nn", &view, &lo, &hi)) return NULL;
+    if (lo < 0 || hi > view.len || lo > hi) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, "range outside the buffer"); return NULL; }
+    const uint8_t *base = (const uint8_t *)view.buf, *p = base + lo, *end = base + hi;
+    const char *err = NULL;
+    /* fields as (field, wire type, tag start, value start, value end), gathered under the guard */
+    Py_ssize_t n = 0, cap = 64;
+    int64_t *f = (int64_t *)PyMem_RawMalloc(sizeof(int64_t) * 5 * (size_t)cap);
+    if (!f) { PyBuffer_Release(&view); return PyErr_NoMemory(); }
+    TV_GUARD(err,
+    while (p < end) {
+        const uint8_t *tag = p;
+        uint64_t key;
+        if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
+        if (bad_key(key)) { err = "bad field number"; break; }
+        int wt = (int)(key & 7);
+        const uint8_t *vs = p;
+        if (wt == 2) {
+            uint64_t len;
+            if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) { err = "length past the end"; break; }
+            vs = p;
+            p += len;
+        } else if (wt == 4) { err = "unexpected end-group tag"; break; }
+        else if (!skip_field(&p, end, key)) { err = "bad field value"; break; }
+        if (n == cap) {
+            int64_t *g = (int64_t *)PyMem_RawRealloc(f, sizeof(int64_t) * 5 * (size_t)(cap * 2));
+            if (!g) { err = "out of memory"; break; }
+            f = g; cap *= 2;
+        }
+        int64_t *r = f + 5 * n++;
+        r[0] = (int64_t)(key >> 3); r[1] = wt; r[2] = tag - base; r[3] = vs - base; r[4] = p - base;
+    });
+    PyBuffer_Release(&view);
+    if (err) { PyMem_RawFree(f); PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    PyObject *out = PyList_New(n);
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        int64_t *r = f + 5 * i;
+        PyObject *t = Py_BuildValue("(iinnn)", (int)r[0], (int)r[1], (Py_ssize_t)r[2], (Py_ssize_t)r[3], (Py_ssize_t)r[4]);
+        if (!t) { Py_CLEAR(out); break; }
+        PyList_SET_ITEM(out, i, t);
+    }
+    PyMem_RawFree(f);
+    return out;
+}
+
+/* copy_bytes(buf, lo, hi) -> bytes: buf[lo:hi] copied under the truncation guard (a plain
+ * slice of a mapped file would die of SIGBUS if the file shrank). */
+static PyObject *copy_bytes(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "y*nn", &view, &lo, &hi)) return NULL;
+    if (lo < 0 || hi > view.len || lo > hi) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, "range outside the buffer"); return NULL; }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, hi - lo);
+    if (!out) { PyBuffer_Release(&view); return NULL; }
+    const char *err = NULL;
+    char *dst = PyBytes_AS_STRING(out);
+    const char *src = (const char *)view.buf + lo;
+    Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err, memcpy(dst, src, (size_t)(hi - lo)));
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (err) { Py_DECREF(out); PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    return out;
+}
+
+/* decode_tpu(buf, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, index) -> n
+ * Decode the XEvents of (a field-aligned piece of) a TPU XLine into caller-owned arrays from
+ * position index on: mids (uint32), starts / durs / aligned (int64), flags (uint8).
+ * aligned = base_ps + offset_ps (the host-aligned start, int64 wrapping); where the event
+ * carries both integer stats stat_off (device_offset_ps) and stat_dur (device_duration_ps)
+ * start/dur are those and flags bit 0 is set, else start = aligned and dur = duration_ps.
+ * flags bit 1: the event is pre-aggregated (num_occurrences > 0; its occurrence count is not
+ * returned here). Raises ValueError on malformed bytes or when the arrays are too short. */
+typedef struct {
+    uint32_t *mids; int64_t *starts, *durs, *aligned; uint8_t *flags;
+    Py_ssize_t cap; long long base_ps, want, want2;
+} tpu_out;
+
+/* The loop of decode_tpu, in a frame of its own: no sigsetjmp here, so the compiler keeps
+ * the cursor and the fields in registers. Writes from *index on; returns NULL or the fault. */
+#if defined(__GNUC__)
+__attribute__((noinline))  /* its own frame: no sigsetjmp, the cursor stays in registers */
+#endif
+static const char *decode_tpu_body(const uint8_t *p, const uint8_t *end, const tpu_out *o, Py_ssize_t *index) {
+    Py_ssize_t i = *index;
+    const long long want = o->want, want2 = o->want2;
+    const int any_stat = (want >= 0 || want2 >= 0);
+    const char *err = NULL;
+    while (p < end) {
+        uint64_t key;
+        if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
+        if (bad_key(key)) { err = "bad field number"; break; }
+        int field = (int)(key >> 3), wt = (int)(key & 7);
+        if (field == 4 && wt == 2) {
+            uint64_t len;
+            if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) { err = "event length past the end"; break; }
+            if (i >= o->cap || i < 0) { err = "output arrays too short"; break; }
+            const uint8_t *qe = p + len;
+            tv_event ev;
+            err = parse_event(p, qe, end, any_stat, want, want2, &ev);
+            if (err) break;
+            int64_t al = (int64_t)((uint64_t)o->base_ps + (uint64_t)ev.off);
+            uint8_t fl = 0;
+            o->mids[i] = (uint32_t)ev.mid;
+            o->aligned[i] = al;
+            if (ev.sv >= 0 && ev.sv2 >= 0) { o->starts[i] = ev.sv; o->durs[i] = ev.sv2; fl |= 1; }
+            else { o->starts[i] = al; o->durs[i] = ev.dur; }
+            if (ev.occ > 0) fl |= 2;
+            if ((uint64_t)ev.mid > 0xFFFFFFFFu) fl |= 4;  /* id does not fit the uint32 column */
+            o->flags[i] = fl;
+            i++;
+            p = qe;
+        } else if (!skip_field(&p, end, key)) { err = "bad line field"; break; }
+    }
+    *index = i;
+    return err;
+}
+
+static PyObject *decode_tpu(PyObject *self, PyObject *args) {
+    Py_buffer view, bm, bs, bd, ba, bf;
+    long long base_ps, want, want2;
+    Py_ssize_t index;
+    if (!PyArg_ParseTuple(args, "y*LLLw*w*w*w*w*n", &view, &base_ps, &want, &want2, &bm, &bs, &bd, &ba, &bf, &index))
+        return NULL;
+    Py_ssize_t cap = bm.len / 4;
+    if (bs.len / 8 < cap) cap = bs.len / 8;
+    if (bd.len / 8 < cap) cap = bd.len / 8;
+    if (ba.len / 8 < cap) cap = ba.len / 8;
+    if (bf.len < cap) cap = bf.len;
+    tpu_out o = {(uint32_t *)bm.buf, (int64_t *)bs.buf, (int64_t *)bd.buf, (int64_t *)ba.buf, (uint8_t *)bf.buf,
+                 cap, base_ps, want, want2};
+    const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
+    const char *err = NULL;
+    Py_ssize_t i = index;
+    Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err, err = decode_tpu_body(p, end, &o, &i));
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view); PyBuffer_Release(&bm); PyBuffer_Release(&bs); PyBuffer_Release(&bd);
+    PyBuffer_Release(&ba); PyBuffer_Release(&bf);
+    if (err) { PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    return PyLong_FromSsize_t(i - index);
+}
+
+/* line_layout(buf, target) -> (n_events, header, bounds): one pass over a serialized XLine:
+ * its event count, its header as line_header gives it, and piece boundaries at field
+ * boundaries every >= target bytes (each piece is itself a valid serialization of a subset
+ * of the line's fields). */
+static PyObject *line_layout(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t target;
+    line_walk w;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &target)) return NULL;
+    if (target < 1) target = 1;
+    Py_ssize_t len = view.len;
+    int ok = walk_buffer(&view, target, &w);
+    PyBuffer_Release(&view);
+    if (!ok) return NULL;
+    PyObject *head = header_tuple(&w);
+    PyMem_RawFree(w.names);
+    PyObject *lst = head ? PyList_New(w.nb + 1) : NULL;
+    if (!lst) { Py_XDECREF(head); PyMem_RawFree(w.bounds); return NULL; }
+    for (Py_ssize_t i = 0; i < w.nb; i++) PyList_SET_ITEM(lst, i, PyLong_FromSsize_t(w.bounds[i]));
+    PyList_SET_ITEM(lst, w.nb, PyLong_FromSsize_t(len));
+    PyMem_RawFree(w.bounds);
+    return Py_BuildValue("(nNN)", w.n, head, lst);
+}
+
+
+
+static PyMethodDef methods[] = {
+    {"scan_message", scan_message, METH_VARARGS,
+     "scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]"},
+    {"copy_bytes", copy_bytes, METH_VARARGS, "copy_bytes(buf, lo, hi) -> bytes (guarded against a shrinking file)"},
+    {"line_layout", line_layout, METH_VARARGS,
+     "line_layout(buf, target) -> (n_events, header, piece bounds)"},
+    {"decode_tpu", decode_tpu, METH_VARARGS,
+     "decode_tpu(buf, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, index) -> n"},
+    {"decode_line", decode_line, METH_VARARGS,
+     "decode_line(buf, stat_id=-1, stat_id2=-1) -> (timestamp_ns, n, mids, offsets, durations, occurrences, has_stats, stat_values, stat_values2)"},
+    {"line_header", line_header, METH_VARARGS,
+     "line_header(buf) -> (id, display_id, name, display_name, timestamp_ns, duration_ps)"},
+    {"count_events", count_events, METH_VARARGS, "count_events(buf) -> number of XEvents in the XLine"},
+    {NULL, NULL, 0, NULL}
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_decode",
+    "XSpace wire decoder for traceview (optional accelerator).", -1, methods};
+
+PyMODINIT_FUNC PyInit__decode(void) {
+    tv_install_guard();
+    return PyModule_Create(&module);
+}

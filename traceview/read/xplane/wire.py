@@ -1,0 +1,436 @@
+"""Serialized XSpace and XLine bytes to numpy arrays, without polars.
+
+This is the wire layer under :mod:`traceview.model.from_xplane`: it parses an XSpace (whole, or in place
+from a memory-mapped file with only the planes' small fields going through protobuf,
+:func:`map_xspace`), reads an XLine's header (:func:`line_header`), counts its events
+(:func:`count_events`) and decodes them into flat arrays (:func:`decode_line`; TPU lines with
+their device-clock stats by :func:`decode_tpu_line`). Wire format:
+``xla/tsl/profiler/protobuf/xplane.proto`` (notes in ``shared/reference``). The optional C
+accelerator ``traceview.read.xplane._decode`` does the walking when it is built; the protobuf
+fallbacks give the same arrays. Every function raises
+:class:`~traceview.errors.TraceUnreadable` naming the file on malformed bytes.
+
+It imports numpy and protobuf only, so that a file can be decoded on a thread while the rest
+of traceview (polars) is still being imported (:mod:`traceview.read.prefetch`).
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from pathlib import Path
+
+import numpy as np
+from google.protobuf.message import DecodeError
+
+from traceview.read import hugearrays
+from traceview.read.xplane.protos import XLine, XLineEventsLoose, XLineEventsRaw, XLineHeader, XSpaceLazy
+from traceview.errors import TraceUnreadable
+
+try:  # optional C accelerator (setup.py builds it when a compiler is available)
+    from traceview.read.xplane import _decode as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
+#: whether the C decoder is built (files are then read in place, :func:`map_xspace`)
+HAS_DECODER = _fast is not None
+
+_U64 = (1 << 64) - 1
+
+
+def read_xspace_bytes(data: bytes, path: str):
+    """Parse serialized XSpace bytes into the lazy view (lines kept as raw bytes).
+
+    Raises :class:`TraceUnreadable` naming ``path``."""
+    space = XSpaceLazy()
+    try:
+        space.ParseFromString(data)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        from traceview.read.diagnose import xspace_fault
+
+        why = xspace_fault(data)
+        raise TraceUnreadable(f"not a valid XSpace protobuf: {why}" if why else
+                              f"not a valid XSpace protobuf ({exc})", path) from None
+    return space
+
+
+
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+class MappedLine:
+    """One XLine left in the memory-mapped file: ``view`` (a memoryview of its bytes) and
+    ``release()``, which hands its pages back to the OS (they are re-read from the page
+    cache if touched again)."""
+
+    __slots__ = ("view", "mm", "start", "end")
+
+    def __init__(self, mm, start: int, end: int):
+        self.mm, self.start, self.end = mm, start, end
+        self.view = memoryview(mm)[start:end]
+
+    def release(self, lo: int = 0, hi: int | None = None) -> None:
+        """madvise(DONTNEED) the whole pages inside [start + lo, start + hi)."""
+        import mmap as _mmap
+
+        if not hasattr(_mmap, "MADV_DONTNEED"):
+            return
+        a = self.start + lo
+        b = self.end if hi is None else self.start + hi
+        page = _mmap.PAGESIZE
+        a = -(-a // page) * page
+        b = (b // page) * page
+        if b > a:
+            try:
+                self.mm.madvise(_mmap.MADV_DONTNEED, a, b - a)
+            except (OSError, ValueError):
+                pass
+
+
+class MappedPlane:
+    """An XPlane read in place: the parsed small fields (``id``, ``name``,
+    ``event_metadata``, ``stat_metadata``, ``stats``) and ``lines``, the XLines as memoryviews
+    (``mapped_lines``: the same as :class:`MappedLine`)."""
+
+    def __init__(self, msg, mapped_lines: list):
+        self._msg = msg
+        self.mapped_lines = mapped_lines
+        self.lines = [m.view for m in mapped_lines]
+
+    def __getattr__(self, name):
+        return getattr(self._msg, name)
+
+
+class MappedSpace:
+    """An XSpace read in place (:func:`map_xspace`): ``planes`` (:class:`MappedPlane`),
+    ``hostnames``, ``errors``, ``warnings``."""
+
+    def __init__(self, msg, planes: list):
+        self._msg = msg
+        self.planes = planes
+
+    def __getattr__(self, name):
+        return getattr(self._msg, name)
+
+
+def map_xspace(path: Path):
+    """The XSpace of ``path`` read in place through ``mmap`` (C accelerator required), or
+    None when the file cannot be mapped or its wire structure is malformed (the caller
+    then reads it the classic way, which reports the fault).
+
+    Method: ``scan_message`` lists the top-level XSpace fields and each plane's fields as
+    byte ranges; everything except the XLines (the planes' names, metadata, stats, the
+    hostnames) is copied out and parsed by protobuf as an XSpace whose planes have no lines;
+    the XLines stay as views into the mapping."""
+    import mmap as _mmap
+
+    try:
+        with open(path, "rb") as fh:
+            mm = _mmap.mmap(fh.fileno(), 0, access=_mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+    try:
+        top = _fast.scan_message(mm, 0, len(mm))
+        skeleton = bytearray()
+        plane_lines: list[list] = []
+        for field, wt, tag, vs, ve in top:
+            if field == 1 and wt == 2:
+                fields = _fast.scan_message(mm, vs, ve)
+                rest = bytearray()
+                lines = []
+                for f2, w2, t2, a2, b2 in fields:
+                    if f2 == 3 and w2 == 2:
+                        lines.append(MappedLine(mm, a2, b2))
+                    else:
+                        rest += _fast.copy_bytes(mm, t2, b2)  # guarded: the file may shrink meanwhile
+                plane_lines.append(lines)
+                skeleton += b"\x0a" + _varint_bytes(len(rest)) + rest
+            else:
+                skeleton += _fast.copy_bytes(mm, tag, ve)
+        msg = XSpaceLazy()
+        msg.ParseFromString(bytes(skeleton))
+    except (ValueError, DecodeError, RecursionError):
+        return None
+    if len(msg.planes) != len(plane_lines):
+        return None
+    return MappedSpace(msg, [MappedPlane(pm, ls) for pm, ls in zip(msg.planes, plane_lines)])
+
+
+
+class LineEvents:
+    """The events of one XLine as flat arrays: ``mids`` (XEventMetadata ids), ``starts`` (ps
+    since session start), ``durations`` (ps), ``occurrences`` (``num_occurrences``, 0 for
+    timed events), ``has_stats`` (bool: the event carries per-event stats)."""
+
+    __slots__ = ("name", "header", "mids", "starts", "durations", "occurrences", "has_stats", "raw", "stat_values", "stat_values2")
+
+    def __len__(self) -> int:
+        return len(self.mids)
+
+
+#: An XLine's own fields (what :class:`~traceview._protos.XLineHeader` holds).
+LineHeader = namedtuple("LineHeader", "id display_id name display_name timestamp_ns duration_ps")
+
+
+def _line_fault(exc: Exception, name: str | None = None) -> str:
+    """The one-line fault for a line the decoder refused: the C guard's "the file changed
+    while it was read" as it is, anything else as a malformed XLine."""
+    text = str(exc)
+    if "changed while it was read" in text:
+        return text
+    return f"malformed XLine {name!r} ({text})" if name is not None else f"malformed XLine ({text})"
+
+
+def line_header(raw: bytes, path: str) -> LineHeader:
+    """The header fields of one serialized XLine, its events skipped (C accelerator when
+    built, else protobuf). Raises :class:`TraceUnreadable` on malformed bytes."""
+    if _fast is not None:
+        try:
+            return LineHeader(*_fast.line_header(raw))
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise TraceUnreadable(_line_fault(exc), path) from None
+    try:
+        h = XLineHeader.FromString(raw)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        raise TraceUnreadable(_line_fault(exc), path) from None
+    return LineHeader(h.id, h.display_id, h.name, h.display_name, h.timestamp_ns, h.duration_ps)
+
+
+def count_events(raw: bytes, path: str) -> int:
+    """Number of XEvents in one serialized XLine, without decoding them."""
+    if _fast is not None:
+        try:
+            return _fast.count_events(raw)
+        except ValueError as exc:
+            raise TraceUnreadable(_line_fault(exc), path) from None
+    try:  # the events are not looked into, as the C decoder does not
+        return len(XLineEventsRaw.FromString(raw).events)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        raise TraceUnreadable(_line_fault(exc), path) from None
+
+
+def decode_line(raw: bytes, path: str, stat_id: int = -1, stat_id2: int = -1) -> LineEvents:
+    """Decode one serialized XLine (header + event arrays) with the C accelerator when it is
+    built, else with protobuf. ``stat_values`` holds each event's integer XStat with
+    metadata id ``stat_id`` (-1 where absent), ``stat_values2`` the same for ``stat_id2``. Raises :class:`TraceUnreadable` on malformed
+    bytes."""
+    le = LineEvents()
+    le.raw = raw
+    le.header = line_header(raw, path)
+    le.name = le.header.name
+    if _fast is not None:
+        try:
+            ts, n, mids, offs, durs, occs, flags, svals, svals2 = _fast.decode_line(raw, stat_id, stat_id2)
+        except ValueError as exc:
+            raise TraceUnreadable(_line_fault(exc, le.name), path) from None
+        le.mids = np.frombuffer(mids, dtype=np.int64)
+        offsets = np.frombuffer(offs, dtype=np.int64)
+        le.durations = np.frombuffer(durs, dtype=np.int64)
+        le.occurrences = np.frombuffer(occs, dtype=np.int64)
+        le.has_stats = np.frombuffer(flags, dtype=np.bool_)
+        le.stat_values = np.frombuffer(svals, dtype=np.int64)
+        le.stat_values2 = np.frombuffer(svals2, dtype=np.int64)
+    else:
+        try:
+            evs = XLineEventsLoose.FromString(raw).events
+        except (DecodeError, RecursionError, ValueError) as exc:
+            raise TraceUnreadable(_line_fault(exc, le.name), path) from None
+        n = len(evs)
+        le.mids = np.fromiter((e.metadata_id for e in evs), dtype=np.int64, count=n)
+        offsets = np.fromiter((e.offset_ps for e in evs), dtype=np.int64, count=n)
+        le.durations = np.fromiter((e.duration_ps for e in evs), dtype=np.int64, count=n)
+        le.occurrences = np.fromiter((e.num_occurrences for e in evs), dtype=np.int64, count=n)
+        le.has_stats = np.fromiter((len(e.stats) > 0 for e in evs), dtype=np.bool_, count=n)
+        le.stat_values = np.full(n, -1, dtype=np.int64)
+        le.stat_values2 = np.full(n, -1, dtype=np.int64)
+        if stat_id >= 0 or stat_id2 >= 0:  # as the C decoder: then every stat is read
+            try:
+                for i, e in enumerate(evs):
+                    for sraw in e.stats:
+                        sid, v = _stat_int_fields(sraw)
+                        if v is not None and sid >= 0:
+                            if sid == stat_id:
+                                le.stat_values[i] = v
+                            if sid == stat_id2:
+                                le.stat_values2[i] = v
+            except ValueError as exc:
+                raise TraceUnreadable(_line_fault(exc, le.name), path) from None
+    le.starts = offsets + _line_base_ps(le.header.timestamp_ns)
+    return le
+
+
+def _line_base_ps(timestamp_ns: int) -> np.int64:
+    """``timestamp_ns * 1000`` as int64 ps, wrapping like the event arithmetic does when a
+    corrupt line's timestamp is out of range (the reader notes such times; it never raises)."""
+    return np.int64(((int(timestamp_ns) * 1000 + (1 << 63)) & _U64) - (1 << 63))
+
+
+def _stat_int_fields(raw: bytes) -> tuple[int, int | None]:
+    """(metadata_id, integer value or None) of one serialized XStat, read field by field as
+    the C decoder reads it (``stat_int`` in ``_decode.c``: the last int64/uint64 value
+    field counts, as int64); malformed bytes raise ValueError."""
+    from traceview.read.diagnose import _varint
+
+    sid, val, i, n = -1, None, 0, len(raw)
+    while i < n:
+        key, i = _varint(raw, i)
+        if key is None:
+            raise ValueError("bad stat")
+        f, w = (key >> 3) & 0xFFFFFFFF, key & 7  # C: (int)(key >> 3)
+        if w == 0:
+            v, i = _varint(raw, i)
+            if v is None:
+                raise ValueError("bad stat")
+            v = v & _U64
+            v = v - (1 << 64) if v >= 1 << 63 else v  # int64, as the C decoder casts it
+            if f == 1:
+                sid = v
+            elif f in (3, 4):
+                val = v
+        else:
+            i = _skip_value(raw, i, key, 0)
+    return sid, val
+
+
+def _skip_value(raw: bytes, i: int, key: int, depth: int) -> int:
+    """Index after the value of the field whose ``key`` ends at ``raw[i]`` (``skip_field`` in
+    ``_decode.c``: groups to their matching end tag, at most 100 deep)."""
+    from traceview.read.diagnose import _varint
+
+    n, w = len(raw), key & 7
+    if w == 0:
+        v, i = _varint(raw, i)
+        if v is None:
+            raise ValueError("bad stat")
+        return i
+    if w in (1, 5):
+        i += 8 if w == 1 else 4
+        if i > n:
+            raise ValueError("bad stat")
+        return i
+    if w == 2:
+        ln, i = _varint(raw, i)
+        if ln is None or ln > n - i:
+            raise ValueError("bad stat")
+        return i + ln
+    if w == 3 and depth < 100:
+        while True:
+            k, i = _varint(raw, i)
+            if k is None or (k >> 3) == 0 or (k >> 3) > 0x1FFFFFFF:
+                raise ValueError("bad stat")
+            if k & 7 == 4:
+                if (k >> 3) != (key >> 3):
+                    raise ValueError("bad stat")
+                return i
+            i = _skip_value(raw, i, k, depth + 1)
+    raise ValueError("bad stat")
+
+
+def _copy(raw, path: str) -> bytes:
+    """The bytes of a mapped XLine, copied under the C truncation guard (a plain ``bytes()``
+    of a mapping whose file shrank would die of SIGBUS)."""
+    try:
+        return _fast.copy_bytes(raw, 0, len(raw))
+    except ValueError as exc:
+        raise TraceUnreadable(f"cannot read the XLine ({exc})", path) from None
+
+
+def _full_line(raw, path: str):
+    if not isinstance(raw, bytes):
+        raw = _copy(raw, path)
+    try:
+        return XLine.FromString(raw)
+    except (DecodeError, RecursionError, ValueError) as exc:
+        raise TraceUnreadable(_line_fault(exc), path) from None
+
+
+class TpuLine:
+    """The events of one TPU XLine on the clocks traceview uses: ``mids`` (XEventMetadata
+    ids), ``starts`` / ``durations`` (ps; the device clock's ``device_offset_ps`` /
+    ``device_duration_ps`` where the event carries both, else the host-aligned line times),
+    ``aligned`` (host-aligned start, ps), ``device_clock`` (bool: the device clock was used),
+    ``occurrences`` (``num_occurrences``, 0 for timed events; None when no event is
+    pre-aggregated)."""
+
+    __slots__ = ("name", "mids", "starts", "durations", "aligned", "device_clock", "occurrences", "n")
+
+    def __len__(self) -> int:
+        return self.n
+
+
+#: XLines larger than this are decoded in pieces of about this size, each released after use
+PIECE_BYTES = 32 << 20
+
+
+#: the TPU lines whose events traceview uses (the others are only counted)
+TPU_LINES_USED = ("XLA Ops", "XLA Modules")
+
+
+def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLine | None" = None,
+                    only: tuple[str, ...] | None = None) -> TpuLine:
+    """Decode one TPU XLine (see :class:`TpuLine`). With the C accelerator the events are
+    written straight into preallocated arrays (5 arrays, 29 bytes per event), in pieces of
+    :data:`PIECE_BYTES` whose file pages are released behind the decoder when the line lives
+    in a mapped file; a line with pre-aggregated events or metadata ids past 32 bits takes
+    the general decoder. A line whose name is not in ``only`` (when given) is walked for its
+    name and event count only (its arrays are None). Raises :class:`TraceUnreadable` on
+    malformed bytes."""
+    out = TpuLine()
+    if _fast is not None:
+        try:  # one pass: header (validated as line_header does), event count, piece bounds
+            n, head, bounds = _fast.line_layout(raw, PIECE_BYTES)
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise TraceUnreadable(_line_fault(exc), path) from None
+        out.name, out.n, ts_ns = head[2], n, head[4]
+    else:
+        out.name = line_header(raw, path).name
+    if only is not None and out.name not in only:
+        if _fast is None:
+            out.n = count_events(raw, path)
+        if mapped is not None:
+            mapped.release()
+        out.mids = out.starts = out.durations = out.aligned = out.device_clock = out.occurrences = None
+        return out
+    if _fast is not None:
+        try:
+            mids = hugearrays.empty(n, np.uint32)
+            starts = hugearrays.empty(n, np.int64)
+            durs = hugearrays.empty(n, np.int64)
+            al = hugearrays.empty(n, np.int64)
+            flags = hugearrays.empty(n, np.uint8)
+            base = int(_line_base_ps(ts_ns))
+            i = 0
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                i += _fast.decode_tpu(raw[a:b], base, off_id, dur_id, mids, starts, durs, al, flags, i)
+                if mapped is not None:
+                    mapped.release(a, b)
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise TraceUnreadable(_line_fault(exc, out.name), path) from None
+        if mapped is not None:
+            mapped.release()
+        if not (flags & 6).any():
+            out.mids, out.starts, out.durations, out.aligned = mids, starts, durs, al
+            out.device_clock = (flags & 1).astype(bool)
+            out.occurrences = None
+            return out
+    le = decode_line(raw if isinstance(raw, bytes) else _copy(raw, path), path, off_id, dur_id)
+    both = (le.stat_values >= 0) & (le.stat_values2 >= 0)
+    out.name = le.name
+    out.mids = le.mids
+    out.aligned = le.starts
+    out.device_clock = both
+    out.starts = np.where(both, le.stat_values, le.starts) if both.any() else le.starts
+    out.durations = np.where(both, le.stat_values2, le.durations) if both.any() else le.durations
+    out.occurrences = le.occurrences if (le.occurrences > 0).any() else None
+    out.n = len(le.mids)
+    return out
+
+

@@ -1,0 +1,199 @@
+"""The report's charts as inline SVG, drawn with matplotlib's object API.
+
+Charts use :class:`matplotlib.figure.Figure`, never pyplot, so a user's notebook backend and
+figures are untouched, under matplotlib's default style (a notebook's rcParams do not leak in).
+No string from a trace reaches an SVG: labels are rank numbers and fixed axis texts; legends
+are HTML. Units: intensity in FLOP/byte, rates in FLOP/s and B/s, step times in ms.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+
+import polars as pl
+
+from traceview.model.units import fmt_rate
+
+#: Colors of the roofline points by bound ("memory" / "compute" / "unknown").
+BOUND_COLORS = {"memory": "#1f77b4", "compute": "#d62728", "unknown": "#7f7f7f"}
+#: How many points of the roofline chart get a rank label.
+LABELLED = 8
+
+
+def _chart_style(fn):
+    """Run a chart function under matplotlib's default style plus the report's SVG settings,
+    so neither a notebook's rcParams/style leak into the report nor the report into the
+    notebook (``matplotlib.style.context`` restores every rcParam on exit; the backend is
+    never touched). Text is kept as ``<text>`` elements (system sans-serif font, nothing
+    embedded) and ids are salted per chart so two inline SVGs do not collide."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        import matplotlib
+        import matplotlib.style
+
+        with matplotlib.style.context("default"), matplotlib.rc_context(
+                {"svg.fonttype": "none", "svg.hashsalt": f"traceview-{fn.__name__}",
+                 "font.family": "sans-serif", "font.size": 9}):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _svg(fig) -> str:
+    """Serialize a Figure to an inline-ready ``<svg>`` string (call inside :func:`_chart_style`).
+
+    The XML prolog, DOCTYPE, metadata block, comments and namespace URLs are dropped: the page
+    holds no ``http://`` reference, and HTML5 parses inline SVG without them.
+    """
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+    s = buf.getvalue()
+    s = s[s.index("<svg"):]
+    s = re.sub(r"<metadata>.*?</metadata>", "", s, flags=re.S)
+    s = re.sub(r"<!--.*?-->", "", s, flags=re.S)
+    s = re.sub(r'\s+xmlns(:\w+)?="[^"]*"', "", s)
+    s = s.replace("<svg ", '<svg class="chart" role="img" ', 1)
+    s = re.sub(r"\n\s*\n", "\n", s)
+    if re.search(r"(?i)<script|https?:", s):  # cannot happen: no trace string reaches the SVG
+        raise RuntimeError("refusing to inline an SVG with a script or a network reference")
+    return s
+
+
+def _new_figure(w: float, h: float):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(w, h), dpi=100)
+    fig.subplots_adjust(left=0.1, right=0.98, bottom=0.14, top=0.96)
+    return fig
+
+
+@_chart_style
+def roofline_svg(roof: pl.DataFrame, peaks, *, labelled: int = LABELLED) -> tuple[str | None, str, int]:
+    """Log-log roofline chart of the populations in ``roof`` (rows of
+    :func:`traceview.roofline.roofline`, sorted by total time).
+
+    Returns ``(svg or None, note, hidden)``: ``svg`` is None when there is nothing to draw
+    (no peaks or no cost), with ``note`` saying why; ``hidden`` counts populations with a
+    cost that a log-log chart cannot place (zero FLOPs or zero bytes). Points: x = intensity
+    (FLOP/byte), y = achieved FLOP/s, area proportional to total time, colored by what bounds
+    them; the first ``labelled`` rows carry their rank (1-based, the row number in
+    ``roof``), matching the report's roofline table.
+    """
+    if not peaks.complete:
+        gone = [w for w, v in (("peak FLOP/s", peaks.peak_flops), ("peak memory bandwidth", peaks.peak_bw)) if not v]
+        verb = "are" if len(gone) > 1 else "is"
+        return None, (f"No roofline chart: the {' and the '.join(gone)} of this device {verb} unknown (the trace does "
+                      "not carry them and the device type is not in the chip table). "
+                      "Pass --chip NAME, or --peak-flops and --peak-bw (report(..., peaks=Peaks(...)) in Python)."), 0
+    costed = roof.with_row_index("rank", offset=1).filter(pl.col("flops").is_not_null() | pl.col("bytes").is_not_null())
+    if costed.height == 0:
+        return None, ("No roofline chart: this trace carries no FLOP or byte counts and none could be derived "
+                      "from its HLO, so no op can be placed against the roofs."), 0
+    pts = costed.filter((pl.col("intensity") > 0) & (pl.col("achieved_flops") > 0))
+    hidden = costed.height - pts.height
+    if pts.height == 0:
+        return None, (f"No roofline chart: none of the {costed.height} populations with costs does FLOPs "
+                      "(pure data movement), so none has a positive arithmetic intensity to place on a log axis."), hidden
+
+    pf, pb, ridge = float(peaks.peak_flops), float(peaks.peak_bw), float(peaks.ridge)
+    x = pts["intensity"].to_list()
+    y = pts["achieved_flops"].to_list()
+    t = [float(v or 0) for v in pts["total_ps"].to_list()]
+    tmax = max(t) or 1.0
+    lo = min(min(x), ridge) / 4
+    hi = max(max(x), ridge) * 4
+    fig = _new_figure(8.4, 4.6)
+    ax = fig.add_subplot()
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    ax.plot(xs, [min(pf, v * pb) for v in xs], color="#222", lw=1.6, zorder=2)
+    ax.axvline(ridge, color="#999", lw=0.8, ls=":", zorder=1)
+    ax.plot([ridge], [pf], marker="D", color="#222", ms=6, zorder=4)
+    ymin = min(min(y), lo * pb) / 3
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(ymin, pf * 3)
+    ax.annotate(f"ridge point {ridge:,.1f} FLOP/byte", (ridge, pf), xytext=(0, 9), textcoords="offset points",
+                fontsize=9, color="#222", ha="center", va="bottom")
+    # the compute-roof label goes on the side of the ridge with more room (log scale)
+    if math.log(ridge / lo) > math.log(hi / ridge):
+        ax.plot([lo, ridge], [pf, pf], color="#222", lw=0.8, ls=(0, (2, 3)), zorder=1)
+        ax.text(lo * 1.15, pf * 0.9, f"compute roof {fmt_rate(pf, 'FLOP/s')}", fontsize=8.5, color="#444",
+                ha="left", va="top")
+    else:
+        ax.text(hi / 1.15, pf * 0.9, f"compute roof {fmt_rate(pf, 'FLOP/s')}", fontsize=8.5, color="#444",
+                ha="right", va="top")
+    # memory-roof label along the sloped line, a third of the way to the ridge; its on-screen
+    # angle from two display points
+    x0 = lo * (ridge / lo) ** 0.3
+    x1 = x0 * 1.5
+    (dx0, dy0), (dx1, dy1) = ax.transData.transform([(x0, x0 * pb), (x1, x1 * pb)])
+    ax.text(x0, x0 * pb * 1.3, f"memory roof {fmt_rate(pb, 'B/s')}", rotation=math.degrees(math.atan2(dy1 - dy0, dx1 - dx0)),
+            rotation_mode="anchor", fontsize=8.5, color="#444", va="bottom", ha="left")
+    bounds = pts["bound_by"].to_list()
+    colors = [BOUND_COLORS.get(b, BOUND_COLORS["unknown"]) for b in bounds]
+    sizes = [18 + 900 * (v / tmax) for v in t]
+    ax.scatter(x, y, s=sizes, c=colors, alpha=0.55, edgecolors="#333", linewidths=0.6, zorder=3)
+    ranks = pts["rank"].to_list()
+    order = sorted(range(pts.height), key=lambda i: -t[i])[:labelled]
+    # points that sit on top of each other share one label ("5,6,7")
+    disp = ax.transData.transform([(x[i], y[i]) for i in order]) if order else []
+    groups: list[list[int]] = []
+    for k, i in enumerate(order):
+        for g in groups:
+            j = order.index(g[0])
+            if math.hypot(disp[k][0] - disp[j][0], disp[k][1] - disp[j][1]) < 14:
+                g.append(i)
+                break
+        else:
+            groups.append([i])
+    for g in groups:
+        ax.annotate(",".join(str(ranks[i]) for i in sorted(g, key=lambda i: ranks[i])), (x[g[0]], y[g[0]]),
+                    xytext=(5, 4), textcoords="offset points", fontsize=9, fontweight="bold", color="#111", zorder=5)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte)")
+    ax.set_ylabel("achieved FLOP/s")
+    ax.grid(True, which="major", color="#e6e6e6", lw=0.6)
+    for b, c in BOUND_COLORS.items():
+        if b in bounds:
+            ax.scatter([], [], s=40, c=c, alpha=0.55, edgecolors="#333", linewidths=0.6, label=f"{b}-bound")
+    ax.legend(loc="lower right", fontsize=8.5, frameon=False, title="point area ∝ total time", title_fontsize=8.5)
+    note = ""
+    if hidden:
+        note = (f"{hidden} population(s) with costs but zero FLOPs or zero bytes (e.g. copies) cannot sit on a "
+                "log-log chart and are left out of it; they are in the table.")
+    return _svg(fig), note, hidden
+
+
+@_chart_style
+def steps_svg(series: list[list[float]], colors: list[str]) -> str:
+    """Stacked bars: one bar per step, one segment per series (``series[i][k]`` = time of
+    series i in step k, ps; plotted in ms) colored ``colors[i]``. Names stay out of the SVG:
+    the legend is HTML."""
+    n = len(series[0]) if series else 0
+    fig = _new_figure(min(8.4, max(5.0, 3.0 + 0.16 * n)), 3.2)
+    ax = fig.add_subplot()
+    bottom = [0.0] * n
+    for vals, c in zip(series, colors):
+        ms = [float(v or 0) / 1e9 for v in vals]
+        ax.bar(range(1, n + 1), ms, bottom=bottom, color=c, width=0.82 if n > 3 else 0.5, linewidth=0)
+        bottom = [b + v for b, v in zip(bottom, ms)]
+    ax.set_xlabel("step")
+    ax.set_ylabel("time per step (ms)")
+    ax.set_xlim(0.4, n + 0.6)
+    if n <= 24:
+        ax.set_xticks(range(1, n + 1))
+    else:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(True, axis="y", color="#e6e6e6", lw=0.6)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return _svg(fig)
+
+

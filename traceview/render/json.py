@@ -1,0 +1,74 @@
+"""JSON of a report: ``traceview analyze --format json``, ``diff --format json`` and
+``verify --format json``. Times in ps; frames become lists of row objects."""
+
+from __future__ import annotations
+
+import json
+
+from traceview.render.provenance import provenance_lines, run_names
+
+
+def analysis_payload(rep, *, top: int | None, version: str) -> dict:
+    """The JSON object of a :class:`~traceview.analysis.report.Report`: provenance (lines,
+    files, runs), warnings, has_shapes, devices, ops (the op table), peaks, roofline,
+    kernels, sources, steps, occurrence checks. ``top``: rows of the op, roofline and source
+    tables (all when None)."""
+    peaks, roof, checks, anat = rep.peaks, rep.roofline, rep.checks, rep.steps
+    head = (lambda df: df.head(top)) if top else (lambda df: df)
+    return {
+        "traceview": version,
+        "provenance": {"lines": provenance_lines(rep.discovery, rep.files), "files": rep.files,
+                       "runs": run_names(rep.discovery)},
+        "warnings": list(rep.warnings),
+        "has_shapes": rep.has_shapes,
+        "devices": rep.devices.to_dicts(),
+        "ops": head(rep.table).to_dicts(),
+        "peaks": {"peak_flops": peaks.peak_flops, "peak_bw": peaks.peak_bw, "ridge": peaks.ridge,
+                  "flops_source": peaks.flops_source, "bw_source": peaks.bw_source},
+        "roofline": head(roof).to_dicts(),
+        "kernels": rep.kernels.to_dicts(),
+        "sources": head(rep.sources).to_dicts(),
+        "steps": None if anat is None else {
+            "method": anat.method, "module": anat.module, "window": anat.window,
+            "coverage": anat.coverage.line(), "coverage_ratio": anat.coverage.ratio,
+            "families": anat.families.to_dicts(), "notes": list(anat.notes)},
+        "occurrence_checks": checks.to_dicts() if checks is not None else None,
+    }
+
+
+def analysis_json(rep, *, top: int | None, version: str) -> str:
+    """:func:`analysis_payload` as indented JSON text with a final newline."""
+    return json.dumps(analysis_payload(rep, top=top, version=version), indent=2, default=str) + "\n"
+
+
+def diff_payload(d, top: int | None = None) -> dict:
+    """The JSON object of a :class:`~traceview.analysis.diff.DiffReport`: labels, summary
+    lines, op time and traced events per side, steps, population counts by status, kernels,
+    families, modules, populations (``top`` rows by |delta| when given; HLO texts left out),
+    overhead factor and notes."""
+    from traceview.render.diff_summary import summary_lines
+
+    pops = d.populations if top is None else d.populations.head(top)
+    return {
+        "base": d.base_label, "treatment": d.treatment_label, "units": "ps",
+        "summary": summary_lines(d),
+        "op_time_ps": {"base": d.op_time_ps_base, "treatment": d.op_time_ps_treatment},
+        "events": {"base": d.events_base, "treatment": d.events_treatment},
+        "steps": d.steps.to_dict() if d.steps else None,
+        "counts": d.counts(),
+        "kernels": d.kernels.to_dicts(), "families": d.families.to_dicts(),
+        "modules": d.modules.to_dicts(),
+        "populations": pops.drop("hlo_text_base", "hlo_text_treatment", strict=False).to_dicts(),
+        "overhead_factor": d.overhead_factor, "notes": list(d.notes),
+    }
+
+
+def diff_json(d, top: int | None = None) -> str:
+    """:func:`diff_payload` as indented JSON text with a final newline."""
+    return json.dumps(diff_payload(d, top), default=str, indent=2) + "\n"
+
+
+def verify_json(report) -> str:
+    """A :class:`~traceview.analysis.verify.VerifyReport` as indented JSON text (ok, and per
+    check its text, ok and message) with a final newline."""
+    return json.dumps(report.to_dict(), indent=2) + "\n"
