@@ -158,8 +158,10 @@ def record(out: Path, big: bool) -> None:
     for name, path in BAD.items():
         _run(out, f"bad.{name}", ["analyze", str(path), "--format", "json"])
     _run(out, "bad.check", ["verify", str(traces["v6e"]), "--check", "op matching x frobnicates"])
+    # in a folder of its own: ``-c`` puts the working folder first on sys.path, and a checkout
+    # there would shadow the installed traceview under test
     p = subprocess.run([sys.executable, "-c", _LIBRARY, json.dumps({k: str(v) for k, v in TRACES.items()})],
-                       capture_output=True, env=dict(os.environ, TRACEVIEW_NO_CACHE="1"))
+                       capture_output=True, env=dict(os.environ, TRACEVIEW_NO_CACHE="1"), cwd=tmp)
     (out / "library.out").write_bytes(_norm(p.stdout))
     (out / "library.rc").write_text(f"{p.returncode}\n" + p.stderr.decode())
 

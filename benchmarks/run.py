@@ -7,7 +7,7 @@ Makes the scaled traces (with :mod:`scale_trace`, from ``../shared/traces``) und
   and ~20M-event TPU xplanes and a scaled TPU trace.json.gz;
 * the same with a fresh cache folder, three times: the first run (which writes the
   parsed-table cache and the stored result), the same command again (served from the
-  stored result, :mod:`traceview.resultcache`) and the command with other options
+  stored result, :mod:`traceview.cli.resultcache`) and the command with other options
   (``--top 30``: the stored result does not apply, the parsed table does);
 * XProf 2.24.2's ``hlo_stats`` conversion (``xspace_to_tool_data(..., "hlo_stats",
   {"use_saved_result": False})``) on a fresh copy of the file in a temp dir, as
@@ -79,10 +79,11 @@ marks = []
 def mark(name, t0, c0):
     marks.append((name, time.perf_counter() - t0, time.process_time() - c0))
 t0, c0 = time.perf_counter(), time.process_time()
-import polars, numpy, traceview.cli, traceview.profile, traceview.aggregate, traceview.roofline
-from traceview import xplane, tracejson  # noqa: F401
+import polars, numpy, traceview.cli, traceview.api, traceview.analysis.aggregate, traceview.analysis.roofline
+from traceview.model import from_xplane, from_tracejson  # noqa: F401
 mark("imports", t0, c0)
-from traceview.profile import Profile, read_file
+from traceview.api import Profile
+from traceview.model.files import read_file
 t0, c0 = time.perf_counter(), time.process_time()
 td = read_file(sys.argv[1])
 mark("read file -> op table", t0, c0)
@@ -266,7 +267,7 @@ def versions() -> dict:
         except PackageNotFoundError:
             out[pkg] = "-"
     try:
-        from traceview import _fastxplane  # noqa: F401
+        from traceview.read.xplane import _decode  # noqa: F401
 
         out["traceview C decoder"] = "built"
     except ImportError:

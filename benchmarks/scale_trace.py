@@ -59,7 +59,7 @@ _GAP_PS = 1_000_000  # 1 µs between repetitions
 def _varint(n: int) -> bytes:
     """Protobuf base-128 varint of an int64/uint64 (negative int64 as 10-byte two's
     complement), by traceview's own encoder."""
-    from traceview.xline import _varint_bytes
+    from traceview.read.xplane.wire import _varint_bytes
 
     return _varint_bytes(n & ((1 << 64) - 1))
 
@@ -131,7 +131,7 @@ def _spool_line(line, plane, repeat: int, step_ps: int, fh) -> int:
 
     Returns the number of bytes written. Only this line's events live as protobuf objects.
     """
-    from traceview._protos import XLine
+    from traceview.read.xplane.protos import XLine
 
     off_ids = _stat_ids(plane, "device_offset_ps")
     work = XLine()
@@ -168,7 +168,7 @@ def scale_xplane(src: str | os.PathLike, dst: str | os.PathLike, repeat: int, *,
     each spooled line when given. The output is written to a temp file beside ``dst`` and
     renamed into place.
     """
-    from traceview._protos import XLine, XPlane, XSpace
+    from traceview.read.xplane.protos import XLine, XPlane, XSpace
 
     t0 = time.perf_counter()
     if repeat < 1:
@@ -243,7 +243,7 @@ def scale_xplane(src: str | os.PathLike, dst: str | os.PathLike, repeat: int, *,
 
 def count_device_events(src: str | os.PathLike, op_lines_only: bool = False) -> tuple[int, int]:
     """(events repeated per repetition, other events) of the xplane ``src``."""
-    from traceview._protos import XSpace
+    from traceview.read.xplane.protos import XSpace
 
     space = XSpace.FromString(Path(src).read_bytes())
     rep = other = 0

@@ -26,7 +26,7 @@ from typing import Callable
 
 import orjson
 
-from traceview._protos import HloProto, XSpace
+from traceview.read.xplane.protos import HloProto, XSpace
 from traceview.errors import EXIT_LIMIT, EXIT_NO_OPS, EXIT_NO_TRACE, EXIT_OK, EXIT_UNREADABLE
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
@@ -185,7 +185,7 @@ def gz(doc) -> bytes:
 
 def plane_boundaries(data: bytes) -> list[int]:
     """Byte offsets at which the top-level XSpace fields (planes, hostnames) of ``data`` end."""
-    from traceview.diagnose import _varint
+    from traceview.read.diagnose import _varint
 
     out, i = [], 0
     while i < len(data):
@@ -550,9 +550,9 @@ def _no_read(path: Path):
     who reads through any mode bits) the readers' ``open`` refuses that one path."""
     import builtins
 
-    import traceview.tracejson
-    import traceview.xline
-    import traceview.xplane
+    import traceview.model.from_xplane
+    import traceview.read.tracejson
+    import traceview.read.xplane.wire
 
     os.chmod(path, 0)
     real_open = builtins.open
@@ -566,9 +566,9 @@ def _no_read(path: Path):
         return real_open(file, *a, **k)
 
     def patch(mp):
-        mp.setattr(traceview.xplane, "open", guarded, raising=False)
-        mp.setattr(traceview.xline, "open", guarded, raising=False)  # map_xspace
-        mp.setattr(traceview.tracejson, "open", guarded, raising=False)
+        mp.setattr(traceview.model.from_xplane, "open", guarded, raising=False)
+        mp.setattr(traceview.read.xplane.wire, "open", guarded, raising=False)  # map_xspace
+        mp.setattr(traceview.read.tracejson, "open", guarded, raising=False)
     return patch
 
 

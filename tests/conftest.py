@@ -100,12 +100,11 @@ def cpu_profile_dir(tmp_path_factory) -> Path:
 @pytest.fixture
 def cache_dir(tmp_path, monkeypatch):
     """A fresh, empty cache folder for this test (both caches on, small files cached too)."""
-    from traceview import cache
+    from traceview.read import cache
 
     d = tmp_path / "cache"
     monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(d))
     monkeypatch.delenv("TRACEVIEW_NO_CACHE", raising=False)
     monkeypatch.delenv("TRACEVIEW_MAX_BYTES", raising=False)
     monkeypatch.setattr(cache, "MIN_FILE_BYTES", 0)  # cache the small shared traces too
-    monkeypatch.setattr(cache, "_disabled_here", False)
     return d

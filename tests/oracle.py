@@ -244,7 +244,7 @@ def raw_hlo_events(path) -> pl.DataFrame:
     ``device_duration_ps`` (the stat, TPU only, else null). Event stats override metadata
     stats.
     """
-    from traceview._protos import XSpace
+    from traceview.read.xplane.protos import XSpace
 
     xs = XSpace()
     xs.ParseFromString(Path(path).read_bytes())

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-import traceview.xline
-import traceview.xplane
+import traceview.read.xplane.wire
+import traceview.model.from_xplane
 from traceview.cli import main
 
 from badinputs import ADD, CASES, MI300X, RUN, SHARED, gz, readme_table, tpu_trace_doc, tpu_xspace, write
@@ -55,10 +55,10 @@ RUNS = [(c, d) for c in CASES for d in (("c", "python") if c.xplane else ("c",))
 @pytest.mark.parametrize(("case", "decoder"), RUNS, ids=[f"{c.id}-{d}" for c, d in RUNS])
 def test_bad_input(case, decoder, tmp_path, monkeypatch, capsys, hang_guard):
     if decoder == "python":
-        monkeypatch.setattr(traceview.xplane, "_fast", None)
-        monkeypatch.setattr(traceview.xline, "_fast", None)
+        monkeypatch.setattr(traceview.model.from_xplane, "_fast", None)
+        monkeypatch.setattr(traceview.read.xplane.wire, "_fast", None)
     else:
-        assert traceview.xplane._fast is not None, "the C decoder is not built"
+        assert traceview.model.from_xplane._fast is not None, "the C decoder is not built"
     monkeypatch.delenv("TRACEVIEW_MAX_BYTES", raising=False)
     monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")  # the readers themselves, every time
     work = tmp_path / "in"
@@ -183,11 +183,6 @@ def profile_tree(tmp_path):
 def test_analyze_writes_nothing_under_the_input(profile_tree, tmp_path, capsys, monkeypatch, hang_guard):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("TRACEVIEW_NO_CACHE", raising=False)
-    # a serial read with the cache off turns it off for the whole process (traceview.parallel
-    # read_task calls cache.disabled(True)); earlier tests ran with TRACEVIEW_NO_CACHE=1
-    import traceview.cache
-
-    monkeypatch.setattr(traceview.cache, "_disabled_here", False)
     run_dir = profile_tree / "plugins" / "profile" / RUN
     before = _listing(profile_tree)
     out_dir = tmp_path / "out"

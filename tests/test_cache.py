@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 from polars.testing import assert_frame_equal
 
-from traceview import cache, load, read_file
+from traceview.api import load
+from traceview.model import files
+from traceview.model.files import read_file
+from traceview.read import cache
 
 
 def _same(a, b) -> None:
@@ -41,12 +44,10 @@ def test_cached_equals_uncached(cache_dir, traces, monkeypatch):
     plain = [_uncached(p) for p in traces]
     first = [read_file(p) for p in traces]  # misses: read and stored
     assert len(_entries(cache_dir)) == len(traces)
-    import traceview.profile as profile
-
     def boom(*a, **k):
         raise AssertionError("the reader ran although the cache holds the file")
 
-    monkeypatch.setattr(profile, "_read_file_uncached", boom)
+    monkeypatch.setattr(files, "read_uncached", boom)
     hits = [read_file(p) for p in traces]  # hits: the reader is never called
     for a, b, c in zip(plain, first, hits):
         _same(a, b)
@@ -54,7 +55,7 @@ def test_cached_equals_uncached(cache_dir, traces, monkeypatch):
 
 
 def _uncached(path):
-    from traceview.profile import _read_file_uncached
+    from traceview.model.files import read_uncached as _read_file_uncached
 
     return _read_file_uncached(path)
 
@@ -121,7 +122,10 @@ def test_nothing_is_written_under_the_input(cache_dir, traces, tmp_path):
         os.environ["TRACEVIEW_CACHE_DIR"] = str(inside)
         load(logs)
         assert not inside.exists()
-        assert cache.store(prof.traces[0], str(run / "h0.xplane.pb"), "xplane", "h0", run.name) is None
+        p0 = str(run / "h0.xplane.pb")
+        data, frames, comp = files.encode(prof.traces[0])
+        assert cache.TableCache(inside).put(p0, files.cache_args(p0, "xplane", "h0", run.name), data, frames,
+                                            compression=comp) is None
         assert not inside.exists()
     finally:
         for p in [logs, *logs.rglob("*")]:
@@ -133,12 +137,8 @@ def test_switches_turn_it_off(cache_dir, traces, monkeypatch):
     read_file(traces[0])
     assert not cache_dir.exists()
     monkeypatch.delenv("TRACEVIEW_NO_CACHE")
-    cache.disabled(True)
-    try:
-        read_file(traces[0])
-        assert not cache_dir.exists()
-    finally:
-        cache.disabled(False)
+    read_file(traces[0], cache=False)  # the library's switch: an argument
+    assert not cache_dir.exists()
     import inspect
 
     if "max_bytes" in inspect.signature(read_file).parameters:
@@ -176,5 +176,5 @@ def test_prune_keeps_the_budget(cache_dir, traces):
     for p in traces:
         read_file(p)
     assert len(_entries(cache_dir)) == 3
-    assert cache.prune(max_bytes=0) == 3
+    assert cache.TableCache(cache_dir).prune(max_bytes=0) == 3
     assert _entries(cache_dir) == []

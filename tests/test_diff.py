@@ -18,9 +18,12 @@ import pytest
 
 import traceview
 from traceview.cli import main
-from traceview.diff import (THROUGHPUT_RULE, diff, find_kernel_name, kernel_config, kernel_id, populations,
-                            population_fingerprint)
-from traceview.profile import Profile
+from traceview.analysis.diff import THROUGHPUT_RULE
+from traceview.analysis.populations import populations
+from traceview.api import diff
+from traceview.model.fingerprint import population_fingerprint
+from traceview.model.kernelname import find_kernel_name, kernel_config, kernel_id
+from traceview.api import Profile
 from traceview.render.diff_html import diff_section_html, render_diff_page
 from traceview.render.diff_terminal import render_diff_text
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from traceview.discover import Discovery, discover, json_siblings
+from traceview.read.discover import Discovery, discover, json_siblings
 from traceview.errors import EXIT_NO_TRACE, EXIT_USAGE, NoTraceFound, UsageError
 
 VLLM_RUN = "2026_01_11_21_26_41"

@@ -17,12 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceview import steps, timeline, xline, xplane
-from traceview.optable import OpTable
+from traceview.analysis import steps
+from traceview.model import from_xplane as xplane
+from traceview.model import timeline
+from traceview.read.xplane import wire as xline
+from traceview.model.optable import OpTable
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
-pytestmark = pytest.mark.skipif(xplane._fast is None, reason="the C accelerator is not built")
+pytestmark = pytest.mark.skipif(not xline.has_decoder(), reason="the C accelerator is not built")
 
 
 def _xplanes(shared_traces: Path) -> list[Path]:
@@ -41,10 +44,10 @@ def _same_trace(a, b) -> None:
 def test_mapped_read_equals_classic_and_python_reads(shared_traces, monkeypatch):
     files = _xplanes(shared_traces)
     mapped = [xplane.read_xplane(p) for p in files]
-    assert all(xplane.map_xspace(p) is not None for p in files)  # the in-place path was taken
-    monkeypatch.setattr(xplane, "map_xspace", lambda p: None)
+    assert all(xline.map_xspace(p) is not None for p in files)  # the in-place path was taken
+    monkeypatch.setattr(xline, "map_xspace", lambda p: None)
     classic = [xplane.read_xplane(p) for p in files]
-    monkeypatch.setattr(xplane, "_fast", None)
+    monkeypatch.setattr(xplane, "_fast", None)  # the op-table passes: numpy
     monkeypatch.setattr(xline, "_fast", None)  # the wire decoders: protobuf
     python = [xplane.read_xplane(p) for p in files]
     for a, b, c in zip(mapped, classic, python):
@@ -88,7 +91,7 @@ def test_truncated_file_falls_back_to_the_classic_fault_message(tmp_path, shared
     data = (shared_traces / "tpu_v6e_4chip_psum.xplane.pb").read_bytes()
     cut = tmp_path / "cut.xplane.pb"
     cut.write_bytes(data[: len(data) // 2])
-    assert xplane.map_xspace(cut) is None
+    assert xline.map_xspace(cut) is None
     from traceview.errors import TraceUnreadable
 
     with pytest.raises(TraceUnreadable, match="truncated"):
@@ -156,7 +159,7 @@ def test_c_enclosing_equals_the_binary_search(inner, outer, in_order):
 def test_c_medians_equal_polars(events, key_of_attr):
     """median_by (group, then quickselect) gives polars' median per key, to the bit: even
     counts, duplicates, negative and 62-bit values, keys with no event, attrs not counted."""
-    from traceview import _fastxplane as f
+    from traceview.analysis import _passes as f
 
     attr = np.array([a for a, _ in events], dtype=np.uint32)
     vals = np.array([v for _, v in events], dtype=np.int64)
@@ -210,8 +213,7 @@ def test_a_file_truncated_under_the_reader_is_an_error_not_a_crash(tmp_path, sha
     copy.write_bytes(src.read_bytes() * 40)  # big enough to span many pages
     child = r"""
 import mmap, os, sys
-from traceview import _fastxplane as f
-from traceview import xplane
+from traceview.read.xplane import _decode as f
 p = sys.argv[1]
 fh = open(p, "rb")
 mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
@@ -234,7 +236,8 @@ for call in (lambda: f.count_events(view), lambda: f.line_header(view), lambda: 
     copy.write_bytes(src.read_bytes())
     child2 = r"""
 import os, sys
-from traceview import tpu_plane, xplane
+from traceview.model import from_xplane as xplane
+from traceview.model import tpu_plane
 from traceview.errors import TraceviewError
 p = sys.argv[1]
 orig = tpu_plane.decode_tpu_line

@@ -36,12 +36,13 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 
 import traceview
-import traceview.xline
-import traceview.xplane
-from traceview import aggregate
-from traceview._protos import HloProto, XSpace
-from traceview.shapes import parse_instruction
-from traceview.timeline import self_times
+import traceview.read.xplane.wire
+import traceview.model.from_xplane
+from traceview.analysis import aggregate
+from traceview.read.xplane.protos import HloProto, XSpace
+from traceview.model.shapes import parse_instruction
+from traceview.model.timeline import self_times
+from traceview.model.files import read_file
 
 FUZZ_EXAMPLES = int(os.environ.get("TRACEVIEW_FUZZ_EXAMPLES", "2000"))
 FUZZ = settings(
@@ -462,7 +463,7 @@ def build_xspace(g) -> XSpace:
 def _outcome(path: Path, kind: str):
     """("ok", TraceData) or ("error", type name, message); anything else propagates."""
     try:
-        return ("ok", traceview.read_file(path, kind=kind))
+        return ("ok", read_file(path, kind=kind))
     except traceview.TraceviewError as exc:
         assert "\n" not in str(exc), f"multi-line error: {exc!s}"
         return ("error", type(exc).__name__, str(exc))
@@ -507,15 +508,15 @@ def _read_both(data: bytes, name: str, kind: str, monkeypatch):
     path.write_bytes(data)
     fast = _outcome(path, kind)
     with monkeypatch.context() as m:
-        m.setattr(traceview.xplane, "_fast", None)
-        m.setattr(traceview.xline, "_fast", None)
+        m.setattr(traceview.model.from_xplane, "_fast", None)
+        m.setattr(traceview.read.xplane.wire, "_fast", None)
         slow = _outcome(path, kind)
     _same(fast, slow)
     return fast
 
 
 def test_the_c_decoder_is_built():
-    assert traceview.xplane._fast is not None
+    assert traceview.model.from_xplane._fast is not None
 
 
 @FUZZ

@@ -26,9 +26,23 @@ import pytest
 import traceview
 import traceview.errors
 from traceview.cli import main
-from traceview.profile import Profile
-from traceview.render.html import profile_summary_html, render_report, write_report
-from traceview.roofline import Peaks
+from traceview.api import Profile
+from traceview.analysis.peaks import Peaks
+from traceview.analysis.report import build_report, build_summary
+from traceview.render import html as html_render
+
+
+def render_report(prof, *, top: int = 30, title=None, **options) -> str:
+    """The HTML report of a profile, as ``traceview report`` renders it."""
+    return html_render.render_report(build_report(prof, html=True, **options), top=top, title=title)
+
+
+def write_report(prof, path, **options):
+    return prof.report(path, **options)
+
+
+def profile_summary_html(prof) -> str:
+    return html_render.summary_html(build_summary(prof))
 
 EVIL = "<script>alert(1)</script>\"'</textarea>$\\frac{1}{0}$ & --> <!--"
 EVIL_ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"

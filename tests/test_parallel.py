@@ -11,9 +11,11 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 from polars.testing import assert_frame_equal
 
-from traceview import load
+from traceview.api import load
 from traceview.errors import TraceUnreadable, TraceviewError
-from traceview.parallel import Progress, ReadTask, TerminalProgress, read_many
+from traceview.model.files import read_task
+from traceview.read.batch import Progress, ReadTask, read_many
+from traceview.render.progress import TerminalProgress
 
 
 @pytest.fixture(autouse=True)
@@ -78,7 +80,7 @@ def test_unreadable_host_comes_back_as_a_warning(run_dir, shared_traces, tmp_pat
     assert any("zz-broken" in w for w in pooled.warnings)
     tasks = [ReadTask(path=str(run / "zz-broken.xplane.pb"), kind="xplane", host="zz")]
     with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as ex:
-        (err,) = read_many(tasks, executor=ex)
+        (err,) = read_many(tasks, read_task, executor=ex)
     assert isinstance(err, TraceUnreadable) and err.path == tasks[0].path and err.fault
 
 
@@ -105,9 +107,9 @@ def test_terminal_progress_is_quiet_off_a_terminal():
 
 
 def test_local_processes_only_when_allowed(shared_traces, tmp_path, monkeypatch, run_dir):
-    """Library default: one process. With local workers allowed (CLI --workers N), the files
-    are read by a process pool, with the single-process result."""
-    import traceview.parallel as par
+    """Library default: one process. With local workers asked for (``workers=2``, CLI
+    --workers N), the files are read by a process pool, with the single-process result."""
+    import traceview.read.batch as par
 
     made = []
 
@@ -127,10 +129,6 @@ def test_local_processes_only_when_allowed(shared_traces, tmp_path, monkeypatch,
         shutil.copyfile(src, run / f"{host}.trace.json.gz")
     single_json, single_xplane = load(tmp_path), load(run_dir)
     assert made == []
-    par.set_local_workers(2)
-    try:
-        _same_profile(single_json, load(tmp_path))
-        _same_profile(single_xplane, load(run_dir))
-        assert made == [1, 1]
-    finally:
-        par.set_local_workers(0)
+    _same_profile(single_json, load(tmp_path, workers=2))
+    _same_profile(single_xplane, load(run_dir, workers=2))
+    assert made == [1, 1]

@@ -1,4 +1,4 @@
-"""The CLI's prefetch (traceview.prefetch): decoding a file's TPU planes on a thread while
+"""The prefetch (traceview.read.prefetch): decoding a file's TPU planes on a thread while
 polars imports changes nothing in what is read, and is dropped when the file changes."""
 
 from __future__ import annotations
@@ -7,10 +7,13 @@ import shutil
 
 import pytest
 
-from traceview import prefetch, xline, xplane
 from traceview.errors import TraceUnreadable
+from traceview.model import from_xplane as xplane
+from traceview.model.tpu_plane import plane_arrays
+from traceview.read import prefetch
+from traceview.read.xplane import wire as xline
 
-pytestmark = pytest.mark.skipif(xline._fast is None, reason="the C accelerator is not built")
+pytestmark = pytest.mark.skipif(not xline.has_decoder(), reason="the C accelerator is not built")
 
 
 def _same(a, b) -> None:
@@ -23,11 +26,12 @@ def _same(a, b) -> None:
 def test_prefetched_read_equals_a_plain_read(shared_traces):
     path = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
     plain = xplane.read_xplane(path)
-    assert prefetch.start(path)
-    assert not prefetch.start(path)  # one per file at a time
-    assert prefetch.pending() == 1
-    pre = xplane.read_xplane(path)
-    assert prefetch.pending() == 0  # taken
+    pf = prefetch.start(path, plane_arrays)
+    assert pf is not None and pf.matches(path)
+    other = prefetch.start(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", plane_arrays)
+    # a prefetch of another file is not taken: the reader decodes this one itself
+    _same(plain, xplane.read_xplane(path, prefetch=other))
+    pre = xplane.read_xplane(path, prefetch=pf)
     _same(plain, pre)
     # the v6e trace: 4 TPU planes, 6,013 op events of 65 descriptions (as XProf's hlo_stats counts)
     assert pre.table.height == 6013 and pre.table.attrs.height == 65
@@ -37,13 +41,14 @@ def test_prefetched_read_equals_a_plain_read(shared_traces):
 def test_a_file_changed_after_the_start_is_read_afresh(tmp_path, shared_traces):
     a = tmp_path / "h.xplane.pb"
     shutil.copyfile(shared_traces / "tpu_v6e_4chip_psum.xplane.pb", a)
-    assert prefetch.start(a)
+    pf = prefetch.start(a, plane_arrays)
+    assert pf is not None
     other = tmp_path / "other.xplane.pb"
     shutil.copyfile(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", other)
     other.replace(a)  # a new file under the same name: its identity differs
-    got = xplane.read_xplane(a)
+    assert pf.take() is None
+    got = xplane.read_xplane(a, prefetch=pf)
     want = xplane.read_xplane(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", host="h")
-    assert prefetch.pending() == 0
     assert got.ops["device"].str.starts_with("/device:GPU:").all()
     assert got.ops.drop("file").equals(want.ops.drop("file"), null_equal=True)
 
@@ -59,38 +64,43 @@ def test_a_malformed_line_raises_the_same_error_with_and_without_prefetch(tmp_pa
     bad.write_bytes(bytes(data))
     with pytest.raises(TraceUnreadable) as plain:
         xplane.read_xplane(bad)
-    assert prefetch.start(bad)
+    pf = prefetch.start(bad, plane_arrays)
+    assert pf is not None
     with pytest.raises(TraceUnreadable) as pre:
-        xplane.read_xplane(bad)
+        xplane.read_xplane(bad, prefetch=pf)
     assert str(pre.value) == str(plain.value)
     assert "malformed XLine" in str(pre.value) and str(bad) in str(pre.value)
 
 
-def test_the_cli_prefetches_only_the_plain_case(tmp_path, shared_traces, monkeypatch, cache_dir):
-    from traceview import cli
-    from traceview.discover import discover
+def test_load_prefetches_only_the_plain_case(tmp_path, shared_traces, monkeypatch, cache_dir):
+    from traceview.api import load
+    from traceview.model.load import start_prefetch
+    from traceview.read.cache import TableCache
+    from traceview.read.discover import discover
 
     src = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
     one = tmp_path / "one"
     one.mkdir()
     f = one / "h.xplane.pb"
     f.write_bytes(src.read_bytes() * 2)  # over the cache's 1 MiB floor: a cache entry is possible
-    args = cli.build_parser().parse_args(["analyze", str(one), "--format", "json"])
     monkeypatch.delenv("TRACEVIEW_MAX_BYTES", raising=False)
     started = []
-    monkeypatch.setattr(prefetch, "start", lambda p: started.append(p) or True)
-    assert cli._start_prefetch(discover(str(one)), args) and started == [f]
-    with_limit = cli.build_parser().parse_args(["analyze", str(one), "--max-bytes", "1000000000"])
-    assert not cli._start_prefetch(discover(str(one)), with_limit)  # limits are checked first
+    monkeypatch.setattr(prefetch, "start", lambda p, work: started.append(p) or "started")
+    cache = TableCache(cache_dir, min_file_bytes=1 << 20)
+
+    def start(**kw):
+        return start_prefetch(discover(str(one)), **{"max_bytes": None, "cache": cache, "local": True, **kw})
+
+    assert start() == "started" and started == [f]
+    assert start(max_bytes=10 ** 9) is None  # limits are checked first
+    assert start(local=False) is None  # a pool or a cluster reads the file
     monkeypatch.setenv("TRACEVIEW_MAX_BYTES", "1000000000")
-    assert not cli._start_prefetch(discover(str(one)), args)
+    assert start() is None
     monkeypatch.delenv("TRACEVIEW_MAX_BYTES")
     shutil.copyfile(src, one / "h2.xplane.pb")  # two hosts: the parallel readers' business
-    assert not cli._start_prefetch(discover(str(one)), args)
+    assert start() is None
     (one / "h2.xplane.pb").unlink()
     # a fresh parsed-table entry: the cache serves the table, nothing to decode
-    from traceview.profile import load
-
-    load(str(one))
-    assert not cli._start_prefetch(discover(str(one)), args)
+    load(str(one), cache=cache, prefetch=False)
+    assert start() is None
     assert started == [f]

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-import traceview.profile as profile
-from traceview import cache, resultcache
-from traceview.cli import main
+import traceview.model.load as profile
+from traceview.cli import main, resultcache
+from traceview.read import cache
 
 
 @pytest.fixture
@@ -17,6 +17,13 @@ def trace(tmp_path, shared_traces):
     src = tmp_path / "in" / "tpu_v6e_4chip_psum.xplane.pb"
     src.parent.mkdir()
     shutil.copyfile(shared_traces / "tpu_v6e_4chip_psum.xplane.pb", src)
+    # two hours old: the run's age in the output ("2 h old") and in the key stays the same
+    # while a test runs (a fresh file's age is in seconds)
+    import os
+    import time
+
+    t = time.time() - 2 * 3600
+    os.utime(src, (t, t))
     return src
 
 
@@ -75,7 +82,6 @@ def test_changed_file_or_other_options_are_misses(cache_dir, trace, tmp_path, mo
 def test_no_cache_stores_nothing_and_html_is_never_served(cache_dir, trace, tmp_path):
     out = tmp_path / "o.json"
     assert main(["analyze", str(trace), "--format", "json", "-o", str(out), "--no-cache"]) == 0
-    cache.disabled(False)
     assert not (cache_dir / "results").exists()
     html = tmp_path / "r.html"
     assert main(["analyze", str(trace), "--format", "json", "-o", str(out), "--html", str(html)]) == 0
@@ -139,7 +145,6 @@ def test_rules_file_content_and_byte_limit_and_damage(cache_dir, trace, tmp_path
 def test_cache_folder_in_a_profile_tree_gets_nothing(trace, tmp_path, monkeypatch):
     tree = tmp_path / "logs" / "plugins" / "profile" / "tvcache"
     monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(tree))
-    monkeypatch.setattr(cache, "_disabled_here", False)
     monkeypatch.setattr(cache, "MIN_FILE_BYTES", 0)
     for _ in range(2):
         assert main(["analyze", str(trace), "--format", "csv", "-o", str(tmp_path / "o.csv")]) == 0

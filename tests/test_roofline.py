@@ -15,9 +15,10 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview.chips import CHIPS, find_chip, gpu_peak_flops
+from traceview.analysis.chips import CHIPS, find_chip, gpu_peak_flops
 from traceview.cli import main
-from traceview.roofline import Peaks, predicted_vs_measured, resolve_peaks, roofline
+from traceview.analysis.peaks import Peaks, resolve_peaks
+from traceview.analysis.roofline import predicted_vs_measured, roofline
 
 GEMM = "mi300x_jax_gemm_sweep.xplane.pb"
 TPU = "tpu_v6e_4chip_psum.xplane.pb"
@@ -64,7 +65,7 @@ def test_gemm_flops_come_from_shapes_where_xprof_has_none(gemm, shared_traces):
 
 
 def test_tpu_peaks_come_from_plane_stats_and_ridge_is_printed(shared_traces, capsys):
-    from traceview._protos import XSpace
+    from traceview.read.xplane.protos import XSpace
 
     space = XSpace()
     space.ParseFromString((shared_traces / TPU).read_bytes())

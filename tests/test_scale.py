@@ -15,9 +15,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from traceview import read_file
-from traceview._protos import XSpace
-from traceview.aggregate import by_program_op, by_shape
+from traceview.model.files import read_file
+from traceview.read.xplane.protos import XSpace
+from traceview.analysis.aggregate import by_program_op, by_shape
 
 _SPEC = importlib.util.spec_from_file_location(
     "scale_trace", Path(__file__).resolve().parents[1] / "benchmarks" / "scale_trace.py")

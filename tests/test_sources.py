@@ -14,9 +14,10 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview import sources
+from traceview.model.files import read_file
+from traceview.analysis import sources
 from traceview.errors import UsageError
-from traceview.schema import OPS_SCHEMA, frame
+from traceview.model.schema import OPS_SCHEMA, frame
 
 VLLM = "vllm_tpu_qwen/plugins/profile/2026_01_11_21_26_41/t1v-n-9eb622fc-w-0.trace.json.gz"
 QWEN2 = "/home/amandaliang_google_com/vllm/vllm/model_executor/models/qwen2.py"
@@ -26,7 +27,7 @@ TORCH_MODULE = "/mnt/pd/vllm_env/lib/python3.12/site-packages/torch/nn/modules/m
 
 @pytest.fixture(scope="module")
 def vllm_ops(shared_traces):
-    return traceview.read_file(shared_traces / VLLM).ops
+    return read_file(shared_traces / VLLM).ops
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +80,7 @@ def test_frames_are_innermost_first_in_either_stack_order(shared_traces):
     fr = sources.frames(inner_first, "a/site-packages/torchax/tensor.py", 602)
     assert fr[0] == ("a/site-packages/torchax/tensor.py", 602) and fr[-1] == ("proj/custom_op.py", 78)
     # the TPU v6e trace writes outermost first (launcher ... line 29): read it reversed
-    ops = traceview.read_file(shared_traces / "tpu_v6e_4chip_psum.xplane.pb").ops
+    ops = read_file(shared_traces / "tpu_v6e_4chip_psum.xplane.pb").ops
     row = ops.filter(pl.col("category") == "loop fusion").row(0, named=True)
     assert (row["source_file"], row["source_line"]) == (
         "experimental/users/davelacey/host_offload_stress_test/host_offload_stress_test.py", 29)
@@ -145,7 +146,7 @@ def test_vllm_lines_and_the_attention_kernel(vllm_ops):
 
 
 def test_mi300x_gemm_lines_summed_by_hand(shared_traces):
-    ops = traceview.read_file(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb").ops
+    ops = read_file(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb").ops
     lines = sources.by_line(ops)
     per: Counter = Counter()
     names: dict = {}
@@ -189,7 +190,7 @@ def test_transplanted_kernel_shows_in_the_origin_column():
 
 
 def test_file_and_population_shares(shared_traces):
-    ops = traceview.read_file(shared_traces / "mi300x_jax_attention.xplane.pb").ops
+    ops = read_file(shared_traces / "mi300x_jax_attention.xplane.pb").ops
     pop = sources.by_file_and_population(ops)
     sums = pop.group_by(["op_name", "shape"]).agg(pl.col("population_share").sum())
     assert sums["population_share"].to_list() == pytest.approx([1.0] * sums.height)
@@ -215,7 +216,7 @@ def test_engine_fixture_files():
     from pathlib import Path
 
     found = sorted((Path(__file__).resolve().parents[1] / "fixtures").glob("topp_b4/plugins/profile/*/*.xplane.pb"))
-    ops = traceview.read_file(found[0]).ops
+    ops = read_file(found[0]).ops
     files = sources.by_file(ops)
     known = {"/work/main/engine_shim/model.py", "/work/main/kernels/paged_attention.py",
              "/work/main/engine_shim/sampling.py"}

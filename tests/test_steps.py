@@ -15,7 +15,8 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview import steps
+from traceview.model.files import read_file
+from traceview.analysis import families, steps
 from traceview.errors import UsageError
 
 VLLM = "vllm_tpu_qwen/plugins/profile/2026_01_11_21_26_41/t1v-n-9eb622fc-w-0.trace.json.gz"
@@ -23,12 +24,12 @@ VLLM = "vllm_tpu_qwen/plugins/profile/2026_01_11_21_26_41/t1v-n-9eb622fc-w-0.tra
 
 @pytest.fixture(scope="module")
 def vllm(shared_traces):
-    return traceview.read_file(shared_traces / VLLM)
+    return read_file(shared_traces / VLLM)
 
 
 @pytest.fixture(scope="module")
 def v6e(shared_traces):
-    return traceview.read_file(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    return read_file(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
 
 
 def _check_identities(a: steps.StepAnatomy) -> None:
@@ -144,7 +145,7 @@ def test_module_runs_are_aligned_to_the_op_clock(v6e, vllm, shared_traces):
         for s in v6e.ops.filter((pl.col("device") == dev) & (pl.col("module") == "jit_f"))["start_ps"]:
             assert any(a <= s < b for a, b in ivs)
     # traces whose runs already hold their ops are left alone
-    for td in (vllm, traceview.read_file(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")):
+    for td in (vllm, read_file(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")):
         same, fixed = steps.align_module_runs(td.ops, td.module_runs)
         assert fixed == {} and same.equals(td.module_runs)
 
@@ -182,7 +183,7 @@ def test_cpu_profile_steps(cpu_profile_dir, cpu_profile_spec):
 
 
 def test_whole_trace_step_without_module_runs(shared_traces):
-    td = traceview.read_file(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    td = read_file(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
     a = steps.anatomy(td.ops, td.module_runs.clear())
     _check_identities(a)
     assert a.method == "trace" and a.steps.height == 1
@@ -247,7 +248,7 @@ def test_markers_define_steps(v6e):
     (("while.3", "while", "while", "", "", ""), "other"),
 ])
 def test_default_families(fields, family):
-    assert steps.family_of(*fields) == family
+    assert families.family_of(*fields) == family
 
 
 def test_user_rules_come_first(vllm, tmp_path: Path):
@@ -287,7 +288,7 @@ def test_bad_rules_file(v6e, tmp_path: Path):
         steps.anatomy(v6e.ops, v6e.module_runs, rules=f)
     assert "\n" not in str(exc.value)
     with pytest.raises(UsageError, match="cannot read family rules file"):
-        steps.read_rules(tmp_path / "missing.txt")
+        families.read_rules(tmp_path / "missing.txt")
 
 
 def test_bad_window_and_module(v6e):
@@ -300,7 +301,7 @@ def test_bad_window_and_module(v6e):
 
 
 def test_empty_input():
-    from traceview.schema import empty_module_runs, empty_ops
+    from traceview.model.schema import empty_module_runs, empty_ops
 
     a = steps.anatomy(empty_ops(), empty_module_runs())
     assert a.steps.height == 0 and a.families.height == 0 and a.coverage.n_steps == 0
@@ -332,7 +333,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 def _fixture(name: str):
     found = sorted(FIXTURES.glob(f"{name}/plugins/profile/*/*.xplane.pb"))
     assert len(found) == 1, f"expected one xplane under fixtures/{name}"
-    return traceview.read_file(found[0])
+    return read_file(found[0])
 
 
 @pytest.mark.parametrize("name,batch,sampler", [("greedy_b4", 4, "greedy"), ("greedy_b8", 8, "greedy"),

@@ -13,9 +13,9 @@ import polars as pl
 import pytest
 
 from traceview.errors import EXIT_LIMIT, EXIT_UNREADABLE, LimitExceeded, NoTraceFound, TraceUnreadable
-from traceview.schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA
-from traceview.shapes import parse_instruction
-from traceview.tracejson import EVENT_CAPS, read_trace_json
+from traceview.model.schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA
+from traceview.model.shapes import parse_instruction
+from traceview.model.from_tracejson import EVENT_CAPS, read_trace_json
 
 VLLM = "vllm_tpu_qwen/plugins/profile/2026_01_11_21_26_41/t1v-n-9eb622fc-w-0.trace.json.gz"
 
@@ -385,7 +385,7 @@ def test_a_utf8_byte_order_mark_is_ignored(shared_traces, tmp_path):
     one); the same trace with and without it, plain and gzipped, reads the same."""
     import gzip
 
-    from traceview.profile import read_file
+    from traceview.model.files import read_file
 
     src = next((shared_traces / "vllm_tpu_qwen").rglob("*.trace.json.gz"))
     text = gzip.decompress(src.read_bytes())

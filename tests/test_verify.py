@@ -15,7 +15,14 @@ import pytest
 
 from traceview.cli import main
 from traceview.errors import UsageError
-from traceview.verify import Verifier, parse_check, parse_checks, read_checks, tokenize, verify
+from traceview.analysis import verify as _verify
+from traceview.analysis.verify_grammar import parse_check, parse_checks, read_checks, tokenize
+from traceview.api import load, verify
+from traceview.render.verify import verify_text
+
+
+def Verifier(treatment, base=None, **options):  # noqa: N802 - the analysis class, over paths
+    return _verify.Verifier(load(treatment), load(base) if base is not None else None, **options)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 TOPP = str(FIXTURES / "topp_b4")
@@ -76,7 +83,7 @@ def test_single_profile_checks_pass_and_fail_with_reasons():
         "family attention share < 50%", "family matching ynn_fusion share > 10%",
         "op from file matching sampling present",
     ])
-    assert rep.ok, rep.text()
+    assert rep.ok, verify_text(rep)
 
     rep = verify(GREEDY, ["kernel RPAd* has bkv 256", "source of kernel RPAd* under my_kernels/",
                           "family matmul share < 10%", "op matching iota_reduce_fusion count == 2 per execution",
@@ -88,7 +95,7 @@ def test_single_profile_checks_pass_and_fail_with_reasons():
     assert msgs[2].startswith("family 'matmul/convolution' is ") and "bound < 10%" in msgs[2]
     assert "= 1 per execution, bound == 2" in msgs[3]
     assert msgs[4].startswith("no kernel named like 'XYZ*'; kernels found: RPAd-p_16-bq_1_1-bkv_128_128")
-    assert "5 check(s): 0 passed, 5 failed" in rep.text()
+    assert "5 check(s): 0 passed, 5 failed" in verify_text(rep)
 
 
 def test_diff_checks_on_batch_sizes():
@@ -147,7 +154,7 @@ def test_usage_errors_at_evaluation(tmp_path, capsys):
 def test_user_family_rules():
     rep = verify(GREEDY, ["family norms share < 50%", "family norms share > 0%"],
                  rules=["norms=rsqrt|reduce-window"])
-    assert rep.ok, rep.text()
+    assert rep.ok, verify_text(rep)
     assert "family 'norms' is " in rep.results[0].message
     assert main(["verify", GREEDY, "--family", "norms=rsqrt", "-c", "family norms share < 50%"]) == 0
 

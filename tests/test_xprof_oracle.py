@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview import aggregate
+from traceview.analysis import aggregate
 
 from oracle import raw_hlo_events, xprof_hlo_stats
 

@@ -37,8 +37,8 @@ from traceview.model.timeline import self_times
 from traceview.model.naming import as_float as _as_float
 from traceview.model.naming import as_uint64 as _as_int
 from traceview.model.naming import DERIVED_LINES, split_module_name, split_source
-from traceview.read.xplane.wire import (HAS_DECODER, _full_line, _line_base_ps, count_events, decode_line, map_xspace,
-                                        read_xspace_bytes)
+from traceview.read.xplane import wire
+from traceview.read.xplane.wire import _full_line, _line_base_ps, count_events, decode_line, read_xspace_bytes
 
 try:  # optional C accelerator (setup.py builds it when a compiler is available)
     from traceview.model import _passes as _fast
@@ -122,12 +122,12 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
         raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(p)) from None
     space = None
     arrays = None
-    if HAS_DECODER and size > 0:
+    if wire.has_decoder() and size > 0:
         pre = prefetch.take() if prefetch is not None and prefetch.matches(p) else None
         if pre is not None:
             space, arrays = pre
         else:
-            space = map_xspace(p)
+            space = wire.map_xspace(p)
     if space is None:
         try:
             with open(p, "rb") as fh:
@@ -216,7 +216,7 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
         workers = min(len(tpu), os.cpu_count() or 1, PLANE_THREADS)
         if sum(len(ln) for p_ in tpu for ln in p_.lines) > PARALLEL_MAX_BYTES:
             workers = 1  # each thread holds a plane's decoding temporaries: one at a time on big files
-        if workers > 1 and HAS_DECODER:
+        if workers > 1 and wire.has_decoder():
             from concurrent.futures import ThreadPoolExecutor
 
             with ThreadPoolExecutor(max_workers=workers) as ex:

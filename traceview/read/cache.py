@@ -134,15 +134,16 @@ def in_profile_tree(folder: Path) -> bool:
 class TableCache:
     """Parsed tables per trace file under ``root`` (see the module doc).
 
-    ``min_file_bytes``: files smaller than this bypass the cache (:meth:`cached`).
+    ``min_file_bytes``: files smaller than this bypass the cache (:meth:`cached`; default
+    :data:`MIN_FILE_BYTES`).
     ``max_bytes``: the size budget kept by :meth:`prune` (default ``$TRACEVIEW_CACHE_MAX_BYTES``,
     else :data:`DEFAULT_MAX_BYTES`). The object holds only these settings: it can be sent to
     worker processes.
     """
 
-    def __init__(self, root: str | os.PathLike, *, min_file_bytes: int = MIN_FILE_BYTES, max_bytes: int | None = None):
+    def __init__(self, root: str | os.PathLike, *, min_file_bytes: int | None = None, max_bytes: int | None = None):
         self.root = Path(root).expanduser()
-        self.min_file_bytes = int(min_file_bytes)
+        self.min_file_bytes = int(MIN_FILE_BYTES if min_file_bytes is None else min_file_bytes)
         self.max_bytes = max_bytes
 
     @classmethod

@@ -68,9 +68,9 @@ class Prefetch:
 
     def _run(self) -> None:
         try:
-            from traceview.read.xplane.wire import HAS_DECODER, map_xspace
+            from traceview.read.xplane.wire import has_decoder, map_xspace
 
-            space = map_xspace(Path(self.path)) if HAS_DECODER else None
+            space = map_xspace(Path(self.path)) if has_decoder() else None
             if space is None:
                 self.failed = True
                 return

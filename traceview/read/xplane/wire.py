@@ -31,8 +31,11 @@ try:  # optional C accelerator (setup.py builds it when a compiler is available)
 except ImportError:  # pragma: no cover - exercised when the extension is absent
     _fast = None
 
-#: whether the C decoder is built (files are then read in place, :func:`map_xspace`)
-HAS_DECODER = _fast is not None
+
+
+def has_decoder() -> bool:
+    """Whether the C decoder is built (files are then read in place, :func:`map_xspace`)."""
+    return _fast is not None
 
 _U64 = (1 << 64) - 1
 
