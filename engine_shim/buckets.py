@@ -1,8 +1,8 @@
 """Compile buckets: power-of-two token and request paddings, and padding a size to its bucket.
 
-Source of the scheme: tpu-inference ``runner/utils.py`` (token paddings from 16 doubling to
+Source of the scheme: tpu-inference's TPU runner (token paddings from 16 doubling to
 ``max_num_batched_tokens``; request paddings powers of two from 8 to ``max_num_reqs``, the
-maximum always included), as summarised in ``reference/pallas-decode-engine.md`` section 2.
+maximum always included).
 """
 
 from __future__ import annotations

@@ -51,9 +51,7 @@ def kv_packing(dtype) -> int:
 def default_kv_block_size(*, head_dim: int, num_kv_heads: int, dtype, page_size: int, max_kv: int) -> int:
     """Production heuristic for the decode KV block, in tokens.
 
-    Formula (tpu-inference ``ragged_paged_attention/v3/kernel.py``,
-    ``get_default_block_sizes``, decode case, as summarised in
-    ``reference/pallas-decode-engine.md`` section 2)::
+    Formula (tpu-inference RPA v3's ``get_default_block_sizes``, decode case)::
 
         min_bkv_sz_to_peak = 16 MiB * packing / 4 / align(D, 128) / next_pow2(align(2*Hkv, packing))
         bkv = align_up(min(min_bkv_sz_to_peak, max_kv), page_size)

@@ -1,7 +1,6 @@
 """Kernel names that carry the block configuration, and their parser.
 
-Format (tpu-inference RPA v3 naming, PR #1820; see ``reference/pallas-decode-engine.md``
-section 2)::
+Format (tpu-inference RPA v3 naming, PR #1820)::
 
     RPA{phase}-p_{page}-bq_{bq_sz}_{bq_csz}-bkv_{bkv_sz}_{bkv_csz}[-sw_{window}]
 

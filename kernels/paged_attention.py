@@ -10,8 +10,7 @@ Layout (MaxText / jax ``ops.tpu.paged_attention`` style, one pool per layer):
   at ``k_pages[:, page_table[b, t // page_size], t % page_size]``. Entries past
   ``ceil(kv_len / page_size)`` are never read.
 
-Kernel structure (variant "D" in ``reference/pallas-decode-engine.md`` section 1.1, the
-body style of tpu-inference RPA v3): grid ``(B, Hkv)``; ``kv_lens`` and the flattened page
+Kernel structure (the body style of tpu-inference RPA v3): grid ``(B, Hkv)``; ``kv_lens`` and the flattened page
 table are scalar-prefetched; K/V stay in ``pl.ANY`` memory and a ``fori_loop`` *inside the
 kernel* walks ``ceil(kv_len / bkv)`` KV blocks. For each block it copies the block's valid
 pages (one async copy per page, skipped past ``kv_len``) into a ``[bkv/page, page, D]``

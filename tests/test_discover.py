@@ -1,4 +1,4 @@
-"""traceview.discover: finding the trace files to read, and the stale-trace / stray-file traps.
+"""traceview.read.discover: finding the trace files to read, and the stale-trace / stray-file traps.
 
 Real layouts: the vLLM TPU run under ../shared/traces and a CPU profile recorded live; the
 traps are rebuilt in temporary trees (empty files with the profiler's names: discovery

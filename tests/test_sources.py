@@ -1,4 +1,4 @@
-"""Source attribution (traceview.sources) on real traces, cross-checked by plain Python.
+"""Source attribution (traceview.analysis.sources) on real traces, cross-checked by plain Python.
 
 The expected files and shares below were read off the traces; each test also recomputes them
 independently (from the raw trace JSON, or by summing the op table row by row).

@@ -1,4 +1,4 @@
-"""Step anatomy and op families (traceview.steps) on real traces and a live CPU profile.
+"""Step anatomy and op families (traceview.analysis.steps) on real traces and a live CPU profile.
 
 Expected figures were read off the traces and are recomputed here independently (raw trace
 JSON with plain Python, or the op table summed row by row).

@@ -1,4 +1,4 @@
-"""traceview.tracejson: the Chrome-trace JSON reader, on the real vLLM TPU trace, a live
+"""traceview.model.from_tracejson: the Chrome-trace JSON reader, on the real vLLM TPU trace, a live
 XLA:CPU profile, and small synthetic files for the format's corners and the faults."""
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def test_vllm_same_op_name_has_several_shapes_across_modules(vllm):
 
 
 def test_vllm_shapes_agree_with_the_hlo_parser(vllm):
-    # the reader's fast path must give exactly what traceview.shapes gives for each HLO text
+    # the reader's fast path must give exactly what traceview.model.shapes gives for each HLO text
     for text, kind, shape in vllm.ops.select("hlo_text", "op_kind", "shape").unique().iter_rows():
         ins = parse_instruction(text)
         assert (ins.opcode, ins.signature()) == (kind, shape), text

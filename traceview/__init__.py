@@ -25,7 +25,7 @@ _LAZY = {"load": "traceview.api", "Profile": "traceview.api", "diff": "traceview
 
 
 def __getattr__(name: str):
-    # the entry points import polars and numpy (~0.3 s) when used: loaded on first use, so
+    # the entry points import polars and numpy when used: loaded on first use, so
     # that ``import traceview.cli`` stays cheap (a stored result is printed without them)
     if name in _LAZY:
         import importlib

@@ -58,7 +58,7 @@ def _assert(res: CheckResult) -> CheckResult:
 
 
 def check(profile, text: str, *, base=None, rules=None) -> CheckResult:
-    """Evaluate one check written in the :mod:`traceview.verify` grammar; never raises on a
+    """Evaluate one check written in the :mod:`traceview.analysis.verify` grammar; never raises on a
     failed check (see ``result.ok``). Raises UsageError on an invalid check."""
     return _run(profile, parse_check(text), base, rules)
 
@@ -96,7 +96,7 @@ def assert_family_share(profile, family: str, *, below: float | None = None, abo
                         rules=None, regex: bool = False) -> CheckResult:
     """The family's share of op time is ``< below`` and/or ``> above`` (fractions).
 
-    ``family``: a default family of :mod:`traceview.steps` (a unique prefix such as
+    ``family``: a default family of :mod:`traceview.analysis.steps` (a unique prefix such as
     ``"attention"`` is enough) or a name from ``rules`` (``["name=regex", ...]``); with
     ``regex=True`` an ad-hoc family of ops whose name, HLO text, framework op, kernel name or
     source file matches ``family``. Raises ValueError when neither bound is given and
@@ -137,7 +137,7 @@ def assert_kernel_present(profile, pattern: str) -> CheckResult:
 
 def assert_kernel_config(profile, pattern: str, **expected) -> CheckResult:
     """Every kernel named like ``pattern`` (shell pattern, e.g. ``"RPAd*"``) carries each
-    ``key=value`` read off its name (:func:`traceview.diff.kernel_config`): an int compares
+    ``key=value`` read off its name (:func:`traceview.model.kernelname.kernel_config`): an int compares
     with the first number (``bkv=256`` for ``bkv_256_256``), a tuple or ``"256_256"`` with
     all of them, a string with a word field (``phase="decode"``). Raises ValueError when no
     expectation is given."""
@@ -195,7 +195,7 @@ def assert_kernel_changed(base, treatment, pattern: str, key: str, before=None, 
 
 def assert_all_matched(base, treatment, *, except_regex: str | None = None) -> CheckResult:
     """Every population of either profile has its counterpart in the other
-    (:func:`traceview.diff.diff`), except those whose op names, kernel names, stem or
+    (:func:`traceview.analysis.diff.diff`), except those whose op names, kernel names, stem or
     modules match ``except_regex``."""
     text = "all matched" + (f" except {_q(except_regex)}" if except_regex else "")
     return _assert(_run(treatment, Check(text, "all_matched", {"rx": except_regex}, needs_base=True), base=base))

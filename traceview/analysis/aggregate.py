@@ -9,12 +9,12 @@ honest.
 All times are integer ps in and out (``*_ps`` columns). ``share`` is the population's self
 time over the total self time of all ops in the input (self time avoids double counting ops
 nested in a ``while``/``call`` on the same line). Every function takes the op events as a
-:class:`traceview.optable.OpTable` (or a wide frame following
-:data:`traceview.schema.OPS_SCHEMA`, which is encoded first) and returns a new polars DataFrame;
+:class:`traceview.model.optable.OpTable` (or a wide frame following
+:data:`traceview.model.schema.OPS_SCHEMA`, which is encoded first) and returns a new polars DataFrame;
 none raises on an empty input (it returns an empty frame with the documented columns).
 
 Method: sums, counts, min/max and row-weighted modes are taken over
-:meth:`~traceview.optable.OpTable.collapse` (one row per op description, a few hundred rows
+:meth:`~traceview.model.optable.OpTable.collapse` (one row per op description, a few hundred rows
 however many events); only the median goes back to the events, grouped on an integer key.
 """
 

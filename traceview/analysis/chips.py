@@ -2,7 +2,7 @@
 
 Peaks are dense (no structured sparsity) bf16 matrix FLOP/s per chip and HBM bandwidth in
 bytes/s (1 GB = 1e9 bytes). Each entry names its source; the trace's own plane stats take
-precedence when present (see :func:`traceview.roofline.resolve_peaks`).
+precedence when present (see :func:`traceview.analysis.peaks.resolve_peaks`).
 
 For GPUs whose trace gives clock rate and core count but no FLOP/s, ``FLOPS_PER_CLOCK``
 gives dense bf16 FLOP per clock per SM/CU, computed from the vendor's peak figure divided by

@@ -58,7 +58,7 @@ THROUGHPUT_RULE = "throughput is never to be quoted from a profiled run"
 
 @dataclass
 class StepDelta:
-    """Mean step wall time on each side (:func:`traceview.steps.anatomy`), ps.
+    """Mean step wall time on each side (:func:`traceview.analysis.steps.anatomy`), ps.
 
     ``module_*``: the module whose executions define the steps (None when the side has no
     module runs: one whole-trace step per device). ``method_*``: anatomy's method

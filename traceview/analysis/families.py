@@ -277,7 +277,7 @@ def _family(rs, op_name, kind, cat, hlo, fw, sf, stack, kernel) -> str:
 
 
 def attr_families(table, rules=None) -> pl.DataFrame:
-    """Family of every op description of an :class:`~traceview.optable.OpTable` that has
+    """Family of every op description of an :class:`~traceview.model.optable.OpTable` that has
     events: columns attr (UInt32), family (Utf8). Same rules as :func:`classify`."""
     rs = rules_of(rules)
     col = table.collapse()

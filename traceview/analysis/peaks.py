@@ -46,7 +46,7 @@ def resolve_peaks(devices: list[DeviceInfo], *, chip: str | None = None, peak_fl
     """Choose the peaks for a profile's devices.
 
     Precedence, per figure: explicit ``peak_flops`` / ``peak_bw`` (FLOP/s, bytes/s) >
-    ``chip`` (a key or name from :data:`traceview.chips.CHIPS`) > the trace's plane stats
+    ``chip`` (a key or name from :data:`traceview.analysis.chips.CHIPS`) > the trace's plane stats
     (TPU ``peak_teraflops_per_second`` / ``peak_hbm_bw_gigabytes_per_second``; GPU
     ``memory_bandwidth`` and clock × cores × FLOP/clock) > the chip table matched on the
     trace's device type. CPU traces carry none: pass them or use :func:`measure_cpu_peaks`.

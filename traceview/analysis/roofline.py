@@ -31,7 +31,7 @@ def roofline(ops, peaks: Peaks) -> pl.DataFrame:
     roofline_ps (per occurrence: max(flops/peak_flops, bytes/peak_bw) in ps), efficiency
     (roofline_ps / mean_ps), warning ("" or why a figure above 100% is not to be trusted).
     Sorted by total time. Rates use inclusive time because an op's FLOPs include its
-    children's (as XProf's FLOP rate). ``ops``: an :class:`~traceview.optable.OpTable` or a
+    children's (as XProf's FLOP rate). ``ops``: an :class:`~traceview.model.optable.OpTable` or a
     wide op-event frame.
     """
     table = as_table(ops)

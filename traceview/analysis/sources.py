@@ -1,6 +1,6 @@
 """Source attribution: which Python file and line emitted each HLO op, and roll-ups by file.
 
-Where the source comes from (already in the op-event table, see :mod:`traceview.schema`):
+Where the source comes from (already in the op-event table, see :mod:`traceview.model.schema`):
 ``source_file`` / ``source_line`` (TPU ``source`` stat, GPU/CPU HLO ``metadata``) and
 ``source_stack`` (newline-separated ``file:line[:col]`` frames). JAX drops its own frames,
 so the *direct* source is the innermost non-JAX frame — often a framework file such as
@@ -36,7 +36,7 @@ transplanted; the user frame answers "which line of *my* code is responsible" an
 library call into its caller, which hides exactly that distinction.
 
 Times are integer ps. ``share`` is an op group's self time over the self time of all ops in
-the input (self time, as in :mod:`traceview.aggregate`, so ops nested on one line are not
+the input (self time, as in :mod:`traceview.analysis.aggregate`, so ops nested on one line are not
 counted twice); rows with no source are kept (file ``""``) so shares sum to 1. No function
 raises on an empty frame; an unknown ``frame`` value raises
 :class:`~traceview.errors.UsageError`.

@@ -31,7 +31,7 @@ Step windows for case 2 (``window=``), with s_k the k-th execution's start on a 
   span).
 * ``"run"``: the execution itself, [s_k, s_k + duration), extended to the end of the latest op
   of the same program that starts before s_{k+1}, because GPU/CPU module runs are derived
-  from one anchor op (:func:`traceview.xplane._derive_module_runs`) and are shorter than the
+  from one anchor op (:func:`traceview.model.from_xplane._derive_module_runs`) and are shorter than the
   execution.
 
 An op belongs to the step whose window contains its start (its whole self time counts there);
@@ -230,8 +230,8 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
     """Module runs on the ops' clock, per (host, device), for step windows.
 
     TPU ops can be timed on the device clock (``device_offset_ps``) while the ``XLA Modules``
-    events of older traces are host-aligned; on the v6e trace the two disagree by -14 µs to
-    -173 ms per execution, so the host-aligned windows do not hold their ops. Method: for each
+    events of older traces are host-aligned, and the two clocks drift apart over a trace, so the
+    host-aligned windows do not hold their ops. Method: for each
     program whose op count on a device is a whole multiple m of its executions there, the
     k-th execution's ops are ops k·m .. k·m+m-1 in time order (its *chunk*). When some chunk's
     first op does not start inside its execution, the device's runs are taken from the ops:
@@ -675,7 +675,7 @@ def find_steps(ops, module_runs: pl.DataFrame, *, markers: pl.DataFrame | None =
     ``op_time_ps`` = sum of their self_ps; ``busy_ps`` = length of the union of their
     [start, end) intervals clipped to the window; ``idle_ps`` = duration_ps − busy_ps (no op
     running on the device). Step choice and windows: module doc. ``ops``: an
-    :class:`~traceview.optable.OpTable` or a wide op-event frame. Raises UsageError on an
+    :class:`~traceview.model.optable.OpTable` or a wide op-event frame. Raises UsageError on an
     unknown ``window`` or a ``module`` with no executions.
     """
     table, pe = _placed(ops)
@@ -840,8 +840,8 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
             module: str | None = None, window: str = "span") -> StepAnatomy:
     """Step anatomy of a profile: steps, families per step and the coverage line.
 
-    ``ops`` / ``module_runs``: the tables of :mod:`traceview.schema` (``prof.table`` — an
-    :class:`~traceview.optable.OpTable` — or a wide frame such as ``prof.ops``;
+    ``ops`` / ``module_runs``: the tables of :mod:`traceview.model.schema` (``prof.table`` — an
+    :class:`~traceview.model.optable.OpTable` — or a wide frame such as ``prof.ops``;
     ``prof.module_runs``). ``rules``: user families (see :func:`classify`). ``markers``,
     ``module``, ``window``: see :func:`find_steps`. Formulas: :class:`Coverage` and the
     module doc. Raises UsageError on bad rules, window or module.

@@ -27,13 +27,13 @@ check the base instead)::
                                         occurrences of the matching ops (summed), or with
                                         "per execution" every matching (op, shape) population's
                                         occurrences per execution of its program
-    family NAME share CMP PCT           NAME: a default family of traceview.steps (a unique
+    family NAME share CMP PCT           NAME: a default family of traceview.analysis.steps (a unique
                                         prefix such as "attention" is enough) or a user family
     family matching RX share CMP PCT    ad-hoc family: ops whose name, HLO text, framework op,
                                         kernel name or source file matches RX
     kernel GLOB present|absent
     kernel GLOB has KEY VALUE           every kernel named like GLOB has KEY = VALUE (read off
-                                        its name: see traceview.diff.kernel_config)
+                                        its name: see traceview.model.kernelname.kernel_config)
     source of kernel GLOB under PATH    every op of those kernels with a source comes from PATH
     source of op [matching] RX under PATH
     source PATH present|absent          some op's source file or stack frame is under PATH
@@ -47,7 +47,7 @@ Diff checks (two profiles, BASE then TREATMENT)::
                                         the sides (and is A in the base, B in the treatment)
     source of kernel GLOB changed       the kernels' ops come from other source files
     all matched [except RX]             every population of either side has its counterpart
-                                        (traceview.diff), except those whose op names, kernel
+                                        (traceview.analysis.diff), except those whose op names, kernel
                                         names, stem or modules match RX
 
 ``CMP`` is one of ``< <= > >= == !=``; ``PCT`` is a percentage (``30%``) or a fraction

@@ -24,7 +24,7 @@ COMMANDS = {"analyze": "traceview.cli.analyze", "report": "traceview.cli.report"
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The CLI's argument parser. ``only``: build just that subcommand (:func:`main` does,
-    for the command on its command line: argparse spends ~1 ms per option building the others)."""
+    for the command on its command line: building the others' options costs start-up time)."""
     parser = argparse.ArgumentParser(
         prog="traceview",
         description="Shape-keyed analysis of JAX/XProf profiles (.xplane.pb, .trace.json.gz).",

@@ -2,7 +2,7 @@
 
 The parsed-table cache (:mod:`traceview.read.cache`) spares the read of an unchanged file, but a
 second ``traceview analyze`` still imports polars and numpy and runs every analysis again
-(about 1 s on a 3M-event trace). This cache stores the bytes a command wrote (the JSON,
+(most of a cold run's time). This cache stores the bytes a command wrote (the JSON,
 CSV, Parquet or table file, or what went to standard output) under a key made of:
 
 * traceview's version and :data:`traceview.read.cache.SCHEMA_VERSION`;

@@ -1,8 +1,7 @@
 """The op-event table of a Chrome-trace JSON export (``<host>.trace.json.gz``).
 
-The JAX profiler writes this file next to every ``.xplane.pb`` (facts in
-``shared/reference/xplane-and-xprof.md`` §4; writer: XLA's ``xplane_to_trace_events.cc`` and
-``trace_events_to_json.cc``)::
+The JAX profiler writes this file next to every ``.xplane.pb`` (XLA's trace-events exporter
+converts the XSpace)::
 
     {"displayTimeUnit":"ns","metadata":{"highres-ticks":true},
      "traceEvents":[ {"ph":"M",...}, ..., {"ph":"X","pid":3,"tid":3,"ts":1144995.94963,
@@ -127,10 +126,10 @@ def _fast_hlo_info(text: str) -> tuple[str, str, str, str] | None:
     """Fast path of :func:`_hlo_info` for the common form ``%n = SHAPE op(SHAPE %a, ...)...``.
 
     Walks the operand list shape by shape (plain arrays copied as text, others through
-    :func:`traceview.shapes.parse_shape`) instead of bracket-matching the whole text, the
+    :func:`traceview.model.shapes.parse_shape`) instead of bracket-matching the whole text, the
     general parser's cost on long TPU texts. Returns None for anything else (literal
     operands, nested calls, dynamic dims), and the caller falls back to
-    :func:`traceview.shapes.parse_instruction`; both give the same result where this one
+    :func:`traceview.model.shapes.parse_instruction`; both give the same result where this one
     succeeds (tested on every op of the vLLM TPU trace).
     """
     m = _HEAD.match(text)
@@ -211,9 +210,9 @@ def read_trace_json(
         max_decompressed_bytes: limit on the JSON text size in bytes (default 4 GiB).
 
     Returns:
-        A :class:`~traceview.schema.TraceData` with ``format="trace_json"``: ``ops`` per
-        :data:`~traceview.schema.OPS_SCHEMA` (times in integer ps), ``module_runs`` per
-        :data:`~traceview.schema.MODULE_RUNS_SCHEMA`, one :class:`DeviceInfo` per device
+        A :class:`~traceview.model.schema.TraceData` with ``format="trace_json"``: ``ops`` per
+        :data:`~traceview.model.schema.OPS_SCHEMA` (times in integer ps), ``module_runs`` per
+        :data:`~traceview.model.schema.MODULE_RUNS_SCHEMA`, one :class:`DeviceInfo` per device
         process (no peak FLOP/s or bandwidth: the JSON has none), ``notes`` (missing shapes,
         event-cap truncation), ``n_events`` = the number of ``X``/other non-metadata events.
         A file without HLO ops gives an empty ``ops`` frame (no exception).
@@ -230,7 +229,7 @@ def read_trace_json(
     text = read_json_bytes(p, max_decompressed_bytes=max_decompressed_bytes)
     host = host if host is not None else host_from_filename(p)
     # millions of small objects trigger the cyclic GC again and again while nothing here can
-    # form a cycle: pausing it saves about a third of the general path's parse time
+    # form a cycle: pausing it saves much of the general path's parse time
     with gc_paused():
         events, n_other = load_events(text, p)
         del text
@@ -344,7 +343,7 @@ class _OpRows:
     of them over hundreds of thousands of events), and per event the index of its row and
     its start/duration/self time, in chunks of one timeline line each. Building the table
     from these skips the per-event string columns (Python lists -> a wide frame -> hashed
-    back into descriptions by ``OpTable.from_frame``), ~0.5 s on the 280k-event x40 trace."""
+    back into descriptions by ``OpTable.from_frame``)."""
 
     def __init__(self):
         self.rows: list[tuple] = []
@@ -418,7 +417,7 @@ def _times(evs: list) -> tuple[list, np.ndarray, np.ndarray]:
 def _device_times(evs: list) -> tuple[list, np.ndarray, np.ndarray]:
     """Like :func:`_times`, on the device clock where the event has it: TPU events carry
     ``args.device_offset_ps`` / ``args.device_duration_ps`` (integer ps, as strings), the
-    times XProf's op metrics and :mod:`traceview.xplane` use; ``ts``/``dur`` (host-aligned)
+    times XProf's op metrics and :mod:`traceview.model.from_xplane` use; ``ts``/``dur`` (host-aligned)
     elsewhere."""
     try:
         starts = [int(e.args.device_offset_ps) for e in evs]

@@ -1,6 +1,6 @@
 """Read an XProf ``.xplane.pb`` (a serialized XSpace) into the op-event table.
 
-Where op identity comes from, per platform (facts in ``shared/reference/xplane-and-xprof.md``):
+Where op identity comes from, per platform:
 
 * **TPU** — plane ``/device:TPU:<n>``, line ``XLA Ops``. Each XEventMetadata's ``name`` is
   the HLO text with shapes (``display_name`` the short op name) and its stats carry
@@ -319,7 +319,7 @@ _META_COLUMNS = ["metadata_id", "op_name", "op_kind", "category", "shape", "hlo_
 
 def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, arrays=None, dest=None) -> int:
     """Append one TPU plane's module runs (to ``runs``) and op parts (to ``cols``); returns
-    its event count. ``arrays``: its :class:`~traceview.tpu_plane.PlaneArrays` when already
+    its event count. ``arrays``: its :class:`~traceview.model.tpu_plane.PlaneArrays` when already
     decoded (:mod:`traceview.read.prefetch`), else decoded here. ``dest``: (:class:`_OpArrays`,
     lo, hi), the slice of the file's event arrays its ops are written to, or None."""
     from traceview.model.tpu_plane import plane_arrays
@@ -379,7 +379,7 @@ class _ModuleNames:
 
 def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ, enc: np.ndarray,
                   mods: _ModuleNames, constants: dict, dest=None):
-    """The :class:`~traceview.optable.OpTable` of one TPU ``XLA Ops`` line.
+    """The :class:`~traceview.model.optable.OpTable` of one TPU ``XLA Ops`` line.
 
     An event's description is its XEventMetadata row plus its module: the op's own
     ``program_id`` names the module (through the ``XLA Modules`` names); an op without one,

@@ -44,7 +44,7 @@ class HloOp:
     source_stack: str = ""
     framework_op: str = ""
     custom_call_target: str = ""
-    flops: int | None = None  # per execution, derived (traceview.costs)
+    flops: int | None = None  # per execution, derived (traceview.model.costs)
     bytes: int | None = None  # operand + result bytes per execution
     # raw proto kept for FLOP derivation (dot/convolution dimension numbers)
     proto: object = None

@@ -1,7 +1,7 @@
 """The kernel-name grammar: names that carry a kernel's configuration (``RPAd-p_16-bq_1_1-bkv_256_256``).
 
 Production Pallas kernels are named after their configuration (tpu-inference's ragged paged
-attention, ``reference/pallas-decode-engine.md`` section 2), and the name becomes a scope in
+attention names its kernels this way), and the name becomes a scope in
 every HLO op the kernel emits (``op_name`` = ``jit(step)/RPAd-.../while/body/...``; on TPU
 the kernel is one custom-call carrying it, also as the Mosaic ``kernel_name``). Reading the
 configuration off the trace is the study's independent check that a block-size flag took

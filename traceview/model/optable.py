@@ -1,8 +1,8 @@
 """The op-event table in dictionary-encoded form: per-event numbers plus one row per op description.
 
-A profile's HLO op events repeat a few hundred op descriptions millions of times (the 400x
-scaled v6e trace: 2.4M events, 68 descriptions). Storing every string column per event costs
-~330 bytes per event and makes every group-by hash strings; :class:`OpTable` stores
+A profile's HLO op events repeat a few hundred op descriptions millions of times. Storing
+every string column per event costs hundreds of bytes per event and makes every group-by hash
+strings; :class:`OpTable` stores
 
 ``events`` — one row per op event, :data:`EVENT_SCHEMA` (36 bytes per event):
 
@@ -15,12 +15,12 @@ count           Int64     occurrences the row stands for (1 unless pre-aggregate
 ==============  ========  ===================================================================
 
 ``attrs`` — one row per distinct op description: ``attr`` (UInt32, equal to the row index)
-then every other column of :data:`~traceview.schema.OPS_SCHEMA` (:data:`ATTR_COLUMNS`:
+then every other column of :data:`~traceview.model.schema.OPS_SCHEMA` (:data:`ATTR_COLUMNS`:
 host, run, file, device, line, module, program_id, op_name, op_kind, category, shape,
 hlo_text, kernel, source_file, source_line, source_stack, framework_op, flops,
 model_flops, bytes_accessed, cost_source).
 
-``frame()`` joins the two back into the wide :data:`~traceview.schema.OPS_SCHEMA` frame (what
+``frame()`` joins the two back into the wide :data:`~traceview.model.schema.OPS_SCHEMA` frame (what
 ``Profile.ops`` shows a notebook); ``collapse()`` sums the events per description, which is
 all most analyses need (sums, counts, row-weighted modes, min/max per occurrence); only
 medians and timelines (steps) go back to the events.
@@ -69,7 +69,7 @@ class OpTable:
 
     @classmethod
     def from_frame(cls, ops: pl.DataFrame) -> "OpTable":
-        """Encode a wide :data:`~traceview.schema.OPS_SCHEMA` frame (missing columns are
+        """Encode a wide :data:`~traceview.model.schema.OPS_SCHEMA` frame (missing columns are
         filled with nulls / defaults). Descriptions are numbered in order of first
         appearance; nulls compare equal. Raises ``polars`` errors on uncastable columns."""
         if ops.height == 0:
@@ -136,7 +136,7 @@ class OpTable:
         return self.events.height
 
     def frame(self, columns: list[str] | None = None) -> pl.DataFrame:
-        """The wide op-event frame (:data:`~traceview.schema.OPS_SCHEMA`, or just ``columns``
+        """The wide op-event frame (:data:`~traceview.model.schema.OPS_SCHEMA`, or just ``columns``
         of it, in that order), one row per event in event order. The full frame is cached:
         on millions of events it costs ~16 bytes per string column per event."""
         if columns is None and self._frame is not None:

@@ -1,11 +1,11 @@
 """The op-event table: one schema shared by every reader and every analysis.
 
-Readers (:mod:`traceview.xplane`, :mod:`traceview.tracejson`) turn a trace file into a
+Readers (:mod:`traceview.model.from_xplane`, :mod:`traceview.model.from_tracejson`) turn a trace file into a
 :class:`TraceData`; analyses only ever see these frames. Times are integer picoseconds
 throughout (XPlane's native unit); renderers convert to µs/ms for display.
 
 ``ops`` — one row per HLO op event on a device timeline (held dictionary-encoded as a
-:class:`traceview.optable.OpTable`: the per-event columns start_ps, duration_ps, self_ps and
+:class:`traceview.model.optable.OpTable`: the per-event columns start_ps, duration_ps, self_ps and
 count plus an id into one row per distinct op description holding every other column;
 ``TraceData.ops`` / ``Profile.ops`` join the two into this wide frame on first use) (TPU ``XLA Ops`` line, GPU kernel
 stream line, XLA:CPU thunk-executor thread). On GPU an HLO op that launches k kernels gives
@@ -43,7 +43,7 @@ flops               Float64    FLOPs of one occurrence as recorded in the trace 
                                ``flops``), else derived from the HLO, else null
 model_flops         Float64    TPU ``model_flops`` (FLOPs the model asked for), else null
 bytes_accessed      Float64    bytes of one occurrence as recorded in the trace, else
-                               derived from the HLO (:mod:`traceview.costs`), else null
+                               derived from the HLO (:mod:`traceview.model.costs`), else null
 cost_source         Utf8       where flops/bytes_accessed come from: ``trace``, ``derived``
                                or ``unknown``
 ==================  =========  ==============================================================
@@ -161,7 +161,7 @@ class TraceData:
     """Everything one reader extracted from one trace file.
 
     ``table`` is the op-event table in dictionary-encoded form
-    (:class:`traceview.optable.OpTable`); ``ops`` is its wide :data:`OPS_SCHEMA` frame, built
+    (:class:`traceview.model.optable.OpTable`); ``ops`` is its wide :data:`OPS_SCHEMA` frame, built
     on first use (readers pass either as ``ops`` or ``table``). ``module_runs`` follows
     :data:`MODULE_RUNS_SCHEMA`. ``notes`` are reader warnings (one line each) to show the
     user, e.g. that a ``trace.json.gz`` from CPU/GPU carries no shapes. ``has_shapes`` is

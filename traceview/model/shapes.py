@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: xla.PrimitiveType enum number -> HLO text name (xla/xla_data.proto).
+#: xla.PrimitiveType enum number -> HLO text name (OpenXLA's xla_data.proto).
 PRIMITIVE_TYPES: dict[int, str] = {
     1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16", 8: "u32", 9: "u64",
     10: "f16", 11: "f32", 12: "f64", 13: "tuple", 14: "opaque", 15: "c64", 16: "bf16",
@@ -264,7 +264,7 @@ def canonical_shape_text(text: str) -> str:
 
 
 def shape_from_proto(proto) -> Shape:
-    """Convert an ``xla.ShapeProto`` message (see :mod:`traceview._protos`) to a :class:`Shape`."""
+    """Convert an ``xla.ShapeProto`` message (see :mod:`traceview.read.xplane.protos`) to a :class:`Shape`."""
     et = PRIMITIVE_TYPES.get(proto.element_type, f"type{proto.element_type}")
     if et == "tuple":
         return Shape("tuple", (), tuple(shape_from_proto(m) for m in proto.tuple_shapes))

@@ -2,14 +2,14 @@
 
 A TPU plane (``/device:TPU:<n>``) has an ``XLA Ops`` line (one event per HLO op execution)
 and an ``XLA Modules`` line (one event per program execution). :func:`plane_arrays` decodes
-both (:func:`traceview.xline.decode_tpu_line`; the other lines are only counted) and derives,
+both (:func:`traceview.read.xplane.wire.decode_tpu_line`; the other lines are only counted) and derives,
 per op event, what the op table needs:
 
 * **times** on the device clock (``device_offset_ps`` / ``device_duration_ps`` stats, ps)
   where the event carries them, else host-aligned;
 * **order**: the ops in device-start order (stable). The line is stored in host-aligned order,
   and device-clock starts can be slightly out of it;
-* **self time**: duration minus directly nested ops (:func:`traceview.timeline.self_times`,
+* **self time**: duration minus directly nested ops (:func:`traceview.model.timeline.self_times`,
   XProf's ``self_time`` for ``XLA Ops``);
 * **enclosing execution**: the index of the ``XLA Modules`` event whose host-aligned interval
   holds the op's host-aligned start (both lines share that clock), -1 for none.
@@ -18,7 +18,7 @@ Module executions without device times are moved onto the ops' device clock by t
 device-minus-host offset of the first op at or after each execution's start (the offset
 drifts over a trace, so no single shift fits).
 
-It imports no polars, so :mod:`traceview.prefetch` can run it on a thread while polars is
+It imports no polars, so :mod:`traceview.read.prefetch` can run it on a thread while polars is
 imported. Raises :class:`~traceview.errors.TraceUnreadable` on malformed lines.
 """
 
@@ -58,7 +58,7 @@ def stat_ids(plane) -> tuple[int, int]:
 
 
 def plane_arrays(plane, path: str) -> PlaneArrays:
-    """Decode one TPU plane (an XPlane message or a :class:`~traceview.xline.MappedPlane`,
+    """Decode one TPU plane (an XPlane message or a :class:`~traceview.read.xplane.wire.MappedPlane`,
     whose line pages are released as they are decoded) into :class:`PlaneArrays`.
     ``path`` names the file in errors. Raises TraceUnreadable on malformed bytes."""
     off_id, dur_id = stat_ids(plane)

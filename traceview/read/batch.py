@@ -10,9 +10,9 @@ object:
 * ``workers=N`` (N >= 2): a ``ProcessPoolExecutor`` of up to N processes in the ``spawn``
   context (polars' threads do not survive a ``fork``; ``spawn`` re-imports the caller's main
   module, which a script must guard with ``if __name__ == "__main__":``), when there are at
-  least two files and :data:`PARALLEL_MIN_BYTES` in total. A worker pays about 0.5 s of
-  start-up and imports before it reads, and one process already reads a file's TPU planes on
-  threads, so on a machine with few cores this is slower (``benchmarks/RESULTS.md``);
+  least two files and :data:`PARALLEL_MIN_BYTES` in total. A worker pays its start-up and
+  imports before it reads, and one process already reads a file's TPU planes on threads, so
+  on a machine with few cores this is slower (``benchmarks/RESULTS.md``);
 * ``scheduler="tcp://host:8786"``: the workers of an existing Dask distributed cluster,
   through ``distributed.Client(address).get_executor()`` (``pip install 'traceview[dist]'``).
   The workers must see the trace files at the same paths and have traceview installed;
@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from traceview.errors import TraceviewError, UsageError
 
 if TYPE_CHECKING:  # imported where used: concurrent.futures with its process pool and
-    from concurrent.futures import Executor  # logging is ~35 ms of every CLI start otherwise
+    from concurrent.futures import Executor  # logging would otherwise slow every CLI start
 
 #: Below this many bytes in total (on disk), files are read in the calling process (worker
-#: start-up, about 0.5 s each, and result transfer would cost more than they save).
+#: start-up and result transfer would cost more than they save).
 PARALLEL_MIN_BYTES = 8 << 20
 
 

@@ -7,7 +7,7 @@ is written), groups what it finds into *runs* and *hosts*, picks what to read an
 choice in :attr:`Discovery.reasons`, and lists the traps it noticed in
 :attr:`Discovery.warnings`.
 
-On-disk layout written by the profiler (see ``shared/reference/xplane-and-xprof.md`` §4)::
+On-disk layout written by the profiler::
 
     <log_dir>/plugins/profile/<YYYY_MM_DD_HH_MM_SS>/<host>.xplane.pb
                                                    /<host>.trace.json.gz

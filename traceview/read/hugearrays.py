@@ -1,12 +1,10 @@
 """Large numpy arrays in memory the kernel can back with transparent huge pages.
 
 Reading a multi-million-event trace allocates a few hundred MB of fresh arrays. On Linux each
-4 KiB page of fresh memory costs a page fault on first write: measured on the 2-core VM of
-``benchmarks/RESULTS.md``, filling a fresh 19 MB ``np.empty`` array took 25-50 ms, of which
-the fill itself is ~1 ms. glibc serves such arrays from its heap or from plain ``mmap``, where
-numpy's own ``MADV_HUGEPAGE`` hint did not take effect (``AnonHugePages`` stayed 0). An
-anonymous mapping of our own with ``madvise(MADV_HUGEPAGE)`` faults in 2 MiB at a time: the
-same fill took ~5 ms.
+4 KiB page of fresh memory costs a page fault on first write, which for such arrays costs far
+more than filling them. glibc serves them from its heap or from plain ``mmap``, where numpy's
+own ``MADV_HUGEPAGE`` hint does not take effect; an anonymous mapping of our own with
+``madvise(MADV_HUGEPAGE)`` faults in 2 MiB at a time (figures in ``benchmarks/RESULTS.md``).
 
 :func:`empty` returns such an array for :data:`MIN_BYTES` and more on Linux (the memory is
 unmapped when the array and every view of it are gone), a plain ``np.empty`` otherwise.

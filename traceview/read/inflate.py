@@ -1,9 +1,8 @@
 """gzip -> bytes for the trace JSON reader, with ISA-L where it is installed.
 
 :func:`gunzip` inflates a (possibly multi-member) gzip file into at most ``limit`` bytes.
-zlib's inflate runs at ~160 MB/s on the machines this was measured on; python-isal's
-``isal_zlib`` (the same API, Intel ISA-L underneath) at ~3x that, which is a third of the
-time of reading a large ``.trace.json.gz``. ISA-L is only trusted with the common case: when
+python-isal's ``isal_zlib`` (the same API as zlib, Intel ISA-L underneath) inflates several
+times faster than zlib (``benchmarks/RESULTS.md``). ISA-L is only trusted with the common case: when
 it finishes cleanly (every member ends, CRC and length match, nothing but zero padding
 after) the bytes are the same as zlib's. Anything else — a corrupt, truncated or over-limit
 stream, trailing garbage, or a gzip header with reserved flag bits (which zlib rejects and
@@ -44,8 +43,8 @@ def _clean_inflate(mod, data: bytes, limit: int) -> bytes | None:
     """Inflate with ``mod`` (a zlib-compatible module); None unless every member ends
     cleanly within ``limit`` bytes and only zero padding follows the last one.
 
-    Each member is inflated in one call (output capped at ``limit + 1`` bytes): feeding it
-    in 1 MiB pieces and growing a bytearray costs ~40% more here than the inflate itself."""
+    Each member is inflated in one call (output capped at ``limit + 1`` bytes), not fed in
+    pieces into a growing buffer, whose copies cost more than the inflate itself."""
     parts = []
     size = 0
     view = memoryview(data)

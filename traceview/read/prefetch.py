@@ -1,7 +1,7 @@
 """Decode an xplane file's TPU planes on a background thread while the caller is still starting.
 
-A cold ``traceview.load`` spends its first ~0.3 s importing polars on one core while the other
-is idle. :func:`start` (called right after discovery, before polars is imported) maps the file
+A cold ``traceview.load`` spends its first fraction of a second importing polars on one core
+while the other is idle. :func:`start` (called right after discovery, before polars is imported) maps the file
 and runs ``work(plane, path)`` over its TPU planes on a daemon thread (the caller passes
 :func:`traceview.model.tpu_plane.plane_arrays`, which imports no polars and spends most of
 its time in C and numpy code that releases the GIL). :meth:`Prefetch.take` hands the mapped

@@ -180,8 +180,8 @@ def gc_paused():
 # The reader works on event objects with attributes: ph, pid, tid, ts, dur, name, args, and
 # on ``args`` the keys listed in ARG_FIELDS (the only ones read). With msgspec they come
 # straight out of a typed decode of the JSON text: other ``args`` keys are skipped, never
-# allocated, and an event is one small untracked object instead of two dicts (about twice
-# orjson's speed on the exporter's files, a third of the objects). The general path (orjson)
+# allocated, and an event is one small untracked object instead of two dicts (faster than
+# orjson on the exporter's files, and fewer objects). The general path (orjson)
 # builds the same objects from its dicts. On an event, an absent field is UNSET and an
 # explicit null is None: ``name`` defaults differently on the two (module names), and an
 # event with no field at all is the ``{}`` that ends the exporter's array (not counted).

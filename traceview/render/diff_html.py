@@ -1,9 +1,9 @@
-"""HTML rendering of a :class:`traceview.diff.ProfileDiff`: a ``<section>`` the HTML report
+"""HTML rendering of a :class:`traceview.analysis.diff.DiffReport`: a ``<section>`` the HTML report
 can include (:func:`diff_section_html`) and a standalone page (:func:`render_diff_page`).
 
 Every string from a trace (op names, shapes, kernel names, source paths, module names,
 labels, notes) reaches the page only through jinja2 with autoescaping on. No script, no
-external reference. Times are formatted from ps with :func:`traceview.render.units.fmt_time_ps`.
+external reference. Times are formatted from ps with :func:`traceview.model.units.fmt_time_ps`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
  * traceview.read.xplane._decode: the XSpace wire decoder (optional accelerator of
  * traceview.read.xplane.wire; the protobuf fallbacks there give the same arrays).
  *
- * Wire format (xla/tsl/profiler/protobuf/xplane.proto): XLine.events = field 4 (length-
+ * Wire format (OpenXLA's profiler schema, xplane.proto): XLine.events = field 4 (length-
  * delimited XEvent); XLine.timestamp_ns = field 3 (varint). XEvent: metadata_id = 1,
  * offset_ps = 2, duration_ps = 3, stats = 4 (length-delimited, repeated), num_occurrences = 5.
  * int64 fields are plain varints (two's complement, 10 bytes when negative).

@@ -6,9 +6,9 @@ clashes with another copy of ``tensorflow.profiler.XSpace`` loaded in the same p
 
 Field numbers are public facts taken from:
 
-* ``xla/tsl/profiler/protobuf/xplane.proto`` (openxla/xla): XSpace, XPlane, XLine, XEvent,
+* OpenXLA's profiler schema ``xplane.proto``: XSpace, XPlane, XLine, XEvent,
   XStat, XEventMetadata, XStatMetadata.
-* ``xla/service/hlo.proto`` and ``xla/xla_data.proto`` (openxla/xla): HloProto,
+* OpenXLA's ``hlo.proto`` and ``xla_data.proto``: HloProto,
   HloModuleProto, HloComputationProto, HloInstructionProto, ShapeProto, LayoutProto,
   OpMetadata, StackFrameIndexProto, DotDimensionNumbers, ConvolutionDimensionNumbers, Window.
 

@@ -5,7 +5,7 @@ from a memory-mapped file with only the planes' small fields going through proto
 :func:`map_xspace`), reads an XLine's header (:func:`line_header`), counts its events
 (:func:`count_events`) and decodes them into flat arrays (:func:`decode_line`; TPU lines with
 their device-clock stats by :func:`decode_tpu_line`). Wire format:
-``xla/tsl/profiler/protobuf/xplane.proto`` (notes in ``shared/reference``). The optional C
+OpenXLA's profiler schema (``xplane.proto``). The optional C
 accelerator ``traceview.read.xplane._decode`` does the walking when it is built; the protobuf
 fallbacks give the same arrays. Every function raises
 :class:`~traceview.errors.TraceUnreadable` naming the file on malformed bytes.
@@ -179,7 +179,7 @@ class LineEvents:
         return len(self.mids)
 
 
-#: An XLine's own fields (what :class:`~traceview._protos.XLineHeader` holds).
+#: An XLine's own fields (what :class:`~traceview.read.xplane.protos.XLineHeader` holds).
 LineHeader = namedtuple("LineHeader", "id display_id name display_name timestamp_ns duration_ps")
 
 
