@@ -808,15 +808,26 @@ class StepAnatomy:
 
     def family_time_by_step(self) -> pl.DataFrame:
         """Op self time per (step_row, family) over the ops inside steps: columns step_row
-        (Int64), family (Utf8), self_ps (Int64, ps)."""
+        (Int64), family (Utf8), self_ps (Int64, ps); one row per pair with events, by
+        step_row then family. One pass over the events (integer keys, exact sums)."""
         schema = {"step_row": pl.Int64, "family": pl.Utf8, "self_ps": pl.Int64}
-        if self.table is None or self.step_rows is None or not (self.step_rows >= 0).any():
+        rows = self.step_rows
+        if self.table is None or rows is None or not (rows >= 0).any():
             return pl.DataFrame(schema=schema)
-        ev = self.table.events
-        df = pl.DataFrame({"step_row": self.step_rows, "attr": ev["attr"], "self_ps": ev["self_ps"]})
-        return (df.filter(pl.col("step_row") >= 0).group_by("step_row", "attr").agg(pl.col("self_ps").sum())
-                .join(self.attr_family, on="attr", how="left").group_by("step_row", "family")
-                .agg(pl.col("self_ps").sum()).select(list(schema)).cast(schema))
+        fam = self.attr_family
+        names = sorted(set(fam["family"].to_list()))
+        code = np.full(self.table.attrs.height, 0, dtype=np.int64)
+        code[fam["attr"].to_numpy().astype(np.int64)] = fam["family"].replace_strict(
+            {f: i for i, f in enumerate(names)}, return_dtype=pl.Int64).to_numpy()
+        inside = np.flatnonzero(rows >= 0)
+        nf = max(len(names), 1)
+        key = rows[inside].astype(np.int64) * nf + code[self.table.events["attr"].to_numpy()[inside]]
+        n = (int(rows.max()) + 1) * nf
+        sums = _int_bincount(key, self.table.events["self_ps"].to_numpy()[inside], n)
+        have = np.flatnonzero(np.bincount(key, minlength=n))
+        return pl.DataFrame({"step_row": have // nf, "family": pl.Series([names[i] for i in (have % nf).tolist()],
+                                                                          dtype=pl.Utf8),
+                             "self_ps": sums[have]}, schema=schema)
 
 
 FAMILIES_SCHEMA = {"family": pl.Utf8, "self_ps": pl.Float64, "share": pl.Float64, "occurrences": pl.Int64,

@@ -63,6 +63,27 @@ def _svg(fig) -> str:
     return s
 
 
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def _power_of_ten(x: float, _pos=None) -> str:
+    """``10³`` for a power of ten (unicode superscripts: plain text, where matplotlib's own log
+    labels go through its mathtext parser, whose first use costs more than the whole chart)."""
+    if x <= 0:
+        return ""
+    k = math.log10(x)
+    return f"10{str(round(k)).translate(_SUPERSCRIPT)}" if abs(k - round(k)) < 1e-9 else ""
+
+
+def _plain_log_labels(ax) -> None:
+    """Label a log-log axes' decades as ``10ᵏ`` in plain text, minor ticks unlabelled."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FuncFormatter(_power_of_ten))
+        axis.set_minor_formatter(NullFormatter())
+
+
 def _new_figure(w: float, h: float):
     from matplotlib.figure import Figure
 
@@ -110,6 +131,7 @@ def roofline_svg(roof: pl.DataFrame, peaks, *, labelled: int = LABELLED) -> tupl
     ax = fig.add_subplot()
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain_log_labels(ax)
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     ax.plot(xs, [min(pf, v * pb) for v in xs], color="#222", lw=1.6, zorder=2)
     ax.axvline(ridge, color="#999", lw=0.8, ls=":", zorder=1)
