@@ -209,6 +209,69 @@ def _changes_text(ch: dict) -> str:
                      f"{format_config_value(b) if b is not None else '-'}" for k, (a, b) in ch.items())
 
 
+@dataclass
+class DiffSide:
+    """What a diff needs of one profile, so that a profile's op events can be released before
+    the other side is read: ``label``, ``populations`` (:func:`~traceview.analysis.populations.populations`),
+    ``kernels`` (:func:`~traceview.analysis.populations.kernel_table`), ``families``
+    (:func:`~traceview.analysis.populations.family_shares`), ``module_runs``, ``events`` (op
+    events), ``self_ps`` (their self time, ps) and ``steps`` ((module, steps, mean step ps,
+    method) of the step anatomy, None when it failed)."""
+
+    label: str
+    populations: pl.DataFrame
+    kernels: pl.DataFrame
+    families: pl.DataFrame
+    module_runs: pl.DataFrame
+    events: int
+    self_ps: int
+    steps: tuple | None = None
+
+
+def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
+         tagged: TaggedOps | None = None) -> DiffSide:
+    """The :class:`DiffSide` of ``prof`` (anything with ``table``, ``module_runs`` and
+    ``traces``). ``base``: the base's side when ``prof`` is the treatment (its step module is
+    the base's, after configuration substitution). ``tagged``: its
+    :func:`~traceview.analysis.tagged.tag` result made with ``rules``, when the caller has it.
+    Raises UsageError on bad rules."""
+    t = tagged if tagged is not None else tag(prof.table, rules)
+    kern = kernel_table(prof, tagged=t)
+    s = DiffSide(label=_label(prof, label), populations=populations(prof, name_stem=name_stem, tagged=t),
+                 kernels=kern, families=family_shares(t), module_runs=prof.module_runs, events=t.events,
+                 self_ps=t.self_ps)
+    s.steps = _side_steps(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))))
+    return s
+
+
+def _kernel_changes(kb: pl.DataFrame, kt: pl.DataFrame) -> list[dict]:
+    kernels = _kernel_diff(kb, kt)
+    return [config_changes(a, b) for r in kernels.filter(pl.col("changes") != "").iter_rows(named=True)
+            for a in r["names_base"] for b in r["names_treatment"]]
+
+
+def _side_steps(prof, base) -> tuple | None:
+    """(module, steps, mean step ps, method) of ``prof``'s step anatomy: on its dominant
+    module, or for a treatment (``base`` = (base side, value map)) on the base's module, found
+    by name after configuration substitution, else its own dominant module. None when the
+    anatomy fails on the trace."""
+    runs = prof.module_runs
+    try:
+        mod = None
+        if base is not None:
+            b, vmap = base
+            mb = b.steps[0] if b.steps is not None else None
+            if mb and runs is not None and runs.height:
+                names = runs["module"].unique().to_list()
+                mod = mb if mb in names else next((m for m in names if _subst(m, vmap) == mb), None)
+        if mod is None:
+            mod = steps.dominant_module(prof.table, runs)
+        a = steps.anatomy(prof.table, runs, module=mod)
+    except TraceviewError:
+        return None
+    return a.module, a.coverage.n_steps, a.coverage.step_ps, a.method
+
+
 def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor: float = OVERHEAD_FACTOR,
          overhead_min_events: int = OVERHEAD_MIN_EVENTS, labels: tuple[str, str] | None = None,
          tagged: tuple[TaggedOps, TaggedOps] | None = None) -> DiffReport:
@@ -227,17 +290,25 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
       tagged: the sides' :func:`~traceview.analysis.tagged.tag` results made with ``rules``,
         when the caller has them.
 
-    Returns: :class:`DiffReport`.
+    Returns: :class:`DiffReport` (:func:`diff_sides` of the two :func:`side` summaries).
     Raises: UsageError for ``overhead_factor <= 1`` or bad rules.
     """
     if not overhead_factor > 1:
         raise UsageError(f"overhead factor must be > 1, got {overhead_factor!r}")
-    bp, tp = base, treatment
-    tb, tt = tagged if tagged is not None else (tag(bp.table, rules), tag(tp.table, rules))
-    b_pop = populations(bp, name_stem=name_stem, tagged=tb)
-    t_pop = populations(tp, name_stem=name_stem, tagged=tt)
-    b_label = _label(bp, labels[0] if labels else None)
-    t_label = _label(tp, labels[1] if labels else None)
+    tb, tt = tagged if tagged is not None else (None, None)
+    b = side(base, rules=rules, name_stem=name_stem, label=labels[0] if labels else None, tagged=tb)
+    t = side(treatment, rules=rules, name_stem=name_stem, label=labels[1] if labels else None, base=b, tagged=tt)
+    return diff_sides(b, t, overhead_factor=overhead_factor, overhead_min_events=overhead_min_events)
+
+
+def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = OVERHEAD_FACTOR,
+               overhead_min_events: int = OVERHEAD_MIN_EVENTS) -> DiffReport:
+    """The :class:`DiffReport` of two sides (:func:`side`; the treatment's made with
+    ``base=base``). Raises UsageError for ``overhead_factor <= 1``."""
+    if not overhead_factor > 1:
+        raise UsageError(f"overhead factor must be > 1, got {overhead_factor!r}")
+    b_pop, t_pop = base.populations, treatment.populations
+    b_label, t_label = base.label, treatment.label
 
     bs = b_pop.rename({c: f"{c}_base" for c in _SIDE})
     ts = t_pop.rename({c: f"{c}_treatment" for c in _SIDE})
@@ -256,10 +327,8 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
         pl.coalesce("is_kernel", "_ik").alias("is_kernel"), pl.coalesce("family", "_fam").alias("family")
     ).drop("_ik", "_fam")
 
-    kernels = _kernel_diff(kernel_table(bp, tagged=tb), kernel_table(tp, tagged=tt))
-    changes = [config_changes(a, b) for r in kernels.filter(pl.col("changes") != "").iter_rows(named=True)
-               for a in r["names_base"] for b in r["names_treatment"]]
-    vmap = _value_map(changes)
+    kernels = _kernel_diff(base.kernels, treatment.kernels)
+    vmap = _value_map(_kernel_changes(base.kernels, treatment.kernels))
 
     # pass 2: kernel populations paired by kernel identity
     rows = joined.to_dicts()
@@ -364,9 +433,13 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
         ["_abs", "status", "stem", "shape"], descending=[True, False, False, False]).drop("_abs")
     joined = joined.select(DIFF_COLUMNS)
 
-    families = _family_diff(family_shares(tb), family_shares(tt))
-    modules = _module_diff(bp, tp, vmap)
-    step = _step_delta(bp, tp, vmap)
+    families = _family_diff(base.families, treatment.families)
+    modules = _module_diff(base.module_runs, treatment.module_runs, vmap)
+    step = None
+    if base.steps is not None and treatment.steps is not None:
+        (mb, nb, sb, hb), (mt, nt, st, ht) = base.steps, treatment.steps
+        step = StepDelta(module_base=mb, module_treatment=mt, steps_base=nb, steps_treatment=nt, step_ps_base=sb,
+                         step_ps_treatment=st, method_base=hb, method_treatment=ht)
 
     notes: list[str] = []
     over = joined.filter(pl.col("overhead_note") != "")
@@ -375,7 +448,7 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
         notes.append(f"{what}: {r['overhead_note']}")
     if over.height > 5:
         notes.append(f"... and {over.height - 5} more populations with a {overhead_factor:g}x change in traced events")
-    eb, et = tb.events, tt.events
+    eb, et = base.events, treatment.events
     if eb and et and max(eb / et, et / eb) >= overhead_factor:
         notes.append(f"traced op events {eb:,} -> {et:,} ({max(eb / et, et / eb):.1f}x): the profiled timings of the "
                      f"two runs carry different tracing overhead; {THROUGHPUT_RULE}")
@@ -384,8 +457,8 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
         notes.append(f"steps are executions of {step.module_base} (base) and {step.module_treatment} (treatment): "
                      f"different programs, compare step times with care")
     return DiffReport(base_label=b_label, treatment_label=t_label, populations=joined, kernels=kernels,
-                       families=families, modules=modules, steps=step, op_time_ps_base=tb.self_ps,
-                       op_time_ps_treatment=tt.self_ps,
+                       families=families, modules=modules, steps=step, op_time_ps_base=base.self_ps,
+                       op_time_ps_treatment=treatment.self_ps,
                        events_base=eb, events_treatment=et, overhead_factor=overhead_factor, notes=notes)
 
 
@@ -434,19 +507,18 @@ def _family_diff(b: pl.DataFrame, t: pl.DataFrame) -> pl.DataFrame:
         ["self_ps_base", "family"], descending=[True, False])
 
 
-def _module_diff(bp, tp, vmap) -> pl.DataFrame:
-    def mods(prof, mapping):
-        r = prof.module_runs
+def _module_diff(b_runs: pl.DataFrame, t_runs: pl.DataFrame, vmap) -> pl.DataFrame:
+    def mods(r, mapping):
         if r is None or r.height == 0:
             return pl.DataFrame(schema={"module": pl.Utf8, "executions": pl.Int64, "mean_ps": pl.Float64})
         return r.with_columns(pl.col("module").map_elements(lambda m: _subst(m, mapping), return_dtype=pl.Utf8)) \
             .group_by("module").agg(pl.len().cast(pl.Int64).alias("executions"),
                                     pl.col("duration_ps").mean().alias("mean_ps"))
 
-    b, t = mods(bp, {}), mods(tp, vmap)
+    b, t = mods(b_runs, {}), mods(t_runs, vmap)
     names_t = {}
-    if tp.module_runs is not None and tp.module_runs.height:
-        for m in tp.module_runs["module"].unique().to_list():
+    if t_runs is not None and t_runs.height:
+        for m in t_runs["module"].unique().to_list():
             names_t.setdefault(_subst(m, vmap), m)
     out = b.join(t, on="module", how="full", coalesce=True, suffix="_treatment").rename(
         {"executions": "executions_base", "mean_ps": "mean_ps_base"})
@@ -454,24 +526,3 @@ def _module_diff(bp, tp, vmap) -> pl.DataFrame:
                            .alias("module_treatment"))
     return out.select("module", "module_treatment", "executions_base", "executions_treatment", "mean_ps_base",
                       "mean_ps_treatment").sort(["mean_ps_base", "module"], descending=[True, False], nulls_last=True)
-
-
-def _step_delta(bp, tp, vmap) -> StepDelta | None:
-    try:
-        mb = steps.dominant_module(bp.table, bp.module_runs)
-        ab = steps.anatomy(bp.table, bp.module_runs, module=mb)
-        mt = None
-        if mb and tp.module_runs is not None and tp.module_runs.height:
-            names = tp.module_runs["module"].unique().to_list()
-            if mb in names:
-                mt = mb
-            else:
-                mt = next((m for m in names if _subst(m, vmap) == mb), None)
-        if mt is None:
-            mt = steps.dominant_module(tp.table, tp.module_runs)
-        at = steps.anatomy(tp.table, tp.module_runs, module=mt)
-    except TraceviewError:
-        return None
-    return StepDelta(module_base=ab.module, module_treatment=at.module, steps_base=ab.coverage.n_steps,
-                     steps_treatment=at.coverage.n_steps, step_ps_base=ab.coverage.step_ps,
-                     step_ps_treatment=at.coverage.step_ps, method_base=ab.method, method_treatment=at.method)

@@ -118,9 +118,9 @@ def step_chart(anat: StepAnatomy, max_steps: int = CHART_STEPS) -> StepChart:
     n_steps = int(st["step"].n_unique())
     shown = min(n_steps, max_steps)
     series: list = []
-    by_step = anat.family_time_by_step()
+    step_of = st.with_row_index("step_row").select(pl.col("step_row").cast(pl.Int64), "step")
+    by_step = anat.family_time_by_step(step_of.filter(pl.col("step") < shown)["step_row"].to_numpy())
     if by_step.height:
-        step_of = st.with_row_index("step_row").select(pl.col("step_row").cast(pl.Int64), "step")
         ndev = st.group_by("step").agg(pl.len().alias("ndev"))
         per = (by_step.join(step_of, on="step_row").filter(pl.col("step") < shown)
                .group_by("step", "family").agg(pl.col("self_ps").sum())

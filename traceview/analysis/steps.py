@@ -806,20 +806,28 @@ class StepAnatomy:
         return (wide.join(fam, on="_attr", how="left", maintain_order="left").drop("_attr")
                 .with_columns(pl.when(rows >= 0).then(rows).otherwise(None).alias("step_row")))
 
-    def family_time_by_step(self) -> pl.DataFrame:
-        """Op self time per (step_row, family) over the ops inside steps: columns step_row
-        (Int64), family (Utf8), self_ps (Int64, ps); one row per pair with events, by
-        step_row then family. One pass over the events (integer keys, exact sums)."""
+    def family_time_by_step(self, step_rows=None) -> pl.DataFrame:
+        """Op self time per (step_row, family) over the ops inside steps (or only those of
+        the rows of ``steps`` listed in ``step_rows``): columns step_row (Int64), family
+        (Utf8), self_ps (Int64, ps); one row per pair with events, by step_row then family.
+        One pass over the events (integer keys, exact sums)."""
         schema = {"step_row": pl.Int64, "family": pl.Utf8, "self_ps": pl.Int64}
         rows = self.step_rows
         if self.table is None or rows is None or not (rows >= 0).any():
             return pl.DataFrame(schema=schema)
+        if step_rows is not None:
+            keep = np.zeros(int(rows.max()) + 2, dtype=bool)  # index -1 (outside) -> the last, False
+            wanted = np.asarray(step_rows, dtype=np.int64)
+            keep[wanted[(wanted >= 0) & (wanted < len(keep) - 1)]] = True
+            rows = np.where(keep[rows], rows, -1)
         fam = self.attr_family
         names = sorted(set(fam["family"].to_list()))
         code = np.full(self.table.attrs.height, 0, dtype=np.int64)
         code[fam["attr"].to_numpy().astype(np.int64)] = fam["family"].replace_strict(
             {f: i for i, f in enumerate(names)}, return_dtype=pl.Int64).to_numpy()
         inside = np.flatnonzero(rows >= 0)
+        if len(inside) == 0:
+            return pl.DataFrame(schema=schema)
         nf = max(len(names), 1)
         key = rows[inside].astype(np.int64) * nf + code[self.table.events["attr"].to_numpy()[inside]]
         n = (int(rows.max()) + 1) * nf

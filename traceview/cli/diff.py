@@ -37,10 +37,12 @@ def add_parser(sub) -> None:
     d.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
 
 
-def load_sides(sides: list[tuple[str, str | None]], args) -> list:
-    """Load each (path, run) side; each side's discovery warnings (several runs, stray
-    files...) go to stderr, one line each, as ``analyze`` shows them. The sides' single
-    xplane files are decoded on threads while polars is imported (one prefetch per file)."""
+def load_sides(sides: list[tuple[str, str | None]], args):
+    """Load each (path, run) side in turn (a generator: the caller can release a profile
+    before the next is read); each side's discovery warnings (several runs, stray files...)
+    go to stderr, one line each, as ``analyze`` shows them. The sides' single xplane files
+    are all decoded on threads from the start, while polars is imported and the first side
+    is analysed (one prefetch per file, for files under the prefetch size)."""
     from traceview.cli import process
     from traceview.model.load import load, start_prefetch
     from traceview.read.discover import discover
@@ -49,7 +51,6 @@ def load_sides(sides: list[tuple[str, str | None]], args) -> list:
     discs = [discover(path, run=run, stale_after_s=None) for path, run in sides]
     process.tune_allocator(cargs.input_bytes(*discs))
     seen: set = set()
-    out = []
     with process.decoding_beside_imports():
         pres = []
         for d in discs:  # one prefetch per distinct file, all started before polars is imported
@@ -60,23 +61,31 @@ def load_sides(sides: list[tuple[str, str | None]], args) -> list:
             prof = load(path, run=run, stale_after_s=None, discovery=d, cache=cache, prefetch=pre or False)
             for w in prof.warnings:
                 print(f"traceview: warning: {path}: {w}", file=sys.stderr)
-            out.append(prof.filter(device_regex=args.device) if args.device else prof)
-    return out
-
+            out = prof.filter(device_regex=args.device) if args.device else prof
+            del prof
+            yield out
+            del out  # released before the next side is read
 
 def run(args) -> int:
     """Returns 0; raises TraceviewError subclasses on bad input."""
-    from traceview.analysis.diff import diff
+    from traceview.analysis.diff import diff_sides, side
     from traceview.cli.outputs import inside_inputs
 
     out = Path(args.output) if args.output else None
     if out is not None and out.is_dir():
         raise UsageError(f"{out} is a folder; -o needs a file name")
-    base, treat = load_sides([(args.base, args.run_base), (args.treatment, args.run_treatment)], args)
-    if out is not None and (inside_inputs(out, base.discovery) or inside_inputs(out, treat.discovery)):
-        raise UsageError(f"refusing to write {out} inside a profile folder it reads; choose another -o")
-    d = diff(base, treat, rules=cargs.rules_from_args(args), name_stem=not args.no_name_stem,
-             overhead_factor=args.overhead_factor)
+    if not args.overhead_factor > 1:
+        raise UsageError(f"overhead factor must be > 1, got {args.overhead_factor!r}")
+    rules = cargs.rules_from_args(args)
+    # one side's op events at a time: each is summarised (populations, kernels, families,
+    # steps) and released before the next is read
+    sides: list = []
+    for prof in load_sides([(args.base, args.run_base), (args.treatment, args.run_treatment)], args):
+        if out is not None and inside_inputs(out, prof.discovery):
+            raise UsageError(f"refusing to write {out} inside a profile folder it reads; choose another -o")
+        sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem, base=sides[0] if sides else None))
+        del prof
+    d = diff_sides(*sides, overhead_factor=args.overhead_factor)
     if args.format == "json":
         from traceview.render.json import diff_json
 

@@ -71,7 +71,7 @@ def run(args) -> int:
     if len(args.paths) == 2:
         base, treat = load_sides([(args.paths[0], None), (args.paths[1], None)], args)
     else:
-        base, (treat,) = None, load_sides([(args.paths[0], args.run)], args)
+        base, (treat,) = None, list(load_sides([(args.paths[0], args.run)], args))
     report = verify(treat, checks, base=base, rules=rules)
     if args.format == "json":
         from traceview.render.json import verify_json

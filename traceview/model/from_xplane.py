@@ -40,6 +40,11 @@ from traceview.model.naming import DERIVED_LINES, split_module_name, split_sourc
 from traceview.read.xplane import wire
 from traceview.read.xplane.wire import _full_line, _line_base_ps, count_events, decode_line, read_xspace_bytes
 
+# polars resolves its lazy numpy proxy on first use, and not thread-safely: two plane threads
+# making their first numpy-backed Series at once can both import it, and the second fails
+# ("'module' object does not support item assignment"). Resolve it here, in the importing thread.
+pl.Series(np.zeros(1, dtype=np.int64))
+
 try:  # optional C accelerator (setup.py builds it when a compiler is available)
     from traceview.model import _passes as _fast
 except ImportError:  # pragma: no cover - exercised when the extension is absent

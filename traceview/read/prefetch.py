@@ -88,15 +88,18 @@ class Prefetch:
     def take(self):
         """``(space, results)`` (``results``: one entry per TPU plane of ``space``, in plane
         order, each what ``work`` returned or the exception to raise), or None when the
-        prefetch failed or the file changed since it started. Works through the planes not
-        yet started on the calling thread, then waits for the others. Never raises."""
+        prefetch failed, the file changed since it started, or it was taken already (the
+        prefetch lets go of what it hands over). Works through the planes not yet started on
+        the calling thread, then waits for the others. Never raises."""
         self.ready.wait()
-        if self.failed or _identity(os.path.realpath(self.path)) != self.ident:
+        if self.failed or self.space is None or _identity(os.path.realpath(self.path)) != self.ident:
             return None
         self._drain()
         for ev in self.done:
             ev.wait()
-        return self.space, self.results
+        out = self.space, self.results
+        self.space, self.results, self.planes = None, [], []
+        return out
 
 
 def start(path: str | os.PathLike, work: Callable) -> Prefetch | None:
