@@ -16,8 +16,9 @@ Measured as separate processes (``run.measure``: wall s, CPU s, peak RSS MiB thr
   (``workers=0``), with a local process pool (``workers=N``) and on a Dask ``LocalCluster`` of
   N worker processes (``executor=client``). Each worker returns its host's dictionary-encoded
   op table (36 bytes per event), never a wide table. The client's own peak RSS is reported
-  (``ru_maxrss`` of the client process; the workers are other processes), with the wall time
-  per host against the one-host run.
+  (``ru_maxrss`` of the client process; the workers are other processes), with the time of
+  ``load`` + ``by_shape`` (the client's imports done before the clock starts; a pool's or a
+  cluster's start-up included, a cluster's own set-up apart) per host against the one-host run.
 
 Writes the section between ``<!-- scale.py -->`` markers in ``benchmarks/RESULTS.md``
 (appended below the hand-written part when absent) and ``benchmarks/out/scale.json``.
@@ -34,7 +35,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -58,7 +58,8 @@ print(json.dumps({"populations": n, "events": prof.table.height, "s": time.perf_
 _HOSTS = r"""
 import json, resource, sys, time
 mode, path, workers = sys.argv[1], sys.argv[2], int(sys.argv[3])
-import traceview
+import polars, traceview, traceview.api, traceview.model.files, traceview.model.from_xplane  # noqa: E401
+# imports done: the time below is reading and aggregating (workers import in their own processes)
 t0 = time.perf_counter()
 if mode == "dask":
     import distributed

@@ -13,7 +13,6 @@ from collections import Counter
 import polars as pl
 import pytest
 
-import traceview
 from traceview.model.files import read_file
 from traceview.analysis import sources
 from traceview.errors import UsageError

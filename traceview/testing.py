@@ -28,7 +28,6 @@ import json
 import os
 from pathlib import Path
 
-import polars as pl
 
 from traceview.analysis.verify import CheckResult, Verifier
 from traceview.analysis.verify_grammar import CMPS, Check, parse_check

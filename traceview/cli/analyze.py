@@ -10,7 +10,6 @@ from traceview.cli import args as cargs
 from traceview.cli.outputs import check_writable, inside_inputs, refuse_inside_inputs
 from traceview.errors import EXIT_OK, UsageError
 
-NAME = "analyze"
 
 
 def add_parser(sub) -> None:

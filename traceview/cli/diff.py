@@ -9,7 +9,6 @@ from pathlib import Path
 from traceview.cli import args as cargs
 from traceview.errors import EXIT_OK, UsageError
 
-NAME = "diff"
 
 
 def add_parser(sub) -> None:

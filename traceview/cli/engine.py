@@ -8,7 +8,6 @@ import sys
 
 from traceview.errors import EXIT_USAGE
 
-NAME = "engine"
 
 
 def add_parser(sub) -> None:

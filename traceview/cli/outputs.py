@@ -72,16 +72,3 @@ def file_console(fh):
     from rich.console import Console
 
     return Console(file=fh, width=200, color_system=None)
-
-
-def write_text(out: Path | None, text: str) -> None:
-    """``text`` to ``out``, or to standard output when ``out`` is None."""
-    if out is not None:
-        out.write_text(text, encoding="utf-8")
-    else:
-        sys.stdout.write(text)
-
-
-def wrote(out: Path) -> None:
-    """Tell stderr that ``out`` was written."""
-    print(f"wrote {out}", file=sys.stderr)

@@ -9,7 +9,6 @@ from traceview.cli import args as cargs
 from traceview.cli.outputs import refuse_inside_inputs
 from traceview.errors import EXIT_OK, UsageError
 
-NAME = "report"
 
 
 def add_parser(sub) -> None:

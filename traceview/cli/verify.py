@@ -10,7 +10,6 @@ import sys
 from traceview.cli import args as cargs
 from traceview.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 
-NAME = "verify"
 
 _VERIFY_EPILOG = """\
 checks (one per --check, or one per line in --checks FILE; '#' comments):

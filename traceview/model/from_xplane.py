@@ -37,6 +37,8 @@ from traceview.model.timeline import self_times
 from traceview.model.naming import as_float as _as_float
 from traceview.model.naming import as_uint64 as _as_int
 from traceview.model.naming import DERIVED_LINES, split_module_name, split_source
+from traceview.model.optable import ATTR_COLUMNS, OpTable
+from traceview.model.tpu_plane import plane_arrays
 from traceview.read.xplane import wire
 from traceview.read.xplane.wire import _full_line, _line_base_ps, count_events, decode_line, read_xspace_bytes
 
@@ -254,7 +256,6 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
         if len(cols) > before:
             devices.append(DeviceInfo(name=plane.name, kind="CPU", device_type="CPU"))
 
-    from traceview.model.optable import OpTable
 
     tpu_parts = [c for c in cols if isinstance(c, _TpuParts)]
     ops = OpTable.concat(([_merge_parts(tpu_parts)] if tpu_parts else [])
@@ -327,7 +328,6 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, 
     its event count. ``arrays``: its :class:`~traceview.model.tpu_plane.PlaneArrays` when already
     decoded (:mod:`traceview.read.prefetch`), else decoded here. ``dest``: (:class:`_OpArrays`,
     lo, hi), the slice of the file's event arrays its ops are written to, or None."""
-    from traceview.model.tpu_plane import plane_arrays
 
     pa = arrays if arrays is not None else plane_arrays(plane, path)
     mods = _ModuleNames.empty()
@@ -391,7 +391,6 @@ def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ
     or whose program has no execution on the line, takes the enclosing execution's module and
     program (``enc``: index into the executions of ``mods``, -1 for none). Events are grouped into
     descriptions with integer keys (metadata row x module), never through strings."""
-    from traceview.model.optable import ATTR_COLUMNS, OpTable
 
     program_to_module = mods.program_to_module
     # distinct (module, program) of the enclosing executions; index U = "none"
@@ -524,7 +523,6 @@ def _merge_parts(parts: list) -> "OpTable":
     each plane's array as it goes, so the merge costs one column of extra memory, not a
     second copy of the table (per-plane polars frames concatenated would be several chunks,
     which every ``to_numpy`` would copy again)."""
-    from traceview.model.optable import OpTable
 
     offsets = np.cumsum([0] + [p.desc.height for p in parts])[:-1]
     out = parts[0].dest[0] if parts and parts[0].dest is not None else None
@@ -558,7 +556,6 @@ def _merge_parts(parts: list) -> "OpTable":
 def _finish_parts(parts: list, attr, start, durs, selfs, count) -> "OpTable":
     """The OpTable of merged per-event arrays, its descriptions and, when every plane
     computed them, its per-description aggregates."""
-    from traceview.model.optable import OpTable
 
     desc = pl.concat([p.desc for p in parts], how="vertical")
     collapsed = None

@@ -126,14 +126,6 @@ def dask_executor(address: str):
     return client.get_executor(pure=False), client.close
 
 
-def default_workers() -> int:
-    """Processes for a local parallel read: the cores this process may use."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
-
-
 def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor | None" = None,
               scheduler: str | None = None, workers: int = 0,
               progress: Callable[[Progress], None] | None = None) -> list:

@@ -322,7 +322,6 @@ def _select_files(r: Run, reasons: list[str], warnings: list[str]) -> list[Trace
         best = fs[0]
         chosen.append(best)
         others = fs[1:]
-        label = f"{r.name}/{host}" if r.name else host
         if not others:
             why = {
                 "xplane": "the only file for this host",
