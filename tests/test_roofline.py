@@ -102,15 +102,80 @@ def test_overrides_and_chip_table(gemm):
     assert f == pytest.approx(125.3376e12)
 
 
-def test_no_efficiency_above_peak_without_a_warning(shared_traces):
-    """The attention trace has broadcasts that XProf itself puts above 100% of HBM bandwidth."""
-    prof = traceview.load(shared_traces / "mi300x_jax_attention.xplane.pb")
-    roof = prof.roofline()
+@pytest.mark.parametrize("name", ["mi300x_jax_attention.xplane.pb", "mi300x_jax_conv3d.xplane.pb", GEMM, TPU])
+def test_no_op_above_peak_without_a_warning(shared_traces, name):
+    """With the MI300X's sourced 5.3 TB/s (not the planes' 2.66 TB/s stat) and costs per
+    execution, no op on the shared traces reaches 100% of a peak; any that did would carry a
+    warning."""
+    roof = traceview.load(shared_traces / name).roofline()
     over = roof.filter((pl.col("frac_peak_bw") > 1) | (pl.col("frac_peak_flops") > 1) | (pl.col("efficiency") > 1))
-    assert over.height > 0  # the trace's own memory_bandwidth stat (2.66 TB/s) is below what they reach
-    assert (over["warning"] != "").all()
-    ok = roof.filter(pl.col("warning") == "")
-    assert ((ok["efficiency"].fill_null(0) <= 1) & (ok["frac_peak_bw"].fill_null(0) <= 1)).all()
+    assert over.height == 0
+    assert (roof["warning"] == "").all()
+    # and the warning fires as soon as a peak is set below what an op reaches
+    low = traceview.load(shared_traces / name).roofline(peak_bw=1e11)
+    hot = low.filter(pl.col("frac_peak_bw") > 1)
+    assert hot.height > 0 and (hot["warning"] != "").all()
+
+
+def test_mi300x_ridge_and_gemm_bound(shared_traces, gemm):
+    """Ridge = 1,307.4 TFLOP/s / 5.3 TB/s = 246.7 FLOP/byte on every MI300X trace; a bf16
+    8192x1024x1024 GEMM (2·M·N·K / 2(MK + KN + MN) = 481.9 FLOP/byte) is bound by compute."""
+    for name in ("mi300x_jax_attention.xplane.pb", "mi300x_jax_conv3d.xplane.pb", GEMM):
+        p = traceview.load(shared_traces / name).peaks()
+        assert p.ridge == pytest.approx(2.1e9 * 304 * 2048 / 5.3e12)
+        assert p.peak_bw == CHIPS["mi300x"].peak_bw and p.trace_bw == 2.6624e12 and p.chip == "mi300x"
+    m, n, k = 8192, 1024, 1024
+    flops, nbytes = 2 * m * n * k, 2 * (m * k + k * n + m * n)
+    assert flops / nbytes == pytest.approx(481.9, abs=0.1)
+    ops = pl.DataFrame({"op_name": ["custom-call.1"], "shape": [f"bf16[{m},{n}] <- bf16[{m},{k}], bf16[{k},{n}]"],
+                        "category": ["custom-call"], "op_kind": ["custom-call"], "count": [1],
+                        "duration_ps": [100_000_000], "flops": [float(flops)], "bytes_accessed": [float(nbytes)],
+                        "cost_source": ["derived"]})
+    assert roofline(ops, gemm.peaks())["bound_by"].item() == "compute"
+    # the plane stat alone (2.66 TB/s, ridge 491) would have called it memory-bound
+    assert roofline(ops, gemm.peaks(peak_bw=2.6624e12))["bound_by"].item() == "memory"
+
+
+def test_conv_kernels_are_costed_per_execution(shared_traces):
+    """cudnn-conv.1 runs as Im3d2Col + a Cijk GEMM kernel: XProf counts 79 kernel events (its
+    hlo_stats occurrences); they are 40 executions, 5 per device, and each execution's time is
+    the sum of its kernels' durations read straight off the protobuf."""
+    from oracle import raw_hlo_events, xprof_hlo_stats
+
+    path = shared_traces / "mi300x_jax_conv3d.xplane.pb"
+    prof = traceview.load(path)
+    raw = raw_hlo_events(path).filter((pl.col("hlo_op") == "cudnn-conv.1") & pl.col("device").str.starts_with("/device:"))
+    per_kernel = raw.group_by("device", "name").agg(pl.len().alias("n"), pl.col("duration_ps").sum())
+    assert per_kernel.filter(pl.col("device") == "/device:GPU:0").sort("name")["n"].to_list() == [5, 4]  # Cijk, Im3d2Col
+    raw_execs = int(per_kernel.group_by("device").agg(pl.col("n").max())["n"].sum())
+    x = xprof_hlo_stats(path).filter(pl.col("hlo_op_name") == "cudnn-conv.1")
+    row = prof.by_shape().filter(pl.col("op_name") == "cudnn-conv.1").row(0, named=True)
+    assert row["occurrences"] == raw.height == int(x["occurrences"].sum()) == 79
+    assert row["executions"] == raw_execs == 40
+    assert row["kernels_per_execution"] == pytest.approx(79 / 40)
+    r = prof.roofline().filter(pl.col("op_name") == "cudnn-conv.1").row(0, named=True)
+    total = int(raw["duration_ps"].sum())
+    assert r["total_ps"] == total and r["exec_ps"] == pytest.approx(total / 40)
+    assert r["achieved_flops"] == pytest.approx(r["flops"] / (total / 40 * 1e-12))
+    assert r["roofline_ps"] * 40 <= total  # one execution's roofline, not one kernel's, times executions
+    # device 0 alone: 68.52 µs of Im3d2Col + 1,498.202 µs of GEMM over its 5 executions
+    dev0 = per_kernel.filter(pl.col("device") == "/device:GPU:0")["duration_ps"].sum()
+    assert dev0 == 68_520_000 + 1_498_202_000
+
+
+def test_collectives_stay_off_the_hbm_roofline(shared_traces, capsys):
+    prof = traceview.load(shared_traces / TPU)
+    roof = prof.roofline()
+    ar = roof.filter(pl.col("op_name").str.starts_with("all-reduce"))
+    assert ar.height > 0 and set(ar["bound_by"]) == {"collective"}
+    assert ar["frac_peak_bw"].is_null().all() and ar["roofline_ps"].is_null().all()
+    summ = predicted_vs_measured(roof)
+    coll = next(o for o in summ["off_roofline"] if o["bound_by"] == "collective")
+    assert coll["populations"] == ar.height and "interconnect" in coll["why"]
+    assert main(["analyze", str(shared_traces / TPU)]) == 0
+    out = capsys.readouterr().out
+    assert "off the HBM roofline" in out and "collective" in out
+    assert not re.search(r"all-reduce .*memory", out)
 
 
 def test_roofline_time_is_max_of_compute_and_memory_time():
@@ -135,3 +200,51 @@ def test_async_halves_stay_off_the_roofline(shared_traces):
     halves = roof.filter(pl.col("op_name").str.contains(r"^copy-(start|done)"))
     assert halves.height > 0
     assert set(halves["bound_by"]) == {"async"} and halves["roofline_ps"].is_null().all()
+
+
+def test_chip_identified_from_compute_capability_and_memory():
+    """A GPU plane that names only its vendor is identified by compute capability, and parts
+    of one architecture by the HBM capacity the plane reports (bytes)."""
+    from traceview.analysis.chips import identify_chip
+
+    amd = {"device_vendor": "AMD", "compute_cap_major": 9, "compute_cap_minor": 4, "clock_rate": 2100000}
+    assert identify_chip("AMD GPU", {**amd, "memory_size": 206141652992})[0].key == "mi300x"
+    assert identify_chip("AMD GPU", {**amd, "memory_size": 256 * 2 ** 30})[0].key == "mi325x"
+    chip, why = identify_chip("AMD GPU", amd)  # no memory_size: two candidates, no guess
+    assert chip is None and "mi300x" in why and "mi325x" in why
+    nv = {"device_vendor": "NVIDIA", "compute_cap_major": 9, "compute_cap_minor": 0}
+    assert identify_chip("GPU", {**nv, "memory_size": 85_520_809_984})[0].key == "h100"
+    assert identify_chip("GPU", {**nv, "memory_size": 150_754_820_096})[0].key == "h200"
+    assert identify_chip("GPU", {**nv, "memory_size": 24e9})[0] is None  # no 24 GB sm_90 part
+    assert identify_chip("NVIDIA H200", {})[0].key == "h200"
+    mi355 = {"device_vendor": "AMD", "compute_cap_major": 9, "compute_cap_minor": 5, "memory_size": 288 * 2 ** 30}
+    assert identify_chip("AMD GPU", {**mi355, "clock_rate": 2400000})[0].key == "mi355x"
+    assert identify_chip("AMD GPU", {**mi355, "clock_rate": 2200000})[0].key == "mi350x"
+
+
+def test_trace_peak_that_disagrees_with_the_chip_gives_way_and_both_are_shown(shared_traces, capsys):
+    from traceview.analysis.peaks import DISAGREE
+    from traceview.model.schema import DeviceInfo
+
+    stats = {"device_vendor": "AMD", "compute_cap_major": 9, "compute_cap_minor": 4, "memory_size": 206141652992,
+             "clock_rate": 2100000, "core_count": 304}
+    near = resolve_peaks([DeviceInfo(name="/device:GPU:0", kind="GPU", device_type="AMD GPU", stats=stats,
+                                     peak_bw=5.3e12 / DISAGREE * 1.01)])
+    assert near.peak_bw == 5.3e12 / DISAGREE * 1.01 and "plane stats" in near.bw_source and not near.notes
+    far = resolve_peaks([DeviceInfo(name="/device:GPU:0", kind="GPU", device_type="AMD GPU", stats=stats,
+                                    peak_bw=5.3e12 / DISAGREE * 0.99)])
+    assert far.peak_bw == 5.3e12 and "chip table (mi300x)" in far.bw_source
+    assert far.trace_bw == 5.3e12 / DISAGREE * 0.99 and far.table_bw == 5.3e12 and len(far.notes) == 1
+    # a trace figure that is not a finite positive rate is ignored, with a note
+    bad = resolve_peaks([DeviceInfo(name="/device:GPU:0", kind="GPU", device_type="AMD GPU", stats=stats,
+                                    peak_bw=float("inf"))])
+    assert bad.peak_bw == 5.3e12 and any("not a finite positive" in n for n in bad.notes)
+    # shown in every format: terminal, JSON, HTML
+    path = str(shared_traces / GEMM)
+    assert main(["analyze", path]) == 0
+    out = capsys.readouterr().out
+    assert "2.662 TB/s" in out and "5.3 TB/s" in out and "ridge point 246.7" in out
+    assert main(["analyze", path, "--format", "json"]) == 0
+    pk = json.loads(capsys.readouterr().out)["peaks"]
+    assert (pk["peak_bw"], pk["trace_bw"], pk["table_bw"], pk["chip"]) == (5.3e12, 2.6624e12, 5.3e12, "mi300x")
+    assert pk["notes"] and pk["ridge"] == pytest.approx(246.69, abs=0.01)

@@ -87,6 +87,24 @@ def _medians(table: OpTable, col: pl.DataFrame, keys: list[str]) -> pl.DataFrame
     return names.join(med, on="key", how="left").drop("key")
 
 
+def executions(col: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Executions per ``keys`` group of the collapsed frame ``col``: columns ``keys`` +
+    ``executions`` (Int64).
+
+    On GPU one execution of an HLO op can launch several kernels (a convolution as Im2Col + a
+    GEMM kernel), each its own event, so occurrences (XProf's count: one per kernel event) are
+    not executions. Executions are counted per (host, device, program) as the largest count of
+    any one kernel name of the op there, then summed; an op without kernel names (TPU, CPU)
+    executes once per occurrence. An op that launches the same kernel twice per execution is
+    counted as two executions.
+    """
+    where = ["host", "device", "program_id"]
+    per = (col.group_by([*keys, *where, "kernel"]).agg(pl.col("count").sum())
+           .group_by([*keys, *where]).agg(pl.col("count").max())
+           .group_by(keys).agg(pl.col("count").sum().alias("executions")))
+    return per
+
+
 def _total_self(table: OpTable) -> int:
     return table.total_self_ps()
 
@@ -106,7 +124,8 @@ def _finish(df: pl.DataFrame, total_self: int, sort: bool = True) -> pl.DataFram
 def by_shape(ops) -> pl.DataFrame:
     """One row per (op_name, shape) population.
 
-    Columns: op_name, shape, op_kind, category, occurrences, total_ps, self_ps, mean_ps,
+    Columns: op_name, shape, op_kind, category, occurrences (events, as XProf counts them),
+    executions and kernels_per_execution (:func:`executions`), total_ps, self_ps, mean_ps,
     min_ps, max_ps, median_ps (per occurrence), share (of all ops' self time), modules
     (sorted list of hlo_module names), n_programs, devices (number of devices), source (most
     frequent ``file:line`` over the events, ties to the smallest), framework_op (likewise).
@@ -128,18 +147,22 @@ def by_shape(ops) -> pl.DataFrame:
     df = (df.join(_medians(table, col, keys), on=keys, how="left", nulls_equal=True)
           .join(weighted_mode(col, keys, "_src").rename({"_src": "source"}), on=keys, how="left", nulls_equal=True)
           .join(weighted_mode(col, keys, "framework_op"), on=keys, how="left", nulls_equal=True))
-    df = df.with_columns(pl.col("source").fill_null(""), pl.col("framework_op").fill_null(""))
+    df = (df.join(executions(col, keys), on=keys, how="left", nulls_equal=True)
+          .with_columns(pl.col("source").fill_null(""), pl.col("framework_op").fill_null(""),
+                        (pl.col("occurrences") / pl.col("executions")).alias("kernels_per_execution")))
     return _finish(df, _total_self(table)).select(_BY_SHAPE_COLUMNS)
 
 
-_BY_SHAPE_COLUMNS = ["op_name", "shape", "op_kind", "category", "occurrences", "total_ps", "self_ps",
+_BY_SHAPE_COLUMNS = ["op_name", "shape", "op_kind", "category", "occurrences", "executions",
+                     "kernels_per_execution", "total_ps", "self_ps",
                      "mean_ps", "min_ps", "max_ps", "median_ps", "share", "modules", "n_programs",
                      "devices", "source", "framework_op"]
 
 
 def _empty_by_shape() -> pl.DataFrame:
     schema = {"op_name": pl.Utf8, "shape": pl.Utf8, "op_kind": pl.Utf8, "category": pl.Utf8,
-              "occurrences": pl.Int64, "total_ps": pl.Int64, "self_ps": pl.Int64, "mean_ps": pl.Float64,
+              "occurrences": pl.Int64, "executions": pl.Int64, "kernels_per_execution": pl.Float64,
+              "total_ps": pl.Int64, "self_ps": pl.Int64, "mean_ps": pl.Float64,
               "min_ps": pl.Int64, "max_ps": pl.Int64, "median_ps": pl.Float64, "share": pl.Float64,
               "modules": pl.List(pl.Utf8), "n_programs": pl.UInt32, "devices": pl.UInt32,
               "source": pl.Utf8, "framework_op": pl.Utf8}
@@ -208,59 +231,94 @@ def module_executions(module_runs: pl.DataFrame) -> pl.DataFrame:
     ).sort(["total_ps", "module", "program_id"], descending=[True, False, False], nulls_last=True))
 
 
-def occurrence_checks(ops, module_runs: pl.DataFrame, *, steps: int | None = None,
+def occurrence_checks(ops, module_runs: pl.DataFrame, *, steps: int | dict | None = None,
                       expect_batch: int | None = None) -> pl.DataFrame:
     """Occurrence checks per (op_name, shape) population, the study's authentication step.
 
-    Columns: op_name, shape, occurrences, executions (of the programs the population ran
-    in, summed over devices), per_execution (occurrences / executions, null if unknown),
-    per_device_min / per_device_max (occurrences on the least and most busy device),
-    steps_ok (every device's count is a whole multiple of ``steps``; null when steps is
-    None), has_batch (``expect_batch`` appears among the shape's dimensions; null when
-    expect_batch is None). Sorted by occurrences descending. Raises
-    :class:`~traceview.errors.UsageError` when ``steps`` or ``expect_batch`` is not a positive
-    integer.
-    """
-    for v, what in ((steps, "steps"), (expect_batch, "expect_batch")):
-        if v is not None and (not isinstance(v, int) or v <= 0):
-            from traceview.errors import UsageError
+    Columns: op_name, shape, modules (sorted), occurrences (events, XProf's count),
+    executions (of the op: :func:`executions`, so an op that launches two kernels counts once
+    per execution), program_runs (runs of the programs the population ran in, summed over
+    devices), per_execution (executions / program_runs: how often the op runs per program
+    run; null if unknown), per_device_min / per_device_max (executions on the least and most
+    busy device), steps (the N it was checked against; null when unchecked), steps_ok (every
+    device's executions in every checked program are a whole multiple of N; null when
+    unchecked), has_batch (``expect_batch`` appears among the shape's dimensions; null when
+    expect_batch is None).
 
+    ``steps``: one N for every program, or ``{module name: N}`` to check each program against
+    its own count (programs not named are not checked). Sorted failures first, then by
+    occurrences descending. Raises :class:`~traceview.errors.UsageError` when a step count or
+    ``expect_batch`` is not a positive integer.
+    """
+    from traceview.errors import UsageError
+
+    per_module = dict(steps) if isinstance(steps, dict) else None
+    for v, what in [(expect_batch, "expect_batch")] + (
+            [(n, f"steps for {m}") for m, n in per_module.items()] if per_module is not None else [(steps, "steps")]):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
             raise UsageError(f"{what} must be a positive integer, got {v!r}")
     table = as_table(ops)
     if table.height == 0:
-        return pl.DataFrame(schema={"op_name": pl.Utf8, "shape": pl.Utf8, "occurrences": pl.Int64,
-                                    "executions": pl.Int64, "per_execution": pl.Float64,
-                                    "per_device_min": pl.Int64, "per_device_max": pl.Int64,
-                                    "steps_ok": pl.Boolean, "has_batch": pl.Boolean})
+        return pl.DataFrame(schema=_CHECK_SCHEMA)
     # devices are (host, device): every host of a pod names its planes /device:TPU:0..n
-    ex = (module_runs.group_by(["host", "device", "program_id"]).agg(pl.len().cast(pl.Int64).alias("_runs"))
-          if module_runs.height else None)
-    per_dev = table.collapse().group_by(["op_name", "shape", "host", "device", "program_id"]).agg(pl.col("count").sum().alias("_n"))
-    if ex is not None:
-        per_dev = per_dev.join(ex, on=["host", "device", "program_id"], how="left", nulls_equal=True)
+    where = ["host", "device", "program_id"]
+    keys = ["op_name", "shape"]
+    col = table.collapse()
+    per_dev = (col.group_by([*keys, *where, "module", "kernel"]).agg(pl.col("count").sum())
+               .group_by([*keys, *where]).agg(pl.col("count").sum().alias("_occ"), pl.col("count").max().alias("_x"),
+                                               pl.col("module").first()))
+    if module_runs.height:
+        ex = module_runs.group_by(where).agg(pl.len().cast(pl.Int64).alias("_runs"))
+        per_dev = per_dev.join(ex, on=where, how="left", nulls_equal=True)
     else:
         per_dev = per_dev.with_columns(pl.lit(None, dtype=pl.Int64).alias("_runs"))
-    dev_tot = per_dev.group_by(["op_name", "shape", "host", "device"]).agg(pl.col("_n").sum())
-    out = per_dev.group_by(["op_name", "shape"]).agg(
-        pl.col("_n").sum().alias("occurrences"),
-        pl.col("_runs").sum().alias("executions"),
-    ).join(
-        dev_tot.group_by(["op_name", "shape"]).agg(
-            pl.col("_n").min().alias("per_device_min"),
-            pl.col("_n").max().alias("per_device_max"),
-            ((pl.col("_n") % steps) == 0).all().alias("steps_ok") if steps else pl.lit(None, dtype=pl.Boolean).alias("steps_ok"),
-        ), on=["op_name", "shape"])
+    if per_module is not None:
+        n_of = pl.DataFrame({"module": list(per_module), "_steps": list(per_module.values())},
+                            schema={"module": pl.Utf8, "_steps": pl.Int64})
+        per_dev = per_dev.join(n_of, on="module", how="left")
+    else:
+        per_dev = per_dev.with_columns(pl.lit(steps, dtype=pl.Int64).alias("_steps"))
+    # a device's executions of the population per checked program
+    dev_prog = per_dev.group_by([*keys, "host", "device", "module"]).agg(pl.col("_x").sum(), pl.col("_steps").first())
+    dev_tot = per_dev.group_by([*keys, "host", "device"]).agg(pl.col("_x").sum())
+    checked = dev_prog.filter(pl.col("_steps").is_not_null()).group_by(keys).agg(
+        ((pl.col("_x") % pl.col("_steps")) == 0).all().alias("steps_ok"),
+        pl.col("_steps").unique().sort().alias("_ns"))
+    out = per_dev.group_by(keys).agg(
+        pl.col("module").unique().sort().alias("modules"),
+        pl.col("_occ").sum().alias("occurrences"),
+        pl.col("_x").sum().alias("executions"),
+        pl.col("_runs").sum().alias("program_runs"),
+    ).join(dev_tot.group_by(keys).agg(pl.col("_x").min().alias("per_device_min"), pl.col("_x").max().alias("per_device_max")),
+           on=keys).join(checked, on=keys, how="left", nulls_equal=True)
     out = out.with_columns(
-        pl.when(pl.col("executions") > 0).then(pl.col("occurrences") / pl.col("executions")).otherwise(None).alias("per_execution"),
+        pl.when(pl.col("program_runs") > 0).then(pl.col("executions") / pl.col("program_runs")).otherwise(None)
+        .alias("per_execution"),
+        pl.when(pl.col("_ns").list.len() == 1).then(pl.col("_ns").list.first()).otherwise(None).alias("steps"),
     )
     if expect_batch is not None:
         b = int(expect_batch)
         out = out.with_columns(pl.col("shape").map_elements(lambda s: b in shape_dims(s), return_dtype=pl.Boolean).alias("has_batch"))
     else:
         out = out.with_columns(pl.lit(None, dtype=pl.Boolean).alias("has_batch"))
-    return out.select(["op_name", "shape", "occurrences", "executions", "per_execution", "per_device_min",
-                       "per_device_max", "steps_ok", "has_batch"]).sort(
-        ["occurrences", "op_name", "shape"], descending=[True, False, False])
+    out = out.with_columns(pl.col("steps").cast(pl.Int64), pl.col("program_runs").cast(pl.Int64))
+    return out.sort([pl.col("steps_ok").fill_null(True), "occurrences", "op_name", "shape"],
+                    descending=[False, True, False, False]).select(list(_CHECK_SCHEMA))
+
+
+_CHECK_SCHEMA = {"op_name": pl.Utf8, "shape": pl.Utf8, "modules": pl.List(pl.Utf8), "occurrences": pl.Int64,
+                 "executions": pl.Int64, "program_runs": pl.Int64, "per_execution": pl.Float64,
+                 "per_device_min": pl.Int64, "per_device_max": pl.Int64, "steps": pl.Int64, "steps_ok": pl.Boolean,
+                 "has_batch": pl.Boolean}
+
+
+def check_summary(checks: pl.DataFrame | None) -> dict | None:
+    """``{"populations", "checked", "failing"}`` of :func:`occurrence_checks`' rows (failing:
+    steps_ok false), or None without checks."""
+    if checks is None:
+        return None
+    return {"populations": checks.height, "checked": int(checks["steps_ok"].is_not_null().sum()),
+            "failing": int((checks["steps_ok"] == False).sum())}  # noqa: E712 - a polars comparison
 
 
 def shape_dims(signature: str) -> set[int]:

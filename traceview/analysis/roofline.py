@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analysis.aggregate import executions
 from traceview.analysis.peaks import Peaks
 from traceview.model.optable import as_table, weighted_mode
 
@@ -23,13 +24,17 @@ from traceview.model.optable import as_table, weighted_mode
 def roofline(ops, peaks: Peaks) -> pl.DataFrame:
     """Roofline figures per (op_name, shape) population.
 
-    Columns: op_name, shape, category, occurrences, mean_ps (inclusive time per occurrence),
-    total_ps, flops and bytes (per occurrence), cost_source (trace / derived / unknown),
-    intensity (FLOP/byte), achieved_flops (FLOP/s), achieved_bw (bytes/s), frac_peak_flops,
-    frac_peak_bw, bound_by ("compute" / "memory": intensity vs ridge point; "async" for the
-    issue/await halves of asynchronous ops, which get no costs; "unknown" without costs),
-    roofline_ps (per occurrence: max(flops/peak_flops, bytes/peak_bw) in ps), efficiency
-    (roofline_ps / mean_ps), warning ("" or why a figure above 100% is not to be trusted).
+    Columns: op_name, shape, category, occurrences (events, XProf's count), executions and
+    kernels_per_execution (:func:`traceview.analysis.aggregate.executions`: on GPU one execution
+    of an op can run several kernels, each an event carrying the op's full costs), mean_ps
+    (inclusive time per occurrence), exec_ps (inclusive time per execution: the kernels'
+    durations summed), total_ps, flops and bytes (per execution), cost_source (trace / derived /
+    unknown), intensity (FLOP/byte), achieved_flops (FLOP/s), achieved_bw (bytes/s),
+    frac_peak_flops, frac_peak_bw, bound_by ("compute" / "memory": intensity vs ridge point;
+    "async" for the issue/await halves of asynchronous ops, which get no costs; "collective" for
+    collectives, whose bytes cross links, not HBM, so they get no HBM roofline; "unknown" without
+    costs), roofline_ps (per execution: max(flops/peak_flops, bytes/peak_bw) in ps), efficiency
+    (roofline_ps / exec_ps), warning ("" or why a figure above 100% is not to be trusted).
     Sorted by total time. Rates use inclusive time because an op's FLOPs include its
     children's (as XProf's FLOP rate). ``ops``: an :class:`~traceview.model.optable.OpTable` or a
     wide op-event frame.
@@ -41,10 +46,15 @@ def roofline(ops, peaks: Peaks) -> pl.DataFrame:
     # is issued or awaited: their bytes move while other ops run, so bytes over their own
     # duration is no bandwidth. They stay in the table without costs (bound_by "async").
     is_async = pl.col("op_kind").fill_null("").str.contains(_ASYNC) | pl.col("op_name").str.contains(_ASYNC)
+    # Collectives move their bytes over the interconnect: bytes over time is link (algorithm)
+    # bandwidth, not HBM bandwidth, so the HBM roofline says nothing about them.
+    is_coll = (~is_async & (pl.col("op_kind").fill_null("").str.contains(_COLLECTIVE)
+                            | pl.col("op_name").str.contains(_COLLECTIVE)))
     col = table.collapse().with_columns(
-        pl.when(is_async).then(None).otherwise(pl.col("flops")).alias("flops"),
-        pl.when(is_async).then(None).otherwise(pl.col("bytes_accessed")).alias("bytes_accessed"),
-        pl.when(is_async).then(pl.lit("async")).otherwise(pl.col("cost_source")).fill_null("unknown").alias("cost_source"),
+        pl.when(is_async | is_coll).then(None).otherwise(pl.col("flops")).alias("flops"),
+        pl.when(is_async | is_coll).then(None).otherwise(pl.col("bytes_accessed")).alias("bytes_accessed"),
+        pl.when(is_async).then(pl.lit("async")).when(is_coll).then(pl.lit("collective"))
+        .otherwise(pl.col("cost_source")).fill_null("unknown").alias("cost_source"),
     )
     keys = ["op_name", "shape"]
     # per-occurrence costs: the mean over the population's events (each event row weighs 1)
@@ -55,12 +65,15 @@ def roofline(ops, peaks: Peaks) -> pl.DataFrame:
         pl.col("duration_ps").sum().alias("total_ps"),
         _weighted_mean("flops", w).alias("flops"),
         _weighted_mean("bytes_accessed", w).alias("bytes"),
-    ).with_columns((pl.col("total_ps") / pl.col("occurrences")).alias("mean_ps"))
+    ).join(executions(col, keys), on=keys, how="left", nulls_equal=True).with_columns(
+        (pl.col("total_ps") / pl.col("occurrences")).alias("mean_ps"),
+        (pl.col("total_ps") / pl.col("executions")).alias("exec_ps"),
+        (pl.col("occurrences") / pl.col("executions")).alias("kernels_per_execution"))
     g = g.join(weighted_mode(col, keys, "cost_source", skip_empty=False), on=keys, how="left", nulls_equal=True)
     pf = peaks.peak_flops or None
     pb = peaks.peak_bw or None
     ridge = peaks.ridge
-    secs = pl.col("mean_ps") * 1e-12
+    secs = pl.col("exec_ps") * 1e-12
     g = g.with_columns(
         pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")).otherwise(None).alias("intensity"),
         pl.when(secs > 0).then(pl.col("flops") / secs).otherwise(None).alias("achieved_flops"),
@@ -69,7 +82,7 @@ def roofline(ops, peaks: Peaks) -> pl.DataFrame:
     g = g.with_columns(
         (pl.col("achieved_flops") / pf if pf else pl.lit(None, dtype=pl.Float64)).alias("frac_peak_flops"),
         (pl.col("achieved_bw") / pb if pb else pl.lit(None, dtype=pl.Float64)).alias("frac_peak_bw"),
-        (pl.when(pl.col("cost_source") == "async").then(pl.lit("async"))
+        (pl.when(pl.col("cost_source").is_in(["async", "collective"])).then(pl.col("cost_source"))
          .when(pl.col("intensity").is_null()).then(pl.lit("unknown"))
          .when(pl.col("intensity") >= ridge).then(pl.lit("compute")).otherwise(pl.lit("memory"))
          if ridge else pl.lit("unknown")).alias("bound_by"),
@@ -83,7 +96,7 @@ def roofline(ops, peaks: Peaks) -> pl.DataFrame:
     g = g.with_columns(
         pl.when(pl.col("flops").is_null() & pl.col("bytes").is_null()).then(None).otherwise(roof).alias("roofline_ps"))
     g = g.with_columns(
-        pl.when(pl.col("mean_ps") > 0).then(pl.col("roofline_ps") / pl.col("mean_ps")).otherwise(None).alias("efficiency"))
+        pl.when(pl.col("exec_ps") > 0).then(pl.col("roofline_ps") / pl.col("exec_ps")).otherwise(None).alias("efficiency"))
     g = g.with_columns(
         pl.when(pl.col("frac_peak_flops") > 1.0)
         .then(pl.lit("achieved FLOP/s above peak: the FLOP count or the peak is off"))
@@ -102,10 +115,12 @@ def _weighted_mean(name: str, w: pl.Expr) -> pl.Expr:
 
 
 _ASYNC = r"(?:-start|-done|-update)(?:\.\d+)?$|^(?:send|recv)(?:-done)?(?:\.\d+)?$"
+_COLLECTIVE = (r"^(?:all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast"
+               r"|ragged-all-to-all)(?:\.\d+)?$")
 
 _ROOF_SCHEMA = {
-    "op_name": pl.Utf8, "shape": pl.Utf8, "category": pl.Utf8, "occurrences": pl.Int64, "mean_ps": pl.Float64,
-    "total_ps": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64, "cost_source": pl.Utf8,
+    "op_name": pl.Utf8, "shape": pl.Utf8, "category": pl.Utf8, "occurrences": pl.Int64, "executions": pl.Int64,
+    "kernels_per_execution": pl.Float64, "mean_ps": pl.Float64, "exec_ps": pl.Float64, "total_ps": pl.Int64, "flops": pl.Float64, "bytes": pl.Float64, "cost_source": pl.Utf8,
     "intensity": pl.Float64, "achieved_flops": pl.Float64, "achieved_bw": pl.Float64,
     "frac_peak_flops": pl.Float64, "frac_peak_bw": pl.Float64, "bound_by": pl.Utf8,
     "roofline_ps": pl.Float64, "efficiency": pl.Float64, "warning": pl.Utf8,
@@ -113,14 +128,31 @@ _ROOF_SCHEMA = {
 
 
 def predicted_vs_measured(roof: pl.DataFrame) -> dict:
-    """Sum over populations with known costs of roofline time × occurrences against their
+    """Sum over populations with known costs of roofline time × executions against their
     measured total time (the study's "roofline-predicted 349 µs against 375 µs measured").
-    Returns {"predicted_ps", "measured_ps", "ratio", "covered_share"} where covered_share is
-    the fraction of measured time whose ops have a cost."""
+    Returns {"predicted_ps", "measured_ps", "ratio", "covered_share", "off_roofline"} where
+    covered_share is the fraction of measured time whose ops have a cost and off_roofline lists,
+    per reason ("collective", "async"), the populations kept off the HBM roofline: dicts with
+    bound_by, populations, ops (op names, largest first, at most 5), total_ps, share, why."""
     known = roof.filter(pl.col("roofline_ps").is_not_null())
-    predicted = float((known["roofline_ps"] * known["occurrences"]).sum() or 0.0)
+    predicted = float((known["roofline_ps"] * known["executions"]).sum() or 0.0)
     measured = float(known["total_ps"].sum() or 0.0)
     total = float(roof["total_ps"].sum() or 0.0)
+    off = []
+    for kind, why in _OFF_ROOFLINE.items():
+        rows = roof.filter(pl.col("bound_by") == kind)
+        if rows.height:
+            t = float(rows["total_ps"].sum() or 0.0)
+            off.append({"bound_by": kind, "populations": rows.height, "ops": rows["op_name"].unique(maintain_order=True).head(5).to_list(),
+                        "total_ps": t, "share": t / total if total else None, "why": why})
     return {"predicted_ps": predicted, "measured_ps": measured,
             "ratio": predicted / measured if measured else None,
-            "covered_share": measured / total if total else None}
+            "covered_share": measured / total if total else None, "off_roofline": off}
+
+
+_OFF_ROOFLINE = {
+    "collective": ("collectives move their bytes over the chip interconnect, not HBM; they are judged "
+                   "by algorithm and bus bandwidth against the link peak, not by the HBM roofline"),
+    "async": ("the -start/-done halves of asynchronous ops only issue and await a transfer that runs "
+              "while other ops do; their own duration carries no cost"),
+}
