@@ -357,26 +357,28 @@ def _bomb(tmp: Path) -> Path:
 
 
 @case("gzip-bomb-flag", "gzip bomb: 32 KiB `.trace.json.gz` expanding to 32 MiB, with `--max-bytes 1000000`",
-      "limit: decompression stops at the limit; the limit is in the message", EXIT_LIMIT,
-      expect=("1000000-byte limit",), xplane=False)
+      "limit: decompression stops at the text that memory limit allows (1/2.25 of it); both limits and the flag "
+      "are in the message", EXIT_LIMIT,
+      expect=("444,444-byte limit on its text", "1,000,000-byte memory limit", "--max-bytes"), xplane=False)
 def _(tmp):
     return Built(_bomb(tmp), args=["--max-bytes", "1000000"])
 
 
 @case("gzip-bomb-env", "the same gzip bomb with `TRACEVIEW_MAX_BYTES=1000000` in the environment",
-      "limit, as above", EXIT_LIMIT, expect=("1000000-byte limit",), xplane=False)
+      "limit, as above", EXIT_LIMIT, expect=("1,000,000-byte memory limit",), xplane=False)
 def _(tmp):
     return Built(_bomb(tmp), env={"TRACEVIEW_MAX_BYTES": "1000000"})
 
 
 @case("xplane-over-limit", "`.xplane.pb` larger than `--max-bytes`", "limit: file size over the read limit, not read",
-      EXIT_LIMIT, expect=("50000-byte read limit",))
+      EXIT_LIMIT, expect=("50,000-byte read limit", "--max-bytes"))
 def _(tmp):
     return Built(write(tmp / "h.xplane.pb", (SHARED / MI300X).read_bytes()), args=["--max-bytes", "50000"])
 
 
 @case("json-over-limit", "a 2 MB plain `.trace.json` with `--max-bytes 1000000`",
-      "limit: file size over the limit, not read into memory", EXIT_LIMIT, expect=("1000000-byte limit",), xplane=False)
+      "limit: file size over the text limit, not read into memory", EXIT_LIMIT,
+      expect=("1,000,000-byte memory limit",), xplane=False)
 def _(tmp):
     return Built(write(tmp / "h.trace.json", orjson.dumps(tpu_trace_doc([("y" * (2 << 20), ADD, 1.0, 0.5)]))),
                  args=["--max-bytes", "1000000"])
@@ -456,10 +458,14 @@ def _(tmp):
                  check=_has_op("add.1", ADD_SHAPE))
 
 
-@case("huge-op-name-json", "a trace JSON op whose name is 8 MB long", "analyzed: the op is in the table", EXIT_OK, xplane=False)
+@case("huge-op-name-json", "a trace JSON op whose name is 8 MB long",
+      "analyzed: the op is in the table, its name cut to 65,536 characters as it was read, with a note",
+      EXIT_OK, expect=("cut to 65,536 characters",), xplane=False)
 def _(tmp):
+    keep = (1 << 16) - 48  # the name's start, then the marker: 65,536 characters in all
+    cut = "y" * keep + f"…[cut: {(8 << 20) - keep} more characters]"
     return Built(write(tmp / "h.trace.json.gz", gz(tpu_trace_doc([("y" * (8 << 20), ADD, 1.0, 0.5)]))),
-                 check=_has_op("y" * (8 << 20), ADD_SHAPE))
+                 check=_has_op(cut, ADD_SHAPE))
 
 
 @case("deeply-nested-hlo-text", "an op whose HLO text opens 100,000 nested tuple parentheses",
@@ -527,7 +533,7 @@ def _(tmp):
 
 @case("good-and-bomb-host", "a run folder with one good host and one gzip bomb, `--max-bytes 1000000`",
       "analyzed: the good host; a warning names the bomb and the limit", EXIT_OK,
-      expect=("skipped unreadable trace", "1000000-byte limit"))
+      expect=("skipped unreadable trace", "1,000,000-byte memory limit"))
 def _(tmp):
     run = tmp / RUN
     write(run / "good.xplane.pb", (SHARED / MI300X).read_bytes())

@@ -353,7 +353,7 @@ def test_decompression_limit(tmp_path):
     p = _write(tmp_path / "h.trace.json.gz", _tpu_doc())
     size = len(gzip.decompress(p.read_bytes()))
     msg = _fault(p, LimitExceeded, max_decompressed_bytes=size - 1)
-    assert f"{size - 1}-byte limit" in msg
+    assert f"{size - 1:,}-byte limit" in msg
     assert read_trace_json(p, max_decompressed_bytes=size).ops.height == 9
     q = _write(tmp_path / "q.trace.json", _tpu_doc(), gz=False)
     with pytest.raises(LimitExceeded) as ei:
@@ -362,7 +362,7 @@ def test_decompression_limit(tmp_path):
     # a gzip bomb stops at the limit
     bomb = tmp_path / "bomb.trace.json.gz"
     bomb.write_bytes(gzip.compress(b"[" + b" " * (8 << 20) + b"]", compresslevel=9))
-    assert "1048576-byte limit" in _fault(bomb, LimitExceeded, max_decompressed_bytes=1 << 20)
+    assert "1,048,576-byte limit" in _fault(bomb, LimitExceeded, max_decompressed_bytes=1 << 20)
 
 
 def test_reading_writes_nothing(tmp_path):

@@ -1,5 +1,5 @@
 """One trace file to a :class:`~traceview.model.schema.TraceData`: the reader its name calls
-for, the byte limit, the parsed-table cache, and notes about corrupt op times."""
+for, the byte limit, the parsed-table cache, and corrupt op times clamped (with notes)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,11 @@ from traceview.model.optable import ATTR_SCHEMA, EVENT_SCHEMA, OpTable
 from traceview.model.schema import MODULE_RUNS_SCHEMA, DeviceInfo, TraceData
 from traceview.read.batch import Failed, ReadTask
 from traceview.read.cache import TableCache
+from traceview.model.bounds import clamp_file, cut_strings
 from traceview.read.diagnose import still_writing_hint
 
 #: Environment variable: the default of ``max_bytes`` (see :func:`read_file`).
 MAX_BYTES_ENV = "TRACEVIEW_MAX_BYTES"
-#: Op durations above this (ps; about 11.6 days) are reported as implausible.
-MAX_PLAUSIBLE_PS = 1 << 60
 
 
 def max_bytes_default(max_bytes: int | None) -> int | None:
@@ -61,7 +60,8 @@ def read_file(path: str | os.PathLike, *, kind: str | None = None, host: str | N
     this file, or None. Raises :class:`~traceview.errors.TraceUnreadable` (a truncated file
     modified in the last two minutes says the profiler may still be writing it) /
     :class:`~traceview.errors.LimitExceeded` / :class:`~traceview.errors.NoTraceFound`. Op
-    events with negative or overflowing times are kept and noted in ``notes``.
+    events with negative or overflowing times are clamped and noted in ``notes``
+    (:mod:`traceview.model.bounds`).
     """
     p = str(path)
     k = kind if kind is not None else kind_of(p)
@@ -97,13 +97,15 @@ def read_uncached(path: str | os.PathLike, *, kind: str | None = None, host: str
         else:
             from traceview.model.from_tracejson import read_trace_json
 
-            td = read_trace_json(p, host=host, run=run, **({} if limit is None else {"max_decompressed_bytes": limit}))
+            td = read_trace_json(p, host=host, run=run, **({} if limit is None else {"max_bytes": limit}))
     except TraceUnreadable as exc:
         hint = still_writing_hint(p, exc.fault)
         if hint:
             raise TraceUnreadable(f"{exc.fault}; {hint}", exc.path) from None
         raise
-    td.notes.extend(time_faults(td.table.events, p))
+    td.table, td.module_runs, notes = clamp_file(td.table, td.module_runs, p)
+    td.table, cut = cut_strings(td.table, p)
+    td.notes.extend(notes + cut)
     return td
 
 
@@ -150,39 +152,3 @@ def decode(data: dict, frames: dict) -> TraceData | None:
                      has_shapes=data["has_shapes"], n_events=data["n_events"],
                      profile_start_ns=data["profile_start_ns"], profile_stop_ns=data["profile_stop_ns"],
                      step_markers=frames.get("step_markers"))
-
-
-# -- corrupt op times -----------------------------------------------------------------------
-
-def time_faults(events: pl.DataFrame, path: str) -> list[str]:
-    """Notes about op events with negative, implausibly long or int64-overflowing times (a
-    corrupt or hostile trace). ``events``: an op table's per-event frame (``start_ps``,
-    ``duration_ps``, ps)."""
-    if events.height == 0:
-        return []
-    # the common case in one pass of min/max: no negative, huge or overflowing time
-    dur, st = events["duration_ps"], events["start_ps"]
-    d_min, d_max = dur.min(), dur.max()
-    s_min, s_max = st.min(), st.max()
-    if (d_min is not None and d_min >= 0 and d_max <= MAX_PLAUSIBLE_PS
-            and (s_min is None or (s_min >= 0 and s_max <= (1 << 63) - 1 - d_max))):
-        return []
-    d = pl.col("duration_ps")
-    s = pl.col("start_ps")
-    row = events.select(
-        (d < 0).sum().alias("neg"),
-        (d > MAX_PLAUSIBLE_PS).sum().alias("long"),
-        (s.is_not_null() & ((s < 0) | (s > (1 << 63) - 1 - d.clip(lower_bound=0)))).sum().alias("wrap"),
-    ).row(0)
-    neg, long_, wrap = (int(x or 0) for x in row)
-    notes = []
-    if neg:
-        notes.append(f"{path}: {neg} op event(s) have a negative duration: the trace is corrupt; "
-                     "their times are unreliable")
-    if long_:
-        notes.append(f"{path}: {long_} op event(s) last longer than {MAX_PLAUSIBLE_PS} ps (11 days): "
-                     "the trace is corrupt; their times are unreliable")
-    if wrap:
-        notes.append(f"{path}: {wrap} op event(s) start before the session or end past the int64 ps range: "
-                     "the trace is corrupt; their times are unreliable")
-    return notes

@@ -51,13 +51,15 @@ import polars as pl
 from traceview.model.naming import DERIVED_LINES as _GPU_SKIP_LINES
 from traceview.model.naming import as_float as _num
 from traceview.model.naming import as_uint64 as _int
-from traceview.model.naming import name_stem, split_module_name, split_source
+from traceview.model.naming import name_stem, printable, split_module_name, split_source
 from traceview.model.optable import ATTR_COLUMNS, OpTable
 from traceview.model.schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, DeviceInfo, TraceData, frame
 from traceview.model.shapes import canonical_shape_text, parse_instruction, parse_shape, strip_workspace
 from traceview.model.timeline import enclosing, self_times
 from traceview.read.discover import host_from_filename
-from traceview.read.tracejson import MAX_DECOMPRESSED_BYTES, UNSET, Args, gc_paused, has_fields, load_events, read_json_bytes
+from traceview.model.bounds import MAX_HLO_CHARS, MAX_TEXT_CHARS, cut_text
+from traceview.read.tracejson import (ARG_FIELDS, MAX_MEMORY_BYTES, UNSET, Args, check_reading_cost, gc_paused, has_fields,
+                                      load_events, read_json_bytes, text_limit_for)
 
 #: Event counts at which the exporter truncates (``GetTraceViewerMaxEvents``: 5M now, 1M
 #: before openxla/xla PR #44702). A file holding exactly one of these many events was cut.
@@ -199,7 +201,8 @@ def read_trace_json(
     *,
     host: str | None = None,
     run: str = "",
-    max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+    max_bytes: int = MAX_MEMORY_BYTES,
+    max_decompressed_bytes: int | None = None,
 ) -> TraceData:
     """Read a ``.trace.json.gz`` / ``.trace.json`` / ``perfetto_trace.json.gz`` file.
 
@@ -207,7 +210,12 @@ def read_trace_json(
         path: the file; gzip is detected by its magic bytes, not by the name.
         host: host name stored in every row (default: the file stem before ``.trace.json``).
         run: run name stored in every row ("" when none).
-        max_decompressed_bytes: limit on the JSON text size in bytes (default 4 GiB).
+        max_bytes: the most memory reading the file may take, bytes (default 4 GiB): the JSON
+            text is inflated up to ``max_bytes / TEXT_FACTOR`` bytes, and a file whose text and
+            events would take more (:func:`traceview.read.tracejson.reading_cost`) is refused
+            before its events are decoded.
+        max_decompressed_bytes: a tighter limit on the JSON text alone, bytes (None: from
+            ``max_bytes``).
 
     Returns:
         A :class:`~traceview.model.schema.TraceData` with ``format="trace_json"``: ``ops`` per
@@ -221,19 +229,64 @@ def read_trace_json(
         NoTraceFound: the file does not exist.
         TraceUnreadable: unreadable file, not gzip/JSON, corrupt or truncated gzip, invalid
             JSON, or JSON that is not a Chrome trace (no ``traceEvents``). One-line message.
-        LimitExceeded: the decompressed JSON is larger than ``max_decompressed_bytes``.
+        LimitExceeded: the decompressed JSON is larger than its limit, or reading it would take
+            more than ``max_bytes``.
 
     Never writes anything.
     """
     p = str(path)
-    text = read_json_bytes(p, max_decompressed_bytes=max_decompressed_bytes)
-    host = host if host is not None else host_from_filename(p)
+    text_limit = text_limit_for(max_bytes) if max_decompressed_bytes is None else max_decompressed_bytes
+    text = read_json_bytes(p, max_decompressed_bytes=text_limit,
+                           max_bytes=max_bytes if max_decompressed_bytes is None else None)
+    check_reading_cost(text, max_bytes, p)
+    host = printable(host if host is not None else host_from_filename(p))
+    run, label = printable(run), printable(p)
     # millions of small objects trigger the cyclic GC again and again while nothing here can
     # form a cycle: pausing it saves much of the general path's parse time
     with gc_paused():
         events, n_other = load_events(text, p)
+        long_text = len(text) > LONG_EVENT_BYTES * max(len(events), 1)
         del text
-        return _convert(events, n_other, p, host, run)
+        cut = _cut_long_strings(events, label) if long_text else None
+        td = _convert(events, n_other, label, host, run)
+    if cut:
+        td.notes.append(cut)
+    return td
+
+
+#: Events average at most this many bytes of JSON in real traces (about 1 KB with HLO texts);
+#: above it, a few events hold strings of megabytes, which are cut before anything copies them.
+LONG_EVENT_BYTES = 4096
+_HLO_ARGS = ("long_name", "hlo_op")
+
+
+def _cut_long_strings(events: list, path: str) -> str | None:
+    """Cut every string of ``events`` (their names and read ``args``) longer than
+    :data:`~traceview.model.bounds.MAX_TEXT_CHARS` (HLO texts:
+    :data:`~traceview.model.bounds.MAX_HLO_CHARS`) in place; the note saying so, or None."""
+    n, longest = 0, 0
+
+    def cut(v, limit):
+        nonlocal n, longest
+        if type(v) is str and len(v) > limit:
+            n += 1
+            longest = max(longest, len(v))
+            return cut_text(v, limit)
+        return v
+
+    for e in events:
+        if type(e.name) is str and len(e.name) > MAX_TEXT_CHARS:
+            e.name = cut(e.name, MAX_TEXT_CHARS)
+        a = e.args
+        if a is not None and a is not UNSET:
+            for k in ARG_FIELDS:
+                v = getattr(a, k)
+                if type(v) is str and len(v) > MAX_TEXT_CHARS:
+                    setattr(a, k, cut(v, MAX_HLO_CHARS if k in _HLO_ARGS else MAX_TEXT_CHARS))
+    if not n:
+        return None
+    return (f"{path}: {n} string(s) of megabytes (up to {longest:,} characters) cut to {MAX_TEXT_CHARS:,} characters "
+            f"({MAX_HLO_CHARS:,} for HLO texts) as they were read; the trace is corrupt or hostile")
 
 
 def _convert(events: list, n_other: int, path: str, host: str, run: str) -> TraceData:

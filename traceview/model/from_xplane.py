@@ -36,7 +36,7 @@ from traceview.model.shapes import canonical_shape_text, parse_instruction
 from traceview.model.timeline import self_times
 from traceview.model.naming import as_float as _as_float
 from traceview.model.naming import as_uint64 as _as_int
-from traceview.model.naming import DERIVED_LINES, split_module_name, split_source
+from traceview.model.naming import DERIVED_LINES, printable, split_module_name, split_source
 from traceview.model.optable import ATTR_COLUMNS, OpTable
 from traceview.model.tpu_plane import plane_arrays
 from traceview.read.xplane import wire
@@ -114,7 +114,8 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
     small fields are parsed by protobuf, each XLine is decoded from the mapping in pieces
     and its pages are released behind the decoder, so memory stays near the size of the
     decoded arrays however large the file (:func:`map_xspace`). A file the in-place scan
-    finds malformed is read again the classic way, which names the fault. ``prefetch``: a
+    finds malformed is diagnosed from the mapping (:func:`~traceview.read.xplane.wire.mapped_fault`);
+    only when its top level looks sound is it read again the classic way, which names the fault. ``prefetch``: a
     :class:`traceview.read.prefetch.Prefetch` of this file (its TPU planes decoded on a thread
     meanwhile), or None.
     """
@@ -124,7 +125,8 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
     try:
         size = p.stat().st_size
         if size > max_bytes:
-            raise LimitExceeded(f"file is {size} bytes, over the {max_bytes}-byte read limit", str(p))
+            raise LimitExceeded(f"file is {size:,} bytes, over the {max_bytes:,}-byte read limit (raise it with "
+                                "--max-bytes or TRACEVIEW_MAX_BYTES; the library's max_bytes)", str(p))
     except OSError as exc:
         raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(p)) from None
     space = None
@@ -135,6 +137,10 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
             space, arrays = pre
         else:
             space = wire.map_xspace(p)
+            if space is None:
+                why = wire.mapped_fault(p)
+                if why:
+                    raise TraceUnreadable(f"not a valid XSpace protobuf: {why}", str(p))
     if space is None:
         try:
             with open(p, "rb") as fh:
@@ -150,8 +156,8 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
     if not any(pl_.name for pl_ in space.planes):
         raise TraceUnreadable("a protobuf whose planes have no names: not an XProf trace", str(p))
     stem = p.name.split(".xplane")[0] if ".xplane" in p.name else p.stem
-    host = host or stem or (space.hostnames[0] if space.hostnames else "")
-    return convert_xspace(space, str(p), host, run, tpu_arrays=arrays)
+    host = printable(host or stem or (space.hostnames[0] if space.hostnames else ""))
+    return convert_xspace(space, printable(str(p)), host, printable(run), tpu_arrays=arrays)
 
 
 def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | None = None) -> TraceData:

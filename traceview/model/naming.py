@@ -14,6 +14,21 @@ _SOURCE = re.compile(r"^(.*):(\d+)$")
 SUFFIX = re.compile(r"\.\d+$")
 
 
+def printable(text: str) -> str:
+    """``text`` as valid Unicode: a path's undecodable bytes (Python keeps them as lone
+    surrogates, ``\udcff``) written as ``\xff``, any other lone surrogate as ``\ud800``. What
+    goes into a polars column, a terminal, JSON or HTML; never used to open a file."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return "".join(f"\\u{ord(c):04x}" if "\ud800" <= c <= "\udfff" else c for c in text)
+
+
 def split_module_name(name: str) -> tuple[str, int | None]:
     """``"jit_step_fun(5120112285394406626)"`` -> ("jit_step_fun", 5120112285394406626);
     a name without ``(<digits>)`` -> (name, None). The id is taken modulo 2**64."""

@@ -74,16 +74,20 @@ class ProfileData:
     @classmethod
     def from_traces(cls, traces: list, discovery=None, warnings: list[str] | None = None):
         """One profile of the per-file :class:`~traceview.model.schema.TraceData` (in order):
-        their op tables concatenated, devices tagged with their host, the files' notes after
-        ``warnings``."""
+        their op tables concatenated (times no sum can wrap:
+        :func:`~traceview.model.bounds.clamp_profile`), devices tagged with their host, the
+        files' notes after ``warnings``."""
         import polars as pl
 
         from traceview.model.optable import OpTable
         from traceview.model.schema import MODULE_RUNS_SCHEMA, STEP_MARKERS_SCHEMA
 
+        from traceview.model.bounds import clamp_profile
+
         table = OpTable.concat([t.table for t in traces])
         runs = (pl.concat([t.module_runs for t in traces], how="vertical") if traces
                 else pl.DataFrame(schema=MODULE_RUNS_SCHEMA))
+        table, runs, clamped = clamp_profile(table, runs)
         devices = []
         for t in traces:
             for d in t.devices:
@@ -92,6 +96,7 @@ class ProfileData:
         warns = list(warnings or [])
         for t in traces:
             warns.extend(t.notes)
+        warns.extend(clamped)
         marks = [t.step_markers for t in traces if t.step_markers is not None and t.step_markers.height]
         markers = pl.concat(marks, how="vertical") if marks else pl.DataFrame(schema=STEP_MARKERS_SCHEMA)
         return cls(ops=table, module_runs=runs, devices=devices, traces=traces, discovery=discovery, warnings=warns,

@@ -16,17 +16,30 @@ import time
 
 #: UTF-8 encoding of U+FFFD, what a text re-encoding writes for every invalid byte.
 REPLACEMENT = b"\xef\xbf\xbd"
+#: A re-encoding replaces every byte that is not valid UTF-8, and a binary protobuf is full of
+#: them (varint continuation bytes, float data), so a re-encoded file holds the sequence at a
+#: density of about one per 5 bytes from its first kilobytes on; a valid trace holds it only
+#: inside strings, rarely (a handful in a 100 MB file). The file is called re-encoded when its
+#: first :data:`DENSITY_WINDOW` bytes hold at least :data:`MIN_REPLACEMENTS` sequences and
+#: one per :data:`DENSITY_BYTES` bytes or more.
+DENSITY_WINDOW = 1 << 20
+DENSITY_BYTES = 1000
+MIN_REPLACEMENTS = 3
+#: The zero-byte run around a fault is measured this far at most (a zero-filled file of
+#: gigabytes is named without reading it all).
+ZERO_SCAN_LIMIT = 64 << 20
 #: A file modified less than this many seconds ago may still be being written.
 RECENT_WRITE_S = 120.0
 
 _XSPACE_FIELDS = {1: "plane", 2: "error string", 3: "warning string", 4: "hostname"}
 
 
-def _zero_run(data, at: int, step: int = 1 << 16) -> tuple[int, int]:
+def _zero_run(data, at: int, step: int = 1 << 16, limit: int = ZERO_SCAN_LIMIT) -> tuple[int, int]:
     """[start, end) of the run of zero bytes in ``data`` that contains index ``at``, found
-    64 KiB at a time (an error path, but files run to gigabytes)."""
+    64 KiB at a time and at most ``limit`` bytes to each side (an error path, but files run to
+    gigabytes): ``end`` is then ``at + limit``, short of the run's real end."""
     start = at
-    while start > 0:
+    while start > 0 and at - start < limit:
         lo = max(0, start - step)
         chunk = bytes(data[lo:start])
         kept = len(chunk.rstrip(b"\0"))
@@ -35,7 +48,7 @@ def _zero_run(data, at: int, step: int = 1 << 16) -> tuple[int, int]:
             break
         start = lo
     end, n = at, len(data)
-    while end < n:
+    while end < n and end - at < limit:
         chunk = bytes(data[end:end + step])
         kept = len(chunk) - len(chunk.lstrip(b"\0"))
         end += kept
@@ -56,15 +69,26 @@ def _varint(data, i: int) -> tuple[int | None, int]:
     return None, i
 
 
-def xspace_fault(data: bytes) -> str | None:
-    """A one-line reason why ``data`` (a serialized XSpace protobuf refuses) is unreadable,
-    or None when the top level looks well formed (the fault is deeper in)."""
+def reencoded(data) -> str | None:
+    """The diagnosis "re-encoded as text" when the start of ``data`` (bytes, or a mapped file)
+    holds U+FFFD sequences at the density a re-encoding leaves (:data:`DENSITY_BYTES`), else None."""
+    head = bytes(data[:DENSITY_WINDOW])
+    bad = head.count(REPLACEMENT)
+    if bad >= MIN_REPLACEMENTS and bad * DENSITY_BYTES >= len(head):
+        return (f"its first {len(head):,} bytes hold {bad:,} U+FFFD replacement sequences (bytes EF BF BD), "
+                f"one per {len(head) // bad} bytes: the binary file was re-encoded as text (a text-mode copy, "
+                "an editor save or a string round-trip) and cannot be repaired; copy the original in binary mode")
+    return None
+
+
+def xspace_fault(data) -> str | None:
+    """A one-line reason why ``data`` (a serialized XSpace protobuf refuses; bytes or a mapped
+    file) is unreadable, or None when the top level looks well formed (the fault is deeper in).
+    Reads the first :data:`DENSITY_WINDOW` bytes and the top-level field keys only."""
     n = len(data)
-    bad = data.count(REPLACEMENT)
-    if bad >= 3:
-        return (f"it holds {bad} U+FFFD replacement sequences (bytes EF BF BD): the binary file was "
-                "re-encoded as text (a text-mode copy, an editor save or a string round-trip) and cannot "
-                "be repaired; copy the original in binary mode")
+    why = reencoded(data)
+    if why:
+        return why
     i, k = 0, 0
     while i < n:
         at = i
@@ -76,7 +100,9 @@ def xspace_fault(data: bytes) -> str | None:
             if data[at:at + 64].count(0) < 64:
                 return f"invalid protobuf field number 0 at byte {at} (zero bytes?): not an XSpace, or corrupt"
             start, end = _zero_run(data, at)  # the walk may land inside the run, not at its start
-            where = f"from byte {start} on" if end >= n else f"from byte {start} to byte {end}"
+            where = (f"from byte {start} on" if end >= n else
+                     f"from byte {start} to at least byte {end}" if end - at >= ZERO_SCAN_LIMIT else
+                     f"from byte {start} to byte {end}")
             return (f"the file holds zero bytes {where} (a preallocated or unwritten file?): "
                     "not an XSpace, or corrupt")
         what = _XSPACE_FIELDS.get(field, f"field {field}")

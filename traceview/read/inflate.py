@@ -26,6 +26,15 @@ _IN_CHUNK = 1 << 20  # compressed bytes fed to the inflater per call
 _FRESERVED = 0xE0  # gzip FLG bits 5-7: zlib fails on them, ISA-L ignores them
 
 
+class _OverLimit(Exception):
+    """ISA-L produced more than the limit: :func:`gunzip` raises LimitExceeded."""
+
+
+def over_limit(limit: int, path: str) -> LimitExceeded:
+    """The error for decompressed JSON over ``limit`` bytes, naming the option that sets it."""
+    return LimitExceeded(f"decompressed JSON exceeds the {limit:,}-byte limit on its text", path)
+
+
 def gunzip(data: bytes, path: str, limit: int) -> bytes | bytearray:
     """Decompress (possibly multi-member) gzip ``data`` into at most ``limit`` bytes.
 
@@ -33,7 +42,10 @@ def gunzip(data: bytes, path: str, limit: int) -> bytes | bytearray:
     :class:`LimitExceeded` (more than ``limit`` bytes), with zlib's wording.
     """
     if _isal_zlib is not None:
-        out = _clean_inflate(_isal_zlib, data, limit)
+        try:
+            out = _clean_inflate(_isal_zlib, data, limit)
+        except _OverLimit:
+            raise over_limit(limit, path) from None
         if out is not None:
             return out
     return _gunzip_zlib(data, path, limit)
@@ -57,8 +69,13 @@ def _clean_inflate(mod, data: bytes, limit: int) -> bytes | None:
             d = mod.decompressobj(wbits=31)
             got = d.decompress(view[pos:], limit - size + 1)
             size += len(got)
+            if size > limit:
+                # over the limit: the same outcome zlib would reach (it stops at the limit too,
+                # before any fault further in), said now instead of inflating it all again
+                del got, parts
+                raise _OverLimit
             parts.append(got)
-            if size > limit or not d.eof:  # over the limit, or truncated
+            if not d.eof:  # truncated
                 return None
             pos = n - len(d.unused_data)
             if pos >= n:
@@ -68,6 +85,8 @@ def _clean_inflate(mod, data: bytes, limit: int) -> bytes | None:
                 if any(rest):
                     return None  # trailing garbage
                 break  # zero padding after the last member
+    except _OverLimit:
+        raise
     except Exception:  # isal_zlib.error and anything unexpected: zlib decides
         return None
     return parts[0] if len(parts) == 1 else b"".join(parts)
@@ -88,8 +107,7 @@ def _gunzip_zlib(data: bytes, path: str, limit: int) -> bytearray:
                 got = d.decompress(chunk, room + 1)
                 out += got
                 if len(out) > limit or d.unconsumed_tail:
-                    raise LimitExceeded(
-                        f"decompressed JSON exceeds the {limit}-byte limit (max_decompressed_bytes)", path)
+                    raise over_limit(limit, path)
                 if d.eof:
                     # bytes of this chunk past the member's end belong to the next member
                     pos -= len(d.unused_data)
@@ -97,8 +115,7 @@ def _gunzip_zlib(data: bytes, path: str, limit: int) -> bytearray:
                 tail = d.flush()
                 out += tail
                 if len(out) > limit:
-                    raise LimitExceeded(
-                        f"decompressed JSON exceeds the {limit}-byte limit (max_decompressed_bytes)", path)
+                    raise over_limit(limit, path)
                 raise TraceUnreadable(
                     f"truncated gzip stream: the file ends after {n} compressed bytes "
                     f"({len(out)} bytes decompressed) before the gzip trailer", path)

@@ -29,8 +29,37 @@ from traceview.errors import LimitExceeded, NoTraceFound, TraceUnreadable
 from traceview.read.inflate import GZIP_MAGIC as _GZIP_MAGIC
 from traceview.read.inflate import gunzip as _gunzip
 
-#: Default limit on decompressed JSON size, bytes.
-MAX_DECOMPRESSED_BYTES = 4 << 30
+#: Default memory budget for reading one trace JSON file, bytes (``--max-bytes``).
+MAX_MEMORY_BYTES = 4 << 30
+#: Peak memory of reading a trace JSON file (text, events, tables) per byte of JSON text and
+#: per event beyond it, measured on the project's traces (benchmarks/RESULTS.md, "Memory of
+#: a trace JSON"): peak ≈ TEXT_FACTOR × text + EVENT_BYTES × events.
+TEXT_FACTOR = 2.25
+EVENT_BYTES = 400
+#: The default text limit (what ``max_bytes / TEXT_FACTOR`` gives for the default budget).
+MAX_DECOMPRESSED_BYTES = int(MAX_MEMORY_BYTES / TEXT_FACTOR)
+_LIMIT_HINT = "raise it with --max-bytes or TRACEVIEW_MAX_BYTES; the library's max_bytes"
+
+
+def text_limit_for(max_bytes: int) -> int:
+    """The most JSON text reading may inflate within a memory budget of ``max_bytes``."""
+    return max(1, int(max_bytes / TEXT_FACTOR))
+
+
+def reading_cost(text) -> tuple[int, int]:
+    """``(events, bytes)``: the number of events in ``text`` (its ``"ph"`` keys, counted in one
+    pass) and the estimated peak memory of reading them (see :data:`TEXT_FACTOR`)."""
+    n = text.count(b'"ph"')
+    return n, int(TEXT_FACTOR * len(text) + EVENT_BYTES * n)
+
+
+def check_reading_cost(text, max_bytes: int, path: str) -> None:
+    """Raise :class:`LimitExceeded` when reading ``text`` would take more than ``max_bytes``
+    (:func:`reading_cost`), before any event is decoded."""
+    n, cost = reading_cost(text)
+    if cost > max_bytes:
+        raise LimitExceeded(f"its {n:,} events in {len(text):,} bytes of JSON would take about {cost / 2**30:.1f} GiB "
+                            f"to read, over the {max_bytes:,}-byte memory limit ({_LIMIT_HINT})", path)
 
 
 # -- bytes -> document ---------------------------------------------------------------------
@@ -44,23 +73,27 @@ def _without_bom(data):
     return data[3:] if data[:3] == _BOM else data
 
 
-def read_json_bytes(path: str | os.PathLike, *, max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES) -> bytes | bytearray:
+def read_json_bytes(path: str | os.PathLike, *, max_decompressed_bytes: int = MAX_DECOMPRESSED_BYTES,
+                    max_bytes: int | None = None) -> bytes | bytearray:
     """The JSON text of a trace file: gunzipped when it starts with the gzip magic, else as is,
     without a leading UTF-8 byte order mark.
 
     Reads the whole file (opened read-only); decompression streams into a buffer capped at
-    ``max_decompressed_bytes``. Raises :class:`NoTraceFound` when the file does not exist,
+    ``max_decompressed_bytes`` (``max_bytes``: the memory limit it was derived from, named in
+    the message). Raises :class:`NoTraceFound` when the file does not exist,
     :class:`TraceUnreadable` when it cannot be read, is not gzip nor JSON-looking, or its gzip
     stream is corrupt or truncated, :class:`LimitExceeded` over the limit.
     """
     p = str(path)
+    why = (f"the text a {max_bytes:,}-byte memory limit allows, as reading takes about {TEXT_FACTOR} "
+           f"bytes of memory per byte of text; " if max_bytes else "")
     try:
         with open(p, "rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             if size > max_decompressed_bytes:
                 # its text (or, gzip aside, its decompressed text) cannot fit: not read at all
-                raise LimitExceeded(f"file is {size} bytes, over the {max_decompressed_bytes}-byte limit "
-                                    "(max_decompressed_bytes)", p)
+                raise LimitExceeded(f"file is {size:,} bytes, over the {max_decompressed_bytes:,}-byte limit on its "
+                                    f"text ({why}{_LIMIT_HINT})", p)
             data = fh.read()
     except FileNotFoundError:
         raise NoTraceFound("does not exist", p) from None
@@ -69,13 +102,17 @@ def read_json_bytes(path: str | os.PathLike, *, max_decompressed_bytes: int = MA
     if not data:
         raise TraceUnreadable("file is empty", p)
     if data[:2] == _GZIP_MAGIC:
-        return _without_bom(_gunzip(data, p, max_decompressed_bytes))
+        try:
+            return _without_bom(_gunzip(data, p, max_decompressed_bytes))
+        except LimitExceeded as exc:
+            raise LimitExceeded(f"{exc.fault} ({why}{_LIMIT_HINT})", p) from None
     data = _without_bom(data)
     head = data[:64].lstrip()
     if head[:1] in (b"{", b"["):
         if len(data) > max_decompressed_bytes:
             raise LimitExceeded(
-                f"JSON file is {len(data)} bytes, over the {max_decompressed_bytes}-byte limit (max_decompressed_bytes)", p)
+                f"JSON file is {len(data):,} bytes, over the {max_decompressed_bytes:,}-byte limit on its text "
+                f"({why}{_LIMIT_HINT})", p)
         return data
     what = "not gzip-compressed" if p.endswith(".gz") else "neither gzip nor JSON"
     raise TraceUnreadable(f"{what} (starts with {data[:8]!r}); expected a Chrome-trace JSON", p)

@@ -168,6 +168,28 @@ def map_xspace(path: Path):
 
 
 
+def mapped_fault(path: Path) -> str | None:
+    """:func:`traceview.read.diagnose.xspace_fault` on the memory-mapped file: the fault of a
+    file the in-place scan refused, named without reading the file into memory (it reads the
+    first MiB and the top-level field keys). None when the file cannot be mapped or its top
+    level looks well formed."""
+    import mmap as _mmap
+
+    from traceview.read.diagnose import xspace_fault
+
+    try:
+        with open(path, "rb") as fh:
+            mm = _mmap.mmap(fh.fileno(), 0, access=_mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+    try:
+        return xspace_fault(mm)
+    except (OSError, ValueError, IndexError):  # the file shrank meanwhile
+        return None
+    finally:
+        mm.close()
+
+
 class LineEvents:
     """The events of one XLine as flat arrays: ``mids`` (XEventMetadata ids), ``starts`` (ps
     since session start), ``durations`` (ps), ``occurrences`` (``num_occurrences``, 0 for
