@@ -70,6 +70,7 @@ import polars as pl
 
 from traceview.errors import UsageError
 from traceview.model.kernelname import find_kernel_name
+from traceview.model.profiledata import check_regex
 from traceview.model.naming import SUFFIX as _SUFFIX
 
 ATTENTION = "attention/custom kernels"
@@ -117,20 +118,27 @@ _ELEMENTWISE = frozenset("""abs add and atan2 cbrt ceil clamp compare complex co
 @dataclass(frozen=True)
 class FamilyRule:
     """A user family: ops whose op_name, hlo_text, framework_op or source_file matches
-    ``pattern`` (``re.search``) belong to family ``name``."""
+    ``pattern`` (a search, in polars' regex engine: Rust ``regex``, linear time in the text's
+    length, no look-around or back-references) belong to family ``name``."""
 
     name: str
-    pattern: re.Pattern
+    pattern: str
 
     def matches(self, op_name: str, hlo_text: str, framework_op: str, source_file: str) -> bool:
-        s = self.pattern.search
-        return bool(s(op_name) or s(hlo_text) or s(framework_op) or s(source_file))
+        return bool(pl.Series([op_name, hlo_text, framework_op, source_file], dtype=pl.Utf8)
+                    .str.contains(self.pattern).any())
+
+    def expr(self) -> pl.Expr:
+        """True where the row's op_name, hlo_text, framework_op or source_file matches."""
+        return pl.any_horizontal([pl.col(c).str.contains(self.pattern)
+                                  for c in ("op_name", "hlo_text", "framework_op", "source_file")])
 
 
 def parse_rule(text: str, where: str = "") -> FamilyRule:
     """``"name=regex"`` -> :class:`FamilyRule`. The name is stripped; the regex is taken as
     written after the first ``=``. Raises UsageError (naming ``where``, e.g. ``file:line``)
-    when there is no ``=``, the name or regex is empty, or the regex does not compile."""
+    when there is no ``=``, the name or regex is empty, or the regex does not compile in
+    polars' engine."""
     at = f"{where}: " if where else ""
     if "=" not in text:
         raise UsageError(f"{at}bad family rule {text.strip()!r}: expected NAME=REGEX")
@@ -141,10 +149,10 @@ def parse_rule(text: str, where: str = "") -> FamilyRule:
     if not rx.strip():
         raise UsageError(f"{at}bad family rule {text.strip()!r}: the regular expression after '=' is empty")
     try:
-        pat = re.compile(rx.strip())
-    except re.error as exc:
-        raise UsageError(f"{at}bad family rule {text.strip()!r}: invalid regular expression ({exc})") from None
-    return FamilyRule(name, pat)
+        check_regex(rx.strip())
+    except UsageError as exc:
+        raise UsageError(f"{at}bad family rule {text.strip()!r}: {exc}") from None
+    return FamilyRule(name, rx.strip())
 
 
 def parse_rules(lines: Iterable[str]) -> list[FamilyRule]:
@@ -264,16 +272,20 @@ def classify(ops: pl.DataFrame, rules=None) -> pl.DataFrame:
     # one classification per distinct op description, found through a 64-bit hash of the columns
     h = keys.select(pl.struct(_CLASSIFY_COLS).hash(seed=7).alias("_h"))["_h"]
     first = h.to_frame().with_row_index("_i").unique("_h", keep="first", maintain_order=True)
-    fam = {}
-    for hv, i in first.select("_h", "_i").iter_rows():
-        fam[hv] = _family(rs, *keys.row(i))
+    rows = keys[first["_i"]]
+    fams = _families(rs, rows)
     return ops.drop("family", strict=False).with_columns(
-        h.replace_strict(fam, return_dtype=pl.Utf8).alias("family"))
+        h.replace_strict(dict(zip(first["_h"], fams)), return_dtype=pl.Utf8).alias("family"))
 
 
-def _family(rs, op_name, kind, cat, hlo, fw, sf, stack, kernel) -> str:
-    name = next((r.name for r in rs if r.matches(op_name, hlo, fw, sf)), None)
-    return name or family_of(op_name, kind, cat, hlo, fw, sf, stack, kernel)
+def _families(rs: list[FamilyRule], keys: pl.DataFrame) -> list[str]:
+    """The family of each row of ``keys`` (the :data:`_CLASSIFY_COLS` as strings): the first
+    user rule that matches (all rules evaluated in polars' linear-time regex engine over every
+    row at once), else :func:`family_of`."""
+    user = [None] * keys.height
+    if rs and keys.height:
+        user = keys.select(pl.coalesce([pl.when(r.expr()).then(pl.lit(r.name)) for r in rs]).alias("f"))["f"].to_list()
+    return [u if u is not None else family_of(*row) for u, row in zip(user, keys.iter_rows())]
 
 
 def attr_families(table, rules=None) -> pl.DataFrame:
@@ -281,6 +293,6 @@ def attr_families(table, rules=None) -> pl.DataFrame:
     events: columns attr (UInt32), family (Utf8). Same rules as :func:`classify`."""
     rs = rules_of(rules)
     col = table.collapse()
-    keys = col.select(["attr"] + [pl.col(c).cast(pl.Utf8).fill_null("") for c in _CLASSIFY_COLS])
-    fams = [_family(rs, *r[1:]) for r in keys.iter_rows()]
-    return pl.DataFrame({"attr": keys["attr"], "family": pl.Series("family", fams, dtype=pl.Utf8)})
+    keys = col.select([pl.col(c).cast(pl.Utf8).fill_null("") for c in _CLASSIFY_COLS])
+    fams = _families(rs, keys)
+    return pl.DataFrame({"attr": col["attr"], "family": pl.Series("family", fams, dtype=pl.Utf8)})

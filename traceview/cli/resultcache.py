@@ -66,9 +66,12 @@ def key(command: str, options: dict, discovery, root: Path | None) -> str | None
     for name in _FILE_OPTIONS:
         value = opts.get(name)
         if value:
+            from traceview.analysis.rulefiles import read_option_file
+            from traceview.errors import UsageError
+
             try:
-                contents[name] = hashlib.blake2b(Path(value).read_bytes(), digest_size=16).hexdigest()
-            except OSError:
+                contents[name] = hashlib.blake2b(read_option_file(value, name), digest_size=16).hexdigest()
+            except UsageError:
                 return None  # the command will report the unreadable file
     blob = json.dumps({"v": [code_version(), SCHEMA_VERSION], "command": command, "options": opts,
                        "contents": contents, "files": files,
