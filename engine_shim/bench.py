@@ -65,7 +65,9 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     Keys: ``config`` (the arguments and resolved KV block), ``init_s``, ``precompile_s``,
     ``ttft_s``, ``main_s``, ``itl_s``, ``num_requests``, ``tokens_per_request``,
     ``output_tokens``, ``wall_tokens_per_s``, ``engine_tokens_per_s``, ``engine_counted_tokens``,
-    ``tokens_per_s_rel_diff`` (|engine - wall| / wall), ``profiled``, ``profile_dir`` (run
+    ``tokens_per_s_rel_diff`` (|engine - wall| / wall), ``decode_steps`` (every decode step since
+    start-up, warm-up included), ``main_decode_steps`` (those of the main generation: what a
+    profile of it holds, the N of ``traceview analyze --steps N``), ``profiled``, ``profile_dir`` (run
     folder or None), ``compiled_modules``, ``environment``.
 
     Raises: ValueError for invalid arguments (including ``TRACEVIEW_KV_BLOCK_SIZE``).
@@ -90,7 +92,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
                                            repetition_penalty=repetition_penalty))
     ttft_s = time.perf_counter() - t0
 
-    count0, engine_t0 = llm.stats.num_generated_tokens, llm.stats.generate_s
+    count0, engine_t0, steps0 = llm.stats.num_generated_tokens, llm.stats.generate_s, llm.stats.num_decode_steps
     run_dir = None
     if profile:
         llm.start_profile(log_dir)
@@ -125,6 +127,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
         "engine_tokens_per_s": engine_tps,
         "tokens_per_s_rel_diff": abs(engine_tps - wall_tps) / wall_tps,
         "decode_steps": llm.stats.num_decode_steps,
+        "main_decode_steps": llm.stats.num_decode_steps - steps0,
         "profiled": profile,
         "profile_dir": str(run_dir) if run_dir else None,
         "compiled_modules": list(llm.stats.compiled_modules),

@@ -112,7 +112,8 @@ def format_text(r: dict) -> str:
         f"request buckets {c['request_buckets']}, token buckets {c['token_buckets']}",
         f"init    {r['init_s']:.2f} s (precompile {r['precompile_s']:.2f} s; {len(r['compiled_modules'])} bucket modules compiled by the end)",
         f"TTFT    {r['ttft_s'] * 1e3:.1f} ms (batch of {r['num_requests']}, one token each)",
-        f"main    {r['main_s']:.3f} s for {r['output_tokens']} tokens ({r['decode_steps']} decode steps in total)",
+        f"main    {r['main_s']:.3f} s for {r['output_tokens']} tokens in {r['main_decode_steps']} decode steps "
+        f"({r['decode_steps']} since start-up, warm-up included)",
         f"ITL     {r['itl_s'] * 1e3:.2f} ms/token  ((main - TTFT) / {r['tokens_per_request']})",
         f"tok/s   {r['wall_tokens_per_s']:.1f} wall-clock | {r['engine_tokens_per_s']:.1f} engine counter "
         f"({r['engine_counted_tokens']} counted) | diff {100 * r['tokens_per_s_rel_diff']:.2f}%",
@@ -136,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             probe = log_dir if log_dir.exists() else next((p for p in log_dir.parents if p.exists()), Path("."))
             if not os.access(probe, os.W_OK):
                 raise ValueError(f"cannot write the profile under {log_dir}: {probe} is not writable")
+        from .config import PRESETS
+
+        if kwargs["model"] not in PRESETS:
+            raise ValueError(f"unknown model preset {kwargs['model']!r}; choose one of {', '.join(sorted(PRESETS))}")
         from .bench import run_bench  # imports jax: keep `--help` fast
 
         if kwargs["model"] != "tiny" and not args.allow_cpu:
@@ -165,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             stream = sys.stderr if args.format == "json" else sys.stdout
             print(f"profile written to {where}", file=stream)
-            print(f"read it with:\n  traceview analyze {where}", file=stream)
+            n = result["main_decode_steps"]
+            print(f"it holds {n} decode steps (the main generation); read it with:\n"
+                  f"  traceview analyze {where} --steps {n}", file=stream)
     if args.json:
         print(f"results written to {args.json}", file=sys.stderr if args.format == "json" else sys.stdout)
     return 0
