@@ -48,7 +48,8 @@ class Report:
     ``op_time_ps``. Ops: ``by`` ("shape", "name" or "program") and ``table`` keyed by it,
     ``by_shape``, ``split`` (op names with several shape populations, by their total self
     time: n, and per population shape, occurrences, mean_ps, self_ps, share, modules; t the
-    sum), ``checks`` (occurrence checks or None). ``peaks`` (:class:`~traceview.analysis.peaks.Peaks`),
+    sum), ``checks`` (occurrence checks or None) and ``checks_summary``
+    (:func:`~traceview.analysis.aggregate.check_summary`). ``peaks`` (:class:`~traceview.analysis.peaks.Peaks`),
     ``roofline`` and ``roofline_summary`` (:func:`~traceview.analysis.roofline.predicted_vs_measured`),
     ``kernels``, ``sources`` (by file on ``source_frame``), ``steps``
     (:class:`~traceview.analysis.steps.StepAnatomy`). HTML only (else None):
@@ -70,6 +71,7 @@ class Report:
     by_shape: pl.DataFrame
     split: pl.DataFrame
     checks: pl.DataFrame | None
+    checks_summary: dict | None
     peaks: Peaks
     roofline: pl.DataFrame
     roofline_summary: dict
@@ -176,7 +178,8 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     rep = Report(discovery=prof.discovery, files=file_rows(prof), warnings=list(prof.warnings),
                  has_shapes=prof.has_shapes, devices=devices, device_groups=device_groups(devices),
                  op_events=prof.op_events, op_time_ps=prof.op_time_ps, by=by, table=table, by_shape=by_shape,
-                 split=split_names(by_shape), checks=checks, peaks=peaks, roofline=roof,
+                 split=split_names(by_shape), checks=checks, checks_summary=aggregate.check_summary(checks),
+                 peaks=peaks, roofline=roof,
                  roofline_summary=predicted_vs_measured(roof), kernels=kern, sources=files,
                  source_frame=source_frame, steps=anat)
     if html:

@@ -17,13 +17,14 @@ def add_parser(sub) -> None:
                        description="Find traces under PATH, say what was read and why, and print "
                                    "the HLO ops keyed by (name, shape) with occurrences and times.")
     cargs.add_selection(a)
-    a.add_argument("--top", type=cargs.positive_int, default=25, metavar="N", help="rows to show (default 25)")
+    a.add_argument("--top", type=cargs.positive_int, default=None, metavar="N", help=cargs.TOP_HELP)
     a.add_argument("--by", choices=["shape", "name", "program"], default="shape",
                    help="row key: (name, shape) [default], name only, or (program_id, name) as XProf hlo_stats")
     a.add_argument("--format", choices=["table", "json", "csv", "parquet"], default="table")
     a.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (required for parquet)")
-    a.add_argument("--steps", type=cargs.positive_int, metavar="N",
-                   help="flag populations whose per-device occurrence count is not a multiple of N")
+    a.add_argument("--steps", type=cargs.step_count, metavar="[MODULE=]N", action="append",
+                   help="flag populations whose executions on a device are not a multiple of N (the step count; "
+                        "MODULE=N checks that program against its own count, repeat for several)")
     a.add_argument("--expect-batch", type=cargs.positive_int, metavar="B",
                    help="show which populations carry a dimension of size B")
     a.add_argument("--html", metavar="FILE", help="also write the offline HTML report to FILE")
@@ -93,7 +94,7 @@ def run(args) -> int:
     from traceview.analysis.report import add_html_sections, build_report
 
     # every section is computed whatever the format, so bad options fail the same way
-    rep = build_report(prof, by=args.by, peaks=cargs.peaks_from_args(prof, args), steps=args.steps,
+    rep = build_report(prof, by=args.by, peaks=cargs.peaks_from_args(prof, args), steps=cargs.steps_option(args.steps),
                        expect_batch=args.expect_batch, rules=cargs.rules_from_args(args),
                        step_module=args.step_module, step_window=args.step_window, source_frame=args.source_frame)
     try:
@@ -108,7 +109,7 @@ def run(args) -> int:
             from traceview.render.html import render_report
 
             add_html_sections(rep, prof)
-            html.write_text(render_report(rep, top=max(args.top, 30)), encoding="utf-8")
+            html.write_text(render_report(rep, top=max(args.top or 0, 30)), encoding="utf-8")
             print(f"wrote {args.html}", file=sys.stderr)
     except BrokenPipeError:
         raise
@@ -116,6 +117,10 @@ def run(args) -> int:
         target = out if out is not None else "standard output"
         raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
     return EXIT_OK
+
+
+#: Rows of each table in table output when ``--top`` is not given.
+TABLE_TOP = 25
 
 
 def _write(rep, args, out: Path | None) -> bytes | None:
@@ -127,12 +132,12 @@ def _write(rep, args, out: Path | None) -> bytes | None:
         if out is None:
             from traceview.cli.outputs import console
 
-            render_report(console(), rep, top=args.top)
+            render_report(console(), rep, top=args.top or TABLE_TOP)
             return None
         from traceview.cli.outputs import file_console
 
         with open(out, "w", encoding="utf-8") as fh:
-            render_report(file_console(fh), rep, top=args.top)
+            render_report(file_console(fh), rep, top=args.top or TABLE_TOP)
         return out.read_bytes()
     if args.format == "json":
         from traceview import __version__
@@ -142,12 +147,13 @@ def _write(rep, args, out: Path | None) -> bytes | None:
     elif args.format == "csv":
         from traceview.render.tables import flat
 
+        rows = rep.table.head(args.top) if args.top else rep.table
         if out is not None:
-            flat(rep.table).write_csv(out)
+            flat(rows).write_csv(out)
             return out.read_bytes()
-        text = flat(rep.table).write_csv()
+        text = flat(rows).write_csv()
     else:
-        rep.table.write_parquet(out)
+        (rep.table.head(args.top) if args.top else rep.table).write_parquet(out)
         return out.read_bytes()
     if out is not None:
         out.write_text(text, encoding="utf-8")

@@ -7,15 +7,48 @@ import argparse
 import math
 
 
+#: Counts on the command line are held to this (no table, step count or batch comes near;
+#: larger values would overflow the int64 arithmetic of the tables): a larger one means "all".
+MAX_COUNT = 1 << 62
+
+
 def positive_int(text: str) -> int:
-    """argparse type: an integer > 0."""
+    """argparse type: an integer > 0, held to :data:`MAX_COUNT`."""
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
+    return min(v, MAX_COUNT)
+
+
+TOP_HELP = ("rows of each table: every format obeys it (table output shows 25 when it is not given; "
+            "JSON, CSV and Parquet then hold every row, and JSON says how many under \"rows\")")
+
+
+def step_count(text: str) -> tuple[str | None, int]:
+    """argparse type of ``--steps``: ``N`` (every program) or ``MODULE=N`` (that program's
+    count; repeat the option for several programs) -> (module or None, N)."""
+    module, _, n = text.rpartition("=") if "=" in text else (None, "", text)
+    if module is not None and not module:
+        raise argparse.ArgumentTypeError(f"expected N or MODULE=N, got {text!r}")
+    return module, positive_int(n)
+
+
+def steps_option(values: list | None):
+    """The ``steps`` argument of the occurrence checks from repeated ``--steps`` values: None,
+    one N, or {module: N}. Raises :class:`~traceview.errors.UsageError` when a plain N is mixed
+    with MODULE=N or given twice."""
+    from traceview.errors import UsageError
+
+    if not values:
+        return None
+    plain = [n for m, n in values if m is None]
+    named = {m: n for m, n in values if m is not None}
+    if plain and (named or len(plain) > 1):
+        raise UsageError("--steps takes either one N for every program or MODULE=N per program, not both")
+    return plain[0] if plain else named
 
 
 def positive_float(text: str) -> float:

@@ -24,7 +24,9 @@ def add_parser(sub) -> None:
     d.add_argument("--run-base", metavar="NAME", help="run folder to read under BASE (default: newest)")
     d.add_argument("--run-treatment", metavar="NAME", help="run folder to read under TREATMENT (default: newest)")
     d.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX, on both sides")
-    d.add_argument("--top", type=cargs.positive_int, default=25, metavar="N", help="populations to show (default 25)")
+    d.add_argument("--top", type=cargs.positive_int, default=None, metavar="N",
+                   help="populations to show: every format obeys it (table output shows 25 when it is not given; "
+                        "JSON then holds every population and says how many under \"rows\")")
     d.add_argument("--format", choices=["table", "json", "html"], default="table")
     d.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE")
     d.add_argument("--overhead-factor", type=cargs.positive_float, default=4.0, metavar="F",
@@ -88,22 +90,23 @@ def run(args) -> int:
     if args.format == "json":
         from traceview.render.json import diff_json
 
-        text = diff_json(d)
+        text = diff_json(d, args.top)
     elif args.format == "html":
         from traceview.render.diff_html import render_diff_page
 
-        text = render_diff_page(d, top=args.top)
+        text = render_diff_page(d, top=args.top or 25)
     else:
         from traceview.render.diff_terminal import render_diff
 
         if out is None:
             from traceview.cli.outputs import console
 
-            render_diff(console(), d, top=args.top)
+            render_diff(console(), d, top=args.top or 25)
             return EXIT_OK
+        from traceview.cli.outputs import PLAIN_WIDTH
         from traceview.render.diff_terminal import render_diff_text
 
-        text = render_diff_text(d, top=args.top, width=200)
+        text = render_diff_text(d, top=args.top or 25, width=PLAIN_WIDTH)
     if out is not None:
         out.write_text(text, encoding="utf-8")
         print(f"wrote {out}", file=sys.stderr)

@@ -48,10 +48,16 @@ def check_writable(path: Path | None, flag: str) -> None:
         raise UsageError(f"refusing to write {path}: folder {parent} does not exist")
 
 
+#: Width of a table written to a pipe or a file: wide enough that no cell is cut (a cell is
+#: at most :data:`traceview.render.terminal.CELL_LIMIT` characters), so ``| grep`` and
+#: ``| cat`` see every name and line number whole; lines are only as long as their content.
+PLAIN_WIDTH = 8192
+
+
 def console():
     """A rich console on standard output: the terminal's own when it is one, else plain text
-    (no colours) ``$COLUMNS`` wide (160 when unset or under 60). A closed pipe raises
-    BrokenPipeError (rich would exit 1)."""
+    (no colours) ``$COLUMNS`` wide when set (60 or more), else :data:`PLAIN_WIDTH`. A closed
+    pipe raises BrokenPipeError (rich would exit 1)."""
     from rich.console import Console
 
     class _Console(Console):
@@ -64,11 +70,11 @@ def console():
         width = int(os.environ.get("COLUMNS", "") or 0)
     except ValueError:
         width = 0
-    return _Console(width=width if width >= 60 else 160, color_system=None, soft_wrap=False, highlight=False)
+    return _Console(width=width if width >= 60 else PLAIN_WIDTH, color_system=None, soft_wrap=False, highlight=False)
 
 
 def file_console(fh):
-    """A plain rich console writing to an open text file, 200 columns wide."""
+    """A plain rich console writing to an open text file, :data:`PLAIN_WIDTH` wide."""
     from rich.console import Console
 
-    return Console(file=fh, width=200, color_system=None)
+    return Console(file=fh, width=PLAIN_WIDTH, color_system=None, highlight=False)

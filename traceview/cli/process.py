@@ -98,12 +98,19 @@ class ClosedStream:
 @contextlib.contextmanager
 def standard_streams():
     """Closed standard streams replaced by :class:`ClosedStream` inside (stdout: writes fail,
-    ``-o`` still works; stderr: messages are dropped, not sent to stdout); put back after."""
+    ``-o`` still works; stderr: messages are dropped, not sent to stdout), and text that cannot
+    be encoded written with backslash escapes; put back after."""
     saved = sys.stdout, sys.stderr
     if sys.stdout is None:
         sys.stdout = ClosedStream("standard output")
     if sys.stderr is None:
         sys.stderr = ClosedStream("standard error", silent=True)
+    for stream in (sys.stdout, sys.stderr):
+        # a path's undecodable bytes (lone surrogates) are written as \xff, never a traceback
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
     try:
         yield
     finally:

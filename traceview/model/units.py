@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 
+import math
+
+
 def fmt_time_ps(ps: float | int | None) -> str:
-    """Format a duration given in picoseconds with an adaptive unit (ns, µs, ms, s)."""
+    """Format a duration given in picoseconds with an adaptive unit (ns, µs, ms, s, h, days);
+    "-" for None or a value that is not finite."""
     if ps is None:
         return "-"
     ps = float(ps)
     a = abs(ps)
+    if not math.isfinite(a):
+        return "-"
+    if a >= 86400e12 * 3:
+        return f"{ps / 86400e12:.2f} days"
+    if a >= 3600e12 * 3:
+        return f"{ps / 3600e12:.3f} h"
     if a >= 1e12:
         return f"{ps / 1e12:.3f} s"
     if a >= 1e9:
@@ -22,7 +32,7 @@ def fmt_time_ps(ps: float | int | None) -> str:
 
 def fmt_rate(value: float | None, unit: str) -> str:
     """Format a rate (FLOP/s, B/s) with SI prefixes: ``fmt_rate(9.18e14, "FLOP/s")`` -> ``918 TFLOP/s``."""
-    if value is None:
+    if value is None or not math.isfinite(value):
         return "-"
     for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(value) >= factor:

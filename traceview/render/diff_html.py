@@ -11,6 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from traceview.model.units import fmt_pct, fmt_time_ps
+from traceview.render.html import _printable
 from traceview.render.diff_summary import summary_lines
 
 _SECTION = """\
@@ -83,7 +84,7 @@ def _env():
     import jinja2
 
     env = jinja2.Environment(autoescape=True, trim_blocks=True, lstrip_blocks=True,
-                             undefined=jinja2.StrictUndefined)
+                             undefined=jinja2.StrictUndefined, finalize=_printable)
     env.filters["t"] = fmt_time_ps
     env.filters["pct"] = fmt_pct
     env.filters["num"] = lambda v: "-" if v is None else f"{v:,}"

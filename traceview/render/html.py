@@ -20,6 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
+from traceview.model.naming import printable
 from traceview.model.units import fmt_pct, fmt_rate, fmt_time_ps
 from traceview.render.charts import BOUND_COLORS, roofline_svg, steps_svg
 from traceview.render.provenance import provenance_lines, run_names
@@ -34,6 +35,18 @@ _HLO_CHARS = 1500
 # -- jinja ----------------------------------------------------------------------------------
 
 @lru_cache(maxsize=1)
+
+def _printable(value):
+    """jinja2 ``finalize``: every string written valid Unicode (a path's undecodable bytes as
+    ``\xff``; :func:`~traceview.model.naming.printable`), markup kept as markup."""
+    if isinstance(value, str):
+        fixed = printable(value)
+        if fixed is not value:
+            import markupsafe
+
+            return markupsafe.Markup(fixed) if isinstance(value, markupsafe.Markup) else fixed
+    return value
+
 def _env():
     import jinja2
 
@@ -43,6 +56,7 @@ def _env():
         trim_blocks=True,
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
+        finalize=_printable,  # a path's undecodable bytes as \xff, not an encoding error
     )
     env.filters["t"] = fmt_time_ps
     env.filters["pct"] = fmt_pct
@@ -127,7 +141,7 @@ def _roofline(rep, top: int) -> dict:
         if r["warning"]:
             warned.setdefault(r["warning"], []).append(r["rank"])
     summ = rep.roofline_summary if roof.height else {}
-    return {"svg": svg, "note": note, "hidden": hidden, "rows": rows,
+    return {"svg": svg, "note": note, "hidden": hidden, "rows": rows, "off": (rep.roofline_summary or {}).get("off_roofline") or [],
             "warned": [{"text": w, "ranks": ", ".join(map(str, rk))} for w, rk in warned.items()], "n_costed": known.height,
             "n_total": roof.height, "summary": summ if summ.get("ratio") is not None and peaks.complete else None}
 
@@ -136,7 +150,10 @@ def _peaks(peaks) -> dict:
     return {"flops": fmt_rate(peaks.peak_flops, "FLOP/s") if peaks.peak_flops else None,
             "bw": fmt_rate(peaks.peak_bw, "B/s") if peaks.peak_bw else None,
             "flops_source": peaks.flops_source, "bw_source": peaks.bw_source,
-            "ridge": peaks.ridge, "device_type": peaks.device_type, "complete": peaks.complete}
+            "ridge": peaks.ridge, "device_type": peaks.device_type, "complete": peaks.complete,
+            "notes": list(peaks.notes), "chip": peaks.chip,
+            **{f"{w}_{k}": fmt_rate(getattr(peaks, f"{w}_{k}"), u) if getattr(peaks, f"{w}_{k}") else None
+               for w in ("trace", "table") for k, u in (("flops", "FLOP/s"), ("bw", "B/s"))}}
 
 
 _SITE = re.compile(r"/(site|dist)-packages/")

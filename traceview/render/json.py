@@ -1,22 +1,59 @@
 """JSON of a report: ``traceview analyze --format json``, ``diff --format json`` and
-``verify --format json``. Times in ps; frames become lists of row objects."""
+``verify --format json``. Times in ps; frames become lists of row objects.
+
+Always valid JSON (RFC 8259): a figure that is not finite (a ridge point or efficiency over
+an extreme peak) is written as null and listed, with its value, under ``"non_finite"``
+({JSON path: "inf" / "-inf" / "nan"}); strings are valid Unicode (a path's undecodable
+bytes written as ``\xff``).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 
+from traceview.model.naming import printable
 from traceview.render.provenance import provenance_lines, run_names
+
+
+def _clean(obj, where: str, bad: dict):
+    """``obj`` with non-finite floats as None (recorded in ``bad`` under their path) and
+    strings made printable; containers copied."""
+    if isinstance(obj, float):
+        if math.isfinite(obj):
+            return obj
+        bad[where] = "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+        return None
+    if isinstance(obj, str):
+        return printable(obj)
+    if isinstance(obj, dict):
+        return {printable(str(k)): _clean(v, f"{where}.{k}", bad) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v, f"{where}[{i}]", bad) for i, v in enumerate(obj)]
+    return obj
+
+
+def dumps(payload: dict) -> str:
+    """``payload`` as indented, valid JSON with a final newline (see the module docstring)."""
+    bad: dict = {}
+    clean = _clean(payload, "$", bad)
+    if bad:
+        clean["non_finite"] = bad
+    return json.dumps(clean, indent=2, default=lambda v: printable(str(v)), allow_nan=False) + "\n"
 
 
 def analysis_payload(rep, *, top: int | None, version: str) -> dict:
     """The JSON object of a :class:`~traceview.analysis.report.Report`: provenance (lines,
     files, runs), warnings, has_shapes, devices, ops (the op table), peaks, roofline,
     kernels, sources, steps, occurrence checks. ``top``: rows of the op, roofline and source
-    tables (all when None)."""
+    tables (all when None); ``rows`` gives each cut table's rows shown and in all."""
     peaks, roof, checks, anat = rep.peaks, rep.roofline, rep.checks, rep.steps
     head = (lambda df: df.head(top)) if top else (lambda df: df)
     return {
         "traceview": version,
+        "top": top,
+        "rows": {name: {"shown": min(df.height, top) if top else df.height, "total": df.height}
+                 for name, df in (("ops", rep.table), ("roofline", roof), ("sources", rep.sources))},
         "provenance": {"lines": provenance_lines(rep.discovery, rep.files), "files": rep.files,
                        "runs": run_names(rep.discovery)},
         "warnings": list(rep.warnings),
@@ -24,7 +61,10 @@ def analysis_payload(rep, *, top: int | None, version: str) -> dict:
         "devices": rep.devices.to_dicts(),
         "ops": head(rep.table).to_dicts(),
         "peaks": {"peak_flops": peaks.peak_flops, "peak_bw": peaks.peak_bw, "ridge": peaks.ridge,
-                  "flops_source": peaks.flops_source, "bw_source": peaks.bw_source},
+                  "flops_source": peaks.flops_source, "bw_source": peaks.bw_source,
+                  "trace_flops": peaks.trace_flops, "trace_bw": peaks.trace_bw, "table_flops": peaks.table_flops,
+                  "table_bw": peaks.table_bw, "chip": peaks.chip, "chip_identified_by": peaks.chip_how,
+                  "notes": list(peaks.notes)},
         "roofline": head(roof).to_dicts(),
         "kernels": rep.kernels.to_dicts(),
         "sources": head(rep.sources).to_dicts(),
@@ -33,12 +73,13 @@ def analysis_payload(rep, *, top: int | None, version: str) -> dict:
             "coverage": anat.coverage.line(), "coverage_ratio": anat.coverage.ratio,
             "families": anat.families.to_dicts(), "notes": list(anat.notes)},
         "occurrence_checks": checks.to_dicts() if checks is not None else None,
+        "occurrence_checks_summary": rep.checks_summary,
     }
 
 
 def analysis_json(rep, *, top: int | None, version: str) -> str:
     """:func:`analysis_payload` as indented JSON text with a final newline."""
-    return json.dumps(analysis_payload(rep, top=top, version=version), indent=2, default=str) + "\n"
+    return dumps(analysis_payload(rep, top=top, version=version))
 
 
 def diff_payload(d, top: int | None = None) -> dict:
@@ -50,6 +91,7 @@ def diff_payload(d, top: int | None = None) -> dict:
 
     pops = d.populations if top is None else d.populations.head(top)
     return {
+        "top": top, "rows": {"populations": {"shown": pops.height, "total": d.populations.height}},
         "base": d.base_label, "treatment": d.treatment_label, "units": "ps",
         "summary": summary_lines(d),
         "op_time_ps": {"base": d.op_time_ps_base, "treatment": d.op_time_ps_treatment},
@@ -65,10 +107,10 @@ def diff_payload(d, top: int | None = None) -> dict:
 
 def diff_json(d, top: int | None = None) -> str:
     """:func:`diff_payload` as indented JSON text with a final newline."""
-    return json.dumps(diff_payload(d, top), default=str, indent=2) + "\n"
+    return dumps(diff_payload(d, top))
 
 
 def verify_json(report) -> str:
     """A :class:`~traceview.analysis.verify.VerifyReport` as indented JSON text (ok, and per
     check its text, ok and message) with a final newline."""
-    return json.dumps(report.to_dict(), indent=2) + "\n"
+    return dumps(report.to_dict())

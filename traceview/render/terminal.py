@@ -10,16 +10,27 @@ from rich.console import Console
 from rich.markup import escape as _markup_escape
 from rich.table import Table
 
+from traceview.model.naming import printable
 from traceview.model.units import fmt_pct, fmt_rate, fmt_time_ps
 from traceview.render.provenance import provenance_lines
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
-def escape(text) -> str:
-    """A trace string made safe for the terminal: control characters (ANSI escape sequences
-    from a hostile op name) shown as ``?`` and rich markup escaped."""
-    return _markup_escape(_CONTROL.sub("?", str(text)))
+#: A string longer than this (characters) is cut for display: a table cell of megabytes
+#: costs seconds to lay out and tells nothing more (JSON, CSV and Parquet keep it whole).
+CELL_LIMIT = 2000
+
+
+def escape(text, limit: int = CELL_LIMIT) -> str:
+    """A trace string made safe for the terminal: undecodable bytes written as ``\xff``
+    (:func:`~traceview.model.naming.printable`), control characters (ANSI escape sequences
+    from a hostile op name) shown as ``?``, rich markup escaped, and cut after ``limit``
+    characters with the count of the rest."""
+    text = printable(str(text))
+    if len(text) > limit:
+        text = f"{text[:limit]}… [{len(text) - limit:,} more characters]"
+    return _markup_escape(_CONTROL.sub("?", text))
 
 
 def render_report(console: Console, rep, *, top: int) -> None:
@@ -111,16 +122,22 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
 
     if checks is not None and checks.height:
         console.print()
-        ct = Table(title="occurrence checks (per population)")
-        for c in ("op", "shape", "occ.", "per execution", "per device", "steps ok", "has batch"):
+        summ = rep.checks_summary or {}
+        title = "occurrence checks (per population)"
+        if summ.get("checked"):
+            title += f": {summ['failing']:,} of {summ['checked']:,} checked populations fail"
+        ct = Table(title=title)
+        for c in ("op", "shape", "occ.", "exec.", "per program run", "per device", "steps", "steps ok", "has batch"):
             ct.add_column(c, overflow="fold")
+        ok = {True: "yes", False: "[red]NO[/red]", None: "-"}
         for r in checks.head(top).iter_rows(named=True):
             pe = "-" if r["per_execution"] is None else f"{r['per_execution']:.3g}"
             pd_ = f"{r['per_device_min']:,}" if r["per_device_min"] == r["per_device_max"] else f"{r['per_device_min']:,}–{r['per_device_max']:,}"
-            ok = {True: "yes", False: "[red]NO[/red]", None: "-"}
-            ct.add_row(escape(r["op_name"]), escape(r["shape"] or "?"), f"{r['occurrences']:,}", pe, pd_,
-                       ok[r["steps_ok"]], ok[r["has_batch"]])
+            ct.add_row(escape(r["op_name"]), escape(r["shape"] or "?"), f"{r['occurrences']:,}", f"{r['executions']:,}",
+                       pe, pd_, "-" if r["steps"] is None else f"{r['steps']:,}", ok[r["steps_ok"]], ok[r["has_batch"]])
         console.print(ct)
+        if checks.height > top:
+            console.print(f"  {checks.height - top:,} more populations (failures are listed first; --top shows more)")
 
 
 def _short_path(src: str, keep: int = 2) -> str:
@@ -146,6 +163,7 @@ def render_roofline(console: Console, peaks, roof: pl.DataFrame, *, top: int, su
     known = roof.filter(pl.col("flops").is_not_null() | pl.col("bytes").is_not_null())
     if known.height == 0:
         console.print("  no FLOP or byte counts in this trace (and none derivable): nothing to place on the roofline")
+        _render_roofline_summary(console, {**(summary or {}), "ratio": None})
         return
     t = Table(title=f"roofline of the top {min(top, known.height)} populations by total time")
     for c, j in (("op", "left"), ("result shape", "left"), ("FLOP/B", "right"), ("achieved", "right"), ("bandwidth", "right"),
@@ -164,10 +182,25 @@ def render_roofline(console: Console, peaks, roof: pl.DataFrame, *, top: int, su
     warned = known.head(top).filter(pl.col("warning") != "")
     for r in warned.iter_rows(named=True):
         console.print(f"  [yellow]warning:[/yellow] {escape(r['op_name'])} {escape(r['shape'])}: {escape(r['warning'])}")
-    if summary and summary.get("ratio") is not None:
+    multi = known.head(top).filter(pl.col("kernels_per_execution") > 1)
+    for r in multi.iter_rows(named=True):
+        console.print(f"  {escape(r['op_name'])} {escape((r['shape'] or '?').split(' <- ')[0])}: {r['occurrences']:,} kernel "
+                      f"events are {r['executions']:,} executions ({r['kernels_per_execution']:.2f} kernels each); "
+                      f"costs and rates are per execution")
+    _render_roofline_summary(console, summary)
+
+
+def _render_roofline_summary(console: Console, summary: dict | None) -> None:
+    if not summary:
+        return
+    if summary.get("ratio") is not None:
         console.print(f"  roofline-predicted {fmt_time_ps(summary['predicted_ps'])} against {fmt_time_ps(summary['measured_ps'])} "
                       f"measured ({100 * summary['ratio']:.0f}%) over ops with known costs "
                       f"({fmt_pct(summary['covered_share'])} of op time)")
+    for o in summary.get("off_roofline") or []:
+        ops = ", ".join(escape(n) for n in o["ops"]) + (", ..." if o["populations"] > len(o["ops"]) else "")
+        console.print(f"  off the HBM roofline: {o['populations']:,} {o['bound_by']} population(s) ({ops}; "
+                      f"{fmt_pct(o['share'])} of op time): {o['why']}")
 
 
 def render_kernels(console: Console, kern: pl.DataFrame, *, top: int) -> None:
