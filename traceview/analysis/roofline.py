@@ -14,6 +14,8 @@ Times in ps, FLOPs and bytes per occurrence, rates in FLOP/s and bytes/s. Peaks:
 
 from __future__ import annotations
 
+import math
+
 import polars as pl
 
 from traceview.analysis.aggregate import executions
@@ -130,7 +132,8 @@ _ROOF_SCHEMA = {
 def predicted_vs_measured(roof: pl.DataFrame) -> dict:
     """Sum over populations with known costs of roofline time × executions against their
     measured total time (the study's "roofline-predicted 349 µs against 375 µs measured").
-    Returns {"predicted_ps", "measured_ps", "ratio", "covered_share", "off_roofline"} where
+    Returns {"predicted_ps", "measured_ps", "ratio", "covered_share", "off_roofline"} (predicted_ps
+    and ratio None when the roofline time is not finite, under extreme peaks) where
     covered_share is the fraction of measured time whose ops have a cost and off_roofline lists,
     per reason ("collective", "async"), the populations kept off the HBM roofline: dicts with
     bound_by, populations, ops (op names, largest first, at most 5), total_ps, share, why."""
@@ -145,8 +148,10 @@ def predicted_vs_measured(roof: pl.DataFrame) -> dict:
             t = float(rows["total_ps"].sum() or 0.0)
             off.append({"bound_by": kind, "populations": rows.height, "ops": rows["op_name"].unique(maintain_order=True).head(5).to_list(),
                         "total_ps": t, "share": t / total if total else None, "why": why})
+    if not math.isfinite(predicted):  # peaks so extreme that the roofline time overflows
+        predicted = None
     return {"predicted_ps": predicted, "measured_ps": measured,
-            "ratio": predicted / measured if measured else None,
+            "ratio": predicted / measured if measured and predicted is not None else None,
             "covered_share": measured / total if total else None, "off_roofline": off}
 
 

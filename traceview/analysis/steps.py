@@ -253,7 +253,7 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
         return module_runs, fixed
     def one(item):
         (host, device), r = item
-        r = r.sort("start_ps")
+        r = r.filter(pl.col("start_ps").is_not_null()).sort("start_ps")  # a run without a start has no place
         dsel = pe.sel(host, device)
         o_start, o_dur, o_attr = pe.start[dsel], pe.dur[dsel], pe.attr[dsel]  # views for a slice
         r_start, r_dur = r["start_ps"].to_numpy().copy(), r["duration_ps"].to_numpy().copy()
@@ -286,8 +286,11 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
             offs.append(off)
             chunks[pid] = (ridx, heads, ends)
             inside &= bool(((off >= 0) & (off < np.maximum(r_dur[ridx], 1))).all())
-        if offs and not inside:
-            shift = int(np.median(np.concatenate(offs)))
+        allo = np.concatenate(offs) if offs else np.empty(0)
+        if allo.dtype.kind == "f":  # a run without a start (null) gives NaN: it has no offset
+            allo = allo[np.isfinite(allo)]
+        if allo.size and not inside:
+            shift = int(np.median(allo))
             new_start, new_dur = r_start + shift, r_dur
             for ridx, heads, ends in chunks.values():
                 new_start[ridx] = heads

@@ -86,6 +86,31 @@ def cut_strings(table: OpTable, path: str) -> tuple[OpTable, list[str]]:
         "by them; the trace is corrupt or hostile"]
 
 
+_COST_COLUMNS = ("flops", "model_flops", "bytes_accessed")
+
+
+def drop_bad_costs(table: OpTable, path: str) -> tuple[OpTable, list[str]]:
+    """``(table, notes)`` with every FLOP or byte count that is not a finite number >= 0 (a
+    trace stat of NaN, inf or a negative value) made null (unknown), the cost source of a
+    description left with neither made "unknown"; the input itself when all are sound."""
+    attrs = table.attrs
+    cols = [c for c in _COST_COLUMNS if c in attrs.columns]
+    if not attrs.height or not cols:
+        return table, []
+    bad = {c: (pl.col(c).is_not_null() & (~pl.col(c).is_finite() | (pl.col(c) < 0))) for c in cols}
+    counts = attrs.select([e.sum().alias(c) for c, e in bad.items()]).row(0, named=True)
+    if not any(counts.values()):
+        return table, []
+    fixed = attrs.with_columns([pl.when(e).then(None).otherwise(pl.col(c)).alias(c) for c, e in bad.items()])
+    if "cost_source" in fixed.columns and "flops" in fixed.columns and "bytes_accessed" in fixed.columns:
+        fixed = fixed.with_columns(pl.when(pl.col("flops").is_null() & pl.col("bytes_accessed").is_null())
+                                   .then(pl.lit("unknown")).otherwise(pl.col("cost_source")).alias("cost_source"))
+    what = ", ".join(f"{n} {c}" for c, n in counts.items() if n)
+    return OpTable(table.events, fixed), [
+        f"{path}: op descriptions with FLOP or byte counts that are not finite numbers >= 0 ({what}): "
+        "treated as unknown; the trace is corrupt"]
+
+
 def _days(ps: int) -> str:
     return f"{ps / 1e12 / 86400:.1f} days"
 

@@ -13,7 +13,7 @@ from traceview.model.optable import ATTR_SCHEMA, EVENT_SCHEMA, OpTable
 from traceview.model.schema import MODULE_RUNS_SCHEMA, DeviceInfo, TraceData
 from traceview.read.batch import Failed, ReadTask
 from traceview.read.cache import TableCache
-from traceview.model.bounds import clamp_file, cut_strings
+from traceview.model.bounds import clamp_file, cut_strings, drop_bad_costs
 from traceview.read.diagnose import still_writing_hint
 
 #: Environment variable: the default of ``max_bytes`` (see :func:`read_file`).
@@ -38,8 +38,8 @@ def max_bytes_default(max_bytes: int | None) -> int | None:
 
 
 def kind_of(path: str) -> str:
-    """The reader a file's name calls for: ``"xplane"`` (``*.pb``) or ``"trace_json"``."""
-    return "xplane" if str(path).endswith(".pb") else "trace_json"
+    """The reader a file's name calls for: ``"xplane"`` (``*.pb``, ``*.pb.gz``) or ``"trace_json"``."""
+    return "xplane" if str(path).endswith((".pb", ".pb.gz")) else "trace_json"
 
 
 def cache_args(path: str, kind: str, host: str | None, run: str) -> list:
@@ -105,7 +105,8 @@ def read_uncached(path: str | os.PathLike, *, kind: str | None = None, host: str
         raise
     td.table, td.module_runs, notes = clamp_file(td.table, td.module_runs, p)
     td.table, cut = cut_strings(td.table, p)
-    td.notes.extend(notes + cut)
+    td.table, costs = drop_bad_costs(td.table, p)
+    td.notes.extend(notes + cut + costs)
     return td
 
 

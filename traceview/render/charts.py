@@ -20,11 +20,13 @@ from traceview.model.units import fmt_rate
 BOUND_COLORS = {"memory": "#1f77b4", "compute": "#d62728", "unknown": "#7f7f7f"}
 #: How many points of the roofline chart get a rank label.
 LABELLED = 8
+#: Values a log axis is given, exclusive bounds (beyond them matplotlib's limits overflow).
+_DRAWABLE = (1e-300, 1e300)
 
 
 def _chart_style(fn):
     """Run a chart function under matplotlib's default style plus the report's SVG settings,
-    so neither a notebook's rcParams/style leak into the report nor the report into the
+    with its warnings silenced, so neither a notebook's rcParams/style leak into the report nor the report into the
     notebook (``matplotlib.style.context`` restores every rcParam on exit; the backend is
     never touched). Text is kept as ``<text>`` elements (system sans-serif font, nothing
     embedded) and ids are salted per chart so two inline SVGs do not collide."""
@@ -32,12 +34,15 @@ def _chart_style(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        import warnings
+
         import matplotlib
         import matplotlib.style
 
         with matplotlib.style.context("default"), matplotlib.rc_context(
                 {"svg.fonttype": "none", "svg.hashsalt": f"traceview-{fn.__name__}",
-                 "font.family": "sans-serif", "font.size": 9}):
+                 "font.family": "sans-serif", "font.size": 9}), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a library writes nothing to stderr
             return fn(*args, **kwargs)
 
     return wrapper
@@ -114,19 +119,25 @@ def roofline_svg(roof: pl.DataFrame, peaks, *, labelled: int = LABELLED) -> tupl
     if costed.height == 0:
         return None, ("No roofline chart: this trace carries no FLOP or byte counts and none could be derived "
                       "from its HLO, so no op can be placed against the roofs."), 0
-    pts = costed.filter((pl.col("intensity") > 0) & (pl.col("achieved_flops") > 0))
+    pts = costed.filter((pl.col("intensity") > 0) & (pl.col("achieved_flops") > 0)
+                        & pl.col("intensity").is_finite() & pl.col("achieved_flops").is_finite())
     hidden = costed.height - pts.height
     if pts.height == 0:
         return None, (f"No roofline chart: none of the {costed.height} populations with costs does FLOPs "
                       "(pure data movement), so none has a positive arithmetic intensity to place on a log axis."), hidden
 
-    pf, pb, ridge = float(peaks.peak_flops), float(peaks.peak_bw), float(peaks.ridge)
+    pf, pb, ridge = float(peaks.peak_flops), float(peaks.peak_bw), peaks.ridge
     x = pts["intensity"].to_list()
     y = pts["achieved_flops"].to_list()
     t = [float(v or 0) for v in pts["total_ps"].to_list()]
     tmax = max(t) or 1.0
-    lo = min(min(x), ridge) / 4
-    hi = max(max(x), ridge) * 4
+    lo = min(min(x), ridge or 1.0) / 4
+    hi = max(max(x), ridge or 1.0) * 4
+    ends = [pf, pb, lo, hi, pf * 3, min(min(y), lo * pb) / 3, lo * pb, hi * pb]
+    if ridge is None or not all(math.isfinite(v) and _DRAWABLE[0] < v < _DRAWABLE[1] for v in ends):
+        return None, (f"No roofline chart: the peaks ({fmt_rate(pf, 'FLOP/s')}, {fmt_rate(pb, 'B/s')}) or the ops' "
+                      "rates lie beyond what a chart can draw (figures over 1e300 or under 1e-300); the table below "
+                      "has the figures."), hidden
     fig = _new_figure(8.4, 4.6)
     ax = fig.add_subplot()
     ax.set_xscale("log")
@@ -200,7 +211,7 @@ def steps_svg(series: list[list[float]], colors: list[str]) -> str:
     ax = fig.add_subplot()
     bottom = [0.0] * n
     for vals, c in zip(series, colors):
-        ms = [float(v or 0) / 1e9 for v in vals]
+        ms = [float(v) / 1e9 if v and math.isfinite(float(v)) and v > 0 else 0.0 for v in vals]
         ax.bar(range(1, n + 1), ms, bottom=bottom, color=c, width=0.82 if n > 3 else 0.5, linewidth=0)
         bottom = [b + v for b, v in zip(bottom, ms)]
     ax.set_xlabel("step")
