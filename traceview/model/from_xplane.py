@@ -99,6 +99,19 @@ def _device_info(plane, kind: str, names, stat_names) -> DeviceInfo:
     return info
 
 
+#: Device planes one file may hold: a profile is one host's, and the largest hosts have 16
+#: accelerators (8 on TPU hosts); each plane costs milliseconds, so 20,000 took over a minute.
+MAX_DEVICE_PLANES = 256
+
+
+def _starts_with_gzip(p: Path) -> bool:
+    try:
+        with open(p, "rb") as fh:
+            return fh.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False  # the reader reports an unreadable file
+
+
 def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = "", max_bytes: int = MAX_FILE_BYTES,
                 prefetch=None) -> TraceData:
     """Read one ``.xplane.pb`` into a :class:`~traceview.model.schema.TraceData`.
@@ -131,7 +144,22 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
         raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(p)) from None
     space = None
     arrays = None
-    if wire.has_decoder() and size > 0:
+    gzipped = _starts_with_gzip(p)
+    if gzipped:  # a published <host>.xplane.pb.gz: inflated (within max_bytes) and parsed whole
+        from traceview.read.inflate import gunzip
+
+        try:
+            data = p.read_bytes()
+        except OSError as exc:
+            raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(p)) from None
+        try:
+            data = gunzip(data, str(p), max_bytes, what="XSpace")
+        except LimitExceeded as exc:
+            raise LimitExceeded(f"{exc.fault} (raise it with --max-bytes or TRACEVIEW_MAX_BYTES; the library's "
+                                "max_bytes)", str(p)) from None
+        space = read_xspace_bytes(bytes(data), str(p))
+        del data
+    elif wire.has_decoder() and size > 0:
         pre = prefetch.take() if prefetch is not None and prefetch.matches(p) else None
         if pre is not None:
             space, arrays = pre
@@ -153,9 +181,13 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
         del data
     if not space.planes:
         raise TraceUnreadable("XSpace has no planes (not an XProf trace?)", str(p))
+    n_dev = sum(1 for pl_ in space.planes if pl_.name.startswith("/device:"))
+    if n_dev > MAX_DEVICE_PLANES:
+        raise TraceUnreadable(f"it holds {n_dev:,} device planes; one host's profile holds one per device (at most "
+                              f"{MAX_DEVICE_PLANES} here): the trace is corrupt or synthetic", str(p))
     if not any(pl_.name for pl_ in space.planes):
         raise TraceUnreadable("a protobuf whose planes have no names: not an XProf trace", str(p))
-    stem = p.name.split(".xplane")[0] if ".xplane" in p.name else p.stem
+    stem = p.name.split(".xplane")[0] if ".xplane" in p.name else p.name.removesuffix(".gz").rsplit(".", 1)[0]
     host = printable(host or stem or (space.hostnames[0] if space.hostnames else ""))
     return convert_xspace(space, printable(str(p)), host, printable(run), tpu_arrays=arrays)
 
@@ -286,10 +318,14 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
                      step_markers=step_markers.sort("start_ps"))
 
 
-def _tpu_metadata(plane, names, stat_names) -> pl.DataFrame:
-    """One row per XEventMetadata id: the op fields TPU records once per op."""
+def _tpu_metadata(plane, names, stat_names, used=None) -> pl.DataFrame:
+    """One row per XEventMetadata id (those in ``used``, the ids the plane's op events carry,
+    when given: a plane may declare a million entries and use a few): the op fields TPU
+    records once per op."""
     cols: dict[str, list] = {k: [] for k in _META_COLUMNS}
-    for mid, md in plane.event_metadata.items():
+    table = plane.event_metadata
+    items = table.items() if used is None else ((m, table[m]) for m in used if m in table)
+    for mid, md in items:
         st = _stats(md.stats, names, stat_names)
         text = md.name
         ins = parse_instruction(text)
@@ -350,7 +386,7 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, 
                     .select(list(MODULE_RUNS_SCHEMA)))
     if pa.mids is None:
         return pa.n_events
-    meta = _tpu_metadata(plane, stat_names, stat_names)
+    meta = _tpu_metadata(plane, stat_names, stat_names, used=[int(m) for m in np.unique(pa.mids)])
     cols.append(_tpu_op_table(meta, pa.mids, pa.starts, pa.durs, pa.selfs, pa.occ, pa.enc, mods,
                               {"host": host, "run": run, "file": path, "device": plane.name, "line": "XLA Ops",
                                "kernel": ""}, dest=dest))

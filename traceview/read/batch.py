@@ -119,11 +119,59 @@ def dask_executor(address: str):
         from distributed import Client
     except ImportError:
         raise UsageError("--scheduler needs Dask: pip install 'traceview[dist]' (dask[distributed])") from None
-    try:
-        client = Client(address, timeout="10s", set_as_default=False)
-    except Exception as exc:  # OSError, TimeoutError, ValueError for a bad address...
-        raise UsageError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+    import threading
+
+    got: dict = {}
+
+    def connect():
+        try:
+            got["client"] = Client(address, timeout=f"{CONNECT_TIMEOUT_S:g}s", set_as_default=False)
+        except Exception as exc:  # OSError, TimeoutError, ValueError for a bad address...
+            got["error"] = exc
+
+    # Client's timeout covers the TCP connect, not the handshake: a service that accepts the
+    # connection and never answers (an HTTP server) would hold it forever
+    t = threading.Thread(target=connect, name="traceview-dask-connect", daemon=True)
+    t.start()
+    t.join(CONNECT_TIMEOUT_S + HANDSHAKE_GRACE_S)
+    if "error" in got:
+        raise UsageError(f"cannot reach the Dask scheduler at {address}: {got['error']}") from None
+    if "client" not in got:
+        raise UsageError(f"no Dask scheduler answered at {address} within {CONNECT_TIMEOUT_S + HANDSHAKE_GRACE_S:g} s"
+                         f"{_what_answers(address)}")
+    client = got["client"]
     return client.get_executor(pure=False), client.close
+
+
+#: Seconds to connect to a Dask scheduler, and beyond that for its handshake.
+CONNECT_TIMEOUT_S = 10.0
+HANDSHAKE_GRACE_S = 5.0
+
+
+def _what_answers(address: str) -> str:
+    """``": <what the port says>"`` for a port that accepted the connection but is no Dask
+    scheduler (a banner, else the status line it gives an HTTP request), or ""."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(address if "://" in address else f"tcp://{address}")
+    if not u.hostname or not u.port:
+        return ""
+    try:
+        with socket.create_connection((u.hostname, u.port), timeout=3) as sock:
+            sock.settimeout(1)
+            try:
+                data = sock.recv(256)
+            except socket.timeout:
+                sock.sendall(b"GET / HTTP/1.0\r\nHost: " + u.hostname.encode() + b"\r\n\r\n")
+                sock.settimeout(2)
+                data = sock.recv(256)
+    except OSError:
+        return ""
+    line = data.split(b"\n", 1)[0].strip().decode("ascii", "backslashreplace")[:80]
+    if not line:
+        return ": the port accepts connections and says nothing"
+    return f": the port answers {line!r}" + (" (an HTTP server)" if line.startswith("HTTP/") else "")
 
 
 def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor | None" = None,
