@@ -71,9 +71,11 @@ def test_out_of_memory_is_one_line_and_exit_6(shared_traces, capsys, monkeypatch
 
 @pytest.mark.parametrize("value", ["-3", "0", "two"])
 def test_workers_must_be_one_or_more(value, shared_traces, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main(["analyze", str(shared_traces / TPU), "--workers", value])
-    assert exc.value.code == 2 and "--workers" in capsys.readouterr().err
+    """A usage error is one line (argparse's usage block is not printed), exit 2."""
+    rc = main(["analyze", str(shared_traces / TPU), "--workers", value])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--workers" in err and len(err.splitlines()) == 1
+    assert err.startswith("traceview: error: argument --workers") and "see traceview analyze --help" in err
 
 
 def test_diff_and_verify_take_no_cache(shared_traces, capsys, cache_dir):

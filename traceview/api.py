@@ -112,14 +112,18 @@ class Profile(ProfileData):
     def report(self, path: str | os.PathLike, *, top: int = 30, title: str | None = None, peaks=None, rules=None,
                step_module: str | None = None, step_window: str = "span") -> Path:
         """Write the offline, self-contained HTML report to ``path``; returns the path (see
-        :func:`traceview.render.html.render_report`). Raises UsageError on a bad option and
-        OSError when the file cannot be written."""
+        :func:`traceview.render.html.render_report`). Raises UsageError on a bad option, on a
+        ``path`` inside the profile folder it reads, onto a trace or bearing a trace's name
+        (as the CLI refuses them), in a folder that does not exist, or that cannot be written."""
         from traceview.analysis.report import build_report
+        from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
         from traceview.render.html import render_report
 
-        rep = build_report(self, peaks=peaks, rules=rules, step_module=step_module, step_window=step_window, html=True)
         out = Path(path)
-        out.write_text(render_report(rep, top=top, title=title), encoding="utf-8")
+        check_writable(out, "path")
+        refuse_inside_inputs(out, "path", self.discovery, trace_paths=[t.path for t in self.traces])
+        rep = build_report(self, peaks=peaks, rules=rules, step_module=step_module, step_window=step_window, html=True)
+        write_atomic(out, render_report(rep, top=top, title=title))
         return out
 
     def _repr_html_(self) -> str:  # pragma: no cover - exercised by the notebook tests

@@ -22,10 +22,19 @@ COMMANDS = {"analyze": "traceview.cli.analyze", "report": "traceview.cli.report"
             "verify": "traceview.cli.verify", "engine": "traceview.cli.engine"}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line, ``traceview: error: <what>`` and the --help to
+    read, exit 2 (argparse prints its whole usage block first)."""
+
+    def error(self, message: str):
+        print(f"traceview: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The CLI's argument parser. ``only``: build just that subcommand (:func:`main` does,
     for the command on its command line: building the others' options costs start-up time)."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="traceview",
         description="Shape-keyed analysis of JAX/XProf profiles (.xplane.pb, .trace.json.gz).",
         epilog="exit codes: 0 ok, 1 check failed, 2 usage, 3 no trace found, 4 trace unreadable, "
@@ -49,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
         return engine_main(argv[1:])
     process.limit_blas_threads()
     parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0) or a usage error (2, already said)
+        return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
@@ -64,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         except BrokenPipeError:  # the reader went away (| head): a normal end
             process.silence_stdout()
             return EXIT_OK
-        except OSError as exc:  # writing the output failed (disk full, closed descriptor...)
+        except OSError as exc:  # writing the output failed (disk full, closed descriptor...): exit 2
             process.silence_stdout()
             print(f"traceview: error: cannot write {exc.filename or 'the output'}: {exc.strerror or exc}",
                   file=sys.stderr)

@@ -7,9 +7,12 @@ import sys
 from pathlib import Path
 
 from traceview.cli import args as cargs
-from traceview.cli.outputs import check_writable, inside_inputs, refuse_inside_inputs
+from traceview.read.guard import check_writable, inside_inputs, refuse_inside_inputs, write_atomic
 from traceview.errors import EXIT_OK, UsageError
 
+
+
+FORMATS = ["table", "json", "csv", "parquet"]
 
 
 def add_parser(sub) -> None:
@@ -20,8 +23,11 @@ def add_parser(sub) -> None:
     a.add_argument("--top", type=cargs.positive_int, default=None, metavar="N", help=cargs.TOP_HELP)
     a.add_argument("--by", choices=["shape", "name", "program"], default="shape",
                    help="row key: (name, shape) [default], name only, or (program_id, name) as XProf hlo_stats")
-    a.add_argument("--format", choices=["table", "json", "csv", "parquet"], default="table")
-    a.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (required for parquet)")
+    a.add_argument("--format", choices=FORMATS, default=None,
+                   help="table [default], json, csv or parquet; with -o and no --format, the file's suffix "
+                        "(.json, .csv, .parquet) decides")
+    a.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (required for parquet; - for "
+                                                          "standard output)")
     a.add_argument("--steps", type=cargs.step_count, metavar="[MODULE=]N", action="append",
                    help="flag populations whose executions on a device are not a multiple of N (the step count; "
                         "MODULE=N checks that program against its own count, repeat for several)")
@@ -54,9 +60,8 @@ def _stored(args, disc, out: Path | None):
     if hit is None or (out is not None and inside_inputs(out, disc)):
         return (rkey, root), False
     if out is not None:
-        out.write_bytes(hit)
-        if args.format != "table":  # as a computed run reports it
-            print(f"wrote {out}", file=sys.stderr)
+        write_atomic(out, hit)
+        print(f"wrote {out}", file=sys.stderr)  # as a computed run reports it
     else:
         sys.stdout.buffer.write(hit) if hasattr(sys.stdout, "buffer") else sys.stdout.write(hit.decode())
     return (rkey, root), True
@@ -67,12 +72,16 @@ def run(args) -> int:
     from traceview.cli import process
     from traceview.read.discover import discover
 
-    out = Path(args.output) if args.output else None
+    out = cargs.output_path(args.output, "-o")
+    args.format = cargs.output_format(args.format, out, FORMATS, "table")
     if args.format == "parquet" and out is None:
         raise UsageError("--format parquet needs -o FILE")
-    html = Path(args.html) if args.html else None
+    html = cargs.output_path(args.html, "--html")
+    cargs.distinct_outputs(("-o", out), ("--html", html))
     check_writable(out, "-o")
     check_writable(html, "--html")
+    refuse_inside_inputs(out, "-o")
+    refuse_inside_inputs(html, "--html")
     stale = cargs.stale_after(args)
     disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale)
     process.tune_allocator(cargs.input_bytes(disc))
@@ -103,14 +112,14 @@ def run(args) -> int:
             from traceview.cli import resultcache
 
             resultcache.put(stored[0], data, stored[1])
-        if out is not None and args.format != "table":
+        if out is not None:
             print(f"wrote {out}", file=sys.stderr)
         if html is not None:
             from traceview.render.html import render_report
 
             add_html_sections(rep, prof)
-            html.write_text(render_report(rep, top=max(args.top or 0, 30)), encoding="utf-8")
-            print(f"wrote {args.html}", file=sys.stderr)
+            write_atomic(html, render_report(rep, top=max(args.top or 0, 30)))
+            print(f"wrote {html}", file=sys.stderr)
     except BrokenPipeError:
         raise
     except OSError as exc:
@@ -125,7 +134,7 @@ TABLE_TOP = 25
 
 def _write(rep, args, out: Path | None) -> bytes | None:
     """Write the output in ``args.format``; returns the bytes written (for the result cache)
-    when they were kept, else None."""
+    when they were kept, else None. Files are written whole, then renamed into place."""
     if args.format == "table":
         from traceview.render.terminal import render_report
 
@@ -134,30 +143,31 @@ def _write(rep, args, out: Path | None) -> bytes | None:
 
             render_report(console(), rep, top=args.top or TABLE_TOP)
             return None
+        import io
+
         from traceview.cli.outputs import file_console
 
-        with open(out, "w", encoding="utf-8") as fh:
-            render_report(file_console(fh), rep, top=args.top or TABLE_TOP)
-        return out.read_bytes()
-    if args.format == "json":
+        buf = io.StringIO()
+        render_report(file_console(buf), rep, top=args.top or TABLE_TOP)
+        data = buf.getvalue().encode("utf-8")
+    elif args.format == "json":
         from traceview import __version__
         from traceview.render.json import analysis_json
 
-        text = analysis_json(rep, top=args.top, version=__version__)
+        data = analysis_json(rep, top=args.top, version=__version__).encode("utf-8")
     elif args.format == "csv":
         from traceview.render.tables import flat
 
-        rows = rep.table.head(args.top) if args.top else rep.table
-        if out is not None:
-            flat(rows).write_csv(out)
-            return out.read_bytes()
-        text = flat(rows).write_csv()
+        data = flat(rep.table.head(args.top) if args.top else rep.table).write_csv().encode("utf-8")
     else:
-        (rep.table.head(args.top) if args.top else rep.table).write_parquet(out)
-        return out.read_bytes()
-    if out is not None:
-        out.write_text(text, encoding="utf-8")
-        return out.read_bytes()
-    sys.stdout.write(text)
-    return text.encode("utf-8")
+        import io
 
+        buf = io.BytesIO()
+        (rep.table.head(args.top) if args.top else rep.table).write_parquet(buf)
+        data = buf.getvalue()
+    if out is not None:
+        write_atomic(out, data)
+        return data
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data) if hasattr(sys.stdout, "buffer") else sys.stdout.write(data.decode("utf-8"))
+    return data

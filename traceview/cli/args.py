@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from pathlib import Path
 
 
 #: Counts on the command line are held to this (no table, step count or batch comes near;
@@ -49,6 +51,46 @@ def steps_option(values: list | None):
     if plain and (named or len(plain) > 1):
         raise UsageError("--steps takes either one N for every program or MODULE=N per program, not both")
     return plain[0] if plain else named
+
+
+def output_path(value: str | None, flag: str) -> Path | None:
+    """The path an output option names: None when not given or ``-`` (standard output).
+    Raises :class:`~traceview.errors.UsageError` for an empty name."""
+    from traceview.errors import UsageError
+
+    if value is None or value == "-":
+        return None
+    if not value.strip():
+        raise UsageError(f"{flag} needs a file name (or - for standard output), got {value!r}")
+    return Path(value)
+
+
+#: Output formats a file name's suffix implies when ``--format`` is not given.
+SUFFIX_FORMATS = {".json": "json", ".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".html": "html",
+                  ".htm": "html", ".txt": "table"}
+
+
+def output_format(given: str | None, out: Path | None, choices, default: str) -> str:
+    """``given``, else the format ``out``'s suffix implies (:data:`SUFFIX_FORMATS`) when it is
+    one of ``choices``, else ``default``."""
+    if given:
+        return given
+    implied = SUFFIX_FORMATS.get(out.suffix.lower()) if out is not None else None
+    return implied if implied in choices else default
+
+
+def distinct_outputs(*pairs) -> None:
+    """UsageError when two output options (``(flag, path)`` pairs) name the same file."""
+    from traceview.errors import UsageError
+
+    seen = {}
+    for flag, path in pairs:
+        if path is None:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise UsageError(f"{seen[key]} and {flag} both name {path}: one would overwrite the other")
+        seen[key] = flag
 
 
 def positive_float(text: str) -> float:

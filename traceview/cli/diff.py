@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from traceview.cli import args as cargs
 from traceview.errors import EXIT_OK, UsageError
@@ -27,8 +26,9 @@ def add_parser(sub) -> None:
     d.add_argument("--top", type=cargs.positive_int, default=None, metavar="N",
                    help="populations to show: every format obeys it (table output shows 25 when it is not given; "
                         "JSON then holds every population and says how many under \"rows\")")
-    d.add_argument("--format", choices=["table", "json", "html"], default="table")
-    d.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE")
+    d.add_argument("--format", choices=["table", "json", "html"], default=None,
+                   help="table [default], json or html; with -o and no --format, the file's suffix decides")
+    d.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (- for standard output)")
     d.add_argument("--overhead-factor", type=cargs.positive_float, default=4.0, metavar="F",
                    help="note populations whose traced event count changed by F times or more (default 4)")
     d.add_argument("--no-name-stem", action="store_true",
@@ -70,11 +70,12 @@ def load_sides(sides: list[tuple[str, str | None]], args):
 def run(args) -> int:
     """Returns 0; raises TraceviewError subclasses on bad input."""
     from traceview.analysis.diff import diff_sides, side
-    from traceview.cli.outputs import inside_inputs
+    from traceview.read.guard import check_writable, inside_inputs, refuse_inside_inputs, write_atomic
 
-    out = Path(args.output) if args.output else None
-    if out is not None and out.is_dir():
-        raise UsageError(f"{out} is a folder; -o needs a file name")
+    out = cargs.output_path(args.output, "-o")
+    args.format = cargs.output_format(args.format, out, ["table", "json", "html"], "table")
+    check_writable(out, "-o")
+    refuse_inside_inputs(out, "-o")
     if not args.overhead_factor > 1:
         raise UsageError(f"overhead factor must be > 1, got {args.overhead_factor!r}")
     rules = cargs.rules_from_args(args)
@@ -108,7 +109,7 @@ def run(args) -> int:
 
         text = render_diff_text(d, top=args.top or 25, width=PLAIN_WIDTH)
     if out is not None:
-        out.write_text(text, encoding="utf-8")
+        write_atomic(out, text)
         print(f"wrote {out}", file=sys.stderr)
     else:
         sys.stdout.write(text)

@@ -123,7 +123,7 @@ def silence_stdout() -> None:
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):  # a closed stdout is a ClosedStream: no descriptor
         pass
 
 

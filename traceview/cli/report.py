@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from traceview.cli import args as cargs
-from traceview.cli.outputs import refuse_inside_inputs
+from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
 from traceview.errors import EXIT_OK, UsageError
 
 
@@ -30,9 +29,11 @@ def run(args) -> int:
     from traceview.cli import process
     from traceview.model.load import load
 
-    out = Path(args.output)
-    if out.is_dir():
-        raise UsageError(f"{out} is a folder; -o needs a file name (e.g. {out / 'report.html'})")
+    out = cargs.output_path(args.output, "-o")
+    if out is None:
+        raise UsageError("report writes an HTML file: -o needs a file name")
+    check_writable(out, "-o")
+    refuse_inside_inputs(out, "-o")
     with process.decoding_beside_imports():
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=cargs.stale_after(args),
                     max_bytes=args.max_bytes, **cargs.read_options(args))
@@ -44,9 +45,6 @@ def run(args) -> int:
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
                        step_module=args.step_module, step_window=args.step_window, html=True)
     text = render_report(rep, top=args.top, title=args.title)
-    try:
-        out.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
+    write_atomic(out, text)
     print(f"wrote {out}", file=sys.stderr)
     return EXIT_OK

@@ -39,7 +39,7 @@ from pathlib import Path
 from traceview.errors import NoTraceFound, UsageError
 
 #: File-name patterns searched for, as shown to users.
-PATTERNS: tuple[str, ...] = ("*.xplane.pb", "*.trace.json.gz", "*.trace.json", "perfetto_trace.json.gz")
+PATTERNS: tuple[str, ...] = ("*.xplane.pb", "*.xplane.pb.gz", "*.trace.json.gz", "*.trace.json", "perfetto_trace.json.gz")
 
 #: kind -> preference when a host has several files (lower is preferred).
 _KIND_RANK = {"xplane": 0, "trace_json": 1, "perfetto": 2}
@@ -64,13 +64,15 @@ _PERFETTO_HOST = "perfetto_trace"
 def classify(name: str) -> tuple[str, str] | None:
     """Classify a file name: ``(kind, host)`` or None when it is not a trace file.
 
-    kind is ``"xplane"`` (``<host>.xplane.pb``), ``"trace_json"`` (``<host>.trace.json.gz``
+    kind is ``"xplane"`` (``<host>.xplane.pb``, or gzipped ``<host>.xplane.pb.gz`` as projects
+    publish them), ``"trace_json"`` (``<host>.trace.json.gz``
     or ``<host>.trace.json``) or ``"perfetto"`` (``perfetto_trace.json.gz``, whose host is
     not in its name: ``"perfetto_trace"`` is returned).
     """
     if name == PERFETTO_NAME:
         return "perfetto", _PERFETTO_HOST
-    for suffix, kind in ((".xplane.pb", "xplane"), (".trace.json.gz", "trace_json"), (".trace.json", "trace_json")):
+    for suffix, kind in ((".xplane.pb", "xplane"), (".xplane.pb.gz", "xplane"), (".trace.json.gz", "trace_json"),
+                         (".trace.json", "trace_json")):
         if name.endswith(suffix) and len(name) > len(suffix):
             return kind, name[: -len(suffix)]
     return None

@@ -30,12 +30,12 @@ class _OverLimit(Exception):
     """ISA-L produced more than the limit: :func:`gunzip` raises LimitExceeded."""
 
 
-def over_limit(limit: int, path: str) -> LimitExceeded:
-    """The error for decompressed JSON over ``limit`` bytes, naming the option that sets it."""
-    return LimitExceeded(f"decompressed JSON exceeds the {limit:,}-byte limit on its text", path)
+def over_limit(limit: int, path: str, what: str = "JSON") -> LimitExceeded:
+    """The error for decompressed ``what`` over ``limit`` bytes."""
+    return LimitExceeded(f"decompressed {what} exceeds the {limit:,}-byte limit", path)
 
 
-def gunzip(data: bytes, path: str, limit: int) -> bytes | bytearray:
+def gunzip(data: bytes, path: str, limit: int, what: str = "JSON") -> bytes | bytearray:
     """Decompress (possibly multi-member) gzip ``data`` into at most ``limit`` bytes.
 
     Raises :class:`TraceUnreadable` (corrupt or truncated stream, trailing garbage) or
@@ -45,10 +45,10 @@ def gunzip(data: bytes, path: str, limit: int) -> bytes | bytearray:
         try:
             out = _clean_inflate(_isal_zlib, data, limit)
         except _OverLimit:
-            raise over_limit(limit, path) from None
+            raise over_limit(limit, path, what) from None
         if out is not None:
             return out
-    return _gunzip_zlib(data, path, limit)
+    return _gunzip_zlib(data, path, limit, what)
 
 
 def _clean_inflate(mod, data: bytes, limit: int) -> bytes | None:
@@ -92,7 +92,7 @@ def _clean_inflate(mod, data: bytes, limit: int) -> bytes | None:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
-def _gunzip_zlib(data: bytes, path: str, limit: int) -> bytearray:
+def _gunzip_zlib(data: bytes, path: str, limit: int, what: str = "JSON") -> bytearray:
     out = bytearray()
     view = memoryview(data)
     pos = 0
@@ -107,7 +107,7 @@ def _gunzip_zlib(data: bytes, path: str, limit: int) -> bytearray:
                 got = d.decompress(chunk, room + 1)
                 out += got
                 if len(out) > limit or d.unconsumed_tail:
-                    raise over_limit(limit, path)
+                    raise over_limit(limit, path, what)
                 if d.eof:
                     # bytes of this chunk past the member's end belong to the next member
                     pos -= len(d.unused_data)
@@ -115,7 +115,7 @@ def _gunzip_zlib(data: bytes, path: str, limit: int) -> bytearray:
                 tail = d.flush()
                 out += tail
                 if len(out) > limit:
-                    raise over_limit(limit, path)
+                    raise over_limit(limit, path, what)
                 raise TraceUnreadable(
                     f"truncated gzip stream: the file ends after {n} compressed bytes "
                     f"({len(out)} bytes decompressed) before the gzip trailer", path)

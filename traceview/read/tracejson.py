@@ -105,7 +105,7 @@ def read_json_bytes(path: str | os.PathLike, *, max_decompressed_bytes: int = MA
         try:
             return _without_bom(_gunzip(data, p, max_decompressed_bytes))
         except LimitExceeded as exc:
-            raise LimitExceeded(f"{exc.fault} ({why}{_LIMIT_HINT})", p) from None
+            raise LimitExceeded(f"{exc.fault} on its text ({why}{_LIMIT_HINT})", p) from None
     data = _without_bom(data)
     head = data[:64].lstrip()
     if head[:1] in (b"{", b"["):

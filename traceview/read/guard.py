@@ -1,0 +1,100 @@
+"""Where traceview may write: never into a profile folder it reads, onto a trace, or through a
+hard link into one; outputs are written whole to a temporary file and renamed into place.
+
+Used by the CLI and by the library (:meth:`traceview.Profile.report`) alike. Errors are
+:class:`~traceview.errors.UsageError`, one line naming the output.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from traceview.errors import UsageError
+
+
+def inside_inputs(out: Path, discovery) -> bool:
+    """True when ``out`` would land in a folder traceview read a trace from, is a (hard link
+    to a) trace file it read, bears a trace file's name, or lies anywhere in a
+    ``plugins/profile`` tree (where a stray output would later be taken for a trace).
+    ``discovery``: a :class:`~traceview.read.discover.Discovery`, or None."""
+    return inside_files(out, [f.path for f in discovery.files] if discovery is not None else [])
+
+
+def inside_files(out: Path, trace_paths) -> bool:
+    """:func:`inside_inputs` for the trace files ``trace_paths`` read."""
+    from traceview.read.discover import classify
+
+    out = Path(out)
+    if classify(out.name) is not None:  # a trace's name: it is one, or would be taken for one
+        return True
+    out = out.resolve()
+    dirs = set()
+    for f in trace_paths:
+        dirs.add(Path(f).resolve().parent)
+        try:
+            if out.exists() and os.path.samefile(out, f):  # a hard link to a trace elsewhere
+                return True
+        except OSError:
+            pass
+    if any(out == d or d in out.parents for d in dirs):
+        return True
+    chain = [out, *out.parents]
+    return any(p.name == "profile" and p.parent.name == "plugins" for p in chain)
+
+
+def refuse_inside_inputs(out: Path | None, flag: str, *discoveries, trace_paths=()) -> None:
+    """UsageError when ``out`` is inside what any of ``discoveries`` read, or among
+    ``trace_paths`` (:func:`inside_inputs`)."""
+    if out is None:
+        return
+    paths = list(trace_paths) + [f.path for d in discoveries if d is not None for f in d.files]
+    if inside_files(out, paths):
+        raise UsageError(f"refusing to write {out}: it is inside the profile folder it reads, is one of its "
+                         f"trace files or bears a trace file's name; choose another {flag}")
+
+
+def check_writable(path: Path | None, flag: str) -> None:
+    """UsageError unless ``path`` names a file whose folder exists (checked before any work)."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise UsageError(f"refusing to write {path}: it is a folder; {flag} needs a file name")
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise UsageError(f"refusing to write {path}: folder {parent} does not exist")
+
+
+def write_atomic(path: Path, data: bytes | str) -> None:
+    """Write ``data`` to ``path`` through a temporary file in its folder renamed over it, so a
+    reader never sees half a file and a hard link to an existing ``path`` (a trace elsewhere)
+    keeps its content. Raises :class:`UsageError` naming ``path`` when it cannot be written."""
+    path = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    folder = path.parent if str(path.parent) else Path(".")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except OSError:
+            mode = 0o666 & ~_umask()
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
