@@ -70,13 +70,20 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     single unreadable host among several becomes a warning),
     :class:`~traceview.errors.LimitExceeded` over ``max_bytes`` (a warning when other hosts
     are readable), and :class:`~traceview.errors.NoOpsFound` when the traces hold no HLO op
-    and ``require_ops`` is True.
+    and ``require_ops`` is True, :class:`~traceview.errors.UsageError` for a ``max_bytes`` or
+    ``workers`` that is not a positive whole number (0 workers: this process).
     """
+    from traceview.errors import UsageError
     from traceview.read.cache import TableCache
     from traceview.read.discover import discover
 
+    for v, what, least in ((max_bytes, "max_bytes", 1), (workers, "workers", 0)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < least):
+            raise UsageError(f"{what} must be a whole number {'>= 0' if least == 0 else '> 0'}, got {v!r}")
+
     disc = discovery if discovery is not None else discover(path, run=run, all_runs=all_runs,
-                                                             stale_after_s=stale_after_s)
+                                                             stale_after_s=stale_after_s,
+                                                             run_hint="pass run= or all_runs=True to load()")
     store = TableCache.default() if cache is None else (cache or None)
     if prefetch is True:
         pre = start_prefetch(disc, max_bytes=max_bytes, cache=store, local=executor is None and not scheduler)
@@ -104,10 +111,20 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
         else:
             traces.append(res)
     if errors and not traces:
-        raise errors[0]
+        raise _all_faults(errors, disc)
     prof = (factory or ProfileData).from_traces(traces, discovery=disc, warnings=warnings)
     if require_ops and prof.table.height == 0:
         names = ", ".join(str(t.path) for t in traces)
-        raise NoOpsFound("the trace has no HLO ops (no XLA Ops line, no hlo_op-annotated kernels); "
-                         "was it recorded from a JAX/XLA program?", names)
+        no_ops = NoOpsFound("the trace has no HLO ops (no XLA Ops line, no hlo_op-annotated kernels); "
+                            "was it recorded from a JAX/XLA program?", names)
+        raise _all_faults(errors + [no_ops], disc)
     return prof
+
+
+def _all_faults(errors: list, disc):
+    """The one error to raise when no file can be analysed: the error itself when there is
+    one, else one naming every file's fault, of the first one's class (its exit code)."""
+    if len(errors) == 1:
+        return errors[0]
+    parts = "; ".join(str(e) for e in errors)
+    return type(errors[0])(f"none of the {len(errors)} trace files can be analysed: {parts}", disc.root)

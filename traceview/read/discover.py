@@ -54,6 +54,30 @@ PRUNED_DIRS = frozenset({
     ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints",
 })
 
+#: Skipped paths named in the provenance (the rest are counted; all are in ``Discovery.skipped``).
+SKIPPED_NAMED = 3
+
+#: File systems that hold no traces and whose walk is endless or harmful (process folders,
+#: devices, kernel state): a folder on one is not entered unless it is the path given.
+PSEUDO_FILESYSTEMS = frozenset({
+    "proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "securityfs", "debugfs", "tracefs", "pstore",
+    "bpf", "mqueue", "hugetlbfs", "configfs", "fusectl", "binfmt_misc", "efivarfs", "selinuxfs", "rpc_pipefs",
+    "nsfs", "autofs",
+})
+
+
+def pseudo_mounts(mounts: str = "/proc/self/mounts") -> frozenset[str]:
+    """Mount points of :data:`PSEUDO_FILESYSTEMS` (Linux ``/proc/self/mounts``; elsewhere, and
+    when it cannot be read, ``/proc``, ``/sys`` and ``/dev``)."""
+    try:
+        with open(mounts, encoding="utf-8", errors="replace") as fh:
+            points = {f[1].replace("\\040", " ") for f in (line.split() for line in fh)
+                      if len(f) > 2 and f[2] in PSEUDO_FILESYSTEMS}
+    except OSError:
+        points = {"/proc", "/sys", "/dev"}
+    return frozenset(points)
+
+
 #: Two files of one host written further apart than this (seconds) get a warning.
 MTIME_MISMATCH_S = 60.0
 
@@ -222,11 +246,13 @@ def _walk(root: Path, skipped: list[tuple[Path, str]]) -> list[tuple[Path, str, 
     """Depth-first walk of ``root`` following directory symlinks, each real folder once.
 
     Returns (path, kind, host, size, mtime) for each trace file. Folders that cannot be
-    listed and files that cannot be stat'ed go to ``skipped``. Nothing is opened but folders.
+    listed and files that cannot be stat'ed go to ``skipped``; folders on a pseudo file system
+    (:func:`pseudo_mounts`: /proc, /sys...) are not entered. Nothing is opened but folders.
     """
     found = []
     visited: set[tuple[int, int]] = set()
     stack = [(root, True)]
+    pseudo = pseudo_mounts()
     while stack:
         d, is_root = stack.pop()
         try:
@@ -253,7 +279,7 @@ def _walk(root: Path, skipped: list[tuple[Path, str]]) -> list[tuple[Path, str, 
             except OSError:
                 is_dir = False
             if is_dir:
-                if name not in PRUNED_DIRS:
+                if name not in PRUNED_DIRS and not (pseudo and os.path.realpath(e.path) in pseudo):
                     subdirs.append(Path(e.path))
                 continue
             c = classify(name)
@@ -372,6 +398,7 @@ def discover(
     all_runs: bool = False,
     stale_after_s: float | None = 7 * 24 * 3600,
     now: float | None = None,
+    run_hint: str = "pass --run or --all-runs",
 ) -> Discovery:
     """Find the trace files under ``path`` and choose which to read.
 
@@ -386,6 +413,8 @@ def discover(
         all_runs: read every run found (newest first).
         stale_after_s: warn when the chosen run is older than this many seconds (None: never).
         now: the current time, seconds since the epoch (default ``time.time()``); for ages.
+        run_hint: how the caller's user chooses a run, for the warnings ("pass --run or
+            --all-runs" for analyze; diff has --run-base / --run-treatment).
 
     Returns:
         A :class:`Discovery`. Runs are ordered newest first by their folder timestamp, else
@@ -471,7 +500,7 @@ def discover(
             warnings.append(
                 f"{sum(len(r.files) for r in loose)} trace file(s) outside any run folder "
                 f"({', '.join(str(r.directory) for r in loose)}) are newer than run {r0.name}; reading the run "
-                "folder (pass --run or --all-runs to read them)")
+                f"folder ({run_hint} to read them)")
         basis = "its folder name" if r0.timestamp else "its newest file's mtime (not in a YYYY_MM_DD_HH_MM_SS run folder)"
         if len(runs) > 1:
             reasons.append(f"reading run {_describe_run(r0, now)} at {r0.directory}: the newest of "
@@ -482,7 +511,7 @@ def discover(
         if len(runs) > 1:
             warnings.append(
                 f"{len(runs)} runs found; reading {'the newest ' if r0 is runs[0] else 'the newest run folder, '}"
-                f"{r0.name or r0.directory}; pass --run or --all-runs "
+                f"{r0.name or r0.directory}; {run_hint} "
                 "to choose (the newest run may not be the session you just profiled if clocks or copies differ)"
             )
     if not all_runs and len(runs) > 1:
@@ -516,5 +545,19 @@ def discover(
                 "profiled, the new trace went elsewhere (check the log dir you passed to the profiler)"
             )
     if skipped:
-        reasons.append(f"skipped {len(skipped)} path(s) that could not be read (see skipped)")
+        named = "; ".join(f"{p} ({why})" for p, why in skipped[:SKIPPED_NAMED])
+        more = f"; and {len(skipped) - SKIPPED_NAMED} more" if len(skipped) > SKIPPED_NAMED else ""
+        reasons.append(f"skipped {len(skipped)} path(s) that could not be read: {named}{more}")
+        newest = max((r.time for r in selected), default=None)
+        for p, why in skipped:
+            if not why.startswith("cannot list folder"):
+                continue
+            try:
+                mtime = os.stat(p).st_mtime
+            except OSError:
+                continue
+            if newest is not None and mtime > newest:
+                warnings.append(f"folder {p} could not be listed ({why.split(': ', 1)[-1]}) and changed after the "
+                                f"run read ({_fmt_age(now - mtime)} ago): it may hold a newer run; fix its "
+                                "permissions or pass it directly")
     return Discovery(root=root, runs=runs, selected=selected, files=files, reasons=reasons, warnings=warnings, skipped=skipped)
