@@ -184,17 +184,20 @@ def test_user_suite_against_recorded_and_shared_traces(user_project, shared_trac
     # a golden summary that no longer matches: exact counts and times out of tolerance are named
     kernel = next(p for p in doc["populations"] if p["kind"] == "kernel")
     kernel["occurrences"] += 1
-    kernel["self_ps"] *= 3
+    share = kernel["share"]
+    kernel["share"] = share / 3  # as if the kernel had taken a third of its share of op time
+    kernel["self_ps"] //= 3
     golden.write_text(json.dumps(doc))
-    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "golden", "-o", "traceview_golden_time_rtol=0.25")
+    result = pytester.runpytest("-p", "no:cacheprovider", "-k", "golden", "-o", "traceview_golden_time_rtol=0.25",
+                                "-o", "traceview_golden_time_share_atol=0.01")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "profile differs from the golden summary" in out and "--traceview-update-golden" in out
     assert f"RPAd-p_*-bq_*_*-bkv_*_* {kernel['shape'][:40]}" in out
     assert "6 occurrences, golden 7 (exact)" in out
-    assert "self time" in out and "bound ±" in out
-    tol = 0.25 * kernel["self_ps"] / 1e9  # the ini tolerance, in ms
-    assert f"bound ±{tol:.3f} ms" in out
+    assert f"{100 * share:.1f}% of op time" in out and f"golden {100 * share / 3:.1f}%" in out
+    tol = max(0.01, 0.25 * share / 3)  # the ini tolerances, in points of share
+    assert f"bound ±{100 * tol:.1f} points" in out
 
 
 def test_failure_messages_name_op_shape_figure_and_bound(user_project):

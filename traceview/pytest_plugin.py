@@ -19,8 +19,10 @@ Installed with traceview; nothing to import or register. Fixtures:
   profile's shape-keyed summary with ``<golden dir>/<name or test name>.json``
   (:func:`traceview.testing.assert_matches_golden`); ``--traceview-update-golden`` writes the
   files instead. The golden dir is the ``traceview_golden_dir`` ini option (default
-  ``tests/golden``), relative to the rootdir; ``traceview_golden_time_rtol`` (default 0.5)
-  and ``traceview_golden_share_atol`` (default 0.05) set the tolerances for a project.
+  ``tests/golden``), relative to the rootdir; ``traceview_golden_time_rtol`` (default 0.5),
+  ``traceview_golden_time_share_atol`` (0.15), ``traceview_golden_time_min_share`` (0.02) and
+  ``traceview_golden_share_atol`` (0.25) set the tolerances for a project
+  (:func:`traceview.testing.compare_summaries`).
 
 Relative paths (options, ini values, marker paths) are resolved against the rootdir.
 Profiles are loaded once per session per (path, run) and shared between tests; treat them
@@ -51,10 +53,14 @@ def pytest_addoption(parser):
     parser.addini("traceview_path", "trace file or folder for the traceview_profile fixture", default="")
     parser.addini("traceview_fixtures_dir", "folder of named recorded traces for recorded_trace", default="")
     parser.addini("traceview_golden_dir", "folder of golden summaries for traceview_golden", default="tests/golden")
-    parser.addini("traceview_golden_time_rtol", "relative tolerance on a population's self time in golden "
+    parser.addini("traceview_golden_time_rtol", "relative tolerance on a population's share of op time in golden "
                   "comparisons (default 0.5)", default="")
+    parser.addini("traceview_golden_time_share_atol", "absolute tolerance on a population's share of op time "
+                  "in golden comparisons (default 0.15)", default="")
+    parser.addini("traceview_golden_time_min_share", "populations below this share of op time are not "
+                  "time-checked in golden comparisons (default 0.02)", default="")
     parser.addini("traceview_golden_share_atol", "absolute tolerance on a family's share of op time in golden "
-                  "comparisons (default 0.05)", default="")
+                  "comparisons (default 0.25)", default="")
 
 
 def pytest_configure(config):
@@ -198,7 +204,9 @@ def traceview_golden(request):
     gdir = _resolve(config, config.getini("traceview_golden_dir") or "tests/golden")
     defaults: dict = {}
 
-    for key, ini in (("time_rtol", "traceview_golden_time_rtol"), ("share_atol", "traceview_golden_share_atol")):
+    for key, ini in (("time_rtol", "traceview_golden_time_rtol"), ("share_atol", "traceview_golden_share_atol"),
+                     ("time_share_atol", "traceview_golden_time_share_atol"),
+                     ("time_min_share", "traceview_golden_time_min_share")):
         raw = config.getini(ini)
         if raw:
             try:
