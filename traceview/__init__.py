@@ -34,5 +34,9 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'traceview' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:  # the lazy entry points too, for tab completion
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = ["load", "Profile", "Report", "diff", "verify", "TraceviewError", "NoTraceFound", "TraceUnreadable",
            "NoOpsFound", "UsageError", "LimitExceeded", "__version__"]

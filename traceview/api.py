@@ -169,11 +169,14 @@ def diff(base, treatment, **options):
 
 def verify(treatment, checks, *, base=None, rules=None):
     """Evaluate ``checks`` (strings of the :mod:`traceview.analysis.verify_grammar` grammar)
-    on ``treatment`` (and ``base`` for diff checks): :class:`Profile` objects or paths. Returns
+    on ``treatment`` (and ``base`` for diff checks): :class:`Profile` objects or paths; one
+    check may be given as a plain string. Returns
     a :class:`traceview.analysis.verify.VerifyReport`. Raises UsageError for an invalid check
     (before evaluating any) and the errors of :func:`load` for bad paths."""
     from traceview.analysis.verify import verify as _verify
     from traceview.analysis.verify_grammar import parse_check
 
+    if isinstance(checks, str):
+        checks = [checks]
     parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]  # usage errors before reading
     return _verify(_profile(treatment), parsed, base=_profile(base) if base is not None else None, rules=rules)

@@ -169,7 +169,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     peaks = peaks if peaks is not None else profile_peaks(prof)
     roof = roofline(prof.table, peaks)
     checks = None
-    if steps or expect_batch:
+    if steps is not None or expect_batch is not None:  # 0 is refused by the checks, not ignored
         checks = aggregate.occurrence_checks(prof.table, prof.module_runs, steps=steps, expect_batch=expect_batch)
     anat = profile_anatomy(prof, rules, module=step_module, window=step_window)
     kern = _kernels(prof.table)

@@ -88,10 +88,14 @@ class Check:
 # -- parsing --------------------------------------------------------------------------------
 
 def tokenize(text: str) -> list[str]:
-    """Split a check into tokens: whitespace-separated, ``"..."``/``'...'`` quoted (kept verbatim)."""
+    """Split a check into tokens: whitespace-separated, ``"..."``/``'...'`` quoted (kept
+    verbatim). Raises :class:`UsageError` on a quote that is never closed."""
     out = []
     for m in _TOKEN.finditer(text):
-        out.append(next(g for g in m.groups() if g is not None))
+        tok = next(g for g in m.groups() if g is not None)
+        if m.group(3) is not None and tok[:1] in ("'", '"'):
+            raise UsageError(f"invalid check {text.strip()!r}: the quote {tok[0]} before {tok[1:]!r} is never closed")
+        out.append(tok)
     return out
 
 
@@ -149,11 +153,18 @@ def _cmp(p: _P) -> str:
 
 
 def _pct(p: _P) -> float:
+    """A share: ``30%`` or the fraction ``0.3``, between 0 and 100% (a bare number above 1, such
+    as ``10``, is refused: 10% or 0.1?)."""
     s = p.word("percentage")
     try:
-        return float(s[:-1]) / 100 if s.endswith("%") else float(s)
+        v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
     except ValueError:
         p.err(f"expected a percentage such as 30% or 0.3, got {s!r}")
+    if not s.endswith("%") and v > 1:
+        p.err(f"{s!r} is not a share: write {s}% for a percentage, or a fraction from 0 to 1")
+    if not 0 <= v <= 1:
+        p.err(f"a share lies between 0% and 100%, got {s!r}")
+    return v
 
 
 def _int(p: _P) -> float:

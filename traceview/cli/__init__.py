@@ -66,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     with process.standard_streams():
+        if not getattr(args, "no_cache", False):
+            from traceview.read.cache import unusable_reason
+
+            why = unusable_reason()
+            if why:  # once per run, whatever reads the cache afterwards
+                print(f"traceview: note: {why}", file=sys.stderr)
         try:
             rc = importlib.import_module(COMMANDS[args.command]).run(args)
             sys.stdout.flush()

@@ -110,8 +110,8 @@ def days(text: str) -> float:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number of days, got {text!r}") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"expected a finite number of days, got {text!r}")
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of days, 0 or more, got {text!r}")
     return v
 
 
@@ -147,13 +147,14 @@ def add_selection(p: argparse.ArgumentParser) -> None:
     g.add_argument("--run", metavar="NAME", help="read this run (folder name YYYY_MM_DD_HH_MM_SS) instead of the newest")
     g.add_argument("--all-runs", action="store_true", help="read every run found, not only the newest")
     p.add_argument("--stale-days", type=days, default=7.0, metavar="D",
-                   help="warn when the chosen run is older than D days (default 7)")
+                   help="warn when the chosen run is older than D days (default 7; 0: never)")
     p.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX (e.g. 'TPU:0$')")
     p.add_argument("--filter", metavar="REGEX", help="keep only ops whose name, HLO text or framework op path (named scopes) matches REGEX")
     add_reading(p)
     p.add_argument("--max-bytes", type=positive_int, metavar="N",
-                   help="most bytes of trace data to hold per file: .xplane.pb size, decompressed .trace.json "
-                        "text (default: $TRACEVIEW_MAX_BYTES, else 8 GiB / 4 GiB); over it: exit 6")
+                   help="most bytes one file's reading may take: an .xplane.pb's size, the memory a .trace.json's "
+                        "text and events take (about 2.25 B per byte of text + 400 B per event) (default: "
+                        "$TRACEVIEW_MAX_BYTES, else 8 GiB / 4 GiB); over it: exit 6")
 
 
 def add_peaks(p: argparse.ArgumentParser) -> None:
@@ -196,14 +197,22 @@ def rules_from_args(args):
 
 def peaks_from_args(prof, args):
     """The profile's peaks with the command line's overrides (``--measure-cpu-peaks``
-    measures this host for the figures not given)."""
+    measures this host for the figures neither given nor known, on a CPU profile only)."""
     from traceview.analysis.peaks import measure_cpu_peaks, profile_peaks
 
-    if getattr(args, "measure_cpu_peaks", False) and not (args.peak_flops and args.peak_bw):
-        m = measure_cpu_peaks()
-        return profile_peaks(prof, chip=args.chip, peak_flops=args.peak_flops or m.peak_flops,
-                             peak_bw=args.peak_bw or m.peak_bw)
-    return profile_peaks(prof, chip=args.chip, peak_flops=args.peak_flops, peak_bw=args.peak_bw)
+    peaks = profile_peaks(prof, chip=args.chip, peak_flops=args.peak_flops, peak_bw=args.peak_bw)
+    if getattr(args, "measure_cpu_peaks", False):
+        kinds = {d.kind for d in prof.used_devices()}
+        if kinds - {"CPU"}:
+            peaks.notes.append(f"--measure-cpu-peaks measures this host's CPU; the profile ran on "
+                               f"{', '.join(sorted(kinds - {'CPU'}))}: not used")
+        elif not (peaks.peak_flops and peaks.peak_bw):
+            m = measure_cpu_peaks()
+            if not peaks.peak_flops:
+                peaks.peak_flops, peaks.flops_source = m.peak_flops, m.flops_source
+            if not peaks.peak_bw:
+                peaks.peak_bw, peaks.bw_source = m.peak_bw, m.bw_source
+    return peaks
 
 
 def cache_from_args(args):
@@ -227,7 +236,7 @@ def read_options(args) -> dict:
 
 
 def stale_after(args) -> float | None:
-    """``--stale-days`` in seconds, None when 0 or less (no warning)."""
+    """``--stale-days`` in seconds, None when 0 (no warning)."""
     return None if args.stale_days <= 0 else args.stale_days * 86400
 
 

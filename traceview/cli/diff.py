@@ -38,18 +38,19 @@ def add_parser(sub) -> None:
     d.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
 
 
-def load_sides(sides: list[tuple[str, str | None]], args):
+def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass --run-base / --run-treatment"):
     """Load each (path, run) side in turn (a generator: the caller can release a profile
     before the next is read); each side's discovery warnings (several runs, stray files...)
     go to stderr, one line each, as ``analyze`` shows them. The sides' single xplane files
     are all decoded on threads from the start, while polars is imported and the first side
-    is analysed (one prefetch per file, for files under the prefetch size)."""
+    is analysed (one prefetch per file, for files under the prefetch size). ``run_hint``: how
+    the caller's user chooses a run, for the warnings."""
     from traceview.cli import process
     from traceview.model.load import load, start_prefetch
     from traceview.read.discover import discover
 
     cache = cargs.cache_from_args(args)
-    discs = [discover(path, run=run, stale_after_s=None) for path, run in sides]
+    discs = [discover(path, run=run, stale_after_s=None, run_hint=run_hint) for path, run in sides]
     process.tune_allocator(cargs.input_bytes(*discs))
     seen: set = set()
     with process.decoding_beside_imports():

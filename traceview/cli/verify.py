@@ -44,7 +44,9 @@ def add_parser(sub) -> None:
                    help="the profile to check, or BASE TREATMENT for diff checks")
     v.add_argument("-c", "--check", action="append", default=[], metavar="CHECK", help="a check (repeatable)")
     v.add_argument("--checks", metavar="FILE", help="a file of checks, one per line")
-    v.add_argument("--run", metavar="NAME", help="run folder to read under PATH (single profile)")
+    v.add_argument("--run", metavar="NAME", help="run folder to read under PATH (one profile)")
+    v.add_argument("--run-base", metavar="NAME", help="run folder to read under BASE (two profiles)")
+    v.add_argument("--run-treatment", metavar="NAME", help="run folder to read under TREATMENT (two profiles)")
     v.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX")
     v.add_argument("--families", metavar="FILE", help="user op families, one NAME=REGEX per line (# comments)")
     v.add_argument("--family", action="append", metavar="NAME=REGEX", help="a user op family (repeatable)")
@@ -68,9 +70,16 @@ def run(args) -> int:
         raise UsageError("no checks given: use --check CHECK or --checks FILE (see traceview verify --help)")
     rules = cargs.rules_from_args(args)
     if len(args.paths) == 2:
-        base, treat = load_sides([(args.paths[0], None), (args.paths[1], None)], args)
+        if args.run:
+            raise UsageError("--run names the run of one profile; for BASE TREATMENT use --run-base and "
+                             "--run-treatment")
+        base, treat = load_sides([(args.paths[0], args.run_base), (args.paths[1], args.run_treatment)], args,
+                                 run_hint="pass --run-base / --run-treatment")
     else:
-        base, (treat,) = None, list(load_sides([(args.paths[0], args.run)], args))
+        if args.run_base or args.run_treatment:
+            raise UsageError("--run-base and --run-treatment name the runs of BASE TREATMENT; for one profile "
+                             "use --run")
+        base, (treat,) = None, list(load_sides([(args.paths[0], args.run)], args, run_hint="pass --run"))
     report = verify(treat, checks, base=base, rules=rules)
     if args.format == "json":
         from traceview.render.json import verify_json

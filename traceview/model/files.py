@@ -22,8 +22,10 @@ MAX_BYTES_ENV = "TRACEVIEW_MAX_BYTES"
 
 def max_bytes_default(max_bytes: int | None) -> int | None:
     """``max_bytes``, else ``$TRACEVIEW_MAX_BYTES``, else None (the readers' own limits).
-    Raises :class:`UsageError` when the variable is not a positive number of bytes."""
+    Raises :class:`UsageError` when either is not a positive whole number of bytes."""
     if max_bytes is not None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes <= 0:
+            raise UsageError(f"max_bytes must be a positive whole number of bytes, got {max_bytes!r}")
         return max_bytes
     text = os.environ.get(MAX_BYTES_ENV, "").strip()
     if not text:

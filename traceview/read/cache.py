@@ -61,15 +61,47 @@ def env_disabled() -> bool:
 
 def default_root() -> Path | None:
     """The cache folder the environment names (module doc), or None when
-    ``$TRACEVIEW_NO_CACHE`` turns the caches off."""
+    ``$TRACEVIEW_NO_CACHE`` turns the caches off or there is no usable place for it
+    (:func:`unusable_reason`)."""
     if env_disabled():
         return None
     d = os.environ.get(ENV_DIR, "").strip()
     if d:
         return Path(d).expanduser()
+    base = _default_base()
+    return None if _base_fault(base) else base / "traceview"
+
+
+def _default_base() -> Path:
     xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
-    return base / "traceview"
+    if xdg:
+        return Path(xdg).expanduser()
+    try:
+        return Path.home() / ".cache"
+    except (RuntimeError, KeyError):  # no HOME and no passwd entry
+        return Path("/nonexistent/.cache")
+
+
+def _base_fault(base: Path) -> str | None:
+    """Why the default cache would be created in no real place: the folder that holds
+    ``base`` (the home folder, or ``$XDG_CACHE_HOME``'s parent) is missing or not writable."""
+    holder = base if base.is_dir() else base.parent
+    if not holder.is_dir():
+        return f"{holder} does not exist"
+    if not os.access(holder, os.W_OK | os.X_OK):
+        return f"{holder} is not writable"
+    return None
+
+
+def unusable_reason() -> str | None:
+    """Why the caches are off for want of a place (``HOME`` names a missing or read-only
+    folder, and neither ``$TRACEVIEW_CACHE_DIR`` nor ``$XDG_CACHE_HOME`` gives one), for the
+    CLI to say once; None when a cache folder is available or the caches are turned off."""
+    if env_disabled() or os.environ.get(ENV_DIR, "").strip():
+        return None
+    why = _base_fault(_default_base())
+    return (f"no cache: {why} (set TRACEVIEW_CACHE_DIR or HOME); reading every file afresh, nothing cached"
+            if why else None)
 
 
 _CODE_ID: list[str] = []  # memo of code_version()'s fingerprint (the code does not change in a process)

@@ -67,7 +67,8 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
                 peaks.append(f"ridge point {g['peak_flops'] / g['peak_bw']:.1f} FLOP/byte")
             console.print(
                 f"[bold]devices[/bold] {escape(g['device_type'])} ×{g['n']}: {g['ops']:,} op events, "
-                f"op time {fmt_time_ps(g['op_time_ps'])}" + (" (" + ", ".join(peaks) + ", from the trace)" if peaks else ""))
+                f"op time {fmt_time_ps(g['op_time_ps'])}" + (f" summed over the {g['n']} devices" if g["n"] > 1 else "")
+                + (" (" + ", ".join(peaks) + ", from the trace)" if peaks else ""))
 
     console.print()
     title = {"shape": "HLO ops keyed by (name, shape)", "name": "HLO ops keyed by name (shapes mixed)",
@@ -162,7 +163,8 @@ def render_roofline(console: Console, peaks, roof: pl.DataFrame, *, top: int, su
         console.print(f"  [yellow]warning:[/yellow] {escape(n)}")
     known = roof.filter(pl.col("flops").is_not_null() | pl.col("bytes").is_not_null())
     if known.height == 0:
-        console.print("  no FLOP or byte counts in this trace (and none derivable): nothing to place on the roofline")
+        console.print("  no op to place on the roofline (none left after --filter / --device)" if roof.height == 0 else
+                      "  no FLOP or byte counts in this trace (and none derivable): nothing to place on the roofline")
         _render_roofline_summary(console, {**(summary or {}), "ratio": None})
         return
     t = Table(title=f"roofline of the top {min(top, known.height)} populations by total time")
