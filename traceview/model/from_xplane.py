@@ -170,6 +170,9 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
                 if why:
                     raise TraceUnreadable(f"not a valid XSpace protobuf: {why}", str(p))
     if space is None:
+        why = wire.mapped_fault(p) if not wire.has_decoder() else None  # (with the decoder: done above)
+        if why:  # named from the mapping, before reading a garbage file of gigabytes whole
+            raise TraceUnreadable(f"not a valid XSpace protobuf: {why}", str(p))
         try:
             with open(p, "rb") as fh:
                 data = fh.read()

@@ -85,10 +85,13 @@ def xspace_fault(data) -> str | None:
     """A one-line reason why ``data`` (a serialized XSpace protobuf refuses; bytes or a mapped
     file) is unreadable, or None when the top level looks well formed (the fault is deeper in).
     Reads the first :data:`DENSITY_WINDOW` bytes and the top-level field keys only."""
+    return reencoded(data) or walk_fault(data)
+
+
+def walk_fault(data) -> str | None:
+    """The top-level structural fault of serialized XSpace ``data`` (a truncation, a zero run,
+    an invalid key), or None when every top-level field is whole."""
     n = len(data)
-    why = reencoded(data)
-    if why:
-        return why
     i, k = 0, 0
     while i < n:
         at = i

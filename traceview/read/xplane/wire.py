@@ -169,13 +169,13 @@ def map_xspace(path: Path):
 
 
 def mapped_fault(path: Path) -> str | None:
-    """:func:`traceview.read.diagnose.xspace_fault` on the memory-mapped file: the fault of a
-    file the in-place scan refused, named without reading the file into memory (it reads the
-    first MiB and the top-level field keys). None when the file cannot be mapped or its top
-    level looks well formed."""
+    """:func:`traceview.read.diagnose.xspace_fault` on the memory-mapped file when its top
+    level is malformed (:func:`~traceview.read.diagnose.walk_fault`): the fault named without
+    reading the file into memory (the first MiB and the top-level field keys). None when the
+    file cannot be mapped or its top level is well formed (protobuf then decides)."""
     import mmap as _mmap
 
-    from traceview.read.diagnose import xspace_fault
+    from traceview.read.diagnose import walk_fault, xspace_fault
 
     try:
         with open(path, "rb") as fh:
@@ -183,7 +183,7 @@ def mapped_fault(path: Path) -> str | None:
     except (OSError, ValueError):
         return None
     try:
-        return xspace_fault(mm)
+        return xspace_fault(mm) if walk_fault(mm) else None
     except (OSError, ValueError, IndexError):  # the file shrank meanwhile
         return None
     finally:
