@@ -27,7 +27,7 @@ from typing import Callable
 import orjson
 
 from traceview.read.xplane.protos import HloProto, XSpace
-from traceview.errors import EXIT_LIMIT, EXIT_NO_OPS, EXIT_NO_TRACE, EXIT_OK, EXIT_UNREADABLE
+from traceview.errors import EXIT_LIMIT, EXIT_NO_OPS, EXIT_NO_TRACE, EXIT_OK, EXIT_UNREADABLE, EXIT_USAGE
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
 TPU = "tpu_v6e_4chip_psum.xplane.pb"
@@ -204,7 +204,9 @@ class Built:
 
     ``names``: a substring the error line must contain (default: ``str(path)``).
     ``patch``: called with pytest's ``monkeypatch`` before the run (to simulate what root
-    cannot: an unreadable file). ``ops_from``: on success, every op row must come from a file
+    cannot: an unreadable file). ``also``: further ``(argv, exit code)`` runs of the same
+    input through other commands and formats (``{path}`` and ``{tmp}`` are filled in): none
+    may raise, an error must be one line. ``ops_from``: on success, every op row must come from a file
     whose path contains this (the good host of a run with a bad one). ``check``: on
     success, called with the parsed ``--format json`` output."""
 
@@ -215,6 +217,7 @@ class Built:
     patch: Callable | None = None
     ops_from: str | None = None
     check: Callable[[dict], None] | None = None  # on success: called with the JSON output
+    also: list = field(default_factory=list)  # (argv with {path}/{tmp}, exit code): other commands, formats
 
 
 @dataclass(frozen=True)
@@ -669,6 +672,292 @@ def _(tmp):
 @case("missing-path", "a path that does not exist", "no trace: does not exist", EXIT_NO_TRACE, expect=("does not exist",), xplane=False)
 def _(tmp):
     return Built(tmp / "nope" / "h.xplane.pb")
+
+
+# -- the second hostile corpus (issue 13): wrong figures, tracebacks, unbounded work ---------
+
+#: every other way to render an input: table, CSV, Parquet, the HTML report, diff (table, JSON)
+EVERY_FORMAT = [(["analyze", "{path}"], EXIT_OK), (["analyze", "{path}", "--format", "csv"], EXIT_OK),
+                (["analyze", "{path}", "--format", "parquet", "-o", "{tmp}/o.parquet"], EXIT_OK),
+                (["report", "{path}", "-o", "{tmp}/r.html"], EXIT_OK), (["diff", "{path}", "{path}"], EXIT_OK),
+                (["diff", "{path}", "{path}", "--format", "json"], EXIT_OK)]
+
+
+def plane_stat(plane, name: str, value) -> None:
+    """Add a plane-level XStat ``name`` = ``value`` (float: double_value, int: int64_value)."""
+    sid = max(plane.stat_metadata, default=0) + 1
+    plane.stat_metadata[sid].id, plane.stat_metadata[sid].name = sid, name
+    st = plane.stats.add()
+    st.metadata_id = sid
+    if isinstance(value, float):
+        st.double_value = value
+    else:
+        st.int64_value = value
+
+
+def metadata_stat(plane, mid: int, name: str, value: float) -> None:
+    """Add an XStat ``name`` = ``value`` (double) to event metadata ``mid``."""
+    sid = next((k for k, v in plane.stat_metadata.items() if v.name == name), None)
+    if sid is None:
+        sid = max(plane.stat_metadata, default=0) + 1
+        plane.stat_metadata[sid].id, plane.stat_metadata[sid].name = sid, name
+    st = plane.event_metadata[mid].stats.add()
+    st.metadata_id, st.double_value = sid, value
+
+
+def _peaks_check(ridge: float, chip: str, trace_bw: float):
+    def check(out: dict) -> None:
+        pk = out["peaks"]
+        assert abs(pk["ridge"] - ridge) < 0.1, pk
+        assert pk["chip"] == chip and pk["trace_bw"] == trace_bw and pk["notes"], pk
+        assert not [r for r in out["roofline"] if (r["frac_peak_bw"] or 0) > 1 or (r["frac_peak_flops"] or 0) > 1]
+    return check
+
+
+@case("mi300x-trace-bandwidth", "MI300X GEMM sweep: its planes' memory_bandwidth stat says 2.66 TB/s, half the "
+      "MI300X datasheet's 5.3 TB/s", "analyzed: the sourced 5.3 TB/s is used (ridge 246.7, not 491.1), both figures "
+      "and the note are in the output; no op above 100% of a peak", EXIT_OK)
+def _(tmp):
+    return Built(write(tmp / "h.xplane.pb", (SHARED / MI300X).read_bytes()),
+                 check=_peaks_check(246.687, "mi300x", 2.6624e12), also=EVERY_FORMAT)
+
+
+def _conv_check(out: dict) -> None:
+    conv = next(r for r in out["roofline"] if r["op_name"] == "cudnn-conv.1")
+    assert (conv["occurrences"], conv["executions"]) == (79, 40), conv
+    assert (conv["frac_peak_bw"] or 0) < 1 and not conv["warning"], conv
+
+
+@case("multi-kernel-op", "MI300X conv3d: `cudnn-conv.1` runs as two kernels (Im3d2Col + a GEMM), each an event "
+      "carrying the op's full FLOPs and bytes", "analyzed: 79 kernel events are 40 executions; costs and rates per "
+      "execution (no op above 100% of a peak)", EXIT_OK)
+def _(tmp):
+    return Built(write(tmp / "h.xplane.pb", (SHARED / "mi300x_jax_conv3d.xplane.pb").read_bytes()), check=_conv_check)
+
+
+def _collective_check(out: dict) -> None:
+    ar = [r for r in out["roofline"] if r["op_name"].startswith("all-reduce")]
+    assert ar and {r["bound_by"] for r in ar} == {"collective"} and all(r["frac_peak_bw"] is None for r in ar)
+
+
+@case("collective-on-hbm-roofline", "TPU v6e 4-chip trace: an all-reduce, whose bytes cross the interconnect",
+      "analyzed: bound by 'collective', off the HBM roofline, and the output says why", EXIT_OK)
+def _(tmp):
+    return Built(write(tmp / "h.xplane.pb", (SHARED / TPU).read_bytes()), check=_collective_check)
+
+
+def _no_wrap(out: dict) -> None:
+    ops = out["ops"]
+    assert all(r["total_ps"] >= 0 and r["self_ps"] >= 0 for r in ops), ops
+    dev = sum(d["op_time_ps"] for d in out["devices"])
+    assert dev == sum(r["self_ps"] for r in ops) <= (1 << 63) - 1
+
+
+@case("int64-sum-wrap", "40 op events of 2**59 ps each: their sum passes int64",
+      "analyzed: every event clamped to 2**62/40 ps with a warning; the table and the devices line agree, "
+      "nothing negative", EXIT_OK, expect=("no total wraps",))
+def _(tmp):
+    xs = tpu_xspace([(ADD, "add.1", i * 10, 1 << 59) for i in range(40)])
+    return Built(write(tmp / "h.xplane.pb", xs.SerializeToString()), check=_no_wrap, also=EVERY_FORMAT)
+
+
+@case("non-utf8-path", "a trace under a folder and a file name holding bytes that are not UTF-8 (0xff, 0xfe)",
+      "analyzed in every format: the bytes are shown as \\xff, never an encoding error", EXIT_OK)
+def _(tmp):
+    d = tmp / os.fsdecode(b"run\xff") / os.fsdecode(b"h\xfe.xplane.pb")
+    return Built(write(d, (SHARED / MI300X).read_bytes()), names=os.fsdecode(b"run\xff"), also=EVERY_FORMAT)
+
+
+@case("top-beyond-int64", "`--top 18446744073709551616` (2**64)", "analyzed: every row, in every format and command",
+      EXIT_OK)
+def _(tmp):
+    big = str(1 << 64)
+    return Built(write(tmp / "h.xplane.pb", (SHARED / MI300X).read_bytes()), args=["--top", big],
+                 also=[([*argv, "--top", big], rc) for argv, rc in EVERY_FORMAT if argv[0] != "analyze" or len(argv) == 2])
+
+
+@case("extreme-peaks", "`--peak-flops 1e308 --peak-bw 1e-308` (a ridge point of 1e616 FLOP/byte)",
+      "analyzed, report written: the chart says why it is not drawn; JSON holds null for figures that are not "
+      "finite, listed under non_finite", EXIT_OK)
+def _(tmp):
+    args = ["--peak-flops", "1e308", "--peak-bw", "1e-308"]
+    return Built(write(tmp / "h.xplane.pb", (SHARED / MI300X).read_bytes()), args=args,
+                 also=[(["report", "{path}", "-o", "{tmp}/r.html", *args], EXIT_OK), (["analyze", "{path}", *args], 0)])
+
+
+@case("tiny-peak", "`--peak-flops 1e-300`: efficiencies and roofline times overflow to infinity",
+      "analyzed: valid JSON, the overflowing figures null and listed under non_finite", EXIT_OK)
+def _(tmp):
+    def check(out):
+        assert out["non_finite"] and all(v in ("inf", "-inf", "nan") for v in out["non_finite"].values())
+    return Built(write(tmp / "h.xplane.pb", (SHARED / MI300X).read_bytes()), args=["--peak-flops", "1e-300"],
+                 check=check)
+
+
+@case("peak-stat-overflow", "a TPU plane whose peak_teraflops_per_second stat is 1e308 (inf once scaled)",
+      "analyzed, report written: the figure is ignored with a warning", EXIT_OK)
+def _(tmp):
+    xs = tpu_xspace()
+    plane_stat(xs.planes[0], "peak_teraflops_per_second", 1e308)
+    plane_stat(xs.planes[0], "peak_hbm_bw_gigabytes_per_second", float("nan"))
+    def check(out):
+        assert out["peaks"]["peak_flops"] is None and any("not a finite positive" in n for n in out["peaks"]["notes"])
+    return Built(write(tmp / "h.xplane.pb", xs.SerializeToString()), check=check,
+                 also=[(["report", "{path}", "-o", "{tmp}/r.html"], EXIT_OK)])
+
+
+@case("cost-stats-not-finite", "TPU ops whose flops / bytes_accessed stats are NaN, inf and negative",
+      "analyzed, report written: those counts are unknown, with a warning", EXIT_OK, expect=("not finite numbers",))
+def _(tmp):
+    mul = ADD.replace("add.1", "multiply.2").replace(" add(", " multiply(")
+    xs = tpu_xspace([(ADD, "add.1", 0, 1000), (mul, "multiply.2", 2000, 1000)])
+    for mid, (f, b) in ((1, (float("nan"), float("inf"))), (2, (-5.0, 1e6))):
+        metadata_stat(xs.planes[0], mid, "flops", f)
+        metadata_stat(xs.planes[0], mid, "bytes_accessed", b)
+    return Built(write(tmp / "h.xplane.pb", xs.SerializeToString()), args=["--peak-flops", "1e12", "--peak-bw", "1e9"],
+                 also=[(["report", "{path}", "-o", "{tmp}/r.html", "--peak-flops", "1e12", "--peak-bw", "1e9"], 0)])
+
+
+def _json_extreme(tmp: Path, v: float) -> Path:
+    """Two executions of jit_f (the second at ``ts`` = ``v``), five ops, one starting 5 s before
+    the session and one lasting ``v`` µs."""
+    doc = tpu_trace_doc([("add.1", ADD, float(2 * i + 1), 0.5) for i in range(4)])
+    ev = doc["traceEvents"]
+    ev.insert(4, {**ev[3], "ts": v})  # a second execution of the module
+    ev[5]["ts"] = -5e6
+    ev[6]["dur"] = v
+    ev.insert(-1, {"ph": "X", "pid": 1, "tid": 2, "ts": 101.0, "dur": 0.5, "name": "add.1", "args": ev[7]["args"]})
+    return write(tmp / "h.trace.json.gz", gz(doc))
+
+
+for _v, _label in ((1e18, "1e18"), (1e300, "1e300"), (float(1 << 70), "2**70"), (-5e6, "negative")):
+    case(f"json-extreme-times-{_label.replace('*', '')}",
+         f"trace JSON: a module execution at `ts` {_label} µs, an op before the session, an op lasting {_label} µs",
+         "analyzed, report written: the times are clamped or kept off the timeline, never a crash", EXIT_OK,
+         xplane=False)(lambda tmp, v=_v: Built(_json_extreme(tmp, v),
+                                               also=[(["report", "{path}", "-o", "{tmp}/r.html"], EXIT_OK),
+                                                     (["analyze", "{path}"], EXIT_OK)]))
+
+
+def _option_file(tmp: Path, kind: str) -> str:
+    if kind == "fifo":
+        p = tmp / "rules.fifo"
+        os.mkfifo(p)
+        return str(p)
+    if kind == "big":
+        return str(write(tmp / "rules.txt", b"# padding\n" * 200_000))
+    return kind
+
+
+for _kind, _why in (("/dev/zero", "not a regular file"), ("/dev/urandom", "not a regular file"),
+                    ("fifo", "not a regular file"), ("big", "1,048,576-byte limit")):
+    case(f"option-file-{_kind.strip('/').replace('/', '-')}", f"`--families` and `--checks` naming {_kind}",
+         "usage error at once: option files are regular files of at most 1 MiB (no hang, no memory blow-up)",
+         EXIT_USAGE, expect=(_why,), xplane=False)(
+        lambda tmp, k=_kind: Built(write(tmp / "h.xplane.pb", (SHARED / MI300X).read_bytes()),
+                                   args=["--families", _option_file(tmp, k)], names="rules" if k in ("fifo", "big") else k,
+                                   also=[(["verify", "{path}", "--checks", _option_file(tmp, k) if k != "fifo" else k],
+                                          EXIT_USAGE)] if k.startswith("/dev") else []))
+
+
+@case("family-regex-backtracking", "`--family 'x=(a|aa)+$'` over an op name of 30,000 characters (Python `re` "
+      "backtracks for minutes)", "analyzed in well under a second: family rules run in polars' linear-time engine",
+      EXIT_OK)
+def _(tmp):
+    name = "a" * 30_000 + "!"
+    text = ADD.replace("%add.1", f"%{name}", 1)
+    return Built(write(tmp / "h.xplane.pb", tpu_xspace([(text, name, 0, 1000)]).SerializeToString()),
+                 args=["--family", "x=(a|aa)+$"])
+
+
+@case("zero-filled-3gb", "a 3 GB sparse, zero-filled `.xplane.pb`",
+      "unreadable: named from the mapped bytes (the zero run, scanned up to 64 MiB), the file never read whole",
+      EXIT_UNREADABLE, expect=("zero bytes from byte 0 to at least byte",))
+def _(tmp):
+    p = tmp / "h.xplane.pb"
+    with open(p, "wb") as fh:
+        fh.truncate(3 << 30)
+    os.utime(p, (OLD, OLD))
+
+    def patch(mp):  # the classic path reads the whole file: it must not be reached
+        import traceview.model.from_xplane
+
+        def refuse(*a, **k):
+            raise AssertionError("the whole file was read")
+        mp.setattr(traceview.model.from_xplane, "read_xspace_bytes", refuse)
+    return Built(p, patch=patch)
+
+
+@case("many-device-planes", "an `.xplane.pb` with 300 TPU device planes (a host has at most 16 accelerators)",
+      "unreadable at once: corrupt or synthetic (20,000 planes took over a minute)", EXIT_UNREADABLE,
+      expect=("300 device planes",))
+def _(tmp):
+    xs = tpu_xspace()
+    for i in range(1, 300):
+        pl_ = xs.planes.add()
+        pl_.CopyFrom(xs.planes[0])
+        pl_.name = f"/device:TPU:{i}"
+    return Built(write(tmp / "h.xplane.pb", xs.SerializeToString()))
+
+
+@case("many-metadata", "a TPU plane declaring 200,000 XEventMetadata entries its events never use",
+      "analyzed: only the referenced entries are parsed (0.85 s, was 2.6 s)", EXIT_OK)
+def _(tmp):
+    xs = tpu_xspace()
+    plane = xs.planes[0]
+    for i in range(2000, 202_000):
+        m = plane.event_metadata[i]
+        m.id, m.name = i, f"%fusion.{i} = f32[8]{{0}} add(f32[8]{{0}} %a, f32[8]{{0}} %b)"
+    return Built(write(tmp / "h.xplane.pb", xs.SerializeToString()), check=_has_op("add.1", ADD_SHAPE))
+
+
+@case("gzipped-xplane", "`host.xplane.pb.gz`, a gzipped xplane as projects publish them",
+      "analyzed as the xplane it holds (discovery finds it too)", EXIT_OK)
+def _(tmp):
+    p = write(tmp / RUN / "h.xplane.pb.gz", gzip.compress((SHARED / MI300X).read_bytes(), mtime=0))
+    def check(out):
+        assert len(out["ops"]) == 16 and out["ops"][0]["op_name"] == "custom-call.1"
+    return Built(p.parent, check=check, also=[(["analyze", str(p), "--format", "json"], EXIT_OK)])
+
+
+@case("gzipped-xplane-over-limit", "a gzipped xplane inflating past `--max-bytes 50000`",
+      "limit: decompression stops at the limit; the flag is in the message", EXIT_LIMIT,
+      expect=("50,000-byte limit", "--max-bytes"))
+def _(tmp):
+    return Built(write(tmp / "h.xplane.pb.gz", gzip.compress((SHARED / MI300X).read_bytes(), mtime=0)),
+                 args=["--max-bytes", "50000"])
+
+
+@case("every-fault-named", "a run folder with two mangled hosts and one host without HLO ops",
+      "unreadable: one line naming all three files and their faults", EXIT_UNREADABLE,
+      expect=("none of the 3 trace files", "a.xplane.pb", "b.xplane.pb", "tf.xplane.pb", "no HLO ops"))
+def _(tmp):
+    run = tmp / RUN
+    for n in ("a", "b"):
+        write(run / f"{n}.xplane.pb", (SHARED / MANGLED).read_bytes())
+    write(run / "tf.xplane.pb", (SHARED / "gpu_v100x8_tf2_bert_no_xla.xplane.pb").read_bytes())
+    return Built(run)
+
+
+@case("unlisted-newer-folder", "a log dir whose newer run folder cannot be listed (permission denied; simulated)",
+      "analyzed: the older run, with the skipped folder named and a warning that it may hold a newer run", EXIT_OK,
+      expect=("may hold a newer run",))
+def _(tmp):
+    write(tmp / "plugins" / "profile" / RUN / "h.xplane.pb", (SHARED / MI300X).read_bytes())
+    locked = tmp / "plugins" / "profile" / "2025_06_07_08_09_10"
+    locked.mkdir(parents=True)
+
+    def patch(mp):
+        import traceview.read.discover as d
+
+        real = os.scandir
+
+        def scandir(path="."):
+            if os.path.abspath(path) == str(locked):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+            return real(path)
+        mp.setattr(d.os, "scandir", scandir)
+    return Built(tmp, patch=patch)
 
 
 def readme_table() -> str:

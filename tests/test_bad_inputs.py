@@ -43,6 +43,10 @@ def hang_guard():
     signal.signal(signal.SIGALRM, old)
 
 
+def _no_constant(name):
+    raise AssertionError(f"invalid JSON constant {name} in the output")
+
+
 def run_cli(argv, capsys):
     rc = main(argv)
     out, err = capsys.readouterr()
@@ -86,7 +90,7 @@ def test_bad_input(case, decoder, tmp_path, monkeypatch, capsys, hang_guard):
         assert out == ""
     else:
         assert err == ""
-        payload = json.loads(out)
+        payload = json.loads(out, parse_constant=_no_constant)  # valid JSON: no NaN or Infinity
         assert payload["ops"], "no op rows"
         warnings = payload["warnings"]
         for s in case.expect:
@@ -98,6 +102,15 @@ def test_bad_input(case, decoder, tmp_path, monkeypatch, capsys, hang_guard):
         if built.ops_from:
             with_ops = [f["path"] for f in payload["provenance"]["files"] if f["op_events"]]
             assert with_ops and all(built.ops_from in p for p in with_ops), with_ops
+    for argv, want in built.also:  # the same input through other commands and formats
+        argv = [a.replace("{path}", str(built.path)).replace("{tmp}", str(tmp_path)) for a in argv]
+        rc, out, err = run_cli(argv, capsys)
+        assert "Traceback" not in err and "Traceback" not in out, (argv, err[-2000:])
+        assert rc == want, f"{argv}: exit {rc}, expected {want}; stderr: {err[-2000:]}"
+        if rc != 0:
+            assert len(err.splitlines()) == 1 and err.startswith("traceview: error: "), (argv, err)
+        else:
+            assert not [ln for ln in err.splitlines() if not ln.startswith(("wrote ", "traceview: warning", "traceview: note"))], (argv, err)
 
 
 def test_readme_lists_every_case():

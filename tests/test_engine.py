@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import polars as pl
 import pytest
 
 jax = pytest.importorskip("jax")
@@ -212,7 +213,30 @@ def test_cli_profile_writes_run_and_prints_analyze_command(tmp_path, capsys):
     text = capsys.readouterr().out
     runs = list((tmp_path / "profile" / "plugins" / "profile").iterdir())
     assert len(runs) == 1 and list(runs[0].glob("*.xplane.pb"))
-    assert f"traceview analyze {runs[0]}" in text
+    # the printed step count is the profile's own (its decode step markers), not the total
+    # since start-up with the warm-up; as MODULE=N it passes for every decode population
+    import re
+
+    import traceview
+    from traceview.analysis.aggregate import check_summary, occurrence_checks
+
+    n = int(re.search(r"--steps (\d+)", text).group(1))
+    assert f"traceview analyze {runs[0]} --steps {n}" in text
+    assert re.search(rf"in {n} decode steps \((\d+) since start-up", text)
+    prof = traceview.load(runs[0])
+    markers = prof.step_markers.filter(pl.col("name") == "decode")
+    assert markers.height == n > 0
+    decode = next(m for m in prof.modules()["module"] if m.startswith("jit_decode"))
+    chk = occurrence_checks(prof.table, prof.module_runs, steps={decode: n})
+    assert check_summary(chk)["checked"] > 0 and check_summary(chk)["failing"] == 0
+
+
+def test_cli_unknown_model_preset(capsys):
+    from traceview.engine_shim.cli import main
+
+    assert main(["profile", "--model", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown model preset 'nope'" in err and "gemma-2b" in err and "accelerators" not in err
 
 
 def test_gemma_2b_preset_shapes_without_allocating():
