@@ -289,3 +289,48 @@ def test_chromium_renders_a_non_blank_page(gemm, tmp_path):
     assert colors > 200, f"only {colors} distinct colors in the screenshot"
     # the dark header band is there (the stylesheet applied)
     assert img[20:60, 20:400].mean() < 0.3
+
+
+# -- the chart worker (traceview.cli.chartworker) ---------------------------------------------
+
+def test_chart_worker_draws_the_same_page(tpu):
+    """The CLI's worker process draws the charts; the page is byte-identical to one drawn in this
+    process (the worker really answered: its process is still up after both charts)."""
+    from traceview.cli.chartworker import ChartWorker
+
+    rep = build_report(tpu, html=True)
+    inline = html_render.render_report(rep)
+    with ChartWorker() as worker:
+        drawn = html_render.render_report(rep, charts=worker)
+        assert worker._proc is not None and worker._proc.poll() is None and len(worker._answers) == 2
+    assert drawn == inline and drawn.count("<svg") == 2
+
+
+@pytest.mark.parametrize("child", ["import sys; sys.exit(3)",  # dies before answering
+                                   "import sys, time; sys.stdout.buffer.write(b'\\x05' * 8); time.sleep(30)",  # garbage
+                                   "import time; time.sleep(30)"])  # never answers (timeout)
+def test_chart_worker_failures_draw_here(tpu, monkeypatch, child):
+    """A worker that dies, answers garbage or does not answer in time costs nothing but time:
+    the chart is drawn in this process and the page is the same."""
+    from traceview.cli import chartworker
+
+    monkeypatch.setattr(chartworker, "_CHILD", child)
+    monkeypatch.setattr(chartworker, "ANSWER_S", 1.0)
+    rep = build_report(tpu, html=True)
+    with chartworker.ChartWorker() as worker:
+        drawn = html_render.render_report(rep, charts=worker)
+        assert worker._proc is None  # given up on
+    assert drawn == html_render.render_report(rep)
+
+
+def test_chart_worker_errors_are_raised_here(tpu):
+    """A chart that fails in the worker is drawn again here, so its error is this process's own."""
+    from traceview.cli.chartworker import ChartWorker
+
+    with ChartWorker() as worker:
+        pending = worker.submit("steps", [[1.0, 2.0]], [])  # zip of no colors: draws nothing
+        assert "<svg" in pending()
+        pending = worker.submit("roofline", "not a frame", None)
+        with pytest.raises(AttributeError):
+            pending()
+        assert worker._proc is not None  # an error answer is not a worker failure

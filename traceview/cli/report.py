@@ -26,14 +26,21 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """Writes the report (see :func:`traceview.render.html.render_report`); returns 0."""
-    from traceview.cli import process
-    from traceview.model.load import load
-
     out = cargs.output_path(args.output, "-o")
     if out is None:
         raise UsageError("report writes an HTML file: -o needs a file name")
     check_writable(out, "-o")
     refuse_inside_inputs(out, "-o")
+    from traceview.cli.chartworker import ChartWorker
+
+    with ChartWorker() as charts:  # matplotlib imported in a second process while the trace is read
+        return _write(args, out, charts)
+
+
+def _write(args, out, charts) -> int:
+    from traceview.cli import process
+    from traceview.model.load import load
+
     with process.decoding_beside_imports():
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=cargs.stale_after(args),
                     max_bytes=args.max_bytes, **cargs.read_options(args))
@@ -44,7 +51,7 @@ def run(args) -> int:
 
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
                        step_module=args.step_module, step_window=args.step_window, html=True)
-    text = render_report(rep, top=args.top, title=args.title)
+    text = render_report(rep, top=args.top, title=args.title, charts=charts)
     write_atomic(out, text)
     print(f"wrote {out}", file=sys.stderr)
     return EXIT_OK

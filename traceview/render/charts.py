@@ -230,3 +230,32 @@ def steps_svg(series: list[list[float]], colors: list[str]) -> str:
     return _svg(fig)
 
 
+
+
+#: The charts by the name a drawer is asked for.
+CHARTS = {"roofline": roofline_svg, "steps": steps_svg}
+
+
+class InlineCharts:
+    """Draws a chart in this process when it is submitted (the library's drawer).
+
+    ``submit(name, *args)`` calls ``CHARTS[name](*args)`` and returns a callable giving its
+    result; the errors of the chart function are raised by ``submit``."""
+
+    def submit(self, name: str, *args):
+        result = CHARTS[name](*args)
+        return lambda: result
+
+
+@_chart_style
+def warm_up() -> None:
+    """Draw and discard a tiny figure: matplotlib's first figure in a process pays for its
+    fonts, text layout and SVG writer, so a drawer process pays it before it is asked."""
+    fig = _new_figure(1.0, 1.0)
+    ax = fig.add_subplot()
+    ax.set_xscale("log")
+    _plain_log_labels(ax)
+    ax.bar([1, 2], [1, 2])
+    ax.scatter([1, 10], [1, 10])
+    ax.set_xlabel("x")
+    _svg(fig)

@@ -22,7 +22,7 @@ import polars as pl
 
 from traceview.model.naming import printable
 from traceview.model.units import fmt_pct, fmt_rate, fmt_time_ps
-from traceview.render.charts import BOUND_COLORS, roofline_svg, steps_svg
+from traceview.render.charts import BOUND_COLORS, InlineCharts
 from traceview.render.provenance import provenance_lines, run_names
 
 #: Family colors of the step-anatomy bars (cycled), shared by the SVG and the HTML legend.
@@ -130,9 +130,10 @@ def _split(split_df: pl.DataFrame) -> list[dict]:
     return split
 
 
-def _roofline(rep, top: int) -> dict:
+def _roofline(rep, top: int, chart) -> dict:
+    """The roofline section; ``chart`` the pending :func:`~traceview.render.charts.roofline_svg`."""
     roof, peaks = rep.roofline, rep.peaks
-    svg, note, hidden = roofline_svg(roof, peaks)
+    svg, note, hidden = chart()
     known = roof.with_row_index("rank", offset=1).filter(pl.col("flops").is_not_null() | pl.col("bytes").is_not_null())
     rows = []
     warned: dict[str, list[int]] = {}
@@ -193,10 +194,11 @@ class _StepsView:
 _IDLE = "idle (no op running)"
 
 
-def _steps(rep) -> _StepsView:
+def _steps(rep, charts) -> _StepsView:
     """The step anatomy: families per step as a stacked bar (per-step family self time,
     averaged over the devices that ran that step, plus the idle time) and the coverage line;
-    a note instead when no step was found."""
+    a note instead when no step was found. The chart is submitted to ``charts`` and left
+    pending in ``svg`` (a callable)."""
     an, chart = rep.steps, rep.step_chart
     cov = an.coverage
     line = cov.line()
@@ -221,13 +223,20 @@ def _steps(rep) -> _StepsView:
     if not matrix:
         return _StepsView(None, "Steps found, but no op time inside them to chart.", line, method, families,
                           chart.n_steps, 0)
-    return _StepsView(steps_svg([v for _, v in matrix], colors), "", line, method, families, chart.n_steps, chart.shown)
+    return _StepsView(charts.submit("steps", [v for _, v in matrix], colors), "", line, method, families,
+                      chart.n_steps, chart.shown)
 
 
 # -- public ---------------------------------------------------------------------------------
 
-def _context(rep, *, top: int, title: str | None) -> dict:
+def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
+    """The template's values. Both charts are submitted to ``charts`` first and collected
+    last, so a drawer in another process draws them while the tables are built."""
     from traceview import __version__
+
+    charts = charts or InlineCharts()
+    roof_chart = charts.submit("roofline", rep.roofline, rep.peaks)
+    steps = _steps(rep, charts)
 
     default_title = "traceview report"
     disc_root = getattr(rep.discovery, "root", None) if rep.discovery is not None else None
@@ -237,28 +246,32 @@ def _context(rep, *, top: int, title: str | None) -> dict:
     if not rep.has_shapes:
         notes.append("no shapes in this trace: ops are keyed by name only")
     split_df = rep.split
-    return {
+    ctx = {
         "title": title or default_title,
         "version": __version__,
         "prov": _provenance(rep),
         "warnings": list(rep.warnings) + notes,
         "devices": _devices(rep.device_groups),
         "peaks": _peaks(rep.peaks),
-        "roof": _roofline(rep, min(top, 20)),
+        "roof": None,
         "ops": _top_ops(rep.by_shape, rep.populations_per_name, rep.hlo_texts, top),
         "n_pops": rep.by_shape.height,
         "split": _split(split_df) if rep.by_shape.height else [],
         "n_split": split_df.height if rep.by_shape.height else 0,
         "op_events": rep.op_events,
         "op_time_ps": rep.op_time_ps,
-        "steps": _steps(rep),
+        "steps": steps,
         "sources": _sources(rep),
         "bound_colors": BOUND_COLORS,
         "top": top,
     }
+    ctx["roof"] = _roofline(rep, min(top, 20), roof_chart)
+    if callable(steps.svg):
+        steps.svg = steps.svg()
+    return ctx
 
 
-def render_report(rep, *, top: int = 30, title: str | None = None) -> str:
+def render_report(rep, *, top: int = 30, title: str | None = None, charts=None) -> str:
     """The offline, self-contained HTML report of ``rep`` (a
     :class:`~traceview.analysis.report.Report` built with ``html=True``) as one string.
 
@@ -268,8 +281,10 @@ def render_report(rep, *, top: int = 30, title: str | None = None) -> str:
     by self time, op names split into several shapes flagged and grouped; step anatomy
     (families per step, stacked, with the coverage line); source attribution (top files by op
     self time, project against site-packages). No script and no network reference.
+    ``charts``: what draws the charts (``submit(name, *args)`` returning a callable that gives
+    the chart; :class:`~traceview.render.charts.InlineCharts`, drawing in this process, when None).
     """
-    return _env().get_template("report.html.j2").render(**_context(rep, top=top, title=title))
+    return _env().get_template("report.html.j2").render(**_context(rep, top=top, title=title, charts=charts))
 
 
 _SUMMARY = """\

@@ -1,0 +1,140 @@
+"""The report's charts drawn in a second process, started before the trace is read.
+
+Importing matplotlib and drawing a process's first figure cost ``report`` more than reading a
+3M-event trace's tables (``benchmarks/RESULTS.md``). :class:`ChartWorker` starts a Python
+process that imports matplotlib and draws a throw-away figure while this one reads the trace;
+the charts are then drawn there while the report's tables are built here. The worker is a
+child of the command only: it reads requests from its stdin and answers on its stdout, both
+pickled, and never touches a file.
+
+Any failure of the worker (it did not start, died, answered an error, or took longer than
+:data:`ANSWER_S`) makes that chart be drawn in this process instead, so the report and its
+errors are the same with or without it.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import struct
+import subprocess
+import sys
+import time
+
+#: Seconds to wait for one chart from the worker before drawing it here.
+ANSWER_S = 60.0
+
+_CHILD = "from traceview.cli.chartworker import serve; serve()"
+
+
+def serve() -> None:
+    """The worker's loop: warm matplotlib up, then answer each pickled ``(name, args)`` on
+    stdin with a pickled ``("ok", chart)`` or ``("error", text)`` on stdout (each preceded by
+    its length, 8 bytes little-endian), until EOF."""
+    from traceview.render.charts import CHARTS, warm_up
+
+    warm_up()
+    out = sys.stdout.buffer
+    inp = sys.stdin.buffer
+    while True:
+        try:
+            name, args = pickle.load(inp)
+        except EOFError:
+            return
+        try:
+            answer = ("ok", CHARTS[name](*args))
+        except Exception as e:  # reported, then drawn by the parent, which raises it itself
+            answer = ("error", f"{type(e).__name__}: {e}")
+        data = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        out.write(struct.pack("<Q", len(data)) + data)
+        out.flush()
+
+
+class ChartWorker:
+    """A drawer for :func:`traceview.render.html.render_report` backed by a worker process.
+
+    Use as a context manager; ``submit(name, *args)`` sends one chart and returns a callable
+    that gives it (answers come back in the order asked). Never raises for the worker's own
+    failures: the chart is drawn in this process instead (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._answers: list = []  # answers read, in submission order
+        self._sent = 0
+        try:
+            self._proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+        except OSError:
+            self._proc = None
+
+    def __enter__(self) -> ChartWorker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop the worker (at once: it holds nothing worth waiting for)."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            proc.kill()
+            proc.wait()
+
+    def submit(self, name: str, *args):
+        from traceview.render.charts import CHARTS
+
+        def inline():
+            return CHARTS[name](*args)
+
+        if self._proc is None:
+            result = inline()
+            return lambda: result
+        try:
+            self._proc.stdin.write(pickle.dumps((name, args), protocol=pickle.HIGHEST_PROTOCOL))
+            self._proc.stdin.flush()
+        except (OSError, pickle.PicklingError, TypeError, AttributeError):
+            self.close()
+            result = inline()
+            return lambda: result
+        index = self._sent
+        self._sent += 1
+
+        def take():
+            answer = self._answer(index)
+            return answer[1] if answer is not None and answer[0] == "ok" else inline()
+
+        return take
+
+    def _answer(self, index: int):
+        """The worker's answer to request ``index``, or None when it cannot give one."""
+        while len(self._answers) <= index:
+            if self._proc is None:
+                return None
+            try:
+                deadline = time.monotonic() + ANSWER_S
+                (size,) = struct.unpack("<Q", self._read(8, deadline))
+                self._answers.append(pickle.loads(self._read(size, deadline)))
+            except Exception:  # died, timed out or answered garbage: draw here
+                self.close()
+                return None
+        return self._answers[index]
+
+    def _read(self, n: int, deadline: float) -> bytes:
+        """Exactly ``n`` bytes of the worker's stdout by ``deadline``; raises EOFError or TimeoutError."""
+        fd = self._proc.stdout.fileno()
+        parts, got = [], 0
+        while got < n:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
+                raise TimeoutError
+            part = os.read(fd, min(n - got, 1 << 20))
+            if not part:
+                raise EOFError
+            parts.append(part)
+            got += len(part)
+        return b"".join(parts)
