@@ -56,7 +56,8 @@ def _parser() -> argparse.ArgumentParser:
         ("profile", "record a short profile of the main generation and print how to analyse it", 8, 1),
     ):
         s = sub.add_parser(name, help=helptext, description=helptext)
-        s.add_argument("--model", default="tiny", help="preset: tiny (CPU) or gemma-2b (accelerators only)")
+        s.add_argument("--model", default="tiny", help="preset: tiny (CPU, seconds), study (the study's vocabulary and attention shapes, CPU) "
+                                                          "or gemma-2b (accelerators only) [default tiny]")
         s.add_argument("--max-num-seqs", type=int, default=None, help="concurrency cap [env MAX_NUM_SEQS, default 8]")
         s.add_argument("--batch-mult", type=int, default=None, help=f"repeat the 4 prompts N times [env BATCH_MULT, default {mult}]")
         s.add_argument("--max-tokens", type=int, default=tokens, help=f"tokens per request in the main run [default {tokens}]")
@@ -143,12 +144,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"unknown model preset {kwargs['model']!r}; choose one of {', '.join(sorted(PRESETS))}")
         from .bench import run_bench  # imports jax: keep `--help` fast
 
-        if kwargs["model"] != "tiny" and not args.allow_cpu:
+        if not PRESETS[kwargs["model"]].cpu_ok and not args.allow_cpu:
             import jax
 
             if jax.default_backend() == "cpu":
                 raise ValueError(f"model {kwargs['model']!r} is for accelerators: on this CPU-only machine it would "
-                                 "run for hours; use --model tiny, or pass --allow-cpu to insist")
+                                 "run for hours; use --model tiny or study, or pass --allow-cpu to insist")
         result = run_bench(**kwargs)
     except (ValueError, MemoryError) as e:
         print(f"traceview engine: error: {e}", file=sys.stderr)

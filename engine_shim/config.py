@@ -24,6 +24,10 @@ class ModelConfig:
     dtype: str = "float32"
     rope_base: float = 10_000.0
     norm_eps: float = 1e-6
+    #: KV page size (tokens) the engine uses with this preset unless told otherwise.
+    page_size: int = 16
+    #: Whether the preset runs on a CPU-only machine in CI time (else ``--allow-cpu`` is needed).
+    cpu_ok: bool = False
 
     def __post_init__(self):
         if self.num_heads % self.num_kv_heads:
@@ -35,9 +39,14 @@ class ModelConfig:
 #: ``gemma-2b``: Gemma 2B's published shape (d_model 2048, 18 layers, 8 query heads sharing
 #: 1 KV head of dim 256, GeGLU hidden 16384, vocab 256000, bf16) — for accelerators only.
 #: ``tiny``: the same ratios scaled down to run on 2 CPU cores in seconds.
+#: ``study``: the study's shapes where they set the costs (vocabulary 256,000, so the logits,
+#: their f32 conversion and the top-p search are vocabulary-sized; 8 query heads of dim 256
+#: sharing 1 KV head; 128-token pages) with 2 layers and a small hidden size, for CPU.
 PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig("tiny", vocab_size=512, d_model=256, num_layers=2, num_heads=8, num_kv_heads=1,
-                        head_dim=64, mlp_hidden=512, dtype="float32"),
+                        head_dim=64, mlp_hidden=512, dtype="float32", cpu_ok=True),
+    "study": ModelConfig("study", vocab_size=256_000, d_model=256, num_layers=2, num_heads=8, num_kv_heads=1,
+                         head_dim=256, mlp_hidden=512, dtype="float32", page_size=128, cpu_ok=True),
     "gemma-2b": ModelConfig("gemma-2b", vocab_size=256_000, d_model=2048, num_layers=18, num_heads=8, num_kv_heads=1,
                             head_dim=256, mlp_hidden=16_384, dtype="bfloat16"),
 }

@@ -109,7 +109,8 @@ class LLM:
     """Toy serving engine with a vLLM-like interface.
 
     Args:
-      model: preset name (``"tiny"``, ``"gemma-2b"``) or a :class:`ModelConfig`.
+      model: preset name (``"tiny"``, ``"study"``, ``"gemma-2b"``) or a :class:`ModelConfig`.
+      page_size: KV page size in tokens; None = the preset's (``ModelConfig.page_size``).
       max_num_seqs, max_model_len, kv_block_size, page_size, num_pages, min_request_bucket,
       min_token_bucket, max_num_batched_tokens, precompile, interpret, seed: see
       :class:`~traceview.engine_shim.config.EngineConfig`.
@@ -119,11 +120,12 @@ class LLM:
     """
 
     def __init__(self, model: str | ModelConfig = "tiny", *, max_num_seqs: int = 8, max_model_len: int = 512,
-                 kv_block_size: int | None = None, seed: int = 0, page_size: int = 16, num_pages: int | None = None,
+                 kv_block_size: int | None = None, seed: int = 0, page_size: int | None = None, num_pages: int | None = None,
                  min_request_bucket: int = 8, min_token_bucket: int = 16, max_num_batched_tokens: int | None = None,
                  precompile: bool = True, interpret: bool | None = None):
         t0 = time.perf_counter()
         self.model_config: ModelConfig = model_config(model)
+        page_size = self.model_config.page_size if page_size is None else page_size
         self.config = EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len, page_size=page_size,
                                    kv_block_size=kv_block_size, max_num_batched_tokens=max_num_batched_tokens,
                                    min_token_bucket=min_token_bucket, min_request_bucket=min_request_bucket,
