@@ -4,12 +4,15 @@ at most one line on stderr, never a traceback."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 
 import pytest
 
+import traceview
+import traceview.errors
 from traceview.cli import main
 
 TPU = "tpu_v6e_4chip_psum.xplane.pb"
@@ -53,8 +56,53 @@ def test_an_output_that_is_a_hard_link_to_the_trace_is_refused(shared_traces, tm
     before = trace.read_bytes()
     rc = main(["analyze", str(trace), "--format", "json", "-o", str(link)])
     err = capsys.readouterr().err
-    assert rc == 2 and "refusing to write" in err and "trace files" in err
+    assert rc == 2 and "refusing to write" in err and "is the trace file" in err
     assert trace.read_bytes() == before
+
+
+def test_outputs_onto_devices_and_pipes_are_written_in_place(shared_traces, tmp_path, capsys, monkeypatch):
+    """``-o /dev/null`` or a FIFO is written into, never replaced by a regular file (as root
+    the rename used to swap /dev/null for a file); a symbolic link is followed, not replaced."""
+    import stat
+    import threading
+
+    monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")
+    trace = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    assert main(["analyze", trace, "--format", "json", "-o", "/dev/null"]) == 0
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    fifo = tmp_path / "out.json"
+    os.mkfifo(fifo)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()))
+    reader.start()
+    assert main(["analyze", trace, "--format", "json", "-o", str(fifo)]) == 0
+    reader.join(30)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and json.loads(got[0])["rows"]["ops"]["total"] == 16
+    real = tmp_path / "real.json"
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert main(["analyze", trace, "--format", "json", "-o", str(link)]) == 0
+    assert link.is_symlink() and json.loads(real.read_text())["rows"]["ops"]["total"] == 16
+
+
+def test_a_flat_folder_of_traces_is_a_profile_folder(shared_traces, tmp_path, capsys, monkeypatch):
+    """An output into a folder that holds trace files is refused, even when PATH is a
+    subfolder (the CLI and the library alike), with the trace file named."""
+    monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")
+    flat = tmp_path / "flat"
+    (flat / "sub").mkdir(parents=True)
+    data = (shared_traces / "mi300x_jax_gemm_sweep.xplane.pb").read_bytes()
+    (flat / "a.xplane.pb").write_bytes(data)
+    (flat / "sub" / "b.xplane.pb").write_bytes(data)
+    for argv in (["report", str(flat / "sub"), "-o", str(flat / "r.html")],
+                 ["analyze", str(flat / "sub"), "--format", "json", "-o", str(flat / "r.json")],
+                 ["diff", str(flat / "sub"), str(flat / "sub"), "-o", str(flat / "d.txt")]):
+        rc = main(argv)
+        err = capsys.readouterr().err
+        assert rc == 2 and "holds trace files (a.xplane.pb)" in err and len(err.splitlines()) == 1, (argv, err)
+    with pytest.raises(traceview.errors.UsageError, match="holds trace files"):
+        traceview.load(flat / "sub").report(flat / "x.html")
+    assert sorted(p.name for p in flat.iterdir()) == ["a.xplane.pb", "sub"]
 
 
 def test_out_of_memory_is_one_line_and_exit_6(shared_traces, capsys, monkeypatch):

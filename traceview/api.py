@@ -113,7 +113,8 @@ class Profile(ProfileData):
                step_module: str | None = None, step_window: str = "span") -> Path:
         """Write the offline, self-contained HTML report to ``path``; returns the path (see
         :func:`traceview.render.html.render_report`). Raises UsageError on a bad option, on a
-        ``path`` inside the profile folder it reads, onto a trace or bearing a trace's name
+        ``path`` inside a profile folder (one it reads, a ``plugins/profile`` tree, a folder
+        holding trace files), onto a trace or bearing a trace's name
         (as the CLI refuses them), in a folder that does not exist, or that cannot be written."""
         from traceview.analysis.report import build_report
         from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic

@@ -8,6 +8,7 @@ Used by the CLI and by the library (:meth:`traceview.Profile.report`) alike. Err
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -16,32 +17,73 @@ from traceview.errors import UsageError
 
 def inside_inputs(out: Path, discovery) -> bool:
     """True when ``out`` would land in a folder traceview read a trace from, is a (hard link
-    to a) trace file it read, bears a trace file's name, or lies anywhere in a
-    ``plugins/profile`` tree (where a stray output would later be taken for a trace).
+    to a) trace file it read, bears a trace file's name, lies anywhere in a
+    ``plugins/profile`` tree (where a stray output would later be taken for a trace), or
+    would be a file in a folder that holds trace files (:func:`holds_traces`).
     ``discovery``: a :class:`~traceview.read.discover.Discovery`, or None."""
     return inside_files(out, [f.path for f in discovery.files] if discovery is not None else [])
 
 
 def inside_files(out: Path, trace_paths) -> bool:
     """:func:`inside_inputs` for the trace files ``trace_paths`` read."""
+    return why_inside(out, trace_paths) is not None
+
+
+def why_inside(out: Path, trace_paths) -> str | None:
+    """Why ``out`` is refused (:func:`inside_inputs`), in a few words, or None."""
     from traceview.read.discover import classify
 
     out = Path(out)
     if classify(out.name) is not None:  # a trace's name: it is one, or would be taken for one
-        return True
+        return "it bears a trace file's name"
     out = out.resolve()
     dirs = set()
     for f in trace_paths:
         dirs.add(Path(f).resolve().parent)
         try:
             if out.exists() and os.path.samefile(out, f):  # a hard link to a trace elsewhere
-                return True
+                return f"it is the trace file {f}"
         except OSError:
             pass
     if any(out == d or d in out.parents for d in dirs):
-        return True
+        return "it is inside the profile folder it reads"
     chain = [out, *out.parents]
-    return any(p.name == "profile" and p.parent.name == "plugins" for p in chain)
+    if any(p.name == "profile" and p.parent.name == "plugins" for p in chain):
+        return "it is inside a plugins/profile tree"
+    if _is_regular_target(out):
+        held = holds_traces(out.parent)
+        if held:
+            return f"its folder {out.parent} holds trace files ({held})"
+    return None
+
+
+#: Entries of a folder looked at for trace files before an output is written there.
+SCAN_ENTRIES = 10_000
+
+
+def holds_traces(folder: Path) -> str | None:
+    """The name of a file named like a trace directly in ``folder`` (among its first
+    :data:`SCAN_ENTRIES` entries), or None: a flat folder of traces is a profile folder too."""
+    from traceview.read.discover import classify
+
+    try:
+        with os.scandir(folder) as it:
+            for i, entry in enumerate(it):
+                if i >= SCAN_ENTRIES:
+                    return None
+                if classify(entry.name) is not None:
+                    return entry.name
+    except OSError:
+        return None
+    return None
+
+
+def _is_regular_target(path: Path) -> bool:
+    """False for an existing device, FIFO or socket (written in place, never replaced)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return True  # to be created: a regular file
 
 
 def refuse_inside_inputs(out: Path | None, flag: str, *discoveries, trace_paths=()) -> None:
@@ -50,9 +92,10 @@ def refuse_inside_inputs(out: Path | None, flag: str, *discoveries, trace_paths=
     if out is None:
         return
     paths = list(trace_paths) + [f.path for d in discoveries if d is not None for f in d.files]
-    if inside_files(out, paths):
-        raise UsageError(f"refusing to write {out}: it is inside the profile folder it reads, is one of its "
-                         f"trace files or bears a trace file's name; choose another {flag}")
+    why = why_inside(out, paths)
+    if why:
+        raise UsageError(f"refusing to write {out}: {why} (traceview never writes into a profile folder); "
+                         f"choose another {flag}")
 
 
 def check_writable(path: Path | None, flag: str) -> None:
@@ -69,9 +112,21 @@ def check_writable(path: Path | None, flag: str) -> None:
 def write_atomic(path: Path, data: bytes | str) -> None:
     """Write ``data`` to ``path`` through a temporary file in its folder renamed over it, so a
     reader never sees half a file and a hard link to an existing ``path`` (a trace elsewhere)
-    keeps its content. Raises :class:`UsageError` naming ``path`` when it cannot be written."""
+    keeps its content. A symbolic link is followed (the file it names is replaced, not the
+    link); an existing device, FIFO or socket (``/dev/null``, ``/dev/stdout``, a process
+    substitution) is written in place, never replaced. Raises :class:`UsageError` naming
+    ``path`` when it cannot be written."""
     path = Path(path)
     raw = data.encode("utf-8") if isinstance(data, str) else data
+    if not _is_regular_target(path):
+        try:
+            with open(path, "wb") as fh:
+                fh.write(raw)
+        except OSError as exc:
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        return
+    if path.is_symlink():
+        path = path.resolve()
     folder = path.parent if str(path.parent) else Path(".")
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
