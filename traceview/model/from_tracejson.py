@@ -69,16 +69,23 @@ _I64 = 1 << 63
 
 
 def _ps(x) -> int | None:
-    """µs (float, int or numeric string) -> integer ps; None when missing, unparseable or
-    outside the int64 ps range."""
+    """µs (float, int or numeric string) -> integer ps; None when missing, unparseable or NaN.
+    A value past the int64 ps range (1e300, 2**70, inf) saturates at its end, so that
+    :func:`traceview.model.bounds.clamp_file` clamps it with a warning instead of it
+    vanishing as 0."""
     t = type(x)
     if x is None or x is UNSET or t is bool:
         return None
     try:
-        v = round((x if t is float or t is int else float(x)) * 1e6)
+        f = x * 1e6 if t is float or t is int else float(x) * 1e6
     except (TypeError, ValueError, OverflowError):
         return None
-    return v if -_I64 <= v < _I64 else None
+    if f != f:  # NaN
+        return None
+    if not -_I64 <= f < _I64:
+        return _I64 - 1 if f > 0 else -_I64
+    v = round(f)
+    return min(max(v, -_I64), _I64 - 1)
 
 
 def guess_opcode(op_name: str) -> str:
