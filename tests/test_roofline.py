@@ -248,3 +248,16 @@ def test_trace_peak_that_disagrees_with_the_chip_gives_way_and_both_are_shown(sh
     pk = json.loads(capsys.readouterr().out)["peaks"]
     assert (pk["peak_bw"], pk["trace_bw"], pk["table_bw"], pk["chip"]) == (5.3e12, 2.6624e12, 5.3e12, "mi300x")
     assert pk["notes"] and pk["ridge"] == pytest.approx(246.69, abs=0.01)
+
+
+def test_a_given_peak_silences_the_disagreement_and_the_devices_line_names_the_roofline_figure(shared_traces, capsys):
+    """--peak-bw wins without the "using the chip table's figure" note, and the devices line,
+    which shows the trace's own plane stats, says which figure the roofline uses instead."""
+    path = str(shared_traces / GEMM)
+    assert main(["analyze", path, "--peak-bw", "4e12", "--format", "json"]) == 0
+    pk = json.loads(capsys.readouterr().out)["peaks"]
+    assert pk["peak_bw"] == 4e12 and pk["bw_source"] == "given on the command line"
+    assert not any("chip table's figure" in n for n in pk["notes"])
+    assert main(["analyze", path]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("devices"))
+    assert "memory 2.662 TB/s, from the trace's plane stats; the roofline uses 5.3 TB/s" in line

@@ -81,9 +81,10 @@ def _trace_figure(v, what: str, dev, notes: list) -> float | None:
     return None
 
 
-def _reconcile(p: Peaks, which: str, trace: float | None, trace_src: str, chip, unit: str) -> None:
+def _reconcile(p: Peaks, which: str, trace: float | None, trace_src: str, chip, unit: str, *,
+               given: bool = False) -> None:
     """Set one figure from the trace's and the chip table's, preferring the table when they differ
-    by more than :data:`DISAGREE`."""
+    by more than :data:`DISAGREE` (with a note, unless the figure is ``given`` explicitly)."""
     table = None if chip is None else (chip.peak_flops if which == "flops" else chip.peak_bw)
     setattr(p, f"trace_{which}", trace)
     setattr(p, f"table_{which}", table)
@@ -93,6 +94,7 @@ def _reconcile(p: Peaks, which: str, trace: float | None, trace_src: str, chip, 
         ratio = max(trace, table) / min(trace, table)
         if ratio > DISAGREE:
             use, src = table, table_src
+        if ratio > DISAGREE and not given:
             flag = "--peak-flops" if which == "flops" else "--peak-bw"
             p.notes.append(f"the trace's peak {fmt_rate(trace, unit)} ({trace_src}) is {ratio:.2f}x off the "
                            f"{fmt_rate(table, unit)} of {chip.name}, identified by {p.chip_how}: using the chip "
@@ -144,8 +146,8 @@ def resolve_peaks(devices: list[DeviceInfo], *, chip: str | None = None, peak_fl
             if g:
                 flops, flops_src = g
         bw = _trace_figure(dev.peak_bw, "memory bandwidth", dev, p.notes)
-        _reconcile(p, "flops", flops, flops_src, auto, "FLOP/s")
-        _reconcile(p, "bw", bw, f"trace plane stats of {dev.name}", auto, "B/s")
+        _reconcile(p, "flops", flops, flops_src, auto, "FLOP/s", given=peak_flops is not None)
+        _reconcile(p, "bw", bw, f"trace plane stats of {dev.name}", auto, "B/s", given=peak_bw is not None)
     if peak_flops is not None:
         p.peak_flops, p.flops_source = peak_flops, given
     if peak_bw is not None:

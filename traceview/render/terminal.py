@@ -57,18 +57,25 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
 
     if rep.devices.height:
         console.print()
+        used = rep.peaks
         for g in rep.device_groups.iter_rows(named=True):
-            peaks = []
-            if g["peak_flops"]:
-                peaks.append(f"peak {fmt_rate(g['peak_flops'], 'FLOP/s')}")
-            if g["peak_bw"]:
-                peaks.append(f"memory {fmt_rate(g['peak_bw'], 'B/s')}")
-            if g["peak_flops"] and g["peak_bw"]:
+            peaks, differ = [], []
+            for key, label, unit, roof in (("peak_flops", "peak", "FLOP/s", used.peak_flops),
+                                           ("peak_bw", "memory", "B/s", used.peak_bw)):
+                if g[key]:
+                    peaks.append(f"{label} {fmt_rate(g[key], unit)}")
+                    if roof and g["device_type"] == used.device_type and abs(roof / g[key] - 1) > 1e-6:
+                        differ.append(fmt_rate(roof, unit))
+            if g["peak_flops"] and g["peak_bw"] and not differ:
                 peaks.append(f"ridge point {g['peak_flops'] / g['peak_bw']:.1f} FLOP/byte")
+            said = ""
+            if peaks:
+                said = " (" + ", ".join(peaks) + ", from the trace's plane stats"
+                said += (f"; the roofline uses {' and '.join(differ)}: see 'roofline peaks')" if differ else ")")
             console.print(
                 f"[bold]devices[/bold] {escape(g['device_type'])} ×{g['n']}: {g['ops']:,} op events, "
                 f"op time {fmt_time_ps(g['op_time_ps'])}" + (f" summed over the {g['n']} devices" if g["n"] > 1 else "")
-                + (" (" + ", ".join(peaks) + ", from the trace)" if peaks else ""))
+                + escape(said))
 
     console.print()
     title = {"shape": "HLO ops keyed by (name, shape)", "name": "HLO ops keyed by name (shapes mixed)",
