@@ -961,6 +961,26 @@ def _(tmp):
     return Built(tmp, patch=patch)
 
 
+_unlisted_newer = CASES[-1].build
+
+
+@case("unlisted-old-folder", "as unlisted-newer-folder, but the locked folder's own mtime is old (a run written deep "
+      "inside leaves it alone)", "analyzed: the older run, and still the warning that the folder may hold a newer run",
+      EXIT_OK, expect=("may hold a newer run",))
+def _(tmp):
+    built = _unlisted_newer(tmp)
+    locked = tmp / "plugins" / "profile" / "2025_06_07_08_09_10"
+    os.utime(locked, (1_500_000_000, 1_500_000_000))  # 2017: older than the run read
+    return built
+
+
+@case("proc-root", "PATH is /proc (its cwd/root links lead into every process's folders, / included)",
+      "no trace: /proc is not entered, and the line says why", EXIT_NO_TRACE,
+      expect=("pseudo file system",))
+def _(tmp):
+    return Built(Path("/proc"))
+
+
 def readme_table() -> str:
     """The Markdown table of the corpus for ``tests/README.md``."""
     rows = ["| case | input fault | outcome | exit |", "|---|---|---|---|"]

@@ -253,6 +253,12 @@ def _walk(root: Path, skipped: list[tuple[Path, str]]) -> list[tuple[Path, str, 
     visited: set[tuple[int, int]] = set()
     stack = [(root, True)]
     pseudo = pseudo_mounts()
+    real = os.path.realpath(root)
+    on = next((m for m in pseudo if real == m or real.startswith(m.rstrip("/") + "/")), None)
+    if on is not None and on != "/":
+        skipped.append((root, f"on a pseudo file system ({on}): not entered, its links lead into every "
+                              "process's folders"))
+        return found
     while stack:
         d, is_root = stack.pop()
         try:
@@ -555,9 +561,10 @@ def discover(
             try:
                 mtime = os.stat(p).st_mtime
             except OSError:
-                continue
-            if newest is not None and mtime > newest:
-                warnings.append(f"folder {p} could not be listed ({why.split(': ', 1)[-1]}) and changed after the "
-                                f"run read ({_fmt_age(now - mtime)} ago): it may hold a newer run; fix its "
-                                "permissions or pass it directly")
+                mtime = None
+            # a run written deep inside leaves the folder's own mtime alone: any unlistable folder may hold one
+            changed = (f" and changed after the run read ({_fmt_age(now - mtime)} ago)"
+                       if newest is not None and mtime is not None and mtime > newest else "")
+            warnings.append(f"folder {p} could not be listed ({why.split(': ', 1)[-1]}){changed}: it may hold a "
+                            "newer run, which was not read; fix its permissions or pass it directly")
     return Discovery(root=root, runs=runs, selected=selected, files=files, reasons=reasons, warnings=warnings, skipped=skipped)
