@@ -229,6 +229,22 @@ def test_no_cache_without_a_home(tmp_path, capsys, monkeypatch):
     assert "no cache" not in err
 
 
+def test_report_without_a_home_creates_nothing_there(tmp_path):
+    """matplotlib makes ``$HOME/.cache`` and ``$HOME/.config`` when it is imported; with no
+    usable HOME the CLI points it at a folder in the temporary directory instead (report and
+    its chart worker process alike)."""
+    import subprocess
+    import sys
+
+    home = tmp_path / "nonexistent"
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")}
+    env["HOME"] = str(home)
+    r = subprocess.run([sys.executable, "-m", "traceview.cli", "report", str(SHARED / MI300X), "-o", str(tmp_path / "r.html")],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert not home.exists() and (tmp_path / "r.html").stat().st_size > 10_000
+
+
 # -- the devices line -------------------------------------------------------------------------
 
 def test_devices_line_says_summed_and_long_times_read(capsys):

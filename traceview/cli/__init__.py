@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return engine_main(argv[1:])
     process.limit_blas_threads()
+    process.matplotlib_home()
     parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None)
     try:
         args = parser.parse_args(argv)

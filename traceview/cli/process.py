@@ -22,6 +22,25 @@ def limit_blas_threads() -> None:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+def matplotlib_home() -> None:
+    """Point matplotlib's config and font cache (``MPLCONFIGDIR``) at a folder of this user's in
+    the temporary directory when ``HOME`` is missing or not writable, so that a report run
+    never creates ``$HOME/.cache`` or ``$HOME/.config`` (matplotlib makes them on import)."""
+    if os.environ.get("MPLCONFIGDIR"):
+        return
+    home = os.environ.get("HOME", "")
+    if home and os.path.isdir(home) and os.access(home, os.W_OK | os.X_OK):
+        return
+    import tempfile
+
+    folder = os.path.join(tempfile.gettempdir(), f"traceview-matplotlib-{os.getuid()}")
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError:
+        return
+    os.environ["MPLCONFIGDIR"] = folder
+
+
 def tune_allocator(input_bytes: int) -> None:
     """Tune the allocators for the input size, before polars is imported.
 
