@@ -320,3 +320,27 @@ def test_family_rules_take_polars_syntax():
     assert r.matches("add.1", "", "", "") and not r.matches("mul.1", "", "", "")
     with pytest.raises(traceview.UsageError, match="look-around"):
         parse_rule("x=(?=a)a")
+
+
+# -- the library's own argument errors --------------------------------------------------------
+
+def test_library_arguments_give_usage_errors(tmp_path):
+    """Every bad argument of the public API is a TraceviewError (UsageError), never a raw
+    TypeError / AttributeError / OverflowError / polars error; counts are held to 2**62 as the
+    CLI holds its options; a path may be bytes."""
+    import traceview
+    from traceview.errors import UsageError
+
+    path = str(SHARED / MI300X)
+    prof = traceview.load(path, cache=False)
+    assert prof.occurrence_checks(steps=2 ** 70).height == prof.occurrence_checks(steps=1 << 62).height > 0
+    out = prof.report(tmp_path / "r.html", top=2 ** 70)
+    assert out.stat().st_size > 10_000
+    bad = [lambda: traceview.load(path, cache="x"), lambda: prof.roofline(peaks="x"),
+           lambda: traceview.verify(path, [1]), lambda: traceview.load(None), lambda: traceview.diff(path, path, bogus=1),
+           lambda: prof.report(tmp_path / "s.html", top=-1), lambda: prof.occurrence_checks(steps=0),
+           lambda: prof.occurrence_checks(steps={"jit_dot": "3"})]
+    for call in bad:
+        with pytest.raises(UsageError):
+            call()
+    assert traceview.load(os.fsencode(path), cache=False).by_shape().height == prof.by_shape().height == 16

@@ -56,6 +56,11 @@ class Profile(ProfileData):
         """See :func:`traceview.analysis.aggregate.occurrence_checks`."""
         from traceview.analysis import aggregate
 
+        if isinstance(steps, dict):
+            steps = {str(k): _count(v, f"steps[{k!r}]") for k, v in steps.items()}
+        elif steps is not None:
+            steps = _count(steps, "steps")
+        expect_batch = None if expect_batch is None else _count(expect_batch, "expect_batch")
         return aggregate.occurrence_checks(self.table, self.module_runs, steps=steps, expect_batch=expect_batch)
 
     def modules(self):
@@ -75,8 +80,11 @@ class Profile(ProfileData):
         """Roofline figures per (op, shape) population; see
         :func:`traceview.analysis.roofline.roofline`. ``peaks`` defaults to :meth:`peaks`
         called with ``peak_overrides``."""
+        from traceview.analysis.peaks import Peaks
         from traceview.analysis.roofline import roofline
 
+        if peaks is not None and not isinstance(peaks, Peaks):
+            raise UsageError(f"peaks must be a Peaks (from .peaks()), got {type(peaks).__name__}")
         return roofline(self.table, peaks if peaks is not None else self.peaks(**peak_overrides))
 
     def sources(self, by: str = "file", frame: str = "direct"):
@@ -120,7 +128,8 @@ class Profile(ProfileData):
         from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
         from traceview.render.html import render_report
 
-        out = Path(path)
+        top = _count(top, "top")
+        out = Path(_path(path))
         check_writable(out, "path")
         refuse_inside_inputs(out, "path", self.discovery, trace_paths=[t.path for t in self.traces])
         rep = build_report(self, peaks=peaks, rules=rules, step_module=step_module, step_window=step_window, html=True)
@@ -143,14 +152,40 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     :class:`traceview.read.cache.TableCache`, False for none, None for the environment's;
     ``workers`` / ``executor`` / ``scheduler``: where several files are read)."""
     from traceview.model.load import load as _load
+    from traceview.read.cache import TableCache
 
+    path = _path(path)
+    if cache is not None and cache is not False and not isinstance(cache, TableCache):
+        raise UsageError(f"cache must be a TableCache, False or None, got {type(cache).__name__}")
     return _load(path, run=run, all_runs=all_runs, require_ops=require_ops, stale_after_s=stale_after_s,
                  max_bytes=max_bytes, cache=cache, workers=workers, executor=executor, scheduler=scheduler,
                  progress=progress, discovery=discovery, prefetch=prefetch, factory=Profile)
 
 
+#: The largest count an argument may give (as the CLI's options are held to).
+MAX_COUNT = 1 << 62
+
+
+def _count(v, what: str) -> int:
+    """A whole number >= 1, held to :data:`MAX_COUNT`; UsageError otherwise."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise UsageError(f"{what} must be a whole number >= 1, got {v!r}")
+    return min(v, MAX_COUNT)
+
+
+def _path(p) -> str | os.PathLike:
+    """A path argument: str, os.PathLike or bytes (decoded as the file system does); UsageError otherwise."""
+    if isinstance(p, bytes):
+        return os.fsdecode(p)
+    if not isinstance(p, (str, os.PathLike)):
+        raise UsageError(f"expected a trace path (str, bytes or os.PathLike), got {type(p).__name__}")
+    return p
+
+
 def _profile(x):
     """A profile as given, or the one :func:`load` reads at a path."""
+    if isinstance(x, bytes):
+        x = os.fsdecode(x)
     if isinstance(x, (str, os.PathLike)):
         return load(x)
     if not hasattr(x, "table") or not hasattr(x, "module_runs"):
@@ -163,8 +198,14 @@ def diff(base, treatment, **options):
     population: a :class:`traceview.analysis.diff.DiffReport`; options as
     :func:`traceview.analysis.diff.diff`. Raises the errors of :func:`load` for bad paths
     and UsageError for bad options."""
+    import inspect
+
     from traceview.analysis.diff import diff as _diff
 
+    known = set(inspect.signature(_diff).parameters) - {"base", "treatment"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UsageError(f"diff() got unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
     return _diff(_profile(base), _profile(treatment), **options)
 
 
@@ -175,9 +216,11 @@ def verify(treatment, checks, *, base=None, rules=None):
     a :class:`traceview.analysis.verify.VerifyReport`. Raises UsageError for an invalid check
     (before evaluating any) and the errors of :func:`load` for bad paths."""
     from traceview.analysis.verify import verify as _verify
-    from traceview.analysis.verify_grammar import parse_check
+    from traceview.analysis.verify_grammar import Check, parse_check
 
     if isinstance(checks, str):
         checks = [checks]
+    if not isinstance(checks, (list, tuple)) or not all(isinstance(x, (str, Check)) for x in checks):
+        raise UsageError("checks must be a check string or a list of them (the verify grammar)")
     parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]  # usage errors before reading
     return _verify(_profile(treatment), parsed, base=_profile(base) if base is not None else None, rules=rules)
