@@ -1,11 +1,11 @@
 """The report's charts drawn in a second process, started before the trace is read.
 
 Importing matplotlib and drawing a process's first figure cost ``report`` more than reading a
-3M-event trace's tables (``benchmarks/RESULTS.md``). :class:`ChartWorker` starts a Python
-process that imports matplotlib and draws a throw-away figure while this one reads the trace;
-the charts are then drawn there while the report's tables are built here. The worker is a
-child of the command only: it reads requests from its stdin and answers on its stdout, both
-pickled, and never touches a file.
+3M-event trace's tables (``benchmarks/RESULTS.md``). :class:`ChartWorker` starts Python
+processes that import matplotlib and draw a throw-away figure while this one reads the trace;
+the charts are then drawn there, side by side, while the report's tables are built here. A
+worker is a child of the command only: it reads requests from its stdin and answers on its
+stdout, both pickled, and never touches a file.
 
 Any failure of the worker (it did not start, died, answered an error, or took longer than
 :data:`ANSWER_S`) makes that chart be drawn in this process instead, so the report and its
@@ -51,31 +51,20 @@ def serve() -> None:
         out.flush()
 
 
-class ChartWorker:
-    """A drawer for :func:`traceview.render.html.render_report` backed by a worker process.
-
-    Use as a context manager; ``submit(name, *args)`` sends one chart and returns a callable
-    that gives it (answers come back in the order asked). Never raises for the worker's own
-    failures: the chart is drawn in this process instead (see the module docstring)."""
+class _Child:
+    """One worker process and its answers, in the order asked."""
 
     def __init__(self) -> None:
-        self._answers: list = []  # answers read, in submission order
-        self._sent = 0
+        self.answers: list = []
+        self.sent = 0
         try:
-            self._proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+            self.proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
         except OSError:
-            self._proc = None
-
-    def __enter__(self) -> ChartWorker:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
+            self.proc = None
 
     def close(self) -> None:
-        """Stop the worker (at once: it holds nothing worth waiting for)."""
-        proc, self._proc = self._proc, None
+        proc, self.proc = self.proc, None
         if proc is not None:
             for stream in (proc.stdin, proc.stdout):
                 try:
@@ -85,48 +74,36 @@ class ChartWorker:
             proc.kill()
             proc.wait()
 
-    def submit(self, name: str, *args):
-        from traceview.render.charts import CHARTS
-
-        def inline():
-            return CHARTS[name](*args)
-
-        if self._proc is None:
-            result = inline()
-            return lambda: result
+    def send(self, name: str, args) -> int | None:
+        """The request's index, or None when it could not be sent (the child is then closed)."""
+        if self.proc is None:
+            return None
         try:
-            self._proc.stdin.write(pickle.dumps((name, args), protocol=pickle.HIGHEST_PROTOCOL))
-            self._proc.stdin.flush()
+            self.proc.stdin.write(pickle.dumps((name, args), protocol=pickle.HIGHEST_PROTOCOL))
+            self.proc.stdin.flush()
         except (OSError, pickle.PicklingError, TypeError, AttributeError):
             self.close()
-            result = inline()
-            return lambda: result
-        index = self._sent
-        self._sent += 1
+            return None
+        self.sent += 1
+        return self.sent - 1
 
-        def take():
-            answer = self._answer(index)
-            return answer[1] if answer is not None and answer[0] == "ok" else inline()
-
-        return take
-
-    def _answer(self, index: int):
-        """The worker's answer to request ``index``, or None when it cannot give one."""
-        while len(self._answers) <= index:
-            if self._proc is None:
+    def answer(self, index: int):
+        """The answer to request ``index``, or None when the child cannot give one."""
+        while len(self.answers) <= index:
+            if self.proc is None:
                 return None
             try:
                 deadline = time.monotonic() + ANSWER_S
                 (size,) = struct.unpack("<Q", self._read(8, deadline))
-                self._answers.append(pickle.loads(self._read(size, deadline)))
+                self.answers.append(pickle.loads(self._read(size, deadline)))
             except Exception:  # died, timed out or answered garbage: draw here
                 self.close()
                 return None
-        return self._answers[index]
+        return self.answers[index]
 
     def _read(self, n: int, deadline: float) -> bytes:
-        """Exactly ``n`` bytes of the worker's stdout by ``deadline``; raises EOFError or TimeoutError."""
-        fd = self._proc.stdout.fileno()
+        """Exactly ``n`` bytes of the child's stdout by ``deadline``; raises EOFError or TimeoutError."""
+        fd = self.proc.stdout.fileno()
         parts, got = [], 0
         while got < n:
             wait = deadline - time.monotonic()
@@ -138,3 +115,56 @@ class ChartWorker:
             parts.append(part)
             got += len(part)
         return b"".join(parts)
+
+
+class ChartWorker:
+    """A drawer for :func:`traceview.render.html.render_report` backed by ``processes`` worker
+    processes (the report's two charts are drawn side by side), asked in turn.
+
+    Use as a context manager; ``submit(name, *args)`` sends one chart and returns a callable
+    that gives it. Never raises for the workers' own failures: the chart is drawn in this
+    process instead (see the module docstring)."""
+
+    def __init__(self, processes: int = 2) -> None:
+        self._children = [_Child() for _ in range(max(1, processes))]
+        self._next = 0
+
+    def __enter__(self) -> ChartWorker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def alive(self) -> int:
+        """How many worker processes are still in use."""
+        return sum(c.proc is not None and c.proc.poll() is None for c in self._children)
+
+    @property
+    def answered(self) -> int:
+        """How many charts the workers have drawn."""
+        return sum(len(c.answers) for c in self._children)
+
+    def close(self) -> None:
+        """Stop the workers (at once: they hold nothing worth waiting for)."""
+        for c in self._children:
+            c.close()
+
+    def submit(self, name: str, *args):
+        from traceview.render.charts import CHARTS
+
+        def inline():
+            return CHARTS[name](*args)
+
+        child = self._children[self._next % len(self._children)]
+        self._next += 1
+        index = child.send(name, args)
+        if index is None:
+            result = inline()
+            return lambda: result
+
+        def take():
+            answer = child.answer(index)
+            return answer[1] if answer is not None and answer[0] == "ok" else inline()
+
+        return take

@@ -209,11 +209,19 @@ def steps_svg(series: list[list[float]], colors: list[str]) -> str:
     n = len(series[0]) if series else 0
     fig = _new_figure(min(8.4, max(5.0, 3.0 + 0.16 * n)), 3.2)
     ax = fig.add_subplot()
+    from matplotlib.collections import PolyCollection
+
     bottom = [0.0] * n
+    half = (0.82 if n > 3 else 0.5) / 2
     for vals, c in zip(series, colors):
         ms = [float(v) / 1e9 if v and math.isfinite(float(v)) and v > 0 else 0.0 for v in vals]
-        ax.bar(range(1, n + 1), ms, bottom=bottom, color=c, width=0.82 if n > 3 else 0.5, linewidth=0)
+        # one collection of rectangles per series (ax.bar makes an artist per bar: 10x slower)
+        boxes = [((k - half, b), (k + half, b), (k + half, b + v), (k - half, b + v))
+                 for k, b, v in zip(range(1, n + 1), bottom, ms) if v > 0]
+        if boxes:
+            ax.add_collection(PolyCollection(boxes, facecolors=c, linewidths=0))
         bottom = [b + v for b, v in zip(bottom, ms)]
+    ax.set_ylim(0, max(bottom, default=0.0) * 1.05 or 1.0)
     ax.set_xlabel("step")
     ax.set_ylabel("time per step (ms)")
     ax.set_xlim(0.4, n + 0.6)
