@@ -248,3 +248,22 @@ def test_trace_peak_that_disagrees_with_the_chip_gives_way_and_both_are_shown(sh
     pk = json.loads(capsys.readouterr().out)["peaks"]
     assert (pk["peak_bw"], pk["trace_bw"], pk["table_bw"], pk["chip"]) == (5.3e12, 2.6624e12, 5.3e12, "mi300x")
     assert pk["notes"] and pk["ridge"] == pytest.approx(246.69, abs=0.01)
+
+
+def test_roofline_rows_show_the_operands(shared_traces, tmp_path, capsys, monkeypatch):
+    """Two GEMMs with one result shape (8192x1024 from K=1024 and from K=4096) are told apart
+    by their operands in the terminal and HTML roofline tables, as their intensities differ."""
+    monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")
+    path = str(shared_traces / "mi300x_jax_attention.xplane.pb")
+    page = tmp_path / "r.html"
+    assert main(["analyze", path, "--top", "4", "--html", str(page)]) == 0
+    roof = capsys.readouterr().out.split("roofline of the top 4")[1]
+    gemms = {"bf16[8192,1024] <- bf16[8192,1024], bf16[1024,1024]": "482",
+             "bf16[8192,1024] <- bf16[8192,4096], bf16[4096,1024]": "745"}
+    for shape, intensity in gemms.items():
+        row = next(ln for ln in roof.splitlines() if shape in ln)
+        assert row.split("│")[3].strip() == intensity
+    html = page.read_text().split('id="roofline"')[1].split("</section>")[0]
+    for shape in gemms:
+        result, operands = shape.split(" <- ")
+        assert f"← {operands}</code>" in html

@@ -139,7 +139,8 @@ def _roofline(rep, top: int, chart) -> dict:
     rows = []
     warned: dict[str, list[int]] = {}
     for r in known.head(top).iter_rows(named=True):
-        rows.append({**r, "result": _split_shape(r["shape"])[0] or "?"})
+        res, operands = _split_shape(r["shape"])  # operands tell apart GEMMs of one result shape
+        rows.append({**r, "result": res or "?", "operands": _short(operands, 240)})
         if r["warning"]:
             warned.setdefault(r["warning"], []).append(r["rank"])
     summ = rep.roofline_summary if roof.height else {}
