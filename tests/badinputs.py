@@ -871,6 +871,34 @@ def _(tmp):
                  args=["--family", "x=(a|aa)+$"])
 
 
+@case("filter-regex-too-large", "`--filter 'a{1000}{1000}{1000}'` (a regex that compiles past the engine's size "
+      "limit)", "usage error: one line naming --filter and the regex engine's reason, no polars expression",
+      EXIT_USAGE, expect=("--filter: invalid regular expression", "size limit"), expect_not=("\t", "col(", "\n"),
+      xplane=False)
+def _(tmp):
+    return Built(write(tmp / "h.xplane.pb", (SHARED / MI300X).read_bytes()), args=["--filter", "a{1000}{1000}{1000}"],
+                 names="a{1000}{1000}{1000}",
+                 also=[(["report", "{path}", "-o", "{tmp}/r.html", "--device", "("], EXIT_USAGE)])
+
+
+@case("steps-module-misspelled", "`--steps nope=5`: a program that is not in the trace",
+      "usage error naming the option and the modules there are (as `--step-module nope`)", EXIT_USAGE,
+      expect=("--steps nope=5", "module 'nope'", "jit_broadcast_in_dim, jit_convert_element_type, jit_dot"),
+      xplane=False)
+def _(tmp):
+    return Built(write(tmp / "h.xplane.pb", (SHARED / MI300X).read_bytes()), args=["--steps", "nope=5"], names="nope",
+                 also=[(["analyze", "{path}", "--step-module", "nope"], EXIT_USAGE),
+                       (["analyze", "{path}", "--steps", "jit_dot=3"], EXIT_OK)])
+
+
+@case("parquet-to-stdout", "`--format parquet -o -`: binary output asked for on standard output",
+      "usage error: parquet is binary, give -o FILE", EXIT_USAGE, expect=("parquet is binary: give -o FILE, not -",),
+      xplane=False)
+def _(tmp):
+    return Built(write(tmp / "h.xplane.pb", (SHARED / MI300X).read_bytes()), args=["--format", "parquet", "-o", "-"],
+                 names="parquet")
+
+
 @case("zero-filled-3gb", "a 3 GB sparse, zero-filled `.xplane.pb`",
       "unreadable: named from the mapped bytes (the zero run, scanned up to 64 MiB), the file never read whole",
       EXIT_UNREADABLE, expect=("zero bytes from byte 0 to at least byte",))

@@ -136,3 +136,37 @@ def test_diff_and_verify_take_no_cache(shared_traces, capsys, cache_dir):
     assert not cache_dir.exists()
     assert main(["verify", t, "-c", "no op matching nonexistent_op_zz"]) == 0
     assert len(list(cache_dir.rglob("meta.json"))) == 1
+
+
+def test_output_suffix_decides_or_is_refused(shared_traces, tmp_path, capsys, monkeypatch):
+    """-o FILE without --format: a known suffix picks the format, .html points analyze at
+    --html, any other suffix is a one-line usage error naming it; nothing is written then."""
+    monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")
+    g = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    refused = {("analyze", "g.html"): "the HTML report is --html",
+               ("analyze", "g.xyz"): "the suffix '.xyz' is not an output format here (suffixes: .csv, .json, "
+                                     ".parquet, .pq, .txt; or give --format {table,json,csv,parquet})",
+               ("diff", "d.csv"): "the suffix '.csv' is not an output format here (suffixes: .htm, .html, .json, "
+                                  ".txt; or give --format {table,json,html})",
+               ("diff", "d.parquet"): "the suffix '.parquet' is not an output format here"}
+    for (cmd, name), why in refused.items():
+        out = tmp_path / name
+        rc = main([cmd, g, *([g] if cmd == "diff" else []), "-o", str(out)])
+        err = capsys.readouterr().err
+        assert rc == 2 and len(err.splitlines()) == 1 and why in err and not out.exists(), err
+    for cmd, name, head in (("analyze", "a.json", "{"), ("analyze", "a.csv", "op_name,"), ("analyze", "a.txt", "traceview"),
+                            ("diff", "d.html", "<!DOCTYPE html>"), ("diff", "d.json", "{"), ("diff", "d.txt", "traceview diff")):
+        assert main([cmd, g, *([g] if cmd == "diff" else []), "-o", str(tmp_path / name)]) == 0
+        assert (tmp_path / name).read_text().lstrip().startswith(head), name
+    assert main(["analyze", g, "-o", str(tmp_path / "plain")]) == 0  # no suffix: the table
+    assert (tmp_path / "plain").read_text().startswith("traceview")
+
+
+def test_chip_help_lists_the_chip_table(capsys, monkeypatch):
+    from traceview.analysis.chips import CHIPS
+
+    monkeypatch.setenv("COLUMNS", "2000")  # argparse wraps help at hyphens too
+
+    assert main(["analyze", "--help"]) == 0
+    helptext = " ".join(capsys.readouterr().out.split())
+    assert "(" + ", ".join(CHIPS) + ")" in helptext and len(CHIPS) > 8

@@ -13,6 +13,8 @@ import importlib.util
 import io
 import json
 import os
+import re
+import sys
 import threading
 from pathlib import Path
 
@@ -117,6 +119,53 @@ def test_diff_table_strips_escape_sequences(tmp_path, capsys):
         assert "add" in shown and "\x1b" not in shown and "\x07" not in shown
 
 
+# -- control and bidi characters in op names reach no terminal or page raw ---------------------
+
+#: op names with ESC (ANSI colour), NUL, CR and LF, TAB and C1 CSI, bidi overrides and isolates
+_EVIL = ["esc\x1b[31mRED\x1b[0m.1", "nul\x00.2", "cr\rnl\n.3", "tab\tc1\x9b2J.4",
+         "bidi\u202eevil\u2066x\u2069\u200f.5"]
+_RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_SHOWN = ["esc\\x1b[31mRED\\x1b[0m.1", "nul\\x00.2", "cr\\rnl\\n.3", "tab\\tc1\\x9b2J.4",
+          "bidi\\u202eevil\\u2066x\\u2069\\u200f.5"]
+
+
+@pytest.fixture(scope="module")
+def evil_pair(tmp_path_factory):
+    """A profile whose five ops carry :data:`_EVIL` names, and the same without the first."""
+    tmp = tmp_path_factory.mktemp("evil")
+    ops = [(ADD.replace("%add.1", f"%add.{i}"), n, i * 2000, 1000 + i) for i, n in enumerate(_EVIL, 1)]
+    a = write(tmp / "a" / "h.xplane.pb", tpu_xspace(ops).SerializeToString())
+    b = write(tmp / "b" / "h.xplane.pb", tpu_xspace(ops[1:]).SerializeToString())
+    return a, b
+
+
+def test_control_characters_are_shown_escaped(evil_pair, tmp_path, capsys, monkeypatch):
+    a, b = map(str, evil_pair)
+    rc, out, _ = _run(["verify", a, b, "-c", "all matched", "-c", "op matching RED appeared",
+                       "-c", "no op matching nul"], capsys)
+    assert rc == 1 and not _RAW.search(out)
+    lines = out.splitlines()
+    assert len(lines) == 3 * 2 + 1  # three FAIL lines, each with its reason on one line, and the count
+    assert "vanished: esc\\x1b[31mRED\\x1b[0m.1" in lines[1] and "nul\\x00.2" in lines[5]
+    for argv in (["analyze", a, "--chip", "tpu-v6e"], ["diff", a, b]):
+        rc, out, _ = _run(argv, capsys)
+        assert rc == 0 and not _RAW.search(out)
+        for name in (_SHOWN if argv[0] == "analyze" else _SHOWN[1:]):
+            assert name in out  # on one row: a newline in a name does not split it
+    rc, out, _ = _run(["analyze", a, "--html", str(tmp_path / "r.html"), "--format", "json"], capsys)
+    assert {r["op_name"] for r in json.loads(out)["ops"]} == set(_EVIL)  # JSON keeps the data
+    page = (tmp_path / "r.html").read_text()
+    assert not _RAW.search(page) and "esc\\x1b[31mRED" in page and "bidi\\u202eevil" in page
+    assert main(["analyze", a, "-o", str(tmp_path / "o.csv")]) == 0
+    with open(tmp_path / "o.csv", newline="") as fh:  # a CSV file keeps the data
+        assert {r["op_name"] for r in csv.DictReader(fh)} == set(_EVIL)
+    capsys.readouterr()
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    rc, out, _ = _run(["analyze", a, "--format", "csv"], capsys)  # CSV on a terminal: the safe form
+    assert rc == 0 and not _RAW.search(out)
+    assert {r["op_name"] for r in csv.DictReader(io.StringIO(out))} == set(_SHOWN)
+
+
 # -- one --top rule ---------------------------------------------------------------------------
 
 def test_top_is_one_rule_for_every_format(tmp_path, capsys):
@@ -178,6 +227,24 @@ def test_piped_table_is_not_cropped(capsys, monkeypatch):
         assert "/".join(parts) in out
     assert all(len(line) <= 8192 for line in out.splitlines())
     assert not any(line.rstrip().endswith("…") for line in out.splitlines())
+
+
+def test_piped_tables_ignore_columns_and_obey_top(capsys, monkeypatch):
+    """A shell exports COLUMNS to pipes too: a piped table is as wide as without it, and
+    --top sets the rows of the roofline and source tables as of the op table."""
+    path = str(SHARED / "vllm_tpu_qwen")
+    argv = ["analyze", path, "--top", "30", "--chip", "tpu-v6e"]
+    monkeypatch.delenv("COLUMNS", raising=False)
+    rc, wide, _ = _run(argv, capsys)
+    d_wide = _run(["diff", path, path, "--top", "3"], capsys)[1]
+    monkeypatch.setenv("COLUMNS", "60")
+    rc, narrow, _ = _run(argv, capsys)
+    assert rc == 0 and narrow == wide and "convolutio…" not in narrow
+    assert _run(["diff", path, path, "--top", "3"], capsys)[1] == d_wide
+    rep = json.loads(_run(argv + ["--format", "json"], capsys)[1])
+    n_src, n_roof = len(rep["sources"]), len(rep["roofline"])
+    assert n_roof == 30 and n_src == 14
+    assert "roofline of the top 30 populations" in narrow and "— top 14 of 14" in narrow
 
 
 def test_terminal_cells_of_megabytes_are_cut(tmp_path, capsys):

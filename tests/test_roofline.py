@@ -261,3 +261,22 @@ def test_a_given_peak_silences_the_disagreement_and_the_devices_line_names_the_r
     assert main(["analyze", path]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("devices"))
     assert "memory 2.662 TB/s, from the trace's plane stats; the roofline uses 5.3 TB/s" in line
+
+
+def test_roofline_rows_show_the_operands(shared_traces, tmp_path, capsys, monkeypatch):
+    """Two GEMMs with one result shape (8192x1024 from K=1024 and from K=4096) are told apart
+    by their operands in the terminal and HTML roofline tables, as their intensities differ."""
+    monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")
+    path = str(shared_traces / "mi300x_jax_attention.xplane.pb")
+    page = tmp_path / "r.html"
+    assert main(["analyze", path, "--top", "4", "--html", str(page)]) == 0
+    roof = capsys.readouterr().out.split("roofline of the top 4")[1]
+    gemms = {"bf16[8192,1024] <- bf16[8192,1024], bf16[1024,1024]": "482",
+             "bf16[8192,1024] <- bf16[8192,4096], bf16[4096,1024]": "745"}
+    for shape, intensity in gemms.items():
+        row = next(ln for ln in roof.splitlines() if shape in ln)
+        assert row.split("│")[3].strip() == intensity
+    html = page.read_text().split('id="roofline"')[1].split("</section>")[0]
+    for shape in gemms:
+        result, operands = shape.split(" <- ")
+        assert f"← {operands}</code>" in html

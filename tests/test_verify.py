@@ -168,3 +168,19 @@ def test_tokenizer_and_parser():
     assert parse_check("FAMILY Attention SHARE <= 0.3").args["bound"] == pytest.approx(0.3)
     assert [c.kind for c in parse_checks(["# c", "", "all matched", "source x/ present"])] == ["all_matched",
                                                                                             "source_present"]
+
+
+def test_kernel_configuration_is_read_one_way(shared_traces, capsys):
+    """A legacy name (``RPA-bq_32-bkvp_64-p_64-``): a size written once or repeated means the
+    same (``bq 32`` == ``bq 32_32``), and a failure shows the value as the kernels table does."""
+    qwen = str(shared_traces / "vllm_tpu_qwen")
+    rep = verify(qwen, ["kernel RPA-* has bq 32", "kernel RPA-* has bq 32_32", "kernel RPA-* has bkvp 64",
+                        "kernel RPA-* has bkvp 64_64", "kernel RPA-* has bkv 4096", "kernel RPA-* has page 64",
+                        "kernel RPA-* has bq 64", "kernel RPA-* has bkvp 32_64", "kernel RPA-* has bq 32_64"])
+    assert [r.ok for r in rep.results] == [True] * 6 + [False] * 3
+    assert [r.message.split(", expected")[0] for r in rep.failed] == ["RPA-bq_32-bkvp_64-p_64- has bq 32",
+                                                                      "RPA-bq_32-bkvp_64-p_64- has bkvp 64",
+                                                                      "RPA-bq_32-bkvp_64-p_64- has bq 32"]
+    assert main(["analyze", qwen, "--format", "json", "--no-cache"]) == 0
+    kernels = json.loads(capsys.readouterr().out)["kernels"]
+    assert [k["config"] for k in kernels if k["kernel"] == "RPA-bq_32-bkvp_64-p_64-"] == ["bq=32, bkvp=64, p=64"]

@@ -24,7 +24,7 @@ from traceview.analysis.tagged import TaggedOps, tag
 from traceview.analysis.verify_grammar import CMPS, Check, parse_check
 from traceview.errors import UsageError
 from traceview.analysis.sources import frames
-from traceview.model.kernelname import format_config_value, kernel_config
+from traceview.model.kernelname import config_value, config_value_matches, format_config_value, kernel_config
 from traceview.model.schema import OPS_SCHEMA
 from traceview.model.units import fmt_time_ps
 
@@ -284,19 +284,6 @@ class Verifier:
         return False, "; ".join(f"{r['kernel']} ran {r['invocations']:,} times in {', '.join(r['modules'])} "
                                 f"({_fmt_t(r['self_ps'])})" for r in k.iter_rows(named=True)) + "; bound: absent"
 
-    @staticmethod
-    def _value_ok(actual, expected: str) -> bool:
-        if isinstance(actual, str):
-            return actual.lower() == expected.lower()
-        parts = re.split(r"[_,x]", expected)
-        try:
-            nums = tuple(int(x) for x in parts if x != "")
-        except ValueError:
-            return False
-        if len(nums) == 1:
-            return bool(actual) and actual[0] == nums[0]
-        return tuple(actual) == nums
-
     def _c_kernel_has(self, c, prof):
         k = self._kernels(prof, c.args["glob"])
         if k.height == 0:
@@ -308,8 +295,9 @@ class Verifier:
             where = f"{r['invocations']:,} invocations in {', '.join(r['modules']) or '?'}"
             if key not in cfg:
                 bad.append(f"{r['kernel']} has no {key!r} in its name (keys: {', '.join(sorted(cfg)) or 'none'}; {where})")
-            elif not self._value_ok(cfg[key], want):
-                bad.append(f"{r['kernel']} has {key} {format_config_value(cfg[key])}, expected {want} ({where})")
+            elif not config_value_matches(r["kernel"], key, want):  # the value as the kernels table shows it
+                bad.append(f"{r['kernel']} has {key} {format_config_value(config_value(r['kernel'], key))}, "
+                           f"expected {want} ({where})")
             else:
                 good.append(f"{r['kernel']} ({where})")
         if bad:
@@ -388,15 +376,15 @@ class Verifier:
             return False, (f"kernel named like {glob!r} missing in the {'base' if kb.height == 0 else 'treatment'}; "
                            f"base kernels: {self._kernel_list(self.base)}; treatment kernels: "
                            f"{self._kernel_list(self.treatment)}")
-        vb = {format_config_value(kernel_config(k).get(key, "-")) for k in kb["kernel"].to_list()}
-        vt = {format_config_value(kernel_config(k).get(key, "-")) for k in kt["kernel"].to_list()}
+        vb = {format_config_value(config_value(k, key) or "-") for k in kb["kernel"].to_list()}
+        vt = {format_config_value(config_value(k, key) or "-") for k in kt["kernel"].to_list()}
         desc = f"{key} {', '.join(sorted(vb))} -> {', '.join(sorted(vt))} ({', '.join(kb['kernel'])} -> {', '.join(kt['kernel'])})"
         if vb == vt:
             return False, f"{key} unchanged: {desc}"
         a, b = c.args["a"], c.args["b"]
         if a is not None:
-            okb = all(self._value_ok(kernel_config(k).get(key, ""), a) for k in kb["kernel"].to_list())
-            okt = all(self._value_ok(kernel_config(k).get(key, ""), b) for k in kt["kernel"].to_list())
+            okb = all(config_value_matches(k, key, a) for k in kb["kernel"].to_list())
+            okt = all(config_value_matches(k, key, b) for k in kt["kernel"].to_list())
             if not (okb and okt):
                 return False, f"{desc}; expected {key} {a} -> {b}"
         return True, desc

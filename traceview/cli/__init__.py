@@ -27,7 +27,9 @@ class _Parser(argparse.ArgumentParser):
     read, exit 2 (argparse prints its whole usage block first)."""
 
     def error(self, message: str):
-        print(f"traceview: error: {message} (see {self.prog} --help)", file=sys.stderr)
+        from traceview.model.naming import safe_line
+
+        print(f"traceview: error: {safe_line(message)} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
 
@@ -78,7 +80,9 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.flush()
             return rc
         except TraceviewError as exc:
-            print(f"traceview: error: {exc}", file=sys.stderr)
+            from traceview.model.naming import safe_line
+
+            print(f"traceview: error: {safe_line(exc)}", file=sys.stderr)
             return exc.exit_code
         except BrokenPipeError:  # the reader went away (| head): a normal end
             process.silence_stdout()

@@ -26,7 +26,7 @@ def add_parser(sub) -> None:
                    help="row key: (name, shape) [default], name only, or (program_id, name) as XProf hlo_stats")
     a.add_argument("--format", choices=FORMATS, default=None,
                    help="table [default], json, csv or parquet; with -o and no --format, the file's suffix "
-                        "(.json, .csv, .parquet) decides")
+                        "(.txt, .json, .csv, .parquet) decides, another suffix is an error (.html: use --html)")
     a.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (required for parquet; - for "
                                                           "standard output)")
     a.add_argument("--steps", type=cargs.step_count, metavar="[MODULE=]N", action="append",
@@ -48,7 +48,8 @@ def _stored(args, disc, out: Path | None):
     reading); not for side outputs (--html), measured peaks, a byte limit or a terminal
     whose width and colours vary."""
     if (args.html or getattr(args, "measure_cpu_peaks", False) or args.max_bytes is not None
-            or (args.format == "table" and out is None) or args.no_cache):
+            or (out is None and (args.format == "table" or (args.format == "csv" and sys.stdout.isatty())))
+            or args.no_cache):
         return None, False
     from traceview.cli import resultcache
     from traceview.read.cache import default_root
@@ -74,9 +75,12 @@ def run(args) -> int:
     from traceview.read.discover import discover
 
     out = cargs.output_path(args.output, "-o")
-    args.format = cargs.output_format(args.format, out, FORMATS, "table")
+    args.format = cargs.output_format(args.format, out, FORMATS, "table", hint={
+        "html": f"-o {out}: analyze writes table, json, csv or parquet; the HTML report is --html {out} "
+                f"(or traceview report PATH -o {out})"})
     if args.format == "parquet" and out is None:
-        raise UsageError("--format parquet needs -o FILE")
+        raise UsageError("parquet is binary: give -o FILE, not -" if args.output == "-" else
+                         "--format parquet needs -o FILE")
     html = cargs.output_path(args.html, "--html")
     cargs.distinct_outputs(("-o", out), ("--html", html))
     check_writable(out, "-o")
@@ -94,6 +98,12 @@ def run(args) -> int:
     with process.decoding_beside_imports():
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale, max_bytes=args.max_bytes,
                     discovery=disc, **cargs.read_options(args))
+    from traceview.model.profiledata import check_regex
+
+    for option, rx in (("--filter", args.filter), ("--device", args.device)):
+        if rx is not None:
+            check_regex(rx, option)
+    cargs.check_step_modules(cargs.steps_option(args.steps), prof)
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     if prof.table.height == 0:
         what = " and ".join(f"{k} {v!r}" for k, v in (("--filter", args.filter), ("--device", args.device)) if v)
@@ -157,9 +167,17 @@ def _write(rep, args, out: Path | None) -> bytes | None:
 
         data = analysis_json(rep, top=args.top, version=__version__).encode("utf-8")
     elif args.format == "csv":
+        import polars as pl
+
         from traceview.render.tables import flat
 
-        data = flat(rep.table.head(args.top) if args.top else rep.table).write_csv().encode("utf-8")
+        rows = flat(rep.table.head(args.top) if args.top else rep.table)
+        if out is None and sys.stdout.isatty():  # a terminal gets control characters as \x1b, not raw
+            from traceview.model.naming import safe_line
+
+            rows = rows.with_columns(pl.col(c).map_elements(safe_line, return_dtype=pl.String)
+                                     for c, t in rows.schema.items() if t == pl.String)
+        data = rows.write_csv().encode("utf-8")
     else:
         import io
 

@@ -53,6 +53,21 @@ def steps_option(values: list | None):
     return plain[0] if plain else named
 
 
+def check_step_modules(steps, prof) -> None:
+    """UsageError when ``--steps MODULE=N`` (``steps`` as :func:`steps_option` returns it)
+    names a program none of ``prof``'s ops ran in, naming the programs there are (as
+    ``--step-module`` refuses a program without executions)."""
+    from traceview.errors import UsageError
+
+    if not isinstance(steps, dict):
+        return
+    known = sorted({m for m in prof.table.attrs["module"].to_list() if m})
+    for m in steps:
+        if m not in known:
+            shown = ", ".join(known[:12]) + (f" and {len(known) - 12} more" if len(known) > 12 else "")
+            raise UsageError(f"--steps {m}={steps[m]}: module {m!r} has no ops in this trace; modules: {shown or 'none'}")
+
+
 def output_path(value: str | None, flag: str) -> Path | None:
     """The path an output option names: None when not given or ``-`` (standard output).
     Raises :class:`~traceview.errors.UsageError` for an empty name."""
@@ -70,13 +85,25 @@ SUFFIX_FORMATS = {".json": "json", ".csv": "csv", ".parquet": "parquet", ".pq": 
                   ".htm": "html", ".txt": "table"}
 
 
-def output_format(given: str | None, out: Path | None, choices, default: str) -> str:
-    """``given``, else the format ``out``'s suffix implies (:data:`SUFFIX_FORMATS`) when it is
-    one of ``choices``, else ``default``."""
+def output_format(given: str | None, out: Path | None, choices, default: str, *, hint: dict | None = None) -> str:
+    """``given``, else the format ``out``'s suffix implies (:data:`SUFFIX_FORMATS`), else
+    ``default`` when ``out`` is None or has no suffix. Raises
+    :class:`~traceview.errors.UsageError` for a suffix that implies no format of ``choices``
+    (the message is ``hint[format]`` when given, e.g. where the HTML report is written)."""
+    from traceview.errors import UsageError
+
     if given:
         return given
-    implied = SUFFIX_FORMATS.get(out.suffix.lower()) if out is not None else None
-    return implied if implied in choices else default
+    if out is None or not out.suffix:
+        return default
+    implied = SUFFIX_FORMATS.get(out.suffix.lower())
+    if implied in choices:
+        return implied
+    if implied is not None and hint and implied in hint:
+        raise UsageError(hint[implied])
+    known = sorted(s for s, f in SUFFIX_FORMATS.items() if f in choices)
+    raise UsageError(f"-o {out}: the suffix {out.suffix!r} is not an output format here (suffixes: "
+                     f"{', '.join(known)}; or give --format {{{','.join(choices)}}})")
 
 
 def distinct_outputs(*pairs) -> None:
@@ -159,8 +186,10 @@ def add_selection(p: argparse.ArgumentParser) -> None:
 
 def add_peaks(p: argparse.ArgumentParser) -> None:
     """``--chip``, ``--peak-flops``, ``--peak-bw``, ``--measure-cpu-peaks``."""
+    from traceview.analysis.chips import CHIPS  # the help lists the table itself
+
     p.add_argument("--chip", metavar="NAME", help="use this chip's peaks from the built-in table "
-                   "(tpu-v4, tpu-v5e, tpu-v5p, tpu-v6e, a100, h100, h200, mi300x)")
+                   f"({', '.join(CHIPS)})")
     p.add_argument("--peak-flops", type=positive_float, metavar="FLOP/S", help="peak FLOP/s (e.g. 1.97e14)")
     p.add_argument("--peak-bw", type=positive_float, metavar="B/S", help="peak memory bandwidth in bytes/s (e.g. 8.19e11)")
     p.add_argument("--measure-cpu-peaks", action="store_true",

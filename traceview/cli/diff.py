@@ -28,7 +28,8 @@ def add_parser(sub) -> None:
                    help="populations to show: every format obeys it (table output shows 25 when it is not given; "
                         "JSON then holds every population and says how many under \"rows\")")
     d.add_argument("--format", choices=["table", "json", "html"], default=None,
-                   help="table [default], json or html; with -o and no --format, the file's suffix decides")
+                   help="table [default], json or html; with -o and no --format, the file's suffix (.txt, .json, "
+                        ".html) decides, another suffix is an error")
     d.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (- for standard output)")
     d.add_argument("--overhead-factor", type=cargs.positive_float, default=4.0, metavar="F",
                    help="note populations whose traced event count changed by F times or more (default 4)")
@@ -48,6 +49,7 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
     the caller's user chooses a run, for the warnings."""
     from traceview.cli import process
     from traceview.model.load import load, start_prefetch
+    from traceview.model.naming import safe_line
     from traceview.read.discover import discover
 
     cache = cargs.cache_from_args(args)
@@ -63,7 +65,7 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
         for (path, run), d, pre in zip(sides, discs, pres):
             prof = load(path, run=run, stale_after_s=None, discovery=d, cache=cache, prefetch=pre or False)
             for w in prof.warnings:
-                print(f"traceview: warning: {path}: {w}", file=sys.stderr)
+                print(f"traceview: warning: {safe_line(path)}: {safe_line(w)}", file=sys.stderr)
             out = prof.filter(device_regex=args.device) if args.device else prof
             del prof
             yield out

@@ -3,7 +3,6 @@ at all is :mod:`traceview.read.guard`'s."""
 
 from __future__ import annotations
 
-import os
 import sys
 
 from traceview.read.guard import check_writable, inside_inputs, refuse_inside_inputs  # noqa: F401 - re-exported
@@ -17,8 +16,9 @@ PLAIN_WIDTH = 8192
 
 def console():
     """A rich console on standard output: the terminal's own when it is one, else plain text
-    (no colours) ``$COLUMNS`` wide when set (60 or more), else :data:`PLAIN_WIDTH`. A closed
-    pipe raises BrokenPipeError (rich would exit 1)."""
+    (no colours) :data:`PLAIN_WIDTH` wide, whatever ``$COLUMNS`` says (a shell exports it to
+    pipes too; a pipe's reader wants whole cells). A closed pipe raises BrokenPipeError (rich
+    would exit 1)."""
     from rich.console import Console
 
     class _Console(Console):
@@ -27,11 +27,7 @@ def console():
 
     if sys.stdout.isatty():
         return _Console(highlight=False)
-    try:
-        width = int(os.environ.get("COLUMNS", "") or 0)
-    except ValueError:
-        width = 0
-    return _Console(width=width if width >= 60 else PLAIN_WIDTH, color_system=None, soft_wrap=False, highlight=False)
+    return _Console(width=PLAIN_WIDTH, color_system=None, soft_wrap=False, highlight=False)
 
 
 def file_console(fh):

@@ -45,6 +45,11 @@ def _write(args, out, charts) -> int:
     with process.decoding_beside_imports():
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=cargs.stale_after(args),
                     max_bytes=args.max_bytes, **cargs.read_options(args))
+    from traceview.model.profiledata import check_regex
+
+    for option, rx in (("--filter", args.filter), ("--device", args.device)):
+        if rx is not None:
+            check_regex(rx, option)
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     refuse_inside_inputs(out, "-o", prof.discovery)
     from traceview.analysis.report import build_report

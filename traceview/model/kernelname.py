@@ -138,6 +138,42 @@ def format_config_value(v) -> str:
     return str(v)
 
 
+def config_value(name: str, key: str):
+    """The value of ``key`` as a table shows it: the name's literal ``-key_N[_N]`` part when it
+    has one (``RPA-bq_32-...`` -> ``(32,)``), else the canonical field of :func:`kernel_config`
+    (``bkv`` of a legacy name, ``phase``); None when the name has neither."""
+    literal = parse_config(name)
+    return literal[key] if key in literal else kernel_config(name).get(key)
+
+
+def _canonical(v) -> tuple:
+    """A configuration value with a repeated size written once: ``(32, 32)`` -> ``(32,)``
+    (``bq_32`` and ``bq_32_32`` name the same block: the second number repeats the first
+    for the compute block), ``(1, 2)`` unchanged."""
+    v = tuple(v)
+    return v[:1] if v and all(x == v[0] for x in v) else v
+
+
+def config_value_matches(name: str, key: str, expected: str) -> bool:
+    """Whether ``key`` of kernel ``name`` is ``expected`` (text from a check: ``32``,
+    ``32_32``, ``256,256``, ``decode``). Sizes compare with a repeated size written once
+    (``32`` == ``32_32``), against the literal part and the canonical field alike, so
+    ``bq 32`` and ``bq 32_32`` mean the same on ``RPA-bq_32-...`` and ``RPAd-...-bq_32_32-...``."""
+    values = [v for v in (parse_config(name).get(key), kernel_config(name).get(key)) if v is not None]
+    for v in values:
+        if isinstance(v, str):
+            if v.lower() == expected.strip().lower():
+                return True
+            continue
+        try:
+            want = tuple(int(x) for x in re.split(r"[_,x]", expected.strip()) if x != "")
+        except ValueError:
+            return False
+        if want and _canonical(v) == _canonical(want):
+            return True
+    return False
+
+
 def config_text(name: str) -> str:
     """The literal configuration parts of a name as ``key=v[_v]`` joined by ``, ``:
     ``"p=16, bq=1_1, bkv=256_256"``."""

@@ -29,6 +29,33 @@ def printable(text: str) -> str:
         return "".join(f"\\u{ord(c):04x}" if "\ud800" <= c <= "\udfff" else c for c in text)
 
 
+#: What a terminal line or a page must not receive raw: C0 controls (ESC starts ANSI escape
+#: sequences, ``\r`` and ``\n`` rewrite or split a line), DEL, C1 controls (``\x9b`` is an 8-bit
+#: CSI) and the Unicode bidi controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069) that
+#: reorder what follows them on screen ("Trojan Source", CVE-2021-42574).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _visible(m: re.Match) -> str:
+    c = m.group(0)
+    return _NAMED_ESCAPES.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}")
+
+
+def safe_line(text, *, keep_newlines: bool = False) -> str:
+    """``text`` (any trace string) safe on one terminal line or in a page:
+    :func:`printable`, then each control and bidi character (see :data:`_UNSAFE`) written as
+    a visible Python-style escape (``\x1b``, ``\x00``, ``\n``, ``\t``, ``\x9b``, ``\u202e``).
+    Other text, backslashes included, is unchanged; the exact data stays in JSON and files.
+    ``keep_newlines``: ``\n`` and ``\t`` pass (a page's ``<pre>`` of HLO text needs them)."""
+    text = printable(str(text))
+    if not _UNSAFE.search(text):
+        return text
+    if keep_newlines:
+        return _UNSAFE.sub(lambda m: m.group(0) if m.group(0) in "\n\t" else _visible(m), text)
+    return _UNSAFE.sub(_visible, text)
+
+
 def split_module_name(name: str) -> tuple[str, int | None]:
     """``"jit_step_fun(5120112285394406626)"`` -> ("jit_step_fun", 5120112285394406626);
     a name without ``(<digits>)`` -> (name, None). The id is taken modulo 2**64."""

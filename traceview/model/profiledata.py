@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-def check_regex(rx: str) -> str:
+def check_regex(rx: str, option: str | None = None) -> str:
     """``rx`` when it compiles in polars' regex engine (the one the filters run in: Rust
     ``regex``, which has no look-around or back-references); raises
-    :class:`~traceview.errors.UsageError` with the engine's one-line reason otherwise."""
+    :class:`~traceview.errors.UsageError` with the engine's one-line reason otherwise (naming
+    ``option``, e.g. ``--filter``, when given)."""
     import polars as pl
 
     from traceview.errors import UsageError
@@ -20,10 +21,21 @@ def check_regex(rx: str) -> str:
     try:
         pl.Series([""], dtype=pl.Utf8).str.contains(rx)
     except Exception as exc:  # polars raises ComputeError / other engine errors
-        first = str(exc).strip().splitlines()
-        detail = next((ln.strip() for ln in first if ln.strip().startswith("error:")), first[-1] if first else "")
-        raise UsageError(f"invalid regular expression {rx!r}: {detail}") from None
+        raise UsageError(f"{option + ': ' if option else ''}invalid regular expression {rx!r}: "
+                         f"{regex_reason(exc)}") from None
     return rx
+
+
+def regex_reason(exc: Exception) -> str:
+    """The regex engine's reason in a polars error, one line: its ``error: ...`` line
+    (``unclosed group``), else its first line (``Compiled regex exceeds size limit ...``),
+    without polars' "regex error:" prefix and the expression it appends."""
+    text = str(exc).split("This error occurred in the following expression:")[0]
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    reason = next((ln for ln in lines if ln.startswith("error:")), lines[0] if lines else "rejected")
+    for prefix in ("regex error:", "error:", "regex parse error:"):
+        reason = reason.removeprefix(prefix).strip()
+    return reason or "rejected"
 
 
 @dataclass(init=False, eq=False)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import polars as pl
 
-from traceview.model.naming import printable
+from traceview.model.naming import safe_line
 from traceview.model.units import fmt_pct, fmt_rate, fmt_time_ps
 from traceview.render.charts import BOUND_COLORS, InlineCharts
 from traceview.render.provenance import provenance_lines, run_names
@@ -34,19 +34,20 @@ _HLO_CHARS = 1500
 
 # -- jinja ----------------------------------------------------------------------------------
 
-@lru_cache(maxsize=1)
-
 def _printable(value):
-    """jinja2 ``finalize``: every string written valid Unicode (a path's undecodable bytes as
-    ``\xff``; :func:`~traceview.model.naming.printable`), markup kept as markup."""
+    """jinja2 ``finalize``: every string written valid Unicode with its control and bidi
+    characters as visible escapes (``\x1b``, ``\u202e``; newlines and tabs kept, as HLO text
+    needs: :func:`~traceview.model.naming.safe_line`), markup kept as markup."""
     if isinstance(value, str):
-        fixed = printable(value)
+        fixed = safe_line(value, keep_newlines=True)
         if fixed is not value:
             import markupsafe
 
             return markupsafe.Markup(fixed) if isinstance(value, markupsafe.Markup) else fixed
     return value
 
+
+@lru_cache(maxsize=1)
 def _env():
     import jinja2
 
@@ -56,7 +57,7 @@ def _env():
         trim_blocks=True,
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
-        finalize=_printable,  # a path's undecodable bytes as \xff, not an encoding error
+        finalize=_printable,  # undecodable bytes as \xff, controls as \x1b: never raw
     )
     env.filters["t"] = fmt_time_ps
     env.filters["pct"] = fmt_pct
@@ -138,7 +139,8 @@ def _roofline(rep, top: int, chart) -> dict:
     rows = []
     warned: dict[str, list[int]] = {}
     for r in known.head(top).iter_rows(named=True):
-        rows.append({**r, "result": _split_shape(r["shape"])[0] or "?"})
+        res, operands = _split_shape(r["shape"])  # operands tell apart GEMMs of one result shape
+        rows.append({**r, "result": res or "?", "operands": _short(operands, 240)})
         if r["warning"]:
             warned.setdefault(r["warning"], []).append(r["rank"])
     summ = rep.roofline_summary if roof.height else {}

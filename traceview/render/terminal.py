@@ -3,19 +3,14 @@ devices, shape-keyed ops, kernels, sources, steps and roofline."""
 
 from __future__ import annotations
 
-import re
-
 import polars as pl
 from rich.console import Console
 from rich.markup import escape as _markup_escape
 from rich.table import Table
 
-from traceview.model.naming import printable
+from traceview.model.naming import safe_line
 from traceview.model.units import fmt_pct, fmt_rate, fmt_time_ps
 from traceview.render.provenance import provenance_lines
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
 
 #: A string longer than this (characters) is cut for display: a table cell of megabytes
 #: costs seconds to lay out and tells nothing more (JSON, CSV and Parquet keep it whole).
@@ -23,14 +18,14 @@ CELL_LIMIT = 2000
 
 
 def escape(text, limit: int = CELL_LIMIT) -> str:
-    """A trace string made safe for the terminal: undecodable bytes written as ``\xff``
-    (:func:`~traceview.model.naming.printable`), control characters (ANSI escape sequences
-    from a hostile op name) shown as ``?``, rich markup escaped, and cut after ``limit``
-    characters with the count of the rest."""
-    text = printable(str(text))
+    """A trace string made safe for one terminal line
+    (:func:`~traceview.model.naming.safe_line`: undecodable bytes as ``\xff``, control and bidi
+    characters as visible escapes such as ``\x1b``, ``\n``, ``\u202e``), rich markup escaped,
+    and cut after ``limit`` characters with the count of the rest."""
+    text = str(text)
     if len(text) > limit:
         text = f"{text[:limit]}… [{len(text) - limit:,} more characters]"
-    return _markup_escape(_CONTROL.sub("?", text))
+    return _markup_escape(safe_line(text))
 
 
 def render_report(console: Console, rep, *, top: int) -> None:
@@ -38,9 +33,9 @@ def render_report(console: Console, rep, *, top: int) -> None:
     was read, devices, the top ``top`` ops, kernels, sources, steps and the roofline."""
     render_analysis(console, rep, top=top)
     render_kernels(console, rep.kernels, top=top)
-    render_sources(console, rep.sources, top=min(top, 12), frame=rep.source_frame)
+    render_sources(console, rep.sources, top=top, frame=rep.source_frame)
     render_steps(console, rep.steps)
-    render_roofline(console, rep.peaks, rep.roofline, top=min(top, 10), summary=rep.roofline_summary)
+    render_roofline(console, rep.peaks, rep.roofline, top=top, summary=rep.roofline_summary)
 
 
 def render_analysis(console: Console, rep, *, top: int) -> None:
@@ -155,6 +150,10 @@ def _short_path(src: str, keep: int = 2) -> str:
     return "/".join(parts[-keep:]) if len(parts) > keep else src
 
 
+#: characters of a shape signature in the roofline table (a kernel's operand tuple can be long)
+ROOF_SHAPE_LIMIT = 160
+
+
 def render_roofline(console: Console, peaks, roof: pl.DataFrame, *, top: int, summary: dict | None = None) -> None:
     """Print the peaks used (with sources), the ridge point, and the top populations'
     roofline figures: intensity, achieved FLOP/s and bytes/s, % of peak, bound by, efficiency."""
@@ -175,7 +174,7 @@ def render_roofline(console: Console, peaks, roof: pl.DataFrame, *, top: int, su
         _render_roofline_summary(console, {**(summary or {}), "ratio": None})
         return
     t = Table(title=f"roofline of the top {min(top, known.height)} populations by total time")
-    for c, j in (("op", "left"), ("result shape", "left"), ("FLOP/B", "right"), ("achieved", "right"), ("bandwidth", "right"),
+    for c, j in (("op", "left"), ("shape (result <- operands)", "left"), ("FLOP/B", "right"), ("achieved", "right"), ("bandwidth", "right"),
                  ("% peak FLOP/s", "right"), ("% peak BW", "right"), ("bound by", "left"), ("roofline/measured", "right"),
                  ("costs", "left")):
         t.add_column(c, justify=j, overflow="fold")
@@ -183,7 +182,8 @@ def render_roofline(console: Console, peaks, roof: pl.DataFrame, *, top: int, su
         eff = "-" if r["efficiency"] is None else f"{100 * r['efficiency']:.1f}%"
         if r["warning"]:
             eff = f"[red]{eff} ![/red]"
-        t.add_row(escape(r["op_name"]), escape((r["shape"] or "?").split(" <- ")[0]),
+        # the whole signature: two GEMMs of one result shape differ in their operands
+        t.add_row(escape(r["op_name"]), escape(r["shape"] or "?", ROOF_SHAPE_LIMIT),
                   "-" if r["intensity"] is None else f"{r['intensity']:.3g}",
                   fmt_rate(r["achieved_flops"], "FLOP/s"), fmt_rate(r["achieved_bw"], "B/s"),
                   fmt_pct(r["frac_peak_flops"]), fmt_pct(r["frac_peak_bw"]), r["bound_by"], eff, r["cost_source"])

@@ -3,10 +3,14 @@ failed one) and a count."""
 
 from __future__ import annotations
 
+from traceview.model.naming import safe_line
+
 
 def result_line(r) -> str:
-    """``PASS  <check>`` or ``FAIL  <check>`` with the reason on the next line."""
-    return f"{'PASS' if r.ok else 'FAIL'}  {r.check}" + ("" if r.ok else f"\n      {r.message}")
+    """``PASS  <check>`` or ``FAIL  <check>`` with the reason on the next line; both are
+    :func:`~traceview.model.naming.safe_line` (an op name's ESC or newline shown as ``\x1b``,
+    ``\n``), so each stays one terminal line."""
+    return f"{'PASS' if r.ok else 'FAIL'}  {safe_line(r.check)}" + ("" if r.ok else f"\n      {safe_line(r.message)}")
 
 
 def verify_text(report) -> str:
