@@ -19,17 +19,20 @@ is not a kernel). Limits: a ``pallas_call`` without ``name=`` leaves no scope (i
 ``jit(f)/while``, like any ``lax.while_loop``) and stays expanded; a user scope holding only
 a ``while_loop`` is taken for a kernel.
 
-**Invocations, from the timeline.** On one thread (``line``), the outermost grid loop event
-(``<scope>/while``, opcode ``while``) encloses its invocation: every event of that line that
-starts and ends inside it (the nested loops, ``cond``\\ s, and the loop-state copies XLA emits
-without ``op_name``) belongs to it. Where XLA removed the loop (a one-step grid), each
+**Invocations, from the timeline.** An invocation starts with its outermost grid loop event
+(``<scope>/while``, opcode ``while``) and holds every event of the device carrying the scope
+from there to the next invocation's loop, on any thread: the XLA:CPU runtime runs later
+iterations on other threads (``tf_XLAEigen/...``), after the loop event itself has ended.
+Events without ``op_name`` (the loop-state copies XLA emits) belong to it when they run on
+the loop's thread inside the loop event, nested in one of its ops, or between two of its
+events on one thread. Where XLA removed the loop (a one-step grid), each
 maximal run of consecutive kernel-scope events on a line is one invocation.
 
 **The row.** ``op_name`` = the kernel's name, ``op_kind`` / ``category`` = ``custom-call``
 (what the TPU trace shows), ``framework_op`` = the scope path, source = the grid loop's
 (the ``pallas_call`` site); ``shape``: the grid loop's carry without its leading ``s32[]``
-loop counters (the kernel's operands, outputs and scratch buffers, e.g.
-``(f32[4,1,8,64], f32[1,33,16,64], ...) <- (...)``), or the longest op's shape without a loop;
+loop counters (the kernel's inputs, outputs, scratch buffers and scalar-prefetch operands,
+e.g. ``(f32[4,1,8,64], f32[1,33,16,64], ...)``), or the longest op's shape without a loop;
 ``start_ps`` = the first event's start; ``duration_ps`` = ``self_ps`` = the sum of its events'
 self times (the loop's wall time when the loop encloses everything). ``flops``: the mean over
 the row's invocations of the sum of its ops' FLOPs (per occurrence x occurrences): the
@@ -100,13 +103,13 @@ def _strip_counters(side: str) -> str:
 
 
 def loop_shape(shape: str | None) -> str:
-    """The grid loop's shape signature without the leading ``s32[]`` loop counters on both
-    sides: ``"(s32[], s32[], f32[4,8]) <- (s32[], s32[], f32[4,8])"`` ->
-    ``"(f32[4,8]) <- (f32[4,8])"``. Other text is returned unchanged."""
+    """The grid loop's carry without its leading ``s32[]`` loop counters, as a result-only
+    signature (a ``while`` returns its operand's shape):
+    ``"(s32[], s32[], f32[4,8], s32[4]) <- (s32[], s32[], f32[4,8], s32[4])"`` ->
+    ``"(f32[4,8], s32[4])"``. Text without ``<-`` is stripped the same way."""
     if not shape:
         return ""
-    sides = shape.split(" <- ")
-    return " <- ".join(_strip_counters(s) for s in sides)
+    return _strip_counters(shape.split(" <- ")[0])
 
 
 def kernel_scopes(attrs: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -183,43 +186,73 @@ def collapse_kernels(table: OpTable) -> OpTable:
     selfp = ev["self_ps"].fill_null(0).to_numpy().astype(np.int64)
     count = ev["count"].fill_null(1).to_numpy().astype(np.int64)
     end = start + dur
-    # a thread is (host, run, file, device, line): events of one thread nest
+    # a thread is (host, run, file, device, line): events of one thread nest; the XLA:CPU
+    # runtime runs parts of one loop body on other threads of the device
     line_of = (attrs.select(pl.struct(["host", "run", "file", "device", "line"]).rank("dense"))
                .to_series().to_numpy().astype(np.int64))
+    dev_of = (attrs.select(pl.struct(["host", "run", "file", "device"]).rank("dense"))
+              .to_series().to_numpy().astype(np.int64))
     ev_line = line_of[attr]
+    ev_dev = dev_of[attr]
     ev_scope = scope_of[attr]
     n = len(attr)
     inv = np.full(n, -1, dtype=np.int64)  # invocation id per event
     n_inv = 0
-    lines = np.unique(ev_line[(ev_scope >= 0) & has_start])
-    for ln in lines:
-        idx = np.nonzero((ev_line == ln) & has_start)[0]
+    empty_fop = (attrs["framework_op"].fill_null("") == "").to_numpy()[attr]
+    for dv in np.unique(ev_dev[(ev_scope >= 0) & has_start]):
+        idx = np.nonzero((ev_dev == dv) & has_start)[0]
         order = idx[np.lexsort((-dur[idx], start[idx]))]
-        s, e = start[order], end[order]
-        is_anchor = anchor_of[attr[order]]
-        a_pos = np.nonzero(is_anchor)[0]
+        s, e, ln, sc = start[order], end[order], ev_line[order], ev_scope[order]
+        bare = empty_fop[order]
         owner = np.full(len(order), -1, dtype=np.int64)
-        if len(a_pos):
-            # the latest grid loop starting at or before each event encloses it if it ends after it
-            a_start, a_end = s[a_pos], e[a_pos]
-            # outermost loops only (a loop inside another one's span belongs to that one)
+        for scope in np.unique(sc[anchor_of[attr[order]]]):
+            a_pos = np.nonzero(anchor_of[attr[order]] & (sc == scope))[0]
+            # outermost grid loops only (a loop inside another one's span belongs to that one)
             keep = np.ones(len(a_pos), dtype=bool)
-            reach = np.maximum.accumulate(a_end)
-            keep[1:] = a_start[1:] >= reach[:-1]
-            a_pos, a_start, a_end = a_pos[keep], a_start[keep], a_end[keep]
-            k = np.searchsorted(a_start, s, side="right") - 1
-            ok = k >= 0
-            ok[ok] = (e[ok] <= a_end[k[ok]]) & (np.arange(len(order))[ok] >= a_pos[k[ok]])
-            owner[ok] = k[ok] + n_inv
+            keep[1:] = s[a_pos][1:] >= np.maximum.accumulate(e[a_pos])[:-1]
+            a_pos = a_pos[keep]
+            a_s, a_e, a_ln = s[a_pos], e[a_pos], ln[a_pos]
+            k = np.searchsorted(a_s, s, side="right") - 1
+            kk = np.maximum(k, 0)
+            # the kernel's ops, on any thread, from its loop's start to the next invocation's
+            # (the loop event itself may end before its last iterations, run on other threads)
+            mine = (k >= 0) & (sc == scope)
+            # events without op_name on the loop's thread, inside the loop event
+            mine |= (k >= 0) & bare & (owner < 0) & (ln == a_ln[kk]) & (s >= a_s[kk]) & (e <= a_e[kk])
+            owner[mine] = kk[mine] + n_inv
             n_inv += len(a_pos)
-        # kernel ops no grid loop encloses (XLA removed a one-step loop): runs of consecutive events
-        sc = np.where(owner < 0, ev_scope[order], -1)
-        loose = sc >= 0
-        if loose.any():
+        # per thread, events without op_name nested in a kernel op or between two events of
+        # one invocation (the loop-state copies) belong to it
+        for one in np.unique(ln[owner >= 0]):
+            on = np.nonzero(ln == one)[0]
+            taken = on[owner[on] >= 0]
+            ps, pe = s[taken], e[taken]
+            outer = np.ones(len(taken), dtype=bool)
+            outer[1:] = ps[1:] >= np.maximum.accumulate(pe)[:-1]
+            taken, ps, pe = taken[outer], ps[outer], pe[outer]
+            free = on[(owner[on] < 0) & bare[on]]
+            j = np.searchsorted(ps, s[free], side="right") - 1
+            jj = np.maximum(j, 0)
+            hit = (j >= 0) & (e[free] <= pe[jj])
+            owner[free[hit]] = owner[taken[jj[hit]]]
+            mark = np.where(owner[on] >= 0, owner[on], np.where(bare[on], -1, -2))
+            known = mark != -1
+            prev_i = np.maximum.accumulate(np.where(known, np.arange(len(on)), -1))
+            nxt_i = np.minimum.accumulate(np.where(known, np.arange(len(on)), len(on))[::-1])[::-1]
+            prev = np.where(prev_i >= 0, mark[np.maximum(prev_i, 0)], -2)
+            nxt = np.where(nxt_i < len(on), mark[np.minimum(nxt_i, len(on) - 1)], -2)
+            sandwich = (mark == -1) & (prev >= 0) & (prev == nxt)
+            owner[on[sandwich]] = prev[sandwich]
+        # kernel ops no grid loop encloses (XLA removed a one-step loop): runs of consecutive
+        # events of one thread
+        for one in np.unique(ln[(owner < 0) & (sc >= 0)]):
+            on = np.nonzero(ln == one)[0]
+            f = np.where(owner[on] < 0, sc[on], -1)
+            loose = f >= 0
             new_run = loose.copy()
-            new_run[1:] &= ~(loose[:-1] & (sc[1:] == sc[:-1]))
+            new_run[1:] &= ~(loose[:-1] & (f[1:] == f[:-1]))
             run_id = np.cumsum(new_run) - 1
-            owner[loose] = run_id[loose] + n_inv
+            owner[on[loose]] = run_id[loose] + n_inv
             n_inv += int(new_run.sum())
         inv[order] = owner
     if n_inv == 0:
