@@ -35,7 +35,7 @@ loop counters (the kernel's inputs, outputs, scratch buffers and scalar-prefetch
 e.g. ``(f32[4,1,8,64], f32[1,33,16,64], ...)``), or the longest op's shape without a loop;
 ``start_ps`` = the first event's start; ``duration_ps`` = ``self_ps`` = the sum of its events'
 self times (the loop's wall time when the loop encloses everything). ``flops``: the mean over
-the row's invocations of the sum of its ops' FLOPs (per occurrence x occurrences): the
+the row's invocations of the sum of its scoped ops' FLOPs (per occurrence x occurrences): the
 arithmetic the interpreter executed for the blocks it visited; ``bytes_accessed``: null, as
 the interpreter's ops move whole carried arrays (its dynamic-update-slices copy the KV
 scratch), not the kernel's memory traffic; ``cost_source`` ``derived`` (``unknown`` without
@@ -266,7 +266,8 @@ def collapse_kernels(table: OpTable) -> OpTable:
     np.minimum.at(inv_start, mi, start[members])
     inv_self = np.bincount(mi, weights=selfp[members], minlength=n_inv).astype(np.int64)
     flops = attrs["flops"].to_numpy()
-    fl = np.nan_to_num(flops[attr[members]].astype(np.float64), nan=0.0) * count[members]
+    # the kernel's own ops only (not the bare loop-state copies and broadcasts XLA adds)
+    fl = np.nan_to_num(flops[attr[members]].astype(np.float64), nan=0.0) * count[members] * (ev_scope[members] >= 0)
     inv_flops = np.bincount(mi, weights=fl, minlength=n_inv)
     inv_scope = np.full(n_inv, -1, dtype=np.int64)
     lead = np.full(n_inv, -1, dtype=np.int64)
