@@ -48,7 +48,7 @@ def test_kernel_is_one_population_of_layers_times_steps(b8, b8_expanded):
     assert r["op_kind"] == r["category"] == "custom-call" and r["modules"] == [DECODE]
     # the loop carry without its counters: the kernel's q / KV pages / output / scratch, batch 8
     assert r["shape"].startswith("(f32[8,1,8,64], f32[1,65,16,64], f32[1,65,16,64], f32[8,1,8,64]")
-    assert r["source"].endswith("kernels/paged_attention.py:242") or "paged_attention.py" in r["source"]
+    assert "kernels/paged_attention.py:" in r["source"]  # the pallas_call site, as on TPU
     # the outermost grid loops of the expanded trace are the invocations
     loops = b8_expanded.ops.filter(pl.col("framework_op").str.ends_with(f"/{KERNEL}/while")
                                    & (pl.col("op_kind") == "while"))
