@@ -17,7 +17,8 @@ module has ``<path>/<name>`` in its path without the grid loop right after it (a
 that merely contains a ``lax.while_loop`` besides other ops, like ``topp_binary_search``,
 is not a kernel). Limits: a ``pallas_call`` without ``name=`` leaves no scope (its loop reads
 ``jit(f)/while``, like any ``lax.while_loop``) and stays expanded; a user scope holding only
-a ``while_loop`` is taken for a kernel.
+a ``while_loop`` is taken for a kernel; a CPU ``.trace.json.gz`` read alone carries no
+``op_name`` metadata, so nothing in it is folded (the ``.xplane.pb`` beside it is preferred).
 
 **Invocations, from the timeline.** An invocation starts with its outermost grid loop event
 (``<scope>/while``, opcode ``while``) and holds every event of the device carrying the scope
