@@ -17,10 +17,10 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from traceview.engine_shim.config import PRESETS
 
 import traceview
 from traceview.cli import main
-from traceview.engine_shim.config import PRESETS
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 KERNEL = "RPAd-p_16-bq_1_1-bkv_128_128"

@@ -274,7 +274,7 @@ def _traced_kernel_events(prof, kern: pl.DataFrame, pops: pl.DataFrame) -> tuple
         ks = [k for k in (r["kernels"] or []) if k in traced and inv.get(k)]
         if not r["is_kernel"] or not ks:
             return r["events"]
-        return int(round(sum(traced[k] * r["occurrences"] / inv[k] for k in ks)))
+        return round(sum(traced[k] * r["occurrences"] / inv[k] for k in ks))
 
     pops = pops.with_columns(pl.struct("is_kernel", "kernels", "occurrences", "events").map_elements(
         pop_events, return_dtype=pl.Int64).alias("events"))
