@@ -145,12 +145,15 @@ class Profile(ProfileData):
 
 def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = False, require_ops: bool = True,
          stale_after_s: float | None = 7 * 24 * 3600, max_bytes: int | None = None, cache=None, workers: int = 0,
-         executor=None, scheduler: str | None = None, progress=None, discovery=None, prefetch: bool = True) -> Profile:
+         executor=None, scheduler: str | None = None, progress=None, discovery=None, prefetch: bool = True,
+         expand_kernels: bool = False) -> Profile:
     """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above)
     into a :class:`Profile`: the newest run unless ``run`` names one or ``all_runs`` is set;
     arguments and errors as :func:`traceview.model.load.load` (``cache``: a
     :class:`traceview.read.cache.TableCache`, False for none, None for the environment's;
-    ``workers`` / ``executor`` / ``scheduler``: where several files are read)."""
+    ``workers`` / ``executor`` / ``scheduler``: where several files are read). Each
+    interpreted Pallas kernel invocation of a CPU trace is one op row, named by the kernel,
+    unless ``expand_kernels`` (:mod:`traceview.model.interpreted`)."""
     from traceview.model.load import load as _load
     from traceview.read.cache import TableCache
 
@@ -159,7 +162,8 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
         raise UsageError(f"cache must be a TableCache, False or None, got {type(cache).__name__}")
     return _load(path, run=run, all_runs=all_runs, require_ops=require_ops, stale_after_s=stale_after_s,
                  max_bytes=max_bytes, cache=cache, workers=workers, executor=executor, scheduler=scheduler,
-                 progress=progress, discovery=discovery, prefetch=prefetch, factory=Profile)
+                 progress=progress, discovery=discovery, prefetch=prefetch, factory=Profile,
+                 expand_kernels=expand_kernels)
 
 
 #: The largest count an argument may give (as the CLI's options are held to).

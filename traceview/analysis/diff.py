@@ -237,11 +237,48 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     Raises UsageError on bad rules."""
     t = tagged if tagged is not None else tag(prof.table, rules)
     kern = kernel_table(prof, tagged=t)
-    s = DiffSide(label=_label(prof, label), populations=populations(prof, name_stem=name_stem, tagged=t),
+    pops = populations(prof, name_stem=name_stem, tagged=t)
+    kern, pops = _traced_kernel_events(prof, kern, pops)
+    s = DiffSide(label=_label(prof, label), populations=pops,
                  kernels=kern, families=family_shares(t), module_runs=prof.module_runs, events=t.events,
                  self_ps=t.self_ps)
     s.steps = _side_steps(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))))
     return s
+
+
+def _traced_kernel_events(prof, kern: pl.DataFrame, pops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """``kern`` and ``pops`` with ``events`` counted in the files as traced when the profile
+    folds interpreted kernel invocations into one row each
+    (:func:`traceview.model.interpreted.collapse_kernels`): the overhead notes are about the
+    events the profiler recorded. A kernel's traced events (ops carrying its name, in the
+    profile's devices) go to its populations in proportion to their occurrences. Unchanged
+    when nothing was folded."""
+    traces = getattr(prof, "traces", None) or []
+    if not traces or kern.height == 0:
+        return kern, pops
+    from traceview.model.optable import OpTable
+
+    if sum(tr.table.height for tr in traces) == prof.table.height:
+        return kern, pops  # nothing folded (nor filtered)
+    raw = OpTable.concat([tr.table for tr in traces])
+    devs = prof.table.collapse().select("host", "device").unique()
+    raw = raw.filter(pl.struct("host", "device").is_in(devs.to_struct().implode()))
+    if raw.height == prof.table.height:
+        return kern, pops
+    traced = {r["kernel"]: r["events"] for r in kernel_table(None, tagged=tag(raw)).iter_rows(named=True)}
+    kern = kern.with_columns(pl.struct("kernel", "events").map_elements(
+        lambda r: traced.get(r["kernel"], r["events"]), return_dtype=pl.Int64).alias("events"))
+    inv = {r["kernel"]: r["invocations"] for r in kern.iter_rows(named=True)}
+
+    def pop_events(r):
+        ks = [k for k in (r["kernels"] or []) if k in traced and inv.get(k)]
+        if not r["is_kernel"] or not ks:
+            return r["events"]
+        return round(sum(traced[k] * r["occurrences"] / inv[k] for k in ks))
+
+    pops = pops.with_columns(pl.struct("is_kernel", "kernels", "occurrences", "events").map_elements(
+        pop_events, return_dtype=pl.Int64).alias("events"))
+    return kern, pops
 
 
 def _kernel_changes(kb: pl.DataFrame, kt: pl.DataFrame) -> list[dict]:

@@ -167,6 +167,15 @@ def add_reading(p: argparse.ArgumentParser) -> None:
                         "needs traceview[dist] and the files at the same paths on the workers")
 
 
+EXPAND_KERNELS_HELP = ("show the ops inside each interpreted Pallas kernel invocation (a CPU trace, interpret=True) "
+                       "instead of one row per invocation named by the kernel, as a TPU trace shows it")
+
+
+def add_expand_kernels(p: argparse.ArgumentParser) -> None:
+    """``--expand-kernels`` (analyze, report, diff, verify)."""
+    p.add_argument("--expand-kernels", action="store_true", help=EXPAND_KERNELS_HELP)
+
+
 def add_selection(p: argparse.ArgumentParser) -> None:
     """PATH and what to read of it: run, staleness, device and op filters, reading, byte limit."""
     p.add_argument("path", nargs="?", default=".", help="trace file, run dir, log dir or any folder above (default: .)")
@@ -178,6 +187,7 @@ def add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX (e.g. 'TPU:0$')")
     p.add_argument("--filter", metavar="REGEX", help="keep only ops whose name, HLO text or framework op path (named scopes) matches REGEX")
     add_reading(p)
+    add_expand_kernels(p)
     p.add_argument("--max-bytes", type=positive_int, metavar="N",
                    help="most bytes one file's reading may take: an .xplane.pb's size, the memory a .trace.json's "
                         "text and events take (about 2.25 B per byte of text + 400 B per event) (default: "
@@ -257,11 +267,12 @@ def cache_from_args(args):
 def read_options(args) -> dict:
     """``traceview.model.load.load`` keyword arguments from the reading flags: the cache,
     ``--workers`` local processes (the CLI's main is import-safe, as ``spawn`` needs),
-    ``--scheduler``, and a progress bar on stderr when it is a terminal."""
+    ``--scheduler``, ``--expand-kernels``, and a progress bar on stderr when it is a terminal."""
     from traceview.render.progress import TerminalProgress
 
     return {"cache": cache_from_args(args), "workers": max(0, getattr(args, "workers", 1) or 0),
-            "scheduler": getattr(args, "scheduler", None), "progress": TerminalProgress()}
+            "scheduler": getattr(args, "scheduler", None), "progress": TerminalProgress(),
+            "expand_kernels": bool(getattr(args, "expand_kernels", False))}
 
 
 def stale_after(args) -> float | None:

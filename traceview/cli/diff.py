@@ -38,6 +38,7 @@ def add_parser(sub) -> None:
     d.add_argument("--families", metavar="FILE", help="user op families, one NAME=REGEX per line (# comments)")
     d.add_argument("--family", action="append", metavar="NAME=REGEX", help="a user op family (repeatable)")
     d.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
+    cargs.add_expand_kernels(d)
 
 
 def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass --run-base / --run-treatment"):
@@ -63,7 +64,8 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
             pres.append(None if key in seen else start_prefetch(d, max_bytes=None, cache=cache or None, local=True))
             seen.add(key)
         for (path, run), d, pre in zip(sides, discs, pres):
-            prof = load(path, run=run, stale_after_s=None, discovery=d, cache=cache, prefetch=pre or False)
+            prof = load(path, run=run, stale_after_s=None, discovery=d, cache=cache, prefetch=pre or False,
+                        expand_kernels=bool(getattr(args, "expand_kernels", False)))
             for w in prof.warnings:
                 print(f"traceview: warning: {safe_line(path)}: {safe_line(w)}", file=sys.stderr)
             out = prof.filter(device_regex=args.device) if args.device else prof

@@ -52,6 +52,7 @@ def add_parser(sub) -> None:
     v.add_argument("--family", action="append", metavar="NAME=REGEX", help="a user op family (repeatable)")
     v.add_argument("--format", choices=["text", "json"], default="text")
     v.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
+    cargs.add_expand_kernels(v)
 
 
 def run(args) -> int:

@@ -47,7 +47,7 @@ def start_prefetch(disc, *, max_bytes: int | None, cache, local: bool):
 def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = False, require_ops: bool = True,
          stale_after_s: float | None = 7 * 24 * 3600, max_bytes: int | None = None, cache=None, workers: int = 0,
          executor=None, scheduler: str | None = None, progress=None, discovery=None, prefetch=True,
-         factory=None):
+         factory=None, expand_kernels: bool = False):
     """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above).
 
     Picks the newest run unless ``run`` names one or ``all_runs`` is set
@@ -64,6 +64,9 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     :class:`traceview.read.batch.Progress` after each file. ``prefetch``: True to decode a
     single xplane's TPU planes on a thread while polars is imported (:func:`start_prefetch`),
     False not to, or a :class:`traceview.read.prefetch.Prefetch` the caller started.
+    ``expand_kernels``: keep the ops inside each interpreted Pallas kernel invocation (CPU
+    traces) as they are, instead of one row per invocation
+    (:func:`traceview.model.interpreted.collapse_kernels`).
 
     Raises :class:`~traceview.errors.NoTraceFound` when nothing is found,
     :class:`~traceview.errors.TraceUnreadable` when every selected file is unreadable (a
@@ -112,7 +115,8 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
             traces.append(res)
     if errors and not traces:
         raise _all_faults(errors, disc)
-    prof = (factory or ProfileData).from_traces(traces, discovery=disc, warnings=warnings)
+    prof = (factory or ProfileData).from_traces(traces, discovery=disc, warnings=warnings,
+                                                expand_kernels=expand_kernels)
     if require_ops and prof.table.height == 0:
         names = ", ".join(str(t.path) for t in traces)
         no_ops = NoOpsFound("the trace has no HLO ops (no XLA Ops line, no hlo_op-annotated kernels); "

@@ -84,11 +84,14 @@ class ProfileData:
         return self.table.frame()
 
     @classmethod
-    def from_traces(cls, traces: list, discovery=None, warnings: list[str] | None = None):
+    def from_traces(cls, traces: list, discovery=None, warnings: list[str] | None = None,
+                    expand_kernels: bool = False):
         """One profile of the per-file :class:`~traceview.model.schema.TraceData` (in order):
         their op tables concatenated (times no sum can wrap:
         :func:`~traceview.model.bounds.clamp_profile`), devices tagged with their host, the
-        files' notes after ``warnings``."""
+        files' notes after ``warnings``. Each interpreted Pallas kernel invocation (a CPU
+        trace) is one op row (:func:`traceview.model.interpreted.collapse_kernels`) unless
+        ``expand_kernels``."""
         import polars as pl
 
         from traceview.model.optable import OpTable
@@ -100,6 +103,10 @@ class ProfileData:
         runs = (pl.concat([t.module_runs for t in traces], how="vertical") if traces
                 else pl.DataFrame(schema=MODULE_RUNS_SCHEMA))
         table, runs, clamped = clamp_profile(table, runs)
+        if not expand_kernels:
+            from traceview.model.interpreted import collapse_kernels
+
+            table = collapse_kernels(table)
         devices = []
         for t in traces:
             for d in t.devices:
