@@ -477,7 +477,12 @@ def inject_folder(folder: str | os.PathLike, *, package: str = KERNEL_PACKAGE, o
     if not present:
         raise TransplantError(f"{folder} holds no copy of a module of {package} "
                               f"(expected e.g. paged_attention.py; make one with `traceview engine transplant {folder}`)")
-    edges = {s: _sibling_imports(folder_path / f"{s}.py", package, set(present)) for s in present}
+    edges = {}
+    for s in present:
+        try:
+            edges[s] = _sibling_imports(folder_path / f"{s}.py", package, set(present))
+        except (SyntaxError, ValueError) as e:  # ValueError: null bytes
+            raise TransplantError(f"cannot import the kernel copy {folder_path / f'{s}.py'}: {type(e).__name__}: {e}") from None
     order = _dependency_order(edges, present)
     import hashlib
 
@@ -524,6 +529,8 @@ def resolve_source(target: str | os.PathLike) -> Path:
         raise TransplantError(f"{target}: no such file")
     try:
         spec = importlib.util.find_spec(name)
+    except ModuleNotFoundError:  # a parent package is missing
+        spec = None
     except (ImportError, ValueError) as e:
         raise TransplantError(f"{target}: not a file, and not an importable module ({e})") from None
     if spec is None:
