@@ -1,4 +1,5 @@
-"""Command line for the bundled engine: ``traceview engine {bench,profile} ...``.
+"""Command line for the bundled engine: ``traceview engine {bench,profile,transplant,patch} ...``
+(``transplant``, ``patch`` and ``--kernel-dir``: :mod:`.transplant_cli`).
 
 ``main(argv)`` returns an exit code (0 ok, 2 usage or configuration error) and never calls
 ``sys.exit``; ``python -m traceview.engine_shim.cli`` works as well.
@@ -19,6 +20,8 @@ import json
 import os
 import sys
 from pathlib import Path
+
+from .transplant_cli import add_kernel_dir, add_subcommands, kernel_dir
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -49,7 +52,7 @@ def _env_bool(env, name, default):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="traceview engine", description="Bundled Pallas decode engine: benchmark and profile.")
+    p = argparse.ArgumentParser(prog="traceview engine", description="Bundled Pallas decode engine: benchmark, profile, transplant kernels, patch sources.")
     sub = p.add_subparsers(dest="command", required=True)
     for name, helptext, tokens, mult in (
         ("bench", "the study's protocol: init, warmup, batch TTFT, main generation, ITL, tokens/s", 128, 2),
@@ -76,8 +79,10 @@ def _parser() -> argparse.ArgumentParser:
             g = s.add_mutually_exclusive_group()
             g.add_argument("--profile", dest="profile", action="store_true", default=None, help="trace the main generation [env PROFILE]")
             g.add_argument("--no-profile", dest="profile", action="store_false")
+        add_kernel_dir(s)
         s.add_argument("--format", choices=("text", "json"), default="text", help="stdout format")
         s.add_argument("--json", metavar="FILE", default=None, help="also write the results as JSON to FILE")
+    add_subcommands(sub)
     return p
 
 
@@ -131,6 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or usage error (2)
         return int(e.code or 0)
+    if args.command in ("transplant", "patch"):
+        from .transplant_cli import run
+
+        return run(args)
     try:
         kwargs = _resolve(args, os.environ)
         if kwargs["log_dir"] and kwargs["profile"]:
@@ -150,7 +159,10 @@ def main(argv: list[str] | None = None) -> int:
             if jax.default_backend() == "cpu":
                 raise ValueError(f"model {kwargs['model']!r} is for accelerators: on this CPU-only machine it would "
                                  "run for hours; use --model tiny or study, or pass --allow-cpu to insist")
-        result = run_bench(**kwargs)
+        with kernel_dir(args.kernel_dir) as transplanted:  # before the engine is built
+            result = run_bench(**kwargs)
+        if transplanted is not None:
+            result["transplant"] = transplanted.as_dict()
     except (ValueError, MemoryError) as e:
         print(f"traceview engine: error: {e}", file=sys.stderr)
         return 2

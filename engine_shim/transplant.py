@@ -299,3 +299,339 @@ def patch_source(target: types.ModuleType | str | os.PathLike, edits, *, dry_run
         _drop_bytecode(path)
         patch.applied = True
     return patch
+
+
+# ---------------------------------------------------------------------------- kernel folders
+#: The package whose modules ``traceview engine transplant`` copies.
+KERNEL_PACKAGE = "traceview.kernels"
+
+
+class TransplantError(ValueError):
+    """A transplant or patch request that cannot be carried out (a usage or state error:
+    existing files, a missing copy, a file already patched, a backup that does not match)."""
+
+
+def _package_dir(package: str) -> Path:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise TransplantError(f"{package!r} is not an importable package")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _sibling_imports(path: Path, package: str, stems: set[str]) -> list[str]:
+    """Stems of ``stems`` that the file at ``path`` imports, absolutely (``package.X``) or
+    relatively (``.X``), read off its syntax tree (nothing is imported)."""
+    import ast
+
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    found: list[str] = []
+
+    def add(dotted: str) -> None:
+        stem = dotted.split(".")[0]
+        if stem in stems and stem not in found:
+            found.append(stem)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if node.level == 1:
+                if mod:
+                    add(mod)
+                else:
+                    for a in node.names:
+                        add(a.name)
+            elif node.level == 0 and (mod == package or mod.startswith(package + ".")):
+                rest = mod[len(package) + 1:]
+                if rest:
+                    add(rest)
+                else:
+                    for a in node.names:
+                        add(a.name)
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith(package + "."):
+                    add(a.name[len(package) + 1:])
+    return found
+
+
+def _dependency_order(edges: dict[str, list[str]], roots: list[str]) -> list[str]:
+    """``roots`` and everything they reach through ``edges``, each after what it imports."""
+    order: list[str] = []
+    seen: set[str] = set()
+
+    def visit(stem: str) -> None:
+        if stem in seen:
+            return
+        seen.add(stem)
+        for dep in edges.get(stem, []):
+            visit(dep)
+        order.append(stem)
+
+    for r in roots:
+        visit(r)
+    return order
+
+
+def engine_kernel_modules(package: str = KERNEL_PACKAGE, users: str = "traceview.engine_shim") -> list[str]:
+    """Stems of the modules of ``package`` that the modules of ``users`` import (e.g.
+    ``paged_attention``) and of the package's modules those import in turn, dependencies
+    first (``['block_sizes', 'naming', 'paged_attention']`` for the bundled engine). Read off
+    the source files' syntax trees; the package's ``__init__`` is not counted."""
+    kdir = _package_dir(package)
+    stems = {p.stem for p in kdir.glob("*.py") if p.stem != "__init__"}
+    edges = {s: _sibling_imports(kdir / f"{s}.py", package, stems) for s in sorted(stems)}
+    roots: list[str] = []
+    for f in sorted(_package_dir(users).glob("*.py")):
+        for s in _sibling_imports(f, package, stems):
+            if s not in roots:
+                roots.append(s)
+    return _dependency_order(edges, roots)
+
+
+def transplant_kernels(dest: str | os.PathLike, *, force: bool = False, package: str = KERNEL_PACKAGE,
+                       modules: list[str] | None = None) -> list[Path]:
+    """Copy the stock sources of the engine's kernel modules (:func:`engine_kernel_modules`,
+    or ``modules``) into the folder ``dest`` (created if missing), byte for byte, under their
+    own names (``dest/paged_attention.py``, ...). Returns the copies' paths.
+
+    Raises: TransplantError naming the files that already exist in ``dest`` (nothing is
+    written then) unless ``force``, or a ``dest`` that is not a folder.
+    """
+    kdir = _package_dir(package)
+    stems = modules or engine_kernel_modules(package)
+    dest = Path(dest)
+    if dest.exists() and not dest.is_dir():
+        raise TransplantError(f"{dest} exists and is not a folder")
+    targets = [(kdir / f"{s}.py", dest / f"{s}.py") for s in stems]
+    for src, _ in targets:
+        if not src.is_file():
+            raise TransplantError(f"{package}.{src.stem} has no source file at {src}")
+    existing = [str(out) for _, out in targets if out.exists()]
+    if existing and not force:
+        raise TransplantError(f"{', '.join(existing)} already exist(s); pass --force to overwrite")
+    dest.mkdir(parents=True, exist_ok=True)
+    for src, out in targets:
+        shutil.copyfile(src, out)
+    return [out for _, out in targets]
+
+
+@dataclass
+class FolderTransplant:
+    """What :func:`inject_folder` did: one :class:`TransplantReport` per injected module,
+    in injection order (dependencies first). ``revert()`` undoes them in reverse."""
+
+    folder: str
+    package: str
+    reports: list[TransplantReport] = field(default_factory=list)
+
+    @property
+    def reverted(self) -> bool:
+        return all(r.reverted for r in self.reports)
+
+    def revert(self) -> None:
+        for r in reversed(self.reports):
+            r.revert()
+
+    def __enter__(self) -> "FolderTransplant":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.revert()
+
+    def never_called(self) -> list[str]:
+        """Dotted names of probed stock functions whose copy was never called."""
+        return [f"{r.stock_module}.{n}" for r in self.reports for n, k in r.probe_hits.items() if k == 0]
+
+    def as_dict(self) -> dict:
+        """JSON-serialisable record: per module, the copy's file, replaced names, rebound
+        references and probe call counts."""
+        return {"folder": self.folder, "modules": [
+            {"stock": r.stock_module, "copy_file": r.copy_file, "replaced": list(r.replaced),
+             "missing": list(r.missing), "rebound": [".".join(x) for x in r.rebound], "probe_calls": dict(r.probe_hits)}
+            for r in self.reports]}
+
+
+def inject_folder(folder: str | os.PathLike, *, package: str = KERNEL_PACKAGE, on_probe=None,
+                  rebind_prefixes: tuple[str, ...] = ("traceview.",), clear_jax_caches: bool = True) -> FolderTransplant:
+    """Inject every ``folder/X.py`` whose stem names a module of ``package`` in place of
+    ``package.X`` (:func:`inject`: ``setattr`` plus rebinding of direct references, public
+    functions probed), dependencies first, so that a copy importing a sibling (absolutely,
+    ``package.X``, through the injected stock module, or relatively, ``.X``) gets the copy.
+    The copies are imported as the submodules of a package made for ``folder``. Other
+    ``.py`` files in ``folder`` are left to the copies' relative imports.
+
+    ``on_probe(name, report)`` is called once per probed function, on its first call.
+    Call before the engine is built (what is already compiled keeps the stock code).
+
+    Returns: a :class:`FolderTransplant` (``revert()`` or use as a context manager).
+    Raises: TransplantError for a missing folder or one holding no module of ``package``,
+    or a copy that fails to import (the message names the file and the error; whatever was
+    injected before is reverted).
+    """
+    folder_path = Path(folder).resolve()
+    if not folder_path.is_dir():
+        raise TransplantError(f"kernel folder {folder} does not exist or is not a folder")
+    kdir = _package_dir(package)
+    stock_stems = {p.stem for p in kdir.glob("*.py") if p.stem != "__init__"}
+    present = sorted(p.stem for p in folder_path.glob("*.py") if p.stem in stock_stems)
+    if not present:
+        raise TransplantError(f"{folder} holds no copy of a module of {package} "
+                              f"(expected e.g. paged_attention.py; make one with `traceview engine transplant {folder}`)")
+    edges = {}
+    for s in present:
+        try:
+            edges[s] = _sibling_imports(folder_path / f"{s}.py", package, set(present))
+        except (SyntaxError, ValueError) as e:  # ValueError: null bytes
+            raise TransplantError(f"cannot import the kernel copy {folder_path / f'{s}.py'}: {type(e).__name__}: {e}") from None
+    order = _dependency_order(edges, present)
+    import hashlib
+
+    pkg_name = "_traceview_transplant_" + hashlib.sha1(str(folder_path).encode()).hexdigest()[:10]
+    pkg = types.ModuleType(pkg_name, f"kernel copies from {folder_path}")
+    pkg.__path__ = [str(folder_path)]
+    pkg.__package__ = pkg_name
+    sys.modules[pkg_name] = pkg
+    result = FolderTransplant(str(folder_path), package)
+    for stem in order:
+        path = folder_path / f"{stem}.py"
+        try:
+            copy = load_module_copy(path, f"{pkg_name}.{stem}")
+        except Exception as e:
+            result.revert()
+            line = (str(e).strip().splitlines() or [""])[0]
+            raise TransplantError(f"cannot import the kernel copy {path}: {type(e).__name__}: {line}") from None
+        result.reports.append(inject(f"{package}.{stem}", copy, rebind_prefixes=rebind_prefixes,
+                                     on_probe=on_probe, clear_jax_caches=clear_jax_caches))
+    return result
+
+
+# ---------------------------------------------------------------------------- kept patches
+def default_backup_dir() -> Path:
+    """Where :func:`apply_kept_patch` keeps backups by default:
+    ``$XDG_STATE_HOME/traceview/patches``, else ``~/.local/state/traceview/patches`` — state
+    to keep until the revert, not a cache (caches get pruned) and not beside the installed
+    file (a reinstall would orphan it, a packaging step could ship it)."""
+    state = os.environ.get("XDG_STATE_HOME", "").strip()
+    base = Path(state).expanduser() if state else Path.home() / ".local" / "state"
+    return base / "traceview" / "patches"
+
+
+def resolve_source(target: str | os.PathLike) -> Path:
+    """The source file of ``target``: an existing path, else a module name located with
+    ``importlib.util.find_spec`` (parent packages are imported; the module itself is not).
+
+    Raises: TransplantError when it is neither, or the module has no ``.py`` source."""
+    p = Path(target)
+    if p.is_file():
+        return p.resolve()
+    name = str(target)
+    if name.endswith(".py") or os.sep in name:
+        raise TransplantError(f"{target}: no such file")
+    try:
+        spec = importlib.util.find_spec(name)
+    except ModuleNotFoundError:  # a parent package is missing
+        spec = None
+    except (ImportError, ValueError) as e:
+        raise TransplantError(f"{target}: not a file, and not an importable module ({e})") from None
+    if spec is None:
+        raise TransplantError(f"{target}: not a file, and no module of that name is installed")
+    origin = spec.origin or ""
+    if not origin.endswith(".py"):
+        raise TransplantError(f"module {name} has no .py source file (origin {origin or 'none'})")
+    return Path(origin).resolve()
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+def _backup_paths(path: Path, backup_dir: Path) -> tuple[Path, Path]:
+    key = _sha256(str(path).encode())[:16]
+    return backup_dir / f"{key}.json", backup_dir / f"{key}.orig"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+@dataclass
+class KeptPatch:
+    """A patch whose original bytes are kept in ``backup_dir`` until :func:`revert_kept_patch`.
+    Hashes are SHA-256 of the whole file."""
+
+    path: Path
+    original_sha256: str
+    patched_sha256: str
+    diff: str
+    record: Path
+
+
+def apply_kept_patch(target: str | os.PathLike, edits, *, backup_dir: str | os.PathLike) -> KeptPatch:
+    """Patch ``target`` (a file or module name, :func:`resolve_source`) by exact anchors
+    (:func:`patch_source`: each anchor must match exactly once) and keep the original bytes
+    in ``backup_dir`` (a record ``<key>.json`` and the bytes ``<key>.orig``, ``key`` from the
+    file's absolute path) so that :func:`revert_kept_patch` restores them byte for byte.
+
+    Raises: AnchorError (count named; file untouched); TransplantError if the file is
+    already patched (a record exists: revert first) or the patch changes nothing.
+    """
+    import json
+    import time
+
+    path = resolve_source(target)
+    backup_dir = Path(backup_dir)
+    rec_path, orig_path = _backup_paths(path, backup_dir)
+    if rec_path.exists():
+        raise TransplantError(f"{path} is already patched (backup {rec_path}); revert it first (--revert)")
+    patch = patch_source(path, edits, dry_run=True)
+    if patch.patched == patch.original:
+        raise TransplantError(f"{path}: the replacement equals the anchor; nothing to patch")
+    backup_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomic(orig_path, patch.original)
+    kept = KeptPatch(path, _sha256(patch.original), _sha256(patch.patched), patch.diff, rec_path)
+    _write_atomic(rec_path, (json.dumps({"path": str(path), "original_sha256": kept.original_sha256,
+                                         "patched_sha256": kept.patched_sha256, "backup": str(orig_path),
+                                         "patched_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                         "diff": patch.diff}, indent=2) + "\n").encode())
+    try:
+        path.write_bytes(patch.patched)
+    except OSError:
+        rec_path.unlink(missing_ok=True)
+        orig_path.unlink(missing_ok=True)
+        raise
+    _drop_bytecode(path)
+    return kept
+
+
+def revert_kept_patch(target: str | os.PathLike, *, backup_dir: str | os.PathLike, force: bool = False) -> KeptPatch:
+    """Restore the bytes :func:`apply_kept_patch` kept for ``target``, check their SHA-256
+    against the record, and delete the backup.
+
+    Raises: TransplantError when no backup exists for the file, when the file is no longer
+    the patched version (edited since: ``force`` restores anyway), or when the backup's bytes
+    do not hash to the recorded original (nothing is written then).
+    """
+    import json
+
+    path = resolve_source(target)
+    rec_path, orig_path = _backup_paths(path, Path(backup_dir))
+    if not rec_path.exists():
+        raise TransplantError(f"{path} has no patch to revert (no backup under {backup_dir})")
+    rec = json.loads(rec_path.read_text())
+    original = orig_path.read_bytes()
+    if _sha256(original) != rec["original_sha256"]:
+        raise TransplantError(f"backup {orig_path} does not match its record (sha256); file left as is")
+    current = path.read_bytes()
+    if _sha256(current) != rec["patched_sha256"] and not force:
+        raise TransplantError(f"{path} changed since it was patched; not reverting (--force restores the original anyway)")
+    path.write_bytes(original)
+    _drop_bytecode(path)
+    if _sha256(path.read_bytes()) != rec["original_sha256"]:  # pragma: no cover - a failing disk
+        raise TransplantError(f"{path}: restored bytes do not hash to the original; backup kept at {orig_path}")
+    rec_path.unlink()
+    orig_path.unlink()
+    return KeptPatch(path, rec["original_sha256"], rec["patched_sha256"], rec.get("diff", ""), rec_path)

@@ -1,4 +1,4 @@
-"""``traceview engine ...``: the bundled Pallas decode engine (bench, profile), which needs
+"""``traceview engine ...``: the bundled Pallas decode engine (bench, profile, transplant, patch), which needs
 the ``engine`` extra (JAX). Its own parser lives in :mod:`traceview.engine_shim.cli`."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from traceview.errors import EXIT_USAGE
 
 
 def add_parser(sub) -> None:
-    e = sub.add_parser("engine", help="the bundled Pallas decode engine (bench, profile)", add_help=False)
+    e = sub.add_parser("engine", help="the bundled Pallas decode engine (bench, profile, transplant, patch)", add_help=False)
     e.add_argument("engine_args", nargs=argparse.REMAINDER)
 
 
