@@ -9,8 +9,9 @@ kernel. Finished requests free their pages and slots at once.
 Every bucket is its own named, ahead-of-time compiled function, hence its own
 ``hlo_module`` in a trace:
 
-* ``jit_prefill_t{T}`` — prefill at token bucket T (one request, or packed chunks of up to
-  ``max_num_seqs`` requests with chunked prefill);
+* ``jit_prefill_t{T}`` — prefill of one request at token bucket T; with chunked prefill
+  ``jit_prefill_t{T}_r{S}``: packed chunks of up to S requests (a power of two up to
+  ``max_num_seqs``: attention and logits cost grow with S) in T tokens;
 * ``jit_decode_b{R}_bkv{K}`` — decode forward at request bucket R with KV block K (logits);
 * ``jit_greedy_b{R}`` — argmax selection; ``jit_sample_b{R}`` — the top-k/top-p sampler
   (with its 32-iteration ``topp_binary_search``), used only when some running request samples.
@@ -172,6 +173,7 @@ class LLM:
         self.allocator = PageAllocator(ec.total_pages)
         self.chunked = ec.enable_chunked_prefill or ec.enable_prefix_caching
         self.pool = PrefixCache(self.allocator, ec.page_size)  # the chunked path's reference-counted pages
+        self.prefill_row_buckets = pow2_buckets(1, ec.max_num_seqs) if self.chunked else [1]
         self._compiled: dict[tuple, object] = {}
         self._num_requests = 0
         self._profile_dir: Path | None = None
@@ -193,14 +195,20 @@ class LLM:
     # ------------------------------------------------------------------ compile buckets
     def bucket_names(self) -> list[str]:
         """Function names of the full bucket menu (each is ``jit_<name>`` in a trace)."""
-        return ([f"prefill_t{t}" for t in self.token_buckets]
+        prefill = ([f"prefill_t{t}_r{r}" for t in self.token_buckets for r in self.prefill_row_buckets] if self.chunked
+                   else [f"prefill_t{t}" for t in self.token_buckets])
+        return (prefill
                 + [f"decode_b{r}_bkv{self.kv_block_size}" for r in self.request_buckets]
                 + [f"greedy_b{r}" for r in self.sampler_buckets] + [f"sample_b{r}" for r in self.sampler_buckets])
 
     def precompile(self) -> None:
         """Compile every bucket now (idempotent)."""
         for t in self.token_buckets:
-            self._get("prefill", t)
+            if self.chunked:
+                for r in self.prefill_row_buckets:
+                    self._get("prefill", (t, r))
+            else:
+                self._get("prefill", t)
         for r in self.request_buckets:
             self._get("decode", r)
         for r in self.sampler_buckets:
@@ -227,7 +235,7 @@ class LLM:
         params = _abstract(self.params)
         if kind == "prefill":
             if self.chunked:
-                return self._compile_chunked(size, params, cache)
+                return self._compile_chunked(*size, params, cache)
 
             def fn(params, k_cache, v_cache, tokens, length, page_row):
                 logits, k_cache, v_cache = model_lib.prefill_forward(params, mc, k_cache, v_cache, tokens, length,
@@ -270,17 +278,18 @@ class LLM:
         log.debug("compiled jit_%s", name)
         return compiled
 
-    def _compile_chunked(self, size: int, params, cache):
+    def _compile_chunked(self, size: int, s_rows: int, params, cache):
         mc, ec = self.model_config, self.config
-        i32, s_rows = jnp.int32, ec.max_num_seqs
+        i32 = jnp.int32
+        n_logits = pad_to_bucket(self.sampler_buckets, s_rows)  # rows the token selection takes
 
         def fn(params, k_cache, v_cache, tokens, positions, slots, page_table, last_index):
             return model_lib.chunked_prefill_forward(params, mc, k_cache, v_cache, tokens, positions, slots, page_table,
                                                      last_index, page_size=ec.page_size)
-        name = f"prefill_t{size}"
+        name = f"prefill_t{size}_r{s_rows}"
         tok = jax.ShapeDtypeStruct((size,), i32)
         args = (params, *cache, tok, tok, tok, jax.ShapeDtypeStruct((s_rows, ec.pages_per_seq), i32),
-                jax.ShapeDtypeStruct((s_rows,), i32))
+                jax.ShapeDtypeStruct((n_logits,), i32))
         compiled = jax.jit(_named(fn, name), donate_argnums=(1, 2)).lower(*args).compile()
         self.stats.compiled_modules.append(f"jit_{name}")
         return compiled
@@ -416,11 +425,13 @@ class LLM:
             budget -= take
         total = sum(take for _, _, take in rows)
         t = pad_to_bucket(self.token_buckets, total)
+        s_rows = pad_to_bucket(self.prefill_row_buckets, len(rows))
+        n_logits = pad_to_bucket(self.sampler_buckets, s_rows)
         tokens = np.zeros(t, np.int32)
         positions = np.zeros(t, np.int32)
         slots = np.full(t, -1, np.int32)
-        table = np.zeros((ec.max_num_seqs, ec.pages_per_seq), np.int32)
-        last = np.zeros(ec.max_num_seqs, np.int32)
+        table = np.zeros((s_rows, ec.pages_per_seq), np.int32)
+        last = np.zeros(n_logits, np.int32)
         off = 0
         for i, (req, start, take) in enumerate(rows):
             tokens[off: off + take] = req.prompt_ids[start: start + take]
@@ -429,13 +440,14 @@ class LLM:
             table[i, : len(req.pages)] = req.pages
             last[i] = off + take - 1
             off += take
-        fn = self._get("prefill", t)
+        fn = self._get("prefill", (t, s_rows))
         # FIFO packing: only the last row can be partial, so the completed requests are rows [0, k).
         done = [req for req, start, take in rows if start + take == len(req.prompt_ids)]
-        with jax.profiler.TraceAnnotation("prefill", token_bucket=t, prompt_tokens=total, num_seqs=len(rows)):
+        with jax.profiler.TraceAnnotation("prefill", token_bucket=t, row_bucket=s_rows, prompt_tokens=total,
+                                          num_seqs=len(rows)):
             logits, self.k_cache, self.v_cache = fn(self.params, self.k_cache, self.v_cache, tokens, positions, slots,
                                                     table, last)
-            toks = self._select(done, logits, ec.max_num_seqs) if done else []
+            toks = self._select(done, logits, n_logits) if done else []
         self.stats.num_prefill_steps += 1
         self.stats.num_prefill_chunks += len(rows)
         self.stats.num_prefill_computed_tokens += total

@@ -140,10 +140,11 @@ def chunked_prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, 
         request; ``slots``: ``int32[T]`` the token's request row in ``page_table``, ``-1`` for
         padding (written to the trash page 0, attends to nothing).
       page_table: ``int32[S, pages_per_seq]`` page rows of the requests in the step.
-      last_index: ``int32[S]`` index in ``tokens`` of each row's last chunk token.
+      last_index: ``int32[L]`` index in ``tokens`` of each row's last chunk token (``L >= S``
+        rows of logits, the token-selection bucket; extra entries may be 0).
       k_cache, v_cache: lists (per layer) of ``[Hkv, P, page, D]`` pools.
 
-    Returns: ``(logits f32[S, V] at each row's last chunk token, k_cache, v_cache)``.
+    Returns: ``(logits f32[L, V] at each row's last chunk token, k_cache, v_cache)``.
     Masked scores are ``-1e30`` rather than ``-inf`` so all-padding rows stay finite (the
     trash page must never hold NaN: a zero weight times NaN is NaN).
     Scores are ``[Hkv, G, T, S * pages_per_seq * page]``: masked to the token's own row and

@@ -80,7 +80,8 @@ def test_chunked_prefill_matches_one_request_prefill(one_request_outputs):
     # FIFO packing fills the 16-token budget at every step but the last
     assert (s.num_prefill_steps, s.num_prefill_computed_tokens, s.num_prefills) == (math.ceil(total / 16), total, 4)
     assert s.num_prefill_chunks > len(PROMPTS)  # prompts were split
-    assert [m for m in s.compiled_modules if "prefill" in m] == ["jit_prefill_t16"]
+    prefills = [m for m in s.compiled_modules if "prefill" in m]
+    assert prefills and all(m.startswith("jit_prefill_t16_r") for m in prefills), prefills
     assert llm.allocator.num_free == llm.config.total_pages - 1
 
 
@@ -168,5 +169,6 @@ def test_study_chunked_prefill_population_at_the_budget(study_profiles):
     t = load(run).by_shape()
     # the query projection of each layer at the budget's token dimension, once per full-budget step
     q = t.filter(t["shape"].str.starts_with(f"f32[{STUDY_BUDGET},2048] <- f32[{STUDY_BUDGET},256]"))
-    assert {m for ms in q["modules"].to_list() for m in ms} == {f"jit_prefill_t{STUDY_BUDGET}"}, q
+    modules = {m for ms in q["modules"].to_list() for m in ms}
+    assert modules and all(m.startswith(f"jit_prefill_t{STUDY_BUDGET}_r") for m in modules), q
     assert q["occurrences"].sum() == llm.model_config.num_layers * (total // STUDY_BUDGET)
