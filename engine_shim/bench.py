@@ -13,7 +13,9 @@ Protocol (reference study, "Environment, Stack, and Measurement Harness"):
    ``main_s``; engine tokens/s = the engine's own counter delta / the engine's own time in
    ``generate`` — the two must agree within a few percent (the study's paired check).
 
-Workload: the four short vLLM example prompts repeated ``batch_mult`` times. Every request
+Workload: the four short vLLM example prompts repeated ``batch_mult`` times, each optionally
+after a shared ``prefix_tokens``-token prefix (:func:`shared_prefix`: a system prompt, which
+makes prompts long enough to chunk and gives the prefix cache full pages to reuse). Every request
 generates exactly ``max_tokens`` (``ignore_eos=True``) so per-request token counts are fixed.
 Throughput quoted from a profiled run is not a headline number (tracing adds overhead); the
 result says ``"profiled": true``.
@@ -39,6 +41,16 @@ PROMPTS = [
 
 SAMPLING_MODES = ("greedy", "topp")
 
+_SYSTEM = "You are a careful assistant. Answer briefly and cite the passage you used. "
+
+
+def shared_prefix(num_tokens: int) -> str:
+    """A fixed English text of exactly ``num_tokens`` byte tokens (0 gives "")."""
+    if num_tokens < 0:
+        raise ValueError(f"prefix_tokens={num_tokens} must be >= 0")
+    return (_SYSTEM * (num_tokens // len(_SYSTEM) + 1))[:num_tokens]
+
+
 
 def sampling_params(mode: str, max_tokens: int, *, top_p: float = 1.0, temperature: float = 1.0,
                     repetition_penalty: float = 1.0) -> SamplingParams:
@@ -59,7 +71,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
               max_tokens: int = 128, kv_block_size: int | None = None, sampling: str = "greedy", top_p: float = 1.0,
               temperature: float = 1.0, repetition_penalty: float = 1.0, profile: bool = False,
               log_dir: str = "./profile", warmup_tokens: int = 4, precompile: bool = True, seed: int = 0,
-              prompts: list[str] | None = None) -> dict:
+              prompts: list[str] | None = None, max_num_batched_tokens: int | None = None,
+              enable_chunked_prefill: bool = False, enable_prefix_caching: bool = False, prefix_tokens: int = 0) -> dict:
     """Run the protocol once; returns a JSON-serialisable dict (times in seconds).
 
     Keys: ``config`` (the arguments and resolved KV block), ``init_s``, ``precompile_s``,
@@ -68,20 +81,25 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     ``tokens_per_s_rel_diff`` (|engine - wall| / wall), ``decode_steps`` (every decode step since
     start-up, warm-up included), ``main_decode_steps`` (those of the main generation: what a
     profile of it holds, the N of ``traceview analyze --steps N``), ``profiled``, ``profile_dir`` (run
-    folder or None), ``compiled_modules``, ``environment``.
+    folder or None), ``compiled_modules``, ``environment``, ``prefill``: ``{"main": ..., "total":
+    ...}`` prefill counters of the main generation and since start-up (``steps``, ``chunks``,
+    ``computed_tokens``; prefix cache ``queried_pages``, ``hit_pages``, ``queried_tokens``,
+    ``hit_tokens``, ``hit_rate`` = hit / queried tokens or None).
 
     Raises: ValueError for invalid arguments (including ``TRACEVIEW_KV_BLOCK_SIZE``).
     """
     if batch_mult < 1 or max_tokens < 1:
         raise ValueError(f"batch_mult={batch_mult} and max_tokens={max_tokens} must be >= 1")
-    base = list(prompts) if prompts else PROMPTS
+    prefix = shared_prefix(prefix_tokens)
+    base = [prefix + p for p in (list(prompts) if prompts else PROMPTS)]
     workload = base * batch_mult
     main_params = sampling_params(sampling, max_tokens, top_p=top_p, temperature=temperature,
                                   repetition_penalty=repetition_penalty)
 
     t0 = time.perf_counter()
     llm = LLM(model, max_num_seqs=max_num_seqs, max_model_len=max_model_len, kv_block_size=kv_block_size,
-              seed=seed, precompile=precompile)
+              seed=seed, precompile=precompile, max_num_batched_tokens=max_num_batched_tokens,
+              enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching)
     init_s = time.perf_counter() - t0
 
     llm.generate(workload, sampling_params(sampling, max(2, warmup_tokens), top_p=top_p, temperature=temperature,
@@ -93,6 +111,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     ttft_s = time.perf_counter() - t0
 
     count0, engine_t0, steps0 = llm.stats.num_generated_tokens, llm.stats.generate_s, llm.stats.num_decode_steps
+    prefill0 = _prefill_counters(llm.stats)
     run_dir = None
     if profile:
         llm.start_profile(log_dir)
@@ -113,7 +132,9 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
                    "batch_mult": batch_mult, "max_tokens": max_tokens, "sampling": sampling,
                    "sampling_params": asdict(main_params), "kv_block_size": llm.kv_block_size,
                    "kv_block_size_requested": kv_block_size, "request_buckets": llm.request_buckets,
-                   "token_buckets": llm.token_buckets, "precompile": precompile, "seed": seed},
+                   "token_buckets": llm.token_buckets, "precompile": precompile, "seed": seed,
+                   "max_num_batched_tokens": llm.token_buckets[-1], "enable_chunked_prefill": llm.chunked,
+                   "enable_prefix_caching": enable_prefix_caching, "prefix_tokens": prefix_tokens},
         "init_s": init_s,
         "precompile_s": llm.stats.precompile_s,
         "ttft_s": ttft_s,
@@ -131,10 +152,23 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
         "profiled": profile,
         "profile_dir": str(run_dir) if run_dir else None,
         "compiled_modules": list(llm.stats.compiled_modules),
+        "prefill": {"main": _with_rate({k: v - prefill0[k] for k, v in _prefill_counters(llm.stats).items()}),
+                    "total": _with_rate(_prefill_counters(llm.stats))},
         "environment": {"jax": jax.__version__, "backend": jax.default_backend(), "python": platform.python_version(),
                         "machine": platform.machine(), "processor": platform.processor() or None,
                         "cpu_count": _cpu_count()},
     }
+
+
+def _prefill_counters(stats) -> dict:
+    return {"steps": stats.num_prefill_steps, "chunks": stats.num_prefill_chunks,
+            "computed_tokens": stats.num_prefill_computed_tokens, "queried_pages": stats.prefix_queried_pages,
+            "hit_pages": stats.prefix_hit_pages, "queried_tokens": stats.prefix_queried_tokens,
+            "hit_tokens": stats.prefix_hit_tokens}
+
+
+def _with_rate(c: dict) -> dict:
+    return {**c, "hit_rate": c["hit_tokens"] / c["queried_tokens"] if c["queried_tokens"] else None}
 
 
 def _cpu_count():

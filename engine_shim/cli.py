@@ -75,6 +75,13 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--allow-cpu", action="store_true",
                        help="run an accelerator-sized preset (gemma-2b) even on a CPU-only machine")
         s.add_argument("--log-dir", default="./profile", help="profile log dir [default ./profile]")
+        s.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
+                       help="prefill token budget per step; turns on chunked prefill [default max-model-len, one request per prefill]")
+        s.add_argument("--chunked-prefill", action="store_true", help="chunked, batched prefill at the default budget")
+        s.add_argument("--enable-prefix-caching", action="store_true",
+                       help="reuse KV pages of repeated prompt prefixes (implies chunked prefill)")
+        s.add_argument("--prefix-tokens", type=int, default=0, metavar="N",
+                       help="put a shared N-token prefix (a system prompt) before every prompt [default 0]")
         if name == "bench":
             g = s.add_mutually_exclusive_group()
             g.add_argument("--profile", dest="profile", action="store_true", default=None, help="trace the main generation [env PROFILE]")
@@ -106,7 +113,23 @@ def _resolve(args, env) -> dict:
         log_dir=args.log_dir,
         precompile=not args.no_precompile,
         seed=args.seed,
+        max_num_batched_tokens=_positive("--max-num-batched-tokens", args.max_num_batched_tokens),
+        enable_chunked_prefill=args.chunked_prefill or args.max_num_batched_tokens is not None,
+        enable_prefix_caching=args.enable_prefix_caching,
+        prefix_tokens=_nonnegative("--prefix-tokens", args.prefix_tokens),
     )
+
+
+def _positive(flag, v):
+    if v is not None and v < 1:
+        raise ValueError(f"{flag}={v} must be a positive integer")
+    return v
+
+
+def _nonnegative(flag, v):
+    if v < 0:
+        raise ValueError(f"{flag}={v} must be >= 0")
+    return v
 
 
 def format_text(r: dict) -> str:
@@ -124,6 +147,13 @@ def format_text(r: dict) -> str:
         f"tok/s   {r['wall_tokens_per_s']:.1f} wall-clock | {r['engine_tokens_per_s']:.1f} engine counter "
         f"({r['engine_counted_tokens']} counted) | diff {100 * r['tokens_per_s_rel_diff']:.2f}%",
     ]
+    pm, pt = r["prefill"]["main"], r["prefill"]["total"]
+    lines.append(f"prefill {'chunked, budget ' + str(c['max_num_batched_tokens']) + ' tokens' if c['enable_chunked_prefill'] else 'one request per step'}: "
+                 f"{pm['steps']} steps, {pm['chunks']} chunks, {pm['computed_tokens']} tokens computed in the main run")
+    if c["enable_prefix_caching"]:
+        rate = "n/a" if pt["hit_rate"] is None else f"{100 * pt['hit_rate']:.1f}%"
+        lines.append(f"prefix  cache hits {pm['hit_pages']}/{pm['queried_pages']} pages ({pm['hit_tokens']}/{pm['queried_tokens']} tokens) "
+                     f"in the main run; {pt['hit_tokens']}/{pt['queried_tokens']} tokens ({rate}) since start-up")
     if r["profiled"]:
         lines.append("note    profiled run: throughput above includes tracing overhead; quote unprofiled runs")
     return "\n".join(lines)

@@ -70,7 +70,12 @@ class EngineConfig:
     * ``max_model_len``: prompt + generated tokens per request (the max context).
     * ``page_size``: tokens per KV page; page 0 is reserved as the trash page.
     * ``kv_block_size``: decode KV block in tokens; None = env ``TRACEVIEW_KV_BLOCK_SIZE`` or heuristic.
-    * ``max_num_batched_tokens``: largest prefill token bucket (default ``max_model_len``).
+    * ``max_num_batched_tokens``: largest prefill token bucket (default ``max_model_len``); with
+      chunked prefill, the token budget of one prefill step (vLLM's name and meaning).
+    * ``enable_chunked_prefill``: pack prompt chunks of several requests into each prefill
+      step under the budget (vLLM's name); off: one request per prefill, whole prompt.
+    * ``enable_prefix_caching``: reuse full KV pages of repeated prompt prefixes (implies the
+      chunked scheduler, whose attention reads the cache).
     * ``min_token_bucket`` / ``min_request_bucket``: smallest buckets (vLLM TPU: 16 and 8).
     * ``num_pages``: page pool size including page 0 (default: enough for every slot at max length).
     * ``precompile``: compile every bucket at start-up (timed separately) instead of on first use.
@@ -88,11 +93,15 @@ class EngineConfig:
     precompile: bool = True
     interpret: bool | None = None
     seed: int = 0
+    enable_chunked_prefill: bool = False
+    enable_prefix_caching: bool = False
 
     def __post_init__(self):
         for f in ("max_num_seqs", "max_model_len", "page_size", "min_token_bucket", "min_request_bucket"):
             if int(getattr(self, f)) <= 0:
                 raise ValueError(f"{f} must be positive, got {getattr(self, f)!r}")
+        if self.max_num_batched_tokens is not None and int(self.max_num_batched_tokens) <= 0:
+            raise ValueError(f"max_num_batched_tokens must be positive, got {self.max_num_batched_tokens!r}")
 
     @property
     def pages_per_seq(self) -> int:

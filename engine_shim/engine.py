@@ -9,10 +9,23 @@ kernel. Finished requests free their pages and slots at once.
 Every bucket is its own named, ahead-of-time compiled function, hence its own
 ``hlo_module`` in a trace:
 
-* ``jit_prefill_t{T}`` — prefill at token bucket T;
+* ``jit_prefill_t{T}`` — prefill of one request at token bucket T; with chunked prefill
+  ``jit_prefill_t{T}_r{S}``: packed chunks of up to S requests (a power of two up to
+  ``max_num_seqs``: attention and logits cost grow with S) in T tokens;
 * ``jit_decode_b{R}_bkv{K}`` — decode forward at request bucket R with KV block K (logits);
 * ``jit_greedy_b{R}`` — argmax selection; ``jit_sample_b{R}`` — the top-k/top-p sampler
   (with its 32-iteration ``topp_binary_search``), used only when some running request samples.
+
+With ``enable_chunked_prefill`` (or ``enable_prefix_caching``) prefill is scheduled as vLLM
+does it instead: each scheduler step packs prompt *chunks* of several requests into one token
+bucket, at most ``max_num_batched_tokens`` tokens in all (FIFO; a prompt longer than what is
+left of the budget is split, its next chunk goes in the next step); every chunk attends over
+its request's pages already in the cache plus itself (``model.chunked_prefill_forward``), and
+a request samples its first token when its last chunk is done. Decode steps of running
+requests alternate with those prefill steps. With ``enable_prefix_caching`` the full prompt
+pages are kept under chained hashes (:class:`~traceview.engine_shim.kv_cache.PrefixCache`)
+and a later prompt with the same leading pages reuses them; the last prompt token is always
+computed (its logits give the first token), as vLLM does.
 
 With ``precompile=True`` all of them are compiled in the constructor (timed as
 ``stats.precompile_s``), as vLLM TPU precompiles its bucket menu.
@@ -39,7 +52,7 @@ from traceview.kernels.paged_attention import decode_block_size
 from . import model as model_lib
 from .buckets import pad_to_bucket, pow2_buckets
 from .config import EngineConfig, ModelConfig, model_config
-from .kv_cache import PageAllocator, empty_cache, pages_for
+from .kv_cache import PageAllocator, PrefixCache, empty_cache, page_hashes, pages_for
 from .sampling import SamplingParams, greedy_tokens, sample_tokens
 from .tokenizer import ByteTokenizer
 
@@ -73,7 +86,14 @@ class EngineStats:
     num_compiled: int = 0
     num_generated_tokens: int = 0  # the engine's own token counter
     num_prompt_tokens: int = 0
-    num_prefills: int = 0
+    num_prefills: int = 0  # requests whose prefill completed
+    num_prefill_steps: int = 0  # prefill program runs (one per request without chunked prefill)
+    num_prefill_chunks: int = 0  # request chunks over all prefill steps
+    num_prefill_computed_tokens: int = 0  # prompt tokens run through prefill (prefix-cache hits excluded)
+    prefix_queried_pages: int = 0  # full prompt pages looked up in the prefix cache
+    prefix_hit_pages: int = 0  # ... and found (their K/V reused, not recomputed)
+    prefix_queried_tokens: int = 0
+    prefix_hit_tokens: int = 0
     num_decode_steps: int = 0
     generate_s: float = 0.0  # time spent inside generate()
     compiled_modules: list[str] = field(default_factory=list)  # hlo_module names, compile order
@@ -88,6 +108,8 @@ class _Request:
     max_new: int
     seed: int
     pages: list[int] = field(default_factory=list)
+    num_computed: int = 0  # prompt tokens whose K/V are in the cache (chunked prefill)
+    page_keys: list[bytes] = field(default_factory=list)  # prefix-cache keys of the full prompt pages
     out: list[int] = field(default_factory=list)
     finish_reason: str | None = None
 
@@ -112,8 +134,8 @@ class LLM:
       model: preset name (``"tiny"``, ``"study"``, ``"gemma-2b"``) or a :class:`ModelConfig`.
       page_size: KV page size in tokens; None = the preset's (``ModelConfig.page_size``).
       max_num_seqs, max_model_len, kv_block_size, page_size, num_pages, min_request_bucket,
-      min_token_bucket, max_num_batched_tokens, precompile, interpret, seed: see
-      :class:`~traceview.engine_shim.config.EngineConfig`.
+      min_token_bucket, max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching,
+      precompile, interpret, seed: see :class:`~traceview.engine_shim.config.EngineConfig`.
 
     Raises: ValueError for an unknown preset or an invalid KV block size
       (``TRACEVIEW_KV_BLOCK_SIZE`` included).
@@ -122,14 +144,17 @@ class LLM:
     def __init__(self, model: str | ModelConfig = "tiny", *, max_num_seqs: int = 8, max_model_len: int = 512,
                  kv_block_size: int | None = None, seed: int = 0, page_size: int | None = None, num_pages: int | None = None,
                  min_request_bucket: int = 8, min_token_bucket: int = 16, max_num_batched_tokens: int | None = None,
-                 precompile: bool = True, interpret: bool | None = None):
+                 precompile: bool = True, interpret: bool | None = None, enable_chunked_prefill: bool = False,
+                 enable_prefix_caching: bool = False):
         t0 = time.perf_counter()
         self.model_config: ModelConfig = model_config(model)
         page_size = self.model_config.page_size if page_size is None else page_size
         self.config = EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len, page_size=page_size,
                                    kv_block_size=kv_block_size, max_num_batched_tokens=max_num_batched_tokens,
                                    min_token_bucket=min_token_bucket, min_request_bucket=min_request_bucket,
-                                   num_pages=num_pages, precompile=precompile, interpret=interpret, seed=seed)
+                                   num_pages=num_pages, precompile=precompile, interpret=interpret, seed=seed,
+                                   enable_chunked_prefill=enable_chunked_prefill,
+                                   enable_prefix_caching=enable_prefix_caching)
         mc, ec = self.model_config, self.config
         self.tokenizer = ByteTokenizer()
         if mc.vocab_size <= self.tokenizer.eos_token_id:
@@ -146,6 +171,9 @@ class LLM:
                                                  num_pages=ec.total_pages, page_size=ec.page_size,
                                                  head_dim=mc.head_dim, dtype=jnp.dtype(mc.dtype))
         self.allocator = PageAllocator(ec.total_pages)
+        self.chunked = ec.enable_chunked_prefill or ec.enable_prefix_caching
+        self.pool = PrefixCache(self.allocator, ec.page_size)  # the chunked path's reference-counted pages
+        self.prefill_row_buckets = pow2_buckets(1, ec.max_num_seqs) if self.chunked else [1]
         self._compiled: dict[tuple, object] = {}
         self._num_requests = 0
         self._profile_dir: Path | None = None
@@ -167,14 +195,20 @@ class LLM:
     # ------------------------------------------------------------------ compile buckets
     def bucket_names(self) -> list[str]:
         """Function names of the full bucket menu (each is ``jit_<name>`` in a trace)."""
-        return ([f"prefill_t{t}" for t in self.token_buckets]
+        prefill = ([f"prefill_t{t}_r{r}" for t in self.token_buckets for r in self.prefill_row_buckets] if self.chunked
+                   else [f"prefill_t{t}" for t in self.token_buckets])
+        return (prefill
                 + [f"decode_b{r}_bkv{self.kv_block_size}" for r in self.request_buckets]
                 + [f"greedy_b{r}" for r in self.sampler_buckets] + [f"sample_b{r}" for r in self.sampler_buckets])
 
     def precompile(self) -> None:
         """Compile every bucket now (idempotent)."""
         for t in self.token_buckets:
-            self._get("prefill", t)
+            if self.chunked:
+                for r in self.prefill_row_buckets:
+                    self._get("prefill", (t, r))
+            else:
+                self._get("prefill", t)
         for r in self.request_buckets:
             self._get("decode", r)
         for r in self.sampler_buckets:
@@ -200,6 +234,9 @@ class LLM:
         cache = _abstract((self.k_cache, self.v_cache))
         params = _abstract(self.params)
         if kind == "prefill":
+            if self.chunked:
+                return self._compile_chunked(*size, params, cache)
+
             def fn(params, k_cache, v_cache, tokens, length, page_row):
                 logits, k_cache, v_cache = model_lib.prefill_forward(params, mc, k_cache, v_cache, tokens, length,
                                                                      page_row, page_size=ec.page_size)
@@ -241,6 +278,22 @@ class LLM:
         log.debug("compiled jit_%s", name)
         return compiled
 
+    def _compile_chunked(self, size: int, s_rows: int, params, cache):
+        mc, ec = self.model_config, self.config
+        i32 = jnp.int32
+        n_logits = pad_to_bucket(self.sampler_buckets, s_rows)  # rows the token selection takes
+
+        def fn(params, k_cache, v_cache, tokens, positions, slots, page_table, last_index):
+            return model_lib.chunked_prefill_forward(params, mc, k_cache, v_cache, tokens, positions, slots, page_table,
+                                                     last_index, page_size=ec.page_size)
+        name = f"prefill_t{size}_r{s_rows}"
+        tok = jax.ShapeDtypeStruct((size,), i32)
+        args = (params, *cache, tok, tok, tok, jax.ShapeDtypeStruct((s_rows, ec.pages_per_seq), i32),
+                jax.ShapeDtypeStruct((n_logits,), i32))
+        compiled = jax.jit(_named(fn, name), donate_argnums=(1, 2)).lower(*args).compile()
+        self.stats.compiled_modules.append(f"jit_{name}")
+        return compiled
+
     # ------------------------------------------------------------------ generation
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None
                  ) -> list[RequestOutput]:
@@ -272,6 +325,12 @@ class LLM:
             seed = sp.seed if sp.seed is not None else self.config.seed * 1_000_003 + self._num_requests
             reqs.append(_Request(self._num_requests, prompt, ids, sp, min(sp.max_tokens, ec.max_model_len - len(ids)), seed))
             self._num_requests += 1
+        if self.chunked:
+            try:
+                self._schedule_chunked(reqs)
+            finally:
+                self.stats.generate_s += time.perf_counter() - t0
+            return self._outputs(reqs)
         waiting = deque(reqs)
         running: list[_Request] = []
         try:
@@ -299,9 +358,109 @@ class LLM:
             for req in running:
                 self._release(req)
             self.stats.generate_s += time.perf_counter() - t0
+        return self._outputs(reqs)
+
+    def _outputs(self, reqs: list[_Request]) -> list[RequestOutput]:
         return [RequestOutput(str(r.index), r.prompt, r.prompt_ids,
                               [CompletionOutput(0, self.tokenizer.decode(r.out), list(r.out), r.finish_reason or "length")])
                 for r in reqs]
+
+    def _schedule_chunked(self, reqs: list[_Request]) -> None:
+        """Chunked-prefill scheduler: admit, one packed prefill step, one decode step; repeat."""
+        ec = self.config
+        waiting = deque(reqs)
+        prefilling: list[_Request] = []
+        running: list[_Request] = []
+        try:
+            while waiting or prefilling or running:
+                while waiting and len(prefilling) + len(running) < ec.max_num_seqs:
+                    req = waiting[0]
+                    n = len(req.prompt_ids)
+                    need = pages_for(n + req.max_new - 1, ec.page_size)
+                    keys = page_hashes(req.prompt_ids, ec.page_size) if ec.enable_prefix_caching else []
+                    try:  # the last prompt token is always computed: its logits give the first token
+                        req.pages, hits = self.pool.allocate(keys, need, max_hit_pages=(n - 1) // ec.page_size)
+                    except MemoryError:
+                        if not (prefilling or running):
+                            raise
+                        break
+                    waiting.popleft()
+                    req.page_keys, req.num_computed = keys, hits * ec.page_size
+                    prefilling.append(req)
+                if prefilling:
+                    for req in self._chunked_prefill_step(prefilling):
+                        prefilling.remove(req)
+                        if req.finish_reason is None:
+                            running.append(req)
+                        else:
+                            self._release_pool(req)
+                if running:
+                    self._decode_step(running)
+                    for req in [r for r in running if r.finish_reason is not None]:
+                        running.remove(req)
+                        self._release_pool(req)
+        finally:
+            for req in prefilling + running:
+                self._release_pool(req)
+            p = self.pool
+            self.stats.prefix_queried_pages, self.stats.prefix_hit_pages = p.queried_pages, p.hit_pages
+            self.stats.prefix_queried_tokens, self.stats.prefix_hit_tokens = p.queried_tokens, p.hit_tokens
+
+    def _release_pool(self, req: _Request) -> None:
+        if req.pages:
+            self.pool.release(req.pages)
+            req.pages = []
+
+    def _chunked_prefill_step(self, prefilling: list[_Request]) -> list[_Request]:
+        """Pack chunks FIFO up to the token budget, run ``prefill_t{T}``, sample the first token of
+        every request whose prompt is now complete; returns those requests."""
+        ec = self.config
+        budget = self.token_buckets[-1]
+        rows: list[tuple[_Request, int, int]] = []
+        for req in prefilling:
+            if budget == 0 or len(rows) == ec.max_num_seqs:
+                break
+            take = min(len(req.prompt_ids) - req.num_computed, budget)
+            rows.append((req, req.num_computed, take))
+            budget -= take
+        total = sum(take for _, _, take in rows)
+        t = pad_to_bucket(self.token_buckets, total)
+        s_rows = pad_to_bucket(self.prefill_row_buckets, len(rows))
+        n_logits = pad_to_bucket(self.sampler_buckets, s_rows)
+        tokens = np.zeros(t, np.int32)
+        positions = np.zeros(t, np.int32)
+        slots = np.full(t, -1, np.int32)
+        table = np.zeros((s_rows, ec.pages_per_seq), np.int32)
+        last = np.zeros(n_logits, np.int32)
+        off = 0
+        for i, (req, start, take) in enumerate(rows):
+            tokens[off: off + take] = req.prompt_ids[start: start + take]
+            positions[off: off + take] = np.arange(start, start + take)
+            slots[off: off + take] = i
+            table[i, : len(req.pages)] = req.pages
+            last[i] = off + take - 1
+            off += take
+        fn = self._get("prefill", (t, s_rows))
+        # FIFO packing: only the last row can be partial, so the completed requests are rows [0, k).
+        done = [req for req, start, take in rows if start + take == len(req.prompt_ids)]
+        with jax.profiler.TraceAnnotation("prefill", token_bucket=t, row_bucket=s_rows, prompt_tokens=total,
+                                          num_seqs=len(rows)):
+            logits, self.k_cache, self.v_cache = fn(self.params, self.k_cache, self.v_cache, tokens, positions, slots,
+                                                    table, last)
+            toks = self._select(done, logits, n_logits) if done else []
+        self.stats.num_prefill_steps += 1
+        self.stats.num_prefill_chunks += len(rows)
+        self.stats.num_prefill_computed_tokens += total
+        for req, start, take in rows:
+            req.num_computed = start + take
+            if ec.enable_prefix_caching:
+                for i in range(start // ec.page_size, min(req.num_computed // ec.page_size, len(req.page_keys))):
+                    self.pool.register(req.page_keys[i], req.pages[i])
+        for req, tok in zip(done, toks):
+            self.stats.num_prefills += 1
+            self.stats.num_prompt_tokens += len(req.prompt_ids)
+            self._append(req, tok)
+        return done
 
     def _release(self, req: _Request) -> None:
         if req.pages:
@@ -332,6 +491,9 @@ class LLM:
                                                     self._page_row(req))
             (tok,) = self._select([req], logits, 1)
         self.stats.num_prefills += 1
+        self.stats.num_prefill_steps += 1
+        self.stats.num_prefill_chunks += 1
+        self.stats.num_prefill_computed_tokens += n
         self.stats.num_prompt_tokens += n
         self._append(req, tok)
 

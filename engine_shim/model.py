@@ -127,6 +127,64 @@ def prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, length, 
     return _logits(params, cfg, last), new_k, new_v
 
 
+def chunked_prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, positions, slots, page_table,
+                            last_index, *, page_size: int):
+    """One packed prefill step: prompt chunks of up to ``S`` requests in one token bucket.
+
+    Each chunk's K/V are written to its request's pages first; then every token attends
+    (causal jnp attention) over its own request's pages in the cache, i.e. the KV of earlier
+    chunks or of prefix-cache pages, plus its own chunk up to itself.
+
+    Args:
+      tokens, positions: ``int32[T]`` packed chunk tokens and their positions in their
+        request; ``slots``: ``int32[T]`` the token's request row in ``page_table``, ``-1`` for
+        padding (written to the trash page 0, attends to nothing).
+      page_table: ``int32[S, pages_per_seq]`` page rows of the requests in the step.
+      last_index: ``int32[L]`` index in ``tokens`` of each row's last chunk token (``L >= S``
+        rows of logits, the token-selection bucket; extra entries may be 0).
+      k_cache, v_cache: lists (per layer) of ``[Hkv, P, page, D]`` pools.
+
+    Returns: ``(logits f32[L, V] at each row's last chunk token, k_cache, v_cache)``.
+    Masked scores are ``-1e30`` rather than ``-inf`` so all-padding rows stay finite (the
+    trash page must never hold NaN: a zero weight times NaN is NaN).
+    Scores are ``[Hkv, G, T, S * pages_per_seq * page]``: masked to the token's own row and
+    to key positions ``<=`` its position.
+    """
+    t = tokens.shape[0]
+    s_rows, pps = page_table.shape
+    hq, hkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    valid = slots >= 0
+    row = jnp.where(valid, slots, 0)
+    pids = jnp.where(valid, page_table[row, positions // page_size], 0)
+    offs = positions % page_size
+    ctx = pps * page_size
+    key_row = jnp.arange(s_rows * ctx, dtype=jnp.int32) // ctx
+    key_pos = jnp.arange(s_rows * ctx, dtype=jnp.int32) % ctx
+    mask = (key_row[None, :] == slots[:, None]) & (key_pos[None, :] <= positions[:, None])  # [T, S*ctx]
+    flat_pages = page_table.reshape(-1)
+    x = _embed(params, cfg, tokens)
+    new_k, new_v = [], []
+    for layer, kc, vc in zip(params["layers"], k_cache, v_cache):
+        h = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
+        q = rope((h @ layer["wq"]).reshape(t, hq, hd), positions, cfg.rope_base)
+        k = rope((h @ layer["wk"]).reshape(t, hkv, hd), positions, cfg.rope_base)
+        v = (h @ layer["wv"]).reshape(t, hkv, hd)
+        kc = kc.at[:, pids, offs].set(k.transpose(1, 0, 2))
+        vc = vc.at[:, pids, offs].set(v.transpose(1, 0, 2))
+        new_k.append(kc)
+        new_v.append(vc)
+        kk = kc[:, flat_pages].reshape(hkv, s_rows * ctx, hd)  # the rows' pages, gathered
+        vv = vc[:, flat_pages].reshape(hkv, s_rows * ctx, hd)
+        qg = q.reshape(t, hkv, hq // hkv, hd)
+        sc = jnp.einsum("thgd,hsd->hgts", qg, kk, preferred_element_type=jnp.float32) / math.sqrt(hd)
+        sc = jnp.where(mask, sc, -1e30)  # finite: padding rows (all masked) stay finite, not NaN
+        p = jax.nn.softmax(sc, axis=-1).astype(vv.dtype)
+        o = jnp.einsum("hgts,hsd->thgd", p, vv).reshape(t, hq * hd)
+        x = x + o @ layer["wo"]
+        x = x + mlp(rms_norm(x, layer["mlp_norm"], cfg.norm_eps), layer)
+    return _logits(params, cfg, x[last_index]), new_k, new_v
+
+
 def decode_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, positions, page_table, *, page_size: int,
                    kv_block_size: int, interpret: bool | None):
     """One decode step for a padded batch of ``R`` rows.

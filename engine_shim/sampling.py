@@ -91,7 +91,8 @@ def sample_tokens(logits, temperature, top_k, top_p, repetition_penalty, seen, s
     """Sample ``int32[R]`` from ``logits f32[R, V]``.
 
     Order (vLLM's): repetition penalty over ``seen`` (bool ``[R, V]``: prompt and output
-    tokens) -> temperature -> top-k (k-th largest logit as threshold; k <= 0 disables) ->
+    tokens) -> temperature -> top-k (k-th largest logit as threshold, by a sort that runs only
+    when some row has k > 0; k <= 0 disables) ->
     softmax -> top-p threshold by :func:`topp_binary_search` -> Gumbel-max draw with a
     per-row key from ``seeds`` (uint32 ``[R]``). Rows with ``temperature == 0`` take the
     argmax of the penalised logits.
@@ -103,7 +104,12 @@ def sample_tokens(logits, temperature, top_k, top_p, repetition_penalty, seen, s
     greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
     scaled = logits / jnp.maximum(temperature, 1e-6)[:, None]
     k = jnp.where(top_k > 0, jnp.minimum(top_k, v), v)
-    kth = jnp.take_along_axis(jnp.sort(scaled, axis=-1), (v - k)[:, None], axis=-1)
+
+    def kth_largest(scaled):
+        return jnp.take_along_axis(jnp.sort(scaled, axis=-1), (v - k)[:, None], axis=-1)
+
+    # the vocabulary-sized sort runs only when some row asks for top-k (vLLM skips it too)
+    kth = lax.cond(jnp.any(top_k > 0), kth_largest, lambda s: jnp.full((s.shape[0], 1), -jnp.inf, s.dtype), scaled)
     scaled = jnp.where(scaled >= kth, scaled, -jnp.inf)
     probs = jax.nn.softmax(scaled, axis=-1)
     threshold = topp_binary_search(probs, top_p)
