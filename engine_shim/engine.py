@@ -29,6 +29,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +43,7 @@ from .config import EngineConfig, ModelConfig, model_config
 from .kv_cache import PageAllocator, empty_cache, pages_for
 from .sampling import SamplingParams, greedy_tokens, sample_tokens
 from .tokenizer import ByteTokenizer
+from .verification import aliased_bytes, array_bytes, kv_capacity
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,11 @@ class EngineStats:
     num_decode_steps: int = 0
     generate_s: float = 0.0  # time spent inside generate()
     compiled_modules: list[str] = field(default_factory=list)  # hlo_module names, compile order
+    # The scheduler's per-step counters (independent of the outputs and of generate_s):
+    step_tokens: int = 0  # tokens the steps produced: 1 per prefill, num_seqs per decode step
+    step_s: float = 0.0  # summed step times, each from building its inputs to its tokens ready on the host
+    #: the last generate() call's steps: (kind, bucket, num_seqs, seconds), kind "prefill"/"decode"
+    last_steps: list[tuple[str, int, int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -112,8 +119,11 @@ class LLM:
       model: preset name (``"tiny"``, ``"study"``, ``"gemma-2b"``) or a :class:`ModelConfig`.
       page_size: KV page size in tokens; None = the preset's (``ModelConfig.page_size``).
       max_num_seqs, max_model_len, kv_block_size, page_size, num_pages, min_request_bucket,
-      min_token_bucket, max_num_batched_tokens, precompile, interpret, seed: see
+      min_token_bucket, max_num_batched_tokens, precompile, interpret, seed, donate: see
       :class:`~traceview.engine_shim.config.EngineConfig`.
+      step_clock: seconds clock for the per-step times (``stats.step_s``, ``last_steps``);
+        default ``time.perf_counter``. Injectable so a test can break it and see the
+        bench's independent time check fail.
 
     Raises: ValueError for an unknown preset or an invalid KV block size
       (``TRACEVIEW_KV_BLOCK_SIZE`` included).
@@ -122,14 +132,17 @@ class LLM:
     def __init__(self, model: str | ModelConfig = "tiny", *, max_num_seqs: int = 8, max_model_len: int = 512,
                  kv_block_size: int | None = None, seed: int = 0, page_size: int | None = None, num_pages: int | None = None,
                  min_request_bucket: int = 8, min_token_bucket: int = 16, max_num_batched_tokens: int | None = None,
-                 precompile: bool = True, interpret: bool | None = None):
+                 precompile: bool = True, interpret: bool | None = None, donate: bool = True,
+                 step_clock: Callable[[], float] | None = None):
         t0 = time.perf_counter()
+        self._clock = step_clock or time.perf_counter
         self.model_config: ModelConfig = model_config(model)
         page_size = self.model_config.page_size if page_size is None else page_size
         self.config = EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len, page_size=page_size,
                                    kv_block_size=kv_block_size, max_num_batched_tokens=max_num_batched_tokens,
                                    min_token_bucket=min_token_bucket, min_request_bucket=min_request_bucket,
-                                   num_pages=num_pages, precompile=precompile, interpret=interpret, seed=seed)
+                                   num_pages=num_pages, precompile=precompile, interpret=interpret, seed=seed,
+                                   donate=donate)
         mc, ec = self.model_config, self.config
         self.tokenizer = ByteTokenizer()
         if mc.vocab_size <= self.tokenizer.eos_token_id:
@@ -163,6 +176,21 @@ class LLM:
                 self._precompiling = False
             self.stats.precompile_s = time.perf_counter() - tp
         self.stats.init_s = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ verification
+    def verification(self) -> dict:
+        """The study's verification figures, read off the allocated arrays and the compiled
+        executables (see :mod:`~traceview.engine_shim.verification`): ``param_count``,
+        ``param_bytes``, ``kv_cache`` (:func:`~traceview.engine_shim.verification.kv_capacity`),
+        ``buckets_compiled`` (``jit_*`` names so far) and ``decode_donation`` (``requested``,
+        ``module``: the largest decode bucket compiled or None, ``aliased_bytes``)."""
+        count, nbytes = array_bytes(self.params)
+        decode = sorted(r for kind, r in self._compiled if kind == "decode")
+        module = f"jit_decode_b{decode[-1]}_bkv{self.kv_block_size}" if decode else None
+        return {"param_count": count, "param_bytes": nbytes, "kv_cache": kv_capacity(self.k_cache, self.v_cache),
+                "buckets_compiled": list(self.stats.compiled_modules),
+                "decode_donation": {"requested": self.config.donate, "module": module,
+                                    "aliased_bytes": aliased_bytes(self._compiled[("decode", decode[-1])]) if decode else None}}
 
     # ------------------------------------------------------------------ compile buckets
     def bucket_names(self) -> list[str]:
@@ -217,7 +245,9 @@ class LLM:
             name = f"decode_b{size}_bkv{bkv}"
             args = (params, *cache, jax.ShapeDtypeStruct((size,), i32), jax.ShapeDtypeStruct((size,), i32),
                     jax.ShapeDtypeStruct((size, pps), i32))
-            jitted = jax.jit(_named(fn, name), donate_argnums=(1, 2))
+            # donate=False: the copying treatment; the scatter into a non-donated cache
+            # makes XLA copy the whole pool first (one cache-sized copy per layer, K and V)
+            jitted = jax.jit(_named(fn, name), donate_argnums=(1, 2) if ec.donate else ())
         elif kind == "greedy":
             def fn(logits):
                 return greedy_tokens(logits)
@@ -274,6 +304,7 @@ class LLM:
             self._num_requests += 1
         waiting = deque(reqs)
         running: list[_Request] = []
+        self.stats.last_steps = []
         try:
             while waiting or running:
                 while waiting and len(running) < ec.max_num_seqs:
@@ -322,6 +353,7 @@ class LLM:
         return row
 
     def _prefill(self, req: _Request) -> None:
+        ts = self._clock()
         n = len(req.prompt_ids)
         t = pad_to_bucket(self.token_buckets, n)
         tokens = np.zeros(t, np.int32)
@@ -331,11 +363,13 @@ class LLM:
             logits, self.k_cache, self.v_cache = fn(self.params, self.k_cache, self.v_cache, tokens, np.int32(n),
                                                     self._page_row(req))
             (tok,) = self._select([req], logits, 1)
+            self._record_step("prefill", t, 1, self._clock() - ts)
         self.stats.num_prefills += 1
         self.stats.num_prompt_tokens += n
         self._append(req, tok)
 
     def _decode_step(self, running: list[_Request]) -> None:
+        ts = self._clock()
         n = len(running)
         r = pad_to_bucket(self.request_buckets, n)
         tokens = np.zeros(r, np.int32)
@@ -350,13 +384,20 @@ class LLM:
                 jax.profiler.TraceAnnotation("decode_step", request_bucket=r, num_seqs=n, kv_block=self.kv_block_size):
             logits, self.k_cache, self.v_cache = fn(self.params, self.k_cache, self.v_cache, tokens, positions, table)
             toks = self._select(running, logits, r)
+            self._record_step("decode", r, n, self._clock() - ts)
         self.stats.num_decode_steps += 1
         for req, tok in zip(running, toks):
             self._append(req, tok)
 
+    def _record_step(self, kind: str, bucket: int, num_seqs: int, seconds: float) -> None:
+        self.stats.step_tokens += num_seqs
+        self.stats.step_s += seconds
+        self.stats.last_steps.append((kind, bucket, num_seqs, seconds))
+
     def _select(self, reqs: list[_Request], logits, r: int) -> np.ndarray:
+        """Selected tokens on the host; blocks until the step's tokens are ready."""
         if not any(q.uses_sampler for q in reqs):
-            return np.asarray(self._get("greedy", r)(logits))[: len(reqs)]
+            return np.asarray(jax.block_until_ready(self._get("greedy", r)(logits)))[: len(reqs)]
         v = self.model_config.vocab_size
         temp = np.zeros(r, np.float32)
         top_k = np.zeros(r, np.int32)
@@ -369,7 +410,8 @@ class LLM:
             temp[i], top_k[i], top_p[i], pen[i] = sp.temperature, sp.top_k, sp.top_p, sp.repetition_penalty
             seen[i, [t for t in q.prompt_ids + q.out if t < v]] = True
             seeds[i] = (q.seed * 2_654_435_761 + len(q.out) * 40_503 + 12_345) % (1 << 32)
-        return np.asarray(self._get("sample", r)(logits, temp, top_k, top_p, pen, seen, seeds))[: len(reqs)]
+        return np.asarray(jax.block_until_ready(self._get("sample", r)(logits, temp, top_k, top_p, pen, seen,
+                                                                       seeds)))[: len(reqs)]
 
     # ------------------------------------------------------------------ profiling
     def start_profile(self, log_dir: str | Path = "./profile") -> None:
@@ -393,7 +435,8 @@ class LLM:
 
     def __repr__(self) -> str:
         return (f"LLM(model={self.model_config.name!r}, max_num_seqs={self.config.max_num_seqs}, "
-                f"max_model_len={self.config.max_model_len}, kv_block_size={self.kv_block_size})")
+                f"max_model_len={self.config.max_model_len}, kv_block_size={self.kv_block_size}, "
+                f"donate={self.config.donate})")
 
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "EngineStats"]
