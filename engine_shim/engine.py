@@ -14,6 +14,13 @@ Every bucket is its own named, ahead-of-time compiled function, hence its own
 * ``jit_greedy_b{R}`` — argmax selection; ``jit_sample_b{R}`` — the top-k/top-p sampler
   (with its 32-iteration ``topp_binary_search``), used only when some running request samples.
 
+The KV cache is donated to the decode step (updated in place); ``donate=False`` compiles the
+copying update instead, whose trace shows one cache-sized ``copy`` per pool per step. Each
+prefill and decode step is timed (``step_clock``) from building its inputs to its tokens on
+the host, and counted (``stats.step_tokens``, ``stats.step_s``, ``stats.last_steps``), for
+the bench's paired checks; :meth:`LLM.verification` reads the study's start-up figures off
+the arrays and executables.
+
 With ``precompile=True`` all of them are compiled in the constructor (timed as
 ``stats.precompile_s``), as vLLM TPU precompiles its bucket menu.
 
