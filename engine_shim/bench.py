@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Callable
 
 import jax
 

@@ -22,8 +22,6 @@ import math
 import jax
 import numpy as np
 
-from .kv_cache import TRASH_PAGE
-
 
 def array_bytes(tree) -> tuple[int, int]:
     """``(elements, bytes)`` summed over the leaves of ``tree`` (arrays or ShapeDtypeStructs)."""
@@ -46,7 +44,7 @@ def kv_capacity(k_cache, v_cache) -> dict:
     first = jax.tree.leaves(k_cache)[0]
     pages, page = int(first.shape[1]), int(first.shape[2])
     _, nbytes = array_bytes((k_cache, v_cache))
-    usable = pages - 1  # page TRASH_PAGE (0) is never handed out
+    usable = pages - 1  # page 0, the trash page, is never handed out
     return {"pages": pages, "usable_pages": usable, "page_size": page, "tokens": usable * page, "bytes": nbytes,
             "bytes_per_token": nbytes / (pages * page),
             "dtypes": sorted({str(np.dtype(a.dtype)) for a in jax.tree.leaves((k_cache, v_cache))})}
@@ -72,10 +70,11 @@ def format_lines(v: dict) -> list[str]:
     kv, d = v["kv_cache"], v["decode_donation"]
     lines = [
         f"model memory      {v['param_bytes']:,} bytes ({_gib(v['param_bytes'])}) in {v['param_count']:,} parameters",
-        f"KV cache capacity {kv['usable_pages']:,} pages x {kv['page_size']} = {kv['tokens']:,} tokens "
-        f"({kv['pages']:,} pages allocated with the trash page); {kv['bytes']:,} bytes ({_gib(kv['bytes'])}), "
-        f"{kv['bytes_per_token']:,.0f} B/token, {'/'.join(kv['dtypes'])}",
-        f"buckets compiled  {len(v['buckets_compiled'])}: " + (", ".join(v["buckets_compiled"]) or "none yet (compiled on first use)"),
+        (f"KV cache capacity {kv['usable_pages']:,} pages x {kv['page_size']} = {kv['tokens']:,} tokens "
+         f"({kv['pages']:,} pages allocated with the trash page); {kv['bytes']:,} bytes ({_gib(kv['bytes'])}), "
+         f"{kv['bytes_per_token']:,.0f} B/token, {'/'.join(kv['dtypes'])}"),
+        (f"buckets compiled  {len(v['buckets_compiled'])}: "
+         + (", ".join(v["buckets_compiled"]) or "none yet (compiled on first use)")),
     ]
     if d["module"] is None:
         lines.append(f"decode donation   requested {'on' if d['requested'] else 'off'}; no decode bucket compiled yet")

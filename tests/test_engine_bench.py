@@ -11,7 +11,7 @@ import time
 import pytest
 
 jax = pytest.importorskip("jax")
-import jax.numpy as jnp  # noqa: E402
+import jax.numpy as jnp
 
 # tiny preset, 4 requests x 3 tokens: 2 decode steps per run; pool [1, 17, 16, 64] per layer
 SMALL = ["--max-tokens", "3", "--max-num-seqs", "4", "--batch-mult", "1", "--max-model-len", "64", "--no-precompile",
@@ -119,12 +119,15 @@ def test_paired_checks_agree_and_profile_is_a_separate_run(donation_runs):
         assert r["profile_dir"] and str(log) in r["profile_dir"]
 
 
+def _half_speed() -> float:
+    return time.perf_counter() * 0.5
+
+
 def test_broken_step_clock_fails_the_time_check(monkeypatch, capsys):
     """A step clock running at half speed: the tokens still agree, the time check fails, exit 1."""
     from traceview.engine_shim import bench
 
-    half = lambda: time.perf_counter() * 0.5  # noqa: E731
-    monkeypatch.setattr(bench, "run_bench", functools.partial(bench.run_bench, step_clock=half))
+    monkeypatch.setattr(bench, "run_bench", functools.partial(bench.run_bench, step_clock=_half_speed))
     argv = ["bench", "--max-tokens", "3", "--max-num-seqs", "4", "--batch-mult", "1", "--max-model-len", "64",
             "--no-precompile"]
     rc, out = _engine(argv, capsys)
