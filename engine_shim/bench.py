@@ -3,28 +3,31 @@
 Protocol (reference study, "Environment, Stack, and Measurement Harness"):
 
 1. build the engine and time initialisation separately (``init_s``; precompile inside it
-   reported as ``precompile_s``);
+   reported as ``precompile_s``); read the verification figures off what was allocated and
+   compiled (model memory, KV cache capacity, buckets compiled, decode donation);
 2. warm up with a small generation over the same prompt set (first-touch paths);
 3. batch TTFT: generate exactly one token for every prompt (``ttft_s``);
-4. main generation: ``max_tokens`` (default 128) per request, temperature 0 (greedy) or the
-   top-p sampler; optionally wrapped in ``start_profile`` / ``stop_profile`` so the trace
-   holds the main generation only;
-5. ``itl_s = (main_s - ttft_s) / max_tokens``; wall-clock tokens/s = output tokens /
-   ``main_s``; engine tokens/s = the engine's own counter delta / the engine's own time in
-   ``generate`` — the two must agree within a few percent (the study's paired check).
+4. main generation, profiler off: ``max_tokens`` (default 128) per request, temperature 0
+   (greedy) or the top-p sampler;
+5. ``itl_s = (main_s - ttft_s) / max_tokens``; wall-clock tokens/s = tokens counted from the
+   returned outputs / ``main_s``; the paired checks (:func:`counter_checks`) compare them with
+   sources that do not share the wall clock: the scheduler's per-step token counters and
+   the step times summed, each step blocked on its tokens (``block_until_ready``);
+6. with ``profile``, a separate run of the main generation inside ``start_profile`` /
+   ``stop_profile`` after the headline one, so the trace holds a main generation only and
+   no headline figure carries tracing overhead (its own figures are in ``profile_run``).
 
 Workload: the four short vLLM example prompts repeated ``batch_mult`` times, each optionally
 after a shared ``prefix_tokens``-token prefix (:func:`shared_prefix`: a system prompt, which
 makes prompts long enough to chunk and gives the prefix cache full pages to reuse). Every request
 generates exactly ``max_tokens`` (``ignore_eos=True``) so per-request token counts are fixed.
-Throughput quoted from a profiled run is not a headline number (tracing adds overhead); the
-result says ``"profiled": true``.
 """
 
 from __future__ import annotations
 
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 
 import jax
@@ -51,6 +54,10 @@ def shared_prefix(num_tokens: int) -> str:
     return (_SYSTEM * (num_tokens // len(_SYSTEM) + 1))[:num_tokens]
 
 
+#: default bound on the time check (relative difference between the main generation's wall
+#: clock and its summed step times)
+TIME_TOLERANCE = 0.05
+
 
 def sampling_params(mode: str, max_tokens: int, *, top_p: float = 1.0, temperature: float = 1.0,
                     repetition_penalty: float = 1.0) -> SamplingParams:
@@ -72,24 +79,38 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
               temperature: float = 1.0, repetition_penalty: float = 1.0, profile: bool = False,
               log_dir: str = "./profile", warmup_tokens: int = 4, precompile: bool = True, seed: int = 0,
               prompts: list[str] | None = None, max_num_batched_tokens: int | None = None,
-              enable_chunked_prefill: bool = False, enable_prefix_caching: bool = False, prefix_tokens: int = 0) -> dict:
+              enable_chunked_prefill: bool = False, enable_prefix_caching: bool = False, prefix_tokens: int = 0,
+              donate: bool = True, time_tolerance: float = TIME_TOLERANCE,
+              step_clock: Callable[[], float] | None = None, on_start: Callable[[dict], None] | None = None) -> dict:
     """Run the protocol once; returns a JSON-serialisable dict (times in seconds).
 
-    Keys: ``config`` (the arguments and resolved KV block), ``init_s``, ``precompile_s``,
-    ``ttft_s``, ``main_s``, ``itl_s``, ``num_requests``, ``tokens_per_request``,
-    ``output_tokens``, ``wall_tokens_per_s``, ``engine_tokens_per_s``, ``engine_counted_tokens``,
-    ``tokens_per_s_rel_diff`` (|engine - wall| / wall), ``decode_steps`` (every decode step since
-    start-up, warm-up included), ``main_decode_steps`` (those of the main generation: what a
-    profile of it holds, the N of ``traceview analyze --steps N``), ``profiled``, ``profile_dir`` (run
-    folder or None), ``compiled_modules``, ``environment``, ``prefill``: ``{"main": ..., "total":
-    ...}`` prefill counters of the main generation and since start-up (``steps``, ``chunks``,
-    ``computed_tokens``; prefix cache ``queried_pages``, ``hit_pages``, ``queried_tokens``,
-    ``hit_tokens``, ``hit_rate`` = hit / queried tokens or None).
+    Args (beyond the engine's): ``donate`` (False: the copying decode cache update);
+    ``time_tolerance``: bound on the time check's relative difference; ``step_clock``: the
+    engine's per-step clock (tests inject a broken one); ``on_start``: called with the
+    verification dict right after the engine is built (the CLI prints it to stderr).
+
+    Keys: ``config``, ``init_s``, ``precompile_s``, ``ttft_s``, ``main_s``, ``itl_s``,
+    ``num_requests``, ``tokens_per_request``, ``output_tokens`` (counted from the returned
+    outputs), ``engine_counted_tokens`` (the scheduler's per-step counters), ``steps_s`` (the
+    main generation's step times summed, each blocked on its tokens), ``wall_tokens_per_s``
+    (outputs / ``main_s``), ``engine_tokens_per_s`` (per-step tokens / ``steps_s``),
+    ``tokens_per_s_rel_diff``, ``decode_step_median_s``, ``checks`` (``tokens``, ``time``,
+    ``main_compiles``, ``ok``), ``verification`` (after start-up) and ``verification_end``
+    (after the main generation; :meth:`LLM.verification`), ``decode_steps`` (since start-up),
+    ``main_decode_steps``, ``profiled`` (a profile was recorded), ``profile_dir``,
+    ``profile_run`` (the separate profiled run: ``main_s``, ``decode_steps``,
+    ``decode_modules`` (decode steps per decode program, ``{"jit_decode_b8_bkv128": 7}``),
+    ``wall_tokens_per_s``; None unless ``profile``), ``compiled_modules``, ``environment``,
+    ``prefill``: ``{"main": ..., "total": ...}`` prefill counters of the main generation and
+    since start-up (``steps``, ``chunks``, ``computed_tokens``; prefix cache ``queried_pages``,
+    ``hit_pages``, ``queried_tokens``, ``hit_tokens``, ``hit_rate`` = hit / queried tokens or None).
 
     Raises: ValueError for invalid arguments (including ``TRACEVIEW_KV_BLOCK_SIZE``).
     """
     if batch_mult < 1 or max_tokens < 1:
         raise ValueError(f"batch_mult={batch_mult} and max_tokens={max_tokens} must be >= 1")
+    if not time_tolerance > 0:
+        raise ValueError(f"time_tolerance={time_tolerance} must be > 0")
     prefix = shared_prefix(prefix_tokens)
     base = [prefix + p for p in (list(prompts) if prompts else PROMPTS)]
     workload = base * batch_mult
@@ -99,8 +120,12 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     t0 = time.perf_counter()
     llm = LLM(model, max_num_seqs=max_num_seqs, max_model_len=max_model_len, kv_block_size=kv_block_size,
               seed=seed, precompile=precompile, max_num_batched_tokens=max_num_batched_tokens,
-              enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching)
+              enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching,
+              donate=donate, step_clock=step_clock)
     init_s = time.perf_counter() - t0
+    startup = llm.verification()
+    if on_start is not None:
+        on_start(startup)
 
     llm.generate(workload, sampling_params(sampling, max(2, warmup_tokens), top_p=top_p, temperature=temperature,
                                            repetition_penalty=repetition_penalty))
@@ -110,23 +135,41 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
                                            repetition_penalty=repetition_penalty))
     ttft_s = time.perf_counter() - t0
 
-    count0, engine_t0, steps0 = llm.stats.num_generated_tokens, llm.stats.generate_s, llm.stats.num_decode_steps
-    prefill0 = _prefill_counters(llm.stats)
-    run_dir = None
-    if profile:
-        llm.start_profile(log_dir)
+    # headline: the main generation, profiler off
+    st = llm.stats
+    prefill0 = _prefill_counters(st)
+    tok0, step_s0, steps0, compiled0 = st.step_tokens, st.step_s, st.num_decode_steps, st.num_compiled
     t0 = time.perf_counter()
-    try:
-        outs = llm.generate(workload, main_params)
-        main_s = time.perf_counter() - t0
-    finally:
-        if profile:
-            run_dir = llm.stop_profile()
-    engine_tokens = llm.stats.num_generated_tokens - count0
-    engine_s = llm.stats.generate_s - engine_t0
+    outs = llm.generate(workload, main_params)
+    main_s = time.perf_counter() - t0
+    prefill_main = _with_rate({k: v - prefill0[k] for k, v in _prefill_counters(st).items()})
+    engine_tokens, steps_s = st.step_tokens - tok0, st.step_s - step_s0
+    main_steps, main_compiles = st.num_decode_steps - steps0, st.num_compiled - compiled0
+    decode_times = sorted(sec for kind, _, _, sec in st.last_steps if kind == "decode")
     output_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     wall_tps = output_tokens / main_s
-    engine_tps = engine_tokens / engine_s if engine_s > 0 else float("nan")
+    engine_tps = engine_tokens / steps_s if steps_s > 0 else float("nan")
+    checks = counter_checks(output_tokens, engine_tokens, main_s, steps_s, main_compiles, time_tolerance)
+    end = llm.verification()
+
+    profile_run, run_dir = None, None
+    if profile:  # a separate run after the headline one: its figures include tracing overhead
+        p_steps0 = st.num_decode_steps
+        llm.start_profile(log_dir)
+        t0 = time.perf_counter()
+        try:
+            p_outs = llm.generate(workload, main_params)
+            p_main_s = time.perf_counter() - t0
+        finally:
+            run_dir = llm.stop_profile()
+        modules: dict[str, int] = {}
+        for kind, bucket, _, _ in st.last_steps:  # the decode program each step ran (its bucket)
+            if kind == "decode":
+                name = f"jit_decode_b{bucket}_bkv{llm.kv_block_size}"
+                modules[name] = modules.get(name, 0) + 1
+        profile_run = {"main_s": p_main_s, "decode_steps": st.num_decode_steps - p_steps0,
+                       "decode_modules": modules,
+                       "wall_tokens_per_s": sum(len(o.outputs[0].token_ids) for o in p_outs) / p_main_s}
     return {
         "config": {"model": model, "max_num_seqs": max_num_seqs, "max_model_len": max_model_len,
                    "batch_mult": batch_mult, "max_tokens": max_tokens, "sampling": sampling,
@@ -134,25 +177,33 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
                    "kv_block_size_requested": kv_block_size, "request_buckets": llm.request_buckets,
                    "token_buckets": llm.token_buckets, "precompile": precompile, "seed": seed,
                    "max_num_batched_tokens": llm.token_buckets[-1], "enable_chunked_prefill": llm.chunked,
-                   "enable_prefix_caching": enable_prefix_caching, "prefix_tokens": prefix_tokens},
+                   "enable_prefix_caching": enable_prefix_caching, "prefix_tokens": prefix_tokens, "donate": donate,
+                   "time_tolerance": time_tolerance},
         "init_s": init_s,
         "precompile_s": llm.stats.precompile_s,
         "ttft_s": ttft_s,
         "main_s": main_s,
-        "itl_s": (main_s - ttft_s) / max_tokens,
+        # per token each request actually generated (max_tokens is a cap, not a count)
+        "itl_s": (main_s - ttft_s) / max(1, round(output_tokens / len(workload))),
         "num_requests": len(workload),
         "tokens_per_request": max_tokens,
         "output_tokens": output_tokens,
         "engine_counted_tokens": engine_tokens,
+        "steps_s": steps_s,
         "wall_tokens_per_s": wall_tps,
         "engine_tokens_per_s": engine_tps,
         "tokens_per_s_rel_diff": abs(engine_tps - wall_tps) / wall_tps,
+        "decode_step_median_s": decode_times[len(decode_times) // 2] if decode_times else None,
+        "checks": checks,
+        "verification": startup,
+        "verification_end": end,
         "decode_steps": llm.stats.num_decode_steps,
-        "main_decode_steps": llm.stats.num_decode_steps - steps0,
+        "main_decode_steps": main_steps,
         "profiled": profile,
         "profile_dir": str(run_dir) if run_dir else None,
+        "profile_run": profile_run,
         "compiled_modules": list(llm.stats.compiled_modules),
-        "prefill": {"main": _with_rate({k: v - prefill0[k] for k, v in _prefill_counters(llm.stats).items()}),
+        "prefill": {"main": prefill_main,
                     "total": _with_rate(_prefill_counters(llm.stats))},
         "environment": {"jax": jax.__version__, "backend": jax.default_backend(), "python": platform.python_version(),
                         "machine": platform.machine(), "processor": platform.processor() or None,
@@ -169,6 +220,31 @@ def _prefill_counters(stats) -> dict:
 
 def _with_rate(c: dict) -> dict:
     return {**c, "hit_rate": c["hit_tokens"] / c["queried_tokens"] if c["queried_tokens"] else None}
+
+
+def counter_checks(output_tokens: int, step_tokens: int, wall_s: float, steps_s: float, main_compiles: int,
+                   time_tolerance: float = TIME_TOLERANCE) -> dict:
+    """The paired checks of the main generation, each ``{..., "ok": bool}``; ``ok`` = all pass.
+
+    * ``tokens``: tokens counted from the returned outputs == the scheduler's per-step
+      counters (1 per prefill, num_seqs per decode step);
+    * ``time``: ``|wall_s - steps_s| / wall_s <= time_tolerance``, the wall clock of the main
+      generation against its step times summed (each blocked on its tokens); the gap is
+      host work between steps (the study measured 85 us against an 11.9 ms step);
+    * ``main_compiles``: no bucket compiled during the main generation (a compile there
+      would be timed as generation).
+    """
+    t_rel = abs(wall_s - steps_s) / wall_s if wall_s > 0 else float("inf")
+    c = {
+        "tokens": {"outputs": output_tokens, "scheduler": step_tokens,
+                   "rel_diff": abs(output_tokens - step_tokens) / max(output_tokens, 1),
+                   "ok": output_tokens == step_tokens},
+        "time": {"wall_s": wall_s, "steps_s": steps_s, "rel_diff": t_rel, "tolerance": time_tolerance,
+                 "ok": t_rel <= time_tolerance},
+        "main_compiles": {"count": main_compiles, "ok": main_compiles == 0},
+    }
+    c["ok"] = all(v["ok"] for v in c.values())
+    return c
 
 
 def _cpu_count():

@@ -1,8 +1,11 @@
 """Command line for the bundled engine: ``traceview engine {bench,profile,transplant,patch} ...``
 (``transplant``, ``patch`` and ``--kernel-dir``: :mod:`.transplant_cli`).
 
-``main(argv)`` returns an exit code (0 ok, 2 usage or configuration error) and never calls
-``sys.exit``; ``python -m traceview.engine_shim.cli`` works as well.
+``main(argv)`` returns an exit code (0 ok, 1 a paired check of the bench failed: results
+still printed and written, the failing check marked FAIL, 2 usage or configuration error,
+4 runtime failure) and never calls ``sys.exit``; ``python -m traceview.engine_shim.cli``
+works as well. The verification lines (model memory, KV cache capacity, buckets compiled,
+decode donation) go to stderr as soon as the engine is built.
 
 Environment variables (a flag, when given, wins):
 
@@ -72,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--repetition-penalty", type=float, default=1.0)
         s.add_argument("--seed", type=int, default=0)
         s.add_argument("--no-precompile", action="store_true", help="compile buckets on first use instead of at start-up")
+        s.add_argument("--no-donate", action="store_true",
+                       help="compile the decode with a copying KV cache update (no buffer donation) [default donated]")
         s.add_argument("--allow-cpu", action="store_true",
                        help="run an accelerator-sized preset (gemma-2b) even on a CPU-only machine")
         s.add_argument("--log-dir", default="./profile", help="profile log dir [default ./profile]")
@@ -117,6 +122,7 @@ def _resolve(args, env) -> dict:
         enable_chunked_prefill=args.chunked_prefill or args.max_num_batched_tokens is not None,
         enable_prefix_caching=args.enable_prefix_caching,
         prefix_tokens=_nonnegative("--prefix-tokens", args.prefix_tokens),
+        donate=not args.no_donate,
     )
 
 
@@ -136,16 +142,19 @@ def format_text(r: dict) -> str:
     c = r["config"]
     lines = [
         f"engine  model={c['model']} max_num_seqs={c['max_num_seqs']} max_model_len={c['max_model_len']} "
-        f"kv_block={c['kv_block_size']} sampling={c['sampling']} requests={r['num_requests']} x {r['tokens_per_request']} tokens",
+        f"kv_block={c['kv_block_size']} sampling={c['sampling']} donate={'on' if c['donate'] else 'off'} "
+        f"requests={r['num_requests']} x {r['tokens_per_request']} tokens",
         f"        jax {r['environment']['jax']} on {r['environment']['backend']} ({r['environment']['cpu_count']} CPUs); "
         f"request buckets {c['request_buckets']}, token buckets {c['token_buckets']}",
         f"init    {r['init_s']:.2f} s (precompile {r['precompile_s']:.2f} s; {len(r['compiled_modules'])} bucket modules compiled by the end)",
         f"TTFT    {r['ttft_s'] * 1e3:.1f} ms (batch of {r['num_requests']}, one token each)",
         f"main    {r['main_s']:.3f} s for {r['output_tokens']} tokens in {r['main_decode_steps']} decode steps "
-        f"({r['decode_steps']} since start-up, warm-up included)",
-        f"ITL     {r['itl_s'] * 1e3:.2f} ms/token  ((main - TTFT) / {r['tokens_per_request']})",
+        f"({r['decode_steps']} since start-up, warm-up included)"
+        + (f"; median decode step {r['decode_step_median_s'] * 1e3:.2f} ms" if r["decode_step_median_s"] else ""),
+        f"ITL     {r['itl_s'] * 1e3:.2f} ms/token  ((main - TTFT) / {round(r['output_tokens'] / r['num_requests'])} "
+        "tokens per request)",
         f"tok/s   {r['wall_tokens_per_s']:.1f} wall-clock | {r['engine_tokens_per_s']:.1f} engine counter "
-        f"({r['engine_counted_tokens']} counted) | diff {100 * r['tokens_per_s_rel_diff']:.2f}%",
+        f"({r['engine_counted_tokens']} step tokens / summed step times) | diff {100 * r['tokens_per_s_rel_diff']:.2f}%",
     ]
     pm, pt = r["prefill"]["main"], r["prefill"]["total"]
     lines.append(f"prefill {'chunked, budget ' + str(c['max_num_batched_tokens']) + ' tokens' if c['enable_chunked_prefill'] else 'one request per step'}: "
@@ -154,8 +163,18 @@ def format_text(r: dict) -> str:
         rate = "n/a" if pt["hit_rate"] is None else f"{100 * pt['hit_rate']:.1f}%"
         lines.append(f"prefix  cache hits {pm['hit_pages']}/{pm['queried_pages']} pages ({pm['hit_tokens']}/{pm['queried_tokens']} tokens) "
                      f"in the main run; {pt['hit_tokens']}/{pt['queried_tokens']} tokens ({rate}) since start-up")
-    if r["profiled"]:
-        lines.append("note    profiled run: throughput above includes tracing overhead; quote unprofiled runs")
+    ck = r["checks"]
+    t, n = ck["time"], ck["tokens"]
+    lines += [
+        f"check   {'ok  ' if n['ok'] else 'FAIL'} tokens: {n['outputs']} in the outputs, {n['scheduler']} by the scheduler's step counters",
+        f"check   {'ok  ' if t['ok'] else 'FAIL'} time: wall {t['wall_s']:.3f} s, steps summed {t['steps_s']:.3f} s "
+        f"(each blocked on its tokens), diff {100 * t['rel_diff']:.2f}% (bound {100 * t['tolerance']:g}%)",
+        f"check   {'ok  ' if ck['main_compiles']['ok'] else 'FAIL'} compiles during the main generation: {ck['main_compiles']['count']}",
+    ]
+    if r["profile_run"]:
+        p = r["profile_run"]
+        lines.append(f"profile a separate run after the headline one: {p['main_s']:.3f} s, {p['wall_tokens_per_s']:.1f} tok/s "
+                     f"with tracing overhead (not a headline figure), {p['decode_steps']} decode steps")
     return "\n".join(lines)
 
 
@@ -189,8 +208,11 @@ def main(argv: list[str] | None = None) -> int:
             if jax.default_backend() == "cpu":
                 raise ValueError(f"model {kwargs['model']!r} is for accelerators: on this CPU-only machine it would "
                                  "run for hours; use --model tiny or study, or pass --allow-cpu to insist")
+        from .verification import format_lines
+
         with kernel_dir(args.kernel_dir) as transplanted:  # before the engine is built
-            result = run_bench(**kwargs)
+            result = run_bench(**kwargs, on_start=lambda v: print("\n".join(f"engine: {x}" for x in format_lines(v)),
+                                                                   file=sys.stderr, flush=True))
         if transplanted is not None:
             result["transplant"] = transplanted.as_dict()
     except (ValueError, MemoryError) as e:
@@ -213,11 +235,17 @@ def main(argv: list[str] | None = None) -> int:
         else:
             stream = sys.stderr if args.format == "json" else sys.stdout
             print(f"profile written to {where}", file=stream)
-            n = result["main_decode_steps"]
-            print(f"it holds {n} decode steps (the main generation); read it with:\n"
-                  f"  traceview analyze {where} --steps {n}", file=stream)
+            n = result["profile_run"]["decode_steps"]
+            per = " ".join(f"--steps {m}={k}" for m, k in result["profile_run"]["decode_modules"].items())
+            print(f"it holds {n} decode steps (the main generation); check each decode program ran once per step "
+                  f"with:\n  traceview analyze {where} {per or f'--steps {n}'}", file=stream)
     if args.json:
         print(f"results written to {args.json}", file=sys.stderr if args.format == "json" else sys.stdout)
+    if not result["checks"]["ok"]:
+        failed = ", ".join(k for k, v in result["checks"].items() if k != "ok" and not v["ok"])
+        print(f"traceview engine: error: paired check failed ({failed}): the figures above are not to be quoted",
+              file=sys.stderr)
+        return 1
     return 0
 
 

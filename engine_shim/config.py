@@ -80,6 +80,9 @@ class EngineConfig:
     * ``num_pages``: page pool size including page 0 (default: enough for every slot at max length).
     * ``precompile``: compile every bucket at start-up (timed separately) instead of on first use.
     * ``interpret``: Pallas interpret mode; None = interpret unless running on TPU.
+    * ``donate``: donate the KV cache to the decode step (``donate_argnums``), so the page
+      write updates it in place; False compiles the copying update (a new cache array per
+      step), the second seed's un-donated baseline. Prefill always donates.
     """
 
     max_num_seqs: int = 8
@@ -95,6 +98,7 @@ class EngineConfig:
     seed: int = 0
     enable_chunked_prefill: bool = False
     enable_prefix_caching: bool = False
+    donate: bool = True
 
     def __post_init__(self):
         for f in ("max_num_seqs", "max_model_len", "page_size", "min_token_bucket", "min_request_bucket"):

@@ -27,6 +27,13 @@ pages are kept under chained hashes (:class:`~traceview.engine_shim.kv_cache.Pre
 and a later prompt with the same leading pages reuses them; the last prompt token is always
 computed (its logits give the first token), as vLLM does.
 
+The KV cache is donated to the decode step (updated in place); ``donate=False`` compiles the
+copying update instead, whose trace shows one cache-sized ``copy`` per pool per step. Each
+prefill and decode step is timed (``step_clock``) from building its inputs to its tokens on
+the host, and counted (``stats.step_tokens``, ``stats.step_s``, ``stats.last_steps``), for
+the bench's paired checks; :meth:`LLM.verification` reads the study's start-up figures off
+the arrays and executables.
+
 With ``precompile=True`` all of them are compiled in the constructor (timed as
 ``stats.precompile_s``), as vLLM TPU precompiles its bucket menu.
 
@@ -42,6 +49,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
@@ -55,6 +63,7 @@ from .config import EngineConfig, ModelConfig, model_config
 from .kv_cache import PageAllocator, PrefixCache, empty_cache, page_hashes, pages_for
 from .sampling import SamplingParams, greedy_tokens, sample_tokens
 from .tokenizer import ByteTokenizer
+from .verification import aliased_bytes, array_bytes, kv_capacity
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +106,11 @@ class EngineStats:
     num_decode_steps: int = 0
     generate_s: float = 0.0  # time spent inside generate()
     compiled_modules: list[str] = field(default_factory=list)  # hlo_module names, compile order
+    # The scheduler's per-step counters (independent of the outputs and of generate_s):
+    step_tokens: int = 0  # tokens the steps produced: 1 per prefill, num_seqs per decode step
+    step_s: float = 0.0  # summed step times, each from building its inputs to its tokens ready on the host
+    #: the last generate() call's steps: (kind, bucket, num_seqs, seconds), kind "prefill"/"decode"
+    last_steps: list[tuple[str, int, int, float]] = field(default_factory=list)
 
 
 @dataclass
@@ -135,7 +149,10 @@ class LLM:
       page_size: KV page size in tokens; None = the preset's (``ModelConfig.page_size``).
       max_num_seqs, max_model_len, kv_block_size, page_size, num_pages, min_request_bucket,
       min_token_bucket, max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching,
-      precompile, interpret, seed: see :class:`~traceview.engine_shim.config.EngineConfig`.
+      precompile, interpret, seed, donate: see :class:`~traceview.engine_shim.config.EngineConfig`.
+      step_clock: seconds clock for the per-step times (``stats.step_s``, ``last_steps``);
+        default ``time.perf_counter``. Injectable so a test can break it and see the
+        bench's independent time check fail.
 
     Raises: ValueError for an unknown preset or an invalid KV block size
       (``TRACEVIEW_KV_BLOCK_SIZE`` included).
@@ -145,8 +162,10 @@ class LLM:
                  kv_block_size: int | None = None, seed: int = 0, page_size: int | None = None, num_pages: int | None = None,
                  min_request_bucket: int = 8, min_token_bucket: int = 16, max_num_batched_tokens: int | None = None,
                  precompile: bool = True, interpret: bool | None = None, enable_chunked_prefill: bool = False,
-                 enable_prefix_caching: bool = False):
+                 enable_prefix_caching: bool = False, donate: bool = True,
+                 step_clock: Callable[[], float] | None = None):
         t0 = time.perf_counter()
+        self._clock = step_clock or time.perf_counter
         self.model_config: ModelConfig = model_config(model)
         page_size = self.model_config.page_size if page_size is None else page_size
         self.config = EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len, page_size=page_size,
@@ -154,7 +173,7 @@ class LLM:
                                    min_token_bucket=min_token_bucket, min_request_bucket=min_request_bucket,
                                    num_pages=num_pages, precompile=precompile, interpret=interpret, seed=seed,
                                    enable_chunked_prefill=enable_chunked_prefill,
-                                   enable_prefix_caching=enable_prefix_caching)
+                                   enable_prefix_caching=enable_prefix_caching, donate=donate)
         mc, ec = self.model_config, self.config
         self.tokenizer = ByteTokenizer()
         if mc.vocab_size <= self.tokenizer.eos_token_id:
@@ -191,6 +210,21 @@ class LLM:
                 self._precompiling = False
             self.stats.precompile_s = time.perf_counter() - tp
         self.stats.init_s = time.perf_counter() - t0
+
+    # ------------------------------------------------------------------ verification
+    def verification(self) -> dict:
+        """The study's verification figures, read off the allocated arrays and the compiled
+        executables (see :mod:`~traceview.engine_shim.verification`): ``param_count``,
+        ``param_bytes``, ``kv_cache`` (:func:`~traceview.engine_shim.verification.kv_capacity`),
+        ``buckets_compiled`` (``jit_*`` names so far) and ``decode_donation`` (``requested``,
+        ``module``: the largest decode bucket compiled or None, ``aliased_bytes``)."""
+        count, nbytes = array_bytes(self.params)
+        decode = sorted(r for kind, r in self._compiled if kind == "decode")
+        module = f"jit_decode_b{decode[-1]}_bkv{self.kv_block_size}" if decode else None
+        return {"param_count": count, "param_bytes": nbytes, "kv_cache": kv_capacity(self.k_cache, self.v_cache),
+                "buckets_compiled": list(self.stats.compiled_modules),
+                "decode_donation": {"requested": self.config.donate, "module": module,
+                                    "aliased_bytes": aliased_bytes(self._compiled[("decode", decode[-1])]) if decode else None}}
 
     # ------------------------------------------------------------------ compile buckets
     def bucket_names(self) -> list[str]:
@@ -254,7 +288,9 @@ class LLM:
             name = f"decode_b{size}_bkv{bkv}"
             args = (params, *cache, jax.ShapeDtypeStruct((size,), i32), jax.ShapeDtypeStruct((size,), i32),
                     jax.ShapeDtypeStruct((size, pps), i32))
-            jitted = jax.jit(_named(fn, name), donate_argnums=(1, 2))
+            # donate=False: the copying treatment; the scatter into a non-donated cache
+            # makes XLA copy the whole pool first (one cache-sized copy per layer, K and V)
+            jitted = jax.jit(_named(fn, name), donate_argnums=(1, 2) if ec.donate else ())
         elif kind == "greedy":
             def fn(logits):
                 return greedy_tokens(logits)
@@ -326,6 +362,7 @@ class LLM:
             reqs.append(_Request(self._num_requests, prompt, ids, sp, min(sp.max_tokens, ec.max_model_len - len(ids)), seed))
             self._num_requests += 1
         if self.chunked:
+            self.stats.last_steps = []
             try:
                 self._schedule_chunked(reqs)
             finally:
@@ -333,6 +370,7 @@ class LLM:
             return self._outputs(reqs)
         waiting = deque(reqs)
         running: list[_Request] = []
+        self.stats.last_steps = []
         try:
             while waiting or running:
                 while waiting and len(running) < ec.max_num_seqs:
@@ -415,6 +453,7 @@ class LLM:
         """Pack chunks FIFO up to the token budget, run ``prefill_t{T}``, sample the first token of
         every request whose prompt is now complete; returns those requests."""
         ec = self.config
+        ts = self._clock()
         budget = self.token_buckets[-1]
         rows: list[tuple[_Request, int, int]] = []
         for req in prefilling:
@@ -448,6 +487,9 @@ class LLM:
             logits, self.k_cache, self.v_cache = fn(self.params, self.k_cache, self.v_cache, tokens, positions, slots,
                                                     table, last)
             toks = self._select(done, logits, n_logits) if done else []
+            if not done:  # a step that completes no prompt still waits for its cache update
+                jax.block_until_ready(self.k_cache)
+            self._record_step("prefill", t, len(done), self._clock() - ts)
         self.stats.num_prefill_steps += 1
         self.stats.num_prefill_chunks += len(rows)
         self.stats.num_prefill_computed_tokens += total
@@ -481,6 +523,7 @@ class LLM:
         return row
 
     def _prefill(self, req: _Request) -> None:
+        ts = self._clock()
         n = len(req.prompt_ids)
         t = pad_to_bucket(self.token_buckets, n)
         tokens = np.zeros(t, np.int32)
@@ -490,6 +533,7 @@ class LLM:
             logits, self.k_cache, self.v_cache = fn(self.params, self.k_cache, self.v_cache, tokens, np.int32(n),
                                                     self._page_row(req))
             (tok,) = self._select([req], logits, 1)
+            self._record_step("prefill", t, 1, self._clock() - ts)
         self.stats.num_prefills += 1
         self.stats.num_prefill_steps += 1
         self.stats.num_prefill_chunks += 1
@@ -498,6 +542,7 @@ class LLM:
         self._append(req, tok)
 
     def _decode_step(self, running: list[_Request]) -> None:
+        ts = self._clock()
         n = len(running)
         r = pad_to_bucket(self.request_buckets, n)
         tokens = np.zeros(r, np.int32)
@@ -512,13 +557,20 @@ class LLM:
                 jax.profiler.TraceAnnotation("decode_step", request_bucket=r, num_seqs=n, kv_block=self.kv_block_size):
             logits, self.k_cache, self.v_cache = fn(self.params, self.k_cache, self.v_cache, tokens, positions, table)
             toks = self._select(running, logits, r)
+            self._record_step("decode", r, n, self._clock() - ts)
         self.stats.num_decode_steps += 1
         for req, tok in zip(running, toks):
             self._append(req, tok)
 
+    def _record_step(self, kind: str, bucket: int, num_seqs: int, seconds: float) -> None:
+        self.stats.step_tokens += num_seqs
+        self.stats.step_s += seconds
+        self.stats.last_steps.append((kind, bucket, num_seqs, seconds))
+
     def _select(self, reqs: list[_Request], logits, r: int) -> np.ndarray:
+        """Selected tokens on the host; blocks until the step's tokens are ready."""
         if not any(q.uses_sampler for q in reqs):
-            return np.asarray(self._get("greedy", r)(logits))[: len(reqs)]
+            return np.asarray(jax.block_until_ready(self._get("greedy", r)(logits)))[: len(reqs)]
         v = self.model_config.vocab_size
         temp = np.zeros(r, np.float32)
         top_k = np.zeros(r, np.int32)
@@ -531,7 +583,8 @@ class LLM:
             temp[i], top_k[i], top_p[i], pen[i] = sp.temperature, sp.top_k, sp.top_p, sp.repetition_penalty
             seen[i, [t for t in q.prompt_ids + q.out if t < v]] = True
             seeds[i] = (q.seed * 2_654_435_761 + len(q.out) * 40_503 + 12_345) % (1 << 32)
-        return np.asarray(self._get("sample", r)(logits, temp, top_k, top_p, pen, seen, seeds))[: len(reqs)]
+        return np.asarray(jax.block_until_ready(self._get("sample", r)(logits, temp, top_k, top_p, pen, seen,
+                                                                       seeds)))[: len(reqs)]
 
     # ------------------------------------------------------------------ profiling
     def start_profile(self, log_dir: str | Path = "./profile") -> None:
@@ -555,7 +608,8 @@ class LLM:
 
     def __repr__(self) -> str:
         return (f"LLM(model={self.model_config.name!r}, max_num_seqs={self.config.max_num_seqs}, "
-                f"max_model_len={self.config.max_model_len}, kv_block_size={self.kv_block_size})")
+                f"max_model_len={self.config.max_model_len}, kv_block_size={self.kv_block_size}, "
+                f"donate={self.config.donate})")
 
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "EngineStats"]

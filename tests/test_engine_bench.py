@@ -1,0 +1,151 @@
+"""Engine bench: the donation switch seen in real traces, the verification lines read off the
+allocated arrays and compiled executables, and the paired checks (a broken step clock fails)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import time
+
+import pytest
+
+jax = pytest.importorskip("jax")
+import jax.numpy as jnp
+
+# tiny preset, 4 requests x 3 tokens: 2 decode steps per run; pool [1, 17, 16, 64] per layer
+SMALL = ["--max-tokens", "3", "--max-num-seqs", "4", "--batch-mult", "1", "--max-model-len", "64", "--no-precompile",
+         "--format", "json"]
+CACHE = "f32\\[1,17,16,64\\]"
+COPY = f'"^copy {CACHE} <- {CACHE}"'  # the cache-sized copy, by its HLO text (names removed)
+
+
+def _engine(argv, capsys):
+    from traceview.engine_shim.cli import main
+
+    rc = main(argv)
+    out = capsys.readouterr()
+    return rc, out
+
+
+@pytest.fixture(scope="module")
+def donation_runs(tmp_path_factory):
+    """``traceview engine profile`` donated and ``--no-donate``: {name: (result, log dir)}."""
+    from traceview.engine_shim.cli import main
+
+    runs = {}
+    for name, extra in (("donated", []), ("copying", ["--no-donate"])):
+        log = tmp_path_factory.mktemp(name)
+        out = log / "r.json"
+        assert main(["profile", *SMALL, *extra, "--log-dir", str(log / "profile"), "--json", str(out)]) == 0
+        runs[name] = (json.loads(out.read_text()), log / "profile")
+    return runs
+
+
+def _verify(*argv):
+    from traceview.cli import main
+
+    return main(["verify", "--no-cache", *argv])
+
+
+def test_copying_trace_has_one_cache_sized_copy_per_layer_and_pool_per_step(donation_runs, capsys):
+    don, don_dir = donation_runs["donated"]
+    cop, cop_dir = donation_runs["copying"]
+    assert don["config"]["donate"] is True and cop["config"]["donate"] is False
+    steps = cop["profile_run"]["decode_steps"]
+    layers = 2
+    assert steps == 2 and don["profile_run"]["decode_steps"] == steps
+    # K and V per layer: 4 copies of the whole pool in every decode step, none when donated
+    assert _verify(str(cop_dir), "-c", f"op matching {COPY} count == {2 * layers * steps}",
+                   "-c", f"op matching {COPY} count == 1 per execution") == 0
+    assert _verify(str(don_dir), str(cop_dir), "-c", f"op matching {COPY} appeared",
+                   "-c", f"base: op matching {COPY} absent") == 0
+    capsys.readouterr()
+    assert _verify(str(don_dir), "-c", f"op matching {COPY} present") == 1
+    assert "no op matches" in capsys.readouterr().out
+
+
+def test_verification_lines_read_off_arrays_and_executables(donation_runs):
+    from traceview.engine_shim.config import PRESETS
+
+    mc = PRESETS["tiny"]
+    d, f = mc.d_model, mc.mlp_hidden
+    per_layer = 2 * d + d * mc.num_heads * mc.head_dim * 2 + d * mc.num_kv_heads * mc.head_dim * 2 + 3 * d * f
+    params = mc.vocab_size * d + d + mc.num_layers * per_layer
+    for name, aliased in (("donated", True), ("copying", False)):
+        r, _ = donation_runs[name]
+        v = r["verification"]
+        assert v["param_count"] == params == 1_508_608 and v["param_bytes"] == 4 * params
+        kv = v["kv_cache"]
+        # max_num_seqs 4 x 4 pages of 16 tokens + the trash page; K and V, 2 layers, 64 dims, f32
+        assert (kv["pages"], kv["usable_pages"], kv["page_size"], kv["tokens"]) == (17, 16, 16, 256)
+        assert kv["bytes"] == 2 * 2 * 17 * 16 * 64 * 4 and kv["bytes_per_token"] == 1024 and kv["dtypes"] == ["float32"]
+        assert v["buckets_compiled"] == [] and v["decode_donation"]["module"] is None  # --no-precompile
+        assert r["verification_end"]["buckets_compiled"] == r["compiled_modules"] == [
+            "jit_prefill_t32", "jit_greedy_b1", "jit_prefill_t64", "jit_decode_b4_bkv64", "jit_greedy_b4"]
+        end = r["verification_end"]["decode_donation"]
+        assert end["module"] == "jit_decode_b4_bkv64" and end["requested"] is aliased
+        # the compiled executable, not the flag: the whole cache aliased, or nothing
+        assert end["aliased_bytes"] == (kv["bytes"] if aliased else 0)
+
+
+def test_kv_capacity_follows_the_cache_dtype_and_gemma_memory_line():
+    from traceview.engine_shim import model as model_lib
+    from traceview.engine_shim.config import PRESETS
+    from traceview.engine_shim.kv_cache import empty_cache
+    from traceview.engine_shim.verification import array_bytes, kv_capacity
+
+    caps = {dt: kv_capacity(*empty_cache(num_layers=2, num_kv_heads=1, num_pages=9, page_size=128, head_dim=256,
+                                         dtype=dt)) for dt in (jnp.float32, jnp.bfloat16)}
+    assert caps[jnp.float32]["tokens"] == caps[jnp.bfloat16]["tokens"] == 8 * 128
+    assert caps[jnp.float32]["bytes"] == 2 * caps[jnp.bfloat16]["bytes"] == 2 * 2 * 9 * 128 * 256 * 4
+    assert caps[jnp.bfloat16]["dtypes"] == ["bfloat16"]
+    # the study's start-up line read 4.67 GiB for Gemma 2B's bf16 weights
+    count, nbytes = array_bytes(jax.eval_shape(lambda: model_lib.init_params(PRESETS["gemma-2b"], 0)))
+    assert count == 2_506_172_416 and round(nbytes / 2 ** 30, 2) == 4.67
+
+
+def test_paired_checks_agree_and_profile_is_a_separate_run(donation_runs):
+    for name in ("donated", "copying"):
+        r, log = donation_runs[name]
+        ck = r["checks"]
+        assert ck["ok"] and ck["tokens"]["outputs"] == ck["tokens"]["scheduler"] == r["output_tokens"] == 12
+        assert ck["time"]["steps_s"] <= ck["time"]["wall_s"] and ck["time"]["rel_diff"] < 0.05
+        assert ck["main_compiles"]["count"] == 0
+        assert r["engine_tokens_per_s"] == pytest.approx(12 / ck["time"]["steps_s"])
+        # the headline is unprofiled; the trace is of a second main generation
+        assert r["profile_run"]["decode_steps"] == r["main_decode_steps"] == 2
+        assert r["decode_steps"] == 1 + 2 + 2 + 2  # warm-up 4 tokens, TTFT none, main, profiled
+        assert r["profile_dir"] and str(log) in r["profile_dir"]
+
+
+def _half_speed() -> float:
+    return time.perf_counter() * 0.5
+
+
+def test_broken_step_clock_fails_the_time_check(monkeypatch, capsys):
+    """A step clock running at half speed: the tokens still agree, the time check fails, exit 1."""
+    from traceview.engine_shim import bench
+
+    monkeypatch.setattr(bench, "run_bench", functools.partial(bench.run_bench, step_clock=_half_speed))
+    argv = ["bench", "--max-tokens", "3", "--max-num-seqs", "4", "--batch-mult", "1", "--max-model-len", "64",
+            "--no-precompile"]
+    rc, out = _engine(argv, capsys)
+    assert rc == 1
+    assert re.search(r"check   FAIL time: wall [\d.]+ s, steps summed [\d.]+ s .* diff (4\d|5\d)\.\d\d%", out.out)
+    assert "check   ok   tokens: 12 in the outputs, 12 by the scheduler's step counters" in out.out
+    assert "paired check failed (time)" in out.err
+    assert "engine: KV cache capacity 16 pages x 16 = 256 tokens (17 pages allocated with the trash page); " \
+           "278,528 bytes" in out.err
+    assert "engine: buckets compiled  0: none yet" in out.err
+
+
+def test_counter_checks_flag_token_mismatch_and_compiles():
+    from traceview.engine_shim.bench import counter_checks
+
+    ck = counter_checks(100, 96, 2.0, 1.98, 0)
+    assert not ck["ok"] and not ck["tokens"]["ok"] and ck["tokens"]["rel_diff"] == pytest.approx(0.04)
+    assert ck["time"]["ok"] and ck["time"]["rel_diff"] == pytest.approx(0.01)
+    ck = counter_checks(100, 100, 2.0, 1.98, 1)
+    assert not ck["ok"] and not ck["main_compiles"]["ok"]
+    assert counter_checks(100, 100, 2.0, 1.98, 0)["ok"]
