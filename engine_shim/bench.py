@@ -59,10 +59,11 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
               max_tokens: int = 128, kv_block_size: int | None = None, sampling: str = "greedy", top_p: float = 1.0,
               temperature: float = 1.0, repetition_penalty: float = 1.0, profile: bool = False,
               log_dir: str = "./profile", warmup_tokens: int = 4, precompile: bool = True, seed: int = 0,
-              prompts: list[str] | None = None) -> dict:
+              prompts: list[str] | None = None, kv_dtype: str | None = None, kv_cache_bytes: int | None = None) -> dict:
     """Run the protocol once; returns a JSON-serialisable dict (times in seconds).
 
-    Keys: ``config`` (the arguments and resolved KV block), ``init_s``, ``precompile_s``,
+    Keys: ``config`` (the arguments, resolved KV block and KV dtype), ``kv_capacity``
+    (:meth:`~traceview.engine_shim.kv_cache.KVCapacity.as_dict`), ``init_s``, ``precompile_s``,
     ``ttft_s``, ``main_s``, ``itl_s``, ``num_requests``, ``tokens_per_request``,
     ``output_tokens``, ``wall_tokens_per_s``, ``engine_tokens_per_s``, ``engine_counted_tokens``,
     ``tokens_per_s_rel_diff`` (|engine - wall| / wall), ``decode_steps`` (every decode step since
@@ -81,7 +82,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
 
     t0 = time.perf_counter()
     llm = LLM(model, max_num_seqs=max_num_seqs, max_model_len=max_model_len, kv_block_size=kv_block_size,
-              seed=seed, precompile=precompile)
+              seed=seed, precompile=precompile, kv_dtype=kv_dtype, kv_cache_bytes=kv_cache_bytes)
     init_s = time.perf_counter() - t0
 
     llm.generate(workload, sampling_params(sampling, max(2, warmup_tokens), top_p=top_p, temperature=temperature,
@@ -113,7 +114,9 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
                    "batch_mult": batch_mult, "max_tokens": max_tokens, "sampling": sampling,
                    "sampling_params": asdict(main_params), "kv_block_size": llm.kv_block_size,
                    "kv_block_size_requested": kv_block_size, "request_buckets": llm.request_buckets,
-                   "token_buckets": llm.token_buckets, "precompile": precompile, "seed": seed},
+                   "token_buckets": llm.token_buckets, "precompile": precompile, "seed": seed,
+                   "kv_dtype": llm.config.kv_dtype, "kv_cache_bytes": kv_cache_bytes},
+        "kv_capacity": llm.kv_capacity.as_dict(),
         "init_s": init_s,
         "precompile_s": llm.stats.precompile_s,
         "ttft_s": ttft_s,

@@ -20,6 +20,8 @@ import os
 import sys
 from pathlib import Path
 
+from .config import KV_DTYPES
+
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
@@ -48,6 +50,16 @@ def _env_bool(env, name, default):
     raise ValueError(f"{name}={raw!r} must be one of 1/0, true/false, yes/no, on/off")
 
 
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    return v
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="traceview engine", description="Bundled Pallas decode engine: benchmark and profile.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -63,6 +75,11 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--max-tokens", type=int, default=tokens, help=f"tokens per request in the main run [default {tokens}]")
         s.add_argument("--max-model-len", type=int, default=512, help="max context per request [default 512]")
         s.add_argument("--kv-block", type=int, default=None, help="decode KV block in tokens [env TRACEVIEW_KV_BLOCK_SIZE, default heuristic]")
+        s.add_argument("--kv-dtype", choices=KV_DTYPES, default=None,
+                       help="KV cache dtype; int8 has per-token scales [default bfloat16 on TPU/GPU, float32 on CPU]")
+        s.add_argument("--kv-cache-bytes", type=_positive_int, default=None, metavar="N",
+                       help="KV memory budget in bytes; the page count is derived from it for --kv-dtype, scales "
+                            "included [default: pages for every request slot at --max-model-len]")
         s.add_argument("--sampling", choices=("greedy", "topp"), default=None, help="greedy (temperature 0) or topp [env SAMPLING, default greedy]")
         s.add_argument("--top-p", type=float, default=1.0, help="top_p for --sampling topp [default 1.0: a no-op that still runs the search]")
         s.add_argument("--temperature", type=float, default=1.0, help="temperature for --sampling topp [default 1.0]")
@@ -93,6 +110,8 @@ def _resolve(args, env) -> dict:
         max_tokens=args.max_tokens,
         max_model_len=args.max_model_len,
         kv_block_size=args.kv_block,
+        kv_dtype=args.kv_dtype,
+        kv_cache_bytes=args.kv_cache_bytes,
         sampling=sampling,
         top_p=args.top_p,
         temperature=args.temperature,
@@ -102,6 +121,12 @@ def _resolve(args, env) -> dict:
         precompile=not args.no_precompile,
         seed=args.seed,
     )
+
+
+def _capacity_line(c: dict) -> str:
+    budget = "" if c["budget_bytes"] is None else f" from a {c['budget_bytes']:,}-byte budget"
+    return (f"{c['dtype']} cache: {c['num_pages']} pages of {c['page_size']} tokens ({c['usable_pages']} usable, "
+            f"{c['tokens']:,} tokens), {c['bytes']:,} bytes{budget}")
 
 
 def format_text(r: dict) -> str:
@@ -115,6 +140,7 @@ def format_text(r: dict) -> str:
         f"TTFT    {r['ttft_s'] * 1e3:.1f} ms (batch of {r['num_requests']}, one token each)",
         f"main    {r['main_s']:.3f} s for {r['output_tokens']} tokens in {r['main_decode_steps']} decode steps "
         f"({r['decode_steps']} since start-up, warm-up included)",
+        f"KV      {_capacity_line(r['kv_capacity'])}",
         f"ITL     {r['itl_s'] * 1e3:.2f} ms/token  ((main - TTFT) / {r['tokens_per_request']})",
         f"tok/s   {r['wall_tokens_per_s']:.1f} wall-clock | {r['engine_tokens_per_s']:.1f} engine counter "
         f"({r['engine_counted_tokens']} counted) | diff {100 * r['tokens_per_s_rel_diff']:.2f}%",

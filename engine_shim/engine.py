@@ -38,8 +38,8 @@ from traceview.kernels.paged_attention import decode_block_size
 
 from . import model as model_lib
 from .buckets import pad_to_bucket, pow2_buckets
-from .config import EngineConfig, ModelConfig, model_config
-from .kv_cache import PageAllocator, empty_cache, pages_for
+from .config import EngineConfig, ModelConfig, default_kv_dtype, model_config
+from .kv_cache import KVCapacity, PageAllocator, empty_cache, kv_capacity, pages_for
 from .sampling import SamplingParams, greedy_tokens, sample_tokens
 from .tokenizer import ByteTokenizer
 
@@ -112,30 +112,43 @@ class LLM:
       model: preset name (``"tiny"``, ``"study"``, ``"gemma-2b"``) or a :class:`ModelConfig`.
       page_size: KV page size in tokens; None = the preset's (``ModelConfig.page_size``).
       max_num_seqs, max_model_len, kv_block_size, page_size, num_pages, min_request_bucket,
-      min_token_bucket, max_num_batched_tokens, precompile, interpret, seed: see
-      :class:`~traceview.engine_shim.config.EngineConfig`.
+      min_token_bucket, max_num_batched_tokens, precompile, interpret, seed, kv_dtype,
+      kv_cache_bytes: see :class:`~traceview.engine_shim.config.EngineConfig`.
 
-    Raises: ValueError for an unknown preset or an invalid KV block size
-      (``TRACEVIEW_KV_BLOCK_SIZE`` included).
+    Raises: ValueError for an unknown preset, an invalid KV block size
+      (``TRACEVIEW_KV_BLOCK_SIZE`` included), an unknown ``kv_dtype``, both ``num_pages`` and
+      ``kv_cache_bytes``, or a budget under 2 pages.
     """
 
     def __init__(self, model: str | ModelConfig = "tiny", *, max_num_seqs: int = 8, max_model_len: int = 512,
                  kv_block_size: int | None = None, seed: int = 0, page_size: int | None = None, num_pages: int | None = None,
                  min_request_bucket: int = 8, min_token_bucket: int = 16, max_num_batched_tokens: int | None = None,
-                 precompile: bool = True, interpret: bool | None = None):
+                 precompile: bool = True, interpret: bool | None = None, kv_dtype: str | None = None,
+                 kv_cache_bytes: int | None = None):
         t0 = time.perf_counter()
         self.model_config: ModelConfig = model_config(model)
         page_size = self.model_config.page_size if page_size is None else page_size
+        if num_pages is not None and kv_cache_bytes is not None:
+            raise ValueError("give num_pages or kv_cache_bytes, not both")
+        kv_dtype = default_kv_dtype(jax.default_backend()) if kv_dtype is None else kv_dtype
         self.config = EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len, page_size=page_size,
                                    kv_block_size=kv_block_size, max_num_batched_tokens=max_num_batched_tokens,
                                    min_token_bucket=min_token_bucket, min_request_bucket=min_request_bucket,
-                                   num_pages=num_pages, precompile=precompile, interpret=interpret, seed=seed)
-        mc, ec = self.model_config, self.config
+                                   num_pages=num_pages, precompile=precompile, interpret=interpret, seed=seed,
+                                   kv_dtype=kv_dtype, kv_cache_bytes=kv_cache_bytes)
+        mc = self.model_config
+        self.kv_capacity: KVCapacity = kv_capacity(
+            num_layers=mc.num_layers, num_kv_heads=mc.num_kv_heads, page_size=page_size, head_dim=mc.head_dim,
+            dtype=kv_dtype, **({"kv_cache_bytes": kv_cache_bytes} if kv_cache_bytes is not None
+                               else {"num_pages": self.config.total_pages}))
+        if kv_cache_bytes is not None:
+            self.config = self.config.replace(num_pages=self.kv_capacity.num_pages)
+        ec = self.config
         self.tokenizer = ByteTokenizer()
         if mc.vocab_size <= self.tokenizer.eos_token_id:
             raise ValueError(f"vocab_size={mc.vocab_size} too small for the byte tokenizer")
         self.kv_block_size: int = decode_block_size(
-            kv_block_size, head_dim=mc.head_dim, num_kv_heads=mc.num_kv_heads, dtype=jnp.dtype(mc.dtype),
+            kv_block_size, head_dim=mc.head_dim, num_kv_heads=mc.num_kv_heads, dtype=jnp.dtype(ec.kv_dtype),
             page_size=ec.page_size, max_kv=ec.pages_per_seq * ec.page_size)
         self.token_buckets = pow2_buckets(ec.min_token_bucket, ec.max_num_batched_tokens or ec.max_model_len)
         self.request_buckets = pow2_buckets(ec.min_request_bucket, ec.max_num_seqs)
@@ -144,15 +157,15 @@ class LLM:
         self.params = model_lib.init_params(mc, seed)
         self.k_cache, self.v_cache = empty_cache(num_layers=mc.num_layers, num_kv_heads=mc.num_kv_heads,
                                                  num_pages=ec.total_pages, page_size=ec.page_size,
-                                                 head_dim=mc.head_dim, dtype=jnp.dtype(mc.dtype))
+                                                 head_dim=mc.head_dim, dtype=ec.kv_dtype)
         self.allocator = PageAllocator(ec.total_pages)
         self._compiled: dict[tuple, object] = {}
         self._num_requests = 0
         self._profile_dir: Path | None = None
         self._profile_runs_before: set[str] = set()
         jax.block_until_ready((self.params, self.k_cache, self.v_cache))
-        log.info("engine %s: kv_block_size=%d token_buckets=%s request_buckets=%s", mc.name, self.kv_block_size,
-                 self.token_buckets, self.request_buckets)
+        log.info("engine %s: kv_block_size=%d token_buckets=%s request_buckets=%s; %s", mc.name, self.kv_block_size,
+                 self.token_buckets, self.request_buckets, self.kv_capacity.describe())
         self._precompiling = False
         if precompile:
             tp = time.perf_counter()
@@ -393,7 +406,8 @@ class LLM:
 
     def __repr__(self) -> str:
         return (f"LLM(model={self.model_config.name!r}, max_num_seqs={self.config.max_num_seqs}, "
-                f"max_model_len={self.config.max_model_len}, kv_block_size={self.kv_block_size})")
+                f"max_model_len={self.config.max_model_len}, kv_block_size={self.kv_block_size}, "
+                f"kv_dtype={self.config.kv_dtype!r})")
 
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "EngineStats"]
