@@ -1,4 +1,4 @@
-"""Command line for the bundled engine: ``traceview engine {bench,profile} ...``.
+"""Command line for the bundled engine: ``traceview engine {bench,profile,compile-time} ...``.
 
 ``main(argv)`` returns an exit code (0 ok, 2 usage or configuration error) and never calls
 ``sys.exit``; ``python -m traceview.engine_shim.cli`` works as well.
@@ -95,7 +95,42 @@ def _parser() -> argparse.ArgumentParser:
             g.add_argument("--no-profile", dest="profile", action="store_false")
         s.add_argument("--format", choices=("text", "json"), default="text", help="stdout format")
         s.add_argument("--json", metavar="FILE", default=None, help="also write the results as JSON to FILE")
+    ct = sub.add_parser("compile-time", help="lower/compile/first-execution times of the Pallas kernel vs the jnp reference",
+                        description="Lower, compile and first-execution times of the Pallas decode kernel against the jnp "
+                                    "reference at one decode shape; every trial a fresh process, compilation cache off.")
+    ct.add_argument("--model", default="study", help="preset whose decode shape is measured [default study]")
+    ct.add_argument("--batch", type=_positive_int, default=8, help="sequences in the decode batch [default 8]")
+    ct.add_argument("--max-model-len", type=_positive_int, default=512, help="context per sequence, all full [default 512]")
+    ct.add_argument("--kv-block", type=int, default=None, help="decode KV block in tokens [default heuristic]")
+    ct.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache dtype [default bfloat16 on TPU/GPU, float32 on CPU]")
+    ct.add_argument("--trials", type=_positive_int, default=5, help="fresh-process trials per implementation [default 5]")
+    ct.add_argument("--trial-timeout", type=float, default=600.0, help="seconds allowed per trial process [default 600]")
+    ct.add_argument("--format", choices=("text", "json"), default="text", help="stdout format")
     return p
+
+
+def _compile_time(args) -> int:
+    from .compile_time import format_text as ct_text
+    from .compile_time import run_compile_time
+
+    try:
+        from .config import PRESETS
+
+        if args.model not in PRESETS:
+            raise ValueError(f"unknown model preset {args.model!r}; choose one of {', '.join(sorted(PRESETS))}")
+        if not args.trial_timeout > 0:
+            raise ValueError(f"--trial-timeout {args.trial_timeout} must be positive")
+        result = run_compile_time(trials=args.trials, model=args.model, batch=args.batch, max_model_len=args.max_model_len,
+                                  kv_block_size=args.kv_block, kv_dtype=args.kv_dtype, timeout_s=args.trial_timeout)
+    except ValueError as e:
+        print(f"traceview engine: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a worker failed or timed out: one line, exit 4
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        print(f"traceview engine: error: {type(e).__name__}: {first}", file=sys.stderr)
+        return 4
+    print(json.dumps(result, indent=2) if args.format == "json" else ct_text(result))
+    return 0
 
 
 def _resolve(args, env) -> dict:
@@ -157,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or usage error (2)
         return int(e.code or 0)
+    if args.command == "compile-time":
+        return _compile_time(args)
     try:
         kwargs = _resolve(args, os.environ)
         if kwargs["log_dir"] and kwargs["profile"]:
