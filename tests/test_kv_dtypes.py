@@ -206,10 +206,10 @@ def test_int8_greedy_match_rate_over_a_long_decode(engines):
     assert (got == ref).mean() >= 0.75
     assert (got[:, :40] == ref[:, :40]).all()
     # Teacher-forced (history = the float32 tokens): the per-step greedy match rate.
-    tf_f32 = _teacher_forced_argmax(f32, ref, "float32")
-    assert (tf_f32 == ref[:, 1:]).all()  # the harness reproduces the engine's float32 decode exactly
+    # (With a float32 cache this harness reproduces the engine's tokens exactly; checked once,
+    # not re-run here to save CI time: a harness bug would lower the rate and fail the test.)
     tf_i8 = _teacher_forced_argmax(f32, ref, "int8")
-    rate = (tf_i8 == tf_f32).mean()
+    rate = (tf_i8 == ref[:, 1:]).mean()
     assert rate >= 0.98, rate
 
 
@@ -305,3 +305,22 @@ def test_cli_compile_time_two_fresh_trials(capsys):
         assert r["results"][impl]["process_s"]["min"] > r["results"][impl]["compile_s"]["max"]
     assert main(["compile-time", "--model", "tiny", "--kv-block", "20"]) == 2
     assert "multiple of the page size" in capsys.readouterr().err
+
+
+def test_int8_cross_lowers_to_mosaic_tpu_with_cost_estimate():
+    """Lowering only (no TPU here): the int8 kernel becomes a tpu_custom_call whose backend
+    config carries the cost estimate."""
+    from jax.sharding import AbstractDevice, AbstractMesh, use_abstract_mesh
+
+    b, hq, hkv, d, pps, page = 8, 8, 1, 256, 16, 128  # study decode shape at a 2048-token context
+    kv = jax.ShapeDtypeStruct((hkv, b * pps + 1, page, d), jnp.int8)
+    sc = jax.ShapeDtypeStruct((hkv, b * pps + 1, page), jnp.float32)
+    shapes = (jax.ShapeDtypeStruct((b, hq, d), jnp.bfloat16), kv, kv, jax.ShapeDtypeStruct((b,), jnp.int32),
+              jax.ShapeDtypeStruct((b, pps), jnp.int32), sc, sc)
+    f = jax.jit(lambda q, k, v, n, t, ks, vs: paged_decode(q, k, v, n, t, k_scales=ks, v_scales=vs, interpret=False))
+    with use_abstract_mesh(AbstractMesh((1,), ("x",), abstract_device=AbstractDevice("TPU v5 lite", 1, "tpu"))):
+        text = f.trace(*shapes).lower(lowering_platforms=("tpu",)).as_text()
+    assert "tpu_custom_call" in text and 'kernel_name = "RPAd-p_128-bq_1_1-bkv_2048_2048"' in text
+    # 2 * 8 * 16 pages * 128 * (256 + 4) B + q/out 2 * 8 * 8 * 256 * 2 B + int32 (8 + 8 * 16) * 4 B
+    assert "\\22bytes_accessed\\22:8585760" in text
+    assert "\\22flops\\22:134217728" in text  # 4 * 8 * 8 * 256 * 2048
