@@ -8,7 +8,8 @@
 * :mod:`.tokenizer` — toy byte-level tokenizer.
 * :mod:`.engine` — ``LLM``: scheduling, named compiled buckets, counters, profiling.
 * :mod:`.bench` — the study's benchmark protocol (returns a dict).
-* :mod:`.cli` — ``traceview engine {bench,profile}``.
+* :mod:`.compile_time` — Pallas-vs-reference lower/compile/first-execution times, fresh process per trial.
+* :mod:`.cli` — ``traceview engine {bench,profile,compile-time}``.
 * :mod:`.transplant` — kernel-module injection and anchored source patches.
 
 ``LLM`` and ``SamplingParams`` are importable from here; jax is imported on first use.

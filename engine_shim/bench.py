@@ -80,7 +80,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
               log_dir: str = "./profile", warmup_tokens: int = 4, precompile: bool = True, seed: int = 0,
               prompts: list[str] | None = None, max_num_batched_tokens: int | None = None,
               enable_chunked_prefill: bool = False, enable_prefix_caching: bool = False, prefix_tokens: int = 0,
-              donate: bool = True, time_tolerance: float = TIME_TOLERANCE,
+              donate: bool = True, time_tolerance: float = TIME_TOLERANCE, kv_dtype: str | None = None,
+              kv_cache_bytes: int | None = None,
               step_clock: Callable[[], float] | None = None, on_start: Callable[[dict], None] | None = None) -> dict:
     """Run the protocol once; returns a JSON-serialisable dict (times in seconds).
 
@@ -89,7 +90,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     engine's per-step clock (tests inject a broken one); ``on_start``: called with the
     verification dict right after the engine is built (the CLI prints it to stderr).
 
-    Keys: ``config``, ``init_s``, ``precompile_s``, ``ttft_s``, ``main_s``, ``itl_s``,
+    Keys: ``config`` (the arguments, resolved KV block and KV dtype), ``kv_capacity``
+    (:meth:`~traceview.engine_shim.kv_cache.KVCapacity.as_dict`), ``init_s``, ``precompile_s``, ``ttft_s``, ``main_s``, ``itl_s``,
     ``num_requests``, ``tokens_per_request``, ``output_tokens`` (counted from the returned
     outputs), ``engine_counted_tokens`` (the scheduler's per-step counters), ``steps_s`` (the
     main generation's step times summed, each blocked on its tokens), ``wall_tokens_per_s``
@@ -121,7 +123,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     llm = LLM(model, max_num_seqs=max_num_seqs, max_model_len=max_model_len, kv_block_size=kv_block_size,
               seed=seed, precompile=precompile, max_num_batched_tokens=max_num_batched_tokens,
               enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching,
-              donate=donate, step_clock=step_clock)
+              donate=donate, step_clock=step_clock, kv_dtype=kv_dtype,
+              kv_cache_bytes=kv_cache_bytes)
     init_s = time.perf_counter() - t0
     startup = llm.verification()
     if on_start is not None:
@@ -178,7 +181,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
                    "token_buckets": llm.token_buckets, "precompile": precompile, "seed": seed,
                    "max_num_batched_tokens": llm.token_buckets[-1], "enable_chunked_prefill": llm.chunked,
                    "enable_prefix_caching": enable_prefix_caching, "prefix_tokens": prefix_tokens, "donate": donate,
-                   "time_tolerance": time_tolerance},
+                   "time_tolerance": time_tolerance, "kv_dtype": llm.config.kv_dtype, "kv_cache_bytes": kv_cache_bytes},
+        "kv_capacity": llm.kv_capacity.as_dict(),
         "init_s": init_s,
         "precompile_s": llm.stats.precompile_s,
         "ttft_s": ttft_s,

@@ -1,4 +1,4 @@
-"""Command line for the bundled engine: ``traceview engine {bench,profile,transplant,patch} ...``
+"""Command line for the bundled engine: ``traceview engine {bench,profile,compile-time,transplant,patch} ...``
 (``transplant``, ``patch`` and ``--kernel-dir``: :mod:`.transplant_cli`).
 
 ``main(argv)`` returns an exit code (0 ok, 1 a paired check of the bench failed: results
@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 
 from .transplant_cli import add_kernel_dir, add_subcommands, kernel_dir
+from .config import KV_DTYPES
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -54,6 +55,16 @@ def _env_bool(env, name, default):
     raise ValueError(f"{name}={raw!r} must be one of 1/0, true/false, yes/no, on/off")
 
 
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive integer")
+    return v
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="traceview engine", description="Bundled Pallas decode engine: benchmark, profile, transplant kernels, patch sources.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -69,6 +80,11 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--max-tokens", type=int, default=tokens, help=f"tokens per request in the main run [default {tokens}]")
         s.add_argument("--max-model-len", type=int, default=512, help="max context per request [default 512]")
         s.add_argument("--kv-block", type=int, default=None, help="decode KV block in tokens [env TRACEVIEW_KV_BLOCK_SIZE, default heuristic]")
+        s.add_argument("--kv-dtype", choices=KV_DTYPES, default=None,
+                       help="KV cache dtype; int8 has per-token scales [default bfloat16 on TPU/GPU, float32 on CPU]")
+        s.add_argument("--kv-cache-bytes", type=_positive_int, default=None, metavar="N",
+                       help="KV memory budget in bytes; the page count is derived from it for --kv-dtype, scales "
+                            "included [default: pages for every request slot at --max-model-len]")
         s.add_argument("--sampling", choices=("greedy", "topp"), default=None, help="greedy (temperature 0) or topp [env SAMPLING, default greedy]")
         s.add_argument("--top-p", type=float, default=1.0, help="top_p for --sampling topp [default 1.0: a no-op that still runs the search]")
         s.add_argument("--temperature", type=float, default=1.0, help="temperature for --sampling topp [default 1.0]")
@@ -95,7 +111,42 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--format", choices=("text", "json"), default="text", help="stdout format")
         s.add_argument("--json", metavar="FILE", default=None, help="also write the results as JSON to FILE")
     add_subcommands(sub)
+    ct = sub.add_parser("compile-time", help="lower/compile/first-execution times of the Pallas kernel vs the jnp reference",
+                        description="Lower, compile and first-execution times of the Pallas decode kernel against the jnp "
+                                    "reference at one decode shape; every trial a fresh process, compilation cache off.")
+    ct.add_argument("--model", default="study", help="preset whose decode shape is measured [default study]")
+    ct.add_argument("--batch", type=_positive_int, default=8, help="sequences in the decode batch [default 8]")
+    ct.add_argument("--max-model-len", type=_positive_int, default=512, help="context per sequence, all full [default 512]")
+    ct.add_argument("--kv-block", type=int, default=None, help="decode KV block in tokens [default heuristic]")
+    ct.add_argument("--kv-dtype", choices=KV_DTYPES, default=None, help="KV cache dtype [default bfloat16 on TPU/GPU, float32 on CPU]")
+    ct.add_argument("--trials", type=_positive_int, default=5, help="fresh-process trials per implementation [default 5]")
+    ct.add_argument("--trial-timeout", type=float, default=600.0, help="seconds allowed per trial process [default 600]")
+    ct.add_argument("--format", choices=("text", "json"), default="text", help="stdout format")
     return p
+
+
+def _compile_time(args) -> int:
+    from .compile_time import format_text as ct_text
+    from .compile_time import run_compile_time
+
+    try:
+        from .config import PRESETS
+
+        if args.model not in PRESETS:
+            raise ValueError(f"unknown model preset {args.model!r}; choose one of {', '.join(sorted(PRESETS))}")
+        if not args.trial_timeout > 0:
+            raise ValueError(f"--trial-timeout {args.trial_timeout} must be positive")
+        result = run_compile_time(trials=args.trials, model=args.model, batch=args.batch, max_model_len=args.max_model_len,
+                                  kv_block_size=args.kv_block, kv_dtype=args.kv_dtype, timeout_s=args.trial_timeout)
+    except ValueError as e:
+        print(f"traceview engine: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a worker failed or timed out: one line, exit 4
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        print(f"traceview engine: error: {type(e).__name__}: {first}", file=sys.stderr)
+        return 4
+    print(json.dumps(result, indent=2) if args.format == "json" else ct_text(result))
+    return 0
 
 
 def _resolve(args, env) -> dict:
@@ -110,6 +161,8 @@ def _resolve(args, env) -> dict:
         max_tokens=args.max_tokens,
         max_model_len=args.max_model_len,
         kv_block_size=args.kv_block,
+        kv_dtype=args.kv_dtype,
+        kv_cache_bytes=args.kv_cache_bytes,
         sampling=sampling,
         top_p=args.top_p,
         temperature=args.temperature,
@@ -138,6 +191,12 @@ def _nonnegative(flag, v):
     return v
 
 
+def _capacity_line(c: dict) -> str:
+    budget = "" if c["budget_bytes"] is None else f" from a {c['budget_bytes']:,}-byte budget"
+    return (f"{c['dtype']} cache: {c['num_pages']} pages of {c['page_size']} tokens ({c['usable_pages']} usable, "
+            f"{c['tokens']:,} tokens), {c['bytes']:,} bytes{budget}")
+
+
 def format_text(r: dict) -> str:
     c = r["config"]
     lines = [
@@ -151,6 +210,7 @@ def format_text(r: dict) -> str:
         f"main    {r['main_s']:.3f} s for {r['output_tokens']} tokens in {r['main_decode_steps']} decode steps "
         f"({r['decode_steps']} since start-up, warm-up included)"
         + (f"; median decode step {r['decode_step_median_s'] * 1e3:.2f} ms" if r["decode_step_median_s"] else ""),
+        f"KV      {_capacity_line(r['kv_capacity'])}",
         f"ITL     {r['itl_s'] * 1e3:.2f} ms/token  ((main - TTFT) / {round(r['output_tokens'] / r['num_requests'])} "
         "tokens per request)",
         f"tok/s   {r['wall_tokens_per_s']:.1f} wall-clock | {r['engine_tokens_per_s']:.1f} engine counter "
@@ -185,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as e:  # argparse: --help (0) or usage error (2)
         return int(e.code or 0)
+    if args.command == "compile-time":
+        return _compile_time(args)
     if args.command in ("transplant", "patch"):
         from .transplant_cli import run
 

@@ -5,6 +5,17 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+#: KV cache dtypes (the same tuple as :data:`traceview.kernels.quant.KV_DTYPES`; kept here so
+#: that the CLI can validate without importing jax).
+KV_DTYPES = ("bfloat16", "float32", "int8")
+
+
+def default_kv_dtype(backend: str) -> str:
+    """KV cache dtype used when none is given: ``bfloat16`` on an accelerator (``tpu``, ``gpu``),
+    ``float32`` on ``cpu`` (XLA:CPU has no native bf16 arithmetic and converts each use, so
+    bf16 there buys memory only; f32 keeps the CPU traces comparable with earlier ones)."""
+    return "float32" if backend == "cpu" else "bfloat16"
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -83,6 +94,11 @@ class EngineConfig:
     * ``donate``: donate the KV cache to the decode step (``donate_argnums``), so the page
       write updates it in place; False compiles the copying update (a new cache array per
       step), the second seed's un-donated baseline. Prefill always donates.
+    * ``kv_dtype``: KV cache dtype, ``bfloat16``, ``float32`` or ``int8`` (per-token scales,
+      :mod:`traceview.kernels.quant`); None = :func:`default_kv_dtype` of the backend.
+    * ``kv_cache_bytes``: KV memory budget in bytes (vLLM-like); the page count is derived from
+      it for ``kv_dtype``, scales included (:func:`traceview.engine_shim.kv_cache.kv_capacity`),
+      and the engine then records that count as ``num_pages``.
     """
 
     max_num_seqs: int = 8
@@ -99,6 +115,8 @@ class EngineConfig:
     enable_chunked_prefill: bool = False
     enable_prefix_caching: bool = False
     donate: bool = True
+    kv_dtype: str | None = None
+    kv_cache_bytes: int | None = None
 
     def __post_init__(self):
         for f in ("max_num_seqs", "max_model_len", "page_size", "min_token_bucket", "min_request_bucket"):
@@ -106,6 +124,8 @@ class EngineConfig:
                 raise ValueError(f"{f} must be positive, got {getattr(self, f)!r}")
         if self.max_num_batched_tokens is not None and int(self.max_num_batched_tokens) <= 0:
             raise ValueError(f"max_num_batched_tokens must be positive, got {self.max_num_batched_tokens!r}")
+        if self.kv_dtype is not None and self.kv_dtype not in KV_DTYPES:
+            raise ValueError(f"kv_dtype={self.kv_dtype!r} must be one of {', '.join(KV_DTYPES)}")
 
     @property
     def pages_per_seq(self) -> int:

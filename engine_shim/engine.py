@@ -59,11 +59,11 @@ from traceview.kernels.paged_attention import decode_block_size
 
 from . import model as model_lib
 from .buckets import pad_to_bucket, pow2_buckets
-from .config import EngineConfig, ModelConfig, model_config
-from .kv_cache import PageAllocator, PrefixCache, empty_cache, page_hashes, pages_for
+from .config import EngineConfig, ModelConfig, default_kv_dtype, model_config
+from .kv_cache import KVCapacity, PageAllocator, PrefixCache, empty_cache, kv_capacity, page_hashes, pages_for
 from .sampling import SamplingParams, greedy_tokens, sample_tokens
 from .tokenizer import ByteTokenizer
-from .verification import aliased_bytes, array_bytes, kv_capacity
+from .verification import aliased_bytes, array_bytes, cache_capacity
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +149,15 @@ class LLM:
       page_size: KV page size in tokens; None = the preset's (``ModelConfig.page_size``).
       max_num_seqs, max_model_len, kv_block_size, page_size, num_pages, min_request_bucket,
       min_token_bucket, max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching,
-      precompile, interpret, seed, donate: see :class:`~traceview.engine_shim.config.EngineConfig`.
+      precompile, interpret, seed, donate, kv_dtype, kv_cache_bytes: see
+      :class:`~traceview.engine_shim.config.EngineConfig`.
       step_clock: seconds clock for the per-step times (``stats.step_s``, ``last_steps``);
         default ``time.perf_counter``. Injectable so a test can break it and see the
         bench's independent time check fail.
 
-    Raises: ValueError for an unknown preset or an invalid KV block size
-      (``TRACEVIEW_KV_BLOCK_SIZE`` included).
+    Raises: ValueError for an unknown preset, an invalid KV block size
+      (``TRACEVIEW_KV_BLOCK_SIZE`` included), an unknown ``kv_dtype``, both ``num_pages`` and
+      ``kv_cache_bytes``, or a budget under 2 pages.
     """
 
     def __init__(self, model: str | ModelConfig = "tiny", *, max_num_seqs: int = 8, max_model_len: int = 512,
@@ -163,23 +165,35 @@ class LLM:
                  min_request_bucket: int = 8, min_token_bucket: int = 16, max_num_batched_tokens: int | None = None,
                  precompile: bool = True, interpret: bool | None = None, enable_chunked_prefill: bool = False,
                  enable_prefix_caching: bool = False, donate: bool = True,
-                 step_clock: Callable[[], float] | None = None):
+                 step_clock: Callable[[], float] | None = None, kv_dtype: str | None = None,
+                 kv_cache_bytes: int | None = None):
         t0 = time.perf_counter()
         self._clock = step_clock or time.perf_counter
         self.model_config: ModelConfig = model_config(model)
         page_size = self.model_config.page_size if page_size is None else page_size
+        if num_pages is not None and kv_cache_bytes is not None:
+            raise ValueError("give num_pages or kv_cache_bytes, not both")
+        kv_dtype = default_kv_dtype(jax.default_backend()) if kv_dtype is None else kv_dtype
         self.config = EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len, page_size=page_size,
                                    kv_block_size=kv_block_size, max_num_batched_tokens=max_num_batched_tokens,
                                    min_token_bucket=min_token_bucket, min_request_bucket=min_request_bucket,
                                    num_pages=num_pages, precompile=precompile, interpret=interpret, seed=seed,
                                    enable_chunked_prefill=enable_chunked_prefill,
-                                   enable_prefix_caching=enable_prefix_caching, donate=donate)
-        mc, ec = self.model_config, self.config
+                                   enable_prefix_caching=enable_prefix_caching, donate=donate,
+                                   kv_dtype=kv_dtype, kv_cache_bytes=kv_cache_bytes)
+        mc = self.model_config
+        self.kv_capacity: KVCapacity = kv_capacity(
+            num_layers=mc.num_layers, num_kv_heads=mc.num_kv_heads, page_size=page_size, head_dim=mc.head_dim,
+            dtype=kv_dtype, **({"kv_cache_bytes": kv_cache_bytes} if kv_cache_bytes is not None
+                               else {"num_pages": self.config.total_pages}))
+        if kv_cache_bytes is not None:
+            self.config = self.config.replace(num_pages=self.kv_capacity.num_pages)
+        ec = self.config
         self.tokenizer = ByteTokenizer()
         if mc.vocab_size <= self.tokenizer.eos_token_id:
             raise ValueError(f"vocab_size={mc.vocab_size} too small for the byte tokenizer")
         self.kv_block_size: int = decode_block_size(
-            kv_block_size, head_dim=mc.head_dim, num_kv_heads=mc.num_kv_heads, dtype=jnp.dtype(mc.dtype),
+            kv_block_size, head_dim=mc.head_dim, num_kv_heads=mc.num_kv_heads, dtype=jnp.dtype(ec.kv_dtype),
             page_size=ec.page_size, max_kv=ec.pages_per_seq * ec.page_size)
         self.token_buckets = pow2_buckets(ec.min_token_bucket, ec.max_num_batched_tokens or ec.max_model_len)
         self.request_buckets = pow2_buckets(ec.min_request_bucket, ec.max_num_seqs)
@@ -188,7 +202,7 @@ class LLM:
         self.params = model_lib.init_params(mc, seed)
         self.k_cache, self.v_cache = empty_cache(num_layers=mc.num_layers, num_kv_heads=mc.num_kv_heads,
                                                  num_pages=ec.total_pages, page_size=ec.page_size,
-                                                 head_dim=mc.head_dim, dtype=jnp.dtype(mc.dtype))
+                                                 head_dim=mc.head_dim, dtype=ec.kv_dtype)
         self.allocator = PageAllocator(ec.total_pages)
         self.chunked = ec.enable_chunked_prefill or ec.enable_prefix_caching
         self.pool = PrefixCache(self.allocator, ec.page_size)  # the chunked path's reference-counted pages
@@ -198,8 +212,8 @@ class LLM:
         self._profile_dir: Path | None = None
         self._profile_runs_before: set[str] = set()
         jax.block_until_ready((self.params, self.k_cache, self.v_cache))
-        log.info("engine %s: kv_block_size=%d token_buckets=%s request_buckets=%s", mc.name, self.kv_block_size,
-                 self.token_buckets, self.request_buckets)
+        log.info("engine %s: kv_block_size=%d token_buckets=%s request_buckets=%s; %s", mc.name, self.kv_block_size,
+                 self.token_buckets, self.request_buckets, self.kv_capacity.describe())
         self._precompiling = False
         if precompile:
             tp = time.perf_counter()
@@ -215,13 +229,13 @@ class LLM:
     def verification(self) -> dict:
         """The study's verification figures, read off the allocated arrays and the compiled
         executables (see :mod:`~traceview.engine_shim.verification`): ``param_count``,
-        ``param_bytes``, ``kv_cache`` (:func:`~traceview.engine_shim.verification.kv_capacity`),
+        ``param_bytes``, ``kv_cache`` (:func:`~traceview.engine_shim.verification.cache_capacity`),
         ``buckets_compiled`` (``jit_*`` names so far) and ``decode_donation`` (``requested``,
         ``module``: the largest decode bucket compiled or None, ``aliased_bytes``)."""
         count, nbytes = array_bytes(self.params)
         decode = sorted(r for kind, r in self._compiled if kind == "decode")
         module = f"jit_decode_b{decode[-1]}_bkv{self.kv_block_size}" if decode else None
-        return {"param_count": count, "param_bytes": nbytes, "kv_cache": kv_capacity(self.k_cache, self.v_cache),
+        return {"param_count": count, "param_bytes": nbytes, "kv_cache": cache_capacity(self.k_cache, self.v_cache),
                 "buckets_compiled": list(self.stats.compiled_modules),
                 "decode_donation": {"requested": self.config.donate, "module": module,
                                     "aliased_bytes": aliased_bytes(self._compiled[("decode", decode[-1])]) if decode else None}}
@@ -609,7 +623,7 @@ class LLM:
     def __repr__(self) -> str:
         return (f"LLM(model={self.model_config.name!r}, max_num_seqs={self.config.max_num_seqs}, "
                 f"max_model_len={self.config.max_model_len}, kv_block_size={self.kv_block_size}, "
-                f"donate={self.config.donate})")
+                f"donate={self.config.donate}, kv_dtype={self.config.kv_dtype!r})")
 
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "EngineStats"]

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from traceview.kernels.paged_attention import paged_decode
 
 from .config import ModelConfig
+from .kv_cache import decode_operands, gather_pages, write_tokens
 
 OUTPUT_PROJ_SCALE = 8.0
 
@@ -95,7 +96,9 @@ def prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, length, 
     Args:
       tokens: ``int32[T]`` padded to a token bucket; ``length``: int32 scalar (valid tokens).
       page_row: ``int32[pages_per_seq]`` the request's pages (unused entries may be 0).
-      k_cache, v_cache: lists (per layer) of ``[Hkv, P, page, D]`` pools.
+      k_cache, v_cache: lists (per layer) of ``[Hkv, P, page, D]`` pools (int8 ones are
+        :class:`~traceview.kernels.quant.QuantizedPages`). The prompt attends to its own
+        unquantized K/V; the cache stores them in its dtype.
 
     Returns: ``(logits f32[V] at position length-1, k_cache, v_cache)``. Padded positions
     write to the trash page 0.
@@ -114,8 +117,8 @@ def prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, length, 
         q = rope((h @ layer["wq"]).reshape(t, hq, hd), pos, cfg.rope_base)
         k = rope((h @ layer["wk"]).reshape(t, hkv, hd), pos, cfg.rope_base)
         v = (h @ layer["wv"]).reshape(t, hkv, hd)
-        new_k.append(kc.at[:, pids, offs].set(k.transpose(1, 0, 2)))
-        new_v.append(vc.at[:, pids, offs].set(v.transpose(1, 0, 2)))
+        new_k.append(write_tokens(kc, pids, offs, k.transpose(1, 0, 2)))  # quantized on write for int8
+        new_v.append(write_tokens(vc, pids, offs, v.transpose(1, 0, 2)))
         qg = q.reshape(t, hkv, hq // hkv, hd)
         s = jnp.einsum("thgd,shd->hgts", qg, k, preferred_element_type=jnp.float32) / math.sqrt(hd)
         s = jnp.where(causal, s, -jnp.inf)
@@ -169,12 +172,12 @@ def chunked_prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, 
         q = rope((h @ layer["wq"]).reshape(t, hq, hd), positions, cfg.rope_base)
         k = rope((h @ layer["wk"]).reshape(t, hkv, hd), positions, cfg.rope_base)
         v = (h @ layer["wv"]).reshape(t, hkv, hd)
-        kc = kc.at[:, pids, offs].set(k.transpose(1, 0, 2))
-        vc = vc.at[:, pids, offs].set(v.transpose(1, 0, 2))
+        kc = write_tokens(kc, pids, offs, k.transpose(1, 0, 2))  # quantized on write for int8
+        vc = write_tokens(vc, pids, offs, v.transpose(1, 0, 2))
         new_k.append(kc)
         new_v.append(vc)
-        kk = kc[:, flat_pages].reshape(hkv, s_rows * ctx, hd)  # the rows' pages, gathered
-        vv = vc[:, flat_pages].reshape(hkv, s_rows * ctx, hd)
+        kk = gather_pages(kc, flat_pages).reshape(hkv, s_rows * ctx, hd)  # the rows' pages, gathered
+        vv = gather_pages(vc, flat_pages).reshape(hkv, s_rows * ctx, hd)
         qg = q.reshape(t, hkv, hq // hkv, hd)
         sc = jnp.einsum("thgd,hsd->hgts", qg, kk, preferred_element_type=jnp.float32) / math.sqrt(hd)
         sc = jnp.where(mask, sc, -1e30)  # finite: padding rows (all masked) stay finite, not NaN
@@ -211,11 +214,12 @@ def decode_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, positions
         q = rope((h @ layer["wq"]).reshape(r, hq, hd), positions, cfg.rope_base)
         k = rope((h @ layer["wk"]).reshape(r, hkv, hd), positions, cfg.rope_base)
         v = (h @ layer["wv"]).reshape(r, hkv, hd)
-        kc = kc.at[:, pids, offs].set(k.transpose(1, 0, 2))
-        vc = vc.at[:, pids, offs].set(v.transpose(1, 0, 2))
+        kc = write_tokens(kc, pids, offs, k.transpose(1, 0, 2))  # quantized on write for int8
+        vc = write_tokens(vc, pids, offs, v.transpose(1, 0, 2))
         new_k.append(kc)
         new_v.append(vc)
-        o = paged_decode(q, kc, vc, kv_lens, page_table, kv_block_size=kv_block_size, interpret=interpret)
+        pages, scales = decode_operands(kc, vc)
+        o = paged_decode(q, *pages, kv_lens, page_table, kv_block_size=kv_block_size, interpret=interpret, **scales)
         x = x + o.reshape(r, hq * hd) @ layer["wo"]
         x = x + mlp(rms_norm(x, layer["mlp_norm"], cfg.norm_eps), layer)
     return _logits(params, cfg, x), new_k, new_v

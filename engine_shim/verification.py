@@ -33,7 +33,7 @@ def array_bytes(tree) -> tuple[int, int]:
     return n, b
 
 
-def kv_capacity(k_cache, v_cache) -> dict:
+def cache_capacity(k_cache, v_cache) -> dict:
     """Capacity of the allocated pools (lists of ``[Hkv, pages, page, D]`` per layer).
 
     Returns ``pages`` (allocated, trash page included), ``usable_pages`` (pages - 1),

@@ -4,7 +4,10 @@ Layout (MaxText / jax ``ops.tpu.paged_attention`` style, one pool per layer):
 
 * ``q``: ``[B, Hq, D]`` — one query token per sequence; ``Hq = G * Hkv`` query heads, where
   the ``G`` heads of group ``h`` share KV head ``h`` (MQA when ``Hkv == 1``).
-* ``k_pages``, ``v_pages``: ``[Hkv, num_pages, page_size, D]`` — the paged KV cache.
+* ``k_pages``, ``v_pages``: ``[Hkv, num_pages, page_size, D]`` — the paged KV cache, bfloat16,
+  float32 or int8; int8 comes with float32 per-token scales ``k_scales``, ``v_scales``
+  ``[Hkv, num_pages, page_size]`` (contract: :mod:`traceview.kernels.quant`), copied beside
+  their pages and applied after the copy, before the dots.
 * ``kv_lens``: ``int32[B]`` — valid cached tokens per sequence (0 allowed: output is zeros).
 * ``page_table``: ``int32[B, pages_per_seq]`` — page ids; token ``t`` of sequence ``b`` sits
   at ``k_pages[:, page_table[b, t // page_size], t % page_size]``. Entries past
@@ -48,6 +51,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from traceview.kernels.block_sizes import resolve_kv_block_size
 from traceview.kernels.naming import kernel_name
+from traceview.kernels.quant import kv_dtype_name, kv_token_bytes
 
 # Grid semantics: every (sequence, KV head) program is independent -> both axes parallel.
 # pltpu.PARALLEL where the installed jax has it, else the string form.
@@ -80,16 +84,20 @@ def _paged_decode_kernel(
     q_ref,  # [G, D]
     k_hbm,  # ANY [Hkv, P, page, D]
     v_hbm,  # ANY [Hkv, P, page, D]
-    o_ref,  # [G, D]
-    k_buf,  # VMEM [pages_per_block, page, D]
-    v_buf,  # VMEM [pages_per_block, page, D]
-    sems,  # DMA semaphores (2,)
-    *,
+    *rest,
     page_size: int,
     pages_per_block: int,
     pages_per_seq: int,
     sm_scale: float,
+    quantized: bool,
 ):
+    # rest (float cache): o_ref [G, D], k_buf, v_buf (VMEM [pages_per_block, page, D]), sems DMA (2,)
+    # rest (int8 cache):  ks_hbm, vs_hbm (ANY [Hkv, P, page] f32), o_ref, k_buf, v_buf,
+    #                     ks_buf, vs_buf (VMEM [pages_per_block, page] f32), sems DMA (4,)
+    if quantized:
+        ks_hbm, vs_hbm, o_ref, k_buf, v_buf, ks_buf, vs_buf, sems = rest
+    else:
+        o_ref, k_buf, v_buf, sems = rest
     b = pl.program_id(0)
     h = pl.program_id(1)
     kv_len = kv_lens_ref[b]
@@ -99,10 +107,16 @@ def _paged_decode_kernel(
 
     def page_copies(blk, i):
         page = page_idx_ref[b * pages_per_seq + blk * pages_per_block + i]
-        return (
+        copies = [
             pltpu.make_async_copy(k_hbm.at[h, page], k_buf.at[i], sems.at[0]),
             pltpu.make_async_copy(v_hbm.at[h, page], v_buf.at[i], sems.at[1]),
-        )
+        ]
+        if quantized:
+            copies += [
+                pltpu.make_async_copy(ks_hbm.at[h, page], ks_buf.at[i], sems.at[2]),
+                pltpu.make_async_copy(vs_hbm.at[h, page], vs_buf.at[i], sems.at[3]),
+            ]
+        return copies
 
     def block_body(blk, carry):
         m_prev, l_prev, acc_prev = carry
@@ -126,14 +140,18 @@ def _paged_decode_kernel(
         lax.fori_loop(0, pages_per_block, start, 0)
         lax.fori_loop(0, pages_per_block, wait, 0)
 
-        # Compute the full block width with a mask (reshape values, not refs).
+        # Compute the full block width with a mask (reshape values, not refs). An int8 block
+        # is dequantized here, after its copy and before the dots (per-token scales).
         k = k_buf[...].reshape(bkv, d).astype(jnp.float32)
         v = v_buf[...].reshape(bkv, d).astype(jnp.float32)
+        if quantized:
+            k = k * ks_buf[...].reshape(bkv, 1)
+            v = v * vs_buf[...].reshape(bkv, 1)
         col = first_tok + lax.broadcasted_iota(jnp.int32, (g, bkv), 1)
         row = first_tok + lax.broadcasted_iota(jnp.int32, (bkv, d), 0)
         v = jnp.where(row < kv_len, v, 0.0)  # stale scratch rows must not leak nan/inf
         s = lax.dot_general(q, k, (((1,), (1,)), ((), ())), preferred_element_type=jnp.float32)
-        s = jnp.where(col < kv_len, s, MASK_VALUE)
+        s = jnp.where(col < kv_len, s, MASK_VALUE)  # also hides stale k (and scale) rows
         m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
         alpha = jnp.exp(m_prev - m_new)
         p = jnp.exp(s - m_new)
@@ -152,6 +170,39 @@ def _paged_decode_kernel(
     o_ref[...] = jnp.where(l_fin > 0.0, acc / safe_l, 0.0).astype(o_ref.dtype)
 
 
+def decode_cost_estimate(*, batch: int, num_q_heads: int, num_kv_heads: int, head_dim: int, page_size: int,
+                         pages_per_seq: int, kv_block: int, kv_dtype, q_dtype) -> dict:
+    """Static cost of one :func:`paged_decode` call, as given to ``pl.CostEstimate``.
+
+    ``kv_lens`` are traced values, so the estimate is taken at the **maximum context**: every
+    sequence at ``kv_len = pages_per_seq * page_size`` tokens. With ``ppb = kv_block / page``
+    pages per block, ``n_blk = ceil(pages_per_seq / ppb)`` blocks and ``T_c = n_blk * kv_block``
+    computed columns (the **whole padded blocks**, masked columns included, as the kernel
+    computes them):
+
+    * ``flops = 4 * B * Hq * D * T_c``: QK^T and PV, 2 FLOPs per multiply-add each. The
+      softmax, masking and int8 dequantization (elementwise) are not counted.
+    * ``transcendentals = B * Hq * (T_c + n_blk)``: one ``exp`` per computed logit plus the
+      per-block rescale ``exp(m_prev - m_new)``.
+    * ``bytes_accessed = 2 * B * Hkv * pages_per_seq * page * (D * itemsize + s)`` (the K and V
+      pages actually copied: all valid pages, none past ``kv_len``; ``s = 4`` bytes of int8
+      scale per token, else 0) ``+ 2 * B * Hq * D * q_itemsize`` (q in, out)
+      ``+ 4 * B * (1 + n_blk * ppb)`` (``kv_lens`` and the padded page table, int32).
+
+    Returns: ``{"flops", "transcendentals", "bytes_accessed"}`` (ints).
+    """
+    ppb = kv_block // page_size
+    n_blk = -(-pages_per_seq // ppb)
+    t_c = n_blk * kv_block
+    kv_bytes = 2 * batch * num_kv_heads * pages_per_seq * page_size * kv_token_bytes(head_dim=head_dim, dtype=kv_dtype)
+    q_bytes = 2 * batch * num_q_heads * head_dim * jnp.dtype(q_dtype).itemsize
+    return {
+        "flops": 4 * batch * num_q_heads * head_dim * t_c,
+        "transcendentals": batch * num_q_heads * (t_c + n_blk),
+        "bytes_accessed": kv_bytes + q_bytes + 4 * batch * (1 + n_blk * ppb),
+    }
+
+
 def paged_decode(
     q,
     k_pages,
@@ -159,6 +210,8 @@ def paged_decode(
     kv_lens,
     page_table,
     *,
+    k_scales=None,
+    v_scales=None,
     kv_block_size: int | None = None,
     sm_scale: float | None = None,
     interpret: bool | None = None,
@@ -167,9 +220,13 @@ def paged_decode(
 
     Args:
       q: ``[B, Hq, D]`` queries (any float dtype; computed in float32).
-      k_pages, v_pages: ``[Hkv, num_pages, page_size, D]`` paged cache; ``Hq % Hkv == 0``.
+      k_pages, v_pages: ``[Hkv, num_pages, page_size, D]`` paged cache (bfloat16, float32, or
+        int8 with scales); ``Hq % Hkv == 0``.
       kv_lens: ``int32[B]`` valid tokens per sequence, ``0 <= kv_len <= pages_per_seq * page_size``.
       page_table: ``int32[B, pages_per_seq]`` page ids per sequence.
+      k_scales, v_scales: float32 ``[Hkv, num_pages, page_size]`` per-token scales, required
+        with (and only with) an int8 cache (contract: :mod:`traceview.kernels.quant`). Each
+        copied KV block is dequantized in the kernel, ``x = q * scale``, before the dots.
       kv_block_size: KV block in tokens; None resolves via :func:`decode_block_size`
         (env ``TRACEVIEW_KV_BLOCK_SIZE``, then the 16 MiB heuristic). Static: each value
         compiles its own kernel.
@@ -181,9 +238,11 @@ def paged_decode(
 
     Math: ``out[b, h] = softmax(sm_scale * q[b, h] . K_b^T) V_b`` over the first
     ``kv_lens[b]`` tokens of sequence ``b``, KV head ``h // (Hq // Hkv)``; online softmax
-    (running max / denominator, float32) across KV blocks.
+    (running max / denominator, float32) across KV blocks. Cost estimate given to XLA:
+    :func:`decode_cost_estimate`.
 
-    Raises: ValueError for inconsistent shapes or an invalid KV block size.
+    Raises: ValueError for inconsistent shapes, an unsupported KV dtype, scales missing or
+      misshapen, or an invalid KV block size.
     """
     if q.ndim != 3 or k_pages.ndim != 4 or v_pages.shape != k_pages.shape:
         raise ValueError(f"expected q[B,Hq,D] and k/v_pages[Hkv,P,page,D] of equal shape; got {q.shape}, {k_pages.shape}, {v_pages.shape}")
@@ -193,6 +252,17 @@ def paged_decode(
         raise ValueError(f"head_dim mismatch or Hq={hq} not a multiple of Hkv={hkv} (q {q.shape}, pages {k_pages.shape})")
     if page_table.ndim != 2 or page_table.shape[0] != bsz or kv_lens.shape != (bsz,):
         raise ValueError(f"expected page_table[{bsz}, pages_per_seq] and kv_lens[{bsz}]; got {page_table.shape}, {kv_lens.shape}")
+    kv_dtype = kv_dtype_name(k_pages.dtype)
+    if kv_dtype_name(v_pages.dtype) != kv_dtype:
+        raise ValueError(f"k_pages and v_pages dtypes differ: {k_pages.dtype} vs {v_pages.dtype}")
+    quantized = kv_dtype == "int8"
+    if quantized:
+        for label, sc in (("k_scales", k_scales), ("v_scales", v_scales)):
+            if sc is None or tuple(sc.shape) != k_pages.shape[:3]:
+                raise ValueError(f"an int8 KV cache needs {label} of shape {k_pages.shape[:3]} (float32); got "
+                                 f"{None if sc is None else sc.shape}")
+    elif k_scales is not None or v_scales is not None:
+        raise ValueError(f"k_scales/v_scales are only for an int8 KV cache, not {kv_dtype}")
     pages_per_seq = page_table.shape[1]
     bkv = decode_block_size(
         kv_block_size, head_dim=d, num_kv_heads=hkv, dtype=k_pages.dtype, page_size=page_size, max_kv=pages_per_seq * page_size
@@ -217,28 +287,29 @@ def paged_decode(
         pages_per_block=pages_per_block,
         pages_per_seq=padded_pps,
         sm_scale=float(sm_scale),
+        quantized=quantized,
     )
     qg = q.reshape(bsz, hkv, group, d)
     blk = pl.BlockSpec((None, None, group, d), lambda b, h, *_: (b, h, 0, 0))
+    any_spec = pl.BlockSpec(memory_space=pl.ANY)
+    scratch = [
+        pltpu.VMEM((pages_per_block, page_size, d), k_pages.dtype),
+        pltpu.VMEM((pages_per_block, page_size, d), v_pages.dtype),
+    ]
+    operands = [qg, k_pages, v_pages]
+    if quantized:
+        scratch += [pltpu.VMEM((pages_per_block, page_size), jnp.float32)] * 2
+        operands += [k_scales.astype(jnp.float32), v_scales.astype(jnp.float32)]
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=2,
         grid=(bsz, hkv),
-        in_specs=[blk, pl.BlockSpec(memory_space=pl.ANY), pl.BlockSpec(memory_space=pl.ANY)],
+        in_specs=[blk] + [any_spec] * (len(operands) - 1),
         out_specs=blk,
-        scratch_shapes=[
-            pltpu.VMEM((pages_per_block, page_size, d), k_pages.dtype),
-            pltpu.VMEM((pages_per_block, page_size, d), v_pages.dtype),
-            pltpu.SemaphoreType.DMA((2,)),
-        ],
+        scratch_shapes=scratch + [pltpu.SemaphoreType.DMA((4 if quantized else 2,))],
     )
-    itemsize = jnp.dtype(k_pages.dtype).itemsize
-    max_kv = padded_pps * page_size
-    # Upper bound (every sequence at max context): XLA only uses it for scheduling.
-    cost = pl.CostEstimate(
-        flops=4 * bsz * hq * d * max_kv,
-        transcendentals=bsz * hq * max_kv,
-        bytes_accessed=2 * bsz * hkv * max_kv * d * itemsize + 2 * q.size * jnp.dtype(q.dtype).itemsize,
-    )
+    cost = pl.CostEstimate(**decode_cost_estimate(
+        batch=bsz, num_q_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page_size, pages_per_seq=pages_per_seq,
+        kv_block=bkv, kv_dtype=kv_dtype, q_dtype=q.dtype))
     out = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct(qg.shape, q.dtype),
@@ -247,5 +318,5 @@ def paged_decode(
         interpret=interpret,
         name=kernel_name(page_size=page_size, kv_block=bkv),
         cost_estimate=cost,
-    )(kv_lens.astype(jnp.int32), pt.reshape(-1), qg, k_pages, v_pages)
+    )(kv_lens.astype(jnp.int32), pt.reshape(-1), *operands)
     return out.reshape(bsz, hq, d)

@@ -13,12 +13,16 @@ import math
 import jax.numpy as jnp
 
 
-def paged_decode_reference(q, k_pages, v_pages, kv_lens, page_table, *, sm_scale: float | None = None):
+def paged_decode_reference(q, k_pages, v_pages, kv_lens, page_table, *, k_scales=None, v_scales=None,
+                           sm_scale: float | None = None):
     """Reference decode attention.
 
     Args:
       q: ``[B, Hq, D]``; k_pages, v_pages: ``[Hkv, P, page, D]``; kv_lens: ``int32[B]``;
       page_table: ``int32[B, pages_per_seq]``; sm_scale: default ``D ** -0.5``.
+      k_scales, v_scales: float32 ``[Hkv, P, page]`` per-token scales of an int8 cache
+        (:mod:`traceview.kernels.quant`): the gathered pages are dequantized, ``q * scale``,
+        before the einsums. None for a float cache.
 
     Returns: ``[B, Hq, D]`` in ``q.dtype``; rows with ``kv_len == 0`` are zeros.
     """
@@ -31,6 +35,11 @@ def paged_decode_reference(q, k_pages, v_pages, kv_lens, page_table, *, sm_scale
     # [Hkv, B, pps, page, D] -> [B, Hkv, pps*page, D]
     k = k_pages[:, page_table].transpose(1, 0, 2, 3, 4).reshape(bsz, hkv, pps * page, d).astype(jnp.float32)
     v = v_pages[:, page_table].transpose(1, 0, 2, 3, 4).reshape(bsz, hkv, pps * page, d).astype(jnp.float32)
+    if (k_scales is None) != (v_scales is None):
+        raise ValueError("give both k_scales and v_scales, or neither")
+    if k_scales is not None:
+        k = k * k_scales[:, page_table].transpose(1, 0, 2, 3).reshape(bsz, hkv, pps * page, 1).astype(jnp.float32)
+        v = v * v_scales[:, page_table].transpose(1, 0, 2, 3).reshape(bsz, hkv, pps * page, 1).astype(jnp.float32)
     qg = q.reshape(bsz, hkv, group, d).astype(jnp.float32) * sm_scale
     s = jnp.einsum("bhgd,bhtd->bhgt", qg, k)
     valid = jnp.arange(pps * page)[None, :] < kv_lens[:, None]  # [B, T]

@@ -93,9 +93,9 @@ def test_kv_capacity_follows_the_cache_dtype_and_gemma_memory_line():
     from traceview.engine_shim import model as model_lib
     from traceview.engine_shim.config import PRESETS
     from traceview.engine_shim.kv_cache import empty_cache
-    from traceview.engine_shim.verification import array_bytes, kv_capacity
+    from traceview.engine_shim.verification import array_bytes, cache_capacity
 
-    caps = {dt: kv_capacity(*empty_cache(num_layers=2, num_kv_heads=1, num_pages=9, page_size=128, head_dim=256,
+    caps = {dt: cache_capacity(*empty_cache(num_layers=2, num_kv_heads=1, num_pages=9, page_size=128, head_dim=256,
                                          dtype=dt)) for dt in (jnp.float32, jnp.bfloat16)}
     assert caps[jnp.float32]["tokens"] == caps[jnp.bfloat16]["tokens"] == 8 * 128
     assert caps[jnp.float32]["bytes"] == 2 * caps[jnp.bfloat16]["bytes"] == 2 * 2 * 9 * 128 * 256 * 4
