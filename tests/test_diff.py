@@ -32,14 +32,15 @@ KV_BLOCKS = (2048, 256)  # base (the heuristic at a 2048-token context), treatme
 
 
 def _record(kv_block: int, log_dir: Path) -> Path:
-    """Tiny engine, 2 requests x 3 tokens (2 decode steps), buckets compiled and warmed
+    """Tiny engine, 2 requests x 6 tokens (5 decode steps: enough that the decode program
+    dominates the profile's op time, as the step finder needs), buckets compiled and warmed
     before the traced ``generate``; returns the run folder."""
     from traceview.engine_shim.bench import sampling_params
     from traceview.engine_shim.engine import LLM
 
     llm = LLM("tiny", max_num_seqs=2, min_request_bucket=2, max_model_len=2048, kv_block_size=kv_block,
               precompile=False, seed=0)
-    params = sampling_params("greedy", 3)
+    params = sampling_params("greedy", 6)
     llm.generate(PROMPTS, params)
     llm.start_profile(log_dir)
     llm.generate(PROMPTS, params)
@@ -70,8 +71,8 @@ def test_kv_block_diff_reports_block_change_and_attention_time(kv_diff):
     assert k["names_base"] == ["RPAd-p_16-bq_1_1-bkv_2048_2048"]
     assert k["names_treatment"] == ["RPAd-p_16-bq_1_1-bkv_256_256"]
     assert k["changes"] == "bkv 2048_2048 -> 256_256"
-    # 2 layers x 2 decode steps, on both sides
-    assert k["invocations_base"] == k["invocations_treatment"] == 4
+    # 2 layers x 5 decode steps, on both sides
+    assert k["invocations_base"] == k["invocations_treatment"] == 10
 
     # the attention population: one kernel population, matched across the change, with its time delta
     att = d.populations.filter(pl.col("kind") == "kernel")
@@ -79,7 +80,7 @@ def test_kv_block_diff_reports_block_change_and_attention_time(kv_diff):
     a = att.row(0, named=True)
     assert a["status"] == "matched" and a["match"] == "kernel+module"
     assert a["kernel_changes"] == "bkv 2048_2048 -> 256_256"
-    assert a["occurrences_base"] == a["occurrences_treatment"] == 4
+    assert a["occurrences_base"] == a["occurrences_treatment"] == 10
     assert a["self_ps_base"] > 0 and a["self_ps_treatment"] > 0
     assert a["delta_self_ps"] == a["self_ps_treatment"] - a["self_ps_base"]
     assert a["family"] == "attention/custom kernels"
@@ -107,11 +108,11 @@ def test_kv_block_diff_steps_modules_and_overhead_note(kv_diff):
     d = kv_diff
     s = d.steps
     assert s.module_base == "jit_decode_b2_bkv2048" and s.module_treatment == "jit_decode_b2_bkv256"
-    assert s.steps_base == s.steps_treatment == 2
+    assert s.steps_base == s.steps_treatment == 5
     assert s.step_ps_base > 0 and s.step_ps_treatment > 0
     mods = {r["module"]: r for r in d.modules.iter_rows(named=True)}
     assert mods["jit_decode_b2_bkv2048"]["module_treatment"] == "jit_decode_b2_bkv256"
-    assert mods["jit_decode_b2_bkv2048"]["executions_base"] == mods["jit_decode_b2_bkv2048"]["executions_treatment"] == 2
+    assert mods["jit_decode_b2_bkv2048"]["executions_base"] == mods["jit_decode_b2_bkv2048"]["executions_treatment"] == 5
     # the 2048 block walks 128 pages per block, the 256 block 16: many more traced events in the base
     k = d.kernels.row(0, named=True)
     assert k["events_base"] >= 4 * k["events_treatment"]
@@ -174,7 +175,7 @@ def test_transplant_shows_as_a_source_change_only(kv_block_pair, transplanted_25
     assert k["source_changed"] == "file"
     assert k["source_files_base"] and all(f.endswith("kernels/paged_attention.py") for f in k["source_files_base"])
     assert k["source_files_treatment"] and all(f.endswith("my_kernels/kernel.py") for f in k["source_files_treatment"])
-    assert k["occurrences_base"] == k["occurrences_treatment"] == 4
+    assert k["occurrences_base"] == k["occurrences_treatment"] == 10
     assert main(["verify", str(kv_block_pair[1]), str(transplanted_256), "-c", "source of kernel RPAd* changed",
                  "-c", "source of kernel RPAd* under my_kernels/", "-c", "base: source of kernel RPAd* under kernels/",
                  "-c", "kernel RPAd* has bkv 256", "-c", "all matched"]) == 0
