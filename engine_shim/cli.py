@@ -164,8 +164,8 @@ def _resolve(args, env) -> dict:
         kv_dtype=args.kv_dtype,
         kv_cache_bytes=args.kv_cache_bytes,
         sampling=sampling,
-        top_p=args.top_p,
-        temperature=args.temperature,
+        top_p=_in_range("--top-p", args.top_p, 0.0, 1.0, low_open=True),
+        temperature=_in_range("--temperature", args.temperature, 0.0, float("inf")),
         repetition_penalty=args.repetition_penalty,
         profile=profile,
         log_dir=args.log_dir,
@@ -177,6 +177,16 @@ def _resolve(args, env) -> dict:
         prefix_tokens=_nonnegative("--prefix-tokens", args.prefix_tokens),
         donate=not args.no_donate,
     )
+
+
+def _in_range(flag, v, lo, hi, *, low_open=False):
+    """``v`` when it is a number in [lo, hi] ((lo, hi] with ``low_open``); ValueError otherwise (NaN included)."""
+    import math
+
+    if not math.isfinite(v) or v > hi or v < lo or (low_open and v == lo):
+        raise ValueError(f"{flag}={v} must be a finite number in {'(' if low_open else '['}{lo:g}, {hi:g}"
+                         f"{')' if math.isinf(hi) else ']'}")
+    return v
 
 
 def _positive(flag, v):
@@ -255,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         kwargs = _resolve(args, os.environ)
         if kwargs["log_dir"] and kwargs["profile"]:
             log_dir = Path(kwargs["log_dir"])
+            if log_dir.exists() and not log_dir.is_dir():
+                raise ValueError(f"--log-dir {log_dir} is not a folder")
             probe = log_dir if log_dir.exists() else next((p for p in log_dir.parents if p.exists()), Path("."))
             if not os.access(probe, os.W_OK):
                 raise ValueError(f"cannot write the profile under {log_dir}: {probe} is not writable")
@@ -277,7 +289,11 @@ def main(argv: list[str] | None = None) -> int:
                                                                    file=sys.stderr, flush=True))
         if transplanted is not None:
             result["transplant"] = transplanted.as_dict()
-    except (ValueError, MemoryError) as e:
+    except MemoryError as e:
+        print(f"traceview engine: error: out of memory{': ' + str(e) if str(e) else ''} (fewer requests, "
+              "--batch-mult or --max-tokens)", file=sys.stderr)
+        return 2
+    except ValueError as e:
         print(f"traceview engine: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:  # a JAX runtime failure (device, profiler, disk): one line, exit 4

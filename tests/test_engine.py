@@ -269,3 +269,16 @@ def test_gemma_2b_preset_shapes_without_allocating():
         jax.ShapeDtypeStruct((r, pps), i32))
     assert logits.shape == (r, 256_000) and logits.dtype == jnp.float32
     assert len(k) == 18 and k[0].dtype == jnp.bfloat16
+
+
+@pytest.mark.parametrize("argv, says", [(["--top-p", "2"], "--top-p=2.0 must be"), (["--top-p", "nan"], "--top-p=nan"),
+                                        (["--temperature", "-1"], "--temperature=-1.0"),
+                                        (["--log-dir", "/dev/null"], "is not a folder")])
+def test_cli_bad_sampling_values_and_log_dir(argv, says, capsys):
+    """Out-of-range sampling parameters and a log dir that is not a folder are one-line usage
+    errors (exit 2) before any JAX work, not a silent run or a profiler failure (exit 4)."""
+    from traceview.engine_shim.cli import main
+
+    assert main(["profile", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert says in err and len(err.splitlines()) == 1
