@@ -1,10 +1,10 @@
 """The report's charts drawn in a second process, started before the trace is read.
 
 Importing matplotlib and drawing a process's first figure cost ``report`` more than reading a
-3M-event trace's tables (``benchmarks/RESULTS.md``). :class:`ChartWorker` starts Python
-processes that import matplotlib and draw a throw-away figure while this one reads the trace;
-the charts are then drawn there, side by side, while the report's tables are built here. A
-worker is a child of the command only: it reads requests from its stdin and answers on its
+3M-event trace's tables (``benchmarks/RESULTS.md``). :class:`ChartWorker` starts a Python
+process that imports matplotlib while this one reads the trace; the charts are then drawn
+there while the report's tables are built here (one worker: on 2 cores a second one, or a
+throw-away warm-up figure, costs the reader more CPU than it saves). A worker is a child of the command only: it reads requests from its stdin and answers on its
 stdout, both pickled, and never touches a file.
 
 Any failure of the worker (it did not start, died, answered an error, or took longer than
@@ -29,12 +29,13 @@ _CHILD = "from traceview.cli.chartworker import serve; serve()"
 
 
 def serve() -> None:
-    """The worker's loop: warm matplotlib up, then answer each pickled ``(name, args)`` on
+    """The worker's loop: import matplotlib's figure and SVG backend, then answer each pickled ``(name, args)`` on
     stdin with a pickled ``("ok", chart)`` or ``("error", text)`` on stdout (each preceded by
     its length, 8 bytes little-endian), until EOF."""
-    from traceview.render.charts import CHARTS, warm_up
+    from traceview.render.charts import CHARTS
 
-    warm_up()
+    import matplotlib.figure  # noqa: F401
+    import matplotlib.backends.backend_svg  # noqa: F401
     out = sys.stdout.buffer
     inp = sys.stdin.buffer
     while True:
@@ -119,13 +120,13 @@ class _Child:
 
 class ChartWorker:
     """A drawer for :func:`traceview.render.html.render_report` backed by ``processes`` worker
-    processes (the report's two charts are drawn side by side), asked in turn.
+    processes, asked in turn (charts drawn side by side when there are several).
 
     Use as a context manager; ``submit(name, *args)`` sends one chart and returns a callable
     that gives it. Never raises for the workers' own failures: the chart is drawn in this
     process instead (see the module docstring)."""
 
-    def __init__(self, processes: int = 2) -> None:
+    def __init__(self, processes: int = 1) -> None:
         self._children = [_Child() for _ in range(max(1, processes))]
         self._next = 0
 

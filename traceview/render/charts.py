@@ -253,17 +253,3 @@ class InlineCharts:
     def submit(self, name: str, *args):
         result = CHARTS[name](*args)
         return lambda: result
-
-
-@_chart_style
-def warm_up() -> None:
-    """Draw and discard a tiny figure: matplotlib's first figure in a process pays for its
-    fonts, text layout and SVG writer, so a drawer process pays it before it is asked."""
-    fig = _new_figure(1.0, 1.0)
-    ax = fig.add_subplot()
-    ax.set_xscale("log")
-    _plain_log_labels(ax)
-    ax.bar([1, 2], [1, 2])
-    ax.scatter([1, 10], [1, 10])
-    ax.set_xlabel("x")
-    _svg(fig)
