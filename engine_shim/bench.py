@@ -9,7 +9,8 @@ Protocol (reference study, "Environment, Stack, and Measurement Harness"):
 3. batch TTFT: generate exactly one token for every prompt (``ttft_s``);
 4. main generation, profiler off: ``max_tokens`` (default 128) per request, temperature 0
    (greedy) or the top-p sampler;
-5. ``itl_s = (main_s - ttft_s) / max_tokens``; wall-clock tokens/s = tokens counted from the
+5. ``itl_s = (main_s - ttft_s) / tokens per request`` (None when a request made one token or
+   the main run was no longer than the TTFT run: no decode time to divide); wall-clock tokens/s = tokens counted from the
    returned outputs / ``main_s``; the paired checks (:func:`counter_checks`) compare them with
    sources that do not share the wall clock: the scheduler's per-step token counters and
    the step times summed, each step blocked on its tokens (``block_until_ready``);
@@ -188,7 +189,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
         "ttft_s": ttft_s,
         "main_s": main_s,
         # per token each request actually generated (max_tokens is a cap, not a count)
-        "itl_s": (main_s - ttft_s) / max(1, round(output_tokens / len(workload))),
+        "itl_s": ((main_s - ttft_s) / per_request
+                  if (per_request := round(output_tokens / len(workload))) > 1 and main_s > ttft_s else None),
         "num_requests": len(workload),
         "tokens_per_request": max_tokens,
         "output_tokens": output_tokens,

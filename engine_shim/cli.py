@@ -166,7 +166,7 @@ def _resolve(args, env) -> dict:
         sampling=sampling,
         top_p=_in_range("--top-p", args.top_p, 0.0, 1.0, low_open=True),
         temperature=_in_range("--temperature", args.temperature, 0.0, float("inf")),
-        repetition_penalty=args.repetition_penalty,
+        repetition_penalty=_in_range("--repetition-penalty", args.repetition_penalty, 0.0, float("inf"), low_open=True),
         profile=profile,
         log_dir=args.log_dir,
         precompile=not args.no_precompile,
@@ -177,6 +177,21 @@ def _resolve(args, env) -> dict:
         prefix_tokens=_nonnegative("--prefix-tokens", args.prefix_tokens),
         donate=not args.no_donate,
     )
+
+
+def _check_json_target(name: str) -> None:
+    """ValueError (before the run) unless ``--json`` names a writable file outside any profile
+    folder (:func:`traceview.read.guard.refuse_inside_inputs`): a trace is never overwritten."""
+    from traceview.errors import UsageError
+    from traceview.read.guard import check_writable, refuse_inside_inputs
+
+    if not str(name).strip():
+        raise ValueError("--json needs a file name (got an empty one)")
+    try:
+        check_writable(Path(name), "--json")
+        refuse_inside_inputs(Path(name), "--json")
+    except UsageError as e:
+        raise ValueError(str(e)) from None
 
 
 def _in_range(flag, v, lo, hi, *, low_open=False):
@@ -221,8 +236,9 @@ def format_text(r: dict) -> str:
         f"({r['decode_steps']} since start-up, warm-up included)"
         + (f"; median decode step {r['decode_step_median_s'] * 1e3:.2f} ms" if r["decode_step_median_s"] else ""),
         f"KV      {_capacity_line(r['kv_capacity'])}",
-        f"ITL     {r['itl_s'] * 1e3:.2f} ms/token  ((main - TTFT) / {round(r['output_tokens'] / r['num_requests'])} "
-        "tokens per request)",
+        (f"ITL     {r['itl_s'] * 1e3:.2f} ms/token  ((main - TTFT) / {round(r['output_tokens'] / r['num_requests'])} "
+         "tokens per request)" if r["itl_s"] is not None else
+         "ITL     n/a (one token per request, or the main run was no longer than the TTFT run)"),
         f"tok/s   {r['wall_tokens_per_s']:.1f} wall-clock | {r['engine_tokens_per_s']:.1f} engine counter "
         f"({r['engine_counted_tokens']} step tokens / summed step times) | diff {100 * r['tokens_per_s_rel_diff']:.2f}%",
     ]
@@ -263,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         return run(args)
     try:
         kwargs = _resolve(args, os.environ)
+        if kwargs["profile"] and not str(kwargs["log_dir"] or "").strip():
+            raise ValueError("--log-dir needs a folder name (got an empty one)")
+        if args.json is not None:
+            _check_json_target(args.json)
         if kwargs["log_dir"] and kwargs["profile"]:
             log_dir = Path(kwargs["log_dir"])
             if log_dir.exists() and not log_dir.is_dir():
@@ -301,7 +321,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"traceview engine: error: {type(e).__name__}: {first}", file=sys.stderr)
         return 4
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+        from traceview.errors import UsageError
+        from traceview.read.guard import write_atomic
+
+        try:
+            write_atomic(Path(args.json), json.dumps(result, indent=2) + "\n")
+        except UsageError as e:
+            print(f"traceview engine: error: {e}", file=sys.stderr)
+            return 2
     if args.format == "json":
         print(json.dumps(result, indent=2))
     else:
@@ -314,9 +341,9 @@ def main(argv: list[str] | None = None) -> int:
             stream = sys.stderr if args.format == "json" else sys.stdout
             print(f"profile written to {where}", file=stream)
             n = result["profile_run"]["decode_steps"]
-            per = " ".join(f"--steps {m}={k}" for m, k in result["profile_run"]["decode_modules"].items())
+            per = " ".join(f"--steps {m}={k}" for m, k in result["profile_run"]["decode_modules"].items() if k > 0)
             print(f"it holds {n} decode steps (the main generation); check each decode program ran once per step "
-                  f"with:\n  traceview analyze {where} {per or f'--steps {n}'}", file=stream)
+                  f"with:\n  traceview analyze {where}{' ' + per if per else ''}", file=stream)
     if args.json:
         print(f"results written to {args.json}", file=sys.stderr if args.format == "json" else sys.stdout)
     if not result["checks"]["ok"]:

@@ -139,6 +139,10 @@ def page_bytes(*, num_layers: int, num_kv_heads: int, page_size: int, head_dim: 
     return num_layers * 2 * num_kv_heads * page_size * kv_token_bytes(head_dim=head_dim, dtype=dtype)
 
 
+#: Most pages a pool may have: page ids are int32 in the page tables.
+MAX_PAGES = (1 << 31) - 1
+
+
 def kv_capacity(*, num_layers: int, num_kv_heads: int, page_size: int, head_dim: int, dtype,
                 num_pages: int | None = None, kv_cache_bytes: int | None = None) -> KVCapacity:
     """Capacity of a KV cache given either its page count or a byte budget (vLLM-like).
@@ -158,6 +162,9 @@ def kv_capacity(*, num_layers: int, num_kv_heads: int, page_size: int, head_dim:
         if isinstance(kv_cache_bytes, bool) or int(kv_cache_bytes) != kv_cache_bytes or kv_cache_bytes <= 0:
             raise ValueError(f"kv_cache_bytes={kv_cache_bytes!r} must be a positive integer")
         num_pages = int(kv_cache_bytes) // pb
+        if num_pages > MAX_PAGES:
+            raise ValueError(f"kv_cache_bytes={kv_cache_bytes} gives {num_pages:,} {name} KV pages; at most "
+                             f"{MAX_PAGES:,} fit an int32 page table")
         if num_pages < 2:
             raise ValueError(f"kv_cache_bytes={kv_cache_bytes} holds {num_pages} {name} KV page(s) of {pb} bytes; "
                              "at least 2 are needed (page 0 is the trash page)")

@@ -61,8 +61,11 @@ def run(args) -> int:
 
     try:
         return _transplant(args) if args.command == "transplant" else _patch(args)
-    except (AnchorError, TransplantError) as e:
+    except (AnchorError, TransplantError, ValueError) as e:  # ValueError: empty anchor, non-UTF-8 target
         _err(str(e))
+        return 2
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, IsADirectoryError) as e:  # a path given wrong
+        _err(f"{e.filename or ''}: {e.strerror or e}" if getattr(e, "filename", None) else str(e))
         return 2
     except OSError as e:
         _err(f"{type(e).__name__}: {e}")
@@ -72,6 +75,17 @@ def run(args) -> int:
 def _transplant(args) -> int:
     from .transplant import KERNEL_PACKAGE, _package_dir, transplant_kernels
 
+    if not str(args.dir).strip():
+        _err("transplant needs a folder name (got an empty one)")
+        return 2
+    from traceview.errors import UsageError
+    from traceview.read.guard import refuse_inside_inputs
+
+    try:  # never into a profile folder (a plugins/profile tree or a folder holding traces)
+        refuse_inside_inputs(Path(args.dir) / "paged_attention.py", "DIR")
+    except UsageError as e:
+        _err(str(e))
+        return 2
     copies = transplant_kernels(args.dir, force=args.force)
     stock = _package_dir(KERNEL_PACKAGE)
     dest = Path(args.dir).resolve()

@@ -282,3 +282,23 @@ def test_cli_bad_sampling_values_and_log_dir(argv, says, capsys):
     assert main(["profile", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1
+
+
+def test_cli_json_target_checked_before_the_run(tmp_path, capsys):
+    """``--json`` never overwrites a trace or lands in a profile tree, and a missing folder or
+    a folder target is refused before the run (exit 2, one line), not by a traceback after it."""
+    from traceview.engine_shim.cli import main
+
+    run = tmp_path / "prof" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    run.mkdir(parents=True)
+    trace = run / "vm.xplane.pb"
+    trace.write_bytes(b"\x0a\x00")
+    for target, says in ((trace, "bears a trace file's name"), (run.parent / "x.json", "plugins/profile tree"),
+                         (tmp_path / "missing" / "x.json", "does not exist"), (tmp_path, "is a folder")):
+        assert main(["bench", "--max-tokens", "2", "--json", str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert says in err and len(err.splitlines()) == 1, err
+    assert trace.read_bytes() == b"\x0a\x00"
+    assert main(["bench", "--kv-cache-bytes", str(10 ** 20)]) == 2
+    assert "int32 page table" in capsys.readouterr().err
+    assert main(["bench", "--repetition-penalty", "nan"]) == 2

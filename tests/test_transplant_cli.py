@@ -216,3 +216,26 @@ def test_patch_usage_errors(installed, capsys):
     err = cap.err.strip().splitlines()
     assert len(err) == 3 and "one --replace per --anchor" in err[0] and "no module of that name" in err[1]
     assert "nothing to patch" in err[2]
+
+
+def test_transplant_and_patch_bad_targets_are_usage_errors(tmp_path, capsys):
+    """An empty folder name, a folder inside a profile tree, an empty anchor and a binary
+    target are one-line usage errors (exit 2), never a traceback."""
+    from traceview.engine_shim.cli import main
+
+    assert main(["transplant", ""]) == 2
+    assert "empty" in capsys.readouterr().err
+    prof = tmp_path / "p" / "plugins" / "profile" / "r"
+    prof.mkdir(parents=True)
+    assert main(["transplant", str(prof / "k")]) == 2
+    assert "plugins/profile tree" in capsys.readouterr().err and not (prof / "k").exists()
+    target = tmp_path / "m.py"
+    target.write_text("x = 1\n")
+    assert main(["patch", str(target), "--anchor", "", "--replace", "y", "--backup-dir", str(tmp_path / "b")]) == 2
+    assert "empty anchor" in capsys.readouterr().err
+    binary = tmp_path / "b.py"
+    binary.write_bytes(b"\x8c\x00\xff")
+    assert main(["patch", str(binary), "--anchor", "a", "--replace", "b", "--backup-dir", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "not UTF-8" in err and len(err.splitlines()) == 1
+    assert target.read_text() == "x = 1\n" and binary.read_bytes() == b"\x8c\x00\xff"
