@@ -195,7 +195,9 @@ class LLM:
         self.kv_block_size: int = decode_block_size(
             kv_block_size, head_dim=mc.head_dim, num_kv_heads=mc.num_kv_heads, dtype=jnp.dtype(ec.kv_dtype),
             page_size=ec.page_size, max_kv=ec.pages_per_seq * ec.page_size)
-        self.token_buckets = pow2_buckets(ec.min_token_bucket, ec.max_num_batched_tokens or ec.max_model_len)
+        # a budget past what can ever be scheduled (one prompt, or every slot's when chunked) only adds buckets
+        most = ec.max_model_len * (ec.max_num_seqs if ec.enable_chunked_prefill or ec.enable_prefix_caching else 1)
+        self.token_buckets = pow2_buckets(ec.min_token_bucket, min(ec.max_num_batched_tokens or ec.max_model_len, most))
         self.request_buckets = pow2_buckets(ec.min_request_bucket, ec.max_num_seqs)
         self.sampler_buckets = sorted({1, *self.request_buckets})
         self.stats = EngineStats()

@@ -302,3 +302,16 @@ def test_cli_json_target_checked_before_the_run(tmp_path, capsys):
     assert main(["bench", "--kv-cache-bytes", str(10 ** 20)]) == 2
     assert "int32 page table" in capsys.readouterr().err
     assert main(["bench", "--repetition-penalty", "nan"]) == 2
+
+
+def test_token_budget_held_to_what_can_be_scheduled():
+    """A --max-num-batched-tokens past max_model_len (one prompt at a time) or past every slot's
+    context (chunked) adds no bucket: 100,000 at max_model_len 512 gives buckets up to 512, and
+    up to 8 x 512 = 4,096 when chunked (it compiled 61 modules for 70 s before)."""
+    from traceview.engine_shim.engine import LLM
+
+    plain = LLM("tiny", max_model_len=512, max_num_batched_tokens=100_000, precompile=False)
+    assert plain.token_buckets[-1] == 512 and len(plain.token_buckets) == 6
+    chunked = LLM("tiny", max_model_len=512, max_num_batched_tokens=100_000, enable_chunked_prefill=True,
+                  precompile=False)
+    assert chunked.token_buckets[-1] == 4096
