@@ -90,6 +90,16 @@ def _logits(params, cfg, x):
     return jnp.einsum("...d,vd->...v", x, params["embed"], preferred_element_type=jnp.float32)
 
 
+def _qkv(layer, cfg: ModelConfig, x, positions):
+    """One layer's attention inputs for ``x[N, d_model]`` at ``positions[N]``: ``q[N, Hq, D]``
+    and ``k[N, Hkv, D]`` rotated (RoPE), ``v[N, Hkv, D]``, all from the RMS-normed ``x``."""
+    n, hq, hkv, hd = x.shape[0], cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    h = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
+    q = rope((h @ layer["wq"]).reshape(n, hq, hd), positions, cfg.rope_base)
+    k = rope((h @ layer["wk"]).reshape(n, hkv, hd), positions, cfg.rope_base)
+    return q, k, (h @ layer["wv"]).reshape(n, hkv, hd)
+
+
 def prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, length, page_row, *, page_size: int):
     """Prefill one request: causal jnp attention over ``tokens``; writes K/V pages.
 
@@ -113,10 +123,7 @@ def prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, length, 
     x = _embed(params, cfg, tokens)
     new_k, new_v = [], []
     for layer, kc, vc in zip(params["layers"], k_cache, v_cache):
-        h = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
-        q = rope((h @ layer["wq"]).reshape(t, hq, hd), pos, cfg.rope_base)
-        k = rope((h @ layer["wk"]).reshape(t, hkv, hd), pos, cfg.rope_base)
-        v = (h @ layer["wv"]).reshape(t, hkv, hd)
+        q, k, v = _qkv(layer, cfg, x, pos)
         new_k.append(write_tokens(kc, pids, offs, k.transpose(1, 0, 2)))  # quantized on write for int8
         new_v.append(write_tokens(vc, pids, offs, v.transpose(1, 0, 2)))
         qg = q.reshape(t, hkv, hq // hkv, hd)
@@ -168,10 +175,7 @@ def chunked_prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, 
     x = _embed(params, cfg, tokens)
     new_k, new_v = [], []
     for layer, kc, vc in zip(params["layers"], k_cache, v_cache):
-        h = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
-        q = rope((h @ layer["wq"]).reshape(t, hq, hd), positions, cfg.rope_base)
-        k = rope((h @ layer["wk"]).reshape(t, hkv, hd), positions, cfg.rope_base)
-        v = (h @ layer["wv"]).reshape(t, hkv, hd)
+        q, k, v = _qkv(layer, cfg, x, positions)
         kc = write_tokens(kc, pids, offs, k.transpose(1, 0, 2))  # quantized on write for int8
         vc = write_tokens(vc, pids, offs, v.transpose(1, 0, 2))
         new_k.append(kc)
@@ -201,7 +205,7 @@ def decode_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, positions
     ``positions[r] + 1`` tokens; padded rows (page table row 0) get ``kv_len`` 0.
     """
     r = tokens.shape[0]
-    hq, hkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    hq, hd = cfg.num_heads, cfg.head_dim
     real = page_table[:, 0] != 0
     kv_lens = jnp.where(real, positions + 1, 0).astype(jnp.int32)
     rows = jnp.arange(r)
@@ -210,10 +214,7 @@ def decode_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, positions
     x = _embed(params, cfg, tokens)
     new_k, new_v = [], []
     for layer, kc, vc in zip(params["layers"], k_cache, v_cache):
-        h = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
-        q = rope((h @ layer["wq"]).reshape(r, hq, hd), positions, cfg.rope_base)
-        k = rope((h @ layer["wk"]).reshape(r, hkv, hd), positions, cfg.rope_base)
-        v = (h @ layer["wv"]).reshape(r, hkv, hd)
+        q, k, v = _qkv(layer, cfg, x, positions)
         kc = write_tokens(kc, pids, offs, k.transpose(1, 0, 2))  # quantized on write for int8
         vc = write_tokens(vc, pids, offs, v.transpose(1, 0, 2))
         new_k.append(kc)
