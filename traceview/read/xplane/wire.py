@@ -133,12 +133,8 @@ def map_xspace(path: Path):
     byte ranges; everything except the XLines (the planes' names, metadata, stats, the
     hostnames) is copied out and parsed by protobuf as an XSpace whose planes have no lines;
     the XLines stay as views into the mapping."""
-    import mmap as _mmap
-
-    try:
-        with open(path, "rb") as fh:
-            mm = _mmap.mmap(fh.fileno(), 0, access=_mmap.ACCESS_READ)
-    except (OSError, ValueError):
+    mm = _map_readonly(path)
+    if mm is None:
         return None
     try:
         top = _fast.scan_message(mm, 0, len(mm))
@@ -168,19 +164,26 @@ def map_xspace(path: Path):
 
 
 
+def _map_readonly(path: Path):
+    """``path`` memory-mapped read-only, or None when it cannot be (missing, empty, a pipe)."""
+    import mmap as _mmap
+
+    try:
+        with open(path, "rb") as fh:
+            return _mmap.mmap(fh.fileno(), 0, access=_mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+
+
 def mapped_fault(path: Path) -> str | None:
     """:func:`traceview.read.diagnose.xspace_fault` on the memory-mapped file when its top
     level is malformed (:func:`~traceview.read.diagnose.walk_fault`): the fault named without
     reading the file into memory (the first MiB and the top-level field keys). None when the
     file cannot be mapped or its top level is well formed (protobuf then decides)."""
-    import mmap as _mmap
-
     from traceview.read.diagnose import walk_fault, xspace_fault
 
-    try:
-        with open(path, "rb") as fh:
-            mm = _mmap.mmap(fh.fileno(), 0, access=_mmap.ACCESS_READ)
-    except (OSError, ValueError):
+    mm = _map_readonly(path)
+    if mm is None:
         return None
     try:
         return xspace_fault(mm) if walk_fault(mm) else None
