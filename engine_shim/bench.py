@@ -151,6 +151,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     main_steps, main_compiles = st.num_decode_steps - steps0, st.num_compiled - compiled0
     decode_times = sorted(sec for kind, _, _, sec in st.last_steps if kind == "decode")
     output_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
+    per_request = round(output_tokens / len(workload))
     wall_tps = output_tokens / main_s
     engine_tps = engine_tokens / steps_s if steps_s > 0 else float("nan")
     checks = counter_checks(output_tokens, engine_tokens, main_s, steps_s, main_compiles, time_tolerance)
@@ -169,7 +170,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
         modules: dict[str, int] = {}
         for kind, bucket, _, _ in st.last_steps:  # the decode program each step ran (its bucket)
             if kind == "decode":
-                name = f"jit_decode_b{bucket}_bkv{llm.kv_block_size}"
+                name = "jit_" + llm.decode_program(bucket)
                 modules[name] = modules.get(name, 0) + 1
         profile_run = {"main_s": p_main_s, "decode_steps": st.num_decode_steps - p_steps0,
                        "decode_modules": modules,
@@ -189,8 +190,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
         "ttft_s": ttft_s,
         "main_s": main_s,
         # per token each request actually generated (max_tokens is a cap, not a count)
-        "itl_s": ((main_s - ttft_s) / per_request
-                  if (per_request := round(output_tokens / len(workload))) > 1 and main_s > ttft_s else None),
+        "itl_s": (main_s - ttft_s) / per_request if per_request > 1 and main_s > ttft_s else None,
         "num_requests": len(workload),
         "tokens_per_request": max_tokens,
         "output_tokens": output_tokens,

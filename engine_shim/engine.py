@@ -301,7 +301,7 @@ class LLM:
             def fn(params, k_cache, v_cache, tokens, positions, page_table):
                 return model_lib.decode_forward(params, mc, k_cache, v_cache, tokens, positions, page_table,
                                                 page_size=ec.page_size, kv_block_size=bkv, interpret=interpret)
-            name = f"decode_b{size}_bkv{bkv}"
+            name = self.decode_program(size)
             args = (params, *cache, jax.ShapeDtypeStruct((size,), i32), jax.ShapeDtypeStruct((size,), i32),
                     jax.ShapeDtypeStruct((size, pps), i32))
             # donate=False: the copying treatment; the scatter into a non-donated cache
@@ -377,16 +377,18 @@ class LLM:
             seed = sp.seed if sp.seed is not None else self.config.seed * 1_000_003 + self._num_requests
             reqs.append(_Request(self._num_requests, prompt, ids, sp, min(sp.max_tokens, ec.max_model_len - len(ids)), seed))
             self._num_requests += 1
-        if self.chunked:
-            self.stats.last_steps = []
-            try:
-                self._schedule_chunked(reqs)
-            finally:
-                self.stats.generate_s += time.perf_counter() - t0
-            return self._outputs(reqs)
+        self.stats.last_steps = []
+        try:
+            (self._schedule_chunked if self.chunked else self._schedule)(reqs)
+        finally:
+            self.stats.generate_s += time.perf_counter() - t0
+        return self._outputs(reqs)
+
+    def _schedule(self, reqs: list[_Request]) -> None:
+        """One-request prefill scheduler: admit and prefill while slots and pages last, one decode step; repeat."""
+        ec = self.config
         waiting = deque(reqs)
         running: list[_Request] = []
-        self.stats.last_steps = []
         try:
             while waiting or running:
                 while waiting and len(running) < ec.max_num_seqs:
@@ -411,8 +413,11 @@ class LLM:
         finally:
             for req in running:
                 self._release(req)
-            self.stats.generate_s += time.perf_counter() - t0
-        return self._outputs(reqs)
+
+    def decode_program(self, bucket: int) -> str:
+        """Name of the decode program at request bucket ``bucket`` (JAX prefixes ``jit_``):
+        ``decode_b{R}_bkv{K}``."""
+        return f"decode_b{bucket}_bkv{self.kv_block_size}"
 
     def _outputs(self, reqs: list[_Request]) -> list[RequestOutput]:
         return [RequestOutput(str(r.index), r.prompt, r.prompt_ids,
