@@ -188,9 +188,7 @@ def _path(p) -> str | os.PathLike:
 
 def _profile(x):
     """A profile as given, or the one :func:`load` reads at a path."""
-    if isinstance(x, bytes):
-        x = os.fsdecode(x)
-    if isinstance(x, (str, os.PathLike)):
+    if isinstance(x, (str, bytes, os.PathLike)):
         return load(x)
     if not hasattr(x, "table") or not hasattr(x, "module_runs"):
         raise UsageError(f"expected a Profile or a trace path, got {type(x).__name__}")
