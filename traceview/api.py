@@ -117,6 +117,17 @@ class Profile(ProfileData):
 
         return build_report(self, **options)
 
+    def sql(self, query: str, **options):
+        """Run the SQL ``query`` (polars' SQL engine) over this profile's named tables (``ops``,
+        ``module_runs``, ``programs``, ``populations``, ``roofline``, ``steps``, ... and every
+        other table of :meth:`analyze`'s Report; :mod:`traceview.analysis.sql`) and return the
+        result as a polars DataFrame. ``options``: as :meth:`analyze`. Raises UsageError for bad
+        SQL, an unknown table or column."""
+        from traceview.analysis.report import build_report
+        from traceview.analysis.sql import execute, tables
+
+        return execute(tables(build_report(self, **options), self), query)
+
     def report(self, path: str | os.PathLike, *, top: int = 30, title: str | None = None, peaks=None, rules=None,
                step_module: str | None = None, step_window: str = "span") -> Path:
         """Write the offline, self-contained HTML report to ``path``; returns the path (see

@@ -210,3 +210,75 @@ class TraceData:
     def __repr__(self) -> str:
         return (f"<TraceData {self.format} {self.path!r}: host {self.host!r}, "
                 f"{self.table.height:,} op events, {len(self.devices)} devices>")
+
+
+def _ops_column_docs() -> dict[str, str]:
+    """{column: meaning} read off the op-table block of this module's docstring."""
+    import re
+
+    docs: dict[str, str] = {}
+    block = (__doc__ or "").split("==================  =========", 3)
+    last = None
+    for line in (block[2] if len(block) > 2 else "").splitlines():
+        m = re.match(r"^(\w+)\s{2,}(\w+)\s{2,}(.*)$", line)
+        if m and m.group(1) in OPS_SCHEMA:
+            last = m.group(1)
+            docs[last] = m.group(3).strip()
+        elif last and line.startswith(" " * 20) and line.strip():
+            docs[last] += " " + line.strip()
+    return {k: v.replace("``", "") for k, v in docs.items()}
+
+
+_POP = {"op_name": "HLO instruction name", "shape": "shape signature (result <- operands)", "op_kind": "HLO opcode",
+        "category": "TPU hlo_category, else derived", "occurrences": "op events (XProf's count)",
+        "executions": "executions of the op (GPU: kernels of one execution are one)", "total_ps": "inclusive time, ps",
+        "self_ps": "self time, ps", "mean_ps": "mean duration per occurrence (total_ps / occurrences), ps",
+        "median_ps": "median duration per occurrence, ps", "min_ps": "shortest occurrence, ps",
+        "max_ps": "longest occurrence, ps", "share": "share of all ops' self time (0-1)",
+        "modules": "hlo_module names (list; SQL: array_contains(modules, 'jit_f'))",
+        "n_programs": "program_ids", "devices": "devices it ran on", "source": "most frequent file:line",
+        "framework_op": "most frequent framework op path (named scopes)"}
+
+#: The named tables of ``traceview query`` / ``Profile.sql`` (:mod:`traceview.analysis.sql`):
+#: {table: (what one row is, {column: meaning})}. A table of a Report section added later is
+#: queryable without an entry here (its columns are listed with no doc).
+TABLE_DOCS: dict[str, tuple[str, dict[str, str]]] = {
+    "ops": ("one HLO op event on a device timeline (times in ps)", {}),
+    "module_runs": ("one execution of a compiled program on a device",
+                    {"start_ps": "start, ps since the session start", "duration_ps": "wall time, ps"}),
+    "programs": ("one (hlo_module, program_id), summed over devices",
+                 {"executions": "executions on all devices", "devices": "devices that ran it",
+                  "total_ps": "module wall time summed, ps"}),
+    "step_markers": ("one step annotation (StepTraceAnnotation) of a CPU trace", {}),
+    "populations": ("one (op_name, shape) population: traceview analyze's op table", _POP),
+    "split_names": ("an op name with several shape populations (lists per population)",
+                    {"n": "populations", "t": "their self time summed, ps"}),
+    "occurrence_checks": ("a population checked against the step count (--steps / --expect-batch)", {}),
+    "devices": ("one device: kind, op count, op time and peaks",
+                {"peak_flops": "FLOP/s", "peak_bw": "bytes/s", "op_time_ps": "op self time, ps"}),
+    "device_groups": ("devices grouped by (kind, device_type)", {}),
+    "roofline": ("one population against the roofline",
+                 {"flops": "FLOPs per execution", "bytes": "bytes per execution",
+                  "intensity": "arithmetic intensity, FLOP/byte", "achieved_flops": "FLOP/s",
+                  "achieved_bw": "bytes/s", "bound_by": "compute, memory, collective, async or unknown",
+                  "roofline_ps": "roofline time per execution, ps", "efficiency": "roofline_ps / exec_ps"}),
+    "kernels": ("one custom kernel (configuration read off its name) per module",
+                {"config": "key=value pairs read off the name", "invocations": "calls",
+                 "self_ps": "self time, ps"}),
+    "sources": ("one source file (self time attributed to the frame chosen)",
+                {"origin": "project, site-packages or unknown", "n_ops": "populations from it"}),
+    "steps": ("one step on one device (step anatomy)",
+              {"run_ps": "program run time, ps", "idle_ps": "time with no op, ps", "busy_ps": "time with ops, ps"}),
+    "families": ("one op family of the step anatomy",
+                 {"per_step": "self time per step, ps", "n_populations": "populations in it"}),
+    "communication": ("one collective (kind, shape, replica groups, channel), when the trace has them", {}),
+    "findings": ("one finding: id, severity, statement, evidence, why, next step", {}),
+}
+
+
+def column_docs(table: str) -> dict[str, str]:
+    """{column: meaning} of a named table (:data:`TABLE_DOCS`; the op table's from this
+    module's docstring); {} for a table without docs."""
+    if table == "ops":
+        return _ops_column_docs()
+    return dict(TABLE_DOCS.get(table, ("", {}))[1])

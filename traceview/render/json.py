@@ -114,3 +114,19 @@ def verify_json(report) -> str:
     """A :class:`~traceview.analysis.verify.VerifyReport` as indented JSON text (ok, and per
     check its text, ok and message) with a final newline."""
     return dumps(report.to_dict())
+
+
+def query_payload(df, *, query: str | None, top: int | None, version: str) -> dict:
+    """The JSON object of a SQL result (``traceview query --format json``): the query,
+    columns ({name: polars dtype}), rows (shown and total: ``top`` cuts the result) and the
+    result rows as objects."""
+    shown = df.head(top) if top else df
+    return {"traceview": version, "query": query, "top": top,
+            "rows": {"result": {"shown": shown.height, "total": df.height}},
+            "columns": {c: str(t) for c, t in df.schema.items()}, "result": shown.to_dicts()}
+
+
+def tables_payload(described: list, *, version: str) -> dict:
+    """The JSON object of ``traceview query --tables``: per table its name, doc, rows and
+    columns (name, dtype, doc), from :func:`traceview.analysis.sql.describe`."""
+    return {"traceview": version, "tables": described}

@@ -1,0 +1,170 @@
+"""SQL over a profile's tables: the named tables of ``traceview query`` and ``Profile.sql``,
+built from a :class:`~traceview.analysis.report.Report` (every polars frame it holds) and the
+profile's op and module tables, executed by polars' SQL engine (``pl.SQLContext``).
+
+The tables are generic: every DataFrame field of the Report is a table, named by
+:data:`NAMES` (a field not listed there keeps its own name, so a section added to the
+Report is queryable without an edit here); an object field holding frames (the step
+anatomy, a communication section) gives one table per frame, a list of dataclasses (findings)
+one row per item. Column docs: :data:`traceview.model.schema.TABLE_DOCS`. Errors (bad SQL,
+an unknown table or column) raise :class:`~traceview.errors.UsageError` with polars' first
+line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Callable
+
+import polars as pl
+
+from traceview.errors import UsageError
+
+#: table name of each Report field (None: not a table; ``table`` is the populations table
+#: keyed by ``--by``, already ``populations``); (field, attribute) for frames inside an object
+NAMES: dict = {
+    "table": None, "by_shape": "populations", "split": "split_names", "checks": "occurrence_checks",
+    "device_groups": "device_groups", "html_sources": None, "source_kinds": None,
+    ("steps", "steps"): "steps", ("steps", "families"): "families", ("steps", "attr_family"): None,
+}
+
+#: tables read off the profile itself rather than the Report
+PROFILE_TABLES = ("ops", "module_runs", "programs", "step_markers")
+
+
+def _rows_frame(items: list) -> pl.DataFrame:
+    """A list of dataclasses (or dicts) as a frame: one row per item; values that are not
+    scalars (lists of mixed types, dicts) as JSON text."""
+    rows = []
+    for it in items:
+        d = dataclasses.asdict(it) if dataclasses.is_dataclass(it) else dict(it)
+        rows.append({k: v if v is None or isinstance(v, (str, int, float, bool)) else
+                     json.dumps(v, default=str, sort_keys=True) for k, v in d.items()})
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def _object_frames(name: str, obj) -> dict[str, pl.DataFrame]:
+    """The frames held by an object field (its attributes), by table name."""
+    attrs = {k: v for k, v in vars(obj).items() if isinstance(v, pl.DataFrame) and not k.startswith("_")}
+    out = {}
+    for k, v in attrs.items():
+        table = NAMES.get((name, k), name if len(attrs) == 1 else f"{name}_{k}")
+        if table is not None:
+            out[table] = v
+    return out
+
+
+def report_tables(report) -> dict[str, pl.DataFrame]:
+    """Every table of ``report`` (a :class:`~traceview.analysis.report.Report`) by name."""
+    out: dict[str, pl.DataFrame] = {}
+    for f in dataclasses.fields(report):
+        v = getattr(report, f.name, None)
+        if v is None:
+            continue
+        if isinstance(v, pl.DataFrame):
+            table = NAMES.get(f.name, f.name)
+            if table is not None:
+                out[table] = v
+        elif isinstance(v, list) and v and all(dataclasses.is_dataclass(x) for x in v):
+            table = NAMES.get(f.name, f.name)
+            if table is not None:
+                out[table] = _rows_frame(v)
+        elif hasattr(v, "__dict__") and not isinstance(v, type):
+            out.update(_object_frames(f.name, v))
+    return out
+
+
+def profile_tables(prof) -> dict[str, Callable[[], pl.DataFrame]]:
+    """The profile's own tables, each built on demand: ``ops`` (one row per HLO op event,
+    :data:`~traceview.model.schema.OPS_SCHEMA`), ``module_runs`` (one row per program
+    execution), ``programs`` (one row per hlo_module / program_id), ``step_markers``."""
+    from traceview.analysis.aggregate import module_executions
+
+    out = {"ops": lambda: prof.ops, "module_runs": lambda: prof.module_runs,
+           "programs": lambda: module_executions(prof.module_runs)}
+    if getattr(prof, "step_markers", None) is not None:
+        out["step_markers"] = lambda: prof.step_markers
+    return out
+
+
+@dataclasses.dataclass
+class Tables:
+    """The named tables of one profile: ``frames`` (name: frame, from the Report) and
+    ``lazy`` (name: a function building the frame, for the profile's large tables)."""
+
+    frames: dict
+    lazy: dict
+
+    @property
+    def names(self) -> list[str]:
+        """Every table name, profile tables first."""
+        return list(self.lazy) + [n for n in self.frames if n not in self.lazy]
+
+    def get(self, name: str) -> pl.DataFrame:
+        """The frame of table ``name``; UsageError when there is none."""
+        if name in self.lazy:
+            return self.lazy[name]()
+        if name in self.frames:
+            return self.frames[name]
+        raise UsageError(f"unknown table {name!r}; tables: {', '.join(self.names)}")
+
+    def schema(self, name: str) -> dict:
+        """{column: dtype text} of table ``name`` (the op table's from its schema, unbuilt)."""
+        if name == "ops":
+            from traceview.model.schema import OPS_SCHEMA
+
+            return {c: str(t) for c, t in OPS_SCHEMA.items()}
+        return {c: str(t) for c, t in self.get(name).schema.items()}
+
+
+def tables(report, prof=None) -> Tables:
+    """The :class:`Tables` of ``report`` and (when given) the profile it was built from."""
+    return Tables(frames=report_tables(report), lazy=profile_tables(prof) if prof is not None else {})
+
+
+_FROM = re.compile(r"\b(?:from|join)\s+\"?([A-Za-z_][A-Za-z0-9_]*)\"?", re.IGNORECASE)
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def execute(t: Tables, query: str) -> pl.DataFrame:
+    """Run the SQL ``query`` over the tables of ``t`` (only those it names are built);
+    returns the result frame. Raises UsageError: empty query, a FROM/JOIN naming no table,
+    or polars' error (its first line) for bad SQL or an unknown column."""
+    if not isinstance(query, str) or not query.strip():
+        raise UsageError("empty SQL query")
+    names = set(t.names)
+    cte = {m.lower() for m in re.findall(r"\b([A-Za-z_][A-Za-z0-9_]*)\s+as\s*\(", query, re.IGNORECASE)}
+    for m in _FROM.findall(query):
+        if m not in names and m.lower() not in cte:
+            raise UsageError(f"unknown table {m!r} in the query; tables: {', '.join(t.names)}")
+    used = {w for w in _WORD.findall(query) if w in names}
+    ctx = pl.SQLContext({n: t.get(n) for n in sorted(used)})
+    try:
+        return ctx.execute(query, eager=True)
+    except (pl.exceptions.PolarsError, ValueError, TypeError) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise UsageError(f"SQL error: {first}") from None
+
+
+def describe(t: Tables) -> list[dict]:
+    """Per table: name, doc, rows (None for the unbuilt op table), and per column its name,
+    dtype and doc (:data:`traceview.model.schema.TABLE_DOCS`, "" where none is written)."""
+    from traceview.model.schema import TABLE_DOCS, column_docs
+
+    out = []
+    for name in t.names:
+        doc = TABLE_DOCS.get(name, ("", {}))
+        cols = column_docs(name)
+        rows = None if name == "ops" else t.get(name).height
+        out.append({"table": name, "doc": doc[0], "rows": rows,
+                    "columns": [{"name": c, "dtype": d, "doc": cols.get(c, "")} for c, d in t.schema(name).items()]})
+    return out
+
+
+def describe_frame(t: Tables) -> pl.DataFrame:
+    """:func:`describe` as one row per (table, column): table, column, dtype, doc."""
+    rows = [{"table": d["table"], "column": c["name"], "dtype": c["dtype"], "doc": c["doc"]}
+            for d in describe(t) for c in d["columns"]]
+    return pl.DataFrame(rows, schema={"table": pl.Utf8, "column": pl.Utf8, "dtype": pl.Utf8, "doc": pl.Utf8})

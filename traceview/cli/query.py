@@ -1,0 +1,138 @@
+"""``traceview query PATH SQL``: SQL over a profile's named tables (:mod:`traceview.analysis.sql`)
+as a table, JSON, CSV or Parquet; ``--tables`` lists the tables and their columns."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from traceview.cli import args as cargs
+from traceview.errors import EXIT_OK, UsageError
+
+FORMATS = ["table", "json", "csv", "parquet"]
+
+#: rows of table output when ``--top`` is not given
+TABLE_TOP = 25
+
+_EPILOG = """\
+tables: ops (one row per HLO op event), module_runs, programs, populations (analyze's op table),
+roofline, kernels, sources, steps, families, devices, ... and every other table of the report
+(communication, findings where the trace has them): traceview query PATH --tables lists them
+with their columns. polars SQL: list columns with array_contains(modules, 'jit_f').
+examples:
+  traceview query T.xplane.pb "SELECT op_name, shape, self_ps FROM populations
+      WHERE array_contains(modules, 'jit_f') ORDER BY self_ps DESC LIMIT 5"
+  traceview query T.xplane.pb "SELECT op_name, mean_ps, median_ps FROM populations WHERE mean_ps > 2 * median_ps"
+exit codes: 0 ok, 2 bad SQL, unknown table or column, or usage, 3-6 trace errors"""
+
+
+def add_parser(sub) -> None:
+    import argparse
+
+    q = sub.add_parser("query", help="run SQL over a profile's tables (ops, populations, steps, ...)",
+                       description="Run a SQL query (polars' SQL engine) over the named tables of a profile: the op "
+                                   "events, the populations and every other table traceview analyze computes.",
+                       epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    cargs.add_selection(q)
+    q.add_argument("sql", nargs="?", metavar="SQL", help="the query (quote it); omit with --tables")
+    q.add_argument("--tables", action="store_true", help="list the tables and their columns (dtype, meaning)")
+    q.add_argument("--top", type=cargs.positive_int, default=None, metavar="N",
+                   help="rows of the result to output (table output shows 25 when not given; JSON, CSV and "
+                        "Parquet hold every row, and JSON says how many under \"rows\")")
+    q.add_argument("--format", choices=FORMATS, default=None,
+                   help="table [default], json, csv or parquet; with -o and no --format, the file's suffix decides")
+    q.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (required for parquet)")
+    cargs.add_peaks(q)
+    cargs.add_steps(q)
+
+
+def report_options(args) -> dict:
+    """:func:`~traceview.analysis.report.build_report` keyword arguments from the step and
+    source options present on ``args`` (those build_report takes)."""
+    import inspect
+
+    from traceview.analysis.report import build_report
+
+    known = inspect.signature(build_report).parameters
+    return {k: getattr(args, k) for k in ("step_module", "step_window", "step_extent", "source_frame")
+            if k in known and hasattr(args, k)}
+
+
+def load_tables(args, out: Path | None):
+    """The :class:`~traceview.analysis.sql.Tables` of the profile at ``args.path`` (read as
+    ``analyze`` reads it: run, filters, peaks, family rules, steps)."""
+    from traceview.analysis.report import build_report
+    from traceview.analysis.sql import tables
+    from traceview.cli import process
+    from traceview.model.load import load
+    from traceview.model.profiledata import check_regex
+    from traceview.read.discover import discover
+    from traceview.read.guard import refuse_inside_inputs
+
+    stale = cargs.stale_after(args)
+    disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale)
+    process.tune_allocator(cargs.input_bytes(disc))
+    with process.decoding_beside_imports():
+        prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale, max_bytes=args.max_bytes,
+                    discovery=disc, **cargs.read_options(args))
+    for option, rx in (("--filter", args.filter), ("--device", args.device)):
+        if rx is not None:
+            check_regex(rx, option)
+    prof = prof.filter(op_regex=args.filter, device_regex=args.device)
+    refuse_inside_inputs(out, "-o", prof.discovery)
+    rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
+                       **report_options(args))
+    return tables(rep, prof)
+
+
+def run(args) -> int:
+    """Returns 0; raises UsageError (exit 2) for bad SQL, an unknown table or column, and
+    TraceviewError subclasses on bad input."""
+    from traceview import __version__
+    from traceview.analysis import sql
+    from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
+
+    out = cargs.output_path(args.output, "-o")
+    args.format = cargs.output_format(args.format, out, FORMATS, "table")
+    if args.format == "parquet" and out is None:
+        raise UsageError("--format parquet needs -o FILE")
+    if args.tables == bool(args.sql):
+        raise UsageError("give a SQL query or --tables (not both)" if args.tables else
+                         "no SQL query given: traceview query PATH \"SELECT ...\" (--tables lists the tables)")
+    check_writable(out, "-o")
+    refuse_inside_inputs(out, "-o")
+    t = load_tables(args, out)
+    if args.tables:
+        df, title = sql.describe_frame(t), "tables of traceview query (table, column, dtype, meaning)"
+    else:
+        df, title = sql.execute(t, args.sql), args.sql
+    top = args.top
+    if args.format == "table":
+        from traceview.render.query import query_text
+
+        data = query_text(df, top=top or (10_000 if args.tables else TABLE_TOP), title=title).encode("utf-8")
+    elif args.format == "json":
+        from traceview.render.json import dumps, query_payload, tables_payload
+
+        payload = (tables_payload(sql.describe(t), version=__version__) if args.tables else
+                   query_payload(df, query=args.sql, top=top, version=__version__))
+        data = dumps(payload).encode("utf-8")
+    elif args.format == "csv":
+        from traceview.render.tables import flat
+
+        data = flat(df.head(top) if top else df).write_csv().encode("utf-8")
+    else:
+        import io
+
+        buf = io.BytesIO()
+        (df.head(top) if top else df).write_parquet(buf)
+        data = buf.getvalue()
+    if out is not None:
+        write_atomic(out, data)
+        from traceview.model.naming import printable
+
+        print(f"wrote {printable(str(out))}", file=sys.stderr)
+    else:
+        sys.stdout.flush()
+        sys.stdout.buffer.write(data) if hasattr(sys.stdout, "buffer") else sys.stdout.write(data.decode("utf-8"))
+    return EXIT_OK
