@@ -21,6 +21,6 @@ def query_text(df: pl.DataFrame, *, top: int, title: str) -> str:
         for c, t in shown.schema.items() if t == pl.String)
     with pl.Config(tbl_rows=-1, tbl_cols=-1, fmt_str_lengths=CELL_CHARS, tbl_width_chars=60_000,
                    tbl_formatting="ASCII_MARKDOWN", tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=False,
-                   fmt_float="mixed", thousands_separator=False):
+                   fmt_float="full", thousands_separator=False):
         body = str(shown)
     return f"{safe_line(title)}\n{body}\n{shown.height} of {df.height} rows\n"

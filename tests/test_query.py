@@ -1,0 +1,149 @@
+"""``traceview query`` and ``Profile.sql``: three questions a user asks in SQL, each equal to
+the polars expression that computes the same, on the shared v6e and vLLM-on-TPU traces; the
+output formats; bad SQL and unknown tables as usage errors (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import traceview
+from traceview.cli import main
+from traceview.errors import UsageError
+
+
+@pytest.fixture(scope="module")
+def v6e(shared_traces):
+    return traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+
+
+@pytest.fixture(scope="module")
+def vllm(shared_traces):
+    return traceview.load(shared_traces / "vllm_tpu_qwen")
+
+
+def test_top_populations_of_a_module_by_self_time(vllm):
+    got = vllm.sql("SELECT op_name, shape, occurrences, self_ps FROM populations "
+                   "WHERE array_contains(modules, 'jit_step_fun') ORDER BY self_ps DESC, op_name, shape LIMIT 5")
+    want = (vllm.by_shape().filter(pl.col("modules").list.contains("jit_step_fun"))
+            .sort(["self_ps", "op_name", "shape"], descending=[True, False, False])
+            .select("op_name", "shape", "occurrences", "self_ps").head(5))
+    assert got.height == 5
+    assert_frame_equal(got, want)
+    # the same question over the op events: self time summed per (name, shape) in that module
+    ev = vllm.sql("SELECT op_name, shape, sum(self_ps) AS self_ps FROM ops WHERE module = 'jit_step_fun' "
+                  "GROUP BY op_name, shape ORDER BY self_ps DESC, op_name, shape LIMIT 5")
+    ev_want = (vllm.ops.filter(pl.col("module") == "jit_step_fun").group_by("op_name", "shape")
+               .agg(pl.col("self_ps").sum()).sort(["self_ps", "op_name", "shape"], descending=[True, False, False])
+               .head(5))
+    assert_frame_equal(ev, ev_want)
+
+
+@pytest.mark.parametrize("factor,expected", [(2.0, set()), (1.3, {"copy-start.1", "copy-start.3", "copy-start.5"})])
+def test_ops_whose_mean_exceeds_their_median(v6e, factor, expected):
+    """No population of the v6e trace has a mean over twice its median; at 1.3x three of the
+    host-offload copy-starts do (their medians 1.25 ns, a few slow issues pull the means up)."""
+    got = v6e.sql(f"SELECT op_name, shape, mean_ps, median_ps FROM populations WHERE mean_ps > {factor} * median_ps "
+                  "ORDER BY op_name")
+    want = (v6e.by_shape().filter(pl.col("mean_ps") > factor * pl.col("median_ps"))
+            .select("op_name", "shape", "mean_ps", "median_ps").sort("op_name"))
+    assert_frame_equal(got, want)
+    assert set(got["op_name"]) == expected
+
+
+def test_collectives_by_bytes(v6e, vllm):
+    q = ("SELECT op_kind, shape, sum(count) AS events, sum(bytes_accessed * count) AS bytes FROM ops "
+         "WHERE op_kind LIKE 'all-%' GROUP BY op_kind, shape ORDER BY bytes DESC, op_kind, shape")
+    for prof in (v6e, vllm):
+        got = prof.sql(q)
+        want = (prof.ops.filter(pl.col("op_kind").str.starts_with("all-")).group_by("op_kind", "shape")
+                .agg(pl.col("count").sum().alias("events"), (pl.col("bytes_accessed") * pl.col("count")).sum()
+                     .alias("bytes"))
+                .sort(["bytes", "op_kind", "shape"], descending=[True, False, False]))
+        assert_frame_equal(got, want)
+    got = v6e.sql(q)
+    # the psum: 12 all-reduce events of f32[5,1024,1024,256], each reading and writing the array
+    assert got.rows() == [("all-reduce", "f32[5,1024,1024,256] <- f32[5,1024,1024,256]", 12,
+                           12 * 2 * 4 * 5 * 1024 * 1024 * 256)]
+    assert set(vllm.sql(q)["op_kind"]) == {"all-reduce", "all-gather"}
+
+
+def test_tables_and_errors(v6e):
+    from traceview.analysis.sql import describe, tables
+
+    rep = v6e.analyze()
+    t = tables(rep, v6e)
+    names = set(t.names)
+    assert {"ops", "module_runs", "programs", "populations", "roofline", "kernels", "sources", "steps",
+            "families", "devices"} <= names
+    assert "table" not in names  # the --by table is populations, not a second copy
+    d = {x["table"]: x for x in describe(t)}
+    assert d["populations"]["rows"] == rep.by_shape.height == 17
+    assert {c["name"] for c in d["ops"]["columns"]} == set(v6e.ops.columns)
+    assert next(c for c in d["roofline"]["columns"] if c["name"] == "intensity")["doc"].endswith("FLOP/byte")
+    assert v6e.sql("SELECT count(*) AS n FROM steps").item() == rep.steps.steps.height == 400
+    with pytest.raises(UsageError, match="unknown table 'nope'.*populations"):
+        v6e.sql("SELECT * FROM nope")
+    with pytest.raises(UsageError, match=r"^SQL error: unable to find column \"zz\""):
+        v6e.sql("SELECT zz FROM populations")
+    with pytest.raises(UsageError, match="SQL error: sql parser error"):
+        v6e.sql("SELEC 1")
+
+
+def test_generic_tables_take_new_report_sections(v6e):
+    """A frame or a list of dataclasses added to the Report (other branches' sections) is a
+    table without an edit to the names."""
+    import dataclasses
+
+    from traceview.analysis.sql import report_tables
+
+    @dataclasses.dataclass
+    class F:
+        id: str
+        severity: str
+        evidence: dict
+
+    rep = v6e.analyze()
+    comm = type("Communication", (), {})()
+    comm.collectives = pl.DataFrame({"kind": ["all-reduce"]})
+    Rep2 = dataclasses.make_dataclass("Rep2", [("findings", list, dataclasses.field(default=None)),
+                                               ("communication", object, dataclasses.field(default=None))],
+                                      bases=(type(rep),))
+    rep2 = Rep2(**{f.name: getattr(rep, f.name) for f in dataclasses.fields(rep)},
+                findings=[F("x1", "warn", {"a": 1}), F("x2", "info", {})], communication=comm)
+    got = report_tables(rep2)
+    assert got["findings"]["id"].to_list() == ["x1", "x2"]
+    assert got["findings"]["evidence"].to_list() == ['{"a": 1}', "{}"]
+    assert got["communication"]["kind"].to_list() == ["all-reduce"]
+
+
+def test_cli_formats_and_exit_codes(v6e, shared_traces, tmp_path, capsys):
+    path = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    q = "SELECT op_name, shape, modules, self_ps FROM populations ORDER BY self_ps DESC, op_name"
+    want = v6e.sql(q)
+    assert main(["query", path, q, "--format", "json", "--top", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["rows"] == {"result": {"shown": 3, "total": want.height}}
+    assert out["result"] == want.head(3).to_dicts()
+    assert out["columns"]["modules"] == "List(String)"
+    assert main(["query", path, q, "-o", str(tmp_path / "r.csv")]) == 0
+    csv = pl.read_csv(tmp_path / "r.csv")
+    assert csv["op_name"].to_list() == want["op_name"].to_list()
+    assert csv["modules"].to_list() == [";".join(m) for m in want["modules"]]
+    assert main(["query", path, q, "-o", str(tmp_path / "r.parquet")]) == 0
+    assert_frame_equal(pl.read_parquet(tmp_path / "r.parquet"), want)
+    assert main(["query", path, q, "--top", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "copy-done.4" in text and "2 of 17 rows" in text
+    assert main(["query", path, "--tables"]) == 0
+    assert "populations" in capsys.readouterr().out
+    for argv, msg in ((["query", path, "SELECT * FROM nope"], "unknown table 'nope'"),
+                      (["query", path, "SELECT zz FROM ops"], "SQL error"),
+                      (["query", path], "no SQL query given"),
+                      (["query", path, q, "--format", "parquet"], "needs -o FILE")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert msg in err and err.count("\n") == 1 and "Traceback" not in err

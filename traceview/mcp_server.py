@@ -1,0 +1,302 @@
+"""The Model Context Protocol server of ``traceview mcp``: traceview's commands as MCP tools
+over stdio, built on the official ``mcp`` SDK (``pip install 'traceview[mcp]'``).
+
+Tools: ``find_traces`` (what would be read under a path and why), ``analyze`` (``traceview
+analyze --format json``, whole or one section), ``diff``, ``verify``, ``query`` (SQL) and
+``describe_schema``. Each runs the CLI's own subcommand (:func:`traceview.cli.build_parser`
+and the subcommand's ``run``) with JSON output captured, so a tool's result is the JSON the
+command line prints for the same arguments: no second implementation.
+
+Confinement: every path (relative ones against the first root) is resolved with
+``os.path.realpath`` (symbolic links followed) and must lie under a root given at start-up
+(:class:`Roots`); so must every trace file discovery picks under it. Nothing is written
+anywhere but the caches (``$TRACEVIEW_CACHE_DIR``, outside any profile folder; none with
+``no_cache``). Output is bounded: lists cut at ``max_items`` and strings at ``max_chars``, each
+cut listed under ``"truncated"`` with the full length. Errors are MCP tool errors carrying one
+line (traceview's message, or the exception's type and first line), never a traceback.
+"""
+
+# no "from __future__ import annotations": the SDK reads the tools' annotations, some local to build_server
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import sys
+import threading
+from typing import Annotated
+
+from traceview.errors import EXIT_CHECK_FAILED, EXIT_OK, TraceviewError, UsageError
+from traceview.model.naming import safe_line
+
+#: list items and string characters a tool result keeps (see :func:`bound`)
+MAX_ITEMS = 500
+MAX_CHARS = 4000
+
+#: one CLI command at a time: standard output is captured per call
+_LOCK = threading.Lock()
+
+
+class PathRefused(UsageError):
+    """A tool's path is outside the server's roots, or does not exist."""
+
+
+class Roots:
+    """The folders a server may read: each given folder's real path (symlinks resolved)."""
+
+    def __init__(self, roots: list[str]):
+        if not roots:
+            raise UsageError("no --root given")
+        self.dirs = []
+        for r in roots:
+            real = os.path.realpath(os.path.expanduser(r))
+            if not os.path.isdir(real):
+                raise UsageError(f"--root {r}: not a folder")
+            self.dirs.append(real)
+
+    def inside(self, real: str) -> bool:
+        """Whether the real path ``real`` is one of the roots or below one."""
+        return any(real == d or real.startswith(d.rstrip(os.sep) + os.sep) for d in self.dirs)
+
+    def resolve(self, path: str) -> str:
+        """The real path of ``path`` (relative: to the first root); PathRefused when it is
+        outside every root (after resolving symlinks) or does not exist."""
+        if not isinstance(path, str) or not path or "\x00" in path:
+            raise PathRefused(f"invalid path {path!r}")
+        joined = os.path.join(self.dirs[0], os.path.expanduser(path))
+        real = os.path.realpath(joined)
+        if not self.inside(real):
+            raise PathRefused(f"{path}: outside the server's roots ({', '.join(self.dirs)}); refused")
+        if not os.path.exists(real):
+            raise PathRefused(f"{path}: no such file or folder")
+        return real
+
+    def check_discovered(self, path: str, run: str | None = None, all_runs: bool = False) -> None:
+        """PathRefused when a trace file discovery would read under ``path`` resolves
+        outside the roots (a symbolic link inside a root pointing out)."""
+        from traceview.read.discover import discover
+
+        disc = discover(path, run=run, all_runs=all_runs, stale_after_s=None)
+        for tf in disc.files:
+            if not self.inside(os.path.realpath(tf.path)):
+                raise PathRefused(f"{tf.path}: resolves outside the server's roots; refused")
+
+
+def bound(obj, *, max_items: int = MAX_ITEMS, max_chars: int = MAX_CHARS):
+    """(``obj`` with lists cut to ``max_items`` and strings to ``max_chars``, {JSON path:
+    full length} of each cut)."""
+    cuts: dict = {}
+
+    def walk(o, where):
+        if isinstance(o, str):
+            if len(o) > max_chars:
+                cuts[where] = len(o)
+                return o[:max_chars] + "…"
+            return o
+        if isinstance(o, dict):
+            return {k: walk(v, f"{where}.{k}") for k, v in o.items()}
+        if isinstance(o, list):
+            if len(o) > max_items:
+                cuts[where] = len(o)
+            return [walk(v, f"{where}[{i}]") for i, v in enumerate(o[:max_items])]
+        return o
+
+    return walk(obj, "$"), cuts
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception as one printable line."""
+    if isinstance(exc, TraceviewError):
+        return safe_line(str(exc))
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return safe_line(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
+
+
+def run_command(argv: list[str], *, ok_codes=(EXIT_OK,)) -> tuple[int, str]:
+    """Run the CLI subcommand ``argv`` (``["analyze", PATH, "--format=json", ...]``) in this
+    process: parsed by the CLI's parser, run by its module's ``run``, standard output
+    captured. Returns (exit code, output); raises UsageError (the parser's message) or the
+    command's TraceviewError; an exit code outside ``ok_codes`` raises UsageError."""
+    from traceview.cli import COMMANDS, build_parser
+
+    err = io.StringIO()
+    out = io.StringIO()
+    with _LOCK, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        parser = build_parser(only=argv[0])
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit:
+            lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+            raise UsageError(lines[-1].removeprefix("traceview: error: ") if lines else "invalid arguments") from None
+        rc = importlib.import_module(COMMANDS[argv[0]]).run(args)
+    for line in err.getvalue().splitlines():  # the command's notes and warnings: the server's log
+        print(line, file=sys.stderr)
+    if rc not in ok_codes:
+        raise UsageError(f"traceview {argv[0]} exited {rc}")
+    return rc, out.getvalue()
+
+
+def _opt(name: str, value) -> list[str]:
+    """``--name=value`` (the ``=`` form, so a value starting with '-' stays a value), or
+    nothing for None / False; ``--name`` for True."""
+    if value is None or value is False:
+        return []
+    if value is True:
+        return [f"--{name}"]
+    return [f"--{name}={value}"]
+
+
+
+def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_ITEMS, max_chars: int = MAX_CHARS):
+    """The :class:`mcp.server.mcpserver.MCPServer` with traceview's tools, confined to
+    ``roots``. Raises ImportError when the ``mcp`` SDK is not installed."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from pydantic import Field
+
+    from traceview import __version__
+
+    server = MCPServer(
+        name="traceview", version=__version__,
+        instructions="traceview reads JAX/XProf profiles (.xplane.pb, .trace.json.gz) and reports HLO ops keyed "
+                     "by (name, shape) with occurrences, roofline, steps and sources. Paths are confined to: "
+                     + ", ".join(roots.dirs) + ". Start with find_traces, then analyze (section=... for one "
+                     "part), query (SQL; describe_schema lists the tables), diff and verify.")
+    cache = ["--no-cache"] if no_cache else []
+
+    def done(text: str) -> str:
+        payload = json.loads(text)
+        payload, cuts = bound(payload, max_items=max_items, max_chars=max_chars)
+        if cuts:
+            payload["truncated"] = cuts
+        return json.dumps(payload, indent=2, ensure_ascii=False)
+
+    def guarded(fn):
+        """``fn`` with every error as a ToolError of one line."""
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*a, **k):
+            try:
+                return fn(*a, **k)
+            except ToolError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every failure is one line to the client
+                raise ToolError(_one_line(exc)) from None
+        return wrapper
+
+    PathArg = Annotated[str, Field(description="trace file, run folder or log dir, under a root (relative: to the "
+                                               "first root)")]
+    TopArg = Annotated[int, Field(ge=1, le=1000, description="rows of each table (the JSON states each total)")]
+
+    @server.tool(description="What traceview would read under PATH and why: runs, hosts, files (format, size), "
+                             "the reasons for each choice, and warnings (several runs, stale runs, stray files).")
+    @guarded
+    def find_traces(path: PathArg = ".", run: Annotated[str | None, Field(description="run folder name")] = None,
+                    all_runs: bool = False) -> str:
+        from traceview.read.discover import discover
+
+        real = roots.resolve(path)
+        disc = discover(real, run=run, all_runs=all_runs, stale_after_s=7 * 24 * 3600)
+        files = [f for f in disc.files if roots.inside(os.path.realpath(f.path))]
+        payload = {"traceview": __version__, "path": real,
+                   "provenance": {"lines": list(disc.reasons), "runs": [r.name for r in disc.selected]},
+                   "runs": [{"name": r.name, "directory": str(r.directory), "hosts": r.hosts} for r in disc.runs],
+                   "files": [{"path": str(f.path), "host": f.host, "format": f.kind, "bytes": f.size, "run": f.run}
+                             for f in files],
+                   "warnings": list(disc.warnings), "skipped": [[str(p), why] for p, why in disc.skipped]}
+        return done(json.dumps(payload))
+
+    @server.tool(description="traceview analyze --format json: provenance, warnings, devices and peaks, the HLO "
+                             "ops keyed by (name, shape) with occurrences and times (ps), roofline, kernels, "
+                             "sources, steps and every other section of the report. section=NAME returns one "
+                             "section (an unknown name lists them); top limits every table.")
+    @guarded
+    def analyze(path: PathArg, section: Annotated[str | None, Field(description="one section of the JSON, e.g. "
+                                                                                  "ops, roofline, steps")] = None,
+                top: TopArg = 20, by: Annotated[str, Field(pattern="^(shape|name|program)$")] = "shape",
+                run: str | None = None, device: Annotated[str | None, Field(description="device REGEX")] = None,
+                filter: Annotated[str | None, Field(description="op REGEX")] = None) -> str:
+        real = roots.resolve(path)
+        roots.check_discovered(real, run=run)
+        argv = ["analyze", *_opt("format", "json"), *_opt("top", top), *_opt("by", by), *_opt("run", run),
+                *_opt("device", device), *_opt("filter", filter), *cache, "--", real]
+        _, text = run_command(argv)
+        if section is None:
+            return done(text)
+        payload = json.loads(text)
+        if section not in payload:
+            raise UsageError(f"unknown section {section!r}; sections: {', '.join(payload)}")
+        rows = payload.get("rows", {}).get(section)
+        return done(json.dumps({"section": section, "rows": rows, section: payload[section]}))
+
+    @server.tool(description="traceview diff --format json: two profiles matched population by population (op "
+                             "kind, shape, HLO text without names): time and occurrence deltas, appeared / "
+                             "vanished populations, kernel configuration changes, step-time delta.")
+    @guarded
+    def diff(base: PathArg, treatment: PathArg, top: TopArg = 20) -> str:
+        b, t = roots.resolve(base), roots.resolve(treatment)
+        roots.check_discovered(b)
+        roots.check_discovered(t)
+        _, text = run_command(["diff", *_opt("format", "json"), *_opt("top", top), *cache, "--", b, t])
+        return done(text)
+
+    @server.tool(description="traceview verify --format json: evaluate checks (the verify grammar, e.g. "
+                             "\"kernel 'RPAd*' has bkv 256\", \"op matching all-reduce present\", \"family "
+                             "attention share < 30%\") on PATH, or on BASE and PATH for diff checks. ok is false "
+                             "when a check fails (that is a result, not an error).")
+    @guarded
+    def verify(path: PathArg, checks: Annotated[list[str], Field(min_length=1, max_length=100)],
+               base: Annotated[str | None, Field(description="base profile for diff checks")] = None) -> str:
+        paths = ([roots.resolve(base)] if base else []) + [roots.resolve(path)]
+        for p in paths:
+            roots.check_discovered(p)
+        argv = ["verify", *_opt("format", "json"), *[f"--check={c}" for c in checks], *cache, "--", *paths]
+        _, text = run_command(argv, ok_codes=(EXIT_OK, EXIT_CHECK_FAILED))
+        return done(text)
+
+    @server.tool(description="traceview query --format json: SQL (polars) over the profile's tables: ops (one "
+                             "row per HLO op event), populations, roofline, steps, sources, kernels, programs, "
+                             "module_runs, ... (describe_schema lists them). limit caps the rows returned; the "
+                             "JSON states the total.")
+    @guarded
+    def query(path: PathArg, sql: Annotated[str, Field(min_length=1, max_length=20000)],
+              limit: Annotated[int, Field(ge=1, le=10000)] = 100) -> str:
+        real = roots.resolve(path)
+        roots.check_discovered(real)
+        _, text = run_command(["query", *_opt("format", "json"), *_opt("top", limit), *cache, "--", real, sql])
+        return done(text)
+
+    @server.tool(description="The tables query runs over, with their columns (dtype, meaning). With a path: the "
+                             "tables of that profile (traceview query PATH --tables --format json); without: "
+                             "the documented tables.")
+    @guarded
+    def describe_schema(path: Annotated[str | None, Field(description="a profile, for its actual tables")] = None
+                        ) -> str:
+        if path is None:
+            from traceview.model.schema import OPS_SCHEMA, TABLE_DOCS, column_docs
+
+            tables = [{"table": name, "doc": doc,
+                       "columns": [{"name": c, "doc": d} for c, d in column_docs(name).items()]}
+                      for name, (doc, _) in TABLE_DOCS.items()]
+            tables[0]["columns"] = [{"name": c, "dtype": str(t), "doc": column_docs("ops").get(c, "")}
+                                    for c, t in OPS_SCHEMA.items()]
+            return done(json.dumps({"traceview": __version__, "tables": tables}))
+        real = roots.resolve(path)
+        roots.check_discovered(real)
+        _, text = run_command(["query", "--tables", *_opt("format", "json"), *cache, "--", real])
+        return done(text)
+
+    return server
+
+
+def serve(roots: list[str], *, no_cache: bool = False) -> None:
+    """Serve the tools over stdio until the client closes the connection. Raises UsageError
+    for a bad root and when the ``mcp`` SDK is missing."""
+    r = Roots(roots)
+    try:
+        server = build_server(r, no_cache=no_cache)
+    except ImportError as exc:
+        raise UsageError(f"traceview mcp needs the MCP SDK: pip install 'traceview[mcp]' ({_one_line(exc)})") from None
+    server.run("stdio")
