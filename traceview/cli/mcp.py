@@ -1,5 +1,5 @@
 """``traceview mcp --root DIR ...``: serve traceview's tools to an MCP client over stdio
-(:mod:`traceview.mcp_server`; needs ``pip install 'traceview[mcp]'``)."""
+(:mod:`traceview.cli.mcp_server`; needs ``pip install 'traceview[mcp]'``)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     """Serves until the client closes standard input; returns 0. UsageError (exit 2) for a
     root that is not a folder or a missing ``mcp`` SDK."""
-    from traceview.mcp_server import serve
+    from traceview.cli.mcp_server import serve
 
     serve(args.root or ["."], no_cache=args.no_cache)
     return EXIT_OK

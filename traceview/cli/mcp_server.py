@@ -1,5 +1,6 @@
 """The Model Context Protocol server of ``traceview mcp``: traceview's commands as MCP tools
-over stdio, built on the official ``mcp`` SDK (``pip install 'traceview[mcp]'``).
+over stdio, built on the official ``mcp`` SDK (``pip install 'traceview[mcp]'``). It is in the
+cli layer because it runs the CLI's subcommands.
 
 Tools: ``find_traces`` (what would be read under a path and why), ``analyze`` (``traceview
 analyze --format json``, whole or one section), ``diff``, ``verify``, ``query`` (SQL) and
@@ -113,6 +114,13 @@ def _one_line(exc: BaseException) -> str:
     return safe_line(f"{type(exc).__name__}: {first}" if first else type(exc).__name__)
 
 
+def one_line_message(text: str) -> str:
+    """A multi-line error message (pydantic's validation errors) as one line: its lines
+    joined with "; ", pointers to documentation left out."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and "For further information" not in ln]
+    return safe_line("; ".join(lines))
+
+
 def run_command(argv: list[str], *, ok_codes=(EXIT_OK,)) -> tuple[int, str]:
     """Run the CLI subcommand ``argv`` (``["analyze", PATH, "--format=json", ...]``) in this
     process: parsed by the CLI's parser, run by its module's ``run``, standard output
@@ -157,7 +165,17 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
 
     from traceview import __version__
 
-    server = MCPServer(
+    class _Server(MCPServer):
+        """MCPServer whose tool errors are one line (the SDK's argument validation errors
+        span several)."""
+
+        async def call_tool(self, name, arguments, context=None):
+            try:
+                return await super().call_tool(name, arguments, context)
+            except ToolError as exc:
+                raise ToolError(one_line_message(str(exc))) from None
+
+    server = _Server(
         name="traceview", version=__version__,
         instructions="traceview reads JAX/XProf profiles (.xplane.pb, .trace.json.gz) and reports HLO ops keyed "
                      "by (name, shape) with occurrences, roofline, steps and sources. Paths are confined to: "

@@ -1,0 +1,198 @@
+"""``traceview mcp``: one server subprocess for the module, spoken to with the MCP SDK's own
+client (``mcp.client.stdio``), over the shared traces. Each tool's JSON must equal what the
+command line prints for the same arguments; paths outside the roots, a symbolic link
+escaping them and a missing file get one-line MCP tool errors; nothing is written under the
+roots."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+from mcp import ClientSession
+from mcp.client.stdio import StdioServerParameters, stdio_client
+
+V6E = "tpu_v6e_4chip_psum.xplane.pb"
+GEMM = "mi300x_jax_gemm_sweep.xplane.pb"
+CONV = "mi300x_jax_conv3d.xplane.pb"
+VLLM = "vllm_tpu_qwen"
+SQL = "SELECT op_name, shape, occurrences, self_ps FROM populations ORDER BY self_ps DESC, op_name, shape"
+CHECKS = ["op matching all-reduce present", "op matching no_such_op present"]
+
+#: (name, tool, arguments): every call the module makes, in one session
+CALLS = [
+    ("analyze_v6e", "analyze", {"path": V6E, "top": 5}),
+    ("analyze_vllm_ops", "analyze", {"path": VLLM, "section": "ops", "top": 4}),
+    ("analyze_bad_section", "analyze", {"path": V6E, "section": "nope"}),
+    ("diff_mi300x", "diff", {"base": GEMM, "treatment": CONV, "top": 5}),
+    ("verify_v6e", "verify", {"path": V6E, "checks": CHECKS}),
+    ("query_vllm", "query", {"path": VLLM, "sql": SQL, "limit": 7}),
+    ("query_bad", "query", {"path": V6E, "sql": "SELECT * FROM nope"}),
+    ("find_vllm", "find_traces", {"path": VLLM}),
+    ("schema", "describe_schema", {}),
+    ("schema_v6e", "describe_schema", {"path": V6E}),
+    ("outside", "analyze", {"path": "/etc"}),
+    ("dotdot", "query", {"path": "../../../etc/passwd", "sql": "SELECT 1"}),
+    ("symlink_file", "analyze", {"path": "SCRATCH/escape.xplane.pb"}),
+    ("symlink_inside_folder", "analyze", {"path": "SCRATCH/profiles"}),
+    ("missing", "analyze", {"path": "SCRATCH/no_such.xplane.pb"}),
+    ("bad_arg", "analyze", {"path": V6E, "top": 0}),
+]
+
+
+def _cli(*argv) -> tuple[int, str, str]:
+    r = subprocess.run([sys.executable, "-m", "traceview.cli", *argv], capture_output=True, text=True, timeout=300)
+    return r.returncode, r.stdout, r.stderr
+
+
+@pytest.fixture(scope="module")
+def session(shared_traces, tmp_path_factory):
+    """Every call of :data:`CALLS`, made over one server subprocess: {name: (is_error,
+    text)}, plus the tool list and the scratch folders."""
+    scratch = tmp_path_factory.mktemp("mcp_root")
+    outside = tmp_path_factory.mktemp("mcp_outside")
+    shutil.copy(shared_traces / GEMM, outside / "copy.xplane.pb")
+    os.symlink(outside / "copy.xplane.pb", scratch / "escape.xplane.pb")  # a link out of the roots
+    (scratch / "profiles").mkdir()
+    os.symlink(outside / "copy.xplane.pb", scratch / "profiles" / "h.xplane.pb")  # found by discovery
+    before = sorted((p, p.stat().st_mtime_ns) for p in scratch.rglob("*"))
+    params = StdioServerParameters(command=sys.executable, args=["-m", "traceview.cli", "mcp", "--root",
+                                                                 str(shared_traces), "--root", str(scratch)],
+                                   cwd=str(scratch))
+
+    async def talk():
+        out = {}
+        async with stdio_client(params) as streams:
+            async with ClientSession(*streams) as s:
+                await s.initialize()
+                out["_tools"] = (await s.list_tools()).tools
+                for name, tool, args in CALLS:
+                    args = {k: v.replace("SCRATCH", str(scratch)) if isinstance(v, str) else v
+                            for k, v in args.items()}
+                    r = await s.call_tool(tool, args, read_timeout_seconds=300)
+                    out[name] = (r.is_error, "".join(c.text for c in r.content if getattr(c, "type", "") == "text"))
+        return out
+
+    res = anyio.run(talk)
+    res["_written"] = sorted((p, p.stat().st_mtime_ns) for p in scratch.rglob("*")) != before
+    return res
+
+
+def _ok(session, name) -> dict:
+    err, text = session[name]
+    assert not err, text
+    return json.loads(text)
+
+
+def test_tools_listed_with_schemas(session):
+    tools = {t.name: t for t in session["_tools"]}
+    assert set(tools) == {"find_traces", "analyze", "diff", "verify", "query", "describe_schema"}
+    a = tools["analyze"].input_schema
+    assert a["required"] == ["path"] and a["properties"]["top"]["maximum"] == 1000
+    assert tools["verify"].input_schema["properties"]["checks"]["type"] == "array"
+    assert all(t.description for t in tools.values())
+
+
+def test_analyze_equals_cli_json(session, shared_traces):
+    rc, out, _ = _cli("analyze", str(shared_traces / V6E), "--format", "json", "--top", "5")
+    assert rc == 0
+    got = _ok(session, "analyze_v6e")
+    assert "truncated" not in got
+    assert got == json.loads(out)
+    assert got["rows"]["ops"] == {"shown": 5, "total": 17}
+    assert got["ops"][0]["op_name"] == "copy-done.4"
+
+
+def test_analyze_section_equals_cli_section(session, shared_traces):
+    rc, out, _ = _cli("analyze", str(shared_traces / VLLM), "--format", "json", "--top", "4")
+    cli = json.loads(out)
+    got = _ok(session, "analyze_vllm_ops")
+    assert got == {"section": "ops", "rows": cli["rows"]["ops"], "ops": cli["ops"]}
+    assert got["rows"] == {"shown": 4, "total": 3454}
+    err, text = session["analyze_bad_section"]
+    assert err and "unknown section 'nope'; sections: traceview, top, rows, provenance" in text
+
+
+def test_diff_equals_cli_json(session, shared_traces):
+    rc, out, _ = _cli("diff", str(shared_traces / GEMM), str(shared_traces / CONV), "--format", "json", "--top", "5")
+    assert rc == 0
+    got = _ok(session, "diff_mi300x")
+    assert got == json.loads(out)
+    assert got["rows"]["populations"]["shown"] == 5
+
+
+def test_verify_equals_cli_json(session, shared_traces):
+    rc, out, _ = _cli("verify", str(shared_traces / V6E), "--format", "json", *[a for c in CHECKS for a in ("-c", c)])
+    assert rc == 1  # one check fails: a result, not a tool error
+    got = _ok(session, "verify_v6e")
+    assert got == json.loads(out)
+    assert [r["ok"] for r in got["results"]] == [True, False]
+
+
+def test_query_equals_cli_json(session, shared_traces):
+    rc, out, _ = _cli("query", str(shared_traces / VLLM), SQL, "--format", "json", "--top", "7")
+    assert rc == 0
+    got = _ok(session, "query_vllm")
+    assert got == json.loads(out)
+    assert got["rows"] == {"result": {"shown": 7, "total": 3454}}
+    err, text = session["query_bad"]
+    assert err and "unknown table 'nope'" in text and "\n" not in text
+
+
+def test_find_traces_and_schema(session, shared_traces):
+    f = _ok(session, "find_vllm")
+    assert [x["format"] for x in f["files"]] == ["trace_json"]
+    assert f["provenance"]["runs"] == ["2026_01_11_21_26_41"]
+    s = {t["table"]: t for t in _ok(session, "schema")["tables"]}
+    assert {"ops", "populations", "steps", "roofline"} <= set(s)
+    assert any(c["name"] == "self_ps" and c["doc"] for c in s["ops"]["columns"])
+    rc, out, _ = _cli("query", str(shared_traces / V6E), "--tables", "--format", "json")
+    assert _ok(session, "schema_v6e") == json.loads(out)
+
+
+@pytest.mark.parametrize("name,msg", [
+    ("outside", "/etc: outside the server's roots"),
+    ("dotdot", "../../../etc/passwd: outside the server's roots"),
+    ("symlink_file", "escape.xplane.pb: outside the server's roots"),
+    ("symlink_inside_folder", "h.xplane.pb: resolves outside the server's roots"),
+    ("missing", "no_such.xplane.pb: no such file or folder"),
+    ("bad_arg", "top"),
+])
+def test_refusals_are_one_line_tool_errors(session, name, msg):
+    err, text = session[name]
+    assert err
+    assert msg in text
+    assert "\n" not in text and "Traceback" not in text
+
+
+def test_nothing_written_under_the_roots(session):
+    assert session["_written"] is False
+
+
+def test_bound_cuts_and_states_totals():
+    from traceview.cli.mcp_server import bound
+
+    got, cuts = bound({"a": list(range(10)), "s": "x" * 50, "n": {"t": "ok"}}, max_items=3, max_chars=8)
+    assert got == {"a": [0, 1, 2], "s": "x" * 8 + "…", "n": {"t": "ok"}}
+    assert cuts == {"$.a": 10, "$.s": 50}
+
+
+def test_roots_confinement(tmp_path):
+    from traceview.cli.mcp_server import PathRefused, Roots
+
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "t.xplane.pb").write_bytes(b"")
+    (tmp_path / "rx").mkdir()  # a sibling whose name extends the root's: not inside it
+    (tmp_path / "rx" / "t.xplane.pb").write_bytes(b"")
+    roots = Roots([str(tmp_path / "r")])
+    assert roots.resolve("t.xplane.pb") == str(Path(os.path.realpath(tmp_path / "r" / "t.xplane.pb")))
+    with pytest.raises(PathRefused, match="outside"):
+        roots.resolve(str(tmp_path / "rx" / "t.xplane.pb"))
+    with pytest.raises(PathRefused, match="outside"):
+        roots.resolve("../rx/t.xplane.pb")
