@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ CHECKS = ["op matching all-reduce present", "op matching no_such_op present"]
 
 #: (name, tool, arguments): every call the module makes, in one session
 CALLS = [
-    ("analyze_v6e", "analyze", {"path": V6E, "top": 5}),
+    ("analyze_v6e", "analyze", {"path": V6E, "top": 5, "steps": 100}),
     ("analyze_vllm_ops", "analyze", {"path": VLLM, "section": "ops", "top": 4}),
     ("analyze_bad_section", "analyze", {"path": V6E, "section": "nope"}),
     ("diff_mi300x", "diff", {"base": GEMM, "treatment": CONV, "top": 5}),
@@ -46,9 +45,16 @@ CALLS = [
 ]
 
 
-def _cli(*argv) -> tuple[int, str, str]:
-    r = subprocess.run([sys.executable, "-m", "traceview.cli", *argv], capture_output=True, text=True, timeout=300)
-    return r.returncode, r.stdout, r.stderr
+@pytest.fixture
+def cli(capsys):
+    """The command line in this process, caches off (so it computes what the server did):
+    (exit code, stdout)."""
+    from traceview.cli import main
+
+    def run(*argv):
+        rc = main([*argv, "--no-cache"])
+        return rc, capsys.readouterr().out
+    return run
 
 
 @pytest.fixture(scope="module")
@@ -99,18 +105,19 @@ def test_tools_listed_with_schemas(session):
     assert all(t.description for t in tools.values())
 
 
-def test_analyze_equals_cli_json(session, shared_traces):
-    rc, out, _ = _cli("analyze", str(shared_traces / V6E), "--format", "json", "--top", "5")
+def test_analyze_equals_cli_json(session, shared_traces, cli):
+    rc, out = cli("analyze", str(shared_traces / V6E), "--format", "json", "--top", "5", "--steps", "100")
     assert rc == 0
     got = _ok(session, "analyze_v6e")
     assert "truncated" not in got
     assert got == json.loads(out)
     assert got["rows"]["ops"] == {"shown": 5, "total": 17}
     assert got["ops"][0]["op_name"] == "copy-done.4"
+    assert got["occurrence_checks_summary"] == json.loads(out)["occurrence_checks_summary"] is not None
 
 
-def test_analyze_section_equals_cli_section(session, shared_traces):
-    rc, out, _ = _cli("analyze", str(shared_traces / VLLM), "--format", "json", "--top", "4")
+def test_analyze_section_equals_cli_section(session, shared_traces, cli):
+    rc, out = cli("analyze", str(shared_traces / VLLM), "--format", "json", "--top", "4")
     cli = json.loads(out)
     got = _ok(session, "analyze_vllm_ops")
     assert got == {"section": "ops", "rows": cli["rows"]["ops"], "ops": cli["ops"]}
@@ -119,24 +126,24 @@ def test_analyze_section_equals_cli_section(session, shared_traces):
     assert err and "unknown section 'nope'; sections: traceview, top, rows, provenance" in text
 
 
-def test_diff_equals_cli_json(session, shared_traces):
-    rc, out, _ = _cli("diff", str(shared_traces / GEMM), str(shared_traces / CONV), "--format", "json", "--top", "5")
+def test_diff_equals_cli_json(session, shared_traces, cli):
+    rc, out = cli("diff", str(shared_traces / GEMM), str(shared_traces / CONV), "--format", "json", "--top", "5")
     assert rc == 0
     got = _ok(session, "diff_mi300x")
     assert got == json.loads(out)
     assert got["rows"]["populations"]["shown"] == 5
 
 
-def test_verify_equals_cli_json(session, shared_traces):
-    rc, out, _ = _cli("verify", str(shared_traces / V6E), "--format", "json", *[a for c in CHECKS for a in ("-c", c)])
+def test_verify_equals_cli_json(session, shared_traces, cli):
+    rc, out = cli("verify", str(shared_traces / V6E), "--format", "json", *[a for c in CHECKS for a in ("-c", c)])
     assert rc == 1  # one check fails: a result, not a tool error
     got = _ok(session, "verify_v6e")
     assert got == json.loads(out)
     assert [r["ok"] for r in got["results"]] == [True, False]
 
 
-def test_query_equals_cli_json(session, shared_traces):
-    rc, out, _ = _cli("query", str(shared_traces / VLLM), SQL, "--format", "json", "--top", "7")
+def test_query_equals_cli_json(session, shared_traces, cli):
+    rc, out = cli("query", str(shared_traces / VLLM), SQL, "--format", "json", "--top", "7")
     assert rc == 0
     got = _ok(session, "query_vllm")
     assert got == json.loads(out)
@@ -145,14 +152,14 @@ def test_query_equals_cli_json(session, shared_traces):
     assert err and "unknown table 'nope'" in text and "\n" not in text
 
 
-def test_find_traces_and_schema(session, shared_traces):
+def test_find_traces_and_schema(session, shared_traces, cli):
     f = _ok(session, "find_vllm")
     assert [x["format"] for x in f["files"]] == ["trace_json"]
     assert f["provenance"]["runs"] == ["2026_01_11_21_26_41"]
     s = {t["table"]: t for t in _ok(session, "schema")["tables"]}
     assert {"ops", "populations", "steps", "roofline"} <= set(s)
     assert any(c["name"] == "self_ps" and c["doc"] for c in s["ops"]["columns"])
-    rc, out, _ = _cli("query", str(shared_traces / V6E), "--tables", "--format", "json")
+    rc, out = cli("query", str(shared_traces / V6E), "--tables", "--format", "json")
     assert _ok(session, "schema_v6e") == json.loads(out)
 
 

@@ -235,11 +235,16 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
                                                                                   "ops, roofline, steps")] = None,
                 top: TopArg = 20, by: Annotated[str, Field(pattern="^(shape|name|program)$")] = "shape",
                 run: str | None = None, device: Annotated[str | None, Field(description="device REGEX")] = None,
-                filter: Annotated[str | None, Field(description="op REGEX")] = None) -> str:
+                filter: Annotated[str | None, Field(description="op REGEX")] = None,
+                steps: Annotated[int | None, Field(ge=1, description="step count: flag populations whose "
+                                                                      "executions are not a multiple")] = None,
+                expect_batch: Annotated[int | None, Field(ge=1, description="batch size B: which populations "
+                                                                             "carry a dimension B")] = None) -> str:
         real = roots.resolve(path)
         roots.check_discovered(real, run=run)
         argv = ["analyze", *_opt("format", "json"), *_opt("top", top), *_opt("by", by), *_opt("run", run),
-                *_opt("device", device), *_opt("filter", filter), *cache, "--", real]
+                *_opt("device", device), *_opt("filter", filter), *_opt("steps", steps),
+                *_opt("expect-batch", expect_batch), *cache, "--", real]
         _, text = run_command(argv)
         if section is None:
             return done(text)
