@@ -34,6 +34,7 @@ CALLS = [
     ("query_vllm", "query", {"path": VLLM, "sql": SQL, "limit": 7}),
     ("query_bad", "query", {"path": V6E, "sql": "SELECT * FROM nope"}),
     ("find_vllm", "find_traces", {"path": VLLM}),
+    ("find_escaping", "find_traces", {"path": "SCRATCH/profiles"}),
     ("schema", "describe_schema", {}),
     ("schema_v6e", "describe_schema", {"path": V6E}),
     ("outside", "analyze", {"path": "/etc"}),
@@ -156,6 +157,8 @@ def test_find_traces_and_schema(session, shared_traces, cli):
     f = _ok(session, "find_vllm")
     assert [x["format"] for x in f["files"]] == ["trace_json"]
     assert f["provenance"]["runs"] == ["2026_01_11_21_26_41"]
+    esc = _ok(session, "find_escaping")
+    assert esc["files"] == [] and any("h.xplane.pb: resolves outside the server's roots" in w for w in esc["warnings"])
     s = {t["table"]: t for t in _ok(session, "schema")["tables"]}
     assert {"ops", "populations", "steps", "roofline"} <= set(s)
     assert any(c["name"] == "self_ps" and c["doc"] for c in s["ops"]["columns"])

@@ -138,12 +138,15 @@ def test_cli_formats_and_exit_codes(v6e, shared_traces, tmp_path, capsys):
     assert main(["query", path, q, "--top", "2"]) == 0
     text = capsys.readouterr().out
     assert "copy-done.4" in text and "2 of 17 rows" in text
+    assert main(["query", path, "SELECT step, device FROM steps"]) == 0
+    assert capsys.readouterr().out.endswith("\n25 of 400 rows\n")  # table output: 25 rows unless --top
     assert main(["query", path, "--tables"]) == 0
     assert "populations" in capsys.readouterr().out
     for argv, msg in ((["query", path, "SELECT * FROM nope"], "unknown table 'nope'"),
                       (["query", path, "SELECT zz FROM ops"], "SQL error"),
                       (["query", path], "no SQL query given"),
-                      (["query", path, q, "--format", "parquet"], "needs -o FILE")):
+                      (["query", path, q, "--format", "parquet"], "needs -o FILE"),
+                      (["query", path, q, "-o", str(shared_traces / "out.csv")], "never writes into a profile folder")):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert msg in err and err.count("\n") == 1 and "Traceback" not in err

@@ -218,12 +218,15 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
         real = roots.resolve(path)
         disc = discover(real, run=run, all_runs=all_runs, stale_after_s=7 * 24 * 3600)
         files = [f for f in disc.files if roots.inside(os.path.realpath(f.path))]
+        refused = [str(f.path) for f in disc.files if f not in files]
         payload = {"traceview": __version__, "path": real,
                    "provenance": {"lines": list(disc.reasons), "runs": [r.name for r in disc.selected]},
                    "runs": [{"name": r.name, "directory": str(r.directory), "hosts": r.hosts} for r in disc.runs],
                    "files": [{"path": str(f.path), "host": f.host, "format": f.kind, "bytes": f.size, "run": f.run}
                              for f in files],
-                   "warnings": list(disc.warnings), "skipped": [[str(p), why] for p, why in disc.skipped]}
+                   "warnings": list(disc.warnings) + [f"{p}: resolves outside the server's roots; refused"
+                                                      for p in refused],
+                   "skipped": [[str(p), why] for p, why in disc.skipped]}
         return done(json.dumps(payload))
 
     @server.tool(description="traceview analyze --format json: provenance, warnings, devices and peaks, the HLO "
