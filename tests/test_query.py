@@ -91,6 +91,8 @@ def test_tables_and_errors(v6e):
         v6e.sql("SELECT zz FROM populations")
     with pytest.raises(UsageError, match="SQL error: sql parser error"):
         v6e.sql("SELEC 1")
+    # FROM inside an expression is not a table
+    assert v6e.sql("SELECT TRIM(LEADING 'copy-' FROM op_name) AS t FROM populations LIMIT 1").item() == "done.4"
 
 
 def test_generic_tables_take_new_report_sections(v6e):
@@ -118,6 +120,9 @@ def test_generic_tables_take_new_report_sections(v6e):
     assert got["findings"]["id"].to_list() == ["x1", "x2"]
     assert got["findings"]["evidence"].to_list() == ['{"a": 1}', "{}"]
     assert got["communication"]["kind"].to_list() == ["all-reduce"]
+    rep2.findings = []  # no findings: still a table, empty, with the Finding fields
+    assert report_tables(rep2)["findings"].columns == ["id", "severity", "statement", "evidence", "why",
+                                                       "next_step", "verify_hint"]
 
 
 def test_cli_formats_and_exit_codes(v6e, shared_traces, tmp_path, capsys):

@@ -28,7 +28,11 @@ NAMES: dict = {
     "table": None, "by_shape": "populations", "split": "split_names", "checks": "occurrence_checks",
     "device_groups": "device_groups", "html_sources": None, "source_kinds": None,
     ("steps", "steps"): "steps", ("steps", "families"): "families", ("steps", "attr_family"): None,
+    ("communication", "collectives"): "communication", ("communication", "host_transfers"): "host_transfers",
 }
+
+#: the columns of a list section when it is empty (the findings branch's ``Finding`` fields)
+EMPTY: dict = {"findings": ("id", "severity", "statement", "evidence", "why", "next_step", "verify_hint")}
 
 #: tables read off the profile itself rather than the Report
 PROFILE_TABLES = ("ops", "module_runs", "programs", "step_markers")
@@ -47,7 +51,8 @@ def _rows_frame(items: list) -> pl.DataFrame:
 
 def _object_frames(name: str, obj) -> dict[str, pl.DataFrame]:
     """The frames held by an object field (its attributes), by table name."""
-    attrs = {k: v for k, v in vars(obj).items() if isinstance(v, pl.DataFrame) and not k.startswith("_")}
+    attrs = {k: v for k, v in getattr(obj, "__dict__", {}).items()
+             if isinstance(v, pl.DataFrame) and not k.startswith("_")}
     out = {}
     for k, v in attrs.items():
         table = NAMES.get((name, k), name if len(attrs) == 1 else f"{name}_{k}")
@@ -67,10 +72,10 @@ def report_tables(report) -> dict[str, pl.DataFrame]:
             table = NAMES.get(f.name, f.name)
             if table is not None:
                 out[table] = v
-        elif isinstance(v, list) and v and all(dataclasses.is_dataclass(x) for x in v):
+        elif isinstance(v, list) and all(dataclasses.is_dataclass(x) for x in v) and (v or f.name in EMPTY):
             table = NAMES.get(f.name, f.name)
             if table is not None:
-                out[table] = _rows_frame(v)
+                out[table] = _rows_frame(v) if v else pl.DataFrame(schema={c: pl.Utf8 for c in EMPTY[f.name]})
         elif hasattr(v, "__dict__") and not isinstance(v, type):
             out.update(_object_frames(f.name, v))
     return out
@@ -124,27 +129,27 @@ def tables(report, prof=None) -> Tables:
     return Tables(frames=report_tables(report), lazy=profile_tables(prof) if prof is not None else {})
 
 
-_FROM = re.compile(r"\b(?:from|join)\s+\"?([A-Za-z_][A-Za-z0-9_]*)\"?", re.IGNORECASE)
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_MISSING = re.compile(r"relation '([^']*)' was not found")
 
 
 def execute(t: Tables, query: str) -> pl.DataFrame:
-    """Run the SQL ``query`` over the tables of ``t`` (only those it names are built);
-    returns the result frame. Raises UsageError: empty query, a FROM/JOIN naming no table,
-    or polars' error (its first line) for bad SQL or an unknown column."""
+    """Run the SQL ``query`` over the tables of ``t`` (only those whose names appear in it
+    are built); returns the result frame. Raises UsageError: an empty query, an unknown
+    table (with the list of tables), or polars' error (its first line) for bad SQL or an
+    unknown column."""
     if not isinstance(query, str) or not query.strip():
         raise UsageError("empty SQL query")
     names = set(t.names)
-    cte = {m.lower() for m in re.findall(r"\b([A-Za-z_][A-Za-z0-9_]*)\s+as\s*\(", query, re.IGNORECASE)}
-    for m in _FROM.findall(query):
-        if m not in names and m.lower() not in cte:
-            raise UsageError(f"unknown table {m!r} in the query; tables: {', '.join(t.names)}")
     used = {w for w in _WORD.findall(query) if w in names}
     ctx = pl.SQLContext({n: t.get(n) for n in sorted(used)})
     try:
         return ctx.execute(query, eager=True)
     except (pl.exceptions.PolarsError, ValueError, TypeError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        missing = _MISSING.search(first)
+        if missing:
+            raise UsageError(f"unknown table {missing.group(1)!r} in the query; tables: {', '.join(t.names)}") from None
         raise UsageError(f"SQL error: {first}") from None
 
 

@@ -130,16 +130,19 @@ def run_command(argv: list[str], *, ok_codes=(EXIT_OK,)) -> tuple[int, str]:
 
     err = io.StringIO()
     out = io.StringIO()
-    with _LOCK, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        parser = build_parser(only=argv[0])
-        try:
-            args = parser.parse_args(argv)
-        except SystemExit:
-            lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
-            raise UsageError(lines[-1].removeprefix("traceview: error: ") if lines else "invalid arguments") from None
-        rc = importlib.import_module(COMMANDS[argv[0]]).run(args)
-    for line in err.getvalue().splitlines():  # the command's notes and warnings: the server's log
-        print(line, file=sys.stderr)
+    try:
+        with _LOCK, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            parser = build_parser(only=argv[0])
+            try:
+                args = parser.parse_args(argv)
+                rc = importlib.import_module(COMMANDS[argv[0]]).run(args)
+            except SystemExit as exc:  # the parser's usage error (already written to err)
+                lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
+                raise UsageError(lines[-1].removeprefix("traceview: error: ") if lines else
+                                 f"traceview {argv[0]} exited {exc.code}") from None
+    finally:
+        for line in err.getvalue().splitlines():  # the command's notes and warnings: the server's log
+            print(line, file=sys.stderr)
     if rc not in ok_codes:
         raise UsageError(f"traceview {argv[0]} exited {rc}")
     return rc, out.getvalue()
