@@ -206,3 +206,14 @@ def test_roots_confinement(tmp_path):
         roots.resolve(str(tmp_path / "rx" / "t.xplane.pb"))
     with pytest.raises(PathRefused, match="outside"):
         roots.resolve("../rx/t.xplane.pb")
+
+
+def test_missing_sdk_is_a_usage_error(tmp_path, monkeypatch):
+    from traceview.cli.mcp_server import serve
+    from traceview.errors import UsageError
+
+    monkeypatch.setitem(sys.modules, "mcp.server.mcpserver", None)  # import fails as if not installed
+    with pytest.raises(UsageError, match=r"needs the MCP SDK: pip install 'traceview\[mcp\]'"):
+        serve([str(tmp_path)])
+    with pytest.raises(UsageError, match="not a folder"):
+        serve([str(tmp_path / "nope")])
