@@ -371,3 +371,53 @@ def _direction_bandwidth(rec: pl.DataFrame) -> pl.DataFrame:
 
 _HREC = ["host", "device", "module", "op_name", "direction", "mechanism", "shape", "bytes", "start_ps", "t_ps",
          "all_self_ps"]
+
+
+COLLECTIVE_DIFF_SCHEMA = {
+    "kind": pl.Utf8, "status": pl.Utf8, "data_bytes": pl.Float64, "groups": pl.Utf8, "group_size": pl.Int64,
+    "executions_base": pl.Int64, "executions_treatment": pl.Int64, "time_ps_base": pl.Float64,
+    "time_ps_treatment": pl.Float64, "busbw_base": pl.Float64, "busbw_treatment": pl.Float64,
+}
+
+
+def _rollup(cols: pl.DataFrame) -> pl.DataFrame:
+    """Collectives per (kind, data size, groups) over shapes and channels (channel ids and op
+    names are renumbered at every compilation, so neither can match two profiles)."""
+    return cols.group_by(["kind", "data_bytes", "groups"], maintain_order=True).agg(
+        pl.col("group_size").first(), pl.col("executions").sum(),
+        ((pl.col("time_ps") * pl.col("executions")).sum() / pl.col("executions").sum()).alias("time_ps"),
+        pl.col("busbw").median())
+
+
+def collective_diff(base: Communication, treatment: Communication) -> tuple[pl.DataFrame, list[str]]:
+    """Collectives of two profiles matched on (kind, data size S, replica groups):
+    :data:`COLLECTIVE_DIFF_SCHEMA` rows with ``status`` "matched", "appeared" or "vanished"
+    (per side: executions, mean time per execution, median busbw), and one note per kind whose
+    sizes or groups changed (``all-reduce: 5.369 GB in groups of 2 -> 2.684 GB in groups of 4``)."""
+    b, t = _rollup(base.collectives), _rollup(treatment.collectives)
+    keys = ["kind", "data_bytes", "groups"]
+    j = b.join(t, on=keys, how="full", coalesce=True, nulls_equal=True, suffix="_treatment")
+    j = j.rename({"executions": "executions_base", "time_ps": "time_ps_base", "busbw": "busbw_base"}).with_columns(
+        pl.coalesce("group_size", "group_size_treatment").alias("group_size"),
+        pl.when(pl.col("executions_base").is_null()).then(pl.lit("appeared"))
+        .when(pl.col("executions_treatment").is_null()).then(pl.lit("vanished"))
+        .otherwise(pl.lit("matched")).alias("status"))
+    out = j.select(list(COLLECTIVE_DIFF_SCHEMA)).cast(COLLECTIVE_DIFF_SCHEMA).sort(["kind", "status", "data_bytes"])
+    notes = []
+    for kind in out.filter(pl.col("status") != "matched")["kind"].unique(maintain_order=True).to_list():
+        rows = out.filter(pl.col("kind") == kind)
+
+        def says(status):
+            r = rows.filter(pl.col("status").is_in([status, "matched"]))
+            return ", ".join(f"{_size(x['data_bytes'])} in groups of {x['group_size'] or '?'}" for x in r.iter_rows(named=True)) or "none"
+        notes.append(f"collective {kind} changed: {says('vanished')} -> {says('appeared')}")
+    return out, notes
+
+
+def _size(n) -> str:
+    if n is None:
+        return "? bytes"
+    for unit, f in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= f:
+            return f"{n / f:.4g} {unit}"
+    return f"{n:.0f} B"

@@ -103,6 +103,7 @@ def diff_payload(d, top: int | None = None) -> dict:
         "modules": d.modules.to_dicts(),
         "populations": pops.drop("hlo_text_base", "hlo_text_treatment", strict=False).to_dicts(),
         "overhead_factor": d.overhead_factor, "notes": list(d.notes),
+        "collectives": None if getattr(d, "collectives", None) is None else d.collectives.to_dicts(),
     }
 
 
