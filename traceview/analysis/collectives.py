@@ -153,8 +153,7 @@ def _pair_async(ev: pl.DataFrame) -> pl.DataFrame:
     dones = ev.filter(is_done)
     keys = ["host", "device", "program_id", "pair"]
     if dones.height:
-        names = [(_done_operand(t, n)) for t, n in zip(dones["hlo_text"].to_list(), dones["op_name"].to_list())]
-        dones = dones.with_columns(pl.Series("pair", names, dtype=pl.Utf8))
+        dones = dones.join(_done_pairs(dones), on=["hlo_text", "op_name"], how="left", nulls_equal=True)
         dones = dones.sort("start_ps").with_columns(pl.int_range(pl.len()).over(keys).alias("k")).select(
             keys + ["k", (pl.col("start_ps") + pl.col("duration_ps")).alias("done_end"),
                     pl.col("self_ps").alias("done_self_ps")])
@@ -165,6 +164,12 @@ def _pair_async(ev: pl.DataFrame) -> pl.DataFrame:
     out = starts.join(dones, on=keys + ["k"], how="left", nulls_equal=True)
     return out.with_columns((pl.col("done_end") - pl.col("start_ps")).alias("span_ps"),
                             pl.col("done_self_ps").fill_null(0))
+
+
+def _done_pairs(dones: pl.DataFrame) -> pl.DataFrame:
+    """Per distinct (hlo_text, op_name) of ``-done`` events: ``pair``, the ``-start`` it awaits."""
+    d = dones.select("hlo_text", "op_name").unique()
+    return d.with_columns(pl.Series("pair", [_done_operand(t, n) for t, n in d.iter_rows()], dtype=pl.Utf8))
 
 
 def _done_operand(hlo_text: str, op_name: str) -> str:
@@ -308,8 +313,8 @@ def _host_transfers(ev: pl.DataFrame, link: Link | None, notes: list):
     start_names = set(attrs["op_name"].to_list())
     dones = ev.filter(pl.col("op_kind").fill_null("").str.ends_with("-done"))
     if dones.height:
-        keep = [(_done_operand(t, n) in start_names) for t, n in zip(dones["hlo_text"].to_list(), dones["op_name"].to_list())]
-        dones = dones.filter(pl.Series(keep, dtype=pl.Boolean))
+        pairs = _done_pairs(dones).filter(pl.col("pair").is_in(sorted(start_names)))
+        dones = dones.join(pairs.select("hlo_text", "op_name"), on=["hlo_text", "op_name"], how="semi", nulls_equal=True)
     copies = starts.filter(pl.col("op_kind") == "copy-start")
     others = starts.filter(pl.col("op_kind") != "copy-start").with_columns(
         pl.col("duration_ps").alias("t_ps"), pl.col("self_ps").alias("all_self_ps"))
