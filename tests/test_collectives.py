@@ -205,9 +205,14 @@ def test_v6e_report_json_and_verify(shared_traces, v6e):
 
 # -- the shared vLLM TPU trace (2 devices) ------------------------------------------------
 
-def test_vllm_collectives_listed_with_bytes_and_bandwidth(shared_traces):
+@pytest.fixture(scope="module")
+def vllm(shared_traces):
     prof = traceview.load(shared_traces / VLLM)
-    comm = communication(prof, prof.peaks())
+    return prof, communication(prof, prof.peaks())
+
+
+def test_vllm_collectives_listed_with_bytes_and_bandwidth(vllm):
+    prof, comm = vllm
     cols = comm.collectives
     assert cols.height > 100 and set(cols["kind"]) == {"all-reduce", "all-gather"}
     assert set(cols["groups"]) == {"{{0,1}}"} and set(cols["group_size"]) == {2} and set(cols["devices"]) == {2}
@@ -223,3 +228,31 @@ def test_vllm_collectives_listed_with_bytes_and_bandwidth(shared_traces):
     assert ag["data_bytes"] == 2 * 1 * 1 * 8 * 4 and ag["bus_factor"] == 0.5  # s32[2,1,8] gathered over 2
     assert comm.link is None and any("interconnect peak unknown" in n for n in comm.notes)
     assert comm.host_transfers.height == 0  # its copies go to S(1) (on-chip), none to the host
+
+
+def test_terminal_section(v6e):
+    from rich.console import Console
+
+    from traceview.render.terminal import render_communication
+
+    con = Console(record=True, width=260, color_system=None)
+    render_communication(con, v6e[1], top=5)
+    text = con.export_text()
+    for want in ("communication", "ICI 800 GB/s bidirectional, 400 GB/s one way", "{{0,4},{1,5},{2,6},{3,7}} (2)",
+                 "5.369 GB", "44.12 GB/s", "11.0%", "h2d", "27.12 GB/s", "96.9% of the op time of jit_f"):
+        assert want in text, want
+
+
+def test_collective_diff_names_changed_sizes_and_groups(v6e, vllm):
+    """The v6e trace against the vLLM one: the all-reduce changed size and group, an all-gather appeared."""
+    from traceview.analysis.collectives import collective_diff
+
+    rows, notes = collective_diff(v6e[1], vllm[1])
+    ar = rows.filter(pl.col("kind") == "all-reduce")
+    assert ar.filter(pl.col("status") == "vanished")["data_bytes"].to_list() == [AR_BYTES]
+    assert set(ar.filter(pl.col("status") == "appeared")["data_bytes"]) == {1024 * 5120 * 2}
+    assert ar.filter(pl.col("status") == "vanished")["executions_base"].to_list() == [12]
+    assert set(rows.filter(pl.col("kind") == "all-gather")["status"]) == {"appeared"}
+    assert any(n.startswith("collective all-reduce changed: 5.369 GB in groups of 2 -> ") for n in notes)
+    same, none = collective_diff(v6e[1], v6e[1])
+    assert set(same["status"]) == {"matched"} and none == []

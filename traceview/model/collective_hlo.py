@@ -28,7 +28,7 @@ COLLECTIVE_KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", 
 HOST_OFFLOAD_TARGETS = ("MoveToHost", "MoveToDevice", "annotate_device_placement")
 
 #: at most this many device ids are expanded from one iota replica-group list
-MAX_IOTA_DEVICES = 1 << 20
+MAX_IOTA_DEVICES = 1 << 17
 
 _KIND = re.compile(r"^(" + "|".join(re.escape(k) for k in COLLECTIVE_KINDS) + r")(-start|-done|-update)?$")
 _IOTA = re.compile(r"\[(\d+),(\d+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
