@@ -103,7 +103,13 @@ def test_proto_collectives_print_their_groups():
     ag = comp.instructions.add(name="all_gather.1", opcode="all-gather", id=4, operand_ids=[1])
     ag.shape.element_type, ag.shape.dimensions[:] = 11, [1024, 64]
     ag.replica_groups.add(replica_ids=[0, 1, 2, 3])
+    sdy = comp.instructions.add(name="all-reduce.2", opcode="all-reduce", id=5, operand_ids=[1], channel_id=5)
+    sdy.shape.CopyFrom(p.shape)  # as JAX 0.10's SPMD partitioner writes it: a mesh and the axis it reduces over
+    sdy.mesh_axes_replica_group_list.mesh.axes.add(name="axis_0", size=1)
+    sdy.mesh_axes_replica_group_list.mesh.axes.add(name="axis_1", size=4)
+    sdy.mesh_axes_replica_group_list.axes.add(mesh_axis_index=1)
     mod = decode_module(proto.SerializeToString(), 1)
+    assert collective_attrs("all-reduce", mod.ops["all-reduce.2"].hlo_text).groups == [[0, 1, 2, 3]]
     a = collective_attrs("all-reduce", mod.ops["psum.7"].hlo_text)
     assert a.groups == np.arange(8).reshape(4, 2).T.reshape(2, 4).tolist() and a.channel_id == 3
     assert collective_attrs("collective-permute", mod.ops["ppermute.3"].hlo_text).pairs == [(0, 1), (1, 0)]
@@ -256,3 +262,30 @@ def test_collective_diff_names_changed_sizes_and_groups(v6e, vllm):
     assert any(n.startswith("collective all-reduce changed: 5.369 GB in groups of 2 -> ") for n in notes)
     same, none = collective_diff(v6e[1], v6e[1])
     assert set(same["status"]) == {"matched"} and none == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3).flatmap(
+    lambda sizes: st.tuples(st.just(sizes), st.permutations(list(range(len(sizes)))).flatmap(
+        lambda order: st.integers(1, len(sizes)).map(lambda k: list(order[:k]))), st.booleans())))
+def test_mesh_axes_replica_groups_match_numpy(spec):
+    """Shardy's ``mesh_axes_replica_group_list`` (proto field 93; what JAX 0.10's SPMD all-reduces
+    carry): device ids reshaped to the mesh, grouped axes last, cut in groups (numpy oracle)."""
+    from traceview.model.collective_hlo import mesh_axes_groups
+    from traceview.read.xplane.protos import HloProto
+
+    sizes, grouped, shuffled = spec
+    n = int(np.prod(sizes))
+    ids = list(range(n))[::-1] if shuffled else []
+    ins = HloProto().hlo_module.computations.add().instructions.add()
+    m = ins.mesh_axes_replica_group_list
+    for i, s in enumerate(sizes):
+        m.mesh.axes.add(name=f"axis_{i}", size=s)
+    m.mesh.device_ids[:] = ids
+    for g in grouped:
+        m.axes.add(mesh_axis_index=g)
+    arr = np.array(ids or list(range(n))).reshape(sizes)
+    rest = [d for d in range(len(sizes)) if d not in grouped]
+    per = int(np.prod([sizes[g] for g in grouped]))
+    want = arr.transpose(rest + grouped).reshape(-1, per).tolist()
+    assert mesh_axes_groups(m) == want

@@ -280,8 +280,15 @@ def proto_attributes(ins) -> list[str]:
         out.append(f"channel_id={ins.channel_id}")
     cdl = ins.collective_device_list if ins.HasField("collective_device_list") else None
     iota = cdl.iota_replica_group_list if cdl is not None and cdl.HasField("iota_replica_group_list") else None
+    if iota is None and ins.HasField("iota_collective_device_list"):
+        iota = ins.iota_collective_device_list
     groups = list(cdl.replica_groups) if cdl is not None and len(cdl.replica_groups) else list(ins.replica_groups)
-    if iota is not None and iota.num_replica_groups > 0:
+    mesh = mesh_axes_groups(ins.mesh_axes_replica_group_list) if ins.HasField("mesh_axes_replica_group_list") else None
+    if mesh is not None:
+        out.append("replica_groups={" + ",".join("{" + ",".join(map(str, g)) + "}" for g in mesh) + "}")
+    elif ins.HasField("mesh_axes_replica_group_list"):
+        pass  # a mesh-axes list this reader cannot expand: no groups rather than wrong ones
+    elif iota is not None and iota.num_replica_groups > 0:
         text = (f"[{iota.num_replica_groups},{iota.num_devices_per_group}]<="
                 f"[{','.join(str(d) for d in iota.iota_reshape_dims)}]")
         perm = list(iota.iota_transpose_perm)
@@ -298,3 +305,52 @@ def proto_attributes(ins) -> list[str]:
     if ins.is_host_transfer:
         out.append("is_host_transfer=true")
     return out
+
+
+def mesh_axes_groups(proto) -> list[list[int]] | None:
+    """The replica groups of a ``MeshAxesReplicaGroupListProto`` (Shardy-partitioned modules):
+    the mesh's device ids (``device_ids``, else iota) reshaped to the axis sizes, the grouped
+    axes moved last (in the order listed), flattened and cut into groups of the product of the
+    grouped sizes (XLA's ``MeshAxesReplicaGroupList::flattened_replica_groups``). A grouped
+    axis with ``sub_axis_info`` (pre_size, size) splits its dimension into [pre_size, size,
+    rest] and groups the middle; two sub-axes of one dimension are not expanded (None)."""
+    sizes = [int(a.size) for a in proto.mesh.axes]
+    n = 1
+    for d in sizes:
+        n *= d
+    if not sizes or n <= 0 or n > MAX_IOTA_DEVICES or not len(proto.axes):
+        return None
+    ids = list(proto.mesh.device_ids) or list(range(n))
+    if len(ids) != n:
+        return None
+    dims: list[int] = []
+    grouped: list[int] = []
+    by_dim: dict[int, list] = {}
+    for a in proto.axes:
+        by_dim.setdefault(int(a.mesh_axis_index), []).append(a)
+    if any(i < 0 or i >= len(sizes) for i in by_dim) or any(len(v) > 1 for v in by_dim.values()):
+        return None
+    slot: dict[int, int] = {}
+    for i, size in enumerate(sizes):
+        ax = by_dim.get(i, [None])[0]
+        if ax is None:
+            dims.append(size)
+        elif ax.HasField("sub_axis_info"):
+            pre, sub = int(ax.sub_axis_info.pre_size), int(ax.sub_axis_info.size)
+            if pre <= 0 or sub <= 0 or size % (pre * sub):
+                return None
+            dims.extend([pre, sub, size // (pre * sub)])
+            slot[i] = len(dims) - 2
+        else:
+            dims.append(size)
+            slot[i] = len(dims) - 1
+    grouped = [slot[int(a.mesh_axis_index)] for a in proto.axes]
+    perm = [d for d in range(len(dims)) if d not in grouped] + grouped
+    per = 1
+    for g in grouped:
+        per *= dims[g]
+    flat = iota_groups(1, n, dims, perm)
+    if flat is None:
+        return None
+    order = [ids[i] for i in flat[0]]
+    return [order[k:k + per] for k in range(0, n, per)]

@@ -242,6 +242,14 @@ def _build_hlo(pool):
         ("replica_groups", 1, "ReplicaGroup", "repeated"),
         ("iota_replica_group_list", 2, "IotaReplicaGroupListProto", ""),
     ])
+    _message(fp, "MeshAxisProto", [("name", 1, "string", ""), ("size", 2, "int64", "")])
+    _message(fp, "MeshProto", [("axes", 1, "MeshAxisProto", "repeated"), ("device_ids", 2, "int64", "repeated")])
+    _message(fp, "SubAxisProto", [("pre_size", 1, "int64", ""), ("size", 2, "int64", "")])
+    _message(fp, "AxisRefProto", [("mesh_axis_index", 1, "int64", ""), ("sub_axis_info", 2, "SubAxisProto", "")])
+    _message(fp, "MeshAxesReplicaGroupListProto", [
+        ("mesh", 1, "MeshProto", ""),
+        ("axes", 2, "AxisRefProto", "repeated"),
+    ])
     _message(fp, "HloInstructionProto", [
         ("name", 1, "string", ""),
         ("opcode", 2, "string", ""),
@@ -263,6 +271,8 @@ def _build_hlo(pool):
         ("source_target_pairs", 52, "SourceTarget", "repeated"),
         ("use_global_device_ids", 71, "bool", ""),
         ("collective_device_list", 87, "CollectiveDeviceListProto", ""),
+        ("iota_collective_device_list", 92, "IotaReplicaGroupListProto", ""),
+        ("mesh_axes_replica_group_list", 93, "MeshAxesReplicaGroupListProto", ""),
     ])
     _message(fp, "HloComputationProto", [
         ("name", 1, "string", ""),
