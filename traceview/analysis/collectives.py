@@ -286,7 +286,8 @@ def _collectives(ev: pl.DataFrame, link: Link | None, notes: list) -> pl.DataFra
     if peak is None and g.height:
         notes.append("interconnect peak unknown for this chip" + (f" ({link.source})" if link is not None else "")
                      + ": bus bandwidth is not compared with a peak")
-    return g.select(list(COLLECTIVES_SCHEMA)).sort(["total_ps", "kind", "shape"], descending=[True, False, False])
+    return g.select(list(COLLECTIVES_SCHEMA)).sort(["total_ps", "kind", "shape", "groups", "channel_id", "async"],
+                                                   descending=[True, False, False, False, False, False], nulls_last=True)
 
 
 _REC = ["host", "device", "module", "op_name", "kind", "async", "shape", "groups", "channel_id", "group_size",
@@ -344,7 +345,8 @@ def _host_transfers(ev: pl.DataFrame, link: Link | None, notes: list):
                      + ": host-transfer bandwidth is not compared with a peak")
     host_ps = int(rec["all_self_ps"].sum() or 0)
     modules = set(rec["module"].drop_nulls().to_list())
-    return (g.select(list(HOST_SCHEMA)).sort(["op_time_ps", "direction"], descending=[True, False]), host_ps, modules)
+    return (g.select(list(HOST_SCHEMA)).sort(["op_time_ps", "direction", "mechanism", "shape"],
+                                             descending=[True, False, False, False]), host_ps, modules)
 
 
 def _direction_bandwidth(rec: pl.DataFrame) -> pl.DataFrame:
