@@ -110,6 +110,24 @@ class Profile(ProfileData):
 
         return profile_anatomy(self, rules, module=module, window=window, markers=markers)
 
+    def communication(self, peaks=None):
+        """Collectives and host transfers with their bandwidth model; see
+        :func:`traceview.analysis.collectives.communication` (``peaks`` names the chip whose
+        link peaks apply; default: identified from the devices)."""
+        from traceview.analysis.collectives import communication
+
+        return communication(self, peaks if peaks is not None else self.peaks())
+
+    def collectives(self):
+        """One row per collective (kind, shape, replica groups, channel): bytes per participant,
+        algbw, busbw, % of the interconnect peak; see :mod:`traceview.analysis.collectives`."""
+        return self.communication().collectives
+
+    def host_transfers(self):
+        """One row per host transfer (direction, mechanism, shape): bytes, time in flight,
+        bandwidth; see :mod:`traceview.analysis.collectives`."""
+        return self.communication().host_transfers
+
     def analyze(self, **options):
         """Every section ``traceview analyze`` shows, as a :class:`traceview.Report`; options
         as :func:`traceview.analysis.report.build_report`."""

@@ -108,7 +108,9 @@ class DiffReport:
     and events per side. ``families`` — family, self_ps and share per side, delta_self_ps.
     ``modules`` — module (base name; treatment names mapped through configuration
     substitution), executions and mean_ps per side. ``steps``: :class:`StepDelta`.
-    ``notes``: one line each (overhead, mismatched steps...).
+    ``notes``: one line each (overhead, mismatched steps, collectives whose size or groups
+    changed). ``collectives``: :func:`traceview.analysis.collectives.collective_diff` (None when
+    the sides are not profiles).
     """
 
     base_label: str
@@ -124,6 +126,7 @@ class DiffReport:
     events_treatment: int
     overhead_factor: float = OVERHEAD_FACTOR
     notes: list[str] = field(default_factory=list)
+    collectives: pl.DataFrame | None = None  # traceview.analysis.collectives.collective_diff
 
     # -- views ----------------------------------------------------------------------------
     def matched(self) -> pl.DataFrame:
@@ -216,7 +219,8 @@ class DiffSide:
     ``kernels`` (:func:`~traceview.analysis.populations.kernel_table`), ``families``
     (:func:`~traceview.analysis.populations.family_shares`), ``module_runs``, ``events`` (op
     events), ``self_ps`` (their self time, ps) and ``steps`` ((module, steps, mean step ps,
-    method) of the step anatomy, None when it failed)."""
+    method) of the step anatomy, None when it failed), ``communication``
+    (:func:`traceview.analysis.collectives.communication`, None when it could not be made)."""
 
     label: str
     populations: pl.DataFrame
@@ -226,6 +230,7 @@ class DiffSide:
     events: int
     self_ps: int
     steps: tuple | None = None
+    communication: object = None  # traceview.analysis.collectives.Communication
 
 
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
@@ -243,6 +248,10 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
                  kernels=kern, families=family_shares(t), module_runs=prof.module_runs, events=t.events,
                  self_ps=t.self_ps)
     s.steps = _side_steps(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))))
+    if hasattr(prof, "used_devices"):
+        from traceview.analysis.collectives import communication
+
+        s.communication = communication(prof)
     return s
 
 
@@ -493,10 +502,17 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
             and _subst(step.module_treatment, vmap) != step.module_base:
         notes.append(f"steps are executions of {step.module_base} (base) and {step.module_treatment} (treatment): "
                      f"different programs, compare step times with care")
+    coll = None
+    if getattr(base, "communication", None) is not None and getattr(treatment, "communication", None) is not None:
+        from traceview.analysis.collectives import collective_diff
+
+        coll, coll_notes = collective_diff(base.communication, treatment.communication)
+        notes.extend(coll_notes)
     return DiffReport(base_label=b_label, treatment_label=t_label, populations=joined, kernels=kernels,
                        families=families, modules=modules, steps=step, op_time_ps_base=base.self_ps,
                        op_time_ps_treatment=treatment.self_ps,
-                       events_base=eb, events_treatment=et, overhead_factor=overhead_factor, notes=notes)
+                       events_base=eb, events_treatment=et, overhead_factor=overhead_factor, notes=notes,
+                       collectives=coll)
 
 
 def _kernel_diff(kb: pl.DataFrame, kt: pl.DataFrame) -> pl.DataFrame:

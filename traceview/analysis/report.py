@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceview.analysis import aggregate, sources as _sources
+from traceview.analysis.collectives import communication as _communication
 from traceview.analysis.kernels import kernels as _kernels
 from traceview.analysis.peaks import Peaks, profile_peaks
 from traceview.analysis.roofline import predicted_vs_measured, roofline
@@ -55,7 +56,8 @@ class Report:
     (:class:`~traceview.analysis.steps.StepAnatomy`). HTML only (else None):
     ``html_sources`` (by file, direct frame) and ``source_kinds`` (origin, share),
     ``populations_per_name`` ({op_name: populations}), ``hlo_texts`` ({(op_name, shape): the
-    first HLO text}), ``step_chart`` (:class:`StepChart`).
+    first HLO text}), ``step_chart`` (:class:`StepChart`). ``communication``
+    (:class:`~traceview.analysis.collectives.Communication`: collectives and host transfers).
     """
 
     discovery: object
@@ -84,6 +86,7 @@ class Report:
     populations_per_name: dict | None = None
     hlo_texts: dict | None = None
     step_chart: StepChart | None = None
+    communication: object = None  # traceview.analysis.collectives.Communication
 
 
 def file_rows(prof) -> list[dict]:
@@ -182,6 +185,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  peaks=peaks, roofline=roof,
                  roofline_summary=predicted_vs_measured(roof), kernels=kern, sources=files,
                  source_frame=source_frame, steps=anat)
+    rep.communication = _communication(prof, peaks)
     if html:
         add_html_sections(rep, prof)
     return rep

@@ -20,6 +20,7 @@ import polars as pl
 
 from traceview.analysis.aggregate import executions
 from traceview.analysis.peaks import Peaks
+from traceview.model.collective_hlo import COLLECTIVE_KINDS
 from traceview.model.optable import as_table, weighted_mode
 
 
@@ -117,8 +118,8 @@ def _weighted_mean(name: str, w: pl.Expr) -> pl.Expr:
 
 
 _ASYNC = r"(?:-start|-done|-update)(?:\.\d+)?$|^(?:send|recv)(?:-done)?(?:\.\d+)?$"
-_COLLECTIVE = (r"^(?:all-reduce|all-gather|reduce-scatter|all-to-all|collective-permute|collective-broadcast"
-               r"|ragged-all-to-all)(?:\.\d+)?$")
+# the synchronous collectives of traceview.analysis.collectives' family (send/recv are async above)
+_COLLECTIVE = (r"^(?:" + "|".join(k for k in COLLECTIVE_KINDS if k not in ("send", "recv")) + r")(?:\.\d+)?$")
 
 _ROOF_SCHEMA = {
     "op_name": pl.Utf8, "shape": pl.Utf8, "category": pl.Utf8, "occurrences": pl.Int64, "executions": pl.Int64,
@@ -157,7 +158,7 @@ def predicted_vs_measured(roof: pl.DataFrame) -> dict:
 
 _OFF_ROOFLINE = {
     "collective": ("collectives move their bytes over the chip interconnect, not HBM; they are judged "
-                   "by algorithm and bus bandwidth against the link peak, not by the HBM roofline"),
+                   "by algorithm and bus bandwidth against the link peak (the communication section), not by the HBM roofline"),
     "async": ("the -start/-done halves of asynchronous ops only issue and await a transfer that runs "
               "while other ops do; their own duration carries no cost"),
 }

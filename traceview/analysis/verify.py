@@ -345,6 +345,22 @@ class Verifier:
         return False, f"ops come from {', '.join(hit[:4])} (under {path}); bound: absent"
 
     # diff checks: (check) -> (ok, message)
+    def _c_collective(self, c, prof):
+        from traceview.analysis.collectives import communication
+
+        a = c.args
+        col = {"bytes": "data_bytes", "sent": "bytes_sent", "group": "group_size"}[a["what"]]
+        rows = communication(prof).collectives.filter(pl.col("kind") == a["kind"])
+        if rows.height == 0:
+            return False, f"no {a['kind']} collective in this profile"
+        f = CMPS[a["cmp"]]
+        bad = [r for r in rows.iter_rows(named=True) if r[col] is None or not f(r[col], a["n"])]
+        desc = "; ".join(f"{r['kind']} {_short(r['shape'])} groups {r['groups'] or '?'}: {a['what']} "
+                         f"{'unknown' if r[col] is None else f'{r[col]:,.0f}'}" for r in (bad or rows.to_dicts())[:4])
+        if bad:
+            return False, f"{len(bad)} of {rows.height} {a['kind']} population(s) fail {a['what']} {a['cmp']} {a['n']:,.0f}: {desc}"
+        return True, f"{rows.height} {a['kind']} population(s), {a['what']} {a['cmp']} {a['n']:,.0f}: {desc}"
+
     def _c_op_diff(self, c, mask=None, what="match", one="matches"):
         rx = c.args["rx"]
         mask = mask if mask is not None else self._op_mask(rx)

@@ -37,6 +37,13 @@ check the base instead)::
     source of kernel GLOB under PATH    every op of those kernels with a source comes from PATH
     source of op [matching] RX under PATH
     source PATH present|absent          some op's source file or stack frame is under PATH
+    collective KIND bytes|sent|group CMP N
+                                        every collective population of KIND (all-reduce, all-gather,
+                                        reduce-scatter, all-to-all, collective-permute, ...; async
+                                        halves count as their kind) has its data size S ("bytes",
+                                        the nccl-tests size), bytes each participant sends ("sent")
+                                        or group size CMP N (traceview.analysis.collectives); none
+                                        of KIND fails
 
 Diff checks (two profiles, BASE then TREATMENT)::
 
@@ -255,6 +262,13 @@ def _parse_body(p: _P) -> Check:
             p.i += 1
             return Check("", "kernel_present", {"glob": glob, "want": nxt})
         p.err(f"expected has, changed, present or absent after the kernel pattern, got {p.peek()!r}")
+    if p.kw("collective"):
+        kind = p.word("collective kind").lower()
+        what = (p.peek() or "").lower()
+        if what not in ("bytes", "sent", "group"):
+            p.err(f"expected bytes, sent or group after the collective kind, got {p.peek()!r}")
+        p.i += 1
+        return Check("", "collective", {"kind": kind, "what": what, "cmp": _cmp(p), "n": _int(p)})
     if p.kw("source", "of", "kernel"):
         glob = p.word("kernel name pattern")
         if p.kw("changed"):
@@ -275,7 +289,7 @@ def _parse_body(p: _P) -> Check:
         if p.peek() is not None:
             p.i += 1
         return Check("", "source_present", {"path": path, "want": want})
-    p.err("unknown check; it should start with 'no op', 'op', 'family', 'kernel', 'source' or 'all matched' "
+    p.err("unknown check; it should start with 'no op', 'op', 'family', 'kernel', 'source', 'collective' or 'all matched' "
           "(see traceview verify --help)")
 
 

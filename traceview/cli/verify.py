@@ -25,6 +25,7 @@ checks (one per --check, or one per line in --checks FILE; '#' comments):
   source of kernel GLOB under PATH        e.g. source of kernel 'RPAd*' under my_kernels/
   source of op [matching] RX under PATH
   source PATH present|absent
+  collective KIND bytes|sent|group CMP N  e.g. collective all-reduce bytes == 5368709120
 with two profiles (BASE TREATMENT); single-profile checks apply to TREATMENT, prefix 'base:' for BASE:
   op [matching] RX vanished|appeared      e.g. op matching binary_search vanished
   op from file [matching] RX vanished|appeared

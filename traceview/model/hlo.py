@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from google.protobuf.message import DecodeError
 
 from traceview.read.xplane.protos import HloProto
+from traceview.model.collective_hlo import proto_attributes
 from traceview.model.costs import ModuleCosts, io_bytes
 from traceview.model.shapes import Shape, shape_from_proto, signature
 
@@ -108,6 +109,7 @@ def decode_module(data: bytes, program_id: int) -> HloModule:
                 attrs.append(f"kind={ins.fusion_kind}")
             if ins.custom_call_target:
                 attrs.append(f'custom_call_target="{ins.custom_call_target}"')
+            attrs.extend(proto_attributes(ins))
             hlo_text = f"%{ins.name} = {res} {ins.opcode}({text_ops})" + (
                 ", " + ", ".join(attrs) if attrs else ""
             )

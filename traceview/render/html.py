@@ -229,6 +229,19 @@ def _steps(rep, charts) -> _StepsView:
                       chart.n_steps, chart.shown)
 
 
+def _communication(comm, top: int) -> dict | None:
+    """The communication section: link peaks and source, collective and host-transfer rows
+    (the first ``top`` of each), notes; None without a communication analysis."""
+    if comm is None:
+        return None
+    ln = comm.link
+    return {"link": None if ln is None else {"name": ln.interconnect, "bidi": ln.bidirectional, "one": ln.per_direction,
+                                             "host": ln.host_link, "host_one": ln.host_per_direction, "source": ln.source},
+            "collective_share": comm.collective_share, "host_share": comm.host_share,
+            "collectives": comm.collectives.head(top).to_dicts(), "n_collectives": comm.collectives.height,
+            "hosts": comm.host_transfers.head(top).to_dicts(), "notes": list(comm.notes)}
+
+
 # -- public ---------------------------------------------------------------------------------
 
 def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
@@ -268,6 +281,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
         "top": top,
     }
     ctx["roof"] = _roofline(rep, min(top, 20), roof_chart)
+    ctx["comm"] = _communication(getattr(rep, "communication", None), top)
     if callable(steps.svg):
         steps.svg = steps.svg()
     return ctx

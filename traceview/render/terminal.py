@@ -36,6 +36,7 @@ def render_report(console: Console, rep, *, top: int) -> None:
     render_sources(console, rep.sources, top=top, frame=rep.source_frame)
     render_steps(console, rep.steps)
     render_roofline(console, rep.peaks, rep.roofline, top=top, summary=rep.roofline_summary)
+    render_communication(console, getattr(rep, "communication", None), top=top)
 
 
 def render_analysis(console: Console, rep, *, top: int) -> None:
@@ -266,4 +267,58 @@ def render_steps(console: Console, anat) -> None:
     console.print(t)
     console.print("  " + escape(anat.coverage.line()))
     for n in anat.notes:
+        console.print(f"  [yellow]note:[/yellow] {escape(n)}")
+
+
+def _bytes(n) -> str:
+    return "-" if n is None else fmt_rate(float(n), "B")
+
+
+def render_communication(console: Console, comm, *, top: int) -> None:
+    """Print the communication section: the interconnect and host-link peaks with their
+    source, the top collectives (kind, shape, groups, bytes per participant, time, algorithm and
+    bus bandwidth, % of the link peak one way), the host transfers, and the notes."""
+    if comm is None:
+        return
+    console.print()
+    ln = comm.link
+    peak = ("interconnect peak unknown (chip not identified)" if ln is None else
+            f"{escape(ln.interconnect)} {fmt_rate(ln.bidirectional, 'B/s')} bidirectional, "
+            f"{fmt_rate(ln.per_direction, 'B/s')} one way ({escape(ln.source)})")
+    console.print(f"[bold]communication[/bold] — collectives {fmt_pct(comm.collective_share)} and host transfers "
+                  f"{fmt_pct(comm.host_share)} of op time; {peak}")
+    cols = comm.collectives
+    if cols.height:
+        t = Table(title=f"collectives keyed by (kind, shape, replica groups, channel) — top {min(top, cols.height)} "
+                        f"of {cols.height} by time; busbw per nccl-tests")
+        for c, j in (("kind", "left"), ("shape", "left"), ("groups (n)", "left"), ("chan.", "right"),
+                     ("exec.", "right"), ("data", "right"), ("sent/participant", "right"), ("time", "right"),
+                     ("algbw", "right"), ("busbw", "right"), ("% link", "right")):
+            t.add_column(c, justify=j, overflow="fold")
+        for r in cols.head(top).iter_rows(named=True):
+            groups = r["groups"] if len(r["groups"] or "") <= 40 else r["groups"][:37] + "..."
+            n = "?" if r["group_size"] is None else str(r["group_size"])
+            kind = r["kind"] + (" (async)" if r["async"] else "")
+            t.add_row(escape(kind), escape(r["shape"][:ROOF_SHAPE_LIMIT]), escape(f"{groups} ({n})"),
+                      "-" if r["channel_id"] is None else str(r["channel_id"]), f"{r['executions']:,}",
+                      _bytes(r["data_bytes"]), _bytes(r["bytes_sent"]), fmt_time_ps(r["time_ps"]),
+                      fmt_rate(r["algbw"], "B/s"), fmt_rate(r["busbw"], "B/s"), fmt_pct(r["frac_link_peak"]))
+        console.print(t)
+    hosts = comm.host_transfers
+    if hosts.height:
+        hl = "host link peak unknown" if ln is None or ln.host_per_direction is None else \
+            f"{escape(ln.host_link)} {fmt_rate(ln.host_per_direction, 'B/s')} one way"
+        t = Table(title=f"host transfers (device <-> host memory) — {hl}")
+        for c, j in (("direction", "left"), ("mechanism", "left"), ("shape", "left"), ("ops", "left"),
+                     ("exec.", "right"), ("bytes", "right"), ("in flight", "right"), ("bandwidth", "right"),
+                     ("direction total", "right"), ("op time", "right"), ("% link", "right")):
+            t.add_column(c, justify=j, overflow="fold")
+        for r in hosts.head(top).iter_rows(named=True):
+            t.add_row(r["direction"], escape(r["mechanism"]), escape(r["shape"][:ROOF_SHAPE_LIMIT]),
+                      escape(", ".join(r["ops"][:4]) + (" ..." if len(r["ops"]) > 4 else "")),
+                      f"{r['executions']:,}", _bytes(r["bytes"]), fmt_time_ps(r["time_ps"]),
+                      fmt_rate(r["bandwidth"], "B/s"), fmt_rate(r["direction_bandwidth"], "B/s"),
+                      fmt_time_ps(r["op_time_ps"]), fmt_pct(r["frac_link_peak"]))
+        console.print(t)
+    for n in comm.notes:
         console.print(f"  [yellow]note:[/yellow] {escape(n)}")

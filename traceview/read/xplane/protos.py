@@ -229,6 +229,27 @@ def _build_hlo(pool):
         ("output_feature_dimension", 10, "int64", ""),
         ("output_spatial_dimensions", 12, "int64", "repeated"),
     ])
+    # collective attributes (OpenXLA xla_data.proto / hlo.proto field numbers)
+    _message(fp, "ReplicaGroup", [("replica_ids", 1, "int64", "repeated")])
+    _message(fp, "SourceTarget", [("source", 1, "int64", ""), ("target", 2, "int64", "")])
+    _message(fp, "IotaReplicaGroupListProto", [
+        ("num_replica_groups", 1, "int64", ""),
+        ("num_devices_per_group", 2, "int64", ""),
+        ("iota_reshape_dims", 3, "int64", "repeated"),
+        ("iota_transpose_perm", 4, "int32", "repeated"),
+    ])
+    _message(fp, "CollectiveDeviceListProto", [
+        ("replica_groups", 1, "ReplicaGroup", "repeated"),
+        ("iota_replica_group_list", 2, "IotaReplicaGroupListProto", ""),
+    ])
+    _message(fp, "MeshAxisProto", [("name", 1, "string", ""), ("size", 2, "int64", "")])
+    _message(fp, "MeshProto", [("axes", 1, "MeshAxisProto", "repeated"), ("device_ids", 2, "int64", "repeated")])
+    _message(fp, "SubAxisProto", [("pre_size", 1, "int64", ""), ("size", 2, "int64", "")])
+    _message(fp, "AxisRefProto", [("mesh_axis_index", 1, "int64", ""), ("sub_axis_info", 2, "SubAxisProto", "")])
+    _message(fp, "MeshAxesReplicaGroupListProto", [
+        ("mesh", 1, "MeshProto", ""),
+        ("axes", 2, "AxisRefProto", "repeated"),
+    ])
     _message(fp, "HloInstructionProto", [
         ("name", 1, "string", ""),
         ("opcode", 2, "string", ""),
@@ -244,6 +265,14 @@ def _build_hlo(pool):
         ("operand_ids", 36, "int64", "repeated"),
         ("called_computation_ids", 38, "int64", "repeated"),
         ("backend_config", 43, "bytes", ""),
+        ("channel_id", 26, "int64", ""),
+        ("is_host_transfer", 47, "bool", ""),
+        ("replica_groups", 49, "ReplicaGroup", "repeated"),
+        ("source_target_pairs", 52, "SourceTarget", "repeated"),
+        ("use_global_device_ids", 71, "bool", ""),
+        ("collective_device_list", 87, "CollectiveDeviceListProto", ""),
+        ("iota_collective_device_list", 92, "IotaReplicaGroupListProto", ""),
+        ("mesh_axes_replica_group_list", 93, "MeshAxesReplicaGroupListProto", ""),
     ])
     _message(fp, "HloComputationProto", [
         ("name", 1, "string", ""),
