@@ -96,8 +96,10 @@ def test_tables_and_errors(v6e):
 
 
 def test_generic_tables_take_new_report_sections(v6e):
-    """A frame or a list of dataclasses added to the Report (other branches' sections) is a
-    table without an edit to the names."""
+    """Report sections are tables without an edit to the names: the communication section's
+    collectives frame is the ``communication`` table (the v6e trace's 12 all-reduces), and a
+    list of dataclasses (a section added to the Report) is one row per item, an empty list an
+    empty table with the item's fields."""
     import dataclasses
 
     from traceview.analysis.sql import report_tables
@@ -109,20 +111,18 @@ def test_generic_tables_take_new_report_sections(v6e):
         evidence: dict
 
     rep = v6e.analyze()
-    comm = type("Communication", (), {})()
-    comm.collectives = pl.DataFrame({"kind": ["all-reduce"]})
-    Rep2 = dataclasses.make_dataclass("Rep2", [("findings", list, dataclasses.field(default=None)),
-                                               ("communication", object, dataclasses.field(default=None))],
+    got = report_tables(rep)
+    comm = got["communication"]
+    assert comm.equals(rep.communication.collectives)
+    ar = comm.filter(pl.col("kind") == "all-reduce")
+    assert ar.height == 1 and ar["executions"].to_list() == [12] and ar["group_size"].to_list() == [2]
+    Rep2 = dataclasses.make_dataclass("Rep2", [("extra_items", list, dataclasses.field(default=None))],
                                       bases=(type(rep),))
     rep2 = Rep2(**{f.name: getattr(rep, f.name) for f in dataclasses.fields(rep)},
-                findings=[F("x1", "warn", {"a": 1}), F("x2", "info", {})], communication=comm)
+                extra_items=[F("x1", "warn", {"a": 1}), F("x2", "info", {})])
     got = report_tables(rep2)
-    assert got["findings"]["id"].to_list() == ["x1", "x2"]
-    assert got["findings"]["evidence"].to_list() == ['{"a": 1}', "{}"]
-    assert got["communication"]["kind"].to_list() == ["all-reduce"]
-    rep2.findings = []  # no findings: still a table, empty, with the Finding fields
-    assert report_tables(rep2)["findings"].columns == ["id", "severity", "statement", "evidence", "why",
-                                                       "next_step", "verify_hint"]
+    assert got["extra_items"]["id"].to_list() == ["x1", "x2"]
+    assert got["extra_items"]["evidence"].to_list() == ['{"a": 1}', "{}"]
 
 
 def test_cli_formats_and_exit_codes(v6e, shared_traces, tmp_path, capsys):
