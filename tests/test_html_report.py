@@ -183,9 +183,9 @@ def test_no_peaks_and_no_costs_give_a_note(gemm):
 
 def test_step_options_reach_the_anatomy(shared_traces):
     qwen = traceview.load(shared_traces / "vllm_tpu_qwen")
-    html = render_report(qwen, step_module="jit_compute_logits_func", step_window="run",
+    html = render_report(qwen, step_module="jit_compute_logits_func", step_extent="run",
                          rules=["logits projection=compute_logits"])
-    assert "one execution of jit_compute_logits_func (window: run)" in html
+    assert "one execution of jit_compute_logits_func (extent: run)" in html
     assert "logits projection" in html
     with pytest.raises(traceview.errors.UsageError):
         render_report(qwen, rules=["no equals sign"])

@@ -204,7 +204,7 @@ def _steps(rep, charts) -> _StepsView:
     an, chart = rep.steps, rep.step_chart
     cov = an.coverage
     line = cov.line()
-    method = {"module": f"a step is one execution of {an.module} (window: {an.window})",
+    method = {"module": f"a step is one execution of {an.module} (extent: {an.extent})",
               "markers": "steps from the trace's step markers", "trace": "one step per device: the whole trace"
               }.get(an.method, an.method)
     if an.steps.height == 0:
