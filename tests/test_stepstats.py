@@ -213,3 +213,40 @@ def test_diff_step_time_uses_the_window(first_runs):
     with pytest.raises(UsageError):
         traceview.diff(first_runs, first_runs, step_window="x")
     assert steps.EXTENTS == ("span", "period", "run")
+
+
+def test_tpu_steps_line_gives_the_steps(shared_traces, tmp_path):
+    """A TPU plane's ``Steps`` line (the shared v6e trace has none: here each plane gets one,
+    copied from its jit_f executions on the ``XLA Modules`` line) is read as device step
+    markers and, with no --step-module, its events are the steps."""
+    from traceview.read.xplane.protos import XSpace
+
+    sp = XSpace()
+    sp.ParseFromString((shared_traces / "tpu_v6e_4chip_psum.xplane.pb").read_bytes())
+    want = {}
+    for p in sp.planes:
+        if not p.name.startswith("/device:TPU:"):
+            continue
+        assert "Steps" not in {ln.name for ln in p.lines}
+        mods = next(ln for ln in p.lines if ln.name == "XLA Modules")
+        fid = next(k for k, v in p.event_metadata.items() if v.name.startswith("jit_f"))
+        line = p.lines.add()
+        line.CopyFrom(mods)
+        line.name, line.display_name, line.id = "Steps", "Steps", 999
+        del line.events[:]
+        for e in mods.events:
+            if e.metadata_id == fid:
+                line.events.add().CopyFrom(e)
+        want[p.name] = sorted(e.duration_ps for e in line.events)
+    path = tmp_path / "v6e_steps.xplane.pb"
+    path.write_bytes(sp.SerializeToString())
+    prof = traceview.load(path, cache=False)
+    mk = prof.step_markers
+    assert mk.height == 400 and set(mk["name"]) == {"Steps"} and set(mk["device"]) == set(want)
+    for dev, durs in want.items():
+        assert sorted(mk.filter(pl.col("device") == dev)["duration_ps"].to_list()) == durs
+    a = prof.steps()
+    assert a.method == "markers" and a.notes[0].startswith("steps are the events of the TPU Steps line (400 on 4")
+    assert a.steps.height == 400
+    assert a.distribution["median_ps"] == pytest.approx(statistics.median(d for v in want.values() for d in v))
+    assert prof.steps(module="jit_f").method == "module"  # naming a program still wins

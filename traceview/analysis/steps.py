@@ -974,16 +974,30 @@ def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str 
                     markers="auto", window: str = "steady", outlier_z: float = stepstats.THRESHOLD) -> StepAnatomy:
     """:func:`anatomy` of a profile (a :class:`~traceview.model.profiledata.ProfileData`).
 
-    ``markers``: "auto" uses the trace's step annotations (``StepTraceAnnotation``) when the
-    ops run on the host (CPU traces: markers and ops share the host clock) and no ``module``
-    is named; None ignores them; or a frame of :data:`~traceview.model.schema.STEP_MARKERS_SCHEMA`.
+    ``markers``: "auto" uses, when no ``module`` is named, the events of the TPU planes'
+    ``Steps`` lines (device markers, on the ops' clock; a note says so), else the trace's step
+    annotations (``StepTraceAnnotation``) when the ops run on the host (CPU traces: markers
+    and ops share the host clock); None ignores them; or a frame of
+    :data:`~traceview.model.schema.STEP_MARKERS_SCHEMA`.
     ``window`` / ``outlier_z``: :func:`anatomy`. Raises UsageError on bad rules, extent,
     window, module or ``markers``."""
     table = prof.table
+    note = None
     if isinstance(markers, str):
         if markers != "auto":
             raise UsageError(f"markers must be 'auto', None or a frame, got {markers!r}")
+        mk = prof.step_markers
+        on_device = mk.filter(pl.col("device") != "") if mk.height else mk
         on_host = table.height > 0 and bool(table.collapse()["device"].str.starts_with("/host:").all())
-        markers = prof.step_markers if (module is None and on_host and prof.step_markers.height) else None
-    return anatomy(table, prof.module_runs, rules=rules, module=module, extent=extent, markers=markers,
-                   window=window, outlier_z=outlier_z)
+        if module is None and on_device.height:
+            markers = on_device
+            note = (f"steps are the events of the TPU Steps line ({on_device.height} on "
+                    f"{on_device.select('host', 'device').unique().height} device(s)), not program executions")
+        else:
+            host_mk = mk.filter(pl.col("device") == "") if mk.height else mk
+            markers = host_mk if (module is None and on_host and host_mk.height) else None
+    a = anatomy(table, prof.module_runs, rules=rules, module=module, extent=extent, markers=markers,
+                window=window, outlier_z=outlier_z)
+    if note is not None:
+        a.notes.insert(0, note)
+    return a
