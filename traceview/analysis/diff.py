@@ -62,8 +62,10 @@ class StepDelta:
 
     ``module_*``: the module whose executions define the steps (None when the side has no
     module runs: one whole-trace step per device). ``method_*``: anatomy's method
-    ("module", "trace", "markers"). ``delta_ps`` = treatment − base; ``ratio`` = treatment /
-    base (None when the base step is 0).
+    ("module", "trace", "markers"). ``steps_*``: every step found; ``step_ps_*``: the mean
+    over the ``window_steps_*`` steps of the step window ``window``
+    (:mod:`traceview.analysis.stepstats`: "steady" leaves the outlier steps out).
+    ``delta_ps`` = treatment − base; ``ratio`` = treatment / base (None when the base step is 0).
     """
 
     module_base: str | None
@@ -74,6 +76,9 @@ class StepDelta:
     step_ps_treatment: float
     method_base: str = ""
     method_treatment: str = ""
+    window_steps_base: int | None = None
+    window_steps_treatment: int | None = None
+    window: str = "all"
 
     @property
     def delta_ps(self) -> float:
@@ -88,7 +93,8 @@ class StepDelta:
                 "steps_base": self.steps_base, "steps_treatment": self.steps_treatment,
                 "step_ps_base": self.step_ps_base, "step_ps_treatment": self.step_ps_treatment,
                 "delta_ps": self.delta_ps, "ratio": self.ratio, "method_base": self.method_base,
-                "method_treatment": self.method_treatment}
+                "method_treatment": self.method_treatment, "window": self.window,
+                "window_steps_base": self.window_steps_base, "window_steps_treatment": self.window_steps_treatment}
 
 
 @dataclass
@@ -293,7 +299,8 @@ def _kernel_changes(kb: pl.DataFrame, kt: pl.DataFrame) -> list[dict]:
 
 
 def _side_steps(prof, base, window: str = "steady") -> tuple | None:
-    """(module, steps, mean step ps, method) of ``prof``'s step anatomy: on its dominant
+    """(module, steps, mean step ps over the window, method, steps in the window, window) of
+    ``prof``'s step anatomy: on its dominant
     module, or for a treatment (``base`` = (base side, value map)) on the base's module, found
     by name after configuration substitution, else its own dominant module. None when the
     anatomy fails on the trace."""
@@ -311,7 +318,7 @@ def _side_steps(prof, base, window: str = "steady") -> tuple | None:
         a = steps.anatomy(prof.table, runs, module=mod, window=window)
     except TraceviewError:
         return None
-    return a.module, a.coverage.n_steps, a.coverage.step_ps, a.method
+    return a.module, a.coverage_all.n_steps, a.coverage.step_ps, a.method, a.coverage.n_steps, a.window
 
 
 def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor: float = OVERHEAD_FACTOR,
@@ -483,9 +490,10 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     modules = _module_diff(base.module_runs, treatment.module_runs, vmap)
     step = None
     if base.steps is not None and treatment.steps is not None:
-        (mb, nb, sb, hb), (mt, nt, st, ht) = base.steps, treatment.steps
+        (mb, nb, sb, hb, wb, win), (mt, nt, st, ht, wt, _) = base.steps, treatment.steps
         step = StepDelta(module_base=mb, module_treatment=mt, steps_base=nb, steps_treatment=nt, step_ps_base=sb,
-                         step_ps_treatment=st, method_base=hb, method_treatment=ht)
+                         step_ps_treatment=st, method_base=hb, method_treatment=ht, window_steps_base=wb,
+                         window_steps_treatment=wt, window=win)
 
     notes: list[str] = []
     over = joined.filter(pl.col("overhead_note") != "")
