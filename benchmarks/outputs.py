@@ -6,7 +6,7 @@ the installed ``traceview`` command (the version under test):
 
 * ``analyze`` in every ``--format`` (table to a file, json, csv) and with the options that
   select other code paths (``--by name|program``, ``--steps``/``--expect-batch``,
-  ``--source-frame user``, ``--step-window run|period``, ``--chip``, ``--filter``);
+  ``--source-frame user``, ``--step-extent run|period``, ``--chip``, ``--filter``);
 * ``report`` (the HTML file);
 * ``diff`` (json, table to a file, html) on pairs of profiles;
 * ``verify`` (json) with single-profile and two-profile checks;
@@ -64,8 +64,8 @@ ANALYZE_VARIANTS = {
     "program": ["--format", "json", "--by", "program"],
     "checks": ["--format", "json", "--steps", "4", "--expect-batch", "4"],
     "user": ["--format", "json", "--source-frame", "user", "--top", "5"],
-    "run": ["--format", "json", "--step-window", "run"],
-    "period": ["--format", "json", "--step-window", "period", "--family", "mine=fusion"],
+    "run": ["--format", "json", "--step-extent", "run"],
+    "period": ["--format", "json", "--step-extent", "period", "--family", "mine=fusion"],
     "chip": ["--format", "json", "--chip", "tpu-v5e"],
     "filter": ["--format", "json", "--filter", "fusion|dot|RPA", "--top", "8"],
 }

@@ -98,17 +98,17 @@ def test_truncated_file_falls_back_to_the_classic_fault_message(tmp_path, shared
         xplane.read_xplane(cut)
 
 
-@pytest.mark.parametrize("window", steps.WINDOWS)
+@pytest.mark.parametrize("window", steps.EXTENTS)
 def test_c_step_pass_equals_the_numpy_steps(shared_traces, window, monkeypatch):
     import traceview
 
     profs = [traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"),
              traceview.load(shared_traces / "vllm_tpu_qwen"),
              traceview.load(FIXTURES / "greedy_b4")]
-    fast = [steps.anatomy(p.table, p.module_runs, window=window, markers=p.step_markers if p.step_markers.height
+    fast = [steps.anatomy(p.table, p.module_runs, extent=window, markers=p.step_markers if p.step_markers.height
                           else None) for p in profs]
     monkeypatch.setattr(steps, "_fast", None)
-    slow = [steps.anatomy(p.table, p.module_runs, window=window, markers=p.step_markers if p.step_markers.height
+    slow = [steps.anatomy(p.table, p.module_runs, extent=window, markers=p.step_markers if p.step_markers.height
                           else None) for p in profs]
     for a, b in zip(fast, slow):
         assert a.steps.equals(b.steps, null_equal=True)

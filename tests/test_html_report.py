@@ -83,7 +83,7 @@ def test_tpu_report_has_peaks_sources_and_ridge(tpu_html):
     assert "560.4 FLOP/byte" in text  # ridge = 918e12 / 1.638e12
     assert "trace plane stats of /device:TPU:0" in text  # where the peaks come from
     assert "TPU v6 Lite" in text
-    assert tpu_html.count("<svg") == 2  # roofline + step anatomy
+    assert tpu_html.count("<svg") == 3  # roofline + step-time strip + step anatomy
     assert "Coverage:" in text and "families sum to" in text
     assert "copy-done.4" in text and "broadcast_add_fusion.1" in text
 
@@ -174,7 +174,7 @@ def test_summary_html_is_escaped_and_compact(gemm):
 def test_no_peaks_and_no_costs_give_a_note(gemm):
     html = render_report(gemm, peaks=Peaks())
     assert "No roofline chart" in html and "peak FLOP/s and the peak memory bandwidth" in html
-    assert html.count("<svg") == 1  # the step chart only
+    assert html.count("<svg") == 2  # the step charts only (strip and anatomy)
     nocost = dataclasses.replace(gemm, ops=gemm.ops.with_columns(
         pl.lit(None, dtype=pl.Float64).alias("flops"), pl.lit(None, dtype=pl.Float64).alias("bytes_accessed")))
     html = render_report(nocost)
@@ -183,9 +183,9 @@ def test_no_peaks_and_no_costs_give_a_note(gemm):
 
 def test_step_options_reach_the_anatomy(shared_traces):
     qwen = traceview.load(shared_traces / "vllm_tpu_qwen")
-    html = render_report(qwen, step_module="jit_compute_logits_func", step_window="run",
+    html = render_report(qwen, step_module="jit_compute_logits_func", step_extent="run",
                          rules=["logits projection=compute_logits"])
-    assert "one execution of jit_compute_logits_func (window: run)" in html
+    assert "one execution of jit_compute_logits_func (extent: run)" in html
     assert "logits projection" in html
     with pytest.raises(traceview.errors.UsageError):
         render_report(qwen, rules=["no equals sign"])
@@ -302,8 +302,8 @@ def test_chart_worker_draws_the_same_page(tpu):
     inline = html_render.render_report(rep)
     with ChartWorker() as worker:
         drawn = html_render.render_report(rep, charts=worker)
-        assert worker.alive == 1 and worker.answered == 2
-    assert drawn == inline and drawn.count("<svg") == 2
+        assert worker.alive == 1 and worker.answered == 3
+    assert drawn == inline and drawn.count("<svg") == 3
 
 
 @pytest.mark.parametrize("child", ["import sys; sys.exit(3)",  # dies before answering

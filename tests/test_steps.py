@@ -33,10 +33,14 @@ def v6e(shared_traces):
 
 
 def _check_identities(a: steps.StepAnatomy) -> None:
-    """Invariants that hold on every profile, whatever the timing."""
-    s, c = a.steps, a.coverage
+    """Invariants that hold on every profile, whatever the timing: the coverage and the
+    families are over the window's steps, ``coverage_all`` over every step."""
+    s_all, c = a.steps, a.coverage
+    s = s_all.filter(pl.col("in_window"))
     n = s.height
-    assert c.n_steps == n > 0
+    assert c.n_steps == n > 0 and c.excluded == s_all.height - n
+    assert a.coverage_all.n_steps == s_all.height
+    assert a.coverage_all.step_ps == pytest.approx(s_all["duration_ps"].sum() / s_all.height)
     assert c.step_ps == pytest.approx(s["duration_ps"].sum() / n)
     assert c.family_ps == pytest.approx(s["op_time_ps"].sum() / n)
     # families partition the op time inside steps
@@ -47,13 +51,13 @@ def _check_identities(a: steps.StepAnatomy) -> None:
     assert (s["busy_ps"] <= s["duration_ps"]).all() and (s["idle_ps"] >= 0).all()
     # op time inside + outside = all op time
     total = a.ops["self_ps"].sum()
-    assert s["op_time_ps"].sum() + c.outside_ps == total
+    assert s_all["op_time_ps"].sum() + c.outside_ps == total
 
 
 def test_vllm_step_anatomy_covers_the_step(vllm, shared_traces):
     a = steps.anatomy(vllm.ops, vllm.module_runs)
     _check_identities(a)
-    assert (a.method, a.module, a.window) == ("module", "jit_step_fun", "span")
+    assert (a.method, a.module, a.extent) == ("module", "jit_step_fun", "span")
     # one decode step per device; the step spans step_fun, select, logits and sample
     assert a.steps.select("device", "step").rows() == [("/device:TPU:0", 0), ("/device:TPU:1", 0)]
     # independent: the raw JSON, per device
@@ -152,8 +156,8 @@ def test_module_runs_are_aligned_to_the_op_clock(v6e, vllm, shared_traces):
 
 def test_v6e_windows(v6e):
     span = steps.find_steps(v6e.ops, v6e.module_runs)
-    period = steps.find_steps(v6e.ops, v6e.module_runs, window="period")
-    run = steps.find_steps(v6e.ops, v6e.module_runs, window="run")
+    period = steps.find_steps(v6e.ops, v6e.module_runs, extent="period")
+    run = steps.find_steps(v6e.ops, v6e.module_runs, extent="run")
     assert span.height == period.height == run.height == 400
     # period: start to next start on the same device (the last step as in span)
     p = period.sort(["device", "start_ps"]).with_columns(pl.col("start_ps").shift(-1).over("device").alias("nxt"))
@@ -178,8 +182,8 @@ def test_cpu_profile_steps(cpu_profile_dir, cpu_profile_spec):
     assert "matmul/convolution" in set(a.families["family"])
     # host dispatch between calls is not step time: it is the gap between steps
     assert a.coverage.gap_between_ps is not None and a.coverage.gap_between_ps > 0
-    period = steps.anatomy(prof.ops, prof.module_runs, window="period").coverage
-    assert period.step_ps > a.coverage.step_ps and period.family_ps == pytest.approx(a.coverage.family_ps)
+    period = steps.anatomy(prof.ops, prof.module_runs, extent="period", window="all").coverage
+    assert period.step_ps > a.coverage_all.step_ps and period.family_ps == pytest.approx(a.coverage_all.family_ps)
 
 
 def test_whole_trace_step_without_module_runs(shared_traces):
@@ -291,9 +295,9 @@ def test_bad_rules_file(v6e, tmp_path: Path):
         families.read_rules(tmp_path / "missing.txt")
 
 
-def test_bad_window_and_module(v6e):
-    with pytest.raises(UsageError, match="unknown step window 'wall'"):
-        steps.find_steps(v6e.ops, v6e.module_runs, window="wall")
+def test_bad_extent_and_module(v6e):
+    with pytest.raises(UsageError, match="unknown step extent 'wall'"):
+        steps.find_steps(v6e.ops, v6e.module_runs, extent="wall")
     with pytest.raises(UsageError, match="module 'jit_nope' has no executions"):
         steps.anatomy(v6e.ops, v6e.module_runs, module="jit_nope")
     a = steps.anatomy(v6e.ops, v6e.module_runs, module="jit__psum")
@@ -379,9 +383,9 @@ def test_engine_fixture_default_steps_and_windows():
     runs = td.module_runs.filter(pl.col("module") == a.module)
     assert a.module in ("jit_prefill_t32", "jit_decode_b4_bkv128") and a.steps.height == runs.height
     for window in ("run", "period"):
-        b = steps.anatomy(td.ops, td.module_runs, module="jit_decode_b4_bkv128", window=window)
+        b = steps.anatomy(td.ops, td.module_runs, module="jit_decode_b4_bkv128", extent=window)
         _check_identities(b)
-    run = steps.find_steps(td.ops, td.module_runs, module="jit_decode_b4_bkv128", window="run")
+    run = steps.find_steps(td.ops, td.module_runs, module="jit_decode_b4_bkv128", extent="run")
     span = steps.find_steps(td.ops, td.module_runs, module="jit_decode_b4_bkv128")
     # run windows hold the decode program only; span adds the sampler that follows it
     assert (run["duration_ps"] <= span["duration_ps"]).all() and (run["ops"] < span["ops"]).all()
@@ -415,9 +419,9 @@ def test_engine_profile_families_cover_the_decode_step(engine_profile):
     prof = engine_profile
     decode = [m for m in prof.modules()["module"].to_list() if m.startswith("jit_decode_b8")]
     assert decode == ["jit_decode_b8_bkv512"]
-    a = prof.steps(module=decode[0], window="run")
+    a = prof.steps(module=decode[0], extent="run")
     _check_identities(a)
-    assert a.coverage.n_steps == 15  # 16 tokens: the first comes from prefill
+    assert a.coverage_all.n_steps == 15  # 16 tokens: the first comes from prefill
     assert a.coverage.ratio >= 0.90, a.coverage.line()
     fams = dict(zip(a.families["family"], a.families["share"]))
     # the Pallas kernel's ops are the attention family and the largest one
@@ -430,7 +434,7 @@ def test_engine_profile_families_cover_the_decode_step(engine_profile):
             if run["start_ps"] <= r["start_ps"] < run["start_ps"] + run["duration_ps"]:
                 total += r["self_ps"]
                 break
-    assert a.coverage.family_ps == pytest.approx(total / len(runs))
+    assert a.coverage_all.family_ps == pytest.approx(total / len(runs))
 
 
 def test_step_markers_from_the_engine_fixture_define_cpu_steps():

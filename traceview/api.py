@@ -101,14 +101,19 @@ class Profile(ProfileData):
 
         return kernels(self.table)
 
-    def steps(self, rules=None, *, module: str | None = None, window: str = "span", markers="auto"):
+    def steps(self, rules=None, *, module: str | None = None, extent: str = "span", markers="auto",
+              window: str = "steady", outlier_z: float = 3.5):
         """Step anatomy: steps, op families and the coverage line; see
         :func:`traceview.analysis.steps.profile_anatomy` (``rules``: ``name=regex`` family
         rules; ``module``: the program whose executions are steps, default the one with most
-        op time; ``window``: "span", "period" or "run"; ``markers``: "auto", None or a frame)."""
+        op time; ``extent``: "span", "period" or "run"; ``markers``: "auto", None or a frame;
+        ``window``: the steps analysed, "steady" (outliers left out), "all" or "A:B" (step
+        indices, A inclusive, B exclusive); ``outlier_z``: the outlier rule's modified-z cut-off,
+        :mod:`traceview.analysis.stepstats`)."""
         from traceview.analysis.steps import profile_anatomy
 
-        return profile_anatomy(self, rules, module=module, window=window, markers=markers)
+        return profile_anatomy(self, rules, module=module, extent=extent, markers=markers, window=window,
+                               outlier_z=outlier_z)
 
     def communication(self, peaks=None):
         """Collectives and host transfers with their bandwidth model; see
@@ -147,7 +152,7 @@ class Profile(ProfileData):
         return execute(tables(build_report(self, **options), self), query)
 
     def report(self, path: str | os.PathLike, *, top: int = 30, title: str | None = None, peaks=None, rules=None,
-               step_module: str | None = None, step_window: str = "span") -> Path:
+               step_module: str | None = None, step_extent: str = "span", step_window: str = "steady") -> Path:
         """Write the offline, self-contained HTML report to ``path``; returns the path (see
         :func:`traceview.render.html.render_report`). Raises UsageError on a bad option, on a
         ``path`` inside a profile folder (one it reads, a ``plugins/profile`` tree, a folder
@@ -161,7 +166,8 @@ class Profile(ProfileData):
         out = Path(_path(path))
         check_writable(out, "path")
         refuse_inside_inputs(out, "path", self.discovery, trace_paths=[t.path for t in self.traces])
-        rep = build_report(self, peaks=peaks, rules=rules, step_module=step_module, step_window=step_window, html=True)
+        rep = build_report(self, peaks=peaks, rules=rules, step_module=step_module, step_extent=step_extent,
+                           step_window=step_window, html=True)
         write_atomic(out, render_report(rep, top=top, title=title))
         return out
 
@@ -240,12 +246,14 @@ def diff(base, treatment, **options):
     return _diff(_profile(base), _profile(treatment), **options)
 
 
-def verify(treatment, checks, *, base=None, rules=None):
+def verify(treatment, checks, *, base=None, rules=None, step_window: str = "steady"):
     """Evaluate ``checks`` (strings of the :mod:`traceview.analysis.verify_grammar` grammar)
     on ``treatment`` (and ``base`` for diff checks): :class:`Profile` objects or paths; one
     check may be given as a plain string. Returns
-    a :class:`traceview.analysis.verify.VerifyReport`. Raises UsageError for an invalid check
+    a :class:`traceview.analysis.verify.VerifyReport`; ``step_window``: the steps of the diff's
+    step time ("steady", "all", "A:B"). Raises UsageError for an invalid check or window
     (before evaluating any) and the errors of :func:`load` for bad paths."""
+    from traceview.analysis.stepstats import parse_window
     from traceview.analysis.verify import verify as _verify
     from traceview.analysis.verify_grammar import Check, parse_check
 
@@ -254,4 +262,6 @@ def verify(treatment, checks, *, base=None, rules=None):
     if not isinstance(checks, (list, tuple)) or not all(isinstance(x, (str, Check)) for x in checks):
         raise UsageError("checks must be a check string or a list of them (the verify grammar)")
     parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]  # usage errors before reading
-    return _verify(_profile(treatment), parsed, base=_profile(base) if base is not None else None, rules=rules)
+    parse_window(step_window)
+    return _verify(_profile(treatment), parsed, base=_profile(base) if base is not None else None, rules=rules,
+                   step_window=step_window)

@@ -62,8 +62,10 @@ class StepDelta:
 
     ``module_*``: the module whose executions define the steps (None when the side has no
     module runs: one whole-trace step per device). ``method_*``: anatomy's method
-    ("module", "trace", "markers"). ``delta_ps`` = treatment − base; ``ratio`` = treatment /
-    base (None when the base step is 0).
+    ("module", "trace", "markers"). ``steps_*``: every step found; ``step_ps_*``: the mean
+    over the ``window_steps_*`` steps of the step window ``window``
+    (:mod:`traceview.analysis.stepstats`: "steady" leaves the outlier steps out).
+    ``delta_ps`` = treatment − base; ``ratio`` = treatment / base (None when the base step is 0).
     """
 
     module_base: str | None
@@ -74,6 +76,9 @@ class StepDelta:
     step_ps_treatment: float
     method_base: str = ""
     method_treatment: str = ""
+    window_steps_base: int | None = None
+    window_steps_treatment: int | None = None
+    window: str = "all"
 
     @property
     def delta_ps(self) -> float:
@@ -88,7 +93,8 @@ class StepDelta:
                 "steps_base": self.steps_base, "steps_treatment": self.steps_treatment,
                 "step_ps_base": self.step_ps_base, "step_ps_treatment": self.step_ps_treatment,
                 "delta_ps": self.delta_ps, "ratio": self.ratio, "method_base": self.method_base,
-                "method_treatment": self.method_treatment}
+                "method_treatment": self.method_treatment, "window": self.window,
+                "window_steps_base": self.window_steps_base, "window_steps_treatment": self.window_steps_treatment}
 
 
 @dataclass
@@ -234,12 +240,16 @@ class DiffSide:
 
 
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
-         tagged: TaggedOps | None = None) -> DiffSide:
+         tagged: TaggedOps | None = None, step_window: str = "steady") -> DiffSide:
     """The :class:`DiffSide` of ``prof`` (anything with ``table``, ``module_runs`` and
     ``traces``). ``base``: the base's side when ``prof`` is the treatment (its step module is
     the base's, after configuration substitution). ``tagged``: its
     :func:`~traceview.analysis.tagged.tag` result made with ``rules``, when the caller has it.
-    Raises UsageError on bad rules."""
+    ``step_window``: the steps the step time is the mean of (:mod:`traceview.analysis.stepstats`).
+    Raises UsageError on bad rules or step window."""
+    from traceview.analysis.stepstats import parse_window
+
+    parse_window(step_window)
     t = tagged if tagged is not None else tag(prof.table, rules)
     kern = kernel_table(prof, tagged=t)
     pops = populations(prof, name_stem=name_stem, tagged=t)
@@ -247,7 +257,8 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     s = DiffSide(label=_label(prof, label), populations=pops,
                  kernels=kern, families=family_shares(t), module_runs=prof.module_runs, events=t.events,
                  self_ps=t.self_ps)
-    s.steps = _side_steps(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))))
+    s.steps = _side_steps(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))),
+                          step_window)
     if hasattr(prof, "used_devices"):
         from traceview.analysis.collectives import communication
 
@@ -296,8 +307,9 @@ def _kernel_changes(kb: pl.DataFrame, kt: pl.DataFrame) -> list[dict]:
             for a in r["names_base"] for b in r["names_treatment"]]
 
 
-def _side_steps(prof, base) -> tuple | None:
-    """(module, steps, mean step ps, method) of ``prof``'s step anatomy: on its dominant
+def _side_steps(prof, base, window: str = "steady") -> tuple | None:
+    """(module, steps, mean step ps over the window, method, steps in the window, window) of
+    ``prof``'s step anatomy: on its dominant
     module, or for a treatment (``base`` = (base side, value map)) on the base's module, found
     by name after configuration substitution, else its own dominant module. None when the
     anatomy fails on the trace."""
@@ -312,15 +324,15 @@ def _side_steps(prof, base) -> tuple | None:
                 mod = mb if mb in names else next((m for m in names if _subst(m, vmap) == mb), None)
         if mod is None:
             mod = steps.dominant_module(prof.table, runs)
-        a = steps.anatomy(prof.table, runs, module=mod)
+        a = steps.anatomy(prof.table, runs, module=mod, window=window)
     except TraceviewError:
         return None
-    return a.module, a.coverage.n_steps, a.coverage.step_ps, a.method
+    return a.module, a.coverage_all.n_steps, a.coverage.step_ps, a.method, a.coverage.n_steps, a.window
 
 
 def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor: float = OVERHEAD_FACTOR,
          overhead_min_events: int = OVERHEAD_MIN_EVENTS, labels: tuple[str, str] | None = None,
-         tagged: tuple[TaggedOps, TaggedOps] | None = None) -> DiffReport:
+         tagged: tuple[TaggedOps, TaggedOps] | None = None, step_window: str = "steady") -> DiffReport:
     """Diff two profiles population by population (method in the module doc).
 
     Args:
@@ -335,6 +347,8 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
       labels: display names for the two sides (default: their file paths).
       tagged: the sides' :func:`~traceview.analysis.tagged.tag` results made with ``rules``,
         when the caller has them.
+      step_window: the steps whose mean is each side's step time: "steady" (default, outlier
+        steps left out), "all" or "A:B" (:mod:`traceview.analysis.stepstats`).
 
     Returns: :class:`DiffReport` (:func:`diff_sides` of the two :func:`side` summaries).
     Raises: UsageError for ``overhead_factor <= 1`` or bad rules.
@@ -342,8 +356,10 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
     if not overhead_factor > 1:
         raise UsageError(f"overhead factor must be > 1, got {overhead_factor!r}")
     tb, tt = tagged if tagged is not None else (None, None)
-    b = side(base, rules=rules, name_stem=name_stem, label=labels[0] if labels else None, tagged=tb)
-    t = side(treatment, rules=rules, name_stem=name_stem, label=labels[1] if labels else None, base=b, tagged=tt)
+    b = side(base, rules=rules, name_stem=name_stem, label=labels[0] if labels else None, tagged=tb,
+             step_window=step_window)
+    t = side(treatment, rules=rules, name_stem=name_stem, label=labels[1] if labels else None, base=b, tagged=tt,
+             step_window=step_window)
     return diff_sides(b, t, overhead_factor=overhead_factor, overhead_min_events=overhead_min_events)
 
 
@@ -483,9 +499,10 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     modules = _module_diff(base.module_runs, treatment.module_runs, vmap)
     step = None
     if base.steps is not None and treatment.steps is not None:
-        (mb, nb, sb, hb), (mt, nt, st, ht) = base.steps, treatment.steps
+        (mb, nb, sb, hb, wb, win), (mt, nt, st, ht, wt, _) = base.steps, treatment.steps
         step = StepDelta(module_base=mb, module_treatment=mt, steps_base=nb, steps_treatment=nt, step_ps_base=sb,
-                         step_ps_treatment=st, method_base=hb, method_treatment=ht)
+                         step_ps_treatment=st, method_base=hb, method_treatment=ht, window_steps_base=wb,
+                         window_steps_treatment=wt, window=win)
 
     notes: list[str] = []
     over = joined.filter(pl.col("overhead_note") != "")

@@ -151,16 +151,17 @@ def source_kinds(files: pl.DataFrame) -> pl.DataFrame:
 
 def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: int | None = None,
                  expect_batch: int | None = None, rules=None, step_module: str | None = None,
-                 step_window: str = "span", source_frame: str = "direct", html: bool = False) -> Report:
+                 step_extent: str = "span", source_frame: str = "direct", html: bool = False,
+                 step_window: str = "steady") -> Report:
     """Every section of :class:`Report` for ``prof`` (a
     :class:`~traceview.model.profiledata.ProfileData`).
 
     ``by``: the op table's key ("shape", "name", "program"); ``peaks``: default
     :func:`~traceview.analysis.peaks.profile_peaks`; ``steps`` / ``expect_batch``: the
     occurrence checks (none when both are None); ``rules`` (family rules), ``step_module``,
-    ``step_window``: the step anatomy; ``source_frame``: "direct" or "user"; ``html``: also
+    ``step_extent``, ``step_window``: the step anatomy; ``source_frame``: "direct" or "user"; ``html``: also
     the HTML-only sections. Raises :class:`~traceview.errors.UsageError` on a bad option
-    (rule, module, window, frame, steps), before any other work for ``by``.
+    (rule, module, extent, window, frame, steps), before any other work for ``by``.
     """
     from traceview.errors import UsageError
 
@@ -174,7 +175,10 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     checks = None
     if steps is not None or expect_batch is not None:  # 0 is refused by the checks, not ignored
         checks = aggregate.occurrence_checks(prof.table, prof.module_runs, steps=steps, expect_batch=expect_batch)
-    anat = profile_anatomy(prof, rules, module=step_module, window=step_window)
+    from traceview.analysis.stepstats import parse_window
+
+    parse_window(step_window)  # a bad window fails before any other work
+    anat = profile_anatomy(prof, rules, module=step_module, extent=step_extent, window=step_window)
     kern = _kernels(prof.table)
     files = _sources.by_file(prof.table, frame=source_frame)
     devices = prof.device_summary()

@@ -17,7 +17,7 @@ Steps (:func:`find_steps`), per (host, device), in this order:
 3. **whole trace** — when there are no module runs: one step per device, from its first op's
    start to its last op's end.
 
-Step windows for case 2 (``window=``), with s_k the k-th execution's start on a device:
+Step windows for case 2 (the step *extent*, ``extent=``), with s_k the k-th execution's start on a device:
 
 * ``"span"`` (default): from s_k to the latest end of any op or module run that starts in
   [s_k, s_{k+1}) on that device — the dominant program *plus* the programs that run after it
@@ -41,7 +41,7 @@ ops with no start (pre-aggregated) or starting outside every window are reported
 Ops are grouped into op families by :mod:`traceview.analysis.families`.
 
 All times are integer ps (means are floats). Errors: bad rules raise
-:class:`~traceview.errors.UsageError` with a one-line message; an unknown ``window`` or
+:class:`~traceview.errors.UsageError` with a one-line message; an unknown ``extent`` or
 ``module`` also raises UsageError. Empty inputs give empty frames and a zero coverage.
 """
 
@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from traceview.analysis import stepstats
 from traceview.analysis.families import attr_families, rules_of
 from traceview.errors import UsageError
 from traceview.model.optable import as_table
@@ -64,7 +65,7 @@ try:  # optional C accelerator
 except ImportError:  # pragma: no cover - exercised when the extension is absent
     _fast = None
 
-WINDOWS = ("span", "period", "run")
+EXTENTS = ("span", "period", "run")
 
 
 STEPS_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "step": pl.Int64, "module": pl.Utf8, "program_id": pl.UInt64,
@@ -343,7 +344,7 @@ def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, pids: list, r_ha
 
 
 def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.DataFrame | None,
-                  module: str | None, window: str) -> tuple[pl.DataFrame, str, str | None, list[str]]:
+                  module: str | None, extent: str) -> tuple[pl.DataFrame, str, str | None, list[str]]:
     """Per (host, device) step windows: host, device, module, program_id, start_ps, end_ps,
     run_ps, next_ps (start of the next step or null); the method; the module; notes."""
     rows: list[dict] = []
@@ -365,7 +366,7 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.Dat
         if module is not None and module not in set(module_runs["module"].to_list()):
             raise UsageError(f"module {module!r} has no executions in this trace")
         if mod is not None:
-            return _module_windows(pe, module_runs, module_runs.filter(pl.col("module") == mod), window), \
+            return _module_windows(pe, module_runs, module_runs.filter(pl.col("module") == mod), extent), \
                 "module", mod, notes
     # whole trace
     if not pe.n or not pe.placed.any():
@@ -428,7 +429,7 @@ def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
     return out
 
 
-def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, window: str) -> pl.DataFrame:
+def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, extent: str) -> pl.DataFrame:
     """Windows for the dominant module's executions ``runs``; the activity on a device is
     every placed op and every module run of ``all_runs`` (start, end, program_id). The two
     kinds of activity are searched separately (each is already in time order) and their
@@ -454,7 +455,7 @@ def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, win
         if longest is not None:
             nxt[-1] = min(int(starts[-1]) + longest, np.iinfo(np.int64).max)  # no int64 wrap
         end = ends.copy()
-        if window == "span" and _fast is not None:
+        if extent == "span" and _fast is not None:
             # one C merge pass per kind of activity (ends computed from durations on the fly)
             nxt_c = nxt.copy()
             if longest is None:
@@ -474,18 +475,18 @@ def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, win
             lo = np.searchsorted(a_start, starts, side="left")
             hi = (np.searchsorted(a_start, nxt, side="left") if longest is not None
                   else np.concatenate([np.searchsorted(a_start, nxt[:-1], side="left"), [len(a_start)]]))
-            if window == "run":
+            if extent == "run":
                 a_has, a_prog = a_has_f(), a_prog_f()
                 for pid, has in {(int(p), bool(h)) for p, h in zip(progs.tolist(), r_has.tolist())}:
                     m = (r_has == has) & (progs == np.uint64(pid))
                     same = (a_has & (a_prog == np.uint64(pid))) if has else ~a_has
                     masked = np.where(same, a_end, _I64_MIN)
                     end[m] = np.maximum(end[m], _range_max(masked, lo[m], hi[m]))
-            elif window == "period":  # start to start; the last step as in span
+            elif extent == "period":  # start to start; the last step as in span
                 end[-1] = max(end[-1], _range_max(a_end, lo[-1:], hi[-1:])[0])
             else:
                 end = np.maximum(end, _range_max(a_end, lo, hi))
-        if window == "period":
+        if extent == "period":
             end[:-1] = starts[1:]
         end[:-1] = np.minimum(end[:-1], starts[1:])  # never past the next step's start
         end = np.maximum(end, starts)
@@ -668,7 +669,7 @@ def _measure(pe: _Placed, win: pl.DataFrame, blocks: list | None = None) -> tupl
 
 
 def find_steps(ops, module_runs: pl.DataFrame, *, markers: pl.DataFrame | None = None,
-               module: str | None = None, window: str = "span") -> pl.DataFrame:
+               module: str | None = None, extent: str = "span") -> pl.DataFrame:
     """One row per (host, device, step): the columns of :data:`STEPS_SCHEMA`.
 
     ``step`` numbers a device's steps from 0 in time order; ``start_ps``/``duration_ps`` are
@@ -679,10 +680,10 @@ def find_steps(ops, module_runs: pl.DataFrame, *, markers: pl.DataFrame | None =
     [start, end) intervals clipped to the window; ``idle_ps`` = duration_ps − busy_ps (no op
     running on the device). Step choice and windows: module doc. ``ops``: an
     :class:`~traceview.model.optable.OpTable` or a wide op-event frame. Raises UsageError on an
-    unknown ``window`` or a ``module`` with no executions.
+    unknown ``extent`` or a ``module`` with no executions.
     """
     table, pe = _placed(ops)
-    return _steps(table, pe, module_runs, markers=markers, module=module, window=window)[0]
+    return _steps(table, pe, module_runs, markers=markers, module=module, extent=extent)[0]
 
 
 def _starts_in_order(win: pl.DataFrame, blocks: list) -> bool:
@@ -695,10 +696,10 @@ def _starts_in_order(win: pl.DataFrame, blocks: list) -> bool:
     return True
 
 
-def _steps(table, pe: _Placed, module_runs, *, markers, module, window):
-    if window not in WINDOWS:
-        raise UsageError(f"unknown step window {window!r}: expected one of {', '.join(WINDOWS)}")
-    win, method, mod, notes = _step_windows(table, pe, module_runs, markers, module, window)
+def _steps(table, pe: _Placed, module_runs, *, markers, module, extent):
+    if extent not in EXTENTS:
+        raise UsageError(f"unknown step extent {extent!r}: expected one of {', '.join(EXTENTS)}")
+    win, method, mod, notes = _step_windows(table, pe, module_runs, markers, module, extent)
     blocks = _device_blocks(win)
     step_row, n_ops, op_time, busy = _measure(pe, win, blocks)
     if win.height == 0:
@@ -729,7 +730,8 @@ def _steps(table, pe: _Placed, module_runs, *, markers, module, window):
 
 @dataclass
 class Coverage:
-    """The study's "families sum to X of Y ms" line, per step means over all device-steps.
+    """The study's "families sum to X of Y ms" line, per step means over the device-steps of
+    the analysed window (``in_window`` steps, :mod:`traceview.analysis.stepstats`).
 
     ``family_ps`` X = Σ_steps Σ_{ops starting in the step} self_ps / n_steps.
     ``step_ps`` Y = Σ_steps duration_ps / n_steps (wall). ``ratio`` = X / Y (0 when Y is 0).
@@ -740,7 +742,8 @@ class Coverage:
     ``gap_between_ps`` = mean ``gap_after_ps`` (host time between steps, not in Y; null when
     no device has two steps). ``outside_ps`` = op self time in no step (total, not per step)
     and ``outside_share`` its part of all op self time. ``n_steps`` counts device-steps over
-    ``devices`` devices.
+    ``devices`` devices; ``excluded`` the device-steps left out of the window (outliers of
+    the steady window, or steps outside an A:B range).
     """
 
     n_steps: int = 0
@@ -754,6 +757,7 @@ class Coverage:
     gap_between_ps: float | None = None
     outside_ps: int = 0
     outside_share: float = 0.0
+    excluded: int = 0
 
     def line(self) -> str:
         """``"families sum to 30.00 of 31.20 ms per step (96.2%); idle 1.20 ms; ..."``."""
@@ -767,6 +771,8 @@ class Coverage:
             parts.append(f"gap between steps {self.gap_between_ps * ms:.3f} ms")
         if self.outside_ps:
             parts.append(f"op time outside steps {self.outside_share:.1%}")
+        if self.excluded:
+            parts.append(f"{self.excluded} step(s) outside the window excluded")
         return "; ".join(parts)
 
 
@@ -774,11 +780,16 @@ class Coverage:
 class StepAnatomy:
     """Result of :func:`anatomy`.
 
-    ``steps``: :func:`find_steps`'s frame. ``families``: family, self_ps (mean per step, ps),
+    ``steps``: :func:`find_steps`'s frame plus the per-step record columns of
+    :func:`traceview.analysis.stepstats.annotate` (``gap_before_ps``, ``outlier``, ``reason``,
+    ``in_window``). ``families``: family, self_ps (mean per step, ps),
     share (self_ps / mean step wall time), occurrences (total op events in steps), per_step
-    (occurrences / n_steps), n_populations (distinct (op_name, shape)); sorted by self time.
-    ``coverage``: :class:`Coverage`. ``method``: "markers", "module" or "trace";
-    ``module``: the dominant module (method "module"); ``window``: the window rule used.
+    (occurrences / n_steps), n_populations (distinct (op_name, shape)); sorted by self time;
+    over the ``in_window`` steps only. ``coverage``: :class:`Coverage` over the window,
+    ``coverage_all`` over every step. ``method``: "markers", "module" or "trace";
+    ``module``: the dominant module (method "module"); ``extent``: the step extent used
+    (span, period, run); ``window``: the analysed window ("steady", "all", "A:B");
+    ``distribution``: :func:`traceview.analysis.stepstats.distribution` of the window.
     ``ops`` (built on first use): the wide op table with ``family`` and ``step_row`` (row
     index into ``steps``, null for ops outside every step). ``notes``: one line per adjustment
     made (module runs rebuilt on a device whose ops and executions are on different clocks,
@@ -791,11 +802,23 @@ class StepAnatomy:
     coverage: Coverage
     method: str
     module: str | None
-    window: str
+    extent: str
     notes: list[str] = field(default_factory=list)
     table: object = field(repr=False, default=None)
     step_rows: np.ndarray | None = field(repr=False, default=None)
     attr_family: pl.DataFrame | None = field(repr=False, default=None)
+    window: str = "steady"
+    distribution: dict | None = None
+    coverage_all: Coverage | None = None
+
+    def summary(self) -> str:
+        """The distribution's line (:func:`traceview.analysis.stepstats.summary_line`)."""
+        return stepstats.summary_line(self.distribution or {}, self.steps)
+
+    def top_steps(self, n: int) -> pl.DataFrame:
+        """At most ``n`` rows of ``steps`` for a per-step table
+        (:func:`traceview.analysis.stepstats.top_steps`)."""
+        return stepstats.top_steps(self.steps, n)
 
     @property
     def ops(self) -> pl.DataFrame:
@@ -858,26 +881,49 @@ def _int_bincount(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def _coverage(steps: pl.DataFrame, total_self: int, outside: int, excluded: int = 0) -> Coverage:
+    """:class:`Coverage` of the device-steps ``steps`` (formulas in its doc)."""
+    n = steps.height
+    if not n:
+        return Coverage(outside_ps=outside, outside_share=(outside / total_self if total_self else 0.0),
+                        excluded=excluded)
+    y = float(steps["duration_ps"].sum()) / n
+    x = float(steps["op_time_ps"].sum()) / n
+    busy = float(steps["busy_ps"].sum()) / n
+    gaps = steps["gap_after_ps"].drop_nulls()
+    return Coverage(n_steps=n, devices=steps.select("host", "device").unique().height, family_ps=x, step_ps=y,
+                    ratio=(x / y if y else 0.0), busy_ps=busy, idle_ps=y - busy, overlap_ps=x - busy,
+                    gap_between_ps=(float(gaps.mean()) if gaps.len() else None), outside_ps=outside,
+                    outside_share=(outside / total_self if total_self else 0.0), excluded=excluded)
+
+
 def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame | None = None,
-            module: str | None = None, window: str = "span") -> StepAnatomy:
+            module: str | None = None, extent: str = "span", window: str = "steady",
+            outlier_z: float = stepstats.THRESHOLD) -> StepAnatomy:
     """Step anatomy of a profile: steps, families per step and the coverage line.
 
     ``ops`` / ``module_runs``: the tables of :mod:`traceview.model.schema` (``prof.table`` — an
     :class:`~traceview.model.optable.OpTable` — or a wide frame such as ``prof.ops``;
     ``prof.module_runs``). ``rules``: user families (see :func:`classify`). ``markers``,
-    ``module``, ``window``: see :func:`find_steps`. Formulas: :class:`Coverage` and the
-    module doc. Raises UsageError on bad rules, window or module.
+    ``module``, ``extent``: see :func:`find_steps`. ``window`` ("steady", "all", "A:B") and
+    ``outlier_z`` (the modified z-score cut-off): :mod:`traceview.analysis.stepstats`; the
+    families and the coverage are over the window's steps. Formulas: :class:`Coverage` and the
+    module doc. Raises UsageError on bad rules, extent, window or module.
     """
     rs = rules_of(rules)  # validate before any work
+    stepstats.parse_window(window)
     table, pe = _placed(ops)
     steps, step_rows, method, mod, notes = _steps(table, pe, module_runs, markers=markers, module=module,
-                                                  window=window)
+                                                  extent=extent)
+    steps = stepstats.annotate(steps, window=window, table=table, attr=pe.attr, count=pe.count,
+                               step_rows=step_rows, threshold=outlier_z)
     fam_of = attr_families(table, rs) if table.height else pl.DataFrame(schema={"attr": pl.UInt32, "family": pl.Utf8})
-    n = steps.height
+    in_win = steps["in_window"].to_numpy().astype(bool) if steps.height else np.zeros(0, dtype=bool)
+    n = int(in_win.sum())
     total_self = table.total_self_ps()
-    # per op description: its events inside steps (self time, occurrences), exact int64 sums:
-    # the description's totals (OpTable.collapse, cached) less its events outside every step,
-    # which are few (bincount over those alone)
+    # per op description: its events inside the window's steps (self time, occurrences),
+    # exact int64 sums: the description's totals (OpTable.collapse, cached) less its events
+    # outside every window step, which are few (bincount over those alone)
     if table.height:
         na = table.attrs.height
         col = table.collapse()
@@ -886,7 +932,11 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
         tot_r = np.zeros(na, dtype=np.int64)
         ca = col["attr"].to_numpy().astype(np.int64)
         tot_t[ca], tot_c[ca], tot_r[ca] = col["self_ps"].to_numpy(), col["count"].to_numpy(), col["rows"].to_numpy()
-        out_idx = np.flatnonzero(step_rows < 0)
+        if in_win.all():
+            out_idx = np.flatnonzero(step_rows < 0)
+        else:
+            keep = np.append(in_win, False)  # index -1 (outside every step) -> the last, False
+            out_idx = np.flatnonzero(~keep[step_rows])
         a_out = pe.attr[out_idx].astype(np.int64)
         t_sum = tot_t - _int_bincount(a_out, pe.self_ps[out_idx], na)
         c_sum = tot_c - _int_bincount(a_out, pe.count[out_idx], na)
@@ -896,17 +946,10 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
         del a_out, out_idx
     else:
         inside = pl.DataFrame(schema={"attr": pl.UInt32, "self_ps": pl.Int64, "count": pl.Int64})
-    cov = Coverage()
-    if n:
-        y = float(steps["duration_ps"].sum()) / n
-        x = float(steps["op_time_ps"].sum()) / n
-        busy = float(steps["busy_ps"].sum()) / n
-        gaps = steps["gap_after_ps"].drop_nulls()
-        outside = total_self - int(inside["self_ps"].sum() or 0)
-        cov = Coverage(n_steps=n, devices=steps.select("host", "device").unique().height, family_ps=x, step_ps=y,
-                       ratio=(x / y if y else 0.0), busy_ps=busy, idle_ps=y - busy, overlap_ps=x - busy,
-                       gap_between_ps=(float(gaps.mean()) if gaps.len() else None), outside_ps=outside,
-                       outside_share=(outside / total_self if total_self else 0.0))
+    outside = total_self - int(steps["op_time_ps"].sum() or 0) if steps.height else total_self
+    win_steps = steps.filter(pl.col("in_window")) if steps.height else steps
+    cov = _coverage(win_steps, total_self, outside, excluded=steps.height - n) if steps.height else Coverage()
+    cov_all = _coverage(steps, total_self, outside) if steps.height else Coverage()
     if n and inside.height:
         desc = table.attrs.select("attr", "op_name", "shape")
         fam = inside.join(fam_of, on="attr", how="left").join(desc, on="attr", how="left").group_by("family").agg(
@@ -919,22 +962,42 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
         ).select(list(FAMILIES_SCHEMA)).cast(FAMILIES_SCHEMA).sort(["self_ps", "family"], descending=[True, False])
     else:
         fam = pl.DataFrame(schema=FAMILIES_SCHEMA)
-    return StepAnatomy(steps=steps, families=fam, coverage=cov, method=method, module=mod, window=window,
-                       notes=notes, table=table, step_rows=step_rows, attr_family=fam_of)
+    dist = stepstats.distribution(steps, window)
+    if steps.height and n == 0:
+        notes = notes + [f"step window {dist['window']} holds no step: families and coverage are empty"]
+    return StepAnatomy(steps=steps, families=fam, coverage=cov, method=method, module=mod, extent=extent,
+                       notes=notes, table=table, step_rows=step_rows, attr_family=fam_of, window=dist["window"],
+                       distribution=dist, coverage_all=cov_all)
 
 
-def profile_anatomy(prof, rules=None, *, module: str | None = None, window: str = "span",
-                    markers="auto") -> StepAnatomy:
+def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str = "span",
+                    markers="auto", window: str = "steady", outlier_z: float = stepstats.THRESHOLD) -> StepAnatomy:
     """:func:`anatomy` of a profile (a :class:`~traceview.model.profiledata.ProfileData`).
 
-    ``markers``: "auto" uses the trace's step annotations (``StepTraceAnnotation``) when the
-    ops run on the host (CPU traces: markers and ops share the host clock) and no ``module``
-    is named; None ignores them; or a frame of :data:`~traceview.model.schema.STEP_MARKERS_SCHEMA`.
-    Raises UsageError on bad rules, window, module or ``markers``."""
+    ``markers``: "auto" uses, when no ``module`` is named, the events of the TPU planes'
+    ``Steps`` lines (device markers, on the ops' clock; a note says so), else the trace's step
+    annotations (``StepTraceAnnotation``) when the ops run on the host (CPU traces: markers
+    and ops share the host clock); None ignores them; or a frame of
+    :data:`~traceview.model.schema.STEP_MARKERS_SCHEMA`.
+    ``window`` / ``outlier_z``: :func:`anatomy`. Raises UsageError on bad rules, extent,
+    window, module or ``markers``."""
     table = prof.table
+    note = None
     if isinstance(markers, str):
         if markers != "auto":
             raise UsageError(f"markers must be 'auto', None or a frame, got {markers!r}")
+        mk = prof.step_markers
+        on_device = mk.filter(pl.col("device") != "") if mk.height else mk
         on_host = table.height > 0 and bool(table.collapse()["device"].str.starts_with("/host:").all())
-        markers = prof.step_markers if (module is None and on_host and prof.step_markers.height) else None
-    return anatomy(table, prof.module_runs, rules=rules, module=module, window=window, markers=markers)
+        if module is None and on_device.height:
+            markers = on_device
+            note = (f"steps are the events of the TPU Steps line ({on_device.height} on "
+                    f"{on_device.select('host', 'device').unique().height} device(s)), not program executions")
+        else:
+            host_mk = mk.filter(pl.col("device") == "") if mk.height else mk
+            markers = host_mk if (module is None and on_host and host_mk.height) else None
+    a = anatomy(table, prof.module_runs, rules=rules, module=module, extent=extent, markers=markers,
+                window=window, outlier_z=outlier_z)
+    if note is not None:
+        a.notes.insert(0, note)
+    return a

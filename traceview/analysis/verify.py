@@ -97,8 +97,9 @@ class Verifier:
     UsageError for bad rules. Each side is tagged once (:func:`traceview.analysis.tagged.tag`).
     """
 
-    def __init__(self, treatment, base=None, *, rules=None):
+    def __init__(self, treatment, base=None, *, rules=None, step_window: str = "steady"):
         self.treatment = treatment
+        self.step_window = step_window
         self.base = base
         self.rules = rules
         self.user_families = [r.name for r in rules_of(rules)]
@@ -123,7 +124,7 @@ class Verifier:
 
         if self._diff is None:
             self._diff = diff(self.base, self.treatment, rules=self.rules, labels=("base", "treatment"),
-                              tagged=(self._tag(self.base), self._tag(self.treatment)))
+                              tagged=(self._tag(self.base), self._tag(self.treatment)), step_window=self.step_window)
         return self._diff
 
     @staticmethod
@@ -438,14 +439,18 @@ class Verifier:
         return False, f"{rows.height} population(s) unmatched ({n} matched): " + "; ".join(parts)
 
 
-def verify(treatment, checks, *, base=None, rules=None) -> VerifyReport:
+def verify(treatment, checks, *, base=None, rules=None, step_window: str = "steady") -> VerifyReport:
     """Evaluate ``checks`` (strings or :class:`Check`) on ``treatment`` (and ``base`` for diff
-    checks): profiles as :class:`Verifier` takes them. Raises UsageError for an invalid check
-    (before evaluating any)."""
+    checks): profiles as :class:`Verifier` takes them; ``step_window``: the steps of the
+    diff's step time (:mod:`traceview.analysis.stepstats`). Raises UsageError for an invalid
+    check or step window (before evaluating any)."""
+    from traceview.analysis.stepstats import parse_window
+
+    parse_window(step_window)
     parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]
     if not parsed:
         raise UsageError("no checks given")
-    v = Verifier(treatment, base, rules=rules)
+    v = Verifier(treatment, base, rules=rules, step_window=step_window)
     for c in parsed:  # usage errors before any evaluation
         if (c.needs_base or c.side == "base") and v.base is None:
             raise UsageError(f"check {c.text!r} needs two profiles (BASE and TREATMENT)")

@@ -116,7 +116,8 @@ def run(args) -> int:
     # every section is computed whatever the format, so bad options fail the same way
     rep = build_report(prof, by=args.by, peaks=cargs.peaks_from_args(prof, args), steps=cargs.steps_option(args.steps),
                        expect_batch=args.expect_batch, rules=cargs.rules_from_args(args),
-                       step_module=args.step_module, step_window=args.step_window, source_frame=args.source_frame)
+                       step_module=args.step_module, step_extent=args.step_extent,
+                       step_window=args.step_window, source_frame=args.source_frame)
     try:
         data = _write(rep, args, out)
         if stored is not None and data is not None:

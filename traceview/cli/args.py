@@ -215,13 +215,22 @@ def add_families(p: argparse.ArgumentParser, *, default_list: bool = True) -> No
 
 
 def add_steps(p: argparse.ArgumentParser) -> None:
-    """Family rules, ``--step-module`` and ``--step-window``."""
+    """Family rules, ``--step-module``, ``--step-extent`` and ``--step-window``."""
     add_families(p)
     p.add_argument("--step-module", metavar="NAME",
                    help="the program whose executions are the steps (default: the one with most op time)")
-    p.add_argument("--step-window", choices=["span", "period", "run"], default="span",
+    p.add_argument("--step-extent", choices=["span", "period", "run"], default="span",
                    help="span: a run to the end of what it starts [default]; period: start to next start; "
                         "run: the program's own execution")
+    add_step_window(p)
+
+
+def add_step_window(p: argparse.ArgumentParser) -> None:
+    """``--step-window all|steady|A:B``."""
+    p.add_argument("--step-window", default="steady", metavar="all|steady|A:B",
+                   help="the steps the per-step figures, coverage and families use: steady (outlier steps, "
+                        "by median absolute deviation, left out) [default], all, or A:B (step indices per "
+                        "device, A inclusive, B exclusive, negatives from the end: 2:, 1:-1)")
 
 
 def rules_from_args(args):

@@ -38,6 +38,7 @@ def add_parser(sub) -> None:
     d.add_argument("--families", metavar="FILE", help="user op families, one NAME=REGEX per line (# comments)")
     d.add_argument("--family", action="append", metavar="NAME=REGEX", help="a user op family (repeatable)")
     d.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
+    cargs.add_step_window(d)
     cargs.add_expand_kernels(d)
 
 
@@ -91,7 +92,8 @@ def run(args) -> int:
     for prof in load_sides([(args.base, args.run_base), (args.treatment, args.run_treatment)], args):
         if out is not None and inside_inputs(out, prof.discovery):
             raise UsageError(f"refusing to write {out} inside a profile folder it reads; choose another -o")
-        sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem, base=sides[0] if sides else None))
+        sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem, base=sides[0] if sides else None,
+                          step_window=args.step_window))
         del prof
     d = diff_sides(*sides, overhead_factor=args.overhead_factor)
     if args.format == "json":

@@ -56,7 +56,8 @@ def _write(args, out, charts) -> int:
     from traceview.render.html import render_report
 
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
-                       step_module=args.step_module, step_window=args.step_window, html=True)
+                       step_module=args.step_module, step_extent=args.step_extent,
+                       step_window=args.step_window, html=True)
     text = render_report(rep, top=args.top, title=args.title, charts=charts)
     write_atomic(out, text)
     print(f"wrote {printable(str(out))}", file=sys.stderr)

@@ -52,6 +52,7 @@ def add_parser(sub) -> None:
     v.add_argument("--families", metavar="FILE", help="user op families, one NAME=REGEX per line (# comments)")
     v.add_argument("--family", action="append", metavar="NAME=REGEX", help="a user op family (repeatable)")
     v.add_argument("--format", choices=["text", "json"], default="text")
+    cargs.add_step_window(v)
     v.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
     cargs.add_expand_kernels(v)
 
@@ -82,7 +83,7 @@ def run(args) -> int:
             raise UsageError("--run-base and --run-treatment name the runs of BASE TREATMENT; for one profile "
                              "use --run")
         base, (treat,) = None, list(load_sides([(args.paths[0], args.run)], args, run_hint="pass --run"))
-    report = verify(treat, checks, base=base, rules=rules)
+    report = verify(treat, checks, base=base, rules=rules, step_window=args.step_window)
     if args.format == "json":
         from traceview.render.json import verify_json
 

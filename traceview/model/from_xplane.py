@@ -209,6 +209,7 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
     n_events = 0
     host_planes = []
     markers: list[tuple] = []
+    dev_markers: list[tuple] = []  # (device, name, step_num, start_ps, duration_ps): TPU Steps lines
 
     # pass 1: metadata and environment planes
     for plane in space.planes:
@@ -257,9 +258,9 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
 
         def one(plane):
             sn = {k: v.name for k, v in plane.stat_metadata.items()}
-            c_, r_ = [], []
+            c_, r_, m_ = [], [], []
             return _read_tpu_plane(plane, sn, c_, r_, host, run, path, arrays=pre.get(id(plane)),
-                                   dest=dest.get(id(plane))), c_, r_
+                                   dest=dest.get(id(plane)), markers=m_), c_, r_, m_
 
         workers = min(len(tpu), os.cpu_count() or 1, PLANE_THREADS)
         if sum(len(ln) for p_ in tpu for ln in p_.lines) > PARALLEL_MAX_BYTES:
@@ -277,10 +278,11 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
         if name.startswith("/device:TPU:"):
             devices.append(_device_info(plane, "TPU", stat_names, stat_names))
-            k, c_, r_ = tpu_out[id(plane)]
+            k, c_, r_, m_ = tpu_out[id(plane)]
             n_events += k
             cols.extend(c_)
             runs.extend(r_)
+            dev_markers.extend(m_)
         elif name.startswith("/device:GPU:") or name.startswith("/device:CUSTOM:"):
             devices.append(_device_info(plane, "GPU" if "GPU" in name else "CUSTOM", stat_names, stat_names))
             n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=True)
@@ -311,10 +313,11 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
     has_shapes = bool(ops.height) and bool((ops.collapse()["shape"] != "").any())
     if ops.height and not has_shapes:
         notes.append(f"{path}: no HLO shapes could be resolved (no HLO protos in /host:metadata?)")
+    markers = [("",) + tuple(m) for m in markers] + dev_markers
     step_markers = frame({
-        "host": [host] * len(markers), "device": [""] * len(markers),
-        "name": [m[0] for m in markers], "step_num": [m[1] for m in markers],
-        "start_ps": [m[2] for m in markers], "duration_ps": [m[3] for m in markers]}, STEP_MARKERS_SCHEMA)
+        "host": [host] * len(markers), "device": [m[0] for m in markers],
+        "name": [m[1] for m in markers], "step_num": [m[2] for m in markers],
+        "start_ps": [m[3] for m in markers], "duration_ps": [m[4] for m in markers]}, STEP_MARKERS_SCHEMA)
     return TraceData(path=path, host=host, format="xplane", ops=ops, module_runs=module_runs,
                      devices=devices, notes=notes, has_shapes=has_shapes, n_events=n_events,
                      profile_start_ns=start_ns, profile_stop_ns=stop_ns,
@@ -368,13 +371,21 @@ _META_COLUMNS = ["metadata_id", "op_name", "op_kind", "category", "shape", "hlo_
                  "bytes_accessed", "cost_source"]
 
 
-def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, arrays=None, dest=None) -> int:
-    """Append one TPU plane's module runs (to ``runs``) and op parts (to ``cols``); returns
-    its event count. ``arrays``: its :class:`~traceview.model.tpu_plane.PlaneArrays` when already
+def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, arrays=None, dest=None,
+                    markers: list | None = None) -> int:
+    """Append one TPU plane's module runs (to ``runs``), op parts (to ``cols``) and ``Steps``
+    line events (to ``markers``: (device, "Steps", step number, start_ps, duration_ps), the
+    step number read off the event's name, else its index on the line); returns its event
+    count. ``arrays``: its :class:`~traceview.model.tpu_plane.PlaneArrays` when already
     decoded (:mod:`traceview.read.prefetch`), else decoded here. ``dest``: (:class:`_OpArrays`,
     lo, hi), the slice of the file's event arrays its ops are written to, or None."""
 
     pa = arrays if arrays is not None else plane_arrays(plane, path)
+    if markers is not None and pa.step_mids is not None:
+        names = {k: v.name for k, v in plane.event_metadata.items()}
+        for i, (mid, st, du) in enumerate(zip(pa.step_mids.tolist(), pa.step_starts.tolist(), pa.step_durs.tolist())):
+            nm = (names.get(mid) or "").strip()
+            markers.append((plane.name, "Steps", int(nm) if nm.isdigit() and len(nm) < 18 else i, int(st), int(du)))
     mods = _ModuleNames.empty()
     if pa.mod_mids is not None:
         mods = _ModuleNames(plane, pa.mod_mids)

@@ -1,8 +1,9 @@
 """The op and module-execution arrays of one TPU XPlane, numpy only.
 
 A TPU plane (``/device:TPU:<n>``) has an ``XLA Ops`` line (one event per HLO op execution)
-and an ``XLA Modules`` line (one event per program execution). :func:`plane_arrays` decodes
-both (:func:`traceview.read.xplane.wire.decode_tpu_line`; the other lines are only counted) and derives,
+and an ``XLA Modules`` line (one event per program execution), and a ``Steps`` line (one event
+per training/serving step) when the program marked its steps. :func:`plane_arrays` decodes
+the three (``Steps`` times moved onto the ops' clock as module executions are; :func:`traceview.read.xplane.wire.decode_tpu_line`; the other lines are only counted) and derives,
 per op event, what the op table needs:
 
 * **times** on the device clock (``device_offset_ps`` / ``device_duration_ps`` stats, ps)
@@ -38,9 +39,12 @@ class PlaneArrays:
     None when the plane has no ``XLA Modules`` events. Ops, in device-start order:
     ``mids`` (uint32), ``starts``, ``durs``, ``selfs`` (int64 ps), ``occ`` (``num_occurrences``
     per event, 0 for timed events; None when no event is pre-aggregated), ``enc`` (int64
-    index into the executions, -1 for none); ``mids`` is None when there is no op."""
+    index into the executions, -1 for none); ``mids`` is None when there is no op. Steps
+    (``Steps`` line, in line order): ``step_mids``, ``step_starts`` (ps, ops' clock),
+    ``step_durs``; None when the plane has no ``Steps`` events."""
 
-    __slots__ = ("n_events", "mod_mids", "mod_starts", "mod_durs", "mids", "starts", "durs", "selfs", "occ", "enc")
+    __slots__ = ("n_events", "mod_mids", "mod_starts", "mod_durs", "mids", "starts", "durs", "selfs", "occ", "enc",
+                 "step_mids", "step_starts", "step_durs")
 
     def __init__(self):
         for k in self.__slots__:
@@ -57,6 +61,25 @@ def stat_ids(plane) -> tuple[int, int]:
     return off_id, dur_id
 
 
+def _on_ops_clock(line, op_line) -> np.ndarray:
+    """Starts (ps) of a line's events on the ops' clock: their device-clock start where they
+    have one, else the host-aligned start plus the device-minus-host offset of the first op at
+    or after it (module doc)."""
+    starts = line.starts
+    if (not line.device_clock.all() and op_line is not None and len(op_line)
+            and op_line.device_clock.any()):
+        has = op_line.device_clock
+        a_ops = op_line.aligned[has]
+        delta = op_line.starts[has] - a_ops
+        order = np.argsort(a_ops, kind="stable")
+        a_sorted, d_sorted = a_ops[order], delta[order]
+        a_ev = line.aligned
+        pos = np.clip(np.searchsorted(a_sorted, a_ev, side="left"), 0, len(a_sorted) - 1)
+        shift = np.where(line.device_clock, 0, d_sorted[pos])
+        starts = np.where(line.device_clock, line.starts, a_ev + shift)
+    return starts
+
+
 def plane_arrays(plane, path: str) -> PlaneArrays:
     """Decode one TPU plane (an XPlane message or a :class:`~traceview.read.xplane.wire.MappedPlane`,
     whose line pages are released as they are decoded) into :class:`PlaneArrays`.
@@ -71,19 +94,12 @@ def plane_arrays(plane, path: str) -> PlaneArrays:
     mod_line = by_name.get("XLA Modules")
     op_line = by_name.get("XLA Ops")
     mod_intervals = None
+    step_line = by_name.get("Steps")
+    if step_line is not None and len(step_line):
+        out.step_mids, out.step_starts, out.step_durs = step_line.mids, _on_ops_clock(step_line, op_line), \
+            step_line.durations
     if mod_line is not None and len(mod_line):
-        mod_starts = mod_line.starts
-        if (not mod_line.device_clock.all() and op_line is not None and len(op_line)
-                and op_line.device_clock.any()):
-            has = op_line.device_clock
-            a_ops = op_line.aligned[has]
-            delta = op_line.starts[has] - a_ops
-            order = np.argsort(a_ops, kind="stable")
-            a_sorted, d_sorted = a_ops[order], delta[order]
-            a_mod = mod_line.aligned
-            pos = np.clip(np.searchsorted(a_sorted, a_mod, side="left"), 0, len(a_sorted) - 1)
-            shift = np.where(mod_line.device_clock, 0, d_sorted[pos])
-            mod_starts = np.where(mod_line.device_clock, mod_line.starts, a_mod + shift)
+        mod_starts = _on_ops_clock(mod_line, op_line)
         out.mod_mids, out.mod_starts, out.mod_durs = mod_line.mids, mod_starts, mod_line.durations
         mod_intervals = (mod_line.aligned, mod_line.aligned + mod_line.durations)
     if op_line is None or not len(op_line):

@@ -240,8 +240,48 @@ def steps_svg(series: list[list[float]], colors: list[str]) -> str:
 
 
 
+@_chart_style
+def step_strip_svg(steps: list[int], durations: list[float], outliers: list[bool],
+                   median: float | None = None) -> str:
+    """Strip chart of step times: one point per step (x: step index per device, y: duration,
+    ps, plotted in ms; a log axis when the longest step is over 20x the shortest), outlier
+    steps as red crosses, the window's median as a dashed line. Devices share the x positions (no device name reaches the SVG)."""
+    fig = _new_figure(8.0, 2.6)
+    fig.subplots_adjust(bottom=0.18)
+    ax = fig.add_subplot()
+    pts = [(int(s), float(d) / 1e9, bool(o)) for s, d, o in zip(steps, durations, outliers)
+           if d is not None and math.isfinite(float(d))]
+    inl = [(s, d) for s, d, o in pts if not o]
+    out = [(s, d) for s, d, o in pts if o]
+    if inl:
+        ax.scatter([s for s, _ in inl], [d for _, d in inl], s=10, c="#1f77b4", linewidths=0, label="step")
+    if out:
+        ax.scatter([s for s, _ in out], [d for _, d in out], s=28, c="#d62728", marker="x", linewidths=1.2,
+                   label="outlier")
+    if median is not None and math.isfinite(median):
+        ax.axhline(median / 1e9, color="#555", lw=0.8, ls="--")
+    top = max((d for _, d, _ in pts), default=1.0)
+    low = min((d for _, d, _ in pts if d > 0), default=top)
+    if low > 0 and top / low > 20:  # a warm-up step 100x the rest: log scale keeps the steady ones apart
+        ax.set_yscale("log")
+        ax.set_ylim(low / 1.5, top * 1.5)
+        from matplotlib.ticker import FuncFormatter, NullFormatter
+
+        ax.yaxis.set_major_formatter(FuncFormatter(_power_of_ten))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.set_ylim(0, top * 1.08 or 1.0)
+    ax.set_xlabel("step")
+    ax.set_ylabel("step time (ms)")
+    ax.grid(True, axis="y", color="#e6e6e6", lw=0.6)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return _svg(fig)
+
+
 #: The charts by the name a drawer is asked for.
-CHARTS = {"roofline": roofline_svg, "steps": steps_svg}
+CHARTS = {"roofline": roofline_svg, "steps": steps_svg, "step_strip": step_strip_svg}
 
 
 class InlineCharts:

@@ -18,7 +18,10 @@ def summary_lines(d) -> list[str]:
         r = f" ({s.ratio:.2f}x)" if s.ratio else ""
         lines.append(f"step time {fmt_time_ps(s.step_ps_base)} -> {fmt_time_ps(s.step_ps_treatment)}{r} "
                      f"[{s.module_base or 'whole trace'} x{s.steps_base} vs "
-                     f"{s.module_treatment or 'whole trace'} x{s.steps_treatment}] (profiled run)")
+                     f"{s.module_treatment or 'whole trace'} x{s.steps_treatment}] (profiled run)"
+                     + (f"; means over the {s.window} window: {s.window_steps_base} vs {s.window_steps_treatment} steps"
+                        if s.window_steps_base is not None and (s.window_steps_base, s.window_steps_treatment)
+                        != (s.steps_base, s.steps_treatment) else ""))
     for r in d.kernel_changes().iter_rows(named=True):
         lines.append(f"kernel {r['kernel_id']}: {r['changes']} "
                      f"({', '.join(r['names_base'])} -> {', '.join(r['names_treatment'])})")

@@ -191,6 +191,9 @@ class _StepsView:
     families: list[dict]
     n_steps: int
     shown: int
+    strip: object = None
+    summary: str = ""
+    outliers: list | None = None
 
 
 _IDLE = "idle (no op running)"
@@ -204,12 +207,21 @@ def _steps(rep, charts) -> _StepsView:
     an, chart = rep.steps, rep.step_chart
     cov = an.coverage
     line = cov.line()
-    method = {"module": f"a step is one execution of {an.module} (window: {an.window})",
+    method = {"module": f"a step is one execution of {an.module} (extent: {an.extent})",
               "markers": "steps from the trace's step markers", "trace": "one step per device: the whole trace"
               }.get(an.method, an.method)
     if an.steps.height == 0:
         return _StepsView(None, "No steps found in this profile (no program execution to call a step).",
                           "", "", [], 0, 0)
+    strip, summary, outl = None, "", []
+    st = an.steps
+    if "outlier" in st.columns:  # the step distribution: strip chart, its line, the outlier steps
+        dist = an.distribution or {}
+        strip = charts.submit("step_strip", st["step"].to_list(), st["duration_ps"].to_list(),
+                              st["outlier"].to_list(), dist.get("median_ps"))
+        summary = an.summary()
+        outl = st.filter(pl.col("outlier")).sort("device", "step").select(
+            "device", "step", "duration_ps", "gap_before_ps", "reason").head(50).to_dicts()
     fam = an.families
     families = [{"family": r["family"], "time_ps": r["self_ps"], "share": r["share"], "color": "#ccc"}
                 for r in fam.iter_rows(named=True)] if fam.height else []
@@ -224,9 +236,9 @@ def _steps(rep, charts) -> _StepsView:
                          "color": "#d9d9d9"})
     if not matrix:
         return _StepsView(None, "Steps found, but no op time inside them to chart.", line, method, families,
-                          chart.n_steps, 0)
+                          chart.n_steps, 0, strip, summary, outl)
     return _StepsView(charts.submit("steps", [v for _, v in matrix], colors), "", line, method, families,
-                      chart.n_steps, chart.shown)
+                      chart.n_steps, chart.shown, strip, summary, outl)
 
 
 def _communication(comm, top: int) -> dict | None:
@@ -284,6 +296,8 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
     ctx["comm"] = _communication(getattr(rep, "communication", None), top)
     if callable(steps.svg):
         steps.svg = steps.svg()
+    if callable(steps.strip):
+        steps.strip = steps.strip()
     return ctx
 
 

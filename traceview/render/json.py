@@ -71,7 +71,12 @@ def analysis_payload(rep, *, top: int | None, version: str) -> dict:
         "steps": None if anat is None else {
             "method": anat.method, "module": anat.module, "window": anat.window,
             "coverage": anat.coverage.line(), "coverage_ratio": anat.coverage.ratio,
-            "families": anat.families.to_dicts(), "notes": list(anat.notes)},
+            "families": anat.families.to_dicts(), "notes": list(anat.notes),
+            "extent": anat.extent, "distribution": anat.distribution, "summary": anat.summary(),
+            "coverage_all": None if anat.coverage_all is None else anat.coverage_all.line(),
+            "records": head(anat.steps).to_dicts(),
+            "records_rows": {"shown": min(anat.steps.height, top) if top else anat.steps.height,
+                             "total": anat.steps.height}},
         "occurrence_checks": checks.to_dicts() if checks is not None else None,
         "occurrence_checks_summary": rep.checks_summary,
         "communication": None if getattr(rep, "communication", None) is None else rep.communication.to_dict(),

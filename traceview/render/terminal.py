@@ -34,7 +34,7 @@ def render_report(console: Console, rep, *, top: int) -> None:
     render_analysis(console, rep, top=top)
     render_kernels(console, rep.kernels, top=top)
     render_sources(console, rep.sources, top=top, frame=rep.source_frame)
-    render_steps(console, rep.steps)
+    render_steps(console, rep.steps, top=top)
     render_roofline(console, rep.peaks, rep.roofline, top=top, summary=rep.roofline_summary)
     render_communication(console, getattr(rep, "communication", None), top=top)
 
@@ -249,14 +249,21 @@ def render_sources(console: Console, files: pl.DataFrame, *, top: int, frame: st
     console.print(t)
 
 
-def render_steps(console: Console, anat) -> None:
-    """Print the step anatomy: how steps were found, op families per step, the coverage line."""
+#: rows of the per-step table when --top is not given
+STEP_ROWS = 10
+
+
+def render_steps(console: Console, anat, top: int | None = None) -> None:
+    """Print the step anatomy: how steps were found, the per-step table (``top`` rows, else
+    :data:`STEP_ROWS`: outliers first, then the longest steps) and the distribution's line, op
+    families per step, the coverage line."""
     if anat is None or anat.steps.height == 0:
         return
     console.print()
     how = {"module": f"executions of {anat.module}", "markers": "step markers", "trace": "the whole trace"}
     console.print(f"[bold]step anatomy[/bold] — steps are {escape(how.get(anat.method, anat.method))} "
-                  f"(window: {anat.window})")
+                  f"(extent: {anat.extent}; window: {escape(anat.window)})")
+    render_step_records(console, anat, top)
     t = Table()
     for c, j in (("family", "left"), ("time per step", "right"), ("share of step", "right"),
                  ("occ. per step", "right"), ("populations", "right")):
@@ -322,3 +329,25 @@ def render_communication(console: Console, comm, *, top: int) -> None:
         console.print(t)
     for n in comm.notes:
         console.print(f"  [yellow]note:[/yellow] {escape(n)}")
+
+
+def render_step_records(console: Console, anat, top: int | None = None) -> None:
+    """The per-step table (device, step, start, duration, idle, gap before, outlier and its
+    reason) of the steps :meth:`~traceview.analysis.steps.StepAnatomy.top_steps` picks, and
+    the step-time distribution's line."""
+    st = anat.steps
+    if st.height == 0 or "outlier" not in st.columns:
+        return
+    rows = anat.top_steps(top or STEP_ROWS)
+    t = Table(title=f"steps — {rows.height} of {st.height} shown (outliers first, then the longest; start from the first step)")
+    for c, j in (("device", "left"), ("step", "right"), ("start", "right"), ("duration", "right"),
+                 ("idle", "right"), ("gap before", "right"), ("", "left"), ("reason", "left")):
+        t.add_column(c, justify=j, overflow="fold")
+    t0 = int(st["start_ps"].min())
+    for r in rows.iter_rows(named=True):
+        mark = "[red]outlier[/red]" if r["outlier"] else ("" if r["in_window"] else "[dim]excluded[/dim]")
+        t.add_row(escape(r["device"]), str(r["step"]), fmt_time_ps(r["start_ps"] - t0), fmt_time_ps(r["duration_ps"]),
+                  fmt_time_ps(r["idle_ps"]), "-" if r["gap_before_ps"] is None else fmt_time_ps(r["gap_before_ps"]),
+                  mark, escape(r["reason"] or ""))
+    console.print(t)
+    console.print("  " + escape(anat.summary()))

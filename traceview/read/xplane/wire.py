@@ -399,7 +399,7 @@ PIECE_BYTES = 32 << 20
 
 
 #: the TPU lines whose events traceview uses (the others are only counted)
-TPU_LINES_USED = ("XLA Ops", "XLA Modules")
+TPU_LINES_USED = ("XLA Ops", "XLA Modules", "Steps")
 
 
 def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLine | None" = None,

@@ -1,0 +1,308 @@
+"""Step distributions: per-step records, outlier steps and the analysed window.
+
+:func:`annotate` takes the steps frame of :func:`traceview.analysis.steps.find_steps` and adds,
+per (host, device) step:
+
+* ``gap_before_ps`` (Int64): the previous step's ``gap_after_ps`` (previous step end to this
+  step's start, ps); null for a device's first step.
+* ``outlier`` (Boolean): the step's ``duration_ps`` is an outlier among its device's steps by
+  the median-absolute-deviation rule of Iglewicz & Hoaglin (1993, "How to Detect and Handle
+  Outliers"): modified z = 0.6745·|x − median| / MAD, an outlier when z > ``threshold``
+  (default 3.5, their recommendation), both ways (a long warm-up step and a cut-short last
+  step). Edge cases, each chosen so the median of the remaining steps is the steady state:
+
+  - fewer than :data:`MIN_STEPS` (3) steps on a device: nothing is flagged (two durations
+    cannot say which one is usual);
+  - MAD = 0 (more than half the steps have the same duration): a step off the median is an
+    outlier (z is infinite), one on it is not (z = 0); all-identical steps flag nothing;
+  - a step within ``min_rel`` (default 20%) of the median is never an outlier, however small
+    the MAD: on a TPU the MAD can be 0.002% of the step (timer jitter), and a step 0.01%
+    slower is not another regime; on a loaded CPU, decode steps 1.1-1.2x the median come and
+    go between two recordings of one configuration (the engine profiles of the test suite),
+    while compilation or a first execution makes a step several times the median.
+
+* ``reason`` (Utf8, null when not an outlier): ``"4.9x the median"`` (or ``0.2x``) followed
+  by what the trace shows, ``; ``-separated: ``first execution of M`` (the first op event in
+  the trace of module M on that device starts inside the step: compilation, autotuning or a
+  cold cache before it), ``host gap before 3.2 ms`` (its ``gap_before_ps`` is itself an
+  outlier among the device's gaps by the same rule, and over twice their median),
+  ``op mix differs from the modal step (+k/-j populations, i other counts)`` (the multiset of
+  op descriptions run in the step is not the device's most common one).
+* ``in_window`` (Boolean): the step is in the analysed window. ``"steady"`` (default): the
+  steps not flagged; ``"all"``: every step; ``"A:B"``: steps whose index (``step``, per
+  device, from 0) is in Python's ``range(n)[A:B]`` — A inclusive, B exclusive, either may be
+  omitted, negative counts from the device's last step (``-1:`` is the last step, ``1:`` drops
+  the first).
+
+:func:`distribution` summarises the window's step durations (all devices pooled): n (all
+steps), n_window, median_ps, p10_ps, p90_ps (linear interpolation, numpy's default), max_ps,
+mean_ps, n_outliers (flagged steps, whether or not in the window) and window.
+
+Times in ps. Errors: an unknown window raises :class:`~traceview.errors.UsageError`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from traceview.errors import UsageError
+
+#: Iglewicz & Hoaglin's recommended cut-off for the modified z-score
+THRESHOLD = 3.5
+#: a step within this fraction of its device's median step is never an outlier
+MIN_REL = 0.2
+#: devices with fewer steps than this have no outliers
+MIN_STEPS = 3
+#: at most this many outlier steps get their op mix compared (each comparison scans the events)
+MIX_MAX = 64
+#: 0.6745 = the 0.75 quantile of the standard normal: MAD / 0.6745 estimates sigma
+_K = 0.6745
+
+RECORD_SCHEMA = {"gap_before_ps": pl.Int64, "outlier": pl.Boolean, "reason": pl.Utf8, "in_window": pl.Boolean}
+
+
+def parse_window(spec: str) -> tuple[str, slice | None]:
+    """(``"steady"`` | ``"all"`` | ``"A:B"``, the slice for A:B else None). Raises
+    UsageError naming the expected forms."""
+    if not isinstance(spec, str):
+        raise UsageError(f"step window must be a string (all, steady or A:B), got {spec!r}")
+    s = spec.strip()
+    if s in ("steady", "all"):
+        return s, None
+    if s.count(":") == 1:
+        a, b = (x.strip() for x in s.split(":"))
+        try:
+            lo = int(a) if a else None
+            hi = int(b) if b else None
+        except ValueError:
+            lo = hi = "bad"
+        if lo != "bad":
+            return f"{'' if lo is None else lo}:{'' if hi is None else hi}", slice(lo, hi)
+    raise UsageError(f"unknown step window {spec!r}: expected all, steady or A:B (step indices, "
+                     f"A inclusive, B exclusive, e.g. 2: or 1:-1)")
+
+
+def robust_z(values: np.ndarray) -> np.ndarray:
+    """Modified z-scores 0.6745·|x − median| / MAD (float64); with MAD = 0, inf off the
+    median and 0 on it. Empty in, empty out."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        return x
+    med = np.median(x)
+    dev = np.abs(x - med)
+    mad = np.median(dev)
+    if mad > 0:
+        return _K * dev / mad
+    return np.where(dev > 0, np.inf, 0.0)
+
+
+def outliers(values, *, threshold: float = THRESHOLD, min_rel: float = MIN_REL,
+             min_steps: int = MIN_STEPS) -> np.ndarray:
+    """Per value, whether it is an outlier by the rule in the module doc (bool array)."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size < min_steps:
+        return np.zeros(x.size, dtype=bool)
+    med = np.median(x)
+    return (robust_z(x) > threshold) & (np.abs(x - med) > min_rel * abs(med))
+
+
+def _ms(ps: float) -> str:
+    return f"{ps / 1e9:.3f} ms"
+
+
+def _first_executions(table, steps: pl.DataFrame) -> dict:
+    """{step row: [modules whose first op event on that device starts in the step]}."""
+    out: dict = {}
+    if table is None or table.height == 0 or steps.height == 0:
+        return out
+    first = (table.collapse().filter(pl.col("first_ps").is_not_null() & (pl.col("module") != ""))
+             .group_by("host", "device", "module").agg(pl.col("first_ps").min()))
+    rows = steps.with_row_index("_r").select("_r", "host", "device", "start_ps", "duration_ps")
+    for (host, device), g in rows.group_by(["host", "device"]):
+        f = first.filter((pl.col("host") == host) & (pl.col("device") == device))
+        if f.height == 0:
+            continue
+        g = g.sort("start_ps")
+        st = g["start_ps"].to_numpy()
+        en = st + g["duration_ps"].to_numpy()
+        r = g["_r"].to_numpy()
+        t = f["first_ps"].to_numpy()
+        k = np.searchsorted(st, t, side="right") - 1
+        for mod, ki, ti in zip(f["module"].to_list(), k.tolist(), t.tolist()):
+            if ki >= 0 and ti < en[ki]:
+                out.setdefault(int(r[ki]), []).append(mod)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _population_ids(table) -> np.ndarray:
+    """Per op description (attr id): a dense id of its population on its device, (host,
+    device, module, op_name, shape): descriptions that differ only by thread line or file are
+    one population (int64)."""
+    ids = (table.attrs.select("attr", pl.struct("host", "device", "module", "op_name", "shape")
+                              .rank("dense").alias("p")))
+    out = np.zeros(table.attrs.height, dtype=np.int64)
+    out[ids["attr"].to_numpy().astype(np.int64)] = ids["p"].to_numpy().astype(np.int64)
+    return out
+
+
+def _op_mix(attr: np.ndarray, count: np.ndarray, step_rows: np.ndarray, steps: pl.DataFrame,
+            flagged: np.ndarray) -> dict:
+    """{flagged step row: "op mix differs ..." text} for flagged steps whose multiset of op
+    populations (``attr``: per event a population id, :func:`_population_ids`; weighted by
+    occurrences) differs from their device's modal step (at most :data:`MIX_MAX` steps are
+    described).
+    A multiset hash per step (sum of a random 64-bit key per description × count, mod 2**64)
+    finds the modal step; exact counts are compared only for the flagged steps."""
+    out: dict = {}
+    if not flagged.any() or attr is None or len(attr) == 0:
+        return out
+    inside = np.flatnonzero(step_rows >= 0)
+    if len(inside) == 0:
+        return out
+    rng = np.random.default_rng(0)
+    keys = rng.integers(1, np.iinfo(np.int64).max, size=int(attr.max()) + 1, dtype=np.int64).astype(np.uint64)
+    r = step_rows[inside].astype(np.int64)
+    h = np.zeros(steps.height, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        np.add.at(h, r, keys[attr[inside]] * count[inside].astype(np.uint64))
+    dev = steps.select((pl.col("host") + "\x00" + pl.col("device")).alias("d"))["d"].to_list()
+    by_dev: dict = {}
+    for i, d in enumerate(dev):
+        by_dev.setdefault(d, []).append(i)
+    for d, rows in by_dev.items():
+        hs = h[rows]
+        vals, cnt = np.unique(hs, return_counts=True)
+        modal_h = vals[np.argmax(cnt)]
+        same = [rows[j] for j in np.flatnonzero(hs == modal_h).tolist()]
+        modal = next((j for j in same if not flagged[j]), same[0])  # a steady step when there is one
+        for i in rows:
+            if not flagged[i] or h[i] == modal_h or len(out) >= MIX_MAX:
+                continue
+            a_i = np.bincount(attr[inside[r == i]], weights=count[inside[r == i]], minlength=len(keys))
+            a_m = np.bincount(attr[inside[r == modal]], weights=count[inside[r == modal]], minlength=len(keys))
+            added = int(((a_i > 0) & (a_m == 0)).sum())
+            missing = int(((a_i == 0) & (a_m > 0)).sum())
+            other = int(((a_i > 0) & (a_m > 0) & (a_i != a_m)).sum())
+            out[i] = (f"op mix differs from the modal step {int(steps['step'][modal])} "
+                      f"(+{added}/-{missing} populations, {other} with other counts)")
+    return out
+
+
+def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: np.ndarray | None = None,
+             count: np.ndarray | None = None, step_rows: np.ndarray | None = None,
+             threshold: float = THRESHOLD, min_rel: float = MIN_REL) -> pl.DataFrame:
+    """``steps`` (rows in any order; columns of
+    :data:`~traceview.analysis.steps.STEPS_SCHEMA`) plus the columns of
+    :data:`RECORD_SCHEMA` (module doc). ``table`` (the op table), ``attr`` / ``count`` (per
+    op event: description id, occurrences) and ``step_rows`` (per event, its row in
+    ``steps``, -1 for none) give the reasons; without them the reason is the ratio alone.
+    Raises UsageError on an unknown window."""
+    kind, sl = parse_window(window)
+    n = steps.height
+    if n == 0:
+        return steps.with_columns(*(pl.lit(None, dtype=t).alias(c) for c, t in RECORD_SCHEMA.items()))
+    keys = ["host", "device"]
+    gap_before = steps.select(pl.col("gap_after_ps").shift(1).over(keys, order_by="start_ps"))["gap_after_ps"]
+    flagged = np.zeros(n, dtype=bool)
+    gap_long = np.zeros(n, dtype=bool)
+    ratio = np.ones(n, dtype=np.float64)
+    in_window = np.ones(n, dtype=bool)
+    dur = steps["duration_ps"].to_numpy().astype(np.float64)
+    gb = gap_before.to_numpy(allow_copy=True).astype(np.float64)  # NaN for nulls
+    idx_col = steps["step"].to_numpy()
+    for _, g in steps.with_row_index("_r").group_by(keys):
+        rows = g["_r"].to_numpy().astype(np.int64)
+        d = dur[rows]
+        med = float(np.median(d))
+        flagged[rows] = outliers(d, threshold=threshold, min_rel=min_rel)
+        ratio[rows] = d / med if med else 1.0
+        gaps = gb[rows]
+        have = np.isfinite(gaps)
+        if have.sum() >= MIN_STEPS:
+            gm = float(np.median(gaps[have]))
+            sel = rows[have]
+            gap_long[sel] = outliers(gaps[have], threshold=threshold, min_rel=1.0) & (gaps[have] > 2 * gm)
+        if sl is not None:
+            order = rows[np.argsort(idx_col[rows], kind="stable")]
+            keep = np.zeros(len(rows), dtype=bool)
+            keep[np.arange(len(rows))[sl]] = True
+            in_window[order] = keep
+    if kind == "steady":
+        in_window = ~flagged
+    first = _first_executions(table, steps) if flagged.any() else {}
+    mix = {}
+    if step_rows is not None and attr is not None and table is not None and table.height and flagged.any():
+        mix = _op_mix(_population_ids(table)[attr], count, step_rows, steps, flagged)
+    reasons: list = [None] * n
+    for i in np.flatnonzero(flagged).tolist():
+        parts = [f"{ratio[i]:.2g}x the median" if ratio[i] < 10 else f"{ratio[i]:.0f}x the median"]
+        parts += [f"first execution of {m}" for m in first.get(i, [])]
+        if gap_long[i]:
+            parts.append(f"host gap before {_ms(gb[i])}")
+        if i in mix:
+            parts.append(mix[i])
+        reasons[i] = "; ".join(parts)
+    return steps.with_columns(
+        gap_before.alias("gap_before_ps").cast(pl.Int64),
+        pl.Series("outlier", flagged, dtype=pl.Boolean),
+        pl.Series("reason", reasons, dtype=pl.Utf8),
+        pl.Series("in_window", in_window, dtype=pl.Boolean),
+    )
+
+
+def distribution(steps: pl.DataFrame, window: str = "steady") -> dict:
+    """Summary of the ``in_window`` steps' durations of an :func:`annotate`-d frame: n,
+    n_window, median_ps, p10_ps, p90_ps, max_ps, mean_ps (floats, None when the window is
+    empty), n_outliers, window (module doc)."""
+    kind, _ = parse_window(window)
+    label = kind if kind in ("steady", "all") else kind
+    n = steps.height
+    n_out = int(steps["outlier"].sum()) if n and "outlier" in steps.columns else 0
+    d = (steps.filter(pl.col("in_window"))["duration_ps"].to_numpy().astype(np.float64) if n
+         else np.zeros(0))
+    out = {"n": n, "n_window": int(d.size), "median_ps": None, "p10_ps": None, "p90_ps": None, "max_ps": None,
+           "mean_ps": None, "n_outliers": n_out, "window": label}
+    if d.size:
+        p10, med, p90 = np.percentile(d, [10, 50, 90])
+        out.update(median_ps=float(med), p10_ps=float(p10), p90_ps=float(p90), max_ps=float(d.max()),
+                   mean_ps=float(d.mean()))
+    return out
+
+
+def top_steps(steps: pl.DataFrame, n: int) -> pl.DataFrame:
+    """At most ``n`` rows of an :func:`annotate`-d frame for a per-step table: the outlier
+    steps (longest first), then the longest other steps; shown in (device, step) order."""
+    if steps.height == 0 or n <= 0:
+        return steps.head(0)
+    r = steps.with_row_index("_r")
+    pick = pl.concat([r.filter(pl.col("outlier")).sort("duration_ps", descending=True),
+                      r.filter(~pl.col("outlier")).sort("duration_ps", descending=True)]).head(n)
+    return pick.sort("host", "device", "step").drop("_r")
+
+
+def summary_line(dist: dict, steps: pl.DataFrame | None = None, *, max_reasons: int = 3) -> str:
+    """``"step time median 3.725 ms (p10 3.70, p90 4.01, max 4.31 ms), 7 steps, 1 outlier
+    excluded: step 5 (1.2x the median)"``: the distribution's line, with the first
+    ``max_reasons`` outliers outside the window and their reasons when ``steps`` is given."""
+    if not dist or dist.get("median_ps") is None:
+        return f"step time: no steps in window {dist.get('window') if dist else '?'}"
+    ms = 1e-9
+    line = (f"step time median {dist['median_ps'] * ms:.3f} ms (p10 {dist['p10_ps'] * ms:.3f}, "
+            f"p90 {dist['p90_ps'] * ms:.3f}, max {dist['max_ps'] * ms:.3f} ms; mean {dist['mean_ps'] * ms:.3f} ms), "
+            f"{dist['n_window']} of {dist['n']} steps in window {dist['window']}")
+    k = dist.get("n_outliers", 0)
+    excluded = None
+    if steps is not None and steps.height and "outlier" in steps.columns:
+        excluded = steps.filter(pl.col("outlier") & ~pl.col("in_window"))
+    if k:
+        if excluded is not None and excluded.height:
+            shown = [f"{r['device']} step {r['step']} ({r['reason']})"
+                     for r in excluded.sort("device", "step").head(max_reasons).iter_rows(named=True)]
+            more = f"; and {excluded.height - max_reasons} more" if excluded.height > max_reasons else ""
+            line += f", {excluded.height} outlier(s) excluded: " + "; ".join(shown) + more
+        else:
+            line += f", {k} outlier(s) flagged (kept: window {dist['window']})"
+    else:
+        line += ", no outliers"
+    return line
