@@ -74,6 +74,9 @@ def analysis_payload(rep, *, top: int | None, version: str) -> dict:
             "families": anat.families.to_dicts(), "notes": list(anat.notes)},
         "occurrence_checks": checks.to_dicts() if checks is not None else None,
         "occurrence_checks_summary": rep.checks_summary,
+        "program_splits": getattr(rep, "program_splits", None),
+        "population_regimes": (None if getattr(rep, "population_regimes", None) is None
+                               else rep.population_regimes.to_dicts()),
     }
 
 
