@@ -152,6 +152,10 @@ def test_spread_matches_numpy_on_raw_events(shared_traces):
         assert r["p50_ps"] == pytest.approx(np.percentile(v, 50)) and r["median_ps"] == r["p50_ps"]
         assert r["p90_ps"] == pytest.approx(np.percentile(v, 90))
         assert r["max_ps"] == v.max() and r["cv"] == pytest.approx(v.std() / v.mean())
+    # the --by program rows (one program per GEMM shape here) carry the same distributions
+    prog = p.by_program_op().filter(pl.col("op_name") == "custom-call.1")
+    for c in ("p50_ps", "p90_ps", "max_ps", "cv"):
+        assert sorted(prog[c].to_list()) == pytest.approx(sorted(pops[c].to_list())), c
 
 
 def test_c_pass_equals_polars(prof, monkeypatch):

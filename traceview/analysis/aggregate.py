@@ -137,7 +137,9 @@ def by_shape(ops, module_runs: pl.DataFrame | None = None, *, split_modules: boo
     then the distribution (:mod:`traceview.analysis.distributions`): p50_ps (= median_ps),
     p90_ps, cv, programs (the module names, as ``modules``), regimes (null, or why the
     population's spread mixes regimes: warm-up, several programs, bimodal; found with
-    ``module_runs`` for the execution index, else occurrence order) and module (the key's
+    ``module_runs`` for the execution index, else occurrence order; the
+    :data:`~traceview.analysis.distributions.MAX_EXAMINED` wide populations with the most
+    self time are examined) and module (the key's
     module; null when merged and several). Sorted by self time, descending.
     """
     from traceview.analysis import distributions as dist
@@ -165,7 +167,8 @@ def by_shape(ops, module_runs: pl.DataFrame | None = None, *, split_modules: boo
     if "module" not in keys:
         df = df.with_columns(pl.when(pl.col("modules").list.len() == 1).then(pl.col("modules").list.first())
                              .otherwise(None).alias("module"))
-    reg = dist.regimes(table, module_runs, col, keys, df.filter(dist.wide()))
+    cand = df.filter(dist.wide()).sort("self_ps", descending=True).head(dist.MAX_EXAMINED)
+    reg = dist.regimes(table, module_runs, col, keys, cand)
     df = df.join(reg.select(*keys, "regimes"), on=keys, how="left", nulls_equal=True)
     return _finish(df, _total_self(table)).select(_BY_SHAPE_COLUMNS)
 
@@ -244,23 +247,30 @@ def by_name(ops) -> pl.DataFrame:
 
 def by_program_op(ops) -> pl.DataFrame:
     """One row per (program_id, op_name), XProf ``hlo_stats``'s row key. Columns: program_id,
-    module, op_name, shape, occurrences, total_ps, self_ps, mean_ps, share. Summed over
-    devices (as XProf sums over TPU cores)."""
+    module, op_name, shape, occurrences, total_ps, self_ps, mean_ps, share, then the
+    distribution of per-occurrence time (:func:`traceview.analysis.distributions.spread`):
+    p50_ps, p90_ps, max_ps, cv. Summed over devices (as XProf sums over TPU cores)."""
+    from traceview.analysis import distributions as dist
+
     table = as_table(ops)
     if table.height == 0:
         return pl.DataFrame(schema={"program_id": pl.UInt64, "module": pl.Utf8, "op_name": pl.Utf8,
                                     "shape": pl.Utf8, "occurrences": pl.Int64, "total_ps": pl.Int64,
-                                    "self_ps": pl.Int64, "mean_ps": pl.Float64, "share": pl.Float64})
+                                    "self_ps": pl.Int64, "mean_ps": pl.Float64, "share": pl.Float64,
+                                    "p50_ps": pl.Float64, "p90_ps": pl.Float64, "max_ps": pl.Int64, "cv": pl.Float64})
     col = table.collapse().sort("first_ps", "attr", nulls_last=True)
-    df = col.group_by(["program_id", "op_name"]).agg(
+    keys = ["program_id", "op_name"]
+    df = col.group_by(keys).agg(
         pl.col("module").first(),
         pl.col("shape").first(),
         pl.col("count").sum().alias("occurrences"),
         pl.col("duration_ps").sum().alias("total_ps"),
         pl.col("self_ps").sum().alias("self_ps"),
-    )
+        pl.col("max_ps").max(),
+    ).join(dist.spread(table, col, keys), on=keys, how="left", nulls_equal=True)
     return _finish(df, _total_self(table)).select(
-        ["program_id", "module", "op_name", "shape", "occurrences", "total_ps", "self_ps", "mean_ps", "share"])
+        ["program_id", "module", "op_name", "shape", "occurrences", "total_ps", "self_ps", "mean_ps", "share",
+         "p50_ps", "p90_ps", "max_ps", "cv"])
 
 
 def populations(ops, op_name: str) -> pl.DataFrame:

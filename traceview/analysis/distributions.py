@@ -49,6 +49,9 @@ WIDE_P90 = 1.5
 WIDE_MAX = 3.0
 #: at least this many occurrences before a population is examined
 MIN_OCCURRENCES = 4
+#: at most this many wide populations are examined, those with the most self time (the
+#: examination is per population; the others keep a null ``regimes``)
+MAX_EXAMINED = 500
 #: populations with a median under this (ps) are not examined: their spread is the timer's
 #: resolution and launch jitter (the v6e trace's copy-done ops at 2.5 and 3.75 ns)
 MIN_P50_PS = 100_000
