@@ -225,3 +225,37 @@ def test_shared_traces_have_no_program_merges(shared_traces):
     assert fus["module"].n_unique() >= 3
     per_name = fus.group_by("op_name").agg(pl.col("module").n_unique().alias("m"))
     assert per_name["m"].max() >= 2
+
+
+def test_series_chunks_when_runs_are_on_another_clock():
+    """Runs shifted off the ops (TPU ops on the device clock beside host-aligned runs): the
+    k-th run holds occurrences k*m .. k*m+m-1 in time order."""
+    from traceview.model.optable import OpTable
+
+    n_runs, m = 4, 3
+    ops = pl.DataFrame([{"host": "h", "device": "d", "module": "jit_f", "program_id": 7, "op_name": "fusion",
+                         "shape": "f32[8]", "op_kind": "fusion", "count": 1,
+                         "start_ps": 10_000 * k + 1_000 * j, "duration_ps": 500 + k, "self_ps": 500 + k}
+                        for k in range(n_runs) for j in range(m)])
+    runs = pl.DataFrame({"host": ["h"] * n_runs, "device": ["d"] * n_runs, "module": ["jit_f"] * n_runs,
+                         "program_id": pl.Series([7] * n_runs, dtype=pl.UInt64),
+                         "start_ps": [10_000 * k + 5_000_000 for k in range(n_runs)],  # far from the ops
+                         "duration_ps": [9_000] * n_runs})
+    s = dist.population_series(OpTable.from_frame(ops), runs, "fusion", "f32[8]")
+    assert s["execution"].to_list() == [k for k in range(n_runs) for _ in range(m)]
+    assert s["occurrence"].to_list() == list(range(m)) * n_runs
+    assert s["duration_ps"].to_list() == [500 + k for k in range(n_runs) for _ in range(m)]
+    # one occurrence short: not a whole multiple of the runs, so no execution index
+    s = dist.population_series(OpTable.from_frame(ops.head(n_runs * m - 1)), runs, "fusion", "f32[8]")
+    assert s["execution"].null_count() == s.height
+    assert s["occurrence"].to_list() == list(range(n_runs * m - 1))  # counted on the device
+
+
+def test_spread_of_pre_aggregated_rows_counts_each_row_mean_once():
+    ops = pl.DataFrame({"host": "h", "device": "d", "module": "m", "op_name": "x", "shape": "f32[1]",
+                        "start_ps": [0, 10, 20], "duration_ps": [4_000, 10_000, 9_000], "self_ps": [4_000, 10_000, 9_000],
+                        "count": [2, 5, 1]})
+    r = aggregate.by_shape(ops).row(0, named=True)
+    v = np.array([2_000.0, 2_000.0, 9_000.0])  # per-occurrence means of the three rows
+    assert r["p50_ps"] == pytest.approx(np.percentile(v, 50)) and r["p90_ps"] == pytest.approx(np.percentile(v, 90))
+    assert r["cv"] == pytest.approx(v.std() / v.mean())
