@@ -15,7 +15,9 @@ none raises on an empty input (it returns an empty frame with the documented col
 
 Method: sums, counts, min/max and row-weighted modes are taken over
 :meth:`~traceview.model.optable.OpTable.collapse` (one row per op description, a few hundred rows
-however many events); only the median goes back to the events, grouped on an integer key.
+however many events); only the distributions (median, p90, cv:
+:func:`traceview.analysis.distributions.spread`) go back to the events, grouped on an integer
+key, and the regime examination reads the events of the few populations whose spread is wide.
 """
 
 from __future__ import annotations
