@@ -498,8 +498,8 @@ def _check_invariants(ops: pl.DataFrame) -> None:
         assert int(v["occurrences"].sum() or 0) == events, name
         assert int(v["total_ps"].sum() or 0) == dur, name
         assert int(v["self_ps"].sum() or 0) == self_, name
-    # one population per (op name, shape); one name row per op name
-    assert views["by_shape"].height == ops.select("op_name", "shape").unique().height
+    # one population per (op name, shape, module); one name row per op name
+    assert views["by_shape"].height == ops.select("op_name", "shape", "module").unique().height
     assert views["by_name"].height == ops["op_name"].n_unique() if ops.height else True
 
 

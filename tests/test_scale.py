@@ -24,7 +24,7 @@ _SPEC = importlib.util.spec_from_file_location(
 scale_trace = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(scale_trace)
 
-_KEYS = {"shape": ["op_name", "shape"], "program": ["program_id", "op_name"]}
+_KEYS = {"shape": ["op_name", "shape", "module"], "program": ["program_id", "op_name"]}
 
 
 @pytest.fixture(autouse=True)

@@ -31,7 +31,22 @@ class Profile(ProfileData):
         """Shape-keyed populations; see :func:`traceview.analysis.aggregate.by_shape`."""
         from traceview.analysis import aggregate
 
-        return aggregate.by_shape(self.table)
+        return aggregate.by_shape(self.table, self.module_runs)
+
+    def by_program_shape(self):
+        """(module, op, shape) populations program by program; see
+        :func:`traceview.analysis.aggregate.by_program_shape`."""
+        from traceview.analysis import aggregate
+
+        return aggregate.by_program_shape(self.table, self.module_runs)
+
+    def population_series(self, op_name: str, shape: str, module: str | None = None):
+        """The nth-execution series of one (op_name, shape) population (of ``module`` only
+        when given): execution index, occurrence index within it, start_ps, duration_ps,
+        self_ps; see :func:`traceview.analysis.distributions.population_series`."""
+        from traceview.analysis import distributions
+
+        return distributions.population_series(self.table, self.module_runs, op_name, shape, module)
 
     def by_name(self):
         """Name-keyed view (mixes shapes); see :func:`traceview.analysis.aggregate.by_name`."""

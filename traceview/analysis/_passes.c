@@ -6,7 +6,9 @@
  *     ops against step windows in one merge pass (traceview.analysis.steps);
  *   window_max(...) -> bool: latest activity end per step window, by merge;
  *   chunk_heads(...) -> bool: module runs' op chunks (traceview.analysis.steps.align_module_runs);
- *   median_by(...) -> bool: medians per group by quickselect (traceview.analysis.aggregate).
+ *   median_by(...) -> bool: medians per group by quickselect (traceview.analysis.aggregate);
+ *   quantiles_by(...) -> bool: quantiles, mean, std and max per group
+ *     (traceview.analysis.distributions).
  *
  * Each releases the GIL and returns False on input outside its preconditions (unordered
  * input, an index outside its table); the caller then takes the general path.
@@ -248,12 +250,96 @@ static PyObject *median_by(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* quantiles_by(attr, key_of_attr, values, qs, out, stats, have) -> bool
+ * Per key = key_of_attr[attr[i]] (int32; -1: not counted), the quantiles qs (double,
+ * ascending in [0, 1]) of values (int64) with linear interpolation between the two nearest
+ * ranks (numpy's default, polars' "linear": v[f] + (v[f+1] - v[f]) * (q(c-1) - f)), so q = 0.5
+ * is polars' median; out[key * nq + j] (double). stats[key * 3 + 0..2] (double): mean,
+ * variance over all of the key's values (ddof 0, two passes), and max. have
+ * (uint8) per key: the key has values. Values grouped by key into one buffer, then one
+ * narrowing quickselect per quantile: O(n). Returns False when an index is outside its table
+ * or qs is not ascending in [0, 1]. attr uint32. */
+static PyObject *quantiles_by(PyObject *self, PyObject *args) {
+    Py_buffer b[7];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6])) return NULL;
+    Py_ssize_t n = b[0].len / 4, na = b[1].len / 4, nq = b[3].len / 8, nk = b[6].len;
+    int ok = b[2].len / 8 == n && b[4].len / 8 == nk * nq && b[5].len / 8 == nk * 3;
+    const uint32_t *attr = b[0].buf;
+    const int32_t *key = b[1].buf;
+    const int64_t *val = b[2].buf;
+    const double *qs = b[3].buf;
+    double *out = b[4].buf, *stats = b[5].buf;
+    uint8_t *have = b[6].buf;
+    for (Py_ssize_t j = 0; j < nq && ok; j++)
+        if (!(qs[j] >= 0.0 && qs[j] <= 1.0) || (j && qs[j] < qs[j - 1])) ok = 0;
+    Py_ssize_t *start = ok ? PyMem_RawCalloc((size_t)nk + 1, sizeof(Py_ssize_t)) : NULL;
+    Py_ssize_t *fill = ok ? PyMem_RawMalloc(((size_t)nk + 1) * sizeof(Py_ssize_t)) : NULL;
+    int64_t *buf = ok ? PyMem_RawMalloc((n ? (size_t)n : 1) * sizeof(int64_t)) : NULL;
+    if (ok && (!start || !fill || !buf)) {
+        PyMem_RawFree(start); PyMem_RawFree(fill); PyMem_RawFree(buf);
+        for (int k = 0; k < 7; k++) PyBuffer_Release(&b[k]);
+        return PyErr_NoMemory();
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n && ok; i++) {   /* counts */
+            if ((Py_ssize_t)attr[i] >= na) { ok = 0; break; }
+            int32_t k = key[attr[i]];
+            if (k < 0) continue;
+            if (k >= nk) { ok = 0; break; }
+            start[k + 1]++;
+        }
+        if (ok) {
+            for (Py_ssize_t k = 0; k < nk; k++) start[k + 1] += start[k];
+            memcpy(fill, start, ((size_t)nk + 1) * sizeof(Py_ssize_t));
+            for (Py_ssize_t i = 0; i < n; i++) {
+                int32_t k = key[attr[i]];
+                if (k >= 0) buf[fill[k]++] = val[i];
+            }
+            for (Py_ssize_t k = 0; k < nk; k++) {
+                Py_ssize_t c = start[k + 1] - start[k];
+                have[k] = c > 0;
+                double *o = out + k * nq, *st = stats + k * 3;
+                if (!c) { for (Py_ssize_t j = 0; j < nq; j++) o[j] = 0.0; st[0] = st[1] = st[2] = 0.0; continue; }
+                int64_t *v = buf + start[k];
+                double sum = 0.0, ss = 0.0;
+                int64_t mx = v[0];
+                for (Py_ssize_t i = 0; i < c; i++) { sum += (double)v[i]; if (v[i] > mx) mx = v[i]; }
+                double mean = sum / (double)c;
+                for (Py_ssize_t i = 0; i < c; i++) { double d = (double)v[i] - mean; ss += d * d; }
+                st[0] = mean; st[1] = ss / (double)c; st[2] = (double)mx;
+                Py_ssize_t lo = 0;  /* v[lo..c) holds the values >= every selected one */
+                for (Py_ssize_t j = 0; j < nq; j++) {
+                    double pos = qs[j] * (double)(c - 1);
+                    Py_ssize_t f = (Py_ssize_t)pos;  /* pos >= 0: the cast is the floor */
+                    if (f > c - 1) f = c - 1;
+                    if (f < lo) f = lo;
+                    tv_select(v + lo, c - lo, f - lo);
+                    double frac = pos - (double)f;
+                    if (frac > 0.0 && f + 1 < c) {
+                        int64_t nx = v[f + 1];  /* the next rank: the smallest value after f */
+                        for (Py_ssize_t i = f + 2; i < c; i++) if (v[i] < nx) nx = v[i];
+                        double dl = (double)v[f], dh = (double)nx;
+                        o[j] = dl + (dh - dl) * frac;
+                    } else o[j] = (double)v[f];
+                    lo = f;
+                }
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(start); PyMem_RawFree(fill); PyMem_RawFree(buf);
+    for (int k = 0; k < 7; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
     {"window_max", window_max, METH_VARARGS, "window_max(a_start, a_len, is_dur, starts, nxt, end) -> bool"},
     {"chunk_heads", chunk_heads, METH_VARARGS, "chunk_heads(attr, starts, durs, prog, m, offs, heads, ends) -> bool"},
     {"median_by", median_by, METH_VARARGS, "median_by(attr, key_of_attr, values, out, have) -> bool"},
+    {"quantiles_by", quantiles_by, METH_VARARGS, "quantiles_by(attr, key_of_attr, values, qs, out, stats, have) -> bool"},
     {NULL, NULL, 0, NULL}
 };
 

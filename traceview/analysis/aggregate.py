@@ -15,7 +15,9 @@ none raises on an empty input (it returns an empty frame with the documented col
 
 Method: sums, counts, min/max and row-weighted modes are taken over
 :meth:`~traceview.model.optable.OpTable.collapse` (one row per op description, a few hundred rows
-however many events); only the median goes back to the events, grouped on an integer key.
+however many events); only the distributions (median, p90, cv:
+:func:`traceview.analysis.distributions.spread`) go back to the events, grouped on an integer
+key, and the regime examination reads the events of the few populations whose spread is wide.
 """
 
 from __future__ import annotations
@@ -118,24 +120,37 @@ def _finish(df: pl.DataFrame, total_self: int, sort: bool = True) -> pl.DataFram
         return df
     # ties broken by the key columns, so the same input always gives the same row order
     keys = [c for c in ("op_name", "shape", "program_id") if c in df.columns]
+    if "program_id" not in df.columns and "module" in df.columns:
+        keys.append("module")  # by_shape's rows split by module
     return df.sort(["self_ps", "total_ps", *keys], descending=[True, True] + [False] * len(keys), nulls_last=True)
 
 
-def by_shape(ops) -> pl.DataFrame:
-    """One row per (op_name, shape) population.
+def by_shape(ops, module_runs: pl.DataFrame | None = None, *, split_modules: bool = True) -> pl.DataFrame:
+    """One row per (op_name, shape) population, split by module (hlo_module) when one
+    (op_name, shape) runs in several: a prefill and a decode program whose token bucket
+    equals the request bucket (T = B = 32) compile ops of equal name and shape, which are two
+    populations (``split_modules=False``: one row per (op_name, shape), the modules merged).
 
     Columns: op_name, shape, op_kind, category, occurrences (events, as XProf counts them),
     executions and kernels_per_execution (:func:`executions`), total_ps, self_ps, mean_ps,
     min_ps, max_ps, median_ps (per occurrence), share (of all ops' self time), modules
     (sorted list of hlo_module names), n_programs, devices (number of devices), source (most
-    frequent ``file:line`` over the events, ties to the smallest), framework_op (likewise).
-    Sorted by self time, descending.
+    frequent ``file:line`` over the events, ties to the smallest), framework_op (likewise),
+    then the distribution (:mod:`traceview.analysis.distributions`): p50_ps (= median_ps),
+    p90_ps, cv, programs (the module names, as ``modules``), regimes (null, or why the
+    population's spread mixes regimes: warm-up, several programs, bimodal; found with
+    ``module_runs`` for the execution index, else occurrence order; the
+    :data:`~traceview.analysis.distributions.MAX_EXAMINED` wide populations with the most
+    self time are examined) and module (the key's
+    module; null when merged and several). Sorted by self time, descending.
     """
+    from traceview.analysis import distributions as dist
+
     table = as_table(ops)
     if table.height == 0:
         return _empty_by_shape()
     col = table.collapse().with_columns(_source_expr().alias("_src"))
-    keys = ["op_name", "shape"]
+    keys = ["op_name", "shape", "module"] if split_modules else ["op_name", "shape"]
     df = col.group_by(keys).agg(
         pl.col("op_kind").sort_by("first_ps", "attr", nulls_last=True).first(),
         pl.col("category").sort_by("first_ps", "attr", nulls_last=True).first(),
@@ -144,19 +159,60 @@ def by_shape(ops) -> pl.DataFrame:
         pl.col("program_id").n_unique().alias("n_programs"),
         pl.struct("host", "device").n_unique().alias("devices"),
     )
-    df = (df.join(_medians(table, col, keys), on=keys, how="left", nulls_equal=True)
+    df = (df.join(dist.spread(table, col, keys), on=keys, how="left", nulls_equal=True)
           .join(weighted_mode(col, keys, "_src").rename({"_src": "source"}), on=keys, how="left", nulls_equal=True)
           .join(weighted_mode(col, keys, "framework_op"), on=keys, how="left", nulls_equal=True))
     df = (df.join(executions(col, keys), on=keys, how="left", nulls_equal=True)
           .with_columns(pl.col("source").fill_null(""), pl.col("framework_op").fill_null(""),
+                        pl.col("p50_ps").alias("median_ps"), pl.col("modules").alias("programs"),
                         (pl.col("occurrences") / pl.col("executions")).alias("kernels_per_execution")))
+    if "module" not in keys:
+        df = df.with_columns(pl.when(pl.col("modules").list.len() == 1).then(pl.col("modules").list.first())
+                             .otherwise(None).alias("module"))
+    cand = df.filter(dist.wide()).sort("self_ps", descending=True).head(dist.MAX_EXAMINED)
+    reg = dist.regimes(table, module_runs, col, keys, cand)
+    df = df.join(reg.select(*keys, "regimes"), on=keys, how="left", nulls_equal=True)
     return _finish(df, _total_self(table)).select(_BY_SHAPE_COLUMNS)
 
 
 _BY_SHAPE_COLUMNS = ["op_name", "shape", "op_kind", "category", "occurrences", "executions",
                      "kernels_per_execution", "total_ps", "self_ps",
                      "mean_ps", "min_ps", "max_ps", "median_ps", "share", "modules", "n_programs",
-                     "devices", "source", "framework_op"]
+                     "devices", "source", "framework_op", "p50_ps", "p90_ps", "cv", "programs", "regimes", "module"]
+
+
+def by_program_shape(ops, module_runs: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per (module, op_name, shape) population, program by program: the
+    :func:`by_shape` rows (split by module) with ``module`` first and ``module_share`` (the
+    population's self time over its module's, ops without a module together under ""),
+    ordered by the module's self time, then the population's. Columns: module, then those of
+    :func:`by_shape` without ``module``, then module_share."""
+    df = by_shape(ops, module_runs)
+    if df.height == 0:
+        return df.select("module", *[c for c in df.columns if c != "module"]).with_columns(
+            pl.lit(None, dtype=pl.Float64).alias("module_share"))
+    m = pl.col("module").fill_null("")
+    tot = pl.col("self_ps").sum().over(m)
+    df = df.with_columns(pl.when(tot > 0).then(pl.col("self_ps") / tot).otherwise(0.0).alias("module_share"),
+                         tot.alias("_mt"), m.alias("_m"))
+    return (df.sort(["_mt", "_m", "self_ps", "op_name", "shape"], descending=[True, False, True, False, False])
+            .drop("_mt", "_m").select("module", *[c for c in df.columns if c not in ("module", "_mt", "_m")]))
+
+
+def program_splits(by_shape_rows: pl.DataFrame) -> dict:
+    """How a :func:`by_shape` table split (op_name, shape) keys by module: ``keys`` (keys run
+    in several modules), ``rows`` (the rows they became), ``examples`` (up to 5: op_name,
+    shape, modules). Rows without a module name (a trace that names none) are never split:
+    ``unnamed`` counts them."""
+    if by_shape_rows.height == 0 or "module" not in by_shape_rows.columns:
+        return {"keys": 0, "rows": 0, "unnamed": 0, "examples": []}
+    named = by_shape_rows.filter(pl.col("module").fill_null("") != "")
+    g = (named.group_by("op_name", "shape").agg(pl.len().alias("n"), pl.col("module").sort().alias("modules"),
+                                                pl.col("self_ps").sum().alias("t"))
+         .filter(pl.col("n") > 1).sort(["t", "op_name", "shape"], descending=[True, False, False]))
+    return {"keys": g.height, "rows": int(g["n"].sum() or 0) if g.height else 0,
+            "unnamed": by_shape_rows.height - named.height,
+            "examples": g.head(5).select("op_name", "shape", "modules").to_dicts()}
 
 
 def _empty_by_shape() -> pl.DataFrame:
@@ -165,7 +221,8 @@ def _empty_by_shape() -> pl.DataFrame:
               "total_ps": pl.Int64, "self_ps": pl.Int64, "mean_ps": pl.Float64,
               "min_ps": pl.Int64, "max_ps": pl.Int64, "median_ps": pl.Float64, "share": pl.Float64,
               "modules": pl.List(pl.Utf8), "n_programs": pl.UInt32, "devices": pl.UInt32,
-              "source": pl.Utf8, "framework_op": pl.Utf8}
+              "source": pl.Utf8, "framework_op": pl.Utf8, "p50_ps": pl.Float64, "p90_ps": pl.Float64,
+              "cv": pl.Float64, "programs": pl.List(pl.Utf8), "regimes": pl.Utf8, "module": pl.Utf8}
     return pl.DataFrame(schema=schema)
 
 
@@ -192,23 +249,30 @@ def by_name(ops) -> pl.DataFrame:
 
 def by_program_op(ops) -> pl.DataFrame:
     """One row per (program_id, op_name), XProf ``hlo_stats``'s row key. Columns: program_id,
-    module, op_name, shape, occurrences, total_ps, self_ps, mean_ps, share. Summed over
-    devices (as XProf sums over TPU cores)."""
+    module, op_name, shape, occurrences, total_ps, self_ps, mean_ps, share, then the
+    distribution of per-occurrence time (:func:`traceview.analysis.distributions.spread`):
+    p50_ps, p90_ps, max_ps, cv. Summed over devices (as XProf sums over TPU cores)."""
+    from traceview.analysis import distributions as dist
+
     table = as_table(ops)
     if table.height == 0:
         return pl.DataFrame(schema={"program_id": pl.UInt64, "module": pl.Utf8, "op_name": pl.Utf8,
                                     "shape": pl.Utf8, "occurrences": pl.Int64, "total_ps": pl.Int64,
-                                    "self_ps": pl.Int64, "mean_ps": pl.Float64, "share": pl.Float64})
+                                    "self_ps": pl.Int64, "mean_ps": pl.Float64, "share": pl.Float64,
+                                    "p50_ps": pl.Float64, "p90_ps": pl.Float64, "max_ps": pl.Int64, "cv": pl.Float64})
     col = table.collapse().sort("first_ps", "attr", nulls_last=True)
-    df = col.group_by(["program_id", "op_name"]).agg(
+    keys = ["program_id", "op_name"]
+    df = col.group_by(keys).agg(
         pl.col("module").first(),
         pl.col("shape").first(),
         pl.col("count").sum().alias("occurrences"),
         pl.col("duration_ps").sum().alias("total_ps"),
         pl.col("self_ps").sum().alias("self_ps"),
-    )
+        pl.col("max_ps").max(),
+    ).join(dist.spread(table, col, keys), on=keys, how="left", nulls_equal=True)
     return _finish(df, _total_self(table)).select(
-        ["program_id", "module", "op_name", "shape", "occurrences", "total_ps", "self_ps", "mean_ps", "share"])
+        ["program_id", "module", "op_name", "shape", "occurrences", "total_ps", "self_ps", "mean_ps", "share",
+         "p50_ps", "p90_ps", "max_ps", "cv"])
 
 
 def populations(ops, op_name: str) -> pl.DataFrame:
@@ -233,9 +297,12 @@ def module_executions(module_runs: pl.DataFrame) -> pl.DataFrame:
 
 def occurrence_checks(ops, module_runs: pl.DataFrame, *, steps: int | dict | None = None,
                       expect_batch: int | None = None) -> pl.DataFrame:
-    """Occurrence checks per (op_name, shape) population, the study's authentication step.
+    """Occurrence checks per (op_name, shape, module) population, the study's authentication
+    step: per program, so a prefill and a decode population of equal (name, shape) (token
+    bucket = request bucket) are never summed into one count.
 
-    Columns: op_name, shape, modules (sorted), occurrences (events, XProf's count),
+    Columns: op_name, shape, modules (the population's module, a one-element list; empty
+    when the trace names none), occurrences (events, XProf's count),
     executions (of the op: :func:`executions`, so an op that launches two kernels counts once
     per execution), program_runs (runs of the programs the population ran in, summed over
     devices), per_execution (executions / program_runs: how often the op runs per program
@@ -262,11 +329,11 @@ def occurrence_checks(ops, module_runs: pl.DataFrame, *, steps: int | dict | Non
         return pl.DataFrame(schema=_CHECK_SCHEMA)
     # devices are (host, device): every host of a pod names its planes /device:TPU:0..n
     where = ["host", "device", "program_id"]
-    keys = ["op_name", "shape"]
+    # per program: a prefill and a decode population of equal (name, shape) are checked apart
+    keys = ["op_name", "shape", "module"]
     col = table.collapse()
-    per_dev = (col.group_by([*keys, *where, "module", "kernel"]).agg(pl.col("count").sum())
-               .group_by([*keys, *where]).agg(pl.col("count").sum().alias("_occ"), pl.col("count").max().alias("_x"),
-                                               pl.col("module").first()))
+    per_dev = (col.group_by([*keys, *where, "kernel"]).agg(pl.col("count").sum())
+               .group_by([*keys, *where]).agg(pl.col("count").sum().alias("_occ"), pl.col("count").max().alias("_x")))
     if module_runs.height:
         ex = module_runs.group_by(where).agg(pl.len().cast(pl.Int64).alias("_runs"))
         per_dev = per_dev.join(ex, on=where, how="left", nulls_equal=True)
@@ -279,18 +346,18 @@ def occurrence_checks(ops, module_runs: pl.DataFrame, *, steps: int | dict | Non
     else:
         per_dev = per_dev.with_columns(pl.lit(steps, dtype=pl.Int64).alias("_steps"))
     # a device's executions of the population per checked program
-    dev_prog = per_dev.group_by([*keys, "host", "device", "module"]).agg(pl.col("_x").sum(), pl.col("_steps").first())
+    dev_prog = per_dev.group_by([*keys, "host", "device"]).agg(pl.col("_x").sum(), pl.col("_steps").first())
     dev_tot = per_dev.group_by([*keys, "host", "device"]).agg(pl.col("_x").sum())
     checked = dev_prog.filter(pl.col("_steps").is_not_null()).group_by(keys).agg(
         ((pl.col("_x") % pl.col("_steps")) == 0).all().alias("steps_ok"),
         pl.col("_steps").unique().sort().alias("_ns"))
     out = per_dev.group_by(keys).agg(
-        pl.col("module").unique().sort().alias("modules"),
+        pl.col("module").drop_nulls().unique().sort().alias("modules"),
         pl.col("_occ").sum().alias("occurrences"),
         pl.col("_x").sum().alias("executions"),
         pl.col("_runs").sum().alias("program_runs"),
     ).join(dev_tot.group_by(keys).agg(pl.col("_x").min().alias("per_device_min"), pl.col("_x").max().alias("per_device_max")),
-           on=keys).join(checked, on=keys, how="left", nulls_equal=True)
+           on=keys, nulls_equal=True).join(checked, on=keys, how="left", nulls_equal=True)
     out = out.with_columns(
         pl.when(pl.col("program_runs") > 0).then(pl.col("executions") / pl.col("program_runs")).otherwise(None)
         .alias("per_execution"),
@@ -302,8 +369,8 @@ def occurrence_checks(ops, module_runs: pl.DataFrame, *, steps: int | dict | Non
     else:
         out = out.with_columns(pl.lit(None, dtype=pl.Boolean).alias("has_batch"))
     out = out.with_columns(pl.col("steps").cast(pl.Int64), pl.col("program_runs").cast(pl.Int64))
-    return out.sort([pl.col("steps_ok").fill_null(True), "occurrences", "op_name", "shape"],
-                    descending=[False, True, False, False]).select(list(_CHECK_SCHEMA))
+    return out.sort([pl.col("steps_ok").fill_null(True), "occurrences", "op_name", "shape", "module"],
+                    descending=[False, True, False, False, False], nulls_last=True).select(list(_CHECK_SCHEMA))
 
 
 _CHECK_SCHEMA = {"op_name": pl.Utf8, "shape": pl.Utf8, "modules": pl.List(pl.Utf8), "occurrences": pl.Int64,

@@ -3,8 +3,9 @@
 The question a treatment raises is "did the change take effect, and what did it do?". XLA's
 instruction names cannot answer it: they are renumbered at every compilation (``fusion.12``
 becomes ``fusion.40``) and reused across programs. The diff therefore matches *populations*
-(:mod:`traceview.analysis.populations`: key ``(kind, stem, shape, fingerprint)``, named
-kernels as one population each).
+(:mod:`traceview.analysis.populations`: key ``(kind, program, stem, shape, fingerprint)``,
+the program being the module's bucket-free stem, so a prefill population never matches a
+decode one of equal shape; named kernels as one population each).
 
 Matching
 --------
@@ -199,7 +200,7 @@ _NUM = re.compile(r"\d+")
 def _scaled(b: dict, t: dict, pairs: set, ratios: set) -> bool:
     """Same kind, stem and shape/fingerprint skeleton, and every differing dimension pair
     (base, treatment) is a changed configuration value pair or in one of their ratios."""
-    if b["kind"] != t["kind"] or b["stem"] != t["stem"]:
+    if b["kind"] != t["kind"] or b["stem"] != t["stem"] or b.get("program") != t.get("program"):
         return False
     if _NUM.sub("#", b["shape"]) != _NUM.sub("#", t["shape"]):
         return False
@@ -240,7 +241,7 @@ class DiffSide:
 
 
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
-         tagged: TaggedOps | None = None, step_window: str = "steady") -> DiffSide:
+         tagged: TaggedOps | None = None, step_window: str = "steady", program_key: bool = True) -> DiffSide:
     """The :class:`DiffSide` of ``prof`` (anything with ``table``, ``module_runs`` and
     ``traces``). ``base``: the base's side when ``prof`` is the treatment (its step module is
     the base's, after configuration substitution). ``tagged``: its
@@ -252,7 +253,7 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     parse_window(step_window)
     t = tagged if tagged is not None else tag(prof.table, rules)
     kern = kernel_table(prof, tagged=t)
-    pops = populations(prof, name_stem=name_stem, tagged=t)
+    pops = populations(prof, name_stem=name_stem, tagged=t, program_stem_key=program_key)
     kern, pops = _traced_kernel_events(prof, kern, pops)
     s = DiffSide(label=_label(prof, label), populations=pops,
                  kernels=kern, families=family_shares(t), module_runs=prof.module_runs, events=t.events,
@@ -332,7 +333,8 @@ def _side_steps(prof, base, window: str = "steady") -> tuple | None:
 
 def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor: float = OVERHEAD_FACTOR,
          overhead_min_events: int = OVERHEAD_MIN_EVENTS, labels: tuple[str, str] | None = None,
-         tagged: tuple[TaggedOps, TaggedOps] | None = None, step_window: str = "steady") -> DiffReport:
+         tagged: tuple[TaggedOps, TaggedOps] | None = None, step_window: str = "steady",
+         program_key: bool = True) -> DiffReport:
     """Diff two profiles population by population (method in the module doc).
 
     Args:
@@ -341,6 +343,7 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
       rules: user op families for :func:`traceview.analysis.families.classify`
         (``["name=regex", ...]``).
       name_stem: include the op-name stem in the population key (default True).
+      program_key: include the program's bucket-free stem in the key (default True).
       overhead_factor: ratio of traced event counts (either way) that earns a population an
         overhead note (default 4.0); must be > 1.
       overhead_min_events: populations with fewer events than this on both sides get no note.
@@ -357,9 +360,9 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
         raise UsageError(f"overhead factor must be > 1, got {overhead_factor!r}")
     tb, tt = tagged if tagged is not None else (None, None)
     b = side(base, rules=rules, name_stem=name_stem, label=labels[0] if labels else None, tagged=tb,
-             step_window=step_window)
+             step_window=step_window, program_key=program_key)
     t = side(treatment, rules=rules, name_stem=name_stem, label=labels[1] if labels else None, base=b, tagged=tt,
-             step_window=step_window)
+             step_window=step_window, program_key=program_key)
     return diff_sides(b, t, overhead_factor=overhead_factor, overhead_min_events=overhead_min_events)
 
 

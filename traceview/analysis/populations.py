@@ -2,9 +2,15 @@
 
 Population key
 --------------
-An op outside any named kernel belongs to the population ``(kind, stem, shape, fingerprint)``:
+An op outside any named kernel belongs to the population ``(kind, program, stem, shape,
+fingerprint)``:
 
 * ``kind`` — the HLO opcode (``fusion``, ``custom-call``, ...);
+* ``program`` — the bucket-free stem of its module (:func:`program_stem`:
+  ``jit_decode_b32_bkv512`` -> ``jit_decode``, ``jit_prefill_t32_r1`` -> ``jit_prefill``), so a
+  prefill population never matches a decode one of equal shape (token bucket = request
+  bucket), while a batch or block-size change (``b8`` -> ``b16``) still matches;
+  ``program_stem=False`` leaves it out;
 * ``stem`` — the op name without XLA's uniquifying suffix (``copy_bitcast_fusion.6`` ->
   ``copy_bitcast_fusion``); XLA:CPU and TPU derive it from the fused opcodes, so it is stable
   across compilations. ``name_stem=False`` leaves it out (for comparisons across compiler
@@ -17,7 +23,7 @@ population, with their occurrences summed: without names they cannot be told apa
 study's key is shape, not name.
 
 The ops of one named kernel in one program (:mod:`traceview.analysis.tagged`) are one *kernel
-population*, key ``("kernel", kernel identity, root shapes, "")``, the identity being the name
+population*, key ``("kernel", program, kernel identity, root shapes, "")``, the identity being the name
 with its numbers replaced by ``*`` (``RPAd-p_*-bq_*_*-bkv_*_*``). Its ``occurrences`` are its
 root ops' occurrences (invocations); ``events`` all the traced op events it holds.
 
@@ -27,6 +33,7 @@ Times in ps; shares are fractions of all ops' self time.
 from __future__ import annotations
 
 import json
+import re
 
 import polars as pl
 
@@ -34,10 +41,23 @@ from traceview.analysis.tagged import TaggedOps, tag
 from traceview.model.kernelname import kernel_config, kernel_id
 from traceview.model.optable import weighted_mode
 
-KEY = ["kind", "stem", "shape", "fingerprint"]
+KEY = ["kind", "program", "stem", "shape", "fingerprint"]
+
+_BUCKET = re.compile(r"_[A-Za-z]{0,4}\d+(?=_|$)")
+_UNIQUIFIER = re.compile(r"\.\d+$")
+
+
+def program_stem(module: str | None) -> str:
+    """A module (hlo_module) name without XLA's uniquifier (``.3``) and without its bucket
+    tokens: every ``_`` + up to four letters + digits segment (``_b32``, ``_bkv512``,
+    ``_t32``, ``_r1``, ``_128``). ``jit_decode_b32_bkv512`` -> ``jit_decode``; a name without
+    such tokens is unchanged; None -> ""."""
+    if not module:
+        return ""
+    return _BUCKET.sub("", _UNIQUIFIER.sub("", module))
 
 POPULATION_SCHEMA = {
-    "kind": pl.Utf8, "stem": pl.Utf8, "shape": pl.Utf8, "fingerprint": pl.Utf8,
+    "kind": pl.Utf8, "program": pl.Utf8, "stem": pl.Utf8, "shape": pl.Utf8, "fingerprint": pl.Utf8,
     "is_kernel": pl.Boolean, "kernels": pl.List(pl.Utf8), "op_names": pl.List(pl.Utf8),
     "occurrences": pl.Int64, "events": pl.Int64, "total_ps": pl.Int64, "self_ps": pl.Int64,
     "mean_ps": pl.Float64, "share": pl.Float64, "executions": pl.Int64, "per_execution": pl.Float64,
@@ -54,12 +74,14 @@ def _tagged(prof, rules, tagged: TaggedOps | None) -> TaggedOps:
     return tagged if tagged is not None else tag(prof.table, rules)
 
 
-def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps | None = None) -> pl.DataFrame:
+def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps | None = None,
+                program_stem_key: bool = True) -> pl.DataFrame:
     """One row per population of one profile (key in the module doc).
 
     ``prof``: anything with ``table`` (an OpTable) and ``module_runs``; ``tagged``: its
     :func:`~traceview.analysis.tagged.tag` result when the caller has it (made with
-    ``rules`` otherwise). Columns (:data:`POPULATION_SCHEMA`): the key, is_kernel, kernels
+    ``rules`` otherwise); ``program_stem_key=False`` leaves the program out of the key (its
+    column ""). Columns (:data:`POPULATION_SCHEMA`): the key, is_kernel, kernels
     (kernel names seen), op_names (XLA names seen, sorted), occurrences (invocations for
     kernels), events (traced op events), total_ps (wall time of the occurrences), self_ps,
     mean_ps (total_ps / occurrences), share (self_ps over all ops' self time), executions (of
@@ -76,7 +98,14 @@ def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps |
     stem_expr = (pl.col("op_name").fill_null("").str.replace(r"\.\d+$", "") if name_stem else pl.lit(""))
     is_k = pl.col("kname").is_not_null()
     not_root = is_k & ~pl.col("kroot").fill_null(False)
+    if program_stem_key:
+        mods = df["module"].unique().to_list()
+        prog_expr = pl.col("module").replace_strict({m: program_stem(m) for m in mods}, default="",
+                                                   return_dtype=pl.Utf8)
+    else:
+        prog_expr = pl.lit("")
     df = df.with_columns(
+        prog_expr.alias("program"),
         pl.when(is_k).then(pl.lit("kernel")).otherwise(pl.col("op_kind").fill_null("")).alias("kind"),
         pl.when(is_k).then(pl.col("kname").map_elements(kernel_id, return_dtype=pl.Utf8)).otherwise(stem_expr).alias("stem"),
         pl.when(is_k).then(pl.col("kshape")).otherwise(pl.col("shape").fill_null("")).alias("_shape"),
@@ -123,7 +152,8 @@ def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps |
         pl.when(pl.col("executions") > 0).then(pl.col("occurrences") / pl.col("executions")).otherwise(None)
         .alias("per_execution"),
     )
-    return out.select(list(POPULATION_SCHEMA)).cast(POPULATION_SCHEMA).sort(["self_ps"] + KEY, descending=[True] + [False] * 4)
+    return out.select(list(POPULATION_SCHEMA)).cast(POPULATION_SCHEMA).sort(["self_ps"] + KEY,
+                                                                             descending=[True] + [False] * len(KEY))
 
 
 def kernel_table(prof, *, rules=None, tagged: TaggedOps | None = None) -> pl.DataFrame:

@@ -46,7 +46,8 @@ class Report:
     ``files`` (per file: path, host, format, events, op_events), ``warnings``, ``has_shapes``.
     Devices: ``devices`` (:meth:`ProfileData.device_summary`), ``device_groups`` (per (kind,
     device_type): n, device (names), op_time_ps, ops, peak_flops, peak_bw), ``op_events``,
-    ``op_time_ps``. Ops: ``by`` ("shape", "name" or "program") and ``table`` keyed by it,
+    ``op_time_ps``. Ops: ``by`` ("shape", "name", "program" or "program-shape") and
+    ``table`` keyed by it,
     ``by_shape``, ``split`` (op names with several shape populations, by their total self
     time: n, and per population shape, occurrences, mean_ps, self_ps, share, modules; t the
     sum), ``checks`` (occurrence checks or None) and ``checks_summary``
@@ -58,6 +59,7 @@ class Report:
     ``populations_per_name`` ({op_name: populations}), ``hlo_texts`` ({(op_name, shape): the
     first HLO text}), ``step_chart`` (:class:`StepChart`). ``communication``
     (:class:`~traceview.analysis.collectives.Communication`: collectives and host transfers).
+    Populations: ``program_splits`` and ``population_regimes`` (see the fields).
     """
 
     discovery: object
@@ -87,6 +89,11 @@ class Report:
     hlo_texts: dict | None = None
     step_chart: StepChart | None = None
     communication: object = None  # traceview.analysis.collectives.Communication
+    #: :func:`~traceview.analysis.aggregate.program_splits` of ``by_shape`` (keys split by module)
+    program_splits: dict | None = None
+    #: populations whose spread mixes regimes: :func:`~traceview.analysis.distributions.regimes`
+    #: rows (op_name, shape, module, regimes, executions, first/later execution and mode figures)
+    population_regimes: pl.DataFrame | None = None
 
 
 def file_rows(prof) -> list[dict]:
@@ -165,11 +172,12 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     """
     from traceview.errors import UsageError
 
-    if by not in ("shape", "name", "program"):
-        raise UsageError(f"unknown op table key {by!r}: expected shape, name or program")
-    by_shape = aggregate.by_shape(prof.table)
+    if by not in ("shape", "name", "program", "program-shape"):
+        raise UsageError(f"unknown op table key {by!r}: expected shape, name, program or program-shape")
+    by_shape = aggregate.by_shape(prof.table, prof.module_runs)
     table = {"shape": lambda: by_shape, "name": lambda: aggregate.by_name(prof.table),
-             "program": lambda: aggregate.by_program_op(prof.table)}[by]()
+             "program": lambda: aggregate.by_program_op(prof.table),
+             "program-shape": lambda: aggregate.by_program_shape(prof.table, prof.module_runs)}[by]()
     peaks = peaks if peaks is not None else profile_peaks(prof)
     roof = roofline(prof.table, peaks)
     checks = None
@@ -190,9 +198,25 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  roofline_summary=predicted_vs_measured(roof), kernels=kern, sources=files,
                  source_frame=source_frame, steps=anat)
     rep.communication = _communication(prof, peaks)
+    rep.program_splits = aggregate.program_splits(by_shape)
+    rep.population_regimes = population_regimes(prof, by_shape)
     if html:
         add_html_sections(rep, prof)
     return rep
+
+
+def population_regimes(prof, by_shape: pl.DataFrame) -> pl.DataFrame:
+    """The :func:`~traceview.analysis.distributions.regimes` figures of the ``by_shape``
+    populations flagged with a regime (keys op_name, shape, module), by self time."""
+    from traceview.analysis import distributions as dist
+
+    keys = ["op_name", "shape", "module"]
+    flagged = by_shape.filter(pl.col("regimes").is_not_null())
+    col = prof.table.collapse() if flagged.height else pl.DataFrame(schema={"attr": pl.UInt32, **{
+        k: pl.Utf8 for k in keys}})
+    reg = dist.regimes(prof.table, prof.module_runs, col, keys, flagged)
+    return flagged.select(*keys, "occurrences", "self_ps", "p50_ps", "p90_ps", "max_ps", "cv").join(
+        reg, on=keys, how="left", nulls_equal=True)
 
 
 def add_html_sections(rep: Report, prof) -> Report:

@@ -80,6 +80,9 @@ def analysis_payload(rep, *, top: int | None, version: str) -> dict:
         "occurrence_checks": checks.to_dicts() if checks is not None else None,
         "occurrence_checks_summary": rep.checks_summary,
         "communication": None if getattr(rep, "communication", None) is None else rep.communication.to_dict(),
+        "program_splits": getattr(rep, "program_splits", None),
+        "population_regimes": (None if getattr(rep, "population_regimes", None) is None
+                               else rep.population_regimes.to_dicts()),
     }
 
 

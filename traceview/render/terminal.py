@@ -75,14 +75,17 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
 
     console.print()
     title = {"shape": "HLO ops keyed by (name, shape)", "name": "HLO ops keyed by name (shapes mixed)",
-             "program": "HLO ops keyed by (program_id, name), as XProf hlo_stats"}[by]
+             "program": "HLO ops keyed by (program_id, name), as XProf hlo_stats",
+             "program-shape": "HLO ops keyed by (module, name, shape), program by program"}[by]
     t = Table(title=f"{title} — top {min(top, table.height)} of {table.height} by self time", show_lines=False)
     # below ~130 columns the module and source columns go (they are in --format json/csv),
     # so op names and shapes stay readable at a standard 80-column terminal
     wide = console.width >= 130
     t.add_column("#", justify="right")
+    if by == "program-shape":
+        t.add_column("module", overflow="fold")
     t.add_column("op", min_width=min(24, max(10, console.width // 7)))
-    if by in ("shape", "program"):
+    if by in ("shape", "program", "program-shape"):
         t.add_column("shape", overflow="fold", min_width=min(40, console.width // 4), ratio=1)
     if by == "program":
         t.add_column("program")
@@ -92,19 +95,23 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
         t.add_column("total", justify="right")
     t.add_column("mean", justify="right")
     t.add_column("self %", justify="right")
+    if by == "program-shape":
+        t.add_column("of module", justify="right")
     if by == "shape" and wide:
         t.add_column("module(s)", overflow="fold")
         t.add_column("source", overflow="fold")
     if by == "name":
         t.add_column("shapes", justify="right")
     for i, r in enumerate(table.head(top).iter_rows(named=True), 1):
-        cells = [str(i), escape(r["op_name"])]
-        if by in ("shape", "program"):
+        cells = [str(i)] + ([escape(r["module"] or "?")] if by == "program-shape" else []) + [escape(r["op_name"])]
+        if by in ("shape", "program", "program-shape"):
             cells.append(escape(r["shape"] or "?"))
         if by == "program":
             cells.append(f"{r['module']}({r['program_id']})")
         cells += [f"{r['occurrences']:,}"] + ([fmt_time_ps(r["total_ps"])] if roomy else []) + [
             fmt_time_ps(r["mean_ps"]), fmt_pct(r["share"])]
+        if by == "program-shape":
+            cells.append(fmt_pct(r["module_share"]))
         if by == "shape" and wide:
             mods = r["modules"] or []
             cells.append(escape(", ".join(mods[:3]) + (f" +{len(mods) - 3}" if len(mods) > 3 else "")))
@@ -124,6 +131,9 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
                 more = f"; +{r['n'] - 4} more" if r["n"] > 4 else ""
                 console.print(f"  {escape(r['op_name'])}: {r['n']} populations — {desc}{more}")
 
+    if by in ("shape", "program-shape") and table.height:
+        render_populations(console, rep, top=top)
+
     if checks is not None and checks.height:
         console.print()
         summ = rep.checks_summary or {}
@@ -142,6 +152,31 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
         console.print(ct)
         if checks.height > top:
             console.print(f"  {checks.height - top:,} more populations (failures are listed first; --top shows more)")
+
+
+def render_populations(console: Console, rep, *, top: int) -> None:
+    """Print how (name, shape) keys were split by program (``rep.program_splits``) and the
+    populations whose spread mixes regimes (``rep.population_regimes``)."""
+    sp = getattr(rep, "program_splits", None) or {}
+    if sp.get("keys"):
+        console.print(f"[bold](name, shape) keys run in several programs[/bold]: {sp['keys']:,} keys split by module "
+                      f"into {sp['rows']:,} populations (each program's occurrences apart; --by program-shape "
+                      f"groups them by program):")
+        for e in sp["examples"]:
+            console.print(f"  {escape(e['op_name'])} {escape(e['shape'] or '?', ROOF_SHAPE_LIMIT)}: "
+                          + escape(", ".join(e["modules"])))
+    if sp.get("unnamed"):
+        console.print(f"  {sp['unnamed']:,} populations have no module name in the trace: not split by program")
+    reg = getattr(rep, "population_regimes", None)
+    if reg is not None and reg.height:
+        console.print(f"[bold]populations whose spread mixes regimes[/bold] ({reg.height:,}; p50 / p90 / max per "
+                      f"occurrence):")
+        for r in reg.head(min(top, 10)).iter_rows(named=True):
+            console.print(f"  {escape(r['op_name'])} {escape(r['shape'] or '?', ROOF_SHAPE_LIMIT)} "
+                          f"({escape(r['module'] or '?')}) ×{r['occurrences']:,}: {fmt_time_ps(r['p50_ps'])} / "
+                          f"{fmt_time_ps(r['p90_ps'])} / {fmt_time_ps(r['max_ps'])}: {escape(r['regimes'])}")
+        if reg.height > min(top, 10):
+            console.print(f"  {reg.height - min(top, 10):,} more (--format json: population_regimes)")
 
 
 def _short_path(src: str, keep: int = 2) -> str:

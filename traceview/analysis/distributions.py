@@ -1,0 +1,289 @@
+"""Per-population distributions of per-occurrence time, the nth-execution series, and the
+regimes a population's spread reveals.
+
+A population's mean hides how its occurrences spread: the first execution of a program pays
+for warm-up, one (name, shape) can run in two compiled programs at different speeds, and a
+noisy host gives two modes. This module gives, per population (any key over the op table):
+
+* :func:`spread` — ``p50_ps``, ``p90_ps`` (per-occurrence duration, linear interpolation
+  between the two nearest ranks, numpy's and polars' ``"linear"``: p50 is the median) and
+  ``cv`` (coefficient of variation: standard deviation over the mean of the per-occurrence
+  durations, ddof 0; null under two occurrences). Duration, not self time, so these sit beside
+  ``mean_ps`` / ``min_ps`` / ``max_ps`` of :func:`traceview.analysis.aggregate.by_shape`; the
+  two are equal for every op without nested ops on its line (all but ``while`` / ``call`` /
+  ``conditional``).
+* :func:`series` — per occurrence: the execution index (which run of its program on its
+  device, 0-based in time order) and the occurrence index within that execution.
+* :func:`regimes` — for the populations whose spread is wide (:data:`WIDE_P90`,
+  :data:`WIDE_MAX`; at least :data:`MIN_OCCURRENCES` occurrences, median from
+  :data:`MIN_P50_PS`), a short reason when the spread says they mix regimes: ``warm-up`` (the
+  first execution :data:`WARMUP_FACTOR` x or more the median of the later ones), ``programs``
+  (several program ids, medians :data:`PROGRAM_FACTOR` x apart) or ``bimodal`` (two clusters of
+  at least :data:`MODE_SHARE` of the occurrences each, medians :data:`MODE_FACTOR` x apart).
+
+Execution index: an occurrence belongs to the run of its (host, device, program_id) that holds
+its start (``module_runs``); when some occurrence starts outside every run (TPU ops on the
+device clock beside host-aligned runs, see :func:`traceview.analysis.steps.align_module_runs`)
+and the population's occurrences there are a whole multiple m of the runs, the k-th run holds
+occurrences k·m .. k·m+m-1 in time order. Without runs the execution index is null and the
+occurrence index counts the occurrences on the device.
+
+Times in ps. Nothing here raises on an empty input.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from traceview.model.optable import OpTable
+from traceview.model.units import fmt_time_ps
+
+try:  # optional C accelerator
+    from traceview.analysis import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
+#: a population is examined for regimes when p90 >= WIDE_P90 x p50 or max >= WIDE_MAX x p50
+WIDE_P90 = 1.5
+WIDE_MAX = 3.0
+#: at least this many occurrences before a population is examined
+MIN_OCCURRENCES = 4
+#: at most this many wide populations are examined, those with the most self time (the
+#: examination is per population; the others keep a null ``regimes``)
+MAX_EXAMINED = 500
+#: populations with a median under this (ps) are not examined: their spread is the timer's
+#: resolution and launch jitter (the v6e trace's copy-done ops at 2.5 and 3.75 ns)
+MIN_P50_PS = 100_000
+#: warm-up: mean occurrence time of execution 0 over the median of later executions' means
+WARMUP_FACTOR = 2.0
+#: two programs: largest over smallest per-program median
+PROGRAM_FACTOR = 1.5
+#: bimodal: each cluster holds at least this share of the occurrences, medians this far apart
+MODE_SHARE = 0.1
+MODE_FACTOR = 1.5
+
+SPREAD_SCHEMA = {"p50_ps": pl.Float64, "p90_ps": pl.Float64, "cv": pl.Float64}
+
+SERIES_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "module": pl.Utf8, "program_id": pl.UInt64,
+                 "execution": pl.Int64, "occurrence": pl.Int64, "start_ps": pl.Int64,
+                 "duration_ps": pl.Int64, "self_ps": pl.Int64}
+
+REGIME_SCHEMA = {"regimes": pl.Utf8, "executions": pl.Int64, "first_execution_ps": pl.Float64,
+                 "later_execution_ps": pl.Float64, "low_mode_ps": pl.Float64, "high_mode_ps": pl.Float64,
+                 "high_mode_share": pl.Float64}
+
+
+def _keyed(col: pl.DataFrame, keys: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(attr -> dense key id frame, key id -> key values frame) of the collapsed rows ``col``."""
+    k = col.select(["attr"] + keys).with_columns(pl.struct(keys).rank("dense").cast(pl.Int64).alias("key") - 1)
+    names = k.group_by("key").agg([pl.col(c).first() for c in keys])
+    return k, names
+
+
+def _key_of_attr(table: OpTable, k: pl.DataFrame) -> np.ndarray:
+    lut = np.full(table.attrs.height, -1, dtype=np.int32)
+    if k.height:
+        lut[k["attr"].to_numpy().astype(np.int64)] = k["key"].to_numpy().astype(np.int32)
+    return lut
+
+
+def spread(table: OpTable, col: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """``keys`` + ``p50_ps``, ``p90_ps``, ``cv`` (Float64) per ``keys`` group of the collapsed
+    frame ``col`` (:meth:`~traceview.model.optable.OpTable.collapse` rows of ``table``, with
+    ``keys`` columns). Per occurrence: ``duration_ps / count`` (a pre-aggregated row counts its
+    mean once). One C pass (``quantiles_by``) when every event is one occurrence, else polars.
+    """
+    if col.height == 0:
+        return pl.DataFrame(schema={**{c: col.schema[c] for c in keys}, **SPREAD_SCHEMA})
+    k, names = _keyed(col, keys)
+    ev = table.events
+    one = not ev.height or int(ev["count"].max() or 1) <= 1
+    if _fast is not None and one and ev.height:
+        lut = _key_of_attr(table, k)
+        nk = int(k["key"].max()) + 1
+        qs = np.array([0.5, 0.9], dtype=np.float64)
+        out = np.empty(nk * 2, dtype=np.float64)
+        stats = np.empty(nk * 3, dtype=np.float64)
+        have = np.zeros(nk, dtype=np.uint8)
+        attr = np.ascontiguousarray(ev["attr"].to_numpy())
+        dur = np.ascontiguousarray(ev["duration_ps"].to_numpy(), dtype=np.int64)
+        if _fast.quantiles_by(attr, lut, dur, qs, out, stats, have):
+            got = np.flatnonzero(have)
+            q = out.reshape(nk, 2)[got]
+            st = stats.reshape(nk, 3)[got]
+            res = pl.DataFrame({"key": pl.Series(got, dtype=pl.Int64), "p50_ps": q[:, 0], "p90_ps": q[:, 1],
+                                "_mean": st[:, 0], "_sd": np.sqrt(st[:, 1])})
+            return _finish_spread(names, res, k, col)
+    ids = table.event_keys(k.select("attr", "key"))
+    per = pl.DataFrame({"key": ids, "per": ev["duration_ps"] if one else ev["duration_ps"] / ev["count"]})
+    res = per.filter(pl.col("key") >= 0).group_by("key").agg(
+        pl.col("per").median().cast(pl.Float64).alias("p50_ps"),
+        pl.col("per").quantile(0.9, "linear").cast(pl.Float64).alias("p90_ps"),
+        pl.col("per").mean().cast(pl.Float64).alias("_mean"),
+        pl.col("per").std(ddof=0).cast(pl.Float64).alias("_sd"))
+    return _finish_spread(names, res, k, col)
+
+
+def _finish_spread(names: pl.DataFrame, res: pl.DataFrame, k: pl.DataFrame, col: pl.DataFrame) -> pl.DataFrame:
+    n = (k.join(col.select("attr", "rows"), on="attr").group_by("key").agg(pl.col("rows").sum().alias("_n")))
+    out = names.join(res, on="key", how="left").join(n, on="key", how="left").with_columns(
+        pl.when((pl.col("_n") >= 2) & (pl.col("_mean") > 0)).then(pl.col("_sd") / pl.col("_mean"))
+        .otherwise(None).alias("cv"))
+    return out.drop("key", "_mean", "_sd", "_n")
+
+
+def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarray) -> pl.DataFrame:
+    """The nth-execution series of the events whose description maps to a key:
+    ``attr_key`` (int32 per ``table.attrs`` row: a population id, -1 for none). Columns:
+    ``key`` (Int32) then :data:`SERIES_SCHEMA` (duration_ps per occurrence), sorted by key,
+    host, device, program_id, start. Execution index per the module doc."""
+    ev = table.events
+    kev = attr_key[ev["attr"].to_numpy()] if ev.height else np.empty(0, dtype=np.int32)
+    idx = np.flatnonzero(kev >= 0)
+    if idx.size == 0:
+        return pl.DataFrame(schema={"key": pl.Int32, **SERIES_SCHEMA})
+    sel = ev[idx] if idx.size < ev.height else ev
+    one = int(sel["count"].max() or 1) <= 1
+    d = pl.DataFrame({"key": pl.Series(kev[idx], dtype=pl.Int32), "attr": sel["attr"],
+                      "start_ps": sel["start_ps"],
+                      "duration_ps": sel["duration_ps"] if one else (sel["duration_ps"] // sel["count"].clip(1)),
+                      "self_ps": sel["self_ps"] if one else (sel["self_ps"] // sel["count"].clip(1))})
+    d = d.join(table.attrs.select("attr", "host", "device", "module", "program_id"), on="attr", how="left").drop("attr")
+    where = ["host", "device", "program_id"]
+    d = d.sort(["key", *where, "start_ps"], nulls_last=True)
+    n = d.height
+    execution = np.full(n, -1, dtype=np.int64)
+    runs = module_runs if module_runs is not None else None
+    if runs is not None and runs.height:
+        runs = runs.filter(pl.col("start_ps").is_not_null()).sort(["host", "device", "program_id", "start_ps"])
+        groups = {g: r for g, r in runs.group_by(where, maintain_order=True)}
+        d_idx = d.with_row_index("_i")
+        st_all = d["start_ps"].fill_null(-1).to_numpy()
+        key_all = d["key"].to_numpy()
+        for g, sub in d_idx.group_by(where, maintain_order=True):
+            r = groups.get(tuple(g))
+            if r is None or r.height == 0:
+                continue
+            rows = sub["_i"].to_numpy().astype(np.int64)
+            rs = r["start_ps"].to_numpy()
+            re_ = rs + r["duration_ps"].fill_null(0).to_numpy()
+            s = st_all[rows]
+            pos = np.searchsorted(rs, s, side="right") - 1
+            pc = np.clip(pos, 0, len(rs) - 1)
+            inside = (pos >= 0) & ((s < re_[pc]) | (s == rs[pc]))
+            ex = np.where(inside, pc, -1)
+            if not inside.all():
+                # per population: chunks of m occurrences when they are a whole multiple of the runs
+                ks = key_all[rows]
+                cuts = np.flatnonzero(np.diff(ks)) + 1
+                for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(rows)]):
+                    if inside[a:b].all():
+                        continue
+                    cnt = b - a
+                    if cnt % len(rs) == 0:
+                        ex[a:b] = np.arange(cnt) // (cnt // len(rs))
+                    else:
+                        ex[a:b] = -1
+            execution[rows] = ex
+    d = d.with_columns(pl.Series("execution", execution).replace(-1, None).cast(pl.Int64))
+    d = d.with_columns(pl.int_range(pl.len(), dtype=pl.Int64)
+                       .over(["key", *where, pl.col("execution").fill_null(-1)]).alias("occurrence"))
+    return d.select(["key", *SERIES_SCHEMA]).cast({"key": pl.Int32, **SERIES_SCHEMA})
+
+
+def wide(occurrences: str = "occurrences", max_col: str = "max_ps") -> pl.Expr:
+    """Expression over a table with ``p50_ps``, ``p90_ps``, ``max_col`` and ``occurrences``:
+    the population's spread is wide enough to examine for regimes."""
+    return ((pl.col(occurrences) >= MIN_OCCURRENCES) & (pl.col("p50_ps") >= MIN_P50_PS)
+            & ((pl.col("p90_ps") >= WIDE_P90 * pl.col("p50_ps")) | (pl.col(max_col) >= WIDE_MAX * pl.col("p50_ps"))))
+
+
+def regimes(table: OpTable, module_runs: pl.DataFrame | None, col: pl.DataFrame, keys: list[str],
+            candidates: pl.DataFrame) -> pl.DataFrame:
+    """Regimes of the ``candidates`` (rows with ``keys``; typically those :func:`wide` selects)
+    over the collapsed frame ``col`` of ``table``: ``keys`` + :data:`REGIME_SCHEMA`, one row
+    per candidate. ``regimes``: "; "-joined reasons, null when none holds; ``executions``
+    (runs seen in the series), ``first_execution_ps`` (mean occurrence time in the first
+    execution of each device and program) and ``later_execution_ps`` (median of the later
+    executions' means), ``low_mode_ps`` / ``high_mode_ps`` / ``high_mode_share`` (the two
+    clusters when bimodal, else null)."""
+    schema = {**{c: col.schema[c] for c in keys}, **REGIME_SCHEMA}
+    if candidates.height == 0 or col.height == 0:
+        return pl.DataFrame(schema=schema)
+    cand = candidates.select(keys).unique().with_row_index("key").with_columns(pl.col("key").cast(pl.Int64))
+    k = col.select(["attr"] + keys).join(cand, on=keys, how="inner", nulls_equal=True)
+    lut = _key_of_attr(table, k)
+    s = series(table, module_runs, lut)
+    rows = []
+    # per key: the whole series as numpy (sorted by device, program, start)
+    parts = s.partition_by("key", as_dict=True, maintain_order=True)
+    for (key,), g in parts.items():
+        rows.append({"key": int(key), **_regime_of(g)})
+    out = pl.DataFrame(rows, schema={"key": pl.Int64, **REGIME_SCHEMA}) if rows else pl.DataFrame(
+        schema={"key": pl.Int64, **REGIME_SCHEMA})
+    return cand.join(out, on="key", how="left").drop("key").select(list(schema)).cast(schema)
+
+
+def _regime_of(g: pl.DataFrame) -> dict:
+    """The regime figures (:data:`REGIME_SCHEMA`) of one population's series ``g``."""
+    reasons = []
+    dur = g["duration_ps"].to_numpy().astype(np.float64)
+    out = {"regimes": None, "executions": None, "first_execution_ps": None, "later_execution_ps": None,
+           "low_mode_ps": None, "high_mode_ps": None, "high_mode_share": None}
+    # warm-up: execution 0 of each (device, program) against the later executions
+    ex = g["execution"]
+    unit = ex if ex.null_count() == 0 else g["occurrence"]
+    per_exec = (g.with_columns(unit.alias("_x"))
+                .group_by("host", "device", "program_id", "_x").agg(pl.col("duration_ps").mean().alias("m")))
+    first = per_exec.filter(pl.col("_x") == 0)["m"]
+    later = per_exec.filter(pl.col("_x") > 0)["m"]
+    warm = np.zeros(len(dur), dtype=bool)
+    if ex.null_count() == 0:
+        out["executions"] = per_exec.height
+    if first.len() and later.len() >= 2:
+        f, lt = float(first.mean()), float(later.median())
+        out["first_execution_ps"], out["later_execution_ps"] = f, lt
+        if lt > 0 and f >= WARMUP_FACTOR * lt:
+            what = "execution 0" if ex.null_count() == 0 else "the first occurrence"
+            reasons.append(f"warm-up: {what} {f / lt:.1f}x the later ones ({fmt_time_ps(f)} vs {fmt_time_ps(lt)})")
+            warm = (unit == 0).to_numpy()
+    # several programs (one module name compiled more than once) at different speeds
+    progs = g.group_by("program_id").agg(pl.col("duration_ps").median().alias("m"), pl.len().alias("n"))
+    if progs.height >= 2:
+        lo, hi = progs.sort("m").row(0, named=True), progs.sort("m").row(-1, named=True)
+        if lo["m"] and hi["m"] >= PROGRAM_FACTOR * lo["m"]:
+            reasons.append(f"{progs.height} programs: median {fmt_time_ps(lo['m'])} (program {lo['program_id']}) "
+                           f"vs {fmt_time_ps(hi['m'])} (program {hi['program_id']})")
+    # two modes among the steady occurrences: the widest gap (in ratio) that leaves each side
+    # MODE_SHARE of them
+    v = np.sort(dur[~warm])
+    n = len(v)
+    lo_i = max(1, int(np.ceil(MODE_SHARE * n)))
+    hi_i = n - lo_i
+    if n >= MIN_OCCURRENCES and hi_i >= lo_i and v[0] > 0:
+        gaps = v[lo_i:hi_i + 1] / v[lo_i - 1:hi_i]
+        j = int(np.argmax(gaps)) + lo_i  # split before index j
+        low, high = float(np.median(v[:j])), float(np.median(v[j:]))
+        if high >= MODE_FACTOR * low and gaps[j - lo_i] >= 1.2:
+            share = (n - j) / n
+            out["low_mode_ps"], out["high_mode_ps"], out["high_mode_share"] = low, high, share
+            reasons.append(f"bimodal: {100 * (1 - share):.0f}% near {fmt_time_ps(low)}, "
+                           f"{100 * share:.0f}% near {fmt_time_ps(high)}")
+    out["regimes"] = "; ".join(reasons) if reasons else None
+    return out
+
+
+def population_series(table: OpTable, module_runs: pl.DataFrame | None, op_name: str, shape: str,
+                      module: str | None = None) -> pl.DataFrame:
+    """The nth-execution series of one (op_name, shape) population, optionally of one module:
+    :data:`SERIES_SCHEMA` rows (execution index, occurrence index within it, start_ps,
+    duration_ps, self_ps per occurrence), in time order per (host, device, program). Empty
+    frame when no event matches."""
+    m = (pl.col("op_name") == op_name) & (pl.col("shape") == shape)
+    if module is not None:
+        m = m & (pl.col("module") == module)
+    keep = table.attrs.filter(m)["attr"].to_numpy().astype(np.int64)
+    lut = np.full(table.attrs.height, -1, dtype=np.int32)
+    lut[keep] = 0
+    return series(table, module_runs, lut).drop("key")
