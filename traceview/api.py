@@ -110,6 +110,17 @@ class Profile(ProfileData):
 
         return profile_anatomy(self, rules, module=module, window=window, markers=markers)
 
+    def findings(self, *, thresholds=None, **options):
+        """The findings of :mod:`traceview.analysis.findings` as a polars DataFrame (id,
+        severity, statement, evidence as JSON text, why, next_step, verify_hint), most
+        severe first; ``thresholds``: {finding id or threshold name: value}, a list of
+        ``ID=VALUE`` or a :class:`~traceview.analysis.findings.Thresholds`; ``options`` as
+        :meth:`analyze`. Raises UsageError for a bad threshold or option."""
+        from traceview.analysis.findings import to_frame
+        from traceview.analysis.report import build_report
+
+        return to_frame(build_report(self, finding_thresholds=thresholds, **options).findings)
+
     def analyze(self, **options):
         """Every section ``traceview analyze`` shows, as a :class:`traceview.Report`; options
         as :func:`traceview.analysis.report.build_report`."""
@@ -211,7 +222,7 @@ def diff(base, treatment, **options):
     return _diff(_profile(base), _profile(treatment), **options)
 
 
-def verify(treatment, checks, *, base=None, rules=None):
+def verify(treatment, checks, *, base=None, rules=None, finding_thresholds=None):
     """Evaluate ``checks`` (strings of the :mod:`traceview.analysis.verify_grammar` grammar)
     on ``treatment`` (and ``base`` for diff checks): :class:`Profile` objects or paths; one
     check may be given as a plain string. Returns
@@ -225,4 +236,5 @@ def verify(treatment, checks, *, base=None, rules=None):
     if not isinstance(checks, (list, tuple)) or not all(isinstance(x, (str, Check)) for x in checks):
         raise UsageError("checks must be a check string or a list of them (the verify grammar)")
     parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]  # usage errors before reading
-    return _verify(_profile(treatment), parsed, base=_profile(base) if base is not None else None, rules=rules)
+    return _verify(_profile(treatment), parsed, base=_profile(base) if base is not None else None, rules=rules,
+                   finding_thresholds=finding_thresholds)

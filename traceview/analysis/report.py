@@ -84,6 +84,7 @@ class Report:
     populations_per_name: dict | None = None
     hlo_texts: dict | None = None
     step_chart: StepChart | None = None
+    findings: list | None = None  # list of traceview.analysis.findings.Finding; None when --no-findings
 
 
 def file_rows(prof) -> list[dict]:
@@ -148,7 +149,8 @@ def source_kinds(files: pl.DataFrame) -> pl.DataFrame:
 
 def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: int | None = None,
                  expect_batch: int | None = None, rules=None, step_module: str | None = None,
-                 step_window: str = "span", source_frame: str = "direct", html: bool = False) -> Report:
+                 step_window: str = "span", source_frame: str = "direct", html: bool = False,
+                 findings: bool = True, finding_thresholds=None) -> Report:
     """Every section of :class:`Report` for ``prof`` (a
     :class:`~traceview.model.profiledata.ProfileData`).
 
@@ -156,13 +158,18 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     :func:`~traceview.analysis.peaks.profile_peaks`; ``steps`` / ``expect_batch``: the
     occurrence checks (none when both are None); ``rules`` (family rules), ``step_module``,
     ``step_window``: the step anatomy; ``source_frame``: "direct" or "user"; ``html``: also
-    the HTML-only sections. Raises :class:`~traceview.errors.UsageError` on a bad option
+    the HTML-only sections; ``findings`` / ``finding_thresholds``: the findings section
+    (:func:`traceview.analysis.findings.find`; thresholds as
+    :func:`~traceview.analysis.findings.thresholds_of`). Raises :class:`~traceview.errors.UsageError` on a bad option
     (rule, module, window, frame, steps), before any other work for ``by``.
     """
     from traceview.errors import UsageError
 
     if by not in ("shape", "name", "program"):
         raise UsageError(f"unknown op table key {by!r}: expected shape, name or program")
+    from traceview.analysis.findings import find, thresholds_of
+
+    th = thresholds_of(finding_thresholds) if findings else None
     by_shape = aggregate.by_shape(prof.table)
     table = {"shape": lambda: by_shape, "name": lambda: aggregate.by_name(prof.table),
              "program": lambda: aggregate.by_program_op(prof.table)}[by]()
@@ -182,6 +189,8 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  peaks=peaks, roofline=roof,
                  roofline_summary=predicted_vs_measured(roof), kernels=kern, sources=files,
                  source_frame=source_frame, steps=anat)
+    if findings:
+        rep.findings = find(rep, thresholds=th)
     if html:
         add_html_sections(rep, prof)
     return rep
@@ -218,12 +227,14 @@ class Summary:
     warnings: list
     by_shape: pl.DataFrame
     populations_per_name: dict
+    findings: list | None = None
 
 
-def build_summary(prof) -> Summary:
-    """The :class:`Summary` of a profile (no step anatomy, no roofline: cheap on any size)."""
+def build_summary(prof, *, findings: bool = True) -> Summary:
+    """The :class:`Summary` of a profile (no step anatomy, no roofline unless ``findings``:
+    the findings need both, :func:`build_report`)."""
     by_shape = aggregate.by_shape(prof.table)
-    return Summary(files=file_rows(prof), hosts=sorted({t.host for t in prof.traces}),
+    return Summary(findings=build_report(prof).findings if findings and prof.table.height else None,files=file_rows(prof), hosts=sorted({t.host for t in prof.traces}),
                    device_groups=device_groups(prof.device_summary()), op_events=prof.op_events,
                    op_time_ps=prof.op_time_ps, peaks=profile_peaks(prof), warnings=list(prof.warnings),
                    by_shape=by_shape,

@@ -45,7 +45,7 @@ def dumps(payload: dict) -> str:
 def analysis_payload(rep, *, top: int | None, version: str) -> dict:
     """The JSON object of a :class:`~traceview.analysis.report.Report`: provenance (lines,
     files, runs), warnings, has_shapes, devices, ops (the op table), peaks, roofline,
-    kernels, sources, steps, occurrence checks. ``top``: rows of the op, roofline and source
+    kernels, sources, steps, occurrence checks, findings (None with --no-findings). ``top``: rows of the op, roofline and source
     tables (all when None); ``rows`` gives each cut table's rows shown and in all."""
     peaks, roof, checks, anat = rep.peaks, rep.roofline, rep.checks, rep.steps
     head = (lambda df: df.head(top)) if top else (lambda df: df)
@@ -74,6 +74,7 @@ def analysis_payload(rep, *, top: int | None, version: str) -> dict:
             "families": anat.families.to_dicts(), "notes": list(anat.notes)},
         "occurrence_checks": checks.to_dicts() if checks is not None else None,
         "occurrence_checks_summary": rep.checks_summary,
+        "findings": None if getattr(rep, "findings", None) is None else [f.to_dict() for f in rep.findings],
     }
 
 
