@@ -298,11 +298,14 @@ def several_regimes(ctx, th) -> Finding | None:
     rows = [{"shape": r["shape"], "occurrences": r["occurrences"], "modules": r["modules"], "mean_ps": r["mean_ps"],
              "steady_decode": i in steady, "multiple_of_steps": i not in off} for i, r in enumerate(g.iter_rows(named=True))]
     st = g.row(steady[0], named=True)
+    coincide = [i for i in range(g.height) if i not in steady and i not in off]
     return Finding(
         "one-name-several-regimes", "info",
         f"{name} runs in {g.height} shape populations (padding buckets; {pct(share)} of op time); the steady decode "
         f"is {st['shape'].split(' <- ')[0]} in {', '.join(st['modules'])} (x{st['occurrences']}, {n} steps); "
-        f"{len(off)} population(s) do not run a multiple of {n} times: another regime (prefill, another bucket)",
+        f"{len(off)} population(s) do not run a multiple of {n} times: another regime (prefill, another bucket)"
+        + (f"; {len(coincide)} other(s) run a multiple of {n} times by coincidence (their module, not the count, "
+           "says they are not the decode)" if coincide else ""),
         {"op": name, "steps": n, "populations": rows},
         f"{STUDY}'s padding trap: a table keyed by name mixes the decode population with prefill buckets and "
         "can 'prove' that half a decode step is padding when it is not",
