@@ -257,3 +257,17 @@ def test_pytest_helpers_in_a_user_project(pytester, tmp_path):
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
     assert "no finding state-copied-every-step: finding state-copied-every-step (high)" in out
+
+
+def test_host_mask_keeps_the_best_token():
+    """The engine's --host-sampler-mask treatment bans control bytes and keeps each row's best token."""
+    import numpy as np
+
+    from traceview.engine_shim.engine import host_mask
+    from traceview.engine_shim.tokenizer import ByteTokenizer
+
+    logits = np.zeros((2, 300), np.float32)
+    logits[0, 10], logits[1, 65] = 5.0, 5.0  # row 0's best is the newline byte
+    m = host_mask(logits, ByteTokenizer())
+    assert m[0, 10] == 0 and m[1, 10] == -np.inf and m[1, 65] == 0 and m[0, 65] == 0
+    assert (m[:, 256:] == 0).all()

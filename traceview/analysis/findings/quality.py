@@ -18,7 +18,7 @@ STUDY = "the study (Gemma 2B decode on TPU v5e, 1,540 -> 19,511 tok/s)"
 WARNING_KINDS = (
     ("truncated-trace", "high", r"holds exactly [\d,]+ events|profiler's cap",
      "profile a shorter window (fewer steps) so the profiler's event cap is not reached"),
-    ("stale-trace", "medium", r"\bis .* old \(captured",
+    ("stale-trace", "info", r"\bis .* old \(captured",
      "check the log dir the profiler wrote to; pass the new run's folder (or --run NAME)"),
     ("several-runs", "info", r"\d+ runs found",
      "pass --run NAME for the session you mean, or a fresh log dir per profile"),
