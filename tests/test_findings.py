@@ -181,6 +181,20 @@ def test_rules_on_hand_built_inputs():
     assert find(diff=d, thresholds={"profiling-overhead": 10}) == []
 
 
+
+def test_profiling_overhead_silent_on_the_fixture_block_diff():
+    """KV block 128 -> 64 on prompts shorter than 64 tokens: one block per sequence either way,
+    so the kernel's traced events change by far less than 4x (1,950 -> 1,566) and the diff
+    carries no overhead finding; at a factor under that ratio it does."""
+    d = traceview.diff(FIXTURES / "greedy_b4", FIXTURES / "hostmask_b4")
+    k = d.populations.filter(pl.col("is_kernel") & (pl.col("status") == "matched")).row(0, named=True)
+    ratio = k["events_base"] / k["events_treatment"]
+    assert k["kernel_changes"] == "bkv 128_128 -> 64_64" and 1 < ratio < 2
+    assert d.findings == []
+    (f,) = traceview.diff(FIXTURES / "greedy_b4", FIXTURES / "hostmask_b4", overhead_factor=ratio * 0.98).findings
+    assert f.id == "profiling-overhead" and f.evidence["populations"][0]["events_base"] == k["events_base"]
+
+
 def test_thresholds():
     assert parse_threshold("host-bound-steps=0.5").host_share == 0.5
     assert parse_threshold("sampler-search-dominates=10%").sampler_share == pytest.approx(0.1)

@@ -108,7 +108,8 @@ class DiffReport:
     and events per side. ``families`` — family, self_ps and share per side, delta_self_ps.
     ``modules`` — module (base name; treatment names mapped through configuration
     substitution), executions and mean_ps per side. ``steps``: :class:`StepDelta`.
-    ``notes``: one line each (overhead, mismatched steps...).
+    ``notes``: one line each (overhead, mismatched steps...). ``findings``: the diff's
+    findings (:func:`traceview.analysis.findings.find` with ``diff=``), set by :func:`diff_sides`.
     """
 
     base_label: str
@@ -124,6 +125,7 @@ class DiffReport:
     events_treatment: int
     overhead_factor: float = OVERHEAD_FACTOR
     notes: list[str] = field(default_factory=list)
+    findings: list | None = None  # traceview.analysis.findings (the diff's rules: profiling overhead)
 
     # -- views ----------------------------------------------------------------------------
     def matched(self) -> pl.DataFrame:
@@ -493,10 +495,14 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
             and _subst(step.module_treatment, vmap) != step.module_base:
         notes.append(f"steps are executions of {step.module_base} (base) and {step.module_treatment} (treatment): "
                      f"different programs, compare step times with care")
-    return DiffReport(base_label=b_label, treatment_label=t_label, populations=joined, kernels=kernels,
-                       families=families, modules=modules, steps=step, op_time_ps_base=base.self_ps,
-                       op_time_ps_treatment=treatment.self_ps,
-                       events_base=eb, events_treatment=et, overhead_factor=overhead_factor, notes=notes)
+    rep = DiffReport(base_label=b_label, treatment_label=t_label, populations=joined, kernels=kernels,
+                     families=families, modules=modules, steps=step, op_time_ps_base=base.self_ps,
+                     op_time_ps_treatment=treatment.self_ps,
+                     events_base=eb, events_treatment=et, overhead_factor=overhead_factor, notes=notes)
+    from traceview.analysis.findings import find
+
+    rep.findings = find(diff=rep, thresholds={"overhead_factor": overhead_factor})
+    return rep
 
 
 def _kernel_diff(kb: pl.DataFrame, kt: pl.DataFrame) -> pl.DataFrame:

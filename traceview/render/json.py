@@ -87,7 +87,7 @@ def diff_payload(d, top: int | None = None) -> dict:
     """The JSON object of a :class:`~traceview.analysis.diff.DiffReport`: labels, summary
     lines, op time and traced events per side, steps, population counts by status, kernels,
     families, modules, populations (``top`` rows by |delta| when given; HLO texts left out),
-    overhead factor and notes."""
+    overhead factor, notes and findings."""
     from traceview.render.diff_summary import summary_lines
 
     pops = d.populations if top is None else d.populations.head(top)
@@ -103,6 +103,7 @@ def diff_payload(d, top: int | None = None) -> dict:
         "modules": d.modules.to_dicts(),
         "populations": pops.drop("hlo_text_base", "hlo_text_treatment", strict=False).to_dicts(),
         "overhead_factor": d.overhead_factor, "notes": list(d.notes),
+        "findings": [f.to_dict() for f in getattr(d, "findings", None) or []],
     }
 
 
