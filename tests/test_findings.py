@@ -285,3 +285,15 @@ def test_host_mask_keeps_the_best_token():
     m = host_mask(logits, ByteTokenizer())
     assert m[0, 10] == 0 and m[1, 10] == -np.inf and m[1, 65] == 0 and m[0, 65] == 0
     assert (m[:, 256:] == 0).all()
+
+
+def test_logits_rule_logic(reps):
+    """Rule 4's comparison of two batch sizes; the engine's float32 model writes its logits in
+    float32, so its profiles hold no [batch, vocabulary] conversion and the rule is silent."""
+    assert decode.grows_with_batch(4, 1.0, 8, 1.9) and decode.grows_with_batch(8, 2.0, 4, 1.1)
+    assert not decode.grows_with_batch(4, 1.0, 8, 1.2) and not decode.grows_with_batch(4, 1.0, 4, 2.0)
+    assert not decode.grows_with_batch(4, 1.0, 8, 0.5)
+    for name in ("topp_b4", "greedy_b4"):
+        assert decode.logits_cost(Inputs(reps[name][1])) is None
+        assert "logits-conversions" not in ids(reps[name][1])
+    assert decode.logits_growth(reps["greedy_b4"][1], reps["nodonate_b4"][1]) is None

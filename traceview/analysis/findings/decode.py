@@ -166,33 +166,47 @@ def state_copied(ctx, th) -> Finding | None:
         f"--check 'no op matching \"^copy {re.escape(sh)}\"'")
 
 
-def logits_conversions(ctx, th) -> Finding | None:
-    """Rule 4: converts / copies / transposes of [batch, vocabulary] logits take at least
-    ``logits_share`` of the step (one profile: what they cost now; whether they grow with
-    the batch needs a second batch size, :func:`logits_growth`)."""
+def logits_cost(ctx) -> dict | None:
+    """The converts / copies / transposes of [batch, vocabulary] logits inside the steps:
+    {vocab, batch (the largest such batch), per_step_ps, step_ps, rows (a frame)}; None
+    without a vocabulary, steps or such ops."""
     info = step_info(ctx)
     pops = step_pops(ctx)
     v = vocab(ctx)
     if v is None or pops.height == 0 or not info["step_ps"]:
         return None
 
-    def is_logits(sig):
+    def batch_of(sig):
         res, _ = arrays(sig)
-        return any(len(d) == 2 and d[1] == v for _dt, d in res)
+        bs = [d[0] for dt, d in res if len(d) == 2 and d[1] == v and dt.startswith(("f", "bf"))]  # logits, not RNG bits
+        return max(bs) if bs else None
 
     hit = pops.filter(pl.col("op_kind").is_in(_CONVERSIONS) | (pl.col("family") == "copies and conversions"))
-    hit = hit.filter(pl.col("shape").map_elements(is_logits, return_dtype=pl.Boolean))
+    hit = hit.with_columns(pl.col("shape").map_elements(batch_of, return_dtype=pl.Int64).alias("_batch"))
+    hit = hit.filter(pl.col("_batch").is_not_null())
     if hit.height == 0:
         return None
-    per = _per_step(float(hit["self_ps"].sum()), info)
-    share = per / info["step_ps"]
+    return {"vocab": v, "batch": int(hit["_batch"].max()), "per_step_ps": _per_step(float(hit["self_ps"].sum()), info),
+            "step_ps": info["step_ps"], "rows": hit.drop("_batch")}
+
+
+def logits_conversions(ctx, th) -> Finding | None:
+    """Rule 4: converts / copies / transposes of [batch, vocabulary] logits take at least
+    ``logits_share`` of the step (one profile: what they cost now; whether they grow with
+    the batch needs a second batch size, :func:`logits_growth`)."""
+    c = logits_cost(ctx)
+    if c is None:
+        return None
+    share = c["per_step_ps"] / c["step_ps"]
     if share < th.logits_share:
         return None
+    info = step_info(ctx)
     return Finding(
         "logits-conversions", "medium",
-        f"{hit.height} conversions/copies of [batch, {v:,}] logits take {fmt_ms(per)} of each "
-        f"{fmt_ms(info['step_ps'])} step ({pct(share)}); one profile cannot show whether they grow with the batch",
-        {"per_step_ps": per, "share_of_step": share, "vocab": v, "populations": _rows(hit, info)},
+        f"{c['rows'].height} conversions/copies of [batch, {c['vocab']:,}] logits take {fmt_ms(c['per_step_ps'])} of "
+        f"each {fmt_ms(c['step_ps'])} step ({pct(share)}); one profile cannot show whether they grow with the batch",
+        {"per_step_ps": c["per_step_ps"], "share_of_step": share, "vocab": c["vocab"], "batch": c["batch"],
+         "populations": _rows(c["rows"], info)},
         f"{STUDY}: logits conversions grew linearly with the batch (2.8 ms per step at batch 512); removing "
         "them at a compiled-program boundary regressed throughput by 14-35%",
         "profile a second batch size and diff the two (the time should grow with the batch if this matters); "
@@ -200,39 +214,32 @@ def logits_conversions(ctx, th) -> Finding | None:
         "traceview diff BATCH_A BATCH_B (the conversions' time per step against the batch ratio)")
 
 
-def logits_growth(base_rep, treat_rep, th=None) -> Finding | None:
-    """Rule 4 over two profiles at two batch sizes: the [batch, vocabulary] conversions'
-    time per step grows with the batch (at least half as fast)."""
-    from traceview.analysis.findings import Inputs, Thresholds
-
-    th = th or Thresholds()
-    sides = []
-    for rep in (base_rep, treat_rep):
-        ctx = Inputs(rep)
-        info, pops, v = step_info(ctx), step_pops(ctx), vocab(ctx)
-        if v is None or pops.height == 0 or not info["n_steps"]:
-            return None
-        batch, t = None, 0.0
-        for r in pops.filter(pl.col("op_kind").is_in(_CONVERSIONS) | (pl.col("family") == "copies and conversions")).iter_rows(named=True):
-            res, _ = arrays(r["shape"])
-            bs = [d[0] for _dt, d in res if len(d) == 2 and d[1] == v]
-            if bs:
-                batch = max(batch or 0, bs[0])
-                t += _per_step(r["self_ps"], info)
-        if batch is None:
-            return None
-        sides.append((batch, t, info["step_ps"]))
-    (b0, t0, s0), (b1, t1, s1) = sides
+def grows_with_batch(b0: int, t0: float, b1: int, t1: float) -> bool:
+    """Whether a time per step going ``t0`` -> ``t1`` as the batch goes ``b0`` -> ``b1`` grows
+    with the batch: same direction, and at least half the batch's relative change."""
     if b0 == b1 or not t0 or not t1:
-        return None
+        return False
     rb, rt = b1 / b0, t1 / t0
-    if not (rt - 1) * (rb - 1) > 0 or abs(rt - 1) < 0.5 * abs(rb - 1):
+    return (rt - 1) * (rb - 1) > 0 and abs(rt - 1) >= 0.5 * abs(rb - 1)
+
+
+def logits_growth(base_rep, treat_rep, th=None) -> Finding | None:
+    """Rule 4 over two profiles at two batch sizes (:func:`logits_cost` of each): the
+    [batch, vocabulary] conversions' time per step grows with the batch
+    (:func:`grows_with_batch`)."""
+    from traceview.analysis.findings import Inputs
+
+    c0, c1 = logits_cost(Inputs(base_rep)), logits_cost(Inputs(treat_rep))
+    if c0 is None or c1 is None:
+        return None
+    (b0, t0), (b1, t1) = (c0["batch"], c0["per_step_ps"]), (c1["batch"], c1["per_step_ps"])
+    if not grows_with_batch(b0, t0, b1, t1):
         return None
     return Finding(
         "logits-conversions", "medium",
         f"[batch, vocabulary] logits conversions grow with the batch: {fmt_ms(t0)} per step at batch {b0} -> "
-        f"{fmt_ms(t1)} at batch {b1} (x{rt:.2f} for a x{rb:.2f} batch)",
-        {"batch": [b0, b1], "per_step_ps": [t0, t1], "step_ps": [s0, s1], "time_ratio": rt, "batch_ratio": rb},
+        f"{fmt_ms(t1)} at batch {b1} (x{t1 / t0:.2f} for a x{b1 / b0:.2f} batch)",
+        {"batch": [b0, b1], "per_step_ps": [t0, t1], "step_ps": [c0["step_ps"], c1["step_ps"]]},
         f"{STUDY}: batch-linear logits conversions cost 2.8 ms per step at batch 512; removing them at a "
         "compiled-program boundary regressed throughput by 14-35%",
         "fuse the conversion into the logits matmul or the sampler (keep one program); measure unprofiled",
