@@ -234,8 +234,9 @@ def build_summary(prof, *, findings: bool = True) -> Summary:
     """The :class:`Summary` of a profile (no step anatomy, no roofline unless ``findings``:
     the findings need both, :func:`build_report`)."""
     by_shape = aggregate.by_shape(prof.table)
-    return Summary(findings=build_report(prof).findings if findings and prof.table.height else None,files=file_rows(prof), hosts=sorted({t.host for t in prof.traces}),
+    return Summary(files=file_rows(prof), hosts=sorted({t.host for t in prof.traces}),
                    device_groups=device_groups(prof.device_summary()), op_events=prof.op_events,
                    op_time_ps=prof.op_time_ps, peaks=profile_peaks(prof), warnings=list(prof.warnings),
                    by_shape=by_shape,
-                   populations_per_name=dict(by_shape.group_by("op_name").agg(pl.len().alias("n")).iter_rows()))
+                   populations_per_name=dict(by_shape.group_by("op_name").agg(pl.len().alias("n")).iter_rows()),
+                   findings=build_report(prof).findings if findings and prof.table.height else None)
