@@ -93,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--no-precompile", action="store_true", help="compile buckets on first use instead of at start-up")
         s.add_argument("--no-donate", action="store_true",
                        help="compile the decode with a copying KV cache update (no buffer donation) [default donated]")
+        s.add_argument("--host-sampler-mask", action="store_true",
+                       help="compute a token mask on the host (Python, per decode step) before sampling: the "
+                            "host-bound treatment [default off]")
         s.add_argument("--allow-cpu", action="store_true",
                        help="run an accelerator-sized preset (gemma-2b) even on a CPU-only machine")
         s.add_argument("--log-dir", default="./profile", help="profile log dir [default ./profile]")
@@ -176,6 +179,7 @@ def _resolve(args, env) -> dict:
         enable_prefix_caching=args.enable_prefix_caching,
         prefix_tokens=_nonnegative("--prefix-tokens", args.prefix_tokens),
         donate=not args.no_donate,
+        **({"host_sampler_mask": True} if getattr(args, "host_sampler_mask", False) else {}),
     )
 
 

@@ -141,6 +141,22 @@ def _abstract(tree):
     return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tree)
 
 
+def host_mask(logits: np.ndarray, tokenizer) -> np.ndarray:
+    """An additive token mask ([batch, vocab] float32: 0 allowed, -inf banned) computed on the
+    host in Python, as a host-side constrained-decoding logits processor does: every token's
+    text is tested per row (control bytes banned), and the row's best token is always kept,
+    so greedy outputs are unchanged. Its cost is host time inside each decode step."""
+    b, v = logits.shape
+    out = np.zeros((b, v), np.float32)
+    for i in range(b):
+        best = int(np.argmax(logits[i]))
+        for t in range(v):
+            text = tokenizer.decode([t]) if t < 256 else ""
+            if t != best and text and not text.isprintable():
+                out[i, t] = -np.inf
+    return out
+
+
 class LLM:
     """Toy serving engine with a vLLM-like interface.
 
@@ -166,8 +182,10 @@ class LLM:
                  precompile: bool = True, interpret: bool | None = None, enable_chunked_prefill: bool = False,
                  enable_prefix_caching: bool = False, donate: bool = True,
                  step_clock: Callable[[], float] | None = None, kv_dtype: str | None = None,
-                 kv_cache_bytes: int | None = None):
+                 kv_cache_bytes: int | None = None, host_sampler_mask: bool = False):
         t0 = time.perf_counter()
+        #: compute a token mask on the host each decode step (host_mask), the host-bound treatment
+        self.host_sampler_mask = bool(host_sampler_mask)
         self._clock = step_clock or time.perf_counter
         self.model_config: ModelConfig = model_config(model)
         page_size = self.model_config.page_size if page_size is None else page_size
@@ -577,6 +595,8 @@ class LLM:
         with jax.profiler.StepTraceAnnotation("decode", step_num=self.stats.num_decode_steps), \
                 jax.profiler.TraceAnnotation("decode_step", request_bucket=r, num_seqs=n, kv_block=self.kv_block_size):
             logits, self.k_cache, self.v_cache = fn(self.params, self.k_cache, self.v_cache, tokens, positions, table)
+            if self.host_sampler_mask:
+                logits = logits + jnp.asarray(host_mask(np.asarray(logits), self.tokenizer))
             toks = self._select(running, logits, r)
             self._record_step("decode", r, n, self._clock() - ts)
         self.stats.num_decode_steps += 1

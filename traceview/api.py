@@ -148,6 +148,17 @@ class Profile(ProfileData):
         bandwidth; see :mod:`traceview.analysis.collectives`."""
         return self.communication().host_transfers
 
+    def findings(self, *, thresholds=None, **options):
+        """The findings of :mod:`traceview.analysis.findings` as a polars DataFrame (id,
+        severity, statement, evidence as JSON text, why, next_step, verify_hint), most
+        severe first; ``thresholds``: {finding id or threshold name: value}, a list of
+        ``ID=VALUE`` or a :class:`~traceview.analysis.findings.Thresholds`; ``options`` as
+        :meth:`analyze`. Raises UsageError for a bad threshold or option."""
+        from traceview.analysis.findings import to_frame
+        from traceview.analysis.report import build_report
+
+        return to_frame(build_report(self, finding_thresholds=thresholds, **options).findings)
+
     def analyze(self, **options):
         """Every section ``traceview analyze`` shows, as a :class:`traceview.Report`; options
         as :func:`traceview.analysis.report.build_report`."""
@@ -261,7 +272,7 @@ def diff(base, treatment, **options):
     return _diff(_profile(base), _profile(treatment), **options)
 
 
-def verify(treatment, checks, *, base=None, rules=None, step_window: str = "steady"):
+def verify(treatment, checks, *, base=None, rules=None, step_window: str = "steady", finding_thresholds=None):
     """Evaluate ``checks`` (strings of the :mod:`traceview.analysis.verify_grammar` grammar)
     on ``treatment`` (and ``base`` for diff checks): :class:`Profile` objects or paths; one
     check may be given as a plain string. Returns
@@ -279,4 +290,4 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
     parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]  # usage errors before reading
     parse_window(step_window)
     return _verify(_profile(treatment), parsed, base=_profile(base) if base is not None else None, rules=rules,
-                   step_window=step_window)
+                   step_window=step_window, finding_thresholds=finding_thresholds)

@@ -36,7 +36,7 @@ __all__ = ["check", "assert_check", "assert_op_absent", "assert_op_present", "as
            "assert_ops_from_file_present", "assert_family_share", "assert_occurrences", "assert_kernel_config",
            "assert_kernel_present", "assert_source_present", "assert_source_under", "assert_vanished",
            "assert_appeared", "assert_kernel_changed", "assert_all_matched", "golden_summary", "compare_summaries",
-           "assert_matches_golden", "GOLDEN_VERSION"]
+           "assert_matches_golden", "GOLDEN_VERSION", "assert_no_finding", "assert_finding"]
 
 GOLDEN_VERSION = 1
 
@@ -198,6 +198,27 @@ def assert_all_matched(base, treatment, *, except_regex: str | None = None) -> C
     modules match ``except_regex``."""
     text = "all matched" + (f" except {_q(except_regex)}" if except_regex else "")
     return _assert(_run(treatment, Check(text, "all_matched", {"rx": except_regex}, needs_base=True), base=base))
+
+
+def _finding(profile, fid: str, want: str, thresholds) -> CheckResult:
+    from traceview.analysis.verify_grammar import _P, _finding_id
+
+    text = f"no finding {fid}" if want == "absent" else f"finding {fid} present"
+    _finding_id(_P(text, [fid]))  # UsageError for an unknown id
+    v = Verifier(_profile(profile), finding_thresholds=thresholds)
+    return _assert(v.check(Check(text, "finding", {"id": fid, "want": want})))
+
+
+def assert_no_finding(profile, finding_id: str, *, thresholds=None) -> CheckResult:
+    """The profile's findings (:mod:`traceview.analysis.findings`) do not include
+    ``finding_id`` (``thresholds``: as :func:`traceview.analysis.findings.thresholds_of`);
+    the check ``no finding ID``."""
+    return _finding(profile, finding_id, "absent", thresholds)
+
+
+def assert_finding(profile, finding_id: str, *, thresholds=None) -> CheckResult:
+    """The profile's findings include ``finding_id``; the check ``finding ID present``."""
+    return _finding(profile, finding_id, "present", thresholds)
 
 
 # -- golden summaries ----------------------------------------------------------------------

@@ -117,7 +117,8 @@ class DiffReport:
     substitution), executions and mean_ps per side. ``steps``: :class:`StepDelta`.
     ``notes``: one line each (overhead, mismatched steps, collectives whose size or groups
     changed). ``collectives``: :func:`traceview.analysis.collectives.collective_diff` (None when
-    the sides are not profiles).
+    the sides are not profiles). ``findings``: the diff's findings
+    (:func:`traceview.analysis.findings.find` with ``diff=``), set by :func:`diff_sides`.
     """
 
     base_label: str
@@ -134,6 +135,7 @@ class DiffReport:
     overhead_factor: float = OVERHEAD_FACTOR
     notes: list[str] = field(default_factory=list)
     collectives: pl.DataFrame | None = None  # traceview.analysis.collectives.collective_diff
+    findings: list | None = None  # traceview.analysis.findings (the diff's rules: profiling overhead)
 
     # -- views ----------------------------------------------------------------------------
     def matched(self) -> pl.DataFrame:
@@ -528,11 +530,15 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
 
         coll, coll_notes = collective_diff(base.communication, treatment.communication)
         notes.extend(coll_notes)
-    return DiffReport(base_label=b_label, treatment_label=t_label, populations=joined, kernels=kernels,
-                       families=families, modules=modules, steps=step, op_time_ps_base=base.self_ps,
-                       op_time_ps_treatment=treatment.self_ps,
-                       events_base=eb, events_treatment=et, overhead_factor=overhead_factor, notes=notes,
-                       collectives=coll)
+    rep = DiffReport(base_label=b_label, treatment_label=t_label, populations=joined, kernels=kernels,
+                     families=families, modules=modules, steps=step, op_time_ps_base=base.self_ps,
+                     op_time_ps_treatment=treatment.self_ps,
+                     events_base=eb, events_treatment=et, overhead_factor=overhead_factor, notes=notes,
+                     collectives=coll)
+    from traceview.analysis.findings import find
+
+    rep.findings = find(diff=rep, thresholds={"overhead_factor": overhead_factor})
+    return rep
 
 
 def _kernel_diff(kb: pl.DataFrame, kt: pl.DataFrame) -> pl.DataFrame:

@@ -94,6 +94,7 @@ class Report:
     #: populations whose spread mixes regimes: :func:`~traceview.analysis.distributions.regimes`
     #: rows (op_name, shape, module, regimes, executions, first/later execution and mode figures)
     population_regimes: pl.DataFrame | None = None
+    findings: list | None = None  # list of traceview.analysis.findings.Finding; None when --no-findings
 
 
 def file_rows(prof) -> list[dict]:
@@ -159,7 +160,7 @@ def source_kinds(files: pl.DataFrame) -> pl.DataFrame:
 def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: int | None = None,
                  expect_batch: int | None = None, rules=None, step_module: str | None = None,
                  step_extent: str = "span", source_frame: str = "direct", html: bool = False,
-                 step_window: str = "steady") -> Report:
+                 step_window: str = "steady", findings: bool = True, finding_thresholds=None) -> Report:
     """Every section of :class:`Report` for ``prof`` (a
     :class:`~traceview.model.profiledata.ProfileData`).
 
@@ -167,13 +168,18 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     :func:`~traceview.analysis.peaks.profile_peaks`; ``steps`` / ``expect_batch``: the
     occurrence checks (none when both are None); ``rules`` (family rules), ``step_module``,
     ``step_extent``, ``step_window``: the step anatomy; ``source_frame``: "direct" or "user"; ``html``: also
-    the HTML-only sections. Raises :class:`~traceview.errors.UsageError` on a bad option
+    the HTML-only sections; ``findings`` / ``finding_thresholds``: the findings section
+    (:func:`traceview.analysis.findings.find`; thresholds as
+    :func:`~traceview.analysis.findings.thresholds_of`). Raises :class:`~traceview.errors.UsageError` on a bad option
     (rule, module, extent, window, frame, steps), before any other work for ``by``.
     """
     from traceview.errors import UsageError
 
     if by not in ("shape", "name", "program", "program-shape"):
         raise UsageError(f"unknown op table key {by!r}: expected shape, name, program or program-shape")
+    from traceview.analysis.findings import find, thresholds_of
+
+    th = thresholds_of(finding_thresholds) if findings else None
     by_shape = aggregate.by_shape(prof.table, prof.module_runs)
     table = {"shape": lambda: by_shape, "name": lambda: aggregate.by_name(prof.table),
              "program": lambda: aggregate.by_program_op(prof.table),
@@ -200,6 +206,8 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     rep.communication = _communication(prof, peaks)
     rep.program_splits = aggregate.program_splits(by_shape)
     rep.population_regimes = population_regimes(prof, by_shape)
+    if findings:
+        rep.findings = find(rep, thresholds=th)
     if html:
         add_html_sections(rep, prof)
     return rep
@@ -250,13 +258,16 @@ class Summary:
     warnings: list
     by_shape: pl.DataFrame
     populations_per_name: dict
+    findings: list | None = None
 
 
-def build_summary(prof) -> Summary:
-    """The :class:`Summary` of a profile (no step anatomy, no roofline: cheap on any size)."""
+def build_summary(prof, *, findings: bool = True) -> Summary:
+    """The :class:`Summary` of a profile (no step anatomy, no roofline unless ``findings``:
+    the findings need both, :func:`build_report`)."""
     by_shape = aggregate.by_shape(prof.table)
     return Summary(files=file_rows(prof), hosts=sorted({t.host for t in prof.traces}),
                    device_groups=device_groups(prof.device_summary()), op_events=prof.op_events,
                    op_time_ps=prof.op_time_ps, peaks=profile_peaks(prof), warnings=list(prof.warnings),
                    by_shape=by_shape,
-                   populations_per_name=dict(by_shape.group_by("op_name").agg(pl.len().alias("n")).iter_rows()))
+                   populations_per_name=dict(by_shape.group_by("op_name").agg(pl.len().alias("n")).iter_rows()),
+                   findings=build_report(prof).findings if findings and prof.table.height else None)

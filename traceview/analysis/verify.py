@@ -97,11 +97,15 @@ class Verifier:
     UsageError for bad rules. Each side is tagged once (:func:`traceview.analysis.tagged.tag`).
     """
 
-    def __init__(self, treatment, base=None, *, rules=None, step_window: str = "steady"):
+    def __init__(self, treatment, base=None, *, rules=None, step_window: str = "steady", finding_thresholds=None,
+                 findings: bool = True):
         self.treatment = treatment
         self.step_window = step_window
         self.base = base
         self.rules = rules
+        self.finding_thresholds = finding_thresholds
+        self.findings_on = findings
+        self._findings: dict = {}
         self.user_families = [r.name for r in rules_of(rules)]
         self._diff = None
         self._tagged: dict[int, TaggedOps] = {}
@@ -196,6 +200,26 @@ class Verifier:
         if hit.height:
             return True, f"{hit['count'].sum():,} op event(s) {what} /{c.args['rx']}/: {self._describe(hit, total, 2)}"
         return False, f"no op {one} /{c.args['rx']}/ among {_events(df):,} op events; expected at least one"
+
+    def _c_finding(self, c, prof):
+        """``no finding ID`` / ``finding ID present|absent``: the findings of
+        :func:`traceview.analysis.report.build_report` on ``prof`` (thresholds as given)."""
+        from traceview.analysis.report import build_report
+
+        if not self.findings_on:
+            raise UsageError(f"check {c.text!r} needs the findings; drop --no-findings")
+        got = self._findings.get(id(prof))
+        if got is None:
+            got = self._findings[id(prof)] = build_report(prof, finding_thresholds=self.finding_thresholds).findings
+        hit = [f for f in got if f.id == c.args["id"]]
+        others = ", ".join(sorted({f.id for f in got})) or "none"
+        if c.args["want"] == "absent":
+            if not hit:
+                return True, f"no finding {c.args['id']} (findings: {others})"
+            return False, f"finding {c.args['id']} ({hit[0].severity}): {hit[0].statement}"
+        if hit:
+            return True, f"finding {c.args['id']} ({hit[0].severity}): {hit[0].statement}"
+        return False, f"no finding {c.args['id']}; expected one (findings: {others})"
 
     def _c_op(self, c, prof):
         return self._presence(c, prof, self._op_mask(c.args["rx"]), "match", "matches")
@@ -439,7 +463,8 @@ class Verifier:
         return False, f"{rows.height} population(s) unmatched ({n} matched): " + "; ".join(parts)
 
 
-def verify(treatment, checks, *, base=None, rules=None, step_window: str = "steady") -> VerifyReport:
+def verify(treatment, checks, *, base=None, rules=None, step_window: str = "steady", finding_thresholds=None,
+           findings: bool = True) -> VerifyReport:
     """Evaluate ``checks`` (strings or :class:`Check`) on ``treatment`` (and ``base`` for diff
     checks): profiles as :class:`Verifier` takes them; ``step_window``: the steps of the
     diff's step time (:mod:`traceview.analysis.stepstats`). Raises UsageError for an invalid
@@ -450,11 +475,14 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
     parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]
     if not parsed:
         raise UsageError("no checks given")
-    v = Verifier(treatment, base, rules=rules, step_window=step_window)
+    v = Verifier(treatment, base, rules=rules, step_window=step_window, finding_thresholds=finding_thresholds,
+                 findings=findings)
     for c in parsed:  # usage errors before any evaluation
         if (c.needs_base or c.side == "base") and v.base is None:
             raise UsageError(f"check {c.text!r} needs two profiles (BASE and TREATMENT)")
         if c.kind == "family_share" and c.args["name"] is not None:
             v._resolve_family(c.args["name"])
+        if c.kind == "finding" and not findings:
+            raise UsageError(f"check {c.text!r} needs the findings; drop --no-findings")
     return v.run(parsed)
 

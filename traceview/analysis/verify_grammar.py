@@ -44,6 +44,8 @@ check the base instead)::
                                         the nccl-tests size), bytes each participant sends ("sent")
                                         or group size CMP N (traceview.analysis.collectives); none
                                         of KIND fails
+    no finding ID                       the findings (traceview.analysis.findings) do not include ID
+    finding ID [present|absent]         ... include it (ID: one of traceview.analysis.findings.IDS)
 
 Diff checks (two profiles, BASE then TREATMENT)::
 
@@ -200,7 +202,26 @@ def parse_check(text: str) -> Check:
     return c
 
 
+def _finding_id(p: _P) -> str:
+    from traceview.analysis.findings import IDS
+
+    fid = p.word("finding id")
+    if fid not in IDS:
+        p.err(f"unknown finding {fid!r}; findings: {', '.join(IDS)}")
+    return fid
+
+
 def _parse_body(p: _P) -> Check:
+    if p.kw("no", "finding"):
+        return Check("", "finding", {"id": _finding_id(p), "want": "absent"})
+    if p.kw("finding"):
+        fid = _finding_id(p)
+        want = (p.peek() or "present").lower()
+        if want not in ("present", "absent"):
+            p.err(f"expected present or absent after the finding id, got {p.peek()!r}")
+        if p.peek() is not None:
+            p.i += 1
+        return Check("", "finding", {"id": fid, "want": want})
     if p.kw("no", "op", "from", "file") or p.kw("no", "ops", "from", "file"):
         p.kw("matching")
         return Check("", "op_file", {"rx": _regex(p), "want": "absent"})
@@ -289,7 +310,7 @@ def _parse_body(p: _P) -> Check:
         if p.peek() is not None:
             p.i += 1
         return Check("", "source_present", {"path": path, "want": want})
-    p.err("unknown check; it should start with 'no op', 'op', 'family', 'kernel', 'source', 'collective' or 'all matched' "
+    p.err("unknown check; it should start with 'no op', 'op', 'family', 'kernel', 'source', 'collective', 'finding' or 'all matched' "
           "(see traceview verify --help)")
 
 

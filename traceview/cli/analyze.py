@@ -41,6 +41,7 @@ def add_parser(sub) -> None:
     a.add_argument("--source-frame", choices=["direct", "user"], default="direct",
                    help="attribute ops to the file that emitted them (direct) or to the innermost "
                         "project frame of their stack (user)")
+    cargs.add_findings(a)
 
 
 def _stored(args, disc, out: Path | None):
@@ -88,6 +89,7 @@ def run(args) -> int:
     check_writable(html, "--html")
     refuse_inside_inputs(out, "-o")
     refuse_inside_inputs(html, "--html")
+    cargs.findings_from_args(args)  # a bad --finding-threshold fails before any reading
     stale = cargs.stale_after(args)
     disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale)
     process.tune_allocator(cargs.input_bytes(disc))
@@ -118,7 +120,8 @@ def run(args) -> int:
     rep = build_report(prof, by=args.by, peaks=cargs.peaks_from_args(prof, args), steps=cargs.steps_option(args.steps),
                        expect_batch=args.expect_batch, rules=cargs.rules_from_args(args),
                        step_module=args.step_module, step_extent=args.step_extent,
-                       step_window=args.step_window, source_frame=args.source_frame)
+                       step_window=args.step_window, source_frame=args.source_frame,
+                       **cargs.findings_from_args(args))
     try:
         data = _write(rep, args, out)
         if stored is not None and data is not None:

@@ -301,3 +301,20 @@ def input_bytes(*discoveries) -> int:
             except OSError:
                 pass
     return total
+
+
+def add_findings(p: argparse.ArgumentParser) -> None:
+    """``--no-findings`` and ``--finding-threshold ID=VALUE`` (repeatable)."""
+    p.add_argument("--no-findings", action="store_true", help="skip the findings (traceview.analysis.findings)")
+    p.add_argument("--finding-threshold", action="append", default=[], metavar="ID=VALUE",
+                   help="set finding ID's threshold (e.g. host-bound-steps=0.5, sampler-search-dominates=10%%; "
+                        "defaults in traceview.analysis.findings.Thresholds; repeatable)")
+
+
+def findings_from_args(args) -> dict:
+    """``build_report`` keyword arguments (findings, finding_thresholds) from the findings
+    flags. Raises UsageError for a bad ``--finding-threshold``."""
+    from traceview.analysis.findings import thresholds_of
+
+    return {"findings": not getattr(args, "no_findings", False),
+            "finding_thresholds": thresholds_of(getattr(args, "finding_threshold", None) or [])}

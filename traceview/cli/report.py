@@ -23,6 +23,7 @@ def add_parser(sub) -> None:
     r.add_argument("--title", metavar="TEXT", help="page title (default: 'traceview report — <path name>')")
     cargs.add_peaks(r)
     cargs.add_steps(r)
+    cargs.add_findings(r)
 
 
 def run(args) -> int:
@@ -57,7 +58,7 @@ def _write(args, out, charts) -> int:
 
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
                        step_module=args.step_module, step_extent=args.step_extent,
-                       step_window=args.step_window, html=True)
+                       step_window=args.step_window, html=True, **cargs.findings_from_args(args))
     text = render_report(rep, top=args.top, title=args.title, charts=charts)
     write_atomic(out, text)
     print(f"wrote {printable(str(out))}", file=sys.stderr)

@@ -55,6 +55,7 @@ def add_parser(sub) -> None:
     cargs.add_step_window(v)
     v.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
     cargs.add_expand_kernels(v)
+    cargs.add_findings(v)
 
 
 def run(args) -> int:
@@ -72,6 +73,7 @@ def run(args) -> int:
     if not checks:
         raise UsageError("no checks given: use --check CHECK or --checks FILE (see traceview verify --help)")
     rules = cargs.rules_from_args(args)
+    fopts = cargs.findings_from_args(args)
     if len(args.paths) == 2:
         if args.run:
             raise UsageError("--run names the run of one profile; for BASE TREATMENT use --run-base and "
@@ -83,7 +85,8 @@ def run(args) -> int:
             raise UsageError("--run-base and --run-treatment name the runs of BASE TREATMENT; for one profile "
                              "use --run")
         base, (treat,) = None, list(load_sides([(args.paths[0], args.run)], args, run_hint="pass --run"))
-    report = verify(treat, checks, base=base, rules=rules, step_window=args.step_window)
+    report = verify(treat, checks, base=base, rules=rules, step_window=args.step_window,
+                    finding_thresholds=fopts["finding_thresholds"], findings=fopts["findings"])
     if args.format == "json":
         from traceview.render.json import verify_json
 

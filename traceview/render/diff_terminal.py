@@ -152,6 +152,10 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
         console.print()
         for n in d.notes:
             console.print(f"[yellow]note:[/yellow] {escape(n)}", soft_wrap=True)
+    for f in getattr(d, "findings", None) or []:
+        console.print(f"[yellow]finding {escape(f.severity)}[/yellow] [bold]{escape(f.id)}[/bold]: {escape(f.statement)}",
+                      soft_wrap=True)
+        console.print(f"  next: {escape(f.next_step)}", soft_wrap=True)
 
 
 def render_diff_text(d, *, top: int = 25, width: int = 160) -> str:

@@ -257,6 +257,8 @@ def _communication(comm, top: int) -> dict | None:
 # -- public ---------------------------------------------------------------------------------
 
 def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
+    from traceview.render.findings import finding_rows
+
     """The template's values. Both charts are submitted to ``charts`` first and collected
     last, so a drawer in another process draws them while the tables are built."""
     from traceview import __version__
@@ -291,6 +293,8 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
         "sources": _sources(rep),
         "bound_colors": BOUND_COLORS,
         "top": top,
+        "findings": finding_rows(getattr(rep, "findings", None)),
+        "findings_off": getattr(rep, "findings", None) is None,
     }
     ctx["roof"] = _roofline(rep, min(top, 20), roof_chart)
     ctx["comm"] = _communication(getattr(rep, "communication", None), top)
@@ -336,6 +340,7 @@ _SUMMARY = """\
 {% else %}<br>peaks unknown (pass <code>chip=</code> or <code>peak_flops=</code>/<code>peak_bw=</code> to <code>.peaks()</code>)
 {% endif %}
 {% for w in warnings %}<br><span class="warn">warning: {{ w }}</span>{% endfor %}
+{% for f in findings %}<br><span class="warn">finding {{ f.severity }} <code>{{ f.id }}</code>: {{ f.statement }}</span>{% endfor %}
 {% if rows %}
 <table>
 <tr><th class="r">#</th><th>op</th><th>result shape</th><th class="r">occ.</th><th class="r">total</th><th class="r">mean</th><th class="r">self %</th></tr>
@@ -354,6 +359,8 @@ _SUMMARY = """\
 
 
 def summary_html(summary) -> str:
+    from traceview.render.findings import finding_rows
+
     """A compact HTML summary for Jupyter (``Profile._repr_html_``) of a
     :class:`~traceview.analysis.report.Summary`: files and hosts, devices, the resolved peaks
     (FLOP/s, B/s) and ridge point (FLOP/byte), warnings, and the top 10 (op, shape)
@@ -363,4 +370,5 @@ def summary_html(summary) -> str:
     return _env().from_string(_SUMMARY).render(
         files=summary.files, hosts=hosts[:4] + ([f"+{len(hosts) - 4}"] if len(hosts) > 4 else []),
         op_events=summary.op_events, op_time_ps=summary.op_time_ps, devices=_devices(summary.device_groups),
-        peaks=_peaks(summary.peaks), warnings=list(summary.warnings), rows=rows, n_pops=summary.by_shape.height)
+        peaks=_peaks(summary.peaks), warnings=list(summary.warnings), rows=rows, n_pops=summary.by_shape.height,
+        findings=finding_rows(getattr(summary, "findings", None)))

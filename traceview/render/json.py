@@ -45,7 +45,7 @@ def dumps(payload: dict) -> str:
 def analysis_payload(rep, *, top: int | None, version: str) -> dict:
     """The JSON object of a :class:`~traceview.analysis.report.Report`: provenance (lines,
     files, runs), warnings, has_shapes, devices, ops (the op table), peaks, roofline,
-    kernels, sources, steps, occurrence checks, communication. ``top``: rows of the op, roofline and source
+    kernels, sources, steps, occurrence checks, communication, findings (None with --no-findings). ``top``: rows of the op, roofline and source
     tables (all when None); ``rows`` gives each cut table's rows shown and in all."""
     peaks, roof, checks, anat = rep.peaks, rep.roofline, rep.checks, rep.steps
     head = (lambda df: df.head(top)) if top else (lambda df: df)
@@ -83,6 +83,7 @@ def analysis_payload(rep, *, top: int | None, version: str) -> dict:
         "program_splits": getattr(rep, "program_splits", None),
         "population_regimes": (None if getattr(rep, "population_regimes", None) is None
                                else rep.population_regimes.to_dicts()),
+        "findings": None if getattr(rep, "findings", None) is None else [f.to_dict() for f in rep.findings],
     }
 
 
@@ -95,7 +96,7 @@ def diff_payload(d, top: int | None = None) -> dict:
     """The JSON object of a :class:`~traceview.analysis.diff.DiffReport`: labels, summary
     lines, op time and traced events per side, steps, population counts by status, kernels,
     families, modules, populations (``top`` rows by |delta| when given; HLO texts left out),
-    overhead factor and notes."""
+    overhead factor, notes and findings."""
     from traceview.render.diff_summary import summary_lines
 
     pops = d.populations if top is None else d.populations.head(top)
@@ -112,6 +113,7 @@ def diff_payload(d, top: int | None = None) -> dict:
         "populations": pops.drop("hlo_text_base", "hlo_text_treatment", strict=False).to_dicts(),
         "overhead_factor": d.overhead_factor, "notes": list(d.notes),
         "collectives": None if getattr(d, "collectives", None) is None else d.collectives.to_dicts(),
+        "findings": [f.to_dict() for f in getattr(d, "findings", None) or []],
     }
 
 

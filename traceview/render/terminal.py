@@ -50,6 +50,9 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
         console.print(f"  [yellow]warning:[/yellow] {escape(w)}")
     if not rep.has_shapes:
         console.print("  [yellow]note:[/yellow] no shapes in this trace: ops are keyed by name only")
+    from traceview.render.findings import render_findings
+
+    render_findings(console, getattr(rep, "findings", None))
 
     if rep.devices.height:
         console.print()

@@ -1,0 +1,299 @@
+"""Findings (:mod:`traceview.analysis.findings`): each rule fires on a trace built to show it
+and stays silent on one that does not, on the engine's recorded fixtures (top-p / greedy,
+donated / ``--no-donate``, KV block 128 over a 128-token context / 64, a host-side token mask)
+and the shared real traces; and the findings reach analyze, JSON, HTML, the notebook summary,
+verify and the pytest helpers."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import polars as pl
+import pytest
+
+import traceview
+from traceview.analysis.findings import Finding, Inputs, Thresholds, find, parse_threshold, thresholds_of
+from traceview.analysis.findings import decode, quality
+from traceview.cli import main
+from traceview.errors import UsageError
+
+pytest_plugins = ["pytester"]
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def reps(shared_traces):
+    """Reports of the fixtures and shared traces (each read and analysed once)."""
+    paths = {n: FIXTURES / n for n in ("topp_b4", "greedy_b4", "nodonate_b4", "hostmask_b4")}
+    paths.update(vllm=shared_traces / "vllm_tpu_qwen", conv=shared_traces / "mi300x_jax_conv3d.xplane.pb",
+                 gemm=shared_traces / "mi300x_jax_gemm_sweep.xplane.pb",
+                 attn=shared_traces / "mi300x_jax_attention.xplane.pb",
+                 psum=shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    out = {}
+    for name, p in paths.items():
+        prof = traceview.load(p)
+        out[name] = (prof, prof.analyze())
+    return out
+
+
+def ids(rep) -> set:
+    return {f.id for f in rep.findings}
+
+
+def one(rep, fid) -> Finding:
+    (f,) = [f for f in rep.findings if f.id == fid]
+    return f
+
+
+def test_sampler_search_topp_against_greedy(reps):
+    f = one(reps["topp_b4"][1], "sampler-search-dominates")
+    assert f.evidence["scopes"] == ["topp_binary_search"] and f.evidence["vocab"] == 512  # the tiny preset's
+    # the search's time per step is what the step anatomy's ops inside the steps say
+    anat = reps["topp_b4"][1].steps
+    ops = anat.ops.filter(pl.col("step_row").is_not_null() & pl.col("framework_op").str.contains("topp_binary_search"))
+    assert f.evidence["per_step_ps"] == pytest.approx(ops["self_ps"].sum() / anat.coverage.n_steps)
+    assert 0.03 <= f.evidence["share_of_step"] < 0.2 and f.severity == "medium"
+    assert "op matching topp_binary_search vanished" in f.verify_hint
+    assert "sampler-search-dominates" not in ids(reps["greedy_b4"][1])
+    # the threshold is an argument: above the measured share the rule is silent
+    above = f.evidence["share_of_step"] + 0.01
+    assert "sampler-search-dominates" not in {x.id for x in find(reps["topp_b4"][1], thresholds={
+        "sampler-search-dominates": above})}
+
+
+def test_kv_block_covering_the_context(reps):
+    # greedy_b4: bkv 128 over 8 pages of 16 (max_model_len 128); hostmask_b4: bkv 64, same context
+    f = one(reps["greedy_b4"][1], "kv-block-covers-context")
+    (k,) = f.evidence["kernels"]
+    assert (k["bkv"], k["page"], k["batch"], k["pages_per_seq"], k["max_context"]) == (128, 16, 4, 8, 128)
+    assert k["kernel"] == "RPAd-p_16-bq_1_1-bkv_128_128"
+    assert "kv-block-covers-context" not in ids(reps["hostmask_b4"][1])
+    # vLLM's RPA: 64-page blocks of 64 tokens (4,096) against 512 pages per sequence (32,768): silent
+    assert "kv-block-covers-context" not in ids(reps["vllm"][1])
+    assert decode._max_context(reps["vllm"][1].kernels["shape"][0], 64) == (256, 512, 32768)
+
+
+def test_state_copied_every_step_donated_against_not(reps):
+    f = one(reps["nodonate_b4"][1], "state-copied-every-step")
+    assert len(f.evidence["copies"]) == 4  # K and V pools of 2 layers
+    assert {c["shape"] for c in f.evidence["copies"]} == {"f32[1,33,16,64] <- f32[1,33,16,64]"}
+    assert all(c["per_step"] == 1 and c["bytes"] == 33 * 16 * 64 * 4 for c in f.evidence["copies"])
+    assert "state-copied-every-step" not in ids(reps["greedy_b4"][1])
+
+
+def test_verify_no_finding_cli(capsys):
+    donated, copying = str(FIXTURES / "greedy_b4"), str(FIXTURES / "nodonate_b4")
+    assert main(["verify", donated, "--check", "no finding state-copied-every-step"]) == 0
+    assert main(["verify", copying, "--check", "no finding state-copied-every-step"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  no finding state-copied-every-step" in out and "f32[1,33,16,64]" in out
+    assert main(["verify", copying, "-c", "finding state-copied-every-step present"]) == 0
+    # thresholds reach verify: no copy is 1 GB
+    assert main(["verify", copying, "-c", "no finding state-copied-every-step",
+                 "--finding-threshold", "state-copied-every-step=1e9"]) == 0
+    assert main(["verify", copying, "-c", "no finding nope"]) == 2
+    assert main(["verify", copying, "-c", "no finding costs-unknown", "--no-findings"]) == 2
+    capsys.readouterr()
+
+
+def test_host_bound_steps(reps):
+    f = one(reps["hostmask_b4"][1], "host-bound-steps")
+    st = reps["hostmask_b4"][1].steps.steps
+    assert f.evidence["idle_ps"] == pytest.approx(st["idle_ps"].mean())
+    assert f.evidence["share"] > 0.5
+    assert "host-bound-steps" not in ids(reps["greedy_b4"][1])
+
+
+def test_several_regimes_names_the_steady_decode(reps):
+    f = one(reps["topp_b4"][1], "one-name-several-regimes")
+    pops = f.evidence["populations"]
+    steady = [p for p in pops if p["steady_decode"]]
+    assert len(steady) == 1 and steady[0]["modules"] == ["jit_decode_b4_bkv128"] and steady[0]["occurrences"] == 3
+    assert any(not p["multiple_of_steps"] for p in pops)
+    # the prefill bucket t32 ran 3 times too (3 prompts): the counts coincide, the module tells
+    assert "by coincidence" in f.statement
+    # a GEMM sweep's five shapes are not padding buckets of one another
+    assert "one-name-several-regimes" not in ids(reps["gemm"][1])
+    assert decode._bucket_of([("f32", (4, 512)), ("f32", (4, 256))], [("f32", (32, 512)), ("f32", (32, 256))])
+    assert not decode._bucket_of([("b", (8192, 4096))], [("b", (4096, 4096))])
+
+
+def test_costs_unknown_and_roofline_on_real_traces(reps):
+    f = one(reps["vllm"][1], "costs-unknown")
+    assert f.evidence["kernels"][0]["name"] == "RPA-bq_32-bkvp_64-p_64-"
+    assert f.evidence["share_of_op_time"] == pytest.approx(reps["vllm"][1].kernels["share"].sum(), abs=0.01)
+    assert "costs-unknown" not in ids(reps["gemm"][1])  # hipBLASLt GEMMs: costs derived from their shapes
+    g = one(reps["conv"][1], "far-below-roofline")
+    (fam,) = g.evidence["families"]
+    assert fam["family"] == "matmul/convolution" and fam["peak_bw"] == 5.3e12
+    assert fam["populations"][0]["op_name"] == "cudnn-conv.1" and 0.3 < fam["fraction_of_peak_bw"] < 0.4
+    for quiet in ("vllm", "gemm", "attn"):  # no peaks (vLLM); compute-bound or near the roof (MI300X)
+        assert "far-below-roofline" not in ids(reps[quiet][1])
+
+
+def test_warmup_and_trace_quality(reps):
+    w = one(reps["conv"][1], "warmup-in-window")
+    assert w.evidence["steps"][0]["step"] == 0 and w.evidence["steps"][0]["ratio"] > 5
+    assert "warmup-in-window" not in ids(reps["gemm"][1])
+    s = one(reps["vllm"][1], "stale-trace")
+    assert "days old" in s.statement
+    assert not ids(reps["psum"][1])
+
+
+def test_bad_traces_have_no_findings(shared_traces, capsys):
+    assert main(["analyze", str(shared_traces / "gpu_v100x8_tf2_bert_no_xla.xplane.pb")]) == 5
+    assert main(["analyze", str(shared_traces / "corrupt_utf8_mangled.xplane.pb")]) == 4
+    captured = capsys.readouterr()
+    assert "finding" not in captured.out + captured.err
+
+
+def test_rules_on_hand_built_inputs():
+    """Rule logic where no recorded trace carries the input yet: the communication analyses,
+    the steps branch's outlier columns, and a diff whose traced events multiplied."""
+    th = Thresholds()
+    ov = SimpleNamespace(steps=pl.DataFrame({"compute_ps": [800, 800], "exposed_ps": [200, 200],
+                                             "hidden_ps": [50, 50], "idle_ps": [0, 0]}))
+    f = quality.exposed_communication(Inputs(SimpleNamespace(overlap=ov, steps=None)), th)
+    assert f.id == "exposed-communication" and f.evidence["exposed_ps"] == 200 and f.evidence["step_ps"] == 1000
+    ov.steps = ov.steps.with_columns(pl.lit(10).alias("exposed_ps"))
+    assert quality.exposed_communication(Inputs(SimpleNamespace(overlap=ov, steps=None)), th) is None
+    sg = pl.DataFrame({"device": ["a", "b", "c"], "step_ps": [100, 101, 150]})
+    f = quality.straggler(Inputs(SimpleNamespace(stragglers=sg)), th)
+    assert f.evidence["devices"][0]["device"] == "c"
+    assert quality.straggler(Inputs(SimpleNamespace(stragglers=sg.head(2))), th) is None
+    assert quality.straggler(Inputs(SimpleNamespace()), th) is None
+    steps = pl.DataFrame({"host": ["h"] * 4, "device": ["d"] * 4, "step": [0, 1, 2, 3], "start_ps": [0, 9, 12, 15],
+                          "duration_ps": [9, 3, 3, 3], "gap_after_ps": [0, 0, 0, None], "idle_ps": [0] * 4,
+                          "outlier": [True, False, False, False], "reason": ["first execution of jit_x", None, None, None],
+                          "in_window": [True] * 4})
+    f = decode.warmup_in_window(Inputs(SimpleNamespace(steps=SimpleNamespace(steps=steps))), th)
+    assert f.evidence["steps"][0]["reason"] == "first execution of jit_x" and f.evidence["median_other_ps"] == 3
+    d = SimpleNamespace(events_base=100, events_treatment=900, populations=pl.DataFrame({
+        "status": ["matched", "matched"], "stem": ["RPAd", "fusion"], "shape": ["s", "t"],
+        "events_base": [10, 50], "events_treatment": [80, 50], "self_ps_base": [1, 1], "self_ps_treatment": [2, 1],
+        "kernel_changes": ["bkv 512_512 -> 64_64", ""]}))
+    (f,) = find(diff=d)
+    assert f.id == "profiling-overhead" and f.evidence["populations"][0]["stem"] == "RPAd"
+    assert find(diff=d, thresholds={"profiling-overhead": 10}) == []
+
+
+
+def test_profiling_overhead_silent_on_the_fixture_block_diff():
+    """KV block 128 -> 64 on prompts shorter than 64 tokens: one block per sequence either way,
+    so the kernel's traced events change by far less than 4x (1,950 -> 1,566) and the diff
+    carries no overhead finding; at a factor under that ratio it does."""
+    d = traceview.diff(FIXTURES / "greedy_b4", FIXTURES / "hostmask_b4")
+    k = d.populations.filter(pl.col("is_kernel") & (pl.col("status") == "matched")).row(0, named=True)
+    ratio = k["events_base"] / k["events_treatment"]
+    assert k["kernel_changes"] == "bkv 128_128 -> 64_64" and 1 < ratio < 2
+    assert d.findings == []
+    (f,) = traceview.diff(FIXTURES / "greedy_b4", FIXTURES / "hostmask_b4", overhead_factor=ratio * 0.98).findings
+    assert f.id == "profiling-overhead" and f.evidence["populations"][0]["events_base"] == k["events_base"]
+
+
+def test_thresholds():
+    assert parse_threshold("host-bound-steps=0.5").host_share == 0.5
+    assert parse_threshold("sampler-search-dominates=10%").sampler_share == pytest.approx(0.1)
+    assert thresholds_of({"warmup_factor": 3}).warmup_factor == 3
+    for bad in ("nope=1", "host-bound-steps", "host-bound-steps=x", "host-bound-steps=-1"):
+        with pytest.raises(UsageError):
+            parse_threshold(bad)
+
+
+def test_analyze_json_html_and_library(reps, tmp_path, capsys):
+    topp = str(FIXTURES / "topp_b4")
+    assert main(["analyze", topp, "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("findings (") < out.index("devices ") and "sampler-search-dominates" in out
+    assert main(["analyze", topp, "--format", "json", "--no-cache"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "sampler-search-dominates" in [f["id"] for f in doc["findings"]]
+    assert main(["analyze", topp, "--format", "json", "--no-cache", "--no-findings"]) == 0
+    assert json.loads(capsys.readouterr().out)["findings"] is None
+    assert main(["analyze", topp, "--finding-threshold", "bogus=1"]) == 2
+    capsys.readouterr()
+
+    prof, rep = reps["topp_b4"]
+    frame = prof.findings()
+    assert frame.columns == ["id", "severity", "statement", "evidence", "why", "next_step", "verify_hint"]
+    assert set(frame["id"]) == ids(rep) and json.loads(frame.filter(pl.col("id") == "sampler-search-dominates")
+                                                       ["evidence"][0])["vocab"] == 512
+
+    # HTML: at the top, escaped
+    from traceview.analysis.report import add_html_sections
+    from traceview.render.html import render_report, summary_html
+    from traceview.analysis.report import build_summary
+
+    add_html_sections(rep, prof)
+    saved = rep.findings
+    rep.findings = saved + [Finding("stale-trace", "info", "run <script>alert(1)</script> is old", {"x": "<b>"})]
+    html = render_report(rep, top=5)
+    rep.findings = saved
+    assert html.index('id="findings"') < html.index('id="read"')
+    assert "<script>alert" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "sampler-search-dominates" in html
+    note = summary_html(build_summary(prof))
+    assert "sampler-search-dominates" in note and "finding" in note
+
+
+USER_TESTS = '''
+from traceview import testing as tvt
+
+
+def test_donated_cache_is_not_copied(recorded_trace):
+    tvt.assert_no_finding(recorded_trace("donated"), "state-copied-every-step")
+    tvt.assert_finding(recorded_trace("copying"), "state-copied-every-step")
+
+
+def test_copying_cache_fails(recorded_trace):
+    tvt.assert_no_finding(recorded_trace("copying"), "state-copied-every-step")
+'''
+
+
+def test_pytest_helpers_in_a_user_project(pytester, tmp_path):
+    import traceview.testing  # noqa: F401 - imported in the outer session (numpy cannot be imported twice)
+
+    traceview.testing.check(traceview.load(FIXTURES / "greedy_b4"), "no finding state-copied-every-step")
+    own = tmp_path / "traces"
+    own.mkdir()
+    (own / "donated").symlink_to(FIXTURES / "greedy_b4", target_is_directory=True)
+    (own / "copying").symlink_to(FIXTURES / "nodonate_b4", target_is_directory=True)
+    pytester.makeini(textwrap.dedent(f"""
+        [pytest]
+        traceview_fixtures_dir = {own}
+    """))
+    pytester.makepyfile(test_user=USER_TESTS)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "no finding state-copied-every-step: finding state-copied-every-step (high)" in out
+
+
+def test_host_mask_keeps_the_best_token():
+    """The engine's --host-sampler-mask treatment bans control bytes and keeps each row's best token."""
+    import numpy as np
+
+    from traceview.engine_shim.engine import host_mask
+    from traceview.engine_shim.tokenizer import ByteTokenizer
+
+    logits = np.zeros((2, 300), np.float32)
+    logits[0, 10], logits[1, 65] = 5.0, 5.0  # row 0's best is the newline byte
+    m = host_mask(logits, ByteTokenizer())
+    assert m[0, 10] == 0 and m[1, 10] == -np.inf and m[1, 65] == 0 and m[0, 65] == 0
+    assert (m[:, 256:] == 0).all()
+
+
+def test_logits_rule_logic(reps):
+    """Rule 4's comparison of two batch sizes; the engine's float32 model writes its logits in
+    float32, so its profiles hold no [batch, vocabulary] conversion and the rule is silent."""
+    assert decode.grows_with_batch(4, 1.0, 8, 1.9) and decode.grows_with_batch(8, 2.0, 4, 1.1)
+    assert not decode.grows_with_batch(4, 1.0, 8, 1.2) and not decode.grows_with_batch(4, 1.0, 4, 2.0)
+    assert not decode.grows_with_batch(4, 1.0, 8, 0.5)
+    for name in ("topp_b4", "greedy_b4"):
+        assert decode.logits_cost(Inputs(reps[name][1])) is None
+        assert "logits-conversions" not in ids(reps[name][1])
+    assert decode.logits_growth(reps["greedy_b4"][1], reps["nodonate_b4"][1]) is None

@@ -1,0 +1,183 @@
+"""Findings: the study's lessons as diagnoses, each with its evidence, read off one profile's
+analyses (:class:`~traceview.analysis.report.Report`) and, for two rules, a diff.
+
+One rule per finding, each a pure function ``rule(ctx, th) -> Finding | None`` of the
+analysis results it needs (:class:`Inputs`: by-shape populations, steps, roofline, kernels,
+warnings, a diff); a rule returns None unless the trace holds the evidence. Thresholds are
+the fields of :class:`Thresholds` (documented defaults; ``--finding-threshold ID=VALUE`` sets
+the primary threshold of finding ID, :data:`PRIMARY`). The rules are in
+:mod:`~traceview.analysis.findings.decode` (decode-engine patterns) and
+:mod:`~traceview.analysis.findings.quality` (trace quality, costs, communication, diffs).
+
+Sources named in ``why``: *the study* (the project's study seed: Gemma 2B decode on TPU v5e,
+1,540 -> 19,511 tok/s) and *the second seed* (donating the decode state made decode 1.62x
+faster).
+Errors: :func:`parse_threshold` raises :class:`~traceview.errors.UsageError`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+
+from traceview.errors import UsageError
+
+#: severities, most urgent first
+SEVERITIES = ("high", "medium", "info")
+
+
+@dataclass
+class Finding:
+    """One diagnosis. ``id``: stable, kebab-case; ``severity``: one of :data:`SEVERITIES`;
+    ``statement``: one line with figures; ``evidence``: the populations, shapes, steps and
+    numbers it rests on (a JSON-able dict; times in ps); ``why``: the measured lesson and its
+    source; ``next_step``: what to try; ``verify_hint``: how to check the step took effect
+    (a ``traceview verify`` check where one exists)."""
+
+    id: str
+    severity: str
+    statement: str
+    evidence: dict = field(default_factory=dict)
+    why: str = ""
+    next_step: str = ""
+    verify_hint: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Thresholds of the rules (fractions are 0..1; shares are of the mean step's wall time
+    unless said otherwise).
+
+    sampler_share (0.03): sort/binary-search/cumsum ops of the sampler per decode step.
+    kv_cover (1.0): the KV block covers at least this fraction of the kernel's maximum context.
+    state_copy_bytes (64 KiB): the smallest copy counted as a copy of the state.
+    logits_share (0.05): converts/copies of [batch, vocabulary] logits per step.
+    regime_share (0.05): share of op time an op name's populations must hold (rule 5).
+    costs_share (0.05): share of op time held by custom calls/kernels lacking FLOPs or bytes.
+    host_share (0.30): device idle inside and between steps, as a share of step plus gap (the
+      study's 85 µs of 11.9 ms is 0.7%; CPU profiles idle ~20% between jitted calls, so the
+      default sits above them).
+    exposed_share (0.10): exposed communication per step; straggler_factor (1.2): a device's
+      step time over the median device's.
+    roofline_fraction (0.40): achieved share of peak bandwidth below which a memory-bound family
+      is far below the roofline; roofline_share (0.20): the family's share of op time.
+    warmup_factor (2.0): a first step (or first execution) this many times the median of the
+      rest is a warm-up; warmup_min_steps (4).
+    overhead_factor (4.0): traced-event ratio of a diff population (as ``diff``'s default).
+    """
+
+    sampler_share: float = 0.03
+    kv_cover: float = 1.0
+    state_copy_bytes: float = float(1 << 16)
+    logits_share: float = 0.05
+    regime_share: float = 0.05
+    costs_share: float = 0.05
+    host_share: float = 0.30
+    exposed_share: float = 0.10
+    straggler_factor: float = 1.2
+    roofline_fraction: float = 0.40
+    roofline_share: float = 0.20
+    warmup_factor: float = 2.0
+    warmup_min_steps: float = 4
+    overhead_factor: float = 4.0
+
+
+#: finding id -> the Thresholds field ``--finding-threshold ID=VALUE`` sets
+PRIMARY = {
+    "sampler-search-dominates": "sampler_share",
+    "kv-block-covers-context": "kv_cover",
+    "state-copied-every-step": "state_copy_bytes",
+    "logits-conversions": "logits_share",
+    "one-name-several-regimes": "regime_share",
+    "profiling-overhead": "overhead_factor",
+    "costs-unknown": "costs_share",
+    "host-bound-steps": "host_share",
+    "exposed-communication": "exposed_share",
+    "straggler-device": "straggler_factor",
+    "far-below-roofline": "roofline_fraction",
+    "warmup-in-window": "warmup_factor",
+}
+
+#: every finding id a rule can emit (trace-quality ids included)
+IDS = tuple(PRIMARY) + ("stale-trace", "several-runs", "truncated-trace", "colliding-files", "unreadable-host",
+                        "loose-trace-files")
+
+
+def parse_threshold(text: str, base: Thresholds | None = None) -> Thresholds:
+    """``ID=VALUE`` (a finding id of :data:`PRIMARY`, or a :class:`Thresholds` field name) ->
+    ``base`` with that threshold set. Raises UsageError for an unknown id or a bad number."""
+    base = base or Thresholds()
+    key, sep, val = str(text).partition("=")
+    key = key.strip()
+    names = {f.name for f in fields(Thresholds)}
+    name = PRIMARY.get(key, key if key in names else None)
+    if not sep or name is None:
+        raise UsageError(f"--finding-threshold {text!r}: expected ID=VALUE with ID one of "
+                         f"{', '.join(PRIMARY)} (or a threshold name: {', '.join(sorted(names))})")
+    try:
+        v = float(val.rstrip("%")) / (100 if val.endswith("%") else 1)
+    except ValueError:
+        raise UsageError(f"--finding-threshold {text!r}: {val!r} is not a number") from None
+    if not v >= 0 or v == float("inf"):
+        raise UsageError(f"--finding-threshold {text!r}: expected a finite number >= 0")
+    return replace(base, **{name: v})
+
+
+def thresholds_of(values) -> Thresholds:
+    """A :class:`Thresholds` from None, a Thresholds, a dict {id or field: value} or a list
+    of ``ID=VALUE`` strings. Raises UsageError as :func:`parse_threshold`."""
+    if values is None:
+        return Thresholds()
+    if isinstance(values, Thresholds):
+        return values
+    if isinstance(values, dict):
+        values = [f"{k}={v}" for k, v in values.items()]
+    if isinstance(values, str):
+        values = [values]
+    th = Thresholds()
+    for v in values:
+        th = parse_threshold(v, th)
+    return th
+
+
+@dataclass
+class Inputs:
+    """What the rules read: ``report`` (a Report or anything with its fields: by_shape,
+    roofline, kernels, steps, peaks, warnings, op_time_ps), ``diff`` (a
+    :class:`~traceview.analysis.diff.DiffReport` or None). Built once; derived tables are
+    computed on first use (:mod:`._context`)."""
+
+    report: object
+    diff: object = None
+    cache: dict = field(default_factory=dict)
+
+
+def find(report=None, *, diff=None, thresholds=None) -> list[Finding]:
+    """Every finding the rules make of ``report`` (and ``diff``), by severity then id.
+    ``thresholds``: as :func:`thresholds_of`."""
+    from traceview.analysis.findings import decode, quality
+
+    th = thresholds_of(thresholds)
+    ctx = Inputs(report, diff)
+    out = []
+    rules = (decode.RULES if report is not None else ()) + (quality.RULES if report is not None else ())
+    rules += quality.DIFF_RULES if diff is not None else ()
+    for rule in rules:
+        got = rule(ctx, th)
+        if got is None:
+            continue
+        out.extend(got if isinstance(got, list) else [got])
+    return sorted(out, key=lambda f: (SEVERITIES.index(f.severity), f.id))
+
+
+def to_frame(findings: list[Finding]):
+    """Findings as a polars DataFrame: id, severity, statement, evidence (JSON text), why,
+    next_step, verify_hint (one row per finding, in the given order)."""
+    import polars as pl
+
+    cols = ["id", "severity", "statement", "evidence", "why", "next_step", "verify_hint"]
+    rows = [{**f.to_dict(), "evidence": json.dumps(f.evidence, default=str)} for f in findings or []]
+    return pl.DataFrame(rows, schema={c: pl.Utf8 for c in cols})

@@ -1,0 +1,135 @@
+"""Tables the finding rules share, derived once per :class:`~traceview.analysis.findings.Inputs`
+from its report: in-step populations, the vocabulary size, array shapes of a signature."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import polars as pl
+
+_ARRAY = re.compile(r"\b([a-z]+[0-9]*[a-z0-9]*)\[([0-9,]*)\]")
+
+
+def arrays(sig: str | None) -> tuple[list, list]:
+    """(result arrays, operand arrays) of a shape signature ``result <- operands``, each a
+    list of (dtype, dims tuple)."""
+    if not sig:
+        return [], []
+    res, _, ops = sig.partition(" <- ")
+
+    def parse(s):
+        return [(m.group(1), tuple(int(d) for d in m.group(2).split(",") if d)) for m in _ARRAY.finditer(s)]
+
+    return parse(res), parse(ops)
+
+
+def nbytes(dtype: str, dims: tuple) -> int:
+    """Bytes of an array (element widths of :data:`traceview.model.shapes.ELEMENT_BITS`)."""
+    from traceview.model.shapes import ELEMENT_BITS
+
+    n = 1
+    for d in dims:
+        n *= d
+    return n * ELEMENT_BITS.get(dtype, 32) // 8
+
+
+def step_info(ctx) -> dict:
+    """n_steps, devices, step_ps (mean step wall time), gap_ps (mean gap between steps, 0
+    when unknown), window_rows (rows of the steps frame analysed: ``in_window`` where the
+    steps branch supplies it)."""
+    got = ctx.cache.get("step_info")
+    if got is not None:
+        return got
+    anat = getattr(ctx.report, "steps", None)
+    st = getattr(anat, "steps", None)
+    info = {"n_steps": 0, "devices": 0, "step_ps": 0.0, "gap_ps": 0.0, "steps": None}
+    if st is not None and st.height:
+        if "in_window" in st.columns:
+            st = st.filter(pl.col("in_window").fill_null(True))
+        cov = anat.coverage
+        info = {"n_steps": int(st["step"].n_unique()), "devices": int(cov.devices or 1),
+                "step_ps": float(st["duration_ps"].mean() or 0), "gap_ps": float(st["gap_after_ps"].mean() or 0),
+                "steps": st}
+    ctx.cache["step_info"] = info
+    return info
+
+
+def step_pops(ctx) -> pl.DataFrame:
+    """Populations of the ops inside the analysed steps: op_name, shape, op_kind, family,
+    module, framework_op (the first), self_ps (summed over steps and devices), count; empty
+    when the report has no steps."""
+    got = ctx.cache.get("step_pops")
+    if got is not None:
+        return got
+    anat = getattr(ctx.report, "steps", None)
+    cols = {"op_name": pl.Utf8, "shape": pl.Utf8, "op_kind": pl.Utf8, "family": pl.Utf8, "module": pl.Utf8,
+            "framework_op": pl.Utf8, "source_file": pl.Utf8, "self_ps": pl.Int64, "count": pl.Int64}
+    out = pl.DataFrame(schema=cols)
+    rows = getattr(anat, "step_rows", None)
+    if anat is not None and getattr(anat, "table", None) is not None and rows is not None and anat.steps.height:
+        import numpy as np
+
+        st = anat.steps
+        inside = rows >= 0
+        if "in_window" in st.columns:
+            keep = st["in_window"].fill_null(True).to_numpy()
+            inside &= np.concatenate([keep, [False]])[np.where(rows >= 0, rows, len(keep))]
+        ev = anat.table.events
+        attr = ev["attr"].to_numpy()[inside].astype(np.int64)
+        n = anat.table.attrs.height
+        self_ps = np.bincount(attr, weights=ev["self_ps"].to_numpy()[inside], minlength=n)
+        count = np.bincount(attr, weights=ev["count"].to_numpy()[inside], minlength=n)
+        have = np.flatnonzero(count > 0)
+        if len(have):
+            a = (anat.table.attrs.select("attr", "op_name", "shape", "op_kind", "module", "framework_op", "source_file")
+                 .join(anat.attr_family, on="attr", how="left"))
+            sums = pl.DataFrame({"attr": pl.Series(have, dtype=a.schema["attr"]),
+                                 "self_ps": self_ps[have].astype(np.int64), "count": count[have].astype(np.int64)})
+            out = (a.join(sums, on="attr").group_by(["op_name", "shape", "op_kind", "family", "module"])
+                   .agg(pl.col("framework_op").first(), pl.col("source_file").first(),
+                        pl.col("self_ps").sum(), pl.col("count").sum())
+                   .select(list(cols)).sort("self_ps", descending=True))
+    ctx.cache["step_pops"] = out
+    return out
+
+
+def pop_families(ctx) -> pl.DataFrame:
+    """(op_name, shape) -> family of every population of the report's table."""
+    got = ctx.cache.get("pop_families")
+    if got is not None:
+        return got
+    anat = getattr(ctx.report, "steps", None)
+    out = pl.DataFrame(schema={"op_name": pl.Utf8, "shape": pl.Utf8, "family": pl.Utf8})
+    if anat is not None and getattr(anat, "attr_family", None) is not None and anat.table is not None:
+        a = anat.table.attrs.select("attr", "op_name", "shape").join(anat.attr_family, on="attr", how="left")
+        out = a.group_by(["op_name", "shape"]).agg(pl.col("family").first())
+    ctx.cache["pop_families"] = out
+    return out
+
+
+def vocab(ctx) -> int | None:
+    """The vocabulary size: the most common last dimension (>= 256) of the 2-D arrays the
+    sampler family's ops take or return; None without sampler ops."""
+    if "vocab" in ctx.cache:
+        return ctx.cache["vocab"]
+    fam = pop_families(ctx).filter(pl.col("family") == "sampling")
+    c: Counter = Counter()
+    for sig in fam["shape"].to_list():
+        res, ops = arrays(sig)
+        for _dt, dims in res + ops:
+            if len(dims) == 2 and dims[1] >= 256:
+                c[dims[1]] += 1
+    v = c.most_common(1)[0][0] if c else None
+    ctx.cache["vocab"] = v
+    return v
+
+
+def fmt_ms(ps: float) -> str:
+    from traceview.model.units import fmt_time_ps
+
+    return fmt_time_ps(ps)
+
+
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%"

@@ -1,0 +1,193 @@
+"""Finding rules about what a trace can be trusted for: the reading warnings (stale,
+several runs, capped, colliding, unreadable), kernels without costs, communication (from the
+communication analyses, when a report carries them) and, in a diff, profiling overhead. Each
+rule: ``(Inputs, Thresholds) -> Finding | list[Finding] | None``."""
+
+from __future__ import annotations
+
+import re
+
+import polars as pl
+
+from traceview.analysis.findings import Finding
+from traceview.analysis.findings._context import fmt_ms, pct, step_info
+
+STUDY = "the study (Gemma 2B decode on TPU v5e, 1,540 -> 19,511 tok/s)"
+
+#: (finding id, severity, warning pattern, next step) for the reading warnings
+WARNING_KINDS = (
+    ("truncated-trace", "high", r"holds exactly [\d,]+ events|profiler's cap",
+     "profile a shorter window (fewer steps) so the profiler's event cap is not reached"),
+    ("stale-trace", "info", r"\bis .* old \(captured",
+     "check the log dir the profiler wrote to; pass the new run's folder (or --run NAME)"),
+    ("several-runs", "info", r"\d+ runs found",
+     "pass --run NAME for the session you mean, or a fresh log dir per profile"),
+    ("colliding-files", "medium", r"were written [\d,]+ s apart",
+     "profile into a fresh log dir; sessions started in one second share a run folder"),
+    ("unreadable-host", "medium", r"skipped unreadable trace",
+     "re-copy or re-record the unreadable host's file; the analysis covers the other hosts only"),
+    ("loose-trace-files", "info", r"outside any run folder|lie loose in",
+     "keep one profile per plugins/profile/<run> folder, or pass the file you mean"),
+)
+
+
+def trace_warnings(ctx, th) -> list[Finding]:
+    """Rule 12: each reading warning of the report (:attr:`Report.warnings`) that says the
+    trace may not be the one meant, or not all of it, as a finding (one per kind)."""
+    out = []
+    warns = list(getattr(ctx.report, "warnings", None) or [])
+    for fid, sev, rx, step in WARNING_KINDS:
+        hit = [w for w in warns if re.search(rx, str(w))]
+        if hit:
+            out.append(Finding(
+                fid, sev, str(hit[0]) + (f" (+{len(hit) - 1} more)" if len(hit) > 1 else ""),
+                {"warnings": hit},
+                f"{STUDY}: every conclusion began by checking which run, host and files were read; a stale, "
+                "capped or mixed trace answers a different question",
+                step, f"traceview verify PATH --check 'no finding {fid}'"))
+    return out
+
+
+def costs_unknown(ctx, th) -> Finding | None:
+    """Rule 7: custom calls and kernels without FLOPs or without bytes (trace or derived)
+    that hold at least ``costs_share`` of op time, so the roofline does not cover them."""
+    rep = ctx.report
+    bs, roof = getattr(rep, "by_shape", None), getattr(rep, "roofline", None)
+    if bs is None or roof is None or bs.height == 0:
+        return None
+    kern = getattr(rep, "kernels", None)
+    knames = set(kern["kernel"].to_list()) if kern is not None and kern.height else set()
+    r = (bs.select("op_name", "shape", "op_kind", "share", "self_ps", "modules")
+         .join(roof.select("op_name", "shape", "flops", "bytes", "cost_source"), on=["op_name", "shape"], how="left"))
+    custom = r.filter((pl.col("op_kind") == "custom-call") | pl.col("op_name").is_in(list(knames)))
+    gaps = custom.filter((pl.col("flops").fill_null(0) <= 0) | (pl.col("bytes").fill_null(0) <= 0))
+    if gaps.height == 0:
+        return None
+    share = float(gaps["share"].sum() or 0)
+    if share < th.costs_share:
+        return None
+    gaps = gaps.with_columns(
+        pl.when(pl.col("flops").fill_null(0) <= 0).then(pl.lit("FLOPs")).otherwise(pl.lit(""))
+        .alias("_f"), pl.when(pl.col("bytes").fill_null(0) <= 0).then(pl.lit("bytes")).otherwise(pl.lit("")).alias("_b"))
+    by_name = (gaps.with_columns(pl.col("op_name").str.replace(r"\.\d+$", "").alias("name"))
+               .group_by("name").agg(pl.col("share").sum(), pl.len().alias("populations"),
+                                     pl.col("_f").max().alias("no_flops"), pl.col("_b").max().alias("no_bytes"))
+               .sort("share", descending=True))
+    named = [f"{r['name']} ({pct(r['share'])}, no {' or '.join(x for x in (r['no_flops'], r['no_bytes']) if x)})"
+             for r in by_name.head(3).iter_rows(named=True) if r["share"] >= 0.001]
+    return Finding(
+        "costs-unknown", "medium",
+        f"{pct(share)} of op time is in custom calls/kernels the roofline cannot place (no FLOPs or bytes): "
+        + "; ".join(named),
+        {"share_of_op_time": share, "kernels": by_name.head(10).to_dicts()},
+        f"{STUDY}: the attention kernel's place on the roofline (~25% of bandwidth) was what showed per-request "
+        "overhead, not data movement, set its time; a kernel without costs hides that",
+        "give the kernel a cost estimate (Pallas: pl.pallas_call(..., cost_estimate=pl.CostEstimate(flops=, "
+        "bytes_accessed=, transcendentals=))); interpreted kernels on the CPU drop it, so read costs on the device",
+        "traceview analyze AFTER (roofline: the kernel's FLOP/B and bound by are no longer '-')")
+
+
+def _frame(obj, *names):
+    """The first DataFrame among ``obj`` itself and its attributes ``names``."""
+    if isinstance(obj, pl.DataFrame):
+        return obj
+    for n in names:
+        v = getattr(obj, n, None) if not isinstance(obj, dict) else obj.get(n)
+        if isinstance(v, pl.DataFrame):
+            return v
+    return None
+
+
+def exposed_communication(ctx, th) -> Finding | None:
+    """Rule 9a: exposed communication per step (``Report.overlap``'s per-step frame:
+    ``exposed_ps`` beside compute/hidden/host/idle, or ``step_ps``) at least
+    ``exposed_share`` of the step."""
+    ov = getattr(ctx.report, "overlap", None)
+    st = _frame(ov, "steps", "per_step")
+    if st is None or st.height == 0 or "exposed_ps" not in st.columns:
+        return None
+    parts = [c for c in ("compute_ps", "exposed_ps", "hidden_ps", "host_ps", "idle_ps") if c in st.columns]
+    step = (st["step_ps"].cast(pl.Float64) if "step_ps" in st.columns
+            else st.select(pl.sum_horizontal([pl.col(c) for c in parts if c != "hidden_ps"]))[:, 0].cast(pl.Float64))
+    exp = float(st["exposed_ps"].mean() or 0)
+    mean_step = float(step.mean() or 0) or step_info(ctx)["step_ps"]
+    if not mean_step or exp / mean_step < th.exposed_share:
+        return None
+    hidden = float(st["hidden_ps"].mean() or 0) if "hidden_ps" in st.columns else None
+    ops = _frame(ov, "ops", "async_ops")
+    top = (ops.sort("exposed_ps", descending=True).head(5).to_dicts()
+           if ops is not None and "exposed_ps" in ops.columns else [])
+    return Finding(
+        "exposed-communication", "high",
+        f"communication is exposed for {fmt_ms(exp)} of each {fmt_ms(mean_step)} step ({pct(exp / mean_step)})"
+        + (f"; {fmt_ms(hidden)} is hidden behind compute" if hidden is not None else ""),
+        {"exposed_ps": exp, "step_ps": mean_step, "hidden_ps": hidden, "ops": top},
+        "exposed communication adds to the step one for one; only communication hidden behind compute is free "
+        f"({STUDY} kept the decode on one chip for this reason)",
+        "overlap the collective with independent compute (async collectives, collective matmul, a different "
+        "sharding), or shrink what crosses the interconnect",
+        "traceview verify AFTER --check 'no finding exposed-communication'")
+
+
+def straggler(ctx, th) -> Finding | None:
+    """Rule 9b: a device whose step time is ``straggler_factor`` times the median device's
+    (``Report.stragglers``: a frame with device and ``ratio`` or ``step_ps``/``median_ps``)."""
+    sg = getattr(ctx.report, "stragglers", None)
+    df = _frame(sg, "devices", "table", "per_device")
+    if df is None or df.height < 2 or "device" not in df.columns:
+        return None
+    if "ratio" not in df.columns:
+        col = next((c for c in ("step_ps", "mean_step_ps", "busy_ps") if c in df.columns), None)
+        if col is None:
+            return None
+        df = df.with_columns((pl.col(col) / pl.col(col).median()).alias("ratio"))
+    slow = df.filter(pl.col("ratio") >= th.straggler_factor).sort("ratio", descending=True)
+    if slow.height == 0:
+        return None
+    r = slow.row(0, named=True)
+    return Finding(
+        "straggler-device", "high",
+        f"device {r['device']} runs its steps x{r['ratio']:.2f} the median device's: every collective waits for it",
+        {"devices": slow.head(8).to_dicts()},
+        "in synchronous steps the slowest device sets the step time; the others' wait shows as exposed "
+        "communication",
+        "compare the straggler's op table with a median device's (traceview analyze --device REGEX): "
+        "uneven shards, host interference, a throttled chip",
+        "traceview verify AFTER --check 'no finding straggler-device'")
+
+
+def profiling_overhead(ctx, th) -> Finding | None:
+    """Rule 6 (diff): populations whose traced event count differs by ``overhead_factor`` or
+    more between base and treatment (:func:`traceview.analysis.diff.diff`'s notes)."""
+    d = ctx.diff
+    pops = getattr(d, "populations", None)
+    if pops is None or pops.height == 0:
+        return None
+    f = th.overhead_factor
+    eb, et = pl.col("events_base").cast(pl.Float64), pl.col("events_treatment").cast(pl.Float64)
+    rows = pops.filter((pl.col("status") == "matched") & (eb > 0) & (et > 0) & ((et / eb >= f) | (eb / et >= f))
+                       & (pl.max_horizontal(eb, et) >= 16))
+    if rows.height == 0:
+        return None
+    ev = (getattr(d, "events_base", 0), getattr(d, "events_treatment", 0))
+    top = rows.select("stem", "shape", "events_base", "events_treatment", "self_ps_base", "self_ps_treatment",
+                      "kernel_changes").head(5).to_dicts() if "stem" in rows.columns else \
+        rows.select("events_base", "events_treatment", "self_ps_base", "self_ps_treatment").head(5).to_dicts()
+    r0 = rows.row(0, named=True)
+    ratio = (r0["events_treatment"] or 1) / (r0["events_base"] or 1)
+    return Finding(
+        "profiling-overhead", "high",
+        f"{rows.height} population(s) change their traced event count by x{f:g} or more (e.g. "
+        f"{r0['events_base']:,} -> {r0['events_treatment']:,}, x{ratio:.2f}): per-event tracing overhead differs "
+        "between the sides, so the profiled times can invert the conclusion",
+        {"populations": top, "events_base": ev[0], "events_treatment": ev[1], "factor": f},
+        f"{STUDY}: a smaller KV block multiplied traced kernel invocations ~8x and paid more profiler overhead; "
+        "throughput is never to be quoted from a profiled run",
+        "measure throughput unprofiled (traceview engine bench) and use the trace for what it proves: which "
+        "kernel ran, with which configuration",
+        "traceview verify BASE TREATMENT --check 'kernel GLOB changed KEY' (the trace proves the change; "
+        "the bench measures it)")
+
+
+RULES = (trace_warnings, costs_unknown, exposed_communication, straggler)
+DIFF_RULES = (profiling_overhead,)
