@@ -84,6 +84,25 @@ def test_windows_parse_and_select():
     assert stepstats.annotate(frame, window="all")["in_window"].all()
 
 
+def test_few_steps_are_judged_against_the_module_on_every_device():
+    """A device with 4 steps of which 2 are warm-up: its own median sits between the regimes
+    (nothing flagged); pooled with the same module's steps on the other devices, the two
+    long steps are outliers and the steady median is the other devices' ~1.0."""
+    dur = [43.0, 1.1, 45.0, 1.0] + [1.0, 0.95, 1.05, 1.0, 0.98] * 3
+    dev = ["g0"] * 4 + [f"g{1 + i // 5}" for i in range(15)]
+    step = [0, 1, 2, 3] + [i % 5 for i in range(15)]
+    frame = pl.DataFrame({"host": ["h"] * 19, "device": dev, "step": step, "module": ["jit_f"] * 19,
+                          "start_ps": [10 * i for i in step], "duration_ps": dur, "gap_after_ps": [1] * 19})
+    assert not stepstats.outliers(dur[:4]).any()  # the device alone cannot tell
+    out = stepstats.annotate(frame)
+    assert out.filter(pl.col("outlier")).select("device", "step").rows() == [("g0", 0), ("g0", 2)]
+    assert stepstats.distribution(out)["median_ps"] == pytest.approx(1.0)
+    # a different module on another device is not a reference: g0 alone again, nothing flagged
+    other = frame.with_columns(pl.when(pl.col("device") != "g0").then(pl.lit("jit_g")).otherwise(pl.col("module"))
+                               .alias("module"))
+    assert not stepstats.annotate(other)["outlier"].any()
+
+
 # --------------------------------------------------------------------------------------
 # real traces
 

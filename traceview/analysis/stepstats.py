@@ -11,8 +11,13 @@ per (host, device) step:
   (default 3.5, their recommendation), both ways (a long warm-up step and a cut-short last
   step). Edge cases, each chosen so the median of the remaining steps is the steady state:
 
-  - fewer than :data:`MIN_STEPS` (3) steps on a device: nothing is flagged (two durations
-    cannot say which one is usual);
+  - a device with fewer than :data:`POOL_BELOW` (8) steps of a module that other devices run
+    too is judged against the median and MAD of that module's steps on every device (SPMD
+    programs run the same step everywhere): with 4 steps of which 2 are warm-up, a device's
+    own median sits between the regimes and flags nothing (the MI300X conv trace's GPU:0:
+    43 and 46 ms steps beside 1-4 ms, while its 7 other GPUs' steps are ~1 ms);
+  - fewer than :data:`MIN_STEPS` (3) steps in the reference (the device's, or the pooled
+    ones): nothing is flagged (two durations cannot say which one is usual);
   - MAD = 0 (more than half the steps have the same duration): a step off the median is an
     outlier (z is infinite), one on it is not (z = 0); all-identical steps flag nothing;
   - a step within ``min_rel`` (default 20%) of the median is never an outlier, however small
@@ -54,6 +59,8 @@ THRESHOLD = 3.5
 MIN_REL = 0.2
 #: devices with fewer steps than this have no outliers
 MIN_STEPS = 3
+#: a device with fewer steps than this is judged against its module's steps on all devices
+POOL_BELOW = 8
 #: at most this many outlier steps get their op mix compared (each comparison scans the events)
 MIX_MAX = 64
 #: 0.6745 = the 0.75 quantile of the standard normal: MAD / 0.6745 estimates sigma
@@ -98,13 +105,18 @@ def robust_z(values: np.ndarray) -> np.ndarray:
 
 
 def outliers(values, *, threshold: float = THRESHOLD, min_rel: float = MIN_REL,
-             min_steps: int = MIN_STEPS) -> np.ndarray:
-    """Per value, whether it is an outlier by the rule in the module doc (bool array)."""
+             min_steps: int = MIN_STEPS, reference=None) -> np.ndarray:
+    """Per value, whether it is an outlier by the rule in the module doc (bool array), judged
+    against the median and MAD of ``reference`` (default: the values themselves)."""
     x = np.asarray(values, dtype=np.float64)
-    if x.size < min_steps:
+    ref = x if reference is None else np.asarray(reference, dtype=np.float64)
+    if ref.size < min_steps or x.size == 0:
         return np.zeros(x.size, dtype=bool)
-    med = np.median(x)
-    return (robust_z(x) > threshold) & (np.abs(x - med) > min_rel * abs(med))
+    med = np.median(ref)
+    dev = np.abs(x - med)
+    mad = np.median(np.abs(ref - med))
+    z = _K * dev / mad if mad > 0 else np.where(dev > 0, np.inf, 0.0)
+    return (z > threshold) & (dev > min_rel * abs(med))
 
 
 def _ms(ps: float) -> str:
@@ -112,7 +124,10 @@ def _ms(ps: float) -> str:
 
 
 def _first_executions(table, steps: pl.DataFrame) -> dict:
-    """{step row: [modules whose first op event on that device starts in the step]}."""
+    """{step row: [modules whose first op event on that device starts in the step]}; a first
+    op event just before the device's first step (by less than that step's duration: GPU/CPU
+    module runs are derived from one anchor op, which need not be the program's first) counts
+    for the first step."""
     out: dict = {}
     if table is None or table.height == 0 or steps.height == 0:
         return out
@@ -130,6 +145,8 @@ def _first_executions(table, steps: pl.DataFrame) -> dict:
         t = f["first_ps"].to_numpy()
         k = np.searchsorted(st, t, side="right") - 1
         for mod, ki, ti in zip(f["module"].to_list(), k.tolist(), t.tolist()):
+            if ki < 0 and st[0] - ti < en[0] - st[0]:
+                ki = 0
             if ki >= 0 and ti < en[ki]:
                 out.setdefault(int(r[ki]), []).append(mod)
     return {k: sorted(v) for k, v in out.items()}
@@ -211,11 +228,18 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
     dur = steps["duration_ps"].to_numpy().astype(np.float64)
     gb = gap_before.to_numpy(allow_copy=True).astype(np.float64)  # NaN for nulls
     idx_col = steps["step"].to_numpy()
+    module = steps["module"].fill_null("").to_numpy() if "module" in steps.columns else np.full(n, "", dtype=object)
+    dev_key = (steps["host"] + "\x00" + steps["device"]).to_numpy()
     for _, g in steps.with_row_index("_r").group_by(keys):
         rows = g["_r"].to_numpy().astype(np.int64)
         d = dur[rows]
-        med = float(np.median(d))
-        flagged[rows] = outliers(d, threshold=threshold, min_rel=min_rel)
+        ref = d
+        if len(rows) < POOL_BELOW:  # few steps: the module's steps on every device (module doc)
+            same = np.isin(module, np.unique(module[rows]))
+            if len(np.unique(dev_key[same])) > 1:
+                ref = dur[same]
+        med = float(np.median(ref))
+        flagged[rows] = outliers(d, threshold=threshold, min_rel=min_rel, reference=ref)
         ratio[rows] = d / med if med else 1.0
         gaps = gb[rows]
         have = np.isfinite(gaps)

@@ -392,21 +392,26 @@ def far_below_roofline(ctx, th) -> Finding | None:
 
 
 def warmup_in_window(ctx, th) -> Finding | None:
-    """Rule 11: steps marked outliers with a first execution (the steps branch's
-    ``outlier``/``reason`` columns), else a first step at least ``warmup_factor`` times the
-    median of the later ones (at least ``warmup_min_steps`` steps on the device)."""
+    """Rule 11: outlier steps whose reason names a first execution (the step distributions'
+    ``outlier``/``reason``/``in_window`` columns, :mod:`traceview.analysis.stepstats`), else a
+    first step at least ``warmup_factor`` times the median of the later ones (at least
+    ``warmup_min_steps`` steps on the device). Severity medium when such steps are inside the
+    analysed window (``--step-window all`` or ``A:B``), info when the steady window already
+    leaves them out (the statement then gives the steady median against the mean of all steps)."""
     anat = getattr(ctx.report, "steps", None)
     st = getattr(anat, "steps", None)
     if st is None or st.height == 0:
         return None
     hits = []
+    inside = 0
     if "outlier" in st.columns and "reason" in st.columns:
-        w = st.filter(pl.col("in_window").fill_null(True)) if "in_window" in st.columns else st
-        o = w.filter(pl.col("outlier").fill_null(False) & pl.col("reason").fill_null("").str.contains("first"))
-        for r in o.iter_rows(named=True):
+        o = st.filter(pl.col("outlier").fill_null(False) & pl.col("reason").fill_null("").str.contains("first execution"))
+        for r in o.sort("start_ps").iter_rows(named=True):
+            win = bool(r.get("in_window", True))
+            inside += win
             hits.append({"host": r["host"], "device": r["device"], "step": r["step"], "duration_ps": r["duration_ps"],
-                         "reason": r["reason"]})
-        med = float(w.filter(~pl.col("outlier").fill_null(False))["duration_ps"].median() or 0)
+                         "reason": r["reason"], "in_window": win})
+        med = float(st.filter(~pl.col("outlier").fill_null(False))["duration_ps"].median() or 0)
     else:
         med = 0.0
         for (h, d), g in st.sort("start_ps").group_by(["host", "device"], maintain_order=True):
@@ -416,21 +421,27 @@ def warmup_in_window(ctx, th) -> Finding | None:
             m = float(g["duration_ps"][1:].median() or 0)
             if m and first["duration_ps"] >= th.warmup_factor * m:
                 hits.append({"host": h, "device": d, "step": first["step"], "duration_ps": first["duration_ps"],
-                             "median_rest_ps": m, "ratio": first["duration_ps"] / m})
+                             "median_rest_ps": m, "ratio": first["duration_ps"] / m, "in_window": True})
+                inside += 1
                 med = max(med, m)
     if not hits:
         return None
     h0 = hits[0]
+    mean_all = float(st["duration_ps"].mean() or 0)
+    where = (f"{inside} of them inside the analysed window" if inside else
+             "all left out of the steady window")
     return Finding(
-        "warmup-in-window", "medium",
-        f"{len(hits)} step(s) in the analysed window look like warm-up (first executions): step {h0['step']} took "
-        f"{fmt_ms(h0['duration_ps'])} against a median of {fmt_ms(med)} for the others",
-        {"steps": hits, "median_other_ps": med},
+        "warmup-in-window", "medium" if inside else "info",
+        f"{len(hits)} warm-up step(s) (first executions), {where}: {h0['device']} step {h0['step']} took "
+        f"{fmt_ms(h0['duration_ps'])} against a steady median of {fmt_ms(med)}; the mean over all steps is "
+        f"{fmt_ms(mean_all)}",
+        {"steps": hits, "steady_median_ps": med, "mean_all_ps": mean_all, "inside_window": inside},
         f"{STUDY}: steady-state figures come after warm-up (compilation, first executions, caches filling are "
         "timed apart); a window that includes them misstates the step",
         "profile after a warm-up run (start the profiler after the first generate), or analyse the steady "
-        "window only",
-        "traceview analyze PATH --step-window steady (with the steps branch), or re-profile after warm-up")
+        "window only (the default)",
+        "traceview analyze PATH --step-window steady; or re-profile after warm-up and check "
+        "'no finding warmup-in-window'")
 
 
 RULES = (sampler_search, kv_block_covers, state_copied, logits_conversions, several_regimes, host_bound,
