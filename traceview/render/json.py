@@ -102,7 +102,18 @@ def diff_payload(d, top: int | None = None) -> dict:
         "modules": d.modules.to_dicts(),
         "populations": pops.drop("hlo_text_base", "hlo_text_treatment", strict=False).to_dicts(),
         "overhead_factor": d.overhead_factor, "notes": list(d.notes),
+        "noise": _diff_noise(d),
     }
+
+
+def _diff_noise(d) -> dict | None:
+    """The diff's noise summary: level, populations compared (matched with an interval) and
+    flagged (outside the noise)."""
+    level = getattr(d, "noise_level", None)
+    if level is None or "ratio_lo" not in d.populations.columns:
+        return None
+    m = d.populations.filter(d.populations["ratio_lo"].is_not_null())
+    return {"level": level, "compared": m.height, "significant": int(m["significant"].sum() or 0)}
 
 
 def diff_json(d, top: int | None = None) -> str:
