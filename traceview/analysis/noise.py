@@ -26,8 +26,8 @@ percentiles of the resampled log ratios. Why:
 **Several recordings per side** (a list of arrays, one per profile: ``diff --base A1 A2``):
 a two-stage bootstrap. Each recording's median is resampled as above; a replicate draws the
 side's recordings with replacement and takes the mean of their resampled medians; the point
-estimate is the mean of the recordings' medians, and the replicates' spread about it is scaled
-by ``sqrt(k / (k - 1))`` (resampling k recordings gives (k - 1) / k of the variance of their
+estimate is the mean of the recordings' medians, and the replicates' spread about it (log
+scale) is scaled by ``sqrt(k / (k - 1))`` (resampling k recordings gives (k - 1) / k of the variance of their
 mean). Recordings are then the units, so a shift
 between recordings of the same configuration (a shared machine's load changed between them)
 widens the interval. With one recording per side the interval covers the noise *within* that
@@ -63,8 +63,9 @@ MAX_SAMPLES = 2000
 MIN_EFFECT = 0.0
 #: most values one resampling chunk holds (memory bound: 8 bytes each)
 CHUNK_ELEMENTS = 1 << 22
-#: fewest samples per side for an interval
-MIN_SAMPLES = 3
+#: fewest samples in a recording for an interval (a percentile bootstrap of a median from a
+#: handful of samples is far too narrow)
+MIN_SAMPLES = 10
 
 
 @dataclass(frozen=True)
@@ -180,7 +181,7 @@ def compare(base_samples, treatment_samples, *, level: float = LEVEL, seed: int 
         return Change(ratio, None, None, significant=False,
                       method="no interval: most resampled medians are 0", **common)
     q = (1 - level) / 2
-    lo, hi = (float(math.exp(v)) for v in np.quantile(logr, [q, 1 - q]))
+    lo, hi = (float(math.exp(min(max(v, -700.0), 700.0))) for v in np.quantile(logr, [q, 1 - q]))
     sig = (lo > 1 or hi < 1) and abs(ratio - 1) >= min_effect
     return Change(ratio, lo, hi, significant=bool(sig), method=method, block=(lb, lt), **common)
 
@@ -201,7 +202,11 @@ def _side_boot(recs: list[np.ndarray], n_boot: int, max_samples: int, rng: np.ra
     pick = rng.integers(0, k, size=(k, n_boot))
     rep = m[pick, np.arange(n_boot)].mean(axis=0)
     # resampling k recordings gives (k - 1) / k of the variance of their mean: rescale the
-    # replicates' spread about the point estimate by sqrt(k / (k - 1))
+    # replicates' spread about the point estimate by sqrt(k / (k - 1)), on the log scale
+    # (where the interval is taken; it keeps them positive)
     centre = float(np.mean([np.median(r) for r in recs]))
-    rep = centre + (rep - centre) * math.sqrt(k / (k - 1))
-    return np.maximum(rep, np.finfo(np.float64).tiny), max(ls)
+    if centre <= 0:
+        return rep, max(ls)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rep = centre * np.exp((np.log(rep) - math.log(centre)) * math.sqrt(k / (k - 1)))
+    return rep, max(ls)
