@@ -4,17 +4,24 @@ and ``traceview history`` with its regression rule.
 * ``compare`` on synthetic samples: identical distributions are flagged at about 1 - level
   (independent samples) and, thanks to the blocks, not far above it for serially correlated
   ones, where an i.i.d. bootstrap is flagged far more often; a 1.5x shift is detected.
-* Three engine profiles recorded here into one log dir: KV block 128 twice (a repeat of one
-  warm engine) and KV block 2048 (the study's heuristic block at a 2048-token context). The
-  kernel's change 128 -> 2048 is outside the noise; a profile diffed with itself has no change
-  outside it; the per-step samples add up to the step anatomy's op time; ``history`` calls
-  the 2048 run a regression and the repeat not, and ``--fail-on-regression`` exits 1 only then.
+* Two engine profiles recorded here into one log dir, KV block 128 and KV block 2048 (the
+  study's heuristic block at a 2048-token context), and between them a byte copy of the first
+  run under the next second's folder name: a repeat whose samples are the base's own, so
+  that the assertions on it hold on a loaded machine too (two real recordings of one
+  configuration differed by up to 4.6x in step time on the shared test machine:
+  ``benchmarks/RESULTS.md``, "Noise intervals", which also has the real-repeat figures). The
+  kernel's change 128 -> 2048 is outside the noise; the repeat has no change outside it; the
+  per-step samples add up to the step anatomy's op time and to the population table's self
+  time; ``history`` calls the 2048 run a regression and the repeat not, and
+  ``--fail-on-regression`` exits 1 only when the 2048 run is in the history.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
+from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +33,7 @@ from traceview.analysis import noise, steps
 from traceview.analysis.diff import diff_sides, side
 from traceview.analysis.history import compare_runs, summarise
 from traceview.analysis.pooled import pool
+from traceview.analysis.populations import KEY
 from traceview.cli import main
 from traceview.render.diff_terminal import render_diff_text
 
@@ -106,15 +114,21 @@ def _profile_runs(llm, log_dir: Path, n: int) -> None:
 
 @pytest.fixture(scope="module")
 def log_dir(tmp_path_factory) -> Path:
-    """One log dir, three runs oldest first: KV block 128, 128 again (the same warm engine),
-    2048. Tiny engine, 8 requests x 16 tokens (15 decode steps). About 30 s on 2 CPU cores."""
+    """One log dir, three runs oldest first: KV block 128, its copy one second later (module
+    doc), 2048. Tiny engine, 8 requests x 16 tokens (15 decode steps). About 30 s on 2 CPU
+    cores (two engines, each compiling its decode kernel)."""
     from traceview.engine_shim.engine import LLM
+    from traceview.read.discover import parse_run_timestamp
 
     root = tmp_path_factory.mktemp("noise") / "log"
-    for bkv, n in ((128, 2), (2048, 1)):
-        llm = LLM("tiny", max_num_seqs=8, max_model_len=2048, kv_block_size=bkv,
-                  precompile=False, seed=0)
-        _profile_runs(llm, root, n)
+    for bkv in (128, 2048):
+        llm = LLM("tiny", max_num_seqs=8, max_model_len=2048, kv_block_size=bkv, precompile=False, seed=0)
+        _profile_runs(llm, root, 1)
+        if bkv == 128:
+            first = next((root / "plugins" / "profile").iterdir())
+            later = parse_run_timestamp(first.name) + timedelta(seconds=1)
+            shutil.copytree(first, first.parent / later.strftime("%Y_%m_%d_%H_%M_%S"))
+            time.sleep(1.1)  # the 2048 run's folder comes after the copy's
     return root
 
 
@@ -145,8 +159,8 @@ def test_kernel_block_change_is_outside_the_noise(sides):
     assert "noise:" in text and "one recording per side" in text
 
 
-def test_a_profile_against_itself_is_all_within_noise(sides):
-    d = diff_sides(sides[0], sides[0])
+def test_the_repeat_is_all_within_noise(sides):
+    d = diff_sides(sides[0], sides[1])
     with_interval = d.populations.filter(pl.col("ratio_lo").is_not_null())
     assert with_interval.height >= 20
     assert d.significant().height == 0
@@ -161,6 +175,11 @@ def test_step_samples_add_up_to_the_anatomy_op_time(runs, sides):
     assert per_step and all(len(v) == 15 for v in per_step)
     assert sum(int(v.sum()) for v in per_step) == int(a.steps["op_time_ps"].sum())
     assert np.array_equal(sides[0].samples.steps, a.steps["duration_ps"].to_numpy())
+    # the kernel runs only inside decode steps: its samples hold exactly its self time as the
+    # population table sums it (a group-by over the tagged descriptions, not the event pass)
+    k = sides[0].populations.filter(pl.col("kind") == "kernel").row(0, named=True)
+    kind, arr = sides[0].samples.get(tuple(k[c] for c in KEY))
+    assert kind == "per step" and int(arr.sum()) == k["self_ps"] > 0
 
 
 def test_pooled_sides_diff_from_the_cli(runs, tmp_path, capsys):
@@ -184,7 +203,7 @@ def test_history_flags_the_block_change_not_the_repeat(runs, sides):
     first, repeat, big = h.runs
     assert [r.name for r in h.runs] == [r.name for r in runs]
     assert first.verdict == "baseline" and repeat.baseline == first.name
-    assert repeat.verdict != "regression", repeat.change
+    assert repeat.verdict == "within noise" and repeat.change.lo < 1 < repeat.change.hi, repeat.change
     assert big.verdict == "regression" and big.change.lo >= 1.25, big.change
     assert {k["config"] for k in big.kernels} == {"p=16, bq=1_1, bkv=2048_2048"}
     assert first.n_steps == 15 and first.families and first.families[0]["self_ps"] > 0
@@ -199,6 +218,7 @@ def test_history_cli_exit_codes_json_html_and_append(log_dir, runs, tmp_path, ca
     assert main(args + ["--fail-on-regression"]) == 1
     assert "regression: " + runs[2].name in capsys.readouterr().err
     assert main(args + ["--fail-on-regression", "--baseline", runs[2].name]) == 0
+    assert main(["history", str(runs[0]), str(runs[1]), "--fail-on-regression"]) == 0
     out, jl = tmp_path / "h.json", tmp_path / "h.jsonl"
     assert main(args + ["-o", str(out), "--append", str(jl)]) == 0
     j = json.loads(out.read_text())
