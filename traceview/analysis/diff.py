@@ -30,6 +30,12 @@ traced event count differs by ``overhead_factor`` (default 4) or more between th
 note that per-event tracing overhead may distort the comparison of its timing — throughput is
 never to be quoted from a profiled run.
 
+Noise: every matched population carries the ratio of its median self time per step
+(treatment / base) with an interval (:func:`traceview.analysis.noise.compare`, moving-block
+bootstrap; samples from :mod:`traceview.analysis.samples`: self time per step, or per
+occurrence for populations outside the steps); a change whose interval holds 1 is "within
+noise". The step time gets the same from the per-step durations.
+
 Units: every time is integer (or mean float) picoseconds; shares are fractions of all ops'
 self time on that side. Errors: :class:`~traceview.errors.UsageError` for bad arguments.
 """
@@ -39,10 +45,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
-from traceview.analysis import steps
+from traceview.analysis import noise, steps
 from traceview.analysis.populations import KEY, family_shares, kernel_table, populations
+from traceview.analysis.samples import Samples, population_samples
 from traceview.analysis.tagged import TaggedOps, tag
 from traceview.errors import TraceviewError, UsageError
 from traceview.model.kernelname import config_changes, format_config_value, kernel_id
@@ -80,6 +88,7 @@ class StepDelta:
     window_steps_base: int | None = None
     window_steps_treatment: int | None = None
     window: str = "all"
+    change: "noise.Change | None" = None
 
     @property
     def delta_ps(self) -> float:
@@ -95,7 +104,8 @@ class StepDelta:
                 "step_ps_base": self.step_ps_base, "step_ps_treatment": self.step_ps_treatment,
                 "delta_ps": self.delta_ps, "ratio": self.ratio, "method_base": self.method_base,
                 "method_treatment": self.method_treatment, "window": self.window,
-                "window_steps_base": self.window_steps_base, "window_steps_treatment": self.window_steps_treatment}
+                "window_steps_base": self.window_steps_base, "window_steps_treatment": self.window_steps_treatment,
+                "noise": self.change.to_dict() if self.change is not None else None}
 
 
 @dataclass
@@ -109,7 +119,11 @@ class DiffReport:
     ``_treatment``): op_names, kernels, occurrences, events, self_ps, mean_ps, share,
     per_execution, source, source_files, modules; then delta_self_ps, self_ratio,
     occurrence_ratio, events_ratio, source_changed ("file", "line" or ""), kernel_changes
-    (text such as ``bkv 2048_2048 -> 256_256``), family, overhead_note. Sorted by
+    (text such as ``bkv 2048_2048 -> 256_256``), family, overhead_note; then the noise
+    columns (matched rows; null elsewhere): samples ("per step" / "per occurrence" / null),
+    n_samples_base, n_samples_treatment, median_ratio (median per sample, treatment / base),
+    ratio_lo, ratio_hi (its interval at ``noise_level``), significant (Boolean: the interval
+    excludes 1), noise ("within noise", "significant" or "no interval"). Sorted by
     ``|delta_self_ps|``.
     ``kernels`` — kernel identity, names on each side, configs, ``changes`` text, invocations
     and events per side. ``families`` — family, self_ps and share per side, delta_self_ps.
@@ -136,6 +150,7 @@ class DiffReport:
     notes: list[str] = field(default_factory=list)
     collectives: pl.DataFrame | None = None  # traceview.analysis.collectives.collective_diff
     findings: list | None = None  # traceview.analysis.findings (the diff's rules: profiling overhead)
+    noise_level: float = noise.LEVEL
 
     # -- views ----------------------------------------------------------------------------
     def matched(self) -> pl.DataFrame:
@@ -153,6 +168,10 @@ class DiffReport:
     def kernel_changes(self) -> pl.DataFrame:
         return self.kernels.filter(pl.col("changes") != "")
 
+    def significant(self) -> pl.DataFrame:
+        """Matched populations whose change is outside the noise."""
+        return self.populations.filter(pl.col("significant").fill_null(False))
+
     def overhead_notes(self) -> pl.DataFrame:
         return self.populations.filter(pl.col("overhead_note") != "")
 
@@ -168,7 +187,9 @@ _SIDE = ["op_names", "kernels", "occurrences", "events", "self_ps", "mean_ps", "
 DIFF_COLUMNS = (["status", "match"] + KEY + ["shape_treatment", "is_kernel", "family"]
                 + [f"{c}_base" for c in _SIDE] + [f"{c}_treatment" for c in _SIDE]
                 + ["delta_self_ps", "self_ratio", "occurrence_ratio", "events_ratio", "source_changed",
-                   "kernel_changes", "overhead_note"])
+                   "kernel_changes", "overhead_note"]
+                + ["samples", "n_samples_base", "n_samples_treatment", "median_ratio", "ratio_lo", "ratio_hi",
+                   "significant", "noise"])
 
 
 def _label(prof, given: str | None) -> str:
@@ -229,7 +250,10 @@ class DiffSide:
     (:func:`~traceview.analysis.populations.family_shares`), ``module_runs``, ``events`` (op
     events), ``self_ps`` (their self time, ps) and ``steps`` ((module, steps, mean step ps,
     method) of the step anatomy, None when it failed), ``communication``
-    (:func:`traceview.analysis.collectives.communication`, None when it could not be made)."""
+    (:func:`traceview.analysis.collectives.communication`, None when it could not be made),
+    ``samples`` (:class:`~traceview.analysis.samples.Samples`, for the noise intervals, from
+    the steps of the step window) and ``recordings`` (profiles pooled into it,
+    :func:`traceview.analysis.pooled.pool`)."""
 
     label: str
     populations: pl.DataFrame
@@ -240,6 +264,8 @@ class DiffSide:
     self_ps: int
     steps: tuple | None = None
     communication: object = None  # traceview.analysis.collectives.Communication
+    samples: "Samples | None" = None
+    recordings: int = 1
 
 
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
@@ -260,8 +286,17 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     s = DiffSide(label=_label(prof, label), populations=pops,
                  kernels=kern, families=family_shares(t), module_runs=prof.module_runs, events=t.events,
                  self_ps=t.self_ps)
-    s.steps = _side_steps(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))),
-                          step_window)
+    a = _step_anatomy(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))),
+                      step_window)
+    s.steps = _steps_tuple(a)
+    rows, durs = None, None
+    if a is not None:  # the noise samples come from the window's steps only
+        win = a.steps["in_window"].to_numpy() if "in_window" in a.steps.columns else np.ones(a.steps.height, bool)
+        rows = a.step_rows
+        if rows is not None and not win.all():
+            rows = np.where(rows >= 0, np.where(win[np.clip(rows, 0, None)], rows, -1), -1)
+        durs = a.steps["duration_ps"].to_numpy()[win]
+    s.samples = population_samples(prof.table, t, rows, durs, name_stem=name_stem, program_stem_key=program_key)
     if hasattr(prof, "used_devices"):
         from traceview.analysis.collectives import communication
 
@@ -310,12 +345,24 @@ def _kernel_changes(kb: pl.DataFrame, kt: pl.DataFrame) -> list[dict]:
             for a in r["names_base"] for b in r["names_treatment"]]
 
 
-def _side_steps(prof, base, window: str = "steady") -> tuple | None:
+def _steps_tuple(a) -> tuple | None:
     """(module, steps, mean step ps over the window, method, steps in the window, window) of
-    ``prof``'s step anatomy: on its dominant
-    module, or for a treatment (``base`` = (base side, value map)) on the base's module, found
-    by name after configuration substitution, else its own dominant module. None when the
-    anatomy fails on the trace."""
+    a step anatomy (None for None)."""
+    if a is None:
+        return None
+    return a.module, a.coverage_all.n_steps, a.coverage.step_ps, a.method, a.coverage.n_steps, a.window
+
+
+def _side_steps(prof, base, window: str = "steady") -> tuple | None:
+    """:func:`_steps_tuple` of :func:`_step_anatomy`, None when it fails."""
+    return _steps_tuple(_step_anatomy(prof, base, window))
+
+
+def _step_anatomy(prof, base, window: str = "steady") -> "steps.StepAnatomy | None":
+    """``prof``'s step anatomy over ``window``: on its dominant module, or for a treatment
+    (``base`` = (base side, value map)) on the base's module, found by name after
+    configuration substitution, else its own dominant module. None when the anatomy fails on
+    the trace."""
     runs = prof.module_runs
     try:
         mod = None
@@ -327,16 +374,15 @@ def _side_steps(prof, base, window: str = "steady") -> tuple | None:
                 mod = mb if mb in names else next((m for m in names if _subst(m, vmap) == mb), None)
         if mod is None:
             mod = steps.dominant_module(prof.table, runs)
-        a = steps.anatomy(prof.table, runs, module=mod, window=window)
+        return steps.anatomy(prof.table, runs, module=mod, window=window)
     except TraceviewError:
         return None
-    return a.module, a.coverage_all.n_steps, a.coverage.step_ps, a.method, a.coverage.n_steps, a.window
 
 
 def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor: float = OVERHEAD_FACTOR,
          overhead_min_events: int = OVERHEAD_MIN_EVENTS, labels: tuple[str, str] | None = None,
          tagged: tuple[TaggedOps, TaggedOps] | None = None, step_window: str = "steady",
-         program_key: bool = True) -> DiffReport:
+         program_key: bool = True, noise_level: float = noise.LEVEL) -> DiffReport:
     """Diff two profiles population by population (method in the module doc).
 
     Args:
@@ -353,10 +399,12 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
       tagged: the sides' :func:`~traceview.analysis.tagged.tag` results made with ``rules``,
         when the caller has them.
       step_window: the steps whose mean is each side's step time: "steady" (default, outlier
-        steps left out), "all" or "A:B" (:mod:`traceview.analysis.stepstats`).
+        steps left out), "all" or "A:B" (:mod:`traceview.analysis.stepstats`); the noise
+        samples come from the same steps.
+      noise_level: confidence level of the noise intervals (default 0.95), in (0, 1).
 
     Returns: :class:`DiffReport` (:func:`diff_sides` of the two :func:`side` summaries).
-    Raises: UsageError for ``overhead_factor <= 1`` or bad rules.
+    Raises: UsageError for ``overhead_factor <= 1``, a bad ``noise_level`` or bad rules.
     """
     if not overhead_factor > 1:
         raise UsageError(f"overhead factor must be > 1, got {overhead_factor!r}")
@@ -365,15 +413,19 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
              step_window=step_window, program_key=program_key)
     t = side(treatment, rules=rules, name_stem=name_stem, label=labels[1] if labels else None, base=b, tagged=tt,
              step_window=step_window, program_key=program_key)
-    return diff_sides(b, t, overhead_factor=overhead_factor, overhead_min_events=overhead_min_events)
+    return diff_sides(b, t, overhead_factor=overhead_factor, overhead_min_events=overhead_min_events,
+                      noise_level=noise_level)
 
 
 def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = OVERHEAD_FACTOR,
-               overhead_min_events: int = OVERHEAD_MIN_EVENTS) -> DiffReport:
+               overhead_min_events: int = OVERHEAD_MIN_EVENTS, noise_level: float = noise.LEVEL) -> DiffReport:
     """The :class:`DiffReport` of two sides (:func:`side`; the treatment's made with
-    ``base=base``). Raises UsageError for ``overhead_factor <= 1``."""
+    ``base=base``). Raises UsageError for ``overhead_factor <= 1`` or ``noise_level`` outside
+    (0, 1)."""
     if not overhead_factor > 1:
         raise UsageError(f"overhead factor must be > 1, got {overhead_factor!r}")
+    if not 0 < noise_level < 1:
+        raise UsageError(f"noise level must be in (0, 1), got {noise_level!r}")
     b_pop, t_pop = base.populations, treatment.populations
     b_label, t_label = base.label, treatment.label
 
@@ -387,6 +439,7 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
         .alias("status"),
         pl.when(in_b & in_t).then(pl.lit("exact")).otherwise(pl.lit("")).alias("match"),
         pl.col("shape").alias("shape_treatment"),
+        pl.col("fingerprint").alias("_fp_treatment"),
     )
     # fill is_kernel/family for appeared rows from the treatment table
     t_meta = t_pop.select(KEY + [pl.col("is_kernel").alias("_ik"), pl.col("family").alias("_fam")])
@@ -441,6 +494,7 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
             for c in _SIDE:
                 m[f"{c}_treatment"] = t[f"{c}_treatment"]
             m["status"], m["match"], m["shape_treatment"] = "matched", how, t["shape"]
+            m["_fp_treatment"] = t["fingerprint"]
             keep.append(m)
         joined = pl.DataFrame(keep, schema=joined.schema)
 
@@ -496,6 +550,7 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
         pl.struct("events_base", "events_treatment").map_elements(_note, return_dtype=pl.Utf8).alias("overhead_note"),
         pl.col("kernel_changes").fill_null(""), pl.col("source_changed").fill_null(""),
     )
+    joined = _with_noise(joined, base.samples, treatment.samples, noise_level)
     joined = joined.with_columns(pl.col("delta_self_ps").abs().alias("_abs")).sort(
         ["_abs", "status", "stem", "shape"], descending=[True, False, False, False]).drop("_abs")
     joined = joined.select(DIFF_COLUMNS)
@@ -508,6 +563,8 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
         step = StepDelta(module_base=mb, module_treatment=mt, steps_base=nb, steps_treatment=nt, step_ps_base=sb,
                          step_ps_treatment=st, method_base=hb, method_treatment=ht, window_steps_base=wb,
                          window_steps_treatment=wt, window=win)
+        if base.samples is not None and treatment.samples is not None:
+            step.change = noise.compare(base.samples.steps, treatment.samples.steps, level=noise_level)
 
     notes: list[str] = []
     over = joined.filter(pl.col("overhead_note") != "")
@@ -520,6 +577,10 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     if eb and et and max(eb / et, et / eb) >= overhead_factor:
         notes.append(f"traced op events {eb:,} -> {et:,} ({max(eb / et, et / eb):.1f}x): the profiled timings of the "
                      f"two runs carry different tracing overhead; {THROUGHPUT_RULE}")
+    if base.recordings == 1 and treatment.recordings == 1 and joined["ratio_lo"].is_not_null().any():
+        notes.append("one recording per side: the noise intervals hold the noise within each recording, not a shift "
+                     "between recordings (a shared machine's load); pool recordings of each configuration with "
+                     "--base A1 A2 ... --treatment B1 B2 ...")
     if step is not None and step.module_base and step.module_treatment and step.module_base != step.module_treatment \
             and _subst(step.module_treatment, vmap) != step.module_base:
         notes.append(f"steps are executions of {step.module_base} (base) and {step.module_treatment} (treatment): "
@@ -534,11 +595,41 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
                      families=families, modules=modules, steps=step, op_time_ps_base=base.self_ps,
                      op_time_ps_treatment=treatment.self_ps,
                      events_base=eb, events_treatment=et, overhead_factor=overhead_factor, notes=notes,
-                     collectives=coll)
+                     collectives=coll, noise_level=noise_level)
     from traceview.analysis.findings import find
 
     rep.findings = find(diff=rep, thresholds={"overhead_factor": overhead_factor})
     return rep
+
+
+_NOISE_SCHEMA = {"samples": pl.Utf8, "n_samples_base": pl.Int64, "n_samples_treatment": pl.Int64,
+                 "median_ratio": pl.Float64, "ratio_lo": pl.Float64, "ratio_hi": pl.Float64,
+                 "significant": pl.Boolean, "noise": pl.Utf8}
+
+
+def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None", level: float) -> pl.DataFrame:
+    """``joined`` with the noise columns (:data:`DIFF_COLUMNS`) for its matched rows, less
+    ``_fp_treatment``: :func:`noise.compare` of each matched population's samples on the two
+    sides when they are of the same kind (per step, or per occurrence), else no interval."""
+    out = []
+    for r in joined.select(KEY + ["status", "shape_treatment", "_fp_treatment"]).iter_rows(named=True):
+        row = dict.fromkeys(_NOISE_SCHEMA)
+        if r["status"] == "matched" and sb is not None and st is not None:
+            a = sb.get(tuple(r[k] for k in KEY))
+            b = st.get(tuple(r["shape_treatment"] if k == "shape" else r["_fp_treatment"] if k == "fingerprint"
+                             else r[k] for k in KEY))
+            if a is not None and b is not None and a[0] == b[0]:
+                c = noise.compare(a[1], b[1], level=level)
+                row.update(samples=a[0], n_samples_base=c.n_base, n_samples_treatment=c.n_treatment,
+                           median_ratio=c.ratio, ratio_lo=c.lo, ratio_hi=c.hi, significant=c.significant,
+                           noise="significant" if c.significant else ("within noise" if c.lo is not None
+                                                                      else "no interval"))
+            else:
+                row.update(noise="no interval", significant=False,
+                           samples=None if a is None or b is None else f"{a[0]} / {b[0]}")
+        out.append(row)
+    extra = pl.DataFrame(out, schema=_NOISE_SCHEMA)
+    return pl.concat([joined.drop("_fp_treatment"), extra], how="horizontal")
 
 
 def _kernel_diff(kb: pl.DataFrame, kt: pl.DataFrame) -> pl.DataFrame:

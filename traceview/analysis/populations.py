@@ -74,6 +74,28 @@ def _tagged(prof, rules, tagged: TaggedOps | None) -> TaggedOps:
     return tagged if tagged is not None else tag(prof.table, rules)
 
 
+def keyed(rows: pl.DataFrame, *, name_stem: bool = True, program_stem_key: bool = True) -> pl.DataFrame:
+    """Tagged rows (:class:`~traceview.analysis.tagged.TaggedOps` ``rows``) with their
+    population key (module doc): ``kind``, ``program`` ("" with ``program_stem_key=False``),
+    ``stem``, ``shape`` (the kernel's root shapes for kernel rows) and ``fingerprint`` (""
+    for kernel rows) replace the row's own."""
+    stem_expr = (pl.col("op_name").fill_null("").str.replace(r"\.\d+$", "") if name_stem else pl.lit(""))
+    is_k = pl.col("kname").is_not_null()
+    if program_stem_key:
+        mods = rows["module"].unique().to_list()
+        prog_expr = pl.col("module").replace_strict({m: program_stem(m) for m in mods}, default="",
+                                                   return_dtype=pl.Utf8)
+    else:
+        prog_expr = pl.lit("")
+    return rows.with_columns(
+        prog_expr.alias("program"),
+        pl.when(is_k).then(pl.lit("kernel")).otherwise(pl.col("op_kind").fill_null("")).alias("kind"),
+        pl.when(is_k).then(pl.col("kname").map_elements(kernel_id, return_dtype=pl.Utf8)).otherwise(stem_expr).alias("stem"),
+        pl.when(is_k).then(pl.col("kshape")).otherwise(pl.col("shape").fill_null("")).alias("_shape"),
+        pl.when(is_k).then(pl.lit("")).otherwise(pl.col("fingerprint")).alias("fingerprint"),
+    ).drop("shape").rename({"_shape": "shape"})
+
+
 def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps | None = None,
                 program_stem_key: bool = True) -> pl.DataFrame:
     """One row per population of one profile (key in the module doc).
@@ -94,29 +116,17 @@ def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps |
     t = _tagged(prof, rules, tagged)
     if t.height == 0:
         return pl.DataFrame(schema=POPULATION_SCHEMA)
-    df = t.rows
-    stem_expr = (pl.col("op_name").fill_null("").str.replace(r"\.\d+$", "") if name_stem else pl.lit(""))
+    df = keyed(t.rows, name_stem=name_stem, program_stem_key=program_stem_key)
     is_k = pl.col("kname").is_not_null()
     not_root = is_k & ~pl.col("kroot").fill_null(False)
-    if program_stem_key:
-        mods = df["module"].unique().to_list()
-        prog_expr = pl.col("module").replace_strict({m: program_stem(m) for m in mods}, default="",
-                                                   return_dtype=pl.Utf8)
-    else:
-        prog_expr = pl.lit("")
     df = df.with_columns(
-        prog_expr.alias("program"),
-        pl.when(is_k).then(pl.lit("kernel")).otherwise(pl.col("op_kind").fill_null("")).alias("kind"),
-        pl.when(is_k).then(pl.col("kname").map_elements(kernel_id, return_dtype=pl.Utf8)).otherwise(stem_expr).alias("stem"),
-        pl.when(is_k).then(pl.col("kshape")).otherwise(pl.col("shape").fill_null("")).alias("_shape"),
-        pl.when(is_k).then(pl.lit("")).otherwise(pl.col("fingerprint")).alias("fingerprint"),
         # an invocation: a root op of a kernel, or any op outside kernels
         pl.when(not_root).then(0).otherwise(pl.col("count")).alias("_inv"),
         pl.when(not_root).then(0).otherwise(pl.col("duration_ps")).alias("_wall"),
         pl.when(pl.col("src_file") != "").then(
             pl.col("src_file") + pl.lit(":") + pl.col("src_line").cast(pl.Utf8).fill_null("?")).otherwise(pl.lit(""))
         .alias("_src"),
-    ).drop("shape").rename({"_shape": "shape"})
+    )
     total_self = int(df["self_ps"].sum() or 0)
     # executions of the programs each population ran in (per device), as aggregate.occurrence_checks
     runs = prof.module_runs

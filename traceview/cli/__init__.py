@@ -19,9 +19,8 @@ from traceview.errors import EXIT_LIMIT, EXIT_OK, EXIT_USAGE, TraceviewError
 
 #: the subcommands and their modules (imported only for the command being run)
 COMMANDS = {"analyze": "traceview.cli.analyze", "report": "traceview.cli.report", "diff": "traceview.cli.diff",
-            "verify": "traceview.cli.verify", "engine": "traceview.cli.engine"}
-COMMANDS["query"] = "traceview.cli.query"
-COMMANDS["mcp"] = "traceview.cli.mcp"
+            "verify": "traceview.cli.verify", "engine": "traceview.cli.engine", "query": "traceview.cli.query",
+            "mcp": "traceview.cli.mcp", "history": "traceview.cli.history"}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -19,8 +19,16 @@ def add_parser(sub) -> None:
                                    "configuration changed, source attribution changes and the step-time delta.",
                        epilog="throughput is never to be quoted from a profiled run: a treatment that multiplies "
                               "traced events (e.g. a smaller kernel block) pays more tracing overhead")
-    d.add_argument("base", help="trace file or folder of the base (before) profile")
-    d.add_argument("treatment", help="trace file or folder of the treatment (after) profile")
+    d.add_argument("base", nargs="?", help="trace file or folder of the base (before) profile")
+    d.add_argument("treatment", nargs="?", help="trace file or folder of the treatment (after) profile")
+    d.add_argument("--base", dest="base_paths", nargs="+", metavar="PATH",
+                   help="several base profiles (recordings of one configuration), pooled; with --treatment, "
+                        "instead of the two positional paths")
+    d.add_argument("--treatment", dest="treatment_paths", nargs="+", metavar="PATH",
+                   help="several treatment profiles, pooled (see --base)")
+    d.add_argument("--noise-level", type=cargs.positive_float, default=0.95, metavar="P",
+                   help="confidence level of the noise intervals, in (0, 1) (default 0.95): a change whose "
+                        "interval holds 1 is marked ~ (within noise)")
     d.add_argument("--run-base", metavar="NAME", help="run folder to read under BASE (default: newest)")
     d.add_argument("--run-treatment", metavar="NAME", help="run folder to read under TREATMENT (default: newest)")
     d.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX, on both sides")
@@ -74,6 +82,22 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
             yield out
             del out  # released before the next side is read
 
+def side_paths(args) -> tuple[list[str], list[str]]:
+    """The base and treatment paths: the two positional paths, or ``--base`` and
+    ``--treatment`` (one or more each). Raises UsageError for a mix or a missing side."""
+    pos = [p for p in (args.base, args.treatment) if p is not None]
+    many = args.base_paths is not None or args.treatment_paths is not None
+    if many:
+        if pos:
+            raise UsageError("give BASE TREATMENT or --base PATH... --treatment PATH..., not both")
+        if not args.base_paths or not args.treatment_paths:
+            raise UsageError("--base and --treatment go together: give one or more paths to each")
+        return list(args.base_paths), list(args.treatment_paths)
+    if len(pos) != 2:
+        raise UsageError("diff needs two profiles: BASE TREATMENT (or --base PATH... --treatment PATH...)")
+    return [args.base], [args.treatment]
+
+
 def run(args) -> int:
     """Returns 0; raises TraceviewError subclasses on bad input."""
     from traceview.analysis.diff import diff_sides, side
@@ -85,17 +109,28 @@ def run(args) -> int:
     refuse_inside_inputs(out, "-o")
     if not args.overhead_factor > 1:
         raise UsageError(f"overhead factor must be > 1, got {args.overhead_factor!r}")
+    if not 0 < args.noise_level < 1:
+        raise UsageError(f"--noise-level must be in (0, 1), got {args.noise_level!r}")
+    base_paths, treatment_paths = side_paths(args)
     rules = cargs.rules_from_args(args)
-    # one side's op events at a time: each is summarised (populations, kernels, families,
-    # steps) and released before the next is read
+    # one profile's op events at a time: each is summarised (populations, kernels, families,
+    # steps, noise samples) and released before the next is read
+    from traceview.analysis.pooled import pool
+
+    nb = len(base_paths)
+    todo = [(p, args.run_base) for p in base_paths] + [(p, args.run_treatment) for p in treatment_paths]
     sides: list = []
-    for prof in load_sides([(args.base, args.run_base), (args.treatment, args.run_treatment)], args):
+    pooled_base = None
+    for i, prof in enumerate(load_sides(todo, args)):
         if out is not None and inside_inputs(out, prof.discovery):
             raise UsageError(f"refusing to write {out} inside a profile folder it reads; choose another -o")
-        sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem, base=sides[0] if sides else None,
-                          step_window=args.step_window))
+        if i == nb:
+            pooled_base = pool(sides)
+        sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem,
+                          base=pooled_base if i >= nb else None, step_window=args.step_window))
         del prof
-    d = diff_sides(*sides, overhead_factor=args.overhead_factor)
+    d = diff_sides(pooled_base, pool(sides[nb:]), overhead_factor=args.overhead_factor,
+                   noise_level=args.noise_level)
     if args.format == "json":
         from traceview.render.json import diff_json
 

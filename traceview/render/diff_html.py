@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from traceview.model.units import fmt_pct, fmt_time_ps
 from traceview.render.html import _printable
-from traceview.render.diff_summary import summary_lines
+from traceview.render.diff_summary import noise_cell, summary_lines
 
 _SECTION = """\
 <section class="tv-diff" id="{{ anchor }}">
@@ -43,11 +43,11 @@ _SECTION = """\
 <h3>Populations — top {{ rows|length }} of {{ n_rows }} by |Δ self time|</h3>
 <p class="tv-note">Matched by (op kind, shape signature, HLO fingerprint without instruction names), not by XLA's names.</p>
 <table class="tv-diff-populations">
-<thead><tr><th>#</th><th>status</th><th>op</th><th>shape</th><th>occurrences</th><th>self time</th><th>Δ</th><th>ratio</th><th>notes</th></tr></thead>
+<thead><tr><th>#</th><th>status</th><th>op</th><th>shape</th><th>occurrences</th><th>self time</th><th>Δ</th><th>ratio</th><th>noise interval</th><th>notes</th></tr></thead>
 <tbody>
 {% for r in rows %}<tr class="tv-{{ r.status }}"><td class="num">{{ loop.index }}</td><td>{{ r.status }}</td><td>{{ r.label }}</td>
 <td class="shape">{{ r.shape_text }}</td><td class="num">{{ r.occ }}</td><td class="num">{{ r.self_ps_base|t }} → {{ r.self_ps_treatment|t }}</td>
-<td class="num">{{ r.delta_self_ps|dt }}</td><td class="num">{{ r.ratio }}</td><td>{{ r.notes|join("; ") }}</td></tr>
+<td class="num">{{ r.delta_self_ps|dt }}</td><td class="num">{{ r.ratio }}</td><td class="num{% if r.within_noise %} tv-noise{% endif %}">{{ r.noise_text }}</td><td>{{ r.notes|join("; ") }}</td></tr>
 {% endfor %}</tbody></table>
 {% if source_changes %}
 <h3>Source attribution changed</h3>
@@ -71,7 +71,7 @@ table{border-collapse:collapse;margin:.5em 0 1.5em 0;font-size:13px}
 th,td{border:1px solid #ccc;padding:3px 6px;vertical-align:top;text-align:left}
 td.num{text-align:right;white-space:nowrap} td.shape{font-family:monospace;font-size:12px;max-width:40em;word-break:break-all}
 tr.tv-appeared td{background:#eef9ee} tr.tv-vanished td{background:#fbeeee}
-.tv-note{color:#555;font-size:13px} .tv-diff-notes li{color:#8a5a00}
+.tv-note{color:#555;font-size:13px} td.tv-noise{color:#888} .tv-diff-notes li{color:#8a5a00}
 </style></head>
 <body>
 {{ section }}
@@ -104,7 +104,8 @@ def _context(d, top: int, title: str, anchor: str) -> dict:
         ob, ot = r["occurrences_base"], r["occurrences_treatment"]
         rows.append(dict(r, label=population_label(r), shape_text=shape, notes=notes,
                          occ=f"{'-' if ob is None else f'{ob:,}'} → {'-' if ot is None else f'{ot:,}'}",
-                         ratio="-" if r["self_ratio"] is None else f"{r['self_ratio']:.2f}x"))
+                         ratio="-" if r["self_ratio"] is None else f"{r['self_ratio']:.2f}x",
+                         noise_text=noise_cell(r), within_noise=r.get("noise") == "within noise"))
     sc = [dict(label=population_label(r), shape=short_shape(r["shape"], 120), source_base=r["source_base"] or "?",
                source_treatment=r["source_treatment"] or "?") for r in d.source_changes().head(top).iter_rows(named=True)]
     return {"title": title, "anchor": anchor, "summary": summary_lines(d), "kernels": d.kernel_changes().to_dicts(),

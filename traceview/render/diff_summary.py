@@ -22,8 +22,38 @@ def summary_lines(d) -> list[str]:
                      + (f"; means over the {s.window} window: {s.window_steps_base} vs {s.window_steps_treatment} steps"
                         if s.window_steps_base is not None and (s.window_steps_base, s.window_steps_treatment)
                         != (s.steps_base, s.steps_treatment) else ""))
+        c = getattr(s, "change", None)
+        if c is not None:
+            lines.append(f"median step {change_text(c.ratio, c.lo, c.hi, c.significant)} "
+                         f"({c.level:.0%} interval, {c.method})")
+    level = getattr(d, "noise_level", None)
+    if level is not None and "significant" in d.populations.columns:
+        m = d.populations.filter(d.populations["ratio_lo"].is_not_null())
+        k = int(m["significant"].sum() or 0)
+        lines.append(f"noise: {k} of {m.height} matched populations with an interval changed outside the noise "
+                     f"({level:.0%} interval of the median self time per step; ~ marks a change within noise)")
     for r in d.kernel_changes().iter_rows(named=True):
         lines.append(f"kernel {r['kernel_id']}: {r['changes']} "
                      f"({', '.join(r['names_base'])} -> {', '.join(r['names_treatment'])})")
     return lines
 
+
+
+def change_text(ratio, lo, hi, significant) -> str:
+    """``"2.78x [2.1x-3.6x]"`` for a change outside the noise, ``"~1.04x [0.9x-1.2x] within noise"``
+    inside it, ``"1.04x (no interval)"`` without interval, ``"-"`` without ratio."""
+    if ratio is None:
+        return "-"
+    if lo is None or hi is None:
+        return f"{ratio:.2f}x (no interval)"
+    body = f"{ratio:.2f}x [{lo:.2f}x-{hi:.2f}x]"
+    return body if significant else f"~{body} within noise"
+
+
+def noise_cell(r: dict) -> str:
+    """A diff row's noise cell: ``"~ 0.91-1.20x"`` within noise, ``"2.10-3.60x"`` outside,
+    ``"-"`` without interval (not matched, or too few samples)."""
+    lo, hi = r.get("ratio_lo"), r.get("ratio_hi")
+    if lo is None or hi is None:
+        return "-"
+    return f"{'' if r.get('significant') else '~ '}{lo:.2f}-{hi:.2f}x"

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from traceview.model.units import fmt_pct, fmt_time_ps
-from traceview.render.diff_summary import summary_lines
+from traceview.render.diff_summary import noise_cell, summary_lines
 from traceview.render.terminal import escape
 
 
@@ -113,7 +113,7 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
     t = Table(title=f"populations matched by (kind, shape, HLO fingerprint) — top {min(top, pops.height)} of "
                     f"{pops.height} by |Δ self time|")
     for c, j in (("#", "right"), ("status", "left"), ("op", "left"), ("shape", "left"), ("occ.", "right"),
-                 ("self time", "right"), ("Δ", "right"), ("ratio", "right"), ("notes", "left")):
+                 ("self time", "right"), ("Δ", "right"), ("ratio", "right"), ("noise", "right"), ("notes", "left")):
         t.add_column(c, justify=j, overflow="fold")
     for i, r in enumerate(pops.head(top).iter_rows(named=True), 1):
         shape = shape_change(r, 90, 60)
@@ -126,7 +126,7 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
               f"{r['occurrences_treatment'] if r['occurrences_treatment'] is not None else '-'}"
         t.add_row(str(i), status, escape(population_label(r)), escape(shape or "?"), occ,
                   f"{fmt_time_ps(r['self_ps_base'])} → {fmt_time_ps(r['self_ps_treatment'])}",
-                  _delta(r["delta_self_ps"]), _ratio(r["self_ratio"]),
+                  _delta(r["delta_self_ps"]), _ratio(r["self_ratio"]), noise_cell(r),
                   "; ".join(n if n.startswith("[yellow]") else escape(n) for n in notes))
     console.print(t)
 

@@ -114,7 +114,18 @@ def diff_payload(d, top: int | None = None) -> dict:
         "overhead_factor": d.overhead_factor, "notes": list(d.notes),
         "collectives": None if getattr(d, "collectives", None) is None else d.collectives.to_dicts(),
         "findings": [f.to_dict() for f in getattr(d, "findings", None) or []],
+        "noise": _diff_noise(d),
     }
+
+
+def _diff_noise(d) -> dict | None:
+    """The diff's noise summary: level, populations compared (matched with an interval) and
+    flagged (outside the noise)."""
+    level = getattr(d, "noise_level", None)
+    if level is None or "ratio_lo" not in d.populations.columns:
+        return None
+    m = d.populations.filter(d.populations["ratio_lo"].is_not_null())
+    return {"level": level, "compared": m.height, "significant": int(m["significant"].sum() or 0)}
 
 
 def diff_json(d, top: int | None = None) -> str:

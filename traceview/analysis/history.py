@@ -1,0 +1,170 @@
+"""A run history: one summary per profiled run, oldest first, and a regression rule
+(``traceview history``).
+
+Per run (:func:`summarise`): the steady step time (median, p10, p90 of the step durations,
+ps) from the step anatomy (:func:`traceview.analysis.steps.profile_anatomy`; when the steps
+frame has an ``in_window`` column, only its window's steps), the top op families' self time
+per step, the custom kernels' configurations read off their names
+(:func:`traceview.analysis.kernels.kernels`), and the finding ids when the profile offers
+``findings()``.
+
+Regression rule (:func:`compare_runs`): each run against its baseline (the previous run, or
+the run named as ``baseline`` for every run), :func:`traceview.analysis.noise.compare` of the
+per-step durations (treatment = the run). Verdicts: ``regression`` when the whole interval
+lies at or above ``1 + threshold`` (the slowdown is at least the threshold with confidence
+``level``, not merely outside the noise); ``improvement`` when it lies at or below
+``1 / (1 + threshold)``; ``within noise`` when the interval holds 1 (or there is none);
+``below threshold`` when the change is outside the noise but its interval reaches below the
+threshold; ``baseline`` for a run compared with nothing. Requiring the interval, not the
+point, to clear the threshold keeps a shift between two recordings of one configuration
+(a shared machine's load, which no within-recording interval holds) from failing a CI job
+unless it is larger than the threshold with confidence. Times in ps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from traceview.analysis import noise
+
+#: default smallest slowdown called a regression (fraction)
+THRESHOLD = 0.05
+#: top families kept per run
+TOP_FAMILIES = 3
+
+
+@dataclass
+class RunSummary:
+    """One run of a history (:func:`summarise`). ``step_ps``: the step durations (ps) the
+    median and the regression rule use; ``families``: [{family, self_ps (per step), share}];
+    ``kernels``: [{kernel, config}]; ``findings``: finding ids, None when the profile offers
+    none. ``change``/``baseline``/``verdict``: set by :func:`compare_runs`."""
+
+    name: str
+    directory: str
+    time: float
+    step_method: str
+    step_module: str | None
+    step_ps: np.ndarray
+    families: list[dict] = field(default_factory=list)
+    kernels: list[dict] = field(default_factory=list)
+    findings: list[str] | None = None
+    change: noise.Change | None = None
+    baseline: str | None = None
+    verdict: str = "baseline"
+
+    @property
+    def n_steps(self) -> int:
+        return len(self.step_ps)
+
+    def _q(self, q: float) -> float | None:
+        return float(np.quantile(self.step_ps, q)) if len(self.step_ps) else None
+
+    @property
+    def median_ps(self) -> float | None:
+        return self._q(0.5)
+
+    def to_dict(self) -> dict:
+        c = self.change
+        return {"run": self.name, "directory": self.directory, "time": self.time, "step_method": self.step_method,
+                "step_module": self.step_module, "n_steps": self.n_steps, "median_step_ps": self.median_ps,
+                "p10_step_ps": self._q(0.1), "p90_step_ps": self._q(0.9), "families": self.families,
+                "kernels": self.kernels, "findings": self.findings, "baseline": self.baseline,
+                "verdict": self.verdict, "change": c.to_dict() if c is not None else None}
+
+
+@dataclass
+class History:
+    """Result of :func:`compare_runs`: ``runs`` oldest first, the rule's ``baseline`` ("previous"
+    or a run name), ``threshold`` (fraction) and ``level``."""
+
+    runs: list[RunSummary]
+    baseline: str
+    threshold: float
+    level: float
+
+    def regressions(self) -> list[RunSummary]:
+        return [r for r in self.runs if r.verdict == "regression"]
+
+    def to_dict(self) -> dict:
+        return {"baseline": self.baseline, "threshold": self.threshold, "level": self.level, "units": "ps",
+                "method": noise.METHOD, "runs": [r.to_dict() for r in self.runs],
+                "regressions": [r.name for r in self.regressions()]}
+
+
+def _findings(prof) -> list[str] | None:
+    fn = getattr(prof, "findings", None)
+    if not callable(fn):
+        return None
+    try:
+        found = fn()
+    except Exception:  # noqa: BLE001 - a findings section of another branch must not break the history
+        return None
+    if found is None:
+        return None
+    return [str(getattr(f, "id", f)) for f in found]
+
+
+def summarise(prof, *, name: str, directory: str, time: float, rules=None,
+              top_families: int = TOP_FAMILIES) -> RunSummary:
+    """The :class:`RunSummary` of one profile (a :class:`traceview.Profile` or anything
+    :func:`~traceview.analysis.steps.profile_anatomy` takes). Raises TraceviewError subclasses
+    when the step anatomy fails (UsageError on bad ``rules``)."""
+    import polars as pl
+
+    from traceview.analysis.kernels import kernels
+    from traceview.analysis.steps import profile_anatomy
+
+    a = profile_anatomy(prof, rules)
+    st = a.steps
+    if "in_window" in st.columns:
+        st = st.filter(pl.col("in_window").fill_null(False))
+    fam = [{"family": r["family"], "self_ps": float(r["self_ps"]), "share": float(r["share"])}
+           for r in a.families.head(top_families).iter_rows(named=True)]
+    k = kernels(prof.table)
+    ks = [] if k.height == 0 else [
+        {"kernel": r["kernel"], "config": r["config"]}
+        for r in k.select("kernel", "config").unique(maintain_order=True).iter_rows(named=True)]
+    return RunSummary(name=name, directory=directory, time=time, step_method=a.method, step_module=a.module,
+                      step_ps=st["duration_ps"].to_numpy().astype(np.float64), families=fam, kernels=ks,
+                      findings=_findings(prof))
+
+
+def _verdict(c: noise.Change, threshold: float) -> str:
+    if c.lo is None or c.ratio is None:
+        return "within noise"
+    if c.lo > 1:
+        return "regression" if c.lo >= 1 + threshold else "below threshold"
+    if c.hi < 1:
+        return "improvement" if c.hi <= 1 / (1 + threshold) else "below threshold"
+    return "within noise"
+
+
+def compare_runs(runs: list[RunSummary], *, baseline: str | None = None, threshold: float = THRESHOLD,
+                 level: float = noise.LEVEL, seed: int = 0) -> History:
+    """Sort ``runs`` oldest first and apply the regression rule (module doc). ``baseline``: a
+    run's name or directory (every run is compared with it), None for each run's previous
+    run. Raises ValueError for a ``baseline`` that names no run, a negative threshold or a
+    level outside (0, 1)."""
+    if threshold < 0:
+        raise ValueError(f"regression threshold must be >= 0, got {threshold!r}")
+    if not 0 < level < 1:
+        raise ValueError(f"noise level must be in (0, 1), got {level!r}")
+    runs = sorted(runs, key=lambda r: (r.time, r.directory))
+    base_run = None
+    if baseline is not None:
+        hits = [r for r in runs if baseline in (r.name, r.directory)]
+        if not hits:
+            raise ValueError(f"baseline {baseline!r} names no run (runs: {', '.join(r.name for r in runs)})")
+        base_run = hits[0]
+    for i, r in enumerate(runs):
+        b = base_run if base_run is not None else (runs[i - 1] if i else None)
+        if b is None or b is r:
+            r.change, r.baseline, r.verdict = None, None, "baseline"
+            continue
+        r.change = noise.compare(b.step_ps, r.step_ps, level=level, seed=seed)
+        r.baseline = b.name
+        r.verdict = _verdict(r.change, threshold)
+    return History(runs=runs, baseline=baseline or "previous", threshold=threshold, level=level)

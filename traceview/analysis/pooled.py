@@ -1,0 +1,92 @@
+"""Several recordings per diff side pooled into one :class:`~traceview.analysis.diff.DiffSide`
+(``traceview diff --base A1 A2 --treatment B1 B2``).
+
+Additive figures (occurrences, events, times, executions of populations and kernels, family
+self time, a side's op events and self time) become the **mean per recording**, rounded to
+integers, so that sides pooled from different numbers of recordings compare; shares,
+``mean_ps`` and ``per_execution`` are recomputed from those. Name, module and file lists are
+unions; ``source``, ``family`` and ``hlo_text`` are the first recording's. Module executions
+(``module_runs``) are concatenated: the diff's module table counts the executions of every
+recording. The noise samples (:mod:`traceview.analysis.samples`) stay one array per recording
+and population, so :func:`traceview.analysis.noise.compare` resamples recordings (its
+two-stage bootstrap). The step line: the first recording's module and method, steps summed,
+the mean step over every step.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceview.analysis.diff import DiffSide
+from traceview.analysis.populations import KERNEL_SCHEMA, KEY, POPULATION_SCHEMA
+from traceview.analysis.samples import Samples
+
+_POP_SUMS = ["occurrences", "events", "total_ps", "self_ps", "executions"]
+_POP_LISTS = ["kernels", "op_names", "modules", "source_files"]
+
+
+def _mean_int(col: str, k: int) -> pl.Expr:
+    return (pl.col(col).sum() / k).round(0).cast(pl.Int64).alias(col)
+
+
+def _union(col: str) -> pl.Expr:
+    return pl.col(col).explode().drop_nulls().unique().sort().alias(col)
+
+
+def pool(sides: list[DiffSide]) -> DiffSide:
+    """One side from ``sides`` (each made by :func:`traceview.analysis.diff.side`; module doc).
+    A single side is returned as is. Raises ValueError for an empty list."""
+    if not sides:
+        raise ValueError("no side to pool")
+    if len(sides) == 1:
+        return sides[0]
+    k = len(sides)
+    pops = pl.concat([s.populations for s in sides], how="vertical_relaxed")
+    self_total = round(sum(s.self_ps for s in sides) / k)
+    pops = pops.group_by(KEY, maintain_order=True).agg(
+        pl.col("is_kernel").any(), *[_union(c) for c in _POP_LISTS], *[_mean_int(c, k) for c in _POP_SUMS],
+        pl.col("source").first(), pl.col("family").first(), pl.col("hlo_text").first(),
+    ).with_columns(
+        pl.when(pl.col("occurrences") > 0).then(pl.col("total_ps") / pl.col("occurrences")).otherwise(None)
+        .alias("mean_ps"),
+        (pl.col("self_ps") / self_total if self_total else pl.lit(0.0)).alias("share"),
+        pl.when(pl.col("executions") > 0).then(pl.col("occurrences") / pl.col("executions")).otherwise(None)
+        .alias("per_execution"),
+    ).select(list(POPULATION_SCHEMA)).cast(POPULATION_SCHEMA).sort(["self_ps"] + KEY, descending=[True] + [False] * 4)
+    kern = pl.concat([s.kernels for s in sides], how="vertical_relaxed")
+    kern = kern.group_by("kernel", maintain_order=True).agg(
+        pl.col("kernel_id").first(), pl.col("config").first(),
+        *[_mean_int(c, k) for c in ("invocations", "events", "self_ps")],
+        *[_union(c) for c in ("modules", "shapes", "source_files")],
+    ).select(list(KERNEL_SCHEMA)).cast(KERNEL_SCHEMA).sort(["self_ps", "kernel"], descending=[True, False])
+    fam = pl.concat([s.families for s in sides], how="vertical_relaxed").group_by("family").agg(_mean_int("self_ps", k))
+    fam = fam.with_columns((pl.col("self_ps") / self_total if self_total else pl.lit(0.0)).alias("share"))
+    runs = [s.module_runs for s in sides if s.module_runs is not None and s.module_runs.height]
+    module_runs = pl.concat(runs, how="vertical_relaxed") if runs else sides[0].module_runs
+    steps = None
+    have = [s.steps for s in sides if s.steps is not None]
+    if have:
+        n = sum(x[1] for x in have)
+        mean = sum(x[1] * x[2] for x in have) / n if n else 0.0
+        steps = (have[0][0], n, mean, have[0][3])
+    return DiffSide(label=" + ".join(s.label for s in sides), populations=pops, kernels=kern, families=fam,
+                    module_runs=module_runs, events=round(sum(s.events for s in sides) / k), self_ps=self_total,
+                    steps=steps, samples=pool_samples([s.samples for s in sides]),
+                    recordings=sum(s.recordings for s in sides))
+
+
+def pool_samples(samples: list[Samples | None]) -> Samples | None:
+    """One :class:`Samples` holding, per population, a list of the recordings' arrays of its
+    most frequent sample kind (recordings with the other kind or without the population left
+    out), and the recordings' step durations as a list."""
+    have = [s for s in samples if s is not None]
+    if not have:
+        return None
+    out = Samples(steps=[s.steps for s in have if len(s.steps)])
+    keys = {key for s in have for key in s.by_key}
+    for key in keys:
+        got = [s.by_key[key] for s in have if key in s.by_key]
+        kinds = [g[0] for g in got]
+        kind = max(set(kinds), key=lambda x: (kinds.count(x), x))
+        out.by_key[key] = (kind, [g[1] for g in got if g[0] == kind])
+    return out

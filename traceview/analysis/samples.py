@@ -1,0 +1,110 @@
+"""Per-population time samples for the diff's noise intervals (:mod:`traceview.analysis.noise`).
+
+A population's sample is its **self time per step**: the sum of its op events' self time
+(ps) inside each step of the side's step anatomy (:func:`traceview.analysis.steps.anatomy`:
+``step_rows`` per event), over the steps in which it has events, in step order. A step is one
+execution of the step module (or a step marker's window), so the occurrences of one
+execution, which are not independent, are one sample. A population with fewer than
+:data:`MIN_STEPS` such steps (it runs outside the steps, e.g. prefill against a decode step)
+gets its **per-occurrence** self times instead, in start order, thinned to at most
+:data:`MAX_OCCURRENCES` by an even stride.
+
+Events map to populations through their op description (``attr``): the description's
+non-absorbed tagged row decides (:mod:`traceview.analysis.tagged`); a description of which
+some events were absorbed into a kernel and others not counts all its events with the
+non-absorbed population (rare: absorption needs ops without a name stack between a kernel's
+ops). One bincount pass over the events; memory O(events) int64 for one pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+from traceview.analysis.populations import KEY, keyed
+from traceview.analysis.tagged import ABSORBED_DEPTH
+
+#: fewest steps with events for a per-step sample (else per occurrence)
+MIN_STEPS = 5
+#: most per-occurrence samples kept per population
+MAX_OCCURRENCES = 20000
+
+
+@dataclass
+class Samples:
+    """Samples of one profile: ``by_key`` maps a population key tuple (:data:`KEY` order) to
+    (kind, array): kind "per step" (self ps per step with events) or "per occurrence" (self
+    ps per event); ``steps``: per-step wall durations (ps, the anatomy's ``duration_ps``) in
+    step order, empty when there are none."""
+
+    by_key: dict = field(default_factory=dict)
+    steps: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    def get(self, key: tuple) -> tuple[str, np.ndarray] | None:
+        return self.by_key.get(tuple(key))
+
+
+def _attr_codes(tagged, name_stem: bool, n_attrs: int, program_stem_key: bool = True) -> tuple[np.ndarray, list[tuple]]:
+    """Per description (attr): population index (-1 for none) and the keys."""
+    rows = keyed(tagged.rows, name_stem=name_stem, program_stem_key=program_stem_key).with_columns(
+        (pl.col("kdepth").fill_null(0) == ABSORBED_DEPTH).alias("_abs"))
+    # the non-absorbed row of an attr wins
+    rows = rows.sort(["attr", "_abs"]).unique("attr", keep="first", maintain_order=True)
+    keys = rows.select(KEY).unique(maintain_order=True)
+    kid = {tuple(r): i for i, r in enumerate(keys.iter_rows())}
+    code = np.full(n_attrs, -1, dtype=np.int64)
+    ids = rows["attr"].to_numpy().astype(np.int64)
+    code[ids] = np.fromiter((kid[tuple(r)] for r in rows.select(KEY).iter_rows()), dtype=np.int64, count=rows.height)
+    return code, list(kid)
+
+
+def population_samples(table, tagged, step_rows: np.ndarray | None, step_durations=None, *,
+                       name_stem: bool = True, program_stem_key: bool = True) -> Samples:
+    """:class:`Samples` of one profile (module doc). ``table``: its
+    :class:`~traceview.model.optable.OpTable`; ``tagged``: its
+    :func:`~traceview.analysis.tagged.tag` result; ``step_rows``: per event, the step index
+    (-1 outside every step), or None; ``step_durations``: per-step wall time, ps."""
+    out = Samples()
+    if step_durations is not None:
+        out.steps = np.asarray(step_durations, dtype=np.int64)
+    ev = table.events
+    if ev.height == 0 or tagged.height == 0:
+        return out
+    code, keys = _attr_codes(tagged, name_stem, table.attrs.height, program_stem_key)
+    P = len(keys)
+    pop = code[ev["attr"].to_numpy().astype(np.int64)]
+    self_ps = ev["self_ps"].fill_null(0).to_numpy().astype(np.int64)
+    per_step: dict[int, np.ndarray] = {}
+    if step_rows is not None and len(step_rows) == ev.height and (step_rows >= 0).any():
+        inside = np.flatnonzero((step_rows >= 0) & (pop >= 0))
+        k = step_rows[inside].astype(np.int64) * P + pop[inside]
+        uk, inv = np.unique(k, return_inverse=True)
+        sums = np.bincount(inv, weights=self_ps[inside].astype(np.float64), minlength=len(uk))
+        p_of, s_of = uk % P, uk // P
+        order = np.lexsort((s_of, p_of))  # by population, then step
+        p_sorted = p_of[order]
+        bounds = np.r_[0, np.flatnonzero(np.diff(p_sorted)) + 1, len(order)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if b - a >= MIN_STEPS:
+                per_step[int(p_sorted[a])] = sums[order[a:b]]
+    missing = [i for i in range(P) if i not in per_step]
+    if missing:
+        start = ev["start_ps"].fill_null(0).to_numpy()
+        want = np.zeros(P, dtype=bool)
+        want[missing] = True
+        sel = np.flatnonzero((pop >= 0) & want[np.clip(pop, 0, None)])
+        sel = sel[np.lexsort((sel, start[sel], pop[sel]))]
+        ps = pop[sel]
+        bounds = np.r_[0, np.flatnonzero(np.diff(ps)) + 1, len(sel)]
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            if b <= a:
+                continue
+            idx = sel[a:b]
+            if len(idx) > MAX_OCCURRENCES:
+                idx = idx[:: -(-len(idx) // MAX_OCCURRENCES)]
+            out.by_key[keys[int(ps[a])]] = ("per occurrence", self_ps[idx].astype(np.float64))
+    for i, arr in per_step.items():
+        out.by_key[keys[i]] = ("per step", arr)
+    return out

@@ -1,0 +1,174 @@
+"""Rendering of a :class:`traceview.analysis.history.History`: the trend table as plain text,
+JSON, and a standalone HTML page with a step-time trend chart (inline SVG, matplotlib).
+
+Every string from a trace (run names, modules, kernel names, families, finding ids) goes
+through :func:`traceview.model.naming.safe_line` in text and through jinja2's autoescape in
+HTML; none reaches the SVG (its x labels are run numbers). Times from ps.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from traceview.model.naming import safe_line
+from traceview.model.units import fmt_pct, fmt_time_ps
+from traceview.render.charts import _chart_style, _new_figure, _svg
+
+#: colour of a run's point by verdict
+VERDICT_COLORS = {"baseline": "#7f7f7f", "within noise": "#1f77b4", "below threshold": "#9467bd",
+                  "regression": "#d62728", "improvement": "#2ca02c"}
+
+
+def _change(r) -> str:
+    c = r.change
+    if c is None or c.ratio is None:
+        return "-"
+    if c.lo is None:
+        return f"{c.ratio:.2f}x (no interval)"
+    return f"{'~' if not c.significant else ''}{c.ratio:.2f}x [{c.lo:.2f}-{c.hi:.2f}]"
+
+
+def _families(r) -> str:
+    return ", ".join(f"{f['family']} {fmt_time_ps(f['self_ps'])} ({fmt_pct(f['share'])})" for f in r.families)
+
+
+def _kernels(r) -> str:
+    return ", ".join(sorted({k["config"] for k in r.kernels if k["config"]}))
+
+
+def rows(h) -> list[dict]:
+    """One display row per run: number, run, time, steps, median/p10/p90, change, verdict,
+    families, kernel configurations, findings (strings escaped by the caller)."""
+    out = []
+    for i, r in enumerate(h.runs, 1):
+        d = r.to_dict()
+        out.append({"n": i, "run": r.name, "directory": r.directory, "steps": r.n_steps,
+                    "median": fmt_time_ps(d["median_step_ps"]),
+                    "spread": f"{fmt_time_ps(d['p10_step_ps'])}-{fmt_time_ps(d['p90_step_ps'])}",
+                    "baseline": r.baseline or "-", "change": _change(r), "verdict": r.verdict,
+                    "families": _families(r), "kernels": _kernels(r),
+                    "findings": "-" if r.findings is None else (", ".join(r.findings) or "none")})
+    return out
+
+
+def history_text(h) -> str:
+    """The trend table and the regression verdict lines as plain text."""
+    rs = rows(h)
+    head = ["#", "run", "steps", "median step", "p10-p90", "vs", "change (interval)", "verdict", "kernels"]
+    body = [[str(r["n"]), safe_line(r["run"]), str(r["steps"]), r["median"], r["spread"], safe_line(r["baseline"]),
+             r["change"], r["verdict"], safe_line(r["kernels"]) or "-"] for r in rs]
+    width = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
+    lines = [f"traceview history — {len(rs)} run(s), oldest first; each against "
+             f"{'the previous run' if h.baseline == 'previous' else safe_line(h.baseline)}; regression: a slowdown "
+             f"of the median step whose whole {h.level:.0%} interval ({safe_line(METHOD_NOTE)}) is at least "
+             f"{h.threshold:.0%}"]
+    for x in [head] + body:
+        lines.append("  ".join(v.rjust(w) if i in (0, 2, 3) else v.ljust(w) for i, (v, w) in enumerate(zip(x, width)))
+                     .rstrip())
+    lines.append("top families per step:")
+    for r in rs:
+        lines.append(f"  {r['n']} {safe_line(r['families']) or '-'}; findings: {safe_line(r['findings'])}")
+    reg = h.regressions()
+    lines.append(f"regressions: {len(reg)}" + (": " + ", ".join(safe_line(r.name) for r in reg) if reg else ""))
+    return "\n".join(lines) + "\n"
+
+
+#: the method, as the table's header names it
+METHOD_NOTE = "moving-block bootstrap of the per-step durations"
+
+
+@_chart_style
+def trend_svg(medians: list[float | None], p10: list[float | None], p90: list[float | None],
+              colors: list[str]) -> str:
+    """Median step time per run (ms) with its p10-p90 bar, one point per run (x: run number),
+    coloured by verdict. No names in the SVG."""
+    n = len(medians)
+    fig = _new_figure(min(8.4, max(5.0, 3.0 + 0.3 * n)), 3.2)
+    ax = fig.add_subplot()
+    for k, (m, lo, hi, c) in enumerate(zip(medians, p10, p90, colors), 1):
+        if m is None:
+            continue
+        ax.plot([k, k], [(lo or m) / 1e9, (hi or m) / 1e9], color=c, lw=1.2)
+        ax.plot([k], [m / 1e9], "o", color=c, ms=5)
+    ys = [v / 1e9 for v in medians if v is not None]
+    ax.plot([k for k, v in enumerate(medians, 1) if v is not None], ys, color="#bbbbbb", lw=0.8, zorder=0)
+    top = max([v / 1e9 for v in p90 if v is not None] + ys + [0.0])
+    ax.set_ylim(0, top * 1.1 or 1.0)
+    ax.set_xlim(0.5, n + 0.5)
+    ax.set_xticks(range(1, n + 1))
+    ax.set_xlabel("run (oldest first)")
+    ax.set_ylabel("step time (ms): median, p10-p90")
+    ax.grid(True, axis="y", color="#e6e6e6", lw=0.6)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return _svg(fig)
+
+
+_PAGE = """\
+<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>traceview history</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em 0;font-size:13px}
+th,td{border:1px solid #ccc;padding:3px 6px;vertical-align:top;text-align:left}
+td.num{text-align:right;white-space:nowrap} .tv-note{color:#555;font-size:13px}
+tr.tv-regression td{background:#fbeeee} tr.tv-improvement td{background:#eef9ee}
+</style></head>
+<body>
+<h1>traceview history</h1>
+<p class="tv-note">{{ runs|length }} run(s), oldest first; each against {{ against }}. A regression is a slowdown
+of the median step time whose whole {{ level }} interval ({{ method }}) is at least {{ threshold }}.</p>
+{{ chart }}
+<p class="tv-note">Colours: {% for v, c in colors %}<span style="color:{{ c }}">&#9679; {{ v }}</span> {% endfor %}</p>
+<table>
+<thead><tr><th>#</th><th>run</th><th>steps</th><th>median step</th><th>p10-p90</th><th>vs</th><th>change (interval)</th>
+<th>verdict</th><th>top families per step</th><th>kernel configurations</th><th>findings</th></tr></thead>
+<tbody>
+{% for r in runs %}<tr class="tv-{{ r.verdict|replace(' ', '-') }}"><td class="num">{{ r.n }}</td><td title="{{ r.directory }}">{{ r.run }}</td>
+<td class="num">{{ r.steps }}</td><td class="num">{{ r.median }}</td><td class="num">{{ r.spread }}</td><td>{{ r.baseline }}</td>
+<td class="num">{{ r.change }}</td><td>{{ r.verdict }}</td><td>{{ r.families }}</td><td>{{ r.kernels }}</td><td>{{ r.findings }}</td></tr>
+{% endfor %}</tbody></table>
+</body></html>
+"""
+
+
+@lru_cache(maxsize=1)
+def _env():
+    import jinja2
+
+    from traceview.render.html import _printable
+
+    return jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined, finalize=_printable)
+
+
+def history_html(h) -> str:
+    """A standalone HTML page: the trend chart and the table (inline CSS and SVG, no script)."""
+    from markupsafe import Markup
+
+    ds = [r.to_dict() for r in h.runs]
+    svg = trend_svg([d["median_step_ps"] for d in ds], [d["p10_step_ps"] for d in ds],
+                    [d["p90_step_ps"] for d in ds], [VERDICT_COLORS.get(r.verdict, "#7f7f7f") for r in h.runs])
+    return _env().from_string(_PAGE).render(
+        runs=rows(h), chart=Markup(svg), level=f"{h.level:.0%}", threshold=f"{h.threshold:.0%}", method=METHOD_NOTE,
+        against="the previous run" if h.baseline == "previous" else h.baseline, colors=list(VERDICT_COLORS.items()))
+
+
+def history_json(h) -> str:
+    """:meth:`History.to_dict` as indented JSON with a final newline."""
+    from traceview.render.json import dumps
+
+    return dumps(h.to_dict())
+
+
+def history_jsonl(h) -> str:
+    """One JSON line per run (:meth:`RunSummary.to_dict` plus the rule's settings), for
+    ``--append``."""
+    import json
+
+    from traceview.render.json import _clean
+
+    out = []
+    for r in h.runs:
+        d = dict(r.to_dict(), threshold=h.threshold, level=h.level, rule_baseline=h.baseline)
+        out.append(json.dumps(_clean(d, "$", {}), allow_nan=False, default=str))
+    return "\n".join(out) + "\n"
