@@ -152,7 +152,10 @@ def test_kernel_block_change_is_outside_the_noise(sides):
     d = diff_sides(sides[0], sides[2])
     k = _kernel_row(d)
     assert k["kernel_changes"] == "bkv 128_128 -> 2048_2048"
-    assert k["samples"] == "per step" and k["n_samples_base"] == k["n_samples_treatment"] == 15
+    # one sample per step of the steady window (15 decode steps less any outlier step)
+    assert k["samples"] == "per step" and (k["n_samples_base"], k["n_samples_treatment"]) == (sides[0].steps[4],
+                                                                                            sides[2].steps[4])
+    assert 10 <= k["n_samples_base"] <= 15 and sides[0].steps[1] == 15
     assert k["significant"] and k["noise"] == "significant" and k["ratio_lo"] > 2, k
     assert d.steps.change.significant and d.steps.change.lo > 1, d.steps.change
     text = render_diff_text(d, top=100, width=400)
@@ -170,16 +173,25 @@ def test_the_repeat_is_all_within_noise(sides):
 
 def test_step_samples_add_up_to_the_anatomy_op_time(runs, sides):
     prof = traceview.load(runs[0])
-    a = steps.anatomy(prof.table, prof.module_runs, module=sides[0].steps[0])
-    per_step = [v for kind, v in sides[0].samples.by_key.values() if kind == "per step"]
+    # over every step: 15 samples per population, summing to the anatomy's op time
+    every = side(prof, step_window="all")
+    a = steps.anatomy(prof.table, prof.module_runs, module=every.steps[0], window="all")
+    per_step = [v for kind, v in every.samples.by_key.values() if kind == "per step"]
     assert per_step and all(len(v) == 15 for v in per_step)
     assert sum(int(v.sum()) for v in per_step) == int(a.steps["op_time_ps"].sum())
-    assert np.array_equal(sides[0].samples.steps, a.steps["duration_ps"].to_numpy())
+    assert np.array_equal(every.samples.steps, a.steps["duration_ps"].to_numpy())
     # the kernel runs only inside decode steps: its samples hold exactly its self time as the
     # population table sums it (a group-by over the tagged descriptions, not the event pass)
-    k = sides[0].populations.filter(pl.col("kind") == "kernel").row(0, named=True)
-    kind, arr = sides[0].samples.get(tuple(k[c] for c in KEY))
+    k = every.populations.filter(pl.col("kind") == "kernel").row(0, named=True)
+    kind, arr = every.samples.get(tuple(k[c] for c in KEY))
     assert kind == "per step" and int(arr.sum()) == k["self_ps"] > 0
+    # the default (steady) window: the samples come from its steps only
+    a = steps.anatomy(prof.table, prof.module_runs, module=sides[0].steps[0])
+    win = a.steps.filter(pl.col("in_window"))
+    per_step = [v for kind, v in sides[0].samples.by_key.values() if kind == "per step"]
+    assert per_step and all(len(v) == win.height for v in per_step)
+    assert sum(int(v.sum()) for v in per_step) == int(win["op_time_ps"].sum())
+    assert np.array_equal(sides[0].samples.steps, win["duration_ps"].to_numpy())
 
 
 def test_pooled_sides_diff_from_the_cli(runs, tmp_path, capsys):
@@ -188,9 +200,11 @@ def test_pooled_sides_diff_from_the_cli(runs, tmp_path, capsys):
     j = json.loads(out.read_text())
     assert j["noise"]["level"] == 0.95 and j["noise"]["compared"] >= 20
     k = next(p for p in j["populations"] if p["kind"] == "kernel")
-    assert k["significant"] and k["n_samples_base"] == 30 and k["occurrences_base"] == k["occurrences_treatment"]
+    sides_of = [side(traceview.load(r)) for r in runs[:2]]
+    assert k["significant"] and k["n_samples_base"] == sum(s.steps[4] for s in sides_of)  # both steady windows
+    assert k["occurrences_base"] == k["occurrences_treatment"]
     assert " + " in j["base"] and j["steps"]["noise"]["significant"]
-    pooled = pool(sides_of := [side(traceview.load(r)) for r in runs[:2]])
+    pooled = pool(sides_of)
     assert pooled.recordings == 2 and pooled.self_ps == round(sum(s.self_ps for s in sides_of) / 2)
     capsys.readouterr()
     assert main(["diff", str(runs[0]), "--treatment", str(runs[2])]) == 2
@@ -206,7 +220,7 @@ def test_history_flags_the_block_change_not_the_repeat(runs, sides):
     assert repeat.verdict == "within noise" and repeat.change.lo < 1 < repeat.change.hi, repeat.change
     assert big.verdict == "regression" and big.change.lo >= 1.25, big.change
     assert {k["config"] for k in big.kernels} == {"p=16, bq=1_1, bkv=2048_2048"}
-    assert first.n_steps == 15 and first.families and first.families[0]["self_ps"] > 0
+    assert first.n_steps == traceview.load(runs[0]).steps().distribution["n_window"] and first.families and first.families[0]["self_ps"] > 0
     assert compare_runs(summ, baseline=runs[2].name, threshold=0.25).regressions() == []
 
 

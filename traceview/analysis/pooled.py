@@ -9,8 +9,8 @@ unions; ``source``, ``family`` and ``hlo_text`` are the first recording's. Modul
 (``module_runs``) are concatenated: the diff's module table counts the executions of every
 recording. The noise samples (:mod:`traceview.analysis.samples`) stay one array per recording
 and population, so :func:`traceview.analysis.noise.compare` resamples recordings (its
-two-stage bootstrap). The step line: the first recording's module and method, steps summed,
-the mean step over every step.
+two-stage bootstrap). The step line: the first recording's module, method and step window, steps (all, and in
+the window) summed, the mean step over every recording's window steps.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def pool(sides: list[DiffSide]) -> DiffSide:
         (pl.col("self_ps") / self_total if self_total else pl.lit(0.0)).alias("share"),
         pl.when(pl.col("executions") > 0).then(pl.col("occurrences") / pl.col("executions")).otherwise(None)
         .alias("per_execution"),
-    ).select(list(POPULATION_SCHEMA)).cast(POPULATION_SCHEMA).sort(["self_ps"] + KEY, descending=[True] + [False] * 4)
+    ).select(list(POPULATION_SCHEMA)).cast(POPULATION_SCHEMA).sort(["self_ps"] + KEY, descending=[True] + [False] * len(KEY))
     kern = pl.concat([s.kernels for s in sides], how="vertical_relaxed")
     kern = kern.group_by("kernel", maintain_order=True).agg(
         pl.col("kernel_id").first(), pl.col("config").first(),
@@ -67,8 +67,9 @@ def pool(sides: list[DiffSide]) -> DiffSide:
     have = [s.steps for s in sides if s.steps is not None]
     if have:
         n = sum(x[1] for x in have)
-        mean = sum(x[1] * x[2] for x in have) / n if n else 0.0
-        steps = (have[0][0], n, mean, have[0][3])
+        nw = sum(x[4] for x in have)
+        mean = sum(x[4] * x[2] for x in have) / nw if nw else 0.0
+        steps = (have[0][0], n, mean, have[0][3], nw, have[0][5])
     return DiffSide(label=" + ".join(s.label for s in sides), populations=pops, kernels=kern, families=fam,
                     module_runs=module_runs, events=round(sum(s.events for s in sides) / k), self_ps=self_total,
                     steps=steps, samples=pool_samples([s.samples for s in sides]),
