@@ -935,6 +935,6 @@ def profile_anatomy(prof, rules=None, *, module: str | None = None, window: str 
     if isinstance(markers, str):
         if markers != "auto":
             raise UsageError(f"markers must be 'auto', None or a frame, got {markers!r}")
-        on_host = table.height > 0 and bool(table.collapse()["device"].str.starts_with("/host:").all())
+        on_host = table.height > 0 and bool(table.collapse()["device"].str.contains("^(/host:|/device:CPU:)").all())
         markers = prof.step_markers if (module is None and on_host and prof.step_markers.height) else None
     return anatomy(table, prof.module_runs, rules=rules, module=module, window=window, markers=markers)

@@ -1,0 +1,262 @@
+"""Communication/computation overlap: per async op and per step, on each device's timeline.
+
+**Per op** (``Overlap.ops``, one row per collective or async copy execution on a device):
+
+- an async pair ``X-start`` .. ``X-done`` (``all-reduce-start``, ``all-gather-start``,
+  ``collective-permute-start``, ``copy-start``, ``async-start``, ``send``/``recv`` ..
+  ``send-done``/``recv-done``) is matched on a device by the done's operand (its HLO text
+  names the start: ``copy-done(... %copy-start)``), oldest unmatched start first. **In flight**
+  = the start's begin to the done's end (ps). **Hidden** = the part of that time during which
+  the same device executed compute ops (the union of their events, any thread or stream);
+  **exposed** = in flight - hidden (the device waited at the done, or ran nothing);
+  ``wait_at_done_ps`` is the done event's own duration (part of the exposed time).
+- a synchronous collective (``all-reduce``, ``all-gather``, ``reduce-scatter``, ``all-to-all``,
+  ``collective-permute``, ...: one event) is in flight for its duration and wholly **exposed**:
+  the device does nothing else of the program meanwhile. XLA:CPU runs every collective this
+  way (a blocking rendezvous of the devices' threads), so on CPU traces all communication is
+  exposed by construction.
+
+**Per step** (``Overlap.steps``, per (host, device, step) of the step anatomy): the step's
+wall time is partitioned, each instant counted once, in this priority order:
+**exposed communication** (a synchronous collective runs, or an async collective is in flight
+and no compute runs), **compute** (any other op runs: fusions, matmuls, the start/done events
+of async copies between device buffers...), **host** (a transfer to or from host memory, a
+copy whose HLO shape carries memory space ``S(5)``, is in flight and nothing above runs),
+**idle** (nothing). So compute + exposed + host + idle = step time exactly. **Hidden
+communication** is the part of compute during which an async collective was in flight (not a
+fifth bucket: it lies inside compute). ``critical_share`` = exposed / step time: the share of
+the step that communication holds on the critical path.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+#: synchronous collective opcodes (HLO), each one event
+SYNC_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
+                    "collective-permute", "collective-broadcast")
+#: opcodes that begin an async pair
+ASYNC_STARTS = ("all-reduce-start", "all-gather-start", "collective-permute-start", "copy-start", "async-start",
+                "send", "recv")
+#: opcodes that end one
+ASYNC_DONES = ("all-reduce-done", "all-gather-done", "collective-permute-done", "copy-done", "async-done",
+               "send-done", "recv-done")
+_OPERAND = re.compile(r"%([A-Za-z0-9_.\-]+)")
+_HOST_SPACE = "S(5)"  # XLA's host memory space annotation in an HLO layout
+
+OPS_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "module": pl.Utf8, "op_name": pl.Utf8, "op_kind": pl.Utf8,
+              "shape": pl.Utf8, "kind": pl.Utf8, "sync": pl.Boolean, "start_ps": pl.Int64, "end_ps": pl.Int64,
+              "in_flight_ps": pl.Int64, "hidden_ps": pl.Int64, "exposed_ps": pl.Int64, "wait_at_done_ps": pl.Int64}
+STEPS_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "step": pl.Int64, "start_ps": pl.Int64, "step_ps": pl.Int64,
+                "compute_ps": pl.Int64, "exposed_ps": pl.Int64, "hidden_ps": pl.Int64, "host_ps": pl.Int64,
+                "idle_ps": pl.Int64, "critical_share": pl.Float64}
+
+
+@dataclass
+class Overlap:
+    """Result of :func:`overlap`. ``ops``: :data:`OPS_SCHEMA` (``kind``: "collective",
+    "host transfer" or "copy"; times in ps). ``populations``: ``ops`` summed per (kind, op_kind,
+    op_name, shape): n, in_flight_ps, hidden_ps, exposed_ps, hidden_share. ``steps``:
+    :data:`STEPS_SCHEMA`. ``summary``: over all steps: step_ps, compute_ps, exposed_ps,
+    hidden_ps, host_ps, idle_ps (sums), exposed_share (exposed / step time), n_steps, n_devices,
+    synchronous (True when every collective was synchronous). ``notes``: what the reader must
+    know (synchronous collectives counted exposed)."""
+
+    ops: pl.DataFrame
+    populations: pl.DataFrame
+    steps: pl.DataFrame
+    summary: dict
+    notes: list = field(default_factory=list)
+
+
+def _classify(kind: str, text: str) -> str | None:
+    """"collective", "host transfer", "copy" (async copy between device buffers) or None (compute)."""
+    if kind in SYNC_COLLECTIVES:
+        return "collective"
+    if kind in ASYNC_STARTS or kind in ASYNC_DONES:
+        if kind.startswith("copy-"):
+            return "host transfer" if _HOST_SPACE in text else "copy"
+        return "collective"
+    if kind == "copy" and _HOST_SPACE in text:
+        return "host transfer"
+    return None
+
+
+def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint sorted intervals covering the union of [starts, ends)."""
+    if len(starts) == 0:
+        return starts, ends
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], ends[o]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(new)
+    us = s[idx]
+    ue = run_end[np.r_[idx[1:] - 1, len(s) - 1]]  # each group's end: the running max at its last member
+    return us, ue
+
+
+def _covered(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per window [a_i, b_i): the time inside it covered by the disjoint sorted intervals (us, ue)."""
+    if len(us) == 0:
+        return np.zeros(len(a), dtype=np.int64)
+    cum = np.concatenate([[0], np.cumsum(ue - us)])
+
+    def upto(t):  # covered time in (-inf, t)
+        i = np.searchsorted(us, t, side="right")  # intervals starting before t
+        inside = np.where(i > 0, np.minimum(ue[np.maximum(i - 1, 0)], t) - us[np.maximum(i - 1, 0)], 0)
+        return cum[np.maximum(i - 1, 0)] * (i > 0) + np.maximum(inside, 0)
+
+    return upto(b) - upto(a)
+
+
+def _subtract(us, ue, vs, ve):
+    """(us, ue) minus (vs, ve), both disjoint sorted: disjoint sorted intervals."""
+    if len(us) == 0 or len(vs) == 0:
+        return us, ue
+    pts = np.unique(np.concatenate([us, ue, vs, ve]))
+    mid_a, mid_b = pts[:-1], pts[1:]
+    in_u = _covered(us, ue, mid_a, mid_b) == (mid_b - mid_a)
+    in_v = _covered(vs, ve, mid_a, mid_b) > 0
+    keep = in_u & ~in_v
+    return _union(mid_a[keep], mid_b[keep])
+
+
+def _pairs(dev: pl.DataFrame) -> list[tuple]:
+    """Async pairs and synchronous collectives of one device's events (time order):
+    (start row, done row or None) per execution."""
+    out = []
+    pending: dict[str, list[int]] = {}
+    kinds, names, texts = dev["op_kind"].to_list(), dev["op_name"].to_list(), dev["hlo_text"].to_list()
+    for i, (k, nm, tx) in enumerate(zip(kinds, names, texts)):
+        if k in SYNC_COLLECTIVES or (k == "copy" and _HOST_SPACE in tx):
+            out.append((i, None))
+        elif k in ASYNC_STARTS:
+            pending.setdefault(nm, []).append(i)
+        elif k in ASYNC_DONES:
+            paren = tx.find(k + "(")
+            ops = _OPERAND.findall(tx[paren:]) if paren >= 0 else []
+            for cand in ops:
+                if pending.get(cand):
+                    out.append((pending[cand].pop(0), i))
+                    break
+    return out
+
+
+def overlap(table, steps: pl.DataFrame | None) -> Overlap:
+    """Overlap of ``table`` (an OpTable or the wide op frame: host, device, module, op_name,
+    op_kind, shape, hlo_text, start_ps, duration_ps) within the step windows ``steps`` (the
+    step anatomy's frame: host, device, step, start_ps, duration_ps; ``in_window`` rows only
+    when that column exists; None or empty: one window per device over its ops). Never raises
+    on an empty table (empty frames)."""
+    cols = ["host", "device", "module", "op_name", "op_kind", "shape", "hlo_text", "start_ps", "duration_ps"]
+    ops = table.frame(cols) if hasattr(table, "frame") else table.select(cols)
+    ops = ops.filter(pl.col("start_ps").is_not_null()).sort(["host", "device", "start_ps"], maintain_order=True)
+    if steps is not None and "in_window" in steps.columns:
+        steps = steps.filter(pl.col("in_window"))
+    op_rows, step_rows = [], []
+    any_async = False
+    for (host, device), dev in ops.group_by(["host", "device"], maintain_order=True):
+        s = dev["start_ps"].to_numpy().astype(np.int64)
+        e = s + dev["duration_ps"].to_numpy().astype(np.int64)
+        cls = [_classify(k, t) for k, t in zip(dev["op_kind"].to_list(), dev["hlo_text"].to_list())]
+        is_comp = np.array([c is None or (c == "copy") for c in cls], dtype=bool)
+        cu_s, cu_e = _union(s[is_comp], e[is_comp])
+        sync_s, sync_e, async_s, async_e, host_s, host_e = [], [], [], [], [], []
+        names, kinds, shapes, mods = (dev["op_name"].to_list(), dev["op_kind"].to_list(), dev["shape"].to_list(),
+                                      dev["module"].to_list())
+        for a, d in _pairs(dev):
+            kind = cls[a] or "collective"
+            if d is None:
+                t0, t1, hid, wait, sync = int(s[a]), int(e[a]), 0, 0, True
+                (host_s if kind == "host transfer" else sync_s).append(t0)
+                (host_e if kind == "host transfer" else sync_e).append(t1)
+            else:
+                any_async = any_async or kind == "collective"
+                t0, t1, sync = int(s[a]), int(max(e[d], e[a])), False
+                hid = int(_covered(cu_s, cu_e, np.array([t0]), np.array([t1]))[0])
+                wait = int(e[d] - s[d])
+                if kind == "collective":
+                    async_s.append(t0), async_e.append(t1)
+                elif kind == "host transfer":
+                    host_s.append(t0), host_e.append(t1)
+            op_rows.append((host, device, mods[a], names[a], kinds[a], shapes[a], kind, sync, t0, t1, t1 - t0, hid,
+                            t1 - t0 - hid, wait))
+        # step windows of this device
+        if steps is not None and steps.height:
+            w = steps.filter((pl.col("host") == host) & (pl.col("device") == device))
+        else:
+            w = None
+        if w is None or w.height == 0:
+            if len(s) == 0:
+                continue
+            wa, wb, wstep = np.array([s.min()]), np.array([e.max()]), [0]
+        else:
+            wa = w["start_ps"].to_numpy().astype(np.int64)
+            wb = wa + w["duration_ps"].to_numpy().astype(np.int64)
+            wstep = w["step"].to_list()
+        arr = lambda x: np.array(x, dtype=np.int64)
+        sy_s, sy_e = _union(arr(sync_s), arr(sync_e))
+        as_s, as_e = _union(arr(async_s), arr(async_e))
+        ho_s, ho_e = _union(arr(host_s), arr(host_e))
+        comp_s, comp_e = _subtract(cu_s, cu_e, sy_s, sy_e)           # compute not under a sync collective
+        exp_async = _subtract(*_subtract(as_s, as_e, cu_s, cu_e), sy_s, sy_e)
+        exposed = _covered(sy_s, sy_e, wa, wb) + _covered(*exp_async, wa, wb)
+        compute = _covered(comp_s, comp_e, wa, wb)
+        hidden = _covered(*_subtract(*_intersect(as_s, as_e, comp_s, comp_e), sy_s, sy_e), wa, wb)
+        busy_s, busy_e = _union(np.concatenate([cu_s, sy_s, as_s]), np.concatenate([cu_e, sy_e, as_e]))
+        host_only = _covered(*_subtract(ho_s, ho_e, busy_s, busy_e), wa, wb)
+        for i in range(len(wa)):
+            span = int(wb[i] - wa[i])
+            idle = span - int(compute[i]) - int(exposed[i]) - int(host_only[i])
+            step_rows.append((host, device, int(wstep[i]), int(wa[i]), span, int(compute[i]), int(exposed[i]),
+                              int(hidden[i]), int(host_only[i]), idle, exposed[i] / span if span > 0 else None))
+    op_df = pl.DataFrame(op_rows, schema=OPS_SCHEMA, orient="row")
+    st_df = pl.DataFrame(step_rows, schema=STEPS_SCHEMA, orient="row")
+    pops = (op_df.group_by(["kind", "op_kind", "op_name", "shape"], maintain_order=True)
+            .agg(pl.len().alias("n"), pl.col("sync").all(), pl.col("in_flight_ps").sum(), pl.col("hidden_ps").sum(),
+                 pl.col("exposed_ps").sum(), pl.col("wait_at_done_ps").sum())
+            .with_columns((pl.col("hidden_ps") / pl.col("in_flight_ps")).alias("hidden_share"))
+            .sort("in_flight_ps", descending=True))
+    tot = {k: int(st_df[k].sum()) if st_df.height else 0
+           for k in ("step_ps", "compute_ps", "exposed_ps", "hidden_ps", "host_ps", "idle_ps")}
+    n_coll = op_df.filter(pl.col("kind") == "collective")
+    summary = dict(tot, exposed_share=tot["exposed_ps"] / tot["step_ps"] if tot["step_ps"] else None,
+                   n_steps=st_df.select("host", "step").n_unique() if st_df.height else 0,
+                   n_devices=st_df.select("host", "device").n_unique() if st_df.height else 0,
+                   collectives=n_coll.height, async_ops=op_df.filter(~pl.col("sync")).height,
+                   synchronous=bool(n_coll.height) and bool(n_coll["sync"].all()))
+    notes = []
+    if summary["synchronous"]:
+        notes.append("every collective here is synchronous (one event, e.g. XLA:CPU's blocking rendezvous): "
+                     "its whole time counts as exposed communication, none as hidden")
+    if not any_async and not n_coll.height:
+        notes.append("no collective in the trace")
+    return Overlap(ops=op_df, populations=pops, steps=st_df, summary=summary, notes=notes)
+
+
+def _intersect(us, ue, vs, ve):
+    """(us, ue) ∩ (vs, ve), both disjoint sorted."""
+    if len(us) == 0 or len(vs) == 0:
+        return us[:0], ue[:0]
+    pts = np.unique(np.concatenate([us, ue, vs, ve]))
+    a, b = pts[:-1], pts[1:]
+    full = b - a
+    keep = (_covered(us, ue, a, b) == full) & (_covered(vs, ve, a, b) == full)
+    return _union(a[keep], b[keep])
+
+
+def profile_overlap(prof, steps=None) -> Overlap:
+    """:func:`overlap` of a profile within its step anatomy's windows (``steps``: a
+    :class:`~traceview.analysis.steps.StepAnatomy`, default the profile's)."""
+    if steps is None:
+        from traceview.analysis.steps import profile_anatomy
+
+        steps = profile_anatomy(prof)
+    return overlap(prof.table, steps.steps if steps is not None else None)
