@@ -55,7 +55,10 @@ class Report:
     (:class:`~traceview.analysis.steps.StepAnatomy`). HTML only (else None):
     ``html_sources`` (by file, direct frame) and ``source_kinds`` (origin, share),
     ``populations_per_name`` ({op_name: populations}), ``hlo_texts`` ({(op_name, shape): the
-    first HLO text}), ``step_chart`` (:class:`StepChart`).
+    first HLO text}), ``step_chart`` (:class:`StepChart`). ``overlap``
+    (:class:`~traceview.analysis.overlap.Overlap`, None when the trace has no collective or
+    async copy) and ``stragglers`` (:class:`~traceview.analysis.stragglers.Stragglers`, None
+    unless collectives were matched across several devices).
     """
 
     discovery: object
@@ -84,6 +87,8 @@ class Report:
     populations_per_name: dict | None = None
     hlo_texts: dict | None = None
     step_chart: StepChart | None = None
+    overlap: object = None
+    stragglers: object = None
 
 
 def file_rows(prof) -> list[dict]:
@@ -182,9 +187,24 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  peaks=peaks, roofline=roof,
                  roofline_summary=predicted_vs_measured(roof), kernels=kern, sources=files,
                  source_frame=source_frame, steps=anat)
+    rep.overlap, rep.stragglers = communication_sections(prof, anat)
     if html:
         add_html_sections(rep, prof)
     return rep
+
+
+def communication_sections(prof, anat: StepAnatomy) -> tuple:
+    """(Overlap or None, Stragglers or None) of ``prof`` within the step windows of ``anat``:
+    None where the trace has nothing for the section (no collective or async copy; fewer
+    than two devices at a matched collective)."""
+    from traceview.analysis.overlap import overlap
+    from traceview.analysis.stragglers import stragglers
+
+    ov = overlap(prof.table, anat.steps if anat is not None else None)
+    if ov.ops.height == 0:
+        return None, None
+    st = stragglers(prof.table, ov.steps)
+    return ov, (st if st.summary.get("straggler") else None)
 
 
 def add_html_sections(rep: Report, prof) -> Report:

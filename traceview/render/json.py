@@ -13,6 +13,7 @@ import json
 import math
 
 from traceview.model.naming import printable
+from traceview.render.overlap_view import overlap_payload, stragglers_payload
 from traceview.render.provenance import provenance_lines, run_names
 
 
@@ -74,6 +75,8 @@ def analysis_payload(rep, *, top: int | None, version: str) -> dict:
             "families": anat.families.to_dicts(), "notes": list(anat.notes)},
         "occurrence_checks": checks.to_dicts() if checks is not None else None,
         "occurrence_checks_summary": rep.checks_summary,
+        "overlap": overlap_payload(getattr(rep, "overlap", None), top),
+        "stragglers": stragglers_payload(getattr(rep, "stragglers", None), top),
     }
 
 
