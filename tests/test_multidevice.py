@@ -213,3 +213,13 @@ def test_cli_sections_json_and_verify(capsys):
     assert [r.ok for r in single.results] == [True, False]
     assert "no collective in the trace" in single.results[0].message
     assert "no collective execution was matched" in single.results[1].message
+
+
+def test_html_report_has_the_communication_section(strag, tmp_path):
+    out = strag.report(tmp_path / "r.html")
+    html = out.read_text()
+    sec = html[html.index('<section id="communication">'):]
+    sec = sec[:sec.index("</section>")]
+    assert sec.count("<svg") == 2  # the per-step stacked bar and the per-device skew strip
+    assert "Straggler <code>/device:CPU:5</code>: slowest in 3 of 3 step(s)" in sec
+    assert "exposed communication" in sec and "/device:CPU:7" in sec
