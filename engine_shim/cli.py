@@ -93,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--no-precompile", action="store_true", help="compile buckets on first use instead of at start-up")
         s.add_argument("--no-donate", action="store_true",
                        help="compile the decode with a copying KV cache update (no buffer donation) [default donated]")
+        s.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                       help="split the model over N devices (heads and MLP hidden units; on CPU set "
+                            "XLA_FLAGS=--xla_force_host_platform_device_count=N first) [default 1]")
         s.add_argument("--allow-cpu", action="store_true",
                        help="run an accelerator-sized preset (gemma-2b) even on a CPU-only machine")
         s.add_argument("--log-dir", default="./profile", help="profile log dir [default ./profile]")
@@ -176,6 +179,7 @@ def _resolve(args, env) -> dict:
         enable_prefix_caching=args.enable_prefix_caching,
         prefix_tokens=_nonnegative("--prefix-tokens", args.prefix_tokens),
         donate=not args.no_donate,
+        tensor_parallel=_positive("--tensor-parallel", args.tensor_parallel),
     )
 
 

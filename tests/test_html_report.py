@@ -83,7 +83,8 @@ def test_tpu_report_has_peaks_sources_and_ridge(tpu_html):
     assert "560.4 FLOP/byte" in text  # ridge = 918e12 / 1.638e12
     assert "trace plane stats of /device:TPU:0" in text  # where the peaks come from
     assert "TPU v6 Lite" in text
-    assert tpu_html.count("<svg") == 2  # roofline + step anatomy
+    assert tpu_html.count("<svg") == 4  # roofline + step anatomy + communication per step + per-device skew
+    assert 'id="communication"' in tpu_html and "host transfers" in text
     assert "Coverage:" in text and "families sum to" in text
     assert "copy-done.4" in text and "broadcast_add_fusion.1" in text
 
@@ -302,8 +303,8 @@ def test_chart_worker_draws_the_same_page(tpu):
     inline = html_render.render_report(rep)
     with ChartWorker() as worker:
         drawn = html_render.render_report(rep, charts=worker)
-        assert worker.alive == 1 and worker.answered == 2
-    assert drawn == inline and drawn.count("<svg") == 2
+        assert worker.alive == 1 and worker.answered == 4  # roofline, steps, communication bars, skew strip
+    assert drawn == inline and drawn.count("<svg") == 4
 
 
 @pytest.mark.parametrize("child", ["import sys; sys.exit(3)",  # dies before answering

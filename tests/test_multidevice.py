@@ -223,3 +223,60 @@ def test_html_report_has_the_communication_section(strag, tmp_path):
     assert sec.count("<svg") == 2  # the per-step stacked bar and the per-device skew strip
     assert "Straggler <code>/device:CPU:5</code>: slowest in 3 of 3 step(s)" in sec
     assert "exposed communication" in sec and "/device:CPU:7" in sec
+
+
+@pytest.fixture(scope="module")
+def tp():
+    return traceview.load(FIX / "tp_decode", cache=False)
+
+
+def test_tensor_parallel_decode_fixture(tp):
+    exp = _expected("tp_decode")
+    assert sorted(tp.ops["device"].unique().to_list()) == [f"/device:CPU:{i}" for i in range(exp["devices"])]
+    dec = tp.ops.filter(pl.col("module").str.starts_with(exp["decode_program_prefix"]))
+    (c,) = exp["collectives_per_decode_step"]
+    ar = dec.filter(pl.col("op_kind") == c["hlo_kind"])
+    assert set(ar["shape"].str.extract(r"^(\S+)").to_list()) == {c["operand"]}
+    per_dev = ar.group_by("device").len()["len"].to_list()
+    assert per_dev == [c["count"] * exp["decode_steps"]] * exp["devices"]
+    # the kernel ran on each device's query heads: 8 heads / 4 devices = 2 (q f32[4,1,2,64] per device)
+    kern = tp.kernels()
+    assert kern.height == 1 and kern["shape"][0].startswith("(f32[4,1,2,64],")
+    st = tp.stragglers()
+    parts = st.collectives.filter(pl.col("module").str.starts_with(exp["decode_program_prefix"]))["participants"]
+    assert parts.unique().to_list() == [c["group_size"]]
+    ov = tp.overlap()
+    s = ov.steps
+    assert ((s["compute_ps"] + s["exposed_ps"] + s["host_ps"] + s["idle_ps"] - s["step_ps"]).abs()
+            <= 0.01 * s["step_ps"]).all()
+
+
+def test_engine_tensor_parallel_matches_one_device(tmp_path):
+    """Greedy tokens of the tiny engine split over 2 virtual CPU devices equal the 1-device ones."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "from traceview.engine_shim.engine import LLM\n"
+        "from traceview.engine_shim.bench import sampling_params\n"
+        "sp = sampling_params('greedy', 3)\n"
+        "kw = dict(max_num_seqs=2, max_model_len=64, min_request_bucket=2, precompile=False, seed=0)\n"
+        "a = [o.outputs[0].token_ids for o in LLM('tiny', **kw).generate(['Hello, my name is'], sp)]\n"
+        "llm = LLM('tiny', tensor_parallel=2, **kw)\n"
+        "b = [o.outputs[0].token_ids for o in llm.generate(['Hello, my name is'], sp)]\n"
+        "print(a == b, a, b, tuple(llm.params['layers'][0]['w_down'].sharding.spec))\n")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("True "), out.stdout
+    assert out.stdout.rstrip().endswith("('tp', None)")  # w_down split by rows
+
+
+def test_engine_tensor_parallel_needs_the_devices(capsys):
+    from traceview.engine_shim.engine import LLM
+
+    with pytest.raises(ValueError, match="tensor_parallel=2 needs 2 devices, 1 available"):
+        LLM("tiny", max_num_seqs=2, max_model_len=64, precompile=False, tensor_parallel=2)
+    assert main(["engine", "bench", "--tensor-parallel", "2", "--max-tokens", "2"]) == 2
+    assert "needs 2 devices" in capsys.readouterr().err

@@ -257,9 +257,12 @@ def skew_svg(devices: list[str], busy: list[list[float]]) -> str:
     fig.subplots_adjust(left=min(0.45, 0.04 + 0.013 * width), right=0.86, bottom=0.22 + 0.4 / max(nd, 1), top=0.96)
     ax = fig.add_subplot()
     if a.size:
-        im = ax.imshow(np.log2(np.clip(ratio, 1 / 16, 16)), aspect="auto", cmap="RdBu_r", vmin=-4, vmax=4,
-                       interpolation="nearest")
+        # vector cells (pcolormesh), not imshow: an image would be an embedded PNG in the SVG
+        im = ax.pcolormesh(np.arange(ns + 1) - 0.5, np.arange(nd + 1) - 0.5, np.log2(np.clip(ratio, 1 / 16, 16)),
+                           cmap="RdBu_r", vmin=-4, vmax=4, linewidth=0)
+        ax.set_ylim(nd - 0.5, -0.5)
         cb = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
+        cb.solids.set_rasterized(False)  # matplotlib rasterizes a long colorbar: no image in the SVG
         cb.set_ticks([-4, -2, 0, 2, 4])
         cb.set_ticklabels(["1/16", "1/4", "median", "4x", "16x"])
     ax.set_yticks(range(nd))
