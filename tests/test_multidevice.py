@@ -280,3 +280,17 @@ def test_engine_tensor_parallel_needs_the_devices(capsys):
         LLM("tiny", max_num_seqs=2, max_model_len=64, precompile=False, tensor_parallel=2)
     assert main(["engine", "bench", "--tensor-parallel", "2", "--max-tokens", "2"]) == 2
     assert "needs 2 devices" in capsys.readouterr().err
+
+
+def test_trace_json_splits_virtual_devices_too():
+    """The trace.json export carries ``args.device_ordinal`` as well: 8 devices, 3 executions
+    each; without HLO opcodes no collective is matched, so no straggler is named."""
+    exp = _expected("straggler_8dev")
+    prof = traceview.load(next((FIX / "straggler_8dev").rglob("*.trace.json.gz")), cache=False)
+    raw = _raw_ops(_xplane("straggler_8dev"))
+    got = prof.ops.group_by("device").len().sort("device")
+    assert got["device"].to_list() == [f"/device:CPU:{i}" for i in range(exp["devices"])]
+    assert got["len"].to_list() == raw.group_by("ordinal").len().sort("ordinal")["len"].to_list()
+    assert prof.module_runs.group_by("device").len()["len"].to_list() == [exp["steps"]] * exp["devices"]
+    st = prof.stragglers()
+    assert "straggler" not in st.summary and "no collective execution matched" in st.notes[0]

@@ -50,7 +50,9 @@ class Stragglers:
     of the participants' waits). ``summary``: straggler (the device slowest in most steps;
     ties: the most attributed wait), its steps_slowest, lead_median (over the steps it was
     slowest in), attributed_wait_ps (all others' waits attributed to it), wait_ps (all waits),
-    attributed_share (attributed / all), n_steps, n_devices. ``clock_offsets``: {host: ps added
+    attributed_share (attributed / all), lead_max, n_steps, n_devices; the straggler keys only
+    when collective executions were matched across devices (a busy-time ranking alone would
+    count a device's waits inside an unrecognised collective as work). ``clock_offsets``: {host: ps added
     to that host's times} (empty with one host). ``notes``: lines to state."""
 
     devices: pl.DataFrame
@@ -152,7 +154,11 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
         .with_columns(((pl.col("busy_max_ps") - pl.col("busy_median_ps")) / pl.col("busy_median_ps")).alias("lead"))
         .select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).sort("step"))
     summary: dict = {"n_steps": steps.height, "n_devices": dev.select("host", "device").n_unique()}
-    if steps.height and steps["n_devices"].max() > 1:
+    if steps.height and steps["n_devices"].max() > 1 and coll.height == 0:
+        notes.append("no collective execution matched across devices (no collective opcodes in the trace: a "
+                     "trace.json without HLO, or a program without communication): busy times only, no straggler "
+                     "named")
+    elif steps.height and steps["n_devices"].max() > 1:
         counts = steps.group_by("slowest").agg(pl.len().alias("n"), pl.col("lead").median())
         tot_caused = dev_named.group_by("_name").agg(pl.col("caused_wait_ps").sum())
         counts = counts.join(tot_caused, left_on="slowest", right_on="_name", how="left")
