@@ -73,17 +73,37 @@ class Overlap:
     notes: list = field(default_factory=list)
 
 
-def _classify(kind: str, text: str) -> str | None:
-    """"collective", "host transfer", "copy" (async copy between device buffers) or None (compute)."""
-    if kind in SYNC_COLLECTIVES:
-        return "collective"
-    if kind in ASYNC_STARTS or kind in ASYNC_DONES:
-        if kind.startswith("copy-"):
-            return "host transfer" if _HOST_SPACE in text else "copy"
-        return "collective"
-    if kind == "copy" and _HOST_SPACE in text:
-        return "host transfer"
-    return None
+def _class_expr() -> pl.Expr:
+    """Per op description: "collective", "host transfer", "copy" (async copy between device
+    buffers) or null (compute)."""
+    kind, host = pl.col("op_kind"), pl.col("hlo_text").str.contains(_HOST_SPACE, literal=True)
+    is_async = kind.is_in(list(ASYNC_STARTS) + list(ASYNC_DONES))
+    return (pl.when(kind.is_in(list(SYNC_COLLECTIVES))).then(pl.lit("collective"))
+            .when(is_async & kind.str.starts_with("copy-") & host).then(pl.lit("host transfer"))
+            .when(is_async & kind.str.starts_with("copy-")).then(pl.lit("copy"))
+            .when(is_async).then(pl.lit("collective"))
+            .when((kind == "copy") & host).then(pl.lit("host transfer"))
+            .otherwise(pl.lit(None, dtype=pl.Utf8)).alias("_cls"))
+
+
+def _events(table) -> tuple[pl.DataFrame, bool]:
+    """Placed events in (host, device, start) order with ``_cls`` and, for communication
+    events only, their op columns; and whether any event is communication or a transfer."""
+    cols = ["host", "device", "module", "op_name", "op_kind", "shape", "hlo_text"]
+    if hasattr(table, "attrs"):  # an OpTable: classify its descriptions, not its events
+        attrs = table.attrs.select(["attr"] + cols).with_columns(_class_expr())
+        used = attrs.filter(pl.col("_cls").is_not_null())
+        ev = table.events.select("attr", "start_ps", "duration_ps").filter(pl.col("start_ps").is_not_null())
+        if used.height == 0 or not ev["attr"].is_in(used["attr"].implode()).any():
+            return ev.head(0), False
+        ev = ev.join(attrs.select("attr", "host", "device", "_cls"), on="attr", how="left", maintain_order="left")
+        ev = ev.join(used.select(["attr"] + cols[2:]), on="attr", how="left", maintain_order="left")
+    else:
+        ev = table.select(cols + ["start_ps", "duration_ps"]).filter(pl.col("start_ps").is_not_null()) \
+            .with_columns(_class_expr())
+        if not ev["_cls"].is_not_null().any():
+            return ev.head(0), False
+    return ev.sort(["host", "device", "start_ps"], maintain_order=True), True
 
 
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -128,13 +148,13 @@ def _subtract(us, ue, vs, ve):
     return _union(mid_a[keep], mid_b[keep])
 
 
-def _pairs(dev: pl.DataFrame) -> list[tuple]:
-    """Async pairs and synchronous collectives of one device's events (time order):
-    (start row, done row or None) per execution."""
+def _pairs(kinds: list, names: list, texts: list) -> list[tuple]:
+    """Async pairs and synchronous collectives / host copies among one device's communication
+    events (time order): (start index, done index or None) per execution."""
     out = []
     pending: dict[str, list[int]] = {}
-    kinds, names, texts = dev["op_kind"].to_list(), dev["op_name"].to_list(), dev["hlo_text"].to_list()
     for i, (k, nm, tx) in enumerate(zip(kinds, names, texts)):
+        tx = tx or ""
         if k in SYNC_COLLECTIVES or (k == "copy" and _HOST_SPACE in tx):
             out.append((i, None))
         elif k in ASYNC_STARTS:
@@ -155,33 +175,35 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
     step anatomy's frame: host, device, step, start_ps, duration_ps; ``in_window`` rows only
     when that column exists; None or empty: one window per device over its ops). Never raises
     on an empty table (empty frames)."""
-    cols = ["host", "device", "module", "op_name", "op_kind", "shape", "hlo_text", "start_ps", "duration_ps"]
-    ops = table.frame(cols) if hasattr(table, "frame") else table.select(cols)
-    ops = ops.filter(pl.col("start_ps").is_not_null()).sort(["host", "device", "start_ps"], maintain_order=True)
+    ops, any_comm = _events(table)
     if steps is not None and "in_window" in steps.columns:
         steps = steps.filter(pl.col("in_window"))
     op_rows, step_rows = [], []
     any_async = False
-    for (host, device), dev in ops.group_by(["host", "device"], maintain_order=True):
+    for (host, device), dev in (ops.group_by(["host", "device"], maintain_order=True) if any_comm else []):
         s = dev["start_ps"].to_numpy().astype(np.int64)
         e = s + dev["duration_ps"].to_numpy().astype(np.int64)
-        cls = [_classify(k, t) for k, t in zip(dev["op_kind"].to_list(), dev["hlo_text"].to_list())]
-        is_comp = np.array([c is None or (c == "copy") for c in cls], dtype=bool)
+        cls_s = dev["_cls"]
+        is_comp = (cls_s.is_null() | (cls_s == "copy")).to_numpy()
         cu_s, cu_e = _union(s[is_comp], e[is_comp])
         sync_s, sync_e, async_s, async_e, host_s, host_e = [], [], [], [], [], []
-        names, kinds, shapes, mods = (dev["op_name"].to_list(), dev["op_kind"].to_list(), dev["shape"].to_list(),
-                                      dev["module"].to_list())
-        for a, d in _pairs(dev):
+        comm_idx = np.flatnonzero(~cls_s.is_null().to_numpy())
+        cd = dev[comm_idx]
+        cls = cd["_cls"].to_list()
+        names, kinds, shapes, mods = (cd["op_name"].to_list(), cd["op_kind"].to_list(), cd["shape"].to_list(),
+                                      cd["module"].to_list())
+        s_c, e_c = s[comm_idx], e[comm_idx]
+        for a, d in _pairs(kinds, names, cd["hlo_text"].to_list()):
             kind = cls[a] or "collective"
             if d is None:
-                t0, t1, hid, wait, sync = int(s[a]), int(e[a]), 0, 0, True
+                t0, t1, hid, wait, sync = int(s_c[a]), int(e_c[a]), 0, 0, True
                 (host_s if kind == "host transfer" else sync_s).append(t0)
                 (host_e if kind == "host transfer" else sync_e).append(t1)
             else:
                 any_async = any_async or kind == "collective"
-                t0, t1, sync = int(s[a]), int(max(e[d], e[a])), False
+                t0, t1, sync = int(s_c[a]), int(max(e_c[d], e_c[a])), False
                 hid = int(_covered(cu_s, cu_e, np.array([t0]), np.array([t1]))[0])
-                wait = int(e[d] - s[d])
+                wait = int(e_c[d] - s_c[d])
                 if kind == "collective":
                     async_s.append(t0), async_e.append(t1)
                 elif kind == "host transfer":

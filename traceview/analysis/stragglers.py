@@ -63,11 +63,14 @@ class Stragglers:
     notes: list = field(default_factory=list)
 
 
+#: what arrives at a collective: a synchronous one, or the start of an async pair
+_KINDS = list(SYNC_COLLECTIVES) + [k for k in ASYNC_STARTS if not k.startswith("copy")]
+
+
 def _executions(ops: pl.DataFrame) -> pl.DataFrame:
     """Collective events (sync ones and the starts of async pairs) with their execution index
     per (host, device, module, op_name)."""
-    kinds = list(SYNC_COLLECTIVES) + [k for k in ASYNC_STARTS if not k.startswith("copy")]
-    c = ops.filter(pl.col("op_kind").is_in(kinds) & pl.col("start_ps").is_not_null())
+    c = ops.filter(pl.col("op_kind").is_in(_KINDS) & pl.col("start_ps").is_not_null())
     return (c.sort(["host", "device", "start_ps"])
             .with_columns(pl.int_range(pl.len()).over(["host", "device", "module", "op_name"]).alias("execution"),
                           (pl.col("start_ps") + pl.col("duration_ps")).alias("end_ps")))
@@ -95,7 +98,10 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
     ``overlap_steps`` (:attr:`traceview.analysis.overlap.Overlap.steps`: host, device, step,
     start_ps, step_ps, compute_ps). Never raises on empty input (empty frames)."""
     cols = ["host", "device", "module", "op_name", "op_kind", "start_ps", "duration_ps"]
-    ops = table.frame(cols) if hasattr(table, "frame") else table.select(cols)
+    if hasattr(table, "attrs"):  # an OpTable: only the collectives' events become a frame
+        ops = table.filter(pl.col("op_kind").is_in(_KINDS)).frame(cols)
+    else:
+        ops = table.select(cols)
     execs = _executions(ops)
     offsets = clock_offsets(execs)
     notes = []
@@ -123,6 +129,7 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
     w = overlap_steps.select("host", "device", "step", "start_ps", (pl.col("start_ps") + pl.col("step_ps")).alias("_e"),
                              pl.col("compute_ps").alias("busy_ps"))
     if w.height == 0:
+        notes.append("no collective matched and no step windows with communication: no straggler figures")
         return Stragglers(devices=pl.DataFrame(schema=DEVICES_SCHEMA), steps=pl.DataFrame(schema=STEPS_SCHEMA),
                           collectives=coll, summary={}, clock_offsets=offsets, notes=notes)
     ex = execs.join(w.select("host", "device", "step", pl.col("start_ps").alias("_ws"), "_e"),
