@@ -295,3 +295,26 @@ def test_trace_json_splits_virtual_devices_too():
     st = prof.stragglers()
     assert "straggler" not in st.summary and "no collective" in st.notes[0]
     assert prof.overlap().ops.height == 0  # the JSON names no HLO opcode: no collective is recognised
+
+
+def test_vllm_tpu_collectives_and_generic_async_ops(shared_traces):
+    """The vLLM trace's all-reduce / all-gather are synchronous collectives over its 2 devices;
+    its async ``slice-start`` (a wrapped slice) is device work, not communication."""
+    prof = traceview.load(shared_traces / "vllm_tpu_qwen")
+    ov = prof.overlap()
+    o = ov.ops
+    n_coll = prof.ops.filter(pl.col("op_kind").is_in(["all-reduce", "all-gather"])).height
+    coll = o.filter(pl.col("kind") == "collective")
+    assert coll.height == n_coll and coll["sync"].all()
+    assert set(o.filter(pl.col("op_name").str.starts_with("slice-start"))["kind"].to_list()) == {"async op"}
+    assert (o["hidden_ps"] + o["exposed_ps"] == o["in_flight_ps"]).all()
+    s = ov.steps
+    assert ((s["compute_ps"] + s["exposed_ps"] + s["host_ps"] + s["idle_ps"] - s["step_ps"]).abs()
+            <= 0.01 * s["step_ps"]).all()
+    # one device runs its collectives one after another: exposed = their summed durations in the step
+    for r in s.iter_rows(named=True):
+        c = prof.ops.filter(pl.col("op_kind").is_in(["all-reduce", "all-gather"]) & (pl.col("device") == r["device"])
+                            & (pl.col("start_ps") >= r["start_ps"]) & (pl.col("start_ps") < r["start_ps"] + r["step_ps"]))
+        assert r["exposed_ps"] == int(c["duration_ps"].sum())
+    st = prof.stragglers()
+    assert st.collectives["participants"].unique().to_list() == [2]

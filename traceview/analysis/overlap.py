@@ -3,7 +3,9 @@
 **Per op** (``Overlap.ops``, one row per collective or async copy execution on a device):
 
 - an async pair ``X-start`` .. ``X-done`` (``all-reduce-start``, ``all-gather-start``,
-  ``collective-permute-start``, ``copy-start``, ``async-start``, ``send``/``recv`` ..
+  ``collective-permute-start``, ``copy-start``, ``async-start`` (a collective only when XLA
+  named it after one: ``all-gather-start``; ``slice-start`` is a device-side async op),
+  ``send``/``recv`` ..
   ``send-done``/``recv-done``) is matched on a device by the done's operand (its HLO text
   names the start: ``copy-done(... %copy-start)``), oldest unmatched start first. **In flight**
   = the start's begin to the done's end (ps). **Hidden** = the part of that time during which
@@ -20,7 +22,7 @@
 wall time is partitioned, each instant counted once, in this priority order:
 **exposed communication** (a synchronous collective runs, or an async collective is in flight
 and no compute runs), **compute** (any other op runs: fusions, matmuls, the start/done events
-of async copies between device buffers...), **host** (a transfer to or from host memory, a
+of async copies between device buffers and of other async ops...), **host** (a transfer to or from host memory, a
 copy whose HLO shape carries memory space ``S(5)``, is in flight and nothing above runs),
 **idle** (nothing). So compute + exposed + host + idle = step time exactly. **Hidden
 communication** is the part of compute during which an async collective was in flight (not a
@@ -59,8 +61,9 @@ STEPS_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "step": pl.Int64, "start_ps"
 @dataclass
 class Overlap:
     """Result of :func:`overlap`. ``ops``: :data:`OPS_SCHEMA` (``kind``: "collective",
-    "host transfer" or "copy"; times in ps). ``populations``: ``ops`` summed per (kind, op_kind,
-    op_name, shape): n, in_flight_ps, hidden_ps, exposed_ps, hidden_share. ``steps``:
+    "host transfer", "copy" or "async op"; times in ps). ``populations``: ``ops`` summed per (kind, op_kind,
+    op_name, shape): n, sync, in_flight_ps, hidden_ps, exposed_ps, wait_at_done_ps, hidden_share;
+    collectives first, then host transfers, then device copies, each by in-flight time. ``steps``:
     :data:`STEPS_SCHEMA`. ``summary``: over all steps: step_ps, compute_ps, exposed_ps,
     hidden_ps, host_ps, idle_ps (sums), exposed_share (exposed / step time), n_steps, n_devices,
     synchronous (True when every collective was synchronous). ``notes``: what the reader must
@@ -75,12 +78,17 @@ class Overlap:
 
 def _class_expr() -> pl.Expr:
     """Per op description: "collective", "host transfer", "copy" (async copy between device
-    buffers) or null (compute)."""
+    buffers), "async op" (another wrapped async computation, e.g. ``slice-start``) or null
+    (compute)."""
     kind, host = pl.col("op_kind"), pl.col("hlo_text").str.contains(_HOST_SPACE, literal=True)
     is_async = kind.is_in(list(ASYNC_STARTS) + list(ASYNC_DONES))
+    # a generic async-start/-done wraps any computation: XLA names it after it (all-gather-start,
+    # slice-start); only a collective's name makes it communication
+    wraps_collective = pl.col("op_name").str.contains("^(" + "|".join(SYNC_COLLECTIVES) + ")-(start|done)")
     return (pl.when(kind.is_in(list(SYNC_COLLECTIVES))).then(pl.lit("collective"))
             .when(is_async & kind.str.starts_with("copy-") & host).then(pl.lit("host transfer"))
             .when(is_async & kind.str.starts_with("copy-")).then(pl.lit("copy"))
+            .when(kind.is_in(["async-start", "async-done"]) & ~wraps_collective).then(pl.lit("async op"))
             .when(is_async).then(pl.lit("collective"))
             .when((kind == "copy") & host).then(pl.lit("host transfer"))
             .otherwise(pl.lit(None, dtype=pl.Utf8)).alias("_cls"))
@@ -184,7 +192,7 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
         s = dev["start_ps"].to_numpy().astype(np.int64)
         e = s + dev["duration_ps"].to_numpy().astype(np.int64)
         cls_s = dev["_cls"]
-        is_comp = (cls_s.is_null() | (cls_s == "copy")).to_numpy()
+        is_comp = (cls_s.is_null() | cls_s.is_in(["copy", "async op"])).to_numpy()
         cu_s, cu_e = _union(s[is_comp], e[is_comp])
         sync_s, sync_e, async_s, async_e, host_s, host_e = [], [], [], [], [], []
         comm_idx = np.flatnonzero(~cls_s.is_null().to_numpy())
@@ -193,6 +201,7 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
         names, kinds, shapes, mods = (cd["op_name"].to_list(), cd["op_kind"].to_list(), cd["shape"].to_list(),
                                       cd["module"].to_list())
         s_c, e_c = s[comm_idx], e[comm_idx]
+        dev_rows: list[list] = []
         for a, d in _pairs(kinds, names, cd["hlo_text"].to_list()):
             kind = cls[a] or "collective"
             if d is None:
@@ -202,14 +211,23 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
             else:
                 any_async = any_async or kind == "collective"
                 t0, t1, sync = int(s_c[a]), int(max(e_c[d], e_c[a])), False
-                hid = int(_covered(cu_s, cu_e, np.array([t0]), np.array([t1]))[0])
+                hid = None  # filled below, all the device's async pairs in one pass
                 wait = int(e_c[d] - s_c[d])
                 if kind == "collective":
                     async_s.append(t0), async_e.append(t1)
                 elif kind == "host transfer":
                     host_s.append(t0), host_e.append(t1)
-            op_rows.append((host, device, mods[a], names[a], kinds[a], shapes[a], kind, sync, t0, t1, t1 - t0, hid,
-                            t1 - t0 - hid, wait))
+            dev_rows.append([host, device, mods[a], names[a], kinds[a], shapes[a], kind, sync, t0, t1, t1 - t0, hid,
+                             None, wait])
+        todo = [r for r in dev_rows if r[11] is None]
+        if todo:
+            hid_all = _covered(cu_s, cu_e, np.array([r[8] for r in todo], dtype=np.int64),
+                               np.array([r[9] for r in todo], dtype=np.int64))
+            for r, h in zip(todo, hid_all.tolist()):
+                r[11] = int(h)
+        for r in dev_rows:
+            r[12] = r[10] - r[11]
+            op_rows.append(tuple(r))
         # step windows of this device
         if steps is not None and steps.height:
             w = steps.filter((pl.col("host") == host) & (pl.col("device") == device))
@@ -244,8 +262,10 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
     pops = (op_df.group_by(["kind", "op_kind", "op_name", "shape"], maintain_order=True)
             .agg(pl.len().alias("n"), pl.col("sync").all(), pl.col("in_flight_ps").sum(), pl.col("hidden_ps").sum(),
                  pl.col("exposed_ps").sum(), pl.col("wait_at_done_ps").sum())
-            .with_columns((pl.col("hidden_ps") / pl.col("in_flight_ps")).alias("hidden_share"))
-            .sort("in_flight_ps", descending=True))
+            .with_columns((pl.col("hidden_ps") / pl.col("in_flight_ps")).alias("hidden_share"),
+                          pl.col("kind").replace_strict({"collective": 0, "host transfer": 1}, default=2,
+                                                        return_dtype=pl.Int8).alias("_order"))
+            .sort(["_order", "in_flight_ps"], descending=[False, True]).drop("_order"))
     tot = {k: int(st_df[k].sum()) if st_df.height else 0
            for k in ("step_ps", "compute_ps", "exposed_ps", "hidden_ps", "host_ps", "idle_ps")}
     n_coll = op_df.filter(pl.col("kind") == "collective")

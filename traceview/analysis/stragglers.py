@@ -70,7 +70,9 @@ _KINDS = list(SYNC_COLLECTIVES) + [k for k in ASYNC_STARTS if not k.startswith("
 def _executions(ops: pl.DataFrame) -> pl.DataFrame:
     """Collective events (sync ones and the starts of async pairs) with their execution index
     per (host, device, module, op_name)."""
-    c = ops.filter(pl.col("op_kind").is_in(_KINDS) & pl.col("start_ps").is_not_null())
+    generic = (pl.col("op_kind") == "async-start") & ~pl.col("op_name").str.contains(
+        "^(" + "|".join(SYNC_COLLECTIVES) + ")-start")  # slice-start and the like: not communication
+    c = ops.filter(pl.col("op_kind").is_in(_KINDS) & pl.col("start_ps").is_not_null() & ~generic)
     return (c.sort(["host", "device", "start_ps"])
             .with_columns(pl.int_range(pl.len()).over(["host", "device", "module", "op_name"]).alias("execution"),
                           (pl.col("start_ps") + pl.col("duration_ps")).alias("end_ps")))
