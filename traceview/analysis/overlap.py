@@ -156,25 +156,29 @@ def _subtract(us, ue, vs, ve):
     return _union(mid_a[keep], mid_b[keep])
 
 
-def _pairs(kinds: list, names: list, texts: list) -> list[tuple]:
-    """Async pairs and synchronous collectives / host copies among one device's communication
-    events (time order): (start index, done index or None) per execution."""
-    out = []
-    pending: dict[str, list[int]] = {}
-    for i, (k, nm, tx) in enumerate(zip(kinds, names, texts)):
-        tx = tx or ""
-        if k in SYNC_COLLECTIVES or (k == "copy" and _HOST_SPACE in tx):
-            out.append((i, None))
-        elif k in ASYNC_STARTS:
-            pending.setdefault(nm, []).append(i)
-        elif k in ASYNC_DONES:
-            paren = tx.find(k + "(")
-            ops = _OPERAND.findall(tx[paren:]) if paren >= 0 else []
-            for cand in ops:
-                if pending.get(cand):
-                    out.append((pending[cand].pop(0), i))
-                    break
-    return out
+def _comm_ops(ops: pl.DataFrame) -> pl.DataFrame:
+    """One row per collective / transfer execution (:data:`OPS_SCHEMA` less the hidden and
+    exposed columns, plus ``_async``): synchronous ones as they are; an async done paired with
+    the start its HLO text names (``copy-done(... %copy-start)``), the k-th done naming a start
+    on a device with that start's k-th execution there (oldest unmatched first)."""
+    c = ops.filter(pl.col("_cls").is_not_null()).with_columns((pl.col("start_ps") + pl.col("duration_ps")).alias("_end"))
+    key = ["host", "device", "module"]
+    sync = c.filter(pl.col("op_kind").is_in(list(SYNC_COLLECTIVES)) | (pl.col("op_kind") == "copy")).select(
+        key + ["op_name", "op_kind", "shape", pl.col("_cls").alias("kind"), pl.lit(True).alias("sync"), "start_ps",
+               pl.col("_end").alias("end_ps"), pl.lit(0, dtype=pl.Int64).alias("wait_at_done_ps")])
+    starts = (c.filter(pl.col("op_kind").is_in(list(ASYNC_STARTS)))
+              .with_columns(pl.int_range(pl.len()).over(key + ["op_name"]).alias("_k")))
+    dones = (c.filter(pl.col("op_kind").is_in(list(ASYNC_DONES)))
+             .with_columns(pl.col("hlo_text").str.extract(r"-done\(.*?%([A-Za-z0-9_.\-]+)", 1).alias("_of"))
+             .filter(pl.col("_of").is_not_null())
+             .with_columns(pl.int_range(pl.len()).over(key + ["_of"]).alias("_k")))
+    pairs = starts.join(dones.select(key + [pl.col("_of").alias("op_name"), "_k", pl.col("start_ps").alias("_ds"),
+                                            pl.col("_end").alias("_de")]),
+                        on=key + ["op_name", "_k"], how="inner", nulls_equal=True)
+    pairs = pairs.filter(pl.col("_ds") >= pl.col("start_ps")).select(
+        key + ["op_name", "op_kind", "shape", pl.col("_cls").alias("kind"), pl.lit(False).alias("sync"), "start_ps",
+               pl.max_horizontal("_de", "_end").alias("end_ps"), (pl.col("_de") - pl.col("_ds")).alias("wait_at_done_ps")])
+    return pl.concat([sync, pairs], how="vertical").sort(["host", "device", "start_ps"], maintain_order=True)
 
 
 def overlap(table, steps: pl.DataFrame | None) -> Overlap:
@@ -186,79 +190,57 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
     ops, any_comm = _events(table)
     if steps is not None and "in_window" in steps.columns:
         steps = steps.filter(pl.col("in_window"))
-    op_rows, step_rows = [], []
-    any_async = False
+    comm = _comm_ops(ops) if any_comm else pl.DataFrame(schema={k: v for k, v in OPS_SCHEMA.items()})
+    wins = (steps.select("host", "device", "step", "start_ps", "duration_ps").partition_by(
+        ["host", "device"], as_dict=True, maintain_order=True) if steps is not None and steps.height else {})
+    comm_by = comm.partition_by(["host", "device"], as_dict=True, maintain_order=True) if comm.height else {}
+    op_parts, step_parts = [], []
+    arr = lambda x: x.to_numpy().astype(np.int64)
     for (host, device), dev in (ops.group_by(["host", "device"], maintain_order=True) if any_comm else []):
-        s = dev["start_ps"].to_numpy().astype(np.int64)
-        e = s + dev["duration_ps"].to_numpy().astype(np.int64)
-        cls_s = dev["_cls"]
-        is_comp = (cls_s.is_null() | cls_s.is_in(["copy", "async op"])).to_numpy()
+        s = arr(dev["start_ps"])
+        e = s + arr(dev["duration_ps"])
+        is_comp = (dev["_cls"].is_null() | dev["_cls"].is_in(["copy", "async op"])).to_numpy()
         cu_s, cu_e = _union(s[is_comp], e[is_comp])
-        sync_s, sync_e, async_s, async_e, host_s, host_e = [], [], [], [], [], []
-        comm_idx = np.flatnonzero(~cls_s.is_null().to_numpy())
-        cd = dev[comm_idx]
-        cls = cd["_cls"].to_list()
-        names, kinds, shapes, mods = (cd["op_name"].to_list(), cd["op_kind"].to_list(), cd["shape"].to_list(),
-                                      cd["module"].to_list())
-        s_c, e_c = s[comm_idx], e[comm_idx]
-        dev_rows: list[list] = []
-        for a, d in _pairs(kinds, names, cd["hlo_text"].to_list()):
-            kind = cls[a] or "collective"
-            if d is None:
-                t0, t1, hid, wait, sync = int(s_c[a]), int(e_c[a]), 0, 0, True
-                (host_s if kind == "host transfer" else sync_s).append(t0)
-                (host_e if kind == "host transfer" else sync_e).append(t1)
-            else:
-                any_async = any_async or kind == "collective"
-                t0, t1, sync = int(s_c[a]), int(max(e_c[d], e_c[a])), False
-                hid = None  # filled below, all the device's async pairs in one pass
-                wait = int(e_c[d] - s_c[d])
-                if kind == "collective":
-                    async_s.append(t0), async_e.append(t1)
-                elif kind == "host transfer":
-                    host_s.append(t0), host_e.append(t1)
-            dev_rows.append([host, device, mods[a], names[a], kinds[a], shapes[a], kind, sync, t0, t1, t1 - t0, hid,
-                             None, wait])
-        todo = [r for r in dev_rows if r[11] is None]
-        if todo:
-            hid_all = _covered(cu_s, cu_e, np.array([r[8] for r in todo], dtype=np.int64),
-                               np.array([r[9] for r in todo], dtype=np.int64))
-            for r, h in zip(todo, hid_all.tolist()):
-                r[11] = int(h)
-        for r in dev_rows:
-            r[12] = r[10] - r[11]
-            op_rows.append(tuple(r))
-        # step windows of this device
-        if steps is not None and steps.height:
-            w = steps.filter((pl.col("host") == host) & (pl.col("device") == device))
+        cd = comm_by.get((host, device))
+        if cd is not None and cd.height:
+            t0, t1 = arr(cd["start_ps"]), arr(cd["end_ps"])
+            sync = cd["sync"].to_numpy()
+            hid = np.where(sync, 0, _covered(cu_s, cu_e, t0, t1))
+            op_parts.append(cd.with_columns(pl.Series("in_flight_ps", t1 - t0), pl.Series("hidden_ps", hid),
+                                            pl.Series("exposed_ps", t1 - t0 - hid)))
+            kind = cd["kind"]
+            is_coll, is_host = (kind == "collective").to_numpy(), (kind == "host transfer").to_numpy()
+            sy_s, sy_e = _union(t0[is_coll & sync], t1[is_coll & sync])
+            as_s, as_e = _union(t0[is_coll & ~sync], t1[is_coll & ~sync])
+            ho_s, ho_e = _union(t0[is_host], t1[is_host])
         else:
-            w = None
+            sy_s = sy_e = as_s = as_e = ho_s = ho_e = np.zeros(0, dtype=np.int64)
+        w = wins.get((host, device))
         if w is None or w.height == 0:
             if len(s) == 0:
                 continue
-            wa, wb, wstep = np.array([s.min()]), np.array([e.max()]), [0]
+            wa, wb, wstep = np.array([s.min()]), np.array([e.max()]), np.array([0])
         else:
-            wa = w["start_ps"].to_numpy().astype(np.int64)
-            wb = wa + w["duration_ps"].to_numpy().astype(np.int64)
-            wstep = w["step"].to_list()
-        arr = lambda x: np.array(x, dtype=np.int64)
-        sy_s, sy_e = _union(arr(sync_s), arr(sync_e))
-        as_s, as_e = _union(arr(async_s), arr(async_e))
-        ho_s, ho_e = _union(arr(host_s), arr(host_e))
+            wa = arr(w["start_ps"])
+            wb, wstep = wa + arr(w["duration_ps"]), arr(w["step"])
         comp_s, comp_e = _subtract(cu_s, cu_e, sy_s, sy_e)           # compute not under a sync collective
-        exp_async = _subtract(*_subtract(as_s, as_e, cu_s, cu_e), sy_s, sy_e)
-        exposed = _covered(sy_s, sy_e, wa, wb) + _covered(*exp_async, wa, wb)
+        exposed = _covered(sy_s, sy_e, wa, wb) + _covered(*_subtract(*_subtract(as_s, as_e, cu_s, cu_e), sy_s, sy_e),
+                                                           wa, wb)
         compute = _covered(comp_s, comp_e, wa, wb)
         hidden = _covered(*_subtract(*_intersect(as_s, as_e, comp_s, comp_e), sy_s, sy_e), wa, wb)
         busy_s, busy_e = _union(np.concatenate([cu_s, sy_s, as_s]), np.concatenate([cu_e, sy_e, as_e]))
         host_only = _covered(*_subtract(ho_s, ho_e, busy_s, busy_e), wa, wb)
-        for i in range(len(wa)):
-            span = int(wb[i] - wa[i])
-            idle = span - int(compute[i]) - int(exposed[i]) - int(host_only[i])
-            step_rows.append((host, device, int(wstep[i]), int(wa[i]), span, int(compute[i]), int(exposed[i]),
-                              int(hidden[i]), int(host_only[i]), idle, exposed[i] / span if span > 0 else None))
-    op_df = pl.DataFrame(op_rows, schema=OPS_SCHEMA, orient="row")
-    st_df = pl.DataFrame(step_rows, schema=STEPS_SCHEMA, orient="row")
+        span = wb - wa
+        step_parts.append(pl.DataFrame({
+            "host": [host] * len(wa), "device": [device] * len(wa), "step": wstep, "start_ps": wa, "step_ps": span,
+            "compute_ps": compute, "exposed_ps": exposed, "hidden_ps": hidden, "host_ps": host_only,
+            "idle_ps": span - compute - exposed - host_only,
+            "critical_share": np.where(span > 0, exposed / np.maximum(span, 1), np.nan)},
+            schema=STEPS_SCHEMA).with_columns(pl.col("critical_share").fill_nan(None)))
+    op_df = (pl.concat(op_parts, how="vertical").select(list(OPS_SCHEMA)).cast(OPS_SCHEMA) if op_parts
+             else pl.DataFrame(schema=OPS_SCHEMA))
+    st_df = pl.concat(step_parts, how="vertical") if step_parts else pl.DataFrame(schema=STEPS_SCHEMA)
+    any_async = bool(op_df.height) and bool(op_df.filter((pl.col("kind") == "collective") & ~pl.col("sync")).height)
     pops = (op_df.group_by(["kind", "op_kind", "op_name", "shape"], maintain_order=True)
             .agg(pl.len().alias("n"), pl.col("sync").all(), pl.col("in_flight_ps").sum(), pl.col("hidden_ps").sum(),
                  pl.col("exposed_ps").sum(), pl.col("wait_at_done_ps").sum())

@@ -134,10 +134,11 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
         notes.append("no collective matched and no step windows with communication: no straggler figures")
         return Stragglers(devices=pl.DataFrame(schema=DEVICES_SCHEMA), steps=pl.DataFrame(schema=STEPS_SCHEMA),
                           collectives=coll, summary={}, clock_offsets=offsets, notes=notes)
-    ex = execs.join(w.select("host", "device", "step", pl.col("start_ps").alias("_ws"), "_e"),
-                    on=["host", "device"], how="left")
-    ex = ex.filter(pl.col("step").is_null() | ((pl.col("end_ps") > pl.col("_ws")) & (pl.col("start_ps") < pl.col("_e"))))
-    ex = ex.unique(["host", "device"] + key, keep="first", maintain_order=True)
+    # the window holding each arrival (as-of on the start: no device-by-window product)
+    ex = execs.sort("start_ps").join_asof(
+        w.select("host", "device", "step", pl.col("start_ps").alias("_ws"), "_e").sort("_ws"),
+        left_on="start_ps", right_on="_ws", by=["host", "device"], strategy="backward", check_sortedness=False)
+    ex = ex.with_columns(pl.when(pl.col("start_ps") < pl.col("_e")).then(pl.col("step")).alias("step"))
     ex = ex.join(last.select(key + ["last_host", "last_device"]), on=key, how="left")
     waited = ex.group_by(["host", "device", "step"]).agg(pl.col("wait_ps").sum().alias("wait_ps"))
     is_last = (pl.col("host") == pl.col("last_host")) & (pl.col("device") == pl.col("last_device"))
