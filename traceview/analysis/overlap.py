@@ -66,7 +66,8 @@ class Overlap:
     collectives first, then host transfers, then device copies, each by in-flight time. ``steps``:
     :data:`STEPS_SCHEMA`. ``summary``: over all steps: step_ps, compute_ps, exposed_ps,
     hidden_ps, host_ps, idle_ps (sums), exposed_share (exposed / step time), n_steps, n_devices,
-    synchronous (True when every collective was synchronous). ``notes``: what the reader must
+    collectives (collective executions), async_ops (async pairs of any kind), synchronous
+    (True when every collective was synchronous). ``notes``: what the reader must
     know (synchronous collectives counted exposed)."""
 
     ops: pl.DataFrame
