@@ -70,6 +70,16 @@ def constrain_replicated(tree, mesh: Mesh):
     return jax.tree.map(lambda a: jax.lax.with_sharding_constraint(a, rep), tree)
 
 
+def _shard_map_params() -> set:
+    """Parameter names of the installed ``shard_map`` (through any wrapper)."""
+    import inspect
+
+    try:
+        return set(inspect.signature(_shard_map).parameters)
+    except (TypeError, ValueError):  # pragma: no cover - a builtin without a signature
+        return set()
+
+
 def head_sharded_attention(mesh: Mesh, attention):
     """``attention`` (``paged_decode``'s signature) run under ``shard_map``: ``q[B, Hq, D]``
     split on its heads, the KV pages, lengths, page table and scales replicated; the output
@@ -86,10 +96,10 @@ def head_sharded_attention(mesh: Mesh, attention):
         qspec = P(None, AXIS, None)
         specs = (qspec, P(), P(), P(), P()) + (P(),) * len(names)
         kwargs = dict(mesh=mesh, in_specs=specs, out_specs=qspec)
-        code = _shard_map.__code__ if hasattr(_shard_map, "__code__") else None
-        if code is not None and "check_vma" in code.co_varnames:
+        params = _shard_map_params()
+        if "check_vma" in params:  # the kernel's outputs carry no varying-axes annotation
             kwargs["check_vma"] = False
-        elif code is not None and "check_rep" in code.co_varnames:
+        elif "check_rep" in params:  # older JAX's name for the same check
             kwargs["check_rep"] = False
         return _shard_map(local, **kwargs)(q, k_pages, v_pages, kv_lens, page_table, *scales.values())
 
