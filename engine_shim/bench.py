@@ -82,12 +82,13 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
               prompts: list[str] | None = None, max_num_batched_tokens: int | None = None,
               enable_chunked_prefill: bool = False, enable_prefix_caching: bool = False, prefix_tokens: int = 0,
               donate: bool = True, time_tolerance: float = TIME_TOLERANCE, kv_dtype: str | None = None,
-              kv_cache_bytes: int | None = None, host_sampler_mask: bool = False,
+              kv_cache_bytes: int | None = None, host_sampler_mask: bool = False, tensor_parallel: int = 1,
               step_clock: Callable[[], float] | None = None, on_start: Callable[[dict], None] | None = None) -> dict:
     """Run the protocol once; returns a JSON-serialisable dict (times in seconds).
 
     Args (beyond the engine's): ``donate`` (False: the copying decode cache update);
     ``host_sampler_mask`` (a token mask computed on the host each decode step, :func:`~traceview.engine_shim.engine.host_mask`);
+    ``tensor_parallel``: devices the model is split over (``LLM(tensor_parallel=...)``);
     ``time_tolerance``: bound on the time check's relative difference; ``step_clock``: the
     engine's per-step clock (tests inject a broken one); ``on_start``: called with the
     verification dict right after the engine is built (the CLI prints it to stderr).
@@ -126,7 +127,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
               seed=seed, precompile=precompile, max_num_batched_tokens=max_num_batched_tokens,
               enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching,
               donate=donate, step_clock=step_clock, kv_dtype=kv_dtype,
-              kv_cache_bytes=kv_cache_bytes, host_sampler_mask=host_sampler_mask)
+              kv_cache_bytes=kv_cache_bytes, host_sampler_mask=host_sampler_mask, tensor_parallel=tensor_parallel)
     init_s = time.perf_counter() - t0
     startup = llm.verification()
     if on_start is not None:
@@ -183,7 +184,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
                    "kv_block_size_requested": kv_block_size, "request_buckets": llm.request_buckets,
                    "token_buckets": llm.token_buckets, "precompile": precompile, "seed": seed,
                    "max_num_batched_tokens": llm.token_buckets[-1], "enable_chunked_prefill": llm.chunked,
-                   "enable_prefix_caching": enable_prefix_caching, "prefix_tokens": prefix_tokens, "donate": donate,
+                   "enable_prefix_caching": enable_prefix_caching, "prefix_tokens": prefix_tokens, "donate": donate, "tensor_parallel": tensor_parallel,
                    "time_tolerance": time_tolerance, "kv_dtype": llm.config.kv_dtype, "kv_cache_bytes": kv_cache_bytes},
         "kv_capacity": llm.kv_capacity.as_dict(),
         "init_s": init_s,

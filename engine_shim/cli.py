@@ -96,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--host-sampler-mask", action="store_true",
                        help="compute a token mask on the host (Python, per decode step) before sampling: the "
                             "host-bound treatment [default off]")
+        s.add_argument("--tensor-parallel", type=int, default=1, metavar="N",
+                       help="split the model over N devices (heads and MLP hidden units; on CPU set "
+                            "XLA_FLAGS=--xla_force_host_platform_device_count=N first) [default 1]")
         s.add_argument("--allow-cpu", action="store_true",
                        help="run an accelerator-sized preset (gemma-2b) even on a CPU-only machine")
         s.add_argument("--log-dir", default="./profile", help="profile log dir [default ./profile]")
@@ -180,6 +183,7 @@ def _resolve(args, env) -> dict:
         prefix_tokens=_nonnegative("--prefix-tokens", args.prefix_tokens),
         donate=not args.no_donate,
         **({"host_sampler_mask": True} if getattr(args, "host_sampler_mask", False) else {}),
+        tensor_parallel=_positive("--tensor-parallel", args.tensor_parallel),
     )
 
 

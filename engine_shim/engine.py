@@ -58,6 +58,7 @@ import numpy as np
 from traceview.kernels.paged_attention import decode_block_size
 
 from . import model as model_lib
+from . import tensor_parallel as tp_lib
 from .buckets import pad_to_bucket, pow2_buckets
 from .config import EngineConfig, ModelConfig, default_kv_dtype, model_config
 from .kv_cache import KVCapacity, PageAllocator, PrefixCache, empty_cache, kv_capacity, page_hashes, pages_for
@@ -137,7 +138,9 @@ def _named(fn, name):
     return fn
 
 
-def _abstract(tree):
+def _abstract(tree, with_sharding: bool = False):
+    if with_sharding:  # tensor parallel: compile for the arrays' placement on the mesh
+        return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), tree)
     return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), tree)
 
 
@@ -167,6 +170,10 @@ class LLM:
       min_token_bucket, max_num_batched_tokens, enable_chunked_prefill, enable_prefix_caching,
       precompile, interpret, seed, donate, kv_dtype, kv_cache_bytes: see
       :class:`~traceview.engine_shim.config.EngineConfig`.
+      tensor_parallel: split the model over this many devices (query heads and MLP hidden
+        units, two all-reduces per layer; :mod:`~traceview.engine_shim.tensor_parallel`);
+        1 = one device. ValueError when fewer devices exist, with chunked prefill or prefix
+        caching, or when it does not divide the heads and the MLP hidden size.
       step_clock: seconds clock for the per-step times (``stats.step_s``, ``last_steps``);
         default ``time.perf_counter``. Injectable so a test can break it and see the
         bench's independent time check fail.
@@ -182,7 +189,7 @@ class LLM:
                  precompile: bool = True, interpret: bool | None = None, enable_chunked_prefill: bool = False,
                  enable_prefix_caching: bool = False, donate: bool = True,
                  step_clock: Callable[[], float] | None = None, kv_dtype: str | None = None,
-                 kv_cache_bytes: int | None = None, host_sampler_mask: bool = False):
+                 kv_cache_bytes: int | None = None, host_sampler_mask: bool = False, tensor_parallel: int = 1):
         t0 = time.perf_counter()
         #: compute a token mask on the host each decode step (host_mask), the host-bound treatment
         self.host_sampler_mask = bool(host_sampler_mask)
@@ -231,6 +238,15 @@ class LLM:
         self._num_requests = 0
         self._profile_dir: Path | None = None
         self._profile_runs_before: set[str] = set()
+        self.tensor_parallel = int(tensor_parallel)
+        self.mesh = None
+        if self.tensor_parallel > 1:
+            if self.chunked:
+                raise ValueError("tensor_parallel > 1 runs the one-request prefill only (no chunked prefill or "
+                                 "prefix caching)")
+            self.mesh = tp_lib.make_mesh(self.tensor_parallel, mc.num_heads, mc.mlp_hidden)
+            self.params = tp_lib.shard_params(self.params, self.mesh)
+            self.k_cache, self.v_cache = tp_lib.replicate((self.k_cache, self.v_cache), self.mesh)
         jax.block_until_ready((self.params, self.k_cache, self.v_cache))
         log.info("engine %s: kv_block_size=%d token_buckets=%s request_buckets=%s; %s", mc.name, self.kv_block_size,
                  self.token_buckets, self.request_buckets, self.kv_capacity.describe())
@@ -299,8 +315,11 @@ class LLM:
         mc, ec = self.model_config, self.config
         pps = ec.pages_per_seq
         i32 = jnp.int32
-        cache = _abstract((self.k_cache, self.v_cache))
-        params = _abstract(self.params)
+        mesh = self.mesh
+        cache = _abstract((self.k_cache, self.v_cache), mesh is not None)
+        params = _abstract(self.params, mesh is not None)
+        out = (lambda t: tp_lib.constrain_replicated(t, mesh)) if mesh is not None else (lambda t: t)
+        logits_sharding = {"sharding": tp_lib.replicated(mesh)} if mesh is not None else {}
         if kind == "prefill":
             if self.chunked:
                 return self._compile_chunked(*size, params, cache)
@@ -308,7 +327,7 @@ class LLM:
             def fn(params, k_cache, v_cache, tokens, length, page_row):
                 logits, k_cache, v_cache = model_lib.prefill_forward(params, mc, k_cache, v_cache, tokens, length,
                                                                      page_row, page_size=ec.page_size)
-                return logits[None, :], k_cache, v_cache
+                return out((logits[None, :], k_cache, v_cache))
             name = f"prefill_t{size}"
             args = (params, *cache, jax.ShapeDtypeStruct((size,), i32), jax.ShapeDtypeStruct((), i32),
                     jax.ShapeDtypeStruct((pps,), i32))
@@ -316,9 +335,14 @@ class LLM:
         elif kind == "decode":
             bkv, interpret = self.kv_block_size, ec.interpret
 
+            # tensor parallel: the kernel under shard_map, looked up in the model module at trace time (transplants)
+            attention = None if mesh is None else tp_lib.head_sharded_attention(
+                mesh, lambda *a, **k: model_lib.paged_decode(*a, **k))
+
             def fn(params, k_cache, v_cache, tokens, positions, page_table):
-                return model_lib.decode_forward(params, mc, k_cache, v_cache, tokens, positions, page_table,
-                                                page_size=ec.page_size, kv_block_size=bkv, interpret=interpret)
+                return out(model_lib.decode_forward(params, mc, k_cache, v_cache, tokens, positions, page_table,
+                                                    page_size=ec.page_size, kv_block_size=bkv, interpret=interpret,
+                                                    attention=attention))
             name = self.decode_program(size)
             args = (params, *cache, jax.ShapeDtypeStruct((size,), i32), jax.ShapeDtypeStruct((size,), i32),
                     jax.ShapeDtypeStruct((size, pps), i32))
@@ -329,14 +353,14 @@ class LLM:
             def fn(logits):
                 return greedy_tokens(logits)
             name = f"greedy_b{size}"
-            args = (jax.ShapeDtypeStruct((size, mc.vocab_size), jnp.float32),)
+            args = (jax.ShapeDtypeStruct((size, mc.vocab_size), jnp.float32, **logits_sharding),)
             jitted = jax.jit(_named(fn, name))
         elif kind == "sample":
             def fn(logits, temperature, top_k, top_p, repetition_penalty, seen, seeds):
                 return sample_tokens(logits, temperature, top_k, top_p, repetition_penalty, seen, seeds)
             name = f"sample_b{size}"
             f32 = jnp.float32
-            args = (jax.ShapeDtypeStruct((size, mc.vocab_size), f32), jax.ShapeDtypeStruct((size,), f32),
+            args = (jax.ShapeDtypeStruct((size, mc.vocab_size), f32, **logits_sharding), jax.ShapeDtypeStruct((size,), f32),
                     jax.ShapeDtypeStruct((size,), i32), jax.ShapeDtypeStruct((size,), f32),
                     jax.ShapeDtypeStruct((size,), f32), jax.ShapeDtypeStruct((size, mc.vocab_size), jnp.bool_),
                     jax.ShapeDtypeStruct((size,), jnp.uint32))

@@ -193,7 +193,7 @@ def chunked_prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, 
 
 
 def decode_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, positions, page_table, *, page_size: int,
-                   kv_block_size: int, interpret: bool | None):
+                   kv_block_size: int, interpret: bool | None, attention=None):
     """One decode step for a padded batch of ``R`` rows.
 
     Args:
@@ -203,6 +203,9 @@ def decode_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, positions
 
     Returns: ``(logits f32[R, V], k_cache, v_cache)``. Row ``r`` attends over
     ``positions[r] + 1`` tokens; padded rows (page table row 0) get ``kv_len`` 0.
+    ``attention``: what runs the decode attention (``paged_decode``'s signature), default
+    ``paged_decode``; the tensor-parallel engine passes it under ``shard_map``
+    (:mod:`~traceview.engine_shim.tensor_parallel`).
     """
     r = tokens.shape[0]
     hq, hd = cfg.num_heads, cfg.head_dim
@@ -220,7 +223,8 @@ def decode_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, positions
         new_k.append(kc)
         new_v.append(vc)
         pages, scales = decode_operands(kc, vc)
-        o = paged_decode(q, *pages, kv_lens, page_table, kv_block_size=kv_block_size, interpret=interpret, **scales)
+        attn = paged_decode if attention is None else attention
+        o = attn(q, *pages, kv_lens, page_table, kv_block_size=kv_block_size, interpret=interpret, **scales)
         x = x + o.reshape(r, hq * hd) @ layer["wo"]
         x = x + mlp(rms_norm(x, layer["mlp_norm"], cfg.norm_eps), layer)
     return _logits(params, cfg, x), new_k, new_v

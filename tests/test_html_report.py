@@ -83,7 +83,9 @@ def test_tpu_report_has_peaks_sources_and_ridge(tpu_html):
     assert "560.4 FLOP/byte" in text  # ridge = 918e12 / 1.638e12
     assert "trace plane stats of /device:TPU:0" in text  # where the peaks come from
     assert "TPU v6 Lite" in text
-    assert tpu_html.count("<svg") == 3  # roofline + step-time strip + step anatomy
+    # roofline + step-time strip + step anatomy + communication per step + per-device skew
+    assert tpu_html.count("<svg") == 5
+    assert 'id="communication"' in tpu_html and 'id="overlap"' in tpu_html and "host transfers" in text
     assert "Coverage:" in text and "families sum to" in text
     assert "copy-done.4" in text and "broadcast_add_fusion.1" in text
 
@@ -302,8 +304,8 @@ def test_chart_worker_draws_the_same_page(tpu):
     inline = html_render.render_report(rep)
     with ChartWorker() as worker:
         drawn = html_render.render_report(rep, charts=worker)
-        assert worker.alive == 1 and worker.answered == 3
-    assert drawn == inline and drawn.count("<svg") == 3
+        assert worker.alive == 1 and worker.answered == 5  # roofline, strip, steps, communication bars, skew strip
+    assert drawn == inline and drawn.count("<svg") == 5
 
 
 @pytest.mark.parametrize("child", ["import sys; sys.exit(3)",  # dies before answering

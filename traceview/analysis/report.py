@@ -59,7 +59,10 @@ class Report:
     ``populations_per_name`` ({op_name: populations}), ``hlo_texts`` ({(op_name, shape): the
     first HLO text}), ``step_chart`` (:class:`StepChart`). ``communication``
     (:class:`~traceview.analysis.collectives.Communication`: collectives and host transfers).
-    Populations: ``program_splits`` and ``population_regimes`` (see the fields).
+    Populations: ``program_splits`` and ``population_regimes`` (see the fields). ``overlap``
+    (:class:`~traceview.analysis.overlap.Overlap`, None when the trace has no collective or
+    async copy) and ``stragglers`` (:class:`~traceview.analysis.stragglers.Stragglers`, None
+    unless collectives were matched across several devices).
     """
 
     discovery: object
@@ -95,6 +98,8 @@ class Report:
     #: rows (op_name, shape, module, regimes, executions, first/later execution and mode figures)
     population_regimes: pl.DataFrame | None = None
     findings: list | None = None  # list of traceview.analysis.findings.Finding; None when --no-findings
+    overlap: object = None
+    stragglers: object = None
 
 
 def file_rows(prof) -> list[dict]:
@@ -206,7 +211,8 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     rep.communication = _communication(prof, peaks)
     rep.program_splits = aggregate.program_splits(by_shape)
     rep.population_regimes = population_regimes(prof, by_shape)
-    if findings:
+    rep.overlap, rep.stragglers = communication_sections(prof, anat)
+    if findings:  # last: the rules read every section above
         rep.findings = find(rep, thresholds=th)
     if html:
         add_html_sections(rep, prof)
@@ -225,6 +231,18 @@ def population_regimes(prof, by_shape: pl.DataFrame) -> pl.DataFrame:
     reg = dist.regimes(prof.table, prof.module_runs, col, keys, flagged)
     return flagged.select(*keys, "occurrences", "self_ps", "p50_ps", "p90_ps", "max_ps", "cv").join(
         reg, on=keys, how="left", nulls_equal=True)
+def communication_sections(prof, anat: StepAnatomy) -> tuple:
+    """(Overlap or None, Stragglers or None) of ``prof`` within the step windows of ``anat``:
+    None where the trace has nothing for the section (no collective or async copy; fewer
+    than two devices at a matched collective)."""
+    from traceview.analysis.overlap import overlap
+    from traceview.analysis.stragglers import stragglers
+
+    ov = overlap(prof.table, anat.steps if anat is not None else None)
+    if ov.ops.height == 0:
+        return None, None
+    st = stragglers(prof.table, ov.steps)
+    return ov, (st if st.summary.get("straggler") else None)
 
 
 def add_html_sections(rep: Report, prof) -> Report:

@@ -988,7 +988,7 @@ def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str 
             raise UsageError(f"markers must be 'auto', None or a frame, got {markers!r}")
         mk = prof.step_markers
         on_device = mk.filter(pl.col("device") != "") if mk.height else mk
-        on_host = table.height > 0 and bool(table.collapse()["device"].str.starts_with("/host:").all())
+        on_host = table.height > 0 and bool(table.collapse()["device"].str.contains("^(/host:|/device:CPU:)").all())
         if module is None and on_device.height:
             markers = on_device
             note = (f"steps are the events of the TPU Steps line ({on_device.height} on "

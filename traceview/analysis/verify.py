@@ -109,6 +109,7 @@ class Verifier:
         self.user_families = [r.name for r in rules_of(rules)]
         self._diff = None
         self._tagged: dict[int, TaggedOps] = {}
+        self._comm_cache: dict[int, tuple] = {}
 
     # -- helpers --------------------------------------------------------------------------
     def _prof(self, side: str):
@@ -297,6 +298,43 @@ class Verifier:
         return sel.with_columns(
             pl.when(pl.col("kname").is_not_null()).then(pl.col("kname")).otherwise(pl.col("op_name")).alias("op_name"),
             pl.when(pl.col("kname").is_not_null()).then(pl.lit("(kernel)")).otherwise(pl.col("shape")).alias("shape"))
+
+    def _comm(self, prof):
+        """(Overlap, Stragglers) of ``prof`` within its default step anatomy (cached)."""
+        from traceview.analysis.overlap import profile_overlap
+        from traceview.analysis.stragglers import profile_stragglers
+
+        got = self._comm_cache.get(id(prof))
+        if got is None:
+            ov = profile_overlap(prof)
+            got = self._comm_cache[id(prof)] = (ov, profile_stragglers(prof, ov))
+        return got
+
+    def _c_exposed_share(self, c, prof):
+        ov, _ = self._comm(prof)
+        s = ov.summary
+        share = s["exposed_share"] or 0.0
+        cmp_, bound = c.args["cmp"], c.args["bound"]
+        msg = (f"exposed communication is {100 * share:.1f}% of step time ({_fmt_t(s['exposed_ps'])} of "
+               f"{_fmt_t(s['step_ps'])} over {s['n_steps']} step(s) on {s['n_devices']} device(s)), bound {cmp_} "
+               f"{100 * bound:g}%")
+        if not s["collectives"]:
+            msg += "; no collective in the trace"
+        return CMPS[cmp_](share, bound), msg
+
+    def _c_straggler_lead(self, c, prof):
+        _, st = self._comm(prof)
+        s = st.summary
+        cmp_, bound = c.args["cmp"], c.args["bound"]
+        if not s.get("straggler"):
+            return False, "no straggler figure: no collective execution was matched across two or more devices"
+        lead = s["lead_max"]
+        worst = st.steps.sort("lead", descending=True).row(0, named=True)
+        msg = (f"straggler lead is {100 * lead:.1f}% (step {worst['step']}: {worst['slowest']} busy "
+               f"{_fmt_t(worst['busy_max_ps'])} against the median {_fmt_t(worst['busy_median_ps'])}; others' waits "
+               f"attributed to {worst['last_to_arrive']}: {_fmt_t(worst['attributed_wait_ps'])}), bound {cmp_} "
+               f"{100 * bound:g}%")
+        return CMPS[cmp_](lead, bound), msg
 
     def _c_kernel_present(self, c, prof):
         k = self._kernels(prof, c.args["glob"])

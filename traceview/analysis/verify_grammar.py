@@ -59,6 +59,13 @@ Diff checks (two profiles, BASE then TREATMENT)::
                                         (traceview.analysis.diff), except those whose op names, kernel
                                         names, stem or modules match RX
 
+    exposed communication share CMP PCT exposed communication over step time, summed over the
+                                        steps and devices (traceview.analysis.overlap; a synchronous
+                                        collective counts exposed)
+    straggler lead CMP PCT              the largest per-step lead of the slowest device's busy time
+                                        over the median device's (traceview.analysis.stragglers);
+                                        fails when no collective was matched across devices
+
 ``CMP`` is one of ``< <= > >= == !=``; ``PCT`` is a percentage (``30%``) or a fraction
 (``0.3``); ``VALUE`` is a number (compared with the first number of a ``key_N_M`` part: the
 block size), ``N_M`` / ``N,M`` for the whole tuple, or a word (``phase decode``).
@@ -310,7 +317,12 @@ def _parse_body(p: _P) -> Check:
         if p.peek() is not None:
             p.i += 1
         return Check("", "source_present", {"path": path, "want": want})
-    p.err("unknown check; it should start with 'no op', 'op', 'family', 'kernel', 'source', 'collective', 'finding' or 'all matched' "
+    if p.kw("exposed", "communication", "share"):
+        return Check("", "exposed_share", {"cmp": _cmp(p), "bound": _pct(p)})
+    if p.kw("straggler", "lead"):
+        return Check("", "straggler_lead", {"cmp": _cmp(p), "bound": _pct(p)})
+    p.err("unknown check; it should start with 'no op', 'op', 'family', 'kernel', 'source', 'collective', 'finding', "
+          "'exposed communication', 'straggler' or 'all matched' "
           "(see traceview verify --help)")
 
 

@@ -58,6 +58,7 @@ from traceview.model.shapes import canonical_shape_text, parse_instruction, pars
 from traceview.model.timeline import enclosing, self_times
 from traceview.read.discover import host_from_filename
 from traceview.model.bounds import MAX_HLO_CHARS, MAX_TEXT_CHARS, cut_text
+from traceview.model.cpu_devices import cpu_device_name
 from traceview.read.tracejson import (ARG_FIELDS, MAX_MEMORY_BYTES, UNSET, Args, check_reading_cost, gc_paused, has_fields,
                                       load_events, read_json_bytes, text_limit_for)
 
@@ -368,8 +369,9 @@ def _convert(events: list, n_other: int, path: str, host: str, run: str) -> Trac
                 continue
             lines = sorted(by_pid.get(pid, []), key=lambda t: _order(t[0]))
             names = {tid: thread.get((pid, tid), str(tid)) for tid, _ in lines}
-            if _read_annotated(pname, lines, names, acc, runs_cols, host, skip_derived=False):
-                devices.append(DeviceInfo(name=pname, kind="CPU", device_type="CPU"))
+            split: list = []
+            if _read_annotated(pname, lines, names, acc, runs_cols, host, skip_derived=False, split_devices=split):
+                devices.extend(DeviceInfo(name=nm, kind="CPU", device_type="CPU") for nm in (split or [pname]))
                 annotated_kinds.add("CPU")
     if annotated_kinds:
         which = "/".join(sorted(annotated_kinds))
@@ -607,11 +609,26 @@ def _read_tpu_process(pname, lines, names, acc: _OpRows, runs_cols, caches, host
         acc.add(rows_of[inv.reshape(-1)], starts, s_arr, d_arr, selfs)
 
 
-def _read_annotated(pname, lines, names, acc: _OpRows, runs_cols, host, skip_derived: bool) -> bool:
+def _read_annotated(pname, lines, names, acc: _OpRows, runs_cols, host, skip_derived: bool,
+                    split_devices: list | None = None) -> bool:
     """GPU stream lines / CPU threads: ops are events with ``args.hlo_op``. Returns True if
-    any op was found."""
+    any op was found. ``split_devices``: when given (a host process), events naming two or
+    more ``args.device_ordinal`` values go to one device per ordinal
+    (:mod:`traceview.model.cpu_devices`), whose names are appended to it."""
     found = False
-    runs: dict = {}  # (module, run_id) -> [first start, last end]
+    runs: dict = {}  # (device, module, program id, run_id) -> [first start, last end]
+    ordinals: set = set()
+    if split_devices is not None:
+        for tid, evs in lines:
+            for e in evs:
+                a = e.args
+                if type(a) is Args and a.hlo_op and a.device_ordinal is not None:
+                    o = _int(a.device_ordinal)
+                    if o is not None:
+                        ordinals.add(o)
+    split = len(ordinals) >= 2
+    if split:
+        split_devices.extend(cpu_device_name(o) for o in sorted(ordinals))
     for tid, evs in lines:
         lname = names[tid]
         if skip_derived and lname.startswith(_GPU_SKIP_LINES):
@@ -649,12 +666,16 @@ def _read_annotated(pname, lines, names, acc: _OpRows, runs_cols, host, skip_der
             f, ln = split_source(src) if type(src) is str and src else ("", None)
             st = args.source_stack
             fw = args.tf_op
-            acc.rows.append((pname, lname, module, pid, name if name != op else "",
+            dev = pname
+            if split:
+                o = _int(args.device_ordinal) if args.device_ordinal is not None else None
+                dev = cpu_device_name(o) if o is not None else pname
+            acc.rows.append((dev, lname, module, pid, name if name != op else "",
                              op, kind, kind, "", "", f, ln, _stack(st) if type(st) is str else "",
                              fw.rstrip(":") if type(fw) is str else "", None, None, None))
             rid = args.run_id
             if rid is not None and s is not None and type(rid) in (int, str, float):
-                k = (module, pid, rid)
+                k = (dev, module, pid, rid)
                 r = runs.get(k)
                 if r is None:
                     runs[k] = [s, s + d]
@@ -664,9 +685,9 @@ def _read_annotated(pname, lines, names, acc: _OpRows, runs_cols, host, skip_der
                     if s + d > r[1]:
                         r[1] = s + d
         acc.add(np.arange(first, len(acc.rows), dtype=np.int64), starts, s_arr, d_arr, selfs)
-    for (module, pid, _rid), (s, e) in sorted(runs.items(), key=lambda kv: kv[1][0]):
+    for (dev, module, pid, _rid), (s, e) in sorted(runs.items(), key=lambda kv: kv[1][0]):
         runs_cols["host"].append(host)
-        runs_cols["device"].append(pname)
+        runs_cols["device"].append(dev)
         runs_cols["module"].append(module)
         runs_cols["program_id"].append(pid)
         runs_cols["start_ps"].append(s)

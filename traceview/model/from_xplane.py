@@ -13,7 +13,9 @@ Where op identity comes from, per platform:
 * **CPU** — plane ``/host:CPU``, XLA:CPU thunk-executor threads; events with ``hlo_op`` /
   ``hlo_module`` / ``program_id`` stats, joined to the HLO protos the same way; the
   ``end: <op>`` marker events are skipped. Used only when no device plane has HLO ops (on
-  GPU hosts the host threads carry launch events, not op executions).
+  GPU hosts the host threads carry launch events, not op executions). Virtual CPU devices
+  (``--xla_force_host_platform_device_count``) are told apart by each op event's
+  ``device_ordinal`` stat (:mod:`traceview.model.cpu_devices`).
 
 Event start = ``XLine.timestamp_ns * 1000 + XEvent.offset_ps`` (ps since session start, the
 exporter's post-processing shifts timestamps); stats = XEventMetadata stats then XEvent
@@ -30,6 +32,7 @@ import numpy as np
 import polars as pl
 
 from traceview.errors import TraceUnreadable
+from traceview.model.cpu_devices import split_by_ordinal
 from traceview.model.hlo import HloIndex
 from traceview.model.schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, STEP_MARKERS_SCHEMA, DeviceInfo, TraceData, frame
 from traceview.model.shapes import canonical_shape_text, parse_instruction
@@ -294,10 +297,12 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
             n_events += sum(count_events(raw, path) for raw in plane.lines)
             continue
         before = len(cols)
+        ordinals: list[list] = []
         n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=False,
-                                          markers=markers)
+                                          markers=markers, ordinals=ordinals)
         if len(cols) > before:
-            devices.append(DeviceInfo(name=plane.name, kind="CPU", device_type="CPU"))
+            cols[before:], names = split_by_ordinal(cols[before:], ordinals, plane.name)
+            devices.extend(DeviceInfo(name=nm, kind="CPU", device_type="CPU") for nm in names)
 
 
     tpu_parts = [c for c in cols if isinstance(c, _TpuParts)]
@@ -631,10 +636,12 @@ def _finish_parts(parts: list, attr, start, durs, selfs, count) -> "OpTable":
 
 
 def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, run, path, device_lines: bool,
-                          markers: list | None = None) -> int:
+                          markers: list | None = None, ordinals: list | None = None) -> int:
     """GPU stream lines / CPU thunk-executor threads: ops named by per-event stats. On host
     planes, events carrying a ``step_num`` stat (step annotations) go to ``markers`` as
-    (name, step_num, start_ps, duration_ps)."""
+    (name, step_num, start_ps, duration_ps). ``ordinals``: when given, one list per frame
+    appended to ``cols``, each row's ``device_ordinal`` stat (None where absent), for
+    :func:`~traceview.model.cpu_devices.split_by_ordinal`."""
     n = 0
     md_by_id = plane.event_metadata
     md_stats_cache: dict[int, dict] = {}
@@ -722,6 +729,8 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
         c["device"] = [plane.name] * m
         c["line"] = [line.name] * m
         cols.append(frame(c, OPS_SCHEMA))
+        if ordinals is not None:
+            ordinals.append([_as_int(r[1].get("device_ordinal")) for r in rows])
     return n
 
 

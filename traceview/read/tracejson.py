@@ -226,7 +226,7 @@ def gc_paused():
 #: the ``args`` keys the reader reads
 ARG_FIELDS = ("name", "long_name", "hlo_category", "source", "source_stack", "tf_op", "model_flops",
                "bytes_accessed", "shape_with_layout", "device_offset_ps", "device_duration_ps", "hlo_op",
-               "hlo_module", "program_id", "run_id")
+               "hlo_module", "program_id", "run_id", "device_ordinal")
 #: the event fields the reader reads, in Event's order
 _EVENT_FIELDS = ("ph", "pid", "tid", "ts", "dur", "name", "args")
 #: the Chrome trace format's other event keys: never read, only declared so that the typed

@@ -280,8 +280,40 @@ def step_strip_svg(steps: list[int], durations: list[float], outliers: list[bool
     return _svg(fig)
 
 
+def skew_svg(devices: list[str], busy: list[list[float]]) -> str:
+    """A per-device strip: one row per device, one cell per step, colored by the device's busy
+    time over the step's median busy time (``busy[d][k]``, ps; 1 = the median, darker =
+    busier, the straggler's row stands out). Device names are the y labels (escaped by the
+    SVG writer)."""
+    import numpy as np
+
+    a = np.array(busy, dtype=float) if busy else np.zeros((0, 0))
+    med = np.median(a, axis=0) if a.size else a
+    ratio = np.divide(a, med, out=np.ones_like(a), where=med > 0) if a.size else a
+    nd, ns = a.shape if a.size else (0, 0)
+    fig = _new_figure(min(8.4, max(5.0, 3.0 + 0.2 * ns)), max(1.8, 0.9 + 0.22 * nd))
+    width = max((len(str(d)) for d in devices), default=4)
+    fig.subplots_adjust(left=min(0.45, 0.04 + 0.013 * width), right=0.86, bottom=0.22 + 0.4 / max(nd, 1), top=0.96)
+    ax = fig.add_subplot()
+    if a.size:
+        # vector cells (pcolormesh), not imshow: an image would be an embedded PNG in the SVG
+        im = ax.pcolormesh(np.arange(ns + 1) - 0.5, np.arange(nd + 1) - 0.5, np.log2(np.clip(ratio, 1 / 16, 16)),
+                           cmap="RdBu_r", vmin=-4, vmax=4, linewidth=0)
+        ax.set_ylim(nd - 0.5, -0.5)
+        cb = fig.colorbar(im, ax=ax, fraction=0.04, pad=0.02)
+        cb.solids.set_rasterized(False)  # matplotlib rasterizes a long colorbar: no image in the SVG
+        cb.set_ticks([-4, -2, 0, 2, 4])
+        cb.set_ticklabels(["1/16", "1/4", "median", "4x", "16x"])
+    ax.set_yticks(range(nd))
+    ax.set_yticklabels([str(d) for d in devices])
+    ax.set_xticks(range(ns) if ns <= 24 else [])
+    ax.set_xticklabels([str(k + 1) for k in range(ns)] if ns <= 24 else [])  # 1-based, as the bar chart
+    ax.set_xlabel("step")
+    return _svg(fig)
+
+
 #: The charts by the name a drawer is asked for.
-CHARTS = {"roofline": roofline_svg, "steps": steps_svg, "step_strip": step_strip_svg}
+CHARTS = {"roofline": roofline_svg, "steps": steps_svg, "step_strip": step_strip_svg, "skew": skew_svg}
 
 
 class InlineCharts:

@@ -23,6 +23,7 @@ import polars as pl
 from traceview.model.naming import safe_line
 from traceview.model.units import fmt_pct, fmt_rate, fmt_time_ps
 from traceview.render.charts import BOUND_COLORS, InlineCharts
+from traceview.render.overlap_html import comm_view, finish as finish_comm
 from traceview.render.provenance import provenance_lines, run_names
 
 #: Family colors of the step-anatomy bars (cycled), shared by the SVG and the HTML legend.
@@ -266,6 +267,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
     charts = charts or InlineCharts()
     roof_chart = charts.submit("roofline", rep.roofline, rep.peaks)
     steps = _steps(rep, charts)
+    comm = comm_view(rep, charts, min(top, 20))
 
     default_title = "traceview report"
     disc_root = getattr(rep.discovery, "root", None) if rep.discovery is not None else None
@@ -302,6 +304,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
         steps.svg = steps.svg()
     if callable(steps.strip):
         steps.strip = steps.strip()
+    ctx["ovl"] = finish_comm(comm)
     return ctx
 
 

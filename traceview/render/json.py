@@ -13,6 +13,7 @@ import json
 import math
 
 from traceview.model.naming import printable
+from traceview.render.overlap_view import overlap_payload, stragglers_payload
 from traceview.render.provenance import provenance_lines, run_names
 
 
@@ -84,6 +85,8 @@ def analysis_payload(rep, *, top: int | None, version: str) -> dict:
         "population_regimes": (None if getattr(rep, "population_regimes", None) is None
                                else rep.population_regimes.to_dicts()),
         "findings": None if getattr(rep, "findings", None) is None else [f.to_dict() for f in rep.findings],
+        "overlap": overlap_payload(getattr(rep, "overlap", None), top),
+        "stragglers": stragglers_payload(getattr(rep, "stragglers", None), top),
     }
 
 

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from traceview.model.naming import safe_line
 from traceview.model.units import fmt_pct, fmt_rate, fmt_time_ps
+from traceview.render.overlap_view import render_overlap, render_stragglers
 from traceview.render.provenance import provenance_lines
 
 #: A string longer than this (characters) is cut for display: a table cell of megabytes
@@ -37,6 +38,8 @@ def render_report(console: Console, rep, *, top: int) -> None:
     render_steps(console, rep.steps, top=top)
     render_roofline(console, rep.peaks, rep.roofline, top=top, summary=rep.roofline_summary)
     render_communication(console, getattr(rep, "communication", None), top=top)
+    render_overlap(console, getattr(rep, "overlap", None), top=top)
+    render_stragglers(console, getattr(rep, "stragglers", None), top=top)
 
 
 def render_analysis(console: Console, rep, *, top: int) -> None:

@@ -1,0 +1,192 @@
+"""Stragglers and skew: which device holds a step back, and the collective waits it causes.
+
+Per step and device, **busy** = the compute time of :mod:`traceview.analysis.overlap` (ops
+other than collectives and host transfers running, ps): the work a device must do before it
+can take part in the step's collectives. The **slowest device** of a step is the one with the
+largest busy time; its **lead** = (its busy - the median busy of the step's devices) / that
+median.
+
+**Collective waits.** One collective execution is matched across its participants by
+(module, op name, execution index: the k-th execution of that op on each device). A device
+*arrives* when its event starts; the collective cannot complete before the last participant
+arrives, so each participant's **wait** = last arrival - its arrival (ps), and the waits of an
+execution are **attributed** to the device that arrived last. (On XLA:CPU, where the
+collective is a blocking rendezvous, a participant's event duration is that wait plus the
+exchange itself.)
+
+**Clock offsets across hosts.** Each host has its own clock. A collective completes on all
+participants at (nearly) the same instant, so the offset of host h against the first host is
+the median, over the executions both took part in, of (mean end on the first host - mean end
+on h). The offsets are added to h's times before arrivals are compared, and stated
+(``Stragglers.clock_offsets``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from traceview.analysis.overlap import ASYNC_STARTS, SYNC_COLLECTIVES
+
+DEVICES_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "step": pl.Int64, "busy_ps": pl.Int64, "wait_ps": pl.Int64,
+                  "caused_wait_ps": pl.Int64, "last_arrivals": pl.Int64}
+STEPS_SCHEMA = {"step": pl.Int64, "n_devices": pl.Int64, "slowest": pl.Utf8, "busy_max_ps": pl.Int64,
+                "busy_median_ps": pl.Float64, "lead": pl.Float64, "last_to_arrive": pl.Utf8,
+                "attributed_wait_ps": pl.Int64, "wait_ps": pl.Int64}
+COLLECTIVES_SCHEMA = {"module": pl.Utf8, "op_name": pl.Utf8, "op_kind": pl.Utf8, "execution": pl.Int64,
+                      "participants": pl.Int64, "last_host": pl.Utf8, "last_device": pl.Utf8,
+                      "first_arrival_ps": pl.Int64, "last_arrival_ps": pl.Int64, "skew_ps": pl.Int64,
+                      "wait_ps": pl.Int64}
+
+
+@dataclass
+class Stragglers:
+    """Result of :func:`stragglers`. ``devices``: :data:`DEVICES_SCHEMA` per (host, device,
+    step). ``steps``: :data:`STEPS_SCHEMA` per step (``lead`` a fraction; ``last_to_arrive``
+    the device that arrived last at most of the step's collectives; ``attributed_wait_ps`` the
+    waits of the others attributed to it). ``collectives``: :data:`COLLECTIVES_SCHEMA`, one row
+    per matched collective execution (``skew_ps`` = last - first arrival, ``wait_ps`` the sum
+    of the participants' waits). ``summary``: straggler (the device slowest in most steps;
+    ties: the most attributed wait), its steps_slowest, lead_median (over the steps it was
+    slowest in), attributed_wait_ps (all others' waits attributed to it), wait_ps (all waits),
+    attributed_share (attributed / all), lead_max, n_steps, n_devices; the straggler keys only
+    when collective executions were matched across devices (a busy-time ranking alone would
+    count a device's waits inside an unrecognised collective as work). ``clock_offsets``: {host: ps added
+    to that host's times} (empty with one host). ``notes``: lines to state."""
+
+    devices: pl.DataFrame
+    steps: pl.DataFrame
+    collectives: pl.DataFrame
+    summary: dict
+    clock_offsets: dict = field(default_factory=dict)
+    notes: list = field(default_factory=list)
+
+
+#: what arrives at a collective: a synchronous one, or the start of an async pair
+_KINDS = list(SYNC_COLLECTIVES) + [k for k in ASYNC_STARTS if not k.startswith("copy")]
+
+
+def _executions(ops: pl.DataFrame) -> pl.DataFrame:
+    """Collective events (sync ones and the starts of async pairs) with their execution index
+    per (host, device, module, op_name)."""
+    generic = (pl.col("op_kind") == "async-start") & ~pl.col("op_name").str.contains(
+        "^(" + "|".join(SYNC_COLLECTIVES) + ")-start")  # slice-start and the like: not communication
+    c = ops.filter(pl.col("op_kind").is_in(_KINDS) & pl.col("start_ps").is_not_null() & ~generic)
+    return (c.sort(["host", "device", "start_ps"])
+            .with_columns(pl.int_range(pl.len()).over(["host", "device", "module", "op_name"]).alias("execution"),
+                          (pl.col("start_ps") + pl.col("duration_ps")).alias("end_ps")))
+
+
+def clock_offsets(execs: pl.DataFrame) -> dict:
+    """{host: offset ps} for every host but the first (sorted by name) that shares at least one
+    collective execution with it (see the module doc); the first host's offset is 0."""
+    hosts = sorted(execs["host"].unique().to_list())
+    if len(hosts) < 2:
+        return {}
+    key = ["module", "op_name", "execution"]
+    ends = execs.group_by(key + ["host"]).agg(pl.col("end_ps").mean().alias("end"))
+    ref = ends.filter(pl.col("host") == hosts[0]).select(key + [pl.col("end").alias("ref")])
+    out = {hosts[0]: 0}
+    for h in hosts[1:]:
+        m = ends.filter(pl.col("host") == h).join(ref, on=key, how="inner")
+        if m.height:
+            out[h] = int(round(float((m["ref"] - m["end"]).median())))
+    return out
+
+
+def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
+    """Stragglers of ``table`` (an OpTable or the wide op frame) over the step windows of
+    ``overlap_steps`` (:attr:`traceview.analysis.overlap.Overlap.steps`: host, device, step,
+    start_ps, step_ps, compute_ps). Never raises on empty input (empty frames)."""
+    cols = ["host", "device", "module", "op_name", "op_kind", "start_ps", "duration_ps"]
+    if hasattr(table, "attrs"):  # an OpTable: only the collectives' events become a frame
+        ops = table.filter(pl.col("op_kind").is_in(_KINDS)).frame(cols)
+    else:
+        ops = table.select(cols)
+    execs = _executions(ops)
+    offsets = clock_offsets(execs)
+    notes = []
+    if offsets:
+        execs = execs.with_columns(
+            (pl.col("start_ps") + pl.col("host").replace_strict(offsets, default=0, return_dtype=pl.Int64))
+            .alias("start_ps"))
+        notes.append("clock offsets applied before comparing (from matching collective ends): "
+                     + ", ".join(f"{h} {v / 1e6:+.3f} µs" for h, v in offsets.items()))
+        unmatched = sorted(set(execs["host"].unique().to_list()) - set(offsets))
+        if unmatched:
+            notes.append("no collective shared with the first host, clock not aligned: " + ", ".join(unmatched))
+    key = ["module", "op_name", "execution"]
+    execs = execs.with_columns(
+        pl.col("start_ps").max().over(key).alias("_last"), pl.len().over(key).alias("_n"))
+    execs = execs.filter(pl.col("_n") > 1).with_columns((pl.col("_last") - pl.col("start_ps")).alias("wait_ps"))
+    last = (execs.sort("start_ps", descending=True, maintain_order=True).group_by(key, maintain_order=True)
+            .agg(pl.col("host").first().alias("last_host"), pl.col("device").first().alias("last_device"),
+                 pl.col("op_kind").first(), pl.len().alias("participants"),
+                 pl.col("start_ps").min().alias("first_arrival_ps"), pl.col("start_ps").max().alias("last_arrival_ps"),
+                 pl.col("wait_ps").sum()))
+    coll = (last.with_columns((pl.col("last_arrival_ps") - pl.col("first_arrival_ps")).alias("skew_ps"))
+            .select(list(COLLECTIVES_SCHEMA)).cast(COLLECTIVES_SCHEMA).sort("first_arrival_ps"))
+    # each execution to the step window holding its last arrival (on the last device)
+    w = overlap_steps.select("host", "device", "step", "start_ps", (pl.col("start_ps") + pl.col("step_ps")).alias("_e"),
+                             pl.col("compute_ps").alias("busy_ps"))
+    if w.height == 0:
+        notes.append("no collective matched and no step windows with communication: no straggler figures")
+        return Stragglers(devices=pl.DataFrame(schema=DEVICES_SCHEMA), steps=pl.DataFrame(schema=STEPS_SCHEMA),
+                          collectives=coll, summary={}, clock_offsets=offsets, notes=notes)
+    # the window holding each arrival (as-of on the start: no device-by-window product)
+    ex = execs.sort("start_ps").join_asof(
+        w.select("host", "device", "step", pl.col("start_ps").alias("_ws"), "_e").sort("_ws"),
+        left_on="start_ps", right_on="_ws", by=["host", "device"], strategy="backward", check_sortedness=False)
+    ex = ex.with_columns(pl.when(pl.col("start_ps") < pl.col("_e")).then(pl.col("step")).alias("step"))
+    ex = ex.join(last.select(key + ["last_host", "last_device"]), on=key, how="left")
+    waited = ex.group_by(["host", "device", "step"]).agg(pl.col("wait_ps").sum().alias("wait_ps"))
+    is_last = (pl.col("host") == pl.col("last_host")) & (pl.col("device") == pl.col("last_device"))
+    # others' waits of an execution, attributed to its last device, in that device's step
+    caused = (ex.group_by(key).agg(pl.col("wait_ps").sum().alias("caused_wait_ps"),
+                                   pl.col("step").filter(is_last).first().alias("step"),
+                                   pl.col("last_host").first().alias("host"), pl.col("last_device").first().alias("device"))
+              .group_by(["host", "device", "step"]).agg(pl.col("caused_wait_ps").sum(), pl.len().alias("last_arrivals")))
+    dev = (w.select("host", "device", "step", "busy_ps")
+           .join(waited, on=["host", "device", "step"], how="left", nulls_equal=True)
+           .join(caused, on=["host", "device", "step"], how="left", nulls_equal=True)
+           .with_columns(pl.col("wait_ps").fill_null(0), pl.col("caused_wait_ps").fill_null(0),
+                         pl.col("last_arrivals").fill_null(0))
+           .select(list(DEVICES_SCHEMA)).cast(DEVICES_SCHEMA).sort(["step", "host", "device"]))
+    name = pl.when(pl.col("host").n_unique() > 1).then(pl.col("host") + ":" + pl.col("device")).otherwise(pl.col("device"))
+    dev_named = dev.with_columns(name.alias("_name"))
+    steps = (dev_named.group_by("step", maintain_order=True).agg(
+        pl.len().alias("n_devices"),
+        pl.col("_name").sort_by("busy_ps", descending=True).first().alias("slowest"),
+        pl.col("busy_ps").max().alias("busy_max_ps"), pl.col("busy_ps").median().alias("busy_median_ps"),
+        pl.col("_name").sort_by(["last_arrivals", "caused_wait_ps"], descending=True).first().alias("last_to_arrive"),
+        pl.col("caused_wait_ps").max().alias("attributed_wait_ps"), pl.col("wait_ps").sum())
+        .with_columns(((pl.col("busy_max_ps") - pl.col("busy_median_ps")) / pl.col("busy_median_ps")).alias("lead"))
+        .select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).sort("step"))
+    summary: dict = {"n_steps": steps.height, "n_devices": dev.select("host", "device").n_unique()}
+    if steps.height and steps["n_devices"].max() > 1 and coll.height == 0:
+        notes.append("no collective execution matched across devices (no collective opcodes in the trace: a "
+                     "trace.json without HLO, or a program without communication): busy times only, no straggler "
+                     "named")
+    elif steps.height and steps["n_devices"].max() > 1:
+        counts = steps.group_by("slowest").agg(pl.len().alias("n"), pl.col("lead").median())
+        tot_caused = dev_named.group_by("_name").agg(pl.col("caused_wait_ps").sum())
+        counts = counts.join(tot_caused, left_on="slowest", right_on="_name", how="left")
+        best = counts.sort(["n", "caused_wait_ps"], descending=True).row(0, named=True)
+        all_wait = int(dev["wait_ps"].sum())
+        summary.update(straggler=best["slowest"], steps_slowest=int(best["n"]), lead_median=best["lead"],
+                       attributed_wait_ps=int(best["caused_wait_ps"] or 0), wait_ps=all_wait,
+                       attributed_share=(best["caused_wait_ps"] or 0) / all_wait if all_wait else None,
+                       lead_max=float(steps["lead"].max()) if steps["lead"].max() is not None else None)
+    return Stragglers(devices=dev, steps=steps, collectives=coll, summary=summary, clock_offsets=offsets, notes=notes)
+
+
+def profile_stragglers(prof, overlap=None) -> Stragglers:
+    """:func:`stragglers` of a profile (``overlap``: its :class:`~traceview.analysis.overlap.Overlap`,
+    default computed)."""
+    if overlap is None:
+        from traceview.analysis.overlap import profile_overlap
+
+        overlap = profile_overlap(prof)
+    return stragglers(prof.table, overlap.steps)
+
