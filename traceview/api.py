@@ -159,21 +159,21 @@ class Profile(ProfileData):
 
         return to_frame(build_report(self, finding_thresholds=thresholds, **options).findings)
 
-    def overlap(self, *, module: str | None = None, window: str = "span"):
+    def overlap(self, *, module: str | None = None, extent: str = "span", window: str = "steady"):
         """Communication overlap (per async op in flight / hidden / exposed; per step compute,
-        exposed, hidden, host, idle) within the step anatomy's windows (``module``, ``window``
-        as :meth:`steps`); see :mod:`traceview.analysis.overlap`."""
+        exposed, hidden, host, idle) within the step anatomy's steps (``module``, ``extent``,
+        ``window`` as :meth:`steps`); see :mod:`traceview.analysis.overlap`."""
         from traceview.analysis.overlap import overlap
 
-        return overlap(self.table, self.steps(module=module, window=window).steps)
+        return overlap(self.table, self.steps(module=module, extent=extent, window=window).steps)
 
-    def stragglers(self, *, module: str | None = None, window: str = "span"):
+    def stragglers(self, *, module: str | None = None, extent: str = "span", window: str = "steady"):
         """Stragglers and skew per step (busy time per device, the slowest and its lead, the
         collective waits attributed to the last arrival, clock offsets across hosts); see
         :mod:`traceview.analysis.stragglers`."""
         from traceview.analysis.stragglers import stragglers
 
-        return stragglers(self.table, self.overlap(module=module, window=window).steps)
+        return stragglers(self.table, self.overlap(module=module, extent=extent, window=window).steps)
 
     def analyze(self, **options):
         """Every section ``traceview analyze`` shows, as a :class:`traceview.Report`; options

@@ -280,6 +280,7 @@ def step_strip_svg(steps: list[int], durations: list[float], outliers: list[bool
     return _svg(fig)
 
 
+@_chart_style
 def skew_svg(devices: list[str], busy: list[list[float]]) -> str:
     """A per-device strip: one row per device, one cell per step, colored by the device's busy
     time over the step's median busy time (``busy[d][k]``, ps; 1 = the median, darker =
