@@ -28,7 +28,8 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 @pytest.fixture(scope="module")
 def reps(shared_traces):
     """Reports of the fixtures and shared traces (each read and analysed once)."""
-    paths = {n: FIXTURES / n for n in ("topp_b4", "greedy_b4", "nodonate_b4", "hostmask_b4")}
+    paths = {n: FIXTURES / n for n in ("topp_b4", "greedy_b4", "nodonate_b4", "hostmask_b4", "straggler_8dev",
+                                       "collectives_8dev")}
     paths.update(vllm=shared_traces / "vllm_tpu_qwen", conv=shared_traces / "mi300x_jax_conv3d.xplane.pb",
                  gemm=shared_traces / "mi300x_jax_gemm_sweep.xplane.pb",
                  attn=shared_traces / "mi300x_jax_attention.xplane.pb",
@@ -151,6 +152,28 @@ def test_warmup_and_trace_quality(reps):
     assert not ids(reps["psum"][1])
 
 
+def test_communication_findings_on_the_multidevice_fixtures(reps):
+    """Rule 9 on recorded traces: the straggler fixture (device 5 does 200 extra matmuls before
+    a psum) names CPU:5 with its lead and the exposed communication the others wait in; the
+    exposed share equals the overlap section's own figures; silent on one-device profiles."""
+    prof, rep = reps["straggler_8dev"]
+    s = one(rep, "straggler-device")
+    summ = rep.stragglers.summary
+    assert (s.evidence["device"], s.evidence["steps_slowest"], s.evidence["n_steps"]) == ("/device:CPU:5", 3, 3)
+    assert s.evidence["lead_median"] == summ["lead_median"] > 10 and "3 of 3 step(s)" in s.statement
+    e = one(rep, "exposed-communication")
+    st = rep.overlap.steps
+    assert e.evidence["exposed_ps"] == pytest.approx(float(st["exposed_ps"].mean()))
+    assert e.evidence["step_ps"] == pytest.approx(float(st["step_ps"].mean()) if "step_ps" in st.columns
+                                                  else float(st["duration_ps"].mean()))
+    # the collectives fixture: every device does the same work; its slowest device changes from
+    # step to step (thread scheduling), so no straggler; its synchronous CPU collectives are exposed
+    assert "straggler-device" not in ids(reps["collectives_8dev"][1])
+    assert "exposed-communication" in ids(reps["collectives_8dev"][1])
+    for name in ("greedy_b4", "topp_b4", "gemm"):
+        assert not {"straggler-device", "exposed-communication"} & set(ids(reps[name][1]))
+
+
 def test_bad_traces_have_no_findings(shared_traces, capsys):
     assert main(["analyze", str(shared_traces / "gpu_v100x8_tf2_bert_no_xla.xplane.pb")]) == 5
     assert main(["analyze", str(shared_traces / "corrupt_utf8_mangled.xplane.pb")]) == 4
@@ -168,10 +191,14 @@ def test_rules_on_hand_built_inputs():
     assert f.id == "exposed-communication" and f.evidence["exposed_ps"] == 200 and f.evidence["step_ps"] == 1000
     ov.steps = ov.steps.with_columns(pl.lit(10).alias("exposed_ps"))
     assert quality.exposed_communication(Inputs(SimpleNamespace(overlap=ov, steps=None)), th) is None
-    sg = pl.DataFrame({"device": ["a", "b", "c"], "step_ps": [100, 101, 150]})
+    sg = SimpleNamespace(summary={"straggler": "c", "n_steps": 4, "steps_slowest": 3, "lead_median": 0.5,
+                                  "wait_ps": 100, "attributed_wait_ps": 90}, devices=None)
     f = quality.straggler(Inputs(SimpleNamespace(stragglers=sg)), th)
-    assert f.evidence["devices"][0]["device"] == "c"
-    assert quality.straggler(Inputs(SimpleNamespace(stragglers=sg.head(2))), th) is None
+    assert f.evidence["device"] == "c" and "3 of 4 step(s), 1.50x" in f.statement and "90.0%" in f.statement
+    sg.summary["steps_slowest"] = 1  # a different slowest device in most steps: noise
+    assert quality.straggler(Inputs(SimpleNamespace(stragglers=sg)), th) is None
+    sg.summary.update(steps_slowest=4, lead_median=0.1)  # always slowest, but by 10%: under the 1.2 factor
+    assert quality.straggler(Inputs(SimpleNamespace(stragglers=sg)), th) is None
     assert quality.straggler(Inputs(SimpleNamespace()), th) is None
     steps = pl.DataFrame({"host": ["h"] * 4, "device": ["d"] * 4, "step": [0, 1, 2, 3], "start_ps": [0, 9, 12, 15],
                           "duration_ps": [9, 3, 3, 3], "gap_after_ps": [0, 0, 0, None], "idle_ps": [0] * 4,

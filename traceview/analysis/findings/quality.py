@@ -42,8 +42,9 @@ def trace_warnings(ctx, th) -> list[Finding]:
             out.append(Finding(
                 fid, sev, str(hit[0]) + (f" (+{len(hit) - 1} more)" if len(hit) > 1 else ""),
                 {"warnings": hit},
-                f"{STUDY}: every conclusion began by checking which run, host and files were read; a stale, "
-                "capped or mixed trace answers a different question",
+                f"{STUDY}: traces were staged into a fresh log directory per analysis to avoid the stale-trace "
+                "trap (a viewer silently showing a previous session's data) and located by searching for them; "
+                "a stale, capped or mixed trace answers a different question",
                 step, f"traceview verify PATH --check 'no finding {fid}'"))
     return out
 
@@ -122,38 +123,45 @@ def exposed_communication(ctx, th) -> Finding | None:
         f"communication is exposed for {fmt_ms(exp)} of each {fmt_ms(mean_step)} step ({pct(exp / mean_step)})"
         + (f"; {fmt_ms(hidden)} is hidden behind compute" if hidden is not None else ""),
         {"exposed_ps": exp, "step_ps": mean_step, "hidden_ps": hidden, "ops": top},
-        "exposed communication adds to the step one for one; only communication hidden behind compute is free "
-        f"({STUDY} kept the decode on one chip for this reason)",
+        "exposed communication adds to the step one for one (step = compute + exposed communication + host "
+        "transfers + idle, the overlap section's split); only communication hidden behind compute is free",
         "overlap the collective with independent compute (async collectives, collective matmul, a different "
         "sharding), or shrink what crosses the interconnect",
         "traceview verify AFTER --check 'no finding exposed-communication'")
 
 
 def straggler(ctx, th) -> Finding | None:
-    """Rule 9b: a device whose step time is ``straggler_factor`` times the median device's
-    (``Report.stragglers``: a frame with device and ``ratio`` or ``step_ps``/``median_ps``)."""
+    """Rule 9b: one device is the slowest in most steps (at least 2 and at least half of them;
+    the only step of a one-step trace) with a median lead over the median device of at least
+    ``straggler_factor`` - 1 (``Report.stragglers``, :mod:`traceview.analysis.stragglers`:
+    its summary's straggler, steps_slowest, n_steps, lead_median, and the collective waits
+    attributed to it). A different slowest device each step is scheduling noise, not a
+    straggler."""
     sg = getattr(ctx.report, "stragglers", None)
-    df = _frame(sg, "devices", "table", "per_device")
-    if df is None or df.height < 2 or "device" not in df.columns:
+    summ = getattr(sg, "summary", None) or {}
+    dev, n, k = summ.get("straggler"), int(summ.get("n_steps") or 0), int(summ.get("steps_slowest") or 0)
+    lead = summ.get("lead_median")
+    if not dev or not n or lead is None:
         return None
-    if "ratio" not in df.columns:
-        col = next((c for c in ("step_ps", "mean_step_ps", "busy_ps") if c in df.columns), None)
-        if col is None:
-            return None
-        df = df.with_columns((pl.col(col) / pl.col(col).median()).alias("ratio"))
-    slow = df.filter(pl.col("ratio") >= th.straggler_factor).sort("ratio", descending=True)
-    if slow.height == 0:
+    need = 1 if n == 1 else max(2, -(-n // 2))
+    if k < need or lead < th.straggler_factor - 1:
         return None
-    r = slow.row(0, named=True)
+    waits, mine = summ.get("wait_ps"), summ.get("attributed_wait_ps")
+    per_dev = getattr(sg, "devices", None)
+    rows = (per_dev.filter(pl.col("device") == dev).to_dicts()[:8]
+            if isinstance(per_dev, pl.DataFrame) and "device" in per_dev.columns else [])
     return Finding(
         "straggler-device", "high",
-        f"device {r['device']} runs its steps x{r['ratio']:.2f} the median device's: every collective waits for it",
-        {"devices": slow.head(8).to_dicts()},
+        f"device {dev} is the slowest in {k} of {n} step(s), {lead + 1:.2f}x the median device's busy time "
+        "(median lead)" + (f"; {pct(mine / waits)} of the other devices' collective waits are attributed to it"
+                           if waits and mine is not None else ""),
+        {"device": dev, "steps_slowest": k, "n_steps": n, "lead_median": lead, "attributed_wait_ps": mine,
+         "wait_ps": waits, "steps": rows},
         "in synchronous steps the slowest device sets the step time; the others' wait shows as exposed "
         "communication",
         "compare the straggler's op table with a median device's (traceview analyze --device REGEX): "
         "uneven shards, host interference, a throttled chip",
-        "traceview verify AFTER --check 'no finding straggler-device'")
+        "traceview verify AFTER --check 'straggler lead < 20%' --check 'no finding straggler-device'")
 
 
 def profiling_overhead(ctx, th) -> Finding | None:
