@@ -19,6 +19,8 @@ from traceview.analysis.kernels import kernels as _kernels
 from traceview.analysis.peaks import Peaks, profile_peaks
 from traceview.analysis.roofline import predicted_vs_measured, roofline
 from traceview.analysis.steps import StepAnatomy, profile_anatomy
+from traceview.analysis.family_roofline import family_roofline as _family_roofline, summary as _family_summary
+from traceview.analysis.kinds import by_kind as _by_kind
 
 #: at most this many steps go into the step chart (the first ones, in time order)
 CHART_STEPS = 48
@@ -55,7 +57,10 @@ class Report:
     (:class:`~traceview.analysis.steps.StepAnatomy`). HTML only (else None):
     ``html_sources`` (by file, direct frame) and ``source_kinds`` (origin, share),
     ``populations_per_name`` ({op_name: populations}), ``hlo_texts`` ({(op_name, shape): the
-    first HLO text}), ``step_chart`` (:class:`StepChart`).
+    first HLO text}), ``step_chart`` (:class:`StepChart`). ``family_roofline``
+    (:func:`~traceview.analysis.family_roofline.family_roofline`: per family and step, time,
+    share, FLOPs, bytes, intensity, bound by, predicted against measured) and
+    ``family_roofline_summary`` (its :func:`~traceview.analysis.family_roofline.summary`).
     """
 
     discovery: object
@@ -84,6 +89,8 @@ class Report:
     populations_per_name: dict | None = None
     hlo_texts: dict | None = None
     step_chart: StepChart | None = None
+    family_roofline: pl.DataFrame | None = None
+    family_roofline_summary: dict | None = None
 
 
 def file_rows(prof) -> list[dict]:
@@ -152,7 +159,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     """Every section of :class:`Report` for ``prof`` (a
     :class:`~traceview.model.profiledata.ProfileData`).
 
-    ``by``: the op table's key ("shape", "name", "program"); ``peaks``: default
+    ``by``: the op table's key ("shape", "name", "program", "kind": :func:`~traceview.analysis.kinds.by_kind`); ``peaks``: default
     :func:`~traceview.analysis.peaks.profile_peaks`; ``steps`` / ``expect_batch``: the
     occurrence checks (none when both are None); ``rules`` (family rules), ``step_module``,
     ``step_window``: the step anatomy; ``source_frame``: "direct" or "user"; ``html``: also
@@ -161,11 +168,12 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     """
     from traceview.errors import UsageError
 
-    if by not in ("shape", "name", "program"):
-        raise UsageError(f"unknown op table key {by!r}: expected shape, name or program")
+    if by not in ("shape", "name", "program", "kind"):
+        raise UsageError(f"unknown op table key {by!r}: expected shape, name, program or kind")
     by_shape = aggregate.by_shape(prof.table)
     table = {"shape": lambda: by_shape, "name": lambda: aggregate.by_name(prof.table),
-             "program": lambda: aggregate.by_program_op(prof.table)}[by]()
+             "program": lambda: aggregate.by_program_op(prof.table),
+             "kind": lambda: _by_kind(prof, rules=rules)}[by]()
     peaks = peaks if peaks is not None else profile_peaks(prof)
     roof = roofline(prof.table, peaks)
     checks = None
@@ -182,6 +190,8 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  peaks=peaks, roofline=roof,
                  roofline_summary=predicted_vs_measured(roof), kernels=kern, sources=files,
                  source_frame=source_frame, steps=anat)
+    rep.family_roofline = _family_roofline(anat, peaks)
+    rep.family_roofline_summary = _family_summary(rep.family_roofline)
     if html:
         add_html_sections(rep, prof)
     return rep

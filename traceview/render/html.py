@@ -229,6 +229,19 @@ def _steps(rep, charts) -> _StepsView:
                       chart.n_steps, chart.shown)
 
 
+def _family_roofline(rep) -> dict | None:
+    """The roofline-per-family table (:mod:`traceview.render.family_roofline`), None without one."""
+    fr = getattr(rep, "family_roofline", None)
+    if fr is None or fr.height == 0:
+        return None
+    from traceview.render import family_roofline as frv
+
+    ridge = (f"ridge point {rep.peaks.ridge:.1f} FLOP/byte" if rep.peaks.ridge else
+             "no peaks known, so bound by is unknown")
+    return {"rows": frv.rows(fr), "summary": frv.summary_line(getattr(rep, "family_roofline_summary", None)),
+            "ridge": ridge}
+
+
 # -- public ---------------------------------------------------------------------------------
 
 def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
@@ -266,6 +279,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
         "sources": _sources(rep),
         "bound_colors": BOUND_COLORS,
         "top": top,
+        "family_roofline": _family_roofline(rep),
     }
     ctx["roof"] = _roofline(rep, min(top, 20), roof_chart)
     if callable(steps.svg):

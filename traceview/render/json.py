@@ -45,7 +45,8 @@ def dumps(payload: dict) -> str:
 def analysis_payload(rep, *, top: int | None, version: str) -> dict:
     """The JSON object of a :class:`~traceview.analysis.report.Report`: provenance (lines,
     files, runs), warnings, has_shapes, devices, ops (the op table), peaks, roofline,
-    kernels, sources, steps, occurrence checks. ``top``: rows of the op, roofline and source
+    kernels, sources, steps, occurrence checks, family_roofline (per family and step) and its
+    summary. ``top``: rows of the op, roofline and source
     tables (all when None); ``rows`` gives each cut table's rows shown and in all."""
     peaks, roof, checks, anat = rep.peaks, rep.roofline, rep.checks, rep.steps
     head = (lambda df: df.head(top)) if top else (lambda df: df)
@@ -74,6 +75,8 @@ def analysis_payload(rep, *, top: int | None, version: str) -> dict:
             "families": anat.families.to_dicts(), "notes": list(anat.notes)},
         "occurrence_checks": checks.to_dicts() if checks is not None else None,
         "occurrence_checks_summary": rep.checks_summary,
+        "family_roofline": None if getattr(rep, "family_roofline", None) is None else rep.family_roofline.to_dicts(),
+        "family_roofline_summary": getattr(rep, "family_roofline_summary", None),
     }
 
 
