@@ -10,7 +10,11 @@ whose figures ``benchmarks/RESULTS.md`` quotes:
    sum against the step, and each family's roofline;
 3. ``traceview engine profile --max-num-seqs B --batch-mult B/4 --max-tokens 8`` (tiny preset)
    for B = 8, 16, 32, 64, then ``traceview ladder`` over the four, with the default families
-   (the attention kernel alone: ``attention/custom kernels``) and with ``--families study``.
+   (the attention kernel alone: ``attention/custom kernels``) and with ``--families study``;
+   and the same with one KV pool for every batch (``--kv-cache-bytes 4194304``: 256 pages).
+   The default pool has pages for every slot at ``--max-model-len``, so it grows with the
+   batch, and the Pallas interpreter (CPU) copies the whole pool at each grid step: the
+   kernel's CPU time then grows with batch x pool, not with the batch alone.
 
 Usage: ``python benchmarks/family_ladder.py --out /tmp/fams [--shared ../shared/traces]``.
 Writes ``OUT/*.json``, ``OUT/*.txt`` and ``OUT/ladder*.html``; prints the figures.
@@ -26,6 +30,9 @@ from pathlib import Path
 
 TV = [sys.executable, "-m", "traceview.cli"]
 BATCHES = (8, 16, 32, 64)
+#: one KV pool for every batch: 256 pages of 16 tokens x 1 KiB (tiny preset, float32), room for 64
+#: requests of 32 tokens (2 pages each)
+KV_BYTES = 4 * 1024 * 1024
 
 
 def sh(cmd: list[str], out: Path | None = None) -> str:
@@ -84,9 +91,12 @@ def main() -> int:
               f"roofline {(r['predicted_ps'] or 0) / 1e9:.3f} ms")
 
     # 3. the ladder over the tiny preset at four batches
-    points = [str(record(out / f"b{b}", "--max-num-seqs", str(b), "--batch-mult", str(b // 4), "--max-tokens", "8"))
-              for b in BATCHES]
-    for tag, fam in (("default", []), ("study", ["--families", "study"])):
+    grown = [str(record(out / f"b{b}", "--max-num-seqs", str(b), "--batch-mult", str(b // 4), "--max-tokens", "8"))
+             for b in BATCHES]
+    fixed = [str(record(out / f"kv{b}", "--max-num-seqs", str(b), "--batch-mult", str(b // 4), "--max-tokens", "8",
+                        "--kv-cache-bytes", str(KV_BYTES))) for b in BATCHES]
+    for tag, points, fam in (("default", grown, []), ("study", grown, ["--families", "study"]),
+                             ("fixedkv_default", fixed, []), ("fixedkv_study", fixed, ["--families", "study"])):
         sh([*TV, "ladder", *points, *fam, "--measure-cpu-peaks", "--no-cache"], out / f"ladder_{tag}.txt")
         sh([*TV, "ladder", *points, *fam, "--measure-cpu-peaks", "-o", str(out / f"ladder_{tag}.json"), "--no-cache"])
         sh([*TV, "ladder", *points, *fam, "--measure-cpu-peaks", "-o", str(out / f"ladder_{tag}.html"), "--no-cache"])
@@ -99,6 +109,7 @@ def main() -> int:
             print(f"  {r['family']:<26} " + " ".join(f"{t:8.3f}" for t in ts) + " ms; per doubling "
                   + ("-" if fpd is None else f"{fpd:.2f}x") + "; between points "
                   + " ".join("-" if f is None else f"{f:.2f}x" for f in r["factors"])
+                  + ("" if r.get("flops_per_doubling") is None else f"; FLOPs per doubling {r['flops_per_doubling']:.2f}x")
                   + (f"; crosses {r['crosses']} between {r['cross_between']}" if r["crosses"] else ""))
     return 0
 

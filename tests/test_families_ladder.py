@@ -242,6 +242,7 @@ def test_ladder_reads_the_batch_and_scales(two_points):
         if sub.height == 2:
             assert r["factor_per_doubling"] == pytest.approx(sub["time_ps"][1] / sub["time_ps"][0])
             assert r["factors"] == [pytest.approx(r["factor_per_doubling"])]
+    assert lad.scaling.filter(pl.col("family") == "down")["flops_per_doubling"][0] == pytest.approx(2.0, rel=0.01)
 
 
 def test_ladder_finds_a_ridge_crossing(two_points):

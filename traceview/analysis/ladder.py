@@ -12,7 +12,8 @@ Figures per family over the points with time > 0, x ascending:
 
 * ``factor_per_doubling`` = 2^s, s the least-squares slope of log2(time per step) against
   log2(x): 2.0 means linear in x, 1.0 flat; ``factors`` the same between consecutive points,
-  (t2 / t1)^(1 / log2(x2 / x1));
+  (t2 / t1)^(1 / log2(x2 / x1)); ``flops_per_doubling`` the same fit over FLOPs per step (what
+  the work does, against what the time does);
 * ridge crossing: the first consecutive pair whose intensities lie on either side of the
   ridge point (``crosses`` "memory -> compute" or "compute -> memory"), with ``cross_x`` the
   x where the log-log line between the two points meets the ridge.
@@ -41,7 +42,8 @@ TABLE_SCHEMA = {"family": pl.Utf8, "x": pl.Float64, "label": pl.Utf8, "time_ps":
                 "flops": pl.Float64, "bytes": pl.Float64, "intensity": pl.Float64, "bound_by": pl.Utf8,
                 "predicted_ps": pl.Float64, "measured_ps": pl.Float64}
 SCALING_SCHEMA = {"family": pl.Utf8, "points": pl.Int64, "first_ps": pl.Float64, "last_ps": pl.Float64,
-                  "factor_per_doubling": pl.Float64, "factors": pl.List(pl.Float64), "crosses": pl.Utf8,
+                  "factor_per_doubling": pl.Float64, "factors": pl.List(pl.Float64),
+                  "flops_per_doubling": pl.Float64, "crosses": pl.Utf8,
                   "cross_between": pl.List(pl.Float64), "cross_x": pl.Float64}
 
 
@@ -163,11 +165,13 @@ def ladder(profiles, *, xs=None, labels=None, rules=None, peaks=None, step_modul
         sub = table.filter(pl.col("family") == fam).sort("x")
         fx, ft, fi = sub["x"].to_list(), sub["time_ps"].to_list(), sub["intensity"].to_list()
         s = _slope(fx, ft)
+        sf = _slope(fx, sub["flops"].to_list())
         factors = [(t2 / t1) ** (1 / math.log2(x2 / x1)) if t1 and t2 and t1 > 0 and t2 > 0 else None
                    for (x1, t1), (x2, t2) in zip(zip(fx, ft), list(zip(fx, ft))[1:])]
         d, between, cx = _crossing(fx, fi, ridge)
         srows.append({"family": fam, "points": sub.height, "first_ps": ft[0], "last_ps": ft[-1],
-                      "factor_per_doubling": None if s is None else 2.0 ** s, "factors": factors, "crosses": d,
+                      "factor_per_doubling": None if s is None else 2.0 ** s, "factors": factors,
+                      "flops_per_doubling": None if sf is None else 2.0 ** sf, "crosses": d,
                       "cross_between": between, "cross_x": cx})
     scaling = pl.DataFrame(srows, schema=SCALING_SCHEMA) if srows else pl.DataFrame(schema=SCALING_SCHEMA)
     if ridge is None:

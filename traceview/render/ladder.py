@@ -59,6 +59,7 @@ def render_ladder(console: Console, lad) -> None:
         t.add_column(f"{lad.x_name} {_x(x)}", justify="right")
     t.add_column("per doubling", justify="right")
     t.add_column("between points", justify="right")
+    t.add_column("FLOPs per doubling", justify="right")
     for r in lad.scaling.iter_rows(named=True):
         cells = [escape(r["family"])]
         for x in xs:
@@ -67,6 +68,7 @@ def render_ladder(console: Console, lad) -> None:
             cells.append("-" if v is None else f"{fmt_time_ps(v)} ({fmt_pct(sh)})")
         cells.append(_factor(r["factor_per_doubling"]))
         cells.append(" ".join(_factor(f) for f in (r["factors"] or [])))
+        cells.append(_factor(r["flops_per_doubling"]))
         t.add_row(*cells)
     console.print(t)
     ridge = f"ridge point {lad.ridge:.3g} FLOP/byte" if lad.ridge else "no ridge point (no peaks)"
@@ -167,8 +169,8 @@ td.r,th.r{text-align:right}code{font:12px ui-monospace,Menlo,monospace}.muted{co
 {% if svg %}{{ svg|safe }}
 <div class="legend">{% for f in fams %}<span><span class="sw" style="background:{{ f.color }}"></span>{{ f.family }}</span>{% endfor %}</div>{% endif %}
 <h2>Time per step by family</h2>
-<table><tr><th>family</th>{% for x in xs %}<th class="r">{{ x_name }} {{ x }}</th>{% endfor %}<th class="r">per doubling</th><th class="r">between points</th></tr>
-{% for f in fams %}<tr><td><span class="sw" style="background:{{ f.color }}"></span><code>{{ f.family }}</code></td>{% for c in f.times %}<td class="r">{{ c }}</td>{% endfor %}<td class="r">{{ f.factor }}</td><td class="r">{{ f.factors }}</td></tr>
+<table><tr><th>family</th>{% for x in xs %}<th class="r">{{ x_name }} {{ x }}</th>{% endfor %}<th class="r">per doubling</th><th class="r">between points</th><th class="r">FLOPs per doubling</th></tr>
+{% for f in fams %}<tr><td><span class="sw" style="background:{{ f.color }}"></span><code>{{ f.family }}</code></td>{% for c in f.times %}<td class="r">{{ c }}</td>{% endfor %}<td class="r">{{ f.factor }}</td><td class="r">{{ f.factors }}</td><td class="r">{{ f.ffactor }}</td></tr>
 {% endfor %}</table>
 <h2>Arithmetic intensity and bound by</h2>
 <table><tr><th>family</th>{% for x in xs %}<th class="r">{{ x_name }} {{ x }}</th>{% endfor %}<th>crosses the ridge</th></tr>
@@ -198,6 +200,7 @@ def render_ladder_page(lad) -> str:
                      "ints": ["-" if v is None else f"{v:.3g} {b}" for v, b in zip(ins, bs)],
                      "factor": _factor(r["factor_per_doubling"]),
                      "factors": " ".join(_factor(f) for f in (r["factors"] or [])),
+                     "ffactor": _factor(r["flops_per_doubling"]),
                      "crossing": crossing_text(r) or "-"})
     points = [{"x": _x(p["x"]), "label": p["label"], "src": p["x_source"], "n_steps": p["n_steps"],
                "step": "-" if p["step_ps"] is None else fmt_time_ps(p["step_ps"]),
