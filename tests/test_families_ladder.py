@@ -266,9 +266,10 @@ def test_ladder_cli(engine_runs, shared_traces, tmp_path, capsys):
     data = json.loads(out.read_text())
     assert [p["x"] for p in data["points"]] == [8.0, 16.0] and {r["family"] for r in data["scaling"]} >= set(STUDY)
     page = tmp_path / "l.html"
-    assert main(["ladder", a, b, "--x", "1,2", "-o", str(page), "--no-cache"]) == 0
+    assert main(["ladder", a, b, "--x", "1,2", "--family", "<script>k=op:^RPA", "-o", str(page), "--no-cache"]) == 0
     html = page.read_text()
     assert "<svg" in html and "<script" not in html and "http://" not in html and "x 1, 2" in html
+    assert "&lt;script&gt;k" in html  # a family name is the user's string: escaped
     assert main(["ladder", a, b, "--no-cache"]) == 0
     assert "per doubling" in capsys.readouterr().out
     assert main(["ladder", a, b, "--x", "8"]) == 2
