@@ -82,6 +82,10 @@ def test_analyze_by_kind_json_and_table(vllm_prof, shared_traces, tmp_path, caps
     assert main(["analyze", path, "--by", "kind", "--top", "2", "--no-cache"]) == 0
     text = capsys.readouterr().out
     assert "×63 (convolution_bitcast_fusion" in text and "copies across layers in one row" in text
+    page = tmp_path / "k.html"
+    assert main(["report", path, "--by", "kind", "--top", "3", "-o", str(page), "--no-cache"]) == 0
+    html = page.read_text()
+    assert "Ops across layers (by kind)" in html and "<code>convolution_bitcast_fusion</code>" in html and "×63" in html
 
 
 # -- family rules: fields and built-in sets ---------------------------------------------------

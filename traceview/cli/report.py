@@ -23,6 +23,9 @@ def add_parser(sub) -> None:
     r.add_argument("--title", metavar="TEXT", help="page title (default: 'traceview report — <path name>')")
     cargs.add_peaks(r)
     cargs.add_steps(r)
+    r.add_argument("--by", choices=["shape", "kind"], default="shape",
+                   help="kind: add a table of the ops across layers, one row per (op kind, HLO text without "
+                        "instruction names, shape) with its op names counted")
 
 
 def run(args) -> int:
@@ -56,7 +59,8 @@ def _write(args, out, charts) -> int:
     from traceview.render.html import render_report
 
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
-                       step_module=args.step_module, step_window=args.step_window, html=True)
+                       step_module=args.step_module, step_window=args.step_window, html=True,
+                       by=getattr(args, "by", "shape"))
     text = render_report(rep, top=args.top, title=args.title, charts=charts)
     write_atomic(out, text)
     print(f"wrote {printable(str(out))}", file=sys.stderr)

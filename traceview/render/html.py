@@ -229,6 +229,23 @@ def _steps(rep, charts) -> _StepsView:
                       chart.n_steps, chart.shown)
 
 
+def _kinds(rep, top: int) -> list[dict] | None:
+    """The ``--by kind`` rows (:func:`traceview.analysis.kinds.by_kind`) when the report was
+    built with ``by="kind"``, else None."""
+    if getattr(rep, "by", "shape") != "kind" or rep.table.height == 0:
+        return None
+    rows = []
+    for i, r in enumerate(rep.table.head(top).iter_rows(named=True), 1):
+        res, operands = _split_shape(r["shape"])
+        names = r["op_names"] or []
+        rows.append({"rank": i, "op_name": r["op_name"], "kind": r["kind"], "result": res or "?",
+                     "operands": _short(operands, 240), "members": r["members"],
+                     "names": _short(", ".join(names[:6]) + (", …" if len(names) > 6 else ""), 300),
+                     "per_execution": r["per_execution"], "occurrences": r["occurrences"], "total_ps": r["total_ps"],
+                     "share": r["share"]})
+    return rows
+
+
 def _family_roofline(rep) -> dict | None:
     """The roofline-per-family table (:mod:`traceview.render.family_roofline`), None without one."""
     fr = getattr(rep, "family_roofline", None)
@@ -280,6 +297,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
         "bound_colors": BOUND_COLORS,
         "top": top,
         "family_roofline": _family_roofline(rep),
+        "kinds": _kinds(rep, top),
     }
     ctx["roof"] = _roofline(rep, min(top, 20), roof_chart)
     if callable(steps.svg):
