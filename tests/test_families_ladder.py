@@ -209,6 +209,22 @@ def test_family_roofline_figures(b8):
     assert s["ratio"] == pytest.approx(a.coverage.ratio) and s["window"] == "all steps"
 
 
+def test_family_roofline_keeps_to_the_analysed_window(b8):
+    """When the step table says which steps are in the analysed window (``in_window``, the
+    steady-state rule), the figures are over those steps only."""
+    import dataclasses
+
+    a = b8.steps("study")
+    st = a.steps.with_columns((pl.col("step") > 0).alias("in_window"))  # the first step out
+    fr = family_roofline(dataclasses.replace(a, steps=st), CPU_PEAKS)
+    keep = st.with_row_index("step_row").filter(pl.col("in_window"))
+    assert fr["n_steps"][0] == keep.height == a.steps.height - 1 and fr["window"][0] == "window"
+    assert fr["step_ps"][0] == pytest.approx(keep["duration_ps"].mean())
+    per = a.family_time_by_step(keep["step_row"].to_numpy()).group_by("family").agg(pl.col("self_ps").sum())
+    for fam, t in per.iter_rows():
+        assert fr.filter(pl.col("family") == fam)["time_ps"][0] == pytest.approx(t / keep.height), fam
+
+
 def test_family_roofline_in_the_report_outputs(engine_runs, tmp_path, capsys):
     path = str(engine_runs[8])
     out = tmp_path / "a.json"
