@@ -81,13 +81,30 @@ def mlp(x, layer):
     return (jax.nn.gelu(x @ layer["w_gate"], approximate=True) * (x @ layer["w_up"])) @ layer["w_down"]
 
 
+#: the named scopes of the model's blocks (``jax.named_scope``): they reach the HLO ``op_name``
+#: metadata and so a trace's framework op (``jit(decode_b8_bkv128)/attention/...``), which
+#: family rules match (``traceview analyze --families study``)
+SCOPES = ("attention", "mlp_gate_up", "mlp_down", "logits", "sampler")
+
+
+def _mlp_block(x, layer, cfg):
+    """``x + mlp(rms_norm(x))`` under the named scopes ``mlp_gate_up`` (norm, gate and up
+    projections, GeGLU) and ``mlp_down`` (down projection, residual)."""
+    with jax.named_scope("mlp_gate_up"):
+        h = rms_norm(x, layer["mlp_norm"], cfg.norm_eps)
+        h = jax.nn.gelu(h @ layer["w_gate"], approximate=True) * (h @ layer["w_up"])
+    with jax.named_scope("mlp_down"):
+        return x + h @ layer["w_down"]
+
+
 def _embed(params, cfg, tokens):
     return params["embed"][tokens] * jnp.asarray(math.sqrt(cfg.d_model), params["embed"].dtype)
 
 
 def _logits(params, cfg, x):
-    x = rms_norm(x, params["final_norm"], cfg.norm_eps)
-    return jnp.einsum("...d,vd->...v", x, params["embed"], preferred_element_type=jnp.float32)
+    with jax.named_scope("logits"):
+        x = rms_norm(x, params["final_norm"], cfg.norm_eps)
+        return jnp.einsum("...d,vd->...v", x, params["embed"], preferred_element_type=jnp.float32)
 
 
 def _qkv(layer, cfg: ModelConfig, x, positions):
@@ -123,16 +140,17 @@ def prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, length, 
     x = _embed(params, cfg, tokens)
     new_k, new_v = [], []
     for layer, kc, vc in zip(params["layers"], k_cache, v_cache):
-        q, k, v = _qkv(layer, cfg, x, pos)
-        new_k.append(write_tokens(kc, pids, offs, k.transpose(1, 0, 2)))  # quantized on write for int8
-        new_v.append(write_tokens(vc, pids, offs, v.transpose(1, 0, 2)))
-        qg = q.reshape(t, hkv, hq // hkv, hd)
-        s = jnp.einsum("thgd,shd->hgts", qg, k, preferred_element_type=jnp.float32) / math.sqrt(hd)
-        s = jnp.where(causal, s, -jnp.inf)
-        p = jax.nn.softmax(s, axis=-1).astype(v.dtype)
-        o = jnp.einsum("hgts,shd->thgd", p, v).reshape(t, hq * hd)
-        x = x + o @ layer["wo"]
-        x = x + mlp(rms_norm(x, layer["mlp_norm"], cfg.norm_eps), layer)
+        with jax.named_scope("attention"):
+            q, k, v = _qkv(layer, cfg, x, pos)
+            new_k.append(write_tokens(kc, pids, offs, k.transpose(1, 0, 2)))  # quantized on write for int8
+            new_v.append(write_tokens(vc, pids, offs, v.transpose(1, 0, 2)))
+            qg = q.reshape(t, hkv, hq // hkv, hd)
+            s = jnp.einsum("thgd,shd->hgts", qg, k, preferred_element_type=jnp.float32) / math.sqrt(hd)
+            s = jnp.where(causal, s, -jnp.inf)
+            p = jax.nn.softmax(s, axis=-1).astype(v.dtype)
+            o = jnp.einsum("hgts,shd->thgd", p, v).reshape(t, hq * hd)
+            x = x + o @ layer["wo"]
+        x = _mlp_block(x, layer, cfg)
     last = jax.lax.dynamic_index_in_dim(x, jnp.maximum(length - 1, 0), axis=0, keepdims=False)
     return _logits(params, cfg, last), new_k, new_v
 
@@ -175,20 +193,21 @@ def chunked_prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, 
     x = _embed(params, cfg, tokens)
     new_k, new_v = [], []
     for layer, kc, vc in zip(params["layers"], k_cache, v_cache):
-        q, k, v = _qkv(layer, cfg, x, positions)
-        kc = write_tokens(kc, pids, offs, k.transpose(1, 0, 2))  # quantized on write for int8
-        vc = write_tokens(vc, pids, offs, v.transpose(1, 0, 2))
-        new_k.append(kc)
-        new_v.append(vc)
-        kk = gather_pages(kc, flat_pages).reshape(hkv, s_rows * ctx, hd)  # the rows' pages, gathered
-        vv = gather_pages(vc, flat_pages).reshape(hkv, s_rows * ctx, hd)
-        qg = q.reshape(t, hkv, hq // hkv, hd)
-        sc = jnp.einsum("thgd,hsd->hgts", qg, kk, preferred_element_type=jnp.float32) / math.sqrt(hd)
-        sc = jnp.where(mask, sc, -1e30)  # finite: padding rows (all masked) stay finite, not NaN
-        p = jax.nn.softmax(sc, axis=-1).astype(vv.dtype)
-        o = jnp.einsum("hgts,hsd->thgd", p, vv).reshape(t, hq * hd)
-        x = x + o @ layer["wo"]
-        x = x + mlp(rms_norm(x, layer["mlp_norm"], cfg.norm_eps), layer)
+        with jax.named_scope("attention"):
+            q, k, v = _qkv(layer, cfg, x, positions)
+            kc = write_tokens(kc, pids, offs, k.transpose(1, 0, 2))  # quantized on write for int8
+            vc = write_tokens(vc, pids, offs, v.transpose(1, 0, 2))
+            new_k.append(kc)
+            new_v.append(vc)
+            kk = gather_pages(kc, flat_pages).reshape(hkv, s_rows * ctx, hd)  # the rows' pages, gathered
+            vv = gather_pages(vc, flat_pages).reshape(hkv, s_rows * ctx, hd)
+            qg = q.reshape(t, hkv, hq // hkv, hd)
+            sc = jnp.einsum("thgd,hsd->hgts", qg, kk, preferred_element_type=jnp.float32) / math.sqrt(hd)
+            sc = jnp.where(mask, sc, -1e30)  # finite: padding rows (all masked) stay finite, not NaN
+            p = jax.nn.softmax(sc, axis=-1).astype(vv.dtype)
+            o = jnp.einsum("hgts,hsd->thgd", p, vv).reshape(t, hq * hd)
+            x = x + o @ layer["wo"]
+        x = _mlp_block(x, layer, cfg)
     return _logits(params, cfg, x[last_index]), new_k, new_v
 
 
@@ -217,14 +236,15 @@ def decode_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, positions
     x = _embed(params, cfg, tokens)
     new_k, new_v = [], []
     for layer, kc, vc in zip(params["layers"], k_cache, v_cache):
-        q, k, v = _qkv(layer, cfg, x, positions)
-        kc = write_tokens(kc, pids, offs, k.transpose(1, 0, 2))  # quantized on write for int8
-        vc = write_tokens(vc, pids, offs, v.transpose(1, 0, 2))
-        new_k.append(kc)
-        new_v.append(vc)
-        pages, scales = decode_operands(kc, vc)
-        attn = paged_decode if attention is None else attention
-        o = attn(q, *pages, kv_lens, page_table, kv_block_size=kv_block_size, interpret=interpret, **scales)
-        x = x + o.reshape(r, hq * hd) @ layer["wo"]
-        x = x + mlp(rms_norm(x, layer["mlp_norm"], cfg.norm_eps), layer)
+        with jax.named_scope("attention"):
+            q, k, v = _qkv(layer, cfg, x, positions)
+            kc = write_tokens(kc, pids, offs, k.transpose(1, 0, 2))  # quantized on write for int8
+            vc = write_tokens(vc, pids, offs, v.transpose(1, 0, 2))
+            new_k.append(kc)
+            new_v.append(vc)
+            pages, scales = decode_operands(kc, vc)
+            attn = paged_decode if attention is None else attention
+            o = attn(q, *pages, kv_lens, page_table, kv_block_size=kv_block_size, interpret=interpret, **scales)
+            x = x + o.reshape(r, hq * hd) @ layer["wo"]
+        x = _mlp_block(x, layer, cfg)
     return _logits(params, cfg, x), new_k, new_v

@@ -57,8 +57,9 @@ class SamplingParams:
 
 
 def greedy_tokens(logits):
-    """``int32[R]`` argmax over ``logits[R, V]``."""
-    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    """``int32[R]`` argmax over ``logits[R, V]`` (named scope ``sampler``)."""
+    with jax.named_scope("sampler"):
+        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
 
 def topp_binary_search(probs, top_p):
@@ -88,6 +89,13 @@ def topp_binary_search(probs, top_p):
 
 
 def sample_tokens(logits, temperature, top_k, top_p, repetition_penalty, seen, seeds):
+    """:func:`_sample_tokens` under the named scope ``sampler`` (the model's block scopes:
+    :data:`traceview.engine_shim.model.SCOPES`)."""
+    with jax.named_scope("sampler"):
+        return _sample_tokens(logits, temperature, top_k, top_p, repetition_penalty, seen, seeds)
+
+
+def _sample_tokens(logits, temperature, top_k, top_p, repetition_penalty, seen, seeds):
     """Sample ``int32[R]`` from ``logits f32[R, V]``.
 
     Order (vLLM's): repetition penalty over ``seen`` (bool ``[R, V]``: prompt and output

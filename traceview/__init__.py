@@ -22,6 +22,7 @@ __version__ = "0.1.0"
 
 _LAZY = {"load": "traceview.api", "Profile": "traceview.api", "diff": "traceview.api", "verify": "traceview.api",
          "Report": "traceview.analysis.report"}
+_LAZY["ladder"] = "traceview.api"
 
 
 def __getattr__(name: str):

@@ -175,6 +175,26 @@ class Profile(ProfileData):
 
         return stragglers(self.table, self.overlap(module=module, extent=extent, window=window).steps)
 
+    def by_kind(self, rules=None):
+        """Populations across layers: one row per (op kind, HLO text without instruction names,
+        shape) with the op names in it counted (``members``); see
+        :func:`traceview.analysis.kinds.by_kind`."""
+        from traceview.analysis.kinds import by_kind
+
+        return by_kind(self, rules=rules)
+
+    def family_roofline(self, rules=None, *, peaks=None, module: str | None = None, **peak_overrides):
+        """Roofline per op family and step (time, share, FLOPs, bytes, intensity, bound by,
+        predicted against measured); see :func:`traceview.analysis.family_roofline.family_roofline`.
+        ``rules``: family rules (``"study"`` for the engine's named scopes); ``peaks`` defaults
+        to :meth:`peaks` called with ``peak_overrides``."""
+        from traceview.analysis.family_roofline import family_roofline
+        from traceview.analysis.peaks import Peaks
+
+        if peaks is not None and not isinstance(peaks, Peaks):
+            raise UsageError(f"peaks must be a Peaks (from .peaks()), got {type(peaks).__name__}")
+        return family_roofline(self.steps(rules, module=module), peaks if peaks is not None else self.peaks(**peak_overrides))
+
     def analyze(self, **options):
         """Every section ``traceview analyze`` shows, as a :class:`traceview.Report`; options
         as :func:`traceview.analysis.report.build_report`."""
@@ -307,3 +327,16 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
     parse_window(step_window)
     return _verify(_profile(treatment), parsed, base=_profile(base) if base is not None else None, rules=rules,
                    step_window=step_window, finding_thresholds=finding_thresholds)
+
+
+def ladder(profiles, **options):
+    """The family rooflines of a sweep of profiles (:class:`Profile` objects or paths) side by
+    side: a :class:`traceview.analysis.ladder.Ladder`; options as
+    :func:`traceview.analysis.ladder.ladder` (``xs``, ``labels``, ``rules``, ``peaks``,
+    ``step_module``). Raises the errors of :func:`load` and UsageError."""
+    from traceview.analysis.ladder import ladder as _ladder
+
+    profiles = list(profiles)
+    if "labels" not in options and all(isinstance(p, (str, os.PathLike)) for p in profiles):
+        options["labels"] = [str(p) for p in profiles]
+    return _ladder([_profile(p) for p in profiles], **options)

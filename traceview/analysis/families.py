@@ -6,7 +6,9 @@ Families (:func:`family_of`, :func:`classify`), first match wins, user rules fir
 family                      ops
 ==========================  ======================================================================
 user rules                  ``name=regex`` rules (:func:`parse_rules`), searched in op_name,
-                            hlo_text, framework_op and source_file
+                            hlo_text, framework_op and source_file; ``name=FIELD:regex``
+                            searches one field only (:data:`RULE_FIELDS`); built-in rule sets
+                            by name (:data:`RULE_SETS`, e.g. ``study``)
 attention/custom kernels    custom-calls that are not a GEMM/convolution library call nor a
                             layout-only call (``ConcatBitcast``, ``MoveToHost/Device``) — Pallas /
                             Mosaic (``tpu_custom_call``), Triton and other hand-written kernels;
@@ -115,44 +117,90 @@ _ELEMENTWISE = frozenset("""abs add and atan2 cbrt ceil clamp compare complex co
     reduce reduce-window reduce-precision broadcast iota map constant clz""".split())
 
 
+#: the fields a rule may name (``NAME=FIELD:REGEX``) and the text each searches: ``op`` the HLO
+#: op name, ``kind`` the opcode, ``hlo`` the HLO text, ``scope`` the framework op (the JAX name
+#: stack / TF op path, ``jit(f)/attention/dot_general``: ``jax.named_scope`` names land here),
+#: ``file`` the direct source file, ``line`` the direct ``file:line`` followed by the source stack's
+#: frames (``file:line[:col]``), one per line, searched in multi-line mode (``^``/``$`` anchor
+#: each frame: ``line:model\.py:95$``), ``stack`` the stack alone. Without a field a rule searches op, hlo, scope and file.
+RULE_FIELDS = {"op": "op_name", "kind": "op_kind", "hlo": "hlo_text", "scope": "framework_op",
+               "file": "source_file", "line": "_line", "stack": "source_stack"}
+_DEFAULT_FIELDS = ("op_name", "hlo_text", "framework_op", "source_file")
+_FIELD_PREFIX = re.compile(r"^(" + "|".join(RULE_FIELDS) + r"):")
+
+#: built-in rule sets, selected by name where a rules file is expected (``--families study``):
+#: ``study`` splits the bundled engine's decode step by the named scopes its model emits
+#: (:data:`traceview.engine_shim.model.SCOPES`) into the study's blocks; what no scope covers
+#: (embedding, unscoped copies) is ``other``
+RULE_SETS = {
+    "study": ("attention=scope:(^|[/;])attention(/|;|$)", "gate-up=scope:(^|[/;])mlp_gate_up(/|;|$)",
+              "down=scope:(^|[/;])mlp_down(/|;|$)", "logits=scope:(^|[/;])logits(/|;|$)",
+              "sampler=scope:(^|[/;])sampler(/|;|$)", "other=op:.*"),
+}
+
+
 @dataclass(frozen=True)
 class FamilyRule:
     """A user family: ops whose op_name, hlo_text, framework_op or source_file matches
     ``pattern`` (a search, in polars' regex engine: Rust ``regex``, linear time in the text's
-    length, no look-around or back-references) belong to family ``name``."""
+    length, no look-around or back-references) belong to family ``name``; with ``field`` (a
+    key of :data:`RULE_FIELDS`) only that field is searched."""
 
     name: str
     pattern: str
+    field: str = ""
 
-    def matches(self, op_name: str, hlo_text: str, framework_op: str, source_file: str) -> bool:
-        return bool(pl.Series([op_name, hlo_text, framework_op, source_file], dtype=pl.Utf8)
-                    .str.contains(self.pattern).any())
+    def matches(self, op_name: str, hlo_text: str, framework_op: str, source_file: str, *, op_kind: str = "",
+                source_line: int | None = None, source_stack: str = "") -> bool:
+        row = {"op_name": op_name, "hlo_text": hlo_text, "framework_op": framework_op, "source_file": source_file,
+               "op_kind": op_kind, "source_stack": source_stack,
+               "_line": line_text(source_file, source_line, source_stack)}
+        cols = (RULE_FIELDS[self.field],) if self.field else _DEFAULT_FIELDS
+        return bool(pl.Series([row[c] for c in cols], dtype=pl.Utf8).str.contains(self._rx()).any())
+
+    def _rx(self) -> str:
+        return "(?m)" + self.pattern if self.field == "line" else self.pattern
 
     def expr(self) -> pl.Expr:
-        """True where the row's op_name, hlo_text, framework_op or source_file matches."""
-        return pl.any_horizontal([pl.col(c).str.contains(self.pattern)
-                                  for c in ("op_name", "hlo_text", "framework_op", "source_file")])
+        """True where the row's fields (op_name, hlo_text, framework_op, source_file, or the
+        one ``field``; ``_line`` for ``line``) match."""
+        cols = (RULE_FIELDS[self.field],) if self.field else _DEFAULT_FIELDS
+        return pl.any_horizontal([pl.col(c).str.contains(self._rx()) for c in cols])
+
+
+def line_text(source_file: str, source_line, source_stack: str) -> str:
+    """What a ``line:`` rule searches: ``file:line`` of the direct source ("" when unknown), then
+    the stack's frames, newline-separated."""
+    head = f"{source_file}:{source_line}" if source_file and source_line is not None else ""
+    return "\n".join(x for x in (head, source_stack or "") if x)
 
 
 def parse_rule(text: str, where: str = "") -> FamilyRule:
-    """``"name=regex"`` -> :class:`FamilyRule`. The name is stripped; the regex is taken as
-    written after the first ``=``. Raises UsageError (naming ``where``, e.g. ``file:line``)
+    """``"name=regex"`` or ``"name=FIELD:regex"`` (FIELD a key of :data:`RULE_FIELDS`) ->
+    :class:`FamilyRule`. The name is stripped; the regex is taken as written after the first
+    ``=`` (and the field prefix). Raises UsageError (naming ``where``, e.g. ``file:line``)
     when there is no ``=``, the name or regex is empty, or the regex does not compile in
     polars' engine."""
     at = f"{where}: " if where else ""
     if "=" not in text:
-        raise UsageError(f"{at}bad family rule {text.strip()!r}: expected NAME=REGEX")
+        raise UsageError(f"{at}bad family rule {text.strip()!r}: expected NAME=REGEX or NAME=FIELD:REGEX")
     name, rx = text.split("=", 1)
     name = name.strip()
     if not name:
         raise UsageError(f"{at}bad family rule {text.strip()!r}: the family name before '=' is empty")
-    if not rx.strip():
-        raise UsageError(f"{at}bad family rule {text.strip()!r}: the regular expression after '=' is empty")
+    rx = rx.strip()
+    m = _FIELD_PREFIX.match(rx)
+    fld = m.group(1) if m else ""
+    if m:
+        rx = rx[m.end():].strip()
+    if not rx:
+        raise UsageError(f"{at}bad family rule {text.strip()!r}: the regular expression after "
+                         f"'{'=' + fld + ':' if fld else '='}' is empty")
     try:
-        check_regex(rx.strip())
+        check_regex(rx)
     except UsageError as exc:
         raise UsageError(f"{at}bad family rule {text.strip()!r}: {exc}") from None
-    return FamilyRule(name, rx.strip())
+    return FamilyRule(name, rx, fld)
 
 
 def parse_rules(lines: Iterable[str]) -> list[FamilyRule]:
@@ -174,10 +222,13 @@ def parse_rules(lines: Iterable[str]) -> list[FamilyRule]:
 
 def read_rules(path: str | os.PathLike) -> list[FamilyRule]:
     """Rules from a file, one ``name=regex`` per line, ``#`` comments and blank lines
-    ignored. Raises UsageError when the file cannot be read or a line is bad (message names
-    ``path:line``)."""
+    ignored; a name of :data:`RULE_SETS` (``study``) is that built-in set (a file of that name
+    is ``./study``). Raises UsageError when the file cannot be read or a line is bad (message
+    names ``path:line``)."""
     from traceview.analysis.rulefiles import config_lines
 
+    if isinstance(path, str) and path in RULE_SETS:
+        return [parse_rule(s, where=f"rule set {path}") for s in RULE_SETS[path]]
     return [parse_rule(s, where=where) for where, s in config_lines(path, "family rules")]
 
 
@@ -268,9 +319,11 @@ def classify(ops: pl.DataFrame, rules=None) -> pl.DataFrame:
     if ops.height == 0:
         return ops.with_columns(pl.lit(None, dtype=pl.Utf8).alias("family")).clear()
     keys = ops.select([pl.col(c).cast(pl.Utf8).fill_null("") if c in ops.columns else pl.lit("").alias(c)
-                       for c in _CLASSIFY_COLS])
+                       for c in _CLASSIFY_COLS]
+                      + [pl.col("source_line").cast(pl.Int32) if "source_line" in ops.columns
+                         else pl.lit(None, dtype=pl.Int32).alias("source_line")])
     # one classification per distinct op description, found through a 64-bit hash of the columns
-    h = keys.select(pl.struct(_CLASSIFY_COLS).hash(seed=7).alias("_h"))["_h"]
+    h = keys.select(pl.struct(_CLASSIFY_COLS + ["source_line"]).hash(seed=7).alias("_h"))["_h"]
     first = h.to_frame().with_row_index("_i").unique("_h", keep="first", maintain_order=True)
     rows = keys[first["_i"]]
     fams = _families(rs, rows)
@@ -284,8 +337,14 @@ def _families(rs: list[FamilyRule], keys: pl.DataFrame) -> list[str]:
     row at once), else :func:`family_of`."""
     user = [None] * keys.height
     if rs and keys.height:
-        user = keys.select(pl.coalesce([pl.when(r.expr()).then(pl.lit(r.name)) for r in rs]).alias("f"))["f"].to_list()
-    return [u if u is not None else family_of(*row) for u, row in zip(user, keys.iter_rows())]
+        k = keys
+        if any(r.field == "line" for r in rs):
+            k = keys.with_columns(pl.struct("source_file", "source_line", "source_stack").map_elements(
+                lambda d: line_text(d["source_file"], d["source_line"], d["source_stack"]),
+                return_dtype=pl.Utf8).alias("_line"))
+        user = k.select(pl.coalesce([pl.when(r.expr()).then(pl.lit(r.name)) for r in rs]).alias("f"))["f"].to_list()
+    n = len(_CLASSIFY_COLS)
+    return [u if u is not None else family_of(*row[:n]) for u, row in zip(user, keys.iter_rows())]
 
 
 def attr_families(table, rules=None) -> pl.DataFrame:
@@ -293,6 +352,6 @@ def attr_families(table, rules=None) -> pl.DataFrame:
     events: columns attr (UInt32), family (Utf8). Same rules as :func:`classify`."""
     rs = rules_of(rules)
     col = table.collapse()
-    keys = col.select([pl.col(c).cast(pl.Utf8).fill_null("") for c in _CLASSIFY_COLS])
+    keys = col.select([pl.col(c).cast(pl.Utf8).fill_null("") for c in _CLASSIFY_COLS] + [pl.col("source_line")])
     fams = _families(rs, keys)
     return pl.DataFrame({"attr": col["attr"], "family": pl.Series("family", fams, dtype=pl.Utf8)})

@@ -20,6 +20,8 @@ from traceview.analysis.kernels import kernels as _kernels
 from traceview.analysis.peaks import Peaks, profile_peaks
 from traceview.analysis.roofline import predicted_vs_measured, roofline
 from traceview.analysis.steps import StepAnatomy, profile_anatomy
+from traceview.analysis.family_roofline import family_roofline as _family_roofline, summary as _family_summary
+from traceview.analysis.kinds import by_kind as _by_kind
 
 #: at most this many steps go into the step chart (the first ones, in time order)
 CHART_STEPS = 48
@@ -62,7 +64,10 @@ class Report:
     Populations: ``program_splits`` and ``population_regimes`` (see the fields). ``overlap``
     (:class:`~traceview.analysis.overlap.Overlap`, None when the trace has no collective or
     async copy) and ``stragglers`` (:class:`~traceview.analysis.stragglers.Stragglers`, None
-    unless collectives were matched across several devices).
+    unless collectives were matched across several devices). ``family_roofline``
+    (:func:`~traceview.analysis.family_roofline.family_roofline`: per family and step, time,
+    share, FLOPs, bytes, intensity, bound by, predicted against measured) and
+    ``family_roofline_summary`` (its :func:`~traceview.analysis.family_roofline.summary`).
     """
 
     discovery: object
@@ -100,6 +105,8 @@ class Report:
     findings: list | None = None  # list of traceview.analysis.findings.Finding; None when --no-findings
     overlap: object = None
     stragglers: object = None
+    family_roofline: pl.DataFrame | None = None
+    family_roofline_summary: dict | None = None
 
 
 def file_rows(prof) -> list[dict]:
@@ -169,7 +176,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     """Every section of :class:`Report` for ``prof`` (a
     :class:`~traceview.model.profiledata.ProfileData`).
 
-    ``by``: the op table's key ("shape", "name", "program"); ``peaks``: default
+    ``by``: the op table's key ("shape", "name", "program", "kind": :func:`~traceview.analysis.kinds.by_kind`); ``peaks``: default
     :func:`~traceview.analysis.peaks.profile_peaks`; ``steps`` / ``expect_batch``: the
     occurrence checks (none when both are None); ``rules`` (family rules), ``step_module``,
     ``step_extent``, ``step_window``: the step anatomy; ``source_frame``: "direct" or "user"; ``html``: also
@@ -180,15 +187,16 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     """
     from traceview.errors import UsageError
 
-    if by not in ("shape", "name", "program", "program-shape"):
-        raise UsageError(f"unknown op table key {by!r}: expected shape, name, program or program-shape")
+    if by not in ("shape", "name", "program", "program-shape", "kind"):
+        raise UsageError(f"unknown op table key {by!r}: expected shape, name, program, program-shape or kind")
     from traceview.analysis.findings import find, thresholds_of
 
     th = thresholds_of(finding_thresholds) if findings else None
     by_shape = aggregate.by_shape(prof.table, prof.module_runs)
     table = {"shape": lambda: by_shape, "name": lambda: aggregate.by_name(prof.table),
              "program": lambda: aggregate.by_program_op(prof.table),
-             "program-shape": lambda: aggregate.by_program_shape(prof.table, prof.module_runs)}[by]()
+             "program-shape": lambda: aggregate.by_program_shape(prof.table, prof.module_runs),
+             "kind": lambda: _by_kind(prof, rules=rules)}[by]()
     peaks = peaks if peaks is not None else profile_peaks(prof)
     roof = roofline(prof.table, peaks)
     checks = None
@@ -212,6 +220,8 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     rep.program_splits = aggregate.program_splits(by_shape)
     rep.population_regimes = population_regimes(prof, by_shape)
     rep.overlap, rep.stragglers = communication_sections(prof, anat)
+    rep.family_roofline = _family_roofline(anat, peaks)
+    rep.family_roofline_summary = _family_summary(rep.family_roofline)
     if findings:  # last: the rules read every section above
         rep.findings = find(rep, thresholds=th)
     if html:

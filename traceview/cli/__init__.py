@@ -20,7 +20,7 @@ from traceview.errors import EXIT_LIMIT, EXIT_OK, EXIT_USAGE, TraceviewError
 #: the subcommands and their modules (imported only for the command being run)
 COMMANDS = {"analyze": "traceview.cli.analyze", "report": "traceview.cli.report", "diff": "traceview.cli.diff",
             "verify": "traceview.cli.verify", "engine": "traceview.cli.engine", "query": "traceview.cli.query",
-            "mcp": "traceview.cli.mcp", "history": "traceview.cli.history"}
+            "mcp": "traceview.cli.mcp", "history": "traceview.cli.history", "ladder": "traceview.cli.ladder"}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -22,9 +22,11 @@ def add_parser(sub) -> None:
                                    "the HLO ops keyed by (name, shape) with occurrences and times.")
     cargs.add_selection(a)
     a.add_argument("--top", type=cargs.positive_int, default=None, metavar="N", help=cargs.TOP_HELP)
-    a.add_argument("--by", choices=["shape", "name", "program", "program-shape"], default="shape",
+    a.add_argument("--by", choices=["shape", "name", "program", "program-shape", "kind"], default="shape",
                    help="row key: (name, shape) [default; split by module when one key runs in several], name "
-                        "only, (program_id, name) as XProf hlo_stats, or (module, name, shape) program by program")
+                        "only, (program_id, name) as XProf hlo_stats, (module, name, shape) program by program, "
+                        "or kind: (op kind, HLO text without instruction names, shape), the copies of one op "
+                        "across layers in one row with their count")
     a.add_argument("--format", choices=FORMATS, default=None,
                    help="table [default], json, csv or parquet; with -o and no --format, the file's suffix "
                         "(.txt, .json, .csv, .parquet) decides, another suffix is an error (.html: use --html)")

@@ -210,8 +210,11 @@ def add_families(p: argparse.ArgumentParser, *, default_list: bool = True) -> No
     """``--family NAME=REGEX`` (repeatable) and ``--families FILE``."""
     p.add_argument("--family", action="append", default=[] if default_list else None, metavar="NAME=REGEX",
                    help="an op family rule, tried before the defaults (repeatable); REGEX is matched "
-                        "against op name, HLO text, framework op and source file")
-    p.add_argument("--families", metavar="FILE", help="family rules, one NAME=REGEX per line (# comments)")
+                        "against op name, HLO text, framework op and source file; NAME=FIELD:REGEX matches one "
+                        "field: op, kind, hlo, scope (framework op / named scopes), file, line (file:line and "
+                        "the stack's frames), stack")
+    p.add_argument("--families", metavar="FILE", help="family rules, one NAME=REGEX per line (# comments), or a "
+                   "built-in set: study (the engine's named scopes: attention, gate-up, down, logits, sampler, other)")
 
 
 def add_steps(p: argparse.ArgumentParser) -> None:

@@ -24,6 +24,9 @@ def add_parser(sub) -> None:
     cargs.add_peaks(r)
     cargs.add_steps(r)
     cargs.add_findings(r)
+    r.add_argument("--by", choices=["shape", "kind"], default="shape",
+                   help="kind: add a table of the ops across layers, one row per (op kind, HLO text without "
+                        "instruction names, shape) with its op names counted")
 
 
 def run(args) -> int:
@@ -58,7 +61,8 @@ def _write(args, out, charts) -> int:
 
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
                        step_module=args.step_module, step_extent=args.step_extent,
-                       step_window=args.step_window, html=True, **cargs.findings_from_args(args))
+                       step_window=args.step_window, html=True, by=getattr(args, "by", "shape"),
+                       **cargs.findings_from_args(args))
     text = render_report(rep, top=args.top, title=args.title, charts=charts)
     write_atomic(out, text)
     print(f"wrote {printable(str(out))}", file=sys.stderr)

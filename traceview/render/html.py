@@ -255,6 +255,36 @@ def _communication(comm, top: int) -> dict | None:
             "hosts": comm.host_transfers.head(top).to_dicts(), "notes": list(comm.notes)}
 
 
+def _kinds(rep, top: int) -> list[dict] | None:
+    """The ``--by kind`` rows (:func:`traceview.analysis.kinds.by_kind`) when the report was
+    built with ``by="kind"``, else None."""
+    if getattr(rep, "by", "shape") != "kind" or rep.table.height == 0:
+        return None
+    rows = []
+    for i, r in enumerate(rep.table.head(top).iter_rows(named=True), 1):
+        res, operands = _split_shape(r["shape"])
+        names = r["op_names"] or []
+        rows.append({"rank": i, "op_name": r["op_name"], "kind": r["kind"], "result": res or "?",
+                     "operands": _short(operands, 240), "members": r["members"],
+                     "names": _short(", ".join(names[:6]) + (", …" if len(names) > 6 else ""), 300),
+                     "per_execution": r["per_execution"], "occurrences": r["occurrences"], "total_ps": r["total_ps"],
+                     "share": r["share"]})
+    return rows
+
+
+def _family_roofline(rep) -> dict | None:
+    """The roofline-per-family table (:mod:`traceview.render.family_roofline`), None without one."""
+    fr = getattr(rep, "family_roofline", None)
+    if fr is None or fr.height == 0:
+        return None
+    from traceview.render import family_roofline as frv
+
+    ridge = (f"ridge point {rep.peaks.ridge:.1f} FLOP/byte" if rep.peaks.ridge else
+             "no peaks known, so bound by is unknown")
+    return {"rows": frv.rows(fr), "summary": frv.summary_line(getattr(rep, "family_roofline_summary", None)),
+            "ridge": ridge}
+
+
 # -- public ---------------------------------------------------------------------------------
 
 def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
@@ -297,6 +327,8 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
         "top": top,
         "findings": finding_rows(getattr(rep, "findings", None)),
         "findings_off": getattr(rep, "findings", None) is None,
+        "family_roofline": _family_roofline(rep),
+        "kinds": _kinds(rep, top),
     }
     ctx["roof"] = _roofline(rep, min(top, 20), roof_chart)
     ctx["comm"] = _communication(getattr(rep, "communication", None), top)

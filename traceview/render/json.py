@@ -46,7 +46,8 @@ def dumps(payload: dict) -> str:
 def analysis_payload(rep, *, top: int | None, version: str) -> dict:
     """The JSON object of a :class:`~traceview.analysis.report.Report`: provenance (lines,
     files, runs), warnings, has_shapes, devices, ops (the op table), peaks, roofline,
-    kernels, sources, steps, occurrence checks, communication, findings (None with --no-findings). ``top``: rows of the op, roofline and source
+    kernels, sources, steps, occurrence checks, communication, findings (None with --no-findings),
+    family_roofline (per family and step) and its summary. ``top``: rows of the op, roofline and source
     tables (all when None); ``rows`` gives each cut table's rows shown and in all."""
     peaks, roof, checks, anat = rep.peaks, rep.roofline, rep.checks, rep.steps
     head = (lambda df: df.head(top)) if top else (lambda df: df)
@@ -87,6 +88,8 @@ def analysis_payload(rep, *, top: int | None, version: str) -> dict:
         "findings": None if getattr(rep, "findings", None) is None else [f.to_dict() for f in rep.findings],
         "overlap": overlap_payload(getattr(rep, "overlap", None), top),
         "stragglers": stragglers_payload(getattr(rep, "stragglers", None), top),
+        "family_roofline": None if getattr(rep, "family_roofline", None) is None else rep.family_roofline.to_dicts(),
+        "family_roofline_summary": getattr(rep, "family_roofline_summary", None),
     }
 
 

@@ -40,6 +40,10 @@ def render_report(console: Console, rep, *, top: int) -> None:
     render_communication(console, getattr(rep, "communication", None), top=top)
     render_overlap(console, getattr(rep, "overlap", None), top=top)
     render_stragglers(console, getattr(rep, "stragglers", None), top=top)
+    from traceview.render.family_roofline import render_family_roofline
+
+    render_family_roofline(console, getattr(rep, "family_roofline", None), rep.peaks,
+                           getattr(rep, "family_roofline_summary", None))
 
 
 def render_analysis(console: Console, rep, *, top: int) -> None:
@@ -82,7 +86,8 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
     console.print()
     title = {"shape": "HLO ops keyed by (name, shape)", "name": "HLO ops keyed by name (shapes mixed)",
              "program": "HLO ops keyed by (program_id, name), as XProf hlo_stats",
-             "program-shape": "HLO ops keyed by (module, name, shape), program by program"}[by]
+             "program-shape": "HLO ops keyed by (module, name, shape), program by program",
+             "kind": "HLO ops keyed by (kind, HLO text without instruction names, shape): copies across layers in one row"}[by]
     t = Table(title=f"{title} — top {min(top, table.height)} of {table.height} by self time", show_lines=False)
     # below ~130 columns the module and source columns go (they are in --format json/csv),
     # so op names and shapes stay readable at a standard 80-column terminal
@@ -91,8 +96,11 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
     if by == "program-shape":
         t.add_column("module", overflow="fold")
     t.add_column("op", min_width=min(24, max(10, console.width // 7)))
-    if by in ("shape", "program", "program-shape"):
+    if by in ("shape", "program", "program-shape", "kind"):
         t.add_column("shape", overflow="fold", min_width=min(40, console.width // 4), ratio=1)
+    if by == "kind":
+        t.add_column("op names", overflow="fold")
+        t.add_column("per run", justify="right")
     if by == "program":
         t.add_column("program")
     t.add_column("occ.", justify="right")
@@ -110,8 +118,11 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
         t.add_column("shapes", justify="right")
     for i, r in enumerate(table.head(top).iter_rows(named=True), 1):
         cells = [str(i)] + ([escape(r["module"] or "?")] if by == "program-shape" else []) + [escape(r["op_name"])]
-        if by in ("shape", "program", "program-shape"):
+        if by in ("shape", "program", "program-shape", "kind"):
             cells.append(escape(r["shape"] or "?"))
+        if by == "kind":
+            cells.append(escape(_members(r["op_names"] or [])))
+            cells.append("-" if r["per_execution"] is None else f"{r['per_execution']:.3g}")
         if by == "program":
             cells.append(f"{r['module']}({r['program_id']})")
         cells += [f"{r['occurrences']:,}"] + ([fmt_time_ps(r["total_ps"])] if roomy else []) + [
@@ -183,6 +194,15 @@ def render_populations(console: Console, rep, *, top: int) -> None:
                           f"{fmt_time_ps(r['p90_ps'])} / {fmt_time_ps(r['max_ps'])}: {escape(r['regimes'])}")
         if reg.height > min(top, 10):
             console.print(f"  {reg.height - min(top, 10):,} more (--format json: population_regimes)")
+def _members(names: list, show: int = 2) -> str:
+    """``"×63 (convolution_bitcast_fusion.3, .5, …)"``: how many op names a ``--by kind`` row
+    holds, and the first of them."""
+    if not names:
+        return ""
+    first = names[0]
+    stem = first.rsplit(".", 1)[0] if "." in first else first
+    rest = [("." + n.rsplit(".", 1)[1]) if n.startswith(stem + ".") else n for n in names[1:show]]
+    return f"×{len(names)} (" + ", ".join([first, *rest]) + (", …" if len(names) > show else "") + ")"
 
 
 def _short_path(src: str, keep: int = 2) -> str:

@@ -1,0 +1,140 @@
+"""Roofline per op family and step: the study's table of where a step's time goes by block,
+with each block's FLOPs, bytes, arithmetic intensity, what bounds it, and the roofline time
+against the measured time.
+
+Over the steps of a :class:`~traceview.analysis.steps.StepAnatomy` (only those whose
+``in_window`` is true when its step table has that column, else every step), per family f
+(the anatomy's classification, so ``--family`` rules and ``--families study`` apply), with
+n the number of device-steps, and sums over the op events that start inside those steps:
+
+* ``time_ps`` = Σ self_ps / n (ps per step); ``share`` = time_ps / mean step wall time;
+* ``flops`` = Σ count × FLOPs per occurrence / n, ``bytes`` likewise with bytes accessed (per
+  step; the op table's costs: the trace's, else derived from the HLO, :mod:`traceview.model.costs`;
+  collectives and the ``-start``/``-done`` halves of async ops get none, as in
+  :func:`traceview.analysis.roofline.roofline`);
+* ``intensity`` = flops / bytes (FLOP/byte); ``bound_by`` = "compute" when it is at or above
+  the ridge point (peak FLOP/s / peak bytes/s), else "memory"; "unknown" without both peaks or
+  without costs;
+* ``predicted_ps`` = Σ count × max(FLOPs / peak FLOP/s, bytes / peak bytes/s) / n over the ops
+  with a cost (each op on its own roof: Williams, Waterman & Patterson, CACM 2009, the model of
+  :mod:`traceview.analysis.roofline`), against ``measured_ps`` = the self time per step of those
+  same ops; ``efficiency`` = predicted / measured; ``costed_share`` = measured_ps / time_ps;
+  ``no_bytes_share`` = the part of time_ps from ops with a FLOP count and no byte count (an
+  interpreted Pallas kernel on CPU: its bytes are unknown, so its intensity is an upper bound).
+
+Times in ps, FLOPs and bytes per step. Peaks: :class:`~traceview.analysis.peaks.Peaks`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from traceview.analysis.roofline import _ASYNC, _COLLECTIVE
+
+SCHEMA = {
+    "family": pl.Utf8, "time_ps": pl.Float64, "share": pl.Float64, "occurrences": pl.Float64,
+    "flops": pl.Float64, "bytes": pl.Float64, "intensity": pl.Float64, "bound_by": pl.Utf8,
+    "predicted_ps": pl.Float64, "measured_ps": pl.Float64, "efficiency": pl.Float64,
+    "costed_share": pl.Float64, "no_bytes_share": pl.Float64,
+    "n_steps": pl.Int64, "step_ps": pl.Float64, "window": pl.Utf8,
+}
+
+
+def window_rows(anat) -> tuple[np.ndarray, str]:
+    """(indices of the rows of ``anat.steps`` the figures are over, what they are): the rows
+    whose ``in_window`` is true when the column exists (``"window <rule>"``), else every row
+    (``"all steps"``)."""
+    st = anat.steps
+    if "in_window" in st.columns:
+        keep = st["in_window"].fill_null(False).to_numpy().astype(bool)
+        dist = getattr(anat, "distribution", None)
+        rule = dist.get("window") if isinstance(dist, dict) else None
+        return np.flatnonzero(keep), f"window {rule}" if rule else "window"
+    return np.arange(st.height), "all steps"
+
+
+def family_roofline(anat, peaks) -> pl.DataFrame:
+    """Per family of ``anat`` (a :class:`~traceview.analysis.steps.StepAnatomy`), the figures of
+    the module doc under ``peaks``: columns :data:`SCHEMA` (``n_steps``, ``step_ps`` and
+    ``window`` repeat on every row), sorted by time per step. Empty frame (same columns) when
+    there is no step or no op inside one. Never raises."""
+    table, rows = anat.table, anat.step_rows
+    if table is None or rows is None or anat.steps.height == 0 or table.height == 0:
+        return pl.DataFrame(schema=SCHEMA)
+    win, what = window_rows(anat)
+    n = len(win)
+    if n == 0:
+        return pl.DataFrame(schema=SCHEMA)
+    step_ps = float(anat.steps["duration_ps"].to_numpy()[win].sum()) / n
+    keep = np.zeros(anat.steps.height + 1, dtype=bool)  # index -1 (outside every step) -> last, False
+    keep[win] = True
+    inside = np.flatnonzero(keep[rows])
+    if len(inside) == 0:
+        return pl.DataFrame(schema=SCHEMA)
+    ev = table.events
+    attr = ev["attr"].to_numpy()[inside].astype(np.int64)
+    na = table.attrs.height
+    self_in = np.bincount(attr, weights=ev["self_ps"].to_numpy()[inside].astype(np.float64), minlength=na)
+    count_in = np.bincount(attr, weights=ev["count"].to_numpy()[inside].astype(np.float64), minlength=na)
+    ids = np.flatnonzero(np.bincount(attr, minlength=na))
+    per = pl.DataFrame({"attr": pl.Series(ids, dtype=pl.UInt32), "_self": self_in[ids], "_count": count_in[ids]})
+    desc = table.attrs.select("attr", "op_name", "op_kind", "flops", "bytes_accessed")
+    per = (per.join(desc, on="attr", how="left").join(anat.attr_family, on="attr", how="left")
+           .with_columns(pl.col("family").fill_null("other")))
+    no_cost = (pl.col("op_kind").fill_null("").str.contains(_ASYNC) | pl.col("op_name").fill_null("").str.contains(_ASYNC)
+               | pl.col("op_kind").fill_null("").str.contains(_COLLECTIVE)
+               | pl.col("op_name").fill_null("").str.contains(_COLLECTIVE))
+    per = per.with_columns(pl.when(no_cost).then(None).otherwise(pl.col("flops")).alias("flops"),
+                           pl.when(no_cost).then(None).otherwise(pl.col("bytes_accessed")).alias("bytes"))
+    pf, pb, ridge = peaks.peak_flops or None, peaks.peak_bw or None, peaks.ridge
+    terms = ([pl.col("flops").fill_null(0) / pf * 1e12] if pf else []) + (
+        [pl.col("bytes").fill_null(0) / pb * 1e12] if pb else [])
+    costed = pl.col("flops").is_not_null() | pl.col("bytes").is_not_null()
+    roof = pl.max_horizontal(terms) if terms else pl.lit(None, dtype=pl.Float64)
+    per = per.with_columns(costed.alias("_costed"),
+                           pl.when(costed).then(roof * pl.col("_count")).otherwise(None).alias("_pred"))
+    g = per.group_by("family").agg(
+        (pl.col("_self").sum() / n).alias("time_ps"),
+        (pl.col("_count").sum() / n).alias("occurrences"),
+        ((pl.col("flops") * pl.col("_count")).sum() / n).alias("flops"),
+        ((pl.col("bytes") * pl.col("_count")).sum() / n).alias("bytes"),
+        pl.col("flops").is_not_null().any().alias("_has_f"), pl.col("bytes").is_not_null().any().alias("_has_b"),
+        (pl.col("_pred").sum() / n if terms else pl.lit(None, dtype=pl.Float64)).alias("predicted_ps"),
+        (pl.col("_self").filter(pl.col("_costed")).sum() / n).alias("measured_ps"),
+        (pl.col("_self").filter(pl.col("flops").is_not_null() & pl.col("bytes").is_null()).sum() / n).alias("_nob"),
+        pl.col("_costed").any().alias("_any_cost"),
+    )
+    g = g.with_columns(
+        pl.when(pl.col("_has_f")).then(pl.col("flops")).otherwise(None).alias("flops"),
+        pl.when(pl.col("_has_b")).then(pl.col("bytes")).otherwise(None).alias("bytes"),
+        pl.when(pl.col("_any_cost")).then(pl.col("predicted_ps")).otherwise(None).alias("predicted_ps"),
+    ).with_columns(
+        pl.when(pl.col("bytes") > 0).then(pl.col("flops").fill_null(0) / pl.col("bytes")).otherwise(None).alias("intensity"),
+        (pl.col("time_ps") / step_ps if step_ps else pl.lit(None, dtype=pl.Float64)).alias("share"),
+        pl.when(pl.col("measured_ps") > 0).then(pl.col("predicted_ps") / pl.col("measured_ps")).otherwise(None)
+        .alias("efficiency"),
+        pl.when(pl.col("time_ps") > 0).then(pl.col("measured_ps") / pl.col("time_ps")).otherwise(None).alias("costed_share"),
+        pl.when(pl.col("time_ps") > 0).then(pl.col("_nob") / pl.col("time_ps")).otherwise(None).alias("no_bytes_share"),
+    )
+    bound = (pl.when(pl.col("intensity").is_null()).then(pl.lit("unknown"))
+             .when(pl.col("intensity") >= ridge).then(pl.lit("compute")).otherwise(pl.lit("memory"))
+             if ridge else pl.lit("unknown"))
+    g = g.with_columns(bound.alias("bound_by"), pl.lit(n, dtype=pl.Int64).alias("n_steps"),
+                       pl.lit(step_ps).alias("step_ps"), pl.lit(what).alias("window"))
+    return g.select(list(SCHEMA)).cast(SCHEMA).sort(["time_ps", "family"], descending=[True, False])
+
+
+def summary(fr: pl.DataFrame) -> dict | None:
+    """Totals of a :func:`family_roofline` frame: families' time per step against the step
+    (``time_ps``, ``step_ps``, ``ratio``), roofline-predicted against measured over the costed
+    ops (``predicted_ps``, ``measured_ps``), ``n_steps``, ``window``; None when empty."""
+    if fr.height == 0:
+        return None
+    t = float(fr["time_ps"].sum())
+    step = float(fr["step_ps"][0])
+    pred = fr["predicted_ps"].drop_nulls()
+    return {"time_ps": t, "step_ps": step, "ratio": t / step if step else None,
+            "predicted_ps": float(pred.sum()) if pred.len() else None,
+            "measured_ps": float(fr["measured_ps"].fill_null(0).sum()), "n_steps": int(fr["n_steps"][0]),
+            "window": fr["window"][0]}
