@@ -165,7 +165,8 @@ def test_study_families_cover_the_step_and_match_a_hand_sum(b8):
     assert set(fams) <= {*STUDY, "other"} and set(STUDY) <= set(fams)
     named = sum(fams[f] for f in STUDY)
     assert named / a.coverage.family_ps > 0.95  # unscoped ops (embedding, copies) are the rest
-    windows = [(r["start_ps"], r["start_ps"] + r["duration_ps"]) for r in a.steps.iter_rows(named=True)]
+    windows = [(r["start_ps"], r["start_ps"] + r["duration_ps"]) for r in a.steps.iter_rows(named=True)
+               if r["in_window"]]  # the steady window's steps
     by_hand: dict = defaultdict(int)
     for r in b8.ops.filter(pl.col("start_ps").is_not_null()).iter_rows(named=True):
         if any(lo <= r["start_ps"] < hi for lo, hi in windows):
@@ -196,7 +197,8 @@ def test_family_roofline_figures(b8):
             assert r["bound_by"] == ("compute" if r["intensity"] >= CPU_PEAKS.ridge else "memory")
     assert sum(r["time_ps"] for r in rows.values()) == pytest.approx(a.coverage.family_ps)
     # predicted: each op's max(FLOPs / peak, bytes / peak), by hand over the op rows in steps
-    windows = [(r["start_ps"], r["start_ps"] + r["duration_ps"]) for r in a.steps.iter_rows(named=True)]
+    windows = [(r["start_ps"], r["start_ps"] + r["duration_ps"]) for r in a.steps.iter_rows(named=True)
+               if r["in_window"]]  # the steady window's steps
     pred = 0.0
     for r in b8.ops.filter(pl.col("start_ps").is_not_null()).iter_rows(named=True):
         if re.search("(^|[/;])mlp_down(/|;|$)", r["framework_op"] or "") and any(lo <= r["start_ps"] < hi
@@ -206,7 +208,7 @@ def test_family_roofline_figures(b8):
                                          (r["bytes_accessed"] or 0) / CPU_PEAKS.peak_bw) * 1e12
     assert down["predicted_ps"] == pytest.approx(pred / len(windows))
     s = summary(fr)
-    assert s["ratio"] == pytest.approx(a.coverage.ratio) and s["window"] == "all steps"
+    assert s["ratio"] == pytest.approx(a.coverage.ratio) and s["window"] == "window steady"
 
 
 def test_family_roofline_keeps_to_the_analysed_window(b8):
@@ -218,7 +220,7 @@ def test_family_roofline_keeps_to_the_analysed_window(b8):
     st = a.steps.with_columns((pl.col("step") > 0).alias("in_window"))  # the first step out
     fr = family_roofline(dataclasses.replace(a, steps=st), CPU_PEAKS)
     keep = st.with_row_index("step_row").filter(pl.col("in_window"))
-    assert fr["n_steps"][0] == keep.height == a.steps.height - 1 and fr["window"][0] == "window"
+    assert fr["n_steps"][0] == keep.height == a.steps.height - 1 and fr["window"][0] == "window steady"
     assert fr["step_ps"][0] == pytest.approx(keep["duration_ps"].mean())
     per = a.family_time_by_step(keep["step_row"].to_numpy()).group_by("family").agg(pl.col("self_ps").sum())
     for fam, t in per.iter_rows():
