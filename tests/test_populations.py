@@ -202,7 +202,7 @@ def test_cli_program_shape_and_json(t32b32, tmp_path):
     subprocess.run([sys.executable, "-m", "traceview.cli", "analyze", str(run), "--by", "program-shape",
                     "--no-cache", "-o", str(out)], check=True, capture_output=True, text=True, timeout=300)
     j = json.loads(out.read_text())
-    ops = pl.DataFrame(j["ops"])
+    ops = pl.DataFrame(j["ops"], infer_schema_length=None)
     assert list(j["ops"][0])[0] == "module"
     assert ops.group_by("module").agg(pl.col("module_share").sum())["module_share"].to_list() == pytest.approx(
         [1.0] * ops["module"].n_unique())
