@@ -30,7 +30,7 @@ import polars as pl
 
 def record(dirs: list[tuple[Path, int]], common: list[str]) -> None:
     for d, bkv in dirs:
-        cmd = [sys.executable, "-m", "traceview", "engine", "profile", *common, "--kv-block", str(bkv),
+        cmd = [sys.executable, "-m", "traceview.cli", "engine", "profile", *common, "--kv-block", str(bkv),
                "--log-dir", str(d)]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
 
