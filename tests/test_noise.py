@@ -19,6 +19,7 @@ and ``traceview history`` with its regression rule.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from datetime import timedelta
@@ -159,7 +160,10 @@ def test_kernel_block_change_is_outside_the_noise(sides):
     assert k["significant"] and k["noise"] == "significant" and k["ratio_lo"] > 2, k
     assert d.steps.change.significant and d.steps.change.lo > 1, d.steps.change
     text = render_diff_text(d, top=100, width=400)
-    assert "noise:" in text and "one recording per side" in text
+    assert "noise:" in text and "one recording on a side" in text and "run-to-run noise" in text
+    # the kernel stands out of the run-to-run noise the other populations show
+    rn = d.run_noise
+    assert rn is not None and rn.populations >= 20 and abs(math.log(k["median_ratio"] / rn.common)) > 3 * rn.dispersion
 
 
 def test_the_repeat_is_all_within_noise(sides):
@@ -246,3 +250,28 @@ def test_history_cli_exit_codes_json_html_and_append(log_dir, runs, tmp_path, ca
     assert main(args + ["--append", str(runs[0] / "h.jsonl")]) == 2
     assert "never writes into a profile folder" in capsys.readouterr().err
     assert main(args + ["--baseline", "nope"]) == 2
+
+
+def test_run_to_run_noise_absorbs_a_common_shift_not_a_real_change():
+    """One recording per side: a whole run 1.3x slower with a 5% spread between populations is
+    run-to-run noise (no population stands out), while one population 3x among them does;
+    the estimate is the median ratio and 1.4826 x MAD of the log ratios."""
+    import math
+
+    from traceview.analysis.noise import Change, beyond_run_noise, run_to_run
+
+    def ch(r, w=0.03):
+        return Change(ratio=r, lo=r * (1 - w), hi=r * (1 + w), level=0.95, significant=abs(r - 1) > w,
+                      method="t", n_base=20, n_treatment=20, median_base=1.0, median_treatment=r, block=(2, 2))
+
+    rng = np.random.default_rng(0)
+    ratios = 1.3 * np.exp(rng.normal(0, 0.05, 30))
+    cs = [ch(float(r)) for r in ratios]
+    rn = run_to_run(cs)
+    logs = np.log(ratios)
+    assert rn.populations == 30 and rn.common == pytest.approx(math.exp(np.median(logs)))
+    assert rn.dispersion == pytest.approx(1.4826 * np.median(np.abs(logs - np.median(logs))))
+    assert sum(c.significant for c in cs) >= 25  # each interval alone excludes 1: the old 46%
+    assert sum(beyond_run_noise(c, rn) for c in cs) <= 1
+    assert beyond_run_noise(ch(3.0), rn) and not beyond_run_noise(ch(1.31), rn)
+    assert run_to_run(cs[:7]) is None  # too few populations to estimate it

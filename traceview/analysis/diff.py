@@ -42,6 +42,7 @@ self time on that side. Errors: :class:`~traceview.errors.UsageError` for bad ar
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -151,6 +152,7 @@ class DiffReport:
     collectives: pl.DataFrame | None = None  # traceview.analysis.collectives.collective_diff
     findings: list | None = None  # traceview.analysis.findings (the diff's rules: profiling overhead)
     noise_level: float = noise.LEVEL
+    run_noise: "noise.RunNoise | None" = None  # the run-to-run noise of a one-recording side
 
     # -- views ----------------------------------------------------------------------------
     def matched(self) -> pl.DataFrame:
@@ -550,7 +552,8 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
         pl.struct("events_base", "events_treatment").map_elements(_note, return_dtype=pl.Utf8).alias("overhead_note"),
         pl.col("kernel_changes").fill_null(""), pl.col("source_changed").fill_null(""),
     )
-    joined = _with_noise(joined, base.samples, treatment.samples, noise_level)
+    joined, run_noise = _with_noise(joined, base.samples, treatment.samples, noise_level,
+                                    single=base.recordings == 1 or treatment.recordings == 1)
     joined = joined.with_columns(pl.col("delta_self_ps").abs().alias("_abs")).sort(
         ["_abs", "status", "stem", "shape"], descending=[True, False, False, False]).drop("_abs")
     joined = joined.select(DIFF_COLUMNS)
@@ -577,10 +580,16 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     if eb and et and max(eb / et, et / eb) >= overhead_factor:
         notes.append(f"traced op events {eb:,} -> {et:,} ({max(eb / et, et / eb):.1f}x): the profiled timings of the "
                      f"two runs carry different tracing overhead; {THROUGHPUT_RULE}")
-    if base.recordings == 1 and treatment.recordings == 1 and joined["ratio_lo"].is_not_null().any():
-        notes.append("one recording per side: the noise intervals hold the noise within each recording, not a shift "
-                     "between recordings (a shared machine's load); pool recordings of each configuration with "
-                     "--base A1 A2 ... --treatment B1 B2 ...")
+    if run_noise is not None:
+        notes.append(f"one recording on a side: a population's change is significant when it stands out of the "
+                     f"run-to-run noise its {run_noise.populations} compared populations show (common shift "
+                     f"{run_noise.common:.2f}x, spread x{math.exp(run_noise.dispersion):.2f}); the step time's "
+                     f"interval holds only the noise within each recording; pool recordings of each configuration "
+                     f"(--base A1 A2 ... --treatment B1 B2 ...) for the step time")
+    elif (base.recordings == 1 or treatment.recordings == 1) and joined["ratio_lo"].is_not_null().any():
+        notes.append("one recording on a side and too few populations to estimate the run-to-run noise: the noise "
+                     "intervals hold the noise within each recording, not a shift between recordings (a shared "
+                     "machine's load); pool recordings of each configuration with --base A1 A2 ... --treatment B1 B2 ...")
     if step is not None and step.module_base and step.module_treatment and step.module_base != step.module_treatment \
             and _subst(step.module_treatment, vmap) != step.module_base:
         notes.append(f"steps are executions of {step.module_base} (base) and {step.module_treatment} (treatment): "
@@ -595,7 +604,7 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
                      families=families, modules=modules, steps=step, op_time_ps_base=base.self_ps,
                      op_time_ps_treatment=treatment.self_ps,
                      events_base=eb, events_treatment=et, overhead_factor=overhead_factor, notes=notes,
-                     collectives=coll, noise_level=noise_level)
+                     collectives=coll, noise_level=noise_level, run_noise=run_noise)
     from traceview.analysis.findings import find
 
     rep.findings = find(diff=rep, thresholds={"overhead_factor": overhead_factor})
@@ -607,13 +616,19 @@ _NOISE_SCHEMA = {"samples": pl.Utf8, "n_samples_base": pl.Int64, "n_samples_trea
                  "significant": pl.Boolean, "noise": pl.Utf8}
 
 
-def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None", level: float) -> pl.DataFrame:
-    """``joined`` with the noise columns (:data:`DIFF_COLUMNS`) for its matched rows, less
-    ``_fp_treatment``: :func:`noise.compare` of each matched population's samples on the two
-    sides when they are of the same kind (per step, or per occurrence), else no interval."""
-    out = []
+def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None", level: float,
+                single: bool = False) -> tuple[pl.DataFrame, "noise.RunNoise | None"]:
+    """(``joined`` with the noise columns (:data:`DIFF_COLUMNS`) for its matched rows, less
+    ``_fp_treatment``; the run-to-run noise or None): :func:`noise.compare` of each matched
+    population's samples on the two sides when they are of the same kind (per step, or per
+    occurrence), else no interval. ``single`` (a side is one recording): a change is
+    significant only when it also stands out of the run-to-run noise the diff's populations
+    show (:func:`noise.run_to_run`, :func:`noise.beyond_run_noise`); without enough
+    populations for that estimate, on its interval alone."""
+    rows, changes = [], []
     for r in joined.select(KEY + ["status", "shape_treatment", "_fp_treatment"]).iter_rows(named=True):
         row = dict.fromkeys(_NOISE_SCHEMA)
+        c = None
         if r["status"] == "matched" and sb is not None and st is not None:
             a = sb.get(tuple(r[k] for k in KEY))
             b = st.get(tuple(r["shape_treatment"] if k == "shape" else r["_fp_treatment"] if k == "fingerprint"
@@ -621,15 +636,22 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
             if a is not None and b is not None and a[0] == b[0]:
                 c = noise.compare(a[1], b[1], level=level)
                 row.update(samples=a[0], n_samples_base=c.n_base, n_samples_treatment=c.n_treatment,
-                           median_ratio=c.ratio, ratio_lo=c.lo, ratio_hi=c.hi, significant=c.significant,
-                           noise="significant" if c.significant else ("within noise" if c.lo is not None
-                                                                      else "no interval"))
+                           median_ratio=c.ratio, ratio_lo=c.lo, ratio_hi=c.hi, significant=c.significant)
             else:
-                row.update(noise="no interval", significant=False,
-                           samples=None if a is None or b is None else f"{a[0]} / {b[0]}")
-        out.append(row)
-    extra = pl.DataFrame(out, schema=_NOISE_SCHEMA)
-    return pl.concat([joined.drop("_fp_treatment"), extra], how="horizontal")
+                row.update(significant=False, samples=None if a is None or b is None else f"{a[0]} / {b[0]}")
+        rows.append(row)
+        changes.append(c)
+    rn = noise.run_to_run(changes) if single else None
+    for row, c in zip(rows, changes):
+        if c is None:
+            row["noise"] = "no interval"
+            continue
+        if rn is not None:
+            row["significant"] = noise.beyond_run_noise(c, rn, level)
+        row["noise"] = ("significant" if row["significant"] else "within noise" if c.lo is not None
+                        else "no interval")
+    extra = pl.DataFrame(rows, schema=_NOISE_SCHEMA)
+    return pl.concat([joined.drop("_fp_treatment"), extra], how="horizontal"), rn
 
 
 def _kernel_diff(kb: pl.DataFrame, kt: pl.DataFrame) -> pl.DataFrame:

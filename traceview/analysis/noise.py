@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -210,3 +211,57 @@ def _side_boot(recs: list[np.ndarray], n_boot: int, max_samples: int, rng: np.ra
     with np.errstate(divide="ignore", invalid="ignore"):
         rep = centre * np.exp((np.log(rep) - math.log(centre)) * math.sqrt(k / (k - 1)))
     return rep, max(ls)
+
+
+#: fewest populations with an interval for a run-to-run estimate (:func:`run_to_run`)
+MIN_POPULATIONS = 8
+
+
+@dataclass(frozen=True)
+class RunNoise:
+    """The run-to-run part of a one-recording-per-side diff (:func:`run_to_run`): ``common``
+    (the median ratio over the populations compared: the whole run's shift), ``dispersion``
+    (robust standard deviation of the populations' log ratios about it, 1.4826 x MAD),
+    ``populations`` (how many were compared)."""
+
+    common: float
+    dispersion: float
+    populations: int
+
+    def to_dict(self) -> dict:
+        return {"common_ratio": self.common, "dispersion_log": self.dispersion, "populations": self.populations}
+
+
+def run_to_run(changes) -> RunNoise | None:
+    """The run-to-run noise estimated from the populations of one diff (``changes``: their
+    :class:`Change`\\ s; those without an interval are skipped), or None with fewer than
+    :data:`MIN_POPULATIONS`.
+
+    With one recording per side, the bootstrap intervals hold the noise within each
+    recording, not the shift between two recordings of one configuration (a shared machine's
+    load, frequency, memory placement): ``benchmarks/noise_ab.py`` measured 46% of the
+    populations of identical configurations outside their intervals. Most populations of a
+    diff are untouched by its treatment, so their changes are a sample of that run-to-run
+    noise: a common shift (their median log ratio) and a spread about it. This is the
+    normalisation of differential-expression analysis (each sample scaled by its median
+    ratio to the others; Anders & Huber 2010, DESeq) with a robust dispersion (1.4826 x the
+    median absolute deviation estimates a normal standard deviation)."""
+    logs = [math.log(c.ratio) for c in changes if c is not None and c.lo is not None and c.ratio and c.ratio > 0]
+    if len(logs) < MIN_POPULATIONS:
+        return None
+    a = np.asarray(logs)
+    common = float(np.median(a))
+    return RunNoise(common=math.exp(common), dispersion=float(1.4826 * np.median(np.abs(a - common))),
+                    populations=len(logs))
+
+
+def beyond_run_noise(c: Change, rn: RunNoise, level: float = LEVEL) -> bool:
+    """Whether ``c`` (significant on its own interval) also stands out of the run-to-run
+    noise ``rn``: its log ratio differs from the common shift by more than z x sqrt(se² +
+    dispersion²), se the half-width of its log interval over z, z the normal quantile of
+    ``(1 + level) / 2``."""
+    if not c.significant or c.lo is None or c.hi is None or not c.ratio or c.ratio <= 0:
+        return False
+    z = NormalDist().inv_cdf((1 + level) / 2)
+    se = (math.log(c.hi) - math.log(c.lo)) / (2 * z)
+    return abs(math.log(c.ratio) - math.log(rn.common)) > z * math.sqrt(se * se + rn.dispersion ** 2)

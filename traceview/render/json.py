@@ -131,7 +131,9 @@ def _diff_noise(d) -> dict | None:
     if level is None or "ratio_lo" not in d.populations.columns:
         return None
     m = d.populations.filter(d.populations["ratio_lo"].is_not_null())
-    return {"level": level, "compared": m.height, "significant": int(m["significant"].sum() or 0)}
+    rn = getattr(d, "run_noise", None)
+    return {"level": level, "compared": m.height, "significant": int(m["significant"].sum() or 0),
+            "run_to_run": None if rn is None else rn.to_dict()}
 
 
 def diff_json(d, top: int | None = None) -> str:
