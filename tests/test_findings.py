@@ -29,7 +29,7 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 def reps(shared_traces):
     """Reports of the fixtures and shared traces (each read and analysed once)."""
     paths = {n: FIXTURES / n for n in ("topp_b4", "greedy_b4", "nodonate_b4", "hostmask_b4", "straggler_8dev",
-                                       "collectives_8dev")}
+                                       "collectives_8dev", "tp_decode")}
     paths.update(vllm=shared_traces / "vllm_tpu_qwen", conv=shared_traces / "mi300x_jax_conv3d.xplane.pb",
                  gemm=shared_traces / "mi300x_jax_gemm_sweep.xplane.pb",
                  attn=shared_traces / "mi300x_jax_attention.xplane.pb",
@@ -72,6 +72,8 @@ def test_kv_block_covering_the_context(reps):
     (k,) = f.evidence["kernels"]
     assert (k["bkv"], k["page"], k["batch"], k["pages_per_seq"], k["max_context"]) == (128, 16, 4, 8, 128)
     assert k["kernel"] == "RPAd-p_16-bq_1_1-bkv_128_128"
+    # the next step names a smaller block (a quarter, a multiple of the page) and its check
+    assert "--kv-block 32" in f.next_step and f.verify_hint.endswith("has bkv 32'")
     assert "kv-block-covers-context" not in ids(reps["hostmask_b4"][1])
     # vLLM's RPA: 64-page blocks of 64 tokens (4,096) against 512 pages per sequence (32,768): silent
     assert "kv-block-covers-context" not in ids(reps["vllm"][1])
@@ -170,6 +172,8 @@ def test_communication_findings_on_the_multidevice_fixtures(reps):
     # step to step (thread scheduling), so no straggler; its synchronous CPU collectives are exposed
     assert "straggler-device" not in ids(reps["collectives_8dev"][1])
     assert "exposed-communication" in ids(reps["collectives_8dev"][1])
+    # the tensor-parallel decode: CPU:0 slowest in 2 of 2 steps by 33%, too little evidence
+    assert "straggler-device" not in ids(reps["tp_decode"][1])
     for name in ("greedy_b4", "topp_b4", "gemm"):
         assert not {"straggler-device", "exposed-communication"} & set(ids(reps[name][1]))
 
@@ -198,6 +202,12 @@ def test_rules_on_hand_built_inputs():
     sg.summary["steps_slowest"] = 1  # a different slowest device in most steps: noise
     assert quality.straggler(Inputs(SimpleNamespace(stragglers=sg)), th) is None
     sg.summary.update(steps_slowest=4, lead_median=0.1)  # always slowest, but by 10%: under the 1.2 factor
+    assert quality.straggler(Inputs(SimpleNamespace(stragglers=sg)), th) is None
+    sg.summary.update(n_steps=2, steps_slowest=2, lead_median=0.33)  # 2 of 2 by chance 1 in 4 (tp_decode)
+    assert quality.straggler(Inputs(SimpleNamespace(stragglers=sg)), th) is None
+    sg.summary.update(lead_median=1.5)  # but 2.5x the median device in both: named
+    assert quality.straggler(Inputs(SimpleNamespace(stragglers=sg)), th).evidence["device"] == "c"
+    sg.summary.update(n_steps=4, steps_slowest=4, lead_median=0.1)
     assert quality.straggler(Inputs(SimpleNamespace(stragglers=sg)), th) is None
     assert quality.straggler(Inputs(SimpleNamespace()), th) is None
     steps = pl.DataFrame({"host": ["h"] * 4, "device": ["d"] * 4, "step": [0, 1, 2, 3], "start_ps": [0, 9, 12, 15],

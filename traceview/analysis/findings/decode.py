@@ -117,9 +117,17 @@ def kv_block_covers(ctx, th) -> Finding | None:
         {"kernels": hits},
         f"{STUDY}: 2,048-token KV blocks for ~140-token sequences were 93% padding; 128-256-token blocks "
         "gave +24% tokens/s",
-        "lower the KV block (traceview engine: --kv-block 128 or TRACEVIEW_KV_BLOCK_SIZE) and compare "
-        "tokens/s unprofiled (traceview engine bench) at the production context lengths",
-        f"traceview verify AFTER --check 'kernel {h['kernel'].split('-')[0]}* has bkv 128'")
+        f"lower the KV block toward the typical sequence length, e.g. {_smaller_block(h)} tokens (traceview "
+        f"engine: --kv-block {_smaller_block(h)} or TRACEVIEW_KV_BLOCK_SIZE), and compare tokens/s unprofiled "
+        "(traceview engine bench) at the production context lengths",
+        f"traceview verify AFTER --check 'kernel {h['kernel'].split('-')[0]}* has bkv {_smaller_block(h)}'")
+
+
+def _smaller_block(h: dict) -> int:
+    """A KV block to try: a quarter of the current one (the study went from 2,048 to 128-256
+    tokens, 8-16x smaller), a multiple of the page, at least one page."""
+    page = max(int(h.get("page") or 1), 1)
+    return max(page, (int(h["bkv"]) // 4) // page * page)
 
 
 def state_copied(ctx, th) -> Finding | None:
