@@ -224,6 +224,9 @@ def test_history_flags_the_block_change_not_the_repeat(runs, sides):
     assert repeat.verdict == "within noise" and repeat.change.lo < 1 < repeat.change.hi, repeat.change
     assert big.verdict == "regression" and big.change.lo >= 1.25, big.change
     assert {k["config"] for k in big.kernels} == {"p=16, bq=1_1, bkv=2048_2048"}
+    # each run lists its report's findings: the 2048-token block covers the whole context
+    assert all(isinstance(r.findings, list) for r in h.runs) and "costs-unknown" in first.findings
+    assert "kv-block-covers-context" in big.findings
     assert first.n_steps == traceview.load(runs[0]).steps().distribution["n_window"] and first.families and first.families[0]["self_ps"] > 0
     assert compare_runs(summ, baseline=runs[2].name, threshold=0.25).regressions() == []
 

@@ -5,8 +5,8 @@ Per run (:func:`summarise`): the steady step time (median, p10, p90 of the step 
 ps) from the step anatomy (:func:`traceview.analysis.steps.profile_anatomy`; when the steps
 frame has an ``in_window`` column, only its window's steps), the top op families' self time
 per step, the custom kernels' configurations read off their names
-(:func:`traceview.analysis.kernels.kernels`), and the finding ids when the profile offers
-``findings()``.
+(:func:`traceview.analysis.kernels.kernels`), and the ids of the findings of its report
+(:mod:`traceview.analysis.findings`).
 
 Regression rule (:func:`compare_runs`): each run against its baseline (the previous run, or
 the run named as ``baseline`` for every run), :func:`traceview.analysis.noise.compare` of the
@@ -39,8 +39,8 @@ TOP_FAMILIES = 3
 class RunSummary:
     """One run of a history (:func:`summarise`). ``step_ps``: the step durations (ps) the
     median and the regression rule use; ``families``: [{family, self_ps (per step), share}];
-    ``kernels``: [{kernel, config}]; ``findings``: finding ids, None when the profile offers
-    none. ``change``/``baseline``/``verdict``: set by :func:`compare_runs`."""
+    ``kernels``: [{kernel, config}]; ``findings``: finding ids (None only in summaries
+    built by hand). ``change``/``baseline``/``verdict``: set by :func:`compare_runs`."""
 
     name: str
     directory: str
@@ -94,17 +94,12 @@ class History:
                 "regressions": [r.name for r in self.regressions()]}
 
 
-def _findings(prof) -> list[str] | None:
-    fn = getattr(prof, "findings", None)
-    if not callable(fn):
-        return None
-    try:
-        found = fn()
-    except Exception:  # noqa: BLE001 - a findings section of another branch must not break the history
-        return None
-    if found is None:
-        return None
-    return [str(getattr(f, "id", f)) for f in found]
+def _findings(prof, rules=None) -> list[str]:
+    """The ids of the findings of ``prof``'s report (:func:`traceview.analysis.findings.find`
+    over :func:`traceview.analysis.report.build_report`), most severe first."""
+    from traceview.analysis.report import build_report
+
+    return [f.id for f in build_report(prof, rules=rules).findings or []]
 
 
 def summarise(prof, *, name: str, directory: str, time: float, rules=None,
@@ -129,7 +124,7 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
         for r in k.select("kernel", "config").unique(maintain_order=True).iter_rows(named=True)]
     return RunSummary(name=name, directory=directory, time=time, step_method=a.method, step_module=a.module,
                       step_ps=st["duration_ps"].to_numpy().astype(np.float64), families=fam, kernels=ks,
-                      findings=_findings(prof))
+                      findings=_findings(prof, rules))
 
 
 def _verdict(c: noise.Change, threshold: float) -> str:
