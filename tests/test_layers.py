@@ -102,3 +102,17 @@ def test_a_forbidden_import_is_caught(tmp_path):
     assert any("traceview.analysis.roofline imports traceview.render" in v for v in found)
     assert any("only the cli may import the engine" in v for v in found)
     assert any("traceview.render.json imports traceview.api" in v for v in found)
+
+
+def test_every_package_folder_is_installed():
+    """A non-editable install (the README's first command) ships only the packages
+    ``pyproject.toml`` lists: every folder of the source tree with an ``__init__.py`` must be
+    there (``traceview.analysis.findings`` was missing, and ``analyze`` died on its import)."""
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(("traceview",) + p.parent.relative_to(root / "traceview").parts)
+             for p in (root / "traceview").rglob("__init__.py")}
+    found |= {"traceview.kernels", "traceview.engine_shim"}
+    assert found <= listed, sorted(found - listed)
