@@ -43,6 +43,8 @@ CALLS = [
     ("symlink_inside_folder", "analyze", {"path": "SCRATCH/profiles"}),
     ("missing", "analyze", {"path": "SCRATCH/no_such.xplane.pb"}),
     ("bad_arg", "analyze", {"path": V6E, "top": 0}),
+    ("sql_reads_file", "query", {"path": V6E, "sql": "SELECT * FROM read_csv('/etc/passwd', has_header => false)"}),
+    ("sql_drop", "query", {"path": V6E, "sql": "DROP TABLE ops"}),
 ]
 
 
@@ -173,6 +175,8 @@ def test_find_traces_and_schema(session, shared_traces, cli):
     ("symlink_inside_folder", "h.xplane.pb: resolves outside the server's roots"),
     ("missing", "no_such.xplane.pb: no such file or folder"),
     ("bad_arg", "top"),
+    ("sql_reads_file", "SQL table functions that read files (read_csv) are refused"),
+    ("sql_drop", "only SELECT"),
 ])
 def test_refusals_are_one_line_tool_errors(session, name, msg):
     err, text = session[name]

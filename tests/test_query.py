@@ -89,8 +89,10 @@ def test_tables_and_errors(v6e):
         v6e.sql("SELECT * FROM nope")
     with pytest.raises(UsageError, match=r"^SQL error: unable to find column \"zz\""):
         v6e.sql("SELECT zz FROM populations")
-    with pytest.raises(UsageError, match="SQL error: sql parser error"):
+    with pytest.raises(UsageError, match="only SELECT"):
         v6e.sql("SELEC 1")
+    with pytest.raises(UsageError, match="SQL error: sql parser error"):
+        v6e.sql("SELECT FROM WHERE 1")
     # FROM inside an expression is not a table
     assert v6e.sql("SELECT TRIM(LEADING 'copy-' FROM op_name) AS t FROM populations LIMIT 1").item() == "done.4"
 
@@ -155,3 +157,21 @@ def test_cli_formats_and_exit_codes(v6e, shared_traces, tmp_path, capsys):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert msg in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_queries_read_only_traceview_tables(v6e, tmp_path, capsys):
+    """polars' SQL can read files (``read_csv``, ``read_parquet``): refused, in any spelling,
+    as are statements other than SELECT/WITH and several statements; a function name inside a
+    string literal is only text."""
+    secret = tmp_path / "secret.csv"
+    secret.write_text("a,b\n1,2\n")
+    for q in (f"SELECT * FROM read_csv('{secret}')", f'SELECT * FROM "read_csv"(\'{secret}\')',
+              f"select * from READ_PARQUET ('{secret}')", f"SELECT * FROM /* c */ read_json('{secret}')",
+              "DROP TABLE ops", "SELECT 1 AS a; SELECT 2 AS b"):
+        with pytest.raises(UsageError):
+            v6e.sql(q)
+    assert v6e.sql("SELECT 'read_csv(x)' AS t FROM populations LIMIT 1")["t"].to_list() == ["read_csv(x)"]
+    capsys.readouterr()
+    assert main(["query", str(v6e.discovery.root), f"SELECT * FROM read_csv('{secret}')", "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "read_csv" in err and "refused" in err and "1,2" not in err

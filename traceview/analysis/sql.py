@@ -131,15 +131,41 @@ def tables(report, prof=None) -> Tables:
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MISSING = re.compile(r"relation '([^']*)' was not found")
+#: comments and single-quoted literals, blanked before the statement is checked
+_INERT = re.compile(r"--[^\n]*|/\*.*?(\*/|$)|'(?:[^']|'')*('|$)", re.S)
+#: polars' SQL table functions that read files (read_csv, read_parquet, read_json, read_ipc,
+#: ...), with or without quotes around the name
+_FILE_FUNCTION = re.compile(r"\b(read|scan)_[a-z0-9_]*\s*\(", re.I)
+_FIRST_WORD = re.compile(r"\s*\(*\s*([A-Za-z]+)")
+
+
+def check_query(query: str) -> None:
+    """Refuse what is not one read-only query over traceview's tables: a statement other than
+    SELECT / WITH (DROP, CREATE, ...), several statements, and polars' file-reading table
+    functions (``read_csv('/etc/passwd')`` would read any file the process can, past an MCP
+    server's roots). Comments and string literals are blanked first, so a function name
+    inside a literal is harmless and a comment cannot hide one. Raises UsageError."""
+    if not isinstance(query, str) or not query.strip():
+        raise UsageError("empty SQL query")
+    bare = _INERT.sub(" ", query).replace('"', " ").replace("`", " ")
+    m = _FIRST_WORD.match(bare)
+    if not m or m.group(1).upper() not in ("SELECT", "WITH"):
+        raise UsageError("only SELECT (or WITH ... SELECT) queries over traceview's tables are accepted")
+    if ";" in bare.rstrip().rstrip(";"):
+        raise UsageError("one SQL statement at a time")
+    f = _FILE_FUNCTION.search(bare)
+    if f:
+        raise UsageError(f"SQL table functions that read files ({f.group(0).rstrip('( ').strip()}) are refused: "
+                         "queries run over traceview's tables only")
 
 
 def execute(t: Tables, query: str) -> pl.DataFrame:
     """Run the SQL ``query`` over the tables of ``t`` (only those whose names appear in it
-    are built); returns the result frame. Raises UsageError: an empty query, an unknown
+    are built); returns the result frame. Raises UsageError: a query :func:`check_query`
+    refuses (not a SELECT, several statements, a file-reading table function), an unknown
     table (with the list of tables), or polars' error (its first line) for bad SQL or an
     unknown column."""
-    if not isinstance(query, str) or not query.strip():
-        raise UsageError("empty SQL query")
+    check_query(query)
     names = set(t.names)
     used = {w for w in _WORD.findall(query) if w in names}
     ctx = pl.SQLContext({n: t.get(n) for n in sorted(used)})
