@@ -220,8 +220,10 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
 
         real = roots.resolve(path)
         disc = discover(real, run=run, all_runs=all_runs, stale_after_s=7 * 24 * 3600)
-        files = [f for f in disc.files if roots.inside(os.path.realpath(f.path))]
-        refused = [str(f.path) for f in disc.files if f not in files]
+        for f in disc.files:  # as analyze: a folder reaching outside the roots is refused whole, not listed
+            if not roots.inside(os.path.realpath(f.path)):
+                raise PathRefused(f"{f.path}: resolves outside the server's roots; refused")
+        files, refused = list(disc.files), []
         payload = {"traceview": __version__, "path": real,
                    "provenance": {"lines": list(disc.reasons), "runs": [r.name for r in disc.selected]},
                    "runs": [{"name": r.name, "directory": str(r.directory), "hosts": r.hosts} for r in disc.runs],
