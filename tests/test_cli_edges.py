@@ -170,3 +170,26 @@ def test_chip_help_lists_the_chip_table(capsys, monkeypatch):
     assert main(["analyze", "--help"]) == 0
     helptext = " ".join(capsys.readouterr().out.split())
     assert "(" + ", ".join(CHIPS) + ")" in helptext and len(CHIPS) > 8
+
+
+def test_no_output_lands_in_the_log_dir_of_a_run_read(tmp_path, capsys):
+    """``LOGDIR/plugins/profile/RUN/`` is one profile: an output anywhere in LOGDIR (beside
+    ``plugins``, or in a folder of its own there) is refused with exit 2 by every command that
+    writes one, and nothing is written; next to LOGDIR is fine."""
+    import shutil
+    from pathlib import Path
+
+    from traceview.cli import main
+
+    prof = tmp_path / "prof"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "greedy_b4", prof)
+    before = sorted(p.relative_to(prof) for p in prof.rglob("*"))
+    p = str(prof)
+    for argv in (["analyze", p, "-o", f"{p}/out.json"], ["analyze", p, "--html", f"{p}/sub/r.html"],
+                 ["report", p, "-o", f"{p}/r.html"], ["diff", p, p, "-o", f"{p}/d.json"],
+                 ["query", p, "SELECT 1 AS a", "-o", f"{p}/q.csv"], ["history", p, "-o", f"{p}/h.json"],
+                 ["history", p, "--append", f"{p}/h.jsonl"], ["ladder", p, p, "--x", "4,8", "-o", f"{p}/l.json"]):
+        assert main([*argv, "--no-cache"]) == 2, argv
+        assert "refusing to write" in capsys.readouterr().err
+    assert sorted(q.relative_to(prof) for q in prof.rglob("*")) == before
+    assert main(["analyze", p, "-o", str(tmp_path / "out.json"), "--no-cache"]) == 0

@@ -16,9 +16,10 @@ from traceview.errors import UsageError
 
 
 def inside_inputs(out: Path, discovery) -> bool:
-    """True when ``out`` would land in a folder traceview read a trace from, is a (hard link
-    to a) trace file it read, bears a trace file's name, lies anywhere in a
-    ``plugins/profile`` tree (where a stray output would later be taken for a trace), or
+    """True when ``out`` would land in a folder traceview read a trace from, or anywhere in
+    the log dir of a run it read (``LOGDIR/plugins/profile/RUN/``: ``LOGDIR`` is the profile
+    as TensorBoard and ``jax.profiler`` see it), is a (hard link to a) trace file it read,
+    bears a trace file's name, lies anywhere in a ``plugins/profile`` tree (where a stray output would later be taken for a trace), or
     would be a file in a folder that holds trace files (:func:`holds_traces`).
     ``discovery``: a :class:`~traceview.read.discover.Discovery`, or None."""
     return inside_files(out, [f.path for f in discovery.files] if discovery is not None else [])
@@ -47,6 +48,11 @@ def why_inside(out: Path, trace_paths) -> str | None:
             pass
     if any(out == d or d in out.parents for d in dirs):
         return "it is inside the profile folder it reads"
+    for d in dirs:  # the log dir of a run read (LOGDIR/plugins/profile/RUN/file): the profile as a whole
+        if d.parent.name == "profile" and d.parent.parent.name == "plugins":
+            logdir = d.parent.parent.parent
+            if out == logdir or logdir in out.parents:
+                return f"it is inside the log dir {logdir} it reads"
     chain = [out, *out.parents]
     if any(p.name == "profile" and p.parent.name == "plugins" for p in chain):
         return "it is inside a plugins/profile tree"
