@@ -278,3 +278,27 @@ def test_run_to_run_noise_absorbs_a_common_shift_not_a_real_change():
     assert sum(beyond_run_noise(c, rn) for c in cs) <= 1
     assert beyond_run_noise(ch(3.0), rn) and not beyond_run_noise(ch(1.31), rn)
     assert run_to_run(cs[:7]) is None  # too few populations to estimate it
+
+
+def test_history_of_trace_files_and_runs_too_short_for_an_interval(shared_traces, capsys):
+    """A trace file given to history is its own run (not its folder, which holds other traces):
+    the v6e file's median step is its own 784 ms; the TF-only and corrupt files exit 5 and 4.
+    A run with fewer than 10 steps has no interval: verdict "no interval", and a median ratio
+    past the threshold is a slowdown that cannot be ruled out (exit 1 under --fail-on-regression)."""
+    from traceview.analysis.history import RunSummary
+
+    capsys.readouterr()
+    assert main(["history", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), "--format", "json",
+                 "--no-cache"]) == 0
+    (r,) = json.loads(capsys.readouterr().out)["runs"]
+    assert r["run"] == "tpu_v6e_4chip_psum.xplane.pb" and round(r["median_step_ps"] / 1e9, 3) == 784.131
+    assert main(["history", str(shared_traces / "gpu_v100x8_tf2_bert_no_xla.xplane.pb"), "--no-cache"]) == 5
+    assert main(["history", str(shared_traces / "corrupt_utf8_mangled.xplane.pb"), "--no-cache"]) == 4
+
+    def run(name, t, steps):
+        return RunSummary(name=name, directory=name, time=t, step_method="module", step_module="m",
+                          step_ps=np.asarray(steps, dtype=np.float64))
+
+    h = compare_runs([run("a", 0, [1e9] * 7), run("b", 1, [1.5e9] * 7), run("c", 2, [1.52e9] * 7)], threshold=0.05)
+    assert [x.verdict for x in h.runs] == ["baseline", "no interval", "no interval"]
+    assert [x.name for x in h.unjudged()] == ["b"] and h.regressions() == []

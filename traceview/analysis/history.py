@@ -13,7 +13,10 @@ the run named as ``baseline`` for every run), :func:`traceview.analysis.noise.co
 per-step durations (treatment = the run). Verdicts: ``regression`` when the whole interval
 lies at or above ``1 + threshold`` (the slowdown is at least the threshold with confidence
 ``level``, not merely outside the noise); ``improvement`` when it lies at or below
-``1 / (1 + threshold)``; ``within noise`` when the interval holds 1 (or there is none);
+``1 / (1 + threshold)``; ``within noise`` when the interval holds 1; ``no interval`` when
+there is none (fewer than :data:`~traceview.analysis.noise.MIN_SAMPLES` steps in a window:
+the change cannot be judged, and :meth:`History.unjudged` lists such runs whose point ratio
+reaches the threshold);
 ``below threshold`` when the change is outside the noise but its interval reaches below the
 threshold; ``baseline`` for a run compared with nothing. Requiring the interval, not the
 point, to clear the threshold keeps a shift between two recordings of one configuration
@@ -88,10 +91,17 @@ class History:
     def regressions(self) -> list[RunSummary]:
         return [r for r in self.runs if r.verdict == "regression"]
 
+    def unjudged(self) -> list[RunSummary]:
+        """Runs without an interval (too few steps) whose median step ratio is at least
+        1 + threshold: a slowdown that cannot be ruled out."""
+        return [r for r in self.runs if r.verdict == "no interval" and r.change is not None
+                and r.change.ratio is not None and r.change.ratio >= 1 + self.threshold]
+
     def to_dict(self) -> dict:
         return {"baseline": self.baseline, "threshold": self.threshold, "level": self.level, "units": "ps",
                 "method": noise.METHOD, "runs": [r.to_dict() for r in self.runs],
-                "regressions": [r.name for r in self.regressions()]}
+                "regressions": [r.name for r in self.regressions()],
+                "unjudged_slowdowns": [r.name for r in self.unjudged()]}
 
 
 def _findings(prof, rules=None) -> list[str]:
@@ -129,7 +139,7 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
 
 def _verdict(c: noise.Change, threshold: float) -> str:
     if c.lo is None or c.ratio is None:
-        return "within noise"
+        return "no interval"
     if c.lo > 1:
         return "regression" if c.lo >= 1 + threshold else "below threshold"
     if c.hi < 1:

@@ -19,7 +19,8 @@ def add_parser(sub) -> None:
                                    "with a baseline (the previous run, or --baseline RUN) by the ratio of median "
                                    "step times and its noise interval.",
                        epilog="exit codes: 0 ok (or regressions without --fail-on-regression), 1 a regression under "
-                              "--fail-on-regression, 2 usage, 3 no trace, 4 unreadable, 5 no ops")
+                              "--fail-on-regression (or a slowdown past the threshold with too few steps for an "
+                              "interval), 2 usage, 3 no trace, 4 unreadable, 5 no ops")
     h.add_argument("paths", nargs="+", metavar="PATH", help="log dir(s), plugins/profile folders or run folders")
     h.add_argument("--baseline", metavar="RUN", help="compare every run with this run (its folder name or path) "
                                                      "instead of the previous run")
@@ -42,24 +43,36 @@ def add_parser(sub) -> None:
 
 
 def _runs(paths: list[str]):
-    """(Run, Discovery) of every run under ``paths``, each run once (by folder)."""
+    """([(Run, path to load)], [Discovery]) of every run under ``paths``, each once: a trace
+    file given as a PATH is its own run (loaded as that file, not its folder, which may hold
+    other traces); a folder gives each run folder under it."""
+    import os
+
     from traceview.read.discover import discover
 
     seen, out, discs = set(), [], []
     for p in paths:
         d = discover(p, all_runs=True, stale_after_s=None)
         discs.append(d)
+        if os.path.isfile(p):
+            key = os.path.realpath(p)
+            if key not in seen and d.runs:
+                seen.add(key)
+                out.append((d.runs[0], p))
+            continue
         for r in d.runs:
             key = str(r.directory.resolve())
             if key not in seen:
                 seen.add(key)
-                out.append(r)
+                out.append((r, r.directory))
     return out, discs
 
 
 def run(args) -> int:
     """Returns 0, or 1 for a regression under --fail-on-regression; raises TraceviewError
     subclasses on bad input."""
+    import os
+
     from traceview.analysis.history import compare_runs, summarise
     from traceview.model.load import load
     from traceview.model.naming import printable, safe_line
@@ -82,9 +95,10 @@ def run(args) -> int:
     rules = cargs.rules_from_args(args)
     cache = cargs.cache_from_args(args)
     summaries = []
-    for r in sorted(runs, key=lambda r: (r.time, str(r.directory))):
-        prof = load(r.directory, stale_after_s=None, cache=cache)
-        summaries.append(summarise(prof, name=r.name, directory=str(r.directory), time=r.time, rules=rules))
+    for r, where in sorted(runs, key=lambda x: (x[0].time, str(x[1]))):
+        prof = load(where, stale_after_s=None, cache=cache)
+        name = r.name if where == r.directory else os.path.basename(str(where))
+        summaries.append(summarise(prof, name=name, directory=str(where), time=r.time, rules=rules))
         del prof
     try:
         h = compare_runs(summaries, baseline=args.baseline, threshold=args.regression_threshold / 100,
@@ -114,9 +128,14 @@ def run(args) -> int:
         with open(append, "a", encoding="utf-8") as f:
             f.write(history_jsonl(h))
         print(f"appended {len(h.runs)} run(s) to {printable(str(append))}", file=sys.stderr)
-    reg = h.regressions()
-    if reg and args.fail_on_regression:
-        print("traceview: regression: " + ", ".join(
-            f"{safe_line(r.name)} {r.change.ratio:.2f}x vs {safe_line(r.baseline)}" for r in reg), file=sys.stderr)
+    reg, unjudged = h.regressions(), h.unjudged()
+    if unjudged:
+        print("traceview: note: no noise interval (fewer than 10 steps in a run's window) for "
+              + ", ".join(f"{safe_line(r.name)} {r.change.ratio:.2f}x vs {safe_line(r.baseline)}" for r in unjudged)
+              + ": a slowdown that cannot be ruled out; record more steps (--max-tokens)", file=sys.stderr)
+    if (reg or unjudged) and args.fail_on_regression:
+        if reg:
+            print("traceview: regression: " + ", ".join(
+                f"{safe_line(r.name)} {r.change.ratio:.2f}x vs {safe_line(r.baseline)}" for r in reg), file=sys.stderr)
         return EXIT_CHECK_FAILED
     return EXIT_OK

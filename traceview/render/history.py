@@ -15,7 +15,7 @@ from traceview.model.units import fmt_pct, fmt_time_ps
 from traceview.render.charts import _chart_style, _new_figure, _svg
 
 #: colour of a run's point by verdict
-VERDICT_COLORS = {"baseline": "#7f7f7f", "within noise": "#1f77b4", "below threshold": "#9467bd",
+VERDICT_COLORS = {"baseline": "#7f7f7f", "within noise": "#1f77b4", "no interval": "#bcbd22", "below threshold": "#9467bd",
                   "regression": "#d62728", "improvement": "#2ca02c"}
 
 
