@@ -272,8 +272,9 @@ def _bucket_of(a: list, b: list) -> bool:
 
 def several_regimes(ctx, th) -> Finding | None:
     """Rule 5: an op name whose shape populations differ by a padding bucket (same rank and
-    dtypes, some dimensions different) and whose occurrences are not all a multiple of the
-    step count; says which population is the steady decode (the step module's)."""
+    dtypes, some dimensions different, the same source line where the trace has one) and
+    whose occurrences are not all a multiple of the step count; says which population is the
+    steady decode (the step module's)."""
     rep = ctx.report
     bs = getattr(rep, "by_shape", None)
     info = step_info(ctx)
@@ -293,6 +294,14 @@ def several_regimes(ctx, th) -> Finding | None:
     for name, g in bs.group_by("op_name"):
         if g.height < 2:
             continue
+        if "source" in g.columns:  # one op in several buckets comes from one source line; a name
+            # shared by different ops of different programs (decode model.py:95, prefill :152) does not
+            srcs = [x for x in g["source"].fill_null("").to_list() if x]
+            if srcs:
+                top = max(set(srcs), key=srcs.count)
+                g = g.filter(pl.col("source").fill_null("") == top)
+                if g.height < 2:
+                    continue
         shapes = [arrays(s)[0] + arrays(s)[1] for s in g["shape"].to_list()]
         if not shapes[0] or not all(_bucket_of(shapes[0], s) for s in shapes[1:]):
             continue
