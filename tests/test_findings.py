@@ -164,6 +164,9 @@ def test_communication_findings_on_the_multidevice_fixtures(reps):
     assert (s.evidence["device"], s.evidence["steps_slowest"], s.evidence["n_steps"]) == ("/device:CPU:5", 3, 3)
     assert s.evidence["lead_median"] == summ["lead_median"] > 10 and "3 of 3 step(s)" in s.statement
     e = one(rep, "exposed-communication")
+    # its exposed time is waiting for CPU:5: the next step is the straggler, not the collective
+    assert e.evidence["waiting_for_straggler"] == "/device:CPU:5" and e.severity == "medium"
+    assert "straggler" in e.next_step and "waiting for the straggler /device:CPU:5" in e.statement
     st = rep.overlap.steps
     assert e.evidence["exposed_ps"] == pytest.approx(float(st["exposed_ps"].mean()))
     assert e.evidence["step_ps"] == pytest.approx(float(st["step_ps"].mean()) if "step_ps" in st.columns
@@ -171,7 +174,8 @@ def test_communication_findings_on_the_multidevice_fixtures(reps):
     # the collectives fixture: every device does the same work; its slowest device changes from
     # step to step (thread scheduling), so no straggler; its synchronous CPU collectives are exposed
     assert "straggler-device" not in ids(reps["collectives_8dev"][1])
-    assert "exposed-communication" in ids(reps["collectives_8dev"][1])
+    e8 = one(reps["collectives_8dev"][1], "exposed-communication")
+    assert e8.severity == "high" and e8.evidence["waiting_for_straggler"] is None
     # the tensor-parallel decode: CPU:0 slowest in 2 of 2 steps by 33%, too little evidence
     assert "straggler-device" not in ids(reps["tp_decode"][1])
     for name in ("greedy_b4", "topp_b4", "gemm"):

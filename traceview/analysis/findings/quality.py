@@ -118,15 +118,25 @@ def exposed_communication(ctx, th) -> Finding | None:
     ops = _frame(ov, "ops", "async_ops")
     top = (ops.sort("exposed_ps", descending=True).head(5).to_dicts()
            if ops is not None and "exposed_ps" in ops.columns else [])
+    # the exposed time may be waiting for a straggler rather than moving data: say so first
+    sf = straggler(ctx, th)
+    summ = getattr(getattr(ctx.report, "stragglers", None), "summary", None) or {}
+    share = summ.get("attributed_share")
+    waiting = sf is not None and share is not None and share >= 0.5
     return Finding(
-        "exposed-communication", "high",
+        "exposed-communication", "medium" if waiting else "high",
         f"communication is exposed for {fmt_ms(exp)} of each {fmt_ms(mean_step)} step ({pct(exp / mean_step)})"
-        + (f"; {fmt_ms(hidden)} is hidden behind compute" if hidden is not None else ""),
-        {"exposed_ps": exp, "step_ps": mean_step, "hidden_ps": hidden, "ops": top},
+        + (f"; {fmt_ms(hidden)} is hidden behind compute" if hidden is not None else "")
+        + (f"; {pct(share)} of the collective waits are waiting for the straggler {sf.evidence['device']}"
+           if waiting else ""),
+        {"exposed_ps": exp, "step_ps": mean_step, "hidden_ps": hidden, "ops": top,
+         "waiting_for_straggler": sf.evidence["device"] if waiting else None, "attributed_share": share},
         "exposed communication adds to the step one for one (step = compute + exposed communication + host "
         "transfers + idle, the overlap section's split); only communication hidden behind compute is free",
-        "overlap the collective with independent compute (async collectives, collective matmul, a different "
-        "sharding), or shrink what crosses the interconnect",
+        ("fix the straggler first (see straggler-device): the others wait for it at the collective, so "
+         "overlapping or shrinking the collective would not remove that time" if waiting else
+         "overlap the collective with independent compute (async collectives, collective matmul, a different "
+         "sharding), or shrink what crosses the interconnect"),
         "traceview verify AFTER --check 'no finding exposed-communication'")
 
 
