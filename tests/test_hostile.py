@@ -362,14 +362,15 @@ def test_measured_cpu_peaks_are_warm_and_labelled(capsys):
 # -- the library refuses what the CLI refuses ------------------------------------------------
 
 def test_library_report_refuses_profile_folders(tmp_path):
-    run = tmp_path / "plugins" / "profile" / "2024_01_02_03_04_05"
+    log = tmp_path / "log"
+    run = log / "plugins" / "profile" / "2024_01_02_03_04_05"
     write(run / "h.xplane.pb", (SHARED / MI300X).read_bytes())
-    prof = traceview.load(tmp_path)
-    for bad in (run / "x.html", tmp_path / "plugins" / "profile" / "x.html", tmp_path / "other.xplane.pb",
-                tmp_path / "missing" / "x.html", tmp_path):
+    prof = traceview.load(log)
+    for bad in (run / "x.html", log / "plugins" / "profile" / "x.html", tmp_path / "other.xplane.pb",
+                tmp_path / "missing" / "x.html", tmp_path, log / "x.html", log / "sub" / "x.html"):
         with pytest.raises(traceview.UsageError):
             prof.report(bad)
-        assert not (run / "x.html").exists()
+        assert not (run / "x.html").exists() and not (log / "x.html").exists()
     out = prof.report(tmp_path / "ok.html")
     assert out.read_text().startswith("<!DOCTYPE html>")
     # a hard link to a trace elsewhere keeps its content: outputs are renamed into place

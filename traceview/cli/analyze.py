@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from traceview.model.naming import printable
+from traceview.model.naming import safe_line
 from traceview.cli import args as cargs
 from traceview.read.guard import check_writable, inside_inputs, refuse_inside_inputs, write_atomic
 from traceview.errors import EXIT_OK, UsageError
@@ -67,7 +67,7 @@ def _stored(args, disc, out: Path | None):
         return (rkey, root), False
     if out is not None:
         write_atomic(out, hit)
-        print(f"wrote {printable(str(out))}", file=sys.stderr)  # as a computed run reports it
+        print(f"wrote {safe_line(str(out))}", file=sys.stderr)  # as a computed run reports it
     else:
         sys.stdout.buffer.write(hit) if hasattr(sys.stdout, "buffer") else sys.stdout.write(hit.decode())
     return (rkey, root), True
@@ -131,13 +131,13 @@ def run(args) -> int:
 
             resultcache.put(stored[0], data, stored[1])
         if out is not None:
-            print(f"wrote {printable(str(out))}", file=sys.stderr)
+            print(f"wrote {safe_line(str(out))}", file=sys.stderr)
         if html is not None:
             from traceview.render.html import render_report
 
             add_html_sections(rep, prof)
             write_atomic(html, render_report(rep, top=max(args.top or 0, 30)))
-            print(f"wrote {printable(str(html))}", file=sys.stderr)
+            print(f"wrote {safe_line(str(html))}", file=sys.stderr)
     except BrokenPipeError:
         raise
     except OSError as exc:

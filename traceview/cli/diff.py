@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from traceview.model.naming import printable
+from traceview.model.naming import safe_line
 from traceview.cli import args as cargs
 from traceview.errors import EXIT_OK, UsageError
 
@@ -153,7 +153,7 @@ def run(args) -> int:
         text = render_diff_text(d, top=args.top or 25, width=PLAIN_WIDTH)
     if out is not None:
         write_atomic(out, text)
-        print(f"wrote {printable(str(out))}", file=sys.stderr)
+        print(f"wrote {safe_line(str(out))}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return EXIT_OK

@@ -119,7 +119,7 @@ def run(args) -> int:
         text = history_text(h)
     if out is not None:
         write_atomic(out, text)
-        print(f"wrote {printable(str(out))}", file=sys.stderr)
+        print(f"wrote {safe_line(str(out))}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     if append is not None:

@@ -8,7 +8,7 @@ import sys
 
 from traceview.cli import args as cargs
 from traceview.errors import EXIT_OK, UsageError
-from traceview.model.naming import printable
+from traceview.model.naming import safe_line
 
 FORMATS = ["table", "json", "html"]
 
@@ -93,7 +93,7 @@ def run(args) -> int:
         text = render_ladder_text(lad, width=PLAIN_WIDTH)
     if out is not None:
         write_atomic(out, text)
-        print(f"wrote {printable(str(out))}", file=sys.stderr)
+        print(f"wrote {safe_line(str(out))}", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return EXIT_OK

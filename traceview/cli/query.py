@@ -129,9 +129,9 @@ def run(args) -> int:
         data = buf.getvalue()
     if out is not None:
         write_atomic(out, data)
-        from traceview.model.naming import printable
+        from traceview.model.naming import safe_line
 
-        print(f"wrote {printable(str(out))}", file=sys.stderr)
+        print(f"wrote {safe_line(str(out))}", file=sys.stderr)
     else:
         sys.stdout.flush()
         sys.stdout.buffer.write(data) if hasattr(sys.stdout, "buffer") else sys.stdout.write(data.decode("utf-8"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from traceview.model.naming import printable
+from traceview.model.naming import safe_line
 from traceview.cli import args as cargs
 from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
 from traceview.errors import EXIT_OK, UsageError
@@ -65,5 +65,5 @@ def _write(args, out, charts) -> int:
                        **cargs.findings_from_args(args))
     text = render_report(rep, top=args.top, title=args.title, charts=charts)
     write_atomic(out, text)
-    print(f"wrote {printable(str(out))}", file=sys.stderr)
+    print(f"wrote {safe_line(str(out))}", file=sys.stderr)
     return EXIT_OK
