@@ -184,3 +184,15 @@ def test_kernel_configuration_is_read_one_way(shared_traces, capsys):
     assert main(["analyze", qwen, "--format", "json", "--no-cache"]) == 0
     kernels = json.loads(capsys.readouterr().out)["kernels"]
     assert [k["config"] for k in kernels if k["kernel"] == "RPA-bq_32-bkvp_64-p_64-"] == ["bq=32, bkvp=64, p=64"]
+
+
+def test_an_unknown_collective_kind_is_an_invalid_check():
+    """``collective KIND ...`` takes XLA's collective opcodes (async halves included); any other
+    word is a usage error (exit 2), not a check that fails."""
+    from traceview.analysis.verify_grammar import parse_check
+
+    for ok in ("collective all-reduce bytes == 4096", "collective all-gather-start sent > 0",
+               "collective collective-permute group == 2"):
+        parse_check(ok)
+    with pytest.raises(UsageError, match="unknown collective kind 'nosuch'.*all-reduce"):
+        parse_check("collective nosuch bytes > 0")

@@ -291,7 +291,12 @@ def _parse_body(p: _P) -> Check:
             return Check("", "kernel_present", {"glob": glob, "want": nxt})
         p.err(f"expected has, changed, present or absent after the kernel pattern, got {p.peek()!r}")
     if p.kw("collective"):
+        from traceview.model.collective_hlo import COLLECTIVE_KINDS
+
         kind = p.word("collective kind").lower()
+        base = re.sub(r"-(start|done|update)$", "", kind)
+        if base not in COLLECTIVE_KINDS:
+            p.err(f"unknown collective kind {kind!r}: expected one of {', '.join(COLLECTIVE_KINDS)}")
         what = (p.peek() or "").lower()
         if what not in ("bytes", "sent", "group"):
             p.err(f"expected bytes, sent or group after the collective kind, got {p.peek()!r}")

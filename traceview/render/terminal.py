@@ -147,6 +147,9 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
                 desc = "; ".join(f"{escape(s or '?')} ×{o:,} (mean {fmt_time_ps(m)})" for o, s, m in pops)
                 more = f"; +{r['n'] - 4} more" if r["n"] > 4 else ""
                 console.print(f"  {escape(r['op_name'])}: {r['n']} populations — {desc}{more}")
+            if rep.split.height > split.height:
+                console.print(f"  {rep.split.height - split.height:,} more op names split "
+                              f"({rep.split.height:,} in all: --format json, split_names)")
 
     if by in ("shape", "program-shape") and table.height:
         render_populations(console, rep, top=top)
