@@ -104,37 +104,30 @@ class History:
                 "unjudged_slowdowns": [r.name for r in self.unjudged()]}
 
 
-def _findings(prof, rules=None) -> list[str]:
-    """The ids of the findings of ``prof``'s report (:func:`traceview.analysis.findings.find`
-    over :func:`traceview.analysis.report.build_report`), most severe first."""
-    from traceview.analysis.report import build_report
-
-    return [f.id for f in build_report(prof, rules=rules).findings or []]
-
-
 def summarise(prof, *, name: str, directory: str, time: float, rules=None,
               top_families: int = TOP_FAMILIES) -> RunSummary:
     """The :class:`RunSummary` of one profile (a :class:`traceview.Profile` or anything
-    :func:`~traceview.analysis.steps.profile_anatomy` takes). Raises TraceviewError subclasses
-    when the step anatomy fails (UsageError on bad ``rules``)."""
+    :func:`~traceview.analysis.report.build_report` takes), from one report: its step anatomy,
+    kernels and findings. Raises TraceviewError subclasses when the report fails (UsageError on
+    bad ``rules``)."""
     import polars as pl
 
-    from traceview.analysis.kernels import kernels
-    from traceview.analysis.steps import profile_anatomy
+    from traceview.analysis.report import build_report
 
-    a = profile_anatomy(prof, rules)
+    rep = build_report(prof, rules=rules)  # one report: its step anatomy, kernels and findings
+    a = rep.steps
     st = a.steps
     if "in_window" in st.columns:
         st = st.filter(pl.col("in_window").fill_null(False))
     fam = [{"family": r["family"], "self_ps": float(r["self_ps"]), "share": float(r["share"])}
            for r in a.families.head(top_families).iter_rows(named=True)]
-    k = kernels(prof.table)
+    k = rep.kernels
     ks = [] if k.height == 0 else [
         {"kernel": r["kernel"], "config": r["config"]}
         for r in k.select("kernel", "config").unique(maintain_order=True).iter_rows(named=True)]
     return RunSummary(name=name, directory=directory, time=time, step_method=a.method, step_module=a.module,
                       step_ps=st["duration_ps"].to_numpy().astype(np.float64), families=fam, kernels=ks,
-                      findings=_findings(prof, rules))
+                      findings=[f.id for f in rep.findings or []])
 
 
 def _verdict(c: noise.Change, threshold: float) -> str:
