@@ -14,8 +14,6 @@ a plane with several ordinals becomes one device per ordinal, named ``/device:CP
 
 from __future__ import annotations
 
-import polars as pl
-
 #: device name given to the ops of virtual CPU device ``n`` (several ordinals in one plane)
 CPU_DEVICE = "/device:CPU:{}"
 
@@ -25,22 +23,19 @@ def cpu_device_name(ordinal: int) -> str:
     return CPU_DEVICE.format(int(ordinal))
 
 
-def split_by_ordinal(frames: list[pl.DataFrame], ordinals: list[list], plane: str) -> tuple[list[pl.DataFrame], list[str]]:
-    """Frames of one host plane (``ordinals[i]``: the ``device_ordinal`` of each row of
-    ``frames[i]``, None where the event has none) with their ``device`` column set per row.
+def device_names(ordinals, plane: str) -> tuple[dict, list[str]]:
+    """The devices of one host plane whose op events carry the ``device_ordinal`` values
+    ``ordinals`` (a collection; None for an event without one).
 
-    Returns (frames, device names in ordinal order). With fewer than two distinct ordinals the
-    frames are returned unchanged and the one device is ``plane``; rows without an ordinal
-    then stay on ``plane`` too (so a plane that mixes ordinal and ordinal-less op events keeps
-    the latter as a device of their own)."""
-    seen = sorted({int(o) for ords in ordinals for o in ords if o is not None})
+    Returns (ordinal -> device name for the ordinals that get a device of their own, device
+    names in ordinal order). With fewer than two distinct ordinals the mapping is empty (every
+    op stays on ``plane``, the one device); otherwise each ordinal is ``/device:CPU:<n>`` and
+    ops without an ordinal stay on ``plane`` (so a plane that mixes ordinal and ordinal-less
+    op events keeps the latter as a device of their own, listed last)."""
+    seen = sorted({int(o) for o in ordinals if o is not None})
     if len(seen) < 2:
-        return frames, [plane]
-    out = []
-    for f, ords in zip(frames, ordinals):
-        names = [plane if o is None else cpu_device_name(o) for o in ords]
-        out.append(f.with_columns(pl.Series("device", names, dtype=pl.Utf8)))
+        return {}, [plane]
     names = [cpu_device_name(o) for o in seen]
-    if any(o is None for ords in ordinals for o in ords):
+    if any(o is None for o in ordinals):
         names.append(plane)
-    return out, names
+    return {o: cpu_device_name(o) for o in seen}, names

@@ -32,7 +32,6 @@ import numpy as np
 import polars as pl
 
 from traceview.errors import TraceUnreadable
-from traceview.model.cpu_devices import split_by_ordinal
 from traceview.model.hlo import HloIndex
 from traceview.model.schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, STEP_MARKERS_SCHEMA, DeviceInfo, TraceData, frame
 from traceview.model.shapes import canonical_shape_text, parse_instruction
@@ -296,24 +295,20 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
         if have_device_ops:
             n_events += sum(count_events(raw, path) for raw in plane.lines)
             continue
-        before = len(cols)
-        ordinals: list[list] = []
+        names: list[str] = []
         n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=False,
-                                          markers=markers, ordinals=ordinals)
-        if len(cols) > before:
-            cols[before:], names = split_by_ordinal(cols[before:], ordinals, plane.name)
-            devices.extend(DeviceInfo(name=nm, kind="CPU", device_type="CPU") for nm in names)
+                                          markers=markers, devices=names)
+        devices.extend(DeviceInfo(name=nm, kind="CPU", device_type="CPU") for nm in names)
 
 
     tpu_parts = [c for c in cols if isinstance(c, _TpuParts)]
     ops = OpTable.concat(([_merge_parts(tpu_parts)] if tpu_parts else [])
-                         + [OpTable.from_frame(c) for c in cols if not isinstance(c, _TpuParts)])
+                         + [c for c in cols if not isinstance(c, _TpuParts)])
     del tpu_parts
     cols.clear()
     module_runs = pl.concat(runs, how="vertical") if runs else frame({}, MODULE_RUNS_SCHEMA)
     if module_runs.height == 0 and ops.height:
-        module_runs = _derive_module_runs(ops.frame(["host", "device", "module", "program_id", "op_name", "count",
-                                                     "start_ps", "duration_ps"]))
+        module_runs = _derive_module_runs(ops)
     notes.extend(hlo.errors)
     has_shapes = bool(ops.height) and bool((ops.collapse()["shape"] != "").any())
     if ops.height and not has_shapes:
@@ -635,135 +630,257 @@ def _finish_parts(parts: list, attr, start, durs, selfs, count) -> "OpTable":
     return OpTable.from_parts(attr, start, durs, selfs, count, desc, collapsed=collapsed)
 
 
+#: the stats that name an annotated event's op (one combo per distinct set of values) and
+#: the per-event ones (step markers), in slot order
+_KEY_STATS = ("hlo_op", "hlo_module", "program_id", "tf_op", "name", "device_ordinal")
+_EXTRA_STATS = ("step_num",)
+
+
+def _stat_slots(stat_names: dict[int, str]) -> tuple[np.ndarray, np.ndarray]:
+    """(XStatMetadata ids, slot per id) of the stats in :data:`_KEY_STATS` then
+    :data:`_EXTRA_STATS` (every id bearing one of the names)."""
+    slot_of = {nm: i for i, nm in enumerate(_KEY_STATS + _EXTRA_STATS)}
+    pairs = [(k, slot_of[v]) for k, v in stat_names.items() if v in slot_of]
+    return (np.array([k for k, _ in pairs], dtype=np.int64), np.array([s for _, s in pairs], dtype=np.int64))
+
+
+def _resolver(stat_names: dict[int, str], strings: list):
+    """(kind, value) of :class:`~traceview.read.xplane.wire.AnnotatedLine` -> the Python value
+    :func:`_stat_value` gives the same XStat (``ref_value`` through the stat names)."""
+    import struct
+
+    def value(kind: int, v: int):
+        if kind == wire.KIND_DOUBLE:
+            return struct.unpack("<d", struct.pack("<q", v))[0]
+        if kind == wire.KIND_UINT64:
+            return v & ((1 << 64) - 1)
+        if kind == wire.KIND_INT64:
+            return v
+        if kind in (wire.KIND_STR, wire.KIND_BYTES):
+            return strings[v]
+        if kind == wire.KIND_REF:
+            return stat_names.get(v & ((1 << 64) - 1), "")
+        return None
+
+    return value
+
+
+def _op_row(st: dict, ev_name: str, hlo: HloIndex) -> tuple:
+    """The description columns (:data:`_ROW_COLUMNS`) of an annotated op event whose merged
+    stats are ``st`` and whose XEventMetadata is named ``ev_name``."""
+    op_name = str(st.get("hlo_op"))
+    pid = _as_int(st.get("program_id"))
+    module = str(st.get("hlo_module", "") or "") or hlo.names.get(pid, "")
+    info = hlo.op(pid, op_name)
+    fw = str(st.get("tf_op", "") or "")
+    if fw in ("", "XlaModule:"):
+        fw = str(st.get("name", "") or "")
+    kernel = ev_name if ev_name != op_name else ""
+    if info is None:
+        return (module, pid, op_name, "", "", "", "", kernel, "", None, "", fw, None, None, None, "unknown")
+    return (module, pid, op_name, info.opcode, info.category, info.shape, info.hlo_text, kernel, info.source_file,
+            info.source_line, info.source_stack, info.framework_op or fw,
+            None if info.flops is None else float(info.flops), None,
+            None if info.bytes is None else float(info.bytes),
+            "unknown" if info.flops is None and info.bytes is None else "derived")
+
+
+_ROW_COLUMNS = ("module", "program_id", "op_name", "op_kind", "category", "shape", "hlo_text", "kernel", "source_file",
+                "source_line", "source_stack", "framework_op", "flops", "model_flops", "bytes_accessed", "cost_source")
+
+
 def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, run, path, device_lines: bool,
-                          markers: list | None = None, ordinals: list | None = None) -> int:
-    """GPU stream lines / CPU thunk-executor threads: ops named by per-event stats. On host
-    planes, events carrying a ``step_num`` stat (step annotations) go to ``markers`` as
-    (name, step_num, start_ps, duration_ps). ``ordinals``: when given, one list per frame
-    appended to ``cols``, each row's ``device_ordinal`` stat (None where absent), for
-    :func:`~traceview.model.cpu_devices.split_by_ordinal`."""
+                          markers: list | None = None, devices: list | None = None) -> int:
+    """GPU stream lines / CPU thunk-executor threads: ops named by per-event stats
+    (``hlo_op``, ``hlo_module``, ``program_id``, ``tf_op``, ``name``, ``device_ordinal``),
+    merged over their XEventMetadata's stats. Each line is decoded into columns
+    (:func:`~traceview.read.xplane.wire.decode_annotated`); the op fields are worked out once
+    per distinct (metadata id, stat values), never per event. Appends one
+    :class:`~traceview.model.optable.OpTable` (one description per distinct row of a line) to
+    ``cols``. On host planes, events carrying a ``step_num`` stat (step annotations) go to
+    ``markers`` as (name, step_num, start_ps, duration_ps). ``devices``: when given (host
+    planes), the op events are split by ``device_ordinal``
+    (:func:`~traceview.model.cpu_devices.device_names`) and the devices' names appended.
+    Returns the plane's event count."""
     n = 0
     md_by_id = plane.event_metadata
-    md_stats_cache: dict[int, dict] = {}
-    for raw in plane.lines:
-        le = decode_line(raw, path)
-        if (device_lines and le.name.startswith(DERIVED_LINES)) or not le.has_stats.any():
-            # derived lines, or no event with per-event stats (hlo_op is one): no ops here
-            n += len(le)
+    md_cache: dict[int, tuple] = {}
+    ids, slots = _stat_slots(stat_names)
+    nkey, nslot = len(_KEY_STATS), len(_KEY_STATS) + len(_EXTRA_STATS)
+    lines = []  # (line name, op event positions, combo row per op event, starts, durs, occ, rows)
+    mapped = getattr(plane, "mapped_lines", None) or []
+    for i_line, raw in enumerate(plane.lines):
+        if device_lines and wire.line_header(raw, path).name.startswith(DERIVED_LINES):
+            n += count_events(raw, path)  # derived lines: no ops here
             continue
-        line = _full_line(raw, path)
-        n += len(line.events)
-        base = _line_base_ps(line.timestamp_ns)
-        rows = []
-        for ev in line.events:
-            mid = ev.metadata_id
-            if mid not in md_stats_cache:
+        le = wire.decode_annotated(raw, path, ids, slots, nkey, nslot)
+        if i_line < len(mapped):
+            mapped[i_line].release()  # the file's pages, re-read from the page cache if touched again
+        n += len(le)
+        if not le.has_stats.any():  # no event with per-event stats (hlo_op is one): no ops here
+            continue
+        value = _resolver(stat_names, le.strings)
+        n_combo = len(le.combo_mids)
+        is_op = np.zeros(n_combo, dtype=bool)
+        step_md = [None] * n_combo  # the metadata's step_num where the event has none
+        marker = np.zeros(n_combo, dtype=bool)
+        names: list[str] = [""] * n_combo
+        rows: list = [None] * n_combo
+        for c, mid in enumerate(le.combo_mids.tolist()):  # once per distinct (metadata, stat values)
+            if mid not in md_cache:
                 md = md_by_id.get(mid)
-                md_stats_cache[mid] = _stats(md.stats, stat_names, stat_names) if md is not None else {}
-            st = dict(md_stats_cache[mid])
-            _stats(ev.stats, stat_names, stat_names, into=st)
-            op = st.get("hlo_op")
-            if not op:
-                if markers is not None and st.get("step_num") is not None and not ev.num_occurrences:
-                    md = md_by_id.get(mid)
-                    markers.append((md.name if md is not None else "", _as_int(st.get("step_num")),
-                                    base + ev.offset_ps, ev.duration_ps))
+                md_cache[mid] = ((_stats(md.stats, stat_names, stat_names) if md is not None else {}),
+                                 md.name if md is not None else "")
+            md_st, ev_name = md_cache[mid]
+            st = dict(md_st)
+            for j, nm in enumerate(_KEY_STATS):
+                k = int(le.combo_kinds[c, j])
+                if k != wire.KIND_ABSENT:
+                    st[nm] = value(k, int(le.combo_values[c, j]))
+            names[c] = ev_name
+            if not st.get("hlo_op"):
+                marker[c] = markers is not None
+                step_md[c] = md_st.get("step_num")
                 continue
-            md = md_by_id.get(mid)
-            ev_name = md.name if md is not None else ""
             if ev_name.startswith("end: "):
                 continue
-            rows.append((ev, st, ev_name))
-        if not rows:
-            continue
-        starts = np.array([r[0].offset_ps for r in rows], dtype=np.int64) + base
-        durs = np.array([r[0].duration_ps for r in rows], dtype=np.int64)
-        selfs = self_times(starts, durs).tolist()
-        c = {k: [] for k in OPS_SCHEMA}
-        for (ev, st, ev_name), s, d, sf in zip(rows, starts.tolist(), durs.tolist(), selfs):
-            op_name = str(st.get("hlo_op"))
-            pid = _as_int(st.get("program_id"))
-            module = str(st.get("hlo_module", "") or "") or hlo.names.get(pid, "")
-            info = hlo.op(pid, op_name)
-            occ = ev.num_occurrences
-            c["start_ps"].append(None if occ else s)
-            c["duration_ps"].append(d)
-            c["self_ps"].append(sf)
-            c["count"].append(occ if occ else 1)
-            c["module"].append(module)
-            c["program_id"].append(pid)
-            c["op_name"].append(op_name)
-            c["kernel"].append(ev_name if ev_name != op_name else "")
-            fw = str(st.get("tf_op", "") or "")
-            if fw in ("", "XlaModule:"):
-                fw = str(st.get("name", "") or "")
-            if info is not None:
-                c["op_kind"].append(info.opcode)
-                c["category"].append(info.category)
-                c["shape"].append(info.shape)
-                c["hlo_text"].append(info.hlo_text)
-                c["source_file"].append(info.source_file)
-                c["source_line"].append(info.source_line)
-                c["source_stack"].append(info.source_stack)
-                c["framework_op"].append(info.framework_op or fw)
-                c["flops"].append(None if info.flops is None else float(info.flops))
-                c["bytes_accessed"].append(None if info.bytes is None else float(info.bytes))
-                c["cost_source"].append("unknown" if info.flops is None and info.bytes is None else "derived")
-            else:
-                c["op_kind"].append("")
-                c["category"].append("")
-                c["shape"].append("")
-                c["hlo_text"].append("")
-                c["source_file"].append("")
-                c["source_line"].append(None)
-                c["source_stack"].append("")
-                c["framework_op"].append(fw)
-                c["flops"].append(None)
-                c["bytes_accessed"].append(None)
-                c["cost_source"].append("unknown")
-            c["model_flops"].append(None)
-        m = len(rows)
-        c["host"] = [host] * m
-        c["run"] = [run] * m
-        c["file"] = [path] * m
-        c["device"] = [plane.name] * m
-        c["line"] = [line.name] * m
-        cols.append(frame(c, OPS_SCHEMA))
-        if ordinals is not None:
-            ordinals.append([_as_int(r[1].get("device_ordinal")) for r in rows])
+            is_op[c] = True
+            rows[c] = (_op_row(st, ev_name, hlo), _as_int(st.get("device_ordinal")))
+        if markers is not None and marker.any():
+            _annotated_markers(le, marker, step_md, names, value, markers)
+        pos = np.flatnonzero(is_op[le.combo])
+        if len(pos):
+            lines.append((le.name, le.combo[pos], le.starts[pos], le.durations[pos], le.occurrences[pos], rows))
+    if not lines:
+        return n
+    # the device of each op: the plane, or per device_ordinal on a host plane running several
+    dev_of = {}
+    if devices is not None:
+        from traceview.model.cpu_devices import device_names
+
+        ords = {r[1] for _, combo, _, _, _, rows in lines for r in rows if r is not None}
+        dev_of, dev_names = device_names(ords, plane.name)
+        devices.extend(dev_names)
+    attr_rows: list[tuple] = []
+    attrs_parts, start_parts, dur_parts, self_parts, count_parts = [], [], [], [], []
+    for line_name, combo, starts, durs, occ, rows in lines:
+        # descriptions of this line, numbered in order of first appearance (combos are)
+        seen: dict[tuple, int] = {}
+        lut = np.zeros(len(rows), dtype=np.uint32)
+        for c, r in enumerate(rows):
+            if r is None:
+                continue
+            full = (dev_of.get(r[1], plane.name), line_name) + r[0]
+            if full not in seen:
+                seen[full] = len(attr_rows)
+                attr_rows.append(full)
+            lut[c] = seen[full]
+        attrs_parts.append(lut[combo])
+        start_parts.append(starts)
+        dur_parts.append(durs)
+        self_parts.append(self_times(starts, durs))
+        count_parts.append(np.where(occ != 0, occ, 1))
+    occ_all = np.concatenate([ln[4] for ln in lines])
+    starts = np.concatenate(start_parts)
+    start = starts
+    if (occ_all != 0).any():
+        start = pl.select(pl.when(pl.Series(occ_all != 0)).then(None)
+                          .otherwise(pl.Series("start_ps", starts, dtype=pl.Int64)).alias("start_ps")).to_series()
+    m = len(attr_rows)
+    desc = {"host": [host] * m, "run": [run] * m, "file": [path] * m,
+            "device": [r[0] for r in attr_rows], "line": [r[1] for r in attr_rows]}
+    for j, c in enumerate(_ROW_COLUMNS):
+        desc[c] = [r[2 + j] for r in attr_rows]
+    attrs = frame(desc, {c: OPS_SCHEMA[c] for c in ATTR_COLUMNS})
+    cols.append(OpTable.from_parts(np.concatenate(attrs_parts), start, np.concatenate(dur_parts),
+                                   np.concatenate(self_parts), np.concatenate(count_parts), attrs))
     return n
 
 
-def _derive_module_runs(ops):
-    """GPU/CPU traces have no ``XLA Modules`` line: derive program executions from the ops.
+def _annotated_markers(le, marker: np.ndarray, step_md: list, names: list, value, markers: list) -> None:
+    """Append the step annotations of one decoded line to ``markers``: events without an op
+    whose ``step_num`` (the event's, else its metadata's) is set, timed (not pre-aggregated).
+    The step number is resolved once per distinct stat value."""
+    idx = np.flatnonzero(marker[le.combo] & (le.occurrences == 0))
+    if not len(idx):
+        return
+    kinds = le.extra_kinds[idx, 0]  # step_num, the first extra stat
+    vals = le.extra_values[idx, 0]
+    combo = le.combo[idx]
+    # (kind, value) per event, the metadata's value standing in where the event has none
+    own = kinds != wire.KIND_ABSENT
+    key = np.where(own, kinds.astype(np.int64), -1 - combo.astype(np.int64))
+    pairs = np.stack([key, np.where(own, vals, 0)], axis=1)
+    uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
+    resolved = [value(int(k), int(v)) if k >= 0 else step_md[-1 - int(k)] for k, v in uniq.tolist()]
+    step = [_as_int(x) for x in resolved]
+    has = np.array([x is not None for x in resolved], dtype=bool)[inv.reshape(-1)]
+    idx, inv = idx[has], inv.reshape(-1)[has]
+    steps = [step[u] for u in inv.tolist()]
+    cnames = [names[c] for c in le.combo[idx].tolist()]
+    markers.extend(zip(cnames, steps, le.starts[idx].tolist(), le.durations[idx].tolist()))
+
+
+def _derive_module_runs(table: OpTable) -> pl.DataFrame:
+    """GPU/CPU traces have no ``XLA Modules`` line: derive program executions from the ops
+    (an :class:`~traceview.model.optable.OpTable`).
 
     Per (host, device, program), the number of executions is taken as the smallest occurrence
     count of any of its ops (an op outside loops runs once per execution; ties broken by op
     name, so the same trace always gives the same executions). Execution k starts at that
     anchor op's k-th start and ends at the latest end of the program's ops that start before
     execution k+1 begins (an as-of join), so it spans the whole program, not the anchor op.
+    A program without a ``program_id`` gets no executions. Keys and op names are worked out
+    per description; the events are only sorted and searched as integer arrays.
     """
-    import polars as pl
-
     keys = ["host", "device", "module", "program_id"]
-    placed = ops.filter(pl.col("start_ps").is_not_null()).select(
-        keys + ["op_name", "count", "start_ps", (pl.col("start_ps") + pl.col("duration_ps")).alias("_end")])
-    if placed.height == 0:
+    ev = table.events
+    placed = ev["start_ps"].is_not_null().to_numpy()
+    if not placed.any():
         return frame({}, MODULE_RUNS_SCHEMA)
-    per_op = placed.group_by(keys + ["op_name"]).agg(
-        pl.col("count").sum().alias("n"), pl.col("start_ps").min().alias("first"))
+    attr = ev["attr"].to_numpy()[placed]
+    start = ev["start_ps"].fill_null(0).to_numpy()[placed]
+    end = start + ev["duration_ps"].fill_null(0).to_numpy()[placed]  # int64, wrapping as polars does
+    count = ev["count"].to_numpy()[placed]
+    # per description: its program key and its (program key, op name)
+    d = table.attrs.select(keys + ["op_name"])
+    key_tab = d.select(keys).unique(maintain_order=True).with_row_index("kid")
+    kop_tab = d.unique(maintain_order=True).with_row_index("kop")
+    kid_of = d.join(key_tab, on=keys, how="left", nulls_equal=True, maintain_order="left")["kid"].to_numpy()
+    kop_of = d.join(kop_tab, on=keys + ["op_name"], how="left", nulls_equal=True, maintain_order="left")["kop"].to_numpy()
+    kop_ev = kop_of[attr].astype(np.int64)
+    per_op = (pl.DataFrame({"kop": kop_ev, "count": count, "start": start}).group_by("kop")
+              .agg(pl.col("count").sum().alias("n"), pl.col("start").min().alias("first")))
+    per_op = (kop_tab.join(per_op, on="kop", how="inner")
+              .join(key_tab, on=keys, how="left", nulls_equal=True))
     best = (per_op.sort(["n", "first", "op_name"], maintain_order=True)
-            .group_by(keys, maintain_order=True).first().select(keys + ["op_name"]))
-    anchors = (placed.join(best, on=keys + ["op_name"], how="inner", nulls_equal=True)
-               .select(keys + [pl.col("start_ps").alias("run_start")]).sort("run_start"))
-    # both sides are sorted by time; polars cannot check that per 'by' group and would warn
-    assigned = placed.sort("start_ps").join_asof(
-        anchors, left_on="start_ps", right_on="run_start", by=keys, strategy="backward",
-        check_sortedness=False)
-    runs = (assigned.filter(pl.col("run_start").is_not_null())
-            .group_by(keys + ["run_start"]).agg(pl.col("_end").max().alias("_end"))
-            .select(keys + [pl.col("run_start").alias("start_ps"),
-                            (pl.col("_end") - pl.col("run_start")).alias("duration_ps")])
+            .group_by("kid", maintain_order=True).first().select("kid", "kop"))
+    best_kop = np.full(key_tab.height, -1, dtype=np.int64)
+    best_kop[best["kid"].to_numpy()] = best["kop"].to_numpy()
+    kid_ev = kid_of[attr].astype(np.int64)
+    # as polars' as-of join by keys: a key with a null never matches
+    valid = key_tab.select(pl.all_horizontal(pl.col(k).is_not_null() for k in keys)).to_series().to_numpy()
+    order = np.argsort(kid_ev, kind="stable")
+    bounds = np.searchsorted(kid_ev[order], np.arange(key_tab.height + 1))
+    out_kid, out_start, out_end = [], [], []
+    for k in range(key_tab.height):
+        seg = order[bounds[k]:bounds[k + 1]]
+        if not len(seg) or not valid[k]:
+            continue
+        s_seg = start[seg]
+        anchors = np.unique(s_seg[kop_ev[seg] == best_kop[k]])
+        run = np.searchsorted(anchors, s_seg, side="right") - 1
+        has = run >= 0
+        out_kid.append(np.full(int(has.sum()), k, dtype=np.int64))
+        out_start.append(anchors[run[has]])
+        out_end.append(end[seg][has])
+    if not out_kid:
+        return frame({}, MODULE_RUNS_SCHEMA)
+    runs = (pl.DataFrame({"kid": np.concatenate(out_kid), "start_ps": np.concatenate(out_start),
+                          "_end": np.concatenate(out_end)})
+            .group_by("kid", "start_ps").agg(pl.col("_end").max())
+            .with_columns((pl.col("_end") - pl.col("start_ps")).alias("duration_ps"))
+            .join(key_tab, on="kid", how="left")
             # programs starting at the same ps: ordered by name and id, the same every time
             .sort(["host", "device", "start_ps", "module", "program_id"], nulls_last=True, maintain_order=True))
-    return runs.select(list(MODULE_RUNS_SCHEMA))
+    return runs.select([pl.col(c).cast(t) for c, t in MODULE_RUNS_SCHEMA.items()])

@@ -596,6 +596,311 @@ static PyObject *line_layout(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nNN)", w.n, head, lst);
 }
 
+/* ---- annotated lines (GPU streams, CPU thunk threads, host threads) -----------------------
+ * decode_annotated(buf, ids, slots, nkey, nslot) -> (timestamp_ns, n, offsets, durations,
+ *     occurrences, has_stats, combo, extra_kinds, extra_values, combo_mids, combo_kinds,
+ *     combo_values, strings)
+ * ids / slots: int64 buffers of equal length: an XStat whose metadata_id is ids[i] goes to
+ * slot slots[i] (several ids may share a slot; per event the later stat wins). Slots
+ * 0..nkey-1 are key slots: each event's (metadata_id, key slot values) is interned, in order of
+ * first appearance, into the line's combos (combo: n uint32 ids; combo_mids: m int64;
+ * combo_kinds / combo_values: m x nkey). Slots nkey..nslot-1 are per-event columns
+ * (extra_kinds / extra_values: n x (nslot - nkey)). A value is (kind, int64): kind 0 absent,
+ * 1 double (its bits), 2 uint64, 3 int64, 4 str (index into strings, a str), 5 bytes (index
+ * into strings, a bytes), 6 ref_value, 7 a stat without a value. The arrays are bytes objects
+ * (int64 native, has_stats / kinds uint8, combo uint32). str values are decoded as strict
+ * UTF-8 (UnicodeDecodeError, a ValueError, otherwise). */
+typedef struct { int kind; int64_t val; const uint8_t *s; uint64_t slen; } stat_val;
+
+/* one XStat: its metadata_id and its value (the last oneof field wins). hard: read_varint_h */
+static inline int stat_full(const uint8_t *q, const uint8_t *qe, const uint8_t *hard, int64_t *id, stat_val *sv) {
+    *id = -1; sv->kind = 7; sv->val = 0; sv->s = NULL; sv->slen = 0;
+    while (q < qe) {
+        uint64_t k, v;
+        if (!read_varint_h(&q, qe, hard, &k)) return 0;
+        int f = (int)(k >> 3), w = (int)(k & 7);
+        if (w == 0 && (f == 1 || f == 3 || f == 4 || f == 7)) {
+            if (!read_varint_h(&q, qe, hard, &v)) return 0;
+            if (f == 1) *id = (int64_t)v;
+            else { sv->kind = f == 3 ? 2 : f == 4 ? 3 : 6; sv->val = (int64_t)v; }
+        } else if (w == 1 && f == 2) {
+            if (qe - q < 8) return 0;
+            memcpy(&sv->val, q, 8); q += 8; sv->kind = 1;
+        } else if (w == 2 && (f == 5 || f == 6)) {
+            if (!read_varint_h(&q, qe, hard, &v) || v > (uint64_t)(qe - q)) return 0;
+            sv->kind = f == 5 ? 4 : 5; sv->s = q; sv->slen = v; q += v;
+        } else if (!skip_field(&q, qe, k)) return 0;
+    }
+    return 1;
+}
+
+typedef struct {
+    /* strings: arena + (offset, len, kind) per distinct, open-addressing table of indices */
+    char *arena; size_t alen, acap;
+    int64_t *soff; int64_t *slen; uint8_t *skind; Py_ssize_t ns, scap;
+    int64_t *stab; Py_ssize_t stcap;
+    /* combos: mid + nkey (kind, value); table of indices */
+    int nkey;
+    int64_t *cmid; uint8_t *ckind; int64_t *cval; Py_ssize_t nc, ccap;
+    int64_t *ctab; Py_ssize_t ctcap;
+} annot_state;
+
+static inline uint64_t mix64(uint64_t h) {
+    h ^= h >> 33; h *= 0xff51afd7ed558ccdULL; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ULL; h ^= h >> 33;
+    return h;
+}
+
+static uint64_t hash_bytes(const uint8_t *s, uint64_t n, int kind) {
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)kind;
+    for (uint64_t i = 0; i < n; i++) { h ^= s[i]; h *= 1099511628211ULL; }
+    return mix64(h);
+}
+
+/* index of the string (s, n, kind), interned; -1 when out of memory */
+static int64_t intern_str(annot_state *a, const uint8_t *s, uint64_t n, int kind) {
+    if (2 * (a->ns + 1) > a->stcap) {
+        Py_ssize_t cap = a->stcap ? a->stcap * 2 : 64;
+        int64_t *t = (int64_t *)PyMem_RawMalloc(sizeof(int64_t) * (size_t)cap);
+        if (!t) return -1;
+        for (Py_ssize_t i = 0; i < cap; i++) t[i] = -1;
+        for (Py_ssize_t j = 0; j < a->ns; j++) {
+            uint64_t h = hash_bytes((const uint8_t *)a->arena + a->soff[j], (uint64_t)a->slen[j], a->skind[j]);
+            Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(cap - 1));
+            while (t[i] >= 0) i = (i + 1) & (cap - 1);
+            t[i] = j;
+        }
+        PyMem_RawFree(a->stab); a->stab = t; a->stcap = cap;
+    }
+    uint64_t h = hash_bytes(s, n, kind);
+    Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(a->stcap - 1));
+    while (a->stab[i] >= 0) {
+        int64_t j = a->stab[i];
+        if (a->skind[j] == kind && (uint64_t)a->slen[j] == n && memcmp(a->arena + a->soff[j], s, (size_t)n) == 0) return j;
+        i = (i + 1) & (a->stcap - 1);
+    }
+    if (a->ns == a->scap) {
+        Py_ssize_t cap = a->scap ? a->scap * 2 : 64;
+        int64_t *o = (int64_t *)PyMem_RawRealloc(a->soff, sizeof(int64_t) * (size_t)cap);
+        if (!o) return -1;
+        a->soff = o;
+        int64_t *l = (int64_t *)PyMem_RawRealloc(a->slen, sizeof(int64_t) * (size_t)cap);
+        if (!l) return -1;
+        a->slen = l;
+        uint8_t *k = (uint8_t *)PyMem_RawRealloc(a->skind, (size_t)cap);
+        if (!k) return -1;
+        a->skind = k; a->scap = cap;
+    }
+    if (a->alen + n + 1 > a->acap) {
+        size_t cap = a->acap ? a->acap : 4096;
+        while (cap < a->alen + n + 1) cap *= 2;
+        char *ar = (char *)PyMem_RawRealloc(a->arena, cap);
+        if (!ar) return -1;
+        a->arena = ar; a->acap = cap;
+    }
+    memcpy(a->arena + a->alen, s, (size_t)n);
+    int64_t j = a->ns++;
+    a->soff[j] = (int64_t)a->alen; a->slen[j] = (int64_t)n; a->skind[j] = (uint8_t)kind;
+    a->alen += n;
+    a->stab[i] = j;
+    return j;
+}
+
+/* combo id of (mid, kinds, vals); -1 when out of memory */
+static int64_t intern_combo(annot_state *a, int64_t mid, const uint8_t *kinds, const int64_t *vals) {
+    int nk = a->nkey;
+    if (2 * (a->nc + 1) > a->ctcap) {
+        Py_ssize_t cap = a->ctcap ? a->ctcap * 2 : 256;
+        int64_t *t = (int64_t *)PyMem_RawMalloc(sizeof(int64_t) * (size_t)cap);
+        if (!t) return -1;
+        for (Py_ssize_t i = 0; i < cap; i++) t[i] = -1;
+        for (Py_ssize_t j = 0; j < a->nc; j++) {
+            uint64_t h = mix64((uint64_t)a->cmid[j]);
+            for (int s = 0; s < nk; s++) h = mix64(h ^ ((uint64_t)a->ckind[j * nk + s] << 56) ^ (uint64_t)a->cval[j * nk + s]);
+            Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(cap - 1));
+            while (t[i] >= 0) i = (i + 1) & (cap - 1);
+            t[i] = j;
+        }
+        PyMem_RawFree(a->ctab); a->ctab = t; a->ctcap = cap;
+    }
+    uint64_t h = mix64((uint64_t)mid);
+    for (int s = 0; s < nk; s++) h = mix64(h ^ ((uint64_t)kinds[s] << 56) ^ (uint64_t)vals[s]);
+    Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(a->ctcap - 1));
+    while (a->ctab[i] >= 0) {
+        int64_t j = a->ctab[i];
+        if (a->cmid[j] == mid && (nk == 0 || (memcmp(a->ckind + j * nk, kinds, (size_t)nk) == 0
+                                              && memcmp(a->cval + j * nk, vals, sizeof(int64_t) * (size_t)nk) == 0)))
+            return j;
+        i = (i + 1) & (a->ctcap - 1);
+    }
+    if (a->nc == a->ccap) {
+        Py_ssize_t cap = a->ccap ? a->ccap * 2 : 256;
+        int64_t *m = (int64_t *)PyMem_RawRealloc(a->cmid, sizeof(int64_t) * (size_t)cap);
+        if (!m) return -1;
+        a->cmid = m;
+        uint8_t *k = (uint8_t *)PyMem_RawRealloc(a->ckind, (size_t)(cap * (nk ? nk : 1)));
+        if (!k) return -1;
+        a->ckind = k;
+        int64_t *v = (int64_t *)PyMem_RawRealloc(a->cval, sizeof(int64_t) * (size_t)(cap * (nk ? nk : 1)));
+        if (!v) return -1;
+        a->cval = v; a->ccap = cap;
+    }
+    int64_t j = a->nc++;
+    a->cmid[j] = mid;
+    if (nk) { memcpy(a->ckind + j * nk, kinds, (size_t)nk); memcpy(a->cval + j * nk, vals, sizeof(int64_t) * (size_t)nk); }
+    a->ctab[i] = j;
+    return j;
+}
+
+static void annot_free(annot_state *a) {
+    PyMem_RawFree(a->arena); PyMem_RawFree(a->soff); PyMem_RawFree(a->slen); PyMem_RawFree(a->skind);
+    PyMem_RawFree(a->stab); PyMem_RawFree(a->cmid); PyMem_RawFree(a->ckind); PyMem_RawFree(a->cval);
+    PyMem_RawFree(a->ctab);
+}
+
+#define ANNOT_MAX_SLOTS 32
+typedef struct {
+    int64_t *offs, *durs, *occs, *xval; uint8_t *flags, *xkind; uint32_t *combo;
+    const int64_t *ids, *slots; Py_ssize_t nids; int nkey, nslot;
+} annot_out;
+
+#if defined(__GNUC__)
+__attribute__((noinline))  /* called under TV_GUARD: kept out of the sigsetjmp frame */
+#endif
+static const char *fill_annotated(const uint8_t *p, const uint8_t *end, const annot_out *o, annot_state *a) {
+    Py_ssize_t i = 0;
+    const int nkey = o->nkey, nx = o->nslot - o->nkey;
+    while (p < end) {
+        uint64_t key;
+        if (!read_varint(&p, end, &key)) return "truncated field key";
+        if (bad_key(key)) return "bad field number";
+        int field = (int)(key >> 3), wt = (int)(key & 7);
+        if (!(field == 4 && wt == 2)) {
+            if (!skip_field(&p, end, key)) return "bad line field";
+            continue;
+        }
+        uint64_t len;
+        if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) return "event length past the end";
+        const uint8_t *q = p, *qe = p + len;
+        int64_t mid = 0, off = 0, dur = 0, occ = 0;
+        uint8_t has = 0, kinds[ANNOT_MAX_SLOTS];
+        int64_t vals[ANNOT_MAX_SLOTS];
+        memset(kinds, 0, sizeof kinds);
+        memset(vals, 0, sizeof vals);
+        while (q < qe) {
+            uint64_t k2, v;
+            if (!read_varint_h(&q, qe, end, &k2)) return "truncated event field";
+            if (bad_key(k2)) return "bad event field number";
+            int f2 = (int)(k2 >> 3), w2 = (int)(k2 & 7);
+            if (w2 == 0 && (f2 == 1 || f2 == 2 || f2 == 3 || f2 == 5)) {
+                if (!read_varint_h(&q, qe, end, &v)) return "truncated event varint";
+                if (f2 == 1) mid = (int64_t)v;
+                else if (f2 == 2) { off = (int64_t)v; occ = 0; }
+                else if (f2 == 3) dur = (int64_t)v;
+                else { occ = (int64_t)v; off = 0; }
+            } else if (f2 == 4 && w2 == 2) {
+                uint64_t sl;
+                has = 1;
+                if (!read_varint_h(&q, qe, end, &sl) || sl > (uint64_t)(qe - q)) return "stat length past the end";
+                int64_t sid;
+                stat_val sv;
+                if (!stat_full(q, q + sl, end, &sid, &sv)) return "bad stat";
+                q += sl;
+                for (Py_ssize_t t = 0; t < o->nids; t++) {
+                    if (o->ids[t] != sid) continue;
+                    int s = (int)o->slots[t];
+                    int64_t val = sv.val;
+                    if (sv.kind == 4 || sv.kind == 5) {
+                        val = intern_str(a, sv.s, sv.slen, sv.kind);
+                        if (val < 0) return "out of memory";
+                    }
+                    kinds[s] = (uint8_t)sv.kind; vals[s] = val;
+                }
+            } else if (!skip_field(&q, qe, k2)) return "bad event field";
+        }
+        int64_t c = intern_combo(a, mid, kinds, vals);
+        if (c < 0 || c > 0xFFFFFFFFLL) return "out of memory";
+        o->offs[i] = off; o->durs[i] = dur; o->occs[i] = occ; o->flags[i] = has;
+        o->combo[i] = (uint32_t)c;
+        for (int s = 0; s < nx; s++) { o->xkind[i * nx + s] = kinds[nkey + s]; o->xval[i * nx + s] = vals[nkey + s]; }
+        i++;
+        p = qe;
+    }
+    return NULL;
+}
+
+static PyObject *decode_annotated(PyObject *self, PyObject *args) {
+    Py_buffer view, bi, bsl;
+    int nkey, nslot;
+    if (!PyArg_ParseTuple(args, "y*y*y*ii", &view, &bi, &bsl, &nkey, &nslot)) return NULL;
+    Py_ssize_t nids = bi.len / 8;
+    const char *err = NULL;
+    if (bsl.len / 8 != nids || nkey < 0 || nslot < nkey || nslot > ANNOT_MAX_SLOTS) err = "bad stat slots";
+    for (Py_ssize_t t = 0; !err && t < nids; t++) {
+        int64_t s = ((const int64_t *)bsl.buf)[t];
+        if (s < 0 || s >= nslot) err = "bad stat slots";
+    }
+    if (err) {
+        PyBuffer_Release(&view); PyBuffer_Release(&bi); PyBuffer_Release(&bsl);
+        PyErr_SetString(PyExc_ValueError, err); return NULL;
+    }
+    const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
+    Py_ssize_t n = 0;
+    int64_t ts = 0;
+    Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err, err = scan_line(p, end, &n, &ts));
+    Py_END_ALLOW_THREADS
+    if (err) {
+        PyBuffer_Release(&view); PyBuffer_Release(&bi); PyBuffer_Release(&bsl);
+        PyErr_SetString(PyExc_ValueError, err); return NULL;
+    }
+    int nx = nslot - nkey;
+    /* offsets, durations, occurrences, has_stats, combo, extra_kinds, extra_values */
+    Py_ssize_t sizes[7] = {n * 8, n * 8, n * 8, n, n * 4, n * nx, n * nx * 8};
+    PyObject *b[7] = {NULL};
+    for (int k = 0; k < 7; k++) {
+        b[k] = PyBytes_FromStringAndSize(NULL, sizes[k]);
+        if (!b[k]) {
+            for (int j = 0; j < k; j++) Py_DECREF(b[j]);
+            PyBuffer_Release(&view); PyBuffer_Release(&bi); PyBuffer_Release(&bsl);
+            return NULL;
+        }
+    }
+    annot_out o = {(int64_t *)PyBytes_AS_STRING(b[0]), (int64_t *)PyBytes_AS_STRING(b[1]),
+                   (int64_t *)PyBytes_AS_STRING(b[2]), (int64_t *)PyBytes_AS_STRING(b[6]),
+                   (uint8_t *)PyBytes_AS_STRING(b[3]), (uint8_t *)PyBytes_AS_STRING(b[5]),
+                   (uint32_t *)PyBytes_AS_STRING(b[4]), (const int64_t *)bi.buf, (const int64_t *)bsl.buf,
+                   nids, nkey, nslot};
+    annot_state a;
+    memset(&a, 0, sizeof a);
+    a.nkey = nkey;
+    Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err, err = fill_annotated(p, end, &o, &a));
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view); PyBuffer_Release(&bi); PyBuffer_Release(&bsl);
+    PyObject *cm = NULL, *ck = NULL, *cv = NULL, *strs = NULL;
+    if (!err) {
+        cm = PyBytes_FromStringAndSize((const char *)a.cmid, a.nc * 8);
+        ck = PyBytes_FromStringAndSize((const char *)a.ckind, a.nc * nkey);
+        cv = PyBytes_FromStringAndSize((const char *)a.cval, a.nc * nkey * 8);
+        strs = PyList_New(a.ns);
+        for (Py_ssize_t j = 0; strs && j < a.ns; j++) {
+            const char *s = a.arena + a.soff[j];
+            PyObject *x = a.skind[j] == 4 ? PyUnicode_DecodeUTF8(s, a.slen[j], "strict")
+                                          : PyBytes_FromStringAndSize(s, a.slen[j]);
+            if (!x) { Py_CLEAR(strs); break; }
+            PyList_SET_ITEM(strs, j, x);
+        }
+    }
+    annot_free(&a);
+    if (err || !cm || !ck || !cv || !strs) {
+        for (int k = 0; k < 7; k++) Py_DECREF(b[k]);
+        Py_XDECREF(cm); Py_XDECREF(ck); Py_XDECREF(cv); Py_XDECREF(strs);
+        if (err) PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    return Py_BuildValue("(LnNNNNNNNNNNN)", (long long)ts, n, b[0], b[1], b[2], b[3], b[4], b[5], b[6], cm, ck, cv, strs);
+}
+
 
 
 static PyMethodDef methods[] = {
@@ -610,6 +915,9 @@ static PyMethodDef methods[] = {
      "decode_line(buf, stat_id=-1, stat_id2=-1) -> (timestamp_ns, n, mids, offsets, durations, occurrences, has_stats, stat_values, stat_values2)"},
     {"line_header", line_header, METH_VARARGS,
      "line_header(buf) -> (id, display_id, name, display_name, timestamp_ns, duration_ps)"},
+    {"decode_annotated", decode_annotated, METH_VARARGS,
+     "decode_annotated(buf, ids, slots, nkey, nslot) -> (timestamp_ns, n, offsets, durations, occurrences, has_stats, "
+     "combo, extra_kinds, extra_values, combo_mids, combo_kinds, combo_values, strings)"},
     {"count_events", count_events, METH_VARARGS, "count_events(buf) -> number of XEvents in the XLine"},
     {NULL, NULL, 0, NULL}
 };

@@ -462,3 +462,151 @@ def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLin
     return out
 
 
+
+
+class AnnotatedLine:
+    """The events of one XLine whose ops are named by per-event stats (GPU streams, CPU
+    thunk-executor and host threads), as columns (:func:`decode_annotated`). Per event:
+    ``starts`` / ``durations`` (ps), ``occurrences`` (``num_occurrences``, 0 for timed
+    events), ``has_stats`` (bool), ``combo`` (uint32: index of the event's distinct
+    (metadata id, key stat values)), ``extra_kinds`` / ``extra_values`` ((n, extra slots):
+    the extra stats' values). Per combo, in order of first appearance: ``combo_mids``
+    (int64 XEventMetadata ids), ``combo_kinds`` / ``combo_values`` ((m, key slots)).
+    A value is (kind, int64): :data:`KIND_ABSENT`, ... :data:`KIND_NONE`; str and bytes
+    values index ``strings`` (each distinct value once), a double holds its bits."""
+
+    __slots__ = ("name", "header", "starts", "durations", "occurrences", "has_stats", "combo", "extra_kinds",
+                 "extra_values", "combo_mids", "combo_kinds", "combo_values", "strings")
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+#: value kinds of :class:`AnnotatedLine` (``_decode.c`` ``decode_annotated``)
+KIND_ABSENT, KIND_DOUBLE, KIND_UINT64, KIND_INT64, KIND_STR, KIND_BYTES, KIND_REF, KIND_NONE = range(8)
+#: at most this many stat slots per call (``ANNOT_MAX_SLOTS`` in ``_decode.c``)
+MAX_SLOTS = 32
+
+
+def decode_annotated(raw, path: str, ids, slots, nkey: int, nslot: int) -> AnnotatedLine:
+    """Decode one XLine whose events are named by per-event stats into an
+    :class:`AnnotatedLine`: an XStat whose metadata id is ``ids[i]`` fills slot ``slots[i]``
+    (the later stat of an event wins); slots below ``nkey`` key the event's combo, the others
+    are per-event columns. C accelerator when built, else protobuf and the stat reader of
+    :func:`_stat_value_fields` (the same arrays). Raises :class:`TraceUnreadable` on
+    malformed bytes (a str value of a slot that is not UTF-8 included)."""
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+    if not 0 <= nkey <= nslot <= MAX_SLOTS or len(ids) != len(slots):
+        raise ValueError("bad stat slots")
+    out = AnnotatedLine()
+    out.header = line_header(raw, path)
+    out.name = out.header.name
+    nx = nslot - nkey
+    if _fast is not None:
+        try:
+            (ts, n, offs, durs, occs, flags, combo, xk, xv, cm, ck, cv,
+             strings) = _fast.decode_annotated(raw, ids, slots, nkey, nslot)
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise TraceUnreadable(_line_fault(exc, out.name), path) from None
+        offsets = np.frombuffer(offs, dtype=np.int64)
+        out.durations = np.frombuffer(durs, dtype=np.int64)
+        out.occurrences = np.frombuffer(occs, dtype=np.int64)
+        out.has_stats = np.frombuffer(flags, dtype=np.bool_)
+        out.combo = np.frombuffer(combo, dtype=np.uint32)
+        out.extra_kinds = np.frombuffer(xk, dtype=np.uint8).reshape(n, nx)
+        out.extra_values = np.frombuffer(xv, dtype=np.int64).reshape(n, nx)
+        out.combo_mids = np.frombuffer(cm, dtype=np.int64)
+        m = len(out.combo_mids)
+        out.combo_kinds = np.frombuffer(ck, dtype=np.uint8).reshape(m, nkey)
+        out.combo_values = np.frombuffer(cv, dtype=np.int64).reshape(m, nkey)
+        out.strings = strings
+    else:
+        try:
+            _annotated_python(out, raw if isinstance(raw, bytes) else bytes(raw), ids, slots, nkey, nslot)
+        except (DecodeError, RecursionError, ValueError) as exc:
+            raise TraceUnreadable(_line_fault(exc, out.name), path) from None
+        offsets = out.starts
+    out.starts = offsets + _line_base_ps(out.header.timestamp_ns)
+    return out
+
+
+def _annotated_python(out: AnnotatedLine, raw: bytes, ids, slots, nkey: int, nslot: int) -> None:
+    """The pure-Python :func:`decode_annotated` (``out.starts`` left as the offsets)."""
+    evs = XLineEventsLoose.FromString(raw).events
+    n, nx = len(evs), nslot - nkey
+    slot_of: dict[int, list[int]] = {}
+    for i, s in zip(ids.tolist(), slots.tolist()):
+        slot_of.setdefault(i, []).append(s)
+    strings: list = []
+    string_ids: dict = {}
+    combos: dict = {}
+    combo = np.zeros(n, dtype=np.uint32)
+    xk = np.zeros((n, nx), dtype=np.uint8)
+    xv = np.zeros((n, nx), dtype=np.int64)
+    for e_i, e in enumerate(evs):
+        kinds, vals = [0] * nslot, [0] * nslot
+        for sraw in e.stats:
+            sid, kind, val = _stat_value_fields(sraw)
+            for s in slot_of.get(sid, ()):
+                v = val
+                if kind in (KIND_STR, KIND_BYTES):
+                    key = (kind, val)
+                    if key not in string_ids:
+                        string_ids[key] = len(strings)
+                        strings.append(val.decode("utf-8") if kind == KIND_STR else val)
+                    v = string_ids[key]
+                kinds[s], vals[s] = kind, v
+        ck = (e.metadata_id, tuple(kinds[:nkey]), tuple(vals[:nkey]))
+        combo[e_i] = combos.setdefault(ck, len(combos))
+        if nx:
+            xk[e_i] = kinds[nkey:]
+            xv[e_i] = vals[nkey:]
+    out.starts = np.fromiter((e.offset_ps for e in evs), dtype=np.int64, count=n)
+    out.durations = np.fromiter((e.duration_ps for e in evs), dtype=np.int64, count=n)
+    out.occurrences = np.fromiter((e.num_occurrences for e in evs), dtype=np.int64, count=n)
+    out.has_stats = np.fromiter((len(e.stats) > 0 for e in evs), dtype=np.bool_, count=n)
+    out.combo, out.extra_kinds, out.extra_values = combo, xk, xv
+    m = len(combos)
+    out.combo_mids = np.array([k[0] for k in combos], dtype=np.int64).reshape(m)
+    out.combo_kinds = np.array([k[1] for k in combos], dtype=np.uint8).reshape(m, nkey)
+    out.combo_values = np.array([k[2] for k in combos], dtype=np.int64).reshape(m, nkey)
+    out.strings = strings
+
+
+def _stat_value_fields(raw: bytes):
+    """(metadata_id, kind, value) of one serialized XStat, read field by field as the C
+    decoder reads it (``stat_full`` in ``_decode.c``: the last value field wins; a double as
+    its int64 bits, str and bytes as bytes); malformed bytes raise ValueError."""
+    from traceview.read.diagnose import _varint
+
+    sid, kind, val, i, n = -1, KIND_NONE, 0, 0, len(raw)
+    while i < n:
+        key, i = _varint(raw, i)
+        if key is None:
+            raise ValueError("bad stat")
+        f, w = (key >> 3) & 0xFFFFFFFF, key & 7  # C: (int)(key >> 3)
+        if w == 0 and f in (1, 3, 4, 7):
+            v, i = _varint(raw, i)
+            if v is None:
+                raise ValueError("bad stat")
+            v = v & _U64
+            v = v - (1 << 64) if v >= 1 << 63 else v
+            if f == 1:
+                sid = v
+            else:
+                kind, val = {3: KIND_UINT64, 4: KIND_INT64, 7: KIND_REF}[f], v
+        elif w == 1 and f == 2:
+            if n - i < 8:
+                raise ValueError("bad stat")
+            kind, val = KIND_DOUBLE, int.from_bytes(raw[i:i + 8], "little", signed=True)
+            i += 8
+        elif w == 2 and f in (5, 6):
+            ln, i = _varint(raw, i)
+            if ln is None or ln > n - i:
+                raise ValueError("bad stat")
+            kind, val = (KIND_STR if f == 5 else KIND_BYTES), bytes(raw[i:i + ln])
+            i += ln
+        else:
+            i = _skip_value(raw, i, key, 0)
+    return sid, kind, val
