@@ -34,7 +34,7 @@ import polars as pl
 from traceview.errors import TraceUnreadable
 from traceview.model.hlo import HloIndex
 from traceview.model.schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, STEP_MARKERS_SCHEMA, DeviceInfo, TraceData, frame
-from traceview.model.shapes import canonical_shape_text, parse_instruction
+from traceview.model.shapes import canonical_shape_text, instruction_signature
 from traceview.model.timeline import self_times
 from traceview.model.naming import as_float as _as_float
 from traceview.model.naming import as_uint64 as _as_int
@@ -61,6 +61,8 @@ MAX_FILE_BYTES = 8 << 30
 PLANE_THREADS = 4
 #: TPU line bytes above which planes are read one at a time (memory over speed)
 PARALLEL_MAX_BYTES = 256 << 20
+#: mean TPU line bytes per plane below which planes are read one at a time (no thread pool)
+PARALLEL_MIN_PLANE_BYTES = 1 << 20
 
 
 def _stat_value(stat, names: dict[int, str]):
@@ -258,15 +260,20 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
             bounds = np.cumsum([0] + sizes).tolist()
             dest = {id(p_): (ops_out, a, b) for p_, a, b in zip(tpu, bounds[:-1], bounds[1:])}
 
+        parsed: dict = {}  # HLO text patterns parsed, shared by the planes (instruction_signature)
+
         def one(plane):
             sn = {k: v.name for k, v in plane.stat_metadata.items()}
             c_, r_, m_ = [], [], []
             return _read_tpu_plane(plane, sn, c_, r_, host, run, path, arrays=pre.get(id(plane)),
-                                   dest=dest.get(id(plane)), markers=m_), c_, r_, m_
+                                   dest=dest.get(id(plane)), markers=m_, parsed=parsed), c_, r_, m_
 
         workers = min(len(tpu), os.cpu_count() or 1, PLANE_THREADS)
-        if sum(len(ln) for p_ in tpu for ln in p_.lines) > PARALLEL_MAX_BYTES:
+        line_bytes = sum(len(ln) for p_ in tpu for ln in p_.lines)
+        if line_bytes > PARALLEL_MAX_BYTES:
             workers = 1  # each thread holds a plane's decoding temporaries: one at a time on big files
+        elif line_bytes < len(tpu) * PARALLEL_MIN_PLANE_BYTES:
+            workers = 1  # small planes (a merged profile of thousands): a thread costs more than a plane
         if workers > 1 and wire.has_decoder():
             from concurrent.futures import ThreadPoolExecutor
 
@@ -306,7 +313,7 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
                          + [c for c in cols if not isinstance(c, _TpuParts)])
     del tpu_parts
     cols.clear()
-    module_runs = pl.concat(runs, how="vertical") if runs else frame({}, MODULE_RUNS_SCHEMA)
+    module_runs = _module_runs_frame(runs, host)
     if module_runs.height == 0 and ops.height:
         module_runs = _derive_module_runs(ops)
     notes.extend(hlo.errors)
@@ -324,46 +331,79 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
                      step_markers=step_markers.sort("start_ps"))
 
 
-def _tpu_metadata(plane, names, stat_names, used=None) -> pl.DataFrame:
-    """One row per XEventMetadata id (those in ``used``, the ids the plane's op events carry,
-    when given: a plane may declare a million entries and use a few): the op fields TPU
-    records once per op."""
-    cols: dict[str, list] = {k: [] for k in _META_COLUMNS}
+def _module_runs_frame(runs: list, host: str) -> pl.DataFrame:
+    """The module-runs frame (:data:`MODULE_RUNS_SCHEMA`) of the TPU planes' ``XLA Modules``
+    executions (:func:`_read_tpu_plane`'s ``runs``), built once for every plane."""
+    if not runs:
+        return frame({}, MODULE_RUNS_SCHEMA)
+    uniq = [u for r in runs for u in r[0]]
+    offsets = np.cumsum([0] + [len(r[0]) for r in runs])[:-1]
+    u = np.concatenate([r[1] + o for r, o in zip(runs, offsets)]).astype(np.uint32)
+    dev = np.repeat(np.arange(len(runs), dtype=np.uint32), [len(r[1]) for r in runs])
+    return pl.DataFrame({
+        "host": pl.Series([host] * len(u), dtype=pl.Utf8),
+        "device": pl.Series([r[4] for r in runs], dtype=pl.Utf8).gather(dev),
+        "module": pl.Series([m for m, _ in uniq], dtype=pl.Utf8).gather(u),
+        "program_id": pl.Series([p for _, p in uniq], dtype=pl.UInt64).gather(u),
+        "start_ps": pl.Series(np.concatenate([r[2] for r in runs]), dtype=pl.Int64),
+        "duration_ps": pl.Series(np.concatenate([r[3] for r in runs]), dtype=pl.Int64),
+    })
+
+
+#: the XEventMetadata stats of a TPU op that its description uses
+_TPU_OP_STATS = frozenset({"program_id", "hlo_category", "flops", "model_flops", "bytes_accessed", "source",
+                           "source_stack", "tf_op", "shape_with_layout"})
+
+
+def _tpu_metadata(plane, names, stat_names, used=None, parsed: dict | None = None) -> dict[str, list]:
+    """Column lists (:data:`_META_COLUMNS`), one row per XEventMetadata id (those in ``used``,
+    the ids the plane's op events carry, when given: a plane may declare a million entries and
+    use a few): the op fields TPU records once per op. ``parsed``: the cache of
+    :func:`~traceview.model.shapes.instruction_signature`, shared by the planes of a file.
+    Stats are read as :func:`_stats` reads them (the later of two same-named stats wins),
+    only those in :data:`_TPU_OP_STATS`."""
     table = plane.event_metadata
     items = table.items() if used is None else ((m, table[m]) for m in used if m in table)
+    parsed = {} if parsed is None else parsed
+    wanted = {k: v for k, v in stat_names.items() if v in _TPU_OP_STATS}
+    c_mid, c_op, c_kind, c_cat, c_shape, c_text, c_pid, c_sf, c_sl, c_ss, c_fw, c_fl, c_mf, c_by, c_cs = (
+        [] for _ in range(15))
     for mid, md in items:
-        st = _stats(md.stats, names, stat_names)
+        st = {}
+        if wanted:
+            for s_ in md.stats:
+                nm = wanted.get(s_.metadata_id)
+                if nm is not None:
+                    st[nm] = _stat_value(s_, names)
         text = md.name
-        ins = parse_instruction(text)
-        op_name = md.display_name or (ins.name if ins else text)
+        ins = instruction_signature(text, parsed)
         if ins is not None:
-            shape, kind = ins.signature(), ins.opcode
+            ins_name, kind, shape = ins
+            c_op.append(md.display_name or ins_name)
+            c_text.append(text)
         else:
-            shape = canonical_shape_text(str(st.get("shape_with_layout", "")))
+            c_op.append(md.display_name or text)
+            shape = canonical_shape_text(str(st.get("shape_with_layout", ""))) if st.get("shape_with_layout") else ""
             kind = ""
-        src_file, src_line = split_source(str(st.get("source", "") or ""))
-        has_cost = st.get("flops") is not None or st.get("bytes_accessed") is not None
-        row = {
-            "metadata_id": mid,
-            "op_name": op_name,
-            "op_kind": kind,
-            "category": str(st.get("hlo_category", "") or kind),
-            "shape": shape,
-            "hlo_text": text if ins is not None else "",
-            "program_id": _as_int(st.get("program_id")),
-            "source_file": src_file,
-            "source_line": src_line,
-            "source_stack": str(st.get("source_stack", "") or "").rstrip("\n"),
-            "framework_op": str(st.get("tf_op", "") or "").rstrip(":"),
-            "flops": _as_float(st.get("flops")),
-            "model_flops": _as_float(st.get("model_flops")),
-            "bytes_accessed": _as_float(st.get("bytes_accessed")),
-            "cost_source": "trace" if has_cost else "unknown",
-        }
-        for k, v in row.items():
-            cols[k].append(v)
-    schema = {"metadata_id": pl.Int64, **{k: OPS_SCHEMA[k] for k in _META_COLUMNS if k != "metadata_id"}}
-    return frame(cols, schema)
+            c_text.append("")
+        src = st.get("source")
+        src_file, src_line = split_source(str(src)) if src else ("", None)
+        fl, by = st.get("flops"), st.get("bytes_accessed")
+        c_mid.append(mid)
+        c_kind.append(kind)
+        c_cat.append(str(st.get("hlo_category", "") or kind))
+        c_shape.append(shape)
+        c_pid.append(_as_int(st.get("program_id")))
+        c_sf.append(src_file)
+        c_sl.append(src_line)
+        c_ss.append(str(st.get("source_stack", "") or "").rstrip("\n"))
+        c_fw.append(str(st.get("tf_op", "") or "").rstrip(":"))
+        c_fl.append(_as_float(fl))
+        c_mf.append(_as_float(st.get("model_flops")))
+        c_by.append(_as_float(by))
+        c_cs.append("trace" if fl is not None or by is not None else "unknown")
+    return dict(zip(_META_COLUMNS, (c_mid, c_op, c_kind, c_cat, c_shape, c_text, c_pid, c_sf, c_sl, c_ss, c_fw,
+                                    c_fl, c_mf, c_by, c_cs)))
 
 
 _META_COLUMNS = ["metadata_id", "op_name", "op_kind", "category", "shape", "hlo_text", "program_id",
@@ -372,8 +412,9 @@ _META_COLUMNS = ["metadata_id", "op_name", "op_kind", "category", "shape", "hlo_
 
 
 def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, arrays=None, dest=None,
-                    markers: list | None = None) -> int:
-    """Append one TPU plane's module runs (to ``runs``), op parts (to ``cols``) and ``Steps``
+                    markers: list | None = None, parsed: dict | None = None) -> int:
+    """Append one TPU plane's module runs (to ``runs``: (distinct (module, program_id),
+    execution index into them, starts, durations, device), for :func:`_module_runs_frame`), op parts (to ``cols``) and ``Steps``
     line events (to ``markers``: (device, "Steps", step number, start_ps, duration_ps), the
     step number read off the event's name, else its index on the line); returns its event
     count. ``arrays``: its :class:`~traceview.model.tpu_plane.PlaneArrays` when already
@@ -389,18 +430,10 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, 
     mods = _ModuleNames.empty()
     if pa.mod_mids is not None:
         mods = _ModuleNames(plane, pa.mod_mids)
-        names = pl.Series("module", [m for m, _ in mods.uniq], dtype=pl.Utf8)
-        pids = pl.Series("program_id", [p_ for _, p_ in mods.uniq], dtype=pl.UInt64)
-        u = pl.Series("u", mods.exec_u, dtype=pl.UInt32)
-        runs.append(pl.DataFrame({"module": names.gather(u), "program_id": pids.gather(u),
-                                  "start_ps": pl.Series(pa.mod_starts, dtype=pl.Int64),
-                                  "duration_ps": pl.Series(pa.mod_durs, dtype=pl.Int64)})
-                    .with_columns(pl.lit(host, dtype=pl.Utf8).alias("host"),
-                                  pl.lit(plane.name, dtype=pl.Utf8).alias("device"))
-                    .select(list(MODULE_RUNS_SCHEMA)))
+        runs.append((mods.uniq, mods.exec_u, pa.mod_starts, pa.mod_durs, plane.name))
     if pa.mids is None:
         return pa.n_events
-    meta = _tpu_metadata(plane, stat_names, stat_names, used=[int(m) for m in np.unique(pa.mids)])
+    meta = _tpu_metadata(plane, stat_names, stat_names, used=np.unique(pa.mids).tolist(), parsed=parsed)
     cols.append(_tpu_op_table(meta, pa.mids, pa.starts, pa.durs, pa.selfs, pa.occ, pa.enc, mods,
                               {"host": host, "run": run, "file": path, "device": plane.name, "line": "XLA Ops",
                                "kernel": ""}, dest=dest))
@@ -438,7 +471,7 @@ class _ModuleNames:
         return cls()
 
 
-def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ, enc: np.ndarray,
+def _tpu_op_table(meta: dict, mids: np.ndarray, starts, durs, selfs, occ, enc: np.ndarray,
                   mods: _ModuleNames, constants: dict, dest=None):
     """The :class:`~traceview.model.optable.OpTable` of one TPU ``XLA Ops`` line.
 
@@ -452,8 +485,8 @@ def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ
     # distinct (module, program) of the enclosing executions; index U = "none"
     uniq = mods.uniq
     width = len(uniq) + 1
-    ids = meta["metadata_id"].to_numpy()
-    pids = meta["program_id"].to_list() + [None]
+    ids = np.array(meta["metadata_id"], dtype=np.int64)
+    pids = meta["program_id"] + [None]
     # rows whose own program names a module do not depend on the enclosing execution
     fixed = np.array([p is not None and p in program_to_module for p in pids], dtype=bool)
     span = (len(ids) + 1) * width
@@ -498,21 +531,23 @@ def _tpu_op_table(meta: pl.DataFrame, mids: np.ndarray, starts, durs, selfs, occ
             ukeys, inv = np.unique(key, return_inverse=True)
             attr = inv.astype(np.uint32)
     k_row, k_u = ukeys // width, ukeys % width
-    empty = {c: None for c in meta.columns}
-    meta_x = pl.concat([meta, pl.DataFrame([empty], schema=meta.schema)], how="vertical")
-    desc = meta_x[k_row.tolist()] if len(ukeys) else meta_x.clear()
-    enc_mod = [uniq[i][0] if i < len(uniq) else None for i in k_u.tolist()]
-    enc_pid = [uniq[i][1] if i < len(uniq) else None for i in k_u.tolist()]
-    desc = desc.with_columns(pl.Series("_enc_mod", enc_mod, dtype=pl.Utf8), pl.Series("_enc_pid", enc_pid, dtype=pl.UInt64))
-    desc = desc.with_columns(pl.col("program_id").fill_null(pl.col("_enc_pid")).alias("program_id")).with_columns(
-        pl.col("program_id").replace_strict(program_to_module, default=None, return_dtype=pl.Utf8)
-        .fill_null(pl.col("_enc_mod")).fill_null("").alias("module"))
-    desc = desc.with_columns(
-        *[pl.lit(v).alias(k) for k, v in constants.items()],
-        *[pl.col(c).fill_null("") for c in ("op_name", "op_kind", "category", "shape", "hlo_text", "source_file",
-                                              "source_stack", "framework_op")],
-        pl.col("cost_source").fill_null("unknown"),
-    ).select([pl.col(c).cast(OPS_SCHEMA[c]) for c in ATTR_COLUMNS])
+    # the descriptions as column lists, one per (metadata row, module); the file's frame is
+    # built once from every plane's lists (_finish_parts)
+    rows, us, n_meta, n_uniq = k_row.tolist(), k_u.tolist(), len(ids), len(uniq)
+    desc = {c: [meta[c][r] if r < n_meta else None for r in rows] for c in _META_COLUMNS if c != "metadata_id"}
+    pid = [p if p is not None else (uniq[u][1] if u < n_uniq else None) for p, u in zip(desc["program_id"], us)]
+    module = []
+    for p, u in zip(pid, us):
+        m = program_to_module[p] if p is not None and p in program_to_module else None
+        if m is None:
+            m = uniq[u][0] if u < n_uniq else None
+        module.append("" if m is None else m)
+    desc["program_id"], desc["module"] = pid, module
+    for c in ("op_name", "op_kind", "category", "shape", "hlo_text", "source_file", "source_stack", "framework_op"):
+        desc[c] = ["" if v is None else v for v in desc[c]]
+    desc["cost_source"] = ["unknown" if v is None else v for v in desc["cost_source"]]
+    for k, v in constants.items():
+        desc[k] = [v] * len(rows)
     start = starts  # numpy; a Series with nulls where events are pre-aggregated
     if occ is not None and (occ > 0).any():
         start = pl.select(pl.when(pl.Series(occ > 0)).then(None)
@@ -580,7 +615,7 @@ def _merge_parts(parts: list) -> "OpTable":
     second copy of the table (per-plane polars frames concatenated would be several chunks,
     which every ``to_numpy`` would copy again)."""
 
-    offsets = np.cumsum([0] + [p.desc.height for p in parts])[:-1]
+    offsets = np.cumsum([0] + [len(p.desc["op_name"]) for p in parts])[:-1]
     out = parts[0].dest[0] if parts and parts[0].dest is not None else None
     if out is not None and [(p.dest[0] is out, p.dest[1], p.dest[2]) for p in parts] == [
             (True, a, b) for a, b in zip([0] + [p.dest[2] for p in parts[:-1]], [p.dest[2] for p in parts])] \
@@ -613,7 +648,8 @@ def _finish_parts(parts: list, attr, start, durs, selfs, count) -> "OpTable":
     """The OpTable of merged per-event arrays, its descriptions and, when every plane
     computed them, its per-description aggregates."""
 
-    desc = pl.concat([p.desc for p in parts], how="vertical")
+    desc = frame({c: [v for p in parts for v in p.desc[c]] for c in ATTR_COLUMNS},
+                 {c: OPS_SCHEMA[c] for c in ATTR_COLUMNS})
     collapsed = None
     if parts and all(p.stats is not None for p in parts):
         st = {c: np.concatenate([p.stats[c] for p in parts]) for c in parts[0].stats}

@@ -236,6 +236,27 @@ def parse_instruction(text: str) -> HloInstruction | None:
     return HloInstruction(name, opcode, result, tuple(operands), tuple(names), attrs)
 
 
+def instruction_signature(text: str, cache: dict) -> tuple[str, str, str] | None:
+    """(name, opcode, signature) of HLO instruction text, as :func:`parse_instruction` gives
+    them (``ins.name``, ``ins.opcode``, ``ins.signature()``); None when it is not one.
+
+    ``cache`` (a dict the caller keeps) holds the parse per text with its instruction names
+    (``%name`` tokens) blanked: the opcode and shapes do not depend on them, and the
+    descriptions of a profile repeat a few thousand such patterns under millions of names."""
+    if not text or "=" not in text:
+        return None
+    m = _HEAD.match(text)
+    if not m:
+        return None
+    key = _NAME_REF.sub("%_", text[m.end():])
+    hit = cache.get(key, cache)
+    if hit is cache:
+        ins = parse_instruction(text)
+        hit = None if ins is None else (ins.opcode, ins.signature())
+        cache[key] = hit
+    return None if hit is None else (m.group(1), hit[0], hit[1])
+
+
 def strip_workspace(result: Shape | None, opcode: str) -> Shape | None:
     """Drop a trailing rank-1 s8/u8 workspace member from a custom-call tuple result."""
     if result is None or opcode != "custom-call" or not result.is_tuple or len(result.members) < 2:
