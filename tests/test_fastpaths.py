@@ -1,7 +1,10 @@
 """The fast paths equal the plain ones they replace, on real traces.
 
-* reading an xplane in place (mmap, ``scan_message``, ``decode_tpu`` in pieces) equals the
-  classic read (whole file parsed by protobuf) and the pure-Python decoder;
+* reading an xplane in place (mmap, ``scan_message``, ``decode_tpu`` in pieces,
+  ``decode_annotated``) equals the classic read (whole file parsed by protobuf) and the
+  pure-Python decoder, on every shared xplane and fixture;
+* a merged profile of hundreds of device planes and a plane of thousands of descriptions read
+  whole (the synthetic XSpaces of ``benchmarks/big_xplane.py``);
 * the C step pass (``step_pass``) equals the numpy/polars step computation;
 * the C self-time pass equals the sort-and-stack reference on random nested intervals;
 * the vectorized range maximum equals a brute-force one.
@@ -29,13 +32,14 @@ pytestmark = pytest.mark.skipif(not xline.has_decoder(), reason="the C accelerat
 
 
 def _xplanes(shared_traces: Path) -> list[Path]:
-    names = ["tpu_v6e_4chip_psum.xplane.pb", "mi300x_jax_gemm_sweep.xplane.pb", "mi300x_jax_attention.xplane.pb",
-             "mi300x_jax_conv3d.xplane.pb"]
-    return [shared_traces / n for n in names] + sorted(FIXTURES.rglob("*.xplane.pb"))
+    """Every shared xplane (the corrupt one aside) and every fixture's."""
+    shared = sorted(p for p in shared_traces.glob("*.xplane.pb") if "corrupt" not in p.name)
+    return sorted(shared, key=lambda p: "tpu_v6e_4chip_psum" not in p.name) + sorted(FIXTURES.rglob("*.xplane.pb"))
 
 
 def _same_trace(a, b) -> None:
     assert a.ops.equals(b.ops, null_equal=True)
+    assert a.step_markers.equals(b.step_markers, null_equal=True)
     assert a.module_runs.equals(b.module_runs, null_equal=True)
     assert a.n_events == b.n_events and a.notes == b.notes and a.has_shapes == b.has_shapes
     assert [d.name for d in a.devices] == [d.name for d in b.devices]
@@ -255,3 +259,39 @@ except TraceviewError as exc:
     r = subprocess.run([sys.executable, "-c", child2, str(copy)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, (r.returncode, r.stderr[-2000:])
     assert r.stdout.startswith("error:") and "changed while it was read" in r.stdout, r.stdout
+
+
+def _big_xplane():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("big_xplane", Path(__file__).resolve().parents[1] / "benchmarks"
+                                                  / "big_xplane.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_merged_profile_of_many_planes_reads_whole(tmp_path):
+    # 600 device planes (one per rank), past the 256 a host has: every plane is a device
+    p = tmp_path / "merged.xplane.pb"
+    p.write_bytes(_big_xplane().many_planes(600, ops=4))
+    td = xplane.read_xplane(p)
+    assert len(td.devices) == 600 and td.devices[599].name == "/device:TPU:599"
+    assert td.table.height == 2400 and td.table.attrs.height == 2400 and td.module_runs.height == 600
+    per_dev = td.ops.group_by("device").agg(pl.len().alias("n"), pl.col("shape").n_unique().alias("shapes"))
+    assert per_dev.height == 600 and set(per_dev["n"]) == {4} and set(per_dev["shapes"]) == {4}
+
+
+def test_plane_of_many_descriptions_reads_each_once(tmp_path):
+    # 3,000 descriptions over 512 HLO shape patterns: each description keeps its own name and
+    # the shape its own text gives (the parse is shared per name-blanked pattern)
+    p = tmp_path / "desc.xplane.pb"
+    p.write_bytes(_big_xplane().many_descriptions(3000))
+    td = xplane.read_xplane(p)
+    assert td.table.height == 3000 and td.table.attrs.height == 3000
+    attrs = td.table.attrs.sort("op_name")
+    assert attrs["op_name"].n_unique() == 3000
+    one = attrs.filter(pl.col("op_name") == "fusion.2999").row(0, named=True)
+    assert (one["shape"], one["op_kind"], one["category"], one["flops"]) == (
+        "f32[8,440] <- f32[8,440]", "fusion", "loop fusion", 8.0 * 440)
+    assert one["hlo_text"].startswith("%fusion.2999 = f32[8,440]{1,0} fusion(")

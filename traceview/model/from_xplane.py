@@ -103,9 +103,12 @@ def _device_info(plane, kind: str, names, stat_names) -> DeviceInfo:
     return info
 
 
-#: Device planes one file may hold: a profile is one host's, and the largest hosts have 16
-#: accelerators (8 on TPU hosts); each plane costs milliseconds, so 20,000 took over a minute.
-MAX_DEVICE_PLANES = 256
+#: Device planes any file may hold (a merged multi-rank profile holds one per rank). Past
+#: them, a file must carry at least :data:`MIN_PLANE_BYTES` per device plane: a real plane
+#: holds its metadata and lines, while a hostile file can declare millions of empty planes.
+PLANES_ALWAYS = 4096
+#: serialized bytes per device plane below which a file past :data:`PLANES_ALWAYS` is refused
+MIN_PLANE_BYTES = 1024
 
 
 def _starts_with_gzip(p: Path) -> bool:
@@ -148,6 +151,7 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
         raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(p)) from None
     space = None
     arrays = None
+    space_bytes = size  # the serialized XSpace's size (inflated when gzipped)
     gzipped = _starts_with_gzip(p)
     if gzipped:  # a published <host>.xplane.pb.gz: inflated (within max_bytes) and parsed whole
         from traceview.read.inflate import gunzip
@@ -161,6 +165,7 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
         except LimitExceeded as exc:
             raise LimitExceeded(f"{exc.fault} (raise it with --max-bytes or TRACEVIEW_MAX_BYTES; the library's "
                                 "max_bytes)", str(p)) from None
+        space_bytes = len(data)
         space = read_xspace_bytes(bytes(data), str(p))
         del data
     elif wire.has_decoder() and size > 0:
@@ -189,9 +194,10 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
     if not space.planes:
         raise TraceUnreadable("XSpace has no planes (not an XProf trace?)", str(p))
     n_dev = sum(1 for pl_ in space.planes if pl_.name.startswith("/device:"))
-    if n_dev > MAX_DEVICE_PLANES:
-        raise TraceUnreadable(f"it holds {n_dev:,} device planes; one host's profile holds one per device (at most "
-                              f"{MAX_DEVICE_PLANES} here): the trace is corrupt or synthetic", str(p))
+    if n_dev > PLANES_ALWAYS and n_dev * MIN_PLANE_BYTES > space_bytes:
+        raise TraceUnreadable(f"it holds {n_dev:,} device planes in {space_bytes:,} bytes (past {PLANES_ALWAYS:,} "
+                              f"planes, each needs {MIN_PLANE_BYTES:,} bytes of metadata and events): the trace is "
+                              "corrupt or synthetic", str(p))
     if not any(pl_.name for pl_ in space.planes):
         raise TraceUnreadable("a protobuf whose planes have no names: not an XProf trace", str(p))
     stem = p.name.split(".xplane")[0] if ".xplane" in p.name else p.name.removesuffix(".gz").rsplit(".", 1)[0]
