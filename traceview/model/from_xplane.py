@@ -842,25 +842,26 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
 def _annotated_markers(le, marker: np.ndarray, step_md: list, names: list, value, markers: list) -> None:
     """Append the step annotations of one decoded line to ``markers``: events without an op
     whose ``step_num`` (the event's, else its metadata's) is set, timed (not pre-aggregated).
-    The step number is resolved once per distinct stat value."""
-    idx = np.flatnonzero(marker[le.combo] & (le.occurrences == 0))
+    The step number is resolved once per distinct stat value (or metadata)."""
+    kinds = le.extra_kinds[:, 0]  # step_num, the first extra stat
+    own = kinds != wire.KIND_ABSENT
+    md_has = np.array([x is not None for x in step_md], dtype=bool)
+    idx = np.flatnonzero(marker[le.combo] & (le.occurrences == 0)
+                         & np.where(own, kinds != wire.KIND_NONE, md_has[le.combo]))
     if not len(idx):
         return
-    kinds = le.extra_kinds[idx, 0]  # step_num, the first extra stat
-    vals = le.extra_values[idx, 0]
-    combo = le.combo[idx]
-    # (kind, value) per event, the metadata's value standing in where the event has none
-    own = kinds != wire.KIND_ABSENT
-    key = np.where(own, kinds.astype(np.int64), -1 - combo.astype(np.int64))
-    pairs = np.stack([key, np.where(own, vals, 0)], axis=1)
-    uniq, inv = np.unique(pairs, axis=0, return_inverse=True)
-    resolved = [value(int(k), int(v)) if k >= 0 else step_md[-1 - int(k)] for k, v in uniq.tolist()]
-    step = [_as_int(x) for x in resolved]
-    has = np.array([x is not None for x in resolved], dtype=bool)[inv.reshape(-1)]
-    idx, inv = idx[has], inv.reshape(-1)[has]
-    steps = [step[u] for u in inv.tolist()]
+    steps = np.empty(len(idx), dtype=object)
+    own_i = own[idx]
+    for k in np.unique(kinds[idx][own_i]).tolist():
+        sel = np.flatnonzero(own_i & (kinds[idx] == k))
+        uniq, inv = np.unique(le.extra_values[idx[sel], 0], return_inverse=True)
+        steps[sel] = np.array([_as_int(value(k, v)) for v in uniq.tolist()] + [None], dtype=object)[:-1][inv]
+    sel = np.flatnonzero(~own_i)
+    if len(sel):
+        combos, inv = np.unique(le.combo[idx[sel]], return_inverse=True)
+        steps[sel] = np.array([_as_int(step_md[c]) for c in combos.tolist()] + [None], dtype=object)[:-1][inv]
     cnames = [names[c] for c in le.combo[idx].tolist()]
-    markers.extend(zip(cnames, steps, le.starts[idx].tolist(), le.durations[idx].tolist()))
+    markers.extend(zip(cnames, steps.tolist(), le.starts[idx].tolist(), le.durations[idx].tolist()))
 
 
 def _derive_module_runs(table: OpTable) -> pl.DataFrame:
