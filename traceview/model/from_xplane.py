@@ -428,11 +428,17 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, 
     lo, hi), the slice of the file's event arrays its ops are written to, or None."""
 
     pa = arrays if arrays is not None else plane_arrays(plane, path)
-    if markers is not None and pa.step_mids is not None:
-        names = {k: v.name for k, v in plane.event_metadata.items()}
-        for i, (mid, st, du) in enumerate(zip(pa.step_mids.tolist(), pa.step_starts.tolist(), pa.step_durs.tolist())):
-            nm = (names.get(mid) or "").strip()
-            markers.append((plane.name, "Steps", int(nm) if nm.isdigit() and len(nm) < 18 else i, int(st), int(du)))
+    if markers is not None and pa.step_mids is not None and len(pa.step_mids):
+        # the step number named by each distinct metadata, else the event's index on the line
+        table = plane.event_metadata
+        umids, inv = np.unique(pa.step_mids, return_inverse=True)
+        nms = [(table[m].name if m in table else "").strip() for m in umids.tolist()]
+        num = np.array([int(nm) if nm.isdigit() and len(nm) < 18 else -1 for nm in nms], dtype=np.int64)
+        step = num[inv.reshape(-1)]
+        step = np.where(step >= 0, step, np.arange(len(step), dtype=np.int64))
+        markers.extend(zip([plane.name] * len(step), ["Steps"] * len(step), step.tolist(),
+                           np.asarray(pa.step_starts, dtype=np.int64).tolist(),
+                           np.asarray(pa.step_durs, dtype=np.int64).tolist()))
     mods = _ModuleNames.empty()
     if pa.mod_mids is not None:
         mods = _ModuleNames(plane, pa.mod_mids)
