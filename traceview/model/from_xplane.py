@@ -21,6 +21,11 @@ Event start = ``XLine.timestamp_ns * 1000 + XEvent.offset_ps`` (ps since session
 exporter's post-processing shifts timestamps); stats = XEventMetadata stats then XEvent
 stats (the later wins); ``ref_value`` stats are resolved through the plane's
 XStatMetadata names.
+
+Every line is decoded into integer columns by the C decoder
+(:mod:`traceview.read.xplane.wire`); strings, HLO text, shapes, sources and costs are worked
+out once per op description (a TPU XEventMetadata; a GPU/CPU line's distinct (metadata id,
+naming stats)) and joined to the events by integer id, never per event.
 """
 
 from __future__ import annotations

@@ -20,6 +20,11 @@
  *
  * count_events(buf) -> n: the number of XEvents in a serialized XLine.
  *
+ * decode_annotated(buf, ids, slots, nkey, nslot) -> per-event columns of a GPU stream / CPU
+ * thunk / host XLine (offsets, durations, occurrences, has_stats, the event's combo id and the
+ * per-event stat columns) and, once per distinct (metadata_id, key stat values), its combo
+ * row; str / bytes stat values interned once per line (see its comment below).
+ *
  * Reading a memory-mapped XSpace in place (traceview.read.xplane.wire.map_xspace):
  *   scan_message(buf, lo, hi) -> the top-level fields of buf[lo:hi] as byte ranges;
  *   copy_bytes(buf, lo, hi) -> bytes, guarded against a file that shrinks meanwhile;

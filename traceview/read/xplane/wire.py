@@ -4,7 +4,9 @@ This is the wire layer under :mod:`traceview.model.from_xplane`: it parses an XS
 from a memory-mapped file with only the planes' small fields going through protobuf,
 :func:`map_xspace`), reads an XLine's header (:func:`line_header`), counts its events
 (:func:`count_events`) and decodes them into flat arrays (:func:`decode_line`; TPU lines with
-their device-clock stats by :func:`decode_tpu_line`). Wire format:
+their device-clock stats by :func:`decode_tpu_line`; GPU stream, CPU thunk and host lines,
+whose ops are named by per-event stats, by :func:`decode_annotated`: integer columns per
+event, each distinct (metadata id, stat values) and string once per line). Wire format:
 OpenXLA's profiler schema (``xplane.proto``). The optional C
 accelerator ``traceview.read.xplane._decode`` does the walking when it is built; the protobuf
 fallbacks give the same arrays. Every function raises
