@@ -373,9 +373,13 @@ def _tpu_metadata(plane, names, stat_names, used=None, parsed: dict | None = Non
     :func:`~traceview.model.shapes.instruction_signature`, shared by the planes of a file.
     Stats are read as :func:`_stats` reads them (the later of two same-named stats wins),
     only those in :data:`_TPU_OP_STATS`."""
+    parsed = {} if parsed is None else parsed
+    if used is not None:
+        cols = _tpu_metadata_columns(plane, names, stat_names, used, parsed)
+        if cols is not None:
+            return cols
     table = plane.event_metadata
     items = table.items() if used is None else ((m, table[m]) for m in used if m in table)
-    parsed = {} if parsed is None else parsed
     wanted = {k: v for k, v in stat_names.items() if v in _TPU_OP_STATS}
     c_mid, c_op, c_kind, c_cat, c_shape, c_text, c_pid, c_sf, c_sl, c_ss, c_fw, c_fl, c_mf, c_by, c_cs = (
         [] for _ in range(15))
@@ -415,6 +419,87 @@ def _tpu_metadata(plane, names, stat_names, used=None, parsed: dict | None = Non
         c_cs.append("trace" if fl is not None or by is not None else "unknown")
     return dict(zip(_META_COLUMNS, (c_mid, c_op, c_kind, c_cat, c_shape, c_text, c_pid, c_sf, c_sl, c_ss, c_fw,
                                     c_fl, c_mf, c_by, c_cs)))
+
+
+_TPU_SLOTS = ("program_id", "hlo_category", "flops", "model_flops", "bytes_accessed", "source", "source_stack",
+              "tf_op", "shape_with_layout")
+
+
+def _objects(values: list) -> np.ndarray:
+    """``values`` as a 1-d object array (tuples stay elements)."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out
+
+
+def _slot_column(kinds: np.ndarray, vals: np.ndarray, value, fn) -> np.ndarray:
+    """Per row, ``fn`` of the stat value (kind, value) (None where absent or valueless),
+    ``fn`` called once per distinct value."""
+    out = np.empty(len(kinds), dtype=object)
+    for k in np.unique(kinds).tolist():
+        sel = np.flatnonzero(kinds == k)
+        if k in (wire.KIND_ABSENT, wire.KIND_NONE):
+            out[sel] = _objects([fn(None)])[np.zeros(len(sel), dtype=np.int64)]
+            continue
+        uniq, inv = np.unique(vals[sel], return_inverse=True)
+        out[sel] = _objects([fn(value(k, v)) for v in uniq.tolist()])[inv.reshape(-1)]
+    return out
+
+
+def _tpu_metadata_columns(plane, names, stat_names, used, parsed: dict) -> dict[str, list] | None:
+    """:func:`_tpu_metadata` from the plane's bytes (:func:`~traceview.read.xplane.wire.decode_metadata`):
+    stat values resolved and converted once per distinct value, only the HLO text parsed per
+    description (once per name-blanked pattern). None when the plane is not read in place."""
+    slot_of = {nm: i for i, nm in enumerate(_TPU_SLOTS)}
+    pairs = [(k, slot_of[v]) for k, v in stat_names.items() if v in slot_of]
+    md = wire.decode_metadata(plane, np.array([k for k, _ in pairs], dtype=np.int64),
+                              np.array([j for _, j in pairs], dtype=np.int64), len(_TPU_SLOTS))
+    if md is None:
+        return None
+    # the last entry of each id (protobuf's map), rows in the order of ``used``
+    n = len(md.mids)
+    u_ids, rev = np.unique(md.mids[::-1], return_index=True)
+    last = n - 1 - rev
+    want = np.asarray(used, dtype=np.int64)
+    pos = np.clip(np.searchsorted(u_ids, want), 0, max(len(u_ids) - 1, 0))
+    ok = (u_ids[pos] == want) if len(u_ids) else np.zeros(len(want), dtype=bool)
+    rows = last[pos[ok]]
+    value = _resolver(names, md.strings)
+
+    def col(name: str, fn=lambda v: v) -> list:
+        j = slot_of[name]
+        return _slot_column(md.kinds[rows, j], md.values[rows, j], value, fn).tolist()
+
+    raw_cat = col("hlo_category")
+    swl = col("shape_with_layout", lambda v: canonical_shape_text(str(v)) if v else "")
+    src = col("source", lambda v: split_source(str(v)) if v else ("", None))
+    fl_raw, by_raw = col("flops", lambda v: v is not None), col("bytes_accessed", lambda v: v is not None)
+    texts = [md.names[r] for r in rows.tolist()]
+    dnames = [md.display_names[r] for r in rows.tolist()]
+    c_op, c_kind, c_shape, c_text = [], [], [], []
+    for text, dn, sw in zip(texts, dnames, swl):
+        ins = instruction_signature(text, parsed)
+        if ins is not None:
+            c_op.append(dn or ins[0])
+            c_kind.append(ins[1])
+            c_shape.append(ins[2])
+            c_text.append(text)
+        else:
+            c_op.append(dn or text)
+            c_kind.append("")
+            c_shape.append(sw)
+            c_text.append("")
+    return {
+        "metadata_id": want[ok].tolist(), "op_name": c_op, "op_kind": c_kind,
+        "category": [str(c or k) for c, k in zip(raw_cat, c_kind)], "shape": c_shape, "hlo_text": c_text,
+        "program_id": col("program_id", _as_int), "source_file": [a for a, _ in src], "source_line": [b for _, b in src],
+        "source_stack": col("source_stack", lambda v: str(v or "").rstrip("\n")),
+        "framework_op": col("tf_op", lambda v: str(v or "").rstrip(":")),
+        "flops": col("flops", _as_float), "model_flops": col("model_flops", _as_float),
+        "bytes_accessed": col("bytes_accessed", _as_float),
+        "cost_source": ["trace" if a or b else "unknown" for a, b in zip(fl_raw, by_raw)],
+    }
 
 
 _META_COLUMNS = ["metadata_id", "op_name", "op_kind", "category", "shape", "hlo_text", "program_id",

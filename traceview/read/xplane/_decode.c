@@ -906,6 +906,178 @@ static PyObject *decode_annotated(PyObject *self, PyObject *args) {
     return Py_BuildValue("(LnNNNNNNNNNNN)", (long long)ts, n, b[0], b[1], b[2], b[3], b[4], b[5], b[6], cm, ck, cv, strs);
 }
 
+/* ---- event metadata of a plane ------------------------------------------------------------
+ * decode_metadata(buf, lo, hi, ids, slots, nslot) -> (mids, names, display_names, kinds,
+ *     values, strings): the XEventMetadata map entries (XPlane field 4) of the XPlane message
+ * buf[lo:hi], in file order (a later entry of the same id replaces an earlier one, as
+ * protobuf's map does; the caller keeps the last). Per entry: its map key (mids, int64), its
+ * name and display_name (str, strict UTF-8) and, per slot, the value of its XStat whose
+ * metadata_id is ids[i] with slots[i] == slot (the later stat wins; kinds and values as in
+ * decode_annotated, n x nslot). A value message given twice in one entry is merged as
+ * protobuf merges it (scalars: the later; stats: appended). */
+typedef struct {
+    int64_t *mid; int64_t *noff, *nlen, *doff, *dlen; uint8_t *kind; int64_t *val;
+    Py_ssize_t n, cap;
+    char *text; size_t tlen, tcap;
+} meta_cols;
+
+static int meta_text(meta_cols *m, const uint8_t *s, uint64_t n, int64_t *off) {
+    if (m->tlen + n + 1 > m->tcap) {
+        size_t cap = m->tcap ? m->tcap : 1 << 16;
+        while (cap < m->tlen + n + 1) cap *= 2;
+        char *t = (char *)PyMem_RawRealloc(m->text, cap);
+        if (!t) return 0;
+        m->text = t; m->tcap = cap;
+    }
+    memcpy(m->text + m->tlen, s, (size_t)n);
+    *off = (int64_t)m->tlen;
+    m->tlen += n;
+    return 1;
+}
+
+#if defined(__GNUC__)
+__attribute__((noinline))  /* called under TV_GUARD: kept out of the sigsetjmp frame */
+#endif
+static const char *walk_metadata(const uint8_t *p, const uint8_t *end, const int64_t *ids, const int64_t *slots,
+                                 Py_ssize_t nids, int nslot, meta_cols *m, annot_state *a) {
+    while (p < end) {
+        uint64_t key, len;
+        if (!read_varint(&p, end, &key)) return "truncated field key";
+        if (bad_key(key)) return "bad field number";
+        if (!((key >> 3) == 4 && (key & 7) == 2)) {
+            if (!skip_field(&p, end, key)) return "bad plane field";
+            continue;
+        }
+        if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) return "entry length past the end";
+        const uint8_t *q = p, *qe = p + len;
+        p = qe;
+        if (m->n == m->cap) {
+            Py_ssize_t cap = m->cap ? m->cap * 2 : 1024;
+            int64_t *x;
+#define META_GROW(f, T, k) x = (int64_t *)PyMem_RawRealloc(m->f, sizeof(T) * (size_t)(cap * (k))); if (!x) return "out of memory"; m->f = (T *)x;
+            META_GROW(mid, int64_t, 1) META_GROW(noff, int64_t, 1) META_GROW(nlen, int64_t, 1)
+            META_GROW(doff, int64_t, 1) META_GROW(dlen, int64_t, 1) META_GROW(val, int64_t, nslot ? nslot : 1)
+            META_GROW(kind, uint8_t, nslot ? nslot : 1)
+#undef META_GROW
+            m->cap = cap;
+        }
+        Py_ssize_t r = m->n++;
+        int64_t mid = 0;
+        const uint8_t *nm = NULL, *dn = NULL; uint64_t nml = 0, dnl = 0;
+        uint8_t *kinds = m->kind + r * nslot; int64_t *vals = m->val + r * nslot;
+        memset(kinds, 0, (size_t)nslot);
+        memset(vals, 0, sizeof(int64_t) * (size_t)nslot);
+        while (q < qe) {  /* the map entry: key = 1, value = 2 */
+            uint64_t k2, v;
+            if (!read_varint(&q, qe, &k2)) return "truncated entry";
+            if (bad_key(k2)) return "bad entry field";
+            if ((k2 >> 3) == 1 && (k2 & 7) == 0) {
+                if (!read_varint(&q, qe, &v)) return "truncated key";
+                mid = (int64_t)v;
+            } else if ((k2 >> 3) == 2 && (k2 & 7) == 2) {
+                uint64_t vl;
+                if (!read_varint(&q, qe, &vl) || vl > (uint64_t)(qe - q)) return "value past the end";
+                const uint8_t *e = q, *ee = q + vl;
+                q = ee;
+                while (e < ee) {  /* XEventMetadata: name = 2, display_name = 4, stats = 5 */
+                    uint64_t k3, sl;
+                    if (!read_varint(&e, ee, &k3)) return "truncated metadata";
+                    if (bad_key(k3)) return "bad metadata field";
+                    int f3 = (int)(k3 >> 3), w3 = (int)(k3 & 7);
+                    if (w3 == 2 && (f3 == 2 || f3 == 4 || f3 == 5)) {
+                        if (!read_varint(&e, ee, &sl) || sl > (uint64_t)(ee - e)) return "metadata field past the end";
+                        if (f3 == 2) { nm = e; nml = sl; }
+                        else if (f3 == 4) { dn = e; dnl = sl; }
+                        else {
+                            int64_t sid; stat_val sv;
+                            if (!stat_full(e, e + sl, ee, &sid, &sv)) return "bad stat";
+                            for (Py_ssize_t t = 0; t < nids; t++) {
+                                if (ids[t] != sid) continue;
+                                int s = (int)slots[t];
+                                int64_t val = sv.val;
+                                if (sv.kind == 4 || sv.kind == 5) {
+                                    val = intern_str(a, sv.s, sv.slen, sv.kind);
+                                    if (val < 0) return "out of memory";
+                                }
+                                kinds[s] = (uint8_t)sv.kind; vals[s] = val;
+                            }
+                        }
+                        e += sl;
+                    } else if (!skip_field(&e, ee, k3)) return "bad metadata field";
+                }
+            } else if (!skip_field(&q, qe, k2)) return "bad entry field";
+        }
+        m->mid[r] = mid;
+        if (!meta_text(m, nm ? nm : (const uint8_t *)"", nml, &m->noff[r])) return "out of memory";
+        m->nlen[r] = (int64_t)nml;
+        if (!meta_text(m, dn ? dn : (const uint8_t *)"", dnl, &m->doff[r])) return "out of memory";
+        m->dlen[r] = (int64_t)dnl;
+    }
+    return NULL;
+}
+
+static PyObject *decode_metadata(PyObject *self, PyObject *args) {
+    Py_buffer view, bi, bsl;
+    Py_ssize_t lo, hi;
+    int nslot;
+    if (!PyArg_ParseTuple(args, "y*nny*y*i", &view, &lo, &hi, &bi, &bsl, &nslot)) return NULL;
+    const char *err = NULL;
+    Py_ssize_t nids = bi.len / 8;
+    if (lo < 0 || hi > view.len || lo > hi) err = "range outside the buffer";
+    if (!err && (bsl.len / 8 != nids || nslot < 0 || nslot > ANNOT_MAX_SLOTS)) err = "bad stat slots";
+    for (Py_ssize_t t = 0; !err && t < nids; t++) {
+        int64_t s = ((const int64_t *)bsl.buf)[t];
+        if (s < 0 || s >= nslot) err = "bad stat slots";
+    }
+    if (err) {
+        PyBuffer_Release(&view); PyBuffer_Release(&bi); PyBuffer_Release(&bsl);
+        PyErr_SetString(PyExc_ValueError, err); return NULL;
+    }
+    meta_cols m;
+    memset(&m, 0, sizeof m);
+    annot_state a;
+    memset(&a, 0, sizeof a);
+    const uint8_t *p = (const uint8_t *)view.buf + lo, *end = (const uint8_t *)view.buf + hi;
+    const int64_t *ids = (const int64_t *)bi.buf, *slots = (const int64_t *)bsl.buf;
+    Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err, err = walk_metadata(p, end, ids, slots, nids, nslot, &m, &a));
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view); PyBuffer_Release(&bi); PyBuffer_Release(&bsl);
+    PyObject *mids = NULL, *names = NULL, *dnames = NULL, *kinds = NULL, *vals = NULL, *strs = NULL;
+    if (!err) {
+        mids = PyBytes_FromStringAndSize((const char *)m.mid, m.n * 8);
+        kinds = PyBytes_FromStringAndSize((const char *)m.kind, m.n * nslot);
+        vals = PyBytes_FromStringAndSize((const char *)m.val, m.n * nslot * 8);
+        names = PyList_New(m.n);
+        dnames = PyList_New(m.n);
+        for (Py_ssize_t i = 0; names && dnames && i < m.n; i++) {
+            PyObject *x = PyUnicode_DecodeUTF8(m.text + m.noff[i], m.nlen[i], "strict");
+            if (!x) { Py_CLEAR(names); break; }
+            PyList_SET_ITEM(names, i, x);
+            x = PyUnicode_DecodeUTF8(m.text + m.doff[i], m.dlen[i], "strict");
+            if (!x) { Py_CLEAR(dnames); break; }
+            PyList_SET_ITEM(dnames, i, x);
+        }
+        strs = PyList_New(a.ns);
+        for (Py_ssize_t j = 0; strs && j < a.ns; j++) {
+            const char *s = a.arena + a.soff[j];
+            PyObject *x = a.skind[j] == 4 ? PyUnicode_DecodeUTF8(s, a.slen[j], "strict")
+                                          : PyBytes_FromStringAndSize(s, a.slen[j]);
+            if (!x) { Py_CLEAR(strs); break; }
+            PyList_SET_ITEM(strs, j, x);
+        }
+    }
+    PyMem_RawFree(m.mid); PyMem_RawFree(m.noff); PyMem_RawFree(m.nlen); PyMem_RawFree(m.doff);
+    PyMem_RawFree(m.dlen); PyMem_RawFree(m.kind); PyMem_RawFree(m.val); PyMem_RawFree(m.text);
+    annot_free(&a);
+    if (err || !mids || !names || !dnames || !kinds || !vals || !strs) {
+        Py_XDECREF(mids); Py_XDECREF(names); Py_XDECREF(dnames); Py_XDECREF(kinds); Py_XDECREF(vals); Py_XDECREF(strs);
+        if (err) PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNNNN)", mids, names, dnames, kinds, vals, strs);
+}
+
 
 
 static PyMethodDef methods[] = {
@@ -923,6 +1095,8 @@ static PyMethodDef methods[] = {
     {"decode_annotated", decode_annotated, METH_VARARGS,
      "decode_annotated(buf, ids, slots, nkey, nslot) -> (timestamp_ns, n, offsets, durations, occurrences, has_stats, "
      "combo, extra_kinds, extra_values, combo_mids, combo_kinds, combo_values, strings)"},
+    {"decode_metadata", decode_metadata, METH_VARARGS,
+     "decode_metadata(buf, lo, hi, ids, slots, nslot) -> (mids, names, display_names, kinds, values, strings)"},
     {"count_events", count_events, METH_VARARGS, "count_events(buf) -> number of XEvents in the XLine"},
     {NULL, NULL, 0, NULL}
 };

@@ -105,10 +105,11 @@ class MappedPlane:
     ``event_metadata``, ``stat_metadata``, ``stats``) and ``lines``, the XLines as memoryviews
     (``mapped_lines``: the same as :class:`MappedLine`)."""
 
-    def __init__(self, msg, mapped_lines: list):
+    def __init__(self, msg, mapped_lines: list, span: tuple | None = None):
         self._msg = msg
         self.mapped_lines = mapped_lines
         self.lines = [m.view for m in mapped_lines]
+        self.span = span  # (mapping, start, end) of the XPlane message's bytes
 
     def __getattr__(self, name):
         return getattr(self._msg, name)
@@ -142,17 +143,26 @@ def map_xspace(path: Path):
         top = _fast.scan_message(mm, 0, len(mm))
         skeleton = bytearray()
         plane_lines: list[list] = []
+        spans = []
         for field, wt, tag, vs, ve in top:
             if field == 1 and wt == 2:
                 fields = _fast.scan_message(mm, vs, ve)
                 rest = bytearray()
                 lines = []
+                run_lo = run_hi = None  # a run of adjacent non-line fields, copied in one call
                 for f2, w2, t2, a2, b2 in fields:
                     if f2 == 3 and w2 == 2:
                         lines.append(MappedLine(mm, a2, b2))
-                    else:
-                        rest += _fast.copy_bytes(mm, t2, b2)  # guarded: the file may shrink meanwhile
+                        continue
+                    if run_hi != t2:
+                        if run_lo is not None:
+                            rest += _fast.copy_bytes(mm, run_lo, run_hi)  # guarded: the file may shrink meanwhile
+                        run_lo = t2
+                    run_hi = b2
+                if run_lo is not None:
+                    rest += _fast.copy_bytes(mm, run_lo, run_hi)
                 plane_lines.append(lines)
+                spans.append((mm, vs, ve))
                 skeleton += b"\x0a" + _varint_bytes(len(rest)) + rest
             else:
                 skeleton += _fast.copy_bytes(mm, tag, ve)
@@ -162,7 +172,7 @@ def map_xspace(path: Path):
         return None
     if len(msg.planes) != len(plane_lines):
         return None
-    return MappedSpace(msg, [MappedPlane(pm, ls) for pm, ls in zip(msg.planes, plane_lines)])
+    return MappedSpace(msg, [MappedPlane(pm, ls, sp) for pm, ls, sp in zip(msg.planes, plane_lines, spans)])
 
 
 
@@ -612,3 +622,35 @@ def _stat_value_fields(raw: bytes):
         else:
             i = _skip_value(raw, i, key, 0)
     return sid, kind, val
+
+
+class MetadataColumns:
+    """The XEventMetadata of one plane as columns (:func:`decode_metadata`), one row per map
+    entry in file order (a later entry of an id replaces an earlier one): ``mids`` (int64
+    map keys), ``names``, ``display_names`` (str lists), ``kinds`` / ``values`` ((n, slots):
+    the stats asked for, as :class:`AnnotatedLine` values), ``strings``."""
+
+    __slots__ = ("mids", "names", "display_names", "kinds", "values", "strings")
+
+
+def decode_metadata(plane, ids, slots, nslot: int) -> MetadataColumns | None:
+    """The XEventMetadata of a plane read in place (:class:`MappedPlane`) as columns, with the
+    C accelerator; None when the plane is not mapped, the accelerator is not built, or the
+    bytes are refused (the caller then reads ``plane.event_metadata``, which protobuf
+    parsed already and which names any fault)."""
+    span = getattr(plane, "span", None)
+    if _fast is None or span is None:
+        return None
+    mm, lo, hi = span
+    try:
+        mids, names, dnames, kinds, vals, strings = _fast.decode_metadata(
+            mm, lo, hi, np.ascontiguousarray(ids, dtype=np.int64), np.ascontiguousarray(slots, dtype=np.int64), nslot)
+    except ValueError:  # UnicodeDecodeError included
+        return None
+    out = MetadataColumns()
+    out.mids = np.frombuffer(mids, dtype=np.int64)
+    n = len(out.mids)
+    out.names, out.display_names, out.strings = names, dnames, strings
+    out.kinds = np.frombuffer(kinds, dtype=np.uint8).reshape(n, nslot)
+    out.values = np.frombuffer(vals, dtype=np.int64).reshape(n, nslot)
+    return out
