@@ -282,12 +282,16 @@ def test_merged_profile_of_many_planes_reads_whole(tmp_path):
     assert per_dev.height == 600 and set(per_dev["n"]) == {4} and set(per_dev["shapes"]) == {4}
 
 
-def test_plane_of_many_descriptions_reads_each_once(tmp_path):
+def test_plane_of_many_descriptions_reads_each_once(tmp_path, monkeypatch):
     # 3,000 descriptions over 512 HLO shape patterns: each description keeps its own name and
-    # the shape its own text gives (the parse is shared per name-blanked pattern)
+    # the shape its own text gives (the parse is shared per name-blanked pattern); the
+    # metadata read as columns from the plane's bytes equal the parsed messages' reading
     p = tmp_path / "desc.xplane.pb"
     p.write_bytes(_big_xplane().many_descriptions(3000))
+    assert 3000 >= xplane.COLUMNS_MIN_DESCRIPTIONS
     td = xplane.read_xplane(p)
+    monkeypatch.setattr(xplane, "COLUMNS_MIN_DESCRIPTIONS", 10**9)
+    _same_trace(td, xplane.read_xplane(p))
     assert td.table.height == 3000 and td.table.attrs.height == 3000
     attrs = td.table.attrs.sort("op_name")
     assert attrs["op_name"].n_unique() == 3000

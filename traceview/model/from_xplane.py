@@ -374,7 +374,7 @@ def _tpu_metadata(plane, names, stat_names, used=None, parsed: dict | None = Non
     Stats are read as :func:`_stats` reads them (the later of two same-named stats wins),
     only those in :data:`_TPU_OP_STATS`."""
     parsed = {} if parsed is None else parsed
-    if used is not None:
+    if used is not None and len(used) >= COLUMNS_MIN_DESCRIPTIONS:
         cols = _tpu_metadata_columns(plane, names, stat_names, used, parsed)
         if cols is not None:
             return cols
@@ -420,6 +420,10 @@ def _tpu_metadata(plane, names, stat_names, used=None, parsed: dict | None = Non
     return dict(zip(_META_COLUMNS, (c_mid, c_op, c_kind, c_cat, c_shape, c_text, c_pid, c_sf, c_sl, c_ss, c_fw,
                                     c_fl, c_mf, c_by, c_cs)))
 
+
+#: descriptions a TPU plane uses from which its metadata are read as columns from its bytes
+#: (:func:`_tpu_metadata_columns`; fewer are cheaper through the parsed messages)
+COLUMNS_MIN_DESCRIPTIONS = 2048
 
 _TPU_SLOTS = ("program_id", "hlo_category", "flops", "model_flops", "bytes_accessed", "source", "source_stack",
               "tf_op", "shape_with_layout")
