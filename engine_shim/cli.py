@@ -272,8 +272,45 @@ def format_text(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _interrupted() -> bool:
+    """Whether Ctrl-C arrived (:func:`traceview.cli.process.interrupted`, when the command
+    line runs the engine): an import interrupted may surface as another error (numpy's
+    import as an ImportError), which is then reported as the interrupt."""
+    process = sys.modules.get("traceview.cli.process")
+    return bool(process is not None and process.interrupted())
+
+
+def _stop_profiler() -> None:
+    """Stop ``jax.profiler`` tracing if a trace is running (after an interrupt: the run's
+    ``finally`` stops its own; this covers one that arrived while it was starting)."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return
+    try:
+        jax.profiler.stop_trace()
+    except Exception:  # noqa: BLE001 - none was running
+        pass
+
+
+def _failed(e: Exception) -> int:
+    """One line for a failed run and its exit code: 2 out of memory or a usage / configuration
+    error (ValueError), 4 a JAX runtime failure (device, profiler, disk)."""
+    if isinstance(e, MemoryError):
+        print(f"traceview engine: error: out of memory{': ' + str(e) if str(e) else ''} (fewer requests, "
+              "--batch-mult or --max-tokens)", file=sys.stderr)
+        return 2
+    if isinstance(e, ValueError):
+        print(f"traceview engine: error: {e}", file=sys.stderr)
+        return 2
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    print(f"traceview engine: error: {type(e).__name__}: {first}", file=sys.stderr)
+    return 4
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point for ``traceview engine``; returns the exit code."""
+    """Entry point for ``traceview engine``; returns the exit code. Ctrl-C raises
+    ``KeyboardInterrupt`` out of it once the profiler is stopped (``traceview.cli.entry`` and
+    ``python -m traceview.engine_shim.cli`` print one line and exit 130)."""
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -317,17 +354,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                    file=sys.stderr, flush=True))
         if transplanted is not None:
             result["transplant"] = transplanted.as_dict()
-    except MemoryError as e:
-        print(f"traceview engine: error: out of memory{': ' + str(e) if str(e) else ''} (fewer requests, "
-              "--batch-mult or --max-tokens)", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        print(f"traceview engine: error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # a JAX runtime failure (device, profiler, disk): one line, exit 4
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        print(f"traceview engine: error: {type(e).__name__}: {first}", file=sys.stderr)
-        return 4
+    except KeyboardInterrupt:  # Ctrl-C: the profiler stopped, the caller prints one line and exits 130
+        _stop_profiler()
+        raise
+    except Exception as e:
+        if _interrupted():  # an interrupt another error stands for
+            _stop_profiler()
+            raise KeyboardInterrupt from None
+        return _failed(e)
     if args.json:
         from traceview.errors import UsageError
         from traceview.read.guard import write_atomic
@@ -363,4 +397,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from traceview.cli import process
+
+    try:
+        process.handle_interrupts("traceview engine")
+        code = main()
+    except KeyboardInterrupt:
+        code = process.say_interrupted()
+    process.exit_now(code, teardown=True)
