@@ -31,6 +31,8 @@ def interrupt(argv: list[str], delay: float, *, env: dict | None = None, stdin=s
     point started; (exit code, stderr lines, seconds from start to SIGINT)."""
     p = subprocess.Popen([sys.executable, "-m", "traceview.cli", *argv], stdin=stdin, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=cwd,
+                         # SIGINT as a terminal leaves it (a background job's parent may ignore it)
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                          env={**os.environ, "TRACEVIEW_NO_CACHE": "1", **(env or {})})
     t0 = time.monotonic()
     try:
