@@ -202,6 +202,31 @@ def _check_json_target(name: str) -> None:
         raise ValueError(str(e)) from None
 
 
+def _refuse_nested_log_dir(log_dir: Path) -> None:
+    """ValueError when ``log_dir`` lies inside a profile tree (the profiler writes
+    ``LOG_DIR/plugins/profile/RUN/``): a ``plugins/profile`` folder or one below it, a run
+    folder (:func:`traceview.read.guard.run_folder`), or a ``plugins`` folder holding
+    ``profile``. A run would nest inside another run, where readers take it for a second
+    host or miss it; the message names the log dir above to pass instead."""
+    from traceview.read.guard import run_folder
+
+    real = log_dir.resolve()
+    chain = [real, *real.parents]
+    above = None
+    for p in chain:
+        if p.name == "profile" and p.parent.name == "plugins":
+            above = p.parent.parent
+            break
+    else:
+        if real.name == "plugins" and (real / "profile").is_dir():
+            above = real.parent
+        elif any(run_folder(p) for p in chain):
+            above = next(p for p in chain if run_folder(p)).parent
+    if above is not None:
+        raise ValueError(f"--log-dir {log_dir} is inside a profile tree (runs go to LOG_DIR/plugins/profile/RUN/): "
+                         f"a new run would nest inside it; pass the log dir {above} to add a run beside the others")
+
+
 def _in_range(flag, v, lo, hi, *, low_open=False):
     """``v`` when it is a number in [lo, hi] ((lo, hi] with ``low_open``); ValueError otherwise (NaN included)."""
     import math
@@ -332,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             log_dir = Path(kwargs["log_dir"])
             if log_dir.exists() and not log_dir.is_dir():
                 raise ValueError(f"--log-dir {log_dir} is not a folder")
+            _refuse_nested_log_dir(log_dir)
             probe = log_dir if log_dir.exists() else next((p for p in log_dir.parents if p.exists()), Path("."))
             if not os.access(probe, os.W_OK):
                 raise ValueError(f"cannot write the profile under {log_dir}: {probe} is not writable")
