@@ -5,6 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as _hypothesis
+
+# Every property test derandomized (the examples follow from the test's code: the same run on
+# every machine, no example database carried between runs), without a per-example deadline (a
+# loaded 2-core machine is slow, not wrong). HYPOTHESIS_PROFILE=explore searches afresh.
+_hypothesis.register_profile("traceview", derandomize=True, database=None, deadline=None)
+_hypothesis.register_profile("explore", derandomize=False, deadline=None)
+_hypothesis.load_profile(__import__("os").environ.get("HYPOTHESIS_PROFILE", "traceview"))
 
 def pytest_configure(config):
     """Keep traceview's parsed-table cache inside this session's temp area, never ~/.cache

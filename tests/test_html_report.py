@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 
 import polars as pl
 import pytest
@@ -116,13 +115,6 @@ def test_report_is_offline_and_scriptless(which, request):
     for attr, value in re.findall(r"""(?i)\b(src|href|xlink:href)\s*=\s*["']?([^"'\s>]*)""", html):
         assert value.startswith("#"), f"{attr}={value!r} points outside the page"
     assert len(html) < 400_000  # small: text SVG, no embedded fonts or images
-
-
-def test_report_is_fast(tpu):
-    t = time.perf_counter()
-    render_report(tpu)
-    # < 2 s on a quiet 2-core machine; the bound leaves room for a loaded CI runner
-    assert time.perf_counter() - t < 6.0
 
 
 def _evil_profile(base: Profile) -> Profile:
