@@ -26,28 +26,47 @@ def _threads(pid: int) -> int:
         return 0
 
 
-def interrupt(argv: list[str], delay: float, *, env: dict | None = None, stdin=subprocess.DEVNULL, cwd=None):
+def interrupt(argv: list[str], delay: float, *, env: dict | None = None, stdin=subprocess.DEVNULL, cwd=None,
+              after: str | None = None):
     """Run ``traceview ARGV``, send SIGINT to its process group ``delay`` s after its entry
-    point started; (exit code, stderr lines, seconds from start to SIGINT)."""
+    point started (or after it wrote a stderr line starting with ``after``); (exit code,
+    stderr lines, seconds from start to SIGINT)."""
+    import threading
+
     p = subprocess.Popen([sys.executable, "-m", "traceview.cli", *argv], stdin=stdin, stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=cwd,
                          # SIGINT as a terminal leaves it (a background job's parent may ignore it)
                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                          env={**os.environ, "TRACEVIEW_NO_CACHE": "1", **(env or {})})
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read():
+        for line in p.stderr:
+            lines.append(line.rstrip("\n"))
+            if after is not None and line.startswith(after):
+                seen.set()
+        seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     t0 = time.monotonic()
     try:
+        if after is not None:
+            seen.wait(300)
         while p.poll() is None and _threads(p.pid) < 2 and time.monotonic() - t0 < 60:
             time.sleep(0.005)
         time.sleep(delay)
         sent = time.monotonic() - t0
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGINT)
-        _, err = p.communicate(timeout=120)
+        p.wait(timeout=120)
+        reader.join(10)
     finally:
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
-    return p.returncode, err.splitlines(), sent
+    return p.returncode, lines, sent
 
 
 def _check(rc, lines, what, line="traceview: interrupted"):
@@ -73,7 +92,7 @@ def test_ctrl_c_during_analyze_is_one_line_and_exit_130(shared_traces):
 
 def test_ctrl_c_in_every_command(shared_traces, tmp_path):
     """report, diff, verify, ladder, history, query and mcp (waiting on its client), each
-    interrupted mid-run."""
+    interrupted mid-run (imports, reading, analysis: the delays differ)."""
     v6e, b4, b8 = str(shared_traces / TPU), str(ROOT / "fixtures/greedy_b4"), str(ROOT / "fixtures/greedy_b8")
     commands = {
         "report": ["report", v6e, "-o", str(tmp_path / "r.html")],
@@ -83,10 +102,9 @@ def test_ctrl_c_in_every_command(shared_traces, tmp_path):
         "history": ["history", b4, b8],
         "query": ["query", v6e, "SELECT * FROM ops"],
     }
-    for name, argv in commands.items():
-        for delay in (0.3, 1.0):
-            rc, lines, _ = interrupt(argv, delay)
-            _check(rc, lines, (name, delay))
+    for (name, argv), delay in zip(commands.items(), (0.3, 1.0, 0.6, 1.2, 0.4, 0.8)):
+        rc, lines, _ = interrupt(argv, delay)
+        _check(rc, lines, (name, delay))
     assert not (tmp_path / "r.html").exists()
     rc, lines, _ = interrupt(["mcp", "--root", str(shared_traces)], 1.5, stdin=subprocess.PIPE)
     _check(rc, lines, "mcp")
@@ -94,11 +112,13 @@ def test_ctrl_c_in_every_command(shared_traces, tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_during_the_engine_stops_cleanly(tmp_path):
-    """``traceview engine profile`` interrupted while JAX starts and compiles the engine
-    (where it used to print 54-82 lines and exit 139): one line, exit 130, no traceback. The
-    verification lines the engine prints on start (``engine: ...``) may precede it."""
-    for delay in (1.0, 4.0):
-        rc, lines, sent = interrupt(["engine", "profile", "--log-dir", str(tmp_path / "prof"), "--no-precompile",
-                                     "--max-tokens", "64"], delay)
+    """``traceview engine profile`` interrupted while JAX is imported, and while the engine
+    compiles its programs on first use (after its start-up lines), where it used to print
+    54-82 lines and exit 139: one line, exit 130, no traceback. The verification lines the
+    engine prints on start (``engine: ...``) may precede it."""
+    argv = ["engine", "profile", "--log-dir", str(tmp_path / "prof"), "--no-precompile", "--max-tokens", "64"]
+    for delay, after in ((1.0, None), (0.5, "engine: decode donation")):
+        rc, lines, sent = interrupt(argv, delay, after=after)
         said = [x for x in lines if not x.startswith("engine: ")]
-        _check(rc, said, (delay, lines), line="traceview engine: interrupted")
+        _check(rc, said, (delay, after, lines), line="traceview engine: interrupted")
+        assert after is None or any(x.startswith(after) for x in lines)
