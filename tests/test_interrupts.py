@@ -122,3 +122,20 @@ def test_ctrl_c_during_the_engine_stops_cleanly(tmp_path):
         said = [x for x in lines if not x.startswith("engine: ")]
         _check(rc, said, (delay, after, lines), line="traceview engine: interrupted")
         assert after is None or any(x.startswith(after) for x in lines)
+
+
+def test_an_interrupted_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """Ctrl-C while an output is renamed into place: the old output stays whole and no
+    ``.NAME.*.tmp`` is left beside it."""
+    from traceview.read import guard
+
+    out = tmp_path / "o.json"
+    out.write_text("old")
+
+    def interrupted(*a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(guard.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        guard.write_atomic(out, "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.json"] and out.read_text() == "old"

@@ -159,12 +159,14 @@ def write_atomic(path: Path, data: bytes | str) -> None:
             mode = 0o666 & ~_umask()
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:  # an OSError, or an interrupt (Ctrl-C): no temporary file left behind
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        if isinstance(exc, OSError):
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise
 
 
 def _umask() -> int:
