@@ -3,7 +3,8 @@
 
 ``main(argv)`` returns an exit code (0 ok, 1 a paired check of the bench failed: results
 still printed and written, the failing check marked FAIL, 2 usage or configuration error,
-4 runtime failure) and never calls ``sys.exit``; ``python -m traceview.engine_shim.cli``
+4 runtime failure; Ctrl-C stops the profiler and raises ``KeyboardInterrupt``, which the
+command line reports in one line with exit 130) and never calls ``sys.exit``; ``python -m traceview.engine_shim.cli``
 works as well. The verification lines (model memory, KV cache capacity, buckets compiled,
 decode donation) go to stderr as soon as the engine is built.
 

@@ -3,7 +3,8 @@
 and turns errors into one line and an exit code.
 
 Exit codes are those of :mod:`traceview.errors` (0 ok, 1 check failed, 2 usage, 3 no trace
-found, 4 trace unreadable, 5 no HLO ops, 6 limit exceeded). Library errors are printed as one
+found, 4 trace unreadable, 5 no HLO ops, 6 limit exceeded), and 130 when interrupted (Ctrl-C:
+one line, :func:`traceview.cli.process.handle_interrupts`). Library errors are printed as one
 line, ``traceview: error: <file>: <fault>``, never as a traceback. Process tuning (allocator,
 threads, streams, the exit path) is :mod:`traceview.cli.process`'s alone.
 """
@@ -41,7 +42,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="traceview",
         description="Shape-keyed analysis of JAX/XProf profiles (.xplane.pb, .trace.json.gz).",
         epilog="exit codes: 0 ok, 1 check failed, 2 usage, 3 no trace found, 4 trace unreadable, "
-               "5 no HLO ops in trace, 6 resource limit exceeded")
+               "5 no HLO ops in trace, 6 resource limit exceeded, 130 interrupted (Ctrl-C)")
     parser.add_argument("--version", action="version", version=f"traceview {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
