@@ -111,25 +111,8 @@ def test_rule_fields_parse_and_match():
 
 # -- engine profiles: tiny preset at batch 8 and 16 -------------------------------------------
 
-def _record(tmp, batch: int):
-    from traceview.engine_shim.bench import sampling_params
-    from traceview.engine_shim.engine import LLM
-
-    prompts = ["Hello, my name is", "The capital of France is", "The future of AI is", "Once upon a time"] * (batch // 4)
-    llm = LLM("tiny", max_num_seqs=batch, max_model_len=128, precompile=False, seed=0)
-    params = sampling_params("greedy", 4)
-    llm.generate(prompts, params)  # compiles every bucket the traced run uses
-    llm.start_profile(tmp / f"b{batch}")
-    llm.generate(prompts, params)
-    return llm.stop_profile()
-
-
-@pytest.fixture(scope="module")
-def engine_runs(tmp_path_factory):
-    """Two live engine profiles (tiny preset, max_model_len 128, 4 greedy tokens: 3 decode
-    steps each) at batch 8 and 16; about 15 s on 2 cores."""
-    tmp = tmp_path_factory.mktemp("fams")
-    return {b: _record(tmp, b) for b in (8, 16)}
+# ``engine_runs`` (tests/conftest.py, one recording per session, shared with test_steps.py):
+# the tiny preset at batch 8 and 16, max_model_len 128, 4 greedy tokens (3 decode steps each)
 
 
 @pytest.fixture(scope="module")
