@@ -3,7 +3,8 @@
 
 ``main(argv)`` returns an exit code (0 ok, 1 a paired check of the bench failed: results
 still printed and written, the failing check marked FAIL, 2 usage or configuration error,
-4 runtime failure) and never calls ``sys.exit``; ``python -m traceview.engine_shim.cli``
+4 runtime failure; Ctrl-C stops the profiler and raises ``KeyboardInterrupt``, which the
+command line reports in one line with exit 130) and never calls ``sys.exit``; ``python -m traceview.engine_shim.cli``
 works as well. The verification lines (model memory, KV cache capacity, buckets compiled,
 decode donation) go to stderr as soon as the engine is built.
 
@@ -202,6 +203,31 @@ def _check_json_target(name: str) -> None:
         raise ValueError(str(e)) from None
 
 
+def _refuse_nested_log_dir(log_dir: Path) -> None:
+    """ValueError when ``log_dir`` lies inside a profile tree (the profiler writes
+    ``LOG_DIR/plugins/profile/RUN/``): a ``plugins/profile`` folder or one below it, a run
+    folder (:func:`traceview.read.guard.run_folder`), or a ``plugins`` folder holding
+    ``profile``. A run would nest inside another run, where readers take it for a second
+    host or miss it; the message names the log dir above to pass instead."""
+    from traceview.read.guard import run_folder
+
+    real = log_dir.resolve()
+    chain = [real, *real.parents]
+    above = None
+    for p in chain:
+        if p.name == "profile" and p.parent.name == "plugins":
+            above = p.parent.parent
+            break
+    else:
+        if real.name == "plugins" and (real / "profile").is_dir():
+            above = real.parent
+        elif any(run_folder(p) for p in chain):
+            above = next(p for p in chain if run_folder(p)).parent
+    if above is not None:
+        raise ValueError(f"--log-dir {log_dir} is inside a profile tree (runs go to LOG_DIR/plugins/profile/RUN/): "
+                         f"a new run would nest inside it; pass the log dir {above} to add a run beside the others")
+
+
 def _in_range(flag, v, lo, hi, *, low_open=False):
     """``v`` when it is a number in [lo, hi] ((lo, hi] with ``low_open``); ValueError otherwise (NaN included)."""
     import math
@@ -272,8 +298,45 @@ def format_text(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _interrupted() -> bool:
+    """Whether Ctrl-C arrived (:func:`traceview.cli.process.interrupted`, when the command
+    line runs the engine): an import interrupted may surface as another error (numpy's
+    import as an ImportError), which is then reported as the interrupt."""
+    process = sys.modules.get("traceview.cli.process")
+    return bool(process is not None and process.interrupted())
+
+
+def _stop_profiler() -> None:
+    """Stop ``jax.profiler`` tracing if a trace is running (after an interrupt: the run's
+    ``finally`` stops its own; this covers one that arrived while it was starting)."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return
+    try:
+        jax.profiler.stop_trace()
+    except Exception:  # noqa: BLE001 - none was running
+        pass
+
+
+def _failed(e: Exception) -> int:
+    """One line for a failed run and its exit code: 2 out of memory or a usage / configuration
+    error (ValueError), 4 a JAX runtime failure (device, profiler, disk)."""
+    if isinstance(e, MemoryError):
+        print(f"traceview engine: error: out of memory{': ' + str(e) if str(e) else ''} (fewer requests, "
+              "--batch-mult or --max-tokens)", file=sys.stderr)
+        return 2
+    if isinstance(e, ValueError):
+        print(f"traceview engine: error: {e}", file=sys.stderr)
+        return 2
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    print(f"traceview engine: error: {type(e).__name__}: {first}", file=sys.stderr)
+    return 4
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point for ``traceview engine``; returns the exit code."""
+    """Entry point for ``traceview engine``; returns the exit code. Ctrl-C raises
+    ``KeyboardInterrupt`` out of it once the profiler is stopped (``traceview.cli.entry`` and
+    ``python -m traceview.engine_shim.cli`` print one line and exit 130)."""
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -295,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             log_dir = Path(kwargs["log_dir"])
             if log_dir.exists() and not log_dir.is_dir():
                 raise ValueError(f"--log-dir {log_dir} is not a folder")
+            _refuse_nested_log_dir(log_dir)
             probe = log_dir if log_dir.exists() else next((p for p in log_dir.parents if p.exists()), Path("."))
             if not os.access(probe, os.W_OK):
                 raise ValueError(f"cannot write the profile under {log_dir}: {probe} is not writable")
@@ -317,17 +381,14 @@ def main(argv: list[str] | None = None) -> int:
                                                                    file=sys.stderr, flush=True))
         if transplanted is not None:
             result["transplant"] = transplanted.as_dict()
-    except MemoryError as e:
-        print(f"traceview engine: error: out of memory{': ' + str(e) if str(e) else ''} (fewer requests, "
-              "--batch-mult or --max-tokens)", file=sys.stderr)
-        return 2
-    except ValueError as e:
-        print(f"traceview engine: error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:  # a JAX runtime failure (device, profiler, disk): one line, exit 4
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        print(f"traceview engine: error: {type(e).__name__}: {first}", file=sys.stderr)
-        return 4
+    except KeyboardInterrupt:  # Ctrl-C: the profiler stopped, the caller prints one line and exits 130
+        _stop_profiler()
+        raise
+    except Exception as e:
+        if _interrupted():  # an interrupt another error stands for
+            _stop_profiler()
+            raise KeyboardInterrupt from None
+        return _failed(e)
     if args.json:
         from traceview.errors import UsageError
         from traceview.read.guard import write_atomic
@@ -363,4 +424,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from traceview.cli import process
+
+    try:
+        process.handle_interrupts("traceview engine")
+        code = main()
+    except KeyboardInterrupt:
+        code = process.say_interrupted()
+    process.exit_now(code, teardown=True)

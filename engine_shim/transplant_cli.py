@@ -81,7 +81,7 @@ def _transplant(args) -> int:
     from traceview.errors import UsageError
     from traceview.read.guard import refuse_inside_inputs
 
-    try:  # never into a profile folder (a plugins/profile tree or a folder holding traces)
+    try:  # never into a profile tree (a plugins/profile tree, a run folder)
         refuse_inside_inputs(Path(args.dir) / "paged_attention.py", "DIR")
     except UsageError as e:
         _err(str(e))

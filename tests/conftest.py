@@ -5,6 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as _hypothesis
+
+# Every property test derandomized (the examples follow from the test's code: the same run on
+# every machine, no example database carried between runs), without a per-example deadline (a
+# loaded 2-core machine is slow, not wrong). HYPOTHESIS_PROFILE=explore searches afresh.
+_hypothesis.register_profile("traceview", derandomize=True, database=None, deadline=None)
+_hypothesis.register_profile("explore", derandomize=False, deadline=None)
+_hypothesis.load_profile(__import__("os").environ.get("HYPOTHESIS_PROFILE", "traceview"))
 
 def pytest_configure(config):
     """Keep traceview's parsed-table cache inside this session's temp area, never ~/.cache
@@ -108,3 +116,27 @@ def cache_dir(tmp_path, monkeypatch):
     monkeypatch.delenv("TRACEVIEW_MAX_BYTES", raising=False)
     monkeypatch.setattr(cache, "MIN_FILE_BYTES", 0)  # cache the small shared traces too
     return d
+
+
+def _record_engine(tmp, batch: int):
+    from traceview.engine_shim.bench import sampling_params
+    from traceview.engine_shim.engine import LLM
+
+    prompts = ["Hello, my name is", "The capital of France is", "The future of AI is", "Once upon a time"] * (batch // 4)
+    llm = LLM("tiny", max_num_seqs=batch, max_model_len=128, precompile=False, seed=0)
+    params = sampling_params("greedy", 4)
+    llm.generate(prompts, params)  # compiles every bucket the traced run uses
+    llm.start_profile(tmp / f"b{batch}")
+    llm.generate(prompts, params)
+    return llm.stop_profile()
+
+
+@pytest.fixture(scope="session")
+def engine_runs(tmp_path_factory):
+    """Two live engine profiles, recorded once per session for every test file that needs one
+    (test_families_ladder.py, test_steps.py): tiny preset, max_model_len 128, 4 greedy tokens
+    (3 decode steps each, the first token from prefill), buckets warmed before the traced
+    ``generate``, at batch 8 and 16. Run folders, by batch. Assert structure and exact counts
+    on them, never timing (fresh CPU recordings)."""
+    tmp = tmp_path_factory.mktemp("engine_runs")
+    return {b: _record_engine(tmp, b) for b in (8, 16)}

@@ -85,24 +85,42 @@ def test_outputs_onto_devices_and_pipes_are_written_in_place(shared_traces, tmp_
     assert link.is_symlink() and json.loads(real.read_text())["rows"]["ops"]["total"] == 16
 
 
-def test_a_flat_folder_of_traces_is_a_profile_folder(shared_traces, tmp_path, capsys, monkeypatch):
-    """An output into a folder that holds trace files is refused, even when PATH is a
-    subfolder (the CLI and the library alike), with the trace file named."""
+def test_outputs_beside_loose_traces_are_written_run_folders_refused(shared_traces, tmp_path, capsys, monkeypatch):
+    """A folder of loose traces is no profile tree: outputs beside a trace or in a folder
+    under it are written (``analyze ~/Downloads/x.xplane.pb -o ~/Downloads/sub/out.json``),
+    the traces untouched; a name a trace could bear, the trace itself, and a run folder
+    (the profiler's run name, holding traces, wherever it was copied) are refused, by the CLI
+    and the library alike."""
     monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")
-    flat = tmp_path / "flat"
+    flat = tmp_path / "Downloads"
     (flat / "sub").mkdir(parents=True)
     data = (shared_traces / "mi300x_jax_gemm_sweep.xplane.pb").read_bytes()
     (flat / "a.xplane.pb").write_bytes(data)
     (flat / "sub" / "b.xplane.pb").write_bytes(data)
-    for argv in (["report", str(flat / "sub"), "-o", str(flat / "r.html")],
-                 ["analyze", str(flat / "sub"), "--format", "json", "-o", str(flat / "r.json")],
-                 ["diff", str(flat / "sub"), str(flat / "sub"), "-o", str(flat / "d.txt")]):
+    x = str(flat / "a.xplane.pb")
+    for argv, out in ((["analyze", x, "-o", str(flat / "sub" / "out.json")], flat / "sub" / "out.json"),
+                      (["analyze", x, "-o", str(flat / "out.json")], flat / "out.json"),
+                      (["report", str(flat / "sub"), "-o", str(flat / "r.html")], flat / "r.html"),
+                      (["diff", str(flat / "sub"), x, "-o", str(flat / "sub" / "d.txt")], flat / "sub" / "d.txt")):
+        assert main(argv) == 0, (argv, capsys.readouterr().err)
+        assert out.stat().st_size > 100
+    capsys.readouterr()
+    assert traceview.load(flat / "sub").report(flat / "x.html").is_file()
+    assert (flat / "a.xplane.pb").read_bytes() == data and (flat / "sub" / "b.xplane.pb").read_bytes() == data
+    run = tmp_path / "copied" / "2026_01_02_03_04_05"
+    (run / "deeper").mkdir(parents=True)
+    (run / "h.xplane.pb").write_bytes(data)
+    for argv, says in ((["analyze", x, "--format", "json", "-o", str(flat / "c.xplane.pb")], "bears a trace file's name"),
+                       (["analyze", x, "--format", "json", "-o", x], "bears a trace file's name"),
+                       (["analyze", str(run), "-o", str(run / "out.json")], f"inside the run folder {run}"),
+                       (["analyze", x, "-o", str(run / "deeper" / "out.json")], f"inside the run folder {run}")):
         rc = main(argv)
         err = capsys.readouterr().err
-        assert rc == 2 and "holds trace files (a.xplane.pb)" in err and len(err.splitlines()) == 1, (argv, err)
-    with pytest.raises(traceview.errors.UsageError, match="holds trace files"):
-        traceview.load(flat / "sub").report(flat / "x.html")
-    assert sorted(p.name for p in flat.iterdir()) == ["a.xplane.pb", "sub"]
+        assert rc == 2 and says in err and len(err.splitlines()) == 1, (argv, err)
+    with pytest.raises(traceview.errors.UsageError, match="inside the run folder"):
+        traceview.load(run).report(run / "x.html")
+    assert sorted(p.name for p in run.iterdir()) == ["deeper", "h.xplane.pb"] and not any((run / "deeper").iterdir())
+    assert (flat / "a.xplane.pb").read_bytes() == data
 
 
 def test_out_of_memory_is_one_line_and_exit_6(shared_traces, capsys, monkeypatch):

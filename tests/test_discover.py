@@ -78,7 +78,8 @@ def test_shared_traces_folder_mixes_loose_files_and_a_run(shared_traces):
     loose = next(r for r in d.runs if r.name == "traces")
     assert loose.timestamp is None and loose.directory == shared_traces
     assert loose.hosts == sorted(["tpu_v6e_4chip_psum", "corrupt_utf8_mangled", "gpu_v100x8_tf2_bert_no_xla",
-                                  "mi300x_jax_gemm_sweep", "mi300x_jax_attention", "mi300x_jax_conv3d"])
+                                  "mi300x_jax_gemm_sweep", "mi300x_jax_attention", "mi300x_jax_conv3d",
+                                  "tpu_v6e_pallas_matmul_llo"])
     assert all(f.kind == "xplane" for f in loose.files)
     # a run folder wins over loose files, however new they are
     assert [r.name for r in d.selected] == [VLLM_RUN]
@@ -90,11 +91,11 @@ def test_shared_traces_folder_mixes_loose_files_and_a_run(shared_traces):
     assert not any("runs found" in w for w in d.warnings)
 
     d = discover(shared_traces, run="traces", now=VLLM_TIME + DAY)
-    assert len(d.files) == 6
+    assert len(d.files) == 7
     assert any("lie loose in" in w for w in d.warnings)
 
     d = discover(shared_traces, all_runs=True, now=VLLM_TIME + DAY)
-    assert len(d.files) == 7 and len(d.selected) == 2
+    assert len(d.files) == 8 and len(d.selected) == 2
 
 
 def test_live_cpu_profile_prefers_xplane(cpu_profile_dir):

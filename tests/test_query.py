@@ -149,11 +149,13 @@ def test_cli_formats_and_exit_codes(v6e, shared_traces, tmp_path, capsys):
     assert capsys.readouterr().out.endswith("\n25 of 400 rows\n")  # table output: 25 rows unless --top
     assert main(["query", path, "--tables"]) == 0
     assert "populations" in capsys.readouterr().out
+    (tmp_path / "plugins" / "profile").mkdir(parents=True)
     for argv, msg in ((["query", path, "SELECT * FROM nope"], "unknown table 'nope'"),
                       (["query", path, "SELECT zz FROM ops"], "SQL error"),
                       (["query", path], "no SQL query given"),
                       (["query", path, q, "--format", "parquet"], "needs -o FILE"),
-                      (["query", path, q, "-o", str(shared_traces / "out.csv")], "never writes into a profile folder")):
+                      (["query", path, q, "-o", str(tmp_path / "plugins" / "profile" / "out.csv")],
+                       "never writes into a profile folder")):
         assert main(argv) == 2
         err = capsys.readouterr().err
         assert msg in err and err.count("\n") == 1 and "Traceback" not in err

@@ -89,11 +89,20 @@ def test_no_cache_stores_nothing_and_html_is_never_served(cache_dir, trace, tmp_
 
 
 def test_stored_result_is_not_written_into_the_profile_folder(cache_dir, trace, tmp_path, capsys):
-    assert main(["analyze", str(trace), "--format", "json", "-o", str(tmp_path / "o.json")]) == 0
-    inside = trace.parent / "o.json"
-    assert main(["analyze", str(trace), "--format", "json", "-o", str(inside)]) == 2
+    """A stored result is refused inside a profile tree as the first answer was; beside a
+    loose trace (no profile tree) it is written."""
+    run = tmp_path / "log" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    run.mkdir(parents=True)
+    shutil.copyfile(trace, run / trace.name)
+    assert main(["analyze", str(run), "--format", "json", "-o", str(tmp_path / "o.json")]) == 0
+    inside = run / "o.json"
+    assert main(["analyze", str(run), "--format", "json", "-o", str(inside)]) == 2
     assert not inside.exists()
     assert "refusing to write" in capsys.readouterr().err
+    beside = trace.parent / "o.json"
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(tmp_path / "o2.json")]) == 0
+    assert main(["analyze", str(trace), "--format", "json", "-o", str(beside)]) == 0
+    assert beside.read_bytes() == (tmp_path / "o2.json").read_bytes()
 
 
 def test_prune_keeps_the_newest(tmp_path):

@@ -392,20 +392,11 @@ def test_engine_fixture_default_steps_and_windows():
 
 
 @pytest.fixture(scope="module")
-def engine_profile(tmp_path_factory):
-    """A live engine profile in the shape of ``traceview engine profile``: tiny model, 8 requests
-    x 16 greedy tokens, buckets warmed before the traced ``generate`` (about 10 s on 2 cores)."""
-    from traceview.engine_shim.bench import sampling_params
-    from traceview.engine_shim.engine import LLM
-
-    prompts = ["Hello, my name is", "The capital of France is", "The future of AI is", "Once upon a time"] * 2
-    llm = LLM("tiny", max_num_seqs=8, max_model_len=512, precompile=False, seed=0)
-    params = sampling_params("greedy", 16)
-    llm.generate(prompts, params)
-    llm.start_profile(tmp_path_factory.mktemp("engine_profile"))
-    llm.generate(prompts, params)
-    run = llm.stop_profile()
-    return traceview.load(run)
+def engine_profile(engine_runs):
+    """A live engine profile in the shape of ``traceview engine profile``: tiny model, 8
+    requests x 4 greedy tokens, buckets warmed before the traced ``generate`` (the session's
+    batch-8 recording, tests/conftest.py ``engine_runs``)."""
+    return traceview.load(engine_runs[8])
 
 
 def test_engine_profile_families_cover_the_decode_step(engine_profile):
@@ -414,18 +405,19 @@ def test_engine_profile_families_cover_the_decode_step(engine_profile):
     Steps are the decode program's executions (window "run": the program's own wall time on
     the XLA:CPU thread). What is left is thunk-scheduling idle inside the program; measured
     95.6% here (94.4% with the default span window, which adds the host gap before the
-    sampler program). The bound is 90% so that a loaded CI machine cannot flake it; the
-    figure itself is in the notes of issue 4."""
+    sampler program): a timing, in the notes of issue 4, not asserted on a fresh recording;
+    the identities and the hand sum are exact."""
     prof = engine_profile
     decode = [m for m in prof.modules()["module"].to_list() if m.startswith("jit_decode_b8")]
-    assert decode == ["jit_decode_b8_bkv512"]
+    assert decode == ["jit_decode_b8_bkv128"]
     a = prof.steps(module=decode[0], extent="run")
     _check_identities(a)
-    assert a.coverage_all.n_steps == 15  # 16 tokens: the first comes from prefill
-    assert a.coverage.ratio >= 0.90, a.coverage.line()
-    fams = dict(zip(a.families["family"], a.families["share"]))
-    # the Pallas kernel's ops are the attention family and the largest one
-    assert max(fams, key=fams.get) == "attention/custom kernels"
+    assert a.coverage_all.n_steps == 3  # 4 tokens: the first comes from prefill
+    # the coverage ratio and the family shares of a fresh CPU recording are timing (asserted
+    # on committed traces above); here the structure: the Pallas kernel's ops are the
+    # attention family, and every step holds op time
+    fams = dict(zip(a.families["family"], a.families["self_ps"]))
+    assert fams.get("attention/custom kernels", 0) > 0 and (a.steps["op_time_ps"] > 0).all()
     # independent: per step, the self time of the ops that start inside the run, summed by hand
     runs = prof.module_runs.filter(pl.col("module") == decode[0]).sort("start_ps").rows(named=True)
     total = 0

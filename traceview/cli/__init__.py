@@ -3,7 +3,8 @@
 and turns errors into one line and an exit code.
 
 Exit codes are those of :mod:`traceview.errors` (0 ok, 1 check failed, 2 usage, 3 no trace
-found, 4 trace unreadable, 5 no HLO ops, 6 limit exceeded). Library errors are printed as one
+found, 4 trace unreadable, 5 no HLO ops, 6 limit exceeded), and 130 when interrupted (Ctrl-C:
+one line, :func:`traceview.cli.process.handle_interrupts`). Library errors are printed as one
 line, ``traceview: error: <file>: <fault>``, never as a traceback. Process tuning (allocator,
 threads, streams, the exit path) is :mod:`traceview.cli.process`'s alone.
 """
@@ -41,7 +42,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="traceview",
         description="Shape-keyed analysis of JAX/XProf profiles (.xplane.pb, .trace.json.gz).",
         epilog="exit codes: 0 ok, 1 check failed, 2 usage, 3 no trace found, 4 trace unreadable, "
-               "5 no HLO ops in trace, 6 resource limit exceeded")
+               "5 no HLO ops in trace, 6 resource limit exceeded, 130 interrupted (Ctrl-C)")
     parser.add_argument("--version", action="version", version=f"traceview {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         except TraceviewError as exc:
             from traceview.model.naming import safe_line
 
+            if process.interrupted():
+                return process.say_interrupted()
             print(f"traceview: error: {safe_line(exc)}", file=sys.stderr)
             return exc.exit_code
         except BrokenPipeError:  # the reader went away (| head): a normal end
@@ -90,23 +93,34 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_OK
         except OSError as exc:  # writing the output failed (disk full, closed descriptor...): exit 2
             process.silence_stdout()
+            if process.interrupted():
+                return process.say_interrupted()
             print(f"traceview: error: cannot write {exc.filename or 'the output'}: {exc.strerror or exc}",
                   file=sys.stderr)
             return EXIT_USAGE
         except KeyboardInterrupt:
-            print("traceview: interrupted", file=sys.stderr)
-            return 130
+            return process.say_interrupted()
         except MemoryError:
+            if process.interrupted():
+                return process.say_interrupted()
             print("traceview: error: out of memory while reading or analysing the trace (try a smaller run, "
                   "--max-bytes, or a machine with more memory)", file=sys.stderr)
             return EXIT_LIMIT
 
 
 def entry() -> None:
-    """The ``traceview`` console script and ``python -m traceview.cli``: :func:`main`, then
-    :func:`traceview.cli.process.exit_now`."""
+    """The ``traceview`` console script and ``python -m traceview.cli``: Ctrl-C handling first
+    (:func:`traceview.cli.process.handle_interrupts`: one line, exit 130, in every command and
+    the engine), then :func:`main`, then :func:`traceview.cli.process.exit_now`."""
     from traceview.cli import process
 
     argv = sys.argv[1:]
-    rc = main(argv)
-    process.exit_now(rc, teardown=bool(argv and argv[0] == "engine"))
+    engine = bool(argv and argv[0] == "engine")
+    try:
+        process.handle_interrupts("traceview engine" if engine else "traceview")
+        rc = main(argv)
+    except KeyboardInterrupt:  # outside main's own handler: imports, the parser, the engine
+        rc = process.say_interrupted()
+    if process.interrupted():  # an interrupt swallowed or turned into another error on the way
+        rc = process.say_interrupted()
+    process.exit_now(rc, teardown=engine)

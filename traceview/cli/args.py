@@ -14,6 +14,14 @@ from pathlib import Path
 MAX_COUNT = 1 << 62
 
 
+def path_arg(text: str) -> str:
+    """argparse type: a PATH, never empty (``""`` is a usage error, not the current folder:
+    an unset shell variable should not analyse ``.``)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"PATH is empty ({text!r}); give a trace file or folder ('.' for this one)")
+    return text
+
+
 def positive_int(text: str) -> int:
     """argparse type: an integer > 0, held to :data:`MAX_COUNT`."""
     try:
@@ -178,7 +186,7 @@ def add_expand_kernels(p: argparse.ArgumentParser) -> None:
 
 def add_selection(p: argparse.ArgumentParser) -> None:
     """PATH and what to read of it: run, staleness, device and op filters, reading, byte limit."""
-    p.add_argument("path", nargs="?", default=".", help="trace file, run dir, log dir or any folder above (default: .)")
+    p.add_argument("path", nargs="?", default=".", type=path_arg, help="trace file, run dir, log dir or any folder above (default: .)")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--run", metavar="NAME", help="read this run (folder name YYYY_MM_DD_HH_MM_SS) instead of the newest")
     g.add_argument("--all-runs", action="store_true", help="read every run found, not only the newest")

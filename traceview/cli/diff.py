@@ -19,12 +19,12 @@ def add_parser(sub) -> None:
                                    "configuration changed, source attribution changes and the step-time delta.",
                        epilog="throughput is never to be quoted from a profiled run: a treatment that multiplies "
                               "traced events (e.g. a smaller kernel block) pays more tracing overhead")
-    d.add_argument("base", nargs="?", help="trace file or folder of the base (before) profile")
-    d.add_argument("treatment", nargs="?", help="trace file or folder of the treatment (after) profile")
-    d.add_argument("--base", dest="base_paths", nargs="+", metavar="PATH",
+    d.add_argument("base", nargs="?", type=cargs.path_arg, help="trace file or folder of the base (before) profile")
+    d.add_argument("treatment", nargs="?", type=cargs.path_arg, help="trace file or folder of the treatment (after) profile")
+    d.add_argument("--base", dest="base_paths", nargs="+", type=cargs.path_arg, metavar="PATH",
                    help="several base profiles (recordings of one configuration), pooled; with --treatment, "
                         "instead of the two positional paths")
-    d.add_argument("--treatment", dest="treatment_paths", nargs="+", metavar="PATH",
+    d.add_argument("--treatment", dest="treatment_paths", nargs="+", type=cargs.path_arg, metavar="PATH",
                    help="several treatment profiles, pooled (see --base)")
     d.add_argument("--noise-level", type=cargs.positive_float, default=0.95, metavar="P",
                    help="confidence level of the noise intervals, in (0, 1) (default 0.95): a change whose "

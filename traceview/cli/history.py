@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
                        epilog="exit codes: 0 ok (or regressions without --fail-on-regression), 1 a regression under "
                               "--fail-on-regression (or a slowdown past the threshold with too few steps for an "
                               "interval), 2 usage, 3 no trace, 4 unreadable, 5 no ops")
-    h.add_argument("paths", nargs="+", metavar="PATH", help="log dir(s), plugins/profile folders or run folders")
+    h.add_argument("paths", nargs="+", type=cargs.path_arg, metavar="PATH", help="log dir(s), plugins/profile folders or run folders")
     h.add_argument("--baseline", metavar="RUN", help="compare every run with this run (its folder name or path) "
                                                      "instead of the previous run")
     h.add_argument("--regression-threshold", type=float, default=5.0, metavar="PCT",

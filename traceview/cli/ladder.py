@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
                                    "doubling of the sweep variable, the arithmetic intensity against the ridge point "
                                    "and where a family crosses it. The batch is read off the engine's decode program "
                                    "names (jit_decode_b<R>_...) unless --x gives the values.")
-    p.add_argument("paths", nargs="+", metavar="PROFILE", help="trace files or folders, one per sweep point")
+    p.add_argument("paths", nargs="+", type=cargs.path_arg, metavar="PROFILE", help="trace files or folders, one per sweep point")
     p.add_argument("--x", type=sweep_values, metavar="V1,V2,...",
                    help="the sweep variable of each profile, in the order given (default: the batch read off the "
                         "engine's decode program name)")

@@ -7,12 +7,19 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import signal
 import sys
+import threading
 
 #: total trace bytes from which the allocators trade allocation speed for memory (see tune_allocator)
 BIG_INPUT_BYTES = 256 << 20
 #: GIL switch interval while a file is decoded on a thread, s (Python's default is 5 ms)
 DECODE_SWITCH_INTERVAL_S = 0.0005
+#: exit code after an interrupt (Ctrl-C, SIGINT): 128 + SIGINT, as a shell reports it
+EXIT_INTERRUPTED = 130
+#: seconds from a SIGINT to a forced exit when the main thread has not ended by then (it may
+#: be inside a long C call, e.g. an XLA compilation, where Python cannot raise)
+INTERRUPT_GRACE_S = 3.0
 
 
 def limit_blas_threads() -> None:
@@ -151,13 +158,128 @@ def exit_now(rc: int, *, teardown: bool = False) -> None:
     teardown (freeing every frame and array one by one, joining polars' thread pool):
     traceview registers no exit handler, and every output is written and closed before this
     is called. ``teardown`` (the engine subcommand: JAX may have exit handlers) or a stream
-    that cannot flush take the normal ``sys.exit``."""
-    if teardown:
+    that cannot flush take the normal ``sys.exit``; an interrupted command
+    (:data:`EXIT_INTERRUPTED`) never does."""
+    exiting()
+    if teardown and rc != EXIT_INTERRUPTED:
         sys.exit(rc)
     try:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
     except Exception:  # noqa: BLE001 - a stream that cannot flush: the normal exit reports nothing more
-        sys.exit(rc)
+        if rc != EXIT_INTERRUPTED:
+            sys.exit(rc)
     os._exit(rc)
+
+
+# ------------------------------------------------------------------ interrupts
+_said = threading.Lock()  # taken once, by whoever prints the interrupt line
+_who = ["traceview"]
+
+
+def handle_interrupts(who: str = "traceview") -> None:
+    """Ctrl-C (SIGINT) ends the command with one line, ``<who>: interrupted``, and exit code
+    :data:`EXIT_INTERRUPTED`, wherever it lands. Called first thing by the entry point.
+
+    * the first SIGINT raises ``KeyboardInterrupt`` in the main thread (``finally`` blocks
+      run: the engine stops the profiler), or ends the process at once inside an import
+      (numpy's, half done, prints the exception itself); the entry point prints the line and calls
+      :func:`exit_now` (``os._exit``: no interpreter teardown, where a late exception would
+      print a second traceback, and no JAX exit handlers, which crashed when interrupted);
+    * a second SIGINT, or one during the exit, ends the process at once;
+    * a watchdog thread, woken by the signal itself (``signal.set_wakeup_fd``, written at C
+      level even while the main thread is inside a long C call such as an XLA compilation),
+      ends the process :data:`INTERRUPT_GRACE_S` after the first SIGINT if the main thread has
+      not by then.
+
+    Nothing is installed when SIGINT is ignored (a background job of a non-interactive
+    shell) or handled by someone else already, or off the main thread."""
+    _who[0] = who
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+    try:
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    except (OSError, ValueError):
+        r = None
+    signal.signal(signal.SIGINT, _first_interrupt)
+    if r is not None:
+        threading.Thread(target=_watchdog, args=(r,), name="traceview-interrupt", daemon=True).start()
+
+
+def _first_interrupt(signum, frame) -> None:
+    signal.signal(signal.SIGINT, _next_interrupt)
+    if _importing(frame):  # a module half imported: some (numpy) print the KeyboardInterrupt's traceback
+        _end_interrupted()
+    raise KeyboardInterrupt
+
+
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import (a module's top level run by importlib)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def interrupted() -> bool:
+    """Whether a SIGINT arrived (checked where an error is reported: an import or a library
+    can turn the ``KeyboardInterrupt`` into another error, numpy's import an ImportError)."""
+    return signal.getsignal(signal.SIGINT) is _next_interrupt
+
+
+def _next_interrupt(signum, frame) -> None:
+    _end_interrupted()
+
+
+def _watchdog(fd: int) -> None:
+    """Wait for a SIGINT on the wakeup pipe, then give the main thread :data:`INTERRUPT_GRACE_S`."""
+    import time
+
+    while True:
+        try:
+            got = os.read(fd, 64)
+        except InterruptedError:
+            continue
+        except OSError:
+            return
+        if not got:
+            return
+        if signal.SIGINT in got:
+            time.sleep(INTERRUPT_GRACE_S)
+            _end_interrupted()
+
+
+def say_interrupted(raw: bool = False) -> int:
+    """Print ``<who>: interrupted`` on stderr (once per process, whoever asks) and return
+    :data:`EXIT_INTERRUPTED`. ``raw``: straight to descriptor 2 (from a signal handler or a
+    thread, where the buffered stream may be in use)."""
+    if _said.acquire(blocking=False):
+        line = f"{_who[0]}: interrupted\n"
+        try:
+            if raw or sys.stderr is None:
+                os.write(2, line.encode())
+            else:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+        except (OSError, ValueError, RuntimeError):
+            pass
+    return EXIT_INTERRUPTED
+
+
+def _end_interrupted() -> None:
+    say_interrupted(raw=True)
+    os._exit(EXIT_INTERRUPTED)
+
+
+def exiting() -> None:
+    """From here on a SIGINT ends the process at once with :data:`EXIT_INTERRUPTED` (the
+    command's work is done; nothing is left to stop cleanly)."""
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) in (_first_interrupt, _next_interrupt):
+        signal.signal(signal.SIGINT, _next_interrupt)

@@ -41,7 +41,7 @@ def add_parser(sub) -> None:
                        description="Evaluate checks on one profile, or on a BASE and TREATMENT pair. Exit 0 when "
                                    "every check passes, 1 when one fails (with the reasons), 2 on an invalid check.",
                        epilog=_VERIFY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    v.add_argument("paths", nargs="+", metavar="PATH",
+    v.add_argument("paths", nargs="+", type=cargs.path_arg, metavar="PATH",
                    help="the profile to check, or BASE TREATMENT for diff checks")
     v.add_argument("-c", "--check", action="append", default=[], metavar="CHECK", help="a check (repeatable)")
     v.add_argument("--checks", metavar="FILE", help="a file of checks, one per line")

@@ -174,6 +174,15 @@ def _what_answers(address: str) -> str:
     return f": the port answers {line!r}" + (" (an HTTP server)" if line.startswith("HTTP/") else "")
 
 
+def _worker_ignores_interrupts() -> None:
+    """A pool worker leaves Ctrl-C to the process that started it (a terminal sends SIGINT to
+    the whole process group: each worker would print its own traceback); that process shuts
+    the pool down."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor | None" = None,
               scheduler: str | None = None, workers: int = 0,
               progress: Callable[[Progress], None] | None = None) -> list:
@@ -219,7 +228,8 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
 
             from concurrent.futures import ProcessPoolExecutor
 
-            own_pool = executor = ProcessPoolExecutor(max_workers=w, mp_context=multiprocessing.get_context("spawn"))
+            own_pool = executor = ProcessPoolExecutor(max_workers=w, mp_context=multiprocessing.get_context("spawn"),
+                                                      initializer=_worker_ignores_interrupts)
     try:
         if executor is None:
             for i, t in enumerate(tasks):

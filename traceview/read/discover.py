@@ -54,6 +54,10 @@ PRUNED_DIRS = frozenset({
     ".tox", ".nox", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints",
 })
 
+#: Seconds a run may be dated after now before it is taken as dated in the future (clock
+#: skew): run folder names have 1-second resolution and a copy's mtime may lag a little.
+FUTURE_SLACK_S = 60.0
+
 #: Skipped paths named in the provenance (the rest are counted; all are in ``Discovery.skipped``).
 SKIPPED_NAMED = 3
 
@@ -234,6 +238,11 @@ def _fmt_age(seconds: float) -> str:
     return f"{seconds / 86400:.0f} days"
 
 
+def _age_phrase(seconds: float) -> str:
+    """'29 min old', or 'dated in the future (clock skew?)' for a negative age."""
+    return "dated in the future (clock skew?)" if seconds < 0 else f"{_fmt_age(seconds)} old"
+
+
 def _fmt_size(n: int) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
@@ -394,7 +403,7 @@ def _select_files(r: Run, reasons: list[str], warnings: list[str]) -> list[Trace
 def _describe_run(r: Run, now: float) -> str:
     when = r.timestamp.strftime("%Y-%m-%d %H:%M:%S") if r.timestamp else "newest file " + datetime.fromtimestamp(r.time).strftime("%Y-%m-%d %H:%M:%S")
     hosts = r.hosts
-    return f"{r.name or r.directory.name or str(r.directory)} ({when}, {_fmt_age(r.age(now))} old, {len(hosts)} host{'s' if len(hosts) != 1 else ''})"
+    return f"{r.name or r.directory.name or str(r.directory)} ({when}, {_age_phrase(r.age(now))}, {len(hosts)} host{'s' if len(hosts) != 1 else ''})"
 
 
 def discover(
@@ -424,17 +433,21 @@ def discover(
 
     Returns:
         A :class:`Discovery`. Runs are ordered newest first by their folder timestamp, else
-        by their newest file mtime. One file is read per (run, host): ``.xplane.pb``, else
+        by their newest file mtime; a run dated more than :data:`FUTURE_SLACK_S` after ``now``
+        (clock skew, a copy from another time zone) is not taken as the newest while a run
+        not in the future exists (a warning names both). One file is read per (run, host): ``.xplane.pb``, else
         ``.trace.json.gz``, else ``.trace.json``, else ``perfetto_trace.json.gz``.
 
     Raises:
         NoTraceFound: ``path`` does not exist, is a file that is not a trace, or no trace file
             was found under it.
-        UsageError: ``run`` names no run found (the message lists the runs), or both ``run``
-            and ``all_runs`` are given.
+        UsageError: ``path`` is empty (never read as ``.``), ``run`` names no run found (the
+            message lists the runs), or both ``run`` and ``all_runs`` are given.
 
     Never opens a trace file and never writes anything.
     """
+    if not str(os.fspath(path)).strip():
+        raise UsageError(f"the path is empty ({os.fspath(path)!r}); give a trace file or folder ('.' for this one)")
     root = Path(os.fspath(path))
     now = time.time() if now is None else now
     if run is not None and all_runs:
@@ -468,7 +481,11 @@ def discover(
     warnings: list[str] = []
     n_files = sum(len(r.files) for r in runs)
     if single_file:
-        reasons.append(f"reading the file given: {root}")
+        r = runs[0]
+        of_run = f", of run {r.name}" if r.timestamp is not None else ""
+        reasons.append(f"reading {root}: the file given{of_run} (written "
+                       f"{datetime.fromtimestamp(r.files[0].mtime).strftime('%Y-%m-%d %H:%M:%S')}, "
+                       f"{_age_phrase(now - r.files[0].mtime)})")
     else:
         reasons.append(
             f"searched {root} for {patterns}: {n_files} file{'s' if n_files != 1 else ''} "
@@ -499,24 +516,37 @@ def discover(
         # Real runs (YYYY_MM_DD_HH_MM_SS folders) win over loose files: a summary or a copy
         # dropped next to them is newer by mtime but is not the session that was profiled.
         timed = [r for r in runs if r.timestamp is not None]
-        r0 = timed[0] if timed else runs[0]
+        pool = timed if timed else runs
+        future = [r for r in pool if r.time > now + FUTURE_SLACK_S]
+        present = [r for r in pool if r not in future]
+        r0 = present[0] if present else pool[0]
         selected = [r0]
-        if timed and runs[0] is not r0:
+        if timed and runs[0] is not r0 and runs[0] not in future:
             loose = [r for r in runs if r.timestamp is None]
             warnings.append(
                 f"{sum(len(r.files) for r in loose)} trace file(s) outside any run folder "
                 f"({', '.join(str(r.directory) for r in loose)}) are newer than run {r0.name}; reading the run "
                 f"folder ({run_hint} to read them)")
+        if future:
+            names = ", ".join(str(r.name or r.directory) for r in future)
+            warnings.append(
+                f"{len(future)} run(s) dated in the future (clock skew?): {names}; reading "
+                + (f"{r0.name or r0.directory}, the newest run not in the future" if present
+                   else f"{r0.name or r0.directory}, the newest of them (no run is dated before now)")
+                + f"; {run_hint} to choose")
         basis = "its folder name" if r0.timestamp else "its newest file's mtime (not in a YYYY_MM_DD_HH_MM_SS run folder)"
-        if len(runs) > 1:
+        if single_file:
+            pass  # the file given is named above; its folder is no run
+        elif len(runs) > 1:
             reasons.append(f"reading run {_describe_run(r0, now)} at {r0.directory}: the newest of "
-                           f"{len(timed) if timed else len(runs)} run(s){' in run folders' if timed else ''}, "
+                           f"{len(pool)} run(s){' in run folders' if timed else ''}"
+                           f"{f' not dated in the future ({len(future)} are)' if future and present else ''}, "
                            f"dated by {basis}")
         else:
             reasons.append(f"reading run {_describe_run(r0, now)} at {r0.directory}: the only run found")
         if len(runs) > 1:
             warnings.append(
-                f"{len(runs)} runs found; reading {'the newest ' if r0 is runs[0] else 'the newest run folder, '}"
+                f"{len(runs)} runs found; reading {'the newest ' if r0 is runs[0] else 'the newest run folder, ' if not future else ''}"
                 f"{r0.name or r0.directory}; {run_hint} "
                 "to choose (the newest run may not be the session you just profiled if clocks or copies differ)"
             )

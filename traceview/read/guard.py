@@ -1,5 +1,7 @@
-"""Where traceview may write: never into a profile folder it reads, onto a trace, or through a
-hard link into one; outputs are written whole to a temporary file and renamed into place.
+"""Where traceview may write: never into a profile tree (a ``plugins/profile`` tree, a run
+folder, the log dir of a run read), onto a trace, or through a hard link onto one; anywhere
+else, beside a loose trace included. Outputs are written whole to a temporary file and
+renamed into place, so a trace is never altered.
 
 Used by the CLI and by the library (:meth:`traceview.Profile.report`) alike. Errors are
 :class:`~traceview.errors.UsageError`, one line naming the output.
@@ -16,11 +18,7 @@ from traceview.errors import UsageError
 
 
 def inside_inputs(out: Path, discovery) -> bool:
-    """True when ``out`` would land in a folder traceview read a trace from, or anywhere in
-    the log dir of a run it read (``LOGDIR/plugins/profile/RUN/``: ``LOGDIR`` is the profile
-    as TensorBoard and ``jax.profiler`` see it), is a (hard link to a) trace file it read,
-    bears a trace file's name, lies anywhere in a ``plugins/profile`` tree (where a stray output would later be taken for a trace), or
-    would be a file in a folder that holds trace files (:func:`holds_traces`).
+    """True when ``out`` is refused (:func:`why_inside`) for the files ``discovery`` read.
     ``discovery``: a :class:`~traceview.read.discover.Discovery`, or None."""
     return inside_files(out, [f.path for f in discovery.files] if discovery is not None else [])
 
@@ -31,11 +29,20 @@ def inside_files(out: Path, trace_paths) -> bool:
 
 
 def why_inside(out: Path, trace_paths) -> str | None:
-    """Why ``out`` is refused (:func:`inside_inputs`), in a few words, or None."""
+    """Why ``out`` is refused, in a few words, or None. What is protected is a profile tree
+    and the traces themselves; anywhere else may be written, beside a loose trace included:
+
+    * ``out`` bears a trace file's name (it is one, or would later be taken for one);
+    * ``out`` is (a hard link to) a trace file read;
+    * ``out`` lies in a ``plugins/profile`` tree (where the profiler writes runs);
+    * ``out`` lies in a run folder: a folder with the profiler's run name
+      (:data:`~traceview.read.discover.RUN_NAME_RE`) holding trace files, wherever it was copied;
+    * ``out`` lies in the log dir of a run read (``LOGDIR`` of ``LOGDIR/plugins/profile/RUN/``:
+      the profile as TensorBoard and ``jax.profiler`` see it)."""
     from traceview.read.discover import classify
 
     out = Path(out)
-    if classify(out.name) is not None:  # a trace's name: it is one, or would be taken for one
+    if classify(out.name) is not None:
         return "it bears a trace file's name"
     out = out.resolve()
     dirs = set()
@@ -46,21 +53,26 @@ def why_inside(out: Path, trace_paths) -> str | None:
                 return f"it is the trace file {f}"
         except OSError:
             pass
-    if any(out == d or d in out.parents for d in dirs):
-        return "it is inside the profile folder it reads"
+    chain = [out, *out.parents]
+    if any(p.name == "profile" and p.parent.name == "plugins" for p in chain):
+        return "it is inside a plugins/profile tree"
+    for p in chain[1:] if _is_regular_target(out) else chain:
+        if run_folder(p):
+            return f"it is inside the run folder {p}"
     for d in dirs:  # the log dir of a run read (LOGDIR/plugins/profile/RUN/file): the profile as a whole
         if d.parent.name == "profile" and d.parent.parent.name == "plugins":
             logdir = d.parent.parent.parent
             if out == logdir or logdir in out.parents:
                 return f"it is inside the log dir {logdir} it reads"
-    chain = [out, *out.parents]
-    if any(p.name == "profile" and p.parent.name == "plugins" for p in chain):
-        return "it is inside a plugins/profile tree"
-    if _is_regular_target(out):
-        held = holds_traces(out.parent)
-        if held:
-            return f"its folder {out.parent} holds trace files ({held})"
     return None
+
+
+def run_folder(folder: Path) -> bool:
+    """Whether ``folder`` is a profiler run folder: its name is a run's
+    (:data:`~traceview.read.discover.RUN_NAME_RE`) and it holds a trace file (:func:`holds_traces`)."""
+    from traceview.read.discover import RUN_NAME_RE
+
+    return bool(RUN_NAME_RE.match(folder.name)) and holds_traces(folder) is not None
 
 
 #: Entries of a folder looked at for trace files before an output is written there.
@@ -69,7 +81,7 @@ SCAN_ENTRIES = 10_000
 
 def holds_traces(folder: Path) -> str | None:
     """The name of a file named like a trace directly in ``folder`` (among its first
-    :data:`SCAN_ENTRIES` entries), or None: a flat folder of traces is a profile folder too."""
+    :data:`SCAN_ENTRIES` entries), or None."""
     from traceview.read.discover import classify
 
     try:
@@ -147,12 +159,14 @@ def write_atomic(path: Path, data: bytes | str) -> None:
             mode = 0o666 & ~_umask()
         os.chmod(tmp, mode)
         os.replace(tmp, path)
-    except OSError as exc:
+    except BaseException as exc:  # an OSError, or an interrupt (Ctrl-C): no temporary file left behind
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        if isinstance(exc, OSError):
+            raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        raise
 
 
 def _umask() -> int:

@@ -202,11 +202,13 @@ def roofline_svg(roof: pl.DataFrame, peaks, *, labelled: int = LABELLED) -> tupl
 
 
 @_chart_style
-def steps_svg(series: list[list[float]], colors: list[str]) -> str:
+def steps_svg(series: list[list[float]], colors: list[str], steps: list[int] | None = None) -> str:
     """Stacked bars: one bar per step, one segment per series (``series[i][k]`` = time of
-    series i in step k, ps; plotted in ms) colored ``colors[i]``. Names stay out of the SVG:
-    the legend is HTML."""
+    series i in the k-th step shown, ps; plotted in ms) colored ``colors[i]``, at x = the
+    step's number (``steps[k]``; default k): 0-based, as the ``step`` column of every table,
+    the JSON and the strip chart. Names stay out of the SVG: the legend is HTML."""
     n = len(series[0]) if series else 0
+    xs = [int(x) for x in steps][:n] if steps is not None and len(steps) >= n else list(range(n))
     fig = _new_figure(min(8.4, max(5.0, 3.0 + 0.16 * n)), 3.2)
     ax = fig.add_subplot()
     from matplotlib.collections import PolyCollection
@@ -217,16 +219,16 @@ def steps_svg(series: list[list[float]], colors: list[str]) -> str:
         ms = [float(v) / 1e9 if v and math.isfinite(float(v)) and v > 0 else 0.0 for v in vals]
         # one collection of rectangles per series (ax.bar makes an artist per bar: 10x slower)
         boxes = [((k - half, b), (k + half, b), (k + half, b + v), (k - half, b + v))
-                 for k, b, v in zip(range(1, n + 1), bottom, ms) if v > 0]
+                 for k, b, v in zip(xs, bottom, ms) if v > 0]
         if boxes:
             ax.add_collection(PolyCollection(boxes, facecolors=c, linewidths=0))
         bottom = [b + v for b, v in zip(bottom, ms)]
     ax.set_ylim(0, max(bottom, default=0.0) * 1.05 or 1.0)
     ax.set_xlabel("step")
     ax.set_ylabel("time per step (ms)")
-    ax.set_xlim(0.4, n + 0.6)
+    ax.set_xlim(min(xs, default=0) - 0.6, max(xs, default=0) + 0.6)
     if n <= 24:
-        ax.set_xticks(range(1, n + 1))
+        ax.set_xticks(xs)
     else:
         from matplotlib.ticker import MaxNLocator
 
@@ -271,6 +273,9 @@ def step_strip_svg(steps: list[int], durations: list[float], outliers: list[bool
         ax.yaxis.set_minor_formatter(NullFormatter())
     else:
         ax.set_ylim(0, top * 1.08 or 1.0)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # step numbers: whole, 0-based as the tables
     ax.set_xlabel("step")
     ax.set_ylabel("step time (ms)")
     ax.grid(True, axis="y", color="#e6e6e6", lw=0.6)
@@ -281,11 +286,12 @@ def step_strip_svg(steps: list[int], durations: list[float], outliers: list[bool
 
 
 @_chart_style
-def skew_svg(devices: list[str], busy: list[list[float]]) -> str:
+def skew_svg(devices: list[str], busy: list[list[float]], steps: list[int] | None = None) -> str:
     """A per-device strip: one row per device, one cell per step, colored by the device's busy
     time over the step's median busy time (``busy[d][k]``, ps; 1 = the median, darker =
     busier, the straggler's row stands out). Device names are the y labels (escaped by the
-    SVG writer)."""
+    SVG writer); the x labels the steps' numbers (``steps[k]``; default k: 0-based, as every
+    table and chart)."""
     import numpy as np
 
     a = np.array(busy, dtype=float) if busy else np.zeros((0, 0))
@@ -308,7 +314,8 @@ def skew_svg(devices: list[str], busy: list[list[float]]) -> str:
     ax.set_yticks(range(nd))
     ax.set_yticklabels([str(d) for d in devices])
     ax.set_xticks(range(ns) if ns <= 24 else [])
-    ax.set_xticklabels([str(k + 1) for k in range(ns)] if ns <= 24 else [])  # 1-based, as the bar chart
+    labels = [str(int(x)) for x in steps] if steps is not None and len(steps) == ns else [str(k) for k in range(ns)]
+    ax.set_xticklabels(labels if ns <= 24 else [])
     ax.set_xlabel("step")
     return _svg(fig)
 

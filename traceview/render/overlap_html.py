@@ -45,7 +45,7 @@ def comm_view(rep, charts, top: int = 20) -> CommView | None:
     tot = [s["compute_ps"] - s["hidden_ps"], s["hidden_ps"], s["exposed_ps"], s["host_ps"], s["idle_ps"]]
     legend = [{"name": nm, "color": c, "time_ps": t / n, "share": t / s["step_ps"] if s["step_ps"] else None}
               for (nm, c), t in zip(SEGMENTS, tot)]
-    view = CommView(bars_svg=charts.submit("steps", series, [c for _, c in SEGMENTS]), legend=legend, summary=dict(s),
+    view = CommView(bars_svg=charts.submit("steps", series, [c for _, c in SEGMENTS], shown["step"].to_list()), legend=legend, summary=dict(s),
                     populations=ov.populations.head(top).to_dicts(), steps_shown=shown.height, n_steps=per.height,
                     notes=list(ov.notes))
     st = getattr(rep, "stragglers", None)
@@ -57,7 +57,7 @@ def comm_view(rep, charts, top: int = 20) -> CommView | None:
         names = d["_name"].unique(maintain_order=True).sort().to_list()
         grid = {(r["_name"], r["step"]): r["busy_ps"] for r in d.iter_rows(named=True)}
         busy = [[float(grid.get((nm, k)) or 0) for k in steps] for nm in names]
-        view.skew_svg = charts.submit("skew", names, busy)
+        view.skew_svg = charts.submit("skew", names, busy, steps)
         view.stragglers = {"summary": dict(st.summary), "steps": st.steps.head(top).to_dicts(), "notes": list(st.notes)}
     return view
 

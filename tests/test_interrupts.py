@@ -1,0 +1,141 @@
+"""Ctrl-C anywhere: one line on stderr, exit 130, no traceback, in every command and the engine
+(issue 24, item 4). The signal goes to the whole process group, as a terminal's Ctrl-C does
+(worker processes included), once the command's entry point runs (its interrupt watchdog
+thread exists: the interpreter's own start-up, before any traceview code, is Python's)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TPU = "tpu_v6e_4chip_psum.xplane.pb"
+
+
+def _threads(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return next(int(line.split()[1]) for line in fh if line.startswith("Threads:"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
+def interrupt(argv: list[str], delay: float, *, env: dict | None = None, stdin=subprocess.DEVNULL, cwd=None,
+              after: str | None = None):
+    """Run ``traceview ARGV``, send SIGINT to its process group ``delay`` s after its entry
+    point started (or after it wrote a stderr line starting with ``after``); (exit code,
+    stderr lines, seconds from start to SIGINT)."""
+    import threading
+
+    p = subprocess.Popen([sys.executable, "-m", "traceview.cli", *argv], stdin=stdin, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True, cwd=cwd,
+                         # SIGINT as a terminal leaves it (a background job's parent may ignore it)
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                         env={**os.environ, "TRACEVIEW_NO_CACHE": "1", **(env or {})})
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read():
+        for line in p.stderr:
+            lines.append(line.rstrip("\n"))
+            if after is not None and line.startswith(after):
+                seen.set()
+        seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    t0 = time.monotonic()
+    try:
+        if after is not None:
+            seen.wait(300)
+        while p.poll() is None and _threads(p.pid) < 2 and time.monotonic() - t0 < 60:
+            time.sleep(0.005)
+        time.sleep(delay)
+        sent = time.monotonic() - t0
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGINT)
+        p.wait(timeout=120)
+        reader.join(10)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    return p.returncode, lines, sent
+
+
+def _check(rc, lines, what, line="traceview: interrupted"):
+    assert "Traceback" not in "\n".join(lines), (what, lines)
+    assert rc == 130 and lines == [line], (what, rc, lines)
+
+
+def test_ctrl_c_during_analyze_is_one_line_and_exit_130(shared_traces):
+    """20 interrupts spread over ``analyze`` of a TPU trace (start-up, imports, reading,
+    analysis, output): each one line and exit 130. An interrupt later than the run (a fast
+    machine) finds it finished: exit 0, nothing on stderr."""
+    done = 0
+    for delay in (0, 0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.65, 0.8, 1.0, 1.2,
+                  1.5, 1.8, 2.2, 2.6):
+        rc, lines, _ = interrupt(["analyze", str(shared_traces / TPU), "--top", "5"], delay)
+        if rc == 0 and delay > 0.5:
+            assert lines == [], lines
+            continue
+        _check(rc, lines, delay)
+        done += 1
+    assert done >= 12
+
+
+def test_ctrl_c_in_every_command(shared_traces, tmp_path):
+    """report, diff, verify, ladder, history, query and mcp (waiting on its client), each
+    interrupted mid-run (imports, reading, analysis: the delays differ)."""
+    v6e, b4, b8 = str(shared_traces / TPU), str(ROOT / "fixtures/greedy_b4"), str(ROOT / "fixtures/greedy_b8")
+    commands = {
+        "report": ["report", v6e, "-o", str(tmp_path / "r.html")],
+        "diff": ["diff", v6e, v6e],
+        "verify": ["verify", v6e, "-c", "share(family=matmul) < 0.99"],
+        "ladder": ["ladder", b4, b8, "--x", "4,8"],
+        "history": ["history", b4, b8],
+        "query": ["query", v6e, "SELECT * FROM ops"],
+    }
+    for (name, argv), delay in zip(commands.items(), (0.3, 1.0, 0.6, 1.2, 0.4, 0.8)):
+        rc, lines, _ = interrupt(argv, delay)
+        _check(rc, lines, (name, delay))
+    assert not (tmp_path / "r.html").exists()
+    rc, lines, _ = interrupt(["mcp", "--root", str(shared_traces)], 1.5, stdin=subprocess.PIPE)
+    _check(rc, lines, "mcp")
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_engine_stops_cleanly(tmp_path):
+    """``traceview engine profile`` interrupted while JAX is imported, and while the engine
+    compiles its programs on first use (after its start-up lines), where it used to print
+    54-82 lines and exit 139: one line, exit 130, no traceback. The verification lines the
+    engine prints on start (``engine: ...``) may precede it."""
+    argv = ["engine", "profile", "--log-dir", str(tmp_path / "prof"), "--no-precompile", "--max-tokens", "64"]
+    for delay, after in ((1.0, None), (0.5, "engine: decode donation")):
+        rc, lines, sent = interrupt(argv, delay, after=after)
+        said = [x for x in lines if not x.startswith("engine: ")]
+        _check(rc, said, (delay, after, lines), line="traceview engine: interrupted")
+        assert after is None or any(x.startswith(after) for x in lines)
+
+
+def test_an_interrupted_write_leaves_no_temporary_file(tmp_path, monkeypatch):
+    """Ctrl-C while an output is renamed into place: the old output stays whole and no
+    ``.NAME.*.tmp`` is left beside it."""
+    from traceview.read import guard
+
+    out = tmp_path / "o.json"
+    out.write_text("old")
+
+    def interrupted(*a):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(guard.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        guard.write_atomic(out, "new")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["o.json"] and out.read_text() == "old"
