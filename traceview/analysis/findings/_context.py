@@ -55,6 +55,48 @@ def step_info(ctx) -> dict:
     return info
 
 
+def step_loop(ctx, min_repeats: float = 3) -> dict:
+    """Whether the analysed steps are a repeated step (a step loop), not a sweep of different
+    programs: each window step's *op mix* is the set of (op_name, shape) populations of the
+    ops it holds; the commonest mix must recur in at least ``min_repeats`` executions per
+    device and hold at least half of the window's steps. Returns {repeated (bool), executions
+    (of the commonest mix, per device), steps (window steps, all devices), mix_steps (steps
+    with the commonest mix), mixes (distinct op mixes)}; repeated is False without steps."""
+    key = ("step_loop", min_repeats)
+    got = ctx.cache.get(key)
+    if got is not None:
+        return got
+    import numpy as np
+
+    out = {"repeated": False, "executions": 0, "steps": 0, "mix_steps": 0, "mixes": 0}
+    anat = getattr(ctx.report, "steps", None)
+    st = getattr(anat, "steps", None)
+    rows = getattr(anat, "step_rows", None)
+    table = getattr(anat, "table", None)
+    if st is not None and st.height and rows is not None and table is not None:
+        keep = st["in_window"].fill_null(True).to_numpy() if "in_window" in st.columns else np.ones(st.height, bool)
+        inside = rows >= 0
+        inside &= np.concatenate([keep, [False]])[np.where(inside, rows, len(keep))]
+        pop = table.attrs.select("attr", pl.struct("op_name", "shape").rank("dense").alias("pop"))
+        ev = pl.DataFrame({"row": rows[inside].astype(np.int64),
+                           "attr": table.events["attr"].to_numpy()[inside]}).cast({"attr": pop.schema["attr"]})
+        mix = (ev.join(pop, on="attr", how="left").select("row", "pop").unique().sort("row", "pop")
+               .group_by("row", maintain_order=True).agg(pl.col("pop").cast(pl.Utf8).str.join(",").alias("mix")))
+        win = (pl.DataFrame({"row": np.flatnonzero(keep).astype(np.int64)})
+               .with_columns(pl.Series("device", st["device"].to_numpy()[keep] if "device" in st.columns
+                                       else np.zeros(int(keep.sum()), dtype=np.int64)).cast(pl.Utf8))
+               .join(mix, on="row", how="left").with_columns(pl.col("mix").fill_null("")))
+        if win.height:
+            top = win.group_by("mix").agg(pl.len().alias("n"), pl.col("device").n_unique().alias("devices")) \
+                .sort("n", "mix", descending=[True, False])
+            n, devs = int(top["n"][0]), max(int(top["devices"][0]), 1)
+            execs = n / devs
+            out = {"repeated": bool(execs >= min_repeats and 2 * n >= win.height), "executions": execs,
+                   "steps": win.height, "mix_steps": n, "mixes": top.height}
+    ctx.cache[key] = out
+    return out
+
+
 def step_pops(ctx) -> pl.DataFrame:
     """Populations of the ops inside the analysed steps: op_name, shape, op_kind, family,
     module, framework_op (the first), self_ps (summed over steps and devices), count; empty
