@@ -28,17 +28,64 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 @pytest.fixture(scope="module")
 def reps(shared_traces):
     """Reports of the fixtures and shared traces (each read and analysed once)."""
-    paths = {n: FIXTURES / n for n in ("topp_b4", "greedy_b4", "nodonate_b4", "hostmask_b4", "straggler_8dev",
-                                       "collectives_8dev", "tp_decode")}
+    paths = {n: FIXTURES / n for n in ("topp_b4", "greedy_b4", "greedy_b8", "nodonate_b4", "hostmask_b4",
+                                       "straggler_8dev", "collectives_8dev", "tp_decode")}
     paths.update(vllm=shared_traces / "vllm_tpu_qwen", conv=shared_traces / "mi300x_jax_conv3d.xplane.pb",
                  gemm=shared_traces / "mi300x_jax_gemm_sweep.xplane.pb",
                  attn=shared_traces / "mi300x_jax_attention.xplane.pb",
-                 psum=shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+                 psum=shared_traces / "tpu_v6e_4chip_psum.xplane.pb",
+                 pallas=shared_traces / "tpu_v6e_pallas_matmul_llo.xplane.pb")
     out = {}
     for name, p in paths.items():
-        prof = traceview.load(p)
+        prof = traceview.load(p, stale_after_s=None)  # staleness depends on today's date
         out[name] = (prof, prof.analyze())
     return out
+
+
+def test_expected_findings_both_ways(reps, shared_traces):
+    """Every shared trace and every fixture gives exactly the finding ids of
+    ``tests/expected_findings.py`` (nothing missing, nothing extra); the table names every one."""
+    from expected_findings import FIXTURES as WANT_FIXTURES, SHARED as WANT_SHARED
+
+    import traceview.errors as errors
+    from traceview.analysis.findings import IDS
+
+    shared = {p.name for p in shared_traces.iterdir() if p.name != "README.md"}
+    fixtures = {p.name for p in FIXTURES.iterdir() if p.is_dir()}
+    assert set(WANT_SHARED) == shared and set(WANT_FIXTURES) == fixtures
+    by_path = {str(prof.discovery.root): rep for prof, rep in reps.values()}
+    got_ids = {}
+    for base, want in [(shared_traces, WANT_SHARED), (FIXTURES, WANT_FIXTURES)]:
+        for name, expected in want.items():
+            path = base / name
+            if isinstance(expected, str):  # no report at all: the error the CLI exits with
+                with pytest.raises(getattr(errors, expected)):
+                    traceview.load(path, stale_after_s=None)
+                continue
+            assert set(expected) <= set(IDS), name
+            rep = by_path.get(str(path))
+            if rep is None:
+                rep = traceview.load(path, stale_after_s=None).analyze()
+            got_ids[name] = ids(rep)
+    want_all = {n: set(v) for n, v in {**WANT_SHARED, **WANT_FIXTURES}.items() if not isinstance(v, str)}
+    missing = {n: sorted(want_all[n] - got_ids[n]) for n in want_all if want_all[n] - got_ids[n]}
+    extra = {n: sorted(got_ids[n] - want_all[n]) for n in want_all if got_ids[n] - want_all[n]}
+    assert not missing and not extra, f"missing: {missing}; extra: {extra}"
+
+
+def test_every_finding_has_its_section_and_a_why_of_its_own(reps):
+    """docs/findings.md has one section per finding id (its anchor is the id); no why leans on a
+    study the user has not read, and each carries a measurement (a digit)."""
+    from traceview.analysis.findings import IDS
+
+    page = (FIXTURES.parent / "docs" / "findings.md").read_text(encoding="utf-8")
+    heads = {line[3:].strip() for line in page.splitlines() if line.startswith("## ")}
+    assert set(IDS) <= heads, sorted(set(IDS) - heads)
+    seen = [f for _, rep in reps.values() for f in rep.findings]
+    assert {f.id for f in seen} >= {"costs-unknown", "host-transfers-dominate", "state-copied-every-step"}
+    for f in seen:
+        assert f.doc == f"docs/findings.md#{f.id}" and not f.why.lower().startswith("the study")
+        assert "the study (" not in f.why and any(c.isdigit() for c in f.why), (f.id, f.why)
 
 
 def ids(rep) -> set:
@@ -138,7 +185,7 @@ def test_costs_unknown_and_roofline_on_real_traces(reps):
         assert "far-below-roofline" not in ids(reps[quiet][1])
 
 
-def test_warmup_and_trace_quality(reps):
+def test_warmup_and_trace_quality(reps, shared_traces):
     # the MI300X conv trace's GPU:0 runs its first step in 43.1 ms against ~1 ms on its 7
     # other GPUs: an outlier whose reason names the first execution; the default steady window
     # leaves it out, so there is nothing to act on and no finding; a window holding it fires
@@ -154,7 +201,7 @@ def test_warmup_and_trace_quality(reps):
     assert w.severity == "medium" and w.evidence["inside_window"] == 1
     assert w.evidence["steady_median_ps"] < 2e9 < w.evidence["mean_all_ps"]
     assert "warmup-in-window" not in ids(reps["gemm"][1])
-    s = one(reps["vllm"][1], "stale-trace")
+    s = one(traceview.load(shared_traces / "vllm_tpu_qwen").analyze(), "stale-trace")  # default: 7 days
     assert "days old" in s.statement
     assert ids(reps["psum"][1]) == {"host-transfers-dominate"}
 
