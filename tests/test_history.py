@@ -98,6 +98,12 @@ def test_regressions_compare_one_step_program():
                        _run("a2", 2, slow, "jit_decode")], baseline="a1")
     assert [r.verdict for r in hb.runs] == ["baseline", NO_COMPARABLE, "regression"]
     assert hb.to_dict()["no_comparable_run"] == ["sweep"]
+    # no step module: the program is unknown, and unknown is not "the same": never judged
+    hu = compare_runs([_run("u1", 0, fast, None), _run("u2", 1, slow, None)])
+    assert [r.verdict for r in hu.runs] == ["baseline", NO_COMPARABLE] and hu.regressions() == []
+    assert _run("m", 0, fast, None).program is None
+    assert RunSummary(name="x", directory="x", time=0, step_method="module", step_module="jit_decode_b4_bkv64",
+                      step_ps=np.ones(3)).program == "jit_decode"
 
 
 def test_program_stem():

@@ -18,7 +18,7 @@ Regression rule (:func:`compare_runs`): each run against its baseline (the lates
 the same step program, or the run named as ``baseline`` for every run),
 :func:`traceview.analysis.noise.compare` of the per-step durations (treatment = the run).
 Verdicts: ``no comparable run`` when no earlier run (or the named baseline) has the run's
-step program; ``regression`` when the whole interval
+step program, or the run's program is unknown (no step module); ``regression`` when the whole interval
 lies at or above ``1 + threshold`` (the slowdown is at least the threshold with confidence
 ``level``, not merely outside the noise); ``improvement`` when it lies at or below
 ``1 / (1 + threshold)``; ``within noise`` when the interval holds 1; ``no interval`` when
@@ -68,9 +68,9 @@ class RunSummary:
     """One run of a history (:func:`summarise`). ``step_ps``: the step durations (ps) the
     median and the regression rule use; ``families``: [{family, self_ps (per step), share}];
     ``kernels``: [{kernel, config}]; ``findings``: finding ids (None only in summaries
-    built by hand); ``program``: the step program (:func:`program_stem`; None: unknown, compared
-    with runs whose program is unknown too). ``change``/``baseline``/``verdict``: set by
-    :func:`compare_runs`."""
+    built by hand); ``program``: the step program (:func:`program_stem`; default: that of
+    ``step_module``; None: unknown, so the run is compared with none). ``change``/``baseline``/
+    ``verdict``: set by :func:`compare_runs`."""
 
     name: str
     directory: str
@@ -85,6 +85,10 @@ class RunSummary:
     change: noise.Change | None = None
     baseline: str | None = None
     verdict: str = "baseline"
+
+    def __post_init__(self):
+        if self.program is None:
+            self.program = program_stem(self.step_module)
 
     @property
     def n_steps(self) -> int:
@@ -205,10 +209,10 @@ def compare_runs(runs: list[RunSummary], *, baseline: str | None = None, thresho
         base_run = hits[0]
     for i, r in enumerate(runs):
         if base_run is not None:
-            b = base_run if base_run.program == r.program else None
+            b = base_run if base_run.program == r.program and r.program is not None else None
             first = r is base_run
-        else:
-            b = next((x for x in reversed(runs[:i]) if x.program == r.program), None)
+        else:  # an unknown program is the same as none: never compared
+            b = next((x for x in reversed(runs[:i]) if x.program == r.program), None) if r.program else None
             first = i == 0
         if b is None or b is r:
             r.change, r.baseline = None, None

@@ -15,9 +15,12 @@ def add_parser(sub) -> None:
     h = sub.add_parser("history", help="every run under a log dir, oldest first: step time trend and regressions",
                        description="Summarise every run under LOGDIR (and any further PATHs), oldest first by run "
                                    "folder timestamp: the steady step time (median, p10-p90), the top op families "
-                                   "per step, the custom kernels' configurations and findings. Each run is compared "
-                                   "with a baseline (the previous run, or --baseline RUN) by the ratio of median "
-                                   "step times and its noise interval.",
+                                   "per step, the custom kernels' configurations and findings. Each run is read as "
+                                   "itself: a run folder as that run, a trace file (given, or lying loose outside "
+                                   "a run folder) as that file; runs that cannot be read are skipped and listed. "
+                                   "Each run is compared with a baseline of the same step program (the previous "
+                                   "such run, or --baseline RUN) by the ratio of median step times and its noise "
+                                   "interval; a run with none says 'no comparable run'.",
                        epilog="exit codes: 0 ok (or regressions without --fail-on-regression), 1 a regression under "
                               "--fail-on-regression (or a slowdown past the threshold with too few steps for an "
                               "interval), 2 usage, 3 no trace, 4 unreadable, 5 no ops")
