@@ -77,22 +77,34 @@ def step_loop(ctx, min_repeats: float = 3) -> dict:
         keep = st["in_window"].fill_null(True).to_numpy() if "in_window" in st.columns else np.ones(st.height, bool)
         inside = rows >= 0
         inside &= np.concatenate([keep, [False]])[np.where(inside, rows, len(keep))]
-        pop = table.attrs.select("attr", pl.struct("op_name", "shape").rank("dense").alias("pop"))
-        ev = pl.DataFrame({"row": rows[inside].astype(np.int64),
-                           "attr": table.events["attr"].to_numpy()[inside]}).cast({"attr": pop.schema["attr"]})
-        mix = (ev.join(pop, on="attr", how="left").select("row", "pop").unique().sort("row", "pop")
-               .group_by("row", maintain_order=True).agg(pl.col("pop").cast(pl.Utf8).str.join(",").alias("mix")))
-        win = (pl.DataFrame({"row": np.flatnonzero(keep).astype(np.int64)})
-               .with_columns(pl.Series("device", st["device"].to_numpy()[keep] if "device" in st.columns
-                                       else np.zeros(int(keep.sum()), dtype=np.int64)).cast(pl.Utf8))
-               .join(mix, on="row", how="left").with_columns(pl.col("mix").fill_null("")))
-        if win.height:
-            top = win.group_by("mix").agg(pl.len().alias("n"), pl.col("device").n_unique().alias("devices")) \
-                .sort("n", "mix", descending=[True, False])
-            n, devs = int(top["n"][0]), max(int(top["devices"][0]), 1)
-            execs = n / devs
-            out = {"repeated": bool(execs >= min_repeats and 2 * n >= win.height), "executions": execs,
-                   "steps": win.height, "mix_steps": n, "mixes": top.height}
+        # population of each attr (dense rank of op_name, shape); a step's mix is the set of its
+        # populations, hashed as the sum (mod 2**64) of one random 64-bit word per population
+        attrs = table.attrs.select("attr", pl.struct("op_name", "shape").rank("dense").alias("pop"))
+        pop_of = np.zeros(int(attrs["attr"].max()) + 1 if attrs.height else 1, dtype=np.int64)
+        pop_of[attrs["attr"].to_numpy().astype(np.int64)] = attrs["pop"].to_numpy().astype(np.int64)
+        words = np.random.default_rng(0).integers(1, 2 ** 63, size=int(pop_of.max()) + 1, dtype=np.uint64)
+        keys = rows[inside].astype(np.int64) * len(words) + pop_of[table.events["attr"].to_numpy()[inside]]
+        space = st.height * len(words)
+        if space <= 1 << 26:  # (step, population) present: a bitmap, no sort
+            seen = np.zeros(space, dtype=bool)
+            seen[keys] = True
+            pairs = np.flatnonzero(seen)
+        else:
+            pairs = np.unique(keys)
+        prow, ppop = pairs // len(words), pairs % len(words)
+        sig = np.zeros(st.height, dtype=np.uint64)
+        if len(pairs):
+            starts = np.flatnonzero(np.r_[True, prow[1:] != prow[:-1]])
+            sig[prow[starts]] = np.add.reduceat(words[ppop], starts)
+        win = np.flatnonzero(keep)
+        if len(win):
+            mixes, inv, counts = np.unique(sig[win], return_inverse=True, return_counts=True)
+            top = int(np.argmax(counts))
+            n = int(counts[top])
+            devs = st["device"].to_numpy()[win][inv == top] if "device" in st.columns else np.zeros(1)
+            execs = n / max(len(set(devs.tolist())), 1)
+            out = {"repeated": bool(execs >= min_repeats and 2 * n >= len(win)), "executions": execs,
+                   "steps": int(len(win)), "mix_steps": n, "mixes": int(len(mixes))}
     ctx.cache[key] = out
     return out
 
