@@ -28,17 +28,64 @@ FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 @pytest.fixture(scope="module")
 def reps(shared_traces):
     """Reports of the fixtures and shared traces (each read and analysed once)."""
-    paths = {n: FIXTURES / n for n in ("topp_b4", "greedy_b4", "nodonate_b4", "hostmask_b4", "straggler_8dev",
-                                       "collectives_8dev", "tp_decode")}
+    paths = {n: FIXTURES / n for n in ("topp_b4", "greedy_b4", "greedy_b8", "nodonate_b4", "hostmask_b4",
+                                       "straggler_8dev", "collectives_8dev", "tp_decode")}
     paths.update(vllm=shared_traces / "vllm_tpu_qwen", conv=shared_traces / "mi300x_jax_conv3d.xplane.pb",
                  gemm=shared_traces / "mi300x_jax_gemm_sweep.xplane.pb",
                  attn=shared_traces / "mi300x_jax_attention.xplane.pb",
-                 psum=shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+                 psum=shared_traces / "tpu_v6e_4chip_psum.xplane.pb",
+                 pallas=shared_traces / "tpu_v6e_pallas_matmul_llo.xplane.pb")
     out = {}
     for name, p in paths.items():
-        prof = traceview.load(p)
+        prof = traceview.load(p, stale_after_s=None)  # staleness depends on today's date
         out[name] = (prof, prof.analyze())
     return out
+
+
+def test_expected_findings_both_ways(reps, shared_traces):
+    """Every shared trace and every fixture gives exactly the finding ids of
+    ``tests/expected_findings.py`` (nothing missing, nothing extra); the table names every one."""
+    from expected_findings import FIXTURES as WANT_FIXTURES, SHARED as WANT_SHARED
+
+    import traceview.errors as errors
+    from traceview.analysis.findings import IDS
+
+    shared = {p.name for p in shared_traces.iterdir() if p.name != "README.md"}
+    fixtures = {p.name for p in FIXTURES.iterdir() if p.is_dir()}
+    assert set(WANT_SHARED) == shared and set(WANT_FIXTURES) == fixtures
+    by_path = {str(prof.discovery.root): rep for prof, rep in reps.values()}
+    got_ids = {}
+    for base, want in [(shared_traces, WANT_SHARED), (FIXTURES, WANT_FIXTURES)]:
+        for name, expected in want.items():
+            path = base / name
+            if isinstance(expected, str):  # no report at all: the error the CLI exits with
+                with pytest.raises(getattr(errors, expected)):
+                    traceview.load(path, stale_after_s=None)
+                continue
+            assert set(expected) <= set(IDS), name
+            rep = by_path.get(str(path))
+            if rep is None:
+                rep = traceview.load(path, stale_after_s=None).analyze()
+            got_ids[name] = ids(rep)
+    want_all = {n: set(v) for n, v in {**WANT_SHARED, **WANT_FIXTURES}.items() if not isinstance(v, str)}
+    missing = {n: sorted(want_all[n] - got_ids[n]) for n in want_all if want_all[n] - got_ids[n]}
+    extra = {n: sorted(got_ids[n] - want_all[n]) for n in want_all if got_ids[n] - want_all[n]}
+    assert not missing and not extra, f"missing: {missing}; extra: {extra}"
+
+
+def test_every_finding_has_its_section_and_a_why_of_its_own(reps):
+    """docs/findings.md has one section per finding id (its anchor is the id); no why leans on a
+    study the user has not read, and each carries a measurement (a digit)."""
+    from traceview.analysis.findings import IDS
+
+    page = (FIXTURES.parent / "docs" / "findings.md").read_text(encoding="utf-8")
+    heads = {line[3:].strip() for line in page.splitlines() if line.startswith("## ")}
+    assert set(IDS) <= heads, sorted(set(IDS) - heads)
+    seen = [f for _, rep in reps.values() for f in rep.findings]
+    assert {f.id for f in seen} >= {"costs-unknown", "host-transfers-dominate", "state-copied-every-step"}
+    for f in seen:
+        assert f.doc == f"docs/findings.md#{f.id}" and not f.why.lower().startswith("the study")
+        assert "the study (" not in f.why and any(c.isdigit() for c in f.why), (f.id, f.why)
 
 
 def ids(rep) -> set:
@@ -138,20 +185,41 @@ def test_costs_unknown_and_roofline_on_real_traces(reps):
         assert "far-below-roofline" not in ids(reps[quiet][1])
 
 
-def test_warmup_and_trace_quality(reps):
+def test_warmup_and_trace_quality(reps, shared_traces):
     # the MI300X conv trace's GPU:0 runs its first step in 43.1 ms against ~1 ms on its 7
-    # other GPUs: an outlier whose reason names the first execution, left out of the steady
-    # window (so the finding is information, with the steady median beside the mean)
-    w = one(reps["conv"][1], "warmup-in-window")
+    # other GPUs: an outlier whose reason names the first execution; the default steady window
+    # leaves it out, so there is nothing to act on and no finding; a window holding it fires
+    prof, rep = reps["conv"]
+    st = rep.steps.steps
+    (out,) = st.filter(~pl.col("in_window") & pl.col("reason").str.contains("first execution")).to_dicts()
+    assert (out["device"], out["step"]) == ("/device:GPU:0", 0)
+    assert "warmup-in-window" not in ids(rep)
+    w = one(prof.analyze(step_window="all"), "warmup-in-window")
     s0 = w.evidence["steps"][0]
-    assert (s0["device"], s0["step"], s0["in_window"]) == ("/device:GPU:0", 0, False)
+    assert (s0["device"], s0["step"], s0["in_window"]) == ("/device:GPU:0", 0, True)
     assert s0["duration_ps"] == 43_133_070_000 and "first execution of jit_forward_3d_conv" in s0["reason"]
-    assert w.severity == "info" and w.evidence["inside_window"] == 0
+    assert w.severity == "medium" and w.evidence["inside_window"] == 1
     assert w.evidence["steady_median_ps"] < 2e9 < w.evidence["mean_all_ps"]
     assert "warmup-in-window" not in ids(reps["gemm"][1])
-    s = one(reps["vllm"][1], "stale-trace")
+    s = one(traceview.load(shared_traces / "vllm_tpu_qwen").analyze(), "stale-trace")  # default: 7 days
     assert "days old" in s.statement
-    assert not ids(reps["psum"][1])
+    assert ids(reps["psum"][1]) == {"host-transfers-dominate"}
+
+
+def test_host_transfers_dominate_the_v6e_psum_steps(reps):
+    """The v6e psum trace: copies to and from host memory (memory space S(5)) fill 96.9% of
+    every jit_f step on each of the 4 chips; the rule reads the overlap section's split."""
+    rep = reps["psum"][1]
+    f = one(rep, "host-transfers-dominate")
+    st = rep.overlap.steps
+    assert f.evidence["host_ps"] == pytest.approx(float(st["host_ps"].mean()))
+    assert f.evidence["step_ps"] == pytest.approx(float(st["step_ps"].mean()))
+    assert f.evidence["n_steps"] == 400 and f.severity == "high" and "96.9%" in f.statement
+    assert f.evidence["populations"] and f.evidence["populations"][0]["op_name"].startswith("copy-")
+    # the threshold is an argument; the engine fixtures move nothing to the host
+    assert "host-transfers-dominate" not in {x.id for x in find(rep, thresholds={"host-transfers-dominate": 0.98})}
+    for name in ("greedy_b4", "hostmask_b4", "collectives_8dev"):
+        assert "host-transfers-dominate" not in ids(reps[name][1])
 
 
 def test_communication_findings_on_the_multidevice_fixtures(reps):
@@ -193,10 +261,13 @@ def test_rules_on_hand_built_inputs():
     """Rule logic where no recorded trace carries the input yet: the communication analyses,
     the steps branch's outlier columns, and a diff whose traced events multiplied."""
     th = Thresholds()
-    ov = SimpleNamespace(steps=pl.DataFrame({"compute_ps": [800, 800], "exposed_ps": [200, 200],
-                                             "hidden_ps": [50, 50], "idle_ps": [0, 0]}))
+    ov = SimpleNamespace(steps=pl.DataFrame({"compute_ps": [800] * 3, "exposed_ps": [200] * 3,
+                                             "hidden_ps": [50] * 3, "idle_ps": [0] * 3}))
     f = quality.exposed_communication(Inputs(SimpleNamespace(overlap=ov, steps=None)), th)
     assert f.id == "exposed-communication" and f.evidence["exposed_ps"] == 200 and f.evidence["step_ps"] == 1000
+    # two executions are not a repeated step: silent (the tensor-parallel fixture's 2 decode steps)
+    two = SimpleNamespace(steps=ov.steps.head(2))
+    assert quality.exposed_communication(Inputs(SimpleNamespace(overlap=two, steps=None)), th) is None
     ov.steps = ov.steps.with_columns(pl.lit(10).alias("exposed_ps"))
     assert quality.exposed_communication(Inputs(SimpleNamespace(overlap=ov, steps=None)), th) is None
     sg = SimpleNamespace(summary={"straggler": "c", "n_steps": 4, "steps_slowest": 3, "lead_median": 0.5,
@@ -218,9 +289,16 @@ def test_rules_on_hand_built_inputs():
                           "duration_ps": [9, 3, 3, 3], "gap_after_ps": [0, 0, 0, None], "idle_ps": [0] * 4,
                           "outlier": [True, False, False, False], "reason": ["first execution of jit_x", None, None, None],
                           "in_window": [True] * 4})
-    f = decode.warmup_in_window(Inputs(SimpleNamespace(steps=SimpleNamespace(steps=steps))), th)
+    loop = {("step_loop", th.step_repeats): {"repeated": True}}  # a step loop (its op mix is not built here)
+    rep = SimpleNamespace(steps=SimpleNamespace(steps=steps))
+    f = decode.warmup_in_window(Inputs(rep, cache=dict(loop)), th)
     assert f.evidence["steps"][0]["reason"] == "first execution of jit_x" and f.evidence["steady_median_ps"] == 3
     assert f.severity == "medium" and f.evidence["inside_window"] == 1
+    # without an op mix nothing says the steps repeat: silent, not a guess
+    assert decode.warmup_in_window(Inputs(rep), th) is None
+    # the warm-up step already out of the window: nothing to act on, no finding
+    out = SimpleNamespace(steps=SimpleNamespace(steps=steps.with_columns(in_window=pl.Series([False, True, True, True]))))
+    assert decode.warmup_in_window(Inputs(out, cache=dict(loop)), th) is None
     d = SimpleNamespace(events_base=100, events_treatment=900, populations=pl.DataFrame({
         "status": ["matched", "matched"], "stem": ["RPAd", "fusion"], "shape": ["s", "t"],
         "events_base": [10, 50], "events_treatment": [80, 50], "self_ps_base": [1, 1], "self_ps_treatment": [2, 1],
@@ -261,6 +339,9 @@ def test_analyze_json_html_and_library(reps, tmp_path, capsys):
     assert main(["analyze", topp, "--format", "json", "--no-cache"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert "sampler-search-dominates" in [f["id"] for f in doc["findings"]]
+    # every finding links its section of the findings page; the terminal gives the same reference
+    assert all(f["doc"] == f"docs/findings.md#{f['id']}" for f in doc["findings"])
+    assert "more: docs/findings.md#sampler-search-dominates" in out
     assert main(["analyze", topp, "--format", "json", "--no-cache", "--no-findings"]) == 0
     assert json.loads(capsys.readouterr().out)["findings"] is None
     assert main(["analyze", topp, "--finding-threshold", "bogus=1"]) == 2
@@ -268,7 +349,7 @@ def test_analyze_json_html_and_library(reps, tmp_path, capsys):
 
     prof, rep = reps["topp_b4"]
     frame = prof.findings()
-    assert frame.columns == ["id", "severity", "statement", "evidence", "why", "next_step", "verify_hint"]
+    assert frame.columns == ["id", "severity", "statement", "evidence", "why", "next_step", "verify_hint", "doc"]
     assert set(frame["id"]) == ids(rep) and json.loads(frame.filter(pl.col("id") == "sampler-search-dominates")
                                                        ["evidence"][0])["vocab"] == 512
 

@@ -191,6 +191,15 @@ def test_regimes_warm_up_two_programs_and_bimodal():
     assert "2 programs" in two["regimes"] and "bimodal: 50%" in two["regimes"]
     bi = aggregate.by_shape(table([1_000_000, 3_000_000] * 6), runs(12)).row(0, named=True)
     assert bi["regimes"] == "bimodal: 50% near 1.00 µs, 50% near 3.00 µs"
+    # one or two slow samples are outliers, not a mode (each mode needs 3 and 10% of them)
+    for n, k in ((10, 1), (12, 2)):
+        durs = [1_000_000 + 1000 * (i % 3) for i in range(n - k)] + [3_000_000] * k
+        assert aggregate.by_shape(table(durs), runs(n)).row(0, named=True)["regimes"] is None, k
+    three = aggregate.by_shape(table([1_000_000 + 1000 * (i % 3) for i in range(9)] + [3_000_000] * 3), runs(12))
+    assert three.row(0, named=True)["regimes"] == "bimodal: 75% near 1.00 µs, 25% near 3.00 µs"
+    # a smooth spread (1 to 3 µs, 10% apart) has modes 1.5x apart by median but no empty gap
+    smooth = [round(1_000_000 * 1.1 ** i) for i in range(12)]
+    assert aggregate.by_shape(table(smooth), runs(12)).row(0, named=True)["regimes"] is None
     # below MIN_P50_PS the spread is the timer's: never examined
     tiny = aggregate.by_shape(table([2_500, 3_750] * 6), runs(12)).row(0, named=True)
     assert tiny["regimes"] is None

@@ -150,7 +150,7 @@ class Profile(ProfileData):
 
     def findings(self, *, thresholds=None, **options):
         """The findings of :mod:`traceview.analysis.findings` as a polars DataFrame (id,
-        severity, statement, evidence as JSON text, why, next_step, verify_hint), most
+        severity, statement, evidence as JSON text, why, next_step, verify_hint, doc), most
         severe first; ``thresholds``: {finding id or threshold name: value}, a list of
         ``ID=VALUE`` or a :class:`~traceview.analysis.findings.Thresholds`; ``options`` as
         :meth:`analyze`. Raises UsageError for a bad threshold or option."""

@@ -18,8 +18,14 @@ noisy host gives two modes. This module gives, per population (any key over the 
   :data:`WIDE_MAX`; at least :data:`MIN_OCCURRENCES` occurrences, median from
   :data:`MIN_P50_PS`), a short reason when the spread says they mix regimes: ``warm-up`` (the
   first execution :data:`WARMUP_FACTOR` x or more the median of the later ones), ``programs``
-  (several program ids, medians :data:`PROGRAM_FACTOR` x apart) or ``bimodal`` (two clusters of
-  at least :data:`MODE_SHARE` of the occurrences each, medians :data:`MODE_FACTOR` x apart).
+  (several program ids, medians :data:`PROGRAM_FACTOR` x apart) or ``bimodal`` (below).
+
+Bimodal rule: the steady occurrences (warm-up ones left out) sorted by duration are split at
+the widest ratio between neighbours among the splits that leave each side at least
+:data:`MODE_MIN` occurrences and :data:`MODE_SHARE` of them; the population is bimodal when
+that empty gap (the high mode's fastest over the low mode's slowest) is at least
+:data:`MODE_GAP` and the modes' medians are at least :data:`MODE_FACTOR` apart. One or two
+slow samples are outliers, not a mode; a smooth spread has no empty gap.
 
 Execution index: an occurrence belongs to the run of its (host, device, program_id) that holds
 its start (``module_runs``); when some occurrence starts outside every run (TPU ops on the
@@ -59,8 +65,11 @@ MIN_P50_PS = 100_000
 WARMUP_FACTOR = 2.0
 #: two programs: largest over smallest per-program median
 PROGRAM_FACTOR = 1.5
-#: bimodal: each cluster holds at least this share of the occurrences, medians this far apart
+#: bimodal: each mode holds at least MODE_MIN occurrences and MODE_SHARE of them, nothing lies
+#: between the modes over a ratio of MODE_GAP, and their medians are MODE_FACTOR apart
+MODE_MIN = 3
 MODE_SHARE = 0.1
+MODE_GAP = 1.25
 MODE_FACTOR = 1.5
 
 SPREAD_SCHEMA = {"p50_ps": pl.Float64, "p90_ps": pl.Float64, "cv": pl.Float64}
@@ -255,17 +264,17 @@ def _regime_of(g: pl.DataFrame) -> dict:
         if lo["m"] and hi["m"] >= PROGRAM_FACTOR * lo["m"]:
             reasons.append(f"{progs.height} programs: median {fmt_time_ps(lo['m'])} (program {lo['program_id']}) "
                            f"vs {fmt_time_ps(hi['m'])} (program {hi['program_id']})")
-    # two modes among the steady occurrences: the widest gap (in ratio) that leaves each side
-    # MODE_SHARE of them
+    # two modes among the steady occurrences (module doc): the widest empty gap (in ratio)
+    # that leaves each side MODE_MIN and MODE_SHARE of them
     v = np.sort(dur[~warm])
     n = len(v)
-    lo_i = max(1, int(np.ceil(MODE_SHARE * n)))
+    lo_i = max(MODE_MIN, int(np.ceil(MODE_SHARE * n)))
     hi_i = n - lo_i
     if n >= MIN_OCCURRENCES and hi_i >= lo_i and v[0] > 0:
         gaps = v[lo_i:hi_i + 1] / v[lo_i - 1:hi_i]
         j = int(np.argmax(gaps)) + lo_i  # split before index j
         low, high = float(np.median(v[:j])), float(np.median(v[j:]))
-        if high >= MODE_FACTOR * low and gaps[j - lo_i] >= 1.2:
+        if high >= MODE_FACTOR * low and gaps[j - lo_i] >= MODE_GAP:
             share = (n - j) / n
             out["low_mode_ps"], out["high_mode_ps"], out["high_mode_share"] = low, high, share
             reasons.append(f"bimodal: {100 * (1 - share):.0f}% near {fmt_time_ps(low)}, "

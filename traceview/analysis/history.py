@@ -8,9 +8,17 @@ per step, the custom kernels' configurations read off their names
 (:func:`traceview.analysis.kernels.kernels`), and the ids of the findings of its report
 (:mod:`traceview.analysis.findings`).
 
-Regression rule (:func:`compare_runs`): each run against its baseline (the previous run, or
-the run named as ``baseline`` for every run), :func:`traceview.analysis.noise.compare` of the
-per-step durations (treatment = the run). Verdicts: ``regression`` when the whole interval
+Step program (:func:`program_stem`): the step module's name (the module whose ops hold the
+most self time inside the steps when steps come from markers) without its bucket and config
+suffixes (``jit_decode_b8_bkv128`` -> ``jit_decode``; ``.N`` / ``(N)`` copies dropped). Only
+runs of one step program are compared: a GEMM sweep's steps and a decode engine's are not the
+same step, however their medians compare.
+
+Regression rule (:func:`compare_runs`): each run against its baseline (the latest earlier run of
+the same step program, or the run named as ``baseline`` for every run),
+:func:`traceview.analysis.noise.compare` of the per-step durations (treatment = the run).
+Verdicts: ``no comparable run`` when no earlier run (or the named baseline) has the run's
+step program, or the run's program is unknown (no step module); ``regression`` when the whole interval
 lies at or above ``1 + threshold`` (the slowdown is at least the threshold with confidence
 ``level``, not merely outside the noise); ``improvement`` when it lies at or below
 ``1 / (1 + threshold)``; ``within noise`` when the interval holds 1; ``no interval`` when
@@ -26,6 +34,7 @@ unless it is larger than the threshold with confidence. Times in ps.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +45,22 @@ from traceview.analysis import noise
 THRESHOLD = 0.05
 #: top families kept per run
 TOP_FAMILIES = 3
+#: verdict of a run whose step program no earlier run (or the named baseline) shares
+NO_COMPARABLE = "no comparable run"
+
+_COPY = re.compile(r"(\.\d+|\(\d+\))$")
+_CONFIG = re.compile(r"(_[a-z]+\d+(?:_\d+)*)+$")
+
+
+def program_stem(module: str | None) -> str | None:
+    """The step program of a module name: without a trailing copy number (``.3``, ``(3)``) and
+    trailing bucket/config segments of letters then digits (``_b8``, ``_bkv128``, ``_t32``);
+    None for no module."""
+    if not module:
+        return None
+    m = _COPY.sub("", str(module))
+    stem = _CONFIG.sub("", m)
+    return stem or m
 
 
 @dataclass
@@ -43,7 +68,9 @@ class RunSummary:
     """One run of a history (:func:`summarise`). ``step_ps``: the step durations (ps) the
     median and the regression rule use; ``families``: [{family, self_ps (per step), share}];
     ``kernels``: [{kernel, config}]; ``findings``: finding ids (None only in summaries
-    built by hand). ``change``/``baseline``/``verdict``: set by :func:`compare_runs`."""
+    built by hand); ``program``: the step program (:func:`program_stem`; default: that of
+    ``step_module``; None: unknown, so the run is compared with none). ``change``/``baseline``/
+    ``verdict``: set by :func:`compare_runs`."""
 
     name: str
     directory: str
@@ -54,9 +81,14 @@ class RunSummary:
     families: list[dict] = field(default_factory=list)
     kernels: list[dict] = field(default_factory=list)
     findings: list[str] | None = None
+    program: str | None = None
     change: noise.Change | None = None
     baseline: str | None = None
     verdict: str = "baseline"
+
+    def __post_init__(self):
+        if self.program is None:
+            self.program = program_stem(self.step_module)
 
     @property
     def n_steps(self) -> int:
@@ -72,7 +104,7 @@ class RunSummary:
     def to_dict(self) -> dict:
         c = self.change
         return {"run": self.name, "directory": self.directory, "time": self.time, "step_method": self.step_method,
-                "step_module": self.step_module, "n_steps": self.n_steps, "median_step_ps": self.median_ps,
+                "step_module": self.step_module, "program": self.program, "n_steps": self.n_steps, "median_step_ps": self.median_ps,
                 "p10_step_ps": self._q(0.1), "p90_step_ps": self._q(0.9), "families": self.families,
                 "kernels": self.kernels, "findings": self.findings, "baseline": self.baseline,
                 "verdict": self.verdict, "change": c.to_dict() if c is not None else None}
@@ -81,12 +113,18 @@ class RunSummary:
 @dataclass
 class History:
     """Result of :func:`compare_runs`: ``runs`` oldest first, the rule's ``baseline`` ("previous"
-    or a run name), ``threshold`` (fraction) and ``level``."""
+    or a run name), ``threshold`` (fraction) and ``level``; ``skipped``: (run, why) of runs
+    found but not analysable (set by the caller)."""
 
     runs: list[RunSummary]
     baseline: str
     threshold: float
     level: float
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+    def incomparable(self) -> list[RunSummary]:
+        """Runs with no earlier run (or baseline) of their step program."""
+        return [r for r in self.runs if r.verdict == NO_COMPARABLE]
 
     def regressions(self) -> list[RunSummary]:
         return [r for r in self.runs if r.verdict == "regression"]
@@ -101,7 +139,9 @@ class History:
         return {"baseline": self.baseline, "threshold": self.threshold, "level": self.level, "units": "ps",
                 "method": noise.METHOD, "runs": [r.to_dict() for r in self.runs],
                 "regressions": [r.name for r in self.regressions()],
-                "unjudged_slowdowns": [r.name for r in self.unjudged()]}
+                "unjudged_slowdowns": [r.name for r in self.unjudged()],
+                "no_comparable_run": [r.name for r in self.incomparable()],
+                "skipped": [{"run": n, "why": w} for n, w in self.skipped]}
 
 
 def summarise(prof, *, name: str, directory: str, time: float, rules=None,
@@ -121,13 +161,23 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
         st = st.filter(pl.col("in_window").fill_null(False))
     fam = [{"family": r["family"], "self_ps": float(r["self_ps"]), "share": float(r["share"])}
            for r in a.families.head(top_families).iter_rows(named=True)]
+    prog = a.module
+    if not prog and getattr(a, "step_rows", None) is not None and a.table is not None:
+        inside = a.step_rows >= 0
+        if inside.any():  # marker steps: the module holding the most self time inside them
+            ev = pl.DataFrame({"attr": a.table.events["attr"].to_numpy()[inside],
+                               "self_ps": a.table.events["self_ps"].to_numpy()[inside]})
+            top = (ev.join(a.table.attrs.select("attr", "module"), on="attr", how="left")
+                   .filter(pl.col("module").fill_null("") != "").group_by("module").agg(pl.col("self_ps").sum())
+                   .sort(["self_ps", "module"], descending=[True, False]))
+            prog = top["module"][0] if top.height else None
     k = rep.kernels
     ks = [] if k.height == 0 else [
         {"kernel": r["kernel"], "config": r["config"]}
         for r in k.select("kernel", "config").unique(maintain_order=True).iter_rows(named=True)]
     return RunSummary(name=name, directory=directory, time=time, step_method=a.method, step_module=a.module,
                       step_ps=st["duration_ps"].to_numpy().astype(np.float64), families=fam, kernels=ks,
-                      findings=[f.id for f in rep.findings or []])
+                      findings=[f.id for f in rep.findings or []], program=program_stem(prog))
 
 
 def _verdict(c: noise.Change, threshold: float) -> str:
@@ -143,8 +193,8 @@ def _verdict(c: noise.Change, threshold: float) -> str:
 def compare_runs(runs: list[RunSummary], *, baseline: str | None = None, threshold: float = THRESHOLD,
                  level: float = noise.LEVEL, seed: int = 0) -> History:
     """Sort ``runs`` oldest first and apply the regression rule (module doc). ``baseline``: a
-    run's name or directory (every run is compared with it), None for each run's previous
-    run. Raises ValueError for a ``baseline`` that names no run, a negative threshold or a
+    run's name or directory (every run of its step program is compared with it), None for
+    each run's latest earlier run of the same step program. Raises ValueError for a ``baseline`` that names no run, a negative threshold or a
     level outside (0, 1)."""
     if threshold < 0:
         raise ValueError(f"regression threshold must be >= 0, got {threshold!r}")
@@ -158,9 +208,15 @@ def compare_runs(runs: list[RunSummary], *, baseline: str | None = None, thresho
             raise ValueError(f"baseline {baseline!r} names no run (runs: {', '.join(r.name for r in runs)})")
         base_run = hits[0]
     for i, r in enumerate(runs):
-        b = base_run if base_run is not None else (runs[i - 1] if i else None)
+        if base_run is not None:
+            b = base_run if base_run.program == r.program and r.program is not None else None
+            first = r is base_run
+        else:  # an unknown program is the same as none: never compared
+            b = next((x for x in reversed(runs[:i]) if x.program == r.program), None) if r.program else None
+            first = i == 0
         if b is None or b is r:
-            r.change, r.baseline, r.verdict = None, None, "baseline"
+            r.change, r.baseline = None, None
+            r.verdict = "baseline" if first or b is r else NO_COMPARABLE
             continue
         r.change = noise.compare(b.step_ps, r.step_ps, level=level, seed=seed)
         r.baseline = b.name

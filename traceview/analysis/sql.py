@@ -32,7 +32,7 @@ NAMES: dict = {
 }
 
 #: the columns of a list section when it is empty (the findings branch's ``Finding`` fields)
-EMPTY: dict = {"findings": ("id", "severity", "statement", "evidence", "why", "next_step", "verify_hint")}
+EMPTY: dict = {"findings": ("id", "severity", "statement", "evidence", "why", "next_step", "verify_hint", "doc")}
 
 #: tables read off the profile itself rather than the Report
 PROFILE_TABLES = ("ops", "module_runs", "programs", "step_markers")

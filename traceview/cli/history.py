@@ -15,9 +15,12 @@ def add_parser(sub) -> None:
     h = sub.add_parser("history", help="every run under a log dir, oldest first: step time trend and regressions",
                        description="Summarise every run under LOGDIR (and any further PATHs), oldest first by run "
                                    "folder timestamp: the steady step time (median, p10-p90), the top op families "
-                                   "per step, the custom kernels' configurations and findings. Each run is compared "
-                                   "with a baseline (the previous run, or --baseline RUN) by the ratio of median "
-                                   "step times and its noise interval.",
+                                   "per step, the custom kernels' configurations and findings. Each run is read as "
+                                   "itself: a run folder as that run, a trace file (given, or lying loose outside "
+                                   "a run folder) as that file; runs that cannot be read are skipped and listed. "
+                                   "Each run is compared with a baseline of the same step program (the previous "
+                                   "such run, or --baseline RUN) by the ratio of median step times and its noise "
+                                   "interval; a run with none says 'no comparable run'.",
                        epilog="exit codes: 0 ok (or regressions without --fail-on-regression), 1 a regression under "
                               "--fail-on-regression (or a slowdown past the threshold with too few steps for an "
                               "interval), 2 usage, 3 no trace, 4 unreadable, 5 no ops")
@@ -42,10 +45,21 @@ def add_parser(sub) -> None:
     h.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
 
 
+def _is_run_folder(d) -> bool:
+    """A profiling session's folder: named ``YYYY_MM_DD_HH_MM_SS``, or any folder directly under
+    ``plugins/profile`` (TensorBoard demos name theirs)."""
+    from traceview.read.discover import parse_run_timestamp
+
+    return parse_run_timestamp(d.name) is not None or (d.parent.name == "profile" and d.parent.parent.name == "plugins")
+
+
 def _runs(paths: list[str]):
-    """([(Run, path to load)], [Discovery]) of every run under ``paths``, each once: a trace
-    file given as a PATH is its own run (loaded as that file, not its folder, which may hold
-    other traces); a folder gives each run folder under it."""
+    """([(name, path, time, discovery or None, given)], [Discovery]) of every run under
+    ``paths``, each once and each read as itself: a trace file given as a PATH is its own run;
+    a run folder (:func:`_is_run_folder`) found under a folder is that run (its discovery
+    holds that folder's files only, never a newer run beside it); trace files lying loose in
+    any other folder are one run per host, read as that host's file. ``given``: the PATH was
+    that file (its faults are the command's)."""
     import os
 
     from traceview.read.discover import discover
@@ -58,23 +72,42 @@ def _runs(paths: list[str]):
             key = os.path.realpath(p)
             if key not in seen and d.runs:
                 seen.add(key)
-                out.append((d.runs[0], p))
+                out.append((os.path.basename(p), p, d.runs[0].time, None, True))
             continue
         for r in d.runs:
-            key = str(r.directory.resolve())
-            if key not in seen:
-                seen.add(key)
-                out.append((r, r.directory))
-    return out, discs
+            if _is_run_folder(r.directory):
+                key = str(r.directory.resolve())
+                if key not in seen:
+                    seen.add(key)
+                    out.append((r.name, str(r.directory), r.time, ("run", r.directory), False))
+                continue
+            for host in r.hosts:  # loose files: each host's preferred file is a run of its own
+                tf = r.files_for(host)[0]
+                key = os.path.realpath(tf.path)
+                if key not in seen:
+                    seen.add(key)
+                    out.append((tf.path.name, str(tf.path), tf.mtime, ("file", tf.path), False))
+    names = [o[0] for o in out]  # the same name twice (two log dirs, two loose copies): say where
+    return [(n if names.count(n) == 1 else w, w, t, how, g) for n, w, t, how, g in out], discs
+
+
+def _load_one(where: str, how, cache):
+    """The profile of one run of :func:`_runs`: a file read as that file; a run folder read
+    as exactly that folder's run (``discover(folder, run=its name)``)."""
+    from traceview.model.load import load
+    from traceview.read.discover import discover
+
+    if how is not None and how[0] == "run":
+        disc = discover(how[1], run=how[1].name, stale_after_s=None)
+        return load(how[1], discovery=disc, stale_after_s=None, cache=cache)
+    return load(where, stale_after_s=None, cache=cache)
 
 
 def run(args) -> int:
     """Returns 0, or 1 for a regression under --fail-on-regression; raises TraceviewError
     subclasses on bad input."""
-    import os
-
     from traceview.analysis.history import compare_runs, summarise
-    from traceview.model.load import load
+    from traceview.errors import TraceviewError
     from traceview.model.naming import printable, safe_line
     from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
 
@@ -94,17 +127,26 @@ def run(args) -> int:
     refuse_inside_inputs(append, "--append", *discs)
     rules = cargs.rules_from_args(args)
     cache = cargs.cache_from_args(args)
-    summaries = []
-    for r, where in sorted(runs, key=lambda x: (x[0].time, str(x[1]))):
-        prof = load(where, stale_after_s=None, cache=cache)
-        name = r.name if where == r.directory else os.path.basename(str(where))
-        summaries.append(summarise(prof, name=name, directory=str(where), time=r.time, rules=rules))
+    summaries, skipped, first_error = [], [], None
+    for name, where, when, how, given in sorted(runs, key=lambda x: (x[2], x[1])):
+        try:
+            prof = _load_one(where, how, cache)
+        except TraceviewError as e:
+            if given or isinstance(e, UsageError):  # a file the user named: its fault is the command's
+                raise
+            skipped.append((name, str(e)))
+            first_error = first_error or e
+            continue
+        summaries.append(summarise(prof, name=name, directory=where, time=when, rules=rules))
         del prof
+    if not summaries and first_error is not None:
+        raise first_error
     try:
         h = compare_runs(summaries, baseline=args.baseline, threshold=args.regression_threshold / 100,
                          level=args.noise_level)
     except ValueError as e:
         raise UsageError(str(e)) from None
+    h.skipped = skipped
     if args.format == "json":
         from traceview.render.history import history_json
 
@@ -128,6 +170,8 @@ def run(args) -> int:
         with open(append, "a", encoding="utf-8") as f:
             f.write(history_jsonl(h))
         print(f"appended {len(h.runs)} run(s) to {printable(str(append))}", file=sys.stderr)
+    for name, why in skipped if (args.format != "table" or out is not None) else ():  # the table says it
+        print(f"traceview: note: skipped run {safe_line(name)}: {safe_line(why)}", file=sys.stderr)
     reg, unjudged = h.regressions(), h.unjudged()
     if unjudged:
         print("traceview: note: no noise interval (fewer than 10 steps in a run's window) for "

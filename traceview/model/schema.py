@@ -302,7 +302,7 @@ TABLE_DOCS: dict[str, tuple[str, dict[str, str]]] = {
     "stragglers_devices": ("one device in one step: busy time, waits, waits it caused", {}),
     "stragglers_steps": ("one step: the slowest device and its lead over the median", {}),
     "stragglers_collectives": ("one collective execution matched across devices: arrivals, the last, the waits", {}),
-    "findings": ("one finding: id, severity, statement, evidence, why, next step", {}),
+    "findings": ("one finding: id, severity, statement, evidence, why, next step, verify hint, doc", {}),
 }
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 
 def finding_rows(findings) -> list[dict]:
-    """Template rows: id, severity, statement, why, next_step, verify_hint, evidence (short
-    JSON text, at most 600 characters)."""
+    """Template rows: id, severity, statement, why, next_step, verify_hint, doc, evidence
+    (short JSON text, at most 600 characters)."""
     import json
 
     out = []
@@ -15,6 +15,7 @@ def finding_rows(findings) -> list[dict]:
         ev = json.dumps(f.evidence, default=str)
         out.append({"id": f.id, "severity": f.severity, "statement": f.statement, "why": f.why,
                     "next_step": f.next_step, "verify_hint": f.verify_hint,
+                    "doc": getattr(f, "doc", ""),
                     "evidence": ev if len(ev) <= 600 else ev[:600] + "…"})
     return out
 
@@ -38,3 +39,5 @@ def render_findings(console, findings) -> None:
         console.print(f"      next: {escape(f.next_step)}")
         if f.verify_hint:
             console.print(f"      verify: {escape(f.verify_hint)}")
+        if getattr(f, "doc", ""):
+            console.print(f"      more: {escape(f.doc)}")

@@ -16,7 +16,7 @@ from traceview.render.charts import _chart_style, _new_figure, _svg
 
 #: colour of a run's point by verdict
 VERDICT_COLORS = {"baseline": "#7f7f7f", "within noise": "#1f77b4", "no interval": "#bcbd22", "below threshold": "#9467bd",
-                  "regression": "#d62728", "improvement": "#2ca02c"}
+                  "regression": "#d62728", "improvement": "#2ca02c", "no comparable run": "#ff7f0e"}
 
 
 def _change(r) -> str:
@@ -37,12 +37,13 @@ def _kernels(r) -> str:
 
 
 def rows(h) -> list[dict]:
-    """One display row per run: number, run, time, steps, median/p10/p90, change, verdict,
-    families, kernel configurations, findings (strings escaped by the caller)."""
+    """One display row per run: number, run, time, steps, program, median/p10/p90, change,
+    verdict, families, kernel configurations, findings (strings escaped by the caller)."""
     out = []
     for i, r in enumerate(h.runs, 1):
         d = r.to_dict()
         out.append({"n": i, "run": r.name, "directory": r.directory, "steps": r.n_steps,
+                    "program": getattr(r, "program", None) or "-",
                     "median": fmt_time_ps(d["median_step_ps"]),
                     "spread": f"{fmt_time_ps(d['p10_step_ps'])}-{fmt_time_ps(d['p90_step_ps'])}",
                     "baseline": r.baseline or "-", "change": _change(r), "verdict": r.verdict,
@@ -54,12 +55,13 @@ def rows(h) -> list[dict]:
 def history_text(h) -> str:
     """The trend table and the regression verdict lines as plain text."""
     rs = rows(h)
-    head = ["#", "run", "steps", "median step", "p10-p90", "vs", "change (interval)", "verdict", "kernels"]
-    body = [[str(r["n"]), safe_line(r["run"]), str(r["steps"]), r["median"], r["spread"], safe_line(r["baseline"]),
-             r["change"], r["verdict"], safe_line(r["kernels"]) or "-"] for r in rs]
+    head = ["#", "run", "steps", "median step", "p10-p90", "program", "vs", "change (interval)", "verdict", "kernels"]
+    body = [[str(r["n"]), safe_line(r["run"]), str(r["steps"]), r["median"], r["spread"], safe_line(r["program"]),
+             safe_line(r["baseline"]), r["change"], r["verdict"], safe_line(r["kernels"]) or "-"] for r in rs]
     width = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
     lines = [f"traceview history — {len(rs)} run(s), oldest first; each against "
-             f"{'the previous run' if h.baseline == 'previous' else safe_line(h.baseline)}; regression: a slowdown "
+             f"{'the previous run of its step program' if h.baseline == 'previous' else safe_line(h.baseline)}; "
+             f"regression: a slowdown "
              f"of the median step whose whole {h.level:.0%} interval ({safe_line(METHOD_NOTE)}) is at least "
              f"{h.threshold:.0%}"]
     for x in [head] + body:
@@ -70,6 +72,12 @@ def history_text(h) -> str:
         lines.append(f"  {r['n']} {safe_line(r['families']) or '-'}; findings: {safe_line(r['findings'])}")
     reg = h.regressions()
     lines.append(f"regressions: {len(reg)}" + (": " + ", ".join(safe_line(r.name) for r in reg) if reg else ""))
+    inc = h.incomparable() if hasattr(h, "incomparable") else []
+    if inc:
+        lines.append("no comparable run (no earlier run of the same step program; not judged): " + ", ".join(
+            f"{safe_line(r.name)} ({safe_line(getattr(r, 'program', None) or 'unknown program')})" for r in inc))
+    for name, why in getattr(h, "skipped", None) or []:
+        lines.append(f"skipped: {safe_line(name)}: {safe_line(why)}")
     return "\n".join(lines) + "\n"
 
 
@@ -117,15 +125,16 @@ tr.tv-regression td{background:#fbeeee} tr.tv-improvement td{background:#eef9ee}
 <body>
 <h1>traceview history</h1>
 <p class="tv-note">{{ runs|length }} run(s), oldest first; each against {{ against }}. A regression is a slowdown
-of the median step time whose whole {{ level }} interval ({{ method }}) is at least {{ threshold }}.</p>
+of the median step time whose whole {{ level }} interval ({{ method }}) is at least {{ threshold }}; runs are compared
+only with runs of the same step program.</p>
 {{ chart }}
 <p class="tv-note">Colours: {% for v, c in colors %}<span style="color:{{ c }}">&#9679; {{ v }}</span> {% endfor %}</p>
 <table>
-<thead><tr><th>#</th><th>run</th><th>steps</th><th>median step</th><th>p10-p90</th><th>vs</th><th>change (interval)</th>
+<thead><tr><th>#</th><th>run</th><th>steps</th><th>median step</th><th>p10-p90</th><th>program</th><th>vs</th><th>change (interval)</th>
 <th>verdict</th><th>top families per step</th><th>kernel configurations</th><th>findings</th></tr></thead>
 <tbody>
 {% for r in runs %}<tr class="tv-{{ r.verdict|replace(' ', '-') }}"><td class="num">{{ r.n }}</td><td title="{{ r.directory }}">{{ r.run }}</td>
-<td class="num">{{ r.steps }}</td><td class="num">{{ r.median }}</td><td class="num">{{ r.spread }}</td><td>{{ r.baseline }}</td>
+<td class="num">{{ r.steps }}</td><td class="num">{{ r.median }}</td><td class="num">{{ r.spread }}</td><td>{{ r.program }}</td><td>{{ r.baseline }}</td>
 <td class="num">{{ r.change }}</td><td>{{ r.verdict }}</td><td>{{ r.families }}</td><td>{{ r.kernels }}</td><td>{{ r.findings }}</td></tr>
 {% endfor %}</tbody></table>
 </body></html>
@@ -150,7 +159,7 @@ def history_html(h) -> str:
                     [d["p90_step_ps"] for d in ds], [VERDICT_COLORS.get(r.verdict, "#7f7f7f") for r in h.runs])
     return _env().from_string(_PAGE).render(
         runs=rows(h), chart=Markup(svg), level=f"{h.level:.0%}", threshold=f"{h.threshold:.0%}", method=METHOD_NOTE,
-        against="the previous run" if h.baseline == "previous" else h.baseline, colors=list(VERDICT_COLORS.items()))
+        against="the previous run of its step program" if h.baseline == "previous" else h.baseline, colors=list(VERDICT_COLORS.items()))
 
 
 def history_json(h) -> str:

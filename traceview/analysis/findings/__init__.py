@@ -9,9 +9,9 @@ the primary threshold of finding ID, :data:`PRIMARY`). The rules are in
 :mod:`~traceview.analysis.findings.decode` (decode-engine patterns) and
 :mod:`~traceview.analysis.findings.quality` (trace quality, costs, communication, diffs).
 
-Sources named in ``why``: *the study* (the project's study seed: Gemma 2B decode on TPU v5e,
-1,540 -> 19,511 tok/s) and *the second seed* (donating the decode state made decode 1.62x
-faster).
+Each finding's ``why`` stands alone: the lesson in one sentence with the measurement that
+taught it; ``doc`` links the page that tells each finding's story once
+(:data:`DOC_PAGE`, one section per id). A rule whose inputs are missing stays silent.
 Errors: :func:`parse_threshold` raises :class:`~traceview.errors.UsageError`.
 """
 
@@ -24,15 +24,18 @@ from traceview.errors import UsageError
 
 #: severities, most urgent first
 SEVERITIES = ("high", "medium", "info")
+#: the page with one section (anchor = finding id) per finding: the lesson, the measurement, what to do
+DOC_PAGE = "docs/findings.md"
 
 
 @dataclass
 class Finding:
     """One diagnosis. ``id``: stable, kebab-case; ``severity``: one of :data:`SEVERITIES`;
     ``statement``: one line with figures; ``evidence``: the populations, shapes, steps and
-    numbers it rests on (a JSON-able dict; times in ps); ``why``: the measured lesson and its
-    source; ``next_step``: what to try; ``verify_hint``: how to check the step took effect
-    (a ``traceview verify`` check where one exists)."""
+    numbers it rests on (a JSON-able dict; times in ps); ``why``: the lesson in one sentence
+    with the measurement that taught it; ``next_step``: what to try; ``verify_hint``: how to
+    check the step took effect (a ``traceview verify`` check where one exists); ``doc``: the
+    finding's section of :data:`DOC_PAGE` (``docs/findings.md#<id>``, set from ``id``)."""
 
     id: str
     severity: str
@@ -41,6 +44,11 @@ class Finding:
     why: str = ""
     next_step: str = ""
     verify_hint: str = ""
+    doc: str = ""
+
+    def __post_init__(self):
+        if not self.doc:
+            self.doc = f"{DOC_PAGE}#{self.id}"
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -66,6 +74,11 @@ class Thresholds:
       is far below the roofline; roofline_share (0.20): the family's share of op time.
     warmup_factor (2.0): a first step (or first execution) this many times the median of the
       rest is a warm-up; warmup_min_steps (4).
+    step_repeats (3): the step rules judge only a repeated step: one op mix in at least this many
+      executions per device and in at least half the analysed steps (a sweep of programs is not
+      a step loop).
+    host_transfer_share (0.25): transfers to or from host memory, with nothing else running,
+      per step.
     overhead_factor (4.0): traced-event ratio of a diff population (as ``diff``'s default).
     """
 
@@ -83,6 +96,8 @@ class Thresholds:
     warmup_factor: float = 2.0
     warmup_min_steps: float = 4
     overhead_factor: float = 4.0
+    step_repeats: float = 3
+    host_transfer_share: float = 0.25
 
 
 #: finding id -> the Thresholds field ``--finding-threshold ID=VALUE`` sets
@@ -96,6 +111,7 @@ PRIMARY = {
     "costs-unknown": "costs_share",
     "host-bound-steps": "host_share",
     "exposed-communication": "exposed_share",
+    "host-transfers-dominate": "host_transfer_share",
     "straggler-device": "straggler_factor",
     "far-below-roofline": "roofline_fraction",
     "warmup-in-window": "warmup_factor",
@@ -175,9 +191,9 @@ def find(report=None, *, diff=None, thresholds=None) -> list[Finding]:
 
 def to_frame(findings: list[Finding]):
     """Findings as a polars DataFrame: id, severity, statement, evidence (JSON text), why,
-    next_step, verify_hint (one row per finding, in the given order)."""
+    next_step, verify_hint, doc (one row per finding, in the given order)."""
     import polars as pl
 
-    cols = ["id", "severity", "statement", "evidence", "why", "next_step", "verify_hint"]
+    cols = ["id", "severity", "statement", "evidence", "why", "next_step", "verify_hint", "doc"]
     rows = [{**f.to_dict(), "evidence": json.dumps(f.evidence, default=str)} for f in findings or []]
     return pl.DataFrame(rows, schema={c: pl.Utf8 for c in cols})

@@ -10,23 +10,33 @@ import re
 import polars as pl
 
 from traceview.analysis.findings import Finding
-from traceview.analysis.findings._context import fmt_ms, pct, step_info
+from traceview.analysis.findings._context import fmt_ms, pct, step_info, step_loop
 
-STUDY = "the study (Gemma 2B decode on TPU v5e, 1,540 -> 19,511 tok/s)"
+#: the lesson behind every reading warning: a trace other than the one meant answers another question
+_STALE = ("a log dir keeps every session's run folder, and a viewer that reads 'whatever is there' silently shows "
+          "an older session: the Gemma 2B study (TPU v5e) staged each profile into a fresh log dir and searched for "
+          "the files after the profiler wrote to /content/None/plugins/profile instead of the directory asked for")
 
-#: (finding id, severity, warning pattern, next step) for the reading warnings
+#: (finding id, severity, warning pattern, why, next step) for the reading warnings
 WARNING_KINDS = (
     ("truncated-trace", "high", r"holds exactly [\d,]+ events|profiler's cap",
+     "a trace that stops at the profiler's event cap holds only the first part of the window; its step counts and "
+     "shares describe that part, not the run",
      "profile a shorter window (fewer steps) so the profiler's event cap is not reached"),
-    ("stale-trace", "info", r"\bis .* old \(captured",
+    ("stale-trace", "info", r"\bis .* old \(captured", _STALE,
      "check the log dir the profiler wrote to; pass the new run's folder (or --run NAME)"),
-    ("several-runs", "info", r"\d+ runs found",
+    ("several-runs", "info", r"\d+ runs found", _STALE,
      "pass --run NAME for the session you mean, or a fresh log dir per profile"),
     ("colliding-files", "medium", r"were written [\d,]+ s apart",
+     "two profiling sessions started in the same second share one run folder and overwrite each other's files, "
+     "so one host's files can come from different sessions",
      "profile into a fresh log dir; sessions started in one second share a run folder"),
     ("unreadable-host", "medium", r"skipped unreadable trace",
+     "an analysis over the readable hosts only says nothing about the skipped host, which may be the slow one",
      "re-copy or re-record the unreadable host's file; the analysis covers the other hosts only"),
     ("loose-trace-files", "info", r"outside any run folder|lie loose in",
+     "trace files outside a plugins/profile/<run> folder have no session to date them by, so a copy or an old "
+     "file can be read in place of the run meant",
      "keep one profile per plugins/profile/<run> folder, or pass the file you mean"),
 )
 
@@ -36,16 +46,12 @@ def trace_warnings(ctx, th) -> list[Finding]:
     trace may not be the one meant, or not all of it, as a finding (one per kind)."""
     out = []
     warns = list(getattr(ctx.report, "warnings", None) or [])
-    for fid, sev, rx, step in WARNING_KINDS:
+    for fid, sev, rx, why, step in WARNING_KINDS:
         hit = [w for w in warns if re.search(rx, str(w))]
         if hit:
             out.append(Finding(
                 fid, sev, str(hit[0]) + (f" (+{len(hit) - 1} more)" if len(hit) > 1 else ""),
-                {"warnings": hit},
-                f"{STUDY}: traces were staged into a fresh log directory per analysis to avoid the stale-trace "
-                "trap (a viewer silently showing a previous session's data) and located by searching for them; "
-                "a stale, capped or mixed trace answers a different question",
-                step, f"traceview verify PATH --check 'no finding {fid}'"))
+                {"warnings": hit}, why, step, f"traceview verify PATH --check 'no finding {fid}'"))
     return out
 
 
@@ -81,8 +87,9 @@ def costs_unknown(ctx, th) -> Finding | None:
         f"{pct(share)} of op time is in custom calls/kernels the roofline cannot place (no FLOPs or bytes): "
         + "; ".join(named),
         {"share_of_op_time": share, "kernels": by_name.head(10).to_dicts()},
-        f"{STUDY}: the attention kernel's place on the roofline (~25% of bandwidth) was what showed per-request "
-        "overhead, not data movement, set its time; a kernel without costs hides that",
+        "a kernel without FLOPs or bytes has no place on the roofline, so nothing says whether it moves data or "
+        "pays overhead: on Gemma 2B decode (TPU v5e) the attention kernel's place (~25% of HBM bandwidth) is what "
+        "showed per-request overhead, not data movement, set its time",
         "give the kernel a cost estimate (Pallas: pl.pallas_call(..., cost_estimate=pl.CostEstimate(flops=, "
         "bytes_accessed=, transcendentals=))); interpreted kernels on the CPU drop it, so read costs on the device",
         "traceview analyze AFTER (roofline: the kernel's FLOP/B and bound by are no longer '-')")
@@ -105,7 +112,7 @@ def exposed_communication(ctx, th) -> Finding | None:
     ``exposed_share`` of the step."""
     ov = getattr(ctx.report, "overlap", None)
     st = _frame(ov, "steps", "per_step")
-    if st is None or st.height == 0 or "exposed_ps" not in st.columns:
+    if st is None or st.height == 0 or "exposed_ps" not in st.columns or not _repeated(ctx, th, st):
         return None
     parts = [c for c in ("compute_ps", "exposed_ps", "hidden_ps", "host_ps", "idle_ps") if c in st.columns]
     step = (st["step_ps"].cast(pl.Float64) if "step_ps" in st.columns
@@ -132,12 +139,59 @@ def exposed_communication(ctx, th) -> Finding | None:
         {"exposed_ps": exp, "step_ps": mean_step, "hidden_ps": hidden, "ops": top,
          "waiting_for_straggler": sf.evidence["device"] if waiting else None, "attributed_share": share},
         "exposed communication adds to the step one for one (step = compute + exposed communication + host "
-        "transfers + idle, the overlap section's split); only communication hidden behind compute is free",
+        "transfers + idle, each instant counted once); only communication hidden behind compute is free: on the "
+        "8-device collectives fixture the synchronous collectives of XLA:CPU held 63% of each step",
         ("fix the straggler first (see straggler-device): the others wait for it at the collective, so "
          "overlapping or shrinking the collective would not remove that time" if waiting else
          "overlap the collective with independent compute (async collectives, collective matmul, a different "
          "sharding), or shrink what crosses the interconnect"),
         "traceview verify AFTER --check 'no finding exposed-communication'")
+
+
+def _repeated(ctx, th, per_step: pl.DataFrame) -> bool:
+    """Whether the steps are a repeated step: the report's step anatomy when it has one
+    (:func:`~._context.step_loop`), else at least ``step_repeats`` rows per device in the
+    communication section's own per-step frame."""
+    if getattr(getattr(ctx.report, "steps", None), "steps", None) is not None:
+        return step_loop(ctx, th.step_repeats)["repeated"]
+    if "device" in per_step.columns:
+        return bool(per_step.group_by("device").len()["len"].min() >= th.step_repeats)
+    return per_step.height >= th.step_repeats
+
+
+def host_transfers(ctx, th) -> Finding | None:
+    """Rule 9c: transfers between device and host memory (the overlap section's ``host_ps``:
+    a copy whose HLO shape carries memory space ``S(5)`` in flight while nothing else runs)
+    hold at least ``host_transfer_share`` of the mean step. Silent without the overlap
+    section's per-step split or without a repeated step."""
+    ov = getattr(ctx.report, "overlap", None)
+    st = _frame(ov, "steps", "per_step")
+    if st is None or st.height == 0 or "host_ps" not in st.columns or "step_ps" not in st.columns:
+        return None
+    if not _repeated(ctx, th, st) or st["host_ps"].null_count() == st.height:
+        return None
+    host, step = float(st["host_ps"].mean() or 0), float(st["step_ps"].mean() or 0)
+    if not step or host / step < th.host_transfer_share:
+        return None
+    share = host / step
+    pops = _frame(ov, "populations")
+    top = []
+    if pops is not None and "kind" in pops.columns:
+        cols = [c for c in ("op_name", "shape", "n", "in_flight_ps", "exposed_ps") if c in pops.columns]
+        top = pops.filter(pl.col("kind") == "host transfer").sort("in_flight_ps", descending=True).head(5) \
+            .select(cols).to_dicts() if "in_flight_ps" in pops.columns else []
+    what = f"; the largest: {top[0]['op_name']} {str(top[0].get('shape') or '').split(' <- ')[0]}" if top else ""
+    return Finding(
+        "host-transfers-dominate", "high" if share >= 0.5 else "medium",
+        f"transfers between device and host memory hold {fmt_ms(host)} of each {fmt_ms(step)} step "
+        f"({pct(share)}) with nothing else running on the device{what}",
+        {"host_ps": host, "step_ps": step, "share": share, "n_steps": int(st.height), "populations": top},
+        "a step that waits on copies to or from host memory runs at the host link's speed, not the chip's: on the "
+        "TPU v6e 4-chip psum trace host transfers held 96.9% of every step and the device computed for 3%",
+        "keep the data on the device across steps (no host offload of arrays the step reads back, no "
+        "jax.device_get / numpy conversion inside the loop), or overlap the transfer with the previous step's compute",
+        "traceview analyze AFTER (communication: host transfers per step); "
+        "traceview verify AFTER --check 'no finding host-transfers-dominate'")
 
 
 def straggler(ctx, th) -> Finding | None:
@@ -168,8 +222,9 @@ def straggler(ctx, th) -> Finding | None:
                            if waits and mine is not None else ""),
         {"device": dev, "steps_slowest": k, "n_steps": n, "lead_median": lead, "attributed_wait_ps": mine,
          "wait_ps": waits, "steps": rows},
-        "in synchronous steps the slowest device sets the step time; the others' wait shows as exposed "
-        "communication",
+        "in synchronous steps the slowest device sets the step time and the others' wait shows as exposed "
+        "communication: on the 8-device straggler fixture one device's 200 extra matmuls made it ~150x the median "
+        "device's busy time and every other device waited for it at each psum",
         "compare the straggler's op table with a median device's (traceview analyze --device REGEX): "
         "uneven shards, host interference, a throttled chip",
         "traceview verify AFTER --check 'straggler lead < 20%' --check 'no finding straggler-device'")
@@ -200,13 +255,14 @@ def profiling_overhead(ctx, th) -> Finding | None:
         f"{r0['events_base']:,} -> {r0['events_treatment']:,}, x{ratio:.2f}): per-event tracing overhead differs "
         "between the sides, so the profiled times can invert the conclusion",
         {"populations": top, "events_base": ev[0], "events_treatment": ev[1], "factor": f},
-        f"{STUDY}: a smaller KV block multiplied traced kernel invocations ~8x and paid more profiler overhead; "
-        "throughput is never to be quoted from a profiled run",
+        "tracing costs time per traced event, so a change that multiplies events is slowed by the profiler itself: "
+        "on Gemma 2B decode (TPU v5e) a KV block 8x smaller multiplied traced kernel invocations ~8x and the "
+        "profiled runs showed near-baseline speed, while unprofiled it was 23.9% faster",
         "measure throughput unprofiled (traceview engine bench) and use the trace for what it proves: which "
         "kernel ran, with which configuration",
         "traceview verify BASE TREATMENT --check 'kernel GLOB changed KEY' (the trace proves the change; "
         "the bench measures it)")
 
 
-RULES = (trace_warnings, costs_unknown, exposed_communication, straggler)
+RULES = (trace_warnings, costs_unknown, exposed_communication, host_transfers, straggler)
 DIFF_RULES = (profiling_overhead,)

@@ -1,0 +1,113 @@
+"""``traceview history`` reads every run it lists as itself: a trace file as that file, a run
+folder as exactly that run (never the newest run beside it), loose trace files as one run per
+file; and its regression rule compares only runs of one step program, saying "no comparable
+run" otherwise. Log dirs are built in tmp_path from copies of fixture and shared files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import traceview
+from traceview.analysis.history import NO_COMPARABLE, RunSummary, compare_runs, program_stem, summarise
+from traceview.cli import main
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def _alone(path) -> RunSummary:
+    return summarise(traceview.load(path, stale_after_s=None), name="x", directory=str(path), time=0.0)
+
+
+def test_a_run_folder_and_a_loose_trace_each_with_its_own_steps(shared_traces, tmp_path, capsys):
+    """A log dir holding the greedy_b4 run folder and, at its root, a loose copy of the MI300X GEMM
+    sweep (newer by mtime): each row has its own trace's steps (the loose one used to be read
+    through its folder, which gave the run folder's steps), and the two step programs are not
+    compared, so --fail-on-regression exits 0."""
+    (src,) = (FIXTURES / "greedy_b4" / "plugins" / "profile").iterdir()
+    logs = tmp_path / "logs"
+    run = logs / "plugins" / "profile" / src.name
+    run.mkdir(parents=True)
+    shutil.copyfile(src / "engine-cpu.xplane.pb", run / "engine-cpu.xplane.pb")
+    loose = logs / "loose.xplane.pb"
+    shutil.copyfile(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", loose)
+
+    capsys.readouterr()
+    assert main(["history", str(logs), "--format", "json", "--no-cache", "--fail-on-regression"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    rows = {r["run"]: r for r in j["runs"]}
+    assert sorted(rows) == sorted([src.name, "loose.xplane.pb"])
+    for name, path in ((src.name, run / "engine-cpu.xplane.pb"), ("loose.xplane.pb", loose)):
+        own = _alone(path)
+        r = rows[name]
+        assert (r["n_steps"], r["program"], r["step_method"]) == (own.n_steps, own.program, own.step_method), name
+        assert r["median_step_ps"] == pytest.approx(own.median_ps), name
+    assert (rows[src.name]["n_steps"], rows[src.name]["program"]) == (3, "jit_decode")
+    assert (rows["loose.xplane.pb"]["n_steps"], rows["loose.xplane.pb"]["program"]) == (16, "jit_dot")
+    assert rows["loose.xplane.pb"]["verdict"] == NO_COMPARABLE and rows["loose.xplane.pb"]["baseline"] is None
+    assert j["regressions"] == [] and j["no_comparable_run"] == ["loose.xplane.pb"]
+    assert main(["history", str(logs), "--no-cache"]) == 0
+    assert "no comparable run" in capsys.readouterr().out
+
+
+def test_history_of_the_shared_traces_lists_each_trace_once(shared_traces, capsys):
+    """``history ../shared/traces``: the vLLM run once (not again as a run named ``traces``), each
+    loose trace as itself with its own figures, the corrupt and the TF-only files skipped with
+    their reasons; six step programs, none compared with another."""
+    capsys.readouterr()
+    assert main(["history", str(shared_traces), "--format", "json", "--no-cache", "--fail-on-regression"]) == 0
+    j = json.loads(capsys.readouterr().out)
+    rows = {r["run"]: r for r in j["runs"]}
+    assert sorted(rows) == ["2026_01_11_21_26_41", "mi300x_jax_attention.xplane.pb", "mi300x_jax_conv3d.xplane.pb",
+                            "mi300x_jax_gemm_sweep.xplane.pb", "tpu_v6e_4chip_psum.xplane.pb",
+                            "tpu_v6e_pallas_matmul_llo.xplane.pb"]
+    assert len(j["runs"]) == 6 and "traces" not in rows
+    assert {(r["run"], r["n_steps"], r["program"]) for r in j["runs"]} == {
+        ("2026_01_11_21_26_41", 2, "jit_step_fun"), ("mi300x_jax_attention.xplane.pb", 18, "jit_matmul"),
+        ("mi300x_jax_conv3d.xplane.pb", 36, "jit_forward_3d_conv"), ("mi300x_jax_gemm_sweep.xplane.pb", 16, "jit_dot"),
+        ("tpu_v6e_4chip_psum.xplane.pb", 400, "jit_f"), ("tpu_v6e_pallas_matmul_llo.xplane.pb", 3, "jit_matmul_optimized")}
+    assert round(rows["tpu_v6e_4chip_psum.xplane.pb"]["median_step_ps"] / 1e9, 3) == 784.131
+    assert rows["tpu_v6e_4chip_psum.xplane.pb"]["findings"] == ["host-transfers-dominate"]
+    assert rows["2026_01_11_21_26_41"]["kernels"] and rows["mi300x_jax_gemm_sweep.xplane.pb"]["kernels"] == []
+    assert [s["run"] for s in j["skipped"]] == ["corrupt_utf8_mangled.xplane.pb", "gpu_v100x8_tf2_bert_no_xla.xplane.pb"]
+    assert "not a valid XSpace protobuf" in j["skipped"][0]["why"] and "no HLO ops" in j["skipped"][1]["why"]
+    assert sorted(j["no_comparable_run"]) == sorted(set(rows) - {j["runs"][0]["run"]}) and j["regressions"] == []
+
+
+def _run(name, t, steps, program):
+    return RunSummary(name=name, directory=name, time=t, step_method="module", step_module=program,
+                      step_ps=np.asarray(steps, dtype=np.float64), program=program)
+
+
+def test_regressions_compare_one_step_program():
+    """Each run against the latest earlier run of its step program; a run of another program in
+    between is not its baseline; with --baseline, runs of another program are not judged."""
+    slow = list(np.linspace(2.9e9, 3.1e9, 20))
+    fast = list(np.linspace(0.95e9, 1.05e9, 20))
+    h = compare_runs([_run("a1", 0, fast, "jit_decode"), _run("sweep", 1, [5e6] * 20, "jit_dot"),
+                      _run("a2", 2, slow, "jit_decode"), _run("sweep2", 3, [5e6] * 20, "jit_dot")])
+    v = {r.name: (r.verdict, r.baseline) for r in h.runs}
+    assert v == {"a1": ("baseline", None), "sweep": (NO_COMPARABLE, None), "a2": ("regression", "a1"),
+                 "sweep2": ("within noise", "sweep")}
+    assert [r.name for r in h.regressions()] == ["a2"] and [r.name for r in h.incomparable()] == ["sweep"]
+    hb = compare_runs([_run("a1", 0, fast, "jit_decode"), _run("sweep", 1, [5e6] * 20, "jit_dot"),
+                       _run("a2", 2, slow, "jit_decode")], baseline="a1")
+    assert [r.verdict for r in hb.runs] == ["baseline", NO_COMPARABLE, "regression"]
+    assert hb.to_dict()["no_comparable_run"] == ["sweep"]
+    # no step module: the program is unknown, and unknown is not "the same": never judged
+    hu = compare_runs([_run("u1", 0, fast, None), _run("u2", 1, slow, None)])
+    assert [r.verdict for r in hu.runs] == ["baseline", NO_COMPARABLE] and hu.regressions() == []
+    assert _run("m", 0, fast, None).program is None
+    assert RunSummary(name="x", directory="x", time=0, step_method="module", step_module="jit_decode_b4_bkv64",
+                      step_ps=np.ones(3)).program == "jit_decode"
+
+
+def test_program_stem():
+    assert program_stem("jit_decode_b8_bkv128") == "jit_decode" == program_stem("jit_decode_b4_bkv2048")
+    assert program_stem("jit_prefill_t32") == "jit_prefill" and program_stem("jit_step_fun") == "jit_step_fun"
+    assert program_stem("jit_forward_3d_conv") == "jit_forward_3d_conv" and program_stem("jit_f.3") == "jit_f"
+    assert program_stem("jit_dot(12)") == "jit_dot" and program_stem(None) is None and program_stem("") is None
