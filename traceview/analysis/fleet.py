@@ -29,7 +29,8 @@ Per host, :func:`host_partial` returns a :class:`HostPartial`:
 the two nearest ranks, as :func:`traceview.analysis.distributions.spread`): exact when every
 host shipped the population's values; otherwise each of the two order statistics is read off
 the merged sketch, so p50/p90 are within a relative error α (:data:`ALPHA`) of the exact
-figures (a convex combination of two estimates each within α). ``quantiles`` says which.
+figures (a convex combination of two estimates each within α), then clamped into the
+population's exact [min_ps, max_ps]. ``quantiles`` says which.
 
 Sections that need the events themselves are not computed in fleet mode (:data:`NOT_COMPUTED`).
 """
@@ -367,7 +368,12 @@ def merge(parts: list[HostPartial], *, split_modules: bool = True, window: str =
         q = {"exact": 0, "sketch": 0}
     else:
         spread, q = merged_spread(col, keys, moments, sketch, values, alpha)
-        rows = aggregate.by_shape_rows(col, keys, spread).with_columns(pl.lit(None, dtype=pl.Utf8).alias("regimes"))
+        # a sketch's quantile may fall outside the population's exact extremes: clamped into them
+        # (the exact figure lies inside, so the error only shrinks)
+        clamp = lambda c: pl.col(c).clip(pl.col("min_ps").cast(pl.Float64), pl.col("max_ps").cast(pl.Float64))  # noqa: E731
+        rows = (aggregate.by_shape_rows(col, keys, spread)
+                .with_columns(clamp("p50_ps"), clamp("p90_ps"))
+                .with_columns(pl.col("p50_ps").alias("median_ps"), pl.lit(None, dtype=pl.Utf8).alias("regimes")))
         by_shape = aggregate.finish_by_shape(rows, total_self)
     q.update(alpha=alpha, bound=(f"p50_ps/p90_ps: exact for {q['exact']} population(s); for {q['sketch']}, read off "
                                  f"a log-bucket sketch, within {alpha:.1%} (relative) of the exact figure"))

@@ -44,6 +44,10 @@ def add_parser(sub) -> None:
                    help="attribute ops to the file that emitted them (direct) or to the innermost "
                         "project frame of their stack (user)")
     cargs.add_findings(a)
+    a.add_argument("--fleet", action="store_true",
+                   help="aggregate each host where it is read (--workers, --scheduler) and merge partial "
+                        "aggregates: op table (p50/p90 within 1%%), devices, steps, stragglers; the client never "
+                        "holds every event")
 
 
 def _stored(args, disc, out: Path | None):
@@ -95,6 +99,10 @@ def run(args) -> int:
     stale = cargs.stale_after(args)
     disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale)
     process.tune_allocator(cargs.input_bytes(disc))
+    if getattr(args, "fleet", False):
+        from traceview.cli.analyze_fleet import run as run_fleet
+
+        return run_fleet(args, disc, out)
     stored, done = _stored(args, disc, out)
     if done:
         return EXIT_OK
