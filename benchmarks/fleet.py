@@ -12,7 +12,13 @@ the clock starts:
 * ``load-dask``: the same on a Dask ``LocalCluster`` (``--workers`` single-thread worker
   processes) through ``load(executor=client)``: every host's encoded table comes back;
 * ``fleet``: :func:`traceview.analysis.fleet.load_fleet` in one process;
+* ``fleet-pool``: ``load_fleet`` on a local pool of ``--workers`` processes (their start-up and
+  imports inside the time);
 * ``fleet-dask``: ``load_fleet`` on the same cluster: partial aggregates come back.
+
+The cluster's workers get a plain process's malloc (``--dask-trim off``, default): distributed
+sets ``MALLOC_TRIM_THRESHOLD_`` in its workers, which also fixes glibc's mmap threshold at
+128 KiB, so every large array is mapped and unmapped again (``--dask-trim dask`` keeps it).
 
 Per mode: wall seconds of the read and merge (the cluster's start-up and the workers' imports
 apart), the client's peak
@@ -43,7 +49,7 @@ SRC = ROOT.parent / "shared" / "traces" / "tpu_v6e_4chip_psum.xplane.pb"
 
 _CHILD = r"""
 import json, resource, sys, time
-mode, path, workers, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+mode, path, workers, out, trim = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 import polars as pl, traceview, traceview.api, traceview.model.files, traceview.model.from_xplane  # noqa: E401
 from traceview.analysis import aggregate, fleet
 from traceview.analysis.report import communication_sections
@@ -51,7 +57,12 @@ from traceview.analysis.steps import profile_anatomy
 cluster = client = None
 startup = 0.0
 if mode.endswith("dask"):
-    import distributed
+    import dask, distributed
+    if trim == "off":  # distributed sets MALLOC_TRIM_THRESHOLD_ in its workers, which also pins glibc's
+        # mmap threshold at 128 KiB: every large array is mapped and unmapped again
+        env = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
+        env.pop("MALLOC_TRIM_THRESHOLD_", None)
+        dask.config.set({"distributed.nanny.pre-spawn-environ": env})
     t = time.perf_counter()
     cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                                        dashboard_address=None, silence_logs=40)
@@ -71,7 +82,7 @@ if mode in ("single", "load-dask"):
     hosts, events = len(prof.traces), prof.table.height
     steps = anat.steps.height
 else:
-    f = fleet.load_fleet(path, cache=False, executor=client)
+    f = fleet.load_fleet(path, cache=False, executor=client, workers=workers if mode == "fleet-pool" else 0)
     by_shape, dev = f.by_shape, f.devices
     hosts, events = len(f.files), sum(r["op_events"] for r in f.files)
     steps = f.steps.steps.height if f.steps is not None else 0
@@ -127,9 +138,9 @@ def partial_bytes(logs: Path) -> dict:
     return parts
 
 
-def measure(mode: str, path: Path, workers: int, out: Path) -> dict:
+def measure(mode: str, path: Path, workers: int, out: Path, trim: str = "off") -> dict:
     env = dict(os.environ, TRACEVIEW_NO_CACHE="1", PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path), str(workers), str(out)],
+    p = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path), str(workers), str(out), trim],
                        capture_output=True, text=True, env=env)
     if p.returncode:
         raise SystemExit(f"{mode} failed:\n{p.stderr[-3000:]}")
@@ -156,7 +167,10 @@ def main(argv=None) -> int:
     ap.add_argument("--hosts", type=int, default=16)
     ap.add_argument("--events", type=int, default=190_000)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--modes", default="single,load-dask,fleet,fleet-dask")
+    ap.add_argument("--modes", default="single,load-dask,fleet,fleet-pool,fleet-dask")
+    ap.add_argument("--dask-trim", choices=["off", "dask"], default="off",
+                    help="off: the workers' malloc as a plain process's [default]; dask: distributed's "
+                         "MALLOC_TRIM_THRESHOLD_ kept")
     ap.add_argument("--project-hosts", type=int, default=256)
     ap.add_argument("--project-bytes", type=float, default=1e9)
     a = ap.parse_args(argv)
@@ -165,7 +179,7 @@ def main(argv=None) -> int:
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in a.modes.split(","):
-            rows[mode] = measure(mode, logs, a.workers, Path(tmp) / f"{mode}.parquet")
+            rows[mode] = measure(mode, logs, a.workers, Path(tmp) / f"{mode}.parquet", a.dask_trim)
             rows[mode]["table"] = ("reference" if mode == "single" else
                                    same_table(Path(tmp) / "single.parquet", Path(tmp) / f"{mode}.parquet")
                                    if "single" in rows else "-")
