@@ -132,6 +132,10 @@ def partial_bytes(logs: Path) -> dict:
     parts = {k: len(pickle.dumps(getattr(hp, k))) for k in ("col", "moments", "sketch", "values", "steps",
                                                              "step_families", "overlap_steps", "collectives")}
     parts["total"] = len(pickle.dumps(hp))
+    from traceview.analysis.fleet import FleetOptions
+
+    parts["ops_only_total"] = len(pickle.dumps(host_partial(ReadTask(path=str(f), kind="xplane", host="h"),
+                                                            FleetOptions(steps=False))))
     parts["op_events"] = hp.op_events
     parts["step_rows"] = hp.steps.height
     parts["collective_events"] = hp.collectives.height
@@ -198,7 +202,8 @@ def main(argv=None) -> int:
     print(f"\none host's partial: {pb['total']:,} bytes pickled ({pb['op_events']:,} op events, "
           f"{pb['step_rows']:,} step rows, {pb['collective_events']:,} collective events): "
           + ", ".join(f"{k} {v:,}" for k, v in pb.items() if k not in ("total", "op_events", "step_rows",
-                                                                         "collective_events")))
+                                                                         "collective_events", "ops_only_total"))
+          + f"; without steps (--fleet ops) {pb['ops_only_total']:,} bytes")
     fd = rows.get("fleet-dask")
     if fd:
         per_byte_s = fd["s"] / size * a.workers  # worker-seconds per byte

@@ -168,3 +168,12 @@ def test_cli_fleet_json_and_refusals(mixed, tmp_path, capsys):
     capsys.readouterr()
     assert main(["analyze", str(mixed), "--fleet", "--filter", "fusion"]) == 2
     assert "--filter is not available with --fleet" in capsys.readouterr().err
+
+
+def test_ops_only_partials_are_per_description(pod):
+    whole = fleet.load_fleet(pod)
+    ops = fleet.load_fleet(pod, options=fleet.FleetOptions(steps=False))
+    assert_frame_equal(whole.by_shape, ops.by_shape)
+    assert_frame_equal(whole.devices, ops.devices)
+    assert ops.steps is None and ops.stragglers is None
+    assert any("without steps" in n for n in ops.notes)

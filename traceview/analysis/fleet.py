@@ -99,6 +99,9 @@ class FleetOptions:
     step_window: str = "steady"
     alpha: float = ALPHA
     expand_kernels: bool = False
+    #: False: the op table and devices only (no step rows, overlap rows or collective events:
+    #: a host's partial is then per op description, whatever its events and steps)
+    steps: bool = True
 
 
 @dataclass
@@ -181,6 +184,8 @@ def host_partial(task, options: FleetOptions | None = None):
                     "count": pl.Int64, "duration_ps": pl.Int64, "self_ps": pl.Int64, "rows": pl.UInt32,
                     "min_ps": pl.Int64, "max_ps": pl.Int64, "first_ps": pl.Int64}.items()))
         moments, sketch, values = _distribution_parts(table, opts.alpha)
+        if not opts.steps:
+            return _partial(td, prof, col, moments, sketch, values)
         anat = profile_anatomy(prof, opts.rules, module=opts.step_module, extent=opts.step_extent,
                                window="all")
         from traceview.analysis.steps import STEPS_SCHEMA
@@ -206,6 +211,23 @@ def host_partial(task, options: FleetOptions | None = None):
                            module_self=module_self, overlap_steps=ov.steps, collectives=coll)
     except TraceviewError as exc:
         return Failed(exc)
+
+
+def _partial(td, prof, col, moments, sketch, values) -> HostPartial:
+    """A partial without steps (``FleetOptions.steps`` False)."""
+    from traceview.analysis.overlap import STEPS_SCHEMA as OV_SCHEMA
+    from traceview.analysis.steps import STEPS_SCHEMA
+
+    return HostPartial(path=str(td.path), host=td.host, format=td.format, n_events=td.n_events,
+                       op_events=prof.table.height, has_shapes=bool(td.has_shapes and prof.table.height),
+                       notes=list(prof.warnings), devices=list(prof.devices), col=col, moments=moments,
+                       sketch=sketch, values=values, steps=pl.DataFrame(schema=STEPS_SCHEMA), step_method="off",
+                       step_module=None, step_notes=[], step_families=pl.DataFrame(
+                           schema={"step_row": pl.Int64, "family": pl.Utf8, "self_ps": pl.Int64, "count": pl.Int64}),
+                       module_self=pl.DataFrame(schema={"module": pl.Utf8, "self_ps": pl.Int64}),
+                       overlap_steps=pl.DataFrame(schema=OV_SCHEMA), collectives=pl.DataFrame(
+                           schema={c: pl.Utf8 for c in ("host", "device", "module", "op_name", "op_kind")}
+                           | {"start_ps": pl.Int64, "duration_ps": pl.Int64}))
 
 
 def _count_by_step(anat) -> pl.DataFrame:
@@ -398,6 +420,9 @@ def _merge_steps(parts, col, window, step_module, notes):
 
     empty_ov = pl.DataFrame(schema=OV_SCHEMA)
     with_steps = [p for p in parts if p.steps.height]
+    if parts and all(p.step_method == "off" for p in parts):
+        notes.append("steps and stragglers not computed: fleet mode without steps (op table and devices only)")
+        return None, empty_ov, None
     if not with_steps:
         return None, empty_ov, None
     methods = {(p.step_method, p.step_module) for p in with_steps}

@@ -32,7 +32,7 @@ def run(args, disc, out) -> int:
 
     opts = FleetOptions(rules=cargs.rules_from_args(args), step_module=args.step_module,
                         step_extent=args.step_extent, step_window=args.step_window,
-                        expand_kernels=bool(getattr(args, "expand_kernels", False)))
+                        expand_kernels=bool(getattr(args, "expand_kernels", False)), steps=args.fleet != "ops")
     ro = cargs.read_options(args)
     f = load_fleet(args.path, discovery=disc, max_bytes=args.max_bytes, cache=ro["cache"], workers=ro["workers"],
                    scheduler=ro["scheduler"], progress=ro["progress"], options=opts)
