@@ -14,7 +14,9 @@ the clock starts:
 * ``fleet``: :func:`traceview.analysis.fleet.load_fleet` in one process;
 * ``fleet-pool``: ``load_fleet`` on a local pool of ``--workers`` processes (their start-up and
   imports inside the time);
-* ``fleet-dask``: ``load_fleet`` on the same cluster: partial aggregates come back.
+* ``fleet-dask``: ``load_fleet`` on the same cluster: partial aggregates come back;
+* ``fleet-ops``, ``fleet-ops-dask``: as ``fleet`` / ``fleet-dask`` without steps (``--fleet ops``),
+  against ``single-ops``: ``load`` then by_shape and the device summary only.
 
 The cluster's workers get a plain process's malloc (``--dask-trim off``, default): distributed
 sets ``MALLOC_TRIM_THRESHOLD_`` in its workers, which also fixes glibc's mmap threshold at
@@ -73,16 +75,19 @@ if mode.endswith("dask"):
     client.run(warm)
     startup = time.perf_counter() - t
 t0 = time.perf_counter()
-if mode in ("single", "load-dask"):
+if mode in ("single", "load-dask", "single-ops"):
     prof = traceview.load(path, cache=False, executor=client)
     by_shape = aggregate.by_shape(prof.table, prof.module_runs)
     dev = prof.device_summary()
-    anat = profile_anatomy(prof)
-    ov, st = communication_sections(prof, anat)
+    steps = 0
+    if mode != "single-ops":
+        anat = profile_anatomy(prof)
+        ov, st = communication_sections(prof, anat)
+        steps = anat.steps.height
     hosts, events = len(prof.traces), prof.table.height
-    steps = anat.steps.height
 else:
-    f = fleet.load_fleet(path, cache=False, executor=client, workers=workers if mode == "fleet-pool" else 0)
+    f = fleet.load_fleet(path, cache=False, executor=client, workers=workers if mode == "fleet-pool" else 0,
+                         options=fleet.FleetOptions(steps="ops" not in mode))
     by_shape, dev = f.by_shape, f.devices
     hosts, events = len(f.files), sum(r["op_events"] for r in f.files)
     steps = f.steps.steps.height if f.steps is not None else 0
@@ -184,17 +189,19 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for mode in a.modes.split(","):
             rows[mode] = measure(mode, logs, a.workers, Path(tmp) / f"{mode}.parquet", a.dask_trim)
-            rows[mode]["table"] = ("reference" if mode == "single" else
-                                   same_table(Path(tmp) / "single.parquet", Path(tmp) / f"{mode}.parquet")
-                                   if "single" in rows else "-")
+            ref_mode = "single-ops" if "ops" in mode else "single"
+            rows[mode]["table"] = ("reference" if mode == ref_mode else
+                                   same_table(Path(tmp) / f"{ref_mode}.parquet", Path(tmp) / f"{mode}.parquet")
+                                   if ref_mode in rows else "-")
             print(json.dumps(rows[mode]), file=sys.stderr)
-    ref = rows.get("single")
+    ref = rows.get("single") or rows.get("single-ops")
     print(f"{a.hosts} hosts, {size / a.hosts / 1e6:.1f} MB and "
           f"{next(iter(rows.values()))['op_events'] // a.hosts:,} op events each; Dask: {a.workers} single-thread "
           f"worker processes\n")
     print("| mode | s | against one process | client peak MiB | against one process | cluster start-up s | op table |")
     print("|---|---|---|---|---|---|---|")
     for mode, r in rows.items():
+        ref = rows.get("single-ops" if "ops" in mode else "single") or rows.get("single") or rows.get("single-ops")
         rs = f"{r['s'] / ref['s']:.2f}x" if ref else "-"
         rm = f"{r['client_rss_mib'] / ref['client_rss_mib']:.2f}x" if ref else "-"
         print(f"| {mode} | {r['s']:.2f} | {rs} | {r['client_rss_mib']:,.0f} | {rm} | {r['startup_s']:.1f} | {r['table']} |")
@@ -204,14 +211,21 @@ def main(argv=None) -> int:
           + ", ".join(f"{k} {v:,}" for k, v in pb.items() if k not in ("total", "op_events", "step_rows",
                                                                          "collective_events", "ops_only_total"))
           + f"; without steps (--fleet ops) {pb['ops_only_total']:,} bytes")
-    fd = rows.get("fleet-dask")
-    if fd:
-        per_byte_s = fd["s"] / size * a.workers  # worker-seconds per byte
-        scale = a.project_bytes * a.project_hosts / size
-        print(f"\nprojection, {a.project_hosts} hosts x {a.project_bytes / 1e9:g} GB: "
-              f"{per_byte_s * a.project_bytes:.1f} worker-s per host ({per_byte_s * a.project_bytes * a.project_hosts / 3600:.2f} "
-              f"worker-hours; {per_byte_s * a.project_bytes * a.project_hosts / a.workers / 60:.1f} min on {a.workers} workers); "
-              f"the scaled run's client peak {fd['client_rss_mib']:,.0f} MiB (x{scale:.0f} the bytes)")
+    # projection: work linear in a host's events; the op-table partial per description (constant),
+    # the step, overlap and collective parts linear in device-steps and events (as this trace's)
+    factor = a.project_bytes / (size / a.hosts)
+    own = rows.get("fleet") or rows.get("fleet-ops")
+    if own:
+        per_host = own["s"] / a.hosts * factor
+        print(f"\nprojection, {a.project_hosts} hosts x {a.project_bytes / 1e9:g} GB ({factor:.1f}x a host here): "
+              f"{per_host:,.0f} s of one worker per host ({own['s'] / a.hosts:.2f} s per host measured, mode "
+              f"{'fleet' if 'fleet' in rows else 'fleet-ops'}), {per_host * a.project_hosts / 3600:,.1f} worker-hours")
+    fixed = pb["col"] + pb["moments"] + pb["sketch"] + pb["values"]
+    grows = pb["total"] - fixed
+    print(f"partials at the client: with steps {(fixed + grows * factor) / 1e6:,.0f} MB per host, "
+          f"{(fixed + grows * factor) * a.project_hosts / 1e9:,.0f} GB for {a.project_hosts} hosts (pickled); "
+          f"--fleet ops {pb['ops_only_total'] / 1e3:,.0f} KB per host, "
+          f"{pb['ops_only_total'] * a.project_hosts / 1e6:,.1f} MB for {a.project_hosts} hosts")
     return 0
 
 
