@@ -15,7 +15,7 @@ the clock starts:
 * ``fleet-pool``: ``load_fleet`` on a local pool of ``--workers`` processes (their start-up and
   imports inside the time);
 * ``fleet-dask``: ``load_fleet`` on the same cluster: partial aggregates come back;
-* ``fleet-ops``, ``fleet-ops-dask``: as ``fleet`` / ``fleet-dask`` without steps (``--fleet ops``),
+* ``fleet-ops``, ``fleet-ops-dask``: as ``fleet`` / ``fleet-dask`` without steps (``--fleet-ops``),
   against ``single-ops``: ``load`` then by_shape and the device summary only.
 
 The cluster's workers get a plain process's malloc (``--dask-trim off``, default): distributed
@@ -210,7 +210,7 @@ def main(argv=None) -> int:
           f"{pb['step_rows']:,} step rows, {pb['collective_events']:,} collective events): "
           + ", ".join(f"{k} {v:,}" for k, v in pb.items() if k not in ("total", "op_events", "step_rows",
                                                                          "collective_events", "ops_only_total"))
-          + f"; without steps (--fleet ops) {pb['ops_only_total']:,} bytes")
+          + f"; without steps (--fleet-ops) {pb['ops_only_total']:,} bytes")
     # projection: work linear in a host's events; the op-table partial per description (constant),
     # the step, overlap and collective parts linear in device-steps and events (as this trace's)
     factor = a.project_bytes / (size / a.hosts)
@@ -224,7 +224,7 @@ def main(argv=None) -> int:
     grows = pb["total"] - fixed
     print(f"partials at the client: with steps {(fixed + grows * factor) / 1e6:,.0f} MB per host, "
           f"{(fixed + grows * factor) * a.project_hosts / 1e9:,.0f} GB for {a.project_hosts} hosts (pickled); "
-          f"--fleet ops {pb['ops_only_total'] / 1e3:,.0f} KB per host, "
+          f"--fleet-ops {pb['ops_only_total'] / 1e3:,.0f} KB per host, "
           f"{pb['ops_only_total'] * a.project_hosts / 1e6:,.1f} MB for {a.project_hosts} hosts")
     return 0
 

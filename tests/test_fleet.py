@@ -1,6 +1,6 @@
 """Fleet mode: per-host partial aggregates merged on the client give the single-process op
 table (sums, counts, extremes exactly; p50/p90 within the sketch's bound), device summary,
-step rows and stragglers, in this process and in a process pool; the CLI's --fleet.
+step rows and stragglers, in this process and in a process pool; the CLI's --fleet."""
 
 from __future__ import annotations
 
@@ -166,7 +166,7 @@ def test_cli_fleet_json_and_refusals(mixed, tmp_path, capsys):
     assert doc["rows"]["by_shape"] == {"shown": 5, "total": 33}
     assert "within 1.0%" in doc["quantiles"]["bound"] and "regimes" in doc["not_computed"]
     capsys.readouterr()
-    assert main(["analyze", str(mixed), "--fleet", "--filter", "fusion"]) == 2
+    assert main(["analyze", str(mixed), "--fleet-ops", "--filter", "fusion"]) == 2
     assert "--filter is not available with --fleet" in capsys.readouterr().err
 
 

@@ -54,9 +54,9 @@ ZERO_BUCKET = -(1 << 31)
 #: report sections a fleet-mode result does not have, and why
 NOT_COMPUTED = {
     "regimes": "the regime examination reads each wide population's events in execution order",
-    "roofline": "not computed in fleet mode",
-    "kernels": "not computed in fleet mode",
-    "sources": "not computed in fleet mode",
+    "roofline": "not computed in fleet mode (it needs only the descriptions' sums and costs: not wired yet)",
+    "kernels": "not computed in fleet mode (it needs only the descriptions' sums: not wired yet)",
+    "sources": "not computed in fleet mode (source stacks stay on the hosts)",
     "communication": "collective and host-transfer pairing reads every async start and done",
     "findings": "the rules read sections fleet mode does not compute",
     "step reasons": "an outlier step's reason names its op mix and first executions, read off the events "
@@ -159,7 +159,6 @@ def host_partial(task, options: FleetOptions | None = None):
     """Read one file (a :class:`traceview.read.batch.ReadTask`) and return its
     :class:`HostPartial`, or a :class:`traceview.read.batch.Failed` for a TraceviewError
     (runs in a worker: a module-level function, pickled by name)."""
-    from traceview.analysis.families import attr_families, rules_of
     from traceview.analysis.overlap import overlap
     from traceview.analysis.steps import profile_anatomy
     from traceview.analysis.stragglers import _KINDS
@@ -202,7 +201,6 @@ def host_partial(task, options: FleetOptions | None = None):
         cols = ["host", "device", "module", "op_name", "op_kind", "start_ps", "duration_ps"]
         coll = table.filter(pl.col("op_kind").is_in(_KINDS)).frame(cols) if table.height else pl.DataFrame(
             schema={c: pl.Utf8 for c in cols[:5]} | {"start_ps": pl.Int64, "duration_ps": pl.Int64})
-        del rules_of, attr_families
         return HostPartial(path=str(td.path), host=td.host, format=td.format, n_events=td.n_events,
                            op_events=table.height, has_shapes=bool(td.has_shapes and table.height),
                            notes=list(prof.warnings), devices=list(prof.devices), col=col, moments=moments,
@@ -421,7 +419,7 @@ def _merge_steps(parts, col, window, step_module, notes):
     empty_ov = pl.DataFrame(schema=OV_SCHEMA)
     with_steps = [p for p in parts if p.steps.height]
     if parts and all(p.step_method == "off" for p in parts):
-        notes.append("steps and stragglers not computed: fleet mode without steps (op table and devices only)")
+        notes.append("steps and stragglers not computed: fleet mode without steps (--fleet-ops: op table and devices only)")
         return None, empty_ov, None
     if not with_steps:
         return None, empty_ov, None

@@ -44,10 +44,12 @@ def add_parser(sub) -> None:
                    help="attribute ops to the file that emitted them (direct) or to the innermost "
                         "project frame of their stack (user)")
     cargs.add_findings(a)
-    a.add_argument("--fleet", nargs="?", const="all", choices=["all", "ops"], default=None,
+    a.add_argument("--fleet", action="store_const", const="all", default=None,
                    help="aggregate each host where it is read (--workers, --scheduler) and merge partial "
-                        "aggregates: op table (p50/p90 within 1%%), devices, steps, stragglers (all, default); "
-                        "ops: op table and devices only, a few KB per host whatever its size")
+                        "aggregates: op table (p50/p90 within 1%%), devices, steps, stragglers")
+    a.add_argument("--fleet-ops", dest="fleet", action="store_const", const="ops",
+                   help="--fleet with the op table and devices only (partials per op description, whatever a "
+                        "host's size)")
 
 
 def _stored(args, disc, out: Path | None):
