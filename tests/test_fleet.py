@@ -177,3 +177,23 @@ def test_ops_only_partials_are_per_description(pod):
     assert_frame_equal(whole.devices, ops.devices)
     assert ops.steps is None and ops.stragglers is None
     assert any("without steps" in n for n in ops.notes)
+
+
+@pytest.mark.parametrize("which", ["mixed", "topp_b4"])
+def test_roofline_and_kernels_from_merged_descriptions(which, mixed):
+    """Roofline and kernels read only the descriptions' sums: fleet mode gives the
+    single-process tables (topp_b4: one Pallas kernel, interpreted on CPU)."""
+    from traceview.analysis.kernels import kernels
+    from traceview.analysis.peaks import profile_peaks
+    from traceview.analysis.roofline import predicted_vs_measured, roofline
+
+    path = mixed if which == "mixed" else Path(__file__).resolve().parents[1] / "fixtures" / "topp_b4"
+    prof = load(path)
+    f = fleet.load_fleet(path, options=fleet.FleetOptions(steps=False))
+    peaks = profile_peaks(prof)
+    got_peaks, roof, summary = f.roofline()
+    assert got_peaks == peaks
+    assert_frame_equal(roofline(prof.table, peaks), roof)
+    assert summary == predicted_vs_measured(roof)
+    assert_frame_equal(kernels(prof.table), f.kernels())
+    assert f.kernels().height == (1 if which == "topp_b4" else 0)

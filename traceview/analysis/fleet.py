@@ -54,8 +54,6 @@ ZERO_BUCKET = -(1 << 31)
 #: report sections a fleet-mode result does not have, and why
 NOT_COMPUTED = {
     "regimes": "the regime examination reads each wide population's events in execution order",
-    "roofline": "not computed in fleet mode (it needs only the descriptions' sums and costs: not wired yet)",
-    "kernels": "not computed in fleet mode (it needs only the descriptions' sums: not wired yet)",
     "sources": "not computed in fleet mode (source stacks stay on the hosts)",
     "communication": "collective and host-transfer pairing reads every async start and done",
     "findings": "the rules read sections fleet mode does not compute",
@@ -275,6 +273,49 @@ class Fleet:
     stragglers: object
     not_computed: dict = field(default_factory=lambda: dict(NOT_COMPUTED))
     notes: list = field(default_factory=list)
+    #: the merged op descriptions (:meth:`OpTable.collapse` rows of every host, attr ids kept
+    #: apart) as an OpTable of one pre-aggregated row per description: what
+    #: :func:`traceview.analysis.roofline.roofline` and :func:`traceview.analysis.kernels.kernels`
+    #: read (``collapse()`` gives the exact merged rows)
+    descriptions: object = None
+    device_infos: list = field(default_factory=list)
+
+    def used_devices(self) -> list:
+        """The :class:`~traceview.model.schema.DeviceInfo` of the devices that ran ops (as
+        :meth:`ProfileData.used_devices <traceview.model.profiledata.ProfileData.used_devices>`)."""
+        used = set(self.devices.select("host", "device").iter_rows()) if self.devices.height else set()
+        return [d for d in self.device_infos if (d.host, d.name) in used] or self.device_infos
+
+    def roofline(self, peaks=None):
+        """(peaks, :func:`traceview.analysis.roofline.roofline` rows, its
+        :func:`~traceview.analysis.roofline.predicted_vs_measured` summary) over the merged
+        descriptions; ``peaks`` default :func:`traceview.analysis.peaks.profile_peaks`."""
+        from traceview.analysis.peaks import profile_peaks
+        from traceview.analysis.roofline import predicted_vs_measured, roofline
+
+        peaks = peaks if peaks is not None else profile_peaks(self)
+        roof = roofline(self.descriptions, peaks)
+        return peaks, roof, predicted_vs_measured(roof)
+
+    def kernels(self):
+        """:func:`traceview.analysis.kernels.kernels` over the merged descriptions."""
+        from traceview.analysis.kernels import kernels
+
+        return kernels(self.descriptions)
+
+
+def descriptions_table(col: pl.DataFrame):
+    """An OpTable of one pre-aggregated event per merged description (count, duration and
+    self time the description's sums, start its first) whose ``collapse()`` is ``col`` itself
+    (``hlo_text``, ``source_stack`` null)."""
+    from traceview.model.optable import ATTR_SCHEMA, OpTable
+
+    col = col.with_columns(*(pl.lit(None, dtype=ATTR_SCHEMA[c]).alias(c) for c in _DROP if c not in col.columns))
+    attrs = col.select(list(ATTR_SCHEMA)).cast(ATTR_SCHEMA)
+    events = col.select("attr", pl.col("first_ps").alias("start_ps"), "duration_ps", "self_ps", "count")
+    t = OpTable(events, attrs)
+    t._collapsed = col.select(list(ATTR_SCHEMA) + [c for c in col.columns if c not in ATTR_SCHEMA])
+    return t
 
 
 def _offsets(parts: list[HostPartial]) -> list[int]:
@@ -406,7 +447,9 @@ def merge(parts: list[HostPartial], *, split_modules: bool = True, window: str =
                  devices=device_rows(col if col is not None and col.height else None, devices),
                  op_events=int(col["count"].sum() or 0) if col is not None and col.height else 0,
                  op_time_ps=total_self, by_shape=by_shape, quantiles=q, steps=anat, overlap_steps=ov_steps,
-                 stragglers=strag, notes=notes)
+                 stragglers=strag, notes=notes,
+                 descriptions=descriptions_table(col) if col is not None and col.height else None,
+                 device_infos=devices)
 
 
 def _merge_steps(parts, col, window, step_module, notes):

@@ -36,11 +36,15 @@ def run(args, disc, out) -> int:
     ro = cargs.read_options(args)
     f = load_fleet(args.path, discovery=disc, max_bytes=args.max_bytes, cache=ro["cache"], workers=ro["workers"],
                    scheduler=ro["scheduler"], progress=ro["progress"], options=opts)
+    roof = kern = None
+    if f.descriptions is not None:
+        roof = f.roofline(cargs.peaks_from_args(f, args))
+        kern = f.kernels()
     if args.format == "json":
         from traceview import __version__
         from traceview.render.fleet import fleet_json
 
-        data = fleet_json(f, top=args.top, version=__version__)
+        data = fleet_json(f, top=args.top, version=__version__, roofline=roof, kernels=kern)
     else:
         import io
 
@@ -49,10 +53,10 @@ def run(args, disc, out) -> int:
         from traceview.render.fleet import render_fleet
 
         if out is None:
-            render_fleet(console(), f, top=args.top or TABLE_TOP)
+            render_fleet(console(), f, top=args.top or TABLE_TOP, roofline=roof, kernels=kern)
             return EXIT_OK
         buf = io.StringIO()
-        render_fleet(file_console(buf), f, top=args.top or TABLE_TOP)
+        render_fleet(file_console(buf), f, top=args.top or TABLE_TOP, roofline=roof, kernels=kern)
         data = buf.getvalue().encode("utf-8")
     if out is not None:
         write_atomic(out, data)

@@ -9,11 +9,13 @@ from rich.table import Table
 
 from traceview.model.units import fmt_pct, fmt_time_ps
 from traceview.render.overlap_view import render_stragglers
-from traceview.render.terminal import escape, render_step_records
+from traceview.render.terminal import escape, render_kernels, render_roofline, render_step_records
 
 
-def render_fleet(console: Console, f, *, top: int) -> None:
-    """Print ``f``'s sections (``top`` rows of each table)."""
+def render_fleet(console: Console, f, *, top: int, roofline=None, kernels=None) -> None:
+    """Print ``f``'s sections (``top`` rows of each table); ``roofline``: (peaks, rows,
+    summary) of :meth:`Fleet.roofline <traceview.analysis.fleet.Fleet.roofline>`, ``kernels``
+    its kernels table, when computed."""
     console.print(f"[bold]traceview[/bold] — fleet mode: {len(f.files)} file(s), {len(f.hosts)} host(s), "
                   f"{f.op_events:,} op events, op time {fmt_time_ps(f.op_time_ps)} summed over "
                   f"{f.devices.height} device(s)")
@@ -44,15 +46,21 @@ def render_fleet(console: Console, f, *, top: int) -> None:
         console.print(ft)
         console.print("  " + escape(a.coverage.line()))
     render_stragglers(console, f.stragglers, top=top)
+    if kernels is not None:
+        render_kernels(console, kernels, top=top)
+    if roofline is not None:
+        peaks, roof, summary = roofline
+        render_roofline(console, peaks, roof, top=top, summary=summary)
     for n in f.notes:
         console.print(f"  [yellow]note:[/yellow] {escape(n)}")
     console.print("  not computed in fleet mode: " + escape(", ".join(f.not_computed)))
 
 
-def fleet_json(f, *, top: int | None = None, version: str = "") -> bytes:
+def fleet_json(f, *, top: int | None = None, version: str = "", roofline=None, kernels=None) -> bytes:
     """``f`` as JSON bytes (orjson): files, hosts, warnings, totals, devices, by_shape (``top``
-    rows, all when None, with ``rows: {shown, total}``), quantiles, steps (coverage, families,
-    distribution), stragglers' summary, notes and not_computed."""
+    rows, all when None, with ``rows: {table: {shown, total}}``), quantiles, steps (coverage,
+    families, distribution), stragglers' summary, notes and not_computed; peaks, roofline and
+    its summary, kernels when given (as :func:`render_fleet`)."""
     import orjson
 
     bs = f.by_shape if top is None else f.by_shape.head(top)
@@ -70,4 +78,17 @@ def fleet_json(f, *, top: int | None = None, version: str = "") -> bytes:
     if f.stragglers is not None:
         out["stragglers"] = {"summary": f.stragglers.summary, "clock_offsets": f.stragglers.clock_offsets,
                              "notes": f.stragglers.notes}
+    if roofline is not None:
+        from dataclasses import asdict
+
+        peaks, roof, summary = roofline
+        shown = roof if top is None else roof.head(top)
+        out["peaks"] = asdict(peaks)
+        out["roofline"] = shown.to_dicts()
+        out["roofline_summary"] = summary
+        out["rows"]["roofline"] = {"shown": shown.height, "total": roof.height}
+    if kernels is not None:
+        shown = kernels if top is None else kernels.head(top)
+        out["kernels"] = shown.to_dicts()
+        out["rows"]["kernels"] = {"shown": shown.height, "total": kernels.height}
     return orjson.dumps(out, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS)
