@@ -197,3 +197,14 @@ def test_roofline_and_kernels_from_merged_descriptions(which, mixed):
     assert summary == predicted_vs_measured(roof)
     assert_frame_equal(kernels(prof.table), f.kernels())
     assert f.kernels().height == (1 if which == "topp_b4" else 0)
+
+
+def test_step_module_missing_on_some_hosts_is_said(mixed):
+    from traceview.errors import UsageError
+
+    f = fleet.load_fleet(mixed, options=fleet.FleetOptions(step_module="jit_f"))
+    assert f.steps is None and f.hosts == ["gpu-c", "tpu-a", "tpu-b"]
+    assert f.notes == ["steps and stragglers not computed in fleet mode: gpu-c: module 'jit_f' has no executions "
+                       "in this trace"]
+    with pytest.raises(UsageError, match="module 'nope' has no executions"):
+        fleet.load_fleet(mixed, options=fleet.FleetOptions(step_module="nope"))

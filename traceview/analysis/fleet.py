@@ -23,14 +23,16 @@ Per host, :func:`host_partial` returns a :class:`HostPartial`:
   fleet's at the merge), op self time and occurrences per (step, family), the overlap rows
   per (device, step) (:func:`traceview.analysis.overlap.overlap` over every step window) and
   the collective events (host, device, module, op name, kind, start, duration): the
-  arrivals :func:`traceview.analysis.stragglers.stragglers` matches across hosts.
+  arrivals :func:`traceview.analysis.stragglers.stragglers` matches across hosts. None of
+  these with ``FleetOptions(steps=False)``: the partial is then per op description only.
 
 :func:`merge` gives a :class:`Fleet`. Quantiles (p50_ps, p90_ps = linear interpolation between
 the two nearest ranks, as :func:`traceview.analysis.distributions.spread`): exact when every
 host shipped the population's values; otherwise each of the two order statistics is read off
 the merged sketch, so p50/p90 are within a relative error α (:data:`ALPHA`) of the exact
 figures (a convex combination of two estimates each within α), then clamped into the
-population's exact [min_ps, max_ps]. ``quantiles`` says which.
+population's exact [min_ps, max_ps]. ``quantiles`` says which. The roofline and kernels tables
+read only the descriptions' sums and costs: :meth:`Fleet.roofline`, :meth:`Fleet.kernels`.
 
 Sections that need the events themselves are not computed in fleet mode (:data:`NOT_COMPUTED`).
 """
@@ -160,7 +162,7 @@ def host_partial(task, options: FleetOptions | None = None):
     from traceview.analysis.overlap import overlap
     from traceview.analysis.steps import profile_anatomy
     from traceview.analysis.stragglers import _KINDS
-    from traceview.errors import TraceviewError
+    from traceview.errors import TraceviewError, UsageError
     from traceview.model.files import read_task
     from traceview.model.profiledata import ProfileData
     from traceview.read.batch import Failed
@@ -183,8 +185,13 @@ def host_partial(task, options: FleetOptions | None = None):
         moments, sketch, values = _distribution_parts(table, opts.alpha)
         if not opts.steps:
             return _partial(td, prof, col, moments, sketch, values)
-        anat = profile_anatomy(prof, opts.rules, module=opts.step_module, extent=opts.step_extent,
-                               window="all")
+        try:
+            anat = profile_anatomy(prof, opts.rules, module=opts.step_module, extent=opts.step_extent,
+                                   window="all")
+        except UsageError as exc:  # e.g. the step module has no execution on this host
+            part = _partial(td, prof, col, moments, sketch, values)
+            part.step_method, part.step_notes = "error", [f"{td.host}: {exc.fault}"]
+            return part
         from traceview.analysis.steps import STEPS_SCHEMA
 
         steps = anat.steps.select(list(STEPS_SCHEMA)) if anat.steps.height else pl.DataFrame(schema=STEPS_SCHEMA)
@@ -461,6 +468,15 @@ def _merge_steps(parts, col, window, step_module, notes):
 
     empty_ov = pl.DataFrame(schema=OV_SCHEMA)
     with_steps = [p for p in parts if p.steps.height]
+    failed = [ln for p in parts if p.step_method == "error" for ln in p.step_notes]
+    if failed:
+        if len(failed) == len(parts):
+            from traceview.errors import UsageError
+
+            raise UsageError(f"steps: {failed[0]}")
+        notes.append("steps and stragglers not computed in fleet mode: " + "; ".join(failed[:3])
+                     + (f"; {len(failed) - 3} more host(s)" if len(failed) > 3 else ""))
+        return None, empty_ov, None
     if parts and all(p.step_method == "off" for p in parts):
         notes.append("steps and stragglers not computed: fleet mode without steps (--fleet-ops: op table and devices only)")
         return None, empty_ov, None
