@@ -149,8 +149,29 @@ def by_shape(ops, module_runs: pl.DataFrame | None = None, *, split_modules: boo
     table = as_table(ops)
     if table.height == 0:
         return _empty_by_shape()
-    col = table.collapse().with_columns(_source_expr().alias("_src"))
-    keys = ["op_name", "shape", "module"] if split_modules else ["op_name", "shape"]
+    col = table.collapse()
+    keys = by_shape_keys(split_modules)
+    df = by_shape_rows(col, keys, dist.spread(table, col, keys))
+    cand = df.filter(dist.wide()).sort("self_ps", descending=True).head(dist.MAX_EXAMINED)
+    reg = dist.regimes(table, module_runs, col, keys, cand)
+    df = df.join(reg.select(*keys, "regimes"), on=keys, how="left", nulls_equal=True)
+    return finish_by_shape(df, _total_self(table))
+
+
+def by_shape_keys(split_modules: bool = True) -> list[str]:
+    """The row key of :func:`by_shape`."""
+    return ["op_name", "shape", "module"] if split_modules else ["op_name", "shape"]
+
+
+def by_shape_rows(col: pl.DataFrame, keys: list[str], spread: pl.DataFrame) -> pl.DataFrame:
+    """The :func:`by_shape` rows before ``regimes``, ``mean_ps``, ``share`` and the sort, from
+    collapsed rows ``col`` (:meth:`~traceview.model.optable.OpTable.collapse`'s columns;
+    ``hlo_text`` and ``source_stack`` unused) and ``spread`` (``keys`` + p50_ps, p90_ps, cv:
+    :func:`traceview.analysis.distributions.spread`, or a merge of sketches in fleet mode).
+    Every figure here is a sum, count, min/max or weighted mode over ``col``, so collapsed
+    rows of several hosts (attr ids kept distinct, in host order) give the figures of their
+    concatenated events."""
+    col = col.with_columns(_source_expr().alias("_src"))
     df = col.group_by(keys).agg(
         pl.col("op_kind").sort_by("first_ps", "attr", nulls_last=True).first(),
         pl.col("category").sort_by("first_ps", "attr", nulls_last=True).first(),
@@ -159,7 +180,7 @@ def by_shape(ops, module_runs: pl.DataFrame | None = None, *, split_modules: boo
         pl.col("program_id").n_unique().alias("n_programs"),
         pl.struct("host", "device").n_unique().alias("devices"),
     )
-    df = (df.join(dist.spread(table, col, keys), on=keys, how="left", nulls_equal=True)
+    df = (df.join(spread, on=keys, how="left", nulls_equal=True)
           .join(weighted_mode(col, keys, "_src").rename({"_src": "source"}), on=keys, how="left", nulls_equal=True)
           .join(weighted_mode(col, keys, "framework_op"), on=keys, how="left", nulls_equal=True))
     df = (df.join(executions(col, keys), on=keys, how="left", nulls_equal=True)
@@ -169,10 +190,13 @@ def by_shape(ops, module_runs: pl.DataFrame | None = None, *, split_modules: boo
     if "module" not in keys:
         df = df.with_columns(pl.when(pl.col("modules").list.len() == 1).then(pl.col("modules").list.first())
                              .otherwise(None).alias("module"))
-    cand = df.filter(dist.wide()).sort("self_ps", descending=True).head(dist.MAX_EXAMINED)
-    reg = dist.regimes(table, module_runs, col, keys, cand)
-    df = df.join(reg.select(*keys, "regimes"), on=keys, how="left", nulls_equal=True)
-    return _finish(df, _total_self(table)).select(_BY_SHAPE_COLUMNS)
+    return df
+
+
+def finish_by_shape(df: pl.DataFrame, total_self: int) -> pl.DataFrame:
+    """:func:`by_shape_rows` output with a ``regimes`` column to the final :func:`by_shape`
+    table: mean_ps, share (of ``total_self``, ps), the sort and the column order."""
+    return _finish(df, total_self).select(_BY_SHAPE_COLUMNS)
 
 
 _BY_SHAPE_COLUMNS = ["op_name", "shape", "op_kind", "category", "occurrences", "executions",

@@ -44,6 +44,12 @@ def add_parser(sub) -> None:
                    help="attribute ops to the file that emitted them (direct) or to the innermost "
                         "project frame of their stack (user)")
     cargs.add_findings(a)
+    a.add_argument("--fleet", action="store_const", const="all", default=None,
+                   help="aggregate each host where it is read (--workers, --scheduler) and merge partial "
+                        "aggregates: op table (p50/p90 within 1%%), devices, steps, stragglers")
+    a.add_argument("--fleet-ops", dest="fleet", action="store_const", const="ops",
+                   help="--fleet with the op table and devices only (partials per op description, whatever a "
+                        "host's size)")
 
 
 def _stored(args, disc, out: Path | None):
@@ -95,6 +101,10 @@ def run(args) -> int:
     stale = cargs.stale_after(args)
     disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale)
     process.tune_allocator(cargs.input_bytes(disc))
+    if getattr(args, "fleet", False):
+        from traceview.cli.analyze_fleet import run as run_fleet
+
+        return run_fleet(args, disc, out)
     stored, done = _stored(args, disc, out)
     if done:
         return EXIT_OK

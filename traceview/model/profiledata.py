@@ -167,29 +167,7 @@ class ProfileData:
         peak_flops (FLOP/s), peak_bw (bytes/s), from the trace's plane stats (None when
         absent). Devices are keyed by host because every host of a pod names its planes
         ``/device:TPU:0..n``."""
-        import polars as pl
-
-        rows = []
-        per = {}
-        if self.table.height:
-            per_attr = self.table.collapse()
-            for r in per_attr.group_by(["host", "device"]).agg(pl.col("count").sum().alias("n"),
-                                                                pl.col("self_ps").sum().alias("t")).iter_rows(named=True):
-                per[(r["host"], r["device"])] = (r["n"], r["t"])
-        seen = set()
-        for d in self.devices:
-            key = (d.host, d.name)
-            if key in seen:
-                continue
-            seen.add(key)
-            n, t = per.get(key, (0, 0))
-            if n == 0:
-                continue
-            rows.append({"host": d.host, "device": d.name, "kind": d.kind, "device_type": d.device_type, "ops": n,
-                         "op_time_ps": t, "peak_flops": d.peak_flops, "peak_bw": d.peak_bw})
-        return pl.DataFrame(rows, schema={"host": pl.Utf8, "device": pl.Utf8, "kind": pl.Utf8, "device_type": pl.Utf8,
-                                          "ops": pl.Int64, "op_time_ps": pl.Int64, "peak_flops": pl.Float64,
-                                          "peak_bw": pl.Float64})
+        return device_rows(self.table.collapse() if self.table.height else None, self.devices)
 
     def used_devices(self) -> list:
         """The devices that ran ops (a folder of loose traces can hold others), else all."""
@@ -203,3 +181,32 @@ class ProfileData:
         return (f"<traceview.Profile: {self.table.height:,} op events, "
                 f"{len(self.devices)} device planes, hosts {', '.join(hosts) or '-'}; "
                 f"{len(self.warnings)} warning(s)>")
+
+
+def device_rows(per_attr, devices: list):
+    """:meth:`ProfileData.device_summary` of collapsed op rows ``per_attr``
+    (:meth:`~traceview.model.optable.OpTable.collapse`'s columns host, device, count,
+    self_ps; None for no ops) and the :class:`~traceview.model.schema.DeviceInfo` list
+    ``devices``: the devices that ran ops, in the list's order."""
+    import polars as pl
+
+    rows = []
+    per = {}
+    if per_attr is not None and per_attr.height:
+        for r in per_attr.group_by(["host", "device"]).agg(pl.col("count").sum().alias("n"),
+                                                            pl.col("self_ps").sum().alias("t")).iter_rows(named=True):
+            per[(r["host"], r["device"])] = (r["n"], r["t"])
+    seen = set()
+    for d in devices:
+        key = (d.host, d.name)
+        if key in seen:
+            continue
+        seen.add(key)
+        n, t = per.get(key, (0, 0))
+        if n == 0:
+            continue
+        rows.append({"host": d.host, "device": d.name, "kind": d.kind, "device_type": d.device_type, "ops": n,
+                     "op_time_ps": t, "peak_flops": d.peak_flops, "peak_bw": d.peak_bw})
+    return pl.DataFrame(rows, schema={"host": pl.Utf8, "device": pl.Utf8, "kind": pl.Utf8, "device_type": pl.Utf8,
+                                      "ops": pl.Int64, "op_time_ps": pl.Int64, "peak_flops": pl.Float64,
+                                      "peak_bw": pl.Float64})

@@ -1,0 +1,233 @@
+"""Fleet mode against one process on a many-host run: time, client peak memory, same op table.
+
+Builds (once) a run folder of ``--hosts`` hosts under ``--dir`` (default ``/tmp/fleet``): the
+shared ``tpu_v6e_4chip_psum.xplane.pb`` scaled to ``--events`` events
+(``benchmarks/scale_trace.py``), hard-linked under one name per host
+(``plugins/profile/2026_01_01_00_00_00/hostNN.xplane.pb``; discovery names a host by its
+file's stem). Then, each in a fresh child process with the caches off, imports done before
+the clock starts:
+
+* ``single``: ``traceview.load`` in one process, then the sections fleet mode gives: by_shape,
+  device summary, step anatomy, overlap and stragglers;
+* ``load-dask``: the same on a Dask ``LocalCluster`` (``--workers`` single-thread worker
+  processes) through ``load(executor=client)``: every host's encoded table comes back;
+* ``fleet``: :func:`traceview.analysis.fleet.load_fleet` in one process;
+* ``fleet-pool``: ``load_fleet`` on a local pool of ``--workers`` processes (their start-up and
+  imports inside the time);
+* ``fleet-dask``: ``load_fleet`` on the same cluster: partial aggregates come back;
+* ``fleet-ops``, ``fleet-ops-dask``: as ``fleet`` / ``fleet-dask`` without steps (``--fleet-ops``),
+  against ``single-ops``: ``load`` then by_shape and the device summary only.
+
+The cluster's workers get a plain process's malloc (``--dask-trim off``, default): distributed
+sets ``MALLOC_TRIM_THRESHOLD_`` in its workers, which also fixes glibc's mmap threshold at
+128 KiB, so every large array is mapped and unmapped again (``--dask-trim dask`` keeps it).
+
+Per mode: wall seconds of the read and merge (the cluster's start-up and the workers' imports
+apart), the client's peak
+RSS (``ru_maxrss``: Dask's scheduler runs in the client; its workers are other processes),
+and whether the op table's exact columns equal the single process's (p50/p90 within the
+sketch's bound). Prints a markdown table and the projection to ``--project-hosts`` hosts of
+``--project-bytes`` each (time and client memory per host, linear in hosts and in bytes).
+
+Usage::
+
+    .venv/bin/python benchmarks/fleet.py                 # 16 hosts x ~190k events
+    .venv/bin/python benchmarks/fleet.py --hosts 4 --modes single,fleet
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SRC = ROOT.parent / "shared" / "traces" / "tpu_v6e_4chip_psum.xplane.pb"
+
+_CHILD = r"""
+import json, resource, sys, time
+mode, path, workers, out, trim = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+import polars as pl, traceview, traceview.api, traceview.model.files, traceview.model.from_xplane  # noqa: E401
+from traceview.analysis import aggregate, fleet
+from traceview.analysis.report import communication_sections
+from traceview.analysis.steps import profile_anatomy
+cluster = client = None
+startup = 0.0
+if mode.endswith("dask"):
+    import dask, distributed
+    if trim == "off":  # distributed sets MALLOC_TRIM_THRESHOLD_ in its workers, which also pins glibc's
+        # mmap threshold at 128 KiB: every large array is mapped and unmapped again
+        env = dict(dask.config.get("distributed.nanny.pre-spawn-environ"))
+        env.pop("MALLOC_TRIM_THRESHOLD_", None)
+        dask.config.set({"distributed.nanny.pre-spawn-environ": env})
+    t = time.perf_counter()
+    cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
+                                       dashboard_address=None, silence_logs=40)
+    client = distributed.Client(cluster)
+    def warm():  # the workers' imports, as the client's are done before the clock
+        import traceview.analysis.fleet, traceview.analysis.steps, traceview.analysis.overlap  # noqa: E401
+        import traceview.model.files, traceview.model.from_xplane, traceview.model.profiledata  # noqa: E401
+    client.run(warm)
+    startup = time.perf_counter() - t
+t0 = time.perf_counter()
+if mode in ("single", "load-dask", "single-ops"):
+    prof = traceview.load(path, cache=False, executor=client)
+    by_shape = aggregate.by_shape(prof.table, prof.module_runs)
+    dev = prof.device_summary()
+    steps = 0
+    if mode != "single-ops":
+        anat = profile_anatomy(prof)
+        ov, st = communication_sections(prof, anat)
+        steps = anat.steps.height
+    hosts, events = len(prof.traces), prof.table.height
+else:
+    f = fleet.load_fleet(path, cache=False, executor=client, workers=workers if mode == "fleet-pool" else 0,
+                         options=fleet.FleetOptions(steps="ops" not in mode))
+    by_shape, dev = f.by_shape, f.devices
+    hosts, events = len(f.files), sum(r["op_events"] for r in f.files)
+    steps = f.steps.steps.height if f.steps is not None else 0
+s = time.perf_counter() - t0
+by_shape.drop("modules", "programs").write_parquet(out)
+if client is not None:
+    client.close(); cluster.close()
+print(json.dumps({"mode": mode, "hosts": hosts, "op_events": events, "steps": steps, "s": s,
+                  "startup_s": startup, "client_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+EXACT = ["op_kind", "category", "occurrences", "executions", "total_ps", "self_ps", "mean_ps", "min_ps", "max_ps",
+         "share", "n_programs", "devices", "source", "framework_op"]
+KEYS = ["op_name", "shape", "module"]
+
+
+def build(base: Path, hosts: int, events: int) -> Path:
+    """The run folder (made once; the scaled file is reused)."""
+    sys.path.insert(0, str(HERE))
+    import scale_trace
+
+    one = base / f"host_{events}.xplane.pb"
+    if not one.exists():
+        base.mkdir(parents=True, exist_ok=True)
+        per, other = scale_trace.count_device_events(str(SRC))
+        reps = max(1, round((events - other) / max(per, 1)))
+        scale_trace.scale_xplane(str(SRC), str(one), reps)
+    logs = base / f"logs_{hosts}x{events}"
+    run = logs / "plugins" / "profile" / "2026_01_01_00_00_00"
+    run.mkdir(parents=True, exist_ok=True)
+    for i in range(hosts):
+        dst = run / f"host{i:02d}.xplane.pb"
+        if not dst.exists():
+            os.link(one, dst)
+    return logs
+
+
+def partial_bytes(logs: Path) -> dict:
+    """Pickled bytes of one host's partial, per part (what a worker sends the client)."""
+    import pickle
+
+    from traceview.analysis.fleet import host_partial
+    from traceview.read.batch import ReadTask
+
+    f = next(logs.rglob("*.xplane.pb"))
+    hp = host_partial(ReadTask(path=str(f), kind="xplane", host=f.name.split(".")[0]))
+    parts = {k: len(pickle.dumps(getattr(hp, k))) for k in ("col", "moments", "sketch", "values", "steps",
+                                                             "step_families", "overlap_steps", "collectives")}
+    parts["total"] = len(pickle.dumps(hp))
+    from traceview.analysis.fleet import FleetOptions
+
+    parts["ops_only_total"] = len(pickle.dumps(host_partial(ReadTask(path=str(f), kind="xplane", host="h"),
+                                                            FleetOptions(steps=False))))
+    parts["op_events"] = hp.op_events
+    parts["step_rows"] = hp.steps.height
+    parts["collective_events"] = hp.collectives.height
+    return parts
+
+
+def measure(mode: str, path: Path, workers: int, out: Path, trim: str = "off") -> dict:
+    env = dict(os.environ, TRACEVIEW_NO_CACHE="1", PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path), str(workers), str(out), trim],
+                       capture_output=True, text=True, env=env)
+    if p.returncode:
+        raise SystemExit(f"{mode} failed:\n{p.stderr[-3000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def same_table(a: Path, b: Path) -> str:
+    """"exact" when every exact column is equal and p50/p90 within the sketch's bound."""
+    import polars as pl
+    from traceview.analysis.fleet import ALPHA
+
+    x, y = pl.read_parquet(a), pl.read_parquet(b)
+    if x.height != y.height or x.select(KEYS + EXACT).sort(KEYS).to_dicts() != y.select(KEYS + EXACT).sort(KEYS).to_dicts():
+        return "DIFFERENT"
+    j = x.join(y, on=KEYS, nulls_equal=True)
+    worst = max(float(j.select(((pl.col(c) - pl.col(c + "_right")).abs() / pl.col(c).abs()).max()).item() or 0.0)
+                for c in ("p50_ps", "p90_ps"))
+    return f"exact; p50/p90 within {worst:.2%} (bound {ALPHA:.0%})" if worst <= ALPHA * (1 + 1e-9) else "OUT OF BOUND"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dir", default="/tmp/fleet")
+    ap.add_argument("--hosts", type=int, default=16)
+    ap.add_argument("--events", type=int, default=190_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--modes", default="single,load-dask,fleet,fleet-pool,fleet-dask")
+    ap.add_argument("--dask-trim", choices=["off", "dask"], default="off",
+                    help="off: the workers' malloc as a plain process's [default]; dask: distributed's "
+                         "MALLOC_TRIM_THRESHOLD_ kept")
+    ap.add_argument("--project-hosts", type=int, default=256)
+    ap.add_argument("--project-bytes", type=float, default=1e9)
+    a = ap.parse_args(argv)
+    logs = build(Path(a.dir), a.hosts, a.events)
+    size = sum(f.stat().st_size for f in logs.rglob("*.xplane.pb"))
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in a.modes.split(","):
+            rows[mode] = measure(mode, logs, a.workers, Path(tmp) / f"{mode}.parquet", a.dask_trim)
+            ref_mode = "single-ops" if "ops" in mode else "single"
+            rows[mode]["table"] = ("reference" if mode == ref_mode else
+                                   same_table(Path(tmp) / f"{ref_mode}.parquet", Path(tmp) / f"{mode}.parquet")
+                                   if ref_mode in rows else "-")
+            print(json.dumps(rows[mode]), file=sys.stderr)
+    ref = rows.get("single") or rows.get("single-ops")
+    print(f"{a.hosts} hosts, {size / a.hosts / 1e6:.1f} MB and "
+          f"{next(iter(rows.values()))['op_events'] // a.hosts:,} op events each; Dask: {a.workers} single-thread "
+          f"worker processes\n")
+    print("| mode | s | against one process | client peak MiB | against one process | cluster start-up s | op table |")
+    print("|---|---|---|---|---|---|---|")
+    for mode, r in rows.items():
+        ref = rows.get("single-ops" if "ops" in mode else "single") or rows.get("single") or rows.get("single-ops")
+        rs = f"{r['s'] / ref['s']:.2f}x" if ref else "-"
+        rm = f"{r['client_rss_mib'] / ref['client_rss_mib']:.2f}x" if ref else "-"
+        print(f"| {mode} | {r['s']:.2f} | {rs} | {r['client_rss_mib']:,.0f} | {rm} | {r['startup_s']:.1f} | {r['table']} |")
+    pb = partial_bytes(logs)
+    print(f"\none host's partial: {pb['total']:,} bytes pickled ({pb['op_events']:,} op events, "
+          f"{pb['step_rows']:,} step rows, {pb['collective_events']:,} collective events): "
+          + ", ".join(f"{k} {v:,}" for k, v in pb.items() if k not in ("total", "op_events", "step_rows",
+                                                                         "collective_events", "ops_only_total"))
+          + f"; without steps (--fleet-ops) {pb['ops_only_total']:,} bytes")
+    # projection: work linear in a host's events; the op-table partial per description (constant),
+    # the step, overlap and collective parts linear in device-steps and events (as this trace's)
+    factor = a.project_bytes / (size / a.hosts)
+    own = rows.get("fleet") or rows.get("fleet-ops")
+    if own:
+        per_host = own["s"] / a.hosts * factor
+        print(f"\nprojection, {a.project_hosts} hosts x {a.project_bytes / 1e9:g} GB ({factor:.1f}x a host here): "
+              f"{per_host:,.0f} s of one worker per host ({own['s'] / a.hosts:.2f} s per host measured, mode "
+              f"{'fleet' if 'fleet' in rows else 'fleet-ops'}), {per_host * a.project_hosts / 3600:,.1f} worker-hours")
+    fixed = pb["col"] + pb["moments"] + pb["sketch"] + pb["values"]
+    grows = pb["total"] - fixed
+    print(f"partials at the client: with steps {(fixed + grows * factor) / 1e6:,.0f} MB per host, "
+          f"{(fixed + grows * factor) * a.project_hosts / 1e9:,.0f} GB for {a.project_hosts} hosts (pickled); "
+          f"--fleet-ops {pb['ops_only_total'] / 1e3:,.0f} KB per host, "
+          f"{pb['ops_only_total'] * a.project_hosts / 1e6:,.1f} MB for {a.project_hosts} hosts")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

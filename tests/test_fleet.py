@@ -1,0 +1,210 @@
+"""Fleet mode: per-host partial aggregates merged on the client give the single-process op
+table (sums, counts, extremes exactly; p50/p90 within the sketch's bound), device summary,
+step rows and stragglers, in this process and in a process pool; the CLI's --fleet."""
+
+from __future__ import annotations
+
+import multiprocessing
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from traceview.analysis import aggregate, fleet
+from traceview.analysis.report import communication_sections
+from traceview.analysis.steps import profile_anatomy
+from traceview.api import load
+
+KEYS = ["op_name", "shape", "module"]
+EXACT = ["op_kind", "category", "occurrences", "executions", "kernels_per_execution", "total_ps", "self_ps",
+         "mean_ps", "min_ps", "max_ps", "share", "modules", "n_programs", "devices", "source", "framework_op",
+         "programs"]
+
+
+@pytest.fixture(autouse=True)
+def _no_cache(monkeypatch):
+    monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")
+
+
+def _run(root, files: dict) -> object:
+    run = root / "plugins" / "profile" / "2026_01_01_00_00_00"
+    run.mkdir(parents=True)
+    for name, src in files.items():
+        shutil.copyfile(src, run / name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def mixed(shared_traces, tmp_path_factory):
+    """Three hosts: two TPU v6e hosts and one MI300X host."""
+    return _run(tmp_path_factory.mktemp("mixed"), {
+        "tpu-a.xplane.pb": shared_traces / "tpu_v6e_4chip_psum.xplane.pb",
+        "tpu-b.xplane.pb": shared_traces / "tpu_v6e_4chip_psum.xplane.pb",
+        "gpu-c.xplane.pb": shared_traces / "mi300x_jax_gemm_sweep.xplane.pb"})
+
+
+@pytest.fixture(scope="module")
+def pod(tmp_path_factory):
+    """Two hosts of the 8-device CPU straggler recording (device 5 is slow)."""
+    src = next((Path(__file__).resolve().parents[1] / "fixtures" / "straggler_8dev").rglob("*.xplane.pb"))
+    return _run(tmp_path_factory.mktemp("pod"), {"host-a.xplane.pb": src, "host-b.xplane.pb": src})
+
+
+def _check_quantiles(single: pl.DataFrame, merged: pl.DataFrame, alpha: float) -> float:
+    j = single.select(*KEYS, "p50_ps", "p90_ps", "cv").join(
+        merged.select(*KEYS, "p50_ps", "p90_ps", "cv"), on=KEYS, nulls_equal=True)
+    assert j.height == single.height
+    worst = 0.0
+    for c in ("p50_ps", "p90_ps"):
+        a, b = j[c].to_numpy(), j[c + "_right"].to_numpy()
+        rel = np.abs(a - b) / np.abs(a)
+        worst = max(worst, float(rel.max()))
+        assert (rel <= alpha * (1 + 1e-9)).all(), c
+    assert np.allclose(j["cv"].to_numpy(), j["cv_right"].to_numpy(), rtol=1e-9, equal_nan=True)
+    return worst
+
+
+def test_op_table_and_devices_equal_single_process(mixed):
+    prof = load(mixed)
+    single = aggregate.by_shape(prof.table, prof.module_runs)
+    f = fleet.load_fleet(mixed)
+    assert f.hosts == ["gpu-c", "tpu-a", "tpu-b"]
+    assert f.by_shape.height == single.height == 33
+    assert_frame_equal(single.select(*KEYS, *EXACT), f.by_shape.select(*KEYS, *EXACT))
+    assert f.op_events == prof.op_events and f.op_time_ps == prof.op_time_ps
+    assert_frame_equal(prof.device_summary(), f.devices)
+    assert f.by_shape["regimes"].null_count() == f.by_shape.height  # not computed in fleet mode
+    # the TPU copy-done populations have 400 events per host: over EXACT_MAX, from the sketch
+    assert f.quantiles["exact"] + f.quantiles["sketch"] == 33 and f.quantiles["sketch"] > 0
+    worst = _check_quantiles(single, f.by_shape, fleet.ALPHA)
+    assert worst > 0  # the sketch did answer some quantile, within its bound
+    assert "within 1.0%" in f.quantiles["bound"]
+    # the GPU host's steps are of another program: said, not guessed
+    assert f.steps is None and any("not computed in fleet mode" in n for n in f.notes)
+
+
+def test_quantiles_exact_when_every_value_travels(mixed, monkeypatch):
+    monkeypatch.setattr(fleet, "EXACT_MAX", 1 << 30)
+    prof = load(mixed)
+    single = aggregate.by_shape(prof.table, prof.module_runs)
+    f = fleet.load_fleet(mixed)
+    assert f.quantiles["sketch"] == 0
+    assert_frame_equal(single.select(*KEYS, "p50_ps", "p90_ps"), f.by_shape.select(*KEYS, "p50_ps", "p90_ps"))
+
+
+def test_sketch_bound_on_a_real_population(shared_traces):
+    """Every quantile of the v6e trace's per-occurrence durations, read off the sketch, is
+    within α of numpy's (linear) quantile; at a coarser α too."""
+    from traceview.read.batch import ReadTask
+
+    hp = fleet.host_partial(ReadTask(path=str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), kind="xplane",
+                                     host="h"))
+    prof = load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    dur = prof.table.events["duration_ps"].to_numpy().astype(np.float64)
+    assert int(hp.sketch["n"].sum()) == len(dur) == 6013
+    for alpha in (0.01, 0.1):
+        b = fleet.buckets(dur, alpha)
+        assert (np.abs(fleet.bucket_value(b, alpha) - dur) <= alpha * dur * (1 + 1e-9)).all()
+
+
+def test_steps_and_stragglers_equal_single_process(pod):
+    prof = load(pod)
+    anat = profile_anatomy(prof)
+    ov, st = communication_sections(prof, anat)
+    f = fleet.load_fleet(pod)
+    assert f.steps is not None and anat.steps.height == f.steps.steps.height > 0
+    cols = [c for c in anat.steps.columns if c != "reason"]
+    order = ["host", "device", "step"]
+    assert_frame_equal(anat.steps.select(cols).sort(order), f.steps.steps.select(cols).sort(order))
+    assert f.steps.coverage == anat.coverage and f.steps.coverage_all == anat.coverage_all
+    assert_frame_equal(anat.families.drop("n_populations"), f.steps.families.drop("n_populations"))
+    assert_frame_equal(ov.steps.sort(order), f.overlap_steps.sort(order))
+    assert st is not None and f.stragglers is not None
+    assert f.stragglers.summary == st.summary and f.stragglers.summary["straggler"].endswith("/device:CPU:5")
+    assert f.stragglers.clock_offsets == st.clock_offsets
+    assert_frame_equal(st.collectives, f.stragglers.collectives)
+
+
+def test_process_pool_equals_in_process(pod):
+    """The partials cross a process boundary (pickled) unchanged. A Dask cluster takes the
+    same path (:func:`traceview.read.batch.read_many`, tested on Dask in test_parallel.py);
+    ``benchmarks/fleet.py`` compares its op table with the single process's."""
+    here = fleet.load_fleet(pod)
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn")) as ex:
+        pooled = fleet.load_fleet(pod, executor=ex)
+    assert_frame_equal(here.by_shape, pooled.by_shape)
+    assert_frame_equal(here.devices, pooled.devices)
+    assert_frame_equal(here.steps.steps, pooled.steps.steps)
+    assert pooled.stragglers.summary == here.stragglers.summary
+
+
+def test_unreadable_host_is_a_warning(mixed, shared_traces, tmp_path):
+    bad = tmp_path / "bad"
+    shutil.copytree(mixed, bad)
+    run = next(bad.rglob("2026_01_01_00_00_00"))
+    shutil.copyfile(shared_traces / "corrupt_utf8_mangled.xplane.pb", run / "zz-broken.xplane.pb")
+    f = fleet.load_fleet(bad)
+    assert f.hosts == ["gpu-c", "tpu-a", "tpu-b"]
+    assert any("zz-broken" in w for w in f.warnings)
+
+
+def test_cli_fleet_json_and_refusals(mixed, tmp_path, capsys):
+    import orjson
+
+    from traceview.cli import main
+
+    out = tmp_path / "f.json"
+    assert main(["analyze", str(mixed), "--fleet", "--format", "json", "-o", str(out), "--top", "5"]) == 0
+    doc = orjson.loads(out.read_bytes())
+    prof = load(mixed)
+    assert doc["mode"] == "fleet" and doc["hosts"] == ["gpu-c", "tpu-a", "tpu-b"]
+    assert doc["op_events"] == prof.op_events and doc["op_time_ps"] == prof.op_time_ps
+    assert doc["rows"]["by_shape"] == {"shown": 5, "total": 33}
+    assert "within 1.0%" in doc["quantiles"]["bound"] and "regimes" in doc["not_computed"]
+    capsys.readouterr()
+    assert main(["analyze", str(mixed), "--fleet-ops", "--filter", "fusion"]) == 2
+    assert "--filter is not available with --fleet" in capsys.readouterr().err
+
+
+def test_ops_only_partials_are_per_description(pod):
+    whole = fleet.load_fleet(pod)
+    ops = fleet.load_fleet(pod, options=fleet.FleetOptions(steps=False))
+    assert_frame_equal(whole.by_shape, ops.by_shape)
+    assert_frame_equal(whole.devices, ops.devices)
+    assert ops.steps is None and ops.stragglers is None
+    assert any("without steps" in n for n in ops.notes)
+
+
+@pytest.mark.parametrize("which", ["mixed", "topp_b4"])
+def test_roofline_and_kernels_from_merged_descriptions(which, mixed):
+    """Roofline and kernels read only the descriptions' sums: fleet mode gives the
+    single-process tables (topp_b4: one Pallas kernel, interpreted on CPU)."""
+    from traceview.analysis.kernels import kernels
+    from traceview.analysis.peaks import profile_peaks
+    from traceview.analysis.roofline import predicted_vs_measured, roofline
+
+    path = mixed if which == "mixed" else Path(__file__).resolve().parents[1] / "fixtures" / "topp_b4"
+    prof = load(path)
+    f = fleet.load_fleet(path, options=fleet.FleetOptions(steps=False))
+    peaks = profile_peaks(prof)
+    got_peaks, roof, summary = f.roofline()
+    assert got_peaks == peaks
+    assert_frame_equal(roofline(prof.table, peaks), roof)
+    assert summary == predicted_vs_measured(roof)
+    assert_frame_equal(kernels(prof.table), f.kernels())
+    assert f.kernels().height == (1 if which == "topp_b4" else 0)
+
+
+def test_step_module_missing_on_some_hosts_is_said(mixed):
+    from traceview.errors import UsageError
+
+    f = fleet.load_fleet(mixed, options=fleet.FleetOptions(step_module="jit_f"))
+    assert f.steps is None and f.hosts == ["gpu-c", "tpu-a", "tpu-b"]
+    assert f.notes == ["steps and stragglers not computed in fleet mode: gpu-c: module 'jit_f' has no executions "
+                       "in this trace"]
+    with pytest.raises(UsageError, match="module 'nope' has no executions"):
+        fleet.load_fleet(mixed, options=fleet.FleetOptions(step_module="nope"))

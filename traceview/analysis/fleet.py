@@ -1,0 +1,584 @@
+"""Fleet mode: each host's file is read and aggregated where it is read (this process, a local
+process pool or a Dask worker); only partial aggregates travel to the client, which merges them.
+The client never holds every event.
+
+Per host, :func:`host_partial` returns a :class:`HostPartial`:
+
+* ``col`` — the host's op descriptions with their sums (:meth:`OpTable.collapse
+  <traceview.model.optable.OpTable.collapse>`: occurrences, total and self ps, events, min/max
+  per occurrence, first start), without HLO text and source stacks. Every figure of the op
+  table but its quantiles and regimes is a sum, count, extreme, distinct set or row-weighted
+  mode over these rows (:func:`traceview.analysis.aggregate.by_shape_rows`), so the merged
+  figures equal the single-process ones exactly.
+* ``moments`` — per description, events n, mean and M2 (sum of squared deviations) of the
+  per-occurrence duration, merged with Chan et al.'s pairwise update (``cv``; float).
+* ``sketch`` — per description, a log-bucket histogram of per-occurrence durations:
+  bucket ``i = ceil(log_γ v)`` holds values in (γ^(i-1), γ^i], γ = (1+α)/(1-α), and stands
+  for 2γ^i/(γ+1), which is within a relative error α of every value in it (DDSketch,
+  Masson, Rim & Lee, VLDB 2019); zero durations have their own exact bucket. Buckets merge
+  by adding counts. ``values``: the durations themselves for descriptions with at most
+  :data:`EXACT_MAX` events on the host.
+* ``steps`` — the step rows of :func:`traceview.analysis.steps.anatomy` on the host's devices
+  (steps are found per device; the dominant module is the host's, checked against the
+  fleet's at the merge), op self time and occurrences per (step, family), the overlap rows
+  per (device, step) (:func:`traceview.analysis.overlap.overlap` over every step window) and
+  the collective events (host, device, module, op name, kind, start, duration): the
+  arrivals :func:`traceview.analysis.stragglers.stragglers` matches across hosts. None of
+  these with ``FleetOptions(steps=False)``: the partial is then per op description only.
+
+:func:`merge` gives a :class:`Fleet`. Quantiles (p50_ps, p90_ps = linear interpolation between
+the two nearest ranks, as :func:`traceview.analysis.distributions.spread`): exact when every
+host shipped the population's values; otherwise each of the two order statistics is read off
+the merged sketch, so p50/p90 are within a relative error α (:data:`ALPHA`) of the exact
+figures (a convex combination of two estimates each within α), then clamped into the
+population's exact [min_ps, max_ps]. ``quantiles`` says which. The roofline and kernels tables
+read only the descriptions' sums and costs: :meth:`Fleet.roofline`, :meth:`Fleet.kernels`.
+
+Sections that need the events themselves are not computed in fleet mode (:data:`NOT_COMPUTED`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+#: relative error of a sketch quantile (bucket width: γ = (1+α)/(1-α))
+ALPHA = 0.01
+#: a description with at most this many events on a host ships its durations as they are
+EXACT_MAX = 64
+#: the sketch bucket of a zero duration (exact)
+ZERO_BUCKET = -(1 << 31)
+
+#: report sections a fleet-mode result does not have, and why
+NOT_COMPUTED = {
+    "regimes": "the regime examination reads each wide population's events in execution order",
+    "sources": "not computed in fleet mode (source stacks stay on the hosts)",
+    "communication": "collective and host-transfer pairing reads every async start and done",
+    "findings": "the rules read sections fleet mode does not compute",
+    "step reasons": "an outlier step's reason names its op mix and first executions, read off the events "
+                    "(fleet mode gives the ratio to the median only)",
+    "families.n_populations": "distinct populations per family within the step window need the events",
+    "html": "not computed in fleet mode",
+}
+
+_DROP = ["hlo_text", "source_stack"]
+
+
+def _gamma(alpha: float) -> float:
+    return (1 + alpha) / (1 - alpha)
+
+
+def buckets(values: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
+    """Sketch bucket (int32) of each value (ps, >= 0): ceil(log_γ v), :data:`ZERO_BUCKET` for 0."""
+    v = np.asarray(values, dtype=np.float64)
+    out = np.full(len(v), ZERO_BUCKET, dtype=np.int64)
+    pos = v > 0
+    out[pos] = np.ceil(np.log(v[pos]) / math.log(_gamma(alpha)))
+    return out.astype(np.int32)
+
+
+def bucket_value(b: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
+    """The value (ps, float64) bucket ``b`` stands for: 2γ^b/(γ+1); 0 for :data:`ZERO_BUCKET`."""
+    g = _gamma(alpha)
+    b = np.asarray(b, dtype=np.int64)
+    return np.where(b == ZERO_BUCKET, 0.0, 2.0 * np.power(g, np.where(b == ZERO_BUCKET, 0, b)) / (g + 1.0))
+
+
+@dataclass
+class FleetOptions:
+    """What a host computes besides its op table: the step anatomy's options
+    (:func:`traceview.analysis.steps.profile_anatomy`); ``alpha``: the sketch's relative error."""
+
+    rules: object = None
+    step_module: str | None = None
+    step_extent: str = "span"
+    step_window: str = "steady"
+    alpha: float = ALPHA
+    expand_kernels: bool = False
+    #: False: the op table and devices only (no step rows, overlap rows or collective events:
+    #: a host's partial is then per op description, whatever its events and steps)
+    steps: bool = True
+
+
+@dataclass
+class HostPartial:
+    """One host's partial aggregates (module doc). ``n_events``: all events of the file;
+    ``op_events``: op event rows."""
+
+    path: str
+    host: str | None
+    format: str
+    n_events: int
+    op_events: int
+    has_shapes: bool
+    notes: list
+    devices: list
+    col: pl.DataFrame
+    moments: pl.DataFrame
+    sketch: pl.DataFrame
+    values: pl.DataFrame
+    steps: pl.DataFrame
+    step_method: str
+    step_module: str | None
+    step_notes: list
+    step_families: pl.DataFrame
+    module_self: pl.DataFrame
+    overlap_steps: pl.DataFrame
+    collectives: pl.DataFrame
+
+
+def _distribution_parts(table, alpha: float) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(moments, sketch, values) of an OpTable's per-occurrence durations per attr."""
+    ev = table.events
+    attr = ev["attr"].to_numpy().astype(np.int64)
+    dur = ev["duration_ps"].to_numpy().astype(np.float64)
+    cnt = ev["count"].to_numpy()
+    one = not ev.height or int(cnt.max()) <= 1
+    per = dur if one else dur / np.maximum(cnt, 1)
+    na = table.attrs.height
+    n = np.bincount(attr, minlength=na)
+    s = np.bincount(attr, weights=per, minlength=na)
+    mean = np.divide(s, n, out=np.zeros(na), where=n > 0)
+    m2 = np.bincount(attr, weights=(per - mean[attr]) ** 2, minlength=na)
+    have = np.flatnonzero(n)
+    moments = pl.DataFrame({"attr": pl.Series(have, dtype=pl.UInt32), "n": n[have].astype(np.int64),
+                            "mean": mean[have], "m2": m2[have]})
+    b = buckets(per, alpha)
+    sk = (pl.DataFrame({"attr": pl.Series(attr, dtype=pl.UInt32), "bucket": b})
+          .group_by("attr", "bucket").agg(pl.len().cast(pl.Int64).alias("n")))
+    small = n[attr] <= EXACT_MAX
+    values = pl.DataFrame({"attr": pl.Series(attr[small], dtype=pl.UInt32), "value": per[small]})
+    return moments, sk, values
+
+
+def host_partial(task, options: FleetOptions | None = None):
+    """Read one file (a :class:`traceview.read.batch.ReadTask`) and return its
+    :class:`HostPartial`, or a :class:`traceview.read.batch.Failed` for a TraceviewError
+    (runs in a worker: a module-level function, pickled by name)."""
+    from traceview.analysis.overlap import overlap
+    from traceview.analysis.steps import profile_anatomy
+    from traceview.analysis.stragglers import _KINDS
+    from traceview.errors import TraceviewError, UsageError
+    from traceview.model.files import read_task
+    from traceview.model.profiledata import ProfileData
+    from traceview.read.batch import Failed
+
+    opts = options or FleetOptions()
+    td = read_task(task)
+    if isinstance(td, Failed):
+        return td
+    try:
+        prof = ProfileData.from_traces([td], expand_kernels=opts.expand_kernels)
+        table = prof.table
+        col = table.collapse().drop(_DROP) if table.height else None
+        if col is None:
+            from traceview.model.optable import ATTR_SCHEMA
+
+            col = pl.DataFrame(schema={k: v for k, v in ATTR_SCHEMA.items() if k not in _DROP}).with_columns(
+                *(pl.lit(None, dtype=t).alias(c) for c, t in {
+                    "count": pl.Int64, "duration_ps": pl.Int64, "self_ps": pl.Int64, "rows": pl.UInt32,
+                    "min_ps": pl.Int64, "max_ps": pl.Int64, "first_ps": pl.Int64}.items()))
+        moments, sketch, values = _distribution_parts(table, opts.alpha)
+        if not opts.steps:
+            return _partial(td, prof, col, moments, sketch, values)
+        try:
+            anat = profile_anatomy(prof, opts.rules, module=opts.step_module, extent=opts.step_extent,
+                                   window="all")
+        except UsageError as exc:  # e.g. the step module has no execution on this host
+            part = _partial(td, prof, col, moments, sketch, values)
+            part.step_method, part.step_notes = "error", [f"{td.host}: {exc.fault}"]
+            return part
+        from traceview.analysis.steps import STEPS_SCHEMA
+
+        steps = anat.steps.select(list(STEPS_SCHEMA)) if anat.steps.height else pl.DataFrame(schema=STEPS_SCHEMA)
+        fam = anat.family_time_by_step()
+        counts = _count_by_step(anat)
+        fam = fam.join(counts, on=["step_row", "family"], how="full", coalesce=True)
+        have = set(prof.module_runs["module"].drop_nulls().unique().to_list()) - {""} if prof.module_runs.height else set()
+        module_self = (col.filter(pl.col("module").is_in(sorted(have))).group_by("module")
+                       .agg(pl.col("self_ps").sum()) if col.height else pl.DataFrame(
+                           schema={"module": pl.Utf8, "self_ps": pl.Int64}))
+        ov = overlap(table, steps if steps.height else None)
+        cols = ["host", "device", "module", "op_name", "op_kind", "start_ps", "duration_ps"]
+        coll = table.filter(pl.col("op_kind").is_in(_KINDS)).frame(cols) if table.height else pl.DataFrame(
+            schema={c: pl.Utf8 for c in cols[:5]} | {"start_ps": pl.Int64, "duration_ps": pl.Int64})
+        return HostPartial(path=str(td.path), host=td.host, format=td.format, n_events=td.n_events,
+                           op_events=table.height, has_shapes=bool(td.has_shapes and table.height),
+                           notes=list(prof.warnings), devices=list(prof.devices), col=col, moments=moments,
+                           sketch=sketch, values=values, steps=steps, step_method=anat.method,
+                           step_module=anat.module, step_notes=list(anat.notes), step_families=fam,
+                           module_self=module_self, overlap_steps=ov.steps, collectives=coll)
+    except TraceviewError as exc:
+        return Failed(exc)
+
+
+def _partial(td, prof, col, moments, sketch, values) -> HostPartial:
+    """A partial without steps (``FleetOptions.steps`` False)."""
+    from traceview.analysis.overlap import STEPS_SCHEMA as OV_SCHEMA
+    from traceview.analysis.steps import STEPS_SCHEMA
+
+    return HostPartial(path=str(td.path), host=td.host, format=td.format, n_events=td.n_events,
+                       op_events=prof.table.height, has_shapes=bool(td.has_shapes and prof.table.height),
+                       notes=list(prof.warnings), devices=list(prof.devices), col=col, moments=moments,
+                       sketch=sketch, values=values, steps=pl.DataFrame(schema=STEPS_SCHEMA), step_method="off",
+                       step_module=None, step_notes=[], step_families=pl.DataFrame(
+                           schema={"step_row": pl.Int64, "family": pl.Utf8, "self_ps": pl.Int64, "count": pl.Int64}),
+                       module_self=pl.DataFrame(schema={"module": pl.Utf8, "self_ps": pl.Int64}),
+                       overlap_steps=pl.DataFrame(schema=OV_SCHEMA), collectives=pl.DataFrame(
+                           schema={c: pl.Utf8 for c in ("host", "device", "module", "op_name", "op_kind")}
+                           | {"start_ps": pl.Int64, "duration_ps": pl.Int64}))
+
+
+def _count_by_step(anat) -> pl.DataFrame:
+    """Occurrences per (step_row, family) of the ops inside steps (sum of ``count``)."""
+    schema = {"step_row": pl.Int64, "family": pl.Utf8, "count": pl.Int64}
+    rows = anat.step_rows
+    if anat.table is None or rows is None or not (rows >= 0).any():
+        return pl.DataFrame(schema=schema)
+    inside = np.flatnonzero(rows >= 0)
+    ev = anat.table.events
+    df = pl.DataFrame({"step_row": rows[inside].astype(np.int64),
+                       "attr": pl.Series(ev["attr"].to_numpy()[inside], dtype=pl.UInt32),
+                       "count": ev["count"].to_numpy()[inside]})
+    return (df.join(anat.attr_family, on="attr", how="left").group_by("step_row", "family")
+            .agg(pl.col("count").sum()).select(list(schema)).cast(schema))
+
+
+# -- the merge -----------------------------------------------------------------------------
+
+@dataclass
+class Fleet:
+    """The merged result of a fleet-mode read.
+
+    ``files`` (per file: path, host, format, events, op_events), ``hosts``, ``warnings``,
+    ``has_shapes``, ``devices`` (:meth:`ProfileData.device_summary
+    <traceview.model.profiledata.ProfileData.device_summary>`'s columns), ``op_events``
+    (occurrences), ``op_time_ps`` (self, ps), ``by_shape`` (the columns of
+    :func:`traceview.analysis.aggregate.by_shape`; ``regimes`` null), ``quantiles``
+    ({"exact": populations, "sketch": populations, "alpha": α, "bound": the sentence}),
+    ``steps`` (:class:`traceview.analysis.steps.StepAnatomy` with the step rows, families,
+    coverage and distribution; no op table) or None with the reason in ``notes``,
+    ``overlap_steps`` (overlap rows of the window's steps), ``stragglers``
+    (:class:`traceview.analysis.stragglers.Stragglers` or None), ``not_computed``
+    ({section: why}), ``notes``."""
+
+    files: list
+    hosts: list
+    warnings: list
+    has_shapes: bool
+    devices: pl.DataFrame
+    op_events: int
+    op_time_ps: int
+    by_shape: pl.DataFrame
+    quantiles: dict
+    steps: object
+    overlap_steps: pl.DataFrame
+    stragglers: object
+    not_computed: dict = field(default_factory=lambda: dict(NOT_COMPUTED))
+    notes: list = field(default_factory=list)
+    #: the merged op descriptions (:meth:`OpTable.collapse` rows of every host, attr ids kept
+    #: apart) as an OpTable of one pre-aggregated row per description: what
+    #: :func:`traceview.analysis.roofline.roofline` and :func:`traceview.analysis.kernels.kernels`
+    #: read (``collapse()`` gives the exact merged rows)
+    descriptions: object = None
+    device_infos: list = field(default_factory=list)
+
+    def used_devices(self) -> list:
+        """The :class:`~traceview.model.schema.DeviceInfo` of the devices that ran ops (as
+        :meth:`ProfileData.used_devices <traceview.model.profiledata.ProfileData.used_devices>`)."""
+        used = set(self.devices.select("host", "device").iter_rows()) if self.devices.height else set()
+        return [d for d in self.device_infos if (d.host, d.name) in used] or self.device_infos
+
+    def roofline(self, peaks=None):
+        """(peaks, :func:`traceview.analysis.roofline.roofline` rows, its
+        :func:`~traceview.analysis.roofline.predicted_vs_measured` summary) over the merged
+        descriptions; ``peaks`` default :func:`traceview.analysis.peaks.profile_peaks`."""
+        from traceview.analysis.peaks import profile_peaks
+        from traceview.analysis.roofline import predicted_vs_measured, roofline
+
+        peaks = peaks if peaks is not None else profile_peaks(self)
+        roof = roofline(self.descriptions, peaks)
+        return peaks, roof, predicted_vs_measured(roof)
+
+    def kernels(self):
+        """:func:`traceview.analysis.kernels.kernels` over the merged descriptions."""
+        from traceview.analysis.kernels import kernels
+
+        return kernels(self.descriptions)
+
+
+def descriptions_table(col: pl.DataFrame):
+    """An OpTable of one pre-aggregated event per merged description (count, duration and
+    self time the description's sums, start its first) whose ``collapse()`` is ``col`` itself
+    (``hlo_text``, ``source_stack`` null)."""
+    from traceview.model.optable import ATTR_SCHEMA, OpTable
+
+    col = col.with_columns(*(pl.lit(None, dtype=ATTR_SCHEMA[c]).alias(c) for c in _DROP if c not in col.columns))
+    attrs = col.select(list(ATTR_SCHEMA)).cast(ATTR_SCHEMA)
+    events = col.select("attr", pl.col("first_ps").alias("start_ps"), "duration_ps", "self_ps", "count")
+    t = OpTable(events, attrs)
+    t._collapsed = col.select(list(ATTR_SCHEMA) + [c for c in col.columns if c not in ATTR_SCHEMA])
+    return t
+
+
+def _offsets(parts: list[HostPartial]) -> list[int]:
+    out, off = [], 0
+    for p in parts:
+        out.append(off)
+        off += int(p.col["attr"].max()) + 1 if p.col.height else 0
+    return out
+
+
+def _shift(df: pl.DataFrame, off: int) -> pl.DataFrame:
+    return df.with_columns((pl.col("attr").cast(pl.Int64) + off).cast(pl.UInt32))
+
+
+def merged_spread(col: pl.DataFrame, keys: list[str], moments: pl.DataFrame, sketch: pl.DataFrame,
+                  values: pl.DataFrame, alpha: float = ALPHA) -> tuple[pl.DataFrame, dict]:
+    """(``keys`` + p50_ps, p90_ps, cv per ``keys`` group of the merged collapsed rows ``col``,
+    {"exact": n, "sketch": n}) from the hosts' moments, sketches and values (attr ids of
+    ``col``). Quantiles: exact where every event's value came along, else read off the sketch
+    (module doc); cv: pooled moments (ddof 0), null under two events or a zero mean."""
+    k = col.select(["attr"] + keys).with_columns(pl.struct(keys).rank("dense").cast(pl.Int64).alias("key") - 1)
+    names = k.group_by("key").agg([pl.col(c).first() for c in keys])
+    nk = names.height
+    lut = np.full(int(col["attr"].max()) + 1 if col.height else 0, -1, dtype=np.int64)
+    lut[k["attr"].to_numpy().astype(np.int64)] = k["key"].to_numpy()
+    # moments: Chan et al. pooled over the attrs of a key (exact n, float mean and M2)
+    m = moments.with_columns(pl.Series("key", lut[moments["attr"].to_numpy().astype(np.int64)]))
+    m = m.filter(pl.col("key") >= 0).group_by("key").agg(
+        pl.col("n").sum().alias("N"), (pl.col("n") * pl.col("mean")).sum().alias("_s"),
+        pl.col("n"), pl.col("mean"), pl.col("m2"))
+    cv = {}
+    for key, N, s, ns, means, m2s in m.iter_rows():
+        mu = s / N if N else 0.0
+        M2 = sum(m2s) + sum(n_ * (mu_ - mu) ** 2 for n_, mu_ in zip(ns, means))
+        cv[key] = (math.sqrt(M2 / N) / mu) if N >= 2 and mu > 0 else None
+    # which keys have all their values
+    n_vals = np.bincount(lut[values["attr"].to_numpy().astype(np.int64)], minlength=nk) if values.height else \
+        np.zeros(nk, dtype=np.int64)
+    n_all = np.zeros(nk, dtype=np.int64)
+    for key, N in m.select("key", "N").iter_rows():
+        n_all[key] = N
+    exact = (n_vals == n_all) & (n_all > 0)
+    p50 = np.full(nk, np.nan)
+    p90 = np.full(nk, np.nan)
+    if values.height and exact.any():
+        vk = lut[values["attr"].to_numpy().astype(np.int64)]
+        vv = values["value"].to_numpy()
+        sel = exact[vk]
+        order = np.lexsort((vv[sel], vk[sel]))
+        ks, vs = vk[sel][order], vv[sel][order]
+        starts = np.searchsorted(ks, np.arange(nk))
+        ends = np.searchsorted(ks, np.arange(nk), side="right")
+        for key in np.flatnonzero(exact):
+            a = vs[starts[key]:ends[key]]
+            p50[key], p90[key] = np.quantile(a, [0.5, 0.9], method="linear")
+    todo = np.flatnonzero(~exact & (n_all > 0))
+    if len(todo):
+        sk = sketch.with_columns(pl.Series("key", lut[sketch["attr"].to_numpy().astype(np.int64)]))
+        sk = (sk.filter(pl.col("key").is_in(todo.tolist())).group_by("key", "bucket").agg(pl.col("n").sum())
+              .sort("key", "bucket"))
+        kk, bb, nn = sk["key"].to_numpy(), sk["bucket"].to_numpy(), sk["n"].to_numpy()
+        rep = bucket_value(bb, alpha)
+        starts = np.searchsorted(kk, todo)
+        ends = np.searchsorted(kk, todo, side="right")
+        for key, a, b in zip(todo.tolist(), starts.tolist(), ends.tolist()):
+            cum = np.cumsum(nn[a:b])
+            vals = rep[a:b]
+            total = int(cum[-1])
+
+            def order_stat(r: int) -> float:  # the r-th smallest (0-based)
+                return float(vals[np.searchsorted(cum, r, side="right")])
+
+            for q, out in ((0.5, p50), (0.9, p90)):
+                h = (total - 1) * q
+                lo, hi = math.floor(h), math.ceil(h)
+                vlo = order_stat(lo)
+                out[key] = vlo + (h - lo) * (order_stat(hi) - vlo)
+    res = pl.DataFrame({"key": pl.Series(np.arange(nk), dtype=pl.Int64), "p50_ps": p50, "p90_ps": p90,
+                        "cv": pl.Series([cv.get(i) for i in range(nk)], dtype=pl.Float64)}).with_columns(
+        pl.col("p50_ps").fill_nan(None), pl.col("p90_ps").fill_nan(None))
+    out = names.join(res, on="key", how="left").drop("key")
+    return out, {"exact": int(exact.sum()), "sketch": int(len(todo))}
+
+
+def merge(parts: list[HostPartial], *, split_modules: bool = True, window: str = "steady",
+          step_module: str | None = None, alpha: float = ALPHA, warnings: list | None = None) -> Fleet:
+    """One :class:`Fleet` of the hosts' partials (in host order). Raises
+    :class:`~traceview.errors.UsageError` on an unknown step window."""
+    from traceview.analysis import aggregate
+    from traceview.analysis.stepstats import parse_window
+    from traceview.model.profiledata import device_rows
+
+    parse_window(window)
+    offs = _offsets(parts)
+    col = pl.concat([_shift(p.col, o) for p, o in zip(parts, offs)], how="vertical") if parts else None
+    moments = pl.concat([_shift(p.moments, o) for p, o in zip(parts, offs)], how="vertical") if parts else None
+    sketch = pl.concat([_shift(p.sketch, o) for p, o in zip(parts, offs)], how="vertical") if parts else None
+    values = pl.concat([_shift(p.values, o) for p, o in zip(parts, offs)], how="vertical") if parts else None
+    devices = []
+    for p in parts:
+        for d in p.devices:
+            d.host = d.host or p.host
+            devices.append(d)
+    warns = list(warnings or [])
+    for p in parts:
+        warns.extend(p.notes)
+    keys = aggregate.by_shape_keys(split_modules)
+    total_self = int(col["self_ps"].sum() or 0) if col is not None and col.height else 0
+    if col is None or col.height == 0:
+        by_shape = aggregate._empty_by_shape()
+        q = {"exact": 0, "sketch": 0}
+    else:
+        spread, q = merged_spread(col, keys, moments, sketch, values, alpha)
+        # a sketch's quantile may fall outside the population's exact extremes: clamped into them
+        # (the exact figure lies inside, so the error only shrinks)
+        clamp = lambda c: pl.col(c).clip(pl.col("min_ps").cast(pl.Float64), pl.col("max_ps").cast(pl.Float64))  # noqa: E731
+        rows = (aggregate.by_shape_rows(col, keys, spread)
+                .with_columns(clamp("p50_ps"), clamp("p90_ps"))
+                .with_columns(pl.col("p50_ps").alias("median_ps"), pl.lit(None, dtype=pl.Utf8).alias("regimes")))
+        by_shape = aggregate.finish_by_shape(rows, total_self)
+    q.update(alpha=alpha, bound=(f"p50_ps/p90_ps: exact for {q['exact']} population(s); for {q['sketch']}, read off "
+                                 f"a log-bucket sketch, within {alpha:.1%} (relative) of the exact figure"))
+    notes: list = []
+    anat, ov_steps, strag = _merge_steps(parts, col, window, step_module, notes)
+    return Fleet(files=[{"path": p.path, "host": p.host, "format": p.format, "events": p.n_events,
+                         "op_events": p.op_events} for p in parts],
+                 hosts=sorted({p.host for p in parts if p.host is not None}), warnings=warns,
+                 has_shapes=any(p.has_shapes for p in parts),
+                 devices=device_rows(col if col is not None and col.height else None, devices),
+                 op_events=int(col["count"].sum() or 0) if col is not None and col.height else 0,
+                 op_time_ps=total_self, by_shape=by_shape, quantiles=q, steps=anat, overlap_steps=ov_steps,
+                 stragglers=strag, notes=notes,
+                 descriptions=descriptions_table(col) if col is not None and col.height else None,
+                 device_infos=devices)
+
+
+def _merge_steps(parts, col, window, step_module, notes):
+    """(StepAnatomy or None, overlap rows, Stragglers or None) from the hosts' step rows."""
+    from traceview.analysis import stepstats
+    from traceview.analysis.overlap import STEPS_SCHEMA as OV_SCHEMA
+    from traceview.analysis.steps import FAMILIES_SCHEMA, STEPS_SCHEMA, StepAnatomy, _coverage
+    from traceview.analysis.stragglers import stragglers
+
+    empty_ov = pl.DataFrame(schema=OV_SCHEMA)
+    with_steps = [p for p in parts if p.steps.height]
+    failed = [ln for p in parts if p.step_method == "error" for ln in p.step_notes]
+    if failed:
+        if len(failed) == len(parts):
+            from traceview.errors import UsageError
+
+            raise UsageError(f"steps: {failed[0]}")
+        notes.append("steps and stragglers not computed in fleet mode: " + "; ".join(failed[:3])
+                     + (f"; {len(failed) - 3} more host(s)" if len(failed) > 3 else ""))
+        return None, empty_ov, None
+    if parts and all(p.step_method == "off" for p in parts):
+        notes.append("steps and stragglers not computed: fleet mode without steps (--fleet-ops: op table and devices only)")
+        return None, empty_ov, None
+    if not with_steps:
+        return None, empty_ov, None
+    methods = {(p.step_method, p.step_module) for p in with_steps}
+    if step_module is None:
+        ms = pl.concat([p.module_self for p in parts], how="vertical")
+        dom = (ms.group_by("module").agg(pl.col("self_ps").sum()).sort(["self_ps", "module"], descending=[True, False])
+               ["module"][0] if ms.height else None)
+        if len(methods) > 1 or any(p.step_method == "module" and p.step_module != dom for p in with_steps):
+            notes.append("steps not computed in fleet mode: the hosts found steps differently ("
+                         + ", ".join(sorted(f"{m} {mod or ''}".strip() for m, mod in methods))
+                         + "); name the step module")
+            return None, empty_ov, None
+    steps, fams, ovs, offs = [], [], [], 0
+    for p in parts:
+        steps.append(p.steps)
+        fams.append(p.step_families.with_columns(pl.col("step_row") + offs))
+        ovs.append(p.overlap_steps)
+        offs += p.steps.height
+    st = pl.concat(steps, how="vertical")
+    st = stepstats.annotate(st, window=window)
+    fam_by_step = pl.concat(fams, how="vertical")
+    in_win = st["in_window"].to_numpy().astype(bool)
+    n = int(in_win.sum())
+    total_self = int(col["self_ps"].sum() or 0)
+    outside = total_self - int(st["op_time_ps"].sum() or 0)
+    win_steps = st.filter(pl.col("in_window"))
+    cov = _coverage(win_steps, total_self, outside, excluded=st.height - n)
+    cov_all = _coverage(st, total_self, outside)
+    if n and fam_by_step.height:
+        keep = pl.Series("step_row", np.flatnonzero(in_win), dtype=pl.Int64)
+        fam = (fam_by_step.filter(pl.col("step_row").is_in(keep.implode())).group_by("family").agg(
+            (pl.col("self_ps").sum() / n).alias("self_ps"), pl.col("count").sum().alias("occurrences"))
+            .with_columns((pl.col("self_ps") / cov.step_ps if cov.step_ps else pl.lit(0.0)).alias("share"),
+                          (pl.col("occurrences") / n).alias("per_step"),
+                          pl.lit(None, dtype=pl.UInt32).alias("n_populations"))
+            .select(list(FAMILIES_SCHEMA)).cast(FAMILIES_SCHEMA).sort(["self_ps", "family"], descending=[True, False]))
+    else:
+        fam = pl.DataFrame(schema=FAMILIES_SCHEMA)
+    dist = stepstats.distribution(st, window)
+    p0 = with_steps[0]
+    step_notes = [ln for p in parts for ln in p.step_notes]
+    anat = StepAnatomy(steps=st, families=fam, coverage=cov, method=p0.step_method, module=p0.step_module,
+                       extent="", notes=step_notes, window=dist["window"], distribution=dist, coverage_all=cov_all)
+    ov = pl.concat(ovs, how="vertical") if ovs else empty_ov
+    ov = ov.join(st.filter(pl.col("in_window")).select("host", "device", "step"), on=["host", "device", "step"],
+                 how="semi")
+    coll = pl.concat([p.collectives for p in parts], how="vertical")
+    strag = None
+    if ov.height:
+        s = stragglers(coll, ov)
+        strag = s if s.summary.get("straggler") else None
+    return anat, ov, strag
+
+
+# -- reading a run in fleet mode -----------------------------------------------------------
+
+def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_bytes: int | None = None,
+               cache=None, workers: int = 0, executor=None, scheduler: str | None = None, progress=None,
+               discovery=None, stale_after_s: float | None = 7 * 24 * 3600, options: FleetOptions | None = None,
+               split_modules: bool = True) -> Fleet:
+    """Find the run under ``path`` (as :func:`traceview.model.load.load`) and read it in fleet
+    mode: each file becomes a :class:`HostPartial` where it is read (this process, up to
+    ``workers`` local processes, ``executor`` or the Dask cluster at ``scheduler``:
+    :func:`traceview.read.batch.read_many`), merged here by :func:`merge`. Raises as
+    ``load``: :class:`~traceview.errors.NoTraceFound`, :class:`~traceview.errors.TraceUnreadable`
+    when every file is unreadable (one unreadable host among several is a warning),
+    :class:`~traceview.errors.UsageError` on a bad option."""
+    from traceview.errors import NoOpsFound, TraceviewError, UsageError
+    from traceview.model.files import max_bytes_default
+    from traceview.model.load import _all_faults
+    from traceview.read.batch import read_many, tasks_for
+    from traceview.read.cache import TableCache
+    from traceview.read.discover import discover
+
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        raise UsageError(f"workers must be a whole number >= 0, got {workers!r}")
+    opts = options or FleetOptions()
+    from traceview.analysis.families import rules_of
+    from traceview.analysis.stepstats import parse_window
+
+    rules_of(opts.rules)
+    parse_window(opts.step_window)
+    disc = discovery if discovery is not None else discover(path, run=run, all_runs=all_runs,
+                                                             stale_after_s=stale_after_s,
+                                                             run_hint="pass run= or all_runs=True")
+    store = TableCache.default() if cache is None else (cache or None)
+    tasks = tasks_for(disc.files, max_bytes_default(max_bytes), cache=store)
+    res = read_many(tasks, functools.partial(host_partial, options=opts), executor=executor, scheduler=scheduler,
+                    workers=workers, progress=progress)
+    parts, errors, warnings = [], [], list(disc.warnings)
+    for r in res:
+        if isinstance(r, TraceviewError):
+            errors.append(r)
+            warnings.append(f"skipped unreadable trace {r}")
+        else:
+            parts.append(r)
+    if errors and not parts:
+        raise _all_faults(errors, disc)
+    if not any(p.col.height for p in parts):
+        raise _all_faults(errors + [NoOpsFound("the trace has no HLO ops", ", ".join(p.path for p in parts))], disc)
+    return merge(parts, split_modules=split_modules, window=opts.step_window, step_module=opts.step_module,
+                 alpha=opts.alpha, warnings=warnings)
