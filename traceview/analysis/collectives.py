@@ -196,19 +196,23 @@ def _match(ks, kd):
     time order) of the done with the same key and the same rank among its key; -1 where none."""
     import numpy as np
 
-    from traceview.analysis.overlap import _rank
-
-    if len(ks) == 0 or len(kd) == 0:
-        return np.full(len(ks), -1, dtype=np.int64)
-    big = max(len(ks), len(kd)) + 1
-    sc = np.where(ks >= 0, ks * big + _rank(ks), -1)
-    dc = np.where(kd >= 0, kd * big + _rank(kd), -2)
-    o = np.argsort(dc, kind="stable")
-    pos = np.searchsorted(dc[o], sc)
     out = np.full(len(ks), -1, dtype=np.int64)
-    ok = pos < len(kd)
-    ok[ok] = dc[o][pos[ok]] == sc[ok]
-    out[ok] = o[pos[ok]]
+    if len(ks) == 0 or len(kd) == 0:
+        return out
+    big = max(len(ks), len(kd)) + 1
+
+    def coded(k):  # (key, rank within key) as one sorted int64 code, and its order
+        o = np.argsort(k, kind="stable")
+        sk = k[o]
+        pos = np.arange(len(k))
+        head = np.maximum.accumulate(np.where(np.r_[True, sk[1:] != sk[:-1]], pos, 0))
+        return sk * big + (pos - head), o
+
+    sc, so = coded(ks)
+    dc, do = coded(kd)
+    pos = np.minimum(np.searchsorted(dc, sc), len(dc) - 1)
+    ok = (dc[pos] == sc) & (ks[so] >= 0)
+    out[so[ok]] = do[pos[ok]]
     return out
 
 
