@@ -375,9 +375,10 @@ def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame) -> Overlap:
 
 def profile_overlap(prof, steps=None) -> Overlap:
     """:func:`overlap` of a profile within its step anatomy's windows (``steps``: a
-    :class:`~traceview.analysis.steps.StepAnatomy`, default the profile's)."""
+    :class:`~traceview.analysis.steps.StepAnatomy`, default the profile's: then the result is
+    the profile's shared one, :func:`traceview.analysis.derived.overlap`)."""
     if steps is None:
-        from traceview.analysis.steps import profile_anatomy
+        from traceview.analysis import derived
 
-        steps = profile_anatomy(prof)
-    return overlap(prof.table, steps.steps if steps is not None else None)
+        return derived.overlap(prof)
+    return overlap(prof.table, steps.steps)
