@@ -343,32 +343,47 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
         ).select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).with_columns(pl.col("critical_share").fill_nan(None))
     else:
         st_df = pl.DataFrame(schema=STEPS_SCHEMA)
-    return _finish(op_df, st_df)
+    return _finish(op_df, st_df, rec, ev)
 
 
-def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame) -> Overlap:
-    """The :class:`Overlap` of its per-op and per-step frames: populations, summary, notes."""
-    any_async = bool(op_df.height) and bool(op_df.filter((pl.col("kind") == "collective") & ~pl.col("sync")).height)
-    pops = (op_df.group_by(["kind", "op_kind", "op_name", "shape"], maintain_order=True)
-            .agg(pl.len().alias("n"), pl.col("sync").all(), pl.col("in_flight_ps").sum(), pl.col("hidden_ps").sum(),
-                 pl.col("exposed_ps").sum(), pl.col("wait_at_done_ps").sum())
+def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame, rec: dict | None, ev: _Events) -> Overlap:
+    """The :class:`Overlap` of its per-op and per-step frames (``rec``: the per-op arrays of
+    :func:`_comm_ops`, ``ev`` their events): populations (summed per description, then per
+    (kind, op_kind, op_name, shape) in order of first appearance), summary, notes."""
+    keys = ["kind", "op_kind", "op_name", "shape"]
+    sums = ["in_flight_ps", "hidden_ps", "exposed_ps", "wait_at_done_ps"]
+    if op_df.height:
+        per = (op_df.select("sync", *sums).with_columns(pl.Series("attr", rec["attr"])).with_row_index("_i")
+               .group_by("attr").agg(pl.col("_i").min().alias("_first"), pl.len().alias("n"), pl.col("sync").all(),
+                                     *[pl.col(c).sum() for c in sums])
+               .join(ev.attrs.select(pl.col("attr").cast(pl.Int64), pl.col("_cls").alias("kind"), "op_kind", "op_name",
+                                     "shape"), on="attr", how="left")
+               .sort("_first"))
+    else:
+        per = op_df.select(*keys, "sync", *sums).with_columns(pl.lit(0, dtype=pl.UInt32).alias("n"))
+    pops = (per.group_by(keys, maintain_order=True)
+            .agg(pl.col("n").sum(), pl.col("sync").all(), *[pl.col(c).sum() for c in sums])
             .with_columns((pl.col("hidden_ps") / pl.col("in_flight_ps")).alias("hidden_share"),
                           pl.col("kind").replace_strict({"collective": 0, "host transfer": 1}, default=2,
                                                         return_dtype=pl.Int8).alias("_order"))
-            .sort(["_order", "in_flight_ps"], descending=[False, True]).drop("_order"))
+            .sort(["_order", "in_flight_ps"], descending=[False, True], maintain_order=True).drop("_order"))
     tot = {k: int(st_df[k].sum()) if st_df.height else 0
            for k in ("step_ps", "compute_ps", "exposed_ps", "hidden_ps", "host_ps", "idle_ps")}
-    n_coll = op_df.filter(pl.col("kind") == "collective")
+    if op_df.height:
+        coll = ev.cls_of[rec["attr"]] == _CLS_CODES["collective"]
+        n_coll, coll_sync, n_async = int(coll.sum()), bool(rec["sync"][coll].all()), int((~rec["sync"]).sum())
+        any_async = bool((coll & ~rec["sync"]).any())
+    else:
+        n_coll, coll_sync, n_async, any_async = 0, True, 0, False
     summary = dict(tot, exposed_share=tot["exposed_ps"] / tot["step_ps"] if tot["step_ps"] else None,
                    n_steps=st_df.select("host", "step").n_unique() if st_df.height else 0,
                    n_devices=st_df.select("host", "device").n_unique() if st_df.height else 0,
-                   collectives=n_coll.height, async_ops=op_df.filter(~pl.col("sync")).height,
-                   synchronous=bool(n_coll.height) and bool(n_coll["sync"].all()))
+                   collectives=n_coll, async_ops=n_async, synchronous=bool(n_coll) and coll_sync)
     notes = []
     if summary["synchronous"]:
         notes.append("every collective here is synchronous (one event, e.g. XLA:CPU's blocking rendezvous): "
                      "its whole time counts as exposed communication, none as hidden")
-    if not any_async and not n_coll.height:
+    if not any_async and not n_coll:
         notes.append("no collective in the trace")
     return Overlap(ops=op_df, populations=pops, steps=st_df, summary=summary, notes=notes)
 
