@@ -201,8 +201,10 @@ def _match(ks, kd):
         return out
     big = max(len(ks), len(kd)) + 1
 
+    from traceview.analysis.overlap import _stable_order
+
     def coded(k):  # (key, rank within key) as one sorted int64 code, and its order
-        o = np.argsort(k, kind="stable")
+        o = _stable_order(k)
         sk = k[o]
         pos = np.arange(len(k))
         head = np.maximum.accumulate(np.where(np.r_[True, sk[1:] != sk[:-1]], pos, 0))

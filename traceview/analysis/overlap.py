@@ -142,9 +142,17 @@ def _keyed(frame: pl.DataFrame, keys: list[str]) -> np.ndarray:
     return _codes(frame.select(keys).join(ids, on=keys, how="left", nulls_equal=True, maintain_order="left")["_id"])
 
 
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")``; keys of a small range (description or pair ids,
+    -1 for none) are sorted as 16-bit integers, which numpy sorts by radix (linear)."""
+    if len(keys) and keys.min() >= -1 and keys.max() < (1 << 16) - 1:
+        return np.argsort((keys + 1).astype(np.uint16), kind="stable")
+    return np.argsort(keys, kind="stable")
+
+
 def _rank(keys: np.ndarray) -> np.ndarray:
     """Per element, how many earlier elements share its key (0 for the first)."""
-    o = np.argsort(keys, kind="stable")
+    o = _stable_order(keys)
     sk = keys[o]
     pos = np.arange(len(keys))
     head = np.maximum.accumulate(np.where(np.r_[True, sk[1:] != sk[:-1]], pos, 0)) if len(keys) else pos
