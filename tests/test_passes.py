@@ -124,3 +124,49 @@ def test_report_sections_share_one_derived_result(shared_traces):
     sub = prof.filter(device_regex="TPU:0")
     assert derived.overlap(sub) is not rep.overlap
     assert derived.overlap(sub).steps.select("device").unique().height == 1
+
+
+def _reference_series(table, runs, lut) -> list[tuple]:
+    """The nth-execution series by its definition (distributions module doc), event by event."""
+    f = table.frame(["attr", "host", "device", "module", "program_id", "start_ps", "duration_ps"])
+    by_group = defaultdict(list)
+    for r in runs.filter(pl.col("start_ps").is_not_null()).iter_rows(named=True):
+        by_group[(r["host"], r["device"], r["program_id"])].append((r["start_ps"], r["start_ps"] + (r["duration_ps"] or 0)))
+    pops = defaultdict(list)
+    for a, h, d, m, p, s, dur in f.iter_rows():
+        if lut[a] >= 0:
+            pops[(int(lut[a]), h, d, p)].append((s, m, dur))
+    out = []
+    for (k, h, d, p), evs in pops.items():
+        evs.sort(key=lambda e: e[0])
+        rs = sorted(by_group.get((h, d, p), []))
+        ex = []
+        for s, _, _ in evs:
+            i = max((j for j, (a, _) in enumerate(rs) if a <= s), default=-1)
+            ex.append(i if i >= 0 and (s < rs[i][1] or s == rs[i][0]) else None)
+        if rs and None in ex:
+            n = len(evs)
+            ex = [i // (n // len(rs)) for i in range(n)] if n % len(rs) == 0 else [None] * n
+        elif not rs:
+            ex = [None] * len(evs)
+        seen = defaultdict(int)
+        for (s, m, dur), e in zip(evs, ex):
+            out.append((k, h, d, m, p, e, seen[e], s, dur))
+            seen[e] += 1
+    return sorted(out, key=lambda r: tuple((x is None, x) for x in r))
+
+
+@pytest.mark.parametrize("where", ["mi300x_jax_conv3d.xplane.pb", "vllm_tpu_qwen", "fx:straggler_8dev"])
+def test_series_by_definition(where, shared_traces):
+    from traceview.analysis.distributions import series
+
+    path = FIX / where[3:] if where.startswith("fx:") else shared_traces / where
+    prof = traceview.load(str(path), cache=False)
+    t = prof.table
+    ids = t.attrs.select(pl.struct("op_name", "shape", "module").rank("dense").cast(pl.Int32) - 1).to_series()
+    lut = ids.to_numpy().astype(np.int32)
+    got = series(t, prof.module_runs, lut).select("key", "host", "device", "module", "program_id", "execution",
+                                                  "occurrence", "start_ps", "duration_ps").rows()
+    got = sorted(got, key=lambda r: tuple((x is None, x) for x in r))
+    assert got == _reference_series(t, prof.module_runs, lut)
+    assert len(got) == t.height
