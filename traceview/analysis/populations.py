@@ -37,7 +37,7 @@ import re
 
 import polars as pl
 
-from traceview.analysis.tagged import TaggedOps, tag
+from traceview.analysis.tagged import TaggedOps
 from traceview.model.kernelname import kernel_config, kernel_id
 from traceview.model.optable import weighted_mode
 
