@@ -173,22 +173,32 @@ class _Events:
         table = as_table(table)
         cols = ["host", "device", "module", "op_name", "op_kind", "shape", "hlo_text"]
         self.attrs = table.attrs.select(["attr"] + cols).with_columns(_class_expr())
-        cls_of = _codes(self.attrs["_cls"].replace_strict(_CLS_CODES, default=0, return_dtype=pl.Int64), 0)
-        ev = table.events.select("attr", "start_ps", "duration_ps").filter(pl.col("start_ps").is_not_null())
-        attr = _codes(ev["attr"])
+        cls_of = _codes(self.attrs["_cls"].replace_strict(_CLS_CODES, default=0, return_dtype=pl.Int64), 0).astype(np.int8)
+        ev = table.events.select("attr", "start_ps", "duration_ps")
+        if ev["start_ps"].null_count():
+            ev = ev.filter(pl.col("start_ps").is_not_null())
+        attr = ev["attr"].to_numpy()  # uint32, no copy
         self.any_comm = bool(len(attr)) and bool((cls_of[attr] != 0).any())
         self.devices = self.attrs.select("host", "device").unique().sort(["host", "device"])
+        self.cls_of = cls_of
+        if not self.any_comm:  # nothing to place: the caller returns empty frames
+            self.attr = self.start = self.end = self.dev = self.cls = np.zeros(0, dtype=np.int64)
+            self.slices = []
+            return
         dev_of = _codes(self.attrs.select("host", "device").join(
             self.devices.with_row_index("_d"), on=["host", "device"], how="left", nulls_equal=True,
-            maintain_order="left")["_d"])
+            maintain_order="left")["_d"]).astype(np.int32)
         start = _codes(ev["start_ps"])
         end = start + _codes(ev["duration_ps"])
         dev = dev_of[attr]
+        del ev
         if len(dev) > 1 and not (np.all(dev[1:] >= dev[:-1]) and np.all((dev[1:] > dev[:-1]) | (start[1:] >= start[:-1]))):
-            o = np.lexsort((start, dev))  # stable
+            o = _stable_order(dev)  # by device (radix), each device's events in their order
             attr, start, end, dev = attr[o], start[o], end[o], dev[o]
+            if not np.all((dev[1:] > dev[:-1]) | (start[1:] >= start[:-1])):
+                o = np.lexsort((start, dev))  # stable
+                attr, start, end, dev = attr[o], start[o], end[o], dev[o]
         self.attr, self.start, self.end, self.dev = attr, start, end, dev
-        self.cls_of = cls_of
         self.cls = cls_of[attr]
         # each device's slice of the arrays
         cuts = np.searchsorted(dev, np.arange(self.devices.height + 1), side="left")
@@ -361,7 +371,7 @@ def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame, rec: dict | None, ev: _Eve
     keys = ["kind", "op_kind", "op_name", "shape"]
     sums = ["in_flight_ps", "hidden_ps", "exposed_ps", "wait_at_done_ps"]
     if op_df.height:
-        per = (op_df.select("sync", *sums).with_columns(pl.Series("attr", rec["attr"])).with_row_index("_i")
+        per = (op_df.select("sync", *sums).with_columns(pl.Series("attr", rec["attr"].astype(np.int64))).with_row_index("_i")
                .group_by("attr").agg(pl.col("_i").min().alias("_first"), pl.len().alias("n"), pl.col("sync").all(),
                                      *[pl.col(c).sum() for c in sums])
                .join(ev.attrs.select(pl.col("attr").cast(pl.Int64), pl.col("_cls").alias("kind"), "op_kind", "op_name",
