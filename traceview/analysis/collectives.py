@@ -144,35 +144,82 @@ def _data_bytes(kind: str, hlo_text: str, group_size: int | None) -> float | Non
     return size
 
 
-def _pair_async(ev: pl.DataFrame) -> pl.DataFrame:
+def _pair_async(ev: pl.DataFrame, attrs: pl.DataFrame) -> pl.DataFrame:
     """Match ``-done`` events to their ``-start`` (same host, device, program; the done's operand
-    names the start; k-th done with the k-th start in time order). Returns the start events
-    with ``span_ps`` (start's start to done's end) and ``done_self_ps``; span null when unmatched."""
-    is_done = pl.col("op_kind").fill_null("").str.ends_with("-done") | pl.col("op_name").str.contains(r"-done(\.\d+)?$")
-    starts = ev.filter(~is_done)
-    dones = ev.filter(is_done)
-    keys = ["host", "device", "program_id", "pair"]
-    if dones.height:
-        dones = dones.join(_done_pairs(dones), on=["hlo_text", "op_name"], how="left", nulls_equal=True)
-        dones = dones.sort("start_ps").with_columns(pl.int_range(pl.len()).over(keys).alias("k")).select(
-            keys + ["k", (pl.col("start_ps") + pl.col("duration_ps")).alias("done_end"),
-                    pl.col("self_ps").alias("done_self_ps")])
-    starts = starts.with_columns(pl.col("op_name").alias("pair")).sort("start_ps").with_columns(
-        pl.int_range(pl.len()).over(keys).alias("k"))
-    if not dones.height:
-        return starts.with_columns(pl.lit(None, pl.Int64).alias("span_ps"), pl.lit(0, pl.Int64).alias("done_self_ps"))
-    out = starts.join(dones, on=keys + ["k"], how="left", nulls_equal=True)
-    return out.with_columns((pl.col("done_end") - pl.col("start_ps")).alias("span_ps"),
-                            pl.col("done_self_ps").fill_null(0))
+    names the start; k-th done with the k-th start in time order). ``ev``: events with ``attr``,
+    ``start_ps``, ``duration_ps``, ``self_ps`` (any other columns are kept); ``attrs``: their
+    descriptions (attr, host, device, program_id, op_name, op_kind, hlo_text). Returns the
+    non-done events in start order with ``span_ps`` (start's start to done's end; null when
+    unmatched) and ``done_self_ps`` (0 when unmatched). Keys are computed once per description;
+    the events are matched by sorts and searches."""
+    import numpy as np
+
+    from traceview.analysis.overlap import _codes, _keyed
+
+    used = attrs.join(ev.select(pl.col("attr").unique()), on="attr", how="semi")
+    done_of = used.select((pl.col("op_kind").fill_null("").str.ends_with("-done")
+                           | pl.col("op_name").str.contains(r"-done(\.\d+)?$")).fill_null(False))
+    used = used.with_columns(done_of.to_series().alias("_done"))
+    pair = [_done_operand(t, n) if d else n for t, n, d in used.select("hlo_text", "op_name", "_done").iter_rows()]
+    used = used.with_columns(pl.Series("_pair", pair, dtype=pl.Utf8))
+    lut_key = np.full(attrs.height + 1, -1, dtype=np.int64)
+    lut_done = np.zeros(attrs.height + 1, dtype=bool)
+    ua = _codes(used["attr"])
+    lut_key[ua] = _keyed(used, ["host", "device", "program_id", "_pair"])
+    lut_done[ua] = used["_done"].to_numpy()
+    a = _codes(ev["attr"])
+    key, is_done = lut_key[a], lut_done[a]
+    start = ev["start_ps"]
+    t = _codes(start, np.iinfo(np.int64).min)  # nulls first, as polars sorts them
+    si, di = np.flatnonzero(~is_done), np.flatnonzero(is_done)
+    si = si[np.argsort(t[si], kind="stable")]
+    di = di[np.argsort(t[di], kind="stable")]
+    match = _match(key[si], key[di])
+    hit = match >= 0
+    out = ev[pl.Series(si)]
+    end = start + ev["duration_ps"]
+    span = np.zeros(len(si), dtype=np.int64)
+    valid = np.zeros(len(si), dtype=bool)
+    dself = np.zeros(len(si), dtype=np.int64)
+    if hit.any():
+        d = di[match[hit]]
+        dnull = end.is_null().to_numpy()[d] | start.is_null().to_numpy()[si[hit]]
+        span[hit] = np.where(dnull, 0, _codes(end, 0)[d] - t[si[hit]])
+        valid[hit] = ~dnull
+        dself[hit] = _codes(ev["self_ps"], 0)[d]
+    return out.with_columns(pl.when(pl.lit(pl.Series(valid))).then(pl.lit(pl.Series(span))).alias("span_ps"),
+                            pl.lit(pl.Series(dself)).alias("done_self_ps"))
 
 
-def _done_pairs(dones: pl.DataFrame) -> pl.DataFrame:
-    """Per distinct (hlo_text, op_name) of ``-done`` events: ``pair``, the ``-start`` it awaits."""
-    d = dones.select("hlo_text", "op_name").unique()
-    return d.with_columns(pl.Series("pair", [_done_operand(t, n) for t, n in d.iter_rows()], dtype=pl.Utf8))
+def _match(ks, kd):
+    """Per element of ``ks`` (start keys, in time order), the index into ``kd`` (done keys, in
+    time order) of the done with the same key and the same rank among its key; -1 where none."""
+    import numpy as np
+
+    out = np.full(len(ks), -1, dtype=np.int64)
+    if len(ks) == 0 or len(kd) == 0:
+        return out
+    big = max(len(ks), len(kd)) + 1
+
+    from traceview.analysis.overlap import _stable_order
+
+    def coded(k):  # (key, rank within key) as one sorted int64 code, and its order
+        o = _stable_order(k)
+        sk = k[o]
+        pos = np.arange(len(k))
+        head = np.maximum.accumulate(np.where(np.r_[True, sk[1:] != sk[:-1]], pos, 0))
+        return sk * big + (pos - head), o
+
+    sc, so = coded(ks)
+    dc, do = coded(kd)
+    pos = np.minimum(np.searchsorted(dc, sc), len(dc) - 1)
+    ok = (dc[pos] == sc) & (ks[so] >= 0)
+    out[so[ok]] = do[pos[ok]]
+    return out
 
 
 def _done_operand(hlo_text: str, op_name: str) -> str:
+    """The ``-start`` a ``-done`` awaits: its first operand, else its name with ``-start``."""
     ins = parse_instruction(hlo_text or "")
     if ins is not None and ins.operand_names:
         return ins.operand_names[0]
@@ -195,10 +242,10 @@ def communication(prof, peaks=None) -> Communication:
     is_coll = pl.col("op_kind").fill_null("").str.contains(_KINDS_RX) | pl.col("op_name").str.contains(_KINDS_RX)
     is_copy = pl.col("op_kind").fill_null("").is_in(["copy-start", "copy-done", "custom-call"]) & (
         pl.col("hlo_text").str.contains(r"S\(5\)|MoveTo(?:Host|Device)") | pl.col("op_kind").is_in(["copy-done"]))
-    coll_ev = table.filter(is_coll).frame(_EVENT_COLS)
-    cols = _collectives(coll_ev, link, notes)
-    host_ev = table.filter(is_copy | (is_coll & pl.col("hlo_text").str.contains("is_host_transfer=true"))).frame(_EVENT_COLS)
-    hosts, host_ps, host_modules = _host_transfers(host_ev, link, notes)
+    coll_ev = table.filter(is_coll).frame(["attr"] + _EVENT_COLS)
+    cols = _collectives(coll_ev, table.attrs, link, notes)
+    host_tab = table.filter(is_copy | (is_coll & pl.col("hlo_text").str.contains("is_host_transfer=true")))
+    hosts, host_ps, host_modules = _host_transfers(host_tab, link, notes)
     coll_ps = int(coll_ev.filter(~pl.col("hlo_text").str.contains("is_host_transfer=true"))["self_ps"].sum() or 0)
     module_share = None
     if host_ps and host_modules:
@@ -220,7 +267,7 @@ def _link(prof, peaks) -> Link | None:
     return find_link(types[0] if types else "", chip or None)
 
 
-def _collectives(ev: pl.DataFrame, link: Link | None, notes: list) -> pl.DataFrame:
+def _collectives(ev: pl.DataFrame, attrs: pl.DataFrame, link: Link | None, notes: list) -> pl.DataFrame:
     if not ev.height:
         return pl.DataFrame(schema=COLLECTIVES_SCHEMA)
     ev = ev.filter(~pl.col("hlo_text").str.contains("is_host_transfer=true"))
@@ -246,7 +293,7 @@ def _collectives(ev: pl.DataFrame, link: Link | None, notes: list) -> pl.DataFra
     parts = [sync.select(_REC)] if sync.height else []
     asy = ev.filter(pl.col("phase") != "sync")
     if asy.height:
-        paired = _pair_async(asy.filter(pl.col("phase") != "update"))
+        paired = _pair_async(asy.filter(pl.col("phase") != "update"), attrs)
         paired = paired.filter(pl.col("phase") == "start").with_columns(
             pl.col("span_ps").alias("t_ps"), (pl.col("self_ps") + pl.col("done_self_ps")).alias("all_self_ps"),
             pl.lit(True).alias("async"))
@@ -294,86 +341,130 @@ _REC = ["host", "device", "module", "op_name", "kind", "async", "shape", "groups
         "n_groups", "data_bytes", "t_ps", "all_self_ps"]
 
 
-def _host_transfers(ev: pl.DataFrame, link: Link | None, notes: list):
+def _host_transfers(table, link: Link | None, notes: list):
+    """(:data:`HOST_SCHEMA` frame, host transfer op time in ps, modules holding them) of the
+    events of ``table`` (an OpTable of the candidate copies, custom calls and host send/recv).
+    Transfers are described once per op description; an async copy's time is its start paired
+    with its done (:func:`_pair_async`)."""
+    import numpy as np
+
+    from traceview.analysis.overlap import _codes, _keyed
+
     schema_empty = pl.DataFrame(schema=HOST_SCHEMA)
+    ev = table.events.select("attr", "start_ps", "duration_ps", "self_ps")
     if not ev.height:
         return schema_empty, 0, set()
-    descs = ev.filter(~pl.col("op_kind").fill_null("").str.ends_with("-done")).select(
-        "op_kind", "op_name", "hlo_text").unique()
+    attrs = table.attrs
+    used = attrs.join(ev.select(pl.col("attr").unique()), on="attr", how="semi")
+    done = used["op_kind"].fill_null("").str.ends_with("-done").to_numpy()
+    seen: dict = {}
     rows = []
-    for kind_txt, name, text in descs.iter_rows():
-        h = host_transfer(kind_txt or "", text or "")
+    for attr, kind_txt, text in used.filter(pl.Series(~done)).select("attr", "op_kind", "hlo_text").iter_rows():
+        k = (kind_txt, text)
+        if k not in seen:
+            seen[k] = host_transfer(kind_txt or "", text or "")
+        h = seen[k]
         if h is not None:
-            rows.append({"op_kind": kind_txt, "op_name": name, "hlo_text": text, "direction": h.direction,
-                         "mechanism": h.mechanism, "bytes": None if h.bytes is None else float(h.bytes)})
+            rows.append({"attr": attr, "direction": h.direction, "mechanism": h.mechanism,
+                         "bytes": None if h.bytes is None else float(h.bytes)})
     if not rows:
         return schema_empty, 0, set()
-    attrs = pl.DataFrame(rows, schema={"op_kind": pl.Utf8, "op_name": pl.Utf8, "hlo_text": pl.Utf8,
-                                       "direction": pl.Utf8, "mechanism": pl.Utf8, "bytes": pl.Float64})
-    starts = ev.join(attrs, on=["op_kind", "op_name", "hlo_text"], how="inner", nulls_equal=True)
-    start_names = set(attrs["op_name"].to_list())
-    dones = ev.filter(pl.col("op_kind").fill_null("").str.ends_with("-done"))
-    if dones.height:
-        pairs = _done_pairs(dones).filter(pl.col("pair").is_in(sorted(start_names)))
-        dones = dones.join(pairs.select("hlo_text", "op_name"), on=["hlo_text", "op_name"], how="semi", nulls_equal=True)
-    copies = starts.filter(pl.col("op_kind") == "copy-start")
-    others = starts.filter(pl.col("op_kind") != "copy-start").with_columns(
-        pl.col("duration_ps").alias("t_ps"), pl.col("self_ps").alias("all_self_ps"))
-    parts = [others.select(_HREC)] if others.height else []
-    if copies.height:
-        paired = _pair_async(pl.concat([copies.select(_EVENT_COLS), dones.select(_EVENT_COLS)]))
-        paired = paired.join(attrs.select("op_name", "hlo_text", "direction", "mechanism", "bytes"),
-                             on=["op_name", "hlo_text"], how="inner", nulls_equal=True).with_columns(
-            pl.col("span_ps").alias("t_ps"), (pl.col("self_ps") + pl.col("done_self_ps")).alias("all_self_ps"))
-        parts.append(paired.select(_HREC))
-    rec = pl.concat(parts, how="vertical_relaxed")
-    keys = ["direction", "mechanism", "shape"]
+    info = pl.DataFrame(rows, schema={"attr": pl.UInt32, "direction": pl.Utf8, "mechanism": pl.Utf8,
+                                      "bytes": pl.Float64}).join(
+        attrs.select("attr", "op_kind", "op_name", "shape"), on="attr", how="left")
+    info = info.with_columns(pl.Series("_g", _keyed(info, ["direction", "mechanism", "shape"])))
+    start_names = set(info["op_name"].to_list())
+    dones = used.filter(pl.Series(done)).select("attr", "hlo_text", "op_name")
+    done_ok = [a_ for a_, t, n in dones.iter_rows() if _done_operand(t, n) in start_names]
+    is_copy = info.filter(pl.col("op_kind") == "copy-start")["attr"]
+    others = ev.join(info.filter(pl.col("op_kind") != "copy-start").select("attr"), on="attr", how="semi",
+                     maintain_order="left").select(
+        "attr", "start_ps", pl.col("duration_ps").alias("t_ps"), pl.col("self_ps").alias("all_self_ps"))
+    parts = [others] if others.height else []
+    if is_copy.len():
+        cand = ev.filter(pl.col("attr").is_in(pl.concat([is_copy, pl.Series(done_ok, dtype=pl.UInt32)]).implode()))
+        paired = _pair_async(cand, attrs).filter(pl.col("attr").is_in(is_copy.implode()))
+        parts.append(paired.select("attr", "start_ps", pl.col("span_ps").alias("t_ps"),
+                                   (pl.col("self_ps") + pl.col("done_self_ps")).alias("all_self_ps")))
+    rec = pl.concat(parts, how="vertical_relaxed").join(info.select("attr", "_g", "bytes"), on="attr", how="left",
+                                                       maintain_order="left")
     peak = link.host_per_direction if link is not None else None
-    g = rec.group_by(keys, maintain_order=True).agg(
-        pl.col("op_name").unique().sort().alias("ops"), pl.col("module").unique().sort().alias("modules"),
-        pl.struct("host", "device").n_unique().cast(pl.Int64).alias("devices"),
-        pl.len().cast(pl.Int64).alias("executions"), pl.col("bytes").first(),
+    g = rec.group_by("_g", maintain_order=True).agg(
+        pl.col("attr").first().alias("_first"), pl.len().cast(pl.Int64).alias("executions"),
         pl.col("t_ps").median().alias("time_ps"), pl.col("t_ps").sum().cast(pl.Int64).alias("total_ps"),
         pl.col("all_self_ps").sum().cast(pl.Int64).alias("op_time_ps"))
+    names = (rec.select("_g", "attr").unique().join(attrs.select("attr", "op_name", "module", "host", "device"),
+                                                     on="attr", how="left")
+             .group_by("_g").agg(pl.col("op_name").unique().sort().alias("ops"),
+                                 pl.col("module").unique().sort().alias("modules"),
+                                 pl.struct("host", "device").n_unique().cast(pl.Int64).alias("devices")))
+    keys = info.group_by("_g").agg(pl.col("direction", "mechanism", "shape").first())
+    g = (g.join(names, on="_g", how="left", maintain_order="left").join(keys, on="_g", how="left", maintain_order="left")
+         .join(info.select(pl.col("attr").alias("_first"), "bytes"), on="_first", how="left", maintain_order="left"))
     g = g.with_columns(
         pl.when(pl.col("time_ps") > 0).then(pl.col("bytes") / (pl.col("time_ps") * 1e-12)).alias("bandwidth"),
         pl.lit(peak, pl.Float64).alias("link_peak"))
-    g = g.join(_direction_bandwidth(rec), on="direction", how="left").with_columns(
+    dev_of = np.zeros(attrs.height + 1, dtype=np.int64)
+    dev_of[_codes(attrs["attr"])] = _keyed(attrs, ["host", "device"])
+    g = g.join(_direction_bandwidth(rec.join(info.select("attr", "direction"), on="attr", how="left",
+                                             maintain_order="left"), dev_of),
+               on="direction", how="left").with_columns(
         (pl.col("direction_bandwidth") / pl.col("link_peak")).alias("frac_link_peak"))
     if peak is None:
         notes.append("host-link peak unknown for this chip" + (f" ({link.host_link}: {link.source})" if link else "")
                      + ": host-transfer bandwidth is not compared with a peak")
     host_ps = int(rec["all_self_ps"].sum() or 0)
-    modules = set(rec["module"].drop_nulls().to_list())
+    mods = attrs.join(rec.select(pl.col("attr").unique()), on="attr", how="semi")["module"]
+    modules = set(mods.drop_nulls().to_list())
     return (g.select(list(HOST_SCHEMA)).sort(["op_time_ps", "direction", "mechanism", "shape"],
                                              descending=[True, False, False, False]), host_ps, modules)
 
 
-def _direction_bandwidth(rec: pl.DataFrame) -> pl.DataFrame:
+def _direction_bandwidth(rec: pl.DataFrame, dev_of) -> pl.DataFrame:
     """Per direction: bytes of every transfer that way over the time at least one of them was
     in flight (intervals merged per device, summed over devices): the link's achieved rate when
-    transfers overlap, as they share it."""
+    transfers overlap, as they share it. ``rec``: attr, direction, start_ps, t_ps, bytes;
+    ``dev_of``: device index per attr."""
     import numpy as np
+
+    from traceview.analysis.overlap import _codes, _union
 
     out = []
     for (direction,), part in rec.filter(pl.col("t_ps").is_not_null() & pl.col("bytes").is_not_null()).group_by(
             ["direction"], maintain_order=True):
+        lo_all = _codes(part["start_ps"])
+        hi_all = lo_all + _codes(part["t_ps"])
+        dev = dev_of[_codes(part["attr"])]
+        by = part["bytes"].to_numpy()
         busy, moved = 0, 0.0
-        for _, dev in part.group_by(["host", "device"]):
-            lo = dev["start_ps"].to_numpy()
-            hi = lo + dev["t_ps"].to_numpy()
-            order = np.argsort(lo, kind="stable")
-            end = None
-            for a, b in zip(lo[order], hi[order]):
-                if end is None or a > end:
-                    busy += int(b - a)
-                    end = b
-                elif b > end:
-                    busy += int(b - end)
-                    end = b
-            moved += float(dev["bytes"].sum())
+        for d in np.unique(dev):
+            m = dev == d
+            lo, hi = lo_all[m], hi_all[m]
+            if (hi >= lo).all():  # the union's length; a negative span counts as the running sweep did
+                us, ue = _union(lo, hi)
+                busy += int((ue - us).sum())
+            else:
+                busy += _sweep_busy(lo, hi)
+            moved += float(by[m].sum())
         out.append({"direction": direction, "direction_bandwidth": moved / (busy * 1e-12) if busy else None})
     return pl.DataFrame(out, schema={"direction": pl.Utf8, "direction_bandwidth": pl.Float64})
+
+
+def _sweep_busy(lo, hi) -> int:
+    """Merged length of [lo, hi) intervals by a sweep in start order (intervals with hi < lo
+    included as the sweep meets them)."""
+    import numpy as np
+
+    order = np.argsort(lo, kind="stable")
+    busy, end = 0, None
+    for a, b in zip(lo[order], hi[order]):
+        if end is None or a > end:
+            busy += int(b - a)
+            end = b
+        elif b > end:
+            busy += int(b - end)
+            end = b
+    return busy
 
 
 _HREC = ["host", "device", "module", "op_name", "direction", "mechanism", "shape", "bytes", "start_ps", "t_ps",

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from traceview.analysis import noise, steps
+from traceview.analysis import derived, noise, steps
 from traceview.analysis.populations import KEY, family_shares, kernel_table, populations
 from traceview.analysis.samples import Samples, population_samples
 from traceview.analysis.tagged import TaggedOps, tag
@@ -281,7 +281,7 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     from traceview.analysis.stepstats import parse_window
 
     parse_window(step_window)
-    t = tagged if tagged is not None else tag(prof.table, rules)
+    t = tagged if tagged is not None else derived.tagged(prof, rules)
     kern = kernel_table(prof, tagged=t)
     pops = populations(prof, name_stem=name_stem, tagged=t, program_stem_key=program_key)
     kern, pops = _traced_kernel_events(prof, kern, pops)
@@ -300,9 +300,7 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
         durs = a.steps["duration_ps"].to_numpy()[win]
     s.samples = population_samples(prof.table, t, rows, durs, name_stem=name_stem, program_stem_key=program_key)
     if hasattr(prof, "used_devices"):
-        from traceview.analysis.collectives import communication
-
-        s.communication = communication(prof)
+        s.communication = derived.communication(prof)
     return s
 
 

@@ -154,29 +154,39 @@ def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarra
         return pl.DataFrame(schema={"key": pl.Int32, **SERIES_SCHEMA})
     sel = ev[idx] if idx.size < ev.height else ev
     one = int(sel["count"].max() or 1) <= 1
-    d = pl.DataFrame({"key": pl.Series(kev[idx], dtype=pl.Int32), "attr": sel["attr"],
-                      "start_ps": sel["start_ps"],
-                      "duration_ps": sel["duration_ps"] if one else (sel["duration_ps"] // sel["count"].clip(1)),
-                      "self_ps": sel["self_ps"] if one else (sel["self_ps"] // sel["count"].clip(1))})
-    d = d.join(table.attrs.select("attr", "host", "device", "module", "program_id"), on="attr", how="left").drop("attr")
     where = ["host", "device", "program_id"]
-    d = d.sort(["key", *where, "start_ps"], nulls_last=True)
+    # per description: its (host, device, program) as a dense code in sorted order (nulls last)
+    at = table.attrs.select("attr", *where)
+    wid = at.select(where).unique().sort(where, nulls_last=True).with_row_index("_w")
+    wcode_of = at.join(wid, on=where, how="left", nulls_equal=True, maintain_order="left")["_w"].to_numpy()
+    a = sel["attr"].to_numpy().astype(np.int64)
+    key = kev[idx].astype(np.int64)
+    wc = wcode_of[a].astype(np.int64)
+    st = sel["start_ps"]
+    st_sort = st.fill_null(int(np.iinfo(np.int64).max)).to_numpy()  # nulls last
+    o = np.lexsort((st_sort, wc, key))
+    a, key, wc = a[o], key[o], wc[o]
+    po = pl.Series(o)
+    d = pl.DataFrame({"key": pl.Series(key, dtype=pl.Int32), "start_ps": st.gather(po),
+                      "duration_ps": (sel["duration_ps"] if one else sel["duration_ps"] // sel["count"].clip(1)).gather(po),
+                      "self_ps": (sel["self_ps"] if one else sel["self_ps"] // sel["count"].clip(1)).gather(po)})
     n = d.height
     execution = np.full(n, -1, dtype=np.int64)
     runs = module_runs if module_runs is not None else None
     if runs is not None and runs.height:
         runs = runs.filter(pl.col("start_ps").is_not_null()).sort(["host", "device", "program_id", "start_ps"])
-        groups = {g: r for g, r in runs.group_by(where, maintain_order=True)}
-        d_idx = d.with_row_index("_i")
+        rw = (runs.cast({c: wid.schema[c] for c in where}).join(wid, on=where, how="inner", nulls_equal=True)
+              .sort(["_w", "start_ps"], maintain_order=True))
+        rwc = rw["_w"].to_numpy().astype(np.int64)
+        r_start = rw["start_ps"].to_numpy()
+        r_end = r_start + rw["duration_ps"].fill_null(0).to_numpy()
         st_all = d["start_ps"].fill_null(-1).to_numpy()
-        key_all = d["key"].to_numpy()
-        for g, sub in d_idx.group_by(where, maintain_order=True):
-            r = groups.get(tuple(g))
-            if r is None or r.height == 0:
+        by_w = _stable_groups(wc)
+        for g, rows in by_w:
+            lo, hi = np.searchsorted(rwc, g, "left"), np.searchsorted(rwc, g, "right")
+            if hi == lo:
                 continue
-            rows = sub["_i"].to_numpy().astype(np.int64)
-            rs = r["start_ps"].to_numpy()
-            re_ = rs + r["duration_ps"].fill_null(0).to_numpy()
+            rs, re_ = r_start[lo:hi], r_end[lo:hi]
             s = st_all[rows]
             pos = np.searchsorted(rs, s, side="right") - 1
             pc = np.clip(pos, 0, len(rs) - 1)
@@ -184,21 +194,37 @@ def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarra
             ex = np.where(inside, pc, -1)
             if not inside.all():
                 # per population: chunks of m occurrences when they are a whole multiple of the runs
-                ks = key_all[rows]
+                ks = key[rows]
                 cuts = np.flatnonzero(np.diff(ks)) + 1
-                for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(rows)]):
-                    if inside[a:b].all():
+                for a_, b_ in zip(np.r_[0, cuts], np.r_[cuts, len(rows)]):
+                    if inside[a_:b_].all():
                         continue
-                    cnt = b - a
+                    cnt = b_ - a_
                     if cnt % len(rs) == 0:
-                        ex[a:b] = np.arange(cnt) // (cnt // len(rs))
+                        ex[a_:b_] = np.arange(cnt) // (cnt // len(rs))
                     else:
-                        ex[a:b] = -1
+                        ex[a_:b_] = -1
             execution[rows] = ex
-    d = d.with_columns(pl.Series("execution", execution).replace(-1, None).cast(pl.Int64))
-    d = d.with_columns(pl.int_range(pl.len(), dtype=pl.Int64)
-                       .over(["key", *where, pl.col("execution").fill_null(-1)]).alias("occurrence"))
+    names = table.attrs.select("host", "device", "module", "program_id")[pl.Series(a)]
+    # occurrence: rank in start order within (key, host/device/program, execution)
+    o2 = np.lexsort((execution, wc, key))  # stable: start order kept within each group
+    k_, w_, e_ = key[o2], wc[o2], execution[o2]
+    pos = np.arange(n)
+    new = np.r_[True, (k_[1:] != k_[:-1]) | (w_[1:] != w_[:-1]) | (e_[1:] != e_[:-1])] if n else np.zeros(0, bool)
+    occurrence = np.empty(n, dtype=np.int64)
+    occurrence[o2] = pos - np.maximum.accumulate(np.where(new, pos, 0)) if n else pos
+    d = pl.concat([d, names], how="horizontal").with_columns(
+        pl.when(pl.lit(pl.Series(execution >= 0))).then(pl.lit(pl.Series(execution))).alias("execution"),
+        pl.lit(pl.Series(occurrence)).alias("occurrence"))
     return d.select(["key", *SERIES_SCHEMA]).cast({"key": pl.Int32, **SERIES_SCHEMA})
+
+
+def _stable_groups(codes: np.ndarray):
+    """(code, row indices in order) per distinct code of ``codes``, codes ascending."""
+    o = np.argsort(codes, kind="stable")
+    sc = codes[o]
+    cuts = np.flatnonzero(np.diff(sc)) + 1
+    return [(int(sc[a]), o[a:b]) for a, b in zip(np.r_[0, cuts], np.r_[cuts, len(sc)]) if b > a]
 
 
 def wide(occurrences: str = "occurrences", max_col: str = "max_ps") -> pl.Expr:

@@ -95,26 +95,6 @@ def _class_expr() -> pl.Expr:
             .otherwise(pl.lit(None, dtype=pl.Utf8)).alias("_cls"))
 
 
-def _events(table) -> tuple[pl.DataFrame, bool]:
-    """Placed events in (host, device, start) order with ``_cls`` and, for communication
-    events only, their op columns; and whether any event is communication or a transfer."""
-    cols = ["host", "device", "module", "op_name", "op_kind", "shape", "hlo_text"]
-    if hasattr(table, "attrs"):  # an OpTable: classify its descriptions, not its events
-        attrs = table.attrs.select(["attr"] + cols).with_columns(_class_expr())
-        used = attrs.filter(pl.col("_cls").is_not_null())
-        ev = table.events.select("attr", "start_ps", "duration_ps").filter(pl.col("start_ps").is_not_null())
-        if used.height == 0 or not ev["attr"].is_in(used["attr"].implode()).any():
-            return ev.head(0), False
-        ev = ev.join(attrs.select("attr", "host", "device", "_cls"), on="attr", how="left", maintain_order="left")
-        ev = ev.join(used.select(["attr"] + cols[2:]), on="attr", how="left", maintain_order="left")
-    else:
-        ev = table.select(cols + ["start_ps", "duration_ps"]).filter(pl.col("start_ps").is_not_null()) \
-            .with_columns(_class_expr())
-        if not ev["_cls"].is_not_null().any():
-            return ev.head(0), False
-    return ev.sort(["host", "device", "start_ps"], maintain_order=True), True
-
-
 def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Disjoint sorted intervals covering the union of [starts, ends)."""
     if len(starts) == 0:
@@ -145,41 +125,171 @@ def _covered(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np
     return upto(b) - upto(a)
 
 
-def _subtract(us, ue, vs, ve):
-    """(us, ue) minus (vs, ve), both disjoint sorted: disjoint sorted intervals."""
-    if len(us) == 0 or len(vs) == 0:
-        return us, ue
-    pts = np.unique(np.concatenate([us, ue, vs, ve]))
-    mid_a, mid_b = pts[:-1], pts[1:]
-    in_u = _covered(us, ue, mid_a, mid_b) == (mid_b - mid_a)
-    in_v = _covered(vs, ve, mid_a, mid_b) > 0
-    keep = in_u & ~in_v
-    return _union(mid_a[keep], mid_b[keep])
+#: per-event class codes of :func:`_class_expr` (0: compute)
+_CLS_CODES = {"collective": 1, "host transfer": 2, "copy": 3, "async op": 4}
 
 
-def _comm_ops(ops: pl.DataFrame) -> pl.DataFrame:
-    """One row per collective / transfer execution (:data:`OPS_SCHEMA` less the hidden and
-    exposed columns, plus ``_async``): synchronous ones as they are; an async done paired with
-    the start its HLO text names (``copy-done(... %copy-start)``), the k-th done naming a start
-    on a device with that start's k-th execution there (oldest unmatched first)."""
-    c = ops.filter(pl.col("_cls").is_not_null()).with_columns((pl.col("start_ps") + pl.col("duration_ps")).alias("_end"))
-    key = ["host", "device", "module"]
-    sync = c.filter(pl.col("op_kind").is_in(list(SYNC_COLLECTIVES)) | (pl.col("op_kind") == "copy")).select(
-        key + ["op_name", "op_kind", "shape", pl.col("_cls").alias("kind"), pl.lit(True).alias("sync"), "start_ps",
-               pl.col("_end").alias("end_ps"), pl.lit(0, dtype=pl.Int64).alias("wait_at_done_ps")])
-    starts = (c.filter(pl.col("op_kind").is_in(list(ASYNC_STARTS)))
-              .with_columns(pl.int_range(pl.len()).over(key + ["op_name"]).alias("_k")))
-    dones = (c.filter(pl.col("op_kind").is_in(list(ASYNC_DONES)))
-             .with_columns(pl.col("hlo_text").str.extract(r"-done\(.*?%([A-Za-z0-9_.\-]+)", 1).alias("_of"))
-             .filter(pl.col("_of").is_not_null())
-             .with_columns(pl.int_range(pl.len()).over(key + ["_of"]).alias("_k")))
-    pairs = starts.join(dones.select(key + [pl.col("_of").alias("op_name"), "_k", pl.col("start_ps").alias("_ds"),
-                                            pl.col("_end").alias("_de")]),
-                        on=key + ["op_name", "_k"], how="inner", nulls_equal=True)
-    pairs = pairs.filter(pl.col("_ds") >= pl.col("start_ps")).select(
-        key + ["op_name", "op_kind", "shape", pl.col("_cls").alias("kind"), pl.lit(False).alias("sync"), "start_ps",
-               pl.max_horizontal("_de", "_end").alias("end_ps"), (pl.col("_de") - pl.col("_ds")).alias("wait_at_done_ps")])
-    return pl.concat([sync, pairs], how="vertical").sort(["host", "device", "start_ps"], maintain_order=True)
+def _codes(values, null: int = -1) -> np.ndarray:
+    """int64 array of a polars Series' values (nulls as ``null``)."""
+    return values.fill_null(null).to_numpy().astype(np.int64, copy=False)
+
+
+def _keyed(frame: pl.DataFrame, keys: list[str]) -> np.ndarray:
+    """Per row of ``frame``, a dense id of its ``keys`` (nulls equal), int64."""
+    if frame.height == 0:
+        return np.zeros(0, dtype=np.int64)
+    ids = frame.select(keys).unique(maintain_order=True).with_row_index("_id")
+    return _codes(frame.select(keys).join(ids, on=keys, how="left", nulls_equal=True, maintain_order="left")["_id"])
+
+
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")``; keys of a small range (description or pair ids,
+    -1 for none) are sorted as 16-bit integers, which numpy sorts by radix (linear)."""
+    if len(keys) and keys.min() >= -1 and keys.max() < (1 << 16) - 1:
+        return np.argsort((keys + 1).astype(np.uint16), kind="stable")
+    return np.argsort(keys, kind="stable")
+
+
+def _rank(keys: np.ndarray) -> np.ndarray:
+    """Per element, how many earlier elements share its key (0 for the first)."""
+    o = _stable_order(keys)
+    sk = keys[o]
+    pos = np.arange(len(keys))
+    head = np.maximum.accumulate(np.where(np.r_[True, sk[1:] != sk[:-1]], pos, 0)) if len(keys) else pos
+    r = np.empty(len(keys), dtype=np.int64)
+    r[o] = pos - head
+    return r
+
+
+class _Events:
+    """A table's placed events as arrays in (host, device, start) order, stable: ``attr``,
+    ``start``, ``end`` (ps), ``dev`` (index into ``devices``, (host, device) sorted, nulls
+    first), ``cls`` (per event, :data:`_CLS_CODES`); ``attrs``: the descriptions with
+    ``_cls``; ``any_comm``: whether an event is communication or a transfer."""
+
+    def __init__(self, table):
+        from traceview.model.optable import as_table
+
+        table = as_table(table)
+        cols = ["host", "device", "module", "op_name", "op_kind", "shape", "hlo_text"]
+        self.attrs = table.attrs.select(["attr"] + cols).with_columns(_class_expr())
+        cls_of = _codes(self.attrs["_cls"].replace_strict(_CLS_CODES, default=0, return_dtype=pl.Int64), 0).astype(np.int8)
+        ev = table.events.select("attr", "start_ps", "duration_ps")
+        if ev["start_ps"].null_count():
+            ev = ev.filter(pl.col("start_ps").is_not_null())
+        attr = ev["attr"].to_numpy()  # uint32, no copy
+        self.any_comm = bool(len(attr)) and bool((cls_of[attr] != 0).any())
+        self.devices = self.attrs.select("host", "device").unique().sort(["host", "device"])
+        self.cls_of = cls_of
+        if not self.any_comm:  # nothing to place: the caller returns empty frames
+            self.attr = self.start = self.end = self.dev = self.cls = np.zeros(0, dtype=np.int64)
+            self.slices = []
+            return
+        dev_of = _codes(self.attrs.select("host", "device").join(
+            self.devices.with_row_index("_d"), on=["host", "device"], how="left", nulls_equal=True,
+            maintain_order="left")["_d"]).astype(np.int32)
+        start = _codes(ev["start_ps"])
+        end = start + _codes(ev["duration_ps"])
+        dev = dev_of[attr]
+        del ev
+        if len(dev) > 1 and not (np.all(dev[1:] >= dev[:-1]) and np.all((dev[1:] > dev[:-1]) | (start[1:] >= start[:-1]))):
+            o = _stable_order(dev)  # by device (radix), each device's events in their order
+            attr, start, end, dev = attr[o], start[o], end[o], dev[o]
+            if not np.all((dev[1:] > dev[:-1]) | (start[1:] >= start[:-1])):
+                o = np.lexsort((start, dev))  # stable
+                attr, start, end, dev = attr[o], start[o], end[o], dev[o]
+        self.attr, self.start, self.end, self.dev = attr, start, end, dev
+        self.cls = cls_of[attr]
+        # each device's slice of the arrays
+        cuts = np.searchsorted(dev, np.arange(self.devices.height + 1), side="left")
+        self.slices = [(d, slice(int(cuts[d]), int(cuts[d + 1]))) for d in range(self.devices.height)
+                       if cuts[d + 1] > cuts[d]]
+
+
+def _comm_ops(ev: _Events) -> dict:
+    """One record per collective / transfer execution, as arrays in (host, device, start)
+    order (stable; synchronous ones before pairs at one start): ``attr`` (the sync event's or
+    the start's description), ``dev``, ``start``, ``end``, ``wait`` (ps), ``sync``. An async
+    done is paired with the start its HLO text names (``copy-done(... %copy-start)``), the k-th
+    done naming a start on a device with that start's k-th execution there (oldest first), and
+    kept when the done begins no earlier than the start."""
+    at = ev.attrs
+    kind = at["op_kind"]
+    is_comm = ev.cls_of != 0
+    sync_of = is_comm & (kind.is_in(list(SYNC_COLLECTIVES)) | (kind == "copy")).fill_null(False).to_numpy()
+    start_of = is_comm & kind.is_in(list(ASYNC_STARTS)).fill_null(False).to_numpy()
+    of = at["hlo_text"].str.extract(r"-done\(.*?%([A-Za-z0-9_.\-]+)", 1)
+    done_of = is_comm & kind.is_in(list(ASYNC_DONES)).fill_null(False).to_numpy() & of.is_not_null().to_numpy()
+    # one pair key per (host, device, module, name): a start's own name, a done's operand
+    key = ["host", "device", "module", "_name"]
+    named = pl.concat([at.select("host", "device", "module", pl.col("op_name").alias("_name")),
+                       at.select("host", "device", "module", of.alias("_name"))], how="vertical")
+    ids = _keyed(named, key)
+    n = at.height
+    start_key = np.where(start_of, ids[:n], -1)
+    done_key = np.where(done_of, ids[n:], -1)
+    start_key[start_of & at["op_name"].is_null().to_numpy()] = -1  # a null name names nothing
+    a = ev.attr
+    si = np.flatnonzero(start_key[a] >= 0)
+    di = np.flatnonzero(done_key[a] >= 0)
+    sk, dk = start_key[a[si]], done_key[a[di]]
+    big = max(len(si), len(di)) + 1
+    scode = sk * big + _rank(sk)
+    dcode = dk * big + _rank(dk)
+    o = np.argsort(dcode, kind="stable")
+    pos = np.searchsorted(dcode[o], scode)
+    hit = pos < len(di)
+    hit[hit] = dcode[o][pos[hit]] == scode[hit]
+    ps, pd = si[hit], di[o[pos[hit]]]
+    ok = ev.start[pd] >= ev.start[ps]
+    ps, pd = ps[ok], pd[ok]
+    sy = np.flatnonzero(sync_of[a])
+    idx = np.concatenate([sy, ps])
+    rec = {"attr": a[idx], "dev": ev.dev[idx], "start": ev.start[idx],
+           "end": np.concatenate([ev.end[sy], np.maximum(ev.end[pd], ev.end[ps])]),
+           "wait": np.concatenate([np.zeros(len(sy), dtype=np.int64), ev.end[pd] - ev.start[pd]]),
+           "sync": np.concatenate([np.ones(len(sy), dtype=bool), np.zeros(len(ps), dtype=bool)])}
+    o = np.lexsort((~rec["sync"], rec["start"], rec["dev"]))  # stable: each part keeps its order
+    return {k: v[o] for k, v in rec.items()}
+
+
+def _partition(cu, sy, asy, ho, wa: np.ndarray, wb: np.ndarray) -> tuple:
+    """Per window [wa, wb): (exposed, compute, hidden, host-only) time, ps, of a device with
+    compute ``cu``, synchronous collectives ``sy``, async collectives in flight ``asy`` and host
+    transfers ``ho`` (each (starts, ends), disjoint sorted): exposed = sy ∪ (asy \\ cu),
+    compute = cu \\ sy, hidden = (asy ∩ cu) \\ sy, host = ho \\ (cu ∪ sy ∪ asy). One sweep over
+    the sorted bounds of all four: each elementary segment [p_i, p_i+1) lies wholly in or out
+    of each set."""
+    sets = (cu, sy, asy, ho)
+    bounds = np.concatenate([b for x in sets for b in x])
+    if len(bounds) == 0:
+        z = np.zeros(len(wa), dtype=np.int64)
+        return z, z, z, z
+    o = np.argsort(bounds, kind="stable")
+    pts = bounds[o]
+    inside, at = [], 0
+    for x in sets:  # depth of each set after each bound; exact at the last of equal bounds
+        step = np.zeros(len(bounds), dtype=np.int8)
+        step[at:at + len(x[0])] = 1
+        step[at + len(x[0]):at + 2 * len(x[0])] = -1
+        inside.append(np.cumsum(step[o], dtype=np.int64) > 0)
+        at += 2 * len(x[0])
+    c, s, a, h = inside
+    length = np.diff(pts)
+    nseg = len(length)  # >= 1: every interval brings two bounds
+
+    def upto(m, cum, t):  # time of the set in (-inf, t)
+        i = np.searchsorted(pts, t, side="right") - 1  # the last bound at or before t
+        j = np.clip(i, 0, nseg - 1)
+        part = np.where((i >= 0) & (i < nseg) & m[j], t - pts[j], 0)
+        return np.where(i < 0, 0, cum[np.clip(i, 0, nseg)] + part)
+
+    out = []
+    for m in (s | (a & ~c), c & ~s, a & c & ~s, h & ~(c | s | a)):
+        m = m[:-1]
+        cum = np.concatenate([[0], np.cumsum(np.where(m, length, 0))])
+        out.append(upto(m, cum, wb) - upto(m, cum, wa))
+    return tuple(out)
 
 
 def overlap(table, steps: pl.DataFrame | None) -> Overlap:
@@ -188,100 +298,120 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
     step anatomy's frame: host, device, step, start_ps, duration_ps; ``in_window`` rows only
     when that column exists; None or empty: one window per device over its ops). Never raises
     on an empty table (empty frames)."""
-    ops, any_comm = _events(table)
+    ev = _Events(table)
     if steps is not None and "in_window" in steps.columns:
         steps = steps.filter(pl.col("in_window"))
-    comm = _comm_ops(ops) if any_comm else pl.DataFrame(schema={k: v for k, v in OPS_SCHEMA.items()})
-    wins = (steps.select("host", "device", "step", "start_ps", "duration_ps").partition_by(
-        ["host", "device"], as_dict=True, maintain_order=True) if steps is not None and steps.height else {})
-    comm_by = comm.partition_by(["host", "device"], as_dict=True, maintain_order=True) if comm.height else {}
-    op_parts, step_parts = [], []
-    arr = lambda x: x.to_numpy().astype(np.int64)
-    for (host, device), dev in (ops.group_by(["host", "device"], maintain_order=True) if any_comm else []):
-        s = arr(dev["start_ps"])
-        e = s + arr(dev["duration_ps"])
-        is_comp = (dev["_cls"].is_null() | dev["_cls"].is_in(["copy", "async op"])).to_numpy()
-        cu_s, cu_e = _union(s[is_comp], e[is_comp])
-        cd = comm_by.get((host, device))
-        if cd is not None and cd.height:
-            t0, t1 = arr(cd["start_ps"]), arr(cd["end_ps"])
-            sync = cd["sync"].to_numpy()
-            hid = np.where(sync, 0, _covered(cu_s, cu_e, t0, t1))
-            op_parts.append(cd.with_columns(pl.Series("in_flight_ps", t1 - t0), pl.Series("hidden_ps", hid),
-                                            pl.Series("exposed_ps", t1 - t0 - hid)))
-            kind = cd["kind"]
-            is_coll, is_host = (kind == "collective").to_numpy(), (kind == "host transfer").to_numpy()
-            sy_s, sy_e = _union(t0[is_coll & sync], t1[is_coll & sync])
-            as_s, as_e = _union(t0[is_coll & ~sync], t1[is_coll & ~sync])
-            ho_s, ho_e = _union(t0[is_host], t1[is_host])
+    wins = {}
+    if ev.any_comm and steps is not None and steps.height:
+        w = steps.select("host", "device", "step", "start_ps", "duration_ps").join(
+            ev.devices.with_row_index("_d"), on=["host", "device"], how="left", nulls_equal=True, maintain_order="left")
+        wd = _codes(w["_d"])
+        order = np.argsort(wd, kind="stable")
+        wa_all, wl_all, ws_all = _codes(w["start_ps"])[order], _codes(w["duration_ps"])[order], _codes(w["step"])[order]
+        wd = wd[order]
+        for d in np.unique(wd[wd >= 0]):
+            lo, hi = np.searchsorted(wd, d, "left"), np.searchsorted(wd, d, "right")
+            wins[int(d)] = (wa_all[lo:hi], wa_all[lo:hi] + wl_all[lo:hi], ws_all[lo:hi])
+    rec = _comm_ops(ev) if ev.any_comm else None
+    hid_all = np.zeros(len(rec["attr"]) if rec else 0, dtype=np.int64)
+    cuts = np.searchsorted(rec["dev"], np.arange(ev.devices.height + 1)) if rec else None
+    rec_cls = ev.cls_of[rec["attr"]] if rec else None
+    step_cols = {k: [] for k in ("dev", "step", "start_ps", "step_ps", "compute_ps", "exposed_ps", "hidden_ps",
+                                 "host_ps")}
+    empty = (np.zeros(0, dtype=np.int64),) * 2
+    for d, sl in (ev.slices if ev.any_comm else []):
+        s, e, cls = ev.start[sl], ev.end[sl], ev.cls[sl]
+        is_comp = (cls == 0) | (cls == _CLS_CODES["copy"]) | (cls == _CLS_CODES["async op"])
+        cu = _union(s[is_comp], e[is_comp])
+        sy = asy = ho = empty
+        lo, hi = int(cuts[d]), int(cuts[d + 1])
+        if hi > lo:
+            t0, t1, sync = rec["start"][lo:hi], rec["end"][lo:hi], rec["sync"][lo:hi]
+            hid_all[lo:hi] = np.where(sync, 0, _covered(cu[0], cu[1], t0, t1))
+            kc = rec_cls[lo:hi]
+            is_coll, is_host = kc == _CLS_CODES["collective"], kc == _CLS_CODES["host transfer"]
+            sy = _union(t0[is_coll & sync], t1[is_coll & sync])
+            asy = _union(t0[is_coll & ~sync], t1[is_coll & ~sync])
+            ho = _union(t0[is_host], t1[is_host])
+        if d in wins:
+            wa, wb, wstep = wins[d]
         else:
-            sy_s = sy_e = as_s = as_e = ho_s = ho_e = np.zeros(0, dtype=np.int64)
-        w = wins.get((host, device))
-        if w is None or w.height == 0:
-            if len(s) == 0:
-                continue
             wa, wb, wstep = np.array([s.min()]), np.array([e.max()]), np.array([0])
-        else:
-            wa = arr(w["start_ps"])
-            wb, wstep = wa + arr(w["duration_ps"]), arr(w["step"])
-        comp_s, comp_e = _subtract(cu_s, cu_e, sy_s, sy_e)           # compute not under a sync collective
-        exposed = _covered(sy_s, sy_e, wa, wb) + _covered(*_subtract(*_subtract(as_s, as_e, cu_s, cu_e), sy_s, sy_e),
-                                                           wa, wb)
-        compute = _covered(comp_s, comp_e, wa, wb)
-        hidden = _covered(*_subtract(*_intersect(as_s, as_e, comp_s, comp_e), sy_s, sy_e), wa, wb)
-        busy_s, busy_e = _union(np.concatenate([cu_s, sy_s, as_s]), np.concatenate([cu_e, sy_e, as_e]))
-        host_only = _covered(*_subtract(ho_s, ho_e, busy_s, busy_e), wa, wb)
-        span = wb - wa
-        step_parts.append(pl.DataFrame({
-            "host": [host] * len(wa), "device": [device] * len(wa), "step": wstep, "start_ps": wa, "step_ps": span,
-            "compute_ps": compute, "exposed_ps": exposed, "hidden_ps": hidden, "host_ps": host_only,
-            "idle_ps": span - compute - exposed - host_only,
-            "critical_share": np.where(span > 0, exposed / np.maximum(span, 1), np.nan)},
-            schema=STEPS_SCHEMA).with_columns(pl.col("critical_share").fill_nan(None)))
-    op_df = (pl.concat(op_parts, how="vertical").select(list(OPS_SCHEMA)).cast(OPS_SCHEMA) if op_parts
-             else pl.DataFrame(schema=OPS_SCHEMA))
-    st_df = pl.concat(step_parts, how="vertical") if step_parts else pl.DataFrame(schema=STEPS_SCHEMA)
-    any_async = bool(op_df.height) and bool(op_df.filter((pl.col("kind") == "collective") & ~pl.col("sync")).height)
-    pops = (op_df.group_by(["kind", "op_kind", "op_name", "shape"], maintain_order=True)
-            .agg(pl.len().alias("n"), pl.col("sync").all(), pl.col("in_flight_ps").sum(), pl.col("hidden_ps").sum(),
-                 pl.col("exposed_ps").sum(), pl.col("wait_at_done_ps").sum())
+        exposed, compute, hidden, host_only = _partition(cu, sy, asy, ho, wa, wb)
+        for k, v in (("dev", np.full(len(wa), d)), ("step", wstep), ("start_ps", wa), ("step_ps", wb - wa),
+                     ("compute_ps", compute), ("exposed_ps", exposed), ("hidden_ps", hidden), ("host_ps", host_only)):
+            step_cols[k].append(np.asarray(v, dtype=np.int64))
+    if rec is not None and len(rec["attr"]):
+        names = ev.attrs.select("host", "device", "module", "op_name", "op_kind", "shape", pl.col("_cls").alias("kind"))
+        inflight = rec["end"] - rec["start"]
+        op_df = names[pl.Series(rec["attr"])].with_columns(
+            pl.Series("sync", rec["sync"]), pl.Series("start_ps", rec["start"]), pl.Series("end_ps", rec["end"]),
+            pl.Series("in_flight_ps", inflight), pl.Series("hidden_ps", hid_all),
+            pl.Series("exposed_ps", inflight - hid_all), pl.Series("wait_at_done_ps", rec["wait"])
+        ).select(list(OPS_SCHEMA)).cast(OPS_SCHEMA)
+    else:
+        op_df = pl.DataFrame(schema=OPS_SCHEMA)
+    if step_cols["dev"]:
+        sc = {k: np.concatenate(v) for k, v in step_cols.items()}
+        span = sc["step_ps"]
+        st_df = ev.devices[pl.Series(sc.pop("dev"))].with_columns(
+            *[pl.Series(k, v) for k, v in sc.items()],
+            pl.Series("idle_ps", span - sc["compute_ps"] - sc["exposed_ps"] - sc["host_ps"]),
+            pl.Series("critical_share", np.where(span > 0, sc["exposed_ps"] / np.maximum(span, 1), np.nan))
+        ).select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).with_columns(pl.col("critical_share").fill_nan(None))
+    else:
+        st_df = pl.DataFrame(schema=STEPS_SCHEMA)
+    return _finish(op_df, st_df, rec, ev)
+
+
+def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame, rec: dict | None, ev: _Events) -> Overlap:
+    """The :class:`Overlap` of its per-op and per-step frames (``rec``: the per-op arrays of
+    :func:`_comm_ops`, ``ev`` their events): populations (summed per description, then per
+    (kind, op_kind, op_name, shape) in order of first appearance), summary, notes."""
+    keys = ["kind", "op_kind", "op_name", "shape"]
+    sums = ["in_flight_ps", "hidden_ps", "exposed_ps", "wait_at_done_ps"]
+    if op_df.height:
+        per = (op_df.select("sync", *sums).with_columns(pl.Series("attr", rec["attr"].astype(np.int64))).with_row_index("_i")
+               .group_by("attr").agg(pl.col("_i").min().alias("_first"), pl.len().alias("n"), pl.col("sync").all(),
+                                     *[pl.col(c).sum() for c in sums])
+               .join(ev.attrs.select(pl.col("attr").cast(pl.Int64), pl.col("_cls").alias("kind"), "op_kind", "op_name",
+                                     "shape"), on="attr", how="left")
+               .sort("_first"))
+    else:
+        per = op_df.select(*keys, "sync", *sums).with_columns(pl.lit(0, dtype=pl.UInt32).alias("n"))
+    pops = (per.group_by(keys, maintain_order=True)
+            .agg(pl.col("n").sum(), pl.col("sync").all(), *[pl.col(c).sum() for c in sums])
             .with_columns((pl.col("hidden_ps") / pl.col("in_flight_ps")).alias("hidden_share"),
                           pl.col("kind").replace_strict({"collective": 0, "host transfer": 1}, default=2,
                                                         return_dtype=pl.Int8).alias("_order"))
-            .sort(["_order", "in_flight_ps"], descending=[False, True]).drop("_order"))
+            .sort(["_order", "in_flight_ps"], descending=[False, True], maintain_order=True).drop("_order"))
     tot = {k: int(st_df[k].sum()) if st_df.height else 0
            for k in ("step_ps", "compute_ps", "exposed_ps", "hidden_ps", "host_ps", "idle_ps")}
-    n_coll = op_df.filter(pl.col("kind") == "collective")
+    if op_df.height:
+        coll = ev.cls_of[rec["attr"]] == _CLS_CODES["collective"]
+        n_coll, coll_sync, n_async = int(coll.sum()), bool(rec["sync"][coll].all()), int((~rec["sync"]).sum())
+        any_async = bool((coll & ~rec["sync"]).any())
+    else:
+        n_coll, coll_sync, n_async, any_async = 0, True, 0, False
     summary = dict(tot, exposed_share=tot["exposed_ps"] / tot["step_ps"] if tot["step_ps"] else None,
                    n_steps=st_df.select("host", "step").n_unique() if st_df.height else 0,
                    n_devices=st_df.select("host", "device").n_unique() if st_df.height else 0,
-                   collectives=n_coll.height, async_ops=op_df.filter(~pl.col("sync")).height,
-                   synchronous=bool(n_coll.height) and bool(n_coll["sync"].all()))
+                   collectives=n_coll, async_ops=n_async, synchronous=bool(n_coll) and coll_sync)
     notes = []
     if summary["synchronous"]:
         notes.append("every collective here is synchronous (one event, e.g. XLA:CPU's blocking rendezvous): "
                      "its whole time counts as exposed communication, none as hidden")
-    if not any_async and not n_coll.height:
+    if not any_async and not n_coll:
         notes.append("no collective in the trace")
     return Overlap(ops=op_df, populations=pops, steps=st_df, summary=summary, notes=notes)
 
 
-def _intersect(us, ue, vs, ve):
-    """(us, ue) ∩ (vs, ve), both disjoint sorted."""
-    if len(us) == 0 or len(vs) == 0:
-        return us[:0], ue[:0]
-    pts = np.unique(np.concatenate([us, ue, vs, ve]))
-    a, b = pts[:-1], pts[1:]
-    full = b - a
-    keep = (_covered(us, ue, a, b) == full) & (_covered(vs, ve, a, b) == full)
-    return _union(a[keep], b[keep])
-
-
 def profile_overlap(prof, steps=None) -> Overlap:
     """:func:`overlap` of a profile within its step anatomy's windows (``steps``: a
-    :class:`~traceview.analysis.steps.StepAnatomy`, default the profile's)."""
+    :class:`~traceview.analysis.steps.StepAnatomy`, default the profile's: then the result is
+    the profile's shared one, :func:`traceview.analysis.derived.overlap`)."""
     if steps is None:
-        from traceview.analysis.steps import profile_anatomy
+        from traceview.analysis import derived
 
-        steps = profile_anatomy(prof)
-    return overlap(prof.table, steps.steps if steps is not None else None)
+        return derived.overlap(prof)
+    return overlap(prof.table, steps.steps)

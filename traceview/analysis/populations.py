@@ -37,7 +37,7 @@ import re
 
 import polars as pl
 
-from traceview.analysis.tagged import TaggedOps, tag
+from traceview.analysis.tagged import TaggedOps
 from traceview.model.kernelname import kernel_config, kernel_id
 from traceview.model.optable import weighted_mode
 
@@ -71,7 +71,11 @@ KERNEL_SCHEMA = {"kernel": pl.Utf8, "kernel_id": pl.Utf8, "config": pl.Utf8, "in
 
 
 def _tagged(prof, rules, tagged: TaggedOps | None) -> TaggedOps:
-    return tagged if tagged is not None else tag(prof.table, rules)
+    if tagged is not None:
+        return tagged
+    from traceview.analysis import derived
+
+    return derived.tagged(prof, rules)
 
 
 def keyed(rows: pl.DataFrame, *, name_stem: bool = True, program_stem_key: bool = True) -> pl.DataFrame:

@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceview.analysis import aggregate, sources as _sources
-from traceview.analysis.collectives import communication as _communication
+from traceview.analysis import aggregate, derived, sources as _sources
 from traceview.analysis.kernels import kernels as _kernels
 from traceview.analysis.peaks import Peaks, profile_peaks
 from traceview.analysis.roofline import predicted_vs_measured, roofline
-from traceview.analysis.steps import StepAnatomy, profile_anatomy
+from traceview.analysis.steps import StepAnatomy
 from traceview.analysis.family_roofline import family_roofline as _family_roofline, summary as _family_summary
 from traceview.analysis.kinds import by_kind as _by_kind
 
@@ -196,7 +195,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     table = {"shape": lambda: by_shape, "name": lambda: aggregate.by_name(prof.table),
              "program": lambda: aggregate.by_program_op(prof.table),
              "program-shape": lambda: aggregate.by_program_shape(prof.table, prof.module_runs),
-             "kind": lambda: _by_kind(prof, rules=rules)}[by]()
+             "kind": lambda: _by_kind(prof, rules=rules, tagged=derived.tagged(prof, rules))}[by]()
     peaks = peaks if peaks is not None else profile_peaks(prof)
     roof = roofline(prof.table, peaks)
     checks = None
@@ -205,7 +204,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     from traceview.analysis.stepstats import parse_window
 
     parse_window(step_window)  # a bad window fails before any other work
-    anat = profile_anatomy(prof, rules, module=step_module, extent=step_extent, window=step_window)
+    anat = derived.step_anatomy(prof, rules, module=step_module, extent=step_extent, window=step_window)
     kern = _kernels(prof.table)
     files = _sources.by_file(prof.table, frame=source_frame)
     devices = prof.device_summary()
@@ -216,10 +215,11 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  peaks=peaks, roofline=roof,
                  roofline_summary=predicted_vs_measured(roof), kernels=kern, sources=files,
                  source_frame=source_frame, steps=anat)
-    rep.communication = _communication(prof, peaks)
+    rep.communication = derived.communication(prof, peaks)
     rep.program_splits = aggregate.program_splits(by_shape)
     rep.population_regimes = population_regimes(prof, by_shape)
-    rep.overlap, rep.stragglers = communication_sections(prof, anat)
+    rep.overlap, rep.stragglers = communication_sections(prof, rules, module=step_module, extent=step_extent,
+                                                         window=step_window)
     rep.family_roofline = _family_roofline(anat, peaks)
     rep.family_roofline_summary = _family_summary(rep.family_roofline)
     if findings:  # last: the rules read every section above
@@ -241,17 +241,16 @@ def population_regimes(prof, by_shape: pl.DataFrame) -> pl.DataFrame:
     reg = dist.regimes(prof.table, prof.module_runs, col, keys, flagged)
     return flagged.select(*keys, "occurrences", "self_ps", "p50_ps", "p90_ps", "max_ps", "cv").join(
         reg, on=keys, how="left", nulls_equal=True)
-def communication_sections(prof, anat: StepAnatomy) -> tuple:
-    """(Overlap or None, Stragglers or None) of ``prof`` within the step windows of ``anat``:
-    None where the trace has nothing for the section (no collective or async copy; fewer
-    than two devices at a matched collective)."""
-    from traceview.analysis.overlap import overlap
-    from traceview.analysis.stragglers import stragglers
-
-    ov = overlap(prof.table, anat.steps if anat is not None else None)
+def communication_sections(prof, rules=None, *, module: str | None = None, extent: str = "span",
+                           window: str = "steady") -> tuple:
+    """(Overlap or None, Stragglers or None) of ``prof`` within the step windows of its step
+    anatomy with these parameters (:mod:`traceview.analysis.derived`: computed once per
+    profile): None where the trace has nothing for the section (no collective or async copy;
+    fewer than two devices at a matched collective)."""
+    ov = derived.overlap(prof, rules, module=module, extent=extent, window=window)
     if ov.ops.height == 0:
         return None, None
-    st = stragglers(prof.table, ov.steps)
+    st = derived.stragglers(prof, rules, module=module, extent=extent, window=window)
     return ov, (st if st.summary.get("straggler") else None)
 
 

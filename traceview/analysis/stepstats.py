@@ -180,30 +180,45 @@ def _op_mix(attr: np.ndarray, count: np.ndarray, step_rows: np.ndarray, steps: p
     rng = np.random.default_rng(0)
     keys = rng.integers(1, np.iinfo(np.int64).max, size=int(attr.max()) + 1, dtype=np.int64).astype(np.uint64)
     r = step_rows[inside].astype(np.int64)
+    o = np.argsort(r, kind="stable")  # the events of each step contiguous, in event order
+    ev, rs = inside[o], r[o]
+    lo = np.searchsorted(rs, np.arange(steps.height), side="left")
+    hi = np.searchsorted(rs, np.arange(steps.height), side="right")
     h = np.zeros(steps.height, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        np.add.at(h, r, keys[attr[inside]] * count[inside].astype(np.uint64))
-    dev = steps.select((pl.col("host") + "\x00" + pl.col("device")).alias("d"))["d"].to_list()
-    by_dev: dict = {}
-    for i, d in enumerate(dev):
-        by_dev.setdefault(d, []).append(i)
-    for d, rows in by_dev.items():
+    full = np.flatnonzero(hi > lo)
+    if len(full):
+        with np.errstate(over="ignore"):  # sums mod 2**64
+            h[full] = np.add.reduceat(keys[attr[ev]] * count[ev].astype(np.uint64), lo[full])
+    dev = _keyed_rows(steps.select((pl.col("host") + "\x00" + pl.col("device")).alias("d")), ["d"])
+    for d in np.unique(dev):
+        rows = np.flatnonzero(dev == d)
         hs = h[rows]
         vals, cnt = np.unique(hs, return_counts=True)
         modal_h = vals[np.argmax(cnt)]
-        same = [rows[j] for j in np.flatnonzero(hs == modal_h).tolist()]
-        modal = next((j for j in same if not flagged[j]), same[0])  # a steady step when there is one
-        for i in rows:
-            if not flagged[i] or h[i] == modal_h or len(out) >= MIX_MAX:
-                continue
-            a_i = np.bincount(attr[inside[r == i]], weights=count[inside[r == i]], minlength=len(keys))
-            a_m = np.bincount(attr[inside[r == modal]], weights=count[inside[r == modal]], minlength=len(keys))
+        same = rows[hs == modal_h]
+        steady = same[~flagged[same]]
+        modal = int(steady[0]) if len(steady) else int(same[0])  # a steady step when there is one
+        a_m = None
+        for i in rows[flagged[rows] & (hs != modal_h)].tolist():
+            if len(out) >= MIX_MAX:
+                return out
+            if a_m is None:
+                a_m = np.bincount(attr[ev[lo[modal]:hi[modal]]], weights=count[ev[lo[modal]:hi[modal]]],
+                                  minlength=len(keys))
+            a_i = np.bincount(attr[ev[lo[i]:hi[i]]], weights=count[ev[lo[i]:hi[i]]], minlength=len(keys))
             added = int(((a_i > 0) & (a_m == 0)).sum())
             missing = int(((a_i == 0) & (a_m > 0)).sum())
             other = int(((a_i > 0) & (a_m > 0) & (a_i != a_m)).sum())
             out[i] = (f"op mix differs from the modal step {int(steps['step'][modal])} "
                       f"(+{added}/-{missing} populations, {other} with other counts)")
     return out
+
+
+def _keyed_rows(frame: pl.DataFrame, keys: list[str]) -> np.ndarray:
+    """Per row, a dense id of its ``keys`` numbered in order of first appearance (nulls equal)."""
+    ids = frame.select(keys).unique(maintain_order=True).with_row_index("_id")
+    return frame.select(keys).join(ids, on=keys, how="left", nulls_equal=True, maintain_order="left")["_id"] \
+        .to_numpy().astype(np.int64)
 
 
 def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: np.ndarray | None = None,

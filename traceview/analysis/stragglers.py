@@ -184,9 +184,9 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
 def profile_stragglers(prof, overlap=None) -> Stragglers:
     """:func:`stragglers` of a profile (``overlap``: its :class:`~traceview.analysis.overlap.Overlap`,
     default computed)."""
-    if overlap is None:
-        from traceview.analysis.overlap import profile_overlap
+    if overlap is None:  # the profile's shared result
+        from traceview.analysis import derived
 
-        overlap = profile_overlap(prof)
+        return derived.stragglers(prof)
     return stragglers(prof.table, overlap.steps)
 

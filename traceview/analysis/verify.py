@@ -17,10 +17,10 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceview.analysis import aggregate
+from traceview.analysis import aggregate, derived
 from traceview.analysis.families import FAMILIES, rules_of
 from traceview.analysis.populations import kernel_table
-from traceview.analysis.tagged import TaggedOps, tag
+from traceview.analysis.tagged import TaggedOps
 from traceview.analysis.verify_grammar import CMPS, Check, parse_check
 from traceview.errors import UsageError
 from traceview.analysis.sources import frames
@@ -108,18 +108,13 @@ class Verifier:
         self._findings: dict = {}
         self.user_families = [r.name for r in rules_of(rules)]
         self._diff = None
-        self._tagged: dict[int, TaggedOps] = {}
-        self._comm_cache: dict[int, tuple] = {}
 
     # -- helpers --------------------------------------------------------------------------
     def _prof(self, side: str):
         return self.base if side == "base" else self.treatment
 
     def _tag(self, prof) -> TaggedOps:
-        got = self._tagged.get(id(prof))
-        if got is None:
-            got = self._tagged[id(prof)] = tag(prof.table, self.rules)
-        return got
+        return derived.tagged(prof, self.rules)
 
     def _df(self, prof) -> pl.DataFrame:
         return self._tag(prof).rows
@@ -301,14 +296,7 @@ class Verifier:
 
     def _comm(self, prof):
         """(Overlap, Stragglers) of ``prof`` within its default step anatomy (cached)."""
-        from traceview.analysis.overlap import profile_overlap
-        from traceview.analysis.stragglers import profile_stragglers
-
-        got = self._comm_cache.get(id(prof))
-        if got is None:
-            ov = profile_overlap(prof)
-            got = self._comm_cache[id(prof)] = (ov, profile_stragglers(prof, ov))
-        return got
+        return derived.overlap(prof), derived.stragglers(prof)
 
     def _c_exposed_share(self, c, prof):
         ov, _ = self._comm(prof)
@@ -409,11 +397,10 @@ class Verifier:
 
     # diff checks: (check) -> (ok, message)
     def _c_collective(self, c, prof):
-        from traceview.analysis.collectives import communication
 
         a = c.args
         col = {"bytes": "data_bytes", "sent": "bytes_sent", "group": "group_size"}[a["what"]]
-        rows = communication(prof).collectives.filter(pl.col("kind") == a["kind"])
+        rows = derived.communication(prof).collectives.filter(pl.col("kind") == a["kind"])
         if rows.height == 0:
             return False, f"no {a['kind']} collective in this profile"
         f = CMPS[a["cmp"]]

@@ -76,6 +76,26 @@ class ProfileData:
         self.discovery = discovery
         self.warnings = list(warnings or [])
         self.step_markers = step_markers if step_markers is not None else pl.DataFrame(schema=STEP_MARKERS_SCHEMA)
+        self._derived: dict = {}
+
+    def derived(self, key: tuple, make):
+        """The frame or result derived from this profile that ``key`` names (an analysis and
+        its parameters, hashable: ``("overlap", "anatomy", None, None, "span", "steady")``):
+        ``make()`` on first use, the same object afterwards, so that every section of a report
+        (and every check of a verify) shares one step anatomy, one overlap, one tagging. A
+        profile made by :meth:`filter` or ``dataclasses.replace`` starts with none. Callers
+        treat what they get as read-only."""
+        try:
+            return self._derived[key]
+        except KeyError:
+            got = self._derived[key] = make()
+            return got
+
+    def __getstate__(self) -> dict:
+        """Pickled without the derived results (a worker's copy computes its own)."""
+        state = dict(self.__dict__)
+        state["_derived"] = {}
+        return state
 
     @property
     def ops(self):

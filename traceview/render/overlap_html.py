@@ -55,7 +55,8 @@ def comm_view(rep, charts, top: int = 20) -> CommView | None:
             .otherwise(pl.col("device")).alias("_name"))
         steps = sorted(d["step"].unique().to_list())[:CHART_STEPS]
         names = d["_name"].unique(maintain_order=True).sort().to_list()
-        grid = {(r["_name"], r["step"]): r["busy_ps"] for r in d.iter_rows(named=True)}
+        grid = {(r["_name"], r["step"]): r["busy_ps"]
+                for r in d.filter(pl.col("step").is_in(steps)).iter_rows(named=True)}  # the charted steps only
         busy = [[float(grid.get((nm, k)) or 0) for k in steps] for nm in names]
         view.skew_svg = charts.submit("skew", names, busy, steps)
         view.stragglers = {"summary": dict(st.summary), "steps": st.steps.head(top).to_dicts(), "notes": list(st.notes)}
