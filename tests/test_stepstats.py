@@ -269,3 +269,31 @@ def test_tpu_steps_line_gives_the_steps(shared_traces, tmp_path):
     assert a.steps.height == 400
     assert a.distribution["median_ps"] == pytest.approx(statistics.median(d for v in want.values() for d in v))
     assert prof.steps(module="jit_f").method == "module"  # naming a program still wins
+
+
+def test_step_strip_is_bounded_and_keeps_envelope_and_outliers():
+    """The HTML strip chart of a long run draws at most 2 points per bin plus every outlier,
+    and the shortest and longest inlier steps of every bin are among them (the envelope)."""
+    import random
+    from types import SimpleNamespace
+
+    from traceview.analysis.report import step_strip
+
+    rng = random.Random(7)
+    n, bins = 20_000, 100
+    d = [1_000_000 + rng.randrange(50_000) for _ in range(n)]
+    outl = {17, 9_999, 19_998}
+    for i in outl:
+        d[i] = 40_000_000
+    st = pl.DataFrame({"step": list(range(n)), "duration_ps": d, "outlier": [i in outl for i in range(n)]})
+    s = step_strip(SimpleNamespace(steps=st, distribution={"median_ps": 1_025_000.0}), bins=bins)
+    assert s.n_steps == n and s.shown <= 2 * bins + len(outl)
+    kept = set(zip(s.steps, s.durations))
+    assert {(i, d[i]) for i in outl} <= kept
+    width = -(-n // bins)
+    for b in range(bins):
+        members = [(i, d[i]) for i in range(b * width, min(n, (b + 1) * width)) if i not in outl]
+        assert min(members, key=lambda x: x[1])[1] in {v for i, v in kept if b * width <= i < (b + 1) * width}
+        assert max(members, key=lambda x: x[1])[1] in {v for i, v in kept if b * width <= i < (b + 1) * width}
+    short = st.head(50)
+    assert step_strip(SimpleNamespace(steps=short, distribution={})).shown == 50

@@ -24,6 +24,44 @@ from traceview.analysis.kinds import by_kind as _by_kind
 
 #: at most this many steps go into the step chart (the first ones, in time order)
 CHART_STEPS = 48
+#: at most this many x bins in the step strip chart (each keeps its shortest and longest step)
+STRIP_BINS = 1500
+
+
+@dataclass
+class StepStrip:
+    """The points of the step strip chart: ``steps`` (0-based step index per device),
+    ``durations`` (ps), ``outliers`` (bool) and ``median_ps``. Every outlier step is kept;
+    other steps are kept whole up to 2 x :data:`STRIP_BINS`, else per bin of step indices the
+    shortest and longest (so the envelope of the series is exact). ``n_steps``: steps in the
+    anatomy; ``shown``: points kept."""
+
+    steps: list
+    durations: list
+    outliers: list
+    median_ps: float | None
+    n_steps: int
+    shown: int
+
+
+def step_strip(an: StepAnatomy, bins: int = STRIP_BINS) -> StepStrip | None:
+    """The :class:`StepStrip` of a step anatomy (None when its steps carry no outlier flags)."""
+    st = an.steps
+    if st.height == 0 or "outlier" not in st.columns:
+        return None
+    median = (an.distribution or {}).get("median_ps")
+    pts = st.select("step", "duration_ps", "outlier").filter(pl.col("duration_ps").is_not_null())
+    if pts.height > 2 * bins:
+        out = pts.filter(pl.col("outlier"))
+        inl = pts.filter(~pl.col("outlier"))
+        lo, hi = inl["step"].min(), inl["step"].max()
+        width = max(1, -(-(int(hi) - int(lo) + 1) // bins)) if inl.height else 1
+        b = inl.with_columns(((pl.col("step") - lo) // width).alias("_bin"))
+        keep = pl.concat([b.sort("duration_ps").group_by("_bin").first(),
+                          b.sort("duration_ps").group_by("_bin").last()]).unique(["_bin", "step", "duration_ps"])
+        pts = pl.concat([keep.drop("_bin"), out]).sort("step")
+    return StepStrip(pts["step"].to_list(), pts["duration_ps"].to_list(), pts["outlier"].to_list(), median,
+                     st.height, pts.height)
 
 
 @dataclass
@@ -95,6 +133,7 @@ class Report:
     populations_per_name: dict | None = None
     hlo_texts: dict | None = None
     step_chart: StepChart | None = None
+    step_strip: StepStrip | None = None  # HTML only: the strip chart's points (bounded)
     communication: object = None  # traceview.analysis.collectives.Communication
     #: :func:`~traceview.analysis.aggregate.program_splits` of ``by_shape`` (keys split by module)
     program_splits: dict | None = None
@@ -267,6 +306,7 @@ def add_html_sections(rep: Report, prof) -> Report:
         hlo = {(r[0], r[1]): r[2] for r in first.iter_rows()}
     rep.hlo_texts = hlo
     rep.step_chart = step_chart(rep.steps)
+    rep.step_strip = step_strip(rep.steps)
     return rep
 
 

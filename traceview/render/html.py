@@ -195,6 +195,7 @@ class _StepsView:
     strip: object = None
     summary: str = ""
     outliers: list | None = None
+    strip_note: str = ""
 
 
 _IDLE = "idle (no op running)"
@@ -214,12 +215,15 @@ def _steps(rep, charts) -> _StepsView:
     if an.steps.height == 0:
         return _StepsView(None, "No steps found in this profile (no program execution to call a step).",
                           "", "", [], 0, 0)
-    strip, summary, outl = None, "", []
+    strip, summary, outl, strip_note = None, "", [], ""
     st = an.steps
     if "outlier" in st.columns:  # the step distribution: strip chart, its line, the outlier steps
-        dist = an.distribution or {}
-        strip = charts.submit("step_strip", st["step"].to_list(), st["duration_ps"].to_list(),
-                              st["outlier"].to_list(), dist.get("median_ps"))
+        ss = rep.step_strip
+        if ss is not None:
+            strip = charts.submit("step_strip", ss.steps, ss.durations, ss.outliers, ss.median_ps)
+            if ss.shown < ss.n_steps:
+                strip_note = (f"{ss.n_steps:,} steps: every outlier and, per bin of step indices, the shortest "
+                              f"and longest of the others are drawn ({ss.shown:,} points).")
         summary = an.summary()
         outl = st.filter(pl.col("outlier")).sort("device", "step").select(
             "device", "step", "duration_ps", "gap_before_ps", "reason").head(50).to_dicts()
@@ -237,9 +241,9 @@ def _steps(rep, charts) -> _StepsView:
                          "color": "#d9d9d9"})
     if not matrix:
         return _StepsView(None, "Steps found, but no op time inside them to chart.", line, method, families,
-                          chart.n_steps, 0, strip, summary, outl)
+                          chart.n_steps, 0, strip, summary, outl, strip_note)
     return _StepsView(charts.submit("steps", [v for _, v in matrix], colors), "", line, method, families,
-                      chart.n_steps, chart.shown, strip, summary, outl)
+                      chart.n_steps, chart.shown, strip, summary, outl, strip_note)
 
 
 def _communication(comm, top: int) -> dict | None:
