@@ -1,104 +1,210 @@
-"""False-positive rate of the diff's noise marker on repeated engine profiles, and the KV-block
-change against it (``benchmarks/RESULTS.md``, "Noise intervals").
+"""Calibration of the diff's noise call on repeated engine profiles (``benchmarks/RESULTS.md``,
+"Noise intervals"): the A/A spread that :data:`traceview.analysis.noise.PRIOR` holds, the
+false-positive rate of single-recording A/A pairs against it, and the KV-block change found.
 
-Records (``--record``) ``--repeats`` profiles of one configuration and one at ``--kv-block-treatment``
-with ``traceview engine profile`` (tiny preset), then reports, per diff:
+Recordings (``--record``): per setting ``d8`` (``traceview engine profile``'s default: tiny
+preset, 8 tokens, 7 decode steps) and ``t32`` (``--max-tokens 32``), ``--n`` recordings of KV
+block 128 (``a01`` ...) and of 512 (``b01`` ...), interleaved in time (a, b, a, b ... across both
+settings) so that the machine's load falls on every kind alike:
 
-* consecutive pairs of the repeats (r1-r2, r2-r3, ...): populations with an interval, how many
-  are outside the noise (the false-positive rate), the kernel's and the step's change;
-* the repeats pooled in two halves (``diff --base r1 r2 r3 --treatment r4 r5 r6``) and
-  interleaved halves;
-* the KV-block treatment against one repeat and against the first half pooled.
+    python benchmarks/noise_ab.py --record --dir /tmp/noise --n 10
+    python benchmarks/noise_ab.py --dir /tmp/noise --json /tmp/noise/calibration.json
 
-    python benchmarks/noise_ab.py --record --dir /tmp/noise --repeats 6
-    python benchmarks/noise_ab.py --dir /tmp/noise          # reuse the recordings
-
-Recordings: ``DIR/r1 ... DIR/rN`` and ``DIR/k<block>``.
+Analysis (no double dipping): the recordings of each configuration are split by index, odd
+ones to the **fit half**, even ones to the **test half**. The prior is fitted on every A/A
+pair within the fit half (both configurations, both settings): per population with an
+interval, |log| of the Hodges-Lehmann ratio, and per bin of the population's base median
+sample the 0.90 / 0.95 / 0.99 quantiles. The false-positive rate (populations flagged /
+populations with an interval) is measured with that prior on the A/A pairs of the test half:
+every pair, and the disjoint consecutive pairs (02-04, 06-08, ...) whose flags are
+independent. KV detection: the pairs (a_i, b_i) recorded one after the other, disjoint; the
+decode kernel's population must be significant and slower. ``--fit-only`` prints the fitted
+constant for ``traceview/analysis/noise.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import math
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
+SETTINGS = {"d8": [], "t32": ["--max-tokens", "32"]}
+CONFIGS = {"a": 128, "b": 512}
+#: upper edges (ps) of the bins of a population's median sample the prior is fitted per
+EDGES_PS = (1e8,)  # 100 us
+LEVELS = (0.9, 0.95, 0.99)
 
-def record(dirs: list[tuple[Path, int]], common: list[str]) -> None:
-    for d, bkv in dirs:
-        cmd = [sys.executable, "-m", "traceview.cli", "engine", "profile", *common, "--kv-block", str(bkv),
-               "--log-dir", str(d)]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=600)
+
+def record(root: Path, n: int) -> None:
+    """``n`` recordings per configuration and setting, interleaved; existing ones are kept."""
+    for i in range(1, n + 1):
+        for st, extra in SETTINGS.items():
+            for c, bkv in CONFIGS.items():
+                out = root / st / f"{c}{i:02d}"
+                if out.exists():
+                    continue
+                tmp = out.with_name(out.name + ".tmp")
+                cmd = [sys.executable, "-m", "traceview.cli", "engine", "profile", "--kv-block", str(bkv), *extra,
+                       "--log-dir", str(tmp)]
+                subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=1200)
+                tmp.rename(out)
 
 
-def summary(name: str, d) -> dict:
+def load_sides(root: Path) -> dict:
+    """{setting: {name: DiffSide}} of every finished recording."""
+    import traceview
+    from traceview.analysis.diff import side
+
+    out = {}
+    for st in SETTINGS:
+        d = root / st
+        names = sorted(p.name for p in d.iterdir() if p.is_dir() and not p.name.endswith(".tmp")) if d.exists() else []
+        out[st] = {n: side(traceview.load(d / n)) for n in names}
+    return out
+
+
+def _idx(name: str) -> int:
+    return int(name[1:])
+
+
+def halves(names: list[str]) -> tuple[list[str], list[str]]:
+    """(fit, test) of one configuration's recordings: odd indices, even indices."""
+    return [n for n in names if _idx(n) % 2], [n for n in names if not _idx(n) % 2]
+
+
+def aa_logs(sa, sb, level: float) -> list[tuple[float, float]]:
+    """(base median sample ps, |log Hodges-Lehmann ratio|) per population both sides share
+    with samples of one kind and enough of them for an interval."""
+    from traceview.analysis import noise
+
+    out = []
+    for key, (kind, xa) in sa.samples.by_key.items():
+        got = sb.samples.get(key)
+        if got is None or got[0] != kind:
+            continue
+        c = noise.shift(xa, got[1], level=level)
+        if c.lo is not None and c.ratio:
+            out.append((c.median_base, abs(math.log(c.ratio))))
+    return out
+
+
+def fit(sides: dict, level: float = 0.95):
+    """The :class:`~traceview.analysis.noise.Prior` of every A/A pair within the fit halves."""
+    from traceview.analysis import noise
+
+    vals, pairs = [], 0
+    for st, S in sides.items():
+        for c in CONFIGS:
+            fit_names, _ = halves(sorted(n for n in S if n[0] == c))
+            for x, y in itertools.combinations(fit_names, 2):
+                vals += aa_logs(S[x], S[y], level)
+                pairs += 1
+    med = np.array([v[0] for v in vals])
+    lg = np.array([v[1] for v in vals])
+    bins = np.searchsorted(np.asarray(EDGES_PS), med, side="left")
+    bounds = {lv: tuple(round(float(np.quantile(lg[bins == i], lv)), 4) if (bins == i).any() else None
+                        for i in range(len(EDGES_PS) + 1)) for lv in LEVELS}
+    per_bin = [int((bins == i).sum()) for i in range(len(EDGES_PS) + 1)]
+    return noise.Prior(machine="2-core shared CPU VM", command="python benchmarks/noise_ab.py --dir /tmp/noise --fit-only",
+                       edges_ps=EDGES_PS, bounds=bounds, pairs=pairs, populations=len(vals)), per_bin
+
+
+def flags(d) -> tuple[int, int]:
     m = d.populations.filter(pl.col("ratio_lo").is_not_null())
-    k = d.populations.filter(pl.col("kind") == "kernel")
-    kr = k.row(0, named=True) if k.height else None
-    c = d.steps.change if d.steps is not None else None
-    return {"diff": name, "compared": m.height, "flagged": int(m["significant"].sum() or 0),
-            "rate": (int(m["significant"].sum() or 0) / m.height) if m.height else None,
-            "kernel": None if kr is None else [kr["median_ratio"], kr["ratio_lo"], kr["ratio_hi"], kr["noise"]],
-            "step": None if c is None else [c.ratio, c.lo, c.hi, c.significant]}
+    return int(m["significant"].sum() or 0), m.height
+
+
+def kernel(d) -> dict | None:
+    k = d.populations.filter((pl.col("kind") == "kernel") & (pl.col("status") == "matched"))
+    if not k.height:
+        return None
+    r = k.sort("self_ps_base", descending=True).row(0, named=True)
+    return {k: r[k] for k in ("median_ratio", "ratio_lo", "ratio_hi", "noise", "noise_band", "n_samples_base",
+                              "n_samples_treatment", "significant")}
+
+
+def calibrate(sides: dict, prior, level: float = 0.95) -> dict:
+    from traceview.analysis.diff import diff_sides
+
+    res = {}
+    for st, S in sides.items():
+        aa, aa_disjoint, kv = [], [], []
+        for c in CONFIGS:
+            _, test = halves(sorted(n for n in S if n[0] == c))
+            disjoint = set(zip(test[0::2], test[1::2]))
+            for x, y in itertools.combinations(test, 2):
+                f, n = flags(diff_sides(S[x], S[y], noise_level=level, noise_prior=prior))
+                row = {"pair": f"{x} vs {y}", "flagged": f, "compared": n}
+                aa.append(row)
+                if (x, y) in disjoint:
+                    aa_disjoint.append(row)
+        a_names = sorted(n for n in S if n[0] == "a")
+        for x in a_names:
+            y = "b" + x[1:]
+            if y not in S:
+                continue
+            d = diff_sides(S[x], S[y], noise_level=level, noise_prior=prior)
+            k = kernel(d)
+            sc = d.steps.change if d.steps is not None else None
+            kv.append({"pair": f"{x} vs {y}", "kernel": k, "found": bool(k and k["significant"] and k["median_ratio"] > 1),
+                       "flagged": flags(d), "step": None if sc is None else [sc.ratio, sc.lo, sc.hi, sc.significant]})
+        tot = lambda rows: (sum(r["flagged"] for r in rows), sum(r["compared"] for r in rows))  # noqa: E731
+        res[st] = {"aa_pairs": aa, "aa_rate": tot(aa), "aa_disjoint": aa_disjoint, "aa_disjoint_rate": tot(aa_disjoint),
+                   "aa_pairs_with_a_flag": sum(1 for r in aa if r["flagged"]), "kv": kv,
+                   "kv_found": sum(r["found"] for r in kv), "kv_pairs": len(kv)}
+    return res
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="/tmp/noise", help="where the recordings are (or go)")
-    ap.add_argument("--repeats", type=int, default=6)
-    ap.add_argument("--kv-block", type=int, default=128, help="block of the repeated configuration")
-    ap.add_argument("--kv-block-treatment", type=int, default=2048)
+    ap.add_argument("--n", type=int, default=10, help="recordings per configuration and setting")
     ap.add_argument("--record", action="store_true", help="record the profiles first")
+    ap.add_argument("--fit-only", action="store_true", help="print the fitted prior and stop")
+    ap.add_argument("--level", type=float, default=0.95)
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args(argv)
     root = Path(a.dir)
-    reps = [root / f"r{i}" for i in range(1, a.repeats + 1)]
-    treat = root / f"k{a.kv_block_treatment}"
-    common = ["--max-model-len", "2048", "--max-tokens", "32"]
     if a.record:
-        record([(r, a.kv_block) for r in reps] + [(treat, a.kv_block_treatment)], common)
-
-    import traceview
-    from traceview.analysis.diff import diff_sides, side
-    from traceview.analysis.pooled import pool
-
+        record(root, a.n)
     t0 = time.perf_counter()
-    S = {p.name: side(traceview.load(p)) for p in reps + [treat]}
+    sides = load_sides(root)
     load_s = time.perf_counter() - t0
-    names = [p.name for p in reps]
-    out = []
-    for x, y in zip(names, names[1:]):
-        t0 = time.perf_counter()
-        s = summary(f"{x} vs {y}", diff_sides(S[x], S[y]))
-        s["seconds"] = round(time.perf_counter() - t0, 2)
-        out.append(s)
-    h = len(names) // 2
-    first, second = names[:h], names[h:2 * h]
-    out.append(summary(f"pooled {'+'.join(first)} vs {'+'.join(second)}",
-                       diff_sides(pool([S[n] for n in first]), pool([S[n] for n in second]))))
-    odd, even = names[0::2][:h], names[1::2][:h]
-    out.append(summary(f"pooled {'+'.join(odd)} vs {'+'.join(even)}",
-                       diff_sides(pool([S[n] for n in odd]), pool([S[n] for n in even]))))
-    out.append(summary(f"{names[-1]} vs {treat.name}", diff_sides(S[names[-1]], S[treat.name])))
-    out.append(summary(f"pooled {'+'.join(first)} vs {treat.name}", diff_sides(pool([S[n] for n in first]),
-                                                                                   S[treat.name])))
-    pairs = out[:len(names) - 1]
-    fp = sum(p["flagged"] for p in pairs), sum(p["compared"] for p in pairs)
-    res = {"command": " ".join(["python", "benchmarks/noise_ab.py", *(argv or sys.argv[1:])]),
-           "profile_args": common, "load_seconds": round(load_s, 1), "diffs": out,
-           "pairs_false_positive_rate": fp[0] / fp[1] if fp[1] else None, "pairs_flagged": fp}
-    for r in out:
-        k, s = r["kernel"], r["step"]
-        ks = "-" if k is None else f"{k[0]:.2f}x [{k[1]:.2f}-{k[2]:.2f}] {k[3]}"
-        ss = "-" if s is None or s[1] is None else f"{s[0]:.2f}x [{s[1]:.2f}-{s[2]:.2f}] {'sig' if s[3] else '~'}"
-        print(f"| {r['diff']} | {r['flagged']} / {r['compared']} | {ks} | {ss} |")
-    print(f"pairs: {fp[0]} of {fp[1]} populations flagged ({res['pairs_false_positive_rate']:.1%})")
+    prior, per_bin = fit(sides, a.level)
+    print(f"prior fitted on {prior.pairs} A/A pairs of the fit half, {prior.populations} populations "
+          f"(per bin {per_bin}, edges {prior.edges_ps} ps):")
+    print(f"  bounds (log) {prior.bounds}")
+    print("  as ratios " + ", ".join(f"{lv}: " + "/".join("-" if b is None else f"±{math.exp(b) - 1:.0%}" for b in bs)
+                                      for lv, bs in prior.bounds.items()))
+    if a.fit_only:
+        return 0
+    res = calibrate(sides, prior, a.level)
+    for st, r in res.items():
+        (f, n), (fd, nd) = r["aa_rate"], r["aa_disjoint_rate"]
+        print(f"[{st}] A/A test half: {f} of {n} populations flagged ({f / max(n, 1):.1%}) over {len(r['aa_pairs'])} "
+              f"pairs ({r['aa_pairs_with_a_flag']} pairs with any flag); disjoint pairs {fd} of {nd} "
+              f"({fd / max(nd, 1):.1%}) over {len(r['aa_disjoint'])} pairs")
+        print(f"[{st}] KV 128 vs 512: kernel significant and slower in {r['kv_found']} of {r['kv_pairs']} pairs")
+        for row in r["kv"]:
+            k, s = row["kernel"], row["step"]
+            ks = "-" if k is None or k["ratio_lo"] is None else (
+                f"{k['median_ratio']:.2f}x [{k['ratio_lo']:.2f}-{k['ratio_hi']:.2f}] band ±{k['noise_band'] - 1:.0%} "
+                f"{k['noise']} (n {k['n_samples_base']}/{k['n_samples_treatment']})")
+            ss = "-" if s is None or s[1] is None else f"{s[0]:.2f}x [{s[1]:.2f}-{s[2]:.2f}] {'sig' if s[3] else '~'}"
+            print(f"  | {row['pair']} | {ks} | step {ss} | flagged {row['flagged'][0]} / {row['flagged'][1]} |")
+    out = {"command": " ".join(["python", "benchmarks/noise_ab.py", *(argv if argv is not None else sys.argv[1:])]),
+           "load_seconds": round(load_s, 1), "prior": prior.to_dict(), "prior_per_bin": per_bin,
+           "halves": "fit: odd recording indices, test: even", "results": res}
     if a.json:
-        Path(a.json).write_text(json.dumps(res, indent=2) + "\n")
+        Path(a.json).write_text(json.dumps(out, indent=2, default=str) + "\n")
     return 0
 
 
