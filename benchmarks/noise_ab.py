@@ -13,8 +13,10 @@ settings) so that the machine's load falls on every kind alike:
 Analysis (no double dipping): the recordings of each configuration are split by index, odd
 ones to the **fit half**, even ones to the **test half**. The prior is fitted on every A/A
 pair within the fit half (both configurations, both settings): per population with an
-interval, |log| of the Hodges-Lehmann ratio, and per bin of the population's base median
-sample the 0.90 / 0.95 / 0.99 quantiles. The false-positive rate (populations flagged /
+interval at level L (0.90, 0.95, 0.99), how far that interval lies from 1 on the log scale
+(0 when it holds 1); the prior's bound at L is the L quantile of those distances, so that a
+band of that half-width is cleared by at most 1 - L of the fit half's A/A populations (the
+step time the same, on its own). The 0.95 quantile of |log ratio| is printed beside it. The false-positive rate (populations flagged /
 populations with an interval) is measured with that prior on the A/A pairs of the test half:
 every pair, and the disjoint consecutive pairs (02-04, 06-08, ...) whose flags are
 independent. KV detection: the pairs (a_i, b_i) recorded one after the other, disjoint; the
@@ -38,8 +40,6 @@ import polars as pl
 
 SETTINGS = {"d8": [], "t32": ["--max-tokens", "32"]}
 CONFIGS = {"a": 128, "b": 512}
-#: upper edges (ps) of the bins of a population's median sample the prior is fitted per
-EDGES_PS = (1e8,)  # 100 us
 LEVELS = (0.9, 0.95, 0.99)
 
 
@@ -80,41 +80,56 @@ def halves(names: list[str]) -> tuple[list[str], list[str]]:
     return [n for n in names if _idx(n) % 2], [n for n in names if not _idx(n) % 2]
 
 
-def aa_logs(sa, sb, level: float) -> list[tuple[float, float]]:
-    """(base median sample ps, |log Hodges-Lehmann ratio|) per population both sides share
-    with samples of one kind and enough of them for an interval."""
+def _excess(c) -> float:
+    """How far a change's interval lies from 1 on the log scale (0 when it holds 1)."""
+    return max(0.0, math.log(c.lo), -math.log(c.hi))
+
+
+def aa_values(sa, sb, level: float) -> tuple[list[tuple[float, float]], float | None]:
+    """Per population both sides share with samples of one kind and enough of them for an
+    interval: (|log Hodges-Lehmann ratio|, how far its interval at ``level`` lies from 1);
+    and the step time's distance (None without an interval)."""
     from traceview.analysis import noise
 
+    zero = noise.NoiseBand(0.0, "none", "")
     out = []
     for key, (kind, xa) in sa.samples.by_key.items():
         got = sb.samples.get(key)
         if got is None or got[0] != kind:
             continue
-        c = noise.shift(xa, got[1], level=level)
+        c = noise.shift(xa, got[1], level=level, band=zero)
         if c.lo is not None and c.ratio:
-            out.append((c.median_base, abs(math.log(c.ratio))))
-    return out
+            out.append((abs(math.log(c.ratio)), _excess(c)))
+    c = noise.shift(sa.samples.steps, sb.samples.steps, level=level, band=zero)
+    return out, (None if c.lo is None else _excess(c))
 
 
 def fit(sides: dict, level: float = 0.95):
-    """The :class:`~traceview.analysis.noise.Prior` of every A/A pair within the fit halves."""
+    """The :class:`~traceview.analysis.noise.Prior` of every A/A pair within the fit halves
+    (module doc): per level, the level quantile of the populations' (and the steps')
+    interval distance from 1."""
     from traceview.analysis import noise
 
-    vals, pairs = [], 0
+    pairs = []
     for st, S in sides.items():
         for c in CONFIGS:
             fit_names, _ = halves(sorted(n for n in S if n[0] == c))
-            for x, y in itertools.combinations(fit_names, 2):
-                vals += aa_logs(S[x], S[y], level)
-                pairs += 1
-    med = np.array([v[0] for v in vals])
-    lg = np.array([v[1] for v in vals])
-    bins = np.searchsorted(np.asarray(EDGES_PS), med, side="left")
-    bounds = {lv: tuple(round(float(np.quantile(lg[bins == i], lv)), 4) if (bins == i).any() else None
-                        for i in range(len(EDGES_PS) + 1)) for lv in LEVELS}
-    per_bin = [int((bins == i).sum()) for i in range(len(EDGES_PS) + 1)]
-    return noise.Prior(machine="2-core shared CPU VM", command="python benchmarks/noise_ab.py --dir /tmp/noise --fit-only",
-                       edges_ps=EDGES_PS, bounds=bounds, pairs=pairs, populations=len(vals)), per_bin
+            pairs += [(S[x], S[y]) for x, y in itertools.combinations(fit_names, 2)]
+    bounds, step_bounds, spread = {}, {}, 0.0
+    for lv in LEVELS:
+        pops, steps = [], []
+        for a, b in pairs:
+            v, st_ex = aa_values(a, b, lv)
+            pops += v
+            if st_ex is not None:
+                steps.append(st_ex)
+        bounds[lv] = round(float(np.quantile([e for _, e in pops], lv)), 4)
+        step_bounds[lv] = round(float(np.quantile(steps, lv)), 4) if steps else None
+        if lv == 0.95:
+            spread = round(float(np.quantile([r for r, _ in pops], 0.95)), 4)
+            n_pops = len(pops)
+    return noise.Prior(machine="2-core shared CPU VM", command="python benchmarks/noise_ab.py --dir /tmp/noise/np --fit-only",
+                       bounds=bounds, step_bounds=step_bounds, pairs=len(pairs), populations=n_pops, spread95=spread)
 
 
 def flags(d) -> tuple[int, int]:
@@ -178,12 +193,12 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     sides = load_sides(root)
     load_s = time.perf_counter() - t0
-    prior, per_bin = fit(sides, a.level)
-    print(f"prior fitted on {prior.pairs} A/A pairs of the fit half, {prior.populations} populations "
-          f"(per bin {per_bin}, edges {prior.edges_ps} ps):")
-    print(f"  bounds (log) {prior.bounds}")
-    print("  as ratios " + ", ".join(f"{lv}: " + "/".join("-" if b is None else f"±{math.exp(b) - 1:.0%}" for b in bs)
-                                      for lv, bs in prior.bounds.items()))
+    prior = fit(sides)
+    print(f"prior fitted on {prior.pairs} A/A pairs of the fit half, {prior.populations} populations:")
+    print(f"  populations (log) {prior.bounds}; step (log) {prior.step_bounds}; 0.95 quantile of |log ratio| "
+          f"{prior.spread95} (±{math.exp(prior.spread95) - 1:.0%})")
+    print("  as ratios " + ", ".join(f"{lv}: ±{math.exp(b) - 1:.0%}" for lv, b in prior.bounds.items()))
+    print(f"  {prior!r}")
     if a.fit_only:
         return 0
     res = calibrate(sides, prior, a.level)
@@ -201,7 +216,7 @@ def main(argv=None) -> int:
             ss = "-" if s is None or s[1] is None else f"{s[0]:.2f}x [{s[1]:.2f}-{s[2]:.2f}] {'sig' if s[3] else '~'}"
             print(f"  | {row['pair']} | {ks} | step {ss} | flagged {row['flagged'][0]} / {row['flagged'][1]} |")
     out = {"command": " ".join(["python", "benchmarks/noise_ab.py", *(argv if argv is not None else sys.argv[1:])]),
-           "load_seconds": round(load_s, 1), "prior": prior.to_dict(), "prior_per_bin": per_bin,
+           "load_seconds": round(load_s, 1), "prior": prior.to_dict(),
            "halves": "fit: odd recording indices, test: even", "results": res}
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2, default=str) + "\n")

@@ -579,7 +579,7 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
                          window_steps_treatment=wt, window=win)
         if base.samples is not None and treatment.samples is not None:
             step.change = noise.shift(base.samples.steps, treatment.samples.steps, level=noise_level,
-                                      prior=noise_prior)
+                                      prior=noise_prior, step=True)
 
     notes: list[str] = []
     over = joined.filter(pl.col("overhead_note") != "")
@@ -674,10 +674,7 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
         few = [c.more_samples for c in judged if c.more_samples]
         if rec == (1, 1) or sources == {"prior"}:
             p = noise.PRIOR if prior is None else prior
-            lv = p.bound(None, level)[1]
-            bs = sorted({round(math.exp(c.band.bound) - 1, 2) for c in judged if c.band.source == "prior"})
-            span = f"±{bs[0]:.0%}" if len(bs) == 1 else f"±{bs[0]:.0%} to ±{bs[-1]:.0%}" if bs else "-"
-            text = f"prior: A/A spread on {p.machine}, {span} ({lv:.0%} bound over {p.pairs} A/A recording pairs)"
+            text = noise.prior_band(level, p).text
             summary = NoiseSummary("prior", text, rec, prior=p)
         else:
             summary = NoiseSummary("recordings", f"measured from {sum(rec)} recordings ({rec[0]} + {rec[1]})", rec)

@@ -1,8 +1,27 @@
-"""Is a change real or noise: an interval for the ratio of two medians.
+"""Is a change real or noise: two tests of one quantity sampled on two sides.
 
-:func:`compare` takes two samples of one quantity (base, treatment) and returns a
-:class:`Change`: the ratio of medians treatment / base with a confidence interval at
-``level``, and whether the interval excludes 1.
+:func:`shift` (the diff's test) takes every sample of each side (e.g. a population's self
+time per step) and returns a :class:`Change`: the Hodges-Lehmann ratio treatment / base with
+an exact rank interval at ``level``, judged against the **run-to-run noise** (a
+:class:`NoiseBand`): the change is significant only when its whole interval lies beyond the
+band.
+
+* Interval: the pairwise log ratios log t_j - log b_i, sorted (D_(1) .. D_(nm)); the estimate
+  is their median, the interval [D_(k), D_(nm+1-k)] with k from the exact null distribution of
+  the Mann-Whitney count (:func:`u_counts`, :func:`rank_k`; its normal limit past
+  :data:`EXACT_MAX`): the Moses / Hodges-Lehmann interval for a shift (Lehmann,
+  *Nonparametrics*, 2.6), distribution-free, with coverage >= ``level`` at any n for i.i.d.
+  continuous samples, so 5 steps a side (4 at 0.95) suffice; fewer say how many more to record
+  (:func:`more_samples`). Ranks need no outlier removal: a preempted step moves one rank.
+* Band: one recording a side cannot show how far two recordings of one configuration drift
+  apart (a shared machine's load, frequency, placement); that drift is the stated
+  :data:`PRIOR`, the A/A spread measured on the machine class (quantiles of |log ratio| over
+  A/A recording pairs, ``benchmarks/noise_ab.py``); several recordings a side measure it
+  (:func:`measured_band`: the two-sample t half-width of the recordings' log medians). Never
+  the treatment's own populations: a treatment that slows everything would hide in them.
+
+:func:`compare` (the history's test, :mod:`traceview.analysis.history`) is the ratio of
+medians with a moving-block bootstrap interval that excludes 1, described below.
 
 Method: **moving-block bootstrap of the ratio of medians, percentile interval.** Each side is
 resampled on its own: ``ceil(n / L)`` blocks of ``L = max(1, round(n ** (1/3)))`` consecutive
@@ -289,42 +308,45 @@ def more_samples(n: int, m: int, level: float) -> int:
 
 @dataclass(frozen=True)
 class Prior:
-    """The run-to-run noise of one recording per side on a machine class, measured by A/A
-    pairs (two recordings of one configuration; ``command`` names the measurement):
-    ``bounds[level]`` holds, per bin of the population's median sample (``edges_ps``: upper
-    edges, ps, the last bin unbounded), the ``level`` quantile of |log ratio of medians|
-    over the A/A pairs' populations. ``machine``: the machine class in words; ``pairs``,
-    ``populations``: what it was fitted on."""
+    """The run-to-run noise of one recording per side on a machine class, measured on A/A
+    pairs (two recordings of one configuration; ``command`` names the measurement).
+    ``bounds[level]`` (log scale): the ``level`` quantile, over the populations of the A/A
+    pairs, of how far a population's rank interval at ``level`` lies from 1 (max(0, log lo,
+    -log hi): 0 when it holds 1), so that at most 1 - ``level`` of A/A populations clear the
+    band; ``step_bounds[level]``: the same for the step time. ``machine``: the machine class
+    in words; ``pairs``, ``populations``: what it was fitted on; ``spread95``: the 0.95
+    quantile of |log ratio| over those populations (the raw A/A spread, for reference)."""
 
     machine: str
     command: str
-    edges_ps: tuple[float, ...]
     bounds: dict
+    step_bounds: dict
     pairs: int
     populations: int
+    spread95: float = 0.0
 
-    def bound(self, median_ps: float | None, level: float) -> tuple[float, float]:
-        """(log half-width, the level it was measured at) for a population whose median
-        sample is ``median_ps``: the bin's bound at the smallest measured level >= ``level``
-        (the largest measured level above them all)."""
-        lv = min((x for x in self.bounds if x >= level - 1e-9), default=max(self.bounds))
-        row = self.bounds[lv]
-        i = 0 if median_ps is None else sum(1 for e in self.edges_ps if median_ps > e)
-        return row[min(i, len(row) - 1)], lv
+    def bound(self, level: float, step: bool = False) -> tuple[float, float]:
+        """(log half-width, the level it was measured at): the bound at the smallest measured
+        level >= ``level`` (the largest measured level when ``level`` is above them all).
+        ``step``: the step time's bound."""
+        b = self.step_bounds if step else self.bounds
+        lv = min((x for x in b if x >= level - 1e-9), default=max(b))
+        return b[lv], lv
 
     def to_dict(self) -> dict:
-        return {"machine": self.machine, "command": self.command, "edges_ps": list(self.edges_ps),
-                "bounds_log": {str(k): list(v) for k, v in self.bounds.items()}, "pairs": self.pairs,
-                "populations": self.populations}
+        return {"machine": self.machine, "command": self.command,
+                "bounds_log": {str(k): v for k, v in self.bounds.items()},
+                "step_bounds_log": {str(k): v for k, v in self.step_bounds.items()}, "pairs": self.pairs,
+                "populations": self.populations, "spread95_log": self.spread95}
 
 
-#: the A/A spread of single engine recordings on the project's 2-core shared CPU VM
-#: (``benchmarks/RESULTS.md``, "A noise prior for a single pair"; refitted by the command named)
+#: the A/A run-to-run noise of single engine recordings on the project's 2-core shared CPU VM
+#: (``benchmarks/RESULTS.md``, "Noise intervals", the prior's section; refitted by the command named)
 PRIOR = Prior(
     machine="2-core shared CPU VM",
-    command="python benchmarks/noise_ab.py --dir /tmp/noise --fit",
-    edges_ps=(),
-    bounds={0.9: (0.25,), 0.95: (0.35,), 0.99: (0.6,)},
+    command="python benchmarks/noise_ab.py --dir /tmp/noise/np --fit-only",
+    bounds={0.9: 0.25, 0.95: 0.35, 0.99: 0.6},
+    step_bounds={0.9: 0.5, 0.95: 0.8, 0.99: 1.2},
     pairs=0, populations=0,
 )
 
@@ -346,13 +368,13 @@ class NoiseBand:
                 "source": self.source, "text": self.text, "recordings": list(self.recordings)}
 
 
-def prior_band(median_ps: float | None, level: float = LEVEL, prior: Prior | None = None) -> NoiseBand:
-    """The :class:`NoiseBand` of ``prior`` (default :data:`PRIOR`) for a population whose base
-    median sample is ``median_ps``."""
+def prior_band(level: float = LEVEL, prior: Prior | None = None, step: bool = False) -> NoiseBand:
+    """The :class:`NoiseBand` of ``prior`` (default :data:`PRIOR`) at ``level``; ``step``: the
+    step time's."""
     prior = PRIOR if prior is None else prior
-    b, lv = prior.bound(median_ps, level)
+    b, lv = prior.bound(level, step)
     return NoiseBand(b, "prior", f"prior: A/A spread on {prior.machine}, ±{math.exp(b) - 1:.0%} "
-                                 f"({lv:.0%} of {prior.pairs} A/A pairs)")
+                                 f"({lv:.0%} bound over {prior.pairs} A/A recording pairs)")
 
 
 def t_quantile(p: float, df: int) -> float:
@@ -411,7 +433,7 @@ def _positive_parts(x) -> list[np.ndarray]:
 
 
 def shift(base_samples, treatment_samples, *, level: float = LEVEL, band: NoiseBand | None = None,
-          prior: Prior | None = None, max_samples: int = MAX_RANK_SAMPLES) -> Change:
+          prior: Prior | None = None, step: bool = False, max_samples: int = MAX_RANK_SAMPLES) -> Change:
     """The change treatment / base of one quantity judged against the run-to-run noise.
 
     ``base_samples``, ``treatment_samples``: 1-D array-likes of positive values (e.g. ps per
@@ -421,7 +443,8 @@ def shift(base_samples, treatment_samples, *, level: float = LEVEL, band: NoiseB
     (:func:`rank_k`), every sample of every recording pooled per side (a side longer than
     ``max_samples`` is thinned by an even stride, which widens the interval). ``band``: the
     noise to clear; by default :func:`measured_band` when a side has several recordings,
-    else :func:`prior_band` of ``prior`` (default :data:`PRIOR`) at the base's median. Significant when the
+    else :func:`prior_band` of ``prior`` (default :data:`PRIOR`; ``step``: its step-time bound).
+    Significant when the
     interval lies wholly beyond the band (lo > exp(bound) or hi < exp(-bound)). Without an
     interval (too few samples), ``more_samples`` says how many more each side needs.
     Raises ValueError for a level outside (0, 1) or ``max_samples`` < 10.
@@ -439,7 +462,7 @@ def shift(base_samples, treatment_samples, *, level: float = LEVEL, band: NoiseB
     mt = float(np.mean([np.median(r) for r in rt])) if rt else None
     if band is None:
         band = ((measured_band(rb, rt, level) if len(rb) > 1 or len(rt) > 1 else None)
-                or prior_band(mb, level, PRIOR if prior is None else prior))
+                or prior_band(level, prior, step))
     common = dict(level=level, n_base=n, n_treatment=m, median_base=mb, median_treatment=mt,
                   band=band, noise_source=band.text)
     if n == 0 or m == 0:
