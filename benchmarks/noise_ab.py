@@ -14,9 +14,12 @@ Analysis (no double dipping): the recordings of each configuration are split by 
 ones to the **fit half**, even ones to the **test half**. The prior is fitted on every A/A
 pair within the fit half (both configurations, both settings): per population with an
 interval at level L (0.90, 0.95, 0.99), how far that interval lies from 1 on the log scale
-(0 when it holds 1); the prior's bound at L is the L quantile of those distances, so that a
-band of that half-width is cleared by at most 1 - L of the fit half's A/A populations (the
-step time the same, on its own). The 0.95 quantile of |log ratio| is printed beside it. The false-positive rate (populations flagged /
+(0 when it holds 1); the prior's bound at L is the largest over the fit pairs of a pair's L
+quantile of those distances: a band that half-wide is cleared by at most 1 - L of the
+populations of every fit pair (the load of a shared machine moves whole recordings, so the
+pairs differ far more than the populations within one; a quantile pooled over populations
+would hold on average, not pair by pair). The step time: the L quantile over the pairs of
+its distance. The pooled quantile and the 0.95 quantile of |log ratio| are printed beside it. The false-positive rate (populations flagged /
 populations with an interval) is measured with that prior on the A/A pairs of the test half:
 every pair, and the disjoint consecutive pairs (02-04, 06-08, ...) whose flags are
 independent. KV detection: the pairs (a_i, b_i) recorded one after the other, disjoint; the
@@ -58,8 +61,11 @@ def record(root: Path, n: int) -> None:
                 tmp.rename(out)
 
 
-def load_sides(root: Path) -> dict:
-    """{setting: {name: DiffSide}} of every finished recording."""
+def load_sides(root: Path, cache: Path | None = None, upto: int | None = None) -> dict:
+    """{setting: {name: DiffSide}} of every finished recording (indices <= ``upto``), each
+    pickled under ``cache`` once made."""
+    import pickle
+
     import traceview
     from traceview.analysis.diff import side
 
@@ -67,7 +73,17 @@ def load_sides(root: Path) -> dict:
     for st in SETTINGS:
         d = root / st
         names = sorted(p.name for p in d.iterdir() if p.is_dir() and not p.name.endswith(".tmp")) if d.exists() else []
-        out[st] = {n: side(traceview.load(d / n)) for n in names}
+        names = [n for n in names if upto is None or _idx(n) <= upto]
+        out[st] = {}
+        for n in names:
+            f = None if cache is None else cache / f"{st}_{n}.pkl"
+            if f is not None and f.exists():
+                out[st][n] = pickle.loads(f.read_bytes())
+                continue
+            out[st][n] = side(traceview.load(d / n))
+            if f is not None:
+                f.parent.mkdir(parents=True, exist_ok=True)
+                f.write_bytes(pickle.dumps(out[st][n]))
     return out
 
 
@@ -106,8 +122,11 @@ def aa_values(sa, sb, level: float) -> tuple[list[tuple[float, float]], float | 
 
 def fit(sides: dict, level: float = 0.95):
     """The :class:`~traceview.analysis.noise.Prior` of every A/A pair within the fit halves
-    (module doc): per level, the level quantile of the populations' (and the steps')
-    interval distance from 1."""
+    (module doc): per level L, the largest over those pairs of the L quantile of a pair's
+    populations' interval distances from 1 (the smallest band that kept every fit pair at or
+    under 1 - L of its populations flagged); the step time's: the L quantile over the pairs.
+    Also returns the pooled L quantile over every population (the bound without the pair
+    structure), for the record."""
     from traceview.analysis import noise
 
     pairs = []
@@ -115,21 +134,31 @@ def fit(sides: dict, level: float = 0.95):
         for c in CONFIGS:
             fit_names, _ = halves(sorted(n for n in S if n[0] == c))
             pairs += [(S[x], S[y]) for x, y in itertools.combinations(fit_names, 2)]
-    bounds, step_bounds, spread = {}, {}, 0.0
+    if not pairs:
+        raise SystemExit("no A/A pair in the fit half: record at least 3 recordings per configuration")
+    bounds, step_bounds, pooled, spread, n_pops = {}, {}, {}, 0.0, 0
     for lv in LEVELS:
-        pops, steps = [], []
+        per_pair, steps, every = [], [], []
         for a, b in pairs:
             v, st_ex = aa_values(a, b, lv)
-            pops += v
+            ex = [e for _, e in v]
+            if ex:
+                per_pair.append(float(np.quantile(ex, lv, method="higher")))
+                every += ex
             if st_ex is not None:
                 steps.append(st_ex)
-        bounds[lv] = round(float(np.quantile([e for _, e in pops], lv)), 4)
-        step_bounds[lv] = round(float(np.quantile(steps, lv)), 4) if steps else None
+            if lv == 0.95:
+                n_pops += len(v)
+                spread = max(spread, 0.0)
+        bounds[lv] = round(max(per_pair), 4)
+        step_bounds[lv] = round(float(np.quantile(steps, lv, method="higher")), 4) if steps else bounds[lv]
+        pooled[lv] = round(float(np.quantile(every, lv, method="higher")), 4)
         if lv == 0.95:
-            spread = round(float(np.quantile([r for r, _ in pops], 0.95)), 4)
-            n_pops = len(pops)
-    return noise.Prior(machine="2-core shared CPU VM", command="python benchmarks/noise_ab.py --dir /tmp/noise/np --fit-only",
-                       bounds=bounds, step_bounds=step_bounds, pairs=len(pairs), populations=n_pops, spread95=spread)
+            spread = round(float(np.quantile([r for a, b in pairs for r, _ in aa_values(a, b, lv)[0]], 0.95)), 4)
+    prior = noise.Prior(machine="2-core shared CPU VM",
+                        command="python benchmarks/noise_ab.py --dir /tmp/noise/np --upto 7 --fit-only",
+                        bounds=bounds, step_bounds=step_bounds, pairs=len(pairs), populations=n_pops, spread95=spread)
+    return prior, pooled
 
 
 def flags(d) -> tuple[int, int]:
@@ -171,10 +200,30 @@ def calibrate(sides: dict, prior, level: float = 0.95) -> dict:
             sc = d.steps.change if d.steps is not None else None
             kv.append({"pair": f"{x} vs {y}", "kernel": k, "found": bool(k and k["significant"] and k["median_ratio"] > 1),
                        "flagged": flags(d), "step": None if sc is None else [sc.ratio, sc.lo, sc.hi, sc.significant]})
+        # several recordings a side (the measured band): odd against even indices (A/A), and
+        # the KV change on disjoint triples recorded together (a01-a03 against b01-b03, ...)
+        from traceview.analysis.pooled import pool
+
+        pooled = []
+        for c in CONFIGS:
+            names = sorted(n for n in S if n[0] == c)
+            odd, even = [n for n in names if _idx(n) % 2], [n for n in names if not _idx(n) % 2]
+            if len(odd) > 1 and len(even) > 1:
+                d = diff_sides(pool([S[n] for n in odd]), pool([S[n] for n in even]), noise_level=level)
+                pooled.append({"pair": f"{'+'.join(odd)} vs {'+'.join(even)}", "flagged": flags(d)})
+        for i in range(0, len(a_names) - 2, 3):
+            xs = a_names[i:i + 3]
+            ys = ["b" + x[1:] for x in xs]
+            if all(y in S for y in ys):
+                d = diff_sides(pool([S[n] for n in xs]), pool([S[n] for n in ys]), noise_level=level)
+                k = kernel(d)
+                pooled.append({"pair": f"{'+'.join(xs)} vs {'+'.join(ys)}", "flagged": flags(d), "kernel": k,
+                               "band": d.run_noise.text if d.run_noise else None})
+        res_pooled = pooled
         tot = lambda rows: (sum(r["flagged"] for r in rows), sum(r["compared"] for r in rows))  # noqa: E731
         res[st] = {"aa_pairs": aa, "aa_rate": tot(aa), "aa_disjoint": aa_disjoint, "aa_disjoint_rate": tot(aa_disjoint),
                    "aa_pairs_with_a_flag": sum(1 for r in aa if r["flagged"]), "kv": kv,
-                   "kv_found": sum(r["found"] for r in kv), "kv_pairs": len(kv)}
+                   "kv_found": sum(r["found"] for r in kv), "kv_pairs": len(kv), "pooled": res_pooled}
     return res
 
 
@@ -185,16 +234,19 @@ def main(argv=None) -> int:
     ap.add_argument("--record", action="store_true", help="record the profiles first")
     ap.add_argument("--fit-only", action="store_true", help="print the fitted prior and stop")
     ap.add_argument("--level", type=float, default=0.95)
+    ap.add_argument("--upto", type=int, help="use recordings with index <= N only")
+    ap.add_argument("--cache", help="pickle each recording's diff side here (reused by later runs)")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args(argv)
     root = Path(a.dir)
     if a.record:
         record(root, a.n)
     t0 = time.perf_counter()
-    sides = load_sides(root)
+    sides = load_sides(root, Path(a.cache) if a.cache else None, a.upto)
     load_s = time.perf_counter() - t0
-    prior = fit(sides)
+    prior, pooled = fit(sides)
     print(f"prior fitted on {prior.pairs} A/A pairs of the fit half, {prior.populations} populations:")
+    print(f"  pooled quantiles (log, no pair structure) {pooled}")
     print(f"  populations (log) {prior.bounds}; step (log) {prior.step_bounds}; 0.95 quantile of |log ratio| "
           f"{prior.spread95} (±{math.exp(prior.spread95) - 1:.0%})")
     print("  as ratios " + ", ".join(f"{lv}: ±{math.exp(b) - 1:.0%}" for lv, b in prior.bounds.items()))
@@ -215,8 +267,14 @@ def main(argv=None) -> int:
                 f"{k['noise']} (n {k['n_samples_base']}/{k['n_samples_treatment']})")
             ss = "-" if s is None or s[1] is None else f"{s[0]:.2f}x [{s[1]:.2f}-{s[2]:.2f}] {'sig' if s[3] else '~'}"
             print(f"  | {row['pair']} | {ks} | step {ss} | flagged {row['flagged'][0]} / {row['flagged'][1]} |")
+        for row in r["pooled"]:
+            k = row.get("kernel")
+            ks = "" if k is None or k["ratio_lo"] is None else (
+                f" kernel {k['median_ratio']:.2f}x [{k['ratio_lo']:.2f}-{k['ratio_hi']:.2f}] band ±{k['noise_band'] - 1:.0%} "
+                f"{k['noise']}")
+            print(f"  pooled | {row['pair']} | flagged {row['flagged'][0]} / {row['flagged'][1]} |{ks}")
     out = {"command": " ".join(["python", "benchmarks/noise_ab.py", *(argv if argv is not None else sys.argv[1:])]),
-           "load_seconds": round(load_s, 1), "prior": prior.to_dict(),
+           "load_seconds": round(load_s, 1), "prior": prior.to_dict(), "pooled_quantiles": pooled,
            "halves": "fit: odd recording indices, test: even", "results": res}
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2, default=str) + "\n")

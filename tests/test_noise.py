@@ -152,7 +152,7 @@ def test_rank_interval_against_a_brute_force_reference_and_its_coverage():
 def test_a_3x_shift_is_significant_at_5_vs_5_and_identical_distributions_are_not():
     rng = np.random.default_rng(5)
     bound = noise.PRIOR.bound(0.95)[0]
-    found = [noise.shift(rng.lognormal(0, 0.15, 5), 3 * rng.lognormal(0, 0.15, 5)) for _ in range(50)]
+    found = [noise.shift(rng.lognormal(0, 0.1, 5), 3 * rng.lognormal(0, 0.1, 5)) for _ in range(50)]
     assert all(c.significant and c.lo > math.exp(bound) for c in found)
     assert all(c.band.source == "prior" and c.n_base == 5 for c in found)
     same = [noise.shift(rng.lognormal(0, 0.15, 5), rng.lognormal(0, 0.15, 5)) for _ in range(200)]
@@ -196,6 +196,11 @@ def test_the_noise_band_is_the_prior_for_one_recording_and_measured_for_several(
 
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+#: greedy_b4 -> nodonate_b4 beyond the prior's band (the two files were recorded 98 minutes
+#: apart: a decode matmul at batch 4 and a scalar copy ran about 0.4x, their intervals wholly
+#: below the ±64% band)
+FIXTURE_SIGNIFICANT = [("copy", "s32[] <- s32[]", "per occurrence"),
+                       ("ynn_fusion", "f32[4,512] <- f32[4,256], f32[256,512]", "per occurrence")]
 
 
 def test_diff_of_two_committed_fixtures_names_its_significant_populations():
@@ -206,7 +211,7 @@ def test_diff_of_two_committed_fixtures_names_its_significant_populations():
     assert d.run_noise.source == "prior" and "A/A spread on 2-core" in d.run_noise.text
     sig = d.significant()
     assert FIXTURE_SIGNIFICANT == sorted((r["stem"], r["shape"], r["samples"]) for r in sig.iter_rows(named=True))
-    assert (sig["ratio_lo"] > sig["noise_band"]).or_(sig["ratio_hi"] < 1 / sig["noise_band"]).all()
+    assert ((sig["ratio_lo"] > sig["noise_band"]) | (sig["ratio_hi"] < 1 / sig["noise_band"])).all()
     few = d.matched().filter(pl.col("more_samples").is_not_null())
     assert few.height and few["ratio_lo"].is_null().all() and (few["noise"] == "no interval").all()
     assert d.steps.change.more_samples == 1 and d.steps.change.n_base == 3
