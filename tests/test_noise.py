@@ -298,12 +298,13 @@ def test_the_repeat_is_all_within_noise(sides):
 
 def test_step_samples_add_up_to_the_anatomy_op_time(runs, sides):
     prof = traceview.load(runs[0])
-    # over every step: 15 samples per population, summing to the anatomy's op time
+    # over every step: one sample per step a population ran in (2 to 15 of them; a population
+    # in one step only is sampled per occurrence), within the anatomy's op time
     every = side(prof, step_window="all")
     a = steps.anatomy(prof.table, prof.module_runs, module=every.steps[0], window="all")
     per_step = [v for kind, v in every.samples.by_key.values() if kind == "per step"]
-    assert per_step and all(len(v) == 15 for v in per_step)
-    assert sum(int(v.sum()) for v in per_step) == int(a.steps["op_time_ps"].sum())
+    assert per_step and all(2 <= len(v) <= 15 for v in per_step) and max(len(v) for v in per_step) == 15
+    assert sum(int(v.sum()) for v in per_step) <= int(a.steps["op_time_ps"].sum())
     assert np.array_equal(every.samples.steps, a.steps["duration_ps"].to_numpy())
     # the kernel runs only inside decode steps: its samples hold exactly its self time as the
     # population table sums it (a group-by over the tagged descriptions, not the event pass)
@@ -317,8 +318,9 @@ def test_step_samples_add_up_to_the_anatomy_op_time(runs, sides):
     a = steps.anatomy(prof.table, prof.module_runs, module=part.steps[0], window="2:10")
     win = a.steps.filter(pl.col("in_window"))
     per_step = [v for kind, v in part.samples.by_key.values() if kind == "per step"]
-    assert win.height == 8 and per_step and all(len(v) == 8 for v in per_step)
-    assert sum(int(v.sum()) for v in per_step) == int(win["op_time_ps"].sum())
+    assert win.height == 8 and per_step and all(len(v) <= 8 for v in per_step)
+    kind, arr = part.samples.get(tuple(k[c] for c in KEY))
+    assert kind == "per step" and len(arr) == 8 and sum(int(v.sum()) for v in per_step) <= int(win["op_time_ps"].sum())
 
 
 def test_pooled_sides_diff_from_the_cli(runs, tmp_path, capsys):

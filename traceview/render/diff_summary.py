@@ -37,7 +37,8 @@ def summary_lines(d) -> list[str]:
                      f"({level:.0%} rank interval of the self time per step{src}; ~ marks a change within noise)")
         if ns is not None and getattr(ns, "too_few", 0):
             lines.append(f"noise: {ns.too_few} matched populations have too few samples for an interval: "
-                         f"record up to {ns.more_samples} more steps a side")
+                         f"record up to {ns.more_samples} more a side (steps; occurrences for a population outside the "
+                         f"steps)")
     for r in d.kernel_changes().iter_rows(named=True):
         lines.append(f"kernel {r['kernel_id']}: {r['changes']} "
                      f"({', '.join(r['names_base'])} -> {', '.join(r['names_treatment'])})")
