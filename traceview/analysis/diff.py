@@ -30,11 +30,16 @@ traced event count differs by ``overhead_factor`` (default 4) or more between th
 note that per-event tracing overhead may distort the comparison of its timing — throughput is
 never to be quoted from a profiled run.
 
-Noise: every matched population carries the ratio of its median self time per step
-(treatment / base) with an interval (:func:`traceview.analysis.noise.compare`, moving-block
-bootstrap; samples from :mod:`traceview.analysis.samples`: self time per step, or per
-occurrence for populations outside the steps); a change whose interval holds 1 is "within
-noise". The step time gets the same from the per-step durations.
+Noise: every matched population carries the Hodges-Lehmann ratio of its self time per step
+(treatment / base) with an exact rank interval (:func:`traceview.analysis.noise.shift`;
+samples from :mod:`traceview.analysis.samples`: self time per step over every step of the
+side, or per occurrence for populations outside the steps). The interval must clear the
+run-to-run noise: measured from the recordings when a side has several
+(:func:`~traceview.analysis.noise.measured_band`), else the stated A/A prior of the machine
+class (:data:`~traceview.analysis.noise.PRIOR`); never the treatment's own shifts. A change
+whose interval reaches into that band is "within noise"; too few samples for an interval is
+"no interval", with how many more steps to record. The step time gets the same from the
+per-step durations.
 
 Units: every time is integer (or mean float) picoseconds; shares are fractions of all ops'
 self time on that side. Errors: :class:`~traceview.errors.UsageError` for bad arguments.
@@ -124,7 +129,9 @@ class DiffReport:
     columns (matched rows; null elsewhere): samples ("per step" / "per occurrence" / null),
     n_samples_base, n_samples_treatment, median_ratio (median per sample, treatment / base),
     ratio_lo, ratio_hi (its interval at ``noise_level``), significant (Boolean: the interval
-    excludes 1), noise ("within noise", "significant" or "no interval"). Sorted by
+    excludes 1), noise ("within noise", "significant" or "no interval"), noise_band (the
+    run-to-run band's upper edge as a ratio: changes within [1/band, band] are noise),
+    more_samples (samples each side lacks for an interval, null when it has one). Sorted by
     ``|delta_self_ps|``.
     ``kernels`` — kernel identity, names on each side, configs, ``changes`` text, invocations
     and events per side. ``families`` — family, self_ps and share per side, delta_self_ps.
@@ -152,7 +159,7 @@ class DiffReport:
     collectives: pl.DataFrame | None = None  # traceview.analysis.collectives.collective_diff
     findings: list | None = None  # traceview.analysis.findings (the diff's rules: profiling overhead)
     noise_level: float = noise.LEVEL
-    run_noise: "noise.RunNoise | None" = None  # the run-to-run noise of a one-recording side
+    run_noise: "NoiseSummary | None" = None  # which run-to-run noise the changes were judged against
 
     # -- views ----------------------------------------------------------------------------
     def matched(self) -> pl.DataFrame:
@@ -191,7 +198,7 @@ DIFF_COLUMNS = (["status", "match"] + KEY + ["shape_treatment", "is_kernel", "fa
                 + ["delta_self_ps", "self_ratio", "occurrence_ratio", "events_ratio", "source_changed",
                    "kernel_changes", "overhead_note"]
                 + ["samples", "n_samples_base", "n_samples_treatment", "median_ratio", "ratio_lo", "ratio_hi",
-                   "significant", "noise"])
+                   "significant", "noise", "noise_band", "more_samples"])
 
 
 def _label(prof, given: str | None) -> str:
@@ -292,8 +299,10 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
                       step_window)
     s.steps = _steps_tuple(a)
     rows, durs = None, None
-    if a is not None:  # the noise samples come from the window's steps only
+    if a is not None:  # the noise samples: every step under "steady" (ranks need no outlier removal), else the window's
         win = a.steps["in_window"].to_numpy() if "in_window" in a.steps.columns else np.ones(a.steps.height, bool)
+        if step_window == "steady":
+            win = np.ones(a.steps.height, bool)
         rows = a.step_rows
         if rows is not None and not win.all():
             rows = np.where(rows >= 0, np.where(win[np.clip(rows, 0, None)], rows, -1), -1)
@@ -418,9 +427,11 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
 
 
 def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = OVERHEAD_FACTOR,
-               overhead_min_events: int = OVERHEAD_MIN_EVENTS, noise_level: float = noise.LEVEL) -> DiffReport:
+               overhead_min_events: int = OVERHEAD_MIN_EVENTS, noise_level: float = noise.LEVEL,
+               noise_prior: "noise.Prior | None" = None) -> DiffReport:
     """The :class:`DiffReport` of two sides (:func:`side`; the treatment's made with
-    ``base=base``). Raises UsageError for ``overhead_factor <= 1`` or ``noise_level`` outside
+    ``base=base``). ``noise_prior``: the run-to-run noise of one recording a side (default
+    :data:`traceview.analysis.noise.PRIOR`; ``benchmarks/noise_ab.py`` passes the one it fits). Raises UsageError for ``overhead_factor <= 1`` or ``noise_level`` outside
     (0, 1)."""
     if not overhead_factor > 1:
         raise UsageError(f"overhead factor must be > 1, got {overhead_factor!r}")
@@ -551,7 +562,7 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
         pl.col("kernel_changes").fill_null(""), pl.col("source_changed").fill_null(""),
     )
     joined, run_noise = _with_noise(joined, base.samples, treatment.samples, noise_level,
-                                    single=base.recordings == 1 or treatment.recordings == 1)
+                                    (base.recordings, treatment.recordings), noise_prior)
     joined = joined.with_columns(pl.col("delta_self_ps").abs().alias("_abs")).sort(
         ["_abs", "status", "stem", "shape"], descending=[True, False, False, False]).drop("_abs")
     joined = joined.select(DIFF_COLUMNS)
@@ -565,7 +576,8 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
                          step_ps_treatment=st, method_base=hb, method_treatment=ht, window_steps_base=wb,
                          window_steps_treatment=wt, window=win)
         if base.samples is not None and treatment.samples is not None:
-            step.change = noise.compare(base.samples.steps, treatment.samples.steps, level=noise_level)
+            step.change = noise.shift(base.samples.steps, treatment.samples.steps, level=noise_level,
+                                      prior=noise_prior, step=True)
 
     notes: list[str] = []
     over = joined.filter(pl.col("overhead_note") != "")
@@ -578,16 +590,6 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     if eb and et and max(eb / et, et / eb) >= overhead_factor:
         notes.append(f"traced op events {eb:,} -> {et:,} ({max(eb / et, et / eb):.1f}x): the profiled timings of the "
                      f"two runs carry different tracing overhead; {THROUGHPUT_RULE}")
-    if run_noise is not None:
-        notes.append(f"one recording on a side: a population's change is significant when it stands out of the "
-                     f"run-to-run noise its {run_noise.populations} compared populations show (common shift "
-                     f"{run_noise.common:.2f}x, spread x{math.exp(run_noise.dispersion):.2f}); the step time's "
-                     f"interval holds only the noise within each recording; pool recordings of each configuration "
-                     f"(--base A1 A2 ... --treatment B1 B2 ...) for the step time")
-    elif (base.recordings == 1 or treatment.recordings == 1) and joined["ratio_lo"].is_not_null().any():
-        notes.append("one recording on a side and too few populations to estimate the run-to-run noise: the noise "
-                     "intervals hold the noise within each recording, not a shift between recordings (a shared "
-                     "machine's load); pool recordings of each configuration with --base A1 A2 ... --treatment B1 B2 ...")
     if step is not None and step.module_base and step.module_treatment and step.module_base != step.module_treatment \
             and _subst(step.module_treatment, vmap) != step.module_base:
         notes.append(f"steps are executions of {step.module_base} (base) and {step.module_treatment} (treatment): "
@@ -611,18 +613,38 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
 
 _NOISE_SCHEMA = {"samples": pl.Utf8, "n_samples_base": pl.Int64, "n_samples_treatment": pl.Int64,
                  "median_ratio": pl.Float64, "ratio_lo": pl.Float64, "ratio_hi": pl.Float64,
-                 "significant": pl.Boolean, "noise": pl.Utf8}
+                 "significant": pl.Boolean, "noise": pl.Utf8, "noise_band": pl.Float64, "more_samples": pl.Int64}
 
 
-def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None", level: float,
-                single: bool = False) -> tuple[pl.DataFrame, "noise.RunNoise | None"]:
+@dataclass
+class NoiseSummary:
+    """Which run-to-run noise a diff's changes were judged against (:func:`_with_noise`):
+    ``source`` ("prior" or "recordings"), ``text`` (in words, as the diff prints it),
+    ``recordings`` (base, treatment), ``prior`` (:data:`~traceview.analysis.noise.PRIOR`
+    when used), ``too_few`` (matched populations without an interval for lack of samples),
+    ``more_samples`` (the most samples a side any of them lacks)."""
+
+    source: str
+    text: str
+    recordings: tuple[int, int]
+    prior: "noise.Prior | None" = None
+    too_few: int = 0
+    more_samples: int = 0
+
+    def to_dict(self) -> dict:
+        return {"source": self.source, "text": self.text, "recordings": list(self.recordings),
+                "prior": None if self.prior is None else self.prior.to_dict(), "too_few": self.too_few,
+                "more_samples": self.more_samples}
+
+
+def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None",
+                level: float, rec: tuple[int, int] = (1, 1),
+                prior: "noise.Prior | None" = None) -> tuple[pl.DataFrame, "NoiseSummary | None"]:
     """(``joined`` with the noise columns (:data:`DIFF_COLUMNS`) for its matched rows, less
-    ``_fp_treatment``; the run-to-run noise or None): :func:`noise.compare` of each matched
-    population's samples on the two sides when they are of the same kind (per step, or per
-    occurrence), else no interval. ``single`` (a side is one recording): a change is
-    significant only when it also stands out of the run-to-run noise the diff's populations
-    show (:func:`noise.run_to_run`, :func:`noise.beyond_run_noise`); without enough
-    populations for that estimate, on its interval alone."""
+    ``_fp_treatment``; the :class:`NoiseSummary`, None without samples): :func:`noise.shift`
+    of each matched population's samples on the two sides when they are of the same kind
+    (per step, or per occurrence), else no interval. ``rec``: recordings per side; ``prior``:
+    the one-recording noise (default :data:`noise.PRIOR`)."""
     rows, changes = [], []
     for r in joined.select(KEY + ["status", "shape_treatment", "_fp_treatment"]).iter_rows(named=True):
         row = dict.fromkeys(_NOISE_SCHEMA)
@@ -632,24 +654,30 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
             b = st.get(tuple(r["shape_treatment"] if k == "shape" else r["_fp_treatment"] if k == "fingerprint"
                              else r[k] for k in KEY))
             if a is not None and b is not None and a[0] == b[0]:
-                c = noise.compare(a[1], b[1], level=level)
+                c = noise.shift(a[1], b[1], level=level, prior=prior)
                 row.update(samples=a[0], n_samples_base=c.n_base, n_samples_treatment=c.n_treatment,
-                           median_ratio=c.ratio, ratio_lo=c.lo, ratio_hi=c.hi, significant=c.significant)
+                           median_ratio=c.ratio, ratio_lo=c.lo, ratio_hi=c.hi, significant=c.significant,
+                           noise_band=math.exp(c.band.bound), more_samples=c.more_samples)
             else:
                 row.update(significant=False, samples=None if a is None or b is None else f"{a[0]} / {b[0]}")
+        row["noise"] = ("no interval" if c is None or c.lo is None else
+                        "significant" if c.significant else "within noise")
         rows.append(row)
         changes.append(c)
-    rn = noise.run_to_run(changes) if single else None
-    for row, c in zip(rows, changes):
-        if c is None:
-            row["noise"] = "no interval"
-            continue
-        if rn is not None:
-            row["significant"] = noise.beyond_run_noise(c, rn, level)
-        row["noise"] = ("significant" if row["significant"] else "within noise" if c.lo is not None
-                        else "no interval")
     extra = pl.DataFrame(rows, schema=_NOISE_SCHEMA)
-    return pl.concat([joined.drop("_fp_treatment"), extra], how="horizontal"), rn
+    summary = None
+    if sb is not None and st is not None:
+        judged = [c for c in changes if c is not None and c.band is not None]
+        sources = {c.band.source for c in judged}
+        few = [c.more_samples for c in judged if c.more_samples]
+        if rec == (1, 1) or sources == {"prior"}:
+            p = noise.PRIOR if prior is None else prior
+            text = noise.prior_band(level, p).text
+            summary = NoiseSummary("prior", text, rec, prior=p)
+        else:
+            summary = NoiseSummary("recordings", f"measured from {sum(rec)} recordings ({rec[0]} + {rec[1]})", rec)
+        summary.too_few, summary.more_samples = len(few), max(few, default=0)
+    return pl.concat([joined.drop("_fp_treatment"), extra], how="horizontal"), summary
 
 
 def _kernel_diff(kb: pl.DataFrame, kt: pl.DataFrame) -> pl.DataFrame:

@@ -1,8 +1,27 @@
-"""Is a change real or noise: an interval for the ratio of two medians.
+"""Is a change real or noise: two tests of one quantity sampled on two sides.
 
-:func:`compare` takes two samples of one quantity (base, treatment) and returns a
-:class:`Change`: the ratio of medians treatment / base with a confidence interval at
-``level``, and whether the interval excludes 1.
+:func:`shift` (the diff's test) takes every sample of each side (e.g. a population's self
+time per step) and returns a :class:`Change`: the Hodges-Lehmann ratio treatment / base with
+an exact rank interval at ``level``, judged against the **run-to-run noise** (a
+:class:`NoiseBand`): the change is significant only when its whole interval lies beyond the
+band.
+
+* Interval: the pairwise log ratios log t_j - log b_i, sorted (D_(1) .. D_(nm)); the estimate
+  is their median, the interval [D_(k), D_(nm+1-k)] with k from the exact null distribution of
+  the Mann-Whitney count (:func:`u_counts`, :func:`rank_k`; its normal limit past
+  :data:`EXACT_MAX`): the Moses / Hodges-Lehmann interval for a shift (Lehmann,
+  *Nonparametrics*, 2.6), distribution-free, with coverage >= ``level`` at any n for i.i.d.
+  continuous samples, so 5 steps a side (4 at 0.95) suffice; fewer say how many more to record
+  (:func:`more_samples`). Ranks need no outlier removal: a preempted step moves one rank.
+* Band: one recording a side cannot show how far two recordings of one configuration drift
+  apart (a shared machine's load, frequency, placement); that drift is the stated
+  :data:`PRIOR`, the A/A spread measured on the machine class (quantiles of |log ratio| over
+  A/A recording pairs, ``benchmarks/noise_ab.py``); several recordings a side measure it
+  (:func:`measured_band`: the two-sample t half-width of the recordings' log medians). Never
+  the treatment's own populations: a treatment that slows everything would hide in them.
+
+:func:`compare` (the history's test, :mod:`traceview.analysis.history`) is the ratio of
+medians with a moving-block bootstrap interval that excludes 1, described below.
 
 Method: **moving-block bootstrap of the ratio of medians, percentile interval.** Each side is
 resampled on its own: ``ceil(n / L)`` blocks of ``L = max(1, round(n ** (1/3)))`` consecutive
@@ -44,6 +63,7 @@ comparison errs toward "within noise". Resampling runs in chunks of at most
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -76,7 +96,9 @@ class Change:
     fewer than :data:`MIN_SAMPLES` samples on a side); ``significant``: the interval excludes
     1 and ``|ratio - 1| >= min_effect``; ``n_base``, ``n_treatment``: samples used;
     ``block``: block lengths (base, treatment); ``method``: :data:`METHOD`, or why there is no
-    interval."""
+    interval. From :func:`shift`: ``band`` (the run-to-run noise the interval must clear),
+    ``noise_source`` (its text), ``more_samples`` (samples each side lacks for an interval,
+    else None); ``significant`` then means the interval lies beyond the band."""
 
     ratio: float | None
     lo: float | None
@@ -90,6 +112,9 @@ class Change:
     median_treatment: float | None = None
     block: tuple[int, int] = (0, 0)
     min_effect: float = MIN_EFFECT
+    band: "NoiseBand | None" = None
+    noise_source: str = ""
+    more_samples: int | None = None
 
     @property
     def within_noise(self) -> bool:
@@ -105,7 +130,9 @@ class Change:
                 "significant": self.significant, "method": self.method, "n_base": self.n_base,
                 "n_treatment": self.n_treatment, "median_base": self.median_base,
                 "median_treatment": self.median_treatment, "block": list(self.block),
-                "min_effect": self.min_effect}
+                "min_effect": self.min_effect,
+                "noise_band": None if self.band is None else self.band.to_dict(),
+                "noise_source": self.noise_source, "more_samples": self.more_samples}
 
 
 def _recordings(x) -> list[np.ndarray]:
@@ -213,55 +240,251 @@ def _side_boot(recs: list[np.ndarray], n_boot: int, max_samples: int, rng: np.ra
     return rep, max(ls)
 
 
-#: fewest populations with an interval for a run-to-run estimate (:func:`run_to_run`)
-MIN_POPULATIONS = 8
+# -- the diff's test: a rank interval judged against the run-to-run noise ----------------------
+
+#: method name of :func:`shift`
+METHOD_RANK = "Hodges-Lehmann ratio (median of pairwise ratios), exact Mann-Whitney interval"
+#: largest side :func:`shift` ranks as is (n x m pairwise ratios; a longer side is thinned)
+MAX_RANK_SAMPLES = 1500
+#: sides up to this size get the exact Mann-Whitney distribution (larger: its normal limit)
+EXACT_MAX = 50
+
+
+@functools.lru_cache(maxsize=512)
+def u_counts(n: int, m: int) -> tuple[int, ...]:
+    """Number of orderings of ``n`` + ``m`` distinct values giving each Mann-Whitney count
+    U = #{(i, j): x_i < y_j}, U = 0 .. n·m (they sum to C(n+m, n)): the coefficients of the
+    Gaussian binomial [n+m choose n]_q = prod_{i=1..n} (1 - q^(m+i)) / (1 - q^i) (Mann &
+    Whitney 1947; Andrews, *The Theory of Partitions*, 3.3). Exact integers."""
+    c = [0] * (n * m + 1)
+    c[0] = 1
+    top = 0
+    for i in range(1, n + 1):
+        top += m
+        s = m + i
+        for k in range(top, s - 1, -1):  # times (1 - q^(m+i))
+            c[k] -= c[k - s]
+        for k in range(i, top + 1):  # divided by (1 - q^i): exact, the quotient is a polynomial
+            c[k] += c[k - i]
+    return tuple(c)
+
+
+def rank_k(n: int, m: int, level: float) -> int:
+    """The order k of the Hodges-Lehmann interval [D_(k), D_(nm+1-k)] (D the sorted n·m
+    pairwise differences): the largest k with P(U <= k - 1) <= (1 - level) / 2 under the null,
+    exact for sides up to :data:`EXACT_MAX`, else the normal limit of U (mean nm/2, variance
+    nm(n+m+1)/12, continuity-corrected). 0 when no k qualifies (too few samples).
+    Coverage >= ``level`` for a pure shift of continuous i.i.d. samples (Lehmann,
+    *Nonparametrics*, 2.6)."""
+    a = (1 - level) / 2
+    if n < 1 or m < 1:
+        return 0
+    if max(n, m) <= EXACT_MAX:
+        c = u_counts(n, m)
+        total = math.comb(n + m, n)
+        lim = a * total
+        k, run = 0, 0
+        for u in range(n * m + 1):
+            run += c[u]
+            if run > lim:
+                break
+            k = u + 1
+        return k
+    N = n * m
+    sd = math.sqrt(N * (n + m + 1) / 12)
+    u = math.floor(N / 2 - 0.5 + NormalDist().inv_cdf(a) * sd)
+    return max(0, u + 1)
+
+
+def more_samples(n: int, m: int, level: float) -> int:
+    """How many more samples each side needs for a rank interval at ``level``: the smallest
+    j >= 0 with C(n+m+2j, n+j) >= 2 / (1 - level) (the least likely ordering must be rarer
+    than either tail)."""
+    j = 0
+    while math.comb(n + m + 2 * j, n + j) * (1 - level) < 2:
+        j += 1
+    return j
 
 
 @dataclass(frozen=True)
-class RunNoise:
-    """The run-to-run part of a one-recording-per-side diff (:func:`run_to_run`): ``common``
-    (the median ratio over the populations compared: the whole run's shift), ``dispersion``
-    (robust standard deviation of the populations' log ratios about it, 1.4826 x MAD),
-    ``populations`` (how many were compared)."""
+class Prior:
+    """The run-to-run noise of one recording per side on a machine class, measured on A/A
+    pairs (two recordings of one configuration; ``command`` names the measurement).
+    ``bounds[level]`` (log scale): the ``level`` quantile, over the populations of the A/A
+    pairs, of how far a population's rank interval at ``level`` lies from 1 (max(0, log lo,
+    -log hi): 0 when it holds 1), so that at most 1 - ``level`` of A/A populations clear the
+    band; ``step_bounds[level]``: the same for the step time. ``machine``: the machine class
+    in words; ``pairs``, ``populations``: what it was fitted on; ``spread95``: the 0.95
+    quantile of |log ratio| over those populations (the raw A/A spread, for reference)."""
 
-    common: float
-    dispersion: float
+    machine: str
+    command: str
+    bounds: dict
+    step_bounds: dict
+    pairs: int
     populations: int
+    spread95: float = 0.0
+
+    def bound(self, level: float, step: bool = False) -> tuple[float, float]:
+        """(log half-width, the level it was measured at): the bound at the smallest measured
+        level >= ``level`` (the largest measured level when ``level`` is above them all).
+        ``step``: the step time's bound."""
+        b = self.step_bounds if step else self.bounds
+        lv = min((x for x in b if x >= level - 1e-9), default=max(b))
+        return b[lv], lv
 
     def to_dict(self) -> dict:
-        return {"common_ratio": self.common, "dispersion_log": self.dispersion, "populations": self.populations}
+        return {"machine": self.machine, "command": self.command,
+                "bounds_log": {str(k): v for k, v in self.bounds.items()},
+                "step_bounds_log": {str(k): v for k, v in self.step_bounds.items()}, "pairs": self.pairs,
+                "populations": self.populations, "spread95_log": self.spread95}
 
 
-def run_to_run(changes) -> RunNoise | None:
-    """The run-to-run noise estimated from the populations of one diff (``changes``: their
-    :class:`Change`\\ s; those without an interval are skipped), or None with fewer than
-    :data:`MIN_POPULATIONS`.
+#: the A/A run-to-run noise of single engine recordings on the project's 2-core CPU VM, shared
+#: with seven other jobs (load average 12-27 while recording): fitted by the command named on
+#: the odd-indexed half of 7 + 7 interleaved recordings per setting (``benchmarks/RESULTS.md``,
+#: "Noise intervals", the issue 24 section)
+PRIOR = Prior(
+    machine="2-core shared CPU VM",
+    command="python benchmarks/noise_ab.py --dir /tmp/noise/np --upto 7 --fit-only",
+    bounds={0.9: 0.4269, 0.95: 0.4928, 0.99: 1.9967},
+    step_bounds={0.9: 0.9888, 0.95: 1.1002, 0.99: 1.7681},
+    pairs=24, populations=1536, spread95=0.582,
+)
 
-    With one recording per side, the bootstrap intervals hold the noise within each
-    recording, not the shift between two recordings of one configuration (a shared machine's
-    load, frequency, memory placement): ``benchmarks/noise_ab.py`` measured 46% of the
-    populations of identical configurations outside their intervals. Most populations of a
-    diff are untouched by its treatment, so their changes are a sample of that run-to-run
-    noise: a common shift (their median log ratio) and a spread about it. This is the
-    normalisation of differential-expression analysis (each sample scaled by its median
-    ratio to the others; Anders & Huber 2010, DESeq) with a robust dispersion (1.4826 x the
-    median absolute deviation estimates a normal standard deviation)."""
-    logs = [math.log(c.ratio) for c in changes if c is not None and c.lo is not None and c.ratio and c.ratio > 0]
-    if len(logs) < MIN_POPULATIONS:
+
+@dataclass(frozen=True)
+class NoiseBand:
+    """Run-to-run noise a change must clear: ratios within [exp(-bound), exp(bound)] are
+    noise. ``source``: "prior" (:data:`PRIOR`, one recording a side) or "recordings"
+    (measured from the recordings of each side, :func:`measured_band`); ``text`` says which
+    in words; ``recordings``: (base, treatment)."""
+
+    bound: float
+    source: str
+    text: str
+    recordings: tuple[int, int] = (1, 1)
+
+    def to_dict(self) -> dict:
+        return {"bound_log": self.bound, "band": [math.exp(-self.bound), math.exp(self.bound)],
+                "source": self.source, "text": self.text, "recordings": list(self.recordings)}
+
+
+def prior_band(level: float = LEVEL, prior: Prior | None = None, step: bool = False) -> NoiseBand:
+    """The :class:`NoiseBand` of ``prior`` (default :data:`PRIOR`) at ``level``; ``step``: the
+    step time's."""
+    prior = PRIOR if prior is None else prior
+    b, lv = prior.bound(level, step)
+    return NoiseBand(b, "prior", f"prior: A/A spread on {prior.machine}, ±{math.exp(b) - 1:.0%} "
+                                 f"({lv:.0%} bound over {prior.pairs} A/A recording pairs)")
+
+
+def t_quantile(p: float, df: int) -> float:
+    """Student's t quantile for ``p`` in (0.5, 1) and integer ``df`` >= 1: bisection on the
+    closed-form CDF for integer degrees of freedom (Abramowitz & Stegun 26.7.3-4)."""
+    def two_sided(t: float) -> float:  # P(|T| < t)
+        th = math.atan(t / math.sqrt(df))
+        c2, s = math.cos(th) ** 2, math.sin(th)
+        if df % 2:
+            term, acc = math.cos(th), 0.0
+            for j in range(1, (df - 1) // 2 + 1):
+                acc += term
+                term *= c2 * (2 * j) / (2 * j + 1)
+            return 2 / math.pi * (th + s * acc) if df > 1 else 2 / math.pi * th
+        term, acc = 1.0, 0.0
+        for j in range(1, df // 2 + 1):
+            acc += term
+            term *= c2 * (2 * j - 1) / (2 * j)
+        return s * acc
+
+    want = 2 * p - 1
+    lo, hi = 0.0, 1.0
+    while two_sided(hi) < want:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if two_sided(mid) < want else (lo, mid)
+    return (lo + hi) / 2
+
+
+def measured_band(base: list[np.ndarray], treatment: list[np.ndarray], level: float = LEVEL) -> NoiseBand | None:
+    """Run-to-run noise measured from several recordings per side (lists of sample arrays,
+    one per recording): the pooled standard deviation s of the recordings' log medians about
+    their side's mean, df = k + l - 2, and the band t_df((1 + level) / 2) · s · sqrt(1/k + 1/l)
+    (the two-sample t interval's half-width on recordings as units). None when df < 1 (one
+    recording a side) or a median is not positive."""
+    k, l = len(base), len(treatment)
+    df = k + l - 2
+    if df < 1:
         return None
-    a = np.asarray(logs)
-    common = float(np.median(a))
-    return RunNoise(common=math.exp(common), dispersion=float(1.4826 * np.median(np.abs(a - common))),
-                    populations=len(logs))
+    ss = 0.0
+    for side in (base, treatment):
+        meds = [float(np.median(r)) for r in side]
+        if min(meds) <= 0:
+            return None
+        lg = np.log(meds)
+        ss += float(((lg - lg.mean()) ** 2).sum())
+    s = math.sqrt(ss / df)
+    b = t_quantile((1 + level) / 2, df) * s * math.sqrt(1 / k + 1 / l)
+    return NoiseBand(b, "recordings", f"measured from {k + l} recordings ({k} + {l}), ±{math.exp(b) - 1:.0%}",
+                     recordings=(k, l))
 
 
-def beyond_run_noise(c: Change, rn: RunNoise, level: float = LEVEL) -> bool:
-    """Whether ``c`` (significant on its own interval) also stands out of the run-to-run
-    noise ``rn``: its log ratio differs from the common shift by more than z x sqrt(se² +
-    dispersion²), se the half-width of its log interval over z, z the normal quantile of
-    ``(1 + level) / 2``."""
-    if not c.significant or c.lo is None or c.hi is None or not c.ratio or c.ratio <= 0:
-        return False
-    z = NormalDist().inv_cdf((1 + level) / 2)
-    se = (math.log(c.hi) - math.log(c.lo)) / (2 * z)
-    return abs(math.log(c.ratio) - math.log(rn.common)) > z * math.sqrt(se * se + rn.dispersion ** 2)
+def _positive_parts(x) -> list[np.ndarray]:
+    return [r[r > 0] for r in _recordings(x)]
+
+
+def shift(base_samples, treatment_samples, *, level: float = LEVEL, band: NoiseBand | None = None,
+          prior: Prior | None = None, step: bool = False, max_samples: int = MAX_RANK_SAMPLES) -> Change:
+    """The change treatment / base of one quantity judged against the run-to-run noise.
+
+    ``base_samples``, ``treatment_samples``: 1-D array-likes of positive values (e.g. ps per
+    step), or lists of such arrays, one per recording; values <= 0 and non-finite ones are
+    left out. Point estimate: the Hodges-Lehmann ratio exp(median of log t_j - log b_i over
+    all pairs); interval: [D_(k), D_(nm+1-k)] of the sorted pairwise log ratios
+    (:func:`rank_k`), every sample of every recording pooled per side (a side longer than
+    ``max_samples`` is thinned by an even stride, which widens the interval). ``band``: the
+    noise to clear; by default :func:`measured_band` when a side has several recordings,
+    else :func:`prior_band` of ``prior`` (default :data:`PRIOR`; ``step``: its step-time bound).
+    Significant when the
+    interval lies wholly beyond the band (lo > exp(bound) or hi < exp(-bound)). Without an
+    interval (too few samples), ``more_samples`` says how many more each side needs.
+    Raises ValueError for a level outside (0, 1) or ``max_samples`` < 10.
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level!r}")
+    if max_samples < 10:
+        raise ValueError(f"max_samples must be >= 10, got {max_samples!r}")
+    rb = [r for r in _positive_parts(base_samples) if len(r)]
+    rt = [r for r in _positive_parts(treatment_samples) if len(r)]
+    xb = np.concatenate(rb) if rb else np.zeros(0)
+    xt = np.concatenate(rt) if rt else np.zeros(0)
+    n, m = len(xb), len(xt)
+    mb = float(np.mean([np.median(r) for r in rb])) if rb else None
+    mt = float(np.mean([np.median(r) for r in rt])) if rt else None
+    if band is None:
+        band = ((measured_band(rb, rt, level) if len(rb) > 1 or len(rt) > 1 else None)
+                or prior_band(level, prior, step))
+    common = dict(level=level, n_base=n, n_treatment=m, median_base=mb, median_treatment=mt,
+                  band=band, noise_source=band.text)
+    if n == 0 or m == 0:
+        return Change(None, None, None, significant=False, method="no interval: a side has no positive sample",
+                      **common)
+    if n > max_samples:
+        xb = xb[:: -(-n // max_samples)]
+    if m > max_samples:
+        xt = xt[:: -(-m // max_samples)]
+    d = np.subtract.outer(np.log(xt), np.log(xb)).ravel()
+    N = len(d)
+    mid = [(N - 1) // 2, N // 2]
+    k = rank_k(len(xb), len(xt), level)
+    kth = sorted(set(mid + ([k - 1, N - k] if k else [])))
+    part = np.partition(d, kth)
+    ratio = float(math.exp((part[mid[0]] + part[mid[1]]) / 2))
+    if k == 0:
+        more = more_samples(len(xb), len(xt), level)
+        return Change(ratio, None, None, significant=False, more_samples=more,
+                      method=f"no interval: {n} vs {m} samples, record {more} more a side", **common)
+    lo, hi = float(math.exp(part[k - 1])), float(math.exp(part[N - k]))
+    sig = lo > math.exp(band.bound) or hi < math.exp(-band.bound)
+    return Change(ratio, lo, hi, significant=bool(sig), method=METHOD_RANK, **common)

@@ -27,7 +27,7 @@ from traceview.analysis.populations import KEY, keyed
 from traceview.analysis.tagged import ABSORBED_DEPTH
 
 #: fewest steps with events for a per-step sample (else per occurrence)
-MIN_STEPS = 5
+MIN_STEPS = 2
 #: most per-occurrence samples kept per population
 MAX_OCCURRENCES = 20000
 

@@ -28,7 +28,8 @@ def add_parser(sub) -> None:
                    help="several treatment profiles, pooled (see --base)")
     d.add_argument("--noise-level", type=cargs.positive_float, default=0.95, metavar="P",
                    help="confidence level of the noise intervals, in (0, 1) (default 0.95): a change whose "
-                        "interval holds 1 is marked ~ (within noise)")
+                        "rank interval reaches into the run-to-run noise (measured from several recordings a "
+                        "side, else the A/A prior of benchmarks/RESULTS.md) is marked ~ (within noise)")
     d.add_argument("--run-base", metavar="NAME", help="run folder to read under BASE (default: newest)")
     d.add_argument("--run-treatment", metavar="NAME", help="run folder to read under TREATMENT (default: newest)")
     d.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX, on both sides")

@@ -24,14 +24,21 @@ def summary_lines(d) -> list[str]:
                         != (s.steps_base, s.steps_treatment) else ""))
         c = getattr(s, "change", None)
         if c is not None:
+            against = f"; against {c.noise_source}" if getattr(c, "noise_source", "") else ""
             lines.append(f"median step {change_text(c.ratio, c.lo, c.hi, c.significant)} "
-                         f"({c.level:.0%} interval, {c.method})")
+                         f"({c.level:.0%} interval, {c.method}{against})")
     level = getattr(d, "noise_level", None)
     if level is not None and "significant" in d.populations.columns:
         m = d.populations.filter(d.populations["ratio_lo"].is_not_null())
         k = int(m["significant"].sum() or 0)
-        lines.append(f"noise: {k} of {m.height} matched populations with an interval changed outside the noise "
-                     f"({level:.0%} interval of the median self time per step; ~ marks a change within noise)")
+        ns = getattr(d, "run_noise", None)
+        src = f" against the run-to-run noise, {ns.text}" if ns is not None and getattr(ns, "text", "") else ""
+        lines.append(f"noise: {k} of {m.height} matched populations with an interval changed beyond the noise "
+                     f"({level:.0%} rank interval of the self time per step{src}; ~ marks a change within noise)")
+        if ns is not None and getattr(ns, "too_few", 0):
+            lines.append(f"noise: {ns.too_few} matched populations have too few samples for an interval: "
+                         f"record up to {ns.more_samples} more a side (steps; occurrences for a population outside the "
+                         f"steps)")
     for r in d.kernel_changes().iter_rows(named=True):
         lines.append(f"kernel {r['kernel_id']}: {r['changes']} "
                      f"({', '.join(r['names_base'])} -> {', '.join(r['names_treatment'])})")
