@@ -314,7 +314,9 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
         instructions="traceview reads JAX/XProf profiles (.xplane.pb, .trace.json.gz) and reports HLO ops keyed "
                      "by (name, shape) with occurrences, roofline, steps and sources. Paths are confined to: "
                      + ", ".join(roots.dirs) + ". Start with find_traces, then analyze (section=... for one "
-                     "part), query (SQL; describe_schema lists the tables), diff and verify.")
+                     "part), query (SQL; describe_schema lists the tables), diff and verify. Answers take at most "
+                     f"{max_bytes // 1024} KB: what was cut is under paging (or rows); section=PATH with offset "
+                     "pages through a table, each page giving next_offset.")
     cache = ["--no-cache"] if no_cache else []
 
     def load(text: str) -> tuple[dict, dict]:
