@@ -196,10 +196,12 @@ def test_v6e_all_reduce_agrees_with_xprof(shared_traces, v6e):
 
 def test_v6e_report_json_and_verify(shared_traces, v6e):
     prof, _ = v6e
-    from traceview.render.json import analysis_payload
+    import json
+
+    from traceview.render.json import analysis_json
 
     rep = prof.analyze()
-    payload = analysis_payload(rep, top=None, version="t")["communication"]
+    payload = json.loads(analysis_json(rep, top=None, version="t"))["communication"]
     assert payload["collectives"][0]["group_size"] == 2 and payload["collectives"][0]["data_bytes"] == AR_BYTES
     assert payload["link"]["per_direction"] == 400e9 and len(payload["host_transfers"]) == 2
     v = traceview.verify(prof, [f"collective all-reduce bytes == {AR_BYTES}", "collective all-reduce group == 2",

@@ -120,9 +120,9 @@ def test_named_scope_with_ops_outside_its_loop_is_no_kernel():
 def test_cli_collapses_and_expand_kernels_shows_the_inside(tmp_path, capsys):
     out, out_x = tmp_path / "a.json", tmp_path / "b.json"
     path = str(FIXTURES / "greedy_b8")
-    assert main(["analyze", path, "--steps", "3", "--format", "json", "-o", str(out), "--no-cache"]) == 0
+    assert main(["analyze", path, "--steps", "3", "--format", "json", "-o", str(out), "--no-cache", "--all-rows"]) == 0
     assert main(["analyze", path, "--steps", "3", "--format", "json", "-o", str(out_x), "--no-cache",
-                 "--expand-kernels"]) == 0
+                 "--expand-kernels", "--all-rows"]) == 0
     a, b = json.loads(out.read_text()), json.loads(out_x.read_text())
     ka = [r for r in a["ops"] if r["op_name"] == KERNEL]
     assert len(ka) == 1 and ka[0]["occurrences"] == 6

@@ -2,7 +2,7 @@
 client (``mcp.client.stdio``), over the shared traces. Each tool's JSON must equal what the
 command line prints for the same arguments; paths outside the roots, a symbolic link
 escaping them and a missing file get one-line MCP tool errors; nothing is written under the
-roots."""
+roots. Every answer takes at most 32 KB; paging through a section returns each row once."""
 
 from __future__ import annotations
 
@@ -45,7 +45,20 @@ CALLS = [
     ("bad_arg", "analyze", {"path": V6E, "top": 0}),
     ("sql_reads_file", "query", {"path": V6E, "sql": "SELECT * FROM read_csv('/etc/passwd', has_header => false)"}),
     ("sql_drop", "query", {"path": V6E, "sql": "DROP TABLE ops"}),
+    ("analyze_vllm_default", "analyze", {"path": VLLM}),
+    ("analyze_v6e_steps", "analyze", {"path": V6E, "section": "steps"}),
+    ("offset_without_section", "analyze", {"path": V6E, "offset": 3}),
 ]
+
+#: (name, tool, arguments, section): tables read page by page, following next_offset
+PAGED = [
+    ("pages_v6e_records", "analyze", {"path": V6E, "section": "steps.records"}, "steps.records"),
+    ("pages_v6e_overlap", "analyze", {"path": V6E, "section": "overlap.steps", "top": 150}, "overlap.steps"),
+    ("pages_vllm_query", "query", {"path": VLLM, "sql": SQL + " LIMIT 1000", "limit": 10000}, "result"),
+]
+
+#: bytes an answer may take
+MAX_BYTES = 32 * 1024
 
 
 @pytest.fixture
@@ -86,6 +99,16 @@ def session(shared_traces, tmp_path_factory):
                             for k, v in args.items()}
                     r = await s.call_tool(tool, args, read_timeout_seconds=300)
                     out[name] = (r.is_error, "".join(c.text for c in r.content if getattr(c, "type", "") == "text"))
+                for name, tool, args, section in PAGED:
+                    pages, offset = [], 0
+                    while offset is not None and len(pages) < 100:
+                        r = await s.call_tool(tool, {**args, "offset": offset}, read_timeout_seconds=300)
+                        text = "".join(c.text for c in r.content if getattr(c, "type", "") == "text")
+                        assert not r.is_error, text
+                        pages.append(text)
+                        got = json.loads(text)
+                        offset = (got["rows"]["result"] if section == "result" else got["rows"])["next_offset"]
+                    out[name] = pages
         return out
 
     res = anyio.run(talk)
@@ -103,7 +126,9 @@ def test_tools_listed_with_schemas(session):
     tools = {t.name: t for t in session["_tools"]}
     assert set(tools) == {"find_traces", "analyze", "diff", "verify", "query", "describe_schema"}
     a = tools["analyze"].input_schema
-    assert a["required"] == ["path"] and a["properties"]["top"]["maximum"] == 1000
+    assert a["required"] == ["path"]
+    assert [t.get("maximum") for t in a["properties"]["top"]["anyOf"]] == [1000, None]
+    assert a["properties"]["offset"]["minimum"] == 0 and "section" in a["properties"]
     assert tools["verify"].input_schema["properties"]["checks"]["type"] == "array"
     assert all(t.description for t in tools.values())
 
@@ -123,10 +148,14 @@ def test_analyze_section_equals_cli_section(session, shared_traces, cli):
     rc, out = cli("analyze", str(shared_traces / VLLM), "--format", "json", "--top", "4")
     cli = json.loads(out)
     got = _ok(session, "analyze_vllm_ops")
-    assert got == {"section": "ops", "rows": cli["rows"]["ops"], "ops": cli["ops"]}
-    assert got["rows"] == {"shown": 4, "total": 3454}
+    assert got == {"section": "ops", "rows": {"offset": 0, "shown": 4, "total": 3454, "remaining": 3450,
+                                              "next_offset": 4}, "ops": cli["ops"]}
+    assert cli["rows"]["ops"] == {"shown": 4, "total": 3454}
     err, text = session["analyze_bad_section"]
-    assert err and "unknown section 'nope'; sections: traceview, top, rows, provenance" in text
+    assert err and "unknown section 'nope'; sections: traceview, top, provenance, warnings" in text
+    assert "steps.records" in text and "\n" not in text
+    err, text = session["offset_without_section"]
+    assert err and "offset pages through a section: give section=NAME too" in text
 
 
 def test_diff_equals_cli_json(session, shared_traces, cli):
@@ -149,8 +178,10 @@ def test_query_equals_cli_json(session, shared_traces, cli):
     rc, out = cli("query", str(shared_traces / VLLM), SQL, "--format", "json", "--top", "7")
     assert rc == 0
     got = _ok(session, "query_vllm")
-    assert got == json.loads(out)
-    assert got["rows"] == {"result": {"shown": 7, "total": 3454}}
+    want = json.loads(out)
+    assert want["rows"] == {"result": {"shown": 7, "total": 3454}}
+    assert got["rows"] == {"result": {"offset": 0, "shown": 7, "total": 3454, "remaining": 3447, "next_offset": 7}}
+    assert {**got, "rows": None} == {**want, "rows": None}
     err, text = session["query_bad"]
     assert err and "unknown table 'nope'" in text and "\n" not in text
 
@@ -184,6 +215,74 @@ def test_refusals_are_one_line_tool_errors(session, name, msg):
     assert err
     assert msg in text
     assert "\n" not in text and "Traceback" not in text
+
+
+def test_every_answer_fits_32_kb(session):
+    sizes = {name: len(session[name][1].encode("utf-8")) for name, _, _ in CALLS}
+    sizes |= {f"{name}[{i}]": len(p.encode("utf-8")) for name, *_ in PAGED for i, p in enumerate(session[name])}
+    assert max(sizes.values()) <= MAX_BYTES, sizes
+
+
+def test_default_analyze_is_cut_to_fit_and_says_so(session, shared_traces, cli):
+    got = _ok(session, "analyze_vllm_default")
+    cut = got["paging"]["cut"]
+    # the command's 20 rows of the op table did not fit: fewer shown, the real total stated
+    assert cut["ops"]["total"] == 3454 == cut["ops"]["shown"] + cut["ops"]["remaining"]
+    assert len(got["ops"]) == cut["ops"]["shown"] < 20
+    assert got["paging"]["max_bytes"] == MAX_BYTES and "section=" in got["paging"]["more"]
+    rc, out = cli("analyze", str(shared_traces / VLLM), "--format", "json", "--top", "20")
+    want = json.loads(out)
+    assert got["ops"] == want["ops"][:len(got["ops"])]
+    assert got["peaks"] == want["peaks"] and got["rows"] == want["rows"]
+    steps = _ok(session, "analyze_v6e_steps")  # a section that is an object: its lists cut to fit
+    assert steps["section"] == "steps" and steps["steps"]["method"]
+    assert steps["paging"]["cut"]["steps.records"]["total"] == 400
+
+
+@pytest.mark.parametrize("name", [p[0] for p in PAGED])
+def test_paging_returns_every_row_once(session, shared_traces, cli, name):
+    _, tool, args, section = next(p for p in PAGED if p[0] == name)
+    pages = [json.loads(t) for t in session[name]]
+    if tool == "query":
+        rc, out = cli("query", str(shared_traces / args["path"]), args["sql"], "--format", "json")
+        want = json.loads(out)["result"]
+        counts = [p["rows"]["result"] for p in pages]
+        rows = [r for p in pages for r in p["result"]]
+    else:
+        rc, out = cli("analyze", str(shared_traces / args["path"]), "--format", "json", "--all-rows")
+        node = json.loads(out)
+        for part in section.split("."):
+            node = node[part]
+        want = node
+        counts = [p["rows"] for p in pages]
+        rows = [r for p in pages for r in p[section]]
+    assert rc == 0 and len(pages) > 1  # more than one page: the table does not fit in one answer
+    assert rows == want  # every row once, in order
+    assert [c["offset"] for c in counts] == [0] + [c["next_offset"] for c in counts[:-1]]
+    assert all(c["total"] == len(want) == c["offset"] + c["shown"] + c["remaining"] for c in counts)
+    assert counts[-1]["remaining"] == 0 and counts[-1]["next_offset"] is None
+    if "top" in args:
+        assert max(c["shown"] for c in counts) <= args["top"]
+
+
+def test_fit_and_page_bound_any_payload():
+    from traceview.cli.mcp_server import fit, page
+
+    size = lambda o: len(json.dumps(o, separators=(",", ":"), ensure_ascii=False).encode())
+    payload = {"rows": {"t": {"shown": 300, "total": 900}}, "t": [{"x": "y" * 100, "i": i} for i in range(300)],
+               "s": {"u": list(range(5000))}, "big": "z" * 9000}
+    got = fit(payload, max_bytes=4000)
+    assert size(got) <= 4000
+    assert got["paging"]["cut"]["t"] == {"shown": len(got["t"]), "total": 900, "remaining": 900 - len(got["t"])}
+    assert got["paging"]["omitted"] == {"big": 9002} and got["big"] is None
+    seen, offset = [], 0
+    while offset is not None:
+        p = page(payload["t"][offset:], offset=offset, total=300, max_bytes=2000,
+                 wrap=lambda rows, counts: {"rows": counts, "t": rows})
+        assert size(p) <= 2000
+        seen += [r["i"] for r in p["t"]]
+        offset = p["rows"]["next_offset"]
+    assert seen == list(range(300))
 
 
 def test_nothing_written_under_the_roots(session):

@@ -209,7 +209,7 @@ def test_cli_program_shape_and_json(t32b32, tmp_path):
     run = t32b32[0]
     out = tmp_path / "a.json"
     subprocess.run([sys.executable, "-m", "traceview.cli", "analyze", str(run), "--by", "program-shape",
-                    "--no-cache", "-o", str(out)], check=True, capture_output=True, text=True, timeout=300)
+                    "--all-rows", "--no-cache", "-o", str(out)], check=True, capture_output=True, text=True, timeout=300)
     j = json.loads(out.read_text())
     ops = pl.DataFrame(j["ops"], infer_schema_length=None)
     assert list(j["ops"][0])[0] == "module"

@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
                        description="Find traces under PATH, say what was read and why, and print "
                                    "the HLO ops keyed by (name, shape) with occurrences and times.")
     cargs.add_selection(a)
-    a.add_argument("--top", type=cargs.positive_int, default=None, metavar="N", help=cargs.TOP_HELP)
+    cargs.add_top(a)
     a.add_argument("--by", choices=["shape", "name", "program", "program-shape", "kind"], default="shape",
                    help="row key: (name, shape) [default; split by module when one key runs in several], name "
                         "only, (program_id, name) as XProf hlo_stats, (module, name, shape) program by program, "
@@ -169,20 +169,20 @@ def _write(rep, args, out: Path | None) -> bytes | None:
         if out is None:
             from traceview.cli.outputs import console
 
-            render_report(console(), rep, top=args.top or TABLE_TOP)
+            render_report(console(), rep, top=cargs.table_top(args, TABLE_TOP))
             return None
         import io
 
         from traceview.cli.outputs import file_console
 
         buf = io.StringIO()
-        render_report(file_console(buf), rep, top=args.top or TABLE_TOP)
+        render_report(file_console(buf), rep, top=cargs.table_top(args, TABLE_TOP))
         data = buf.getvalue().encode("utf-8")
     elif args.format == "json":
         from traceview import __version__
         from traceview.render.json import analysis_json
 
-        data = analysis_json(rep, top=args.top, version=__version__).encode("utf-8")
+        data = analysis_json(rep, top=args.top, version=__version__, all_rows=args.all_rows)
     elif args.format == "csv":
         import polars as pl
 

@@ -33,8 +33,23 @@ def positive_int(text: str) -> int:
     return min(v, MAX_COUNT)
 
 
-TOP_HELP = ("rows of each table: every format obeys it (table output shows 25 when it is not given; "
-            "JSON, CSV and Parquet then hold every row, and JSON says how many under \"rows\")")
+TOP_HELP = ("rows of each table: every format obeys it (without it the table output and the JSON show 25 "
+            "rows of each table, and JSON says how many there are under \"rows\"; CSV and Parquet hold every row)")
+
+ALL_ROWS_HELP = "every row of every table, in every format (JSON included); not with --top"
+
+
+def add_top(p: argparse.ArgumentParser, *, top_help: str = TOP_HELP) -> None:
+    """``--top N`` and ``--all-rows`` (mutually exclusive)."""
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--top", type=positive_int, default=None, metavar="N", help=top_help)
+    g.add_argument("--all-rows", action="store_true", help=ALL_ROWS_HELP)
+
+
+def table_top(args, default: int) -> int:
+    """Rows of each table a text output shows: ``--top``, every row under ``--all-rows``
+    (:data:`MAX_COUNT`), else ``default``."""
+    return MAX_COUNT if getattr(args, "all_rows", False) else (args.top or default)
 
 
 def step_count(text: str) -> tuple[str | None, int]:

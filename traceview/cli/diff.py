@@ -33,9 +33,8 @@ def add_parser(sub) -> None:
     d.add_argument("--run-base", metavar="NAME", help="run folder to read under BASE (default: newest)")
     d.add_argument("--run-treatment", metavar="NAME", help="run folder to read under TREATMENT (default: newest)")
     d.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX, on both sides")
-    d.add_argument("--top", type=cargs.positive_int, default=None, metavar="N",
-                   help="populations to show: every format obeys it (table output shows 25 when it is not given; "
-                        "JSON then holds every population and says how many under \"rows\")")
+    cargs.add_top(d, top_help="rows of each table (populations, kernels, families, modules, collectives): every "
+                              "format obeys it (25 when it is not given; JSON says how many there are under \"rows\")")
     d.add_argument("--format", choices=["table", "json", "html"], default=None,
                    help="table [default], json or html; with -o and no --format, the file's suffix (.txt, .json, "
                         ".html) decides, another suffix is an error")
@@ -135,23 +134,23 @@ def run(args) -> int:
     if args.format == "json":
         from traceview.render.json import diff_json
 
-        text = diff_json(d, args.top)
+        text = diff_json(d, args.top, args.all_rows)
     elif args.format == "html":
         from traceview.render.diff_html import render_diff_page
 
-        text = render_diff_page(d, top=args.top or 25)
+        text = render_diff_page(d, top=cargs.table_top(args, 25))
     else:
         from traceview.render.diff_terminal import render_diff
 
         if out is None:
             from traceview.cli.outputs import console
 
-            render_diff(console(), d, top=args.top or 25)
+            render_diff(console(), d, top=cargs.table_top(args, 25))
             return EXIT_OK
         from traceview.cli.outputs import PLAIN_WIDTH
         from traceview.render.diff_terminal import render_diff_text
 
-        text = render_diff_text(d, top=args.top or 25, width=PLAIN_WIDTH)
+        text = render_diff_text(d, top=cargs.table_top(args, 25), width=PLAIN_WIDTH)
     if out is not None:
         write_atomic(out, text)
         print(f"wrote {safe_line(str(out))}", file=sys.stderr)

@@ -12,9 +12,13 @@ Confinement: every path (relative ones against the first root) is resolved with
 ``os.path.realpath`` (symbolic links followed) and must lie under a root given at start-up
 (:class:`Roots`); so must every trace file discovery picks under it. Nothing is written
 anywhere but the caches (``$TRACEVIEW_CACHE_DIR``, outside any profile folder; none with
-``no_cache``). Output is bounded: lists cut at ``max_items`` and strings at ``max_chars``, each
-cut listed under ``"truncated"`` with the full length. Errors are MCP tool errors carrying one
-line (traceview's message, or the exception's type and first line), never a traceback.
+``no_cache``). Output is bounded: strings cut at ``max_chars`` (each cut listed under
+``"truncated"`` with the full length), and an answer takes at most ``max_bytes`` (an agent's
+context): the overview cuts every list to the rows that fit and says under ``"paging"`` how
+many each holds; ``section=PATH`` with ``offset`` pages through one list, each page stating
+``offset``, ``shown``, ``total``, ``remaining`` and ``next_offset`` (:func:`fit`, :func:`page`).
+Errors are MCP tool errors carrying one line (traceview's message, or the exception's type and
+first line), never a traceback.
 """
 
 # no "from __future__ import annotations": the SDK reads the tools' annotations, some local to build_server
@@ -34,6 +38,12 @@ from traceview.model.naming import safe_line
 #: list items and string characters a tool result keeps (see :func:`bound`)
 MAX_ITEMS = 500
 MAX_CHARS = 4000
+
+#: bytes of a tool's answer (UTF-8 JSON): what an agent's context takes in one read
+MAX_BYTES = 32 * 1024
+
+#: rows of each table the overview asks the command for when ``top`` is not given
+OVERVIEW_ROWS = 20
 
 #: one CLI command at a time: standard output is captured per call
 _LOCK = threading.Lock()
@@ -106,6 +116,126 @@ def bound(obj, *, max_items: int = MAX_ITEMS, max_chars: int = MAX_CHARS):
     return walk(obj, "$"), cuts
 
 
+def _size(obj) -> int:
+    """Bytes of ``obj`` as the answer's JSON."""
+    return len(_encode(obj))
+
+
+def _encode(obj) -> bytes:
+    import orjson
+
+    return orjson.dumps(obj)
+
+
+def _lists(obj, path: tuple = ()):
+    """(path, list) of every list reachable from ``obj`` through objects only (the tables and
+    lists of a result, not the lists inside their rows)."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if isinstance(v, list):
+                yield path + (k,), v
+            elif isinstance(v, dict) and k not in ("rows", "paging", "truncated"):
+                yield from _lists(v, path + (k,))
+
+
+def _total(payload: dict, dotted: str, shown: int) -> int:
+    """Rows of the table at ``dotted`` in all: the command's own count (``rows``) when it cut
+    the table, else ``shown``."""
+    rows = payload.get("rows")
+    got = rows.get(dotted) if isinstance(rows, dict) else None
+    if isinstance(got, dict) and isinstance(got.get("total"), int):
+        return got["total"]
+    if dotted == "result" and isinstance(rows, dict) and isinstance(rows.get("result"), dict):
+        return rows["result"].get("total", shown)
+    return shown
+
+
+def _with(obj, path: tuple, value):
+    """A copy of the objects along ``path`` in ``obj`` with ``value`` at its end."""
+    out = dict(obj)
+    out[path[0]] = value if len(path) == 1 else _with(obj[path[0]], path[1:], value)
+    return out
+
+
+def fit(payload: dict, *, max_bytes: int = MAX_BYTES, tool: str = "analyze") -> dict:
+    """``payload`` if its JSON takes at most ``max_bytes``; else every list cut to its first n
+    items, n the largest of 50, 20, 10, 5, 2, 1, 0 that fits, with ``"paging"``: per cut list
+    (dotted path) its shown, total and remaining rows, and how to page through the rest. If
+    even empty lists do not fit, the largest sections are left out (named under
+    ``paging.omitted`` with their size)."""
+    if _size(payload) <= max_bytes:
+        return payload
+    lists = list(_lists(payload))
+    for n in (50, 20, 10, 5, 2, 1, 0):
+        cand, cut = payload, {}
+        for path, items in lists:
+            if len(items) > n:
+                dotted = ".".join(path)
+                total = _total(payload, dotted, len(items))
+                cand = _with(cand, path, items[:n])
+                cut[dotted] = {"shown": n, "total": total, "remaining": total - n}
+        cand = dict(cand, paging={
+            "max_bytes": max_bytes, "cut": cut,
+            "more": f"call {tool} again with section=<one of cut> and offset=<its shown> for the next rows"})
+        if _size(cand) <= max_bytes:
+            return cand
+    omitted = {}
+    for k in sorted(cand, key=lambda k: -_size(cand[k])):
+        if k in ("paging", "section", "rows") or _size(cand) <= max_bytes:
+            continue
+        omitted[k] = _size(cand[k])
+        cand = {kk: (None if kk == k else v) for kk, v in cand.items()}
+        cand["paging"]["omitted"] = omitted
+    cand["paging"]["more"] += "; an omitted section: call with section=<its name>"
+    return cand
+
+
+def page(items: list, *, offset: int, total: int, max_bytes: int = MAX_BYTES, wrap) -> dict:
+    """The longest run of ``items`` (already starting at ``offset`` of the whole list) whose
+    answer ``wrap(rows, counts)`` takes at most ``max_bytes`` (at least one row, so paging
+    always advances); counts are offset, shown, total, remaining and next_offset (None at the
+    end)."""
+    def make(k):
+        rest = max(total - offset - k, 0)
+        return wrap(items[:k], {"offset": offset, "shown": k, "total": total, "remaining": rest,
+                                "next_offset": offset + k if rest else None})
+
+    lo, hi = 1, len(items)
+    if hi == 0:
+        return make(0)
+    if _size(make(hi)) <= max_bytes:
+        return make(hi)
+    while lo < hi:  # the largest k that fits (k = 1 is taken whatever its size)
+        mid = (lo + hi + 1) // 2
+        if _size(make(mid)) <= max_bytes:
+            lo = mid
+        else:
+            hi = mid - 1
+    return make(lo)
+
+
+def section_of(payload: dict, section: str):
+    """(path, value) of the dotted ``section`` in ``payload``; UsageError naming the sections
+    when there is none."""
+    node, path = payload, ()
+    for part in section.split("."):
+        if not isinstance(node, dict) or part not in node:
+            names = ", ".join([k for k in payload if k not in ("rows", "paging")]
+                              + [".".join(p) for p, _ in _lists(payload) if len(p) > 1])
+            raise UsageError(f"unknown section {section!r}; sections: {names}")
+        node, path = node[part], path + (part,)
+    return path, node
+
+
+def _bucket(n: int) -> int:
+    """Rows to ask the command for to serve a page ending at row ``n``: a power of two from
+    1,024, so that the pages of one table share a few cached results."""
+    b = 1024
+    while b < n:
+        b *= 2
+    return b
+
+
 def _one_line(exc: BaseException) -> str:
     """An exception as one printable line."""
     if isinstance(exc, TraceviewError):
@@ -159,7 +289,8 @@ def _opt(name: str, value) -> list[str]:
 
 
 
-def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_ITEMS, max_chars: int = MAX_CHARS):
+def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_ITEMS, max_chars: int = MAX_CHARS,
+                 max_bytes: int = MAX_BYTES):
     """The :class:`mcp.server.mcpserver.MCPServer` with traceview's tools, confined to
     ``roots``. Raises ImportError when the ``mcp`` SDK is not installed."""
     from mcp.server.mcpserver import MCPServer
@@ -183,15 +314,52 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
         instructions="traceview reads JAX/XProf profiles (.xplane.pb, .trace.json.gz) and reports HLO ops keyed "
                      "by (name, shape) with occurrences, roofline, steps and sources. Paths are confined to: "
                      + ", ".join(roots.dirs) + ". Start with find_traces, then analyze (section=... for one "
-                     "part), query (SQL; describe_schema lists the tables), diff and verify.")
+                     "part), query (SQL; describe_schema lists the tables), diff and verify. Answers take at most "
+                     f"{max_bytes // 1024} KB: what was cut is under paging (or rows); section=PATH with offset "
+                     "pages through a table, each page giving next_offset.")
     cache = ["--no-cache"] if no_cache else []
 
-    def done(text: str) -> str:
-        payload = json.loads(text)
-        payload, cuts = bound(payload, max_items=max_items, max_chars=max_chars)
+    def load(text: str) -> tuple[dict, dict]:
+        """A command's JSON, bounded (:func:`bound`): (payload, string cuts)."""
+        return bound(json.loads(text), max_items=max_items, max_chars=max_chars)
+
+    def finish(payload: dict, cuts: dict) -> str:
         if cuts:
-            payload["truncated"] = cuts
-        return json.dumps(payload, indent=2, ensure_ascii=False)
+            payload = dict(payload, truncated=cuts)
+        return _encode(payload).decode("utf-8")
+
+    def room(cuts: dict) -> int:
+        """Bytes left for the answer once its ``truncated`` list is added."""
+        return max_bytes - (_size({"truncated": cuts}) if cuts else 0)
+
+    def answer(command, *, tool: str, section: str | None, offset: int, top: int | None) -> str:
+        """``command(rows)`` (the command's JSON text, each table cut at ``rows``, None: its
+        default) served as an overview (``section`` None: :func:`fit`) or as one page of
+        ``section`` from ``offset`` (:func:`page`; a section that is no list: :func:`fit`)."""
+        if section is None:
+            if offset:
+                raise UsageError("offset pages through a section: give section=NAME too")
+            payload, cuts = load(command(top or OVERVIEW_ROWS))
+            return finish(fit(payload, max_bytes=room(cuts), tool=tool), cuts)
+        limit = min(top or max_items, max_items)
+        payload = json.loads(command(_bucket(offset + limit)))
+        path, value = section_of(payload, section)
+        if not isinstance(value, list):
+            rows = payload.get("rows", {}).get(section) if isinstance(payload.get("rows"), dict) else None
+            sub, cuts = bound({"section": section, "rows": rows, section: value}, max_items=max_items,
+                              max_chars=max_chars)
+            return finish(fit(sub, max_bytes=room(cuts), tool=tool), cuts)
+        import re
+
+        total = _total(payload, section, len(value))
+        items, cuts = bound(value[offset:offset + limit], max_items=max_items, max_chars=max_chars)
+        cuts = {re.sub(r"^\$\[(\d+)\]", lambda m: f"$.{section}[{offset + int(m.group(1))}]", k): v
+                for k, v in cuts.items()}
+        if path == ("result",):  # a query: its own object, the result paged
+            wrap = lambda rows, counts: dict(payload, top=limit, rows={"result": counts}, result=rows)
+        else:
+            wrap = lambda rows, counts: {"section": section, "rows": counts, section: rows}
+        return finish(page(items, offset=offset, total=total, max_bytes=room(cuts), wrap=wrap), cuts)
 
     def guarded(fn):
         """``fn`` with every error as a ToolError of one line."""
@@ -209,13 +377,20 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
 
     PathArg = Annotated[str, Field(description="trace file, run folder or log dir, under a root (relative: to the "
                                                "first root)")]
-    TopArg = Annotated[int, Field(ge=1, le=1000, description="rows of each table (the JSON states each total)")]
+    TopArg = Annotated[int | None, Field(ge=1, le=1000, description=(
+        f"rows of each table (default {OVERVIEW_ROWS}; the JSON states each total); with section: the most rows "
+        f"of the page (default: as many as fit)"))]
+    SectionArg = Annotated[str | None, Field(description=(
+        "one section of the answer, a dotted path (ops, steps.records, overlap.steps, ...); a list is served "
+        "a page at a time from offset"))]
+    OffsetArg = Annotated[int, Field(ge=0, description="first row of the page of section (the previous page's "
+                                                       "next_offset)")]
 
     @server.tool(description="What traceview would read under PATH and why: runs, hosts, files (format, size), "
                              "the reasons for each choice, and warnings (several runs, stale runs, stray files).")
     @guarded
     def find_traces(path: PathArg = ".", run: Annotated[str | None, Field(description="run folder name")] = None,
-                    all_runs: bool = False) -> str:
+                    all_runs: bool = False, section: SectionArg = None, offset: OffsetArg = 0) -> str:
         from traceview.read.discover import discover
 
         real = roots.resolve(path)
@@ -232,16 +407,17 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
                    "warnings": list(disc.warnings) + [f"{p}: resolves outside the server's roots; refused"
                                                       for p in refused],
                    "skipped": [[str(p), why] for p, why in disc.skipped]}
-        return done(json.dumps(payload))
+        text = json.dumps(payload)
+        return answer(lambda rows: text, tool="find_traces", section=section, offset=offset, top=None)
 
     @server.tool(description="traceview analyze --format json: provenance, warnings, devices and peaks, the HLO "
                              "ops keyed by (name, shape) with occurrences and times (ps), roofline, kernels, "
-                             "sources, steps and every other section of the report. section=NAME returns one "
-                             "section (an unknown name lists them); top limits every table.")
+                             "sources, steps and every other section of the report, each table cut at top rows "
+                             "and the answer at 32 KB (paging says what was cut). section=NAME returns one "
+                             "section (an unknown name lists them), a table a page at a time from offset.")
     @guarded
-    def analyze(path: PathArg, section: Annotated[str | None, Field(description="one section of the JSON, e.g. "
-                                                                                  "ops, roofline, steps")] = None,
-                top: TopArg = 20, by: Annotated[str, Field(pattern="^(shape|name|program)$")] = "shape",
+    def analyze(path: PathArg, section: SectionArg = None, offset: OffsetArg = 0,
+                top: TopArg = None, by: Annotated[str, Field(pattern="^(shape|name|program)$")] = "shape",
                 run: str | None = None, device: Annotated[str | None, Field(description="device REGEX")] = None,
                 filter: Annotated[str | None, Field(description="op REGEX")] = None,
                 steps: Annotated[int | None, Field(ge=1, description="step count: flag populations whose "
@@ -250,28 +426,25 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
                                                                              "carry a dimension B")] = None) -> str:
         real = roots.resolve(path)
         roots.check_discovered(real, run=run)
-        argv = ["analyze", *_opt("format", "json"), *_opt("top", top), *_opt("by", by), *_opt("run", run),
+        argv = ["analyze", *_opt("format", "json"), *_opt("by", by), *_opt("run", run),
                 *_opt("device", device), *_opt("filter", filter), *_opt("steps", steps),
-                *_opt("expect-batch", expect_batch), *cache, "--", real]
-        _, text = run_command(argv)
-        if section is None:
-            return done(text)
-        payload = json.loads(text)
-        if section not in payload:
-            raise UsageError(f"unknown section {section!r}; sections: {', '.join(payload)}")
-        rows = payload.get("rows", {}).get(section)
-        return done(json.dumps({"section": section, "rows": rows, section: payload[section]}))
+                *_opt("expect-batch", expect_batch), *cache]
+        return answer(lambda rows: run_command([*argv, *_opt("top", rows), "--", real])[1], tool="analyze",
+                      section=section, offset=offset, top=top)
 
     @server.tool(description="traceview diff --format json: two profiles matched population by population (op "
                              "kind, shape, HLO text without names): time and occurrence deltas, appeared / "
-                             "vanished populations, kernel configuration changes, step-time delta.")
+                             "vanished populations, kernel configuration changes, step-time delta; paged as "
+                             "analyze.")
     @guarded
-    def diff(base: PathArg, treatment: PathArg, top: TopArg = 20) -> str:
+    def diff(base: PathArg, treatment: PathArg, top: TopArg = None, section: SectionArg = None,
+             offset: OffsetArg = 0) -> str:
         b, t = roots.resolve(base), roots.resolve(treatment)
         roots.check_discovered(b)
         roots.check_discovered(t)
-        _, text = run_command(["diff", *_opt("format", "json"), *_opt("top", top), *cache, "--", b, t])
-        return done(text)
+        return answer(lambda rows: run_command(["diff", *_opt("format", "json"), *_opt("top", rows), *cache,
+                                                "--", b, t])[1],
+                      tool="diff", section=section, offset=offset, top=top)
 
     @server.tool(description="traceview verify --format json: evaluate checks (the verify grammar, e.g. "
                              "\"kernel 'RPAd*' has bkv 256\", \"op matching all-reduce present\", \"family "
@@ -279,32 +452,36 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
                              "when a check fails (that is a result, not an error).")
     @guarded
     def verify(path: PathArg, checks: Annotated[list[str], Field(min_length=1, max_length=100)],
-               base: Annotated[str | None, Field(description="base profile for diff checks")] = None) -> str:
+               base: Annotated[str | None, Field(description="base profile for diff checks")] = None,
+               section: SectionArg = None, offset: OffsetArg = 0) -> str:
         paths = ([roots.resolve(base)] if base else []) + [roots.resolve(path)]
         for p in paths:
             roots.check_discovered(p)
         argv = ["verify", *_opt("format", "json"), *[f"--check={c}" for c in checks], *cache, "--", *paths]
         _, text = run_command(argv, ok_codes=(EXIT_OK, EXIT_CHECK_FAILED))
-        return done(text)
+        return answer(lambda rows: text, tool="verify", section=section, offset=offset, top=None)
 
     @server.tool(description="traceview query --format json: SQL (polars) over the profile's tables: ops (one "
                              "row per HLO op event), populations, roofline, steps, sources, kernels, programs, "
-                             "module_runs, ... (describe_schema lists them). limit caps the rows returned; the "
-                             "JSON states the total.")
+                             "module_runs, ... (describe_schema lists them). A page of the result from offset: at "
+                             "most limit rows and 32 KB; rows.result states offset, shown, total, remaining and "
+                             "next_offset.")
     @guarded
     def query(path: PathArg, sql: Annotated[str, Field(min_length=1, max_length=20000)],
-              limit: Annotated[int, Field(ge=1, le=10000)] = 100) -> str:
+              limit: Annotated[int, Field(ge=1, le=10000)] = 100, offset: OffsetArg = 0) -> str:
         real = roots.resolve(path)
         roots.check_discovered(real)
-        _, text = run_command(["query", *_opt("format", "json"), *_opt("top", limit), *cache, "--", real, sql])
-        return done(text)
+        got = answer(lambda rows: run_command(["query", *_opt("format", "json"), *_opt("top", rows), *cache, "--",
+                                               real, sql])[1],
+                     tool="query", section="result", offset=offset, top=min(limit, max_items))
+        return got
 
     @server.tool(description="The tables query runs over, with their columns (dtype, meaning). With a path: the "
                              "tables of that profile (traceview query PATH --tables --format json); without: "
                              "the documented tables.")
     @guarded
     def describe_schema(path: Annotated[str | None, Field(description="a profile, for its actual tables")] = None
-                        ) -> str:
+                        , section: SectionArg = None, offset: OffsetArg = 0) -> str:
         if path is None:
             from traceview.model.schema import OPS_SCHEMA, TABLE_DOCS, column_docs
 
@@ -313,11 +490,12 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
                       for name, (doc, _) in TABLE_DOCS.items()]
             tables[0]["columns"] = [{"name": c, "dtype": str(t), "doc": column_docs("ops").get(c, "")}
                                     for c, t in OPS_SCHEMA.items()]
-            return done(json.dumps({"traceview": __version__, "tables": tables}))
-        real = roots.resolve(path)
-        roots.check_discovered(real)
-        _, text = run_command(["query", "--tables", *_opt("format", "json"), *cache, "--", real])
-        return done(text)
+            text = json.dumps({"traceview": __version__, "tables": tables})
+        else:
+            real = roots.resolve(path)
+            roots.check_discovered(real)
+            _, text = run_command(["query", "--tables", *_opt("format", "json"), *cache, "--", real])
+        return answer(lambda rows: text, tool="describe_schema", section=section, offset=offset, top=None)
 
     return server
 

@@ -90,7 +90,7 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
         for c, j in (("kernel", "left"), ("base", "left"), ("treatment", "left"), ("change", "left"),
                      ("invocations", "right"), ("traced events", "right"), ("self time", "right")):
             t.add_column(c, justify=j, overflow="fold")
-        for r in kc.iter_rows(named=True):
+        for r in kc.head(top).iter_rows(named=True):
             t.add_row(escape(r["kernel_id"]), escape(", ".join(r["names_base"])), escape(", ".join(r["names_treatment"])),
                       escape(r["changes"]), f"{r['invocations_base'] or 0:,} → {r['invocations_treatment'] or 0:,}",
                       f"{r['events_base'] or 0:,} → {r['events_treatment'] or 0:,}",
@@ -103,7 +103,7 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
         for c, j in (("family", "left"), ("base", "right"), ("treatment", "right"), ("Δ", "right"),
                      ("share base", "right"), ("share treatment", "right")):
             t.add_column(c, justify=j)
-        for r in d.families.iter_rows(named=True):
+        for r in d.families.head(top).iter_rows(named=True):
             t.add_row(escape(r["family"]), fmt_time_ps(r["self_ps_base"]), fmt_time_ps(r["self_ps_treatment"]),
                       _delta(r["delta_self_ps"]), fmt_pct(r["share_base"]), fmt_pct(r["share_treatment"]))
         console.print(t)

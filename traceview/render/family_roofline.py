@@ -57,9 +57,9 @@ def rows(fr) -> list[dict]:
     return out
 
 
-def render_family_roofline(console: Console, fr, peaks, summ: dict | None) -> None:
-    """Print the per-family roofline table and its summary line; nothing when ``fr`` is None
-    or empty."""
+def render_family_roofline(console: Console, fr, peaks, summ: dict | None, *, top: int | None = None) -> None:
+    """Print the per-family roofline table (its first ``top`` rows when given) and its summary
+    line; nothing when ``fr`` is None or empty."""
     if fr is None or fr.height == 0:
         return
     from traceview.render.terminal import escape
@@ -73,12 +73,14 @@ def render_family_roofline(console: Console, fr, peaks, summ: dict | None) -> No
                  ("bytes", "right"), ("FLOP/B", "right"), ("bound by", "left"), ("roofline", "right"),
                  ("measured", "right"), ("roofline/measured", "right")):
         t.add_column(c, justify=j)
-    shown = rows(fr)
+    shown = rows(fr if top is None else fr.head(top))
     for r in shown:
         eff = f"[red]{r['efficiency']} ![/red]" if r["flag"].startswith("faster") else r["efficiency"]
         t.add_row(escape(r["family"]), r["time"], r["share"], r["flops"], r["bytes"], r["intensity"], r["bound_by"],
                   r["predicted"], r["measured"], eff)
     console.print(t)
+    if fr.height > len(shown):
+        console.print(f"  {fr.height - len(shown):,} more families (--top N, --all-rows or --format json)")
     line = summary_line(summ)
     if line:
         console.print("  " + escape(line))

@@ -1,5 +1,11 @@
-"""JSON of a report: ``traceview analyze --format json``, ``diff --format json`` and
-``verify --format json``. Times in ps; frames become lists of row objects.
+"""JSON of a report: ``traceview analyze --format json``, ``diff --format json``,
+``verify --format json`` and ``query --format json``. Times in ps; frames become lists of row
+objects, one row per line.
+
+Bounded: each table keeps ``top`` rows when given, else :data:`DEFAULT_ROWS` (the terminal's
+default) unless ``all_rows``; ``"rows"`` gives, for every table, the rows shown and in all
+(``{JSON path: {"shown", "total"}}``). Frames are encoded by polars (Rust) and the rest by
+orjson: no Python step per value.
 
 Always valid JSON (RFC 8259): a figure that is not finite (a ridge point or efficiency over
 an extreme peak) is written as null and listed, with its value, under ``"non_finite"``
@@ -9,17 +15,48 @@ bytes written as ``\xff``).
 
 from __future__ import annotations
 
-import json
 import math
 
+import orjson
+import polars as pl
+
 from traceview.model.naming import printable
-from traceview.render.overlap_view import overlap_payload, stragglers_payload
 from traceview.render.provenance import provenance_lines, run_names
+
+#: Rows of each table the JSON keeps when neither ``top`` nor ``all_rows`` is given: the
+#: terminal's (``traceview.cli.analyze.TABLE_TOP``).
+DEFAULT_ROWS = 25
+
+#: dtypes polars writes as JSON the way the row objects hold them; others are cast to text
+_NATIVE = (pl.Boolean, pl.String, pl.Categorical, pl.Enum, pl.Null, pl.Date, pl.Datetime, pl.List, pl.Array,
+           pl.Struct)
+
+_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+class Rows:
+    """The row limit of one JSON document: ``top`` rows of each table when given, every row
+    with ``all_rows``, else :data:`DEFAULT_ROWS`; ``counts`` collects each table's
+    {"shown", "total"} under its JSON path."""
+
+    def __init__(self, top: int | None = None, all_rows: bool = False):
+        self.limit = None if all_rows else (top or DEFAULT_ROWS)
+        self.counts: dict = {}
+
+    def __call__(self, path: str, df: pl.DataFrame | None) -> pl.DataFrame | None:
+        """``df``'s first rows (None stays None), counted under ``path``."""
+        if df is None:
+            return None
+        shown = df if self.limit is None or df.height <= self.limit else df.head(self.limit)
+        self.counts[path] = {"shown": shown.height, "total": df.height}
+        return shown
 
 
 def _clean(obj, where: str, bad: dict):
-    """``obj`` with non-finite floats as None (recorded in ``bad`` under their path) and
-    strings made printable; containers copied."""
+    """``obj`` with non-finite floats as None (recorded in ``bad`` under their path), strings
+    made printable, containers copied and frames as :class:`orjson.Fragment` (see
+    :func:`frame_json`). For the small Python parts of a document: frames never pass here
+    value by value."""
     if isinstance(obj, float):
         if math.isfinite(obj):
             return obj
@@ -31,94 +68,181 @@ def _clean(obj, where: str, bad: dict):
         return {printable(str(k)): _clean(v, f"{where}.{k}", bad) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [_clean(v, f"{where}[{i}]", bad) for i, v in enumerate(obj)]
+    if isinstance(obj, pl.DataFrame):
+        return orjson.Fragment(frame_json(obj, where, bad))
     return obj
 
 
-def dumps(payload: dict) -> str:
-    """``payload`` as indented, valid JSON with a final newline (see the module docstring)."""
+def _non_finite(df: pl.DataFrame, where: str, bad: dict) -> None:
+    """Record in ``bad`` the path of every NaN / ±inf of ``df``'s float columns and of its
+    list-of-float columns (found by polars, column by column)."""
+    for c, t in df.schema.items():
+        if t.is_float():
+            v = pl.col("v")
+            odd = df.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("i"), pl.col(c).alias("v"))
+            for i, v in odd.filter(v.is_nan() | v.is_infinite()).iter_rows():
+                bad[f"{where}[{i}].{c}"] = "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+        elif isinstance(t, (pl.List, pl.Array)) and t.inner is not None and t.inner.is_float():
+            lists = df.select(pl.int_range(pl.len(), dtype=pl.Int64).alias("i"), pl.col(c).alias("v"))
+            flat = lists.explode("v").with_columns(pl.int_range(pl.len(), dtype=pl.Int64).over("i").alias("j"))
+            v = pl.col("v")
+            for i, v_, j in flat.filter(v.is_nan() | v.is_infinite()).select("i", "v", "j").iter_rows():
+                bad[f"{where}[{i}].{c}[{j}]"] = "nan" if math.isnan(v_) else ("inf" if v_ > 0 else "-inf")
+
+
+def frame_json(df: pl.DataFrame, where: str = "$", bad: dict | None = None) -> bytes:
+    """``df`` as a JSON array of row objects, one row per line, written by polars: non-finite
+    floats as null (recorded in ``bad`` under ``where[i].column``), dates and times as text
+    (``2026-01-01 00:00:00``), columns of other types (objects, durations, decimals) cast to
+    text."""
+    if bad is not None:
+        _non_finite(df, where, bad)
+    odd = [c for c, t in df.schema.items() if not (t.is_numeric() or isinstance(t, _NATIVE) or t in _NATIVE)]
+    if odd:
+        df = df.with_columns(pl.col(c).map_elements(lambda v: printable(str(v)), return_dtype=pl.String)
+                             if df.schema[c] == pl.Object else pl.col(c).cast(pl.String) for c in odd)
+    if df.height == 0:
+        return b"[]"
+    lines = df.write_ndjson().encode("utf-8").rstrip(b"\n")
+    return b"[\n" + lines.replace(b"\n", b",\n") + b"\n]"
+
+
+def dumps_bytes(payload: dict) -> bytes:
+    """``payload`` (plain data and polars frames) as indented, valid JSON with a final newline
+    (see the module docstring)."""
     bad: dict = {}
     clean = _clean(payload, "$", bad)
     if bad:
         clean["non_finite"] = bad
-    return json.dumps(clean, indent=2, default=lambda v: printable(str(v)), allow_nan=False) + "\n"
+    return orjson.dumps(clean, default=lambda v: printable(str(v)), option=_OPTIONS) + b"\n"
 
 
-def analysis_payload(rep, *, top: int | None, version: str) -> dict:
-    """The JSON object of a :class:`~traceview.analysis.report.Report`: provenance (lines,
-    files, runs), warnings, has_shapes, devices, ops (the op table), peaks, roofline,
-    kernels, sources, steps, occurrence checks, communication, findings (None with --no-findings),
-    family_roofline (per family and step) and its summary. ``top``: rows of the op, roofline and source
-    tables (all when None); ``rows`` gives each cut table's rows shown and in all."""
-    peaks, roof, checks, anat = rep.peaks, rep.roofline, rep.checks, rep.steps
-    head = (lambda df: df.head(top)) if top else (lambda df: df)
+def dumps(payload: dict) -> str:
+    """:func:`dumps_bytes` as text."""
+    return dumps_bytes(payload).decode("utf-8")
+
+
+def _communication(comm, cut: Rows) -> dict | None:
+    """The ``communication`` object (the keys of ``Communication.to_dict``) with its two
+    tables cut."""
+    if comm is None:
+        return None
+    ln = comm.link
     return {
+        "collectives": cut("communication.collectives", comm.collectives),
+        "host_transfers": cut("communication.host_transfers", comm.host_transfers),
+        "link": None if ln is None else {
+            "chip": ln.chip, "interconnect": ln.interconnect, "bidirectional": ln.bidirectional,
+            "per_direction": ln.per_direction, "host_link": ln.host_link,
+            "host_per_direction": ln.host_per_direction, "source": ln.source},
+        "op_time_ps": comm.op_time_ps, "collective_ps": comm.collective_ps,
+        "collective_share": comm.collective_share, "host_ps": comm.host_ps, "host_share": comm.host_share,
+        "host_module_share": comm.host_module_share, "notes": list(comm.notes)}
+
+
+def _overlap(ov, cut: Rows) -> dict | None:
+    """JSON object of an Overlap: summary, populations, steps, notes. Times in ps."""
+    if ov is None:
+        return None
+    return {"summary": dict(ov.summary), "populations": cut("overlap.populations", ov.populations),
+            "steps": cut("overlap.steps", ov.steps), "notes": list(ov.notes)}
+
+
+def _stragglers(st, cut: Rows) -> dict | None:
+    """JSON object of a Stragglers: summary, steps, devices, collectives, clock_offsets (ps per
+    host), notes."""
+    if st is None:
+        return None
+    return {"summary": dict(st.summary), "steps": cut("stragglers.steps", st.steps),
+            "devices": cut("stragglers.devices", st.devices),
+            "collectives": cut("stragglers.collectives", st.collectives),
+            "clock_offsets": dict(st.clock_offsets), "notes": list(st.notes)}
+
+
+def _steps(anat, cut: Rows) -> dict | None:
+    if anat is None:
+        return None
+    records = cut("steps.records", anat.steps)
+    return {
+        "method": anat.method, "module": anat.module, "window": anat.window,
+        "coverage": anat.coverage.line(), "coverage_ratio": anat.coverage.ratio,
+        "families": cut("steps.families", anat.families), "notes": list(anat.notes),
+        "extent": anat.extent, "distribution": anat.distribution, "summary": anat.summary(),
+        "coverage_all": None if anat.coverage_all is None else anat.coverage_all.line(),
+        "records": records, "records_rows": dict(cut.counts["steps.records"])}
+
+
+def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = False) -> dict:
+    """The JSON object of a :class:`~traceview.analysis.report.Report` (tables as polars
+    frames, cut by :class:`Rows`; :func:`dumps` encodes it): provenance (lines, files, runs),
+    warnings, has_shapes, devices, ops (the op table), peaks, roofline, kernels, sources, steps,
+    occurrence checks, communication, findings (None with --no-findings), overlap, stragglers,
+    family_roofline (per family and step) and its summary. ``rows``: every table's rows shown
+    and in all, by JSON path."""
+    peaks, anat = rep.peaks, rep.steps
+    cut = Rows(top, all_rows)
+    out = {
         "traceview": version,
         "top": top,
-        "rows": {name: {"shown": min(df.height, top) if top else df.height, "total": df.height}
-                 for name, df in (("ops", rep.table), ("roofline", roof), ("sources", rep.sources))},
+        "rows": cut.counts,  # filled as the tables are cut below
         "provenance": {"lines": provenance_lines(rep.discovery, rep.files), "files": rep.files,
                        "runs": run_names(rep.discovery)},
         "warnings": list(rep.warnings),
         "has_shapes": rep.has_shapes,
-        "devices": rep.devices.to_dicts(),
-        "ops": head(rep.table).to_dicts(),
-        "peaks": {"peak_flops": peaks.peak_flops, "peak_bw": peaks.peak_bw, "ridge": peaks.ridge,
-                  "flops_source": peaks.flops_source, "bw_source": peaks.bw_source,
-                  "trace_flops": peaks.trace_flops, "trace_bw": peaks.trace_bw, "table_flops": peaks.table_flops,
-                  "table_bw": peaks.table_bw, "chip": peaks.chip, "chip_identified_by": peaks.chip_how,
-                  "notes": list(peaks.notes)},
-        "roofline": head(roof).to_dicts(),
-        "kernels": rep.kernels.to_dicts(),
-        "sources": head(rep.sources).to_dicts(),
-        "steps": None if anat is None else {
-            "method": anat.method, "module": anat.module, "window": anat.window,
-            "coverage": anat.coverage.line(), "coverage_ratio": anat.coverage.ratio,
-            "families": anat.families.to_dicts(), "notes": list(anat.notes),
-            "extent": anat.extent, "distribution": anat.distribution, "summary": anat.summary(),
-            "coverage_all": None if anat.coverage_all is None else anat.coverage_all.line(),
-            "records": head(anat.steps).to_dicts(),
-            "records_rows": {"shown": min(anat.steps.height, top) if top else anat.steps.height,
-                             "total": anat.steps.height}},
-        "occurrence_checks": checks.to_dicts() if checks is not None else None,
-        "occurrence_checks_summary": rep.checks_summary,
-        "communication": None if getattr(rep, "communication", None) is None else rep.communication.to_dict(),
-        "program_splits": getattr(rep, "program_splits", None),
-        "population_regimes": (None if getattr(rep, "population_regimes", None) is None
-                               else rep.population_regimes.to_dicts()),
-        "findings": None if getattr(rep, "findings", None) is None else [f.to_dict() for f in rep.findings],
-        "overlap": overlap_payload(getattr(rep, "overlap", None), top),
-        "stragglers": stragglers_payload(getattr(rep, "stragglers", None), top),
-        "family_roofline": None if getattr(rep, "family_roofline", None) is None else rep.family_roofline.to_dicts(),
-        "family_roofline_summary": getattr(rep, "family_roofline_summary", None),
     }
+    out["devices"] = cut("devices", rep.devices)
+    out["ops"] = cut("ops", rep.table)
+    out["peaks"] = {"peak_flops": peaks.peak_flops, "peak_bw": peaks.peak_bw, "ridge": peaks.ridge,
+                    "flops_source": peaks.flops_source, "bw_source": peaks.bw_source,
+                    "trace_flops": peaks.trace_flops, "trace_bw": peaks.trace_bw, "table_flops": peaks.table_flops,
+                    "table_bw": peaks.table_bw, "chip": peaks.chip, "chip_identified_by": peaks.chip_how,
+                    "notes": list(peaks.notes)}
+    out["roofline"] = cut("roofline", rep.roofline)
+    out["kernels"] = cut("kernels", rep.kernels)
+    out["sources"] = cut("sources", rep.sources)
+    out["steps"] = _steps(anat, cut)
+    out["occurrence_checks"] = cut("occurrence_checks", rep.checks)
+    out["occurrence_checks_summary"] = rep.checks_summary
+    out["communication"] = _communication(getattr(rep, "communication", None), cut)
+    out["program_splits"] = getattr(rep, "program_splits", None)
+    out["population_regimes"] = cut("population_regimes", getattr(rep, "population_regimes", None))
+    findings = getattr(rep, "findings", None)
+    out["findings"] = None if findings is None else [f.to_dict() for f in findings]
+    out["overlap"] = _overlap(getattr(rep, "overlap", None), cut)
+    out["stragglers"] = _stragglers(getattr(rep, "stragglers", None), cut)
+    out["family_roofline"] = cut("family_roofline", getattr(rep, "family_roofline", None))
+    out["family_roofline_summary"] = getattr(rep, "family_roofline_summary", None)
+    return out
 
 
-def analysis_json(rep, *, top: int | None, version: str) -> str:
-    """:func:`analysis_payload` as indented JSON text with a final newline."""
-    return dumps(analysis_payload(rep, top=top, version=version))
+def analysis_json(rep, *, top: int | None, version: str, all_rows: bool = False) -> bytes:
+    """:func:`analysis_payload` as indented JSON (UTF-8) with a final newline."""
+    return dumps_bytes(analysis_payload(rep, top=top, version=version, all_rows=all_rows))
 
 
-def diff_payload(d, top: int | None = None) -> dict:
+def diff_payload(d, top: int | None = None, all_rows: bool = False) -> dict:
     """The JSON object of a :class:`~traceview.analysis.diff.DiffReport`: labels, summary
     lines, op time and traced events per side, steps, population counts by status, kernels,
-    families, modules, populations (``top`` rows by |delta| when given; HLO texts left out),
-    overhead factor, notes and findings."""
+    families, modules, populations (by |delta|; HLO texts left out), overhead factor, notes,
+    collectives, findings and noise; every table cut by :class:`Rows` (``rows``: shown and
+    total of each)."""
     from traceview.render.diff_summary import summary_lines
 
-    pops = d.populations if top is None else d.populations.head(top)
+    cut = Rows(top, all_rows)
+    pops = cut("populations", d.populations.drop("hlo_text_base", "hlo_text_treatment", strict=False))
     return {
-        "top": top, "rows": {"populations": {"shown": pops.height, "total": d.populations.height}},
+        "top": top, "rows": cut.counts,
         "base": d.base_label, "treatment": d.treatment_label, "units": "ps",
         "summary": summary_lines(d),
         "op_time_ps": {"base": d.op_time_ps_base, "treatment": d.op_time_ps_treatment},
         "events": {"base": d.events_base, "treatment": d.events_treatment},
         "steps": d.steps.to_dict() if d.steps else None,
         "counts": d.counts(),
-        "kernels": d.kernels.to_dicts(), "families": d.families.to_dicts(),
-        "modules": d.modules.to_dicts(),
-        "populations": pops.drop("hlo_text_base", "hlo_text_treatment", strict=False).to_dicts(),
+        "kernels": cut("kernels", d.kernels), "families": cut("families", d.families),
+        "modules": cut("modules", d.modules),
+        "populations": pops,
         "overhead_factor": d.overhead_factor, "notes": list(d.notes),
-        "collectives": None if getattr(d, "collectives", None) is None else d.collectives.to_dicts(),
+        "collectives": cut("collectives", getattr(d, "collectives", None)),
         "findings": [f.to_dict() for f in getattr(d, "findings", None) or []],
         "noise": _diff_noise(d),
     }
@@ -136,9 +260,9 @@ def _diff_noise(d) -> dict | None:
             "run_to_run": None if rn is None else rn.to_dict()}
 
 
-def diff_json(d, top: int | None = None) -> str:
+def diff_json(d, top: int | None = None, all_rows: bool = False) -> str:
     """:func:`diff_payload` as indented JSON text with a final newline."""
-    return dumps(diff_payload(d, top))
+    return dumps(diff_payload(d, top, all_rows))
 
 
 def verify_json(report) -> str:
@@ -149,12 +273,12 @@ def verify_json(report) -> str:
 
 def query_payload(df, *, query: str | None, top: int | None, version: str) -> dict:
     """The JSON object of a SQL result (``traceview query --format json``): the query,
-    columns ({name: polars dtype}), rows (shown and total: ``top`` cuts the result) and the
-    result rows as objects."""
+    columns ({name: polars dtype}), rows (shown and total: ``top`` cuts the result, else every
+    row) and the result rows as objects."""
     shown = df.head(top) if top else df
     return {"traceview": version, "query": query, "top": top,
             "rows": {"result": {"shown": shown.height, "total": df.height}},
-            "columns": {c: str(t) for c, t in df.schema.items()}, "result": shown.to_dicts()}
+            "columns": {c: str(t) for c, t in df.schema.items()}, "result": shown}
 
 
 def tables_payload(described: list, *, version: str) -> dict:

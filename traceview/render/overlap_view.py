@@ -1,4 +1,4 @@
-"""Terminal sections and JSON objects of :attr:`Report.overlap` and :attr:`Report.stragglers`
+"""Terminal sections of :attr:`Report.overlap` and :attr:`Report.stragglers`
 (:mod:`traceview.analysis.overlap`, :mod:`traceview.analysis.stragglers`); renders, never computes."""
 
 from __future__ import annotations
@@ -67,24 +67,3 @@ def render_stragglers(console: Console, st, *, top: int) -> None:
                   f"({fmt_pct(s['attributed_share'])})")
     for n_ in st.notes:
         console.print(f"  [yellow]note:[/yellow] {_escape(n_)}")
-
-
-def overlap_payload(ov, top: int | None = None) -> dict | None:
-    """JSON object of an Overlap: summary, populations, steps (``top`` rows of each; all when
-    None), notes. Times in ps."""
-    if ov is None:
-        return None
-    head = (lambda df: df.head(top)) if top else (lambda df: df)
-    return {"summary": dict(ov.summary), "populations": head(ov.populations).to_dicts(),
-            "steps": head(ov.steps).to_dicts(), "notes": list(ov.notes)}
-
-
-def stragglers_payload(st, top: int | None = None) -> dict | None:
-    """JSON object of a Stragglers: summary, steps, devices, collectives, clock_offsets (ps per
-    host), notes."""
-    if st is None:
-        return None
-    head = (lambda df: df.head(top)) if top else (lambda df: df)
-    return {"summary": dict(st.summary), "steps": head(st.steps).to_dicts(), "devices": st.devices.to_dicts(),
-            "collectives": head(st.collectives).to_dicts(), "clock_offsets": dict(st.clock_offsets),
-            "notes": list(st.notes)}

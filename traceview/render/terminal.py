@@ -43,7 +43,7 @@ def render_report(console: Console, rep, *, top: int) -> None:
     from traceview.render.family_roofline import render_family_roofline
 
     render_family_roofline(console, getattr(rep, "family_roofline", None), rep.peaks,
-                           getattr(rep, "family_roofline_summary", None))
+                           getattr(rep, "family_roofline_summary", None), top=top)
 
 
 def render_analysis(console: Console, rep, *, top: int) -> None:
@@ -139,7 +139,7 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
     console.print(t)
 
     if by == "shape" and table.height:
-        split = rep.split.head(5)
+        split = rep.split.head(min(top, 5))
         if split.height:
             console.print("[bold]op names split into several shape populations[/bold] (a name-keyed table would mix these):")
             for r in split.iter_rows(named=True):
@@ -332,10 +332,13 @@ def render_steps(console: Console, anat, top: int | None = None) -> None:
     for c, j in (("family", "left"), ("time per step", "right"), ("share of step", "right"),
                  ("occ. per step", "right"), ("populations", "right")):
         t.add_column(c, justify=j)
-    for r in anat.families.iter_rows(named=True):
+    fams = anat.families if top is None else anat.families.head(top)
+    for r in fams.iter_rows(named=True):
         t.add_row(escape(r["family"]), fmt_time_ps(r["self_ps"]), fmt_pct(r["share"]),
                   f"{r['per_step']:,.1f}".removesuffix(".0"), str(r["n_populations"]))
     console.print(t)
+    if anat.families.height > fams.height:
+        console.print(f"  {anat.families.height - fams.height:,} more families (--top N, --all-rows or --format json)")
     console.print("  " + escape(anat.coverage.line()))
     for n in anat.notes:
         console.print(f"  [yellow]note:[/yellow] {escape(n)}")
