@@ -2,7 +2,7 @@
 
 :func:`read_json_bytes` gives a file's JSON text (gunzipped by :mod:`traceview.read.inflate`
 when it starts with the gzip magic; a leading UTF-8 byte order mark dropped), within a byte
-limit. :func:`load_events` decodes it into :data:`Event` objects with the attributes the
+limit. :func:`decode_events` decodes it into :data:`Event` objects with the attributes the
 converter reads (``ph``, ``pid``, ``tid``, ``ts``, ``dur``, ``name``, ``args`` and, on
 ``args``, the keys in :data:`ARG_FIELDS`), through a typed msgspec decode, else orjson.
 :mod:`traceview.model.from_tracejson` turns the events into the op table. Errors are
@@ -135,9 +135,10 @@ def _utf8_ok(text) -> bool:
     return True
 
 
-def load_events(text, path: str) -> tuple[list, int]:
+def decode_events(text, path: str) -> tuple[list, int, bool]:
     """The trace's events as :data:`Event` objects (only ``X`` and ``M`` ones on the general
-    path) and the number of other non-empty events left out of that list.
+    path), the number of other non-empty events left out of that list, and whether the typed
+    decode took the text (its values are then of the declared types).
 
     The typed decode (msgspec) is tried first; whatever it does not take — a value of an
     unexpected type, an event key outside the trace format, an integer past int64, invalid
@@ -156,8 +157,8 @@ def load_events(text, path: str) -> tuple[list, int]:
         if doc is not None:
             events = doc if type(doc) is list else doc.traceEvents
             if events is not UNSET:
-                return events, 0
-    return _from_dicts(_load_json(text, path))
+                return events, 0, True
+    return _from_dicts(_load_json(text, path)) + (False,)
 
 
 def _load_json(text, path: str) -> list:
