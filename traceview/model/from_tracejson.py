@@ -59,6 +59,7 @@ from traceview.model.timeline import enclosing, self_times
 from traceview.read.discover import host_from_filename
 from traceview.model.bounds import MAX_HLO_CHARS, MAX_TEXT_CHARS, cut_text
 from traceview.model.cpu_devices import cpu_device_name
+from traceview.read import tracejson as _tj
 from traceview.read.tracejson import (ARG_FIELDS, MAX_MEMORY_BYTES, UNSET, Args, check_reading_cost, gc_paused, has_fields,
                                       decode_events, read_json_bytes, text_limit_for)
 
@@ -243,27 +244,61 @@ def read_trace_json(
     Never writes anything.
     """
     p = str(path)
-    text_limit = text_limit_for(max_bytes) if max_decompressed_bytes is None else max_decompressed_bytes
-    text = read_json_bytes(p, max_decompressed_bytes=text_limit,
-                           max_bytes=max_bytes if max_decompressed_bytes is None else None)
-    check_reading_cost(text, max_bytes, p)
     host = printable(host if host is not None else host_from_filename(p))
     run, label = printable(run), printable(p)
+    try:
+        stream = os.stat(p).st_size > _tj.STREAM_ABOVE
+    except OSError:
+        stream = False  # read_json_bytes says why
     # millions of small objects trigger the cyclic GC again and again while nothing here can
     # form a cycle: pausing it saves much of the general path's parse time
     with gc_paused():
-        ev = _Events()
-        events, n_other, typed = decode_events(text, p)
-        n_text = len(text)
-        del text
-        ev.add(events, n_other, typed)
-        del events
-        ev.finish()
+        ev = None
+        if stream:
+            try:
+                ev, n_text = _read_stream(p, max_bytes, max_decompressed_bytes)
+            except _tj.StreamFallback:
+                ev = None
+        if ev is None:
+            text_limit = text_limit_for(max_bytes) if max_decompressed_bytes is None else max_decompressed_bytes
+            text = read_json_bytes(p, max_decompressed_bytes=text_limit,
+                                   max_bytes=max_bytes if max_decompressed_bytes is None else None)
+            check_reading_cost(text, max_bytes, p)
+            ev = _Events()
+            events, n_other, typed = decode_events(text, p)
+            n_text = len(text)
+            del text
+            ev.add(events, n_other, typed)
+            del events
+            ev.finish()
         cut = _cut_long_strings(ev, label) if n_text > LONG_EVENT_BYTES * max(ev.n_objects, 1) else None
         td = _convert(ev, label, host, run)
     if cut:
         td.notes.append(cut)
     return td
+
+
+def _read_stream(p: str, max_bytes: int, max_decompressed_bytes: int | None) -> tuple["_Events", int]:
+    """The events of a large file read as a stream of chunks
+    (:func:`traceview.read.tracejson.stream_event_chunks`), and its text's size. The text
+    may inflate to :func:`traceview.read.tracejson.stream_limit` bytes (or
+    ``max_decompressed_bytes``); the events kept are checked against ``max_bytes`` after
+    each chunk. Raises StreamFallback when the text must be read whole."""
+    if max_decompressed_bytes is None:
+        limit = _tj.stream_limit(max_bytes)
+        why = (f"the text a {max_bytes:,}-byte memory limit allows a streamed file, {_tj.STREAM_TEXT_FACTOR} bytes "
+               f"of text per byte of memory; ")
+    else:
+        limit, why = max_decompressed_bytes, ""
+    ev = _Events()
+    n_text = 0
+    for events, n_other, typed, size in _tj.stream_event_chunks(_tj.text_blocks(p, limit, why), p):
+        ev.add(events, n_other, typed)
+        n_text += size
+        del events
+        _tj.check_stream_cost(ev.n_events, len(ev.descs), n_text, max_bytes, p)
+    ev.finish()
+    return ev, n_text
 
 
 #: Events average at most this many bytes of JSON in real traces (about 1 KB with HLO texts);
