@@ -312,7 +312,8 @@ def _us_text(ps: int) -> bytes:
 
 def scale_trace_json(src: str | os.PathLike, dst: str | os.PathLike, repeat: int, *,
                      compresslevel: int = 6) -> dict:
-    """Write ``dst`` (gzip when it ends with ``.gz``): the Chrome trace ``src`` with every
+    """Write ``dst`` (gzip when it ends with ``.gz``; by ISA-L at level ``min(compresslevel, 3)``
+    where python-isal is installed): the Chrome trace ``src`` with every
     ``ph:"X"`` event of a ``/device:*`` process repeated ``repeat`` times.
 
     Repetition ``k`` adds ``k * step_ps`` ps to ``ts`` (written as an exact decimal µs
@@ -360,7 +361,15 @@ def scale_trace_json(src: str | os.PathLike, dst: str | os.PathLike, repeat: int
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    opener = (lambda p: gzip.open(p, "wb", compresslevel=compresslevel)) if dst.name.endswith(".gz") else (lambda p: open(p, "wb"))
+    if dst.name.endswith(".gz"):
+        try:  # ISA-L compresses several times faster (levels 0-3)
+            from isal import igzip
+
+            opener = lambda p: igzip.open(p, "wb", compresslevel=min(compresslevel, igzip._COMPRESS_LEVEL_BEST))  # noqa: E731
+        except ImportError:
+            opener = lambda p: gzip.open(p, "wb", compresslevel=compresslevel)  # noqa: E731
+    else:
+        opener = lambda p: open(p, "wb")  # noqa: E731
     head = {k: v for k, v in doc.items() if k != "traceEvents"} if isinstance(doc, dict) else None
     n_out = 0
     json_bytes = 0
