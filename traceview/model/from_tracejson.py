@@ -219,10 +219,16 @@ def read_trace_json(
         path: the file; gzip is detected by its magic bytes, not by the name.
         host: host name stored in every row (default: the file stem before ``.trace.json``).
         run: run name stored in every row ("" when none).
-        max_bytes: the most memory reading the file may take, bytes (default 4 GiB): the JSON
-            text is inflated up to ``max_bytes / TEXT_FACTOR`` bytes, and a file whose text and
-            events would take more (:func:`traceview.read.tracejson.reading_cost`) is refused
-            before its events are decoded.
+        max_bytes: the most memory reading the file may take, bytes (default 4 GiB). A file
+            of up to :data:`~traceview.read.tracejson.STREAM_ABOVE` bytes is read whole: its
+            JSON text is inflated up to ``max_bytes / TEXT_FACTOR`` bytes, and a file whose
+            text and events would take more (:func:`traceview.read.tracejson.reading_cost`) is
+            refused before its events are decoded. A larger one is streamed: its text (up to
+            ``STREAM_TEXT_FACTOR * max_bytes`` bytes) is decoded a chunk at a time, and only
+            per-event integer columns and the distinct event descriptions are kept, checked
+            against ``max_bytes`` after each chunk
+            (:func:`traceview.read.tracejson.check_stream_cost`). A streamed text in a form
+            the chunked reader does not take is read whole.
         max_decompressed_bytes: a tighter limit on the JSON text alone, bytes (None: from
             ``max_bytes``).
 
@@ -239,7 +245,7 @@ def read_trace_json(
         TraceUnreadable: unreadable file, not gzip/JSON, corrupt or truncated gzip, invalid
             JSON, or JSON that is not a Chrome trace (no ``traceEvents``). One-line message.
         LimitExceeded: the decompressed JSON is larger than its limit, or reading it would take
-            more than ``max_bytes``.
+            more than ``max_bytes``. A streamed file's gzip faults are TraceUnreadable as above.
 
     Never writes anything.
     """

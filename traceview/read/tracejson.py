@@ -5,7 +5,9 @@ when it starts with the gzip magic; a leading UTF-8 byte order mark dropped), wi
 limit. :func:`decode_events` decodes it into :data:`Event` objects with the attributes the
 converter reads (``ph``, ``pid``, ``tid``, ``ts``, ``dur``, ``name``, ``args`` and, on
 ``args``, the keys in :data:`ARG_FIELDS`), through a typed msgspec decode, else orjson.
-:mod:`traceview.model.from_tracejson` turns the events into the op table. Errors are
+A file over :data:`STREAM_ABOVE` bytes is not held whole: :func:`text_blocks` inflates it
+as it is read and :func:`stream_event_chunks` decodes its ``traceEvents`` array a chunk at a
+time. :mod:`traceview.model.from_tracejson` turns the events into the op table. Errors are
 :class:`~traceview.errors.TraceUnreadable`, :class:`~traceview.errors.NoTraceFound` and
 :class:`~traceview.errors.LimitExceeded`, each one line naming the file.
 """
