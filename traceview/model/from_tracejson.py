@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import re
+from array import array
 
 import numpy as np
 import polars as pl
@@ -468,14 +469,14 @@ def _dev_ints(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
 
 class _Line:
     """One timeline line's events: ``didx`` (per event the index of its :class:`_Desc` in
-    :attr:`_Events.descs`; a list while events come in, an int64 array once :meth:`finish`
-    ran) and then ``ts``/``dur`` (:class:`_Col`) and the device clock ``doff``/``ddur`` with
+    :attr:`_Events.descs`; an ``array('q')`` while events come in, an int64 array once
+    :meth:`finish` ran) and then ``ts``/``dur`` (:class:`_Col`) and the device clock ``doff``/``ddur`` with
     ``dvalid``."""
 
     __slots__ = ("didx", "pending", "_ts", "_dur", "_dev", "ts", "dur", "doff", "ddur", "dvalid")
 
     def __init__(self):
-        self.didx: list = []
+        self.didx = array("q")  # 8 bytes an event, no int objects
         self.pending: list = []
         self._ts: list = []
         self._dur: list = []
@@ -516,8 +517,8 @@ class _Line:
             append(d.i)
 
     def finish(self) -> None:
-        if type(self.didx) is list:
-            self.didx = np.array(self.didx, dtype=np.int64)
+        if type(self.didx) is array:
+            self.didx = np.frombuffer(self.didx, dtype=np.int64) if len(self.didx) else np.zeros(0, dtype=np.int64)
         self.ts = _Col.concat(self._ts)
         self.dur = _Col.concat(self._dur)
         if len(self._dev) == 1:
