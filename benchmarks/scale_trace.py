@@ -14,7 +14,8 @@ programs running ``R`` times as long would record:
   ``/host:metadata`` (HLO protos) are copied unchanged.
 * **trace.json(.gz)** — every ``ph:"X"`` event of a ``/device:*`` process is written ``R``
   times; repetition ``k`` adds ``k * step_ps`` ps to ``ts`` (µs) and to the
-  ``device_offset_ps`` arg (a decimal string of ps).
+  ``device_offset_ps`` arg (a decimal string of ps), and ``k * id_step`` to the ``run_id``
+  and ``step_num`` args.
 
 ``step_ps`` is one shift for the whole file: the span of all device events (host-aligned
 ``offset_ps`` and device-clock ``device_offset_ps`` alike) plus a 1 µs gap, rounded up to a
@@ -41,6 +42,7 @@ import argparse
 import gzip
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -52,6 +54,8 @@ from pathlib import Path
 OP_LINES = ("XLA Ops", "XLA Modules")
 _GPU_STREAM = "Stream #"
 _GAP_PS = 1_000_000  # 1 µs between repetitions
+#: Per-event id stats/args made distinct per repetition (module runs, steps).
+ID_STATS = ("run_id", "step_num")
 
 
 # -- protobuf wire helpers -------------------------------------------------------------------
@@ -71,7 +75,9 @@ def _len_field(field: int, length: int) -> bytes:
 
 # -- xplane ----------------------------------------------------------------------------------
 
-def _repeated_line(plane_name: str, line_name: str, op_lines_only: bool) -> bool:
+def _repeated_line(plane_name: str, line_name: str, op_lines_only: bool, host_cpu: bool = False) -> bool:
+    if host_cpu and plane_name == "/host:CPU":
+        return True
     if not plane_name.startswith("/device:"):
         return False
     if not op_lines_only:
@@ -83,7 +89,7 @@ def _stat_ids(plane, name: str) -> set[int]:
     return {k for k, v in plane.stat_metadata.items() if v.name == name}
 
 
-def xplane_step_ps(space, op_lines_only: bool = False) -> tuple[int, int]:
+def xplane_step_ps(space, op_lines_only: bool = False, host_cpu: bool = False) -> tuple[int, int]:
     """(shift per repetition in ps, events repeated once) for an XSpace.
 
     The shift is the span of every repeated event on both clocks (line ``timestamp_ns`` +
@@ -96,7 +102,7 @@ def xplane_step_ps(space, op_lines_only: bool = False) -> tuple[int, int]:
         off_ids = _stat_ids(plane, "device_offset_ps")
         dur_ids = _stat_ids(plane, "device_duration_ps")
         for line in plane.lines:
-            if not _repeated_line(plane.name, line.name, op_lines_only) or not len(line.events):
+            if not _repeated_line(plane.name, line.name, op_lines_only, host_cpu) or not len(line.events):
                 continue
             base = line.timestamp_ns * 1000
             for ev in line.events:
@@ -119,6 +125,26 @@ def xplane_step_ps(space, op_lines_only: bool = False) -> tuple[int, int]:
     return -(-span // 1_000_000) * 1_000_000, n
 
 
+def xplane_id_step(space, op_lines_only: bool = False, host_cpu: bool = False) -> int:
+    """Shift per repetition of the :data:`ID_STATS` ids: the largest integer value any of
+    them takes on a repeated event, plus one (1 when there is none)."""
+    hi = 0
+    for plane in space.planes:
+        ids = set().union(*(_stat_ids(plane, n) for n in ID_STATS))
+        if not ids:
+            continue
+        for line in plane.lines:
+            if not _repeated_line(plane.name, line.name, op_lines_only, host_cpu):
+                continue
+            for ev in line.events:
+                for st in ev.stats:
+                    if st.metadata_id in ids:
+                        v = _int_value(st)
+                        if v is not None and v > hi:
+                            hi = v
+    return hi + 1
+
+
 def _int_value(st):
     kind = st.WhichOneof("value")
     if kind in ("int64_value", "uint64_value"):
@@ -126,32 +152,39 @@ def _int_value(st):
     return None
 
 
-def _spool_line(line, plane, repeat: int, step_ps: int, fh) -> int:
-    """Write ``repeat`` shifted copies of ``line``'s events (XLine field-4 entries) to ``fh``.
+def _spool_line(line, plane, repeat: int, step_ps: int, fh, id_step: int = 1) -> int:
+    """Write ``repeat`` shifted copies of ``line``'s events (XLine field-4 entries) to ``fh``
+    (times by ``step_ps``, :data:`ID_STATS` by ``id_step``).
 
     Returns the number of bytes written. Only this line's events live as protobuf objects.
     """
     from traceview.read.xplane.protos import XLine
 
     off_ids = _stat_ids(plane, "device_offset_ps")
+    id_ids = set().union(*(_stat_ids(plane, n) for n in ID_STATS))
     work = XLine()
     work.events.extend(line.events)  # events only: serializes to field-4 entries alone
     events = work.events
-    targets = []  # (event, stat or None)
+    targets = []  # (event, device_offset_ps stat or None, its value kind, [(id stat, kind)])
     for ev in events:
         stat = None
+        idst = []
         for st in ev.stats:
             if st.metadata_id in off_ids and _int_value(st) is not None:
                 stat = st
-        targets.append((ev, stat, stat.WhichOneof("value") if stat is not None else None))
+            elif st.metadata_id in id_ids and _int_value(st) is not None:
+                idst.append((st, st.WhichOneof("value")))
+        targets.append((ev, stat, stat.WhichOneof("value") if stat is not None else None, idst))
     written = 0
     for k in range(repeat):
         if k:
-            for ev, stat, kind in targets:
+            for ev, stat, kind, idst in targets:
                 if ev.HasField("offset_ps") or not ev.num_occurrences:
                     ev.offset_ps += step_ps
                 if stat is not None:
                     setattr(stat, kind, getattr(stat, kind) + step_ps)
+                for st, ik in idst:
+                    setattr(st, ik, getattr(st, ik) + id_step)
         data = work.SerializeToString()
         fh.write(data)
         written += len(data)
@@ -159,12 +192,13 @@ def _spool_line(line, plane, repeat: int, step_ps: int, fh) -> int:
 
 
 def scale_xplane(src: str | os.PathLike, dst: str | os.PathLike, repeat: int, *,
-                 op_lines_only: bool = False, progress=None) -> dict:
+                 op_lines_only: bool = False, host_cpu: bool = False, progress=None) -> dict:
     """Write ``dst``: the XSpace in ``src`` with its device events repeated ``repeat`` times.
 
     Returns a dict: ``events`` (XEvents in the output, all planes), ``device_events``
     (repeated events, all repetitions), ``step_ps`` (shift per repetition, ps), ``bytes``
-    (output size), ``seconds`` (wall time). ``progress(k_line, n_lines)`` is called after
+    (output size), ``id_step`` (run_id/step_num shift per repetition), ``seconds`` (wall
+    time). ``host_cpu``: repeat the ``/host:CPU`` plane's lines too. ``progress(k_line, n_lines)`` is called after
     each spooled line when given. The output is written to a temp file beside ``dst`` and
     renamed into place.
     """
@@ -174,7 +208,8 @@ def scale_xplane(src: str | os.PathLike, dst: str | os.PathLike, repeat: int, *,
     if repeat < 1:
         raise ValueError(f"repeat must be >= 1, got {repeat}")
     space = XSpace.FromString(Path(src).read_bytes())
-    step_ps, per_rep = xplane_step_ps(space, op_lines_only)
+    step_ps, per_rep = xplane_step_ps(space, op_lines_only, host_cpu)
+    id_step = xplane_id_step(space, op_lines_only, host_cpu)
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     spool_dir = Path(tempfile.mkdtemp(prefix=".scale-", dir=dst.parent))
@@ -193,13 +228,14 @@ def scale_xplane(src: str | os.PathLike, dst: str | os.PathLike, repeat: int, *,
                 header = XLine()
                 header.CopyFrom(line)
                 del header.events[:]
-                rep = _repeated_line(plane.name, line.name, op_lines_only) and len(line.events) and repeat > 1
+                rep = (_repeated_line(plane.name, line.name, op_lines_only, host_cpu) and len(line.events)
+                       and repeat > 1)
                 if rep:
                     if line.duration_ps:
                         header.duration_ps = line.duration_ps + (repeat - 1) * step_ps
                     path = spool_dir / f"{pi}_{li}.bin"
                     with open(path, "wb") as fh:
-                        size = _spool_line(line, plane, repeat, step_ps, fh)
+                        size = _spool_line(line, plane, repeat, step_ps, fh, id_step)
                     lines.append((header.SerializeToString(), path, size))
                     total_events += repeat * len(line.events)
                 else:
@@ -237,11 +273,11 @@ def scale_xplane(src: str | os.PathLike, dst: str | os.PathLike, repeat: int, *,
         os.replace(tmp, dst)
     finally:
         shutil.rmtree(spool_dir, ignore_errors=True)
-    return {"events": total_events, "device_events": per_rep * repeat, "step_ps": step_ps,
+    return {"events": total_events, "device_events": per_rep * repeat, "step_ps": step_ps, "id_step": id_step,
             "bytes": dst.stat().st_size, "seconds": time.perf_counter() - t0}
 
 
-def count_device_events(src: str | os.PathLike, op_lines_only: bool = False) -> tuple[int, int]:
+def count_device_events(src: str | os.PathLike, op_lines_only: bool = False, host_cpu: bool = False) -> tuple[int, int]:
     """(events repeated per repetition, other events) of the xplane ``src``."""
     from traceview.read.xplane.protos import XSpace
 
@@ -249,7 +285,7 @@ def count_device_events(src: str | os.PathLike, op_lines_only: bool = False) -> 
     rep = other = 0
     for plane in space.planes:
         for line in plane.lines:
-            if _repeated_line(plane.name, line.name, op_lines_only):
+            if _repeated_line(plane.name, line.name, op_lines_only, host_cpu):
                 rep += len(line.events)
             else:
                 other += len(line.events)
@@ -257,6 +293,9 @@ def count_device_events(src: str | os.PathLike, op_lines_only: bool = False) -> 
 
 
 # -- trace.json(.gz) -------------------------------------------------------------------------
+
+_PLACEHOLDER = re.compile(rb'"\\u0000P(\d+)\\u0000"')
+
 
 def _ps_of(ts) -> int:
     return round(float(ts) * 1e6)
@@ -273,14 +312,16 @@ def _us_text(ps: int) -> bytes:
 
 def scale_trace_json(src: str | os.PathLike, dst: str | os.PathLike, repeat: int, *,
                      compresslevel: int = 6) -> dict:
-    """Write ``dst`` (gzip when it ends with ``.gz``): the Chrome trace ``src`` with every
+    """Write ``dst`` (gzip when it ends with ``.gz``; by ISA-L at level ``min(compresslevel, 3)``
+    where python-isal is installed): the Chrome trace ``src`` with every
     ``ph:"X"`` event of a ``/device:*`` process repeated ``repeat`` times.
 
     Repetition ``k`` adds ``k * step_ps`` ps to ``ts`` (written as an exact decimal µs
-    number) and to the ``device_offset_ps`` arg. Non-device events, metadata rows and the
+    number) and to the ``device_offset_ps`` arg, and ``k * id_step`` to the :data:`ID_STATS`
+    args (``id_step``: their largest value among the repeated events, plus one). Non-device events, metadata rows and the
     closing ``{}`` are kept once. Returns a dict: ``events`` (array elements written),
     ``device_events`` (repeated events, all repetitions), ``step_ps``, ``bytes`` (output
-    size), ``json_bytes`` (uncompressed JSON size), ``seconds``.
+    size), ``json_bytes`` (uncompressed JSON size), ``id_step``, ``seconds``.
     """
     import orjson
 
@@ -304,12 +345,31 @@ def scale_trace_json(src: str | os.PathLike, dst: str | os.PathLike, repeat: int
             d = int(a["device_offset_ps"])
             lo, hi = min(lo, d), max(hi, d + int(a.get("device_duration_ps", 0) or 0))
     step_ps = -(-(int(hi - lo) + _GAP_PS) // 1_000_000) * 1_000_000 if dev else _GAP_PS
+    id_step = 1
+    for e in dev:
+        a = e.get("args")
+        if isinstance(a, dict):
+            for k in ID_STATS:
+                v = a.get(k)
+                if isinstance(v, (int, str)) and not isinstance(v, bool):
+                    try:
+                        id_step = max(id_step, int(v) + 1)
+                    except ValueError:
+                        pass
     # ts numbers are spliced in as exact decimal text: orjson writes the event with a
     # placeholder ts that is then replaced
     dst = Path(dst)
     dst.parent.mkdir(parents=True, exist_ok=True)
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    opener = (lambda p: gzip.open(p, "wb", compresslevel=compresslevel)) if dst.name.endswith(".gz") else (lambda p: open(p, "wb"))
+    if dst.name.endswith(".gz"):
+        try:  # ISA-L compresses several times faster (levels 0-3)
+            from isal import igzip
+
+            opener = lambda p: igzip.open(p, "wb", compresslevel=min(compresslevel, igzip._COMPRESS_LEVEL_BEST))  # noqa: E731
+        except ImportError:
+            opener = lambda p: gzip.open(p, "wb", compresslevel=compresslevel)  # noqa: E731
+    else:
+        opener = lambda p: open(p, "wb")  # noqa: E731
     head = {k: v for k, v in doc.items() if k != "traceEvents"} if isinstance(doc, dict) else None
     n_out = 0
     json_bytes = 0
@@ -333,30 +393,43 @@ def scale_trace_json(src: str | os.PathLike, dst: str | os.PathLike, repeat: int
             first = False
             n_out += 1
         if repeat > 1 and dev:
+            # each repeated event is a template: its text split around the values a
+            # repetition shifts (ts, device_offset_ps, the ID_STATS args), written back as
+            # exact integer text of the same JSON type (number or string)
             templates = []
             for e in dev:
-                a = e.get("args")
-                has_doff = isinstance(a, dict) and "device_offset_ps" in a
+                a = e.get("args") if isinstance(e.get("args"), dict) else None
                 e2 = dict(e)
-                e2["ts"] = 0
-                if has_doff:
-                    e2["args"] = dict(a)
-                    e2["args"]["device_offset_ps"] = "\x00DOFF\x00"
-                text = orjson.dumps(e2)
-                pre, post = text.split(b'"ts":0', 1)
-                if has_doff:
-                    p1, p2 = post.split(b'"\\u0000DOFF\\u0000"', 1)
-                    templates.append((pre + b'"ts":', p1 + b'"', b'"' + p2, _ps_of(e["ts"]), int(a["device_offset_ps"])))
-                else:
-                    templates.append((pre + b'"ts":', post, None, _ps_of(e["ts"]), None))
+                e2["ts"] = "\x00P0\x00"
+                fills = [("ts", _ps_of(e["ts"]))]
+                if a is not None:
+                    a2 = e2["args"] = dict(a)
+                    for k in ("device_offset_ps",) + ID_STATS:
+                        v = a.get(k)
+                        if isinstance(v, bool) or not isinstance(v, (int, str)):
+                            continue
+                        try:
+                            iv = int(v)
+                        except ValueError:
+                            continue
+                        a2[k] = f"\x00P{len(fills)}\x00"
+                        fills.append(("ps" if k == "device_offset_ps" else "id", iv, isinstance(v, str)))
+                pieces = _PLACEHOLDER.split(orjson.dumps(e2))  # text, index, text, ...
+                templates.append((pieces[0::2], [fills[int(i)] for i in pieces[1::2]]))
             buf = []
             for k in range(1, repeat):
                 shift = k * step_ps
-                for pre, mid, post, ts_ps, doff in templates:
-                    if post is None:
-                        buf.append(b"," + pre + _us_text(ts_ps + shift) + mid)
-                    else:
-                        buf.append(b"," + pre + _us_text(ts_ps + shift) + mid + str(doff + shift).encode() + post)
+                ids = k * id_step
+                for parts, fills in templates:
+                    out_parts = [b",", parts[0]]
+                    for i, f in enumerate(fills):
+                        if f[0] == "ts":
+                            out_parts.append(_us_text(f[1] + shift))
+                        else:
+                            t = str(f[1] + (shift if f[0] == "ps" else ids)).encode()
+                            out_parts.append(b'"' + t + b'"' if f[2] else t)
+                        out_parts.append(parts[i + 1])
+                    buf.append(b"".join(out_parts))
                 n_out += len(templates)
                 if len(buf) > 50_000:
                     w(b"".join(buf))
@@ -367,7 +440,7 @@ def scale_trace_json(src: str | os.PathLike, dst: str | os.PathLike, repeat: int
             n_out += 1
         w(b"]}" if head is not None else b"]")
     os.replace(tmp, dst)
-    return {"events": n_out, "device_events": len(dev) * repeat, "step_ps": step_ps,
+    return {"events": n_out, "device_events": len(dev) * repeat, "step_ps": step_ps, "id_step": id_step,
             "bytes": dst.stat().st_size, "json_bytes": json_bytes, "seconds": time.perf_counter() - t0}
 
 
@@ -382,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--events", type=int, help="target total events (xplane only); picks --repeat")
     ap.add_argument("--op-lines-only", action="store_true",
                     help="xplane: repeat only XLA Ops / XLA Modules / GPU stream lines")
+    ap.add_argument("--host-cpu", action="store_true",
+                    help="xplane: repeat the /host:CPU plane's lines too (an engine CPU trace)")
     args = ap.parse_args(argv)
     src = str(args.src)
     is_json = ".json" in Path(src).name
@@ -389,12 +464,12 @@ def main(argv: list[str] | None = None) -> int:
     if repeat is None:
         if is_json:
             ap.error("--events is for xplane sources; use --repeat")
-        per, other = count_device_events(src, args.op_lines_only)
+        per, other = count_device_events(src, args.op_lines_only, args.host_cpu)
         repeat = max(1, round((args.events - other) / max(per, 1)))
     if is_json:
         info = scale_trace_json(src, args.dst, repeat)
     else:
-        info = scale_xplane(src, args.dst, repeat, op_lines_only=args.op_lines_only)
+        info = scale_xplane(src, args.dst, repeat, op_lines_only=args.op_lines_only, host_cpu=args.host_cpu)
     info["repeat"] = repeat
     print(" ".join(f"{k}={v:.2f}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items()))
     return 0

@@ -118,3 +118,47 @@ def test_us_text_is_exact():
     assert scale_trace._us_text(2_000_000) == b"2"
     assert scale_trace._us_text(1) == b"0.000001"
     assert scale_trace._varint(300) == b"\xac\x02"
+
+
+def _stat_values(space, name: str) -> list[int]:
+    out = []
+    for plane in space.planes:
+        if not plane.name.startswith("/device:"):
+            continue
+        ids = {k for k, v in plane.stat_metadata.items() if v.name == name}
+        out += [st.uint64_value or st.int64_value for line in plane.lines for ev in line.events
+                for st in ev.stats if st.metadata_id in ids]
+    return out
+
+
+def test_scaled_copies_have_distinct_run_ids(shared_traces, tmp_path):
+    """Each repetition is a distinct module run: its run_ids are the original ones shifted by
+    k * id_step (id_step: the largest original run_id + 1), on xplane and trace.json alike."""
+    src = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
+    dst = tmp_path / "x3.xplane.pb"
+    info = scale_trace.scale_xplane(src, dst, 3)
+    base = _stat_values(XSpace.FromString(src.read_bytes()), "run_id")
+    got = _stat_values(XSpace.FromString(dst.read_bytes()), "run_id")
+    assert len(base) == 414 and info["id_step"] == max(base) + 1
+    step = info["id_step"]
+    assert sorted(got) == sorted(v + k * step for k in range(3) for v in base)
+
+    jsrc = next((shared_traces / "vllm_tpu_qwen").rglob("*.trace.json.gz"))
+    jdst = tmp_path / "x3.trace.json"
+    jinfo = scale_trace.scale_trace_json(jsrc, jdst, 3)
+    import orjson
+    evs = orjson.loads(jdst.read_bytes())["traceEvents"]
+    dev_pids = {e["pid"] for e in evs if e.get("ph") == "M" and e.get("name") == "process_name"
+                and e["args"]["name"].startswith("/device:")}
+    rids = sorted(e["args"]["run_id"] for e in evs if e.get("pid") in dev_pids and "run_id" in e.get("args", {}))
+    assert len(rids) == 8 * 3 and all(type(r) is str for r in rids)
+    assert len(set(rids)) == len(set(r for r in rids if int(r) < jinfo["id_step"])) * 3
+
+
+def test_scaled_engine_cpu_trace_repeats_host_threads(tmp_path):
+    """--host-cpu repeats an engine CPU trace's /host:CPU threads: every population and every
+    module run times R (module runs are told apart by run_id)."""
+    src = next((Path(__file__).resolve().parents[1] / "fixtures" / "greedy_b4").rglob("*.xplane.pb"))
+    dst = tmp_path / "cpu_x2.xplane.pb"
+    scale_trace.scale_xplane(src, dst, 2, host_cpu=True)
+    _assert_scaled(read_file(src, host="engine-cpu"), read_file(dst, host="engine-cpu"), 2)

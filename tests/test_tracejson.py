@@ -402,3 +402,97 @@ def test_a_utf8_byte_order_mark_is_ignored(shared_traces, tmp_path):
     for p in (plain, gz):
         got = read_file(p).ops.drop("file")
         assert got.equals(want, null_equal=True) and got.height > 1000
+
+
+# -- large files: streamed in chunks -----------------------------------------------------------
+
+def _same(a, b) -> None:
+    assert a.ops.drop("file").equals(b.ops.drop("file"), null_equal=True)
+    assert a.module_runs.equals(b.module_runs, null_equal=True)
+    assert (a.n_events, a.has_shapes, [d.name for d in a.devices]) == (b.n_events, b.has_shapes, [d.name for d in b.devices])
+
+
+@pytest.fixture
+def streamed(monkeypatch):
+    """Every file streamed in 64 KiB chunks; a fall back to the whole text fails the test."""
+    import traceview.model.from_tracejson as ftj
+    import traceview.read.tracejson as tj
+
+    monkeypatch.setattr(tj, "STREAM_ABOVE", -1)
+    monkeypatch.setattr(tj, "_STREAM_CHUNK", 64 << 10)
+    chunks = []
+    orig = tj.stream_event_chunks
+
+    def counted(*a):
+        for c in orig(*a):
+            chunks.append(c[3])
+            yield c
+
+    monkeypatch.setattr(tj, "stream_event_chunks", counted)
+
+    def whole(*a, **k):
+        raise AssertionError("read whole")
+
+    monkeypatch.setattr(ftj, "read_json_bytes", whole)
+    return chunks
+
+
+def test_streamed_reading_equals_whole_text(vllm, shared_traces, streamed, tmp_path):
+    """The vLLM trace streamed in 64 KiB chunks (gzip and plain) gives the same tables as the
+    whole text; the chunks cover the whole events array."""
+    got = read_trace_json(shared_traces / VLLM, run="2026_01_11_21_26_41")
+    _same(got, vllm)
+    text = gzip.decompress((shared_traces / VLLM).read_bytes())
+    assert len(streamed) > 100 and len(text) - 1000 < sum(streamed) < len(text)  # all but head, commas, end
+    plain = tmp_path / "t1v-n-9eb622fc-w-0.trace.json"
+    plain.write_bytes(text)
+    _same(read_trace_json(plain, run="2026_01_11_21_26_41"), vllm)
+
+
+def test_stream_splits_only_between_events(tmp_path, monkeypatch):
+    """Names holding the split pattern ('}, {"'), a bare array, other members before
+    traceEvents, a BOM, and what the streamed form does not take (members after the array,
+    invalid JSON, a truncated gzip stream): each reads as the whole text does (or fails with
+    its error)."""
+    import traceview.read.tracejson as tj
+
+    tricky = [_x(1, 2, float(i), 0.5, "x}, {" if i % 3 else '"}, {"a', {"hlo_op": f"add.{i}", "hlo_module": "jit_f(1)"})
+              for i in range(3000)]
+    doc = _meta(1, "/device:GPU:0", {2: "Stream #1"}) + tricky
+    cases = {"obj": {"displayTimeUnit": "ns", "metadata": {"a": [1, {"b": 2}]}, "traceEvents": doc + [{}]},
+             "array": doc, "after": {"traceEvents": doc, "x": [{"y": 1}]}}
+    want = {}
+    for k, d in cases.items():
+        _write(tmp_path / f"{k}.trace.json.gz", d)
+        want[k] = read_trace_json(tmp_path / f"{k}.trace.json.gz", host="h")
+    bom = _write(tmp_path / "bom.trace.json", b"\xef\xbb\xbf" + orjson.dumps(cases["obj"]), gz=False)
+    bad = _write(tmp_path / "bad.trace.json.gz", orjson.dumps(cases["obj"])[:-40] + b"}]}")
+    cut = tmp_path / "cut.trace.json.gz"
+    cut.write_bytes((tmp_path / "obj.trace.json.gz").read_bytes()[:-100])
+    assert want["obj"].ops.height == 3000
+    monkeypatch.setattr(tj, "STREAM_ABOVE", -1)
+    monkeypatch.setattr(tj, "_STREAM_CHUNK", 4096)
+    for k in cases:
+        _same(read_trace_json(tmp_path / f"{k}.trace.json.gz", host="h"), want[k])
+    _same(read_trace_json(bom, host="h"), want["obj"])
+    assert "not valid JSON" in _fault(bad)
+    assert "truncated gzip" in _fault(cut)
+
+
+def test_streamed_file_limits(tmp_path, monkeypatch):
+    """A streamed file stops at its text limit (max_decompressed_bytes, else 4x the memory
+    budget) and when the events kept would pass the memory budget."""
+    import traceview.read.tracejson as tj
+
+    doc = _meta(1, "/device:GPU:0", {2: "Stream #1"}) + [
+        _x(1, 2, float(i), 0.5, "k", {"hlo_op": "add.1", "hlo_module": "jit_f(1)"}) for i in range(20000)]
+    p = _write(tmp_path / "h.trace.json.gz", {"traceEvents": doc})
+    size = len(gzip.decompress(p.read_bytes()))
+    monkeypatch.setattr(tj, "STREAM_ABOVE", -1)
+    monkeypatch.setattr(tj, "_STREAM_CHUNK", 64 << 10)
+    assert read_trace_json(p, max_decompressed_bytes=size).ops.height == 20000
+    assert f"{size - 1:,}-byte limit on its text" in _fault(p, LimitExceeded, max_decompressed_bytes=size - 1)
+    msg = _fault(p, LimitExceeded, max_bytes=size // 4 - 1)
+    assert "limit on its text" in msg and "streamed" in msg
+    msg = _fault(p, LimitExceeded, max_bytes=size // 2)  # 96 bytes per event kept: over by the end
+    assert "memory limit to read" in msg and "--max-bytes" in msg

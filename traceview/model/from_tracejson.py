@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import re
+from array import array
 
 import numpy as np
 import polars as pl
@@ -59,8 +60,9 @@ from traceview.model.timeline import enclosing, self_times
 from traceview.read.discover import host_from_filename
 from traceview.model.bounds import MAX_HLO_CHARS, MAX_TEXT_CHARS, cut_text
 from traceview.model.cpu_devices import cpu_device_name
+from traceview.read import tracejson as _tj
 from traceview.read.tracejson import (ARG_FIELDS, MAX_MEMORY_BYTES, UNSET, Args, check_reading_cost, gc_paused, has_fields,
-                                      load_events, read_json_bytes, text_limit_for)
+                                      decode_events, read_json_bytes, text_limit_for)
 
 #: Event counts at which the exporter truncates (``GetTraceViewerMaxEvents``: 5M now, 1M
 #: before openxla/xla PR #44702). A file holding exactly one of these many events was cut.
@@ -218,10 +220,16 @@ def read_trace_json(
         path: the file; gzip is detected by its magic bytes, not by the name.
         host: host name stored in every row (default: the file stem before ``.trace.json``).
         run: run name stored in every row ("" when none).
-        max_bytes: the most memory reading the file may take, bytes (default 4 GiB): the JSON
-            text is inflated up to ``max_bytes / TEXT_FACTOR`` bytes, and a file whose text and
-            events would take more (:func:`traceview.read.tracejson.reading_cost`) is refused
-            before its events are decoded.
+        max_bytes: the most memory reading the file may take, bytes (default 4 GiB). A file
+            of up to :data:`~traceview.read.tracejson.STREAM_ABOVE` bytes is read whole: its
+            JSON text is inflated up to ``max_bytes / TEXT_FACTOR`` bytes, and a file whose
+            text and events would take more (:func:`traceview.read.tracejson.reading_cost`) is
+            refused before its events are decoded. A larger one is streamed: its text (up to
+            ``STREAM_TEXT_FACTOR * max_bytes`` bytes) is decoded a chunk at a time, and only
+            per-event integer columns and the distinct event descriptions are kept, checked
+            against ``max_bytes`` after each chunk
+            (:func:`traceview.read.tracejson.check_stream_cost`). A streamed text in a form
+            the chunked reader does not take is read whole.
         max_decompressed_bytes: a tighter limit on the JSON text alone, bytes (None: from
             ``max_bytes``).
 
@@ -238,28 +246,66 @@ def read_trace_json(
         TraceUnreadable: unreadable file, not gzip/JSON, corrupt or truncated gzip, invalid
             JSON, or JSON that is not a Chrome trace (no ``traceEvents``). One-line message.
         LimitExceeded: the decompressed JSON is larger than its limit, or reading it would take
-            more than ``max_bytes``.
+            more than ``max_bytes``. A streamed file's gzip faults are TraceUnreadable as above.
 
     Never writes anything.
     """
     p = str(path)
-    text_limit = text_limit_for(max_bytes) if max_decompressed_bytes is None else max_decompressed_bytes
-    text = read_json_bytes(p, max_decompressed_bytes=text_limit,
-                           max_bytes=max_bytes if max_decompressed_bytes is None else None)
-    check_reading_cost(text, max_bytes, p)
     host = printable(host if host is not None else host_from_filename(p))
     run, label = printable(run), printable(p)
+    try:
+        stream = os.stat(p).st_size > _tj.STREAM_ABOVE
+    except OSError:
+        stream = False  # read_json_bytes says why
     # millions of small objects trigger the cyclic GC again and again while nothing here can
     # form a cycle: pausing it saves much of the general path's parse time
     with gc_paused():
-        events, n_other = load_events(text, p)
-        long_text = len(text) > LONG_EVENT_BYTES * max(len(events), 1)
-        del text
-        cut = _cut_long_strings(events, label) if long_text else None
-        td = _convert(events, n_other, label, host, run)
+        ev = None
+        if stream:
+            try:
+                ev, n_text = _read_stream(p, max_bytes, max_decompressed_bytes)
+            except _tj.StreamFallback:
+                ev = None
+        if ev is None:
+            text_limit = text_limit_for(max_bytes) if max_decompressed_bytes is None else max_decompressed_bytes
+            text = read_json_bytes(p, max_decompressed_bytes=text_limit,
+                                   max_bytes=max_bytes if max_decompressed_bytes is None else None)
+            check_reading_cost(text, max_bytes, p)
+            ev = _Events()
+            events, n_other, typed = decode_events(text, p)
+            n_text = len(text)
+            del text
+            ev.add(events, n_other, typed)
+            del events
+            ev.finish()
+        cut = _cut_long_strings(ev, label) if n_text > LONG_EVENT_BYTES * max(ev.n_objects, 1) else None
+        td = _convert(ev, label, host, run)
     if cut:
         td.notes.append(cut)
     return td
+
+
+def _read_stream(p: str, max_bytes: int, max_decompressed_bytes: int | None) -> tuple["_Events", int]:
+    """The events of a large file read as a stream of chunks
+    (:func:`traceview.read.tracejson.stream_event_chunks`), and its text's size. The text
+    may inflate to :func:`traceview.read.tracejson.stream_limit` bytes (or
+    ``max_decompressed_bytes``); the events kept are checked against ``max_bytes`` after
+    each chunk. Raises StreamFallback when the text must be read whole."""
+    if max_decompressed_bytes is None:
+        limit = _tj.stream_limit(max_bytes)
+        why = (f"the text a {max_bytes:,}-byte memory limit allows a streamed file, {_tj.STREAM_TEXT_FACTOR} bytes "
+               f"of text per byte of memory; ")
+    else:
+        limit, why = max_decompressed_bytes, ""
+    ev = _Events()
+    n_text = 0
+    for events, n_other, typed, size in _tj.stream_event_chunks(_tj.text_blocks(p, limit, why), p):
+        ev.add(events, n_other, typed)
+        n_text += size
+        del events
+        _tj.check_stream_cost(ev.n_events, len(ev.descs), n_text, max_bytes, p)
+    ev.finish()
+    return ev, n_text
 
 
 #: Events average at most this many bytes of JSON in real traces (about 1 KB with HLO texts);
@@ -268,10 +314,11 @@ LONG_EVENT_BYTES = 4096
 _HLO_ARGS = ("long_name", "hlo_op")
 
 
-def _cut_long_strings(events: list, path: str) -> str | None:
-    """Cut every string of ``events`` (their names and read ``args``) longer than
-    :data:`~traceview.model.bounds.MAX_TEXT_CHARS` (HLO texts:
-    :data:`~traceview.model.bounds.MAX_HLO_CHARS`) in place; the note saying so, or None."""
+def _cut_long_strings(ev: "_Events", path: str) -> str | None:
+    """Cut every string of the events' descriptions (their names and read ``args``) and of
+    the process and thread names longer than :data:`~traceview.model.bounds.MAX_TEXT_CHARS`
+    (HLO texts: :data:`~traceview.model.bounds.MAX_HLO_CHARS`) in place; the note saying
+    so, or None."""
     n, longest = 0, 0
 
     def cut(v, limit):
@@ -282,70 +329,314 @@ def _cut_long_strings(events: list, path: str) -> str | None:
             return cut_text(v, limit)
         return v
 
-    for e in events:
-        if type(e.name) is str and len(e.name) > MAX_TEXT_CHARS:
-            e.name = cut(e.name, MAX_TEXT_CHARS)
-        a = e.args
-        if a is not None and a is not UNSET:
+    for d in ev.descs:
+        if type(d.name) is str and len(d.name) > MAX_TEXT_CHARS:
+            d.name = cut(d.name, MAX_TEXT_CHARS)
+        a = d.args
+        if type(a) is Args:
             for k in ARG_FIELDS:
                 v = getattr(a, k)
                 if type(v) is str and len(v) > MAX_TEXT_CHARS:
                     setattr(a, k, cut(v, MAX_HLO_CHARS if k in _HLO_ARGS else MAX_TEXT_CHARS))
+    for names in (ev.process, ev.thread):
+        for k, v in names.items():
+            if len(v) > MAX_TEXT_CHARS:
+                names[k] = cut(v, MAX_TEXT_CHARS)
     if not n:
         return None
     return (f"{path}: {n} string(s) of megabytes (up to {longest:,} characters) cut to {MAX_TEXT_CHARS:,} characters "
             f"({MAX_HLO_CHARS:,} for HLO texts) as they were read; the trace is corrupt or hostile")
 
 
-def _convert(events: list, n_other: int, path: str, host: str, run: str) -> TraceData:
-    process: dict = {}
-    thread: dict = {}
-    buckets: dict = {}
-    n_events = n_other
-    unset = UNSET
-    for e in events:
-        ph = e.ph
-        if ph == "X":
-            n_events += 1
-            pid, tid = e.pid, e.tid
-            if pid is unset:
-                pid = None
-            if tid is unset:
-                tid = None
-            key = (pid, tid)
+# -- events as columns ---------------------------------------------------------------------
+#
+# The events are not kept as objects: per timeline line, each event is a reference to its
+# description (:class:`_Desc`: name and ``args``, one object per distinct value, shared by
+# every event saying the same) and its times as integer columns. A trace of millions of
+# events then holds a few bytes per event plus its distinct descriptions, and the events can
+# be read chunk by chunk (:func:`traceview.read.tracejson.stream_event_chunks`).
+
+_DOFF = ARG_FIELDS.index("device_offset_ps")  # device_duration_ps follows it
+_NUM_AT = tuple(i if i < _DOFF else i - 2 for i in (ARG_FIELDS.index(k) for k in
+                ("model_flops", "bytes_accessed", "program_id", "run_id")))
+_NUMS = {float, int}
+_ALL_VALID = None
+
+
+class _Desc:
+    """What an event says besides its times: ``name`` and ``args`` (an :data:`Args` with
+    ``device_offset_ps``/``device_duration_ps`` left out, as those are per-event columns)."""
+
+    __slots__ = ("name", "args", "i")
+
+    def __init__(self, name, args, i: int):
+        self.name = name
+        self.args = args
+        self.i = i  # index in _Events.descs
+
+
+class _Col:
+    """A µs time field (``ts`` or ``dur``) of a run of events as integer ps: ``val``
+    (``round(x * 1e6)``, as :func:`_ps` converts; 0 where it gives None), ``valid`` (bool, or
+    None: all valid), ``fastok`` (whether ``round(x * 1e6)`` of the raw value is a number in
+    the int64 range, or None: all are; the exporter's form, read without per-value checks),
+    ``fastval`` (that value where it differs from ``val``: booleans, or None)."""
+
+    __slots__ = ("val", "valid", "fastok", "fastval")
+
+    def __init__(self, val, valid, fastok, fastval):
+        self.val, self.valid, self.fastok, self.fastval = val, valid, fastok, fastval
+
+    @staticmethod
+    def of(raw: list) -> "_Col":
+        if set(map(type, raw)) <= _NUMS:
             try:
-                b = buckets.get(key)
-            except TypeError:  # a list or object as pid/tid: on no line
-                continue
-            if b is None:
-                b = buckets[key] = []
-            b.append(e)
-        elif ph == "M":
-            args = e.args
-            nm = args.name if type(args) is Args else None
-            if nm is None:
-                continue
-            kind = e.name
-            pid, tid = e.pid, e.tid
-            if pid is unset:
-                pid = None
-            if tid is unset:
-                tid = None
+                a = np.array(raw, dtype=np.float64) * 1e6
+            except OverflowError:
+                a = None
+            if a is not None and (np.isfinite(a) & (np.abs(a) < 2.0 ** 63)).all():
+                return _Col(np.rint(a).astype(np.int64), None, None, None)
+        n = len(raw)
+        val = np.zeros(n, dtype=np.int64)
+        valid = np.ones(n, dtype=bool)
+        fastok = np.ones(n, dtype=bool)
+        fastval = None
+        for i, x in enumerate(raw):
+            s = _ps(x)
+            if s is None:
+                valid[i] = False
+            else:
+                val[i] = s
+            t = type(x)
+            if t is float or t is int or t is bool:
+                try:
+                    f = round(x * 1e6)
+                except (OverflowError, ValueError):
+                    fastok[i] = False
+                    continue
+                if not -_I64 <= f < _I64:
+                    fastok[i] = False
+                elif t is bool:
+                    if fastval is None:
+                        fastval = val.copy()
+                    fastval[i] = f
+            else:
+                fastok[i] = False
+        return _Col(val, None if valid.all() else valid, None if fastok.all() else fastok, fastval)
+
+    @staticmethod
+    def concat(cols: list) -> "_Col":
+        if len(cols) == 1:
+            return cols[0]
+        if not cols:
+            return _Col(np.zeros(0, dtype=np.int64), None, None, None)
+        val = np.concatenate([c.val for c in cols])
+
+        def opt(attr, fill):
+            if all(getattr(c, attr) is None for c in cols):
+                return None
+            return np.concatenate([getattr(c, attr) if getattr(c, attr) is not None
+                                   else (c.val if fill is None else np.full(len(c.val), fill)) for c in cols])
+        return _Col(val, opt("valid", True), opt("fastok", True), opt("fastval", None))
+
+    def take(self, idx: np.ndarray) -> "_Col":
+        f = lambda a: None if a is None else a[idx]  # noqa: E731
+        return _Col(self.val[idx], f(self.valid), f(self.fastok), f(self.fastval))
+
+
+def _dev_ints(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``args.device_offset_ps`` / ``args.device_duration_ps`` of a run of events as int64
+    (``int(x)``; 0 where not an :data:`Args` with both in the int64 range) and where they are
+    valid (None: everywhere)."""
+    try:
+        o = np.array([int(a.device_offset_ps) for a in args], dtype=np.int64)
+        d = np.array([int(a.device_duration_ps) for a in args], dtype=np.int64)
+        return o, d, None
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        pass
+    n = len(args)
+    o, d, ok = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool)
+    for i, a in enumerate(args):
+        if type(a) is Args:
             try:
-                if kind == "process_name":
-                    process[pid] = str(nm)
-                elif kind == "thread_name":
-                    thread[(pid, tid)] = str(nm)
-            except TypeError:  # unhashable pid/tid: names nothing
+                x, y = int(a.device_offset_ps), int(a.device_duration_ps)
+            except (TypeError, ValueError, OverflowError):
                 continue
-        elif ph is not unset or has_fields(e):  # not the empty {}
-            n_events += 1
+            if -_I64 <= x < _I64 and -_I64 <= y < _I64:
+                o[i], d[i], ok[i] = x, y, True
+    return o, d, ok
+
+
+class _Line:
+    """One timeline line's events: ``didx`` (per event the index of its :class:`_Desc` in
+    :attr:`_Events.descs`; an ``array('q')`` while events come in, an int64 array once
+    :meth:`finish` ran) and then ``ts``/``dur`` (:class:`_Col`) and the device clock ``doff``/``ddur`` with
+    ``dvalid``."""
+
+    __slots__ = ("didx", "pending", "_ts", "_dur", "_dev", "ts", "dur", "doff", "ddur", "dvalid")
+
+    def __init__(self):
+        self.didx = array("q")  # 8 bytes an event, no int objects
+        self.pending: list = []
+        self._ts: list = []
+        self._dur: list = []
+        self._dev: list = []
+
+    def flush(self, interned: dict, all_descs: list, typed: bool) -> None:
+        """Turn the pending event objects into descriptions and columns."""
+        evs = self.pending
+        if not evs:
+            return
+        self.pending = []
+        self._ts.append(_Col.of([e.ts for e in evs]))
+        self._dur.append(_Col.of([e.dur for e in evs]))
+        self._dev.append(_dev_ints([e.args for e in evs]))
+        append = self.didx.append
+        for e in evs:
+            a = e.args
+            name = e.name
+            if type(a) is Args:
+                t = _astuple(a)
+                vals = t[:_DOFF] + t[_DOFF + 2:]
+                # equal values of another type (1, 1.0, True) read differently: types are part of the key
+                key = (name, vals, type(name), tuple(map(type, vals)) if not typed else
+                       (type(vals[_NUM_AT[0]]), type(vals[_NUM_AT[1]]), type(vals[_NUM_AT[2]]), type(vals[_NUM_AT[3]])))
+            else:
+                vals = None
+                key = (name, a, type(name), type(a))
+            try:
+                d = interned.get(key)
+            except TypeError:  # an unhashable value: a description of its own
+                key = d = None
+            if d is None:
+                d = _Desc(name, Args(*vals[:_DOFF], None, None, *vals[_DOFF:]) if vals is not None else a,
+                          len(all_descs))
+                all_descs.append(d)
+                if key is not None:
+                    interned[key] = d
+            append(d.i)
+
+    def finish(self) -> None:
+        if type(self.didx) is array:
+            self.didx = np.frombuffer(self.didx, dtype=np.int64) if len(self.didx) else np.zeros(0, dtype=np.int64)
+        self.ts = _Col.concat(self._ts)
+        self.dur = _Col.concat(self._dur)
+        if len(self._dev) == 1:
+            self.doff, self.ddur, self.dvalid = self._dev[0]
+        elif not self._dev:
+            self.doff = self.ddur = np.zeros(0, dtype=np.int64)
+            self.dvalid = None
+        else:
+            self.doff = np.concatenate([x[0] for x in self._dev])
+            self.ddur = np.concatenate([x[1] for x in self._dev])
+            self.dvalid = (None if all(x[2] is None for x in self._dev) else
+                           np.concatenate([x[2] if x[2] is not None else np.ones(len(x[0]), dtype=bool)
+                                           for x in self._dev]))
+        self._ts = self._dur = self._dev = None
+
+    @staticmethod
+    def join(lines: list) -> "_Line":
+        """The events of several lines, in order, as one line."""
+        if len(lines) == 1:
+            return lines[0]
+        out = _Line()
+        out.didx = np.concatenate([ln.didx for ln in lines]) if lines else np.zeros(0, dtype=np.int64)
+        out._ts = [ln.ts for ln in lines]
+        out._dur = [ln.dur for ln in lines]
+        out._dev = [(ln.doff, ln.ddur, ln.dvalid) for ln in lines]
+        out.finish()
+        return out
+
+    def __len__(self) -> int:
+        return len(self.didx)
+
+
+try:
+    from msgspec.structs import astuple as _astuple
+except ImportError:  # pragma: no cover - msgspec is a dependency
+    def _astuple(a):
+        return tuple(getattr(a, k) for k in ARG_FIELDS)
+
+
+class _Events:
+    """The events of a trace, fed chunk by chunk (:meth:`add`), as process and thread names
+    and one :class:`_Line` per ``(pid, tid)``."""
+
+    def __init__(self):
+        self.process: dict = {}
+        self.thread: dict = {}
+        self.buckets: dict = {}
+        self.n_events = 0
+        self.n_objects = 0  # event objects decoded (the long-string criterion)
+        self.interned: dict = {}
+        self.descs: list = []
+
+    def add(self, events: list, n_other: int, typed: bool) -> None:
+        """One chunk of event objects (:func:`traceview.read.tracejson.decode_events`), in file
+        order; ``n_other``: the other non-empty events it left out."""
+        process, thread, buckets = self.process, self.thread, self.buckets
+        n_events = self.n_events + n_other
+        unset = UNSET
+        touched = []
+        for e in events:
+            ph = e.ph
+            if ph == "X":
+                n_events += 1
+                pid, tid = e.pid, e.tid
+                if pid is unset:
+                    pid = None
+                if tid is unset:
+                    tid = None
+                key = (pid, tid)
+                try:
+                    b = buckets.get(key)
+                except TypeError:  # a list or object as pid/tid: on no line
+                    continue
+                if b is None:
+                    b = buckets[key] = _Line()
+                if not b.pending:
+                    touched.append(b)
+                b.pending.append(e)
+            elif ph == "M":
+                args = e.args
+                nm = args.name if type(args) is Args else None
+                if nm is None:
+                    continue
+                kind = e.name
+                pid, tid = e.pid, e.tid
+                if pid is unset:
+                    pid = None
+                if tid is unset:
+                    tid = None
+                try:
+                    if kind == "process_name":
+                        process[pid] = str(nm)
+                    elif kind == "thread_name":
+                        thread[(pid, tid)] = str(nm)
+                except TypeError:  # unhashable pid/tid: names nothing
+                    continue
+            elif ph is not unset or has_fields(e):  # not the empty {}
+                n_events += 1
+        self.n_events = n_events
+        self.n_objects += len(events)
+        for b in touched:
+            b.flush(self.interned, self.descs, typed)
+
+    def finish(self) -> None:
+        self.interned = None
+        for b in self.buckets.values():
+            b.finish()
+
+
+def _convert(ev: _Events, path: str, host: str, run: str) -> TraceData:
+    process, thread, buckets, n_events = ev.process, ev.thread, ev.buckets, ev.n_events
 
     acc = _OpRows()
     runs_cols: dict[str, list] = {k: [] for k in MODULE_RUNS_SCHEMA}
     devices: list[DeviceInfo] = []
     notes: list[str] = []
-    caches = (_Cache(_hlo_info), _Cache(split_source), _Cache(_stack), _Cache(canonical_shape_text), {}, [])
+    caches = (_Cache(_hlo_info), _Cache(split_source), _Cache(_stack), _Cache(canonical_shape_text), {}, [],
+              ev.descs, np.full(len(ev.descs), -1, dtype=np.int64))
 
     device_pids = sorted((pid for pid, nm in process.items() if nm.startswith("/device:")), key=_order)
     by_pid: dict = {}
@@ -361,7 +652,7 @@ def _convert(events: list, n_other: int, path: str, host: str, run: str) -> Trac
         if any(names[tid] == "XLA Ops" for tid, _ in lines) and kind != "GPU":
             _read_tpu_process(pname, lines, names, acc, runs_cols, caches, host)
         else:
-            if _read_annotated(pname, lines, names, acc, runs_cols, host, skip_derived=True):
+            if _read_annotated(pname, lines, names, acc, runs_cols, host, skip_derived=True, descs=ev.descs):
                 annotated_kinds.add(kind if kind != "other" else "device")
     if not acc.n:
         for pid, pname in sorted(process.items(), key=lambda t: _order(t[0])):
@@ -370,7 +661,8 @@ def _convert(events: list, n_other: int, path: str, host: str, run: str) -> Trac
             lines = sorted(by_pid.get(pid, []), key=lambda t: _order(t[0]))
             names = {tid: thread.get((pid, tid), str(tid)) for tid, _ in lines}
             split: list = []
-            if _read_annotated(pname, lines, names, acc, runs_cols, host, skip_derived=False, split_devices=split):
+            if _read_annotated(pname, lines, names, acc, runs_cols, host, skip_derived=False, descs=ev.descs,
+                               split_devices=split):
                 devices.extend(DeviceInfo(name=nm, kind="CPU", device_type="CPU") for nm in (split or [pname]))
                 annotated_kinds.add("CPU")
     if annotated_kinds:
@@ -415,11 +707,12 @@ class _OpRows:
         self._durs: list[np.ndarray] = []
         self._selfs: list[np.ndarray] = []
 
-    def add(self, idx: np.ndarray, starts: list, s_arr: np.ndarray, d_arr: np.ndarray, selfs: np.ndarray) -> None:
-        """One line's events: row indices, starts (list, None where unknown; ``s_arr`` holds
-        the same with 0 there), durations and self times."""
+    def add(self, idx: np.ndarray, s_arr: np.ndarray, valid: np.ndarray | None, d_arr: np.ndarray,
+            selfs: np.ndarray) -> None:
+        """One line's events: row indices, starts (``valid``: where they are known, None:
+        everywhere), durations and self times."""
         self._idx.append(idx)
-        self._starts.append(starts if None in starts else s_arr)
+        self._starts.append(s_arr if valid is None else [v if ok else None for v, ok in zip(s_arr.tolist(), valid.tolist())])
         self._durs.append(d_arr)
         self._selfs.append(selfs)
         self.n += len(idx)
@@ -459,60 +752,51 @@ def _i64_series(name: str, chunks: list) -> pl.Series:
     return parts[0] if len(parts) == 1 else pl.concat(parts, rechunk=True)
 
 
-def _times(evs: list) -> tuple[list, np.ndarray, np.ndarray]:
-    """(starts in ps as a list with None where missing, starts as int64 array with 0 there,
-    durations in ps as int64 array, 0 where missing) for a list of events."""
-    try:
-        # the exporter's form: numeric ts/dur on every event
-        starts = [round(e.ts * 1e6) for e in evs]
-        durs = [round(e.dur * 1e6) for e in evs]
-        return starts, np.array(starts, dtype=np.int64), np.array(durs, dtype=np.int64)
-    except (TypeError, ValueError, OverflowError):
-        pass
-    starts = [_ps(e.ts) for e in evs]
-    durs = [_ps(e.dur) or 0 for e in evs]
-    s_arr = np.array([s if s is not None else 0 for s in starts], dtype=np.int64)
-    d_arr = np.array(durs, dtype=np.int64)
-    return starts, s_arr, d_arr
+def _times(line: _Line, idx: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(starts, durations, valid) in ps of a line's events (those at ``idx``): ``ts``/``dur``
+    µs times ``1e6``, rounded; ``valid`` says where the start is known (None: everywhere),
+    starts are 0 and durations 0 where unknown. When every ``ts`` and ``dur`` of these events
+    is a number in range (the exporter's form) each is read as ``round(x * 1e6)``; else
+    each as :func:`_ps` reads it."""
+    ts, dur = line.ts, line.dur
+    if idx is not None:
+        ts, dur = ts.take(idx), dur.take(idx)
+    if (ts.fastok is None or ts.fastok.all()) and (dur.fastok is None or dur.fastok.all()):
+        return (ts.val if ts.fastval is None else ts.fastval), (dur.val if dur.fastval is None else dur.fastval), None
+    return ts.val, dur.val, ts.valid
 
 
-def _device_times(evs: list) -> tuple[list, np.ndarray, np.ndarray]:
+def _device_times(line: _Line) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Like :func:`_times`, on the device clock where the event has it: TPU events carry
     ``args.device_offset_ps`` / ``args.device_duration_ps`` (integer ps, as strings), the
     times XProf's op metrics and :mod:`traceview.model.from_xplane` use; ``ts``/``dur`` (host-aligned)
     elsewhere."""
-    try:
-        starts = [int(e.args.device_offset_ps) for e in evs]
-        durs = [int(e.args.device_duration_ps) for e in evs]
-        return starts, np.array(starts, dtype=np.int64), np.array(durs, dtype=np.int64)
-    except (AttributeError, TypeError, ValueError, OverflowError):
-        pass
-    starts, s_arr, d_arr = _times(evs)
-    starts = list(starts)
-    durs = d_arr.tolist()
-    for i, e in enumerate(evs):
-        args = e.args
-        if type(args) is Args:
-            try:
-                o, d = int(args.device_offset_ps), int(args.device_duration_ps)
-            except (TypeError, ValueError, OverflowError):
-                continue
-            if not (-_I64 <= o < _I64 and -_I64 <= d < _I64):
-                continue
-            starts[i], durs[i] = o, d
-    s_arr = np.array([s if s is not None else 0 for s in starts], dtype=np.int64)
-    return starts, s_arr, np.array(durs, dtype=np.int64)
+    if line.dvalid is None:
+        return line.doff, line.ddur, None
+    s, d, valid = _times(line)
+    dv = line.dvalid
+    s = np.where(dv, line.doff, s)
+    d = np.where(dv, line.ddur, d)
+    if valid is not None:
+        valid = valid | dv
+        if valid.all():
+            valid = None
+    return s, d, valid
 
 
-def _self(starts: list, s_arr: np.ndarray, d_arr: np.ndarray) -> np.ndarray:
-    if None not in starts:
+def _self(s_arr: np.ndarray, d_arr: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
+    if valid is None:
         return self_times(s_arr, d_arr)
-    idx = [i for i, s in enumerate(starts) if s is not None]
+    ix = np.flatnonzero(valid)
     out = d_arr.copy()
-    if idx:
-        ix = np.array(idx, dtype=np.int64)
+    if len(ix):
         out[ix] = self_times(s_arr[ix], d_arr[ix])
     return out
+
+
+def _starts_list(s_arr: np.ndarray, valid: np.ndarray | None) -> list:
+    s = s_arr.tolist()
+    return s if valid is None else [v if ok else None for v, ok in zip(s, valid.tolist())]
 
 
 def _tpu_row(key: tuple, caches) -> tuple:
@@ -542,19 +826,26 @@ def _tpu_row(key: tuple, caches) -> tuple:
 
 
 def _read_tpu_process(pname, lines, names, acc: _OpRows, runs_cols, caches, host) -> None:
-    mod_evs = [e for tid, evs in lines if names[tid] == "XLA Modules" for e in evs]
-    mods = [split_module_name("" if e.name is UNSET else str(e.name)) for e in mod_evs]
-    m_starts, m_s, m_d = _device_times(mod_evs)
-    runs_cols["host"].extend([host] * len(mod_evs))
-    runs_cols["device"].extend([pname] * len(mod_evs))
+    descs: list = caches[6]
+    mod_lines = [ln for tid, ln in lines if names[tid] == "XLA Modules"]
+    mod_line = _Line.join(mod_lines) if mod_lines else None
+    mod_descs = [descs[i] for i in mod_line.didx.tolist()] if mod_line is not None else []
+    mods = [split_module_name("" if e.name is UNSET else str(e.name)) for e in mod_descs]
+    if mod_line is not None:
+        m_s, m_d, m_valid = _device_times(mod_line)
+    else:
+        m_s = m_d = np.zeros(0, dtype=np.int64)
+        m_valid = None
+    runs_cols["host"].extend([host] * len(mod_descs))
+    runs_cols["device"].extend([pname] * len(mod_descs))
     runs_cols["module"].extend([m for m, _ in mods])
     runs_cols["program_id"].extend([p for _, p in mods])
-    runs_cols["start_ps"].extend(m_starts)
+    runs_cols["start_ps"].extend(_starts_list(m_s, m_valid))
     runs_cols["duration_ps"].extend(m_d.tolist())
-    valid_mod = [i for i, s in enumerate(m_starts) if s is not None]
-    vm = np.array(valid_mod, dtype=np.int64)
+    vm = np.arange(len(m_s), dtype=np.int64) if m_valid is None else np.flatnonzero(m_valid)
     key_rows: dict = caches[4]  # (name, metadata args) -> index into tpu_rows
     tpu_rows: list = caches[5]
+    row_of_desc: np.ndarray = caches[7]  # description index -> index into tpu_rows (-1: not yet)
     line_rows: dict = {}  # (index into tpu_rows, index into mod_names or -1) -> acc row, this process
     nones = (None,) * 8
     # the distinct (module, program id) pairs, and per module run the index of its pair
@@ -563,21 +854,25 @@ def _read_tpu_process(pname, lines, names, acc: _OpRows, runs_cols, caches, host
     mod_names = list(mod_ids)
     n_mods = len(mod_names) + 1
 
-    for tid, evs in lines:
+    for tid, ln in lines:
         if names[tid] != "XLA Ops":
             continue
-        starts, s_arr, d_arr = _device_times(evs)
-        selfs = _self(starts, s_arr, d_arr)
-        if len(valid_mod):
+        s_arr, d_arr, valid = _device_times(ln)
+        selfs = _self(s_arr, d_arr, valid)
+        if len(vm):
             enc = enclosing(s_arr, s_arr + d_arr, m_s[vm], (m_s + m_d)[vm])
             enc = np.where(enc >= 0, vm[np.maximum(enc, 0)], -1)
-            if None in starts:
-                enc[[i for i, s in enumerate(starts) if s is None]] = -1
+            if valid is not None:
+                enc[~valid] = -1
         else:
-            enc = np.full(len(evs), -1, dtype=np.int64)
-        ids = []
-        append = ids.append
-        for e in evs:
+            enc = np.full(len(ln), -1, dtype=np.int64)
+        # one row per distinct description, in order of first appearance
+        didx = ln.didx
+        _, first_at = np.unique(didx, return_index=True)
+        for i in didx[np.sort(first_at)].tolist():
+            if row_of_desc[i] >= 0:
+                continue
+            e = descs[i]
             a = e.args
             # every metadata arg read below is part of the key: equal keys give equal rows
             key = ((e.name, a.long_name, a.hlo_category, a.source, a.source_stack, a.tf_op, a.model_flops,
@@ -592,7 +887,8 @@ def _read_tpu_process(pname, lines, names, acc: _OpRows, runs_cols, caches, host
                 tpu_rows.append(_tpu_row(tuple(
                     None if v is None or v is UNSET else v if type(v) in (str, int, float) else str(v) for v in key),
                     caches))
-            append(r)
+            row_of_desc[i] = r
+        ids = row_of_desc[didx]
         # the row of an event: its description and its module, numbered in order of first appearance
         code = np.array(ids, dtype=np.int64) * n_mods + (run_mod[enc] + 1)  # enc -1 -> run_mod[-1] = -1
         uniq, first, inv = np.unique(code, return_index=True, return_inverse=True)
@@ -606,10 +902,10 @@ def _read_tpu_process(pname, lines, names, acc: _OpRows, runs_cols, caches, host
                 mod, prog = mod_names[k] if k >= 0 else ("", None)
                 acc.rows.append((pname, "XLA Ops", mod, prog, "") + tpu_rows[r])
             rows_of[j] = row
-        acc.add(rows_of[inv.reshape(-1)], starts, s_arr, d_arr, selfs)
+        acc.add(rows_of[inv.reshape(-1)], s_arr, valid, d_arr, selfs)
 
 
-def _read_annotated(pname, lines, names, acc: _OpRows, runs_cols, host, skip_derived: bool,
+def _read_annotated(pname, lines, names, acc: _OpRows, runs_cols, host, skip_derived: bool, descs: list,
                     split_devices: list | None = None) -> bool:
     """GPU stream lines / CPU threads: ops are events with ``args.hlo_op``. Returns True if
     any op was found. ``split_devices``: when given (a host process), events naming two or
@@ -619,9 +915,9 @@ def _read_annotated(pname, lines, names, acc: _OpRows, runs_cols, host, skip_der
     runs: dict = {}  # (device, module, program id, run_id) -> [first start, last end]
     ordinals: set = set()
     if split_devices is not None:
-        for tid, evs in lines:
-            for e in evs:
-                a = e.args
+        for tid, line in lines:
+            for i in np.unique(line.didx).tolist():
+                a = descs[i].args
                 if type(a) is Args and a.hlo_op and a.device_ordinal is not None:
                     o = _int(a.device_ordinal)
                     if o is not None:
@@ -629,26 +925,25 @@ def _read_annotated(pname, lines, names, acc: _OpRows, runs_cols, host, skip_der
     split = len(ordinals) >= 2
     if split:
         split_devices.extend(cpu_device_name(o) for o in sorted(ordinals))
-    for tid, evs in lines:
+    for tid, line in lines:
         lname = names[tid]
         if skip_derived and lname.startswith(_GPU_SKIP_LINES):
             continue
-        ops = []
-        for e in evs:
+        is_op = {}
+        for i in np.unique(line.didx).tolist():
+            e = descs[i]
             args = e.args
-            if type(args) is not Args:
-                continue
-            if not args.hlo_op:
-                continue
             name = e.name
-            if type(name) is str and name.startswith("end: "):
-                continue
-            ops.append(e)
-        if not ops:
+            is_op[i] = (type(args) is Args and bool(args.hlo_op)
+                        and not (type(name) is str and name.startswith("end: ")))
+        at = np.flatnonzero(np.array([is_op[i] for i in line.didx.tolist()], dtype=bool))
+        if not len(at):
             continue
         found = True
-        starts, s_arr, d_arr = _times(ops)
-        selfs = _self(starts, s_arr, d_arr)
+        ops = [descs[i] for i in line.didx[at].tolist()]
+        s_arr, d_arr, valid = _times(line, at)
+        selfs = _self(s_arr, d_arr, valid)
+        starts = _starts_list(s_arr, valid)
         durs = d_arr.tolist()
         first = len(acc.rows)
         for e, s, d in zip(ops, starts, durs):
@@ -684,7 +979,7 @@ def _read_annotated(pname, lines, names, acc: _OpRows, runs_cols, host, skip_der
                         r[0] = s
                     if s + d > r[1]:
                         r[1] = s + d
-        acc.add(np.arange(first, len(acc.rows), dtype=np.int64), starts, s_arr, d_arr, selfs)
+        acc.add(np.arange(first, len(acc.rows), dtype=np.int64), s_arr, valid, d_arr, selfs)
     for (dev, module, pid, _rid), (s, e) in sorted(runs.items(), key=lambda kv: kv[1][0]):
         runs_cols["host"].append(host)
         runs_cols["device"].append(dev)

@@ -131,3 +131,63 @@ def _gunzip_zlib(data: bytes, path: str, limit: int, what: str = "JSON") -> byte
             if not any(bytes(rest)):
                 return out  # zero padding after the last member
             raise TraceUnreadable(f"{n - pos} bytes of trailing garbage after the gzip data", path)
+
+
+def iter_gunzip(fh, path: str, limit: int, what: str = "JSON", block: int = 4 << 20):
+    """Inflate the (possibly multi-member) gzip stream read from the binary file ``fh``, in
+    pieces of at most ``block`` output bytes, at most ``limit`` bytes in all.
+
+    ISA-L inflates where it is installed, zlib elsewhere and on a header with reserved flag
+    bits. Raises :class:`TraceUnreadable` (corrupt or truncated stream, CRC/length mismatch,
+    trailing garbage; zlib's wording) or :class:`LimitExceeded` (over ``limit``), as
+    :func:`gunzip` does.
+    """
+    mod = _isal_zlib or zlib
+    errors = (zlib.error,) + ((_isal_zlib.error,) if _isal_zlib is not None else ())
+    size = 0
+    n_in = 0
+    data = fh.read(_IN_CHUNK)
+    n_in += len(data)
+    d = None
+    try:
+        while True:
+            if d is None:  # a member starts
+                if len(data) < 4:
+                    more = fh.read(_IN_CHUNK)
+                    n_in += len(more)
+                    data += more
+                use = zlib if len(data) >= 4 and data[3] & _FRESERVED else mod
+                d = use.decompressobj(wbits=31)
+            if not data:
+                data = fh.read(_IN_CHUNK)
+                n_in += len(data)
+                if not data:
+                    raise TraceUnreadable(
+                        f"truncated gzip stream: the file ends after {n_in} compressed bytes "
+                        f"({size} bytes decompressed) before the gzip trailer", path)
+            got = d.decompress(data, block)
+            data = d.unconsumed_tail
+            if got:
+                size += len(got)
+                if size > limit:
+                    raise over_limit(limit, path, what)
+                yield got
+            if d.eof:
+                rest = d.unused_data + data
+                if not rest:
+                    rest = fh.read(_IN_CHUNK)
+                    n_in += len(rest)
+                if not rest:
+                    return
+                if rest[:2] != GZIP_MAGIC:
+                    tail = rest + fh.read()
+                    if any(tail):
+                        raise TraceUnreadable(f"{len(tail)} bytes of trailing garbage after the gzip data", path)
+                    return  # zero padding after the last member
+                data = rest
+                d = None
+    except errors as exc:
+        msg = str(exc)
+        if "incorrect data check" in msg or "incorrect length check" in msg or "checksum" in msg.lower():
+            raise TraceUnreadable(f"bad gzip data: CRC/length check failed ({msg}): the file is corrupt", path) from None
+        raise TraceUnreadable(f"bad gzip data ({msg})", path) from None

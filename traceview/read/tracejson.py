@@ -2,10 +2,12 @@
 
 :func:`read_json_bytes` gives a file's JSON text (gunzipped by :mod:`traceview.read.inflate`
 when it starts with the gzip magic; a leading UTF-8 byte order mark dropped), within a byte
-limit. :func:`load_events` decodes it into :data:`Event` objects with the attributes the
+limit. :func:`decode_events` decodes it into :data:`Event` objects with the attributes the
 converter reads (``ph``, ``pid``, ``tid``, ``ts``, ``dur``, ``name``, ``args`` and, on
 ``args``, the keys in :data:`ARG_FIELDS`), through a typed msgspec decode, else orjson.
-:mod:`traceview.model.from_tracejson` turns the events into the op table. Errors are
+A file over :data:`STREAM_ABOVE` bytes is not held whole: :func:`text_blocks` inflates it
+as it is read and :func:`stream_event_chunks` decodes its ``traceEvents`` array a chunk at a
+time. :mod:`traceview.model.from_tracejson` turns the events into the op table. Errors are
 :class:`~traceview.errors.TraceUnreadable`, :class:`~traceview.errors.NoTraceFound` and
 :class:`~traceview.errors.LimitExceeded`, each one line naming the file.
 """
@@ -16,6 +18,7 @@ import codecs
 import contextlib
 import gc
 import os
+import re
 from typing import Annotated, Union
 
 import orjson
@@ -28,6 +31,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 from traceview.errors import LimitExceeded, NoTraceFound, TraceUnreadable
 from traceview.read.inflate import GZIP_MAGIC as _GZIP_MAGIC
 from traceview.read.inflate import gunzip as _gunzip
+from traceview.read.inflate import iter_gunzip as _iter_gunzip
 
 #: Default memory budget for reading one trace JSON file, bytes (``--max-bytes``).
 MAX_MEMORY_BYTES = 4 << 30
@@ -39,6 +43,20 @@ EVENT_BYTES = 400
 #: The default text limit (what ``max_bytes / TEXT_FACTOR`` gives for the default budget).
 MAX_DECOMPRESSED_BYTES = int(MAX_MEMORY_BYTES / TEXT_FACTOR)
 _LIMIT_HINT = "raise it with --max-bytes or TRACEVIEW_MAX_BYTES; the library's max_bytes"
+#: Files (gzip-compressed or not) larger than this many bytes are read as a stream of event
+#: chunks (:func:`stream_event_chunks`): their text is never held whole, and memory grows
+#: with the events kept (:data:`STREAM_EVENT_BYTES` each) and their distinct descriptions.
+STREAM_ABOVE = 16 << 20
+#: A streamed file's text may be this many times the memory budget (its memory does not
+#: grow with the text; the limit bounds the time a gzip bomb can take).
+STREAM_TEXT_FACTOR = 4
+#: Memory kept per streamed event (description index, start, duration, device-clock start
+#: and duration: 8 bytes each, and the columns' copies while the op table is built) and per
+#: distinct description (its strings), bytes: the estimate checked against the budget.
+STREAM_EVENT_BYTES = 96
+STREAM_DESC_BYTES = 4096
+_STREAM_CHUNK = 16 << 20  # text decoded at a time
+_STREAM_MAX_PIECE = 256 << 20  # text without an event boundary before the stream is read whole
 
 
 def text_limit_for(max_bytes: int) -> int:
@@ -60,6 +78,16 @@ def check_reading_cost(text, max_bytes: int, path: str) -> None:
     if cost > max_bytes:
         raise LimitExceeded(f"its {n:,} events in {len(text):,} bytes of JSON would take about {cost / 2**30:.1f} GiB "
                             f"to read, over the {max_bytes:,}-byte memory limit ({_LIMIT_HINT})", path)
+
+
+def check_stream_cost(n_events: int, n_descs: int, n_text: int, max_bytes: int, path: str) -> None:
+    """Raise :class:`LimitExceeded` when the events streamed so far (``n_events`` in the first
+    ``n_text`` bytes of text, ``n_descs`` distinct descriptions) would take more than
+    ``max_bytes`` (:data:`STREAM_EVENT_BYTES`, :data:`STREAM_DESC_BYTES`)."""
+    cost = STREAM_EVENT_BYTES * n_events + STREAM_DESC_BYTES * n_descs
+    if cost > max_bytes:
+        raise LimitExceeded(f"its events (over {n_events:,} in the first {n_text:,} bytes of JSON) would take more "
+                            f"than the {max_bytes:,}-byte memory limit to read ({_LIMIT_HINT})", path)
 
 
 # -- bytes -> document ---------------------------------------------------------------------
@@ -135,9 +163,10 @@ def _utf8_ok(text) -> bool:
     return True
 
 
-def load_events(text, path: str) -> tuple[list, int]:
+def decode_events(text, path: str) -> tuple[list, int, bool]:
     """The trace's events as :data:`Event` objects (only ``X`` and ``M`` ones on the general
-    path) and the number of other non-empty events left out of that list.
+    path), the number of other non-empty events left out of that list, and whether the typed
+    decode took the text (its values are then of the declared types).
 
     The typed decode (msgspec) is tried first; whatever it does not take — a value of an
     unexpected type, an event key outside the trace format, an integer past int64, invalid
@@ -156,8 +185,8 @@ def load_events(text, path: str) -> tuple[list, int]:
         if doc is not None:
             events = doc if type(doc) is list else doc.traceEvents
             if events is not UNSET:
-                return events, 0
-    return _from_dicts(_load_json(text, path))
+                return events, 0, True
+    return _from_dicts(_load_json(text, path)) + (False,)
 
 
 def _load_json(text, path: str) -> list:
@@ -199,6 +228,162 @@ def _from_dicts(events: list) -> tuple[list, int]:
         elif e:
             n_other += 1
     return out, n_other
+
+
+# -- streamed text -> chunks of events ------------------------------------------------------
+
+class StreamFallback(Exception):
+    """The text is not in the form :func:`stream_event_chunks` takes (or not valid JSON):
+    read it whole, whose errors are the documented ones."""
+
+
+def stream_limit(max_bytes: int) -> int:
+    """The most JSON text a streamed file may inflate to within a memory budget of
+    ``max_bytes`` (:data:`STREAM_TEXT_FACTOR`)."""
+    return max(1, STREAM_TEXT_FACTOR * max_bytes)
+
+
+def text_blocks(path: str, limit: int, why: str = ""):
+    """The JSON text of a trace file as blocks of bytes (gunzipped as read when it starts
+    with the gzip magic), at most ``limit`` bytes in all.
+
+    Raises :class:`NoTraceFound`, :class:`TraceUnreadable` (cannot read, corrupt or truncated
+    gzip stream) and :class:`LimitExceeded` as :func:`read_json_bytes` does.
+    """
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        raise NoTraceFound("does not exist", path) from None
+    except OSError as exc:
+        raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", path) from None
+    with fh:
+        try:
+            magic = fh.read(2)
+            fh.seek(0)
+            if magic == _GZIP_MAGIC:
+                try:
+                    yield from _iter_gunzip(fh, path, limit)
+                except LimitExceeded as exc:
+                    raise LimitExceeded(f"{exc.fault} on its text ({why}{_LIMIT_HINT})", path) from None
+                return
+            size = os.fstat(fh.fileno()).st_size
+            if size > limit:
+                raise LimitExceeded(f"JSON file is {size:,} bytes, over the {limit:,}-byte limit on its text "
+                                    f"({why}{_LIMIT_HINT})", path)
+            while True:
+                b = fh.read(_STREAM_CHUNK)
+                if not b:
+                    return
+                yield b
+        except OSError as exc:
+            raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", path) from None
+
+
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+# the end of one object element of the events array and the start of the next (a key's
+# quote: inside a string a quote is escaped, so a match there ends the string, which the
+# decode of the piece before it then refuses)
+_BOUNDARY = re.compile(rb'\}\s*,\s*(\{)\s*"')
+_WS = b" \t\r\n"
+
+
+def stream_event_chunks(blocks, path: str):
+    """The events of a Chrome-trace JSON text given as an iterator of byte blocks, decoded a
+    chunk of about 16 MiB of text at a time: yields ``(events, n_other, typed, text_bytes)``
+    per chunk as :func:`decode_events` gives them, in file order.
+
+    Takes the exporter's forms: ``{..."traceEvents": [...]}`` (the events array the last
+    member; other members before it are checked as JSON) or a bare array. Each chunk ends
+    where an event object ends; a piece that does not decode means the split or the text is
+    off. Raises :class:`StreamFallback` for anything else (the caller reads the text whole
+    and gives its errors).
+    """
+    it = iter(blocks)
+    buf = bytearray()
+    eof = False
+
+    def more() -> bool:
+        nonlocal eof
+        if eof:
+            return False
+        b = next(it, None)
+        if b is None:
+            eof = True
+            return False
+        buf.extend(b)
+        return True
+
+    while len(buf) < (1 << 20) and more():
+        pass
+    if buf[:3] == _BOM:
+        del buf[:3]
+    i = 0
+    while i < len(buf) and buf[i] in _WS:
+        i += 1
+    if i >= len(buf):
+        raise StreamFallback
+    if buf[i] == ord("["):
+        start, closer = i + 1, b"]"
+    elif buf[i] == ord("{"):
+        m = _EVENTS_KEY.search(buf, i)
+        if m is None:
+            raise StreamFallback
+        try:
+            head = orjson.loads(bytes(buf[i:m.start()]) + b'"traceEvents":[]}')
+        except orjson.JSONDecodeError:
+            raise StreamFallback from None
+        if type(head) is not dict:
+            raise StreamFallback
+        start, closer = m.end(), b"]}"
+    else:
+        raise StreamFallback
+    del buf[:start]
+    while True:
+        m = None
+        while True:
+            if len(buf) > _STREAM_CHUNK:
+                m = _BOUNDARY.search(buf, _STREAM_CHUNK)
+                if m is not None:
+                    break
+            if len(buf) > _STREAM_MAX_PIECE or not more():
+                break
+        if m is None:
+            if eof:
+                break
+            raise StreamFallback
+        yield _decode_piece(buf, m.start() + 1, path)
+        del buf[:m.start(1)]
+    # the last elements, the array's end and the document's
+    tail = bytes(buf).rstrip(_WS)
+    del buf
+    if closer == b"]}":
+        if not tail.endswith(b"}"):
+            raise StreamFallback
+        tail = tail[:-1].rstrip(_WS)
+    if not tail.endswith(b"]"):
+        raise StreamFallback
+    tail = tail[:-1]
+    if tail.strip(_WS):
+        yield _decode_piece(tail, len(tail), path)
+
+
+def _decode_piece(buf, end: int, path: str) -> tuple[list, int, bool, int]:
+    """``buf[:end]`` (whole elements of the events array) decoded as :func:`decode_events`
+    does; :class:`StreamFallback` when it does not decode."""
+    text = b"[" + bytes(memoryview(buf)[:end]) + b"]"
+    if _LIST_DECODER is not None and _utf8_ok(text):
+        try:
+            return _LIST_DECODER.decode(text), 0, True, end
+        except Exception:  # msgspec.DecodeError/ValidationError, RecursionError: orjson decides
+            pass
+    try:
+        values = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise StreamFallback from None
+    if not any(type(e) is dict for e in values):
+        raise StreamFallback  # read whole: "no trace event objects" is said of the whole array
+    events, n_other = _from_dicts(values)
+    return events, n_other, False, end
 
 
 @contextlib.contextmanager
@@ -256,6 +441,7 @@ if msgspec is not None:
         gc=False, forbid_unknown_fields=True, module=__name__)
     _Doc = msgspec.defstruct("_Doc", [("traceEvents", Union[list[Event], _U], UNSET)], gc=False, module=__name__)
     _DECODER = msgspec.json.Decoder(Union[_Doc, list[Event]])
+    _LIST_DECODER = msgspec.json.Decoder(list[Event])
 else:  # pragma: no cover - msgspec is a dependency; this keeps an exotic platform working
     UNSET = type("_Unset", (), {"__repr__": lambda self: "UNSET", "__bool__": lambda self: False})()
 
@@ -270,6 +456,7 @@ else:  # pragma: no cover - msgspec is a dependency; this keeps an exotic platfo
     Args = _plain("Args", ARG_FIELDS, None)
     Event = _plain("Event", _EVENT_FIELDS + _OTHER_EVENT_KEYS, UNSET)
     _DECODER = None
+    _LIST_DECODER = None
 
 _ALL_EVENT_FIELDS = _EVENT_FIELDS + _OTHER_EVENT_KEYS
 
