@@ -325,12 +325,12 @@ def tree_commit(tree: Path) -> str:
         return "unknown"
 
 
-def markdown(results, sizes, files, tree, argv, load) -> str:
+def markdown(results, sizes, files, tree, commit, argv, load) -> str:
     m = machine()
     lines = [f"### Speed yardstick ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"- machine: {m['cpu']}, {m['nproc']} cores, {m['memory']}, {m['os']}; "
              f"load average before the run {load:.2f}",
-             f"- traceview tree: `{tree}` at commit `{tree_commit(tree)}`",
+             f"- traceview tree: `{tree}` at commit `{commit}`",
              f"- command: `python benchmarks/speed.py {' '.join(argv)}`",
              "- traces: " + "; ".join(f"`{n}` {files[n].name} ({sizes[n] / _MB:.0f} MB)" for n in results),
              "- one run of each command, its own process; wall s and peak RSS (MB = 10^6 bytes); "
@@ -368,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0]
+    commit = tree_commit(tree)  # the code timed: taken before the run, which may outlast a commit
     chosen = [t for t in TRACES if not args.only or t.name in args.only]
     if args.small:  # the names say what was run
         chosen = [Trace(t.name.split("_x")[0].rsplit("_", 1)[0] + "_x2", t.src, 2, None, t.host_cpu, None) for t in chosen]
@@ -377,12 +378,12 @@ def main(argv: list[str] | None = None) -> int:
     for t in chosen:
         log(f"{t.name}: {files[t.name]} ({sizes[t.name] / _MB:.0f} MB)")
         results[t.name] = run_trace(t.name, files[t.name], commands, tree, args.timeout, log)
-    print(f"traceview tree {tree} at {tree_commit(tree)}; load average before the run {load:.2f}")
+    print(f"traceview tree {tree} at {commit}; load average before the run {load:.2f}")
     print(text_table(table_rows(results, sizes), _HEAD))
     print()
     print(text_table([list(x) for x in targets(results, sizes)], ["trace", "target", "figure", "verdict"]))
     if args.markdown:
-        args.markdown.write_text(markdown(results, sizes, files, tree, argv, load))
+        args.markdown.write_text(markdown(results, sizes, files, tree, commit, argv, load))
         log(f"wrote {args.markdown}")
     return 0
 
