@@ -1011,19 +1011,29 @@ def _derive_module_runs(table: OpTable) -> pl.DataFrame:
         if not len(seg) or not valid[k]:
             continue
         s_seg = start[seg]
-        anchors = np.unique(s_seg[kop_ev[seg] == best_kop[k]])
+        anchors = np.sort(s_seg[kop_ev[seg] == best_kop[k]])
+        anchors = anchors[np.r_[True, anchors[1:] != anchors[:-1]]] if len(anchors) else anchors
         run = np.searchsorted(anchors, s_seg, side="right") - 1
         has = run >= 0
-        out_kid.append(np.full(int(has.sum()), k, dtype=np.int64))
-        out_start.append(anchors[run[has]])
-        out_end.append(end[seg][has])
+        # the latest end of the events of each execution (every anchor has its own event)
+        ends = np.full(len(anchors), np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(ends, run[has], end[seg][has])
+        out_kid.append(np.full(len(anchors), k, dtype=np.int64))
+        out_start.append(anchors)
+        out_end.append(ends)
     if not out_kid:
         return frame({}, MODULE_RUNS_SCHEMA)
-    runs = (pl.DataFrame({"kid": np.concatenate(out_kid), "start_ps": np.concatenate(out_start),
-                          "_end": np.concatenate(out_end)})
-            .group_by("kid", "start_ps").agg(pl.col("_end").max())
-            .with_columns((pl.col("_end") - pl.col("start_ps")).alias("duration_ps"))
-            .join(key_tab, on="kid", how="left")
-            # programs starting at the same ps: ordered by name and id, the same every time
-            .sort(["host", "device", "start_ps", "module", "program_id"], nulls_last=True, maintain_order=True))
+    kid = np.concatenate(out_kid)
+    r_start = np.concatenate(out_start)
+    r_dur = np.concatenate(out_end) - r_start
+    # programs starting at the same ps: ordered by name and id, the same every time (the order
+    # of a sort on host, device, start_ps, module, program_id, done on integer ranks: every
+    # key with a run has no null)
+    rank = key_tab.select(pl.col(c).rank("dense").cast(pl.Int64).fill_null(0).alias(c)
+                          for c in ("host", "device", "module", "program_id"))
+    rk = {c: rank[c].to_numpy()[kid] for c in rank.columns}
+    o = np.lexsort((rk["program_id"], rk["module"], r_start, rk["device"], rk["host"]))
+    kid, r_start, r_dur = kid[o], r_start[o], r_dur[o]
+    runs = key_tab.drop("kid")[pl.Series(kid)].with_columns(pl.Series("start_ps", r_start),
+                                                            pl.Series("duration_ps", r_dur))
     return runs.select([pl.col(c).cast(t) for c, t in MODULE_RUNS_SCHEMA.items()])
