@@ -177,3 +177,16 @@ def test_queries_read_only_traceview_tables(v6e, tmp_path, capsys):
     assert main(["query", str(v6e.discovery.root), f"SELECT * FROM read_csv('{secret}')", "--no-cache"]) == 2
     err = capsys.readouterr().err
     assert "read_csv" in err and "refused" in err and "1,2" not in err
+
+
+def test_list_columns_of_any_type_print_as_table_and_csv(shared_traces, capsys):
+    """A list column that is not of strings (an integer list, an empty result's list column)
+    prints as ``;``-joined text in the table and the CSV, with exit 0 (it raised a polars
+    error with a traceback)."""
+    path = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    for fmt in ("table", "csv"):
+        assert main(["query", path, "SELECT [1, 2] AS x FROM ops LIMIT 2", "--format", fmt, "--no-cache"]) == 0
+        out = capsys.readouterr().out
+        assert out.count("1;2") == 2
+        assert main(["query", path, "SELECT * FROM split_names", "--format", fmt, "--no-cache"]) == 0
+        capsys.readouterr()

@@ -2,9 +2,29 @@
 
 from __future__ import annotations
 
+import orjson
 import polars as pl
 
 
 def flat(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` with every list column joined into one ``;``-separated string."""
-    return df.with_columns([pl.col(c).list.join(";") for c, t in df.schema.items() if isinstance(t, pl.List)])
+    """``df`` with every list column joined into one ``;``-separated string (elements of any
+    type as their text; nested lists, structs and arrays as JSON text)."""
+    out = []
+    for c, t in df.schema.items():
+        if isinstance(t, pl.List) and not isinstance(t.inner, (pl.List, pl.Struct, pl.Array)):
+            out.append(pl.col(c).list.eval(pl.element().cast(pl.String)).list.join(";"))
+        elif isinstance(t, (pl.List, pl.Struct, pl.Array)):
+            out.append(pl.col(c).map_elements(lambda v: orjson.dumps(_plain(v)).decode(), return_dtype=pl.String,
+                                              skip_nulls=True))
+    return df.with_columns(out) if out else df
+
+
+def _plain(v):
+    """A polars cell (Series, dict, list) as plain Python for orjson."""
+    if isinstance(v, pl.Series):
+        return [_plain(x) for x in v.to_list()]
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
