@@ -406,3 +406,24 @@ def test_history_of_trace_files_and_runs_too_short_for_an_interval(shared_traces
     h = compare_runs([run("a", 0, [1e9] * 7), run("b", 1, [1.5e9] * 7), run("c", 2, [1.52e9] * 7)], threshold=0.05)
     assert [x.verdict for x in h.runs] == ["baseline", "no interval", "no interval"]
     assert [x.name for x in h.unjudged()] == ["b"] and h.regressions() == []
+
+
+def test_single_tpu_pair_gets_no_verdict_from_the_cpu_prior(shared_traces, tmp_path):
+    """The stated prior was measured on CPU recordings: a diff of one TPU recording a side
+    (the v6e trace against itself: 4 populations with an interval) judges nothing, neither
+    significant nor within noise, and says why (found by a new user: TPU and GPU diffs were
+    judged against the CPU VM's band)."""
+    import json
+
+    from traceview.cli import main
+
+    path = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    out = tmp_path / "d.json"
+    assert main(["diff", path, path, "--format", "json", "--all-rows", "-o", str(out), "--no-cache"]) == 0
+    d = json.loads(out.read_text())
+    assert d["noise"]["run_to_run"]["source"] == "unknown"
+    assert "no A/A prior for TPU devices" in d["noise"]["run_to_run"]["text"]
+    judged = [p for p in d["populations"] if p["ratio_lo"] is not None]
+    assert len(judged) == 4 and d["noise"]["significant"] == 0
+    assert {p["noise"] for p in judged} == {"unknown"} and {p["significant"] for p in judged} == {None}
+    assert all(p["noise_band"] is None for p in judged)

@@ -275,6 +275,8 @@ class DiffSide:
     communication: object = None  # traceview.analysis.collectives.Communication
     samples: "Samples | None" = None
     recordings: int = 1
+    #: device kinds of the profile's devices ("CPU", "TPU", "GPU"; "" when unknown)
+    device_kinds: tuple = ()
 
 
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
@@ -308,9 +310,27 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
             rows = np.where(rows >= 0, np.where(win[np.clip(rows, 0, None)], rows, -1), -1)
         durs = a.steps["duration_ps"].to_numpy()[win]
     s.samples = population_samples(prof.table, t, rows, durs, name_stem=name_stem, program_stem_key=program_key)
+    s.device_kinds = device_kinds(prof)
     if hasattr(prof, "used_devices"):
         s.communication = derived.communication(prof)
     return s
+
+
+def device_kinds(prof) -> tuple:
+    """The kinds (``CPU``, ``TPU``, ``GPU``) of the devices of ``prof``'s op events, read off
+    the device names (``/device:TPU:0``, ``GPU:1``, ``CPU:0``); () when none can be told."""
+    try:
+        names = prof.table.attrs["device"].drop_nulls().unique().to_list()
+    except Exception:
+        return ()
+    kinds = set()
+    for n in names:
+        up = str(n).upper()
+        kind = next((k for k in ("TPU", "GPU", "CPU") if k in up), None)
+        if kind is None:
+            return ()
+        kinds.add(kind)
+    return tuple(sorted(kinds))
 
 
 def _traced_kernel_events(prof, kern: pl.DataFrame, pops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
@@ -561,8 +581,13 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
         pl.struct("events_base", "events_treatment").map_elements(_note, return_dtype=pl.Utf8).alias("overhead_note"),
         pl.col("kernel_changes").fill_null(""), pl.col("source_changed").fill_null(""),
     )
+    kinds = set(base.device_kinds) | set(treatment.device_kinds)
+    p = noise.PRIOR if noise_prior is None else noise_prior
+    unknown = None
+    if (base.recordings, treatment.recordings) == (1, 1) and not p.applies_to(kinds):
+        unknown = noise.unknown_band(kinds)  # the prior was measured on other devices
     joined, run_noise = _with_noise(joined, base.samples, treatment.samples, noise_level,
-                                    (base.recordings, treatment.recordings), noise_prior)
+                                    (base.recordings, treatment.recordings), noise_prior, unknown)
     joined = joined.with_columns(pl.col("delta_self_ps").abs().alias("_abs")).sort(
         ["_abs", "status", "stem", "shape"], descending=[True, False, False, False]).drop("_abs")
     joined = joined.select(DIFF_COLUMNS)
@@ -577,7 +602,7 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
                          window_steps_treatment=wt, window=win)
         if base.samples is not None and treatment.samples is not None:
             step.change = noise.shift(base.samples.steps, treatment.samples.steps, level=noise_level,
-                                      prior=noise_prior, step=True)
+                                      prior=noise_prior, step=True, band=unknown)
 
     notes: list[str] = []
     over = joined.filter(pl.col("overhead_note") != "")
@@ -619,7 +644,7 @@ _NOISE_SCHEMA = {"samples": pl.Utf8, "n_samples_base": pl.Int64, "n_samples_trea
 @dataclass
 class NoiseSummary:
     """Which run-to-run noise a diff's changes were judged against (:func:`_with_noise`):
-    ``source`` ("prior" or "recordings"), ``text`` (in words, as the diff prints it),
+    ``source`` ("prior", "recordings", or "unknown": one recording a side on devices no prior was measured on), ``text`` (in words, as the diff prints it),
     ``recordings`` (base, treatment), ``prior`` (:data:`~traceview.analysis.noise.PRIOR`
     when used), ``too_few`` (matched populations without an interval for lack of samples),
     ``more_samples`` (the most samples a side any of them lacks)."""
@@ -639,12 +664,14 @@ class NoiseSummary:
 
 def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None",
                 level: float, rec: tuple[int, int] = (1, 1),
-                prior: "noise.Prior | None" = None) -> tuple[pl.DataFrame, "NoiseSummary | None"]:
+                prior: "noise.Prior | None" = None,
+                band: "noise.NoiseBand | None" = None) -> tuple[pl.DataFrame, "NoiseSummary | None"]:
     """(``joined`` with the noise columns (:data:`DIFF_COLUMNS`) for its matched rows, less
     ``_fp_treatment``; the :class:`NoiseSummary`, None without samples): :func:`noise.shift`
     of each matched population's samples on the two sides when they are of the same kind
     (per step, or per occurrence), else no interval. ``rec``: recordings per side; ``prior``:
-    the one-recording noise (default :data:`noise.PRIOR`)."""
+    the one-recording noise (default :data:`noise.PRIOR`); ``band``: the band to use instead
+    (:func:`noise.unknown_band`: no verdict, ``noise`` "unknown")."""
     rows, changes = [], []
     for r in joined.select(KEY + ["status", "shape_treatment", "_fp_treatment"]).iter_rows(named=True):
         row = dict.fromkeys(_NOISE_SCHEMA)
@@ -654,13 +681,15 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
             b = st.get(tuple(r["shape_treatment"] if k == "shape" else r["_fp_treatment"] if k == "fingerprint"
                              else r[k] for k in KEY))
             if a is not None and b is not None and a[0] == b[0]:
-                c = noise.shift(a[1], b[1], level=level, prior=prior)
+                c = noise.shift(a[1], b[1], level=level, prior=prior, band=band)
                 row.update(samples=a[0], n_samples_base=c.n_base, n_samples_treatment=c.n_treatment,
                            median_ratio=c.ratio, ratio_lo=c.lo, ratio_hi=c.hi, significant=c.significant,
-                           noise_band=math.exp(c.band.bound), more_samples=c.more_samples)
+                           noise_band=math.exp(c.band.bound) if c.band.known else None,
+                           more_samples=c.more_samples)
             else:
                 row.update(significant=False, samples=None if a is None or b is None else f"{a[0]} / {b[0]}")
         row["noise"] = ("no interval" if c is None or c.lo is None else
+                        "unknown" if c.significant is None else
                         "significant" if c.significant else "within noise")
         rows.append(row)
         changes.append(c)
@@ -670,7 +699,9 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
         judged = [c for c in changes if c is not None and c.band is not None]
         sources = {c.band.source for c in judged}
         few = [c.more_samples for c in judged if c.more_samples]
-        if rec == (1, 1) or sources == {"prior"}:
+        if band is not None and not band.known:
+            summary = NoiseSummary("unknown", band.text, rec)
+        elif rec == (1, 1) or sources == {"prior"}:
             p = noise.PRIOR if prior is None else prior
             text = noise.prior_band(level, p).text
             summary = NoiseSummary("prior", text, rec, prior=p)

@@ -324,6 +324,15 @@ class Prior:
     pairs: int
     populations: int
     spread95: float = 0.0
+    #: device kinds (``CPU``, ``TPU``, ``GPU``) whose recordings it was fitted on; a profile of
+    #: another kind has no prior (its run-to-run noise is unknown)
+    device_kinds: tuple = ("CPU",)
+
+    def applies_to(self, kinds) -> bool:
+        """Whether the prior was measured on every device kind of ``kinds`` (an empty set:
+        unknown kinds, no)."""
+        kinds = set(kinds)
+        return bool(kinds) and kinds <= set(self.device_kinds)
 
     def bound(self, level: float, step: bool = False) -> tuple[float, float]:
         """(log half-width, the level it was measured at): the bound at the smallest measured
@@ -337,7 +346,8 @@ class Prior:
         return {"machine": self.machine, "command": self.command,
                 "bounds_log": {str(k): v for k, v in self.bounds.items()},
                 "step_bounds_log": {str(k): v for k, v in self.step_bounds.items()}, "pairs": self.pairs,
-                "populations": self.populations, "spread95_log": self.spread95}
+                "populations": self.populations, "spread95_log": self.spread95,
+                "device_kinds": list(self.device_kinds)}
 
 
 #: the A/A run-to-run noise of single engine recordings on the project's 2-core CPU VM, shared
@@ -365,9 +375,25 @@ class NoiseBand:
     text: str
     recordings: tuple[int, int] = (1, 1)
 
+    @property
+    def known(self) -> bool:
+        """False for :func:`unknown_band` (no run-to-run noise to judge against)."""
+        return math.isfinite(self.bound)
+
     def to_dict(self) -> dict:
+        if not self.known:
+            return {"bound_log": None, "band": None, "source": self.source, "text": self.text,
+                    "recordings": list(self.recordings)}
         return {"bound_log": self.bound, "band": [math.exp(-self.bound), math.exp(self.bound)],
                 "source": self.source, "text": self.text, "recordings": list(self.recordings)}
+
+
+def unknown_band(kinds) -> NoiseBand:
+    """The band of one recording a side on device kinds no prior was measured on: unknown
+    (infinite bound), so a change there is neither significant nor within noise."""
+    k = ", ".join(sorted(kinds)) or "unknown"
+    return NoiseBand(math.inf, "unknown", f"run-to-run noise unknown: no A/A prior for {k} devices "
+                                         f"(pool 2 or more recordings a side to measure it)")
 
 
 def prior_band(level: float = LEVEL, prior: Prior | None = None, step: bool = False) -> NoiseBand:
@@ -444,7 +470,7 @@ def shift(base_samples, treatment_samples, *, level: float = LEVEL, band: NoiseB
     all pairs); interval: [D_(k), D_(nm+1-k)] of the sorted pairwise log ratios
     (:func:`rank_k`), every sample of every recording pooled per side (a side longer than
     ``max_samples`` is thinned by an even stride, which widens the interval). ``band``: the
-    noise to clear; by default :func:`measured_band` when a side has several recordings,
+    noise to clear (:func:`unknown_band`: ``significant`` is None, no verdict); by default :func:`measured_band` when a side has several recordings,
     else :func:`prior_band` of ``prior`` (default :data:`PRIOR`; ``step``: its step-time bound).
     Significant when the
     interval lies wholly beyond the band (lo > exp(bound) or hi < exp(-bound)). Without an
@@ -486,5 +512,7 @@ def shift(base_samples, treatment_samples, *, level: float = LEVEL, band: NoiseB
         return Change(ratio, None, None, significant=False, more_samples=more,
                       method=f"no interval: {n} vs {m} samples, record {more} more a side", **common)
     lo, hi = float(math.exp(part[k - 1])), float(math.exp(part[N - k]))
+    if not band.known:  # no run-to-run noise to clear: no verdict either way
+        return Change(ratio, lo, hi, significant=None, method=METHOD_RANK, **common)
     sig = lo > math.exp(band.bound) or hi < math.exp(-band.bound)
     return Change(ratio, lo, hi, significant=bool(sig), method=METHOD_RANK, **common)

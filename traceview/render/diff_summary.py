@@ -32,9 +32,13 @@ def summary_lines(d) -> list[str]:
         m = d.populations.filter(d.populations["ratio_lo"].is_not_null())
         k = int(m["significant"].sum() or 0)
         ns = getattr(d, "run_noise", None)
-        src = f" against the run-to-run noise, {ns.text}" if ns is not None and getattr(ns, "text", "") else ""
-        lines.append(f"noise: {k} of {m.height} matched populations with an interval changed beyond the noise "
-                     f"({level:.0%} rank interval of the self time per step{src}; ~ marks a change within noise)")
+        if ns is not None and getattr(ns, "source", "") == "unknown":
+            lines.append(f"noise: no verdict for the {m.height} matched populations with an interval: {ns.text} "
+                         f"(? marks a change whose significance is unknown)")
+        else:
+            src = f" against the run-to-run noise, {ns.text}" if ns is not None and getattr(ns, "text", "") else ""
+            lines.append(f"noise: {k} of {m.height} matched populations with an interval changed beyond the noise "
+                         f"({level:.0%} rank interval of the self time per step{src}; ~ marks a change within noise)")
         if ns is not None and getattr(ns, "too_few", 0):
             lines.append(f"noise: {ns.too_few} matched populations have too few samples for an interval: "
                          f"record up to {ns.more_samples} more a side (steps; occurrences for a population outside the "
@@ -54,13 +58,16 @@ def change_text(ratio, lo, hi, significant) -> str:
     if lo is None or hi is None:
         return f"{ratio:.2f}x (no interval)"
     body = f"{ratio:.2f}x [{lo:.2f}x-{hi:.2f}x]"
+    if significant is None:
+        return f"?{body} significance unknown"
     return body if significant else f"~{body} within noise"
 
 
 def noise_cell(r: dict) -> str:
     """A diff row's noise cell: ``"~ 0.91-1.20x"`` within noise, ``"2.10-3.60x"`` outside,
-    ``"-"`` without interval (not matched, or too few samples)."""
+    ``"? 2.10-3.60x"`` when the noise is unknown, ``"-"`` without interval (not matched, or too few samples)."""
     lo, hi = r.get("ratio_lo"), r.get("ratio_hi")
     if lo is None or hi is None:
         return "-"
-    return f"{'' if r.get('significant') else '~ '}{lo:.2f}-{hi:.2f}x"
+    mark = "? " if r.get("significant") is None else "" if r.get("significant") else "~ "
+    return f"{mark}{lo:.2f}-{hi:.2f}x"
