@@ -114,7 +114,7 @@ def test_sketch_bound_on_a_real_population(shared_traces):
 def test_steps_and_stragglers_equal_single_process(pod):
     prof = load(pod)
     anat = profile_anatomy(prof)
-    ov, st = communication_sections(prof, anat)
+    ov, st = communication_sections(prof)
     f = fleet.load_fleet(pod)
     assert f.steps is not None and anat.steps.height == f.steps.steps.height > 0
     cols = [c for c in anat.steps.columns if c != "reason"]

@@ -97,14 +97,23 @@ def test_ctrl_c_in_every_command(shared_traces, tmp_path):
     commands = {
         "report": ["report", v6e, "-o", str(tmp_path / "r.html")],
         "diff": ["diff", v6e, v6e],
-        "verify": ["verify", v6e, "-c", "share(family=matmul) < 0.99"],
+        "verify": ["verify", v6e, "-c", "op matching . present"],
         "ladder": ["ladder", b4, b8, "--x", "4,8"],
         "history": ["history", b4, b8],
         "query": ["query", v6e, "SELECT * FROM ops"],
     }
     for (name, argv), delay in zip(commands.items(), (0.3, 1.0, 0.6, 1.2, 0.4, 0.8)):
-        rc, lines, _ = interrupt(argv, delay)
-        _check(rc, lines, (name, delay))
+        # a command that finished before the signal (a fast machine: exit 0, nothing on
+        # stderr) is interrupted again sooner, until one interrupt lands mid-run
+        for _ in range(6):
+            rc, lines, _ = interrupt(argv, delay)
+            if rc == 0 and lines == []:
+                delay /= 2
+                continue
+            _check(rc, lines, (name, delay))
+            break
+        else:
+            raise AssertionError(f"{name} always finished before the interrupt (last delay {delay:.3f} s)")
     assert not (tmp_path / "r.html").exists()
     rc, lines, _ = interrupt(["mcp", "--root", str(shared_traces)], 1.5, stdin=subprocess.PIPE)
     _check(rc, lines, "mcp")
