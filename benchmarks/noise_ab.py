@@ -123,13 +123,15 @@ def aa_values(sa, sb, level: float) -> tuple[list[tuple[float, float]], float | 
     return out, (None if c.lo is None else _excess(c))
 
 
-def fit(sides: dict, level: float = 0.95):
+def fit(sides: dict, level: float = 0.95, how: str = "max", command: str = ""):
     """The :class:`~traceview.analysis.noise.Prior` of every A/A pair within the fit halves
     (module doc): per level L, the largest over those pairs of the L quantile of a pair's
     populations' interval distances from 1 (the smallest band that kept every fit pair at or
     under 1 - L of its populations flagged); the step time's: the L quantile over the pairs.
     Also returns the pooled L quantile over every population (the bound without the pair
-    structure), for the record."""
+    structure), for the record. ``how="pooled"``: the prior's bound is that pooled quantile
+    instead (at most 1 - L of all A/A populations clear it, on average over pairs rather than
+    in every pair)."""
     from traceview.analysis import noise
 
     pairs = []
@@ -153,13 +155,16 @@ def fit(sides: dict, level: float = 0.95):
             if lv == 0.95:
                 n_pops += len(v)
                 spread = max(spread, 0.0)
-        bounds[lv] = round(max(per_pair), 4)
-        step_bounds[lv] = round(float(np.quantile(steps, lv, method="higher")), 4) if steps else bounds[lv]
         pooled[lv] = round(float(np.quantile(every, lv, method="higher")), 4)
+        bounds[lv] = round(max(per_pair), 4) if how == "max" else pooled[lv]
+        step_bounds[lv] = round(float(np.quantile(steps, lv, method="higher")), 4) if steps else bounds[lv]
         if lv == 0.95:
             spread = round(float(np.quantile([r for a, b in pairs for r, _ in aa_values(a, b, lv)[0]], 0.95)), 4)
-    prior = noise.Prior(machine="2-core shared CPU VM",
-                        command="python benchmarks/noise_ab.py --dir /tmp/noise/np --upto 7 --fit-only",
+    for b in (bounds, step_bounds):  # a wider level never gets a narrower band
+        for lo, hi in zip(LEVELS, LEVELS[1:]):
+            b[hi] = max(b[hi], b[lo])
+    prior = noise.Prior(machine="2-core CPU VM",
+                        command=command or "python benchmarks/noise_ab.py --fit-only",
                         bounds=bounds, step_bounds=step_bounds, pairs=len(pairs), populations=n_pops, spread95=spread)
     return prior, pooled
 
@@ -240,6 +245,8 @@ def main(argv=None) -> int:
     ap.add_argument("--upto", type=int, help="use recordings with index <= N only")
     ap.add_argument("--cache", help="pickle each recording's diff side here (reused by later runs)")
     ap.add_argument("--json", help="write the results here")
+    ap.add_argument("--bound", choices=("max", "pooled"), default="max",
+                    help="the prior's bound: the largest fit pair's quantile, or the quantile pooled over every pair")
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated subset of {','.join(SETTINGS)}")
     a = ap.parse_args(argv)
     root = Path(a.dir)
@@ -250,7 +257,8 @@ def main(argv=None) -> int:
     sides = {k: v for k, v in load_sides(root, Path(a.cache) if a.cache else None, a.upto).items()
              if k in settings and v}
     load_s = time.perf_counter() - t0
-    prior, pooled = fit(sides)
+    prior, pooled = fit(sides, how=a.bound, command=" ".join(["python", "benchmarks/noise_ab.py",
+                                                              *(argv if argv is not None else sys.argv[1:])]))
     print(f"prior fitted on {prior.pairs} A/A pairs of the fit half, {prior.populations} populations:")
     print(f"  pooled quantiles (log, no pair structure) {pooled}")
     print(f"  populations (log) {prior.bounds}; step (log) {prior.step_bounds}; 0.95 quantile of |log ratio| "

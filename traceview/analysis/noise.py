@@ -350,16 +350,18 @@ class Prior:
                 "device_kinds": list(self.device_kinds)}
 
 
-#: the A/A run-to-run noise of single engine recordings on the project's 2-core CPU VM, shared
-#: with seven other jobs (load average 12-27 while recording): fitted by the command named on
-#: the odd-indexed half of 7 + 7 interleaved recordings per setting (``benchmarks/RESULTS.md``,
+#: the A/A run-to-run noise of single engine recordings (``traceview engine profile``, tiny
+#: preset, 7 decode steps, KV block 128 or 512) on the project's 2-core CPU VM with nothing
+#: else running: fitted by the command named on the odd-indexed half of 10 + 10 interleaved
+#: recordings, the 0.95 quantile of every fit pair's populations pooled (``benchmarks/RESULTS.md``,
 #: "Noise intervals", the issue 24 section)
 PRIOR = Prior(
-    machine="2-core shared CPU VM",
-    command="python benchmarks/noise_ab.py --dir /tmp/noise/np --upto 7 --fit-only",
-    bounds={0.9: 0.4269, 0.95: 0.4928, 0.99: 1.9967},
-    step_bounds={0.9: 0.9888, 0.95: 1.1002, 0.99: 1.7681},
-    pairs=24, populations=1536, spread95=0.582,
+    machine="2-core CPU VM",
+    command="python benchmarks/noise_ab.py --record --dir /tmp/nq --n 10 --settings d8 --cache /tmp/nq_cache "
+            "--bound pooled",
+    bounds={0.9: 0.26, 0.95: 0.2956, 0.99: 0.3113},
+    step_bounds={0.9: 0.3201, 0.95: 0.3201, 0.99: 0.3201},
+    pairs=20, populations=1280, spread95=0.603,
 )
 
 
