@@ -102,13 +102,18 @@ class Communication:
         return self.host_ps / self.op_time_ps if self.op_time_ps else None
 
     def to_dict(self) -> dict:
-        """Plain data for JSON: collectives and host_transfers (lists of row dicts), link
-        (chip, interconnect, bidirectional, per_direction, host_link, host_per_direction,
-        source; None when the chip is unknown), op_time_ps, collective_ps, collective_share,
-        host_ps, host_share, host_module_share, notes."""
+        """Plain data for JSON: collectives and host_transfers (lists of row dicts), then
+        :meth:`summary`."""
+        return {"collectives": self.collectives.to_dicts(), "host_transfers": self.host_transfers.to_dicts(),
+                **self.summary()}
+
+    def summary(self) -> dict:
+        """Everything but the two tables: link (chip, interconnect, bidirectional,
+        per_direction, host_link, host_per_direction, source; None when the chip is unknown),
+        op_time_ps, collective_ps, collective_share, host_ps, host_share, host_module_share,
+        notes."""
         ln = self.link
         return {
-            "collectives": self.collectives.to_dicts(), "host_transfers": self.host_transfers.to_dicts(),
             "link": None if ln is None else {
                 "chip": ln.chip, "interconnect": ln.interconnect, "bidirectional": ln.bidirectional,
                 "per_direction": ln.per_direction, "host_link": ln.host_link,

@@ -127,17 +127,8 @@ def _communication(comm, cut: Rows) -> dict | None:
     tables cut."""
     if comm is None:
         return None
-    ln = comm.link
-    return {
-        "collectives": cut("communication.collectives", comm.collectives),
-        "host_transfers": cut("communication.host_transfers", comm.host_transfers),
-        "link": None if ln is None else {
-            "chip": ln.chip, "interconnect": ln.interconnect, "bidirectional": ln.bidirectional,
-            "per_direction": ln.per_direction, "host_link": ln.host_link,
-            "host_per_direction": ln.host_per_direction, "source": ln.source},
-        "op_time_ps": comm.op_time_ps, "collective_ps": comm.collective_ps,
-        "collective_share": comm.collective_share, "host_ps": comm.host_ps, "host_share": comm.host_share,
-        "host_module_share": comm.host_module_share, "notes": list(comm.notes)}
+    return {"collectives": cut("communication.collectives", comm.collectives),
+            "host_transfers": cut("communication.host_transfers", comm.host_transfers), **comm.summary()}
 
 
 def _overlap(ov, cut: Rows) -> dict | None:
