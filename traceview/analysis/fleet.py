@@ -413,22 +413,14 @@ def merge(parts: list[HostPartial], *, split_modules: bool = True, window: str =
     :class:`~traceview.errors.UsageError` on an unknown step window."""
     from traceview.analysis import aggregate
     from traceview.analysis.stepstats import parse_window
-    from traceview.model.profiledata import device_rows
+    from traceview.model.profiledata import device_rows, devices_and_notes
 
     parse_window(window)
     offs = _offsets(parts)
-    col = pl.concat([_shift(p.col, o) for p, o in zip(parts, offs)], how="vertical") if parts else None
-    moments = pl.concat([_shift(p.moments, o) for p, o in zip(parts, offs)], how="vertical") if parts else None
-    sketch = pl.concat([_shift(p.sketch, o) for p, o in zip(parts, offs)], how="vertical") if parts else None
-    values = pl.concat([_shift(p.values, o) for p, o in zip(parts, offs)], how="vertical") if parts else None
-    devices = []
-    for p in parts:
-        for d in p.devices:
-            d.host = d.host or p.host
-            devices.append(d)
-    warns = list(warnings or [])
-    for p in parts:
-        warns.extend(p.notes)
+    col, moments, sketch, values = (
+        pl.concat([_shift(getattr(p, name), o) for p, o in zip(parts, offs)], how="vertical") if parts else None
+        for name in ("col", "moments", "sketch", "values"))
+    devices, warns = devices_and_notes(parts, warnings)
     keys = aggregate.by_shape_keys(split_modules)
     total_self = int(col["self_ps"].sum() or 0) if col is not None and col.height else 0
     if col is None or col.height == 0:
@@ -547,9 +539,9 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
     ``load``: :class:`~traceview.errors.NoTraceFound`, :class:`~traceview.errors.TraceUnreadable`
     when every file is unreadable (one unreadable host among several is a warning),
     :class:`~traceview.errors.UsageError` on a bad option."""
-    from traceview.errors import NoOpsFound, TraceviewError, UsageError
+    from traceview.errors import NoOpsFound, UsageError
     from traceview.model.files import max_bytes_default
-    from traceview.model.load import _all_faults
+    from traceview.model.load import _all_faults, split_results
     from traceview.read.batch import read_many, tasks_for
     from traceview.read.cache import TableCache
     from traceview.read.discover import discover
@@ -569,13 +561,8 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
     tasks = tasks_for(disc.files, max_bytes_default(max_bytes), cache=store)
     res = read_many(tasks, functools.partial(host_partial, options=opts), executor=executor, scheduler=scheduler,
                     workers=workers, progress=progress)
-    parts, errors, warnings = [], [], list(disc.warnings)
-    for r in res:
-        if isinstance(r, TraceviewError):
-            errors.append(r)
-            warnings.append(f"skipped unreadable trace {r}")
-        else:
-            parts.append(r)
+    warnings = list(disc.warnings)
+    parts, errors = split_results(res, warnings)
     if errors and not parts:
         raise _all_faults(errors, disc)
     if not any(p.col.height for p in parts):

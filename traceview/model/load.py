@@ -93,26 +93,19 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     else:
         pre = prefetch or None
 
-    from traceview.errors import NoOpsFound, TraceviewError  # noqa: E402 - polars from here on
+    from traceview.errors import NoOpsFound  # noqa: E402 - polars from here on
     from traceview.model.files import max_bytes_default, read_task
     from traceview.model.profiledata import ProfileData
     from traceview.read.batch import read_many, tasks_for
 
     limit = max_bytes_default(max_bytes)
-    traces = []
     warnings = list(disc.warnings)
-    errors: list[TraceviewError] = []
     tasks = tasks_for(disc.files, limit, cache=store)
     # a prefetch is only started for a single file read here (read_many reads one file in
     # this process), so the reader can take it over
     read = read_task if pre is None or len(tasks) != 1 else functools.partial(read_task, prefetch=pre)
     results = read_many(tasks, read, executor=executor, scheduler=scheduler, workers=workers, progress=progress)
-    for res in results:
-        if isinstance(res, TraceviewError):
-            errors.append(res)
-            warnings.append(f"skipped unreadable trace {res}")
-        else:
-            traces.append(res)
+    traces, errors = split_results(results, warnings)
     if errors and not traces:
         raise _all_faults(errors, disc)
     prof = (factory or ProfileData).from_traces(traces, discovery=disc, warnings=warnings,
@@ -123,6 +116,21 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
                             "was it recorded from a JAX/XLA program?", names)
         raise _all_faults(errors + [no_ops], disc)
     return prof
+
+
+def split_results(results, warnings: list) -> tuple[list, list]:
+    """(what was read, the TraceviewErrors) of :func:`~traceview.read.batch.read_many`'s
+    results, in order; a line per error appended to ``warnings``."""
+    from traceview.errors import TraceviewError
+
+    ok, errors = [], []
+    for res in results:
+        if isinstance(res, TraceviewError):
+            errors.append(res)
+            warnings.append(f"skipped unreadable trace {res}")
+        else:
+            ok.append(res)
+    return ok, errors
 
 
 def _all_faults(errors: list, disc):

@@ -127,14 +127,7 @@ class ProfileData:
             from traceview.model.interpreted import collapse_kernels
 
             table = collapse_kernels(table)
-        devices = []
-        for t in traces:
-            for d in t.devices:
-                d.host = d.host or t.host
-                devices.append(d)
-        warns = list(warnings or [])
-        for t in traces:
-            warns.extend(t.notes)
+        devices, warns = devices_and_notes(traces, warnings)
         warns.extend(clamped)
         marks = [t.step_markers for t in traces if t.step_markers is not None and t.step_markers.height]
         markers = pl.concat(marks, how="vertical") if marks else pl.DataFrame(schema=STEP_MARKERS_SCHEMA)
@@ -201,6 +194,21 @@ class ProfileData:
         return (f"<traceview.Profile: {self.table.height:,} op events, "
                 f"{len(self.devices)} device planes, hosts {', '.join(hosts) or '-'}; "
                 f"{len(self.warnings)} warning(s)>")
+
+
+def devices_and_notes(parts, warnings=None) -> tuple[list, list]:
+    """(every device of ``parts`` (read traces or fleet host partials: ``devices``, ``host``,
+    ``notes``), each given its part's host when it has none; ``warnings`` then every part's
+    notes)."""
+    devices = []
+    for p in parts:
+        for d in p.devices:
+            d.host = d.host or p.host
+            devices.append(d)
+    warns = list(warnings or [])
+    for p in parts:
+        warns.extend(p.notes)
+    return devices, warns
 
 
 def device_rows(per_attr, devices: list):
