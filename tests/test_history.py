@@ -80,7 +80,7 @@ def test_history_of_the_shared_traces_lists_each_trace_once(shared_traces, capsy
 
 def _run(name, t, steps, program):
     return RunSummary(name=name, directory=name, time=t, step_method="module", step_module=program,
-                      step_ps=np.asarray(steps, dtype=np.float64), program=program)
+                      step_ps=np.asarray(steps, dtype=np.float64), program=program, device_kinds=("CPU",))
 
 
 def test_regressions_compare_one_step_program():

@@ -16,20 +16,21 @@ same step, however their medians compare.
 
 Regression rule (:func:`compare_runs`): each run against its baseline (the latest earlier run of
 the same step program, or the run named as ``baseline`` for every run),
-:func:`traceview.analysis.noise.compare` of the per-step durations (treatment = the run).
-Verdicts: ``no comparable run`` when no earlier run (or the named baseline) has the run's
-step program, or the run's program is unknown (no step module); ``regression`` when the whole interval
-lies at or above ``1 + threshold`` (the slowdown is at least the threshold with confidence
-``level``, not merely outside the noise); ``improvement`` when it lies at or below
-``1 / (1 + threshold)``; ``within noise`` when the interval holds 1; ``no interval`` when
-there is none (fewer than :data:`~traceview.analysis.noise.MIN_SAMPLES` steps in a window:
-the change cannot be judged, and :meth:`History.unjudged` lists such runs whose point ratio
-reaches the threshold);
-``below threshold`` when the change is outside the noise but its interval reaches below the
-threshold; ``baseline`` for a run compared with nothing. Requiring the interval, not the
-point, to clear the threshold keeps a shift between two recordings of one configuration
-(a shared machine's load, which no within-recording interval holds) from failing a CI job
-unless it is larger than the threshold with confidence. Times in ps.
+:func:`traceview.analysis.noise.shift` of the per-step durations (treatment = the run): the
+Hodges-Lehmann ratio of the step times with its exact rank interval (4 steps a side at 0.95),
+judged against the run-to-run noise of one recording against another: ``noise`` when stated
+(:func:`~traceview.analysis.noise.stated_band`), else the prior
+(:data:`~traceview.analysis.noise.PRIOR`, step-time bound) when it was measured on the runs'
+device kinds, else unknown. Verdicts: ``no comparable run`` when no earlier run (or the named
+baseline) has the run's step program, or the run's program is unknown (no step module);
+``no interval`` when a side has too few steps (the change cannot be judged; ``more_samples``
+says how many more); ``noise unknown`` when there is an interval but no run-to-run noise to
+judge it against; ``within noise`` when the interval does not clear the noise band;
+``regression`` when it clears the band and lies wholly at or above ``1 + threshold``;
+``improvement`` when it clears the band at or below ``1 / (1 + threshold)``; ``below
+threshold`` when it clears the band but not the threshold; ``baseline`` for a run compared
+with nothing. :meth:`History.unjudged` lists the ``no interval`` and ``noise unknown`` runs
+whose ratio reaches the threshold: a slowdown that cannot be ruled out. Times in ps.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ THRESHOLD = 0.05
 TOP_FAMILIES = 3
 #: verdict of a run whose step program no earlier run (or the named baseline) shares
 NO_COMPARABLE = "no comparable run"
+#: verdict of a run whose change has an interval but no run-to-run noise to clear
+NOISE_UNKNOWN = "noise unknown"
 
 _COPY = re.compile(r"(\.\d+|\(\d+\))$")
 _CONFIG = re.compile(r"(_[a-z]+\d+(?:_\d+)*)+$")
@@ -70,7 +73,7 @@ class RunSummary:
     ``kernels``: [{kernel, config}]; ``findings``: finding ids (None only in summaries
     built by hand); ``program``: the step program (:func:`program_stem`; default: that of
     ``step_module``; None: unknown, so the run is compared with none). ``change``/``baseline``/
-    ``verdict``: set by :func:`compare_runs`."""
+    ``verdict``: set by :func:`compare_runs`; ``device_kinds``: the kinds of its devices."""
 
     name: str
     directory: str
@@ -82,6 +85,8 @@ class RunSummary:
     kernels: list[dict] = field(default_factory=list)
     findings: list[str] | None = None
     program: str | None = None
+    #: device kinds of the run ("CPU", "TPU", "GPU"): which noise prior applies
+    device_kinds: tuple = ()
     change: noise.Change | None = None
     baseline: str | None = None
     verdict: str = "baseline"
@@ -130,14 +135,14 @@ class History:
         return [r for r in self.runs if r.verdict == "regression"]
 
     def unjudged(self) -> list[RunSummary]:
-        """Runs without an interval (too few steps) whose median step ratio is at least
-        1 + threshold: a slowdown that cannot be ruled out."""
-        return [r for r in self.runs if r.verdict == "no interval" and r.change is not None
+        """Runs without an interval (too few steps) or without a noise band to judge it
+        against, whose step ratio is at least 1 + threshold: a slowdown that cannot be ruled out."""
+        return [r for r in self.runs if r.verdict in ("no interval", NOISE_UNKNOWN) and r.change is not None
                 and r.change.ratio is not None and r.change.ratio >= 1 + self.threshold]
 
     def to_dict(self) -> dict:
         return {"baseline": self.baseline, "threshold": self.threshold, "level": self.level, "units": "ps",
-                "method": noise.METHOD, "runs": [r.to_dict() for r in self.runs],
+                "method": noise.METHOD_RANK, "runs": [r.to_dict() for r in self.runs],
                 "regressions": [r.name for r in self.regressions()],
                 "unjudged_slowdowns": [r.name for r in self.unjudged()],
                 "no_comparable_run": [r.name for r in self.incomparable()],
@@ -152,6 +157,7 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
     bad ``rules``)."""
     import polars as pl
 
+    from traceview.analysis.diff import device_kinds
     from traceview.analysis.report import build_report
 
     rep = build_report(prof, rules=rules)  # one report: its step anatomy, kernels and findings
@@ -177,29 +183,37 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
         for r in k.select("kernel", "config").unique(maintain_order=True).iter_rows(named=True)]
     return RunSummary(name=name, directory=directory, time=time, step_method=a.method, step_module=a.module,
                       step_ps=st["duration_ps"].to_numpy().astype(np.float64), families=fam, kernels=ks,
-                      findings=[f.id for f in rep.findings or []], program=program_stem(prog))
+                      findings=[f.id for f in rep.findings or []], program=program_stem(prog),
+                      device_kinds=device_kinds(prof))
 
 
 def _verdict(c: noise.Change, threshold: float) -> str:
     if c.lo is None or c.ratio is None:
         return "no interval"
+    if c.significant is None:
+        return NOISE_UNKNOWN
+    if not c.significant:
+        return "within noise"
     if c.lo > 1:
         return "regression" if c.lo >= 1 + threshold else "below threshold"
-    if c.hi < 1:
-        return "improvement" if c.hi <= 1 / (1 + threshold) else "below threshold"
-    return "within noise"
+    return "improvement" if c.hi <= 1 / (1 + threshold) else "below threshold"
 
 
 def compare_runs(runs: list[RunSummary], *, baseline: str | None = None, threshold: float = THRESHOLD,
-                 level: float = noise.LEVEL, seed: int = 0) -> History:
+                 level: float = noise.LEVEL, noise_band: float | None = None,
+                 prior: "noise.Prior | None" = None) -> History:
     """Sort ``runs`` oldest first and apply the regression rule (module doc). ``baseline``: a
     run's name or directory (every run of its step program is compared with it), None for
-    each run's latest earlier run of the same step program. Raises ValueError for a ``baseline`` that names no run, a negative threshold or a
-    level outside (0, 1)."""
+    each run's latest earlier run of the same step program. ``noise_band``: the stated
+    run-to-run noise of one run against another (a fraction: 0.1 for ±10%), else ``prior``
+    (default :data:`noise.PRIOR`) where it applies. Raises ValueError for a ``baseline`` that
+    names no run, a negative threshold or band, or a level outside (0, 1)."""
     if threshold < 0:
         raise ValueError(f"regression threshold must be >= 0, got {threshold!r}")
     if not 0 < level < 1:
         raise ValueError(f"noise level must be in (0, 1), got {level!r}")
+    stated = None if noise_band is None else noise.stated_band(noise_band)
+    p = noise.PRIOR if prior is None else prior
     runs = sorted(runs, key=lambda r: (r.time, r.directory))
     base_run = None
     if baseline is not None:
@@ -218,7 +232,9 @@ def compare_runs(runs: list[RunSummary], *, baseline: str | None = None, thresho
             r.change, r.baseline = None, None
             r.verdict = "baseline" if first or b is r else NO_COMPARABLE
             continue
-        r.change = noise.compare(b.step_ps, r.step_ps, level=level, seed=seed)
+        kinds = set(b.device_kinds) | set(r.device_kinds)
+        band = stated if stated is not None else None if p.applies_to(kinds) else noise.unknown_band(kinds)
+        r.change = noise.shift(b.step_ps, r.step_ps, level=level, band=band, prior=p, step=True)
         r.baseline = b.name
         r.verdict = _verdict(r.change, threshold)
     return History(runs=runs, baseline=baseline or "previous", threshold=threshold, level=level)

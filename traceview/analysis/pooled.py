@@ -8,8 +8,8 @@ integers, so that sides pooled from different numbers of recordings compare; sha
 unions; ``source``, ``family`` and ``hlo_text`` are the first recording's. Module executions
 (``module_runs``) are concatenated: the diff's module table counts the executions of every
 recording. The noise samples (:mod:`traceview.analysis.samples`) stay one array per recording
-and population, so :func:`traceview.analysis.noise.compare` resamples recordings (its
-two-stage bootstrap). The step line: the first recording's module, method and step window, steps (all, and in
+and population, so :func:`traceview.analysis.noise.shift` ranks every sample of every
+recording and measures the run-to-run noise from the recordings' medians. The step line: the first recording's module, method and step window, steps (all, and in
 the window) summed, the mean step over every recording's window steps.
 """
 

@@ -22,8 +22,8 @@ def add_parser(sub) -> None:
                                    "such run, or --baseline RUN) by the ratio of median step times and its noise "
                                    "interval; a run with none says 'no comparable run'.",
                        epilog="exit codes: 0 ok (or regressions without --fail-on-regression), 1 a regression under "
-                              "--fail-on-regression (or a slowdown past the threshold with too few steps for an "
-                              "interval), 2 usage, 3 no trace, 4 unreadable, 5 no ops")
+                              "--fail-on-regression (or a slowdown past the threshold that cannot be judged: too few "
+                              "steps for an interval, or no run-to-run noise to judge it against), 2 usage, 3 no trace, 4 unreadable, 5 no ops")
     h.add_argument("paths", nargs="+", type=cargs.path_arg, metavar="PATH", help="log dir(s), plugins/profile folders or run folders")
     h.add_argument("--baseline", metavar="RUN", help="compare every run with this run (its folder name or path) "
                                                      "instead of the previous run")
@@ -32,6 +32,10 @@ def add_parser(sub) -> None:
                         "PCT percent (default 5)")
     h.add_argument("--noise-level", type=cargs.positive_float, default=0.95, metavar="P",
                    help="confidence level of the noise interval, in (0, 1) (default 0.95)")
+    h.add_argument("--noise", type=float, default=None, metavar="PCT",
+                   help="the run-to-run noise of one run against another on your machine, in percent (e.g. 10 for "
+                        "±10%%, from A/A runs of one configuration); default: the built-in prior where it was "
+                        "measured (CPU), else unknown (no verdict)")
     h.add_argument("--fail-on-regression", action="store_true",
                    help="exit 1 when a run is a regression against its baseline")
     h.add_argument("--format", choices=["table", "json", "html"], default=None,
@@ -115,6 +119,8 @@ def run(args) -> int:
         raise UsageError(f"--regression-threshold must be >= 0, got {args.regression_threshold!r}")
     if not 0 < args.noise_level < 1:
         raise UsageError(f"--noise-level must be in (0, 1), got {args.noise_level!r}")
+    if args.noise is not None and not (0 <= args.noise < 1e6):
+        raise UsageError(f"--noise must be a percentage >= 0, got {args.noise!r}")
     out = cargs.output_path(args.output, "-o")
     args.format = cargs.output_format(args.format, out, ["table", "json", "html"], "table")
     check_writable(out, "-o")
@@ -143,7 +149,7 @@ def run(args) -> int:
         raise first_error
     try:
         h = compare_runs(summaries, baseline=args.baseline, threshold=args.regression_threshold / 100,
-                         level=args.noise_level)
+                         level=args.noise_level, noise_band=None if args.noise is None else args.noise / 100)
     except ValueError as e:
         raise UsageError(str(e)) from None
     h.skipped = skipped
@@ -173,10 +179,12 @@ def run(args) -> int:
     for name, why in skipped if (args.format != "table" or out is not None) else ():  # the table says it
         print(f"traceview: note: skipped run {safe_line(name)}: {safe_line(why)}", file=sys.stderr)
     reg, unjudged = h.regressions(), h.unjudged()
-    if unjudged:
-        print("traceview: note: no noise interval (fewer than 10 steps in a run's window) for "
-              + ", ".join(f"{safe_line(r.name)} {r.change.ratio:.2f}x vs {safe_line(r.baseline)}" for r in unjudged)
-              + ": a slowdown that cannot be ruled out; record more steps (--max-tokens)", file=sys.stderr)
+    for r in unjudged:
+        c = r.change
+        why = (f"too few steps for an interval ({c.n_base} vs {c.n_treatment}; record {c.more_samples} more a side: "
+               f"--max-tokens)" if c.lo is None else f"{c.noise_source} (state it: --noise PCT)")
+        print(f"traceview: note: {safe_line(r.name)} {c.ratio:.2f}x vs {safe_line(r.baseline)} cannot be judged: "
+              f"{safe_line(why)}; a slowdown that cannot be ruled out", file=sys.stderr)
     if (reg or unjudged) and args.fail_on_regression:
         if reg:
             print("traceview: regression: " + ", ".join(

@@ -16,6 +16,7 @@ from traceview.render.charts import _chart_style, _new_figure, _svg
 
 #: colour of a run's point by verdict
 VERDICT_COLORS = {"baseline": "#7f7f7f", "within noise": "#1f77b4", "no interval": "#bcbd22", "below threshold": "#9467bd",
+                  "noise unknown": "#e377c2",
                   "regression": "#d62728", "improvement": "#2ca02c", "no comparable run": "#ff7f0e"}
 
 
@@ -25,7 +26,8 @@ def _change(r) -> str:
         return "-"
     if c.lo is None:
         return f"{c.ratio:.2f}x (no interval)"
-    return f"{'~' if not c.significant else ''}{c.ratio:.2f}x [{c.lo:.2f}-{c.hi:.2f}]"
+    mark = "?" if c.significant is None else "" if c.significant else "~"
+    return f"{mark}{c.ratio:.2f}x [{c.lo:.2f}-{c.hi:.2f}]"
 
 
 def _families(r) -> str:
@@ -62,8 +64,11 @@ def history_text(h) -> str:
     lines = [f"traceview history — {len(rs)} run(s), oldest first; each against "
              f"{'the previous run of its step program' if h.baseline == 'previous' else safe_line(h.baseline)}; "
              f"regression: a slowdown "
-             f"of the median step whose whole {h.level:.0%} interval ({safe_line(METHOD_NOTE)}) is at least "
-             f"{h.threshold:.0%}"]
+             f"of the step time whose whole {h.level:.0%} interval ({safe_line(METHOD_NOTE)}) is at least "
+             f"{h.threshold:.0%} and beyond the run-to-run noise"]
+    bands = sorted({r.change.noise_source for r in h.runs if r.change is not None and r.change.noise_source})
+    if bands:
+        lines.append("run-to-run noise: " + "; ".join(safe_line(b) for b in bands))
     for x in [head] + body:
         lines.append("  ".join(v.rjust(w) if i in (0, 2, 3) else v.ljust(w) for i, (v, w) in enumerate(zip(x, width)))
                      .rstrip())
@@ -82,7 +87,7 @@ def history_text(h) -> str:
 
 
 #: the method, as the table's header names it
-METHOD_NOTE = "moving-block bootstrap of the per-step durations"
+METHOD_NOTE = "Hodges-Lehmann ratio of the per-step durations, exact rank interval"
 
 
 @_chart_style
@@ -125,7 +130,7 @@ tr.tv-regression td{background:#fbeeee} tr.tv-improvement td{background:#eef9ee}
 <body>
 <h1>traceview history</h1>
 <p class="tv-note">{{ runs|length }} run(s), oldest first; each against {{ against }}. A regression is a slowdown
-of the median step time whose whole {{ level }} interval ({{ method }}) is at least {{ threshold }}; runs are compared
+of the step time whose whole {{ level }} interval ({{ method }}) is at least {{ threshold }} and beyond the run-to-run noise; runs are compared
 only with runs of the same step program.</p>
 {{ chart }}
 <p class="tv-note">Colours: {% for v, c in colors %}<span style="color:{{ c }}">&#9679; {{ v }}</span> {% endfor %}</p>
