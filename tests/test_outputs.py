@@ -35,7 +35,7 @@ def _frames(rep) -> dict:
     anat, comm, ov, st = rep.steps, rep.communication, rep.overlap, rep.stragglers
     out = {"devices": rep.devices, "ops": rep.table, "roofline": rep.roofline, "kernels": rep.kernels,
            "sources": rep.sources, "occurrence_checks": rep.checks, "population_regimes": rep.population_regimes,
-           "family_roofline": rep.family_roofline}
+           "family_roofline": rep.family_roofline, "split_names": rep.split}
     if anat is not None:
         out |= {"steps.records": anat.steps, "steps.families": anat.families}
     if comm is not None:

@@ -66,6 +66,11 @@ OVERHEAD_FACTOR = 4.0
 #: populations with fewer traced events than this on both sides never get the note
 OVERHEAD_MIN_EVENTS = 50
 #: the study's rule, quoted in every diff that carries an overhead note
+#: a common shift: at least this share of ...
+COMMON_SHIFT_SHARE = 0.9
+#: ... of at least this many matched populations with an interval moved the same way
+COMMON_SHIFT_MIN = 8
+
 THROUGHPUT_RULE = "throughput is never to be quoted from a profiled run"
 
 
@@ -612,6 +617,9 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     if over.height > 5:
         notes.append(f"... and {over.height - 5} more populations with a {overhead_factor:g}x change in traced events")
     eb, et = base.events, treatment.events
+    common = common_shift(joined)
+    if common is not None:
+        notes.append(common)
     if eb and et and max(eb / et, et / eb) >= overhead_factor:
         notes.append(f"traced op events {eb:,} -> {et:,} ({max(eb / et, et / eb):.1f}x): the profiled timings of the "
                      f"two runs carry different tracing overhead; {THROUGHPUT_RULE}")
@@ -634,6 +642,27 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
 
     rep.findings = find(diff=rep, thresholds={"overhead_factor": overhead_factor})
     return rep
+
+
+def common_shift(joined: pl.DataFrame) -> str | None:
+    """A note when at least :data:`COMMON_SHIFT_SHARE` of the matched populations with an
+    interval (at least :data:`COMMON_SHIFT_MIN`) have the whole interval on one side of 1x:
+    every op moved together, which a shift common to both sides (machine load, clocks, another
+    machine) does and a treatment of a few ops does not. None otherwise, or without intervals."""
+    if "ratio_lo" not in joined.columns:
+        return None
+    m = joined.filter(pl.col("ratio_lo").is_not_null() & pl.col("ratio_hi").is_not_null())
+    if m.height < COMMON_SHIFT_MIN:
+        return None
+    up, down = int((m["ratio_lo"] > 1).sum()), int((m["ratio_hi"] < 1).sum())
+    k = max(up, down)
+    if k < COMMON_SHIFT_SHARE * m.height:
+        return None
+    side = m.filter(pl.col("ratio_lo") > 1) if up >= down else m.filter(pl.col("ratio_hi") < 1)
+    med = float(side["median_ratio"].median())
+    return (f"{k} of {m.height} matched populations moved the same way (median {med:.2f}x per step): a treatment "
+            f"of some ops does not move every op, a shift common to both recordings does (machine load, clocks, "
+            f"power state, another machine); record both sides under the same conditions, interleaved")
 
 
 _NOISE_SCHEMA = {"samples": pl.Utf8, "n_samples_base": pl.Int64, "n_samples_treatment": pl.Int64,

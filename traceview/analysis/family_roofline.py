@@ -87,18 +87,19 @@ def family_roofline(anat, peaks) -> pl.DataFrame:
                | pl.col("op_name").fill_null("").str.contains(_COLLECTIVE))
     per = per.with_columns(pl.when(no_cost).then(None).otherwise(pl.col("flops")).alias("flops"),
                            pl.when(no_cost).then(None).otherwise(pl.col("bytes_accessed")).alias("bytes"))
+    per = _executions(per, table.attrs)
     pf, pb, ridge = peaks.peak_flops or None, peaks.peak_bw or None, peaks.ridge
     terms = ([pl.col("flops").fill_null(0) / pf * 1e12] if pf else []) + (
         [pl.col("bytes").fill_null(0) / pb * 1e12] if pb else [])
     costed = pl.col("flops").is_not_null() | pl.col("bytes").is_not_null()
     roof = pl.max_horizontal(terms) if terms else pl.lit(None, dtype=pl.Float64)
     per = per.with_columns(costed.alias("_costed"),
-                           pl.when(costed).then(roof * pl.col("_count")).otherwise(None).alias("_pred"))
+                           pl.when(costed).then(roof * pl.col("_exec")).otherwise(None).alias("_pred"))
     g = per.group_by("family").agg(
         (pl.col("_self").sum() / n).alias("time_ps"),
         (pl.col("_count").sum() / n).alias("occurrences"),
-        ((pl.col("flops") * pl.col("_count")).sum() / n).alias("flops"),
-        ((pl.col("bytes") * pl.col("_count")).sum() / n).alias("bytes"),
+        ((pl.col("flops") * pl.col("_exec")).sum() / n).alias("flops"),
+        ((pl.col("bytes") * pl.col("_exec")).sum() / n).alias("bytes"),
         pl.col("flops").is_not_null().any().alias("_has_f"), pl.col("bytes").is_not_null().any().alias("_has_b"),
         (pl.col("_pred").sum() / n if terms else pl.lit(None, dtype=pl.Float64)).alias("predicted_ps"),
         (pl.col("_self").filter(pl.col("_costed")).sum() / n).alias("measured_ps"),
@@ -123,6 +124,26 @@ def family_roofline(anat, peaks) -> pl.DataFrame:
     g = g.with_columns(bound.alias("bound_by"), pl.lit(n, dtype=pl.Int64).alias("n_steps"),
                        pl.lit(step_ps).alias("step_ps"), pl.lit(what).alias("window"))
     return g.select(list(SCHEMA)).cast(SCHEMA).sort(["time_ps", "family"], descending=[True, False])
+
+
+def _executions(per: pl.DataFrame, attrs: pl.DataFrame) -> pl.DataFrame:
+    """``per`` (one row per op description inside the steps: _self, _count, flops, bytes,
+    family) with ``_exec``, the executions its costs count once each: on GPU one execution of an
+    HLO op launches several kernels (a convolution as Im2Col + GEMM), each its own description
+    and event, so per (op_name, shape, host, device, program_id) the executions are the largest
+    count of any one kernel name (as :func:`traceview.analysis.aggregate.executions` counts
+    them), carried by one row of the op (the others get 0). An op without kernel names: one
+    execution per occurrence."""
+    ident = [c for c in ("op_name", "shape", "host", "device", "program_id") if c in attrs.columns]
+    if "kernel" not in attrs.columns or not ident:
+        return per.with_columns(pl.col("_count").alias("_exec"))
+    cols = [c for c in (*ident, "kernel") if c not in per.columns]
+    per = per.join(attrs.select("attr", *cols), on="attr", how="left").sort("attr")
+    per = per.with_columns(pl.col("_count").sum().over([*ident, "kernel"]).alias("_kc"))
+    per = per.with_columns(pl.col("_kc").max().over(ident).alias("_ex"),
+                           pl.int_range(pl.len()).over(ident).alias("_i"))
+    return (per.with_columns(pl.when(pl.col("_i") == 0).then(pl.col("_ex")).otherwise(0.0).alias("_exec"))
+            .drop("_kc", "_ex", "_i", *cols))
 
 
 def summary(fr: pl.DataFrame) -> dict | None:

@@ -44,6 +44,12 @@ check the base instead)::
                                         the nccl-tests size), bytes each participant sends ("sent")
                                         or group size CMP N (traceview.analysis.collectives); none
                                         of KIND fails
+    exposed communication share CMP PCT exposed communication over step time, summed over the
+                                        steps and devices (traceview.analysis.overlap; a synchronous
+                                        collective counts exposed)
+    straggler lead CMP PCT              the largest per-step lead of the slowest device's busy time
+                                        over the median device's (traceview.analysis.stragglers);
+                                        fails when no collective was matched across devices
     no finding ID                       the findings (traceview.analysis.findings) do not include ID
     finding ID [present|absent]         ... include it (ID: one of traceview.analysis.findings.IDS)
 
@@ -58,13 +64,6 @@ Diff checks (two profiles, BASE then TREATMENT)::
     all matched [except RX]             every population of either side has its counterpart
                                         (traceview.analysis.diff), except those whose op names, kernel
                                         names, stem or modules match RX
-
-    exposed communication share CMP PCT exposed communication over step time, summed over the
-                                        steps and devices (traceview.analysis.overlap; a synchronous
-                                        collective counts exposed)
-    straggler lead CMP PCT              the largest per-step lead of the slowest device's busy time
-                                        over the median device's (traceview.analysis.stragglers);
-                                        fails when no collective was matched across devices
 
 ``CMP`` is one of ``< <= > >= == !=``; ``PCT`` is a percentage (``30%``) or a fraction
 (``0.3``); ``VALUE`` is a number (compared with the first number of a ``key_N_M`` part: the

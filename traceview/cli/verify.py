@@ -26,6 +26,10 @@ checks (one per --check, or one per line in --checks FILE; '#' comments):
   source of op [matching] RX under PATH
   source PATH present|absent
   collective KIND bytes|sent|group CMP N  e.g. collective all-reduce bytes == 5368709120
+  exposed communication share CMP PCT     e.g. exposed communication share < 10% (over step time)
+  straggler lead CMP PCT                  e.g. straggler lead < 20% (slowest device over the median)
+  no finding ID                           e.g. no finding host-bound-steps
+  finding ID [present|absent]             ID: one of the ids in docs/findings.md
 with two profiles (BASE TREATMENT); single-profile checks apply to TREATMENT, prefix 'base:' for BASE:
   op [matching] RX vanished|appeared      e.g. op matching binary_search vanished
   op from file [matching] RX vanished|appeared

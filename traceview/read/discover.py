@@ -453,6 +453,8 @@ def discover(
     if run is not None and all_runs:
         raise UsageError("give either a run name or all runs, not both")
     if not os.path.exists(root):
+        if os.path.islink(root):
+            raise NoTraceFound(f"is a broken symbolic link (to {os.readlink(root)}, which does not exist)", root)
         raise NoTraceFound("does not exist", root)
     skipped: list[tuple[Path, str]] = []
     patterns = ", ".join(PATTERNS)

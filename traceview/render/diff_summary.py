@@ -64,10 +64,15 @@ def change_text(ratio, lo, hi, significant) -> str:
 
 
 def noise_cell(r: dict) -> str:
-    """A diff row's noise cell: ``"~ 0.91-1.20x"`` within noise, ``"2.10-3.60x"`` outside,
-    ``"? 2.10-3.60x"`` when the noise is unknown, ``"-"`` without interval (not matched, or too few samples)."""
+    """A diff row's per-step change: the median ratio (Hodges-Lehmann) of its self time per step
+    inside its interval, ``"~ 1.02x [0.91-1.20x]"`` within noise, ``"2.80x [2.10-3.60x]"``
+    outside, ``"? ..."`` when the noise is unknown, ``"-"`` without interval (not matched, or too
+    few samples). The ratio column beside it is total over total self time, which also moves
+    with the occurrences."""
     lo, hi = r.get("ratio_lo"), r.get("ratio_hi")
     if lo is None or hi is None:
         return "-"
     mark = "? " if r.get("significant") is None else "" if r.get("significant") else "~ "
-    return f"{mark}{lo:.2f}-{hi:.2f}x"
+    med = r.get("median_ratio")
+    est = f"{med:.2f}x " if med is not None else ""
+    return f"{mark}{est}[{lo:.2f}-{hi:.2f}x]"

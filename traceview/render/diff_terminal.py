@@ -113,7 +113,8 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
     t = Table(title=f"populations matched by (kind, shape, HLO fingerprint) — top {min(top, pops.height)} of "
                     f"{pops.height} by |Δ self time|")
     for c, j in (("#", "right"), ("status", "left"), ("op", "left"), ("shape", "left"), ("occ.", "right"),
-                 ("self time", "right"), ("Δ", "right"), ("ratio", "right"), ("noise", "right"), ("notes", "left")):
+                 ("self time", "right"), ("Δ", "right"), ("total ratio", "right"), ("per step [noise]", "right"),
+                 ("notes", "left")):
         t.add_column(c, justify=j, overflow="fold")
     for i, r in enumerate(pops.head(top).iter_rows(named=True), 1):
         shape = shape_change(r, 90, 60)

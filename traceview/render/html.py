@@ -341,6 +341,9 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
     if callable(steps.strip):
         steps.strip = steps.strip()
     ctx["ovl"] = finish_comm(comm)
+    from traceview.render.overlap_view import straggler_label
+
+    ctx["straggler_label"] = straggler_label(getattr(rep, "findings", None)).capitalize()
     return ctx
 
 

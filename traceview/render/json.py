@@ -36,11 +36,14 @@ _OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PA
 
 class Rows:
     """The row limit of one JSON document: ``top`` rows of each table when given, every row
-    with ``all_rows``, else :data:`DEFAULT_ROWS`; ``counts`` collects each table's
+    with ``all_rows`` (or a top of 2**62 and more), else :data:`DEFAULT_ROWS`; ``limit`` is
+    that cap (None: every row), ``top`` the ``top`` given below that; ``counts`` collects each table's
     {"shown", "total"} under its JSON path."""
 
     def __init__(self, top: int | None = None, all_rows: bool = False):
-        self.limit = None if all_rows else (top or DEFAULT_ROWS)
+        # a top at the command line's cap (1 << 62, ``cli.args.MAX_COUNT``) means every row
+        self.top = None if top is None or top >= 1 << 62 else top
+        self.limit = None if all_rows or (top or 0) >= 1 << 62 else (top or DEFAULT_ROWS)
         self.counts: dict = {}
 
     def __call__(self, path: str, df: pl.DataFrame | None) -> pl.DataFrame | None:
@@ -174,7 +177,7 @@ def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = Fal
     cut = Rows(top, all_rows)
     out = {
         "traceview": version,
-        "top": top,
+        "top": cut.top,  # the --top given (None: not given, or one that means every row)
         "rows": cut.counts,  # filled as the tables are cut below
         "provenance": {"lines": provenance_lines(rep.discovery, rep.files), "files": rep.files,
                        "runs": run_names(rep.discovery)},
@@ -195,6 +198,7 @@ def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = Fal
     out["occurrence_checks"] = cut("occurrence_checks", rep.checks)
     out["occurrence_checks_summary"] = rep.checks_summary
     out["communication"] = _communication(getattr(rep, "communication", None), cut)
+    out["split_names"] = cut("split_names", rep.split)
     out["program_splits"] = getattr(rep, "program_splits", None)
     out["population_regimes"] = cut("population_regimes", getattr(rep, "population_regimes", None))
     findings = getattr(rep, "findings", None)
@@ -222,7 +226,7 @@ def diff_payload(d, top: int | None = None, all_rows: bool = False) -> dict:
     cut = Rows(top, all_rows)
     pops = cut("populations", d.populations.drop("hlo_text_base", "hlo_text_treatment", strict=False))
     return {
-        "top": top, "rows": cut.counts,
+        "top": cut.top, "rows": cut.counts,
         "base": d.base_label, "treatment": d.treatment_label, "units": "ps",
         "summary": summary_lines(d),
         "op_time_ps": {"base": d.op_time_ps_base, "treatment": d.op_time_ps_treatment},

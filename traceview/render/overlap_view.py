@@ -43,9 +43,17 @@ def render_overlap(console: Console, ov, *, top: int) -> None:
         console.print(f"  [yellow]note:[/yellow] {_escape(n_)}")
 
 
-def render_stragglers(console: Console, st, *, top: int) -> None:
+def straggler_label(findings) -> str:
+    """What the summary line calls the device slowest in most steps: "straggler" only when the
+    ``straggler-device`` finding named it (its lead and step count passed the rule), else
+    "slowest most often" (a 0.0% lead is no straggler; ``findings`` None: not judged)."""
+    named = findings is not None and any(getattr(f, "id", None) == "straggler-device" for f in findings)
+    return "straggler" if named else "slowest most often"
+
+
+def render_stragglers(console: Console, st, *, top: int, findings=None) -> None:
     """Stragglers: per step the slowest device, its lead, the device last at the collectives
-    and the waits attributed to it; the summary line."""
+    and the waits attributed to it; the summary line (:func:`straggler_label` of ``findings``)."""
     if st is None or not st.summary.get("straggler"):
         return
     console.print()
@@ -61,7 +69,7 @@ def render_stragglers(console: Console, st, *, top: int) -> None:
                   fmt_time_ps(r["busy_median_ps"]), fmt_pct(r["lead"]), _escape(r["last_to_arrive"]),
                   fmt_time_ps(r["attributed_wait_ps"]), fmt_time_ps(r["wait_ps"]))
     console.print(t)
-    console.print(f"  straggler {_escape(s['straggler'])}: slowest in {s['steps_slowest']} of {s['n_steps']} step(s), "
+    console.print(f"  {straggler_label(findings)} {_escape(s['straggler'])}: slowest in {s['steps_slowest']} of {s['n_steps']} step(s), "
                   f"median lead {fmt_pct(s['lead_median'])} over the median device; the others' collective waits "
                   f"attributed to it {fmt_time_ps(s['attributed_wait_ps'])} of {fmt_time_ps(s['wait_ps'])} "
                   f"({fmt_pct(s['attributed_share'])})")

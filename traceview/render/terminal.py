@@ -39,7 +39,7 @@ def render_report(console: Console, rep, *, top: int) -> None:
     render_roofline(console, rep.peaks, rep.roofline, top=top, summary=rep.roofline_summary)
     render_communication(console, getattr(rep, "communication", None), top=top)
     render_overlap(console, getattr(rep, "overlap", None), top=top)
-    render_stragglers(console, getattr(rep, "stragglers", None), top=top)
+    render_stragglers(console, getattr(rep, "stragglers", None), top=top, findings=getattr(rep, "findings", None))
     from traceview.render.family_roofline import render_family_roofline
 
     render_family_roofline(console, getattr(rep, "family_roofline", None), rep.peaks,

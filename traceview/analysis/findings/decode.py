@@ -354,7 +354,8 @@ def several_regimes(ctx, th) -> Finding | None:
 
 def host_bound(ctx, th) -> Finding | None:
     """Rule 8: device idle inside steps plus the gap between them is at least ``host_share``
-    of a step's wall time plus its gap."""
+    of a step's wall time plus its gap (the step as the step anatomy measures it, the gap
+    after it: one step's start to the next)."""
     info = step_info(ctx)
     st = info["steps"]
     if st is None or st.height < 2 or not info["step_ps"] or not _loop(ctx, th):
@@ -368,8 +369,9 @@ def host_bound(ctx, th) -> Finding | None:
         return None
     return Finding(
         "host-bound-steps", "medium",
-        f"the device idles {fmt_ms(idle + gap)} of each {fmt_ms(info['step_ps'] + gap)} step ({pct(share)}: "
-        f"{fmt_ms(idle)} inside the step, {fmt_ms(gap)} between steps): the host is on the critical path",
+        f"the device idles {fmt_ms(idle + gap)} of each {fmt_ms(info['step_ps'] + gap)} from one step's start to "
+        f"the next ({pct(share)}: {fmt_ms(idle)} inside the {fmt_ms(info['step_ps'])} step, {fmt_ms(gap)} between "
+        f"steps): the host is on the critical path",
         {"idle_ps": idle, "gap_ps": gap, "step_ps": info["step_ps"], "share": share, "n_steps": info["n_steps"]},
         "while the device waits for the host, every step is longer by that wait: on Gemma 2B decode (TPU v5e) the "
         "gap between steps was 85 µs of an 11.9 ms step (0.7%), not worth optimising; a device idle for a "
