@@ -24,7 +24,11 @@ populations with an interval) is measured with that prior on the A/A pairs of th
 every pair, and the disjoint consecutive pairs (02-04, 06-08, ...) whose flags are
 independent. KV detection: the pairs (a_i, b_i) recorded one after the other, disjoint; the
 decode kernel's population must be significant and slower. ``--fit-only`` prints the fitted
-constant for ``traceview/analysis/noise.py``.
+constant for ``traceview/analysis/noise.py``; ``--shipped-prior`` judges the test half with the
+prior as shipped instead (the ``t32`` recordings against the prior fitted on ``d8``):
+
+    python benchmarks/noise_ab.py --record --dir /tmp/nq --n 10 --settings t32 --cache /tmp/nq_cache \
+        --shipped-prior
 """
 
 from __future__ import annotations
@@ -248,6 +252,9 @@ def main(argv=None) -> int:
     ap.add_argument("--bound", choices=("max", "pooled"), default="max",
                     help="the prior's bound: the largest fit pair's quantile, or the quantile pooled over every pair")
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated subset of {','.join(SETTINGS)}")
+    ap.add_argument("--shipped-prior", action="store_true",
+                    help="judge the test half with traceview.analysis.noise.PRIOR as shipped instead of the prior "
+                         "fitted here (e.g. the t32 recordings against the prior fitted on d8)")
     a = ap.parse_args(argv)
     root = Path(a.dir)
     settings = tuple(x for x in a.settings.split(",") if x)
@@ -267,6 +274,12 @@ def main(argv=None) -> int:
     print(f"  {prior!r}")
     if a.fit_only:
         return 0
+    if a.shipped_prior:
+        from traceview.analysis import noise
+
+        prior = noise.PRIOR
+        print(f"judged with the shipped prior instead: {prior.bounds} (step {prior.step_bounds}), "
+              f"fitted by: {prior.command}")
     res = calibrate(sides, prior, a.level)
     for st, r in res.items():
         (f, n), (fd, nd) = r["aa_rate"], r["aa_disjoint_rate"]

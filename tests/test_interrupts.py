@@ -75,19 +75,18 @@ def _check(rc, lines, what, line="traceview: interrupted"):
 
 
 def test_ctrl_c_during_analyze_is_one_line_and_exit_130(shared_traces):
-    """20 interrupts spread over ``analyze`` of a TPU trace (start-up, imports, reading,
+    """13 interrupts spread over ``analyze`` of a TPU trace (start-up, imports, reading,
     analysis, output): each one line and exit 130. An interrupt later than the run (a fast
     machine) finds it finished: exit 0, nothing on stderr."""
     done = 0
-    for delay in (0, 0.005, 0.01, 0.02, 0.04, 0.07, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.65, 0.8, 1.0, 1.2,
-                  1.5, 1.8, 2.2, 2.6):
+    for delay in (0, 0.005, 0.02, 0.07, 0.15, 0.3, 0.5, 0.65, 0.8, 1.0, 1.3, 1.8, 2.6):
         rc, lines, _ = interrupt(["analyze", str(shared_traces / TPU), "--top", "5"], delay)
         if rc == 0 and delay > 0.5:
             assert lines == [], lines
             continue
         _check(rc, lines, delay)
         done += 1
-    assert done >= 12
+    assert done >= 7
 
 
 def test_ctrl_c_in_every_command(shared_traces, tmp_path):
