@@ -144,18 +144,27 @@ def by_shape(ops, module_runs: pl.DataFrame | None = None, *, split_modules: boo
     self time are examined) and module (the key's
     module; null when merged and several). Sorted by self time, descending.
     """
+    return by_shape_and_regimes(ops, module_runs, split_modules=split_modules)[0]
+
+
+def by_shape_and_regimes(ops, module_runs: pl.DataFrame | None = None, *,
+                         split_modules: bool = True) -> tuple[pl.DataFrame, pl.DataFrame | None]:
+    """(:func:`by_shape`, the :func:`~traceview.analysis.distributions.regimes` figures of the
+    populations it examined: keys + REGIME_SCHEMA, one row each; None for an empty table), so
+    that a report reads the figures of its flagged populations without a second pass over the
+    events."""
     from traceview.analysis import distributions as dist
 
     table = as_table(ops)
     if table.height == 0:
-        return _empty_by_shape()
+        return _empty_by_shape(), None
     col = table.collapse()
     keys = by_shape_keys(split_modules)
     df = by_shape_rows(col, keys, dist.spread(table, col, keys))
     cand = df.filter(dist.wide()).sort("self_ps", descending=True).head(dist.MAX_EXAMINED)
     reg = dist.regimes(table, module_runs, col, keys, cand)
     df = df.join(reg.select(*keys, "regimes"), on=keys, how="left", nulls_equal=True)
-    return finish_by_shape(df, _total_self(table))
+    return finish_by_shape(df, _total_self(table)), reg
 
 
 def by_shape_keys(split_modules: bool = True) -> list[str]:

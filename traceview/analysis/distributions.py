@@ -142,11 +142,14 @@ def _finish_spread(names: pl.DataFrame, res: pl.DataFrame, k: pl.DataFrame, col:
     return out.drop("key", "_mean", "_sd", "_n")
 
 
-def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarray) -> pl.DataFrame:
+def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarray, *,
+           names: bool = True) -> pl.DataFrame:
     """The nth-execution series of the events whose description maps to a key:
     ``attr_key`` (int32 per ``table.attrs`` row: a population id, -1 for none). Columns:
     ``key`` (Int32) then :data:`SERIES_SCHEMA` (duration_ps per occurrence), sorted by key,
-    host, device, program_id, start. Execution index per the module doc."""
+    host, device, program_id, start. Execution index per the module doc. ``names=False``:
+    host, device and module are left out for ``_w`` (Int64, a dense code of (host, device,
+    program_id)) beside program_id: no string per event."""
     ev = table.events
     kev = attr_key[ev["attr"].to_numpy()] if ev.height else np.empty(0, dtype=np.int32)
     idx = np.flatnonzero(kev >= 0)
@@ -209,7 +212,11 @@ def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarra
                     else:
                         ex[a_:b_] = -1
             execution[rows] = ex
-    names = table.attrs.select("host", "device", "module", "program_id")[pl.Series(a)]
+    if names:
+        extra = table.attrs.select("host", "device", "module", "program_id")[pl.Series(a)]
+    else:
+        extra = pl.DataFrame({"_w": pl.Series(wc, dtype=pl.Int64),
+                              "program_id": table.attrs["program_id"].gather(pl.Series(a))})
     # occurrence: rank in start order within (key, host/device/program, execution)
     o2 = np.lexsort((execution, wc, key))  # stable: start order kept within each group
     k_, w_, e_ = key[o2], wc[o2], execution[o2]
@@ -217,9 +224,13 @@ def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarra
     new = np.r_[True, (k_[1:] != k_[:-1]) | (w_[1:] != w_[:-1]) | (e_[1:] != e_[:-1])] if n else np.zeros(0, bool)
     occurrence = np.empty(n, dtype=np.int64)
     occurrence[o2] = pos - np.maximum.accumulate(np.where(new, pos, 0)) if n else pos
-    d = pl.concat([d, names], how="horizontal").with_columns(
+    d = pl.concat([d, extra], how="horizontal").with_columns(
         pl.when(pl.lit(pl.Series(execution >= 0))).then(pl.lit(pl.Series(execution))).alias("execution"),
         pl.lit(pl.Series(occurrence)).alias("occurrence"))
+    if not names:
+        cols = {"key": pl.Int32, "_w": pl.Int64, **{c: t for c, t in SERIES_SCHEMA.items()
+                                                      if c not in ("host", "device", "module")}}
+        return d.select(list(cols)).cast(cols)
     return d.select(["key", *SERIES_SCHEMA]).cast({"key": pl.Int32, **SERIES_SCHEMA})
 
 
@@ -253,64 +264,74 @@ def regimes(table: OpTable, module_runs: pl.DataFrame | None, col: pl.DataFrame,
     cand = candidates.select(keys).unique().with_row_index("key").with_columns(pl.col("key").cast(pl.Int64))
     k = col.select(["attr"] + keys).join(cand, on=keys, how="inner", nulls_equal=True)
     lut = _key_of_attr(table, k)
-    s = series(table, module_runs, lut)
-    rows = []
-    # per key: the whole series as numpy (sorted by device, program, start)
-    parts = s.partition_by("key", as_dict=True, maintain_order=True)
-    for (key,), g in parts.items():
-        rows.append({"key": int(key), **_regime_of(g)})
-    out = pl.DataFrame(rows, schema={"key": pl.Int64, **REGIME_SCHEMA}) if rows else pl.DataFrame(
-        schema={"key": pl.Int64, **REGIME_SCHEMA})
-    return cand.join(out, on="key", how="left").drop("key").select(list(schema)).cast(schema)
+    s = series(table, module_runs, lut, names=False)
+    return cand.join(_regimes_of(s), on="key", how="left").drop("key").select(list(schema)).cast(schema)
 
 
-def _regime_of(g: pl.DataFrame) -> dict:
-    """The regime figures (:data:`REGIME_SCHEMA`) of one population's series ``g``."""
-    reasons = []
-    dur = g["duration_ps"].to_numpy().astype(np.float64)
-    out = {"regimes": None, "executions": None, "first_execution_ps": None, "later_execution_ps": None,
-           "low_mode_ps": None, "high_mode_ps": None, "high_mode_share": None}
-    # warm-up: execution 0 of each (device, program) against the later executions
-    ex = g["execution"]
-    unit = ex if ex.null_count() == 0 else g["occurrence"]
-    per_exec = (g.with_columns(unit.alias("_x"))
-                .group_by("host", "device", "program_id", "_x").agg(pl.col("duration_ps").mean().alias("m")))
-    first = per_exec.filter(pl.col("_x") == 0)["m"]
-    later = per_exec.filter(pl.col("_x") > 0)["m"]
-    warm = np.zeros(len(dur), dtype=bool)
-    if ex.null_count() == 0:
-        out["executions"] = per_exec.height
-    if first.len() and later.len() >= 2:
-        f, lt = float(first.mean()), float(later.median())
-        out["first_execution_ps"], out["later_execution_ps"] = f, lt
-        if lt > 0 and f >= WARMUP_FACTOR * lt:
-            what = "execution 0" if ex.null_count() == 0 else "the first occurrence"
-            reasons.append(f"warm-up: {what} {f / lt:.1f}x the later ones ({fmt_time_ps(f)} vs {fmt_time_ps(lt)})")
-            warm = (unit == 0).to_numpy()
-    # several programs (one module name compiled more than once) at different speeds
-    progs = g.group_by("program_id").agg(pl.col("duration_ps").median().alias("m"), pl.len().alias("n"))
-    if progs.height >= 2:
-        lo, hi = progs.sort("m").row(0, named=True), progs.sort("m").row(-1, named=True)
-        if lo["m"] and hi["m"] >= PROGRAM_FACTOR * lo["m"]:
-            reasons.append(f"{progs.height} programs: median {fmt_time_ps(lo['m'])} (program {lo['program_id']}) "
-                           f"vs {fmt_time_ps(hi['m'])} (program {hi['program_id']})")
+def _regimes_of(s: pl.DataFrame) -> pl.DataFrame:
+    """The regime figures (:data:`REGIME_SCHEMA`) of every population of the series ``s``
+    (:func:`series` with ``names=False``), one row per ``key``: each group-by over every key at once, then per key
+    only the mode split on its sorted durations (numpy)."""
+    out_schema = {"key": pl.Int64, **REGIME_SCHEMA}
+    if s.height == 0:
+        return pl.DataFrame(schema=out_schema)
+    # the unit of warm-up: the execution index where every occurrence has one, else the occurrence
+    s = s.with_columns(pl.col("key").cast(pl.Int64), pl.col("execution").null_count().over("key").eq(0).alias("_ok"))
+    s = s.with_columns(pl.when(pl.col("_ok")).then(pl.col("execution")).otherwise(pl.col("occurrence")).alias("_x"))
+    per_exec = s.group_by("key", "_w", "_x").agg(
+        pl.col("duration_ps").mean().alias("m"), pl.col("_ok").first())
+    warm = per_exec.group_by("key").agg(
+        pl.col("m").filter(pl.col("_x") == 0).mean().alias("f"), (pl.col("_x") == 0).sum().alias("n_f"),
+        pl.col("m").filter(pl.col("_x") > 0).median().alias("lt"), (pl.col("_x") > 0).sum().alias("n_lt"),
+        pl.len().alias("n_exec"), pl.col("_ok").first())
+    progs = (s.group_by("key", "program_id").agg(pl.col("duration_ps").median().alias("m"), pl.len().alias("n"))
+             .sort(["key", "m", "program_id"], nulls_last=True)
+             .group_by("key", maintain_order=True).agg(
+                 pl.len().alias("n_prog"), pl.col("m").first().alias("lo_m"), pl.col("program_id").first().alias("lo_p"),
+                 pl.col("m").last().alias("hi_m"), pl.col("program_id").last().alias("hi_p")))
+    info = warm.join(progs, on="key", how="left").sort("key")
+    rows, warm_keys = {}, set()
+    for r in info.iter_rows(named=True):
+        reasons = []
+        out = {"regimes": None, "executions": r["n_exec"] if r["_ok"] else None, "first_execution_ps": None,
+               "later_execution_ps": None, "low_mode_ps": None, "high_mode_ps": None, "high_mode_share": None}
+        if r["n_f"] and r["n_lt"] >= 2:
+            f, lt = float(r["f"]), float(r["lt"])
+            out["first_execution_ps"], out["later_execution_ps"] = f, lt
+            if lt > 0 and f >= WARMUP_FACTOR * lt:
+                what = "execution 0" if r["_ok"] else "the first occurrence"
+                reasons.append(f"warm-up: {what} {f / lt:.1f}x the later ones ({fmt_time_ps(f)} vs {fmt_time_ps(lt)})")
+                warm_keys.add(r["key"])
+        if (r["n_prog"] or 0) >= 2 and r["lo_m"] and r["hi_m"] >= PROGRAM_FACTOR * r["lo_m"]:
+            reasons.append(f"{r['n_prog']} programs: median {fmt_time_ps(r['lo_m'])} (program {r['lo_p']}) "
+                           f"vs {fmt_time_ps(r['hi_m'])} (program {r['hi_p']})")
+        rows[r["key"]] = (out, reasons)
     # two modes among the steady occurrences (module doc): the widest empty gap (in ratio)
     # that leaves each side MODE_MIN and MODE_SHARE of them
-    v = np.sort(dur[~warm])
-    n = len(v)
-    lo_i = max(MODE_MIN, int(np.ceil(MODE_SHARE * n)))
-    hi_i = n - lo_i
-    if n >= MIN_OCCURRENCES and hi_i >= lo_i and v[0] > 0:
-        gaps = v[lo_i:hi_i + 1] / v[lo_i - 1:hi_i]
-        j = int(np.argmax(gaps)) + lo_i  # split before index j
-        low, high = float(np.median(v[:j])), float(np.median(v[j:]))
-        if high >= MODE_FACTOR * low and gaps[j - lo_i] >= MODE_GAP:
-            share = (n - j) / n
-            out["low_mode_ps"], out["high_mode_ps"], out["high_mode_share"] = low, high, share
-            reasons.append(f"bimodal: {100 * (1 - share):.0f}% near {fmt_time_ps(low)}, "
-                           f"{100 * share:.0f}% near {fmt_time_ps(high)}")
-    out["regimes"] = "; ".join(reasons) if reasons else None
-    return out
+    steady = s.filter(~(pl.col("key").is_in(list(warm_keys)) & (pl.col("_x") == 0))).sort(["key", "duration_ps"])
+    keys = steady["key"].to_numpy()
+    durs = steady["duration_ps"].to_numpy().astype(np.float64)
+    bounds = np.flatnonzero(np.diff(keys)) + 1
+    for lo_b, hi_b in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(keys)]])):
+        if hi_b <= lo_b:
+            continue
+        key, v = int(keys[lo_b]), durs[lo_b:hi_b]
+        out, reasons = rows[key]
+        n = len(v)
+        lo_i = max(MODE_MIN, int(np.ceil(MODE_SHARE * n)))
+        hi_i = n - lo_i
+        if n >= MIN_OCCURRENCES and hi_i >= lo_i and v[0] > 0:
+            gaps = v[lo_i:hi_i + 1] / v[lo_i - 1:hi_i]
+            j = int(np.argmax(gaps)) + lo_i  # split before index j
+            low, high = float(np.median(v[:j])), float(np.median(v[j:]))
+            if high >= MODE_FACTOR * low and gaps[j - lo_i] >= MODE_GAP:
+                share = (n - j) / n
+                out["low_mode_ps"], out["high_mode_ps"], out["high_mode_share"] = low, high, share
+                reasons.append(f"bimodal: {100 * (1 - share):.0f}% near {fmt_time_ps(low)}, "
+                               f"{100 * share:.0f}% near {fmt_time_ps(high)}")
+    for out, reasons in rows.values():
+        out["regimes"] = "; ".join(reasons) if reasons else None
+    return pl.DataFrame([{"key": k, **o} for k, (o, _) in rows.items()], schema=out_schema)
 
 
 def population_series(table: OpTable, module_runs: pl.DataFrame | None, op_name: str, shape: str,

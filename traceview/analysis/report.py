@@ -31,9 +31,10 @@ STRIP_BINS = 1500
 @dataclass
 class StepStrip:
     """The points of the step strip chart: ``steps`` (0-based step index per device),
-    ``durations`` (ps), ``outliers`` (bool) and ``median_ps``. Every outlier step is kept;
-    other steps are kept whole up to 2 x :data:`STRIP_BINS`, else per bin of step indices the
-    shortest and longest (so the envelope of the series is exact). ``n_steps``: steps in the
+    ``durations`` (ps), ``outliers`` (bool) and ``median_ps``. The steps, outliers and others
+    apart, are each kept whole up to 2 x :data:`STRIP_BINS`, else per bin of step indices the
+    shortest and longest (so the envelope of each series is exact and a chart of a million
+    steps draws at most 4 x :data:`STRIP_BINS` points). ``n_steps``: steps in the
     anatomy; ``shown``: points kept."""
 
     steps: list
@@ -51,15 +52,19 @@ def step_strip(an: StepAnatomy, bins: int = STRIP_BINS) -> StepStrip | None:
         return None
     median = (an.distribution or {}).get("median_ps")
     pts = st.select("step", "duration_ps", "outlier").filter(pl.col("duration_ps").is_not_null())
+
+    def envelope(part: pl.DataFrame) -> pl.DataFrame:
+        if part.height <= 2 * bins:
+            return part
+        lo, hi = part["step"].min(), part["step"].max()
+        width = max(1, -(-(int(hi) - int(lo) + 1) // bins))
+        b = part.with_columns(((pl.col("step") - lo) // width).alias("_bin")).sort("duration_ps", "step")
+        keep = pl.concat([b.group_by("_bin").first(), b.group_by("_bin").last()])
+        return keep.unique(["_bin", "step", "duration_ps"]).drop("_bin").select(part.columns)
+
     if pts.height > 2 * bins:
-        out = pts.filter(pl.col("outlier"))
-        inl = pts.filter(~pl.col("outlier"))
-        lo, hi = inl["step"].min(), inl["step"].max()
-        width = max(1, -(-(int(hi) - int(lo) + 1) // bins)) if inl.height else 1
-        b = inl.with_columns(((pl.col("step") - lo) // width).alias("_bin"))
-        keep = pl.concat([b.sort("duration_ps").group_by("_bin").first(),
-                          b.sort("duration_ps").group_by("_bin").last()]).unique(["_bin", "step", "duration_ps"])
-        pts = pl.concat([keep.drop("_bin"), out]).sort("step")
+        pts = pl.concat([envelope(pts.filter(~pl.col("outlier"))),
+                         envelope(pts.filter(pl.col("outlier")))]).sort("step", "duration_ps")
     return StepStrip(pts["step"].to_list(), pts["duration_ps"].to_list(), pts["outlier"].to_list(), median,
                      st.height, pts.height)
 
@@ -230,7 +235,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     from traceview.analysis.findings import find, thresholds_of
 
     th = thresholds_of(finding_thresholds) if findings else None
-    by_shape = aggregate.by_shape(prof.table, prof.module_runs)
+    by_shape, examined = aggregate.by_shape_and_regimes(prof.table, prof.module_runs)
     table = {"shape": lambda: by_shape, "name": lambda: aggregate.by_name(prof.table),
              "program": lambda: aggregate.by_program_op(prof.table),
              "program-shape": lambda: aggregate.by_program_shape(prof.table, prof.module_runs),
@@ -256,7 +261,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  source_frame=source_frame, steps=anat)
     rep.communication = derived.communication(prof, peaks)
     rep.program_splits = aggregate.program_splits(by_shape)
-    rep.population_regimes = population_regimes(prof, by_shape)
+    rep.population_regimes = population_regimes(prof, by_shape, examined)
     rep.overlap, rep.stragglers = communication_sections(prof, rules, module=step_module, extent=step_extent,
                                                          window=step_window)
     rep.family_roofline = _family_roofline(anat, peaks)
@@ -268,18 +273,25 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     return rep
 
 
-def population_regimes(prof, by_shape: pl.DataFrame) -> pl.DataFrame:
+def population_regimes(prof, by_shape: pl.DataFrame, examined: pl.DataFrame | None = None) -> pl.DataFrame:
     """The :func:`~traceview.analysis.distributions.regimes` figures of the ``by_shape``
-    populations flagged with a regime (keys op_name, shape, module), by self time."""
+    populations flagged with a regime (keys op_name, shape, module), by self time.
+    ``examined``: the figures :func:`~traceview.analysis.aggregate.by_shape_and_regimes`
+    computed with ``by_shape`` (read from there), else computed here."""
     from traceview.analysis import distributions as dist
 
     keys = ["op_name", "shape", "module"]
     flagged = by_shape.filter(pl.col("regimes").is_not_null())
-    col = prof.table.collapse() if flagged.height else pl.DataFrame(schema={"attr": pl.UInt32, **{
-        k: pl.Utf8 for k in keys}})
-    reg = dist.regimes(prof.table, prof.module_runs, col, keys, flagged)
+    if examined is not None and all(k in examined.columns for k in keys):
+        reg = flagged.select(keys).join(examined, on=keys, how="left", nulls_equal=True)
+    else:
+        col = prof.table.collapse() if flagged.height else pl.DataFrame(schema={"attr": pl.UInt32, **{
+            k: pl.Utf8 for k in keys}})
+        reg = dist.regimes(prof.table, prof.module_runs, col, keys, flagged)
     return flagged.select(*keys, "occurrences", "self_ps", "p50_ps", "p90_ps", "max_ps", "cv").join(
         reg, on=keys, how="left", nulls_equal=True)
+
+
 def communication_sections(prof, rules=None, *, module: str | None = None, extent: str = "span",
                            window: str = "steady") -> tuple:
     """(Overlap or None, Stragglers or None) of ``prof`` within the step windows of its step

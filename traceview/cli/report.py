@@ -38,8 +38,26 @@ def run(args) -> int:
     refuse_inside_inputs(out, "-o")
     from traceview.cli.chartworker import ChartWorker
 
+    _compile_template_meanwhile()
     with ChartWorker() as charts:  # matplotlib imported in a second process while the trace is read
         return _write(args, out, charts)
+
+
+def _compile_template_meanwhile() -> None:
+    """Compile the report's jinja2 template in a thread while the trace is read (the reader's C
+    and polars passes release the GIL), not after the tables are built. A failure there is raised again, where it belongs, when
+    the report renders."""
+    import threading
+
+    def compile_it():
+        try:
+            from traceview.render.html import report_template
+
+            report_template()
+        except BaseException:  # noqa: BLE001 - rendering raises it again in the main thread
+            pass
+
+    threading.Thread(target=compile_it, name="traceview-template", daemon=True).start()
 
 
 def _write(args, out, charts) -> int:

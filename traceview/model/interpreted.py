@@ -222,10 +222,17 @@ def collapse_kernels(table: OpTable) -> OpTable:
             mine |= (k >= 0) & bare & (owner < 0) & (ln == a_ln[kk]) & (s >= a_s[kk]) & (e <= a_e[kk])
             owner[mine] = kk[mine] + n_inv
             n_inv += len(a_pos)
+        # each thread's events in time order, found by one stable sort (not a scan per thread)
+        by_ln = np.argsort(ln, kind="stable")
+        ln_sorted = ln[by_ln]
+
+        def thread(one):
+            return by_ln[np.searchsorted(ln_sorted, one, side="left"):np.searchsorted(ln_sorted, one, side="right")]
+
         # per thread, events without op_name nested in a kernel op or between two events of
         # one invocation (the loop-state copies) belong to it
         for one in np.unique(ln[owner >= 0]):
-            on = np.nonzero(ln == one)[0]
+            on = thread(one)
             taken = on[owner[on] >= 0]
             ps, pe = s[taken], e[taken]
             outer = np.ones(len(taken), dtype=bool)
@@ -247,7 +254,7 @@ def collapse_kernels(table: OpTable) -> OpTable:
         # kernel ops no grid loop encloses (XLA removed a one-step loop): runs of consecutive
         # events of one thread
         for one in np.unique(ln[(owner < 0) & (sc >= 0)]):
-            on = np.nonzero(ln == one)[0]
+            on = thread(one)
             f = np.where(owner[on] < 0, sc[on], -1)
             loose = f >= 0
             new_run = loose.copy()

@@ -360,7 +360,14 @@ def render_report(rep, *, top: int = 30, title: str | None = None, charts=None) 
     ``charts``: what draws the charts (``submit(name, *args)`` returning a callable that gives
     the chart; :class:`~traceview.render.charts.InlineCharts`, drawing in this process, when None).
     """
-    return _env().get_template("report.html.j2").render(**_context(rep, top=top, title=title, charts=charts))
+    return report_template().render(**_context(rep, top=top, title=title, charts=charts))
+
+
+def report_template():
+    """The compiled report template (jinja2 compiles it on first use, then keeps it): a caller
+    may call this early, e.g. in a thread while the trace is read, so the report does not wait
+    for it."""
+    return _env().get_template("report.html.j2")
 
 
 _SUMMARY = """\
