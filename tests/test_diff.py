@@ -107,7 +107,8 @@ def test_kv_block_diff_reports_block_change_and_attention_time(kv_diff):
 def test_kv_block_diff_steps_modules_and_overhead_note(kv_diff):
     d = kv_diff
     s = d.steps
-    assert s.module_base == "jit_decode_b2_bkv2048" and s.module_treatment == "jit_decode_b2_bkv256"
+    # analyze's steps: the engine's step markers (5 decode steps a side), not a module's runs
+    assert s.method_base == s.method_treatment == "markers"
     assert s.steps_base == s.steps_treatment == 5
     assert s.step_ps_base > 0 and s.step_ps_treatment > 0
     mods = {r["module"]: r for r in d.modules.iter_rows(named=True)}

@@ -163,7 +163,7 @@ def test_cli_fleet_json_and_refusals(mixed, tmp_path, capsys):
     prof = load(mixed)
     assert doc["mode"] == "fleet" and doc["hosts"] == ["gpu-c", "tpu-a", "tpu-b"]
     assert doc["op_events"] == prof.op_events and doc["op_time_ps"] == prof.op_time_ps
-    assert doc["rows"]["by_shape"] == {"shown": 5, "total": 33}
+    assert doc["rows"]["ops"] == {"shown": 5, "total": 33} and len(doc["ops"]) == 5 and doc["traceview"]
     assert "within 1.0%" in doc["quantiles"]["bound"] and "regimes" in doc["not_computed"]
     capsys.readouterr()
     assert main(["analyze", str(mixed), "--fleet-ops", "--filter", "fusion"]) == 2

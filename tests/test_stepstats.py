@@ -225,7 +225,7 @@ def test_cli_step_window_and_json(first_runs, tmp_path, capsys):
 def test_diff_step_time_uses_the_window(first_runs):
     """The diff's step time is the steady mean by default, the mean of all steps on request."""
     d = traceview.diff(first_runs, first_runs)
-    a = traceview.load(first_runs).steps(markers=None)  # diff steps on module executions
+    a = traceview.load(first_runs).steps()  # the diff's steps are analyze's (the step markers here)
     assert d.steps.step_ps_base == pytest.approx(a.coverage.step_ps)
     d_all = traceview.diff(first_runs, first_runs, step_window="all")
     assert d_all.steps.step_ps_base == pytest.approx(a.coverage_all.step_ps)

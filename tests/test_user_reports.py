@@ -147,3 +147,69 @@ def test_family_roofline_counts_a_gpu_op_once_per_execution(shared_traces):
     assert 1.9 < conv["kernels_per_execution"] <= 2.0  # 79 kernel events for 40 executions
     assert mm["occurrences"] == 2.0 and mm["flops"] == pytest.approx(conv["flops"]) == pytest.approx(3.661e10, rel=1e-3)
     assert mm["bytes"] == pytest.approx(conv["bytes"])
+
+
+# -- the second new user (helper report of 2026-12-02) ---------------------------------------
+
+def test_all_runs_keeps_each_run_on_its_own_timeline(capsys):
+    """``analyze fixtures --all-runs`` put five single-CPU runs on one ``/host:CPU`` device:
+    negative gaps between steps and a straggler made of other runs' steps. Each run's host is
+    now ``RUN/HOST``."""
+    prof = traceview.load(FIX, all_runs=True, stale_after_s=None)
+    runs = {f.run for f in prof.discovery.files}
+    hosts = set(prof.table.attrs["host"].unique().to_list())
+    assert len(runs) == 8 and len(hosts) == 8 and all(any(h.startswith(r + "/") for r in runs) for h in hosts)
+    st = prof.analyze().steps.steps
+    assert st["gap_before_ps"].drop_nulls().min() >= 0 and st["gap_after_ps"].drop_nulls().min() >= 0
+    one = traceview.load(FIX / "greedy_b4", stale_after_s=None)  # one run: hosts unchanged
+    assert set(one.table.attrs["host"].unique().to_list()) == {"engine-cpu"}
+
+
+def test_diff_steps_are_analyzes_steps_one_sample_per_step(capsys):
+    """diff read the engine's prefill executions as its steps (1.57x) where analyze reads the
+    step markers (1.16x), and counted each device's copy of a step as a sample (x24 on 8 devices
+    for 3 steps, a falsely tight interval)."""
+    a, b = (traceview.load(FIX / n, stale_after_s=None) for n in ("greedy_b4", "topp_b4"))
+    d = traceview.diff(a, b)
+    ra, rb = a.analyze().steps, b.analyze().steps
+    assert d.steps.method_base == ra.method == "markers" and d.steps.steps_base == 3
+    assert d.steps.step_ps_base == pytest.approx(ra.coverage.step_ps)
+    assert d.steps.step_ps_treatment == pytest.approx(rb.coverage.step_ps)
+    assert main(["diff", str(FIX / "greedy_b4"), str(FIX / "topp_b4")]) == 0
+    assert "[step markers x3 vs step markers x3]" in capsys.readouterr().out
+    d8 = traceview.diff(FIX / "collectives_8dev", FIX / "straggler_8dev")
+    assert (d8.steps.steps_base, d8.steps.steps_treatment) == (3, 3)
+    assert d8.steps.change.lo is None and d8.steps.change.n_base == 3  # 3 samples a side: no interval
+
+
+def test_bounds_that_cannot_be_counts_are_usage_errors(capsys):
+    assert main(["history", str(FIX / "greedy_b4"), "--regression-threshold", "nan"]) == 2
+    assert main(["analyze", str(FIX / "greedy_b4"), "--steps", "9" * 23]) == 2
+    assert main(["analyze", str(FIX / "greedy_b4"), "--expect-batch", "9" * 23]) == 2
+    assert main(["verify", str(FIX / "topp_b4"), "-c", "op matching ynn count != nan"]) == 2
+    err = capsys.readouterr().err
+    assert "finite number" in err and "below 2**62" in err and "Traceback" not in err
+
+
+def test_no_device_is_named_last_at_collectives_it_never_joined(shared_traces):
+    rep = traceview.load(shared_traces / V6E).analyze()
+    assert rep.stragglers is None or rep.stragglers.steps["last_to_arrive"].null_count() == rep.stragglers.steps.height
+    st = traceview.load(FIX / "straggler_8dev", stale_after_s=None).analyze().stragglers.steps
+    assert st["last_to_arrive"].to_list() == ["/device:CPU:5"] * 3
+
+
+def test_small_figures_a_user_reads(shared_traces, capsys):
+    from traceview.model.units import fmt_pct
+
+    assert fmt_pct(float("inf")) == "-" == fmt_pct(float("nan")) and fmt_pct(0.5) == "50.0%"
+    # a family with no costed op was measured against nothing: null, not 0 ps
+    fr = traceview.load(shared_traces / V6E).analyze().family_roofline
+    copies = fr.filter(pl.col("family") == "copies and conversions").row(0, named=True)
+    assert copies["measured_ps"] is None and copies["predicted_ps"] is None and copies["costed_share"] == 0.0
+    # query --tables counts the op table without building it
+    assert main(["query", str(FIX / "greedy_b4"), "--tables", "--format", "json"]) == 0
+    rows = {t["table"]: t["rows"] for t in json.loads(capsys.readouterr().out)["tables"]}
+    assert rows["ops"] == traceview.load(FIX / "greedy_b4", stale_after_s=None).table.height == 510
+    # one program name compiled six times: the steps say they mix programs
+    notes = traceview.load(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb").analyze().steps.notes
+    assert any(n.startswith("jit_dot is 6 compiled programs (program_id 5, 21, 34, 49, 64, 79)") for n in notes)

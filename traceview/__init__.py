@@ -39,5 +39,5 @@ def __dir__() -> list[str]:  # the lazy entry points too, for tab completion
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["load", "Profile", "Report", "diff", "verify", "TraceviewError", "NoTraceFound", "TraceUnreadable",
+__all__ = ["load", "Profile", "Report", "diff", "verify", "ladder", "TraceviewError", "NoTraceFound", "TraceUnreadable",
            "NoOpsFound", "UsageError", "LimitExceeded", "__version__"]

@@ -57,6 +57,7 @@ import polars as pl
 from traceview.analysis import derived, noise, steps
 from traceview.analysis.populations import KEY, family_shares, kernel_table, populations
 from traceview.analysis.samples import Samples, population_samples
+from traceview.analysis.stepstats import step_walls
 from traceview.analysis.tagged import TaggedOps, tag
 from traceview.errors import TraceviewError, UsageError
 from traceview.model.kernelname import config_changes, format_config_value, kernel_id
@@ -313,7 +314,11 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
         rows = a.step_rows
         if rows is not None and not win.all():
             rows = np.where(rows >= 0, np.where(win[np.clip(rows, 0, None)], rows, -1), -1)
-        durs = a.steps["duration_ps"].to_numpy()[win]
+        # one sample per step index, the devices' copies of a step pooled (stepstats.step_walls)
+        idx = a.steps["step"].to_numpy().astype(np.int64)
+        if rows is not None:
+            rows = np.where(rows >= 0, idx[np.clip(rows, 0, None)], -1)
+        durs = step_walls(a.steps.filter(pl.Series(win)))
     s.samples = population_samples(prof.table, t, rows, durs, name_stem=name_stem, program_stem_key=program_key)
     s.device_kinds = device_kinds(prof)
     if hasattr(prof, "used_devices"):
@@ -381,10 +386,15 @@ def _kernel_changes(kb: pl.DataFrame, kt: pl.DataFrame) -> list[dict]:
 
 def _steps_tuple(a) -> tuple | None:
     """(module, steps, mean step ps over the window, method, steps in the window, window) of
-    a step anatomy (None for None)."""
+    a step anatomy (None for None); steps are counted by step index (a step on 8 devices is
+    one step)."""
     if a is None:
         return None
-    return a.module, a.coverage_all.n_steps, a.coverage.step_ps, a.method, a.coverage.n_steps, a.window
+    st = a.steps
+    n_all = int(st["step"].n_unique()) if st.height else 0
+    n_win = (int(st.filter(pl.col("in_window"))["step"].n_unique()) if "in_window" in st.columns and st.height
+             else n_all)
+    return a.module, n_all, a.coverage.step_ps, a.method, n_win, a.window
 
 
 def _side_steps(prof, base, window: str = "steady") -> tuple | None:
@@ -393,12 +403,19 @@ def _side_steps(prof, base, window: str = "steady") -> tuple | None:
 
 
 def _step_anatomy(prof, base, window: str = "steady") -> "steps.StepAnatomy | None":
-    """``prof``'s step anatomy over ``window``: on its dominant module, or for a treatment
-    (``base`` = (base side, value map)) on the base's module, found by name after
-    configuration substitution, else its own dominant module. None when the anatomy fails on
-    the trace."""
+    """``prof``'s step anatomy over ``window``: the one ``analyze`` shows (step markers when the
+    trace has them, else its dominant module); for a treatment (``base`` = (base side, value
+    map)) the base's kind of step: markers when the base's steps are markers and the treatment
+    has them, else the base's module, found by name after configuration substitution, else its
+    own dominant module. None when the anatomy fails on the trace."""
     runs = prof.module_runs
     try:
+        if base is None or (base[0].steps is not None and base[0].steps[3] == "markers"):
+            # the steps analyze shows (step markers when the trace has them, else the dominant
+            # module): a diff's step line is about the same steps
+            a = derived.step_anatomy(prof, None, window=window)
+            if base is None or a.method == "markers":
+                return a
         mod = None
         if base is not None:
             b, vmap = base

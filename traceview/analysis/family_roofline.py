@@ -110,12 +110,14 @@ def family_roofline(anat, peaks) -> pl.DataFrame:
         pl.when(pl.col("_has_f")).then(pl.col("flops")).otherwise(None).alias("flops"),
         pl.when(pl.col("_has_b")).then(pl.col("bytes")).otherwise(None).alias("bytes"),
         pl.when(pl.col("_any_cost")).then(pl.col("predicted_ps")).otherwise(None).alias("predicted_ps"),
+        # no op of the family has a cost: nothing was measured against the roofline (not 0 ps)
+        pl.when(pl.col("_any_cost")).then(pl.col("measured_ps")).otherwise(None).alias("measured_ps"),
     ).with_columns(
         pl.when(pl.col("bytes") > 0).then(pl.col("flops").fill_null(0) / pl.col("bytes")).otherwise(None).alias("intensity"),
         (pl.col("time_ps") / step_ps if step_ps else pl.lit(None, dtype=pl.Float64)).alias("share"),
         pl.when(pl.col("measured_ps") > 0).then(pl.col("predicted_ps") / pl.col("measured_ps")).otherwise(None)
         .alias("efficiency"),
-        pl.when(pl.col("time_ps") > 0).then(pl.col("measured_ps") / pl.col("time_ps")).otherwise(None).alias("costed_share"),
+        pl.when(pl.col("time_ps") > 0).then(pl.col("measured_ps").fill_null(0) / pl.col("time_ps")).otherwise(None).alias("costed_share"),
         pl.when(pl.col("time_ps") > 0).then(pl.col("_nob") / pl.col("time_ps")).otherwise(None).alias("no_bytes_share"),
     )
     bound = (pl.when(pl.col("intensity").is_null()).then(pl.lit("unknown"))

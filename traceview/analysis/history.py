@@ -2,7 +2,7 @@
 (``traceview history``).
 
 Per run (:func:`summarise`): the steady step time (median, p10, p90 of the step durations,
-ps) from the step anatomy (:func:`traceview.analysis.steps.profile_anatomy`; when the steps
+ps; one per step index, the longest of the devices': :func:`~traceview.analysis.stepstats.step_walls`) from the step anatomy (:func:`traceview.analysis.steps.profile_anatomy`; when the steps
 frame has an ``in_window`` column, only its window's steps), the top op families' self time
 per step, the custom kernels' configurations read off their names
 (:func:`traceview.analysis.kernels.kernels`), and the ids of the findings of its report
@@ -181,8 +181,10 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
     ks = [] if k.height == 0 else [
         {"kernel": r["kernel"], "config": r["config"]}
         for r in k.select("kernel", "config").unique(maintain_order=True).iter_rows(named=True)]
+    from traceview.analysis.stepstats import step_walls
+
     return RunSummary(name=name, directory=directory, time=time, step_method=a.method, step_module=a.module,
-                      step_ps=st["duration_ps"].to_numpy().astype(np.float64), families=fam, kernels=ks,
+                      step_ps=step_walls(st).astype(np.float64), families=fam, kernels=ks,
                       findings=[f.id for f in rep.findings or []], program=program_stem(prog),
                       device_kinds=device_kinds(prof))
 

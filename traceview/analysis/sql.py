@@ -101,6 +101,8 @@ class Tables:
 
     frames: dict
     lazy: dict
+    #: rows of the op table without building it (one per op event), None when unknown
+    ops_rows: int | None = None
 
     @property
     def names(self) -> list[str]:
@@ -126,7 +128,8 @@ class Tables:
 
 def tables(report, prof=None) -> Tables:
     """The :class:`Tables` of ``report`` and (when given) the profile it was built from."""
-    return Tables(frames=report_tables(report), lazy=profile_tables(prof) if prof is not None else {})
+    return Tables(frames=report_tables(report), lazy=profile_tables(prof) if prof is not None else {},
+                  ops_rows=prof.table.height if prof is not None and getattr(prof, "table", None) is not None else None)
 
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -180,7 +183,7 @@ def execute(t: Tables, query: str) -> pl.DataFrame:
 
 
 def describe(t: Tables) -> list[dict]:
-    """Per table: name, doc, rows (None for the unbuilt op table), and per column its name,
+    """Per table: name, doc, rows (the op table's counted without building it), and per column its name,
     dtype and doc (:data:`traceview.model.schema.TABLE_DOCS`, "" where none is written)."""
     from traceview.model.schema import TABLE_DOCS, column_docs
 
@@ -188,7 +191,7 @@ def describe(t: Tables) -> list[dict]:
     for name in t.names:
         doc = TABLE_DOCS.get(name, ("", {}))
         cols = column_docs(name)
-        rows = None if name == "ops" else t.get(name).height
+        rows = t.ops_rows if name == "ops" else t.get(name).height
         out.append({"table": name, "doc": doc[0], "rows": rows,
                     "columns": [{"name": c, "dtype": d, "doc": cols.get(c, "")} for c, d in t.schema(name).items()]})
     return out

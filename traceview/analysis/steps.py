@@ -366,8 +366,13 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.Dat
         if module is not None and module not in set(module_runs["module"].to_list()):
             raise UsageError(f"module {module!r} has no executions in this trace")
         if mod is not None:
-            return _module_windows(pe, module_runs, module_runs.filter(pl.col("module") == mod), extent), \
-                "module", mod, notes
+            runs = module_runs.filter(pl.col("module") == mod)
+            progs = sorted(p for p in runs["program_id"].unique().to_list() if p is not None)
+            if len(progs) > 1:  # one name, several compiled programs (shape buckets, a sweep)
+                shown = ", ".join(str(p) for p in progs[:8]) + (", ..." if len(progs) > 8 else "")
+                notes.append(f"{mod} is {len(progs)} compiled programs (program_id {shown}): its steps mix them "
+                             f"(shape buckets or a sweep), so the step distribution is over different programs")
+            return _module_windows(pe, module_runs, runs, extent), "module", mod, notes
     # whole trace
     if not pe.n or not pe.placed.any():
         return pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}), "trace", None, []

@@ -290,6 +290,19 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
     )
 
 
+def step_walls(steps: pl.DataFrame) -> np.ndarray:
+    """One wall time per step index of a steps frame (``step``: 0-based per device;
+    ``duration_ps``), in step order: the longest of the devices' durations of that step (ps).
+    The devices of an SPMD program run each step together, so their copies of one step are one
+    sample of the step time, not several (a noise interval over 3 steps on 8 devices has 3
+    samples a side, not 24). Steps without a duration are left out."""
+    if steps.height == 0:
+        return np.zeros(0, dtype=np.int64)
+    w = (steps.filter(pl.col("duration_ps").is_not_null()).group_by("step")
+         .agg(pl.col("duration_ps").max()).sort("step"))
+    return w["duration_ps"].to_numpy().astype(np.int64)
+
+
 def distribution(steps: pl.DataFrame, window: str = "steady") -> dict:
     """Summary of the ``in_window`` steps' durations of an :func:`annotate`-d frame: n,
     n_window, median_ps, p10_ps, p90_ps, max_ps, mean_ps (floats, None when the window is

@@ -44,7 +44,8 @@ COLLECTIVES_SCHEMA = {"module": pl.Utf8, "op_name": pl.Utf8, "op_kind": pl.Utf8,
 class Stragglers:
     """Result of :func:`stragglers`. ``devices``: :data:`DEVICES_SCHEMA` per (host, device,
     step). ``steps``: :data:`STEPS_SCHEMA` per step (``lead`` a fraction; ``last_to_arrive``
-    the device that arrived last at most of the step's collectives; ``attributed_wait_ps`` the
+    the device that arrived last at most of the step's collectives, null when none of the step's
+    collectives was matched across devices; ``attributed_wait_ps`` the
     waits of the others attributed to it). ``collectives``: :data:`COLLECTIVES_SCHEMA`, one row
     per matched collective execution (``skew_ps`` = last - first arrival, ``wait_ps`` the sum
     of the participants' waits). ``summary``: straggler (the device slowest in most steps;
@@ -159,7 +160,10 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
         pl.len().alias("n_devices"),
         pl.col("_name").sort_by("busy_ps", descending=True).first().alias("slowest"),
         pl.col("busy_ps").max().alias("busy_max_ps"), pl.col("busy_ps").median().alias("busy_median_ps"),
-        pl.col("_name").sort_by(["last_arrivals", "caused_wait_ps"], descending=True).first().alias("last_to_arrive"),
+        # the device last at the step's collectives; none when no collective of the step was matched
+        pl.when(pl.col("last_arrivals").max() > 0)
+        .then(pl.col("_name").sort_by(["last_arrivals", "caused_wait_ps"], descending=True).first())
+        .otherwise(None).alias("last_to_arrive"),
         pl.col("caused_wait_ps").max().alias("attributed_wait_ps"), pl.col("wait_ps").sum())
         .with_columns(((pl.col("busy_max_ps") - pl.col("busy_median_ps")) / pl.col("busy_median_ps")).alias("lead"))
         .select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).sort("step"))

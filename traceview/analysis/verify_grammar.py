@@ -77,6 +77,8 @@ source path equals PATH, starts with it, or contains it after a ``/`` (``my_kern
 
 from __future__ import annotations
 
+import math
+
 import operator
 import re
 from dataclasses import dataclass
@@ -183,11 +185,15 @@ def _pct(p: _P) -> float:
 
 
 def _int(p: _P) -> float:
+    """A bound: a finite number (``nan`` and ``inf`` are refused: nothing compares with NaN)."""
     s = p.word("number")
     try:
-        return float(s)
+        v = float(s)
     except ValueError:
         p.err(f"expected a number, got {s!r}")
+    if not math.isfinite(v):
+        p.err(f"expected a finite number, got {s!r}")
+    return v
 
 
 def parse_check(text: str) -> Check:

@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
     a.add_argument("--steps", type=cargs.step_count, metavar="[MODULE=]N", action="append",
                    help="flag populations whose executions on a device are not a multiple of N (the step count; "
                         "MODULE=N checks that program against its own count, repeat for several)")
-    a.add_argument("--expect-batch", type=cargs.positive_int, metavar="B",
+    a.add_argument("--expect-batch", type=cargs.exact_count, metavar="B",
                    help="show which populations carry a dimension of size B")
     a.add_argument("--html", metavar="FILE", help="also write the offline HTML report to FILE")
     cargs.add_peaks(a)

@@ -52,13 +52,23 @@ def table_top(args, default: int) -> int:
     return MAX_COUNT if getattr(args, "all_rows", False) else (args.top or default)
 
 
+def exact_count(text: str) -> int:
+    """argparse type: an integer > 0 that is a count to check against (``--steps``,
+    ``--expect-batch``): no step count or batch comes near :data:`MAX_COUNT`, so a larger one
+    is a usage error, not "all" (held to the cap it would make every check fail)."""
+    v = positive_int(text)
+    if v >= MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"expected a count below 2**62, got {text!r}")
+    return v
+
+
 def step_count(text: str) -> tuple[str | None, int]:
     """argparse type of ``--steps``: ``N`` (every program) or ``MODULE=N`` (that program's
     count; repeat the option for several programs) -> (module or None, N)."""
     module, _, n = text.rpartition("=") if "=" in text else (None, "", text)
     if module is not None and not module:
         raise argparse.ArgumentTypeError(f"expected N or MODULE=N, got {text!r}")
-    return module, positive_int(n)
+    return module, exact_count(n)
 
 
 def steps_option(values: list | None):

@@ -13,7 +13,7 @@ from traceview.errors import EXIT_OK, UsageError
 
 def add_parser(sub) -> None:
     d = sub.add_parser("diff", help="match two profiles' op populations by shape and HLO fingerprint; show deltas",
-                       description="Diff two profiles population by population: ops are matched by (op kind, shape "
+                       description="Diff two profiles population by population: ops are matched by (op kind, program, shape "
                                    "signature, HLO text without instruction names), not by XLA's names. Shows time "
                                    "and occurrence deltas, populations that appeared or vanished, kernels whose "
                                    "configuration changed, source attribution changes and the step-time delta.",

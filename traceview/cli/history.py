@@ -5,6 +5,7 @@ the noise)."""
 
 from __future__ import annotations
 
+import math
 import sys
 
 from traceview.cli import args as cargs
@@ -115,8 +116,8 @@ def run(args) -> int:
     from traceview.model.naming import printable, safe_line
     from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
 
-    if args.regression_threshold < 0:
-        raise UsageError(f"--regression-threshold must be >= 0, got {args.regression_threshold!r}")
+    if not args.regression_threshold >= 0 or not math.isfinite(args.regression_threshold):  # NaN too
+        raise UsageError(f"--regression-threshold must be a finite number >= 0, got {args.regression_threshold!r}")
     if not 0 < args.noise_level < 1:
         raise UsageError(f"--noise-level must be in (0, 1), got {args.noise_level!r}")
     if args.noise is not None and not (0 <= args.noise < 1e6):

@@ -105,6 +105,8 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     # this process), so the reader can take it over
     read = read_task if pre is None or len(tasks) != 1 else functools.partial(read_task, prefetch=pre)
     results = read_many(tasks, read, executor=executor, scheduler=scheduler, workers=workers, progress=progress)
+    if len({t.run for t in tasks}) > 1:  # several runs: each its own timeline (module doc of qualify_host)
+        results = [r if isinstance(r, Exception) else qualify_host(r, t.run) for r, t in zip(results, tasks)]
     traces, errors = split_results(results, warnings)
     if errors and not traces:
         raise _all_faults(errors, disc)
@@ -116,6 +118,30 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
                             "was it recorded from a JAX/XLA program?", names)
         raise _all_faults(errors + [no_ops], disc)
     return prof
+
+
+def qualify_host(td, run: str):
+    """``td`` (a :class:`~traceview.model.schema.TraceData`) with its host named ``RUN/HOST``
+    in every frame (op descriptions, module runs, step markers, devices). Runs read together
+    (``all_runs``) are separate timelines: the same host and device names in two runs are not
+    one device, and their clocks are not one clock, so steps, overlap and stragglers must never
+    pool them."""
+    import polars as pl
+
+    if not run:
+        return td
+    host = f"{run}/{td.host}" if td.host else run
+    q = pl.lit(run + "/") + pl.col("host").fill_null("")
+    t = td.table
+    td.table = type(t)(t.events, t.attrs.with_columns(q.alias("host")))
+    if td.module_runs is not None and "host" in td.module_runs.columns:
+        td.module_runs = td.module_runs.with_columns(q.alias("host"))
+    if td.step_markers is not None and "host" in td.step_markers.columns:
+        td.step_markers = td.step_markers.with_columns(q.alias("host"))
+    for d in td.devices:
+        d.host = f"{run}/{d.host}" if d.host else host
+    td.host = host
+    return td
 
 
 def split_results(results, warnings: list) -> tuple[list, list]:

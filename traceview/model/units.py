@@ -41,4 +41,5 @@ def fmt_rate(value: float | None, unit: str) -> str:
 
 
 def fmt_pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
+    """``0.1234`` -> ``"12.3%"``; ``"-"`` for None and for a non-finite value (never ``inf%``)."""
+    return "-" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"

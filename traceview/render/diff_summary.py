@@ -17,8 +17,8 @@ def summary_lines(d) -> list[str]:
     if s is not None:
         r = f" ({s.ratio:.2f}x)" if s.ratio else ""
         lines.append(f"step time {fmt_time_ps(s.step_ps_base)} -> {fmt_time_ps(s.step_ps_treatment)}{r} "
-                     f"[{s.module_base or 'whole trace'} x{s.steps_base} vs "
-                     f"{s.module_treatment or 'whole trace'} x{s.steps_treatment}] (profiled run)"
+                     f"[{_steps_of(s.module_base, s.method_base)} x{s.steps_base} vs "
+                     f"{_steps_of(s.module_treatment, s.method_treatment)} x{s.steps_treatment}] (profiled run)"
                      + (f"; means over the {s.window} window: {s.window_steps_base} vs {s.window_steps_treatment} steps"
                         if s.window_steps_base is not None and (s.window_steps_base, s.window_steps_treatment)
                         != (s.steps_base, s.steps_treatment) else ""))
@@ -48,6 +48,11 @@ def summary_lines(d) -> list[str]:
                      f"({', '.join(r['names_base'])} -> {', '.join(r['names_treatment'])})")
     return lines
 
+
+
+def _steps_of(module, method) -> str:
+    """What a side's steps are, for the step line: the step markers, a module, or the trace."""
+    return "step markers" if method == "markers" else (module or "whole trace")
 
 
 def change_text(ratio, lo, hi, significant) -> str:

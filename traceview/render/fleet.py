@@ -57,16 +57,17 @@ def render_fleet(console: Console, f, *, top: int, roofline=None, kernels=None) 
 
 
 def fleet_json(f, *, top: int | None = None, version: str = "", roofline=None, kernels=None) -> bytes:
-    """``f`` as JSON bytes (orjson): files, hosts, warnings, totals, devices, by_shape (``top``
-    rows, all when None, with ``rows: {table: {shown, total}}``), quantiles, steps (coverage,
+    """``f`` as JSON bytes (orjson), with the keys of ``analyze --format json`` where they mean
+    the same: traceview (the version), files, hosts, warnings, totals, devices, ops (the
+    population table, ``top`` rows, all when None, with ``rows: {table: {shown, total}}``), quantiles, steps (coverage,
     families, distribution), stragglers' summary, notes and not_computed; peaks, roofline and
     its summary, kernels when given (as :func:`render_fleet`)."""
     import orjson
 
     bs = f.by_shape if top is None else f.by_shape.head(top)
-    out = {"version": version, "mode": "fleet", "files": f.files, "hosts": f.hosts, "warnings": f.warnings,
+    out = {"traceview": version, "mode": "fleet", "files": f.files, "hosts": f.hosts, "warnings": f.warnings,
            "op_events": f.op_events, "op_time_ps": f.op_time_ps, "devices": f.devices.to_dicts(),
-           "by_shape": bs.to_dicts(), "rows": {"by_shape": {"shown": bs.height, "total": f.by_shape.height}},
+           "ops": bs.to_dicts(), "rows": {"ops": {"shown": bs.height, "total": f.by_shape.height}},
            "quantiles": f.quantiles, "notes": f.notes,
            "not_computed": f.not_computed}
     if f.steps is not None:

@@ -66,7 +66,7 @@ def render_stragglers(console: Console, st, *, top: int, findings=None) -> None:
         t.add_column(c, justify=j)
     for r in st.steps.head(top).iter_rows(named=True):
         t.add_row(str(r["step"]), _escape(r["slowest"]), fmt_time_ps(r["busy_max_ps"]),
-                  fmt_time_ps(r["busy_median_ps"]), fmt_pct(r["lead"]), _escape(r["last_to_arrive"]),
+                  fmt_time_ps(r["busy_median_ps"]), fmt_pct(r["lead"]), _escape(r["last_to_arrive"] or "-"),
                   fmt_time_ps(r["attributed_wait_ps"]), fmt_time_ps(r["wait_ps"]))
     console.print(t)
     console.print(f"  {straggler_label(findings)} {_escape(s['straggler'])}: slowest in {s['steps_slowest']} of {s['n_steps']} step(s), "

@@ -53,6 +53,13 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
     console.print("[bold]traceview[/bold] — what was read")
     for line in provenance_lines(rep.discovery, rep.files):
         console.print("  " + escape(line))
+    read = sum(int(f.get("op_events") or 0) for f in rep.files if isinstance(f, dict))
+    if read and rep.op_events and read != rep.op_events:
+        cpu = rep.device_groups.height and set(rep.device_groups["device_type"].to_list()) == {"CPU"}
+        why = ("each interpreted Pallas kernel invocation is one row, as on an accelerator (--expand-kernels "
+               "shows the ops inside)" if cpu and rep.kernels.height and read > rep.op_events
+               else "the others are left out by --filter / --device")
+        console.print(f"  {rep.op_events:,} op events below, of the {read:,} read: {why}")
     for w in rep.warnings:
         console.print(f"  [yellow]warning:[/yellow] {escape(w)}")
     if not rep.has_shapes:
@@ -141,7 +148,9 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
     if by == "shape" and table.height:
         split = rep.split.head(min(top, 5))
         if split.height:
-            console.print("[bold]op names split into several shape populations[/bold] (a name-keyed table would mix these):")
+            console.print("[bold]op names split into several shape populations[/bold] (a name-keyed table would mix these):"
+                          if rep.has_shapes else "[bold]op names split into several populations[/bold] (by program "
+                          "and module: this trace has no shapes):")
             for r in split.iter_rows(named=True):
                 pops = sorted(zip(r["occurrences"], r["shape"], r["mean_ps"]), reverse=True)[:4]
                 desc = "; ".join(f"{escape(s or '?')} ×{o:,} (mean {fmt_time_ps(m)})" for o, s, m in pops)

@@ -208,7 +208,8 @@ def straggler(ctx, th) -> Finding | None:
     least ``straggler_factor`` - 1 (``Report.stragglers``, :mod:`traceview.analysis.stragglers`:
     its summary's straggler, steps_slowest, n_steps, lead_median, and the collective waits
     attributed to it). A different slowest device each step is scheduling noise, not a
-    straggler."""
+    straggler; nor is a device none of the collective waits are attributed to (the others
+    wait, but never for it)."""
     sg = getattr(ctx.report, "stragglers", None)
     summ = getattr(sg, "summary", None) or {}
     dev, n, k = summ.get("straggler"), int(summ.get("n_steps") or 0), int(summ.get("steps_slowest") or 0)
@@ -220,6 +221,8 @@ def straggler(ctx, th) -> Finding | None:
     if lead < th.straggler_factor - 1 or k < -(-n // 2) or (k < 3 and lead < 1.0):
         return None
     waits, mine = summ.get("wait_ps"), summ.get("attributed_wait_ps")
+    if waits and not mine:  # the others wait at their collectives, never for it: it holds no step back
+        return None
     per_dev = getattr(sg, "devices", None)
     rows = (per_dev.filter(pl.col("device") == dev).to_dicts()[:8]
             if isinstance(per_dev, pl.DataFrame) and "device" in per_dev.columns else [])
