@@ -213,3 +213,14 @@ def test_small_figures_a_user_reads(shared_traces, capsys):
     # one program name compiled six times: the steps say they mix programs
     notes = traceview.load(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb").analyze().steps.notes
     assert any(n.startswith("jit_dot is 6 compiled programs (program_id 5, 21, 34, 49, 64, 79)") for n in notes)
+
+
+def test_families_that_place_nothing_say_so():
+    """``--families study`` on the fixtures (compiled without named scopes) put every op in
+    'other' without a word."""
+    from traceview.analysis.families import read_rules
+
+    a = traceview.load(FIX / "greedy_b4", stale_after_s=None).steps(rules=read_rules("study"))
+    assert a.families["family"].to_list() == ["other"]
+    assert any(n.startswith("the families given leave 100% of the steps' op time in 'other'") for n in a.notes)
+    assert not any("families given" in n for n in traceview.load(FIX / "greedy_b4", stale_after_s=None).steps().notes)

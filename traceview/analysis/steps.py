@@ -967,6 +967,13 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
         ).select(list(FAMILIES_SCHEMA)).cast(FAMILIES_SCHEMA).sort(["self_ps", "family"], descending=[True, False])
     else:
         fam = pl.DataFrame(schema=FAMILIES_SCHEMA)
+    if rules is not None and fam.height:  # families the user chose that place (almost) nothing
+        tot = float(fam["self_ps"].sum() or 0)
+        oth = float(fam.filter(pl.col("family") == "other")["self_ps"].sum() or 0)
+        if tot and oth / tot >= 0.9:
+            notes = notes + [f"the families given leave {oth / tot:.0%} of the steps' op time in 'other': their "
+                             f"rules match almost none of these ops (scope: rules read the JAX name stack, which "
+                             f"ops compiled without named scopes do not carry)"]
     dist = stepstats.distribution(steps, window)
     if steps.height and n == 0:
         notes = notes + [f"step window {dist['window']} holds no step: families and coverage are empty"]
