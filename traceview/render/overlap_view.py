@@ -32,6 +32,8 @@ def render_overlap(console: Console, ov, *, top: int) -> None:
                   fmt_time_ps(r["in_flight_ps"]), fmt_time_ps(r["hidden_ps"]), fmt_time_ps(r["exposed_ps"]),
                   fmt_pct(r["hidden_share"]), "sync" if r["sync"] else "async")
     console.print(t)
+    console.print("  per population, in flight / hidden / exposed count each op's own window, and windows of "
+                  "concurrent ops overlap: the rows do not add up (the per-step line below does)")
     if s["step_ps"]:
         n = max(s["n_steps"] * s["n_devices"], 1)
         part = lambda k: f"{fmt_time_ps(s[k] / n)} ({fmt_pct(s[k] / s['step_ps'])})"
