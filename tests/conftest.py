@@ -47,7 +47,9 @@ _CPU_PROFILE_SPEC = {
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
     """``../shared/traces`` beside the checkout (real profiler traces; read-only)."""
-    path = Path(__file__).resolve().parents[1].parent / "shared" / "traces"
+    # canonical (symlinks resolved): the MCP server resolves its roots, and a checkout whose
+    # ../shared is a link must print the same paths through every command
+    path = (Path(__file__).resolve().parents[1].parent / "shared" / "traces").resolve()
     if not path.is_dir():
         pytest.fail(
             f"shared traces not found at {path}: the tests need the read-only folder "
