@@ -67,12 +67,11 @@ OVERHEAD_FACTOR = 4.0
 #: populations with fewer traced events than this on both sides never get the note
 OVERHEAD_MIN_EVENTS = 50
 #: the study's rule, quoted in every diff that carries an overhead note
-#: a common shift: at least this share of ...
-COMMON_SHIFT_SHARE = 0.9
-#: ... of at least this many matched populations with an interval moved the same way
-COMMON_SHIFT_MIN = 8
-
 THROUGHPUT_RULE = "throughput is never to be quoted from a profiled run"
+#: a common-shift note (:func:`common_shift`) needs this share of the matched populations with
+#: an interval, and at least :data:`COMMON_SHIFT_MIN` of them, moved the same way
+COMMON_SHIFT_SHARE = 0.9
+COMMON_SHIFT_MIN = 8
 
 
 # -- the diff -------------------------------------------------------------------------------

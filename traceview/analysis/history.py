@@ -2,7 +2,8 @@
 (``traceview history``).
 
 Per run (:func:`summarise`): the steady step time (median, p10, p90 of the step durations,
-ps; one per step index, the longest of the devices': :func:`~traceview.analysis.stepstats.step_walls`) from the step anatomy (:func:`traceview.analysis.steps.profile_anatomy`; when the steps
+ps; one per step index, the longest of the devices':
+:func:`~traceview.analysis.stepstats.step_walls`) from the step anatomy (:func:`traceview.analysis.steps.profile_anatomy`; when the steps
 frame has an ``in_window`` column, only its window's steps), the top op families' self time
 per step, the custom kernels' configurations read off their names
 (:func:`traceview.analysis.kernels.kernels`), and the ids of the findings of its report
