@@ -662,6 +662,14 @@ static uint64_t hash_bytes(const uint8_t *s, uint64_t n, int kind) {
 }
 
 /* index of the string (s, n, kind), interned; -1 when out of memory */
+/* *p grown to hold `bytes` bytes (its contents kept); 0, or -1 when out of memory (*p untouched) */
+static int grow_to(void **p, size_t bytes) {
+    void *q = PyMem_RawRealloc(*p, bytes);
+    if (!q) return -1;
+    *p = q;
+    return 0;
+}
+
 static int64_t intern_str(annot_state *a, const uint8_t *s, uint64_t n, int kind) {
     if (2 * (a->ns + 1) > a->stcap) {
         Py_ssize_t cap = a->stcap ? a->stcap * 2 : 64;
@@ -685,22 +693,15 @@ static int64_t intern_str(annot_state *a, const uint8_t *s, uint64_t n, int kind
     }
     if (a->ns == a->scap) {
         Py_ssize_t cap = a->scap ? a->scap * 2 : 64;
-        int64_t *o = (int64_t *)PyMem_RawRealloc(a->soff, sizeof(int64_t) * (size_t)cap);
-        if (!o) return -1;
-        a->soff = o;
-        int64_t *l = (int64_t *)PyMem_RawRealloc(a->slen, sizeof(int64_t) * (size_t)cap);
-        if (!l) return -1;
-        a->slen = l;
-        uint8_t *k = (uint8_t *)PyMem_RawRealloc(a->skind, (size_t)cap);
-        if (!k) return -1;
-        a->skind = k; a->scap = cap;
+        if (grow_to((void **)&a->soff, sizeof(int64_t) * (size_t)cap) || grow_to((void **)&a->slen, sizeof(int64_t) * (size_t)cap)
+            || grow_to((void **)&a->skind, (size_t)cap)) return -1;
+        a->scap = cap;
     }
     if (a->alen + n + 1 > a->acap) {
         size_t cap = a->acap ? a->acap : 4096;
         while (cap < a->alen + n + 1) cap *= 2;
-        char *ar = (char *)PyMem_RawRealloc(a->arena, cap);
-        if (!ar) return -1;
-        a->arena = ar; a->acap = cap;
+        if (grow_to((void **)&a->arena, cap)) return -1;
+        a->acap = cap;
     }
     memcpy(a->arena + a->alen, s, (size_t)n);
     int64_t j = a->ns++;
@@ -738,16 +739,10 @@ static int64_t intern_combo(annot_state *a, int64_t mid, const uint8_t *kinds, c
         i = (i + 1) & (a->ctcap - 1);
     }
     if (a->nc == a->ccap) {
-        Py_ssize_t cap = a->ccap ? a->ccap * 2 : 256;
-        int64_t *m = (int64_t *)PyMem_RawRealloc(a->cmid, sizeof(int64_t) * (size_t)cap);
-        if (!m) return -1;
-        a->cmid = m;
-        uint8_t *k = (uint8_t *)PyMem_RawRealloc(a->ckind, (size_t)(cap * (nk ? nk : 1)));
-        if (!k) return -1;
-        a->ckind = k;
-        int64_t *v = (int64_t *)PyMem_RawRealloc(a->cval, sizeof(int64_t) * (size_t)(cap * (nk ? nk : 1)));
-        if (!v) return -1;
-        a->cval = v; a->ccap = cap;
+        Py_ssize_t cap = a->ccap ? a->ccap * 2 : 256, w = nk ? nk : 1;
+        if (grow_to((void **)&a->cmid, sizeof(int64_t) * (size_t)cap) || grow_to((void **)&a->ckind, (size_t)(cap * w))
+            || grow_to((void **)&a->cval, sizeof(int64_t) * (size_t)(cap * w))) return -1;
+        a->ccap = cap;
     }
     int64_t j = a->nc++;
     a->cmid[j] = mid;
