@@ -150,6 +150,23 @@ class Report:
     stragglers: object = None
     family_roofline: pl.DataFrame | None = None
     family_roofline_summary: dict | None = None
+    #: why fewer op events are shown than the files hold (:func:`events_note`), None when as many
+    events_note: str | None = None
+
+
+def events_note(files: list, op_events: int, device_groups: pl.DataFrame, kernels: pl.DataFrame) -> str | None:
+    """When the op table holds fewer events than the files read (``files``' op_events summed),
+    one line saying why: interpreted Pallas kernel invocations folded to one row each (a
+    CPU-only profile with named kernels), else events left out by ``--filter`` / ``--device``.
+    None when the counts agree."""
+    read = sum(int(f.get("op_events") or 0) for f in files if isinstance(f, dict))
+    if not read or not op_events or read == op_events:
+        return None
+    cpu = device_groups.height and set(device_groups["device_type"].to_list()) == {"CPU"}
+    why = ("each interpreted Pallas kernel invocation is one row, as on an accelerator (--expand-kernels "
+           "shows the ops inside)" if cpu and kernels.height and read > op_events
+           else "the others are left out by --filter / --device")
+    return f"{op_events:,} op events below, of the {read:,} read: {why}"
 
 
 def file_rows(prof) -> list[dict]:
@@ -259,9 +276,10 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  peaks=peaks, roofline=roof,
                  roofline_summary=predicted_vs_measured(roof), kernels=kern, sources=files,
                  source_frame=source_frame, steps=anat)
+    rep.events_note = events_note(rep.files, rep.op_events, rep.device_groups, kern)
     rep.communication = derived.communication(prof, peaks)
     rep.program_splits = aggregate.program_splits(by_shape)
-    rep.population_regimes = population_regimes(prof, by_shape, examined)
+    rep.population_regimes = population_regimes(by_shape, examined)
     rep.overlap, rep.stragglers = communication_sections(prof, rules, module=step_module, extent=step_extent,
                                                          window=step_window)
     rep.family_roofline = _family_roofline(anat, peaks)
@@ -273,21 +291,17 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     return rep
 
 
-def population_regimes(prof, by_shape: pl.DataFrame, examined: pl.DataFrame | None = None) -> pl.DataFrame:
+def population_regimes(by_shape: pl.DataFrame, examined: pl.DataFrame | None) -> pl.DataFrame:
     """The :func:`~traceview.analysis.distributions.regimes` figures of the ``by_shape``
-    populations flagged with a regime (keys op_name, shape, module), by self time.
-    ``examined``: the figures :func:`~traceview.analysis.aggregate.by_shape_and_regimes`
-    computed with ``by_shape`` (read from there), else computed here."""
+    populations flagged with a regime (keys op_name, shape, module), by self time, read from
+    ``examined`` (what :func:`~traceview.analysis.aggregate.by_shape_and_regimes` computed with
+    ``by_shape``; None for an empty table)."""
     from traceview.analysis import distributions as dist
 
     keys = ["op_name", "shape", "module"]
     flagged = by_shape.filter(pl.col("regimes").is_not_null())
-    if examined is not None and all(k in examined.columns for k in keys):
-        reg = flagged.select(keys).join(examined, on=keys, how="left", nulls_equal=True)
-    else:
-        col = prof.table.collapse() if flagged.height else pl.DataFrame(schema={"attr": pl.UInt32, **{
-            k: pl.Utf8 for k in keys}})
-        reg = dist.regimes(prof.table, prof.module_runs, col, keys, flagged)
+    reg = (examined if examined is not None
+           else pl.DataFrame(schema={**{k: pl.Utf8 for k in keys}, **dist.REGIME_SCHEMA}))
     return flagged.select(*keys, "occurrences", "self_ps", "p50_ps", "p90_ps", "max_ps", "cv").join(
         reg, on=keys, how="left", nulls_equal=True)
 

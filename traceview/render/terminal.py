@@ -53,13 +53,8 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
     console.print("[bold]traceview[/bold] — what was read")
     for line in provenance_lines(rep.discovery, rep.files):
         console.print("  " + escape(line))
-    read = sum(int(f.get("op_events") or 0) for f in rep.files if isinstance(f, dict))
-    if read and rep.op_events and read != rep.op_events:
-        cpu = rep.device_groups.height and set(rep.device_groups["device_type"].to_list()) == {"CPU"}
-        why = ("each interpreted Pallas kernel invocation is one row, as on an accelerator (--expand-kernels "
-               "shows the ops inside)" if cpu and rep.kernels.height and read > rep.op_events
-               else "the others are left out by --filter / --device")
-        console.print(f"  {rep.op_events:,} op events below, of the {read:,} read: {why}")
+    if getattr(rep, "events_note", None):
+        console.print("  " + escape(rep.events_note))
     for w in rep.warnings:
         console.print(f"  [yellow]warning:[/yellow] {escape(w)}")
     if not rep.has_shapes:
