@@ -805,7 +805,9 @@ def _module_diff(b_runs: pl.DataFrame, t_runs: pl.DataFrame, vmap) -> pl.DataFra
     def mods(r, mapping):
         if r is None or r.height == 0:
             return pl.DataFrame(schema={"module": pl.Utf8, "executions": pl.Int64, "mean_ps": pl.Float64})
-        return r.with_columns(pl.col("module").map_elements(lambda m: _subst(m, mapping), return_dtype=pl.Utf8)) \
+        names = r["module"].unique().drop_nulls().to_list()  # renamed once per distinct name
+        return r.with_columns(pl.col("module").replace_strict({m: _subst(m, mapping) for m in names},
+                                                             default=None, return_dtype=pl.Utf8)) \
             .group_by("module").agg(pl.len().cast(pl.Int64).alias("executions"),
                                     pl.col("duration_ps").mean().alias("mean_ps"))
 
