@@ -890,8 +890,11 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
             rows[c] = (_op_row(st, ev_name, hlo), _as_int(st.get("device_ordinal")))
         if markers is not None and marker.any():
             _annotated_markers(le, marker, step_md, names, value, markers)
-        pos = np.flatnonzero(is_op[le.combo])
-        if len(pos):
+        op_ev = is_op[le.combo]
+        if op_ev.all():  # every event an op (GPU streams): the decoded arrays as they are
+            lines.append((le.name, le.combo, le.starts, le.durations, le.occurrences, rows))
+        elif op_ev.any():
+            pos = np.flatnonzero(op_ev)
             lines.append((le.name, le.combo[pos], le.starts[pos], le.durations[pos], le.occurrences[pos], rows))
     if not lines:
         return n
@@ -922,8 +925,8 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
         dur_parts.append(durs)
         self_parts.append(self_times(starts, durs))
         count_parts.append(np.where(occ != 0, occ, 1))
-    occ_all = np.concatenate([ln[4] for ln in lines])
-    starts = np.concatenate(start_parts)
+    occ_all = _cat([ln[4] for ln in lines])
+    starts = _cat(start_parts)
     start = starts
     if (occ_all != 0).any():
         start = pl.select(pl.when(pl.Series(occ_all != 0)).then(None)
@@ -934,9 +937,14 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
     for j, c in enumerate(_ROW_COLUMNS):
         desc[c] = [r[2 + j] for r in attr_rows]
     attrs = frame(desc, {c: OPS_SCHEMA[c] for c in ATTR_COLUMNS})
-    cols.append(OpTable.from_parts(np.concatenate(attrs_parts), start, np.concatenate(dur_parts),
-                                   np.concatenate(self_parts), np.concatenate(count_parts), attrs))
+    cols.append(OpTable.from_parts(_cat(attrs_parts), start, _cat(dur_parts), _cat(self_parts), _cat(count_parts),
+                                   attrs))
     return n
+
+
+def _cat(parts: list) -> np.ndarray:
+    """``np.concatenate(parts)``, without a copy of a single part."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _annotated_markers(le, marker: np.ndarray, step_md: list, names: list, value, markers: list) -> None:
@@ -999,36 +1007,38 @@ def _derive_module_runs(table: OpTable) -> pl.DataFrame:
     kop_tab = d.unique(maintain_order=True).with_row_index("kop")
     kid_of = d.join(key_tab, on=keys, how="left", nulls_equal=True, maintain_order="left")["kid"].to_numpy()
     kop_of = d.join(kop_tab, on=keys + ["op_name"], how="left", nulls_equal=True, maintain_order="left")["kop"].to_numpy()
-    kop_ev = kop_of[attr].astype(np.int64)
-    per_op = (pl.DataFrame({"kop": kop_ev, "count": count, "start": start}).group_by("kop")
-              .agg(pl.col("count").sum().alias("n"), pl.col("start").min().alias("first")))
+    # per (program key, op name): occurrences and first start, summed per description first
+    per_attr = (pl.DataFrame({"attr": attr, "count": count, "start": start}).group_by("attr")
+                .agg(pl.col("count").sum().alias("n"), pl.col("start").min().alias("first")))
+    per_op = (pl.DataFrame({"kop": kop_of[per_attr["attr"].to_numpy()], "n": per_attr["n"], "first": per_attr["first"]})
+              .group_by("kop").agg(pl.col("n").sum(), pl.col("first").min()))
     per_op = (kop_tab.join(per_op, on="kop", how="inner")
               .join(key_tab, on=keys, how="left", nulls_equal=True))
     best = (per_op.sort(["n", "first", "op_name"], maintain_order=True)
             .group_by("kid", maintain_order=True).first().select("kid", "kop"))
     best_kop = np.full(key_tab.height, -1, dtype=np.int64)
     best_kop[best["kid"].to_numpy()] = best["kop"].to_numpy()
+    anchor_of = kop_of == best_kop[kid_of]  # per description: an op of its program's anchor
     # as polars' as-of join by keys: a key with a null never matches
     valid = key_tab.select(pl.all_horizontal(pl.col(k).is_not_null() for k in keys)).to_series().to_numpy()
     kdt = np.uint16 if key_tab.height <= 1 << 16 else np.int64  # 16-bit: a radix sort
     kid_ev = kid_of.astype(kdt)[attr]
     keep = valid[kid_ev]
+    dur = col("duration_ps")
     if not keep.all():
         idx = np.flatnonzero(keep)
-        kid_ev, start, kop_ev = kid_ev[idx], start[idx], kop_ev[idx]
-        placed_end = idx
-    else:
-        placed_end = None
+        kid_ev, start, attr, dur = kid_ev[idx], start[idx], attr[idx], dur[idx]
     if not len(kid_ev):
         return frame({}, MODULE_RUNS_SCHEMA)
-    dur = col("duration_ps")
-    if placed_end is not None:
-        dur = dur[placed_end]
     # events in (program, start) order: a stable sort by start, then by program
-    order = np.argsort(start, kind="stable")
-    order = order[np.argsort(kid_ev[order], kind="stable")]
-    k_s, s_s = kid_ev[order], start[order]
-    anchor = kop_ev[order] == best_kop[k_s]
+    if (start[1:] >= start[:-1]).all():
+        order = np.argsort(kid_ev, kind="stable")
+    else:
+        order = np.argsort(start, kind="stable")
+        order = order[np.argsort(kid_ev[order], kind="stable")]
+    k_s = np.repeat(np.arange(key_tab.height, dtype=kdt), np.bincount(kid_ev, minlength=key_tab.height))
+    s_s = start[order]
+    anchor = anchor_of[attr[order]]
     n = len(order)
     new_key = np.empty(n, dtype=bool)
     new_key[0] = True
