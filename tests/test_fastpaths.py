@@ -192,6 +192,55 @@ def test_range_max_equals_brute_force(values, cuts, disjoint):
     assert got.tolist() == want
 
 
+def _module_runs_reference(events: list, descs: list) -> list:
+    """The rule of ``_derive_module_runs`` event by event: ``events`` (attr, start or None,
+    duration, count), ``descs`` (host, device, module, program_id, op_name) per attr."""
+    by_key: dict = {}
+    for a, s, d, c in events:
+        if s is not None:
+            by_key.setdefault(descs[a][:4], []).append((descs[a][4], s, d, c))
+    rows = []
+    for key, evs in by_key.items():
+        if any(k is None for k in key):
+            continue
+        ops: dict = {}
+        for op, s, d, c in evs:
+            n, first = ops.get(op, (0, s))
+            ops[op] = (n + c, min(first, s))
+        anchor = min(ops, key=lambda op: (ops[op][0], ops[op][1], op))
+        starts = sorted({s for op, s, _, _ in evs if op == anchor})
+        for j, a in enumerate(starts):
+            nxt = starts[j + 1] if j + 1 < len(starts) else None
+            end = max(s + d for _, s, d, _ in evs if s >= a and (nxt is None or s < nxt))
+            rows.append((key[0], key[1], a, key[2], key[3], end - a))
+    return sorted(rows)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["h1", "h2"]), st.sampled_from(["/device:GPU:0", "/device:GPU:1", None]),
+                          st.sampled_from(["jit_a", "jit_b"]), st.sampled_from([1, 2, None]),
+                          st.sampled_from(["x", "y", "z"])), min_size=1, max_size=8),
+       st.lists(st.tuples(st.integers(0, 7), st.integers(0, 40) | st.none(), st.integers(0, 15), st.integers(1, 3)),
+                max_size=60))
+def test_derived_module_runs_equal_the_rule_event_by_event(descs, events):
+    """GPU/CPU program executions (one sort and a segment max over the events) are those of
+    the rule applied event by event: anchor op, as-of spans, null keys, ties, unplaced events."""
+    events = [(a % len(descs), s, d, c) for a, s, d, c in events]
+    cols = {c: [None] * len(descs) for c in xplane.ATTR_COLUMNS}
+    for j, c in enumerate(("host", "device", "module", "program_id", "op_name")):
+        cols[c] = [d[j] for d in descs]
+    attrs = pl.DataFrame(cols, schema={c: xplane.OPS_SCHEMA[c] for c in xplane.ATTR_COLUMNS})
+    table = OpTable.from_parts(np.array([e[0] for e in events], dtype=np.uint32),
+                               pl.Series([e[1] for e in events], dtype=pl.Int64),
+                               np.array([e[2] for e in events], dtype=np.int64),
+                               np.array([e[2] for e in events], dtype=np.int64),
+                               np.array([e[3] for e in events], dtype=np.int64), attrs)
+    runs = xplane._derive_module_runs(table)
+    assert runs.schema == pl.Schema(xplane.MODULE_RUNS_SCHEMA)
+    got = list(zip(*(runs[c].to_list() for c in ("host", "device", "start_ps", "module", "program_id", "duration_ps"))))
+    assert got == _module_runs_reference(events, descs)  # rows in (host, device, start, module, id) order
+
+
 def test_optable_round_trip_and_concat(shared_traces):
     td = xplane.read_xplane(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
     wide = td.ops

@@ -890,8 +890,11 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
             rows[c] = (_op_row(st, ev_name, hlo), _as_int(st.get("device_ordinal")))
         if markers is not None and marker.any():
             _annotated_markers(le, marker, step_md, names, value, markers)
-        pos = np.flatnonzero(is_op[le.combo])
-        if len(pos):
+        op_ev = is_op[le.combo]
+        if op_ev.all():  # every event an op (GPU streams): the decoded arrays as they are
+            lines.append((le.name, le.combo, le.starts, le.durations, le.occurrences, rows))
+        elif op_ev.any():
+            pos = np.flatnonzero(op_ev)
             lines.append((le.name, le.combo[pos], le.starts[pos], le.durations[pos], le.occurrences[pos], rows))
     if not lines:
         return n
@@ -922,8 +925,8 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
         dur_parts.append(durs)
         self_parts.append(self_times(starts, durs))
         count_parts.append(np.where(occ != 0, occ, 1))
-    occ_all = np.concatenate([ln[4] for ln in lines])
-    starts = np.concatenate(start_parts)
+    occ_all = _cat([ln[4] for ln in lines])
+    starts = _cat(start_parts)
     start = starts
     if (occ_all != 0).any():
         start = pl.select(pl.when(pl.Series(occ_all != 0)).then(None)
@@ -934,9 +937,14 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
     for j, c in enumerate(_ROW_COLUMNS):
         desc[c] = [r[2 + j] for r in attr_rows]
     attrs = frame(desc, {c: OPS_SCHEMA[c] for c in ATTR_COLUMNS})
-    cols.append(OpTable.from_parts(np.concatenate(attrs_parts), start, np.concatenate(dur_parts),
-                                   np.concatenate(self_parts), np.concatenate(count_parts), attrs))
+    cols.append(OpTable.from_parts(_cat(attrs_parts), start, _cat(dur_parts), _cat(self_parts), _cat(count_parts),
+                                   attrs))
     return n
+
+
+def _cat(parts: list) -> np.ndarray:
+    """``np.concatenate(parts)``, without a copy of a single part."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def _annotated_markers(le, marker: np.ndarray, step_md: list, names: list, value, markers: list) -> None:
@@ -973,66 +981,89 @@ def _derive_module_runs(table: OpTable) -> pl.DataFrame:
     name, so the same trace always gives the same executions). Execution k starts at that
     anchor op's k-th start and ends at the latest end of the program's ops that start before
     execution k+1 begins (an as-of join), so it spans the whole program, not the anchor op.
-    A program without a ``program_id`` gets no executions. Keys and op names are worked out
-    per description; the events are only sorted and searched as integer arrays.
+    A program without a ``program_id`` gets no executions. Rows are ordered by host, device,
+    start_ps, module, program_id. Keys and op names are worked out per description; the
+    events are only sorted and reduced as integer arrays (one sort by program then start).
     """
     keys = ["host", "device", "module", "program_id"]
     ev = table.events
-    placed = ev["start_ps"].is_not_null().to_numpy()
-    if not placed.any():
+    start_s = ev["start_ps"]
+    placed = None if start_s.null_count() == 0 else start_s.is_not_null().to_numpy()
+    if placed is not None and not placed.any():
         return frame({}, MODULE_RUNS_SCHEMA)
-    attr = ev["attr"].to_numpy()[placed]
-    start = ev["start_ps"].fill_null(0).to_numpy()[placed]
-    end = start + ev["duration_ps"].fill_null(0).to_numpy()[placed]  # int64, wrapping as polars does
-    count = ev["count"].to_numpy()[placed]
-    # per description: its program key and its (program key, op name)
+
+    def col(name):
+        a = ev[name].fill_null(0).to_numpy() if ev[name].null_count() else ev[name].to_numpy()
+        return a if placed is None else a[placed]
+
+    attr = col("attr")
+    start = col("start_ps")
+    count = col("count")
+    # per description: its program key (numbered in (host, device, module, program_id)
+    # order, nulls first) and its (program key, op name)
     d = table.attrs.select(keys + ["op_name"])
-    key_tab = d.select(keys).unique(maintain_order=True).with_row_index("kid")
+    key_tab = (d.select(keys).unique().sort(keys, nulls_last=False, maintain_order=True)
+               .with_row_index("kid"))
     kop_tab = d.unique(maintain_order=True).with_row_index("kop")
     kid_of = d.join(key_tab, on=keys, how="left", nulls_equal=True, maintain_order="left")["kid"].to_numpy()
     kop_of = d.join(kop_tab, on=keys + ["op_name"], how="left", nulls_equal=True, maintain_order="left")["kop"].to_numpy()
-    kop_ev = kop_of[attr].astype(np.int64)
-    per_op = (pl.DataFrame({"kop": kop_ev, "count": count, "start": start}).group_by("kop")
-              .agg(pl.col("count").sum().alias("n"), pl.col("start").min().alias("first")))
+    # per (program key, op name): occurrences and first start, summed per description first
+    per_attr = (pl.DataFrame({"attr": attr, "count": count, "start": start}).group_by("attr")
+                .agg(pl.col("count").sum().alias("n"), pl.col("start").min().alias("first")))
+    per_op = (pl.DataFrame({"kop": kop_of[per_attr["attr"].to_numpy()], "n": per_attr["n"], "first": per_attr["first"]})
+              .group_by("kop").agg(pl.col("n").sum(), pl.col("first").min()))
     per_op = (kop_tab.join(per_op, on="kop", how="inner")
               .join(key_tab, on=keys, how="left", nulls_equal=True))
     best = (per_op.sort(["n", "first", "op_name"], maintain_order=True)
             .group_by("kid", maintain_order=True).first().select("kid", "kop"))
     best_kop = np.full(key_tab.height, -1, dtype=np.int64)
     best_kop[best["kid"].to_numpy()] = best["kop"].to_numpy()
-    kid_ev = kid_of[attr].astype(np.int64)
+    anchor_of = kop_of == best_kop[kid_of]  # per description: an op of its program's anchor
     # as polars' as-of join by keys: a key with a null never matches
     valid = key_tab.select(pl.all_horizontal(pl.col(k).is_not_null() for k in keys)).to_series().to_numpy()
-    order = np.argsort(kid_ev, kind="stable")
-    bounds = np.searchsorted(kid_ev[order], np.arange(key_tab.height + 1))
-    out_kid, out_start, out_end = [], [], []
-    for k in range(key_tab.height):
-        seg = order[bounds[k]:bounds[k + 1]]
-        if not len(seg) or not valid[k]:
-            continue
-        s_seg = start[seg]
-        anchors = np.sort(s_seg[kop_ev[seg] == best_kop[k]])
-        anchors = anchors[np.r_[True, anchors[1:] != anchors[:-1]]] if len(anchors) else anchors
-        run = np.searchsorted(anchors, s_seg, side="right") - 1
-        has = run >= 0
-        # the latest end of the events of each execution (every anchor has its own event)
-        ends = np.full(len(anchors), np.iinfo(np.int64).min, dtype=np.int64)
-        np.maximum.at(ends, run[has], end[seg][has])
-        out_kid.append(np.full(len(anchors), k, dtype=np.int64))
-        out_start.append(anchors)
-        out_end.append(ends)
-    if not out_kid:
+    kdt = np.uint16 if key_tab.height <= 1 << 16 else np.int64  # 16-bit: a radix sort
+    kid_ev = kid_of.astype(kdt)[attr]
+    keep = valid[kid_ev]
+    dur = col("duration_ps")
+    if not keep.all():
+        idx = np.flatnonzero(keep)
+        kid_ev, start, attr, dur = kid_ev[idx], start[idx], attr[idx], dur[idx]
+    if not len(kid_ev):
         return frame({}, MODULE_RUNS_SCHEMA)
-    kid = np.concatenate(out_kid)
-    r_start = np.concatenate(out_start)
-    r_dur = np.concatenate(out_end) - r_start
-    # programs starting at the same ps: ordered by name and id, the same every time (the order
-    # of a sort on host, device, start_ps, module, program_id, done on integer ranks: every
-    # key with a run has no null)
-    rank = key_tab.select(pl.col(c).rank("dense").cast(pl.Int64).fill_null(0).alias(c)
-                          for c in ("host", "device", "module", "program_id"))
-    rk = {c: rank[c].to_numpy()[kid] for c in rank.columns}
-    o = np.lexsort((rk["program_id"], rk["module"], r_start, rk["device"], rk["host"]))
+    # events in (program, start) order: a stable sort by start, then by program
+    if (start[1:] >= start[:-1]).all():
+        order = np.argsort(kid_ev, kind="stable")
+    else:
+        order = np.argsort(start, kind="stable")
+        order = order[np.argsort(kid_ev[order], kind="stable")]
+    k_s = np.repeat(np.arange(key_tab.height, dtype=kdt), np.bincount(kid_ev, minlength=key_tab.height))
+    s_s = start[order]
+    anchor = anchor_of[attr[order]]
+    n = len(order)
+    new_key = np.empty(n, dtype=bool)
+    new_key[0] = True
+    np.not_equal(k_s[1:], k_s[:-1], out=new_key[1:])
+    new_start = new_key.copy()
+    new_start[1:] |= s_s[1:] != s_s[:-1]
+    # an execution begins at the first event of each (program, start) group holding an anchor
+    # event; it takes every later event of its program up to the next execution
+    grp = np.cumsum(new_start) - 1
+    grp_anchor = np.zeros(int(grp[-1]) + 1, dtype=bool)
+    grp_anchor[grp[anchor]] = True
+    begins = new_start & grp_anchor[grp]
+    cuts = np.flatnonzero(begins | new_key)
+    end = s_s + dur[order]  # int64, wrapping as polars does
+    ends = np.maximum.reduceat(end, cuts)[begins[cuts]]
+    at = np.flatnonzero(begins)
+    kid, r_start = k_s[at].astype(np.uint32), s_s[at]
+    r_dur = ends - r_start
+    # rows by host, device, start_ps, module, program_id: the runs are in (key, start) order
+    # and keys are numbered in sort order, so a stable sort by start then by (host, device)
+    hd = key_tab.select(pl.struct("host", "device").rle_id()).to_series().to_numpy()
+    o = np.argsort(r_start, kind="stable")
+    hd_run = hd[kid[o]]
+    if hd_run.min() != hd_run.max():
+        o = o[np.argsort(hd_run.astype(kdt), kind="stable")]
     kid, r_start, r_dur = kid[o], r_start[o], r_dur[o]
     runs = key_tab.drop("kid")[pl.Series(kid)].with_columns(pl.Series("start_ps", r_start),
                                                             pl.Series("duration_ps", r_dur))

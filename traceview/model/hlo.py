@@ -5,11 +5,12 @@ default since jax 0.4): an XEventMetadata named ``<module>(<program_id>)`` carry
 stat ``Hlo Proto`` (bytes). GPU and CPU op events only name their op (``hlo_op``) and
 program (``program_id``); shapes, opcodes and source lines come from joining on
 (program_id, op name) against these protos. Protos are decoded lazily, one per program
-actually referenced by an event.
+actually referenced by an event, and of each only the instructions events name.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from google.protobuf.message import DecodeError
@@ -57,7 +58,7 @@ class HloModule:
 
     name: str
     program_id: int
-    ops: dict[str, HloOp] = field(default_factory=dict)
+    ops: Mapping[str, HloOp] = field(default_factory=dict)
 
 
 def _stack(module_proto, frame_id: int, limit: int = 64) -> list[tuple[str, int]]:
@@ -78,8 +79,94 @@ def _stack(module_proto, frame_id: int, limit: int = 64) -> list[tuple[str, int]
     return out
 
 
+def _decode_op(mod, ins, by_id: dict, costs: ModuleCosts) -> HloOp:
+    """The :class:`HloOp` of instruction ``ins`` of module proto ``mod`` (``by_id``: its
+    instructions by id, the later of a repeated id winning)."""
+    res = shape_from_proto(ins.shape)
+    operands = []
+    for oid in ins.operand_ids:
+        o = by_id.get(oid)
+        operands.append(None if o is None else shape_from_proto(o.shape))
+    operand_names = [by_id[o].name if o in by_id else "?" for o in ins.operand_ids]
+    text_ops = ", ".join(
+        f"{'?' if s is None else s} %{n}" for s, n in zip(operands, operand_names)
+    )
+    attrs = []
+    if ins.fusion_kind:
+        attrs.append(f"kind={ins.fusion_kind}")
+    if ins.custom_call_target:
+        attrs.append(f'custom_call_target="{ins.custom_call_target}"')
+    attrs.extend(proto_attributes(ins))
+    hlo_text = f"%{ins.name} = {res} {ins.opcode}({text_ops})" + (
+        ", " + ", ".join(attrs) if attrs else ""
+    )
+    md = ins.metadata
+    frames = _stack(mod, md.stack_frame_id) if md.stack_frame_id else []
+    src_file, src_line = md.source_file, (md.source_line or None)
+    if not src_file and frames:
+        src_file, src_line = frames[0]
+    category = _FUSION_CATEGORY.get(ins.fusion_kind, ins.opcode) if ins.opcode == "fusion" else ins.opcode
+    return HloOp(
+        name=ins.name,
+        opcode=ins.opcode,
+        category=category,
+        result=res,
+        operands=tuple(operands),
+        shape=signature(res, operands, ins.opcode),
+        hlo_text=hlo_text,
+        source_file=src_file,
+        source_line=src_line,
+        source_stack="\n".join(f"{f}:{ln}" for f, ln in frames),
+        framework_op=md.op_name,
+        custom_call_target=ins.custom_call_target,
+        # control flow: its body's ops are traced (and costed) on their own
+        flops=None if ins.opcode in _CONTROL_FLOW else costs.instruction_flops(ins),
+        bytes=None if ins.opcode in _CONTROL_FLOW else io_bytes(res, operands, ins.opcode),
+        proto=ins,
+    )
+
+
+class _LazyOps(Mapping):
+    """A module's :class:`HloOp` by instruction name (the later of a repeated name winning),
+    each decoded on first access: a profile's events name a few of a module's instructions.
+    Decoding errors (``ValueError``, ``RecursionError``, ...) are raised by that access."""
+
+    def __init__(self, mod) -> None:
+        self._mod = mod
+        self._by_id: dict[int, object] = {}
+        self._by_name: dict[str, object] = {}
+        for comp in mod.computations:
+            for ins in comp.instructions:
+                self._by_id[ins.id] = ins
+                self._by_name[ins.name] = ins
+        self._costs: ModuleCosts | None = None
+        self._done: dict[str, HloOp] = {}
+
+    def __getitem__(self, name: str) -> HloOp:
+        op = self._done.get(name)
+        if op is None:
+            ins = self._by_name[name]
+            if self._costs is None:
+                self._costs = ModuleCosts(self._mod)
+            op = self._done[name] = _decode_op(self._mod, ins, self._by_id, self._costs)
+        return op
+
+    def get(self, name, default=None):
+        return self[name] if name in self._by_name else default
+
+    def __contains__(self, name) -> bool:
+        return name in self._by_name
+
+    def __iter__(self):
+        return iter(self._by_name)
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+
 def decode_module(data: bytes, program_id: int) -> HloModule:
-    """Decode serialized ``xla.HloProto`` bytes into an :class:`HloModule`.
+    """Decode serialized ``xla.HloProto`` bytes into an :class:`HloModule` whose ``ops``
+    decode each instruction on first access (:class:`_LazyOps`).
 
     Raises ``google.protobuf.message.DecodeError`` on corrupt bytes (callers turn it into a
     warning: a broken proto costs shapes, not the whole trace).
@@ -87,64 +174,15 @@ def decode_module(data: bytes, program_id: int) -> HloModule:
     proto = HloProto()
     proto.ParseFromString(data)
     mod = proto.hlo_module
-    result = HloModule(mod.name, program_id)
-    costs = ModuleCosts(mod)
-    by_id: dict[int, object] = {}
-    for comp in mod.computations:
-        for ins in comp.instructions:
-            by_id[ins.id] = ins
-    for comp in mod.computations:
-        for ins in comp.instructions:
-            res = shape_from_proto(ins.shape)
-            operands = []
-            for oid in ins.operand_ids:
-                o = by_id.get(oid)
-                operands.append(None if o is None else shape_from_proto(o.shape))
-            operand_names = [by_id[o].name if o in by_id else "?" for o in ins.operand_ids]
-            text_ops = ", ".join(
-                f"{'?' if s is None else s} %{n}" for s, n in zip(operands, operand_names)
-            )
-            attrs = []
-            if ins.fusion_kind:
-                attrs.append(f"kind={ins.fusion_kind}")
-            if ins.custom_call_target:
-                attrs.append(f'custom_call_target="{ins.custom_call_target}"')
-            attrs.extend(proto_attributes(ins))
-            hlo_text = f"%{ins.name} = {res} {ins.opcode}({text_ops})" + (
-                ", " + ", ".join(attrs) if attrs else ""
-            )
-            md = ins.metadata
-            frames = _stack(mod, md.stack_frame_id) if md.stack_frame_id else []
-            src_file, src_line = md.source_file, (md.source_line or None)
-            if not src_file and frames:
-                src_file, src_line = frames[0]
-            category = _FUSION_CATEGORY.get(ins.fusion_kind, ins.opcode) if ins.opcode == "fusion" else ins.opcode
-            result.ops[ins.name] = HloOp(
-                name=ins.name,
-                opcode=ins.opcode,
-                category=category,
-                result=res,
-                operands=tuple(operands),
-                shape=signature(res, operands, ins.opcode),
-                hlo_text=hlo_text,
-                source_file=src_file,
-                source_line=src_line,
-                source_stack="\n".join(f"{f}:{ln}" for f, ln in frames),
-                framework_op=md.op_name,
-                custom_call_target=ins.custom_call_target,
-                # control flow: its body's ops are traced (and costed) on their own
-                flops=None if ins.opcode in _CONTROL_FLOW else costs.instruction_flops(ins),
-                bytes=None if ins.opcode in _CONTROL_FLOW else io_bytes(res, operands, ins.opcode),
-                proto=ins,
-            )
-    return result
+    return HloModule(mod.name, program_id, _LazyOps(mod))
 
 
 class HloIndex:
     """Lazily decoded HLO modules of one XSpace, keyed by program id.
 
     ``raw`` maps program_id -> (module name, serialized HloProto bytes). ``get`` decodes on
-    first use and caches; a proto that fails to decode is remembered in ``errors``.
+    first use and caches; a proto (or, in ``op``, an instruction) that fails to decode is
+    remembered in ``errors``.
     """
 
     def __init__(self) -> None:
@@ -161,18 +199,30 @@ class HloIndex:
         if program_id is None or program_id not in self.raw:
             return None
         if program_id not in self._decoded:
-            name, data = self.raw[program_id]
             try:
-                self._decoded[program_id] = decode_module(data, program_id)
-            except (DecodeError, RecursionError, ValueError) as exc:
-                self.errors.append(f"HLO proto of {name}({program_id}) is unreadable: {exc}")
-                self._decoded[program_id] = None
+                self._decoded[program_id] = decode_module(self.raw[program_id][1], program_id)
             except Exception as exc:  # noqa: BLE001 - a hostile proto costs its shapes, not the trace
-                self.errors.append(f"HLO proto of {name}({program_id}) is unusable "
-                                   f"({type(exc).__name__}: {exc}); its ops have no shapes")
-                self._decoded[program_id] = None
+                self._fail(program_id, exc)
         return self._decoded[program_id]
 
+    def _fail(self, program_id: int, exc: Exception) -> None:
+        """Note why module ``program_id`` cannot be used and drop it (its later ops have no shapes)."""
+        name = self.raw[program_id][0]
+        if isinstance(exc, (DecodeError, RecursionError, ValueError)):
+            self.errors.append(f"HLO proto of {name}({program_id}) is unreadable: {exc}")
+        else:
+            self.errors.append(f"HLO proto of {name}({program_id}) is unusable "
+                               f"({type(exc).__name__}: {exc}); its ops have no shapes")
+        self._decoded[program_id] = None
+
     def op(self, program_id: int | None, op_name: str) -> HloOp | None:
+        """The instruction ``op_name`` of module ``program_id``, None when either is unknown or
+        the module is unusable; an instruction that fails to decode makes its module unusable."""
         mod = self.get(program_id)
-        return None if mod is None else mod.ops.get(op_name)
+        if mod is None:
+            return None
+        try:
+            return mod.ops.get(op_name)
+        except Exception as exc:  # noqa: BLE001 - as in get
+            self._fail(program_id, exc)
+            return None

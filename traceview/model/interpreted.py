@@ -113,6 +113,24 @@ def loop_shape(shape: str | None) -> str:
     return _strip_counters(shape.split(" <- ")[0])
 
 
+def _by_start_longest_first(start: np.ndarray, neg_dur: np.ndarray) -> np.ndarray:
+    """The order of ``np.lexsort((neg_dur, start))`` (by start, then by ``neg_dur``, then by
+    position), as one stable sort by start and a sort of the equal-start runs only."""
+    order = np.argsort(start, kind="stable")
+    s = start[order]
+    tie = s[1:] == s[:-1]
+    if not tie.any():
+        return order
+    in_run = np.zeros(len(s), dtype=bool)
+    in_run[1:] |= tie
+    in_run[:-1] |= tie
+    pos = np.flatnonzero(in_run)
+    run = np.cumsum(np.r_[True, ~tie])[pos]  # equal-start run id of each tied position
+    sub = order[pos]
+    order[pos] = sub[np.lexsort((neg_dur[sub], run))]
+    return order
+
+
 def kernel_scopes(attrs: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
     """Per op description (row of ``attrs``, an :class:`OpTable` attrs frame): the id of its
     kernel scope (-1: none) and whether it is the scope's grid loop (the ``while`` at
@@ -202,7 +220,7 @@ def collapse_kernels(table: OpTable) -> OpTable:
     empty_fop = (attrs["framework_op"].fill_null("") == "").to_numpy()[attr]
     for dv in np.unique(ev_dev[(ev_scope >= 0) & has_start]):
         idx = np.nonzero((ev_dev == dv) & has_start)[0]
-        order = idx[np.lexsort((-dur[idx], start[idx]))]
+        order = idx[_by_start_longest_first(start[idx], -dur[idx])]
         s, e, ln, sc = start[order], end[order], ev_line[order], ev_scope[order]
         bare = empty_fop[order]
         owner = np.full(len(order), -1, dtype=np.int64)
@@ -283,18 +301,21 @@ def collapse_kernels(table: OpTable) -> OpTable:
     sc_m = ev_scope[members]
     is_a = anchor_of[attr[members]]
     rank = np.where(is_a, np.iinfo(np.int64).max, dur[members])
-    o = np.lexsort((rank, mi))
-    last = np.ones(len(o), dtype=bool)
-    last[:-1] = mi[o][1:] != mi[o][:-1]
-    lead[mi[o][last]] = members[o][last]
+    top = np.full(n_inv, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(top, mi, rank)
+    best = rank == top[mi]  # ties: the last event in table order
+    np.maximum.at(lead, mi[best], members[best])
     has_sc = sc_m >= 0
     inv_scope[mi[has_sc]] = sc_m[has_sc]
     lead_attr = attr[lead]
     lead_rows = (pl.DataFrame({"attr": pl.Series(lead_attr, dtype=pl.UInt32)})
                  .join(attrs, on="attr", how="left", maintain_order="left"))
     names = [paths[k].rsplit("/", 1)[-1] for k in inv_scope]
-    shapes = [loop_shape(sh) if a else (sh or "")
-              for sh, a in zip(lead_rows["shape"].to_list(), anchor_of[lead_attr].tolist())]
+    # per description: the shape of the invocations it leads
+    u_attr, u_inv = np.unique(lead_attr, return_inverse=True)
+    u_shape = attrs["shape"].gather(pl.Series(u_attr, dtype=pl.UInt32)).to_list()
+    u_shapes = [loop_shape(sh) if a else (sh or "") for sh, a in zip(u_shape, anchor_of[u_attr].tolist())]
+    shapes = [u_shapes[i] for i in u_inv.tolist()]
     desc = lead_rows.with_columns(
         pl.Series("op_name", names, dtype=pl.Utf8),
         pl.lit("custom-call").alias("op_kind"), pl.lit("custom-call").alias("category"),

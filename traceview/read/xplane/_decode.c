@@ -711,6 +711,17 @@ static int64_t intern_str(annot_state *a, const uint8_t *s, uint64_t n, int kind
     return j;
 }
 
+/* hash of a combo: one multiply per key slot, mixed once at the end (only the table's probe
+ * order depends on it, not the combo ids) */
+static inline uint64_t combo_hash(int64_t mid, const uint8_t *kinds, const int64_t *vals, int nk) {
+    uint64_t h = (uint64_t)mid * 0x9E3779B97F4A7C15ULL;
+    for (int s = 0; s < nk; s++) {
+        h = (h << 27) | (h >> 37);
+        h = (h ^ ((uint64_t)kinds[s] << 56) ^ (uint64_t)vals[s]) * 0xff51afd7ed558ccdULL;
+    }
+    return mix64(h);
+}
+
 /* combo id of (mid, kinds, vals); -1 when out of memory */
 static int64_t intern_combo(annot_state *a, int64_t mid, const uint8_t *kinds, const int64_t *vals) {
     int nk = a->nkey;
@@ -720,16 +731,14 @@ static int64_t intern_combo(annot_state *a, int64_t mid, const uint8_t *kinds, c
         if (!t) return -1;
         for (Py_ssize_t i = 0; i < cap; i++) t[i] = -1;
         for (Py_ssize_t j = 0; j < a->nc; j++) {
-            uint64_t h = mix64((uint64_t)a->cmid[j]);
-            for (int s = 0; s < nk; s++) h = mix64(h ^ ((uint64_t)a->ckind[j * nk + s] << 56) ^ (uint64_t)a->cval[j * nk + s]);
+            uint64_t h = combo_hash(a->cmid[j], a->ckind + j * nk, a->cval + j * nk, nk);
             Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(cap - 1));
             while (t[i] >= 0) i = (i + 1) & (cap - 1);
             t[i] = j;
         }
         PyMem_RawFree(a->ctab); a->ctab = t; a->ctcap = cap;
     }
-    uint64_t h = mix64((uint64_t)mid);
-    for (int s = 0; s < nk; s++) h = mix64(h ^ ((uint64_t)kinds[s] << 56) ^ (uint64_t)vals[s]);
+    uint64_t h = combo_hash(mid, kinds, vals, nk);
     Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(a->ctcap - 1));
     while (a->ctab[i] >= 0) {
         int64_t j = a->ctab[i];
@@ -758,10 +767,25 @@ static void annot_free(annot_state *a) {
 }
 
 #define ANNOT_MAX_SLOTS 32
+#define ANNOT_DIRECT 256  /* stat metadata ids below this find their slot in annot_out.slot_of */
 typedef struct {
     int64_t *offs, *durs, *occs, *xval; uint8_t *flags, *xkind; uint32_t *combo;
     const int64_t *ids, *slots; Py_ssize_t nids; int nkey, nslot;
+    /* per id below ANNOT_DIRECT: its one slot, -1 when not in ids, -2 when in ids more than
+     * once (those, and larger ids, scan ids) */
+    int8_t slot_of[ANNOT_DIRECT];
 } annot_out;
+
+/* the stat value sv into slot s (str and bytes interned); -1 when out of memory */
+static inline int put_slot(annot_state *a, const stat_val *sv, int s, uint8_t *kinds, int64_t *vals) {
+    int64_t val = sv->val;
+    if (sv->kind == 4 || sv->kind == 5) {
+        val = intern_str(a, sv->s, sv->slen, sv->kind);
+        if (val < 0) return -1;
+    }
+    kinds[s] = (uint8_t)sv->kind; vals[s] = val;
+    return 0;
+}
 
 #if defined(__GNUC__)
 __attribute__((noinline))  /* called under TV_GUARD: kept out of the sigsetjmp frame */
@@ -784,8 +808,8 @@ static const char *fill_annotated(const uint8_t *p, const uint8_t *end, const an
         int64_t mid = 0, off = 0, dur = 0, occ = 0;
         uint8_t has = 0, kinds[ANNOT_MAX_SLOTS];
         int64_t vals[ANNOT_MAX_SLOTS];
-        memset(kinds, 0, sizeof kinds);
-        memset(vals, 0, sizeof vals);
+        memset(kinds, 0, (size_t)o->nslot);
+        memset(vals, 0, sizeof(int64_t) * (size_t)o->nslot);
         while (q < qe) {
             uint64_t k2, v;
             if (!read_varint_h(&q, qe, end, &k2)) return "truncated event field";
@@ -805,15 +829,12 @@ static const char *fill_annotated(const uint8_t *p, const uint8_t *end, const an
                 stat_val sv;
                 if (!stat_full(q, q + sl, end, &sid, &sv)) return "bad stat";
                 q += sl;
-                for (Py_ssize_t t = 0; t < o->nids; t++) {
-                    if (o->ids[t] != sid) continue;
-                    int s = (int)o->slots[t];
-                    int64_t val = sv.val;
-                    if (sv.kind == 4 || sv.kind == 5) {
-                        val = intern_str(a, sv.s, sv.slen, sv.kind);
-                        if (val < 0) return "out of memory";
-                    }
-                    kinds[s] = (uint8_t)sv.kind; vals[s] = val;
+                int direct = sid >= 0 && sid < ANNOT_DIRECT ? o->slot_of[sid] : -2;
+                if (direct >= 0) {
+                    if (put_slot(a, &sv, direct, kinds, vals)) return "out of memory";
+                } else if (direct == -2) {
+                    for (Py_ssize_t t = 0; t < o->nids; t++)
+                        if (o->ids[t] == sid && put_slot(a, &sv, (int)o->slots[t], kinds, vals)) return "out of memory";
                 }
             } else if (!skip_field(&q, qe, k2)) return "bad event field";
         }
@@ -869,7 +890,12 @@ static PyObject *decode_annotated(PyObject *self, PyObject *args) {
                    (int64_t *)PyBytes_AS_STRING(b[2]), (int64_t *)PyBytes_AS_STRING(b[6]),
                    (uint8_t *)PyBytes_AS_STRING(b[3]), (uint8_t *)PyBytes_AS_STRING(b[5]),
                    (uint32_t *)PyBytes_AS_STRING(b[4]), (const int64_t *)bi.buf, (const int64_t *)bsl.buf,
-                   nids, nkey, nslot};
+                   nids, nkey, nslot, {0}};
+    memset(o.slot_of, -1, sizeof o.slot_of);
+    for (Py_ssize_t t = 0; t < nids; t++) {
+        int64_t id = o.ids[t];
+        if (id >= 0 && id < ANNOT_DIRECT) o.slot_of[id] = o.slot_of[id] == -1 ? (int8_t)o.slots[t] : -2;
+    }
     annot_state a;
     memset(&a, 0, sizeof a);
     a.nkey = nkey;
