@@ -412,3 +412,29 @@ def test_library_arguments_give_usage_errors(tmp_path):
         with pytest.raises(UsageError):
             call()
     assert traceview.load(os.fsencode(path), cache=False).by_shape().height == prof.by_shape().height == 16
+
+
+@pytest.mark.parametrize("order", [("bad.2", "dot.1"), ("dot.1", "bad.2")])
+def test_an_unreadable_hlo_instruction_costs_only_its_own_shapes(monkeypatch, order):
+    """A module's instructions are decoded when an event names them: one that fails to decode
+    leaves that op without shapes, the module's other ops keep theirs whatever the order of
+    lookups, and the module gets one note."""
+    from badinputs import hlo_proto_bytes
+
+    from traceview.model import hlo
+
+    real = hlo._decode_op
+
+    def decode(mod, ins, by_id, costs):
+        if ins.name.startswith("bad"):
+            raise ValueError("hostile instruction")
+        return real(mod, ins, by_id, costs)
+
+    monkeypatch.setattr(hlo, "_decode_op", decode)
+    index = hlo.HloIndex()
+    index.add(7, "jit_g", hlo_proto_bytes(ops=(("dot.1", "dot"), ("bad.2", "add"))))
+    got = {name: index.op(7, name) for name in order + order}
+    assert got["bad.2"] is None
+    assert got["dot.1"] is not None and str(got["dot.1"].result) == "f32[16,16]"
+    assert index.errors == ["HLO proto of jit_g(7): instruction bad.2 is unreadable (ValueError: hostile "
+                            "instruction); the ops whose instructions cannot be read have no shapes"]

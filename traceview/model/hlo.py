@@ -189,6 +189,7 @@ class HloIndex:
         self.raw: dict[int, tuple[str, bytes]] = {}
         self.names: dict[int, str] = {}
         self._decoded: dict[int, HloModule | None] = {}
+        self._bad_ops: set[int] = set()  # modules with an instruction that failed to decode
         self.errors: list[str] = []
 
     def add(self, program_id: int, module_name: str, data: bytes) -> None:
@@ -216,13 +217,18 @@ class HloIndex:
         self._decoded[program_id] = None
 
     def op(self, program_id: int | None, op_name: str) -> HloOp | None:
-        """The instruction ``op_name`` of module ``program_id``, None when either is unknown or
-        the module is unusable; an instruction that fails to decode makes its module unusable."""
+        """The instruction ``op_name`` of module ``program_id``, None when either is unknown,
+        the module is unusable or the instruction fails to decode (that op alone has no
+        shapes; one note per module, naming the first such instruction looked up)."""
         mod = self.get(program_id)
         if mod is None:
             return None
         try:
             return mod.ops.get(op_name)
         except Exception as exc:  # noqa: BLE001 - as in get
-            self._fail(program_id, exc)
+            if program_id not in self._bad_ops:
+                self._bad_ops.add(program_id)
+                self.errors.append(f"HLO proto of {self.raw[program_id][0]}({program_id}): instruction "
+                                   f"{op_name} is unreadable ({type(exc).__name__}: {exc}); the ops whose "
+                                   "instructions cannot be read have no shapes")
             return None
