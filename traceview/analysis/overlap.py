@@ -99,8 +99,11 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     """Disjoint sorted intervals covering the union of [starts, ends)."""
     if len(starts) == 0:
         return starts, ends
-    o = np.argsort(starts, kind="stable")
-    s, e = starts[o], ends[o]
+    if bool((starts[1:] >= starts[:-1]).all()):
+        s, e = starts, ends
+    else:
+        o = np.argsort(starts, kind="stable")
+        s, e = starts[o], ends[o]
     run_end = np.maximum.accumulate(e)
     new = np.empty(len(s), dtype=bool)
     new[0] = True
@@ -230,27 +233,54 @@ def _comm_ops(ev: _Events) -> dict:
     done_key = np.where(done_of, ids[n:], -1)
     start_key[start_of & at["op_name"].is_null().to_numpy()] = -1  # a null name names nothing
     a = ev.attr
-    si = np.flatnonzero(start_key[a] >= 0)
-    di = np.flatnonzero(done_key[a] >= 0)
-    sk, dk = start_key[a[si]], done_key[a[di]]
-    big = max(len(si), len(di)) + 1
-    scode = sk * big + _rank(sk)
-    dcode = dk * big + _rank(dk)
-    o = np.argsort(dcode, kind="stable")
-    pos = np.searchsorted(dcode[o], scode)
-    hit = pos < len(di)
-    hit[hit] = dcode[o][pos[hit]] == scode[hit]
-    ps, pd = si[hit], di[o[pos[hit]]]
+    ks, kd = start_key[a], done_key[a]
+    si = np.flatnonzero(ks >= 0)
+    di = np.flatnonzero(kd >= 0)
+    sk, dk = ks[si], kd[di]
+    del ks, kd
+    # the k-th start of a key takes the k-th done of that key: dones grouped by key (stable),
+    # the start's rank within its key indexes its key's dones
+    nkey = int(max(sk.max(initial=-1), dk.max(initial=-1))) + 1
+    n_done = np.bincount(dk, minlength=nkey)
+    od = _stable_order(dk)
+    r = _rank(sk)
+    at = (np.cumsum(n_done) - n_done)[sk] + r
+    hit = r < n_done[sk]
+    ps, pd = si[hit], di[od[at[hit]]]
     ok = ev.start[pd] >= ev.start[ps]
     ps, pd = ps[ok], pd[ok]
     sy = np.flatnonzero(sync_of[a])
-    idx = np.concatenate([sy, ps])
-    rec = {"attr": a[idx], "dev": ev.dev[idx], "start": ev.start[idx],
-           "end": np.concatenate([ev.end[sy], np.maximum(ev.end[pd], ev.end[ps])]),
-           "wait": np.concatenate([np.zeros(len(sy), dtype=np.int64), ev.end[pd] - ev.start[pd]]),
-           "sync": np.concatenate([np.ones(len(sy), dtype=bool), np.zeros(len(ps), dtype=bool)])}
-    o = np.lexsort((~rec["sync"], rec["start"], rec["dev"]))  # stable: each part keeps its order
-    return {k: v[o] for k, v in rec.items()}
+    # (device, start) order, synchronous ones first at one start, each part in its order: both
+    # parts ascend in event position, so a merge by the first event of each (device, start)
+    if len(sy) and len(ps):
+        # per record, how many of the other part come before it: those of earlier devices,
+        # then those of its device at an earlier start (pairs) / at no later start (sync)
+        before_s = np.zeros(len(sy), dtype=np.int64)
+        before_p = np.zeros(len(ps), dtype=np.int64)
+        cut_s = np.searchsorted(sy, [sl.start for _, sl in ev.slices] + [len(a)])
+        cut_p = np.searchsorted(ps, [sl.start for _, sl in ev.slices] + [len(a)])
+        for k in range(len(ev.slices)):
+            s0, s1, p0, p1 = cut_s[k], cut_s[k + 1], cut_p[k], cut_p[k + 1]
+            ts, tp = ev.start[sy[s0:s1]], ev.start[ps[p0:p1]]
+            before_s[s0:s1] = p0 + np.searchsorted(tp, ts, side="left")
+            before_p[p0:p1] = s0 + np.searchsorted(ts, tp, side="right")
+        pos_s = np.arange(len(sy)) + before_s
+        pos_p = np.arange(len(ps)) + before_p
+        idx = np.empty(len(sy) + len(ps), dtype=np.int64)
+        idx[pos_s], idx[pos_p] = sy, ps
+        sync = np.zeros(len(idx), dtype=bool)
+        sync[pos_s] = True
+        pe = np.empty(len(idx), dtype=np.int64)  # per record, its done event (sync: itself)
+        pe[pos_s], pe[pos_p] = sy, pd
+    else:
+        idx = np.concatenate([sy, ps])
+        sync = np.r_[np.ones(len(sy), dtype=bool), np.zeros(len(ps), dtype=bool)]
+        pe = np.concatenate([sy, pd])
+    end_d, start_d = ev.end[pe], ev.start[pe]
+    end_s = ev.end[idx]
+    return {"attr": a[idx], "dev": ev.dev[idx], "start": ev.start[idx],
+            "end": np.where(sync, end_s, np.maximum(end_d, end_s)),
+            "wait": np.where(sync, 0, end_d - start_d), "sync": sync}
 
 
 def _partition(cu, sy, asy, ho, wa: np.ndarray, wb: np.ndarray) -> tuple:
