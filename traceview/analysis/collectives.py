@@ -227,28 +227,26 @@ def _time_order(t):
 
 def _match(ks, kd):
     """Per element of ``ks`` (start keys, in time order), the index into ``kd`` (done keys, in
-    time order) of the done with the same key and the same rank among its key; -1 where none."""
+    time order) of the done with the same key and the same rank among its key; -1 where none
+    (keys below 0 match nothing). The dones grouped by key (stable) are indexed by each
+    start's key offset plus its rank."""
     import numpy as np
+
+    from traceview.analysis.overlap import _rank, _stable_order
 
     out = np.full(len(ks), -1, dtype=np.int64)
     if len(ks) == 0 or len(kd) == 0:
         return out
-    big = max(len(ks), len(kd)) + 1
-
-    from traceview.analysis.overlap import _stable_order
-
-    def coded(k):  # (key, rank within key) as one sorted int64 code, and its order
-        o = _stable_order(k)
-        sk = k[o]
-        pos = np.arange(len(k))
-        head = np.maximum.accumulate(np.where(np.r_[True, sk[1:] != sk[:-1]], pos, 0))
-        return sk * big + (pos - head), o
-
-    sc, so = coded(ks)
-    dc, do = coded(kd)
-    pos = np.minimum(np.searchsorted(dc, sc), len(dc) - 1)
-    ok = (dc[pos] == sc) & (ks[so] >= 0)
-    out[so[ok]] = do[pos[ok]]
+    nk = int(max(ks.max(), kd.max())) + 1
+    if nk <= 0:
+        return out
+    od = _stable_order(kd)  # -1 keys first, then each key's dones in time order
+    n_done = np.bincount(kd[kd >= 0], minlength=nk)
+    head = int((kd < 0).sum()) + np.cumsum(n_done) - n_done
+    r = _rank(ks)
+    kc = np.maximum(ks, 0)
+    hit = (ks >= 0) & (r < n_done[kc])
+    out[hit] = od[head[kc[hit]] + r[hit]]
     return out
 
 
