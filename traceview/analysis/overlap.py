@@ -122,8 +122,9 @@ def _covered(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np
 
     def upto(t):  # covered time in (-inf, t)
         i = np.searchsorted(us, t, side="right")  # intervals starting before t
-        inside = np.where(i > 0, np.minimum(ue[np.maximum(i - 1, 0)], t) - us[np.maximum(i - 1, 0)], 0)
-        return cum[np.maximum(i - 1, 0)] * (i > 0) + np.maximum(inside, 0)
+        k, some = np.maximum(i - 1, 0), i > 0
+        inside = np.where(some, np.minimum(ue[k], t) - us[k], 0)
+        return cum[k] * some + np.maximum(inside, 0)
 
     return upto(b) - upto(a)
 
@@ -308,17 +309,21 @@ def _partition(cu, sy, asy, ho, wa: np.ndarray, wb: np.ndarray) -> tuple:
     length = np.diff(pts)
     nseg = len(length)  # >= 1: every interval brings two bounds
 
-    def upto(m, cum, t):  # time of the set in (-inf, t)
+    def at(t):  # where each t lies among the bounds, shared by the four sets
         i = np.searchsorted(pts, t, side="right") - 1  # the last bound at or before t
         j = np.clip(i, 0, nseg - 1)
-        part = np.where((i >= 0) & (i < nseg) & m[j], t - pts[j], 0)
-        return np.where(i < 0, 0, cum[np.clip(i, 0, nseg)] + part)
+        return i < 0, (i >= 0) & (i < nseg), j, t - pts[j], np.clip(i, 0, nseg)
 
+    def upto(m, cum, where_t):  # time of the set in (-inf, t)
+        before, inseg, j, off, ci = where_t
+        return np.where(before, 0, cum[ci] + np.where(inseg & m[j], off, 0))
+
+    at_a, at_b = at(wa), at(wb)
     out = []
     for m in (s | (a & ~c), c & ~s, a & c & ~s, h & ~(c | s | a)):
         m = m[:-1]
         cum = np.concatenate([[0], np.cumsum(np.where(m, length, 0))])
-        out.append(upto(m, cum, wb) - upto(m, cum, wa))
+        out.append(upto(m, cum, at_b) - upto(m, cum, at_a))
     return tuple(out)
 
 
@@ -384,20 +389,26 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
     if step_cols["dev"]:
         sc = {k: np.concatenate(v) for k, v in step_cols.items()}
         span = sc["step_ps"]
+        # distinct (host, device) and (host, step) of the step rows, on their integer codes
+        h, stp = _keyed(ev.devices, ["host"])[sc["dev"]], sc["step"]
+        o = np.lexsort((stp, h))
+        counts = (1 + int(((h[o][1:] != h[o][:-1]) | (stp[o][1:] != stp[o][:-1])).sum()), len(np.unique(sc["dev"])))
         st_df = ev.devices[pl.Series(sc.pop("dev"))].with_columns(
             *[pl.Series(k, v) for k, v in sc.items()],
             pl.Series("idle_ps", span - sc["compute_ps"] - sc["exposed_ps"] - sc["host_ps"]),
             pl.Series("critical_share", np.where(span > 0, sc["exposed_ps"] / np.maximum(span, 1), np.nan))
         ).select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).with_columns(pl.col("critical_share").fill_nan(None))
     else:
-        st_df = pl.DataFrame(schema=STEPS_SCHEMA)
-    return _finish(op_df, st_df, rec, ev)
+        st_df, counts = pl.DataFrame(schema=STEPS_SCHEMA), None
+    return _finish(op_df, st_df, rec, ev, counts)
 
 
-def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame, rec: dict | None, ev: _Events) -> Overlap:
+def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame, rec: dict | None, ev: _Events,
+            counts: tuple | None = None) -> Overlap:
     """The :class:`Overlap` of its per-op and per-step frames (``rec``: the per-op arrays of
-    :func:`_comm_ops`, ``ev`` their events): populations (summed per description, then per
-    (kind, op_kind, op_name, shape) in order of first appearance), summary, notes."""
+    :func:`_comm_ops`, ``ev`` their events; ``counts``: the distinct (host, step) and (host,
+    device) of ``st_df`` when the caller counted them): populations (summed per description,
+    then per (kind, op_kind, op_name, shape) in order of first appearance), summary, notes."""
     keys = ["kind", "op_kind", "op_name", "shape"]
     sums = ["in_flight_ps", "hidden_ps", "exposed_ps", "wait_at_done_ps"]
     if op_df.height:
@@ -424,8 +435,8 @@ def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame, rec: dict | None, ev: _Eve
     else:
         n_coll, coll_sync, n_async, any_async = 0, True, 0, False
     summary = dict(tot, exposed_share=tot["exposed_ps"] / tot["step_ps"] if tot["step_ps"] else None,
-                   n_steps=st_df.select("host", "step").n_unique() if st_df.height else 0,
-                   n_devices=st_df.select("host", "device").n_unique() if st_df.height else 0,
+                   n_steps=(counts[0] if counts else st_df.select("host", "step").n_unique()) if st_df.height else 0,
+                   n_devices=(counts[1] if counts else st_df.select("host", "device").n_unique()) if st_df.height else 0,
                    collectives=n_coll, async_ops=n_async, synchronous=bool(n_coll) and coll_sync)
     notes = []
     if summary["synchronous"]:
