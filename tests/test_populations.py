@@ -306,3 +306,11 @@ def test_row_codes_and_lex_order_equal_join_and_lexsort():
         assert again is None or (again == np.arange(n)).all()
     t = np.arange(10)
     assert dist._lex_order(np.zeros(10, dtype=np.int64), t, t) is None
+    # runs in time order per device, programs interleaved within each device
+    dev = np.sort(rng.integers(0, 3, n))
+    prog = rng.integers(0, 4, n)
+    a = dev * 4 + prog
+    b = np.concatenate([np.sort(rng.integers(0, 40, (dev == d).sum())) for d in range(3)])
+    c = rng.integers(0, 2, n)
+    got = dist._lex_order(a, b, c)
+    assert got is not None and (got == np.lexsort((c, b, a))).all()

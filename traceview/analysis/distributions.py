@@ -285,23 +285,34 @@ def _row_codes(frame: pl.DataFrame, ref: pl.DataFrame, keys: list[str]) -> np.nd
     return np.where(code >= 0, lut[np.maximum(code, 0)], -1)
 
 
+def _ascending(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> bool:
+    """Whether the rows (a, b, c) are in lexicographic order (ties allowed)."""
+    da = a[1:] - a[:-1]
+    if bool((da < 0).any()):
+        return False
+    eq = np.flatnonzero(da == 0)
+    b0, b1 = b[eq], b[eq + 1]
+    if bool((b1 < b0).any()):
+        return False
+    tie = eq[b1 == b0]
+    return bool((c[tie + 1] >= c[tie]).all())
+
+
 def _lex_order(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray | None:
     """``np.lexsort((c, b, a))`` (stable), or None when the rows are already in that order.
-    When (b, c) ascend over all rows (runs in time order), a stable sort by ``a`` alone (radix
-    for small codes) gives that order."""
-    if len(a) < 2:
+    A stable sort by ``a`` alone (radix for small codes) when that leaves (b, c) ascending
+    within each ``a``: always when (b, c) ascend over all rows (runs in time order), checked
+    otherwise (runs in time order per device)."""
+    if len(a) < 2 or _ascending(a, b, c):
         return None
-    db = np.diff(b)
-    bc = bool((db >= 0).all())
-    if bc:
-        tie = np.flatnonzero(db == 0)
-        bc = bool((c[tie + 1] >= c[tie]).all())
-    if bc:
-        if bool((a[1:] >= a[:-1]).all()):
-            return None
-        if a.min() >= 0 and a.max() < (1 << 16):
-            return np.argsort(a.astype(np.uint16), kind="stable")
-        return np.argsort(a, kind="stable")
+    small = a.min() >= 0 and a.max() < (1 << 16)
+    db = b[1:] - b[:-1]
+    if bool((db >= 0).all()) and bool((c[1:] >= c[:-1])[db == 0].all()):  # (b, c) ascend over all rows
+        return np.argsort(a.astype(np.uint16), kind="stable") if small else np.argsort(a, kind="stable")
+    if small:
+        o = np.argsort(a.astype(np.uint16), kind="stable")
+        if _ascending(a[o], b[o], c[o]):
+            return o
     return np.lexsort((c, b, a))
 
 
