@@ -349,3 +349,27 @@ def test_tensor_parallel_decode_all_reduces_match_the_sharding():
     assert set(dec["group_size"]) == {want["group_size"]} and set(dec["groups"]) == {"{{0,1,2,3}}"}
     assert set(dec["shape"]) == {f"{want['operand']} <- {want['operand']}"}
     assert set(dec["executions"]) == {exp["decode_steps"] * exp["devices"]}
+
+
+def test_match_pairs_kth_start_with_kth_done_of_its_key():
+    """collectives._match against the rule written out: per key, the k-th start (in the given
+    time order) takes the k-th done; negative keys match nothing."""
+    import numpy as np
+
+    from traceview.analysis.collectives import _match
+
+    rng = np.random.default_rng(3)
+    for n_s, n_d, n_k in ((300, 280, 7), (50, 90, 3), (0, 5, 2), (5, 0, 2), (1000, 1000, 300)):
+        ks = rng.integers(-1, n_k, n_s)
+        kd = rng.integers(-1, n_k, n_d)
+        want = np.full(n_s, -1)
+        dones: dict = {}
+        for j, k in enumerate(kd):
+            dones.setdefault(int(k), []).append(j)
+        seen: dict = {}
+        for i, k in enumerate(ks):
+            r = seen.get(int(k), 0)
+            seen[int(k)] = r + 1
+            if k >= 0 and r < len(dones.get(int(k), [])):
+                want[i] = dones[int(k)][r]
+        assert _match(ks, kd).tolist() == want.tolist()

@@ -268,3 +268,49 @@ def test_spread_of_pre_aggregated_rows_counts_each_row_mean_once():
     v = np.array([2_000.0, 2_000.0, 9_000.0])  # per-occurrence means of the three rows
     assert r["p50_ps"] == pytest.approx(np.percentile(v, 50)) and r["p90_ps"] == pytest.approx(np.percentile(v, 90))
     assert r["cv"] == pytest.approx(v.std() / v.mean())
+
+
+def test_row_codes_and_lex_order_equal_join_and_lexsort():
+    """The runs' (host, device, program) codes equal an inner join's, nulls equal and unknown
+    values dropped; the runs' order equals numpy's lexsort, in time order or not."""
+    rng = np.random.default_rng(7)
+    n = 5000
+    hosts = pl.Series([None if x == 2 else f"h{x}" for x in rng.integers(0, 4, n)], dtype=pl.Utf8)
+    frame = pl.DataFrame({"host": hosts, "device": [f"d{x}" for x in rng.integers(0, 3, n)],
+                          "program_id": pl.Series([None if x == 5 else int(x) for x in rng.integers(0, 7, n)],
+                                                  dtype=pl.UInt64)})
+    ref = (pl.DataFrame({"host": [None, "h0", "h1", "h1", "h3"], "device": ["d0", "d0", "d1", "d2", "d1"],
+                         "program_id": pl.Series([1, None, 3, 4, 6], dtype=pl.UInt64)})
+           .with_columns(pl.col("program_id").cast(pl.UInt64)))
+    for big in (False, True):
+        f, r = frame, ref
+        if big:  # program ids past the lookup table: the replace path
+            f = frame.with_columns(pl.col("program_id") * (1 << 40))
+            r = ref.with_columns(pl.col("program_id") * (1 << 40))
+        want = (f.with_row_index("_i").join(r.with_row_index("_r"), on=["host", "device", "program_id"], how="left",
+                                            nulls_equal=True).sort("_i")["_r"].cast(pl.Int64).fill_null(-1).to_numpy())
+        got = dist._row_codes(f, r, ["host", "device", "program_id"])
+        assert (got == want).all() and (got >= 0).any() and (got < 0).any()
+    for sort_b in (True, False):
+        a = rng.integers(0, 5, n).astype(np.int64)
+        b = rng.integers(0, 50, n).astype(np.int64)
+        c = rng.integers(0, 3, n).astype(np.int64)
+        if sort_b:
+            o = np.lexsort((c, b))
+            b, c = b[o], c[o]
+        got = dist._lex_order(a, b, c)
+        want = np.lexsort((c, b, a))
+        assert got is not None and (got == want).all()
+        s = np.lexsort((c, b, a))
+        again = dist._lex_order(a[s], b[s], c[s])
+        assert again is None or (again == np.arange(n)).all()
+    t = np.arange(10)
+    assert dist._lex_order(np.zeros(10, dtype=np.int64), t, t) is None
+    # runs in time order per device, programs interleaved within each device
+    dev = np.sort(rng.integers(0, 3, n))
+    prog = rng.integers(0, 4, n)
+    a = dev * 4 + prog
+    b = np.concatenate([np.sort(rng.integers(0, 40, (dev == d).sum())) for d in range(3)])
+    c = rng.integers(0, 2, n)
+    got = dist._lex_order(a, b, c)
+    assert got is not None and (got == np.lexsort((c, b, a))).all()

@@ -156,70 +156,97 @@ def _pair_async(ev: pl.DataFrame, attrs: pl.DataFrame) -> pl.DataFrame:
     descriptions (attr, host, device, program_id, op_name, op_kind, hlo_text). Returns the
     non-done events in start order with ``span_ps`` (start's start to done's end; null when
     unmatched) and ``done_self_ps`` (0 when unmatched). Keys are computed once per description;
-    the events are matched by sorts and searches."""
+    the events are matched by sorts and searches (:func:`_pair_index`)."""
+    si, span, valid, dself = _pair_spans(ev, attrs)
+    return ev[pl.Series(si)].with_columns(pl.when(pl.lit(pl.Series(valid))).then(pl.lit(pl.Series(span))).alias("span_ps"),
+                                          pl.lit(pl.Series(dself)).alias("done_self_ps"))
+
+
+def _pair_spans(ev: pl.DataFrame, attrs: pl.DataFrame) -> tuple:
+    """The pairing of :func:`_pair_async` as int64/bool arrays over the rows of ``ev``: (the
+    non-done rows in start order, span_ps per such row (0 where not valid), valid (matched
+    with both times known), done_self_ps (0 when unmatched))."""
     import numpy as np
 
-    from traceview.analysis.overlap import _codes, _keyed
+    from traceview.analysis.overlap import _codes
 
-    used = attrs.join(ev.select(pl.col("attr").unique()), on="attr", how="semi")
-    done_of = used.select((pl.col("op_kind").fill_null("").str.ends_with("-done")
-                           | pl.col("op_name").str.contains(r"-done(\.\d+)?$")).fill_null(False))
-    used = used.with_columns(done_of.to_series().alias("_done"))
-    pair = [_done_operand(t, n) if d else n for t, n, d in used.select("hlo_text", "op_name", "_done").iter_rows()]
-    used = used.with_columns(pl.Series("_pair", pair, dtype=pl.Utf8))
-    lut_key = np.full(attrs.height + 1, -1, dtype=np.int64)
-    lut_done = np.zeros(attrs.height + 1, dtype=bool)
-    ua = _codes(used["attr"])
-    lut_key[ua] = _keyed(used, ["host", "device", "program_id", "_pair"])
-    lut_done[ua] = used["_done"].to_numpy()
-    a = _codes(ev["attr"])
-    key, is_done = lut_key[a], lut_done[a]
     start = ev["start_ps"]
     t = _codes(start, np.iinfo(np.int64).min)  # nulls first, as polars sorts them
-    si, di = np.flatnonzero(~is_done), np.flatnonzero(is_done)
-    si = si[np.argsort(t[si], kind="stable")]
-    di = di[np.argsort(t[di], kind="stable")]
-    match = _match(key[si], key[di])
-    hit = match >= 0
-    out = ev[pl.Series(si)]
-    end = start + ev["duration_ps"]
+    si, d = _pair_index(_codes(ev["attr"]), t, attrs)
     span = np.zeros(len(si), dtype=np.int64)
     valid = np.zeros(len(si), dtype=bool)
     dself = np.zeros(len(si), dtype=np.int64)
+    hit = d >= 0
     if hit.any():
-        d = di[match[hit]]
-        dnull = end.is_null().to_numpy()[d] | start.is_null().to_numpy()[si[hit]]
+        d = d[hit]
+        end = start + ev["duration_ps"]
+        dnull = start.is_null().to_numpy()[si[hit]]
+        if end.null_count():
+            dnull = dnull | end.is_null().to_numpy()[d]
         span[hit] = np.where(dnull, 0, _codes(end, 0)[d] - t[si[hit]])
         valid[hit] = ~dnull
         dself[hit] = _codes(ev["self_ps"], 0)[d]
-    return out.with_columns(pl.when(pl.lit(pl.Series(valid))).then(pl.lit(pl.Series(span))).alias("span_ps"),
-                            pl.lit(pl.Series(dself)).alias("done_self_ps"))
+    return si, span, valid, dself
+
+
+def _pair_index(a, t, attrs: pl.DataFrame) -> tuple:
+    """(the indices of the non-done events of ``a`` (attr ids) in time order ``t`` (stable),
+    per such event the index of its done event or -1): the matching of :func:`_pair_async`."""
+    import numpy as np
+
+    from traceview.analysis.overlap import _keyed
+
+    ua = np.flatnonzero(np.bincount(a))  # the attr ids present, ascending
+    used = attrs.filter(pl.col("attr").is_in(pl.Series(ua, dtype=attrs.schema["attr"]).implode()))
+    done_of = used.select((pl.col("op_kind").fill_null("").str.ends_with("-done")
+                           | pl.col("op_name").str.contains(r"-done(\.\d+)?$")).fill_null(False))
+    used = used.with_columns(done_of.to_series().alias("_done"))
+    pair = [_done_operand(t_, n) if d else n for t_, n, d in used.select("hlo_text", "op_name", "_done").iter_rows()]
+    used = used.with_columns(pl.Series("_pair", pair, dtype=pl.Utf8))
+    lut_key = np.full(attrs.height + 1, -1, dtype=np.int64)
+    lut_done = np.zeros(attrs.height + 1, dtype=bool)
+    ua = used["attr"].to_numpy().astype(np.int64)
+    lut_key[ua] = _keyed(used, ["host", "device", "program_id", "_pair"])
+    lut_done[ua] = used["_done"].to_numpy()
+    key, is_done = lut_key[a], lut_done[a]
+    si, di = np.flatnonzero(~is_done), np.flatnonzero(is_done)
+    si = si[_time_order(t[si])]
+    di = di[_time_order(t[di])]
+    match = _match(key[si], key[di])
+    return si, np.where(match >= 0, di[np.maximum(match, 0)], -1)
+
+
+def _time_order(t):
+    """``np.argsort(t, kind="stable")``, skipped when ``t`` is already ascending."""
+    import numpy as np
+
+    if len(t) < 2 or bool((t[1:] >= t[:-1]).all()):
+        return np.arange(len(t))
+    return np.argsort(t, kind="stable")
 
 
 def _match(ks, kd):
     """Per element of ``ks`` (start keys, in time order), the index into ``kd`` (done keys, in
-    time order) of the done with the same key and the same rank among its key; -1 where none."""
+    time order) of the done with the same key and the same rank among its key; -1 where none
+    (keys below 0 match nothing). The dones grouped by key (stable) are indexed by each
+    start's key offset plus its rank."""
     import numpy as np
+
+    from traceview.analysis.overlap import _rank, _stable_order
 
     out = np.full(len(ks), -1, dtype=np.int64)
     if len(ks) == 0 or len(kd) == 0:
         return out
-    big = max(len(ks), len(kd)) + 1
-
-    from traceview.analysis.overlap import _stable_order
-
-    def coded(k):  # (key, rank within key) as one sorted int64 code, and its order
-        o = _stable_order(k)
-        sk = k[o]
-        pos = np.arange(len(k))
-        head = np.maximum.accumulate(np.where(np.r_[True, sk[1:] != sk[:-1]], pos, 0))
-        return sk * big + (pos - head), o
-
-    sc, so = coded(ks)
-    dc, do = coded(kd)
-    pos = np.minimum(np.searchsorted(dc, sc), len(dc) - 1)
-    ok = (dc[pos] == sc) & (ks[so] >= 0)
-    out[so[ok]] = do[pos[ok]]
+    nk = int(max(ks.max(), kd.max())) + 1
+    if nk <= 0:
+        return out
+    od = _stable_order(kd)  # -1 keys first, then each key's dones in time order
+    n_done = np.bincount(kd[kd >= 0], minlength=nk)
+    head = int((kd < 0).sum()) + np.cumsum(n_done) - n_done
+    r = _rank(ks)
+    kc = np.maximum(ks, 0)
+    hit = (ks >= 0) & (r < n_done[kc])
+    out[hit] = od[head[kc[hit]] + r[hit]]
     return out
 
 
@@ -254,7 +281,8 @@ def communication(prof, peaks=None) -> Communication:
     coll_ps = int(coll_ev.filter(~pl.col("hlo_text").str.contains("is_host_transfer=true"))["self_ps"].sum() or 0)
     module_share = None
     if host_ps and host_modules:
-        mod_time = int(table.filter(pl.col("module").is_in(sorted(host_modules))).total_self_ps())
+        per = table.collapse()  # self time per description, shared with the by-shape table
+        mod_time = int(per.filter(pl.col("module").is_in(sorted(host_modules)))["self_ps"].sum() or 0)
         module_share = host_ps / mod_time if mod_time else None
     if cols.height == 0:
         notes.append("no collectives in this trace (no all-reduce, all-gather, reduce-scatter, all-to-all, "
@@ -350,7 +378,8 @@ def _host_transfers(table, link: Link | None, notes: list):
     """(:data:`HOST_SCHEMA` frame, host transfer op time in ps, modules holding them) of the
     events of ``table`` (an OpTable of the candidate copies, custom calls and host send/recv).
     Transfers are described once per op description; an async copy's time is its start paired
-    with its done (:func:`_pair_async`)."""
+    with its done (:func:`_pair_async`). Per event only lookups by attr id, gathers and sorts;
+    the grouping keys come from the descriptions."""
     import numpy as np
 
     from traceview.analysis.overlap import _codes, _keyed
@@ -360,7 +389,9 @@ def _host_transfers(table, link: Link | None, notes: list):
     if not ev.height:
         return schema_empty, 0, set()
     attrs = table.attrs
-    used = attrs.join(ev.select(pl.col("attr").unique()), on="attr", how="semi")
+    a = _codes(ev["attr"])
+    used = attrs.join(pl.DataFrame({"attr": pl.Series(np.flatnonzero(np.bincount(a)), dtype=attrs.schema["attr"])}),
+                      on="attr", how="semi")
     done = used["op_kind"].fill_null("").str.ends_with("-done").to_numpy()
     seen: dict = {}
     rows = []
@@ -381,25 +412,44 @@ def _host_transfers(table, link: Link | None, notes: list):
     start_names = set(info["op_name"].to_list())
     dones = used.filter(pl.Series(done)).select("attr", "hlo_text", "op_name")
     done_ok = [a_ for a_, t, n in dones.iter_rows() if _done_operand(t, n) in start_names]
-    is_copy = info.filter(pl.col("op_kind") == "copy-start")["attr"]
-    others = ev.join(info.filter(pl.col("op_kind") != "copy-start").select("attr"), on="attr", how="semi",
-                     maintain_order="left").select(
-        "attr", "start_ps", pl.col("duration_ps").alias("t_ps"), pl.col("self_ps").alias("all_self_ps"))
-    parts = [others] if others.height else []
-    if is_copy.len():
-        cand = ev.filter(pl.col("attr").is_in(pl.concat([is_copy, pl.Series(done_ok, dtype=pl.UInt32)]).implode()))
-        paired = _pair_async(cand, attrs).filter(pl.col("attr").is_in(is_copy.implode()))
-        parts.append(paired.select("attr", "start_ps", pl.col("span_ps").alias("t_ps"),
-                                   (pl.col("self_ps") + pl.col("done_self_ps")).alias("all_self_ps")))
-    rec = pl.concat(parts, how="vertical_relaxed").join(info.select("attr", "_g", "bytes"), on="attr", how="left",
-                                                       maintain_order="left")
+    # per attr id: its transfer group, bytes, direction; whether it is an async copy's start
+    size = max(int(attrs["attr"].max()), int(a.max())) + 1
+    ia = _codes(info["attr"])
+    g_of = np.full(size, -1, dtype=np.int64)
+    g_of[ia] = _codes(info["_g"])
+    is_copy = np.zeros(size, dtype=bool)
+    is_copy[ia] = (info["op_kind"] == "copy-start").fill_null(False).to_numpy()
+    other = np.zeros(size, dtype=bool)
+    other[ia] = ~is_copy[ia]
+    idx = [np.flatnonzero(other[a])]  # every other transfer: one event, in event order
+    t_ps = [ev["duration_ps"].gather(pl.Series(idx[0]))]
+    self_ps = [ev["self_ps"].gather(pl.Series(idx[0]))]
+    if is_copy.any():
+        cand_of = is_copy.copy()
+        cand_of[np.asarray(done_ok, dtype=np.int64)] = True
+        cand = np.flatnonzero(cand_of[a])
+        ce = ev[pl.Series(cand)]
+        si, span, valid, dself = _pair_spans(ce, attrs)
+        keep = is_copy[a[cand[si]]]
+        si, span, valid, dself = si[keep], span[keep], valid[keep], dself[keep]
+        idx.append(cand[si])
+        t_ps.append(pl.select(pl.when(pl.lit(pl.Series(valid))).then(pl.lit(pl.Series(span)))).to_series())
+        self_ps.append(ce["self_ps"].gather(pl.Series(si)) + pl.Series(dself))
+    ix = np.concatenate(idx)
+    ra = a[ix]
+    bytes_of = pl.Series(np.full(size, None), dtype=pl.Float64).scatter(ia, info["bytes"])
+    rec = pl.DataFrame({"_g": g_of[ra], "attr": pl.Series(ra, dtype=pl.UInt32),
+                        "t_ps": pl.concat(t_ps).cast(pl.Int64), "all_self_ps": pl.concat(self_ps).cast(pl.Int64)})
+    if rec.height == 0:
+        return schema_empty, 0, set()
     peak = link.host_per_direction if link is not None else None
     g = rec.group_by("_g", maintain_order=True).agg(
         pl.col("attr").first().alias("_first"), pl.len().cast(pl.Int64).alias("executions"),
         pl.col("t_ps").median().alias("time_ps"), pl.col("t_ps").sum().cast(pl.Int64).alias("total_ps"),
         pl.col("all_self_ps").sum().cast(pl.Int64).alias("op_time_ps"))
-    names = (rec.select("_g", "attr").unique().join(attrs.select("attr", "op_name", "module", "host", "device"),
-                                                     on="attr", how="left")
+    ua = np.flatnonzero(np.bincount(ra))
+    names = (pl.DataFrame({"_g": g_of[ua], "attr": pl.Series(ua, dtype=pl.UInt32)})
+             .join(attrs.select("attr", "op_name", "module", "host", "device"), on="attr", how="left")
              .group_by("_g").agg(pl.col("op_name").unique().sort().alias("ops"),
                                  pl.col("module").unique().sort().alias("modules"),
                                  pl.struct("host", "device").n_unique().cast(pl.Int64).alias("devices")))
@@ -409,49 +459,65 @@ def _host_transfers(table, link: Link | None, notes: list):
     g = g.with_columns(
         pl.when(pl.col("time_ps") > 0).then(pl.col("bytes") / (pl.col("time_ps") * 1e-12)).alias("bandwidth"),
         pl.lit(peak, pl.Float64).alias("link_peak"))
-    dev_of = np.zeros(attrs.height + 1, dtype=np.int64)
+    dev_of = np.zeros(size, dtype=np.int64)
     dev_of[_codes(attrs["attr"])] = _keyed(attrs, ["host", "device"])
-    g = g.join(_direction_bandwidth(rec.join(info.select("attr", "direction"), on="attr", how="left",
-                                             maintain_order="left"), dev_of),
+    dir_names = info["direction"].unique(maintain_order=True)
+    dir_of = np.full(size, -1, dtype=np.int64)
+    dir_of[ia] = _codes(info["direction"].replace_strict(dir_names, pl.Series(np.arange(len(dir_names))),
+                                                         return_dtype=pl.Int64))
+    by = bytes_of.gather(pl.Series(ra))
+    ok = rec["t_ps"].is_not_null().to_numpy() & by.is_not_null().to_numpy()
+    g = g.join(_direction_bandwidth(dir_names, dir_of[ra], dev_of[ra], _codes(ev["start_ps"].gather(pl.Series(ix))),
+                                    _codes(rec["t_ps"], 0), by.fill_null(0.0).to_numpy(), ok),
                on="direction", how="left").with_columns(
         (pl.col("direction_bandwidth") / pl.col("link_peak")).alias("frac_link_peak"))
     if peak is None:
         notes.append("host-link peak unknown for this chip" + (f" ({link.host_link}: {link.source})" if link else "")
                      + ": host-transfer bandwidth is not compared with a peak")
     host_ps = int(rec["all_self_ps"].sum() or 0)
-    mods = attrs.join(rec.select(pl.col("attr").unique()), on="attr", how="semi")["module"]
+    mods = attrs.join(pl.DataFrame({"attr": pl.Series(ua, dtype=attrs.schema["attr"])}), on="attr", how="semi")["module"]
     modules = set(mods.drop_nulls().to_list())
     return (g.select(list(HOST_SCHEMA)).sort(["op_time_ps", "direction", "mechanism", "shape"],
                                              descending=[True, False, False, False]), host_ps, modules)
 
 
-def _direction_bandwidth(rec: pl.DataFrame, dev_of) -> pl.DataFrame:
+def _direction_bandwidth(dir_names: pl.Series, dcode, dev, start, t, by, ok) -> pl.DataFrame:
     """Per direction: bytes of every transfer that way over the time at least one of them was
     in flight (intervals merged per device, summed over devices): the link's achieved rate when
-    transfers overlap, as they share it. ``rec``: attr, direction, start_ps, t_ps, bytes;
-    ``dev_of``: device index per attr."""
+    transfers overlap, as they share it. Per transfer (arrays, in record order): ``dcode``
+    (index into ``dir_names``), ``dev`` (device index), ``start`` and ``t`` (ps), ``by``
+    (bytes); ``ok``: time and bytes known (only those count). Directions in order of their
+    first counted transfer."""
     import numpy as np
 
-    from traceview.analysis.overlap import _codes, _union
+    from traceview.analysis.overlap import _stable_order, _union
 
     out = []
-    for (direction,), part in rec.filter(pl.col("t_ps").is_not_null() & pl.col("bytes").is_not_null()).group_by(
-            ["direction"], maintain_order=True):
-        lo_all = _codes(part["start_ps"])
-        hi_all = lo_all + _codes(part["t_ps"])
-        dev = dev_of[_codes(part["attr"])]
-        by = part["bytes"].to_numpy()
+    m_ok = np.flatnonzero(ok)
+    dc = dcode[m_ok]
+    firsts = []
+    for k in range(len(dir_names)):  # a handful of directions
+        hit = np.flatnonzero(dc == k)
+        if len(hit):
+            firsts.append((int(hit[0]), k, m_ok[hit]))
+    for _, k, rows in sorted(firsts):
+        d_ = dev[rows]
+        o = _stable_order(d_)  # by device, each device's transfers in record order
+        d_, rows = d_[o], rows[o]
+        lo_all = start[rows]
+        hi_all = lo_all + t[rows]
+        b_ = by[rows]
+        cuts = np.flatnonzero(d_[1:] != d_[:-1]) + 1
         busy, moved = 0, 0.0
-        for d in np.unique(dev):
-            m = dev == d
-            lo, hi = lo_all[m], hi_all[m]
+        for i, j in zip(np.r_[0, cuts], np.r_[cuts, len(d_)]):
+            lo, hi = lo_all[i:j], hi_all[i:j]
             if (hi >= lo).all():  # the union's length; a negative span counts as the running sweep did
                 us, ue = _union(lo, hi)
                 busy += int((ue - us).sum())
             else:
                 busy += _sweep_busy(lo, hi)
-            moved += float(by[m].sum())
-        out.append({"direction": direction, "direction_bandwidth": moved / (busy * 1e-12) if busy else None})
+            moved += float(b_[i:j].sum())
+        out.append({"direction": dir_names[k], "direction_bandwidth": moved / (busy * 1e-12) if busy else None})
     return pl.DataFrame(out, schema={"direction": pl.Utf8, "direction_bandwidth": pl.Float64})
 
 

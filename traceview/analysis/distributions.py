@@ -177,16 +177,19 @@ def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarra
     execution = np.full(n, -1, dtype=np.int64)
     runs = module_runs if module_runs is not None else None
     if runs is not None and runs.height:
-        runs = runs.filter(pl.col("start_ps").is_not_null())
-        rw = runs.cast({c: wid.schema[c] for c in where}).join(wid, on=where, how="inner", nulls_equal=True)
+        runs = runs.filter(pl.col("start_ps").is_not_null()).cast({c: wid.schema[c] for c in where})
         # runs in (program code, start, duration) order: integer sort keys (a polars sort on the
         # string key columns costs seconds per million runs)
-        r_dur = rw["duration_ps"].fill_null(0).to_numpy()
-        r_start = rw["start_ps"].to_numpy()
-        rwc = rw["_w"].to_numpy().astype(np.int64)
-        ro = np.lexsort((r_dur, r_start, rwc))
-        rwc, r_start = rwc[ro], r_start[ro]
-        r_end = r_start + r_dur[ro]
+        rwc = _row_codes(runs, wid, where)
+        r_dur = runs["duration_ps"].fill_null(0).to_numpy()
+        r_start = runs["start_ps"].to_numpy()
+        if not (rwc >= 0).all():
+            keep = rwc >= 0
+            rwc, r_start, r_dur = rwc[keep], r_start[keep], r_dur[keep]
+        ro = _lex_order(rwc, r_start, r_dur)
+        if ro is not None:
+            rwc, r_start, r_dur = rwc[ro], r_start[ro], r_dur[ro]
+        r_end = r_start + r_dur
         st_all = d["start_ps"].fill_null(-1).to_numpy()
         by_w = _stable_groups(wc)
         for g, rows in by_w:
@@ -232,6 +235,85 @@ def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarra
                                                       if c not in ("host", "device", "module")}}
         return d.select(list(cols)).cast(cols)
     return d.select(["key", *SERIES_SCHEMA]).cast({"key": pl.Int32, **SERIES_SCHEMA})
+
+
+def _row_codes(frame: pl.DataFrame, ref: pl.DataFrame, keys: list[str]) -> np.ndarray:
+    """Per row of ``frame``, the index of the row of ``ref`` (distinct rows of ``keys``, same
+    dtypes) with equal ``keys`` (nulls equal), -1 where none: the inner join of ``frame`` with
+    ``ref`` as int64 codes. Each column is coded against ``ref``'s few values, the codes
+    combined in a lookup table; a join when that table would be large."""
+    if frame.height == 0:
+        return np.zeros(0, dtype=np.int64)
+    size, parts = 1, []
+    for c in keys:
+        vals = ref[c].drop_nulls().unique()
+        parts.append(vals)
+        size *= len(vals) + 1
+    if size > (1 << 22):
+        j = frame.select(keys).join(ref.select(keys).with_row_index("_r"), on=keys, how="left", nulls_equal=True,
+                                    maintain_order="left")["_r"]
+        return j.cast(pl.Int64).fill_null(-1).to_numpy()
+
+    def coded(df):  # mixed-radix code of each row's column codes (null: k); -1 when a value is unknown
+        code = np.zeros(df.height, dtype=np.int64)
+        bad = np.zeros(df.height, dtype=bool)
+        for c, vals in zip(keys, parts):
+            k = len(vals)
+            col = df[c]
+            v = vals.to_numpy() if col.dtype.is_integer() and k else None
+            if v is not None and v.min() >= 0 and v.max() < (1 << 22):  # small integers: a lookup table
+                small = np.full(int(v.max()) + 2, -1, dtype=np.int64)
+                small[v] = np.arange(k)
+                x = (col.fill_null(0) if col.null_count() else col).to_numpy()
+                out = (x >= len(small)) if x.dtype.kind == "u" else (x < 0) | (x >= len(small))
+                cc = small[np.where(out, 0, x)] if out.any() else small[x]
+                cc[out] = -1
+            else:
+                cc = col.replace_strict(vals, pl.Series(np.arange(k, dtype=np.int64)), default=-1,
+                                        return_dtype=pl.Int64)
+                cc = (cc.fill_null(k) if cc.null_count() else cc).to_numpy().astype(np.int64)
+            if col.null_count():
+                cc[col.is_null().to_numpy()] = k
+            bad |= cc < 0
+            code = code * (k + 1) + cc
+        code[bad] = -1
+        return code
+
+    lut = np.full(size, -1, dtype=np.int64)
+    lut[coded(ref)] = np.arange(ref.height)
+    code = coded(frame)
+    return np.where(code >= 0, lut[np.maximum(code, 0)], -1)
+
+
+def _ascending(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> bool:
+    """Whether the rows (a, b, c) are in lexicographic order (ties allowed)."""
+    da = a[1:] - a[:-1]
+    if bool((da < 0).any()):
+        return False
+    eq = np.flatnonzero(da == 0)
+    b0, b1 = b[eq], b[eq + 1]
+    if bool((b1 < b0).any()):
+        return False
+    tie = eq[b1 == b0]
+    return bool((c[tie + 1] >= c[tie]).all())
+
+
+def _lex_order(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray | None:
+    """``np.lexsort((c, b, a))`` (stable), or None when the rows are already in that order.
+    A stable sort by ``a`` alone (radix for small codes) when that leaves (b, c) ascending
+    within each ``a``: always when (b, c) ascend over all rows (runs in time order), checked
+    otherwise (runs in time order per device)."""
+    if len(a) < 2 or _ascending(a, b, c):
+        return None
+    small = a.min() >= 0 and a.max() < (1 << 16)
+    db = b[1:] - b[:-1]
+    if bool((db >= 0).all()) and bool((c[1:] >= c[:-1])[db == 0].all()):  # (b, c) ascend over all rows
+        return np.argsort(a.astype(np.uint16), kind="stable") if small else np.argsort(a, kind="stable")
+    if small:
+        o = np.argsort(a.astype(np.uint16), kind="stable")
+        if _ascending(a[o], b[o], c[o]):
+            return o
+    return np.lexsort((c, b, a))
 
 
 def _stable_groups(codes: np.ndarray):

@@ -99,8 +99,11 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray
     """Disjoint sorted intervals covering the union of [starts, ends)."""
     if len(starts) == 0:
         return starts, ends
-    o = np.argsort(starts, kind="stable")
-    s, e = starts[o], ends[o]
+    if bool((starts[1:] >= starts[:-1]).all()):
+        s, e = starts, ends
+    else:
+        o = np.argsort(starts, kind="stable")
+        s, e = starts[o], ends[o]
     run_end = np.maximum.accumulate(e)
     new = np.empty(len(s), dtype=bool)
     new[0] = True
@@ -119,8 +122,9 @@ def _covered(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np
 
     def upto(t):  # covered time in (-inf, t)
         i = np.searchsorted(us, t, side="right")  # intervals starting before t
-        inside = np.where(i > 0, np.minimum(ue[np.maximum(i - 1, 0)], t) - us[np.maximum(i - 1, 0)], 0)
-        return cum[np.maximum(i - 1, 0)] * (i > 0) + np.maximum(inside, 0)
+        k, some = np.maximum(i - 1, 0), i > 0
+        inside = np.where(some, np.minimum(ue[k], t) - us[k], 0)
+        return cum[k] * some + np.maximum(inside, 0)
 
     return upto(b) - upto(a)
 
@@ -230,27 +234,54 @@ def _comm_ops(ev: _Events) -> dict:
     done_key = np.where(done_of, ids[n:], -1)
     start_key[start_of & at["op_name"].is_null().to_numpy()] = -1  # a null name names nothing
     a = ev.attr
-    si = np.flatnonzero(start_key[a] >= 0)
-    di = np.flatnonzero(done_key[a] >= 0)
-    sk, dk = start_key[a[si]], done_key[a[di]]
-    big = max(len(si), len(di)) + 1
-    scode = sk * big + _rank(sk)
-    dcode = dk * big + _rank(dk)
-    o = np.argsort(dcode, kind="stable")
-    pos = np.searchsorted(dcode[o], scode)
-    hit = pos < len(di)
-    hit[hit] = dcode[o][pos[hit]] == scode[hit]
-    ps, pd = si[hit], di[o[pos[hit]]]
+    ks, kd = start_key[a], done_key[a]
+    si = np.flatnonzero(ks >= 0)
+    di = np.flatnonzero(kd >= 0)
+    sk, dk = ks[si], kd[di]
+    del ks, kd
+    # the k-th start of a key takes the k-th done of that key: dones grouped by key (stable),
+    # the start's rank within its key indexes its key's dones
+    nkey = int(max(sk.max(initial=-1), dk.max(initial=-1))) + 1
+    n_done = np.bincount(dk, minlength=nkey)
+    od = _stable_order(dk)
+    r = _rank(sk)
+    at = (np.cumsum(n_done) - n_done)[sk] + r
+    hit = r < n_done[sk]
+    ps, pd = si[hit], di[od[at[hit]]]
     ok = ev.start[pd] >= ev.start[ps]
     ps, pd = ps[ok], pd[ok]
     sy = np.flatnonzero(sync_of[a])
-    idx = np.concatenate([sy, ps])
-    rec = {"attr": a[idx], "dev": ev.dev[idx], "start": ev.start[idx],
-           "end": np.concatenate([ev.end[sy], np.maximum(ev.end[pd], ev.end[ps])]),
-           "wait": np.concatenate([np.zeros(len(sy), dtype=np.int64), ev.end[pd] - ev.start[pd]]),
-           "sync": np.concatenate([np.ones(len(sy), dtype=bool), np.zeros(len(ps), dtype=bool)])}
-    o = np.lexsort((~rec["sync"], rec["start"], rec["dev"]))  # stable: each part keeps its order
-    return {k: v[o] for k, v in rec.items()}
+    # (device, start) order, synchronous ones first at one start, each part in its order: both
+    # parts ascend in event position, so a merge by the first event of each (device, start)
+    if len(sy) and len(ps):
+        # per record, how many of the other part come before it: those of earlier devices,
+        # then those of its device at an earlier start (pairs) / at no later start (sync)
+        before_s = np.zeros(len(sy), dtype=np.int64)
+        before_p = np.zeros(len(ps), dtype=np.int64)
+        cut_s = np.searchsorted(sy, [sl.start for _, sl in ev.slices] + [len(a)])
+        cut_p = np.searchsorted(ps, [sl.start for _, sl in ev.slices] + [len(a)])
+        for k in range(len(ev.slices)):
+            s0, s1, p0, p1 = cut_s[k], cut_s[k + 1], cut_p[k], cut_p[k + 1]
+            ts, tp = ev.start[sy[s0:s1]], ev.start[ps[p0:p1]]
+            before_s[s0:s1] = p0 + np.searchsorted(tp, ts, side="left")
+            before_p[p0:p1] = s0 + np.searchsorted(ts, tp, side="right")
+        pos_s = np.arange(len(sy)) + before_s
+        pos_p = np.arange(len(ps)) + before_p
+        idx = np.empty(len(sy) + len(ps), dtype=np.int64)
+        idx[pos_s], idx[pos_p] = sy, ps
+        sync = np.zeros(len(idx), dtype=bool)
+        sync[pos_s] = True
+        pe = np.empty(len(idx), dtype=np.int64)  # per record, its done event (sync: itself)
+        pe[pos_s], pe[pos_p] = sy, pd
+    else:
+        idx = np.concatenate([sy, ps])
+        sync = np.r_[np.ones(len(sy), dtype=bool), np.zeros(len(ps), dtype=bool)]
+        pe = np.concatenate([sy, pd])
+    end_d, start_d = ev.end[pe], ev.start[pe]
+    end_s = ev.end[idx]
+    return {"attr": a[idx], "dev": ev.dev[idx], "start": ev.start[idx],
+            "end": np.where(sync, end_s, np.maximum(end_d, end_s)),
+            "wait": np.where(sync, 0, end_d - start_d), "sync": sync}
 
 
 def _partition(cu, sy, asy, ho, wa: np.ndarray, wb: np.ndarray) -> tuple:
@@ -278,17 +309,21 @@ def _partition(cu, sy, asy, ho, wa: np.ndarray, wb: np.ndarray) -> tuple:
     length = np.diff(pts)
     nseg = len(length)  # >= 1: every interval brings two bounds
 
-    def upto(m, cum, t):  # time of the set in (-inf, t)
+    def at(t):  # where each t lies among the bounds, shared by the four sets
         i = np.searchsorted(pts, t, side="right") - 1  # the last bound at or before t
         j = np.clip(i, 0, nseg - 1)
-        part = np.where((i >= 0) & (i < nseg) & m[j], t - pts[j], 0)
-        return np.where(i < 0, 0, cum[np.clip(i, 0, nseg)] + part)
+        return i < 0, (i >= 0) & (i < nseg), j, t - pts[j], np.clip(i, 0, nseg)
 
+    def upto(m, cum, where_t):  # time of the set in (-inf, t)
+        before, inseg, j, off, ci = where_t
+        return np.where(before, 0, cum[ci] + np.where(inseg & m[j], off, 0))
+
+    at_a, at_b = at(wa), at(wb)
     out = []
     for m in (s | (a & ~c), c & ~s, a & c & ~s, h & ~(c | s | a)):
         m = m[:-1]
         cum = np.concatenate([[0], np.cumsum(np.where(m, length, 0))])
-        out.append(upto(m, cum, wb) - upto(m, cum, wa))
+        out.append(upto(m, cum, at_b) - upto(m, cum, at_a))
     return tuple(out)
 
 
@@ -354,20 +389,26 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
     if step_cols["dev"]:
         sc = {k: np.concatenate(v) for k, v in step_cols.items()}
         span = sc["step_ps"]
+        # distinct (host, device) and (host, step) of the step rows, on their integer codes
+        h, stp = _keyed(ev.devices, ["host"])[sc["dev"]], sc["step"]
+        o = np.lexsort((stp, h))
+        counts = (1 + int(((h[o][1:] != h[o][:-1]) | (stp[o][1:] != stp[o][:-1])).sum()), len(np.unique(sc["dev"])))
         st_df = ev.devices[pl.Series(sc.pop("dev"))].with_columns(
             *[pl.Series(k, v) for k, v in sc.items()],
             pl.Series("idle_ps", span - sc["compute_ps"] - sc["exposed_ps"] - sc["host_ps"]),
             pl.Series("critical_share", np.where(span > 0, sc["exposed_ps"] / np.maximum(span, 1), np.nan))
         ).select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).with_columns(pl.col("critical_share").fill_nan(None))
     else:
-        st_df = pl.DataFrame(schema=STEPS_SCHEMA)
-    return _finish(op_df, st_df, rec, ev)
+        st_df, counts = pl.DataFrame(schema=STEPS_SCHEMA), None
+    return _finish(op_df, st_df, rec, ev, counts)
 
 
-def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame, rec: dict | None, ev: _Events) -> Overlap:
+def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame, rec: dict | None, ev: _Events,
+            counts: tuple | None = None) -> Overlap:
     """The :class:`Overlap` of its per-op and per-step frames (``rec``: the per-op arrays of
-    :func:`_comm_ops`, ``ev`` their events): populations (summed per description, then per
-    (kind, op_kind, op_name, shape) in order of first appearance), summary, notes."""
+    :func:`_comm_ops`, ``ev`` their events; ``counts``: the distinct (host, step) and (host,
+    device) of ``st_df`` when the caller counted them): populations (summed per description,
+    then per (kind, op_kind, op_name, shape) in order of first appearance), summary, notes."""
     keys = ["kind", "op_kind", "op_name", "shape"]
     sums = ["in_flight_ps", "hidden_ps", "exposed_ps", "wait_at_done_ps"]
     if op_df.height:
@@ -394,8 +435,8 @@ def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame, rec: dict | None, ev: _Eve
     else:
         n_coll, coll_sync, n_async, any_async = 0, True, 0, False
     summary = dict(tot, exposed_share=tot["exposed_ps"] / tot["step_ps"] if tot["step_ps"] else None,
-                   n_steps=st_df.select("host", "step").n_unique() if st_df.height else 0,
-                   n_devices=st_df.select("host", "device").n_unique() if st_df.height else 0,
+                   n_steps=(counts[0] if counts else st_df.select("host", "step").n_unique()) if st_df.height else 0,
+                   n_devices=(counts[1] if counts else st_df.select("host", "device").n_unique()) if st_df.height else 0,
                    collectives=n_coll, async_ops=n_async, synchronous=bool(n_coll) and coll_sync)
     notes = []
     if summary["synchronous"]:
