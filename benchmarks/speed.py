@@ -116,7 +116,7 @@ def _tv_env(tree: Path) -> dict:
 
 
 def tv_argv(cmd: str, f: Path, out: Path) -> list[str]:
-    base = [sys.executable, "-m", "traceview.cli"]
+    base = [sys.executable, "-P", "-m", "traceview.cli"]  # -P: the working directory never shadows --tree
     if cmd == "analyze":
         return base + ["analyze", str(f), "--no-cache"]
     if cmd == "json":
