@@ -241,20 +241,58 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
     starts inside its execution (vLLM JSON, GPU/CPU runs derived from ops) nothing changes.
     Returns (runs, {(host, device): median shift in ps}) for the devices rebuilt. Never raises.
     """
+    runs, fixed, _ = _align(ops, module_runs, _placed_events)
+    return runs, fixed
+
+
+def _device_parts(frame: pl.DataFrame) -> list:
+    """[((host, device), rows of that device in row order)], devices in order of first
+    appearance: slices (no copy) when each device's rows are one run of consecutive rows,
+    else a group-by."""
+    if frame.height == 0:
+        return []
+    blocks = _device_blocks(frame)
+    if blocks is not None:
+        return [((h, d), frame.slice(a, b - a)) for h, d, a, b in blocks]
+    return list(frame.group_by(["host", "device"], maintain_order=True))
+
+
+def _program_rows(r_has: np.ndarray, r_prog: np.ndarray) -> dict:
+    """{program_id: indices (ascending, int64) of the rows with that program}, from one stable
+    sort of the rows by program; rows without a program are left out."""
+    pids = np.sort(pl.Series(r_prog[r_has], dtype=pl.UInt64).unique().to_numpy())
+    if len(pids) == 0:
+        return {}
+    if len(pids) == 1:
+        return {int(pids[0]): np.flatnonzero(r_has & (r_prog == pids[0]))}
+    code = np.searchsorted(pids, r_prog)
+    code[~r_has] = len(pids)
+    code = code.astype(np.int16 if len(pids) < (1 << 15) else np.int64)  # int16: a radix sort
+    order = np.argsort(code, kind="stable")
+    cuts = np.cumsum(np.bincount(code, minlength=len(pids) + 1))
+    return {int(p): order[a:b] for p, a, b in zip(pids.tolist(), [0, *cuts[:-2].tolist()], cuts[:-1].tolist())}
+
+
+def _align(ops, module_runs: pl.DataFrame, _placed_events: "_Placed | None" = None) -> tuple[pl.DataFrame, dict, list]:
+    """:func:`align_module_runs` plus its runs per device: [((host, device), runs in start
+    order)], devices in order of first appearance in ``module_runs``."""
     fixed: dict = {}
     if module_runs.height == 0:
-        return module_runs, fixed
+        return module_runs, fixed, []
     if _placed_events is None:
         table, pe = _placed(ops)
         if table.height == 0:
-            return module_runs, fixed
+            return module_runs, fixed, _device_parts(module_runs)
     else:
         pe = _placed_events
     if pe.n == 0:
-        return module_runs, fixed
+        return module_runs, fixed, _device_parts(module_runs)
+
     def one(item):
         (host, device), r = item
-        r = r.filter(pl.col("start_ps").is_not_null()).sort("start_ps")  # a run without a start has no place
+        if r["start_ps"].null_count():
+            r = r.filter(pl.col("start_ps").is_not_null())  # a run without a start has no place
+        r = _in_start_order(r)
         dsel = pe.sel(host, device)
         o_start, o_dur, o_attr = pe.start[dsel], pe.dur[dsel], pe.attr[dsel]  # views for a slice
         r_start, r_dur = r["start_ps"].to_numpy().copy(), r["duration_ps"].to_numpy().copy()
@@ -263,10 +301,10 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
         chunks: dict = {}
         offs = []
         inside = True
-        pids = r["program_id"].drop_nulls().unique().to_list()
-        c_chunks = _c_chunks(pe, host, device, dsel, pids, r_has, r_prog) if isinstance(dsel, slice) else None
-        for pid in pids:
-            ridx = np.nonzero(r_has & (r_prog == np.uint64(pid)))[0]
+        by_prog = _program_rows(r_has, r_prog)
+        c_chunks = (_c_chunks(pe, host, device, dsel, {p: len(x) for p, x in by_prog.items()})
+                    if isinstance(dsel, slice) else None)
+        for pid, ridx in by_prog.items():
             if c_chunks is not None:
                 if pid not in c_chunks:
                     continue
@@ -302,20 +340,21 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
         return r, None
 
     parts = []
-    for r, fix in _per_device(one, list(module_runs.group_by(["host", "device"], maintain_order=True)), pe):
-        parts.append(r)
+    items = _device_parts(module_runs)
+    for (key, _), (r, fix) in zip(items, _per_device(one, items, pe)):
+        parts.append((key, r))
         if fix is not None:
             fixed[fix[0]] = fix[1]
-    return pl.concat(parts, how="vertical"), fixed
+    return pl.concat([r for _, r in parts], how="vertical"), fixed, parts
 
 
-def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, pids: list, r_has: np.ndarray,
-              r_prog: np.ndarray) -> dict | None:
+def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -> dict | None:
     """{program_id: (heads, ends)} for one device whose events are the slice ``dsel``, as
     align_module_runs computes them per program (the k-th execution's chunk of m ops: its
-    first op's start and its latest op end), in one C pass (``chunk_heads``); programs whose
-    op count on the device is not a whole multiple of their executions are left out. None
-    without the C accelerator or when the pass refuses (the caller then uses numpy)."""
+    first op's start and its latest op end), in one C pass (``chunk_heads``); ``runs_of``:
+    {program_id: executions on the device}. Programs whose op count on the device is not a
+    whole multiple of their executions are left out. None without the C accelerator or when
+    the pass refuses (the caller then uses numpy)."""
     if _fast is None:
         return None
     d = pe.dev_index[(host, device)]
@@ -323,8 +362,7 @@ def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, pids: list, r_ha
     on_dev = pe._attr_dev == d
     prog = np.full(len(rows), -1, dtype=np.int32)
     plan = []  # (pid, executions, m)
-    for pid in pids:
-        runs_n = int(np.count_nonzero(r_has & (r_prog == np.uint64(pid))))
+    for pid, runs_n in runs_of.items():
         lut = pe.of_program(pid) & on_dev
         n_ops = int(rows[lut].sum())
         if n_ops == 0 or runs_n == 0 or n_ops % runs_n:
@@ -359,20 +397,21 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.Dat
                              "end_ps": r["start_ps"] + r["duration_ps"], "run_ps": None})
         return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "markers", None, []
     if module_runs.height and table.height:
-        module_runs, fixed = align_module_runs(table, module_runs, pe)
+        module_runs, fixed, parts = _align(table, module_runs, pe)
         notes = [f"{d}: module runs rebuilt from the ops (XLA Modules and XLA Ops on different clocks, "
                  f"median offset {v / 1e6:+.1f} µs)" for (_, d), v in sorted(fixed.items())]
         mod = module if module is not None else dominant_module(table, module_runs)
-        if module is not None and module not in set(module_runs["module"].to_list()):
+        if module is not None and not module_runs.select((pl.col("module") == module).any()).item():
             raise UsageError(f"module {module!r} has no executions in this trace")
         if mod is not None:
-            runs = module_runs.filter(pl.col("module") == mod)
-            progs = sorted(p for p in runs["program_id"].unique().to_list() if p is not None)
+            runs = [(k, r.filter(pl.col("module") == mod)) for k, r in parts]
+            runs = [(k, r) for k, r in runs if r.height]
+            progs = sorted({p for _, r in runs for p in r["program_id"].unique().to_list()} - {None})
             if len(progs) > 1:  # one name, several compiled programs (shape buckets, a sweep)
                 shown = ", ".join(str(p) for p in progs[:8]) + (", ..." if len(progs) > 8 else "")
                 notes.append(f"{mod} is {len(progs)} compiled programs (program_id {shown}): its steps mix them "
                              f"(shape buckets or a sweep), so the step distribution is over different programs")
-            return _module_windows(pe, module_runs, runs, extent), "module", mod, notes
+            return _module_windows(pe, parts, runs, extent), "module", mod, notes
     # whole trace
     if not pe.n or not pe.placed.any():
         return pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}), "trace", None, []
@@ -434,15 +473,16 @@ def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
     return out
 
 
-def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, extent: str) -> pl.DataFrame:
+def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str) -> pl.DataFrame:
     """Windows for the dominant module's executions ``runs``; the activity on a device is
-    every placed op and every module run of ``all_runs`` (start, end, program_id). The two
-    kinds of activity are searched separately (each is already in time order) and their
-    maxima combined, which is the maximum over their union."""
+    every placed op and every module run of ``all_runs`` (start, end, program_id). Both are
+    [((host, device), that device's runs)]. The two kinds of activity are searched separately
+    (each is already in time order) and their maxima combined, which is the maximum over their
+    union."""
     def one(item):
         (host, device), r = item
         idx = pe.sel(host, device)
-        ar = _in_start_order(ar_parts.get((host, device), all_runs.clear()))
+        ar = _in_start_order(ar_parts.get((host, device), r.clear()))
         ar_start = ar["start_ps"].to_numpy()
         sources = [  # (starts, ends, has program, program) per kind of activity, time-ordered
             (pe.start[idx], None, lambda i=idx: pe.has_pid(i), lambda i=idx: pe.pid(i)),
@@ -503,10 +543,8 @@ def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, ext
                         nxt_ps).select(list(_WIN_SCHEMA) + ["next_ps"]).cast(_WIN_SCHEMA | {"next_ps": pl.Int64})
 
     # devices in (host, device) order, each in time order: the order _with_next gives, no sort
-    ar_parts = all_runs.partition_by(["host", "device"], as_dict=True, maintain_order=True)
-    groups = sorted(((k, _in_start_order(r)) for k, r in
-                     runs.partition_by(["host", "device"], as_dict=True, maintain_order=True).items()),
-                    key=lambda g: g[0])
+    ar_parts = dict(all_runs)
+    groups = sorted(((k, _in_start_order(r)) for k, r in runs), key=lambda g: g[0])
     frames = [f for f in _per_device(one, groups, pe) if f.height]
     return (pl.concat(frames, how="vertical") if frames
             else pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}))
