@@ -924,8 +924,10 @@ def _int_bincount(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _coverage(steps: pl.DataFrame, total_self: int, outside: int, excluded: int = 0) -> Coverage:
-    """:class:`Coverage` of the device-steps ``steps`` (formulas in its doc)."""
+def _coverage(steps: pl.DataFrame, total_self: int, outside: int, excluded: int = 0,
+              devices: int | None = None) -> Coverage:
+    """:class:`Coverage` of the device-steps ``steps`` (formulas in its doc); ``devices``:
+    their number of distinct (host, device) when the caller knows it."""
     n = steps.height
     if not n:
         return Coverage(outside_ps=outside, outside_share=(outside / total_self if total_self else 0.0),
@@ -934,7 +936,9 @@ def _coverage(steps: pl.DataFrame, total_self: int, outside: int, excluded: int 
     x = float(steps["op_time_ps"].sum()) / n
     busy = float(steps["busy_ps"].sum()) / n
     gaps = steps["gap_after_ps"].drop_nulls()
-    return Coverage(n_steps=n, devices=steps.select("host", "device").unique().height, family_ps=x, step_ps=y,
+    if devices is None:
+        devices = steps.select("host", "device").unique().height
+    return Coverage(n_steps=n, devices=devices, family_ps=x, step_ps=y,
                     ratio=(x / y if y else 0.0), busy_ps=busy, idle_ps=y - busy, overlap_ps=x - busy,
                     gap_between_ps=(float(gaps.mean()) if gaps.len() else None), outside_ps=outside,
                     outside_share=(outside / total_self if total_self else 0.0), excluded=excluded)
@@ -991,8 +995,13 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
         inside = pl.DataFrame(schema={"attr": pl.UInt32, "self_ps": pl.Int64, "count": pl.Int64})
     outside = total_self - int(steps["op_time_ps"].sum() or 0) if steps.height else total_self
     win_steps = steps.filter(pl.col("in_window")) if steps.height else steps
-    cov = _coverage(win_steps, total_self, outside, excluded=steps.height - n) if steps.height else Coverage()
-    cov_all = _coverage(steps, total_self, outside) if steps.height else Coverage()
+    if steps.height:
+        dev, dev_keys = stepstats._device_ids(steps)
+        cov = _coverage(win_steps, total_self, outside, excluded=steps.height - n,
+                        devices=len(np.unique(dev[in_win])))
+        cov_all = _coverage(steps, total_self, outside, devices=len(dev_keys))
+    else:
+        cov, cov_all = Coverage(), Coverage()
     if n and inside.height:
         desc = table.attrs.select("attr", "op_name", "shape")
         fam = inside.join(fam_of, on="attr", how="left").join(desc, on="attr", how="left").group_by("family").agg(

@@ -53,6 +53,11 @@ import polars as pl
 
 from traceview.errors import UsageError
 
+try:  # optional C accelerator
+    from traceview.analysis import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
 #: Iglewicz & Hoaglin's recommended cut-off for the modified z-score
 THRESHOLD = 3.5
 #: a step within this fraction of its device's median step is never an outlier
@@ -166,20 +171,67 @@ def _population_ids(table) -> np.ndarray:
     return out
 
 
+def row_hashes(step_rows: np.ndarray, attr: np.ndarray, pop: np.ndarray, words: np.ndarray, n_rows: int, *,
+               keep: np.ndarray | None = None, count: np.ndarray | None = None) -> np.ndarray:
+    """Per step row (``n_rows``), a hash of the op populations of its events (uint64): over
+    the events i with ``step_rows[i]`` = r >= 0 (and ``keep[r]``), p = ``pop[attr[i]]``;
+    with ``count`` the sum of ``words[p] * count[i]`` (a multiset: occurrences count), else
+    the sum of ``words[p]`` over the row's distinct p (a set); sums mod 2**64, 0 for a row
+    with no event. One C pass (``row_hashes``) when the accelerator is built and, for a
+    set, each row's events are consecutive; else numpy, which computes the same."""
+    out = np.zeros(n_rows, dtype=np.uint64)
+    if len(step_rows) == 0 or n_rows == 0:
+        return out
+    k = np.ones(n_rows, dtype=np.uint8) if keep is None else np.ascontiguousarray(keep, dtype=np.uint8)
+    if _fast is not None:
+        rows_c = step_rows if step_rows.dtype in (np.int32, np.int64) else step_rows.astype(np.int64)
+        cnt = np.zeros(0, dtype=np.int64) if count is None else np.ascontiguousarray(count, dtype=np.int64)
+        if _fast.row_hashes(np.ascontiguousarray(rows_c), np.ascontiguousarray(attr, dtype=np.uint32),
+                            np.ascontiguousarray(pop, dtype=np.int64), k,
+                            np.ascontiguousarray(words, dtype=np.uint64), cnt, count is None, out):
+            return out
+        out[:] = 0
+    inside = step_rows >= 0
+    if keep is not None:
+        inside &= np.append(k.astype(bool), False)[np.where(inside, step_rows, n_rows)]
+    ev = np.flatnonzero(inside)
+    r = step_rows[ev].astype(np.int64)
+    p = pop[attr[ev]]
+    if count is None:  # distinct (row, population) pairs: a bitmap when small, else a sort
+        w = len(words)
+        keys = r * w + p
+        if n_rows * w <= 1 << 26:
+            seen = np.zeros(n_rows * w, dtype=bool)
+            seen[keys] = True
+            pairs = np.flatnonzero(seen)
+        else:
+            pairs = np.unique(keys)
+        r, p, vals = pairs // w, pairs % w, None
+    else:
+        if len(r) > 1 and not (r[1:] >= r[:-1]).all():
+            o = np.argsort(r, kind="stable")  # the events of each row contiguous
+            r, p, ev = r[o], p[o], ev[o]
+        with np.errstate(over="ignore"):  # products mod 2**64
+            vals = words[p] * count[ev].astype(np.uint64)
+    if len(r):
+        starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+        with np.errstate(over="ignore"):  # sums mod 2**64
+            out[r[starts]] = np.add.reduceat(words[p] if vals is None else vals, starts)
+    return out
+
+
 def _op_mix(pop: np.ndarray, attr: np.ndarray, count: np.ndarray, step_rows: np.ndarray, steps: pl.DataFrame,
-            flagged: np.ndarray, dev: np.ndarray, groups: list) -> dict:
+            flagged: np.ndarray, groups: list) -> dict:
     """{flagged step row: "op mix differs ..." text} for flagged steps whose multiset of op
     populations (``pop[attr]``: per event a population id, :func:`_population_ids`; weighted
     by occurrences) differs from their device's modal step (at most :data:`MIX_MAX` steps are
-    described). ``dev`` / ``groups``: per step its device id and each device's rows, devices
-    in order of first appearance (:func:`_device_ids`).
-    A multiset hash per step (sum of a random 64-bit key per description × count, mod 2**64)
-    finds the modal step; exact counts are compared only for the flagged steps."""
+    described). ``groups``: each device's step rows, devices in order of first appearance
+    (:func:`_device_groups`).
+    A multiset hash per step (:func:`row_hashes`: sum of a random 64-bit key per population
+    × count, mod 2**64) finds the modal step; exact counts are compared only for the flagged
+    steps."""
     out: dict = {}
     if not flagged.any() or attr is None or len(attr) == 0:
-        return out
-    inside = np.flatnonzero(step_rows >= 0)
-    if len(inside) == 0:
         return out
     m = steps.height
     present = np.zeros(len(pop), dtype=bool)
@@ -187,25 +239,20 @@ def _op_mix(pop: np.ndarray, attr: np.ndarray, count: np.ndarray, step_rows: np.
     rng = np.random.default_rng(0)
     n_keys = int(pop[present].max()) + 1
     keys = rng.integers(1, np.iinfo(np.int64).max, size=n_keys, dtype=np.int64).astype(np.uint64)
-    key_of = keys[pop]  # per description
-    r = step_rows[inside]
-    if len(r) > 1 and not (r[1:] >= r[:-1]).all():
-        o = np.argsort(r, kind="stable")  # the events of each step contiguous, in event order
-        inside, r = inside[o], r[o]
-    ev = inside
-    per = np.bincount(r, minlength=m)
-    hi = np.cumsum(per)
-    lo = hi - per
-    h = np.zeros(m, dtype=np.uint64)
-    full = np.flatnonzero(per)
-    if len(full):
-        a_ev = attr[ev]
-        with np.errstate(over="ignore"):  # sums mod 2**64
-            h[full] = np.add.reduceat(key_of[a_ev] * count[ev].astype(np.uint64), lo[full])
-        del a_ev
+    h = row_hashes(step_rows, attr, pop, keys, m, count=count)
+    spans: dict = {}  # the events of each step, on first use
 
     def mix(i):
-        s = ev[lo[i]:hi[i]]
+        if not spans:
+            ev = np.flatnonzero(step_rows >= 0)
+            r = step_rows[ev]
+            if len(r) > 1 and not (r[1:] >= r[:-1]).all():
+                o = np.argsort(r, kind="stable")  # the events of each step contiguous, in event order
+                ev, r = ev[o], r[o]
+            per = np.bincount(r, minlength=m)
+            spans.update(ev=ev, hi=np.cumsum(per), per=per)
+        hi = int(spans["hi"][i])
+        s = spans["ev"][hi - int(spans["per"][i]):hi]
         return np.bincount(pop[attr[s]], weights=count[s], minlength=n_keys)
 
     for rows in groups:
@@ -361,14 +408,18 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
     first = _first_executions(table, steps, dev, dev_keys, groups) if flagged.any() else {}
     mix = {}
     if step_rows is not None and attr is not None and table is not None and table.height and flagged.any():
-        mix = _op_mix(_population_ids(table), attr, count, step_rows, steps, flagged, dev, groups)
+        mix = _op_mix(_population_ids(table), attr, count, step_rows, steps, flagged, groups)
     extra: dict = {}
+    gap_text: dict = {}
     for i in sorted(set(first) | set(np.flatnonzero(gap_long & flagged).tolist()) | set(mix)):
         if not flagged[i]:
             continue
         parts = [f"first execution of {m}" for m in first.get(i, [])]
         if gap_long[i]:
-            parts.append(f"host gap before {_ms(gb[i])}")
+            g = float(gb[i])
+            if g not in gap_text:
+                gap_text[g] = f"host gap before {_ms(g)}"
+            parts.append(gap_text[g])
         if i in mix:
             parts.append(mix[i])
         extra[i] = parts
