@@ -994,7 +994,8 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
     else:
         inside = pl.DataFrame(schema={"attr": pl.UInt32, "self_ps": pl.Int64, "count": pl.Int64})
     outside = total_self - int(steps["op_time_ps"].sum() or 0) if steps.height else total_self
-    win_steps = steps.filter(pl.col("in_window")) if steps.height else steps
+    win_steps = (steps.select("duration_ps", "op_time_ps", "busy_ps", "gap_after_ps", "in_window")
+                 .filter(pl.col("in_window")) if steps.height else steps)
     if steps.height:
         dev, dev_keys = stepstats._device_ids(steps)
         cov = _coverage(win_steps, total_self, outside, excluded=steps.height - n,

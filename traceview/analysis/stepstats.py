@@ -452,8 +452,8 @@ def distribution(steps: pl.DataFrame, window: str = "steady") -> dict:
     label = kind if kind in ("steady", "all") else kind
     n = steps.height
     n_out = int(steps["outlier"].sum()) if n and "outlier" in steps.columns else 0
-    d = (steps.filter(pl.col("in_window"))["duration_ps"].to_numpy().astype(np.float64) if n
-         else np.zeros(0))
+    d = (steps.select(pl.col("duration_ps").filter(pl.col("in_window")))["duration_ps"].to_numpy()
+         .astype(np.float64) if n else np.zeros(0))
     out = {"n": n, "n_window": int(d.size), "median_ps": None, "p10_ps": None, "p90_ps": None, "max_ps": None,
            "mean_ps": None, "n_outliers": n_out, "window": label}
     if d.size:
@@ -468,10 +468,10 @@ def top_steps(steps: pl.DataFrame, n: int) -> pl.DataFrame:
     steps (longest first), then the longest other steps; shown in (device, step) order."""
     if steps.height == 0 or n <= 0:
         return steps.head(0)
-    r = steps.with_row_index("_r")
+    r = steps.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"), "duration_ps", "outlier")
     pick = pl.concat([r.filter(pl.col("outlier")).sort("duration_ps", descending=True),
                       r.filter(~pl.col("outlier")).sort("duration_ps", descending=True)]).head(n)
-    return pick.sort("host", "device", "step").drop("_r")
+    return steps[pick["_r"]].sort("host", "device", "step")
 
 
 def summary_line(dist: dict, steps: pl.DataFrame | None = None, *, max_reasons: int = 3) -> str:
@@ -487,7 +487,8 @@ def summary_line(dist: dict, steps: pl.DataFrame | None = None, *, max_reasons: 
     k = dist.get("n_outliers", 0)
     excluded = None
     if steps is not None and steps.height and "outlier" in steps.columns:
-        excluded = steps.filter(pl.col("outlier") & ~pl.col("in_window"))
+        excluded = steps.select("device", "step", "reason", "outlier", "in_window").filter(
+            pl.col("outlier") & ~pl.col("in_window"))
     if k:
         if excluded is not None and excluded.height:
             shown = [f"{r['device']} step {r['step']} ({r['reason']})"
