@@ -382,9 +382,10 @@ def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -
 
 
 def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.DataFrame | None,
-                  module: str | None, extent: str) -> tuple[pl.DataFrame, str, str | None, list[str]]:
+                  module: str | None, extent: str) -> tuple[pl.DataFrame, str, str | None, list[str], list | None]:
     """Per (host, device) step windows: host, device, module, program_id, start_ps, end_ps,
-    run_ps, next_ps (start of the next step or null); the method; the module; notes."""
+    run_ps, next_ps (start of the next step or null); the method; the module; notes; the
+    windows' :func:`_device_blocks` when known without a scan (None: not computed)."""
     rows: list[dict] = []
     placed_devs = sorted(set(table.collapse().filter(pl.col("first_ps").is_not_null())
                              .select("host", "device").iter_rows())) if pe.n else []
@@ -395,7 +396,7 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.Dat
             for h, d in targets:
                 rows.append({"host": h, "device": d, "module": "", "program_id": None, "start_ps": r["start_ps"],
                              "end_ps": r["start_ps"] + r["duration_ps"], "run_ps": None})
-        return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "markers", None, []
+        return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "markers", None, [], None
     if module_runs.height and table.height:
         module_runs, fixed, parts = _align(table, module_runs, pe)
         notes = [f"{d}: module runs rebuilt from the ops (XLA Modules and XLA Ops on different clocks, "
@@ -411,15 +412,16 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.Dat
                 shown = ", ".join(str(p) for p in progs[:8]) + (", ..." if len(progs) > 8 else "")
                 notes.append(f"{mod} is {len(progs)} compiled programs (program_id {shown}): its steps mix them "
                              f"(shape buckets or a sweep), so the step distribution is over different programs")
-            return _module_windows(pe, parts, runs, extent), "module", mod, notes
+            win, blocks = _module_windows(pe, parts, runs, extent)
+            return win, "module", mod, notes, blocks
     # whole trace
     if not pe.n or not pe.placed.any():
-        return pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}), "trace", None, []
+        return pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}), "trace", None, [], []
     for h, d in placed_devs:
         idx = pe.sel(h, d)
         rows.append({"host": h, "device": d, "module": "", "program_id": None,
                      "start_ps": int(pe.start[idx].min()), "end_ps": int(pe.end(idx).max()), "run_ps": None})
-    return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "trace", None, []
+    return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "trace", None, [], None
 
 
 _WIN_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "module": pl.Utf8, "program_id": pl.UInt64,
@@ -473,12 +475,12 @@ def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
     return out
 
 
-def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str) -> pl.DataFrame:
-    """Windows for the dominant module's executions ``runs``; the activity on a device is
-    every placed op and every module run of ``all_runs`` (start, end, program_id). Both are
-    [((host, device), that device's runs)]. The two kinds of activity are searched separately
-    (each is already in time order) and their maxima combined, which is the maximum over their
-    union."""
+def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str) -> tuple[pl.DataFrame, list]:
+    """Windows for the dominant module's executions ``runs``, and their :func:`_device_blocks`;
+    the activity on a device is every placed op and every module run of ``all_runs`` (start,
+    end, program_id). Both are [((host, device), that device's runs)]. The two kinds of
+    activity are searched separately (each is already in time order) and their maxima
+    combined, which is the maximum over their union."""
     def one(item):
         (host, device), r = item
         idx = pe.sel(host, device)
@@ -545,9 +547,11 @@ def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str) -> pl.
     # devices in (host, device) order, each in time order: the order _with_next gives, no sort
     ar_parts = dict(all_runs)
     groups = sorted(((k, _in_start_order(r)) for k, r in runs), key=lambda g: g[0])
-    frames = [f for f in _per_device(one, groups, pe) if f.height]
-    return (pl.concat(frames, how="vertical") if frames
-            else pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}))
+    frames = [((h, d), f) for ((h, d), _), f in zip(groups, _per_device(one, groups, pe)) if f.height]
+    ends = np.cumsum([f.height for _, f in frames]).tolist()
+    blocks = [(h, d, b - f.height, b) for ((h, d), f), b in zip(frames, ends)]
+    return (pl.concat([f for _, f in frames], how="vertical") if frames
+            else pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64})), blocks
 
 
 def _in_start_order(runs: pl.DataFrame) -> pl.DataFrame:
@@ -740,13 +744,16 @@ def _starts_in_order(win: pl.DataFrame, blocks: list) -> bool:
 
 
 def _steps(table, pe: _Placed, module_runs, *, markers, module, extent):
+    """(steps frame of :func:`find_steps`, per event its step row (-1: none), method, module,
+    notes, the steps' :func:`_device_blocks`)."""
     if extent not in EXTENTS:
         raise UsageError(f"unknown step extent {extent!r}: expected one of {', '.join(EXTENTS)}")
-    win, method, mod, notes = _step_windows(table, pe, module_runs, markers, module, extent)
-    blocks = _device_blocks(win)
+    win, method, mod, notes, blocks = _step_windows(table, pe, module_runs, markers, module, extent)
+    if blocks is None:
+        blocks = _device_blocks(win)
     step_row, n_ops, op_time, busy = _measure(pe, win, blocks)
     if win.height == 0:
-        return pl.DataFrame(schema=STEPS_SCHEMA), step_row, method, mod, notes
+        return pl.DataFrame(schema=STEPS_SCHEMA), step_row, method, mod, notes, blocks
     if blocks is not None and (win.height < 2 or _starts_in_order(win, blocks)):
         # each device's windows are consecutive rows in start order: step = row - device's first row
         step = np.arange(win.height, dtype=np.int64)
@@ -764,7 +771,7 @@ def _steps(table, pe: _Placed, module_runs, *, markers, module, extent):
     ).with_columns((pl.col("duration_ps") - pl.col("busy_ps")).alias("idle_ps"))
     # row order = window index (step_row), cast to the documented schema
     steps = out.select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA)
-    return steps, step_row, method, mod, notes
+    return steps, step_row, method, mod, notes, blocks
 
 
 # --------------------------------------------------------------------------------------
@@ -960,10 +967,14 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
     rs = rules_of(rules)  # validate before any work
     stepstats.parse_window(window)
     table, pe = _placed(ops)
-    steps, step_rows, method, mod, notes = _steps(table, pe, module_runs, markers=markers, module=module,
-                                                  extent=extent)
+    steps, step_rows, method, mod, notes, blocks = _steps(table, pe, module_runs, markers=markers, module=module,
+                                                          extent=extent)
+    devices = None
+    if blocks is not None:  # the (host, device) ids of the rows, without a scan of the strings
+        devices = (np.repeat(np.arange(len(blocks), dtype=np.int64), [b - a for _, _, a, b in blocks]),
+                   [(h, d) for h, d, _, _ in blocks])
     steps = stepstats.annotate(steps, window=window, table=table, attr=pe.attr, count=pe.count,
-                               step_rows=step_rows, threshold=outlier_z)
+                               step_rows=step_rows, threshold=outlier_z, devices=devices)
     fam_of = attr_families(table, rs) if table.height else pl.DataFrame(schema={"attr": pl.UInt32, "family": pl.Utf8})
     in_win = steps["in_window"].to_numpy().astype(bool) if steps.height else np.zeros(0, dtype=bool)
     n = int(in_win.sum())
@@ -997,7 +1008,7 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
     win_steps = (steps.select("duration_ps", "op_time_ps", "busy_ps", "gap_after_ps", "in_window")
                  .filter(pl.col("in_window")) if steps.height else steps)
     if steps.height:
-        dev, dev_keys = stepstats._device_ids(steps)
+        dev, dev_keys = devices if devices is not None else stepstats._device_ids(steps)
         cov = _coverage(win_steps, total_self, outside, excluded=steps.height - n,
                         devices=len(np.unique(dev[in_win])))
         cov_all = _coverage(steps, total_self, outside, devices=len(dev_keys))

@@ -346,27 +346,36 @@ def _reason_texts(flagged: np.ndarray, ratio: np.ndarray, extra: dict) -> pl.Ser
         bits, first, inv = np.unique(ratio[fl].view(np.int64), return_index=True, return_inverse=True)
         texts = [f"{x:.2g}x the median" if x < 10 else f"{x:.0f}x the median" for x in ratio[fl][first].tolist()]
         code[fl] = inv.reshape(-1)
-        for i in sorted(extra):
-            texts.append("; ".join([texts[code[i]], *extra[i]]))
-            code[i] = len(texts) - 1
+        if extra:
+            rows = sorted(extra)
+            memo: dict = {}  # (ratio text, parts) -> its index in texts
+            new = []
+            for i, c in zip(rows, code[rows].tolist()):
+                key = (c, tuple(extra[i]))
+                if key not in memo:
+                    memo[key] = len(texts)
+                    texts.append("; ".join([texts[c], *extra[i]]))
+                new.append(memo[key])
+            code[rows] = new
     c = pl.Series("c", code)
     return pl.Series("reason", texts, dtype=pl.Utf8).gather(pl.select(pl.when(c >= 0).then(c))["c"])
 
 
 def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: np.ndarray | None = None,
              count: np.ndarray | None = None, step_rows: np.ndarray | None = None,
-             threshold: float = THRESHOLD, min_rel: float = MIN_REL) -> pl.DataFrame:
+             threshold: float = THRESHOLD, min_rel: float = MIN_REL, devices: tuple | None = None) -> pl.DataFrame:
     """``steps`` (rows in any order; columns of
     :data:`~traceview.analysis.steps.STEPS_SCHEMA`) plus the columns of
     :data:`RECORD_SCHEMA` (module doc). ``table`` (the op table), ``attr`` / ``count`` (per
     op event: description id, occurrences) and ``step_rows`` (per event, its row in
     ``steps``, -1 for none) give the reasons; without them the reason is the ratio alone.
+    ``devices``: :func:`_device_ids` of ``steps`` when the caller has it.
     Raises UsageError on an unknown window."""
     kind, sl = parse_window(window)
     n = steps.height
     if n == 0:
         return steps.with_columns(*(pl.lit(None, dtype=t).alias(c) for c, t in RECORD_SCHEMA.items()))
-    dev, dev_keys = _device_ids(steps)
+    dev, dev_keys = devices if devices is not None else _device_ids(steps)
     groups = _device_groups(dev, len(dev_keys))
     gap_before = _gap_before(steps, dev)
     flagged = np.zeros(n, dtype=bool)
