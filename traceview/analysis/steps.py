@@ -257,20 +257,16 @@ def _device_parts(frame: pl.DataFrame) -> list:
     return list(frame.group_by(["host", "device"], maintain_order=True))
 
 
-def _program_rows(r_has: np.ndarray, r_prog: np.ndarray) -> dict:
-    """{program_id: indices (ascending, int64) of the rows with that program}, from one stable
-    sort of the rows by program; rows without a program are left out."""
-    pids = np.sort(pl.Series(r_prog[r_has], dtype=pl.UInt64).unique().to_numpy())
-    if len(pids) == 0:
+def _program_rows(program_id: pl.Series) -> dict:
+    """{program_id: indices (ascending) of the rows with that program}, by one group-by (rows
+    keep their order within a group); rows without a program are left out."""
+    g = (pl.DataFrame({"p": program_id}).with_row_index("i").group_by("p").agg("i")
+         .filter(pl.col("p").is_not_null()))
+    if g.height == 0:
         return {}
-    if len(pids) == 1:
-        return {int(pids[0]): np.flatnonzero(r_has & (r_prog == pids[0]))}
-    code = np.searchsorted(pids, r_prog)
-    code[~r_has] = len(pids)
-    code = code.astype(np.int16 if len(pids) < (1 << 15) else np.int64)  # int16: a radix sort
-    order = np.argsort(code, kind="stable")
-    cuts = np.cumsum(np.bincount(code, minlength=len(pids) + 1))
-    return {int(p): order[a:b] for p, a, b in zip(pids.tolist(), [0, *cuts[:-2].tolist()], cuts[:-1].tolist())}
+    ends = np.cumsum(g["i"].list.len().to_numpy()).tolist()
+    flat = g["i"].explode().to_numpy()
+    return {int(p): flat[e - k:e] for p, e, k in zip(g["p"].to_list(), ends, g["i"].list.len().to_list())}
 
 
 def _align(ops, module_runs: pl.DataFrame, _placed_events: "_Placed | None" = None) -> tuple[pl.DataFrame, dict, list]:
@@ -296,12 +292,10 @@ def _align(ops, module_runs: pl.DataFrame, _placed_events: "_Placed | None" = No
         dsel = pe.sel(host, device)
         o_start, o_dur, o_attr = pe.start[dsel], pe.dur[dsel], pe.attr[dsel]  # views for a slice
         r_start, r_dur = r["start_ps"].to_numpy().copy(), r["duration_ps"].to_numpy().copy()
-        r_prog = r["program_id"].fill_null(0).to_numpy().astype(np.uint64)
-        r_has = r["program_id"].is_not_null().to_numpy()
         chunks: dict = {}
         offs = []
         inside = True
-        by_prog = _program_rows(r_has, r_prog)
+        by_prog = _program_rows(r["program_id"])
         c_chunks = (_c_chunks(pe, host, device, dsel, {p: len(x) for p, x in by_prog.items()})
                     if isinstance(dsel, slice) else None)
         for pid, ridx in by_prog.items():
