@@ -839,6 +839,8 @@ class StepAnatomy:
     made (module runs rebuilt on a device whose ops and executions are on different clocks,
     :func:`align_module_runs`). ``table``, ``step_rows`` (per event, -1 outside every step)
     and ``attr_family`` (attr -> family) are the compact form behind ``ops``.
+    ``window_sums``: (attr ids, self_ps, count) of the op descriptions with events in the
+    window's steps, exact int64 sums over those events (numpy arrays).
     """
 
     steps: pl.DataFrame
@@ -854,6 +856,7 @@ class StepAnatomy:
     window: str = "steady"
     distribution: dict | None = None
     coverage_all: Coverage | None = None
+    window_sums: tuple | None = field(repr=False, default=None)
 
     def summary(self) -> str:
         """The distribution's line (:func:`traceview.analysis.stepstats.summary_line`)."""
@@ -995,9 +998,11 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
         present = tot_r - np.bincount(a_out, minlength=na) > 0
         ids = np.flatnonzero(present)
         inside = pl.DataFrame({"attr": pl.Series(ids, dtype=pl.UInt32), "self_ps": t_sum[ids], "count": c_sum[ids]})
+        window_sums = (ids, t_sum[ids], c_sum[ids])
         del a_out, out_idx
     else:
         inside = pl.DataFrame(schema={"attr": pl.UInt32, "self_ps": pl.Int64, "count": pl.Int64})
+        window_sums = None
     outside = total_self - int(steps["op_time_ps"].sum() or 0) if steps.height else total_self
     win_steps = (steps.select("duration_ps", "op_time_ps", "busy_ps", "gap_after_ps", "in_window")
                  .filter(pl.col("in_window")) if steps.height else steps)
@@ -1032,7 +1037,7 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
         notes = notes + [f"step window {dist['window']} holds no step: families and coverage are empty"]
     return StepAnatomy(steps=steps, families=fam, coverage=cov, method=method, module=mod, extent=extent,
                        notes=notes, table=table, step_rows=step_rows, attr_family=fam_of, window=dist["window"],
-                       distribution=dist, coverage_all=cov_all)
+                       distribution=dist, coverage_all=cov_all, window_sums=window_sums)
 
 
 def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str = "span",

@@ -118,21 +118,36 @@ def step_pops(ctx) -> pl.DataFrame:
         import numpy as np
 
         st = anat.steps
-        inside = rows >= 0
-        if "in_window" in st.columns:
-            keep = st["in_window"].fill_null(True).to_numpy()
-            inside &= np.concatenate([keep, [False]])[np.where(rows >= 0, rows, len(keep))]
         ev = anat.table.events
-        attr = ev["attr"].to_numpy()[inside].astype(np.int64)
-        n = anat.table.attrs.height
-        self_ps = np.bincount(attr, weights=ev["self_ps"].to_numpy()[inside], minlength=n)
-        count = np.bincount(attr, weights=ev["count"].to_numpy()[inside], minlength=n)
-        have = np.flatnonzero(count > 0)
-        if len(have):
-            a = (anat.table.attrs.select("attr", "op_name", "shape", "op_kind", "module", "framework_op", "source_file")
-                 .join(anat.attr_family, on="attr", how="left"))
+        a = (anat.table.attrs.select("attr", "op_name", "shape", "op_kind", "module", "framework_op", "source_file")
+             .join(anat.attr_family, on="attr", how="left"))
+        wa = getattr(anat, "window_sums", None)
+        # the anatomy's exact sums per description are what float64 bincounts give whenever no
+        # partial sum can reach 2**53: no negative value, and every description's total below it
+        exact = False
+        if wa is not None:
+            low = ev.select(pl.min_horizontal(pl.col("self_ps").min(), pl.col("count").min())).item()
+            col = anat.table.collapse()
+            high = col.select(pl.max_horizontal(pl.col("self_ps").max(), pl.col("count").max())).item()
+            exact = (low is None or low >= 0) and (high is None or high < 1 << 53)
+        if exact:
+            ids, t_sum, c_sum = wa
+            have = c_sum > 0
+            sums = pl.DataFrame({"attr": pl.Series(ids[have], dtype=a.schema["attr"]), "self_ps": t_sum[have],
+                                 "count": c_sum[have]}, schema_overrides={"self_ps": pl.Int64, "count": pl.Int64})
+        else:
+            inside = rows >= 0
+            if "in_window" in st.columns:
+                keep = st["in_window"].fill_null(True).to_numpy()
+                inside &= np.concatenate([keep, [False]])[np.where(rows >= 0, rows, len(keep))]
+            attr = ev["attr"].to_numpy()[inside].astype(np.int64)
+            n = anat.table.attrs.height
+            self_ps = np.bincount(attr, weights=ev["self_ps"].to_numpy()[inside], minlength=n)
+            count = np.bincount(attr, weights=ev["count"].to_numpy()[inside], minlength=n)
+            have = np.flatnonzero(count > 0)
             sums = pl.DataFrame({"attr": pl.Series(have, dtype=a.schema["attr"]),
                                  "self_ps": self_ps[have].astype(np.int64), "count": count[have].astype(np.int64)})
+        if sums.height:
             out = (a.join(sums, on="attr").group_by(["op_name", "shape", "op_kind", "family", "module"])
                    .agg(pl.col("framework_op").first(), pl.col("source_file").first(),
                         pl.col("self_ps").sum(), pl.col("count").sum())
