@@ -128,12 +128,12 @@ def _ms(ps: float) -> str:
     return f"{ps / 1e9:.3f} ms"
 
 
-def _first_executions(table, steps: pl.DataFrame, dev: np.ndarray, dev_keys: list, groups: list) -> dict:
+def _first_executions(table, steps: pl.DataFrame, dev_keys: list, groups: list) -> dict:
     """{step row: [modules whose first op event on that device starts in the step]}; a first
     op event just before the device's first step (by less than that step's duration: GPU/CPU
     module runs are derived from one anchor op, which need not be the program's first) counts
-    for the first step. ``dev`` / ``dev_keys`` / ``groups``: :func:`_device_ids` of
-    ``steps`` and each device's rows (:func:`_device_groups`)."""
+    for the first step. ``dev_keys`` / ``groups``: the (host, device) of each device id of
+    ``steps`` (:func:`_device_ids`) and its rows (:func:`_device_groups`)."""
     out: dict = {}
     if table is None or table.height == 0 or steps.height == 0:
         return out
@@ -414,7 +414,7 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
             in_window[order] = keep
     if kind == "steady":
         in_window = ~flagged
-    first = _first_executions(table, steps, dev, dev_keys, groups) if flagged.any() else {}
+    first = _first_executions(table, steps, dev_keys, groups) if flagged.any() else {}
     mix = {}
     if step_rows is not None and attr is not None and table is not None and table.height and flagged.any():
         mix = _op_mix(_population_ids(table), attr, count, step_rows, steps, flagged, groups)
