@@ -6,6 +6,7 @@
 * a merged profile of hundreds of device planes and a plane of thousands of descriptions read
   whole (the synthetic XSpaces of ``benchmarks/big_xplane.py``);
 * the C step pass (``step_pass``) equals the numpy/polars step computation;
+* the C per-step population hashes (``row_hashes``, sets and multisets) equal numpy's;
 * the C self-time pass equals the sort-and-stack reference on random nested intervals;
 * the vectorized range maximum equals a brute-force one.
 """
@@ -20,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceview.analysis import steps
+from traceview.analysis import steps, stepstats
 from traceview.model import from_xplane as xplane
 from traceview.model import timeline
 from traceview.read.xplane import wire as xline
@@ -112,6 +113,7 @@ def test_c_step_pass_equals_the_numpy_steps(shared_traces, window, monkeypatch):
     fast = [steps.anatomy(p.table, p.module_runs, extent=window, markers=p.step_markers if p.step_markers.height
                           else None) for p in profs]
     monkeypatch.setattr(steps, "_fast", None)
+    monkeypatch.setattr(stepstats, "_fast", None)
     slow = [steps.anatomy(p.table, p.module_runs, extent=window, markers=p.step_markers if p.step_markers.height
                           else None) for p in profs]
     for a, b in zip(fast, slow):
@@ -120,6 +122,31 @@ def test_c_step_pass_equals_the_numpy_steps(shared_traces, window, monkeypatch):
         assert vars(a.coverage) == vars(b.coverage)
         assert (np.asarray(a.step_rows) == np.asarray(b.step_rows)).all()
     assert fast[0].steps.height == 400 and fast[0].steps["busy_ps"].sum() > 0  # 100 executions x 4 chips
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-1, 6), st.integers(0, 5), st.integers(0, 1 << 40)), max_size=80),
+       st.lists(st.integers(0, 3), min_size=6, max_size=6), st.lists(st.booleans(), min_size=7, max_size=7),
+       st.booleans(), st.booleans())
+def test_c_row_hashes_equal_numpy(events, pop_of_attr, keep, in_order, as_set):
+    """row_hashes in C (one pass) and in numpy agree, sets and multisets, rows kept or not,
+    rows whose events are consecutive (the C set pass) or interleaved (it refuses: numpy)."""
+    ev = sorted(events, key=lambda e: e[0]) if in_order else events
+    rows = np.array([r for r, _, _ in ev], dtype=np.int32)
+    attr = np.array([a for _, a, _ in ev], dtype=np.uint32)
+    count = np.array([c for _, _, c in ev], dtype=np.int64)
+    pop = np.array(pop_of_attr, dtype=np.int64)
+    words = np.random.default_rng(0).integers(1, 2 ** 63, size=4, dtype=np.uint64)
+    kw = dict(keep=np.array(keep)) if as_set else dict(count=count)
+    fast = stepstats.row_hashes(rows, attr, pop, words, 7, **kw)
+    assert fast.tolist() == stepstats.row_hashes(rows.astype(np.int64), attr, pop, words, 7, **kw).tolist()
+    saved = stepstats._fast
+    try:
+        stepstats._fast = None
+        ref = stepstats.row_hashes(rows, attr, pop, words, 7, **kw)
+    finally:
+        stepstats._fast = saved
+    assert fast.tolist() == ref.tolist()
 
 
 @settings(max_examples=300, deadline=None)

@@ -427,3 +427,20 @@ def test_logits_rule_logic(reps):
         assert decode.logits_cost(Inputs(reps[name][1])) is None
         assert "logits-conversions" not in ids(reps[name][1])
     assert decode.logits_growth(reps["greedy_b4"][1], reps["nodonate_b4"][1]) is None
+
+
+def test_step_pops_from_the_anatomy_sums_equal_the_event_pass(reps):
+    """step_pops reads the anatomy's exact per-description window sums; without them it sums
+    the window's events itself: the same populations and figures on every report."""
+    import dataclasses
+
+    from traceview.analysis.findings import _context
+
+    for name, (_, rep) in reps.items():
+        if rep.steps is None:
+            continue
+        fast = _context.step_pops(Inputs(rep))
+        bare = SimpleNamespace(steps=dataclasses.replace(rep.steps, window_sums=None))
+        slow = _context.step_pops(Inputs(bare))
+        assert fast.sort(fast.columns).equals(slow.sort(slow.columns), null_equal=True), name
+        assert rep.steps.window_sums is None or fast.height, name

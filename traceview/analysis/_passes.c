@@ -9,6 +9,8 @@
  *   median_by(...) -> bool: medians per group by quickselect (traceview.analysis.aggregate);
  *   quantiles_by(...) -> bool: quantiles, mean, std and max per group
  *     (traceview.analysis.distributions).
+ *   row_hashes(...) -> bool: per step row, a hash of its events' op populations
+ *     (traceview.analysis.stepstats).
  *
  * Each releases the GIL and returns False on input outside its preconditions (unordered
  * input, an index outside its table); the caller then takes the general path.
@@ -333,6 +335,68 @@ static PyObject *quantiles_by(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* row_hashes(rows, attr, pop, keep, words, counts, distinct, out) -> bool
+ * Per step row r, a hash of the op populations of its events
+ * (traceview.analysis.stepstats.row_hashes): over the events i with rows[i] = r >= 0 and
+ * keep[r], p = pop[attr[i]]; distinct = 0: out[r] += words[p] * counts[i] (a multiset);
+ * distinct = 1: out[r] += words[p] once per distinct p of the row (a set), which needs each
+ * kept row's events consecutive (events of other rows, or of none, may not come between).
+ * Sums wrap (mod 2**64). rows int32 or int64 (by byte length against attr); attr uint32;
+ * pop int64 per attr; keep uint8 per row; words uint64 per population; counts int64 per
+ * event (read only when distinct = 0); out uint64 per row, zeroed by the caller. Returns
+ * False, out unspecified, on an index outside its table or a set row's events split. */
+static PyObject *row_hashes(PyObject *self, PyObject *args) {
+    Py_buffer b[7];
+    int distinct;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*pw*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &distinct, &b[6]))
+        return NULL;
+    Py_ssize_t n = b[1].len / 4, na = b[2].len / 8, m = b[3].len, npop = b[4].len / 8;
+    int wide = b[0].len == n * 8;
+    int ok = (wide || b[0].len == n * 4) && b[6].len / 8 == m && (distinct || b[5].len / 8 == n);
+    const int32_t *r32 = b[0].buf;
+    const int64_t *r64 = b[0].buf, *pop = b[2].buf, *cnt = b[5].buf;
+    const uint32_t *attr = b[1].buf;
+    const uint8_t *keep = b[3].buf;
+    const uint64_t *words = b[4].buf;
+    uint64_t *out = b[6].buf;
+    int64_t *last = NULL;
+    uint8_t *entered = NULL;
+    if (ok && distinct) {
+        last = PyMem_RawMalloc((size_t)(npop ? npop : 1) * sizeof(int64_t));
+        entered = PyMem_RawCalloc((size_t)(m ? m : 1), 1);
+        if (!last || !entered) {
+            PyMem_RawFree(last); PyMem_RawFree(entered);
+            for (int k = 0; k < 7; k++) PyBuffer_Release(&b[k]);
+            return PyErr_NoMemory();
+        }
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        if (distinct) for (Py_ssize_t p = 0; p < npop; p++) last[p] = -1;
+        int64_t prev = -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t r = wide ? r64[i] : (int64_t)r32[i];
+            if (r < 0) continue;
+            if (r >= m) { ok = 0; break; }
+            if (!keep[r]) continue;
+            if (attr[i] >= (uint64_t)na) { ok = 0; break; }
+            int64_t p = pop[attr[i]];
+            if (p < 0 || p >= npop) { ok = 0; break; }
+            if (!distinct) { out[r] += words[p] * (uint64_t)cnt[i]; continue; }
+            if (r != prev) {
+                if (entered[r]) { ok = 0; break; }  /* the row's events are split */
+                entered[r] = 1;
+                prev = r;
+            }
+            if (last[p] != r) { last[p] = r; out[r] += words[p]; }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(last); PyMem_RawFree(entered);
+    for (int k = 0; k < 7; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
@@ -340,6 +404,7 @@ static PyMethodDef methods[] = {
     {"chunk_heads", chunk_heads, METH_VARARGS, "chunk_heads(attr, starts, durs, prog, m, offs, heads, ends) -> bool"},
     {"median_by", median_by, METH_VARARGS, "median_by(attr, key_of_attr, values, out, have) -> bool"},
     {"quantiles_by", quantiles_by, METH_VARARGS, "quantiles_by(attr, key_of_attr, values, qs, out, stats, have) -> bool"},
+    {"row_hashes", row_hashes, METH_VARARGS, "row_hashes(rows, attr, pop, keep, words, counts, distinct, out) -> bool"},
     {NULL, NULL, 0, NULL}
 };
 

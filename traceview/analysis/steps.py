@@ -241,32 +241,64 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
     starts inside its execution (vLLM JSON, GPU/CPU runs derived from ops) nothing changes.
     Returns (runs, {(host, device): median shift in ps}) for the devices rebuilt. Never raises.
     """
+    runs, fixed, _ = _align(ops, module_runs, _placed_events)
+    return runs, fixed
+
+
+def _device_parts(frame: pl.DataFrame) -> list:
+    """[((host, device), rows of that device in row order)], devices in order of first
+    appearance: slices (no copy) when each device's rows are one run of consecutive rows,
+    else a group-by."""
+    if frame.height == 0:
+        return []
+    blocks = _device_blocks(frame)
+    if blocks is not None:
+        return [((h, d), frame.slice(a, b - a)) for h, d, a, b in blocks]
+    return list(frame.group_by(["host", "device"], maintain_order=True))
+
+
+def _program_rows(program_id: pl.Series) -> dict:
+    """{program_id: indices (ascending) of the rows with that program}, by one group-by (rows
+    keep their order within a group); rows without a program are left out."""
+    g = (pl.DataFrame({"p": program_id}).with_row_index("i").group_by("p").agg("i")
+         .filter(pl.col("p").is_not_null()))
+    if g.height == 0:
+        return {}
+    ends = np.cumsum(g["i"].list.len().to_numpy()).tolist()
+    flat = g["i"].explode().to_numpy()
+    return {int(p): flat[e - k:e] for p, e, k in zip(g["p"].to_list(), ends, g["i"].list.len().to_list())}
+
+
+def _align(ops, module_runs: pl.DataFrame, _placed_events: "_Placed | None" = None) -> tuple[pl.DataFrame, dict, list]:
+    """:func:`align_module_runs` plus its runs per device: [((host, device), runs in start
+    order)], devices in order of first appearance in ``module_runs``."""
     fixed: dict = {}
     if module_runs.height == 0:
-        return module_runs, fixed
+        return module_runs, fixed, []
     if _placed_events is None:
         table, pe = _placed(ops)
         if table.height == 0:
-            return module_runs, fixed
+            return module_runs, fixed, _device_parts(module_runs)
     else:
         pe = _placed_events
     if pe.n == 0:
-        return module_runs, fixed
+        return module_runs, fixed, _device_parts(module_runs)
+
     def one(item):
         (host, device), r = item
-        r = r.filter(pl.col("start_ps").is_not_null()).sort("start_ps")  # a run without a start has no place
+        if r["start_ps"].null_count():
+            r = r.filter(pl.col("start_ps").is_not_null())  # a run without a start has no place
+        r = _in_start_order(r)
         dsel = pe.sel(host, device)
         o_start, o_dur, o_attr = pe.start[dsel], pe.dur[dsel], pe.attr[dsel]  # views for a slice
         r_start, r_dur = r["start_ps"].to_numpy().copy(), r["duration_ps"].to_numpy().copy()
-        r_prog = r["program_id"].fill_null(0).to_numpy().astype(np.uint64)
-        r_has = r["program_id"].is_not_null().to_numpy()
         chunks: dict = {}
         offs = []
         inside = True
-        pids = r["program_id"].drop_nulls().unique().to_list()
-        c_chunks = _c_chunks(pe, host, device, dsel, pids, r_has, r_prog) if isinstance(dsel, slice) else None
-        for pid in pids:
-            ridx = np.nonzero(r_has & (r_prog == np.uint64(pid)))[0]
+        by_prog = _program_rows(r["program_id"])
+        c_chunks = (_c_chunks(pe, host, device, dsel, {p: len(x) for p, x in by_prog.items()})
+                    if isinstance(dsel, slice) else None)
+        for pid, ridx in by_prog.items():
             if c_chunks is not None:
                 if pid not in c_chunks:
                     continue
@@ -302,20 +334,21 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
         return r, None
 
     parts = []
-    for r, fix in _per_device(one, list(module_runs.group_by(["host", "device"], maintain_order=True)), pe):
-        parts.append(r)
+    items = _device_parts(module_runs)
+    for (key, _), (r, fix) in zip(items, _per_device(one, items, pe)):
+        parts.append((key, r))
         if fix is not None:
             fixed[fix[0]] = fix[1]
-    return pl.concat(parts, how="vertical"), fixed
+    return pl.concat([r for _, r in parts], how="vertical"), fixed, parts
 
 
-def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, pids: list, r_has: np.ndarray,
-              r_prog: np.ndarray) -> dict | None:
+def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -> dict | None:
     """{program_id: (heads, ends)} for one device whose events are the slice ``dsel``, as
     align_module_runs computes them per program (the k-th execution's chunk of m ops: its
-    first op's start and its latest op end), in one C pass (``chunk_heads``); programs whose
-    op count on the device is not a whole multiple of their executions are left out. None
-    without the C accelerator or when the pass refuses (the caller then uses numpy)."""
+    first op's start and its latest op end), in one C pass (``chunk_heads``); ``runs_of``:
+    {program_id: executions on the device}. Programs whose op count on the device is not a
+    whole multiple of their executions are left out. None without the C accelerator or when
+    the pass refuses (the caller then uses numpy)."""
     if _fast is None:
         return None
     d = pe.dev_index[(host, device)]
@@ -323,8 +356,7 @@ def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, pids: list, r_ha
     on_dev = pe._attr_dev == d
     prog = np.full(len(rows), -1, dtype=np.int32)
     plan = []  # (pid, executions, m)
-    for pid in pids:
-        runs_n = int(np.count_nonzero(r_has & (r_prog == np.uint64(pid))))
+    for pid, runs_n in runs_of.items():
         lut = pe.of_program(pid) & on_dev
         n_ops = int(rows[lut].sum())
         if n_ops == 0 or runs_n == 0 or n_ops % runs_n:
@@ -344,9 +376,10 @@ def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, pids: list, r_ha
 
 
 def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.DataFrame | None,
-                  module: str | None, extent: str) -> tuple[pl.DataFrame, str, str | None, list[str]]:
+                  module: str | None, extent: str) -> tuple[pl.DataFrame, str, str | None, list[str], list | None]:
     """Per (host, device) step windows: host, device, module, program_id, start_ps, end_ps,
-    run_ps, next_ps (start of the next step or null); the method; the module; notes."""
+    run_ps, next_ps (start of the next step or null); the method; the module; notes; the
+    windows' :func:`_device_blocks` when known without a scan (None: not computed)."""
     rows: list[dict] = []
     placed_devs = sorted(set(table.collapse().filter(pl.col("first_ps").is_not_null())
                              .select("host", "device").iter_rows())) if pe.n else []
@@ -357,30 +390,32 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.Dat
             for h, d in targets:
                 rows.append({"host": h, "device": d, "module": "", "program_id": None, "start_ps": r["start_ps"],
                              "end_ps": r["start_ps"] + r["duration_ps"], "run_ps": None})
-        return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "markers", None, []
+        return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "markers", None, [], None
     if module_runs.height and table.height:
-        module_runs, fixed = align_module_runs(table, module_runs, pe)
+        module_runs, fixed, parts = _align(table, module_runs, pe)
         notes = [f"{d}: module runs rebuilt from the ops (XLA Modules and XLA Ops on different clocks, "
                  f"median offset {v / 1e6:+.1f} µs)" for (_, d), v in sorted(fixed.items())]
         mod = module if module is not None else dominant_module(table, module_runs)
-        if module is not None and module not in set(module_runs["module"].to_list()):
+        if module is not None and not module_runs.select((pl.col("module") == module).any()).item():
             raise UsageError(f"module {module!r} has no executions in this trace")
         if mod is not None:
-            runs = module_runs.filter(pl.col("module") == mod)
-            progs = sorted(p for p in runs["program_id"].unique().to_list() if p is not None)
+            runs = [(k, r.filter(pl.col("module") == mod)) for k, r in parts]
+            runs = [(k, r) for k, r in runs if r.height]
+            progs = sorted({p for _, r in runs for p in r["program_id"].unique().to_list()} - {None})
             if len(progs) > 1:  # one name, several compiled programs (shape buckets, a sweep)
                 shown = ", ".join(str(p) for p in progs[:8]) + (", ..." if len(progs) > 8 else "")
                 notes.append(f"{mod} is {len(progs)} compiled programs (program_id {shown}): its steps mix them "
                              f"(shape buckets or a sweep), so the step distribution is over different programs")
-            return _module_windows(pe, module_runs, runs, extent), "module", mod, notes
+            win, blocks = _module_windows(pe, parts, runs, extent)
+            return win, "module", mod, notes, blocks
     # whole trace
     if not pe.n or not pe.placed.any():
-        return pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}), "trace", None, []
+        return pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}), "trace", None, [], []
     for h, d in placed_devs:
         idx = pe.sel(h, d)
         rows.append({"host": h, "device": d, "module": "", "program_id": None,
                      "start_ps": int(pe.start[idx].min()), "end_ps": int(pe.end(idx).max()), "run_ps": None})
-    return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "trace", None, []
+    return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "trace", None, [], None
 
 
 _WIN_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "module": pl.Utf8, "program_id": pl.UInt64,
@@ -434,15 +469,16 @@ def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
     return out
 
 
-def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, extent: str) -> pl.DataFrame:
-    """Windows for the dominant module's executions ``runs``; the activity on a device is
-    every placed op and every module run of ``all_runs`` (start, end, program_id). The two
-    kinds of activity are searched separately (each is already in time order) and their
-    maxima combined, which is the maximum over their union."""
+def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str) -> tuple[pl.DataFrame, list]:
+    """Windows for the dominant module's executions ``runs``, and their :func:`_device_blocks`;
+    the activity on a device is every placed op and every module run of ``all_runs`` (start,
+    end, program_id). Both are [((host, device), that device's runs)]. The two kinds of
+    activity are searched separately (each is already in time order) and their maxima
+    combined, which is the maximum over their union."""
     def one(item):
         (host, device), r = item
         idx = pe.sel(host, device)
-        ar = _in_start_order(ar_parts.get((host, device), all_runs.clear()))
+        ar = _in_start_order(ar_parts.get((host, device), r.clear()))
         ar_start = ar["start_ps"].to_numpy()
         sources = [  # (starts, ends, has program, program) per kind of activity, time-ordered
             (pe.start[idx], None, lambda i=idx: pe.has_pid(i), lambda i=idx: pe.pid(i)),
@@ -503,13 +539,13 @@ def _module_windows(pe: _Placed, all_runs: pl.DataFrame, runs: pl.DataFrame, ext
                         nxt_ps).select(list(_WIN_SCHEMA) + ["next_ps"]).cast(_WIN_SCHEMA | {"next_ps": pl.Int64})
 
     # devices in (host, device) order, each in time order: the order _with_next gives, no sort
-    ar_parts = all_runs.partition_by(["host", "device"], as_dict=True, maintain_order=True)
-    groups = sorted(((k, _in_start_order(r)) for k, r in
-                     runs.partition_by(["host", "device"], as_dict=True, maintain_order=True).items()),
-                    key=lambda g: g[0])
-    frames = [f for f in _per_device(one, groups, pe) if f.height]
-    return (pl.concat(frames, how="vertical") if frames
-            else pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64}))
+    ar_parts = dict(all_runs)
+    groups = sorted(((k, _in_start_order(r)) for k, r in runs), key=lambda g: g[0])
+    frames = [((h, d), f) for ((h, d), _), f in zip(groups, _per_device(one, groups, pe)) if f.height]
+    ends = np.cumsum([f.height for _, f in frames]).tolist()
+    blocks = [(h, d, b - f.height, b) for ((h, d), f), b in zip(frames, ends)]
+    return (pl.concat([f for _, f in frames], how="vertical") if frames
+            else pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64})), blocks
 
 
 def _in_start_order(runs: pl.DataFrame) -> pl.DataFrame:
@@ -702,13 +738,16 @@ def _starts_in_order(win: pl.DataFrame, blocks: list) -> bool:
 
 
 def _steps(table, pe: _Placed, module_runs, *, markers, module, extent):
+    """(steps frame of :func:`find_steps`, per event its step row (-1: none), method, module,
+    notes, the steps' :func:`_device_blocks`)."""
     if extent not in EXTENTS:
         raise UsageError(f"unknown step extent {extent!r}: expected one of {', '.join(EXTENTS)}")
-    win, method, mod, notes = _step_windows(table, pe, module_runs, markers, module, extent)
-    blocks = _device_blocks(win)
+    win, method, mod, notes, blocks = _step_windows(table, pe, module_runs, markers, module, extent)
+    if blocks is None:
+        blocks = _device_blocks(win)
     step_row, n_ops, op_time, busy = _measure(pe, win, blocks)
     if win.height == 0:
-        return pl.DataFrame(schema=STEPS_SCHEMA), step_row, method, mod, notes
+        return pl.DataFrame(schema=STEPS_SCHEMA), step_row, method, mod, notes, blocks
     if blocks is not None and (win.height < 2 or _starts_in_order(win, blocks)):
         # each device's windows are consecutive rows in start order: step = row - device's first row
         step = np.arange(win.height, dtype=np.int64)
@@ -726,7 +765,7 @@ def _steps(table, pe: _Placed, module_runs, *, markers, module, extent):
     ).with_columns((pl.col("duration_ps") - pl.col("busy_ps")).alias("idle_ps"))
     # row order = window index (step_row), cast to the documented schema
     steps = out.select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA)
-    return steps, step_row, method, mod, notes
+    return steps, step_row, method, mod, notes, blocks
 
 
 # --------------------------------------------------------------------------------------
@@ -800,6 +839,8 @@ class StepAnatomy:
     made (module runs rebuilt on a device whose ops and executions are on different clocks,
     :func:`align_module_runs`). ``table``, ``step_rows`` (per event, -1 outside every step)
     and ``attr_family`` (attr -> family) are the compact form behind ``ops``.
+    ``window_sums``: (attr ids, self_ps, count) of the op descriptions with events in the
+    window's steps, exact int64 sums over those events (numpy arrays).
     """
 
     steps: pl.DataFrame
@@ -815,6 +856,7 @@ class StepAnatomy:
     window: str = "steady"
     distribution: dict | None = None
     coverage_all: Coverage | None = None
+    window_sums: tuple | None = field(repr=False, default=None)
 
     def summary(self) -> str:
         """The distribution's line (:func:`traceview.analysis.stepstats.summary_line`)."""
@@ -886,8 +928,10 @@ def _int_bincount(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _coverage(steps: pl.DataFrame, total_self: int, outside: int, excluded: int = 0) -> Coverage:
-    """:class:`Coverage` of the device-steps ``steps`` (formulas in its doc)."""
+def _coverage(steps: pl.DataFrame, total_self: int, outside: int, excluded: int = 0,
+              devices: int | None = None) -> Coverage:
+    """:class:`Coverage` of the device-steps ``steps`` (formulas in its doc); ``devices``:
+    their number of distinct (host, device) when the caller knows it."""
     n = steps.height
     if not n:
         return Coverage(outside_ps=outside, outside_share=(outside / total_self if total_self else 0.0),
@@ -896,7 +940,9 @@ def _coverage(steps: pl.DataFrame, total_self: int, outside: int, excluded: int 
     x = float(steps["op_time_ps"].sum()) / n
     busy = float(steps["busy_ps"].sum()) / n
     gaps = steps["gap_after_ps"].drop_nulls()
-    return Coverage(n_steps=n, devices=steps.select("host", "device").unique().height, family_ps=x, step_ps=y,
+    if devices is None:
+        devices = steps.select("host", "device").unique().height
+    return Coverage(n_steps=n, devices=devices, family_ps=x, step_ps=y,
                     ratio=(x / y if y else 0.0), busy_ps=busy, idle_ps=y - busy, overlap_ps=x - busy,
                     gap_between_ps=(float(gaps.mean()) if gaps.len() else None), outside_ps=outside,
                     outside_share=(outside / total_self if total_self else 0.0), excluded=excluded)
@@ -918,10 +964,14 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
     rs = rules_of(rules)  # validate before any work
     stepstats.parse_window(window)
     table, pe = _placed(ops)
-    steps, step_rows, method, mod, notes = _steps(table, pe, module_runs, markers=markers, module=module,
-                                                  extent=extent)
+    steps, step_rows, method, mod, notes, blocks = _steps(table, pe, module_runs, markers=markers, module=module,
+                                                          extent=extent)
+    devices = None
+    if blocks is not None:  # the (host, device) ids of the rows, without a scan of the strings
+        devices = (np.repeat(np.arange(len(blocks), dtype=np.int64), [b - a for _, _, a, b in blocks]),
+                   [(h, d) for h, d, _, _ in blocks])
     steps = stepstats.annotate(steps, window=window, table=table, attr=pe.attr, count=pe.count,
-                               step_rows=step_rows, threshold=outlier_z)
+                               step_rows=step_rows, threshold=outlier_z, devices=devices)
     fam_of = attr_families(table, rs) if table.height else pl.DataFrame(schema={"attr": pl.UInt32, "family": pl.Utf8})
     in_win = steps["in_window"].to_numpy().astype(bool) if steps.height else np.zeros(0, dtype=bool)
     n = int(in_win.sum())
@@ -948,13 +998,21 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
         present = tot_r - np.bincount(a_out, minlength=na) > 0
         ids = np.flatnonzero(present)
         inside = pl.DataFrame({"attr": pl.Series(ids, dtype=pl.UInt32), "self_ps": t_sum[ids], "count": c_sum[ids]})
+        window_sums = (ids, t_sum[ids], c_sum[ids])
         del a_out, out_idx
     else:
         inside = pl.DataFrame(schema={"attr": pl.UInt32, "self_ps": pl.Int64, "count": pl.Int64})
+        window_sums = None
     outside = total_self - int(steps["op_time_ps"].sum() or 0) if steps.height else total_self
-    win_steps = steps.filter(pl.col("in_window")) if steps.height else steps
-    cov = _coverage(win_steps, total_self, outside, excluded=steps.height - n) if steps.height else Coverage()
-    cov_all = _coverage(steps, total_self, outside) if steps.height else Coverage()
+    win_steps = (steps.select("duration_ps", "op_time_ps", "busy_ps", "gap_after_ps", "in_window")
+                 .filter(pl.col("in_window")) if steps.height else steps)
+    if steps.height:
+        dev, dev_keys = devices if devices is not None else stepstats._device_ids(steps)
+        cov = _coverage(win_steps, total_self, outside, excluded=steps.height - n,
+                        devices=len(np.unique(dev[in_win])))
+        cov_all = _coverage(steps, total_self, outside, devices=len(dev_keys))
+    else:
+        cov, cov_all = Coverage(), Coverage()
     if n and inside.height:
         desc = table.attrs.select("attr", "op_name", "shape")
         fam = inside.join(fam_of, on="attr", how="left").join(desc, on="attr", how="left").group_by("family").agg(
@@ -979,7 +1037,7 @@ def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame
         notes = notes + [f"step window {dist['window']} holds no step: families and coverage are empty"]
     return StepAnatomy(steps=steps, families=fam, coverage=cov, method=method, module=mod, extent=extent,
                        notes=notes, table=table, step_rows=step_rows, attr_family=fam_of, window=dist["window"],
-                       distribution=dist, coverage_all=cov_all)
+                       distribution=dist, coverage_all=cov_all, window_sums=window_sums)
 
 
 def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str = "span",

@@ -53,6 +53,11 @@ import polars as pl
 
 from traceview.errors import UsageError
 
+try:  # optional C accelerator
+    from traceview.analysis import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
 #: Iglewicz & Hoaglin's recommended cut-off for the modified z-score
 THRESHOLD = 3.5
 #: a step within this fraction of its device's median step is never an outlier
@@ -123,28 +128,31 @@ def _ms(ps: float) -> str:
     return f"{ps / 1e9:.3f} ms"
 
 
-def _first_executions(table, steps: pl.DataFrame) -> dict:
+def _first_executions(table, steps: pl.DataFrame, dev_keys: list, groups: list) -> dict:
     """{step row: [modules whose first op event on that device starts in the step]}; a first
     op event just before the device's first step (by less than that step's duration: GPU/CPU
     module runs are derived from one anchor op, which need not be the program's first) counts
-    for the first step."""
+    for the first step. ``dev_keys`` / ``groups``: the (host, device) of each device id of
+    ``steps`` (:func:`_device_ids`) and its rows (:func:`_device_groups`)."""
     out: dict = {}
     if table is None or table.height == 0 or steps.height == 0:
         return out
     first = (table.collapse().filter(pl.col("first_ps").is_not_null() & (pl.col("module") != ""))
              .group_by("host", "device", "module").agg(pl.col("first_ps").min()))
-    rows = steps.with_row_index("_r").select("_r", "host", "device", "start_ps", "duration_ps")
-    for (host, device), g in rows.group_by(["host", "device"]):
-        f = first.filter((pl.col("host") == host) & (pl.col("device") == device))
-        if f.height == 0:
+    by_dev: dict = {}
+    for host, device, mod, t in first.iter_rows():
+        by_dev.setdefault((host, device), []).append((mod, t))
+    start = steps["start_ps"].to_numpy()
+    end = start + steps["duration_ps"].to_numpy()
+    for d, g in enumerate(groups):
+        f = by_dev.get(dev_keys[d])
+        if not f or len(g) == 0:
             continue
-        g = g.sort("start_ps")
-        st = g["start_ps"].to_numpy()
-        en = st + g["duration_ps"].to_numpy()
-        r = g["_r"].to_numpy()
-        t = f["first_ps"].to_numpy()
+        r = g[np.argsort(start[g], kind="stable")]
+        st, en = start[r], end[r]
+        t = np.array([ti for _, ti in f], dtype=np.int64)
         k = np.searchsorted(st, t, side="right") - 1
-        for mod, ki, ti in zip(f["module"].to_list(), k.tolist(), t.tolist()):
+        for (mod, ti), ki in zip(f, k.tolist()):
             if ki < 0 and st[0] - ti < en[0] - st[0]:
                 ki = 0
             if ki >= 0 and ti < en[ki]:
@@ -163,35 +171,93 @@ def _population_ids(table) -> np.ndarray:
     return out
 
 
-def _op_mix(attr: np.ndarray, count: np.ndarray, step_rows: np.ndarray, steps: pl.DataFrame,
-            flagged: np.ndarray) -> dict:
+def row_hashes(step_rows: np.ndarray, attr: np.ndarray, pop: np.ndarray, words: np.ndarray, n_rows: int, *,
+               keep: np.ndarray | None = None, count: np.ndarray | None = None) -> np.ndarray:
+    """Per step row (``n_rows``), a hash of the op populations of its events (uint64): over
+    the events i with ``step_rows[i]`` = r >= 0 (and ``keep[r]``), p = ``pop[attr[i]]``;
+    with ``count`` the sum of ``words[p] * count[i]`` (a multiset: occurrences count), else
+    the sum of ``words[p]`` over the row's distinct p (a set); sums mod 2**64, 0 for a row
+    with no event. One C pass (``row_hashes``) when the accelerator is built and, for a
+    set, each row's events are consecutive; else numpy, which computes the same."""
+    out = np.zeros(n_rows, dtype=np.uint64)
+    if len(step_rows) == 0 or n_rows == 0:
+        return out
+    k = np.ones(n_rows, dtype=np.uint8) if keep is None else np.ascontiguousarray(keep, dtype=np.uint8)
+    if _fast is not None:
+        rows_c = step_rows if step_rows.dtype in (np.int32, np.int64) else step_rows.astype(np.int64)
+        cnt = np.zeros(0, dtype=np.int64) if count is None else np.ascontiguousarray(count, dtype=np.int64)
+        if _fast.row_hashes(np.ascontiguousarray(rows_c), np.ascontiguousarray(attr, dtype=np.uint32),
+                            np.ascontiguousarray(pop, dtype=np.int64), k,
+                            np.ascontiguousarray(words, dtype=np.uint64), cnt, count is None, out):
+            return out
+        out[:] = 0
+    inside = step_rows >= 0
+    if keep is not None:
+        inside &= np.append(k.astype(bool), False)[np.where(inside, step_rows, n_rows)]
+    ev = np.flatnonzero(inside)
+    r = step_rows[ev].astype(np.int64)
+    p = pop[attr[ev]]
+    if count is None:  # distinct (row, population) pairs: a bitmap when small, else a sort
+        w = len(words)
+        keys = r * w + p
+        if n_rows * w <= 1 << 26:
+            seen = np.zeros(n_rows * w, dtype=bool)
+            seen[keys] = True
+            pairs = np.flatnonzero(seen)
+        else:
+            pairs = np.unique(keys)
+        r, p, vals = pairs // w, pairs % w, None
+    else:
+        if len(r) > 1 and not (r[1:] >= r[:-1]).all():
+            o = np.argsort(r, kind="stable")  # the events of each row contiguous
+            r, p, ev = r[o], p[o], ev[o]
+        with np.errstate(over="ignore"):  # products mod 2**64
+            vals = words[p] * count[ev].astype(np.uint64)
+    if len(r):
+        starts = np.flatnonzero(np.r_[True, r[1:] != r[:-1]])
+        with np.errstate(over="ignore"):  # sums mod 2**64
+            out[r[starts]] = np.add.reduceat(words[p] if vals is None else vals, starts)
+    return out
+
+
+def _op_mix(pop: np.ndarray, attr: np.ndarray, count: np.ndarray, step_rows: np.ndarray, steps: pl.DataFrame,
+            flagged: np.ndarray, groups: list) -> dict:
     """{flagged step row: "op mix differs ..." text} for flagged steps whose multiset of op
-    populations (``attr``: per event a population id, :func:`_population_ids`; weighted by
-    occurrences) differs from their device's modal step (at most :data:`MIX_MAX` steps are
-    described).
-    A multiset hash per step (sum of a random 64-bit key per description × count, mod 2**64)
-    finds the modal step; exact counts are compared only for the flagged steps."""
+    populations (``pop[attr]``: per event a population id, :func:`_population_ids`; weighted
+    by occurrences) differs from their device's modal step (at most :data:`MIX_MAX` steps are
+    described). ``groups``: each device's step rows, devices in order of first appearance
+    (:func:`_device_groups`).
+    A multiset hash per step (:func:`row_hashes`: sum of a random 64-bit key per population
+    × count, mod 2**64) finds the modal step; exact counts are compared only for the flagged
+    steps."""
     out: dict = {}
     if not flagged.any() or attr is None or len(attr) == 0:
         return out
-    inside = np.flatnonzero(step_rows >= 0)
-    if len(inside) == 0:
-        return out
+    m = steps.height
+    present = np.zeros(len(pop), dtype=bool)
+    present[attr] = True  # the keys drawn cover the largest population id any event has
     rng = np.random.default_rng(0)
-    keys = rng.integers(1, np.iinfo(np.int64).max, size=int(attr.max()) + 1, dtype=np.int64).astype(np.uint64)
-    r = step_rows[inside].astype(np.int64)
-    o = np.argsort(r, kind="stable")  # the events of each step contiguous, in event order
-    ev, rs = inside[o], r[o]
-    lo = np.searchsorted(rs, np.arange(steps.height), side="left")
-    hi = np.searchsorted(rs, np.arange(steps.height), side="right")
-    h = np.zeros(steps.height, dtype=np.uint64)
-    full = np.flatnonzero(hi > lo)
-    if len(full):
-        with np.errstate(over="ignore"):  # sums mod 2**64
-            h[full] = np.add.reduceat(keys[attr[ev]] * count[ev].astype(np.uint64), lo[full])
-    dev = _keyed_rows(steps.select((pl.col("host") + "\x00" + pl.col("device")).alias("d")), ["d"])
-    for d in np.unique(dev):
-        rows = np.flatnonzero(dev == d)
+    n_keys = int(pop[present].max()) + 1
+    keys = rng.integers(1, np.iinfo(np.int64).max, size=n_keys, dtype=np.int64).astype(np.uint64)
+    h = row_hashes(step_rows, attr, pop, keys, m, count=count)
+    spans: dict = {}  # the events of each step, on first use
+
+    def mix(i):
+        if not spans:
+            ev = np.flatnonzero(step_rows >= 0)
+            r = step_rows[ev]
+            if len(r) > 1 and not (r[1:] >= r[:-1]).all():
+                o = np.argsort(r, kind="stable")  # the events of each step contiguous, in event order
+                ev, r = ev[o], r[o]
+            per = np.bincount(r, minlength=m)
+            spans.update(ev=ev, hi=np.cumsum(per), per=per)
+        hi = int(spans["hi"][i])
+        s = spans["ev"][hi - int(spans["per"][i]):hi]
+        return np.bincount(pop[attr[s]], weights=count[s], minlength=n_keys)
+
+    for rows in groups:
+        if len(rows) == 0:
+            continue
         hs = h[rows]
         vals, cnt = np.unique(hs, return_counts=True)
         modal_h = vals[np.argmax(cnt)]
@@ -203,9 +269,8 @@ def _op_mix(attr: np.ndarray, count: np.ndarray, step_rows: np.ndarray, steps: p
             if len(out) >= MIX_MAX:
                 return out
             if a_m is None:
-                a_m = np.bincount(attr[ev[lo[modal]:hi[modal]]], weights=count[ev[lo[modal]:hi[modal]]],
-                                  minlength=len(keys))
-            a_i = np.bincount(attr[ev[lo[i]:hi[i]]], weights=count[ev[lo[i]:hi[i]]], minlength=len(keys))
+                a_m = mix(modal)
+            a_i = mix(i)
             added = int(((a_i > 0) & (a_m == 0)).sum())
             missing = int(((a_i == 0) & (a_m > 0)).sum())
             other = int(((a_i > 0) & (a_m > 0) & (a_i != a_m)).sum())
@@ -221,21 +286,98 @@ def _keyed_rows(frame: pl.DataFrame, keys: list[str]) -> np.ndarray:
         .to_numpy().astype(np.int64)
 
 
+def _device_ids(frame: pl.DataFrame) -> tuple[np.ndarray, list]:
+    """(per row of ``frame``, a dense id of its (host, device) numbered in order of first
+    appearance, nulls equal (int64); the (host, device) of each id). When each device's rows
+    are one run of consecutive rows (the order :func:`traceview.analysis.steps.find_steps`
+    gives) the ids come from the runs' boundaries, else from a join."""
+    n = frame.height
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), []
+    new = frame.select((pl.col("host").ne_missing(pl.col("host").shift(1))
+                        | pl.col("device").ne_missing(pl.col("device").shift(1))).alias("f"))["f"].to_numpy().copy()
+    new[0] = True
+    firsts = np.flatnonzero(new)
+    keys = frame.select("host", "device")[firsts]
+    if keys.height > 1 and keys.is_duplicated().any():
+        return _keyed_rows(frame, ["host", "device"]), list(keys.unique(maintain_order=True).iter_rows())
+    return np.repeat(np.arange(len(firsts), dtype=np.int64), np.diff(np.append(firsts, n))), list(keys.iter_rows())
+
+
+def _device_groups(dev: np.ndarray, n_dev: int) -> list:
+    """Per device id, its rows in row order (int64 arrays)."""
+    if len(dev) > 1 and not (dev[1:] >= dev[:-1]).all():
+        order = np.argsort(dev, kind="stable")
+    else:
+        order = np.arange(len(dev), dtype=np.int64)
+    cuts = np.cumsum(np.bincount(dev, minlength=n_dev))[:-1]
+    return np.split(order, cuts)
+
+
+def _gap_before(steps: pl.DataFrame, dev: np.ndarray) -> pl.Series:
+    """Per step, the ``gap_after_ps`` of the step before it on its device (by start_ps, ties
+    in row order); null for a device's first step."""
+    n = steps.height
+    ga = steps["gap_after_ps"]
+    if steps["start_ps"].null_count():
+        return steps.select(pl.col("gap_after_ps").shift(1).over(["host", "device"], order_by="start_ps"))[
+            "gap_after_ps"]
+    st = steps["start_ps"].to_numpy()
+    same = dev[1:] == dev[:-1]
+    if (dev[1:] >= dev[:-1]).all() and (~same | (st[1:] >= st[:-1])).all():
+        o = np.arange(n, dtype=np.int64)
+    else:
+        o = np.lexsort((st, dev))
+        same = dev[o][1:] == dev[o][:-1]
+    prev = np.full(n, n, dtype=np.int64)  # n: the appended null
+    prev[o[1:][same]] = o[:-1][same]
+    return pl.concat([ga, pl.Series([None], dtype=ga.dtype)]).gather(prev).alias("gap_after_ps")
+
+
+def _reason_texts(flagged: np.ndarray, ratio: np.ndarray, extra: dict) -> pl.Series:
+    """The ``reason`` column: per flagged step its ratio to the median (``"4.9x the median"``)
+    then the parts in ``extra`` {row: [parts]}; null for the others. Each distinct ratio is
+    formatted once."""
+    n = len(flagged)
+    fl = np.flatnonzero(flagged)
+    texts: list = []
+    code = np.full(n, -1, dtype=np.int64)
+    if len(fl):
+        bits, first, inv = np.unique(ratio[fl].view(np.int64), return_index=True, return_inverse=True)
+        texts = [f"{x:.2g}x the median" if x < 10 else f"{x:.0f}x the median" for x in ratio[fl][first].tolist()]
+        code[fl] = inv.reshape(-1)
+        if extra:
+            rows = sorted(extra)
+            memo: dict = {}  # (ratio text, parts) -> its index in texts
+            new = []
+            for i, c in zip(rows, code[rows].tolist()):
+                key = (c, tuple(extra[i]))
+                if key not in memo:
+                    memo[key] = len(texts)
+                    texts.append("; ".join([texts[c], *extra[i]]))
+                new.append(memo[key])
+            code[rows] = new
+    c = pl.Series("c", code)
+    return pl.Series("reason", texts, dtype=pl.Utf8).gather(pl.select(pl.when(c >= 0).then(c))["c"])
+
+
 def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: np.ndarray | None = None,
              count: np.ndarray | None = None, step_rows: np.ndarray | None = None,
-             threshold: float = THRESHOLD, min_rel: float = MIN_REL) -> pl.DataFrame:
+             threshold: float = THRESHOLD, min_rel: float = MIN_REL, devices: tuple | None = None) -> pl.DataFrame:
     """``steps`` (rows in any order; columns of
     :data:`~traceview.analysis.steps.STEPS_SCHEMA`) plus the columns of
     :data:`RECORD_SCHEMA` (module doc). ``table`` (the op table), ``attr`` / ``count`` (per
     op event: description id, occurrences) and ``step_rows`` (per event, its row in
     ``steps``, -1 for none) give the reasons; without them the reason is the ratio alone.
+    ``devices``: :func:`_device_ids` of ``steps`` when the caller has it.
     Raises UsageError on an unknown window."""
     kind, sl = parse_window(window)
     n = steps.height
     if n == 0:
         return steps.with_columns(*(pl.lit(None, dtype=t).alias(c) for c, t in RECORD_SCHEMA.items()))
-    keys = ["host", "device"]
-    gap_before = steps.select(pl.col("gap_after_ps").shift(1).over(keys, order_by="start_ps"))["gap_after_ps"]
+    dev, dev_keys = devices if devices is not None else _device_ids(steps)
+    groups = _device_groups(dev, len(dev_keys))
+    gap_before = _gap_before(steps, dev)
     flagged = np.zeros(n, dtype=bool)
     gap_long = np.zeros(n, dtype=bool)
     ratio = np.ones(n, dtype=np.float64)
@@ -243,15 +385,18 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
     dur = steps["duration_ps"].to_numpy().astype(np.float64)
     gb = gap_before.to_numpy(allow_copy=True).astype(np.float64)  # NaN for nulls
     idx_col = steps["step"].to_numpy()
-    module = steps["module"].fill_null("").to_numpy() if "module" in steps.columns else np.full(n, "", dtype=object)
-    dev_key = (steps["host"] + "\x00" + steps["device"]).to_numpy()
-    for _, g in steps.with_row_index("_r").group_by(keys):
-        rows = g["_r"].to_numpy().astype(np.int64)
+    module = None
+    for rows in groups:
+        if len(rows) == 0:
+            continue
         d = dur[rows]
         ref = d
         if len(rows) < POOL_BELOW:  # few steps: the module's steps on every device (module doc)
+            if module is None:
+                module = (_keyed_rows(steps.select(pl.col("module").fill_null("")), ["module"])
+                          if "module" in steps.columns else np.zeros(n, dtype=np.int64))
             same = np.isin(module, np.unique(module[rows]))
-            if len(np.unique(dev_key[same])) > 1:
+            if len(np.unique(dev[same])) > 1:
                 ref = dur[same]
         med = float(np.median(ref))
         flagged[rows] = outliers(d, threshold=threshold, min_rel=min_rel, reference=ref)
@@ -269,23 +414,28 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
             in_window[order] = keep
     if kind == "steady":
         in_window = ~flagged
-    first = _first_executions(table, steps) if flagged.any() else {}
+    first = _first_executions(table, steps, dev_keys, groups) if flagged.any() else {}
     mix = {}
     if step_rows is not None and attr is not None and table is not None and table.height and flagged.any():
-        mix = _op_mix(_population_ids(table)[attr], count, step_rows, steps, flagged)
-    reasons: list = [None] * n
-    for i in np.flatnonzero(flagged).tolist():
-        parts = [f"{ratio[i]:.2g}x the median" if ratio[i] < 10 else f"{ratio[i]:.0f}x the median"]
-        parts += [f"first execution of {m}" for m in first.get(i, [])]
+        mix = _op_mix(_population_ids(table), attr, count, step_rows, steps, flagged, groups)
+    extra: dict = {}
+    gap_text: dict = {}
+    for i in sorted(set(first) | set(np.flatnonzero(gap_long & flagged).tolist()) | set(mix)):
+        if not flagged[i]:
+            continue
+        parts = [f"first execution of {m}" for m in first.get(i, [])]
         if gap_long[i]:
-            parts.append(f"host gap before {_ms(gb[i])}")
+            g = float(gb[i])
+            if g not in gap_text:
+                gap_text[g] = f"host gap before {_ms(g)}"
+            parts.append(gap_text[g])
         if i in mix:
             parts.append(mix[i])
-        reasons[i] = "; ".join(parts)
+        extra[i] = parts
     return steps.with_columns(
         gap_before.alias("gap_before_ps").cast(pl.Int64),
         pl.Series("outlier", flagged, dtype=pl.Boolean),
-        pl.Series("reason", reasons, dtype=pl.Utf8),
+        _reason_texts(flagged, ratio, extra),
         pl.Series("in_window", in_window, dtype=pl.Boolean),
     )
 
@@ -311,8 +461,8 @@ def distribution(steps: pl.DataFrame, window: str = "steady") -> dict:
     label = kind if kind in ("steady", "all") else kind
     n = steps.height
     n_out = int(steps["outlier"].sum()) if n and "outlier" in steps.columns else 0
-    d = (steps.filter(pl.col("in_window"))["duration_ps"].to_numpy().astype(np.float64) if n
-         else np.zeros(0))
+    d = (steps.select(pl.col("duration_ps").filter(pl.col("in_window")))["duration_ps"].to_numpy()
+         .astype(np.float64) if n else np.zeros(0))
     out = {"n": n, "n_window": int(d.size), "median_ps": None, "p10_ps": None, "p90_ps": None, "max_ps": None,
            "mean_ps": None, "n_outliers": n_out, "window": label}
     if d.size:
@@ -327,10 +477,10 @@ def top_steps(steps: pl.DataFrame, n: int) -> pl.DataFrame:
     steps (longest first), then the longest other steps; shown in (device, step) order."""
     if steps.height == 0 or n <= 0:
         return steps.head(0)
-    r = steps.with_row_index("_r")
+    r = steps.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"), "duration_ps", "outlier")
     pick = pl.concat([r.filter(pl.col("outlier")).sort("duration_ps", descending=True),
                       r.filter(~pl.col("outlier")).sort("duration_ps", descending=True)]).head(n)
-    return pick.sort("host", "device", "step").drop("_r")
+    return steps[pick["_r"]].sort("host", "device", "step")
 
 
 def summary_line(dist: dict, steps: pl.DataFrame | None = None, *, max_reasons: int = 3) -> str:
@@ -346,7 +496,8 @@ def summary_line(dist: dict, steps: pl.DataFrame | None = None, *, max_reasons: 
     k = dist.get("n_outliers", 0)
     excluded = None
     if steps is not None and steps.height and "outlier" in steps.columns:
-        excluded = steps.filter(pl.col("outlier") & ~pl.col("in_window"))
+        excluded = steps.select("device", "step", "reason", "outlier", "in_window").filter(
+            pl.col("outlier") & ~pl.col("in_window"))
     if k:
         if excluded is not None and excluded.height:
             shown = [f"{r['device']} step {r['step']} ({r['reason']})"

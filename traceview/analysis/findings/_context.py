@@ -68,6 +68,8 @@ def step_loop(ctx, min_repeats: float = 3) -> dict:
         return got
     import numpy as np
 
+    from traceview.analysis.stepstats import row_hashes
+
     out = {"repeated": False, "executions": 0, "steps": 0, "mix_steps": 0, "mixes": 0}
     anat = getattr(ctx.report, "steps", None)
     st = getattr(anat, "steps", None)
@@ -75,34 +77,25 @@ def step_loop(ctx, min_repeats: float = 3) -> dict:
     table = getattr(anat, "table", None)
     if st is not None and st.height and rows is not None and table is not None:
         keep = st["in_window"].fill_null(True).to_numpy() if "in_window" in st.columns else np.ones(st.height, bool)
-        inside = rows >= 0
-        inside &= np.concatenate([keep, [False]])[np.where(inside, rows, len(keep))]
         # population of each attr (dense rank of op_name, shape); a step's mix is the set of its
         # populations, hashed as the sum (mod 2**64) of one random 64-bit word per population
         attrs = table.attrs.select("attr", pl.struct("op_name", "shape").rank("dense").alias("pop"))
         pop_of = np.zeros(int(attrs["attr"].max()) + 1 if attrs.height else 1, dtype=np.int64)
         pop_of[attrs["attr"].to_numpy().astype(np.int64)] = attrs["pop"].to_numpy().astype(np.int64)
         words = np.random.default_rng(0).integers(1, 2 ** 63, size=int(pop_of.max()) + 1, dtype=np.uint64)
-        keys = rows[inside].astype(np.int64) * len(words) + pop_of[table.events["attr"].to_numpy()[inside]]
-        space = st.height * len(words)
-        if space <= 1 << 26:  # (step, population) present: a bitmap, no sort
-            seen = np.zeros(space, dtype=bool)
-            seen[keys] = True
-            pairs = np.flatnonzero(seen)
-        else:
-            pairs = np.unique(keys)
-        prow, ppop = pairs // len(words), pairs % len(words)
-        sig = np.zeros(st.height, dtype=np.uint64)
-        if len(pairs):
-            starts = np.flatnonzero(np.r_[True, prow[1:] != prow[:-1]])
-            sig[prow[starts]] = np.add.reduceat(words[ppop], starts)
+        sig = row_hashes(rows, table.events["attr"].to_numpy(), pop_of, words, st.height, keep=keep)
         win = np.flatnonzero(keep)
         if len(win):
             mixes, inv, counts = np.unique(sig[win], return_inverse=True, return_counts=True)
             top = int(np.argmax(counts))
             n = int(counts[top])
-            devs = st["device"].to_numpy()[win][inv == top] if "device" in st.columns else np.zeros(1)
-            execs = n / max(len(set(devs.tolist())), 1)
+            if "device" in st.columns:
+                mine = np.zeros(st.height, dtype=bool)
+                mine[win[inv.reshape(-1) == top]] = True
+                n_dev = st["device"].filter(pl.Series(mine)).n_unique()
+            else:
+                n_dev = 1
+            execs = n / max(n_dev, 1)
             out = {"repeated": bool(execs >= min_repeats and 2 * n >= len(win)), "executions": execs,
                    "steps": int(len(win)), "mix_steps": n, "mixes": int(len(mixes))}
     ctx.cache[key] = out
@@ -125,21 +118,36 @@ def step_pops(ctx) -> pl.DataFrame:
         import numpy as np
 
         st = anat.steps
-        inside = rows >= 0
-        if "in_window" in st.columns:
-            keep = st["in_window"].fill_null(True).to_numpy()
-            inside &= np.concatenate([keep, [False]])[np.where(rows >= 0, rows, len(keep))]
         ev = anat.table.events
-        attr = ev["attr"].to_numpy()[inside].astype(np.int64)
-        n = anat.table.attrs.height
-        self_ps = np.bincount(attr, weights=ev["self_ps"].to_numpy()[inside], minlength=n)
-        count = np.bincount(attr, weights=ev["count"].to_numpy()[inside], minlength=n)
-        have = np.flatnonzero(count > 0)
-        if len(have):
-            a = (anat.table.attrs.select("attr", "op_name", "shape", "op_kind", "module", "framework_op", "source_file")
-                 .join(anat.attr_family, on="attr", how="left"))
+        a = (anat.table.attrs.select("attr", "op_name", "shape", "op_kind", "module", "framework_op", "source_file")
+             .join(anat.attr_family, on="attr", how="left"))
+        wa = getattr(anat, "window_sums", None)
+        # the anatomy's exact sums per description are what float64 bincounts give whenever no
+        # partial sum can reach 2**53: no negative value, and every description's total below it
+        exact = False
+        if wa is not None:
+            low = ev.select(pl.min_horizontal(pl.col("self_ps").min(), pl.col("count").min())).item()
+            col = anat.table.collapse()
+            high = col.select(pl.max_horizontal(pl.col("self_ps").max(), pl.col("count").max())).item()
+            exact = (low is None or low >= 0) and (high is None or high < 1 << 53)
+        if exact:
+            ids, t_sum, c_sum = wa
+            have = c_sum > 0
+            sums = pl.DataFrame({"attr": pl.Series(ids[have], dtype=a.schema["attr"]), "self_ps": t_sum[have],
+                                 "count": c_sum[have]}, schema_overrides={"self_ps": pl.Int64, "count": pl.Int64})
+        else:
+            inside = rows >= 0
+            if "in_window" in st.columns:
+                keep = st["in_window"].fill_null(True).to_numpy()
+                inside &= np.concatenate([keep, [False]])[np.where(rows >= 0, rows, len(keep))]
+            attr = ev["attr"].to_numpy()[inside].astype(np.int64)
+            n = anat.table.attrs.height
+            self_ps = np.bincount(attr, weights=ev["self_ps"].to_numpy()[inside], minlength=n)
+            count = np.bincount(attr, weights=ev["count"].to_numpy()[inside], minlength=n)
+            have = np.flatnonzero(count > 0)
             sums = pl.DataFrame({"attr": pl.Series(have, dtype=a.schema["attr"]),
                                  "self_ps": self_ps[have].astype(np.int64), "count": count[have].astype(np.int64)})
+        if sums.height:
             out = (a.join(sums, on="attr").group_by(["op_name", "shape", "op_kind", "family", "module"])
                    .agg(pl.col("framework_op").first(), pl.col("source_file").first(),
                         pl.col("self_ps").sum(), pl.col("count").sum())

@@ -296,7 +296,7 @@ def several_regimes(ctx, th) -> Finding | None:
     n = info["n_steps"]
     step_mods = set()
     if info["steps"] is not None and "module" in info["steps"].columns:
-        step_mods = {m for m in info["steps"]["module"].to_list() if m}
+        step_mods = {m for m in info["steps"]["module"].unique().to_list() if m}
     if not step_mods:
         sp = step_pops(ctx)
         step_mods = set(sp.group_by("module").agg(pl.col("self_ps").sum()).sort("self_ps", descending=True)
@@ -447,7 +447,8 @@ def warmup_in_window(ctx, th) -> Finding | None:
         for r in o.sort("start_ps").iter_rows(named=True):
             hits.append({"host": r["host"], "device": r["device"], "step": r["step"], "duration_ps": r["duration_ps"],
                          "reason": r["reason"], "in_window": True})
-        med = float(st.filter(~pl.col("outlier").fill_null(False))["duration_ps"].median() or 0)
+        med = float(st.select(pl.col("duration_ps").filter(~pl.col("outlier").fill_null(False)).median()).item()
+                    or 0)
     else:
         med = 0.0
         for (h, d), g in st.sort("start_ps").group_by(["host", "device"], maintain_order=True):
