@@ -857,15 +857,22 @@ class StepAnatomy:
     distribution: dict | None = None
     coverage_all: Coverage | None = None
     window_sums: tuple | None = field(repr=False, default=None)
+    summary_text: str = field(init=False, default="")
+    step_order: np.ndarray | None = field(init=False, repr=False, default=None)
+
+    def __post_init__(self) -> None:
+        # worked out once here, so that renderers only read them
+        self.summary_text = stepstats.summary_line(self.distribution or {}, self.steps)
+        self.step_order = stepstats.step_order(self.steps)
 
     def summary(self) -> str:
         """The distribution's line (:func:`traceview.analysis.stepstats.summary_line`)."""
-        return stepstats.summary_line(self.distribution or {}, self.steps)
+        return self.summary_text
 
     def top_steps(self, n: int) -> pl.DataFrame:
-        """At most ``n`` rows of ``steps`` for a per-step table
-        (:func:`traceview.analysis.stepstats.top_steps`)."""
-        return stepstats.top_steps(self.steps, n)
+        """At most ``n`` rows of ``steps`` for a per-step table: the first ``n`` of
+        ``step_order`` (:func:`traceview.analysis.stepstats.top_steps`)."""
+        return stepstats.top_steps(self.steps, n, self.step_order)
 
     @property
     def ops(self) -> pl.DataFrame:

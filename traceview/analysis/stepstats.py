@@ -472,15 +472,24 @@ def distribution(steps: pl.DataFrame, window: str = "steady") -> dict:
     return out
 
 
-def top_steps(steps: pl.DataFrame, n: int) -> pl.DataFrame:
-    """At most ``n`` rows of an :func:`annotate`-d frame for a per-step table: the outlier
-    steps (longest first), then the longest other steps; shown in (device, step) order."""
+def step_order(steps: pl.DataFrame) -> np.ndarray:
+    """Row indices (uint32) of an :func:`annotate`-d frame in the order a per-step table
+    picks them: the outlier steps (longest first), then the other steps (longest first)."""
+    if steps.height == 0 or "outlier" not in steps.columns:
+        return np.zeros(0, dtype=np.uint32)
+    r = steps.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"), "duration_ps", "outlier")
+    return pl.concat([r.filter(pl.col("outlier")).sort("duration_ps", descending=True),
+                      r.filter(~pl.col("outlier")).sort("duration_ps", descending=True)])["_r"].to_numpy()
+
+
+def top_steps(steps: pl.DataFrame, n: int, order: np.ndarray | None = None) -> pl.DataFrame:
+    """At most ``n`` rows of an :func:`annotate`-d frame for a per-step table: the first
+    ``n`` of :func:`step_order` (``order``: its result, when already worked out), shown in
+    (device, step) order."""
     if steps.height == 0 or n <= 0:
         return steps.head(0)
-    r = steps.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"), "duration_ps", "outlier")
-    pick = pl.concat([r.filter(pl.col("outlier")).sort("duration_ps", descending=True),
-                      r.filter(~pl.col("outlier")).sort("duration_ps", descending=True)]).head(n)
-    return steps[pick["_r"]].sort("host", "device", "step")
+    order = step_order(steps) if order is None else order
+    return steps[pl.Series(order[:n])].sort("host", "device", "step")
 
 
 def summary_line(dist: dict, steps: pl.DataFrame | None = None, *, max_reasons: int = 3) -> str:

@@ -148,10 +148,14 @@ def step_pops(ctx) -> pl.DataFrame:
             sums = pl.DataFrame({"attr": pl.Series(have, dtype=a.schema["attr"]),
                                  "self_ps": self_ps[have].astype(np.int64), "count": count[have].astype(np.int64)})
         if sums.height:
-            out = (a.join(sums, on="attr").group_by(["op_name", "shape", "op_kind", "family", "module"])
+            key = ["op_name", "shape", "op_kind", "family", "module"]
+            # the same rows in the same order every run: descriptions in attr order, ties in
+            # time broken by the key
+            out = (a.join(sums, on="attr", maintain_order="left").group_by(key, maintain_order=True)
                    .agg(pl.col("framework_op").first(), pl.col("source_file").first(),
                         pl.col("self_ps").sum(), pl.col("count").sum())
-                   .select(list(cols)).sort("self_ps", descending=True))
+                   .select(list(cols)).sort(["self_ps", *key], descending=[True] + [False] * len(key),
+                                            nulls_last=True))
     ctx.cache["step_pops"] = out
     return out
 
