@@ -55,7 +55,7 @@ mode, path, workers, out, trim = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys
 import polars as pl, traceview, traceview.api, traceview.model.files, traceview.model.from_xplane  # noqa: E401
 from traceview.analysis import aggregate, fleet
 from traceview.analysis.report import communication_sections
-from traceview.analysis.steps import profile_anatomy
+from traceview.analysis import derived
 cluster = client = None
 startup = 0.0
 if mode.endswith("dask"):
@@ -81,8 +81,8 @@ if mode in ("single", "load-dask", "single-ops"):
     dev = prof.device_summary()
     steps = 0
     if mode != "single-ops":
-        anat = profile_anatomy(prof)
-        ov, st = communication_sections(prof, anat)
+        anat = derived.step_anatomy(prof, None)  # computed once, shared with the sections
+        ov, st = communication_sections(prof)
         steps = anat.steps.height
     hosts, events = len(prof.traces), prof.table.height
 else:
