@@ -20,6 +20,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import traceview
 from traceview.cli import main
@@ -438,3 +440,34 @@ def test_an_unreadable_hlo_instruction_costs_only_its_own_shapes(monkeypatch, or
     assert got["dot.1"] is not None and str(got["dot.1"].result) == "f32[16,16]"
     assert index.errors == ["HLO proto of jit_g(7): instruction bad.2 is unreadable (ValueError: hostile "
                             "instruction); the ops whose instructions cannot be read have no shapes"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="[]\\ab/#@:x1", max_size=24))
+def test_terminal_escape_renders_every_string_as_itself(text):
+    """A trace string in the terminal reads as it is in the trace: brackets after backslashes
+    (a regex in a verify hint: ``f32\\[1,33\\]``), tag-like text and emoji codes; the markup
+    after it still works."""
+    from rich.markup import render
+
+    from traceview.render.terminal import escape
+
+    after_tag = render(escape(text) + "[bold]z[/bold]", emoji=False).plain
+    if text.endswith("\\"):  # trailing backslashes are padded so the markup after them stays markup
+        assert after_tag.endswith("z") and "[" not in after_tag[len(text.rstrip("\\")):]
+    else:
+        assert after_tag == text + "z"
+        assert render(escape(text) + " z", emoji=False).plain == text + " z"
+
+
+def test_verify_hint_in_the_terminal_is_the_json_one(capsys):
+    """The hint's regex escapes its brackets; the terminal line must keep them (a user pasted
+    it and got 'unclosed character class')."""
+    fx = str(Path(__file__).resolve().parents[1] / "fixtures" / "nodonate_b4")
+    assert main(["analyze", fx, "--format", "json"]) == 0
+    findings = json.loads(capsys.readouterr().out)["findings"]
+    hints = [f["verify_hint"] for f in findings if f["verify_hint"] and "\\[" in f["verify_hint"]]
+    assert hints
+    assert main(["analyze", fx]) == 0
+    text = capsys.readouterr().out
+    assert all(f"verify: {h}" in text for h in hints)

@@ -113,6 +113,7 @@ def run(args) -> int:
     with process.decoding_beside_imports():
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale, max_bytes=args.max_bytes,
                     discovery=disc, **cargs.read_options(args))
+    process.trim_heap(cargs.input_bytes(disc))
     from traceview.model.profiledata import check_regex
 
     for option, rx in (("--filter", args.filter), ("--device", args.device)):

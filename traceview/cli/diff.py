@@ -75,6 +75,7 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
         for (path, run), d, pre in zip(sides, discs, pres):
             prof = load(path, run=run, stale_after_s=None, discovery=d, cache=cache, prefetch=pre or False,
                         expand_kernels=bool(getattr(args, "expand_kernels", False)))
+            process.trim_heap(cargs.input_bytes(d))
             for w in prof.warnings:
                 print(f"traceview: warning: {safe_line(path)}: {safe_line(w)}", file=sys.stderr)
             out = prof.filter(device_regex=args.device) if args.device else prof

@@ -26,12 +26,12 @@ def console():
             raise BrokenPipeError
 
     if sys.stdout.isatty():
-        return _Console(highlight=False)
-    return _Console(width=PLAIN_WIDTH, color_system=None, soft_wrap=False, highlight=False)
+        return _Console(highlight=False, emoji=False)
+    return _Console(width=PLAIN_WIDTH, color_system=None, soft_wrap=False, highlight=False, emoji=False)
 
 
 def file_console(fh):
     """A plain rich console writing to an open text file, :data:`PLAIN_WIDTH` wide."""
     from rich.console import Console
 
-    return Console(file=fh, width=PLAIN_WIDTH, color_system=None, highlight=False)
+    return Console(file=fh, width=PLAIN_WIDTH, color_system=None, highlight=False, emoji=False)

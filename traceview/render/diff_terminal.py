@@ -164,5 +164,5 @@ def render_diff_text(d, *, top: int = 25, width: int = 160) -> str:
     import io
 
     buf = io.StringIO()
-    render_diff(Console(file=buf, width=width, color_system=None, soft_wrap=False), d, top=top)
+    render_diff(Console(file=buf, width=width, color_system=None, soft_wrap=False, emoji=False), d, top=top)
     return buf.getvalue()

@@ -97,7 +97,7 @@ def render_ladder_text(lad, *, width: int) -> str:
     import io
 
     buf = io.StringIO()
-    render_ladder(Console(file=buf, width=width, force_terminal=False, color_system=None, soft_wrap=False), lad)
+    render_ladder(Console(file=buf, width=width, force_terminal=False, color_system=None, soft_wrap=False, emoji=False), lad)
     return buf.getvalue()
 
 

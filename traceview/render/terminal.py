@@ -3,9 +3,10 @@ devices, shape-keyed ops, kernels, sources, steps and roofline."""
 
 from __future__ import annotations
 
+import re
+
 import polars as pl
 from rich.console import Console
-from rich.markup import escape as _markup_escape
 from rich.table import Table
 
 from traceview.model.naming import safe_line
@@ -26,7 +27,29 @@ def escape(text, limit: int = CELL_LIMIT) -> str:
     text = str(text)
     if len(text) > limit:
         text = f"{text[:limit]}… [{len(text) - limit:,} more characters]"
-    return _markup_escape(safe_line(text))
+    return markup_literal(safe_line(text))
+
+
+_BRACKET = re.compile(r"(\\*)\[")
+_TAG_AT = re.compile(r"\[[a-z#/@][^\[]*?]")
+
+
+def markup_literal(text: str) -> str:
+    """``text`` as rich markup that renders as ``text`` itself (rich 13/14 ``markup.render``
+    rules): a tag-like ``[...]`` after k backslashes becomes 2k + 1 backslashes and the bracket
+    (backslashes before a tag pair up), any other ``[`` after k >= 1 backslashes gets one
+    more (rich drops one backslash before a bracket that opens no tag), and a text ending in an
+    odd number of backslashes gets one more, so that it cannot escape a tag after it."""
+    def one(m: re.Match) -> str:
+        k = m.group(1)
+        if _TAG_AT.match(text, m.end() - 1):
+            return k * 2 + "\\["
+        return k + "\\[" if k else "["
+
+    out = _BRACKET.sub(one, text)
+    if (len(out) - len(out.rstrip("\\"))) % 2:
+        out += "\\"
+    return out
 
 
 def render_report(console: Console, rep, *, top: int) -> None:
