@@ -409,3 +409,16 @@ def test_single_tpu_pair_gets_no_verdict_from_the_cpu_prior(shared_traces, tmp_p
     assert len(judged) == 4 and d["noise"]["significant"] == 0
     assert {p["noise"] for p in judged} == {"unknown"} and {p["significant"] for p in judged} == {None}
     assert all(p["noise_band"] is None for p in judged)
+
+
+def test_more_samples_is_what_the_interval_needs():
+    """'record N more a side' is the least N that gives an interval, for balanced and lopsided
+    sides (a user saw 'no interval: 1 vs 100 samples, record 0 more a side')."""
+    from traceview.analysis.noise import more_samples, rank_k
+
+    for n, m in [(1, 1), (1, 2), (2, 3), (3, 3), (1, 100), (2, 100), (4, 1000), (60, 60), (5, 200)]:
+        j = more_samples(n, m, 0.95)
+        assert rank_k(n + j, m + j, 0.95) >= 1
+        assert j == 0 or rank_k(n + j - 1, m + j - 1, 0.95) == 0
+    # one sample against 100 has an exact interval: U uniform on 0..100, P(U <= 1) = 2/101 <= 0.025
+    assert rank_k(1, 100, 0.95) == 2

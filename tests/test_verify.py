@@ -196,3 +196,13 @@ def test_an_unknown_collective_kind_is_an_invalid_check():
         parse_check(ok)
     with pytest.raises(UsageError, match="unknown collective kind 'nosuch'.*all-reduce"):
         parse_check("collective nosuch bytes > 0")
+
+
+def test_a_device_filter_that_matches_nothing_is_not_a_pass(shared_traces, capsys):
+    """'no op matching X' holds of zero ops: with a --device that matches no device the check
+    must not pass (a typo would turn a CI gate green); it is a usage error naming the file."""
+    gemm = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    assert main(["verify", gemm, "--device", "zzz", "-c", "no op matching custom-call", "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "--device 'zzz' leaves no op of" in err and "mi300x_jax_gemm_sweep" in err
+    assert main(["verify", gemm, "--device", "GPU", "-c", "op matching . present", "--no-cache"]) == 0

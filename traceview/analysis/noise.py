@@ -100,6 +100,9 @@ METHOD_RANK = "Hodges-Lehmann ratio (median of pairwise ratios), exact Mann-Whit
 MAX_RANK_SAMPLES = 1500
 #: sides up to this size get the exact Mann-Whitney distribution (larger: its normal limit)
 EXACT_MAX = 50
+#: a side this short is ranked exactly whatever the other's length (the normal limit of U is
+#: far off there: 1 vs 100 samples would get no interval)
+EXACT_SMALL_SIDE = 4
 
 
 @functools.lru_cache(maxsize=512)
@@ -124,15 +127,15 @@ def u_counts(n: int, m: int) -> tuple[int, ...]:
 def rank_k(n: int, m: int, level: float) -> int:
     """The order k of the Hodges-Lehmann interval [D_(k), D_(nm+1-k)] (D the sorted n·m
     pairwise differences): the largest k with P(U <= k - 1) <= (1 - level) / 2 under the null,
-    exact for sides up to :data:`EXACT_MAX`, else the normal limit of U (mean nm/2, variance
-    nm(n+m+1)/12, continuity-corrected). 0 when no k qualifies (too few samples).
+    exact for sides up to :data:`EXACT_MAX` or a side up to :data:`EXACT_SMALL_SIDE`, else
+    the normal limit of U (mean nm/2, variance nm(n+m+1)/12, continuity-corrected). 0 when no k qualifies (too few samples).
     Coverage >= ``level`` for a pure shift of continuous i.i.d. samples (Lehmann,
     *Nonparametrics*, 2.6)."""
     a = (1 - level) / 2
     if n < 1 or m < 1:
         return 0
-    if max(n, m) <= EXACT_MAX:
-        c = u_counts(n, m)
+    if max(n, m) <= EXACT_MAX or min(n, m) <= EXACT_SMALL_SIDE:
+        c = u_counts(min(n, m), max(n, m))  # U's null distribution is the same with the sides swapped
         total = math.comb(n + m, n)
         lim = a * total
         k, run = 0, 0
@@ -150,10 +153,9 @@ def rank_k(n: int, m: int, level: float) -> int:
 
 def more_samples(n: int, m: int, level: float) -> int:
     """How many more samples each side needs for a rank interval at ``level``: the smallest
-    j >= 0 with C(n+m+2j, n+j) >= 2 / (1 - level) (the least likely ordering must be rarer
-    than either tail)."""
+    j >= 0 with :func:`rank_k` (n + j, m + j) >= 1."""
     j = 0
-    while math.comb(n + m + 2 * j, n + j) * (1 - level) < 2:
+    while rank_k(n + j, m + j, level) < 1:
         j += 1
     return j
 
