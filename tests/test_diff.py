@@ -322,3 +322,22 @@ def test_html_section_escapes_trace_strings(shared_traces):
     html = diff_section_html(d)
     assert "<script" not in html and "&lt;script&gt;" in html and "base &lt;b&gt;" in html
     assert "<script" not in render_diff_page(d)
+
+
+def test_the_same_recording_twice_on_a_side_is_refused(tmp_path, capsys):
+    """Listed twice (or copied), one recording passed for two: the noise measured between
+    recordings was zero and 48 of 88 populations 'changed'. The same path or a copy is a usage
+    error naming both; distinct recordings still diff."""
+    import shutil
+
+    from traceview.cli import main
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    greedy, nodonate = str(fx / "greedy_b4"), str(fx / "nodonate_b4")
+    copy = tmp_path / "greedy_copy"
+    shutil.copytree(greedy, copy)
+    for base in ([greedy, greedy], [greedy, str(copy)]):
+        assert main(["diff", "--base", *base, "--treatment", nodonate, "--no-cache"]) == 2
+        err = capsys.readouterr().err
+        assert "--base:" in err and "are the same recording" in err and "greedy" in err
+    assert main(["diff", "--base", greedy, str(fx / "topp_b4"), "--treatment", nodonate, "--no-cache"]) == 0
