@@ -322,3 +322,18 @@ def test_package_and_vcs_folders_are_not_searched(tmp_path):
     assert [x.path for x in discover(tmp_path).files] == [f]
     # ...unless the user points at one
     assert len(discover(tmp_path / ".git").files) == 1
+
+
+def test_skipped_paths_are_named_in_path_order(tmp_path):
+    """Links back to the root are skipped ('already visited'); they are listed by path with
+    numbers by value, not in directory order (a user saw h889, h1500, h921)."""
+    from traceview.read.discover import discover
+
+    run = tmp_path / "plugins" / "profile" / "r1"
+    run.mkdir(parents=True)
+    (run / "h.xplane.pb").write_bytes(b"\x0a\x00")
+    for name in ("h889", "h1500", "h921", "h2"):
+        (tmp_path / name).symlink_to(tmp_path, target_is_directory=True)
+    d = discover(tmp_path)
+    names = [p.name for p, why in d.skipped if "already visited" in why]
+    assert names == ["h2", "h889", "h921", "h1500"]

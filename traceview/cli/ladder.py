@@ -61,6 +61,9 @@ def run(args) -> int:
     args.format = cargs.output_format(args.format, out, FORMATS, "table")
     check_writable(out, "-o")
     refuse_inside_inputs(out, "-o")
+    if len(args.paths) < 2:
+        raise UsageError("ladder compares profiles along a knob: give two or more PROFILE paths "
+                         "(for one profile, traceview analyze PATH)")
     if args.x is not None and len(args.x) != len(args.paths):
         raise UsageError(f"--x gives {len(args.x)} value(s) for {len(args.paths)} profile(s)")
     rules = cargs.rules_from_args(args)

@@ -34,6 +34,9 @@ def run(args) -> int:
     out = cargs.output_path(args.output, "-o")
     if out is None:
         raise UsageError("report writes an HTML file: -o needs a file name")
+    cargs.output_format(None, out, ["html"], "html", hint={
+        f: f"-o {out}: report writes HTML (.html, .htm or no suffix); for {f} use traceview analyze PATH -o {out}"
+        for f in ("json", "csv", "parquet", "table")})
     check_writable(out, "-o")
     refuse_inside_inputs(out, "-o")
     from traceview.cli.chartworker import ChartWorker

@@ -474,6 +474,9 @@ def discover(
         found = [(root, c[0], c[1], st.st_size, st.st_mtime)]
     else:
         found = _walk(root, skipped)
+        # named in path order, numbers by value (h2 before h10), not in directory order
+        skipped.sort(key=lambda pw: [(0, int(t), "") if t.isdigit() else (1, 0, t)
+                                     for t in re.split(r"(\d+)", str(pw[0]))])
     if not found:
         extra = f"; {len(skipped)} path(s) skipped, first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
         raise NoTraceFound(f"no trace files found (searched at any depth for {patterns}){extra}", root)
