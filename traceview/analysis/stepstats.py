@@ -259,11 +259,14 @@ def _op_mix(pop: np.ndarray, attr: np.ndarray, count: np.ndarray, step_rows: np.
         if len(rows) == 0:
             continue
         hs = h[rows]
-        vals, cnt = np.unique(hs, return_counts=True)
+        # the modal mix of the device's unflagged steps, when one repeats: with no mix shared
+        # by two steady steps there is no mode to differ from
+        vals, cnt = np.unique(hs[~flagged[rows]], return_counts=True)
+        if not len(cnt) or cnt.max() < 2:
+            continue
         modal_h = vals[np.argmax(cnt)]
         same = rows[hs == modal_h]
-        steady = same[~flagged[same]]
-        modal = int(steady[0]) if len(steady) else int(same[0])  # a steady step when there is one
+        modal = int(same[~flagged[same]][0])
         a_m = None
         for i in rows[flagged[rows] & (hs != modal_h)].tolist():
             if len(out) >= MIX_MAX:
