@@ -251,6 +251,40 @@ def test_tensor_parallel_decode_fixture(tp):
             <= 0.01 * s["step_ps"]).all()
 
 
+def test_step_row_names_the_device_its_attributed_wait_belongs_to(tp, tmp_path):
+    """Each step's ``last_to_arrive`` is the device whose late arrivals cost the others the most
+    wait, and ``attributed_wait_ps`` is that device's own ``caused_wait_ps`` (it used to be the
+    most-last-arrivals device next to another device's wait)."""
+    st = tp.stragglers()
+    dev = st.devices
+    for r in st.steps.iter_rows(named=True):
+        own = dev.filter((pl.col("step") == r["step"]) & (pl.col("device") == r["last_to_arrive"]))
+        assert own["caused_wait_ps"].item() == r["attributed_wait_ps"] == dev.filter(
+            pl.col("step") == r["step"])["caused_wait_ps"].max()
+    # read off the fixture: step 0 CPU:0 arrived last twice (2.277 ms caused), CPU:3 once
+    # (2.765 ms); step 1 CPU:2 twice (1.166 ms), CPU:3 once (4.193 ms)
+    assert st.steps.select("step", "last_to_arrive", "attributed_wait_ps").rows() == [
+        (0, "/device:CPU:3", 2_765_183_000), (1, "/device:CPU:3", 4_192_533_000)]
+    s0 = dev.filter(pl.col("step") == 0).sort("device")
+    assert s0["last_arrivals"].to_list() == [2, 0, 1, 1]
+    assert s0["caused_wait_ps"].to_list() == [2_277_369_000, 0, 654_957_000, 2_765_183_000]
+    # the summary's device and figure agree with its own rows
+    s = st.summary
+    assert s["straggler"] == "/device:CPU:0" and s["attributed_wait_ps"] == 2_277_369_000 == int(
+        dev.filter(pl.col("device") == "/device:CPU:0")["caused_wait_ps"].sum())
+    from rich.console import Console
+
+    from traceview.render.overlap_view import render_stragglers
+
+    con = Console(record=True, width=200)
+    render_stragglers(con, st, top=10)
+    rows = [ln for ln in con.export_text().splitlines() if ln.startswith("│")]
+    assert "/device:CPU:3" in rows[0] and "2.765 ms" in rows[0] and "/device:CPU:0       │" not in rows[0]
+    assert "/device:CPU:3" in rows[1] and "4.193 ms" in rows[1]
+    html = tp.report(tmp_path / "r.html").read_text()
+    assert "<td><code>/device:CPU:3</code></td><td class=\"r\">2.765 ms</td>" in html
+
+
 def test_engine_tensor_parallel_matches_one_device(tmp_path):
     """Greedy tokens of the tiny engine split over 2 virtual CPU devices equal the 1-device ones."""
     import os

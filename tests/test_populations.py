@@ -314,3 +314,64 @@ def test_row_codes_and_lex_order_equal_join_and_lexsort():
     c = rng.integers(0, 2, n)
     got = dist._lex_order(a, b, c)
     assert got is not None and (got == np.lexsort((c, b, a))).all()
+
+
+def _multi_device(durs_by_device: dict[str, list[int]]):
+    """An op table and its runs: each device runs the program once per entry of its list,
+    one occurrence of the population per run (times in ps)."""
+    from traceview.model.optable import OpTable
+
+    ops, runs = [], []
+    for d, durs in durs_by_device.items():
+        for i, dur in enumerate(durs):
+            t = 1_000_000_000 * i
+            ops.append({"host": "h", "device": d, "module": "jit_f", "program_id": 1, "op_name": "fusion",
+                        "shape": "f32[8]", "op_kind": "fusion", "count": 1, "start_ps": t, "duration_ps": dur,
+                        "self_ps": dur})
+            runs.append({"host": "h", "device": d, "module": "jit_f", "program_id": 1, "start_ps": t,
+                         "duration_ps": 900_000_000})
+    runs = pl.DataFrame(runs).with_columns(pl.col("program_id").cast(pl.UInt64))
+    return OpTable.from_frame(pl.DataFrame(ops)), runs
+
+
+def test_warm_up_needs_execution_0_slow_on_its_own_devices():
+    """A device slow in every execution makes execution 0's pooled mean slow too: that is a
+    device split, not a warm-up. Slow only in execution 0, on every device or on one, is."""
+    fast, slow = 1_000_000, 50_000_000
+    one_dev = {f"d{i}": [fast] * 3 for i in range(7)} | {"d7": [slow] * 3}
+    r = aggregate.by_shape(*_multi_device(one_dev)).row(0, named=True)
+    assert r["regimes"] == ("device split: d7 near 50.00 µs in all 3 executions, 7 other device(s) "
+                            "near 1.00 µs"), r["regimes"]
+    every = {f"d{i}": [slow, fast, fast] for i in range(4)}
+    assert aggregate.by_shape(*_multi_device(every)).row(0, named=True)["regimes"].startswith(
+        "warm-up: execution 0 50.0x")
+    single = {"d0": [slow, fast, fast]} | {f"d{i}": [fast] * 3 for i in range(1, 4)}
+    assert aggregate.by_shape(*_multi_device(single)).row(0, named=True)["regimes"].startswith("warm-up: execution 0")
+    # two devices slow in one execution each: a mode of two device-programs' occurrences
+    # shared with fast ones, so plainly bimodal, no device named
+    mixed = {"d0": [slow, fast, fast], "d1": [fast, slow, fast], "d2": [fast, fast, slow]} | {
+        f"d{i}": [fast] * 3 for i in range(3, 8)}
+    assert aggregate.by_shape(*_multi_device(mixed)).row(0, named=True)["regimes"].startswith("bimodal: 88%")
+
+
+def test_straggler_fixture_conditional_is_a_device_split_not_a_warm_up():
+    """straggler_8dev: CPU:5 runs ``conditional.1.clone`` for milliseconds in all three
+    executions (its injected delay), the other devices for well under a microsecond."""
+    from pathlib import Path
+
+    p = traceview.load(Path(__file__).resolve().parents[1] / "fixtures" / "straggler_8dev", stale_after_s=None)
+    bs = p.by_shape().filter(pl.col("op_name") == "conditional.1.clone")
+    (r,) = bs.iter_rows(named=True)
+    s = dist.population_series(p.table, p.module_runs, "conditional.1.clone", r["shape"], "jit_body")
+    cpu5 = s.filter(pl.col("device") == "/device:CPU:5").sort("execution")
+    rest = s.filter(pl.col("device") != "/device:CPU:5")
+    assert cpu5["execution"].to_list() == [0, 1, 2]
+    assert cpu5["duration_ps"].min() > 6_000_000_000 and rest["duration_ps"].max() < 2_000_000
+    assert "warm-up" not in r["regimes"]
+    reg = p.analyze().population_regimes.filter(pl.col("op_name") == "conditional.1.clone").row(0, named=True)
+    assert reg["regimes"] == r["regimes"]
+    assert reg["regimes"].startswith("device split: /device:CPU:5 near ")
+    assert "in all 3 executions, 7 other device(s)" in reg["regimes"]
+    assert reg["high_mode_ps"] == float(cpu5["duration_ps"].median())
+    assert reg["low_mode_ps"] == float(rest["duration_ps"].median())
+    assert reg["high_mode_share"] == 3 / 24

@@ -138,7 +138,7 @@ def by_shape(ops, module_runs: pl.DataFrame | None = None, *, split_modules: boo
     frequent ``file:line`` over the events, ties to the smallest), framework_op (likewise),
     then the distribution (:mod:`traceview.analysis.distributions`): p50_ps (= median_ps),
     p90_ps, cv, programs (the module names, as ``modules``), regimes (null, or why the
-    population's spread mixes regimes: warm-up, several programs, bimodal; found with
+    population's spread mixes regimes: warm-up, several programs, bimodal, device split; found with
     ``module_runs`` for the execution index, else occurrence order; the
     :data:`~traceview.analysis.distributions.MAX_EXAMINED` wide populations with the most
     self time are examined) and module (the key's

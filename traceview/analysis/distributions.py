@@ -17,14 +17,20 @@ noisy host gives two modes. This module gives, per population (any key over the 
 * :func:`regimes` — for the populations whose spread is wide (:data:`WIDE_P90`,
   :data:`WIDE_MAX`; at least :data:`MIN_OCCURRENCES` occurrences, median from
   :data:`MIN_P50_PS`), a short reason when the spread says they mix regimes: ``warm-up`` (the
-  first execution :data:`WARMUP_FACTOR` x or more the median of the later ones), ``programs``
-  (several program ids, medians :data:`PROGRAM_FACTOR` x apart) or ``bimodal`` (below).
+  first execution :data:`WARMUP_FACTOR` x or more the median of the later ones, pooled over
+  devices, and also device-program by device-program: the mean of each one's execution 0
+  :data:`WARMUP_FACTOR` x or more the mean of each one's later median, so a device slow in
+  every execution is no warm-up), ``programs`` (several program ids, medians
+  :data:`PROGRAM_FACTOR` x apart), ``bimodal`` (below) or ``device split`` (bimodal, and the
+  slow mode is every occurrence of some devices, over two or more executions).
 
 Bimodal rule: the steady occurrences (warm-up ones left out) sorted by duration are split at
 the widest ratio between neighbours among the splits that leave each side at least
 :data:`MODE_MIN` occurrences and :data:`MODE_SHARE` of them; the population is bimodal when
 that empty gap (the high mode's fastest over the low mode's slowest) is at least
-:data:`MODE_GAP` and the modes' medians are at least :data:`MODE_FACTOR` apart. One or two
+:data:`MODE_GAP` and the modes' medians are at least :data:`MODE_FACTOR` apart. When no
+device has occurrences in both modes and the slow one spans two or more executions,
+the reason is ``device split`` (naming the slow devices) instead of ``bimodal``. One or two
 slow samples are outliers, not a mode; a smooth spread has no empty gap.
 
 Execution index: an occurrence belongs to the run of its (host, device, program_id) that holds
@@ -160,7 +166,7 @@ def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarra
     where = ["host", "device", "program_id"]
     # per description: its (host, device, program) as a dense code in sorted order (nulls last)
     at = table.attrs.select("attr", *where)
-    wid = at.select(where).unique().sort(where, nulls_last=True).with_row_index("_w")
+    wid = _where_index(table)
     wcode_of = at.join(wid, on=where, how="left", nulls_equal=True, maintain_order="left")["_w"].to_numpy()
     a = sel["attr"].to_numpy().astype(np.int64)
     key = kev[idx].astype(np.int64)
@@ -235,6 +241,13 @@ def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarra
                                                       if c not in ("host", "device", "module")}}
         return d.select(list(cols)).cast(cols)
     return d.select(["key", *SERIES_SCHEMA]).cast({"key": pl.Int32, **SERIES_SCHEMA})
+
+
+def _where_index(table: OpTable) -> pl.DataFrame:
+    """The distinct (host, device, program_id) of ``table``'s descriptions, sorted (nulls
+    last), with their row index ``_w``: the code :func:`series` gives them."""
+    where = ["host", "device", "program_id"]
+    return table.attrs.select(where).unique().sort(where, nulls_last=True).with_row_index("_w")
 
 
 def _row_codes(frame: pl.DataFrame, ref: pl.DataFrame, keys: list[str]) -> np.ndarray:
@@ -347,13 +360,18 @@ def regimes(table: OpTable, module_runs: pl.DataFrame | None, col: pl.DataFrame,
     k = col.select(["attr"] + keys).join(cand, on=keys, how="inner", nulls_equal=True)
     lut = _key_of_attr(table, k)
     s = series(table, module_runs, lut, names=False)
-    return cand.join(_regimes_of(s), on="key", how="left").drop("key").select(list(schema)).cast(schema)
+    wid = _where_index(table)
+    dev = wid["device"].cast(pl.Utf8).fill_null("?")
+    if wid["host"].n_unique() > 1:
+        dev = wid["host"].cast(pl.Utf8).fill_null("?") + ":" + dev
+    return cand.join(_regimes_of(s, dev.to_numpy()), on="key", how="left").drop("key").select(list(schema)).cast(schema)
 
 
-def _regimes_of(s: pl.DataFrame) -> pl.DataFrame:
+def _regimes_of(s: pl.DataFrame, where_names: np.ndarray | None = None) -> pl.DataFrame:
     """The regime figures (:data:`REGIME_SCHEMA`) of every population of the series ``s``
     (:func:`series` with ``names=False``), one row per ``key``: each group-by over every key at once, then per key
-    only the mode split on its sorted durations (numpy)."""
+    only the mode split on its sorted durations (numpy). ``where_names``: the device (host:device
+    with several hosts) of each ``_w`` code, for the device split (default: each code its own)."""
     out_schema = {"key": pl.Int64, **REGIME_SCHEMA}
     if s.height == 0:
         return pl.DataFrame(schema=out_schema)
@@ -366,6 +384,13 @@ def _regimes_of(s: pl.DataFrame) -> pl.DataFrame:
         pl.col("m").filter(pl.col("_x") == 0).mean().alias("f"), (pl.col("_x") == 0).sum().alias("n_f"),
         pl.col("m").filter(pl.col("_x") > 0).median().alias("lt"), (pl.col("_x") > 0).sum().alias("n_lt"),
         pl.len().alias("n_exec"), pl.col("_ok").first())
+    # the same comparison device-program by device-program: execution 0 of each against its own
+    # later executions, over those with both (a device slow in every execution is no warm-up)
+    own = (per_exec.group_by("key", "_w").agg(pl.col("m").filter(pl.col("_x") == 0).mean().alias("f_w"),
+                                               pl.col("m").filter(pl.col("_x") > 0).median().alias("lt_w"))
+           .filter(pl.col("f_w").is_not_null() & pl.col("lt_w").is_not_null())
+           .group_by("key").agg(pl.col("f_w").mean().alias("f_own"), pl.col("lt_w").mean().alias("lt_own")))
+    warm = warm.join(own, on="key", how="left")
     progs = (s.group_by("key", "program_id").agg(pl.col("duration_ps").median().alias("m"), pl.len().alias("n"))
              .sort(["key", "m", "program_id"], nulls_last=True)
              .group_by("key", maintain_order=True).agg(
@@ -380,7 +405,9 @@ def _regimes_of(s: pl.DataFrame) -> pl.DataFrame:
         if r["n_f"] and r["n_lt"] >= 2:
             f, lt = float(r["f"]), float(r["lt"])
             out["first_execution_ps"], out["later_execution_ps"] = f, lt
-            if lt > 0 and f >= WARMUP_FACTOR * lt:
+            f_own, lt_own = r["f_own"], r["lt_own"]
+            if (lt > 0 and f >= WARMUP_FACTOR * lt and f_own is not None and lt_own is not None and lt_own > 0
+                    and f_own >= WARMUP_FACTOR * lt_own):
                 what = "execution 0" if r["_ok"] else "the first occurrence"
                 reasons.append(f"warm-up: {what} {f / lt:.1f}x the later ones ({fmt_time_ps(f)} vs {fmt_time_ps(lt)})")
                 warm_keys.add(r["key"])
@@ -393,6 +420,7 @@ def _regimes_of(s: pl.DataFrame) -> pl.DataFrame:
     steady = s.filter(~(pl.col("key").is_in(list(warm_keys)) & (pl.col("_x") == 0))).sort(["key", "duration_ps"])
     keys = steady["key"].to_numpy()
     durs = steady["duration_ps"].to_numpy().astype(np.float64)
+    wcodes, xs = steady["_w"].to_numpy(), steady["_x"].to_numpy()
     bounds = np.flatnonzero(np.diff(keys)) + 1
     for lo_b, hi_b in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(keys)]])):
         if hi_b <= lo_b:
@@ -409,8 +437,18 @@ def _regimes_of(s: pl.DataFrame) -> pl.DataFrame:
             if high >= MODE_FACTOR * low and gaps[j - lo_i] >= MODE_GAP:
                 share = (n - j) / n
                 out["low_mode_ps"], out["high_mode_ps"], out["high_mode_share"] = low, high, share
-                reasons.append(f"bimodal: {100 * (1 - share):.0f}% near {fmt_time_ps(low)}, "
-                               f"{100 * share:.0f}% near {fmt_time_ps(high)}")
+                w = wcodes[lo_b:hi_b]
+                dv = where_names[w] if where_names is not None else w.astype(str)
+                d_lo, d_hi = np.unique(dv[:j]), np.unique(dv[j:])
+                n_x = np.unique(xs[lo_b:hi_b][j:]).size
+                if n_x >= 2 and not np.isin(d_hi, d_lo).any():
+                    # the slow mode is every occurrence of some devices, in 2+ executions
+                    unit = "executions" if out["executions"] is not None else "occurrences"
+                    reasons.append(f"device split: {', '.join(d_hi.tolist())} near {fmt_time_ps(high)} in all "
+                                   f"{n_x} {unit}, {d_lo.size} other device(s) near {fmt_time_ps(low)}")
+                else:
+                    reasons.append(f"bimodal: {100 * (1 - share):.0f}% near {fmt_time_ps(low)}, "
+                                   f"{100 * share:.0f}% near {fmt_time_ps(high)}")
     for out, reasons in rows.values():
         out["regimes"] = "; ".join(reasons) if reasons else None
     return pl.DataFrame([{"key": k, **o} for k, (o, _) in rows.items()], schema=out_schema)

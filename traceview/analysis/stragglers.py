@@ -44,9 +44,10 @@ COLLECTIVES_SCHEMA = {"module": pl.Utf8, "op_name": pl.Utf8, "op_kind": pl.Utf8,
 class Stragglers:
     """Result of :func:`stragglers`. ``devices``: :data:`DEVICES_SCHEMA` per (host, device,
     step). ``steps``: :data:`STEPS_SCHEMA` per step (``lead`` a fraction; ``last_to_arrive``
-    the device that arrived last at most of the step's collectives, null when none of the step's
-    collectives was matched across devices; ``attributed_wait_ps`` the
-    waits of the others attributed to it). ``collectives``: :data:`COLLECTIVES_SCHEMA`, one row
+    the device whose last arrivals at the step's collectives had the others wait longest (ties:
+    the most last arrivals), null when none of the step's collectives was matched across devices;
+    ``attributed_wait_ps`` that device's own attributed wait, its ``caused_wait_ps`` in
+    ``devices``). ``collectives``: :data:`COLLECTIVES_SCHEMA`, one row
     per matched collective execution (``skew_ps`` = last - first arrival, ``wait_ps`` the sum
     of the participants' waits). ``summary``: straggler (the device slowest in most steps;
     ties: the most attributed wait), its steps_slowest, lead_median (over the steps it was
@@ -94,6 +95,10 @@ def clock_offsets(execs: pl.DataFrame) -> dict:
         if m.height:
             out[h] = int(round(float((m["ref"] - m["end"]).median())))
     return out
+
+
+#: the order naming a step's last device: most attributed wait, then most last arrivals, then name
+_BY_CAUSED = ["caused_wait_ps", "last_arrivals", "_name"]
 
 
 def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
@@ -160,11 +165,14 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
         pl.len().alias("n_devices"),
         pl.col("_name").sort_by("busy_ps", descending=True).first().alias("slowest"),
         pl.col("busy_ps").max().alias("busy_max_ps"), pl.col("busy_ps").median().alias("busy_median_ps"),
-        # the device last at the step's collectives; none when no collective of the step was matched
+        # the device whose late arrivals cost the others the most wait, and that device's own
+        # attributed wait (one sort, so name and figure are the same device's); none when no
+        # collective of the step was matched
         pl.when(pl.col("last_arrivals").max() > 0)
-        .then(pl.col("_name").sort_by(["last_arrivals", "caused_wait_ps"], descending=True).first())
+        .then(pl.col("_name").sort_by(_BY_CAUSED, descending=[True, True, False]).first())
         .otherwise(None).alias("last_to_arrive"),
-        pl.col("caused_wait_ps").max().alias("attributed_wait_ps"), pl.col("wait_ps").sum())
+        pl.col("caused_wait_ps").sort_by(_BY_CAUSED, descending=[True, True, False]).first()
+        .alias("attributed_wait_ps"), pl.col("wait_ps").sum())
         .with_columns(((pl.col("busy_max_ps") - pl.col("busy_median_ps")) / pl.col("busy_median_ps")).alias("lead"))
         .select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).sort("step"))
     summary: dict = {"n_steps": steps.height, "n_devices": dev.select("host", "device").n_unique()}

@@ -286,7 +286,7 @@ TABLE_DOCS: dict[str, tuple[str, dict[str, str]]] = {
                         "direction_bandwidth": "all copies of the direction over their merged time in flight, "
                                                "bytes/s"}),
     "population_regimes": ("one population whose spread mixes regimes (warm-up, programs, two modes)",
-                           {"regimes": "why: warm-up, N programs or bimodal", "p50_ps": "median per occurrence, ps",
+                           {"regimes": "why: warm-up, N programs, bimodal or device split", "p50_ps": "median per occurrence, ps",
                             "p90_ps": "90th percentile per occurrence, ps", "cv": "std / mean per occurrence"}),
     "family_roofline": ("one op family per step of the window, against the roofline",
                         {"time_ps": "self time per step, ps", "share": "of the step", "flops": "FLOPs per step",
