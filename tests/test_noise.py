@@ -38,6 +38,7 @@ import polars as pl
 import pytest
 
 import traceview
+from traceview.errors import UsageError
 from traceview.analysis import noise, steps
 from traceview.analysis.diff import diff_sides, side
 from traceview.analysis.history import compare_runs, summarise
@@ -283,22 +284,23 @@ def test_step_samples_add_up_to_the_anatomy_op_time(runs, sides):
 
 
 def test_pooled_sides_diff_from_the_cli(runs, tmp_path, capsys):
+    # the base's two recordings are byte copies: pooled, the copy would pass for a second
+    # recording with a run-to-run spread of 0; refused, naming both
     out = tmp_path / "d.json"
-    assert main(["diff", "--base", str(runs[0]), str(runs[1]), "--treatment", str(runs[2]), "-o", str(out)]) == 0
-    j = json.loads(out.read_text())
-    assert j["noise"]["level"] == 0.95 and j["noise"]["compared"] >= 20
-    rn = j["noise"]["run_to_run"]
-    assert rn["source"] == "recordings" and rn["text"] == "measured from 3 recordings (2 + 1)"
-    k = next(p for p in j["populations"] if p["kind"] == "kernel")
-    assert k["n_samples_base"] == 30 and k["n_samples_treatment"] == 15  # every step of every recording
-    # the base's two recordings are byte copies: the measured run-to-run spread is 0
-    assert k["noise_band"] == 1.0 and j["steps"]["noise"]["noise_band"]["source"] == "recordings"
-    assert k["occurrences_base"] == k["occurrences_treatment"]
-    assert " + " in j["base"]
+    assert main(["diff", "--base", str(runs[0]), str(runs[1]), "--treatment", str(runs[2]), "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "are the same recording" in err and runs[0].name in err and runs[1].name in err and not out.exists()
     sides_of = [side(traceview.load(r)) for r in runs[:2]]
-    pooled = pool(sides_of)
-    assert pooled.recordings == 2 and pooled.self_ps == round(sum(s.self_ps for s in sides_of) / 2)
-    capsys.readouterr()
+    with pytest.raises(UsageError, match="are the same recording"):
+        pool(sides_of)
+    # distinct recordings pool (here of two configurations, for the mechanics only): the
+    # band is measured between them
+    third = side(traceview.load(runs[2]))
+    pooled = pool([sides_of[0], third])
+    assert pooled.recordings == 2 and pooled.self_ps == round((sides_of[0].self_ps + third.self_ps) / 2)
+    d = diff_sides(pooled, sides_of[0])
+    assert d.run_noise.source == "recordings" and d.run_noise.text == "measured from 3 recordings (2 + 1)"
+    assert d.steps.change.n_base == 30 and d.steps.change.n_treatment == 15  # every step of every recording
     assert main(["diff", str(runs[0]), "--treatment", str(runs[2])]) == 2
     assert main(["diff", str(runs[0]), str(runs[2]), "--noise-level", "1.5"]) == 2
 

@@ -15,6 +15,7 @@ the window) summed, the mean step over every recording's window steps.
 
 from __future__ import annotations
 
+import numpy as np
 import polars as pl
 
 from traceview.analysis.diff import DiffSide
@@ -33,13 +34,34 @@ def _union(col: str) -> pl.Expr:
     return pl.col(col).explode().drop_nulls().unique().sort().alias(col)
 
 
+def _refuse_repeats(sides: list[DiffSide]) -> None:
+    """UsageError naming both when two sides are one recording (the same files twice, a copy):
+    identical step times, ps, op events and self time. Pooled, a repeat would pass for a second
+    recording and make the noise measured between recordings zero."""
+    from traceview.errors import UsageError
+
+    seen: dict = {}
+    for s in sides:
+        steps = None if s.samples is None else s.samples.steps
+        if steps is None or len(steps) == 0:
+            continue
+        key = (np.asarray(steps).tobytes(), int(s.events), int(s.self_ps))
+        if key in seen:
+            raise UsageError(f"{s.label} and {seen[key]} are the same recording (identical step times and op "
+                             "events): give each recording once; a repeat would pass for a second recording and "
+                             "make the measured noise zero")
+        seen[key] = s.label
+
+
 def pool(sides: list[DiffSide]) -> DiffSide:
     """One side from ``sides`` (each made by :func:`traceview.analysis.diff.side`; module doc).
-    A single side is returned as is. Raises ValueError for an empty list."""
+    A single side is returned as is. Raises ValueError for an empty list, UsageError when two
+    sides are one recording."""
     if not sides:
         raise ValueError("no side to pool")
     if len(sides) == 1:
         return sides[0]
+    _refuse_repeats(sides)
     k = len(sides)
     pops = pl.concat([s.populations for s in sides], how="vertical_relaxed")
     self_total = round(sum(s.self_ps for s in sides) / k)

@@ -99,23 +99,6 @@ def side_paths(args) -> tuple[list[str], list[str]]:
     return [args.base], [args.treatment]
 
 
-def _refuse_repeats(paths: list[str], sides: list, option: str) -> None:
-    """UsageError when two recordings of one side are the same recording (the same path twice,
-    a copy): identical step times, ps, and op events. Pooled, a repeat would count as a second
-    recording and shrink the noise measured between recordings to nothing."""
-    seen: dict = {}
-    for path, s in zip(paths, sides):
-        steps = None if s.samples is None else s.samples.steps
-        if steps is None or len(steps) == 0:
-            continue
-        key = (steps.tobytes(), int(s.events), int(s.self_ps))
-        if key in seen:
-            raise UsageError(f"{option}: {path} and {seen[key]} are the same recording (identical step times "
-                             "and op events); list each recording once: a repeat would pass for a second "
-                             "recording and make the measured noise zero")
-        seen[key] = path
-
-
 def run(args) -> int:
     """Returns 0; raises TraceviewError subclasses on bad input."""
     from traceview.analysis.diff import diff_sides, side
@@ -147,8 +130,6 @@ def run(args) -> int:
         sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem,
                           base=pooled_base if i >= nb else None, step_window=args.step_window))
         del prof
-    _refuse_repeats(base_paths, sides[:nb], "--base")
-    _refuse_repeats(treatment_paths, sides[nb:], "--treatment")
     d = diff_sides(pooled_base, pool(sides[nb:]), overhead_factor=args.overhead_factor,
                    noise_level=args.noise_level)
     if args.format == "json":
