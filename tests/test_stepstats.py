@@ -307,3 +307,21 @@ def test_step_strip_is_bounded_and_keeps_envelope_and_outliers():
     o = alt.filter(pl.col("outlier"))
     assert (o.sort("duration_ps").row(0)[0], o["duration_ps"].min()) in kept
     assert (o.sort("duration_ps").row(-1)[0], o["duration_ps"].max()) in kept
+
+
+def test_steps_of_different_programs_are_judged_against_their_own_program(shared_traces):
+    """A shape sweep's steps are executions of several compiled programs: a step is an outlier
+    against its own program's steps, never because its program is longer than the others
+    (a user saw "8.6x the median" across programs). On the MI300X attention trace the long
+    programs' steps (program ids 32 and 73) were flagged; on the GEMM sweep each program's third
+    execution (with extra ops) is, and no other step."""
+    from traceview.analysis.steps import profile_anatomy
+
+    att = profile_anatomy(traceview.load(shared_traces / "mi300x_jax_attention.xplane.pb", cache=False)).steps
+    assert att.height == 24 and not att["outlier"].any()
+    gemm = profile_anatomy(traceview.load(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", cache=False)).steps
+    flagged = gemm.filter(pl.col("outlier")).sort("step")
+    assert flagged["step"].to_list() == [2, 5, 8, 11, 14]
+    for row in flagged.iter_rows(named=True):  # slower than both other executions of its program
+        same = gemm.filter((pl.col("program_id") == row["program_id"]) & ~pl.col("outlier"))
+        assert same.height == 2 and row["duration_ps"] > 2 * same["duration_ps"].max()

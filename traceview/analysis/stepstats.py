@@ -11,6 +11,9 @@ per (host, device) step:
   (default 3.5, their recommendation), both ways (a long warm-up step and a cut-short last
   step). Edge cases, each chosen so the median of the remaining steps is the steady state:
 
+  - steps that execute different compiled programs (``program_id``: a shape sweep's
+    buckets) are judged against their own program's steps on the device, never against
+    another program's;
   - a device with fewer than :data:`POOL_BELOW` (8) steps of a module that other devices run
     too is judged against the median and MAD of that module's steps on every device (SPMD
     programs run the same step everywhere): with 4 steps of which 2 are warm-up, a device's
@@ -389,21 +392,32 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
     gb = gap_before.to_numpy(allow_copy=True).astype(np.float64)  # NaN for nulls
     idx_col = steps["step"].to_numpy()
     module = None
+    # steps that are executions of different compiled programs (a shape sweep's buckets) are
+    # judged against their own program's steps only
+    prog = (steps["program_id"].fill_null(0).to_numpy() if "program_id" in steps.columns
+            and steps["program_id"].n_unique() > 1 else None)
     for rows in groups:
         if len(rows) == 0:
             continue
-        d = dur[rows]
-        ref = d
-        if len(rows) < POOL_BELOW:  # few steps: the module's steps on every device (module doc)
-            if module is None:
-                module = (_keyed_rows(steps.select(pl.col("module").fill_null("")), ["module"])
-                          if "module" in steps.columns else np.zeros(n, dtype=np.int64))
-            same = np.isin(module, np.unique(module[rows]))
-            if len(np.unique(dev[same])) > 1:
-                ref = dur[same]
-        med = float(np.median(ref))
-        flagged[rows] = outliers(d, threshold=threshold, min_rel=min_rel, reference=ref)
-        ratio[rows] = d / med if med else 1.0
+        parts = [rows]
+        if prog is not None and (prog[rows] != prog[rows[0]]).any():
+            parts = [rows[prog[rows] == v] for v in np.unique(prog[rows])]
+        for part in parts:
+            d = dur[part]
+            ref = d
+            if len(part) < POOL_BELOW:  # few steps: the module's (program's) steps on every device (module doc)
+                if len(parts) > 1:
+                    same = prog == prog[part[0]]
+                else:
+                    if module is None:
+                        module = (_keyed_rows(steps.select(pl.col("module").fill_null("")), ["module"])
+                                  if "module" in steps.columns else np.zeros(n, dtype=np.int64))
+                    same = np.isin(module, np.unique(module[part]))
+                if len(np.unique(dev[same])) > 1:
+                    ref = dur[same]
+            med = float(np.median(ref))
+            flagged[part] = outliers(d, threshold=threshold, min_rel=min_rel, reference=ref)
+            ratio[part] = d / med if med else 1.0
         gaps = gb[rows]
         have = np.isfinite(gaps)
         if have.sum() >= MIN_STEPS:
