@@ -47,7 +47,8 @@ def test_a_run_folder_and_a_loose_trace_each_with_its_own_steps(shared_traces, t
         assert (r["n_steps"], r["program"], r["step_method"]) == (own.n_steps, own.program, own.step_method), name
         assert r["median_step_ps"] == pytest.approx(own.median_ps), name
     assert (rows[src.name]["n_steps"], rows[src.name]["program"]) == (3, "jit_decode")
-    assert (rows["loose.xplane.pb"]["n_steps"], rows["loose.xplane.pb"]["program"]) == (16, "jit_dot")
+    # 18 steps of 6 programs; each program's third execution (extra ops) is an outlier
+    assert (rows["loose.xplane.pb"]["n_steps"], rows["loose.xplane.pb"]["program"]) == (13, "jit_dot")
     assert rows["loose.xplane.pb"]["verdict"] == NO_COMPARABLE and rows["loose.xplane.pb"]["baseline"] is None
     assert j["regressions"] == [] and j["no_comparable_run"] == ["loose.xplane.pb"]
     assert main(["history", str(logs), "--no-cache"]) == 0
@@ -67,8 +68,8 @@ def test_history_of_the_shared_traces_lists_each_trace_once(shared_traces, capsy
                             "tpu_v6e_pallas_matmul_llo.xplane.pb"]
     assert len(j["runs"]) == 6 and "traces" not in rows
     assert {(r["run"], r["n_steps"], r["program"]) for r in j["runs"]} == {
-        ("2026_01_11_21_26_41", 1, "jit_step_fun"), ("mi300x_jax_attention.xplane.pb", 18, "jit_matmul"),
-        ("mi300x_jax_conv3d.xplane.pb", 5, "jit_forward_3d_conv"), ("mi300x_jax_gemm_sweep.xplane.pb", 16, "jit_dot"),
+        ("2026_01_11_21_26_41", 1, "jit_step_fun"), ("mi300x_jax_attention.xplane.pb", 24, "jit_matmul"),
+        ("mi300x_jax_conv3d.xplane.pb", 5, "jit_forward_3d_conv"), ("mi300x_jax_gemm_sweep.xplane.pb", 13, "jit_dot"),
         ("tpu_v6e_4chip_psum.xplane.pb", 100, "jit_f"), ("tpu_v6e_pallas_matmul_llo.xplane.pb", 3, "jit_matmul_optimized")}
     assert round(rows["tpu_v6e_4chip_psum.xplane.pb"]["median_step_ps"] / 1e9, 3) == 784.338  # slowest chip per step
     assert rows["tpu_v6e_4chip_psum.xplane.pb"]["findings"] == ["host-transfers-dominate"]

@@ -182,8 +182,9 @@ def run(args) -> int:
     reg, unjudged = h.regressions(), h.unjudged()
     for r in unjudged:
         c = r.change
-        why = (f"too few steps for an interval ({c.n_base} vs {c.n_treatment}; record {c.more_samples} more a side: "
-               f"--max-tokens)" if c.lo is None else f"{c.noise_source} (state it: --noise PCT)")
+        why = (f"too few steps for an interval ({c.n_base} vs {c.n_treatment}; record {c.more_samples} more steps "
+               "a side, e.g. traceview engine profile --max-tokens N for the bundled engine)"
+               if c.lo is None else f"{c.noise_source} (state it: --noise PCT)")
         print(f"traceview: note: {safe_line(r.name)} {c.ratio:.2f}x vs {safe_line(r.baseline)} cannot be judged: "
               f"{safe_line(why)}; a slowdown that cannot be ruled out", file=sys.stderr)
     if (reg or unjudged) and args.fail_on_regression:
