@@ -18,9 +18,11 @@ noisy host gives two modes. This module gives, per population (any key over the 
   :data:`WIDE_MAX`; at least :data:`MIN_OCCURRENCES` occurrences, median from
   :data:`MIN_P50_PS`), a short reason when the spread says they mix regimes: ``warm-up`` (the
   first execution :data:`WARMUP_FACTOR` x or more the median of the later ones, pooled over
-  devices, and also device-program by device-program: the mean of each one's execution 0
-  :data:`WARMUP_FACTOR` x or more the mean of each one's later median, so a device slow in
-  every execution is no warm-up), ``programs`` (several program ids, medians
+  devices, and also device-program by device-program: the median over them of each one's
+  execution 0 against its own later median is :data:`WARMUP_FACTOR` x or more, so neither a
+  device slow in every execution nor one device's spike is a warm-up; and no mode of the later
+  executions comes within :data:`WARMUP_FACTOR` x of execution 0, so a recurring slow regime is
+  not one either), ``programs`` (several program ids, medians
   :data:`PROGRAM_FACTOR` x apart), ``bimodal`` (below) or ``device split`` (bimodal, and the
   slow mode is every occurrence of some devices, over two or more executions).
 
@@ -386,10 +388,11 @@ def _regimes_of(s: pl.DataFrame, where_names: np.ndarray | None = None) -> pl.Da
         pl.len().alias("n_exec"), pl.col("_ok").first())
     # the same comparison device-program by device-program: execution 0 of each against its own
     # later executions, over those with both (a device slow in every execution is no warm-up)
+    # the median over devices of each one's ratio, so that one device's spike is not a warm-up
     own = (per_exec.group_by("key", "_w").agg(pl.col("m").filter(pl.col("_x") == 0).mean().alias("f_w"),
                                                pl.col("m").filter(pl.col("_x") > 0).median().alias("lt_w"))
-           .filter(pl.col("f_w").is_not_null() & pl.col("lt_w").is_not_null())
-           .group_by("key").agg(pl.col("f_w").mean().alias("f_own"), pl.col("lt_w").mean().alias("lt_own")))
+           .filter(pl.col("f_w").is_not_null() & (pl.col("lt_w") > 0))
+           .group_by("key").agg((pl.col("f_w") / pl.col("lt_w")).median().alias("own_ratio")))
     warm = warm.join(own, on="key", how="left")
     progs = (s.group_by("key", "program_id").agg(pl.col("duration_ps").median().alias("m"), pl.len().alias("n"))
              .sort(["key", "m", "program_id"], nulls_last=True)
@@ -405,9 +408,8 @@ def _regimes_of(s: pl.DataFrame, where_names: np.ndarray | None = None) -> pl.Da
         if r["n_f"] and r["n_lt"] >= 2:
             f, lt = float(r["f"]), float(r["lt"])
             out["first_execution_ps"], out["later_execution_ps"] = f, lt
-            f_own, lt_own = r["f_own"], r["lt_own"]
-            if (lt > 0 and f >= WARMUP_FACTOR * lt and f_own is not None and lt_own is not None and lt_own > 0
-                    and f_own >= WARMUP_FACTOR * lt_own):
+            own_ratio = r["own_ratio"]
+            if lt > 0 and f >= WARMUP_FACTOR * lt and own_ratio is not None and own_ratio >= WARMUP_FACTOR:
                 what = "execution 0" if r["_ok"] else "the first occurrence"
                 reasons.append(f"warm-up: {what} {f / lt:.1f}x the later ones ({fmt_time_ps(f)} vs {fmt_time_ps(lt)})")
                 warm_keys.add(r["key"])
@@ -441,6 +443,11 @@ def _regimes_of(s: pl.DataFrame, where_names: np.ndarray | None = None) -> pl.Da
                 dv = where_names[w] if where_names is not None else w.astype(str)
                 d_lo, d_hi = np.unique(dv[:j]), np.unique(dv[j:])
                 n_x = np.unique(xs[lo_b:hi_b][j:]).size
+                if key in warm_keys and out["first_execution_ps"] is not None \
+                        and high * WARMUP_FACTOR >= out["first_execution_ps"]:
+                    # the later executions have a mode as slow as execution 0: a recurring
+                    # regime, not a warm-up
+                    reasons[:] = [x for x in reasons if not x.startswith("warm-up:")]
                 if n_x >= 2 and not np.isin(d_hi, d_lo).any():
                     # the slow mode is every occurrence of some devices, in 2+ executions
                     unit = "executions" if out["executions"] is not None else "occurrences"
