@@ -341,3 +341,14 @@ def test_the_same_recording_twice_on_a_side_is_refused(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "are the same recording" in err and "greedy_b4" in err and "Traceback" not in err
     assert main(["diff", "--base", greedy, str(fx / "topp_b4"), "--treatment", nodonate, "--no-cache"]) == 0
+
+
+def test_a_device_filter_that_matches_nothing_is_refused(capsys):
+    """diff --device zzz compared 0 ps with 0 ps and said nothing; it is a usage error naming
+    the file (as verify's), and report warns as analyze does."""
+    from traceview.cli import main
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    assert main(["diff", str(fx / "greedy_b4"), str(fx / "topp_b4"), "--device", "zzz", "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "--device 'zzz' leaves no op of" in err and "greedy_b4" in err

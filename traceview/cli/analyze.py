@@ -121,9 +121,7 @@ def run(args) -> int:
             check_regex(rx, option)
     cargs.check_step_modules(cargs.steps_option(args.steps), prof)
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
-    if prof.table.height == 0:
-        what = " and ".join(f"{k} {v!r}" for k, v in (("--filter", args.filter), ("--device", args.device)) if v)
-        prof.warnings.append(f"no op left after {what}" if what else "no op to show")
+    cargs.note_empty_selection(prof, args)
     refuse_inside_inputs(out, "-o", prof.discovery)
     refuse_inside_inputs(html, "--html", prof.discovery)
 

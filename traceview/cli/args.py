@@ -354,3 +354,12 @@ def findings_from_args(args) -> dict:
 
     return {"findings": not getattr(args, "no_findings", False),
             "finding_thresholds": thresholds_of(getattr(args, "finding_threshold", None) or [])}
+
+
+def note_empty_selection(prof, args) -> None:
+    """Add to ``prof.warnings`` the line saying that ``--filter`` / ``--device`` left no op
+    (or that there is none to show), when the profile's table is empty."""
+    if prof.table.height == 0:
+        what = " and ".join(f"{k} {v!r}" for k, v in (("--filter", getattr(args, "filter", None)),
+                                                      ("--device", getattr(args, "device", None))) if v)
+        prof.warnings.append(f"no op left after {what}" if what else "no op to show")

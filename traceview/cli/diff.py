@@ -80,6 +80,9 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
                 print(f"traceview: warning: {safe_line(path)}: {safe_line(w)}", file=sys.stderr)
             out = prof.filter(device_regex=args.device) if args.device else prof
             del prof
+            if args.device and out.table.height == 0:  # a comparison or check of nothing
+                raise UsageError(f"--device {args.device!r} leaves no op of {path}: nothing to compare or check "
+                                 "(traceview analyze PATH lists the devices)")
             yield out
             del out  # released before the next side is read
 

@@ -77,6 +77,9 @@ def _write(args, out, charts) -> int:
         if rx is not None:
             check_regex(rx, option)
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
+    cargs.note_empty_selection(prof, args)
+    for w in prof.warnings[-1:] if prof.table.height == 0 else ():
+        print(f"traceview: warning: {safe_line(w)}", file=sys.stderr)
     refuse_inside_inputs(out, "-o", prof.discovery)
     from traceview.analysis.report import build_report
     from traceview.render.html import render_report

@@ -89,10 +89,6 @@ def run(args) -> int:
             raise UsageError("--run-base and --run-treatment name the runs of BASE TREATMENT; for one profile "
                              "use --run")
         base, (treat,) = None, list(load_sides([(args.paths[0], args.run)], args, run_hint="pass --run"))
-    for path, prof in zip(args.paths, (treat,) if base is None else (base, treat)):
-        if args.device and prof.table.height == 0:  # every check would hold of nothing
-            raise UsageError(f"--device {args.device!r} leaves no op of {path}: nothing to verify "
-                             "(traceview analyze PATH lists the devices)")
     report = verify(treat, checks, base=base, rules=rules, step_window=args.step_window,
                     finding_thresholds=fopts["finding_thresholds"], findings=fopts["findings"])
     if args.format == "json":
