@@ -444,3 +444,16 @@ def test_step_pops_from_the_anatomy_sums_equal_the_event_pass(reps):
         slow = _context.step_pops(Inputs(bare))
         assert fast.sort(fast.columns).equals(slow.sort(slow.columns), null_equal=True), name
         assert rep.steps.window_sums is None or fast.height, name
+
+
+def test_every_verify_hint_pastes_into_a_shell(reps):
+    """A finding's verify line is copied into a shell: it must parse (bash -n). Explanations
+    are shell comments, never parentheses (a user pasted one and got 'syntax error near
+    unexpected token (')."""
+    import subprocess
+
+    hints = {f.verify_hint for _, rep in reps.values() for f in (rep.findings or []) if f.verify_hint}
+    assert len(hints) >= 5
+    for h in hints:
+        r = subprocess.run(["bash", "-n", "-c", h], capture_output=True, text=True)
+        assert r.returncode == 0, (h, r.stderr)

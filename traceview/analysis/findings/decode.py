@@ -378,8 +378,8 @@ def host_bound(ctx, th) -> Finding | None:
         "third of the step gets that third back only from the host side (dispatch, scheduling, host sampling)",
         "move per-step host work off the critical path (sample on the device, overlap scheduling with the "
         "running step, fewer dispatches per step) and profile again",
-        "traceview analyze AFTER (step anatomy: idle and gap between steps); "
-        "traceview verify AFTER --check 'no finding host-bound-steps'")
+        "traceview verify AFTER --check 'no finding host-bound-steps'; "
+        "traceview analyze AFTER  # step anatomy: idle and gap between steps")
 
 
 def far_below_roofline(ctx, th) -> Finding | None:
@@ -425,7 +425,7 @@ def far_below_roofline(ctx, th) -> Finding | None:
         "while the weight-streaming matmuls reached 84-91%",
         "look for fixed costs per invocation (launches, small blocks, padding, per-request loops) before "
         "optimising bytes; compare roofline time with measured time per population",
-        "traceview analyze AFTER (roofline: % peak BW of the family's populations)")
+        "traceview analyze AFTER  # roofline: % peak BW of the family's populations")
 
 
 def warmup_in_window(ctx, th) -> Finding | None:

@@ -99,7 +99,7 @@ def costs_unknown(ctx, th) -> Finding | None:
         "showed per-request overhead, not data movement, set its time",
         "give the kernel a cost estimate (Pallas: pl.pallas_call(..., cost_estimate=pl.CostEstimate(flops=, "
         "bytes_accessed=, transcendentals=))); interpreted kernels on the CPU drop it, so read costs on the device",
-        "traceview analyze AFTER (roofline: the kernel's FLOP/B and bound by are no longer '-')")
+        "traceview analyze AFTER  # roofline: the kernel's FLOP/B and bound by are no longer -")
 
 
 def _frame(obj, *names):
@@ -198,8 +198,8 @@ def host_transfers(ctx, th) -> Finding | None:
         "HBM (Google Cloud TPU v6e documentation)",
         "keep the data on the device across steps (no host offload of arrays the step reads back, no "
         "jax.device_get / numpy conversion inside the loop), or overlap the transfer with the previous step's compute",
-        "traceview analyze AFTER (communication: host transfers per step); "
-        "traceview verify AFTER --check 'no finding host-transfers-dominate'")
+        "traceview verify AFTER --check 'no finding host-transfers-dominate'; "
+        "traceview analyze AFTER  # communication: host transfers per step")
 
 
 def straggler(ctx, th) -> Finding | None:
