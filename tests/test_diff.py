@@ -352,3 +352,15 @@ def test_a_device_filter_that_matches_nothing_is_refused(capsys):
     assert main(["diff", str(fx / "greedy_b4"), str(fx / "topp_b4"), "--device", "zzz", "--no-cache"]) == 2
     err = capsys.readouterr().err
     assert "--device 'zzz' leaves no op of" in err and "greedy_b4" in err
+
+
+def test_a_runs_xplane_and_trace_json_are_one_recording(capsys):
+    """A run folder's .xplane.pb and .trace.json.gz of one host are one recording in two
+    formats: pooled as two, they made a noise band out of a format difference."""
+    from traceview.cli import main
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    run = next((fx / "greedy_b4" / "plugins" / "profile").iterdir())
+    assert main(["diff", "--base", str(run / "engine-cpu.xplane.pb"), str(run / "engine-cpu.trace.json.gz"),
+                 "--treatment", str(fx / "topp_b4"), "--no-cache"]) == 2
+    assert "are the same recording (the same hosts of one run folder)" in capsys.readouterr().err

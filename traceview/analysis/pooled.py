@@ -15,6 +15,8 @@ the window) summed, the mean step over every recording's window steps.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import polars as pl
 
@@ -41,7 +43,17 @@ def _refuse_repeats(sides: list[DiffSide]) -> None:
     from traceview.errors import UsageError
 
     seen: dict = {}
+    files: dict = {}
     for s in sides:
+        # the same host's files in one run folder are one recording, whatever their format
+        # (a run's .xplane.pb and its .trace.json.gz)
+        where = frozenset((os.path.dirname(os.path.realpath(f)), _host_of(f))
+                          for f in s.label.split(", ") if f and os.path.isfile(f))
+        if where and where in files:
+            raise UsageError(f"{s.label} and {files[where]} are the same recording (the same hosts of one run "
+                             "folder): give each recording once; a repeat would pass for a second recording and "
+                             "make the measured noise zero")
+        files[where] = s.label
         steps = None if s.samples is None else s.samples.steps
         if steps is None or len(steps) == 0:
             continue
@@ -51,6 +63,15 @@ def _refuse_repeats(sides: list[DiffSide]) -> None:
                              "events): give each recording once; a repeat would pass for a second recording and "
                              "make the measured noise zero")
         seen[key] = s.label
+
+
+def _host_of(path: str) -> str:
+    """A trace file's host: its name without the format's suffix."""
+    name = os.path.basename(path)
+    for suffix in (".xplane.pb", ".trace.json.gz", ".trace.json"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def pool(sides: list[DiffSide]) -> DiffSide:
