@@ -816,7 +816,7 @@ class Coverage:
         if self.outside_ps:
             parts.append(f"op time outside steps {self.outside_share:.1%}")
         if self.excluded:
-            parts.append(f"{self.excluded} step(s) outside the window excluded")
+            parts.append(f"{self.excluded:,} step(s) outside the window excluded")
         return "; ".join(parts)
 
 

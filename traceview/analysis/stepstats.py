@@ -518,7 +518,7 @@ def summary_line(dist: dict, steps: pl.DataFrame | None = None, *, max_reasons: 
     ms = 1e-9
     line = (f"step time median {dist['median_ps'] * ms:.3f} ms (p10 {dist['p10_ps'] * ms:.3f}, "
             f"p90 {dist['p90_ps'] * ms:.3f}, max {dist['max_ps'] * ms:.3f} ms; mean {dist['mean_ps'] * ms:.3f} ms), "
-            f"{dist['n_window']} of {dist['n']} steps in window {dist['window']}")
+            f"{dist['n_window']:,} of {dist['n']:,} steps in window {dist['window']}")
     k = dist.get("n_outliers", 0)
     excluded = None
     if steps is not None and steps.height and "outlier" in steps.columns:

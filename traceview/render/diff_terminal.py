@@ -123,8 +123,8 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
             notes.append("[yellow]traced events " + f"{r['events_base']:,} → {r['events_treatment']:,}[/yellow]")
         status = {"matched": "matched", "appeared": "[green]appeared[/green]",
                   "vanished": "[red]vanished[/red]"}[r["status"]]
-        occ = f"{r['occurrences_base'] if r['occurrences_base'] is not None else '-'} → " \
-              f"{r['occurrences_treatment'] if r['occurrences_treatment'] is not None else '-'}"
+        occ = f"{'-' if r['occurrences_base'] is None else format(r['occurrences_base'], ',')} → " \
+              f"{'-' if r['occurrences_treatment'] is None else format(r['occurrences_treatment'], ',')}"
         t.add_row(str(i), status, escape(population_label(r)), escape(shape or "?"), occ,
                   f"{fmt_time_ps(r['self_ps_base'])} → {fmt_time_ps(r['self_ps_treatment'])}",
                   _delta(r["delta_self_ps"]), _ratio(r["self_ratio"]), noise_cell(r),

@@ -30,7 +30,7 @@ def summary_line(summ: dict | None) -> str:
         return ""
     parts = [f"families sum to {fmt_time_ps(summ['time_ps'])} of {fmt_time_ps(summ['step_ps'])} per step"
              + (f" ({summ['ratio']:.1%})" if summ.get("ratio") is not None else "")
-             + f" over {summ['n_steps']} step(s) ({summ['window']})"]
+             + f" over {summ['n_steps']:,} step(s) ({summ['window']})"]
     if summ.get("predicted_ps") is not None:
         parts.append(f"roofline-predicted {fmt_time_ps(summ['predicted_ps'])} against "
                      f"{fmt_time_ps(summ['measured_ps'])} measured over ops with costs")

@@ -22,7 +22,7 @@ def render_overlap(console: Console, ov, *, top: int) -> None:
         return
     console.print()
     s = ov.summary
-    console.print(f"[bold]communication overlap[/bold] — {s['n_steps']} step(s) on {s['n_devices']} device(s)")
+    console.print(f"[bold]communication overlap[/bold] — {s['n_steps']:,} step(s) on {s['n_devices']} device(s)")
     t = Table()
     for c, j in (("kind", "left"), ("op", "left"), ("shape", "left"), ("n", "right"), ("in flight", "right"),
                  ("hidden", "right"), ("exposed", "right"), ("hidden %", "right"), ("sync", "left")):
@@ -60,7 +60,7 @@ def render_stragglers(console: Console, st, *, top: int, findings=None) -> None:
         return
     console.print()
     s = st.summary
-    console.print(f"[bold]stragglers and skew[/bold] — {s['n_steps']} step(s), {s['n_devices']} devices")
+    console.print(f"[bold]stragglers and skew[/bold] — {s['n_steps']:,} step(s), {s['n_devices']} devices")
     t = Table()
     for c, j in (("step", "right"), ("slowest", "left"), ("busy", "right"), ("median busy", "right"),
                  ("lead", "right"), ("last at collectives", "left"), ("waits attributed", "right"),

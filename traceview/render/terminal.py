@@ -433,7 +433,7 @@ def render_step_records(console: Console, anat, top: int | None = None) -> None:
     if st.height == 0 or "outlier" not in st.columns:
         return
     rows = anat.top_steps(top or STEP_ROWS)
-    t = Table(title=f"steps — {rows.height} of {st.height} shown (outliers first, then the longest; start from the first step)")
+    t = Table(title=f"steps — {rows.height:,} of {st.height:,} shown (outliers first, then the longest; start from the first step)")
     for c, j in (("device", "left"), ("step", "right"), ("start", "right"), ("duration", "right"),
                  ("idle", "right"), ("gap before", "right"), ("", "left"), ("reason", "left")):
         t.add_column(c, justify=j, overflow="fold")
