@@ -352,3 +352,19 @@ def test_vllm_tpu_collectives_and_generic_async_ops(shared_traces):
         assert r["exposed_ps"] == int(c["duration_ps"].sum())
     st = prof.stragglers()
     assert st.collectives["participants"].unique().to_list() == [2]
+
+
+def test_a_three_way_tie_is_not_called_slowest_most_often(capsys):
+    """collectives_8dev: three devices are each slowest in one of the three steps; the summary
+    says so and names the one with the most attributed waits, not a 'slowest most often'."""
+    from pathlib import Path
+
+    from traceview.cli import main
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures" / "collectives_8dev"
+    st = traceview.load(fx, stale_after_s=None).analyze().stragglers
+    assert st.summary["tied_devices"] == 3 and st.summary["steps_slowest"] == 1
+    assert main(["analyze", str(fx), "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    assert f"no device slowest most often (3 tied); most waits attributed to {st.summary['straggler']}:" in out
+    assert "slowest most often /device" not in out

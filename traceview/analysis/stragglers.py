@@ -50,7 +50,8 @@ class Stragglers:
     ``devices``). ``collectives``: :data:`COLLECTIVES_SCHEMA`, one row
     per matched collective execution (``skew_ps`` = last - first arrival, ``wait_ps`` the sum
     of the participants' waits). ``summary``: straggler (the device slowest in most steps;
-    ties: the most attributed wait), its steps_slowest, lead_median (over the steps it was
+    ties: the most attributed wait), its steps_slowest, tied_devices (how many devices were
+    slowest in as many steps, itself included), lead_median (over the steps it was
     slowest in), attributed_wait_ps (all others' waits attributed to it), wait_ps (all waits),
     attributed_share (attributed / all), lead_max, n_steps, n_devices; the straggler keys only
     when collective executions were matched across devices (a busy-time ranking alone would
@@ -187,6 +188,7 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
         best = counts.sort(["n", "caused_wait_ps"], descending=True).row(0, named=True)
         all_wait = int(dev["wait_ps"].sum())
         summary.update(straggler=best["slowest"], steps_slowest=int(best["n"]), lead_median=best["lead"],
+                       tied_devices=int((counts["n"] == best["n"]).sum()),
                        attributed_wait_ps=int(best["caused_wait_ps"] or 0), wait_ps=all_wait,
                        attributed_share=(best["caused_wait_ps"] or 0) / all_wait if all_wait else None,
                        lead_max=float(steps["lead"].max()) if steps["lead"].max() is not None else None)

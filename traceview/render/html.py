@@ -343,7 +343,9 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
     ctx["ovl"] = finish_comm(comm)
     from traceview.render.overlap_view import straggler_label
 
-    ctx["straggler_label"] = straggler_label(getattr(rep, "findings", None)).capitalize()
+    st = getattr(rep, "stragglers", None)
+    label = straggler_label(getattr(rep, "findings", None), st.summary if st is not None else None)
+    ctx["straggler_label"] = label[:1].upper() + label[1:]
     return ctx
 
 

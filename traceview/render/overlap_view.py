@@ -45,10 +45,15 @@ def render_overlap(console: Console, ov, *, top: int) -> None:
         console.print(f"  [yellow]note:[/yellow] {_escape(n_)}")
 
 
-def straggler_label(findings) -> str:
+def straggler_label(findings, summary: dict | None = None) -> str:
     """What the summary line calls the device slowest in most steps: "straggler" only when the
     ``straggler-device`` finding named it (its lead and step count passed the rule), else
-    "slowest most often" (a 0.0% lead is no straggler; ``findings`` None: not judged)."""
+    "slowest most often" (a 0.0% lead is no straggler; ``findings`` None: not judged); when
+    ``summary`` says several devices were slowest in as many steps, that no device was, and
+    that the one named has the most waits attributed."""
+    tied = (summary or {}).get("tied_devices", 1) or 1
+    if tied > 1:
+        return f"no device slowest most often ({tied} tied); most waits attributed to"
     named = findings is not None and any(getattr(f, "id", None) == "straggler-device" for f in findings)
     return "straggler" if named else "slowest most often"
 
@@ -71,7 +76,7 @@ def render_stragglers(console: Console, st, *, top: int, findings=None) -> None:
                   fmt_time_ps(r["busy_median_ps"]), fmt_pct(r["lead"]), _escape(r["last_to_arrive"] or "-"),
                   fmt_time_ps(r["attributed_wait_ps"]), fmt_time_ps(r["wait_ps"]))
     console.print(t)
-    console.print(f"  {straggler_label(findings)} {_escape(s['straggler'])}: slowest in {s['steps_slowest']} of {s['n_steps']} step(s), "
+    console.print(f"  {straggler_label(findings, s)} {_escape(s['straggler'])}: slowest in {s['steps_slowest']} of {s['n_steps']} step(s), "
                   f"median lead {fmt_pct(s['lead_median'])} over the median device; the others' collective waits "
                   f"attributed to it {fmt_time_ps(s['attributed_wait_ps'])} of {fmt_time_ps(s['wait_ps'])} "
                   f"({fmt_pct(s['attributed_share'])})")
