@@ -48,6 +48,7 @@ self time on that side. Errors: :class:`~traceview.errors.UsageError` for bad ar
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -717,16 +718,35 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
     (per step, or per occurrence), else no interval. ``rec``: recordings per side; ``prior``:
     the one-recording noise (default :data:`noise.PRIOR`); ``band``: the band to use instead
     (:func:`noise.unknown_band`: no verdict, ``noise`` "unknown")."""
-    rows, changes = [], []
+    rows, changes, pairs = [], [], []
     for r in joined.select(KEY + ["status", "shape_treatment", "_fp_treatment"]).iter_rows(named=True):
-        row = dict.fromkeys(_NOISE_SCHEMA)
-        c = None
+        a = b = None
         if r["status"] == "matched" and sb is not None and st is not None:
             a = sb.get(tuple(r[k] for k in KEY))
             b = st.get(tuple(r["shape_treatment"] if k == "shape" else r["_fp_treatment"] if k == "fingerprint"
                              else r[k] for k in KEY))
-            if a is not None and b is not None and a[0] == b[0]:
-                c = noise.shift(a[1], b[1], level=level, prior=prior, band=band)
+        pairs.append((r["status"] == "matched" and sb is not None and st is not None, a, b))
+    # the rank tests are independent and spend their time in numpy (outer differences, a
+    # partition) without the GIL: run them on the cores there are, results in row order
+    todo = [i for i, (m, a, b) in enumerate(pairs) if m and a is not None and b is not None and a[0] == b[0]]
+
+    def judge(i):
+        return noise.shift(pairs[i][1][1], pairs[i][2][1], level=level, prior=prior, band=band)
+
+    workers = min(len(todo) // 8, os.cpu_count() or 1)
+    if workers > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=workers) as ex:
+            shifts = dict(zip(todo, ex.map(judge, todo)))
+    else:
+        shifts = {i: judge(i) for i in todo}
+    for i, (matched, a, b) in enumerate(pairs):
+        row = dict.fromkeys(_NOISE_SCHEMA)
+        c = None
+        if matched:
+            if i in shifts:
+                c = shifts[i]
                 row.update(samples=a[0], n_samples_base=c.n_base, n_samples_treatment=c.n_treatment,
                            median_ratio=c.ratio, ratio_lo=c.lo, ratio_hi=c.hi, significant=c.significant,
                            noise_band=math.exp(c.band.bound) if c.band.known else None,
