@@ -262,7 +262,9 @@ class DiffSide:
     """What a diff needs of one profile, so that a profile's op events can be released before
     the other side is read: ``label``, ``populations`` (:func:`~traceview.analysis.populations.populations`),
     ``kernels`` (:func:`~traceview.analysis.populations.kernel_table`), ``families``
-    (:func:`~traceview.analysis.populations.family_shares`), ``module_runs``, ``events`` (op
+    (:func:`~traceview.analysis.populations.family_shares`), ``module_sums`` (per module name:
+    ``executions``, ``n_timed`` executions with a duration and their ``total_ps``; None
+    without module runs), ``events`` (op
     events), ``self_ps`` (their self time, ps) and ``steps`` ((module, steps, mean step ps,
     method) of the step anatomy, None when it failed), ``communication``
     (:func:`traceview.analysis.collectives.communication`, None when it could not be made),
@@ -274,7 +276,7 @@ class DiffSide:
     populations: pl.DataFrame
     kernels: pl.DataFrame
     families: pl.DataFrame
-    module_runs: pl.DataFrame
+    module_sums: pl.DataFrame | None
     events: int
     self_ps: int
     steps: tuple | None = None
@@ -301,7 +303,7 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     pops = populations(prof, name_stem=name_stem, tagged=t, program_stem_key=program_key)
     kern, pops = _traced_kernel_events(prof, kern, pops)
     s = DiffSide(label=_label(prof, label), populations=pops,
-                 kernels=kern, families=family_shares(t), module_runs=prof.module_runs, events=t.events,
+                 kernels=kern, families=family_shares(t), module_sums=module_sums(prof.module_runs), events=t.events,
                  self_ps=t.self_ps)
     a = _step_anatomy(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))),
                       step_window)
@@ -615,7 +617,7 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     joined = joined.select(DIFF_COLUMNS)
 
     families = _family_diff(base.families, treatment.families)
-    modules = _module_diff(base.module_runs, treatment.module_runs, vmap)
+    modules = _module_diff(base.module_sums, treatment.module_sums, vmap)
     step = None
     if base.steps is not None and treatment.steps is not None:
         (mb, nb, sb, hb, wb, win), (mt, nt, st, ht, wt, _) = base.steps, treatment.steps
@@ -821,15 +823,29 @@ def _family_diff(b: pl.DataFrame, t: pl.DataFrame) -> pl.DataFrame:
         ["self_ps_base", "family"], descending=[True, False])
 
 
-def _module_diff(b_runs: pl.DataFrame, t_runs: pl.DataFrame, vmap) -> pl.DataFrame:
+def module_sums(runs: pl.DataFrame | None) -> pl.DataFrame | None:
+    """Per module name of the module runs: ``executions`` (rows), ``n_timed`` (rows with a
+    duration) and ``total_ps`` (the sum of those durations, ps); None without runs. What a
+    side keeps of its module runs (a million rows of strings on a long GPU trace)."""
+    if runs is None or runs.height == 0:
+        return None
+    return runs.group_by("module", maintain_order=True).agg(
+        pl.len().cast(pl.Int64).alias("executions"), pl.col("duration_ps").count().cast(pl.Int64).alias("n_timed"),
+        pl.col("duration_ps").sum().cast(pl.Int64).alias("total_ps"))
+
+
+def _module_diff(b_runs: pl.DataFrame | None, t_runs: pl.DataFrame | None, vmap) -> pl.DataFrame:
+    """Executions and mean time per module on both sides (:func:`module_sums` of each), the
+    treatment's module names renamed through ``vmap`` to meet the base's."""
     def mods(r, mapping):
         if r is None or r.height == 0:
             return pl.DataFrame(schema={"module": pl.Utf8, "executions": pl.Int64, "mean_ps": pl.Float64})
         names = r["module"].unique().drop_nulls().to_list()  # renamed once per distinct name
+        n, total = pl.col("n_timed").sum(), pl.col("total_ps").sum()
         return r.with_columns(pl.col("module").replace_strict({m: _subst(m, mapping) for m in names},
                                                              default=None, return_dtype=pl.Utf8)) \
-            .group_by("module").agg(pl.len().cast(pl.Int64).alias("executions"),
-                                    pl.col("duration_ps").mean().alias("mean_ps"))
+            .group_by("module").agg(pl.col("executions").sum().alias("executions"),
+                                    pl.when(n > 0).then(total / n).otherwise(None).alias("mean_ps"))
 
     b, t = mods(b_runs, {}), mods(t_runs, vmap)
     names_t = {}

@@ -6,8 +6,8 @@ self time, a side's op events and self time) become the **mean per recording**, 
 integers, so that sides pooled from different numbers of recordings compare; shares,
 ``mean_ps`` and ``per_execution`` are recomputed from those. Name, module and file lists are
 unions; ``source``, ``family`` and ``hlo_text`` are the first recording's. Module executions
-(``module_runs``) are concatenated: the diff's module table counts the executions of every
-recording. The noise samples (:mod:`traceview.analysis.samples`) stay one array per recording
+(``module_sums``) are added up per module: the diff's module table counts the executions of
+every recording and means their time. The noise samples (:mod:`traceview.analysis.samples`) stay one array per recording
 and population, so :func:`traceview.analysis.noise.shift` ranks every sample of every
 recording and measures the run-to-run noise from the recordings' medians. The step line: the first recording's module, method and step window, steps (all, and in
 the window) summed, the mean step over every recording's window steps.
@@ -104,8 +104,9 @@ def pool(sides: list[DiffSide]) -> DiffSide:
     ).select(list(KERNEL_SCHEMA)).cast(KERNEL_SCHEMA).sort(["self_ps", "kernel"], descending=[True, False])
     fam = pl.concat([s.families for s in sides], how="vertical_relaxed").group_by("family").agg(_mean_int("self_ps", k))
     fam = fam.with_columns((pl.col("self_ps") / self_total if self_total else pl.lit(0.0)).alias("share"))
-    runs = [s.module_runs for s in sides if s.module_runs is not None and s.module_runs.height]
-    module_runs = pl.concat(runs, how="vertical_relaxed") if runs else sides[0].module_runs
+    sums = [s.module_sums for s in sides if s.module_sums is not None and s.module_sums.height]
+    module_sums = (pl.concat(sums, how="vertical_relaxed").group_by("module", maintain_order=True)
+                   .agg(pl.col("executions", "n_timed", "total_ps").sum()) if sums else None)
     steps = None
     have = [s.steps for s in sides if s.steps is not None]
     if have:
@@ -114,7 +115,7 @@ def pool(sides: list[DiffSide]) -> DiffSide:
         mean = sum(x[4] * x[2] for x in have) / nw if nw else 0.0
         steps = (have[0][0], n, mean, have[0][3], nw, have[0][5])
     return DiffSide(label=" + ".join(s.label for s in sides), populations=pops, kernels=kern, families=fam,
-                    module_runs=module_runs, events=round(sum(s.events for s in sides) / k), self_ps=self_total,
+                    module_sums=module_sums, events=round(sum(s.events for s in sides) / k), self_ps=self_total,
                     steps=steps, samples=pool_samples([s.samples for s in sides]),
                     recordings=sum(s.recordings for s in sides))
 
