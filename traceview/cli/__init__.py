@@ -121,6 +121,9 @@ def entry() -> None:
         rc = main(argv)
     except KeyboardInterrupt:  # outside main's own handler: imports, the parser, the engine
         rc = process.say_interrupted()
-    if process.interrupted():  # an interrupt swallowed or turned into another error on the way
+    try:
+        if process.interrupted():  # an interrupt swallowed or turned into another error on the way
+            rc = process.say_interrupted()
+    except KeyboardInterrupt:  # one landing after main returned, before the exit
         rc = process.say_interrupted()
     process.exit_now(rc, teardown=engine)

@@ -66,25 +66,29 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
     discs = [discover(path, run=run, stale_after_s=None, run_hint=run_hint) for path, run in sides]
     process.tune_allocator(cargs.input_bytes(*discs))
     seen: set = set()
+    pres = []
     with process.decoding_beside_imports():
-        pres = []
         for d in discs:  # one prefetch per distinct file, all started before polars is imported
             key = tuple(str(tf.path) for tf in d.files)
             pres.append(None if key in seen else start_prefetch(d, max_bytes=None, cache=cache or None, local=True))
             seen.add(key)
-        for (path, run), d, pre in zip(sides, discs, pres):
+    # no context is held across the yield: a generator dropped by an interrupted caller is
+    # closed with nothing to run (an interrupt landing in a context's exit printed a traceback)
+    for (path, run), d, pre in zip(sides, discs, pres):
+        with process.decoding_beside_imports():
             prof = load(path, run=run, stale_after_s=None, discovery=d, cache=cache, prefetch=pre or False,
                         expand_kernels=bool(getattr(args, "expand_kernels", False)))
-            process.trim_heap(cargs.input_bytes(d))
-            for w in prof.warnings:
-                print(f"traceview: warning: {safe_line(path)}: {safe_line(w)}", file=sys.stderr)
-            out = prof.filter(device_regex=args.device) if args.device else prof
-            del prof
-            if args.device and out.table.height == 0:  # a comparison or check of nothing
-                raise UsageError(f"--device {args.device!r} leaves no op of {path}: nothing to compare or check "
-                                 "(traceview analyze PATH lists the devices)")
-            yield out
-            del out  # released before the next side is read
+        process.trim_heap(cargs.input_bytes(d))
+        for w in prof.warnings:
+            print(f"traceview: warning: {safe_line(path)}: {safe_line(w)}", file=sys.stderr)
+        out = prof.filter(device_regex=args.device) if args.device else prof
+        del prof
+        if args.device and out.table.height == 0:  # a comparison or check of nothing
+            raise UsageError(f"--device {args.device!r} leaves no op of {path}: nothing to compare or check "
+                             "(traceview analyze PATH lists the devices)")
+        yield out
+        del out  # released before the next side is read
+
 
 def side_paths(args) -> tuple[list[str], list[str]]:
     """The base and treatment paths: the two positional paths, or ``--base`` and
