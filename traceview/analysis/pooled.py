@@ -23,6 +23,7 @@ import polars as pl
 from traceview.analysis.diff import DiffSide
 from traceview.analysis.populations import KERNEL_SCHEMA, KEY, POPULATION_SCHEMA
 from traceview.analysis.samples import Samples
+from traceview.read.discover import host_from_filename
 
 _POP_SUMS = ["occurrences", "events", "total_ps", "self_ps", "executions"]
 _POP_LISTS = ["kernels", "op_names", "modules", "source_files"]
@@ -47,7 +48,7 @@ def _refuse_repeats(sides: list[DiffSide]) -> None:
     for s in sides:
         # the same host's files in one run folder are one recording, whatever their format
         # (a run's .xplane.pb and its .trace.json.gz)
-        where = frozenset((os.path.dirname(os.path.realpath(f)), _host_of(f))
+        where = frozenset((os.path.dirname(os.path.realpath(f)), host_from_filename(f))
                           for f in s.label.split(", ") if f and os.path.isfile(f))
         if where and where in files:
             raise UsageError(f"{s.label} and {files[where]} are the same recording (the same hosts of one run "
@@ -63,15 +64,6 @@ def _refuse_repeats(sides: list[DiffSide]) -> None:
                              "events): give each recording once; a repeat would pass for a second recording and "
                              "make the measured noise zero")
         seen[key] = s.label
-
-
-def _host_of(path: str) -> str:
-    """A trace file's host: its name without the format's suffix."""
-    name = os.path.basename(path)
-    for suffix in (".xplane.pb", ".trace.json.gz", ".trace.json"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
 
 
 def pool(sides: list[DiffSide]) -> DiffSide:
