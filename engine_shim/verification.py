@@ -75,6 +75,13 @@ def _leaf_bytes(leaves) -> int:
     return sum(math.prod(a.shape) * np.dtype(a.dtype).itemsize for a in leaves)
 
 
+def _shard(leaf, sharding):
+    """``leaf`` (an ArgInfo or ShapeDtypeStruct) as one device holds it under ``sharding``:
+    the memory analysis is per device."""
+    shape = tuple(leaf.shape) if sharding is None else tuple(sharding.shard_shape(tuple(leaf.shape)))
+    return jax.ShapeDtypeStruct(shape, leaf.dtype)
+
+
 def program_memory(compiled, kv_args: tuple[int, ...] = (), kv_outs: tuple[int, ...] = ()) -> dict:
     """Memory of one compiled program, from XLA's ``CompiledMemoryStats``
     (``jax.stages.Compiled.memory_analysis()``); bytes, per device.
@@ -86,7 +93,8 @@ def program_memory(compiled, kv_args: tuple[int, ...] = (), kv_outs: tuple[int, 
     why the backend gave no analysis (every other key then None: nothing is invented).
 
     With ``kv_args`` (positions of the KV pools among the compiled arguments) and ``kv_outs``
-    (among its outputs), also from the compiled program's shapes, not the configuration:
+    (among its outputs), also from the compiled program's shapes (per device: its input and
+    output shardings' shard shapes), not the configuration:
     ``kv_pool_bytes`` (the pool leaves in the arguments, per-token scales included),
     ``kv_dtypes`` (of the value leaves), ``kv_scale_bytes`` (the per-token scale leaves of an
     int8 pool, else 0), ``kv_tokens`` (token slots: pages x page size of a pool, trash page
@@ -112,10 +120,10 @@ def program_memory(compiled, kv_args: tuple[int, ...] = (), kv_outs: tuple[int, 
     out["resident_bytes"] = out["argument_bytes"] + out["output_bytes"] - out["alias_bytes"] + out["temp_bytes"]
     out["unknown"] = None
     if kv_args:
-        args = compiled.args_info[0]
-        pools = [leaf for i in kv_args for leaf in jax.tree.leaves(args[i])]
+        args, shardings = compiled.args_info[0], compiled.input_shardings[0]
+        pools = [_shard(a, sh) for i in kv_args for a, sh in zip(jax.tree.leaves(args[i]), jax.tree.leaves(shardings[i]))]
         kv = _leaf_bytes(pools)
-        outs = jax.tree.leaves([compiled.out_info[i] for i in kv_outs])
+        outs = [_shard(o, o.sharding) for o in jax.tree.leaves([compiled.out_info[i] for i in kv_outs])]
         values = [a for a in pools if len(a.shape) == 4]  # [Hkv, pages, page, D]; scales are [Hkv, pages, page]
         tokens = int(values[0].shape[1] * values[0].shape[2]) if values else None
         n_values = sum(math.prod(a.shape) for a in values)

@@ -169,6 +169,33 @@ def test_int8_kv_pool_as_compiled_and_goodput_under_a_huge_objective(donation_ru
             f"({fb / kv:.2f}x the bytes), bfloat16 {fb // 2:,} ({fb / 2 / kv:.2f}x the bytes)") in text, text
 
 
+class _NoAnalysis:
+    """A compiled program whose backend gives no memory analysis (raises, or returns None)."""
+
+    def __init__(self, raises):
+        self.raises = raises
+
+    def memory_analysis(self):
+        if self.raises:
+            raise NotImplementedError("GetCompiledMemoryStats is not supported")
+        return None
+
+
+def test_a_program_without_memory_analysis_is_unknown_not_invented():
+    from traceview.engine_shim.verification import memory_lines, program_memory
+
+    mem = {f"jit_decode_b{i}_bkv64": program_memory(_NoAnalysis(raises), (1, 2), (1, 2))
+           for i, raises in ((4, True), (8, False))}
+    for m in mem.values():
+        assert m["unknown"].startswith("no memory analysis")
+        assert all(v is None for k, v in m.items() if k != "unknown")
+    assert "NotImplementedError: GetCompiledMemoryStats" in mem["jit_decode_b4_bkv64"]["unknown"]
+    lines = memory_lines(mem)
+    assert lines[0].startswith("jit_decode_b4_bkv64: unknown (no memory analysis (NotImplementedError")
+    assert lines[-1] == "no program analysed (2 compiled, the backend gives no memory analysis)"
+    assert not any("KV pool" in x for x in lines) and memory_lines({}) == []
+
+
 def test_itl_slo_must_be_positive(capsys):
     for bad in ("0", "-1", "nan", "inf"):
         rc, out = _engine(["bench", *SMALL, "--itl-slo", bad], capsys)
