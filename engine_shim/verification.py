@@ -147,8 +147,9 @@ def _mib(b: int) -> str:
 
 def memory_lines(memory: dict) -> list[str]:
     """Lines for ``{program: program_memory(...)}``: one per decode program (its bytes and the
-    KV pools it holds), the KV pool's capacity per byte as the largest decode program compiled
-    it, and the program holding the most bytes. ``[]`` when nothing is compiled."""
+    KV pools it holds), the KV pool's capacity per byte as the last decode program compiled
+    takes it (every decode bucket takes the same pool), and the program holding the most
+    bytes. ``[]`` when nothing is compiled."""
     if not memory:
         return []
     lines = []
