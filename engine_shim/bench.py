@@ -14,7 +14,10 @@ Protocol (reference study, "Environment, Stack, and Measurement Harness"):
    returned outputs / ``main_s``; the paired checks (:func:`counter_checks`) compare them with
    sources that do not share the wall clock: the scheduler's per-step token counters and
    the step times summed, each step blocked on its tokens (``block_until_ready``);
-6. with ``profile``, a separate run of the main generation inside ``start_profile`` /
+6. goodput under an ITL objective (``itl_slo_ms``, :func:`goodput`): the main generation's
+   tokens from the steps whose wall time (the per-step times above) is within the objective,
+   over ``main_s``, beside the wall-clock tokens/s; absent without an objective;
+7. with ``profile``, a separate run of the main generation inside ``start_profile`` /
    ``stop_profile`` after the headline one, so the trace holds a main generation only and
    no headline figure carries tracing overhead (its own figures are in ``profile_run``).
 
@@ -26,6 +29,7 @@ generates exactly ``max_tokens`` (``ignore_eos=True``) so per-request token coun
 
 from __future__ import annotations
 
+import math
 import platform
 import time
 from collections.abc import Callable
@@ -83,13 +87,14 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
               enable_chunked_prefill: bool = False, enable_prefix_caching: bool = False, prefix_tokens: int = 0,
               donate: bool = True, time_tolerance: float = TIME_TOLERANCE, kv_dtype: str | None = None,
               kv_cache_bytes: int | None = None, host_sampler_mask: bool = False, tensor_parallel: int = 1,
-              step_clock: Callable[[], float] | None = None, on_start: Callable[[dict], None] | None = None) -> dict:
+              itl_slo_ms: float | None = None, step_clock: Callable[[], float] | None = None, on_start: Callable[[dict], None] | None = None) -> dict:
     """Run the protocol once; returns a JSON-serialisable dict (times in seconds).
 
     Args (beyond the engine's): ``donate`` (False: the copying decode cache update);
     ``host_sampler_mask`` (a token mask computed on the host each decode step, :func:`~traceview.engine_shim.engine.host_mask`);
     ``tensor_parallel``: devices the model is split over (``LLM(tensor_parallel=...)``);
-    ``time_tolerance``: bound on the time check's relative difference; ``step_clock``: the
+    ``time_tolerance``: bound on the time check's relative difference; ``itl_slo_ms``: the
+    inter-token latency objective for ``goodput`` (None: no goodput); ``step_clock``: the
     engine's per-step clock (tests inject a broken one); ``on_start``: called with the
     verification dict right after the engine is built (the CLI prints it to stderr).
 
@@ -99,7 +104,11 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     outputs), ``engine_counted_tokens`` (the scheduler's per-step counters), ``steps_s`` (the
     main generation's step times summed, each blocked on its tokens), ``wall_tokens_per_s``
     (outputs / ``main_s``), ``engine_tokens_per_s`` (per-step tokens / ``steps_s``),
-    ``tokens_per_s_rel_diff``, ``decode_step_median_s``, ``checks`` (``tokens``, ``time``,
+    ``tokens_per_s_rel_diff``, ``decode_step_median_s``, ``main_steps`` (the main generation's
+    steps: ``[kind, bucket, tokens, seconds]``), ``goodput`` (:func:`goodput` of those steps
+    over ``main_s``, or None without ``itl_slo_ms``), ``memory`` (``{program: bytes}`` of every
+    program compiled by the end: :meth:`LLM.program_memory`, XLA's ``CompiledMemoryStats``),
+    ``checks`` (``tokens``, ``time``,
     ``main_compiles``, ``ok``), ``verification`` (after start-up) and ``verification_end``
     (after the main generation; :meth:`LLM.verification`), ``decode_steps`` (since start-up),
     ``main_decode_steps``, ``profiled`` (a profile was recorded), ``profile_dir``,
@@ -116,6 +125,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
         raise ValueError(f"batch_mult={batch_mult} and max_tokens={max_tokens} must be >= 1")
     if not time_tolerance > 0:
         raise ValueError(f"time_tolerance={time_tolerance} must be > 0")
+    if itl_slo_ms is not None and not (math.isfinite(itl_slo_ms) and itl_slo_ms > 0):
+        raise ValueError(f"itl_slo_ms={itl_slo_ms} must be a positive finite number of milliseconds")
     prefix = shared_prefix(prefix_tokens)
     base = [prefix + p for p in (list(prompts) if prompts else PROMPTS)]
     workload = base * batch_mult
@@ -152,6 +163,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     engine_tokens, steps_s = st.step_tokens - tok0, st.step_s - step_s0
     main_steps, main_compiles = st.num_decode_steps - steps0, st.num_compiled - compiled0
     decode_times = sorted(sec for kind, _, _, sec in st.last_steps if kind == "decode")
+    steps = [list(x) for x in st.last_steps]
     output_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     per_request = round(output_tokens / len(workload))
     wall_tps = output_tokens / main_s
@@ -185,7 +197,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
                    "token_buckets": llm.token_buckets, "precompile": precompile, "seed": seed,
                    "max_num_batched_tokens": llm.token_buckets[-1], "enable_chunked_prefill": llm.chunked,
                    "enable_prefix_caching": enable_prefix_caching, "prefix_tokens": prefix_tokens, "donate": donate, "tensor_parallel": tensor_parallel,
-                   "time_tolerance": time_tolerance, "kv_dtype": llm.config.kv_dtype, "kv_cache_bytes": kv_cache_bytes},
+                   "time_tolerance": time_tolerance, "itl_slo_ms": itl_slo_ms, "kv_dtype": llm.config.kv_dtype, "kv_cache_bytes": kv_cache_bytes},
         "kv_capacity": llm.kv_capacity.as_dict(),
         "init_s": init_s,
         "precompile_s": llm.stats.precompile_s,
@@ -202,6 +214,9 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
         "engine_tokens_per_s": engine_tps,
         "tokens_per_s_rel_diff": abs(engine_tps - wall_tps) / wall_tps,
         "decode_step_median_s": decode_times[len(decode_times) // 2] if decode_times else None,
+        "main_steps": steps,
+        "goodput": None if itl_slo_ms is None else goodput(steps, main_s, itl_slo_ms),
+        "memory": end["memory"],
         "checks": checks,
         "verification": startup,
         "verification_end": end,
@@ -217,6 +232,29 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
                         "machine": platform.machine(), "processor": platform.processor() or None,
                         "cpu_count": _cpu_count()},
     }
+
+
+def goodput(steps, wall_s: float, itl_slo_ms: float) -> dict:
+    """Tokens per second counting only the steps that meet an inter-token latency objective.
+
+    ``steps``: ``(kind, bucket, tokens, seconds)`` per step (``EngineStats.last_steps``: each
+    timed on the host from building its inputs to its tokens ready, ``block_until_ready``).
+    Every token a step produces reaches its request one step time after that request's
+    previous token, so a step meets the objective when its seconds <= ``itl_slo_ms`` / 1000
+    (prefill steps are judged the same way: the objective no step misses gives the wall-clock
+    tokens/s exactly). Returns ``itl_slo_ms``, ``tokens_per_s`` (tokens of the steps meeting it
+    / ``wall_s``), ``tokens`` and ``steps`` met, ``total_tokens``, ``total_steps``, and
+    ``decode_steps_met`` / ``decode_steps``. Raises ValueError unless ``wall_s`` > 0.
+    """
+    if not wall_s > 0:
+        raise ValueError(f"wall_s={wall_s} must be > 0")
+    bound = itl_slo_ms / 1e3
+    met = [(kind, n) for kind, _, n, sec in steps if sec <= bound]
+    good = sum(n for _, n in met)
+    return {"itl_slo_ms": itl_slo_ms, "tokens_per_s": good / wall_s, "tokens": good, "steps": len(met),
+            "total_tokens": sum(n for _, _, n, _ in steps), "total_steps": len(steps),
+            "decode_steps_met": sum(kind == "decode" for kind, _ in met),
+            "decode_steps": sum(kind == "decode" for kind, *_ in steps)}
 
 
 def _prefill_counters(stats) -> dict:

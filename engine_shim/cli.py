@@ -6,7 +6,9 @@ still printed and written, the failing check marked FAIL, 2 usage or configurati
 4 runtime failure; Ctrl-C stops the profiler and raises ``KeyboardInterrupt``, which the
 command line reports in one line with exit 130) and never calls ``sys.exit``; ``python -m traceview.engine_shim.cli``
 works as well. The verification lines (model memory, KV cache capacity, buckets compiled,
-decode donation) go to stderr as soon as the engine is built.
+decode donation, each compiled program's memory) go to stderr as soon as the engine is built;
+the bench's text adds the memory lines of the programs compiled by the end and, with
+``--itl-slo MS``, the goodput line.
 
 Environment variables (a flag, when given, wins):
 
@@ -102,6 +104,9 @@ def _parser() -> argparse.ArgumentParser:
                             "XLA_FLAGS=--xla_force_host_platform_device_count=N first) [default 1]")
         s.add_argument("--allow-cpu", action="store_true",
                        help="run an accelerator-sized preset (gemma-2b) even on a CPU-only machine")
+        s.add_argument("--itl-slo", type=float, default=None, metavar="MS",
+                       help="inter-token latency objective in ms: also report goodput, the tokens/s of the steps "
+                            "whose wall time is within it [default none: no goodput]")
         s.add_argument("--log-dir", default="./profile", help="profile log dir [default ./profile]")
         s.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
                        help="prefill token budget per step; turns on chunked prefill [default max-model-len, one request per prefill]")
@@ -185,6 +190,7 @@ def _resolve(args, env) -> dict:
         donate=not args.no_donate,
         **({"host_sampler_mask": True} if getattr(args, "host_sampler_mask", False) else {}),
         tensor_parallel=_positive("--tensor-parallel", args.tensor_parallel),
+        itl_slo_ms=None if args.itl_slo is None else _in_range("--itl-slo", args.itl_slo, 0.0, float("inf"), low_open=True),
     )
 
 
@@ -276,6 +282,14 @@ def format_text(r: dict) -> str:
         f"tok/s   {r['wall_tokens_per_s']:.1f} wall-clock | {r['engine_tokens_per_s']:.1f} engine counter "
         f"({r['engine_counted_tokens']} step tokens / summed step times) | diff {100 * r['tokens_per_s_rel_diff']:.2f}%",
     ]
+    g = r.get("goodput")
+    if g is not None:
+        lines.append(f"goodput {g['tokens_per_s']:.1f} tok/s under ITL <= {g['itl_slo_ms']:g} ms: {g['steps']}/{g['total_steps']} "
+                     f"steps within it ({g['decode_steps_met']}/{g['decode_steps']} decode), {g['tokens']}/{g['total_tokens']} "
+                     f"tokens; {r['wall_tokens_per_s']:.1f} tok/s wall-clock counting all")
+    from .verification import memory_lines
+
+    lines += [f"memory  {x}" for x in memory_lines(r.get("memory") or {})]
     pm, pt = r["prefill"]["main"], r["prefill"]["total"]
     lines.append(f"prefill {'chunked, budget ' + str(c['max_num_batched_tokens']) + ' tokens' if c['enable_chunked_prefill'] else 'one request per step'}: "
                  f"{pm['steps']} steps, {pm['chunks']} chunks, {pm['computed_tokens']} tokens computed in the main run")

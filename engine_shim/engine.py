@@ -64,7 +64,7 @@ from .config import EngineConfig, ModelConfig, default_kv_dtype, model_config
 from .kv_cache import KVCapacity, PageAllocator, PrefixCache, empty_cache, kv_capacity, page_hashes, pages_for
 from .sampling import SamplingParams, greedy_tokens, sample_tokens
 from .tokenizer import ByteTokenizer
-from .verification import aliased_bytes, array_bytes, cache_capacity
+from .verification import aliased_bytes, array_bytes, cache_capacity, program_memory
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +235,8 @@ class LLM:
         self.pool = PrefixCache(self.allocator, ec.page_size)  # the chunked path's reference-counted pages
         self.prefill_row_buckets = pow2_buckets(1, ec.max_num_seqs) if self.chunked else [1]
         self._compiled: dict[tuple, object] = {}
+        self._names: dict[tuple, str] = {}  # (kind, size) -> its hlo_module name, jit_<name>
+        self._memory: dict[tuple, dict] = {}  # (kind, size) -> program_memory(...), read once
         self._num_requests = 0
         self._profile_dir: Path | None = None
         self._profile_runs_before: set[str] = set()
@@ -267,14 +269,30 @@ class LLM:
         executables (see :mod:`~traceview.engine_shim.verification`): ``param_count``,
         ``param_bytes``, ``kv_cache`` (:func:`~traceview.engine_shim.verification.cache_capacity`),
         ``buckets_compiled`` (``jit_*`` names so far) and ``decode_donation`` (``requested``,
-        ``module``: the largest decode bucket compiled or None, ``aliased_bytes``)."""
+        ``module``: the largest decode bucket compiled or None, ``aliased_bytes``) and ``memory``
+        (:meth:`program_memory`)."""
         count, nbytes = array_bytes(self.params)
         decode = sorted(r for kind, r in self._compiled if kind == "decode")
         module = f"jit_decode_b{decode[-1]}_bkv{self.kv_block_size}" if decode else None
         return {"param_count": count, "param_bytes": nbytes, "kv_cache": cache_capacity(self.k_cache, self.v_cache),
                 "buckets_compiled": list(self.stats.compiled_modules),
                 "decode_donation": {"requested": self.config.donate, "module": module,
-                                    "aliased_bytes": aliased_bytes(self._compiled[("decode", decode[-1])]) if decode else None}}
+                                    "aliased_bytes": aliased_bytes(self._compiled[("decode", decode[-1])]) if decode else None},
+                "memory": self.program_memory()}
+
+    def program_memory(self) -> dict:
+        """``{program name: verification.program_memory(...)}`` for every program compiled so
+        far, in compile order: XLA's ``CompiledMemoryStats`` of the executable the engine runs
+        (no second compile), KV pool figures for the programs that take the cache (prefill and
+        decode: arguments 1-2, outputs 1-2)."""
+        out = {}
+        for key, compiled in self._compiled.items():
+            m = self._memory.get(key)
+            if m is None:
+                kv = (1, 2) if key[0] in ("prefill", "decode") else ()
+                m = self._memory[key] = program_memory(compiled, kv, kv)
+            out[self._names[key]] = m
+        return out
 
     # ------------------------------------------------------------------ compile buckets
     def bucket_names(self) -> list[str]:
@@ -306,6 +324,7 @@ class LLM:
             t0 = time.perf_counter()
             fn = self._compile(kind, size)
             self._compiled[key] = fn
+            self._names[key] = self.stats.compiled_modules[-1]  # _compile appends the one name it compiled
             self.stats.num_compiled += 1
             if not self._precompiling:
                 self.stats.lazy_compile_s += time.perf_counter() - t0

@@ -1,5 +1,6 @@
 """Engine bench: the donation switch seen in real traces, the verification lines read off the
-allocated arrays and compiled executables, and the paired checks (a broken step clock fails)."""
+allocated arrays and compiled executables (XLA's memory analysis of each program included),
+goodput under an ITL objective, and the paired checks (a broken step clock fails)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def donation_runs(tmp_path_factory):
     from traceview.engine_shim.cli import main
 
     runs = {}
-    for name, extra in (("donated", []), ("copying", ["--no-donate"])):
+    for name, extra in (("donated", ["--itl-slo", "0.0001"]), ("copying", ["--no-donate"])):
         log = tmp_path_factory.mktemp(name)
         out = log / "r.json"
         assert main(["profile", *SMALL, *extra, "--log-dir", str(log / "profile"), "--json", str(out)]) == 0
@@ -87,6 +88,118 @@ def test_verification_lines_read_off_arrays_and_executables(donation_runs):
         assert end["module"] == "jit_decode_b4_bkv64" and end["requested"] is aliased
         # the compiled executable, not the flag: the whole cache aliased, or nothing
         assert end["aliased_bytes"] == (kv["bytes"] if aliased else 0)
+
+
+DECODE = "jit_decode_b4_bkv64"
+
+
+def test_memory_analysis_shows_the_second_kv_pool_without_donation(donation_runs):
+    from traceview.engine_shim.verification import format_lines
+
+    mem = {}
+    for name in ("donated", "copying"):
+        r, _ = donation_runs[name]
+        assert r["verification"]["memory"] == {}  # --no-precompile: nothing compiled at start-up
+        assert r["memory"] == r["verification_end"]["memory"] and list(r["memory"]) == r["compiled_modules"]
+        assert all(m["unknown"] is None and m["resident_bytes"] > 0 for m in r["memory"].values())
+        m = mem[name] = r["memory"][DECODE]
+        kv, params = r["verification_end"]["kv_cache"]["bytes"], r["verification_end"]["param_bytes"]
+        # the pool in the compiled program's arguments is the allocated one
+        assert m["kv_pool_bytes"] == kv and m["kv_dtypes"] == ["float32"] and m["kv_scale_bytes"] == 0
+        assert m["argument_bytes"] >= params + kv and m["output_bytes"] >= kv
+        assert m["resident_bytes"] == m["argument_bytes"] + m["output_bytes"] - m["alias_bytes"] + m["temp_bytes"]
+        assert m["kv_tokens"] == 17 * 16 and m["kv_bytes_per_token"] == kv / (17 * 16)
+    don, cop = mem["donated"], mem["copying"]
+    kv = don["kv_pool_bytes"]
+    # donated: the whole pool aliased, held once; copying: nothing aliased, a second pool held
+    assert don["alias_bytes"] >= kv and don["kv_pools_held"] == 1
+    assert cop["alias_bytes"] <= kv // 100 and cop["kv_pools_held"] == 2
+    assert (cop["argument_bytes"], cop["output_bytes"]) == (don["argument_bytes"], don["output_bytes"])
+    held = lambda m: m["argument_bytes"] + m["output_bytes"] - m["alias_bytes"]  # noqa: E731
+    assert held(cop) - held(don) == kv
+    lines = {n: "\n".join(format_lines(donation_runs[n][0]["verification_end"])) for n in ("donated", "copying")}
+    assert f"memory            {DECODE}: arguments " in lines["donated"]
+    assert f"aliased {kv:,} B" in lines["donated"] and "KV pool held 1.00x" in lines["donated"]
+    assert "aliased 0 B" in lines["copying"] and "KV pool held 2.00x" in lines["copying"]
+    assert "programs analysed" in lines["copying"]
+
+
+def test_goodput_absent_without_an_objective_and_zero_under_a_tiny_one(donation_runs):
+    from traceview.engine_shim.bench import goodput
+
+    don, cop = donation_runs["donated"][0], donation_runs["copying"][0]
+    assert cop["goodput"] is None and cop["config"]["itl_slo_ms"] is None
+    g = don["goodput"]
+    assert g["itl_slo_ms"] == 0.0001 and g["tokens_per_s"] == 0 and g["tokens"] == g["steps"] == 0
+    steps = don["main_steps"]
+    assert g["total_tokens"] == sum(n for _, _, n, _ in steps) == don["output_tokens"] == 12
+    assert g["total_steps"] == len(steps) and g["decode_steps"] == don["main_decode_steps"] == 2
+    # at the median step time: some steps in, some perhaps out, never above the throughput
+    mid = sorted(sec for *_, sec in steps)[len(steps) // 2] * 1e3
+    half = goodput(steps, don["main_s"], mid)
+    assert 0 < half["tokens_per_s"] <= don["wall_tokens_per_s"] and half["steps"] >= (len(steps) + 1) // 2
+    assert goodput(steps, don["main_s"], 1e12)["tokens_per_s"] == don["wall_tokens_per_s"]
+
+
+def test_int8_kv_pool_as_compiled_and_goodput_under_a_huge_objective(donation_runs, capsys):
+    from traceview.engine_shim.cli import format_text
+    from traceview.engine_shim.config import PRESETS
+
+    rc, out = _engine(["bench", *SMALL, "--kv-dtype", "int8", "--itl-slo", "1e9"], capsys)
+    assert rc == 0, out.err
+    r = json.loads(out.out)
+    f32 = donation_runs["donated"][0]
+    assert f32["config"]["kv_dtype"] == "float32" and r["config"]["kv_dtype"] == "int8"
+    q, f = r["memory"][DECODE], f32["memory"][DECODE]
+    assert q["kv_dtypes"] == ["int8"] and q["kv_tokens"] == f["kv_tokens"] and q["kv_pools_held"] == 1
+    # int8 values are a quarter of float32's; the float32 per-token scales add 4 bytes per head_dim
+    overhead = 4 / PRESETS["tiny"].head_dim
+    assert f["kv_pool_bytes"] / 4 < q["kv_pool_bytes"] <= f["kv_pool_bytes"] / 4 * (1 + overhead)
+    assert q["kv_pool_bytes"] - q["kv_scale_bytes"] == f["kv_pool_bytes"] / 4
+    assert q["kv_bytes_at"]["float32"] == f["kv_pool_bytes"] and q["alias_bytes"] >= q["kv_pool_bytes"]
+    assert q["kv_pool_bytes"] == r["verification_end"]["kv_cache"]["bytes"]
+    g = r["goodput"]  # an objective every step meets: goodput is the wall-clock throughput
+    assert g["tokens_per_s"] == r["wall_tokens_per_s"] and g["steps"] == g["total_steps"] and g["tokens"] == 12
+    text = format_text(r)
+    assert re.search(r"goodput [\d.]+ tok/s under ITL <= 1e\+09 ms: 6/6 steps within it \(2/2 decode\), 12/12 tokens",
+                     text), text
+    kv, sc, fb = q["kv_pool_bytes"], q["kv_scale_bytes"], f["kv_pool_bytes"]
+    assert (f"memory  KV pool as compiled in {DECODE}: {kv:,} bytes int8 ({sc:,} of them per-token scales) for "
+            f"{q['kv_tokens']:,} token slots ({kv / q['kv_tokens']:,.0f} B/token); the same slots at float32 {fb:,} "
+            f"({fb / kv:.2f}x the bytes), bfloat16 {fb // 2:,} ({fb / 2 / kv:.2f}x the bytes)") in text, text
+
+
+class _NoAnalysis:
+    """A compiled program whose backend gives no memory analysis (raises, or returns None)."""
+
+    def __init__(self, raises):
+        self.raises = raises
+
+    def memory_analysis(self):
+        if self.raises:
+            raise NotImplementedError("GetCompiledMemoryStats is not supported")
+        return None
+
+
+def test_a_program_without_memory_analysis_is_unknown_not_invented():
+    from traceview.engine_shim.verification import memory_lines, program_memory
+
+    mem = {f"jit_decode_b{i}_bkv64": program_memory(_NoAnalysis(raises), (1, 2), (1, 2))
+           for i, raises in ((4, True), (8, False))}
+    for m in mem.values():
+        assert m["unknown"].startswith("no memory analysis")
+        assert all(v is None for k, v in m.items() if k != "unknown")
+    assert "NotImplementedError: GetCompiledMemoryStats" in mem["jit_decode_b4_bkv64"]["unknown"]
+    lines = memory_lines(mem)
+    assert lines[0].startswith("jit_decode_b4_bkv64: unknown (no memory analysis (NotImplementedError")
+    assert lines[-1] == "no program analysed (2 compiled, the backend gives no memory analysis)"
+    assert not any("KV pool" in x for x in lines) and memory_lines({}) == []
+
+
+def test_itl_slo_must_be_positive(capsys):
+    for bad in ("0", "-1", "nan", "inf"):
+        rc, out = _engine(["bench", *SMALL, "--itl-slo", bad], capsys)
+        assert rc == 2 and "--itl-slo" in out.err and "Traceback" not in out.err
 
 
 def test_kv_capacity_follows_the_cache_dtype_and_gemma_memory_line():
