@@ -21,6 +21,7 @@ from traceview.analysis.roofline import predicted_vs_measured, roofline
 from traceview.analysis.steps import StepAnatomy
 from traceview.analysis.family_roofline import family_roofline as _family_roofline, summary as _family_summary
 from traceview.analysis.kinds import by_kind as _by_kind
+from traceview.analysis.memory import profile_memory
 
 #: at most this many steps go into the step chart (the first ones, in time order)
 CHART_STEPS = 48
@@ -152,6 +153,8 @@ class Report:
     family_roofline_summary: dict | None = None
     #: why fewer op events are shown than the files hold (:func:`events_note`), None when as many
     events_note: str | None = None
+    #: device memory from the allocators' events (:class:`~traceview.analysis.memory.MemoryReport`)
+    memory: object = None
 
 
 def events_note(files: list, op_events: int, device_groups: pl.DataFrame, kernels: pl.DataFrame) -> str | None:
@@ -284,6 +287,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                                                          window=step_window)
     rep.family_roofline = _family_roofline(anat, peaks)
     rep.family_roofline_summary = _family_summary(rep.family_roofline)
+    rep.memory = profile_memory(prof, anat)
     if findings:  # last: the rules read every section above
         rep.findings = find(rep, thresholds=th)
     if html:

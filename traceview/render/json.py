@@ -153,6 +153,16 @@ def _stragglers(st, cut: Rows) -> dict | None:
             "clock_offsets": dict(st.clock_offsets), "notes": list(st.notes)}
 
 
+def _memory(mem, cut: Rows) -> dict | None:
+    """JSON object of a MemoryReport: allocators (one row each), alive_at_peak, steps, notes
+    (the allocators' own notes prefixed with their name)."""
+    if mem is None:
+        return None
+    notes = list(mem.notes) + [f"{a.host} {a.allocator}: {n}" for a in mem.allocators for n in a.notes]
+    return {"allocators": cut("memory.allocators", mem.summary), "alive_at_peak": cut("memory.alive_at_peak", mem.alive),
+            "steps": cut("memory.steps", mem.steps), "notes": notes}
+
+
 def _steps(anat, cut: Rows) -> dict | None:
     if anat is None:
         return None
@@ -207,6 +217,7 @@ def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = Fal
     out["stragglers"] = _stragglers(getattr(rep, "stragglers", None), cut)
     out["family_roofline"] = cut("family_roofline", getattr(rep, "family_roofline", None))
     out["family_roofline_summary"] = getattr(rep, "family_roofline_summary", None)
+    out["memory"] = _memory(getattr(rep, "memory", None), cut)
     return out
 
 
