@@ -142,8 +142,9 @@ def memory(mem: pl.DataFrame | None, steps: pl.DataFrame | None = None) -> Memor
     anatomy's steps (host, device, step, start_ps, duration_ps, in_window) for per-step
     figures when the events carry no step ids; None for none."""
     if mem is None or mem.height == 0:
-        return MemoryReport([], ["no allocator events in this trace (XLA:CPU records none; TPU and GPU "
-                                 "runtimes record MemoryAllocation/MemoryDeallocation on the host plane)"])
+        return MemoryReport([], ["no allocator events in this trace (TPU and GPU xplanes carry MemoryAllocation/"
+                                 "MemoryDeallocation on the host plane; XLA:CPU traces and trace.json exports "
+                                 "carry none)"])
     notes = []
     mem = mem.with_columns(pl.col("heap_bytes").fill_null(0), pl.col("stack_bytes").fill_null(0))
     bad = mem.filter((pl.col("heap_bytes") < 0) | (pl.col("stack_bytes") < 0) | (pl.col("free_bytes") < 0)

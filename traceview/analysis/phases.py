@@ -19,7 +19,8 @@ buckets. Each *program* (module, program_id: compiled with static shapes) gets a
 
 A *step* (the step anatomy's) is labelled by the phased executions on its device from the end
 of the previous step to its own end: decode only, prefill only, or both (``mixed``: an engine
-iteration that ran a prefill chunk and a decode step). Per phase: the steps, their time
+iteration that ran a prefill chunk between two decode steps; prefill before a device's first
+step precedes the loop, and that step is labelled by its own programs). Per phase: the steps, their time
 distribution, the share of op time of the phase's programs, the families per step, and
 utilisation: MFU = FLOPs in the step / (step time x peak FLOP/s), with the ops' ``model_flops``
 where the trace has them, else their FLOPs (trace or HLO-derived; the source is stated); MBU =
@@ -63,6 +64,9 @@ class Phases:
     families: pl.DataFrame
     flops_source: str = "unknown"
     notes: list = field(default_factory=list)
+    #: per program execution on a device with steps: host, device, module, program_id,
+    #: start_ps, duration_ps, phase ("" when auxiliary), step_row (-1: in no step's iteration)
+    executions: pl.DataFrame | None = field(default=None, repr=False)
 
     def label_line(self) -> str:
         """One line: how many steps of each phase."""
@@ -139,28 +143,36 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
                                      "op_share": pl.Float64, "mfu": pl.Float64, "mbu": pl.Float64,
                                      "tokens_per_s": pl.Float64})
     if st.height == 0 or prof.module_runs.height == 0:
-        return Phases(progs, st.head(0), empty_sum, pl.DataFrame(), notes=["no steps: no phase to label"])
+        return Phases(progs, st.head(0), empty_sum, pl.DataFrame(), notes=["no steps: no phase to label"],
+                      executions=None)
     runs = prof.module_runs.select("host", "device", "module", "program_id", "start_ps", "duration_ps")
     runs = runs.join(progs, on=["host", "module", "program_id"], how="left", nulls_equal=True).sort(
         "host", "device", "start_ps")
     steps = st.select("host", "device", "step", "start_ps", "duration_ps",
                       pl.col("in_window") if "in_window" in st.columns else pl.lit(True).alias("in_window"))
     steps = steps.with_row_index("_row")
-    labelled = []
+    labelled, execs = [], []
+    by_dev = {k: g for k, g in runs.group_by(["host", "device"], maintain_order=True)}
     for (host, dev), s in steps.sort("host", "device", "start_ps").group_by(["host", "device"], maintain_order=True):
-        r = runs.filter((pl.col("host") == host) & (pl.col("device") == dev))
-        labelled.append(_label_device(s, r))
+        r = by_dev.get((host, dev), runs.head(0))
+        ex, got = _label_device(s, r)
+        rows = s["_row"].to_numpy()
+        execs.append(ex.with_columns(pl.Series("step_row", np.where(ex["step_row"].to_numpy() >= 0,
+                                                                       rows[np.maximum(ex["step_row"].to_numpy(), 0)]
+                                                                       if len(rows) else -1, -1))))
+        labelled.append(got)
     lab = pl.concat(labelled, how="vertical_relaxed").sort("_row")
+    executions = pl.concat(execs, how="vertical_relaxed") if execs else runs.head(0)
     util, source = _utilisation(anat, lab, peaks, tokens_per_step)
     lab = lab.drop("tokens").join(util, on="_row", how="left")
-    summary = _summary(lab, runs, anat)
+    summary = _summary(lab, executions, runs)
     fams = _families(anat, lab)
     notes = []
     if peaks is None or peaks.peak_flops is None:
         notes.append("MFU unknown: no peak FLOP/s (pass --chip or --peak-flops)")
     if peaks is None or peaks.peak_bw is None:
         notes.append("MBU unknown: no peak bandwidth (pass --chip or --peak-bw)")
-    return Phases(progs, lab.drop("_row"), summary, fams, source, notes)
+    return Phases(progs, lab.drop("_row"), summary, fams, source, notes, executions)
 
 
 def _label_device(s: pl.DataFrame, r: pl.DataFrame) -> pl.DataFrame:
@@ -203,7 +215,12 @@ def _label_device(s: pl.DataFrame, r: pl.DataFrame) -> pl.DataFrame:
         hit = (j < len(pos)) & (pos[np.minimum(j, max(len(pos) - 1, 0))] < hi) if len(pos) else np.zeros(len(lo), bool)
         rep[p] = np.where(hit, pos[np.minimum(j, max(len(pos) - 1, 0))] if len(pos) else -1, -1)
     dec, pre = rep["decode"] >= 0, rep["prefill"] >= 0
-    phase = np.where(dec & pre, "mixed", np.where(dec, "decode", np.where(pre, "prefill", "unknown")))
+    # prefill before a device's first step is not interleaved with decode: that step is decode
+    first_after_prefill = np.zeros(len(dec), dtype=bool)
+    if len(dec):
+        first_after_prefill[0] = bool(dec[0] and pre[0])
+    phase = np.where(dec & pre & ~first_after_prefill, "mixed",
+                     np.where(dec, "decode", np.where(pre, "prefill", "unknown")))
     mods = r["module"].to_numpy()
 
     def reason(k_rep: np.ndarray, p: str) -> pl.Series:
@@ -220,6 +237,9 @@ def _label_device(s: pl.DataFrame, r: pl.DataFrame) -> pl.DataFrame:
     rd, rp = reason(rep["decode"], "decode"), reason(rep["prefill"], "prefill")
     why = pl.DataFrame({"d": rd, "p": rp}).select(
         pl.concat_str([pl.col("p"), pl.col("d")], separator="; ", ignore_nulls=True))[:, 0]
+    if first_after_prefill.any():
+        why = why.set(pl.Series(first_after_prefill), "the first step: " + (rd[0] or "") +
+                      "; the prefill (" + (rp[0] or "") + ") ran before it, not between decode steps")
     why = why.set(pl.Series(phase == "unknown"),
                   "no program named prefill/decode, and no token dimension against an LM head")
     first = np.where(dec, rep["decode"], rep["prefill"])
@@ -240,7 +260,9 @@ def _label_device(s: pl.DataFrame, r: pl.DataFrame) -> pl.DataFrame:
     inn = np.searchsorted(rs, starts, side="left")  # executions inside the step's own window
     tok = cs_t[hi] - cs_t[inn]
     tok_ok = ((cs_u[hi] - cs_u[inn]) == 0) & ((cs_p[hi] - cs_p[inn]) > 0)
-    return s.with_columns(pl.Series("phase", phase.tolist(), dtype=pl.Utf8), why.alias("why"),
+    ex = r.select("host", "device", "module", "program_id", "start_ps", "duration_ps").with_columns(
+        pl.Series("phase", ex_phase.tolist(), dtype=pl.Utf8), pl.Series("step_row", owner))
+    return ex, s.with_columns(pl.Series("phase", phase.tolist(), dtype=pl.Utf8), why.alias("why"),
                           pl.Series("tokens", np.where(tok_ok, tok, np.nan)).fill_nan(None).cast(pl.Int64),
                           pl.Series("step_tokens", step_tok).replace(-1, None).cast(pl.Int64),
                           pl.Series("sequences", step_seq).replace(-1, None).cast(pl.Int64))
@@ -302,7 +324,9 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
     return out, source
 
 
-def _summary(lab: pl.DataFrame, runs: pl.DataFrame, anat) -> pl.DataFrame:
+def _summary(lab: pl.DataFrame, executions: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
+    """Per phase; op_share = execution time of the programs of that phase (prefill, decode)
+    over the time of every program execution."""
     win = lab.filter(pl.col("in_window"))
     total_ps = float(runs["duration_ps"].sum() or 0)
     rows = []
@@ -313,7 +337,7 @@ def _summary(lab: pl.DataFrame, runs: pl.DataFrame, anat) -> pl.DataFrame:
         w = win.filter(pl.col("phase") == p)
         d = w["duration_ps"].cast(pl.Float64)
         sec = float(w["duration_ps"].sum() or 0) * 1e-12
-        prog = runs.filter(pl.col("name_phase") == p)["duration_ps"].sum() if p != "mixed" else None
+        prog = executions.filter(pl.col("phase") == p)["duration_ps"].sum() if p in ("prefill", "decode") else None
         mf = w.filter(pl.col("mfu").is_not_null())
         mb = w.filter(pl.col("mbu").is_not_null())
         rows.append({
@@ -349,3 +373,54 @@ def _families(anat, lab: pl.DataFrame) -> pl.DataFrame:
             .select("phase", "family", (pl.col("self_ps") / pl.col("n")).alias("self_ps"),
                     (pl.col("self_ps") / pl.col("t")).alias("share"))
             .sort(["phase", "self_ps"], descending=[False, True]).cast(schema))
+
+
+def phase_profile(prof, phase: str, ph: Phases):
+    """A new profile of ``prof``'s class keeping the op events and program executions of one
+    phase: for ``prefill`` / ``decode`` those inside the executions of programs of that phase,
+    for ``mixed`` those inside the iterations (previous step's end to the step's end) of the
+    steps labelled mixed. Raises :class:`~traceview.errors.UsageError` on an unknown phase or one
+    no step or execution has (naming the phases found)."""
+    from traceview.errors import UsageError
+
+    if phase not in PHASES:
+        raise UsageError(f"--phase {phase!r}: expected one of {', '.join(PHASES)}")
+    ex = ph.executions
+    found = sorted({p for p in (ex["phase"].unique().to_list() if ex is not None else []) if p}
+                   | set(ph.steps["phase"].unique().to_list() if ph.steps.height else []) - {"unknown"})
+    if phase == "mixed":
+        st = ph.steps.filter(pl.col("phase") == "mixed")
+        prev_end = (ph.steps.sort("host", "device", "start_ps").with_columns(
+            (pl.col("start_ps") + pl.col("duration_ps")).shift(1).over("host", "device").alias("a")))
+        win = prev_end.filter(pl.col("phase") == "mixed").select(
+            "host", "device", pl.col("a").fill_null(pl.col("start_ps")).alias("lo"),
+            (pl.col("start_ps") + pl.col("duration_ps")).alias("hi"))
+        n = st.height
+    else:
+        sel = ex.filter(pl.col("phase") == phase) if ex is not None else None
+        n = sel.height if sel is not None else 0
+        win = sel.select("host", "device", pl.col("start_ps").alias("lo"),
+                         (pl.col("start_ps") + pl.col("duration_ps")).alias("hi")) if n else None
+    if not n:
+        raise UsageError(f"--phase {phase}: no {'step' if phase == 'mixed' else 'program execution'} of that phase "
+                         f"in this profile (phases found: {', '.join(found) or 'none'})")
+    table = prof.table
+    ev = table.events.select("attr", "start_ps").with_row_index("_i").join(
+        table.attrs.select("attr", "host", "device"), on="attr", how="left")
+    win = win.sort("lo")
+    hit = (ev.filter(pl.col("start_ps").is_not_null()).sort("start_ps")
+           .join_asof(win, left_on="start_ps", right_on="lo", by=["host", "device"], strategy="backward", check_sortedness=False)
+           .filter(pl.col("hi").is_not_null() & (pl.col("start_ps") < pl.col("hi"))))
+    keep = np.zeros(table.height, dtype=bool)
+    keep[hit["_i"].to_numpy()] = True
+    events = table.events.filter(pl.Series(keep))
+    runs = prof.module_runs.sort("start_ps").join_asof(
+        win.rename({"lo": "_lo", "hi": "_hi"}), left_on="start_ps", right_on="_lo", by=["host", "device"],
+        strategy="backward", check_sortedness=False).filter(pl.col("_hi").is_not_null() & (pl.col("start_ps") < pl.col("_hi"))).drop("_lo", "_hi")
+    from dataclasses import replace
+
+    out = replace(prof, table=type(table)(events, table.attrs), ops=None, module_runs=runs)
+    out.phase = phase  # read by Report.phase: idle between the phase's steps is the other phases' time
+    out.warnings = list(prof.warnings) + [f"--phase {phase}: {events.height:,} of {table.height:,} op events, in "
+                                          f"{n:,} {'step' if phase == 'mixed' else 'program execution'}(s) of that phase"]
+    return out

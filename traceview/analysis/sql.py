@@ -29,6 +29,8 @@ NAMES: dict = {
     "device_groups": "device_groups", "html_sources": None, "source_kinds": None,
     ("steps", "steps"): "steps", ("steps", "families"): "families", ("steps", "attr_family"): None,
     ("communication", "collectives"): "communication", ("communication", "host_transfers"): "host_transfers",
+    ("phases", "steps"): "phases_steps", ("phases", "summary"): "phases", ("phases", "families"): "phases_families",
+    ("phases", "programs"): "phases_programs", ("phases", "executions"): None,
     ("memory", "summary"): "memory", ("memory", "alive"): "memory_alive_at_peak", ("memory", "steps"): "memory_steps",
 }
 

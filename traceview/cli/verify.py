@@ -57,6 +57,7 @@ def add_parser(sub) -> None:
     v.add_argument("--family", action="append", metavar="NAME=REGEX", help="a user op family (repeatable)")
     v.add_argument("--format", choices=["text", "json"], default="text")
     cargs.add_step_window(v)
+    cargs.add_phase(v, tokens=False)
     v.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
     cargs.add_expand_kernels(v)
     cargs.add_findings(v)

@@ -153,6 +153,16 @@ def _stragglers(st, cut: Rows) -> dict | None:
             "clock_offsets": dict(st.clock_offsets), "notes": list(st.notes)}
 
 
+def _phases(ph, cut: Rows) -> dict | None:
+    """JSON object of a Phases: labels (one line), flops_source, summary, families, steps,
+    programs, notes."""
+    if ph is None:
+        return None
+    return {"labels": ph.label_line(), "flops_source": ph.flops_source, "summary": cut("phases.summary", ph.summary),
+            "families": cut("phases.families", ph.families), "steps": cut("phases.steps", ph.steps),
+            "programs": cut("phases.programs", ph.programs), "notes": list(ph.notes)}
+
+
 def _memory(mem, cut: Rows) -> dict | None:
     """JSON object of a MemoryReport: allocators (one row each), alive_at_peak, steps, notes
     (the allocators' own notes prefixed with their name)."""
@@ -218,6 +228,7 @@ def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = Fal
     out["family_roofline"] = cut("family_roofline", getattr(rep, "family_roofline", None))
     out["family_roofline_summary"] = getattr(rep, "family_roofline_summary", None)
     out["memory"] = _memory(getattr(rep, "memory", None), cut)
+    out["phases"] = _phases(getattr(rep, "phases", None), cut)
     return out
 
 
