@@ -45,6 +45,10 @@ def _frames(rep) -> dict:
     if st is not None:
         out |= {"stragglers.steps": st.steps, "stragglers.devices": st.devices,
                 "stragglers.collectives": st.collectives}
+    ph = rep.phases
+    if ph is not None:
+        out |= {"phases.summary": ph.summary, "phases.families": ph.families, "phases.steps": ph.steps,
+                "phases.programs": ph.programs}
     if mem is not None:
         out |= {"memory.allocators": mem.summary, "memory.alive_at_peak": mem.alive, "memory.steps": mem.steps}
     return {k: v for k, v in out.items() if v is not None}

@@ -309,7 +309,7 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
     dur = lab["duration_ps"].fill_null(0).to_numpy().astype(np.float64) * 1e-12
     pf = peaks.peak_flops if peaks is not None else None
     pb = peaks.peak_bw if peaks is not None else None
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         mfu = mflops[row] / (dur * pf) if pf else None
         mbu = byts[row] / (dur * pb) if pb else None
     tok = pl.Series([tokens_per_step] * lab.height, dtype=pl.Int64) if tokens_per_step else lab["tokens"]
