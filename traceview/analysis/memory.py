@@ -20,8 +20,8 @@ Definitions (bytes unless stated), per allocator (host, XProf memory id), matchi
 not deallocated before it), grouped by (op, shape, region, data type, bytes) largest first;
 ``unattributed`` = ``peak_heap`` minus their bytes (allocated before the profile began: XProf's
 "unused preallocated device memory" is computed within the peak's step instead, so the two
-differ where earlier steps allocated). Per step: the in-use at each step's end (as of the
-step's last event) and the peak within it, from the events' step ids (``group_id``) when they
+differ where earlier steps allocated). Per step with allocator events in it: the in-use at
+the step's end (as of its last event) and the peak within it, from the events' step ids (``group_id``) when they
 carry them, else from the profile's step windows when the events share their clock; growth per
 step is the least-squares slope of the in-use at the steady steps' ends.
 """
@@ -255,7 +255,10 @@ def _steps_by_window(ev: pl.DataFrame, in_use: np.ndarray, steps: pl.DataFrame |
     if steps is None or steps.height == 0:
         return None
     host = ev["host"][0]
-    s = steps.filter(pl.col("host") == host) if "host" in steps.columns else steps
+    t0, t1 = int(ev["time_ps"].min()), int(ev["time_ps"].max())
+    # the steps that can hold an event: those overlapping the events' time range
+    s = steps.filter((pl.col("start_ps") <= t1) & (pl.col("start_ps") + pl.col("duration_ps") >= t0))
+    s = s.filter(pl.col("host") == host) if "host" in s.columns else s
     if s.height == 0:
         return None
     win = (s.group_by("step").agg(pl.col("start_ps").min().alias("a"),
@@ -267,8 +270,11 @@ def _steps_by_window(ev: pl.DataFrame, in_use: np.ndarray, steps: pl.DataFrame |
     a, b = win["a"].to_numpy(), win["b"].to_numpy()
     lo = np.searchsorted(t, a, side="left")
     hi = np.searchsorted(t, b, side="right")
-    if not (hi > lo).any():
+    # only the steps with allocator events in them: the in-use is constant across the others
+    has = hi > lo
+    if not has.any():
         return None
+    win, lo, hi = win.filter(pl.Series(has)), lo[has], hi[has]
     # in use at a step's end: as of its last event at or before the end; the peak within it
     end_idx = hi - 1
     end_in_use = pl.Series(in_use[np.clip(end_idx, 0, len(in_use) - 1)], dtype=pl.Int64).set(

@@ -145,12 +145,24 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
     if st.height == 0 or prof.module_runs.height == 0:
         return Phases(progs, st.head(0), empty_sum, pl.DataFrame(), notes=["no steps: no phase to label"],
                       executions=None)
-    runs = prof.module_runs.select("host", "device", "module", "program_id", "start_ps", "duration_ps")
-    runs = runs.join(progs, on=["host", "module", "program_id"], how="left", nulls_equal=True).sort(
-        "host", "device", "start_ps")
     steps = st.select("host", "device", "step", "start_ps", "duration_ps",
                       pl.col("in_window") if "in_window" in st.columns else pl.lit(True).alias("in_window"))
     steps = steps.with_row_index("_row")
+    if progs["name_phase"].null_count() == progs.height and progs["lm_rows"].null_count() == progs.height:
+        # no program says its phase and no LM head gives the sequences: nothing to label
+        lab = steps.with_columns(pl.lit("unknown").alias("phase"), pl.lit(None, dtype=pl.Utf8).alias("why"),
+                                 pl.lit(None, dtype=pl.Int64).alias("step_tokens"),
+                                 pl.lit(None, dtype=pl.Int64).alias("sequences"),
+                                 pl.lit(None, dtype=pl.Int64).alias("tokens"))
+        util, source = _utilisation(anat, lab, peaks, tokens_per_step)
+        lab = lab.drop("tokens").join(util, on="_row", how="left")
+        return Phases(progs, lab.drop("_row"), _summary(lab, None, prof.module_runs), pl.DataFrame(schema={
+            "phase": pl.Utf8, "family": pl.Utf8, "self_ps": pl.Float64, "share": pl.Float64}), source,
+            ["phase unknown for every step: no program is named prefill/decode, and no program's token "
+             "dimension can be read against an LM head"] + _peak_notes(peaks), None)
+    runs = prof.module_runs.select("host", "device", "module", "program_id", "start_ps", "duration_ps")
+    runs = runs.join(progs, on=["host", "module", "program_id"], how="left", nulls_equal=True).sort(
+        "host", "device", "start_ps")
     labelled, execs = [], []
     by_dev = {k: g for k, g in runs.group_by(["host", "device"], maintain_order=True)}
     for (host, dev), s in steps.sort("host", "device", "start_ps").group_by(["host", "device"], maintain_order=True):
@@ -167,12 +179,16 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
     lab = lab.drop("tokens").join(util, on="_row", how="left")
     summary = _summary(lab, executions, runs)
     fams = _families(anat, lab)
+    return Phases(progs, lab.drop("_row"), summary, fams, source, _peak_notes(peaks), executions)
+
+
+def _peak_notes(peaks) -> list[str]:
     notes = []
     if peaks is None or peaks.peak_flops is None:
         notes.append("MFU unknown: no peak FLOP/s (pass --chip or --peak-flops)")
     if peaks is None or peaks.peak_bw is None:
         notes.append("MBU unknown: no peak bandwidth (pass --chip or --peak-bw)")
-    return Phases(progs, lab.drop("_row"), summary, fams, source, notes, executions)
+    return notes
 
 
 def _label_device(s: pl.DataFrame, r: pl.DataFrame) -> pl.DataFrame:
@@ -287,18 +303,20 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
             return a
 
         f, mf, b = per_attr("flops"), per_attr("model_flops"), per_attr("bytes_accessed")
+        fm = np.where(np.isnan(mf), f, mf)
         ev_attr = table.events["attr"].to_numpy().astype(np.int64)
         cnt = table.events["count"].fill_null(1).to_numpy().astype(np.float64)
         inside = rows >= 0
         r_in, a_in, c_in = rows[inside], ev_attr[inside], cnt[inside]
-        fm = np.where(np.isnan(mf[a_in]), f[a_in], mf[a_in])
-        flops = np.bincount(r_in, weights=np.nan_to_num(f[a_in]) * c_in, minlength=n)
-        mflops = np.bincount(r_in, weights=np.nan_to_num(fm) * c_in, minlength=n)
-        byts = np.bincount(r_in, weights=np.nan_to_num(b[a_in]) * c_in, minlength=n)
-        has_m = ~np.isnan(mf[a_in])
-        has_f = ~np.isnan(f[a_in])
-        srcs = attrs["cost_source"].to_list()
-        derived = any(srcs[i] == "derived" for i in np.unique(a_in).tolist()) if len(a_in) else False
+        # per-event gathers of per-description figures (NaN: unknown, counted as 0)
+        flops = np.bincount(r_in, weights=np.nan_to_num(f)[a_in] * c_in, minlength=n)
+        mflops = np.bincount(r_in, weights=np.nan_to_num(fm)[a_in] * c_in, minlength=n)
+        byts = np.bincount(r_in, weights=np.nan_to_num(b)[a_in] * c_in, minlength=n)
+        used = np.bincount(a_in, minlength=n_attr) > 0
+        has_m, has_f = ~np.isnan(mf[used]), ~np.isnan(f[used])
+        src = np.zeros(n_attr, dtype=bool)
+        src[idx] = (attrs["cost_source"] == "derived").fill_null(False).to_numpy()
+        derived = bool(src[used].any())
         if has_m.any():
             source = ("model_flops from the trace" if has_m.all() else
                       "model_flops from the trace where an op has them, else the op's FLOPs")
@@ -312,19 +330,21 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         mfu = mflops[row] / (dur * pf) if pf else None
         mbu = byts[row] / (dur * pb) if pb else None
-    tok = pl.Series([tokens_per_step] * lab.height, dtype=pl.Int64) if tokens_per_step else lab["tokens"]
-    tok_s = (tok.cast(pl.Float64) / pl.Series(dur)).replace([float("inf")], None)
-    out = pl.DataFrame({"_row": lab["_row"], "flops": flops[row], "model_flops": mflops[row], "bytes": byts[row],
-                        "mfu": mfu if mfu is not None else [None] * lab.height,
-                        "mbu": mbu if mbu is not None else [None] * lab.height,
-                        "tokens": tok, "tokens_per_s": tok_s},
-                       schema_overrides={"mfu": pl.Float64, "mbu": pl.Float64})
+    tok = (pl.repeat(tokens_per_step, lab.height, dtype=pl.Int64, eager=True) if tokens_per_step
+           else lab["tokens"]).alias("tokens")
+    nul = pl.repeat(None, lab.height, dtype=pl.Float64, eager=True)
+    out = pl.DataFrame([lab["_row"], pl.Series("flops", flops[row]), pl.Series("model_flops", mflops[row]),
+                        pl.Series("bytes", byts[row]), pl.Series("mfu", mfu) if mfu is not None else nul.alias("mfu"),
+                        pl.Series("mbu", mbu) if mbu is not None else nul.alias("mbu"), tok,
+                        pl.Series("_dur", dur)])
     out = out.with_columns(pl.when(pl.col("mfu").is_finite()).then(pl.col("mfu")).alias("mfu"),
-                           pl.when(pl.col("mbu").is_finite()).then(pl.col("mbu")).alias("mbu"))
+                           pl.when(pl.col("mbu").is_finite()).then(pl.col("mbu")).alias("mbu"),
+                           pl.when(pl.col("_dur") > 0).then(pl.col("tokens") / pl.col("_dur")).alias("tokens_per_s")
+                           ).drop("_dur")
     return out, source
 
 
-def _summary(lab: pl.DataFrame, executions: pl.DataFrame, runs: pl.DataFrame) -> pl.DataFrame:
+def _summary(lab: pl.DataFrame, executions: pl.DataFrame | None, runs: pl.DataFrame) -> pl.DataFrame:
     """Per phase; op_share = execution time of the programs of that phase (prefill, decode)
     over the time of every program execution."""
     win = lab.filter(pl.col("in_window"))
@@ -337,7 +357,8 @@ def _summary(lab: pl.DataFrame, executions: pl.DataFrame, runs: pl.DataFrame) ->
         w = win.filter(pl.col("phase") == p)
         d = w["duration_ps"].cast(pl.Float64)
         sec = float(w["duration_ps"].sum() or 0) * 1e-12
-        prog = executions.filter(pl.col("phase") == p)["duration_ps"].sum() if p in ("prefill", "decode") else None
+        prog = (executions.filter(pl.col("phase") == p)["duration_ps"].sum()
+                if executions is not None and p in ("prefill", "decode") else None)
         mf = w.filter(pl.col("mfu").is_not_null())
         mb = w.filter(pl.col("mbu").is_not_null())
         rows.append({
