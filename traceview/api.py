@@ -183,6 +183,18 @@ class Profile(ProfileData):
 
         return profile_memory(self, derived.step_anatomy(self, module=module, extent=extent, window=window))
 
+    def phases(self, peaks=None, *, tokens_per_step: int | None = None, module: str | None = None,
+               extent: str = "span", window: str = "steady", **peak_overrides):
+        """Prefill/decode/mixed steps with MFU, MBU and tokens per step and per phase; see
+        :func:`traceview.analysis.phases.phases` (``peaks``: :meth:`peaks` with ``peak_overrides``
+        when None)."""
+        from traceview.analysis import derived
+        from traceview.analysis.phases import phases
+
+        pk = peaks if peaks is not None else self.peaks(**peak_overrides)
+        return phases(self, derived.step_anatomy(self, module=module, extent=extent, window=window), pk,
+                      tokens_per_step=tokens_per_step)
+
     def by_kind(self, rules=None):
         """Populations across layers: one row per (op kind, HLO text without instruction names,
         shape) with the op names in it counted (``members``); see
