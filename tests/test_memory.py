@@ -137,9 +137,11 @@ def test_bad_events_are_noted_not_invented():
         dict(time_ps=2, alloc=False, address=7, allocation_bytes=50, heap_bytes=50, stack_bytes=0, free_bytes=950),
         dict(time_ps=3, alloc=True, address=2, allocation_bytes=-5, heap_bytes=-5, stack_bytes=0, free_bytes=0),
         dict(allocator="z", time_ps=4, alloc=False, address=3, heap_bytes=0, stack_bytes=0, free_bytes=0),
+        dict(time_ps=5, alloc=True, address=9, allocation_bytes=1 << 62, heap_bytes=1 << 62, stack_bytes=0,
+             free_bytes=0),
     ])
     rep = memory(ev)
-    assert any("negative" in n for n in rep.notes)
+    assert any("2 allocator events with a negative or absurd byte count" in n for n in rep.notes)
     a, z = rep.allocators
     assert (a.peak_in_use, a.capacity, a.peak_share, a.alive_bytes, a.unattributed) == (100, 1000, 0.1, 100, 0)
     assert type(a.capacity) is int and a.growth_per_step is None and a.step_source == "unknown"

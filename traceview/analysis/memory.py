@@ -37,6 +37,8 @@ import polars as pl
 ALIVE_ROWS = 20
 #: points of the in-use series kept per allocator for charts (max per time bin)
 SERIES_POINTS = 400
+#: byte counts above this (64 PiB) are not a device's: the event is dropped with a note
+ABSURD_BYTES = 1 << 56
 #: a steady window needs this many steps before a growth per step is stated
 MIN_GROWTH_STEPS = 3
 
@@ -147,10 +149,12 @@ def memory(mem: pl.DataFrame | None, steps: pl.DataFrame | None = None) -> Memor
                                  "carry none)"])
     notes = []
     mem = mem.with_columns(pl.col("heap_bytes").fill_null(0), pl.col("stack_bytes").fill_null(0))
-    bad = mem.filter((pl.col("heap_bytes") < 0) | (pl.col("stack_bytes") < 0) | (pl.col("free_bytes") < 0)
-                     | (pl.col("allocation_bytes") < 0) | (pl.col("allocator") == ""))
+    cols = ("heap_bytes", "stack_bytes", "free_bytes", "allocation_bytes", "requested_bytes", "lifetime_peak_bytes")
+    bad = mem.filter(pl.any_horizontal([(pl.col(c) < 0) | (pl.col(c) > ABSURD_BYTES) for c in cols])
+                     | (pl.col("allocator") == ""))
     if bad.height:
-        notes.append(f"{bad.height:,} allocator events with a negative byte count or no allocator dropped")
+        notes.append(f"{bad.height:,} allocator events with a negative or absurd byte count (over "
+                     f"{ABSURD_BYTES:,}) or no allocator dropped")
         mem = mem.join(bad.select("time_ps", "allocator", "host").unique(), on=["time_ps", "allocator", "host"],
                        how="anti")
     out = []
