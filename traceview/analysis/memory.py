@@ -150,13 +150,15 @@ def memory(mem: pl.DataFrame | None, steps: pl.DataFrame | None = None) -> Memor
     notes = []
     mem = mem.with_columns(pl.col("heap_bytes").fill_null(0), pl.col("stack_bytes").fill_null(0))
     cols = ("heap_bytes", "stack_bytes", "free_bytes", "allocation_bytes", "requested_bytes", "lifetime_peak_bytes")
-    bad = mem.filter(pl.any_horizontal([(pl.col(c) < 0) | (pl.col(c) > ABSURD_BYTES) for c in cols])
-                     | (pl.col("allocator") == ""))
-    if bad.height:
-        notes.append(f"{bad.height:,} allocator events with a negative or absurd byte count (over "
+    is_bad = (pl.any_horizontal([((pl.col(c) < 0) | (pl.col(c) > ABSURD_BYTES)).fill_null(False) for c in cols])
+              | (pl.col("allocator") == ""))
+    n_bad = int(mem.select(is_bad.sum()).item())
+    if n_bad:
+        notes.append(f"{n_bad:,} allocator events with a negative or absurd byte count (over "
                      f"{ABSURD_BYTES:,}) or no allocator dropped")
-        mem = mem.join(bad.select("time_ps", "allocator", "host").unique(), on=["time_ps", "allocator", "host"],
-                       how="anti")
+        mem = mem.filter(~is_bad)
+        if mem.height == 0:
+            return MemoryReport([], notes)
     out = []
     for (host, alloc), grp in mem.group_by(["host", "allocator"], maintain_order=True):
         out.append(_allocator(host, alloc, grp.sort("time_ps", maintain_order=True), steps))
