@@ -172,3 +172,24 @@ def test_study_chunked_prefill_population_at_the_budget(study_profiles):
     modules = {m for ms in q["modules"].to_list() for m in ms}
     assert modules and all(m.startswith(f"jit_prefill_t{STUDY_BUDGET}_r") for m in modules), q
     assert q["occurrences"].sum() == llm.model_config.num_layers * (total // STUDY_BUDGET)
+
+
+def test_study_chunked_prefill_phases(study_profiles):
+    """Each prefill chunk is an execution of a prefill program (as many as the engine's prefill
+    steps); each step is decode or mixed (a chunk between two decode steps), with its reason."""
+    import polars as pl
+
+    from traceview.analysis import derived
+    from traceview.analysis.phases import phases
+    from traceview.api import load
+
+    _, runs = study_profiles
+    run, steps = runs["greedy"]
+    prof = load(run)
+    ph = phases(prof, derived.step_anatomy(prof), None)
+    assert ph.executions.filter(pl.col("phase") == "prefill").height == steps
+    labels = set(ph.steps["phase"].to_list())
+    assert labels <= {"decode", "mixed"} and "decode" in labels
+    for r in ph.steps.iter_rows(named=True):
+        assert "jit_decode_b" in r["why"], r
+        assert (r["phase"] == "mixed") == ("prefill" in r["why"] and not r["why"].startswith("the first step")), r

@@ -90,8 +90,8 @@ def test_tpu_report_has_peaks_sources_and_ridge(tpu_html):
     assert "560.4 FLOP/byte" in text  # ridge = 918e12 / 1.638e12
     assert "trace plane stats of /device:TPU:0" in text  # where the peaks come from
     assert "TPU v6 Lite" in text
-    # roofline + step-time strip + step anatomy + communication per step + per-device skew
-    assert tpu_html.count("<svg") == 5
+    # roofline + step-time strip + step anatomy + communication per step + per-device skew + memory
+    assert tpu_html.count("<svg") == 6 and 'id="memory"' in tpu_html
     assert 'id="communication"' in tpu_html and 'id="overlap"' in tpu_html and "host transfers" in text
     assert "Coverage:" in text and "families sum to" in text
     assert "copy-done.4" in text and "broadcast_add_fusion.1" in text
@@ -176,7 +176,7 @@ def test_summary_html_is_escaped_and_compact(gemm):
 def test_no_peaks_and_no_costs_give_a_note(gemm):
     html = render_report(gemm, peaks=Peaks())
     assert "No roofline chart" in html and "peak FLOP/s and the peak memory bandwidth" in html
-    assert html.count("<svg") == 2  # the step charts only (strip and anatomy)
+    assert html.count("<svg") == 3  # the step charts (strip and anatomy) and the memory chart
     nocost = dataclasses.replace(gemm, ops=gemm.ops.with_columns(
         pl.lit(None, dtype=pl.Float64).alias("flops"), pl.lit(None, dtype=pl.Float64).alias("bytes_accessed")))
     html = render_report(nocost)
@@ -303,8 +303,9 @@ def test_chart_worker_draws_the_same_page(tpu_report_inline):
     rep, inline = tpu_report_inline
     with ChartWorker() as worker:
         drawn = html_render.render_report(rep, charts=worker)
-        assert worker.alive == 1 and worker.answered == 5  # roofline, strip, steps, communication bars, skew strip
-    assert drawn == inline and drawn.count("<svg") == 5
+        # roofline, memory, strip, steps, communication bars, skew strip
+        assert worker.alive == 1 and worker.answered == 6
+    assert drawn == inline and drawn.count("<svg") == 6
 
 
 @pytest.mark.parametrize("child", ["import sys; sys.exit(3)",  # dies before answering

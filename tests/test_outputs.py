@@ -32,7 +32,7 @@ def _at(payload: dict, path: str):
 
 def _frames(rep) -> dict:
     """{JSON path: frame} of every table the analyze JSON holds, read off the report."""
-    anat, comm, ov, st = rep.steps, rep.communication, rep.overlap, rep.stragglers
+    anat, comm, ov, st, mem = rep.steps, rep.communication, rep.overlap, rep.stragglers, rep.memory
     out = {"devices": rep.devices, "ops": rep.table, "roofline": rep.roofline, "kernels": rep.kernels,
            "sources": rep.sources, "occurrence_checks": rep.checks, "population_regimes": rep.population_regimes,
            "family_roofline": rep.family_roofline, "split_names": rep.split}
@@ -45,6 +45,12 @@ def _frames(rep) -> dict:
     if st is not None:
         out |= {"stragglers.steps": st.steps, "stragglers.devices": st.devices,
                 "stragglers.collectives": st.collectives}
+    ph = rep.phases
+    if ph is not None:
+        out |= {"phases.summary": ph.summary, "phases.families": ph.families, "phases.steps": ph.steps,
+                "phases.programs": ph.programs}
+    if mem is not None:
+        out |= {"memory.allocators": mem.summary, "memory.alive_at_peak": mem.alive, "memory.steps": mem.steps}
     return {k: v for k, v in out.items() if v is not None}
 
 

@@ -21,7 +21,7 @@ class Profile(ProfileData):
     """One or more trace files read into one op-event table, with the analyses as methods.
 
     The tables (``table``, ``ops``, ``module_runs``, ``devices``, ``traces``, ``discovery``,
-    ``warnings``, ``step_markers``) are those of
+    ``warnings``, ``step_markers``, ``memory``: the allocator events) are those of
     :class:`~traceview.model.profiledata.ProfileData`. Every method returns a polars
     DataFrame or a value object; times are in ps.
     """
@@ -174,6 +174,26 @@ class Profile(ProfileData):
         from traceview.analysis.stragglers import stragglers
 
         return stragglers(self.table, self.overlap(module=module, extent=extent, window=window).steps)
+
+    def memory_report(self, *, module: str | None = None, extent: str = "span", window: str = "steady"):
+        """Device memory per allocator (peak in use, capacity, what was alive at the peak, growth
+        per step over this step anatomy); see :func:`traceview.analysis.memory.memory`."""
+        from traceview.analysis import derived
+        from traceview.analysis.memory import profile_memory
+
+        return profile_memory(self, derived.step_anatomy(self, module=module, extent=extent, window=window))
+
+    def phases(self, peaks=None, *, tokens_per_step: int | None = None, module: str | None = None,
+               extent: str = "span", window: str = "steady", **peak_overrides):
+        """Prefill/decode/mixed steps with MFU, MBU and tokens per step and per phase; see
+        :func:`traceview.analysis.phases.phases` (``peaks``: :meth:`peaks` with ``peak_overrides``
+        when None)."""
+        from traceview.analysis import derived
+        from traceview.analysis.phases import phases
+
+        pk = peaks if peaks is not None else self.peaks(**peak_overrides)
+        return phases(self, derived.step_anatomy(self, module=module, extent=extent, window=window), pk,
+                      tokens_per_step=tokens_per_step)
 
     def by_kind(self, rules=None):
         """Populations across layers: one row per (op kind, HLO text without instruction names,

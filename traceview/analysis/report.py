@@ -21,6 +21,8 @@ from traceview.analysis.roofline import predicted_vs_measured, roofline
 from traceview.analysis.steps import StepAnatomy
 from traceview.analysis.family_roofline import family_roofline as _family_roofline, summary as _family_summary
 from traceview.analysis.kinds import by_kind as _by_kind
+from traceview.analysis.memory import profile_memory
+from traceview.analysis.phases import phases as _phases
 
 #: at most this many steps go into the step chart (the first ones, in time order)
 CHART_STEPS = 48
@@ -152,6 +154,12 @@ class Report:
     family_roofline_summary: dict | None = None
     #: why fewer op events are shown than the files hold (:func:`events_note`), None when as many
     events_note: str | None = None
+    #: device memory from the allocators' events (:class:`~traceview.analysis.memory.MemoryReport`)
+    memory: object = None
+    #: prefill/decode/mixed steps and utilisation (:class:`~traceview.analysis.phases.Phases`)
+    phases: object = None
+    #: the phase the profile was kept to (``--phase``: :func:`~traceview.analysis.phases.phase_profile`), or None
+    phase: str | None = None
 
 
 def events_note(files: list, op_events: int, device_groups: pl.DataFrame, kernels: pl.DataFrame) -> str | None:
@@ -232,14 +240,16 @@ def source_kinds(files: pl.DataFrame) -> pl.DataFrame:
 def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: int | None = None,
                  expect_batch: int | None = None, rules=None, step_module: str | None = None,
                  step_extent: str = "span", source_frame: str = "direct", html: bool = False,
-                 step_window: str = "steady", findings: bool = True, finding_thresholds=None) -> Report:
+                 step_window: str = "steady", findings: bool = True, finding_thresholds=None,
+                 tokens_per_step: int | None = None) -> Report:
     """Every section of :class:`Report` for ``prof`` (a
     :class:`~traceview.model.profiledata.ProfileData`).
 
     ``by``: the op table's key ("shape", "name", "program", "kind": :func:`~traceview.analysis.kinds.by_kind`); ``peaks``: default
     :func:`~traceview.analysis.peaks.profile_peaks`; ``steps`` / ``expect_batch``: the
     occurrence checks (none when both are None); ``rules`` (family rules), ``step_module``,
-    ``step_extent``, ``step_window``: the step anatomy; ``source_frame``: "direct" or "user"; ``html``: also
+    ``step_extent``, ``step_window``: the step anatomy; ``tokens_per_step``: for the phases'
+    tokens/s (:func:`~traceview.analysis.phases.phases`); ``source_frame``: "direct" or "user"; ``html``: also
     the HTML-only sections; ``findings`` / ``finding_thresholds``: the findings section
     (:func:`traceview.analysis.findings.find`; thresholds as
     :func:`~traceview.analysis.findings.thresholds_of`). Raises :class:`~traceview.errors.UsageError` on a bad option
@@ -284,6 +294,9 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                                                          window=step_window)
     rep.family_roofline = _family_roofline(anat, peaks)
     rep.family_roofline_summary = _family_summary(rep.family_roofline)
+    rep.memory = profile_memory(prof, anat)
+    rep.phases = _phases(prof, anat, peaks, tokens_per_step=tokens_per_step)
+    rep.phase = getattr(prof, "phase", None)
     if findings:  # last: the rules read every section above
         rep.findings = find(rep, thresholds=th)
     if html:

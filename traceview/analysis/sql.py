@@ -29,13 +29,16 @@ NAMES: dict = {
     "device_groups": "device_groups", "html_sources": None, "source_kinds": None,
     ("steps", "steps"): "steps", ("steps", "families"): "families", ("steps", "attr_family"): None,
     ("communication", "collectives"): "communication", ("communication", "host_transfers"): "host_transfers",
+    ("phases", "steps"): "phases_steps", ("phases", "summary"): "phases", ("phases", "families"): "phases_families",
+    ("phases", "programs"): "phases_programs", ("phases", "executions"): None,
+    ("memory", "summary"): "memory", ("memory", "alive"): "memory_alive_at_peak", ("memory", "steps"): "memory_steps",
 }
 
 #: the columns of a list section when it is empty (the findings branch's ``Finding`` fields)
 EMPTY: dict = {"findings": ("id", "severity", "statement", "evidence", "why", "next_step", "verify_hint", "doc")}
 
 #: tables read off the profile itself rather than the Report
-PROFILE_TABLES = ("ops", "module_runs", "programs", "step_markers")
+PROFILE_TABLES = ("ops", "module_runs", "programs", "step_markers", "memory_events")
 
 
 def _rows_frame(items: list) -> pl.DataFrame:
@@ -84,13 +87,16 @@ def report_tables(report) -> dict[str, pl.DataFrame]:
 def profile_tables(prof) -> dict[str, Callable[[], pl.DataFrame]]:
     """The profile's own tables, each built on demand: ``ops`` (one row per HLO op event,
     :data:`~traceview.model.schema.OPS_SCHEMA`), ``module_runs`` (one row per program
-    execution), ``programs`` (one row per hlo_module / program_id), ``step_markers``."""
+    execution), ``programs`` (one row per hlo_module / program_id), ``step_markers``,
+    ``memory_events`` (the allocators' events, :data:`~traceview.model.memory_events.MEMORY_SCHEMA`)."""
     from traceview.analysis.aggregate import module_executions
 
     out = {"ops": lambda: prof.ops, "module_runs": lambda: prof.module_runs,
            "programs": lambda: module_executions(prof.module_runs)}
     if getattr(prof, "step_markers", None) is not None:
         out["step_markers"] = lambda: prof.step_markers
+    if getattr(prof, "memory", None) is not None:
+        out["memory_events"] = lambda: prof.memory
     return out
 
 

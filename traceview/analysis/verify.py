@@ -324,6 +324,41 @@ class Verifier:
                f"{100 * bound:g}%")
         return CMPS[cmp_](lead, bound), msg
 
+    def _memory(self, prof):
+        """The :class:`~traceview.analysis.memory.MemoryReport` of ``prof`` (its default steps)."""
+        from traceview.analysis.memory import profile_memory
+
+        return prof.derived(("memory",), lambda: profile_memory(prof, derived.step_anatomy(prof))) \
+            if hasattr(prof, "derived") else profile_memory(prof, derived.step_anatomy(prof))
+
+    def _c_memory_peak(self, c, prof):
+        from traceview.model.units import fmt_bytes
+
+        mem = self._memory(prof)
+        cmp_, bound = c.args["cmp"], c.args["bound"]
+        if not mem.known:
+            return False, "memory peak unknown: " + "; ".join(mem.notes)
+        a = mem.allocators[0]
+        msg = (f"memory peak is {fmt_bytes(a.peak_in_use)} ({a.allocator} on {a.host}, "
+               f"{'-' if a.peak_share is None else f'{100 * a.peak_share:.1f}%'} of its {fmt_bytes(a.capacity)}), "
+               f"bound {cmp_} {fmt_bytes(bound)}")
+        return CMPS[cmp_](a.peak_in_use, bound), msg
+
+    def _c_memory_growth(self, c, prof):
+        from traceview.model.units import fmt_bytes
+
+        mem = self._memory(prof)
+        cmp_, bound = c.args["cmp"], c.args["bound"]
+        known = [a for a in mem.allocators if a.growth_pct is not None]
+        if not known:
+            why = "; ".join(dict.fromkeys([n for a in mem.allocators for n in a.notes] + list(mem.notes)))
+            return False, "memory growth per step unknown: " + (why or "no allocator has per-step figures")
+        a = max(known, key=lambda x: x.growth_pct)
+        g = a.growth_pct / 100
+        msg = (f"memory grows {100 * g:+.2f}% per step ({fmt_bytes(a.growth_per_step)} per step, {a.allocator} on "
+               f"{a.host}, from {a.step_source}), bound {cmp_} {100 * bound:g}%")
+        return CMPS[cmp_](g, bound), msg
+
     def _c_kernel_present(self, c, prof):
         k = self._kernels(prof, c.args["glob"])
         if c.args["want"] == "present":

@@ -50,6 +50,12 @@ check the base instead)::
     straggler lead CMP PCT              the largest per-step lead of the slowest device's busy time
                                         over the median device's (traceview.analysis.stragglers);
                                         fails when no collective was matched across devices
+    memory peak CMP BYTES               the largest peak in use of any allocator (heap + stack,
+                                        traceview.analysis.memory); BYTES: 12GiB, "12 GiB", 500MB,
+                                        or a number of bytes; fails as unknown without allocator events
+    memory growth per step CMP PCT      the largest growth per steady step of bytes in use at the
+                                        steps' ends over their mean; fails as unknown when no
+                                        allocator has it
     no finding ID                       the findings (traceview.analysis.findings) do not include ID
     finding ID [present|absent]         ... include it (ID: one of traceview.analysis.findings.IDS)
 
@@ -196,6 +202,27 @@ def _int(p: _P) -> float:
     return v
 
 
+_UNITS = {"": 1, "b": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12, "kib": 1 << 10, "mib": 1 << 20,
+          "gib": 1 << 30, "tib": 1 << 40}
+_BYTES = re.compile(r"^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)$", re.IGNORECASE)
+
+
+def _bytes(p: _P) -> float:
+    """A byte count: ``12GiB``, ``12 GiB`` (two words), ``500MB`` or a bare number (bytes);
+    KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024."""
+    s = p.word("byte count")
+    m = _BYTES.match(s)
+    if m and not m.group(2) and (p.peek() or "").lower() in _UNITS and p.peek():
+        s += p.word("unit")
+        m = _BYTES.match(s)
+    if not m or m.group(2).lower() not in _UNITS:
+        p.err(f"expected a byte count such as 12GiB or 500MB, got {s!r}")
+    v = float(m.group(1)) * _UNITS[m.group(2).lower()]
+    if not math.isfinite(v):
+        p.err(f"expected a finite byte count, got {s!r}")
+    return v
+
+
 def parse_check(text: str) -> Check:
     """Parse one check (grammar in the module doc). Raises UsageError with a one-line message."""
     toks = tokenize(text)
@@ -331,8 +358,12 @@ def _parse_body(p: _P) -> Check:
         return Check("", "exposed_share", {"cmp": _cmp(p), "bound": _pct(p)})
     if p.kw("straggler", "lead"):
         return Check("", "straggler_lead", {"cmp": _cmp(p), "bound": _pct(p)})
+    if p.kw("memory", "peak"):
+        return Check("", "memory_peak", {"cmp": _cmp(p), "bound": _bytes(p)})
+    if p.kw("memory", "growth", "per", "step"):
+        return Check("", "memory_growth", {"cmp": _cmp(p), "bound": _pct(p)})
     p.err("unknown check; it should start with 'no op', 'op', 'family', 'kernel', 'source', 'collective', 'finding', "
-          "'exposed communication', 'straggler' or 'all matched' "
+          "'exposed communication', 'straggler', 'memory' or 'all matched' "
           "(see traceview verify --help)")
 
 

@@ -39,6 +39,7 @@ def add_parser(sub) -> None:
                    help="show which populations carry a dimension of size B")
     a.add_argument("--html", metavar="FILE", help="also write the offline HTML report to FILE")
     cargs.add_peaks(a)
+    cargs.add_phase(a)
     cargs.add_steps(a)
     a.add_argument("--source-frame", choices=["direct", "user"], default="direct",
                    help="attribute ops to the file that emitted them (direct) or to the innermost "
@@ -121,6 +122,7 @@ def run(args) -> int:
             check_regex(rx, option)
     cargs.check_step_modules(cargs.steps_option(args.steps), prof)
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
+    prof = cargs.apply_phase(prof, args)
     cargs.note_empty_selection(prof, args)
     refuse_inside_inputs(out, "-o", prof.discovery)
     refuse_inside_inputs(html, "--html", prof.discovery)
@@ -132,6 +134,7 @@ def run(args) -> int:
                        expect_batch=args.expect_batch, rules=cargs.rules_from_args(args),
                        step_module=args.step_module, step_extent=args.step_extent,
                        step_window=args.step_window, source_frame=args.source_frame,
+                       tokens_per_step=args.tokens_per_step,
                        **cargs.findings_from_args(args))
     try:
         data = _write(rep, args, out)

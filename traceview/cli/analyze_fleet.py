@@ -10,7 +10,7 @@ from traceview.errors import EXIT_OK, UsageError
 
 #: what analyze offers that fleet mode does not (option -> why)
 _REFUSED = {"html": "--html", "filter": "--filter", "device": "--device", "steps": "--steps",
-            "expect_batch": "--expect-batch"}
+            "expect_batch": "--expect-batch", "phase": "--phase"}
 
 
 def run(args, disc, out) -> int:

@@ -227,6 +227,33 @@ def add_selection(p: argparse.ArgumentParser) -> None:
                         "$TRACEVIEW_MAX_BYTES, else 8 GiB / 4 GiB); over it: exit 6")
 
 
+def add_phase(p: argparse.ArgumentParser, *, tokens: bool = True) -> None:
+    """``--phase prefill|decode|mixed`` (analyze, report, diff, verify) and, with ``tokens``,
+    ``--tokens-per-step N``."""
+    p.add_argument("--phase", choices=["prefill", "decode", "mixed"], default=None,
+                   help="keep only the ops of one phase: the executions of programs named or shaped as prefill or "
+                        "decode, or the iterations of the steps that ran both (mixed); see the phases section")
+    if tokens:
+        p.add_argument("--tokens-per-step", type=positive_int, default=None, metavar="N",
+                       help="tokens each step produces, for tokens/s (default: read off the programs' names, "
+                            "_b<N> decode rows and _t<N> prefill tokens; else unknown)")
+
+
+def apply_phase(prof, args):
+    """``prof`` kept to ``args.phase`` (:func:`traceview.analysis.phases.phase_profile`, over the
+    step anatomy of the command's step options); ``prof`` itself without ``--phase``. Raises
+    UsageError when no step or execution has that phase."""
+    phase = getattr(args, "phase", None)
+    if not phase:
+        return prof
+    from traceview.analysis import derived
+    from traceview.analysis.phases import phase_profile, phases
+
+    anat = derived.step_anatomy(prof, rules_from_args(args), module=getattr(args, "step_module", None),
+                                extent=getattr(args, "step_extent", "span"))
+    return phase_profile(prof, phase, phases(prof, anat))
+
+
 def add_peaks(p: argparse.ArgumentParser) -> None:
     """``--chip``, ``--peak-flops``, ``--peak-bw``, ``--measure-cpu-peaks``."""
     from traceview.analysis.chips import CHIPS  # the help lists the table itself

@@ -48,6 +48,7 @@ def add_parser(sub) -> None:
     d.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
     cargs.add_step_window(d)
     cargs.add_expand_kernels(d)
+    cargs.add_phase(d, tokens=False)
 
 
 def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass --run-base / --run-treatment"):
@@ -82,6 +83,7 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
         for w in prof.warnings:
             print(f"traceview: warning: {safe_line(path)}: {safe_line(w)}", file=sys.stderr)
         out = prof.filter(device_regex=args.device) if args.device else prof
+        out = cargs.apply_phase(out, args)
         del prof
         if args.device and out.table.height == 0:  # a comparison or check of nothing
             raise UsageError(f"--device {args.device!r} leaves no op of {path}: nothing to compare or check "

@@ -22,6 +22,7 @@ def add_parser(sub) -> None:
     r.add_argument("--top", type=cargs.positive_int, default=30, metavar="N", help="populations to list (default 30)")
     r.add_argument("--title", metavar="TEXT", help="page title (default: 'traceview report — <path name>')")
     cargs.add_peaks(r)
+    cargs.add_phase(r)
     cargs.add_steps(r)
     cargs.add_findings(r)
     r.add_argument("--by", choices=["shape", "kind"], default="shape",
@@ -77,6 +78,7 @@ def _write(args, out, charts) -> int:
         if rx is not None:
             check_regex(rx, option)
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
+    prof = cargs.apply_phase(prof, args)
     cargs.note_empty_selection(prof, args)
     for w in prof.warnings[-1:] if prof.table.height == 0 else ():
         print(f"traceview: warning: {safe_line(w)}", file=sys.stderr)
@@ -87,6 +89,7 @@ def _write(args, out, charts) -> int:
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
                        step_module=args.step_module, step_extent=args.step_extent,
                        step_window=args.step_window, html=True, by=getattr(args, "by", "shape"),
+                       tokens_per_step=args.tokens_per_step,
                        **cargs.findings_from_args(args))
     text = render_report(rep, top=args.top, title=args.title, charts=charts)
     write_atomic(out, text)

@@ -28,6 +28,8 @@ checks (one per --check, or one per line in --checks FILE; '#' comments):
   collective KIND bytes|sent|group CMP N  e.g. collective all-reduce bytes == 5368709120
   exposed communication share CMP PCT     e.g. exposed communication share < 10% (over step time)
   straggler lead CMP PCT                  e.g. straggler lead < 20% (slowest device over the median)
+  memory peak CMP BYTES                   e.g. memory peak < 12GiB (largest allocator peak in use)
+  memory growth per step CMP PCT          e.g. memory growth per step < 1%
   no finding ID                           e.g. no finding host-bound-steps
   finding ID [present|absent]             ID: one of the ids in docs/findings.md
 with two profiles (BASE TREATMENT); single-profile checks apply to TREATMENT, prefix 'base:' for BASE:
@@ -57,6 +59,7 @@ def add_parser(sub) -> None:
     v.add_argument("--family", action="append", metavar="NAME=REGEX", help="a user op family (repeatable)")
     v.add_argument("--format", choices=["text", "json"], default="text")
     cargs.add_step_window(v)
+    cargs.add_phase(v, tokens=False)
     v.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
     cargs.add_expand_kernels(v)
     cargs.add_findings(v)

@@ -140,6 +140,8 @@ def encode(td: TraceData) -> tuple[dict, dict, dict]:
     frames = {"events": td.table.events, "attrs": td.table.attrs, "module_runs": td.module_runs}
     if td.step_markers is not None:
         frames["step_markers"] = td.step_markers
+    if td.memory is not None:
+        frames["memory"] = td.memory
     return data, frames, {"events": "lz4"}
 
 
@@ -154,4 +156,4 @@ def decode(data: dict, frames: dict) -> TraceData | None:
                      module_runs=runs, devices=[DeviceInfo(**d) for d in data["devices"]], notes=list(data["notes"]),
                      has_shapes=data["has_shapes"], n_events=data["n_events"],
                      profile_start_ns=data["profile_start_ns"], profile_stop_ns=data["profile_stop_ns"],
-                     step_markers=frames.get("step_markers"))
+                     step_markers=frames.get("step_markers"), memory=frames.get("memory"))

@@ -42,6 +42,7 @@ from traceview.model.schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, STEP_MARKERS_
 from traceview.model.shapes import canonical_shape_text, instruction_signature
 from traceview.model.timeline import self_times
 from traceview.model.naming import as_float as _as_float
+from traceview.model.memory_events import has_memory_events, read_memory_events
 from traceview.model.naming import as_uint64 as _as_int
 from traceview.model.naming import DERIVED_LINES, printable, split_module_name, split_source
 from traceview.model.optable import ATTR_COLUMNS, OpTable
@@ -223,6 +224,7 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
     start_ns = stop_ns = None
     n_events = 0
     host_planes = []
+    memory = None
     markers: list[tuple] = []
     dev_markers: list[tuple] = []  # (device, name, step_num, start_ps, duration_ps): TPU Steps lines
 
@@ -308,6 +310,9 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
             n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=True)
         elif name == "/host:CPU":
             host_planes.append((plane, stat_names))
+            if has_memory_events(plane):
+                got = read_memory_events(plane, stat_names, path, host)
+                memory = got if memory is None else pl.concat([memory, got], how="vertical")
     have_device_ops = any(c.height for c in cols)  # OpTables (TPU) and frames (GPU) both have height
     for plane, stat_names in host_planes:
         if have_device_ops:
@@ -339,7 +344,7 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
     return TraceData(path=path, host=host, format="xplane", ops=ops, module_runs=module_runs,
                      devices=devices, notes=notes, has_shapes=has_shapes, n_events=n_events,
                      profile_start_ns=start_ns, profile_stop_ns=stop_ns,
-                     step_markers=step_markers.sort("start_ps"))
+                     step_markers=step_markers.sort("start_ps"), memory=memory)
 
 
 def _module_runs_frame(runs: list, host: str) -> pl.DataFrame:

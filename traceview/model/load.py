@@ -138,6 +138,8 @@ def qualify_host(td, run: str):
         td.module_runs = td.module_runs.with_columns(q.alias("host"))
     if td.step_markers is not None and "host" in td.step_markers.columns:
         td.step_markers = td.step_markers.with_columns(q.alias("host"))
+    if td.memory is not None and td.memory.height:
+        td.memory = td.memory.with_columns(q.alias("host"))
     for d in td.devices:
         d.host = f"{run}/{d.host}" if d.host else host
     td.host = host

@@ -49,7 +49,8 @@ class ProfileData:
     (:class:`~traceview.model.schema.DeviceInfo` per device plane); ``traces`` (the per-file
     :class:`~traceview.model.schema.TraceData`); ``discovery`` (what was found and why it
     was chosen, or None when built from files directly); ``warnings`` (one line each);
-    ``step_markers``. ``ops`` (or ``table``) may be given as a wide frame or as an OpTable;
+    ``step_markers``; ``memory`` (the allocator events,
+    :data:`~traceview.model.memory_events.MEMORY_SCHEMA`). ``ops`` (or ``table``) may be given as a wide frame or as an OpTable;
     ``dataclasses.replace`` works on it.
     """
 
@@ -60,9 +61,10 @@ class ProfileData:
     discovery: object
     warnings: list
     step_markers: object
+    memory: object
 
     def __init__(self, ops=None, module_runs=None, devices=None, traces=None, discovery=None, warnings=None,
-                 step_markers=None, table=None):
+                 step_markers=None, table=None, memory=None):
         import polars as pl
 
         from traceview.model.optable import OpTable, as_table
@@ -76,6 +78,11 @@ class ProfileData:
         self.discovery = discovery
         self.warnings = list(warnings or [])
         self.step_markers = step_markers if step_markers is not None else pl.DataFrame(schema=STEP_MARKERS_SCHEMA)
+        if memory is None:
+            from traceview.model.memory_events import empty_memory
+
+            memory = empty_memory()
+        self.memory = memory
         self._derived: dict = {}
 
     def derived(self, key: tuple, make):
@@ -131,8 +138,10 @@ class ProfileData:
         warns.extend(clamped)
         marks = [t.step_markers for t in traces if t.step_markers is not None and t.step_markers.height]
         markers = pl.concat(marks, how="vertical") if marks else pl.DataFrame(schema=STEP_MARKERS_SCHEMA)
+        mems = [t.memory for t in traces if getattr(t, "memory", None) is not None and t.memory.height]
+        memory = pl.concat(mems, how="vertical") if mems else None
         return cls(ops=table, module_runs=runs, devices=devices, traces=traces, discovery=discovery, warnings=warns,
-                   step_markers=markers)
+                   step_markers=markers, memory=memory)
 
     def filter(self, *, op_regex: str | None = None, device_regex: str | None = None):
         """A new profile (of the same class) keeping ops whose name, HLO text or framework op
@@ -158,7 +167,8 @@ class ProfileData:
             mask = names.str.contains(device_regex).to_list() if len(names) else []
             devices = [d for d, m in zip(devices, mask) if m]
         return type(self)(ops=table, module_runs=runs, devices=devices, traces=self.traces,
-                          discovery=self.discovery, warnings=list(self.warnings), step_markers=self.step_markers)
+                          discovery=self.discovery, warnings=list(self.warnings), step_markers=self.step_markers,
+                          memory=self.memory)
 
     @property
     def op_time_ps(self) -> int:

@@ -165,7 +165,8 @@ class TraceData:
     ``table`` is the op-event table in dictionary-encoded form
     (:class:`traceview.model.optable.OpTable`); ``ops`` is its wide :data:`OPS_SCHEMA` frame, built
     on first use (readers pass either as ``ops`` or ``table``). ``module_runs`` follows
-    :data:`MODULE_RUNS_SCHEMA`. ``notes`` are reader warnings (one line each) to show the
+    :data:`MODULE_RUNS_SCHEMA`; ``memory`` the allocator events
+    (:data:`traceview.model.memory_events.MEMORY_SCHEMA`, None when the reader has none). ``notes`` are reader warnings (one line each) to show the
     user, e.g. that a ``trace.json.gz`` from CPU/GPU carries no shapes. ``has_shapes`` is
     False when no op in the file could be given a shape signature. ``n_events`` counts every
     event read. ``dataclasses.replace`` works on it.
@@ -183,11 +184,13 @@ class TraceData:
     profile_start_ns: int | None
     profile_stop_ns: int | None
     step_markers: pl.DataFrame | None
+    memory: pl.DataFrame | None
 
     def __init__(self, path: str, host: str, format: str, ops=None, module_runs: pl.DataFrame | None = None,
                  devices: list[DeviceInfo] | None = None, notes: list[str] | None = None,
                  has_shapes: bool = True, n_events: int = 0, profile_start_ns: int | None = None,
-                 profile_stop_ns: int | None = None, step_markers: pl.DataFrame | None = None, table=None):
+                 profile_stop_ns: int | None = None, step_markers: pl.DataFrame | None = None, table=None,
+                 memory: pl.DataFrame | None = None):
         from traceview.model.optable import OpTable, as_table
 
         self.path = path
@@ -203,6 +206,7 @@ class TraceData:
         self.profile_start_ns = profile_start_ns
         self.profile_stop_ns = profile_stop_ns
         self.step_markers = step_markers
+        self.memory = memory
 
     @property
     def ops(self) -> pl.DataFrame:

@@ -43,3 +43,15 @@ def fmt_rate(value: float | None, unit: str) -> str:
 def fmt_pct(x: float | None) -> str:
     """``0.1234`` -> ``"12.3%"``; ``"-"`` for None and for a non-finite value (never ``inf%``)."""
     return "-" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
+
+
+def fmt_bytes(n: float | int | None) -> str:
+    """Bytes with binary prefixes, as allocators count them: ``fmt_bytes(21492671104)`` ->
+    ``20.02 GiB``; "-" for None or a value that is not finite."""
+    if n is None or not math.isfinite(float(n)):
+        return "-"
+    v = float(n)
+    for factor, prefix in ((1 << 50, "Pi"), (1 << 40, "Ti"), (1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")):
+        if abs(v) >= factor:
+            return f"{v / factor:.2f} {prefix}B"
+    return f"{v:.0f} B"

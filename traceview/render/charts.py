@@ -321,7 +321,40 @@ def skew_svg(devices: list[str], busy: list[list[float]], steps: list[int] | Non
 
 
 #: The charts by the name a drawer is asked for.
-CHARTS = {"roofline": roofline_svg, "steps": steps_svg, "step_strip": step_strip_svg, "skew": skew_svg}
+@_chart_style
+def memory_svg(series: list[tuple[list[int], list[int]]], capacity: float | None = None) -> str:
+    """Bytes in use over time, one line per allocator (``series[i]`` = (times ps, bytes); x in
+    ms from the first event shown, y in GiB), the first allocator's capacity as a dashed line
+    when known and within 4x of the peak. Names stay out of the SVG: the legend is HTML."""
+    fig = _new_figure(8.0, 2.8)
+    fig.subplots_adjust(bottom=0.18)
+    ax = fig.add_subplot()
+    t0 = min((t[0] for t, _ in series if t), default=0)
+    top = 0.0
+    for i, (t, v) in enumerate(series):
+        if not t:
+            continue
+        xs = [(x - t0) / 1e9 for x in t]
+        ys = [y / (1 << 30) for y in v]
+        top = max(top, max(ys))
+        ax.step(xs, ys, where="post", lw=1.0, color=_MEM_COLORS[i % len(_MEM_COLORS)])
+    if capacity and top and capacity / (1 << 30) <= 4 * top:
+        ax.axhline(capacity / (1 << 30), color="#d62728", lw=0.8, ls="--")
+        top = max(top, capacity / (1 << 30))
+    ax.set_ylim(0, top * 1.08 or 1.0)
+    ax.set_xlabel("time (ms, host clock, from the first allocator event)")
+    ax.set_ylabel("in use (GiB)")
+    ax.grid(True, axis="y", color="#e6e6e6", lw=0.6)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return _svg(fig)
+
+
+#: line colors of :func:`memory_svg`, in allocator order (the HTML legend uses the same)
+_MEM_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
+
+CHARTS = {"memory": memory_svg, "roofline": roofline_svg, "steps": steps_svg, "step_strip": step_strip_svg, "skew": skew_svg}
 
 
 class InlineCharts:

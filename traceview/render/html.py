@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 
 from traceview.model.naming import safe_line
-from traceview.model.units import fmt_pct, fmt_rate, fmt_time_ps
+from traceview.model.units import fmt_bytes, fmt_pct, fmt_rate, fmt_time_ps
 from traceview.render.charts import BOUND_COLORS, InlineCharts
 from traceview.render.overlap_html import comm_view, finish as finish_comm
 from traceview.render.provenance import provenance_lines, run_names
@@ -66,6 +66,7 @@ def _env():
     env.filters["rate"] = fmt_rate
     env.filters["num"] = lambda v: "-" if v is None else f"{v:,}"
     env.filters["g3"] = lambda v: "-" if v is None else f"{v:.3g}"
+    env.filters["bytes"] = fmt_bytes
     return env
 
 
@@ -246,6 +247,33 @@ def _steps(rep, charts) -> _StepsView:
                       chart.n_steps, chart.shown, strip, summary, outl, strip_note)
 
 
+#: allocators drawn in the memory chart (largest peaks first)
+MEMORY_LINES = 8
+
+
+def _memory(mem, top: int, charts) -> dict | None:
+    """The memory section: the allocators' rows (the first ``top``), the chart of bytes in use
+    of the :data:`MEMORY_LINES` largest (submitted to ``charts``, drawn here), the alive-at-peak
+    rows of the largest, notes; None without a memory analysis."""
+    if mem is None:
+        return None
+    from traceview.render.charts import _MEM_COLORS
+
+    rows = [dict(a.to_dict(), color=_MEM_COLORS[i % len(_MEM_COLORS)] if i < MEMORY_LINES else None)
+            for i, a in enumerate(mem.allocators[:top])]
+    for r in rows:
+        r.pop("steps", None)
+        r.pop("alive_at_peak", None)
+    svg = None
+    if mem.allocators:
+        drawn = mem.allocators[:MEMORY_LINES]
+        svg = charts.submit("memory", [(list(a.series[0]), list(a.series[1])) for a in drawn], drawn[0].capacity)()
+    first = mem.allocators[0] if mem.allocators else None
+    notes = list(mem.notes) + [f"{a.allocator}: {n}" for a in mem.allocators[:top] for n in a.notes]
+    return {"rows": rows, "n": len(mem.allocators), "svg": svg, "first": first.to_dict() if first else None,
+            "alive": first.alive.head(top).to_dicts() if first is not None else [], "notes": list(dict.fromkeys(notes))}
+
+
 def _communication(comm, top: int) -> dict | None:
     """The communication section: link peaks and source, collective and host-transfer rows
     (the first ``top`` of each), notes; None without a communication analysis."""
@@ -336,6 +364,13 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
     }
     ctx["roof"] = _roofline(rep, min(top, 20), roof_chart)
     ctx["comm"] = _communication(getattr(rep, "communication", None), top)
+    ctx["mem"] = _memory(getattr(rep, "memory", None), top, charts)
+    ph = getattr(rep, "phases", None)
+    ctx["phases"] = None if ph is None or ph.steps.height == 0 else {
+        "labels": ph.label_line(), "source": ph.flops_source, "summary": ph.summary.to_dicts(),
+        "families": ph.families.to_dicts() if ph.families.height else [],
+        "steps": ph.steps.sort("host", "device", "start_ps").head(top).to_dicts(), "n_steps": ph.steps.height,
+        "notes": list(ph.notes)}
     if callable(steps.svg):
         steps.svg = steps.svg()
     if callable(steps.strip):

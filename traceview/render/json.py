@@ -153,6 +153,26 @@ def _stragglers(st, cut: Rows) -> dict | None:
             "clock_offsets": dict(st.clock_offsets), "notes": list(st.notes)}
 
 
+def _phases(ph, cut: Rows) -> dict | None:
+    """JSON object of a Phases: labels (one line), flops_source, summary, families, steps,
+    programs, notes."""
+    if ph is None:
+        return None
+    return {"labels": ph.label_line(), "flops_source": ph.flops_source, "summary": cut("phases.summary", ph.summary),
+            "families": cut("phases.families", ph.families), "steps": cut("phases.steps", ph.steps),
+            "programs": cut("phases.programs", ph.programs), "notes": list(ph.notes)}
+
+
+def _memory(mem, cut: Rows) -> dict | None:
+    """JSON object of a MemoryReport: allocators (one row each), alive_at_peak, steps, notes
+    (the allocators' own notes prefixed with their name)."""
+    if mem is None:
+        return None
+    notes = list(mem.notes) + [f"{a.host} {a.allocator}: {n}" for a in mem.allocators for n in a.notes]
+    return {"allocators": cut("memory.allocators", mem.summary), "alive_at_peak": cut("memory.alive_at_peak", mem.alive),
+            "steps": cut("memory.steps", mem.steps), "notes": notes}
+
+
 def _steps(anat, cut: Rows) -> dict | None:
     if anat is None:
         return None
@@ -207,6 +227,8 @@ def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = Fal
     out["stragglers"] = _stragglers(getattr(rep, "stragglers", None), cut)
     out["family_roofline"] = cut("family_roofline", getattr(rep, "family_roofline", None))
     out["family_roofline_summary"] = getattr(rep, "family_roofline_summary", None)
+    out["memory"] = _memory(getattr(rep, "memory", None), cut)
+    out["phases"] = _phases(getattr(rep, "phases", None), cut)
     return out
 
 

@@ -67,6 +67,12 @@ def render_report(console: Console, rep, *, top: int) -> None:
 
     render_family_roofline(console, getattr(rep, "family_roofline", None), rep.peaks,
                            getattr(rep, "family_roofline_summary", None), top=top)
+    from traceview.render.memory_view import render_memory
+    from traceview.render.phases_view import render_phases
+
+    render_phases(console, getattr(rep, "phases", None), top=top, escape=escape)
+
+    render_memory(console, getattr(rep, "memory", None), top=top, escape=escape)
 
 
 def render_analysis(console: Console, rep, *, top: int) -> None:

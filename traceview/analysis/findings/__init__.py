@@ -6,8 +6,9 @@ analysis results it needs (:class:`Inputs`: by-shape populations, steps, rooflin
 warnings, a diff); a rule returns None unless the trace holds the evidence. Thresholds are
 the fields of :class:`Thresholds` (documented defaults; ``--finding-threshold ID=VALUE`` sets
 the primary threshold of finding ID, :data:`PRIMARY`). The rules are in
-:mod:`~traceview.analysis.findings.decode` (decode-engine patterns) and
-:mod:`~traceview.analysis.findings.quality` (trace quality, costs, communication, diffs).
+:mod:`~traceview.analysis.findings.decode` (decode-engine patterns),
+:mod:`~traceview.analysis.findings.quality` (trace quality, costs, communication, diffs) and
+:mod:`~traceview.analysis.findings.memory` (device memory).
 
 Each finding's ``why`` stands alone: the lesson in one sentence with the measurement that
 taught it; ``doc`` links the page that tells each finding's story once
@@ -80,6 +81,9 @@ class Thresholds:
     host_transfer_share (0.25): transfers to or from host memory, with nothing else running,
       per step.
     overhead_factor (4.0): traced-event ratio of a diff population (as ``diff``'s default).
+    memory_share (0.90): an allocator's peak in use over its capacity.
+    memory_growth (0.01): bytes in use at the end of each steady step, growth per step over their
+      mean (a fraction; with no step giving memory back).
     """
 
     sampler_share: float = 0.03
@@ -98,6 +102,8 @@ class Thresholds:
     overhead_factor: float = 4.0
     step_repeats: float = 3
     host_transfer_share: float = 0.25
+    memory_share: float = 0.90
+    memory_growth: float = 0.01
 
 
 #: finding id -> the Thresholds field ``--finding-threshold ID=VALUE`` sets
@@ -115,6 +121,8 @@ PRIMARY = {
     "straggler-device": "straggler_factor",
     "far-below-roofline": "roofline_fraction",
     "warmup-in-window": "warmup_factor",
+    "memory-near-capacity": "memory_share",
+    "memory-grows-per-step": "memory_growth",
 }
 
 #: every finding id a rule can emit (trace-quality ids included)
@@ -174,12 +182,12 @@ class Inputs:
 def find(report=None, *, diff=None, thresholds=None) -> list[Finding]:
     """Every finding the rules make of ``report`` (and ``diff``), by severity then id.
     ``thresholds``: as :func:`thresholds_of`."""
-    from traceview.analysis.findings import decode, quality
+    from traceview.analysis.findings import decode, memory, quality
 
     th = thresholds_of(thresholds)
     ctx = Inputs(report, diff)
     out = []
-    rules = (decode.RULES if report is not None else ()) + (quality.RULES if report is not None else ())
+    rules = (decode.RULES + quality.RULES + memory.RULES) if report is not None else ()
     rules += quality.DIFF_RULES if diff is not None else ()
     for rule in rules:
         got = rule(ctx, th)

@@ -356,6 +356,8 @@ def host_bound(ctx, th) -> Finding | None:
     """Rule 8: device idle inside steps plus the gap between them is at least ``host_share``
     of a step's wall time plus its gap (the step as the step anatomy measures it, the gap
     after it: one step's start to the next)."""
+    if getattr(ctx.report, "phase", None):  # the other phases' ops were left out: their time reads as idle
+        return None
     info = step_info(ctx)
     st = info["steps"]
     if st is None or st.height < 2 or not info["step_ps"] or not _loop(ctx, th):

@@ -1,0 +1,447 @@
+"""Prefill, decode and mixed steps, and utilisation (MFU, MBU, tokens) per step and per phase.
+
+A serving engine runs different populations in one loop: prefill chunks, decode steps, warm-up
+buckets. Each *program* (module, program_id: compiled with static shapes) gets a phase:
+
+1. its name, where it says so (``prefill`` / ``decode`` in the module name, as the bundled
+   engine's ``jit_prefill_t32_r2`` and ``jit_decode_b8_bkv512``);
+2. else, for a program whose matmul populations carry a token dimension (a unified step
+   function such as vLLM's ``jit_step_fun``, which pads prefill and decode into token buckets):
+   T = the leading dimension of the result of its heaviest matmul/convolution population (the
+   tokens the step processes, bucket padding included) against B = the sequences of the
+   iteration, read off the LM head that follows it on the device (a 2-D result ``[B, V]`` whose
+   V, at least :data:`MIN_VOCAB`, is a dimension of one of its operands, in this program or the
+   next execution before the next step). T <= B rounded up to a power of two: one token per
+   sequence, decode; T over that: prefill (several tokens per sequence; a batch that mixes
+   prefill chunks and decode tokens in one padded bucket reads the same, so the reason says
+   T and B);
+3. else no phase (samplers, logits, copies: auxiliary to the step they follow).
+
+A *step* (the step anatomy's) is labelled by the phased executions on its device from the end
+of the previous step to its own end: decode only, prefill only, or both (``mixed``: an engine
+iteration that ran a prefill chunk between two decode steps; prefill before a device's first
+step precedes the loop, and that step is labelled by its own programs). Per phase: the steps, their time
+distribution, the share of op time of the phase's programs, the families per step, and
+utilisation: MFU = FLOPs in the step / (step time x peak FLOP/s), with the ops' ``model_flops``
+where the trace has them, else their FLOPs (trace or HLO-derived; the source is stated); MBU =
+bytes accessed in the step / (step time x peak bandwidth), the decode figure of merit (Pope et
+al., "Efficiently Scaling Transformer Inference", 2022, define both); tokens per step from the
+program names (``_b<N>`` decode rows, ``_t<N>`` prefill tokens) or ``tokens_per_step``. Peaks are
+per device (:class:`~traceview.analysis.peaks.Peaks`); unknown peaks leave MFU/MBU None.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+PHASES = ("prefill", "decode", "mixed")
+#: the smallest vocabulary an LM head's ``[B, V]`` result is recognised by
+MIN_VOCAB = 16384
+_NAME_PHASE = re.compile(r"(prefill|decode)", re.IGNORECASE)
+_LEAD = re.compile(r"^\(?[a-z0-9]+\[(\d+)")
+_DIMS = re.compile(r"\[([\d,]*)\]")
+_B_NAME = re.compile(r"_b(\d+)(?:_|$)")
+_T_NAME = re.compile(r"_t(\d+)(?:_|$)")
+
+
+@dataclass
+class Phases:
+    """Result of :func:`phases`. ``programs``: per (host, module, program_id) phase, tokens (T),
+    why. ``steps``: the anatomy's steps (host, device, step, start_ps, duration_ps, in_window)
+    with phase, why, tokens, flops, model_flops, bytes, mfu, mbu, tokens_per_s. ``summary``:
+    per phase (prefill, decode, mixed, unknown): steps, window_steps, median/p10/p90 step time
+    (ps, window steps), op_share (op time of the phase's programs over all op time), mfu, mbu
+    (window steps), tokens_per_s. ``families``: per phase and family, time per step (ps) and
+    share. ``flops_source``: what MFU counts; ``notes``."""
+
+    programs: pl.DataFrame
+    steps: pl.DataFrame
+    summary: pl.DataFrame
+    families: pl.DataFrame
+    flops_source: str = "unknown"
+    notes: list = field(default_factory=list)
+    #: per program execution on a device with steps: host, device, module, program_id,
+    #: start_ps, duration_ps, phase ("" when auxiliary), step_row (-1: in no step's iteration)
+    executions: pl.DataFrame | None = field(default=None, repr=False)
+
+    def label_line(self) -> str:
+        """One line: how many steps of each phase."""
+        if self.steps.height == 0:
+            return "no steps to label"
+        c = self.steps.group_by("phase").agg(pl.len().alias("n")).sort("phase")
+        return ", ".join(f"{n} {p}" for p, n in c.iter_rows())
+
+
+def _lead_dim(shape: str) -> int | None:
+    m = _LEAD.match(shape or "")
+    return int(m.group(1)) if m else None
+
+
+def _lm_head_rows(shape: str) -> int | None:
+    """B of an LM head population ``[B, V] <- ..., [V, H] ...`` (V >= MIN_VOCAB), else None."""
+    res, _, ops = (shape or "").partition(" <- ")
+    m = _DIMS.search(res)
+    if not m or res.startswith("("):
+        return None
+    dims = [int(x) for x in m.group(1).split(",") if x]
+    if len(dims) != 2 or dims[1] < MIN_VOCAB:
+        return None
+    for d in _DIMS.findall(ops):
+        if str(dims[1]) in d.split(","):
+            return dims[0]
+    return None
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, int(n - 1).bit_length())
+
+
+def program_phases(anat) -> pl.DataFrame:
+    """Per program (host, module, program_id) of the anatomy's op table: name_phase, tokens
+    (T), lm_rows (B of its LM head, if it has one), matmul_shape (the population T is read off)."""
+    table = anat.table
+    schema = {"host": pl.Utf8, "module": pl.Utf8, "program_id": pl.UInt64, "name_phase": pl.Utf8,
+              "tokens": pl.Int64, "lm_rows": pl.Int64, "matmul_shape": pl.Utf8}
+    if table is None or table.height == 0:
+        return pl.DataFrame(schema=schema)
+    ev = table.events
+    n_attr = table.attrs.height
+    self_ps = np.bincount(ev["attr"].to_numpy().astype(np.int64), weights=ev["self_ps"].fill_null(0).to_numpy(),
+                          minlength=n_attr)
+    attrs = table.attrs.select("attr", "host", "module", "program_id", "shape").with_columns(
+        pl.Series("self_ps", self_ps[table.attrs["attr"].to_numpy().astype(np.int64)]))
+    fam = anat.attr_family if anat.attr_family is not None else pl.DataFrame(schema={"attr": pl.UInt32,
+                                                                                      "family": pl.Utf8})
+    attrs = attrs.join(fam, on="attr", how="left")
+    keys = ["host", "module", "program_id"]
+    mm = (attrs.filter(pl.col("family") == "matmul/convolution").group_by(keys + ["shape"])
+          .agg(pl.col("self_ps").sum()).sort("self_ps", descending=True)
+          .group_by(keys, maintain_order=True).agg(pl.col("shape").first().alias("matmul_shape")))
+    shapes = attrs.select(keys + ["shape"]).unique()
+    lm = shapes.with_columns(pl.col("shape").map_elements(_lm_head_rows, return_dtype=pl.Int64).alias("lm_rows")) \
+        .filter(pl.col("lm_rows").is_not_null()).group_by(keys).agg(pl.col("lm_rows").min())
+    progs = attrs.select(keys).unique(maintain_order=True)
+    out = (progs.join(mm, on=keys, how="left", nulls_equal=True).join(lm, on=keys, how="left", nulls_equal=True)
+           .with_columns(
+               pl.col("module").str.extract(r"(?i)(prefill|decode)", 1).str.to_lowercase().alias("name_phase"),
+               pl.col("matmul_shape").map_elements(_lead_dim, return_dtype=pl.Int64).alias("tokens")))
+    return out.select(list(schema)).cast(schema)
+
+
+def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Phases:
+    """The :class:`Phases` of a profile's step anatomy ``anat`` (a
+    :class:`~traceview.analysis.steps.StepAnatomy`); ``peaks``: per device (None: MFU/MBU
+    unknown); ``tokens_per_step``: tokens every step produces when the program names do not say."""
+    progs = program_phases(anat)
+    st = anat.steps
+    empty_sum = pl.DataFrame(schema={"phase": pl.Utf8, "steps": pl.Int64, "window_steps": pl.Int64,
+                                     "median_ps": pl.Float64, "p10_ps": pl.Float64, "p90_ps": pl.Float64,
+                                     "op_share": pl.Float64, "mfu": pl.Float64, "mbu": pl.Float64,
+                                     "tokens_per_s": pl.Float64})
+    if st.height == 0 or prof.module_runs.height == 0:
+        return Phases(progs, st.head(0), empty_sum, pl.DataFrame(), notes=["no steps: no phase to label"],
+                      executions=None)
+    steps = st.select("host", "device", "step", "start_ps", "duration_ps",
+                      pl.col("in_window") if "in_window" in st.columns else pl.lit(True).alias("in_window"))
+    steps = steps.with_row_index("_row")
+    if progs["name_phase"].null_count() == progs.height and progs["lm_rows"].null_count() == progs.height:
+        # no program says its phase and no LM head gives the sequences: nothing to label
+        lab = steps.with_columns(pl.lit("unknown").alias("phase"), pl.lit(None, dtype=pl.Utf8).alias("why"),
+                                 pl.lit(None, dtype=pl.Int64).alias("step_tokens"),
+                                 pl.lit(None, dtype=pl.Int64).alias("sequences"),
+                                 pl.lit(None, dtype=pl.Int64).alias("tokens"))
+        util, source = _utilisation(anat, lab, peaks, tokens_per_step)
+        lab = lab.drop("tokens").join(util, on="_row", how="left")
+        return Phases(progs, lab.drop("_row"), _summary(lab, None, prof.module_runs), pl.DataFrame(schema={
+            "phase": pl.Utf8, "family": pl.Utf8, "self_ps": pl.Float64, "share": pl.Float64}), source,
+            ["phase unknown for every step: no program is named prefill/decode, and no program's token "
+             "dimension can be read against an LM head"] + _peak_notes(peaks), None)
+    runs = prof.module_runs.select("host", "device", "module", "program_id", "start_ps", "duration_ps")
+    runs = runs.join(progs, on=["host", "module", "program_id"], how="left", nulls_equal=True).sort(
+        "host", "device", "start_ps")
+    labelled, execs = [], []
+    by_dev = {k: g for k, g in runs.group_by(["host", "device"], maintain_order=True)}
+    for (host, dev), s in steps.sort("host", "device", "start_ps").group_by(["host", "device"], maintain_order=True):
+        r = by_dev.get((host, dev), runs.head(0))
+        ex, got = _label_device(s, r)
+        rows = s["_row"].to_numpy()
+        execs.append(ex.with_columns(pl.Series("step_row", np.where(ex["step_row"].to_numpy() >= 0,
+                                                                       rows[np.maximum(ex["step_row"].to_numpy(), 0)]
+                                                                       if len(rows) else -1, -1))))
+        labelled.append(got)
+    lab = pl.concat(labelled, how="vertical_relaxed").sort("_row")
+    executions = pl.concat(execs, how="vertical_relaxed") if execs else runs.head(0)
+    util, source = _utilisation(anat, lab, peaks, tokens_per_step)
+    lab = lab.drop("tokens").join(util, on="_row", how="left")
+    summary = _summary(lab, executions, runs)
+    fams = _families(anat, lab)
+    return Phases(progs, lab.drop("_row"), summary, fams, source, _peak_notes(peaks), executions)
+
+
+def _peak_notes(peaks) -> list[str]:
+    notes = []
+    if peaks is None or peaks.peak_flops is None:
+        notes.append("MFU unknown: no peak FLOP/s (pass --chip or --peak-flops)")
+    if peaks is None or peaks.peak_bw is None:
+        notes.append("MBU unknown: no peak bandwidth (pass --chip or --peak-bw)")
+    return notes
+
+
+def _label_device(s: pl.DataFrame, r: pl.DataFrame) -> pl.DataFrame:
+    """Label one device's steps ``s`` (in time order) from its program executions ``r`` (in
+    time order): sorts and searches, no loop over executions or steps."""
+    starts = s["start_ps"].to_numpy()
+    ends = starts + s["duration_ps"].fill_null(0).to_numpy()
+    rs = r["start_ps"].to_numpy()
+    m = len(rs)
+    big = np.iinfo(np.int64)
+    # executions from the previous step's end (exclusive) to this step's end (inclusive)
+    lo = np.searchsorted(rs, np.concatenate([[big.min], ends[:-1]]), side="right")
+    hi = np.searchsorted(rs, ends, side="right")
+    # per execution: the step it belongs to (-1 none) and where that step's iteration ends
+    # (the next step's start): its LM head must run before that
+    owner = np.full(m, -1, dtype=np.int64)
+    if m:
+        k_of = np.searchsorted(hi, np.arange(m), side="right")  # first step whose hi > i
+        ok = (k_of < len(hi)) & (np.arange(m) >= lo[np.minimum(k_of, len(lo) - 1)])
+        owner[ok] = k_of[ok]
+    nxt = np.searchsorted(rs, np.concatenate([starts[1:], [big.max]]), side="left")
+    name_phase = r["name_phase"].fill_null("").to_numpy()
+    tokens = r["tokens"].fill_null(-1).to_numpy()
+    lm = r["lm_rows"].fill_null(-1).to_numpy()
+    # the next execution at or after i with an LM head (its own first)
+    idx = np.where(lm >= 0, np.arange(m), m)
+    next_lm = np.minimum.accumulate(idx[::-1])[::-1] if m else idx
+    limit = np.where(owner >= 0, nxt[np.maximum(owner, 0)], -1)
+    has_b = (next_lm < m) & (next_lm < np.maximum(limit, 0)) & (owner >= 0)
+    b = np.where(has_b, lm[np.minimum(next_lm, m - 1)] if m else 0, -1)
+    unified = (name_phase == "") & (tokens > 0) & (b > 0) & ~((lm >= 0) & (tokens == lm))
+    pow2 = np.where(b > 0, 1 << np.ceil(np.log2(np.maximum(b, 1))).astype(np.int64), 0)
+    ex_phase = np.where(name_phase != "", name_phase,
+                        np.where(unified, np.where(tokens <= pow2, "decode", "prefill"), ""))
+    # per step: the first decode and the first prefill execution in its window
+    out_ph, rep = [], {}
+    for p in ("decode", "prefill"):
+        pos = np.flatnonzero((ex_phase == p) & (owner >= 0))
+        j = np.searchsorted(pos, lo)
+        hit = (j < len(pos)) & (pos[np.minimum(j, max(len(pos) - 1, 0))] < hi) if len(pos) else np.zeros(len(lo), bool)
+        rep[p] = np.where(hit, pos[np.minimum(j, max(len(pos) - 1, 0))] if len(pos) else -1, -1)
+    dec, pre = rep["decode"] >= 0, rep["prefill"] >= 0
+    # prefill before a device's first step is not interleaved with decode: that step is decode
+    first_after_prefill = np.zeros(len(dec), dtype=bool)
+    if len(dec):
+        first_after_prefill[0] = bool(dec[0] and pre[0])
+    phase = np.where(dec & pre & ~first_after_prefill, "mixed",
+                     np.where(dec, "decode", np.where(pre, "prefill", "unknown")))
+    mods = r["module"].to_numpy()
+
+    def reason(k_rep: np.ndarray, p: str) -> pl.Series:
+        i = np.maximum(k_rep, 0)
+        mod = pl.Series(mods[i] if m else np.array([], dtype=object), dtype=pl.Utf8)
+        t = pl.Series(tokens[i] if m else [], dtype=pl.Int64)
+        bb = pl.Series(b[i] if m else [], dtype=pl.Int64)
+        named = pl.Series(name_phase[i] != "" if m else [], dtype=pl.Boolean)
+        df = pl.DataFrame({"mod": mod, "t": t, "b": bb, "named": named})
+        txt = df.select(pl.when(pl.col("named")).then(pl.format("program {} is named " + p, "mod"))
+                        .otherwise(pl.format("{} runs {} tokens for {} sequences", "mod", "t", "b")))[:, 0]
+        return txt.set(pl.Series(k_rep < 0), None)
+
+    rd, rp = reason(rep["decode"], "decode"), reason(rep["prefill"], "prefill")
+    why = pl.DataFrame({"d": rd, "p": rp}).select(
+        pl.concat_str([pl.col("p"), pl.col("d")], separator="; ", ignore_nulls=True))[:, 0]
+    if first_after_prefill.any():
+        why = why.set(pl.Series(first_after_prefill), "the first step: " + (rd[0] or "") +
+                      "; the prefill (" + (rp[0] or "") + ") ran before it, not between decode steps")
+    why = why.set(pl.Series(phase == "unknown"),
+                  "no program named prefill/decode, and no token dimension against an LM head")
+    first = np.where(dec, rep["decode"], rep["prefill"])
+    step_tok = np.where((first >= 0) & (name_phase[np.maximum(first, 0)] == "") if m else False,
+                        tokens[np.maximum(first, 0)] if m else -1, -1)
+    step_seq = np.where(step_tok > 0, b[np.maximum(first, 0)] if m else -1, -1)
+    # tokens the phased executions inside the step's window process, from their names (decode: _b<N> rows,
+    # prefill: _t<N> tokens); unknown when one of them does not say
+    named_tok = pl.DataFrame({"m": r["module"].fill_null(""), "p": ex_phase}).select(
+        pl.when(pl.col("p") == "decode").then(pl.col("m").str.extract(r"_b(\d+)(?:_|$)", 1))
+        .when(pl.col("p") == "prefill").then(pl.col("m").str.extract(r"_t(\d+)(?:_|$)", 1))
+        .cast(pl.Int64))[:, 0].to_numpy() if m else np.zeros(0)
+    phased = (ex_phase != "") & (owner >= 0)
+    known = phased & ~np.isnan(named_tok.astype(np.float64))
+    cs_t = np.concatenate([[0], np.cumsum(np.where(known, np.nan_to_num(named_tok.astype(np.float64)), 0))])
+    cs_u = np.concatenate([[0], np.cumsum(phased & ~known)])
+    cs_p = np.concatenate([[0], np.cumsum(phased)])
+    inn = np.searchsorted(rs, starts, side="left")  # executions inside the step's own window
+    tok = cs_t[hi] - cs_t[inn]
+    tok_ok = ((cs_u[hi] - cs_u[inn]) == 0) & ((cs_p[hi] - cs_p[inn]) > 0)
+    ex = r.select("host", "device", "module", "program_id", "start_ps", "duration_ps").with_columns(
+        pl.Series("phase", ex_phase.tolist(), dtype=pl.Utf8), pl.Series("step_row", owner))
+    return ex, s.with_columns(pl.Series("phase", phase.tolist(), dtype=pl.Utf8), why.alias("why"),
+                          pl.Series("tokens", np.where(tok_ok, tok, np.nan)).fill_nan(None).cast(pl.Int64),
+                          pl.Series("step_tokens", step_tok).replace(-1, None).cast(pl.Int64),
+                          pl.Series("sequences", step_seq).replace(-1, None).cast(pl.Int64))
+
+
+def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
+    """Per step row: flops, model_flops, bytes (sums over its ops x occurrences), mfu, mbu,
+    tokens, tokens_per_s; and the FLOPs source line."""
+    table, rows = anat.table, anat.step_rows
+    n = anat.steps.height
+    zero = np.zeros(n)
+    flops = mflops = byts = zero
+    source = "unknown"
+    if table is not None and rows is not None and (rows >= 0).any():
+        attrs = table.attrs
+        n_attr = attrs.height
+        idx = attrs["attr"].to_numpy().astype(np.int64)
+
+        def per_attr(col):
+            a = np.zeros(n_attr)
+            a[idx] = attrs[col].fill_null(np.nan).to_numpy()
+            return a
+
+        f, mf, b = per_attr("flops"), per_attr("model_flops"), per_attr("bytes_accessed")
+        fm = np.where(np.isnan(mf), f, mf)
+        ev_attr = table.events["attr"].to_numpy().astype(np.int64)
+        cnt = table.events["count"].fill_null(1).to_numpy().astype(np.float64)
+        inside = rows >= 0
+        r_in, a_in, c_in = rows[inside], ev_attr[inside], cnt[inside]
+        # per-event gathers of per-description figures (NaN: unknown, counted as 0)
+        flops = np.bincount(r_in, weights=np.nan_to_num(f)[a_in] * c_in, minlength=n)
+        mflops = np.bincount(r_in, weights=np.nan_to_num(fm)[a_in] * c_in, minlength=n)
+        byts = np.bincount(r_in, weights=np.nan_to_num(b)[a_in] * c_in, minlength=n)
+        used = np.bincount(a_in, minlength=n_attr) > 0
+        has_m, has_f = ~np.isnan(mf[used]), ~np.isnan(f[used])
+        src = np.zeros(n_attr, dtype=bool)
+        src[idx] = (attrs["cost_source"] == "derived").fill_null(False).to_numpy()
+        derived = bool(src[used].any())
+        if has_m.any():
+            source = ("model_flops from the trace" if has_m.all() else
+                      "model_flops from the trace where an op has them, else the op's FLOPs")
+        elif has_f.any():
+            source = "the ops' FLOPs " + ("(derived from the HLO where the trace has none)" if derived else
+                                          "(from the trace)")
+    row = lab["_row"].to_numpy()
+    dur = lab["duration_ps"].fill_null(0).to_numpy().astype(np.float64) * 1e-12
+    pf = peaks.peak_flops if peaks is not None else None
+    pb = peaks.peak_bw if peaks is not None else None
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        mfu = mflops[row] / (dur * pf) if pf else None
+        mbu = byts[row] / (dur * pb) if pb else None
+    tok = (pl.repeat(tokens_per_step, lab.height, dtype=pl.Int64, eager=True) if tokens_per_step
+           else lab["tokens"]).alias("tokens")
+    nul = pl.repeat(None, lab.height, dtype=pl.Float64, eager=True)
+    out = pl.DataFrame([lab["_row"], pl.Series("flops", flops[row]), pl.Series("model_flops", mflops[row]),
+                        pl.Series("bytes", byts[row]), pl.Series("mfu", mfu) if mfu is not None else nul.alias("mfu"),
+                        pl.Series("mbu", mbu) if mbu is not None else nul.alias("mbu"), tok,
+                        pl.Series("_dur", dur)])
+    out = out.with_columns(pl.when(pl.col("mfu").is_finite()).then(pl.col("mfu")).alias("mfu"),
+                           pl.when(pl.col("mbu").is_finite()).then(pl.col("mbu")).alias("mbu"),
+                           pl.when(pl.col("_dur") > 0).then(pl.col("tokens") / pl.col("_dur")).alias("tokens_per_s")
+                           ).drop("_dur")
+    return out, source
+
+
+def _summary(lab: pl.DataFrame, executions: pl.DataFrame | None, runs: pl.DataFrame) -> pl.DataFrame:
+    """Per phase; op_share = execution time of the programs of that phase (prefill, decode)
+    over the time of every program execution."""
+    win = lab.filter(pl.col("in_window"))
+    total_ps = float(runs["duration_ps"].sum() or 0)
+    rows = []
+    for p in PHASES + ("unknown",):
+        all_p = lab.filter(pl.col("phase") == p)
+        if all_p.height == 0:
+            continue
+        w = win.filter(pl.col("phase") == p)
+        d = w["duration_ps"].cast(pl.Float64)
+        sec = float(w["duration_ps"].sum() or 0) * 1e-12
+        prog = (executions.filter(pl.col("phase") == p)["duration_ps"].sum()
+                if executions is not None and p in ("prefill", "decode") else None)
+        mf = w.filter(pl.col("mfu").is_not_null())
+        mb = w.filter(pl.col("mbu").is_not_null())
+        rows.append({
+            "phase": p, "steps": all_p.height, "window_steps": w.height,
+            "median_ps": d.median() if w.height else None, "p10_ps": d.quantile(0.1) if w.height else None,
+            "p90_ps": d.quantile(0.9) if w.height else None,
+            "op_share": (float(prog) / total_ps) if prog and total_ps else None,
+            "mfu": float((mf["mfu"] * mf["duration_ps"]).sum() / mf["duration_ps"].sum()) if mf.height else None,
+            "mbu": float((mb["mbu"] * mb["duration_ps"]).sum() / mb["duration_ps"].sum()) if mb.height else None,
+            "tokens_per_s": (float(w["tokens"].sum()) / sec) if sec > 0 and w["tokens"].null_count() == 0
+            and w.height else None,
+        })
+    return pl.DataFrame(rows, schema={"phase": pl.Utf8, "steps": pl.Int64, "window_steps": pl.Int64,
+                                      "median_ps": pl.Float64, "p10_ps": pl.Float64, "p90_ps": pl.Float64,
+                                      "op_share": pl.Float64, "mfu": pl.Float64, "mbu": pl.Float64,
+                                      "tokens_per_s": pl.Float64})
+
+
+def _families(anat, lab: pl.DataFrame) -> pl.DataFrame:
+    """Per (phase, family): time per window step of that phase (ps) and its share of those steps'
+    time."""
+    win = lab.filter(pl.col("in_window"))
+    schema = {"phase": pl.Utf8, "family": pl.Utf8, "self_ps": pl.Float64, "share": pl.Float64}
+    if win.height == 0:
+        return pl.DataFrame(schema=schema)
+    by = anat.family_time_by_step(win["_row"].to_numpy())
+    if by.height == 0:
+        return pl.DataFrame(schema=schema)
+    ph = win.select(pl.col("_row").cast(pl.Int64).alias("step_row"), "phase", "duration_ps")
+    per = ph.group_by("phase").agg(pl.len().alias("n"), pl.col("duration_ps").sum().alias("t"))
+    return (by.join(ph.select("step_row", "phase"), on="step_row").group_by("phase", "family")
+            .agg(pl.col("self_ps").sum()).join(per, on="phase")
+            .select("phase", "family", (pl.col("self_ps") / pl.col("n")).alias("self_ps"),
+                    (pl.col("self_ps") / pl.col("t")).alias("share"))
+            .sort(["phase", "self_ps"], descending=[False, True]).cast(schema))
+
+
+def phase_profile(prof, phase: str, ph: Phases):
+    """A new profile of ``prof``'s class keeping the op events and program executions of one
+    phase: for ``prefill`` / ``decode`` those inside the executions of programs of that phase,
+    for ``mixed`` those inside the iterations (previous step's end to the step's end) of the
+    steps labelled mixed. Raises :class:`~traceview.errors.UsageError` on an unknown phase or one
+    no step or execution has (naming the phases found)."""
+    from traceview.errors import UsageError
+
+    if phase not in PHASES:
+        raise UsageError(f"--phase {phase!r}: expected one of {', '.join(PHASES)}")
+    ex = ph.executions
+    found = sorted({p for p in (ex["phase"].unique().to_list() if ex is not None else []) if p}
+                   | set(ph.steps["phase"].unique().to_list() if ph.steps.height else []) - {"unknown"})
+    if phase == "mixed":
+        st = ph.steps.filter(pl.col("phase") == "mixed")
+        prev_end = (ph.steps.sort("host", "device", "start_ps").with_columns(
+            (pl.col("start_ps") + pl.col("duration_ps")).shift(1).over("host", "device").alias("a")))
+        win = prev_end.filter(pl.col("phase") == "mixed").select(
+            "host", "device", pl.col("a").fill_null(pl.col("start_ps")).alias("lo"),
+            (pl.col("start_ps") + pl.col("duration_ps")).alias("hi"))
+        n = st.height
+    else:
+        sel = ex.filter(pl.col("phase") == phase) if ex is not None else None
+        n = sel.height if sel is not None else 0
+        win = sel.select("host", "device", pl.col("start_ps").alias("lo"),
+                         (pl.col("start_ps") + pl.col("duration_ps")).alias("hi")) if n else None
+    if not n:
+        raise UsageError(f"--phase {phase}: no {'step' if phase == 'mixed' else 'program execution'} of that phase "
+                         f"in this profile (phases found: {', '.join(found) or 'none'})")
+    table = prof.table
+    ev = table.events.select("attr", "start_ps").with_row_index("_i").join(
+        table.attrs.select("attr", "host", "device"), on="attr", how="left")
+    win = win.sort("lo")
+    hit = (ev.filter(pl.col("start_ps").is_not_null()).sort("start_ps")
+           .join_asof(win, left_on="start_ps", right_on="lo", by=["host", "device"], strategy="backward", check_sortedness=False)
+           .filter(pl.col("hi").is_not_null() & (pl.col("start_ps") < pl.col("hi"))))
+    keep = np.zeros(table.height, dtype=bool)
+    keep[hit["_i"].to_numpy()] = True
+    events = table.events.filter(pl.Series(keep))
+    runs = prof.module_runs.sort("start_ps").join_asof(
+        win.rename({"lo": "_lo", "hi": "_hi"}), left_on="start_ps", right_on="_lo", by=["host", "device"],
+        strategy="backward", check_sortedness=False).filter(pl.col("_hi").is_not_null() & (pl.col("start_ps") < pl.col("_hi"))).drop("_lo", "_hi")
+    from dataclasses import replace
+
+    out = replace(prof, table=type(table)(events, table.attrs), ops=None, module_runs=runs)
+    out.phase = phase  # read by Report.phase: idle between the phase's steps is the other phases' time
+    out.warnings = list(prof.warnings) + [f"--phase {phase}: {events.height:,} of {table.height:,} op events, in "
+                                          f"{n:,} {'step' if phase == 'mixed' else 'program execution'}(s) of that phase"]
+    return out

@@ -1,0 +1,190 @@
+"""The allocators' events of an XSpace host plane as one frame (:data:`MEMORY_SCHEMA`).
+
+TPU and GPU runtimes record every device buffer allocation and deallocation as a
+``MemoryAllocation`` / ``MemoryDeallocation`` XEvent on the ``/host:CPU`` plane, each carrying
+the allocator's state after the event. Stat names and meanings are OpenXLA's
+(``xla/tsl/profiler/utils/xplane_schema.cc``) as XProf's ``memory_profile`` tool reads them
+(``xprof/convert/xplane_to_memory_profile.cc``): ``bytes_allocated`` (heap bytes in use),
+``bytes_reserved`` (stack bytes reserved), ``bytes_available`` (free bytes), ``peak_bytes_in_use``
+(the allocator's lifetime peak so far), ``fragmentation``, ``requested_bytes``,
+``allocation_bytes``, ``addr``, ``tf_op``, ``group_id`` (step), ``region_type``, ``data_type``,
+``shape`` / ``tensor_shapes``; the allocator is named by ``allocator_name`` (GPU BFC allocators,
+e.g. ``GPU_0_bfc``) or by the device index (``index_on_host`` / ``device_ordinal``, TPU), as
+XProf's memory ids are. XLA:CPU records none.
+
+==================  =========  ==============================================================
+column              dtype      meaning
+==================  =========  ==============================================================
+host                Utf8       host name (as the op table's)
+allocator           Utf8       XProf's memory id: ``allocator_name``, else the device index
+time_ps             Int64      event time, ps on the host plane's clock (line timestamp +
+                               offset; XProf keys its snapshots by the offset alone)
+alloc               Boolean    True for an allocation, False for a deallocation
+address             Int64      ``addr`` (null if absent)
+requested_bytes     Int64      bytes the caller asked for (allocations; null if absent)
+allocation_bytes    Int64      bytes the allocator handed out (null if absent)
+heap_bytes          Int64      heap bytes in use after the event (``bytes_allocated``)
+stack_bytes         Int64      stack bytes reserved after the event (``bytes_reserved``)
+free_bytes          Int64      free bytes after the event (``bytes_available``)
+lifetime_peak_bytes Int64      the allocator's peak bytes in use so far (``peak_bytes_in_use``)
+fragmentation       Float64    the allocator's fragmentation after the event (0-1)
+op                  Utf8       op that allocated (``tf_op``; "" if absent)
+region              Utf8       ``region_type`` ("" if absent)
+data_type           Utf8       ``data_type`` (TensorFlow DataType names, "" when invalid)
+shape               Utf8       tensor shape as recorded ("" if absent)
+step_id             Int64      ``group_id`` (the step the runtime grouped it in; null if none)
+==================  =========  ==============================================================
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from traceview.read.xplane import wire
+
+MEMORY_SCHEMA: dict[str, pl.DataType] = {
+    "host": pl.Utf8,
+    "allocator": pl.Utf8,
+    "time_ps": pl.Int64,
+    "alloc": pl.Boolean,
+    "address": pl.Int64,
+    "requested_bytes": pl.Int64,
+    "allocation_bytes": pl.Int64,
+    "heap_bytes": pl.Int64,
+    "stack_bytes": pl.Int64,
+    "free_bytes": pl.Int64,
+    "lifetime_peak_bytes": pl.Int64,
+    "fragmentation": pl.Float64,
+    "op": pl.Utf8,
+    "region": pl.Utf8,
+    "data_type": pl.Utf8,
+    "shape": pl.Utf8,
+    "step_id": pl.Int64,
+}
+
+EVENT_NAMES = {"MemoryAllocation": True, "MemoryDeallocation": False}
+
+# slot -> the stat names that fill it (a later name in an event wins, as in XProf's switch)
+_SLOTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("allocator_name", ("allocator_name",)),
+    ("device_index", ("index_on_host", "device_ordinal")),
+    ("stack_bytes", ("bytes_reserved",)),
+    ("heap_bytes", ("bytes_allocated",)),
+    ("free_bytes", ("bytes_available",)),
+    ("fragmentation", ("fragmentation",)),
+    ("lifetime_peak_bytes", ("peak_bytes_in_use",)),
+    ("requested_bytes", ("requested_bytes",)),
+    ("allocation_bytes", ("allocation_bytes",)),
+    ("address", ("addr",)),
+    ("op", ("tf_op",)),
+    ("step_id", ("group_id",)),
+    ("region", ("region_type",)),
+    ("data_type", ("data_type",)),
+    ("shape", ("shape", "tensor_shapes")),
+)
+_SLOT = {name: i for i, (name, _) in enumerate(_SLOTS)}
+_INT_SLOTS = ("stack_bytes", "heap_bytes", "free_bytes", "lifetime_peak_bytes", "requested_bytes",
+              "allocation_bytes", "address", "step_id", "device_index")
+_STR_SLOTS = ("allocator_name", "op", "region", "data_type", "shape")
+
+#: TensorFlow ``DataType`` enum values (``tensorflow/core/framework/types.proto``), as the
+#: runtimes record ``data_type``; 0 (``DT_INVALID``) and unknown values read as "".
+_TF_DTYPES = {1: "float", 2: "double", 3: "int32", 4: "uint8", 5: "int16", 6: "int8", 7: "string",
+              8: "complex64", 9: "int64", 10: "bool", 11: "qint8", 12: "quint8", 13: "qint32",
+              14: "bfloat16", 15: "qint16", 16: "quint16", 17: "uint16", 18: "complex128", 19: "half",
+              20: "resource", 21: "variant", 22: "uint32", 23: "uint64", 24: "float8_e5m2",
+              25: "float8_e4m3fn", 29: "int4", 30: "uint4"}
+_TF_DTYPE_NAMES = np.array([_TF_DTYPES.get(c, "") for c in range(max(_TF_DTYPES) + 1)], dtype=object)
+
+
+def empty_memory() -> pl.DataFrame:
+    """An empty frame of :data:`MEMORY_SCHEMA`."""
+    return pl.DataFrame(schema=MEMORY_SCHEMA)
+
+
+def has_memory_events(plane) -> bool:
+    """Whether ``plane``'s event metadata names an allocator event (no event is decoded)."""
+    return any(md.name in EVENT_NAMES for md in plane.event_metadata.values())
+
+
+def read_memory_events(plane, stat_names: dict[int, str], path: str, host: str) -> pl.DataFrame:
+    """The allocator events of one host plane (lazy or mapped XPlane) as a
+    :data:`MEMORY_SCHEMA` frame sorted by time; empty when the plane has none. Each XLine is
+    decoded by :func:`traceview.read.xplane.wire.decode_annotated` (the C decoder when built)
+    and the events of the two allocator metadata ids kept: no Python work per event. Raises
+    :class:`~traceview.errors.TraceUnreadable` naming ``path`` on malformed line bytes."""
+    kinds_of = {mid: EVENT_NAMES[md.name] for mid, md in plane.event_metadata.items() if md.name in EVENT_NAMES}
+    if not kinds_of:
+        return empty_memory()
+    ids, slots = [], []
+    for sid, nm in stat_names.items():
+        for slot, (_, names) in enumerate(_SLOTS):
+            if nm in names:
+                ids.append(sid)
+                slots.append(slot)
+    mem_mids = np.fromiter(kinds_of, dtype=np.int64, count=len(kinds_of))
+    alloc_mids = np.fromiter((m for m, a in kinds_of.items() if a), dtype=np.int64)
+    ref_names = np.array([""] + list(stat_names.values()), dtype=object)
+    ref_keys = np.array([-1] + list(stat_names.keys()), dtype=np.int64)
+    order = np.argsort(ref_keys, kind="stable")
+    ref_keys, ref_names = ref_keys[order], ref_names[order]
+    parts = []
+    nslot = len(_SLOTS)
+    for raw in plane.lines:
+        line = wire.decode_annotated(raw, path, ids, slots, 0, nslot)
+        if not len(line):
+            continue
+        mids = line.combo_mids[line.combo]
+        keep = np.flatnonzero(np.isin(mids, mem_mids))
+        if not len(keep):
+            continue
+        kinds = line.extra_kinds[keep]
+        vals = line.extra_values[keep]
+        strings = np.array(list(line.strings) + [""], dtype=object)
+        cols = {"time_ps": line.starts[keep], "alloc": np.isin(mids[keep], alloc_mids)}
+        for name in _INT_SLOTS:
+            cols[name] = _ints(kinds[:, _SLOT[name]], vals[:, _SLOT[name]])
+        k, v = kinds[:, _SLOT["fragmentation"]], vals[:, _SLOT["fragmentation"]]
+        frag = np.where(k == wire.KIND_DOUBLE, v.view(np.float64), v.astype(np.float64))
+        cols["fragmentation"] = pl.Series(frag).set(pl.Series(k == wire.KIND_ABSENT), None)
+        for name in _STR_SLOTS:
+            cols[name] = _strings(kinds[:, _SLOT[name]], vals[:, _SLOT[name]], strings, ref_keys, ref_names)
+        parts.append(pl.DataFrame(cols))
+    if not parts:
+        return empty_memory()
+    df = pl.concat(parts, how="vertical")
+    dtype = df["data_type"]
+    df = df.with_columns(
+        pl.lit(host, dtype=pl.Utf8).alias("host"),
+        pl.when(pl.col("allocator_name") != "").then(pl.col("allocator_name"))
+        .otherwise(pl.col("device_index").cast(pl.Utf8).fill_null("")).alias("allocator"),
+        dtype.alias("data_type"),
+    )
+    return df.select(list(MEMORY_SCHEMA)).cast(MEMORY_SCHEMA).sort("time_ps", maintain_order=True)
+
+
+def _ints(kind: np.ndarray, val: np.ndarray) -> pl.Series:
+    """int64 values of a stat slot (a double truncated), null where absent or a string."""
+    out = np.where(kind == wire.KIND_DOUBLE, val.view(np.float64).astype(np.int64, copy=False), val)
+    bad = ~np.isin(kind, (wire.KIND_INT64, wire.KIND_UINT64, wire.KIND_DOUBLE))
+    return pl.Series(out, dtype=pl.Int64).set(pl.Series(bad), None)
+
+
+def _strings(kind, val, strings, ref_keys, ref_names) -> pl.Series:
+    """str values of a stat slot: str stats, ref stats (a stat metadata's name) and integer
+    ``data_type`` codes (TensorFlow names); "" where absent."""
+    out = np.full(len(kind), "", dtype=object)
+    s = kind == wire.KIND_STR
+    if s.any():
+        out[s] = strings[val[s]]
+    r = kind == wire.KIND_REF
+    if r.any():
+        pos = np.clip(np.searchsorted(ref_keys, val[r]), 0, len(ref_keys) - 1)
+        out[r] = np.where(ref_keys[pos] == val[r], ref_names[pos], "")
+    i = np.isin(kind, (wire.KIND_INT64, wire.KIND_UINT64))
+    if i.any():
+        codes = val[i]
+        ok = (codes >= 0) & (codes < len(_TF_DTYPE_NAMES))
+        out[i] = np.where(ok, _TF_DTYPE_NAMES[np.where(ok, codes, 0)], "")
+    return pl.Series(out, dtype=pl.Utf8)

@@ -1,0 +1,52 @@
+"""Terminal rendering of the device-memory section (:class:`~traceview.analysis.memory.MemoryReport`)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from traceview.model.units import fmt_bytes, fmt_pct, fmt_time_ps
+
+
+def render_memory(console: Console, mem, *, top: int, escape) -> None:
+    """Print one table of allocators (capacity, peak in use with its heap and stack terms,
+    share of capacity, lifetime peak, fragmentation, growth per step), the largest allocations
+    alive at the top allocator's peak, and the notes. ``escape``: the terminal's escaper for
+    strings from the trace. Nothing when ``mem`` is None."""
+    if mem is None:
+        return
+    console.print()
+    if not mem.known:
+        console.print("[bold]memory[/bold] — unknown: " + escape("; ".join(mem.notes)))
+        return
+    n = len(mem.allocators)
+    t = Table(title=f"memory — {n} allocator{'s' if n != 1 else ''} from the trace's allocation events "
+                    f"(as XProf's memory_profile), top {min(top, n)} by peak in use")
+    for c, j in (("host", "left"), ("allocator", "left"), ("capacity", "right"), ("peak in use", "right"),
+                 ("heap", "right"), ("stack", "right"), ("% cap.", "right"), ("lifetime peak", "right"),
+                 ("frag.", "right"), ("growth/step", "right")):
+        t.add_column(c, justify=j, overflow="fold")
+    for a in mem.allocators[:top]:
+        growth = ("unknown" if a.growth_per_step is None else
+                  f"{fmt_bytes(a.growth_per_step)} ({a.growth_pct:+.2f}%)" if a.growth_pct is not None
+                  else fmt_bytes(a.growth_per_step))
+        t.add_row(escape(a.host), escape(a.allocator), fmt_bytes(a.capacity), fmt_bytes(a.peak_in_use),
+                  fmt_bytes(a.peak_heap), fmt_bytes(a.peak_stack), fmt_pct(a.peak_share), fmt_bytes(a.lifetime_peak),
+                  "-" if a.fragmentation is None else f"{a.fragmentation:.3f}", growth)
+    console.print(t)
+    a = mem.allocators[0]
+    if a.alive.height:
+        at = Table(title=f"alive at the peak of {escape(a.allocator)} ({fmt_time_ps(a.peak_time_ps)} on the host "
+                         f"clock): {fmt_bytes(a.alive_bytes)} in allocations, {fmt_bytes(a.unattributed)} of the heap "
+                         f"allocated before the profile")
+        for c, j in (("bytes", "right"), ("count", "right"), ("each", "right"), ("requested", "right"),
+                     ("op", "left"), ("shape", "left"), ("region", "left"), ("dtype", "left")):
+            at.add_column(c, justify=j, overflow="fold")
+        for r in a.alive.head(top).iter_rows(named=True):
+            at.add_row(fmt_bytes(r["bytes"]), f"{r['count']:,}", fmt_bytes(r["allocation_bytes"]),
+                       fmt_bytes(r["requested_bytes"]), escape(r["op"] or "-"), escape(r["shape"] or "-"),
+                       escape(r["region"] or "-"), escape(r["data_type"] or "-"))
+        console.print(at)
+    notes = list(mem.notes) + [f"{x.allocator}: {nt}" for x in mem.allocators[:top] for nt in x.notes]
+    for nt in dict.fromkeys(notes):
+        console.print(f"  [yellow]note:[/yellow] {escape(nt)}")

@@ -1,0 +1,47 @@
+"""Terminal rendering of the phases section (:class:`~traceview.analysis.phases.Phases`)."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from traceview.model.units import fmt_pct, fmt_rate, fmt_time_ps
+
+
+def render_phases(console: Console, ph, *, top: int, escape) -> None:
+    """Print the phases: per phase the steps, step time, share of op time, MFU, MBU and
+    tokens/s; the top families of each phase; the first ``top`` steps with their label and
+    why; the notes. Nothing when ``ph`` is None or has no steps."""
+    if ph is None or ph.steps.height == 0:
+        return
+    console.print()
+    console.print(f"[bold]phases[/bold] — {escape(ph.label_line())}; MFU counts {escape(ph.flops_source)}")
+    t = Table(title="per phase (window steps)")
+    for c in ("phase", "steps", "median step", "p10-p90", "op time share", "MFU", "MBU", "tokens/s"):
+        t.add_column(c, justify="left" if c == "phase" else "right")
+    for r in ph.summary.iter_rows(named=True):
+        t.add_row(r["phase"], f"{r['window_steps']:,} of {r['steps']:,}", fmt_time_ps(r["median_ps"]),
+                  f"{fmt_time_ps(r['p10_ps'])} - {fmt_time_ps(r['p90_ps'])}", fmt_pct(r["op_share"]),
+                  fmt_pct(r["mfu"]), fmt_pct(r["mbu"]), fmt_rate(r["tokens_per_s"], "tok/s").replace(" tok/s", " ")
+                  if r["tokens_per_s"] is not None else "-")
+    console.print(t)
+    if ph.families.height:
+        parts = []
+        for p in ph.summary["phase"].to_list():
+            f = ph.families.filter(ph.families["phase"] == p).head(3)
+            if f.height:
+                parts.append(f"{p}: " + ", ".join(f"{escape(r['family'])} {fmt_pct(r['share'])}"
+                                                  for r in f.iter_rows(named=True)))
+        for line in parts:
+            console.print(f"  families per step — {line}")
+    st = ph.steps.sort("host", "device", "start_ps").head(top)
+    s = Table(title=f"steps and their phase — first {st.height} of {ph.steps.height:,}")
+    for c, j in (("device", "left"), ("step", "right"), ("duration", "right"), ("phase", "left"), ("MFU", "right"),
+                 ("MBU", "right"), ("tokens", "right"), ("why", "left")):
+        s.add_column(c, justify=j, overflow="fold")
+    for r in st.iter_rows(named=True):
+        s.add_row(escape(r["device"]), str(r["step"]), fmt_time_ps(r["duration_ps"]), r["phase"], fmt_pct(r["mfu"]),
+                  fmt_pct(r["mbu"]), "-" if r["tokens"] is None else f"{r['tokens']:,}", escape(r["why"] or ""))
+    console.print(s)
+    for n in ph.notes:
+        console.print(f"  [yellow]note:[/yellow] {escape(n)}")
