@@ -349,7 +349,8 @@ def test_analyze_json_html_and_library(reps, tmp_path, capsys):
 
     prof, rep = reps["topp_b4"]
     frame = prof.findings()
-    assert frame.columns == ["id", "severity", "statement", "evidence", "why", "next_step", "verify_hint", "doc"]
+    assert frame.columns == ["id", "severity", "statement", "evidence", "why", "next_step", "verify_hint", "doc",
+                             "impact_method", "impact_share_low", "impact_share_high", "impact"]
     assert set(frame["id"]) == ids(rep) and json.loads(frame.filter(pl.col("id") == "sampler-search-dominates")
                                                        ["evidence"][0])["vocab"] == 512
 
@@ -457,3 +458,57 @@ def test_every_verify_hint_pastes_into_a_shell(reps):
     for h in hints:
         r = subprocess.run(["bash", "-n", "-c", h], capture_output=True, text=True)
         assert r.returncode == 0, (h, r.stderr)
+
+
+# -- impact (issue 26, item 1) ----------------------------------------------------------------
+
+def test_every_finding_has_an_impact_and_findings_are_ranked_by_it(reps):
+    """On every fixture and shared trace: each finding's impact has a method, a basis and the
+    provenance of its inputs; known shares are a range within [0, 1]; the list is ranked by the
+    upper share (unknown last)."""
+    from traceview.analysis.findings.impact import METHODS
+
+    seen = set()
+    for name, (_, rep) in reps.items():
+        fs = rep.findings
+        for f in fs:
+            imp = f.impact
+            assert imp["method"] in METHODS and imp["basis"], (name, f.id)
+            if imp["method"] == "unknown":
+                assert imp["share_high"] is None and imp["high_ps"] is None, (name, f.id)
+                continue
+            assert imp["inputs"] and set(imp["inputs"].values()) <= {"counted", "inferred"}, (name, f.id)
+            assert 0 <= imp["share_low"] <= imp["share_high"] <= 1, (name, f.id, imp)
+            seen.add(imp["method"])
+        highs = [f.impact["share_high"] for f in fs]
+        known = [h for h in highs if h is not None]
+        assert known == sorted(known, reverse=True) and highs[:len(known)] == known, name
+    assert seen == {"measured", "bounded", "modelled"}
+
+
+def test_impact_values_read_off_the_evidence(reps):
+    # measured: the state copies' time per step, removed whole by donation
+    f = next(x for x in reps["nodonate_b4"][1].findings if x.id == "state-copied-every-step")
+    assert f.impact["low_ps"] == f.impact["high_ps"] == f.evidence["per_step_ps"]
+    # bounded: host-bound steps recover at most the idle time inside and between steps
+    h = next(x for x in reps["conv"][1].findings if x.id == "host-bound-steps")
+    assert h.impact["low_ps"] == 0 and h.impact["share_high"] == pytest.approx(h.evidence["share"])
+    # modelled: up to the matmul family's gap to its roofline time, per step
+    rep = reps["conv"][1]
+    r = next(x for x in rep.findings if x.id == "far-below-roofline")
+    fam = rep.family_roofline.filter(pl.col("family") == "matmul/convolution").row(0, named=True)
+    assert r.impact["high_ps"] == pytest.approx(fam["time_ps"] - fam["predicted_ps"])
+    assert r.impact["inputs"]["peaks"] == "inferred"
+
+
+def test_verify_finding_impact(reps):
+    prof = reps["nodonate_b4"][0]
+    share = next(x for x in reps["nodonate_b4"][1].findings if x.id == "state-copied-every-step").impact["share_high"]
+    res = traceview.verify(prof, [f"finding state-copied-every-step impact < {100 * share + 1:.3f}%",
+                                  f"finding state-copied-every-step impact > {100 * share + 1:.3f}%",
+                                  "finding kv-block-covers-context impact < 50%",
+                                  "finding sampler-search-dominates impact < 1%"])
+    assert [r.ok for r in res.results] == [True, False, False, True]
+    assert "impact unknown" in res.results[2].message and "taken as 0" in res.results[3].message
+    with pytest.raises(UsageError):
+        traceview.verify(prof, ["finding state-copied-every-step impact"])

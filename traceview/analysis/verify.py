@@ -217,6 +217,27 @@ class Verifier:
             return True, f"finding {c.args['id']} ({hit[0].severity}): {hit[0].statement}"
         return False, f"no finding {c.args['id']}; expected one (findings: {others})"
 
+    def _c_finding_impact(self, c, prof):
+        """``finding ID impact CMP PCT`` (grammar in :mod:`traceview.analysis.verify_grammar`)."""
+        from traceview.analysis.report import build_report
+        from traceview.render.findings import impact_line
+
+        if not self.findings_on:
+            raise UsageError(f"check {c.text!r} needs the findings; drop --no-findings")
+        got = self._findings.get(id(prof))
+        if got is None:
+            got = self._findings[id(prof)] = build_report(prof, finding_thresholds=self.finding_thresholds).findings
+        cmp_, bound, fid = c.args["cmp"], c.args["bound"], c.args["id"]
+        hit = [f for f in got if f.id == fid]
+        if not hit:
+            return CMPS[cmp_](0.0, bound), f"no finding {fid}: impact taken as 0, bound {cmp_} {100 * bound:g}%"
+        imp = hit[0].impact or {}
+        lo, hi = imp.get("share_low"), imp.get("share_high")
+        if imp.get("method") == "unknown" or hi is None:
+            return False, f"finding {fid} impact unknown: {imp.get('basis', '')}"
+        v = lo if cmp_ in (">", ">=") else hi
+        return CMPS[cmp_](v, bound), f"finding {fid} impact {impact_line(imp)}; bound {cmp_} {100 * bound:g}%"
+
     def _c_op(self, c, prof):
         return self._presence(c, prof, self._op_mask(c.args["rx"]), "match", "matches")
 

@@ -58,6 +58,10 @@ check the base instead)::
                                         allocator has it
     no finding ID                       the findings (traceview.analysis.findings) do not include ID
     finding ID [present|absent]         ... include it (ID: one of traceview.analysis.findings.IDS)
+    finding ID impact CMP PCT           the share of the step the finding's change could recover
+                                        (traceview.analysis.findings.impact): < and <= compare the
+                                        range's upper end, > and >= its lower end; 0 when the finding
+                                        does not fire; fails as unknown when its impact is unknown
 
 Diff checks (two profiles, BASE then TREATMENT)::
 
@@ -255,9 +259,11 @@ def _parse_body(p: _P) -> Check:
         return Check("", "finding", {"id": _finding_id(p), "want": "absent"})
     if p.kw("finding"):
         fid = _finding_id(p)
+        if p.kw("impact"):
+            return Check("", "finding_impact", {"id": fid, "cmp": _cmp(p), "bound": _pct(p)})
         want = (p.peek() or "present").lower()
         if want not in ("present", "absent"):
-            p.err(f"expected present or absent after the finding id, got {p.peek()!r}")
+            p.err(f"expected present, absent or impact after the finding id, got {p.peek()!r}")
         if p.peek() is not None:
             p.i += 1
         return Check("", "finding", {"id": fid, "want": want})

@@ -32,6 +32,7 @@ checks (one per --check, or one per line in --checks FILE; '#' comments):
   memory growth per step CMP PCT          e.g. memory growth per step < 1%
   no finding ID                           e.g. no finding host-bound-steps
   finding ID [present|absent]             ID: one of the ids in docs/findings.md
+  finding ID impact CMP PCT               e.g. finding host-bound-steps impact < 5% (share of the step)
 with two profiles (BASE TREATMENT); single-profile checks apply to TREATMENT, prefix 'base:' for BASE:
   op [matching] RX vanished|appeared      e.g. op matching binary_search vanished
   op from file [matching] RX vanished|appeared

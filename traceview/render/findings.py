@@ -5,6 +5,27 @@ HTML: the template's autoescape)."""
 from __future__ import annotations
 
 
+def impact_line(imp: dict | None) -> str:
+    """One line of a finding's impact: ``up to 1.2 ms per step (0-8.1%), bounded: at most ...;
+    inputs: idle time counted, ...``; "" when it has none."""
+    from traceview.model.units import fmt_pct, fmt_time_ps
+
+    if not imp:
+        return ""
+    inputs = ", ".join(f"{k} {v}" for k, v in (imp.get("inputs") or {}).items())
+    tail = f" (inputs: {inputs})" if inputs else ""
+    if imp.get("method") == "unknown" or imp.get("high_ps") is None:
+        return f"unknown: {imp.get('basis', '')}{tail}"
+    lo, hi = imp["low_ps"], imp["high_ps"]
+    size = (f"{fmt_time_ps(hi)} per step" if lo == hi else
+            f"up to {fmt_time_ps(hi)} per step" if not lo else f"{fmt_time_ps(lo)}-{fmt_time_ps(hi)} per step")
+    share = ""
+    if imp.get("share_high") is not None:
+        share = (f" ({fmt_pct(imp['share_high'])} of the step)" if lo == hi else
+                 f" ({fmt_pct(imp['share_low'])}-{fmt_pct(imp['share_high'])} of the step)")
+    return f"{size}{share}, {imp['method']}: {imp.get('basis', '')}{tail}"
+
+
 def finding_rows(findings) -> list[dict]:
     """Template rows: id, severity, statement, why, next_step, verify_hint, doc, evidence
     (short JSON text, at most 600 characters)."""
@@ -15,7 +36,7 @@ def finding_rows(findings) -> list[dict]:
         ev = json.dumps(f.evidence, default=str)
         out.append({"id": f.id, "severity": f.severity, "statement": f.statement, "why": f.why,
                     "next_step": f.next_step, "verify_hint": f.verify_hint,
-                    "doc": getattr(f, "doc", ""),
+                    "doc": getattr(f, "doc", ""), "impact": impact_line(getattr(f, "impact", None)),
                     "evidence": ev if len(ev) <= 600 else ev[:600] + "…"})
     return out
 
@@ -30,11 +51,15 @@ def render_findings(console, findings) -> None:
     if not findings:
         console.print("[bold]findings[/bold]: none (no rule found its evidence in this trace)")
         return
-    console.print(f"[bold]findings[/bold] ({len(findings)}; ids for `traceview verify --check 'no finding ID'`):")
+    console.print(f"[bold]findings[/bold] ({len(findings)}, ranked by the step time a change could recover; ids for "
+                  "`traceview verify --check 'no finding ID'`):")
     colour = {"high": "red", "medium": "yellow", "info": "cyan"}
     for f in findings:
         console.print(f"  [{colour.get(f.severity, 'white')}]{f.severity}[/] [bold]{escape(f.id)}[/bold]: "
                       f"{escape(f.statement)}")
+        imp = impact_line(getattr(f, "impact", None))
+        if imp:
+            console.print(f"      impact: {escape(imp)}")
         console.print(f"      why: {escape(f.why)}")
         console.print(f"      next: {escape(f.next_step)}")
         if f.verify_hint:

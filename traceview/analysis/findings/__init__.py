@@ -46,6 +46,8 @@ class Finding:
     next_step: str = ""
     verify_hint: str = ""
     doc: str = ""
+    #: what the change is worth (:func:`traceview.analysis.findings.impact.impact_of`), set by :func:`find`
+    impact: dict | None = None
 
     def __post_init__(self):
         if not self.doc:
@@ -180,7 +182,8 @@ class Inputs:
 
 
 def find(report=None, *, diff=None, thresholds=None) -> list[Finding]:
-    """Every finding the rules make of ``report`` (and ``diff``), by severity then id.
+    """Every finding the rules make of ``report`` (and ``diff``), each with its ``impact``,
+    ranked by impact (:mod:`~traceview.analysis.findings.impact`).
     ``thresholds``: as :func:`thresholds_of`."""
     from traceview.analysis.findings import decode, memory, quality
 
@@ -194,14 +197,25 @@ def find(report=None, *, diff=None, thresholds=None) -> list[Finding]:
         if got is None:
             continue
         out.extend(got if isinstance(got, list) else [got])
-    return sorted(out, key=lambda f: (SEVERITIES.index(f.severity), f.id))
+    from traceview.analysis.findings.impact import attach
+
+    return attach(out, report)
 
 
 def to_frame(findings: list[Finding]):
     """Findings as a polars DataFrame: id, severity, statement, evidence (JSON text), why,
-    next_step, verify_hint, doc (one row per finding, in the given order)."""
+    next_step, verify_hint, doc, impact_method, impact_share_low / _high (of the step), impact
+    (JSON text) (one row per finding, in the given order)."""
     import polars as pl
 
     cols = ["id", "severity", "statement", "evidence", "why", "next_step", "verify_hint", "doc"]
-    rows = [{**f.to_dict(), "evidence": json.dumps(f.evidence, default=str)} for f in findings or []]
-    return pl.DataFrame(rows, schema={c: pl.Utf8 for c in cols})
+    schema = {c: pl.Utf8 for c in cols} | {"impact_method": pl.Utf8, "impact_share_low": pl.Float64,
+                                          "impact_share_high": pl.Float64, "impact": pl.Utf8}
+    rows = []
+    for f in findings or []:
+        d = {k: v for k, v in f.to_dict().items() if k in cols}
+        imp = f.impact or {}
+        rows.append({**d, "evidence": json.dumps(f.evidence, default=str), "impact_method": imp.get("method"),
+                     "impact_share_low": imp.get("share_low"), "impact_share_high": imp.get("share_high"),
+                     "impact": json.dumps(imp, default=str) if imp else None})
+    return pl.DataFrame(rows, schema=schema)
