@@ -291,6 +291,7 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
     n = anat.steps.height
     zero = np.zeros(n)
     flops = mflops = byts = zero
+    has_flops = has_bytes = np.zeros(n, dtype=bool)
     source = "unknown"
     if table is not None and rows is not None and (rows >= 0).any():
         attrs = table.attrs
@@ -312,6 +313,9 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
         flops = np.bincount(r_in, weights=np.nan_to_num(f)[a_in] * c_in, minlength=n)
         mflops = np.bincount(r_in, weights=np.nan_to_num(fm)[a_in] * c_in, minlength=n)
         byts = np.bincount(r_in, weights=np.nan_to_num(b)[a_in] * c_in, minlength=n)
+        # a step none of whose ops carries FLOPs (bytes) has an unknown MFU (MBU), not 0
+        has_flops = np.bincount(r_in, weights=(~np.isnan(fm))[a_in].astype(np.float64), minlength=n) > 0
+        has_bytes = np.bincount(r_in, weights=(~np.isnan(b))[a_in].astype(np.float64), minlength=n) > 0
         used = np.bincount(a_in, minlength=n_attr) > 0
         has_m, has_f = ~np.isnan(mf[used]), ~np.isnan(f[used])
         src = np.zeros(n_attr, dtype=bool)
@@ -328,8 +332,8 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
     pf = peaks.peak_flops if peaks is not None else None
     pb = peaks.peak_bw if peaks is not None else None
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        mfu = mflops[row] / (dur * pf) if pf else None
-        mbu = byts[row] / (dur * pb) if pb else None
+        mfu = np.where(has_flops[row], mflops[row] / (dur * pf), np.nan) if pf else None
+        mbu = np.where(has_bytes[row], byts[row] / (dur * pb), np.nan) if pb else None
     tok = (pl.repeat(tokens_per_step, lab.height, dtype=pl.Int64, eager=True) if tokens_per_step
            else lab["tokens"]).alias("tokens")
     nul = pl.repeat(None, lab.height, dtype=pl.Float64, eager=True)

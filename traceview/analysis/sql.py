@@ -31,6 +31,8 @@ NAMES: dict = {
     ("communication", "collectives"): "communication", ("communication", "host_transfers"): "host_transfers",
     ("phases", "steps"): "phases_steps", ("phases", "summary"): "phases", ("phases", "families"): "phases_families",
     ("phases", "programs"): "phases_programs", ("phases", "executions"): None,
+    ("kernel_inside", "invocations"): "kernel_invocations", ("kernel_inside", "stages"): "kernel_stages",
+    ("kernel_inside", "counters"): "kernel_counters",
     ("memory", "summary"): "memory", ("memory", "alive"): "memory_alive_at_peak", ("memory", "steps"): "memory_steps",
 }
 
@@ -38,7 +40,7 @@ NAMES: dict = {
 EMPTY: dict = {"findings": ("id", "severity", "statement", "evidence", "why", "next_step", "verify_hint", "doc")}
 
 #: tables read off the profile itself rather than the Report
-PROFILE_TABLES = ("ops", "module_runs", "programs", "step_markers", "memory_events")
+PROFILE_TABLES = ("ops", "module_runs", "programs", "step_markers", "memory_events", "kernel_lines")
 
 
 def _rows_frame(items: list) -> pl.DataFrame:
@@ -97,6 +99,8 @@ def profile_tables(prof) -> dict[str, Callable[[], pl.DataFrame]]:
         out["step_markers"] = lambda: prof.step_markers
     if getattr(prof, "memory", None) is not None:
         out["memory_events"] = lambda: prof.memory
+    if getattr(prof, "kernel_lines", None) is not None:
+        out["kernel_lines"] = lambda: prof.kernel_lines
     return out
 
 

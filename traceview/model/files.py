@@ -142,6 +142,8 @@ def encode(td: TraceData) -> tuple[dict, dict, dict]:
         frames["step_markers"] = td.step_markers
     if td.memory is not None:
         frames["memory"] = td.memory
+    if td.kernel_lines is not None:
+        frames["kernel_lines"] = td.kernel_lines
     return data, frames, {"events": "lz4"}
 
 
@@ -156,4 +158,5 @@ def decode(data: dict, frames: dict) -> TraceData | None:
                      module_runs=runs, devices=[DeviceInfo(**d) for d in data["devices"]], notes=list(data["notes"]),
                      has_shapes=data["has_shapes"], n_events=data["n_events"],
                      profile_start_ns=data["profile_start_ns"], profile_stop_ns=data["profile_stop_ns"],
-                     step_markers=frames.get("step_markers"), memory=frames.get("memory"))
+                     step_markers=frames.get("step_markers"), memory=frames.get("memory"),
+                     kernel_lines=frames.get("kernel_lines"))

@@ -42,6 +42,7 @@ from traceview.model.schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, STEP_MARKERS_
 from traceview.model.shapes import canonical_shape_text, instruction_signature
 from traceview.model.timeline import self_times
 from traceview.model.naming import as_float as _as_float
+from traceview.model.kernel_lines import read_kernel_lines
 from traceview.model.memory_events import has_memory_events, read_memory_events
 from traceview.model.naming import as_uint64 as _as_int
 from traceview.model.naming import DERIVED_LINES, printable, split_module_name, split_source
@@ -225,6 +226,7 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
     n_events = 0
     host_planes = []
     memory = None
+    kernel_parts: list = []
     markers: list[tuple] = []
     dev_markers: list[tuple] = []  # (device, name, step_num, start_ps, duration_ps): TPU Steps lines
 
@@ -300,6 +302,9 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
         if name.startswith("/device:TPU:"):
             devices.append(_device_info(plane, "TPU", stat_names, stat_names))
+            kl = read_kernel_lines(plane, stat_names, path, host)
+            if kl is not None:
+                kernel_parts.append(kl)
             k, c_, r_, m_ = tpu_out[id(plane)]
             n_events += k
             cols.extend(c_)
@@ -344,7 +349,8 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
     return TraceData(path=path, host=host, format="xplane", ops=ops, module_runs=module_runs,
                      devices=devices, notes=notes, has_shapes=has_shapes, n_events=n_events,
                      profile_start_ns=start_ns, profile_stop_ns=stop_ns,
-                     step_markers=step_markers.sort("start_ps"), memory=memory)
+                     step_markers=step_markers.sort("start_ps"), memory=memory,
+                     kernel_lines=pl.concat(kernel_parts, how="vertical") if kernel_parts else None)
 
 
 def _module_runs_frame(runs: list, host: str) -> pl.DataFrame:

@@ -140,6 +140,8 @@ def qualify_host(td, run: str):
         td.step_markers = td.step_markers.with_columns(q.alias("host"))
     if td.memory is not None and td.memory.height:
         td.memory = td.memory.with_columns(q.alias("host"))
+    if td.kernel_lines is not None and td.kernel_lines.height:
+        td.kernel_lines = td.kernel_lines.with_columns(q.alias("host"))
     for d in td.devices:
         d.host = f"{run}/{d.host}" if d.host else host
     td.host = host

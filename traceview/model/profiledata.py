@@ -50,7 +50,8 @@ class ProfileData:
     :class:`~traceview.model.schema.TraceData`); ``discovery`` (what was found and why it
     was chosen, or None when built from files directly); ``warnings`` (one line each);
     ``step_markers``; ``memory`` (the allocator events,
-    :data:`~traceview.model.memory_events.MEMORY_SCHEMA`). ``ops`` (or ``table``) may be given as a wide frame or as an OpTable;
+    :data:`~traceview.model.memory_events.MEMORY_SCHEMA`); ``kernel_lines`` (TPU kernel-profiling
+    lines, :data:`~traceview.model.kernel_lines.KERNEL_SCHEMA`). ``ops`` (or ``table``) may be given as a wide frame or as an OpTable;
     ``dataclasses.replace`` works on it.
     """
 
@@ -62,9 +63,10 @@ class ProfileData:
     warnings: list
     step_markers: object
     memory: object
+    kernel_lines: object
 
     def __init__(self, ops=None, module_runs=None, devices=None, traces=None, discovery=None, warnings=None,
-                 step_markers=None, table=None, memory=None):
+                 step_markers=None, table=None, memory=None, kernel_lines=None):
         import polars as pl
 
         from traceview.model.optable import OpTable, as_table
@@ -83,6 +85,11 @@ class ProfileData:
 
             memory = empty_memory()
         self.memory = memory
+        if kernel_lines is None:
+            from traceview.model.kernel_lines import empty_kernel_lines
+
+            kernel_lines = empty_kernel_lines()
+        self.kernel_lines = kernel_lines
         self._derived: dict = {}
 
     def derived(self, key: tuple, make):
@@ -140,8 +147,10 @@ class ProfileData:
         markers = pl.concat(marks, how="vertical") if marks else pl.DataFrame(schema=STEP_MARKERS_SCHEMA)
         mems = [t.memory for t in traces if getattr(t, "memory", None) is not None and t.memory.height]
         memory = pl.concat(mems, how="vertical") if mems else None
+        kls = [t.kernel_lines for t in traces if getattr(t, "kernel_lines", None) is not None and t.kernel_lines.height]
         return cls(ops=table, module_runs=runs, devices=devices, traces=traces, discovery=discovery, warnings=warns,
-                   step_markers=markers, memory=memory)
+                   step_markers=markers, memory=memory,
+                   kernel_lines=pl.concat(kls, how="vertical") if kls else None)
 
     def filter(self, *, op_regex: str | None = None, device_regex: str | None = None):
         """A new profile (of the same class) keeping ops whose name, HLO text or framework op
@@ -168,7 +177,7 @@ class ProfileData:
             devices = [d for d, m in zip(devices, mask) if m]
         return type(self)(ops=table, module_runs=runs, devices=devices, traces=self.traces,
                           discovery=self.discovery, warnings=list(self.warnings), step_markers=self.step_markers,
-                          memory=self.memory)
+                          memory=self.memory, kernel_lines=self.kernel_lines)
 
     @property
     def op_time_ps(self) -> int:

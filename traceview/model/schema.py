@@ -166,7 +166,9 @@ class TraceData:
     (:class:`traceview.model.optable.OpTable`); ``ops`` is its wide :data:`OPS_SCHEMA` frame, built
     on first use (readers pass either as ``ops`` or ``table``). ``module_runs`` follows
     :data:`MODULE_RUNS_SCHEMA`; ``memory`` the allocator events
-    (:data:`traceview.model.memory_events.MEMORY_SCHEMA`, None when the reader has none). ``notes`` are reader warnings (one line each) to show the
+    (:data:`traceview.model.memory_events.MEMORY_SCHEMA`, None when the reader has none);
+    ``kernel_lines`` the TPU kernel-profiling lines
+    (:data:`traceview.model.kernel_lines.KERNEL_SCHEMA`, None when the trace has none). ``notes`` are reader warnings (one line each) to show the
     user, e.g. that a ``trace.json.gz`` from CPU/GPU carries no shapes. ``has_shapes`` is
     False when no op in the file could be given a shape signature. ``n_events`` counts every
     event read. ``dataclasses.replace`` works on it.
@@ -185,12 +187,13 @@ class TraceData:
     profile_stop_ns: int | None
     step_markers: pl.DataFrame | None
     memory: pl.DataFrame | None
+    kernel_lines: pl.DataFrame | None
 
     def __init__(self, path: str, host: str, format: str, ops=None, module_runs: pl.DataFrame | None = None,
                  devices: list[DeviceInfo] | None = None, notes: list[str] | None = None,
                  has_shapes: bool = True, n_events: int = 0, profile_start_ns: int | None = None,
                  profile_stop_ns: int | None = None, step_markers: pl.DataFrame | None = None, table=None,
-                 memory: pl.DataFrame | None = None):
+                 memory: pl.DataFrame | None = None, kernel_lines: pl.DataFrame | None = None):
         from traceview.model.optable import OpTable, as_table
 
         self.path = path
@@ -207,6 +210,7 @@ class TraceData:
         self.profile_stop_ns = profile_stop_ns
         self.step_markers = step_markers
         self.memory = memory
+        self.kernel_lines = kernel_lines
 
     @property
     def ops(self) -> pl.DataFrame:

@@ -365,6 +365,11 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
     ctx["roof"] = _roofline(rep, min(top, 20), roof_chart)
     ctx["comm"] = _communication(getattr(rep, "communication", None), top)
     ctx["mem"] = _memory(getattr(rep, "memory", None), top, charts)
+    ki = getattr(rep, "kernel_inside", None)
+    ctx["kin"] = None if ki is None else {"summary": ki.summary, "stages": ki.stages.head(top).to_dicts()
+                                          if ki.stages.height else [],
+                                          "counters": ki.counters.head(top).to_dicts() if ki.counters.height else [],
+                                          "notes": list(ki.notes)}
     ph = getattr(rep, "phases", None)
     ctx["phases"] = None if ph is None or ph.steps.height == 0 else {
         "labels": ph.label_line(), "source": ph.flops_source, "summary": ph.summary.to_dicts(),

@@ -229,6 +229,11 @@ def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = Fal
     out["family_roofline_summary"] = getattr(rep, "family_roofline_summary", None)
     out["memory"] = _memory(getattr(rep, "memory", None), cut)
     out["phases"] = _phases(getattr(rep, "phases", None), cut)
+    ki = getattr(rep, "kernel_inside", None)
+    out["kernel_inside"] = None if ki is None else {
+        "summary": ki.summary, "invocations": cut("kernel_inside.invocations", ki.invocations),
+        "stages": cut("kernel_inside.stages", ki.stages), "counters": cut("kernel_inside.counters", ki.counters),
+        "notes": list(ki.notes)}
     return out
 
 
