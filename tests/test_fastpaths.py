@@ -8,7 +8,9 @@
 * the C step pass (``step_pass``) equals the numpy/polars step computation;
 * the C per-step population hashes (``row_hashes``, sets and multisets) equal numpy's;
 * the C self-time pass equals the sort-and-stack reference on random nested intervals;
-* the vectorized range maximum equals a brute-force one.
+* the vectorized range maximum equals a brute-force one;
+* the C rank matching of async pairs (``rank_match``) equals numpy's, and the overlap's and
+  communication's results on the shared traces do not depend on it.
 """
 
 from __future__ import annotations
@@ -182,6 +184,44 @@ def test_c_enclosing_equals_the_binary_search(inner, outer, in_order):
     finally:
         timeline._fast = saved
     assert fast.tolist() == ref.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-1, 6), max_size=60), st.lists(st.integers(-1, 6), max_size=60))
+def test_c_rank_match_equals_numpy(ks, kd):
+    from traceview.analysis import overlap
+
+    s, d = np.array(ks, dtype=np.int64), np.array(kd, dtype=np.int64)
+    fast = overlap._match(s, d)
+    saved = overlap._fast
+    try:
+        overlap._fast = None
+        ref = overlap._match(s, d)
+    finally:
+        overlap._fast = saved
+    assert fast.tolist() == ref.tolist()
+
+
+def _comm_results(path):
+    import traceview
+
+    prof = traceview.load(path, cache=False)
+    ov, st, com = prof.overlap(), prof.stragglers(), prof.communication()
+    return ([ov.ops, ov.populations, ov.steps, st.devices, st.steps, st.collectives, com.collectives,
+             com.host_transfers], [ov.summary, st.summary, com.summary()])
+
+
+def test_overlap_and_communication_do_not_depend_on_the_c_passes(shared_traces, monkeypatch):
+    from traceview.analysis import overlap
+
+    paths = [p for p in _xplanes(shared_traces) if "v6e_4chip" in p.name or "mdev" in p.name]
+    assert paths
+    fast = [_comm_results(p) for p in paths]
+    monkeypatch.setattr(overlap, "_fast", None)
+    for p, (frames, dicts) in zip(paths, fast):
+        got_frames, got_dicts = _comm_results(p)
+        assert all(a.equals(b, null_equal=True) for a, b in zip(frames, got_frames)), p
+        assert dicts == got_dicts, p
 
 
 @settings(max_examples=300, deadline=None)

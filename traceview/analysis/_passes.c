@@ -11,6 +11,8 @@
  *     (traceview.analysis.distributions).
  *   row_hashes(...) -> bool: per step row, a hash of its events' op populations
  *     (traceview.analysis.stepstats).
+ *   rank_match(...) -> bool: the k-th start of a key with the k-th done of that key
+ *     (traceview.analysis.overlap._match: async pairs, collectives and host transfers).
  *
  * Each releases the GIL and returns False on input outside its preconditions (unordered
  * input, an index outside its table); the caller then takes the general path.
@@ -397,6 +399,54 @@ static PyObject *row_hashes(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* rank_match(ks, kd, out) -> bool
+ * Per element i of ks (int64 start keys, in order), out[i] (int64) = the index j into kd
+ * (int64 done keys, in order) of the done with key ks[i] and the same rank among its key's
+ * dones as ks[i] has among its key's starts (the k-th start takes the k-th done); -1 where
+ * ks[i] < 0 or its key has fewer dones. Keys below 0 in kd match nothing. Returns False,
+ * out unspecified, when out is not sized as ks. */
+static PyObject *rank_match(PyObject *self, PyObject *args) {
+    Py_buffer b[3];
+    if (!PyArg_ParseTuple(args, "y*y*w*", &b[0], &b[1], &b[2]))
+        return NULL;
+    Py_ssize_t ns = b[0].len / 8, nd = b[1].len / 8;
+    int ok = b[2].len / 8 == ns;
+    const int64_t *ks = b[0].buf, *kd = b[1].buf;
+    int64_t *out = b[2].buf;
+    int64_t nk = 0;
+    for (Py_ssize_t i = 0; ok && i < ns; i++) if (ks[i] + 1 > nk) nk = ks[i] + 1;
+    for (Py_ssize_t j = 0; ok && j < nd; j++) if (kd[j] + 1 > nk) nk = kd[j] + 1;
+    /* head[k]: where key k's dones begin in `order` (counting sort, stable); seen[k]: starts met */
+    int64_t *head = NULL, *seen = NULL, *order = NULL;
+    if (ok) {
+        head = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
+        seen = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
+        order = PyMem_RawMalloc((size_t)(nd ? nd : 1) * sizeof(int64_t));
+        if (!head || !seen || !order) {
+            PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
+            for (int k = 0; k < 3; k++) PyBuffer_Release(&b[k]);
+            return PyErr_NoMemory();
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t j = 0; j < nd; j++) if (kd[j] >= 0) head[kd[j] + 1]++;
+        for (int64_t k = 0; k < nk; k++) head[k + 1] += head[k];
+        /* seen doubles as the fill cursor, then is reset */
+        for (Py_ssize_t j = 0; j < nd; j++) if (kd[j] >= 0) order[head[kd[j]] + seen[kd[j]]++] = j;
+        memset(seen, 0, ((size_t)nk + 1) * sizeof(int64_t));
+        for (Py_ssize_t i = 0; i < ns; i++) {
+            int64_t k = ks[i];
+            out[i] = -1;
+            if (k < 0) continue;
+            int64_t r = seen[k]++;
+            if (r < head[k + 1] - head[k]) out[i] = order[head[k] + r];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
+    for (int k = 0; k < 3; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
@@ -405,6 +455,7 @@ static PyMethodDef methods[] = {
     {"median_by", median_by, METH_VARARGS, "median_by(attr, key_of_attr, values, out, have) -> bool"},
     {"quantiles_by", quantiles_by, METH_VARARGS, "quantiles_by(attr, key_of_attr, values, qs, out, stats, have) -> bool"},
     {"row_hashes", row_hashes, METH_VARARGS, "row_hashes(rows, attr, pop, keep, words, counts, distinct, out) -> bool"},
+    {"rank_match", rank_match, METH_VARARGS, "rank_match(ks, kd, out) -> bool"},
     {NULL, NULL, 0, NULL}
 };
 

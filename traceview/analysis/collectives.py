@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceview.analysis.interconnect import Link, find_link
+from traceview.analysis.overlap import _match
 from traceview.model.collective_hlo import collective_attrs, host_transfer
 from traceview.model.shapes import parse_instruction
 
@@ -223,31 +224,6 @@ def _time_order(t):
     if len(t) < 2 or bool((t[1:] >= t[:-1]).all()):
         return np.arange(len(t))
     return np.argsort(t, kind="stable")
-
-
-def _match(ks, kd):
-    """Per element of ``ks`` (start keys, in time order), the index into ``kd`` (done keys, in
-    time order) of the done with the same key and the same rank among its key; -1 where none
-    (keys below 0 match nothing). The dones grouped by key (stable) are indexed by each
-    start's key offset plus its rank."""
-    import numpy as np
-
-    from traceview.analysis.overlap import _rank, _stable_order
-
-    out = np.full(len(ks), -1, dtype=np.int64)
-    if len(ks) == 0 or len(kd) == 0:
-        return out
-    nk = int(max(ks.max(), kd.max())) + 1
-    if nk <= 0:
-        return out
-    od = _stable_order(kd)  # -1 keys first, then each key's dones in time order
-    n_done = np.bincount(kd[kd >= 0], minlength=nk)
-    head = int((kd < 0).sum()) + np.cumsum(n_done) - n_done
-    r = _rank(ks)
-    kc = np.maximum(ks, 0)
-    hit = (ks >= 0) & (r < n_done[kc])
-    out[hit] = od[head[kc[hit]] + r[hit]]
-    return out
 
 
 def _done_operand(hlo_text: str, op_name: str) -> str:

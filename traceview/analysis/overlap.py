@@ -38,6 +38,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+try:  # optional C accelerator
+    from traceview.analysis import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
 #: synchronous collective opcodes (HLO), each one event
 SYNC_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
                     "collective-permute", "collective-broadcast")
@@ -165,6 +170,32 @@ def _rank(keys: np.ndarray) -> np.ndarray:
     return r
 
 
+def _match(ks: np.ndarray, kd: np.ndarray) -> np.ndarray:
+    """Per element of ``ks`` (int64 start keys, in time order), the index into ``kd`` (int64
+    done keys, in time order) of the done with the same key and the same rank among its key;
+    -1 where none (keys below 0 match nothing). The dones grouped by key (stable) are indexed
+    by each start's key offset plus its rank; in C (``rank_match``) by one counting pass."""
+    out = np.full(len(ks), -1, dtype=np.int64)
+    if len(ks) == 0 or len(kd) == 0:
+        return out
+    if _fast is not None:
+        ks, kd = np.ascontiguousarray(ks, dtype=np.int64), np.ascontiguousarray(kd, dtype=np.int64)
+        if _fast.rank_match(ks, kd, out):
+            return out
+        out.fill(-1)
+    nk = int(max(ks.max(), kd.max())) + 1
+    if nk <= 0:
+        return out
+    od = _stable_order(kd)  # -1 keys first, then each key's dones in time order
+    n_done = np.bincount(kd[kd >= 0], minlength=nk)
+    head = int((kd < 0).sum()) + np.cumsum(n_done) - n_done
+    r = _rank(ks)
+    kc = np.maximum(ks, 0)
+    hit = (ks >= 0) & (r < n_done[kc])
+    out[hit] = od[head[kc[hit]] + r[hit]]
+    return out
+
+
 class _Events:
     """A table's placed events as arrays in (host, device, start) order, stable: ``attr``,
     ``start``, ``end`` (ps), ``dev`` (index into ``devices``, (host, device) sorted, nulls
@@ -239,15 +270,11 @@ def _comm_ops(ev: _Events) -> dict:
     di = np.flatnonzero(kd >= 0)
     sk, dk = ks[si], kd[di]
     del ks, kd
-    # the k-th start of a key takes the k-th done of that key: dones grouped by key (stable),
-    # the start's rank within its key indexes its key's dones
-    nkey = int(max(sk.max(initial=-1), dk.max(initial=-1))) + 1
-    n_done = np.bincount(dk, minlength=nkey)
-    od = _stable_order(dk)
-    r = _rank(sk)
-    at = (np.cumsum(n_done) - n_done)[sk] + r
-    hit = r < n_done[sk]
-    ps, pd = si[hit], di[od[at[hit]]]
+    # the k-th start of a key takes the k-th done of that key
+    m = _match(sk, dk)
+    hit = m >= 0
+    ps, pd = si[hit], di[m[hit]]
+    del sk, dk, m, hit
     ok = ev.start[pd] >= ev.start[ps]
     ps, pd = ps[ok], pd[ok]
     sy = np.flatnonzero(sync_of[a])
