@@ -13,6 +13,8 @@
  *     (traceview.analysis.stepstats).
  *   rank_match(...) -> bool: the k-th start of a key with the k-th done of that key
  *     (traceview.analysis.overlap._match: async pairs, collectives and host transfers).
+ *   comm_records(...) -> int: the overlap's per-op records, synchronous collectives and
+ *     async pairs merged in (device, start) order (traceview.analysis.overlap._comm_ops).
  *
  * Each releases the GIL and returns False on input outside its preconditions (unordered
  * input, an index outside its table); the caller then takes the general path.
@@ -447,6 +449,103 @@ static PyObject *rank_match(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* comm_records(attr, start, dev, start_key, done_key, sync_of, idx, pe, sync) -> int
+ * The records of traceview.analysis.overlap._comm_ops over events in (device, start) order:
+ * attr (uint32), start (int64), dev (int32), one per event; per attr id start_key and
+ * done_key (int64, -1: not a start / done) and sync_of (uint8). The k-th start of a key
+ * (in event order) pairs with the k-th done of that key, kept when the done starts no
+ * earlier; synchronous events are records of their own. Records, in (dev, start) order with
+ * the synchronous ones first at one (dev, start), each kind in event order: idx (int64, the
+ * sync event or the start), pe (int64, the sync event itself or the done), sync (uint8).
+ * Returns the number of records, or -1 (outputs unspecified) when the events are not in
+ * (dev, start) order, an attr id lies outside the tables, or the outputs (all the same
+ * length) are shorter than the synchronous events plus the starts. */
+static PyObject *comm_records(PyObject *self, PyObject *args) {
+    Py_buffer b[9];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, na = b[3].len / 8, cap = b[6].len / 8;
+    int ok = b[1].len / 8 == n && b[2].len / 4 == n && b[4].len / 8 == na && b[5].len == na
+             && b[7].len / 8 == cap && b[8].len == cap;
+    const uint32_t *attr = b[0].buf;
+    const int64_t *st = b[1].buf, *skey = b[3].buf, *dkey = b[4].buf;
+    const int32_t *dev = b[2].buf;
+    const uint8_t *syn = b[5].buf;
+    int64_t *idx = b[6].buf, *pe = b[7].buf;
+    uint8_t *sync = b[8].buf;
+    Py_ssize_t count = -1;
+    int64_t nk = 0;
+    for (Py_ssize_t k = 0; ok && k < na; k++) {
+        if (skey[k] + 1 > nk) nk = skey[k] + 1;
+        if (dkey[k] + 1 > nk) nk = dkey[k] + 1;
+    }
+    int64_t *head = NULL, *seen = NULL, *order = NULL, *ps = NULL, *pd = NULL, *sy = NULL;
+    Py_ssize_t n_sync = 0, n_start = 0, n_done = 0;
+    if (ok) {
+        head = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
+        seen = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
+        if (!head || !seen) goto nomem;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t a = attr[i];
+            if ((Py_ssize_t)a >= na || (i && (dev[i] < dev[i - 1] || (dev[i] == dev[i - 1] && st[i] < st[i - 1])))) {
+                ok = 0;
+                break;
+            }
+            if (syn[a]) n_sync++;
+            else if (skey[a] >= 0) n_start++;
+            else if (dkey[a] >= 0) { head[dkey[a] + 1]++; n_done++; }
+        }
+        Py_END_ALLOW_THREADS
+        if (ok && n_sync + n_start > cap) ok = 0;
+    }
+    if (ok) {
+        order = PyMem_RawMalloc((size_t)(n_done ? n_done : 1) * sizeof(int64_t));
+        ps = PyMem_RawMalloc((size_t)(n_start ? n_start : 1) * sizeof(int64_t));
+        pd = PyMem_RawMalloc((size_t)(n_start ? n_start : 1) * sizeof(int64_t));
+        sy = PyMem_RawMalloc((size_t)(n_sync ? n_sync : 1) * sizeof(int64_t));
+        if (!order || !ps || !pd || !sy) goto nomem;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t k = 0; k < nk; k++) head[k + 1] += head[k];
+        for (Py_ssize_t i = 0; i < n; i++) {  /* each key's dones in event order */
+            uint32_t a = attr[i];
+            if (!syn[a] && skey[a] < 0 && dkey[a] >= 0) order[head[dkey[a]] + seen[dkey[a]]++] = i;
+        }
+        memset(seen, 0, ((size_t)nk + 1) * sizeof(int64_t));
+        Py_ssize_t np_ = 0, ns = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t a = attr[i];
+            if (syn[a]) { sy[ns++] = i; continue; }
+            int64_t k = skey[a];
+            if (k < 0) continue;
+            int64_t r = seen[k]++;
+            if (r < head[k + 1] - head[k]) {
+                int64_t d = order[head[k] + r];
+                if (st[d] >= st[i]) { ps[np_] = i; pd[np_] = d; np_++; }
+            }
+        }
+        /* merge: a synchronous record goes first unless a pair's (dev, start) is smaller */
+        Py_ssize_t i = 0, j = 0, o = 0;
+        while (i < ns || j < np_) {
+            int take_sync = j >= np_ || (i < ns && (dev[sy[i]] < dev[ps[j]]
+                                                    || (dev[sy[i]] == dev[ps[j]] && st[sy[i]] <= st[ps[j]])));
+            if (take_sync) { idx[o] = pe[o] = sy[i++]; sync[o++] = 1; }
+            else { idx[o] = ps[j]; pe[o] = pd[j++]; sync[o++] = 0; }
+        }
+        count = o;
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
+    PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy);
+    for (int k = 0; k < 9; k++) PyBuffer_Release(&b[k]);
+    return PyLong_FromSsize_t(count);
+nomem:
+    PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
+    PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy);
+    for (int k = 0; k < 9; k++) PyBuffer_Release(&b[k]);
+    return PyErr_NoMemory();
+}
+
 static PyMethodDef methods[] = {
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
@@ -456,6 +555,8 @@ static PyMethodDef methods[] = {
     {"quantiles_by", quantiles_by, METH_VARARGS, "quantiles_by(attr, key_of_attr, values, qs, out, stats, have) -> bool"},
     {"row_hashes", row_hashes, METH_VARARGS, "row_hashes(rows, attr, pop, keep, words, counts, distinct, out) -> bool"},
     {"rank_match", rank_match, METH_VARARGS, "rank_match(ks, kd, out) -> bool"},
+    {"comm_records", comm_records, METH_VARARGS,
+     "comm_records(attr, start, dev, start_key, done_key, sync_of, idx, pe, sync) -> int"},
     {NULL, NULL, 0, NULL}
 };
 

@@ -265,6 +265,14 @@ def _comm_ops(ev: _Events) -> dict:
     done_key = np.where(done_of, ids[n:], -1)
     start_key[start_of & at["op_name"].is_null().to_numpy()] = -1  # a null name names nothing
     a = ev.attr
+    if _fast is not None and a.dtype == np.uint32:  # one C pass: pairs and the merge below
+        cap = int(np.bincount(a, minlength=n)[(start_key >= 0) | sync_of].sum())
+        idx, pe, sync = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.uint8)
+        got = _fast.comm_records(np.ascontiguousarray(a), np.ascontiguousarray(ev.start, dtype=np.int64),
+                                 np.ascontiguousarray(ev.dev, dtype=np.int32), start_key.astype(np.int64),
+                                 done_key.astype(np.int64), sync_of.astype(np.uint8), idx, pe, sync)
+        if got >= 0:
+            return _records(ev, idx[:got], pe[:got], sync[:got].view(bool))
     ks, kd = start_key[a], done_key[a]
     si = np.flatnonzero(ks >= 0)
     di = np.flatnonzero(kd >= 0)
@@ -304,9 +312,15 @@ def _comm_ops(ev: _Events) -> dict:
         idx = np.concatenate([sy, ps])
         sync = np.r_[np.ones(len(sy), dtype=bool), np.zeros(len(ps), dtype=bool)]
         pe = np.concatenate([sy, pd])
+    return _records(ev, idx, pe, sync)
+
+
+def _records(ev: _Events, idx: np.ndarray, pe: np.ndarray, sync: np.ndarray) -> dict:
+    """The :func:`_comm_ops` arrays of its records: ``idx`` (the sync event or the start),
+    ``pe`` (the sync event or the done), ``sync`` (bool), positions in ``ev``."""
     end_d, start_d = ev.end[pe], ev.start[pe]
     end_s = ev.end[idx]
-    return {"attr": a[idx], "dev": ev.dev[idx], "start": ev.start[idx],
+    return {"attr": ev.attr[idx], "dev": ev.dev[idx], "start": ev.start[idx],
             "end": np.where(sync, end_s, np.maximum(end_d, end_s)),
             "wait": np.where(sync, 0, end_d - start_d), "sync": sync}
 
@@ -403,6 +417,7 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
         for k, v in (("dev", np.full(len(wa), d)), ("step", wstep), ("start_ps", wa), ("step_ps", wb - wa),
                      ("compute_ps", compute), ("exposed_ps", exposed), ("hidden_ps", hidden), ("host_ps", host_only)):
             step_cols[k].append(np.asarray(v, dtype=np.int64))
+    ev.attr = ev.start = ev.end = ev.dev = ev.cls = None  # the per-event arrays are done with
     if rec is not None and len(rec["attr"]):
         names = ev.attrs.select("host", "device", "module", "op_name", "op_kind", "shape", pl.col("_cls").alias("kind"))
         inflight = rec["end"] - rec["start"]
