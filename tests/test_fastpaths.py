@@ -415,3 +415,37 @@ def test_plane_of_many_descriptions_reads_each_once(tmp_path, monkeypatch):
     assert (one["shape"], one["op_kind"], one["category"], one["flops"]) == (
         "f32[8,440] <- f32[8,440]", "fusion", "loop fusion", 8.0 * 440)
     assert one["hlo_text"].startswith("%fusion.2999 = f32[8,440]{1,0} fusion(")
+
+
+_spans = st.lists(st.tuples(st.integers(-5, 60), st.integers(-3, 12)), max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_spans, _spans, _spans, _spans, st.lists(st.tuples(st.integers(-10, 80), st.integers(-5, 40)), max_size=6))
+def test_c_partition_and_covered_equal_numpy(cu, sy, asy, ho, wins):
+    """The overlap's step partition and covered time in C equal numpy's sweep, negative
+    spans (running maxima that go back) and windows included."""
+    from traceview.analysis import overlap
+
+    def sets():
+        out = []
+        for x in (cu, sy, asy, ho):
+            s = np.array([a for a, _ in x], dtype=np.int64)
+            out.append(overlap._union(s, s + np.array([d for _, d in x], dtype=np.int64)))
+        return out
+
+    wa = np.array([a for a, _ in wins], dtype=np.int64)
+    wb = wa + np.array([d for _, d in wins], dtype=np.int64)
+    fast_sets = sets()
+    fast = overlap._partition(*fast_sets, wa, wb)
+    fast_cov = overlap._covered(*fast_sets[0], wa, wb)
+    saved = overlap._fast
+    try:
+        overlap._fast = None
+        ref_sets = sets()
+        ref = overlap._partition(*ref_sets, wa, wb)
+        ref_cov = overlap._covered(*ref_sets[0], wa, wb)
+    finally:
+        overlap._fast = saved
+    assert [x.tolist() for x in fast] == [x.tolist() for x in ref]
+    assert fast_cov.tolist() == ref_cov.tolist()

@@ -15,6 +15,10 @@
  *     (traceview.analysis.overlap._match: async pairs, collectives and host transfers).
  *   comm_records(...) -> int: the overlap's per-op records, synchronous collectives and
  *     async pairs merged in (device, start) order (traceview.analysis.overlap._comm_ops).
+ *   covered(...) -> bool: time of windows covered by disjoint sorted intervals
+ *     (traceview.analysis.overlap._covered);
+ *   partition(...) -> bool: a device's step windows split into exposed / compute / hidden /
+ *     host time (traceview.analysis.overlap._partition).
  *
  * Each releases the GIL and returns False on input outside its preconditions (unordered
  * input, an index outside its table); the caller then takes the general path.
@@ -546,6 +550,158 @@ nomem:
     return PyErr_NoMemory();
 }
 
+/* How many of the n ascending values v are <= t: a galloping search from *hint (the
+ * previous answer), so that queries in (nearly) ascending order cost O(1) each. */
+static Py_ssize_t count_le(const int64_t *v, Py_ssize_t n, int64_t t, Py_ssize_t *hint) {
+    Py_ssize_t lo, hi, h = *hint, step = 1;
+    if (h > 0 && v[h - 1] > t) {  /* the answer lies below h */
+        hi = h - 1;
+        lo = hi - 1;
+        while (lo >= 0 && v[lo] > t) { hi = lo; lo -= step; step <<= 1; }
+        lo = lo < 0 ? 0 : lo + 1;
+    } else {  /* at or above h */
+        lo = h;
+        hi = h;
+        while (hi < n && v[hi] <= t) { lo = hi + 1; hi += step; step <<= 1; }
+        if (hi > n) hi = n;
+    }
+    while (lo < hi) { Py_ssize_t mid = lo + (hi - lo) / 2; if (v[mid] <= t) lo = mid + 1; else hi = mid; }
+    *hint = lo;
+    return lo;
+}
+
+/* Time in (-inf, t) covered by n disjoint sorted intervals [us, ue) with prefix lengths
+ * cum (n + 1), as traceview.analysis.overlap._covered computes it. Sums wrap like numpy's. */
+static int64_t covered_upto(const int64_t *us, const int64_t *ue, const uint64_t *cum, Py_ssize_t n, int64_t t,
+                            Py_ssize_t *hint) {
+    Py_ssize_t i = count_le(us, n, t, hint);  /* the intervals starting at or before t */
+    if (i == 0) return 0;
+    Py_ssize_t k = i - 1;
+    int64_t inside = (int64_t)((uint64_t)(ue[k] < t ? ue[k] : t) - (uint64_t)us[k]);
+    return (int64_t)(cum[k] + (uint64_t)(inside > 0 ? inside : 0));
+}
+
+/* covered(us, ue, a, b, out) -> bool
+ * Per window [a_i, b_i) (int64), out_i (int64) = the time inside it covered by the intervals
+ * [us_j, ue_j) (int64, us strictly ascending: disjoint, sorted): upto(b) - upto(a), upto(t)
+ * the covered time before t (traceview.analysis.overlap._covered). Returns False, out
+ * unspecified, when us is not strictly ascending or the sizes disagree. */
+static PyObject *covered(PyObject *self, PyObject *args) {
+    Py_buffer b[5];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 8, m = b[2].len / 8;
+    int ok = b[1].len / 8 == n && b[3].len / 8 == m && b[4].len / 8 == m;
+    const int64_t *us = b[0].buf, *ue = b[1].buf, *wa = b[2].buf, *wb = b[3].buf;
+    int64_t *out = b[4].buf;
+    uint64_t *cum = ok ? PyMem_RawMalloc(((size_t)n + 1) * sizeof(uint64_t)) : NULL;
+    if (ok && !cum) {
+        for (int k = 0; k < 5; k++) PyBuffer_Release(&b[k]);
+        return PyErr_NoMemory();
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        cum[0] = 0;
+        for (Py_ssize_t j = 0; j < n && ok; j++) {
+            if (j && us[j] <= us[j - 1]) ok = 0;
+            cum[j + 1] = cum[j] + ((uint64_t)ue[j] - (uint64_t)us[j]);
+        }
+        Py_ssize_t ha = 0, hb = 0;
+        for (Py_ssize_t i = 0; i < m && ok; i++)
+            out[i] = n ? (int64_t)((uint64_t)covered_upto(us, ue, cum, n, wb[i], &hb)
+                                   - (uint64_t)covered_upto(us, ue, cum, n, wa[i], &ha)) : 0;
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(cum);
+    for (int k = 0; k < 5; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
+/* partition(cs, ce, ss, se, as, ae, hs, he, wa, wb, exposed, compute, hidden, host) -> bool
+ * traceview.analysis.overlap._partition in one merge: four sets of intervals (compute c,
+ * synchronous collectives s, async collectives in flight a, host transfers h), each given
+ * as start and end arrays (int64, each non-decreasing), and windows [wa, wb) (int64). At
+ * each distinct bound v, a set holds the time after v when (its starts <= v) - (its ends <=
+ * v) > 0; per window, the time of exposed = s | (a & ~c), compute = c & ~s, hidden = a & c &
+ * ~s and host = h & ~(c | s | a) inside it (outputs int64 per window). Sums wrap like
+ * numpy's. Returns False, outputs unspecified, when a bound array is out of order or the
+ * sizes disagree. */
+static PyObject *partition(PyObject *self, PyObject *args) {
+    Py_buffer b[14];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6],
+                          &b[7], &b[8], &b[9], &b[10], &b[11], &b[12], &b[13]))
+        return NULL;
+    Py_ssize_t m = b[8].len / 8, total = 0, len[8];
+    const int64_t *run[8];
+    int ok = b[9].len / 8 == m;
+    for (int k = 0; k < 8; k++) {
+        len[k] = b[k].len / 8;
+        run[k] = b[k].buf;
+        total += len[k];
+        if (k % 2 && len[k] != len[k - 1]) ok = 0;
+    }
+    for (int k = 10; k < 14; k++) if (b[k].len / 8 != m) ok = 0;
+    const int64_t *wa = b[8].buf, *wb = b[9].buf;
+    int64_t *outs[4] = {b[10].buf, b[11].buf, b[12].buf, b[13].buf};
+    int64_t *pts = NULL;
+    uint8_t *flag = NULL;
+    uint64_t *cum = NULL;
+    if (ok) {
+        pts = PyMem_RawMalloc(((size_t)total + 1) * sizeof(int64_t));
+        flag = PyMem_RawMalloc((size_t)total + 1);
+        cum = PyMem_RawMalloc(4 * ((size_t)total + 1) * sizeof(uint64_t));
+        if (!pts || !flag || !cum) {
+            PyMem_RawFree(pts); PyMem_RawFree(flag); PyMem_RawFree(cum);
+            for (int k = 0; k < 14; k++) PyBuffer_Release(&b[k]);
+            return PyErr_NoMemory();
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (int k = 0; k < 8 && ok; k++)
+            for (Py_ssize_t j = 1; j < len[k]; j++) if (run[k][j] < run[k][j - 1]) { ok = 0; break; }
+        Py_ssize_t p[8] = {0}, nu = 0;
+        while (ok) {  /* the distinct bounds in order, each set's membership after each */
+            int have = 0;
+            int64_t v = 0;
+            for (int k = 0; k < 8; k++)
+                if (p[k] < len[k] && (!have || run[k][p[k]] < v)) { v = run[k][p[k]]; have = 1; }
+            if (!have) break;
+            int f = 0;
+            for (int k = 0; k < 8; k++) while (p[k] < len[k] && run[k][p[k]] == v) p[k]++;
+            for (int x = 0; x < 4; x++) if (p[2 * x] - p[2 * x + 1] > 0) f |= 1 << x;
+            int c = f & 1, s_ = f & 2, a = f & 4, h = f & 8;
+            pts[nu] = v;
+            flag[nu++] = (uint8_t)(((s_ || (a && !c)) ? 1 : 0) | ((c && !s_) ? 2 : 0) | ((a && c && !s_) ? 4 : 0)
+                                   | ((h && !(c || s_ || a)) ? 8 : 0));
+        }
+        /* cum[x][u]: time of mask x over the segments [pts[j], pts[j+1]), j < u */
+        for (int x = 0; x < 4 && ok; x++) {
+            uint64_t *cx = cum + (size_t)x * ((size_t)total + 1);
+            cx[0] = 0;
+            for (Py_ssize_t u = 0; u + 1 < nu; u++)
+                cx[u + 1] = cx[u] + ((flag[u] >> x) & 1 ? (uint64_t)pts[u + 1] - (uint64_t)pts[u] : 0);
+        }
+        Py_ssize_t hint[2] = {0, 0};
+        for (Py_ssize_t i = 0; i < m && ok; i++) {
+            int64_t t2[2] = {wa[i], wb[i]};
+            uint64_t up[2][4];
+            for (int e = 0; e < 2; e++) {
+                Py_ssize_t u = count_le(pts, nu, t2[e], &hint[e]) - 1;  /* the last bound at or before t */
+                for (int x = 0; x < 4; x++) {
+                    const uint64_t *cx = cum + (size_t)x * ((size_t)total + 1);
+                    if (u < 0) up[e][x] = 0;
+                    else if (u + 1 < nu) up[e][x] = cx[u] + ((flag[u] >> x) & 1 ? (uint64_t)t2[e] - (uint64_t)pts[u] : 0);
+                    else up[e][x] = cx[nu - 1];
+                }
+            }
+            for (int x = 0; x < 4; x++) outs[x][i] = (int64_t)(up[1][x] - up[0][x]);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(pts); PyMem_RawFree(flag); PyMem_RawFree(cum);
+    for (int k = 0; k < 14; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
@@ -555,6 +711,9 @@ static PyMethodDef methods[] = {
     {"quantiles_by", quantiles_by, METH_VARARGS, "quantiles_by(attr, key_of_attr, values, qs, out, stats, have) -> bool"},
     {"row_hashes", row_hashes, METH_VARARGS, "row_hashes(rows, attr, pop, keep, words, counts, distinct, out) -> bool"},
     {"rank_match", rank_match, METH_VARARGS, "rank_match(ks, kd, out) -> bool"},
+    {"covered", covered, METH_VARARGS, "covered(us, ue, a, b, out) -> bool"},
+    {"partition", partition, METH_VARARGS,
+     "partition(cs, ce, ss, se, as, ae, hs, he, wa, wb, exposed, compute, hidden, host) -> bool"},
     {"comm_records", comm_records, METH_VARARGS,
      "comm_records(attr, start, dev, start_key, done_key, sync_of, idx, pe, sync) -> int"},
     {NULL, NULL, 0, NULL}

@@ -123,6 +123,10 @@ def _covered(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np
     """Per window [a_i, b_i): the time inside it covered by the disjoint sorted intervals (us, ue)."""
     if len(us) == 0:
         return np.zeros(len(a), dtype=np.int64)
+    if _fast is not None:  # one binary search per bound, in C
+        out = np.empty(len(a), dtype=np.int64)
+        if _fast.covered(*(np.ascontiguousarray(x, dtype=np.int64) for x in (us, ue, a, b)), out):
+            return out
     cum = np.concatenate([[0], np.cumsum(ue - us)])
 
     def upto(t):  # covered time in (-inf, t)
@@ -333,6 +337,11 @@ def _partition(cu, sy, asy, ho, wa: np.ndarray, wb: np.ndarray) -> tuple:
     the sorted bounds of all four: each elementary segment [p_i, p_i+1) lies wholly in or out
     of each set."""
     sets = (cu, sy, asy, ho)
+    if _fast is not None:  # the same sweep as one merge of the sorted bounds, in C
+        out = tuple(np.empty(len(wa), dtype=np.int64) for _ in range(4))
+        if _fast.partition(*(np.ascontiguousarray(b, dtype=np.int64) for x in sets for b in x),
+                           np.ascontiguousarray(wa, dtype=np.int64), np.ascontiguousarray(wb, dtype=np.int64), *out):
+            return out
     bounds = np.concatenate([b for x in sets for b in x])
     if len(bounds) == 0:
         z = np.zeros(len(wa), dtype=np.int64)
