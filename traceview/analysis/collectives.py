@@ -426,13 +426,16 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
             si = cand[si]
         del cand
         keep = is_copy[a[si]]
-        si, span, valid, dself = si[keep], span[keep], valid[keep], dself[keep]
+        if not keep.all():
+            si, span, valid, dself = si[keep], span[keep], valid[keep], dself[keep]
+        del keep
         idx.append(si)
-        t_ps.append(pl.select(pl.when(pl.lit(pl.Series(valid))).then(pl.lit(pl.Series(span)))).to_series())
+        t_ps.append(pl.Series(span) if valid.all()
+                    else pl.select(pl.when(pl.lit(pl.Series(valid))).then(pl.lit(pl.Series(span)))).to_series())
         sp = ev["self_ps"]
         self_ps.append(pl.Series(_codes(sp)[si] + dself) if not sp.null_count()
                        else sp.gather(pl.Series(si)) + pl.Series(dself))
-    ix = np.concatenate(idx)
+    ix = np.concatenate(idx) if len(idx[0]) else idx[-1]
     ra = a[ix]
     bytes_of = pl.Series(np.full(size, None), dtype=pl.Float64).scatter(ia, info["bytes"])
     rec = pl.DataFrame({"_g": g_of[ra], "attr": pl.Series(ra, dtype=pl.UInt32),
