@@ -15,6 +15,8 @@
  *     (traceview.analysis.overlap._match: async pairs, collectives and host transfers).
  *   comm_records(...) -> int: the overlap's per-op records, synchronous collectives and
  *     async pairs merged in (device, start) order (traceview.analysis.overlap._comm_ops).
+ *   pair_by_key(...) -> int: async starts matched with their dones by key and rank, events
+ *     already in time order within each key (traceview.analysis.collectives._pair_index);
  *   covered(...) -> bool: time of windows covered by disjoint sorted intervals
  *     (traceview.analysis.overlap._covered);
  *   partition(...) -> bool: a device's step windows split into exposed / compute / hidden /
@@ -702,6 +704,89 @@ static PyObject *partition(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* pair_by_key(a, t, lut_key, lut_done, si, d) -> int
+ * Events a (uint32 attr ids) with times t (int64); per attr id its pair key lut_key (int64,
+ * -1: none) and whether it is a done lut_done (uint8). The k-th non-done event of a key
+ * takes the k-th done of that key, both counted in time order. When every key's starts and
+ * every key's dones are already in time order (t non-decreasing along the events), that is
+ * event order: the non-done events are written to si (int64, in event order) and per such
+ * event the index of its done, or -1, to d (int64); returns how many. Returns -1 (outputs
+ * unspecified) when some key's events are out of time order (the caller sorts), an attr id
+ * lies outside the tables, or si / d are shorter than the non-done events. */
+static PyObject *pair_by_key(PyObject *self, PyObject *args) {
+    Py_buffer b[6];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, na = b[2].len / 8, cap = b[4].len / 8;
+    int ok = b[1].len / 8 == n && b[3].len == na && b[5].len / 8 == cap;
+    const uint32_t *a = b[0].buf;
+    const int64_t *t = b[1].buf, *key = b[2].buf;
+    const uint8_t *done = b[3].buf;
+    int64_t *si = b[4].buf, *d = b[5].buf;
+    Py_ssize_t count = -1;
+    int64_t nk = 0;
+    for (Py_ssize_t k = 0; ok && k < na; k++) if (key[k] + 1 > nk) nk = key[k] + 1;
+    int64_t *head = NULL, *seen = NULL, *last_s = NULL, *last_d = NULL, *order = NULL;
+    if (ok) {
+        head = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
+        seen = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
+        last_s = PyMem_RawMalloc(((size_t)nk + 1) * sizeof(int64_t));
+        last_d = PyMem_RawMalloc(((size_t)nk + 1) * sizeof(int64_t));
+        if (!head || !seen || !last_s || !last_d) goto nomem;
+        Py_ssize_t n_done = 0, n_start = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t k = 0; k <= nk; k++) last_s[k] = last_d[k] = INT64_MIN;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t x = a[i];
+            if ((Py_ssize_t)x >= na) { ok = 0; break; }
+            int64_t k = key[x];
+            if (!done[x]) {
+                n_start++;
+                if (k >= 0) { if (t[i] < last_s[k]) { ok = 0; break; } last_s[k] = t[i]; }
+            } else if (k >= 0) {
+                if (t[i] < last_d[k]) { ok = 0; break; }
+                last_d[k] = t[i];
+                head[k + 1]++;
+                n_done++;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        if (ok && n_start > cap) ok = 0;
+        if (ok) {
+            order = PyMem_RawMalloc((size_t)(n_done ? n_done : 1) * sizeof(int64_t));
+            if (!order) goto nomem;
+            Py_BEGIN_ALLOW_THREADS
+            for (int64_t k = 0; k < nk; k++) head[k + 1] += head[k];
+            for (Py_ssize_t i = 0; i < n; i++) {  /* each key's dones in event (= time) order */
+                int64_t k = key[a[i]];
+                if (done[a[i]] && k >= 0) order[head[k] + seen[k]++] = i;
+            }
+            memset(seen, 0, ((size_t)nk + 1) * sizeof(int64_t));
+            Py_ssize_t j = 0;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if (done[a[i]]) continue;
+                int64_t k = key[a[i]];
+                si[j] = i;
+                d[j] = -1;
+                if (k >= 0) {
+                    int64_t r = seen[k]++;
+                    if (r < head[k + 1] - head[k]) d[j] = order[head[k] + r];
+                }
+                j++;
+            }
+            count = j;
+            Py_END_ALLOW_THREADS
+        }
+    }
+    PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(last_s); PyMem_RawFree(last_d); PyMem_RawFree(order);
+    for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
+    return PyLong_FromSsize_t(count);
+nomem:
+    PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(last_s); PyMem_RawFree(last_d); PyMem_RawFree(order);
+    for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
+    return PyErr_NoMemory();
+}
+
 static PyMethodDef methods[] = {
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
@@ -711,6 +796,7 @@ static PyMethodDef methods[] = {
     {"quantiles_by", quantiles_by, METH_VARARGS, "quantiles_by(attr, key_of_attr, values, qs, out, stats, have) -> bool"},
     {"row_hashes", row_hashes, METH_VARARGS, "row_hashes(rows, attr, pop, keep, words, counts, distinct, out) -> bool"},
     {"rank_match", rank_match, METH_VARARGS, "rank_match(ks, kd, out) -> bool"},
+    {"pair_by_key", pair_by_key, METH_VARARGS, "pair_by_key(a, t, lut_key, lut_done, si, d) -> int"},
     {"covered", covered, METH_VARARGS, "covered(us, ue, a, b, out) -> bool"},
     {"partition", partition, METH_VARARGS,
      "partition(cs, ce, ss, se, as, ae, hs, he, wa, wb, exposed, compute, hidden, host) -> bool"},

@@ -46,6 +46,11 @@ from traceview.analysis.overlap import _match
 from traceview.model.collective_hlo import collective_attrs, host_transfer
 from traceview.model.shapes import parse_instruction
 
+try:  # optional C accelerator
+    from traceview.analysis import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
 #: bus-bandwidth factor per kind as a function of the group size n (nccl-tests doc/PERFORMANCE.md)
 BUS_FACTOR = {
     "all-reduce": lambda n: 2 * (n - 1) / n,
@@ -208,7 +213,8 @@ def _pair_index(a, t, attrs: pl.DataFrame) -> tuple:
 
     from traceview.analysis.overlap import _keyed
 
-    ua = np.flatnonzero(np.bincount(a))  # the attr ids present, ascending
+    cnt = np.bincount(a)
+    ua = np.flatnonzero(cnt)  # the attr ids present, ascending
     used = attrs.filter(pl.col("attr").is_in(pl.Series(ua, dtype=attrs.schema["attr"]).implode()))
     done_of = used.select((pl.col("op_kind").fill_null("").str.ends_with("-done")
                            | pl.col("op_name").str.contains(r"-done(\.\d+)?$")).fill_null(False))
@@ -220,12 +226,21 @@ def _pair_index(a, t, attrs: pl.DataFrame) -> tuple:
     ua = used["attr"].to_numpy().astype(np.int64)
     lut_key[ua] = _keyed(used, ["host", "device", "program_id", "_pair"])
     lut_done[ua] = used["_done"].to_numpy()
+    if _fast is not None:  # one C pass when each key's events are already in time order
+        n_si = int(cnt[~lut_done[:len(cnt)]].sum())
+        si, d = np.empty(n_si, dtype=np.int64), np.empty(n_si, dtype=np.int64)
+        if _fast.pair_by_key(np.ascontiguousarray(a, dtype=np.uint32), np.ascontiguousarray(t, dtype=np.int64),
+                             lut_key, lut_done.view(np.uint8), si, d) == n_si:
+            o = _time_order(t[si])
+            return si[o], d[o]
     key, is_done = lut_key[a], lut_done[a]
     si, di = np.flatnonzero(~is_done), np.flatnonzero(is_done)
     si = si[_time_order(t[si])]
     di = di[_time_order(t[di])]
     match = _match(key[si], key[di])
-    return si, np.where(match >= 0, di[np.maximum(match, 0)], -1)
+    hit = match >= 0
+    match[hit] = di[match[hit]]  # no done at all: nothing to index
+    return si, match
 
 
 def _time_order(t):
