@@ -8,7 +8,10 @@
 * the C step pass (``step_pass``) equals the numpy/polars step computation;
 * the C per-step population hashes (``row_hashes``, sets and multisets) equal numpy's;
 * the C self-time pass equals the sort-and-stack reference on random nested intervals;
-* the vectorized range maximum equals a brute-force one.
+* the vectorized range maximum equals a brute-force one;
+* the C rank matching of async pairs (``rank_match``) and the collectives' pairing in event
+  order (``pair_by_key``) equal numpy's, and the overlap's and communication's results on the
+  shared traces do not depend on the C passes.
 """
 
 from __future__ import annotations
@@ -182,6 +185,45 @@ def test_c_enclosing_equals_the_binary_search(inner, outer, in_order):
     finally:
         timeline._fast = saved
     assert fast.tolist() == ref.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(-1, 6), max_size=60), st.lists(st.integers(-1, 6), max_size=60))
+def test_c_rank_match_equals_numpy(ks, kd):
+    from traceview.analysis import overlap
+
+    s, d = np.array(ks, dtype=np.int64), np.array(kd, dtype=np.int64)
+    fast = overlap._match(s, d)
+    saved = overlap._fast
+    try:
+        overlap._fast = None
+        ref = overlap._match(s, d)
+    finally:
+        overlap._fast = saved
+    assert fast.tolist() == ref.tolist()
+
+
+def _comm_results(path):
+    import traceview
+
+    prof = traceview.load(path, cache=False)
+    ov, st, com = prof.overlap(), prof.stragglers(), prof.communication()
+    return ([ov.ops, ov.populations, ov.steps, st.devices, st.steps, st.collectives, com.collectives,
+             com.host_transfers], [ov.summary, st.summary, com.summary()])
+
+
+def test_overlap_and_communication_do_not_depend_on_the_c_passes(shared_traces, monkeypatch):
+    from traceview.analysis import collectives, overlap
+
+    paths = [p for p in _xplanes(shared_traces) if "v6e_4chip" in p.name or "mdev" in p.name]
+    assert paths
+    fast = [_comm_results(p) for p in paths]
+    monkeypatch.setattr(overlap, "_fast", None)
+    monkeypatch.setattr(collectives, "_fast", None)
+    for p, (frames, dicts) in zip(paths, fast):
+        got_frames, got_dicts = _comm_results(p)
+        assert all(a.equals(b, null_equal=True) for a, b in zip(frames, got_frames)), p
+        assert dicts == got_dicts, p
 
 
 @settings(max_examples=300, deadline=None)
@@ -375,3 +417,64 @@ def test_plane_of_many_descriptions_reads_each_once(tmp_path, monkeypatch):
     assert (one["shape"], one["op_kind"], one["category"], one["flops"]) == (
         "f32[8,440] <- f32[8,440]", "fusion", "loop fusion", 8.0 * 440)
     assert one["hlo_text"].startswith("%fusion.2999 = f32[8,440]{1,0} fusion(")
+
+
+_spans = st.lists(st.tuples(st.integers(-5, 60), st.integers(-3, 12)), max_size=12)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_spans, _spans, _spans, _spans, st.lists(st.tuples(st.integers(-10, 80), st.integers(-5, 40)), max_size=6))
+def test_c_partition_and_covered_equal_numpy(cu, sy, asy, ho, wins):
+    """The overlap's step partition and covered time in C equal numpy's sweep, negative
+    spans (running maxima that go back) and windows included."""
+    from traceview.analysis import overlap
+
+    def sets():
+        out = []
+        for x in (cu, sy, asy, ho):
+            s = np.array([a for a, _ in x], dtype=np.int64)
+            out.append(overlap._union(s, s + np.array([d for _, d in x], dtype=np.int64)))
+        return out
+
+    wa = np.array([a for a, _ in wins], dtype=np.int64)
+    wb = wa + np.array([d for _, d in wins], dtype=np.int64)
+    fast_sets = sets()
+    fast = overlap._partition(*fast_sets, wa, wb)
+    fast_cov = overlap._covered(*fast_sets[0], wa, wb)
+    saved = overlap._fast
+    try:
+        overlap._fast = None
+        ref_sets = sets()
+        ref = overlap._partition(*ref_sets, wa, wb)
+        ref_cov = overlap._covered(*ref_sets[0], wa, wb)
+    finally:
+        overlap._fast = saved
+    assert [x.tolist() for x in fast] == [x.tolist() for x in ref]
+    assert fast_cov.tolist() == ref_cov.tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 30)), max_size=60), st.booleans())
+def test_c_pair_by_key_equals_numpy(events, in_order):
+    """The collectives' pairing (_pair_index) with the C pass (each key's events in time order:
+    one pass in event order; out of order: it refuses) equals the sorts and searches."""
+    from traceview.analysis import collectives
+
+    ev = sorted(events, key=lambda e: e[1]) if in_order else events
+    attrs = pl.DataFrame({
+        "attr": pl.Series(range(6), dtype=pl.UInt32), "host": ["h"] * 6, "device": ["d0", "d0", "d0", "d1", "d1", "d1"],
+        "program_id": pl.Series([1] * 6, dtype=pl.UInt64),
+        "op_name": ["copy-start.1", "copy-done.1", "copy-start.2", "copy-start.1", "copy-done.1", "fusion"],
+        "op_kind": ["copy-start", "copy-done", "copy-start", "copy-start", "copy-done", "fusion"],
+        "hlo_text": ["", "%copy-done.1 = f32[8]{0} copy-done(f32[8]{0} %copy-start.1)", "", "",
+                     "%copy-done.1 = f32[8]{0} copy-done(f32[8]{0} %copy-start.1)", ""]})
+    a = np.array([x for x, _ in ev], dtype=np.uint32)
+    t = np.array([y for _, y in ev], dtype=np.int64)
+    fast = collectives._pair_index(a, t, attrs)
+    saved = collectives._fast
+    try:
+        collectives._fast = None
+        ref = collectives._pair_index(a, t, attrs)
+    finally:
+        collectives._fast = saved
+    assert fast[0].tolist() == ref[0].tolist() and fast[1].tolist() == ref[1].tolist()

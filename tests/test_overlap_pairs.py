@@ -81,3 +81,10 @@ def test_comm_ops_equal_the_rule():
         for k, v in want.items():
             assert got[k].tolist() == v, (seed, k)
         assert overlap(_frame(seed), None).ops.height == len(want["attr"])
+
+
+def test_comm_ops_equal_the_rule_without_the_c_pass(monkeypatch):
+    from traceview.analysis import overlap as ov
+
+    monkeypatch.setattr(ov, "_fast", None)
+    test_comm_ops_equal_the_rule()

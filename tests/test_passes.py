@@ -170,3 +170,41 @@ def test_series_by_definition(where, shared_traces):
     got = sorted(got, key=lambda r: tuple((x is None, x) for x in r))
     assert got == _reference_series(t, prof.module_runs, lut)
     assert len(got) == t.height
+
+
+def test_direction_bandwidth_merges_each_devices_transfers_per_direction():
+    """collectives._direction_bandwidth against the rule written out: per direction (in order
+    of its first counted transfer), bytes of its counted transfers over the merged length of
+    their [start, start + t) per device, summed over devices; negative spans as a sweep in
+    start order meets them."""
+    from traceview.analysis.collectives import _direction_bandwidth
+
+    rng = np.random.default_rng(5)
+    names = pl.Series(["d2h", "h2d", "other"])
+    for _ in range(300):
+        n = int(rng.integers(0, 40))
+        dcode, dev = rng.integers(-1, 3, n), rng.integers(0, 4, n)
+        start, t = rng.integers(0, 100, n), rng.integers(-5, 40, n)
+        by, ok = rng.random(n) * 1e6, rng.random(n) < 0.8
+        got = {r["direction"]: r["direction_bandwidth"] for r in _direction_bandwidth(names, dcode, dev, start, t, by, ok)
+               .iter_rows(named=True)}
+        order, want = [], {}
+        for i in range(n):
+            if ok[i] and dcode[i] >= 0 and dcode[i] not in order:
+                order.append(int(dcode[i]))
+        for k in order:
+            busy, moved = 0, 0.0
+            for d in range(4):
+                rows = [i for i in range(n) if ok[i] and dcode[i] == k and dev[i] == d]
+                end = None
+                for i in sorted(rows, key=lambda i: (start[i], i)):
+                    a, b = int(start[i]), int(start[i] + t[i])
+                    if end is None or a > end:
+                        busy, end = busy + b - a, b
+                    elif b > end:
+                        busy, end = busy + b - end, b
+                moved += sum(float(by[i]) for i in rows)
+            want[names[k]] = moved / (busy * 1e-12) if busy else None
+        assert list(got) == list(want)
+        for k, v in want.items():
+            assert (got[k] is None) == (v is None) and (v is None or got[k] == pytest.approx(v, rel=1e-12))

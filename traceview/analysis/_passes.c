@@ -11,6 +11,16 @@
  *     (traceview.analysis.distributions).
  *   row_hashes(...) -> bool: per step row, a hash of its events' op populations
  *     (traceview.analysis.stepstats).
+ *   rank_match(...) -> bool: the k-th start of a key with the k-th done of that key
+ *     (traceview.analysis.overlap._match: async pairs, collectives and host transfers).
+ *   comm_records(...) -> int: the overlap's per-op records, synchronous collectives and
+ *     async pairs merged in (device, start) order (traceview.analysis.overlap._comm_ops).
+ *   pair_by_key(...) -> int: async starts matched with their dones by key and rank, events
+ *     already in time order within each key (traceview.analysis.collectives._pair_index);
+ *   covered(...) -> bool: time of windows covered by disjoint sorted intervals
+ *     (traceview.analysis.overlap._covered);
+ *   partition(...) -> bool: a device's step windows split into exposed / compute / hidden /
+ *     host time (traceview.analysis.overlap._partition).
  *
  * Each releases the GIL and returns False on input outside its preconditions (unordered
  * input, an index outside its table); the caller then takes the general path.
@@ -397,6 +407,386 @@ static PyObject *row_hashes(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* rank_match(ks, kd, out) -> bool
+ * Per element i of ks (int64 start keys, in order), out[i] (int64) = the index j into kd
+ * (int64 done keys, in order) of the done with key ks[i] and the same rank among its key's
+ * dones as ks[i] has among its key's starts (the k-th start takes the k-th done); -1 where
+ * ks[i] < 0 or its key has fewer dones. Keys below 0 in kd match nothing. Returns False,
+ * out unspecified, when out is not sized as ks. */
+static PyObject *rank_match(PyObject *self, PyObject *args) {
+    Py_buffer b[3];
+    if (!PyArg_ParseTuple(args, "y*y*w*", &b[0], &b[1], &b[2]))
+        return NULL;
+    Py_ssize_t ns = b[0].len / 8, nd = b[1].len / 8;
+    int ok = b[2].len / 8 == ns;
+    const int64_t *ks = b[0].buf, *kd = b[1].buf;
+    int64_t *out = b[2].buf;
+    int64_t nk = 0;
+    for (Py_ssize_t i = 0; ok && i < ns; i++) if (ks[i] + 1 > nk) nk = ks[i] + 1;
+    for (Py_ssize_t j = 0; ok && j < nd; j++) if (kd[j] + 1 > nk) nk = kd[j] + 1;
+    /* head[k]: where key k's dones begin in `order` (counting sort, stable); seen[k]: starts met */
+    int64_t *head = NULL, *seen = NULL, *order = NULL;
+    if (ok) {
+        head = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
+        seen = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
+        order = PyMem_RawMalloc((size_t)(nd ? nd : 1) * sizeof(int64_t));
+        if (!head || !seen || !order) {
+            PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
+            for (int k = 0; k < 3; k++) PyBuffer_Release(&b[k]);
+            return PyErr_NoMemory();
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t j = 0; j < nd; j++) if (kd[j] >= 0) head[kd[j] + 1]++;
+        for (int64_t k = 0; k < nk; k++) head[k + 1] += head[k];
+        /* seen doubles as the fill cursor, then is reset */
+        for (Py_ssize_t j = 0; j < nd; j++) if (kd[j] >= 0) order[head[kd[j]] + seen[kd[j]]++] = j;
+        memset(seen, 0, ((size_t)nk + 1) * sizeof(int64_t));
+        for (Py_ssize_t i = 0; i < ns; i++) {
+            int64_t k = ks[i];
+            out[i] = -1;
+            if (k < 0) continue;
+            int64_t r = seen[k]++;
+            if (r < head[k + 1] - head[k]) out[i] = order[head[k] + r];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
+    for (int k = 0; k < 3; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
+/* comm_records(attr, start, dev, start_key, done_key, sync_of, idx, pe, sync) -> int
+ * The records of traceview.analysis.overlap._comm_ops over events in (device, start) order:
+ * attr (uint32), start (int64), dev (int32), one per event; per attr id start_key and
+ * done_key (int64, -1: not a start / done) and sync_of (uint8). The k-th start of a key
+ * (in event order) pairs with the k-th done of that key, kept when the done starts no
+ * earlier; synchronous events are records of their own. Records, in (dev, start) order with
+ * the synchronous ones first at one (dev, start), each kind in event order: idx (int64, the
+ * sync event or the start), pe (int64, the sync event itself or the done), sync (uint8).
+ * Returns the number of records, or -1 (outputs unspecified) when the events are not in
+ * (dev, start) order, an attr id lies outside the tables, or the outputs (all the same
+ * length) are shorter than the synchronous events plus the starts. */
+static PyObject *comm_records(PyObject *self, PyObject *args) {
+    Py_buffer b[9];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, na = b[3].len / 8, cap = b[6].len / 8;
+    int ok = b[1].len / 8 == n && b[2].len / 4 == n && b[4].len / 8 == na && b[5].len == na
+             && b[7].len / 8 == cap && b[8].len == cap;
+    const uint32_t *attr = b[0].buf;
+    const int64_t *st = b[1].buf, *skey = b[3].buf, *dkey = b[4].buf;
+    const int32_t *dev = b[2].buf;
+    const uint8_t *syn = b[5].buf;
+    int64_t *idx = b[6].buf, *pe = b[7].buf;
+    uint8_t *sync = b[8].buf;
+    Py_ssize_t count = -1;
+    int64_t nk = 0;
+    for (Py_ssize_t k = 0; ok && k < na; k++) {
+        if (skey[k] + 1 > nk) nk = skey[k] + 1;
+        if (dkey[k] + 1 > nk) nk = dkey[k] + 1;
+    }
+    int64_t *head = NULL, *seen = NULL, *order = NULL, *ps = NULL, *pd = NULL, *sy = NULL;
+    Py_ssize_t n_sync = 0, n_start = 0, n_done = 0;
+    if (ok) {
+        head = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
+        seen = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
+        if (!head || !seen) goto nomem;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t a = attr[i];
+            if ((Py_ssize_t)a >= na || (i && (dev[i] < dev[i - 1] || (dev[i] == dev[i - 1] && st[i] < st[i - 1])))) {
+                ok = 0;
+                break;
+            }
+            if (syn[a]) n_sync++;
+            else if (skey[a] >= 0) n_start++;
+            else if (dkey[a] >= 0) { head[dkey[a] + 1]++; n_done++; }
+        }
+        Py_END_ALLOW_THREADS
+        if (ok && n_sync + n_start > cap) ok = 0;
+    }
+    if (ok) {
+        order = PyMem_RawMalloc((size_t)(n_done ? n_done : 1) * sizeof(int64_t));
+        ps = PyMem_RawMalloc((size_t)(n_start ? n_start : 1) * sizeof(int64_t));
+        pd = PyMem_RawMalloc((size_t)(n_start ? n_start : 1) * sizeof(int64_t));
+        sy = PyMem_RawMalloc((size_t)(n_sync ? n_sync : 1) * sizeof(int64_t));
+        if (!order || !ps || !pd || !sy) goto nomem;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t k = 0; k < nk; k++) head[k + 1] += head[k];
+        for (Py_ssize_t i = 0; i < n; i++) {  /* each key's dones in event order */
+            uint32_t a = attr[i];
+            if (!syn[a] && skey[a] < 0 && dkey[a] >= 0) order[head[dkey[a]] + seen[dkey[a]]++] = i;
+        }
+        memset(seen, 0, ((size_t)nk + 1) * sizeof(int64_t));
+        Py_ssize_t np_ = 0, ns = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t a = attr[i];
+            if (syn[a]) { sy[ns++] = i; continue; }
+            int64_t k = skey[a];
+            if (k < 0) continue;
+            int64_t r = seen[k]++;
+            if (r < head[k + 1] - head[k]) {
+                int64_t d = order[head[k] + r];
+                if (st[d] >= st[i]) { ps[np_] = i; pd[np_] = d; np_++; }
+            }
+        }
+        /* merge: a synchronous record goes first unless a pair's (dev, start) is smaller */
+        Py_ssize_t i = 0, j = 0, o = 0;
+        while (i < ns || j < np_) {
+            int take_sync = j >= np_ || (i < ns && (dev[sy[i]] < dev[ps[j]]
+                                                    || (dev[sy[i]] == dev[ps[j]] && st[sy[i]] <= st[ps[j]])));
+            if (take_sync) { idx[o] = pe[o] = sy[i++]; sync[o++] = 1; }
+            else { idx[o] = ps[j]; pe[o] = pd[j++]; sync[o++] = 0; }
+        }
+        count = o;
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
+    PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy);
+    for (int k = 0; k < 9; k++) PyBuffer_Release(&b[k]);
+    return PyLong_FromSsize_t(count);
+nomem:
+    PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
+    PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy);
+    for (int k = 0; k < 9; k++) PyBuffer_Release(&b[k]);
+    return PyErr_NoMemory();
+}
+
+/* How many of the n ascending values v are <= t: a galloping search from *hint (the
+ * previous answer), so that queries in (nearly) ascending order cost O(1) each. */
+static Py_ssize_t count_le(const int64_t *v, Py_ssize_t n, int64_t t, Py_ssize_t *hint) {
+    Py_ssize_t lo, hi, h = *hint, step = 1;
+    if (h > 0 && v[h - 1] > t) {  /* the answer lies below h */
+        hi = h - 1;
+        lo = hi - 1;
+        while (lo >= 0 && v[lo] > t) { hi = lo; lo -= step; step <<= 1; }
+        lo = lo < 0 ? 0 : lo + 1;
+    } else {  /* at or above h */
+        lo = h;
+        hi = h;
+        while (hi < n && v[hi] <= t) { lo = hi + 1; hi += step; step <<= 1; }
+        if (hi > n) hi = n;
+    }
+    while (lo < hi) { Py_ssize_t mid = lo + (hi - lo) / 2; if (v[mid] <= t) lo = mid + 1; else hi = mid; }
+    *hint = lo;
+    return lo;
+}
+
+/* Time in (-inf, t) covered by n disjoint sorted intervals [us, ue) with prefix lengths
+ * cum (n + 1), as traceview.analysis.overlap._covered computes it. Sums wrap like numpy's. */
+static int64_t covered_upto(const int64_t *us, const int64_t *ue, const uint64_t *cum, Py_ssize_t n, int64_t t,
+                            Py_ssize_t *hint) {
+    Py_ssize_t i = count_le(us, n, t, hint);  /* the intervals starting at or before t */
+    if (i == 0) return 0;
+    Py_ssize_t k = i - 1;
+    int64_t inside = (int64_t)((uint64_t)(ue[k] < t ? ue[k] : t) - (uint64_t)us[k]);
+    return (int64_t)(cum[k] + (uint64_t)(inside > 0 ? inside : 0));
+}
+
+/* covered(us, ue, a, b, out) -> bool
+ * Per window [a_i, b_i) (int64), out_i (int64) = the time inside it covered by the intervals
+ * [us_j, ue_j) (int64, us strictly ascending: disjoint, sorted): upto(b) - upto(a), upto(t)
+ * the covered time before t (traceview.analysis.overlap._covered). Returns False, out
+ * unspecified, when us is not strictly ascending or the sizes disagree. */
+static PyObject *covered(PyObject *self, PyObject *args) {
+    Py_buffer b[5];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 8, m = b[2].len / 8;
+    int ok = b[1].len / 8 == n && b[3].len / 8 == m && b[4].len / 8 == m;
+    const int64_t *us = b[0].buf, *ue = b[1].buf, *wa = b[2].buf, *wb = b[3].buf;
+    int64_t *out = b[4].buf;
+    uint64_t *cum = ok ? PyMem_RawMalloc(((size_t)n + 1) * sizeof(uint64_t)) : NULL;
+    if (ok && !cum) {
+        for (int k = 0; k < 5; k++) PyBuffer_Release(&b[k]);
+        return PyErr_NoMemory();
+    }
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        cum[0] = 0;
+        for (Py_ssize_t j = 0; j < n && ok; j++) {
+            if (j && us[j] <= us[j - 1]) ok = 0;
+            cum[j + 1] = cum[j] + ((uint64_t)ue[j] - (uint64_t)us[j]);
+        }
+        Py_ssize_t ha = 0, hb = 0;
+        for (Py_ssize_t i = 0; i < m && ok; i++)
+            out[i] = n ? (int64_t)((uint64_t)covered_upto(us, ue, cum, n, wb[i], &hb)
+                                   - (uint64_t)covered_upto(us, ue, cum, n, wa[i], &ha)) : 0;
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(cum);
+    for (int k = 0; k < 5; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
+/* partition(cs, ce, ss, se, as, ae, hs, he, wa, wb, exposed, compute, hidden, host) -> bool
+ * traceview.analysis.overlap._partition in one merge: four sets of intervals (compute c,
+ * synchronous collectives s, async collectives in flight a, host transfers h), each given
+ * as start and end arrays (int64, each non-decreasing), and windows [wa, wb) (int64). At
+ * each distinct bound v, a set holds the time after v when (its starts <= v) - (its ends <=
+ * v) > 0; per window, the time of exposed = s | (a & ~c), compute = c & ~s, hidden = a & c &
+ * ~s and host = h & ~(c | s | a) inside it (outputs int64 per window). Sums wrap like
+ * numpy's. Returns False, outputs unspecified, when a bound array is out of order or the
+ * sizes disagree. */
+static PyObject *partition(PyObject *self, PyObject *args) {
+    Py_buffer b[14];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*y*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6],
+                          &b[7], &b[8], &b[9], &b[10], &b[11], &b[12], &b[13]))
+        return NULL;
+    Py_ssize_t m = b[8].len / 8, total = 0, len[8];
+    const int64_t *run[8];
+    int ok = b[9].len / 8 == m;
+    for (int k = 0; k < 8; k++) {
+        len[k] = b[k].len / 8;
+        run[k] = b[k].buf;
+        total += len[k];
+        if (k % 2 && len[k] != len[k - 1]) ok = 0;
+    }
+    for (int k = 10; k < 14; k++) if (b[k].len / 8 != m) ok = 0;
+    const int64_t *wa = b[8].buf, *wb = b[9].buf;
+    int64_t *outs[4] = {b[10].buf, b[11].buf, b[12].buf, b[13].buf};
+    int64_t *pts = NULL;
+    uint8_t *flag = NULL;
+    uint64_t *cum = NULL;
+    if (ok) {
+        pts = PyMem_RawMalloc(((size_t)total + 1) * sizeof(int64_t));
+        flag = PyMem_RawMalloc((size_t)total + 1);
+        cum = PyMem_RawMalloc(4 * ((size_t)total + 1) * sizeof(uint64_t));
+        if (!pts || !flag || !cum) {
+            PyMem_RawFree(pts); PyMem_RawFree(flag); PyMem_RawFree(cum);
+            for (int k = 0; k < 14; k++) PyBuffer_Release(&b[k]);
+            return PyErr_NoMemory();
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (int k = 0; k < 8 && ok; k++)
+            for (Py_ssize_t j = 1; j < len[k]; j++) if (run[k][j] < run[k][j - 1]) { ok = 0; break; }
+        Py_ssize_t p[8] = {0}, nu = 0;
+        while (ok) {  /* the distinct bounds in order, each set's membership after each */
+            int have = 0;
+            int64_t v = 0;
+            for (int k = 0; k < 8; k++)
+                if (p[k] < len[k] && (!have || run[k][p[k]] < v)) { v = run[k][p[k]]; have = 1; }
+            if (!have) break;
+            int f = 0;
+            for (int k = 0; k < 8; k++) while (p[k] < len[k] && run[k][p[k]] == v) p[k]++;
+            for (int x = 0; x < 4; x++) if (p[2 * x] - p[2 * x + 1] > 0) f |= 1 << x;
+            int c = f & 1, s_ = f & 2, a = f & 4, h = f & 8;
+            pts[nu] = v;
+            flag[nu++] = (uint8_t)(((s_ || (a && !c)) ? 1 : 0) | ((c && !s_) ? 2 : 0) | ((a && c && !s_) ? 4 : 0)
+                                   | ((h && !(c || s_ || a)) ? 8 : 0));
+        }
+        /* cum[x][u]: time of mask x over the segments [pts[j], pts[j+1]), j < u */
+        for (int x = 0; x < 4 && ok; x++) {
+            uint64_t *cx = cum + (size_t)x * ((size_t)total + 1);
+            cx[0] = 0;
+            for (Py_ssize_t u = 0; u + 1 < nu; u++)
+                cx[u + 1] = cx[u] + ((flag[u] >> x) & 1 ? (uint64_t)pts[u + 1] - (uint64_t)pts[u] : 0);
+        }
+        Py_ssize_t hint[2] = {0, 0};
+        for (Py_ssize_t i = 0; i < m && ok; i++) {
+            int64_t t2[2] = {wa[i], wb[i]};
+            uint64_t up[2][4];
+            for (int e = 0; e < 2; e++) {
+                Py_ssize_t u = count_le(pts, nu, t2[e], &hint[e]) - 1;  /* the last bound at or before t */
+                for (int x = 0; x < 4; x++) {
+                    const uint64_t *cx = cum + (size_t)x * ((size_t)total + 1);
+                    if (u < 0) up[e][x] = 0;
+                    else if (u + 1 < nu) up[e][x] = cx[u] + ((flag[u] >> x) & 1 ? (uint64_t)t2[e] - (uint64_t)pts[u] : 0);
+                    else up[e][x] = cx[nu - 1];
+                }
+            }
+            for (int x = 0; x < 4; x++) outs[x][i] = (int64_t)(up[1][x] - up[0][x]);
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(pts); PyMem_RawFree(flag); PyMem_RawFree(cum);
+    for (int k = 0; k < 14; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
+/* pair_by_key(a, t, lut_key, lut_done, si, d) -> int
+ * Events a (uint32 attr ids) with times t (int64); per attr id its pair key lut_key (int64,
+ * -1: none) and whether it is a done lut_done (uint8). The k-th non-done event of a key
+ * takes the k-th done of that key, both counted in time order. When every key's starts and
+ * every key's dones are already in time order (t non-decreasing along the events), that is
+ * event order: the non-done events are written to si (int64, in event order) and per such
+ * event the index of its done, or -1, to d (int64); returns how many. Returns -1 (outputs
+ * unspecified) when some key's events are out of time order (the caller sorts), an attr id
+ * lies outside the tables, or si / d are shorter than the non-done events. */
+static PyObject *pair_by_key(PyObject *self, PyObject *args) {
+    Py_buffer b[6];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, na = b[2].len / 8, cap = b[4].len / 8;
+    int ok = b[1].len / 8 == n && b[3].len == na && b[5].len / 8 == cap;
+    const uint32_t *a = b[0].buf;
+    const int64_t *t = b[1].buf, *key = b[2].buf;
+    const uint8_t *done = b[3].buf;
+    int64_t *si = b[4].buf, *d = b[5].buf;
+    Py_ssize_t count = -1;
+    int64_t nk = 0;
+    for (Py_ssize_t k = 0; ok && k < na; k++) if (key[k] + 1 > nk) nk = key[k] + 1;
+    int64_t *head = NULL, *seen = NULL, *last_s = NULL, *last_d = NULL, *order = NULL;
+    if (ok) {
+        head = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
+        seen = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
+        last_s = PyMem_RawMalloc(((size_t)nk + 1) * sizeof(int64_t));
+        last_d = PyMem_RawMalloc(((size_t)nk + 1) * sizeof(int64_t));
+        if (!head || !seen || !last_s || !last_d) goto nomem;
+        Py_ssize_t n_done = 0, n_start = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t k = 0; k <= nk; k++) last_s[k] = last_d[k] = INT64_MIN;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t x = a[i];
+            if ((Py_ssize_t)x >= na) { ok = 0; break; }
+            int64_t k = key[x];
+            if (!done[x]) {
+                n_start++;
+                if (k >= 0) { if (t[i] < last_s[k]) { ok = 0; break; } last_s[k] = t[i]; }
+            } else if (k >= 0) {
+                if (t[i] < last_d[k]) { ok = 0; break; }
+                last_d[k] = t[i];
+                head[k + 1]++;
+                n_done++;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        if (ok && n_start > cap) ok = 0;
+        if (ok) {
+            order = PyMem_RawMalloc((size_t)(n_done ? n_done : 1) * sizeof(int64_t));
+            if (!order) goto nomem;
+            Py_BEGIN_ALLOW_THREADS
+            for (int64_t k = 0; k < nk; k++) head[k + 1] += head[k];
+            for (Py_ssize_t i = 0; i < n; i++) {  /* each key's dones in event (= time) order */
+                int64_t k = key[a[i]];
+                if (done[a[i]] && k >= 0) order[head[k] + seen[k]++] = i;
+            }
+            memset(seen, 0, ((size_t)nk + 1) * sizeof(int64_t));
+            Py_ssize_t j = 0;
+            for (Py_ssize_t i = 0; i < n; i++) {
+                if (done[a[i]]) continue;
+                int64_t k = key[a[i]];
+                si[j] = i;
+                d[j] = -1;
+                if (k >= 0) {
+                    int64_t r = seen[k]++;
+                    if (r < head[k + 1] - head[k]) d[j] = order[head[k] + r];
+                }
+                j++;
+            }
+            count = j;
+            Py_END_ALLOW_THREADS
+        }
+    }
+    PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(last_s); PyMem_RawFree(last_d); PyMem_RawFree(order);
+    for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
+    return PyLong_FromSsize_t(count);
+nomem:
+    PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(last_s); PyMem_RawFree(last_d); PyMem_RawFree(order);
+    for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
+    return PyErr_NoMemory();
+}
+
 static PyMethodDef methods[] = {
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
@@ -405,6 +795,13 @@ static PyMethodDef methods[] = {
     {"median_by", median_by, METH_VARARGS, "median_by(attr, key_of_attr, values, out, have) -> bool"},
     {"quantiles_by", quantiles_by, METH_VARARGS, "quantiles_by(attr, key_of_attr, values, qs, out, stats, have) -> bool"},
     {"row_hashes", row_hashes, METH_VARARGS, "row_hashes(rows, attr, pop, keep, words, counts, distinct, out) -> bool"},
+    {"rank_match", rank_match, METH_VARARGS, "rank_match(ks, kd, out) -> bool"},
+    {"pair_by_key", pair_by_key, METH_VARARGS, "pair_by_key(a, t, lut_key, lut_done, si, d) -> int"},
+    {"covered", covered, METH_VARARGS, "covered(us, ue, a, b, out) -> bool"},
+    {"partition", partition, METH_VARARGS,
+     "partition(cs, ce, ss, se, as, ae, hs, he, wa, wb, exposed, compute, hidden, host) -> bool"},
+    {"comm_records", comm_records, METH_VARARGS,
+     "comm_records(attr, start, dev, start_key, done_key, sync_of, idx, pe, sync) -> int"},
     {NULL, NULL, 0, NULL}
 };
 

@@ -42,8 +42,14 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceview.analysis.interconnect import Link, find_link
+from traceview.analysis.overlap import _match
 from traceview.model.collective_hlo import collective_attrs, host_transfer
 from traceview.model.shapes import parse_instruction
+
+try:  # optional C accelerator
+    from traceview.analysis import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
 
 #: bus-bandwidth factor per kind as a function of the group size n (nccl-tests doc/PERFORMANCE.md)
 BUS_FACTOR = {
@@ -162,29 +168,40 @@ def _pair_async(ev: pl.DataFrame, attrs: pl.DataFrame) -> pl.DataFrame:
                                           pl.lit(pl.Series(dself)).alias("done_self_ps"))
 
 
-def _pair_spans(ev: pl.DataFrame, attrs: pl.DataFrame) -> tuple:
-    """The pairing of :func:`_pair_async` as int64/bool arrays over the rows of ``ev``: (the
-    non-done rows in start order, span_ps per such row (0 where not valid), valid (matched
-    with both times known), done_self_ps (0 when unmatched))."""
+def _pair_spans(ev: pl.DataFrame, attrs: pl.DataFrame, rows=None) -> tuple:
+    """The pairing of :func:`_pair_async` as int64/bool arrays over the rows of ``ev`` (only
+    the rows ``rows``, an ascending int64 index array, when given: indices below are positions
+    in ``rows``): (the non-done rows in start order, span_ps per such row (0 where not valid),
+    valid (matched with both times known), done_self_ps (0 when unmatched))."""
     import numpy as np
 
     from traceview.analysis.overlap import _codes
 
-    start = ev["start_ps"]
-    t = _codes(start, np.iinfo(np.int64).min)  # nulls first, as polars sorts them
-    si, d = _pair_index(_codes(ev["attr"]), t, attrs)
+    start, dur = ev["start_ps"], ev["duration_ps"]
+    t_all = _codes(start, np.iinfo(np.int64).min)  # nulls first, as polars sorts them
+    a, t = ev["attr"].to_numpy(), t_all
+    if rows is not None:
+        a, t = a[rows], t_all[rows]
+    si, d = _pair_index(a, t, attrs)
+    del a, t
     span = np.zeros(len(si), dtype=np.int64)
     valid = np.zeros(len(si), dtype=bool)
     dself = np.zeros(len(si), dtype=np.int64)
     hit = d >= 0
     if hit.any():
-        d = d[hit]
-        end = start + ev["duration_ps"]
-        dnull = start.is_null().to_numpy()[si[hit]]
-        if end.null_count():
-            dnull = dnull | end.is_null().to_numpy()[d]
-        span[hit] = np.where(dnull, 0, _codes(end, 0)[d] - t[si[hit]])
-        valid[hit] = ~dnull
+        d, s_ = d[hit], si[hit]
+        if rows is not None:
+            d, s_ = rows[d], rows[s_]
+        if start.null_count() or dur.null_count():
+            end = start + dur
+            dnull = start.is_null().to_numpy()[s_]
+            if end.null_count():
+                dnull = dnull | end.is_null().to_numpy()[d]
+            span[hit] = np.where(dnull, 0, _codes(end, 0)[d] - t_all[s_])
+            valid[hit] = ~dnull
+        else:  # start + duration, as polars adds them (wrapping)
+            span[hit] = t_all[d] + _codes(dur)[d] - t_all[s_]
+            valid[hit] = True
         dself[hit] = _codes(ev["self_ps"], 0)[d]
     return si, span, valid, dself
 
@@ -196,7 +213,8 @@ def _pair_index(a, t, attrs: pl.DataFrame) -> tuple:
 
     from traceview.analysis.overlap import _keyed
 
-    ua = np.flatnonzero(np.bincount(a))  # the attr ids present, ascending
+    cnt = np.bincount(a)
+    ua = np.flatnonzero(cnt)  # the attr ids present, ascending
     used = attrs.filter(pl.col("attr").is_in(pl.Series(ua, dtype=attrs.schema["attr"]).implode()))
     done_of = used.select((pl.col("op_kind").fill_null("").str.ends_with("-done")
                            | pl.col("op_name").str.contains(r"-done(\.\d+)?$")).fill_null(False))
@@ -208,12 +226,21 @@ def _pair_index(a, t, attrs: pl.DataFrame) -> tuple:
     ua = used["attr"].to_numpy().astype(np.int64)
     lut_key[ua] = _keyed(used, ["host", "device", "program_id", "_pair"])
     lut_done[ua] = used["_done"].to_numpy()
+    if _fast is not None:  # one C pass when each key's events are already in time order
+        n_si = int(cnt[~lut_done[:len(cnt)]].sum())
+        si, d = np.empty(n_si, dtype=np.int64), np.empty(n_si, dtype=np.int64)
+        if _fast.pair_by_key(np.ascontiguousarray(a, dtype=np.uint32), np.ascontiguousarray(t, dtype=np.int64),
+                             lut_key, lut_done.view(np.uint8), si, d) == n_si:
+            o = _time_order(t[si])
+            return si[o], d[o]
     key, is_done = lut_key[a], lut_done[a]
     si, di = np.flatnonzero(~is_done), np.flatnonzero(is_done)
     si = si[_time_order(t[si])]
     di = di[_time_order(t[di])]
     match = _match(key[si], key[di])
-    return si, np.where(match >= 0, di[np.maximum(match, 0)], -1)
+    hit = match >= 0
+    match[hit] = di[match[hit]]  # no done at all: nothing to index
+    return si, match
 
 
 def _time_order(t):
@@ -223,31 +250,6 @@ def _time_order(t):
     if len(t) < 2 or bool((t[1:] >= t[:-1]).all()):
         return np.arange(len(t))
     return np.argsort(t, kind="stable")
-
-
-def _match(ks, kd):
-    """Per element of ``ks`` (start keys, in time order), the index into ``kd`` (done keys, in
-    time order) of the done with the same key and the same rank among its key; -1 where none
-    (keys below 0 match nothing). The dones grouped by key (stable) are indexed by each
-    start's key offset plus its rank."""
-    import numpy as np
-
-    from traceview.analysis.overlap import _rank, _stable_order
-
-    out = np.full(len(ks), -1, dtype=np.int64)
-    if len(ks) == 0 or len(kd) == 0:
-        return out
-    nk = int(max(ks.max(), kd.max())) + 1
-    if nk <= 0:
-        return out
-    od = _stable_order(kd)  # -1 keys first, then each key's dones in time order
-    n_done = np.bincount(kd[kd >= 0], minlength=nk)
-    head = int((kd < 0).sum()) + np.cumsum(n_done) - n_done
-    r = _rank(ks)
-    kc = np.maximum(ks, 0)
-    hit = (ks >= 0) & (r < n_done[kc])
-    out[hit] = od[head[kc[hit]] + r[hit]]
-    return out
 
 
 def _done_operand(hlo_text: str, op_name: str) -> str:
@@ -276,8 +278,8 @@ def communication(prof, peaks=None) -> Communication:
         pl.col("hlo_text").str.contains(r"S\(5\)|MoveTo(?:Host|Device)") | pl.col("op_kind").is_in(["copy-done"]))
     coll_ev = table.filter(is_coll).frame(["attr"] + _EVENT_COLS)
     cols = _collectives(coll_ev, table.attrs, link, notes)
-    host_tab = table.filter(is_copy | (is_coll & pl.col("hlo_text").str.contains("is_host_transfer=true")))
-    hosts, host_ps, host_modules = _host_transfers(host_tab, link, notes)
+    host_attrs = table.attrs.filter(is_copy | (is_coll & pl.col("hlo_text").str.contains("is_host_transfer=true")))
+    hosts, host_ps, host_modules = _host_transfers(table, host_attrs["attr"], link, notes)
     coll_ps = int(coll_ev.filter(~pl.col("hlo_text").str.contains("is_host_transfer=true"))["self_ps"].sum() or 0)
     module_share = None
     if host_ps and host_modules:
@@ -374,24 +376,29 @@ _REC = ["host", "device", "module", "op_name", "kind", "async", "shape", "groups
         "n_groups", "data_bytes", "t_ps", "all_self_ps"]
 
 
-def _host_transfers(table, link: Link | None, notes: list):
+def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list):
     """(:data:`HOST_SCHEMA` frame, host transfer op time in ps, modules holding them) of the
-    events of ``table`` (an OpTable of the candidate copies, custom calls and host send/recv).
-    Transfers are described once per op description; an async copy's time is its start paired
-    with its done (:func:`_pair_async`). Per event only lookups by attr id, gathers and sorts;
-    the grouping keys come from the descriptions."""
+    events of ``table`` (an OpTable) whose descriptions are among ``candidates`` (attr ids of
+    the candidate copies, custom calls and host send/recv). Transfers are described once per
+    op description; an async copy's time is its start paired with its done
+    (:func:`_pair_async`). Per event only lookups by attr id, gathers and sorts over the
+    table's columns (no copy of its events); the grouping keys come from the descriptions."""
     import numpy as np
 
     from traceview.analysis.overlap import _codes, _keyed
 
     schema_empty = pl.DataFrame(schema=HOST_SCHEMA)
-    ev = table.events.select("attr", "start_ps", "duration_ps", "self_ps")
-    if not ev.height:
+    ev = table.events
+    if not ev.height or not len(candidates):
         return schema_empty, 0, set()
     attrs = table.attrs
-    a = _codes(ev["attr"])
-    used = attrs.join(pl.DataFrame({"attr": pl.Series(np.flatnonzero(np.bincount(a)), dtype=attrs.schema["attr"])}),
+    a = ev["attr"].to_numpy()  # uint32, no copy
+    present = np.bincount(a, minlength=attrs.height) > 0
+    cand_attr = np.zeros(len(present), dtype=bool)
+    cand_attr[_codes(candidates)] = True
+    used = attrs.join(pl.DataFrame({"attr": pl.Series(np.flatnonzero(present & cand_attr), dtype=attrs.schema["attr"])}),
                       on="attr", how="semi")
+    del present, cand_attr
     done = used["op_kind"].fill_null("").str.ends_with("-done").to_numpy()
     seen: dict = {}
     rows = []
@@ -428,14 +435,22 @@ def _host_transfers(table, link: Link | None, notes: list):
         cand_of = is_copy.copy()
         cand_of[np.asarray(done_ok, dtype=np.int64)] = True
         cand = np.flatnonzero(cand_of[a])
-        ce = ev[pl.Series(cand)]
-        si, span, valid, dself = _pair_spans(ce, attrs)
-        keep = is_copy[a[cand[si]]]
-        si, span, valid, dself = si[keep], span[keep], valid[keep], dself[keep]
-        idx.append(cand[si])
-        t_ps.append(pl.select(pl.when(pl.lit(pl.Series(valid))).then(pl.lit(pl.Series(span)))).to_series())
-        self_ps.append(ce["self_ps"].gather(pl.Series(si)) + pl.Series(dself))
-    ix = np.concatenate(idx)
+        whole = len(cand) == len(a)  # every event a candidate: no index needed
+        si, span, valid, dself = _pair_spans(ev, attrs, None if whole else cand)
+        if not whole:
+            si = cand[si]
+        del cand
+        keep = is_copy[a[si]]
+        if not keep.all():
+            si, span, valid, dself = si[keep], span[keep], valid[keep], dself[keep]
+        del keep
+        idx.append(si)
+        t_ps.append(pl.Series(span) if valid.all()
+                    else pl.select(pl.when(pl.lit(pl.Series(valid))).then(pl.lit(pl.Series(span)))).to_series())
+        sp = ev["self_ps"]
+        self_ps.append(pl.Series(_codes(sp)[si] + dself) if not sp.null_count()
+                       else sp.gather(pl.Series(si)) + pl.Series(dself))
+    ix = np.concatenate(idx) if len(idx[0]) else idx[-1]
     ra = a[ix]
     bytes_of = pl.Series(np.full(size, None), dtype=pl.Float64).scatter(ia, info["bytes"])
     rec = pl.DataFrame({"_g": g_of[ra], "attr": pl.Series(ra, dtype=pl.UInt32),
@@ -467,7 +482,7 @@ def _host_transfers(table, link: Link | None, notes: list):
                                                          return_dtype=pl.Int64))
     by = bytes_of.gather(pl.Series(ra))
     ok = rec["t_ps"].is_not_null().to_numpy() & by.is_not_null().to_numpy()
-    g = g.join(_direction_bandwidth(dir_names, dir_of[ra], dev_of[ra], _codes(ev["start_ps"].gather(pl.Series(ix))),
+    g = g.join(_direction_bandwidth(dir_names, dir_of[ra], dev_of[ra], _codes(ev["start_ps"])[ix],
                                     _codes(rec["t_ps"], 0), by.fill_null(0.0).to_numpy(), ok),
                on="direction", how="left").with_columns(
         (pl.col("direction_bandwidth") / pl.col("link_peak")).alias("frac_link_peak"))
@@ -493,23 +508,25 @@ def _direction_bandwidth(dir_names: pl.Series, dcode, dev, start, t, by, ok) -> 
     from traceview.analysis.overlap import _stable_order, _union
 
     out = []
-    m_ok = np.flatnonzero(ok)
-    dc = dcode[m_ok]
-    firsts = []
-    for k in range(len(dir_names)):  # a handful of directions
-        hit = np.flatnonzero(dc == k)
-        if len(hit):
-            firsts.append((int(hit[0]), k, m_ok[hit]))
-    for _, k, rows in sorted(firsts):
-        d_ = dev[rows]
-        o = _stable_order(d_)  # by device, each device's transfers in record order
-        d_, rows = d_[o], rows[o]
-        lo_all = start[rows]
-        hi_all = lo_all + t[rows]
-        b_ = by[rows]
-        cuts = np.flatnonzero(d_[1:] != d_[:-1]) + 1
+    m_ok = np.flatnonzero(ok & (dcode >= 0))
+    # one stable sort by (direction, device): each device's transfers of a direction in record order
+    n_dev = int(dev.max(initial=0)) + 1
+    key = dcode[m_ok] * n_dev + dev[m_ok]
+    o = _stable_order(key)
+    key, rows = key[o], m_ok[o]
+    del o, m_ok
+    lo_all = start[rows]
+    hi_all = lo_all + t[rows]
+    b_ = by[rows]
+    cuts = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1, len(key)] if len(key) else np.zeros(1, dtype=np.int64)
+    head = key[cuts[:-1]] // n_dev  # the direction of each (direction, device) slice
+    firsts = {}  # per direction, its first counted transfer (each slice's first row is its earliest)
+    for c, k in enumerate(head.tolist()):
+        firsts[k] = min(firsts.get(k, len(by)), int(rows[cuts[c]]))
+    for k in sorted(firsts, key=firsts.get):
         busy, moved = 0, 0.0
-        for i, j in zip(np.r_[0, cuts], np.r_[cuts, len(d_)]):
+        for c in np.flatnonzero(head == k):
+            i, j = cuts[c], cuts[c + 1]
             lo, hi = lo_all[i:j], hi_all[i:j]
             if (hi >= lo).all():  # the union's length; a negative span counts as the running sweep did
                 us, ue = _union(lo, hi)

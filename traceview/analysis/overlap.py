@@ -38,6 +38,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+try:  # optional C accelerator
+    from traceview.analysis import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
 #: synchronous collective opcodes (HLO), each one event
 SYNC_COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "ragged-all-to-all",
                     "collective-permute", "collective-broadcast")
@@ -118,6 +123,10 @@ def _covered(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np
     """Per window [a_i, b_i): the time inside it covered by the disjoint sorted intervals (us, ue)."""
     if len(us) == 0:
         return np.zeros(len(a), dtype=np.int64)
+    if _fast is not None:  # one binary search per bound, in C
+        out = np.empty(len(a), dtype=np.int64)
+        if _fast.covered(*(np.ascontiguousarray(x, dtype=np.int64) for x in (us, ue, a, b)), out):
+            return out
     cum = np.concatenate([[0], np.cumsum(ue - us)])
 
     def upto(t):  # covered time in (-inf, t)
@@ -163,6 +172,32 @@ def _rank(keys: np.ndarray) -> np.ndarray:
     r = np.empty(len(keys), dtype=np.int64)
     r[o] = pos - head
     return r
+
+
+def _match(ks: np.ndarray, kd: np.ndarray) -> np.ndarray:
+    """Per element of ``ks`` (int64 start keys, in time order), the index into ``kd`` (int64
+    done keys, in time order) of the done with the same key and the same rank among its key;
+    -1 where none (keys below 0 match nothing). The dones grouped by key (stable) are indexed
+    by each start's key offset plus its rank; in C (``rank_match``) by one counting pass."""
+    out = np.full(len(ks), -1, dtype=np.int64)
+    if len(ks) == 0 or len(kd) == 0:
+        return out
+    if _fast is not None:
+        ks, kd = np.ascontiguousarray(ks, dtype=np.int64), np.ascontiguousarray(kd, dtype=np.int64)
+        if _fast.rank_match(ks, kd, out):
+            return out
+        out.fill(-1)
+    nk = int(max(ks.max(), kd.max())) + 1
+    if nk <= 0:
+        return out
+    od = _stable_order(kd)  # -1 keys first, then each key's dones in time order
+    n_done = np.bincount(kd[kd >= 0], minlength=nk)
+    head = int((kd < 0).sum()) + np.cumsum(n_done) - n_done
+    r = _rank(ks)
+    kc = np.maximum(ks, 0)
+    hit = (ks >= 0) & (r < n_done[kc])
+    out[hit] = od[head[kc[hit]] + r[hit]]
+    return out
 
 
 class _Events:
@@ -234,20 +269,24 @@ def _comm_ops(ev: _Events) -> dict:
     done_key = np.where(done_of, ids[n:], -1)
     start_key[start_of & at["op_name"].is_null().to_numpy()] = -1  # a null name names nothing
     a = ev.attr
+    if _fast is not None and a.dtype == np.uint32:  # one C pass: pairs and the merge below
+        cap = int(np.bincount(a, minlength=n)[(start_key >= 0) | sync_of].sum())
+        idx, pe, sync = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.uint8)
+        got = _fast.comm_records(np.ascontiguousarray(a), np.ascontiguousarray(ev.start, dtype=np.int64),
+                                 np.ascontiguousarray(ev.dev, dtype=np.int32), start_key.astype(np.int64),
+                                 done_key.astype(np.int64), sync_of.astype(np.uint8), idx, pe, sync)
+        if got >= 0:
+            return _records(ev, idx[:got], pe[:got], sync[:got].view(bool))
     ks, kd = start_key[a], done_key[a]
     si = np.flatnonzero(ks >= 0)
     di = np.flatnonzero(kd >= 0)
     sk, dk = ks[si], kd[di]
     del ks, kd
-    # the k-th start of a key takes the k-th done of that key: dones grouped by key (stable),
-    # the start's rank within its key indexes its key's dones
-    nkey = int(max(sk.max(initial=-1), dk.max(initial=-1))) + 1
-    n_done = np.bincount(dk, minlength=nkey)
-    od = _stable_order(dk)
-    r = _rank(sk)
-    at = (np.cumsum(n_done) - n_done)[sk] + r
-    hit = r < n_done[sk]
-    ps, pd = si[hit], di[od[at[hit]]]
+    # the k-th start of a key takes the k-th done of that key
+    m = _match(sk, dk)
+    hit = m >= 0
+    ps, pd = si[hit], di[m[hit]]
+    del sk, dk, m, hit
     ok = ev.start[pd] >= ev.start[ps]
     ps, pd = ps[ok], pd[ok]
     sy = np.flatnonzero(sync_of[a])
@@ -277,9 +316,15 @@ def _comm_ops(ev: _Events) -> dict:
         idx = np.concatenate([sy, ps])
         sync = np.r_[np.ones(len(sy), dtype=bool), np.zeros(len(ps), dtype=bool)]
         pe = np.concatenate([sy, pd])
+    return _records(ev, idx, pe, sync)
+
+
+def _records(ev: _Events, idx: np.ndarray, pe: np.ndarray, sync: np.ndarray) -> dict:
+    """The :func:`_comm_ops` arrays of its records: ``idx`` (the sync event or the start),
+    ``pe`` (the sync event or the done), ``sync`` (bool), positions in ``ev``."""
     end_d, start_d = ev.end[pe], ev.start[pe]
     end_s = ev.end[idx]
-    return {"attr": a[idx], "dev": ev.dev[idx], "start": ev.start[idx],
+    return {"attr": ev.attr[idx], "dev": ev.dev[idx], "start": ev.start[idx],
             "end": np.where(sync, end_s, np.maximum(end_d, end_s)),
             "wait": np.where(sync, 0, end_d - start_d), "sync": sync}
 
@@ -292,6 +337,11 @@ def _partition(cu, sy, asy, ho, wa: np.ndarray, wb: np.ndarray) -> tuple:
     the sorted bounds of all four: each elementary segment [p_i, p_i+1) lies wholly in or out
     of each set."""
     sets = (cu, sy, asy, ho)
+    if _fast is not None:  # the same sweep as one merge of the sorted bounds, in C
+        out = tuple(np.empty(len(wa), dtype=np.int64) for _ in range(4))
+        if _fast.partition(*(np.ascontiguousarray(b, dtype=np.int64) for x in sets for b in x),
+                           np.ascontiguousarray(wa, dtype=np.int64), np.ascontiguousarray(wb, dtype=np.int64), *out):
+            return out
     bounds = np.concatenate([b for x in sets for b in x])
     if len(bounds) == 0:
         z = np.zeros(len(wa), dtype=np.int64)
@@ -376,6 +426,7 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
         for k, v in (("dev", np.full(len(wa), d)), ("step", wstep), ("start_ps", wa), ("step_ps", wb - wa),
                      ("compute_ps", compute), ("exposed_ps", exposed), ("hidden_ps", hidden), ("host_ps", host_only)):
             step_cols[k].append(np.asarray(v, dtype=np.int64))
+    ev.attr = ev.start = ev.end = ev.dev = ev.cls = None  # the per-event arrays are done with
     if rec is not None and len(rec["attr"]):
         names = ev.attrs.select("host", "device", "module", "op_name", "op_kind", "shape", pl.col("_cls").alias("kind"))
         inflight = rec["end"] - rec["start"]
