@@ -54,6 +54,11 @@ import polars as pl
 from traceview.model.kernelname import find_kernel_name
 from traceview.model.optable import OpTable
 
+try:  # optional C accelerator
+    from traceview.model import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
 #: name-stack components that are JAX transforms or control flow, never a kernel's name
 _STRUCTURAL = frozenset({"while", "body", "cond", "closed_call", "core_call", "remat", "checkpoint", "shard_map",
                          "scan", "pallas_call", "custom_jvp_call", "custom_vjp_call", "jvp", "transpose",
@@ -198,6 +203,86 @@ def kernel_scopes(attrs: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str
     return scope, anchor, paths
 
 
+def _owners(s: np.ndarray, e: np.ndarray, ln: np.ndarray, sc: np.ndarray, anc: np.ndarray, bare: np.ndarray,
+            n_lines: int, n_scopes: int, n_inv: int) -> tuple[np.ndarray, int]:
+    """(invocation id of each event, -1 for none; the next free id) of one device's events in
+    time order (``s`` ascending; ``e`` their ends, ps): ``ln`` their thread (< ``n_lines``),
+    ``sc`` their kernel scope (-1: none; < ``n_scopes``), ``anc`` whether each is its scope's
+    grid loop, ``bare`` whether it has no ``op_name``. Ids are numbered from ``n_inv``, scope by
+    scope, then thread by thread (the module doc gives the rule). One pass in C
+    (``_passes.kernel_owners``) where built, else numpy."""
+    if _fast is not None:
+        owner = np.full(len(s), -1, dtype=np.int64)
+        got = _fast.kernel_owners(np.ascontiguousarray(s, dtype=np.int64), np.ascontiguousarray(e, dtype=np.int64),
+                                  np.ascontiguousarray(ln, dtype=np.int64), np.ascontiguousarray(sc, dtype=np.int64),
+                                  np.ascontiguousarray(anc, dtype=bool), np.ascontiguousarray(bare, dtype=bool),
+                                  n_lines, n_scopes, n_inv, owner)
+        if got >= 0:
+            return owner, got
+    owner = np.full(len(s), -1, dtype=np.int64)
+    for scope in np.unique(sc[anc]):
+        a_pos = np.nonzero(anc & (sc == scope))[0]
+        # outermost grid loops only (a loop inside another one's span belongs to that one)
+        keep = np.ones(len(a_pos), dtype=bool)
+        keep[1:] = s[a_pos][1:] >= np.maximum.accumulate(e[a_pos])[:-1]
+        a_pos = a_pos[keep]
+        a_s, a_e, a_ln = s[a_pos], e[a_pos], ln[a_pos]
+        k = np.searchsorted(a_s, s, side="right") - 1
+        # the kernel's ops, on any thread, from its loop's start to the next invocation's
+        # (the loop event itself may end before its last iterations, run on other threads)
+        mine = np.flatnonzero((k >= 0) & (sc == scope))
+        # events without op_name on the loop's thread, inside the loop event
+        cand = np.flatnonzero((k >= 0) & bare & (owner < 0))
+        kc = k[cand]
+        cand = cand[(ln[cand] == a_ln[kc]) & (s[cand] >= a_s[kc]) & (e[cand] <= a_e[kc])]
+        owner[mine] = k[mine] + n_inv
+        owner[cand] = k[cand] + n_inv
+        n_inv += len(a_pos)
+    # each thread's events in time order, found by one stable sort (not a scan per thread)
+    by_ln = np.argsort(_small(ln, n_lines), kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(ln, minlength=n_lines))))
+
+    def thread(one):
+        return by_ln[bounds[one]:bounds[one + 1]]
+
+    # per thread, events without op_name nested in a kernel op or between two events of
+    # one invocation (the loop-state copies) belong to it
+    for one in np.unique(ln[owner >= 0]):
+        on = thread(one)
+        own = owner[on]
+        taken = on[own >= 0]
+        ps, pe = s[taken], e[taken]
+        outer = np.ones(len(taken), dtype=bool)
+        outer[1:] = ps[1:] >= np.maximum.accumulate(pe)[:-1]
+        taken, ps, pe = taken[outer], ps[outer], pe[outer]
+        free = on[(own < 0) & bare[on]]
+        j = np.searchsorted(ps, s[free], side="right") - 1
+        jj = np.maximum(j, 0)
+        hit = (j >= 0) & (e[free] <= pe[jj])
+        owner[free[hit]] = owner[taken[jj[hit]]]
+        own = owner[on]
+        mark = np.where(own >= 0, own, np.where(bare[on], -1, -2))
+        known = mark != -1
+        prev_i = np.maximum.accumulate(np.where(known, np.arange(len(on)), -1))
+        nxt_i = np.minimum.accumulate(np.where(known, np.arange(len(on)), len(on))[::-1])[::-1]
+        prev = np.where(prev_i >= 0, mark[np.maximum(prev_i, 0)], -2)
+        nxt = np.where(nxt_i < len(on), mark[np.minimum(nxt_i, len(on) - 1)], -2)
+        sandwich = (mark == -1) & (prev >= 0) & (prev == nxt)
+        owner[on[sandwich]] = prev[sandwich]
+    # kernel ops no grid loop encloses (XLA removed a one-step loop): runs of consecutive
+    # events of one thread
+    for one in np.unique(ln[(owner < 0) & (sc >= 0)]):
+        on = thread(one)
+        f = np.where(owner[on] < 0, sc[on], -1)
+        loose = f >= 0
+        new_run = loose.copy()
+        new_run[1:] &= ~(loose[:-1] & (f[1:] == f[:-1]))
+        run_id = np.cumsum(new_run) - 1
+        owner[on[loose]] = run_id[loose] + n_inv
+        n_inv += int(new_run.sum())
+    return owner, n_inv
+
+
 def collapse_kernels(table: OpTable) -> OpTable:
     """``table`` with the events of every interpreted Pallas kernel invocation folded into
     one event of a new description (the module doc gives the rule and the row's columns).
@@ -242,70 +327,8 @@ def collapse_kernels(table: OpTable) -> OpTable:
             order = idx[_by_start_longest_first(start[idx], dur[idx])]
         a_o = attr[order]
         s = start[order]
-        e = s + dur[order]
-        ln, sc, anc, bare = line_of[a_o], scope_of[a_o], anchor_of[a_o], bare_of[a_o]
-        del a_o
-        owner = np.full(len(order), -1, dtype=np.int64)
-        for scope in np.unique(sc[anc]):
-            a_pos = np.nonzero(anc & (sc == scope))[0]
-            # outermost grid loops only (a loop inside another one's span belongs to that one)
-            keep = np.ones(len(a_pos), dtype=bool)
-            keep[1:] = s[a_pos][1:] >= np.maximum.accumulate(e[a_pos])[:-1]
-            a_pos = a_pos[keep]
-            a_s, a_e, a_ln = s[a_pos], e[a_pos], ln[a_pos]
-            k = np.searchsorted(a_s, s, side="right") - 1
-            # the kernel's ops, on any thread, from its loop's start to the next invocation's
-            # (the loop event itself may end before its last iterations, run on other threads)
-            mine = np.flatnonzero((k >= 0) & (sc == scope))
-            # events without op_name on the loop's thread, inside the loop event
-            cand = np.flatnonzero((k >= 0) & bare & (owner < 0))
-            kc = k[cand]
-            cand = cand[(ln[cand] == a_ln[kc]) & (s[cand] >= a_s[kc]) & (e[cand] <= a_e[kc])]
-            owner[mine] = k[mine] + n_inv
-            owner[cand] = k[cand] + n_inv
-            n_inv += len(a_pos)
-        # each thread's events in time order, found by one stable sort (not a scan per thread)
-        by_ln = np.argsort(_small(ln, n_lines), kind="stable")
-        bounds = np.concatenate(([0], np.cumsum(np.bincount(ln, minlength=n_lines))))
-
-        def thread(one):
-            return by_ln[bounds[one]:bounds[one + 1]]
-
-        # per thread, events without op_name nested in a kernel op or between two events of
-        # one invocation (the loop-state copies) belong to it
-        for one in np.unique(ln[owner >= 0]):
-            on = thread(one)
-            own = owner[on]
-            taken = on[own >= 0]
-            ps, pe = s[taken], e[taken]
-            outer = np.ones(len(taken), dtype=bool)
-            outer[1:] = ps[1:] >= np.maximum.accumulate(pe)[:-1]
-            taken, ps, pe = taken[outer], ps[outer], pe[outer]
-            free = on[(own < 0) & bare[on]]
-            j = np.searchsorted(ps, s[free], side="right") - 1
-            jj = np.maximum(j, 0)
-            hit = (j >= 0) & (e[free] <= pe[jj])
-            owner[free[hit]] = owner[taken[jj[hit]]]
-            own = owner[on]
-            mark = np.where(own >= 0, own, np.where(bare[on], -1, -2))
-            known = mark != -1
-            prev_i = np.maximum.accumulate(np.where(known, np.arange(len(on)), -1))
-            nxt_i = np.minimum.accumulate(np.where(known, np.arange(len(on)), len(on))[::-1])[::-1]
-            prev = np.where(prev_i >= 0, mark[np.maximum(prev_i, 0)], -2)
-            nxt = np.where(nxt_i < len(on), mark[np.minimum(nxt_i, len(on) - 1)], -2)
-            sandwich = (mark == -1) & (prev >= 0) & (prev == nxt)
-            owner[on[sandwich]] = prev[sandwich]
-        # kernel ops no grid loop encloses (XLA removed a one-step loop): runs of consecutive
-        # events of one thread
-        for one in np.unique(ln[(owner < 0) & (sc >= 0)]):
-            on = thread(one)
-            f = np.where(owner[on] < 0, sc[on], -1)
-            loose = f >= 0
-            new_run = loose.copy()
-            new_run[1:] &= ~(loose[:-1] & (f[1:] == f[:-1]))
-            run_id = np.cumsum(new_run) - 1
-            owner[on[loose]] = run_id[loose] + n_inv
-            n_inv += int(new_run.sum())
+        owner, n_inv = _owners(s, s + dur[order], line_of[a_o], scope_of[a_o], anchor_of[a_o], bare_of[a_o],
+                               n_lines, len(paths), n_inv)
         inv[order] = owner
     if n_inv == 0:
         return table
