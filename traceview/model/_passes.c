@@ -9,7 +9,9 @@
  *   tpu_attr(...) -> distinct: TPU op events' description ids (traceview.model.from_xplane);
  *   attr_stats(...) -> bool: per-description sums (traceview.model.optable.OpTable.collapse);
  *   kernel_owners(...) -> n_inv: interpreted Pallas kernel invocation of each event of a device
- *     (traceview.model.interpreted._owners).
+ *     (traceview.model.interpreted._owners);
+ *   kernel_rows(...) -> bool: per invocation its first event, start, sums, scope and lead
+ *     (traceview.model.interpreted.collapse_kernels).
  *
  * Each releases the GIL and returns False (or -1) on input outside its preconditions; the
  * caller then takes the general path.
@@ -352,7 +354,66 @@ static PyObject *kernel_owners(PyObject *self, PyObject *args) {
     return PyLong_FromLongLong(ok ? (long long)n_inv : -1LL);
 }
 
+/* kernel_rows(inv, attr, start, dur, selfp, count, scope_of, anchor_of, flops_of, first_pos,
+ * inv_start, self_sum, flops_sum, inv_scope, lead, top) -> bool: per interpreted-kernel
+ * invocation (ids in ``inv``, -1 for none; events in table order) its first event, earliest
+ * start, summed self time and scoped FLOPs (float64, summed in event order as numpy's
+ * bincount does), its scope and its lead event (the grid loop, else the longest, ties to the
+ * later event), as traceview.model.interpreted.collapse_kernels computes them. Per-event
+ * arrays int64; per description: scope_of int64, anchor_of bool, flops_of float64; the outputs
+ * come filled (n, INT64_MAX, 0, 0, -1, -1, INT64_MIN). False (outputs unusable) on ids out of
+ * range. */
+static PyObject *kernel_rows(PyObject *self, PyObject *args) {
+    Py_buffer b[16];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5],
+                          &b[6], &b[7], &b[8], &b[9], &b[10], &b[11], &b[12], &b[13], &b[14], &b[15]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 8, n_attr = b[6].len / 8, n_inv = b[9].len / 8;
+    int bad = 0;
+    for (int i = 1; i < 6; i++) bad |= b[i].len / 8 != n;
+    bad |= b[7].len != n_attr || b[8].len / 8 != n_attr;
+    for (int i = 10; i < 16; i++) bad |= b[i].len / 8 != n_inv;
+    if (bad) {
+        for (int i = 0; i < 16; i++) PyBuffer_Release(&b[i]);
+        PyErr_SetString(PyExc_ValueError, "kernel_rows: arrays differ in length");
+        return NULL;
+    }
+    const int64_t *inv = b[0].buf, *attr = b[1].buf, *start = b[2].buf, *dur = b[3].buf, *selfp = b[4].buf,
+                  *count = b[5].buf, *scope_of = b[6].buf;
+    const uint8_t *anchor_of = b[7].buf;
+    const double *flops_of = b[8].buf;
+    int64_t *first_pos = b[9].buf, *inv_start = b[10].buf, *inv_scope = b[13].buf, *lead = b[14].buf,
+            *top = b[15].buf;
+    double *self_sum = b[11].buf, *flops_sum = b[12].buf;
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t p = 0; p < n; p++) {
+        int64_t i = inv[p];
+        if (i < 0) continue;
+        int64_t a = attr[p];
+        if (i >= n_inv || a < 0 || a >= n_attr) { ok = 0; break; }
+        if (first_pos[i] > p) first_pos[i] = p;
+        if (inv_start[i] > start[p]) inv_start[i] = start[p];
+        volatile double w = (double)selfp[p];  /* no contraction: the sums must be numpy's */
+        self_sum[i] += w;
+        int64_t sc = scope_of[a];
+        volatile double fl = flops_of[a] * (double)count[p];
+        fl = fl * (sc >= 0 ? 1.0 : 0.0);
+        flops_sum[i] += fl;
+        int64_t rank = anchor_of[a] ? INT64_MAX : dur[p];
+        if (rank > top[i]) { top[i] = rank; lead[i] = p; }
+        else if (rank == top[i]) lead[i] = p;
+        if (sc >= 0) inv_scope[i] = sc;
+    }
+    Py_END_ALLOW_THREADS
+    for (int i = 0; i < 16; i++) PyBuffer_Release(&b[i]);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
+    {"kernel_rows", kernel_rows, METH_VARARGS,
+     "kernel_rows(inv, attr, start, dur, selfp, count, scope_of, anchor_of, flops_of, first_pos, inv_start, "
+     "self_sum, flops_sum, inv_scope, lead, top) -> bool"},
     {"kernel_owners", kernel_owners, METH_VARARGS,
      "kernel_owners(s, e, ln, sc, anc, bare, n_lines, n_scopes, n_inv, owner) -> n_inv"},
     {"self_times_sorted", self_times_sorted, METH_VARARGS, "self_times_sorted(starts, durs, out) -> bool"},

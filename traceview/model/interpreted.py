@@ -332,31 +332,38 @@ def collapse_kernels(table: OpTable) -> OpTable:
         inv[order] = owner
     if n_inv == 0:
         return table
-    # per invocation: its lead event (grid loop, or the first/longest of a run)
-    members = np.nonzero(inv >= 0)[0]
-    mi = inv[members]
-    first_pos = np.full(n_inv, n, dtype=np.int64)
-    np.minimum.at(first_pos, mi, members)
-    inv_start = np.full(n_inv, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(inv_start, mi, start[members])
-    inv_self = np.bincount(mi, weights=selfp[members], minlength=n_inv).astype(np.int64)
-    attr_m = attr[members]
-    sc_m = scope_of[attr_m]
+    # per invocation: its first event, start, self time, FLOPs of the kernel's own ops (not
+    # the bare loop-state copies and broadcasts XLA adds), scope, and lead event (the grid
+    # loop when there is one, else the longest event; ties: the last in table order)
     flops = np.nan_to_num(attrs["flops"].to_numpy().astype(np.float64), nan=0.0)
-    # the kernel's own ops only (not the bare loop-state copies and broadcasts XLA adds)
-    fl = flops[attr_m] * count[members] * (sc_m >= 0)
-    inv_flops = np.bincount(mi, weights=fl, minlength=n_inv)
+    first_pos = np.full(n_inv, n, dtype=np.int64)
+    inv_start = np.full(n_inv, np.iinfo(np.int64).max, dtype=np.int64)
     inv_scope = np.full(n_inv, -1, dtype=np.int64)
     lead = np.full(n_inv, -1, dtype=np.int64)
-    # lead: the grid loop when there is one, else the longest event
-    is_a = anchor_of[attr_m]
-    rank = np.where(is_a, np.iinfo(np.int64).max, dur[members])
     top = np.full(n_inv, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(top, mi, rank)
-    best = rank == top[mi]  # ties: the last event in table order
-    np.maximum.at(lead, mi[best], members[best])
-    has_sc = sc_m >= 0
-    inv_scope[mi[has_sc]] = sc_m[has_sc]
+    self_sum, inv_flops = np.zeros(n_inv), np.zeros(n_inv)
+    if _fast is None or not _fast.kernel_rows(
+            inv, attr, start, dur, selfp, count, np.ascontiguousarray(scope_of, dtype=np.int64),
+            np.ascontiguousarray(anchor_of, dtype=bool), flops, first_pos, inv_start, self_sum, inv_flops,
+            inv_scope, lead, top):
+        first_pos[:], inv_start[:], inv_scope[:], lead[:], top[:] = n, np.iinfo(np.int64).max, -1, -1, \
+            np.iinfo(np.int64).min
+        members = np.nonzero(inv >= 0)[0]
+        mi = inv[members]
+        np.minimum.at(first_pos, mi, members)
+        np.minimum.at(inv_start, mi, start[members])
+        self_sum = np.bincount(mi, weights=selfp[members], minlength=n_inv)
+        attr_m = attr[members]
+        sc_m = scope_of[attr_m]
+        fl = flops[attr_m] * count[members] * (sc_m >= 0)
+        inv_flops = np.bincount(mi, weights=fl, minlength=n_inv)
+        rank = np.where(anchor_of[attr_m], np.iinfo(np.int64).max, dur[members])
+        np.maximum.at(top, mi, rank)
+        best = rank == top[mi]
+        np.maximum.at(lead, mi[best], members[best])
+        has_sc = sc_m >= 0
+        inv_scope[mi[has_sc]] = sc_m[has_sc]
+    inv_self = self_sum.astype(np.int64)
     lead_attr = attr[lead]
     lead_rows = (pl.DataFrame({"attr": pl.Series(lead_attr, dtype=pl.UInt32)})
                  .join(attrs, on="attr", how="left", maintain_order="left"))
