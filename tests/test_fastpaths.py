@@ -9,6 +9,8 @@
 * the C per-step population hashes (``row_hashes``, sets and multisets) equal numpy's;
 * the C self-time pass equals the sort-and-stack reference on random nested intervals;
 * the vectorized range maximum equals a brute-force one;
+* the C interpreted-kernel passes (``kernel_owners``, ``kernel_rows``) equal numpy's, on random
+  device timelines and on the CPU fixtures' collapsed tables;
 * the C rank matching of async pairs (``rank_match``) and the collectives' pairing in event
   order (``pair_by_key``) equal numpy's, and the overlap's and communication's results on the
   shared traces do not depend on the C passes.
@@ -165,6 +167,62 @@ def test_c_self_times_equal_the_reference(pairs):
     finally:
         timeline._fast = saved
     assert (fast == ref).all()
+
+
+@st.composite
+def _device_events(draw):
+    """One device's events in time order as :func:`interpreted._owners` takes them: starts
+    ascending (ties included), nested or overlapping ends, a few threads and kernel scopes,
+    grid loops among the scoped events and bare events among the unscoped."""
+    n = draw(st.integers(0, 60))
+    s = np.cumsum(draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))).astype(np.int64)
+    e = s + np.array(draw(st.lists(st.integers(0, 20), min_size=n, max_size=n)), dtype=np.int64)
+    n_lines = draw(st.integers(1, 4))
+    n_scopes = draw(st.integers(1, 3))
+    ln = np.array(draw(st.lists(st.integers(0, n_lines - 1), min_size=n, max_size=n)), dtype=np.int64)
+    sc = np.array(draw(st.lists(st.integers(-1, n_scopes - 1), min_size=n, max_size=n)), dtype=np.int64)
+    anc = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool) & (sc >= 0)
+    bare = np.array(draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool) & (sc < 0)
+    return s, e, ln, sc, anc, bare, n_lines, n_scopes, draw(st.integers(0, 5))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_device_events())
+def test_c_kernel_owners_equal_numpy(args):
+    from traceview.model import interpreted
+
+    fast = interpreted._owners(*args)
+    saved = interpreted._fast
+    try:
+        interpreted._fast = None
+        ref = interpreted._owners(*args)
+    finally:
+        interpreted._fast = saved
+    assert fast[1] == ref[1] and (fast[0] == ref[0]).all()
+
+
+def test_c_collapse_kernels_equals_numpy(monkeypatch):
+    """Interpreted-kernel folding, C and numpy, on the CPU fixtures, also split over two devices
+    and with some events untimed (pre-aggregated)."""
+    from traceview.model import interpreted
+    from traceview.model.load import load
+
+    rng = np.random.default_rng(0)
+    for fx in ("greedy_b4", "topp_b4", "tp_decode"):
+        t = load(FIXTURES / fx, cache=False, expand_kernels=True).table
+        a2 = t.attrs.with_columns(pl.col("attr") + t.attrs.height, pl.lit("/device:CPU:9").alias("device"))
+        e2 = t.events.with_columns(pl.col("attr") + t.attrs.height, pl.col("start_ps") + 7)
+        two = OpTable(pl.concat([t.events, e2]), pl.concat([t.attrs, a2]))
+        untimed = pl.Series(rng.random(two.height) < 0.05)
+        partial = OpTable(two.events.with_columns(pl.when(untimed).then(None).otherwise(pl.col("start_ps"))
+                                                  .alias("start_ps")), two.attrs)
+        for table in (t, two, partial):
+            fast = interpreted.collapse_kernels(table)
+            with monkeypatch.context() as m:
+                m.setattr(interpreted, "_fast", None)
+                ref = interpreted.collapse_kernels(table)
+            assert fast.height < table.height
+            assert fast.events.equals(ref.events, null_equal=True) and fast.attrs.equals(ref.attrs, null_equal=True)
 
 
 @settings(max_examples=300, deadline=None)

@@ -7,7 +7,11 @@
  *   enclosing_sorted(starts, outer_starts, outer_ends, out) -> bool: enclosing interval by
  *     merge (traceview.model.timeline.enclosing);
  *   tpu_attr(...) -> distinct: TPU op events' description ids (traceview.model.from_xplane);
- *   attr_stats(...) -> bool: per-description sums (traceview.model.optable.OpTable.collapse).
+ *   attr_stats(...) -> bool: per-description sums (traceview.model.optable.OpTable.collapse);
+ *   kernel_owners(...) -> n_inv: interpreted Pallas kernel invocation of each event of a device
+ *     (traceview.model.interpreted._owners);
+ *   kernel_rows(...) -> bool: per invocation its first event, start, sums, scope and lead
+ *     (traceview.model.interpreted.collapse_kernels).
  *
  * Each releases the GIL and returns False (or -1) on input outside its preconditions; the
  * caller then takes the general path.
@@ -192,7 +196,226 @@ static PyObject *attr_stats(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* kernel_owners(s, e, ln, sc, anc, bare, n_lines, n_scopes, n_inv, owner) -> n_inv: the
+ * interpreted-kernel invocation of each event of one device, in time order (s ascending), as
+ * traceview.model.interpreted._owners computes it (its docstring gives the rule): ``owner``
+ * (int64, filled with -1 by the caller) gets each event's invocation id, numbered from
+ * ``n_inv``; returns the next free id, or -1 (nothing meaningful written) on input outside
+ * the preconditions (unsorted starts, ids out of range, an anchor without a scope). s, e, ln,
+ * sc: int64; anc, bare: bool (one byte each). */
+static PyObject *kernel_owners(PyObject *self, PyObject *args) {
+    Py_buffer b[7];
+    long long n_lines_ll, n_scopes_ll, n_inv_ll;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*LLLw*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &n_lines_ll,
+                          &n_scopes_ll, &n_inv_ll, &b[6]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 8;
+    int bad = b[1].len / 8 != n || b[2].len / 8 != n || b[3].len / 8 != n || b[4].len != n || b[5].len != n
+              || b[6].len / 8 != n || n_lines_ll < 0 || n_scopes_ll < 0 || n_lines_ll > ((long long)1 << 40)
+              || n_scopes_ll > ((long long)1 << 40);
+    if (bad) {
+        for (int i = 0; i < 7; i++) PyBuffer_Release(&b[i]);
+        PyErr_SetString(PyExc_ValueError, "kernel_owners: arrays differ in length");
+        return NULL;
+    }
+    const int64_t *s = (const int64_t *)b[0].buf, *e = (const int64_t *)b[1].buf;
+    const int64_t *ln = (const int64_t *)b[2].buf, *sc = (const int64_t *)b[3].buf;
+    const uint8_t *anc = (const uint8_t *)b[4].buf, *bare = (const uint8_t *)b[5].buf;
+    int64_t *owner = (int64_t *)b[6].buf;
+    Py_ssize_t n_lines = (Py_ssize_t)n_lines_ll, n_scopes = (Py_ssize_t)n_scopes_ll;
+    int64_t n_inv = (int64_t)n_inv_ll;
+    Py_ssize_t *aoff = PyMem_RawCalloc((size_t)n_scopes + 2, sizeof(Py_ssize_t));
+    Py_ssize_t *apos = PyMem_RawMalloc(sizeof(Py_ssize_t) * ((size_t)n + 1));
+    Py_ssize_t *loff = PyMem_RawCalloc((size_t)n_lines + 2, sizeof(Py_ssize_t));
+    Py_ssize_t *lpos = PyMem_RawMalloc(sizeof(Py_ssize_t) * ((size_t)n + 1));
+    Py_ssize_t *kept = PyMem_RawMalloc(sizeof(Py_ssize_t) * ((size_t)n + 1));
+    int64_t *mark = PyMem_RawMalloc(sizeof(int64_t) * ((size_t)n + 1));
+    int64_t *prev = PyMem_RawMalloc(sizeof(int64_t) * ((size_t)n + 1));
+    uint8_t *flag = PyMem_RawCalloc((size_t)n_lines + 1, 1);
+    Py_ssize_t *fill = PyMem_RawMalloc(sizeof(Py_ssize_t) * ((size_t)(n_scopes > n_lines ? n_scopes : n_lines) + 1));
+    if (!aoff || !apos || !loff || !lpos || !kept || !mark || !prev || !flag || !fill) {
+        PyMem_RawFree(aoff); PyMem_RawFree(apos); PyMem_RawFree(loff); PyMem_RawFree(lpos);
+        PyMem_RawFree(kept); PyMem_RawFree(mark); PyMem_RawFree(prev); PyMem_RawFree(flag); PyMem_RawFree(fill);
+        for (int i = 0; i < 7; i++) PyBuffer_Release(&b[i]);
+        return PyErr_NoMemory();
+    }
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    /* preconditions; anchors and threads bucketed by scope and line (stable) */
+    for (Py_ssize_t p = 0; p < n && ok; p++) {
+        if ((p > 0 && s[p] < s[p - 1]) || ln[p] < 0 || ln[p] >= n_lines || sc[p] < -1 || sc[p] >= n_scopes
+            || (anc[p] && sc[p] < 0))
+            ok = 0;
+        else {
+            if (anc[p]) aoff[sc[p] + 1]++;
+            loff[ln[p] + 1]++;
+        }
+    }
+    if (ok) {
+        for (Py_ssize_t k = 0; k < n_scopes; k++) aoff[k + 1] += aoff[k];
+        for (Py_ssize_t k = 0; k < n_lines; k++) loff[k + 1] += loff[k];
+        for (Py_ssize_t k = 0; k < n_scopes; k++) fill[k] = aoff[k];  /* next slot per scope, then per line */
+        for (Py_ssize_t p = 0; p < n; p++)
+            if (anc[p]) apos[fill[sc[p]]++] = p;
+        for (Py_ssize_t k = 0; k < n_lines; k++) fill[k] = loff[k];
+        for (Py_ssize_t p = 0; p < n; p++) lpos[fill[ln[p]]++] = p;
+        /* 1. per scope (ascending): the outermost grid loops; each event from a loop's start on
+         *    belongs to that loop when it carries the scope, or when it is bare, unowned, on the
+         *    loop's thread and inside the loop event */
+        for (Py_ssize_t k = 0; k < n_scopes; k++) {
+            Py_ssize_t na = 0;
+            int64_t reach = 0;
+            for (Py_ssize_t i = aoff[k]; i < aoff[k + 1]; i++) {
+                Py_ssize_t a = apos[i];
+                if (i == aoff[k] || s[a] >= reach) kept[na++] = a;
+                if (i == aoff[k] || e[a] > reach) reach = e[a];
+            }
+            if (na == 0) continue;
+            Py_ssize_t j = -1;
+            for (Py_ssize_t p = 0; p < n; p++) {
+                while (j + 1 < na && s[kept[j + 1]] <= s[p]) j++;
+                if (j < 0) continue;
+                Py_ssize_t a = kept[j];
+                if (sc[p] == k)
+                    owner[p] = n_inv + j;
+                else if (bare[p] && owner[p] < 0 && ln[p] == ln[a] && s[p] >= s[a] && e[p] <= e[a])
+                    owner[p] = n_inv + j;
+            }
+            n_inv += na;
+        }
+        /* 2. per thread holding an owned event: bare events nested in an owned outermost event,
+         *    then bare events between two events of one invocation */
+        for (Py_ssize_t p = 0; p < n; p++)
+            if (owner[p] >= 0) flag[ln[p]] = 1;
+        for (Py_ssize_t t = 0; t < n_lines; t++) {
+            if (!flag[t]) continue;
+            Py_ssize_t lo = loff[t], hi = loff[t + 1], nt = 0;
+            int64_t reach = 0;
+            int any = 0;
+            for (Py_ssize_t i = lo; i < hi; i++) {  /* outermost owned events, in time order */
+                Py_ssize_t q = lpos[i];
+                if (owner[q] < 0) continue;
+                if (!any || s[q] >= reach) kept[nt++] = q;
+                if (!any || e[q] > reach) reach = e[q];
+                any = 1;
+            }
+            Py_ssize_t j = -1;
+            for (Py_ssize_t i = lo; i < hi; i++) {
+                Py_ssize_t q = lpos[i];
+                if (owner[q] >= 0 || !bare[q]) continue;
+                while (j + 1 < nt && s[kept[j + 1]] <= s[q]) j++;
+                if (j >= 0 && e[q] <= e[kept[j]]) mark[i - lo] = owner[kept[j]];
+                else mark[i - lo] = -1;
+            }
+            for (Py_ssize_t i = lo; i < hi; i++) {
+                Py_ssize_t q = lpos[i];
+                if (owner[q] < 0 && bare[q]) owner[q] = mark[i - lo];
+            }
+            for (Py_ssize_t i = lo; i < hi; i++) {
+                Py_ssize_t q = lpos[i];
+                mark[i - lo] = owner[q] >= 0 ? owner[q] : (bare[q] ? -1 : -2);
+            }
+            int64_t last = -2;
+            for (Py_ssize_t i = lo; i < hi; i++) {
+                prev[i - lo] = last;
+                if (mark[i - lo] != -1) last = mark[i - lo];
+            }
+            last = -2;
+            for (Py_ssize_t i = hi - 1; i >= lo; i--) {
+                int64_t m = mark[i - lo];
+                if (m == -1 && prev[i - lo] >= 0 && prev[i - lo] == last) owner[lpos[i]] = last;
+                if (m != -1) last = m;
+            }
+        }
+        /* 3. per thread holding an unowned kernel op (a loop XLA removed): each run of
+         *    consecutive unowned events of one scope is one invocation */
+        memset(flag, 0, (size_t)n_lines + 1);
+        for (Py_ssize_t p = 0; p < n; p++)
+            if (owner[p] < 0 && sc[p] >= 0) flag[ln[p]] = 1;
+        for (Py_ssize_t t = 0; t < n_lines; t++) {
+            if (!flag[t]) continue;
+            int64_t prev_f = -1, runs = 0;
+            for (Py_ssize_t i = loff[t]; i < loff[t + 1]; i++) {
+                Py_ssize_t q = lpos[i];
+                int64_t f = owner[q] < 0 ? sc[q] : -1;
+                if (f >= 0) {
+                    if (!(i > loff[t] && prev_f >= 0 && f == prev_f)) runs++;
+                    owner[q] = n_inv + runs - 1;
+                }
+                prev_f = f;
+            }
+            n_inv += runs;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(aoff); PyMem_RawFree(apos); PyMem_RawFree(loff); PyMem_RawFree(lpos);
+    PyMem_RawFree(kept); PyMem_RawFree(mark); PyMem_RawFree(prev); PyMem_RawFree(flag); PyMem_RawFree(fill);
+    for (int i = 0; i < 7; i++) PyBuffer_Release(&b[i]);
+    return PyLong_FromLongLong(ok ? (long long)n_inv : -1LL);
+}
+
+/* kernel_rows(inv, attr, start, dur, selfp, count, scope_of, anchor_of, flops_of, first_pos,
+ * inv_start, self_sum, flops_sum, inv_scope, lead, top) -> bool: per interpreted-kernel
+ * invocation (ids in ``inv``, -1 for none; events in table order) its first event, earliest
+ * start, summed self time and scoped FLOPs (float64, summed in event order as numpy's
+ * bincount does), its scope and its lead event (the grid loop, else the longest, ties to the
+ * later event), as traceview.model.interpreted.collapse_kernels computes them. Per-event
+ * arrays int64; per description: scope_of int64, anchor_of bool, flops_of float64; the outputs
+ * come filled (n, INT64_MAX, 0, 0, -1, -1, INT64_MIN). False (outputs unusable) on ids out of
+ * range. */
+static PyObject *kernel_rows(PyObject *self, PyObject *args) {
+    Py_buffer b[16];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*w*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5],
+                          &b[6], &b[7], &b[8], &b[9], &b[10], &b[11], &b[12], &b[13], &b[14], &b[15]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 8, n_attr = b[6].len / 8, n_inv = b[9].len / 8;
+    int bad = 0;
+    for (int i = 1; i < 6; i++) bad |= b[i].len / 8 != n;
+    bad |= b[7].len != n_attr || b[8].len / 8 != n_attr;
+    for (int i = 10; i < 16; i++) bad |= b[i].len / 8 != n_inv;
+    if (bad) {
+        for (int i = 0; i < 16; i++) PyBuffer_Release(&b[i]);
+        PyErr_SetString(PyExc_ValueError, "kernel_rows: arrays differ in length");
+        return NULL;
+    }
+    const int64_t *inv = b[0].buf, *attr = b[1].buf, *start = b[2].buf, *dur = b[3].buf, *selfp = b[4].buf,
+                  *count = b[5].buf, *scope_of = b[6].buf;
+    const uint8_t *anchor_of = b[7].buf;
+    const double *flops_of = b[8].buf;
+    int64_t *first_pos = b[9].buf, *inv_start = b[10].buf, *inv_scope = b[13].buf, *lead = b[14].buf,
+            *top = b[15].buf;
+    double *self_sum = b[11].buf, *flops_sum = b[12].buf;
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t p = 0; p < n; p++) {
+        int64_t i = inv[p];
+        if (i < 0) continue;
+        int64_t a = attr[p];
+        if (i >= n_inv || a < 0 || a >= n_attr) { ok = 0; break; }
+        if (first_pos[i] > p) first_pos[i] = p;
+        if (inv_start[i] > start[p]) inv_start[i] = start[p];
+        volatile double w = (double)selfp[p];  /* no contraction: the sums must be numpy's */
+        self_sum[i] += w;
+        int64_t sc = scope_of[a];
+        volatile double fl = flops_of[a] * (double)count[p];
+        fl = fl * (sc >= 0 ? 1.0 : 0.0);
+        flops_sum[i] += fl;
+        int64_t rank = anchor_of[a] ? INT64_MAX : dur[p];
+        if (rank > top[i]) { top[i] = rank; lead[i] = p; }
+        else if (rank == top[i]) lead[i] = p;
+        if (sc >= 0) inv_scope[i] = sc;
+    }
+    Py_END_ALLOW_THREADS
+    for (int i = 0; i < 16; i++) PyBuffer_Release(&b[i]);
+    return PyBool_FromLong(ok);
+}
+
 static PyMethodDef methods[] = {
+    {"kernel_rows", kernel_rows, METH_VARARGS,
+     "kernel_rows(inv, attr, start, dur, selfp, count, scope_of, anchor_of, flops_of, first_pos, inv_start, "
+     "self_sum, flops_sum, inv_scope, lead, top) -> bool"},
+    {"kernel_owners", kernel_owners, METH_VARARGS,
+     "kernel_owners(s, e, ln, sc, anc, bare, n_lines, n_scopes, n_inv, owner) -> n_inv"},
     {"self_times_sorted", self_times_sorted, METH_VARARGS, "self_times_sorted(starts, durs, out) -> bool"},
     {"enclosing_sorted", enclosing_sorted, METH_VARARGS,
      "enclosing_sorted(starts, outer_starts, outer_ends, out) -> bool"},

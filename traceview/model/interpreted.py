@@ -54,6 +54,11 @@ import polars as pl
 from traceview.model.kernelname import find_kernel_name
 from traceview.model.optable import OpTable
 
+try:  # optional C accelerator
+    from traceview.model import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
 #: name-stack components that are JAX transforms or control flow, never a kernel's name
 _STRUCTURAL = frozenset({"while", "body", "cond", "closed_call", "core_call", "remat", "checkpoint", "shard_map",
                          "scan", "pallas_call", "custom_jvp_call", "custom_vjp_call", "jvp", "transpose",
@@ -113,8 +118,8 @@ def loop_shape(shape: str | None) -> str:
     return _strip_counters(shape.split(" <- ")[0])
 
 
-def _by_start_longest_first(start: np.ndarray, neg_dur: np.ndarray) -> np.ndarray:
-    """The order of ``np.lexsort((neg_dur, start))`` (by start, then by ``neg_dur``, then by
+def _by_start_longest_first(start: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """The order of ``np.lexsort((-dur, start))`` (by start, then longest first, then by
     position), as one stable sort by start and a sort of the equal-start runs only."""
     order = np.argsort(start, kind="stable")
     s = start[order]
@@ -127,8 +132,21 @@ def _by_start_longest_first(start: np.ndarray, neg_dur: np.ndarray) -> np.ndarra
     pos = np.flatnonzero(in_run)
     run = np.cumsum(np.r_[True, ~tie])[pos]  # equal-start run id of each tied position
     sub = order[pos]
-    order[pos] = sub[np.lexsort((neg_dur[sub], run))]
+    order[pos] = sub[np.lexsort((-dur[sub], run))]
     return order
+
+
+def _ints(col: pl.Series, fill: int) -> np.ndarray:
+    """An integer column as int64 numpy, nulls as ``fill`` (no copy when it has none)."""
+    if col.null_count():
+        col = col.fill_null(fill)
+    return col.to_numpy().astype(np.int64, copy=False)
+
+
+def _small(ids: np.ndarray, n: int) -> np.ndarray:
+    """``ids`` (values in ``[0, n)``) in the smallest unsigned dtype that holds them: numpy's
+    stable sort of 8- and 16-bit integers is a radix sort."""
+    return ids.astype(np.uint8 if n <= 1 << 8 else np.uint16 if n <= 1 << 16 else np.int64, copy=False)
 
 
 def kernel_scopes(attrs: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str]]:
@@ -185,6 +203,86 @@ def kernel_scopes(attrs: pl.DataFrame) -> tuple[np.ndarray, np.ndarray, list[str
     return scope, anchor, paths
 
 
+def _owners(s: np.ndarray, e: np.ndarray, ln: np.ndarray, sc: np.ndarray, anc: np.ndarray, bare: np.ndarray,
+            n_lines: int, n_scopes: int, n_inv: int) -> tuple[np.ndarray, int]:
+    """(invocation id of each event, -1 for none; the next free id) of one device's events in
+    time order (``s`` ascending; ``e`` their ends, ps): ``ln`` their thread (< ``n_lines``),
+    ``sc`` their kernel scope (-1: none; < ``n_scopes``), ``anc`` whether each is its scope's
+    grid loop, ``bare`` whether it has no ``op_name``. Ids are numbered from ``n_inv``, scope by
+    scope, then thread by thread (the module doc gives the rule). One pass in C
+    (``_passes.kernel_owners``) where built, else numpy."""
+    if _fast is not None:
+        owner = np.full(len(s), -1, dtype=np.int64)
+        got = _fast.kernel_owners(np.ascontiguousarray(s, dtype=np.int64), np.ascontiguousarray(e, dtype=np.int64),
+                                  np.ascontiguousarray(ln, dtype=np.int64), np.ascontiguousarray(sc, dtype=np.int64),
+                                  np.ascontiguousarray(anc, dtype=bool), np.ascontiguousarray(bare, dtype=bool),
+                                  n_lines, n_scopes, n_inv, owner)
+        if got >= 0:
+            return owner, got
+    owner = np.full(len(s), -1, dtype=np.int64)
+    for scope in np.unique(sc[anc]):
+        a_pos = np.nonzero(anc & (sc == scope))[0]
+        # outermost grid loops only (a loop inside another one's span belongs to that one)
+        keep = np.ones(len(a_pos), dtype=bool)
+        keep[1:] = s[a_pos][1:] >= np.maximum.accumulate(e[a_pos])[:-1]
+        a_pos = a_pos[keep]
+        a_s, a_e, a_ln = s[a_pos], e[a_pos], ln[a_pos]
+        k = np.searchsorted(a_s, s, side="right") - 1
+        # the kernel's ops, on any thread, from its loop's start to the next invocation's
+        # (the loop event itself may end before its last iterations, run on other threads)
+        mine = np.flatnonzero((k >= 0) & (sc == scope))
+        # events without op_name on the loop's thread, inside the loop event
+        cand = np.flatnonzero((k >= 0) & bare & (owner < 0))
+        kc = k[cand]
+        cand = cand[(ln[cand] == a_ln[kc]) & (s[cand] >= a_s[kc]) & (e[cand] <= a_e[kc])]
+        owner[mine] = k[mine] + n_inv
+        owner[cand] = k[cand] + n_inv
+        n_inv += len(a_pos)
+    # each thread's events in time order, found by one stable sort (not a scan per thread)
+    by_ln = np.argsort(_small(ln, n_lines), kind="stable")
+    bounds = np.concatenate(([0], np.cumsum(np.bincount(ln, minlength=n_lines))))
+
+    def thread(one):
+        return by_ln[bounds[one]:bounds[one + 1]]
+
+    # per thread, events without op_name nested in a kernel op or between two events of
+    # one invocation (the loop-state copies) belong to it
+    for one in np.unique(ln[owner >= 0]):
+        on = thread(one)
+        own = owner[on]
+        taken = on[own >= 0]
+        ps, pe = s[taken], e[taken]
+        outer = np.ones(len(taken), dtype=bool)
+        outer[1:] = ps[1:] >= np.maximum.accumulate(pe)[:-1]
+        taken, ps, pe = taken[outer], ps[outer], pe[outer]
+        free = on[(own < 0) & bare[on]]
+        j = np.searchsorted(ps, s[free], side="right") - 1
+        jj = np.maximum(j, 0)
+        hit = (j >= 0) & (e[free] <= pe[jj])
+        owner[free[hit]] = owner[taken[jj[hit]]]
+        own = owner[on]
+        mark = np.where(own >= 0, own, np.where(bare[on], -1, -2))
+        known = mark != -1
+        prev_i = np.maximum.accumulate(np.where(known, np.arange(len(on)), -1))
+        nxt_i = np.minimum.accumulate(np.where(known, np.arange(len(on)), len(on))[::-1])[::-1]
+        prev = np.where(prev_i >= 0, mark[np.maximum(prev_i, 0)], -2)
+        nxt = np.where(nxt_i < len(on), mark[np.minimum(nxt_i, len(on) - 1)], -2)
+        sandwich = (mark == -1) & (prev >= 0) & (prev == nxt)
+        owner[on[sandwich]] = prev[sandwich]
+    # kernel ops no grid loop encloses (XLA removed a one-step loop): runs of consecutive
+    # events of one thread
+    for one in np.unique(ln[(owner < 0) & (sc >= 0)]):
+        on = thread(one)
+        f = np.where(owner[on] < 0, sc[on], -1)
+        loose = f >= 0
+        new_run = loose.copy()
+        new_run[1:] &= ~(loose[:-1] & (f[1:] == f[:-1]))
+        run_id = np.cumsum(new_run) - 1
+        owner[on[loose]] = run_id[loose] + n_inv
+        n_inv += int(new_run.sum())
+    return owner, n_inv
+
+
 def collapse_kernels(table: OpTable) -> OpTable:
     """``table`` with the events of every interpreted Pallas kernel invocation folded into
     one event of a new description (the module doc gives the rule and the row's columns).
@@ -199,114 +297,73 @@ def collapse_kernels(table: OpTable) -> OpTable:
     ev = table.events
     attr = ev["attr"].to_numpy().astype(np.int64)
     start_s = ev["start_ps"]
-    has_start = start_s.is_not_null().to_numpy()
-    start = start_s.fill_null(0).to_numpy().astype(np.int64)
-    dur = ev["duration_ps"].fill_null(0).to_numpy().astype(np.int64)
-    selfp = ev["self_ps"].fill_null(0).to_numpy().astype(np.int64)
-    count = ev["count"].fill_null(1).to_numpy().astype(np.int64)
-    end = start + dur
+    timed_all = start_s.null_count() == 0
+    has_start = None if timed_all else start_s.is_not_null().to_numpy()
+    start = _ints(start_s, 0)
+    dur = _ints(ev["duration_ps"], 0)
+    selfp = _ints(ev["self_ps"], 0)
+    count = _ints(ev["count"], 1)
     # a thread is (host, run, file, device, line): events of one thread nest; the XLA:CPU
     # runtime runs parts of one loop body on other threads of the device
     line_of = (attrs.select(pl.struct(["host", "run", "file", "device", "line"]).rank("dense"))
                .to_series().to_numpy().astype(np.int64))
     dev_of = (attrs.select(pl.struct(["host", "run", "file", "device"]).rank("dense"))
               .to_series().to_numpy().astype(np.int64))
-    ev_line = line_of[attr]
-    ev_dev = dev_of[attr]
-    ev_scope = scope_of[attr]
+    n_lines = int(line_of.max()) + 1
+    bare_of = (attrs["framework_op"].fill_null("") == "").to_numpy()
     n = len(attr)
     inv = np.full(n, -1, dtype=np.int64)  # invocation id per event
     n_inv = 0
-    empty_fop = (attrs["framework_op"].fill_null("") == "").to_numpy()[attr]
-    for dv in np.unique(ev_dev[(ev_scope >= 0) & has_start]):
-        idx = np.nonzero((ev_dev == dv) & has_start)[0]
-        order = idx[_by_start_longest_first(start[idx], -dur[idx])]
-        s, e, ln, sc = start[order], end[order], ev_line[order], ev_scope[order]
-        bare = empty_fop[order]
-        owner = np.full(len(order), -1, dtype=np.int64)
-        for scope in np.unique(sc[anchor_of[attr[order]]]):
-            a_pos = np.nonzero(anchor_of[attr[order]] & (sc == scope))[0]
-            # outermost grid loops only (a loop inside another one's span belongs to that one)
-            keep = np.ones(len(a_pos), dtype=bool)
-            keep[1:] = s[a_pos][1:] >= np.maximum.accumulate(e[a_pos])[:-1]
-            a_pos = a_pos[keep]
-            a_s, a_e, a_ln = s[a_pos], e[a_pos], ln[a_pos]
-            k = np.searchsorted(a_s, s, side="right") - 1
-            kk = np.maximum(k, 0)
-            # the kernel's ops, on any thread, from its loop's start to the next invocation's
-            # (the loop event itself may end before its last iterations, run on other threads)
-            mine = (k >= 0) & (sc == scope)
-            # events without op_name on the loop's thread, inside the loop event
-            mine |= (k >= 0) & bare & (owner < 0) & (ln == a_ln[kk]) & (s >= a_s[kk]) & (e <= a_e[kk])
-            owner[mine] = kk[mine] + n_inv
-            n_inv += len(a_pos)
-        # each thread's events in time order, found by one stable sort (not a scan per thread)
-        by_ln = np.argsort(ln, kind="stable")
-        ln_sorted = ln[by_ln]
-
-        def thread(one):
-            return by_ln[np.searchsorted(ln_sorted, one, side="left"):np.searchsorted(ln_sorted, one, side="right")]
-
-        # per thread, events without op_name nested in a kernel op or between two events of
-        # one invocation (the loop-state copies) belong to it
-        for one in np.unique(ln[owner >= 0]):
-            on = thread(one)
-            taken = on[owner[on] >= 0]
-            ps, pe = s[taken], e[taken]
-            outer = np.ones(len(taken), dtype=bool)
-            outer[1:] = ps[1:] >= np.maximum.accumulate(pe)[:-1]
-            taken, ps, pe = taken[outer], ps[outer], pe[outer]
-            free = on[(owner[on] < 0) & bare[on]]
-            j = np.searchsorted(ps, s[free], side="right") - 1
-            jj = np.maximum(j, 0)
-            hit = (j >= 0) & (e[free] <= pe[jj])
-            owner[free[hit]] = owner[taken[jj[hit]]]
-            mark = np.where(owner[on] >= 0, owner[on], np.where(bare[on], -1, -2))
-            known = mark != -1
-            prev_i = np.maximum.accumulate(np.where(known, np.arange(len(on)), -1))
-            nxt_i = np.minimum.accumulate(np.where(known, np.arange(len(on)), len(on))[::-1])[::-1]
-            prev = np.where(prev_i >= 0, mark[np.maximum(prev_i, 0)], -2)
-            nxt = np.where(nxt_i < len(on), mark[np.minimum(nxt_i, len(on) - 1)], -2)
-            sandwich = (mark == -1) & (prev >= 0) & (prev == nxt)
-            owner[on[sandwich]] = prev[sandwich]
-        # kernel ops no grid loop encloses (XLA removed a one-step loop): runs of consecutive
-        # events of one thread
-        for one in np.unique(ln[(owner < 0) & (sc >= 0)]):
-            on = thread(one)
-            f = np.where(owner[on] < 0, sc[on], -1)
-            loose = f >= 0
-            new_run = loose.copy()
-            new_run[1:] &= ~(loose[:-1] & (f[1:] == f[:-1]))
-            run_id = np.cumsum(new_run) - 1
-            owner[on[loose]] = run_id[loose] + n_inv
-            n_inv += int(new_run.sum())
+    # the devices with a timed kernel-scope event (per description: which have timed events)
+    timed_attr = np.bincount(attr if timed_all else attr[has_start], minlength=attrs.height) > 0
+    one_device = len(np.unique(dev_of)) == 1
+    ev_dev = None if one_device else dev_of[attr]
+    for dv in np.unique(dev_of[(scope_of >= 0) & timed_attr]):
+        if one_device and timed_all:
+            order = _by_start_longest_first(start, dur)
+        else:
+            sel = has_start if one_device else (ev_dev == dv) if timed_all else (ev_dev == dv) & has_start
+            idx = np.flatnonzero(sel)
+            order = idx[_by_start_longest_first(start[idx], dur[idx])]
+        a_o = attr[order]
+        s = start[order]
+        owner, n_inv = _owners(s, s + dur[order], line_of[a_o], scope_of[a_o], anchor_of[a_o], bare_of[a_o],
+                               n_lines, len(paths), n_inv)
         inv[order] = owner
     if n_inv == 0:
         return table
-    # per invocation: its lead event (grid loop, or the first/longest of a run)
-    members = np.nonzero(inv >= 0)[0]
-    mi = inv[members]
+    # per invocation: its first event, start, self time, FLOPs of the kernel's own ops (not
+    # the bare loop-state copies and broadcasts XLA adds), scope, and lead event (the grid
+    # loop when there is one, else the longest event; ties: the last in table order)
+    flops = np.nan_to_num(attrs["flops"].to_numpy().astype(np.float64), nan=0.0)
     first_pos = np.full(n_inv, n, dtype=np.int64)
-    np.minimum.at(first_pos, mi, members)
     inv_start = np.full(n_inv, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(inv_start, mi, start[members])
-    inv_self = np.bincount(mi, weights=selfp[members], minlength=n_inv).astype(np.int64)
-    flops = attrs["flops"].to_numpy()
-    # the kernel's own ops only (not the bare loop-state copies and broadcasts XLA adds)
-    fl = np.nan_to_num(flops[attr[members]].astype(np.float64), nan=0.0) * count[members] * (ev_scope[members] >= 0)
-    inv_flops = np.bincount(mi, weights=fl, minlength=n_inv)
     inv_scope = np.full(n_inv, -1, dtype=np.int64)
     lead = np.full(n_inv, -1, dtype=np.int64)
-    # lead: the grid loop when there is one, else the longest event
-    sc_m = ev_scope[members]
-    is_a = anchor_of[attr[members]]
-    rank = np.where(is_a, np.iinfo(np.int64).max, dur[members])
     top = np.full(n_inv, np.iinfo(np.int64).min, dtype=np.int64)
-    np.maximum.at(top, mi, rank)
-    best = rank == top[mi]  # ties: the last event in table order
-    np.maximum.at(lead, mi[best], members[best])
-    has_sc = sc_m >= 0
-    inv_scope[mi[has_sc]] = sc_m[has_sc]
+    self_sum, inv_flops = np.zeros(n_inv), np.zeros(n_inv)
+    if _fast is None or not _fast.kernel_rows(
+            inv, attr, start, dur, selfp, count, np.ascontiguousarray(scope_of, dtype=np.int64),
+            np.ascontiguousarray(anchor_of, dtype=bool), flops, first_pos, inv_start, self_sum, inv_flops,
+            inv_scope, lead, top):
+        first_pos[:], inv_start[:], inv_scope[:], lead[:], top[:] = n, np.iinfo(np.int64).max, -1, -1, \
+            np.iinfo(np.int64).min
+        members = np.nonzero(inv >= 0)[0]
+        mi = inv[members]
+        np.minimum.at(first_pos, mi, members)
+        np.minimum.at(inv_start, mi, start[members])
+        self_sum = np.bincount(mi, weights=selfp[members], minlength=n_inv)
+        attr_m = attr[members]
+        sc_m = scope_of[attr_m]
+        fl = flops[attr_m] * count[members] * (sc_m >= 0)
+        inv_flops = np.bincount(mi, weights=fl, minlength=n_inv)
+        rank = np.where(anchor_of[attr_m], np.iinfo(np.int64).max, dur[members])
+        np.maximum.at(top, mi, rank)
+        best = rank == top[mi]
+        np.maximum.at(lead, mi[best], members[best])
+        has_sc = sc_m >= 0
+        inv_scope[mi[has_sc]] = sc_m[has_sc]
+    inv_self = self_sum.astype(np.int64)
     lead_attr = attr[lead]
     lead_rows = (pl.DataFrame({"attr": pl.Series(lead_attr, dtype=pl.UInt32)})
                  .join(attrs, on="attr", how="left", maintain_order="left"))
@@ -337,13 +394,25 @@ def collapse_kernels(table: OpTable) -> OpTable:
         pl.lit(None, dtype=pl.Float64).alias("bytes_accessed"),
         pl.when(pl.col("flops") > 0).then(pl.lit("derived")).otherwise(pl.lit("unknown")).alias("cost_source"),
     ).with_row_index("attr", offset=attrs.height).select(attrs.columns).cast(dict(attrs.schema))
-    keep = inv < 0
-    pos = np.concatenate([np.nonzero(keep)[0], first_pos])
-    out_ev = pl.concat([
-        ev.filter(pl.Series(keep)),
-        pl.DataFrame({"attr": pl.Series(new_id, dtype=pl.UInt32), "start_ps": pl.Series(inv_start, dtype=pl.Int64),
-                      "duration_ps": pl.Series(inv_self, dtype=pl.Int64), "self_ps": pl.Series(inv_self, dtype=pl.Int64),
-                      "count": pl.Series(np.ones(n_inv, dtype=np.int64), dtype=pl.Int64)}).select(ev.columns),
-    ], how="vertical")
-    out_ev = out_ev.select(pl.all().gather(pl.Series(np.argsort(pos, kind="stable"))))
+    # each invocation's event in place of its first member, the other members dropped
+    new_ev = (("attr", new_id), ("start_ps", inv_start), ("duration_ps", inv_self), ("self_ps", inv_self),
+              ("count", np.ones(n_inv, dtype=np.int64)))
+    kept = inv < 0
+    if any(ev[c].null_count() for c, _ in new_ev):
+        pos = np.concatenate([np.nonzero(kept)[0], first_pos])
+        out_ev = pl.concat([
+            ev.filter(pl.Series(kept)),
+            pl.DataFrame({c: pl.Series(v, dtype=ev.schema[c]) for c, v in new_ev}).select(ev.columns),
+        ], how="vertical")
+        out_ev = out_ev.select(pl.all().gather(pl.Series(np.argsort(pos, kind="stable"))))
+    else:
+        kept[first_pos] = True
+        rows = np.flatnonzero(kept)
+        slot = np.searchsorted(rows, first_pos)
+        out = {}
+        for c, v in new_ev:
+            a = ev[c].to_numpy()[rows]
+            a[slot] = v
+            out[c] = pl.Series(c, a, dtype=ev.schema[c])
+        out_ev = pl.DataFrame(out).select(ev.columns)
     return OpTable(out_ev, pl.concat([attrs, new_attrs], how="vertical"))

@@ -4,9 +4,9 @@ terminal and the HTML report: a report's frame in, rows and text out; computes n
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from traceview.model.units import fmt_pct, fmt_time_ps
+from traceview.render.celltable import Table
 
 
 def _num(v, fmt: str = "{:.3g}") -> str:

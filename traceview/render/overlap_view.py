@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
 
 from traceview.model.units import fmt_pct, fmt_time_ps
+from traceview.render.celltable import Table
 
 
 def _escape(text) -> str:

@@ -7,10 +7,10 @@ import re
 
 import polars as pl
 from rich.console import Console
-from rich.table import Table
 
 from traceview.model.naming import safe_line
 from traceview.model.units import fmt_pct, fmt_rate, fmt_time_ps
+from traceview.render.celltable import Table
 from traceview.render.overlap_view import render_overlap, render_stragglers
 from traceview.render.provenance import provenance_lines
 
