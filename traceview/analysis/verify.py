@@ -220,7 +220,7 @@ class Verifier:
     def _c_finding_impact(self, c, prof):
         """``finding ID impact CMP PCT`` (grammar in :mod:`traceview.analysis.verify_grammar`)."""
         from traceview.analysis.report import build_report
-        from traceview.render.findings import impact_line
+        from traceview.analysis.findings.impact import impact_line
 
         if not self.findings_on:
             raise UsageError(f"check {c.text!r} needs the findings; drop --no-findings")

@@ -4,26 +4,7 @@ HTML: the template's autoescape)."""
 
 from __future__ import annotations
 
-
-def impact_line(imp: dict | None) -> str:
-    """One line of a finding's impact: ``up to 1.2 ms per step (0-8.1%), bounded: at most ...;
-    inputs: idle time counted, ...``; "" when it has none."""
-    from traceview.model.units import fmt_pct, fmt_time_ps
-
-    if not imp:
-        return ""
-    inputs = ", ".join(f"{k} {v}" for k, v in (imp.get("inputs") or {}).items())
-    tail = f" (inputs: {inputs})" if inputs else ""
-    if imp.get("method") == "unknown" or imp.get("high_ps") is None:
-        return f"unknown: {imp.get('basis', '')}{tail}"
-    lo, hi = imp["low_ps"], imp["high_ps"]
-    size = (f"{fmt_time_ps(hi)} per step" if lo == hi else
-            f"up to {fmt_time_ps(hi)} per step" if not lo else f"{fmt_time_ps(lo)}-{fmt_time_ps(hi)} per step")
-    share = ""
-    if imp.get("share_high") is not None:
-        share = (f" ({fmt_pct(imp['share_high'])} of the step)" if lo == hi else
-                 f" ({fmt_pct(imp['share_low'])}-{fmt_pct(imp['share_high'])} of the step)")
-    return f"{size}{share}, {imp['method']}: {imp.get('basis', '')}{tail}"
+from traceview.analysis.findings.impact import impact_line
 
 
 def finding_rows(findings) -> list[dict]:

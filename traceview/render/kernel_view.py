@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.table import Table
+from traceview.render.celltable import Table
 
 from traceview.model.units import fmt_pct, fmt_time_ps
 
