@@ -61,11 +61,12 @@ def kernel_inside(prof, kernels: pl.DataFrame | None = None) -> KernelInside | N
                 + CAPTURE_FLAGS])
         return None
     stages = kl.filter(pl.col("line") == "XLA TraceMe")
-    if stages.height == 0:
+    if stages.height == 0 or not stages["name"].str.starts_with("ep_").any():
         return KernelInside(pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), {},
                             ["kernel-profiling lines without pipeline stages (XLA TraceMe): nothing to place"])
-    ops = prof.table.frame(["host", "device", "op_name", "start_ps", "duration_ps"]).filter(
-        pl.col("start_ps").is_not_null())
+    # the ops a Pallas kernel runs as: custom calls (no other op holds pipeline stages)
+    ops = prof.table.filter(pl.col("op_kind") == "custom-call").frame(
+        ["host", "device", "op_name", "start_ps", "duration_ps"]).filter(pl.col("start_ps").is_not_null())
     inv_parts, stage_parts, ctr_parts = [], [], []
     for (host, dev), st in stages.sort("start_ps").group_by(["host", "device"], maintain_order=True):
         o = ops.filter((pl.col("host") == host) & (pl.col("device") == dev)).sort("start_ps")

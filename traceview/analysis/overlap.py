@@ -73,13 +73,28 @@ class Overlap:
     hidden_ps, host_ps, idle_ps (sums), exposed_share (exposed / step time), n_steps, n_devices,
     collectives (collective executions), async_ops (async pairs of any kind), synchronous
     (True when every collective was synchronous). ``notes``: what the reader must
-    know (synchronous collectives counted exposed)."""
+    know (synchronous collectives counted exposed). ``n_ops``: rows of ``ops``, which is built
+    on first use (a row per execution of every collective and async copy: the largest frame of
+    a long TPU trace, read only by the findings that name ops and by ``query``)."""
 
-    ops: pl.DataFrame
     populations: pl.DataFrame
     steps: pl.DataFrame
     summary: dict
     notes: list = field(default_factory=list)
+    n_ops: int = 0
+    _ops: pl.DataFrame | None = field(default=None, repr=False)
+    _build: object = field(default=None, repr=False)
+
+    @property
+    def ops(self) -> pl.DataFrame:
+        """The per-op frame (:data:`OPS_SCHEMA`), built on first use and kept."""
+        if self._ops is None:
+            self._ops = self._build() if self._build is not None else pl.DataFrame(schema=OPS_SCHEMA)
+            self._build = None
+        return self._ops
+
+    #: frames built on first use that ``query`` lists as tables (:func:`traceview.analysis.sql.report_tables`)
+    LAZY_FRAMES = ("ops",)
 
 
 def _class_expr() -> pl.Expr:
@@ -427,16 +442,18 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
                      ("compute_ps", compute), ("exposed_ps", exposed), ("hidden_ps", hidden), ("host_ps", host_only)):
             step_cols[k].append(np.asarray(v, dtype=np.int64))
     ev.attr = ev.start = ev.end = ev.dev = ev.cls = None  # the per-event arrays are done with
+    build = None
     if rec is not None and len(rec["attr"]):
         names = ev.attrs.select("host", "device", "module", "op_name", "op_kind", "shape", pl.col("_cls").alias("kind"))
-        inflight = rec["end"] - rec["start"]
-        op_df = names[pl.Series(rec["attr"])].with_columns(
-            pl.Series("sync", rec["sync"]), pl.Series("start_ps", rec["start"]), pl.Series("end_ps", rec["end"]),
-            pl.Series("in_flight_ps", inflight), pl.Series("hidden_ps", hid_all),
-            pl.Series("exposed_ps", inflight - hid_all), pl.Series("wait_at_done_ps", rec["wait"])
-        ).select(list(OPS_SCHEMA)).cast(OPS_SCHEMA)
-    else:
-        op_df = pl.DataFrame(schema=OPS_SCHEMA)
+        r_attr, r_sync, r_start, r_end, r_wait = rec["attr"], rec["sync"], rec["start"], rec["end"], rec["wait"]
+
+        def build() -> pl.DataFrame:  # the per-op frame, on first use of Overlap.ops
+            inflight = r_end - r_start
+            return names[pl.Series(r_attr)].with_columns(
+                pl.Series("sync", r_sync), pl.Series("start_ps", r_start), pl.Series("end_ps", r_end),
+                pl.Series("in_flight_ps", inflight), pl.Series("hidden_ps", hid_all),
+                pl.Series("exposed_ps", inflight - hid_all), pl.Series("wait_at_done_ps", r_wait)
+            ).select(list(OPS_SCHEMA)).cast(OPS_SCHEMA)
     if step_cols["dev"]:
         sc = {k: np.concatenate(v) for k, v in step_cols.items()}
         span = sc["step_ps"]
@@ -451,26 +468,32 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
         ).select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).with_columns(pl.col("critical_share").fill_nan(None))
     else:
         st_df, counts = pl.DataFrame(schema=STEPS_SCHEMA), None
-    return _finish(op_df, st_df, rec, ev, counts)
+    return _finish(build, st_df, rec, hid_all, ev, counts)
 
 
-def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame, rec: dict | None, ev: _Events,
+def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, ev: _Events,
             counts: tuple | None = None) -> Overlap:
-    """The :class:`Overlap` of its per-op and per-step frames (``rec``: the per-op arrays of
-    :func:`_comm_ops`, ``ev`` their events; ``counts``: the distinct (host, step) and (host,
+    """The :class:`Overlap` of its per-op arrays and per-step frame (``build``: makes the per-op
+    frame, None when there is no op; ``rec``: the per-op arrays of :func:`_comm_ops`, ``hid_all``
+    their hidden times, ``ev`` their events; ``counts``: the distinct (host, step) and (host,
     device) of ``st_df`` when the caller counted them): populations (summed per description,
     then per (kind, op_kind, op_name, shape) in order of first appearance), summary, notes."""
     keys = ["kind", "op_kind", "op_name", "shape"]
     sums = ["in_flight_ps", "hidden_ps", "exposed_ps", "wait_at_done_ps"]
-    if op_df.height:
-        per = (op_df.select("sync", *sums).with_columns(pl.Series("attr", rec["attr"].astype(np.int64))).with_row_index("_i")
+    n_ops = len(rec["attr"]) if build is not None else 0
+    if n_ops:
+        inflight = (rec["end"] - rec["start"]).astype(np.int64)
+        nums = pl.DataFrame({"sync": rec["sync"], "in_flight_ps": inflight, "hidden_ps": hid_all.astype(np.int64),
+                             "exposed_ps": inflight - hid_all, "wait_at_done_ps": rec["wait"].astype(np.int64)})
+        per = (nums.with_columns(pl.Series("attr", rec["attr"].astype(np.int64))).with_row_index("_i")
                .group_by("attr").agg(pl.col("_i").min().alias("_first"), pl.len().alias("n"), pl.col("sync").all(),
                                      *[pl.col(c).sum() for c in sums])
                .join(ev.attrs.select(pl.col("attr").cast(pl.Int64), pl.col("_cls").alias("kind"), "op_kind", "op_name",
                                      "shape"), on="attr", how="left")
                .sort("_first"))
     else:
-        per = op_df.select(*keys, "sync", *sums).with_columns(pl.lit(0, dtype=pl.UInt32).alias("n"))
+        per = pl.DataFrame(schema=OPS_SCHEMA).select(*keys, "sync", *sums).with_columns(
+            pl.lit(0, dtype=pl.UInt32).alias("n"))
     pops = (per.group_by(keys, maintain_order=True)
             .agg(pl.col("n").sum(), pl.col("sync").all(), *[pl.col(c).sum() for c in sums])
             .with_columns((pl.col("hidden_ps") / pl.col("in_flight_ps")).alias("hidden_share"),
@@ -479,7 +502,7 @@ def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame, rec: dict | None, ev: _Eve
             .sort(["_order", "in_flight_ps"], descending=[False, True], maintain_order=True).drop("_order"))
     tot = {k: int(st_df[k].sum()) if st_df.height else 0
            for k in ("step_ps", "compute_ps", "exposed_ps", "hidden_ps", "host_ps", "idle_ps")}
-    if op_df.height:
+    if n_ops:
         coll = ev.cls_of[rec["attr"]] == _CLS_CODES["collective"]
         n_coll, coll_sync, n_async = int(coll.sum()), bool(rec["sync"][coll].all()), int((~rec["sync"]).sum())
         any_async = bool((coll & ~rec["sync"]).any())
@@ -495,7 +518,7 @@ def _finish(op_df: pl.DataFrame, st_df: pl.DataFrame, rec: dict | None, ev: _Eve
                      "its whole time counts as exposed communication, none as hidden")
     if not any_async and not n_coll:
         notes.append("no collective in the trace")
-    return Overlap(ops=op_df, populations=pops, steps=st_df, summary=summary, notes=notes)
+    return Overlap(populations=pops, steps=st_df, summary=summary, notes=notes, n_ops=n_ops, _build=build)
 
 
 def profile_overlap(prof, steps=None) -> Overlap:

@@ -305,14 +305,22 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
 
         f, mf, b = per_attr("flops"), per_attr("model_flops"), per_attr("bytes_accessed")
         fm = np.where(np.isnan(mf), f, mf)
-        ev_attr = table.events["attr"].to_numpy().astype(np.int64)
-        cnt = table.events["count"].fill_null(1).to_numpy().astype(np.float64)
         inside = rows >= 0
-        r_in, a_in, c_in = rows[inside], ev_attr[inside], cnt[inside]
-        # per-event gathers of per-description figures (NaN: unknown, counted as 0)
-        flops = np.bincount(r_in, weights=np.nan_to_num(f)[a_in] * c_in, minlength=n)
-        mflops = np.bincount(r_in, weights=np.nan_to_num(fm)[a_in] * c_in, minlength=n)
-        byts = np.bincount(r_in, weights=np.nan_to_num(b)[a_in] * c_in, minlength=n)
+        r_in = rows[inside]
+        a_in = table.events["attr"].to_numpy()[inside]
+        cnt = table.events["count"]
+        c_in = None if cnt.null_count() == 0 and cnt.min() == 1 and cnt.max() == 1 else \
+            cnt.fill_null(1).to_numpy()[inside].astype(np.float64)
+        del inside
+
+        def step_sums(per_attr: np.ndarray) -> np.ndarray:
+            # one per-event gather of a per-description figure at a time (NaN: unknown, as 0)
+            w = np.nan_to_num(per_attr)[a_in]
+            if c_in is not None:
+                w *= c_in
+            return np.bincount(r_in, weights=w, minlength=n)
+
+        flops, mflops, byts = step_sums(f), step_sums(fm), step_sums(b)
         # a step none of whose ops carries FLOPs (bytes) has an unknown MFU (MBU), not 0
         has_flops = np.bincount(r_in, weights=(~np.isnan(fm))[a_in].astype(np.float64), minlength=n) > 0
         has_bytes = np.bincount(r_in, weights=(~np.isnan(b))[a_in].astype(np.float64), minlength=n) > 0

@@ -330,7 +330,7 @@ def communication_sections(prof, rules=None, *, module: str | None = None, exten
     profile): None where the trace has nothing for the section (no collective or async copy;
     fewer than two devices at a matched collective)."""
     ov = derived.overlap(prof, rules, module=module, extent=extent, window=window)
-    if ov.ops.height == 0:
+    if ov.n_ops == 0:
         return None, None
     st = derived.stragglers(prof, rules, module=module, extent=extent, window=window)
     return ov, (st if st.summary.get("straggler") else None)

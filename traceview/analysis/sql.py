@@ -58,6 +58,8 @@ def _object_frames(name: str, obj) -> dict[str, pl.DataFrame]:
     """The frames held by an object field (its attributes), by table name."""
     attrs = {k: v for k, v in getattr(obj, "__dict__", {}).items()
              if isinstance(v, pl.DataFrame) and not k.startswith("_")}
+    for k in getattr(obj, "LAZY_FRAMES", ()):  # frames an object builds on first use (Overlap.ops)
+        attrs[k] = getattr(obj, k)
     out = {}
     for k, v in attrs.items():
         table = NAMES.get((name, k), name if len(attrs) == 1 else f"{name}_{k}")

@@ -42,6 +42,12 @@ KERNEL_SCHEMA: dict[str, pl.DataType] = {
 _TIME_STATS = {"device_offset_ps": 0, "device_duration_ps": 1}
 
 
+def has_kernel_lines(plane) -> bool:
+    """Whether a plane's event metadata names what kernel profiling records (an ``ep_`` pipeline
+    stage, an ``MXU`` counter, an LLO ``bundle.``): no line is touched."""
+    return any(md.name.startswith(("ep_", "bundle.")) or md.name == "MXU" for md in plane.event_metadata.values())
+
+
 def empty_kernel_lines() -> pl.DataFrame:
     return pl.DataFrame(schema=KERNEL_SCHEMA)
 
@@ -51,6 +57,8 @@ def read_kernel_lines(plane, stat_names: dict[int, str], path: str, host: str) -
     :data:`KERNEL_SCHEMA` frame; None when the plane has none of those lines. Lines are decoded
     by :func:`traceview.read.xplane.wire.decode_annotated` (no Python work per event). Raises
     :class:`~traceview.errors.TraceUnreadable` naming ``path`` on malformed line bytes."""
+    if not has_kernel_lines(plane):
+        return None
     raws = [(raw, wire.line_header(raw, path).name) for raw in plane.lines]
     raws = [(raw, nm) for raw, nm in raws if nm in KERNEL_LINES]
     if not raws:

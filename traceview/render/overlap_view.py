@@ -18,7 +18,7 @@ def _escape(text) -> str:
 def render_overlap(console: Console, ov, *, top: int) -> None:
     """Communication overlap: per population of collectives / async copies (in flight, hidden,
     exposed) and the per-step partition summed over steps and devices."""
-    if ov is None or ov.ops.height == 0:
+    if ov is None or ov.n_ops == 0:
         return
     console.print()
     s = ov.summary
