@@ -1008,11 +1008,20 @@ def _derive_module_runs(table: OpTable) -> pl.DataFrame:
     kid_of = d.join(key_tab, on=keys, how="left", nulls_equal=True, maintain_order="left")["kid"].to_numpy()
     kop_of = d.join(kop_tab, on=keys + ["op_name"], how="left", nulls_equal=True, maintain_order="left")["kop"].to_numpy()
     # per (program key, op name): occurrences and first start, summed per description first
-    per_attr = (pl.DataFrame({"attr": attr, "count": count, "start": start}).group_by("attr")
-                .agg(pl.col("count").sum().alias("n"), pl.col("start").min().alias("first")))
-    per_op = (pl.DataFrame({"kop": kop_of[per_attr["attr"].to_numpy()], "n": per_attr["n"], "first": per_attr["first"]})
-              .group_by("kop").agg(pl.col("n").sum(), pl.col("first").min()))
-    per_op = (kop_tab.join(per_op, on="kop", how="inner")
+    m = d.height
+    n_attr = np.zeros(m, dtype=np.int64)
+    np.add.at(n_attr, attr, count)  # int64, wrapping as polars' sum does
+    first_attr = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_attr, attr, start)
+    seen = np.bincount(attr, minlength=m) > 0
+    nk = kop_tab.height
+    n_kop = np.zeros(nk, dtype=np.int64)
+    np.add.at(n_kop, kop_of[seen], n_attr[seen])
+    first_kop = np.full(nk, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_kop, kop_of[seen], first_attr[seen])
+    seen_kop = np.zeros(nk, dtype=bool)
+    seen_kop[kop_of[seen]] = True
+    per_op = (kop_tab.with_columns(pl.Series("n", n_kop), pl.Series("first", first_kop)).filter(pl.Series(seen_kop))
               .join(key_tab, on=keys, how="left", nulls_equal=True))
     best = (per_op.sort(["n", "first", "op_name"], maintain_order=True)
             .group_by("kid", maintain_order=True).first().select("kid", "kop"))
@@ -1036,27 +1045,35 @@ def _derive_module_runs(table: OpTable) -> pl.DataFrame:
     else:
         order = np.argsort(start, kind="stable")
         order = order[np.argsort(kid_ev[order], kind="stable")]
-    k_s = np.repeat(np.arange(key_tab.height, dtype=kdt), np.bincount(kid_ev, minlength=key_tab.height))
+    kend = np.cumsum(np.bincount(kid_ev, minlength=key_tab.height))  # past each program's events
+    del kid_ev
+    key_first = np.unique(np.r_[0, kend[:-1]])  # first position of each program (and the end)
+    key_first = key_first[key_first < len(order)]
     s_s = start[order]
-    anchor = anchor_of[attr[order]]
     n = len(order)
-    new_key = np.empty(n, dtype=bool)
-    new_key[0] = True
-    np.not_equal(k_s[1:], k_s[:-1], out=new_key[1:])
-    new_start = new_key.copy()
-    new_start[1:] |= s_s[1:] != s_s[:-1]
     # an execution begins at the first event of each (program, start) group holding an anchor
     # event; it takes every later event of its program up to the next execution
-    grp = np.cumsum(new_start) - 1
-    grp_anchor = np.zeros(int(grp[-1]) + 1, dtype=bool)
-    grp_anchor[grp[anchor]] = True
-    begins = new_start & grp_anchor[grp]
-    cuts = np.flatnonzero(begins | new_key)
-    end = s_s + dur[order]  # int64, wrapping as polars does
-    ends = np.maximum.reduceat(end, cuts)[begins[cuts]]
-    at = np.flatnonzero(begins)
-    kid, r_start = k_s[at].astype(np.uint32), s_s[at]
-    r_dur = ends - r_start
+    new_start = np.empty(n, dtype=bool)
+    new_start[0] = True
+    np.not_equal(s_s[1:], s_s[:-1], out=new_start[1:])
+    new_start[key_first] = True
+    gs = np.flatnonzero(new_start)  # group starts
+    del new_start
+    has_anchor = np.logical_or.reduceat(anchor_of[attr[order]], gs)
+    cut_sel = has_anchor.copy()
+    cut_sel[np.searchsorted(gs, key_first)] = True
+    cuts = gs[cut_sel]
+    at = gs[has_anchor]
+    del gs
+    r_start = s_s[at]
+    kid = np.searchsorted(kend, at, side="right").astype(np.uint32)
+    del at
+    end = s_s
+    end += dur[order]  # int64, wrapping as polars does
+    del order
+    r_dur = np.maximum.reduceat(end, cuts)[has_anchor[cut_sel]]
+    del end, s_s, cuts
+    r_dur -= r_start
     # rows by host, device, start_ps, module, program_id: the runs are in (key, start) order
     # and keys are numbered in sort order, so a stable sort by start then by (host, device)
     hd = key_tab.select(pl.struct("host", "device").rle_id()).to_series().to_numpy()
