@@ -28,6 +28,7 @@ import numpy as np
 import polars as pl
 
 from traceview.model.optable import OpTable, as_table, weighted_mode
+from traceview.model.runtable import as_runs
 
 try:  # optional C accelerator
     from traceview.analysis import _passes as _fast
@@ -367,8 +368,9 @@ def occurrence_checks(ops, module_runs: pl.DataFrame, *, steps: int | dict | Non
     col = table.collapse()
     per_dev = (col.group_by([*keys, *where, "kernel"]).agg(pl.col("count").sum())
                .group_by([*keys, *where]).agg(pl.col("count").sum().alias("_occ"), pl.col("count").max().alias("_x")))
-    if module_runs.height:
-        ex = module_runs.group_by(where).agg(pl.len().cast(pl.Int64).alias("_runs"))
+    rt = as_runs(module_runs)
+    if rt.height:
+        ex = rt.count_by(where)
         per_dev = per_dev.join(ex, on=where, how="left", nulls_equal=True)
     else:
         per_dev = per_dev.with_columns(pl.lit(None, dtype=pl.Int64).alias("_runs"))

@@ -51,6 +51,7 @@ import numpy as np
 import polars as pl
 
 from traceview.model.optable import OpTable
+from traceview.model.runtable import as_runs
 from traceview.model.units import fmt_time_ps
 
 try:  # optional C accelerator
@@ -183,12 +184,11 @@ def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarra
                       "self_ps": (sel["self_ps"] if one else sel["self_ps"] // sel["count"].clip(1)).gather(po)})
     n = d.height
     execution = np.full(n, -1, dtype=np.int64)
-    runs = module_runs if module_runs is not None else None
-    if runs is not None and runs.height:
-        runs = runs.filter(pl.col("start_ps").is_not_null()).cast({c: wid.schema[c] for c in where})
-        # runs in (program code, start, duration) order: integer sort keys (a polars sort on the
-        # string key columns costs seconds per million runs)
-        rwc = _row_codes(runs, wid, where)
+    rt = as_runs(module_runs) if module_runs is not None else None
+    if rt is not None and rt.height:
+        runs = rt.runs.filter(pl.col("start_ps").is_not_null()) if rt.runs["start_ps"].null_count() else rt.runs
+        # runs in (program code, start, duration) order: integer sort keys, each program coded once
+        rwc = _row_codes(rt.keys.cast({c: wid.schema[c] for c in where}), wid, where)[runs["key"].to_numpy()]
         r_dur = runs["duration_ps"].fill_null(0).to_numpy()
         r_start = runs["start_ps"].to_numpy()
         if not (rwc >= 0).all():

@@ -45,6 +45,7 @@ from traceview.model.naming import as_float as _as_float
 from traceview.model.naming import as_uint64 as _as_int
 from traceview.model.naming import DERIVED_LINES, printable, split_module_name, split_source
 from traceview.model.optable import ATTR_COLUMNS, OpTable
+from traceview.model.runtable import KEY_SCHEMA, RunTable
 from traceview.model.tpu_plane import plane_arrays
 from traceview.read.xplane import wire
 from traceview.read.xplane.wire import _full_line, _line_base_ps, count_events, decode_line, read_xspace_bytes
@@ -342,23 +343,27 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
                      step_markers=step_markers.sort("start_ps"))
 
 
-def _module_runs_frame(runs: list, host: str) -> pl.DataFrame:
-    """The module-runs frame (:data:`MODULE_RUNS_SCHEMA`) of the TPU planes' ``XLA Modules``
-    executions (:func:`_read_tpu_plane`'s ``runs``), built once for every plane."""
+def _module_runs_frame(runs: list, host: str) -> RunTable:
+    """The module runs (a :class:`~traceview.model.runtable.RunTable`) of the TPU planes'
+    ``XLA Modules`` executions (:func:`_read_tpu_plane`'s ``runs``), built once for every
+    plane: one key per (plane, distinct (module, program_id))."""
     if not runs:
-        return frame({}, MODULE_RUNS_SCHEMA)
+        return RunTable.empty()
     uniq = [u for r in runs for u in r[0]]
     offsets = np.cumsum([0] + [len(r[0]) for r in runs])[:-1]
     u = np.concatenate([r[1] + o for r, o in zip(runs, offsets)]).astype(np.uint32)
-    dev = np.repeat(np.arange(len(runs), dtype=np.uint32), [len(r[1]) for r in runs])
-    return pl.DataFrame({
-        "host": pl.Series([host] * len(u), dtype=pl.Utf8),
-        "device": pl.Series([r[4] for r in runs], dtype=pl.Utf8).gather(dev),
-        "module": pl.Series([m for m, _ in uniq], dtype=pl.Utf8).gather(u),
-        "program_id": pl.Series([p for _, p in uniq], dtype=pl.UInt64).gather(u),
+    keys = pl.DataFrame({
+        "key": pl.Series(np.arange(len(uniq), dtype=np.uint32)),
+        "host": pl.Series([host] * len(uniq), dtype=pl.Utf8),
+        "device": pl.Series([r[4] for r in runs for _ in r[0]], dtype=pl.Utf8),
+        "module": pl.Series([m for m, _ in uniq], dtype=pl.Utf8),
+        "program_id": pl.Series([p for _, p in uniq], dtype=pl.UInt64),
+    })
+    return RunTable(pl.DataFrame({
+        "key": pl.Series(u, dtype=pl.UInt32),
         "start_ps": pl.Series(np.concatenate([r[2] for r in runs]), dtype=pl.Int64),
         "duration_ps": pl.Series(np.concatenate([r[3] for r in runs]), dtype=pl.Int64),
-    })
+    }), keys.cast(KEY_SCHEMA))
 
 
 #: the XEventMetadata stats of a TPU op that its description uses
@@ -972,9 +977,10 @@ def _annotated_markers(le, marker: np.ndarray, step_md: list, names: list, value
     markers.extend(zip(cnames, steps.tolist(), le.starts[idx].tolist(), le.durations[idx].tolist()))
 
 
-def _derive_module_runs(table: OpTable) -> pl.DataFrame:
+def _derive_module_runs(table: OpTable) -> RunTable:
     """GPU/CPU traces have no ``XLA Modules`` line: derive program executions from the ops
-    (an :class:`~traceview.model.optable.OpTable`).
+    (an :class:`~traceview.model.optable.OpTable`), as a
+    :class:`~traceview.model.runtable.RunTable` (one key per program).
 
     Per (host, device, program), the number of executions is taken as the smallest occurrence
     count of any of its ops (an op outside loops runs once per execution; ties broken by op
@@ -990,7 +996,7 @@ def _derive_module_runs(table: OpTable) -> pl.DataFrame:
     start_s = ev["start_ps"]
     placed = None if start_s.null_count() == 0 else start_s.is_not_null().to_numpy()
     if placed is not None and not placed.any():
-        return frame({}, MODULE_RUNS_SCHEMA)
+        return RunTable.empty()
 
     def col(name):
         a = ev[name].fill_null(0).to_numpy() if ev[name].null_count() else ev[name].to_numpy()
@@ -1038,7 +1044,7 @@ def _derive_module_runs(table: OpTable) -> pl.DataFrame:
         idx = np.flatnonzero(keep)
         kid_ev, start, attr, dur = kid_ev[idx], start[idx], attr[idx], dur[idx]
     if not len(kid_ev):
-        return frame({}, MODULE_RUNS_SCHEMA)
+        return RunTable.empty()
     # events in (program, start) order: a stable sort by start, then by program
     if (start[1:] >= start[:-1]).all():
         order = np.argsort(kid_ev, kind="stable")
@@ -1081,7 +1087,6 @@ def _derive_module_runs(table: OpTable) -> pl.DataFrame:
     hd_run = hd[kid[o]]
     if hd_run.min() != hd_run.max():
         o = o[np.argsort(hd_run.astype(kdt), kind="stable")]
-    kid, r_start, r_dur = kid[o], r_start[o], r_dur[o]
-    runs = key_tab.drop("kid")[pl.Series(kid)].with_columns(pl.Series("start_ps", r_start),
-                                                            pl.Series("duration_ps", r_dur))
-    return runs.select([pl.col(c).cast(t) for c, t in MODULE_RUNS_SCHEMA.items()])
+    runs = pl.DataFrame({"key": pl.Series(kid[o], dtype=pl.UInt32), "start_ps": pl.Series(r_start[o], dtype=pl.Int64),
+                         "duration_ps": pl.Series(r_dur[o], dtype=pl.Int64)})
+    return RunTable(runs, key_tab.rename({"kid": "key"}).cast(KEY_SCHEMA))
