@@ -263,7 +263,7 @@ def align_module_runs(ops, module_runs, _placed_events: "_Placed | None" = None)
     fixed, parts, whole = _align(ops, rt, _placed_events)
     if whole or not parts:
         return rt.frame(), fixed
-    keys = rt.keys.drop("key", "program_id")
+    keys = rt.keys.drop("key")
     wide = [pl.concat([keys[r["key"]], r.drop("key")], how="horizontal").select(list(MODULE_RUNS_SCHEMA))
             for _, r in parts]
     return pl.concat(wide, how="vertical"), fixed
@@ -271,9 +271,8 @@ def align_module_runs(ops, module_runs, _placed_events: "_Placed | None" = None)
 
 def _device_parts(rt: RunTable) -> list:
     """[((host, device), that device's runs in row order)], devices in order of first
-    appearance; each device's runs as a frame of key, start_ps, duration_ps and program_id
-    (from ``rt.keys``): slices (no copy) when each device's rows are one run of consecutive
-    rows, else gathered."""
+    appearance; each device's runs as rows of ``rt.runs`` (key, start_ps, duration_ps):
+    slices (no copy) when each device's rows are one run of consecutive rows, else gathered."""
     if rt.height == 0:
         return []
     keys = rt.keys
@@ -281,7 +280,7 @@ def _device_parts(rt: RunTable) -> list:
     hd_of_key = np.zeros(keys.height, dtype=np.int64)
     hd_of_key[g["i"].explode().to_numpy()] = np.repeat(np.arange(g.height), g["i"].list.len().to_numpy())
     kc = rt.runs["key"].to_numpy()
-    runs = rt.runs.with_columns(keys["program_id"].gather(rt.runs["key"]).alias("program_id"))
+    runs = rt.runs
     hd = hd_of_key[kc]
     cuts = np.flatnonzero(hd[1:] != hd[:-1]) + 1
     firsts = np.r_[0, cuts]
@@ -296,16 +295,25 @@ def _device_parts(rt: RunTable) -> list:
     return [(names[c], runs[pl.Series(order[bounds[c]:bounds[c + 1]])]) for c in uniq[np.argsort(first_at)].tolist()]
 
 
-def _program_rows(program_id: pl.Series) -> dict:
-    """{program_id: indices (ascending) of the rows with that program}, by one group-by (rows
-    keep their order within a group); rows without a program are left out."""
-    g = (pl.DataFrame({"p": program_id}).with_row_index("i").group_by("p").agg("i")
-         .filter(pl.col("p").is_not_null()))
-    if g.height == 0:
+def _program_rows(key: np.ndarray, pid_of_key: list) -> dict:
+    """{program_id: indices (ascending) of the rows with that program}, of rows coded by
+    ``key`` (the programs' codes, ``pid_of_key[k]`` the program_id of code k, None for
+    none): one stable sort of the codes (radix when they fit 16 bits); rows without a
+    program are left out."""
+    n = len(key)
+    if n == 0:
         return {}
-    ends = np.cumsum(g["i"].list.len().to_numpy()).tolist()
-    flat = g["i"].explode().to_numpy()
-    return {int(p): flat[e - k:e] for p, e, k in zip(g["p"].to_list(), ends, g["i"].list.len().to_list())}
+    order = np.argsort(key.astype(np.uint16) if len(pid_of_key) <= 1 << 16 else key, kind="stable")
+    ks = key[order]
+    cuts = (np.flatnonzero(ks[1:] != ks[:-1]) + 1).tolist()
+    out: dict = {}
+    for a, b in zip([0] + cuts, cuts + [n]):
+        p = pid_of_key[int(ks[a])]
+        if p is None:
+            continue
+        idx = order[a:b]
+        out[p] = idx if p not in out else np.sort(np.concatenate([out[p], idx]))
+    return out
 
 
 def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) -> tuple[dict, list, bool]:
@@ -324,6 +332,7 @@ def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) 
         pe = _placed_events
     if pe.n == 0:
         return fixed, _device_parts(module_runs), True
+    pid_of_key = module_runs.keys["program_id"].to_list()
 
     def one(item):
         (host, device), r = item
@@ -336,7 +345,7 @@ def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) 
         chunks: dict = {}
         offs = []
         inside = True
-        by_prog = _program_rows(r["program_id"])
+        by_prog = _program_rows(r["key"].to_numpy(), pid_of_key)
         c_chunks = (_c_chunks(pe, host, device, dsel, {p: len(x) for p, x in by_prog.items()})
                     if isinstance(dsel, slice) else None)
         for pid, ridx in by_prog.items():
@@ -443,14 +452,15 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.Dat
             raise UsageError(f"module {module!r} has no executions in this trace")
         if mod is not None:
             of_mod = (module_runs.keys["module"] == mod).fill_null(False).to_numpy()
+            pid = module_runs.keys["program_id"]
             runs = [(k, r.filter(pl.Series(of_mod[r["key"].to_numpy()]))) for k, r in parts]
-            runs = [(k, r) for k, r in runs if r.height]
+            runs = [(k, r.with_columns(pid.gather(r["key"]).alias("program_id"))) for k, r in runs if r.height]
             progs = sorted({p for _, r in runs for p in r["program_id"].unique().to_list()} - {None})
             if len(progs) > 1:  # one name, several compiled programs (shape buckets, a sweep)
                 shown = ", ".join(str(p) for p in progs[:8]) + (", ..." if len(progs) > 8 else "")
                 notes.append(f"{mod} is {len(progs)} compiled programs (program_id {shown}): its steps mix them "
                              f"(shape buckets or a sweep), so the step distribution is over different programs")
-            win, blocks = _module_windows(pe, parts, runs, extent, mod)
+            win, blocks = _module_windows(pe, parts, runs, extent, mod, pid)
             return win, "module", mod, notes, blocks
     # whole trace
     if not pe.n or not pe.placed.any():
@@ -513,21 +523,23 @@ def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
     return out
 
 
-def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str, module: str) -> tuple[pl.DataFrame, list]:
+def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str, module: str,
+                    pid: pl.Series) -> tuple[pl.DataFrame, list]:
     """Windows for the dominant module's (``module``) executions ``runs``, and their :func:`_device_blocks`;
     the activity on a device is every placed op and every module run of ``all_runs`` (start,
-    end, program_id). Both are [((host, device), that device's runs)]. The two kinds of
+    end, program: ``pid`` per key). Both are [((host, device), that device's runs; ``runs``
+    with their program_id)]. The two kinds of
     activity are searched separately (each is already in time order) and their maxima
     combined, which is the maximum over their union."""
     def one(item):
         (host, device), r = item
         idx = pe.sel(host, device)
-        ar = _in_start_order(ar_parts.get((host, device), r.clear()))
+        ar = _in_start_order(ar_parts.get((host, device), r.clear().drop("program_id")))
         ar_start = ar["start_ps"].to_numpy()
         sources = [  # (starts, ends, has program, program) per kind of activity, time-ordered
             (pe.start[idx], None, lambda i=idx: pe.has_pid(i), lambda i=idx: pe.pid(i)),
-            (ar_start, ar_start + ar["duration_ps"].to_numpy(), lambda a=ar: a["program_id"].is_not_null().to_numpy(),
-             lambda a=ar: a["program_id"].fill_null(0).to_numpy().astype(np.uint64)),
+            (ar_start, ar_start + ar["duration_ps"].to_numpy(), lambda a=ar: pid_has[a["key"].to_numpy()],
+             lambda a=ar: pid_val[a["key"].to_numpy()]),
         ]
         starts = r["start_ps"].to_numpy().astype(np.int64)
         ends = starts + r["duration_ps"].to_numpy()
@@ -583,6 +595,7 @@ def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str, module
 
     # devices in (host, device) order, each in time order: the order _with_next gives, no sort
     ar_parts = dict(all_runs)
+    pid_has, pid_val = pid.is_not_null().to_numpy(), pid.fill_null(0).to_numpy().astype(np.uint64)
     groups = sorted(((k, _in_start_order(r)) for k, r in runs), key=lambda g: g[0])
     frames = [((h, d), f) for ((h, d), _), f in zip(groups, _per_device(one, groups, pe)) if f.height]
     ends = np.cumsum([f.height for _, f in frames]).tolist()
