@@ -51,7 +51,7 @@ import numpy as np
 import polars as pl
 
 from traceview.model.optable import OpTable
-from traceview.model.runtable import as_runs
+from traceview.model.runtable import RunTable, as_runs
 from traceview.model.units import fmt_time_ps
 
 try:  # optional C accelerator
@@ -151,7 +151,7 @@ def _finish_spread(names: pl.DataFrame, res: pl.DataFrame, k: pl.DataFrame, col:
     return out.drop("key", "_mean", "_sd", "_n")
 
 
-def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarray, *,
+def series(table: OpTable, module_runs: pl.DataFrame | RunTable | None, attr_key: np.ndarray, *,
            names: bool = True) -> pl.DataFrame:
     """The nth-execution series of the events whose description maps to a key:
     ``attr_key`` (int32 per ``table.attrs`` row: a population id, -1 for none). Columns:
@@ -346,7 +346,7 @@ def wide(occurrences: str = "occurrences", max_col: str = "max_ps") -> pl.Expr:
             & ((pl.col("p90_ps") >= WIDE_P90 * pl.col("p50_ps")) | (pl.col(max_col) >= WIDE_MAX * pl.col("p50_ps"))))
 
 
-def regimes(table: OpTable, module_runs: pl.DataFrame | None, col: pl.DataFrame, keys: list[str],
+def regimes(table: OpTable, module_runs: pl.DataFrame | RunTable | None, col: pl.DataFrame, keys: list[str],
             candidates: pl.DataFrame) -> pl.DataFrame:
     """Regimes of the ``candidates`` (rows with ``keys``; typically those :func:`wide` selects)
     over the collapsed frame ``col`` of ``table``: ``keys`` + :data:`REGIME_SCHEMA`, one row
@@ -461,7 +461,7 @@ def _regimes_of(s: pl.DataFrame, where_names: np.ndarray | None = None) -> pl.Da
     return pl.DataFrame([{"key": k, **o} for k, (o, _) in rows.items()], schema=out_schema)
 
 
-def population_series(table: OpTable, module_runs: pl.DataFrame | None, op_name: str, shape: str,
+def population_series(table: OpTable, module_runs: pl.DataFrame | RunTable | None, op_name: str, shape: str,
                       module: str | None = None) -> pl.DataFrame:
     """The nth-execution series of one (op_name, shape) population, optionally of one module:
     :data:`SERIES_SCHEMA` rows (execution index, occurrence index within it, start_ps,

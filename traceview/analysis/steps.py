@@ -425,7 +425,7 @@ def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -
     return {pid: (heads[offs[j]:offs[j + 1]], ends[offs[j]:offs[j + 1]]) for j, (pid, _, _) in enumerate(plan)}
 
 
-def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.DataFrame | None,
+def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, markers: pl.DataFrame | None,
                   module: str | None, extent: str) -> tuple[pl.DataFrame, str, str | None, list[str], list | None]:
     """Per (host, device) step windows: host, device, module, program_id, start_ps, end_ps,
     run_ps, next_ps (start of the next step or null); the method; the module; notes; the
@@ -591,7 +591,8 @@ def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str, module
         return pl.DataFrame({
             "program_id": r["program_id"], "start_ps": starts, "end_ps": end, "run_ps": ends - starts,
         }).with_columns(pl.lit(host, dtype=pl.Utf8).alias("host"), pl.lit(device, dtype=pl.Utf8).alias("device"),
-                        pl.lit(module, dtype=pl.Utf8).alias("module"), nxt_ps).select(list(_WIN_SCHEMA) + ["next_ps"]).cast(_WIN_SCHEMA | {"next_ps": pl.Int64})
+                        pl.lit(module, dtype=pl.Utf8).alias("module"), nxt_ps
+                        ).select(list(_WIN_SCHEMA) + ["next_ps"]).cast(_WIN_SCHEMA | {"next_ps": pl.Int64})
 
     # devices in (host, device) order, each in time order: the order _with_next gives, no sort
     ar_parts = dict(all_runs)
@@ -765,7 +766,7 @@ def _measure(pe: _Placed, win: pl.DataFrame, blocks: list | None = None) -> tupl
     return step_row, n_ops, op_time, _busy_per_step(pe, step_row, win)
 
 
-def find_steps(ops, module_runs: pl.DataFrame, *, markers: pl.DataFrame | None = None,
+def find_steps(ops, module_runs: pl.DataFrame | RunTable, *, markers: pl.DataFrame | None = None,
                module: str | None = None, extent: str = "span") -> pl.DataFrame:
     """One row per (host, device, step): the columns of :data:`STEPS_SCHEMA`.
 
@@ -1011,7 +1012,7 @@ def _coverage(steps: pl.DataFrame, total_self: int, outside: int, excluded: int 
                     outside_share=(outside / total_self if total_self else 0.0), excluded=excluded)
 
 
-def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame | None = None,
+def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: pl.DataFrame | None = None,
             module: str | None = None, extent: str = "span", window: str = "steady",
             outlier_z: float = stepstats.THRESHOLD) -> StepAnatomy:
     """Step anatomy of a profile: steps, families per step and the coverage line.

@@ -154,7 +154,8 @@ def decode(data: dict, frames: dict) -> TraceData | None:
             or runs.schema != pl.Schema(RUN_SCHEMA) or keys.schema != pl.Schema(KEY_SCHEMA)):
         return None
     return TraceData(path=data["path"], host=data["host"], format=data["format"], ops=OpTable(events, attrs),
-                     runs=RunTable(runs, keys), devices=[DeviceInfo(**d) for d in data["devices"]], notes=list(data["notes"]),
+                     runs=RunTable(runs, keys), devices=[DeviceInfo(**d) for d in data["devices"]],
+                     notes=list(data["notes"]),
                      has_shapes=data["has_shapes"], n_events=data["n_events"],
                      profile_start_ns=data["profile_start_ns"], profile_stop_ns=data["profile_stop_ns"],
                      step_markers=frames.get("step_markers"))

@@ -166,10 +166,11 @@ class TraceData:
     (:class:`traceview.model.optable.OpTable`); ``ops`` is its wide :data:`OPS_SCHEMA` frame, built
     on first use (readers pass either as ``ops`` or ``table``). ``runs`` holds the module runs
     in dictionary-encoded form (:class:`traceview.model.runtable.RunTable`); ``module_runs`` is
-    their wide :data:`MODULE_RUNS_SCHEMA` frame, built on first use (readers pass either). ``notes`` are reader warnings (one line each) to show the
-    user, e.g. that a ``trace.json.gz`` from CPU/GPU carries no shapes. ``has_shapes`` is
-    False when no op in the file could be given a shape signature. ``n_events`` counts every
-    event read. ``dataclasses.replace`` works on it.
+    their wide :data:`MODULE_RUNS_SCHEMA` frame, built on first use (readers pass either).
+    ``notes`` are reader warnings (one line each) to show the user, e.g. that a
+    ``trace.json.gz`` from CPU/GPU carries no shapes. ``has_shapes`` is False when no op in the
+    file could be given a shape signature. ``n_events`` counts every event read.
+    ``dataclasses.replace`` works on it.
     """
 
     path: str
