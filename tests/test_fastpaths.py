@@ -362,7 +362,7 @@ def test_derived_module_runs_equal_the_rule_event_by_event(descs, events):
                                np.array([e[2] for e in events], dtype=np.int64),
                                np.array([e[2] for e in events], dtype=np.int64),
                                np.array([e[3] for e in events], dtype=np.int64), attrs)
-    runs = xplane._derive_module_runs(table)
+    runs = xplane._derive_module_runs(table).frame()
     assert runs.schema == pl.Schema(xplane.MODULE_RUNS_SCHEMA)
     got = list(zip(*(runs[c].to_list() for c in ("host", "device", "start_ps", "module", "program_id", "duration_ps"))))
     assert got == _module_runs_reference(events, descs)  # rows in (host, device, start, module, id) order

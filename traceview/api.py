@@ -31,14 +31,14 @@ class Profile(ProfileData):
         """Shape-keyed populations; see :func:`traceview.analysis.aggregate.by_shape`."""
         from traceview.analysis import aggregate
 
-        return aggregate.by_shape(self.table, self.module_runs)
+        return aggregate.by_shape(self.table, self.runs)
 
     def by_program_shape(self):
         """(module, op, shape) populations program by program; see
         :func:`traceview.analysis.aggregate.by_program_shape`."""
         from traceview.analysis import aggregate
 
-        return aggregate.by_program_shape(self.table, self.module_runs)
+        return aggregate.by_program_shape(self.table, self.runs)
 
     def population_series(self, op_name: str, shape: str, module: str | None = None):
         """The nth-execution series of one (op_name, shape) population (of ``module`` only
@@ -46,7 +46,7 @@ class Profile(ProfileData):
         self_ps; see :func:`traceview.analysis.distributions.population_series`."""
         from traceview.analysis import distributions
 
-        return distributions.population_series(self.table, self.module_runs, op_name, shape, module)
+        return distributions.population_series(self.table, self.runs, op_name, shape, module)
 
     def by_name(self):
         """Name-keyed view (mixes shapes); see :func:`traceview.analysis.aggregate.by_name`."""
@@ -76,7 +76,7 @@ class Profile(ProfileData):
         elif steps is not None:
             steps = _count(steps, "steps")
         expect_batch = None if expect_batch is None else _count(expect_batch, "expect_batch")
-        return aggregate.occurrence_checks(self.table, self.module_runs, steps=steps, expect_batch=expect_batch)
+        return aggregate.occurrence_checks(self.table, self.runs, steps=steps, expect_batch=expect_batch)
 
     def modules(self):
         """Program executions per module; see :func:`traceview.analysis.aggregate.module_executions`."""

@@ -28,6 +28,7 @@ import numpy as np
 import polars as pl
 
 from traceview.model.optable import OpTable, as_table, weighted_mode
+from traceview.model.runtable import RunTable, as_runs
 
 try:  # optional C accelerator
     from traceview.analysis import _passes as _fast
@@ -125,7 +126,7 @@ def _finish(df: pl.DataFrame, total_self: int, sort: bool = True) -> pl.DataFram
     return df.sort(["self_ps", "total_ps", *keys], descending=[True, True] + [False] * len(keys), nulls_last=True)
 
 
-def by_shape(ops, module_runs: pl.DataFrame | None = None, *, split_modules: bool = True) -> pl.DataFrame:
+def by_shape(ops, module_runs: pl.DataFrame | RunTable | None = None, *, split_modules: bool = True) -> pl.DataFrame:
     """One row per (op_name, shape) population, split by module (hlo_module) when one
     (op_name, shape) runs in several: a prefill and a decode program whose token bucket
     equals the request bucket (T = B = 32) compile ops of equal name and shape, which are two
@@ -147,7 +148,7 @@ def by_shape(ops, module_runs: pl.DataFrame | None = None, *, split_modules: boo
     return by_shape_and_regimes(ops, module_runs, split_modules=split_modules)[0]
 
 
-def by_shape_and_regimes(ops, module_runs: pl.DataFrame | None = None, *,
+def by_shape_and_regimes(ops, module_runs: pl.DataFrame | RunTable | None = None, *,
                          split_modules: bool = True) -> tuple[pl.DataFrame, pl.DataFrame | None]:
     """(:func:`by_shape`, the :func:`~traceview.analysis.distributions.regimes` figures of the
     populations it examined: keys + REGIME_SCHEMA, one row each; None for an empty table), so
@@ -214,7 +215,7 @@ _BY_SHAPE_COLUMNS = ["op_name", "shape", "op_kind", "category", "occurrences", "
                      "devices", "source", "framework_op", "p50_ps", "p90_ps", "cv", "programs", "regimes", "module"]
 
 
-def by_program_shape(ops, module_runs: pl.DataFrame | None = None) -> pl.DataFrame:
+def by_program_shape(ops, module_runs: pl.DataFrame | RunTable | None = None) -> pl.DataFrame:
     """One row per (module, op_name, shape) population, program by program: the
     :func:`by_shape` rows (split by module) with ``module`` first and ``module_share`` (the
     population's self time over its module's, ops without a module together under ""),
@@ -328,7 +329,7 @@ def module_executions(module_runs: pl.DataFrame) -> pl.DataFrame:
     ).sort(["total_ps", "module", "program_id"], descending=[True, False, False], nulls_last=True))
 
 
-def occurrence_checks(ops, module_runs: pl.DataFrame, *, steps: int | dict | None = None,
+def occurrence_checks(ops, module_runs: pl.DataFrame | RunTable, *, steps: int | dict | None = None,
                       expect_batch: int | None = None) -> pl.DataFrame:
     """Occurrence checks per (op_name, shape, module) population, the study's authentication
     step: per program, so a prefill and a decode population of equal (name, shape) (token
@@ -367,8 +368,9 @@ def occurrence_checks(ops, module_runs: pl.DataFrame, *, steps: int | dict | Non
     col = table.collapse()
     per_dev = (col.group_by([*keys, *where, "kernel"]).agg(pl.col("count").sum())
                .group_by([*keys, *where]).agg(pl.col("count").sum().alias("_occ"), pl.col("count").max().alias("_x")))
-    if module_runs.height:
-        ex = module_runs.group_by(where).agg(pl.len().cast(pl.Int64).alias("_runs"))
+    rt = as_runs(module_runs)
+    if rt.height:
+        ex = rt.count_by(where)
         per_dev = per_dev.join(ex, on=where, how="left", nulls_equal=True)
     else:
         per_dev = per_dev.with_columns(pl.lit(None, dtype=pl.Int64).alias("_runs"))

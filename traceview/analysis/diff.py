@@ -60,6 +60,7 @@ from traceview.analysis.populations import KEY, family_shares, kernel_table, pop
 from traceview.analysis.samples import Samples, population_samples
 from traceview.analysis.stepstats import step_walls
 from traceview.analysis.tagged import TaggedOps, tag
+from traceview.model.runtable import as_runs
 from traceview.errors import TraceviewError, UsageError
 from traceview.model.kernelname import config_changes, format_config_value, kernel_id
 
@@ -302,8 +303,9 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     kern = kernel_table(prof, tagged=t)
     pops = populations(prof, name_stem=name_stem, tagged=t, program_stem_key=program_key)
     kern, pops = _traced_kernel_events(prof, kern, pops)
+    runs = prof.runs if hasattr(prof, "runs") else prof.module_runs
     s = DiffSide(label=_label(prof, label), populations=pops,
-                 kernels=kern, families=family_shares(t), module_sums=module_sums(prof.module_runs), events=t.events,
+                 kernels=kern, families=family_shares(t), module_sums=module_sums(runs), events=t.events,
                  self_ps=t.self_ps)
     a = _step_anatomy(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))),
                       step_window)
@@ -410,7 +412,7 @@ def _step_anatomy(prof, base, window: str = "steady") -> "steps.StepAnatomy | No
     map)) the base's kind of step: markers when the base's steps are markers and the treatment
     has them, else the base's module, found by name after configuration substitution, else its
     own dominant module. None when the anatomy fails on the trace."""
-    runs = prof.module_runs
+    runs = as_runs(prof.runs if hasattr(prof, "runs") else prof.module_runs)
     try:
         if base is None or (base[0].steps is not None and base[0].steps[3] == "markers"):
             # the steps analyze shows (step markers when the trace has them, else the dominant
@@ -423,7 +425,7 @@ def _step_anatomy(prof, base, window: str = "steady") -> "steps.StepAnatomy | No
             b, vmap = base
             mb = b.steps[0] if b.steps is not None else None
             if mb and runs is not None and runs.height:
-                names = runs["module"].unique().to_list()
+                names = list(steps._run_modules(runs, [runs.runs["key"]]))
                 mod = mb if mb in names else next((m for m in names if _subst(m, vmap) == mb), None)
         if mod is None:
             mod = steps.dominant_module(prof.table, runs)
@@ -823,15 +825,22 @@ def _family_diff(b: pl.DataFrame, t: pl.DataFrame) -> pl.DataFrame:
         ["self_ps_base", "family"], descending=[True, False])
 
 
-def module_sums(runs: pl.DataFrame | None) -> pl.DataFrame | None:
-    """Per module name of the module runs: ``executions`` (rows), ``n_timed`` (rows with a
-    duration) and ``total_ps`` (the sum of those durations, ps); None without runs. What a
-    side keeps of its module runs (a million rows of strings on a long GPU trace)."""
+def module_sums(runs) -> pl.DataFrame | None:
+    """Per module name of the module runs (a frame or
+    :class:`~traceview.model.runtable.RunTable`), in order of first run: ``executions``
+    (rows), ``n_timed`` (rows with a duration) and ``total_ps`` (the sum of those durations,
+    ps); None without runs. What a side keeps of its module runs (a million rows on a long
+    GPU trace). Summed per program first, then per module."""
     if runs is None or runs.height == 0:
         return None
-    return runs.group_by("module", maintain_order=True).agg(
+    rt = as_runs(runs)
+    per = rt.runs.with_row_index("_i").group_by("key").agg(
         pl.len().cast(pl.Int64).alias("executions"), pl.col("duration_ps").count().cast(pl.Int64).alias("n_timed"),
-        pl.col("duration_ps").sum().cast(pl.Int64).alias("total_ps"))
+        pl.col("duration_ps").sum().cast(pl.Int64).alias("total_ps"), pl.col("_i").min().alias("_first"))
+    return (per.join(rt.keys.select("key", "module"), on="key", how="left")
+            .group_by("module").agg(pl.col("executions").sum(), pl.col("n_timed").sum(), pl.col("total_ps").sum(),
+                                    pl.col("_first").min())
+            .sort("_first").select("module", "executions", "n_timed", "total_ps"))
 
 
 def _module_diff(b_runs: pl.DataFrame | None, t_runs: pl.DataFrame | None, vmap) -> pl.DataFrame:

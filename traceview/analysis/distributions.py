@@ -51,6 +51,7 @@ import numpy as np
 import polars as pl
 
 from traceview.model.optable import OpTable
+from traceview.model.runtable import RunTable, as_runs
 from traceview.model.units import fmt_time_ps
 
 try:  # optional C accelerator
@@ -150,7 +151,7 @@ def _finish_spread(names: pl.DataFrame, res: pl.DataFrame, k: pl.DataFrame, col:
     return out.drop("key", "_mean", "_sd", "_n")
 
 
-def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarray, *,
+def series(table: OpTable, module_runs: pl.DataFrame | RunTable | None, attr_key: np.ndarray, *,
            names: bool = True) -> pl.DataFrame:
     """The nth-execution series of the events whose description maps to a key:
     ``attr_key`` (int32 per ``table.attrs`` row: a population id, -1 for none). Columns:
@@ -183,12 +184,11 @@ def series(table: OpTable, module_runs: pl.DataFrame | None, attr_key: np.ndarra
                       "self_ps": (sel["self_ps"] if one else sel["self_ps"] // sel["count"].clip(1)).gather(po)})
     n = d.height
     execution = np.full(n, -1, dtype=np.int64)
-    runs = module_runs if module_runs is not None else None
-    if runs is not None and runs.height:
-        runs = runs.filter(pl.col("start_ps").is_not_null()).cast({c: wid.schema[c] for c in where})
-        # runs in (program code, start, duration) order: integer sort keys (a polars sort on the
-        # string key columns costs seconds per million runs)
-        rwc = _row_codes(runs, wid, where)
+    rt = as_runs(module_runs) if module_runs is not None else None
+    if rt is not None and rt.height:
+        runs = rt.runs.filter(pl.col("start_ps").is_not_null()) if rt.runs["start_ps"].null_count() else rt.runs
+        # runs in (program code, start, duration) order: integer sort keys, each program coded once
+        rwc = _row_codes(rt.keys.cast({c: wid.schema[c] for c in where}), wid, where)[runs["key"].to_numpy()]
         r_dur = runs["duration_ps"].fill_null(0).to_numpy()
         r_start = runs["start_ps"].to_numpy()
         if not (rwc >= 0).all():
@@ -346,7 +346,7 @@ def wide(occurrences: str = "occurrences", max_col: str = "max_ps") -> pl.Expr:
             & ((pl.col("p90_ps") >= WIDE_P90 * pl.col("p50_ps")) | (pl.col(max_col) >= WIDE_MAX * pl.col("p50_ps"))))
 
 
-def regimes(table: OpTable, module_runs: pl.DataFrame | None, col: pl.DataFrame, keys: list[str],
+def regimes(table: OpTable, module_runs: pl.DataFrame | RunTable | None, col: pl.DataFrame, keys: list[str],
             candidates: pl.DataFrame) -> pl.DataFrame:
     """Regimes of the ``candidates`` (rows with ``keys``; typically those :func:`wide` selects)
     over the collapsed frame ``col`` of ``table``: ``keys`` + :data:`REGIME_SCHEMA`, one row
@@ -461,7 +461,7 @@ def _regimes_of(s: pl.DataFrame, where_names: np.ndarray | None = None) -> pl.Da
     return pl.DataFrame([{"key": k, **o} for k, (o, _) in rows.items()], schema=out_schema)
 
 
-def population_series(table: OpTable, module_runs: pl.DataFrame | None, op_name: str, shape: str,
+def population_series(table: OpTable, module_runs: pl.DataFrame | RunTable | None, op_name: str, shape: str,
                       module: str | None = None) -> pl.DataFrame:
     """The nth-execution series of one (op_name, shape) population, optionally of one module:
     :data:`SERIES_SCHEMA` rows (execution index, occurrence index within it, start_ps,

@@ -142,7 +142,8 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
                                      "median_ps": pl.Float64, "p10_ps": pl.Float64, "p90_ps": pl.Float64,
                                      "op_share": pl.Float64, "mfu": pl.Float64, "mbu": pl.Float64,
                                      "tokens_per_s": pl.Float64})
-    if st.height == 0 or prof.module_runs.height == 0:
+    rt = prof.runs
+    if st.height == 0 or rt.height == 0:
         return Phases(progs, st.head(0), empty_sum, pl.DataFrame(), notes=["no steps: no phase to label"],
                       executions=None)
     steps = st.select("host", "device", "step", "start_ps", "duration_ps",
@@ -156,13 +157,15 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
                                  pl.lit(None, dtype=pl.Int64).alias("tokens"))
         util, source = _utilisation(anat, lab, peaks, tokens_per_step)
         lab = lab.drop("tokens").join(util, on="_row", how="left")
-        return Phases(progs, lab.drop("_row"), _summary(lab, None, prof.module_runs), pl.DataFrame(schema={
+        return Phases(progs, lab.drop("_row"), _summary(lab, None, rt.runs), pl.DataFrame(schema={
             "phase": pl.Utf8, "family": pl.Utf8, "self_ps": pl.Float64, "share": pl.Float64}), source,
             ["phase unknown for every step: no program is named prefill/decode, and no program's token "
              "dimension can be read against an LM head"] + _peak_notes(peaks), None)
-    runs = prof.module_runs.select("host", "device", "module", "program_id", "start_ps", "duration_ps")
-    runs = runs.join(progs, on=["host", "module", "program_id"], how="left", nulls_equal=True).sort(
-        "host", "device", "start_ps")
+    # the program executions with their program's phase figures (the program table joined per key)
+    keyed = rt.keys.join(progs, on=["host", "module", "program_id"], how="left", nulls_equal=True)
+    runs = (rt.runs.join(keyed, on="key", how="left")
+            .select("host", "device", "module", "program_id", "start_ps", "duration_ps", "name_phase", "tokens",
+                    "lm_rows").sort("host", "device", "start_ps"))
     labelled, execs = [], []
     by_dev = {k: g for k, g in runs.group_by(["host", "device"], maintain_order=True)}
     for (host, dev), s in steps.sort("host", "device", "start_ps").group_by(["host", "device"], maintain_order=True):
@@ -438,6 +441,7 @@ def phase_profile(prof, phase: str, ph: Phases):
         raise UsageError(f"--phase {phase}: no {'step' if phase == 'mixed' else 'program execution'} of that phase "
                          f"in this profile (phases found: {', '.join(found) or 'none'})")
     table = prof.table
+    rt = prof.runs
     ev = table.events.select("attr", "start_ps").with_row_index("_i").join(
         table.attrs.select("attr", "host", "device"), on="attr", how="left")
     win = win.sort("lo")
@@ -447,12 +451,18 @@ def phase_profile(prof, phase: str, ph: Phases):
     keep = np.zeros(table.height, dtype=bool)
     keep[hit["_i"].to_numpy()] = True
     events = table.events.filter(pl.Series(keep))
-    runs = prof.module_runs.sort("start_ps").join_asof(
-        win.rename({"lo": "_lo", "hi": "_hi"}), left_on="start_ps", right_on="_lo", by=["host", "device"],
-        strategy="backward", check_sortedness=False).filter(pl.col("_hi").is_not_null() & (pl.col("start_ps") < pl.col("_hi"))).drop("_lo", "_hi")
+    # the program executions inside the windows, kept on the run table's codes
+    rk = rt.runs.with_row_index("_i").join(rt.keys.select("key", "host", "device"), on="key", how="left")
+    rhit = (rk.filter(pl.col("start_ps").is_not_null()).sort("start_ps")
+            .join_asof(win.rename({"lo": "_lo", "hi": "_hi"}), left_on="start_ps", right_on="_lo",
+                       by=["host", "device"], strategy="backward", check_sortedness=False)
+            .filter(pl.col("_hi").is_not_null() & (pl.col("start_ps") < pl.col("_hi"))))
+    rkeep = np.zeros(rt.height, dtype=bool)
+    rkeep[rhit["_i"].to_numpy()] = True
     from dataclasses import replace
 
-    out = replace(prof, table=type(table)(events, table.attrs), ops=None, module_runs=runs)
+    out = replace(prof, table=type(table)(events, table.attrs), ops=None,
+                  runs=rt.with_runs(rt.runs.filter(pl.Series(rkeep))))
     out.phase = phase  # read by Report.phase: idle between the phase's steps is the other phases' time
     out.warnings = list(prof.warnings) + [f"--phase {phase}: {events.height:,} of {table.height:,} op events, in "
                                           f"{n:,} {'step' if phase == 'mixed' else 'program execution'}(s) of that phase"]

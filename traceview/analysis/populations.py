@@ -40,6 +40,7 @@ import polars as pl
 from traceview.analysis.tagged import TaggedOps
 from traceview.model.kernelname import kernel_config, kernel_id
 from traceview.model.optable import weighted_mode
+from traceview.model.runtable import as_runs
 
 KEY = ["kind", "program", "stem", "shape", "fingerprint"]
 
@@ -133,9 +134,9 @@ def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps |
     )
     total_self = int(df["self_ps"].sum() or 0)
     # executions of the programs each population ran in (per device), as aggregate.occurrence_checks
-    runs = prof.module_runs
-    if runs is not None and runs.height:
-        ex = runs.group_by(["device", "program_id"]).agg(pl.len().cast(pl.Int64).alias("_runs"))
+    runs = as_runs(prof.runs if hasattr(prof, "runs") else prof.module_runs)
+    if runs.height:
+        ex = runs.count_by(["device", "program_id"])
         pairs = (df.select(KEY + ["device", "program_id"]).unique()
                  .join(ex, on=["device", "program_id"], how="left")
                  .group_by(KEY).agg(pl.col("_runs").fill_null(0).sum().alias("executions")))

@@ -265,16 +265,16 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     from traceview.analysis.findings import find, thresholds_of
 
     th = thresholds_of(finding_thresholds) if findings else None
-    by_shape, examined = aggregate.by_shape_and_regimes(prof.table, prof.module_runs)
+    by_shape, examined = aggregate.by_shape_and_regimes(prof.table, prof.runs)
     table = {"shape": lambda: by_shape, "name": lambda: aggregate.by_name(prof.table),
              "program": lambda: aggregate.by_program_op(prof.table),
-             "program-shape": lambda: aggregate.by_program_shape(prof.table, prof.module_runs),
+             "program-shape": lambda: aggregate.by_program_shape(prof.table, prof.runs),
              "kind": lambda: _by_kind(prof, rules=rules, tagged=derived.tagged(prof, rules))}[by]()
     peaks = peaks if peaks is not None else profile_peaks(prof)
     roof = roofline(prof.table, peaks)
     checks = None
     if steps is not None or expect_batch is not None:  # 0 is refused by the checks, not ignored
-        checks = aggregate.occurrence_checks(prof.table, prof.module_runs, steps=steps, expect_batch=expect_batch)
+        checks = aggregate.occurrence_checks(prof.table, prof.runs, steps=steps, expect_batch=expect_batch)
     from traceview.analysis.stepstats import parse_window
 
     parse_window(step_window)  # a bad window fails before any other work

@@ -57,6 +57,8 @@ from traceview.analysis import stepstats
 from traceview.analysis.families import attr_families, rules_of
 from traceview.errors import UsageError
 from traceview.model.optable import as_table
+from traceview.model.runtable import RunTable, as_runs
+from traceview.model.schema import MODULE_RUNS_SCHEMA
 from traceview.model.timeline import enclosing
 from traceview.read import hugearrays
 
@@ -214,20 +216,34 @@ def _per_device(fn, items: list, pe: "_Placed") -> list:
         return list(ex.map(fn, items))
 
 
-def dominant_module(ops, module_runs: pl.DataFrame) -> str | None:
+def dominant_module(ops, module_runs) -> str | None:
     """The module with the largest total op self time among modules with executions in
-    ``module_runs`` (ties: name order); None when there is none."""
-    table = as_table(ops)
-    if table.height == 0 or module_runs.height == 0:
+    ``module_runs`` (a frame or :class:`~traceview.model.runtable.RunTable`; ties: name
+    order); None when there is none."""
+    rt = as_runs(module_runs)
+    return _dominant(as_table(ops), _run_modules(rt, [rt.runs["key"]]))
+
+
+def _run_modules(rt: RunTable, keys: list) -> set:
+    """The modules of ``rt``'s programs whose key is in one of the ``keys`` series."""
+    used = np.zeros(rt.keys.height, dtype=bool)
+    for k in keys:
+        used[k.to_numpy()] = True
+    return set(rt.keys["module"].filter(pl.Series(used)).drop_nulls().unique().to_list())
+
+
+def _dominant(table, have: set) -> str | None:
+    """:func:`dominant_module` among the modules ``have`` ("" left out)."""
+    have = have - {""}
+    if table.height == 0 or not have:
         return None
-    have = set(module_runs["module"].drop_nulls().unique().to_list()) - {""}
     t = (table.collapse().filter(pl.col("module").is_in(list(have)))
          .group_by("module").agg(pl.col("self_ps").sum().alias("t"))
          .sort(["t", "module"], descending=[True, False]))
     return t["module"][0] if t.height else None
 
 
-def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed | None" = None) -> tuple[pl.DataFrame, dict]:
+def align_module_runs(ops, module_runs, _placed_events: "_Placed | None" = None) -> tuple[pl.DataFrame, dict]:
     """Module runs on the ops' clock, per (host, device), for step windows.
 
     TPU ops can be timed on the device clock (``device_offset_ps``) while the ``XLA Modules``
@@ -239,50 +255,84 @@ def align_module_runs(ops, module_runs: pl.DataFrame, _placed_events: "_Placed |
     each such execution becomes [first op start, latest op end] of its chunk, and executions of
     other programs move by the median (first op start − execution start). When every chunk
     starts inside its execution (vLLM JSON, GPU/CPU runs derived from ops) nothing changes.
-    Returns (runs, {(host, device): median shift in ps}) for the devices rebuilt. Never raises.
+    ``module_runs``: a frame (:data:`~traceview.model.schema.MODULE_RUNS_SCHEMA`) or a
+    :class:`~traceview.model.runtable.RunTable`. Returns (runs, {(host, device): median shift
+    in ps}) for the devices rebuilt, runs as a MODULE_RUNS_SCHEMA frame. Never raises.
     """
-    runs, fixed, _ = _align(ops, module_runs, _placed_events)
-    return runs, fixed
+    rt = as_runs(module_runs)
+    fixed, parts, whole = _align(ops, rt, _placed_events)
+    if whole or not parts:
+        return rt.frame(), fixed
+    keys = rt.keys.drop("key")
+    wide = [pl.concat([keys[r["key"]], r.drop("key")], how="horizontal").select(list(MODULE_RUNS_SCHEMA))
+            for _, r in parts]
+    return pl.concat(wide, how="vertical"), fixed
 
 
-def _device_parts(frame: pl.DataFrame) -> list:
-    """[((host, device), rows of that device in row order)], devices in order of first
-    appearance: slices (no copy) when each device's rows are one run of consecutive rows,
-    else a group-by."""
-    if frame.height == 0:
+def _device_parts(rt: RunTable) -> list:
+    """[((host, device), that device's runs in row order)], devices in order of first
+    appearance; each device's runs as rows of ``rt.runs`` (key, start_ps, duration_ps):
+    slices (no copy) when each device's rows are one run of consecutive rows, else gathered."""
+    if rt.height == 0:
         return []
-    blocks = _device_blocks(frame)
-    if blocks is not None:
-        return [((h, d), frame.slice(a, b - a)) for h, d, a, b in blocks]
-    return list(frame.group_by(["host", "device"], maintain_order=True))
+    keys = rt.keys
+    g = keys.select("host", "device").with_row_index("i").group_by(["host", "device"], maintain_order=True).agg("i")
+    hd_of_key = np.zeros(keys.height, dtype=np.int64)
+    hd_of_key[g["i"].explode().to_numpy()] = np.repeat(np.arange(g.height), g["i"].list.len().to_numpy())
+    kc = rt.runs["key"].to_numpy()
+    runs = rt.runs
+    hd = hd_of_key[kc]
+    cuts = np.flatnonzero(hd[1:] != hd[:-1]) + 1
+    firsts = np.r_[0, cuts]
+    names = list(g.select("host", "device").iter_rows())
+    seq = hd[firsts]
+    if len(np.unique(seq)) == len(seq):  # each device one block of consecutive rows
+        ends = np.r_[cuts, len(hd)]
+        return [(names[k], runs.slice(a, b - a)) for k, a, b in zip(seq.tolist(), firsts.tolist(), ends.tolist())]
+    order = np.argsort(hd, kind="stable")
+    bounds = np.searchsorted(hd[order], np.arange(g.height + 1))
+    uniq, first_at = np.unique(hd, return_index=True)
+    return [(names[c], runs[pl.Series(order[bounds[c]:bounds[c + 1]])]) for c in uniq[np.argsort(first_at)].tolist()]
 
 
-def _program_rows(program_id: pl.Series) -> dict:
-    """{program_id: indices (ascending) of the rows with that program}, by one group-by (rows
-    keep their order within a group); rows without a program are left out."""
-    g = (pl.DataFrame({"p": program_id}).with_row_index("i").group_by("p").agg("i")
-         .filter(pl.col("p").is_not_null()))
-    if g.height == 0:
+def _program_rows(key: np.ndarray, pid_of_key: list) -> dict:
+    """{program_id: indices (ascending) of the rows with that program}, of rows coded by
+    ``key`` (the programs' codes, ``pid_of_key[k]`` the program_id of code k, None for
+    none): one stable sort of the codes (radix when they fit 16 bits); rows without a
+    program are left out."""
+    n = len(key)
+    if n == 0:
         return {}
-    ends = np.cumsum(g["i"].list.len().to_numpy()).tolist()
-    flat = g["i"].explode().to_numpy()
-    return {int(p): flat[e - k:e] for p, e, k in zip(g["p"].to_list(), ends, g["i"].list.len().to_list())}
+    order = np.argsort(key.astype(np.uint16) if len(pid_of_key) <= 1 << 16 else key, kind="stable")
+    ks = key[order]
+    cuts = (np.flatnonzero(ks[1:] != ks[:-1]) + 1).tolist()
+    out: dict = {}
+    for a, b in zip([0] + cuts, cuts + [n]):
+        p = pid_of_key[int(ks[a])]
+        if p is None:
+            continue
+        idx = order[a:b]
+        out[p] = idx if p not in out else np.sort(np.concatenate([out[p], idx]))
+    return out
 
 
-def _align(ops, module_runs: pl.DataFrame, _placed_events: "_Placed | None" = None) -> tuple[pl.DataFrame, dict, list]:
-    """:func:`align_module_runs` plus its runs per device: [((host, device), runs in start
-    order)], devices in order of first appearance in ``module_runs``."""
+def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) -> tuple[dict, list, bool]:
+    """:func:`align_module_runs` as ({(host, device): shift}, its runs per device:
+    [((host, device), runs in start order: :func:`_device_parts` frames)], whether the runs
+    are ``module_runs`` as they are (no op placed: devices in row order, nothing dropped)),
+    devices in order of first appearance in ``module_runs``."""
     fixed: dict = {}
     if module_runs.height == 0:
-        return module_runs, fixed, []
+        return fixed, [], True
     if _placed_events is None:
         table, pe = _placed(ops)
         if table.height == 0:
-            return module_runs, fixed, _device_parts(module_runs)
+            return fixed, _device_parts(module_runs), True
     else:
         pe = _placed_events
     if pe.n == 0:
-        return module_runs, fixed, _device_parts(module_runs)
+        return fixed, _device_parts(module_runs), True
+    pid_of_key = module_runs.keys["program_id"].to_list()
 
     def one(item):
         (host, device), r = item
@@ -291,11 +341,11 @@ def _align(ops, module_runs: pl.DataFrame, _placed_events: "_Placed | None" = No
         r = _in_start_order(r)
         dsel = pe.sel(host, device)
         o_start, o_dur, o_attr = pe.start[dsel], pe.dur[dsel], pe.attr[dsel]  # views for a slice
-        r_start, r_dur = r["start_ps"].to_numpy().copy(), r["duration_ps"].to_numpy().copy()
+        r_start, r_dur = r["start_ps"].to_numpy(), r["duration_ps"].to_numpy()  # read-only views
         chunks: dict = {}
         offs = []
         inside = True
-        by_prog = _program_rows(r["program_id"])
+        by_prog = _program_rows(r["key"].to_numpy(), pid_of_key)
         c_chunks = (_c_chunks(pe, host, device, dsel, {p: len(x) for p, x in by_prog.items()})
                     if isinstance(dsel, slice) else None)
         for pid, ridx in by_prog.items():
@@ -324,7 +374,7 @@ def _align(ops, module_runs: pl.DataFrame, _placed_events: "_Placed | None" = No
             allo = allo[np.isfinite(allo)]
         if allo.size and not inside:
             shift = int(np.median(allo))
-            new_start, new_dur = r_start + shift, r_dur
+            new_start, new_dur = r_start + shift, r_dur.copy()
             for ridx, heads, ends in chunks.values():
                 new_start[ridx] = heads
                 new_dur[ridx] = ends - heads
@@ -339,7 +389,7 @@ def _align(ops, module_runs: pl.DataFrame, _placed_events: "_Placed | None" = No
         parts.append((key, r))
         if fix is not None:
             fixed[fix[0]] = fix[1]
-    return pl.concat([r for _, r in parts], how="vertical"), fixed, parts
+    return fixed, parts, False
 
 
 def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -> dict | None:
@@ -375,7 +425,7 @@ def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -
     return {pid: (heads[offs[j]:offs[j + 1]], ends[offs[j]:offs[j + 1]]) for j, (pid, _, _) in enumerate(plan)}
 
 
-def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.DataFrame | None,
+def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, markers: pl.DataFrame | None,
                   module: str | None, extent: str) -> tuple[pl.DataFrame, str, str | None, list[str], list | None]:
     """Per (host, device) step windows: host, device, module, program_id, start_ps, end_ps,
     run_ps, next_ps (start of the next step or null); the method; the module; notes; the
@@ -391,22 +441,26 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame, markers: pl.Dat
                 rows.append({"host": h, "device": d, "module": "", "program_id": None, "start_ps": r["start_ps"],
                              "end_ps": r["start_ps"] + r["duration_ps"], "run_ps": None})
         return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "markers", None, [], None
+    module_runs = as_runs(module_runs)
     if module_runs.height and table.height:
-        module_runs, fixed, parts = _align(table, module_runs, pe)
+        fixed, parts, _ = _align(table, module_runs, pe)
         notes = [f"{d}: module runs rebuilt from the ops (XLA Modules and XLA Ops on different clocks, "
                  f"median offset {v / 1e6:+.1f} µs)" for (_, d), v in sorted(fixed.items())]
-        mod = module if module is not None else dominant_module(table, module_runs)
-        if module is not None and not module_runs.select((pl.col("module") == module).any()).item():
+        have = _run_modules(module_runs, [r["key"] for _, r in parts])
+        mod = module if module is not None else _dominant(table, have)
+        if module is not None and module not in have:
             raise UsageError(f"module {module!r} has no executions in this trace")
         if mod is not None:
-            runs = [(k, r.filter(pl.col("module") == mod)) for k, r in parts]
-            runs = [(k, r) for k, r in runs if r.height]
+            of_mod = (module_runs.keys["module"] == mod).fill_null(False).to_numpy()
+            pid = module_runs.keys["program_id"]
+            runs = [(k, r.filter(pl.Series(of_mod[r["key"].to_numpy()]))) for k, r in parts]
+            runs = [(k, r.with_columns(pid.gather(r["key"]).alias("program_id"))) for k, r in runs if r.height]
             progs = sorted({p for _, r in runs for p in r["program_id"].unique().to_list()} - {None})
             if len(progs) > 1:  # one name, several compiled programs (shape buckets, a sweep)
                 shown = ", ".join(str(p) for p in progs[:8]) + (", ..." if len(progs) > 8 else "")
                 notes.append(f"{mod} is {len(progs)} compiled programs (program_id {shown}): its steps mix them "
                              f"(shape buckets or a sweep), so the step distribution is over different programs")
-            win, blocks = _module_windows(pe, parts, runs, extent)
+            win, blocks = _module_windows(pe, parts, runs, extent, mod, pid)
             return win, "module", mod, notes, blocks
     # whole trace
     if not pe.n or not pe.placed.any():
@@ -469,21 +523,23 @@ def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
     return out
 
 
-def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str) -> tuple[pl.DataFrame, list]:
-    """Windows for the dominant module's executions ``runs``, and their :func:`_device_blocks`;
+def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str, module: str,
+                    pid: pl.Series) -> tuple[pl.DataFrame, list]:
+    """Windows for the dominant module's (``module``) executions ``runs``, and their :func:`_device_blocks`;
     the activity on a device is every placed op and every module run of ``all_runs`` (start,
-    end, program_id). Both are [((host, device), that device's runs)]. The two kinds of
+    end, program: ``pid`` per key). Both are [((host, device), that device's runs; ``runs``
+    with their program_id)]. The two kinds of
     activity are searched separately (each is already in time order) and their maxima
     combined, which is the maximum over their union."""
     def one(item):
         (host, device), r = item
         idx = pe.sel(host, device)
-        ar = _in_start_order(ar_parts.get((host, device), r.clear()))
+        ar = _in_start_order(ar_parts.get((host, device), r.clear().drop("program_id")))
         ar_start = ar["start_ps"].to_numpy()
         sources = [  # (starts, ends, has program, program) per kind of activity, time-ordered
             (pe.start[idx], None, lambda i=idx: pe.has_pid(i), lambda i=idx: pe.pid(i)),
-            (ar_start, ar_start + ar["duration_ps"].to_numpy(), lambda a=ar: a["program_id"].is_not_null().to_numpy(),
-             lambda a=ar: a["program_id"].fill_null(0).to_numpy().astype(np.uint64)),
+            (ar_start, ar_start + ar["duration_ps"].to_numpy(), lambda a=ar: pid_has[a["key"].to_numpy()],
+             lambda a=ar: pid_val[a["key"].to_numpy()]),
         ]
         starts = r["start_ps"].to_numpy().astype(np.int64)
         ends = starts + r["duration_ps"].to_numpy()
@@ -533,13 +589,14 @@ def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str) -> tup
         end = np.maximum(end, starts)
         nxt_ps = pl.Series("next_ps", starts, dtype=pl.Int64).shift(-1)  # starts are in time order
         return pl.DataFrame({
-            "module": r["module"], "program_id": r["program_id"], "start_ps": starts, "end_ps": end,
-            "run_ps": ends - starts,
+            "program_id": r["program_id"], "start_ps": starts, "end_ps": end, "run_ps": ends - starts,
         }).with_columns(pl.lit(host, dtype=pl.Utf8).alias("host"), pl.lit(device, dtype=pl.Utf8).alias("device"),
-                        nxt_ps).select(list(_WIN_SCHEMA) + ["next_ps"]).cast(_WIN_SCHEMA | {"next_ps": pl.Int64})
+                        pl.lit(module, dtype=pl.Utf8).alias("module"), nxt_ps
+                        ).select(list(_WIN_SCHEMA) + ["next_ps"]).cast(_WIN_SCHEMA | {"next_ps": pl.Int64})
 
     # devices in (host, device) order, each in time order: the order _with_next gives, no sort
     ar_parts = dict(all_runs)
+    pid_has, pid_val = pid.is_not_null().to_numpy(), pid.fill_null(0).to_numpy().astype(np.uint64)
     groups = sorted(((k, _in_start_order(r)) for k, r in runs), key=lambda g: g[0])
     frames = [((h, d), f) for ((h, d), _), f in zip(groups, _per_device(one, groups, pe)) if f.height]
     ends = np.cumsum([f.height for _, f in frames]).tolist()
@@ -709,7 +766,7 @@ def _measure(pe: _Placed, win: pl.DataFrame, blocks: list | None = None) -> tupl
     return step_row, n_ops, op_time, _busy_per_step(pe, step_row, win)
 
 
-def find_steps(ops, module_runs: pl.DataFrame, *, markers: pl.DataFrame | None = None,
+def find_steps(ops, module_runs: pl.DataFrame | RunTable, *, markers: pl.DataFrame | None = None,
                module: str | None = None, extent: str = "span") -> pl.DataFrame:
     """One row per (host, device, step): the columns of :data:`STEPS_SCHEMA`.
 
@@ -955,13 +1012,14 @@ def _coverage(steps: pl.DataFrame, total_self: int, outside: int, excluded: int 
                     outside_share=(outside / total_self if total_self else 0.0), excluded=excluded)
 
 
-def anatomy(ops, module_runs: pl.DataFrame, rules=None, *, markers: pl.DataFrame | None = None,
+def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: pl.DataFrame | None = None,
             module: str | None = None, extent: str = "span", window: str = "steady",
             outlier_z: float = stepstats.THRESHOLD) -> StepAnatomy:
     """Step anatomy of a profile: steps, families per step and the coverage line.
 
     ``ops`` / ``module_runs``: the tables of :mod:`traceview.model.schema` (``prof.table`` — an
     :class:`~traceview.model.optable.OpTable` — or a wide frame such as ``prof.ops``;
+    ``prof.runs`` — a :class:`~traceview.model.runtable.RunTable` — or a wide frame such as
     ``prof.module_runs``). ``rules``: user families (see :func:`classify`). ``markers``,
     ``module``, ``extent``: see :func:`find_steps`. ``window`` ("steady", "all", "A:B") and
     ``outlier_z`` (the modified z-score cut-off): :mod:`traceview.analysis.stepstats`; the
@@ -1073,7 +1131,7 @@ def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str 
         else:
             host_mk = mk.filter(pl.col("device") == "") if mk.height else mk
             markers = host_mk if (module is None and on_host and host_mk.height) else None
-    a = anatomy(table, prof.module_runs, rules=rules, module=module, extent=extent, markers=markers,
+    a = anatomy(table, prof.runs, rules=rules, module=module, extent=extent, markers=markers,
                 window=window, outlier_z=outlier_z)
     if note is not None:
         a.notes.insert(0, note)

@@ -163,22 +163,24 @@ def file_faults(events: pl.DataFrame, path: str, what: str = "op event") -> list
     return notes
 
 
-def clamp_file(table: OpTable, module_runs: pl.DataFrame, path: str) -> tuple[OpTable, pl.DataFrame, list[str]]:
+def clamp_file(table: OpTable, module_runs, path: str) -> tuple[OpTable, object, list[str]]:
     """``(table, module_runs, notes)`` with one file's impossible times clamped (see the
-    module docstring); the inputs themselves when nothing needed it."""
+    module docstring); the inputs themselves when nothing needed it. ``module_runs``: a
+    :class:`~traceview.model.runtable.RunTable`."""
     notes = file_faults(table.events, path)
     if notes:
         table = OpTable(_clamp_events(table.events, MAX_EVENT_PS), table.attrs)
-    run_notes = file_faults(module_runs, path, "module run")
+    run_notes = file_faults(module_runs.runs, path, "module run")
     if run_notes:
-        module_runs = _clamp_events(module_runs, MAX_EVENT_PS, keep_start=True)
+        module_runs = module_runs.with_runs(_clamp_events(module_runs.runs, MAX_EVENT_PS, keep_start=True))
     return table, module_runs, notes + run_notes
 
 
-def clamp_profile(table: OpTable, module_runs: pl.DataFrame) -> tuple[OpTable, pl.DataFrame, list[str]]:
+def clamp_profile(table: OpTable, module_runs) -> tuple[OpTable, object, list[str]]:
     """``(table, module_runs, notes)`` with every event's duration and occurrence count clamped
     to ``SUM_LIMIT // n`` when their sum over the whole profile would pass :data:`SUM_LIMIT`
-    (summed as float64, which cannot wrap); the inputs themselves otherwise."""
+    (summed as float64, which cannot wrap); the inputs themselves otherwise. ``module_runs``:
+    a :class:`~traceview.model.runtable.RunTable`."""
     notes = []
     ev = table.events
     if ev.height:
@@ -192,10 +194,10 @@ def clamp_profile(table: OpTable, module_runs: pl.DataFrame) -> tuple[OpTable, p
                          f"past what any profile holds (the trace is corrupt): each event is clamped to {cap} ps "
                          f"and {cap} occurrences so that no total wraps")
     if module_runs.height:
-        tot = float(module_runs["duration_ps"].cast(pl.Float64).sum() or 0.0)
+        tot = float(module_runs.runs["duration_ps"].cast(pl.Float64).sum() or 0.0)
         if tot > SUM_LIMIT:
             cap = max(SUM_LIMIT // module_runs.height, 1)
-            module_runs = _clamp_events(module_runs, cap, keep_start=True)
+            module_runs = module_runs.with_runs(_clamp_events(module_runs.runs, cap, keep_start=True))
             notes.append(f"the module runs' durations sum to {tot:.3g} ps (the trace is corrupt): each is clamped "
                          f"to {cap} ps so that no total wraps")
     return table, module_runs, notes

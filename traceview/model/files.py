@@ -10,7 +10,8 @@ import polars as pl
 
 from traceview.errors import TraceUnreadable, TraceviewError, UsageError
 from traceview.model.optable import ATTR_SCHEMA, EVENT_SCHEMA, OpTable
-from traceview.model.schema import MODULE_RUNS_SCHEMA, DeviceInfo, TraceData
+from traceview.model.runtable import KEY_SCHEMA, RUN_SCHEMA, RunTable
+from traceview.model.schema import DeviceInfo, TraceData
 from traceview.read.batch import Failed, ReadTask
 from traceview.read.cache import TableCache
 from traceview.model.bounds import clamp_file, cut_strings, drop_bad_costs
@@ -105,7 +106,7 @@ def read_uncached(path: str | os.PathLike, *, kind: str | None = None, host: str
         if hint:
             raise TraceUnreadable(f"{exc.fault}; {hint}", exc.path) from None
         raise
-    td.table, td.module_runs, notes = clamp_file(td.table, td.module_runs, p)
+    td.table, td.runs, notes = clamp_file(td.table, td.runs, p)
     td.table, cut = cut_strings(td.table, p)
     td.table, costs = drop_bad_costs(td.table, p)
     td.notes.extend(notes + cut + costs)
@@ -137,7 +138,7 @@ def encode(td: TraceData) -> tuple[dict, dict, dict]:
     data = {"path": td.path, "host": td.host, "format": td.format, "devices": [asdict(d) for d in td.devices],
             "notes": list(td.notes), "has_shapes": td.has_shapes, "n_events": td.n_events,
             "profile_start_ns": td.profile_start_ns, "profile_stop_ns": td.profile_stop_ns}
-    frames = {"events": td.table.events, "attrs": td.table.attrs, "module_runs": td.module_runs}
+    frames = {"events": td.table.events, "attrs": td.table.attrs, "runs": td.runs.runs, "run_keys": td.runs.keys}
     if td.step_markers is not None:
         frames["step_markers"] = td.step_markers
     if td.memory is not None:
@@ -150,12 +151,15 @@ def encode(td: TraceData) -> tuple[dict, dict, dict]:
 def decode(data: dict, frames: dict) -> TraceData | None:
     """The TraceData of a cache entry made by :func:`encode`; None when its tables are not
     those of this traceview (another schema)."""
-    events, attrs, runs = frames["events"], frames["attrs"], frames["module_runs"]
+    if "runs" not in frames or "run_keys" not in frames:  # an entry of an older traceview
+        return None
+    events, attrs, runs, keys = frames["events"], frames["attrs"], frames["runs"], frames["run_keys"]
     if (events.schema != pl.Schema(EVENT_SCHEMA) or attrs.schema != pl.Schema(ATTR_SCHEMA)
-            or runs.schema != pl.Schema(MODULE_RUNS_SCHEMA)):
+            or runs.schema != pl.Schema(RUN_SCHEMA) or keys.schema != pl.Schema(KEY_SCHEMA)):
         return None
     return TraceData(path=data["path"], host=data["host"], format=data["format"], ops=OpTable(events, attrs),
-                     module_runs=runs, devices=[DeviceInfo(**d) for d in data["devices"]], notes=list(data["notes"]),
+                     runs=RunTable(runs, keys), devices=[DeviceInfo(**d) for d in data["devices"]],
+                     notes=list(data["notes"]),
                      has_shapes=data["has_shapes"], n_events=data["n_events"],
                      profile_start_ns=data["profile_start_ns"], profile_stop_ns=data["profile_stop_ns"],
                      step_markers=frames.get("step_markers"), memory=frames.get("memory"),

@@ -47,6 +47,7 @@ from traceview.model.memory_events import has_memory_events, read_memory_events
 from traceview.model.naming import as_uint64 as _as_int
 from traceview.model.naming import DERIVED_LINES, printable, split_module_name, split_source
 from traceview.model.optable import ATTR_COLUMNS, OpTable
+from traceview.model.runtable import KEY_SCHEMA, RunTable
 from traceview.model.tpu_plane import plane_arrays
 from traceview.read.xplane import wire
 from traceview.read.xplane.wire import _full_line, _line_base_ps, count_events, decode_line, read_xspace_bytes
@@ -353,23 +354,27 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
                      kernel_lines=pl.concat(kernel_parts, how="vertical") if kernel_parts else None)
 
 
-def _module_runs_frame(runs: list, host: str) -> pl.DataFrame:
-    """The module-runs frame (:data:`MODULE_RUNS_SCHEMA`) of the TPU planes' ``XLA Modules``
-    executions (:func:`_read_tpu_plane`'s ``runs``), built once for every plane."""
+def _module_runs_frame(runs: list, host: str) -> RunTable:
+    """The module runs (a :class:`~traceview.model.runtable.RunTable`) of the TPU planes'
+    ``XLA Modules`` executions (:func:`_read_tpu_plane`'s ``runs``), built once for every
+    plane: one key per (plane, distinct (module, program_id))."""
     if not runs:
-        return frame({}, MODULE_RUNS_SCHEMA)
+        return RunTable.empty()
     uniq = [u for r in runs for u in r[0]]
     offsets = np.cumsum([0] + [len(r[0]) for r in runs])[:-1]
     u = np.concatenate([r[1] + o for r, o in zip(runs, offsets)]).astype(np.uint32)
-    dev = np.repeat(np.arange(len(runs), dtype=np.uint32), [len(r[1]) for r in runs])
-    return pl.DataFrame({
-        "host": pl.Series([host] * len(u), dtype=pl.Utf8),
-        "device": pl.Series([r[4] for r in runs], dtype=pl.Utf8).gather(dev),
-        "module": pl.Series([m for m, _ in uniq], dtype=pl.Utf8).gather(u),
-        "program_id": pl.Series([p for _, p in uniq], dtype=pl.UInt64).gather(u),
+    keys = pl.DataFrame({
+        "key": pl.Series(np.arange(len(uniq), dtype=np.uint32)),
+        "host": pl.Series([host] * len(uniq), dtype=pl.Utf8),
+        "device": pl.Series([r[4] for r in runs for _ in r[0]], dtype=pl.Utf8),
+        "module": pl.Series([m for m, _ in uniq], dtype=pl.Utf8),
+        "program_id": pl.Series([p for _, p in uniq], dtype=pl.UInt64),
+    })
+    return RunTable(pl.DataFrame({
+        "key": pl.Series(u, dtype=pl.UInt32),
         "start_ps": pl.Series(np.concatenate([r[2] for r in runs]), dtype=pl.Int64),
         "duration_ps": pl.Series(np.concatenate([r[3] for r in runs]), dtype=pl.Int64),
-    })
+    }), keys.cast(KEY_SCHEMA))
 
 
 #: the XEventMetadata stats of a TPU op that its description uses
@@ -983,9 +988,10 @@ def _annotated_markers(le, marker: np.ndarray, step_md: list, names: list, value
     markers.extend(zip(cnames, steps.tolist(), le.starts[idx].tolist(), le.durations[idx].tolist()))
 
 
-def _derive_module_runs(table: OpTable) -> pl.DataFrame:
+def _derive_module_runs(table: OpTable) -> RunTable:
     """GPU/CPU traces have no ``XLA Modules`` line: derive program executions from the ops
-    (an :class:`~traceview.model.optable.OpTable`).
+    (an :class:`~traceview.model.optable.OpTable`), as a
+    :class:`~traceview.model.runtable.RunTable` (one key per program).
 
     Per (host, device, program), the number of executions is taken as the smallest occurrence
     count of any of its ops (an op outside loops runs once per execution; ties broken by op
@@ -1001,7 +1007,7 @@ def _derive_module_runs(table: OpTable) -> pl.DataFrame:
     start_s = ev["start_ps"]
     placed = None if start_s.null_count() == 0 else start_s.is_not_null().to_numpy()
     if placed is not None and not placed.any():
-        return frame({}, MODULE_RUNS_SCHEMA)
+        return RunTable.empty()
 
     def col(name):
         a = ev[name].fill_null(0).to_numpy() if ev[name].null_count() else ev[name].to_numpy()
@@ -1019,11 +1025,20 @@ def _derive_module_runs(table: OpTable) -> pl.DataFrame:
     kid_of = d.join(key_tab, on=keys, how="left", nulls_equal=True, maintain_order="left")["kid"].to_numpy()
     kop_of = d.join(kop_tab, on=keys + ["op_name"], how="left", nulls_equal=True, maintain_order="left")["kop"].to_numpy()
     # per (program key, op name): occurrences and first start, summed per description first
-    per_attr = (pl.DataFrame({"attr": attr, "count": count, "start": start}).group_by("attr")
-                .agg(pl.col("count").sum().alias("n"), pl.col("start").min().alias("first")))
-    per_op = (pl.DataFrame({"kop": kop_of[per_attr["attr"].to_numpy()], "n": per_attr["n"], "first": per_attr["first"]})
-              .group_by("kop").agg(pl.col("n").sum(), pl.col("first").min()))
-    per_op = (kop_tab.join(per_op, on="kop", how="inner")
+    m = d.height
+    n_attr = np.zeros(m, dtype=np.int64)
+    np.add.at(n_attr, attr, count)  # int64, wrapping as polars' sum does
+    first_attr = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_attr, attr, start)
+    seen = np.bincount(attr, minlength=m) > 0
+    nk = kop_tab.height
+    n_kop = np.zeros(nk, dtype=np.int64)
+    np.add.at(n_kop, kop_of[seen], n_attr[seen])
+    first_kop = np.full(nk, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(first_kop, kop_of[seen], first_attr[seen])
+    seen_kop = np.zeros(nk, dtype=bool)
+    seen_kop[kop_of[seen]] = True
+    per_op = (kop_tab.with_columns(pl.Series("n", n_kop), pl.Series("first", first_kop)).filter(pl.Series(seen_kop))
               .join(key_tab, on=keys, how="left", nulls_equal=True))
     best = (per_op.sort(["n", "first", "op_name"], maintain_order=True)
             .group_by("kid", maintain_order=True).first().select("kid", "kop"))
@@ -1040,34 +1055,42 @@ def _derive_module_runs(table: OpTable) -> pl.DataFrame:
         idx = np.flatnonzero(keep)
         kid_ev, start, attr, dur = kid_ev[idx], start[idx], attr[idx], dur[idx]
     if not len(kid_ev):
-        return frame({}, MODULE_RUNS_SCHEMA)
+        return RunTable.empty()
     # events in (program, start) order: a stable sort by start, then by program
     if (start[1:] >= start[:-1]).all():
         order = np.argsort(kid_ev, kind="stable")
     else:
         order = np.argsort(start, kind="stable")
         order = order[np.argsort(kid_ev[order], kind="stable")]
-    k_s = np.repeat(np.arange(key_tab.height, dtype=kdt), np.bincount(kid_ev, minlength=key_tab.height))
+    kend = np.cumsum(np.bincount(kid_ev, minlength=key_tab.height))  # past each program's events
+    del kid_ev
+    key_first = np.unique(np.r_[0, kend[:-1]])  # first position of each program (and the end)
+    key_first = key_first[key_first < len(order)]
     s_s = start[order]
-    anchor = anchor_of[attr[order]]
     n = len(order)
-    new_key = np.empty(n, dtype=bool)
-    new_key[0] = True
-    np.not_equal(k_s[1:], k_s[:-1], out=new_key[1:])
-    new_start = new_key.copy()
-    new_start[1:] |= s_s[1:] != s_s[:-1]
     # an execution begins at the first event of each (program, start) group holding an anchor
     # event; it takes every later event of its program up to the next execution
-    grp = np.cumsum(new_start) - 1
-    grp_anchor = np.zeros(int(grp[-1]) + 1, dtype=bool)
-    grp_anchor[grp[anchor]] = True
-    begins = new_start & grp_anchor[grp]
-    cuts = np.flatnonzero(begins | new_key)
-    end = s_s + dur[order]  # int64, wrapping as polars does
-    ends = np.maximum.reduceat(end, cuts)[begins[cuts]]
-    at = np.flatnonzero(begins)
-    kid, r_start = k_s[at].astype(np.uint32), s_s[at]
-    r_dur = ends - r_start
+    new_start = np.empty(n, dtype=bool)
+    new_start[0] = True
+    np.not_equal(s_s[1:], s_s[:-1], out=new_start[1:])
+    new_start[key_first] = True
+    gs = np.flatnonzero(new_start)  # group starts
+    del new_start
+    has_anchor = np.logical_or.reduceat(anchor_of[attr[order]], gs)
+    cut_sel = has_anchor.copy()
+    cut_sel[np.searchsorted(gs, key_first)] = True
+    cuts = gs[cut_sel]
+    at = gs[has_anchor]
+    del gs
+    r_start = s_s[at]
+    kid = np.searchsorted(kend, at, side="right").astype(np.uint32)
+    del at
+    end = s_s
+    end += dur[order]  # int64, wrapping as polars does
+    del order
+    r_dur = np.maximum.reduceat(end, cuts)[has_anchor[cut_sel]]
+    del end, s_s, cuts
+    r_dur -= r_start
     # rows by host, device, start_ps, module, program_id: the runs are in (key, start) order
     # and keys are numbered in sort order, so a stable sort by start then by (host, device)
     hd = key_tab.select(pl.struct("host", "device").rle_id()).to_series().to_numpy()
@@ -1075,7 +1098,6 @@ def _derive_module_runs(table: OpTable) -> pl.DataFrame:
     hd_run = hd[kid[o]]
     if hd_run.min() != hd_run.max():
         o = o[np.argsort(hd_run.astype(kdt), kind="stable")]
-    kid, r_start, r_dur = kid[o], r_start[o], r_dur[o]
-    runs = key_tab.drop("kid")[pl.Series(kid)].with_columns(pl.Series("start_ps", r_start),
-                                                            pl.Series("duration_ps", r_dur))
-    return runs.select([pl.col(c).cast(t) for c, t in MODULE_RUNS_SCHEMA.items()])
+    runs = pl.DataFrame({"key": pl.Series(kid[o], dtype=pl.UInt32), "start_ps": pl.Series(r_start[o], dtype=pl.Int64),
+                         "duration_ps": pl.Series(r_dur[o], dtype=pl.Int64)})
+    return RunTable(runs, key_tab.rename({"kid": "key"}).cast(KEY_SCHEMA))

@@ -134,8 +134,7 @@ def qualify_host(td, run: str):
     q = pl.lit(run + "/") + pl.col("host").fill_null("")
     t = td.table
     td.table = type(t)(t.events, t.attrs.with_columns(q.alias("host")))
-    if td.module_runs is not None and "host" in td.module_runs.columns:
-        td.module_runs = td.module_runs.with_columns(q.alias("host"))
+    td.runs = td.runs.with_keys(td.runs.keys.with_columns(q.alias("host")))
     if td.step_markers is not None and "host" in td.step_markers.columns:
         td.step_markers = td.step_markers.with_columns(q.alias("host"))
     if td.memory is not None and td.memory.height:

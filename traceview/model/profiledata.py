@@ -45,18 +45,21 @@ class ProfileData:
     ``table``: the op events (:class:`~traceview.model.optable.OpTable`: per-event numbers +
     one row per op description); ``ops``: the wide polars frame
     (:data:`~traceview.model.schema.OPS_SCHEMA`, one row per HLO op event, times in ps),
-    built from ``table`` on first use; ``module_runs`` (program executions); ``devices``
+    built from ``table`` on first use; ``runs`` (program executions, a
+    :class:`~traceview.model.runtable.RunTable`) and ``module_runs`` (their wide frame,
+    :data:`~traceview.model.schema.MODULE_RUNS_SCHEMA`, built on first use); ``devices``
     (:class:`~traceview.model.schema.DeviceInfo` per device plane); ``traces`` (the per-file
     :class:`~traceview.model.schema.TraceData`); ``discovery`` (what was found and why it
     was chosen, or None when built from files directly); ``warnings`` (one line each);
     ``step_markers``; ``memory`` (the allocator events,
     :data:`~traceview.model.memory_events.MEMORY_SCHEMA`); ``kernel_lines`` (TPU kernel-profiling
-    lines, :data:`~traceview.model.kernel_lines.KERNEL_SCHEMA`). ``ops`` (or ``table``) may be given as a wide frame or as an OpTable;
-    ``dataclasses.replace`` works on it.
+    lines, :data:`~traceview.model.kernel_lines.KERNEL_SCHEMA`). ``ops`` (or ``table``) may be
+    given as a wide frame or as an OpTable, ``module_runs`` (or ``runs``) as a wide frame or a
+    RunTable; ``dataclasses.replace`` works on it.
     """
 
     table: object
-    module_runs: object
+    runs: object
     devices: list
     traces: list
     discovery: object
@@ -66,15 +69,16 @@ class ProfileData:
     kernel_lines: object
 
     def __init__(self, ops=None, module_runs=None, devices=None, traces=None, discovery=None, warnings=None,
-                 step_markers=None, table=None, memory=None, kernel_lines=None):
+                 step_markers=None, table=None, runs=None, memory=None, kernel_lines=None):
         import polars as pl
 
         from traceview.model.optable import OpTable, as_table
-        from traceview.model.schema import MODULE_RUNS_SCHEMA, STEP_MARKERS_SCHEMA
+        from traceview.model.runtable import as_runs
+        from traceview.model.schema import STEP_MARKERS_SCHEMA
 
         src = ops if ops is not None else table  # replace(x, ops=...) passes the old table too
         self.table = OpTable.empty() if src is None else as_table(src)
-        self.module_runs = module_runs if module_runs is not None else pl.DataFrame(schema=MODULE_RUNS_SCHEMA)
+        self.runs = as_runs(module_runs if module_runs is not None else runs)
         self.devices = list(devices or [])
         self.traces = list(traces or [])
         self.discovery = discovery
@@ -117,6 +121,12 @@ class ProfileData:
         ``table`` on first use and cached (~16 bytes per string column per event)."""
         return self.table.frame()
 
+    @property
+    def module_runs(self):
+        """The wide module-runs frame (:data:`~traceview.model.schema.MODULE_RUNS_SCHEMA`),
+        built from ``runs`` on first use and cached."""
+        return self.runs.frame()
+
     @classmethod
     def from_traces(cls, traces: list, discovery=None, warnings: list[str] | None = None,
                     expand_kernels: bool = False):
@@ -129,13 +139,13 @@ class ProfileData:
         import polars as pl
 
         from traceview.model.optable import OpTable
-        from traceview.model.schema import MODULE_RUNS_SCHEMA, STEP_MARKERS_SCHEMA
+        from traceview.model.runtable import RunTable
+        from traceview.model.schema import STEP_MARKERS_SCHEMA
 
         from traceview.model.bounds import clamp_profile
 
         table = OpTable.concat([t.table for t in traces])
-        runs = (pl.concat([t.module_runs for t in traces], how="vertical") if traces
-                else pl.DataFrame(schema=MODULE_RUNS_SCHEMA))
+        runs = RunTable.concat([t.runs for t in traces])
         table, runs, clamped = clamp_profile(table, runs)
         if not expand_kernels:
             from traceview.model.interpreted import collapse_kernels
@@ -148,7 +158,7 @@ class ProfileData:
         mems = [t.memory for t in traces if getattr(t, "memory", None) is not None and t.memory.height]
         memory = pl.concat(mems, how="vertical") if mems else None
         kls = [t.kernel_lines for t in traces if getattr(t, "kernel_lines", None) is not None and t.kernel_lines.height]
-        return cls(ops=table, module_runs=runs, devices=devices, traces=traces, discovery=discovery, warnings=warns,
+        return cls(ops=table, runs=runs, devices=devices, traces=traces, discovery=discovery, warnings=warns,
                    step_markers=markers, memory=memory,
                    kernel_lines=pl.concat(kls, how="vertical") if kls else None)
 
@@ -160,7 +170,7 @@ class ProfileData:
         back-references). Raises :class:`~traceview.errors.UsageError` on an invalid regex."""
         import polars as pl
 
-        table, runs, devices = self.table, self.module_runs, self.devices
+        table, runs, devices = self.table, self.runs, self.devices
         for rx in (op_regex, device_regex):
             if rx is not None:
                 check_regex(rx)
@@ -171,11 +181,11 @@ class ProfileData:
             dev_match = (pl.col("device").str.contains(device_regex)
                          | (pl.col("host") + ":" + pl.col("device")).str.contains(device_regex))
             table = table.filter(dev_match)
-            runs = runs.filter(dev_match)
+            runs = runs.filter_keys(dev_match)
             names = pl.Series([d.name for d in devices], dtype=pl.Utf8)
             mask = names.str.contains(device_regex).to_list() if len(names) else []
             devices = [d for d, m in zip(devices, mask) if m]
-        return type(self)(ops=table, module_runs=runs, devices=devices, traces=self.traces,
+        return type(self)(ops=table, runs=runs, devices=devices, traces=self.traces,
                           discovery=self.discovery, warnings=list(self.warnings), step_markers=self.step_markers,
                           memory=self.memory, kernel_lines=self.kernel_lines)
 

@@ -164,21 +164,23 @@ class TraceData:
 
     ``table`` is the op-event table in dictionary-encoded form
     (:class:`traceview.model.optable.OpTable`); ``ops`` is its wide :data:`OPS_SCHEMA` frame, built
-    on first use (readers pass either as ``ops`` or ``table``). ``module_runs`` follows
-    :data:`MODULE_RUNS_SCHEMA`; ``memory`` the allocator events
-    (:data:`traceview.model.memory_events.MEMORY_SCHEMA`, None when the reader has none);
-    ``kernel_lines`` the TPU kernel-profiling lines
-    (:data:`traceview.model.kernel_lines.KERNEL_SCHEMA`, None when the trace has none). ``notes`` are reader warnings (one line each) to show the
-    user, e.g. that a ``trace.json.gz`` from CPU/GPU carries no shapes. ``has_shapes`` is
-    False when no op in the file could be given a shape signature. ``n_events`` counts every
-    event read. ``dataclasses.replace`` works on it.
+    on first use (readers pass either as ``ops`` or ``table``). ``runs`` holds the module runs
+    in dictionary-encoded form (:class:`traceview.model.runtable.RunTable`); ``module_runs`` is
+    their wide :data:`MODULE_RUNS_SCHEMA` frame, built on first use (readers pass either).
+    ``memory``: the allocator events (:data:`traceview.model.memory_events.MEMORY_SCHEMA`, None
+    when the reader has none); ``kernel_lines``: the TPU kernel-profiling lines
+    (:data:`traceview.model.kernel_lines.KERNEL_SCHEMA`, None when the trace has none).
+    ``notes`` are reader warnings (one line each) to show the user, e.g. that a
+    ``trace.json.gz`` from CPU/GPU carries no shapes. ``has_shapes`` is False when no op in the
+    file could be given a shape signature. ``n_events`` counts every event read.
+    ``dataclasses.replace`` works on it.
     """
 
     path: str
     host: str
     format: str  # "xplane" or "trace_json"
     table: object
-    module_runs: pl.DataFrame
+    runs: object
     devices: list[DeviceInfo]
     notes: list[str]
     has_shapes: bool
@@ -193,15 +195,16 @@ class TraceData:
                  devices: list[DeviceInfo] | None = None, notes: list[str] | None = None,
                  has_shapes: bool = True, n_events: int = 0, profile_start_ns: int | None = None,
                  profile_stop_ns: int | None = None, step_markers: pl.DataFrame | None = None, table=None,
-                 memory: pl.DataFrame | None = None, kernel_lines: pl.DataFrame | None = None):
+                 runs=None, memory: pl.DataFrame | None = None, kernel_lines: pl.DataFrame | None = None):
         from traceview.model.optable import OpTable, as_table
+        from traceview.model.runtable import as_runs
 
         self.path = path
         self.host = host
         self.format = format
         src = ops if ops is not None else table  # replace(x, ops=...) passes the old table too
         self.table = OpTable.empty() if src is None else as_table(src)
-        self.module_runs = module_runs if module_runs is not None else empty_module_runs()
+        self.runs = as_runs(module_runs if module_runs is not None else runs)  # replace(x, module_runs=...) too
         self.devices = list(devices or [])
         self.notes = list(notes or [])
         self.has_shapes = has_shapes
@@ -216,6 +219,17 @@ class TraceData:
     def ops(self) -> pl.DataFrame:
         """The wide op-event frame (:data:`OPS_SCHEMA`), built from ``table`` and cached."""
         return self.table.frame()
+
+    @property
+    def module_runs(self) -> pl.DataFrame:
+        """The wide module-runs frame (:data:`MODULE_RUNS_SCHEMA`), built from ``runs`` and cached."""
+        return self.runs.frame()
+
+    @module_runs.setter
+    def module_runs(self, value) -> None:
+        from traceview.model.runtable import as_runs
+
+        self.runs = as_runs(value)
 
     def __repr__(self) -> str:
         return (f"<TraceData {self.format} {self.path!r}: host {self.host!r}, "
