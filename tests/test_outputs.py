@@ -45,6 +45,10 @@ def _frames(rep) -> dict:
     if st is not None:
         out |= {"stragglers.steps": st.steps, "stragglers.devices": st.devices,
                 "stragglers.collectives": st.collectives}
+    ki = rep.kernel_inside
+    if ki is not None:
+        out |= {"kernel_inside.invocations": ki.invocations, "kernel_inside.stages": ki.stages,
+                "kernel_inside.counters": ki.counters}
     ph = rep.phases
     if ph is not None:
         out |= {"phases.summary": ph.summary, "phases.families": ph.families, "phases.steps": ph.steps,

@@ -138,10 +138,7 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
     unknown); ``tokens_per_step``: tokens every step produces when the program names do not say."""
     progs = program_phases(anat)
     st = anat.steps
-    empty_sum = pl.DataFrame(schema={"phase": pl.Utf8, "steps": pl.Int64, "window_steps": pl.Int64,
-                                     "median_ps": pl.Float64, "p10_ps": pl.Float64, "p90_ps": pl.Float64,
-                                     "op_share": pl.Float64, "mfu": pl.Float64, "mbu": pl.Float64,
-                                     "tokens_per_s": pl.Float64})
+    empty_sum = pl.DataFrame(schema=SUMMARY_SCHEMA)
     rt = prof.runs
     if st.height == 0 or rt.height == 0:
         return Phases(progs, st.head(0), empty_sum, pl.DataFrame(), notes=["no steps: no phase to label"],
@@ -149,7 +146,8 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
     steps = st.select("host", "device", "step", "start_ps", "duration_ps",
                       pl.col("in_window") if "in_window" in st.columns else pl.lit(True).alias("in_window"))
     steps = steps.with_row_index("_row")
-    if progs["name_phase"].null_count() == progs.height and progs["lm_rows"].null_count() == progs.height:
+    if (progs["name_phase"].null_count() == progs.height and progs["lm_rows"].null_count() == progs.height
+            and not getattr(prof, "phase", None)):
         # no program says its phase and no LM head gives the sequences: nothing to label
         lab = steps.with_columns(pl.lit("unknown").alias("phase"), pl.lit(None, dtype=pl.Utf8).alias("why"),
                                  pl.lit(None, dtype=pl.Int64).alias("step_tokens"),
@@ -178,6 +176,12 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
         labelled.append(got)
     lab = pl.concat(labelled, how="vertical_relaxed").sort("_row")
     executions = pl.concat(execs, how="vertical_relaxed") if execs else runs.head(0)
+    kept = getattr(prof, "phase", None)
+    if kept:  # a profile kept to one phase (--phase): its steps are that phase's, whatever else says
+        lab = lab.with_columns(
+            pl.when(pl.col("phase") == "unknown").then(pl.lit(f"kept by --phase {kept}")).otherwise(pl.col("why"))
+            .alias("why"),
+            pl.when(pl.col("phase") == "unknown").then(pl.lit(kept)).otherwise(pl.col("phase")).alias("phase"))
     util, source = _utilisation(anat, lab, peaks, tokens_per_step)
     lab = lab.drop("tokens").join(util, on="_row", how="left")
     summary = _summary(lab, executions, runs)
@@ -316,17 +320,21 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
             cnt.fill_null(1).to_numpy()[inside].astype(np.float64)
         del inside
 
+        # costs count as the family roofline counts them: none for collectives and async halves,
+        # once per execution of an op that launches several kernels (its _exec over its events)
+        factor = _cost_factor(table, a_in, c_in, n_attr)
+
         def step_sums(per_attr: np.ndarray) -> np.ndarray:
             # one per-event gather of a per-description figure at a time (NaN: unknown, as 0)
-            w = np.nan_to_num(per_attr)[a_in]
+            w = (np.nan_to_num(per_attr) * factor)[a_in]
             if c_in is not None:
                 w *= c_in
             return np.bincount(r_in, weights=w, minlength=n)
 
         flops, mflops, byts = step_sums(f), step_sums(fm), step_sums(b)
         # a step none of whose ops carries FLOPs (bytes) has an unknown MFU (MBU), not 0
-        has_flops = np.bincount(r_in, weights=(~np.isnan(fm))[a_in].astype(np.float64), minlength=n) > 0
-        has_bytes = np.bincount(r_in, weights=(~np.isnan(b))[a_in].astype(np.float64), minlength=n) > 0
+        has_flops = np.bincount(r_in, weights=((~np.isnan(fm)) & (factor > 0))[a_in].astype(np.float64), minlength=n) > 0
+        has_bytes = np.bincount(r_in, weights=((~np.isnan(b)) & (factor > 0))[a_in].astype(np.float64), minlength=n) > 0
         used = np.bincount(a_in, minlength=n_attr) > 0
         has_m, has_f = ~np.isnan(mf[used]), ~np.isnan(f[used])
         src = np.zeros(n_attr, dtype=bool)
@@ -359,21 +367,54 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
     return out, source
 
 
+def _cost_factor(table, a_in: np.ndarray, c_in: np.ndarray | None, n_attr: int) -> np.ndarray:
+    """Per op description, the multiplier of its FLOPs and bytes per occurrence that counts them
+    as :func:`traceview.analysis.family_roofline.family_roofline` does: 0 for collectives and the
+    ``-start``/``-done`` halves of async ops (as :func:`traceview.analysis.roofline.roofline`),
+    executions over occurrences for an op launching several kernels, else 1."""
+    from traceview.analysis.family_roofline import _executions
+    from traceview.analysis.roofline import _ASYNC, _COLLECTIVE
+
+    counts = np.bincount(a_in, weights=c_in, minlength=n_attr) if c_in is not None else \
+        np.bincount(a_in, minlength=n_attr).astype(np.float64)
+    ids = np.flatnonzero(counts)
+    per = pl.DataFrame({"attr": pl.Series(ids, dtype=pl.UInt32), "_self": np.zeros(len(ids)), "_count": counts[ids]})
+    per = per.join(table.attrs.select("attr", "op_name", "op_kind"), on="attr", how="left")
+    no_cost = (pl.col("op_kind").fill_null("").str.contains(_ASYNC) | pl.col("op_name").fill_null("").str.contains(_ASYNC)
+               | pl.col("op_kind").fill_null("").str.contains(_COLLECTIVE)
+               | pl.col("op_name").fill_null("").str.contains(_COLLECTIVE))
+    per = _executions(per.with_columns(no_cost.alias("_no")), table.attrs)
+    per = per.with_columns(pl.when(pl.col("_no")).then(0.0).otherwise(pl.col("_exec") / pl.col("_count"))
+                           .alias("_f"))
+    factor = np.zeros(n_attr)
+    factor[per["attr"].to_numpy().astype(np.int64)] = per["_f"].to_numpy()
+    return factor
+
+
+SUMMARY_SCHEMA = {"phase": pl.Utf8, "steps": pl.Int64, "window_steps": pl.Int64, "median_ps": pl.Float64,
+                  "p10_ps": pl.Float64, "p90_ps": pl.Float64, "op_share": pl.Float64, "mfu": pl.Float64,
+                  "mbu": pl.Float64, "tokens_per_s": pl.Float64, "executions": pl.Int64,
+                  "exec_median_ps": pl.Float64}
+
+
 def _summary(lab: pl.DataFrame, executions: pl.DataFrame | None, runs: pl.DataFrame) -> pl.DataFrame:
-    """Per phase; op_share = execution time of the programs of that phase (prefill, decode)
-    over the time of every program execution."""
+    """Per phase: the steps with that label (steps, window_steps, their time distribution, MFU and
+    MBU weighted by step time, tokens/s) and, for prefill and decode, the executions of that
+    phase's programs (executions, exec_median_ps; op_share = their time over the time of every
+    program execution) — a prefill chunk run between decode steps is an execution of no step."""
     win = lab.filter(pl.col("in_window"))
     total_ps = float(runs["duration_ps"].sum() or 0)
     rows = []
     for p in PHASES + ("unknown",):
         all_p = lab.filter(pl.col("phase") == p)
-        if all_p.height == 0:
+        ex = (executions.filter(pl.col("phase") == p)
+              if executions is not None and p in ("prefill", "decode") else None)
+        if all_p.height == 0 and (ex is None or ex.height == 0):
             continue
         w = win.filter(pl.col("phase") == p)
         d = w["duration_ps"].cast(pl.Float64)
         sec = float(w["duration_ps"].sum() or 0) * 1e-12
-        prog = (executions.filter(pl.col("phase") == p)["duration_ps"].sum()
-                if executions is not None and p in ("prefill", "decode") else None)
+        prog = ex["duration_ps"].sum() if ex is not None else None
         mf = w.filter(pl.col("mfu").is_not_null())
         mb = w.filter(pl.col("mbu").is_not_null())
         rows.append({
@@ -385,11 +426,10 @@ def _summary(lab: pl.DataFrame, executions: pl.DataFrame | None, runs: pl.DataFr
             "mbu": float((mb["mbu"] * mb["duration_ps"]).sum() / mb["duration_ps"].sum()) if mb.height else None,
             "tokens_per_s": (float(w["tokens"].sum()) / sec) if sec > 0 and w["tokens"].null_count() == 0
             and w.height else None,
+            "executions": ex.height if ex is not None else None,
+            "exec_median_ps": float(ex["duration_ps"].median()) if ex is not None and ex.height else None,
         })
-    return pl.DataFrame(rows, schema={"phase": pl.Utf8, "steps": pl.Int64, "window_steps": pl.Int64,
-                                      "median_ps": pl.Float64, "p10_ps": pl.Float64, "p90_ps": pl.Float64,
-                                      "op_share": pl.Float64, "mfu": pl.Float64, "mbu": pl.Float64,
-                                      "tokens_per_s": pl.Float64})
+    return pl.DataFrame(rows, schema=SUMMARY_SCHEMA)
 
 
 def _families(anat, lab: pl.DataFrame) -> pl.DataFrame:
@@ -461,8 +501,11 @@ def phase_profile(prof, phase: str, ph: Phases):
     rkeep[rhit["_i"].to_numpy()] = True
     from dataclasses import replace
 
+    # the steps of a kept phase are its own executions: the step markers (a decode engine marks
+    # its decode steps) would time the other phases' steps
     out = replace(prof, table=type(table)(events, table.attrs), ops=None,
-                  runs=rt.with_runs(rt.runs.filter(pl.Series(rkeep))))
+                  runs=rt.with_runs(rt.runs.filter(pl.Series(rkeep))),
+                  step_markers=prof.step_markers.head(0) if phase != "mixed" else prof.step_markers)
     out.phase = phase  # read by Report.phase: idle between the phase's steps is the other phases' time
     out.warnings = list(prof.warnings) + [f"--phase {phase}: {events.height:,} of {table.height:,} op events, in "
                                           f"{n:,} {'step' if phase == 'mixed' else 'program execution'}(s) of that phase"]

@@ -80,11 +80,11 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
             prof = load(path, run=run, stale_after_s=None, discovery=d, cache=cache, prefetch=pre or False,
                         expand_kernels=bool(getattr(args, "expand_kernels", False)))
         process.trim_heap(cargs.input_bytes(d))
-        for w in prof.warnings:
-            print(f"traceview: warning: {safe_line(path)}: {safe_line(w)}", file=sys.stderr)
         out = prof.filter(device_regex=args.device) if args.device else prof
         out = cargs.apply_phase(out, args)
         del prof
+        for w in out.warnings:  # after the selection: --phase says what it kept
+            print(f"traceview: warning: {safe_line(path)}: {safe_line(w)}", file=sys.stderr)
         if args.device and out.table.height == 0:  # a comparison or check of nothing
             raise UsageError(f"--device {args.device!r} leaves no op of {path}: nothing to compare or check "
                              "(traceview analyze PATH lists the devices)")

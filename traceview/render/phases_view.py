@@ -16,12 +16,15 @@ def render_phases(console: Console, ph, *, top: int, escape) -> None:
         return
     console.print()
     console.print(f"[bold]phases[/bold] — {escape(ph.label_line())}; MFU counts {escape(ph.flops_source)}")
-    t = Table(title="per phase (window steps)")
-    for c in ("phase", "steps", "median step", "p10-p90", "op time share", "MFU", "MBU", "tokens/s"):
+    t = Table(title="per phase: the steps so labelled (window) and the executions of its programs")
+    for c in ("phase", "steps", "median step", "p10-p90", "executions", "median exec.", "program time",
+              "MFU", "MBU", "tokens/s"):
         t.add_column(c, justify="left" if c == "phase" else "right")
     for r in ph.summary.iter_rows(named=True):
         t.add_row(r["phase"], f"{r['window_steps']:,} of {r['steps']:,}", fmt_time_ps(r["median_ps"]),
-                  f"{fmt_time_ps(r['p10_ps'])} - {fmt_time_ps(r['p90_ps'])}", fmt_pct(r["op_share"]),
+                  f"{fmt_time_ps(r['p10_ps'])} - {fmt_time_ps(r['p90_ps'])}" if r["window_steps"] else "-",
+                  "-" if r["executions"] is None else f"{r['executions']:,}", fmt_time_ps(r["exec_median_ps"]),
+                  fmt_pct(r["op_share"]),
                   fmt_pct(r["mfu"]), fmt_pct(r["mbu"]), fmt_rate(r["tokens_per_s"], "tok/s").replace(" tok/s", " ")
                   if r["tokens_per_s"] is not None else "-")
     console.print(t)

@@ -199,3 +199,62 @@ def fmt_ms(ps: float) -> str:
 
 def pct(x: float) -> str:
     return f"{100 * x:.1f}%"
+
+
+def gap_busy(ctx) -> float:
+    """Mean device busy time (ps) in the gap after each window step: the union of the op events
+    that lie in no step (another program's execution between steps, e.g. a prefill chunk
+    between decode steps), clipped to [the step's end, the next step's start) on its device.
+    0 without steps or such events."""
+    import numpy as np
+
+    got = ctx.cache.get("gap_busy")
+    if got is not None:
+        return got
+    anat = getattr(ctx.report, "steps", None)
+    st, rows, table = getattr(anat, "steps", None), getattr(anat, "step_rows", None), getattr(anat, "table", None)
+    out = 0.0
+    if st is not None and st.height > 1 and rows is not None and table is not None and (rows < 0).any():
+        ev = table.events
+        outside = np.flatnonzero(rows < 0)
+        attr = ev["attr"].to_numpy()[outside]
+        ok = ev["start_ps"].is_not_null().to_numpy()[outside]
+        s = ev["start_ps"].fill_null(0).to_numpy()[outside]
+        d = ev["duration_ps"].fill_null(0).to_numpy()[outside]
+        dev_of = table.attrs.select(pl.struct("host", "device").rank("dense").alias("d"))["d"].to_numpy()
+        keyed = table.attrs.select("attr", "host", "device")
+        dev_ev = np.zeros(int(keyed["attr"].max()) + 1 if keyed.height else 1, dtype=np.int64)
+        dev_ev[keyed["attr"].to_numpy().astype(np.int64)] = dev_of
+        dev = dev_ev[attr]
+        dkey = keyed.with_columns(pl.Series("d", dev_of)).select("host", "device", "d").unique()
+        w = st.with_row_index("_r")
+        if "in_window" in w.columns:
+            w = w.filter(pl.col("in_window").fill_null(True))
+        w = w.join(dkey, on=["host", "device"], how="left").filter(pl.col("gap_after_ps").is_not_null())
+        busy, n = 0.0, 0
+        for (dcode,), g in w.group_by(["d"]):
+            m = ok & (dev == dcode)
+            if not m.any():
+                n += g.height
+                continue
+            a, b = s[m], s[m] + d[m]
+            o = np.argsort(a, kind="stable")
+            a, b = a[o], b[o]
+            # union of the intervals: merge where a start lies past the running end
+            run_end = np.maximum.accumulate(b)
+            new = np.concatenate([[True], a[1:] > run_end[:-1]])
+            ua, ub = a[new], np.maximum.reduceat(b, np.flatnonzero(new))
+            cum = np.concatenate([[0], np.cumsum(ub - ua)])
+
+            def covered(t):  # union length before t
+                i = np.searchsorted(ua, t, side="right")
+                part = np.where(i > 0, np.minimum(t, ub[np.maximum(i - 1, 0)]) - ua[np.maximum(i - 1, 0)], 0)
+                return cum[np.maximum(i - 1, 0)] * (i > 0) + np.maximum(part, 0)
+
+            lo = (g["start_ps"] + g["duration_ps"]).to_numpy()
+            hi = lo + g["gap_after_ps"].to_numpy()
+            busy += float(np.maximum(covered(hi) - covered(lo), 0).sum())
+            n += g.height
+        out = busy / n if n else 0.0
+    ctx.cache["gap_busy"] = out
+    return out

@@ -10,8 +10,8 @@ import re
 import polars as pl
 
 from traceview.analysis.findings import Finding
-from traceview.analysis.findings._context import (arrays, fmt_ms, nbytes, pct, pop_families, step_info, step_loop,
-                                                  step_pops, vocab)
+from traceview.analysis.findings._context import (arrays, fmt_ms, gap_busy, nbytes, pct, pop_families, step_info,
+                                                  step_loop, step_pops, vocab)
 
 #: the sampler's search: ops in a scope or of a kind that sorts, bisects or accumulates the vocabulary
 SEARCH_RX = r"binary_search|sort|cumsum|cumulative|cumlogsumexp|top_?k"
@@ -365,16 +365,21 @@ def host_bound(ctx, th) -> Finding | None:
     if st["idle_ps"].null_count() == st.height:  # no measure of the idle time: silent
         return None
     idle = float(st["idle_ps"].mean() or 0)
-    gap = info["gap_ps"]
-    share = (idle + gap) / (info["step_ps"] + gap)
+    # the gap after a step less the ops that ran in it (another program: a prefill chunk between
+    # decode steps keeps the device busy, it is not the host's time)
+    busy_gap = gap_busy(ctx)
+    gap = max(info["gap_ps"] - busy_gap, 0.0)
+    share = (idle + gap) / (info["step_ps"] + info["gap_ps"])
     if share < th.host_share:
         return None
     return Finding(
         "host-bound-steps", "medium",
-        f"the device idles {fmt_ms(idle + gap)} of each {fmt_ms(info['step_ps'] + gap)} from one step's start to "
-        f"the next ({pct(share)}: {fmt_ms(idle)} inside the {fmt_ms(info['step_ps'])} step, {fmt_ms(gap)} between "
-        f"steps): the host is on the critical path",
-        {"idle_ps": idle, "gap_ps": gap, "step_ps": info["step_ps"], "share": share, "n_steps": info["n_steps"]},
+        f"the device idles {fmt_ms(idle + gap)} of each {fmt_ms(info['step_ps'] + info['gap_ps'])} from one step's "
+        f"start to the next ({pct(share)}: {fmt_ms(idle)} inside the {fmt_ms(info['step_ps'])} step, {fmt_ms(gap)} "
+        f"between steps" + (f", besides {fmt_ms(busy_gap)} of other programs' ops there" if busy_gap else "")
+        + "): the host is on the critical path",
+        {"idle_ps": idle, "gap_ps": gap, "gap_busy_ps": busy_gap, "step_ps": info["step_ps"],
+         "period_ps": info["step_ps"] + info["gap_ps"], "share": share, "n_steps": info["n_steps"]},
         "while the device waits for the host, every step is longer by that wait: on Gemma 2B decode (TPU v5e) the "
         "gap between steps was 85 µs of an 11.9 ms step (0.7%), not worth optimising; a device idle for a "
         "third of the step gets that third back only from the host side (dispatch, scheduling, host sampling)",

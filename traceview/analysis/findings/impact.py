@@ -65,9 +65,10 @@ def impact_of(f: Finding, report=None) -> dict:
                     "splitting programs made the study slower)", {"op time": "counted", "step time": "counted"})
     if fid == "host-bound-steps":
         idle, gap, step = ev.get("idle_ps"), ev.get("gap_ps") or 0.0, ev.get("step_ps")
+        period = ev.get("period_ps") or ((step or 0) + gap)
         if idle is None or not step:
             return _unknown("no idle time")
-        return _imp(0, idle + gap, step + gap, "bounded", "at most the device's idle time inside and between steps",
+        return _imp(0, idle + gap, period, "bounded", "at most the device's idle time inside and between steps",
                     {"idle time": "counted", "step time": "counted"})
     if fid == "exposed-communication":
         exp, step = ev.get("exposed_ps"), ev.get("step_ps")
