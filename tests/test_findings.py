@@ -512,3 +512,44 @@ def test_verify_finding_impact(reps):
     assert "impact unknown" in res.results[2].message and "taken as 0" in res.results[3].message
     with pytest.raises(UsageError):
         traceview.verify(prof, ["finding state-copied-every-step impact"])
+
+
+def _loop_profile(prefill_in_gaps: bool):
+    """A synthetic one-device profile: 8 executions of jit_decode_b8 (4 ms of ops each, 5 ms
+    apart), and, when ``prefill_in_gaps``, a 0.9 ms jit_prefill_t32 op in each 1 ms gap."""
+    from traceview.model.profiledata import ProfileData
+    from traceview.model.schema import OPS_SCHEMA
+
+    rows = []
+    for k in range(8):
+        t0 = k * 5_000_000_000
+        for i in range(4):
+            rows.append({"module": "jit_decode_b8", "op_name": f"dot.{i}", "op_kind": "dot", "shape": "f32[8,8]",
+                         "start_ps": t0 + i * 1_000_000_000, "duration_ps": 1_000_000_000})
+        if prefill_in_gaps:
+            rows.append({"module": "jit_prefill_t32", "op_name": "dot.9", "op_kind": "dot", "shape": "f32[32,8]",
+                         "start_ps": t0 + 4_050_000_000, "duration_ps": 900_000_000})
+    df = pl.DataFrame(rows).with_columns(
+        pl.lit("h").alias("host"), pl.lit("/device:TPU:0").alias("device"), pl.lit("XLA Ops").alias("line"),
+        pl.col("duration_ps").alias("self_ps"), pl.lit(1, dtype=pl.Int64).alias("count"),
+        pl.lit(1, dtype=pl.UInt64).alias("program_id"))
+    df = df.with_columns([pl.lit(None, dtype=t).alias(c) for c, t in OPS_SCHEMA.items() if c not in df.columns])
+    df = df.with_columns(pl.when(pl.col("module") == "jit_prefill_t32").then(pl.lit(2, dtype=pl.UInt64))
+                         .otherwise(pl.col("program_id")).alias("program_id"))
+    runs = (df.group_by("host", "device", "module", "program_id", (pl.col("start_ps") // 5_000_000_000).alias("_k"))
+            .agg(pl.col("start_ps").min(), (pl.col("start_ps") + pl.col("duration_ps")).max().alias("_end"))
+            .select("host", "device", "module", "program_id", "start_ps",
+                    (pl.col("_end") - pl.col("start_ps")).alias("duration_ps")).sort("start_ps"))
+    return ProfileData(ops=df.select(list(OPS_SCHEMA)).cast(OPS_SCHEMA), module_runs=runs)
+
+
+def test_host_bound_counts_other_programs_in_the_gap_as_busy():
+    """A prefill chunk run between two decode steps keeps the device busy: the gap it fills is
+    not the host's time (a chunked-prefill engine profile fired host-bound-steps falsely)."""
+    from traceview.analysis.report import build_report
+
+    busy = build_report(_loop_profile(True), finding_thresholds=["host-bound-steps=0.1"])
+    idle = build_report(_loop_profile(False), finding_thresholds=["host-bound-steps=0.1"])
+    f = next(x for x in idle.findings if x.id == "host-bound-steps")
+    assert f.evidence["gap_ps"] == pytest.approx(1_000_000_000) and f.evidence["gap_busy_ps"] == 0
+    assert "host-bound-steps" not in {x.id for x in busy.findings}

@@ -172,3 +172,26 @@ def test_outputs_carry_the_section(shared_traces, tmp_path):
     subprocess.run(cmd + ["report", str(path), "--no-cache", "-o", str(html)], capture_output=True, check=True)
     page = html.read_text()
     assert 'id="memory"' in page and "Device memory" in page and page.count("<svg") >= 2
+
+
+def test_device_selection_reaches_the_allocators(shared_traces):
+    """--device keeps the allocators of the devices kept (TPU allocator N serves /device:TPU:N,
+    GPU_N_bfc /device:GPU:N); their per-step figures come from their own device's steps."""
+    prof = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb", cache=False, stale_after_s=None)
+    one = prof.filter(device_regex="TPU:2$").memory_report()
+    assert [a.allocator for a in one.allocators] == ["2"]
+    res = traceview.verify(prof.filter(device_regex="TPU:2$"), ["memory peak < 12GiB"])
+    assert "(2 on" in res.results[0].message or "allocator 2" in res.results[0].message or " 2 on " in res.results[0].message
+
+
+def test_growth_check_on_a_sweep_is_unknown_and_its_grammar(shared_traces):
+    """The GEMM sweep is not one repeated step: its growth per step is unknown to the check (the
+    finding stays silent on it for the same reason); a growth bound takes a sign and a %, and a
+    bare 1 is refused (1% or 100%?)."""
+    prof = traceview.load(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", cache=False, stale_after_s=None)
+    res = traceview.verify(prof, ["memory growth per step < 1%"])
+    assert not res.results[0].ok and "not one repeated step" in res.results[0].message
+    assert parse_check("memory growth per step < -0.5%").args["bound"] == -0.005
+    assert parse_check("memory growth per step < 250%").args["bound"] == 2.5
+    with pytest.raises(UsageError):
+        parse_check("memory growth per step < 1")

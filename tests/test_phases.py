@@ -115,3 +115,22 @@ def test_cli_phase_section_and_flag(shared_traces):
     text = subprocess.run(cmd + ["analyze", str(shared_traces / VLLM), "--no-cache", "--chip", "tpu-v6e"],
                           capture_output=True, text=True, check=True).stdout
     assert "phases — 2 prefill; MFU counts model_flops from the trace" in text
+
+
+def test_phase_prefill_steps_are_its_executions(greedy_b4):
+    """--phase prefill drops the engine's decode step markers: the steps are the prefill
+    program's executions, labelled prefill."""
+    prof, ph = greedy_b4
+    kept = phase_profile(prof, "prefill", ph)
+    assert kept.step_markers.height == 0 and kept.phase == "prefill"
+    anat = derived.step_anatomy(kept)
+    ph2 = phases(kept, anat, None)
+    dominant = kept.module_runs.filter(pl.col("module") == anat.module).height
+    assert anat.module.startswith("jit_prefill") and set(ph2.steps["phase"]) == {"prefill"}
+    assert ph2.steps.height == dominant > 0
+
+
+def test_tokens_per_step_is_bounded():
+    from traceview.cli import main
+
+    assert main(["analyze", "fixtures/greedy_b4", "--no-cache", "--tokens-per-step", str(1 << 40)]) == 2

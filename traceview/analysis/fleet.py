@@ -63,6 +63,9 @@ NOT_COMPUTED = {
                     "(fleet mode gives the ratio to the median only)",
     "families.n_populations": "distinct populations per family within the step window need the events",
     "html": "not computed in fleet mode",
+    "memory": "not computed in fleet mode (the allocator events stay on the hosts; analyze one host's file)",
+    "phases": "not computed in fleet mode (labelling a step reads its programs' executions)",
+    "kernel_inside": "not computed in fleet mode (the kernel-profiling lines stay on the hosts)",
 }
 
 _DROP = ["hlo_text", "source_stack"]

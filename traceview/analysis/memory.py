@@ -11,7 +11,8 @@ Definitions (bytes unless stated), per allocator (host, XProf memory id), matchi
   are its two terms (``heapAllocatedBytes`` / ``stackReservedBytes``);
 - ``capacity`` = ``heap_bytes + stack_bytes + free_bytes`` at the peak (``memoryCapacity``);
 - ``lifetime_peak`` = max of the allocator's own ``peak_bytes_in_use`` stat, which covers the
-  allocator's life before the profile too (``peakBytesUsageLifetime``);
+  allocator's life before the profile too, and counts its heap only (no stack reservation:
+  below ``peak_in_use`` where a stack is reserved) (``peakBytesUsageLifetime``);
 - ``fragmentation`` = the allocator's ``fragmentation`` stat at the peak (``peakStats.fragmentation``);
 - ``peak_time_ps``: the peak's time on the host clock (XProf: ``peakStatsTimePs``, the
   offset within its XLine).
@@ -139,10 +140,12 @@ _SUMMARY_SCHEMA = {
 }
 
 
-def memory(mem: pl.DataFrame | None, steps: pl.DataFrame | None = None) -> MemoryReport:
+def memory(mem: pl.DataFrame | None, steps: pl.DataFrame | None = None, device_names=()) -> MemoryReport:
     """The :class:`MemoryReport` of a profile's allocator events ``mem``. ``steps``: the step
     anatomy's steps (host, device, step, start_ps, duration_ps, in_window) for per-step
-    figures when the events carry no step ids; None for none."""
+    figures when the events carry no step ids; None for none. ``device_names``: the profile's
+    device planes, to take each allocator's steps from its own device
+    (:func:`~traceview.model.memory_events.allocator_device`; every device's when it serves none)."""
     if mem is None or mem.height == 0:
         return MemoryReport([], ["no allocator events in this trace (TPU and GPU xplanes carry MemoryAllocation/"
                                  "MemoryDeallocation on the host plane; XLA:CPU traces and trace.json exports "
@@ -161,7 +164,12 @@ def memory(mem: pl.DataFrame | None, steps: pl.DataFrame | None = None) -> Memor
             return MemoryReport([], notes)
     out = []
     for (host, alloc), grp in mem.group_by(["host", "allocator"], maintain_order=True):
-        out.append(_allocator(host, alloc, grp.sort("time_ps", maintain_order=True), steps))
+        from traceview.model.memory_events import allocator_device
+
+        dev = allocator_device(alloc, device_names)
+        own = steps.filter(pl.col("device") == dev) if dev and steps is not None and "device" in steps.columns else steps
+        out.append(_allocator(host, alloc, grp.sort("time_ps", maintain_order=True),
+                              own if own is not None and own.height else steps))
     out.sort(key=lambda a: (-a.peak_in_use, a.host, a.allocator))
     return MemoryReport(out, notes)
 
@@ -176,6 +184,10 @@ def _allocator(host: str, name: str, ev: pl.DataFrame, steps: pl.DataFrame | Non
     capacity = int(top) + int(free) if free is not None else None
     lifetime = ev["lifetime_peak_bytes"].max()
     notes = []
+    frag = row["fragmentation"]
+    if frag is not None and not 0 <= frag <= 1:
+        notes.append(f"fragmentation at the peak reads {frag:g}, outside 0-1: not shown")
+        frag = None
     if capacity is not None and capacity <= 0:
         notes.append("capacity reads as zero: the allocator recorded no free bytes")
         capacity = None
@@ -184,7 +196,7 @@ def _allocator(host: str, name: str, ev: pl.DataFrame, steps: pl.DataFrame | Non
     a = AllocatorMemory(host=host, allocator=name, events=ev.height, allocations=int(ev["alloc"].sum()),
                         capacity=capacity, lifetime_peak=int(lifetime) if lifetime is not None else None,
                         peak_in_use=int(top), peak_heap=int(row["heap_bytes"]), peak_stack=int(row["stack_bytes"]),
-                        peak_time_ps=int(row["time_ps"]), fragmentation=row["fragmentation"], alive=alive,
+                        peak_time_ps=int(row["time_ps"]), fragmentation=frag, alive=alive,
                         alive_bytes=alive_bytes, unattributed=unattributed, series=_series(t, in_use),
                         notes=notes)
     _per_step(a, ev, in_use, steps)
@@ -294,4 +306,4 @@ def profile_memory(prof, anatomy=None) -> MemoryReport:
     """:func:`memory` of a profile's ``memory`` frame, per step over ``anatomy``'s steps (a
     :class:`~traceview.analysis.steps.StepAnatomy` or None)."""
     steps = anatomy.steps if anatomy is not None and anatomy.steps.height else None
-    return memory(getattr(prof, "memory", None), steps)
+    return memory(getattr(prof, "memory", None), steps, [d.name for d in getattr(prof, "devices", []) or []])

@@ -158,7 +158,7 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
         return Phases(progs, lab.drop("_row"), _summary(lab, None, rt.runs), pl.DataFrame(schema={
             "phase": pl.Utf8, "family": pl.Utf8, "self_ps": pl.Float64, "share": pl.Float64}), source,
             ["phase unknown for every step: no program is named prefill/decode, and no program's token "
-             "dimension can be read against an LM head"] + _peak_notes(peaks), None)
+             "dimension can be read against an LM head"] + _peak_notes(peaks, _cpu(prof)), None)
     # the program executions with their program's phase figures (the program table joined per key)
     keyed = rt.keys.join(progs, on=["host", "module", "program_id"], how="left", nulls_equal=True)
     runs = (rt.runs.join(keyed, on="key", how="left")
@@ -186,15 +186,25 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
     lab = lab.drop("tokens").join(util, on="_row", how="left")
     summary = _summary(lab, executions, runs)
     fams = _families(anat, lab)
-    return Phases(progs, lab.drop("_row"), summary, fams, source, _peak_notes(peaks), executions)
+    notes = _peak_notes(peaks, _cpu(prof))
+    if not tokens_per_step and lab["tokens"].is_not_null().any():
+        notes.append("tokens per step read off the programs' buckets (_b<N>: the decode program's rows, _t<N>: the "
+                     "prefill program's tokens), padding included: an upper bound on the tokens made; "
+                     "--tokens-per-step N gives the real count")
+    return Phases(progs, lab.drop("_row"), summary, fams, source, notes, executions)
 
 
-def _peak_notes(peaks) -> list[str]:
+def _cpu(prof) -> bool:
+    return bool(prof.devices) and all(getattr(d, "kind", "") == "CPU" for d in prof.devices)
+
+
+def _peak_notes(peaks, cpu: bool = False) -> list[str]:
     notes = []
+    how = "--measure-cpu-peaks, --peak-flops / --peak-bw" if cpu else "--chip, or --peak-flops / --peak-bw"
     if peaks is None or peaks.peak_flops is None:
-        notes.append("MFU unknown: no peak FLOP/s (pass --chip or --peak-flops)")
+        notes.append(f"MFU unknown: no peak FLOP/s (pass {how})")
     if peaks is None or peaks.peak_bw is None:
-        notes.append("MBU unknown: no peak bandwidth (pass --chip or --peak-bw)")
+        notes.append(f"MBU unknown: no peak bandwidth (pass {how})")
     return notes
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from types import SimpleNamespace
 from dataclasses import dataclass, field
 
 import polars as pl
@@ -370,6 +371,14 @@ class Verifier:
 
         mem = self._memory(prof)
         cmp_, bound = c.args["cmp"], c.args["bound"]
+        from traceview.analysis.findings import Inputs
+        from traceview.analysis.findings._context import step_loop
+
+        loop = step_loop(Inputs(SimpleNamespace(steps=derived.step_anatomy(prof))))
+        if mem.known and not loop["repeated"]:
+            return False, ("memory growth per step unknown: the steps are not one repeated step "
+                           f"({loop['mixes']} op mixes, the commonest in {loop['mix_steps']} of {loop['steps']} steps: "
+                           "a sweep grows and shrinks by design)")
         known = [a for a in mem.allocators if a.growth_pct is not None]
         if not known:
             why = "; ".join(dict.fromkeys([n for a in mem.allocators for n in a.notes] + list(mem.notes)))

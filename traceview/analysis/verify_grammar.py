@@ -194,6 +194,21 @@ def _pct(p: _P) -> float:
     return v
 
 
+def _growth(p: _P) -> float:
+    """A growth per step: ``1%``, ``-0.5%`` or a fraction under 1 in size (``0.01``); a bare number
+    of 1 or more is refused (1% or 1.0?); may be negative or over 100% with its ``%``."""
+    s = p.word("percentage")
+    try:
+        v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+    except ValueError:
+        p.err(f"expected a growth such as 1% or 0.01, got {s!r}")
+    if not math.isfinite(v):
+        p.err(f"expected a finite growth, got {s!r}")
+    if not s.endswith("%") and abs(v) >= 1:
+        p.err(f"{s!r} is ambiguous: write {s}% for a percentage, or a fraction under 1")
+    return v
+
+
 def _int(p: _P) -> float:
     """A bound: a finite number (``nan`` and ``inf`` are refused: nothing compares with NaN)."""
     s = p.word("number")
@@ -367,7 +382,7 @@ def _parse_body(p: _P) -> Check:
     if p.kw("memory", "peak"):
         return Check("", "memory_peak", {"cmp": _cmp(p), "bound": _bytes(p)})
     if p.kw("memory", "growth", "per", "step"):
-        return Check("", "memory_growth", {"cmp": _cmp(p), "bound": _pct(p)})
+        return Check("", "memory_growth", {"cmp": _cmp(p), "bound": _growth(p)})
     p.err("unknown check; it should start with 'no op', 'op', 'family', 'kernel', 'source', 'collective', 'finding', "
           "'exposed communication', 'straggler', 'memory' or 'all matched' "
           "(see traceview verify --help)")

@@ -33,6 +33,15 @@ def positive_int(text: str) -> int:
     return min(v, MAX_COUNT)
 
 
+def tokens_per_step(text: str) -> int:
+    """argparse type of ``--tokens-per-step``: an integer from 1 to 2**31 (a step of more tokens
+    is not a step)."""
+    v = positive_int(text)
+    if v > 1 << 31:
+        raise argparse.ArgumentTypeError(f"expected at most {1 << 31:,} tokens per step, got {text!r}")
+    return v
+
+
 TOP_HELP = ("rows of each table: every format obeys it (without it the table output and the JSON show 25 "
             "rows of each table, and JSON says how many there are under \"rows\"; CSV and Parquet hold every row)")
 
@@ -234,7 +243,7 @@ def add_phase(p: argparse.ArgumentParser, *, tokens: bool = True) -> None:
                    help="keep only the ops of one phase: the executions of programs named or shaped as prefill or "
                         "decode, or the iterations of the steps that ran both (mixed); see the phases section")
     if tokens:
-        p.add_argument("--tokens-per-step", type=positive_int, default=None, metavar="N",
+        p.add_argument("--tokens-per-step", type=tokens_per_step, default=None, metavar="N",
                        help="tokens each step produces, for tokens/s (default: read off the programs' names, "
                             "_b<N> decode rows and _t<N> prefill tokens; else unknown)")
 

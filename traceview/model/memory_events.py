@@ -188,3 +188,20 @@ def _strings(kind, val, strings, ref_keys, ref_names) -> pl.Series:
         ok = (codes >= 0) & (codes < len(_TF_DTYPE_NAMES))
         out[i] = np.where(ok, _TF_DTYPE_NAMES[np.where(ok, codes, 0)], "")
     return pl.Series(out, dtype=pl.Utf8)
+
+
+_GPU_BFC = __import__("re").compile(r"^GPU_(\d+)_bfc$")
+
+
+def allocator_device(allocator: str, device_names) -> str:
+    """The device plane an allocator serves: a device index (TPU ``index_on_host``) or
+    ``GPU_<n>_bfc`` names the device plane ending in ``:<n>`` (TPU or GPU, the first such);
+    "" for a host allocator (``xla_gpu_host_bfc``) or when no plane matches."""
+    m = _GPU_BFC.match(allocator or "")
+    idx = m.group(1) if m else (allocator if (allocator or "").isdigit() else None)
+    if idx is None:
+        return ""
+    for name in device_names:
+        if name.endswith(f":{idx}") and ("TPU" in name or "GPU" in name):
+            return name
+    return ""

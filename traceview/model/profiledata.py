@@ -185,9 +185,17 @@ class ProfileData:
             names = pl.Series([d.name for d in devices], dtype=pl.Utf8)
             mask = names.str.contains(device_regex).to_list() if len(names) else []
             devices = [d for d, m in zip(devices, mask) if m]
+            memory = self.memory
+            if memory is not None and memory.height:  # the allocators of the devices kept
+                from traceview.model.memory_events import allocator_device
+
+                names = [d.name for d in self.devices]
+                serves = {a: allocator_device(a, names) for a in memory["allocator"].unique().to_list()}
+                keep = [a for a, dev in serves.items() if dev and pl.Series([dev]).str.contains(device_regex)[0]]
+                memory = memory.filter(pl.col("allocator").is_in(keep))
         return type(self)(ops=table, runs=runs, devices=devices, traces=self.traces,
                           discovery=self.discovery, warnings=list(self.warnings), step_markers=self.step_markers,
-                          memory=self.memory, kernel_lines=self.kernel_lines)
+                          memory=memory if device_regex else self.memory, kernel_lines=self.kernel_lines)
 
     @property
     def op_time_ps(self) -> int:

@@ -23,7 +23,7 @@ def render_memory(console: Console, mem, *, top: int, escape) -> None:
     t = Table(title=f"memory — {n} allocator{'s' if n != 1 else ''} from the trace's allocation events "
                     f"(as XProf's memory_profile), top {min(top, n)} by peak in use")
     for c, j in (("host", "left"), ("allocator", "left"), ("capacity", "right"), ("peak in use", "right"),
-                 ("heap", "right"), ("stack", "right"), ("% cap.", "right"), ("lifetime peak", "right"),
+                 ("heap", "right"), ("stack", "right"), ("% cap.", "right"), ("lifetime peak (heap)", "right"),
                  ("frag.", "right"), ("growth/step", "right")):
         t.add_column(c, justify=j, overflow="fold")
     for a in mem.allocators[:top]:

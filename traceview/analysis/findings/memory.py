@@ -25,7 +25,7 @@ def near_capacity(ctx, th) -> Finding | None:
     top = a.alive.head(3).to_dicts() if a.alive.height else []
     return Finding(
         "memory-near-capacity", "high" if a.peak_share >= 0.98 else "medium",
-        f"{a.allocator} on {a.host} peaks at {fmt_bytes(a.peak_in_use)} of its {fmt_bytes(a.capacity)} "
+        f"allocator {a.allocator} on {a.host} peaks at {fmt_bytes(a.peak_in_use)} of its {fmt_bytes(a.capacity)} "
         f"({pct(a.peak_share)}); {fmt_bytes(a.capacity - a.peak_in_use)} left"
         + (f" (fragmentation {a.fragmentation:.2f} at the peak)" if a.fragmentation is not None else ""),
         {"host": a.host, "allocator": a.allocator, "peak_in_use_bytes": a.peak_in_use,
@@ -60,7 +60,7 @@ def grows_per_step(ctx, th) -> Finding | None:
     ends = a.steps.filter(a.steps["steady"])["end_in_use"].to_list()
     return Finding(
         "memory-grows-per-step", "high",
-        f"{a.allocator} on {a.host} grows by {fmt_bytes(a.growth_per_step)} per step ({a.growth_pct:+.2f}% per "
+        f"allocator {a.allocator} on {a.host} grows by {fmt_bytes(a.growth_per_step)} per step ({a.growth_pct:+.2f}% per "
         f"step, from {fmt_bytes(ends[0])} to {fmt_bytes(ends[-1])} over {len(ends)} steady steps), never giving "
         "memory back",
         {"host": a.host, "allocator": a.allocator, "growth_per_step_bytes": a.growth_per_step,
