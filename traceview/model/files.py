@@ -145,6 +145,8 @@ def encode(td: TraceData) -> tuple[dict, dict, dict]:
         frames["memory"] = td.memory
     if td.kernel_lines is not None:
         frames["kernel_lines"] = td.kernel_lines
+    if td.hlo_protos is not None:
+        frames["hlo_protos"] = td.hlo_protos
     return data, frames, {"events": "lz4"}
 
 
@@ -163,4 +165,4 @@ def decode(data: dict, frames: dict) -> TraceData | None:
                      has_shapes=data["has_shapes"], n_events=data["n_events"],
                      profile_start_ns=data["profile_start_ns"], profile_stop_ns=data["profile_stop_ns"],
                      step_markers=frames.get("step_markers"), memory=frames.get("memory"),
-                     kernel_lines=frames.get("kernel_lines"))
+                     kernel_lines=frames.get("kernel_lines"), hlo_protos=frames.get("hlo_protos"))

@@ -42,6 +42,7 @@ from traceview.model.schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, STEP_MARKERS_
 from traceview.model.shapes import canonical_shape_text, instruction_signature
 from traceview.model.timeline import self_times
 from traceview.model.naming import as_float as _as_float
+from traceview.model.hlo_graph import protos_frame
 from traceview.model.kernel_lines import read_kernel_lines
 from traceview.model.memory_events import has_memory_events, read_memory_events
 from traceview.model.naming import as_uint64 as _as_int
@@ -351,7 +352,8 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
                      devices=devices, notes=notes, has_shapes=has_shapes, n_events=n_events,
                      profile_start_ns=start_ns, profile_stop_ns=stop_ns,
                      step_markers=step_markers.sort("start_ps"), memory=memory,
-                     kernel_lines=pl.concat(kernel_parts, how="vertical") if kernel_parts else None)
+                     kernel_lines=pl.concat(kernel_parts, how="vertical") if kernel_parts else None,
+                     hlo_protos=protos_frame(hlo.raw, host))
 
 
 def _module_runs_frame(runs: list, host: str) -> RunTable:

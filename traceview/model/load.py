@@ -141,6 +141,8 @@ def qualify_host(td, run: str):
         td.memory = td.memory.with_columns(q.alias("host"))
     if td.kernel_lines is not None and td.kernel_lines.height:
         td.kernel_lines = td.kernel_lines.with_columns(q.alias("host"))
+    if td.hlo_protos is not None and td.hlo_protos.height:
+        td.hlo_protos = td.hlo_protos.with_columns(q.alias("host"))
     for d in td.devices:
         d.host = f"{run}/{d.host}" if d.host else host
     td.host = host

@@ -53,7 +53,8 @@ class ProfileData:
     was chosen, or None when built from files directly); ``warnings`` (one line each);
     ``step_markers``; ``memory`` (the allocator events,
     :data:`~traceview.model.memory_events.MEMORY_SCHEMA`); ``kernel_lines`` (TPU kernel-profiling
-    lines, :data:`~traceview.model.kernel_lines.KERNEL_SCHEMA`). ``ops`` (or ``table``) may be
+    lines, :data:`~traceview.model.kernel_lines.KERNEL_SCHEMA`); ``hlo_protos`` (the programs'
+    HLO protos, :data:`~traceview.model.hlo_graph.PROTOS_SCHEMA`, or None). ``ops`` (or ``table``) may be
     given as a wide frame or as an OpTable, ``module_runs`` (or ``runs``) as a wide frame or a
     RunTable; ``dataclasses.replace`` works on it.
     """
@@ -67,9 +68,10 @@ class ProfileData:
     step_markers: object
     memory: object
     kernel_lines: object
+    hlo_protos: object
 
     def __init__(self, ops=None, module_runs=None, devices=None, traces=None, discovery=None, warnings=None,
-                 step_markers=None, table=None, runs=None, memory=None, kernel_lines=None):
+                 step_markers=None, table=None, runs=None, memory=None, kernel_lines=None, hlo_protos=None):
         import polars as pl
 
         from traceview.model.optable import OpTable, as_table
@@ -94,6 +96,7 @@ class ProfileData:
 
             kernel_lines = empty_kernel_lines()
         self.kernel_lines = kernel_lines
+        self.hlo_protos = hlo_protos
         self._derived: dict = {}
 
     def derived(self, key: tuple, make):
@@ -158,9 +161,11 @@ class ProfileData:
         mems = [t.memory for t in traces if getattr(t, "memory", None) is not None and t.memory.height]
         memory = pl.concat(mems, how="vertical") if mems else None
         kls = [t.kernel_lines for t in traces if getattr(t, "kernel_lines", None) is not None and t.kernel_lines.height]
+        hps = [t.hlo_protos for t in traces if getattr(t, "hlo_protos", None) is not None and t.hlo_protos.height]
         return cls(ops=table, runs=runs, devices=devices, traces=traces, discovery=discovery, warnings=warns,
                    step_markers=markers, memory=memory,
-                   kernel_lines=pl.concat(kls, how="vertical") if kls else None)
+                   kernel_lines=pl.concat(kls, how="vertical") if kls else None,
+                   hlo_protos=pl.concat(hps, how="vertical") if hps else None)
 
     def filter(self, *, op_regex: str | None = None, device_regex: str | None = None):
         """A new profile (of the same class) keeping ops whose name, HLO text or framework op
@@ -195,7 +200,8 @@ class ProfileData:
                 memory = memory.filter(pl.col("allocator").is_in(keep))
         return type(self)(ops=table, runs=runs, devices=devices, traces=self.traces,
                           discovery=self.discovery, warnings=list(self.warnings), step_markers=self.step_markers,
-                          memory=memory if device_regex else self.memory, kernel_lines=self.kernel_lines)
+                          memory=memory if device_regex else self.memory, kernel_lines=self.kernel_lines,
+                          hlo_protos=self.hlo_protos)
 
     @property
     def op_time_ps(self) -> int:

@@ -169,7 +169,9 @@ class TraceData:
     their wide :data:`MODULE_RUNS_SCHEMA` frame, built on first use (readers pass either).
     ``memory``: the allocator events (:data:`traceview.model.memory_events.MEMORY_SCHEMA`, None
     when the reader has none); ``kernel_lines``: the TPU kernel-profiling lines
-    (:data:`traceview.model.kernel_lines.KERNEL_SCHEMA`, None when the trace has none).
+    (:data:`traceview.model.kernel_lines.KERNEL_SCHEMA`, None when the trace has none);
+    ``hlo_protos``: the programs' serialized HLO protos
+    (:data:`traceview.model.hlo_graph.PROTOS_SCHEMA`, None when the trace has none).
     ``notes`` are reader warnings (one line each) to show the user, e.g. that a
     ``trace.json.gz`` from CPU/GPU carries no shapes. ``has_shapes`` is False when no op in the
     file could be given a shape signature. ``n_events`` counts every event read.
@@ -190,12 +192,14 @@ class TraceData:
     step_markers: pl.DataFrame | None
     memory: pl.DataFrame | None
     kernel_lines: pl.DataFrame | None
+    hlo_protos: pl.DataFrame | None
 
     def __init__(self, path: str, host: str, format: str, ops=None, module_runs: pl.DataFrame | None = None,
                  devices: list[DeviceInfo] | None = None, notes: list[str] | None = None,
                  has_shapes: bool = True, n_events: int = 0, profile_start_ns: int | None = None,
                  profile_stop_ns: int | None = None, step_markers: pl.DataFrame | None = None, table=None,
-                 runs=None, memory: pl.DataFrame | None = None, kernel_lines: pl.DataFrame | None = None):
+                 runs=None, memory: pl.DataFrame | None = None, kernel_lines: pl.DataFrame | None = None,
+                 hlo_protos: pl.DataFrame | None = None):
         from traceview.model.optable import OpTable, as_table
         from traceview.model.runtable import as_runs
 
@@ -214,6 +218,7 @@ class TraceData:
         self.step_markers = step_markers
         self.memory = memory
         self.kernel_lines = kernel_lines
+        self.hlo_protos = hlo_protos
 
     @property
     def ops(self) -> pl.DataFrame:

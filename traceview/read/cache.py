@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 #: Bumped whenever the stored layout or the meaning of a stored column changes.
-SCHEMA_VERSION = 7  # 2: step_markers.arrow; 3: events.arrow + attrs.arrow (OpTable); 4: meta names its frames; 5: memory.arrow; 6: kernel_lines.arrow; 7: runs.arrow + run_keys.arrow (RunTable)
+SCHEMA_VERSION = 8  # 2: step_markers.arrow; 3: events.arrow + attrs.arrow (OpTable); 4: meta names its frames; 5: memory.arrow; 6: kernel_lines.arrow; 7: runs.arrow + run_keys.arrow (RunTable); 8: hlo_protos.arrow
 #: Bytes hashed at each end of the file for the identity.
 EDGE_BYTES = 64 << 10
 #: Environment variables: the cache folder, "off" (1/true/yes/on), the size budget (bytes).

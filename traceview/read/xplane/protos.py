@@ -255,7 +255,9 @@ def _build_hlo(pool):
         ("opcode", 2, "string", ""),
         ("shape", 3, "ShapeProto", ""),
         ("metadata", 7, "OpMetadata", ""),
+        ("parameter_number", 9, "int64", ""),
         ("fusion_kind", 11, "string", ""),
+        ("tuple_index", 13, "int64", ""),
         ("convolution_dimension_numbers", 16, "ConvolutionDimensionNumbers", ""),
         ("feature_group_count", 50, "int64", ""),
         ("batch_group_count", 58, "int64", ""),
@@ -294,7 +296,14 @@ def _build_hlo(pool):
         ("file_locations", 3, ".traceview.hlo.StackFrameIndexProto.FileLocation", "repeated"),
         ("stack_frames", 4, ".traceview.hlo.StackFrameIndexProto.StackFrame", "repeated"),
     ], nested=(fl, sf))
+    ae = descriptor_pb2.DescriptorProto()
+    ae.name = "AliasEntryProto"
+    _fill(ae, [("output_shape_index", 1, "int64", "repeated"), ("parameter_number", 2, "int64", ""),
+               ("parameter_shape_index", 3, "int64", "repeated")], fp.package)
+    _message(fp, "HloInputOutputAliasProto", [
+        ("entries", 1, ".traceview.hlo.HloInputOutputAliasProto.AliasEntryProto", "repeated")], nested=(ae,))
     _message(fp, "HloModuleProto", [
+        ("input_output_alias", 8, "HloInputOutputAliasProto", ""),
         ("name", 1, "string", ""),
         ("entry_computation_name", 2, "string", ""),
         ("entry_computation_id", 6, "int64", ""),

@@ -1,0 +1,121 @@
+"""Every instruction of a profile's HLO modules as one frame (:data:`HLO_SCHEMA`): the graph the
+detectors of :mod:`traceview.analysis.hlo_detect` read and ``traceview query`` serves as ``hlo``.
+
+Source: the ``xla.HloProto`` of each program in the ``/host:metadata`` plane
+(:class:`traceview.model.hlo.HloIndex` keeps their bytes), decoded whole here, once per program
+(field numbers: OpenXLA ``xla/service/hlo.proto``). A proto that does not decode costs its
+module a note, never the rest.
+
+==================  =========  ==============================================================
+column              dtype      meaning
+==================  =========  ==============================================================
+host                Utf8       host name
+module              Utf8       hlo_module name
+program_id          UInt64     program id
+computation         Utf8       the computation holding the instruction
+entry               Boolean    the computation is the module's entry computation
+fusion              Utf8       the fusion instruction whose computation holds it ("" if none)
+name                Utf8       instruction name
+opcode              Utf8       HLO opcode
+shape               Utf8       result shape (no layout), e.g. ``f32[8,256000]``
+bytes               Int64      result bytes
+element             Utf8       result element type ("" for a tuple)
+layout              Utf8       result minor-to-major layout, e.g. ``1,0`` ("" if none)
+operands            List(Utf8) operand instruction names, in order
+operand_shapes      List(Utf8) their shapes
+operand_layouts     List(Utf8) their layouts
+users               List(Utf8) instructions that use its result
+parameter           Int64      ``parameter_number`` of an entry parameter (null otherwise)
+aliased             Boolean    an entry parameter aliased with an output (donated); null else
+==================  =========  ==============================================================
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from traceview.model.shapes import shape_from_proto
+
+HLO_SCHEMA: dict[str, pl.DataType] = {
+    "host": pl.Utf8, "module": pl.Utf8, "program_id": pl.UInt64, "computation": pl.Utf8, "entry": pl.Boolean,
+    "fusion": pl.Utf8, "name": pl.Utf8, "opcode": pl.Utf8, "shape": pl.Utf8, "bytes": pl.Int64,
+    "element": pl.Utf8, "layout": pl.Utf8, "operands": pl.List(pl.Utf8), "operand_shapes": pl.List(pl.Utf8),
+    "operand_layouts": pl.List(pl.Utf8), "users": pl.List(pl.Utf8), "parameter": pl.Int64,
+    "aliased": pl.Boolean,
+}
+PROTOS_SCHEMA: dict[str, pl.DataType] = {"host": pl.Utf8, "module": pl.Utf8, "program_id": pl.UInt64,
+                                         "proto": pl.Binary}
+
+
+def protos_frame(raw: dict, host: str) -> pl.DataFrame | None:
+    """:data:`PROTOS_SCHEMA` rows of an :class:`~traceview.model.hlo.HloIndex`'s ``raw``
+    ({program_id: (module, bytes)}); None when empty."""
+    if not raw:
+        return None
+    return pl.DataFrame({"host": [host] * len(raw), "module": [m for m, _ in raw.values()],
+                         "program_id": list(raw.keys()), "proto": [b for _, b in raw.values()]},
+                        schema=PROTOS_SCHEMA)
+
+
+def instructions(protos: pl.DataFrame | None) -> tuple[pl.DataFrame, list[str]]:
+    """(:data:`HLO_SCHEMA` frame of every instruction of ``protos``, notes for the modules
+    that did not decode)."""
+    from google.protobuf.message import DecodeError
+
+    from traceview.read.xplane.protos import HloProto
+
+    rows: dict[str, list] = {k: [] for k in HLO_SCHEMA}
+    notes: list[str] = []
+    if protos is None or protos.height == 0:
+        return pl.DataFrame(schema=HLO_SCHEMA), notes
+    seen = set()
+    for host, module, pid, data in protos.iter_rows():
+        if (host, pid) in seen:
+            continue
+        seen.add((host, pid))
+        try:
+            mod = HloProto.FromString(data).hlo_module
+        except (DecodeError, RecursionError, ValueError) as exc:
+            notes.append(f"HLO proto of {module}({pid}) is unreadable: {exc}")
+            continue
+        aliased = {e.parameter_number for e in mod.input_output_alias.entries}
+        comps = {c.id: c for c in mod.computations}
+        fusion_of: dict[int, str] = {}  # fused computation id -> the fusion instruction's name
+        by_id: dict[int, object] = {}
+        users: dict[int, list[str]] = {}
+        for c in mod.computations:
+            for ins in c.instructions:
+                by_id[ins.id] = ins
+                if ins.opcode == "fusion":
+                    for cid in ins.called_computation_ids:
+                        fusion_of[cid] = ins.name
+        for c in mod.computations:
+            for ins in c.instructions:
+                for op in ins.operand_ids:
+                    users.setdefault(op, []).append(ins.name)
+        for c in comps.values():
+            entry = c.id == mod.entry_computation_id
+            for ins in c.instructions:
+                sh = shape_from_proto(ins.shape)
+                ops = [by_id.get(o) for o in ins.operand_ids]
+                rows["host"].append(host)
+                rows["module"].append(module)
+                rows["program_id"].append(pid)
+                rows["computation"].append(c.name)
+                rows["entry"].append(entry)
+                rows["fusion"].append(fusion_of.get(c.id, ""))
+                rows["name"].append(ins.name)
+                rows["opcode"].append(ins.opcode)
+                rows["shape"].append(str(sh))
+                rows["bytes"].append(sh.bytes)
+                rows["element"].append("" if sh.members is not None else sh.dtype)
+                rows["layout"].append(",".join(str(x) for x in ins.shape.layout.minor_to_major))
+                rows["operands"].append([o.name for o in ops if o is not None])
+                rows["operand_shapes"].append([str(shape_from_proto(o.shape)) for o in ops if o is not None])
+                rows["operand_layouts"].append([",".join(str(x) for x in o.shape.layout.minor_to_major)
+                                                for o in ops if o is not None])
+                rows["users"].append(users.get(ins.id, []))
+                param = ins.parameter_number if entry and ins.opcode == "parameter" else None
+                rows["parameter"].append(param)
+                rows["aliased"].append((param in aliased) if param is not None else None)
+    return pl.DataFrame(rows, schema=HLO_SCHEMA), notes
