@@ -87,18 +87,21 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
               enable_chunked_prefill: bool = False, enable_prefix_caching: bool = False, prefix_tokens: int = 0,
               donate: bool = True, time_tolerance: float = TIME_TOLERANCE, kv_dtype: str | None = None,
               kv_cache_bytes: int | None = None, host_sampler_mask: bool = False, tensor_parallel: int = 1,
-              itl_slo_ms: float | None = None, step_clock: Callable[[], float] | None = None, on_start: Callable[[dict], None] | None = None) -> dict:
+              itl_slo_ms: float | None = None, dtype: str | None = None, greedy_bf16_logits: bool = False,
+              step_clock: Callable[[], float] | None = None, on_start: Callable[[dict], None] | None = None) -> dict:
     """Run the protocol once; returns a JSON-serialisable dict (times in seconds).
 
     Args (beyond the engine's): ``donate`` (False: the copying decode cache update);
     ``host_sampler_mask`` (a token mask computed on the host each decode step, :func:`~traceview.engine_shim.engine.host_mask`);
     ``tensor_parallel``: devices the model is split over (``LLM(tensor_parallel=...)``);
+    ``dtype``: the model dtype (None: the preset's) and ``greedy_bf16_logits`` (argmax on the
+    bf16 logits, no float32 conversion or copy; greedy only): ``LLM(dtype=..., greedy_bf16_logits=...)``;
     ``time_tolerance``: bound on the time check's relative difference; ``itl_slo_ms``: the
     inter-token latency objective for ``goodput`` (None: no goodput); ``step_clock``: the
     engine's per-step clock (tests inject a broken one); ``on_start``: called with the
     verification dict right after the engine is built (the CLI prints it to stderr).
 
-    Keys: ``config`` (the arguments, resolved KV block and KV dtype), ``kv_capacity``
+    Keys: ``config`` (the arguments, resolved KV block, model dtype and KV dtype), ``kv_capacity``
     (:meth:`~traceview.engine_shim.kv_cache.KVCapacity.as_dict`), ``init_s``, ``precompile_s``, ``ttft_s``, ``main_s``, ``itl_s``,
     ``num_requests``, ``tokens_per_request``, ``output_tokens`` (counted from the returned
     outputs), ``engine_counted_tokens`` (the scheduler's per-step counters), ``steps_s`` (the
@@ -119,7 +122,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     since start-up (``steps``, ``chunks``, ``computed_tokens``; prefix cache ``queried_pages``,
     ``hit_pages``, ``queried_tokens``, ``hit_tokens``, ``hit_rate`` = hit / queried tokens or None).
 
-    Raises: ValueError for invalid arguments (including ``TRACEVIEW_KV_BLOCK_SIZE``).
+    Raises: ValueError for invalid arguments (including ``TRACEVIEW_KV_BLOCK_SIZE``, and
+    ``greedy_bf16_logits`` with a float32 model or the ``topp`` sampling mode).
     """
     if batch_mult < 1 or max_tokens < 1:
         raise ValueError(f"batch_mult={batch_mult} and max_tokens={max_tokens} must be >= 1")
@@ -127,6 +131,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
         raise ValueError(f"time_tolerance={time_tolerance} must be > 0")
     if itl_slo_ms is not None and not (math.isfinite(itl_slo_ms) and itl_slo_ms > 0):
         raise ValueError(f"itl_slo_ms={itl_slo_ms} must be a positive finite number of milliseconds")
+    if greedy_bf16_logits and sampling != "greedy":
+        raise ValueError(f"greedy_bf16_logits needs greedy sampling (the {sampling} sampler reads float32 logits)")
     prefix = shared_prefix(prefix_tokens)
     base = [prefix + p for p in (list(prompts) if prompts else PROMPTS)]
     workload = base * batch_mult
@@ -138,7 +144,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
               seed=seed, precompile=precompile, max_num_batched_tokens=max_num_batched_tokens,
               enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching,
               donate=donate, step_clock=step_clock, kv_dtype=kv_dtype,
-              kv_cache_bytes=kv_cache_bytes, host_sampler_mask=host_sampler_mask, tensor_parallel=tensor_parallel)
+              kv_cache_bytes=kv_cache_bytes, host_sampler_mask=host_sampler_mask, tensor_parallel=tensor_parallel,
+              dtype=dtype, greedy_bf16_logits=greedy_bf16_logits)
     init_s = time.perf_counter() - t0
     startup = llm.verification()
     if on_start is not None:
@@ -197,7 +204,9 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
                    "token_buckets": llm.token_buckets, "precompile": precompile, "seed": seed,
                    "max_num_batched_tokens": llm.token_buckets[-1], "enable_chunked_prefill": llm.chunked,
                    "enable_prefix_caching": enable_prefix_caching, "prefix_tokens": prefix_tokens, "donate": donate, "tensor_parallel": tensor_parallel,
-                   "time_tolerance": time_tolerance, "itl_slo_ms": itl_slo_ms, "kv_dtype": llm.config.kv_dtype, "kv_cache_bytes": kv_cache_bytes},
+                   "time_tolerance": time_tolerance, "itl_slo_ms": itl_slo_ms, "kv_dtype": llm.config.kv_dtype, "kv_cache_bytes": kv_cache_bytes,
+                   "dtype": llm.model_config.dtype, "greedy_bf16_logits": llm.greedy_bf16_logits,
+                   "logits_f32": llm.upcast_logits},
         "kv_capacity": llm.kv_capacity.as_dict(),
         "init_s": init_s,
         "precompile_s": llm.stats.precompile_s,

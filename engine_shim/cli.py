@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 from .transplant_cli import add_kernel_dir, add_subcommands, kernel_dir
-from .config import KV_DTYPES
+from .config import DTYPES, KV_DTYPES
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -83,8 +83,17 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--max-tokens", type=int, default=tokens, help=f"tokens per request in the main run [default {tokens}]")
         s.add_argument("--max-model-len", type=int, default=512, help="max context per request [default 512]")
         s.add_argument("--kv-block", type=int, default=None, help="decode KV block in tokens [env TRACEVIEW_KV_BLOCK_SIZE, default heuristic]")
+        s.add_argument("--dtype", choices=DTYPES, default=None,
+                       help="model dtype: weights, activations, logits and (unless --kv-dtype) the KV cache; bfloat16 "
+                            "runs the production-like logits path (the runner converts the bf16 logits to float32 "
+                            "before the sampler, the sampler returns a float32 copy) [default the preset's: float32 "
+                            "for tiny and study, bfloat16 for gemma-2b]")
+        s.add_argument("--greedy-bf16-logits", action="store_true",
+                       help="with a bfloat16 model and greedy sampling: take the argmax on the bf16 logits and skip "
+                            "the runner's float32 conversion and the sampler's copy (the treatment) [default off]")
         s.add_argument("--kv-dtype", choices=KV_DTYPES, default=None,
-                       help="KV cache dtype; int8 has per-token scales [default bfloat16 on TPU/GPU, float32 on CPU]")
+                       help="KV cache dtype; int8 has per-token scales [default --dtype when given, else bfloat16 on "
+                            "TPU/GPU, float32 on CPU]")
         s.add_argument("--kv-cache-bytes", type=_positive_int, default=None, metavar="N",
                        help="KV memory budget in bytes; the page count is derived from it for --kv-dtype, scales "
                             "included [default: pages for every request slot at --max-model-len]")
@@ -166,6 +175,16 @@ def _resolve(args, env) -> dict:
     sampling = args.sampling or (env.get("SAMPLING", "").strip() or "greedy")
     if sampling not in ("greedy", "topp"):
         raise ValueError(f"SAMPLING={sampling!r} must be greedy or topp")
+    if args.greedy_bf16_logits:
+        from .config import PRESETS
+
+        if sampling != "greedy":
+            raise ValueError(f"--greedy-bf16-logits needs greedy sampling: the {sampling} sampler reads the float32 "
+                             "logits (drop --sampling topp / SAMPLING=topp)")
+        dtype = args.dtype or (PRESETS[args.model].dtype if args.model in PRESETS else None)
+        if dtype == "float32":
+            raise ValueError("--greedy-bf16-logits needs a bfloat16 model: pass --dtype bfloat16 (a float32 model's "
+                             "logits are never converted)")
     return dict(
         model=args.model,
         max_num_seqs=args.max_num_seqs if args.max_num_seqs is not None else _env_int(env, "MAX_NUM_SEQS", 8),
@@ -190,6 +209,8 @@ def _resolve(args, env) -> dict:
         donate=not args.no_donate,
         **({"host_sampler_mask": True} if getattr(args, "host_sampler_mask", False) else {}),
         tensor_parallel=_positive("--tensor-parallel", args.tensor_parallel),
+        dtype=args.dtype,
+        greedy_bf16_logits=args.greedy_bf16_logits,
         itl_slo_ms=None if args.itl_slo is None else _in_range("--itl-slo", args.itl_slo, 0.0, float("inf"), low_open=True),
     )
 
@@ -262,12 +283,21 @@ def _capacity_line(c: dict) -> str:
             f"{c['tokens']:,} tokens), {c['bytes']:,} bytes{budget}")
 
 
+def _logits_note(c: dict) -> str:
+    """`` logits=...`` for a non-float32 model: the production-like float32 path or the treatment."""
+    if c.get("greedy_bf16_logits"):
+        return " logits=bf16 (argmax on them)"
+    if c.get("logits_f32"):
+        return " logits=f32 (runner converts, sampler copies)"
+    return ""
+
+
 def format_text(r: dict) -> str:
     c = r["config"]
     lines = [
         f"engine  model={c['model']} max_num_seqs={c['max_num_seqs']} max_model_len={c['max_model_len']} "
         f"kv_block={c['kv_block_size']} sampling={c['sampling']} donate={'on' if c['donate'] else 'off'} "
-        f"requests={r['num_requests']} x {r['tokens_per_request']} tokens",
+        f"dtype={c.get('dtype', 'float32')}{_logits_note(c)} requests={r['num_requests']} x {r['tokens_per_request']} tokens",
         f"        jax {r['environment']['jax']} on {r['environment']['backend']} ({r['environment']['cpu_count']} CPUs); "
         f"request buckets {c['request_buckets']}, token buckets {c['token_buckets']}",
         f"init    {r['init_s']:.2f} s (precompile {r['precompile_s']:.2f} s; {len(r['compiled_modules'])} bucket modules compiled by the end)",

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 #: that the CLI can validate without importing jax).
 KV_DTYPES = ("bfloat16", "float32", "int8")
 
+#: model dtypes (weights, activations and, unless ``--kv-dtype`` says otherwise, the KV cache)
+DTYPES = ("float32", "bfloat16")
+
 
 def default_kv_dtype(backend: str) -> str:
     """KV cache dtype used when none is given: ``bfloat16`` on an accelerator (``tpu``, ``gpu``),
@@ -21,7 +24,8 @@ def default_kv_dtype(backend: str) -> str:
 class ModelConfig:
     """Shape of a Gemma-like decoder (RMSNorm, RoPE, MQA/GQA, GeGLU MLP, tied scaled embeddings).
 
-    ``dtype`` is the parameter, activation and KV-cache dtype name (``"float32"`` / ``"bfloat16"``).
+    ``dtype`` is the parameter and activation dtype name (``"float32"`` / ``"bfloat16"``), also
+    the dtype of the logits the model returns (computed with float32 accumulation).
     """
 
     name: str
@@ -45,6 +49,8 @@ class ModelConfig:
             raise ValueError(f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim={self.head_dim} must be even for RoPE")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r} must be one of {', '.join(DTYPES)}")
 
 
 #: ``gemma-2b``: Gemma 2B's published shape (d_model 2048, 18 layers, 8 query heads sharing
@@ -63,14 +69,17 @@ PRESETS: dict[str, ModelConfig] = {
 }
 
 
-def model_config(model: str | ModelConfig) -> ModelConfig:
-    """Look up a preset by name (or pass a :class:`ModelConfig` through). Raises ValueError if unknown."""
+def model_config(model: str | ModelConfig, dtype: str | None = None) -> ModelConfig:
+    """Look up a preset by name (or pass a :class:`ModelConfig` through), with ``dtype`` in
+    place of its own when given. Raises ValueError for an unknown preset or dtype."""
     if isinstance(model, ModelConfig):
-        return model
-    try:
-        return PRESETS[model]
-    except KeyError:
-        raise ValueError(f"unknown model preset {model!r}; choose one of {sorted(PRESETS)}") from None
+        cfg = model
+    else:
+        try:
+            cfg = PRESETS[model]
+        except KeyError:
+            raise ValueError(f"unknown model preset {model!r}; choose one of {sorted(PRESETS)}") from None
+    return cfg if dtype is None or dtype == cfg.dtype else dataclasses.replace(cfg, dtype=dtype)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,11 @@ Every bucket is its own named, ahead-of-time compiled function, hence its own
   ``max_num_seqs``: attention and logits cost grow with S) in T tokens;
 * ``jit_decode_b{R}_bkv{K}`` — decode forward at request bucket R with KV block K (logits);
 * ``jit_greedy_b{R}`` — argmax selection; ``jit_sample_b{R}`` — the top-k/top-p sampler
-  (with its 32-iteration ``topp_binary_search``), used only when some running request samples.
+  (with its 32-iteration ``topp_binary_search``), used only when some running request samples;
+* ``jit_logits_f32_b{R}`` — with a bfloat16 model (``dtype``), the runner's conversion of the
+  ``bf16[R, V]`` logits to float32 before the sampler, whose greedy program then returns the
+  float32 logits as well (a copy): the production-like path of the study's Strategy 6.
+  ``greedy_bf16_logits`` skips both (argmax on the bf16 logits; greedy requests only).
 
 With ``enable_chunked_prefill`` (or ``enable_prefix_caching``) prefill is scheduled as vLLM
 does it instead: each scheduler step packs prompt *chunks* of several requests into one token
@@ -62,7 +66,7 @@ from . import tensor_parallel as tp_lib
 from .buckets import pad_to_bucket, pow2_buckets
 from .config import EngineConfig, ModelConfig, default_kv_dtype, model_config
 from .kv_cache import KVCapacity, PageAllocator, PrefixCache, empty_cache, kv_capacity, page_hashes, pages_for
-from .sampling import SamplingParams, greedy_tokens, sample_tokens
+from .sampling import SamplingParams, greedy_tokens, greedy_tokens_f32, runner_logits_f32, sample_tokens
 from .tokenizer import ByteTokenizer
 from .verification import aliased_bytes, array_bytes, cache_capacity, program_memory
 
@@ -130,7 +134,12 @@ class _Request:
 
     @property
     def uses_sampler(self) -> bool:
-        return not self.params.greedy or self.params.repetition_penalty != 1.0
+        return _uses_sampler(self.params)
+
+
+def _uses_sampler(sp: SamplingParams) -> bool:
+    """Whether ``sp`` needs the sampler program (temperature > 0 or a repetition penalty)."""
+    return not sp.greedy or sp.repetition_penalty != 1.0
 
 
 def _named(fn, name):
@@ -174,13 +183,20 @@ class LLM:
         units, two all-reduces per layer; :mod:`~traceview.engine_shim.tensor_parallel`);
         1 = one device. ValueError when fewer devices exist, with chunked prefill or prefix
         caching, or when it does not divide the heads and the MLP hidden size.
+      dtype: model dtype (weights, activations, logits), ``float32`` or ``bfloat16``; None =
+        the preset's. When given, it is also the KV cache dtype unless ``kv_dtype`` is.
+      greedy_bf16_logits: with a bfloat16 model, take the greedy argmax on the bf16 logits and
+        skip the runner's float32 conversion and the sampler's float32 copy (the treatment);
+        the engine then serves greedy requests only (no sampler programs; ``generate`` raises
+        ValueError for a request that samples or has a repetition penalty).
       step_clock: seconds clock for the per-step times (``stats.step_s``, ``last_steps``);
         default ``time.perf_counter``. Injectable so a test can break it and see the
         bench's independent time check fail.
 
     Raises: ValueError for an unknown preset, an invalid KV block size
       (``TRACEVIEW_KV_BLOCK_SIZE`` included), an unknown ``kv_dtype``, both ``num_pages`` and
-      ``kv_cache_bytes``, or a budget under 2 pages.
+      ``kv_cache_bytes``, a budget under 2 pages, an unknown ``dtype``, or
+      ``greedy_bf16_logits`` with a float32 model.
     """
 
     def __init__(self, model: str | ModelConfig = "tiny", *, max_num_seqs: int = 8, max_model_len: int = 512,
@@ -189,16 +205,25 @@ class LLM:
                  precompile: bool = True, interpret: bool | None = None, enable_chunked_prefill: bool = False,
                  enable_prefix_caching: bool = False, donate: bool = True,
                  step_clock: Callable[[], float] | None = None, kv_dtype: str | None = None,
-                 kv_cache_bytes: int | None = None, host_sampler_mask: bool = False, tensor_parallel: int = 1):
+                 kv_cache_bytes: int | None = None, host_sampler_mask: bool = False, tensor_parallel: int = 1,
+                 dtype: str | None = None, greedy_bf16_logits: bool = False):
         t0 = time.perf_counter()
         #: compute a token mask on the host each decode step (host_mask), the host-bound treatment
         self.host_sampler_mask = bool(host_sampler_mask)
         self._clock = step_clock or time.perf_counter
-        self.model_config: ModelConfig = model_config(model)
+        self.model_config: ModelConfig = model_config(model, dtype)
+        if greedy_bf16_logits and self.model_config.dtype != "bfloat16":
+            raise ValueError(f"greedy_bf16_logits needs a bfloat16 model (dtype bfloat16); this one is "
+                             f"{self.model_config.dtype}, whose logits no runner converts")
+        #: the treatment: argmax on the bf16 logits, no float32 conversion or copy, greedy only
+        self.greedy_bf16_logits = bool(greedy_bf16_logits)
+        #: the production-like path: the runner converts non-float32 logits before the sampler
+        self.upcast_logits = self.model_config.dtype != "float32" and not self.greedy_bf16_logits
         page_size = self.model_config.page_size if page_size is None else page_size
         if num_pages is not None and kv_cache_bytes is not None:
             raise ValueError("give num_pages or kv_cache_bytes, not both")
-        kv_dtype = default_kv_dtype(jax.default_backend()) if kv_dtype is None else kv_dtype
+        if kv_dtype is None:
+            kv_dtype = dtype if dtype is not None else default_kv_dtype(jax.default_backend())
         self.config = EngineConfig(max_num_seqs=max_num_seqs, max_model_len=max_model_len, page_size=page_size,
                                    kv_block_size=kv_block_size, max_num_batched_tokens=max_num_batched_tokens,
                                    min_token_bucket=min_token_bucket, min_request_bucket=min_request_bucket,
@@ -301,7 +326,9 @@ class LLM:
                    else [f"prefill_t{t}" for t in self.token_buckets])
         return (prefill
                 + [f"decode_b{r}_bkv{self.kv_block_size}" for r in self.request_buckets]
-                + [f"greedy_b{r}" for r in self.sampler_buckets] + [f"sample_b{r}" for r in self.sampler_buckets])
+                + ([f"logits_f32_b{r}" for r in self.sampler_buckets] if self.upcast_logits else [])
+                + [f"greedy_b{r}" for r in self.sampler_buckets]
+                + ([] if self.greedy_bf16_logits else [f"sample_b{r}" for r in self.sampler_buckets]))
 
     def precompile(self) -> None:
         """Compile every bucket now (idempotent)."""
@@ -314,8 +341,11 @@ class LLM:
         for r in self.request_buckets:
             self._get("decode", r)
         for r in self.sampler_buckets:
+            if self.upcast_logits:
+                self._get("logits_f32", r)
             self._get("greedy", r)
-            self._get("sample", r)
+            if not self.greedy_bf16_logits:
+                self._get("sample", r)
 
     def _get(self, kind: str, size: int):
         key = (kind, size)
@@ -368,11 +398,20 @@ class LLM:
             # donate=False: the copying treatment; the scatter into a non-donated cache
             # makes XLA copy the whole pool first (one cache-sized copy per layer, K and V)
             jitted = jax.jit(_named(fn, name), donate_argnums=(1, 2) if ec.donate else ())
-        elif kind == "greedy":
+        elif kind == "logits_f32":  # the runner's conversion (production-like path, non-float32 model)
             def fn(logits):
-                return greedy_tokens(logits)
+                return runner_logits_f32(logits)
+            name = f"logits_f32_b{size}"
+            args = (jax.ShapeDtypeStruct((size, mc.vocab_size), jnp.dtype(mc.dtype), **logits_sharding),)
+            jitted = jax.jit(_named(fn, name))
+        elif kind == "greedy":
+            # after the runner's conversion: argmax and the float32 logits returned (a copy);
+            # else argmax on the model's logits as they are (float32, or bf16 in the treatment)
+            def fn(logits):
+                return greedy_tokens_f32(logits) if self.upcast_logits else greedy_tokens(logits)
             name = f"greedy_b{size}"
-            args = (jax.ShapeDtypeStruct((size, mc.vocab_size), jnp.float32, **logits_sharding),)
+            dt = jnp.float32 if self.upcast_logits else jnp.dtype(mc.dtype)
+            args = (jax.ShapeDtypeStruct((size, mc.vocab_size), dt, **logits_sharding),)
             jitted = jax.jit(_named(fn, name))
         elif kind == "sample":
             def fn(logits, temperature, top_k, top_p, repetition_penalty, seen, seeds):
@@ -418,7 +457,8 @@ class LLM:
             (default ``SamplingParams()``).
 
         Raises: ValueError if a prompt does not fit ``max_model_len`` (it needs room for at
-          least one generated token) or the lists' lengths differ.
+          least one generated token), the lists' lengths differ, or a request needs the
+          sampler on a ``greedy_bf16_logits`` engine.
         """
         t0 = time.perf_counter()
         if isinstance(prompts, str):
@@ -429,6 +469,9 @@ class LLM:
             sampling_params = [sampling_params] * len(prompts)
         if len(sampling_params) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(sampling_params)} SamplingParams")
+        if self.greedy_bf16_logits and any(_uses_sampler(sp) for sp in sampling_params):
+            raise ValueError("greedy_bf16_logits serves greedy requests only (temperature 0, no repetition penalty): "
+                             "the sampler needs the float32 logits")
         ec = self.config
         reqs = []
         for prompt, sp in zip(prompts, sampling_params):
@@ -639,7 +682,7 @@ class LLM:
                 jax.profiler.TraceAnnotation("decode_step", request_bucket=r, num_seqs=n, kv_block=self.kv_block_size):
             logits, self.k_cache, self.v_cache = fn(self.params, self.k_cache, self.v_cache, tokens, positions, table)
             if self.host_sampler_mask:
-                logits = logits + jnp.asarray(host_mask(np.asarray(logits), self.tokenizer))
+                logits = logits + jnp.asarray(host_mask(np.asarray(logits), self.tokenizer), logits.dtype)
             toks = self._select(running, logits, r)
             self._record_step("decode", r, n, self._clock() - ts)
         self.stats.num_decode_steps += 1
@@ -652,9 +695,15 @@ class LLM:
         self.stats.last_steps.append((kind, bucket, num_seqs, seconds))
 
     def _select(self, reqs: list[_Request], logits, r: int) -> np.ndarray:
-        """Selected tokens on the host; blocks until the step's tokens are ready."""
+        """Selected tokens on the host; blocks until the step's tokens are ready. On the
+        production-like path the runner first converts the logits to float32
+        (``logits_f32_b{R}``) and the greedy program also returns them (unread)."""
+        if self.upcast_logits:
+            logits = self._get("logits_f32", r)(logits)
         if not any(q.uses_sampler for q in reqs):
-            return np.asarray(jax.block_until_ready(self._get("greedy", r)(logits)))[: len(reqs)]
+            out = self._get("greedy", r)(logits)
+            toks = out[0] if self.upcast_logits else out
+            return np.asarray(jax.block_until_ready(toks))[: len(reqs)]
         v = self.model_config.vocab_size
         temp = np.zeros(r, np.float32)
         top_k = np.zeros(r, np.int32)
@@ -693,7 +742,8 @@ class LLM:
     def __repr__(self) -> str:
         return (f"LLM(model={self.model_config.name!r}, max_num_seqs={self.config.max_num_seqs}, "
                 f"max_model_len={self.config.max_model_len}, kv_block_size={self.kv_block_size}, "
-                f"donate={self.config.donate}, kv_dtype={self.config.kv_dtype!r})")
+                f"donate={self.config.donate}, dtype={self.model_config.dtype!r}, kv_dtype={self.config.kv_dtype!r}"
+                f"{', greedy_bf16_logits=True' if self.greedy_bf16_logits else ''})")
 
 
 __all__ = ["LLM", "SamplingParams", "RequestOutput", "CompletionOutput", "EngineStats"]

@@ -4,7 +4,8 @@ Architecture (Gemma 1, reduced to what matters for profiles): token embedding sc
 ``sqrt(d_model)``; per layer RMSNorm (``x * rsqrt(mean(x^2) + eps) * (1 + w)``) -> attention
 with RoPE (rotate-half form, base 10000) and ``Hq`` query heads sharing ``Hkv`` KV heads ->
 residual -> RMSNorm -> GeGLU MLP (``gelu_tanh(x Wg) * (x Wu) Wd``) -> residual; final
-RMSNorm; logits against the tied embedding, returned in float32.
+RMSNorm; logits against the tied embedding, accumulated in float32 and returned in the
+model's dtype (``bf16[R, V]`` for a bfloat16 model, as a production engine returns them).
 
 Weights are deterministic functions of a seed (``jax.random``), nothing is downloaded. The
 output projections (``wo``, ``w_down``) are drawn :data:`OUTPUT_PROJ_SCALE` times larger than
@@ -77,8 +78,15 @@ def rope(x, positions, base):
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1).astype(x.dtype)
 
 
+def _mm(x, w):
+    """``x @ w`` accumulated in float32, returned in ``x``'s dtype (the same program for a
+    float32 model; for bfloat16, XLA:CPU's bf16 dot would otherwise convert ``w`` to float32
+    on every call)."""
+    return jnp.matmul(x, w, preferred_element_type=jnp.float32).astype(x.dtype)
+
+
 def mlp(x, layer):
-    return (jax.nn.gelu(x @ layer["w_gate"], approximate=True) * (x @ layer["w_up"])) @ layer["w_down"]
+    return _mm(jax.nn.gelu(_mm(x, layer["w_gate"]), approximate=True) * _mm(x, layer["w_up"]), layer["w_down"])
 
 
 #: the named scopes of the model's blocks (``jax.named_scope``): they reach the HLO ``op_name``
@@ -92,9 +100,9 @@ def _mlp_block(x, layer, cfg):
     projections, GeGLU) and ``mlp_down`` (down projection, residual)."""
     with jax.named_scope("mlp_gate_up"):
         h = rms_norm(x, layer["mlp_norm"], cfg.norm_eps)
-        h = jax.nn.gelu(h @ layer["w_gate"], approximate=True) * (h @ layer["w_up"])
+        h = jax.nn.gelu(_mm(h, layer["w_gate"]), approximate=True) * _mm(h, layer["w_up"])
     with jax.named_scope("mlp_down"):
-        return x + h @ layer["w_down"]
+        return x + _mm(h, layer["w_down"])
 
 
 def _embed(params, cfg, tokens):
@@ -102,9 +110,12 @@ def _embed(params, cfg, tokens):
 
 
 def _logits(params, cfg, x):
+    """Logits in ``cfg.dtype``: float32 accumulation (XLA:CPU's bf16 dot otherwise converts the
+    whole embedding to float32 on every call), then rounded to the model's dtype."""
     with jax.named_scope("logits"):
         x = rms_norm(x, params["final_norm"], cfg.norm_eps)
-        return jnp.einsum("...d,vd->...v", x, params["embed"], preferred_element_type=jnp.float32)
+        y = jnp.einsum("...d,vd->...v", x, params["embed"], preferred_element_type=jnp.float32)
+        return y.astype(cfg.dtype)
 
 
 def _qkv(layer, cfg: ModelConfig, x, positions):
@@ -112,9 +123,9 @@ def _qkv(layer, cfg: ModelConfig, x, positions):
     and ``k[N, Hkv, D]`` rotated (RoPE), ``v[N, Hkv, D]``, all from the RMS-normed ``x``."""
     n, hq, hkv, hd = x.shape[0], cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     h = rms_norm(x, layer["attn_norm"], cfg.norm_eps)
-    q = rope((h @ layer["wq"]).reshape(n, hq, hd), positions, cfg.rope_base)
-    k = rope((h @ layer["wk"]).reshape(n, hkv, hd), positions, cfg.rope_base)
-    return q, k, (h @ layer["wv"]).reshape(n, hkv, hd)
+    q = rope(_mm(h, layer["wq"]).reshape(n, hq, hd), positions, cfg.rope_base)
+    k = rope(_mm(h, layer["wk"]).reshape(n, hkv, hd), positions, cfg.rope_base)
+    return q, k, _mm(h, layer["wv"]).reshape(n, hkv, hd)
 
 
 def prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, length, page_row, *, page_size: int):
@@ -127,7 +138,7 @@ def prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, length, 
         :class:`~traceview.kernels.quant.QuantizedPages`). The prompt attends to its own
         unquantized K/V; the cache stores them in its dtype.
 
-    Returns: ``(logits f32[V] at position length-1, k_cache, v_cache)``. Padded positions
+    Returns: ``(logits [V] at position length-1 in ``cfg.dtype``, k_cache, v_cache)``. Padded positions
     write to the trash page 0.
     """
     t = tokens.shape[0]
@@ -149,7 +160,7 @@ def prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, length, 
             s = jnp.where(causal, s, -jnp.inf)
             p = jax.nn.softmax(s, axis=-1).astype(v.dtype)
             o = jnp.einsum("hgts,shd->thgd", p, v).reshape(t, hq * hd)
-            x = x + o @ layer["wo"]
+            x = x + _mm(o, layer["wo"])
         x = _mlp_block(x, layer, cfg)
     last = jax.lax.dynamic_index_in_dim(x, jnp.maximum(length - 1, 0), axis=0, keepdims=False)
     return _logits(params, cfg, last), new_k, new_v
@@ -172,7 +183,7 @@ def chunked_prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, 
         rows of logits, the token-selection bucket; extra entries may be 0).
       k_cache, v_cache: lists (per layer) of ``[Hkv, P, page, D]`` pools.
 
-    Returns: ``(logits f32[L, V] at each row's last chunk token, k_cache, v_cache)``.
+    Returns: ``(logits [L, V] (``cfg.dtype``) at each row's last chunk token, k_cache, v_cache)``.
     Masked scores are ``-1e30`` rather than ``-inf`` so all-padding rows stay finite (the
     trash page must never hold NaN: a zero weight times NaN is NaN).
     Scores are ``[Hkv, G, T, S * pages_per_seq * page]``: masked to the token's own row and
@@ -206,7 +217,7 @@ def chunked_prefill_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, 
             sc = jnp.where(mask, sc, -1e30)  # finite: padding rows (all masked) stay finite, not NaN
             p = jax.nn.softmax(sc, axis=-1).astype(vv.dtype)
             o = jnp.einsum("hgts,hsd->thgd", p, vv).reshape(t, hq * hd)
-            x = x + o @ layer["wo"]
+            x = x + _mm(o, layer["wo"])
         x = _mlp_block(x, layer, cfg)
     return _logits(params, cfg, x[last_index]), new_k, new_v
 
@@ -220,7 +231,7 @@ def decode_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, positions
       page_table: ``int32[R, pages_per_seq]``; padded rows are all-zero (trash page).
       kv_block_size: static KV block for the kernel.
 
-    Returns: ``(logits f32[R, V], k_cache, v_cache)``. Row ``r`` attends over
+    Returns: ``(logits [R, V] in ``cfg.dtype``, k_cache, v_cache)``. Row ``r`` attends over
     ``positions[r] + 1`` tokens; padded rows (page table row 0) get ``kv_len`` 0.
     ``attention``: what runs the decode attention (``paged_decode``'s signature), default
     ``paged_decode``; the tensor-parallel engine passes it under ``shard_map``
@@ -245,6 +256,6 @@ def decode_forward(params, cfg: ModelConfig, k_cache, v_cache, tokens, positions
             pages, scales = decode_operands(kc, vc)
             attn = paged_decode if attention is None else attention
             o = attn(q, *pages, kv_lens, page_table, kv_block_size=kv_block_size, interpret=interpret, **scales)
-            x = x + o.reshape(r, hq * hd) @ layer["wo"]
+            x = x + _mm(o.reshape(r, hq * hd), layer["wo"])
         x = _mlp_block(x, layer, cfg)
     return _logits(params, cfg, x), new_k, new_v
