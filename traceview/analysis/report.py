@@ -21,6 +21,7 @@ from traceview.analysis.roofline import predicted_vs_measured, roofline
 from traceview.analysis.steps import StepAnatomy
 from traceview.analysis.family_roofline import family_roofline as _family_roofline, summary as _family_summary
 from traceview.analysis.kinds import by_kind as _by_kind
+from traceview.analysis.hlo_detect import detect as _hlo_detect
 from traceview.analysis.kernel_inside import kernel_inside as _kernel_inside
 from traceview.analysis.memory import profile_memory
 from traceview.analysis.phases import phases as _phases
@@ -159,6 +160,8 @@ class Report:
     memory: object = None
     #: inside the Pallas kernels: stages, counters, bundles (:class:`~traceview.analysis.kernel_inside.KernelInside`)
     kernel_inside: object = None
+    #: what the HLO says: detectors, the instruction table, FLOP provenance (:class:`~traceview.analysis.hlo_detect.HloReport`)
+    hlo: object = None
     #: prefill/decode/mixed steps and utilisation (:class:`~traceview.analysis.phases.Phases`)
     phases: object = None
     #: the phase the profile was kept to (``--phase``: :func:`~traceview.analysis.phases.phase_profile`), or None
@@ -299,6 +302,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     rep.family_roofline_summary = _family_summary(rep.family_roofline)
     rep.memory = profile_memory(prof, anat)
     rep.kernel_inside = _kernel_inside(prof, kern)
+    rep.hlo = _hlo_detect(prof)
     rep.phases = _phases(prof, anat, peaks, tokens_per_step=tokens_per_step)
     rep.phase = getattr(prof, "phase", None)
     if findings:  # last: the rules read every section above

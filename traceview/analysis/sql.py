@@ -33,6 +33,9 @@ NAMES: dict = {
     ("phases", "programs"): "phases_programs", ("phases", "executions"): None,
     ("kernel_inside", "invocations"): "kernel_invocations", ("kernel_inside", "stages"): "kernel_stages",
     ("kernel_inside", "counters"): "kernel_counters",
+    ("hlo", "instructions"): "hlo", ("hlo", "detections"): "hlo_detections", ("hlo", "patterns"): "hlo_patterns",
+    ("hlo", "edges"): "hlo_edges",
+    ("hlo", "flop_provenance"): "flop_provenance",
     ("memory", "summary"): "memory", ("memory", "alive"): "memory_alive_at_peak", ("memory", "steps"): "memory_steps",
 }
 

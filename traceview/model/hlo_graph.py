@@ -27,6 +27,7 @@ operand_layouts     List(Utf8) their layouts
 users               List(Utf8) instructions that use its result
 parameter           Int64      ``parameter_number`` of an entry parameter (null otherwise)
 aliased             Boolean    an entry parameter aliased with an output (donated); null else
+param_index         Int64      ``parameter_number`` of any parameter (a fused computation's too)
 ==================  =========  ==============================================================
 """
 
@@ -41,7 +42,7 @@ HLO_SCHEMA: dict[str, pl.DataType] = {
     "fusion": pl.Utf8, "name": pl.Utf8, "opcode": pl.Utf8, "shape": pl.Utf8, "bytes": pl.Int64,
     "element": pl.Utf8, "layout": pl.Utf8, "operands": pl.List(pl.Utf8), "operand_shapes": pl.List(pl.Utf8),
     "operand_layouts": pl.List(pl.Utf8), "users": pl.List(pl.Utf8), "parameter": pl.Int64,
-    "aliased": pl.Boolean,
+    "aliased": pl.Boolean, "param_index": pl.Int64,
 }
 PROTOS_SCHEMA: dict[str, pl.DataType] = {"host": pl.Utf8, "module": pl.Utf8, "program_id": pl.UInt64,
                                          "proto": pl.Binary}
@@ -118,4 +119,5 @@ def instructions(protos: pl.DataFrame | None) -> tuple[pl.DataFrame, list[str]]:
                 param = ins.parameter_number if entry and ins.opcode == "parameter" else None
                 rows["parameter"].append(param)
                 rows["aliased"].append((param in aliased) if param is not None else None)
+                rows["param_index"].append(ins.parameter_number if ins.opcode == "parameter" else None)
     return pl.DataFrame(rows, schema=HLO_SCHEMA), notes

@@ -229,6 +229,10 @@ def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = Fal
     out["family_roofline_summary"] = getattr(rep, "family_roofline_summary", None)
     out["memory"] = _memory(getattr(rep, "memory", None), cut)
     out["phases"] = _phases(getattr(rep, "phases", None), cut)
+    h = getattr(rep, "hlo", None)
+    out["hlo"] = None if h is None else {
+        "source": h.source, "patterns": cut("hlo.patterns", h.patterns), "detections": cut("hlo.detections", h.detections),
+        "flop_provenance": cut("hlo.flop_provenance", h.flop_provenance), "notes": list(h.notes)}
     ki = getattr(rep, "kernel_inside", None)
     out["kernel_inside"] = None if ki is None else {
         "summary": ki.summary, "invocations": cut("kernel_inside.invocations", ki.invocations),

@@ -67,7 +67,10 @@ def render_report(console: Console, rep, *, top: int) -> None:
 
     render_family_roofline(console, getattr(rep, "family_roofline", None), rep.peaks,
                            getattr(rep, "family_roofline_summary", None), top=top)
+    from traceview.render.hlo_view import render_hlo
     from traceview.render.kernel_view import render_kernel_inside
+
+    render_hlo(console, getattr(rep, "hlo", None), top=top, escape=escape)
     from traceview.render.memory_view import render_memory
 
     render_kernel_inside(console, getattr(rep, "kernel_inside", None), top=top, escape=escape)

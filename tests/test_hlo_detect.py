@@ -1,0 +1,89 @@
+"""What the HLO says (issue 26, item 2): the instruction table of the HLO protos, the detectors
+joined to measured time on the shared traces and the engine fixtures, the ``hlo`` query tables,
+FLOP provenance, and protos that do not decode."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import polars as pl
+import pytest
+
+import traceview
+from traceview.analysis.hlo_detect import detect
+from traceview.model.hlo_graph import PROTOS_SCHEMA, instructions
+
+
+@pytest.fixture(scope="module")
+def attention(shared_traces):
+    prof = traceview.load(shared_traces / "mi300x_jax_attention.xplane.pb", cache=False, stale_after_s=None)
+    return prof, detect(prof)
+
+
+def test_widening_converts_feeding_a_reduction(attention):
+    """The attention trace's two softmax reductions widen bf16[4,2048,2048] to f32 inside their
+    fusions; each detection is timed by its fusion's measured events."""
+    prof, h = attention
+    d = h.detections
+    assert d["detector"].to_list() == ["widening-convert"] * 2
+    assert set(d["shape"]) == {"f32[4,2048,2048]"} and set(d["operand_shape"]) == {"bf16[4,2048,2048]"}
+    for r in d.iter_rows(named=True):
+        fused = prof.ops.filter((pl.col("program_id") == r["program_id"]) & (pl.col("op_name") == r["fusion"]))
+        assert r["fusion"] and r["time_ps"] == fused["self_ps"].sum() > 0
+        assert r["why"].endswith("for reduce only")
+
+
+def test_instruction_table_and_its_edges(attention):
+    prof, h = attention
+    ins = h.instructions
+    # every program that ran has its instructions (programs compiled and never run too)
+    assert ins.height > 0 and set(prof.ops["program_id"].unique()) <= set(ins["program_id"].unique())
+    # every user of an instruction names an instruction of the same program
+    e = h.edges
+    assert e.height and e["consumer_opcode"].null_count() == 0
+
+
+def test_hlo_query_answers_which_converts_feed_a_reduction(shared_traces):
+    out = subprocess.run([sys.executable, "-m", "traceview.cli", "query",
+                          str(shared_traces / "mi300x_jax_attention.xplane.pb"),
+                          "select module, producer from hlo_edges where producer_opcode = 'convert' and "
+                          "consumer_opcode = 'reduce' and producer_shape = 'f32[4,2048,2048]' order by module",
+                          "--no-cache", "--format", "csv"], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[1:] == ["jit__reduce_max,convert.3.1", "jit__reduce_sum,convert_element_type.2.3"]
+
+
+def test_in_place_update_of_a_buffer_not_donated():
+    """--no-donate: the decode program scatters into KV pools that are entry parameters not aliased
+    with an output (one per layer and K/V); the donated fixture has none."""
+    nod = detect(traceview.load("fixtures/nodonate_b4", cache=False, stale_after_s=None))
+    hits = nod.detections.filter(pl.col("detector") == "dus-not-donated")
+    assert hits.height == 4 and set(hits["shape"]) == {"f32[1,33,16,64]"}
+    assert set(hits["module"]) == {"jit_decode_b4_bkv128"}
+    don = detect(traceview.load("fixtures/greedy_b4", cache=False, stale_after_s=None))
+    assert don.detections.filter(pl.col("detector") == "dus-not-donated").height == 0
+
+
+def test_op_text_when_there_are_no_protos(shared_traces):
+    prof = traceview.load(shared_traces / "vllm_tpu_qwen", cache=False, stale_after_s=None)
+    h = detect(prof)
+    assert h.source == "op text" and "users of an op are unknown" in h.notes[0]
+    want = prof.ops.filter((pl.col("op_kind") == "reshape") & (pl.col("self_ps") > 0))
+    got = h.detections.filter(pl.col("detector") == "unfused-reshape")
+    assert got.height == want.select("op_name", "program_id").n_unique()
+
+
+def test_flop_provenance(shared_traces, attention):
+    _, h = attention
+    shares = h.flop_provenance.group_by("module", "program_id").agg(pl.col("share").sum())["share"].to_list()
+    assert shares == pytest.approx([1.0] * len(shares))
+    pallas = detect(traceview.load(shared_traces / "tpu_v6e_pallas_matmul_llo.xplane.pb", cache=False,
+                                   stale_after_s=None))
+    assert pallas.flop_provenance["source"].to_list() == ["unknown"]  # an opaque Pallas custom call
+
+
+def test_a_proto_that_does_not_decode():
+    bad = pl.DataFrame({"host": ["h"], "module": ["m"], "program_id": [7], "proto": [b"\xff\xff\xff"]},
+                       schema=PROTOS_SCHEMA)
+    ins, notes = instructions(bad)
+    assert ins.height == 0 and notes == [notes[0]] and "HLO proto of m(7) is unreadable" in notes[0]

@@ -1,0 +1,236 @@
+"""What the HLO says: detectors for compiled patterns that cost time, each joined to the measured
+time of the ops it names, and where each op's FLOPs come from.
+
+Input: the instruction table of the profile's HLO protos
+(:func:`traceview.model.hlo_graph.instructions`) and the op table (measured self time per
+(host, program_id, op name); an instruction inside a fusion is timed by its fusion). A trace
+JSON carries each op's HLO text but no module: there the detectors read the op table's top-level
+ops alone and say that their users are unknown.
+
+Detectors (``detector`` column):
+
+- ``widening-convert``: a ``convert`` to f32/f64 from a narrower float or integer type of a
+  result of at least :data:`MIN_BYTES`, whose users are only copies, reductions, transposes,
+  reshapes or the program's outputs (the study's Strategy 6: the ``[batch, vocabulary]`` float32
+  logits conversion and its copy, second and third in its op table);
+- ``layout-copy``: a top-level ``copy`` whose result has its operand's dimensions in another
+  layout, and a top-level ``transpose`` (a layout change XLA did not fold into a fusion);
+- ``unfused-convert`` / ``unfused-reshape``: a ``convert`` / ``reshape`` left as a top-level op
+  with its own events (its own pass over memory);
+- ``dus-not-donated``: a ``dynamic-update-slice`` or ``scatter`` (top level or fused: its
+  buffer followed through the fusion's operands, tuple elements, bitcasts and copies) whose
+  buffer is an entry parameter not aliased with an output: the update cannot be in place, the
+  program copies the buffer first (the second seed's donation: decode 1.62x faster when donated).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import polars as pl
+
+#: the smallest result a widening convert is reported for (bytes)
+MIN_BYTES = 1 << 20
+_WIDE = ("f32", "f64")
+_NARROW = ("bf16", "f16", "f8e4m3fn", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz", "s8", "u8", "s4", "u4")
+_SINK = {"copy", "reduce", "reduce-window", "transpose", "reshape", "bitcast", "tuple", "get-tuple-element",
+         "copy-start", "all-reduce"}
+DETECTIONS_SCHEMA = {"detector": pl.Utf8, "host": pl.Utf8, "module": pl.Utf8, "program_id": pl.UInt64,
+                     "instruction": pl.Utf8, "opcode": pl.Utf8, "shape": pl.Utf8, "operand_shape": pl.Utf8,
+                     "fusion": pl.Utf8, "time_ps": pl.Int64, "occurrences": pl.Int64, "why": pl.Utf8}
+
+
+@dataclass
+class HloReport:
+    """``detections`` (:data:`DETECTIONS_SCHEMA`, by measured time), ``patterns`` (the detections
+    grouped by detector, module and shapes: instructions, time, occurrences, an example),
+    ``edges`` (one row per producer and user: module, producer, producer_opcode, producer_shape,
+    producer_fusion, consumer, consumer_opcode, consumer_fusion), ``instructions`` (the
+    instruction table with ``time_ps`` / ``occurrences`` measured per top-level instruction, the
+    ``hlo`` query table), ``flop_provenance`` (per program and source: op time share, the FLOPs'
+    source ``trace`` / ``derived`` / ``unknown``), ``source`` ("protos", "op text" or "none"),
+    ``notes``."""
+
+    detections: pl.DataFrame
+    instructions: pl.DataFrame
+    flop_provenance: pl.DataFrame
+    source: str = "none"
+    notes: list = field(default_factory=list)
+    patterns: pl.DataFrame = field(init=False, repr=False)
+    edges: pl.DataFrame = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # one row per (producer, user) pair, for SQL over the graph ("which converts feed a copy")
+        i = self.instructions
+        if i.height:
+            op_of = i.select("host", "program_id", pl.col("name").alias("consumer"), pl.col("opcode").alias("consumer_opcode"),
+                             pl.col("fusion").alias("consumer_fusion"))
+            self.edges = (i.select("host", "module", "program_id", pl.col("name").alias("producer"),
+                                   pl.col("opcode").alias("producer_opcode"), pl.col("shape").alias("producer_shape"),
+                                   pl.col("fusion").alias("producer_fusion"), pl.col("users").alias("consumer"))
+                          .explode("consumer").filter(pl.col("consumer").is_not_null())
+                          .join(op_of, on=["host", "program_id", "consumer"], how="left"))
+        else:
+            self.edges = pl.DataFrame()
+        # one row per (detector, module, shape, operand shape): the copies of one op across layers
+        d = self.detections
+        self.patterns = (d.group_by("detector", "module", "shape", "operand_shape", maintain_order=True)
+                         .agg(pl.len().alias("instructions"), pl.col("time_ps").sum(), pl.col("occurrences").sum(),
+                              pl.col("instruction").first().alias("example"), pl.col("why").first())
+                         .sort("time_ps", descending=True, nulls_last=True)) if d.height else pl.DataFrame(
+            schema={"detector": pl.Utf8, "module": pl.Utf8, "shape": pl.Utf8, "operand_shape": pl.Utf8,
+                    "instructions": pl.UInt32, "time_ps": pl.Int64, "occurrences": pl.Int64, "example": pl.Utf8,
+                    "why": pl.Utf8})
+
+
+def _measured(table) -> pl.DataFrame:
+    """Self time and occurrences per (host, program_id, op_name) of an op table."""
+    ev = table.events
+    n = table.attrs.height
+    a = ev["attr"].to_numpy().astype(np.int64)
+    t = np.bincount(a, weights=ev["self_ps"].fill_null(0).to_numpy().astype(np.float64), minlength=n)
+    c = np.bincount(a, weights=ev["count"].fill_null(1).to_numpy().astype(np.float64), minlength=n)
+    idx = table.attrs["attr"].to_numpy().astype(np.int64)
+    return (table.attrs.select("host", "program_id", "op_name", "module", "op_kind", "shape", "hlo_text",
+                               "cost_source")
+            .with_columns(pl.Series("time_ps", t[idx]).cast(pl.Int64), pl.Series("occurrences", c[idx]).cast(pl.Int64)))
+
+
+def flop_provenance(table) -> pl.DataFrame:
+    """Per program (module, program_id) and FLOP source (``cost_source``: trace, derived,
+    unknown): op self time and its share of the program's op time, ops (descriptions)."""
+    m = _measured(table)
+    if m.height == 0:
+        return pl.DataFrame(schema={"module": pl.Utf8, "program_id": pl.UInt64, "source": pl.Utf8,
+                                    "time_ps": pl.Int64, "share": pl.Float64, "ops": pl.UInt32})
+    g = (m.group_by("module", "program_id", pl.col("cost_source").fill_null("unknown").alias("source"))
+         .agg(pl.col("time_ps").sum(), pl.len().alias("ops")))
+    return (g.with_columns((pl.col("time_ps") / pl.col("time_ps").sum().over("module", "program_id")).alias("share"))
+            .select("module", "program_id", "source", "time_ps", "share", "ops")
+            .sort(["module", "time_ps"], descending=[False, True]))
+
+
+def detect(prof) -> HloReport:
+    """The :class:`HloReport` of a profile (its ``hlo_protos`` and op table)."""
+    from traceview.model.hlo_graph import instructions
+
+    table = prof.table
+    prov = flop_provenance(table)
+    ins, notes = instructions(getattr(prof, "hlo_protos", None))
+    meas = _measured(table)
+    if ins.height == 0:
+        det = _from_op_text(meas)
+        src = "op text" if meas.height and (meas["hlo_text"] != "").any() else "none"
+        if src == "op text":
+            notes.append("no HLO protos in this trace (a trace JSON): detectors read each op's HLO text; "
+                         "the users of an op are unknown")
+        return HloReport(det, pl.DataFrame(), prov, src, notes)
+    m = meas.group_by("host", "program_id", "op_name").agg(pl.col("time_ps").sum(), pl.col("occurrences").sum())
+    ins = (ins.join(m, left_on=["host", "program_id", "name"], right_on=["host", "program_id", "op_name"], how="left")
+           .join(m.rename({"time_ps": "fusion_time_ps", "occurrences": "fusion_occurrences"}),
+                 left_on=["host", "program_id", "fusion"], right_on=["host", "program_id", "op_name"], how="left"))
+    det = _detections(ins)
+    return HloReport(det, ins.drop("fusion_time_ps", "fusion_occurrences"), prov, "protos", notes)
+
+
+def _detections(ins: pl.DataFrame) -> pl.DataFrame:
+    opcode_of = dict(zip(zip(ins["host"].to_list(), ins["program_id"].to_list(), ins["name"].to_list()),
+                         ins["opcode"].to_list()))
+    rows = []
+    timed = pl.when(pl.col("fusion") == "").then(pl.col("time_ps")).otherwise(pl.col("fusion_time_ps"))
+    occ = pl.when(pl.col("fusion") == "").then(pl.col("occurrences")).otherwise(pl.col("fusion_occurrences"))
+    ins = ins.with_columns(timed.alias("_t"), occ.alias("_n"))
+    params = {(h, p, n): (a, num) for h, p, n, a, num in ins.filter(pl.col("parameter").is_not_null())
+              .select("host", "program_id", "name", "aliased", "parameter").iter_rows()}
+    users_of = {(h, p, n): u for h, p, n, u in ins.select("host", "program_id", "name", "users").iter_rows()}
+    by_name = {(h, p, n): (op, ops, f, k) for h, p, n, op, ops, f, k in ins.select(
+        "host", "program_id", "name", "opcode", "operands", "fusion", "param_index").iter_rows()}
+
+    def add(r, det, why, operand_shape=""):
+        rows.append({"detector": det, "host": r["host"], "module": r["module"], "program_id": r["program_id"],
+                     "instruction": r["name"], "opcode": r["opcode"], "shape": r["shape"],
+                     "operand_shape": operand_shape, "fusion": r["fusion"],
+                     "time_ps": None if r["_t"] is None else int(r["_t"]),
+                     "occurrences": None if r["_n"] is None else int(r["_n"]), "why": why})
+
+    cand = ins.filter(pl.col("opcode").is_in(["convert", "copy", "transpose", "reshape", "dynamic-update-slice", "scatter"]))
+    for r in cand.iter_rows(named=True):
+        key = (r["host"], r["program_id"])
+        op_shapes = r["operand_shapes"] or []
+        if r["opcode"] == "convert" and op_shapes:
+            src_el = op_shapes[0].split("[", 1)[0]
+            if r["element"] in _WIDE and src_el in _NARROW and r["bytes"] >= MIN_BYTES:
+                users = r["users"]
+                if not users and r["fusion"]:  # a fusion's root: its users are the fusion's
+                    users = users_of.get((*key, r["fusion"]), [])
+                uses = [opcode_of.get((*key, u), "?") for u in users]
+                if all(u in _SINK for u in uses):
+                    what = ", ".join(sorted(set(uses))) or "the program's output"
+                    add(r, "widening-convert", f"widens {op_shapes[0]} to {r['shape']} ({r['bytes']:,} bytes) for "
+                        f"{what} only", op_shapes[0])
+        if r["fusion"] == "" and r["opcode"] == "copy" and op_shapes and op_shapes[0] == r["shape"] \
+                and (r["operand_layouts"] or [""])[0] != r["layout"] and r["layout"] and r["operand_layouts"][0]:
+            add(r, "layout-copy", f"copies {r['shape']} from layout {{{r['operand_layouts'][0]}}} to "
+                f"{{{r['layout']}}}", op_shapes[0])
+        if r["fusion"] == "" and r["opcode"] == "transpose":
+            add(r, "layout-copy", f"a top-level transpose of {op_shapes[0] if op_shapes else '?'} (not fused)",
+                op_shapes[0] if op_shapes else "")
+        if r["fusion"] == "" and r["opcode"] in ("convert", "reshape") and (r["time_ps"] or 0) > 0:
+            add(r, f"unfused-{r['opcode']}", f"a top-level {r['opcode']} with its own events "
+                f"({r['occurrences']:,}): its own pass over {r['shape']}", op_shapes[0] if op_shapes else "")
+        if r["opcode"] in ("dynamic-update-slice", "scatter") and r["operands"]:
+            name, seen = r["operands"][0], 0
+            while seen < 16:  # through gte / bitcast / copy / fusion parameter to an entry parameter
+                seen += 1
+                if (*key, name) in params:
+                    aliased, num = params[(*key, name)]
+                    if aliased is False:
+                        add(r, "dus-not-donated", f"updates entry parameter {num} ({name}), which is not aliased "
+                            "with an output: not donated, so the buffer is copied before the update",
+                            op_shapes[0] if op_shapes else "")
+                    break
+                op, ops, fus, k = by_name.get((*key, name), (None, [], "", None))
+                if op == "parameter" and fus and k is not None:  # a fused computation's parameter: the
+                    outer = by_name.get((*key, fus), (None, [], "", None))[1]  # fusion's k-th operand
+                    if k >= len(outer):
+                        break
+                    name = outer[k]
+                    continue
+                if op not in ("get-tuple-element", "bitcast", "copy") or not ops:
+                    break
+                name = ops[0]
+    out = pl.DataFrame(rows, schema=DETECTIONS_SCHEMA) if rows else pl.DataFrame(schema=DETECTIONS_SCHEMA)
+    # a pattern costs time only where its program ran: compiled and never executed, it is not reported
+    return out.filter(pl.col("time_ps") > 0).sort("time_ps", descending=True, nulls_last=True)
+
+
+def _from_op_text(meas: pl.DataFrame) -> pl.DataFrame:
+    """Detections from the op table alone (a trace JSON: each op's HLO text, no module): widening
+    converts of large results, top-level copies with a layout change and transposes, top-level
+    converts and reshapes."""
+    from traceview.model.shapes import parse_instruction
+
+    rows = []
+    cand = (meas.filter(pl.col("op_kind").is_in(["convert", "copy", "transpose", "reshape"]) & (pl.col("hlo_text") != ""))
+            .group_by("host", "module", "program_id", "op_name", "op_kind", maintain_order=True)
+            .agg(pl.col("hlo_text").first(), pl.col("time_ps").sum(), pl.col("occurrences").sum()))
+    for r in cand.iter_rows(named=True):
+        ins = parse_instruction(r["hlo_text"])
+        if ins is None or ins.result is None:
+            continue
+        res, src = ins.result, ins.operands[0] if ins.operands else None
+        base = {"host": r["host"], "module": r["module"], "program_id": r["program_id"], "instruction": r["op_name"],
+                "opcode": r["op_kind"], "shape": str(res), "operand_shape": str(src) if src else "", "fusion": "",
+                "time_ps": r["time_ps"], "occurrences": r["occurrences"]}
+        if r["op_kind"] == "convert" and src is not None and res.dtype in _WIDE and src.dtype in _NARROW \
+                and res.bytes >= MIN_BYTES:
+            rows.append({**base, "detector": "widening-convert",
+                         "why": f"widens {src} to {res} ({res.bytes:,} bytes); its users are unknown"})
+        elif r["op_kind"] == "transpose":
+            rows.append({**base, "detector": "layout-copy", "why": f"a top-level transpose of {src} (not fused)"})
+        elif r["op_kind"] in ("convert", "reshape") and (r["time_ps"] or 0) > 0:
+            rows.append({**base, "detector": f"unfused-{r['op_kind']}",
+                         "why": f"a top-level {r['op_kind']} with its own events: its own pass over {res}"})
+    return (pl.DataFrame(rows, schema=DETECTIONS_SCHEMA) if rows else pl.DataFrame(schema=DETECTIONS_SCHEMA)).sort(
+        "time_ps", descending=True, nulls_last=True)
