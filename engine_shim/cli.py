@@ -105,8 +105,9 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--allow-cpu", action="store_true",
                        help="run an accelerator-sized preset (gemma-2b) even on a CPU-only machine")
         s.add_argument("--itl-slo", type=float, default=None, metavar="MS",
-                       help="inter-token latency objective in ms: also report goodput, the tokens/s of the steps "
-                            "whose wall time is within it [default none: no goodput]")
+                       help="inter-token latency objective in ms: also report goodput, the tokens/s counting the "
+                            "tokens whose gap from the same request's previous token is within it (first tokens "
+                            "never count) [default none: no goodput]")
         s.add_argument("--log-dir", default="./profile", help="profile log dir [default ./profile]")
         s.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
                        help="prefill token budget per step; turns on chunked prefill [default max-model-len, one request per prefill]")
@@ -284,9 +285,11 @@ def format_text(r: dict) -> str:
     ]
     g = r.get("goodput")
     if g is not None:
-        lines.append(f"goodput {g['tokens_per_s']:.1f} tok/s under ITL <= {g['itl_slo_ms']:g} ms: {g['steps']}/{g['total_steps']} "
-                     f"steps within it ({g['decode_steps_met']}/{g['decode_steps']} decode), {g['tokens']}/{g['total_tokens']} "
-                     f"tokens; {r['wall_tokens_per_s']:.1f} tok/s wall-clock counting all")
+        gaps = (f"; gaps median {g['itl_median_ms']:.2f} ms, p90 {g['itl_p90_ms']:.2f} ms"
+                if g["itl_median_ms"] is not None else "")
+        lines.append(f"goodput {g['tokens_per_s']:.1f} tok/s under ITL <= {g['itl_slo_ms']:g} ms: {g['tokens_met']}/{g['gaps']} "
+                     f"gaps between a request's consecutive tokens within it ({g['first_tokens']} first tokens "
+                     f"not judged, {g['tokens']} tokens){gaps}; {r['wall_tokens_per_s']:.1f} tok/s wall-clock counting all")
     from .verification import memory_lines
 
     lines += [f"memory  {x}" for x in memory_lines(r.get("memory") or {})]
