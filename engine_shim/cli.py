@@ -278,7 +278,8 @@ def format_text(r: dict) -> str:
         + (f"; median decode step {r['decode_step_median_s'] * 1e3:.2f} ms" if r["decode_step_median_s"] else ""),
         f"KV      {_capacity_line(r['kv_capacity'])}",
         (f"ITL     {r['itl_s'] * 1e3:.2f} ms/token  ((main - TTFT) / {round(r['output_tokens'] / r['num_requests'])} "
-         "tokens per request)" if r["itl_s"] is not None else
+         "tokens per request, the study's figure: divided by every token, not by the gaps after the first)"
+         if r["itl_s"] is not None else
          "ITL     n/a (one token per request, or the main run was no longer than the TTFT run)"),
         f"tok/s   {r['wall_tokens_per_s']:.1f} wall-clock | {r['engine_tokens_per_s']:.1f} engine counter "
         f"({r['engine_counted_tokens']} step tokens / summed step times) | diff {100 * r['tokens_per_s_rel_diff']:.2f}%",
