@@ -9,14 +9,23 @@ Protocol (reference study, "Environment, Stack, and Measurement Harness"):
 3. batch TTFT: generate exactly one token for every prompt (``ttft_s``);
 4. main generation, profiler off: ``max_tokens`` (default 128) per request, temperature 0
    (greedy) or the top-p sampler;
-5. ``itl_s = (main_s - ttft_s) / tokens per request`` (None when a request made one token or
-   the main run was no longer than the TTFT run: no decode time to divide); wall-clock tokens/s = tokens counted from the
-   returned outputs / ``main_s``; the paired checks (:func:`counter_checks`) compare them with
-   sources that do not share the wall clock: the scheduler's per-step token counters and
-   the step times summed, each step blocked on its tokens (``block_until_ready``);
-6. goodput under an ITL objective (``itl_slo_ms``, :func:`goodput`): the main generation's
-   tokens from the steps whose wall time (the per-step times above) is within the objective,
-   over ``main_s``, beside the wall-clock tokens/s; absent without an objective;
+5. ``itl_s = (main_s - ttft_s) / N``, N the tokens each request generated in the main run
+   (None when N is 1 or the main run was no longer than the TTFT run: no decode time to
+   divide). This is the study's figure, kept as the study defined it: ``main_s - ttft_s``
+   is about the time of the N - 1 steps after every request's first token, but it is divided
+   by all N tokens, not by those N - 1 gaps, so it reads about (N - 1) / N of the mean gap
+   between a request's consecutive tokens (7/8 at N = 8, 127/128 at the default 128). The
+   measured per-request gaps are in ``main_token_times`` (summarised in ``goodput``).
+   Wall-clock tokens/s = tokens counted from the returned outputs / ``main_s``; the paired
+   checks (:func:`counter_checks`) compare them with sources that do not share the wall
+   clock: the scheduler's per-step token counters and the step times summed, each step
+   blocked on its tokens (``block_until_ready``);
+6. goodput under an ITL objective (``itl_slo_ms``, :func:`goodput`): each token of the main
+   generation is stamped with the end of the step that produced it (blocked on its tokens);
+   a token counts when its gap from the same request's previous token is within the
+   objective, whatever steps ran in between (another request's prefill included); a
+   request's first token has no such gap and never counts; goodput = those tokens /
+   ``main_s``, beside the wall-clock tokens/s; absent without an objective;
 7. with ``profile``, a separate run of the main generation inside ``start_profile`` /
    ``stop_profile`` after the headline one, so the trace holds a main generation only and
    no headline figure carries tracing overhead (its own figures are in ``profile_run``).
@@ -36,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 import jax
+import numpy as np
 
 from .engine import LLM
 from .sampling import SamplingParams
@@ -108,11 +118,13 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     main generation's step times summed, each blocked on its tokens), ``wall_tokens_per_s``
     (outputs / ``main_s``), ``engine_tokens_per_s`` (per-step tokens / ``steps_s``),
     ``tokens_per_s_rel_diff``, ``decode_step_median_s``, ``main_steps`` (the main generation's
-    steps: ``[kind, bucket, tokens, seconds]``), ``goodput`` (:func:`goodput` of those steps
-    over ``main_s``, or None without ``itl_slo_ms``), ``memory`` (``{program: bytes}`` of every
-    program compiled by the end: :meth:`LLM.program_memory`, XLA's ``CompiledMemoryStats``),
-    ``checks`` (``tokens``, ``time``,
-    ``main_compiles``, ``ok``), ``verification`` (after start-up) and ``verification_end``
+    steps: ``[kind, bucket, tokens, seconds]``), ``main_token_times`` (per request, in prompt
+    order: the seconds from the start of the main generation, on the step clock, at which each
+    of its tokens was ready: the end of the step that produced it), ``goodput``
+    (:func:`goodput` of those token times over ``main_s``, or None without ``itl_slo_ms``),
+    ``memory`` (``{program: bytes}`` of every program compiled by the end:
+    :meth:`LLM.program_memory`, XLA's ``CompiledMemoryStats``), ``checks`` (``tokens``,
+    ``time``, ``main_compiles``, ``ok``), ``verification`` (after start-up) and ``verification_end``
     (after the main generation; :meth:`LLM.verification`), ``decode_steps`` (since start-up),
     ``main_decode_steps``, ``profiled`` (a profile was recorded), ``profile_dir``,
     ``profile_run`` (the separate profiled run: ``main_s``, ``decode_steps``,
@@ -171,6 +183,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     main_steps, main_compiles = st.num_decode_steps - steps0, st.num_compiled - compiled0
     decode_times = sorted(sec for kind, _, _, sec in st.last_steps if kind == "decode")
     steps = [list(x) for x in st.last_steps]
+    token_times = [list(t) for t in st.last_token_times]
     output_tokens = sum(len(o.outputs[0].token_ids) for o in outs)
     per_request = round(output_tokens / len(workload))
     wall_tps = output_tokens / main_s
@@ -212,7 +225,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
         "precompile_s": llm.stats.precompile_s,
         "ttft_s": ttft_s,
         "main_s": main_s,
-        # per token each request actually generated (max_tokens is a cap, not a count)
+        # the study's ITL: divided by the N tokens each request actually generated (max_tokens
+        # is a cap, not a count), not by the N - 1 gaps after the first token (see the docstring)
         "itl_s": (main_s - ttft_s) / per_request if per_request > 1 and main_s > ttft_s else None,
         "num_requests": len(workload),
         "tokens_per_request": max_tokens,
@@ -224,7 +238,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
         "tokens_per_s_rel_diff": abs(engine_tps - wall_tps) / wall_tps,
         "decode_step_median_s": decode_times[len(decode_times) // 2] if decode_times else None,
         "main_steps": steps,
-        "goodput": None if itl_slo_ms is None else goodput(steps, main_s, itl_slo_ms),
+        "main_token_times": token_times,
+        "goodput": None if itl_slo_ms is None else goodput(token_times, main_s, itl_slo_ms),
         "memory": end["memory"],
         "checks": checks,
         "verification": startup,
@@ -243,27 +258,49 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     }
 
 
-def goodput(steps, wall_s: float, itl_slo_ms: float) -> dict:
-    """Tokens per second counting only the steps that meet an inter-token latency objective.
+def goodput(token_times, wall_s: float, itl_slo_ms: float) -> dict:
+    """Tokens per second counting only the tokens that meet an inter-token latency objective.
 
-    ``steps``: ``(kind, bucket, tokens, seconds)`` per step (``EngineStats.last_steps``: each
-    timed on the host from building its inputs to its tokens ready, ``block_until_ready``).
-    Every token a step produces reaches its request one step time after that request's
-    previous token, so a step meets the objective when its seconds <= ``itl_slo_ms`` / 1000
-    (prefill steps are judged the same way: the objective no step misses gives the wall-clock
-    tokens/s exactly). Returns ``itl_slo_ms``, ``tokens_per_s`` (tokens of the steps meeting it
-    / ``wall_s``), ``tokens`` and ``steps`` met, ``total_tokens``, ``total_steps``, and
-    ``decode_steps_met`` / ``decode_steps``. Raises ValueError unless ``wall_s`` > 0.
+    ``token_times``: per request, the time (seconds, any origin) each of its tokens was ready
+    on the host, in order (``EngineStats.last_token_times``: the end of the step that produced
+    it, blocked on its tokens). A request's inter-token latency (ITL) is the gap between two
+    of its consecutive tokens: every step that ran in between counts, a prefill step (or
+    chunk) of another request included, so it is not one step's time. A token meets the
+    objective when its gap from the same request's previous token, in seconds, is
+    <= ``itl_slo_ms`` / 1000. A request's first token has no previous token (its latency is
+    the time to first token, which an ITL objective does not judge): it is never counted.
+
+    Returns ``itl_slo_ms``; ``tokens_per_s`` (``tokens_met`` / ``wall_s``); ``tokens_met`` (the
+    tokens whose gap meets the objective, = ``gaps_met``); ``gaps`` (the gaps judged: every
+    token but each request's first) and ``gaps_met``; ``tokens`` (all) and ``first_tokens``
+    (excluded: one per request that made a token); ``itl_median_ms`` / ``itl_p90_ms`` over all
+    gaps and ``per_request`` (``gaps``, ``met``, ``median_ms``, ``p90_ms`` per request, in
+    order), percentiles interpolated linearly (``numpy.percentile``), None without gaps.
+    Raises ValueError unless ``wall_s`` > 0.
     """
     if not wall_s > 0:
         raise ValueError(f"wall_s={wall_s} must be > 0")
     bound = itl_slo_ms / 1e3
-    met = [(kind, n) for kind, _, n, sec in steps if sec <= bound]
-    good = sum(n for _, n in met)
-    return {"itl_slo_ms": itl_slo_ms, "tokens_per_s": good / wall_s, "tokens": good, "steps": len(met),
-            "total_tokens": sum(n for _, _, n, _ in steps), "total_steps": len(steps),
-            "decode_steps_met": sum(kind == "decode" for kind, _ in met),
-            "decode_steps": sum(kind == "decode" for kind, *_ in steps)}
+    per_request, every = [], []
+    for times in token_times:
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        every += gaps
+        median, p90 = _ms_percentiles(gaps)
+        per_request.append({"gaps": len(gaps), "met": sum(g <= bound for g in gaps), "median_ms": median, "p90_ms": p90})
+    met = sum(r["met"] for r in per_request)
+    median, p90 = _ms_percentiles(every)
+    return {"itl_slo_ms": itl_slo_ms, "tokens_per_s": met / wall_s, "tokens_met": met, "gaps": len(every),
+            "gaps_met": met, "tokens": sum(len(t) for t in token_times),
+            "first_tokens": sum(1 for t in token_times if t), "itl_median_ms": median, "itl_p90_ms": p90,
+            "per_request": per_request}
+
+
+def _ms_percentiles(gaps: list[float]) -> tuple[float | None, float | None]:
+    """(median, p90) of ``gaps`` (seconds) in milliseconds; (None, None) when empty."""
+    if not gaps:
+        return None, None
+    median, p90 = np.percentile(np.asarray(gaps) * 1e3, [50, 90])
+    return float(median), float(p90)
 
 
 def _prefill_counters(stats) -> dict:

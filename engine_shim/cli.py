@@ -114,8 +114,9 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--allow-cpu", action="store_true",
                        help="run an accelerator-sized preset (gemma-2b) even on a CPU-only machine")
         s.add_argument("--itl-slo", type=float, default=None, metavar="MS",
-                       help="inter-token latency objective in ms: also report goodput, the tokens/s of the steps "
-                            "whose wall time is within it [default none: no goodput]")
+                       help="inter-token latency objective in ms: also report goodput, the tokens/s counting the "
+                            "tokens whose gap from the same request's previous token is within it (first tokens "
+                            "never count) [default none: no goodput]")
         s.add_argument("--log-dir", default="./profile", help="profile log dir [default ./profile]")
         s.add_argument("--max-num-batched-tokens", type=int, default=None, metavar="N",
                        help="prefill token budget per step; turns on chunked prefill [default max-model-len, one request per prefill]")
@@ -307,16 +308,19 @@ def format_text(r: dict) -> str:
         + (f"; median decode step {r['decode_step_median_s'] * 1e3:.2f} ms" if r["decode_step_median_s"] else ""),
         f"KV      {_capacity_line(r['kv_capacity'])}",
         (f"ITL     {r['itl_s'] * 1e3:.2f} ms/token  ((main - TTFT) / {round(r['output_tokens'] / r['num_requests'])} "
-         "tokens per request)" if r["itl_s"] is not None else
+         "tokens per request, the study's figure: divided by every token, not by the gaps after the first)"
+         if r["itl_s"] is not None else
          "ITL     n/a (one token per request, or the main run was no longer than the TTFT run)"),
         f"tok/s   {r['wall_tokens_per_s']:.1f} wall-clock | {r['engine_tokens_per_s']:.1f} engine counter "
         f"({r['engine_counted_tokens']} step tokens / summed step times) | diff {100 * r['tokens_per_s_rel_diff']:.2f}%",
     ]
     g = r.get("goodput")
     if g is not None:
-        lines.append(f"goodput {g['tokens_per_s']:.1f} tok/s under ITL <= {g['itl_slo_ms']:g} ms: {g['steps']}/{g['total_steps']} "
-                     f"steps within it ({g['decode_steps_met']}/{g['decode_steps']} decode), {g['tokens']}/{g['total_tokens']} "
-                     f"tokens; {r['wall_tokens_per_s']:.1f} tok/s wall-clock counting all")
+        gaps = (f"; gaps median {g['itl_median_ms']:.2f} ms, p90 {g['itl_p90_ms']:.2f} ms"
+                if g["itl_median_ms"] is not None else "")
+        lines.append(f"goodput {g['tokens_per_s']:.1f} tok/s under ITL <= {g['itl_slo_ms']:g} ms: {g['tokens_met']}/{g['gaps']} "
+                     f"gaps between a request's consecutive tokens within it ({g['first_tokens']} first tokens "
+                     f"not judged, {g['tokens']} tokens){gaps}; {r['wall_tokens_per_s']:.1f} tok/s wall-clock counting all")
     from .verification import memory_lines
 
     lines += [f"memory  {x}" for x in memory_lines(r.get("memory") or {})]

@@ -35,8 +35,9 @@ The KV cache is donated to the decode step (updated in place); ``donate=False`` 
 copying update instead, whose trace shows one cache-sized ``copy`` per pool per step. Each
 prefill and decode step is timed (``step_clock``) from building its inputs to its tokens on
 the host, and counted (``stats.step_tokens``, ``stats.step_s``, ``stats.last_steps``), for
-the bench's paired checks; :meth:`LLM.verification` reads the study's start-up figures off
-the arrays and executables.
+the bench's paired checks; each token is stamped, per request, with the end of the step that
+produced it (``stats.last_token_times``), for the bench's inter-token gaps;
+:meth:`LLM.verification` reads the study's start-up figures off the arrays and executables.
 
 With ``precompile=True`` all of them are compiled in the constructor (timed as
 ``stats.precompile_s``), as vLLM TPU precompiles its bucket menu.
@@ -116,6 +117,10 @@ class EngineStats:
     step_s: float = 0.0  # summed step times, each from building its inputs to its tokens ready on the host
     #: the last generate() call's steps: (kind, bucket, num_seqs, seconds), kind "prefill"/"decode"
     last_steps: list[tuple[str, int, int, float]] = field(default_factory=list)
+    #: the last generate() call's token times, one list per request in prompt order: for each
+    #: token, the end of the step that produced it (its tokens ready on the host), in seconds
+    #: of the step clock since that call started
+    last_token_times: list[list[float]] = field(default_factory=list)
 
 
 @dataclass
@@ -130,6 +135,7 @@ class _Request:
     num_computed: int = 0  # prompt tokens whose K/V are in the cache (chunked prefill)
     page_keys: list[bytes] = field(default_factory=list)  # prefix-cache keys of the full prompt pages
     out: list[int] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # step-clock time each token of ``out`` was ready
     finish_reason: str | None = None
 
     @property
@@ -189,9 +195,9 @@ class LLM:
         skip the runner's float32 conversion and the sampler's float32 copy (the treatment);
         the engine then serves greedy requests only (no sampler programs; ``generate`` raises
         ValueError for a request that samples or has a repetition penalty).
-      step_clock: seconds clock for the per-step times (``stats.step_s``, ``last_steps``);
-        default ``time.perf_counter``. Injectable so a test can break it and see the
-        bench's independent time check fail.
+      step_clock: seconds clock for the per-step times and the token times (``stats.step_s``,
+        ``last_steps``, ``last_token_times``); default ``time.perf_counter``. Injectable so a
+        test can break it and see the bench's independent time check fail.
 
     Raises: ValueError for an unknown preset, an invalid KV block size
       (``TRACEVIEW_KV_BLOCK_SIZE`` included), an unknown ``kv_dtype``, both ``num_pages`` and
@@ -482,10 +488,12 @@ class LLM:
             reqs.append(_Request(self._num_requests, prompt, ids, sp, min(sp.max_tokens, ec.max_model_len - len(ids)), seed))
             self._num_requests += 1
         self.stats.last_steps = []
+        origin = self._clock()  # of the token times
         try:
             (self._schedule_chunked if self.chunked else self._schedule)(reqs)
         finally:
             self.stats.generate_s += time.perf_counter() - t0
+            self.stats.last_token_times = [[t - origin for t in r.times] for r in reqs]
         return self._outputs(reqs)
 
     def _schedule(self, reqs: list[_Request]) -> None:
@@ -614,7 +622,8 @@ class LLM:
             toks = self._select(done, logits, n_logits) if done else []
             if not done:  # a step that completes no prompt still waits for its cache update
                 jax.block_until_ready(self.k_cache)
-            self._record_step("prefill", t, len(done), self._clock() - ts)
+            end = self._clock()
+            self._record_step("prefill", t, len(done), end - ts)
         self.stats.num_prefill_steps += 1
         self.stats.num_prefill_chunks += len(rows)
         self.stats.num_prefill_computed_tokens += total
@@ -626,7 +635,7 @@ class LLM:
         for req, tok in zip(done, toks):
             self.stats.num_prefills += 1
             self.stats.num_prompt_tokens += len(req.prompt_ids)
-            self._append(req, tok)
+            self._append(req, tok, end)
         return done
 
     def _release(self, req: _Request) -> None:
@@ -634,8 +643,10 @@ class LLM:
             self.allocator.free(req.pages)
             req.pages = []
 
-    def _append(self, req: _Request, token: int) -> None:
+    def _append(self, req: _Request, token: int, ready: float) -> None:
+        """``ready``: the step clock at the end of the step that produced ``token``."""
         req.out.append(int(token))
+        req.times.append(ready)
         self.stats.num_generated_tokens += 1
         if token == self.tokenizer.eos_token_id and not req.params.ignore_eos:
             req.finish_reason = "stop"
@@ -658,13 +669,14 @@ class LLM:
             logits, self.k_cache, self.v_cache = fn(self.params, self.k_cache, self.v_cache, tokens, np.int32(n),
                                                     self._page_row(req))
             (tok,) = self._select([req], logits, 1)
-            self._record_step("prefill", t, 1, self._clock() - ts)
+            end = self._clock()
+            self._record_step("prefill", t, 1, end - ts)
         self.stats.num_prefills += 1
         self.stats.num_prefill_steps += 1
         self.stats.num_prefill_chunks += 1
         self.stats.num_prefill_computed_tokens += n
         self.stats.num_prompt_tokens += n
-        self._append(req, tok)
+        self._append(req, tok, end)
 
     def _decode_step(self, running: list[_Request]) -> None:
         ts = self._clock()
@@ -684,10 +696,11 @@ class LLM:
             if self.host_sampler_mask:
                 logits = logits + jnp.asarray(host_mask(np.asarray(logits), self.tokenizer), logits.dtype)
             toks = self._select(running, logits, r)
-            self._record_step("decode", r, n, self._clock() - ts)
+            end = self._clock()
+            self._record_step("decode", r, n, end - ts)
         self.stats.num_decode_steps += 1
         for req, tok in zip(running, toks):
-            self._append(req, tok)
+            self._append(req, tok, end)
 
     def _record_step(self, kind: str, bucket: int, num_seqs: int, seconds: float) -> None:
         self.stats.step_tokens += num_seqs

@@ -1,6 +1,7 @@
 """Engine bench: the donation switch seen in real traces, the verification lines read off the
 allocated arrays and compiled executables (XLA's memory analysis of each program included),
-goodput under an ITL objective, and the paired checks (a broken step clock fails)."""
+goodput under an ITL objective (each request's gaps between consecutive tokens, chunked
+prefill interleaving), and the paired checks (a broken step clock fails)."""
 
 from __future__ import annotations
 
@@ -124,21 +125,104 @@ def test_memory_analysis_shows_the_second_kv_pool_without_donation(donation_runs
     assert "programs analysed" in lines["copying"]
 
 
+def _gaps(token_times):
+    """Every request's gaps between consecutive tokens (seconds), recomputed from the JSON."""
+    return [b - a for times in token_times for a, b in zip(times, times[1:])]
+
+
 def test_goodput_absent_without_an_objective_and_zero_under_a_tiny_one(donation_runs):
     from traceview.engine_shim.bench import goodput
 
     don, cop = donation_runs["donated"][0], donation_runs["copying"][0]
     assert cop["goodput"] is None and cop["config"]["itl_slo_ms"] is None
-    g = don["goodput"]
-    assert g["itl_slo_ms"] == 0.0001 and g["tokens_per_s"] == 0 and g["tokens"] == g["steps"] == 0
+    times = don["main_token_times"]  # 4 requests x 3 tokens, one prefill each before the first decode
+    assert [len(t) for t in times] == [3] * 4 and all(a < b for t in times for a, b in zip(t, t[1:]))
     steps = don["main_steps"]
-    assert g["total_tokens"] == sum(n for _, _, n, _ in steps) == don["output_tokens"] == 12
-    assert g["total_steps"] == len(steps) and g["decode_steps"] == don["main_decode_steps"] == 2
-    # at the median step time: some steps in, some perhaps out, never above the throughput
-    mid = sorted(sec for *_, sec in steps)[len(steps) // 2] * 1e3
-    half = goodput(steps, don["main_s"], mid)
-    assert 0 < half["tokens_per_s"] <= don["wall_tokens_per_s"] and half["steps"] >= (len(steps) + 1) // 2
-    assert goodput(steps, don["main_s"], 1e12)["tokens_per_s"] == don["wall_tokens_per_s"]
+    assert [k for k, *_ in steps] == ["prefill"] * 4 + ["decode"] * 2
+    # each first token at its own prefill's end; the second tokens all at the first decode's end,
+    # so a request's first gap spans the prefills after its own
+    assert sorted({t[0] for t in times}) == [t[0] for t in times] and len({t[1] for t in times}) == 1
+    assert all(t[0] < times[-1][0] for t in times[:-1])
+    g = don["goodput"]
+    assert g["itl_slo_ms"] == 0.0001 and g["tokens_per_s"] == 0 and g["tokens_met"] == g["gaps_met"] == 0
+    assert (g["tokens"], g["first_tokens"], g["gaps"]) == (12, 4, 8) == (don["output_tokens"], 4, len(_gaps(times)))
+    every = sorted(x * 1e3 for x in _gaps(times))
+    assert g["itl_median_ms"] == pytest.approx((every[3] + every[4]) / 2)
+    assert [r["gaps"] for r in g["per_request"]] == [2] * 4 and all(r["met"] == 0 for r in g["per_request"])
+    # at the 4th of the 8 gaps (a hair above, clear of rounding): at least half of them in
+    slo = every[3] * (1 + 1e-9)
+    half = goodput(times, don["main_s"], slo)
+    assert 4 <= half["tokens_met"] == sum(x <= slo / 1e3 for x in _gaps(times)) <= 8
+    assert half["tokens_per_s"] < don["wall_tokens_per_s"]
+    assert goodput(times, don["main_s"], 1e12)["tokens_per_s"] == 8 / don["main_s"]
+    assert goodput([[], [0.5]], 1.0, 1.0) | {"per_request": None} == {
+        "itl_slo_ms": 1.0, "tokens_per_s": 0.0, "tokens_met": 0, "gaps": 0, "gaps_met": 0, "tokens": 1,
+        "first_tokens": 1, "itl_median_ms": None, "itl_p90_ms": None, "per_request": None}
+
+
+class _StepClock:
+    """A step clock advancing 1 ms per reading: every step takes 1 ms and 1 ms passes between a
+    step's end and the next step's start, so a request's gap is 2 ms over one decode step, 4 ms
+    when another request's prefill ran in between (a deterministic interleaving)."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self) -> float:
+        self.n += 1
+        return self.n * 1e-3
+
+
+@pytest.fixture(scope="module")
+def chunked_run():
+    """4 requests x 3 tokens, chunked prefill at a 16-token budget (the prompts take 2 chunks
+    each: prefill steps interleave with decode), objective 3 ms on the 1 ms step clock."""
+    from traceview.engine_shim.bench import run_bench
+
+    return run_bench(model="tiny", max_num_seqs=4, max_model_len=64, batch_mult=1, max_tokens=3, precompile=False,
+                     max_num_batched_tokens=16, enable_chunked_prefill=True, itl_slo_ms=3.0, step_clock=_StepClock())
+
+
+def test_goodput_judges_each_request_gap_across_interleaved_prefill(chunked_run):
+    """A gap is the time between a request's consecutive tokens: a prefill step of another
+    request in between counts; a request's first token is never judged."""
+    from traceview.engine_shim.bench import goodput
+    from traceview.engine_shim.cli import format_text
+
+    r = chunked_run
+    steps, times, main_s = r["main_steps"], r["main_token_times"], r["main_s"]
+    kinds = [k for k, *_ in steps]
+    assert r["config"]["enable_chunked_prefill"] and r["checks"]["tokens"]["ok"]
+    assert any(a == "decode" and b == "prefill" for a, b in zip(kinds, kinds[1:]))  # interleaved
+    # the clock read once at generate(), then twice per step: step k ends (2k + 2) ms after that
+    ends = [(2 * k + 2) * 1e-3 for k in range(len(steps))]
+    made = {}  # step end -> tokens stamped with it
+    for t in (t for ts in times for t in ts):
+        k = round(t * 1e3 / 2 - 1)
+        assert t == pytest.approx(ends[k]), t
+        made[k] = made.get(k, 0) + 1
+    assert made == {k: n for k, (_, _, n, _) in enumerate(steps) if n}
+    # independently: the gaps within 3 ms are exactly those that no prefill step ended inside
+    prefill_ends = [e for e, (kind, *_) in zip(ends, steps) if kind == "prefill"]
+    gaps = [(a, b) for ts in times for a, b in zip(ts, ts[1:])]
+    spanned = [any(a < e < b for e in prefill_ends) for a, b in gaps]
+    met = sum(b - a <= 3.0 / 1e3 for a, b in gaps)
+    assert 0 < sum(spanned) < len(gaps) and met == spanned.count(False)
+    g = r["goodput"]
+    assert (g["gaps"], g["first_tokens"], g["tokens"]) == (len(gaps), 4, 12) and len(gaps) == 12 - 4
+    assert g["tokens_met"] == g["gaps_met"] == met and g["tokens_per_s"] == met / main_s
+    assert [p["met"] for p in g["per_request"]] == [sum(b - a <= 3e-3 for a, b in zip(ts, ts[1:])) for ts in times]
+    assert g["itl_median_ms"] == pytest.approx(2.0) and g["itl_p90_ms"] == pytest.approx(4.0)
+    # the old per-step reading (every step is 1 ms, within 3 ms) counted all 12 tokens
+    assert all(sec <= 3e-3 for *_, sec in steps) and met < 12
+    # an objective no gap misses: every token but the first of each request, over main_s
+    huge = goodput(times, main_s, 1e9)
+    assert huge["tokens_met"] == huge["gaps"] == r["output_tokens"] - r["num_requests"] == 8
+    assert huge["tokens_per_s"] == (r["output_tokens"] - r["num_requests"]) / main_s < r["wall_tokens_per_s"]
+    tiny = goodput(times, main_s, 0.0001)
+    assert tiny["tokens_met"] == 0 and tiny["tokens_per_s"] == 0 and tiny["gaps"] == 8
+    assert (f"goodput {met / main_s:.1f} tok/s under ITL <= 3 ms: {met}/8 gaps between a request's consecutive "
+            f"tokens within it (4 first tokens not judged, 12 tokens); gaps median 2.00 ms, p90 4.00 ms") in format_text(r)
 
 
 def test_int8_kv_pool_as_compiled_and_goodput_under_a_huge_objective(donation_runs, capsys):
@@ -158,11 +242,15 @@ def test_int8_kv_pool_as_compiled_and_goodput_under_a_huge_objective(donation_ru
     assert q["kv_pool_bytes"] - q["kv_scale_bytes"] == f["kv_pool_bytes"] / 4
     assert q["kv_bytes_at"]["float32"] == f["kv_pool_bytes"] and q["alias_bytes"] >= q["kv_pool_bytes"]
     assert q["kv_pool_bytes"] == r["verification_end"]["kv_cache"]["bytes"]
-    g = r["goodput"]  # an objective every step meets: goodput is the wall-clock throughput
-    assert g["tokens_per_s"] == r["wall_tokens_per_s"] and g["steps"] == g["total_steps"] and g["tokens"] == 12
+    g = r["goodput"]  # an objective every gap meets: all tokens but each request's first, over main_s
+    assert g["tokens_met"] == g["gaps"] == 12 - 4 and g["tokens_per_s"] == 8 / r["main_s"]
     text = format_text(r)
-    assert re.search(r"goodput [\d.]+ tok/s under ITL <= 1e\+09 ms: 6/6 steps within it \(2/2 decode\), 12/12 tokens",
-                     text), text
+    if r["itl_s"] is not None:  # the study's figure: (main - TTFT) over all 3 tokens, not the 2 gaps
+        assert r["itl_s"] == (r["main_s"] - r["ttft_s"]) / 3
+        assert (f"ITL     {r['itl_s'] * 1e3:.2f} ms/token  ((main - TTFT) / 3 tokens per request, the study's figure: "
+                "divided by every token, not by the gaps after the first)") in text, text
+    assert re.search(r"goodput [\d.]+ tok/s under ITL <= 1e\+09 ms: 8/8 gaps between a request's consecutive tokens "
+                     r"within it \(4 first tokens not judged, 12 tokens\); gaps median [\d.]+ ms, p90 [\d.]+ ms; ", text), text
     kv, sc, fb = q["kv_pool_bytes"], q["kv_scale_bytes"], f["kv_pool_bytes"]
     assert (f"memory  KV pool as compiled in {DECODE}: {kv:,} bytes int8 ({sc:,} of them per-token scales) for "
             f"{q['kv_tokens']:,} token slots ({kv / q['kv_tokens']:,.0f} B/token); the same slots at float32 {fb:,} "
