@@ -160,7 +160,8 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 #: matmuls were judged per occurrence and called 0.36-0.46x); 3 per-step samples are one short
 #: of an interval, so what remains is a population outside the steps, judged per occurrence:
 #: the prefill's argmax (4 occurrences a side) at 0.52x [0.42-0.73], wholly below the ±34% band
-FIXTURE_SIGNIFICANT = [("iota_reduce_fusion", "(f32[1], s32[1]) <- f32[1,512]", "per occurrence")]
+FIXTURE_SIGNIFICANT = [("copy", "f32[1,33,16,64] <- f32[1,33,16,64]", None),  # appeared: in every step
+                       ("iota_reduce_fusion", "(f32[1], s32[1]) <- f32[1,512]", "per occurrence")]
 
 
 def test_diff_of_two_committed_fixtures_names_its_significant_populations():
@@ -171,7 +172,10 @@ def test_diff_of_two_committed_fixtures_names_its_significant_populations():
     assert d.run_noise.source == "prior" and "A/A spread on 2-core" in d.run_noise.text
     sig = d.significant()
     assert FIXTURE_SIGNIFICANT == sorted((r["stem"], r["shape"], r["samples"]) for r in sig.iter_rows(named=True))
-    assert ((sig["ratio_lo"] > sig["noise_band"]) | (sig["ratio_hi"] < 1 / sig["noise_band"])).all()
+    m = sig.filter(pl.col("status") == "matched")
+    assert ((m["ratio_lo"] > m["noise_band"]) | (m["ratio_hi"] < 1 / m["noise_band"])).all()
+    # the non-donated KV pools' copies appeared in every step: significant, not run-to-run noise
+    assert sig.filter(pl.col("status") == "appeared")["noise"].to_list() == ["significant (appeared)"]
     few = d.matched().filter(pl.col("more_samples").is_not_null())
     assert few.height and few["ratio_lo"].is_null().all() and (few["noise"] == "no interval").all()
     assert d.steps.change.more_samples == 1 and d.steps.change.n_base == 3

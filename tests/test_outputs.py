@@ -45,6 +45,9 @@ def _frames(rep) -> dict:
     if st is not None:
         out |= {"stragglers.steps": st.steps, "stragglers.devices": st.devices,
                 "stragglers.collectives": st.collectives}
+    h = rep.hlo
+    if h is not None and h.source != "none":
+        out |= {"hlo.patterns": h.patterns, "hlo.detections": h.detections, "hlo.flop_provenance": h.flop_provenance}
     ki = rep.kernel_inside
     if ki is not None:
         out |= {"kernel_inside.invocations": ki.invocations, "kernel_inside.stages": ki.stages,

@@ -136,7 +136,9 @@ class DiffReport:
     columns (matched rows; null elsewhere): samples ("per step" / "per occurrence" / null),
     n_samples_base, n_samples_treatment, median_ratio (median per sample, treatment / base),
     ratio_lo, ratio_hi (its interval at ``noise_level``), significant (Boolean: the interval
-    excludes 1), noise ("within noise", "significant" or "no interval"), noise_band (the
+    excludes 1; a population on one side only: True when it ran in at least
+    :data:`MIN_PRESENT` samples there), noise ("within noise", "significant", "significant
+    (vanished)", "significant (appeared)" or "no interval"), noise_band (the
     run-to-run band's upper edge as a ratio: changes within [1/band, band] are noise),
     more_samples (samples each side lacks for an interval, null when it has one). Sorted by
     ``|delta_self_ps|``.
@@ -712,6 +714,11 @@ class NoiseSummary:
                 "more_samples": self.more_samples}
 
 
+#: samples (steps or occurrences with time) a population needs on the one side it ran on for its
+#: appearing or vanishing to be called significant
+MIN_PRESENT = 2
+
+
 def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None",
                 level: float, rec: tuple[int, int] = (1, 1),
                 prior: "noise.Prior | None" = None,
@@ -722,9 +729,13 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
     (per step, or per occurrence), else no interval. ``rec``: recordings per side; ``prior``:
     the one-recording noise (default :data:`noise.PRIOR`); ``band``: the band to use instead
     (:func:`noise.unknown_band`: no verdict, ``noise`` "unknown")."""
-    rows, changes, pairs = [], [], []
+    rows, changes, pairs, gone = [], [], [], {}
     for r in joined.select(KEY + ["status", "shape_treatment", "_fp_treatment"]).iter_rows(named=True):
         a = b = None
+        if r["status"] in ("vanished", "appeared") and sb is not None and st is not None:
+            # a population on one side only: its samples there (steps or occurrences it ran in)
+            got = (sb if r["status"] == "vanished" else st).get(tuple(r[k] for k in KEY))
+            gone[len(pairs)] = (r["status"], got[1] if got is not None else None)
         if r["status"] == "matched" and sb is not None and st is not None:
             a = sb.get(tuple(r[k] for k in KEY))
             b = st.get(tuple(r["shape_treatment"] if k == "shape" else r["_fp_treatment"] if k == "fingerprint"
@@ -757,6 +768,16 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
                            more_samples=c.more_samples)
             else:
                 row.update(significant=False, samples=None if a is None or b is None else f"{a[0]} / {b[0]}")
+        elif i in gone:
+            status, xs = gone[i]
+            n = 0 if xs is None else int(np.count_nonzero(np.asarray(xs) > 0))
+            # ran with time in at least MIN_PRESENT samples of one side and never on the other: not
+            # run-to-run noise (an op does not skip every step of a recording by chance)
+            if n >= MIN_PRESENT:
+                row.update(significant=True, noise=f"significant ({status})")
+                rows.append(row)
+                changes.append(None)
+                continue
         row["noise"] = ("no interval" if c is None or c.lo is None else
                         "unknown" if c.significant is None else
                         "significant" if c.significant else "within noise")

@@ -71,10 +71,13 @@ def change_text(ratio, lo, hi, significant) -> str:
 def noise_cell(r: dict) -> str:
     """A diff row's per-step change: the median ratio (Hodges-Lehmann) of its self time per step
     inside its interval, ``"~ 1.02x [0.91-1.20x]"`` within noise, ``"2.80x [2.10-3.60x]"``
-    outside, ``"? ..."`` when the noise is unknown, ``"-"`` without interval (not matched, or too
-    few samples). The ratio column beside it is total over total self time, which also moves
+    outside, ``"? ..."`` when the noise is unknown, ``"gone"`` / ``"new"`` for a population that
+    ran in several samples of one side only (significant), ``"-"`` without interval (too few
+    samples). The ratio column beside it is total over total self time, which also moves
     with the occurrences."""
     lo, hi = r.get("ratio_lo"), r.get("ratio_hi")
+    if str(r.get("noise") or "").startswith("significant ("):  # gone from every step, or new in each
+        return "gone" if "vanished" in r["noise"] else "new"
     if lo is None or hi is None:
         return "-"
     mark = "? " if r.get("significant") is None else "" if r.get("significant") else "~ "
