@@ -154,7 +154,7 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
                                  pl.lit(None, dtype=pl.Int64).alias("sequences"),
                                  pl.lit(None, dtype=pl.Int64).alias("tokens"))
         util, source = _utilisation(anat, lab, peaks, tokens_per_step)
-        lab = lab.drop("tokens").join(util, on="_row", how="left")
+        lab = lab.drop("tokens").hstack(util.drop("_row"))  # util rows are lab's, in order
         return Phases(progs, lab.drop("_row"), _summary(lab, None, rt.runs), pl.DataFrame(schema={
             "phase": pl.Utf8, "family": pl.Utf8, "self_ps": pl.Float64, "share": pl.Float64}), source,
             ["phase unknown for every step: no program is named prefill/decode, and no program's token "
@@ -183,7 +183,7 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
             .alias("why"),
             pl.when(pl.col("phase") == "unknown").then(pl.lit(kept)).otherwise(pl.col("phase")).alias("phase"))
     util, source = _utilisation(anat, lab, peaks, tokens_per_step)
-    lab = lab.drop("tokens").join(util, on="_row", how="left")
+    lab = lab.drop("tokens").hstack(util.drop("_row"))  # util rows are lab's, in order
     summary = _summary(lab, executions, runs)
     fams = _families(anat, lab)
     notes = _peak_notes(peaks, _cpu(prof))

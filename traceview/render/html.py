@@ -374,7 +374,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
     ctx["phases"] = None if ph is None or ph.steps.height == 0 else {
         "labels": ph.label_line(), "source": ph.flops_source, "summary": ph.summary.to_dicts(),
         "families": ph.families.to_dicts() if ph.families.height else [],
-        "steps": ph.steps.sort("host", "device", "start_ps").head(top).to_dicts(), "n_steps": ph.steps.height,
+        "steps": ph.steps.head(top).to_dicts(), "n_steps": ph.steps.height,
         "notes": list(ph.notes)}
     if callable(steps.svg):
         steps.svg = steps.svg()

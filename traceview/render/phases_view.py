@@ -37,7 +37,7 @@ def render_phases(console: Console, ph, *, top: int, escape) -> None:
                                                   for r in f.iter_rows(named=True)))
         for line in parts:
             console.print(f"  families per step — {line}")
-    st = ph.steps.sort("host", "device", "start_ps").head(top)
+    st = ph.steps.head(top)  # the anatomy's order: per device, in time
     s = Table(title=f"steps and their phase — first {st.height} of {ph.steps.height:,}")
     for c, j in (("device", "left"), ("step", "right"), ("duration", "right"), ("phase", "left"), ("MFU", "right"),
                  ("MBU", "right"), ("tokens", "right"), ("why", "left")):
