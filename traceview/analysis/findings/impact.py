@@ -102,7 +102,8 @@ def impact_of(f: Finding, report=None) -> dict:
             return _unknown("no roofline prediction for the family")
         gap = sum(max(r["time_ps"] - r["predicted_ps"], 0.0) for r in rows)
         step = rows[0].get("step_ps") or 0
-        derived = any((r.get("costed_share") or 0) < 1 for r in rows)
+        prov = getattr(getattr(report, "hlo", None), "flop_provenance", None)
+        derived = prov is None or not prov.height or bool((prov["source"] != "trace").any())
         return _imp(0, gap, step, "modelled", "up to the gap between the family's measured time and its roofline "
                     "time (FLOPs / peak FLOP/s, bytes / peak bandwidth) per step",
                     {"family time": "counted", "FLOPs and bytes": "inferred" if derived else "counted",
