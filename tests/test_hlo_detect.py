@@ -21,17 +21,14 @@ def attention(shared_traces):
     return prof, detect(prof)
 
 
-def test_widening_converts_feeding_a_reduction(attention):
-    """The attention trace's two softmax reductions widen bf16[4,2048,2048] to f32 inside their
-    fusions; each detection is timed by its fusion's measured events."""
-    prof, h = attention
-    d = h.detections
-    assert d["detector"].to_list() == ["widening-convert"] * 2
-    assert set(d["shape"]) == {"f32[4,2048,2048]"} and set(d["operand_shape"]) == {"bf16[4,2048,2048]"}
-    for r in d.iter_rows(named=True):
-        fused = prof.ops.filter((pl.col("program_id") == r["program_id"]) & (pl.col("op_name") == r["fusion"]))
-        assert r["fusion"] and r["time_ps"] == fused["self_ps"].sum() > 0
-        assert r["why"].endswith("for reduce only")
+def test_a_convert_fused_into_its_reduction_is_not_flagged(attention):
+    """The attention trace's softmax reductions widen bf16[4,2048,2048] to f32 inside their
+    reduce fusions: the wide tensor is never written (f32 accumulation of a bf16 input, the right
+    way), so no widening-convert is reported; the converts are in the graph."""
+    _, h = attention
+    assert h.detections.filter(pl.col("detector") == "widening-convert").height == 0
+    fused = h.instructions.filter((pl.col("opcode") == "convert") & (pl.col("shape") == "f32[4,2048,2048]"))
+    assert fused.height >= 2 and (fused["fusion"] != "").all() and fused["users"].list.len().min() > 0
 
 
 def test_instruction_table_and_its_edges(attention):

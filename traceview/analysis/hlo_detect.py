@@ -10,8 +10,10 @@ ops alone and say that their users are unknown.
 Detectors (``detector`` column):
 
 - ``widening-convert``: a ``convert`` to f32/f64 from a narrower float or integer type of a
-  result of at least :data:`MIN_BYTES`, whose users are only copies, reductions, transposes,
-  reshapes or the program's outputs (the study's Strategy 6: the ``[batch, vocabulary]`` float32
+  result of at least :data:`MIN_BYTES` that is written out (top level, or a fusion's root: a
+  convert fused into a reduction never writes the wide tensor and is the right way to
+  accumulate), whose users are only copies, reductions, transposes, reshapes or the program's
+  outputs (the study's Strategy 6: the ``[batch, vocabulary]`` float32
   logits conversion and its copy, second and third in its op table);
 - ``layout-copy``: a top-level ``copy`` whose result has its operand's dimensions in another
   layout, and a top-level ``transpose`` (a layout change XLA did not fold into a fusion);
@@ -160,7 +162,10 @@ def _detections(ins: pl.DataFrame) -> pl.DataFrame:
         op_shapes = r["operand_shapes"] or []
         if r["opcode"] == "convert" and op_shapes:
             src_el = op_shapes[0].split("[", 1)[0]
-            if r["element"] in _WIDE and src_el in _NARROW and r["bytes"] >= MIN_BYTES:
+            # a convert fused into its users (a bf16 input reduced in f32) never writes the wide
+            # tensor: only a top-level convert or a fusion's root materializes it
+            materialized = not r["fusion"] or not r["users"]
+            if r["element"] in _WIDE and src_el in _NARROW and r["bytes"] >= MIN_BYTES and materialized:
                 users = r["users"]
                 if not users and r["fusion"]:  # a fusion's root: its users are the fusion's
                     users = users_of.get((*key, r["fusion"]), [])

@@ -60,6 +60,11 @@ def kernel_inside(prof, kernels: pl.DataFrame | None = None) -> KernelInside | N
                 "no kernel-profiling lines (pipeline stages, counters, LLO bundles) in this trace: capture with "
                 + CAPTURE_FLAGS])
         return None
+    notes_in = []
+    bad = kl.filter((pl.col("line") == "_counters_") & pl.col("value").is_not_null() & ~pl.col("value").is_finite())
+    if bad.height:
+        notes_in.append(f"{bad.height:,} counter value(s) not finite dropped")
+        kl = kl.filter(~((pl.col("line") == "_counters_") & pl.col("value").is_not_null() & ~pl.col("value").is_finite()))
     stages = kl.filter(pl.col("line") == "XLA TraceMe")
     if stages.height == 0 or not stages["name"].str.starts_with("ep_").any():
         return KernelInside(pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), {},
@@ -82,6 +87,12 @@ def kernel_inside(prof, kernels: pl.DataFrame | None = None) -> KernelInside | N
                              "them in"])
     inv = pl.concat(inv_parts, how="vertical_relaxed")
     st = pl.concat(stage_parts, how="vertical_relaxed")
+    notes = notes_in + notes
+    over = inv.filter(pl.col("stages_ps") > pl.col("duration_ps"))
+    if over.height:  # top-level stages cannot take longer than their invocation: a corrupt line
+        notes.append(f"{over.height:,} invocation(s) whose top-level stages outlast them (corrupt stage "
+                     "durations): no stage share is shown")
+        return KernelInside(pl.DataFrame(), pl.DataFrame(), pl.DataFrame(), {}, notes)
     total = float(inv["duration_ps"].sum())
     stages_out = (st.group_by("name").agg(pl.col("category").first(), pl.col("nested").first(), pl.len().alias("count"),
                                           pl.col("duration_ps").sum().alias("total_ps"),

@@ -178,10 +178,11 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
     executions = pl.concat(execs, how="vertical_relaxed") if execs else runs.head(0)
     kept = getattr(prof, "phase", None)
     if kept:  # a profile kept to one phase (--phase): its steps are that phase's, whatever else says
+        # (the other phases' programs were left out, so a step's own label would be read off part of it)
         lab = lab.with_columns(
-            pl.when(pl.col("phase") == "unknown").then(pl.lit(f"kept by --phase {kept}")).otherwise(pl.col("why"))
-            .alias("why"),
-            pl.when(pl.col("phase") == "unknown").then(pl.lit(kept)).otherwise(pl.col("phase")).alias("phase"))
+            pl.when(pl.col("phase") == kept).then(pl.col("why"))
+            .otherwise(pl.lit(f"kept by --phase {kept}")).alias("why"),
+            pl.lit(kept).alias("phase"))
     util, source = _utilisation(anat, lab, peaks, tokens_per_step)
     lab = lab.drop("tokens").hstack(util.drop("_row"))  # util rows are lab's, in order
     summary = _summary(lab, executions, runs)
@@ -192,6 +193,17 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
                      "prefill program's tokens), padding included: an upper bound on the tokens made; "
                      "--tokens-per-step N gives the real count")
     return Phases(progs, lab.drop("_row"), summary, fams, source, notes, executions)
+
+
+def _markers_in(markers: pl.DataFrame, win: pl.DataFrame) -> pl.DataFrame:
+    """The step markers whose end falls in one of ``win``'s (lo, hi] windows (any device: a
+    marker's device "" means every device of its host)."""
+    if markers is None or markers.height == 0 or win.height == 0:
+        return markers
+    lo, hi = win["lo"].to_numpy(), win["hi"].to_numpy()
+    ends = (markers["start_ps"] + markers["duration_ps"].fill_null(0)).to_numpy()
+    keep = ((ends[:, None] > lo[None, :]) & (ends[:, None] <= hi[None, :])).any(axis=1)
+    return markers.filter(pl.Series(keep))
 
 
 def _cpu(prof) -> bool:
@@ -515,7 +527,7 @@ def phase_profile(prof, phase: str, ph: Phases):
     # its decode steps) would time the other phases' steps
     out = replace(prof, table=type(table)(events, table.attrs), ops=None,
                   runs=rt.with_runs(rt.runs.filter(pl.Series(rkeep))),
-                  step_markers=prof.step_markers.head(0) if phase != "mixed" else prof.step_markers)
+                  step_markers=prof.step_markers.head(0) if phase != "mixed" else _markers_in(prof.step_markers, win))
     out.phase = phase  # read by Report.phase: idle between the phase's steps is the other phases' time
     out.warnings = list(prof.warnings) + [f"--phase {phase}: {events.height:,} of {table.height:,} op events, in "
                                           f"{n:,} {'step' if phase == 'mixed' else 'program execution'}(s) of that phase"]

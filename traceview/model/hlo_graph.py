@@ -76,9 +76,23 @@ def instructions(protos: pl.DataFrame | None) -> tuple[pl.DataFrame, list[str]]:
         seen.add((host, pid))
         try:
             mod = HloProto.FromString(data).hlo_module
+            part = _module_rows(mod, host, module, pid)
         except (DecodeError, RecursionError, ValueError) as exc:
             notes.append(f"HLO proto of {module}({pid}) is unreadable: {exc}")
             continue
+        except Exception as exc:  # noqa: BLE001 - a hostile proto costs its module, not the report
+            notes.append(f"HLO proto of {module}({pid}) is unusable ({type(exc).__name__}: {exc})")
+            continue
+        for k, v in part.items():
+            rows[k].extend(v)
+    return pl.DataFrame(rows, schema=HLO_SCHEMA), notes
+
+
+def _module_rows(mod, host: str, module: str, pid: int) -> dict[str, list]:
+    """The :data:`HLO_SCHEMA` columns of one decoded module. Raises ValueError on a shape out of
+    range (a dimension or a size past int64)."""
+    rows: dict[str, list] = {k: [] for k in HLO_SCHEMA}
+    if True:
         aliased = {e.parameter_number for e in mod.input_output_alias.entries}
         comps = {c.id: c for c in mod.computations}
         fusion_of: dict[int, str] = {}  # fused computation id -> the fusion instruction's name
@@ -98,6 +112,8 @@ def instructions(protos: pl.DataFrame | None) -> tuple[pl.DataFrame, list[str]]:
             entry = c.id == mod.entry_computation_id
             for ins in c.instructions:
                 sh = shape_from_proto(ins.shape)
+                if sh.elements >= 1 << 62 or any(d < 0 for d in getattr(sh, "dims", ()) or ()):
+                    raise ValueError(f"instruction {ins.name} has a shape out of range ({sh})")
                 ops = [by_id.get(o) for o in ins.operand_ids]
                 rows["host"].append(host)
                 rows["module"].append(module)
@@ -120,4 +136,4 @@ def instructions(protos: pl.DataFrame | None) -> tuple[pl.DataFrame, list[str]]:
                 rows["parameter"].append(param)
                 rows["aliased"].append((param in aliased) if param is not None else None)
                 rows["param_index"].append(ins.parameter_number if ins.opcode == "parameter" else None)
-    return pl.DataFrame(rows, schema=HLO_SCHEMA), notes
+    return rows

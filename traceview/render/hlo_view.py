@@ -17,8 +17,8 @@ def render_hlo(console: Console, h, *, top: int, escape) -> None:
     n = h.detections.height
     src = "the HLO protos" if h.source == "protos" else "each op's HLO text"
     if n == 0:
-        console.print(f"[bold]what the HLO says[/bold] — from {src}: no widening convert, layout copy, unfused "
-                      "convert/reshape or non-donated in-place update")
+        console.print(f"[bold]what the HLO says[/bold] — from {src}: no widening convert written out (of 1 MiB or "
+                      "more), layout copy, unfused convert/reshape or non-donated in-place update")
     else:
         t = Table(title=f"what the HLO says — from {src}: {n:,} instruction(s) in {h.patterns.height:,} pattern(s), "
                         f"by measured time (a fused instruction timed by its fusion)")

@@ -365,6 +365,10 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
     ctx["roof"] = _roofline(rep, min(top, 20), roof_chart)
     ctx["comm"] = _communication(getattr(rep, "communication", None), top)
     ctx["mem"] = _memory(getattr(rep, "memory", None), top, charts)
+    h = getattr(rep, "hlo", None)
+    ctx["hlo"] = None if h is None or h.source == "none" else {
+        "source": h.source, "patterns": h.patterns.head(top).to_dicts(), "n": h.detections.height,
+        "notes": list(h.notes)}
     ki = getattr(rep, "kernel_inside", None)
     ctx["kin"] = None if ki is None else {"summary": ki.summary, "stages": ki.stages.head(top).to_dicts()
                                           if ki.stages.height else [],

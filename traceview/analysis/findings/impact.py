@@ -3,8 +3,9 @@ and the provenance of every input.
 
 A finding's ``impact`` (:func:`impact_of`) is ``{low_ps, high_ps, share_low, share_high,
 step_ps, method, basis, inputs}``: time per step (ps) the change the finding names would
-recover, at least and at most; the same over the mean step (``step_ps``, or step plus gap where
-the finding counts the gap); ``method``:
+recover, at least and at most; the same as a share of one basis for every finding of a report,
+the mean period from one step's start to the next (``step_ps``: the step plus the gap after it,
+:func:`attach`); ``method``:
 
 - ``measured``: the ops the change removes, timed in the trace (low = high = their time);
 - ``bounded``: at most the time the finding names (idle, exposed communication, transfers,
@@ -121,10 +122,25 @@ def impact_of(f: Finding, report=None) -> dict:
     return _unknown("about what the trace can be trusted for: no step time to recover")
 
 
+def _period(report) -> float:
+    """The mean time from one window step's start to the next (step + gap after it, ps): the one
+    basis every finding's share is of, so shares and the ranking compare; 0 without steps."""
+    from traceview.analysis.findings import Inputs
+    from traceview.analysis.findings._context import step_info
+
+    info = step_info(Inputs(report))
+    return float((info["step_ps"] or 0) + (info["gap_ps"] or 0))
+
+
 def attach(findings: list[Finding], report=None) -> list[Finding]:
-    """Set each finding's ``impact`` (in place) and return them ranked (:func:`rank`)."""
+    """Set each finding's ``impact`` (in place), its shares of one basis (:func:`_period`, when
+    the report has steps), and return them ranked (:func:`rank`)."""
+    basis = _period(report) if report is not None else 0.0
     for f in findings:
-        f.impact = impact_of(f, report)
+        imp = impact_of(f, report)
+        if basis and imp.get("high_ps") is not None:
+            imp.update(step_ps=basis, share_low=imp["low_ps"] / basis, share_high=imp["high_ps"] / basis)
+        f.impact = imp
     return rank(findings)
 
 
@@ -154,6 +170,7 @@ def impact_line(imp: dict | None) -> str:
             f"up to {fmt_time_ps(hi)} per step" if not lo else f"{fmt_time_ps(lo)}-{fmt_time_ps(hi)} per step")
     share = ""
     if imp.get("share_high") is not None:
-        share = (f" ({fmt_pct(imp['share_high'])} of the step)" if lo == hi else
-                 f" ({fmt_pct(imp['share_low'])}-{fmt_pct(imp['share_high'])} of the step)")
+        share = (f" ({fmt_pct(imp['share_high'])} of the {fmt_time_ps(imp.get('step_ps'))} step period)" if lo == hi
+                 else f" ({fmt_pct(imp['share_low'])}-{fmt_pct(imp['share_high'])} of the "
+                      f"{fmt_time_ps(imp.get('step_ps'))} step period)")
     return f"{size}{share}, {imp['method']}: {imp.get('basis', '')}{tail}"
