@@ -99,10 +99,11 @@ def _measured(table) -> pl.DataFrame:
             .with_columns(pl.Series("time_ps", t[idx]).cast(pl.Int64), pl.Series("occurrences", c[idx]).cast(pl.Int64)))
 
 
-def flop_provenance(table) -> pl.DataFrame:
+def flop_provenance(table, measured: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per program (module, program_id) and FLOP source (``cost_source``: trace, derived,
-    unknown): op self time and its share of the program's op time, ops (descriptions)."""
-    m = _measured(table)
+    unknown): op self time and its share of the program's op time, ops (descriptions).
+    ``measured``: :func:`_measured` of ``table`` when the caller has it."""
+    m = _measured(table) if measured is None else measured
     if m.height == 0:
         return pl.DataFrame(schema={"module": pl.Utf8, "program_id": pl.UInt64, "source": pl.Utf8,
                                     "time_ps": pl.Int64, "share": pl.Float64, "ops": pl.UInt32})
@@ -118,9 +119,9 @@ def detect(prof) -> HloReport:
     from traceview.model.hlo_graph import instructions
 
     table = prof.table
-    prov = flop_provenance(table)
-    ins, notes = instructions(getattr(prof, "hlo_protos", None))
     meas = _measured(table)
+    prov = flop_provenance(table, meas)
+    ins, notes = instructions(getattr(prof, "hlo_protos", None))
     if ins.height == 0:
         det = _from_op_text(meas)
         src = "op text" if meas.height and (meas["hlo_text"] != "").any() else "none"

@@ -41,11 +41,8 @@ import polars as pl
 PHASES = ("prefill", "decode", "mixed")
 #: the smallest vocabulary an LM head's ``[B, V]`` result is recognised by
 MIN_VOCAB = 16384
-_NAME_PHASE = re.compile(r"(prefill|decode)", re.IGNORECASE)
 _LEAD = re.compile(r"^\(?[a-z0-9]+\[(\d+)")
 _DIMS = re.compile(r"\[([\d,]*)\]")
-_B_NAME = re.compile(r"_b(\d+)(?:_|$)")
-_T_NAME = re.compile(r"_t(\d+)(?:_|$)")
 
 
 @dataclass

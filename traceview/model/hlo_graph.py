@@ -92,48 +92,47 @@ def _module_rows(mod, host: str, module: str, pid: int) -> dict[str, list]:
     """The :data:`HLO_SCHEMA` columns of one decoded module. Raises ValueError on a shape out of
     range (a dimension or a size past int64)."""
     rows: dict[str, list] = {k: [] for k in HLO_SCHEMA}
-    if True:
-        aliased = {e.parameter_number for e in mod.input_output_alias.entries}
-        comps = {c.id: c for c in mod.computations}
-        fusion_of: dict[int, str] = {}  # fused computation id -> the fusion instruction's name
-        by_id: dict[int, object] = {}
-        users: dict[int, list[str]] = {}
-        for c in mod.computations:
-            for ins in c.instructions:
-                by_id[ins.id] = ins
-                if ins.opcode == "fusion":
-                    for cid in ins.called_computation_ids:
-                        fusion_of[cid] = ins.name
-        for c in mod.computations:
-            for ins in c.instructions:
-                for op in ins.operand_ids:
-                    users.setdefault(op, []).append(ins.name)
-        for c in comps.values():
-            entry = c.id == mod.entry_computation_id
-            for ins in c.instructions:
-                sh = shape_from_proto(ins.shape)
-                if sh.elements >= 1 << 62 or any(d < 0 for d in getattr(sh, "dims", ()) or ()):
-                    raise ValueError(f"instruction {ins.name} has a shape out of range ({sh})")
-                ops = [by_id.get(o) for o in ins.operand_ids]
-                rows["host"].append(host)
-                rows["module"].append(module)
-                rows["program_id"].append(pid)
-                rows["computation"].append(c.name)
-                rows["entry"].append(entry)
-                rows["fusion"].append(fusion_of.get(c.id, ""))
-                rows["name"].append(ins.name)
-                rows["opcode"].append(ins.opcode)
-                rows["shape"].append(str(sh))
-                rows["bytes"].append(sh.bytes)
-                rows["element"].append("" if sh.members is not None else sh.dtype)
-                rows["layout"].append(",".join(str(x) for x in ins.shape.layout.minor_to_major))
-                rows["operands"].append([o.name for o in ops if o is not None])
-                rows["operand_shapes"].append([str(shape_from_proto(o.shape)) for o in ops if o is not None])
-                rows["operand_layouts"].append([",".join(str(x) for x in o.shape.layout.minor_to_major)
-                                                for o in ops if o is not None])
-                rows["users"].append(users.get(ins.id, []))
-                param = ins.parameter_number if entry and ins.opcode == "parameter" else None
-                rows["parameter"].append(param)
-                rows["aliased"].append((param in aliased) if param is not None else None)
-                rows["param_index"].append(ins.parameter_number if ins.opcode == "parameter" else None)
+    aliased = {e.parameter_number for e in mod.input_output_alias.entries}
+    comps = {c.id: c for c in mod.computations}
+    fusion_of: dict[int, str] = {}  # fused computation id -> the fusion instruction's name
+    by_id: dict[int, object] = {}
+    users: dict[int, list[str]] = {}
+    for c in mod.computations:
+        for ins in c.instructions:
+            by_id[ins.id] = ins
+            if ins.opcode == "fusion":
+                for cid in ins.called_computation_ids:
+                    fusion_of[cid] = ins.name
+    for c in mod.computations:
+        for ins in c.instructions:
+            for op in ins.operand_ids:
+                users.setdefault(op, []).append(ins.name)
+    for c in comps.values():
+        entry = c.id == mod.entry_computation_id
+        for ins in c.instructions:
+            sh = shape_from_proto(ins.shape)
+            if sh.elements >= 1 << 62 or any(d < 0 for d in getattr(sh, "dims", ()) or ()):
+                raise ValueError(f"instruction {ins.name} has a shape out of range ({sh})")
+            ops = [by_id.get(o) for o in ins.operand_ids]
+            rows["host"].append(host)
+            rows["module"].append(module)
+            rows["program_id"].append(pid)
+            rows["computation"].append(c.name)
+            rows["entry"].append(entry)
+            rows["fusion"].append(fusion_of.get(c.id, ""))
+            rows["name"].append(ins.name)
+            rows["opcode"].append(ins.opcode)
+            rows["shape"].append(str(sh))
+            rows["bytes"].append(sh.bytes)
+            rows["element"].append("" if sh.members is not None else sh.dtype)
+            rows["layout"].append(",".join(str(x) for x in ins.shape.layout.minor_to_major))
+            rows["operands"].append([o.name for o in ops if o is not None])
+            rows["operand_shapes"].append([str(shape_from_proto(o.shape)) for o in ops if o is not None])
+            rows["operand_layouts"].append([",".join(str(x) for x in o.shape.layout.minor_to_major)
+                                            for o in ops if o is not None])
+            rows["users"].append(users.get(ins.id, []))
+            param = ins.parameter_number if entry and ins.opcode == "parameter" else None
+            rows["parameter"].append(param)
+            rows["aliased"].append((param in aliased) if param is not None else None)
+            rows["param_index"].append(ins.parameter_number if ins.opcode == "parameter" else None)
     return rows
