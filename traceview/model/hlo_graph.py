@@ -85,7 +85,21 @@ def instructions(protos: pl.DataFrame | None) -> tuple[pl.DataFrame, list[str]]:
             continue
         for k, v in part.items():
             rows[k].extend(v)
-    return pl.DataFrame(rows, schema=HLO_SCHEMA), notes
+    return pl.DataFrame([_list_series(k, rows[k]) if isinstance(t, pl.List) else pl.Series(k, rows[k], dtype=t)
+                         for k, t in HLO_SCHEMA.items()]), notes
+
+
+def _list_series(name: str, lists: list[list[str]]) -> pl.Series:
+    """A List(Utf8) Series of ``lists``, built from one flat column (polars converts each inner
+    Python list on its own otherwise)."""
+    n = len(lists)
+    row = pl.int_range(n, eager=True, dtype=pl.UInt32).alias("row")
+    lens = pl.Series("n", [len(v) for v in lists], dtype=pl.UInt32)
+    idx = pl.DataFrame([row, lens]).select(pl.col("row").repeat_by("n").explode()).drop_nulls()["row"]
+    flat = pl.DataFrame([idx, pl.Series("v", [x for v in lists for x in v], dtype=pl.Utf8)])
+    grouped = flat.group_by("row", maintain_order=True).agg("v")
+    out = row.to_frame().join(grouped, on="row", how="left", maintain_order="left")["v"]
+    return out.fill_null(pl.lit([], dtype=pl.List(pl.Utf8))).alias(name)
 
 
 def _module_rows(mod, host: str, module: str, pid: int) -> dict[str, list]:
@@ -107,32 +121,50 @@ def _module_rows(mod, host: str, module: str, pid: int) -> dict[str, list]:
         for ins in c.instructions:
             for op in ins.operand_ids:
                 users.setdefault(op, []).append(ins.name)
+    shape_of: dict[int, object] = {}  # instruction id -> result Shape, computed once
+    layout_of: dict[int, str] = {}
+    name_of: dict[int, str] = {}
+    for iid, ins in by_id.items():
+        sh = shape_from_proto(ins.shape)
+        if sh.elements >= 1 << 62 or any(d < 0 for d in getattr(sh, "dims", ()) or ()):
+            raise ValueError(f"instruction {ins.name} has a shape out of range ({sh})")
+        shape_of[iid] = sh
+        layout_of[iid] = ",".join(map(str, ins.shape.layout.minor_to_major))
+        name_of[iid] = ins.name
+    text_of = {iid: str(sh) for iid, sh in shape_of.items()}
     for c in comps.values():
         entry = c.id == mod.entry_computation_id
+        fusion = fusion_of.get(c.id, "")
         for ins in c.instructions:
-            sh = shape_from_proto(ins.shape)
-            if sh.elements >= 1 << 62 or any(d < 0 for d in getattr(sh, "dims", ()) or ()):
-                raise ValueError(f"instruction {ins.name} has a shape out of range ({sh})")
-            ops = [by_id.get(o) for o in ins.operand_ids]
+            iid = ins.id
+            if by_id[iid] is not ins:  # a corrupt proto reusing an id: this row reads its own shape
+                sh = shape_from_proto(ins.shape)
+                if sh.elements >= 1 << 62 or any(d < 0 for d in getattr(sh, "dims", ()) or ()):
+                    raise ValueError(f"instruction {ins.name} has a shape out of range ({sh})")
+                own = (ins.name, str(sh), ",".join(map(str, ins.shape.layout.minor_to_major)))
+            else:
+                sh = shape_of[iid]
+                own = (name_of[iid], text_of[iid], layout_of[iid])
+            ops = [o for o in ins.operand_ids if o in name_of]
             rows["host"].append(host)
             rows["module"].append(module)
             rows["program_id"].append(pid)
             rows["computation"].append(c.name)
             rows["entry"].append(entry)
-            rows["fusion"].append(fusion_of.get(c.id, ""))
-            rows["name"].append(ins.name)
+            rows["fusion"].append(fusion)
+            rows["name"].append(own[0])
             rows["opcode"].append(ins.opcode)
-            rows["shape"].append(str(sh))
+            rows["shape"].append(own[1])
             rows["bytes"].append(sh.bytes)
             rows["element"].append("" if sh.members is not None else sh.dtype)
-            rows["layout"].append(",".join(str(x) for x in ins.shape.layout.minor_to_major))
-            rows["operands"].append([o.name for o in ops if o is not None])
-            rows["operand_shapes"].append([str(shape_from_proto(o.shape)) for o in ops if o is not None])
-            rows["operand_layouts"].append([",".join(str(x) for x in o.shape.layout.minor_to_major)
-                                            for o in ops if o is not None])
-            rows["users"].append(users.get(ins.id, []))
-            param = ins.parameter_number if entry and ins.opcode == "parameter" else None
+            rows["layout"].append(own[2])
+            rows["operands"].append([name_of[o] for o in ops])
+            rows["operand_shapes"].append([text_of[o] for o in ops])
+            rows["operand_layouts"].append([layout_of[o] for o in ops])
+            rows["users"].append(users.get(iid, []))
+            is_param = ins.opcode == "parameter"
+            param = ins.parameter_number if entry and is_param else None
             rows["parameter"].append(param)
             rows["aliased"].append((param in aliased) if param is not None else None)
-            rows["param_index"].append(ins.parameter_number if ins.opcode == "parameter" else None)
+            rows["param_index"].append(ins.parameter_number if is_param else None)
     return rows
