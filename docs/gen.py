@@ -4,19 +4,21 @@
     python docs/gen.py --check    # exit 1 naming every shown output that is stale (nothing written)
     python docs/gen.py --only diff-topp-greedy analyze-gemm   # just those
 
-Each output is one ``traceview`` command run from the repository root (a subprocess, the
-command line shown above its output), or one of the few Python views below (an XSpace's
-outline, the finding thresholds), written to ``docs/outputs/NAME.txt``; the pages include
+Each output is one ``traceview`` command run from the repository root (``traceview.cli.main``
+in a worker process, each distinct command once; the command line is shown above its
+output), or one of the few Python views below (an XSpace's outline, the finding
+thresholds), written to ``docs/outputs/NAME.txt``; the pages include
 them with ``--8<-- "docs/outputs/NAME.txt"`` (pymdownx.snippets) and README.md between
 ``<!-- gen:NAME -->`` and ``<!-- /gen:NAME -->``.
 
 Outputs must not depend on the machine, the checkout's path or the day: commands run with
-``--no-cache`` (the parsed-table cache would add notes), ``--stale-days 0`` where the command
+``--no-cache`` (the parsed-table cache is this machine's state), ``--stale-days 0`` where the command
 has it (a trace ages; the fixtures would turn stale a week after they were recorded), and
 ``COLUMNS=100`` (argparse's help). What the commands print about the files themselves is
 normalised: a loose file's modification time and any age ("written <mtime>", "<age> old").
 Paths are passed relative to the repository root (an output holding the checkout's absolute
-path is an error). Nothing else is edited; no output shows a time measured on this machine (the traces' own times only).
+path is an error). Nothing else is edited; no output shows a time measured on this machine
+(the traces' own times only).
 """
 
 from __future__ import annotations
@@ -192,8 +194,9 @@ def _env() -> dict:
     return env
 
 
-#: runs every --help of a batch in one process (argparse's help is all they print): start-up once
-_HELPS = """
+#: runs a batch of commands in one process (``traceview.cli.main``, as the tests call it):
+#: the imports are paid once per batch, not once per command
+_BATCH = """
 import contextlib, io, json, sys
 from traceview.cli import main
 out = []
@@ -209,28 +212,28 @@ sys.stdout.write(json.dumps(out))
 """
 
 
-def run_commands(argvs: list) -> dict:
-    """{tuple(argv): (stdout + stderr, exit code)}: each distinct command once (``--help``s
-    together in one process, the others each in its own, two at a time)."""
+def run_commands(argvs: list, workers: int = 2) -> dict:
+    """{tuple(argv): (stdout + stderr, exit code)}: each distinct command once, in ``workers``
+    processes that each run their share in turn (every ``--help`` in the first)."""
     import json
 
     distinct = list(dict.fromkeys(tuple(a) for a in argvs))
     helps = [a for a in distinct if a[-1] == "--help"]
     others = [a for a in distinct if a[-1] != "--help"]
+    batches = [others[i::workers] for i in range(workers)]
+    batches[0] = helps + batches[0]
 
-    def one(argv):
-        p = subprocess.run([sys.executable, "-m", "traceview.cli", *argv], cwd=ROOT, env=_env(), capture_output=True,
-                           text=True, encoding="utf-8", timeout=300)
-        return p.stdout + p.stderr, p.returncode
+    def one(batch):
+        if not batch:
+            return []
+        p = subprocess.run([sys.executable, "-c", _BATCH, json.dumps([list(a) for a in batch])], cwd=ROOT, env=_env(),
+                           capture_output=True, text=True, encoding="utf-8", timeout=600)
+        if p.returncode:
+            raise SystemExit(f"gen.py: a batch of commands failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+        return list(zip(batch, (tuple(r) for r in json.loads(p.stdout))))
 
-    got = {}
-    if helps:
-        p = subprocess.run([sys.executable, "-c", _HELPS, json.dumps([list(h) for h in helps])], cwd=ROOT, env=_env(),
-                           capture_output=True, text=True, encoding="utf-8", timeout=300, check=True)
-        got.update(zip(helps, (tuple(r) for r in json.loads(p.stdout))))
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        got.update(zip(others, pool.map(one, others)))
-    return got
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        return dict(pair for got in pool.map(one, batches) for pair in got)
 
 
 def produce(out: Out, ran: dict) -> str:
