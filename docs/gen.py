@@ -117,6 +117,57 @@ def findings_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def _mcp(call):
+    """Run ``call(server)`` (a coroutine function) against traceview's MCP server rooted at
+    the repository."""
+    import asyncio
+
+    sys.path.insert(0, str(ROOT))
+    from traceview.cli.mcp_server import Roots, build_server
+
+    return asyncio.run(call(build_server(Roots([str(ROOT)]), no_cache=True)))
+
+
+def mcp_tools() -> str:
+    """The MCP server's tools as an agent sees them: name, description, parameters."""
+    import textwrap
+
+    def kind(schema):
+        types = [s.get("type", "?") for s in schema.get("anyOf", [schema])]
+        return " | ".join(t for t in types if t != "null") + (" | null" if "null" in types else "")
+
+    async def tools(srv):
+        return await srv.list_tools()
+
+    out = []
+    for t in _mcp(tools):
+        out.append(f"{t.name}")
+        out += textwrap.wrap(t.description, 96, initial_indent="  ", subsequent_indent="  ")
+        req = set(t.input_schema.get("required", ()))
+        for name, sch in t.input_schema.get("properties", {}).items():
+            extra = "required" if name in req else f"default {sch.get('default')!r}"
+            out += textwrap.wrap(f"{name} ({kind(sch)}, {extra}){': ' + sch['description'] if 'description' in sch else ''}",
+                                 96, initial_indent="    - ", subsequent_indent="      ")
+        out.append("")
+    return "\n".join(out)
+
+
+def mcp_verify() -> str:
+    """One tool call: verify, with its arguments and the answer's text."""
+    import json
+
+    args = {"path": "fixtures/greedy_b4", "base": "fixtures/topp_b4",
+            "checks": ["op matching binary_search vanished", "kernel RPAd* has bkv 256"]}
+
+    async def call(srv):
+        return await srv.call_tool("verify", args)
+
+    res = _mcp(call)
+    text = "".join(c.text for c in res.content if getattr(c, "type", "") == "text")
+    return (f"call verify {json.dumps(args)}\n"
+            f"-> is_error {res.is_error}\n{json.dumps(json.loads(text), indent=2, ensure_ascii=False)}\n")
+
+
 def help_of(*cmd) -> Out:
     return Out("help-" + "-".join(cmd), [*cmd, "--help"])
 
@@ -159,6 +210,8 @@ OUTPUTS = [
     Out("error-notrace", ["analyze", "docs", *FRESH]),
     Out("xspace-outline", py=xspace_outline),
     Out("findings-thresholds", py=findings_table, show_cmd=False),
+    Out("mcp-tools", py=mcp_tools),
+    Out("mcp-verify", py=mcp_verify),
     *(help_of(*c) for c in (("analyze",), ("report",), ("diff",), ("verify",), ("ladder",), ("history",), ("query",),
                             ("mcp",), ("engine",), ("engine", "bench"), ("engine", "profile"), ("engine", "transplant"),
                             ("engine", "patch"), ("engine", "compile-time"))),
