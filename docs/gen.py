@@ -184,6 +184,10 @@ OUTPUTS = [
     Out("analyze-v6e-comm", ["analyze", V6E, "--top", "5", *FRESH], cut=(r"^communication —", r"^roofline per family")),
     Out("analyze-nodonate-findings", ["analyze", "fixtures/nodonate_b4", "--top", "5", *FRESH],
         cut=(r"^findings", r"^devices ")),
+    Out("analyze-vllm-phases", ["analyze", VLLM, "--by", "kind", "--top", "5", *FRESH], cut=(r"^phases —", r"^memory —")),
+    Out("analyze-gemm-memory", ["analyze", GEMM, "--top", "5", *FRESH], cut=(r"^\s*memory —", None)),
+    Out("analyze-llo-inside", ["analyze", f"{SHARED}/tpu_v6e_pallas_matmul_llo.xplane.pb", "--top", "5", *FRESH],
+        cut=(r"^inside the kernels", r"^phases —")),
     # a finding on the trace that measured it (the findings page, under each section)
     Out("findings-hostmask", ["analyze", "fixtures/hostmask_b4", "--top", "5", *FRESH], cut=(r"^findings", r"^devices ")),
     Out("findings-collectives", ["analyze", "fixtures/collectives_8dev", "--top", "5", *FRESH],
