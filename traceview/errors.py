@@ -4,7 +4,7 @@ Every error the library raises on bad input is a :class:`TraceviewError` whose m
 one line naming the file and the fault. The CLI prints ``traceview: error: <message>`` and
 exits with the class's ``exit_code``; it never shows a traceback for these.
 
-Exit codes (documented in the README):
+Exit codes (documented in docs/exit-codes.md):
 
 ====  =====================================================================
 0     success
