@@ -14,7 +14,7 @@ Chrome-trace JSON (orjson) the way Perfetto's JSON importer needs them:
   gives it on the trace's clock), so the doubles keep ps precision whatever the trace's epoch;
 * on each thread, slices properly nested: Perfetto drops a slice that overlaps another
   without nesting in it (perfetto issues #6277 and #6251, JAX traces), so a line whose
-  events overlap is split over several threads (``line``, ``line #2``, ...). The nesting is
+  events overlap is split over several threads (``line``, ``line [2]``, ...). The nesting is
   worked out on the times Perfetto's importer will hold: each ``ts``/``dur`` as integer ns
   (``llround(µs * 1000)``, its ``CoerceToTs``), events in its order (start, longer first,
   file order), a slice closed at its end (intervals closed on the left, open on the right);
@@ -217,7 +217,7 @@ def chrome_trace(spaces: list, *, title: str = "") -> bytes:
                 for k in range(max(threads) + 1):
                     t = first_tid + k
                     out.append({"ph": "M", "pid": pid, "tid": t, "name": "thread_name",
-                                "args": {"name": lname if k == 0 else f"{lname} #{k + 1}"}})
+                                "args": {"name": lname if k == 0 else f"{lname} [{k + 1}]"}})
                     out.append({"ph": "M", "pid": pid, "tid": t, "name": "thread_sort_index", "args": {"sort_index": t}})
                 tid = first_tid + max(threads)
                 for (_s, _e, i, ts, dur), k in zip(evs, threads):
