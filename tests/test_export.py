@@ -329,3 +329,22 @@ def test_rounding_to_ns_splits_what_perfetto_would_drop():
     assert perfetto_faults(doc) == []
     tids = {e["tid"] for e in doc["traceEvents"] if e["ph"] == "X" and e["name"] == "add.1"}
     assert len(tids) == 2
+
+
+def test_two_hosts_give_one_xspace_each_and_one_json(tmp_path, capsys):
+    """A run of two hosts (two files): ``OUT.<host>.xplane.pb`` each with its own steps line,
+    and one JSON whose processes are named by host and plane."""
+    run = tmp_path / "log" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    run.mkdir(parents=True)
+    src = next((ENGINE / "plugins" / "profile").iterdir()) / "engine-cpu.xplane.pb"
+    for h in ("hosta", "hostb"):
+        shutil.copyfile(src, run / f"{h}.xplane.pb")
+    rc, err = export(capsys, tmp_path / "log", "--steps", "1:1", "-o", tmp_path / "w")
+    assert rc == 0, err
+    for h in ("hosta", "hostb"):
+        ev = _xspace_events(_space(tmp_path / f"w.{h}.xplane.pb"))
+        assert [e[0].split(" ·")[0] for e in ev[("/host:CPU", "traceview steps")]] == ["step 1"]
+    doc = orjson.loads((tmp_path / "w.json").read_bytes())
+    assert perfetto_faults(doc) == []
+    procs = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
+    assert {"hosta: /host:CPU", "hostb: /host:CPU"} <= procs

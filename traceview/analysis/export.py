@@ -186,9 +186,17 @@ def parse_range(text: str, what: str = "--steps") -> tuple[int, int]:
 
 
 def _files(rep) -> dict:
-    disc = rep.discovery
+    """host -> the trace file its op events were read from (the op table's own host names:
+    an XSpace's hostname, else the file's stem), else the files found."""
+    anat = getattr(rep, "steps", None)
+    table = anat.table if anat is not None and anat.table is not None else None
     out = {}
-    for f in disc.files if disc is not None else ():
+    if table is not None and table.attrs.height:
+        for h, f in table.attrs.select("host", "file").unique().sort(["host", "file"]).iter_rows():
+            if f:
+                out.setdefault(h, f)
+    disc = rep.discovery
+    for f in disc.files if disc is not None and not out else ():
         out.setdefault(f.host, str(f.path))
     return out
 

@@ -90,7 +90,7 @@ def run(args) -> int:
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     for w in prof.warnings:
         print(f"traceview: warning: {safe_line(w)}", file=sys.stderr)
-    hosts = sorted({f.host for f in prof.discovery.files}) if prof.discovery is not None else []
+    hosts = sorted(set(prof.table.attrs["host"].to_list())) if prof.table.attrs.height else []
     pbs, js = outputs(args.output, hosts)
     for path in (*pbs.values(), js):
         check_writable(path, "-o")
@@ -102,17 +102,18 @@ def run(args) -> int:
                        step_module=args.step_module, step_extent=args.step_extent, step_window=args.step_window,
                        **cargs.findings_from_args(args))
     plan = plan_export(rep, steps=args.steps, window_ps=args.window_ps)
-    del rep
+    del rep, prof  # the window is read from the files: the tables are no longer needed
     from traceview.read.guard import write_atomic
     from traceview.read.window import tracejson_window, xspace_window
     from traceview.render.timeline import chrome_trace, with_tracks, xspace_bytes
 
     spaces = []
-    kinds = {f.host: f.kind for f in prof.discovery.files} if prof.discovery is not None else {}
     n_events = 0
     for host in sorted(plan.files):
         path = plan.files[host]
-        kind = kinds.get(host, "xplane")
+        from traceview.read.discover import classify
+
+        kind = (classify(Path(path).name) or ("xplane", ""))[0]
         if kind == "xplane":
             sw = xspace_window(path, plan.windows[host])
         elif kind == "trace_json":

@@ -33,6 +33,8 @@ from traceview.read.xplane.protos import XLine, XSpace, XStat
 #: XLines are walked in pieces of about this many bytes (only pieces with events of the window
 #: are parsed by protobuf)
 PIECE_BYTES = 4 << 20
+#: a gzip-compressed XSpace is inflated into memory up to this many bytes (the reader's cap)
+MAX_XSPACE_BYTES = 8 << 30
 
 
 @dataclass
@@ -84,13 +86,15 @@ def _clip_events(raw_piece_events, base_ps: int, lo: int, hi: int, out_line) -> 
     return kept
 
 
-def _piece_events(raw, path: str):
-    """Yield (piece bytes, starts ps, ends ps) for the pieces of a serialized XLine, the
-    times of a piece's events decoded into arrays (C decoder) before protobuf sees it."""
+def _piece_events(raw, path: str, stat_id: int = -1, stat_id2: int = -1):
+    """Yield (piece bytes, starts ps, ends ps, occurrences, stat values, stat values 2) for the
+    pieces of a serialized XLine (host-aligned times; the integer XStats ``stat_id`` /
+    ``stat_id2`` of each event, -1 where absent), a piece's events decoded into arrays (C
+    decoder) before protobuf sees it. Memory: one piece at a time."""
     if wire._fast is None:
         data = raw if isinstance(raw, bytes) else bytes(raw)
-        le = wire.decode_line(data, path)
-        yield data, le.starts, le.starts + np.maximum(le.durations, 0), le.occurrences
+        le = wire.decode_line(data, path, stat_id, stat_id2)
+        yield data, le.starts, le.starts + np.maximum(le.durations, 0), le.occurrences, le.stat_values, le.stat_values2
         return
     try:
         _n, head, bounds = wire._fast.line_layout(raw, PIECE_BYTES)
@@ -99,10 +103,10 @@ def _piece_events(raw, path: str):
     base = int(wire._line_base_ps(head[4]))
     for a, b in zip(bounds[:-1], bounds[1:]):
         piece = wire._copy(raw[a:b], path)
-        le = wire.decode_line(piece, path)
+        le = wire.decode_line(piece, path, stat_id, stat_id2)
         offs = le.starts - wire._line_base_ps(le.header.timestamp_ns)
         starts = offs + base
-        yield piece, starts, starts + np.maximum(le.durations, 0), le.occurrences
+        yield piece, starts, starts + np.maximum(le.durations, 0), le.occurrences, le.stat_values, le.stat_values2
 
 
 def _cut_line(raw, path: str, lo: int, hi: int, out_line) -> int:
@@ -110,7 +114,7 @@ def _cut_line(raw, path: str, lo: int, hi: int, out_line) -> int:
     head = _header_of(raw, path)
     base = int(wire._line_base_ps(head.timestamp_ns))
     kept = 0
-    for piece, starts, ends, occ in _piece_events(raw, path):
+    for piece, starts, ends, occ, _v, _v2 in _piece_events(raw, path):
         hit = (starts < hi) & ((ends > lo) | ((ends == starts) & (starts >= lo))) & (occ == 0)
         if not hit.any():
             continue
@@ -134,26 +138,40 @@ def _header_of(raw, path: str):
 
 def _device_offsets(plane, path: str, lo: int, hi: int) -> tuple[int, int] | None:
     """(device-minus-host offset at ``lo``, at ``hi``) of a TPU plane's ``XLA Ops`` events
-    (ps; the op nearest each end), or None when they carry no device clock."""
+    (ps): that of the first op whose device start is at or after ``lo`` (else the last
+    before it), and of the last op starting before ``hi`` (else the first after it); None
+    when they carry no device clock (``device_offset_ps`` and ``device_duration_ps``). The
+    line is read a piece at a time."""
     names = {k: v.name for k, v in plane.stat_metadata.items()}
     off_id = next((k for k, v in names.items() if v == "device_offset_ps"), -1)
     dur_id = next((k for k, v in names.items() if v == "device_duration_ps"), -1)
     if off_id < 0 or dur_id < 0:
         return None
+    best: dict = {}  # at_lo, before_lo, at_hi, after_hi -> (device start, delta)
     for raw in plane.lines:
         if _header_of(raw, path).name != "XLA Ops":
             continue
-        ln = wire.decode_tpu_line(raw, path, off_id, dur_id, None, only=("XLA Ops",))
-        if ln.mids is None or not len(ln.mids) or not ln.device_clock.any():
-            return None
-        dev = ln.starts[ln.device_clock]
-        delta = dev - ln.aligned[ln.device_clock]
-        order = np.argsort(dev, kind="stable")
-        dev, delta = dev[order], delta[order]
-        i_lo = int(min(np.searchsorted(dev, lo, side="left"), len(dev) - 1))
-        i_hi = int(max(np.searchsorted(dev, hi, side="left") - 1, 0))
-        return int(delta[i_lo]), int(delta[i_hi])
-    return None
+        for _piece, starts, _ends, _occ, dev, ddur in _piece_events(raw, path, off_id, dur_id):
+            has = (dev >= 0) & (ddur >= 0)
+            if not has.any():
+                continue
+            d, delta = dev[has], dev[has] - starts[has]
+            for key, mask, earliest in (("at_lo", d >= lo, True), ("before_lo", d < lo, False),
+                                        ("at_hi", d < hi, False), ("after_hi", d >= hi, True)):
+                if not mask.any():
+                    continue
+                idx = np.flatnonzero(mask)
+                i = idx[np.argmin(d[idx])] if earliest else idx[np.argmax(d[idx])]
+                cand = (int(d[i]), int(delta[i]))
+                old = best.get(key)
+                if old is None or (cand[0] < old[0] if earliest else cand[0] > old[0]):
+                    best[key] = cand
+        break
+    first = best.get("at_lo") or best.get("before_lo")
+    last = best.get("at_hi") or best.get("after_hi")
+    if first is None or last is None:
+        return None
+    return first[1], last[1]
 
 
 def xspace_window(path: str, window: Window) -> SpaceWindow:
@@ -170,6 +188,10 @@ def xspace_window(path: str, window: Window) -> SpaceWindow:
                 data = fh.read()
         except OSError as exc:
             raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(path)) from None
+        from traceview.read.inflate import GZIP_MAGIC, gunzip
+
+        if data[:2] == GZIP_MAGIC:  # <host>.xplane.pb.gz
+            data = gunzip(data, str(path), MAX_XSPACE_BYTES, "XSpace")
         mapped = wire.read_xspace_bytes(data, str(path))
         del data
     p = str(path)
