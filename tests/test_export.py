@@ -348,3 +348,28 @@ def test_two_hosts_give_one_xspace_each_and_one_json(tmp_path, capsys):
     assert perfetto_faults(doc) == []
     procs = {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"}
     assert {"hosta: /host:CPU", "hostb: /host:CPU"} <= procs
+
+
+def test_the_window_is_the_same_without_the_c_decoder(shared_traces, monkeypatch):
+    """The pure-Python path (no C decoder: the file read whole, each line decoded at once)
+    cuts the same XSpace as the C path (mapped, in pieces)."""
+    from traceview.read import window
+    from traceview.read.xplane import wire
+
+    t0 = 19500317903750  # the v6e trace's step 0 on TPU:0 (its steps table, device clock); two steps on
+    w = window.Window(t0 + 10 * 784_000_000_000, t0 + 12 * 784_000_000_000)
+    a = window.xspace_window(str(shared_traces / V6E), w)
+    monkeypatch.setattr(wire, "_fast", None)
+    b = window.xspace_window(str(shared_traces / V6E), w)
+    assert a.events == b.events > 400 and a.shifts == b.shifts
+    assert a.space.SerializeToString() == b.space.SerializeToString()
+
+
+def test_a_window_too_large_is_refused(shared_traces, tmp_path, capsys, monkeypatch):
+    """Over the event cap: one line, exit 6 (limit exceeded), nothing written."""
+    from traceview.read import window
+
+    monkeypatch.setattr(window, "MAX_WINDOW_EVENTS", 100)
+    rc, err = export(capsys, shared_traces / V6E, "--steps", "10:12", "-o", tmp_path / "w")
+    assert rc == 6 and err.count("\n") == 1 and "more than 100 trace events" in err, err
+    assert not list(tmp_path.iterdir())

@@ -37,8 +37,9 @@ from traceview.errors import UsageError
 WHOLE_TRACE_EVENTS = 200_000
 #: ops of one family closer than this (ps) are drawn as one slice of the families line
 FAMILY_GAP_PS = 1_000_000
-#: op events of a window beyond which the families line is left out (it would not be read)
-MAX_FAMILY_EVENTS = 2_000_000
+#: op events of a window beyond which the families and exposed communication lines are left out
+#: (worked out op by op; a window that large is no longer read on a timeline)
+MAX_TRACK_EVENTS = 2_000_000
 
 LINES = ("traceview steps", "traceview families", "traceview exposed communication", "traceview findings")
 
@@ -275,11 +276,13 @@ def plan_export(rep, *, steps: tuple[int, int] | None = None, window_ps: tuple[i
     ops = _window_ops(table, windows, dev_windows, lo_all, hi_all) if table is not None else None
     if ops is not None and ops.height:
         fam = getattr(anat, "attr_family", None) if anat is not None else None
-        if ops.height > MAX_FAMILY_EVENTS:
-            notes.append(f"{ops.height:,} op events in the window: the families line is left out")
-        elif fam is not None:
-            tracks += _family_track(ops, fam)
-        tracks += _exposed_track(ops)
+        if ops.height > MAX_TRACK_EVENTS:
+            notes.append(f"{ops.height:,} op events in the window, over {MAX_TRACK_EVENTS:,}: the families and "
+                         f"exposed communication lines are left out (export fewer steps)")
+        else:
+            if fam is not None:
+                tracks += _family_track(ops, fam)
+            tracks += _exposed_track(ops)
         tracks += _finding_track(rep, ops, dev_windows, lo_all, hi_all)
     return ExportPlan(steps if have_steps and window_ps is None else None, lo_all, hi_all, windows, files, tracks,
                       notes)

@@ -117,7 +117,10 @@ def run(args) -> int:
         if kind == "xplane":
             sw = xspace_window(path, plan.windows[host])
         elif kind == "trace_json":
-            sw = tracejson_window(path, plan.windows[host])
+            from traceview.read.tracejson import text_limit_for
+
+            sw = tracejson_window(path, plan.windows[host],
+                                  max_decompressed_bytes=text_limit_for(args.max_bytes) if args.max_bytes else None)
         else:
             raise UsageError(f"{path}: export reads .xplane.pb and .trace.json(.gz) files, not {kind}")
         n_events += sw.events

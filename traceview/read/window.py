@@ -26,13 +26,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from traceview.errors import TraceUnreadable
+from traceview.errors import LimitExceeded, TraceUnreadable
 from traceview.read.xplane import wire
 from traceview.read.xplane.protos import XLine, XSpace, XStat
 
 #: XLines are walked in pieces of about this many bytes (only pieces with events of the window
 #: are parsed by protobuf)
 PIECE_BYTES = 4 << 20
+#: most events a window may hold (XSpace and JSON are built in memory: about 1 KB an event for
+#: both); over it :class:`~traceview.errors.LimitExceeded`
+MAX_WINDOW_EVENTS = 4_000_000
 #: a gzip-compressed XSpace is inflated into memory up to this many bytes (the reader's cap)
 MAX_XSPACE_BYTES = 8 << 30
 
@@ -109,8 +112,14 @@ def _piece_events(raw, path: str, stat_id: int = -1, stat_id2: int = -1):
         yield piece, starts, starts + np.maximum(le.durations, 0), le.occurrences, le.stat_values, le.stat_values2
 
 
-def _cut_line(raw, path: str, lo: int, hi: int, out_line) -> int:
-    """Copy the events of one serialized XLine overlapping [lo, hi) into ``out_line``."""
+def _too_many(path: str) -> LimitExceeded:
+    return LimitExceeded(f"the window holds more than {MAX_WINDOW_EVENTS:,} trace events; export fewer steps "
+                         f"(--steps A:B) or a shorter --window-ps", path)
+
+
+def _cut_line(raw, path: str, lo: int, hi: int, out_line, budget: int = MAX_WINDOW_EVENTS) -> int:
+    """Copy the events of one serialized XLine overlapping [lo, hi) into ``out_line``; raise
+    LimitExceeded past ``budget`` events."""
     head = _header_of(raw, path)
     base = int(wire._line_base_ps(head.timestamp_ns))
     kept = 0
@@ -119,6 +128,8 @@ def _cut_line(raw, path: str, lo: int, hi: int, out_line) -> int:
         if not hit.any():
             continue
         idx = np.flatnonzero(hit).tolist()
+        if kept + len(idx) > budget:
+            raise _too_many(path)
         try:
             evs = XLine.FromString(piece).events
         except Exception as exc:  # DecodeError, ValueError
@@ -227,7 +238,7 @@ def xspace_window(path: str, window: Window) -> SpaceWindow:
             head = _header_of(raw, p)
             line = XLine(id=head.id, display_id=head.display_id, name=head.name, display_name=head.display_name,
                          timestamp_ns=math.floor(lo / 1000), duration_ps=max(hi - lo, 0))
-            n = _cut_line(raw, p, lo, hi, line)
+            n = _cut_line(raw, p, lo, hi, line, MAX_WINDOW_EVENTS - kept)
             if n:
                 kept += n
                 used.update(e.metadata_id for e in line.events)
@@ -368,6 +379,8 @@ def tracejson_window(path: str, window: Window, *, max_decompressed_bytes: int |
                     setattr(st, fld, val)
                     ev.stats.append(st)
             kept += 1
+            if kept > MAX_WINDOW_EVENTS:
+                raise _too_many(str(path))
         for tid in sorted(lines, key=lambda t: (str(type(t)), str(t))):
             plane.lines.append(lines[tid])
     return SpaceWindow(out, aligned, shifts, kept)
