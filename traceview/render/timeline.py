@@ -89,7 +89,8 @@ def with_tracks(window, tracks, lines) -> object:
     """``window.space`` (modified in place and returned) with ``tracks`` (TrackEvents of one
     host) drawn on their device's plane (created when the window has none of that name), one
     XLine per name of ``lines`` that has events, after the plane's own lines. Times move by
-    the plane's ``window.shifts`` (op clock -> host-aligned)."""
+    the plane's ``window.shifts`` (op clock -> host-aligned) and are clipped to the plane's
+    window (an op that began before it)."""
     space = window.space
     planes = {p.name: p for p in space.planes}
     by_plane: dict = {}
@@ -117,17 +118,21 @@ def with_tracks(window, tracks, lines) -> object:
                          timestamp_ns=math.floor(lo / 1000), duration_ps=max(hi - lo, 0))
             base = line.timestamp_ns * 1000
             for t in evs:
+                s, e = max(t.start_ps - shift, lo), min(t.start_ps + max(t.dur_ps, 0) - shift, hi)
+                if e < s:
+                    continue  # outside the plane's window
                 mid = meta.get(t.name)
                 if mid is None:
                     mid = meta[t.name] = next(meta_ids)
                     plane.event_metadata[mid].id = mid
                     plane.event_metadata[mid].name = t.name
                     plane.event_metadata[mid].display_name = t.name
-                ev = line.events.add(metadata_id=mid, offset_ps=t.start_ps - shift - base, duration_ps=max(t.dur_ps, 0))
+                ev = line.events.add(metadata_id=mid, offset_ps=s - base, duration_ps=e - s)
                 for k, v in t.args.items():
                     if v is not None:
                         ev.stats.append(_set_stat(plane, stat_ids, k, v, free_stats))
-            plane.lines.append(line)
+            if len(line.events):
+                plane.lines.append(line)
     return space
 
 
