@@ -373,3 +373,21 @@ def test_a_window_too_large_is_refused(shared_traces, tmp_path, capsys, monkeypa
     rc, err = export(capsys, shared_traces / V6E, "--steps", "10:12", "-o", tmp_path / "w")
     assert rc == 6 and err.count("\n") == 1 and "more than 100 trace events" in err, err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_finding_that_cites_a_step_exports_that_step():
+    """A finding whose evidence names a step (as warmup-in-window's does) gets the command of
+    that step and its neighbours; the others, and the steps summary, the median step's."""
+    import traceview
+    from traceview.analysis.export import attach_export_commands, cited_ops, cited_step
+    from traceview.analysis.findings import Finding
+    from traceview.analysis.report import build_report
+
+    rep = build_report(traceview.load(ENGINE, cache=False))
+    rep.findings = [Finding("x", "medium", "s", {"steps": [{"host": "h", "step": 2, "duration_ps": 1}]}),
+                    Finding("y", "medium", "s", {"populations": [{"op_name": "dot.3"}], "ops": ["fusion.1"]})]
+    attach_export_commands(rep)
+    assert rep.findings[0].export_command.endswith("--steps 1:2 -o steps_1_2")  # step 2 is the last
+    assert rep.findings[1].export_command == rep.export_command
+    assert cited_step(rep.findings[0].evidence) == 2 and cited_step({"n_steps": 3}) is None
+    assert cited_ops(rep.findings[1].evidence) == ["fusion.1", "dot.3"]
