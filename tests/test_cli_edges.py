@@ -206,7 +206,8 @@ def test_no_output_lands_in_the_log_dir_of_a_run_read(tmp_path, capsys):
     for argv in (["analyze", p, "-o", f"{p}/out.json"], ["analyze", p, "--html", f"{p}/sub/r.html"],
                  ["report", p, "-o", f"{p}/r.html"], ["diff", p, p, "-o", f"{p}/d.json"],
                  ["query", p, "SELECT 1 AS a", "-o", f"{p}/q.csv"], ["history", p, "-o", f"{p}/h.json"],
-                 ["history", p, "--append", f"{p}/h.jsonl"], ["ladder", p, p, "--x", "4,8", "-o", f"{p}/l.json"]):
+                 ["history", p, "--append", f"{p}/h.jsonl"], ["ladder", p, p, "--x", "4,8", "-o", f"{p}/l.json"],
+                 ["export", p, "-o", f"{p}/w"], ["export", p, "-o", f"{p}/plugins/profile/w.xplane.pb"]):
         assert main([*argv, "--no-cache"]) == 2, argv
         assert "refusing to write" in capsys.readouterr().err
     assert sorted(q.relative_to(prof) for q in prof.rglob("*")) == before

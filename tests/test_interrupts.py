@@ -90,7 +90,7 @@ def test_ctrl_c_during_analyze_is_one_line_and_exit_130(shared_traces):
 
 
 def test_ctrl_c_in_every_command(shared_traces, tmp_path):
-    """report, diff, verify, ladder, history, query and mcp (waiting on its client), each
+    """report, diff, verify, ladder, history, query, export and mcp (waiting on its client), each
     interrupted mid-run (imports, reading, analysis: the delays differ)."""
     v6e, b4, b8 = str(shared_traces / TPU), str(ROOT / "fixtures/greedy_b4"), str(ROOT / "fixtures/greedy_b8")
     commands = {
@@ -100,8 +100,9 @@ def test_ctrl_c_in_every_command(shared_traces, tmp_path):
         "ladder": ["ladder", b4, b8, "--x", "4,8"],
         "history": ["history", b4, b8],
         "query": ["query", v6e, "SELECT * FROM ops"],
+        "export": ["export", v6e, "-o", str(tmp_path / "w")],
     }
-    for (name, argv), delay in zip(commands.items(), (0.3, 1.0, 0.6, 1.2, 0.4, 0.8)):
+    for (name, argv), delay in zip(commands.items(), (0.3, 1.0, 0.6, 1.2, 0.4, 0.8, 0.9)):
         # a command that finished before the signal (a fast machine: exit 0, nothing on
         # stderr) is interrupted again sooner, until one interrupt lands mid-run
         for _ in range(6):

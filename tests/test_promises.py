@@ -90,7 +90,7 @@ def test_an_empty_path_is_a_usage_error(shared_traces, tmp_path, capsys, monkeyp
     gemm = str(shared_traces / GEMM)
     for argv in (["analyze", ""], ["analyze", "  "], ["report", "", "-o", "r.html"], ["query", "", "SELECT 1"],
                  ["diff", "", gemm], ["diff", gemm, ""], ["verify", "", "-c", "no finding x"],
-                 ["history", ""], ["ladder", "", gemm, "--x", "1,2"]):
+                 ["history", ""], ["ladder", "", gemm, "--x", "1,2"], ["export", "", "-o", "w"]):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert len(err.splitlines()) == 1 and "PATH is empty" in err, (argv, err)

@@ -166,6 +166,9 @@ class Report:
     phases: object = None
     #: the phase the profile was kept to (``--phase``: :func:`~traceview.analysis.phases.phase_profile`), or None
     phase: str | None = None
+    #: the command that exports the median step and its neighbours to a timeline
+    #: (:func:`~traceview.analysis.export.attach_export_commands`), None without steps
+    export_command: str | None = None
 
 
 def events_note(files: list, op_events: int, device_groups: pl.DataFrame, kernels: pl.DataFrame) -> str | None:
@@ -307,6 +310,9 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     rep.phase = getattr(prof, "phase", None)
     if findings:  # last: the rules read every section above
         rep.findings = find(rep, thresholds=th)
+    from traceview.analysis.export import attach_export_commands
+
+    attach_export_commands(rep)
     if html:
         add_html_sections(rep, prof)
     return rep

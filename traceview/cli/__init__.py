@@ -21,7 +21,8 @@ from traceview.errors import EXIT_LIMIT, EXIT_OK, EXIT_USAGE, TraceviewError
 #: the subcommands and their modules (imported only for the command being run)
 COMMANDS = {"analyze": "traceview.cli.analyze", "report": "traceview.cli.report", "diff": "traceview.cli.diff",
             "verify": "traceview.cli.verify", "engine": "traceview.cli.engine", "query": "traceview.cli.query",
-            "mcp": "traceview.cli.mcp", "history": "traceview.cli.history", "ladder": "traceview.cli.ladder"}
+            "mcp": "traceview.cli.mcp", "history": "traceview.cli.history", "ladder": "traceview.cli.ladder",
+            "export": "traceview.cli.export"}
 
 
 class _Parser(argparse.ArgumentParser):

@@ -28,7 +28,7 @@ def inside_files(out: Path, trace_paths) -> bool:
     return why_inside(out, trace_paths) is not None
 
 
-def why_inside(out: Path, trace_paths) -> str | None:
+def why_inside(out: Path, trace_paths, *, trace_name: bool = False) -> str | None:
     """Why ``out`` is refused, in a few words, or None. What is protected is a profile tree
     and the traces themselves; anywhere else may be written, beside a loose trace included:
 
@@ -38,11 +38,14 @@ def why_inside(out: Path, trace_paths) -> str | None:
     * ``out`` lies in a run folder: a folder with the profiler's run name
       (:data:`~traceview.read.discover.RUN_NAME_RE`) holding trace files, wherever it was copied;
     * ``out`` lies in the log dir of a run read (``LOGDIR`` of ``LOGDIR/plugins/profile/RUN/``:
-      the profile as TensorBoard and ``jax.profiler`` see it)."""
+      the profile as TensorBoard and ``jax.profiler`` see it).
+
+    ``trace_name``: ``out`` is a trace meant to be one (``traceview export``'s ``.xplane.pb``):
+    its name is allowed, every other rule holds."""
     from traceview.read.discover import classify
 
     out = Path(out)
-    if classify(out.name) is not None:
+    if classify(out.name) is not None and not trace_name:
         return "it bears a trace file's name"
     out = out.resolve()
     dirs = set()
@@ -104,13 +107,13 @@ def _is_regular_target(path: Path) -> bool:
         return True  # to be created: a regular file
 
 
-def refuse_inside_inputs(out: Path | None, flag: str, *discoveries, trace_paths=()) -> None:
+def refuse_inside_inputs(out: Path | None, flag: str, *discoveries, trace_paths=(), trace_name: bool = False) -> None:
     """UsageError when ``out`` is inside what any of ``discoveries`` read, or among
-    ``trace_paths`` (:func:`inside_inputs`)."""
+    ``trace_paths`` (:func:`inside_inputs`; ``trace_name`` as :func:`why_inside`)."""
     if out is None:
         return
     paths = list(trace_paths) + [f.path for d in discoveries if d is not None for f in d.files]
-    why = why_inside(out, paths)
+    why = why_inside(out, paths, trace_name=trace_name)
     if why:
         raise UsageError(f"refusing to write {out}: {why} (traceview never writes into a profile folder); "
                          f"choose another {flag}")

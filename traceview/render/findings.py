@@ -8,7 +8,7 @@ from traceview.analysis.findings.impact import impact_line
 
 
 def finding_rows(findings) -> list[dict]:
-    """Template rows: id, severity, statement, why, next_step, verify_hint, doc, evidence
+    """Template rows: id, severity, statement, why, next_step, verify_hint, export_command, doc, evidence
     (short JSON text, at most 600 characters)."""
     import json
 
@@ -17,6 +17,7 @@ def finding_rows(findings) -> list[dict]:
         ev = json.dumps(f.evidence, default=str)
         out.append({"id": f.id, "severity": f.severity, "statement": f.statement, "why": f.why,
                     "next_step": f.next_step, "verify_hint": f.verify_hint,
+                    "export_command": getattr(f, "export_command", ""),  # HTML hook: not shown by the template yet
                     "doc": getattr(f, "doc", ""), "impact": impact_line(getattr(f, "impact", None)),
                     "evidence": ev if len(ev) <= 600 else ev[:600] + "…"})
     return out
@@ -45,5 +46,7 @@ def render_findings(console, findings) -> None:
         console.print(f"      next: {escape(f.next_step)}")
         if f.verify_hint:
             console.print(f"      verify: {escape(f.verify_hint)}")
+        if getattr(f, "export_command", ""):
+            console.print(f"      timeline: {escape(f.export_command)}")
         if getattr(f, "doc", ""):
             console.print(f"      more: {escape(f.doc)}")

@@ -173,7 +173,7 @@ def _memory(mem, cut: Rows) -> dict | None:
             "steps": cut("memory.steps", mem.steps), "notes": notes}
 
 
-def _steps(anat, cut: Rows) -> dict | None:
+def _steps(anat, cut: Rows, export_command: str | None = None) -> dict | None:
     if anat is None:
         return None
     records = cut("steps.records", anat.steps)
@@ -183,7 +183,8 @@ def _steps(anat, cut: Rows) -> dict | None:
         "families": cut("steps.families", anat.families), "notes": list(anat.notes),
         "extent": anat.extent, "distribution": anat.distribution, "summary": anat.summary(),
         "coverage_all": None if anat.coverage_all is None else anat.coverage_all.line(),
-        "records": records, "records_rows": dict(cut.counts["steps.records"])}
+        "records": records, "records_rows": dict(cut.counts["steps.records"]),
+        "export_command": export_command}
 
 
 def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = False) -> dict:
@@ -214,7 +215,7 @@ def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = Fal
     out["roofline"] = cut("roofline", rep.roofline)
     out["kernels"] = cut("kernels", rep.kernels)
     out["sources"] = cut("sources", rep.sources)
-    out["steps"] = _steps(anat, cut)
+    out["steps"] = _steps(anat, cut, getattr(rep, "export_command", None))
     out["occurrence_checks"] = cut("occurrence_checks", rep.checks)
     out["occurrence_checks_summary"] = rep.checks_summary
     out["communication"] = _communication(getattr(rep, "communication", None), cut)

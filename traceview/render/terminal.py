@@ -58,7 +58,7 @@ def render_report(console: Console, rep, *, top: int) -> None:
     render_analysis(console, rep, top=top)
     render_kernels(console, rep.kernels, top=top)
     render_sources(console, rep.sources, top=top, frame=rep.source_frame)
-    render_steps(console, rep.steps, top=top)
+    render_steps(console, rep.steps, top=top, export_command=getattr(rep, "export_command", None))
     render_roofline(console, rep.peaks, rep.roofline, top=top, summary=rep.roofline_summary)
     render_communication(console, getattr(rep, "communication", None), top=top)
     render_overlap(console, getattr(rep, "overlap", None), top=top)
@@ -356,10 +356,11 @@ def render_sources(console: Console, files: pl.DataFrame, *, top: int, frame: st
 STEP_ROWS = 10
 
 
-def render_steps(console: Console, anat, top: int | None = None) -> None:
+def render_steps(console: Console, anat, top: int | None = None, export_command: str | None = None) -> None:
     """Print the step anatomy: how steps were found, the per-step table (``top`` rows, else
     :data:`STEP_ROWS`: outliers first, then the longest steps) and the distribution's line, op
-    families per step, the coverage line."""
+    families per step, the coverage line, and ``export_command`` (the median step to a
+    timeline) when given."""
     if anat is None or anat.steps.height == 0:
         return
     console.print()
@@ -381,6 +382,8 @@ def render_steps(console: Console, anat, top: int | None = None) -> None:
     console.print("  " + escape(anat.coverage.line()))
     for n in anat.notes:
         console.print(f"  [yellow]note:[/yellow] {escape(n)}")
+    if export_command:
+        console.print(f"  timeline (the median step and its neighbours): {escape(export_command)}")
 
 
 def _bytes(n) -> str:

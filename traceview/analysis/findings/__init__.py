@@ -48,6 +48,9 @@ class Finding:
     doc: str = ""
     #: what the change is worth (:func:`traceview.analysis.findings.impact.impact_of`), set by :func:`find`
     impact: dict | None = None
+    #: the ``traceview export`` command of the step it cites, else of the median step
+    #: (:func:`traceview.analysis.export.attach_export_commands`); "" without steps
+    export_command: str = ""
 
     def __post_init__(self):
         if not self.doc:

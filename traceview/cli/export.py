@@ -1,0 +1,141 @@
+"""``traceview export PATH --steps A:B -o OUT``: a window of the trace for timeline viewers,
+``OUT.xplane.pb`` (XProf, TensorBoard, xprof-rs) and ``OUT.json`` (Chrome-trace JSON for
+Perfetto's UI), each holding the window's events and traceview's lines on top
+(:mod:`traceview.analysis.export`, :mod:`traceview.read.window`, :mod:`traceview.render.timeline`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from traceview.cli import args as cargs
+from traceview.errors import EXIT_OK, UsageError
+from traceview.model.naming import safe_line
+
+
+def window_range(text: str) -> tuple[int, int]:
+    """argparse type of ``--steps`` / ``--window-ps``: ``A:B`` (or ``N``), whole numbers, A <= B."""
+    from traceview.analysis.export import parse_range
+
+    try:
+        return parse_range(text, "")
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).strip()) from None
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("export", help="write a step window as .xplane.pb (XProf, TensorBoard) and Chrome-trace JSON "
+                                      "(Perfetto), with traceview's lines on top",
+                       description="Write steps A..B of the trace (default: the median step and its neighbours) as "
+                                   "OUT.xplane.pb, which XProf's and TensorBoard's trace viewer and xprof-rs open, and "
+                                   "OUT.json, a Chrome trace for Perfetto's UI. Both hold every event of the window "
+                                   "(all planes and lines, clipped to it, with their metadata and stats) and four "
+                                   "lines on each device: traceview steps (with their phase), families, exposed "
+                                   "communication and findings (markers on the ops they cite). A trace without steps "
+                                   "is exported by time (--window-ps), or whole when small. traceview never writes "
+                                   "into a profile folder: OUT goes elsewhere.")
+    cargs.add_selection(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--steps", type=window_range, metavar="A:B",
+                   help="the steps to export, A and B included, as numbered in the steps table (default: the median "
+                        "step and its neighbours)")
+    g.add_argument("--window-ps", type=window_range, metavar="START:END",
+                   help="for a trace without steps: the time window, ps after the first op event (default: the "
+                        f"whole trace when it has at most 200,000 op events)")
+    p.add_argument("-o", "--output", metavar="OUT", required=True,
+                   help="where to write: OUT.xplane.pb and OUT.json (a .xplane.pb or .json suffix given is dropped; "
+                        "several hosts: OUT.<host>.xplane.pb each)")
+    cargs.add_steps(p)
+    cargs.add_peaks(p)
+    cargs.add_findings(p)
+
+
+def outputs(out: str, hosts: list[str]) -> tuple[dict, Path]:
+    """(host -> .xplane.pb path, .json path) for ``-o OUT``. Raises UsageError for an empty OUT."""
+    if not out or not out.strip() or out == "-":
+        raise UsageError(f"-o needs a file name to write OUT.xplane.pb and OUT.json, got {out!r}")
+    base = out
+    for suf in (".xplane.pb", ".json"):
+        if base.endswith(suf) and len(base) > len(suf):
+            base = base[: -len(suf)]
+    if len(hosts) <= 1:
+        pbs = {h: Path(base + ".xplane.pb") for h in hosts or [""]}
+    else:
+        from traceview.model.naming import safe_line as _s
+
+        pbs = {h: Path(f"{base}.{_s(h).replace('/', '_')}.xplane.pb") for h in hosts}
+    return pbs, Path(base + ".json")
+
+
+def run(args) -> int:
+    """Writes the window; returns 0. Raises TraceviewError subclasses on bad input."""
+    from traceview.read.guard import check_writable, refuse_inside_inputs
+
+    pbs, js = outputs(args.output, [])
+    for path in (*pbs.values(), js):
+        check_writable(path, "-o")
+        refuse_inside_inputs(path, "-o", trace_name=path.name.endswith(".xplane.pb"))
+    from traceview.cli import process
+    from traceview.model.load import load
+
+    with process.decoding_beside_imports():
+        prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=cargs.stale_after(args),
+                    max_bytes=args.max_bytes, **cargs.read_options(args))
+    from traceview.model.profiledata import check_regex
+
+    for option, rx in (("--filter", args.filter), ("--device", args.device)):
+        if rx is not None:
+            check_regex(rx, option)
+    prof = prof.filter(op_regex=args.filter, device_regex=args.device)
+    for w in prof.warnings:
+        print(f"traceview: warning: {safe_line(w)}", file=sys.stderr)
+    hosts = sorted(set(prof.table.attrs["host"].to_list())) if prof.table.attrs.height else []
+    pbs, js = outputs(args.output, hosts)
+    for path in (*pbs.values(), js):
+        check_writable(path, "-o")
+        refuse_inside_inputs(path, "-o", prof.discovery, trace_name=path.name.endswith(".xplane.pb"))
+    from traceview.analysis.export import LINES, plan_export
+    from traceview.analysis.report import build_report
+
+    rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
+                       step_module=args.step_module, step_extent=args.step_extent, step_window=args.step_window,
+                       **cargs.findings_from_args(args))
+    plan = plan_export(rep, steps=args.steps, window_ps=args.window_ps)
+    del rep, prof  # the window is read from the files: the tables are no longer needed
+    from traceview.read.guard import write_atomic
+    from traceview.read.window import tracejson_window, xspace_window
+    from traceview.render.timeline import chrome_trace, with_tracks, xspace_bytes
+
+    spaces = []
+    n_events = 0
+    for host in sorted(plan.files):
+        path = plan.files[host]
+        from traceview.read.discover import classify
+
+        kind = (classify(Path(path).name) or ("xplane", ""))[0]
+        if kind == "xplane":
+            sw = xspace_window(path, plan.windows[host])
+        elif kind == "trace_json":
+            from traceview.read.tracejson import text_limit_for
+
+            sw = tracejson_window(path, plan.windows[host],
+                                  max_decompressed_bytes=text_limit_for(args.max_bytes) if args.max_bytes else None)
+        else:
+            raise UsageError(f"{path}: export reads .xplane.pb and .trace.json(.gz) files, not {kind}")
+        n_events += sw.events
+        space = with_tracks(sw, [t for t in plan.tracks if t.host == host], LINES)
+        write_atomic(pbs.get(host, next(iter(pbs.values()))), xspace_bytes(space))
+        spaces.append((host if len(plan.files) > 1 else "", space))
+    title = (f"steps {plan.steps[0]}:{plan.steps[1]}" if plan.steps else "time window") + f" of {args.path}"
+    write_atomic(js, chrome_trace(spaces, title=title))
+    for n in plan.notes:
+        print(f"traceview: note: {safe_line(n)}", file=sys.stderr)
+    what = f"steps {plan.steps[0]}:{plan.steps[1]}" if plan.steps else "the time window"
+    from traceview.model.units import fmt_time_ps
+
+    for path in (*pbs.values(), js):
+        print(f"wrote {safe_line(str(path))}", file=sys.stderr)
+    print(f"traceview: {what} ({fmt_time_ps(plan.hi_ps - plan.lo_ps)}): {n_events:,} trace events and {len(plan.tracks):,} on traceview's "
+          f"lines", file=sys.stderr)
+    return EXIT_OK

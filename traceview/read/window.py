@@ -1,0 +1,386 @@
+"""A time window of a trace file as an XSpace: every plane and line, the events that overlap
+the window clipped to it, with their metadata and stats.
+
+:func:`xspace_window` reads an ``.xplane.pb`` in place (memory-mapped when the C decoder is
+built), each XLine in pieces of :data:`PIECE_BYTES` whose event times are decoded into arrays
+first; only the pieces holding events of the window are parsed by protobuf, so memory is
+bounded by the window, not the file. :func:`tracejson_window` turns the window of a
+Chrome-trace JSON (``.trace.json.gz``) into the same XSpace form (a process is a plane, a
+thread a line, an event name an XEventMetadata, ``args`` the XStats).
+
+Clocks. The window is given on the op table's clock (:mod:`traceview.model.schema`). On a TPU
+plane that is the device clock (``device_offset_ps``), while the timeline's XEvents are
+host-aligned (``XLine.timestamp_ns * 1000 + offset_ps``); each TPU plane's window is moved
+onto the host-aligned clock by the device-minus-host offset of its ``XLA Ops`` events at the
+window's ends, and that offset is returned (``shifts``) so that what is drawn on top of the
+plane is moved alike. Planes without a device clock (host threads, GPU streams, XLA:CPU) use
+the window as given, or, on a TPU trace, the union of the TPU planes' host-aligned windows.
+
+Errors: :class:`~traceview.errors.TraceUnreadable` naming the file on malformed bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from traceview.errors import LimitExceeded, TraceUnreadable
+from traceview.read.xplane import wire
+from traceview.read.xplane.protos import XLine, XSpace, XStat
+
+#: XLines are walked in pieces of about this many bytes (only pieces with events of the window
+#: are parsed by protobuf)
+PIECE_BYTES = 4 << 20
+#: most events a window may hold (XSpace and JSON are built in memory: about 1 KB an event for
+#: both); over it :class:`~traceview.errors.LimitExceeded`
+MAX_WINDOW_EVENTS = 4_000_000
+#: a gzip-compressed XSpace is inflated into memory up to this many bytes (the reader's cap)
+MAX_XSPACE_BYTES = 8 << 30
+
+
+@dataclass
+class Window:
+    """Where to cut: ``lo_ps`` / ``hi_ps`` (the op table's clock, ps) for every plane, and
+    ``planes``: plane name -> (lo_ps, hi_ps) for the planes cut elsewhere (a device's own
+    steps)."""
+
+    lo_ps: int
+    hi_ps: int
+    planes: dict = field(default_factory=dict)
+
+    def of(self, name: str) -> tuple[int, int]:
+        return self.planes.get(name, (self.lo_ps, self.hi_ps))
+
+
+@dataclass
+class SpaceWindow:
+    """An XSpace holding a window (``space``, :class:`~traceview.read.xplane.protos.XSpace`),
+    the host-aligned window of each plane (``aligned``: plane name -> (lo_ps, hi_ps)) and the
+    op-clock minus host-aligned offset used on each plane (``shifts``: plane name -> ps, 0 where
+    the plane has one clock); ``events``: XEvents kept."""
+
+    space: object
+    aligned: dict
+    shifts: dict
+    events: int = 0
+
+
+def _clip_events(raw_piece_events, base_ps: int, lo: int, hi: int, out_line) -> int:
+    """Append to ``out_line`` the events of ``raw_piece_events`` (protobuf XEvents of a line
+    whose start is ``base_ps``) overlapping [lo, hi), clipped to it; their offsets are
+    relative to ``out_line``'s timestamp. Returns how many were kept."""
+    out_base = out_line.timestamp_ns * 1000
+    kept = 0
+    for ev in raw_piece_events:
+        if ev.WhichOneof("data") != "offset_ps":
+            continue  # pre-aggregated: no place on a timeline
+        s = base_ps + ev.offset_ps
+        e = s + max(ev.duration_ps, 0)
+        if not (s < hi and (e > lo or (e == s and s >= lo))):
+            continue
+        s2, e2 = max(s, lo), min(e, hi)
+        new = out_line.events.add()
+        new.CopyFrom(ev)
+        new.offset_ps = s2 - out_base
+        new.duration_ps = e2 - s2
+        kept += 1
+    return kept
+
+
+def _piece_events(raw, path: str, stat_id: int = -1, stat_id2: int = -1):
+    """Yield (piece bytes, starts ps, ends ps, occurrences, stat values, stat values 2) for the
+    pieces of a serialized XLine (host-aligned times; the integer XStats ``stat_id`` /
+    ``stat_id2`` of each event, -1 where absent), a piece's events decoded into arrays (C
+    decoder) before protobuf sees it. Memory: one piece at a time."""
+    if wire._fast is None:
+        data = raw if isinstance(raw, bytes) else bytes(raw)
+        le = wire.decode_line(data, path, stat_id, stat_id2)
+        yield data, le.starts, le.starts + np.maximum(le.durations, 0), le.occurrences, le.stat_values, le.stat_values2
+        return
+    try:
+        _n, head, bounds = wire._fast.line_layout(raw, PIECE_BYTES)
+    except ValueError as exc:
+        raise TraceUnreadable(wire._line_fault(exc), path) from None
+    base = int(wire._line_base_ps(head[4]))
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        piece = wire._copy(raw[a:b], path)
+        le = wire.decode_line(piece, path, stat_id, stat_id2)
+        offs = le.starts - wire._line_base_ps(le.header.timestamp_ns)
+        starts = offs + base
+        yield piece, starts, starts + np.maximum(le.durations, 0), le.occurrences, le.stat_values, le.stat_values2
+
+
+def _too_many(path: str) -> LimitExceeded:
+    return LimitExceeded(f"the window holds more than {MAX_WINDOW_EVENTS:,} trace events; export fewer steps "
+                         f"(--steps A:B) or a shorter --window-ps", path)
+
+
+def _cut_line(raw, path: str, lo: int, hi: int, out_line, budget: int = MAX_WINDOW_EVENTS) -> int:
+    """Copy the events of one serialized XLine overlapping [lo, hi) into ``out_line``; raise
+    LimitExceeded past ``budget`` events."""
+    head = _header_of(raw, path)
+    base = int(wire._line_base_ps(head.timestamp_ns))
+    kept = 0
+    for piece, starts, ends, occ, _v, _v2 in _piece_events(raw, path):
+        hit = (starts < hi) & ((ends > lo) | ((ends == starts) & (starts >= lo))) & (occ == 0)
+        if not hit.any():
+            continue
+        idx = np.flatnonzero(hit).tolist()
+        if kept + len(idx) > budget:
+            raise _too_many(path)
+        try:
+            evs = XLine.FromString(piece).events
+        except Exception as exc:  # DecodeError, ValueError
+            raise TraceUnreadable(f"malformed XLine {head.name!r} ({exc})", path) from None
+        kept += _clip_events((evs[i] for i in idx), base, lo, hi, out_line)
+    return kept
+
+
+def _header_of(raw, path: str):
+    if wire._fast is not None:
+        try:
+            return wire.LineHeader(*wire._fast.line_header(raw))
+        except ValueError as exc:
+            raise TraceUnreadable(wire._line_fault(exc), path) from None
+    return wire.line_header(raw if isinstance(raw, bytes) else bytes(raw), path)
+
+
+def _device_offsets(plane, path: str, lo: int, hi: int) -> tuple[int, int] | None:
+    """(device-minus-host offset at ``lo``, at ``hi``) of a TPU plane's ``XLA Ops`` events
+    (ps): that of the first op whose device start is at or after ``lo`` (else the last
+    before it), and of the last op starting before ``hi`` (else the first after it); None
+    when they carry no device clock (``device_offset_ps`` and ``device_duration_ps``). The
+    line is read a piece at a time."""
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    off_id = next((k for k, v in names.items() if v == "device_offset_ps"), -1)
+    dur_id = next((k for k, v in names.items() if v == "device_duration_ps"), -1)
+    if off_id < 0 or dur_id < 0:
+        return None
+    best: dict = {}  # at_lo, before_lo, at_hi, after_hi -> (device start, delta)
+    for raw in plane.lines:
+        if _header_of(raw, path).name != "XLA Ops":
+            continue
+        for _piece, starts, _ends, _occ, dev, ddur in _piece_events(raw, path, off_id, dur_id):
+            has = (dev >= 0) & (ddur >= 0)
+            if not has.any():
+                continue
+            d, delta = dev[has], dev[has] - starts[has]
+            for key, mask, earliest in (("at_lo", d >= lo, True), ("before_lo", d < lo, False),
+                                        ("at_hi", d < hi, False), ("after_hi", d >= hi, True)):
+                if not mask.any():
+                    continue
+                idx = np.flatnonzero(mask)
+                i = idx[np.argmin(d[idx])] if earliest else idx[np.argmax(d[idx])]
+                cand = (int(d[i]), int(delta[i]))
+                old = best.get(key)
+                if old is None or (cand[0] < old[0] if earliest else cand[0] > old[0]):
+                    best[key] = cand
+        break
+    first = best.get("at_lo") or best.get("before_lo")
+    last = best.get("at_hi") or best.get("after_hi")
+    if first is None or last is None:
+        return None
+    return first[1], last[1]
+
+
+def xspace_window(path: str, window: Window) -> SpaceWindow:
+    """The events of the ``.xplane.pb`` at ``path`` in ``window`` (module doc), as an XSpace:
+    every plane with its id, name, stats and stat metadata, the event metadata its kept events
+    use (and every metadata with stats or children, e.g. HLO protos), every line that keeps an
+    event (its id, names and timestamp, now the window's start). Raises TraceUnreadable."""
+    from pathlib import Path
+
+    mapped = wire.map_xspace(Path(path)) if wire.has_decoder() else None
+    if mapped is None:
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(path)) from None
+        from traceview.read.inflate import GZIP_MAGIC, gunzip
+
+        if data[:2] == GZIP_MAGIC:  # <host>.xplane.pb.gz
+            data = gunzip(data, str(path), MAX_XSPACE_BYTES, "XSpace")
+        mapped = wire.read_xspace_bytes(data, str(path))
+        del data
+    p = str(path)
+    out = XSpace()
+    out.hostnames.extend(mapped.hostnames)
+    out.errors.extend(mapped.errors)
+    out.warnings.extend(mapped.warnings)
+    aligned, shifts = {}, {}
+    tpu_windows = []
+    for plane in mapped.planes:  # first the device clocks
+        lo, hi = window.of(plane.name)
+        d = _device_offsets(plane, p, lo, hi) if plane.name.startswith("/device:TPU") else None
+        if d is not None:
+            aligned[plane.name] = (lo - d[0], hi - d[1])
+            shifts[plane.name] = d[0]
+            tpu_windows.append(aligned[plane.name])
+    host_window = ((min(w[0] for w in tpu_windows), max(w[1] for w in tpu_windows)) if tpu_windows
+                   else (window.lo_ps, window.hi_ps))
+    kept = 0
+    for plane in mapped.planes:
+        if plane.name not in aligned:
+            aligned[plane.name] = window.planes.get(plane.name, host_window) if not tpu_windows else host_window
+            shifts[plane.name] = 0
+        lo, hi = aligned[plane.name]
+        np_ = out.planes.add()
+        np_.id = plane.id
+        np_.name = plane.name
+        for k, v in plane.stat_metadata.items():
+            np_.stat_metadata[k].CopyFrom(v)
+        np_.stats.extend(plane.stats)
+        used = set()
+        for raw in plane.lines:
+            head = _header_of(raw, p)
+            line = XLine(id=head.id, display_id=head.display_id, name=head.name, display_name=head.display_name,
+                         timestamp_ns=math.floor(lo / 1000), duration_ps=max(hi - lo, 0))
+            n = _cut_line(raw, p, lo, hi, line, MAX_WINDOW_EVENTS - kept)
+            if n:
+                kept += n
+                used.update(e.metadata_id for e in line.events)
+                np_.lines.append(line)
+        for k, v in plane.event_metadata.items():
+            if k in used or len(v.stats) or len(v.child_id):
+                np_.event_metadata[k].CopyFrom(v)
+        for m in getattr(plane, "mapped_lines", ()):
+            m.release()
+    return SpaceWindow(out, aligned, shifts, kept)
+
+
+# -- Chrome-trace JSON ----------------------------------------------------------------------
+
+def _stat_of(value):
+    """An XStat value for one ``args`` value: (field, value)."""
+    if isinstance(value, bool):
+        return "int64_value", int(value)
+    if isinstance(value, int) and -(1 << 63) <= value < (1 << 63):
+        return "int64_value", value
+    if isinstance(value, float) and math.isfinite(value):
+        return "double_value", value
+    if isinstance(value, str):
+        return "str_value", value
+    import orjson
+
+    return "str_value", orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode("utf-8", "replace")
+
+
+def _ps(x) -> int | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return None
+    return int(round(x * 1e6))
+
+
+def _int_arg(args, key):
+    v = args.get(key) if isinstance(args, dict) else None
+    try:
+        return int(v) if v is not None and not isinstance(v, bool) else None
+    except (TypeError, ValueError):
+        return None
+
+
+def tracejson_window(path: str, window: Window, *, max_decompressed_bytes: int | None = None) -> SpaceWindow:
+    """The ``X`` events of the Chrome-trace JSON at ``path`` in ``window`` (module doc), as an
+    XSpace: one plane per process (named by its ``process_name``), one line per thread (its
+    ``thread_name``), one XEventMetadata per event name, ``args`` as XStats (numbers as
+    int64/double, strings as they are, anything else as its JSON text). A process whose events
+    carry ``device_offset_ps`` (TPU) is cut on that clock as :func:`xspace_window` does.
+    Raises TraceUnreadable, LimitExceeded, NoTraceFound as
+    :func:`traceview.read.tracejson.read_json_bytes`."""
+    import orjson
+
+    from traceview.read import tracejson
+
+    kw = {"max_decompressed_bytes": max_decompressed_bytes} if max_decompressed_bytes else {}
+    text = tracejson.read_json_bytes(path, **kw)
+    events = tracejson._load_json(text, str(path))
+    del text
+    pnames, tnames = {}, {}
+    xs = []
+    for e in events:
+        if type(e) is not dict:
+            continue
+        ph = e.get("ph")
+        if ph == "M":
+            a = e.get("args") if isinstance(e.get("args"), dict) else {}
+            if e.get("name") == "process_name" and isinstance(a.get("name"), str):
+                pnames[e.get("pid")] = a["name"]
+            elif e.get("name") == "thread_name" and isinstance(a.get("name"), str):
+                tnames[(e.get("pid"), e.get("tid"))] = a["name"]
+        elif ph == "X":
+            s, d = _ps(e.get("ts")), _ps(e.get("dur", 0))
+            if s is not None:
+                xs.append((e.get("pid"), e.get("tid"), s, max(d or 0, 0), e))
+    del events
+    # per process: the device-minus-host offsets near the window's ends (TPU device clock)
+    aligned, shifts = {}, {}
+    by_pid: dict = {}
+    for x in xs:
+        by_pid.setdefault(x[0], []).append(x)
+    pname = {pid: (pnames.get(pid) if isinstance(pnames.get(pid), str) else f"pid {pid}") for pid in by_pid}
+    tpu = []
+    for pid, evs in by_pid.items():
+        lo, hi = window.of(pname[pid])
+        dev = [(_int_arg(x[4].get("args"), "device_offset_ps"), x[2]) for x in evs]
+        dev = sorted((d, d - s) for d, s in dev if d is not None)
+        if dev:
+            keys = [d for d, _ in dev]
+            import bisect
+
+            i_lo = min(bisect.bisect_left(keys, lo), len(keys) - 1)
+            i_hi = max(bisect.bisect_left(keys, hi) - 1, 0)
+            aligned[pname[pid]] = (lo - dev[i_lo][1], hi - dev[i_hi][1])
+            shifts[pname[pid]] = dev[i_lo][1]
+            tpu.append(aligned[pname[pid]])
+    host_window = (min(w[0] for w in tpu), max(w[1] for w in tpu)) if tpu else (window.lo_ps, window.hi_ps)
+    out = XSpace()
+    kept = 0
+    for plane_id, pid in enumerate(sorted(by_pid, key=lambda p: (str(type(p)), str(p)))):
+        name = pname[pid]
+        if name not in aligned:
+            aligned[name] = host_window if tpu else window.of(name)
+            shifts[name] = 0
+        lo, hi = aligned[name]
+        plane = out.planes.add(id=plane_id, name=name)
+        meta_ids: dict = {}
+        stat_ids: dict = {}
+        lines: dict = {}
+        for _pid, tid, s, d, e in by_pid[pid]:
+            end = s + d
+            if not (s < hi and (end > lo or (d == 0 and s >= lo))):
+                continue
+            line = lines.get(tid)
+            if line is None:
+                line = lines[tid] = XLine(id=len(lines), display_id=len(lines),
+                                          name=tnames.get((pid, tid), f"tid {tid}"),
+                                          timestamp_ns=math.floor(lo / 1000), duration_ps=max(hi - lo, 0))
+            nm = e.get("name")
+            nm = nm if isinstance(nm, str) else orjson.dumps(nm).decode() if nm is not None else ""
+            mid = meta_ids.get(nm)
+            if mid is None:
+                mid = meta_ids[nm] = len(meta_ids) + 1
+                plane.event_metadata[mid].id = mid
+                plane.event_metadata[mid].name = nm
+            s2, e2 = max(s, lo), min(end, hi)
+            ev = line.events.add(metadata_id=mid, offset_ps=s2 - line.timestamp_ns * 1000, duration_ps=e2 - s2)
+            args = e.get("args")
+            if isinstance(args, dict):
+                for k, v in args.items():
+                    sid = stat_ids.get(k)
+                    if sid is None:
+                        sid = stat_ids[k] = len(stat_ids) + 1
+                        plane.stat_metadata[sid].id = sid
+                        plane.stat_metadata[sid].name = str(k)
+                    fld, val = _stat_of(v)
+                    st = XStat(metadata_id=sid)
+                    setattr(st, fld, val)
+                    ev.stats.append(st)
+            kept += 1
+            if kept > MAX_WINDOW_EVENTS:
+                raise _too_many(str(path))
+        for tid in sorted(lines, key=lambda t: (str(type(t)), str(t))):
+            plane.lines.append(lines[tid])
+    return SpaceWindow(out, aligned, shifts, kept)
