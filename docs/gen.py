@@ -29,6 +29,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ V6E = f"{SHARED}/tpu_v6e_4chip_psum.xplane.pb"
 VLLM = f"{SHARED}/vllm_tpu_qwen"
 FRESH = ["--no-cache", "--stale-days", "0"]  # analyze, report, query
 NOCACHE = ["--no-cache"]  # diff, verify, ladder, history
+TMP, TMP_SHOWN = "{tmp}", "timeline"  # a command's output folder: a temporary one, shown as "timeline"
 
 
 @dataclass
@@ -210,6 +212,7 @@ OUTPUTS = [
     Out("query-v6e", ["query", V6E, "SELECT op_name, shape, occurrences, self_ps FROM populations "
                                     "ORDER BY self_ps DESC LIMIT 5", *FRESH]),
     Out("query-tables", ["query", V6E, "--tables", *FRESH]),
+    Out("export-greedy", ["export", "fixtures/greedy_b4", "--steps", "1:2", "-o", "{tmp}/greedy_steps", *NOCACHE]),
     Out("error-corrupt", ["analyze", f"{SHARED}/corrupt_utf8_mangled.xplane.pb", *FRESH]),
     Out("error-notrace", ["analyze", "docs", *FRESH]),
     Out("xspace-outline", py=xspace_outline),
@@ -217,7 +220,7 @@ OUTPUTS = [
     Out("mcp-tools", py=mcp_tools),
     Out("mcp-verify", py=mcp_verify),
     *(help_of(*c) for c in (("analyze",), ("report",), ("diff",), ("verify",), ("ladder",), ("history",), ("query",),
-                            ("mcp",), ("engine",), ("engine", "bench"), ("engine", "profile"), ("engine", "transplant"),
+                            ("export",), ("mcp",), ("engine",), ("engine", "bench"), ("engine", "profile"), ("engine", "transplant"),
                             ("engine", "patch"), ("engine", "compile-time"))),
 ]
 
@@ -283,11 +286,13 @@ def run_commands(argvs: list, workers: int = 2) -> dict:
     def one(batch):
         if not batch:
             return []
-        p = subprocess.run([sys.executable, "-c", _BATCH, json.dumps([list(a) for a in batch])], cwd=ROOT, env=_env(),
-                           capture_output=True, text=True, encoding="utf-8", timeout=600)
-        if p.returncode:
-            raise SystemExit(f"gen.py: a batch of commands failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
-        return list(zip(batch, (tuple(r) for r in json.loads(p.stdout))))
+        with tempfile.TemporaryDirectory(prefix="traceview-docs-") as tmp:  # outputs a command writes
+            real = [[a.replace(TMP, tmp) for a in argv] for argv in batch]
+            p = subprocess.run([sys.executable, "-c", _BATCH, json.dumps(real)], cwd=ROOT, env=_env(),
+                               capture_output=True, text=True, encoding="utf-8", timeout=600)
+            if p.returncode:
+                raise SystemExit(f"gen.py: a batch of commands failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
+            return list(zip(batch, ((t.replace(tmp, TMP_SHOWN), rc) for t, rc in json.loads(p.stdout))))
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return dict(pair for got in pool.map(one, batches) for pair in got)
@@ -299,7 +304,7 @@ def produce(out: Out, ran: dict) -> str:
         body = out.py()
         return normalise(f"$ python docs/gen.py --only {out.name}\n" + body) if out.show_cmd else body
     text, rc = ran[tuple(out.argv)]
-    shown = [a for a in out.argv if a != "--no-cache"]  # the cache only adds notes: not shown
+    shown = [a.replace(TMP, TMP_SHOWN) for a in out.argv if a != "--no-cache"]  # the cache only adds notes
     body = cut(text, out.cut)
     if rc:
         body += f"[exit {rc}]\n"
