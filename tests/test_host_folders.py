@@ -152,6 +152,10 @@ def test_hosts_hours_apart_are_not_grouped_but_named(tmp_path):
     assert d.fleet == [] and [f.host for f in d.files] == ["h0"]
     hint = [w for w in d.warnings if "clock or time zone" in w]
     assert len(hint) == 1 and "(host h1) is dated 3 h before" in hint[0] and "--run" in hint[0]
+    # a quarter hour apart is no time-zone offset: two sessions, no such warning
+    _touch(tmp_path / "q", T0, "h0")
+    _touch(tmp_path / "q", T0 - timedelta(minutes=15), "h1")
+    assert not any("clock or time zone" in w for w in discover(tmp_path / "q", now=NOW).warnings)
 
 
 def test_clocks_hours_apart_inside_a_grouped_capture_are_called_out(shared_traces, tmp_path):

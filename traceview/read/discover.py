@@ -99,8 +99,10 @@ MTIME_MISMATCH_S = 60.0
 #: a large trace's export, while sessions repeated minutes apart stay apart.
 HOST_GROUP_WINDOW_S = 60.0
 #: A folder beyond the window whose distance from the newest is a whole number of quarter
-#: hours within the window (a time-zone offset) gets a warning: folder names are local time.
+#: hours within the window, from half an hour to 26 hours (the offsets between time zones),
+#: gets a warning: folder names are local time.
 ZONE_STEP_S = 900.0
+ZONE_MIN_S, ZONE_MAX_S = 1800.0, 26 * 3600.0
 
 PERFETTO_NAME = "perfetto_trace.json.gz"
 _PERFETTO_HOST = "perfetto_trace"
@@ -662,8 +664,8 @@ def _host_group(r0: Run, pool: list[Run], warnings: list[str], run_hint: str) ->
         gap = r0.time - r.time
         if gap > HOST_GROUP_WINDOW_S or len(r.hosts) != 1 or r.hosts[0] in taken:
             off = gap % ZONE_STEP_S
-            if (gap > HOST_GROUP_WINDOW_S and len(r.hosts) == 1 and r.hosts[0] not in taken
-                    and min(off, ZONE_STEP_S - off) <= HOST_GROUP_WINDOW_S):
+            if (ZONE_MIN_S - HOST_GROUP_WINDOW_S <= gap <= ZONE_MAX_S + HOST_GROUP_WINDOW_S and len(r.hosts) == 1
+                    and r.hosts[0] not in taken and min(off, ZONE_STEP_S - off) <= HOST_GROUP_WINDOW_S):
                 warnings.append(
                     f"run {r.name} (host {r.hosts[0]}) is dated {_fmt_age(gap)} before run {r0.name} and shares no "
                     f"host with the run read: if it is the same capture from a host whose clock or time zone is off "
