@@ -187,6 +187,25 @@ def test_a_plane_name_seen_once_per_rank_is_not_split():
     assert r.labels == ["w-0", "w-1"] and r.ids_collide
 
 
+def test_ranks_named_by_their_core_details_hostname():
+    # two ranks' TPU planes whose core_details (OpenXLA CoreDetails: hostname 1, device_ordinal
+    # 2, ...) name their hosts: the ranks take those names
+    from traceview.read.xplane.protos import XPlane
+
+    planes = []
+    for host in ("w-0", "w-1"):
+        for ordinal in (0, 1):
+            p = XPlane()
+            p.name, p.id = f"/device:TPU:{ordinal}", ordinal + 1
+            p.stat_metadata[7].id, p.stat_metadata[7].name = 7, "core_details"
+            st = p.stats.add()
+            st.metadata_id = 7
+            st.bytes_value = b"\x0a" + bytes([len(host)]) + host.encode() + b"\x10" + bytes([ordinal])
+            planes.append(p)
+    r = plane_ranks(planes)
+    assert r.labels == ["w-0", "w-1"] and r.rank == [0, 0, 1, 1] and r.host(3, "m") == "m/w-1"
+
+
 def test_cli_reads_a_fully_colliding_merge_with_one_line(shared_traces, tmp_path, capsys):
     # bad input: planes that collide in every field (name, id, stats, events): analyzed, one
     # warning line naming the ranks, exit 0
