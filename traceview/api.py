@@ -263,14 +263,16 @@ class Profile(ProfileData):
 def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = False, require_ops: bool = True,
          stale_after_s: float | None = 7 * 24 * 3600, max_bytes: int | None = None, cache=None, workers: int = 0,
          executor=None, scheduler: str | None = None, progress=None, discovery=None, prefetch: bool = True,
-         expand_kernels: bool = False) -> Profile:
+         expand_kernels: bool = False, group_hosts: bool = True) -> Profile:
     """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above)
     into a :class:`Profile`: the newest run unless ``run`` names one or ``all_runs`` is set;
     arguments and errors as :func:`traceview.model.load.load` (``cache``: a
     :class:`traceview.read.cache.TableCache`, False for none, None for the environment's;
     ``workers`` / ``executor`` / ``scheduler``: where several files are read). Each
     interpreted Pallas kernel invocation of a CPU trace is one op row, named by the kernel,
-    unless ``expand_kernels`` (:mod:`traceview.model.interpreted`)."""
+    unless ``expand_kernels`` (:mod:`traceview.model.interpreted`). The run folders of a
+    capture written host by host (one host each, dated within a minute) are read as one run
+    unless ``group_hosts`` is False (:func:`traceview.read.discover.discover`)."""
     from traceview.model.load import load as _load
     from traceview.read.cache import TableCache
 
@@ -280,7 +282,7 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     return _load(path, run=run, all_runs=all_runs, require_ops=require_ops, stale_after_s=stale_after_s,
                  max_bytes=max_bytes, cache=cache, workers=workers, executor=executor, scheduler=scheduler,
                  progress=progress, discovery=discovery, prefetch=prefetch, factory=Profile,
-                 expand_kernels=expand_kernels)
+                 expand_kernels=expand_kernels, group_hosts=group_hosts)
 
 
 #: The largest count an argument may give (as the CLI's options are held to).

@@ -296,6 +296,11 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  roofline_summary=predicted_vs_measured(roof), kernels=kern, sources=files,
                  source_frame=source_frame, steps=anat)
     rep.events_note = events_note(rep.files, rep.op_events, rep.device_groups, kern)
+    fleet = getattr(prof.discovery, "fleet", None)
+    if fleet and prof.table.height:  # hosts captured in their own run folders: their clocks
+        from traceview.analysis.stragglers import host_clock_line
+
+        rep.warnings.append(host_clock_line(prof.table, f"{len(fleet)} run folders read as one capture"))
     rep.communication = derived.communication(prof, peaks)
     rep.program_splits = aggregate.program_splits(by_shape)
     rep.population_regimes = population_regimes(by_shape, examined)

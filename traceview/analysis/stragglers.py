@@ -195,6 +195,41 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
     return Stragglers(devices=dev, steps=steps, collectives=coll, summary=summary, clock_offsets=offsets, notes=notes)
 
 
+#: host clock offsets past this (ps, one second) are called out: the hosts' clocks disagree
+#: beyond what a synchronised fleet shows
+CLOCK_DISAGREE_PS = 10**12
+
+
+def host_clock_line(table, what: str) -> str:
+    """One line stating the clock offsets between the hosts of ``table`` (an OpTable or the
+    wide op frame) as :func:`clock_offsets` estimates them from its collectives; ``what``
+    names how the hosts came together (e.g. "3 run folders read as one capture"). Says when
+    no collective was shared (clocks not aligned) and, loudly, when an offset is over
+    :data:`CLOCK_DISAGREE_PS`."""
+    from traceview.model.units import fmt_time_ps
+
+    cols = ["host", "device", "module", "op_name", "op_kind", "start_ps", "duration_ps"]
+    ops = (table.filter(pl.col("op_kind").is_in(_KINDS)).frame(cols) if hasattr(table, "attrs")
+           else table.select(cols))
+    offsets = clock_offsets(_executions(ops))
+    hosts = sorted(ops["host"].unique().to_list()) if ops.height else []
+    if not offsets:
+        return (f"{what}: no collective execution shared between the hosts, so their clock offsets cannot be "
+                "estimated: each host's step times hold, instants compared across hosts do not")
+    ref = hosts[0]
+    said = ", ".join(f"{h} {'+' if v >= 0 else '-'}{fmt_time_ps(abs(v))}" for h, v in offsets.items() if h != ref)
+    line = (f"{what}: clock offsets against {ref} estimated from matching collective ends (added to each host's "
+            f"times before the straggler comparison): {said}")
+    missing = [h for h in hosts if h not in offsets]
+    if missing:
+        line += f"; no collective shared with {ref}, clock not aligned: {', '.join(missing)}"
+    far = max((abs(v) for v in offsets.values()), default=0)
+    if far > CLOCK_DISAGREE_PS:
+        line += (f"; the hosts' clocks disagree by up to {fmt_time_ps(far)}: check their time sync (instants in "
+                 "this report are each host's own clock)")
+    return line
+
+
 def profile_stragglers(prof, overlap=None) -> Stragglers:
     """:func:`stragglers` of a profile (``overlap``: its :class:`~traceview.analysis.overlap.Overlap`,
     default computed)."""

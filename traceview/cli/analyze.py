@@ -100,7 +100,8 @@ def run(args) -> int:
     refuse_inside_inputs(html, "--html")
     cargs.findings_from_args(args)  # a bad --finding-threshold fails before any reading
     stale = cargs.stale_after(args)
-    disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale)
+    disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale,
+                    group_hosts=cargs.group_hosts(args))
     process.tune_allocator(cargs.input_bytes(disc))
     if getattr(args, "fleet", False):
         from traceview.cli.analyze_fleet import run as run_fleet

@@ -226,6 +226,9 @@ def add_selection(p: argparse.ArgumentParser) -> None:
     g.add_argument("--all-runs", action="store_true", help="read every run found, not only the newest")
     p.add_argument("--stale-days", type=days, default=7.0, metavar="D",
                    help="warn when the chosen run is older than D days (default 7; 0: never)")
+    p.add_argument("--no-group-hosts", action="store_true",
+                   help="read only the newest run folder, not the other hosts' folders of a capture written host by "
+                        "host (one host each, dated within 60 s of it)")
     p.add_argument("--device", metavar="REGEX", help="keep only devices whose name matches REGEX (e.g. 'TPU:0$')")
     p.add_argument("--filter", metavar="REGEX", help="keep only ops whose name, HLO text or framework op path (named scopes) matches REGEX")
     add_reading(p)
@@ -348,12 +351,17 @@ def cache_from_args(args):
 def read_options(args) -> dict:
     """``traceview.model.load.load`` keyword arguments from the reading flags: the cache,
     ``--workers`` local processes (the CLI's main is import-safe, as ``spawn`` needs),
-    ``--scheduler``, ``--expand-kernels``, and a progress bar on stderr when it is a terminal."""
+    ``--scheduler``, ``--expand-kernels``, ``--no-group-hosts``, and a progress bar on stderr when it is a terminal."""
     from traceview.render.progress import TerminalProgress
 
     return {"cache": cache_from_args(args), "workers": max(0, getattr(args, "workers", 1) or 0),
             "scheduler": getattr(args, "scheduler", None), "progress": TerminalProgress(),
-            "expand_kernels": bool(getattr(args, "expand_kernels", False))}
+            "expand_kernels": bool(getattr(args, "expand_kernels", False)), "group_hosts": group_hosts(args)}
+
+
+def group_hosts(args) -> bool:
+    """Whether run folders of one host each, dated together, are read as one run (not ``--no-group-hosts``)."""
+    return not getattr(args, "no_group_hosts", False)
 
 
 def stale_after(args) -> float | None:

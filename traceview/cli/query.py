@@ -70,7 +70,8 @@ def load_tables(args, out: Path | None):
     from traceview.read.guard import refuse_inside_inputs
 
     stale = cargs.stale_after(args)
-    disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale)
+    disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale,
+                    group_hosts=cargs.group_hosts(args))
     process.tune_allocator(cargs.input_bytes(disc))
     with process.decoding_beside_imports():
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale, max_bytes=args.max_bytes,

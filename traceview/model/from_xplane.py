@@ -48,6 +48,7 @@ from traceview.model.memory_events import has_memory_events, read_memory_events
 from traceview.model.naming import as_uint64 as _as_int
 from traceview.model.naming import DERIVED_LINES, printable, split_module_name, split_source
 from traceview.model.optable import ATTR_COLUMNS, OpTable
+from traceview.model.ranks import is_device_plane, plane_ranks
 from traceview.model.runtable import KEY_SCHEMA, RunTable
 from traceview.model.tpu_plane import plane_arrays
 from traceview.read.xplane import wire
@@ -90,10 +91,10 @@ def _stats(stats, names: dict[int, str], stat_names: dict[int, str], into: dict 
     return out
 
 
-def _device_info(plane, kind: str, names, stat_names) -> DeviceInfo:
+def _device_info(plane, kind: str, names, stat_names, host: str = "") -> DeviceInfo:
     st = _stats(plane.stats, names, stat_names)
     st = {k: (f"<{len(v)} bytes>" if isinstance(v, bytes) else v) for k, v in st.items()}
-    info = DeviceInfo(name=plane.name, kind=kind, stats=st)
+    info = DeviceInfo(name=plane.name, kind=kind, stats=st, host=host)
     if kind == "TPU":
         info.device_type = str(st.get("device_type_string", "TPU"))
         tf = _as_float(st.get("peak_teraflops_per_second"))
@@ -202,7 +203,7 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
         del data
     if not space.planes:
         raise TraceUnreadable("XSpace has no planes (not an XProf trace?)", str(p))
-    n_dev = sum(1 for pl_ in space.planes if pl_.name.startswith("/device:"))
+    n_dev = sum(1 for pl_ in space.planes if is_device_plane(pl_.name))
     if n_dev > PLANES_ALWAYS and n_dev * MIN_PLANE_BYTES > space_bytes:
         raise TraceUnreadable(f"it holds {n_dev:,} device planes in {space_bytes:,} bytes (past {PLANES_ALWAYS:,} "
                               f"planes, each needs {MIN_PLANE_BYTES:,} bytes of metadata and events): the trace is "
@@ -218,7 +219,10 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
     """Turn a parsed (lazy) XSpace into a :class:`TraceData` (see the module docstring).
     ``tpu_arrays``: per TPU plane of ``space`` (in plane order), its already decoded
     :class:`~traceview.model.tpu_plane.PlaneArrays` or the exception its decoding raised
-    (:mod:`traceview.read.prefetch`); None to decode here."""
+    (:mod:`traceview.read.prefetch`); None to decode here. An XSpace holding several ranks'
+    planes (:mod:`traceview.model.ranks`) keeps every plane: each rank's rows, devices, module
+    runs, markers, memory and kernel lines are read under the host ``<host>/<rank label>``,
+    and a note says so."""
     cols: list[pl.DataFrame] = []
     runs: list[pl.DataFrame] = []
     devices: list[DeviceInfo] = []
@@ -229,11 +233,25 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
     host_planes = []
     memory = None
     kernel_parts: list = []
-    markers: list[tuple] = []
-    dev_markers: list[tuple] = []  # (device, name, step_num, start_ps, duration_ps): TPU Steps lines
+    markers: list[tuple] = []  # (host, device, name, step_num, start_ps, duration_ps): host step annotations
+    dev_markers: list[tuple] = []  # the same of the TPU Steps lines
+
+    # the ranks' planes of a merged XSpace: a plane named '<rank>: <plane>' or '<plane> <rank>'
+    # is read as its own name; each plane's host names its rank when there are several
+    planes = list(space.planes)  # one wrapper per plane for the whole conversion (planes are keyed by id)
+    ranks = plane_ranks(planes, getattr(space, "hostnames", ()))
+    host_of = {}
+    for i, plane in enumerate(planes):
+        if ranks.names[i] != plane.name:
+            plane.name = ranks.names[i]  # in memory only: the file is never written
+        host_of[id(plane)] = printable(ranks.host(i, host))
+    several = ranks.n > 1
+    rank_note = ranks.note(path, host)
+    if rank_note:
+        notes.append(printable(rank_note))
 
     # pass 1: metadata and environment planes
-    for plane in space.planes:
+    for plane in planes:
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
         if plane.name == "/host:metadata":
             for md in plane.event_metadata.values():
@@ -252,14 +270,15 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
                     pid = _as_int(st.get("program_id"))
                 if pid is not None:
                     hlo.add(pid, mod_name, proto)
-        elif plane.name == "Task Environment":
+        elif plane.name == "Task Environment":  # one per rank in a merged XSpace: the earliest start, latest stop
             st = _stats(plane.stats, stat_names, stat_names)
-            start_ns = _as_int(st.get("profile_start_time"))
-            stop_ns = _as_int(st.get("profile_stop_time"))
+            a, b = _as_int(st.get("profile_start_time")), _as_int(st.get("profile_stop_time"))
+            start_ns = a if start_ns is None or (a is not None and a < start_ns) else start_ns
+            stop_ns = b if stop_ns is None or (b is not None and b > stop_ns) else stop_ns
 
     # pass 2: device planes, then the host plane when no device ran HLO ops. TPU planes are
     # independent and mostly C/numpy work that releases the GIL: read them on threads.
-    tpu = [p_ for p_ in space.planes if p_.name.startswith("/device:TPU:")]
+    tpu = [p_ for p_ in planes if p_.name.startswith("/device:TPU:")]
     tpu_out = {}
     if tpu:
         pre = dict(zip(map(id, tpu), tpu_arrays)) if tpu_arrays is not None and len(tpu_arrays) == len(tpu) else {}
@@ -282,7 +301,7 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
         def one(plane):
             sn = {k: v.name for k, v in plane.stat_metadata.items()}
             c_, r_, m_ = [], [], []
-            return _read_tpu_plane(plane, sn, c_, r_, host, run, path, arrays=pre.get(id(plane)),
+            return _read_tpu_plane(plane, sn, c_, r_, host_of[id(plane)], run, path, arrays=pre.get(id(plane)),
                                    dest=dest.get(id(plane)), markers=m_, parsed=parsed), c_, r_, m_
 
         workers = min(len(tpu), os.cpu_count() or 1, PLANE_THREADS)
@@ -299,26 +318,28 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
         else:
             results = [one(p_) for p_ in tpu]
         tpu_out = {id(p_): r for p_, r in zip(tpu, results)}
-    for plane in space.planes:
+    for plane in planes:
         name = plane.name
         stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        h = host_of[id(plane)]
         if name.startswith("/device:TPU:"):
-            devices.append(_device_info(plane, "TPU", stat_names, stat_names))
-            kl = read_kernel_lines(plane, stat_names, path, host)
+            devices.append(_device_info(plane, "TPU", stat_names, stat_names, h if several else ""))
+            kl = read_kernel_lines(plane, stat_names, path, h)
             if kl is not None:
                 kernel_parts.append(kl)
             k, c_, r_, m_ = tpu_out[id(plane)]
             n_events += k
             cols.extend(c_)
             runs.extend(r_)
-            dev_markers.extend(m_)
+            dev_markers.extend((h,) + m for m in m_)
         elif name.startswith("/device:GPU:") or name.startswith("/device:CUSTOM:"):
-            devices.append(_device_info(plane, "GPU" if "GPU" in name else "CUSTOM", stat_names, stat_names))
-            n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=True)
+            devices.append(_device_info(plane, "GPU" if "GPU" in name else "CUSTOM", stat_names, stat_names,
+                                        h if several else ""))
+            n_events += _read_annotated_plane(plane, stat_names, cols, hlo, h, run, path, device_lines=True)
         elif name == "/host:CPU":
             host_planes.append((plane, stat_names))
             if has_memory_events(plane):
-                got = read_memory_events(plane, stat_names, path, host)
+                got = read_memory_events(plane, stat_names, path, h)
                 memory = got if memory is None else pl.concat([memory, got], how="vertical")
     have_device_ops = any(c.height for c in cols)  # OpTables (TPU) and frames (GPU) both have height
     for plane, stat_names in host_planes:
@@ -326,9 +347,12 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
             n_events += sum(count_events(raw, path) for raw in plane.lines)
             continue
         names: list[str] = []
-        n_events += _read_annotated_plane(plane, stat_names, cols, hlo, host, run, path, device_lines=False,
-                                          markers=markers, devices=names)
-        devices.extend(DeviceInfo(name=nm, kind="CPU", device_type="CPU") for nm in names)
+        got: list[tuple] = []
+        h = host_of[id(plane)]
+        n_events += _read_annotated_plane(plane, stat_names, cols, hlo, h, run, path, device_lines=False,
+                                          markers=got, devices=names)
+        markers.extend((h, "") + tuple(m) for m in got)
+        devices.extend(DeviceInfo(name=nm, kind="CPU", device_type="CPU", host=h if several else "") for nm in names)
 
 
     tpu_parts = [c for c in cols if isinstance(c, _TpuParts)]
@@ -336,18 +360,18 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
                          + [c for c in cols if not isinstance(c, _TpuParts)])
     del tpu_parts
     cols.clear()
-    module_runs = _module_runs_frame(runs, host)
+    module_runs = _module_runs_frame(runs)
     if module_runs.height == 0 and ops.height:
         module_runs = _derive_module_runs(ops)
     notes.extend(hlo.errors)
     has_shapes = bool(ops.height) and bool((ops.collapse()["shape"] != "").any())
     if ops.height and not has_shapes:
         notes.append(f"{path}: no HLO shapes could be resolved (no HLO protos in /host:metadata?)")
-    markers = [("",) + tuple(m) for m in markers] + dev_markers
+    markers += dev_markers
     step_markers = frame({
-        "host": [host] * len(markers), "device": [m[0] for m in markers],
-        "name": [m[1] for m in markers], "step_num": [m[2] for m in markers],
-        "start_ps": [m[3] for m in markers], "duration_ps": [m[4] for m in markers]}, STEP_MARKERS_SCHEMA)
+        "host": [m[0] for m in markers], "device": [m[1] for m in markers],
+        "name": [m[2] for m in markers], "step_num": [m[3] for m in markers],
+        "start_ps": [m[4] for m in markers], "duration_ps": [m[5] for m in markers]}, STEP_MARKERS_SCHEMA)
     return TraceData(path=path, host=host, format="xplane", ops=ops, module_runs=module_runs,
                      devices=devices, notes=notes, has_shapes=has_shapes, n_events=n_events,
                      profile_start_ns=start_ns, profile_stop_ns=stop_ns,
@@ -356,7 +380,7 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
                      hlo_protos=protos_frame(hlo.raw, host))
 
 
-def _module_runs_frame(runs: list, host: str) -> RunTable:
+def _module_runs_frame(runs: list) -> RunTable:
     """The module runs (a :class:`~traceview.model.runtable.RunTable`) of the TPU planes'
     ``XLA Modules`` executions (:func:`_read_tpu_plane`'s ``runs``), built once for every
     plane: one key per (plane, distinct (module, program_id))."""
@@ -367,7 +391,7 @@ def _module_runs_frame(runs: list, host: str) -> RunTable:
     u = np.concatenate([r[1] + o for r, o in zip(runs, offsets)]).astype(np.uint32)
     keys = pl.DataFrame({
         "key": pl.Series(np.arange(len(uniq), dtype=np.uint32)),
-        "host": pl.Series([host] * len(uniq), dtype=pl.Utf8),
+        "host": pl.Series([r[5] for r in runs for _ in r[0]], dtype=pl.Utf8),
         "device": pl.Series([r[4] for r in runs for _ in r[0]], dtype=pl.Utf8),
         "module": pl.Series([m for m, _ in uniq], dtype=pl.Utf8),
         "program_id": pl.Series([p for _, p in uniq], dtype=pl.UInt64),
@@ -532,7 +556,7 @@ _META_COLUMNS = ["metadata_id", "op_name", "op_kind", "category", "shape", "hlo_
 def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, arrays=None, dest=None,
                     markers: list | None = None, parsed: dict | None = None) -> int:
     """Append one TPU plane's module runs (to ``runs``: (distinct (module, program_id),
-    execution index into them, starts, durations, device), for :func:`_module_runs_frame`), op parts (to ``cols``) and ``Steps``
+    execution index into them, starts, durations, device, host), for :func:`_module_runs_frame`), op parts (to ``cols``) and ``Steps``
     line events (to ``markers``: (device, "Steps", step number, start_ps, duration_ps), the
     step number read off the event's name, else its index on the line); returns its event
     count. ``arrays``: its :class:`~traceview.model.tpu_plane.PlaneArrays` when already
@@ -554,7 +578,7 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, 
     mods = _ModuleNames.empty()
     if pa.mod_mids is not None:
         mods = _ModuleNames(plane, pa.mod_mids)
-        runs.append((mods.uniq, mods.exec_u, pa.mod_starts, pa.mod_durs, plane.name))
+        runs.append((mods.uniq, mods.exec_u, pa.mod_starts, pa.mod_durs, plane.name, host))
     if pa.mids is None:
         return pa.n_events
     meta = _tpu_metadata(plane, stat_names, stat_names, used=np.unique(pa.mids).tolist(), parsed=parsed)

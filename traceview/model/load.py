@@ -47,12 +47,13 @@ def start_prefetch(disc, *, max_bytes: int | None, cache, local: bool):
 def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = False, require_ops: bool = True,
          stale_after_s: float | None = 7 * 24 * 3600, max_bytes: int | None = None, cache=None, workers: int = 0,
          executor=None, scheduler: str | None = None, progress=None, discovery=None, prefetch=True,
-         factory=None, expand_kernels: bool = False):
+         factory=None, expand_kernels: bool = False, group_hosts: bool = True):
     """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above).
 
     Picks the newest run unless ``run`` names one or ``all_runs`` is set
     (:func:`traceview.read.discover.discover`; ``discovery``: its result for ``path`` made by
-    the caller, not repeated), reads one file per host (xplane.pb preferred over
+    the caller, not repeated; ``group_hosts``: the run folders of a capture written host by
+    host are read as one run, see ``discover``), reads one file per host (xplane.pb preferred over
     trace.json.gz) and merges them into one profile, an instance of ``factory`` (default
     :class:`~traceview.model.profiledata.ProfileData`; called as its ``from_traces``).
 
@@ -85,7 +86,7 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
             raise UsageError(f"{what} must be a whole number {'>= 0' if least == 0 else '> 0'}, got {v!r}")
 
     disc = discovery if discovery is not None else discover(path, run=run, all_runs=all_runs,
-                                                             stale_after_s=stale_after_s,
+                                                             stale_after_s=stale_after_s, group_hosts=group_hosts,
                                                              run_hint="pass run= or all_runs=True to load()")
     store = TableCache.default() if cache is None else (cache or None)
     if prefetch is True:
@@ -105,8 +106,11 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     # this process), so the reader can take it over
     read = read_task if pre is None or len(tasks) != 1 else functools.partial(read_task, prefetch=pre)
     results = read_many(tasks, read, executor=executor, scheduler=scheduler, workers=workers, progress=progress)
-    if len({t.run for t in tasks}) > 1:  # several runs: each its own timeline (module doc of qualify_host)
-        results = [r if isinstance(r, Exception) else qualify_host(r, t.run) for r, t in zip(results, tasks)]
+    # several runs: each its own timeline (module doc of qualify_host); the run folders of one
+    # capture written host by host (Discovery.fleet) are one
+    timeline = getattr(disc, "timeline", lambda r: r)
+    if len({timeline(t.run) for t in tasks}) > 1:
+        results = [r if isinstance(r, Exception) else qualify_host(r, timeline(t.run)) for r, t in zip(results, tasks)]
     traces, errors = split_results(results, warnings)
     if errors and not traces:
         raise _all_faults(errors, disc)

@@ -123,37 +123,50 @@ def read_memory_events(plane, stat_names: dict[int, str], path: str, host: str) 
             if nm in names:
                 ids.append(sid)
                 slots.append(slot)
-    mem_mids = np.fromiter(kinds_of, dtype=np.int64, count=len(kinds_of))
-    alloc_mids = np.fromiter((m for m, a in kinds_of.items() if a), dtype=np.int64)
     ref_names = np.array([""] + list(stat_names.values()), dtype=object)
     ref_keys = np.array([-1] + list(stat_names.keys()), dtype=np.int64)
     order = np.argsort(ref_keys, kind="stable")
     ref_keys, ref_names = ref_keys[order], ref_names[order]
-    parts = []
+    # the kept events of every line gathered first, their columns built once (a host plane has
+    # one line per thread: a frame per line cost more than the events, ms per plane)
+    times, allocs, kinds_l, vals_l, strs = [], [], [], [], []
+    n_str = 0
     nslot = len(_SLOTS)
     for raw in plane.lines:
         line = wire.decode_annotated(raw, path, ids, slots, 0, nslot)
         if not len(line):
             continue
-        mids = line.combo_mids[line.combo]
-        keep = np.flatnonzero(np.isin(mids, mem_mids))
-        if not len(keep):
+        mem_combo = np.fromiter((m in kinds_of for m in line.combo_mids.tolist()), dtype=bool,
+                                count=len(line.combo_mids))  # a line's few distinct (metadata, stats)
+        if not mem_combo.any():
             continue
+        keep = np.flatnonzero(mem_combo[line.combo])
+        alloc_combo = np.fromiter((bool(kinds_of.get(m)) for m in line.combo_mids.tolist()), dtype=bool,
+                                  count=len(line.combo_mids))
         kinds = line.extra_kinds[keep]
         vals = line.extra_values[keep]
-        strings = np.array(list(line.strings) + [""], dtype=object)
-        cols = {"time_ps": line.starts[keep], "alloc": np.isin(mids[keep], alloc_mids)}
-        for name in _INT_SLOTS:
-            cols[name] = _ints(kinds[:, _SLOT[name]], vals[:, _SLOT[name]])
-        k, v = kinds[:, _SLOT["fragmentation"]], vals[:, _SLOT["fragmentation"]]
-        frag = np.where(k == wire.KIND_DOUBLE, v.view(np.float64), v.astype(np.float64))
-        cols["fragmentation"] = pl.Series(frag).set(pl.Series(k == wire.KIND_ABSENT), None)
-        for name in _STR_SLOTS:
-            cols[name] = _strings(kinds[:, _SLOT[name]], vals[:, _SLOT[name]], strings, ref_keys, ref_names)
-        parts.append(pl.DataFrame(cols))
-    if not parts:
+        if n_str:  # a line's string stats index its own strings: shift them past the earlier lines'
+            vals = np.where((kinds == wire.KIND_STR) & (vals >= 0), vals + n_str, vals)
+        line_strs = list(line.strings)
+        strs.extend(line_strs)
+        n_str += len(line_strs)
+        times.append(line.starts[keep])
+        allocs.append(alloc_combo[line.combo[keep]])
+        kinds_l.append(kinds)
+        vals_l.append(vals)
+    if not times:
         return empty_memory()
-    df = pl.concat(parts, how="vertical")
+    kinds, vals = np.concatenate(kinds_l), np.concatenate(vals_l)
+    strings = np.array(strs + [""], dtype=object)
+    cols = {"time_ps": np.concatenate(times), "alloc": np.concatenate(allocs)}
+    for name in _INT_SLOTS:
+        cols[name] = _ints(kinds[:, _SLOT[name]], vals[:, _SLOT[name]])
+    k, v = kinds[:, _SLOT["fragmentation"]], vals[:, _SLOT["fragmentation"]]
+    frag = np.where(k == wire.KIND_DOUBLE, v.view(np.float64), v.astype(np.float64))
+    cols["fragmentation"] = pl.Series(frag).set(pl.Series(k == wire.KIND_ABSENT), None)
+    for name in _STR_SLOTS:
+        cols[name] = _strings(kinds[:, _SLOT[name]], vals[:, _SLOT[name]], strings, ref_keys, ref_names)
+    df = pl.DataFrame(cols)
     dtype = df["data_type"]
     df = df.with_columns(
         pl.lit(host, dtype=pl.Utf8).alias("host"),

@@ -24,6 +24,14 @@ The traps this module guards against:
 * **``None/``** — ``jax.profiler.start_trace(None)`` writes to ``./None/plugins/profile/``.
 * **stray files** — trace files lying loose next to each other (not in a run folder) are read
   as the hosts of one run, with a warning.
+* **a fleet captured host by host** — each host of a multi-host capture may write its own run
+  folder, named by its own clock seconds apart. The newest run, when it holds one host, is
+  read together with the older run folders beside it (same ``plugins/profile``) dated within
+  :data:`HOST_GROUP_WINDOW_S` of it that hold one host each, none a host already taken; the
+  first folder that breaks a rule ends the group (a host seen again is an earlier session).
+  A reason names the folders and the window; :attr:`Discovery.fleet` lists them. Not with a
+  run named or all runs (``group_hosts=False``: never). Their clocks differ: the straggler
+  analysis estimates the offsets (:mod:`traceview.analysis.stragglers`).
 """
 
 from __future__ import annotations
@@ -84,6 +92,17 @@ def pseudo_mounts(mounts: str = "/proc/self/mounts") -> frozenset[str]:
 
 #: Two files of one host written further apart than this (seconds) get a warning.
 MTIME_MISMATCH_S = 60.0
+
+#: Run folders of one host each, dated (by their names) at most this many seconds before the
+#: newest run, are read with it as one capture (module doc). A host exports its trace when
+#: the capture stops, so its folder is named within seconds of the others'; 60 s also spans
+#: a large trace's export, while sessions repeated minutes apart stay apart.
+HOST_GROUP_WINDOW_S = 60.0
+#: A folder beyond the window whose distance from the newest is a whole number of quarter
+#: hours within the window, from half an hour to 26 hours (the offsets between time zones),
+#: gets a warning: folder names are local time.
+ZONE_STEP_S = 900.0
+ZONE_MIN_S, ZONE_MAX_S = 1800.0, 26 * 3600.0
 
 PERFETTO_NAME = "perfetto_trace.json.gz"
 _PERFETTO_HOST = "perfetto_trace"
@@ -193,7 +212,9 @@ class Discovery:
     ``runs`` are all runs found, newest first; ``selected`` the runs to read; ``files`` the
     files to read: one per (selected run, host), ``.xplane.pb`` preferred. ``reasons`` are
     human-readable lines saying what is read and why; ``warnings`` one line per trap noticed;
-    ``skipped`` the (path, why) of folders and files that could not be looked at.
+    ``skipped`` the (path, why) of folders and files that could not be looked at. ``fleet``:
+    the run folders of one capture written host by host, read as one run (newest first;
+    empty when none were grouped): they are all in ``selected``.
     """
 
     root: Path
@@ -203,6 +224,12 @@ class Discovery:
     reasons: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+    fleet: list[Run] = field(default_factory=list)
+
+    def timeline(self, run: str) -> str:
+        """The run whose timeline run ``run``'s files are on: the newest folder of the
+        :attr:`fleet` for its members, else ``run`` itself."""
+        return self.fleet[0].name if self.fleet and any(r.name == run for r in self.fleet) else run
 
     def siblings(self, tf: TraceFile) -> list[TraceFile]:
         """The other files of ``tf``'s run and host (e.g. the ``.trace.json.gz`` next to a
@@ -414,6 +441,7 @@ def discover(
     stale_after_s: float | None = 7 * 24 * 3600,
     now: float | None = None,
     run_hint: str = "pass --run or --all-runs",
+    group_hosts: bool = True,
 ) -> Discovery:
     """Find the trace files under ``path`` and choose which to read.
 
@@ -430,6 +458,8 @@ def discover(
         now: the current time, seconds since the epoch (default ``time.time()``); for ages.
         run_hint: how the caller's user chooses a run, for the warnings ("pass --run or
             --all-runs" for analyze; diff has --run-base / --run-treatment).
+        group_hosts: read the run folders of a capture written host by host as one run
+            (:data:`HOST_GROUP_WINDOW_S`, module doc); False reads the newest folder alone.
 
     Returns:
         A :class:`Discovery`. Runs are ordered newest first by their folder timestamp, else
@@ -497,6 +527,7 @@ def discover(
             f"in {len(runs)} run{'s' if len(runs) != 1 else ''}"
         )
 
+    fleet: list[Run] = []
     if all_runs:
         selected = list(runs)
         reasons.append(f"reading all {len(runs)} runs (all runs requested): " + "; ".join(_describe_run(r, now) for r in runs))
@@ -526,6 +557,9 @@ def discover(
         present = [r for r in pool if r not in future]
         r0 = present[0] if present else pool[0]
         selected = [r0]
+        fleet = _host_group(r0, pool, warnings, run_hint) if group_hosts and not single_file else []
+        if fleet:
+            selected = list(fleet)
         if timed and runs[0] is not r0 and runs[0] not in future:
             loose = [r for r in runs if r.timestamp is None]
             warnings.append(
@@ -549,15 +583,25 @@ def discover(
                            f"dated by {basis}")
         else:
             reasons.append(f"reading run {_describe_run(r0, now)} at {r0.directory}: the only run found")
-        if len(runs) > 1:
+        if fleet:
+            hosts = ", ".join(f"{r.hosts[0]} ({r.name})" for r in fleet)
+            reasons.append(
+                f"read as one run: {len(fleet)} run folders of one host each, dated within "
+                f"{fleet[0].time - fleet[-1].time:.0f} s of each other (folders within {HOST_GROUP_WINDOW_S:.0f} s of "
+                f"the newest, no host twice, are grouped): {hosts}; each host has its own clock: the straggler "
+                "analysis estimates the offsets (--no-group-hosts, or group_hosts=False, reads the newest folder alone)")
+        if len(runs) > len(selected):
+            what = f"the {len(fleet)} run folders of the newest capture" if fleet else (
+                f"{'the newest ' if r0 is runs[0] else 'the newest run folder, ' if not future else ''}"
+                f"{r0.name or r0.directory}")
             warnings.append(
-                f"{len(runs)} runs found; reading {'the newest ' if r0 is runs[0] else 'the newest run folder, ' if not future else ''}"
-                f"{r0.name or r0.directory}; {run_hint} "
+                f"{len(runs)} runs found; reading {what}; {run_hint} "
                 "to choose (the newest run may not be the session you just profiled if clocks or copies differ)"
             )
     if not all_runs and len(runs) > 1:
         others = [r for r in runs if r not in selected]
-        reasons.append("other runs, not read: " + "; ".join(_describe_run(r, now) for r in others))
+        if others:
+            reasons.append("other runs, not read: " + "; ".join(_describe_run(r, now) for r in others))
 
     files: list[TraceFile] = []
     for r in selected:
@@ -602,4 +646,32 @@ def discover(
                        if newest is not None and mtime is not None and mtime > newest else "")
             warnings.append(f"folder {p} could not be listed ({why.split(': ', 1)[-1]}){changed}: it may hold a "
                             "newer run, which was not read; fix its permissions or pass it directly")
-    return Discovery(root=root, runs=runs, selected=selected, files=files, reasons=reasons, warnings=warnings, skipped=skipped)
+    return Discovery(root=root, runs=runs, selected=selected, files=files, reasons=reasons, warnings=warnings,
+                     skipped=skipped, fleet=fleet)
+
+
+def _host_group(r0: Run, pool: list[Run], warnings: list[str], run_hint: str) -> list[Run]:
+    """The run folders read with ``r0`` as one capture written host by host (module doc),
+    newest first, ``r0`` included; [] when there are none. Appends a warning when the folder
+    that ended the group shares no host with it and is dated a whole number of quarter hours
+    away (a host whose clock or time zone is hours off: its folder is not grouped)."""
+    if r0.timestamp is None or len(r0.hosts) != 1:
+        return []
+    group, taken = [r0], set(r0.hosts)
+    beside = [r for r in pool if r is not r0 and r.timestamp is not None and r.directory.parent == r0.directory.parent
+              and r.time <= r0.time]  # pool is newest first
+    for r in beside:
+        gap = r0.time - r.time
+        if gap > HOST_GROUP_WINDOW_S or len(r.hosts) != 1 or r.hosts[0] in taken:
+            off = gap % ZONE_STEP_S
+            if (ZONE_MIN_S - HOST_GROUP_WINDOW_S <= gap <= ZONE_MAX_S + HOST_GROUP_WINDOW_S and len(r.hosts) == 1
+                    and r.hosts[0] not in taken and min(off, ZONE_STEP_S - off) <= HOST_GROUP_WINDOW_S):
+                warnings.append(
+                    f"run {r.name} (host {r.hosts[0]}) is dated {_fmt_age(gap)} before run {r0.name} and shares no "
+                    f"host with the run read: if it is the same capture from a host whose clock or time zone is off "
+                    f"by hours, it is not read with it (run folders are grouped within {HOST_GROUP_WINDOW_S:.0f} s); "
+                    f"{run_hint} to read it")
+            break
+        group.append(r)
+        taken.add(r.hosts[0])
+    return group if len(group) > 1 else []

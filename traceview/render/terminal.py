@@ -453,9 +453,10 @@ def render_step_records(console: Console, anat, top: int | None = None) -> None:
                  ("idle", "right"), ("gap before", "right"), ("", "left"), ("reason", "left")):
         t.add_column(c, justify=j, overflow="fold")
     t0 = int(st["start_ps"].min())
+    hosts = "host" in st.columns and st["host"].n_unique() > 1  # ranks or hosts name the same devices
     for r in rows.iter_rows(named=True):
         mark = "[red]outlier[/red]" if r["outlier"] else ("" if r["in_window"] else "[dim]excluded[/dim]")
-        t.add_row(escape(r["device"]), str(r["step"]), fmt_time_ps(r["start_ps"] - t0), fmt_time_ps(r["duration_ps"]),
+        t.add_row(escape(f"{r['host']}:{r['device']}" if hosts else r["device"]), str(r["step"]), fmt_time_ps(r["start_ps"] - t0), fmt_time_ps(r["duration_ps"]),
                   fmt_time_ps(r["idle_ps"]), "-" if r["gap_before_ps"] is None else fmt_time_ps(r["gap_before_ps"]),
                   mark, escape(r["reason"] or ""))
     console.print(t)

@@ -1,0 +1,236 @@
+"""Merged ranks (issue 27.3): one XSpace holding several ranks' planes, built at test time by
+``benchmarks/merge_ranks.py`` (the layouts of tpu-inference's ``merge_xprof.py``) from copies
+of the shared traces and fixtures: every plane kept, each rank's devices under their own host,
+the ranks told apart where the planes say so."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import traceview
+from traceview.cli import main
+from traceview.model.from_xplane import read_xplane
+from traceview.model.ranks import plane_ranks
+from traceview.read.xplane.protos import XSpace
+
+ROOT = Path(__file__).resolve().parents[1]
+V6E = "tpu_v6e_4chip_psum.xplane.pb"
+#: the op columns a rank's device must give exactly as the original file's device
+SAME = ["line", "module", "program_id", "op_name", "op_kind", "category", "shape", "hlo_text", "kernel", "start_ps",
+        "duration_ps", "self_ps", "count", "source_file", "source_line", "framework_op", "flops", "bytes_accessed",
+        "cost_source"]
+
+
+def _bench(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+merge_ranks = _bench("merge_ranks")
+
+
+def _ranks_of(tmp: Path, src: Path, n: int) -> list[Path]:
+    """``n`` copies of ``src`` named as a DP run names its ranks (dp0_..., dp1_...): the
+    originals are never touched."""
+    out = []
+    for k in range(n):
+        p = tmp / f"dp{k}_w-0.xplane.pb"
+        shutil.copyfile(src, p)
+        out.append(p)
+    return out
+
+
+def _cols(ops: pl.DataFrame) -> list[str]:
+    return [c for c in SAME if c in ops.columns]
+
+
+def _rows(ops: pl.DataFrame) -> pl.DataFrame:
+    return ops.select(_cols(ops)).sort(_cols(ops), nulls_last=True)
+
+
+@pytest.fixture(scope="module")
+def original(shared_traces):
+    return traceview.load(shared_traces / V6E, cache=False)
+
+
+@pytest.mark.parametrize("mode", ["renumber", "naive", "prefix"])
+def test_two_ranks_of_the_v6e_trace_keep_every_device(shared_traces, tmp_path, original, mode):
+    ranks = _ranks_of(tmp_path, shared_traces / V6E, 2)
+    merged = tmp_path / "out" / "merged.xplane.pb"
+    info = merge_ranks.merge(ranks, merged, mode)
+    assert info["planes"] == 14
+    prof = traceview.load(merged, cache=False)
+    labels = {"prefix": ["dp0_w-0", "dp1_w-0"]}.get(mode, ["rank0", "rank1"])
+    hosts = [f"merged/{lb}" for lb in labels]
+    devs = prof.device_summary()
+    assert devs.height == 8 and sorted(set(devs["host"])) == hosts
+    assert prof.op_events == 2 * original.op_events == 2 * 6013
+    o = original.ops
+    for k, h in enumerate(hosts):
+        for i in range(4):
+            # renumbered planes: rank k's /device:TPU:i is /device:TPU:(4k + i)
+            dev = f"/device:TPU:{4 * k + i if mode == 'renumber' else i}"
+            got = prof.ops.filter((pl.col("host") == h) & (pl.col("device") == dev))
+            want = o.filter(pl.col("device") == f"/device:TPU:{i}")
+            assert got.height == want.height > 1000
+            assert _rows(got).equals(_rows(want), null_equal=True), (mode, h, dev)
+    # one line says how the ranks were told apart
+    notes = [w for w in prof.warnings if "ranks' planes" in w]
+    assert len(notes) == 1 and all(h in notes[0] for h in hosts)
+    want_how = {"renumber": "rank numbers on the host planes", "naive": "plane names repeated",
+                "prefix": "planes named '<rank>: <plane>'"}[mode]
+    assert want_how in notes[0]
+    assert ("plane ids collide too" in notes[0]) == (mode == "naive")
+    # each rank's step markers and module runs stay its own
+    assert sorted(set(prof.module_runs["host"])) == hosts
+    per = prof.module_runs.group_by("host").len()
+    assert per["len"].to_list() == [original.module_runs.height] * 2
+
+
+def test_naive_concat_keeps_every_plane_oracle(shared_traces, tmp_path):
+    # the plain concatenation: names and plane ids collide in every field; the op events per
+    # (rank, device) are the XLA Ops events of that plane, counted off the raw XSpace
+    ranks = _ranks_of(tmp_path, shared_traces / V6E, 3)
+    merged = tmp_path / "concat.xplane.pb"
+    merge_ranks.merge(ranks, merged, "naive")
+    xs = XSpace()
+    xs.ParseFromString(merged.read_bytes())
+    names = [p.name for p in xs.planes]
+    assert names.count("/device:TPU:0") == 3 and len({p.id for p in xs.planes if p.name == "/device:TPU:0"}) == 1
+    want = {}
+    seen: dict = {}
+    for p in xs.planes:
+        if p.name.startswith("/device:TPU:"):
+            k = seen.get(p.name, 0)
+            seen[p.name] = k + 1
+            want[(f"concat/rank{k}", p.name)] = sum(len(ln.events) for ln in p.lines if ln.name == "XLA Ops")
+    td = read_xplane(merged)
+    got = {(h, d): n for h, d, n in td.ops.group_by("host", "device").agg(pl.col("count").sum()).iter_rows()}
+    assert got == want and len(got) == 12
+    assert len(td.devices) == 12 and {d.host for d in td.devices} == {f"concat/rank{k}" for k in range(3)}
+
+
+def test_renumbered_gpu_ranks_keep_their_shapes(shared_traces, tmp_path):
+    # GPU ops get their shapes from /host:metadata: renumbered to '/host:metadata 1', it is
+    # still each rank's metadata plane
+    src = shared_traces / "mi300x_jax_gemm_sweep.xplane.pb"
+    merged = tmp_path / "gpu.xplane.pb"
+    merge_ranks.merge(_ranks_of(tmp_path, src, 2), merged, "renumber")
+    one, two = read_xplane(src), read_xplane(merged)
+    assert len(two.devices) == 16 and {d.name for d in two.devices} == {f"/device:GPU:{i}" for i in range(16)}
+    assert two.ops.height == 2 * one.ops.height > 0
+    assert (two.ops["shape"] != "").sum() == 2 * (one.ops["shape"] != "").sum() > 0
+    a = _rows(one.ops)
+    for h in ("gpu/rank0", "gpu/rank1"):
+        assert _rows(two.ops.filter(pl.col("host") == h)).equals(a, null_equal=True)
+
+
+def test_merged_cpu_ranks_keep_their_virtual_devices_and_stragglers(tmp_path):
+    # XLA:CPU ranks (ops on /host:CPU, 8 virtual devices each): two ranks, 16 devices; each
+    # rank's straggler analysis is the original's
+    src = next((ROOT / "fixtures" / "straggler_8dev").rglob("*.xplane.pb"))
+    merged = tmp_path / "cpu.xplane.pb"
+    merge_ranks.merge(_ranks_of(tmp_path, src, 2), merged, "naive")
+    one, two = traceview.load(src, cache=False), traceview.load(merged, cache=False)
+    assert two.device_summary().height == 16 == 2 * one.device_summary().height
+    assert two.op_events == 2 * one.op_events
+    assert two.step_markers.height == 2 * one.step_markers.height
+    for h in ("cpu/rank0", "cpu/rank1"):
+        assert _rows(two.ops.filter(pl.col("host") == h)).equals(_rows(one.ops), null_equal=True)
+
+
+def test_hundreds_of_colliding_planes_all_kept(tmp_path):
+    # past the 256 planes a host has (issue 23 removed that cap): 2 x 160 planes named
+    # /device:TPU:0..159 with colliding ids, concatenated; every plane is a device of its rank
+    big = _bench("big_xplane")
+    a, b = tmp_path / "a.xplane.pb", tmp_path / "b.xplane.pb"
+    a.write_bytes(big.many_planes(160, ops=4))
+    shutil.copyfile(a, b)
+    merged = tmp_path / "many.xplane.pb"
+    assert merge_ranks.merge([a, b], merged, "naive")["planes"] == 320
+    td = read_xplane(merged)
+    assert len(td.devices) == 320 and td.table.height == 320 * 4
+    per = td.ops.group_by("host", "device").len()
+    assert per.height == 320 and set(per["len"]) == {4} and set(per["host"]) == {"many/rank0", "many/rank1"}
+
+
+def test_a_plane_name_seen_once_per_rank_is_not_split():
+    # the rules on plane names alone (no file): one rank reads as before, nothing renamed
+    class P:
+        def __init__(self, name, id_=0):
+            self.name, self.id, self.stat_metadata, self.stats = name, id_, {}, []
+
+    one = plane_ranks([P("/device:TPU:0"), P("/device:TPU:1"), P("/host:metadata"), P("/host:CPU"),
+                       P("Task Environment")])
+    assert one.labels == [""] and one.note("f", "h") is None and one.host(0, "h") == "h"
+    gpu_order = ["/host:metadata 0", "/device:GPU:0", "/device:GPU:1", "/host:CPU 0", "Task Environment 0",
+                 "/host:metadata 1", "/device:GPU:2", "/device:GPU:3", "/host:CPU 1", "Task Environment 1"]
+    r = plane_ranks([P(n) for n in gpu_order])
+    assert r.labels == ["rank0", "rank1"] and r.rank == [0, 0, 0, 0, 0, 1, 1, 1, 1, 1]
+    assert r.names[5] == "/host:metadata" and r.names[8] == "/host:CPU"
+    # two host groups renumbered independently (rank numbers restart): four ranks
+    two_hosts = ["/device:TPU:0", "/host:CPU 0", "/device:TPU:1", "/host:CPU 1",
+                 "/device:TPU:0", "/host:CPU 0", "/device:TPU:1", "/host:CPU 1"]
+    r = plane_ranks([P(n) for n in two_hosts])
+    assert r.labels == ["rank0.0", "rank0.1", "rank1.0", "rank1.1"] and r.rank == [0, 0, 1, 1, 2, 2, 3, 3]
+    # a concatenation whose XSpace lists one distinct hostname per rank: ranks named by host
+    r = plane_ranks([P("/device:TPU:0", 1), P("/host:CPU", 2), P("/device:TPU:0", 1), P("/host:CPU", 2)],
+                    ["w-0", "w-1"])
+    assert r.labels == ["w-0", "w-1"] and r.ids_collide
+
+
+def test_ranks_named_by_their_core_details_hostname():
+    # two ranks' TPU planes whose core_details (OpenXLA CoreDetails: hostname 1, device_ordinal
+    # 2, ...) name their hosts: the ranks take those names
+    from traceview.read.xplane.protos import XPlane
+
+    planes = []
+    for host in ("w-0", "w-1"):
+        for ordinal in (0, 1):
+            p = XPlane()
+            p.name, p.id = f"/device:TPU:{ordinal}", ordinal + 1
+            p.stat_metadata[7].id, p.stat_metadata[7].name = 7, "core_details"
+            st = p.stats.add()
+            st.metadata_id = 7
+            st.bytes_value = b"\x0a" + bytes([len(host)]) + host.encode() + b"\x10" + bytes([ordinal])
+            planes.append(p)
+    r = plane_ranks(planes)
+    assert r.labels == ["w-0", "w-1"] and r.rank == [0, 0, 1, 1] and r.host(3, "m") == "m/w-1"
+
+
+def test_cli_reads_a_fully_colliding_merge_with_one_line(shared_traces, tmp_path, capsys):
+    # bad input: planes that collide in every field (name, id, stats, events): analyzed, one
+    # warning line naming the ranks, exit 0
+    merged = tmp_path / "same.xplane.pb"
+    merge_ranks.merge([shared_traces / V6E] * 2, merged, "naive")
+    assert main(["analyze", str(merged), "--no-cache", "--format", "json", "-o", "-"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    lines = [w for w in out["warnings"] if "ranks' planes" in w]
+    assert len(lines) == 1 and "plane ids collide too" in lines[0] and "same/rank1" in lines[0]
+    assert main(["analyze", str(merged), "--no-cache", "--top", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "TPU v6 Lite ×8" in text and "same/rank1:/device:TPU:" in text
+
+
+def test_hostile_thousands_of_identical_planes_are_bounded(tmp_path):
+    # 3,000 copies of one small plane, same name and id: read as 3,000 ranks (no plane lost),
+    # one note line; the rank rules are linear in the planes
+    big = _bench("big_xplane")
+    xs = XSpace()
+    xs.ParseFromString(big.many_planes(1, ops=2))
+    for _ in range(2999):
+        xs.planes.add().CopyFrom(xs.planes[0])
+    p = tmp_path / "dup.xplane.pb"
+    p.write_bytes(xs.SerializeToString())
+    td = read_xplane(p)
+    assert len(td.devices) == 3000 and td.table.height == 6000
+    notes = [n for n in td.notes if "ranks' planes" in n]
+    assert len(notes) == 1 and "3000 ranks" in notes[0] and "and 2996 more" in notes[0]
