@@ -9,11 +9,13 @@ plain text (:func:`~traceview.render.terminal.plain`), never parsed as markup.
 
 from __future__ import annotations
 
+import re
+
 from rich.cells import cell_len
 from rich.text import Text
 
 from traceview.model.units import fmt_pct, fmt_time_ps
-from traceview.render.foldtable import cut_end, cut_middle
+from traceview.render.foldtable import _take, cut_end, cut_middle
 
 #: families and findings the summary shows
 FAMILIES, FINDINGS = 5, 3
@@ -26,6 +28,14 @@ _SEVERITY = {"high": "red", "medium": "yellow", "info": "cyan"}
 _BAR = 20  # cells of a family's share bar at 100%
 
 
+_PATH = re.compile(r"(?<![\w.])/[^\s:,;()\[\]]+/([^\s:,;()\[\]/]+)")
+
+
+def _short_paths(text: str) -> str:
+    """``text`` with each absolute path written as "…/" and its last part."""
+    return _PATH.sub(lambda m: "…/" + m.group(1), text)
+
+
 def _step_how(anat) -> str:
     return f"executions of {anat.module}" if anat.method == "module" else _HOW.get(anat.method, anat.method)
 
@@ -36,7 +46,7 @@ def selection_reasons(discovery, hosts: int = 1) -> list[str]:
     if discovery is None:
         return []
     run = [r for r in discovery.reasons if r.startswith("reading ")][:1]
-    host = [r for r in discovery.reasons if r.startswith("host ")]
+    host = [r for r in discovery.reasons if r.startswith("host ") and not r.endswith(": the only file for this host")]
     return run + host[:hosts] + ([f"… {len(host) - hosts} more hosts"] if len(host) > hosts else [])
 
 
@@ -50,24 +60,25 @@ def brief_lines(rep, *, families: int = FAMILIES, findings: int = FINDINGS) -> l
     files = rep.files or []
     if len(files) == 1:
         f = files[0]
-        what = (f"{plain(f['path'])} [{f['format']}, {f['events']:,} events, {f['op_events']:,} op events, "
-                f"host {plain(f['host'])}]")
+        name = plain(f["path"]).rpartition("/")[2]
+        out.append([("  read     ", "bold"), (f"{name} [{f['format']}, {f['events']:,} events, {f['op_events']:,} op "
+                                             f"events, host {plain(f['host'])}]", "cut-middle")])
     else:
         n_ev = sum(f["op_events"] for f in files)
-        what = f"{len(files)} files, {n_ev:,} op events: " + ", ".join(plain(f["path"].rsplit("/", 1)[-1]) for f in files)
-    out.append([("  read     ", "bold"), (what, "cut-middle")])
+        names = ", ".join(plain(f["path"].rsplit("/", 1)[-1]) for f in files)
+        out.append([("  read     ", "bold"), (f"{len(files)} files, {n_ev:,} op events: ", None), (names, "cut-middle")])
     for i, r in enumerate(selection_reasons(rep.discovery)):
-        out.append([("  why      " if i == 0 else "           ", "bold"), (plain(r), "cut-middle")])
+        out.append([("  why      " if i == 0 else "           ", "bold"), (_short_paths(plain(r)), "wrap")])
     groups = []
     for g in rep.device_groups.iter_rows(named=True):
-        names = g["device"] or []
-        shown = ", ".join(plain(n) for n in names[:2]) + (f", … {names[-1]}" if len(names) > 2 else "")
-        groups.append(f"{plain(g['device_type'])} ×{g['n']} ({shown}): {g['ops']:,} op events, "
-                      f"op time {fmt_time_ps(g['op_time_ps'])}")
+        names = [plain(n) for n in g["device"] or []]
+        shown = ", ".join(names) if len(names) <= 2 else f"{names[0]} … {names[-1]}"
+        groups.append(f"{plain(g['device_type'])} ×{g['n']}: {g['ops']:,} op events, op time "
+                      f"{fmt_time_ps(g['op_time_ps'])} ({shown})")
     out.append([("  devices  ", "bold"), ("; ".join(groups) if groups else "no device with ops", "cut-middle")])
     if rep.warnings:
         more = f" (+{len(rep.warnings) - 1} more)" if len(rep.warnings) > 1 else ""
-        out.append([("  warning  ", "yellow"), (plain(rep.warnings[0]) + more, "cut-middle")])
+        out.append([("  warning  ", "yellow"), (_short_paths(plain(rep.warnings[0])) + more, "cut-middle")])
 
     out.append([])
     anat = rep.steps
@@ -77,7 +88,7 @@ def brief_lines(rep, *, families: int = FAMILIES, findings: int = FINDINGS) -> l
         out.append([("step time ", "bold"),
                     (f"median {dist['median_ps'] * ms:.3f} ms, p10–p90 {dist['p10_ps'] * ms:.3f}–"
                      f"{dist['p90_ps'] * ms:.3f} ms, {dist['n_window']:,} of {dist['n']:,} steps (window "
-                     f"{plain(dist.get('window') or anat.window)}); steps are {plain(_step_how(anat))}", None)])
+                     f"{plain(dist.get('window') or anat.window)}); steps are {plain(_step_how(anat))}", "wrap")])
     else:
         out.append([("step time ", "bold"), ("unknown: no steps found" if anat is None or anat.steps.height == 0
                                              else f"unknown: no steps in window {plain(anat.window)}", None)])
@@ -116,21 +127,32 @@ def brief_lines(rep, *, families: int = FAMILIES, findings: int = FINDINGS) -> l
 
 def render_brief(console, rep, *, top: int | None = None) -> None:
     """Print the summary (:func:`brief_lines`; ``top``: families shown, default
-    :data:`FAMILIES`), every line cut to ``console.width``."""
+    :data:`FAMILIES`), every line cut to ``console.width``: a part styled "cut-middle" in the
+    middle, "wrap" onto a second line (indented) before its end is cut, any other at its end."""
     width = console.width
     for parts in brief_lines(rep, families=top or FAMILIES):
-        text = Text(no_wrap=True, overflow="ignore", end="\n")
+        lines = [Text(no_wrap=True, overflow="ignore")]
         used = 0
-        for k, (s, style) in enumerate(parts):
+        for s, style in parts:
             room = width - used
-            last = k == len(parts) - 1
+            if style == "wrap" and cell_len(s) > room and room > 10:
+                head = s[:room] if s.isascii() else _take(s, room)
+                cut = (s[:room + 1] if s.isascii() else head + s[len(head):len(head) + 1]).rfind(" ")
+                cut = cut if cut > room // 2 else len(head)
+                lines[-1].append(s[:cut])
+                lines.append(Text(" " * used + cut_end(s[cut:].lstrip(), room), no_wrap=True, overflow="ignore"))
+                used = width
+                continue
             if style == "cut-middle":
                 s, style = cut_middle(s, room), None
-            elif last or len(s) > room:
+            elif style == "wrap":
+                s, style = cut_end(s, room), None
+            else:
                 s = cut_end(s, room)
-            text.append(s, style=style)
+            lines[-1].append(s, style=style)
             used += cell_len(s)
-        console.print(text, soft_wrap=False, highlight=False)
+        for text in lines:
+            console.print(text, soft_wrap=False, highlight=False)
 
 
 def brief_payload(rep, *, version: str, families: int = FAMILIES, findings: int = FINDINGS) -> dict:
