@@ -66,8 +66,9 @@ def test_ops_table_folds_at_terminal_widths(width, vllm_top, capsys):
         assert f"module(s) {r['modules'][0]}" in fold and "mean " in fold
         assert f"source {'/'.join(r['source'].rsplit('/', 2)[-2:])}" in fold
     assert any("…" in ln.split("│")[3] for ln in rows)  # the vLLM shapes are longer than either width
-    note = " ".join(t[-2:])
-    assert "folded below each row (dim): mean, module(s), source" in note and "shape cut in the middle" in note
+    note = " ".join(" ".join(t[-2:]).split())  # the note wraps at the width
+    assert "folded below each row: mean, module(s), source; shape cut in the middle (…)" in note
+    assert f"(at {width} columns; --width N for more, --format json for every cell whole)" in note
 
 
 def test_wide_output_keeps_every_column_on_one_line(capsys):
@@ -111,7 +112,7 @@ def test_folded_cells_stay_literal():
     out = buf.getvalue()
     assert "\x1b[2J" not in out and "\\x1b[2J" in out
     assert "[bold red]x[/bold red]" in out and "[link=http://e]" in out and "\\[red]" in out and "[/]" in out
-    assert "folded below each row (dim): source" in out
+    assert "folded below each row: source" in out
 
 
 def _brief_targets():

@@ -126,6 +126,8 @@ def print_table(console, title: str | None, columns: list[Column], rows: list[li
     :class:`FoldTable` with a note saying what folded and what was cut (``whole``: where the
     cut cells are whole). ``fold_from``: the column a folded line starts under (default: 1
     when the first column is "#", else 0)."""
+    from traceview.render.terminal import markup_literal
+
     widths = _widths(columns, rows)
     if table_width(widths) <= console.width:
         from traceview.render.celltable import Table
@@ -153,12 +155,12 @@ def print_table(console, title: str | None, columns: list[Column], rows: list[li
     console.print(ft)
     notes = []
     if ft.folded:
-        notes.append("folded below each row (dim): " + ", ".join(c.header for c in ft.folded))
+        notes.append("folded below each row: " + ", ".join(c.header for c in ft.folded))
     if ft.cut_columns:
         notes.append(", ".join(ft.cut_columns) + " cut in the middle (…)")
     if notes:
-        console.print("  [dim]" + "; ".join(notes) + f" to fit {console.width} columns: a wider terminal or "
-                      f"--width N shows every column, {whole} every cell whole[/dim]", highlight=False)
+        console.print("  [dim]" + markup_literal("; ".join(notes)) + f" (at {console.width} columns; --width N for "
+                      f"more, {whole} for every cell whole)[/dim]", highlight=False)
 
 
 class FoldTable:

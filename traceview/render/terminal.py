@@ -410,37 +410,42 @@ def render_communication(console: Console, comm, *, top: int) -> None:
                   f"{fmt_pct(comm.host_share)} of op time; {peak}")
     cols = comm.collectives
     if cols.height:
-        t = Table(title=f"collectives keyed by (kind, shape, replica groups, channel) — top {min(top, cols.height)} "
-                        f"of {cols.height} by time; busbw per nccl-tests")
-        for c, j in (("kind", "left"), ("shape", "left"), ("groups (n)", "left"), ("chan.", "right"),
-                     ("exec.", "right"), ("data", "right"), ("sent/participant", "right"), ("time", "right"),
-                     ("algbw", "right"), ("busbw", "right"), ("% link", "right")):
-            t.add_column(c, justify=j, overflow="fold")
+        fold = {"overflow": "fold"}
+        tc = [Column("kind", cut=3, rich=fold), Column("shape", cut=2, rich=fold), Column("groups (n)", cut=1, rich=fold),
+              Column("chan.", "right", keep=False, rich=fold), Column("exec.", "right", keep=False, rich=fold),
+              Column("data", "right", keep=False, rich=fold), Column("sent/participant", "right", keep=False, rich=fold),
+              Column("time", "right", rich=fold), Column("algbw", "right", keep=False, rich=fold),
+              Column("busbw", "right", rich=fold), Column("% link", "right", rich=fold)]
+        rows = []
         for r in cols.head(top).iter_rows(named=True):
             groups = r["groups"] if len(r["groups"] or "") <= 40 else r["groups"][:37] + "..."
             n = "?" if r["group_size"] is None else str(r["group_size"])
             kind = r["kind"] + (" (async)" if r["async"] else "")
-            t.add_row(escape(kind), escape(r["shape"][:ROOF_SHAPE_LIMIT]), escape(f"{groups} ({n})"),
-                      "-" if r["channel_id"] is None else str(r["channel_id"]), f"{r['executions']:,}",
-                      _bytes(r["data_bytes"]), _bytes(r["bytes_sent"]), fmt_time_ps(r["time_ps"]),
-                      fmt_rate(r["algbw"], "B/s"), fmt_rate(r["busbw"], "B/s"), fmt_pct(r["frac_link_peak"]))
-        console.print(t)
+            rows.append([plain(kind), plain(r["shape"][:ROOF_SHAPE_LIMIT]), plain(f"{groups} ({n})"),
+                         "-" if r["channel_id"] is None else str(r["channel_id"]), f"{r['executions']:,}",
+                         _bytes(r["data_bytes"]), _bytes(r["bytes_sent"]), fmt_time_ps(r["time_ps"]),
+                         fmt_rate(r["algbw"], "B/s"), fmt_rate(r["busbw"], "B/s"), fmt_pct(r["frac_link_peak"])])
+        print_table(console, f"collectives keyed by (kind, shape, replica groups, channel) — top {min(top, cols.height)} "
+                             f"of {cols.height} by time; busbw per nccl-tests", tc, rows)
     hosts = comm.host_transfers
     if hosts.height:
         hl = "host link peak unknown" if ln is None or ln.host_per_direction is None else \
             f"{escape(ln.host_link)} {fmt_rate(ln.host_per_direction, 'B/s')} one way"
-        t = Table(title=f"host transfers (device <-> host memory) — {hl}")
-        for c, j in (("direction", "left"), ("mechanism", "left"), ("shape", "left"), ("ops", "left"),
-                     ("exec.", "right"), ("bytes", "right"), ("in flight", "right"), ("bandwidth", "right"),
-                     ("direction total", "right"), ("op time", "right"), ("% link", "right")):
-            t.add_column(c, justify=j, overflow="fold")
+        fold = {"overflow": "fold"}
+        tc = [Column("direction", rich=fold), Column("mechanism", keep=False, rich=fold),
+              Column("shape", cut=1, rich=fold), Column("ops", keep=False, rich=fold),
+              Column("exec.", "right", keep=False, rich=fold), Column("bytes", "right", rich=fold),
+              Column("in flight", "right", keep=False, rich=fold), Column("bandwidth", "right", rich=fold),
+              Column("direction total", "right", keep=False, rich=fold), Column("op time", "right", rich=fold),
+              Column("% link", "right", rich=fold)]
+        rows = []
         for r in hosts.head(top).iter_rows(named=True):
-            t.add_row(r["direction"], escape(r["mechanism"]), escape(r["shape"][:ROOF_SHAPE_LIMIT]),
-                      escape(", ".join(r["ops"][:4]) + (" ..." if len(r["ops"]) > 4 else "")),
-                      f"{r['executions']:,}", _bytes(r["bytes"]), fmt_time_ps(r["time_ps"]),
-                      fmt_rate(r["bandwidth"], "B/s"), fmt_rate(r["direction_bandwidth"], "B/s"),
-                      fmt_time_ps(r["op_time_ps"]), fmt_pct(r["frac_link_peak"]))
-        console.print(t)
+            rows.append([plain(r["direction"]), plain(r["mechanism"]), plain(r["shape"][:ROOF_SHAPE_LIMIT]),
+                         plain(", ".join(r["ops"][:4]) + (" ..." if len(r["ops"]) > 4 else "")),
+                         f"{r['executions']:,}", _bytes(r["bytes"]), fmt_time_ps(r["time_ps"]),
+                         fmt_rate(r["bandwidth"], "B/s"), fmt_rate(r["direction_bandwidth"], "B/s"),
+                         fmt_time_ps(r["op_time_ps"]), fmt_pct(r["frac_link_peak"])])
+        print_table(console, f"host transfers (device <-> host memory) — {hl}", tc, rows)
     for n in comm.notes:
         console.print(f"  [yellow]note:[/yellow] {escape(n)}")
 
