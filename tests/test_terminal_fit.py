@@ -10,6 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.cells import cell_len
 from rich.console import Console
 
 import traceview
@@ -168,3 +171,26 @@ def test_brief_refuses_csv_and_parquet(capsys, tmp_path):
 def test_width_is_checked(capsys):
     rc, _, err = _run(["analyze", str(VLLM), "--width", "10"], capsys)
     assert rc == EXIT_USAGE and "expected 40 to 8192 columns, got '10'" in err
+
+
+_CELL = st.lists(st.sampled_from(list("ab c[]/\\:×—漢字é\u0301,.0") + ["[red]", "[/]", " <- "]), max_size=40).map("".join)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.lists(_CELL, min_size=5, max_size=5), min_size=1, max_size=5),
+       width=st.sampled_from([40, 60, 80, 100, 120]), colour=st.booleans())
+def test_a_table_never_runs_past_the_width(rows, width, colour):
+    """Any cells (markup, wide and combining characters), any width: every line fits."""
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=colour, color_system="256" if colour else None,
+                  highlight=False, emoji=False)
+    cols = [Column("#", "right"), Column("op", cut=2), Column("shape", cut=1), Column("total", "right"),
+            Column("module(s)", keep=False)]
+    rows = [[str(i)] + [plain(c) for c in r[1:]] for i, r in enumerate(rows, 1)]
+    print_table(con, "title", cols, rows)
+    out = buf.getvalue()
+    if colour:
+        import re
+
+        out = re.sub(r"\x1b\[[0-9;]*m", "", out)
+    assert all(cell_len(ln) <= width for ln in out.splitlines())

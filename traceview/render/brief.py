@@ -62,7 +62,7 @@ def brief_lines(rep, *, families: int = FAMILIES, findings: int = FINDINGS) -> l
         f = files[0]
         name = plain(f["path"]).rpartition("/")[2]
         out.append([("  read     ", "bold"), (f"{name} [{f['format']}, {f['events']:,} events, {f['op_events']:,} op "
-                                             f"events, host {plain(f['host'])}]", "cut-middle")])
+                                             f"events]", "cut-middle")])
     else:
         n_ev = sum(f["op_events"] for f in files)
         names = ", ".join(plain(f["path"].rsplit("/", 1)[-1]) for f in files)
