@@ -30,13 +30,15 @@ class Column:
     """One column: its header, justification ("left" / "right"), whether it stays when the
     table folds (``keep``), ``cut``: 0, or the column's order among the columns cut in the
     middle to fit (1 first), and the keyword arguments of rich's ``add_column`` for the
-    unfolded table (``overflow``, ``min_width``, ``ratio``)."""
+    unfolded table (``overflow``, ``min_width``, ``ratio``); ``label``: what names the cell
+    when it folds (default the header; "": the value alone)."""
 
     header: str
     justify: str = "left"
     keep: bool = True
     cut: int = 0
     rich: dict | None = None
+    label: str | None = None  # what names a folded cell (default: the header; "": the value alone)
 
 
 def cut_middle(text: str, width: int) -> str:
@@ -191,7 +193,8 @@ class FoldTable:
         self.fits = over <= 0
         self.widths = w
         self.fold_from = min(fold_from, max(len(w) - 1, 0))
-        self.rows = [([r[i] for i in keep], [(columns[i].header, r[i]) for i in fold_idx if _text(r[i])]) for r in rows]
+        self.rows = [([r[i] for i in keep], [(columns[i].header if columns[i].label is None else columns[i].label, r[i])
+                                            for i in fold_idx if _text(r[i])]) for r in rows]
 
     def _fold_lines(self, items, span: int) -> list[str]:
         """``items`` ((header, value)) as "header value" joined by " · ", wrapped into lines of
@@ -199,7 +202,7 @@ class FoldTable:
         room = span - 2
         lines, cur = [], ""
         for header, value in items:
-            item = f"{header} {_text(value)}"
+            item = f"{header} {_text(value)}" if header else _text(value)
             joined = f"{cur} · {item}" if cur else item
             if cell_len(joined) <= room:
                 cur = joined
