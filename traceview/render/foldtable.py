@@ -193,8 +193,19 @@ class FoldTable:
         self.fits = over <= 0
         self.widths = w
         self.fold_from = min(fold_from, max(len(w) - 1, 0))
+        # a folded cell without a value ("", "-") says nothing: left out of its line
         self.rows = [([r[i] for i in keep], [(columns[i].header if columns[i].label is None else columns[i].label, r[i])
-                                            for i in fold_idx if _text(r[i])]) for r in rows]
+                                            for i in fold_idx if _text(r[i]) not in ("", "-")]) for r in rows]
+        # room left on the line goes to the folded lines (to a cut column, else the last), so they wrap less
+        if self.fits and self.rows:
+            longest = max((sum(cell_len(f"{h} {_text(v)}" if h else _text(v)) + 3 for h, v in f) - 1
+                           for _, f in self.rows if f), default=0)
+            span = sum(w[self.fold_from:]) + 3 * (len(w) - self.fold_from) - 1
+            grow = min(width - table_width(w), longest + 2 - span)
+            if grow > 0:
+                cuts = [j for j, c in enumerate(self.columns) if c.cut]
+                j = min(cuts, key=lambda j: self.columns[j].cut) if cuts else len(w) - 1
+                w[j] += grow
 
     def _fold_lines(self, items, span: int) -> list[str]:
         """``items`` ((header, value)) as "header value" joined by " · ", wrapped into lines of

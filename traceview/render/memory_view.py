@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from rich.console import Console
-from traceview.render.celltable import Table
 
 from traceview.model.units import fmt_bytes, fmt_pct, fmt_time_ps
 
@@ -41,17 +40,16 @@ def render_memory(console: Console, mem, *, top: int, escape) -> None:
                          f"(as XProf's memory_profile), top {min(top, n)} by peak in use", cols, rows)
     a = mem.allocators[0]
     if a.alive.height:
-        at = Table(title=f"alive at the peak of {escape(a.allocator)} ({fmt_time_ps(a.peak_time_ps)} on the host "
-                         f"clock): {fmt_bytes(a.alive_bytes)} in allocations, {fmt_bytes(a.unattributed)} of the heap "
-                         f"allocated before the profile")
-        for c, j in (("bytes", "right"), ("count", "right"), ("each", "right"), ("requested", "right"),
-                     ("op", "left"), ("shape", "left"), ("region", "left"), ("dtype", "left")):
-            at.add_column(c, justify=j, overflow="fold")
-        for r in a.alive.head(top).iter_rows(named=True):
-            at.add_row(fmt_bytes(r["bytes"]), f"{r['count']:,}", fmt_bytes(r["allocation_bytes"]),
-                       fmt_bytes(r["requested_bytes"]), escape(r["op"] or "-"), escape(r["shape"] or "-"),
-                       escape(r["region"] or "-"), escape(r["data_type"] or "-"))
-        console.print(at)
+        cols = [Column("bytes", "right", rich=fold), Column("count", "right", rich=fold),
+                Column("each", "right", keep=False, rich=fold), Column("requested", "right", keep=False, rich=fold),
+                Column("op", cut=2, rich=fold), Column("shape", cut=1, rich=fold),
+                Column("region", keep=False, rich=fold), Column("dtype", keep=False, rich=fold)]
+        rows = [[fmt_bytes(r["bytes"]), f"{r['count']:,}", fmt_bytes(r["allocation_bytes"]),
+                 fmt_bytes(r["requested_bytes"]), plain(r["op"] or "-"), plain(r["shape"] or "-"),
+                 plain(r["region"] or "-"), plain(r["data_type"] or "-")] for r in a.alive.head(top).iter_rows(named=True)]
+        print_table(console, f"alive at the peak of {escape(a.allocator)} ({fmt_time_ps(a.peak_time_ps)} on the host "
+                             f"clock): {fmt_bytes(a.alive_bytes)} in allocations, {fmt_bytes(a.unattributed)} of the heap "
+                             f"allocated before the profile", cols, rows, fold_from=0)
     notes = list(mem.notes) + [f"{x.allocator}: {nt}" for x in mem.allocators[:top] for nt in x.notes]
     for nt in dict.fromkeys(notes):
         console.print(f"  [yellow]note:[/yellow] {escape(nt)}")
