@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
-from rich.text import Text
 
 #: the fewest cells a ``cut`` column is cut down to (a shape cut to less tells nothing)
 MIN_CUT = 12
@@ -93,10 +92,9 @@ def _text(v) -> str:
     return v if isinstance(v, str) else v[0]
 
 
-def _markup(v) -> str:
-    """A cell (text or (text, style)) as rich markup that renders as its text."""
-    from traceview.render.terminal import markup_literal
-
+def _markup(v, markup_literal) -> str:
+    """A cell (text or (text, style)) as rich markup that renders as its text
+    (``markup_literal``: :func:`traceview.render.terminal.markup_literal`)."""
     if isinstance(v, str):
         return markup_literal(v)
     return f"[{v[1]}]{markup_literal(v[0])}[/]" if v[1] else markup_literal(v[0])
@@ -136,9 +134,9 @@ def print_table(console, title: str | None, columns: list[Column], rows: list[li
 
         t = Table(title=title)
         for c in columns:
-            t.add_column(_markup(c.header), justify=c.justify, **(c.rich or {}))
+            t.add_column(_markup(c.header, markup_literal), justify=c.justify, **(c.rich or {}))
         for r in rows:
-            t.add_row(*(_markup(v) for v in r))
+            t.add_row(*(_markup(v, markup_literal) for v in r))
         console.print(t)
         return
     if fold_from is None:
@@ -149,9 +147,9 @@ def print_table(console, title: str | None, columns: list[Column], rows: list[li
 
         t = Table(title=title)
         for c in columns:
-            t.add_column(_markup(c.header), justify=c.justify, overflow="fold")
+            t.add_column(_markup(c.header, markup_literal), justify=c.justify, overflow="fold")
         for r in rows:
-            t.add_row(*(_markup(v) for v in r))
+            t.add_row(*(_markup(v, markup_literal) for v in r))
         console.print(t)
         return
     console.print(ft)
