@@ -14,6 +14,7 @@ lines and never wider than the console.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from rich.cells import cell_len
@@ -42,8 +43,8 @@ class Column:
 
 def cut_middle(text: str, width: int) -> str:
     """``text`` in at most ``width`` terminal cells: whole when it fits, else its start and
-    end with "…" between (the start gets the extra cell), cut between words (after a space)
-    when that keeps at least 60% of each side's room."""
+    end with "…" between (the start gets the extra cell); cut between words (at spaces) when
+    that keeps at least 60% as many characters."""
     if cell_len(text) <= width:
         return text
     if width <= 1:
@@ -51,15 +52,20 @@ def cut_middle(text: str, width: int) -> str:
     keep = width - 1
     left, right = (keep + 1) // 2, keep // 2
     if text.isascii():
-        # at word ends when that loses little ("bf16[8,5120], … f32[8]"): the first ``i``
-        # characters end with a space, the last ``n - j`` start after one
-        budget, n = width - 2, len(text)
-        i = text.rfind(" ", 0, (budget + 1) // 2) + 1
-        if i >= 0.6 * ((budget + 1) // 2):
-            j = text.find(" ", n - (budget - i)) + 1
-            if 0 < j and n - j >= 0.6 * (budget - i) and j > i:
-                i = max(i, text.rfind(" ", i, budget - (n - j)) + 1)  # the room the right side left
-                return text[:i] + "… " + text[j:]
+        # between words when that keeps at least 60% of what a cut anywhere keeps
+        # ("bf16[1024,1,27648] <- … bf16[5120]"): the start ends with a space, the end
+        # begins after one, "… " between, the most characters kept
+        n, budget = len(text), width - 2
+        starts = [k + 1 for k in range(n) if text[k] == " "]  # where a word begins
+        best, pick = 0, None
+        for i in starts:
+            if i > budget:
+                break
+            k = bisect.bisect_left(starts, n - (budget - i))  # the longest end that still fits
+            if k < len(starts) and starts[k] > i and i + n - starts[k] >= best:
+                best, pick = i + n - starts[k], (i, starts[k])
+        if pick and best >= 0.6 * keep:
+            return text[:pick[0]] + "… " + text[pick[1]:]
         return text[:left] + "…" + (text[len(text) - right:] if right else "")
     head, n = [], 0
     for ch in text:
