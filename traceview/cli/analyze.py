@@ -30,6 +30,13 @@ def add_parser(sub) -> None:
     a.add_argument("--format", choices=FORMATS, default=None,
                    help="table [default], json, csv or parquet; with -o and no --format, the file's suffix "
                         "(.txt, .json, .csv, .parquet) decides, another suffix is an error (.html: use --html)")
+    a.add_argument("--brief", action="store_true",
+                   help="a one-screen summary: what was read, the step time, the top op families and the top three "
+                        "findings by impact (with --format json: the same as a small JSON object; not with csv, "
+                        "parquet or --fleet)")
+    a.add_argument("--width", type=cargs.columns, metavar="N",
+                   help="lay the table output out for N columns (default: the terminal's width; on a pipe or in a "
+                        "file, wide enough that no cell is cut): columns that do not fit fold below each row")
     a.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (required for parquet; - for "
                                                           "standard output)")
     a.add_argument("--steps", type=cargs.step_count, metavar="[MODULE=]N", action="append",
@@ -89,6 +96,11 @@ def run(args) -> int:
     args.format = cargs.output_format(args.format, out, FORMATS, "table", hint={
         "html": f"-o {out}: analyze writes table, json, csv or parquet; the HTML report is --html {out} "
                 f"(or traceview report PATH -o {out})"})
+    if args.brief and args.format in ("csv", "parquet"):
+        raise UsageError(f"--brief prints a summary as a table or JSON, not {args.format} (the op table in "
+                         f"{args.format}: drop --brief)")
+    if args.brief and getattr(args, "fleet", None):
+        raise UsageError("--brief summarises one report: not with --fleet / --fleet-ops")
     if args.format == "parquet" and out is None:
         raise UsageError("parquet is binary: give -o FILE, not -" if args.output == "-" else
                          "--format parquet needs -o FILE")
@@ -167,20 +179,31 @@ def _write(rep, args, out: Path | None) -> bytes | None:
     """Write the output in ``args.format``; returns the bytes written (for the result cache)
     when they were kept, else None. Files are written whole, then renamed into place."""
     if args.format == "table":
-        from traceview.render.terminal import render_report
+        if args.brief:  # its own few rows; --top N: families shown
+            from traceview.render.brief import render_brief as render
 
+            top = None if args.top is None or args.top >= cargs.MAX_COUNT else args.top
+        else:
+            from traceview.render.terminal import render_report as render
+
+            top = cargs.table_top(args, TABLE_TOP)
         if out is None:
             from traceview.cli.outputs import console
 
-            render_report(console(), rep, top=cargs.table_top(args, TABLE_TOP))
+            render(console(args.width), rep, top=top)
             return None
         import io
 
         from traceview.cli.outputs import file_console
 
         buf = io.StringIO()
-        render_report(file_console(buf), rep, top=cargs.table_top(args, TABLE_TOP))
+        render(file_console(buf, args.width), rep, top=top)
         data = buf.getvalue().encode("utf-8")
+    elif args.format == "json" and args.brief:
+        from traceview import __version__
+        from traceview.render.brief import brief_json
+
+        data = brief_json(rep, version=__version__)
     elif args.format == "json":
         from traceview import __version__
         from traceview.render.json import analysis_json

@@ -53,10 +53,10 @@ def run(args, disc, out) -> int:
         from traceview.render.fleet import render_fleet
 
         if out is None:
-            render_fleet(console(), f, top=args.top or TABLE_TOP, roofline=roof, kernels=kern)
+            render_fleet(console(getattr(args, "width", None)), f, top=args.top or TABLE_TOP, roofline=roof, kernels=kern)
             return EXIT_OK
         buf = io.StringIO()
-        render_fleet(file_console(buf), f, top=args.top or TABLE_TOP, roofline=roof, kernels=kern)
+        render_fleet(file_console(buf, getattr(args, "width", None)), f, top=args.top or TABLE_TOP, roofline=roof, kernels=kern)
         data = buf.getvalue().encode("utf-8")
     if out is not None:
         write_atomic(out, data)

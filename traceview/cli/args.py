@@ -33,6 +33,22 @@ def positive_int(text: str) -> int:
     return min(v, MAX_COUNT)
 
 
+#: the narrowest and widest ``--width``
+MIN_COLUMNS, MAX_COLUMNS = 40, 8192
+
+
+def columns(text: str) -> int:
+    """argparse type of ``--width``: a terminal width in columns, from :data:`MIN_COLUMNS` to
+    :data:`MAX_COLUMNS`."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of columns, got {text!r}") from None
+    if not MIN_COLUMNS <= v <= MAX_COLUMNS:
+        raise argparse.ArgumentTypeError(f"expected {MIN_COLUMNS} to {MAX_COLUMNS} columns, got {text!r}")
+    return v
+
+
 def tokens_per_step(text: str) -> int:
     """argparse type of ``--tokens-per-step``: an integer from 1 to 2**31 (a step of more tokens
     is not a step)."""

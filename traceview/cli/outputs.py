@@ -14,11 +14,11 @@ from traceview.read.guard import check_writable, inside_inputs, refuse_inside_in
 PLAIN_WIDTH = 8192
 
 
-def console():
+def console(width: int | None = None):
     """A rich console on standard output: the terminal's own when it is one, else plain text
     (no colours) :data:`PLAIN_WIDTH` wide, whatever ``$COLUMNS`` says (a shell exports it to
-    pipes too; a pipe's reader wants whole cells). A closed pipe raises BrokenPipeError (rich
-    would exit 1)."""
+    pipes too; a pipe's reader wants whole cells). ``width`` (``--width``): that many columns
+    either way. A closed pipe raises BrokenPipeError (rich would exit 1)."""
     from rich.console import Console
 
     class _Console(Console):
@@ -26,12 +26,13 @@ def console():
             raise BrokenPipeError
 
     if sys.stdout.isatty():
-        return _Console(highlight=False, emoji=False)
-    return _Console(width=PLAIN_WIDTH, color_system=None, soft_wrap=False, highlight=False, emoji=False)
+        return _Console(width=width, highlight=False, emoji=False)
+    return _Console(width=width or PLAIN_WIDTH, color_system=None, soft_wrap=False, highlight=False, emoji=False)
 
 
-def file_console(fh):
-    """A plain rich console writing to an open text file, :data:`PLAIN_WIDTH` wide."""
+def file_console(fh, width: int | None = None):
+    """A plain rich console writing to an open text file, ``width`` (else :data:`PLAIN_WIDTH`)
+    wide."""
     from rich.console import Console
 
-    return Console(file=fh, width=PLAIN_WIDTH, color_system=None, highlight=False, emoji=False)
+    return Console(file=fh, width=width or PLAIN_WIDTH, color_system=None, highlight=False, emoji=False)

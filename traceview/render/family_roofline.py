@@ -6,7 +6,6 @@ from __future__ import annotations
 from rich.console import Console
 
 from traceview.model.units import fmt_pct, fmt_time_ps
-from traceview.render.celltable import Table
 
 
 def _num(v, fmt: str = "{:.3g}") -> str:
@@ -62,23 +61,25 @@ def render_family_roofline(console: Console, fr, peaks, summ: dict | None, *, to
     line; nothing when ``fr`` is None or empty."""
     if fr is None or fr.height == 0:
         return
-    from traceview.render.terminal import escape
+    from traceview.render.foldtable import Column, print_table
+    from traceview.render.terminal import escape, plain
 
     console.print()
     ridge = f"; ridge point {peaks.ridge:.1f} FLOP/byte" if peaks is not None and peaks.ridge else \
         "; no peaks known: bound by is unknown (--chip, --peak-flops/--peak-bw, --measure-cpu-peaks)"
     console.print(f"[bold]roofline per family[/bold] — per step{ridge}")
-    t = Table()
-    for c, j in (("family", "left"), ("time per step", "right"), ("share of step", "right"), ("FLOPs", "right"),
-                 ("bytes", "right"), ("FLOP/B", "right"), ("bound by", "left"), ("roofline", "right"),
-                 ("measured", "right"), ("roofline/measured", "right")):
-        t.add_column(c, justify=j)
+    # narrower than the table: family, time, share, intensity, bound by and efficiency stay
+    cols = [Column("family", cut=1), Column("time per step", "right"), Column("share of step", "right"),
+            Column("FLOPs", "right", keep=False), Column("bytes", "right", keep=False), Column("FLOP/B", "right"),
+            Column("bound by"), Column("roofline", "right", keep=False), Column("measured", "right", keep=False),
+            Column("roofline/measured", "right")]
     shown = rows(fr if top is None else fr.head(top))
+    cells = []
     for r in shown:
-        eff = f"[red]{r['efficiency']} ![/red]" if r["flag"].startswith("faster") else r["efficiency"]
-        t.add_row(escape(r["family"]), r["time"], r["share"], r["flops"], r["bytes"], r["intensity"], r["bound_by"],
-                  r["predicted"], r["measured"], eff)
-    console.print(t)
+        eff = (f"{r['efficiency']} !", "red") if r["flag"].startswith("faster") else r["efficiency"]
+        cells.append([plain(r["family"]), r["time"], r["share"], r["flops"], r["bytes"], r["intensity"],
+                      plain(r["bound_by"]), r["predicted"], r["measured"], eff])
+    print_table(console, None, cols, cells)
     if fr.height > len(shown):
         console.print(f"  {fr.height - len(shown):,} more families (--top N, --all-rows or --format json)")
     line = summary_line(summ)

@@ -6,13 +6,19 @@ from __future__ import annotations
 from rich.console import Console
 
 from traceview.model.units import fmt_pct, fmt_time_ps
-from traceview.render.celltable import Table
+from traceview.render.foldtable import Column, print_table
 
 
 def _escape(text) -> str:
     from traceview.render.terminal import escape
 
     return escape(text)
+
+
+def plain(text) -> str:
+    from traceview.render.terminal import plain as _plain
+
+    return _plain(text)
 
 
 def render_overlap(console: Console, ov, *, top: int) -> None:
@@ -23,15 +29,13 @@ def render_overlap(console: Console, ov, *, top: int) -> None:
     console.print()
     s = ov.summary
     console.print(f"[bold]communication overlap[/bold] — {s['n_steps']:,} step(s) on {s['n_devices']} device(s)")
-    t = Table()
-    for c, j in (("kind", "left"), ("op", "left"), ("shape", "left"), ("n", "right"), ("in flight", "right"),
-                 ("hidden", "right"), ("exposed", "right"), ("hidden %", "right"), ("sync", "left")):
-        t.add_column(c, justify=j)
-    for r in ov.populations.head(top).iter_rows(named=True):
-        t.add_row(_escape(r["kind"]), _escape(r["op_name"]), _escape(r["shape"]), f"{r['n']:,}",
-                  fmt_time_ps(r["in_flight_ps"]), fmt_time_ps(r["hidden_ps"]), fmt_time_ps(r["exposed_ps"]),
-                  fmt_pct(r["hidden_share"]), "sync" if r["sync"] else "async")
-    console.print(t)
+    cols = [Column("kind"), Column("op", cut=2), Column("shape", cut=1), Column("n", "right"),
+            Column("in flight", "right", keep=False), Column("hidden", "right", keep=False), Column("exposed", "right"),
+            Column("hidden %", "right"), Column("sync", keep=False, label="")]
+    rows = [[plain(r["kind"]), plain(r["op_name"]), plain(r["shape"]), f"{r['n']:,}", fmt_time_ps(r["in_flight_ps"]),
+             fmt_time_ps(r["hidden_ps"]), fmt_time_ps(r["exposed_ps"]), fmt_pct(r["hidden_share"]),
+             "sync" if r["sync"] else "async"] for r in ov.populations.head(top).iter_rows(named=True)]
+    print_table(console, None, cols, rows)
     console.print("  per population, in flight / hidden / exposed count each op's own window, and windows of "
                   "concurrent ops overlap: the rows do not add up (the per-step line below does)")
     if s["step_ps"]:
@@ -66,16 +70,14 @@ def render_stragglers(console: Console, st, *, top: int, findings=None) -> None:
     console.print()
     s = st.summary
     console.print(f"[bold]stragglers and skew[/bold] — {s['n_steps']:,} step(s), {s['n_devices']} devices")
-    t = Table()
-    for c, j in (("step", "right"), ("slowest", "left"), ("busy", "right"), ("median busy", "right"),
-                 ("lead", "right"), ("last at collectives", "left"), ("waits attributed", "right"),
-                 ("all waits", "right")):
-        t.add_column(c, justify=j)
-    for r in st.steps.head(top).iter_rows(named=True):
-        t.add_row(str(r["step"]), _escape(r["slowest"]), fmt_time_ps(r["busy_max_ps"]),
-                  fmt_time_ps(r["busy_median_ps"]), fmt_pct(r["lead"]), _escape(r["last_to_arrive"] or "-"),
-                  fmt_time_ps(r["attributed_wait_ps"]), fmt_time_ps(r["wait_ps"]))
-    console.print(t)
+    cols = [Column("step", "right"), Column("slowest", cut=1), Column("busy", "right"),
+            Column("median busy", "right", keep=False), Column("lead", "right"),
+            Column("last at collectives", cut=2), Column("waits attributed", "right"),
+            Column("all waits", "right", keep=False)]
+    rows = [[str(r["step"]), plain(r["slowest"]), fmt_time_ps(r["busy_max_ps"]), fmt_time_ps(r["busy_median_ps"]),
+             fmt_pct(r["lead"]), plain(r["last_to_arrive"] or "-"), fmt_time_ps(r["attributed_wait_ps"]),
+             fmt_time_ps(r["wait_ps"])] for r in st.steps.head(top).iter_rows(named=True)]
+    print_table(console, None, cols, rows, fold_from=0)
     console.print(f"  {straggler_label(findings, s)} {_escape(s['straggler'])}: slowest in {s['steps_slowest']} of {s['n_steps']} step(s), "
                   f"median lead {fmt_pct(s['lead_median'])} over the median device; the others' collective waits "
                   f"attributed to it {fmt_time_ps(s['attributed_wait_ps'])} of {fmt_time_ps(s['wait_ps'])} "

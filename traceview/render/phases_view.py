@@ -16,18 +16,22 @@ def render_phases(console: Console, ph, *, top: int, escape) -> None:
         return
     console.print()
     console.print(f"[bold]phases[/bold] — {escape(ph.label_line())}; MFU counts {escape(ph.flops_source)}")
-    t = Table(title="per phase: the steps so labelled (window) and the executions of its programs")
-    for c in ("phase", "steps", "median step", "p10-p90", "executions", "median exec.", "program time",
-              "MFU", "MBU", "tokens/s"):
-        t.add_column(c, justify="left" if c == "phase" else "right")
+    from traceview.render.foldtable import Column, print_table
+    from traceview.render.terminal import plain
+
+    cols = [Column("phase"), Column("steps", "right"), Column("median step", "right"), Column("p10-p90", "right"),
+            Column("executions", "right", keep=False), Column("median exec.", "right", keep=False),
+            Column("program time", "right", keep=False), Column("MFU", "right"), Column("MBU", "right"),
+            Column("tokens/s", "right")]
+    rows = []
     for r in ph.summary.iter_rows(named=True):
-        t.add_row(r["phase"], f"{r['window_steps']:,} of {r['steps']:,}", fmt_time_ps(r["median_ps"]),
-                  f"{fmt_time_ps(r['p10_ps'])} - {fmt_time_ps(r['p90_ps'])}" if r["window_steps"] else "-",
-                  "-" if r["executions"] is None else f"{r['executions']:,}", fmt_time_ps(r["exec_median_ps"]),
-                  fmt_pct(r["op_share"]),
-                  fmt_pct(r["mfu"]), fmt_pct(r["mbu"]), fmt_rate(r["tokens_per_s"], "tok/s").replace(" tok/s", " ")
-                  if r["tokens_per_s"] is not None else "-")
-    console.print(t)
+        rows.append([plain(r["phase"]), f"{r['window_steps']:,} of {r['steps']:,}", fmt_time_ps(r["median_ps"]),
+                     f"{fmt_time_ps(r['p10_ps'])} - {fmt_time_ps(r['p90_ps'])}" if r["window_steps"] else "-",
+                     "-" if r["executions"] is None else f"{r['executions']:,}", fmt_time_ps(r["exec_median_ps"]),
+                     fmt_pct(r["op_share"]),
+                     fmt_pct(r["mfu"]), fmt_pct(r["mbu"]), fmt_rate(r["tokens_per_s"], "tok/s").replace(" tok/s", " ")
+                     if r["tokens_per_s"] is not None else "-"])
+    print_table(console, "per phase: the steps so labelled (window) and the executions of its programs", cols, rows)
     if ph.families.height:
         parts = []
         for p in ph.summary["phase"].to_list():

@@ -11,6 +11,7 @@ from rich.console import Console
 from traceview.model.naming import safe_line
 from traceview.model.units import fmt_pct, fmt_rate, fmt_time_ps
 from traceview.render.celltable import Table
+from traceview.render.foldtable import Column, print_table
 from traceview.render.overlap_view import render_overlap, render_stragglers
 from traceview.render.provenance import provenance_lines
 
@@ -24,10 +25,16 @@ def escape(text, limit: int = CELL_LIMIT) -> str:
     (:func:`~traceview.model.naming.safe_line`: undecodable bytes as ``\xff``, control and bidi
     characters as visible escapes such as ``\x1b``, ``\n``, ``\u202e``), rich markup escaped,
     and cut after ``limit`` characters with the count of the rest."""
+    return markup_literal(plain(text, limit))
+
+
+def plain(text, limit: int = CELL_LIMIT) -> str:
+    """:func:`escape` without the markup escaping: a trace string safe for one terminal line
+    as plain text (a :mod:`~traceview.render.foldtable` cell, a Segment)."""
     text = str(text)
     if len(text) > limit:
         text = f"{text[:limit]}… [{len(text) - limit:,} more characters]"
-    return markup_literal(safe_line(text))
+    return safe_line(text)
 
 
 _BRACKET = re.compile(r"(\\*)\[")
@@ -125,55 +132,49 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
              "program": "HLO ops keyed by (program_id, name), as XProf hlo_stats",
              "program-shape": "HLO ops keyed by (module, name, shape), program by program",
              "kind": "HLO ops keyed by (kind, HLO text without instruction names, shape): copies across layers in one row"}[by]
-    t = Table(title=f"{title} — top {min(top, table.height)} of {table.height} by self time", show_lines=False)
-    # below ~130 columns the module and source columns go (they are in --format json/csv),
-    # so op names and shapes stay readable at a standard 80-column terminal
-    wide = console.width >= 130
-    t.add_column("#", justify="right")
+    # at any width the key columns, occurrences, total and share stay; the rest fold below
+    # each row when the table is wider than the terminal (render.foldtable), shapes cut in the middle
+    w = console.width
+    cols = [Column("#", "right")]
     if by == "program-shape":
-        t.add_column("module", overflow="fold")
-    t.add_column("op", min_width=min(24, max(10, console.width // 7)))
+        cols.append(Column("module", cut=3, rich={"overflow": "fold"}))
+    cols.append(Column("op", cut=2, rich={"min_width": min(24, max(10, w // 7))}))
     if by in ("shape", "program", "program-shape", "kind"):
-        t.add_column("shape", overflow="fold", min_width=min(40, console.width // 4), ratio=1)
+        cols.append(Column("shape", cut=1, rich={"overflow": "fold", "min_width": min(40, w // 4), "ratio": 1}))
     if by == "kind":
-        t.add_column("op names", overflow="fold")
-        t.add_column("per run", justify="right")
+        cols += [Column("op names", keep=False, rich={"overflow": "fold"}), Column("per run", "right", keep=False)]
     if by == "program":
-        t.add_column("program")
-    t.add_column("occ.", justify="right")
-    roomy = console.width >= 100  # at 80 columns "total" goes: mean × occurrences gives it
-    if roomy:
-        t.add_column("total", justify="right")
-    t.add_column("mean", justify="right")
-    t.add_column("self %", justify="right")
+        cols.append(Column("program", cut=3))
+    cols += [Column("occ.", "right"), Column("total", "right"), Column("mean", "right", keep=False),
+             Column("self %", "right")]
     if by == "program-shape":
-        t.add_column("of module", justify="right")
-    if by == "shape" and wide:
-        t.add_column("module(s)", overflow="fold")
-        t.add_column("source", overflow="fold")
+        cols.append(Column("of module", "right", keep=False))
+    if by == "shape":
+        cols += [Column("module(s)", keep=False, rich={"overflow": "fold"}),
+                 Column("source", keep=False, rich={"overflow": "fold"})]
     if by == "name":
-        t.add_column("shapes", justify="right")
+        cols.append(Column("shapes", "right", keep=False))
+    rows = []
     for i, r in enumerate(table.head(top).iter_rows(named=True), 1):
-        cells = [str(i)] + ([escape(r["module"] or "?")] if by == "program-shape" else []) + [escape(r["op_name"])]
+        cells = [str(i)] + ([plain(r["module"] or "?")] if by == "program-shape" else []) + [plain(r["op_name"])]
         if by in ("shape", "program", "program-shape", "kind"):
-            cells.append(escape(r["shape"] or "?"))
+            cells.append(plain(r["shape"] or "?"))
         if by == "kind":
-            cells.append(escape(_members(r["op_names"] or [])))
+            cells.append(plain(_members(r["op_names"] or [])))
             cells.append("-" if r["per_execution"] is None else f"{r['per_execution']:.3g}")
         if by == "program":
-            cells.append(f"{r['module']}({r['program_id']})")
-        cells += [f"{r['occurrences']:,}"] + ([fmt_time_ps(r["total_ps"])] if roomy else []) + [
-            fmt_time_ps(r["mean_ps"]), fmt_pct(r["share"])]
+            cells.append(plain(f"{r['module']}({r['program_id']})"))
+        cells += [f"{r['occurrences']:,}", fmt_time_ps(r["total_ps"]), fmt_time_ps(r["mean_ps"]), fmt_pct(r["share"])]
         if by == "program-shape":
             cells.append(fmt_pct(r["module_share"]))
-        if by == "shape" and wide:
+        if by == "shape":
             mods = r["modules"] or []
-            cells.append(escape(", ".join(mods[:3]) + (f" +{len(mods) - 3}" if len(mods) > 3 else "")))
-            cells.append(escape(_short_path(r["source"])))
+            cells.append(plain(", ".join(mods[:3]) + (f" +{len(mods) - 3}" if len(mods) > 3 else "")))
+            cells.append(plain(_short_path(r["source"])))
         if by == "name":
             cells.append(str(r["n_shapes"]))
-        t.add_row(*cells)
-    console.print(t)
+        rows.append(cells)
+    print_table(console, f"{title} — top {min(top, table.height)} of {table.height} by self time", cols, rows)
 
     if by == "shape" and table.height:
         split = rep.split.head(min(top, 5))
@@ -277,21 +278,26 @@ def render_roofline(console: Console, peaks, roof: pl.DataFrame, *, top: int, su
                       "  no FLOP or byte counts in this trace (and none derivable): nothing to place on the roofline")
         _render_roofline_summary(console, {**(summary or {}), "ratio": None})
         return
-    t = Table(title=f"roofline of the top {min(top, known.height)} populations by total time")
-    for c, j in (("op", "left"), ("shape (result <- operands)", "left"), ("FLOP/B", "right"), ("achieved", "right"), ("bandwidth", "right"),
-                 ("% peak FLOP/s", "right"), ("% peak BW", "right"), ("bound by", "left"), ("roofline/measured", "right"),
-                 ("costs", "left")):
-        t.add_column(c, justify=j, overflow="fold")
+    # narrower than the table: op, shape, intensity, bound by and efficiency stay
+    fold = {"overflow": "fold"}
+    cols = [Column("op", cut=2, rich=fold), Column("shape (result <- operands)", cut=1, rich=fold),
+            Column("FLOP/B", "right", rich=fold), Column("achieved", "right", keep=False, rich=fold),
+            Column("bandwidth", "right", keep=False, rich=fold),
+            Column("% peak FLOP/s", "right", keep=False, rich=fold), Column("% peak BW", "right", keep=False, rich=fold),
+            Column("bound by", rich=fold),
+            Column("roofline/measured", "right", rich=fold), Column("costs", keep=False, rich=fold)]
+    rows = []
     for r in known.head(top).iter_rows(named=True):
         eff = "-" if r["efficiency"] is None else f"{100 * r['efficiency']:.1f}%"
         if r["warning"]:
-            eff = f"[red]{eff} ![/red]"
+            eff = (f"{eff} !", "red")
         # the whole signature: two GEMMs of one result shape differ in their operands
-        t.add_row(escape(r["op_name"]), escape(r["shape"] or "?", ROOF_SHAPE_LIMIT),
-                  "-" if r["intensity"] is None else f"{r['intensity']:.3g}",
-                  fmt_rate(r["achieved_flops"], "FLOP/s"), fmt_rate(r["achieved_bw"], "B/s"),
-                  fmt_pct(r["frac_peak_flops"]), fmt_pct(r["frac_peak_bw"]), r["bound_by"], eff, r["cost_source"])
-    console.print(t)
+        rows.append([plain(r["op_name"]), plain(r["shape"] or "?", ROOF_SHAPE_LIMIT),
+                     "-" if r["intensity"] is None else f"{r['intensity']:.3g}",
+                     fmt_rate(r["achieved_flops"], "FLOP/s"), fmt_rate(r["achieved_bw"], "B/s"),
+                     fmt_pct(r["frac_peak_flops"]), fmt_pct(r["frac_peak_bw"]), plain(r["bound_by"]), eff,
+                     plain(r["cost_source"])])
+    print_table(console, f"roofline of the top {min(top, known.height)} populations by total time", cols, rows)
     warned = known.head(top).filter(pl.col("warning") != "")
     for r in warned.iter_rows(named=True):
         console.print(f"  [yellow]warning:[/yellow] {escape(r['op_name'])} {escape(r['shape'])}: {escape(r['warning'])}")
@@ -321,17 +327,19 @@ def render_kernels(console: Console, kern: pl.DataFrame, *, top: int) -> None:
     if kern.height == 0:
         return
     console.print()
-    t = Table(title="custom kernels (configuration read off the kernel name in the trace)")
-    for c, j in (("kernel", "left"), ("config", "left"), ("module", "left"), ("invocations", "right"),
-                 ("ops", "right"), ("self time", "right"), ("self %", "right"), ("top-level shape", "left"),
-                 ("source", "left")):
-        t.add_column(c, justify=j, overflow="fold")
+    fold = {"overflow": "fold"}
+    cols = [Column("kernel", cut=2, rich=fold), Column("config", keep=False, rich=fold),
+            Column("module", keep=False, rich=fold), Column("invocations", "right", rich=fold),
+            Column("ops", "right", keep=False, rich=fold), Column("self time", "right", rich=fold),
+            Column("self %", "right", rich=fold), Column("top-level shape", cut=1, rich=fold),
+            Column("source", keep=False, rich=fold)]
+    rows = []
     for r in kern.head(top).iter_rows(named=True):
         shape = r["shape"] if len(r["shape"]) <= 90 else r["shape"][:87] + "..."
-        t.add_row(escape(r["kernel"]), escape(r["config"]), escape(r["module"]), f"{r['invocations']:,}",
-                  f"{r['ops']:,}", fmt_time_ps(r["self_ps"]), fmt_pct(r["share"]), escape(shape),
-                  escape(_short_path(r["source"], 3)))
-    console.print(t)
+        rows.append([plain(r["kernel"]), plain(r["config"]), plain(r["module"]), f"{r['invocations']:,}",
+                     f"{r['ops']:,}", fmt_time_ps(r["self_ps"]), fmt_pct(r["share"]), plain(shape),
+                     plain(_short_path(r["source"], 3))])
+    print_table(console, "custom kernels (configuration read off the kernel name in the trace)", cols, rows)
 
 
 def render_sources(console: Console, files: pl.DataFrame, *, top: int, frame: str) -> None:
@@ -339,17 +347,17 @@ def render_sources(console: Console, files: pl.DataFrame, *, top: int, frame: st
     if files.height == 0:
         return
     console.print()
-    t = Table(title=f"source attribution by file ({frame} frame) — top {min(top, files.height)} of {files.height}")
-    for c, j in (("file", "left"), ("origin", "left"), ("occ.", "right"), ("self time", "right"),
-                 ("self %", "right"), ("ops", "right")):
-        t.add_column(c, justify=j, overflow="fold")
+    fold = {"overflow": "fold"}
+    cols = [Column("file", cut=1, rich=fold), Column("origin", rich=fold), Column("occ.", "right", rich=fold),
+            Column("self time", "right", rich=fold), Column("self %", "right", rich=fold),
+            Column("ops", "right", rich=fold)]
+    rows = []
     for r in files.head(top).iter_rows(named=True):
-        origin = r["origin"] or "-"
-        if origin == "project":
-            origin = "[green]project[/green]"
-        t.add_row(escape(r["file"] or "(no source recorded)"), origin, f"{r['occurrences']:,}",
-                  fmt_time_ps(r["self_ps"]), fmt_pct(r["share"]), str(r["n_ops"]))
-    console.print(t)
+        origin = plain(r["origin"] or "-")
+        rows.append([plain(r["file"] or "(no source recorded)"), (origin, "green") if origin == "project" else origin,
+                     f"{r['occurrences']:,}", fmt_time_ps(r["self_ps"]), fmt_pct(r["share"]), str(r["n_ops"])])
+    print_table(console, f"source attribution by file ({escape(frame)} frame) — top {min(top, files.height)} of "
+                         f"{files.height}", cols, rows)
 
 
 #: rows of the per-step table when --top is not given
@@ -405,37 +413,42 @@ def render_communication(console: Console, comm, *, top: int) -> None:
                   f"{fmt_pct(comm.host_share)} of op time; {peak}")
     cols = comm.collectives
     if cols.height:
-        t = Table(title=f"collectives keyed by (kind, shape, replica groups, channel) — top {min(top, cols.height)} "
-                        f"of {cols.height} by time; busbw per nccl-tests")
-        for c, j in (("kind", "left"), ("shape", "left"), ("groups (n)", "left"), ("chan.", "right"),
-                     ("exec.", "right"), ("data", "right"), ("sent/participant", "right"), ("time", "right"),
-                     ("algbw", "right"), ("busbw", "right"), ("% link", "right")):
-            t.add_column(c, justify=j, overflow="fold")
+        fold = {"overflow": "fold"}
+        tc = [Column("kind", cut=3, rich=fold), Column("shape", cut=2, rich=fold), Column("groups (n)", cut=1, rich=fold),
+              Column("chan.", "right", keep=False, rich=fold), Column("exec.", "right", keep=False, rich=fold),
+              Column("data", "right", keep=False, rich=fold), Column("sent/participant", "right", keep=False, rich=fold),
+              Column("time", "right", rich=fold), Column("algbw", "right", keep=False, rich=fold),
+              Column("busbw", "right", rich=fold), Column("% link", "right", rich=fold)]
+        rows = []
         for r in cols.head(top).iter_rows(named=True):
             groups = r["groups"] if len(r["groups"] or "") <= 40 else r["groups"][:37] + "..."
             n = "?" if r["group_size"] is None else str(r["group_size"])
             kind = r["kind"] + (" (async)" if r["async"] else "")
-            t.add_row(escape(kind), escape(r["shape"][:ROOF_SHAPE_LIMIT]), escape(f"{groups} ({n})"),
-                      "-" if r["channel_id"] is None else str(r["channel_id"]), f"{r['executions']:,}",
-                      _bytes(r["data_bytes"]), _bytes(r["bytes_sent"]), fmt_time_ps(r["time_ps"]),
-                      fmt_rate(r["algbw"], "B/s"), fmt_rate(r["busbw"], "B/s"), fmt_pct(r["frac_link_peak"]))
-        console.print(t)
+            rows.append([plain(kind), plain(r["shape"][:ROOF_SHAPE_LIMIT]), plain(f"{groups} ({n})"),
+                         "-" if r["channel_id"] is None else str(r["channel_id"]), f"{r['executions']:,}",
+                         _bytes(r["data_bytes"]), _bytes(r["bytes_sent"]), fmt_time_ps(r["time_ps"]),
+                         fmt_rate(r["algbw"], "B/s"), fmt_rate(r["busbw"], "B/s"), fmt_pct(r["frac_link_peak"])])
+        print_table(console, f"collectives keyed by (kind, shape, replica groups, channel) — top {min(top, cols.height)} "
+                             f"of {cols.height} by time; busbw per nccl-tests", tc, rows)
     hosts = comm.host_transfers
     if hosts.height:
         hl = "host link peak unknown" if ln is None or ln.host_per_direction is None else \
             f"{escape(ln.host_link)} {fmt_rate(ln.host_per_direction, 'B/s')} one way"
-        t = Table(title=f"host transfers (device <-> host memory) — {hl}")
-        for c, j in (("direction", "left"), ("mechanism", "left"), ("shape", "left"), ("ops", "left"),
-                     ("exec.", "right"), ("bytes", "right"), ("in flight", "right"), ("bandwidth", "right"),
-                     ("direction total", "right"), ("op time", "right"), ("% link", "right")):
-            t.add_column(c, justify=j, overflow="fold")
+        fold = {"overflow": "fold"}
+        tc = [Column("direction", rich=fold), Column("mechanism", keep=False, rich=fold),
+              Column("shape", cut=1, rich=fold), Column("ops", keep=False, rich=fold),
+              Column("exec.", "right", keep=False, rich=fold), Column("bytes", "right", rich=fold),
+              Column("in flight", "right", keep=False, rich=fold), Column("bandwidth", "right", rich=fold),
+              Column("direction total", "right", keep=False, rich=fold), Column("op time", "right", rich=fold),
+              Column("% link", "right", rich=fold)]
+        rows = []
         for r in hosts.head(top).iter_rows(named=True):
-            t.add_row(r["direction"], escape(r["mechanism"]), escape(r["shape"][:ROOF_SHAPE_LIMIT]),
-                      escape(", ".join(r["ops"][:4]) + (" ..." if len(r["ops"]) > 4 else "")),
-                      f"{r['executions']:,}", _bytes(r["bytes"]), fmt_time_ps(r["time_ps"]),
-                      fmt_rate(r["bandwidth"], "B/s"), fmt_rate(r["direction_bandwidth"], "B/s"),
-                      fmt_time_ps(r["op_time_ps"]), fmt_pct(r["frac_link_peak"]))
-        console.print(t)
+            rows.append([plain(r["direction"]), plain(r["mechanism"]), plain(r["shape"][:ROOF_SHAPE_LIMIT]),
+                         plain(", ".join(r["ops"][:4]) + (" ..." if len(r["ops"]) > 4 else "")),
+                         f"{r['executions']:,}", _bytes(r["bytes"]), fmt_time_ps(r["time_ps"]),
+                         fmt_rate(r["bandwidth"], "B/s"), fmt_rate(r["direction_bandwidth"], "B/s"),
+                         fmt_time_ps(r["op_time_ps"]), fmt_pct(r["frac_link_peak"])])
+        print_table(console, f"host transfers (device <-> host memory) — {hl}", tc, rows)
     for n in comm.notes:
         console.print(f"  [yellow]note:[/yellow] {escape(n)}")
 
