@@ -176,7 +176,7 @@ def help_of(*cmd) -> Out:
 
 OUTPUTS = [
     Out("analyze-gemm", ["analyze", GEMM, "--top", "5", *FRESH]),
-    Out("readme-analyze", ["analyze", GEMM, "--top", "5", *FRESH], cut=(r"^devices ", r"^\s+source attribution"),
+    Out("readme-analyze", ["analyze", GEMM, "--top", "3", "--width", "100", *FRESH], cut=(r"^devices ", r"^\s+source attribution"),
         readme=True),
     Out("analyze-vllm-kind", ["analyze", VLLM, "--by", "kind", "--top", "5", *FRESH],
         cut=(r"HLO ops keyed", r"^\s+custom kernels")),
