@@ -169,6 +169,11 @@ class Report:
     #: the command that exports the median step and its neighbours to a timeline
     #: (:func:`~traceview.analysis.export.attach_export_commands`), None without steps
     export_command: str | None = None
+    #: HTML only: the top-ops table's rows, the per-layer copies of one op grouped
+    #: (:func:`~traceview.analysis.kinds.layer_groups`)
+    op_groups: pl.DataFrame | None = None
+    #: HTML only: what the report opens with (:func:`~traceview.analysis.overview.overview`)
+    overview: dict | None = None
 
 
 def events_note(files: list, op_events: int, device_groups: pl.DataFrame, kernels: pl.DataFrame) -> str | None:
@@ -319,7 +324,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
 
     attach_export_commands(rep)
     if html:
-        add_html_sections(rep, prof)
+        add_html_sections(rep, prof, rules)
     return rep
 
 
@@ -351,8 +356,12 @@ def communication_sections(prof, rules=None, *, module: str | None = None, exten
     return ov, (st if st.summary.get("straggler") else None)
 
 
-def add_html_sections(rep: Report, prof) -> Report:
-    """Fill the HTML-only fields of ``rep`` (for ``prof``, the profile it was built from)."""
+def add_html_sections(rep: Report, prof, rules=None) -> Report:
+    """Fill the HTML-only fields of ``rep`` (for ``prof``, the profile it was built from;
+    ``rules``: the family rules it was built with)."""
+    from traceview.analysis.kinds import layer_groups
+    from traceview.analysis.overview import overview
+
     direct = rep.sources if rep.source_frame == "direct" else _sources.by_file(prof.table, frame="direct")
     rep.html_sources = direct
     rep.source_kinds = source_kinds(direct)
@@ -365,6 +374,8 @@ def add_html_sections(rep: Report, prof) -> Report:
     rep.hlo_texts = hlo
     rep.step_chart = step_chart(rep.steps)
     rep.step_strip = step_strip(rep.steps)
+    rep.op_groups = layer_groups(prof, rules=rules, tagged=derived.tagged(prof, rules))
+    rep.overview = overview(rep, getattr(prof, "step_markers", None))
     return rep
 
 
