@@ -104,8 +104,8 @@ class Report:
     ``kernels``, ``sources`` (by file on ``source_frame``), ``steps``
     (:class:`~traceview.analysis.steps.StepAnatomy`). HTML only (else None):
     ``html_sources`` (by file, direct frame) and ``source_kinds`` (origin, share),
-    ``populations_per_name`` ({op_name: populations}), ``hlo_texts`` ({(op_name, shape): the
-    first HLO text}), ``step_chart`` (:class:`StepChart`). ``communication``
+    ``populations_per_name`` ({op_name: populations}), ``step_chart`` (:class:`StepChart`),
+    ``op_groups`` and ``overview`` (see the fields). ``communication``
     (:class:`~traceview.analysis.collectives.Communication`: collectives and host transfers).
     Populations: ``program_splits`` and ``population_regimes`` (see the fields). ``overlap``
     (:class:`~traceview.analysis.overlap.Overlap`, None when the trace has no collective or
@@ -140,7 +140,6 @@ class Report:
     html_sources: pl.DataFrame | None = None
     source_kinds: pl.DataFrame | None = None
     populations_per_name: dict | None = None
-    hlo_texts: dict | None = None
     step_chart: StepChart | None = None
     step_strip: StepStrip | None = None  # HTML only: the strip chart's points (bounded)
     communication: object = None  # traceview.analysis.collectives.Communication
@@ -366,12 +365,6 @@ def add_html_sections(rep: Report, prof, rules=None) -> Report:
     rep.html_sources = direct
     rep.source_kinds = source_kinds(direct)
     rep.populations_per_name = dict(rep.by_shape.group_by("op_name").agg(pl.len().alias("n")).iter_rows())
-    hlo = {}
-    if prof.table.height:
-        first = (prof.table.collapse().filter(pl.col("hlo_text") != "").group_by(["op_name", "shape"])
-                 .agg(pl.col("hlo_text").first()))
-        hlo = {(r[0], r[1]): r[2] for r in first.iter_rows()}
-    rep.hlo_texts = hlo
     rep.step_chart = step_chart(rep.steps)
     rep.step_strip = step_strip(rep.steps)
     rep.op_groups = layer_groups(prof, rules=rules, tagged=derived.tagged(prof, rules))

@@ -402,7 +402,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
         "devices": _devices(rep.device_groups),
         "peaks": _peaks(rep.peaks),
         "roof": None,
-        "ops": _top_ops(rep.by_shape, rep.populations_per_name, rep.hlo_texts, top),
+        "ops": [],  # the (name, shape) rows: only for a report without op_groups (below)
         "n_pops": rep.by_shape.height,
         "split": _split(split_df) if rep.by_shape.height else [],
         "n_split": split_df.height if rep.by_shape.height else 0,
@@ -422,6 +422,8 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
     ctx["stepno"] = stepno
     ctx["groups"] = _grouped_ops(rep.op_groups, top) if getattr(rep, "op_groups", None) is not None else None
     ctx["n_groups"] = rep.op_groups.height if ctx["groups"] is not None else 0
+    if ctx["groups"] is None:
+        ctx["ops"] = _top_ops(rep.by_shape, rep.populations_per_name, {}, top)
     ctx["roof"] = _roofline(rep, min(top, 20), roof_chart)
     ctx["comm"] = _communication(getattr(rep, "communication", None), top)
     ctx["mem"] = _memory(getattr(rep, "memory", None), top, charts)
