@@ -455,13 +455,17 @@ def test_step_numbers_are_one_numbering_with_the_traces_own(engine_rep, engine_p
         assert f'<td class="r">{i} <span class="muted" title="the trace\'s own step number">(#{n})</span></td>' in ph
 
 
-def test_export_command_has_a_place(engine_rep):
+def test_export_commands_are_on_the_page(engine_rep, engine_page):
+    """The command that exports a finding's step is in its box, the median step's in the step
+    anatomy (traceview export)."""
     _, rep = engine_rep
-    f = dataclasses.replace(rep.findings[0])
-    f.export_command = "traceview export PATH --step 3 -o step3.xplane.pb"
-    page = html_render.render_report(dataclasses.replace(rep, findings=[f]))
-    assert "export the step: <code>traceview export PATH --step 3 -o step3.xplane.pb</code>" in page
-    assert "export the step" not in html_render.render_report(rep)
+    assert rep.findings and rep.export_command
+    for f in rep.findings:
+        box = engine_page[engine_page.index(f'id="finding-{f.id}"'):]
+        box = box[:box.index("</ul></div>")]
+        assert f.export_command and f"timeline: <code>{f.export_command}</code>" in box
+    steps = engine_page[engine_page.index('<section id="steps">'):]
+    assert f"neighbours: <code>{rep.export_command}</code>" in steps
 
 
 _WIDTHS = """<script>(function(){var o=[];document.querySelectorAll("body *").forEach(function(e){

@@ -416,6 +416,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
         "findings_off": getattr(rep, "findings", None) is None,
         "family_roofline": _family_roofline(rep),
         "kinds": _kinds(rep, top),
+        "export_command": getattr(rep, "export_command", None),
     }
     ctx["overview"] = _overview(rep, steps, ctx["findings"])
     stepno = (ctx["overview"] or {}).get("step_numbers") or {}
