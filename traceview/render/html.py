@@ -460,12 +460,18 @@ def render_report(rep, *, top: int = 30, title: str | None = None, charts=None) 
     """The offline, self-contained HTML report of ``rep`` (a
     :class:`~traceview.analysis.report.Report` built with ``html=True``) as one string.
 
-    Sections: what was read (files, hosts, runs, why) and warnings; devices, peaks with their
-    sources and the ridge point (FLOP/byte); a log-log roofline chart (intensity in FLOP/byte
-    against achieved FLOP/s, point area ∝ total time) with its table; the ``top`` populations
-    by self time, op names split into several shapes flagged and grouped; step anatomy
-    (families per step, stacked, with the coverage line); source attribution (top files by op
-    self time, project against site-packages). No script and no network reference.
+    Sections, the answer first: the overview (step time median and p10-p90, MFU/MBU and the
+    memory peak or why each is unknown, the step's families as one bar, the findings ranked by
+    impact: :attr:`Report.overview`); the findings (evidence as tables, the export command);
+    the ``top`` ops by self time with the per-layer copies of one op as one row that expands to
+    its op names (:attr:`Report.op_groups`), op names split into several shapes; step anatomy
+    (families per step, stacked, with the coverage line); a log-log roofline chart (intensity
+    in FLOP/byte against achieved FLOP/s, point area ∝ total time) with its table; phases,
+    HLO, kernels, memory, communication; source attribution; devices and peaks; what was read.
+    A chart of fewer than :data:`MIN_POINTS` points is a sentence. Steps are numbered as the
+    ``step`` column everywhere, the trace's own step number beside where its markers carry
+    one. Long strings are cut in the middle on one line, whole in their ``title``; nothing is
+    wider than a 1280 px window. No script and no network reference.
     ``charts``: what draws the charts (``submit(name, *args)`` returning a callable that gives
     the chart; :class:`~traceview.render.charts.InlineCharts`, drawing in this process, when None).
     """
