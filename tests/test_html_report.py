@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -336,3 +337,155 @@ def test_chart_worker_errors_are_raised_here(tpu):
         with pytest.raises(AttributeError):
             pending()
         assert worker.alive == 1  # an error answer is not a worker failure
+
+
+# -- the report leads with the answer (issue 28) ----------------------------------------------
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def qwen_rep(shared_traces):
+    prof = traceview.load(shared_traces / "vllm_tpu_qwen")
+    return prof, build_report(prof, html=True)
+
+
+@pytest.fixture(scope="module")
+def qwen_page(qwen_rep) -> str:
+    return html_render.render_report(qwen_rep[1])
+
+
+@pytest.fixture(scope="module")
+def engine_rep():
+    prof = traceview.load(FIXTURES / "greedy_b4")
+    return prof, build_report(prof, html=True)
+
+
+@pytest.fixture(scope="module")
+def engine_page(engine_rep) -> str:
+    return html_render.render_report(engine_rep[1])
+
+
+def test_top_ops_group_the_copies_of_one_op_across_layers(qwen_rep, qwen_page):
+    """vLLM Qwen: the 63 per-layer copies of convolution_bitcast_fusion at one shape are one row
+    of the top-ops table, expandable to its 63 op names; their figures add up to the (name,
+    shape) table's rows of those names, summed independently."""
+    _, rep = qwen_rep
+    g = rep.op_groups.row(0, named=True)
+    assert (g["op_name"], g["members"], g["occurrences"]) == ("convolution_bitcast_fusion", 63, 126)
+    names = [m["op_name"] for m in g["members_rows"]]
+    assert sorted(names) == sorted(g["op_names"]) and len(set(names)) == 63
+    assert sum(m["total_ps"] for m in g["members_rows"]) == g["total_ps"]
+    bs = rep.by_shape.filter(pl.col("op_name").is_in(names) & (pl.col("shape") == g["shape"]))
+    assert bs.height == 63
+    assert int(bs["total_ps"].sum()) == g["total_ps"] and int(bs["self_ps"].sum()) == g["self_ps"]
+    assert int(bs["occurrences"].sum()) == g["occurrences"]
+    # the page: one expandable row per group, its members inside it, 30 groups for --top 30
+    ops = qwen_page[qwen_page.index('<section id="ops">'):qwen_page.index('</section>', qwen_page.index('<section id="ops">'))]
+    assert ops.count('<details><summary class="row">') == 30
+    first = ops[ops.index('<details><summary class="row">'):ops.index("</details>")]
+    assert "×63" in first and all(f"<code>{n}</code>" in first for n in names)
+    # the op names of one group are not rows of their own
+    assert ops.count("convolution_bitcast_fusion.47") == 1
+
+
+def test_overview_leads_with_step_time_utilisation_memory_families_and_findings(qwen_rep, qwen_page):
+    from traceview.model.units import fmt_time_ps
+
+    _, rep = qwen_rep
+    ov = rep.overview
+    d = rep.steps.distribution
+    assert ov["step"]["median_ps"] == d["median_ps"] and ov["step"]["p10_ps"] == d["p10_ps"]
+    top = qwen_page[:qwen_page.index('<section id="findings">')]
+    assert 'id="overview"' in top and qwen_page.index('id="overview"') < qwen_page.index('id="ops"')
+    for ps in (d["median_ps"], d["p10_ps"], d["p90_ps"]):
+        assert fmt_time_ps(ps) in top
+    # no peaks in a trace JSON export, no allocator events: unknown, and why
+    assert "MFU unknown: the chip&#39;s peak FLOP/s is unknown" in top
+    assert "no allocator events in this trace" in top
+    # the families bar: one segment per family and the idle time, as the anatomy measured them
+    fams = rep.steps.families.filter(pl.col("self_ps") > 0)["family"].to_list()
+    bar = top[top.index('class="famsbar"'):top.index("</div>", top.index('class="famsbar"'))]
+    assert bar.count("<span") == len(fams) + 1 and "matmul/convolution" in bar
+    # the findings in the report's (impact) order
+    ids = [f.id for f in rep.findings]
+    shown = re.findall(r'<a href="#finding-([a-z0-9-]+)">', top)
+    assert shown == ids[:len(shown)] and shown
+
+
+def test_overview_memory_peak_when_known(tpu_html, tpu):
+    from traceview.model.units import fmt_bytes
+
+    rep = build_report(tpu, html=True)
+    a = rep.memory.allocators[0]
+    assert rep.overview["memory"]["peak_bytes"] == a.peak_in_use
+    top = tpu_html[:tpu_html.index('<section id="findings">')]
+    assert fmt_bytes(a.peak_in_use) in top and "device memory peak" in top
+
+
+def test_evidence_is_a_table_not_json(engine_page):
+    sec = engine_page[engine_page.index('<section id="findings">'):engine_page.index('<section id="ops">')]
+    assert '{"' not in sec and "&#34;:" not in sec
+    kv = sec[sec.index('id="finding-kv-block-covers-context"'):]
+    kv = kv[:kv.index("</div>")]
+    # kernels: one nested row, its columns the evidence's keys, values with their units
+    assert "<th>pages_per_seq</th>" in kv and "<td>RPAd-p_16-bq_1_1-bkv_128_128</td>" in kv
+    assert "<td>10.5%</td>" in kv
+
+
+def test_charts_of_fewer_than_three_points_are_sentences(qwen_rep, qwen_page):
+    """vLLM Qwen: one step on two devices: the step strip, the per-step anatomy, the
+    communication bars and the skew strip would have one or two points: each is a sentence."""
+    _, rep = qwen_rep
+    assert rep.steps.steps.height == 2
+    assert "<svg" not in qwen_page  # no peaks: no roofline either
+    assert "2 step(s), too few to chart: <code>/device:TPU:0</code> step 0 67.244 ms" in qwen_page
+    assert "1 step(s), too few to chart per step" in qwen_page
+
+
+def test_step_numbers_are_one_numbering_with_the_traces_own(engine_rep, engine_page):
+    """greedy_b4: the steps are the trace's StepTraceAnnotation markers 3, 4, 5; every table
+    numbers them 0, 1, 2 (as the JSON and the charts) and shows the trace's own number beside."""
+    prof, rep = engine_rep
+    want = dict(enumerate(sorted(prof.step_markers["step_num"].to_list())))
+    assert want == {0: 3, 1: 4, 2: 5}
+    assert rep.overview["step_numbers"] == want
+    ph = engine_page[engine_page.index('<section id="phases">'):]
+    for i, n in want.items():
+        assert f'<td class="r">{i} <span class="muted" title="the trace\'s own step number">(#{n})</span></td>' in ph
+
+
+def test_export_commands_are_on_the_page(engine_rep, engine_page):
+    """The command that exports a finding's step is in its box, the median step's in the step
+    anatomy (traceview export)."""
+    _, rep = engine_rep
+    assert rep.findings and rep.export_command
+    for f in rep.findings:
+        box = engine_page[engine_page.index(f'id="finding-{f.id}"'):]
+        box = box[:box.index("</ul></div>")]
+        assert f.export_command and f"timeline: <code>{f.export_command}</code>" in box
+    steps = engine_page[engine_page.index('<section id="steps">'):]
+    assert f"neighbours: <code>{rep.export_command}</code>" in steps
+
+
+_WIDTHS = """<script>(function(){var o=[];document.querySelectorAll("body *").forEach(function(e){
+var r=e.getBoundingClientRect();if(e.offsetParent!==null&&r.right>1280.5)o.push(e.tagName+"."+e.className+" "+Math.round(r.right));});
+var p=document.createElement("pre");p.id="tv-widths";p.textContent="W "+document.documentElement.scrollWidth+" "+o.length+" "+o.slice(0,8).join(" | ");
+document.body.appendChild(p);})();</script></body>"""
+
+
+@pytest.mark.parametrize("which", ["qwen_page", "engine_page"])
+def test_report_fits_1280_px(which, request, tmp_path):
+    """Headless Chromium at 1280 x 900: the page does not scroll sideways and no element runs
+    past the right edge (a copy of the page with a script that writes the widths into the DOM)."""
+    page = request.getfixturevalue(which)
+    probe = tmp_path / "probe.html"
+    probe.write_text(page.replace("</body>", _WIDTHS), encoding="utf-8")
+    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--no-first-run", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+           f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1280,900", "--dump-dom", probe.resolve().as_uri()]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    m = re.search(r'<pre id="tv-widths">W (\d+) (\d+) ?([^<]*)</pre>', proc.stdout)
+    assert m, f"no widths in the DOM (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    width, over, which_over = int(m.group(1)), int(m.group(2)), m.group(3)
+    assert width <= 1280 and over == 0, f"scrollWidth {width}, {over} element(s) past 1280 px: {which_over}"

@@ -51,4 +51,20 @@ def by_kind(prof, *, rules=None, tagged=None) -> pl.DataFrame:
             .sort(["self_ps", "kind", "op_name", "shape", "fingerprint"], descending=[True, False, False, False, False]))
 
 
-__all__ = ["KEY", "KIND_SCHEMA", "by_kind"]
+def layer_groups(prof, *, rules=None, tagged=None) -> pl.DataFrame:
+    """:func:`by_kind`'s rows, each with its members: the report's top-ops table, where the L
+    per-layer copies of one op are one row that expands to them. Columns: :data:`KIND_SCHEMA`
+    plus ``hlo_text`` (of the first member's first event) and ``members_rows`` (per op name,
+    by total time: op_name, occurrences, total_ps, modules;
+    :func:`~traceview.analysis.populations.populations`). Same order as :func:`by_kind`."""
+    pops = populations(prof, rules=rules, tagged=tagged, members=True)
+    if pops.height == 0:
+        return pl.DataFrame(schema={**KIND_SCHEMA, "hlo_text": pl.Utf8, "members_rows": pl.List(pl.Struct({
+            "op_name": pl.Utf8, "occurrences": pl.Int64, "total_ps": pl.Int64, "modules": pl.List(pl.Utf8)}))})
+    out = pops.with_columns(pl.col("stem").alias("op_name"),
+                            pl.col("op_names").list.len().cast(pl.Int64).alias("members"))
+    return (out.select(list(KIND_SCHEMA) + ["hlo_text", "members_rows"]).cast(KIND_SCHEMA)
+            .sort(["self_ps", "kind", "op_name", "shape", "fingerprint"], descending=[True, False, False, False, False]))
+
+
+__all__ = ["KEY", "KIND_SCHEMA", "by_kind", "layer_groups"]

@@ -102,7 +102,7 @@ def keyed(rows: pl.DataFrame, *, name_stem: bool = True, program_stem_key: bool 
 
 
 def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps | None = None,
-                program_stem_key: bool = True) -> pl.DataFrame:
+                program_stem_key: bool = True, members: bool = False) -> pl.DataFrame:
     """One row per population of one profile (key in the module doc).
 
     ``prof``: anything with ``table`` (an OpTable) and ``module_runs``; ``tagged``: its
@@ -167,8 +167,17 @@ def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps |
         pl.when(pl.col("executions") > 0).then(pl.col("occurrences") / pl.col("executions")).otherwise(None)
         .alias("per_execution"),
     )
-    return out.select(list(POPULATION_SCHEMA)).cast(POPULATION_SCHEMA).sort(["self_ps"] + KEY,
-                                                                             descending=[True] + [False] * len(KEY))
+    out = out.select(list(POPULATION_SCHEMA)).cast(POPULATION_SCHEMA)
+    if members:
+        roots = df.filter(pl.col("kname").is_null() | pl.col("kroot").fill_null(False))
+        per = (roots.group_by(KEY + ["op_name"]).agg(
+            pl.col("_inv").sum().cast(pl.Int64).alias("occurrences"), pl.col("_wall").sum().cast(pl.Int64).alias("total_ps"),
+            pl.col("module").filter(pl.col("module") != "").unique().sort().alias("modules"))
+            .sort(["total_ps", "op_name"], descending=[True, False])
+            .group_by(KEY, maintain_order=True).agg(
+                pl.struct("op_name", "occurrences", "total_ps", "modules").alias("members_rows")))
+        out = out.join(per, on=KEY, how="left", nulls_equal=True, maintain_order="left")
+    return out.sort(["self_ps"] + KEY, descending=[True] + [False] * len(KEY))
 
 
 def kernel_table(prof, *, rules=None, tagged: TaggedOps | None = None) -> pl.DataFrame:

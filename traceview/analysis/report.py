@@ -104,8 +104,8 @@ class Report:
     ``kernels``, ``sources`` (by file on ``source_frame``), ``steps``
     (:class:`~traceview.analysis.steps.StepAnatomy`). HTML only (else None):
     ``html_sources`` (by file, direct frame) and ``source_kinds`` (origin, share),
-    ``populations_per_name`` ({op_name: populations}), ``hlo_texts`` ({(op_name, shape): the
-    first HLO text}), ``step_chart`` (:class:`StepChart`). ``communication``
+    ``populations_per_name`` ({op_name: populations}), ``step_chart`` (:class:`StepChart`),
+    ``op_groups`` and ``overview`` (see the fields). ``communication``
     (:class:`~traceview.analysis.collectives.Communication`: collectives and host transfers).
     Populations: ``program_splits`` and ``population_regimes`` (see the fields). ``overlap``
     (:class:`~traceview.analysis.overlap.Overlap`, None when the trace has no collective or
@@ -140,7 +140,6 @@ class Report:
     html_sources: pl.DataFrame | None = None
     source_kinds: pl.DataFrame | None = None
     populations_per_name: dict | None = None
-    hlo_texts: dict | None = None
     step_chart: StepChart | None = None
     step_strip: StepStrip | None = None  # HTML only: the strip chart's points (bounded)
     communication: object = None  # traceview.analysis.collectives.Communication
@@ -169,6 +168,11 @@ class Report:
     #: the command that exports the median step and its neighbours to a timeline
     #: (:func:`~traceview.analysis.export.attach_export_commands`), None without steps
     export_command: str | None = None
+    #: HTML only: the top-ops table's rows, the per-layer copies of one op grouped
+    #: (:func:`~traceview.analysis.kinds.layer_groups`)
+    op_groups: pl.DataFrame | None = None
+    #: HTML only: what the report opens with (:func:`~traceview.analysis.overview.overview`)
+    overview: dict | None = None
 
 
 def events_note(files: list, op_events: int, device_groups: pl.DataFrame, kernels: pl.DataFrame) -> str | None:
@@ -319,7 +323,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
 
     attach_export_commands(rep)
     if html:
-        add_html_sections(rep, prof)
+        add_html_sections(rep, prof, rules)
     return rep
 
 
@@ -351,20 +355,20 @@ def communication_sections(prof, rules=None, *, module: str | None = None, exten
     return ov, (st if st.summary.get("straggler") else None)
 
 
-def add_html_sections(rep: Report, prof) -> Report:
-    """Fill the HTML-only fields of ``rep`` (for ``prof``, the profile it was built from)."""
+def add_html_sections(rep: Report, prof, rules=None) -> Report:
+    """Fill the HTML-only fields of ``rep`` (for ``prof``, the profile it was built from;
+    ``rules``: the family rules it was built with)."""
+    from traceview.analysis.kinds import layer_groups
+    from traceview.analysis.overview import overview
+
     direct = rep.sources if rep.source_frame == "direct" else _sources.by_file(prof.table, frame="direct")
     rep.html_sources = direct
     rep.source_kinds = source_kinds(direct)
     rep.populations_per_name = dict(rep.by_shape.group_by("op_name").agg(pl.len().alias("n")).iter_rows())
-    hlo = {}
-    if prof.table.height:
-        first = (prof.table.collapse().filter(pl.col("hlo_text") != "").group_by(["op_name", "shape"])
-                 .agg(pl.col("hlo_text").first()))
-        hlo = {(r[0], r[1]): r[2] for r in first.iter_rows()}
-    rep.hlo_texts = hlo
     rep.step_chart = step_chart(rep.steps)
     rep.step_strip = step_strip(rep.steps)
+    rep.op_groups = layer_groups(prof, rules=rules, tagged=derived.tagged(prof, rules))
+    rep.overview = overview(rep, getattr(prof, "step_markers", None))
     return rep
 
 

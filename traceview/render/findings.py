@@ -7,19 +7,73 @@ from __future__ import annotations
 from traceview.analysis.findings.impact import impact_line
 
 
-def finding_rows(findings) -> list[dict]:
-    """Template rows: id, severity, statement, why, next_step, verify_hint, export_command, doc, evidence
-    (short JSON text, at most 600 characters)."""
-    import json
+#: rows of a list shown in an evidence table (the rest counted), items of a scalar list
+EVIDENCE_ROWS = 12
 
+
+def evidence_value(key: str, v) -> str:
+    """One evidence value as text, by its key's unit: ``*_ps`` a time, ``*share*`` /
+    ``*_frac*`` a percentage, ``*bytes*`` bytes, ``*_bw`` B/s, ``peak_flops`` /
+    ``achieved_flops`` FLOP/s, other floats to 4 significant digits; a list
+    of scalars joined (the first :data:`EVIDENCE_ROWS`, the rest counted); a dict as
+    ``key: value`` pairs."""
+    from traceview.model.units import fmt_bytes, fmt_pct, fmt_rate, fmt_time_ps
+
+    k = str(key).lower()
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)):
+        if k.endswith("_ps") or k == "ps":
+            return fmt_time_ps(v)
+        if "share" in k or "frac" in k:
+            return fmt_pct(v)
+        if "bytes" in k:
+            return fmt_bytes(v)
+        if k.endswith("_bw") or k == "bw":
+            return fmt_rate(v, "B/s")
+        if k in ("peak_flops", "achieved_flops", "flops_per_s"):
+            return fmt_rate(v, "FLOP/s")
+        return f"{v:,}" if isinstance(v, int) else f"{v:.4g}"
+    if isinstance(v, dict):
+        return "; ".join(f"{kk}: {evidence_value(kk, vv)}" for kk, vv in v.items())
+    if isinstance(v, (list, tuple)):
+        items = [evidence_value(key, x) for x in v[:EVIDENCE_ROWS]]
+        return ", ".join(items) + (f", … +{len(v) - EVIDENCE_ROWS} more" if len(v) > EVIDENCE_ROWS else "")
+    return str(v)
+
+
+def evidence_table(evidence) -> list[dict]:
+    """A finding's evidence as table rows: ``{"key", "value"}`` for a scalar (text by
+    :func:`evidence_value`), ``{"key", "columns", "rows", "more"}`` for a list of dicts (a
+    nested table of its first :data:`EVIDENCE_ROWS` rows, ``more`` the rest)."""
+    out = []
+    for key, v in (evidence or {}).items():
+        if isinstance(v, (list, tuple)) and v and all(isinstance(x, dict) for x in v):
+            cols = list(dict.fromkeys(c for x in v for c in x))
+            out.append({"key": str(key), "columns": cols,
+                        "rows": [[evidence_value(c, x.get(c)) for c in cols] for x in v[:EVIDENCE_ROWS]],
+                        "more": max(0, len(v) - EVIDENCE_ROWS)})
+        else:
+            out.append({"key": str(key), "value": evidence_value(key, v)})
+    return out
+
+
+def finding_rows(findings) -> list[dict]:
+    """Template rows: id, severity, statement, why, next_step, verify_hint, doc, impact (its
+    line), share_high (the impact's upper share, None when unknown), evidence
+    (:func:`evidence_table`), export_command (the command that exports the finding's step,
+    when the finding carries one; "" otherwise)."""
     out = []
     for f in findings or []:
-        ev = json.dumps(f.evidence, default=str)
+        imp = getattr(f, "impact", None) or {}
         out.append({"id": f.id, "severity": f.severity, "statement": f.statement, "why": f.why,
                     "next_step": f.next_step, "verify_hint": f.verify_hint,
-                    "export_command": getattr(f, "export_command", ""),  # HTML hook: not shown by the template yet
                     "doc": getattr(f, "doc", ""), "impact": impact_line(getattr(f, "impact", None)),
-                    "evidence": ev if len(ev) <= 600 else ev[:600] + "…"})
+                    "share_high": imp.get("share_high"), "method": imp.get("method") or "unknown",
+                    "evidence": evidence_table(f.evidence),
+                    "export_command": getattr(f, "export_command", "") or ""})
     return out
 
 

@@ -118,6 +118,35 @@ def _top_ops(by_shape: pl.DataFrame, npop: dict, hlo: dict, top: int) -> list[di
     return rows
 
 
+#: members listed under one grouped row (the rest counted)
+_MEMBERS = 100
+
+
+def _grouped_ops(groups: pl.DataFrame, top: int) -> list[dict]:
+    """The rows of the top ``top`` groups of :attr:`Report.op_groups` (the per-layer copies of
+    one op as one row), each with its members (the first :data:`_MEMBERS`)."""
+    rows = []
+    for i, r in enumerate(groups.head(top).iter_rows(named=True), 1):
+        res, operands = _split_shape(r["shape"])
+        mods = r["modules"] or []
+        members = r["members_rows"] or []
+        rows.append({
+            "rank": i, "op_name": r["op_name"], "kind": r["kind"], "family": r["family"] or "",
+            "shape": r["shape"] or "", "result": res or "?", "operands": operands, "members": r["members"],
+            "occurrences": r["occurrences"], "total_ps": r["total_ps"], "self_ps": r["self_ps"],
+            "mean_ps": r["mean_ps"], "share": r["share"], "per_execution": r["per_execution"],
+            "modules": ", ".join(m for m in mods[:3] if m) + (f" +{len(mods) - 3}" if len(mods) > 3 else ""),
+            "all_modules": ", ".join(m for m in mods if m), "source": r["source"] or "",
+            "hlo": _short(r["hlo_text"] or "", _HLO_CHARS),
+            "member_rows": [{"op_name": m["op_name"], "occurrences": m["occurrences"], "total_ps": m["total_ps"],
+                             "mean_ps": (m["total_ps"] / m["occurrences"]) if m["occurrences"] else None,
+                             "modules": ", ".join(x for x in (m["modules"] or []) if x)}
+                            for m in members[:_MEMBERS]],
+            "more_members": max(0, len(members) - _MEMBERS),
+        })
+    return rows
+
+
 def _split(split_df: pl.DataFrame) -> list[dict]:
     """The op names split into several shape populations (the first 12, 10 populations each)."""
     split = []
@@ -197,9 +226,14 @@ class _StepsView:
     summary: str = ""
     outliers: list | None = None
     strip_note: str = ""
+    #: the steps as a sentence instead of a chart of fewer than :data:`MIN_POINTS` points
+    strip_points: list | None = None
+    bars_sentence: bool = False
 
 
 _IDLE = "idle (no op running)"
+#: a chart with fewer points is a sentence instead
+MIN_POINTS = 3
 
 
 def _steps(rep, charts) -> _StepsView:
@@ -216,11 +250,13 @@ def _steps(rep, charts) -> _StepsView:
     if an.steps.height == 0:
         return _StepsView(None, "No steps found in this profile (no program execution to call a step).",
                           "", "", [], 0, 0)
-    strip, summary, outl, strip_note = None, "", [], ""
+    strip, summary, outl, strip_note, strip_points = None, "", [], "", None
     st = an.steps
     if "outlier" in st.columns:  # the step distribution: strip chart, its line, the outlier steps
         ss = rep.step_strip
-        if ss is not None:
+        if ss is not None and ss.shown < MIN_POINTS:
+            strip_points = st.select("device", "step", "duration_ps").sort("device", "step").to_dicts()
+        elif ss is not None:
             strip = charts.submit("step_strip", ss.steps, ss.durations, ss.outliers, ss.median_ps)
             if ss.shown < ss.n_steps:
                 strip_note = (f"{ss.n_steps:,} steps: every outlier and, per bin of step indices, the shortest "
@@ -242,9 +278,12 @@ def _steps(rep, charts) -> _StepsView:
                          "color": "#d9d9d9"})
     if not matrix:
         return _StepsView(None, "Steps found, but no op time inside them to chart.", line, method, families,
-                          chart.n_steps, 0, strip, summary, outl, strip_note)
+                          chart.n_steps, 0, strip, summary, outl, strip_note, strip_points)
+    if chart.shown < MIN_POINTS:  # one or two bars: the legend's figures say it
+        return _StepsView(None, "", line, method, families, chart.n_steps, chart.shown, strip, summary, outl,
+                          strip_note, strip_points, True)
     return _StepsView(charts.submit("steps", [v for _, v in matrix], colors), "", line, method, families,
-                      chart.n_steps, chart.shown, strip, summary, outl, strip_note)
+                      chart.n_steps, chart.shown, strip, summary, outl, strip_note, strip_points)
 
 
 #: allocators drawn in the memory chart (largest peaks first)
@@ -317,6 +356,22 @@ def _family_roofline(rep) -> dict | None:
             "ridge": ridge}
 
 
+def _overview(rep, steps: _StepsView, findings: list[dict]) -> dict | None:
+    """The overview's values (:attr:`Report.overview`), the family bar colored as the step
+    anatomy's legend; None without one."""
+    ov = getattr(rep, "overview", None)
+    if ov is None:
+        return None
+    colors = {f["family"]: f["color"] for f in steps.families}
+    fams = ov["families"]
+    total = sum(f["share"] or 0 for f in fams)
+    bar = [{**f, "color": colors.get(f["family"]) or _PALETTE[i % len(_PALETTE)],
+            "width": 100.0 * (f["share"] or 0) / total if total else 0.0} for i, f in enumerate(fams)]
+    return {"step": ov["step"], "util": ov["utilisation"], "mem": ov["memory"], "bar": bar,
+            "bar_sum": total, "findings": findings[:8], "n_findings": len(findings),
+            "step_numbers": ov.get("step_numbers")}
+
+
 # -- public ---------------------------------------------------------------------------------
 
 def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
@@ -347,7 +402,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
         "devices": _devices(rep.device_groups),
         "peaks": _peaks(rep.peaks),
         "roof": None,
-        "ops": _top_ops(rep.by_shape, rep.populations_per_name, rep.hlo_texts, top),
+        "ops": [],  # the (name, shape) rows: only for a report without op_groups (below)
         "n_pops": rep.by_shape.height,
         "split": _split(split_df) if rep.by_shape.height else [],
         "n_split": split_df.height if rep.by_shape.height else 0,
@@ -361,7 +416,15 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
         "findings_off": getattr(rep, "findings", None) is None,
         "family_roofline": _family_roofline(rep),
         "kinds": _kinds(rep, top),
+        "export_command": getattr(rep, "export_command", None),
     }
+    ctx["overview"] = _overview(rep, steps, ctx["findings"])
+    stepno = (ctx["overview"] or {}).get("step_numbers") or {}
+    ctx["stepno"] = stepno
+    ctx["groups"] = _grouped_ops(rep.op_groups, top) if getattr(rep, "op_groups", None) is not None else None
+    ctx["n_groups"] = rep.op_groups.height if ctx["groups"] is not None else 0
+    if ctx["groups"] is None:
+        ctx["ops"] = _top_ops(rep.by_shape, rep.populations_per_name, {}, top)
     ctx["roof"] = _roofline(rep, min(top, 20), roof_chart)
     ctx["comm"] = _communication(getattr(rep, "communication", None), top)
     ctx["mem"] = _memory(getattr(rep, "memory", None), top, charts)
@@ -397,12 +460,18 @@ def render_report(rep, *, top: int = 30, title: str | None = None, charts=None) 
     """The offline, self-contained HTML report of ``rep`` (a
     :class:`~traceview.analysis.report.Report` built with ``html=True``) as one string.
 
-    Sections: what was read (files, hosts, runs, why) and warnings; devices, peaks with their
-    sources and the ridge point (FLOP/byte); a log-log roofline chart (intensity in FLOP/byte
-    against achieved FLOP/s, point area ∝ total time) with its table; the ``top`` populations
-    by self time, op names split into several shapes flagged and grouped; step anatomy
-    (families per step, stacked, with the coverage line); source attribution (top files by op
-    self time, project against site-packages). No script and no network reference.
+    Sections, the answer first: the overview (step time median and p10-p90, MFU/MBU and the
+    memory peak or why each is unknown, the step's families as one bar, the findings ranked by
+    impact: :attr:`Report.overview`); the findings (evidence as tables, the export command);
+    the ``top`` ops by self time with the per-layer copies of one op as one row that expands to
+    its op names (:attr:`Report.op_groups`), op names split into several shapes; step anatomy
+    (families per step, stacked, with the coverage line); a log-log roofline chart (intensity
+    in FLOP/byte against achieved FLOP/s, point area ∝ total time) with its table; phases,
+    HLO, kernels, memory, communication; source attribution; devices and peaks; what was read.
+    A chart of fewer than :data:`MIN_POINTS` points is a sentence. Steps are numbered as the
+    ``step`` column everywhere, the trace's own step number beside where its markers carry
+    one. Long strings are cut in the middle on one line, whole in their ``title``; nothing is
+    wider than a 1280 px window. No script and no network reference.
     ``charts``: what draws the charts (``submit(name, *args)`` returning a callable that gives
     the chart; :class:`~traceview.render.charts.InlineCharts`, drawing in this process, when None).
     """

@@ -13,6 +13,8 @@ import polars as pl
 SEGMENTS = (("compute (no communication in flight)", "#4e79a7"), ("hidden communication", "#59a14f"),
             ("exposed communication", "#e15759"), ("host transfers", "#edc948"), ("idle", "#d9d9d9"))
 CHART_STEPS = 64
+#: a chart with fewer points (bars, cells) is a sentence instead
+MIN_POINTS = 3
 
 
 @dataclass
@@ -45,7 +47,9 @@ def comm_view(rep, charts, top: int = 20) -> CommView | None:
     tot = [s["compute_ps"] - s["hidden_ps"], s["hidden_ps"], s["exposed_ps"], s["host_ps"], s["idle_ps"]]
     legend = [{"name": nm, "color": c, "time_ps": t / n, "share": t / s["step_ps"] if s["step_ps"] else None}
               for (nm, c), t in zip(SEGMENTS, tot)]
-    view = CommView(bars_svg=charts.submit("steps", series, [c for _, c in SEGMENTS], shown["step"].to_list()), legend=legend, summary=dict(s),
+    bars = (charts.submit("steps", series, [c for _, c in SEGMENTS], shown["step"].to_list())
+            if shown.height >= MIN_POINTS else None)
+    view = CommView(bars_svg=bars, legend=legend, summary=dict(s),
                     populations=ov.populations.head(top).to_dicts(), steps_shown=shown.height, n_steps=per.height,
                     notes=list(ov.notes))
     st = getattr(rep, "stragglers", None)
@@ -58,7 +62,8 @@ def comm_view(rep, charts, top: int = 20) -> CommView | None:
         grid = {(r["_name"], r["step"]): r["busy_ps"]
                 for r in d.filter(pl.col("step").is_in(steps)).iter_rows(named=True)}  # the charted steps only
         busy = [[float(grid.get((nm, k)) or 0) for k in steps] for nm in names]
-        view.skew_svg = charts.submit("skew", names, busy, steps)
+        if len(names) * len(steps) >= MIN_POINTS:
+            view.skew_svg = charts.submit("skew", names, busy, steps)
         view.stragglers = {"summary": dict(st.summary), "steps": st.steps.head(top).to_dicts(), "notes": list(st.notes)}
     return view
 
