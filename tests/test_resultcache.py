@@ -174,3 +174,13 @@ def test_in_place_edit_with_mtime_put_back_is_a_miss(cache_dir, trace, tmp_path)
     os.utime(trace, ns=(st.st_atime_ns, st.st_mtime_ns))
     assert main(["analyze", str(trace), "--format", "json", "-o", str(out)]) == 0
     assert b"jit__PSUM" in out.read_bytes()
+
+
+def test_code_fingerprint_covers_the_report_template():
+    """An edit of the HTML report's template alone must not serve a page the old template
+    rendered: the code fingerprint the result cache keys on reads the template too."""
+    from traceview.read.cache import code_files
+
+    names = {p.name for p in code_files()}
+    assert "report.html.j2" in names
+    assert "cache.py" in names

@@ -107,15 +107,23 @@ def unusable_reason() -> str | None:
 _CODE_ID: list[str] = []  # memo of code_version()'s fingerprint (the code does not change in a process)
 
 
+def code_files() -> list[Path]:
+    """The files of the traceview package whose edits change what it computes or renders:
+    Python sources, built extensions and the report templates."""
+    here = Path(__file__).resolve().parents[1]
+    return sorted(p for pat in ("*.py", "*.so", "*.pyd", "*.j2") for p in here.rglob(pat))
+
+
 def code_version() -> str:
-    """traceview's version plus a fingerprint of its own code files (name, size, mtime): an
-    edited checkout (editable install) never reuses entries an older build wrote."""
+    """traceview's version plus a fingerprint of its own code and template files (name, size,
+    mtime): an edited checkout (editable install) never reuses entries an older build wrote,
+    a report template's edit included."""
     from traceview import __version__
 
     if not _CODE_ID:
         h = hashlib.blake2b(digest_size=8)
         here = Path(__file__).resolve().parents[1]  # the traceview package
-        for p in sorted([*here.rglob("*.py"), *here.rglob("*.so"), *here.rglob("*.pyd")]):
+        for p in code_files():
             try:
                 st = p.stat()
             except OSError:
