@@ -53,8 +53,9 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from traceview.kernels.block_sizes import resolve_kv_block_size
+from traceview.kernels.contract import MASK_VALUE, check_decode_inputs
 from traceview.kernels.naming import kernel_name
-from traceview.kernels.paged_attention import MASK_VALUE, check_decode_inputs, decode_block_size, decode_cost_estimate
 
 #: Smallest tile side of a Triton dot (M, N and K must each be at least 16).
 MIN_DOT = 16
@@ -150,9 +151,9 @@ def paged_decode_gpu(q, k_pages, v_pages, kv_lens, page_table, *, k_scales=None,
 
     Returns: ``[B, Hq, D]`` in ``q.dtype``; rows with ``kv_len == 0`` are zeros.
 
-    The custom call's cost estimate is not passed: XLA:GPU reads none for Triton calls.
-    :func:`~traceview.kernels.paged_attention.decode_cost_estimate` still gives the work at
-    the maximum context (here the computed columns are ``n_blk * ceil(bkv / bkv_c) * bkv_c``).
+    No cost estimate is passed: the Triton lowering drops it. The work at the maximum context
+    is :func:`~traceview.kernels.paged_attention.decode_cost_estimate`'s with
+    ``n_blk * ceil(bkv / bkv_c) * bkv_c`` computed columns.
 
     Raises: ValueError as ``paged_decode`` does, and for a head dim that is not a power of two
       of at least 16.
@@ -162,8 +163,8 @@ def paged_decode_gpu(q, k_pages, v_pages, kv_lens, page_table, *, k_scales=None,
         raise ValueError(f"the GPU decode kernel needs a head dim that is a power of two of at least {MIN_DOT}, got {d}")
     pages_per_seq = page_table.shape[1]
     num_pages = k_pages.shape[1]
-    bkv = decode_block_size(kv_block_size, head_dim=d, num_kv_heads=hkv, dtype=k_pages.dtype, page_size=page_size,
-                            max_kv=pages_per_seq * page_size)
+    bkv, _source = resolve_kv_block_size(kv_block_size, head_dim=d, num_kv_heads=hkv, dtype=k_pages.dtype,
+                                         page_size=page_size, max_kv=pages_per_seq * page_size)
     chunk = compute_chunk(bkv, d)
     group = hq // hkv
     if sm_scale is None:
@@ -188,4 +189,4 @@ def paged_decode_gpu(q, k_pages, v_pages, kv_lens, page_table, *, k_scales=None,
     return out.reshape(bsz, hq, d)
 
 
-__all__ = ["paged_decode_gpu", "gpu_kernel_name", "compute_chunk", "decode_cost_estimate"]
+__all__ = ["paged_decode_gpu", "gpu_kernel_name", "compute_chunk"]
