@@ -22,7 +22,9 @@ from traceview.kernels.paged_attention_gpu import compute_chunk, gpu_kernel_name
 from traceview.kernels.quant import quantize_int8  # noqa: E402
 from traceview.kernels.reference import paged_decode_reference  # noqa: E402
 
-TRITON_CALL = "__gpu$xla.gpu.triton"
+# the custom call Pallas Triton lowers to (JAX 0.11 names it CUSTOM_CALL_TARGET_NAME; same value)
+TRITON_CALL = getattr(__import__("jax.experimental.pallas.triton", fromlist=["_"]), "CUSTOM_CALL_TARGET_NAME",
+                      "__gpu$xla.gpu.triton")
 
 
 def _problem(lens, *, page=16, hq=8, hkv=1, d=64, pps=8, dtype=jnp.float32, seed=0):
