@@ -47,7 +47,7 @@ def test_dry_run_exits_0_with_a_record_per_step(dry_run):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = _json(out / "summary.json")
     assert summary["ok"] and summary["dry_run"] and summary["env"]["backend"] == "cpu"
-    want = (["env"] + [f"profile_{r}" for r in RUNS] + [f"{k}_{r}" for r in RUNS for k in ("analyze", "verify")]
+    want = (["env", "kernel_check"] + [f"profile_{r}" for r in RUNS] + [f"{k}_{r}" for r in RUNS for k in ("analyze", "verify")]
             + [f"{k}_{p}" for p in PAIRS for k in ("diff", "verify")] + [f"oracle_{r}" for r in RUNS])
     records = [_json(f) for f in sorted((out / "steps").glob("*.json"))]
     assert sorted(r["step"] for r in records) == sorted(want)
@@ -70,8 +70,18 @@ def test_dry_run_profiles_are_the_configurations_asked_for(dry_run):
         assert cfg["donate"] is ("nodonate" not in name)
     assert runs["study_bf16_bkv2048"]["kernel"] == "RPAd-p_16-bq_1_1-bkv_64_64"
     assert runs["study_bf16_bkv128"]["kernel"] == "RPAd-p_16-bq_1_1-bkv_16_16"
-    off = _json(out / "steps" / "02_profile_tiny_bf16_cmdbuf_off.json")
+    off = _json(out / "steps" / "03_profile_tiny_bf16_cmdbuf_off.json")
     assert off["env"]["XLA_FLAGS"].endswith("--xla_gpu_enable_command_buffer=")
+
+
+@pytest.mark.slow
+def test_dry_run_checks_the_gpu_kernel_in_the_interpreter(dry_run):
+    _, out = dry_run
+    kc = _json(out / "kernel_check.json")
+    assert kc["ok"] and kc["interpret"] and kc["backend"] == "cpu"
+    assert {(c["kv_dtype"], c["kernel"]) for c in kc["cases"]} == {
+        (dt, f"RPAd-p_16-bq_1_1-bkv_{b}_{b}") for dt in ("bfloat16", "int8", "float32") for b in (16, 64)}
+    assert all(c["max_abs_err"] <= c["tolerance"] for c in kc["cases"])
 
 
 @pytest.mark.slow

@@ -6,6 +6,8 @@ code, wall seconds, stdout/stderr files, ``ok``):
 
 1. ``env``: a subprocess reports Python, JAX, the backend and its devices (the driver itself
    never starts a JAX backend: it would hold the GPU's memory while the runs need it).
+   ``kernel_check``: the GPU decode kernel against the reference, compiled (interpreted in a
+   dry run), with a per-call time on the GPU (``kernel_check.py``; ``kernel_check.json``).
 2. ``profile_<run>``: ``traceview engine profile`` per configuration of :data:`RUNS`, each in its
    own process (``XLA_FLAGS`` must be set before the backend starts): tiny and study presets,
    bf16; KV block 128 against 2048; donated against ``--no-donate``; int8 KV; XLA command
@@ -20,8 +22,8 @@ code, wall seconds, stdout/stderr files, ``ok``):
    also checked against the raw HLO-op XEvents of its device planes (the second oracle of
    ``tests/oracle.py``), keys and occurrences.
 
-Everything lands under ``$OUT``: ``profiles/<run>/`` (the trace files, ``engine.json``),
-``analyze/``, ``verify/``, ``diff/``, ``oracle/``, ``steps/``, ``summary.json``, ``summary.md``.
+Everything lands under ``$OUT``: ``env.json``, ``kernel_check.json``, ``profiles/<run>/`` (the
+trace files, ``engine.json``), ``analyze/``, ``verify/``, ``diff/``, ``oracle/``, ``steps/``, ``summary.json``, ``summary.md``.
 Trace files over ``TRACE_MAX_MB`` (default 48) are moved to ``$WORK`` and listed.
 
 Exit: 0 every step ran and every check held; 1 a step failed or a check did not hold (all
@@ -274,7 +276,11 @@ def main() -> int:
     # profile's /host:metadata (jax 0.10.2 on CPU: no shapes, no kernel names), so the
     # cache is turned off even when the caller's environment sets it.
     cache_env = {"JAX_ENABLE_COMPILATION_CACHE": "false"}
-    jobs, meta = [], {}
+    # the kernel itself first: parity with the reference and a per-call time (compiled on the
+    # GPU, interpreted in a dry run)
+    jobs = [("kernel_check", [PY, str(Path(__file__).with_name("kernel_check.py"))],
+             {"stdout_to": out / "kernel_check.json", "timeout_s": 240})]
+    meta = {}
     for name, (preset, args, xla) in RUNS.items():
         if dry:
             preset, args = _toy(preset, args)
@@ -287,7 +293,7 @@ def main() -> int:
         flags = " ".join(x for x in (os.environ.get("XLA_FLAGS", ""), xla) if x)
         jobs.append((f"profile_{name}", cmd, {"env": {**cache_env, **({"XLA_FLAGS": flags} if xla else {})}}))
         meta[name] = (preset, args, log_dir)
-    recs = r.parallel(jobs, int(os.environ.get("PROFILE_PARALLEL", "2" if dry else "1")))
+    recs = r.parallel(jobs, int(os.environ.get("PROFILE_PARALLEL", "2" if dry else "1")))[1:]
     profiles: dict[str, dict] = {}
     for rec, (name, (preset, args, log_dir)) in zip(recs, meta.items()):
         pdir = _profile_dir(log_dir)
@@ -375,6 +381,16 @@ def _summarize(r: Runner, env: dict, profiles: dict, oracle: dict, moved=()) -> 
             lines.append(f"| {n} | {v['preset']} | {v['kernel']} | {v['kv_dtype']} | {v['donate']} | "
                          f"{v['tokens_per_s'] or 0:.1f} | xprof {o.get('xprof_equal')} ({o.get('xprof_rows')} rows), "
                          f"raw {o.get('raw_equal')} ({o.get('raw_rows')} rows) |")
+    try:
+        kc = json.loads((r.out / "kernel_check.json").read_text())
+    except (OSError, ValueError):
+        kc = None
+    if kc:
+        lines += ["", f"kernel check ({'interpreted' if kc['interpret'] else 'compiled'} on {kc['backend']}): "
+                  f"{'ok' if kc['ok'] else 'FAILED'}", "", "| kernel | D | kv dtype | max abs err | median us/call |",
+                  "|---|---|---|---|---|"]
+        lines += [f"| {c['kernel']} | {c['head_dim']} | {c['kv_dtype']} | {c['max_abs_err']:.3g} | {c['median_us']} |"
+                  for c in kc["cases"]]
     (r.out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
     return 0 if ok else 1
