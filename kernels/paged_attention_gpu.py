@@ -37,7 +37,10 @@ same online softmax and the same finite mask value as the TPU kernel.
 
 ``interpret=True`` runs the same kernel in the generic Pallas interpreter (the parity tests);
 ``interpret=False`` lowers to the XLA:GPU Triton custom call (``__gpu$xla.gpu.triton`` in
-JAX 0.10 and 0.11), whose backend config names the kernel.
+JAX 0.10 and 0.11), whose backend config names the kernel. JAX 0.11 warns at each such
+lowering (``DeprecationWarning``, id ``jax-pallas-triton``) and, on a host without a GPU, needs
+an abstract device naming the GPU (``jax.sharding.AbstractDevice("NVIDIA H200", ...)`` in an
+abstract mesh) to pick the target; JAX 0.10 falls back to compute capability 9.0.
 
 Imports jax.
 """
