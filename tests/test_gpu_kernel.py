@@ -164,3 +164,13 @@ def test_paged_decode_dispatches_to_gpu_kernel_on_a_gpu_backend(monkeypatch):
     assert 'name = "RPAd-p_16-bq_1_1-bkv_32_32"' in call
     interp = jax.jit(lambda *a: paged_decode(*a, kv_block_size=32, interpret=True)).trace(q, k, v, kv_lens, pt)
     assert TRITON_CALL not in interp.lower(lowering_platforms=("cuda",)).as_text()
+
+
+def test_engine_cli_interpret_flag_reaches_the_engine():
+    # --interpret keeps the decode kernel in the Pallas interpreter on any backend (the device
+    # run's fallback when the GPU kernel fails its check); without it the backend decides.
+    from traceview.engine_shim.cli import _parser, _resolve
+
+    args = _parser().parse_args(["profile", "--interpret", "--max-tokens", "2"])
+    assert _resolve(args, {})["interpret"] is True
+    assert "interpret" not in _resolve(_parser().parse_args(["profile"]), {})
