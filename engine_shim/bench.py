@@ -98,7 +98,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
               donate: bool = True, time_tolerance: float = TIME_TOLERANCE, kv_dtype: str | None = None,
               kv_cache_bytes: int | None = None, host_sampler_mask: bool = False, tensor_parallel: int = 1,
               itl_slo_ms: float | None = None, dtype: str | None = None, greedy_bf16_logits: bool = False,
-              step_clock: Callable[[], float] | None = None, on_start: Callable[[dict], None] | None = None) -> dict:
+              step_clock: Callable[[], float] | None = None, on_start: Callable[[dict], None] | None = None,
+              interpret: bool | None = None) -> dict:
     """Run the protocol once; returns a JSON-serialisable dict (times in seconds).
 
     Args (beyond the engine's): ``donate`` (False: the copying decode cache update);
@@ -106,6 +107,8 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
     ``tensor_parallel``: devices the model is split over (``LLM(tensor_parallel=...)``);
     ``dtype``: the model dtype (None: the preset's) and ``greedy_bf16_logits`` (argmax on the
     bf16 logits, no float32 conversion or copy; greedy only): ``LLM(dtype=..., greedy_bf16_logits=...)``;
+    ``interpret``: the decode kernel in the Pallas interpreter when True (``LLM(interpret=...)``;
+    None: compiled on TPU and GPU, interpreted on CPU);
     ``time_tolerance``: bound on the time check's relative difference; ``itl_slo_ms``: the
     inter-token latency objective for ``goodput`` (None: no goodput); ``step_clock``: the
     engine's per-step clock (tests inject a broken one); ``on_start``: called with the
@@ -157,7 +160,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
               enable_chunked_prefill=enable_chunked_prefill, enable_prefix_caching=enable_prefix_caching,
               donate=donate, step_clock=step_clock, kv_dtype=kv_dtype,
               kv_cache_bytes=kv_cache_bytes, host_sampler_mask=host_sampler_mask, tensor_parallel=tensor_parallel,
-              dtype=dtype, greedy_bf16_logits=greedy_bf16_logits)
+              dtype=dtype, greedy_bf16_logits=greedy_bf16_logits, interpret=interpret)
     init_s = time.perf_counter() - t0
     startup = llm.verification()
     if on_start is not None:
@@ -219,7 +222,7 @@ def run_bench(*, model: str = "tiny", max_num_seqs: int = 8, max_model_len: int 
                    "enable_prefix_caching": enable_prefix_caching, "prefix_tokens": prefix_tokens, "donate": donate, "tensor_parallel": tensor_parallel,
                    "time_tolerance": time_tolerance, "itl_slo_ms": itl_slo_ms, "kv_dtype": llm.config.kv_dtype, "kv_cache_bytes": kv_cache_bytes,
                    "dtype": llm.model_config.dtype, "greedy_bf16_logits": llm.greedy_bf16_logits,
-                   "logits_f32": llm.upcast_logits},
+                   "logits_f32": llm.upcast_logits, "interpret": interpret},
         "kv_capacity": llm.kv_capacity.as_dict(),
         "init_s": init_s,
         "precompile_s": llm.stats.precompile_s,

@@ -103,6 +103,9 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--repetition-penalty", type=float, default=1.0)
         s.add_argument("--seed", type=int, default=0)
         s.add_argument("--no-precompile", action="store_true", help="compile buckets on first use instead of at start-up")
+        s.add_argument("--interpret", action="store_true",
+                       help="run the decode kernel in the Pallas interpreter, whatever the backend [default: "
+                            "compiled on TPU (Mosaic) and GPU (Triton), interpreted on CPU]")
         s.add_argument("--no-donate", action="store_true",
                        help="compile the decode with a copying KV cache update (no buffer donation) [default donated]")
         s.add_argument("--host-sampler-mask", action="store_true",
@@ -208,6 +211,7 @@ def _resolve(args, env) -> dict:
         enable_prefix_caching=args.enable_prefix_caching,
         prefix_tokens=_nonnegative("--prefix-tokens", args.prefix_tokens),
         donate=not args.no_donate,
+        **({"interpret": True} if getattr(args, "interpret", False) else {}),
         **({"host_sampler_mask": True} if getattr(args, "host_sampler_mask", False) else {}),
         tensor_parallel=_positive("--tensor-parallel", args.tensor_parallel),
         dtype=args.dtype,

@@ -99,7 +99,8 @@ class EngineConfig:
     * ``min_token_bucket`` / ``min_request_bucket``: smallest buckets (vLLM TPU: 16 and 8).
     * ``num_pages``: page pool size including page 0 (default: enough for every slot at max length).
     * ``precompile``: compile every bucket at start-up (timed separately) instead of on first use.
-    * ``interpret``: Pallas interpret mode; None = interpret unless running on TPU.
+    * ``interpret``: Pallas interpret mode; None = compiled on TPU (Mosaic) and GPU (the Triton
+      kernel of :mod:`traceview.kernels.paged_attention_gpu`), interpreted on CPU.
     * ``donate``: donate the KV cache to the decode step (``donate_argnums``), so the page
       write updates it in place; False compiles the copying update (a new cache array per
       step), the second seed's un-donated baseline. Prefill always donates.

@@ -28,8 +28,10 @@ Backends (what was actually exercised, jax 0.10.2):
   (see ``tests/test_kernel_parity.py::test_cross_lowers_to_mosaic_tpu``); never run on a
   TPU here. Mosaic's layout passes run later in the TPU compiler, so lowering is necessary,
   not sufficient.
-* GPU: not supported compiled (Mosaic GPU has no scalar prefetch; the Triton backend is
-  deprecated from JAX 0.11). ``interpret=None`` therefore runs the interpreter on GPU.
+* GPU: this kernel is not compiled there (Mosaic GPU has no scalar prefetch). On a GPU
+  backend :func:`paged_decode` hands over to the GPU kernel of
+  :mod:`traceview.kernels.paged_attention_gpu` (same contract and name grammar, page ids
+  read inside the kernel) unless ``interpret=True``.
 
 The kernel name carries its configuration (``RPAd-p_{page}-bq_1_1-bkv_{bkv}_{bkv}``, see
 :mod:`traceview.kernels.naming`), so the KV block size can be read off any trace.
@@ -50,16 +52,13 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
 from traceview.kernels.block_sizes import resolve_kv_block_size
+from traceview.kernels.contract import MASK_VALUE, check_decode_inputs
 from traceview.kernels.naming import kernel_name
 from traceview.kernels.quant import kv_dtype_name, kv_token_bytes
 
 # Grid semantics: every (sequence, KV head) program is independent -> both axes parallel.
 # pltpu.PARALLEL where the installed jax has it, else the string form.
 _PARALLEL = getattr(pltpu, "PARALLEL", "parallel")
-
-#: Finite mask value for masked logits (as jax's Pallas attention ops use), so that
-#: ``exp(mask - max)`` underflows to 0 instead of producing ``inf - inf = nan``.
-MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
 
 
 def decode_block_size(kv_block_size=None, *, head_dim: int, num_kv_heads: int, dtype, page_size: int, max_kv: int) -> int:
@@ -231,8 +230,10 @@ def paged_decode(
         (env ``TRACEVIEW_KV_BLOCK_SIZE``, then the 16 MiB heuristic). Static: each value
         compiles its own kernel.
       sm_scale: logit scale, default ``D ** -0.5``.
-      interpret: True runs the generic Pallas interpreter; False compiles (Mosaic TPU);
-        None picks False on TPU and True elsewhere.
+      interpret: True runs this kernel in the generic Pallas interpreter (any backend).
+        Otherwise: on a GPU backend the compiled GPU kernel
+        (:func:`traceview.kernels.paged_attention_gpu.paged_decode_gpu`) runs; False compiles
+        Mosaic TPU; None compiles on TPU and interprets on CPU.
 
     Returns: ``[B, Hq, D]`` in ``q.dtype``; rows with ``kv_len == 0`` are zeros.
 
@@ -244,25 +245,8 @@ def paged_decode(
     Raises: ValueError for inconsistent shapes, an unsupported KV dtype, scales missing or
       misshapen, or an invalid KV block size.
     """
-    if q.ndim != 3 or k_pages.ndim != 4 or v_pages.shape != k_pages.shape:
-        raise ValueError(f"expected q[B,Hq,D] and k/v_pages[Hkv,P,page,D] of equal shape; got {q.shape}, {k_pages.shape}, {v_pages.shape}")
-    bsz, hq, d = q.shape
-    hkv, _num_pages, page_size, dk = k_pages.shape
-    if dk != d or hq % hkv:
-        raise ValueError(f"head_dim mismatch or Hq={hq} not a multiple of Hkv={hkv} (q {q.shape}, pages {k_pages.shape})")
-    if page_table.ndim != 2 or page_table.shape[0] != bsz or kv_lens.shape != (bsz,):
-        raise ValueError(f"expected page_table[{bsz}, pages_per_seq] and kv_lens[{bsz}]; got {page_table.shape}, {kv_lens.shape}")
+    bsz, hq, d, hkv, page_size, quantized = check_decode_inputs(q, k_pages, v_pages, kv_lens, page_table, k_scales, v_scales)
     kv_dtype = kv_dtype_name(k_pages.dtype)
-    if kv_dtype_name(v_pages.dtype) != kv_dtype:
-        raise ValueError(f"k_pages and v_pages dtypes differ: {k_pages.dtype} vs {v_pages.dtype}")
-    quantized = kv_dtype == "int8"
-    if quantized:
-        for label, sc in (("k_scales", k_scales), ("v_scales", v_scales)):
-            if sc is None or tuple(sc.shape) != k_pages.shape[:3]:
-                raise ValueError(f"an int8 KV cache needs {label} of shape {k_pages.shape[:3]} (float32); got "
-                                 f"{None if sc is None else sc.shape}")
-    elif k_scales is not None or v_scales is not None:
-        raise ValueError(f"k_scales/v_scales are only for an int8 KV cache, not {kv_dtype}")
     pages_per_seq = page_table.shape[1]
     bkv = decode_block_size(
         kv_block_size, head_dim=d, num_kv_heads=hkv, dtype=k_pages.dtype, page_size=page_size, max_kv=pages_per_seq * page_size
@@ -271,8 +255,14 @@ def paged_decode(
     group = hq // hkv
     if sm_scale is None:
         sm_scale = 1.0 / math.sqrt(d)
+    backend = jax.default_backend()
+    if backend == "gpu" and interpret is not True:
+        from traceview.kernels.paged_attention_gpu import paged_decode_gpu
+
+        return paged_decode_gpu(q, k_pages, v_pages, kv_lens, page_table, k_scales=k_scales, v_scales=v_scales,
+                                kv_block_size=kv_block_size, sm_scale=sm_scale)
     if interpret is None:
-        interpret = jax.default_backend() != "tpu"
+        interpret = backend != "tpu"
 
     # Pad the page table so a block's page index never reads past the row (the last block
     # may extend beyond pages_per_seq when max context is not a multiple of bkv).
