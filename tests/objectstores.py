@@ -197,8 +197,9 @@ class GCS(Server):
                          tmp / f"gcs-{port}.log")
 
     def env(self, endpoint: str | None = None) -> dict:
+        # NO_GCE_CHECK: google-auth's credential chain skips the metadata-server probe (no GCE here)
         return {"STORAGE_EMULATOR_HOST": endpoint or self.endpoint, "GOOGLE_APPLICATION_CREDENTIALS": "",
-                "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
+                "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false", "NO_GCE_CHECK": "True"}
 
     def put(self, bucket: str, files: dict) -> None:
         import gcsfs

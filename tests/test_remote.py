@@ -40,7 +40,7 @@ NEWEST = "2024_03_03_10_00_00"
 #: runs in the fleet prefix (one object each: more than one listing page of 1,000)
 FLEET_RUNS = 1500
 BIG_BYTES = 100 << 20
-TIMEOUT_S = 4  # $TRACEVIEW_REMOTE_TIMEOUT_S for these tests (default 20 s)
+TIMEOUT_S = 4  # $TRACEVIEW_REMOTE_TIMEOUT_S for these tests (default 20 s: a dead server fails faster here)
 
 
 def _pad(src: Path, dst: Path, pad: int) -> None:
@@ -130,6 +130,19 @@ def run_cli(capsys, *argv):
     return rc, out, err
 
 
+@pytest.fixture(scope="module")
+def disk_analysis(tree):
+    """The analysis JSON of the log dir on disk."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = main(["analyze", str(tree["disk"]), "--format", "json", "--no-cache", "-o", "-"])
+    assert rc == EXIT_OK
+    return json.loads(out.getvalue())
+
+
 def _analysis(capsys, path: str) -> dict:
     rc, out, err = run_cli(capsys, "analyze", path, "--format", "json", "--no-cache")
     assert rc == EXIT_OK, err
@@ -155,9 +168,9 @@ def _one_line(err: str, url: str) -> str:
 
 # ---------------------------------------------------------------------------------- analysis
 
-def test_same_analysis_from_s3_gs_and_disk(env, tree, servers, capsys):
+def test_same_analysis_from_s3_gs_and_disk(env, tree, servers, disk_analysis, capsys):
     s3, gcs = servers
-    disk = _analysis(capsys, str(tree["disk"]))
+    disk = disk_analysis
     from_s3 = _analysis(capsys, "s3://profiles/logdir")
     from_gs = _analysis(capsys, "gs://profiles/logdir/")
     # the newest of the three runs, read as from disk: the TPU trace, its ops and findings
@@ -206,10 +219,10 @@ def test_listing_is_one_paged_request_and_each_file_is_fetched_once(env, servers
 
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
-def test_a_100_mb_object(env, tree, scheme, capsys):
+def test_a_100_mb_object(env, tree, scheme, disk_analysis, capsys):
     url = f"{scheme}://profiles/big"
     doc = _analysis(capsys, url)
-    disk = _analysis(capsys, str(tree["disk"]))
+    disk = disk_analysis
     size = tree["big"].stat().st_size
     assert size > BIG_BYTES
     assert any(ln.startswith(f"fetched {size:,} bytes from {scheme}://") for ln in doc["provenance"]["lines"])
@@ -341,3 +354,29 @@ def test_every_command_reads_urls(env, tree, capsys, tmp_path):
     rc, out, err = run_cli(capsys, "ladder", "s3://profiles/logdir", "gs://profiles/logdir", "--x", "1,2",
                            "--format", "json")
     assert rc == EXIT_OK, err
+
+
+def test_mcp_tools_read_urls_under_a_url_root(env, capsys):
+    """``traceview mcp --root s3://profiles/logdir``: the tools read URLs under the root (and
+    paths relative to it), and refuse any other URL or a '..' segment."""
+    import asyncio
+
+    from traceview.cli.mcp_server import PathRefused, Roots, build_server
+
+    roots = Roots(["s3://profiles/logdir/"])
+    assert roots.resolve(f"plugins/profile/{NEWEST}") == f"s3://profiles/logdir/plugins/profile/{NEWEST}"
+    for bad in ("s3://profiles/big", "s3://profiles/logdir/../big", "gs://profiles/logdir", "/etc"):
+        with pytest.raises(PathRefused):
+            roots.resolve(bad)
+    server = build_server(roots, no_cache=True)
+
+    def call(tool, **args):
+        got = asyncio.run(server.call_tool(tool, args))
+        assert not got.is_error, got.content[0].text
+        return json.loads(got.content[0].text)
+
+    found = call("find_traces", path="s3://profiles/logdir")
+    assert [f["path"] for f in found["files"]] == [f"s3://profiles/logdir/plugins/profile/{NEWEST}/tpu_host.xplane.pb"]
+    assert [r["name"] for r in found["runs"]] == sorted(RUNS, reverse=True)
+    ops = call("analyze", path="s3://profiles/logdir", section="ops", top=3)
+    assert len(ops["ops"]) == 3

@@ -62,7 +62,7 @@ EXTRAS = {"gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"), "s3": ("s3fs", "s3"),
 
 ENV_TIMEOUT = "TRACEVIEW_REMOTE_TIMEOUT_S"
 #: seconds a request (a listing page, a range of a file) may take before it is cancelled
-DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_TIMEOUT_S = 20.0
 #: the whole listing may take this many request timeouts (a bucket of many pages)
 LIST_TIMEOUTS = 10
 #: bytes per ranged read of a fetch, and how many ranges are in flight at once
