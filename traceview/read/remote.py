@@ -100,17 +100,19 @@ def timeout_s() -> float:
 
 @dataclass
 class RemoteDiscovery(Discovery):
-    """A :class:`~traceview.read.discover.Discovery` of a URL: ``root``, the runs' folders and
-    the files are the local copies (``copies`` mirrors ``url``); ``reasons`` and ``warnings``
-    name the URLs. ``urls``: each fetched copy's path (str) -> its URL."""
+    """A :class:`~traceview.read.discover.Discovery` of the URL ``url``: ``root``, the runs'
+    folders and the files are the local copies (the folder ``copies`` mirrors ``copies_url``:
+    ``url``, or its folder when it names one object); ``reasons`` and ``warnings`` name the
+    URLs. ``urls``: each fetched copy's path (str) -> its URL."""
 
     url: str = ""
     copies: Path | None = None
+    copies_url: str = ""
     urls: dict = field(default_factory=dict)
 
     def shown(self, text):
-        """``text`` with the local copies' folder written as the URL (None stays None)."""
-        return shown(text, self.copies, self.url)
+        """``text`` with the local copies' folder written as its URL (None stays None)."""
+        return shown(text, self.copies, self.copies_url)
 
 
 def shown(text, copies: Path | None, url: str):
@@ -341,6 +343,13 @@ def discover(url: str, *, run=None, all_runs=False, stale_after_s=7 * 24 * 3600,
     if not fpath:
         raise UsageError(f"{url}: give a bucket (and a folder in it), e.g. {url.rstrip('/')}/bucket/logdir")
     entries = _listing(url, fs, fpath, timeout)
+    if not entries:  # a file system whose find lists folders only (http): the URL may name one file
+        try:
+            info = _run(fs, lambda: fs._info(fpath), lambda: fs.info(fpath), timeout)
+            if info.get("type", "file") == "file":
+                entries = {fpath: info}
+        except Exception:  # noqa: BLE001 - nothing there: said below as for an empty listing
+            pass
     base, reuse = copies_root()
     local_root = _mirror(base, url)
     scheme = _URL_RE.match(url).group(1)
@@ -359,11 +368,17 @@ def discover(url: str, *, run=None, all_runs=False, stale_after_s=7 * 24 * 3600,
             continue
         local = local_root.joinpath(*_segments(rel)) if rel else local_root
         obj_url = f"{url}/{rel}" if rel else url
+        if info.get("size") is None:  # a listing without sizes (http links): ask for this trace file's
+            try:
+                info = {**info, **_run(fs, lambda: fs._info(name), lambda: fs.info(name), timeout)}
+            except Exception as exc:  # noqa: BLE001
+                err = _fault(exc, "asking for its size", timeout)
+                raise type(err)(err.fault, obj_url) from None
         size = int(info.get("size") or 0)
         if size == 0:
             skipped.append((local, "empty file (0 bytes): an interrupted profiler export?"))
             continue
-        found.append((local, c[0], c[1], size, _mtime(info)))
+        found.append((local, c[0], c[1], size, _mtime(info) or time.time()))  # no date listed: not stale
         infos[str(local)] = (obj_url, name, info)
     if single and not found:
         c = classify(fpath.rsplit("/", 1)[-1])
@@ -375,16 +390,18 @@ def discover(url: str, *, run=None, all_runs=False, stale_after_s=7 * 24 * 3600,
         extra = f"; {len(skipped)} empty file(s), first: {shown(skipped[0][0], local_root, url)}" if skipped else ""
         raise NoTraceFound(f"no trace files found ({n:,} object(s) listed, none matching {', '.join(PATTERNS)}{extra})"
                            if n else "no such bucket folder or object: nothing is listed under it", url)
+    # one object: its folder (the run's) is named too
+    copies, copies_url = (local_root.parent, url.rsplit("/", 1)[0]) if single else (local_root, url)
     try:
         disc = discover_local(local_root, run=run, all_runs=all_runs, stale_after_s=stale_after_s, now=now,
                               run_hint=run_hint, group_hosts=group_hosts, listing=(found, single))
     except TraceviewError as exc:
-        raise type(exc)(shown(exc.fault, local_root, url), shown(exc.path, local_root, url)) from None
+        raise type(exc)(shown(exc.fault, copies, copies_url), shown(exc.path, copies, copies_url)) from None
     disc.skipped.extend(skipped)
     out = RemoteDiscovery(**{f.name: getattr(disc, f.name) for f in dataclasses.fields(disc) if f.init},
-              url=url, copies=local_root)
-    out.reasons = [shown(r, local_root, url) for r in out.reasons]
-    out.warnings = [shown(w, local_root, url) for w in out.warnings]
+                          url=url, copies=copies, copies_url=copies_url)
+    out.reasons = [out.shown(r) for r in out.reasons]
+    out.warnings = [out.shown(w) for w in out.warnings]
     chosen = {str(tf.path) for tf in out.files}
     _prune(base, keep=chosen)
     t0, fetched = time.monotonic(), 0
