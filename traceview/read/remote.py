@@ -114,6 +114,14 @@ class RemoteDiscovery(Discovery):
         """``text`` with the local copies' folder written as its URL (None stays None)."""
         return shown(text, self.copies, self.copies_url)
 
+    def local_copy(self, path: str) -> str:
+        """The local copy of the object at the URL ``path`` (a path that is no fetched URL is
+        returned as it is): what a reader opens again (``traceview export``)."""
+        for local, url in self.urls.items():
+            if url == path:
+                return local
+        return path
+
 
 def shown(text, copies: Path | None, url: str):
     """``text`` with the folder ``copies`` written as ``url`` (None stays None)."""
