@@ -354,6 +354,9 @@ def test_every_command_reads_urls(env, tree, capsys, tmp_path):
     rc, out, err = run_cli(capsys, "ladder", "s3://profiles/logdir", "gs://profiles/logdir", "--x", "1,2",
                            "--format", "json")
     assert rc == EXIT_OK, err
+    rc, out, err = run_cli(capsys, "analyze", "s3://profiles/logdir", "--fleet", "--format", "json", "--no-cache")
+    assert rc == EXIT_OK, err
+    assert [f["path"] for f in json.loads(out)["files"]] == [t.path for t in prof.traces]
     rc, out, err = run_cli(capsys, "export", "gs://profiles/logdir", "-o", str(tmp_path / "window"))
     assert rc == EXIT_OK, err
     assert (tmp_path / "window.xplane.pb").stat().st_size > 0 and (tmp_path / "window.json").stat().st_size > 0

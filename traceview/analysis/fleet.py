@@ -548,7 +548,6 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
     from traceview.read.batch import read_many, tasks_for
     from traceview.read.cache import TableCache
     from traceview.read.discover import discover
-    from traceview.read.remote import relabel
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise UsageError(f"workers must be a whole number >= 0, got {workers!r}")
@@ -565,7 +564,10 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
     tasks = tasks_for(disc.files, max_bytes_default(max_bytes), cache=store)
     res = read_many(tasks, functools.partial(host_partial, options=opts), executor=executor, scheduler=scheduler,
                     workers=workers, progress=progress)
-    res = relabel(res, disc)  # a URL's local copies are named by their URL
+    if type(disc).__module__ == "traceview.read.remote":  # a URL's local copies are named by their URL
+        from traceview.read.remote import relabel
+
+        res = relabel(res, disc)
     warnings = list(disc.warnings)
     parts, errors = split_results(res, warnings)
     if errors and not parts:

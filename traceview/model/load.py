@@ -99,7 +99,6 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     from traceview.model.files import max_bytes_default, read_task
     from traceview.model.profiledata import ProfileData
     from traceview.read.batch import read_many, tasks_for
-    from traceview.read.remote import relabel
 
     limit = max_bytes_default(max_bytes)
     warnings = list(disc.warnings)
@@ -108,7 +107,10 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     # this process), so the reader can take it over
     read = read_task if pre is None or len(tasks) != 1 else functools.partial(read_task, prefetch=pre)
     results = read_many(tasks, read, executor=executor, scheduler=scheduler, workers=workers, progress=progress)
-    results = relabel(results, disc)  # a URL's local copies are named by their URL
+    if type(disc).__module__ == "traceview.read.remote":  # a URL's local copies are named by their URL
+        from traceview.read.remote import relabel
+
+        results = relabel(results, disc)
     # several runs: each its own timeline (module doc of qualify_host); the run folders of one
     # capture written host by host (Discovery.fleet) are one
     timeline = getattr(disc, "timeline", lambda r: r)
