@@ -64,7 +64,7 @@ ENV_TIMEOUT = "TRACEVIEW_REMOTE_TIMEOUT_S"
 #: seconds a request (a listing page, a range of a file) may take before it is cancelled
 DEFAULT_TIMEOUT_S = 20.0
 #: the whole listing may take this many request timeouts (a bucket of many pages)
-LIST_TIMEOUTS = 10
+LIST_TIMEOUTS = 3
 #: bytes per ranged read of a fetch, and how many ranges are in flight at once
 CHUNK_BYTES = 8 << 20
 CONCURRENCY = 4
@@ -349,7 +349,7 @@ def discover(url: str, *, run=None, all_runs=False, stale_after_s=7 * 24 * 3600,
     fs, fpath = _filesystem(url)
     fpath = fpath.rstrip("/")
     if not fpath:
-        raise UsageError(f"{url}: give a bucket (and a folder in it), e.g. {url.rstrip('/')}/bucket/logdir")
+        raise UsageError(f"{url}: give a bucket (and a folder in it), e.g. {_URL_RE.match(url).group(1)}://bucket/logdir")
     entries = _listing(url, fs, fpath, timeout)
     if not entries:  # a file system whose find lists folders only (http): the URL may name one file
         try:
