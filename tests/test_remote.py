@@ -237,6 +237,9 @@ def test_unknown_scheme(env, capsys):
     rc, out, err = run_cli(capsys, "analyze", "nosuchscheme://bucket/logdir")
     assert rc == EXIT_USAGE
     assert "unknown URL scheme 'nosuchscheme://'" in _one_line(err, "nosuchscheme://bucket/logdir")
+    rc, out, err = run_cli(capsys, "analyze", "s3://")
+    assert rc == EXIT_USAGE
+    assert "give a bucket" in _one_line(err, "s3://")
 
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])

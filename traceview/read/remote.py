@@ -15,7 +15,10 @@ MD5) it was fetched at. A copy whose record matches the listing is used as it is
 file is fetched once; any difference fetches it again. With the caches off
 (``TRACEVIEW_NO_CACHE=1``, no usable cache folder) the copies go to
 ``$TMPDIR/traceview-remote-<uid>`` and are fetched afresh every time. Copies are pruned least
-recently used first to ``$TRACEVIEW_CACHE_MAX_BYTES`` (default 4 GiB).
+recently used first to ``$TRACEVIEW_CACHE_MAX_BYTES`` (default 4 GiB). ``--no-cache`` turns off
+the parsed-table and result caches only: a remote file is still read from its local copy.
+A listing that gives no size (plain http) costs one request per trace file for it; one that
+gives no date takes the object as written now (no stale warning without evidence).
 
 A fetch reads the object in ranges of :data:`CHUNK_BYTES` (:data:`CONCURRENCY` at a time),
 checks that every range came back whole and that the bytes match the listed size and MD5
