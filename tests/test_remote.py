@@ -76,6 +76,7 @@ def tree(shared_traces, tmp_path_factory):
     for i in range(FLEET_RUNS - 1):  # older runs: one-byte files (never fetched, so never read)
         objects[f"fleet/plugins/profile/2023_01_01_{i // 3600:02d}_{i // 60 % 60:02d}_{i % 60:02d}/h.xplane.pb"] = b"x"
     objects[f"fleet/plugins/profile/{NEWEST}/h.xplane.pb"] = shared_traces / V6E
+    objects["mutable/h.xplane.pb"] = shared_traces / V6E  # replaced by test_object_changed_after_listing
     big = tmp / "big.xplane.pb"
     _pad(shared_traces / V6E, big, BIG_BYTES)
     objects[f"big/plugins/profile/{NEWEST}/tpu_host.xplane.pb"] = big
@@ -158,6 +159,11 @@ def _without_paths(doc: dict, root: str) -> str:
     return json.dumps(doc, sort_keys=True).replace(root, "ROOT")
 
 
+def _writes(srv) -> list[str]:
+    """The requests that write (the IAM users made at start-up aside: ``POST /``)."""
+    return [r for r in srv.requests(r"^(PUT|POST|DELETE|PATCH) ") if not r.startswith("POST / ")]
+
+
 def _one_line(err: str, url: str) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
@@ -193,6 +199,7 @@ def test_listing_is_one_paged_request_and_each_file_is_fetched_once(env, servers
     from traceview.read.discover import discover
 
     s3, gcs = servers
+    writes_before = [_writes(srv) for srv in (s3, gcs)]
     # moto answers in pages of 1,000 keys; the GCS emulator in one page whatever maxResults
     for srv, url, listing, pages, gets in (
             (s3, "s3://profiles/fleet", r"^GET /profiles\?list-type=2&prefix=fleet/", 2, r"^GET /profiles/fleet/"),
@@ -212,10 +219,8 @@ def test_listing_is_one_paged_request_and_each_file_is_fetched_once(env, servers
         assert d2.files[0].path == d.files[0].path
         assert len(srv.requests(gets)) - before_get == fetched
         assert any(r.startswith("read the local copy ") for r in d2.reasons)
-    # nothing was ever written to either server: the objects were there when they started
-    for srv in (s3, gcs):
-        writes = [r for r in srv.requests(r"^(PUT|POST|DELETE|PATCH) ") if not r.startswith("POST / ")]  # IAM setup
-        assert writes == []
+    # nothing was written to either server while traceview listed and read
+    assert [_writes(srv) for srv in (s3, gcs)] == writes_before
 
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
@@ -324,6 +329,27 @@ def test_server_stopped_mid_read(env, tree, shared_traces, scheme, capsys):
     line = _one_line(err, f"{url}/plugins/profile/{NEWEST}/tpu_host.xplane.pb")
     assert re.search(r"(no answer within \d+ s|cannot reach the server|cut short) while reading it", line), line
     assert took < TIMEOUT_S * 4
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_object_changed_after_listing(env, servers, tmp_path, scheme):
+    """The object is replaced (same size, other bytes) between the listing and the fetch:
+    the bytes read do not match the listed MD5, so no copy is kept."""
+    from traceview.errors import RemoteUnreadable
+    from traceview.read.remote import _filesystem, fetch
+
+    s3, gcs = servers
+    url = f"{scheme}://profiles/mutable/h.xplane.pb"
+    fs, name = _filesystem(url)
+    info = fs.info(name)  # as the listing saw it
+    old = fs.cat_file(name)
+    (s3 if scheme == "s3" else gcs).put("profiles", {"mutable/h.xplane.pb": old[::-1]})
+    local = tmp_path / "copy" / "h.xplane.pb"
+    with pytest.raises(RemoteUnreadable, match="changed while read: its bytes do not match the listed MD5") as e:
+        fetch(fs, name, info, local, url, timeout=TIMEOUT_S)
+    assert str(e.value).startswith(url) and e.value.exit_code == EXIT_REMOTE
+    assert not local.exists()
+    (s3 if scheme == "s3" else gcs).put("profiles", {"mutable/h.xplane.pb": old})
 
 
 # ---------------------------------------------------------------------------------- every command
