@@ -264,8 +264,9 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
          stale_after_s: float | None = 7 * 24 * 3600, max_bytes: int | None = None, cache=None, workers: int = 0,
          executor=None, scheduler: str | None = None, progress=None, discovery=None, prefetch: bool = True,
          expand_kernels: bool = False, group_hosts: bool = True) -> Profile:
-    """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above)
-    into a :class:`Profile`: the newest run unless ``run`` names one or ``all_runs`` is set;
+    """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above, or
+    a ``gs://``, ``s3://`` or other fsspec URL: :mod:`traceview.read.remote`) into a
+    :class:`Profile`: the newest run unless ``run`` names one or ``all_runs`` is set;
     arguments and errors as :func:`traceview.model.load.load` (``cache``: a
     :class:`traceview.read.cache.TableCache`, False for none, None for the environment's;
     ``workers`` / ``executor`` / ``scheduler``: where several files are read). Each

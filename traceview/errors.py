@@ -14,6 +14,8 @@ Exit codes (documented in docs/exit-codes.md):
 4     a trace was found but is unreadable (corrupt, truncated, not a trace)
 5     the trace is readable but holds nothing to analyze (no HLO ops)
 6     a resource limit was hit (decompression or parse limit)
+7     a remote store could not be read (access denied, server unreachable or stopped, an
+      object cut short or changed while read)
 ====  =====================================================================
 """
 
@@ -26,6 +28,7 @@ EXIT_NO_TRACE = 3
 EXIT_UNREADABLE = 4
 EXIT_NO_OPS = 5
 EXIT_LIMIT = 6
+EXIT_REMOTE = 7
 
 
 class TraceviewError(Exception):
@@ -69,3 +72,11 @@ class LimitExceeded(TraceviewError):
     """A safety limit (decompressed bytes, events) was exceeded; the limit is in the message."""
 
     exit_code = EXIT_LIMIT
+
+
+class RemoteUnreadable(TraceviewError):
+    """A URL's object store could not be read: access denied, the server cannot be reached or
+    stopped answering, an object came back cut short or changed while it was read
+    (:mod:`traceview.read.remote`)."""
+
+    exit_code = EXIT_REMOTE

@@ -162,7 +162,7 @@ def attach_export_commands(rep) -> None:
     disc = getattr(rep, "discovery", None)
     if not has_steps(anat) or disc is None:
         return
-    path = disc.root
+    path = getattr(disc, "url", None) or disc.root  # a URL's discovery: the URL, not its local copy
     dflt = default_steps(anat)
     rep.export_command = export_command(path, *dflt)
     have = set(anat.steps["step"].to_list())
@@ -192,11 +192,12 @@ def _files(rep) -> dict:
     anat = getattr(rep, "steps", None)
     table = anat.table if anat is not None and anat.table is not None else None
     out = {}
+    disc = rep.discovery
+    local = getattr(disc, "local_copy", None) or (lambda f: f)  # a URL's file: its local copy (read.remote)
     if table is not None and table.attrs.height:
         for h, f in table.attrs.select("host", "file").unique().sort(["host", "file"]).iter_rows():
             if f:
-                out.setdefault(h, f)
-    disc = rep.discovery
+                out.setdefault(h, local(f))
     for f in disc.files if disc is not None and not out else ():
         out.setdefault(f.host, str(f.path))
     return out

@@ -564,6 +564,10 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
     tasks = tasks_for(disc.files, max_bytes_default(max_bytes), cache=store)
     res = read_many(tasks, functools.partial(host_partial, options=opts), executor=executor, scheduler=scheduler,
                     workers=workers, progress=progress)
+    if type(disc).__module__ == "traceview.read.remote":  # a URL's local copies are named by their URL
+        from traceview.read.remote import relabel
+
+        res = relabel(res, disc)
     warnings = list(disc.warnings)
     parts, errors = split_results(res, warnings)
     if errors and not parts:

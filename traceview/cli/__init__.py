@@ -3,7 +3,7 @@
 and turns errors into one line and an exit code.
 
 Exit codes are those of :mod:`traceview.errors` (0 ok, 1 check failed, 2 usage, 3 no trace
-found, 4 trace unreadable, 5 no HLO ops, 6 limit exceeded), and 130 when interrupted (Ctrl-C:
+found, 4 trace unreadable, 5 no HLO ops, 6 limit exceeded, 7 remote store unreadable), and 130 when interrupted (Ctrl-C:
 one line, :func:`traceview.cli.process.handle_interrupts`). Library errors are printed as one
 line, ``traceview: error: <file>: <fault>``, never as a traceback. Process tuning (allocator,
 threads, streams, the exit path) is :mod:`traceview.cli.process`'s alone.
@@ -43,7 +43,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="traceview",
         description="Shape-keyed analysis of JAX/XProf profiles (.xplane.pb, .trace.json.gz).",
         epilog="exit codes: 0 ok, 1 check failed, 2 usage, 3 no trace found, 4 trace unreadable, "
-               "5 no HLO ops in trace, 6 resource limit exceeded, 130 interrupted (Ctrl-C)")
+               "5 no HLO ops in trace, 6 resource limit exceeded, 7 remote store unreadable (denied, unreachable, "
+               "cut short), 130 interrupted (Ctrl-C)")
     parser.add_argument("--version", action="version", version=f"traceview {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         return engine_main(argv[1:])
     process.limit_blas_threads()
     process.matplotlib_home()
+    if any("://" in a for a in argv):  # a URL (traceview.read.remote): the storage libraries stay quiet
+        process.quiet_storage_logs()
     parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None)
     try:
         args = parser.parse_args(argv)

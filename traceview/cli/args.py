@@ -236,7 +236,8 @@ def add_expand_kernels(p: argparse.ArgumentParser) -> None:
 
 def add_selection(p: argparse.ArgumentParser) -> None:
     """PATH and what to read of it: run, staleness, device and op filters, reading, byte limit."""
-    p.add_argument("path", nargs="?", default=".", type=path_arg, help="trace file, run dir, log dir or any folder above (default: .)")
+    p.add_argument("path", nargs="?", default=".", type=path_arg, help="trace file, run dir, log dir or any folder above (default: .), or a URL: gs://bucket/logdir, "
+                                                                   "s3://..., any fsspec URL (traceview[gcs], traceview[s3])")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--run", metavar="NAME", help="read this run (folder name YYYY_MM_DD_HH_MM_SS) instead of the newest")
     g.add_argument("--all-runs", action="store_true", help="read every run found, not only the newest")

@@ -69,11 +69,14 @@ def _runs(paths: list[str]):
 
     from traceview.read.discover import discover
 
+    from traceview.read.remote import is_remote
+
     seen, out, discs = set(), [], []
     for p in paths:
         d = discover(p, all_runs=True, stale_after_s=None)
         discs.append(d)
-        if os.path.isfile(p):
+        shown = d.shown if is_remote(d) else str  # a URL's runs are named by their URL, read from the local copy
+        if os.path.isfile(p) or (is_remote(d) and os.path.isfile(d.root)):
             key = os.path.realpath(p)
             if key not in seen and d.runs:
                 seen.add(key)
@@ -84,14 +87,14 @@ def _runs(paths: list[str]):
                 key = str(r.directory.resolve())
                 if key not in seen:
                     seen.add(key)
-                    out.append((r.name, str(r.directory), r.time, ("run", r.directory), False))
+                    out.append((r.name, shown(str(r.directory)), r.time, ("run", r.directory), False))
                 continue
             for host in r.hosts:  # loose files: each host's preferred file is a run of its own
                 tf = r.files_for(host)[0]
                 key = os.path.realpath(tf.path)
                 if key not in seen:
                     seen.add(key)
-                    out.append((tf.path.name, str(tf.path), tf.mtime, ("file", tf.path), False))
+                    out.append((tf.path.name, shown(str(tf.path)), tf.mtime, ("file", tf.path), False))
     names = [o[0] for o in out]  # the same name twice (two log dirs, two loose copies): say where
     return [(n if names.count(n) == 1 else w, w, t, how, g) for n, w, t, how, g in out], discs
 
@@ -105,7 +108,7 @@ def _load_one(where: str, how, cache):
     if how is not None and how[0] == "run":
         disc = discover(how[1], run=how[1].name, stale_after_s=None)
         return load(how[1], discovery=disc, stale_after_s=None, cache=cache)
-    return load(where, stale_after_s=None, cache=cache)
+    return load(how[1] if how is not None else where, stale_after_s=None, cache=cache)  # a URL's: its local copy
 
 
 def run(args) -> int:

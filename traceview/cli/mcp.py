@@ -14,7 +14,8 @@ def add_parser(sub) -> None:
                        epilog="example: claude mcp add traceview -- traceview mcp --root ~/profiles")
     m.add_argument("--root", action="append", metavar="DIR",
                    help="a folder the tools may read (repeatable; default: the current folder); anything "
-                        "outside, after resolving symbolic links, is refused")
+                        "outside, after resolving symbolic links, is refused; a URL (gs://bucket/logs, "
+                        "s3://...) lets the tools read the objects under it")
     m.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the parsed-table and result caches (they live outside the "
                         "profile folders: $TRACEVIEW_CACHE_DIR, default ~/.cache/traceview)")

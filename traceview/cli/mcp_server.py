@@ -59,8 +59,15 @@ class Roots:
     def __init__(self, roots: list[str]):
         if not roots:
             raise UsageError("no --root given")
+        from traceview.read.remote import is_url, local_path
+
         self.dirs = []
+        self.urls = []  # object-store roots (gs://bucket/logs): a tool's URL must lie under one
         for r in roots:
+            if is_url(r) and local_path(r) is None:
+                self.urls.append(r.rstrip("/"))
+                continue
+            r = local_path(r) or r
             real = os.path.realpath(os.path.expanduser(r))
             if not os.path.isdir(real):
                 raise UsageError(f"--root {r}: not a folder")
@@ -75,7 +82,11 @@ class Roots:
         outside every root (after resolving symlinks) or does not exist."""
         if not isinstance(path, str) or not path or "\x00" in path:
             raise PathRefused(f"invalid path {path!r}")
-        joined = os.path.join(self.dirs[0], os.path.expanduser(path))
+        from traceview.read.remote import is_url, local_path
+
+        if (is_url(path) and local_path(path) is None) or not self.dirs:
+            return self._resolve_url(path)
+        joined = os.path.join(self.dirs[0], os.path.expanduser(local_path(path) or path))
         real = os.path.realpath(joined)
         if not self.inside(real):
             raise PathRefused(f"{path}: outside the server's roots ({', '.join(self.dirs)}); refused")
@@ -83,11 +94,30 @@ class Roots:
             raise PathRefused(f"{path}: no such file or folder")
         return real
 
+    def _resolve_url(self, path: str) -> str:
+        """``path`` when it is a URL under a URL root (a relative path: under the first URL root
+        when no folder is a root); PathRefused otherwise, and for ``.``/``..`` segments (an
+        object store takes them literally; a reader might not)."""
+        from traceview.read.remote import is_url
+
+        relative = not is_url(path) and not os.path.isabs(path) and self.urls
+        url = path.rstrip("/") if is_url(path) else (self.urls[0] + "/" + path.strip("/") if relative else path)
+        if not is_url(url):
+            raise PathRefused(f"{path}: outside the server's roots ({', '.join(self.dirs + self.urls)}); refused")
+        if any(seg in (".", "..") for seg in url.split("://", 1)[1].split("/")):
+            raise PathRefused(f"{path}: '.' and '..' are not allowed in a URL; refused")
+        if not any(url == u or url.startswith(u + "/") for u in self.urls):
+            raise PathRefused(f"{path}: outside the server's roots ({', '.join(self.dirs + self.urls)}); refused")
+        return url
+
     def check_discovered(self, path: str, run: str | None = None, all_runs: bool = False) -> None:
         """PathRefused when a trace file discovery would read under ``path`` resolves
         outside the roots (a symbolic link inside a root pointing out)."""
         from traceview.read.discover import discover
+        from traceview.read.remote import is_url
 
+        if is_url(path):  # confined by resolve(): every object read lies under the URL
+            return
         disc = discover(path, run=run, all_runs=all_runs, stale_after_s=None)
         for tf in disc.files:
             if not self.inside(os.path.realpath(tf.path)):
@@ -313,7 +343,7 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
         name="traceview", version=__version__,
         instructions="traceview reads JAX/XProf profiles (.xplane.pb, .trace.json.gz) and reports HLO ops keyed "
                      "by (name, shape) with occurrences, roofline, steps and sources. Paths are confined to: "
-                     + ", ".join(roots.dirs) + ". Start with find_traces, then analyze (section=... for one "
+                     + ", ".join(roots.dirs + roots.urls) + ". Start with find_traces, then analyze (section=... for one "
                      "part), query (SQL; describe_schema lists the tables), diff and verify. Answers take at most "
                      f"{max_bytes // 1024} KB: what was cut is under paging (or rows); section=PATH with offset "
                      "pages through a table, each page giving next_offset.")
@@ -395,18 +425,21 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
 
         real = roots.resolve(path)
         disc = discover(real, run=run, all_runs=all_runs, stale_after_s=7 * 24 * 3600)
-        for f in disc.files:  # as analyze: a folder reaching outside the roots is refused whole, not listed
-            if not roots.inside(os.path.realpath(f.path)):
+        for f in disc.files if "://" not in real else ():  # as analyze: a folder reaching outside the roots
+            if not roots.inside(os.path.realpath(f.path)):  # is refused whole, not listed (a URL: resolve() confines it)
                 raise PathRefused(f"{f.path}: resolves outside the server's roots; refused")
         files, refused = list(disc.files), []
+        from traceview.read.remote import is_remote
+
+        shown = disc.shown if is_remote(disc) else str  # a URL's files: named by their URL, not the local copy
         payload = {"traceview": __version__, "path": real,
                    "provenance": {"lines": list(disc.reasons), "runs": [r.name for r in disc.selected]},
-                   "runs": [{"name": r.name, "directory": str(r.directory), "hosts": r.hosts} for r in disc.runs],
-                   "files": [{"path": str(f.path), "host": f.host, "format": f.kind, "bytes": f.size, "run": f.run}
+                   "runs": [{"name": r.name, "directory": shown(str(r.directory)), "hosts": r.hosts} for r in disc.runs],
+                   "files": [{"path": shown(str(f.path)), "host": f.host, "format": f.kind, "bytes": f.size, "run": f.run}
                              for f in files],
                    "warnings": list(disc.warnings) + [f"{p}: resolves outside the server's roots; refused"
                                                       for p in refused],
-                   "skipped": [[str(p), why] for p, why in disc.skipped]}
+                   "skipped": [[shown(str(p)), why] for p, why in disc.skipped]}
         text = json.dumps(payload)
         return answer(lambda rows: text, tool="find_traces", section=section, offset=offset, top=None)
 

@@ -24,6 +24,23 @@ EXIT_INTERRUPTED = 130
 INTERRUPT_GRACE_S = 3.0
 
 
+#: loggers of the object-store libraries (traceview.read.remote) whose warnings would reach
+#: stderr through logging's last-resort handler: a credential chain trying a metadata server,
+#: gcsfs's bucket-type lookup, retries. Their faults reach the user as traceview's one line.
+STORAGE_LOGGERS = ("gcsfs", "s3fs", "fsspec", "google", "botocore", "aiobotocore", "urllib3")
+
+
+def quiet_storage_logs() -> None:
+    """A null handler on each of :data:`STORAGE_LOGGERS` (records still propagate to any
+    handler a caller configured; only the last-resort print to stderr is gone)."""
+    import logging
+
+    for name in STORAGE_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+            logger.addHandler(logging.NullHandler())
+
+
 def limit_blas_threads() -> None:
     """One OpenBLAS thread (before numpy is imported): its threads spin after start-up, and
     traceview does no linear algebra."""

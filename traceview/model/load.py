@@ -48,7 +48,8 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
          stale_after_s: float | None = 7 * 24 * 3600, max_bytes: int | None = None, cache=None, workers: int = 0,
          executor=None, scheduler: str | None = None, progress=None, discovery=None, prefetch=True,
          factory=None, expand_kernels: bool = False, group_hosts: bool = True):
-    """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above).
+    """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above, or a
+    ``gs://``, ``s3://`` or other fsspec URL: :mod:`traceview.read.remote`).
 
     Picks the newest run unless ``run`` names one or ``all_runs`` is set
     (:func:`traceview.read.discover.discover`; ``discovery``: its result for ``path`` made by
@@ -106,6 +107,10 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     # this process), so the reader can take it over
     read = read_task if pre is None or len(tasks) != 1 else functools.partial(read_task, prefetch=pre)
     results = read_many(tasks, read, executor=executor, scheduler=scheduler, workers=workers, progress=progress)
+    if type(disc).__module__ == "traceview.read.remote":  # a URL's local copies are named by their URL
+        from traceview.read.remote import relabel
+
+        results = relabel(results, disc)
     # several runs: each its own timeline (module doc of qualify_host); the run folders of one
     # capture written host by host (Discovery.fleet) are one
     timeline = getattr(disc, "timeline", lambda r: r)

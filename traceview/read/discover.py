@@ -442,6 +442,7 @@ def discover(
     now: float | None = None,
     run_hint: str = "pass --run or --all-runs",
     group_hosts: bool = True,
+    listing: tuple | None = None,
 ) -> Discovery:
     """Find the trace files under ``path`` and choose which to read.
 
@@ -460,6 +461,13 @@ def discover(
             --all-runs" for analyze; diff has --run-base / --run-treatment).
         group_hosts: read the run folders of a capture written host by host as one run
             (:data:`HOST_GROUP_WINDOW_S`, module doc); False reads the newest folder alone.
+        listing: ``(found, single_file)`` listed elsewhere instead of walking ``path``
+            (:mod:`traceview.read.remote`: an object store's listing, ``path`` the folder its
+            local copies go to): found is [(path, kind, host, size bytes, mtime s)].
+
+    A URL (``gs://``, ``s3://``, any fsspec ``scheme://``) is listed and its chosen files
+    fetched by :func:`traceview.read.remote.discover` (a
+    :class:`~traceview.read.remote.RemoteDiscovery`; ``file://`` is the local path).
 
     Returns:
         A :class:`Discovery`. Runs are ordered newest first by their folder timestamp, else
@@ -478,18 +486,28 @@ def discover(
     """
     if not str(os.fspath(path)).strip():
         raise UsageError(f"the path is empty ({os.fspath(path)!r}); give a trace file or folder ('.' for this one)")
+    if listing is None and isinstance(path, str) and "://" in path:  # an object store (read/remote.py)
+        from traceview.read import remote
+
+        if remote.is_url(path):
+            if remote.local_path(path) is None:
+                return remote.discover(path, run=run, all_runs=all_runs, stale_after_s=stale_after_s, now=now,
+                                       run_hint=run_hint, group_hosts=group_hosts)
+            path = remote.local_path(path)
     root = Path(os.fspath(path))
     now = time.time() if now is None else now
     if run is not None and all_runs:
         raise UsageError("give either a run name or all runs, not both")
-    if not os.path.exists(root):
+    if listing is None and not os.path.exists(root):
         if os.path.islink(root):
             raise NoTraceFound(f"is a broken symbolic link (to {os.readlink(root)}, which does not exist)", root)
         raise NoTraceFound("does not exist", root)
     skipped: list[tuple[Path, str]] = []
     patterns = ", ".join(PATTERNS)
-    single_file = not root.is_dir()
-    if single_file:
+    single_file = not root.is_dir() if listing is None else listing[1]
+    if listing is not None:
+        found = list(listing[0])
+    elif single_file:
         c = classify(root.name)
         if c is None:
             raise NoTraceFound(f"not a trace file (expected a name matching {patterns})", root)
