@@ -19,9 +19,12 @@ import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import orjson
+import polars as pl
 import pytest
 
+import traceview
 from traceview.cli import main
 from traceview.read.xplane.protos import XSpace
 
@@ -391,3 +394,21 @@ def test_a_finding_that_cites_a_step_exports_that_step():
     assert rep.findings[1].export_command == rep.export_command
     assert cited_step(rep.findings[0].evidence) == 2 and cited_step({"n_steps": 3}) is None
     assert cited_ops(rep.findings[1].evidence) == ["fusion.1", "dot.3"]
+
+
+def test_default_window_holds_the_step_nearest_the_median_shown(shared_traces):
+    """On the 4-chip v6e trace (100 steps on 4 devices) the default window is centred on the
+    step holding the device-step nearest the median the step summary shows (the median over
+    the window's 400 device-steps), not on a mean over devices (which picked step 0)."""
+    from traceview.analysis.export import default_steps
+
+    prof = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb", stale_after_s=None)
+    anat = prof.analyze().steps
+    st = anat.steps.filter(pl.col("in_window"))
+    assert st.height == 400
+    d = st["duration_ps"].to_numpy().astype(float)
+    med = float(np.median(d))
+    gap = np.abs(d - med)
+    nearest = int(st["step"].to_numpy()[gap == gap.min()].min())  # the lowest step on a tie
+    a, b = default_steps(anat)
+    assert (a, b) == (nearest - 1, nearest + 1) and nearest != 0

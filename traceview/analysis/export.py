@@ -97,17 +97,21 @@ def has_steps(anat) -> bool:
 
 
 def median_step(anat) -> int | None:
-    """The step whose mean duration over devices is nearest the median of the analysed
-    window's steps (the lowest such number on a tie), or None when there are no steps."""
+    """The step holding the device-step whose duration is nearest the median the step summary
+    shows (the median over the analysed window's device-steps; the lowest step number on a
+    tie), or None when there are no steps."""
     if not has_steps(anat):
         return None
-    per = step_numbers(anat)
-    w = per.filter(pl.col("in_window"))
+    st = anat.steps
+    w = st.filter(pl.col("in_window").fill_null(True)) if "in_window" in st.columns else st
+    w = w.filter(pl.col("duration_ps").is_not_null())
     if w.height == 0:
-        w = per
+        w = st.filter(pl.col("duration_ps").is_not_null())
+        if w.height == 0:
+            return int(st["step"].min())
     med = float(w["duration_ps"].median())
-    d = (w["duration_ps"] - med).abs().to_numpy()
-    return int(w["step"][int(np.argmin(d))])
+    return int(w.with_columns((pl.col("duration_ps") - med).abs().alias("_d"))
+               .sort(["_d", "step"]).row(0, named=True)["step"])
 
 
 def default_steps(anat) -> tuple[int, int] | None:
