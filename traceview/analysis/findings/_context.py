@@ -218,9 +218,16 @@ def gap_busy(ctx) -> float:
         ev = table.events
         outside = np.flatnonzero(rows < 0)
         attr = ev["attr"].to_numpy()[outside]
-        ok = ev["start_ps"].is_not_null().to_numpy()[outside]
-        s = ev["start_ps"].fill_null(0).to_numpy()[outside]
-        d = ev["duration_ps"].fill_null(0).to_numpy()[outside]
+
+        def picked(c):  # the outside events' values, nulls as 0 (no copy of the whole column)
+            c = ev[c]
+            return (c.fill_null(0) if c.null_count() else c).to_numpy()[outside]
+
+        st_col = ev["start_ps"]
+        ok = (st_col.is_not_null().to_numpy()[outside] if st_col.null_count()
+              else np.ones(len(outside), dtype=bool))
+        s = picked("start_ps")
+        d = picked("duration_ps")
         dev_of = table.attrs.select(pl.struct("host", "device").rank("dense").alias("d"))["d"].to_numpy()
         keyed = table.attrs.select("attr", "host", "device")
         dev_ev = np.zeros(int(keyed["attr"].max()) + 1 if keyed.height else 1, dtype=np.int64)
