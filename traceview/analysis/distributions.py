@@ -191,7 +191,7 @@ def series(table: OpTable, module_runs: pl.DataFrame | RunTable | None, attr_key
         # only the runs of the programs the series' events have (the rest are never searched)
         kwc = _row_codes(rt.keys.cast({c: wid.schema[c] for c in where}), wid, where)
         want = np.zeros(wid.height + 1, dtype=bool)
-        want[np.unique(wc)] = True
+        want[wc] = True
         rkey = runs["key"].to_numpy()
         r_dur = runs["duration_ps"].fill_null(0).to_numpy()
         r_start = runs["start_ps"].to_numpy()
