@@ -13,7 +13,9 @@
   device timelines and on the CPU fixtures' collapsed tables;
 * the C rank matching of async pairs (``rank_match``) and the collectives' pairing in event
   order (``pair_by_key``) equal numpy's, and the overlap's and communication's results on the
-  shared traces do not depend on the C passes.
+  shared traces do not depend on the C passes;
+* ``OpTable.collapse`` by counting per attr id (numpy) equals the polars group-by, on every
+  shared xplane and fixture and on random event tables.
 """
 
 from __future__ import annotations
@@ -536,3 +538,44 @@ def test_c_pair_by_key_equals_numpy(events, in_order):
     finally:
         collectives._fast = saved
     assert fast[0].tolist() == ref[0].tolist() and fast[1].tolist() == ref[1].tolist()
+
+
+def test_collapse_by_counting_equals_the_group_by_on_every_trace(shared_traces):
+    """OpTable.collapse counts per attr id (numpy) when every event is one occurrence and
+    nothing is null: the polars group-by's figures, on every shared xplane and fixture."""
+    from traceview.model import optable
+
+    for p in _xplanes(shared_traces):
+        ev = xplane.read_xplane(p).table.events
+        got = optable._collapse_counted(ev)
+        if ev.height == 0:  # a trace without HLO ops: nothing to count
+            assert got is None
+            continue
+        assert got is not None, p.name  # these tables take the counting path
+        want = optable._collapse_grouped(ev).sort("attr")
+        assert got.schema == want.schema and got.equals(want), p.name
+
+
+_EV = st.tuples(st.integers(0, 5), st.integers(-50, 50) | st.none(), st.integers(0, 1 << 40),
+                st.integers(-(1 << 40), 1 << 40), st.sampled_from([1, 1, 1, 0, 2]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_EV, max_size=40))
+def test_collapse_by_counting_equals_the_group_by(events):
+    """The counting path gives the group-by's frame (sums, rows, min/max per occurrence,
+    first start), and leaves to the group-by the tables it does not cover: a null start, an
+    event of several occurrences."""
+    from traceview.model import optable
+
+    ev = pl.DataFrame({"attr": pl.Series([e[0] for e in events], dtype=pl.UInt32),
+                       "start_ps": pl.Series([e[1] for e in events], dtype=pl.Int64),
+                       "duration_ps": pl.Series([e[2] for e in events], dtype=pl.Int64),
+                       "self_ps": pl.Series([e[3] for e in events], dtype=pl.Int64),
+                       "count": pl.Series([e[4] for e in events], dtype=pl.Int64)})
+    got = optable._collapse_counted(ev)
+    covered = bool(events) and all(e[1] is not None and e[4] <= 1 for e in events)
+    assert (got is not None) == covered
+    if covered:
+        want = optable._collapse_grouped(ev).sort("attr")
+        assert got.schema == want.schema and got.equals(want)

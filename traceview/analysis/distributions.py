@@ -187,13 +187,18 @@ def series(table: OpTable, module_runs: pl.DataFrame | RunTable | None, attr_key
     rt = as_runs(module_runs) if module_runs is not None else None
     if rt is not None and rt.height:
         runs = rt.runs.filter(pl.col("start_ps").is_not_null()) if rt.runs["start_ps"].null_count() else rt.runs
-        # runs in (program code, start, duration) order: integer sort keys, each program coded once
-        rwc = _row_codes(rt.keys.cast({c: wid.schema[c] for c in where}), wid, where)[runs["key"].to_numpy()]
+        # runs in (program code, start, duration) order: integer sort keys, each program coded once;
+        # only the runs of the programs the series' events have (the rest are never searched)
+        kwc = _row_codes(rt.keys.cast({c: wid.schema[c] for c in where}), wid, where)
+        want = np.zeros(wid.height + 1, dtype=bool)
+        want[wc] = True
+        rkey = runs["key"].to_numpy()
         r_dur = runs["duration_ps"].fill_null(0).to_numpy()
         r_start = runs["start_ps"].to_numpy()
-        if not (rwc >= 0).all():
-            keep = rwc >= 0
-            rwc, r_start, r_dur = rwc[keep], r_start[keep], r_dur[keep]
+        if not want[kwc].all():  # code -1 reads want[-1]: False
+            keep = want[kwc][rkey]
+            rkey, r_start, r_dur = rkey[keep], r_start[keep], r_dur[keep]
+        rwc = kwc[rkey]
         ro = _lex_order(rwc, r_start, r_dur)
         if ro is not None:
             rwc, r_start, r_dur = rwc[ro], r_start[ro], r_dur[ro]

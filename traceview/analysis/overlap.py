@@ -482,12 +482,24 @@ def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, e
     sums = ["in_flight_ps", "hidden_ps", "exposed_ps", "wait_at_done_ps"]
     n_ops = len(rec["attr"]) if build is not None else 0
     if n_ops:
-        inflight = (rec["end"] - rec["start"]).astype(np.int64)
-        nums = pl.DataFrame({"sync": rec["sync"], "in_flight_ps": inflight, "hidden_ps": hid_all.astype(np.int64),
-                             "exposed_ps": inflight - hid_all, "wait_at_done_ps": rec["wait"].astype(np.int64)})
-        per = (nums.with_columns(pl.Series("attr", rec["attr"].astype(np.int64))).with_row_index("_i")
-               .group_by("attr").agg(pl.col("_i").min().alias("_first"), pl.len().alias("n"), pl.col("sync").all(),
-                                     *[pl.col(c).sum() for c in sums])
+        from traceview.analysis.steps import _int_bincount
+
+        # per description (attr id): its first record, records, whether all are synchronous,
+        # exact int64 sums; counted over the few descriptions, no frame of the records
+        a = rec["attr"].astype(np.int64)
+        size = int(a.max()) + 1
+        cnt = np.bincount(a, minlength=size)
+        ids = np.flatnonzero(cnt)
+        first = np.full(size, n_ops, dtype=np.int64)
+        np.minimum.at(first, a, np.arange(n_ops, dtype=np.int64))
+        n_sync = np.bincount(a[rec["sync"]], minlength=size)
+        inflight = (rec["end"] - rec["start"]).astype(np.int64, copy=False)
+        hid = hid_all.astype(np.int64, copy=False)
+        vals = {"in_flight_ps": inflight, "hidden_ps": hid, "exposed_ps": inflight - hid,
+                "wait_at_done_ps": rec["wait"].astype(np.int64, copy=False)}
+        per = (pl.DataFrame({"attr": pl.Series(ids, dtype=pl.Int64), "_first": pl.Series(first[ids], dtype=pl.UInt32),
+                             "n": pl.Series(cnt[ids], dtype=pl.UInt32), "sync": pl.Series(n_sync[ids] == cnt[ids]),
+                             **{c: pl.Series(c, _int_bincount(a, vals[c], size)[ids], dtype=pl.Int64) for c in sums}})
                .join(ev.attrs.select(pl.col("attr").cast(pl.Int64), pl.col("_cls").alias("kind"), "op_kind", "op_name",
                                      "shape"), on="attr", how="left")
                .sort("_first"))

@@ -1105,16 +1105,20 @@ def _derive_module_runs(table: OpTable) -> RunTable:
     has_anchor = np.logical_or.reduceat(anchor_of[attr[order]], gs)
     cut_sel = has_anchor.copy()
     cut_sel[np.searchsorted(gs, key_first)] = True
-    cuts = gs[cut_sel]
     at = gs[has_anchor]
+    # each program's first group holds an anchor (the usual case): the cuts are the executions
+    same = bool((cut_sel == has_anchor).all())
+    cuts = at if same else gs[cut_sel]
     del gs
     r_start = s_s[at]
-    kid = np.searchsorted(kend, at, side="right").astype(np.uint32)
+    # the program of each execution: at ascends, so each program's executions are one run
+    kid = np.repeat(np.arange(len(kend), dtype=np.uint32),
+                    np.diff(np.searchsorted(at, kend, side="left"), prepend=0))
     del at
     end = s_s
     end += dur[order]  # int64, wrapping as polars does
     del order
-    r_dur = np.maximum.reduceat(end, cuts)[has_anchor[cut_sel]]
+    r_dur = np.maximum.reduceat(end, cuts) if same else np.maximum.reduceat(end, cuts)[has_anchor[cut_sel]]
     del end, s_s, cuts
     r_dur -= r_start
     # rows by host, device, start_ps, module, program_id: the runs are in (key, start) order

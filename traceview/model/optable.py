@@ -159,28 +159,9 @@ class OpTable:
         null if none). Ordered by attr id. Cached."""
         if self._collapsed is not None:
             return self._collapsed
-        parts = []
-        # slice by slice: group-by temporaries stay bounded on tens of millions of events;
-        # every aggregate here is decomposable (sums, counts, min, max)
-        for ev in (self.events.iter_slices(_SLICE_ROWS) if self.events.height else [self.events]):
-            if ev.height and int(ev["count"].max() or 1) <= 1:
-                per = pl.col("duration_ps")  # one occurrence per row: the per-occurrence time is exact
-            else:
-                per = pl.col("duration_ps") / pl.col("count")
-            parts.append(ev.group_by("attr").agg(
-                pl.col("count").sum(),
-                pl.col("duration_ps").sum(),
-                pl.col("self_ps").sum(),
-                pl.len().cast(pl.UInt32).alias("rows"),
-                per.min().cast(pl.Int64, strict=False).alias("min_ps"),
-                per.max().cast(pl.Int64, strict=False).alias("max_ps"),
-                pl.col("start_ps").min().alias("first_ps"),
-            ))
-        agg = pl.concat(parts, how="vertical")
-        if len(parts) > 1:
-            agg = agg.group_by("attr").agg(
-                pl.col("count").sum(), pl.col("duration_ps").sum(), pl.col("self_ps").sum(),
-                pl.col("rows").sum(), pl.col("min_ps").min(), pl.col("max_ps").max(), pl.col("first_ps").min())
+        agg = _collapse_counted(self.events)
+        if agg is None:
+            agg = _collapse_grouped(self.events)
         self._collapsed = self.attrs.join(agg, on="attr", how="inner").sort("attr")
         return self._collapsed
 
@@ -226,3 +207,63 @@ def weighted_mode(df: pl.DataFrame, keys: list[str], col: str, weight: str = "ro
     w = d.group_by(keys + [col]).agg(pl.col(weight).sum().alias("_w"))
     return (w.sort(["_w", col], descending=[True, False], nulls_last=True)
             .group_by(keys, maintain_order=True).first().select(keys + [col]))
+
+
+def _collapse_grouped(events: pl.DataFrame) -> pl.DataFrame:
+    """:meth:`OpTable.collapse`'s per-description figures (attr, count, duration_ps, self_ps,
+    rows, min_ps, max_ps, first_ps; one row per attr id with events, any order) by polars
+    group-bys, slice by slice: the temporaries stay bounded on tens of millions of events and
+    every aggregate is decomposable (sums, counts, min, max)."""
+    parts = []
+    for ev in (events.iter_slices(_SLICE_ROWS) if events.height else [events]):
+        if ev.height and int(ev["count"].max() or 1) <= 1:
+            per = pl.col("duration_ps")  # one occurrence per row: the per-occurrence time is exact
+        else:
+            per = pl.col("duration_ps") / pl.col("count")
+        parts.append(ev.group_by("attr").agg(
+            pl.col("count").sum(),
+            pl.col("duration_ps").sum(),
+            pl.col("self_ps").sum(),
+            pl.len().cast(pl.UInt32).alias("rows"),
+            per.min().cast(pl.Int64, strict=False).alias("min_ps"),
+            per.max().cast(pl.Int64, strict=False).alias("max_ps"),
+            pl.col("start_ps").min().alias("first_ps"),
+        ))
+    agg = pl.concat(parts, how="vertical")
+    if len(parts) > 1:
+        agg = agg.group_by("attr").agg(
+            pl.col("count").sum(), pl.col("duration_ps").sum(), pl.col("self_ps").sum(),
+            pl.col("rows").sum(), pl.col("min_ps").min(), pl.col("max_ps").max(), pl.col("first_ps").min())
+    return agg
+
+
+def _collapse_counted(events: pl.DataFrame) -> pl.DataFrame | None:
+    """:func:`_collapse_grouped`'s frame (rows by attr id) by counting over the attr ids
+    (``np.bincount`` and ``ufunc.at``: int64 sums wrapping as polars' do, exact minima and
+    maxima), when every event is at most one occurrence (``count`` <= 1: the per-occurrence
+    time is the duration) and no column has a null; None otherwise (the group-by then)."""
+    cols = ("count", "duration_ps", "self_ps", "start_ps")
+    if (events.height == 0 or events["attr"].dtype != pl.UInt32 or events["attr"].null_count()
+            or any(events[c].dtype != pl.Int64 or events[c].null_count() for c in cols)):
+        return None
+    count = events["count"].to_numpy()
+    if int(count.max()) > 1:
+        return None
+    a = events["attr"].to_numpy()
+    size = int(a.max()) + 1
+    rows = np.bincount(a, minlength=size)
+    ids = np.flatnonzero(rows)
+    out = {"attr": pl.Series(ids, dtype=pl.UInt32)}
+    for c in ("count", "duration_ps", "self_ps"):
+        tot = np.zeros(size, dtype=np.int64)
+        np.add.at(tot, a, events[c].to_numpy())
+        out[c] = pl.Series(tot[ids], dtype=pl.Int64)
+    out["rows"] = pl.Series(rows[ids], dtype=pl.UInt32)
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    dur = events["duration_ps"].to_numpy()
+    for c, ufunc, init, src in (("min_ps", np.minimum, big, dur), ("max_ps", np.maximum, small, dur),
+                                ("first_ps", np.minimum, big, events["start_ps"].to_numpy())):
+        v = np.full(size, init, dtype=np.int64)
+        ufunc.at(v, a, src)
+        out[c] = pl.Series(v[ids], dtype=pl.Int64)
+    return pl.DataFrame(out)

@@ -218,23 +218,34 @@ def gap_busy(ctx) -> float:
         ev = table.events
         outside = np.flatnonzero(rows < 0)
         attr = ev["attr"].to_numpy()[outside]
-        ok = ev["start_ps"].is_not_null().to_numpy()[outside]
-        s = ev["start_ps"].fill_null(0).to_numpy()[outside]
-        d = ev["duration_ps"].fill_null(0).to_numpy()[outside]
+
+        def picked(c):  # the outside events' values, nulls as 0 (no copy of the whole column)
+            c = ev[c]
+            return (c.fill_null(0) if c.null_count() else c).to_numpy()[outside]
+
+        st_col = ev["start_ps"]
+        ok = (st_col.is_not_null().to_numpy()[outside] if st_col.null_count()
+              else np.ones(len(outside), dtype=bool))
+        s = picked("start_ps")
+        d = picked("duration_ps")
         dev_of = table.attrs.select(pl.struct("host", "device").rank("dense").alias("d"))["d"].to_numpy()
         keyed = table.attrs.select("attr", "host", "device")
         dev_ev = np.zeros(int(keyed["attr"].max()) + 1 if keyed.height else 1, dtype=np.int64)
         dev_ev[keyed["attr"].to_numpy().astype(np.int64)] = dev_of
         dev = dev_ev[attr]
         dkey = keyed.with_columns(pl.Series("d", dev_of)).select("host", "device", "d").unique()
-        w = st.with_row_index("_r")
+        # only the columns read below (the filter and group-by copy none of the step frame's other strings)
+        w = st.select("host", "device", "start_ps", "duration_ps", "gap_after_ps",
+                      *(["in_window"] if "in_window" in st.columns else []))
         if "in_window" in w.columns:
             w = w.filter(pl.col("in_window").fill_null(True))
-        w = w.join(dkey, on=["host", "device"], how="left").filter(pl.col("gap_after_ps").is_not_null())
+        w = w.filter(pl.col("gap_after_ps").is_not_null())
+        # each device's code (a device with a null name matches none, as in a join)
+        d_of = {(h, dv): c for h, dv, c in dkey.iter_rows() if h is not None and dv is not None}
         busy, n = 0.0, 0
-        for (dcode,), g in w.group_by(["d"]):
-            m = ok & (dev == dcode)
-            if not m.any():
+        for (h, dv), g in w.group_by(["host", "device"]):
+            dcode = d_of.get((h, dv))
+            if dcode is None or not (m := ok & (dev == dcode)).any():
                 n += g.height
                 continue
             a, b = s[m], s[m] + d[m]
