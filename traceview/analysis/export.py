@@ -142,8 +142,8 @@ def median_step(anat) -> int | None:
         if w.height == 0:
             return int(st["step"].min())
     med = float(w["duration_ps"].median())
-    return int(w.with_columns((pl.col("duration_ps") - med).abs().alias("_d"))
-               .sort(["_d", "step"]).row(0, named=True)["step"])
+    gap = (w["duration_ps"].cast(pl.Float64) - med).abs()
+    return int(w["step"].filter(gap == gap.min()).min())
 
 
 def default_steps(anat) -> tuple[int, int] | None:
