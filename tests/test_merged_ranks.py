@@ -234,3 +234,23 @@ def test_hostile_thousands_of_identical_planes_are_bounded(tmp_path):
     assert len(td.devices) == 3000 and td.table.height == 6000
     notes = [n for n in td.notes if "ranks' planes" in n]
     assert len(notes) == 1 and "3000 ranks" in notes[0] and "and 2996 more" in notes[0]
+
+
+@pytest.mark.parametrize("mode", ["renumber", "naive"])
+def test_export_of_merged_ranks_writes_each_plane_once(shared_traces, tmp_path, mode, capsys):
+    """Two ranks in one XSpace export to one XSpace holding the window of each of the file's
+    planes once (per-rank files each held both ranks' planes, every event twice in the JSON)."""
+    ranks = _ranks_of(tmp_path, shared_traces / V6E, 2)
+    merged = tmp_path / "in" / "merged.xplane.pb"
+    merge_ranks.merge(ranks, merged, mode)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["export", str(merged), "--steps", "1:1", "-o", str(out / "w"), "--no-cache"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["w.json", "w.xplane.pb"]
+    src, got = XSpace(), XSpace()
+    src.ParseFromString(merged.read_bytes())
+    got.ParseFromString((out / "w.xplane.pb").read_bytes())
+    names = [p.name for p in src.planes]
+    assert sorted(p.name for p in got.planes) == sorted(names)  # each plane once, none added
+    err = capsys.readouterr().err
+    assert ("traceview's lines are drawn for merged/rank0 only" in err) == (mode == "naive")

@@ -90,7 +90,14 @@ def run(args) -> int:
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     for w in prof.warnings:
         print(f"traceview: warning: {safe_line(w)}", file=sys.stderr)
-    hosts = sorted(set(prof.table.attrs["host"].to_list())) if prof.table.attrs.height else []
+    # one XSpace written per trace file read: the ranks merged into one file (hosts
+    # "<host>/<rank>") share it, named after the first
+    pairs = (prof.table.attrs.select("host", "file").unique().sort("host", "file").iter_rows()
+             if prof.table.attrs.height else ())
+    first_of: dict = {}
+    for h, f in pairs:
+        first_of.setdefault(f, h)
+    hosts = sorted(set(first_of.values()))
     pbs, js = outputs(args.output, hosts)
     for path in (*pbs.values(), js):
         check_writable(path, "-o")
@@ -109,24 +116,43 @@ def run(args) -> int:
 
     spaces = []
     n_events = 0
+    by_file: dict = {}  # trace file -> its hosts (several: ranks merged into one XSpace)
     for host in sorted(plan.files):
-        path = plan.files[host]
+        by_file.setdefault(plan.files[host], []).append(host)
+    for path, its_hosts in sorted(by_file.items(), key=lambda kv: kv[1][0]):
+        host = its_hosts[0]
+        win = plan.windows[host]
+        tracks = [t for t in plan.tracks if t.host == host]
+        if len(its_hosts) > 1:
+            from traceview.read.window import Window
+
+            wins = [plan.windows[h] for h in its_hosts]
+            win = Window(min(w.lo_ps for w in wins), max(w.hi_ps for w in wins))
+            devs = {t.device for t in tracks}
+            for h in its_hosts[1:]:  # a rank's tracks where its planes' names are its own
+                more = [t for t in plan.tracks if t.host == h]
+                if {t.device for t in more} & devs:
+                    plan.notes.append(f"{len(its_hosts)} ranks share {Path(path).name} and their device planes' "
+                                      f"names: traceview's lines are drawn for {host} only")
+                    break
+                tracks += more
+                devs |= {t.device for t in more}
         from traceview.read.discover import classify
 
         kind = (classify(Path(path).name) or ("xplane", ""))[0]
         if kind == "xplane":
-            sw = xspace_window(path, plan.windows[host])
+            sw = xspace_window(path, win)
         elif kind == "trace_json":
             from traceview.read.tracejson import text_limit_for
 
-            sw = tracejson_window(path, plan.windows[host],
+            sw = tracejson_window(path, win,
                                   max_decompressed_bytes=text_limit_for(args.max_bytes) if args.max_bytes else None)
         else:
             raise UsageError(f"{path}: export reads .xplane.pb and .trace.json(.gz) files, not {kind}")
         n_events += sw.events
-        space = with_tracks(sw, [t for t in plan.tracks if t.host == host], LINES)
+        space = with_tracks(sw, tracks, LINES)
         write_atomic(pbs.get(host, next(iter(pbs.values()))), xspace_bytes(space))
-        spaces.append((host if len(plan.files) > 1 else "", space))
+        spaces.append((host if len(by_file) > 1 else "", space))
     title = (f"steps {plan.steps[0]}:{plan.steps[1]}" if plan.steps else "time window") + f" of {args.path}"
     write_atomic(js, chrome_trace(spaces, title=title))
     for n in plan.notes:
