@@ -145,6 +145,9 @@ def run(args) -> int:
         elif kind == "trace_json":
             from traceview.read.tracejson import text_limit_for
 
+            plan.notes.append(f"{Path(path).name} is a Chrome-trace JSON: its events' args are kept as XStats, but it "
+                              "holds no HLO protos, so the exported XSpace read again (by traceview or XProf) has no op "
+                              "shapes; the .json export and the original keep them")
             sw = tracejson_window(path, win,
                                   max_decompressed_bytes=text_limit_for(args.max_bytes) if args.max_bytes else None)
         else:
