@@ -247,6 +247,16 @@ def test_unknown_scheme(env, capsys):
     assert "give a bucket" in _one_line(err, "s3://")
 
 
+def test_a_url_as_output_is_refused_before_any_read(shared_traces, tmp_path, capsys):
+    """``-o s3://...``: one line naming the URL whole (Path() would fold its '//'), exit 2,
+    nothing read or written (the input does not exist)."""
+    for cmd in (["analyze", str(tmp_path / "none"), "-o", "s3://prof/out.json"],
+                ["report", str(tmp_path / "none"), "-o", "gs://prof/r.html"]):
+        rc, out, err = run_cli(capsys, *cmd)
+        assert rc == EXIT_USAGE
+        assert "writes a local file only" in _one_line(err, cmd[-1])
+
+
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_missing_bucket(env, scheme, capsys):
     url = f"{scheme}://no-such-bucket/logdir"

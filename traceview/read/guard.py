@@ -10,6 +10,7 @@ Used by the CLI and by the library (:meth:`traceview.Profile.report`) alike. Err
 from __future__ import annotations
 
 import os
+import re
 import stat
 import tempfile
 from pathlib import Path
@@ -123,6 +124,10 @@ def check_writable(path: Path | None, flag: str) -> None:
     """UsageError unless ``path`` names a file whose folder exists (checked before any work)."""
     if path is None:
         return
+    url = re.match(r"([A-Za-z][A-Za-z0-9+.-]+):/", str(path))  # Path("s3://b/k") reads "s3:/b/k"
+    if url:
+        raise UsageError(f"{url.group(1)}://{str(path)[url.end():].lstrip('/')}: refusing to write there: {flag} "
+                         "writes a local file only (traceview never writes to a remote store); give a local path")
     if path.is_dir():
         raise UsageError(f"refusing to write {path}: it is a folder; {flag} needs a file name")
     parent = path.parent if str(path.parent) else Path(".")
