@@ -87,7 +87,7 @@ def brief_lines(rep, *, families: int = FAMILIES, findings: int = FINDINGS) -> l
         ms = 1e-9
         out.append([("step time ", "bold"),
                     (f"median {dist['median_ps'] * ms:.3f} ms, p10–p90 {dist['p10_ps'] * ms:.3f}–"
-                     f"{dist['p90_ps'] * ms:.3f} ms, {dist['n_window']:,} of {dist['n']:,} steps (window "
+                     f"{dist['p90_ps'] * ms:.3f} ms, {dist['n_window']:,} of {dist['n']:,} device-steps (window "
                      f"{plain(dist.get('window') or anat.window)}); steps are {plain(_step_how(anat))}", "wrap")])
     else:
         out.append([("step time ", "bold"), ("unknown: no steps found" if anat is None or anat.steps.height == 0
