@@ -25,6 +25,7 @@ from traceview.analysis.hlo_detect import detect as _hlo_detect
 from traceview.analysis.kernel_inside import kernel_inside as _kernel_inside
 from traceview.analysis.memory import profile_memory
 from traceview.analysis.phases import phases as _phases
+from traceview.errors import UsageError
 
 #: at most this many steps go into the step chart (the first ones, in time order)
 CHART_STEPS = 48
@@ -250,6 +251,20 @@ def source_kinds(files: pl.DataFrame) -> pl.DataFrame:
             .group_by("kind").agg(pl.col("share").sum()).sort("share", descending=True))
 
 
+def _window_holds_steps(anat, step_window: str) -> None:
+    """UsageError when an A:B step window selects none of the steps found: a report of no steps
+    would read as one without findings."""
+    from traceview.analysis.stepstats import parse_window
+
+    if parse_window(step_window)[1] is None or anat is None or anat.steps is None or anat.steps.height == 0:
+        return
+    st = anat.steps
+    if "in_window" in st.columns and not st["in_window"].fill_null(False).any():
+        n = st["step"].n_unique()
+        raise UsageError(f"--step-window {step_window} holds none of the trace's {n:,} steps (0..{n - 1}; A:B counts "
+                         "from 0, B excluded, negatives from the end)")
+
+
 def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: int | None = None,
                  expect_batch: int | None = None, rules=None, step_module: str | None = None,
                  step_extent: str = "span", source_frame: str = "direct", html: bool = False,
@@ -289,6 +304,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
 
     parse_window(step_window)  # a bad window fails before any other work
     anat = derived.step_anatomy(prof, rules, module=step_module, extent=step_extent, window=step_window)
+    _window_holds_steps(anat, step_window)
     kern = _kernels(prof.table)
     files = _sources.by_file(prof.table, frame=source_frame)
     devices = prof.device_summary()
