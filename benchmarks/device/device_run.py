@@ -380,6 +380,10 @@ def _summarize(r: Runner, env: dict, profiles: dict, oracle: dict, moved=()) -> 
              f"decode kernel: {env.get('decode_kernel')}", "",
              "| # | step | ok | s | note |", "|---|---|---|---|---|"]
     lines += [f"| {s['index']} | {s['step']} | {'yes' if s['ok'] else 'NO'} | {s.get('wall_s', '')} | {s.get('note', '')} |" for s in r.steps]
+    if summary["runs"] and env.get("dry_run"):
+        lines += ["", "DRY_RUN: each run keeps its device name but runs the tiny preset at toy sizes (its KV "
+                  "blocks are the kernel column's); on the CPU XProf's hlo_stats holds no XLA:CPU rows ('xprof None "
+                  "(0 rows)'), so the oracle is the trace's raw op events ('raw')"]
     if summary["runs"]:
         lines += ["", "| run | preset | kernel | kv dtype | donate | tok/s (unprofiled main run) | oracle |", "|---|---|---|---|---|---|---|"]
         for n, v in summary["runs"].items():
