@@ -286,3 +286,16 @@ def test_ladder_cli(engine_runs, shared_traces, tmp_path, capsys):
     assert main(["ladder", v6e, a, "--no-cache"]) == 2  # no engine bucket name: --x needed
     err = capsys.readouterr().err
     assert "give the sweep values with --x" in err and "Traceback" not in err
+
+
+def test_family_rules_that_match_no_op_say_so(b8, shared_traces):
+    """The study rules on a profile without the model's named scopes (the shared v6e trace)
+    match nothing but their catch-all: one warning names the rules' families; on the engine's
+    own profile (named scopes) they match and nothing is said."""
+    v6e = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb", stale_after_s=None)
+    said = [w for w in v6e.analyze(rules="study").warnings if w.startswith("no op matched the family rules")]
+    assert said == ["no op matched the family rules (5 families: attention, down, gate-up, logits ...): the families "
+                    "shown are the built-in ones or the rules' catch-all; the rules search op names, HLO text, "
+                    "framework ops and source files"]
+    assert not [w for w in b8.analyze(rules="study").warnings if w.startswith("no op matched")]
+    assert not [w for w in v6e.analyze().warnings if w.startswith("no op matched")]
