@@ -299,6 +299,9 @@ BAD = [
     ("into a run folder", lambda src, t: [src, "-o", next((src / "plugins" / "profile").iterdir()) / "w"],
      "refusing to write"),
     ("no output", lambda src, t: [src, "-o", ""], "-o needs a file name"),
+    ("output a folder", lambda src, t: [src, "-o", f"{t}/"], "-o needs a file name"),
+    ("negative step", lambda src, t: [src, "--steps=-1:2", "-o", t / "o"], "step numbers start at 0"),
+    ("empty time window", lambda src, t: [src, "--window-ps", "0:0", "-o", t / "o"], "is empty: give START < END"),
 ]
 
 
@@ -413,3 +416,12 @@ def test_default_window_holds_the_step_nearest_the_median_shown(shared_traces):
     nearest = int(st["step"].to_numpy()[gap == gap.min()].min())  # the lowest step on a tie
     a, b = default_steps(anat)
     assert (a, b) == (nearest - 1, nearest + 1) and nearest != 0
+
+
+def test_steps_past_the_last_are_exported_as_there_are(tmp_path, capsys, shared_traces):
+    """``--steps 98:1000`` on a trace of steps 0..99: steps 98:99 exported and said so (it
+    echoed 98:1000 as if exported)."""
+    rc, err = export(capsys, shared_traces / "tpu_v6e_4chip_psum.xplane.pb", "--steps", "98:1000", "-o", tmp_path / "w")
+    assert rc == 0, err
+    assert "--steps 98:1000 runs past the last step: exporting steps 98:99" in err
+    assert "traceview: steps 98:99 (" in err

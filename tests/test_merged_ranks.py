@@ -253,4 +253,4 @@ def test_export_of_merged_ranks_writes_each_plane_once(shared_traces, tmp_path, 
     names = [p.name for p in src.planes]
     assert sorted(p.name for p in got.planes) == sorted(names)  # each plane once, none added
     err = capsys.readouterr().err
-    assert ("traceview's lines are drawn for merged/rank0 only" in err) == (mode == "naive")
+    assert ("traceview's lines are left out of its export" in err) == (mode == "naive")

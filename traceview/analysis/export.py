@@ -261,9 +261,14 @@ def plan_export(rep, *, steps: tuple[int, int] | None = None, window_ps: tuple[i
             steps = default_steps(anat)
             notes.append(f"steps {steps[0]}:{steps[1]}: the median step and its neighbours (of steps {first}..{last})")
         a, b = steps
+        if a < 0:
+            raise UsageError(f"{where}--steps {a}:{b}: step numbers start at 0 (the trace's steps are {first}..{last})")
         sel = anat.steps.filter((pl.col("step") >= a) & (pl.col("step") <= b))
         if sel.height == 0:
             raise UsageError(f"{where}--steps {a}:{b} is outside the trace: its steps are numbered {first}..{last}")
+        if b > last:  # a window running past the last step: the steps there are, said
+            notes.append(f"--steps {a}:{b} runs past the last step: exporting steps {a}:{last}")
+            steps = (a, last)
         per_dev = sel.group_by(["host", "device"]).agg(pl.col("start_ps").min().alias("lo"),
                                                        (pl.col("start_ps") + pl.col("duration_ps")).max().alias("hi"))
         windows = {}
@@ -301,7 +306,10 @@ def plan_export(rep, *, steps: tuple[int, int] | None = None, window_ps: tuple[i
             notes.append("the trace has no steps: exported whole")
         else:
             a, b = window_ps
-            if a >= t_end - t0 or b <= 0 or a >= b:
+            if a >= b:
+                raise UsageError(f"{where}--window-ps {a}:{b} is empty: give START < END (ps after the first op event; "
+                                 f"the trace spans 0:{t_end - t0})")
+            if a >= t_end - t0 or b <= 0:
                 raise UsageError(f"{where}--window-ps {a}:{b} is outside the trace: it spans 0:{t_end - t0} ps after its "
                                  f"first op event")
             lo_all, hi_all = t0 + max(a, 0), t0 + min(b, t_end - t0)

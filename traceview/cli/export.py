@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
 
 def outputs(out: str, hosts: list[str]) -> tuple[dict, Path]:
     """(host -> .xplane.pb path, .json path) for ``-o OUT``. Raises UsageError for an empty OUT."""
-    if not out or not out.strip() or out == "-":
+    if not out or not out.strip() or out == "-" or out.endswith(("/", "\\")) or Path(out).is_dir():
         raise UsageError(f"-o needs a file name to write OUT.xplane.pb and OUT.json, got {out!r}")
     base = out
     for suf in (".xplane.pb", ".json"):
@@ -129,11 +129,12 @@ def run(args) -> int:
             wins = [plan.windows[h] for h in its_hosts]
             win = Window(min(w.lo_ps for w in wins), max(w.hi_ps for w in wins))
             devs = {t.device for t in tracks}
-            for h in its_hosts[1:]:  # a rank's tracks where its planes' names are its own
+            for h in its_hosts[1:]:  # each rank's tracks, where its planes' names are its own
                 more = [t for t in plan.tracks if t.host == h]
-                if {t.device for t in more} & devs:
+                if {t.device for t in more} & devs:  # a plane name no longer tells the ranks apart
                     plan.notes.append(f"{len(its_hosts)} ranks share {Path(path).name} and their device planes' "
-                                      f"names: traceview's lines are drawn for {host} only")
+                                      "names: traceview's lines are left out of its export (the ops are all there)")
+                    tracks = []
                     break
                 tracks += more
                 devs |= {t.device for t in more}
