@@ -425,3 +425,24 @@ def test_steps_past_the_last_are_exported_as_there_are(tmp_path, capsys, shared_
     assert rc == 0, err
     assert "--steps 98:1000 runs past the last step: exporting steps 98:99" in err
     assert "traceview: steps 98:99 (" in err
+
+
+def test_an_exported_window_read_back_keeps_its_steps(shared_traces, tmp_path, capsys):
+    """The default v6e export (steps 26:28) read back: on every TPU its first three steps are
+    the original's steps 26-28 (start and duration within 2 µs: the device clock is rebuilt
+    from the host-aligned one); anything more starts at the window's end (an op starting within
+    the clocks' µs jitter of it). The window's ends were moved by one op's clock offset, which
+    on this trace strays by up to 106 ms (async copies): TPU:3's last step read 889.8 ms."""
+    src = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
+    rc, err = export(capsys, src, "-o", tmp_path / "w")
+    assert rc == 0 and "steps 26:28" in err, err
+    orig = traceview.load(src, stale_after_s=None).analyze(step_window="all").steps.steps
+    back = traceview.load(tmp_path / "w.xplane.pb", stale_after_s=None, cache=False).analyze(step_window="all").steps.steps
+    for dev in sorted(set(orig["device"])):
+        o = orig.filter((pl.col("device") == dev) & pl.col("step").is_between(26, 28)).sort("step")
+        b = back.filter(pl.col("device") == dev).sort("step")
+        assert b.height >= 3, dev
+        assert (abs(b["start_ps"].head(3) - o["start_ps"]) <= 2_000_000).all(), dev
+        assert (abs(b["duration_ps"].head(3) - o["duration_ps"]) <= 2_000_000).all(), dev
+        end = int(o["start_ps"][-1] + o["duration_ps"][-1])
+        assert (b["start_ps"].slice(3) >= end - 2_000_000).all(), dev

@@ -149,16 +149,18 @@ def _header_of(raw, path: str):
 
 def _device_offsets(plane, path: str, lo: int, hi: int) -> tuple[int, int] | None:
     """(device-minus-host offset at ``lo``, at ``hi``) of a TPU plane's ``XLA Ops`` events
-    (ps): that of the first op whose device start is at or after ``lo`` (else the last
-    before it), and of the last op starting before ``hi`` (else the first after it); None
-    when they carry no device clock (``device_offset_ps`` and ``device_duration_ps``). The
-    line is read a piece at a time."""
+    (ps): the median offset of the ops whose device start lies in [lo, hi), for both ends (one
+    op's own offset strays by tens of ms: an async copy's); without such ops, that of the first
+    op at or after ``lo`` (else the last before it) and of the last op before ``hi`` (else the
+    first after it); None when they carry no device clock (``device_offset_ps`` and
+    ``device_duration_ps``). The line is read a piece at a time."""
     names = {k: v.name for k, v in plane.stat_metadata.items()}
     off_id = next((k for k, v in names.items() if v == "device_offset_ps"), -1)
     dur_id = next((k for k, v in names.items() if v == "device_duration_ps"), -1)
     if off_id < 0 or dur_id < 0:
         return None
     best: dict = {}  # at_lo, before_lo, at_hi, after_hi -> (device start, delta)
+    inside: list = []  # the deltas of the ops starting in [lo, hi)
     for raw in plane.lines:
         if _header_of(raw, path).name != "XLA Ops":
             continue
@@ -167,6 +169,7 @@ def _device_offsets(plane, path: str, lo: int, hi: int) -> tuple[int, int] | Non
             if not has.any():
                 continue
             d, delta = dev[has], dev[has] - starts[has]
+            inside.append(delta[(d >= lo) & (d < hi)])
             for key, mask, earliest in (("at_lo", d >= lo, True), ("before_lo", d < lo, False),
                                         ("at_hi", d < hi, False), ("after_hi", d >= hi, True)):
                 if not mask.any():
@@ -178,6 +181,10 @@ def _device_offsets(plane, path: str, lo: int, hi: int) -> tuple[int, int] | Non
                 if old is None or (cand[0] < old[0] if earliest else cand[0] > old[0]):
                     best[key] = cand
         break
+    both = np.concatenate(inside) if inside else np.empty(0, dtype=np.int64)
+    if both.size:  # one offset for the window: single ops' offsets stray by tens of ms (async copies)
+        med = int(np.median(both))
+        return med, med
     first = best.get("at_lo") or best.get("before_lo")
     last = best.get("at_hi") or best.get("after_hi")
     if first is None or last is None:
