@@ -482,7 +482,7 @@ def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, e
     sums = ["in_flight_ps", "hidden_ps", "exposed_ps", "wait_at_done_ps"]
     n_ops = len(rec["attr"]) if build is not None else 0
     if n_ops:
-        from traceview.analysis.steps import _int_bincount
+        from traceview.model.optable import int_bincount
 
         # per description (attr id): its first record, records, whether all are synchronous,
         # exact int64 sums; counted over the few descriptions, no frame of the records
@@ -499,7 +499,7 @@ def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, e
                 "wait_at_done_ps": rec["wait"].astype(np.int64, copy=False)}
         per = (pl.DataFrame({"attr": pl.Series(ids, dtype=pl.Int64), "_first": pl.Series(first[ids], dtype=pl.UInt32),
                              "n": pl.Series(cnt[ids], dtype=pl.UInt32), "sync": pl.Series(n_sync[ids] == cnt[ids]),
-                             **{c: pl.Series(c, _int_bincount(a, vals[c], size)[ids], dtype=pl.Int64) for c in sums}})
+                             **{c: pl.Series(c, int_bincount(a, vals[c], size)[ids], dtype=pl.Int64) for c in sums}})
                .join(ev.attrs.select(pl.col("attr").cast(pl.Int64), pl.col("_cls").alias("kind"), "op_kind", "op_name",
                                      "shape"), on="attr", how="left")
                .sort("_first"))

@@ -56,7 +56,7 @@ import polars as pl
 from traceview.analysis import stepstats
 from traceview.analysis.families import attr_families, rules_of
 from traceview.errors import UsageError
-from traceview.model.optable import as_table
+from traceview.model.optable import as_table, int_bincount
 from traceview.model.runtable import RunTable, as_runs
 from traceview.model.schema import MODULE_RUNS_SCHEMA
 from traceview.model.timeline import enclosing
@@ -968,7 +968,7 @@ class StepAnatomy:
         nf = max(len(names), 1)
         key = rows[inside].astype(np.int64) * nf + code[self.table.events["attr"].to_numpy()[inside]]
         n = (int(rows.max()) + 1) * nf
-        sums = _int_bincount(key, self.table.events["self_ps"].to_numpy()[inside], n)
+        sums = int_bincount(key, self.table.events["self_ps"].to_numpy()[inside], n)
         have = np.flatnonzero(np.bincount(key, minlength=n))
         return pl.DataFrame({"step_row": have // nf, "family": pl.Series([names[i] for i in (have % nf).tolist()],
                                                                           dtype=pl.Utf8),
@@ -977,19 +977,6 @@ class StepAnatomy:
 
 FAMILIES_SCHEMA = {"family": pl.Utf8, "self_ps": pl.Float64, "share": pl.Float64, "occurrences": pl.Int64,
                    "per_step": pl.Float64, "n_populations": pl.UInt32}
-
-
-def _int_bincount(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Exact int64 sums of ``values`` per key in [0, n): ``np.bincount`` (float64) when no sum
-    can reach 2**53, else ``np.add.at``."""
-    if len(values) == 0:
-        return np.zeros(n, dtype=np.int64)
-    bound = max(abs(int(values.max())), abs(int(values.min()))) * len(values)
-    if bound < (1 << 53):
-        return np.bincount(keys, weights=values, minlength=n).astype(np.int64)
-    out = np.zeros(n, dtype=np.int64)
-    np.add.at(out, keys, values)
-    return out
 
 
 def _coverage(steps: pl.DataFrame, total_self: int, outside: int, excluded: int = 0,
@@ -1058,8 +1045,8 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
             keep = np.append(in_win, False)  # index -1 (outside every step) -> the last, False
             out_idx = np.flatnonzero(~keep[step_rows])
         a_out = pe.attr[out_idx].astype(np.int64)
-        t_sum = tot_t - _int_bincount(a_out, pe.self_ps[out_idx], na)
-        c_sum = tot_c - _int_bincount(a_out, pe.count[out_idx], na)
+        t_sum = tot_t - int_bincount(a_out, pe.self_ps[out_idx], na)
+        c_sum = tot_c - int_bincount(a_out, pe.count[out_idx], na)
         present = tot_r - np.bincount(a_out, minlength=na) > 0
         ids = np.flatnonzero(present)
         inside = pl.DataFrame({"attr": pl.Series(ids, dtype=pl.UInt32), "self_ps": t_sum[ids], "count": c_sum[ids]})

@@ -237,11 +237,24 @@ def _collapse_grouped(events: pl.DataFrame) -> pl.DataFrame:
     return agg
 
 
+def int_bincount(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 sums of ``values`` per key in [0, n): ``np.bincount`` (float64) when no sum
+    can reach 2**53, else ``np.add.at``."""
+    if len(values) == 0:
+        return np.zeros(n, dtype=np.int64)
+    bound = max(abs(int(values.max())), abs(int(values.min()))) * len(values)
+    if bound < (1 << 53):
+        return np.bincount(keys, weights=values, minlength=n).astype(np.int64)
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, keys, values)
+    return out
+
+
 def _collapse_counted(events: pl.DataFrame) -> pl.DataFrame | None:
     """:func:`_collapse_grouped`'s frame (rows by attr id) by counting over the attr ids
-    (``np.bincount`` and ``ufunc.at``: int64 sums wrapping as polars' do, exact minima and
-    maxima), when every event is at most one occurrence (``count`` <= 1: the per-occurrence
-    time is the duration) and no column has a null; None otherwise (the group-by then)."""
+    (:func:`int_bincount` sums, exact minima and maxima by ``ufunc.at``), when every event is
+    at most one occurrence (``count`` <= 1: the per-occurrence time is the duration) and no
+    column has a null; None otherwise (the group-by then)."""
     cols = ("count", "duration_ps", "self_ps", "start_ps")
     if (events.height == 0 or events["attr"].dtype != pl.UInt32 or events["attr"].null_count()
             or any(events[c].dtype != pl.Int64 or events[c].null_count() for c in cols)):
@@ -255,9 +268,7 @@ def _collapse_counted(events: pl.DataFrame) -> pl.DataFrame | None:
     ids = np.flatnonzero(rows)
     out = {"attr": pl.Series(ids, dtype=pl.UInt32)}
     for c in ("count", "duration_ps", "self_ps"):
-        tot = np.zeros(size, dtype=np.int64)
-        np.add.at(tot, a, events[c].to_numpy())
-        out[c] = pl.Series(tot[ids], dtype=pl.Int64)
+        out[c] = pl.Series(int_bincount(a, events[c].to_numpy(), size)[ids], dtype=pl.Int64)
     out["rows"] = pl.Series(rows[ids], dtype=pl.UInt32)
     big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
     dur = events["duration_ps"].to_numpy()
