@@ -252,11 +252,9 @@ def source_kinds(files: pl.DataFrame) -> pl.DataFrame:
 
 
 def _window_holds_steps(anat, step_window: str) -> None:
-    """UsageError when an A:B step window selects none of the steps found: a report of no steps
-    would read as one without findings."""
-    from traceview.analysis.stepstats import parse_window
-
-    if parse_window(step_window)[1] is None or anat is None or anat.steps is None or anat.steps.height == 0:
+    """UsageError when an A:B step window (``step_window``, as parsed: not steady or all)
+    selects none of the steps found: a report of no steps would read as one without findings."""
+    if anat is None or anat.steps is None or anat.steps.height == 0:
         return
     st = anat.steps
     if "in_window" in st.columns and not st["in_window"].fill_null(False).any():
@@ -302,9 +300,10 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
         checks = aggregate.occurrence_checks(prof.table, prof.runs, steps=steps, expect_batch=expect_batch)
     from traceview.analysis.stepstats import parse_window
 
-    parse_window(step_window)  # a bad window fails before any other work
+    _, window_slice = parse_window(step_window)  # a bad window fails before any other work
     anat = derived.step_anatomy(prof, rules, module=step_module, extent=step_extent, window=step_window)
-    _window_holds_steps(anat, step_window)
+    if window_slice is not None:
+        _window_holds_steps(anat, step_window)
     kern = _kernels(prof.table)
     files = _sources.by_file(prof.table, frame=source_frame)
     devices = prof.device_summary()
