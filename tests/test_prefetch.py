@@ -1,15 +1,17 @@
-"""The prefetch (traceview.read.prefetch): decoding a file's TPU planes on a thread while
-polars imports changes nothing in what is read, and is dropped when the file changes."""
+"""The prefetch (traceview.read.prefetch): decoding a file's planes (TPU, GPU, or the host
+plane of a CPU trace) on a thread while polars imports changes nothing in what is read, and is
+dropped when the file changes."""
 
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
 from traceview.errors import TraceUnreadable
 from traceview.model import from_xplane as xplane
-from traceview.model.tpu_plane import plane_arrays
+from traceview.model.annotated_plane import prefetch_plan
 from traceview.read import prefetch
 from traceview.read.xplane import wire as xline
 
@@ -26,9 +28,9 @@ def _same(a, b) -> None:
 def test_prefetched_read_equals_a_plain_read(shared_traces):
     path = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
     plain = xplane.read_xplane(path)
-    pf = prefetch.start(path, plane_arrays)
+    pf = prefetch.start(path, prefetch_plan)
     assert pf is not None and pf.matches(path)
-    other = prefetch.start(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", plane_arrays)
+    other = prefetch.start(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", prefetch_plan)
     # a prefetch of another file is not taken: the reader decodes this one itself
     _same(plain, xplane.read_xplane(path, prefetch=other))
     pre = xplane.read_xplane(path, prefetch=pf)
@@ -38,10 +40,37 @@ def test_prefetched_read_equals_a_plain_read(shared_traces):
     assert sum(d.name.startswith("/device:TPU:") for d in pre.devices) == 4
 
 
+GPUS = [f"/device:GPU:{i}" for i in range(8)]
+ENGINE = next((Path(__file__).parent.parent / "fixtures" / "greedy_b4").glob("plugins/profile/*/*.xplane.pb"))
+
+
+@pytest.mark.parametrize("path, planes", [
+    ("mi300x_jax_gemm_sweep.xplane.pb", GPUS),  # GPU stream lines
+    ("gpu_v100x8_tf2_bert_no_xla.xplane.pb", GPUS),  # TensorFlow without XLA: no HLO op
+    ("tpu_v6e_pallas_matmul_llo.xplane.pb", ["/device:TPU:0", "/device:CUSTOM:Megascale Trace"]),
+    (ENGINE, ["/host:CPU"]),  # a CPU trace: its host plane holds the ops
+])
+def test_every_plane_kind_is_prefetched_and_read_the_same(shared_traces, path, planes):
+    from traceview.read.xplane.wire import AnnotatedLine
+
+    path = shared_traces / path
+    plain = xplane.read_xplane(path)
+    pf = prefetch.start(path, prefetch_plan)
+    assert pf is not None
+    space, results = pf.take()
+    assert [p.name for p in space.planes if id(p) in results] == planes
+    assert all(isinstance(x, (AnnotatedLine, int)) for p in space.planes if not p.name.startswith("/device:TPU:")
+               and id(p) in results for x in results[id(p)])
+    got = xplane.convert_xspace(space, str(path), plain.host, "", decoded=results)
+    _same(plain, got)
+    assert got.step_markers.equals(plain.step_markers)
+    assert (got.ops.height > 0) == ("no_xla" not in str(path))
+
+
 def test_a_file_changed_after_the_start_is_read_afresh(tmp_path, shared_traces):
     a = tmp_path / "h.xplane.pb"
     shutil.copyfile(shared_traces / "tpu_v6e_4chip_psum.xplane.pb", a)
-    pf = prefetch.start(a, plane_arrays)
+    pf = prefetch.start(a, prefetch_plan)
     assert pf is not None
     other = tmp_path / "other.xplane.pb"
     shutil.copyfile(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", other)
@@ -53,18 +82,24 @@ def test_a_file_changed_after_the_start_is_read_afresh(tmp_path, shared_traces):
     assert got.ops.drop("file").equals(want.ops.drop("file"), null_equal=True)
 
 
-def test_a_malformed_line_raises_the_same_error_with_and_without_prefetch(tmp_path, shared_traces):
-    data = bytearray((shared_traces / "tpu_v6e_4chip_psum.xplane.pb").read_bytes())
-    space = xline.map_xspace(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
-    tpu = next(p for p in space.planes if p.name.startswith("/device:TPU:"))
-    ops = next(m for m, raw in zip(tpu.mapped_lines, tpu.lines) if xline.line_header(raw, "x").name == "XLA Ops")
+@pytest.mark.parametrize("name, plane_name, line_name", [
+    ("tpu_v6e_4chip_psum.xplane.pb", "/device:TPU:", "XLA Ops"),
+    ("mi300x_jax_gemm_sweep.xplane.pb", "/device:GPU:", None),  # a GPU stream line
+])
+def test_a_malformed_line_raises_the_same_error_with_and_without_prefetch(tmp_path, shared_traces, name, plane_name,
+                                                                           line_name):
+    data = bytearray((shared_traces / name).read_bytes())
+    space = xline.map_xspace(shared_traces / name)
+    plane = next(p for p in space.planes if p.name.startswith(plane_name))
+    ops = max((m for m, raw in zip(plane.mapped_lines, plane.lines)
+               if line_name in (None, xline.line_header(raw, "x").name)), key=lambda m: m.end - m.start)
     mid = (ops.start + ops.end) // 2
-    data[mid:mid + 16] = b"\xff" * 16  # an over-long varint inside the XLA Ops events
+    data[mid:mid + 16] = b"\xff" * 16  # an over-long varint inside the line's events
     bad = tmp_path / "bad.xplane.pb"
     bad.write_bytes(bytes(data))
     with pytest.raises(TraceUnreadable) as plain:
         xplane.read_xplane(bad)
-    pf = prefetch.start(bad, plane_arrays)
+    pf = prefetch.start(bad, prefetch_plan)
     assert pf is not None
     with pytest.raises(TraceUnreadable) as pre:
         xplane.read_xplane(bad, prefetch=pf)
@@ -85,7 +120,7 @@ def test_load_prefetches_only_the_plain_case(tmp_path, shared_traces, monkeypatc
     f.write_bytes(src.read_bytes() * 2)  # over the cache's 1 MiB floor: a cache entry is possible
     monkeypatch.delenv("TRACEVIEW_MAX_BYTES", raising=False)
     started = []
-    monkeypatch.setattr(prefetch, "start", lambda p, work: started.append(p) or "started")
+    monkeypatch.setattr(prefetch, "start", lambda p, plan: started.append(p) or "started")
     cache = TableCache(cache_dir, min_file_bytes=1 << 20)
 
     def start(**kw):

@@ -46,11 +46,12 @@ from traceview.model.hlo_graph import protos_frame
 from traceview.model.kernel_lines import read_kernel_lines
 from traceview.model.memory_events import has_memory_events, read_memory_events
 from traceview.model.naming import as_uint64 as _as_int
-from traceview.model.naming import DERIVED_LINES, printable, split_module_name, split_source
+from traceview.model.naming import printable, split_module_name, split_source
 from traceview.model.optable import ATTR_COLUMNS, OpTable
 from traceview.model.ranks import is_device_plane, plane_ranks
 from traceview.model.runtable import KEY_SCHEMA, RunTable
 from traceview.model.tpu_plane import plane_arrays
+from traceview.model.annotated_plane import KEY_STATS, decode_lines
 from traceview.read.xplane import wire
 from traceview.read.xplane.wire import _full_line, _line_base_ps, count_events, decode_line, read_xspace_bytes
 
@@ -212,14 +213,16 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
         raise TraceUnreadable("a protobuf whose planes have no names: not an XProf trace", str(p))
     stem = p.name.split(".xplane")[0] if ".xplane" in p.name else p.name.removesuffix(".gz").rsplit(".", 1)[0]
     host = printable(host or stem or (space.hostnames[0] if space.hostnames else ""))
-    return convert_xspace(space, printable(str(p)), host, printable(run), tpu_arrays=arrays)
+    return convert_xspace(space, printable(str(p)), host, printable(run), decoded=arrays)
 
 
-def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | None = None) -> TraceData:
+def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None = None) -> TraceData:
     """Turn a parsed (lazy) XSpace into a :class:`TraceData` (see the module docstring).
-    ``tpu_arrays``: per TPU plane of ``space`` (in plane order), its already decoded
-    :class:`~traceview.model.tpu_plane.PlaneArrays` or the exception its decoding raised
-    (:mod:`traceview.read.prefetch`); None to decode here. An XSpace holding several ranks'
+    ``decoded``: ``{id(plane): result}`` for planes of ``space.planes`` decoded already
+    (:mod:`traceview.read.prefetch`, :func:`traceview.model.annotated_plane.prefetch_plan`):
+    a TPU plane's :class:`~traceview.model.tpu_plane.PlaneArrays`, another plane's
+    :func:`~traceview.model.annotated_plane.decode_lines`, or the exception its decoding
+    raised (raised where the plane is read); planes not in it are decoded here. An XSpace holding several ranks'
     planes (:mod:`traceview.model.ranks`) keeps every plane: each rank's rows, devices, module
     runs, markers, memory and kernel lines are read under the host ``<host>/<rank label>``,
     and a note says so."""
@@ -281,7 +284,7 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
     tpu = [p_ for p_ in planes if p_.name.startswith("/device:TPU:")]
     tpu_out = {}
     if tpu:
-        pre = dict(zip(map(id, tpu), tpu_arrays)) if tpu_arrays is not None and len(tpu_arrays) == len(tpu) else {}
+        pre = {id(p_): decoded[id(p_)] for p_ in tpu} if decoded and all(id(p_) in decoded for p_ in tpu) else {}
         for got in pre.values():
             if isinstance(got, BaseException):
                 raise got
@@ -335,7 +338,8 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
         elif name.startswith("/device:GPU:") or name.startswith("/device:CUSTOM:"):
             devices.append(_device_info(plane, "GPU" if "GPU" in name else "CUSTOM", stat_names, stat_names,
                                         h if several else ""))
-            n_events += _read_annotated_plane(plane, stat_names, cols, hlo, h, run, path, device_lines=True)
+            n_events += _read_annotated_plane(plane, stat_names, cols, hlo, h, run, path, device_lines=True,
+                                              decoded=(decoded or {}).get(id(plane)))
         elif name == "/host:CPU":
             host_planes.append((plane, stat_names))
             if has_memory_events(plane):
@@ -350,7 +354,7 @@ def convert_xspace(space, path: str, host: str, run: str, tpu_arrays: list | Non
         got: list[tuple] = []
         h = host_of[id(plane)]
         n_events += _read_annotated_plane(plane, stat_names, cols, hlo, h, run, path, device_lines=False,
-                                          markers=got, devices=names)
+                                          markers=got, devices=names, decoded=(decoded or {}).get(id(plane)))
         markers.extend((h, "") + tuple(m) for m in got)
         devices.extend(DeviceInfo(name=nm, kind="CPU", device_type="CPU", host=h if several else "") for nm in names)
 
@@ -816,18 +820,6 @@ def _finish_parts(parts: list, attr, start, durs, selfs, count) -> "OpTable":
 
 #: the stats that name an annotated event's op (one combo per distinct set of values) and
 #: the per-event ones (step markers), in slot order
-_KEY_STATS = ("hlo_op", "hlo_module", "program_id", "tf_op", "name", "device_ordinal")
-_EXTRA_STATS = ("step_num",)
-
-
-def _stat_slots(stat_names: dict[int, str]) -> tuple[np.ndarray, np.ndarray]:
-    """(XStatMetadata ids, slot per id) of the stats in :data:`_KEY_STATS` then
-    :data:`_EXTRA_STATS` (every id bearing one of the names)."""
-    slot_of = {nm: i for i, nm in enumerate(_KEY_STATS + _EXTRA_STATS)}
-    pairs = [(k, slot_of[v]) for k, v in stat_names.items() if v in slot_of]
-    return (np.array([k for k, _ in pairs], dtype=np.int64), np.array([s for _, s in pairs], dtype=np.int64))
-
-
 def _resolver(stat_names: dict[int, str], strings: list):
     """(kind, value) of :class:`~traceview.read.xplane.wire.AnnotatedLine` -> the Python value
     :func:`_stat_value` gives the same XStat (``ref_value`` through the stat names)."""
@@ -874,7 +866,7 @@ _ROW_COLUMNS = ("module", "program_id", "op_name", "op_kind", "category", "shape
 
 
 def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, run, path, device_lines: bool,
-                          markers: list | None = None, devices: list | None = None) -> int:
+                          markers: list | None = None, devices: list | None = None, decoded=None) -> int:
     """GPU stream lines / CPU thunk-executor threads: ops named by per-event stats
     (``hlo_op``, ``hlo_module``, ``program_id``, ``tf_op``, ``name``, ``device_ordinal``),
     merged over their XEventMetadata's stats. Each line is decoded into columns
@@ -885,21 +877,19 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
     ``markers`` as (name, step_num, start_ps, duration_ps). ``devices``: when given (host
     planes), the op events are split by ``device_ordinal``
     (:func:`~traceview.model.cpu_devices.device_names`) and the devices' names appended.
-    Returns the plane's event count."""
+    ``decoded``: the plane's :func:`~traceview.model.annotated_plane.decode_lines` (made by a
+    prefetch; an exception it raised is raised here), None to decode here. Returns the plane's
+    event count."""
+    if isinstance(decoded, BaseException):
+        raise decoded
     n = 0
     md_by_id = plane.event_metadata
     md_cache: dict[int, tuple] = {}
-    ids, slots = _stat_slots(stat_names)
-    nkey, nslot = len(_KEY_STATS), len(_KEY_STATS) + len(_EXTRA_STATS)
     lines = []  # (line name, op event positions, combo row per op event, starts, durs, occ, rows)
-    mapped = getattr(plane, "mapped_lines", None) or []
-    for i_line, raw in enumerate(plane.lines):
-        if device_lines and wire.line_header(raw, path).name.startswith(DERIVED_LINES):
-            n += count_events(raw, path)  # derived lines: no ops here
+    for le in (decode_lines(plane, path, device_lines) if decoded is None else decoded):
+        if isinstance(le, int):  # a derived line's event count: no ops there
+            n += le
             continue
-        le = wire.decode_annotated(raw, path, ids, slots, nkey, nslot)
-        if i_line < len(mapped):
-            mapped[i_line].release()  # the file's pages, re-read from the page cache if touched again
         n += len(le)
         if not le.has_stats.any():  # no event with per-event stats (hlo_op is one): no ops here
             continue
@@ -917,7 +907,7 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
                                  md.name if md is not None else "")
             md_st, ev_name = md_cache[mid]
             st = dict(md_st)
-            for j, nm in enumerate(_KEY_STATS):
+            for j, nm in enumerate(KEY_STATS):
                 k = int(le.combo_kinds[c, j])
                 if k != wire.KIND_ABSENT:
                     st[nm] = value(k, int(le.combo_values[c, j]))

@@ -38,10 +38,10 @@ def start_prefetch(disc, *, max_bytes: int | None, cache, local: bool):
     if cache is not None and size >= cache.min_file_bytes and cache.has_fresh(
             tf.path, [str(tf.path), "xplane", tf.host, tf.run]):  # traceview.model.files.cache_args
         return None
-    from traceview.model.tpu_plane import plane_arrays  # numpy and the decoders first: the thread then
+    from traceview.model.annotated_plane import prefetch_plan  # numpy and the decoders first: the thread then
     from traceview.read import prefetch  # decodes (mostly without the GIL) while this one imports polars
 
-    return prefetch.start(tf.path, plane_arrays)
+    return prefetch.start(tf.path, prefetch_plan)
 
 
 def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = False, require_ops: bool = True,
@@ -64,7 +64,7 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     :func:`traceview.read.batch.read_many`: in this process, in up to ``workers`` local
     processes, on ``executor`` or on the Dask cluster at ``scheduler``; ``progress`` gets a
     :class:`traceview.read.batch.Progress` after each file. ``prefetch``: True to decode a
-    single xplane's TPU planes on a thread while polars is imported (:func:`start_prefetch`),
+    single xplane's planes on a thread while polars is imported (:func:`start_prefetch`),
     False not to, or a :class:`traceview.read.prefetch.Prefetch` the caller started.
     ``expand_kernels``: keep the ops inside each interpreted Pallas kernel invocation (CPU
     traces) as they are, instead of one row per invocation

@@ -1,9 +1,9 @@
-"""Decode an xplane file's TPU planes on a background thread while the caller is still starting.
+"""Decode an xplane file's planes on a background thread while the caller is still starting.
 
 A cold ``traceview.load`` spends its first fraction of a second importing polars on one core
 while the other is idle. :func:`start` (called right after discovery, before polars is imported) maps the file
-and runs ``work(plane, path)`` over its TPU planes on a daemon thread (the caller passes
-:func:`traceview.model.tpu_plane.plane_arrays`, which imports no polars and spends most of
+and runs ``plan(space)``'s ``work(plane, path)`` over the planes it names on a daemon thread (the caller passes
+:func:`traceview.model.annotated_plane.prefetch_plan`, whose work imports no polars and spends most of
 its time in C and numpy code that releases the GIL). :meth:`Prefetch.take` hands the mapped
 XSpace and the per-plane results over: it first works on the calling thread through the
 planes the background thread has not started, so both cores work once the imports are done,
@@ -34,13 +34,13 @@ def _identity(path: str) -> tuple | None:
 
 
 class Prefetch:
-    """One file's prefetch: the mapped space, its TPU planes and per-plane results (what
-    ``work`` returned, or the exception it raised). Made by :func:`start`."""
+    """One file's prefetch: the mapped space, the planes its plan names with their work, and
+    per-plane results (what the work returned, or the exception it raised). Made by :func:`start`."""
 
-    def __init__(self, path: str, ident: tuple, work: Callable):
-        self.path, self.ident, self._work = path, ident, work
+    def __init__(self, path: str, ident: tuple, plan: Callable):
+        self.path, self.ident, self._plan = path, ident, plan
         self.space = None
-        self.planes: list = []
+        self.planes: list = []  # (plane, work)
         self.results: list = []
         self.done: list[threading.Event] = []
         self.next = 0
@@ -60,8 +60,9 @@ class Prefetch:
                 if i >= len(self.planes):
                     return
                 self.next += 1
+            plane, work = self.planes[i]
             try:
-                self.results[i] = self._work(self.planes[i], self.path)
+                self.results[i] = work(plane, self.path)
             except Exception as exc:  # handed over to the reader, which raises it
                 self.results[i] = exc
             self.done[i].set()
@@ -75,7 +76,7 @@ class Prefetch:
                 self.failed = True
                 return
             self.space = space
-            self.planes = [p for p in space.planes if p.name.startswith("/device:TPU:")]
+            self.planes = list(self._plan(space))
             self.results = [None] * len(self.planes)
             self.done = [threading.Event() for _ in self.planes]
         except BaseException:  # noqa: BLE001 - a prefetch never fails the run
@@ -86,8 +87,8 @@ class Prefetch:
         self._drain()
 
     def take(self):
-        """``(space, results)`` (``results``: one entry per TPU plane of ``space``, in plane
-        order, each what ``work`` returned or the exception to raise), or None when the
+        """``(space, results)`` (``results``: ``{id(plane): what its work returned or the
+        exception to raise}`` for each plane of ``space.planes`` the plan named), or None when the
         prefetch failed, the file changed since it started, or it was taken already (the
         prefetch lets go of what it hands over). Works through the planes not yet started on
         the calling thread, then waits for the others. Never raises."""
@@ -97,20 +98,21 @@ class Prefetch:
         self._drain()
         for ev in self.done:
             ev.wait()
-        out = self.space, self.results
+        out = self.space, {id(p): r for (p, _), r in zip(self.planes, self.results)}
         self.space, self.results, self.planes = None, [], []
         return out
 
 
-def start(path: str | os.PathLike, work: Callable) -> Prefetch | None:
-    """Begin running ``work(plane, path)`` over the TPU planes of the xplane file ``path`` on
-    a daemon thread; returns the :class:`Prefetch`, or None when the file cannot be stat'ed
-    or no thread can be started. Never raises."""
+def start(path: str | os.PathLike, plan: Callable) -> Prefetch | None:
+    """Begin running, on a daemon thread, each ``work(plane, path)`` of ``plan(space)`` (a
+    list of ``(plane, work)``, ``space`` the xplane file ``path`` mapped in place); returns
+    the :class:`Prefetch`, or None when the file cannot be stat'ed or no thread can be
+    started. Never raises."""
     key = os.path.realpath(path)
     ident = _identity(key)
     if ident is None:
         return None
-    job = Prefetch(str(path), ident, work)
+    job = Prefetch(str(path), ident, plan)
     try:
         threading.Thread(target=job._run, name="traceview-prefetch", daemon=True).start()
     except RuntimeError:  # no thread can be started

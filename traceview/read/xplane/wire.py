@@ -533,6 +533,13 @@ def decode_annotated(raw, path: str, ids, slots, nkey: int, nslot: int) -> Annot
         out.combo_kinds = np.frombuffer(ck, dtype=np.uint8).reshape(m, nkey)
         out.combo_values = np.frombuffer(cv, dtype=np.int64).reshape(m, nkey)
         out.strings = strings
+        del occs, xv
+        # columns without a value (no pre-aggregated event, no extra stat): one read-only zero
+        # instead of 8 bytes per event (a whole plane's lines may be held at once: prefetch)
+        if n and not out.occurrences.any():
+            out.occurrences = np.broadcast_to(np.int64(0), (n,))
+        if n and nx and not out.extra_kinds.any():  # KIND_ABSENT is 0
+            out.extra_values = np.broadcast_to(np.int64(0), (n, nx))
     else:
         try:
             _annotated_python(out, raw if isinstance(raw, bytes) else bytes(raw), ids, slots, nkey, nslot)

@@ -1,0 +1,72 @@
+"""The decoded XLines of a plane whose ops are named by per-event stats (GPU stream lines,
+CPU thunk-executor threads), numpy only, and the prefetch plan of a file.
+
+It imports no polars, so :mod:`traceview.read.prefetch` can run :func:`decode_lines` on a
+thread while polars is imported; :func:`traceview.model.from_xplane._read_annotated_plane`
+turns the lines into the op table, here or after a prefetch (the same function on the same
+bytes either way). Raises :class:`~traceview.errors.TraceUnreadable` on malformed lines.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from traceview.model.naming import DERIVED_LINES
+from traceview.read.xplane import wire
+
+#: the per-event stats that name an op and key its combo (the event's description), in slot order
+KEY_STATS = ("hlo_op", "hlo_module", "program_id", "tf_op", "name", "device_ordinal")
+#: per-event stats read as columns after the key stats
+EXTRA_STATS = ("step_num",)
+
+
+def stat_slots(stat_names: dict[int, str]) -> tuple[np.ndarray, np.ndarray]:
+    """(XStatMetadata ids, slot per id) of the stats in :data:`KEY_STATS` then
+    :data:`EXTRA_STATS` (every id bearing one of the names)."""
+    slot_of = {nm: i for i, nm in enumerate(KEY_STATS + EXTRA_STATS)}
+    pairs = [(k, slot_of[v]) for k, v in stat_names.items() if v in slot_of]
+    return (np.array([k for k, _ in pairs], dtype=np.int64), np.array([s for _, s in pairs], dtype=np.int64))
+
+
+def decode_lines(plane, path: str, device_lines: bool) -> list:
+    """Per XLine of ``plane`` (an XPlane message or a
+    :class:`~traceview.read.xplane.wire.MappedPlane`, whose line pages are released once
+    decoded): its :class:`~traceview.read.xplane.wire.AnnotatedLine`, or, on a device plane
+    (``device_lines``), the event count (int) of a derived line (``Steps``, ``XLA Modules``...
+    of :data:`~traceview.model.naming.DERIVED_LINES`: no ops there). ``path`` names the file
+    in errors."""
+    stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+    ids, slots = stat_slots(stat_names)
+    nkey, nslot = len(KEY_STATS), len(KEY_STATS) + len(EXTRA_STATS)
+    mapped = getattr(plane, "mapped_lines", None) or []
+    out: list = []
+    for i, raw in enumerate(plane.lines):
+        if device_lines and wire.line_header(raw, path).name.startswith(DERIVED_LINES):
+            out.append(wire.count_events(raw, path))
+            continue
+        out.append(wire.decode_annotated(raw, path, ids, slots, nkey, nslot))
+        if i < len(mapped):
+            mapped[i].release()  # the file's pages, re-read from the page cache if touched again
+    return out
+
+
+def _device_lines(plane) -> bool:
+    return plane.name.startswith(("/device:GPU:", "/device:CUSTOM:"))
+
+
+def prefetch_plan(space) -> list[tuple]:
+    """What a prefetch of ``space`` decodes: ``(plane, work)`` pairs, ``work(plane, path)``.
+    TPU planes through :func:`traceview.model.tpu_plane.plane_arrays`; GPU and CUSTOM device
+    planes through :func:`decode_lines`; the ``/host:CPU`` planes too when the space has no
+    device plane of those kinds (a CPU trace: the host plane holds the ops; the reader reads
+    it only then)."""
+    from functools import partial
+
+    from traceview.model.tpu_plane import plane_arrays
+
+    planes = list(space.planes)
+    tpu = [(p, plane_arrays) for p in planes if p.name.startswith("/device:TPU:")]
+    dev = [(p, partial(decode_lines, device_lines=True)) for p in planes if _device_lines(p)]
+    if tpu or dev:
+        return tpu + dev
+    return [(p, partial(decode_lines, device_lines=False)) for p in planes if p.name == "/host:CPU"]
