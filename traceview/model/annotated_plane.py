@@ -28,26 +28,38 @@ def stat_slots(stat_names: dict[int, str]) -> tuple[np.ndarray, np.ndarray]:
     return (np.array([k for k, _ in pairs], dtype=np.int64), np.array([s for _, s in pairs], dtype=np.int64))
 
 
-def decode_lines(plane, path: str, device_lines: bool) -> list:
+def iter_lines(plane, path: str, device_lines: bool):
     """Per XLine of ``plane`` (an XPlane message or a
     :class:`~traceview.read.xplane.wire.MappedPlane`, whose line pages are released once
-    decoded): its :class:`~traceview.read.xplane.wire.AnnotatedLine`, or, on a device plane
-    (``device_lines``), the event count (int) of a derived line (``Steps``, ``XLA Modules``...
-    of :data:`~traceview.model.naming.DERIVED_LINES`: no ops there). ``path`` names the file
-    in errors."""
+    decoded), one at a time: its :class:`~traceview.read.xplane.wire.AnnotatedLine`, or, on a
+    device plane (``device_lines``), the event count (int) of a derived line (``Steps``,
+    ``XLA Modules``... of :data:`~traceview.model.naming.DERIVED_LINES`: no ops there).
+    ``path`` names the file in errors."""
     stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
     ids, slots = stat_slots(stat_names)
     nkey, nslot = len(KEY_STATS), len(KEY_STATS) + len(EXTRA_STATS)
     mapped = getattr(plane, "mapped_lines", None) or []
-    out: list = []
     for i, raw in enumerate(plane.lines):
         if device_lines and wire.line_header(raw, path).name.startswith(DERIVED_LINES):
-            out.append(wire.count_events(raw, path))
+            yield wire.count_events(raw, path)
             continue
-        out.append(wire.decode_annotated(raw, path, ids, slots, nkey, nslot))
+        le = wire.decode_annotated(raw, path, ids, slots, nkey, nslot)
         if i < len(mapped):
             mapped[i].release()  # the file's pages, re-read from the page cache if touched again
-    return out
+        yield le
+
+
+def decode_lines(plane, path: str, device_lines: bool) -> list:
+    """:func:`iter_lines` of the whole plane, as a list (a prefetch's work)."""
+    return list(iter_lines(plane, path, device_lines))
+
+
+def consume(lines: list):
+    """The items of ``lines`` (:func:`decode_lines`) in order, each dropped from the list as
+    it is handed out, so a line's arrays are freed once its reader moves on."""
+    lines.reverse()
+    while lines:
+        yield lines.pop()
 
 
 def _device_lines(plane) -> bool:

@@ -51,7 +51,7 @@ from traceview.model.optable import ATTR_COLUMNS, OpTable
 from traceview.model.ranks import is_device_plane, plane_ranks
 from traceview.model.runtable import KEY_SCHEMA, RunTable
 from traceview.model.tpu_plane import plane_arrays
-from traceview.model.annotated_plane import KEY_STATS, decode_lines
+from traceview.model.annotated_plane import KEY_STATS, consume, iter_lines
 from traceview.read.xplane import wire
 from traceview.read.xplane.wire import _full_line, _line_base_ps, count_events, decode_line, read_xspace_bytes
 
@@ -222,7 +222,8 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
     (:mod:`traceview.read.prefetch`, :func:`traceview.model.annotated_plane.prefetch_plan`):
     a TPU plane's :class:`~traceview.model.tpu_plane.PlaneArrays`, another plane's
     :func:`~traceview.model.annotated_plane.decode_lines`, or the exception its decoding
-    raised (raised where the plane is read); planes not in it are decoded here. An XSpace holding several ranks'
+    raised (raised where the plane is read); an annotated plane's entry leaves ``decoded`` as
+    it is read (its lines freed one by one); planes not in it are decoded here. An XSpace holding several ranks'
     planes (:mod:`traceview.model.ranks`) keeps every plane: each rank's rows, devices, module
     runs, markers, memory and kernel lines are read under the host ``<host>/<rank label>``,
     and a note says so."""
@@ -339,7 +340,7 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
             devices.append(_device_info(plane, "GPU" if "GPU" in name else "CUSTOM", stat_names, stat_names,
                                         h if several else ""))
             n_events += _read_annotated_plane(plane, stat_names, cols, hlo, h, run, path, device_lines=True,
-                                              decoded=(decoded or {}).get(id(plane)))
+                                              decoded=(decoded or {}).pop(id(plane), None))
         elif name == "/host:CPU":
             host_planes.append((plane, stat_names))
             if has_memory_events(plane):
@@ -354,7 +355,7 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
         got: list[tuple] = []
         h = host_of[id(plane)]
         n_events += _read_annotated_plane(plane, stat_names, cols, hlo, h, run, path, device_lines=False,
-                                          markers=got, devices=names, decoded=(decoded or {}).get(id(plane)))
+                                          markers=got, devices=names, decoded=(decoded or {}).pop(id(plane), None))
         markers.extend((h, "") + tuple(m) for m in got)
         devices.extend(DeviceInfo(name=nm, kind="CPU", device_type="CPU", host=h if several else "") for nm in names)
 
@@ -878,7 +879,8 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
     planes), the op events are split by ``device_ordinal``
     (:func:`~traceview.model.cpu_devices.device_names`) and the devices' names appended.
     ``decoded``: the plane's :func:`~traceview.model.annotated_plane.decode_lines` (made by a
-    prefetch; an exception it raised is raised here), None to decode here. Returns the plane's
+    prefetch; an exception it raised is raised here; emptied as its lines are read), None to
+    decode here line by line. Returns the plane's
     event count."""
     if isinstance(decoded, BaseException):
         raise decoded
@@ -886,7 +888,7 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
     md_by_id = plane.event_metadata
     md_cache: dict[int, tuple] = {}
     lines = []  # (line name, op event positions, combo row per op event, starts, durs, occ, rows)
-    for le in (decode_lines(plane, path, device_lines) if decoded is None else decoded):
+    for le in (iter_lines(plane, path, device_lines) if decoded is None else consume(decoded)):
         if isinstance(le, int):  # a derived line's event count: no ops there
             n += le
             continue
