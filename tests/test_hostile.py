@@ -471,3 +471,28 @@ def test_verify_hint_in_the_terminal_is_the_json_one(capsys):
     assert main(["analyze", fx]) == 0
     text = capsys.readouterr().out
     assert all(f"verify: {h}" in text for h in hints)
+
+
+def test_a_name_that_is_not_utf8_is_named_in_words(tmp_path, capsys):
+    """One byte of an op name made invalid UTF-8: in the XSpace's metadata the file is refused
+    in one line that says what is wrong (no internal message type); inside an HLO proto the
+    module loses its shapes with a warning in the same words, and its ops are still counted."""
+    data = bytearray((SHARED / TPU).read_bytes())
+    data[data.find(b"all-reduce") + 3] = 0xFF
+    bad = tmp_path / "name.xplane.pb"
+    bad.write_bytes(bytes(data))
+    code, out, err = _run(["analyze", str(bad), "--no-cache"], capsys)
+    assert code == 4 and out == "" and err.count("\n") == 1
+    assert f"{bad}: not a valid XSpace protobuf: a string field" in err and "not valid UTF-8" in err
+    assert "traceview." not in err.replace("traceview: error", "")
+    data = bytearray((SHARED / "mi300x_jax_gemm_sweep.xplane.pb").read_bytes())
+    at = data.find(b"gemm")  # inside the first HLO proto in /host:metadata
+    data[at + 1] = 0xFE
+    hlo = tmp_path / "hlo.xplane.pb"
+    hlo.write_bytes(bytes(data))
+    code, out, err = _run(["analyze", str(hlo), "--no-cache", "--format", "json"], capsys)
+    assert code == 0
+    doc = json.loads(out)
+    said = [w for w in doc["warnings"] if "is unreadable" in w]
+    assert len(said) == 1 and "not valid UTF-8" in said[0] and "HloProto" not in said[0]
+    assert sum(d["ops"] for d in doc["devices"]) == 42  # every op event, as the intact trace reads

@@ -210,7 +210,10 @@ class HloIndex:
         """Note why module ``program_id`` cannot be used and drop it (its later ops have no shapes)."""
         name = self.raw[program_id][0]
         if isinstance(exc, (DecodeError, RecursionError, ValueError)):
-            self.errors.append(f"HLO proto of {name}({program_id}) is unreadable: {exc}")
+            from traceview.read.diagnose import protobuf_fault
+
+            self.errors.append(f"HLO proto of {name}({program_id}) is unreadable: {protobuf_fault(exc)}; "
+                               "its ops have no shapes")
         else:
             self.errors.append(f"HLO proto of {name}({program_id}) is unusable "
                                f"({type(exc).__name__}: {exc}); its ops have no shapes")

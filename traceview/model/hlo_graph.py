@@ -78,7 +78,9 @@ def instructions(protos: pl.DataFrame | None) -> tuple[pl.DataFrame, list[str]]:
             mod = HloProto.FromString(data).hlo_module
             part = _module_rows(mod, host, module, pid)
         except (DecodeError, RecursionError, ValueError) as exc:
-            notes.append(f"HLO proto of {module}({pid}) is unreadable: {exc}")
+            from traceview.read.diagnose import protobuf_fault
+
+            notes.append(f"HLO proto of {module}({pid}) is unreadable: {protobuf_fault(exc)}")
             continue
         except Exception as exc:  # noqa: BLE001 - a hostile proto costs its module, not the report
             notes.append(f"HLO proto of {module}({pid}) is unusable ({type(exc).__name__}: {exc})")

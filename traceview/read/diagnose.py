@@ -5,6 +5,8 @@ readers put into their error messages and notes.
   text (every invalid UTF-8 byte replaced by ``EF BF BD``, as the shared
   ``corrupt_utf8_mangled.xplane.pb``), or does it end inside a plane (truncated: an export
   that was killed or is still running)? Walks the top-level wire format only; never raises.
+* :func:`protobuf_fault` — protobuf's own error, worded for the reader: which message kind
+  (an XSpace, an HLO module) and what was wrong, without the library's internal type names.
 * :func:`still_writing_hint` — a file modified in the last :data:`RECENT_WRITE_S` seconds
   may still be being written by the profiler: say so in the error.
 """
@@ -134,6 +136,36 @@ def walk_fault(data) -> str | None:
 
 #: Faults that mean "the file ends too early" (what an unfinished write looks like).
 INCOMPLETE = ("the file ends inside", "truncated gzip stream", "not valid JSON (unexpected end of data")
+
+
+#: protobuf's parse errors (python and upb runtimes) -> what they mean for a trace
+_PROTOBUF_FAULTS = (
+    ("bad utf-8", "a string field (a name, a stat or HLO text) is not valid UTF-8: the bytes were altered, or "
+                  "written by a tool that does not check its strings"),
+    ("truncated", "the message ends inside a field (truncated)"),
+    ("unexpected end-group", "a field's wire type is invalid (the bytes are not this message)"),
+    ("invalid wire type", "a field's wire type is invalid (the bytes are not this message)"),
+)
+
+
+def protobuf_fault(exc: BaseException) -> str:
+    """One phrase for a protobuf parse error ``exc`` (``DecodeError``, ``RecursionError``,
+    ``ValueError``): a known fault in words (:data:`_PROTOBUF_FAULTS`), else the error's
+    text without protobuf's ``Error parsing message with type '...'`` prefix, which names
+    traceview's internal message types."""
+    if isinstance(exc, RecursionError):
+        return "messages nested too deeply to be a real trace"
+    text = str(exc)
+    low = text.lower()
+    for key, phrase in _PROTOBUF_FAULTS:
+        if key in low:
+            return phrase
+    head, sep, rest = text.partition("': ")
+    if sep and head.startswith("Error parsing message"):
+        text = rest
+    elif head.startswith("Error parsing message") and sep == "":
+        text = "the bytes do not parse as this message"
+    return text.strip() or type(exc).__name__
 
 
 def still_writing_hint(path: str | os.PathLike, fault: str | None = None, now: float | None = None) -> str | None:

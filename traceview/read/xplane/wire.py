@@ -50,11 +50,10 @@ def read_xspace_bytes(data: bytes, path: str):
     try:
         space.ParseFromString(data)
     except (DecodeError, RecursionError, ValueError) as exc:
-        from traceview.read.diagnose import xspace_fault
+        from traceview.read.diagnose import protobuf_fault, xspace_fault
 
-        why = xspace_fault(data)
-        raise TraceUnreadable(f"not a valid XSpace protobuf: {why}" if why else
-                              f"not a valid XSpace protobuf ({exc})", path) from None
+        why = xspace_fault(data) or protobuf_fault(exc)
+        raise TraceUnreadable(f"not a valid XSpace protobuf: {why}", path) from None
     return space
 
 
