@@ -194,3 +194,24 @@ def test_a_table_never_runs_past_the_width(rows, width, colour):
 
         out = re.sub(r"\x1b\[[0-9;]*m", "", out)
     assert all(cell_len(ln) <= width for ln in out.splitlines())
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_diff_folds_at_the_width(width, capsys):
+    """``diff --width N``: every line within N columns; the populations table keeps #, op,
+    shape, self time and Δ on one line per population and folds the status, occurrences,
+    ratios and notes below it, with the figures of the JSON."""
+    base, treat = FIXTURES / "greedy_b4", FIXTURES / "greedy_b8"
+    rc, out, _ = _run(["diff", str(base), str(treat), "--width", str(width), "--top", "5"], capsys)
+    assert rc == 0 and max(len(ln) for ln in out.splitlines()) <= width
+    lines = out.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("┏") and "populations matched" in " ".join(lines[i - 2:i]))
+    assert [c.strip() for c in lines[i + 1].strip("┃").split("┃")] == ["#", "op", "shape", "self time", "Δ"]
+    rc, js, _ = _run(["diff", str(base), str(treat), "--format", "json", "--top", "5"], capsys)
+    pops = json.loads(js)["populations"][:5]
+    body = lines[i + 3:next(j for j in range(i, len(lines)) if lines[j].startswith("└"))]
+    rows = [ln for ln in body if ln.split("│")[1].strip().isdigit()]
+    assert len(rows) == 5
+    for ln, p in zip(rows, pops):
+        follow = body[body.index(ln) + 1]
+        assert f"status {p['status']}" in follow and "occ. " in follow

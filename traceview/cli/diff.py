@@ -39,6 +39,9 @@ def add_parser(sub) -> None:
                    help="table [default], json or html; with -o and no --format, the file's suffix (.txt, .json, "
                         ".html) decides, another suffix is an error")
     d.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (- for standard output)")
+    d.add_argument("--width", type=cargs.columns, metavar="N",
+                   help="lay the table output out for N columns (default: the terminal's width; on a pipe or in a "
+                        "file, wide enough that no cell is cut): columns that do not fit fold below each row")
     d.add_argument("--overhead-factor", type=cargs.positive_float, default=4.0, metavar="F",
                    help="note populations whose traced event count changed by F times or more (default 4)")
     d.add_argument("--no-name-stem", action="store_true",
@@ -155,12 +158,12 @@ def run(args) -> int:
         if out is None:
             from traceview.cli.outputs import console
 
-            render_diff(console(), d, top=cargs.table_top(args, 25))
+            render_diff(console(args.width), d, top=cargs.table_top(args, 25))
             return EXIT_OK
         from traceview.cli.outputs import PLAIN_WIDTH
         from traceview.render.diff_terminal import render_diff_text
 
-        text = render_diff_text(d, top=cargs.table_top(args, 25), width=PLAIN_WIDTH)
+        text = render_diff_text(d, top=cargs.table_top(args, 25), width=args.width or PLAIN_WIDTH)
     if out is not None:
         write_atomic(out, text)
         print(f"wrote {safe_line(str(out))}", file=sys.stderr)

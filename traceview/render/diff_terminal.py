@@ -13,7 +13,8 @@ from rich.table import Table
 
 from traceview.model.units import fmt_pct, fmt_time_ps
 from traceview.render.diff_summary import noise_cell, summary_lines
-from traceview.render.terminal import escape
+from traceview.render.foldtable import Column, print_table
+from traceview.render.terminal import escape, plain
 
 
 def _names(names: list | None, n: int = 2) -> str:
@@ -81,7 +82,7 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
     notes (profiling overhead)."""
     console.print("[bold]traceview diff[/bold]")
     for line in summary_lines(d):
-        console.print("  " + escape(line), soft_wrap=True)
+        console.print("  " + escape(line))
 
     kc = d.kernel_changes()
     if kc.height:
@@ -110,26 +111,29 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
 
     pops = d.populations
     console.print()
-    t = Table(title=f"populations matched by (kind, shape, HLO fingerprint) — top {min(top, pops.height)} of "
-                    f"{pops.height} by |Δ self time|")
-    for c, j in (("#", "right"), ("status", "left"), ("op", "left"), ("shape", "left"), ("occ.", "right"),
-                 ("self time", "right"), ("Δ", "right"), ("total ratio", "right"), ("per step [noise]", "right"),
-                 ("notes", "left")):
-        t.add_column(c, justify=j, overflow="fold")
+    # narrower than the table: the rows fold (#, op, shape, self time and Δ stay)
+    fold = {"overflow": "fold"}
+    cols = [Column("#", "right"), Column("status", keep=False), Column("op", cut=1, rich=fold),
+            Column("shape", cut=2, rich=fold), Column("occ.", "right", keep=False, rich=fold),
+            Column("self time", "right", rich=fold), Column("Δ", "right", rich=fold),
+            Column("total ratio", "right", keep=False, rich=fold),
+            Column("per step [noise]", "right", keep=False, rich=fold), Column("notes", keep=False, rich=fold)]
+    rows = []
     for i, r in enumerate(pops.head(top).iter_rows(named=True), 1):
-        shape = shape_change(r, 90, 60)
         notes = match_notes(r)
-        if r["overhead_note"]:
-            notes.append("[yellow]traced events " + f"{r['events_base']:,} → {r['events_treatment']:,}[/yellow]")
-        status = {"matched": "matched", "appeared": "[green]appeared[/green]",
-                  "vanished": "[red]vanished[/red]"}[r["status"]]
+        overhead = bool(r["overhead_note"])
+        if overhead:
+            notes.append(f"traced events {r['events_base']:,} → {r['events_treatment']:,}")
+        status = {"matched": "matched", "appeared": ("appeared", "green"), "vanished": ("vanished", "red")}[r["status"]]
         occ = f"{'-' if r['occurrences_base'] is None else format(r['occurrences_base'], ',')} → " \
               f"{'-' if r['occurrences_treatment'] is None else format(r['occurrences_treatment'], ',')}"
-        t.add_row(str(i), status, escape(population_label(r)), escape(shape or "?"), occ,
-                  f"{fmt_time_ps(r['self_ps_base'])} → {fmt_time_ps(r['self_ps_treatment'])}",
-                  _delta(r["delta_self_ps"]), _ratio(r["self_ratio"]), noise_cell(r),
-                  "; ".join(n if n.startswith("[yellow]") else escape(n) for n in notes))
-    console.print(t)
+        note = plain("; ".join(notes))
+        rows.append([str(i), status, plain(population_label(r)), plain(shape_change(r, 90, 60)), occ,
+                     f"{fmt_time_ps(r['self_ps_base'])} → {fmt_time_ps(r['self_ps_treatment'])}",
+                     _delta(r["delta_self_ps"]), _ratio(r["self_ratio"]), noise_cell(r),
+                     (note, "yellow") if overhead else note])
+    print_table(console, f"populations matched by (kind, shape, HLO fingerprint) — top {min(top, pops.height)} of "
+                         f"{pops.height} by |Δ self time|", cols, rows)
 
     for status, colour in (("appeared", "green"), ("vanished", "red")):
         rows = pops.filter(pl.col("status") == status)
@@ -152,15 +156,15 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
     if d.notes:
         console.print()
         for n in d.notes:
-            console.print(f"[yellow]note:[/yellow] {escape(n)}", soft_wrap=True)
+            console.print(f"[yellow]note:[/yellow] {escape(n)}")
     for f in getattr(d, "findings", None) or []:
-        console.print(f"[yellow]finding {escape(f.severity)}[/yellow] [bold]{escape(f.id)}[/bold]: {escape(f.statement)}",
-                      soft_wrap=True)
-        console.print(f"  next: {escape(f.next_step)}", soft_wrap=True)
+        console.print(f"[yellow]finding {escape(f.severity)}[/yellow] [bold]{escape(f.id)}[/bold]: {escape(f.statement)}")
+        console.print(f"  next: {escape(f.next_step)}")
 
 
-def render_diff_text(d, *, top: int = 25, width: int = 160) -> str:
-    """The :func:`render_diff` output as plain text (no colour), e.g. for files and tests."""
+def render_diff_text(d, *, top: int = 25, width: int = 8192) -> str:
+    """The :func:`render_diff` output as plain text (no colour), e.g. for files and tests,
+    ``width`` columns wide (default: as wide as its cells, so nothing folds or wraps)."""
     import io
 
     buf = io.StringIO()
