@@ -489,3 +489,19 @@ def test_report_fits_1280_px(which, request, tmp_path):
     assert m, f"no widths in the DOM (exit {proc.returncode}): {proc.stderr[-2000:]}"
     width, over, which_over = int(m.group(1)), int(m.group(2)), m.group(3)
     assert width <= 1280 and over == 0, f"scrollWidth {width}, {over} element(s) past 1280 px: {which_over}"
+
+
+def test_a_cut_in_the_middle_keeps_arrows_whole():
+    """The report's middle cut (the ``mid`` macro: the head ellipsised by CSS, the tail shown)
+    never splits ``<-`` or ``->``: the head would lose the ``<`` behind its ellipsis."""
+    from traceview.render.html import _env
+
+    env = _env()
+    src = env.loader.get_source(env, "report.html.j2")[0]
+    mid = env.from_string(next(ln for ln in src.splitlines() if ln.startswith("{% macro mid(")) + "{{ mid(x, n) }}")
+    shape = "f32[1,2] <- f32[3,4], f32[5,6,7,8,9,10,11,12]"
+    for n in range(8, len(shape) - 6):
+        head, tail = re.search(r'class="h">(.*?)</span><span class="t">(.*?)</span>', mid.render(x=shape, n=n)).groups()
+        assert (head + tail).replace("&lt;", "<").replace("&gt;", ">") == shape
+        assert not head.endswith("&lt;") and not (head.endswith("-") and tail.startswith("&gt;"))
+    assert 'class="t">&lt;- f32[3,4]' in mid.render(x=shape, n=35)  # the naive cut fell after the "<"
