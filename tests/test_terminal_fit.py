@@ -215,3 +215,15 @@ def test_diff_folds_at_the_width(width, capsys):
     for ln, p in zip(rows, pops):
         follow = body[body.index(ln) + 1]
         assert f"status {p['status']}" in follow and "occ. " in follow
+
+
+def test_fleet_mode_folds_at_the_width(capsys):
+    """``analyze --fleet --width 100``: every line within 100 columns; the fleet's op table keeps
+    op, shape, occurrences, total and share and folds the quantiles below each row."""
+    rc, out, _ = _run(["analyze", str(VLLM), "--fleet", "--width", "100", "--top", "5"], capsys)
+    assert rc == 0 and max(len(ln) for ln in out.splitlines()) <= 100
+    lines = out.splitlines()
+    i = next(i for i, ln in enumerate(lines) if "ops by (name, shape)" in ln) + 1
+    assert [c.strip() for c in lines[i + 1].strip("┃").split("┃")] == ["op", "shape", "occ.", "total", "self %"]
+    folds = [ln for ln in lines[i + 3:i + 13] if ln.startswith("│  mean ")]
+    assert len(folds) == 5 and all(" · p90 " in ln for ln in folds)

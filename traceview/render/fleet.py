@@ -8,8 +8,9 @@ from rich.console import Console
 from rich.table import Table
 
 from traceview.model.units import fmt_pct, fmt_time_ps
+from traceview.render.foldtable import Column, print_table
 from traceview.render.overlap_view import render_stragglers
-from traceview.render.terminal import escape, render_kernels, render_roofline, render_step_records
+from traceview.render.terminal import escape, plain, render_kernels, render_roofline, render_step_records
 
 
 def render_fleet(console: Console, f, *, top: int, roofline=None, kernels=None) -> None:
@@ -21,16 +22,18 @@ def render_fleet(console: Console, f, *, top: int, roofline=None, kernels=None) 
                   f"{f.devices.height} device(s)")
     for w in f.warnings:
         console.print(f"  [yellow]warning:[/yellow] {escape(w)}")
-    t = Table(title=f"ops by (name, shape) — {min(top, f.by_shape.height)} of {f.by_shape.height}")
-    for c, j in (("op", "left"), ("shape", "left"), ("occ.", "right"), ("total", "right"), ("mean", "right"),
-                 ("min", "right"), ("p50", "right"), ("p90", "right"), ("max", "right"), ("self %", "right")):
-        t.add_column(c, justify=j, overflow="fold")
-    for r in f.by_shape.head(top).iter_rows(named=True):
-        q = lambda v: "-" if v is None else fmt_time_ps(v)  # noqa: E731
-        t.add_row(escape(r["op_name"]), escape(r["shape"] or ""), f"{r['occurrences']:,}", fmt_time_ps(r["total_ps"]),
-                  fmt_time_ps(r["mean_ps"]), q(r["min_ps"]), q(r["p50_ps"]), q(r["p90_ps"]), q(r["max_ps"]),
-                  fmt_pct(r["share"]))
-    console.print(t)
+    # narrower than the table: op, shape, occurrences, total and share stay; the quantiles fold
+    fold = {"overflow": "fold"}
+    cols = [Column("op", cut=2, rich=fold), Column("shape", cut=1, rich=fold), Column("occ.", "right"),
+            Column("total", "right"), Column("mean", "right", keep=False), Column("min", "right", keep=False),
+            Column("p50", "right", keep=False), Column("p90", "right", keep=False), Column("max", "right", keep=False),
+            Column("self %", "right")]
+    q = lambda v: "-" if v is None else fmt_time_ps(v)  # noqa: E731
+    rows = [[plain(r["op_name"]), plain(r["shape"] or ""), f"{r['occurrences']:,}", fmt_time_ps(r["total_ps"]),
+             fmt_time_ps(r["mean_ps"]), q(r["min_ps"]), q(r["p50_ps"]), q(r["p90_ps"]), q(r["max_ps"]),
+             fmt_pct(r["share"])] for r in f.by_shape.head(top).iter_rows(named=True)]
+    print_table(console, f"ops by (name, shape) — {min(top, f.by_shape.height)} of {f.by_shape.height}", cols, rows,
+                whole="--format json")
     console.print("  " + escape(f.quantiles["bound"]))
     if f.steps is not None:
         a = f.steps
