@@ -428,9 +428,11 @@ def test_evidence_is_a_table_not_json(engine_page):
     assert '{"' not in sec and "&#34;:" not in sec
     kv = sec[sec.index('id="finding-kv-block-covers-context"'):]
     kv = kv[:kv.index("</div>")]
-    # kernels: one nested row, its columns the evidence's keys, values with their units
-    assert "<th>pages_per_seq</th>" in kv and "<td>RPAd-p_16-bq_1_1-bkv_128_128</td>" in kv
+    # kernels: one nested row, its columns the evidence's keys in words (the JSON key as the
+    # header's title), values with their units
+    assert '<th title="pages_per_seq">pages per seq</th>' in kv and "<td>RPAd-p_16-bq_1_1-bkv_128_128</td>" in kv
     assert "<td>10.5%</td>" in kv
+    assert "_" not in "".join(re.findall(r"<th[^>]*>([^<]*)</th>", sec))  # no raw key as a header
 
 
 def test_charts_of_fewer_than_three_points_are_sentences(qwen_rep, qwen_page):

@@ -44,19 +44,37 @@ def evidence_value(key: str, v) -> str:
     return str(v)
 
 
+#: evidence key endings shown as words (the value's unit is in its formatting already)
+_KEY_ENDINGS = (("_ps", ""), ("_bw", " bandwidth"), ("_frac", " fraction"))
+
+
+def evidence_label(key: str) -> str:
+    """An evidence key (a JSON field: ``share_of_op_time``, ``self_ps``, ``p50_ps``) as a
+    header in words (``share of op time``, ``self``, ``p50``): a unit ending dropped or
+    spelt out (:data:`_KEY_ENDINGS`), underscores as spaces. The JSON keeps the key."""
+    k = str(key)
+    for end, word in _KEY_ENDINGS:
+        if k.endswith(end) and len(k) > len(end):
+            k = k[: -len(end)] + word
+            break
+    return k.replace("_", " ").strip() or str(key)
+
+
 def evidence_table(evidence) -> list[dict]:
-    """A finding's evidence as table rows: ``{"key", "value"}`` for a scalar (text by
-    :func:`evidence_value`), ``{"key", "columns", "rows", "more"}`` for a list of dicts (a
-    nested table of its first :data:`EVIDENCE_ROWS` rows, ``more`` the rest)."""
+    """A finding's evidence as table rows: ``{"key", "label", "value"}`` for a scalar (text by
+    :func:`evidence_value`), ``{"key", "label", "columns", "labels", "rows", "more"}`` for a
+    list of dicts (a nested table of its first :data:`EVIDENCE_ROWS` rows, ``more`` the rest);
+    ``label`` / ``labels``: the keys in words (:func:`evidence_label`)."""
     out = []
     for key, v in (evidence or {}).items():
         if isinstance(v, (list, tuple)) and v and all(isinstance(x, dict) for x in v):
             cols = list(dict.fromkeys(c for x in v for c in x))
-            out.append({"key": str(key), "columns": cols,
+            out.append({"key": str(key), "label": evidence_label(key), "columns": cols,
+                        "labels": [evidence_label(c) for c in cols],
                         "rows": [[evidence_value(c, x.get(c)) for c in cols] for x in v[:EVIDENCE_ROWS]],
                         "more": max(0, len(v) - EVIDENCE_ROWS)})
         else:
-            out.append({"key": str(key), "value": evidence_value(key, v)})
+            out.append({"key": str(key), "label": evidence_label(key), "value": evidence_value(key, v)})
     return out
 
 
