@@ -53,7 +53,8 @@ _CHILD = r"""
 import json, resource, sys, time
 mode, path, workers, out, trim = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 import polars as pl, traceview, traceview.api, traceview.model.files, traceview.model.from_xplane  # noqa: E401
-from traceview.analysis import aggregate, fleet
+from traceview.analysis import fleet
+from traceview.analysis.ops import aggregate
 from traceview.analysis.report import communication_sections
 from traceview.analysis import derived
 cluster = client = None
@@ -70,7 +71,7 @@ if mode.endswith("dask"):
                                        dashboard_address=None, silence_logs=40)
     client = distributed.Client(cluster)
     def warm():  # the workers' imports, as the client's are done before the clock
-        import traceview.analysis.fleet, traceview.analysis.steps, traceview.analysis.overlap  # noqa: E401
+        import traceview.analysis.fleet, traceview.analysis.steps.anatomy, traceview.analysis.communication.overlap  # noqa: E401
         import traceview.model.files, traceview.model.from_xplane, traceview.model.profiledata  # noqa: E401
     client.run(warm)
     startup = time.perf_counter() - t

@@ -1,5 +1,5 @@
 """Calibration of the diff's noise call on repeated engine profiles (``benchmarks/RESULTS.md``,
-"Noise intervals"): the A/A spread that :data:`traceview.analysis.noise.PRIOR` holds, the
+"Noise intervals"): the A/A spread that :data:`traceview.analysis.compare.noise.PRIOR` holds, the
 false-positive rate of single-recording A/A pairs against it, and the KV-block change found.
 
 Recordings (``--record``): per setting ``d8`` (``traceview engine profile``'s default: tiny
@@ -24,7 +24,7 @@ populations with an interval) is measured with that prior on the A/A pairs of th
 every pair, and the disjoint consecutive pairs (02-04, 06-08, ...) whose flags are
 independent. KV detection: the pairs (a_i, b_i) recorded one after the other, disjoint; the
 decode kernel's population must be significant and slower. ``--fit-only`` prints the fitted
-constant for ``traceview/analysis/noise.py``; ``--shipped-prior`` judges the test half with the
+constant for ``traceview/analysis/compare/noise.py``; ``--shipped-prior`` judges the test half with the
 prior as shipped instead (the ``t32`` recordings against the prior fitted on ``d8``):
 
     python benchmarks/noise_ab.py --record --dir /tmp/nq --n 10 --settings t32 --cache /tmp/nq_cache \
@@ -74,7 +74,7 @@ def load_sides(root: Path, cache: Path | None = None, upto: int | None = None) -
     import pickle
 
     import traceview
-    from traceview.analysis.diff import side
+    from traceview.analysis.compare.diff import side
 
     out = {}
     for st in SETTINGS:
@@ -112,7 +112,7 @@ def aa_values(sa, sb, level: float) -> tuple[list[tuple[float, float]], float | 
     """Per population both sides share with samples of one kind and enough of them for an
     interval: (|log Hodges-Lehmann ratio|, how far its interval at ``level`` lies from 1);
     and the step time's distance (None without an interval)."""
-    from traceview.analysis import noise
+    from traceview.analysis.compare import noise
 
     zero = noise.NoiseBand(0.0, "none", "")
     out = []
@@ -128,7 +128,7 @@ def aa_values(sa, sb, level: float) -> tuple[list[tuple[float, float]], float | 
 
 
 def fit(sides: dict, level: float = 0.95, how: str = "max", command: str = ""):
-    """The :class:`~traceview.analysis.noise.Prior` of every A/A pair within the fit halves
+    """The :class:`~traceview.analysis.compare.noise.Prior` of every A/A pair within the fit halves
     (module doc): per level L, the largest over those pairs of the L quantile of a pair's
     populations' interval distances from 1 (the smallest band that kept every fit pair at or
     under 1 - L of its populations flagged); the step time's: the L quantile over the pairs.
@@ -136,7 +136,7 @@ def fit(sides: dict, level: float = 0.95, how: str = "max", command: str = ""):
     structure), for the record. ``how="pooled"``: the prior's bound is that pooled quantile
     instead (at most 1 - L of all A/A populations clear it, on average over pairs rather than
     in every pair)."""
-    from traceview.analysis import noise
+    from traceview.analysis.compare import noise
 
     pairs = []
     for st, S in sides.items():
@@ -188,7 +188,7 @@ def kernel(d) -> dict | None:
 
 
 def calibrate(sides: dict, prior, level: float = 0.95) -> dict:
-    from traceview.analysis.diff import diff_sides
+    from traceview.analysis.compare.diff import diff_sides
 
     res = {}
     for st, S in sides.items():
@@ -214,7 +214,7 @@ def calibrate(sides: dict, prior, level: float = 0.95) -> dict:
                        "flagged": flags(d), "step": None if sc is None else [sc.ratio, sc.lo, sc.hi, sc.significant]})
         # several recordings a side (the measured band): odd against even indices (A/A), and
         # the KV change on disjoint triples recorded together (a01-a03 against b01-b03, ...)
-        from traceview.analysis.pooled import pool
+        from traceview.analysis.compare.pooled import pool
 
         pooled = []
         for c in CONFIGS:
@@ -253,7 +253,7 @@ def main(argv=None) -> int:
                     help="the prior's bound: the largest fit pair's quantile, or the quantile pooled over every pair")
     ap.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated subset of {','.join(SETTINGS)}")
     ap.add_argument("--shipped-prior", action="store_true",
-                    help="judge the test half with traceview.analysis.noise.PRIOR as shipped instead of the prior "
+                    help="judge the test half with traceview.analysis.compare.noise.PRIOR as shipped instead of the prior "
                          "fitted here (e.g. the t32 recordings against the prior fitted on d8)")
     a = ap.parse_args(argv)
     root = Path(a.dir)
@@ -275,7 +275,7 @@ def main(argv=None) -> int:
     if a.fit_only:
         return 0
     if a.shipped_prior:
-        from traceview.analysis import noise
+        from traceview.analysis.compare import noise
 
         prior = noise.PRIOR
         print(f"judged with the shipped prior instead: {prior.bounds} (step {prior.step_bounds}), "

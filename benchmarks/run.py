@@ -79,7 +79,7 @@ marks = []
 def mark(name, t0, c0):
     marks.append((name, time.perf_counter() - t0, time.process_time() - c0))
 t0, c0 = time.perf_counter(), time.process_time()
-import polars, numpy, traceview.cli, traceview.api, traceview.analysis.aggregate, traceview.analysis.roofline
+import polars, numpy, traceview.cli, traceview.api, traceview.analysis.ops.aggregate, traceview.analysis.ops.roofline
 from traceview.model import from_xplane, from_tracejson  # noqa: F401
 mark("imports", t0, c0)
 from traceview.api import Profile

@@ -180,7 +180,7 @@ def test_study_chunked_prefill_phases(study_profiles):
     import polars as pl
 
     from traceview.analysis import derived
-    from traceview.analysis.phases import phases
+    from traceview.analysis.steps.phases import phases
     from traceview.api import load
 
     _, runs = study_profiles

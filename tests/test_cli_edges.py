@@ -181,7 +181,7 @@ def test_output_suffix_decides_or_is_refused(shared_traces, tmp_path, capsys, mo
 
 
 def test_chip_help_lists_the_chip_table(capsys, monkeypatch):
-    from traceview.analysis.chips import CHIPS
+    from traceview.analysis.hardware.chips import CHIPS
 
     monkeypatch.setenv("COLUMNS", "2000")  # argparse wraps help at hyphens too
 

@@ -1,4 +1,4 @@
-"""Communication as its own family (traceview.analysis.collectives): collectives with bytes per
+"""Communication as its own family (traceview.analysis.communication.collectives): collectives with bytes per
 participant, algbw / busbw against the interconnect peak, and host transfers, on the shared
 TPU traces, checked against the HLO, numpy and XProf's own tables."""
 
@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import traceview
-from traceview.analysis.collectives import communication
-from traceview.analysis.interconnect import LINKS
+from traceview.analysis.communication.collectives import communication
+from traceview.analysis.hardware.interconnect import LINKS
 from traceview.model.collective_hlo import (collective_attrs, host_transfer, iota_groups, parse_replica_groups,
                                             parse_source_target_pairs)
 
@@ -253,7 +253,7 @@ def test_terminal_section(v6e):
 
 def test_collective_diff_names_changed_sizes_and_groups(v6e, vllm):
     """The v6e trace against the vLLM one: the all-reduce changed size and group, an all-gather appeared."""
-    from traceview.analysis.collectives import collective_diff
+    from traceview.analysis.communication.collectives import collective_diff
 
     rows, notes = collective_diff(v6e[1], vllm[1])
     ar = rows.filter(pl.col("kind") == "all-reduce")
@@ -356,7 +356,7 @@ def test_match_pairs_kth_start_with_kth_done_of_its_key():
     time order) takes the k-th done; negative keys match nothing."""
     import numpy as np
 
-    from traceview.analysis.collectives import _match
+    from traceview.analysis.communication.collectives import _match
 
     rng = np.random.default_rng(3)
     for n_s, n_d, n_k in ((300, 280, 7), (50, 90, 3), (0, 5, 2), (5, 0, 2), (1000, 1000, 300)):

@@ -18,8 +18,8 @@ import pytest
 
 import traceview
 from traceview.cli import main
-from traceview.analysis.diff import THROUGHPUT_RULE
-from traceview.analysis.populations import populations
+from traceview.analysis.compare.diff import THROUGHPUT_RULE
+from traceview.analysis.compare.populations import populations
 from traceview.api import diff
 from traceview.model.fingerprint import population_fingerprint
 from traceview.model.kernelname import find_kernel_name, kernel_config, kernel_id

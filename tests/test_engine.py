@@ -223,7 +223,7 @@ def test_cli_profile_writes_run_and_prints_analyze_command(tmp_path, capsys):
     import re
 
     import traceview
-    from traceview.analysis.aggregate import check_summary, occurrence_checks
+    from traceview.analysis.ops.aggregate import check_summary, occurrence_checks
 
     hint = re.search(r"traceview analyze (\S+) --steps (jit_decode_\w+)=(\d+)", text)
     assert hint and hint.group(1) == str(runs[0]), text

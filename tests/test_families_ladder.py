@@ -18,10 +18,10 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview.analysis import families
-from traceview.analysis.family_roofline import family_roofline, summary
-from traceview.analysis.ladder import ladder
-from traceview.analysis.peaks import Peaks
+from traceview.analysis.ops import families
+from traceview.analysis.steps.family_roofline import family_roofline, summary
+from traceview.analysis.compare.ladder import ladder
+from traceview.analysis.hardware.peaks import Peaks
 from traceview.cli import main
 from traceview.errors import UsageError
 

@@ -28,7 +28,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from traceview.analysis import steps, stepstats
+from traceview.analysis.steps import anatomy as steps, stepstats
 from traceview.model import from_xplane as xplane
 from traceview.model import timeline
 from traceview.read.xplane import wire as xline
@@ -250,7 +250,7 @@ def test_c_enclosing_equals_the_binary_search(inner, outer, in_order):
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(-1, 6), max_size=60), st.lists(st.integers(-1, 6), max_size=60))
 def test_c_rank_match_equals_numpy(ks, kd):
-    from traceview.analysis import overlap
+    from traceview.analysis.communication import overlap
 
     s, d = np.array(ks, dtype=np.int64), np.array(kd, dtype=np.int64)
     fast = overlap._match(s, d)
@@ -273,7 +273,7 @@ def _comm_results(path):
 
 
 def test_overlap_and_communication_do_not_depend_on_the_c_passes(shared_traces, monkeypatch):
-    from traceview.analysis import collectives, overlap
+    from traceview.analysis.communication import collectives, overlap
 
     paths = [p for p in _xplanes(shared_traces) if "v6e_4chip" in p.name or "mdev" in p.name]
     assert paths
@@ -487,7 +487,7 @@ _spans = st.lists(st.tuples(st.integers(-5, 60), st.integers(-3, 12)), max_size=
 def test_c_partition_and_covered_equal_numpy(cu, sy, asy, ho, wins):
     """The overlap's step partition and covered time in C equal numpy's sweep, negative
     spans (running maxima that go back) and windows included."""
-    from traceview.analysis import overlap
+    from traceview.analysis.communication import overlap
 
     def sets():
         out = []
@@ -518,7 +518,7 @@ def test_c_partition_and_covered_equal_numpy(cu, sy, asy, ho, wins):
 def test_c_pair_by_key_equals_numpy(events, in_order):
     """The collectives' pairing (_pair_index) with the C pass (each key's events in time order:
     one pass in event order; out of order: it refuses) equals the sorts and searches."""
-    from traceview.analysis import collectives
+    from traceview.analysis.communication import collectives
 
     ev = sorted(events, key=lambda e: e[1]) if in_order else events
     attrs = pl.DataFrame({

@@ -14,9 +14,10 @@ import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
 
-from traceview.analysis import aggregate, fleet
+from traceview.analysis import fleet
+from traceview.analysis.ops import aggregate
 from traceview.analysis.report import communication_sections
-from traceview.analysis.steps import profile_anatomy
+from traceview.analysis.steps.anatomy import profile_anatomy
 from traceview.api import load
 
 KEYS = ["op_name", "shape", "module"]
@@ -183,9 +184,9 @@ def test_ops_only_partials_are_per_description(pod):
 def test_roofline_and_kernels_from_merged_descriptions(which, mixed):
     """Roofline and kernels read only the descriptions' sums: fleet mode gives the
     single-process tables (topp_b4: one Pallas kernel, interpreted on CPU)."""
-    from traceview.analysis.kernels import kernels
-    from traceview.analysis.peaks import profile_peaks
-    from traceview.analysis.roofline import predicted_vs_measured, roofline
+    from traceview.analysis.ops.kernels import kernels
+    from traceview.analysis.hardware.peaks import profile_peaks
+    from traceview.analysis.ops.roofline import predicted_vs_measured, roofline
 
     path = mixed if which == "mixed" else Path(__file__).resolve().parents[1] / "fixtures" / "topp_b4"
     prof = load(path)

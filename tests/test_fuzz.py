@@ -40,7 +40,7 @@ from hypothesis import strategies as st
 import traceview
 import traceview.read.xplane.wire
 import traceview.model.from_xplane
-from traceview.analysis import aggregate
+from traceview.analysis.ops import aggregate
 from traceview.read.xplane.protos import HloProto, XSpace
 from traceview.model.shapes import parse_instruction
 from traceview.model.timeline import self_times

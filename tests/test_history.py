@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import traceview
-from traceview.analysis.history import NO_COMPARABLE, RunSummary, compare_runs, program_stem, summarise
+from traceview.analysis.compare.history import NO_COMPARABLE, RunSummary, compare_runs, program_stem, summarise
 from traceview.cli import main
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview.analysis.hlo_detect import detect
+from traceview.analysis.ops.hlo_detect import detect
 from traceview.model.hlo_graph import PROTOS_SCHEMA, instructions
 
 

@@ -336,7 +336,7 @@ def test_measured_cpu_peaks_are_warm_and_labelled(capsys):
 
     import numpy as np
 
-    from traceview.analysis.peaks import measure_cpu_peaks
+    from traceview.analysis.hardware.peaks import measure_cpu_peaks
 
     m = measure_cpu_peaks(0.2)
     assert "measured on this host" in m.flops_source and "measured on this host" in m.bw_source
@@ -384,7 +384,7 @@ def test_library_report_refuses_profile_folders(tmp_path):
 
 
 def test_family_rules_take_polars_syntax():
-    from traceview.analysis.families import parse_rule
+    from traceview.analysis.ops.families import parse_rule
 
     r = parse_rule("mine=^add")
     assert r.matches("add.1", "", "", "") and not r.matches("mul.1", "", "", "")

@@ -26,7 +26,7 @@ import traceview
 import traceview.errors
 from traceview.cli import main
 from traceview.api import Profile
-from traceview.analysis.peaks import Peaks
+from traceview.analysis.hardware.peaks import Peaks
 from traceview.analysis.report import build_report, build_summary
 from traceview.render import html as html_render
 

@@ -89,8 +89,8 @@ def test_a_forbidden_import_is_caught(tmp_path):
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     with open(copy / "read" / "discover.py", "a", encoding="utf-8") as fh:
         fh.write("\n\ndef _sneaky():\n    from traceview.analysis import aggregate  # noqa\n")
-    with open(copy / "analysis" / "roofline.py", "a", encoding="utf-8") as fh:
-        fh.write("\nfrom ..render import terminal  # noqa\n")
+    with open(copy / "analysis" / "ops" / "roofline.py", "a", encoding="utf-8") as fh:
+        fh.write("\nfrom ...render import terminal  # noqa\n")
     with open(copy / "model" / "schema.py", "a", encoding="utf-8") as fh:
         fh.write("\nimport traceview.engine_shim.engine  # noqa\n")
     with open(copy / "render" / "json.py", "a", encoding="utf-8") as fh:
@@ -99,7 +99,7 @@ def test_a_forbidden_import_is_caught(tmp_path):
     assert len(found) == 4, found
     assert any("traceview.read.discover imports traceview.analysis (read is below analysis)" in v
                for v in found)
-    assert any("traceview.analysis.roofline imports traceview.render" in v for v in found)
+    assert any("traceview.analysis.ops.roofline imports traceview.render" in v for v in found)
     assert any("only the cli may import the engine" in v for v in found)
     assert any("traceview.render.json imports traceview.api" in v for v in found)
 

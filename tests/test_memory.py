@@ -12,8 +12,8 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview.analysis.memory import memory
-from traceview.analysis.verify_grammar import parse_check
+from traceview.analysis.memory.allocators import memory
+from traceview.analysis.compare.verify_grammar import parse_check
 from traceview.errors import UsageError
 from traceview.model.memory_events import MEMORY_SCHEMA
 from traceview.read.xplane import wire

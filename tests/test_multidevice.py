@@ -11,9 +11,9 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview.analysis.overlap import overlap
-from traceview.analysis.stragglers import stragglers
-from traceview.analysis.verify_grammar import parse_check
+from traceview.analysis.communication.overlap import overlap
+from traceview.analysis.communication.stragglers import stragglers
+from traceview.analysis.compare.verify_grammar import parse_check
 from traceview.cli import main
 from traceview.read.xplane.wire import _full_line, read_xspace_bytes
 

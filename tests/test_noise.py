@@ -1,4 +1,4 @@
-"""Noise intervals (:mod:`traceview.analysis.noise`), the diff's noise marker and pooled sides,
+"""Noise intervals (:mod:`traceview.analysis.compare.noise`), the diff's noise marker and pooled sides,
 and ``traceview history`` with its regression rule.
 
 * ``shift`` (the diff's test): the Mann-Whitney counts against an enumeration of every
@@ -39,11 +39,12 @@ import pytest
 
 import traceview
 from traceview.errors import UsageError
-from traceview.analysis import noise, steps
-from traceview.analysis.diff import diff_sides, side
-from traceview.analysis.history import compare_runs, summarise
-from traceview.analysis.pooled import pool
-from traceview.analysis.populations import KEY
+from traceview.analysis.compare import noise
+from traceview.analysis.steps import anatomy as steps
+from traceview.analysis.compare.diff import diff_sides, side
+from traceview.analysis.compare.history import compare_runs, summarise
+from traceview.analysis.compare.pooled import pool
+from traceview.analysis.compare.populations import KEY
 from traceview.cli import main
 from traceview.render.diff_terminal import render_diff_text
 
@@ -356,7 +357,7 @@ def test_history_of_trace_files_and_runs_too_short_for_an_interval(shared_traces
     A run with 3 steps has no interval (the rank test needs 4 a side): verdict "no interval", and a
     ratio past the threshold is a slowdown that cannot be ruled out (exit 1 under
     --fail-on-regression); so is one with an interval but no noise prior for its devices (TPU)."""
-    from traceview.analysis.history import RunSummary
+    from traceview.analysis.compare.history import RunSummary
 
     capsys.readouterr()
     assert main(["history", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), "--format", "json",
@@ -420,7 +421,7 @@ def test_single_tpu_pair_gets_no_verdict_from_the_cpu_prior(shared_traces, tmp_p
 def test_more_samples_is_what_the_interval_needs():
     """'record N more a side' is the least N that gives an interval, for balanced and lopsided
     sides (a user saw 'no interval: 1 vs 100 samples, record 0 more a side')."""
-    from traceview.analysis.noise import more_samples, rank_k
+    from traceview.analysis.compare.noise import more_samples, rank_k
 
     for n, m in [(1, 1), (1, 2), (2, 3), (3, 3), (1, 100), (2, 100), (4, 1000), (60, 60), (5, 200)]:
         j = more_samples(n, m, 0.95)
@@ -434,7 +435,7 @@ def test_a_long_side_is_thinned_without_bias():
     """A side over MAX_RANK_SAMPLES is thinned; an even stride kept one phase of periodic
     samples, so a side repeating the other's 48 values 100 times came out 0.68x [0.58x-0.83x]
     (a user's diff of a trace against its own 10,000x copy). The draw is the same every run."""
-    from traceview.analysis.noise import MAX_RANK_SAMPLES, shift
+    from traceview.analysis.compare.noise import MAX_RANK_SAMPLES, shift
 
     b = np.random.default_rng(1).lognormal(0, 0.3, 48)
     for k in (100, 1000):

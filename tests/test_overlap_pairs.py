@@ -1,4 +1,4 @@
-"""The overlap's per-op records (:func:`traceview.analysis.overlap._comm_ops`) against the
+"""The overlap's per-op records (:func:`traceview.analysis.communication.overlap._comm_ops`) against the
 plain statement of the rule: the k-th done naming a start on a device pairs with that start's
 k-th execution there, kept when the done begins no earlier; records in (device, start) order,
 synchronous ones first at one start, each part in event order (numpy's lexsort)."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from traceview.analysis.overlap import _comm_ops, _Events, overlap
+from traceview.analysis.communication.overlap import _comm_ops, _Events, overlap
 
 
 def _frame(seed: int) -> pl.DataFrame:
@@ -84,7 +84,7 @@ def test_comm_ops_equal_the_rule():
 
 
 def test_comm_ops_equal_the_rule_without_the_c_pass(monkeypatch):
-    from traceview.analysis import overlap as ov
+    from traceview.analysis.communication import overlap as ov
 
     monkeypatch.setattr(ov, "_fast", None)
     test_comm_ops_equal_the_rule()

@@ -15,8 +15,8 @@ from hypothesis import given, settings, strategies as st
 
 import traceview
 from traceview.analysis import derived
-from traceview.analysis.collectives import _match
-from traceview.analysis.overlap import (ASYNC_DONES, ASYNC_STARTS, SYNC_COLLECTIVES, _comm_ops, _Events, _partition,
+from traceview.analysis.communication.collectives import _match
+from traceview.analysis.communication.overlap import (ASYNC_DONES, ASYNC_STARTS, SYNC_COLLECTIVES, _comm_ops, _Events, _partition,
                                         _union)
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
@@ -158,7 +158,7 @@ def _reference_series(table, runs, lut) -> list[tuple]:
 
 @pytest.mark.parametrize("where", ["mi300x_jax_conv3d.xplane.pb", "vllm_tpu_qwen", "fx:straggler_8dev"])
 def test_series_by_definition(where, shared_traces):
-    from traceview.analysis.distributions import series
+    from traceview.analysis.ops.distributions import series
 
     path = FIX / where[3:] if where.startswith("fx:") else shared_traces / where
     prof = traceview.load(str(path), cache=False)
@@ -177,7 +177,7 @@ def test_direction_bandwidth_merges_each_devices_transfers_per_direction():
     of its first counted transfer), bytes of its counted transfers over the merged length of
     their [start, start + t) per device, summed over devices; negative spans as a sweep in
     start order meets them."""
-    from traceview.analysis.collectives import _direction_bandwidth
+    from traceview.analysis.communication.collectives import _direction_bandwidth
 
     rng = np.random.default_rng(5)
     names = pl.Series(["d2h", "h2d", "other"])

@@ -13,7 +13,7 @@ import pytest
 
 import traceview
 from traceview.analysis import derived
-from traceview.analysis.phases import phase_profile, phases
+from traceview.analysis.steps.phases import phase_profile, phases
 from traceview.errors import UsageError
 
 VLLM = "vllm_tpu_qwen"
@@ -44,7 +44,7 @@ def test_vllm_mfu_mbu_equal_sums_over_the_step_window(vllm):
     bytes per step equal the family roofline's."""
     prof, ph = vllm
     pk = prof.peaks(chip="tpu-v6e")
-    assert (pk.peak_flops, pk.peak_bw) == (918e12, 1.64e12)  # TPU v6e per chip (traceview.analysis.chips)
+    assert (pk.peak_flops, pk.peak_bw) == (918e12, 1.64e12)  # TPU v6e per chip (traceview.analysis.hardware.chips)
     ops = prof.ops
     for r in ph.steps.iter_rows(named=True):
         inside = ops.filter((pl.col("device") == r["device"]) & (pl.col("start_ps") >= r["start_ps"])

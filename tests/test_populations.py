@@ -19,8 +19,8 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview.analysis import aggregate, distributions as dist
-from traceview.analysis.populations import program_stem
+from traceview.analysis.ops import aggregate, distributions as dist
+from traceview.analysis.compare.populations import program_stem
 
 from oracle import raw_hlo_events
 

@@ -15,10 +15,10 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview.analysis.chips import CHIPS, find_chip, gpu_peak_flops
+from traceview.analysis.hardware.chips import CHIPS, find_chip, gpu_peak_flops
 from traceview.cli import main
-from traceview.analysis.peaks import Peaks, resolve_peaks
-from traceview.analysis.roofline import predicted_vs_measured, roofline
+from traceview.analysis.hardware.peaks import Peaks, resolve_peaks
+from traceview.analysis.ops.roofline import predicted_vs_measured, roofline
 
 GEMM = "mi300x_jax_gemm_sweep.xplane.pb"
 TPU = "tpu_v6e_4chip_psum.xplane.pb"
@@ -205,7 +205,7 @@ def test_async_halves_stay_off_the_roofline(shared_traces):
 def test_chip_identified_from_compute_capability_and_memory():
     """A GPU plane that names only its vendor is identified by compute capability, and parts
     of one architecture by the HBM capacity the plane reports (bytes)."""
-    from traceview.analysis.chips import identify_chip
+    from traceview.analysis.hardware.chips import identify_chip
 
     amd = {"device_vendor": "AMD", "compute_cap_major": 9, "compute_cap_minor": 4, "clock_rate": 2100000}
     assert identify_chip("AMD GPU", {**amd, "memory_size": 206141652992})[0].key == "mi300x"
@@ -223,7 +223,7 @@ def test_chip_identified_from_compute_capability_and_memory():
 
 
 def test_trace_peak_that_disagrees_with_the_chip_gives_way_and_both_are_shown(shared_traces, capsys):
-    from traceview.analysis.peaks import DISAGREE
+    from traceview.analysis.hardware.peaks import DISAGREE
     from traceview.model.schema import DeviceInfo
 
     stats = {"device_vendor": "AMD", "compute_cap_major": 9, "compute_cap_minor": 4, "memory_size": 206141652992,

@@ -17,7 +17,7 @@ import pytest
 
 from traceview.model.files import read_file
 from traceview.read.xplane.protos import XSpace
-from traceview.analysis.aggregate import by_program_op, by_shape
+from traceview.analysis.ops.aggregate import by_program_op, by_shape
 
 _SPEC = importlib.util.spec_from_file_location(
     "scale_trace", Path(__file__).resolve().parents[1] / "benchmarks" / "scale_trace.py")

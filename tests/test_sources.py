@@ -1,4 +1,4 @@
-"""Source attribution (traceview.analysis.sources) on real traces, cross-checked by plain Python.
+"""Source attribution (traceview.analysis.ops.sources) on real traces, cross-checked by plain Python.
 
 The expected files and shares below were read off the traces; each test also recomputes them
 independently (from the raw trace JSON, or by summing the op table row by row).
@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from traceview.model.files import read_file
-from traceview.analysis import sources
+from traceview.analysis.ops import sources
 from traceview.errors import UsageError
 from traceview.model.schema import OPS_SCHEMA, frame
 

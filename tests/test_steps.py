@@ -1,4 +1,4 @@
-"""Step anatomy and op families (traceview.analysis.steps) on real traces and a live CPU profile.
+"""Step anatomy and op families (traceview.analysis.steps.anatomy) on real traces and a live CPU profile.
 
 Expected figures were read off the traces and are recomputed here independently (raw trace
 JSON with plain Python, or the op table summed row by row).
@@ -16,7 +16,8 @@ import pytest
 
 import traceview
 from traceview.model.files import read_file
-from traceview.analysis import families, steps
+from traceview.analysis.ops import families
+from traceview.analysis.steps import anatomy as steps
 from traceview.errors import UsageError
 
 VLLM = "vllm_tpu_qwen/plugins/profile/2026_01_11_21_26_41/t1v-n-9eb622fc-w-0.trace.json.gz"

@@ -1,4 +1,4 @@
-"""Step distributions and the steady window (traceview.analysis.stepstats) on the shared traces,
+"""Step distributions and the steady window (traceview.analysis.steps.stepstats) on the shared traces,
 a CPU profile recorded here with two first executions inside its steps, and synthetic series.
 
 Expected figures are recomputed independently: step durations from the trace's own step
@@ -20,7 +20,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 import traceview
-from traceview.analysis import stepstats, steps
+from traceview.analysis.steps import stepstats, anatomy as steps
 from traceview.errors import UsageError
 
 # --------------------------------------------------------------------------------------
@@ -315,7 +315,7 @@ def test_steps_of_different_programs_are_judged_against_their_own_program(shared
     (a user saw "8.6x the median" across programs). On the MI300X attention trace the long
     programs' steps (program ids 32 and 73) were flagged; on the GEMM sweep each program's third
     execution (with extra ops) is, and no other step."""
-    from traceview.analysis.steps import profile_anatomy
+    from traceview.analysis.steps.anatomy import profile_anatomy
 
     att = profile_anatomy(traceview.load(shared_traces / "mi300x_jax_attention.xplane.pb", cache=False)).steps
     assert att.height == 24 and not att["outlier"].any()

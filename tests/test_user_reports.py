@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview.analysis.diff import COMMON_SHIFT_MIN, common_shift
+from traceview.analysis.compare.diff import COMMON_SHIFT_MIN, common_shift
 from traceview.cli import main
 from traceview.render.diff_summary import noise_cell
 
@@ -218,7 +218,7 @@ def test_small_figures_a_user_reads(shared_traces, capsys):
 def test_families_that_place_nothing_say_so():
     """``--families study`` on the fixtures (compiled without named scopes) put every op in
     'other' without a word."""
-    from traceview.analysis.families import read_rules
+    from traceview.analysis.ops.families import read_rules
 
     a = traceview.load(FIX / "greedy_b4", stale_after_s=None).steps(rules=read_rules("study"))
     assert a.families["family"].to_list() == ["other"]

@@ -15,8 +15,8 @@ import pytest
 
 from traceview.cli import main
 from traceview.errors import UsageError
-from traceview.analysis import verify as _verify
-from traceview.analysis.verify_grammar import parse_check, parse_checks, read_checks, tokenize
+from traceview.analysis.compare import verify as _verify
+from traceview.analysis.compare.verify_grammar import parse_check, parse_checks, read_checks, tokenize
 from traceview.api import load, verify
 from traceview.render.verify import verify_text
 
@@ -189,7 +189,7 @@ def test_kernel_configuration_is_read_one_way(shared_traces, capsys):
 def test_an_unknown_collective_kind_is_an_invalid_check():
     """``collective KIND ...`` takes XLA's collective opcodes (async halves included); any other
     word is a usage error (exit 2), not a check that fails."""
-    from traceview.analysis.verify_grammar import parse_check
+    from traceview.analysis.compare.verify_grammar import parse_check
 
     for ok in ("collective all-reduce bytes == 4096", "collective all-gather-start sent > 0",
                "collective collective-permute group == 2"):

@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview.analysis import aggregate
+from traceview.analysis.ops import aggregate
 
 from oracle import raw_hlo_events, xprof_hlo_stats
 

@@ -28,48 +28,48 @@ class Profile(ProfileData):
 
     # -- analyses -------------------------------------------------------------------
     def by_shape(self):
-        """Shape-keyed populations; see :func:`traceview.analysis.aggregate.by_shape`."""
-        from traceview.analysis import aggregate
+        """Shape-keyed populations; see :func:`traceview.analysis.ops.aggregate.by_shape`."""
+        from traceview.analysis.ops import aggregate
 
         return aggregate.by_shape(self.table, self.runs)
 
     def by_program_shape(self):
         """(module, op, shape) populations program by program; see
-        :func:`traceview.analysis.aggregate.by_program_shape`."""
-        from traceview.analysis import aggregate
+        :func:`traceview.analysis.ops.aggregate.by_program_shape`."""
+        from traceview.analysis.ops import aggregate
 
         return aggregate.by_program_shape(self.table, self.runs)
 
     def population_series(self, op_name: str, shape: str, module: str | None = None):
         """The nth-execution series of one (op_name, shape) population (of ``module`` only
         when given): execution index, occurrence index within it, start_ps, duration_ps,
-        self_ps; see :func:`traceview.analysis.distributions.population_series`."""
-        from traceview.analysis import distributions
+        self_ps; see :func:`traceview.analysis.ops.distributions.population_series`."""
+        from traceview.analysis.ops import distributions
 
         return distributions.population_series(self.table, self.runs, op_name, shape, module)
 
     def by_name(self):
-        """Name-keyed view (mixes shapes); see :func:`traceview.analysis.aggregate.by_name`."""
-        from traceview.analysis import aggregate
+        """Name-keyed view (mixes shapes); see :func:`traceview.analysis.ops.aggregate.by_name`."""
+        from traceview.analysis.ops import aggregate
 
         return aggregate.by_name(self.table)
 
     def by_program_op(self):
         """XProf ``hlo_stats``-style (program_id, op) rows; see
-        :func:`traceview.analysis.aggregate.by_program_op`."""
-        from traceview.analysis import aggregate
+        :func:`traceview.analysis.ops.aggregate.by_program_op`."""
+        from traceview.analysis.ops import aggregate
 
         return aggregate.by_program_op(self.table)
 
     def populations(self, op_name: str):
-        """Shape populations behind one op name; see :func:`traceview.analysis.aggregate.populations`."""
-        from traceview.analysis import aggregate
+        """Shape populations behind one op name; see :func:`traceview.analysis.ops.aggregate.populations`."""
+        from traceview.analysis.ops import aggregate
 
         return aggregate.populations(self.table, op_name)
 
     def occurrence_checks(self, *, steps: int | None = None, expect_batch: int | None = None):
-        """See :func:`traceview.analysis.aggregate.occurrence_checks`."""
-        from traceview.analysis import aggregate
+        """See :func:`traceview.analysis.ops.aggregate.occurrence_checks`."""
+        from traceview.analysis.ops import aggregate
 
         if isinstance(steps, dict):
             steps = {str(k): _count(v, f"steps[{k!r}]") for k, v in steps.items()}
@@ -79,24 +79,24 @@ class Profile(ProfileData):
         return aggregate.occurrence_checks(self.table, self.runs, steps=steps, expect_batch=expect_batch)
 
     def modules(self):
-        """Program executions per module; see :func:`traceview.analysis.aggregate.module_executions`."""
-        from traceview.analysis import aggregate
+        """Program executions per module; see :func:`traceview.analysis.ops.aggregate.module_executions`."""
+        from traceview.analysis.ops import aggregate
 
         return aggregate.module_executions(self.module_runs)
 
     def peaks(self, *, chip: str | None = None, peak_flops: float | None = None, peak_bw: float | None = None):
         """Peak FLOP/s and bytes/s for this profile's devices, each with its source; see
-        :func:`traceview.analysis.peaks.resolve_peaks`."""
-        from traceview.analysis.peaks import profile_peaks
+        :func:`traceview.analysis.hardware.peaks.resolve_peaks`."""
+        from traceview.analysis.hardware.peaks import profile_peaks
 
         return profile_peaks(self, chip=chip, peak_flops=peak_flops, peak_bw=peak_bw)
 
     def roofline(self, peaks=None, **peak_overrides):
         """Roofline figures per (op, shape) population; see
-        :func:`traceview.analysis.roofline.roofline`. ``peaks`` defaults to :meth:`peaks`
+        :func:`traceview.analysis.ops.roofline.roofline`. ``peaks`` defaults to :meth:`peaks`
         called with ``peak_overrides``."""
-        from traceview.analysis.peaks import Peaks
-        from traceview.analysis.roofline import roofline
+        from traceview.analysis.hardware.peaks import Peaks
+        from traceview.analysis.ops.roofline import roofline
 
         if peaks is not None and not isinstance(peaks, Peaks):
             raise UsageError(f"peaks must be a Peaks (from .peaks()), got {type(peaks).__name__}")
@@ -104,48 +104,48 @@ class Profile(ProfileData):
 
     def sources(self, by: str = "file", frame: str = "direct"):
         """Source attribution roll-up ``by`` "file", "line" or "population" (file × shape
-        population), on the ``frame`` "direct" or "user" (see :mod:`traceview.analysis.sources`)."""
-        from traceview.analysis import sources
+        population), on the ``frame`` "direct" or "user" (see :mod:`traceview.analysis.ops.sources`)."""
+        from traceview.analysis.ops import sources
 
         return sources.of_table(self.table, by, frame)
 
     def kernels(self):
         """Custom kernels by their configuration-carrying names; see
-        :func:`traceview.analysis.kernels.kernels`."""
-        from traceview.analysis.kernels import kernels
+        :func:`traceview.analysis.ops.kernels.kernels`."""
+        from traceview.analysis.ops.kernels import kernels
 
         return kernels(self.table)
 
     def steps(self, rules=None, *, module: str | None = None, extent: str = "span", markers="auto",
               window: str = "steady", outlier_z: float = 3.5):
         """Step anatomy: steps, op families and the coverage line; see
-        :func:`traceview.analysis.steps.profile_anatomy` (``rules``: ``name=regex`` family
+        :func:`traceview.analysis.steps.anatomy.profile_anatomy` (``rules``: ``name=regex`` family
         rules; ``module``: the program whose executions are steps, default the one with most
         op time; ``extent``: "span", "period" or "run"; ``markers``: "auto", None or a frame;
         ``window``: the steps analysed, "steady" (outliers left out), "all" or "A:B" (step
         indices, A inclusive, B exclusive); ``outlier_z``: the outlier rule's modified-z cut-off,
-        :mod:`traceview.analysis.stepstats`)."""
-        from traceview.analysis.steps import profile_anatomy
+        :mod:`traceview.analysis.steps.stepstats`)."""
+        from traceview.analysis.steps.anatomy import profile_anatomy
 
         return profile_anatomy(self, rules, module=module, extent=extent, markers=markers, window=window,
                                outlier_z=outlier_z)
 
     def communication(self, peaks=None):
         """Collectives and host transfers with their bandwidth model; see
-        :func:`traceview.analysis.collectives.communication` (``peaks`` names the chip whose
+        :func:`traceview.analysis.communication.collectives.communication` (``peaks`` names the chip whose
         link peaks apply; default: identified from the devices)."""
-        from traceview.analysis.collectives import communication
+        from traceview.analysis.communication.collectives import communication
 
         return communication(self, peaks if peaks is not None else self.peaks())
 
     def collectives(self):
         """One row per collective (kind, shape, replica groups, channel): bytes per participant,
-        algbw, busbw, % of the interconnect peak; see :mod:`traceview.analysis.collectives`."""
+        algbw, busbw, % of the interconnect peak; see :mod:`traceview.analysis.communication.collectives`."""
         return self.communication().collectives
 
     def host_transfers(self):
         """One row per host transfer (direction, mechanism, shape): bytes, time in flight,
-        bandwidth; see :mod:`traceview.analysis.collectives`."""
+        bandwidth; see :mod:`traceview.analysis.communication.collectives`."""
         return self.communication().host_transfers
 
     def findings(self, *, thresholds=None, **options):
@@ -162,34 +162,34 @@ class Profile(ProfileData):
     def overlap(self, *, module: str | None = None, extent: str = "span", window: str = "steady"):
         """Communication overlap (per async op in flight / hidden / exposed; per step compute,
         exposed, hidden, host, idle) within the step anatomy's steps (``module``, ``extent``,
-        ``window`` as :meth:`steps`); see :mod:`traceview.analysis.overlap`."""
-        from traceview.analysis.overlap import overlap
+        ``window`` as :meth:`steps`); see :mod:`traceview.analysis.communication.overlap`."""
+        from traceview.analysis.communication.overlap import overlap
 
         return overlap(self.table, self.steps(module=module, extent=extent, window=window).steps)
 
     def stragglers(self, *, module: str | None = None, extent: str = "span", window: str = "steady"):
         """Stragglers and skew per step (busy time per device, the slowest and its lead, the
         collective waits attributed to the last arrival, clock offsets across hosts); see
-        :mod:`traceview.analysis.stragglers`."""
-        from traceview.analysis.stragglers import stragglers
+        :mod:`traceview.analysis.communication.stragglers`."""
+        from traceview.analysis.communication.stragglers import stragglers
 
         return stragglers(self.table, self.overlap(module=module, extent=extent, window=window).steps)
 
     def memory_report(self, *, module: str | None = None, extent: str = "span", window: str = "steady"):
         """Device memory per allocator (peak in use, capacity, what was alive at the peak, growth
-        per step over this step anatomy); see :func:`traceview.analysis.memory.memory`."""
+        per step over this step anatomy); see :func:`traceview.analysis.memory.allocators.memory`."""
         from traceview.analysis import derived
-        from traceview.analysis.memory import profile_memory
+        from traceview.analysis.memory.allocators import profile_memory
 
         return profile_memory(self, derived.step_anatomy(self, module=module, extent=extent, window=window))
 
     def phases(self, peaks=None, *, tokens_per_step: int | None = None, module: str | None = None,
                extent: str = "span", window: str = "steady", **peak_overrides):
         """Prefill/decode/mixed steps with MFU, MBU and tokens per step and per phase; see
-        :func:`traceview.analysis.phases.phases` (``peaks``: :meth:`peaks` with ``peak_overrides``
+        :func:`traceview.analysis.steps.phases.phases` (``peaks``: :meth:`peaks` with ``peak_overrides``
         when None)."""
         from traceview.analysis import derived
-        from traceview.analysis.phases import phases
+        from traceview.analysis.steps.phases import phases
 
         pk = peaks if peaks is not None else self.peaks(**peak_overrides)
         return phases(self, derived.step_anatomy(self, module=module, extent=extent, window=window), pk,
@@ -198,18 +198,18 @@ class Profile(ProfileData):
     def by_kind(self, rules=None):
         """Populations across layers: one row per (op kind, HLO text without instruction names,
         shape) with the op names in it counted (``members``); see
-        :func:`traceview.analysis.kinds.by_kind`."""
-        from traceview.analysis.kinds import by_kind
+        :func:`traceview.analysis.ops.kinds.by_kind`."""
+        from traceview.analysis.ops.kinds import by_kind
 
         return by_kind(self, rules=rules)
 
     def family_roofline(self, rules=None, *, peaks=None, module: str | None = None, **peak_overrides):
         """Roofline per op family and step (time, share, FLOPs, bytes, intensity, bound by,
-        predicted against measured); see :func:`traceview.analysis.family_roofline.family_roofline`.
+        predicted against measured); see :func:`traceview.analysis.steps.family_roofline.family_roofline`.
         ``rules``: family rules (``"study"`` for the engine's named scopes); ``peaks`` defaults
         to :meth:`peaks` called with ``peak_overrides``."""
-        from traceview.analysis.family_roofline import family_roofline
-        from traceview.analysis.peaks import Peaks
+        from traceview.analysis.steps.family_roofline import family_roofline
+        from traceview.analysis.hardware.peaks import Peaks
 
         if peaks is not None and not isinstance(peaks, Peaks):
             raise UsageError(f"peaks must be a Peaks (from .peaks()), got {type(peaks).__name__}")
@@ -317,12 +317,12 @@ def _profile(x):
 
 def diff(base, treatment, **options):
     """Diff two profiles (:class:`Profile` objects or paths for :func:`load`) population by
-    population: a :class:`traceview.analysis.diff.DiffReport`; options as
-    :func:`traceview.analysis.diff.diff`. Raises the errors of :func:`load` for bad paths
+    population: a :class:`traceview.analysis.compare.diff.DiffReport`; options as
+    :func:`traceview.analysis.compare.diff.diff`. Raises the errors of :func:`load` for bad paths
     and UsageError for bad options."""
     import inspect
 
-    from traceview.analysis.diff import diff as _diff
+    from traceview.analysis.compare.diff import diff as _diff
 
     known = set(inspect.signature(_diff).parameters) - {"base", "treatment"}
     unknown = sorted(set(options) - known)
@@ -332,15 +332,15 @@ def diff(base, treatment, **options):
 
 
 def verify(treatment, checks, *, base=None, rules=None, step_window: str = "steady", finding_thresholds=None):
-    """Evaluate ``checks`` (strings of the :mod:`traceview.analysis.verify_grammar` grammar)
+    """Evaluate ``checks`` (strings of the :mod:`traceview.analysis.compare.verify_grammar` grammar)
     on ``treatment`` (and ``base`` for diff checks): :class:`Profile` objects or paths; one
     check may be given as a plain string. Returns
-    a :class:`traceview.analysis.verify.VerifyReport`; ``step_window``: the steps of the diff's
+    a :class:`traceview.analysis.compare.verify.VerifyReport`; ``step_window``: the steps of the diff's
     step time ("steady", "all", "A:B"). Raises UsageError for an invalid check or window
     (before evaluating any) and the errors of :func:`load` for bad paths."""
-    from traceview.analysis.stepstats import parse_window
-    from traceview.analysis.verify import verify as _verify
-    from traceview.analysis.verify_grammar import Check, parse_check
+    from traceview.analysis.steps.stepstats import parse_window
+    from traceview.analysis.compare.verify import verify as _verify
+    from traceview.analysis.compare.verify_grammar import Check, parse_check
 
     if isinstance(checks, str):
         checks = [checks]
@@ -354,10 +354,10 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
 
 def ladder(profiles, **options):
     """The family rooflines of a sweep of profiles (:class:`Profile` objects or paths) side by
-    side: a :class:`traceview.analysis.ladder.Ladder`; options as
-    :func:`traceview.analysis.ladder.ladder` (``xs``, ``labels``, ``rules``, ``peaks``,
+    side: a :class:`traceview.analysis.compare.ladder.Ladder`; options as
+    :func:`traceview.analysis.compare.ladder.ladder` (``xs``, ``labels``, ``rules``, ``peaks``,
     ``step_module``). Raises the errors of :func:`load` and UsageError."""
-    from traceview.analysis.ladder import ladder as _ladder
+    from traceview.analysis.compare.ladder import ladder as _ladder
 
     profiles = list(profiles)
     if "labels" not in options and all(isinstance(p, (str, os.PathLike)) for p in profiles):

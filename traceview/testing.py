@@ -7,14 +7,14 @@ measured figure and the bound, e.g.::
     kernel 'RPAd*' has bkv 256: RPAd-p_16-bq_1_1-bkv_2048_2048 has bkv 2048_2048, expected 256
     (4 invocations in jit_decode_b2_bkv2048)
 
-They are thin wrappers over the checks of :mod:`traceview.analysis.verify` (same definitions:
+They are thin wrappers over the checks of :mod:`traceview.analysis.compare.verify` (same definitions:
 *share* = self time over all ops' self time; ops of a named kernel count in
 ``attention/custom kernels``), so a CI script's ``traceview verify --check ...`` and a
 pytest test assert the same thing. :func:`check` returns the result instead of raising.
 
 Golden summaries: :func:`golden_summary` is a JSON-ready, stably ordered summary of a
 profile keyed by population (kind, stem, shape, HLO fingerprint — see
-:mod:`traceview.analysis.populations`);
+:mod:`traceview.analysis.compare.populations`);
 :func:`compare_summaries` lists the differences (structure exactly, times within
 tolerances); :func:`assert_matches_golden` compares against a stored file and rewrites it
 when ``update=True`` (the pytest plugin's ``--traceview-update-golden``).
@@ -29,8 +29,8 @@ import os
 from pathlib import Path
 
 
-from traceview.analysis.verify import CheckResult, Verifier
-from traceview.analysis.verify_grammar import CMPS, Check, parse_check
+from traceview.analysis.compare.verify import CheckResult, Verifier
+from traceview.analysis.compare.verify_grammar import CMPS, Check, parse_check
 
 __all__ = ["check", "assert_check", "assert_op_absent", "assert_op_present", "assert_ops_from_file_absent",
            "assert_ops_from_file_present", "assert_family_share", "assert_occurrences", "assert_kernel_config",
@@ -57,7 +57,7 @@ def _assert(res: CheckResult) -> CheckResult:
 
 
 def check(profile, text: str, *, base=None, rules=None) -> CheckResult:
-    """Evaluate one check written in the :mod:`traceview.analysis.verify` grammar; never raises on a
+    """Evaluate one check written in the :mod:`traceview.analysis.compare.verify` grammar; never raises on a
     failed check (see ``result.ok``). Raises UsageError on an invalid check."""
     return _run(profile, parse_check(text), base, rules)
 
@@ -95,7 +95,7 @@ def assert_family_share(profile, family: str, *, below: float | None = None, abo
                         rules=None, regex: bool = False) -> CheckResult:
     """The family's share of op time is ``< below`` and/or ``> above`` (fractions).
 
-    ``family``: a default family of :mod:`traceview.analysis.steps` (a unique prefix such as
+    ``family``: a default family of :mod:`traceview.analysis.steps.anatomy` (a unique prefix such as
     ``"attention"`` is enough) or a name from ``rules`` (``["name=regex", ...]``); with
     ``regex=True`` an ad-hoc family of ops whose name, HLO text, framework op, kernel name or
     source file matches ``family``. Raises ValueError when neither bound is given and
@@ -194,14 +194,14 @@ def assert_kernel_changed(base, treatment, pattern: str, key: str, before=None, 
 
 def assert_all_matched(base, treatment, *, except_regex: str | None = None) -> CheckResult:
     """Every population of either profile has its counterpart in the other
-    (:func:`traceview.analysis.diff.diff`), except those whose op names, kernel names, stem or
+    (:func:`traceview.analysis.compare.diff.diff`), except those whose op names, kernel names, stem or
     modules match ``except_regex``."""
     text = "all matched" + (f" except {_q(except_regex)}" if except_regex else "")
     return _assert(_run(treatment, Check(text, "all_matched", {"rx": except_regex}, needs_base=True), base=base))
 
 
 def _finding(profile, fid: str, want: str, thresholds) -> CheckResult:
-    from traceview.analysis.verify_grammar import _P, _finding_id
+    from traceview.analysis.compare.verify_grammar import _P, _finding_id
 
     text = f"no finding {fid}" if want == "absent" else f"finding {fid} present"
     _finding_id(_P(text, [fid]))  # UsageError for an unknown id
@@ -238,8 +238,8 @@ def golden_summary(profile, *, rules=None, min_share: float = 0.0) -> dict:
     key, each with kind, stem, shape, fingerprint, occurrences, self_ps, share, modules,
     kernels). Populations below ``min_share`` of op time are left out (default: none).
     """
-    from traceview.analysis.populations import family_shares, kernel_table, populations
-    from traceview.analysis.tagged import tag
+    from traceview.analysis.compare.populations import family_shares, kernel_table, populations
+    from traceview.analysis.ops.tagged import tag
     from traceview.model.kernelname import kernel_config
 
     prof = _profile(profile)

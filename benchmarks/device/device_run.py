@@ -189,7 +189,7 @@ def oracle_compare(xplane: Path, *, expect_xprof: bool = False) -> dict:
     from oracle import raw_hlo_events, xprof_hlo_stats
 
     import traceview
-    from traceview.analysis import aggregate
+    from traceview.analysis.ops import aggregate
 
     def table(expand: bool) -> pl.DataFrame:
         return aggregate.by_program_op(traceview.load(xplane, expand_kernels=expand).ops).select(

@@ -3,24 +3,24 @@
  * arrays (optional accelerator; the numpy/polars code beside each call computes the same).
  *
  *   step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy) -> bool:
- *     ops against step windows in one merge pass (traceview.analysis.steps);
+ *     ops against step windows in one merge pass (traceview.analysis.steps.anatomy);
  *   window_max(...) -> bool: latest activity end per step window, by merge;
- *   chunk_heads(...) -> bool: module runs' op chunks (traceview.analysis.steps.align_module_runs);
- *   median_by(...) -> bool: medians per group by quickselect (traceview.analysis.aggregate);
+ *   chunk_heads(...) -> bool: module runs' op chunks (traceview.analysis.steps.anatomy.align_module_runs);
+ *   median_by(...) -> bool: medians per group by quickselect (traceview.analysis.ops.aggregate);
  *   quantiles_by(...) -> bool: quantiles, mean, std and max per group
- *     (traceview.analysis.distributions).
+ *     (traceview.analysis.ops.distributions).
  *   row_hashes(...) -> bool: per step row, a hash of its events' op populations
- *     (traceview.analysis.stepstats).
+ *     (traceview.analysis.steps.stepstats).
  *   rank_match(...) -> bool: the k-th start of a key with the k-th done of that key
- *     (traceview.analysis.overlap._match: async pairs, collectives and host transfers).
+ *     (traceview.analysis.communication.overlap._match: async pairs, collectives and host transfers).
  *   comm_records(...) -> int: the overlap's per-op records, synchronous collectives and
- *     async pairs merged in (device, start) order (traceview.analysis.overlap._comm_ops).
+ *     async pairs merged in (device, start) order (traceview.analysis.communication.overlap._comm_ops).
  *   pair_by_key(...) -> int: async starts matched with their dones by key and rank, events
- *     already in time order within each key (traceview.analysis.collectives._pair_index);
+ *     already in time order within each key (traceview.analysis.communication.collectives._pair_index);
  *   covered(...) -> bool: time of windows covered by disjoint sorted intervals
- *     (traceview.analysis.overlap._covered);
+ *     (traceview.analysis.communication.overlap._covered);
  *   partition(...) -> bool: a device's step windows split into exposed / compute / hidden /
- *     host time (traceview.analysis.overlap._partition).
+ *     host time (traceview.analysis.communication.overlap._partition).
  *
  * Each releases the GIL and returns False on input outside its preconditions (unordered
  * input, an index outside its table); the caller then takes the general path.
@@ -103,7 +103,7 @@ static PyObject *step_pass(PyObject *self, PyObject *args) {
  * nxt[k] <= starts[k + 1]) raise end[k] to the latest end of the activity starting inside the
  * window; the activity (a_start non-decreasing) ends at a_start + a_len (wrapping like numpy
  * int64 addition) when is_dur, else at a_len. One merge pass: the step windows' range maxima
- * of traceview.analysis.steps._module_windows. int64 arrays; returns False, leaving end unchanged,
+ * of traceview.analysis.steps.anatomy._module_windows. int64 arrays; returns False, leaving end unchanged,
  * when an order condition fails (the caller then binary-searches). */
 static PyObject *window_max(PyObject *self, PyObject *args) {
     Py_buffer b[5];
@@ -139,7 +139,7 @@ static PyObject *window_max(PyObject *self, PyObject *args) {
 }
 
 /* chunk_heads(attr, starts, durs, prog, m, offs, heads, ends) -> bool
- * traceview.analysis.steps.align_module_runs's chunks in one pass over one device's events in time
+ * traceview.analysis.steps.anatomy.align_module_runs's chunks in one pass over one device's events in time
  * order: the j-th event of program p = prog[attr] (-1: none of the programs asked) belongs
  * to chunk j / m[p]; heads[offs[p] + chunk] = start of its first event, ends[...] = latest
  * end (start + duration, wrapping) of its events. Returns False when a program has more
@@ -347,7 +347,7 @@ static PyObject *quantiles_by(PyObject *self, PyObject *args) {
 
 /* row_hashes(rows, attr, pop, keep, words, counts, distinct, out) -> bool
  * Per step row r, a hash of the op populations of its events
- * (traceview.analysis.stepstats.row_hashes): over the events i with rows[i] = r >= 0 and
+ * (traceview.analysis.steps.stepstats.row_hashes): over the events i with rows[i] = r >= 0 and
  * keep[r], p = pop[attr[i]]; distinct = 0: out[r] += words[p] * counts[i] (a multiset);
  * distinct = 1: out[r] += words[p] once per distinct p of the row (a set), which needs each
  * kept row's events consecutive (events of other rows, or of none, may not come between).
@@ -456,7 +456,7 @@ static PyObject *rank_match(PyObject *self, PyObject *args) {
 }
 
 /* comm_records(attr, start, dev, start_key, done_key, sync_of, idx, pe, sync) -> int
- * The records of traceview.analysis.overlap._comm_ops over events in (device, start) order:
+ * The records of traceview.analysis.communication.overlap._comm_ops over events in (device, start) order:
  * attr (uint32), start (int64), dev (int32), one per event; per attr id start_key and
  * done_key (int64, -1: not a start / done) and sync_of (uint8). The k-th start of a key
  * (in event order) pairs with the k-th done of that key, kept when the done starts no
@@ -573,7 +573,7 @@ static Py_ssize_t count_le(const int64_t *v, Py_ssize_t n, int64_t t, Py_ssize_t
 }
 
 /* Time in (-inf, t) covered by n disjoint sorted intervals [us, ue) with prefix lengths
- * cum (n + 1), as traceview.analysis.overlap._covered computes it. Sums wrap like numpy's. */
+ * cum (n + 1), as traceview.analysis.communication.overlap._covered computes it. Sums wrap like numpy's. */
 static int64_t covered_upto(const int64_t *us, const int64_t *ue, const uint64_t *cum, Py_ssize_t n, int64_t t,
                             Py_ssize_t *hint) {
     Py_ssize_t i = count_le(us, n, t, hint);  /* the intervals starting at or before t */
@@ -586,7 +586,7 @@ static int64_t covered_upto(const int64_t *us, const int64_t *ue, const uint64_t
 /* covered(us, ue, a, b, out) -> bool
  * Per window [a_i, b_i) (int64), out_i (int64) = the time inside it covered by the intervals
  * [us_j, ue_j) (int64, us strictly ascending: disjoint, sorted): upto(b) - upto(a), upto(t)
- * the covered time before t (traceview.analysis.overlap._covered). Returns False, out
+ * the covered time before t (traceview.analysis.communication.overlap._covered). Returns False, out
  * unspecified, when us is not strictly ascending or the sizes disagree. */
 static PyObject *covered(PyObject *self, PyObject *args) {
     Py_buffer b[5];
@@ -620,7 +620,7 @@ static PyObject *covered(PyObject *self, PyObject *args) {
 }
 
 /* partition(cs, ce, ss, se, as, ae, hs, he, wa, wb, exposed, compute, hidden, host) -> bool
- * traceview.analysis.overlap._partition in one merge: four sets of intervals (compute c,
+ * traceview.analysis.communication.overlap._partition in one merge: four sets of intervals (compute c,
  * synchronous collectives s, async collectives in flight a, host transfers h), each given
  * as start and end arrays (int64, each non-decreasing), and windows [wa, wb) (int64). At
  * each distinct bound v, a set holds the time after v when (its starts <= v) - (its ends <=

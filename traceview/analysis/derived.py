@@ -38,18 +38,18 @@ def _cached(prof, key: tuple, make):
 
 
 def step_anatomy(prof, rules=None, *, module: str | None = None, extent: str = "span", window: str = "steady"):
-    """:func:`traceview.analysis.steps.profile_anatomy` of ``prof`` (markers "auto"), once per
+    """:func:`traceview.analysis.steps.anatomy.profile_anatomy` of ``prof`` (markers "auto"), once per
     parameters. Raises what it raises (nothing is kept then)."""
-    from traceview.analysis.steps import profile_anatomy
+    from traceview.analysis.steps.anatomy import profile_anatomy
 
     return _cached(prof, ("anatomy", rules_key(rules), module, extent, window),
                    lambda: profile_anatomy(prof, rules, module=module, extent=extent, window=window))
 
 
 def overlap(prof, rules=None, *, module: str | None = None, extent: str = "span", window: str = "steady"):
-    """:func:`traceview.analysis.overlap.overlap` of ``prof`` within the windows of
+    """:func:`traceview.analysis.communication.overlap.overlap` of ``prof`` within the windows of
     :func:`step_anatomy` with the same parameters, once per parameters."""
-    from traceview.analysis.overlap import overlap as _overlap
+    from traceview.analysis.communication.overlap import overlap as _overlap
 
     def make():
         anat = step_anatomy(prof, rules, module=module, extent=extent, window=window)
@@ -59,9 +59,9 @@ def overlap(prof, rules=None, *, module: str | None = None, extent: str = "span"
 
 
 def stragglers(prof, rules=None, *, module: str | None = None, extent: str = "span", window: str = "steady"):
-    """:func:`traceview.analysis.stragglers.stragglers` over the steps of :func:`overlap`
+    """:func:`traceview.analysis.communication.stragglers.stragglers` over the steps of :func:`overlap`
     with the same parameters, once per parameters."""
-    from traceview.analysis.stragglers import stragglers as _stragglers
+    from traceview.analysis.communication.stragglers import stragglers as _stragglers
 
     return _cached(prof, ("stragglers", rules_key(rules), module, extent, window),
                    lambda: _stragglers(prof.table, overlap(prof, rules, module=module, extent=extent,
@@ -69,17 +69,17 @@ def stragglers(prof, rules=None, *, module: str | None = None, extent: str = "sp
 
 
 def communication(prof, peaks=None):
-    """:func:`traceview.analysis.collectives.communication` of ``prof``, once per chip (the
+    """:func:`traceview.analysis.communication.collectives.communication` of ``prof``, once per chip (the
     only part of ``peaks`` it reads)."""
-    from traceview.analysis.collectives import communication as _communication
+    from traceview.analysis.communication.collectives import communication as _communication
 
     chip = (getattr(peaks, "chip", "") if peaks is not None else "") or None
     return _cached(prof, ("communication", chip), lambda: _communication(prof, peaks))
 
 
 def tagged(prof, rules=None):
-    """:func:`traceview.analysis.tagged.tag` of ``prof.table`` with ``rules``, once per rules.
+    """:func:`traceview.analysis.ops.tagged.tag` of ``prof.table`` with ``rules``, once per rules.
     Raises UsageError on bad rules."""
-    from traceview.analysis.tagged import tag
+    from traceview.analysis.ops.tagged import tag
 
     return _cached(prof, ("tagged", rules_key(rules)), lambda: tag(prof.table, rules))

@@ -7,12 +7,12 @@ own steps' ends, :class:`~traceview.read.window.Window`), and per device the eve
 lines drawn on top of the device's plane (times in ps, op table's clock):
 
 * ``traceview steps``: one slice per step, named ``step N`` and its phase
-  (:mod:`traceview.analysis.phases`), with its record (duration, busy, idle, outlier reason);
-* ``traceview families``: the op families (:mod:`traceview.analysis.families`) in time order,
+  (:mod:`traceview.analysis.steps.phases`), with its record (duration, busy, idle, outlier reason);
+* ``traceview families``: the op families (:mod:`traceview.analysis.ops.families`) in time order,
   consecutive ops of one family (gaps under :data:`FAMILY_GAP_PS`) merged into one slice;
   an op inside the current slice is absorbed, so the line never overlaps itself;
 * ``traceview exposed communication``: the instants a collective is in flight and no compute
-  op runs on the device (a synchronous collective wholly; :mod:`traceview.analysis.overlap`'s
+  op runs on the device (a synchronous collective wholly; :mod:`traceview.analysis.communication.overlap`'s
   definition), merged across collectives, each slice naming its collectives;
 * ``traceview findings``: one marker per finding (:mod:`traceview.analysis.findings`) on the
   first event in the window of an op it cites (its span), named by its id and those ops; a
@@ -395,7 +395,7 @@ def _family_track(ops: pl.DataFrame, attr_family: pl.DataFrame) -> list[TrackEve
 def _exposed_track(ops: pl.DataFrame) -> list[TrackEvent]:
     """Exposed communication per device (module doc): collective in flight (a synchronous
     collective's event, an async pair's start to its done) minus the union of compute ops."""
-    from traceview.analysis.overlap import ASYNC_DONES, ASYNC_STARTS, SYNC_COLLECTIVES, _OPERAND
+    from traceview.analysis.communication.overlap import ASYNC_DONES, ASYNC_STARTS, SYNC_COLLECTIVES, _OPERAND
 
     coll = tuple(c for c in ASYNC_STARTS if c not in ("copy-start", "async-start"))
     out = []

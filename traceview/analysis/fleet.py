@@ -8,7 +8,7 @@ Per host, :func:`host_partial` returns a :class:`HostPartial`:
   <traceview.model.optable.OpTable.collapse>`: occurrences, total and self ps, events, min/max
   per occurrence, first start), without HLO text and source stacks. Every figure of the op
   table but its quantiles and regimes is a sum, count, extreme, distinct set or row-weighted
-  mode over these rows (:func:`traceview.analysis.aggregate.by_shape_rows`), so the merged
+  mode over these rows (:func:`traceview.analysis.ops.aggregate.by_shape_rows`), so the merged
   figures equal the single-process ones exactly.
 * ``moments`` — per description, events n, mean and M2 (sum of squared deviations) of the
   per-occurrence duration, merged with Chan et al.'s pairwise update (``cv``; float).
@@ -21,13 +21,13 @@ Per host, :func:`host_partial` returns a :class:`HostPartial`:
 * ``steps`` — the step rows of :func:`traceview.analysis.steps.anatomy` on the host's devices
   (steps are found per device; the dominant module is the host's, checked against the
   fleet's at the merge), op self time and occurrences per (step, family), the overlap rows
-  per (device, step) (:func:`traceview.analysis.overlap.overlap` over every step window) and
+  per (device, step) (:func:`traceview.analysis.communication.overlap.overlap` over every step window) and
   the collective events (host, device, module, op name, kind, start, duration): the
-  arrivals :func:`traceview.analysis.stragglers.stragglers` matches across hosts. None of
+  arrivals :func:`traceview.analysis.communication.stragglers.stragglers` matches across hosts. None of
   these with ``FleetOptions(steps=False)``: the partial is then per op description only.
 
 :func:`merge` gives a :class:`Fleet`. Quantiles (p50_ps, p90_ps = linear interpolation between
-the two nearest ranks, as :func:`traceview.analysis.distributions.spread`): exact when every
+the two nearest ranks, as :func:`traceview.analysis.ops.distributions.spread`): exact when every
 host shipped the population's values; otherwise each of the two order statistics is read off
 the merged sketch, so p50/p90 are within a relative error α (:data:`ALPHA`) of the exact
 figures (a convex combination of two estimates each within α), then clamped into the
@@ -94,7 +94,7 @@ def bucket_value(b: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
 @dataclass
 class FleetOptions:
     """What a host computes besides its op table: the step anatomy's options
-    (:func:`traceview.analysis.steps.profile_anatomy`); ``alpha``: the sketch's relative error."""
+    (:func:`traceview.analysis.steps.anatomy.profile_anatomy`); ``alpha``: the sketch's relative error."""
 
     rules: object = None
     step_module: str | None = None
@@ -162,9 +162,9 @@ def host_partial(task, options: FleetOptions | None = None):
     """Read one file (a :class:`traceview.read.batch.ReadTask`) and return its
     :class:`HostPartial`, or a :class:`traceview.read.batch.Failed` for a TraceviewError
     (runs in a worker: a module-level function, pickled by name)."""
-    from traceview.analysis.overlap import overlap
-    from traceview.analysis.steps import profile_anatomy
-    from traceview.analysis.stragglers import _KINDS
+    from traceview.analysis.communication.overlap import overlap
+    from traceview.analysis.steps.anatomy import profile_anatomy
+    from traceview.analysis.communication.stragglers import _KINDS
     from traceview.errors import TraceviewError, UsageError
     from traceview.model.files import read_task
     from traceview.model.profiledata import ProfileData
@@ -195,7 +195,7 @@ def host_partial(task, options: FleetOptions | None = None):
             part = _partial(td, prof, col, moments, sketch, values)
             part.step_method, part.step_notes = "error", [f"{td.host}: {exc.fault}"]
             return part
-        from traceview.analysis.steps import STEPS_SCHEMA
+        from traceview.analysis.steps.anatomy import STEPS_SCHEMA
 
         steps = anat.steps.select(list(STEPS_SCHEMA)) if anat.steps.height else pl.DataFrame(schema=STEPS_SCHEMA)
         fam = anat.family_time_by_step()
@@ -221,8 +221,8 @@ def host_partial(task, options: FleetOptions | None = None):
 
 def _partial(td, prof, col, moments, sketch, values) -> HostPartial:
     """A partial without steps (``FleetOptions.steps`` False)."""
-    from traceview.analysis.overlap import STEPS_SCHEMA as OV_SCHEMA
-    from traceview.analysis.steps import STEPS_SCHEMA
+    from traceview.analysis.communication.overlap import STEPS_SCHEMA as OV_SCHEMA
+    from traceview.analysis.steps.anatomy import STEPS_SCHEMA
 
     return HostPartial(path=str(td.path), host=td.host, format=td.format, n_events=td.n_events,
                        op_events=prof.table.height, has_shapes=bool(td.has_shapes and prof.table.height),
@@ -261,12 +261,12 @@ class Fleet:
     ``has_shapes``, ``devices`` (:meth:`ProfileData.device_summary
     <traceview.model.profiledata.ProfileData.device_summary>`'s columns), ``op_events``
     (occurrences), ``op_time_ps`` (self, ps), ``by_shape`` (the columns of
-    :func:`traceview.analysis.aggregate.by_shape`; ``regimes`` null), ``quantiles``
+    :func:`traceview.analysis.ops.aggregate.by_shape`; ``regimes`` null), ``quantiles``
     ({"exact": populations, "sketch": populations, "alpha": α, "bound": the sentence}),
-    ``steps`` (:class:`traceview.analysis.steps.StepAnatomy` with the step rows, families,
+    ``steps`` (:class:`traceview.analysis.steps.anatomy.StepAnatomy` with the step rows, families,
     coverage and distribution; no op table) or None with the reason in ``notes``,
     ``overlap_steps`` (overlap rows of the window's steps), ``stragglers``
-    (:class:`traceview.analysis.stragglers.Stragglers` or None), ``not_computed``
+    (:class:`traceview.analysis.communication.stragglers.Stragglers` or None), ``not_computed``
     ({section: why}), ``notes``."""
 
     files: list
@@ -285,7 +285,7 @@ class Fleet:
     notes: list = field(default_factory=list)
     #: the merged op descriptions (:meth:`OpTable.collapse` rows of every host, attr ids kept
     #: apart) as an OpTable of one pre-aggregated row per description: what
-    #: :func:`traceview.analysis.roofline.roofline` and :func:`traceview.analysis.kernels.kernels`
+    #: :func:`traceview.analysis.ops.roofline.roofline` and :func:`traceview.analysis.ops.kernels.kernels`
     #: read (``collapse()`` gives the exact merged rows)
     descriptions: object = None
     device_infos: list = field(default_factory=list)
@@ -297,19 +297,19 @@ class Fleet:
         return [d for d in self.device_infos if (d.host, d.name) in used] or self.device_infos
 
     def roofline(self, peaks=None):
-        """(peaks, :func:`traceview.analysis.roofline.roofline` rows, its
-        :func:`~traceview.analysis.roofline.predicted_vs_measured` summary) over the merged
-        descriptions; ``peaks`` default :func:`traceview.analysis.peaks.profile_peaks`."""
-        from traceview.analysis.peaks import profile_peaks
-        from traceview.analysis.roofline import predicted_vs_measured, roofline
+        """(peaks, :func:`traceview.analysis.ops.roofline.roofline` rows, its
+        :func:`~traceview.analysis.ops.roofline.predicted_vs_measured` summary) over the merged
+        descriptions; ``peaks`` default :func:`traceview.analysis.hardware.peaks.profile_peaks`."""
+        from traceview.analysis.hardware.peaks import profile_peaks
+        from traceview.analysis.ops.roofline import predicted_vs_measured, roofline
 
         peaks = peaks if peaks is not None else profile_peaks(self)
         roof = roofline(self.descriptions, peaks)
         return peaks, roof, predicted_vs_measured(roof)
 
     def kernels(self):
-        """:func:`traceview.analysis.kernels.kernels` over the merged descriptions."""
-        from traceview.analysis.kernels import kernels
+        """:func:`traceview.analysis.ops.kernels.kernels` over the merged descriptions."""
+        from traceview.analysis.ops.kernels import kernels
 
         return kernels(self.descriptions)
 
@@ -414,8 +414,8 @@ def merge(parts: list[HostPartial], *, split_modules: bool = True, window: str =
           step_module: str | None = None, alpha: float = ALPHA, warnings: list | None = None) -> Fleet:
     """One :class:`Fleet` of the hosts' partials (in host order). Raises
     :class:`~traceview.errors.UsageError` on an unknown step window."""
-    from traceview.analysis import aggregate
-    from traceview.analysis.stepstats import parse_window
+    from traceview.analysis.ops import aggregate
+    from traceview.analysis.steps.stepstats import parse_window
     from traceview.model.profiledata import device_rows, devices_and_notes
 
     parse_window(window)
@@ -456,10 +456,10 @@ def merge(parts: list[HostPartial], *, split_modules: bool = True, window: str =
 
 def _merge_steps(parts, col, window, step_module, notes):
     """(StepAnatomy or None, overlap rows, Stragglers or None) from the hosts' step rows."""
-    from traceview.analysis import stepstats
-    from traceview.analysis.overlap import STEPS_SCHEMA as OV_SCHEMA
-    from traceview.analysis.steps import FAMILIES_SCHEMA, STEPS_SCHEMA, StepAnatomy, _coverage
-    from traceview.analysis.stragglers import stragglers
+    from traceview.analysis.steps import stepstats
+    from traceview.analysis.communication.overlap import STEPS_SCHEMA as OV_SCHEMA
+    from traceview.analysis.steps.anatomy import FAMILIES_SCHEMA, STEPS_SCHEMA, StepAnatomy, _coverage
+    from traceview.analysis.communication.stragglers import stragglers
 
     empty_ov = pl.DataFrame(schema=OV_SCHEMA)
     with_steps = [p for p in parts if p.steps.height]
@@ -552,8 +552,8 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
         raise UsageError(f"workers must be a whole number >= 0, got {workers!r}")
     opts = options or FleetOptions()
-    from traceview.analysis.families import rules_of
-    from traceview.analysis.stepstats import parse_window
+    from traceview.analysis.ops.families import rules_of
+    from traceview.analysis.steps.stepstats import parse_window
 
     rules_of(opts.rules)
     parse_window(opts.step_window)

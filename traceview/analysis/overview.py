@@ -3,19 +3,19 @@
 
 :func:`overview` returns a dict:
 
-- ``step``: the analysed window's step time (:func:`traceview.analysis.stepstats.distribution`):
+- ``step``: the analysed window's step time (:func:`traceview.analysis.steps.stepstats.distribution`):
   n (device-steps), n_window, median_ps, p10_ps, p90_ps, window, method; or ``unknown`` (why;
   "" in every part whose figures are known).
-- ``utilisation``: per phase with window steps (:class:`~traceview.analysis.phases.Phases`
+- ``utilisation``: per phase with window steps (:class:`~traceview.analysis.steps.phases.Phases`
   summary): phase, window_steps, mfu, mbu (fractions, None when unknown), and
   ``mfu_unknown`` / ``mbu_unknown``: why a figure is missing (the peak not known, no FLOP or
   byte counts, no steps); or ``unknown`` for the whole.
 - ``memory``: the largest allocator's peak in use (bytes), its capacity and share of it, the
   allocator, host and how many allocators; or ``unknown`` (why: the memory analysis's notes).
 - ``families``: the step's families, mean time per step (ps) and share of the mean step wall
-  time (:class:`~traceview.analysis.steps.StepAnatomy` families), then the idle time
+  time (:class:`~traceview.analysis.steps.anatomy.StepAnatomy` families), then the idle time
   (``idle (no op running)``: the step minus the union of op intervals,
-  :class:`~traceview.analysis.steps.Coverage`); empty without steps.
+  :class:`~traceview.analysis.steps.anatomy.Coverage`); empty without steps.
 - ``step_numbers``: :func:`step_numbers`.
 """
 

@@ -1,5 +1,5 @@
 """The results one command shows, gathered once: :class:`Report` (analyze, report, the
-notebook summary); a diff's is :class:`~traceview.analysis.diff.DiffReport`.
+notebook summary); a diff's is :class:`~traceview.analysis.compare.diff.DiffReport`.
 
 A renderer (:mod:`traceview.render`) formats a report and never computes: every table,
 group and figure it shows is a field here. :func:`build_report` computes every section in a
@@ -14,17 +14,18 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceview.analysis import aggregate, derived, sources as _sources
-from traceview.analysis.kernels import kernels as _kernels
-from traceview.analysis.peaks import Peaks, profile_peaks
-from traceview.analysis.roofline import predicted_vs_measured, roofline
-from traceview.analysis.steps import StepAnatomy
-from traceview.analysis.family_roofline import family_roofline as _family_roofline, summary as _family_summary
-from traceview.analysis.kinds import by_kind as _by_kind
-from traceview.analysis.hlo_detect import detect as _hlo_detect
-from traceview.analysis.kernel_inside import kernel_inside as _kernel_inside
-from traceview.analysis.memory import profile_memory
-from traceview.analysis.phases import phases as _phases
+from traceview.analysis import derived
+from traceview.analysis.ops import aggregate, sources as _sources
+from traceview.analysis.ops.kernels import kernels as _kernels
+from traceview.analysis.hardware.peaks import Peaks, profile_peaks
+from traceview.analysis.ops.roofline import predicted_vs_measured, roofline
+from traceview.analysis.steps.anatomy import StepAnatomy
+from traceview.analysis.steps.family_roofline import family_roofline as _family_roofline, summary as _family_summary
+from traceview.analysis.ops.kinds import by_kind as _by_kind
+from traceview.analysis.ops.hlo_detect import detect as _hlo_detect
+from traceview.analysis.ops.kernel_inside import kernel_inside as _kernel_inside
+from traceview.analysis.memory.allocators import profile_memory
+from traceview.analysis.steps.phases import phases as _phases
 from traceview.errors import UsageError
 
 #: at most this many steps go into the step chart (the first ones, in time order)
@@ -100,21 +101,21 @@ class Report:
     ``by_shape``, ``split`` (op names with several shape populations, by their total self
     time: n, and per population shape, occurrences, mean_ps, self_ps, share, modules; t the
     sum), ``checks`` (occurrence checks or None) and ``checks_summary``
-    (:func:`~traceview.analysis.aggregate.check_summary`). ``peaks`` (:class:`~traceview.analysis.peaks.Peaks`),
-    ``roofline`` and ``roofline_summary`` (:func:`~traceview.analysis.roofline.predicted_vs_measured`),
+    (:func:`~traceview.analysis.ops.aggregate.check_summary`). ``peaks`` (:class:`~traceview.analysis.hardware.peaks.Peaks`),
+    ``roofline`` and ``roofline_summary`` (:func:`~traceview.analysis.ops.roofline.predicted_vs_measured`),
     ``kernels``, ``sources`` (by file on ``source_frame``), ``steps``
-    (:class:`~traceview.analysis.steps.StepAnatomy`). HTML only (else None):
+    (:class:`~traceview.analysis.steps.anatomy.StepAnatomy`). HTML only (else None):
     ``html_sources`` (by file, direct frame) and ``source_kinds`` (origin, share),
     ``populations_per_name`` ({op_name: populations}), ``step_chart`` (:class:`StepChart`),
     ``op_groups`` and ``overview`` (see the fields). ``communication``
-    (:class:`~traceview.analysis.collectives.Communication`: collectives and host transfers).
+    (:class:`~traceview.analysis.communication.collectives.Communication`: collectives and host transfers).
     Populations: ``program_splits`` and ``population_regimes`` (see the fields). ``overlap``
-    (:class:`~traceview.analysis.overlap.Overlap`, None when the trace has no collective or
-    async copy) and ``stragglers`` (:class:`~traceview.analysis.stragglers.Stragglers`, None
+    (:class:`~traceview.analysis.communication.overlap.Overlap`, None when the trace has no collective or
+    async copy) and ``stragglers`` (:class:`~traceview.analysis.communication.stragglers.Stragglers`, None
     unless collectives were matched across several devices). ``family_roofline``
-    (:func:`~traceview.analysis.family_roofline.family_roofline`: per family and step, time,
+    (:func:`~traceview.analysis.steps.family_roofline.family_roofline`: per family and step, time,
     share, FLOPs, bytes, intensity, bound by, predicted against measured) and
-    ``family_roofline_summary`` (its :func:`~traceview.analysis.family_roofline.summary`).
+    ``family_roofline_summary`` (its :func:`~traceview.analysis.steps.family_roofline.summary`).
     """
 
     discovery: object
@@ -143,10 +144,10 @@ class Report:
     populations_per_name: dict | None = None
     step_chart: StepChart | None = None
     step_strip: StepStrip | None = None  # HTML only: the strip chart's points (bounded)
-    communication: object = None  # traceview.analysis.collectives.Communication
-    #: :func:`~traceview.analysis.aggregate.program_splits` of ``by_shape`` (keys split by module)
+    communication: object = None  # traceview.analysis.communication.collectives.Communication
+    #: :func:`~traceview.analysis.ops.aggregate.program_splits` of ``by_shape`` (keys split by module)
     program_splits: dict | None = None
-    #: populations whose spread mixes regimes: :func:`~traceview.analysis.distributions.regimes`
+    #: populations whose spread mixes regimes: :func:`~traceview.analysis.ops.distributions.regimes`
     #: rows (op_name, shape, module, regimes, executions, first/later execution and mode figures)
     population_regimes: pl.DataFrame | None = None
     findings: list | None = None  # list of traceview.analysis.findings.Finding; None when --no-findings
@@ -156,21 +157,21 @@ class Report:
     family_roofline_summary: dict | None = None
     #: why fewer op events are shown than the files hold (:func:`events_note`), None when as many
     events_note: str | None = None
-    #: device memory from the allocators' events (:class:`~traceview.analysis.memory.MemoryReport`)
+    #: device memory from the allocators' events (:class:`~traceview.analysis.memory.allocators.MemoryReport`)
     memory: object = None
-    #: inside the Pallas kernels: stages, counters, bundles (:class:`~traceview.analysis.kernel_inside.KernelInside`)
+    #: inside the Pallas kernels: stages, counters, bundles (:class:`~traceview.analysis.ops.kernel_inside.KernelInside`)
     kernel_inside: object = None
-    #: what the HLO says: detectors, the instruction table, FLOP provenance (:class:`~traceview.analysis.hlo_detect.HloReport`)
+    #: what the HLO says: detectors, the instruction table, FLOP provenance (:class:`~traceview.analysis.ops.hlo_detect.HloReport`)
     hlo: object = None
-    #: prefill/decode/mixed steps and utilisation (:class:`~traceview.analysis.phases.Phases`)
+    #: prefill/decode/mixed steps and utilisation (:class:`~traceview.analysis.steps.phases.Phases`)
     phases: object = None
-    #: the phase the profile was kept to (``--phase``: :func:`~traceview.analysis.phases.phase_profile`), or None
+    #: the phase the profile was kept to (``--phase``: :func:`~traceview.analysis.steps.phases.phase_profile`), or None
     phase: str | None = None
     #: the command that exports the median step and its neighbours to a timeline
     #: (:func:`~traceview.analysis.export.attach_export_commands`), None without steps
     export_command: str | None = None
     #: HTML only: the top-ops table's rows, the per-layer copies of one op grouped
-    #: (:func:`~traceview.analysis.kinds.layer_groups`)
+    #: (:func:`~traceview.analysis.ops.kinds.layer_groups`)
     op_groups: pl.DataFrame | None = None
     #: HTML only: what the report opens with (:func:`~traceview.analysis.overview.overview`)
     overview: dict | None = None
@@ -206,7 +207,7 @@ def device_groups(devices: pl.DataFrame) -> pl.DataFrame:
 
 
 def split_names(by_shape: pl.DataFrame) -> pl.DataFrame:
-    """The op names of a :func:`~traceview.analysis.aggregate.by_shape` table that have
+    """The op names of a :func:`~traceview.analysis.ops.aggregate.by_shape` table that have
     several shape populations: op_name, n, and per population (lists, in the table's order)
     shape, occurrences, mean_ps, self_ps, share, modules; t (their total self time, ps).
     Sorted by t, descending."""
@@ -246,7 +247,7 @@ def step_chart(anat: StepAnatomy, max_steps: int = CHART_STEPS) -> StepChart:
 
 def source_kinds(files: pl.DataFrame) -> pl.DataFrame:
     """Share of op self time per origin (project, site-packages, unknown) of a
-    :func:`~traceview.analysis.sources.by_file` table: kind, share; by share, descending."""
+    :func:`~traceview.analysis.ops.sources.by_file` table: kind, share; by share, descending."""
     return (files.select(pl.col("origin").fill_null("").replace("", "unknown").alias("kind"), pl.col("share"))
             .group_by("kind").agg(pl.col("share").sum()).sort("share", descending=True))
 
@@ -271,11 +272,11 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     """Every section of :class:`Report` for ``prof`` (a
     :class:`~traceview.model.profiledata.ProfileData`).
 
-    ``by``: the op table's key ("shape", "name", "program", "kind": :func:`~traceview.analysis.kinds.by_kind`); ``peaks``: default
-    :func:`~traceview.analysis.peaks.profile_peaks`; ``steps`` / ``expect_batch``: the
+    ``by``: the op table's key ("shape", "name", "program", "kind": :func:`~traceview.analysis.ops.kinds.by_kind`); ``peaks``: default
+    :func:`~traceview.analysis.hardware.peaks.profile_peaks`; ``steps`` / ``expect_batch``: the
     occurrence checks (none when both are None); ``rules`` (family rules), ``step_module``,
     ``step_extent``, ``step_window``: the step anatomy; ``tokens_per_step``: for the phases'
-    tokens/s (:func:`~traceview.analysis.phases.phases`); ``source_frame``: "direct" or "user"; ``html``: also
+    tokens/s (:func:`~traceview.analysis.steps.phases.phases`); ``source_frame``: "direct" or "user"; ``html``: also
     the HTML-only sections; ``findings`` / ``finding_thresholds``: the findings section
     (:func:`traceview.analysis.findings.find`; thresholds as
     :func:`~traceview.analysis.findings.thresholds_of`). Raises :class:`~traceview.errors.UsageError` on a bad option
@@ -298,7 +299,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     checks = None
     if steps is not None or expect_batch is not None:  # 0 is refused by the checks, not ignored
         checks = aggregate.occurrence_checks(prof.table, prof.runs, steps=steps, expect_batch=expect_batch)
-    from traceview.analysis.stepstats import parse_window
+    from traceview.analysis.steps.stepstats import parse_window
 
     _, window_slice = parse_window(step_window)  # a bad window fails before any other work
     anat = derived.step_anatomy(prof, rules, module=step_module, extent=step_extent, window=step_window)
@@ -317,11 +318,11 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     rep.events_note = events_note(rep.files, rep.op_events, rep.device_groups, kern)
     fleet = getattr(prof.discovery, "fleet", None)
     if fleet and prof.table.height:  # hosts captured in their own run folders: their clocks
-        from traceview.analysis.stragglers import host_clock_line
+        from traceview.analysis.communication.stragglers import host_clock_line
 
         rep.warnings.append(host_clock_line(prof.table, f"{len(fleet)} run folders read as one capture"))
     if rules is not None and prof.table.height:  # rules that match no op: say so, not a silent "other"
-        from traceview.analysis.families import rules_of
+        from traceview.analysis.ops.families import rules_of
 
         named = {r.name for r in rules_of(rules)} - {"other"}  # a catch-all "other" matches everything
         if named and not named & set(derived.tagged(prof, rules).rows["family"].unique().to_list()):
@@ -352,11 +353,11 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
 
 
 def population_regimes(by_shape: pl.DataFrame, examined: pl.DataFrame | None) -> pl.DataFrame:
-    """The :func:`~traceview.analysis.distributions.regimes` figures of the ``by_shape``
+    """The :func:`~traceview.analysis.ops.distributions.regimes` figures of the ``by_shape``
     populations flagged with a regime (keys op_name, shape, module), by self time, read from
-    ``examined`` (what :func:`~traceview.analysis.aggregate.by_shape_and_regimes` computed with
+    ``examined`` (what :func:`~traceview.analysis.ops.aggregate.by_shape_and_regimes` computed with
     ``by_shape``; None for an empty table)."""
-    from traceview.analysis import distributions as dist
+    from traceview.analysis.ops import distributions as dist
 
     keys = ["op_name", "shape", "module"]
     flagged = by_shape.filter(pl.col("regimes").is_not_null())
@@ -382,7 +383,7 @@ def communication_sections(prof, rules=None, *, module: str | None = None, exten
 def add_html_sections(rep: Report, prof, rules=None) -> Report:
     """Fill the HTML-only fields of ``rep`` (for ``prof``, the profile it was built from;
     ``rules``: the family rules it was built with)."""
-    from traceview.analysis.kinds import layer_groups
+    from traceview.analysis.ops.kinds import layer_groups
     from traceview.analysis.overview import overview
 
     direct = rep.sources if rep.source_frame == "direct" else _sources.by_file(prof.table, frame="direct")

@@ -96,7 +96,7 @@ def profile_tables(prof) -> dict[str, Callable[[], pl.DataFrame]]:
     :data:`~traceview.model.schema.OPS_SCHEMA`), ``module_runs`` (one row per program
     execution), ``programs`` (one row per hlo_module / program_id), ``step_markers``,
     ``memory_events`` (the allocators' events, :data:`~traceview.model.memory_events.MEMORY_SCHEMA`)."""
-    from traceview.analysis.aggregate import module_executions
+    from traceview.analysis.ops.aggregate import module_executions
 
     out = {"ops": lambda: prof.ops, "module_runs": lambda: prof.module_runs,
            "programs": lambda: module_executions(prof.module_runs)}

@@ -269,14 +269,14 @@ def add_phase(p: argparse.ArgumentParser, *, tokens: bool = True) -> None:
 
 
 def apply_phase(prof, args):
-    """``prof`` kept to ``args.phase`` (:func:`traceview.analysis.phases.phase_profile`, over the
+    """``prof`` kept to ``args.phase`` (:func:`traceview.analysis.steps.phases.phase_profile`, over the
     step anatomy of the command's step options); ``prof`` itself without ``--phase``. Raises
     UsageError when no step or execution has that phase."""
     phase = getattr(args, "phase", None)
     if not phase:
         return prof
     from traceview.analysis import derived
-    from traceview.analysis.phases import phase_profile, phases
+    from traceview.analysis.steps.phases import phase_profile, phases
 
     anat = derived.step_anatomy(prof, rules_from_args(args), module=getattr(args, "step_module", None),
                                 extent=getattr(args, "step_extent", "span"))
@@ -285,7 +285,7 @@ def apply_phase(prof, args):
 
 def add_peaks(p: argparse.ArgumentParser) -> None:
     """``--chip``, ``--peak-flops``, ``--peak-bw``, ``--measure-cpu-peaks``."""
-    from traceview.analysis.chips import CHIPS  # the help lists the table itself
+    from traceview.analysis.hardware.chips import CHIPS  # the help lists the table itself
 
     p.add_argument("--chip", metavar="NAME", help="use this chip's peaks from the built-in table "
                    f"({', '.join(CHIPS)})")
@@ -328,7 +328,7 @@ def add_step_window(p: argparse.ArgumentParser) -> None:
 def rules_from_args(args):
     """Family rules from ``--families FILE`` then ``--family NAME=REGEX`` (UsageError when
     malformed), or None when there are none."""
-    from traceview.analysis.families import parse_rules, read_rules
+    from traceview.analysis.ops.families import parse_rules, read_rules
 
     rules = read_rules(args.families) if getattr(args, "families", None) else []
     rules += parse_rules(getattr(args, "family", None) or [])
@@ -338,7 +338,7 @@ def rules_from_args(args):
 def peaks_from_args(prof, args):
     """The profile's peaks with the command line's overrides (``--measure-cpu-peaks``
     measures this host for the figures neither given nor known, on a CPU profile only)."""
-    from traceview.analysis.peaks import measure_cpu_peaks, profile_peaks
+    from traceview.analysis.hardware.peaks import measure_cpu_peaks, profile_peaks
 
     peaks = profile_peaks(prof, chip=args.chip, peak_flops=args.peak_flops, peak_bw=args.peak_bw)
     if getattr(args, "measure_cpu_peaks", False):

@@ -1,5 +1,5 @@
 """``traceview diff BASE TREATMENT``: the population-matched diff of two profiles
-(:mod:`traceview.analysis.diff`) as a table, JSON or a standalone HTML page."""
+(:mod:`traceview.analysis.compare.diff`) as a table, JSON or a standalone HTML page."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def side_paths(args) -> tuple[list[str], list[str]]:
 
 def run(args) -> int:
     """Returns 0; raises TraceviewError subclasses on bad input."""
-    from traceview.analysis.diff import diff_sides, side
+    from traceview.analysis.compare.diff import diff_sides, side
     from traceview.read.guard import check_writable, inside_inputs, refuse_inside_inputs, write_atomic
 
     out = cargs.output_path(args.output, "-o")
@@ -128,7 +128,7 @@ def run(args) -> int:
     rules = cargs.rules_from_args(args)
     # one profile's op events at a time: each is summarised (populations, kernels, families,
     # steps, noise samples) and released before the next is read
-    from traceview.analysis.pooled import pool
+    from traceview.analysis.compare.pooled import pool
 
     nb = len(base_paths)
     todo = [(p, args.run_base) for p in base_paths] + [(p, args.run_treatment) for p in treatment_paths]

@@ -1,6 +1,6 @@
 """``traceview history LOGDIR [PATH...]``: every run under the paths, oldest first, with its
 steady step time, top families, kernel configurations and findings, and the regression rule of
-:mod:`traceview.analysis.history` (exit 1 under ``--fail-on-regression`` for a slowdown outside
+:mod:`traceview.analysis.compare.history` (exit 1 under ``--fail-on-regression`` for a slowdown outside
 the noise)."""
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def _load_one(where: str, how, cache):
 def run(args) -> int:
     """Returns 0, or 1 for a regression under --fail-on-regression; raises TraceviewError
     subclasses on bad input."""
-    from traceview.analysis.history import compare_runs, summarise
+    from traceview.analysis.compare.history import compare_runs, summarise
     from traceview.errors import TraceviewError
     from traceview.model.naming import printable, safe_line
     from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic

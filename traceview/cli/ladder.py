@@ -1,5 +1,5 @@
 """``traceview ladder PROFILE...``: the family roofline of each profile of a sweep side by side
-(:mod:`traceview.analysis.ladder`), as a table, JSON or a standalone HTML page with its plot."""
+(:mod:`traceview.analysis.compare.ladder`), as a table, JSON or a standalone HTML page with its plot."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """Returns 0; raises TraceviewError subclasses on bad input."""
-    from traceview.analysis.ladder import ladder
+    from traceview.analysis.compare.ladder import ladder
     from traceview.cli.diff import load_sides
     from traceview.read.guard import check_writable, inside_inputs, refuse_inside_inputs, write_atomic
 

@@ -1,5 +1,5 @@
 """``traceview verify PATH [TREATMENT] --check CHECK ...``: declarative checks on a profile or
-a base/treatment pair (:mod:`traceview.analysis.verify`). Exit 0 when every check passes, 1
+a base/treatment pair (:mod:`traceview.analysis.compare.verify`). Exit 0 when every check passes, 1
 (:data:`traceview.errors.EXIT_CHECK_FAILED`) when one fails, 2 on an invalid check."""
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     """0 when every check passes, 1 otherwise; UsageError (2) on an invalid check, a diff
     check with one profile, or more than two paths."""
-    from traceview.analysis.verify import verify
-    from traceview.analysis.verify_grammar import parse_checks, read_checks
+    from traceview.analysis.compare.verify import verify
+    from traceview.analysis.compare.verify_grammar import parse_checks, read_checks
     from traceview.cli.diff import load_sides
 
     if len(args.paths) > 2:

@@ -1,5 +1,5 @@
 """Every instruction of a profile's HLO modules as one frame (:data:`HLO_SCHEMA`): the graph the
-detectors of :mod:`traceview.analysis.hlo_detect` read and ``traceview query`` serves as ``hlo``.
+detectors of :mod:`traceview.analysis.ops.hlo_detect` read and ``traceview query`` serves as ``hlo``.
 
 Source: the ``xla.HloProto`` of each program in the ``/host:metadata`` plane
 (:class:`traceview.model.hlo.HloIndex` keeps their bytes), decoded whole here, once per program

@@ -31,7 +31,7 @@ The traps this module guards against:
   first folder that breaks a rule ends the group (a host seen again is an earlier session).
   A reason names the folders and the window; :attr:`Discovery.fleet` lists them. Not with a
   run named or all runs (``group_hosts=False``: never). Their clocks differ: the straggler
-  analysis estimates the offsets (:mod:`traceview.analysis.stragglers`).
+  analysis estimates the offsets (:mod:`traceview.analysis.communication.stragglers`).
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def _new_figure(w: float, h: float):
 @_chart_style
 def roofline_svg(roof: pl.DataFrame, peaks, *, labelled: int = LABELLED) -> tuple[str | None, str, int]:
     """Log-log roofline chart of the populations in ``roof`` (rows of
-    :func:`traceview.analysis.roofline.roofline`, sorted by total time).
+    :func:`traceview.analysis.ops.roofline.roofline`, sorted by total time).
 
     Returns ``(svg or None, note, hidden)``: ``svg`` is None when there is nothing to draw
     (no peaks or no cost), with ``note`` saying why; ``hidden`` counts populations with a

@@ -1,4 +1,4 @@
-"""HTML rendering of a :class:`traceview.analysis.diff.DiffReport`: a ``<section>`` the HTML report
+"""HTML rendering of a :class:`traceview.analysis.compare.diff.DiffReport`: a ``<section>`` the HTML report
 can include (:func:`diff_section_html`) and a standalone page (:func:`render_diff_page`).
 
 Every string from a trace (op names, shapes, kernel names, source paths, module names,

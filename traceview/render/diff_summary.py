@@ -7,7 +7,7 @@ from traceview.model.units import fmt_time_ps
 
 
 def summary_lines(d) -> list[str]:
-    """Plain-text headline lines of a :class:`~traceview.analysis.diff.DiffReport`."""
+    """Plain-text headline lines of a :class:`~traceview.analysis.compare.diff.DiffReport`."""
     n = d.counts()
     lines = [f"base {d.base_label}", f"treatment {d.treatment_label}",
              f"populations: {n['matched']} matched, {n['appeared']} appeared, {n['vanished']} vanished; "

@@ -1,4 +1,4 @@
-"""Terminal rendering of a :class:`~traceview.analysis.diff.DiffReport` with rich.
+"""Terminal rendering of a :class:`~traceview.analysis.compare.diff.DiffReport` with rich.
 
 Times are shown with adaptive units (input ps); ``Δ`` is treatment − base. Every trace string
 goes through :func:`traceview.render.terminal.escape` (control characters shown as ``?``,

@@ -1,4 +1,4 @@
-"""The roofline-per-family section (:mod:`traceview.analysis.family_roofline`) for the
+"""The roofline-per-family section (:mod:`traceview.analysis.steps.family_roofline`) for the
 terminal and the HTML report: a report's frame in, rows and text out; computes nothing."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Rendering of a :class:`traceview.analysis.history.History`: the trend table as plain text,
+"""Rendering of a :class:`traceview.analysis.compare.history.History`: the trend table as plain text,
 JSON, and a standalone HTML page with a step-time trend chart (inline SVG, matplotlib).
 
 Every string from a trace (run names, modules, kernel names, families, finding ids) goes

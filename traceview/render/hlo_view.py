@@ -1,4 +1,4 @@
-"""Terminal rendering of what the HLO says (:class:`~traceview.analysis.hlo_detect.HloReport`)."""
+"""Terminal rendering of what the HLO says (:class:`~traceview.analysis.ops.hlo_detect.HloReport`)."""
 
 from __future__ import annotations
 

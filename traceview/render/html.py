@@ -327,7 +327,7 @@ def _communication(comm, top: int) -> dict | None:
 
 
 def _kinds(rep, top: int) -> list[dict] | None:
-    """The ``--by kind`` rows (:func:`traceview.analysis.kinds.by_kind`) when the report was
+    """The ``--by kind`` rows (:func:`traceview.analysis.ops.kinds.by_kind`) when the report was
     built with ``by="kind"``, else None."""
     if getattr(rep, "by", "shape") != "kind" or rep.table.height == 0:
         return None

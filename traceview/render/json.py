@@ -248,7 +248,7 @@ def analysis_json(rep, *, top: int | None, version: str, all_rows: bool = False)
 
 
 def diff_payload(d, top: int | None = None, all_rows: bool = False) -> dict:
-    """The JSON object of a :class:`~traceview.analysis.diff.DiffReport`: labels, summary
+    """The JSON object of a :class:`~traceview.analysis.compare.diff.DiffReport`: labels, summary
     lines, op time and traced events per side, steps, population counts by status, kernels,
     families, modules, populations (by |delta|; HLO texts left out), overhead factor, notes,
     collectives, findings and noise; every table cut by :class:`Rows` (``rows``: shown and
@@ -293,7 +293,7 @@ def diff_json(d, top: int | None = None, all_rows: bool = False) -> str:
 
 
 def verify_json(report) -> str:
-    """A :class:`~traceview.analysis.verify.VerifyReport` as indented JSON text (ok, and per
+    """A :class:`~traceview.analysis.compare.verify.VerifyReport` as indented JSON text (ok, and per
     check its text, ok and message) with a final newline."""
     return dumps(report.to_dict())
 

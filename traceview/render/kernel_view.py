@@ -1,4 +1,4 @@
-"""Terminal rendering of the inside of the Pallas kernels (:class:`~traceview.analysis.kernel_inside.KernelInside`)."""
+"""Terminal rendering of the inside of the Pallas kernels (:class:`~traceview.analysis.ops.kernel_inside.KernelInside`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A :class:`~traceview.analysis.ladder.Ladder` as terminal text, JSON and a standalone,
+"""A :class:`~traceview.analysis.compare.ladder.Ladder` as terminal text, JSON and a standalone,
 offline HTML page with its plot (inline SVG drawn by matplotlib; no trace string in the SVG:
 the legend is HTML). Computes nothing."""
 

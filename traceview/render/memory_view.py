@@ -1,4 +1,4 @@
-"""Terminal rendering of the device-memory section (:class:`~traceview.analysis.memory.MemoryReport`)."""
+"""Terminal rendering of the device-memory section (:class:`~traceview.analysis.memory.allocators.MemoryReport`)."""
 
 from __future__ import annotations
 

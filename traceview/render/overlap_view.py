@@ -1,5 +1,5 @@
 """Terminal sections of :attr:`Report.overlap` and :attr:`Report.stragglers`
-(:mod:`traceview.analysis.overlap`, :mod:`traceview.analysis.stragglers`); renders, never computes."""
+(:mod:`traceview.analysis.communication.overlap`, :mod:`traceview.analysis.communication.stragglers`); renders, never computes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Terminal rendering of the phases section (:class:`~traceview.analysis.phases.Phases`)."""
+"""Terminal rendering of the phases section (:class:`~traceview.analysis.steps.phases.Phases`)."""
 
 from __future__ import annotations
 

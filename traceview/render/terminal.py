@@ -455,7 +455,7 @@ def render_communication(console: Console, comm, *, top: int) -> None:
 
 def render_step_records(console: Console, anat, top: int | None = None) -> None:
     """The per-step table (device, step, start, duration, idle, gap before, outlier and its
-    reason) of the steps :meth:`~traceview.analysis.steps.StepAnatomy.top_steps` picks, and
+    reason) of the steps :meth:`~traceview.analysis.steps.anatomy.StepAnatomy.top_steps` picks, and
     the step-time distribution's line."""
     st = anat.steps
     if st.height == 0 or "outlier" not in st.columns:

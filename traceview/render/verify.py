@@ -14,7 +14,7 @@ def result_line(r) -> str:
 
 
 def verify_text(report) -> str:
-    """The text of a :class:`~traceview.analysis.verify.VerifyReport` (no final newline)."""
+    """The text of a :class:`~traceview.analysis.compare.verify.VerifyReport` (no final newline)."""
     n = len(report.results)
     lines = [result_line(r) for r in report.results]
     lines.append(f"{n} check(s): {n - len(report.failed)} passed, {len(report.failed)} failed")

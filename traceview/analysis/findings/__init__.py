@@ -176,7 +176,7 @@ def thresholds_of(values) -> Thresholds:
 class Inputs:
     """What the rules read: ``report`` (a Report or anything with its fields: by_shape,
     roofline, kernels, steps, peaks, warnings, op_time_ps), ``diff`` (a
-    :class:`~traceview.analysis.diff.DiffReport` or None). Built once; derived tables are
+    :class:`~traceview.analysis.compare.diff.DiffReport` or None). Built once; derived tables are
     computed on first use (:mod:`._context`)."""
 
     report: object

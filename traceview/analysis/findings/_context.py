@@ -68,7 +68,7 @@ def step_loop(ctx, min_repeats: float = 3) -> dict:
         return got
     import numpy as np
 
-    from traceview.analysis.stepstats import row_hashes
+    from traceview.analysis.steps.stepstats import row_hashes
 
     out = {"repeated": False, "executions": 0, "steps": 0, "mix_steps": 0, "mixes": 0}
     anat = getattr(ctx.report, "steps", None)

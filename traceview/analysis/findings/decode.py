@@ -438,7 +438,7 @@ def far_below_roofline(ctx, th) -> Finding | None:
 def warmup_in_window(ctx, th) -> Finding | None:
     """Rule 11: warm-up steps inside the analysed window (``--step-window all`` or ``A:B``):
     outlier steps whose reason names a first execution (the step distributions'
-    ``outlier``/``reason``/``in_window`` columns, :mod:`traceview.analysis.stepstats`), else a
+    ``outlier``/``reason``/``in_window`` columns, :mod:`traceview.analysis.steps.stepstats`), else a
     first step at least ``warmup_factor`` times the median of the later ones (at least
     ``warmup_min_steps`` steps on the device). Silent when the window already leaves every
     warm-up step out (the default steady window): there is nothing to act on."""

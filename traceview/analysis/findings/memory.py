@@ -1,5 +1,5 @@
 """Finding rules on device memory (``Report.memory``,
-:class:`~traceview.analysis.memory.MemoryReport`): a peak near the allocator's capacity, and
+:class:`~traceview.analysis.memory.allocators.MemoryReport`): a peak near the allocator's capacity, and
 memory that grows step after step. Both stay silent when the trace has no allocator events
 or the figure they need is unknown. Each rule: ``(Inputs, Thresholds) -> Finding | None``."""
 

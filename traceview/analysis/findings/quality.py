@@ -205,7 +205,7 @@ def host_transfers(ctx, th) -> Finding | None:
 def straggler(ctx, th) -> Finding | None:
     """Rule 9b: one device is the slowest in most steps (at least half of them, and at least 3
     unless its median lead is 100% or more) with a median lead over the median device of at
-    least ``straggler_factor`` - 1 (``Report.stragglers``, :mod:`traceview.analysis.stragglers`:
+    least ``straggler_factor`` - 1 (``Report.stragglers``, :mod:`traceview.analysis.communication.stragglers`:
     its summary's straggler, steps_slowest, n_steps, lead_median, and the collective waits
     attributed to it). A different slowest device each step is scheduling noise, not a
     straggler; nor is a device none of the collective waits are attributed to (the others
@@ -243,7 +243,7 @@ def straggler(ctx, th) -> Finding | None:
 
 def profiling_overhead(ctx, th) -> Finding | None:
     """Rule 6 (diff): populations whose traced event count differs by ``overhead_factor`` or
-    more between base and treatment (:func:`traceview.analysis.diff.diff`'s notes)."""
+    more between base and treatment (:func:`traceview.analysis.compare.diff.diff`'s notes)."""
     d = ctx.diff
     pops = getattr(d, "populations", None)
     if pops is None or pops.height == 0:

@@ -36,7 +36,7 @@ transplanted; the user frame answers "which line of *my* code is responsible" an
 library call into its caller, which hides exactly that distinction.
 
 Times are integer ps. ``share`` is an op group's self time over the self time of all ops in
-the input (self time, as in :mod:`traceview.analysis.aggregate`, so ops nested on one line are not
+the input (self time, as in :mod:`traceview.analysis.ops.aggregate`, so ops nested on one line are not
 counted twice); rows with no source are kept (file ``""``) so shares sum to 1. No function
 raises on an empty frame; an unknown ``frame`` value raises
 :class:`~traceview.errors.UsageError`.

@@ -27,7 +27,7 @@ where the trace has them, else their FLOPs (trace or HLO-derived; the source is 
 bytes accessed in the step / (step time x peak bandwidth), the decode figure of merit (Pope et
 al., "Efficiently Scaling Transformer Inference", 2022, define both); tokens per step from the
 program names (``_b<N>`` decode rows, ``_t<N>`` prefill tokens) or ``tokens_per_step``. Peaks are
-per device (:class:`~traceview.analysis.peaks.Peaks`); unknown peaks leave MFU/MBU None.
+per device (:class:`~traceview.analysis.hardware.peaks.Peaks`); unknown peaks leave MFU/MBU None.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ def program_phases(anat) -> pl.DataFrame:
 
 def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Phases:
     """The :class:`Phases` of a profile's step anatomy ``anat`` (a
-    :class:`~traceview.analysis.steps.StepAnatomy`); ``peaks``: per device (None: MFU/MBU
+    :class:`~traceview.analysis.steps.anatomy.StepAnatomy`); ``peaks``: per device (None: MFU/MBU
     unknown); ``tokens_per_step``: tokens every step produces when the program names do not say."""
     progs = program_phases(anat)
     st = anat.steps
@@ -388,11 +388,11 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
 
 def _cost_factor(table, a_in: np.ndarray, c_in: np.ndarray | None, n_attr: int) -> np.ndarray:
     """Per op description, the multiplier of its FLOPs and bytes per occurrence that counts them
-    as :func:`traceview.analysis.family_roofline.family_roofline` does: 0 for collectives and the
-    ``-start``/``-done`` halves of async ops (as :func:`traceview.analysis.roofline.roofline`),
+    as :func:`traceview.analysis.steps.family_roofline.family_roofline` does: 0 for collectives and the
+    ``-start``/``-done`` halves of async ops (as :func:`traceview.analysis.ops.roofline.roofline`),
     executions over occurrences for an op launching several kernels, else 1."""
-    from traceview.analysis.family_roofline import _executions
-    from traceview.analysis.roofline import _ASYNC, _COLLECTIVE
+    from traceview.analysis.steps.family_roofline import _executions
+    from traceview.analysis.ops.roofline import _ASYNC, _COLLECTIVE
 
     counts = np.bincount(a_in, weights=c_in, minlength=n_attr) if c_in is not None else \
         np.bincount(a_in, minlength=n_attr).astype(np.float64)

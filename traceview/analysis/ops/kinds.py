@@ -3,7 +3,7 @@ names, shape), with the op names that fall into it counted.
 
 A model with L identical layers compiles L copies of each layer op under L names
 (``convolution_bitcast_fusion.3`` ... ``.63``); a (name, shape) table shows L rows of 1/L of
-the time each. The key here is :data:`traceview.analysis.populations.KEY`, the one ``diff``
+the time each. The key here is :data:`traceview.analysis.compare.populations.KEY`, the one ``diff``
 matches on: opcode, the op name without XLA's uniquifying suffix, the shape signature and the
 fingerprint of the HLO text with instruction names removed
 (:func:`traceview.model.fingerprint.population_fingerprint`), so the L copies are one row with
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from traceview.analysis.populations import KEY, populations
+from traceview.analysis.compare.populations import KEY, populations
 
 KIND_SCHEMA = {
     "kind": pl.Utf8, "op_name": pl.Utf8, "shape": pl.Utf8, "members": pl.Int64, "op_names": pl.List(pl.Utf8),
@@ -37,8 +37,8 @@ def by_kind(prof, *, rules=None, tagged=None) -> pl.DataFrame:
     summed over devices; 0 when unknown), per_execution (occurrences / executions: members x
     runs per execution), total_ps, self_ps, mean_ps (total_ps / occurrences), share, modules,
     family, source (most frequent ``file:line``), fingerprint, is_kernel. ``rules``: family
-    rules (:func:`traceview.analysis.families.classify`); ``tagged``: a
-    :func:`~traceview.analysis.tagged.tag` result to reuse. Raises UsageError on bad rules.
+    rules (:func:`traceview.analysis.ops.families.classify`); ``tagged``: a
+    :func:`~traceview.analysis.ops.tagged.tag` result to reuse. Raises UsageError on bad rules.
     """
     pops = populations(prof, rules=rules, tagged=tagged)
     if pops.height == 0:
@@ -56,7 +56,7 @@ def layer_groups(prof, *, rules=None, tagged=None) -> pl.DataFrame:
     per-layer copies of one op are one row that expands to them. Columns: :data:`KIND_SCHEMA`
     plus ``hlo_text`` (of the first member's first event) and ``members_rows`` (per op name,
     by total time: op_name, occurrences, total_ps, modules;
-    :func:`~traceview.analysis.populations.populations`). Same order as :func:`by_kind`."""
+    :func:`~traceview.analysis.compare.populations.populations`). Same order as :func:`by_kind`."""
     pops = populations(prof, rules=rules, tagged=tagged, members=True)
     if pops.height == 0:
         return pl.DataFrame(schema={**KIND_SCHEMA, "hlo_text": pl.Utf8, "members_rows": pl.List(pl.Struct({

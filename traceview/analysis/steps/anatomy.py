@@ -38,7 +38,7 @@ An op belongs to the step whose window contains its start (its whole self time c
 ops with no start (pre-aggregated) or starting outside every window are reported as
 ``outside_ps``, not dropped silently.
 
-Ops are grouped into op families by :mod:`traceview.analysis.families`.
+Ops are grouped into op families by :mod:`traceview.analysis.ops.families`.
 
 All times are integer ps (means are floats). Errors: bad rules raise
 :class:`~traceview.errors.UsageError` with a one-line message; an unknown ``extent`` or
@@ -53,8 +53,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from traceview.analysis import stepstats
-from traceview.analysis.families import attr_families, rules_of
+from traceview.analysis.steps import stepstats
+from traceview.analysis.ops.families import attr_families, rules_of
 from traceview.errors import UsageError
 from traceview.model.optable import as_table, int_bincount
 from traceview.model.runtable import RunTable, as_runs
@@ -832,7 +832,7 @@ def _steps(table, pe: _Placed, module_runs, *, markers, module, extent):
 @dataclass
 class Coverage:
     """The study's "families sum to X of Y ms" line, per step means over the device-steps of
-    the analysed window (``in_window`` steps, :mod:`traceview.analysis.stepstats`).
+    the analysed window (``in_window`` steps, :mod:`traceview.analysis.steps.stepstats`).
 
     ``family_ps`` X = Σ_steps Σ_{ops starting in the step} self_ps / n_steps.
     ``step_ps`` Y = Σ_steps duration_ps / n_steps (wall). ``ratio`` = X / Y (0 when Y is 0).
@@ -882,7 +882,7 @@ class StepAnatomy:
     """Result of :func:`anatomy`.
 
     ``steps``: :func:`find_steps`'s frame plus the per-step record columns of
-    :func:`traceview.analysis.stepstats.annotate` (``gap_before_ps``, ``outlier``, ``reason``,
+    :func:`traceview.analysis.steps.stepstats.annotate` (``gap_before_ps``, ``outlier``, ``reason``,
     ``in_window``). ``families``: family, self_ps (mean per step, ps),
     share (self_ps / mean step wall time), occurrences (total op events in steps), per_step
     (occurrences / n_steps), n_populations (distinct (op_name, shape)); sorted by self time;
@@ -890,7 +890,7 @@ class StepAnatomy:
     ``coverage_all`` over every step. ``method``: "markers", "module" or "trace";
     ``module``: the dominant module (method "module"); ``extent``: the step extent used
     (span, period, run); ``window``: the analysed window ("steady", "all", "A:B");
-    ``distribution``: :func:`traceview.analysis.stepstats.distribution` of the window.
+    ``distribution``: :func:`traceview.analysis.steps.stepstats.distribution` of the window.
     ``ops`` (built on first use): the wide op table with ``family`` and ``step_row`` (row
     index into ``steps``, null for ops outside every step). ``notes``: one line per adjustment
     made (module runs rebuilt on a device whose ops and executions are on different clocks,
@@ -923,12 +923,12 @@ class StepAnatomy:
         self.step_order = stepstats.step_order(self.steps)
 
     def summary(self) -> str:
-        """The distribution's line (:func:`traceview.analysis.stepstats.summary_line`)."""
+        """The distribution's line (:func:`traceview.analysis.steps.stepstats.summary_line`)."""
         return self.summary_text
 
     def top_steps(self, n: int) -> pl.DataFrame:
         """At most ``n`` rows of ``steps`` for a per-step table: the first ``n`` of
-        ``step_order`` (:func:`traceview.analysis.stepstats.top_steps`)."""
+        ``step_order`` (:func:`traceview.analysis.steps.stepstats.top_steps`)."""
         return stepstats.top_steps(self.steps, n, self.step_order)
 
     @property
@@ -1009,7 +1009,7 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
     ``prof.runs`` — a :class:`~traceview.model.runtable.RunTable` — or a wide frame such as
     ``prof.module_runs``). ``rules``: user families (see :func:`classify`). ``markers``,
     ``module``, ``extent``: see :func:`find_steps`. ``window`` ("steady", "all", "A:B") and
-    ``outlier_z`` (the modified z-score cut-off): :mod:`traceview.analysis.stepstats`; the
+    ``outlier_z`` (the modified z-score cut-off): :mod:`traceview.analysis.steps.stepstats`; the
     families and the coverage are over the window's steps. Formulas: :class:`Coverage` and the
     module doc. Raises UsageError on bad rules, extent, window or module.
     """

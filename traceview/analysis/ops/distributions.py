@@ -9,7 +9,7 @@ noisy host gives two modes. This module gives, per population (any key over the 
   between the two nearest ranks, numpy's and polars' ``"linear"``: p50 is the median) and
   ``cv`` (coefficient of variation: standard deviation over the mean of the per-occurrence
   durations, ddof 0; null under two occurrences). Duration, not self time, so these sit beside
-  ``mean_ps`` / ``min_ps`` / ``max_ps`` of :func:`traceview.analysis.aggregate.by_shape`; the
+  ``mean_ps`` / ``min_ps`` / ``max_ps`` of :func:`traceview.analysis.ops.aggregate.by_shape`; the
   two are equal for every op without nested ops on its line (all but ``while`` / ``call`` /
   ``conditional``).
 * :func:`series` — per occurrence: the execution index (which run of its program on its
@@ -37,7 +37,7 @@ slow samples are outliers, not a mode; a smooth spread has no empty gap.
 
 Execution index: an occurrence belongs to the run of its (host, device, program_id) that holds
 its start (``module_runs``); when some occurrence starts outside every run (TPU ops on the
-device clock beside host-aligned runs, see :func:`traceview.analysis.steps.align_module_runs`)
+device clock beside host-aligned runs, see :func:`traceview.analysis.steps.anatomy.align_module_runs`)
 and the population's occurrences there are a whole multiple m of the runs, the k-th run holds
 occurrences k·m .. k·m+m-1 in time order. Without runs the execution index is null and the
 occurrence index counts the occurrences on the device.

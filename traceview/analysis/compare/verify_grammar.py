@@ -27,7 +27,7 @@ check the base instead)::
                                         occurrences of the matching ops (summed), or with
                                         "per execution" every matching (op, shape) population's
                                         occurrences per execution of its program
-    family NAME share CMP PCT           NAME: a default family of traceview.analysis.steps (a unique
+    family NAME share CMP PCT           NAME: a default family of traceview.analysis.steps.anatomy (a unique
                                         prefix such as "attention" is enough) or a user family
     family matching RX share CMP PCT    ad-hoc family: ops whose name, HLO text, framework op,
                                         kernel name or source file matches RX
@@ -42,16 +42,16 @@ check the base instead)::
                                         reduce-scatter, all-to-all, collective-permute, ...; async
                                         halves count as their kind) has its data size S ("bytes",
                                         the nccl-tests size), bytes each participant sends ("sent")
-                                        or group size CMP N (traceview.analysis.collectives); none
+                                        or group size CMP N (traceview.analysis.communication.collectives); none
                                         of KIND fails
     exposed communication share CMP PCT exposed communication over step time, summed over the
-                                        steps and devices (traceview.analysis.overlap; a synchronous
+                                        steps and devices (traceview.analysis.communication.overlap; a synchronous
                                         collective counts exposed)
     straggler lead CMP PCT              the largest per-step lead of the slowest device's busy time
-                                        over the median device's (traceview.analysis.stragglers);
+                                        over the median device's (traceview.analysis.communication.stragglers);
                                         fails when no collective was matched across devices
     memory peak CMP BYTES               the largest peak in use of any allocator (heap + stack,
-                                        traceview.analysis.memory); BYTES: 12GiB, "12 GiB", 500MB,
+                                        traceview.analysis.memory.allocators); BYTES: 12GiB, "12 GiB", 500MB,
                                         or a number of bytes; fails as unknown without allocator events
     memory growth per step CMP PCT      the largest growth per steady step of bytes in use at the
                                         steps' ends over their mean; fails as unknown when no
@@ -72,7 +72,7 @@ Diff checks (two profiles, BASE then TREATMENT)::
                                         the sides (and is A in the base, B in the treatment)
     source of kernel GLOB changed       the kernels' ops come from other source files
     all matched [except RX]             every population of either side has its counterpart
-                                        (traceview.analysis.diff), except those whose op names, kernel
+                                        (traceview.analysis.compare.diff), except those whose op names, kernel
                                         names, stem or modules match RX
 
 ``CMP`` is one of ``< <= > >= == !=``; ``PCT`` is a percentage (``30%``) or a fraction

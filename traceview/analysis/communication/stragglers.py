@@ -1,6 +1,6 @@
 """Stragglers and skew: which device holds a step back, and the collective waits it causes.
 
-Per step and device, **busy** = the compute time of :mod:`traceview.analysis.overlap` (ops
+Per step and device, **busy** = the compute time of :mod:`traceview.analysis.communication.overlap` (ops
 other than collectives and host transfers running, ps): the work a device must do before it
 can take part in the step's collectives. The **slowest device** of a step is the one with the
 largest busy time; its **lead** = (its busy - the median busy of the step's devices) / that
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceview.analysis.overlap import ASYNC_STARTS, SYNC_COLLECTIVES
+from traceview.analysis.communication.overlap import ASYNC_STARTS, SYNC_COLLECTIVES
 
 DEVICES_SCHEMA = {"host": pl.Utf8, "device": pl.Utf8, "step": pl.Int64, "busy_ps": pl.Int64, "wait_ps": pl.Int64,
                   "caused_wait_ps": pl.Int64, "last_arrivals": pl.Int64}
@@ -104,7 +104,7 @@ _BY_CAUSED = ["caused_wait_ps", "last_arrivals", "_name"]
 
 def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
     """Stragglers of ``table`` (an OpTable or the wide op frame) over the step windows of
-    ``overlap_steps`` (:attr:`traceview.analysis.overlap.Overlap.steps`: host, device, step,
+    ``overlap_steps`` (:attr:`traceview.analysis.communication.overlap.Overlap.steps`: host, device, step,
     start_ps, step_ps, compute_ps). Never raises on empty input (empty frames)."""
     cols = ["host", "device", "module", "op_name", "op_kind", "start_ps", "duration_ps"]
     if hasattr(table, "attrs"):  # an OpTable: only the collectives' events become a frame
@@ -231,7 +231,7 @@ def host_clock_line(table, what: str) -> str:
 
 
 def profile_stragglers(prof, overlap=None) -> Stragglers:
-    """:func:`stragglers` of a profile (``overlap``: its :class:`~traceview.analysis.overlap.Overlap`,
+    """:func:`stragglers` of a profile (``overlap``: its :class:`~traceview.analysis.communication.overlap.Overlap`,
     default computed)."""
     if overlap is None:  # the profile's shared result
         from traceview.analysis import derived

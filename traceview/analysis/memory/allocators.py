@@ -304,6 +304,6 @@ def _steps_by_window(ev: pl.DataFrame, in_use: np.ndarray, steps: pl.DataFrame |
 
 def profile_memory(prof, anatomy=None) -> MemoryReport:
     """:func:`memory` of a profile's ``memory`` frame, per step over ``anatomy``'s steps (a
-    :class:`~traceview.analysis.steps.StepAnatomy` or None)."""
+    :class:`~traceview.analysis.steps.anatomy.StepAnatomy` or None)."""
     steps = anatomy.steps if anatomy is not None and anatomy.steps.height else None
     return memory(getattr(prof, "memory", None), steps, [d.name for d in getattr(prof, "devices", []) or []])

@@ -1,6 +1,6 @@
 """Step distributions: per-step records, outlier steps and the analysed window.
 
-:func:`annotate` takes the steps frame of :func:`traceview.analysis.steps.find_steps` and adds,
+:func:`annotate` takes the steps frame of :func:`traceview.analysis.steps.anatomy.find_steps` and adds,
 per (host, device) step:
 
 * ``gap_before_ps`` (Int64): the previous step's ``gap_after_ps`` (previous step end to this
@@ -295,7 +295,7 @@ def _keyed_rows(frame: pl.DataFrame, keys: list[str]) -> np.ndarray:
 def _device_ids(frame: pl.DataFrame) -> tuple[np.ndarray, list]:
     """(per row of ``frame``, a dense id of its (host, device) numbered in order of first
     appearance, nulls equal (int64); the (host, device) of each id). When each device's rows
-    are one run of consecutive rows (the order :func:`traceview.analysis.steps.find_steps`
+    are one run of consecutive rows (the order :func:`traceview.analysis.steps.anatomy.find_steps`
     gives) the ids come from the runs' boundaries, else from a join."""
     n = frame.height
     if n == 0:
@@ -371,7 +371,7 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
              count: np.ndarray | None = None, step_rows: np.ndarray | None = None,
              threshold: float = THRESHOLD, min_rel: float = MIN_REL, devices: tuple | None = None) -> pl.DataFrame:
     """``steps`` (rows in any order; columns of
-    :data:`~traceview.analysis.steps.STEPS_SCHEMA`) plus the columns of
+    :data:`~traceview.analysis.steps.anatomy.STEPS_SCHEMA`) plus the columns of
     :data:`RECORD_SCHEMA` (module doc). ``table`` (the op table), ``attr`` / ``count`` (per
     op event: description id, occurrences) and ``step_rows`` (per event, its row in
     ``steps``, -1 for none) give the reasons; without them the reason is the ratio alone.

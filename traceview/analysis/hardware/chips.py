@@ -2,7 +2,7 @@
 
 Peaks are dense (no structured sparsity) bf16 matrix FLOP/s per chip and HBM bandwidth in
 bytes/s (1 GB = 1e9 bytes). Each entry names its source. The trace's own plane stats are used
-when they agree with the identified chip's entry (see :func:`traceview.analysis.peaks.resolve_peaks`).
+when they agree with the identified chip's entry (see :func:`traceview.analysis.hardware.peaks.resolve_peaks`).
 
 A GPU plane often names only its vendor ("AMD GPU"); :func:`identify_chip` then identifies the
 part from its compute capability (``arch``) and, where one architecture has several parts,

@@ -22,9 +22,9 @@ t is one execution's time: a synchronous collective's op duration; for an async 
 ``-start``'s start to the matching ``-done``'s end on the same device (the time in flight, an
 upper bound on the transfer time; the ``-done`` halves are matched to their ``-start`` by the
 operand named in their HLO text, in time order). Rates use the median over executions. busbw
-is compared with the chip's interconnect peak one way (:mod:`traceview.analysis.interconnect`);
+is compared with the chip's interconnect peak one way (:mod:`traceview.analysis.hardware.interconnect`);
 unknown chip or figure: the fraction is null and the notes say so. Collectives never enter
-the HBM roofline (:mod:`traceview.analysis.roofline` gives them ``bound_by`` "collective" or,
+the HBM roofline (:mod:`traceview.analysis.ops.roofline` gives them ``bound_by`` "collective" or,
 for the async halves, "async").
 
 **Host transfers**: ``copy-start``/``copy-done`` pairs whose source or destination lies in host
@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceview.analysis.interconnect import Link, find_link
-from traceview.analysis.overlap import _match
+from traceview.analysis.hardware.interconnect import Link, find_link
+from traceview.analysis.communication.overlap import _match
 from traceview.model.collective_hlo import collective_attrs, host_transfer
 from traceview.model.shapes import parse_instruction
 
@@ -84,7 +84,7 @@ HOST_SCHEMA = {
 class Communication:
     """``collectives`` (:data:`COLLECTIVES_SCHEMA`, one row per (kind, shape, groups, channel),
     by total time) and ``host_transfers`` (:data:`HOST_SCHEMA`, one row per (direction,
-    mechanism, shape)); ``link`` (the chip's :class:`~traceview.analysis.interconnect.Link` or
+    mechanism, shape)); ``link`` (the chip's :class:`~traceview.analysis.hardware.interconnect.Link` or
     None); ``op_time_ps`` (all op self time); ``collective_ps`` / ``host_ps`` (self time of the
     collective / host-transfer ops, both halves of async pairs); ``host_module_share`` (host
     transfer self time over the op time of the modules holding them, None without any);
@@ -175,7 +175,7 @@ def _pair_spans(ev: pl.DataFrame, attrs: pl.DataFrame, rows=None) -> tuple:
     valid (matched with both times known), done_self_ps (0 when unmatched))."""
     import numpy as np
 
-    from traceview.analysis.overlap import _codes
+    from traceview.analysis.communication.overlap import _codes
 
     start, dur = ev["start_ps"], ev["duration_ps"]
     t_all = _codes(start, np.iinfo(np.int64).min)  # nulls first, as polars sorts them
@@ -211,7 +211,7 @@ def _pair_index(a, t, attrs: pl.DataFrame) -> tuple:
     per such event the index of its done event or -1): the matching of :func:`_pair_async`."""
     import numpy as np
 
-    from traceview.analysis.overlap import _keyed
+    from traceview.analysis.communication.overlap import _keyed
 
     cnt = np.bincount(a)
     ua = np.flatnonzero(cnt)  # the attr ids present, ascending
@@ -262,7 +262,7 @@ def _done_operand(hlo_text: str, op_name: str) -> str:
 
 def communication(prof, peaks=None) -> Communication:
     """The :class:`Communication` of a profile (a :class:`~traceview.model.profiledata.ProfileData`);
-    ``peaks`` (:class:`~traceview.analysis.peaks.Peaks`) names the chip whose link peaks apply
+    ``peaks`` (:class:`~traceview.analysis.hardware.peaks.Peaks`) names the chip whose link peaks apply
     (default: identified from the devices' type)."""
     table = prof.table
     op_time = int(table.total_self_ps()) if table.height else 0
@@ -385,7 +385,7 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
     table's columns (no copy of its events); the grouping keys come from the descriptions."""
     import numpy as np
 
-    from traceview.analysis.overlap import _codes, _keyed
+    from traceview.analysis.communication.overlap import _codes, _keyed
 
     schema_empty = pl.DataFrame(schema=HOST_SCHEMA)
     ev = table.events
@@ -505,7 +505,7 @@ def _direction_bandwidth(dir_names: pl.Series, dcode, dev, start, t, by, ok) -> 
     first counted transfer."""
     import numpy as np
 
-    from traceview.analysis.overlap import _stable_order, _union
+    from traceview.analysis.communication.overlap import _stable_order, _union
 
     out = []
     m_ok = np.flatnonzero(ok & (dcode >= 0))

@@ -20,7 +20,7 @@ band.
   (:func:`measured_band`: the two-sample t half-width of the recordings' log medians). Never
   the treatment's own populations: a treatment that slows everything would hide in them.
 
-The history (:mod:`traceview.analysis.history`) judges step times with the same test and band.
+The history (:mod:`traceview.analysis.compare.history`) judges step times with the same test and band.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Precedence, per figure (:func:`resolve_peaks`): an explicit figure > ``--chip`` > the trace's
 own plane stats, unless they disagree with the chip the trace identifies
-(:mod:`traceview.analysis.chips`) > that chip's table entry. CPU traces carry none: pass them,
+(:mod:`traceview.analysis.hardware.chips`) > that chip's table entry. CPU traces carry none: pass them,
 or measure this host (:func:`measure_cpu_peaks`).
 """
 
@@ -12,7 +12,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from traceview.analysis.chips import find_chip, gpu_peak_flops, identify_chip
+from traceview.analysis.hardware.chips import find_chip, gpu_peak_flops, identify_chip
 from traceview.errors import UsageError
 from traceview.model.schema import DeviceInfo
 from traceview.model.units import fmt_rate
@@ -110,10 +110,10 @@ def resolve_peaks(devices: list[DeviceInfo], *, chip: str | None = None, peak_fl
     """Choose the peaks for a profile's devices.
 
     Precedence, per figure: explicit ``peak_flops`` / ``peak_bw`` (FLOP/s, bytes/s; labelled
-    ``given``) > ``chip`` (a key or name from :data:`traceview.analysis.chips.CHIPS`) > the
+    ``given``) > ``chip`` (a key or name from :data:`traceview.analysis.hardware.chips.CHIPS`) > the
     trace's plane stats (TPU ``peak_teraflops_per_second`` / ``peak_hbm_bw_gigabytes_per_second``;
     GPU ``memory_bandwidth`` and clock × cores × FLOP/clock) unless they differ from the
-    identified chip's table entry (:func:`traceview.analysis.chips.identify_chip`) by more than
+    identified chip's table entry (:func:`traceview.analysis.hardware.chips.identify_chip`) by more than
     :data:`DISAGREE`, when the table's figure is used and a note says so > the chip table alone.
     CPU traces carry none: pass them or use :func:`measure_cpu_peaks`.
     Raises :class:`UsageError` for an unknown ``chip`` or a peak that is not finite and positive.
@@ -130,7 +130,7 @@ def resolve_peaks(devices: list[DeviceInfo], *, chip: str | None = None, peak_fl
     if chip is not None:
         table = find_chip(chip)
         if table is None:
-            from traceview.analysis.chips import CHIPS
+            from traceview.analysis.hardware.chips import CHIPS
 
             raise UsageError(f"unknown chip {chip!r}; known: {', '.join(CHIPS)}")
         p.peak_flops, p.flops_source = table.peak_flops, f"--chip {table.key}: {table.source}"

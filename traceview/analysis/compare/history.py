@@ -3,10 +3,10 @@
 
 Per run (:func:`summarise`): the steady step time (median, p10, p90 of the step durations,
 ps; one per step index, the longest of the devices':
-:func:`~traceview.analysis.stepstats.step_walls`) from the step anatomy (:func:`traceview.analysis.steps.profile_anatomy`; when the steps
+:func:`~traceview.analysis.steps.stepstats.step_walls`) from the step anatomy (:func:`traceview.analysis.steps.anatomy.profile_anatomy`; when the steps
 frame has an ``in_window`` column, only its window's steps), the top op families' self time
 per step, the custom kernels' configurations read off their names
-(:func:`traceview.analysis.kernels.kernels`), and the ids of the findings of its report
+(:func:`traceview.analysis.ops.kernels.kernels`), and the ids of the findings of its report
 (:mod:`traceview.analysis.findings`).
 
 Step program (:func:`program_stem`): the step module's name (the module whose ops hold the
@@ -17,11 +17,11 @@ same step, however their medians compare.
 
 Regression rule (:func:`compare_runs`): each run against its baseline (the latest earlier run of
 the same step program, or the run named as ``baseline`` for every run),
-:func:`traceview.analysis.noise.shift` of the per-step durations (treatment = the run): the
+:func:`traceview.analysis.compare.noise.shift` of the per-step durations (treatment = the run): the
 Hodges-Lehmann ratio of the step times with its exact rank interval (4 steps a side at 0.95),
 judged against the run-to-run noise of one recording against another: ``noise`` when stated
-(:func:`~traceview.analysis.noise.stated_band`), else the prior
-(:data:`~traceview.analysis.noise.PRIOR`, step-time bound) when it was measured on the runs'
+(:func:`~traceview.analysis.compare.noise.stated_band`), else the prior
+(:data:`~traceview.analysis.compare.noise.PRIOR`, step-time bound) when it was measured on the runs'
 device kinds, else unknown. Verdicts: ``no comparable run`` when no earlier run (or the named
 baseline) has the run's step program, or the run's program is unknown (no step module);
 ``no interval`` when a side has too few steps (the change cannot be judged; ``more_samples``
@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from traceview.analysis import noise
+from traceview.analysis.compare import noise
 
 #: default smallest slowdown called a regression (fraction)
 THRESHOLD = 0.05
@@ -158,7 +158,7 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
     bad ``rules``)."""
     import polars as pl
 
-    from traceview.analysis.diff import device_kinds
+    from traceview.analysis.compare.diff import device_kinds
     from traceview.analysis.report import build_report
 
     rep = build_report(prof, rules=rules)  # one report: its step anatomy, kernels and findings
@@ -182,7 +182,7 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
     ks = [] if k.height == 0 else [
         {"kernel": r["kernel"], "config": r["config"]}
         for r in k.select("kernel", "config").unique(maintain_order=True).iter_rows(named=True)]
-    from traceview.analysis.stepstats import step_walls
+    from traceview.analysis.steps.stepstats import step_walls
 
     return RunSummary(name=name, directory=directory, time=time, step_method=a.method, step_module=a.module,
                       step_ps=step_walls(st).astype(np.float64), families=fam, kernels=ks,

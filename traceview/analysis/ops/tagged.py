@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from traceview.analysis import families, sources
+from traceview.analysis.ops import families, sources
 from traceview.model.fingerprint import population_fingerprint
 from traceview.model.kernelname import find_kernel_name, kernel_in_hlo, kernel_in_scope
 from traceview.model.optable import as_table
@@ -47,9 +47,9 @@ class TaggedOps:
     depth below the kernel's own segment; 0 when the op itself carries the name), ``kroot``
     (Boolean, a root op of its kernel in its program; null outside kernels), ``kshape``
     (Utf8, the kernel's root shapes in that program), ``family``
-    (:func:`traceview.analysis.families.classify`; ops of a named kernel are always
+    (:func:`traceview.analysis.ops.families.classify`; ops of a named kernel are always
     ``"attention/custom kernels"``), the source attribution of
-    :func:`traceview.analysis.sources.attribute` (src_file, src_line, src_origin, user_*),
+    :func:`traceview.analysis.ops.sources.attribute` (src_file, src_line, src_origin, user_*),
     ``fingerprint`` (:func:`traceview.model.fingerprint.population_fingerprint`), and the
     sums over its events: ``count`` (occurrences), ``duration_ps``, ``self_ps``, ``rows``
     (events), ``first_row`` (index of its first event). ``events``: op events in all;
@@ -130,7 +130,7 @@ def absorbed_kernels(table, kcode: np.ndarray, meta: np.ndarray, prog: np.ndarra
 def tag(ops, rules=None) -> TaggedOps:
     """The tagged op descriptions of an op table (:class:`~traceview.model.optable.OpTable`
     or a wide op-event frame); ``rules``: user families
-    (:func:`traceview.analysis.families.classify`). Raises UsageError on bad rules."""
+    (:func:`traceview.analysis.ops.families.classify`). Raises UsageError on bad rules."""
     rs = families.rules_of(rules)
     table = as_table(ops)
     if table.height == 0:

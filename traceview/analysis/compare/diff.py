@@ -3,7 +3,7 @@
 The question a treatment raises is "did the change take effect, and what did it do?". XLA's
 instruction names cannot answer it: they are renumbered at every compilation (``fusion.12``
 becomes ``fusion.40``) and reused across programs. The diff therefore matches *populations*
-(:mod:`traceview.analysis.populations`: key ``(kind, program, stem, shape, fingerprint)``,
+(:mod:`traceview.analysis.compare.populations`: key ``(kind, program, stem, shape, fingerprint)``,
 the program being the module's bucket-free stem, so a prefill population never matches a
 decode one of equal shape; named kernels as one population each).
 
@@ -21,8 +21,8 @@ Matching
 Everything else is ``appeared`` (treatment only) or ``vanished`` (base only).
 
 Reported: per population the occurrence and self-time deltas; populations that appeared or
-vanished; populations whose direct source file changed (:mod:`traceview.analysis.sources`);
-kernels whose configuration changed; op families (:mod:`traceview.analysis.families`);
+vanished; populations whose direct source file changed (:mod:`traceview.analysis.ops.sources`);
+kernels whose configuration changed; op families (:mod:`traceview.analysis.ops.families`);
 module executions; the step-time delta (:func:`traceview.analysis.steps.anatomy` on the
 base's dominant module and the treatment's module of the same name, after configuration
 substitution; else each side's dominant module). Profiling-overhead notes: a population whose
@@ -31,12 +31,12 @@ note that per-event tracing overhead may distort the comparison of its timing �
 never to be quoted from a profiled run.
 
 Noise: every matched population carries the Hodges-Lehmann ratio of its self time per step
-(treatment / base) with an exact rank interval (:func:`traceview.analysis.noise.shift`;
-samples from :mod:`traceview.analysis.samples`: self time per step over every step of the
+(treatment / base) with an exact rank interval (:func:`traceview.analysis.compare.noise.shift`;
+samples from :mod:`traceview.analysis.compare.samples`: self time per step over every step of the
 side, or per occurrence for populations outside the steps). The interval must clear the
 run-to-run noise: measured from the recordings when a side has several
-(:func:`~traceview.analysis.noise.measured_band`), else the stated A/A prior of the machine
-class (:data:`~traceview.analysis.noise.PRIOR`); never the treatment's own shifts. A change
+(:func:`~traceview.analysis.compare.noise.measured_band`), else the stated A/A prior of the machine
+class (:data:`~traceview.analysis.compare.noise.PRIOR`); never the treatment's own shifts. A change
 whose interval reaches into that band is "within noise"; too few samples for an interval is
 "no interval", with how many more steps to record. The step time gets the same from the
 per-step durations.
@@ -55,11 +55,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from traceview.analysis import derived, noise, steps
-from traceview.analysis.populations import KEY, family_shares, kernel_table, populations
-from traceview.analysis.samples import Samples, population_samples
-from traceview.analysis.stepstats import step_walls
-from traceview.analysis.tagged import TaggedOps, tag
+from traceview.analysis import derived
+from traceview.analysis.compare import noise
+from traceview.analysis.steps import anatomy as steps
+from traceview.analysis.compare.populations import KEY, family_shares, kernel_table, populations
+from traceview.analysis.compare.samples import Samples, population_samples
+from traceview.analysis.steps.stepstats import step_walls
+from traceview.analysis.ops.tagged import TaggedOps, tag
 from traceview.model.runtable import as_runs
 from traceview.errors import TraceviewError, UsageError
 from traceview.model.kernelname import config_changes, format_config_value, kernel_id
@@ -86,7 +88,7 @@ class StepDelta:
     module runs: one whole-trace step per device). ``method_*``: anatomy's method
     ("module", "trace", "markers"). ``steps_*``: every step found; ``step_ps_*``: the mean
     over the ``window_steps_*`` steps of the step window ``window``
-    (:mod:`traceview.analysis.stepstats`: "steady" leaves the outlier steps out).
+    (:mod:`traceview.analysis.steps.stepstats`: "steady" leaves the outlier steps out).
     ``delta_ps`` = treatment − base; ``ratio`` = treatment / base (None when the base step is 0).
     """
 
@@ -147,7 +149,7 @@ class DiffReport:
     ``modules`` — module (base name; treatment names mapped through configuration
     substitution), executions and mean_ps per side. ``steps``: :class:`StepDelta`.
     ``notes``: one line each (overhead, mismatched steps, collectives whose size or groups
-    changed). ``collectives``: :func:`traceview.analysis.collectives.collective_diff` (None when
+    changed). ``collectives``: :func:`traceview.analysis.communication.collectives.collective_diff` (None when
     the sides are not profiles). ``findings``: the diff's findings
     (:func:`traceview.analysis.findings.find` with ``diff=``), set by :func:`diff_sides`.
     """
@@ -165,7 +167,7 @@ class DiffReport:
     events_treatment: int
     overhead_factor: float = OVERHEAD_FACTOR
     notes: list[str] = field(default_factory=list)
-    collectives: pl.DataFrame | None = None  # traceview.analysis.collectives.collective_diff
+    collectives: pl.DataFrame | None = None  # traceview.analysis.communication.collectives.collective_diff
     findings: list | None = None  # traceview.analysis.findings (the diff's rules: profiling overhead)
     noise_level: float = noise.LEVEL
     run_noise: "NoiseSummary | None" = None  # which run-to-run noise the changes were judged against
@@ -263,17 +265,17 @@ def _changes_text(ch: dict) -> str:
 @dataclass
 class DiffSide:
     """What a diff needs of one profile, so that a profile's op events can be released before
-    the other side is read: ``label``, ``populations`` (:func:`~traceview.analysis.populations.populations`),
-    ``kernels`` (:func:`~traceview.analysis.populations.kernel_table`), ``families``
-    (:func:`~traceview.analysis.populations.family_shares`), ``module_sums`` (per module name:
+    the other side is read: ``label``, ``populations`` (:func:`~traceview.analysis.compare.populations.populations`),
+    ``kernels`` (:func:`~traceview.analysis.compare.populations.kernel_table`), ``families``
+    (:func:`~traceview.analysis.compare.populations.family_shares`), ``module_sums`` (per module name:
     ``executions``, ``n_timed`` executions with a duration and their ``total_ps``; None
     without module runs), ``events`` (op
     events), ``self_ps`` (their self time, ps) and ``steps`` ((module, steps, mean step ps,
     method) of the step anatomy, None when it failed), ``communication``
-    (:func:`traceview.analysis.collectives.communication`, None when it could not be made),
-    ``samples`` (:class:`~traceview.analysis.samples.Samples`, for the noise intervals, from
+    (:func:`traceview.analysis.communication.collectives.communication`, None when it could not be made),
+    ``samples`` (:class:`~traceview.analysis.compare.samples.Samples`, for the noise intervals, from
     the steps of the step window) and ``recordings`` (profiles pooled into it,
-    :func:`traceview.analysis.pooled.pool`)."""
+    :func:`traceview.analysis.compare.pooled.pool`)."""
 
     label: str
     populations: pl.DataFrame
@@ -283,7 +285,7 @@ class DiffSide:
     events: int
     self_ps: int
     steps: tuple | None = None
-    communication: object = None  # traceview.analysis.collectives.Communication
+    communication: object = None  # traceview.analysis.communication.collectives.Communication
     samples: "Samples | None" = None
     recordings: int = 1
     #: device kinds of the profile's devices ("CPU", "TPU", "GPU"; "" when unknown)
@@ -295,10 +297,10 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     """The :class:`DiffSide` of ``prof`` (anything with ``table``, ``module_runs`` and
     ``traces``). ``base``: the base's side when ``prof`` is the treatment (its step module is
     the base's, after configuration substitution). ``tagged``: its
-    :func:`~traceview.analysis.tagged.tag` result made with ``rules``, when the caller has it.
-    ``step_window``: the steps the step time is the mean of (:mod:`traceview.analysis.stepstats`).
+    :func:`~traceview.analysis.ops.tagged.tag` result made with ``rules``, when the caller has it.
+    ``step_window``: the steps the step time is the mean of (:mod:`traceview.analysis.steps.stepstats`).
     Raises UsageError on bad rules or step window."""
-    from traceview.analysis.stepstats import parse_window
+    from traceview.analysis.steps.stepstats import parse_window
 
     parse_window(step_window)
     t = tagged if tagged is not None else derived.tagged(prof, rules)
@@ -445,7 +447,7 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
     Args:
       base, treatment: profiles (anything with ``table``, ``module_runs`` and ``traces``, as
         :class:`traceview.Profile`).
-      rules: user op families for :func:`traceview.analysis.families.classify`
+      rules: user op families for :func:`traceview.analysis.ops.families.classify`
         (``["name=regex", ...]``).
       name_stem: include the op-name stem in the population key (default True).
       program_key: include the program's bucket-free stem in the key (default True).
@@ -453,10 +455,10 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
         overhead note (default 4.0); must be > 1.
       overhead_min_events: populations with fewer events than this on both sides get no note.
       labels: display names for the two sides (default: their file paths).
-      tagged: the sides' :func:`~traceview.analysis.tagged.tag` results made with ``rules``,
+      tagged: the sides' :func:`~traceview.analysis.ops.tagged.tag` results made with ``rules``,
         when the caller has them.
       step_window: the steps whose mean is each side's step time: "steady" (default, outlier
-        steps left out), "all" or "A:B" (:mod:`traceview.analysis.stepstats`); the noise
+        steps left out), "all" or "A:B" (:mod:`traceview.analysis.steps.stepstats`); the noise
         samples come from the same steps.
       noise_level: confidence level of the noise intervals (default 0.95), in (0, 1).
 
@@ -479,7 +481,7 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
                noise_prior: "noise.Prior | None" = None) -> DiffReport:
     """The :class:`DiffReport` of two sides (:func:`side`; the treatment's made with
     ``base=base``). ``noise_prior``: the run-to-run noise of one recording a side (default
-    :data:`traceview.analysis.noise.PRIOR`; ``benchmarks/noise_ab.py`` passes the one it fits). Raises UsageError for ``overhead_factor <= 1`` or ``noise_level`` outside
+    :data:`traceview.analysis.compare.noise.PRIOR`; ``benchmarks/noise_ab.py`` passes the one it fits). Raises UsageError for ``overhead_factor <= 1`` or ``noise_level`` outside
     (0, 1)."""
     if not overhead_factor > 1:
         raise UsageError(f"overhead factor must be > 1, got {overhead_factor!r}")
@@ -652,7 +654,7 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
                      f"different programs, compare step times with care")
     coll = None
     if getattr(base, "communication", None) is not None and getattr(treatment, "communication", None) is not None:
-        from traceview.analysis.collectives import collective_diff
+        from traceview.analysis.communication.collectives import collective_diff
 
         coll, coll_notes = collective_diff(base.communication, treatment.communication)
         notes.extend(coll_notes)
@@ -697,7 +699,7 @@ _NOISE_SCHEMA = {"samples": pl.Utf8, "n_samples_base": pl.Int64, "n_samples_trea
 class NoiseSummary:
     """Which run-to-run noise a diff's changes were judged against (:func:`_with_noise`):
     ``source`` ("prior", "recordings", or "unknown": one recording a side on devices no prior was measured on), ``text`` (in words, as the diff prints it),
-    ``recordings`` (base, treatment), ``prior`` (:data:`~traceview.analysis.noise.PRIOR`
+    ``recordings`` (base, treatment), ``prior`` (:data:`~traceview.analysis.compare.noise.PRIOR`
     when used), ``too_few`` (matched populations without an interval for lack of samples),
     ``more_samples`` (the most samples a side any of them lacks)."""
 
@@ -836,7 +838,7 @@ def _kernel_diff(kb: pl.DataFrame, kt: pl.DataFrame) -> pl.DataFrame:
 
 
 def _family_diff(b: pl.DataFrame, t: pl.DataFrame) -> pl.DataFrame:
-    """Families of both sides (:func:`traceview.analysis.populations.family_shares`): self
+    """Families of both sides (:func:`traceview.analysis.compare.populations.family_shares`): self
     time and share per side and the delta."""
     out = b.join(t, on="family", how="full", coalesce=True, suffix="_treatment").rename(
         {"self_ps": "self_ps_base", "share": "share_base"})

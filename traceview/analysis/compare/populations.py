@@ -22,7 +22,7 @@ Identical computations at identical shapes (the same fusion in each of 18 layers
 population, with their occurrences summed: without names they cannot be told apart, and the
 study's key is shape, not name.
 
-The ops of one named kernel in one program (:mod:`traceview.analysis.tagged`) are one *kernel
+The ops of one named kernel in one program (:mod:`traceview.analysis.ops.tagged`) are one *kernel
 population*, key ``("kernel", program, kernel identity, root shapes, "")``, the identity being the name
 with its numbers replaced by ``*`` (``RPAd-p_*-bq_*_*-bkv_*_*``). Its ``occurrences`` are its
 root ops' occurrences (invocations); ``events`` all the traced op events it holds.
@@ -37,7 +37,7 @@ import re
 
 import polars as pl
 
-from traceview.analysis.tagged import TaggedOps
+from traceview.analysis.ops.tagged import TaggedOps
 from traceview.model.kernelname import kernel_config, kernel_id
 from traceview.model.optable import weighted_mode
 from traceview.model.runtable import as_runs
@@ -80,7 +80,7 @@ def _tagged(prof, rules, tagged: TaggedOps | None) -> TaggedOps:
 
 
 def keyed(rows: pl.DataFrame, *, name_stem: bool = True, program_stem_key: bool = True) -> pl.DataFrame:
-    """Tagged rows (:class:`~traceview.analysis.tagged.TaggedOps` ``rows``) with their
+    """Tagged rows (:class:`~traceview.analysis.ops.tagged.TaggedOps` ``rows``) with their
     population key (module doc): ``kind``, ``program`` ("" with ``program_stem_key=False``),
     ``stem``, ``shape`` (the kernel's root shapes for kernel rows) and ``fingerprint`` (""
     for kernel rows) replace the row's own."""
@@ -106,7 +106,7 @@ def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps |
     """One row per population of one profile (key in the module doc).
 
     ``prof``: anything with ``table`` (an OpTable) and ``module_runs``; ``tagged``: its
-    :func:`~traceview.analysis.tagged.tag` result when the caller has it (made with
+    :func:`~traceview.analysis.ops.tagged.tag` result when the caller has it (made with
     ``rules`` otherwise); ``program_stem_key=False`` leaves the program out of the key (its
     column ""). Columns (:data:`POPULATION_SCHEMA`): the key, is_kernel, kernels
     (kernel names seen), op_names (XLA names seen, sorted), occurrences (invocations for

@@ -2,7 +2,7 @@
 side by side, with how each family's time per step scales and where its arithmetic intensity
 crosses the ridge point.
 
-Per profile, :func:`traceview.analysis.family_roofline.family_roofline` over its step
+Per profile, :func:`traceview.analysis.steps.family_roofline.family_roofline` over its step
 anatomy, all under one set of peaks (so one ridge point). The sweep variable x of each
 profile is given (``xs``) or read off the bundled engine's program names: the request bucket
 R of its decode program ``jit_decode_b{R}_bkv{K}`` (the one with most op time when there are
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceview.analysis.family_roofline import family_roofline
+from traceview.analysis.steps.family_roofline import family_roofline
 from traceview.errors import UsageError
 
 _DECODE = re.compile(r"(?:^|_)decode_b(\d+)(?:_|$)")
@@ -111,12 +111,12 @@ def ladder(profiles, *, xs=None, labels=None, rules=None, peaks=None, step_modul
     """The :class:`Ladder` of ``profiles`` (:class:`~traceview.model.profiledata.ProfileData`
     objects, one per sweep point). ``xs``: the sweep variable per profile (default: read with
     :func:`batch_of`); ``labels``: a name per profile (default ``p1``, ``p2``, ...); ``rules``:
-    family rules (:func:`traceview.analysis.families.rules_of`: a list, a file or ``"study"``);
-    ``peaks``: one :class:`~traceview.analysis.peaks.Peaks` for every point (default: the first
-    profile's :func:`~traceview.analysis.peaks.profile_peaks`); ``step_module``: the program whose
+    family rules (:func:`traceview.analysis.ops.families.rules_of`: a list, a file or ``"study"``);
+    ``peaks``: one :class:`~traceview.analysis.hardware.peaks.Peaks` for every point (default: the first
+    profile's :func:`~traceview.analysis.hardware.peaks.profile_peaks`); ``step_module``: the program whose
     executions are steps. Raises UsageError (module doc; bad rules or module)."""
-    from traceview.analysis.peaks import profile_peaks
-    from traceview.analysis.steps import profile_anatomy
+    from traceview.analysis.hardware.peaks import profile_peaks
+    from traceview.analysis.steps.anatomy import profile_anatomy
 
     profiles = list(profiles)
     if not profiles:

@@ -1,4 +1,4 @@
-"""Several recordings per diff side pooled into one :class:`~traceview.analysis.diff.DiffSide`
+"""Several recordings per diff side pooled into one :class:`~traceview.analysis.compare.diff.DiffSide`
 (``traceview diff --base A1 A2 --treatment B1 B2``).
 
 Additive figures (occurrences, events, times, executions of populations and kernels, family
@@ -7,8 +7,8 @@ integers, so that sides pooled from different numbers of recordings compare; sha
 ``mean_ps`` and ``per_execution`` are recomputed from those. Name, module and file lists are
 unions; ``source``, ``family`` and ``hlo_text`` are the first recording's. Module executions
 (``module_sums``) are added up per module: the diff's module table counts the executions of
-every recording and means their time. The noise samples (:mod:`traceview.analysis.samples`) stay one array per recording
-and population, so :func:`traceview.analysis.noise.shift` ranks every sample of every
+every recording and means their time. The noise samples (:mod:`traceview.analysis.compare.samples`) stay one array per recording
+and population, so :func:`traceview.analysis.compare.noise.shift` ranks every sample of every
 recording and measures the run-to-run noise from the recordings' medians. The step line: the first recording's module, method and step window, steps (all, and in
 the window) summed, the mean step over every recording's window steps.
 """
@@ -20,9 +20,9 @@ import os
 import numpy as np
 import polars as pl
 
-from traceview.analysis.diff import DiffSide
-from traceview.analysis.populations import KERNEL_SCHEMA, KEY, POPULATION_SCHEMA
-from traceview.analysis.samples import Samples
+from traceview.analysis.compare.diff import DiffSide
+from traceview.analysis.compare.populations import KERNEL_SCHEMA, KEY, POPULATION_SCHEMA
+from traceview.analysis.compare.samples import Samples
 from traceview.read.discover import host_from_filename
 
 _POP_SUMS = ["occurrences", "events", "total_ps", "self_ps", "executions"]
@@ -67,7 +67,7 @@ def _refuse_repeats(sides: list[DiffSide]) -> None:
 
 
 def pool(sides: list[DiffSide]) -> DiffSide:
-    """One side from ``sides`` (each made by :func:`traceview.analysis.diff.side`; module doc).
+    """One side from ``sides`` (each made by :func:`traceview.analysis.compare.diff.side`; module doc).
     A single side is returned as is. Raises ValueError for an empty list, UsageError when two
     sides are one recording."""
     if not sides:

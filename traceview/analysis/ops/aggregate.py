@@ -16,7 +16,7 @@ none raises on an empty input (it returns an empty frame with the documented col
 Method: sums, counts, min/max and row-weighted modes are taken over
 :meth:`~traceview.model.optable.OpTable.collapse` (one row per op description, a few hundred rows
 however many events); only the distributions (median, p90, cv:
-:func:`traceview.analysis.distributions.spread`) go back to the events, grouped on an integer
+:func:`traceview.analysis.ops.distributions.spread`) go back to the events, grouped on an integer
 key, and the regime examination reads the events of the few populations whose spread is wide.
 """
 
@@ -137,11 +137,11 @@ def by_shape(ops, module_runs: pl.DataFrame | RunTable | None = None, *, split_m
     min_ps, max_ps, median_ps (per occurrence), share (of all ops' self time), modules
     (sorted list of hlo_module names), n_programs, devices (number of devices), source (most
     frequent ``file:line`` over the events, ties to the smallest), framework_op (likewise),
-    then the distribution (:mod:`traceview.analysis.distributions`): p50_ps (= median_ps),
+    then the distribution (:mod:`traceview.analysis.ops.distributions`): p50_ps (= median_ps),
     p90_ps, cv, programs (the module names, as ``modules``), regimes (null, or why the
     population's spread mixes regimes: warm-up, several programs, bimodal, device split; found with
     ``module_runs`` for the execution index, else occurrence order; the
-    :data:`~traceview.analysis.distributions.MAX_EXAMINED` wide populations with the most
+    :data:`~traceview.analysis.ops.distributions.MAX_EXAMINED` wide populations with the most
     self time are examined) and module (the key's
     module; null when merged and several). Sorted by self time, descending.
     """
@@ -150,11 +150,11 @@ def by_shape(ops, module_runs: pl.DataFrame | RunTable | None = None, *, split_m
 
 def by_shape_and_regimes(ops, module_runs: pl.DataFrame | RunTable | None = None, *,
                          split_modules: bool = True) -> tuple[pl.DataFrame, pl.DataFrame | None]:
-    """(:func:`by_shape`, the :func:`~traceview.analysis.distributions.regimes` figures of the
+    """(:func:`by_shape`, the :func:`~traceview.analysis.ops.distributions.regimes` figures of the
     populations it examined: keys + REGIME_SCHEMA, one row each; None for an empty table), so
     that a report reads the figures of its flagged populations without a second pass over the
     events."""
-    from traceview.analysis import distributions as dist
+    from traceview.analysis.ops import distributions as dist
 
     table = as_table(ops)
     if table.height == 0:
@@ -177,7 +177,7 @@ def by_shape_rows(col: pl.DataFrame, keys: list[str], spread: pl.DataFrame) -> p
     """The :func:`by_shape` rows before ``regimes``, ``mean_ps``, ``share`` and the sort, from
     collapsed rows ``col`` (:meth:`~traceview.model.optable.OpTable.collapse`'s columns;
     ``hlo_text`` and ``source_stack`` unused) and ``spread`` (``keys`` + p50_ps, p90_ps, cv:
-    :func:`traceview.analysis.distributions.spread`, or a merge of sketches in fleet mode).
+    :func:`traceview.analysis.ops.distributions.spread`, or a merge of sketches in fleet mode).
     Every figure here is a sum, count, min/max or weighted mode over ``col``, so collapsed
     rows of several hosts (attr ids kept distinct, in host order) give the figures of their
     concatenated events."""
@@ -284,9 +284,9 @@ def by_name(ops) -> pl.DataFrame:
 def by_program_op(ops) -> pl.DataFrame:
     """One row per (program_id, op_name), XProf ``hlo_stats``'s row key. Columns: program_id,
     module, op_name, shape, occurrences, total_ps, self_ps, mean_ps, share, then the
-    distribution of per-occurrence time (:func:`traceview.analysis.distributions.spread`):
+    distribution of per-occurrence time (:func:`traceview.analysis.ops.distributions.spread`):
     p50_ps, p90_ps, max_ps, cv. Summed over devices (as XProf sums over TPU cores)."""
-    from traceview.analysis import distributions as dist
+    from traceview.analysis.ops import distributions as dist
 
     table = as_table(ops)
     if table.height == 0:

@@ -9,7 +9,7 @@ roof); a value above 1.0 means the peak or the byte/FLOP count is wrong (e.g. da
 from on-chip memory, not HBM) and is flagged, never shown silently.
 
 Times in ps, FLOPs and bytes per occurrence, rates in FLOP/s and bytes/s. Peaks:
-:mod:`traceview.analysis.peaks`.
+:mod:`traceview.analysis.hardware.peaks`.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import math
 
 import polars as pl
 
-from traceview.analysis.aggregate import executions
-from traceview.analysis.peaks import Peaks
+from traceview.analysis.ops.aggregate import executions
+from traceview.analysis.hardware.peaks import Peaks
 from traceview.model.collective_hlo import COLLECTIVE_KINDS
 from traceview.model.optable import as_table, weighted_mode
 
@@ -28,7 +28,7 @@ def roofline(ops, peaks: Peaks) -> pl.DataFrame:
     """Roofline figures per (op_name, shape) population.
 
     Columns: op_name, shape, category, occurrences (events, XProf's count), executions and
-    kernels_per_execution (:func:`traceview.analysis.aggregate.executions`: on GPU one execution
+    kernels_per_execution (:func:`traceview.analysis.ops.aggregate.executions`: on GPU one execution
     of an op can run several kernels, each an event carrying the op's full costs), mean_ps
     (inclusive time per occurrence), exec_ps (inclusive time per execution: the kernels'
     durations summed), total_ps, flops and bytes (per execution), cost_source (trace / derived /
@@ -118,7 +118,7 @@ def _weighted_mean(name: str, w: pl.Expr) -> pl.Expr:
 
 
 _ASYNC = r"(?:-start|-done|-update)(?:\.\d+)?$|^(?:send|recv)(?:-done)?(?:\.\d+)?$"
-# the synchronous collectives of traceview.analysis.collectives' family (send/recv are async above)
+# the synchronous collectives of traceview.analysis.communication.collectives' family (send/recv are async above)
 _COLLECTIVE = (r"^(?:" + "|".join(k for k in COLLECTIVE_KINDS if k not in ("send", "recv")) + r")(?:\.\d+)?$")
 
 _ROOF_SCHEMA = {

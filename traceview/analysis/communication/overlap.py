@@ -535,7 +535,7 @@ def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, e
 
 def profile_overlap(prof, steps=None) -> Overlap:
     """:func:`overlap` of a profile within its step anatomy's windows (``steps``: a
-    :class:`~traceview.analysis.steps.StepAnatomy`, default the profile's: then the result is
+    :class:`~traceview.analysis.steps.anatomy.StepAnatomy`, default the profile's: then the result is
     the profile's shared one, :func:`traceview.analysis.derived.overlap`)."""
     if steps is None:
         from traceview.analysis import derived

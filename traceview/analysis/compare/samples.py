@@ -1,4 +1,4 @@
-"""Per-population time samples for the diff's noise intervals (:mod:`traceview.analysis.noise`).
+"""Per-population time samples for the diff's noise intervals (:mod:`traceview.analysis.compare.noise`).
 
 A population's sample is its **self time per step**: the sum of its op events' self time
 (ps) inside each step of the side's step anatomy (:func:`traceview.analysis.steps.anatomy`:
@@ -10,7 +10,7 @@ gets its **per-occurrence** self times instead, in start order, thinned to at mo
 :data:`MAX_OCCURRENCES` by an even stride.
 
 Events map to populations through their op description (``attr``): the description's
-non-absorbed tagged row decides (:mod:`traceview.analysis.tagged`); a description of which
+non-absorbed tagged row decides (:mod:`traceview.analysis.ops.tagged`); a description of which
 some events were absorbed into a kernel and others not counts all its events with the
 non-absorbed population (rare: absorption needs ops without a name stack between a kernel's
 ops). One bincount pass over the events; memory O(events) int64 for one pass.
@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from traceview.analysis.populations import KEY, keyed
-from traceview.analysis.tagged import ABSORBED_DEPTH
+from traceview.analysis.compare.populations import KEY, keyed
+from traceview.analysis.ops.tagged import ABSORBED_DEPTH
 
 #: fewest steps with events for a per-step sample (else per occurrence)
 MIN_STEPS = 2
@@ -64,7 +64,7 @@ def population_samples(table, tagged, step_rows: np.ndarray | None, step_duratio
                        name_stem: bool = True, program_stem_key: bool = True) -> Samples:
     """:class:`Samples` of one profile (module doc). ``table``: its
     :class:`~traceview.model.optable.OpTable`; ``tagged``: its
-    :func:`~traceview.analysis.tagged.tag` result; ``step_rows``: per event, the step index
+    :func:`~traceview.analysis.ops.tagged.tag` result; ``step_rows``: per event, the step index
     (-1 outside every step), or None; ``step_durations``: per-step wall time, ps."""
     out = Samples()
     if step_durations is not None:

@@ -2,7 +2,7 @@
 with each block's FLOPs, bytes, arithmetic intensity, what bounds it, and the roofline time
 against the measured time.
 
-Over the steps of a :class:`~traceview.analysis.steps.StepAnatomy` (only those whose
+Over the steps of a :class:`~traceview.analysis.steps.anatomy.StepAnatomy` (only those whose
 ``in_window`` is true when its step table has that column, else every step), per family f
 (the anatomy's classification, so ``--family`` rules and ``--families study`` apply), with
 n the number of device-steps, and sums over the op events that start inside those steps:
@@ -11,18 +11,18 @@ n the number of device-steps, and sums over the op events that start inside thos
 * ``flops`` = Σ count × FLOPs per occurrence / n, ``bytes`` likewise with bytes accessed (per
   step; the op table's costs: the trace's, else derived from the HLO, :mod:`traceview.model.costs`;
   collectives and the ``-start``/``-done`` halves of async ops get none, as in
-  :func:`traceview.analysis.roofline.roofline`);
+  :func:`traceview.analysis.ops.roofline.roofline`);
 * ``intensity`` = flops / bytes (FLOP/byte); ``bound_by`` = "compute" when it is at or above
   the ridge point (peak FLOP/s / peak bytes/s), else "memory"; "unknown" without both peaks or
   without costs;
 * ``predicted_ps`` = Σ count × max(FLOPs / peak FLOP/s, bytes / peak bytes/s) / n over the ops
   with a cost (each op on its own roof: Williams, Waterman & Patterson, CACM 2009, the model of
-  :mod:`traceview.analysis.roofline`), against ``measured_ps`` = the self time per step of those
+  :mod:`traceview.analysis.ops.roofline`), against ``measured_ps`` = the self time per step of those
   same ops; ``efficiency`` = predicted / measured; ``costed_share`` = measured_ps / time_ps;
   ``no_bytes_share`` = the part of time_ps from ops with a FLOP count and no byte count (an
   interpreted Pallas kernel on CPU: its bytes are unknown, so its intensity is an upper bound).
 
-Times in ps, FLOPs and bytes per step. Peaks: :class:`~traceview.analysis.peaks.Peaks`.
+Times in ps, FLOPs and bytes per step. Peaks: :class:`~traceview.analysis.hardware.peaks.Peaks`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from traceview.analysis.roofline import _ASYNC, _COLLECTIVE
+from traceview.analysis.ops.roofline import _ASYNC, _COLLECTIVE
 
 SCHEMA = {
     "family": pl.Utf8, "time_ps": pl.Float64, "share": pl.Float64, "occurrences": pl.Float64,
@@ -55,7 +55,7 @@ def window_rows(anat) -> tuple[np.ndarray, str]:
 
 
 def family_roofline(anat, peaks) -> pl.DataFrame:
-    """Per family of ``anat`` (a :class:`~traceview.analysis.steps.StepAnatomy`), the figures of
+    """Per family of ``anat`` (a :class:`~traceview.analysis.steps.anatomy.StepAnatomy`), the figures of
     the module doc under ``peaks``: columns :data:`SCHEMA` (``n_steps``, ``step_ps`` and
     ``window`` repeat on every row), sorted by time per step. Empty frame (same columns) when
     there is no step or no op inside one. Never raises."""
@@ -133,7 +133,7 @@ def _executions(per: pl.DataFrame, attrs: pl.DataFrame) -> pl.DataFrame:
     family) with ``_exec``, the executions its costs count once each: on GPU one execution of an
     HLO op launches several kernels (a convolution as Im2Col + GEMM), each its own description
     and event, so per (op_name, shape, host, device, program_id) the executions are the largest
-    count of any one kernel name (as :func:`traceview.analysis.aggregate.executions` counts
+    count of any one kernel name (as :func:`traceview.analysis.ops.aggregate.executions` counts
     them), carried by one row of the op (the others get 0). An op without kernel names: one
     execution per occurrence."""
     ident = [c for c in ("op_name", "shape", "host", "device", "program_id") if c in attrs.columns]

@@ -2,10 +2,10 @@
 
 A treatment is only a treatment once the trace shows it took effect: the kernel's name
 carries the new block size, the sampler's ops are gone, the transplanted kernel's ops come
-from the new file. :class:`Verifier` evaluates the checks of :mod:`traceview.analysis.verify_grammar`
+from the new file. :class:`Verifier` evaluates the checks of :mod:`traceview.analysis.compare.verify_grammar`
 (grammar and definitions there) and gives one :class:`CheckResult` per check, whose message
 names the op, its shape, the measured figure and the bound. The checks run on
-:func:`traceview.analysis.tagged.tag`'s rows (one per op description), never on a per-event
+:func:`traceview.analysis.ops.tagged.tag`'s rows (one per op description), never on a per-event
 table. Times in messages use :func:`traceview.model.units.fmt_time_ps`.
 """
 
@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from traceview.analysis import aggregate, derived
-from traceview.analysis.families import FAMILIES, rules_of
-from traceview.analysis.populations import kernel_table
-from traceview.analysis.tagged import TaggedOps
-from traceview.analysis.verify_grammar import CMPS, Check, parse_check
+from traceview.analysis import derived
+from traceview.analysis.ops import aggregate
+from traceview.analysis.ops.families import FAMILIES, rules_of
+from traceview.analysis.compare.populations import kernel_table
+from traceview.analysis.ops.tagged import TaggedOps
+from traceview.analysis.compare.verify_grammar import CMPS, Check, parse_check
 from traceview.errors import UsageError
-from traceview.analysis.sources import frames
+from traceview.analysis.ops.sources import frames
 from traceview.model.kernelname import config_value, config_value_matches, format_config_value, kernel_config
 from traceview.model.schema import OPS_SCHEMA
 from traceview.model.units import fmt_time_ps
@@ -95,7 +96,7 @@ class Verifier:
     ``treatment`` / ``base``: profiles (anything with ``table``, ``module_runs`` and
     ``traces``, as :class:`traceview.Profile`). ``rules``: user op families
     (``["name=regex"]`` or a rules file), usable by name in ``family`` checks. Raises
-    UsageError for bad rules. Each side is tagged once (:func:`traceview.analysis.tagged.tag`).
+    UsageError for bad rules. Each side is tagged once (:func:`traceview.analysis.ops.tagged.tag`).
     """
 
     def __init__(self, treatment, base=None, *, rules=None, step_window: str = "steady", finding_thresholds=None,
@@ -121,7 +122,7 @@ class Verifier:
         return self._tag(prof).rows
 
     def _diff_result(self):
-        from traceview.analysis.diff import diff
+        from traceview.analysis.compare.diff import diff
 
         if self._diff is None:
             self._diff = diff(self.base, self.treatment, rules=self.rules, labels=("base", "treatment"),
@@ -219,7 +220,7 @@ class Verifier:
         return False, f"no finding {c.args['id']}; expected one (findings: {others})"
 
     def _c_finding_impact(self, c, prof):
-        """``finding ID impact CMP PCT`` (grammar in :mod:`traceview.analysis.verify_grammar`)."""
+        """``finding ID impact CMP PCT`` (grammar in :mod:`traceview.analysis.compare.verify_grammar`)."""
         from traceview.analysis.report import build_report
         from traceview.analysis.findings.impact import impact_line
 
@@ -347,8 +348,8 @@ class Verifier:
         return CMPS[cmp_](lead, bound), msg
 
     def _memory(self, prof):
-        """The :class:`~traceview.analysis.memory.MemoryReport` of ``prof`` (its default steps)."""
-        from traceview.analysis.memory import profile_memory
+        """The :class:`~traceview.analysis.memory.allocators.MemoryReport` of ``prof`` (its default steps)."""
+        from traceview.analysis.memory.allocators import profile_memory
 
         return prof.derived(("memory",), lambda: profile_memory(prof, derived.step_anatomy(prof))) \
             if hasattr(prof, "derived") else profile_memory(prof, derived.step_anatomy(prof))
@@ -557,9 +558,9 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
            findings: bool = True) -> VerifyReport:
     """Evaluate ``checks`` (strings or :class:`Check`) on ``treatment`` (and ``base`` for diff
     checks): profiles as :class:`Verifier` takes them; ``step_window``: the steps of the
-    diff's step time (:mod:`traceview.analysis.stepstats`). Raises UsageError for an invalid
+    diff's step time (:mod:`traceview.analysis.steps.stepstats`). Raises UsageError for an invalid
     check or step window (before evaluating any)."""
-    from traceview.analysis.stepstats import parse_window
+    from traceview.analysis.steps.stepstats import parse_window
 
     parse_window(step_window)
     parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]

@@ -1,4 +1,4 @@
-"""Chip-to-chip and host-link peak bandwidths, per chip of :data:`traceview.analysis.chips.CHIPS`.
+"""Chip-to-chip and host-link peak bandwidths, per chip of :data:`traceview.analysis.hardware.chips.CHIPS`.
 
 Vendors quote the interconnect as a *bidirectional* aggregate per chip (both directions of
 every link summed). A collective's bus bandwidth (nccl-tests convention) counts the bytes one
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from traceview.analysis.chips import find_chip
+from traceview.analysis.hardware.chips import find_chip
 
 
 @dataclass(frozen=True)

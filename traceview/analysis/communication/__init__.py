@@ -1,0 +1,1 @@
+"""Collectives, host transfers, communication/computation overlap and stragglers."""

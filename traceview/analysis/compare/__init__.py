@@ -1,0 +1,1 @@
+"""Two or more profiles: diff, pooled sides, noise, verify checks, the ladder and the run history."""
