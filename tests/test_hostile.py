@@ -246,7 +246,8 @@ def test_piped_tables_ignore_columns_and_obey_top(capsys, monkeypatch):
     rep = json.loads(_run(argv + ["--format", "json"], capsys)[1])
     n_src, n_roof = len(rep["sources"]), len(rep["roofline"])
     assert n_roof == 30 and n_src == 14
-    assert "roofline of the top 30 populations" in narrow and "— top 14 of 14" in narrow
+    assert "roofline of the top 30 ops (×N: an op's N per-layer copies as one row)" in narrow and "— top 14 of 14" in narrow
+    assert len(rep["roofline_layers"]) == 30 and rep["rows"]["roofline_layers"] == {"shown": 30, "total": 75}
 
 
 def test_terminal_cells_of_megabytes_are_cut(tmp_path, capsys):

@@ -281,3 +281,41 @@ def test_roofline_rows_show_the_operands(shared_traces, tmp_path, capsys, monkey
         result, operands = shape.split(" <- ")
         # the operands line is cut in the middle to fit the page, whole in its title
         assert f'title="← {operands}"' in html
+
+
+def test_per_layer_copies_are_one_row(shared_traces, capsys):
+    """vLLM Qwen on v6e: 3,454 (name, shape) rows, the L per-layer copies of each op under L
+    names; ``layer_copies`` makes each op one row whose sums are its members' and whose
+    efficiency is the time-weighted one, checked against a plain-Python grouping of the rows."""
+    from traceview.analysis.ops.roofline import layer_copies
+
+    prof = traceview.load(shared_traces / "vllm_tpu_qwen")
+    peaks = resolve_peaks(prof.devices, chip="tpu-v6e")
+    roof = roofline(prof.table, peaks)
+    got = layer_copies(roof, peaks)
+    groups: dict = {}
+    for r in roof.iter_rows(named=True):
+        k = (re.sub(r"\.\d+$", "", r["op_name"]), r["shape"], r["category"], r["cost_source"], r["flops"], r["bytes"])
+        groups.setdefault(k, []).append(r)
+    assert roof.height == 3454 and got.height == len(groups) == 75
+    assert got["total_ps"].sum() == roof["total_ps"].sum() and got["occurrences"].sum() == roof["occurrences"].sum()
+    top = got.row(0, named=True)  # the MLP up-projection of 63 layers (the 64th differs in an operand)
+    members = groups[("convolution_bitcast_fusion", top["shape"], top["category"], top["cost_source"], top["flops"],
+                      top["bytes"])]
+    assert top["op_name"] == "convolution_bitcast_fusion" and top["members"] == len(members) == 63
+    assert top["op_names"] == sorted(m["op_name"] for m in members)
+    execs = sum(m["executions"] for m in members)
+    total = sum(m["total_ps"] for m in members)
+    assert top["efficiency"] == pytest.approx(members[0]["roofline_ps"] * execs / total, rel=1e-12)
+    assert top["efficiency_min"] == min(m["efficiency"] for m in members)
+    assert top["efficiency_max"] == max(m["efficiency"] for m in members)
+    assert top["achieved_flops"] == pytest.approx(top["flops"] * execs / (total * 1e-12), rel=1e-12)
+    single = got.filter(pl.col("members") == 1).row(0, named=True)  # a lone op keeps its own name and figures
+    assert single == {**roof.filter((pl.col("op_name") == single["op_name"]) & (pl.col("shape") == single["shape"]))
+                      .row(0, named=True), "members": 1, "op_names": [single["op_name"]],
+                      "efficiency_min": single["efficiency"], "efficiency_max": single["efficiency"]}
+    # the terminal shows the grouped rows: the op with its copy count and the members' range
+    main(["analyze", str(shared_traces / "vllm_tpu_qwen"), "--chip", "tpu-v6e", "--no-findings"])
+    out = capsys.readouterr().out
+    assert "roofline of the top 25 ops (×N: an op's N per-layer copies as one row) by total time" in out
+    assert re.search(r"convolution_bitcast_fusion ×63 .* 91\.2% \(90\.8-91\.7%\)", out)

@@ -18,7 +18,7 @@ from traceview.analysis import derived
 from traceview.analysis.ops import aggregate, sources as _sources
 from traceview.analysis.ops.kernels import kernels as _kernels
 from traceview.analysis.hardware.peaks import Peaks, profile_peaks
-from traceview.analysis.ops.roofline import predicted_vs_measured, roofline
+from traceview.analysis.ops.roofline import layer_copies, predicted_vs_measured, roofline
 from traceview.analysis.steps.anatomy import StepAnatomy
 from traceview.analysis.steps.family_roofline import family_roofline as _family_roofline, summary as _family_summary
 from traceview.analysis.ops.kinds import by_kind as _by_kind
@@ -155,6 +155,9 @@ class Report:
     stragglers: object = None
     family_roofline: pl.DataFrame | None = None
     family_roofline_summary: dict | None = None
+    #: the roofline with the per-layer copies of one op as one row
+    #: (:func:`~traceview.analysis.ops.roofline.layer_copies`), as the terminal shows it
+    roofline_layers: pl.DataFrame | None = None
     #: why fewer op events are shown than the files hold (:func:`events_note`), None when as many
     events_note: str | None = None
     #: device memory from the allocators' events (:class:`~traceview.analysis.memory.allocators.MemoryReport`)
@@ -316,6 +319,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  roofline_summary=predicted_vs_measured(roof), kernels=kern, sources=files,
                  source_frame=source_frame, steps=anat)
     rep.events_note = events_note(rep.files, rep.op_events, rep.device_groups, kern)
+    rep.roofline_layers = layer_copies(roof, peaks)
     fleet = getattr(prof.discovery, "fleet", None)
     if fleet and prof.table.height:  # hosts captured in their own run folders: their clocks
         from traceview.analysis.communication.stragglers import host_clock_line

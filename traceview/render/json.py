@@ -213,6 +213,7 @@ def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = Fal
                     "table_bw": peaks.table_bw, "chip": peaks.chip, "chip_identified_by": peaks.chip_how,
                     "notes": list(peaks.notes)}
     out["roofline"] = cut("roofline", rep.roofline)
+    out["roofline_layers"] = cut("roofline_layers", getattr(rep, "roofline_layers", None))
     out["kernels"] = cut("kernels", rep.kernels)
     out["sources"] = cut("sources", rep.sources)
     out["steps"] = _steps(anat, cut, getattr(rep, "export_command", None))

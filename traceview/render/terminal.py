@@ -66,7 +66,9 @@ def render_report(console: Console, rep, *, top: int) -> None:
     render_kernels(console, rep.kernels, top=top)
     render_sources(console, rep.sources, top=top, frame=rep.source_frame)
     render_steps(console, rep.steps, top=top, export_command=getattr(rep, "export_command", None))
-    render_roofline(console, rep.peaks, rep.roofline, top=top, summary=rep.roofline_summary)
+    layers = getattr(rep, "roofline_layers", None)
+    render_roofline(console, rep.peaks, rep.roofline if layers is None else layers, top=top,
+                    summary=rep.roofline_summary)
     render_communication(console, getattr(rep, "communication", None), top=top)
     render_overlap(console, getattr(rep, "overlap", None), top=top)
     render_stragglers(console, getattr(rep, "stragglers", None), top=top, findings=getattr(rep, "findings", None))
@@ -287,17 +289,24 @@ def render_roofline(console: Console, peaks, roof: pl.DataFrame, *, top: int, su
             Column("bound by", rich=fold),
             Column("roofline/measured", "right", rich=fold), Column("costs", keep=False, rich=fold)]
     rows = []
+    layers = "members" in known.columns  # per-layer copies as one row (layer_copies)
     for r in known.head(top).iter_rows(named=True):
         eff = "-" if r["efficiency"] is None else f"{100 * r['efficiency']:.1f}%"
+        many = layers and r["members"] > 1
+        lo, hi = (r["efficiency_min"], r["efficiency_max"]) if many else (None, None)
+        if lo is not None and hi is not None and f"{100 * lo:.1f}" != f"{100 * hi:.1f}":
+            eff += f" ({100 * lo:.1f}-{100 * hi:.1f}%)"
         if r["warning"]:
             eff = (f"{eff} !", "red")
+        op = f"{r['op_name']} ×{r['members']}" if many else r["op_name"]
         # the whole signature: two GEMMs of one result shape differ in their operands
-        rows.append([plain(r["op_name"]), plain(r["shape"] or "?", ROOF_SHAPE_LIMIT),
+        rows.append([plain(op), plain(r["shape"] or "?", ROOF_SHAPE_LIMIT),
                      "-" if r["intensity"] is None else f"{r['intensity']:.3g}",
                      fmt_rate(r["achieved_flops"], "FLOP/s"), fmt_rate(r["achieved_bw"], "B/s"),
                      fmt_pct(r["frac_peak_flops"]), fmt_pct(r["frac_peak_bw"]), plain(r["bound_by"]), eff,
                      plain(r["cost_source"])])
-    print_table(console, f"roofline of the top {min(top, known.height)} populations by total time", cols, rows)
+    what = "ops (×N: an op's N per-layer copies as one row)" if layers and (known["members"] > 1).any() else "populations"
+    print_table(console, f"roofline of the top {min(top, known.height)} {what} by total time", cols, rows)
     warned = known.head(top).filter(pl.col("warning") != "")
     for r in warned.iter_rows(named=True):
         console.print(f"  [yellow]warning:[/yellow] {escape(r['op_name'])} {escape(r['shape'])}: {escape(r['warning'])}")

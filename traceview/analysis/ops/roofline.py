@@ -111,6 +111,55 @@ def roofline(ops, peaks: Peaks) -> pl.DataFrame:
     return g.select(list(_ROOF_SCHEMA)).sort(["total_ps", "op_name", "shape"], descending=[True, False, False])
 
 
+#: the columns :func:`layer_copies` adds to the roofline's
+LAYER_SCHEMA = {"members": pl.Int64, "op_names": pl.List(pl.Utf8), "efficiency_min": pl.Float64,
+                "efficiency_max": pl.Float64}
+
+
+def layer_copies(roof: pl.DataFrame, peaks: Peaks) -> pl.DataFrame:
+    """The rows of ``roof`` (:func:`roofline`) with the per-layer copies of one op as one row.
+
+    A model with L identical layers compiles L copies of each layer op under L names
+    (``convolution_bitcast_fusion.3`` ... ``.63``); rows whose op names share a stem
+    (:data:`traceview.model.naming.SUFFIX` removed) and whose shape, category, cost source and
+    FLOPs and bytes per execution are equal are one row, ``op_name`` the stem when it holds
+    several names. Occurrences, executions and total time are summed; mean_ps, exec_ps,
+    kernels_per_execution, achieved FLOP/s and bytes/s, their fractions of the peaks and the
+    efficiency are the :func:`roofline` formulas over those sums (time-weighted over the
+    members); intensity, bound_by and roofline_ps are the members' own (equal by the key);
+    warning the first member's that has one. Columns: :data:`_ROOF_SCHEMA`, then members (op
+    names in the row), op_names (sorted), efficiency_min / efficiency_max over the members.
+    Sorted by total time, as :func:`roofline`."""
+    schema = {**_ROOF_SCHEMA, **LAYER_SCHEMA}
+    if roof.height == 0:
+        return pl.DataFrame(schema=schema)
+    key = ["_stem", "shape", "category", "cost_source", "flops", "bytes"]
+    g = (roof.with_columns(pl.col("op_name").str.replace(r"\.\d+$", "").alias("_stem"))
+         .group_by(key, maintain_order=True)
+         .agg(pl.col("op_name").unique().sort().alias("op_names"), pl.col("op_name").first().alias("_first"),
+              pl.col("occurrences").sum(), pl.col("executions").sum(), pl.col("total_ps").sum(),
+              pl.col("intensity").first(), pl.col("bound_by").first(), pl.col("roofline_ps").first(),
+              pl.col("efficiency").min().alias("efficiency_min"), pl.col("efficiency").max().alias("efficiency_max"),
+              pl.col("warning").filter(pl.col("warning") != "").first().fill_null("").alias("warning")))
+    g = g.with_columns(pl.col("op_names").list.len().cast(pl.Int64).alias("members"))
+    g = g.with_columns(pl.when(pl.col("members") > 1).then(pl.col("_stem")).otherwise(pl.col("_first")).alias("op_name"),
+                       (pl.col("total_ps") / pl.col("occurrences")).alias("mean_ps"),
+                       (pl.col("total_ps") / pl.col("executions")).alias("exec_ps"),
+                       (pl.col("occurrences") / pl.col("executions")).alias("kernels_per_execution"))
+    pf = peaks.peak_flops or None
+    pb = peaks.peak_bw or None
+    secs = pl.col("exec_ps") * 1e-12
+    g = g.with_columns(
+        pl.when(secs > 0).then(pl.col("flops") / secs).otherwise(None).alias("achieved_flops"),
+        pl.when(secs > 0).then(pl.col("bytes") / secs).otherwise(None).alias("achieved_bw"),
+        pl.when(pl.col("exec_ps") > 0).then(pl.col("roofline_ps") / pl.col("exec_ps")).otherwise(None).alias("efficiency"))
+    g = g.with_columns(
+        (pl.col("achieved_flops") / pf if pf else pl.lit(None, dtype=pl.Float64)).alias("frac_peak_flops"),
+        (pl.col("achieved_bw") / pb if pb else pl.lit(None, dtype=pl.Float64)).alias("frac_peak_bw"))
+    return (g.select(list(schema)).cast(schema)
+            .sort(["total_ps", "op_name", "shape"], descending=[True, False, False], maintain_order=True))
+
+
 def _weighted_mean(name: str, w: pl.Expr) -> pl.Expr:
     """Mean of ``name`` weighted by ``w`` over its non-null values; null when there is none."""
     have = pl.col(name).is_not_null()
