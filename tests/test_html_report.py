@@ -507,3 +507,13 @@ def test_a_cut_in_the_middle_keeps_arrows_whole():
         assert (head + tail).replace("&lt;", "<").replace("&gt;", ">") == shape
         assert not head.endswith("&lt;") and not (head.endswith("-") and tail.startswith("&gt;"))
     assert 'class="t">&lt;- f32[3,4]' in mid.render(x=shape, n=35)  # the naive cut fell after the "<"
+
+
+def test_the_roofline_table_shows_layer_copies_as_one_row(qwen_page):
+    """vLLM Qwen: the report's roofline table and chart read Report.roofline_layers: the 63
+    copies of the MLP up-projection are row 1, ×63 (their names in its title)."""
+    i = qwen_page.index("<th>shape (result ← operands)</th><th class=\"r\">occ.</th><th class=\"r\">total</th>"
+                        "<th class=\"r\">FLOP/B</th>")
+    first = qwen_page[i:qwen_page.index("</tr>", qwen_page.index("<tr><td", i))]
+    assert 'title="convolution_bitcast_fusion"' in first and ">×63</span>" in first
+    assert "convolution_bitcast_fusion.3, " in first  # the members, in the title

@@ -162,9 +162,16 @@ def _split(split_df: pl.DataFrame) -> list[dict]:
     return split
 
 
+def _roof_rows(rep) -> pl.DataFrame:
+    """The roofline rows the report shows: per-layer copies as one row when the report has
+    them (:attr:`~traceview.analysis.report.Report.roofline_layers`), else per (name, shape)."""
+    layers = getattr(rep, "roofline_layers", None)
+    return rep.roofline if layers is None else layers
+
+
 def _roofline(rep, top: int, chart) -> dict:
     """The roofline section; ``chart`` the pending :func:`~traceview.render.charts.roofline_svg`."""
-    roof, peaks = rep.roofline, rep.peaks
+    roof, peaks = _roof_rows(rep), rep.peaks
     svg, note, hidden = chart()
     known = roof.with_row_index("rank", offset=1).filter(pl.col("flops").is_not_null() | pl.col("bytes").is_not_null())
     rows = []
@@ -177,7 +184,8 @@ def _roofline(rep, top: int, chart) -> dict:
     summ = rep.roofline_summary if roof.height else {}
     return {"svg": svg, "note": note, "hidden": hidden, "rows": rows, "off": (rep.roofline_summary or {}).get("off_roofline") or [],
             "warned": [{"text": w, "ranks": ", ".join(map(str, rk))} for w, rk in warned.items()], "n_costed": known.height,
-            "n_total": roof.height, "summary": summ if summ.get("ratio") is not None and peaks.complete else None}
+            "n_total": roof.height, "summary": summ if summ.get("ratio") is not None and peaks.complete else None,
+            "layers": "members" in roof.columns}
 
 
 def _peaks(peaks) -> dict:
@@ -382,7 +390,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
     from traceview import __version__
 
     charts = charts or InlineCharts()
-    roof_chart = charts.submit("roofline", rep.roofline, rep.peaks)
+    roof_chart = charts.submit("roofline", _roof_rows(rep), rep.peaks)
     steps = _steps(rep, charts)
     comm = comm_view(rep, charts, min(top, 20))
 
