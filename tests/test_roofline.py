@@ -93,6 +93,10 @@ def test_overrides_and_chip_table(gemm):
     p = gemm.peaks(peak_flops=1e15, peak_bw=2e12)
     assert (p.peak_flops, p.peak_bw, p.ridge) == (1e15, 2e12, 500.0)
     assert find_chip("TPU v6 Lite").key == "tpu-v6e" and find_chip("TPU v5 lite").key == "tpu-v5e"
+    # --chip as people write it: without the tpu prefix, any case and punctuation
+    assert [find_chip(t).key for t in ("v6e", "TPU_v6e", "tpu v5p", "A100 40GB", "MI300X")] == \
+        ["tpu-v6e", "tpu-v6e", "tpu-v5p", "a100-40gb", "mi300x"]
+    assert find_chip("v7") is None and find_chip("x") is None
     with pytest.raises(traceview.UsageError):
         gemm.peaks(chip="no-such-chip")
     with pytest.raises(traceview.UsageError):

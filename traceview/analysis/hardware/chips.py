@@ -91,12 +91,18 @@ CAPACITY_MATCH = 1.25
 
 
 def find_chip(text: str) -> Chip | None:
-    """The chip whose key equals ``text`` (case-insensitive) or whose pattern matches it."""
+    """The chip whose key equals ``text`` (case-insensitive; punctuation and a missing
+    ``tpu`` prefix ignored: ``v6e``, ``TPU_v6e``, ``A100-40GB``) or whose pattern matches it."""
     if not text:
         return None
     t = text.strip().lower()
     if t in CHIPS:
         return CHIPS[t]
+    bare = re.sub(r"[^a-z0-9]", "", t)
+    for key, chip in CHIPS.items():
+        k = re.sub(r"[^a-z0-9]", "", key)
+        if bare in (k, k.removeprefix("tpu")):
+            return chip
     for chip in CHIPS.values():
         if re.search(chip.match, text, re.I):
             return chip
