@@ -33,7 +33,8 @@ def _at(payload: dict, path: str):
 def _frames(rep) -> dict:
     """{JSON path: frame} of every table the analyze JSON holds, read off the report."""
     anat, comm, ov, st, mem = rep.steps, rep.communication, rep.overlap, rep.stragglers, rep.memory
-    out = {"devices": rep.devices, "ops": rep.table, "roofline": rep.roofline, "kernels": rep.kernels,
+    out = {"devices": rep.devices, "ops": rep.table, "roofline": rep.roofline, "roofline_layers": rep.roofline_layers,
+           "kernels": rep.kernels,
            "sources": rep.sources, "occurrence_checks": rep.checks, "population_regimes": rep.population_regimes,
            "family_roofline": rep.family_roofline, "split_names": rep.split}
     if anat is not None:
