@@ -369,10 +369,12 @@ def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) 
             offs.append(off)
             chunks[pid] = (ridx, heads, ends)
             inside &= bool(((off >= 0) & (off < np.maximum(r_dur[ridx], 1))).all())
+        if inside:  # every chunk starts inside its execution: the runs stand
+            return r, None
         allo = np.concatenate(offs) if offs else np.empty(0)
         if allo.dtype.kind == "f":  # a run without a start (null) gives NaN: it has no offset
             allo = allo[np.isfinite(allo)]
-        if allo.size and not inside:
+        if allo.size:
             shift = int(np.median(allo))
             new_start, new_dur = r_start + shift, r_dur.copy()
             for ridx, heads, ends in chunks.values():
