@@ -802,18 +802,19 @@ nomem:
  * Events i (rows: int32 step row, -1 outside every step; attr: uint32 description) with
  * rows[i] >= 0 and, when keep (uint8 per step row) is not empty, keep[rows[i]] != 0: per
  * description a, out[j * na + a] += (double)vals[j * n + i] for j < k (vals: int64, k columns
- * of n events; empty: each event adds 1.0 to its one column), seen[a] = 1. out (float64,
- * k x na) and seen (uint8, na) are added to, not cleared. Returns False (outputs partly
- * written) on a description >= na, a row outside keep, or sizes that do not match. */
+ * of n events; k = 0: vals empty, each event adds 1.0 to out's one column), seen[a] = 1. out
+ * (float64, max(k, 1) x na) and seen (uint8, na) are added to, not cleared. Returns False
+ * (outputs partly written) on a description >= na, a row outside keep, or sizes that do not
+ * match. */
 static PyObject *attr_sums(PyObject *self, PyObject *args) {
     Py_buffer b[6];
     Py_ssize_t k;
     if (!PyArg_ParseTuple(args, "y*y*y*y*nw*w*", &b[0], &b[1], &b[2], &b[3], &k, &b[4], &b[5]))
         return NULL;
     Py_ssize_t n = b[0].len / 4, m = b[1].len, na = b[5].len;
-    int have_vals = b[3].len > 0;
-    int ok = k >= 1 && b[2].len == n * 4 && b[4].len == k * na * 8 && (!have_vals || b[3].len == k * n * 8)
-             && (have_vals || k == 1);
+    int have_vals = k > 0;
+    int ok = k >= 0 && b[0].len == n * 4 && b[2].len == n * 4 && b[4].len == (k ? k : 1) * na * 8
+             && b[3].len == k * n * 8;
     const int32_t *rows = b[0].buf;
     const uint8_t *keep = b[1].buf;
     const uint32_t *attr = b[2].buf;

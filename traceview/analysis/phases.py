@@ -412,7 +412,7 @@ def _c_sums(rows, ev_attr, counts, n_attr: int, n: int, table, f, fm, b) -> tupl
     c64 = b"" if counts is None else np.ascontiguousarray(counts, dtype=np.int64)
     per = np.zeros(n_attr)
     seen = np.zeros(n_attr, dtype=np.uint8)
-    if not _fast.attr_sums(r32, b"", a32, c64, 1, per, seen):
+    if not _fast.attr_sums(r32, b"", a32, c64, 0 if counts is None else 1, per, seen):
         return None
     factor = _cost_factor(table, per, n_attr)
     w = np.stack([np.nan_to_num(f) * factor, np.nan_to_num(fm) * factor, np.nan_to_num(b) * factor,
