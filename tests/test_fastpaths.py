@@ -651,3 +651,24 @@ def test_c_attr_and_row_sums_equal_bincount(events, weights, keep, counted):
     if (rows >= 0).any() and attr[rows >= 0].max() > 0:
         assert not _passes.row_sums(rows, attr, b"", np.ascontiguousarray(w[:, :1]), np.array([1, 0], dtype=np.uint8),
                                     np.zeros((2, 5)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6), st.integers(0, (1 << 63) - 1), st.booleans()),
+                min_size=2, max_size=60))
+def test_c_program_runs_equal_numpy(events):
+    """The executions derived from ops (GPU/CPU traces) in two C passes over the events in time
+    order (``program_runs``) equal numpy's sort by program: same keys, starts and durations
+    (ends wrapping past int64), groups of equal start, events before a first anchor dropped."""
+    ev = sorted(events, key=lambda e: e[1])
+    kid = np.array([k for k, _, _, _ in ev], dtype=np.uint16)
+    start = np.array([s * 1000 for _, s, _, _ in ev], dtype=np.int64)
+    dur = np.array([d for _, _, d, _ in ev], dtype=np.int64)
+    anchor = np.array([a for _, _, _, a in ev], dtype=bool)
+    fast = xplane._c_program_runs(kid, start, dur, anchor, 5)
+    assert fast is not None
+    ref = xplane._program_runs(kid, start, dur, anchor, 5)
+    for a, b in zip(fast, ref):
+        assert a.dtype == b.dtype and a.tolist() == b.tolist()
+    # out of time order: refused (numpy sorts)
+    assert xplane._c_program_runs(kid, start[::-1].copy(), dur, anchor, 5) is None or len(set(start.tolist())) == 1
