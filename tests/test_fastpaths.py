@@ -672,3 +672,26 @@ def test_c_program_runs_equal_numpy(events):
         assert a.dtype == b.dtype and a.tolist() == b.tolist()
     # out of time order: refused (numpy sorts)
     assert xplane._c_program_runs(kid, start[::-1].copy(), dur, anchor, 5) is None or len(set(start.tolist())) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(-50, 50) | st.none(),
+                          st.integers(-(1 << 40), 1 << 40) | st.integers(-(1 << 62), 1 << 62) | st.none(),
+                          st.integers(0, 3) | st.none()), max_size=40))
+def test_float_attr_sums_equal_the_bincounts(events):
+    """Per-description self time and occurrences read from the collapsed rows are the float64
+    bincounts' sums (nulls as 0 and 1), and the bincounts themselves where a null or a sum
+    past 2**53 makes the collapsed rows differ."""
+    from traceview.model.optable import float_attr_sums
+
+    ev = pl.DataFrame({"attr": pl.Series([e[0] for e in events], dtype=pl.UInt32),
+                       "start_ps": pl.Series([e[1] for e in events], dtype=pl.Int64),
+                       "duration_ps": pl.Series([5] * len(events), dtype=pl.Int64),
+                       "self_ps": pl.Series([e[2] for e in events], dtype=pl.Int64),
+                       "count": pl.Series([e[3] for e in events], dtype=pl.Int64)})
+    table = OpTable(ev, pl.DataFrame({"attr": pl.Series(range(6), dtype=pl.UInt32)}))
+    a = ev["attr"].to_numpy().astype(np.int64)
+    want_t = np.bincount(a, weights=ev["self_ps"].fill_null(0).to_numpy().astype(np.float64), minlength=6)
+    want_c = np.bincount(a, weights=ev["count"].fill_null(1).to_numpy().astype(np.float64), minlength=6)
+    t, c = float_attr_sums(table)
+    assert t.tolist() == want_t.tolist() and c.tolist() == want_c.tolist()

@@ -100,11 +100,9 @@ class HloReport:
 
 def _measured(table) -> pl.DataFrame:
     """Self time and occurrences per (host, program_id, op_name) of an op table."""
-    ev = table.events
-    n = table.attrs.height
-    a = ev["attr"].to_numpy().astype(np.int64)
-    t = np.bincount(a, weights=ev["self_ps"].fill_null(0).to_numpy().astype(np.float64), minlength=n)
-    c = np.bincount(a, weights=ev["count"].fill_null(1).to_numpy().astype(np.float64), minlength=n)
+    from traceview.model.optable import float_attr_sums
+
+    t, c = float_attr_sums(table)
     idx = table.attrs["attr"].to_numpy().astype(np.int64)
     return (table.attrs.select("host", "program_id", "op_name", "module", "op_kind", "shape", "hlo_text",
                                "cost_source")

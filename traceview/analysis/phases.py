@@ -110,10 +110,9 @@ def program_phases(anat) -> pl.DataFrame:
               "tokens": pl.Int64, "lm_rows": pl.Int64, "matmul_shape": pl.Utf8}
     if table is None or table.height == 0:
         return pl.DataFrame(schema=schema)
-    ev = table.events
-    n_attr = table.attrs.height
-    self_ps = np.bincount(ev["attr"].to_numpy().astype(np.int64), weights=ev["self_ps"].fill_null(0).to_numpy(),
-                          minlength=n_attr)
+    from traceview.model.optable import float_attr_sums
+
+    self_ps = float_attr_sums(table)[0]
     attrs = table.attrs.select("attr", "host", "module", "program_id", "shape").with_columns(
         pl.Series("self_ps", self_ps[table.attrs["attr"].to_numpy().astype(np.int64)]))
     fam = anat.attr_family if anat.attr_family is not None else pl.DataFrame(schema={"attr": pl.UInt32,

@@ -401,8 +401,9 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
         if len(rows) == 0:
             continue
         parts = [rows]
-        if prog is not None and (prog[rows] != prog[rows[0]]).any():
-            parts = [rows[prog[rows] == v] for v in np.unique(prog[rows])]
+        pv = prog[rows] if prog is not None else None
+        if pv is not None and (pv != pv[0]).any():  # the programs in ascending order (distinct by hashing)
+            parts = [rows[pv == v] for v in np.sort(pl.Series(pv).unique().to_numpy())]
         for part in parts:
             d = dur[part]
             ref = d
