@@ -159,21 +159,25 @@ static PyObject *chunk_heads(PyObject *self, PyObject *args) {
     const int64_t *st = b[1].buf, *du = b[2].buf, *m = b[4].buf, *offs = b[5].buf;
     const int32_t *prog = b[3].buf;
     int64_t *heads = b[6].buf, *ends = b[7].buf;
-    int64_t *cnt = ok ? PyMem_RawCalloc(np_ ? (size_t)np_ : 1, sizeof(int64_t)) : NULL;
+    /* per program: its event count within the current chunk, and that chunk (no division) */
+    int64_t *cnt = ok ? PyMem_RawCalloc(np_ ? 2 * (size_t)np_ : 1, sizeof(int64_t)) : NULL;
     if (ok && !cnt) { for (int k = 0; k < 8; k++) PyBuffer_Release(&b[k]); return PyErr_NoMemory(); }
     if (ok) {
         Py_BEGIN_ALLOW_THREADS
+        int64_t *within = cnt, *chunk = cnt + np_;
         for (Py_ssize_t p = 0; p < np_ && ok; p++) if (m[p] < 1 || offs[p] < 0) ok = 0;
         for (Py_ssize_t i = 0; i < n && ok; i++) {
             if ((Py_ssize_t)attr[i] >= na) { ok = 0; break; }
             int32_t p = prog[attr[i]];
             if (p < 0) continue;
             if (p >= np_) { ok = 0; break; }
-            int64_t k = cnt[p]++, o = offs[p] + k / m[p];
+            int64_t w = within[p], o = offs[p] + chunk[p];
             if (o >= nh) { ok = 0; break; }
             int64_t e = (int64_t)((uint64_t)st[i] + (uint64_t)du[i]);
-            if (k % m[p] == 0) { heads[o] = st[i]; ends[o] = e; }
+            if (w == 0) { heads[o] = st[i]; ends[o] = e; }
             else if (e > ends[o]) ends[o] = e;
+            if (++w == m[p]) { w = 0; chunk[p]++; }
+            within[p] = w;
         }
         Py_END_ALLOW_THREADS
     }
