@@ -184,7 +184,8 @@ def _detections(cols: dict, m: pl.DataFrame) -> pl.DataFrame:
         r = {k: cols[k][i] for k in wanted}
         key = (r["host"], r["program_id"])
         r["time_ps"], r["occurrences"] = timed.get(keys[i], none)
-        r["_t"], r["_n"] = (r["time_ps"], r["occurrences"]) if r["fusion"] == "" else timed.get((*key, r["fusion"]), none)
+        fused = timed.get((*key, r["fusion"]), none) if r["fusion"] else None
+        r["_t"], r["_n"] = (r["time_ps"], r["occurrences"]) if fused is None else fused
         op_shapes = r["operand_shapes"] or []
         if r["opcode"] == "convert" and op_shapes:
             src_el = op_shapes[0].split("[", 1)[0]

@@ -462,7 +462,9 @@ static PyObject *program_runs(PyObject *self, PyObject *args) {
             for (Py_ssize_t k = 0; k < nk; k++) counts[k] = 0;
         }
 #define EMIT(k) do { \
-            if (fill) { if (pos[k] >= n_out) { ok = 0; } else { rs[pos[k]] = ost[k]; re[pos[k]] = oend[k]; pos[k]++; } } \
+            if (fill) { \
+                if (pos[k] >= n_out) ok = 0; \
+                else { rs[pos[k]] = ost[k]; re[pos[k]] = oend[k]; pos[k]++; } } \
             else counts[k]++; } while (0)
 #define FINISH(k) do { \
             if (ganc[k]) { if (open[k]) EMIT(k); open[k] = 1; ost[k] = gst[k]; oend[k] = gend[k]; } \
