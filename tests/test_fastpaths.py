@@ -579,3 +579,119 @@ def test_collapse_by_counting_equals_the_group_by(events):
     if covered:
         want = optable._collapse_grouped(ev).sort("attr")
         assert got.schema == want.schema and got.equals(want)
+
+
+def _profiles(shared_traces):
+    """Every shared trace with ops (xplanes, the vLLM trace JSON) and every fixture, loaded."""
+    import traceview
+
+    paths = sorted(p for p in shared_traces.glob("*.xplane.pb") if "corrupt" not in p.name and "bert" not in p.name)
+    paths += [shared_traces / "vllm_tpu_qwen"] + sorted(d for d in FIXTURES.iterdir() if (d / "plugins").exists())
+    return [(str(p), traceview.load(p, cache=False, stale_after_s=None)) for p in paths]
+
+
+def test_c_step_sums_equal_numpy_on_every_trace(shared_traces, monkeypatch):
+    """The phases' per-step FLOP/byte sums and the family roofline's window sums in C
+    (``attr_sums``, ``row_sums``) are numpy's bincounts, figure for figure, on every shared
+    trace and fixture (MFU, MBU, tokens/s, the FLOPs source line, every roofline row)."""
+    from traceview.analysis.steps import family_roofline, phases
+    from traceview.analysis.report import build_report
+
+    got = {}
+    for name, prof in _profiles(shared_traces):
+        rep = build_report(prof)
+        got[name] = (rep.family_roofline, rep.phases)
+        prof._derived = {}
+    assert sum(r[1] is not None and r[1].steps.height > 0 for r in got.values()) >= 8
+    monkeypatch.setattr(phases, "_fast", None)
+    monkeypatch.setattr(family_roofline, "_fast", None)
+    for name, prof in _profiles(shared_traces):
+        rep = build_report(prof)
+        fr, ph = got[name]
+        assert rep.family_roofline.equals(fr, null_equal=True), name
+        if ph is None:
+            assert rep.phases is None, name
+            continue
+        assert rep.phases.steps.equals(ph.steps, null_equal=True), name
+        assert rep.phases.summary.equals(ph.summary, null_equal=True), name
+        assert rep.phases.flops_source == ph.flops_source, name
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-1, 4), st.integers(0, 3), st.integers(0, 1 << 40), st.integers(1, 9)),
+                max_size=60),
+       st.lists(st.floats(-1e6, 1e6, allow_nan=False) | st.just(0.0), min_size=8, max_size=8),
+       st.lists(st.booleans(), min_size=5, max_size=5), st.booleans())
+def test_c_attr_and_row_sums_equal_bincount(events, weights, keep, counted):
+    """``attr_sums`` / ``row_sums`` add exactly what numpy's weighted bincounts add (event
+    order, products not fused), with and without per-event counts and a kept-rows mask."""
+    from traceview.analysis import _passes
+
+    rows = np.array([r for r, _, _, _ in events], dtype=np.int32)
+    attr = np.array([a for _, a, _, _ in events], dtype=np.uint32)
+    vals = np.array([v for _, _, v, _ in events], dtype=np.int64)
+    cnt = np.array([c if counted else 1 for _, _, _, c in events], dtype=np.int64)
+    keep_a = np.array(keep, dtype=bool)
+    inside = (rows >= 0) & np.append(keep_a, False)[rows]
+    out = np.zeros((2, 4))
+    seen = np.zeros(4, dtype=np.uint8)
+    assert _passes.attr_sums(rows, keep_a.view(np.uint8), attr, np.stack([vals, cnt]), 2, out, seen)
+    a_in = attr[inside].astype(np.int64)
+    assert out[0].tolist() == np.bincount(a_in, weights=vals[inside].astype(np.float64), minlength=4).tolist()
+    assert out[1].tolist() == np.bincount(a_in, weights=cnt[inside].astype(np.float64), minlength=4).tolist()
+    assert seen.astype(bool).tolist() == (np.bincount(a_in, minlength=4) > 0).tolist()
+    w = np.array(weights, dtype=np.float64).reshape(2, 4)
+    sums = np.zeros((2, 5))
+    assert _passes.row_sums(rows, attr, cnt if counted else b"", w, np.array([1, 0], dtype=np.uint8), sums)
+    r_in, at = rows[rows >= 0], attr[rows >= 0]
+    want0 = w[0][at] * (cnt[rows >= 0].astype(np.float64) if counted else 1.0)
+    assert sums[0].tolist() == np.bincount(r_in, weights=want0, minlength=5).tolist()
+    assert sums[1].tolist() == np.bincount(r_in, weights=w[1][at], minlength=5).tolist()
+    # a description outside the weights: refused (the caller takes numpy)
+    if (rows >= 0).any() and attr[rows >= 0].max() > 0:
+        assert not _passes.row_sums(rows, attr, b"", np.ascontiguousarray(w[:, :1]), np.array([1, 0], dtype=np.uint8),
+                                    np.zeros((2, 5)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6), st.integers(0, (1 << 63) - 1), st.booleans()),
+                min_size=2, max_size=60))
+def test_c_program_runs_equal_numpy(events):
+    """The executions derived from ops (GPU/CPU traces) in two C passes over the events in time
+    order (``program_runs``) equal numpy's sort by program: same keys, starts and durations
+    (ends wrapping past int64), groups of equal start, events before a first anchor dropped."""
+    ev = sorted(events, key=lambda e: e[1])
+    kid = np.array([k for k, _, _, _ in ev], dtype=np.uint16)
+    start = np.array([s * 1000 for _, s, _, _ in ev], dtype=np.int64)
+    dur = np.array([d for _, _, d, _ in ev], dtype=np.int64)
+    anchor = np.array([a for _, _, _, a in ev], dtype=bool)
+    fast = xplane._c_program_runs(kid, start, dur, anchor, 5)
+    assert fast is not None
+    ref = xplane._program_runs(kid, start, dur, anchor, 5)
+    for a, b in zip(fast, ref):
+        assert a.dtype == b.dtype and a.tolist() == b.tolist()
+    # out of time order: refused (numpy sorts)
+    assert xplane._c_program_runs(kid, start[::-1].copy(), dur, anchor, 5) is None or len(set(start.tolist())) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(-50, 50) | st.none(),
+                          st.integers(-(1 << 40), 1 << 40) | st.integers(-(1 << 62), 1 << 62) | st.none(),
+                          st.integers(0, 3) | st.none()), max_size=40))
+def test_float_attr_sums_equal_the_bincounts(events):
+    """Per-description self time and occurrences read from the collapsed rows are the float64
+    bincounts' sums (nulls as 0 and 1), and the bincounts themselves where a null or a sum
+    past 2**53 makes the collapsed rows differ."""
+    from traceview.model.optable import float_attr_sums
+
+    ev = pl.DataFrame({"attr": pl.Series([e[0] for e in events], dtype=pl.UInt32),
+                       "start_ps": pl.Series([e[1] for e in events], dtype=pl.Int64),
+                       "duration_ps": pl.Series([5] * len(events), dtype=pl.Int64),
+                       "self_ps": pl.Series([e[2] for e in events], dtype=pl.Int64),
+                       "count": pl.Series([e[3] for e in events], dtype=pl.Int64)})
+    table = OpTable(ev, pl.DataFrame({"attr": pl.Series(range(6), dtype=pl.UInt32)}))
+    a = ev["attr"].to_numpy().astype(np.int64)
+    want_t = np.bincount(a, weights=ev["self_ps"].fill_null(0).to_numpy().astype(np.float64), minlength=6)
+    want_c = np.bincount(a, weights=ev["count"].fill_null(1).to_numpy().astype(np.float64), minlength=6)
+    t, c = float_attr_sums(table)
+    assert t.tolist() == want_t.tolist() and c.tolist() == want_c.tolist()

@@ -84,3 +84,66 @@ def test_a_proto_that_does_not_decode():
                        schema=PROTOS_SCHEMA)
     ins, notes = instructions(bad)
     assert ins.height == 0 and notes == [notes[0]] and "HLO proto of m(7) is unreadable" in notes[0]
+
+
+def _proto(comps, entry=0, aliased=()):
+    """HloProto bytes of ``comps``: [(computation id, name, [(id, name, opcode, dims,
+    operand ids, parameter_number, called ids)])]."""
+    from traceview.read.xplane.protos import HloProto
+
+    h = HloProto()
+    m = h.hlo_module
+    m.entry_computation_id = entry
+    for p in aliased:
+        m.input_output_alias.entries.add().parameter_number = p
+    for cid, cname, instrs in comps:
+        c = m.computations.add()
+        c.id, c.name = cid, cname
+        for iid, name, op, dims, ops, num, called in instrs:
+            i = c.instructions.add()
+            i.id, i.name, i.opcode, i.parameter_number = iid, name, op, num
+            i.shape.element_type = 11  # f32
+            i.shape.dimensions.extend(dims)
+            i.shape.layout.minor_to_major.extend(range(len(dims) - 1, -1, -1))
+            i.operand_ids.extend(ops)
+            i.called_computation_ids.extend(called)
+    return h.SerializeToString()
+
+
+def _frame(data):
+    return pl.DataFrame({"host": ["h"], "module": ["m"], "program_id": [7], "proto": [data]}, schema=PROTOS_SCHEMA)
+
+
+def test_instruction_rows_of_a_module_with_reused_ids():
+    """Every field of a row as the module says it: the entry's parameters (aliased or not),
+    a fusion's computation, operands and users by id, and a proto that reuses an instruction id
+    (each row reads its own shape; an operand names the id's last instruction)."""
+    data = _proto([(0, "main", [(1, "p0", "parameter", [8, 4], [], 0, []), (2, "p1", "parameter", [2], [], 1, []),
+                                (3, "f", "fusion", [8, 4], [1], 0, [5]), (4, "c", "copy", [8, 4], [3], 0, [])]),
+                   (5, "fused", [(6, "fp", "parameter", [8, 4], [], 0, []), (7, "cv", "convert", [8, 4], [6], 0, []),
+                                 (2, "dup", "negate", [3, 3], [7], 0, [])])], aliased=(1,))
+    ins, notes = instructions(_frame(data))
+    assert notes == []
+    rows = {r["name"]: r for r in ins.iter_rows(named=True)}
+    assert list(rows) == ["p0", "p1", "f", "c", "fp", "cv", "dup"]
+    assert rows["p0"]["parameter"] == 0 and rows["p0"]["aliased"] is False and rows["p1"]["aliased"] is True
+    assert rows["fp"]["parameter"] is None and rows["fp"]["param_index"] == 0 and rows["fp"]["fusion"] == "f"
+    assert rows["f"]["entry"] and not rows["cv"]["entry"] and rows["cv"]["computation"] == "fused"
+    assert rows["c"]["operands"] == ["f"] and rows["c"]["operand_shapes"] == ["f32[8,4]"]
+    assert rows["c"]["operand_layouts"] == ["1,0"] and rows["f"]["users"] == ["c"] and rows["p0"]["users"] == ["f"]
+    assert rows["p1"]["shape"] == "f32[2]" and rows["dup"]["shape"] == "f32[3,3]" and rows["dup"]["bytes"] == 36
+    assert rows["cv"]["users"] == ["dup"] and rows["dup"]["operands"] == ["cv"]
+    # id 2 is reused: its last instruction (dup) is what an operand 2 names
+    data = _proto([(0, "main", [(2, "a", "parameter", [4], [], 0, []), (9, "b", "add", [4], [2, 2], 0, []),
+                                (2, "z", "negate", [5], [], 0, [])])])
+    rows = {r["name"]: r for r in instructions(_frame(data))[0].iter_rows(named=True)}
+    assert rows["a"]["shape"] == "f32[4]" and rows["b"]["operands"] == ["z", "z"]
+    assert rows["b"]["operand_shapes"] == ["f32[5]", "f32[5]"]
+
+
+def test_a_shape_out_of_range_costs_its_module():
+    data = _proto([(0, "main", [(1, "ok", "parameter", [4], [], 0, []), (2, "huge", "broadcast", [1 << 40, 1 << 30],
+                                                                          [1], 0, [])])])
+    ins, notes = instructions(_frame(data))
+    assert ins.height == 0 and notes == ["HLO proto of m(7) is unreadable: instruction huge has a shape out of range "
+                                         "(f32[1099511627776,1073741824])"]

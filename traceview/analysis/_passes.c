@@ -21,6 +21,10 @@
  *     (traceview.analysis.communication.overlap._covered);
  *   partition(...) -> bool: a device's step windows split into exposed / compute / hidden /
  *     host time (traceview.analysis.communication.overlap._partition).
+ *   attr_sums(...) -> bool: per op description, sums of event columns over the events inside
+ *     step rows (traceview.analysis.steps.phases, traceview.analysis.steps.family_roofline);
+ *   row_sums(...) -> bool: per step row, sums of per-description weights over its events
+ *     (traceview.analysis.steps.phases).
  *
  * Each releases the GIL and returns False on input outside its preconditions (unordered
  * input, an index outside its table); the caller then takes the general path.
@@ -155,21 +159,25 @@ static PyObject *chunk_heads(PyObject *self, PyObject *args) {
     const int64_t *st = b[1].buf, *du = b[2].buf, *m = b[4].buf, *offs = b[5].buf;
     const int32_t *prog = b[3].buf;
     int64_t *heads = b[6].buf, *ends = b[7].buf;
-    int64_t *cnt = ok ? PyMem_RawCalloc(np_ ? (size_t)np_ : 1, sizeof(int64_t)) : NULL;
+    /* per program: its event count within the current chunk, and that chunk (no division) */
+    int64_t *cnt = ok ? PyMem_RawCalloc(np_ ? 2 * (size_t)np_ : 1, sizeof(int64_t)) : NULL;
     if (ok && !cnt) { for (int k = 0; k < 8; k++) PyBuffer_Release(&b[k]); return PyErr_NoMemory(); }
     if (ok) {
         Py_BEGIN_ALLOW_THREADS
+        int64_t *within = cnt, *chunk = cnt + np_;
         for (Py_ssize_t p = 0; p < np_ && ok; p++) if (m[p] < 1 || offs[p] < 0) ok = 0;
         for (Py_ssize_t i = 0; i < n && ok; i++) {
             if ((Py_ssize_t)attr[i] >= na) { ok = 0; break; }
             int32_t p = prog[attr[i]];
             if (p < 0) continue;
             if (p >= np_) { ok = 0; break; }
-            int64_t k = cnt[p]++, o = offs[p] + k / m[p];
+            int64_t w = within[p], o = offs[p] + chunk[p];
             if (o >= nh) { ok = 0; break; }
             int64_t e = (int64_t)((uint64_t)st[i] + (uint64_t)du[i]);
-            if (k % m[p] == 0) { heads[o] = st[i]; ends[o] = e; }
+            if (w == 0) { heads[o] = st[i]; ends[o] = e; }
             else if (e > ends[o]) ends[o] = e;
+            if (++w == m[p]) { w = 0; chunk[p]++; }
+            within[p] = w;
         }
         Py_END_ALLOW_THREADS
     }
@@ -787,6 +795,102 @@ nomem:
     return PyErr_NoMemory();
 }
 
+/* The sums below add in event order, one double at a time, exactly as numpy's bincount with
+ * weights does (the products are not fused into the additions). */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+/* attr_sums(rows, keep, attr, vals, k, out, seen) -> bool
+ * Events i (rows: int32 step row, -1 outside every step; attr: uint32 description) with
+ * rows[i] >= 0 and, when keep (uint8 per step row) is not empty, keep[rows[i]] != 0: per
+ * description a, out[j * na + a] += (double)vals[j * n + i] for j < k (vals: int64, k columns
+ * of n events; k = 0: vals empty, each event adds 1.0 to out's one column), seen[a] = 1. out
+ * (float64, max(k, 1) x na) and seen (uint8, na) are added to, not cleared. Returns False
+ * (outputs partly written) on a description >= na, a row outside keep, or sizes that do not
+ * match. */
+static PyObject *attr_sums(PyObject *self, PyObject *args) {
+    Py_buffer b[6];
+    Py_ssize_t k;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*nw*w*", &b[0], &b[1], &b[2], &b[3], &k, &b[4], &b[5]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, m = b[1].len, na = b[5].len;
+    int have_vals = k > 0;
+    int ok = k >= 0 && b[0].len == n * 4 && b[2].len == n * 4 && b[4].len == (k ? k : 1) * na * 8
+             && b[3].len == k * n * 8;
+    const int32_t *rows = b[0].buf;
+    const uint8_t *keep = b[1].buf;
+    const uint32_t *attr = b[2].buf;
+    const int64_t *vals = b[3].buf;
+    double *out = b[4].buf;
+    uint8_t *seen = b[5].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int32_t r = rows[i];
+            if (r < 0) continue;
+            if (m) {
+                if (r >= m) { ok = 0; break; }
+                if (!keep[r]) continue;
+            }
+            uint32_t a = attr[i];
+            if ((Py_ssize_t)a >= na) { ok = 0; break; }
+            seen[a] = 1;
+            if (!have_vals) { out[a] += 1.0; continue; }
+            for (Py_ssize_t j = 0; j < k; j++) out[j * na + a] += (double)vals[j * n + i];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int j = 0; j < 6; j++) PyBuffer_Release(&b[j]);
+    return PyBool_FromLong(ok);
+}
+
+/* row_sums(rows, attr, counts, w, scale, out) -> bool
+ * Per step row r: out[j * m + r] += w[j * na + attr[i]] (times (double)counts[i] when
+ * scale[j] and counts is not empty) over the events i with rows[i] == r, in event order
+ * (rows: int32, -1 outside every step; attr: uint32; counts: int64 per event or empty; w:
+ * float64, k x na; scale: uint8, k; out: float64, k x m, added to). Returns False (out partly
+ * written) on a row >= m, a description >= na, or sizes that do not match. */
+static PyObject *row_sums(PyObject *self, PyObject *args) {
+    Py_buffer b[6];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, k = b[4].len;
+    int have_counts = b[2].len > 0;
+    Py_ssize_t na = k ? b[3].len / 8 / k : 0, m = k ? b[5].len / 8 / k : 0;
+    int ok = k >= 1 && b[1].len == n * 4 && (!have_counts || b[2].len == n * 8) && b[3].len == k * na * 8
+             && b[5].len == k * m * 8;
+    const int32_t *rows = b[0].buf;
+    const uint32_t *attr = b[1].buf;
+    const int64_t *counts = b[2].buf;
+    const double *w = b[3].buf;
+    const uint8_t *scale = b[4].buf;
+    double *out = b[5].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int32_t r = rows[i];
+            if (r < 0) continue;
+            uint32_t a = attr[i];
+            if (r >= m || (Py_ssize_t)a >= na) { ok = 0; break; }
+            double c = have_counts ? (double)counts[i] : 1.0;
+            for (Py_ssize_t j = 0; j < k; j++) {
+                double v = w[j * na + a];
+                if (have_counts && scale[j]) v = v * c;
+                out[j * m + r] += v;
+            }
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int j = 0; j < 6; j++) PyBuffer_Release(&b[j]);
+    return PyBool_FromLong(ok);
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC pop_options
+#endif
+
 static PyMethodDef methods[] = {
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
@@ -802,6 +906,8 @@ static PyMethodDef methods[] = {
      "partition(cs, ce, ss, se, as, ae, hs, he, wa, wb, exposed, compute, hidden, host) -> bool"},
     {"comm_records", comm_records, METH_VARARGS,
      "comm_records(attr, start, dev, start_key, done_key, sync_of, idx, pe, sync) -> int"},
+    {"attr_sums", attr_sums, METH_VARARGS, "attr_sums(rows, keep, attr, vals, k, out, seen) -> bool"},
+    {"row_sums", row_sums, METH_VARARGS, "row_sums(rows, attr, counts, w, scale, out) -> bool"},
     {NULL, NULL, 0, NULL}
 };
 

@@ -151,8 +151,15 @@ def default_steps(anat) -> tuple[int, int] | None:
     m = median_step(anat)
     if m is None:
         return None
-    have = set(anat.steps["step"].unique().to_list())
-    return (m - 1 if m - 1 in have else m, m + 1 if m + 1 in have else m)
+    have = _step_numbers(anat)
+    return (m - 1 if have(m - 1) else m, m + 1 if have(m + 1) else m)
+
+
+def _step_numbers(anat):
+    """A membership test for the step numbers of ``anat.steps`` (one comparison pass per
+    question: a report asks a few, the steps may be millions)."""
+    nums = anat.steps["step"].drop_nulls().to_numpy()
+    return lambda s: bool((nums == s).any())
 
 
 def cited_step(evidence) -> int | None:
@@ -201,11 +208,11 @@ def attach_export_commands(rep) -> None:
     path = getattr(disc, "url", None) or disc.root  # a URL's discovery: the URL, not its local copy
     dflt = default_steps(anat)
     rep.export_command = export_command(path, *dflt)
-    have = set(anat.steps["step"].unique().to_list())
+    have = _step_numbers(anat)
     for f in rep.findings or ():
         s = cited_step(f.evidence)
-        if s is not None and s in have:
-            f.export_command = export_command(path, s - 1 if s - 1 in have else s, s + 1 if s + 1 in have else s)
+        if s is not None and have(s):
+            f.export_command = export_command(path, s - 1 if have(s - 1) else s, s + 1 if have(s + 1) else s)
         else:
             f.export_command = rep.export_command
 

@@ -41,6 +41,9 @@ ELEMENTWISE = frozenset({
     "count-leading-zeros", "real", "imag", "complex", "reduce-precision", "stochastic-convert",
 })
 REDUCTIONS = frozenset({"reduce", "reduce-window", "all-reduce", "reduce-scatter", "all-reduce-start"})
+#: the opcodes :meth:`ModuleCosts.instruction_flops` counts from shapes (every other one: 0, or its
+#: called computations)
+_COSTED = ELEMENTWISE | REDUCTIONS | {"dot", "convolution", "custom-call"}
 GEMM_TARGETS = re.compile(r"gemm|matmul|cublas|hipblas|rocblas", re.I)
 CONV_TARGETS = re.compile(r"conv|miopen", re.I)
 
@@ -137,6 +140,10 @@ class ModuleCosts:
     def instruction_flops(self, ins, depth: int = 0) -> int:
         """FLOPs of one execution of ``ins`` (see the module docstring for the rules)."""
         op = ins.opcode
+        if op in ("fusion", "call", "async-start") and ins.called_computation_ids:
+            return sum(self.computation_flops(c, depth) for c in ins.called_computation_ids)
+        if op not in _COSTED:  # no FLOPs: its shape is not read
+            return 0
         result = shape_from_proto(ins.shape)
         if op == "dot":
             lhs = self._shape(ins.operand_ids[0]) if ins.operand_ids else None
@@ -165,8 +172,6 @@ class ModuleCosts:
                 cdn = ins.convolution_dimension_numbers
                 return conv_flops(res, kernel, cdn.kernel_input_feature_dimension, list(cdn.kernel_spatial_dimensions))
             return 0
-        if op in ("fusion", "call", "async-start") and ins.called_computation_ids:
-            return sum(self.computation_flops(c, depth) for c in ins.called_computation_ids)
         if op in ELEMENTWISE:
             return result.elements
         if op in REDUCTIONS:

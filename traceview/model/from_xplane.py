@@ -1045,10 +1045,20 @@ def _derive_module_runs(table: OpTable) -> RunTable:
     # per (program key, op name): occurrences and first start, summed per description first
     m = d.height
     n_attr = np.zeros(m, dtype=np.int64)
-    np.add.at(n_attr, attr, count)  # int64, wrapping as polars' sum does
     first_attr = np.full(m, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(first_attr, attr, start)
-    seen = np.bincount(attr, minlength=m) > 0
+    rows_attr = None
+    if placed is None:  # every event placed: the table's collapsed rows hold these sums (cached)
+        c = table.collapse()
+        ids = c["attr"].to_numpy().astype(np.int64)
+        n_attr[ids] = c["count"].to_numpy()
+        first_attr[ids] = c["first_ps"].to_numpy()
+        rows_attr = np.zeros(m, dtype=np.int64)
+        rows_attr[ids] = c["rows"].to_numpy()
+        seen = rows_attr > 0
+    else:
+        np.add.at(n_attr, attr, count)  # int64, wrapping as polars' sum does
+        np.minimum.at(first_attr, attr, start)
+        seen = np.bincount(attr, minlength=m) > 0
     nk = kop_tab.height
     n_kop = np.zeros(nk, dtype=np.int64)
     np.add.at(n_kop, kop_of[seen], n_attr[seen])
@@ -1067,21 +1077,71 @@ def _derive_module_runs(table: OpTable) -> RunTable:
     valid = key_tab.select(pl.all_horizontal(pl.col(k).is_not_null() for k in keys)).to_series().to_numpy()
     kdt = np.uint16 if key_tab.height <= 1 << 16 else np.int64  # 16-bit: a radix sort
     kid_ev = kid_of.astype(kdt)[attr]
-    keep = valid[kid_ev]
+    anchor_ev = anchor_of[attr]
     dur = col("duration_ps")
-    if not keep.all():
-        idx = np.flatnonzero(keep)
-        kid_ev, start, attr, dur = kid_ev[idx], start[idx], attr[idx], dur[idx]
+    kept = bool(valid.all())
+    if not kept:
+        idx = np.flatnonzero(valid[kid_ev])
+        kid_ev, start, anchor_ev, dur = kid_ev[idx], start[idx], anchor_ev[idx], dur[idx]
     if not len(kid_ev):
         return RunTable.empty()
+    nk = key_tab.height
+    got = _c_program_runs(kid_ev, start, dur, anchor_ev, nk)
+    if got is None:
+        kend = (np.cumsum(np.bincount(kid_of, weights=rows_attr, minlength=nk).astype(np.int64))
+                if kept and rows_attr is not None else None)  # past each program's events
+        got = _program_runs(kid_ev, start, dur, anchor_ev, nk, kend)
+    kid, r_start, r_dur = got
+    del kid_ev, start, dur, anchor_ev
+    # rows by host, device, start_ps, module, program_id: the runs are in (key, start) order
+    # and keys are numbered in sort order, so a stable sort by start then by (host, device)
+    hd = key_tab.select(pl.struct("host", "device").rle_id()).to_series().to_numpy()
+    o = np.argsort(r_start, kind="stable")
+    hd_run = hd[kid[o]]
+    if hd_run.min() != hd_run.max():
+        o = o[np.argsort(hd_run.astype(kdt), kind="stable")]
+    runs = pl.DataFrame({"key": pl.Series(kid[o], dtype=pl.UInt32), "start_ps": pl.Series(r_start[o], dtype=pl.Int64),
+                         "duration_ps": pl.Series(r_dur[o], dtype=pl.Int64)})
+    return RunTable(runs, key_tab.rename({"kid": "key"}).cast(KEY_SCHEMA))
+
+
+def _c_program_runs(kid_ev: np.ndarray, start: np.ndarray, dur: np.ndarray, anchor_ev: np.ndarray,
+                    nk: int) -> tuple | None:
+    """:func:`_program_runs` in two C passes over the events in time order (``program_runs``:
+    count, then fill), without sorting them by program; None without the accelerator or when
+    the events are not in time order."""
+    if _fast is None or len(start) < 2 or not (start[1:] >= start[:-1]).all():
+        return None
+    k64 = np.ascontiguousarray(kid_ev, dtype=np.int64)
+    s64 = np.ascontiguousarray(start, dtype=np.int64)
+    d64 = np.ascontiguousarray(dur, dtype=np.int64)
+    a8 = np.ascontiguousarray(anchor_ev, dtype=bool).view(np.uint8)
+    counts = np.zeros(nk, dtype=np.int64)
+    n = _fast.program_runs(k64, s64, d64, a8, nk, counts, bytearray(), bytearray())
+    if n < 0:
+        return None
+    r_start = np.empty(n, dtype=np.int64)
+    r_end = np.empty(n, dtype=np.int64)
+    if _fast.program_runs(k64, s64, d64, a8, nk, counts, r_start, r_end) != n:
+        return None
+    r_end -= r_start  # int64, wrapping as polars does
+    return np.repeat(np.arange(nk, dtype=np.uint32), counts), r_start, r_end
+
+
+def _program_runs(kid_ev: np.ndarray, start: np.ndarray, dur: np.ndarray, anchor_ev: np.ndarray, nk: int,
+                  kend: np.ndarray | None = None) -> tuple:
+    """(program key, start, duration) of each execution of :func:`_derive_module_runs`, in
+    (key, start) order, from the events' program keys ``kid_ev`` (< ``nk``), starts, durations
+    and whether each is of its program's anchor op (numpy: one stable sort of the events by
+    program). ``kend``: the cumulative event count per program, when known."""
     # events in (program, start) order: a stable sort by start, then by program
     if (start[1:] >= start[:-1]).all():
         order = np.argsort(kid_ev, kind="stable")
     else:
         order = np.argsort(start, kind="stable")
         order = order[np.argsort(kid_ev[order], kind="stable")]
-    kend = np.cumsum(np.bincount(kid_ev, minlength=key_tab.height))  # past each program's events
-    del kid_ev
+    if kend is None:
+        kend = np.cumsum(np.bincount(kid_ev, minlength=nk))
     key_first = np.unique(np.r_[0, kend[:-1]])  # first position of each program (and the end)
     key_first = key_first[key_first < len(order)]
     s_s = start[order]
@@ -1094,7 +1154,7 @@ def _derive_module_runs(table: OpTable) -> RunTable:
     new_start[key_first] = True
     gs = np.flatnonzero(new_start)  # group starts
     del new_start
-    has_anchor = np.logical_or.reduceat(anchor_of[attr[order]], gs)
+    has_anchor = np.logical_or.reduceat(anchor_ev[order], gs)
     cut_sel = has_anchor.copy()
     cut_sel[np.searchsorted(gs, key_first)] = True
     at = gs[has_anchor]
@@ -1113,13 +1173,4 @@ def _derive_module_runs(table: OpTable) -> RunTable:
     r_dur = np.maximum.reduceat(end, cuts) if same else np.maximum.reduceat(end, cuts)[has_anchor[cut_sel]]
     del end, s_s, cuts
     r_dur -= r_start
-    # rows by host, device, start_ps, module, program_id: the runs are in (key, start) order
-    # and keys are numbered in sort order, so a stable sort by start then by (host, device)
-    hd = key_tab.select(pl.struct("host", "device").rle_id()).to_series().to_numpy()
-    o = np.argsort(r_start, kind="stable")
-    hd_run = hd[kid[o]]
-    if hd_run.min() != hd_run.max():
-        o = o[np.argsort(hd_run.astype(kdt), kind="stable")]
-    runs = pl.DataFrame({"key": pl.Series(kid[o], dtype=pl.UInt32), "start_ps": pl.Series(r_start[o], dtype=pl.Int64),
-                         "duration_ps": pl.Series(r_dur[o], dtype=pl.Int64)})
-    return RunTable(runs, key_tab.rename({"kid": "key"}).cast(KEY_SCHEMA))
+    return kid, r_start, r_dur

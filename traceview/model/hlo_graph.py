@@ -61,6 +61,13 @@ def protos_frame(raw: dict, host: str) -> pl.DataFrame | None:
 def instructions(protos: pl.DataFrame | None) -> tuple[pl.DataFrame, list[str]]:
     """(:data:`HLO_SCHEMA` frame of every instruction of ``protos``, notes for the modules
     that did not decode)."""
+    cols, notes = instruction_columns(protos)
+    return columns_frame(cols), notes
+
+
+def instruction_columns(protos: pl.DataFrame | None) -> tuple[dict[str, list], list[str]]:
+    """(the :data:`HLO_SCHEMA` columns of every instruction of ``protos`` as Python lists, in
+    the order of :func:`instructions`' rows; notes for the modules that did not decode)."""
     from google.protobuf.message import DecodeError
 
     from traceview.read.xplane.protos import HloProto
@@ -68,7 +75,7 @@ def instructions(protos: pl.DataFrame | None) -> tuple[pl.DataFrame, list[str]]:
     rows: dict[str, list] = {k: [] for k in HLO_SCHEMA}
     notes: list[str] = []
     if protos is None or protos.height == 0:
-        return pl.DataFrame(schema=HLO_SCHEMA), notes
+        return rows, notes
     seen = set()
     for host, module, pid, data in protos.iter_rows():
         if (host, pid) in seen:
@@ -87,8 +94,15 @@ def instructions(protos: pl.DataFrame | None) -> tuple[pl.DataFrame, list[str]]:
             continue
         for k, v in part.items():
             rows[k].extend(v)
-    return pl.DataFrame([_list_series(k, rows[k]) if isinstance(t, pl.List) else pl.Series(k, rows[k], dtype=t)
-                         for k, t in HLO_SCHEMA.items()]), notes
+    return rows, notes
+
+
+def columns_frame(cols: dict[str, list]) -> pl.DataFrame:
+    """The :data:`HLO_SCHEMA` frame of :func:`instruction_columns`' columns."""
+    if not cols["name"]:
+        return pl.DataFrame(schema=HLO_SCHEMA)
+    return pl.DataFrame([_list_series(k, cols[k]) if isinstance(t, pl.List) else pl.Series(k, cols[k], dtype=t)
+                         for k, t in HLO_SCHEMA.items()])
 
 
 def _list_series(name: str, lists: list[list[str]]) -> pl.Series:
@@ -106,67 +120,65 @@ def _list_series(name: str, lists: list[list[str]]) -> pl.Series:
 
 def _module_rows(mod, host: str, module: str, pid: int) -> dict[str, list]:
     """The :data:`HLO_SCHEMA` columns of one decoded module. Raises ValueError on a shape out of
-    range (a dimension or a size past int64)."""
-    rows: dict[str, list] = {k: [] for k in HLO_SCHEMA}
+    range (a dimension or a size past int64). Each field of an instruction is read once, and a
+    result shape is converted once per distinct ``ShapeProto`` (its serialized bytes)."""
     aliased = {e.parameter_number for e in mod.input_output_alias.entries}
-    comps = {c.id: c for c in mod.computations}
+    comps = list(mod.computations)
+    flat: list[tuple] = []  # (instruction, id, name, opcode, operand ids), every computation's
+    bounds: list[tuple[int, int]] = []  # per computation: its instructions in ``flat``
+    last: dict[int, int] = {}  # instruction id -> its last instruction in ``flat`` (ids first seen first)
     fusion_of: dict[int, str] = {}  # fused computation id -> the fusion instruction's name
-    by_id: dict[int, object] = {}
     users: dict[int, list[str]] = {}
-    for c in mod.computations:
+    for c in comps:
+        a = len(flat)
         for ins in c.instructions:
-            by_id[ins.id] = ins
-            if ins.opcode == "fusion":
+            iid, name, opcode = ins.id, ins.name, ins.opcode
+            ops = ins.operand_ids
+            ops = list(ops) if ops else []
+            last[iid] = len(flat)
+            flat.append((ins, iid, name, opcode, ops))
+            if opcode == "fusion":
                 for cid in ins.called_computation_ids:
-                    fusion_of[cid] = ins.name
-    for c in mod.computations:
-        for ins in c.instructions:
-            for op in ins.operand_ids:
-                users.setdefault(op, []).append(ins.name)
-    shape_of: dict[int, object] = {}  # instruction id -> result Shape, computed once
-    layout_of: dict[int, str] = {}
-    name_of: dict[int, str] = {}
-    for iid, ins in by_id.items():
-        sh = shape_from_proto(ins.shape)
-        if sh.elements >= 1 << 62 or any(d < 0 for d in getattr(sh, "dims", ()) or ()):
-            raise ValueError(f"instruction {ins.name} has a shape out of range ({sh})")
-        shape_of[iid] = sh
-        layout_of[iid] = ",".join(map(str, ins.shape.layout.minor_to_major))
-        name_of[iid] = ins.name
-    text_of = {iid: str(sh) for iid, sh in shape_of.items()}
-    for c in comps.values():
+                    fusion_of[cid] = name
+            for op in ops:
+                users.setdefault(op, []).append(name)
+        bounds.append((a, len(flat)))
+    seen: dict[bytes, tuple] = {}  # serialized ShapeProto -> (Shape, text, layout, bytes, element)
+
+    def shape_info(ins) -> tuple:
+        proto = ins.shape
+        key = proto.SerializeToString()
+        got = seen.get(key)
+        if got is None:
+            sh = shape_from_proto(proto)
+            bad = sh.elements >= 1 << 62 or any(d < 0 for d in getattr(sh, "dims", ()) or ())
+            got = (sh, str(sh), ",".join(map(str, proto.layout.minor_to_major)), None if bad else sh.bytes,
+                   "" if sh.members is not None else sh.dtype, bad)
+            seen[key] = got
+        if got[5]:
+            raise ValueError(f"instruction {ins.name} has a shape out of range ({got[0]})")
+        return got
+
+    info_of = {iid: shape_info(flat[k][0]) for iid, k in last.items()}  # the id's (last) instruction
+    name_of = {iid: flat[k][2] for iid, k in last.items()}
+    out: list[tuple] = []
+    for ci in {c.id: ci for ci, c in enumerate(comps)}.values():  # a repeated computation id: its last
+        c = comps[ci]
         entry = c.id == mod.entry_computation_id
         fusion = fusion_of.get(c.id, "")
-        for ins in c.instructions:
-            iid = ins.id
-            if by_id[iid] is not ins:  # a corrupt proto reusing an id: this row reads its own shape
-                sh = shape_from_proto(ins.shape)
-                if sh.elements >= 1 << 62 or any(d < 0 for d in getattr(sh, "dims", ()) or ()):
-                    raise ValueError(f"instruction {ins.name} has a shape out of range ({sh})")
-                own = (ins.name, str(sh), ",".join(map(str, ins.shape.layout.minor_to_major)))
-            else:
-                sh = shape_of[iid]
-                own = (name_of[iid], text_of[iid], layout_of[iid])
-            ops = [o for o in ins.operand_ids if o in name_of]
-            rows["host"].append(host)
-            rows["module"].append(module)
-            rows["program_id"].append(pid)
-            rows["computation"].append(c.name)
-            rows["entry"].append(entry)
-            rows["fusion"].append(fusion)
-            rows["name"].append(own[0])
-            rows["opcode"].append(ins.opcode)
-            rows["shape"].append(own[1])
-            rows["bytes"].append(sh.bytes)
-            rows["element"].append("" if sh.members is not None else sh.dtype)
-            rows["layout"].append(own[2])
-            rows["operands"].append([name_of[o] for o in ops])
-            rows["operand_shapes"].append([text_of[o] for o in ops])
-            rows["operand_layouts"].append([layout_of[o] for o in ops])
-            rows["users"].append(users.get(iid, []))
-            is_param = ins.opcode == "parameter"
-            param = ins.parameter_number if entry and is_param else None
-            rows["parameter"].append(param)
-            rows["aliased"].append((param in aliased) if param is not None else None)
-            rows["param_index"].append(ins.parameter_number if is_param else None)
-    return rows
+        cname = c.name
+        a, b = bounds[ci]
+        for k in range(a, b):
+            ins, iid, name, opcode, ops = flat[k]
+            # a corrupt proto reusing an id: this row reads its own shape
+            info = info_of[iid] if last[iid] == k else shape_info(ins)
+            ops = [o for o in ops if o in name_of]
+            is_param = opcode == "parameter"
+            num = ins.parameter_number if is_param else None
+            param = num if entry else None
+            out.append((host, module, pid, cname, entry, fusion, name, opcode, info[1], info[3], info[4], info[2],
+                        [name_of[o] for o in ops], [info_of[o][1] for o in ops], [info_of[o][2] for o in ops],
+                        users.get(iid, []), param, (param in aliased) if param is not None else None, num))
+    if not out:
+        return {k: [] for k in HLO_SCHEMA}
+    return {k: list(v) for k, v in zip(HLO_SCHEMA, zip(*out))}

@@ -237,6 +237,28 @@ def _collapse_grouped(events: pl.DataFrame) -> pl.DataFrame:
     return agg
 
 
+def float_attr_sums(table: "OpTable") -> tuple[np.ndarray, np.ndarray]:
+    """Per description (``table.attrs`` row id), its events' self_ps and count summed as float64
+    bincounts sum them (null self_ps as 0, null count as 1): read from the collapsed rows (cached)
+    when no column has a null and no sum can reach 2**53 (the float sums are then the exact
+    integer sums), else one bincount each."""
+    ev = table.events
+    n = table.attrs.height
+    if ev.height and not ev["self_ps"].null_count() and not ev["count"].null_count():
+        lo_s, hi_s, lo_c, hi_c = ev.select(pl.col("self_ps").min().alias("a"), pl.col("self_ps").max().alias("b"),
+                                           pl.col("count").min().alias("c"), pl.col("count").max().alias("d")).row(0)
+        if max(abs(lo_s), abs(hi_s), abs(lo_c), abs(hi_c)) * ev.height < (1 << 53):
+            col = table.collapse()
+            ids = col["attr"].to_numpy().astype(np.int64)
+            t, c = np.zeros(n), np.zeros(n)
+            t[ids] = col["self_ps"].to_numpy()
+            c[ids] = col["count"].to_numpy()
+            return t, c
+    a = ev["attr"].to_numpy().astype(np.int64)
+    return (np.bincount(a, weights=ev["self_ps"].fill_null(0).to_numpy().astype(np.float64), minlength=n),
+            np.bincount(a, weights=ev["count"].fill_null(1).to_numpy().astype(np.float64), minlength=n))
+
+
 def int_bincount(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Exact int64 sums of ``values`` per key in [0, n): ``np.bincount`` (float64) when no sum
     can reach 2**53, else ``np.add.at``."""

@@ -86,12 +86,16 @@ def step_loop(ctx, min_repeats: float = 3) -> dict:
         sig = row_hashes(rows, table.events["attr"].to_numpy(), pop_of, words, st.height, keep=keep)
         win = np.flatnonzero(keep)
         if len(win):
-            mixes, inv, counts = np.unique(sig[win], return_inverse=True, return_counts=True)
-            top = int(np.argmax(counts))
-            n = int(counts[top])
+            # the distinct mixes by hashing (one pass), the commonest the smallest such signature
+            sw = sig[win]
+            vc = pl.Series("s", sw).value_counts(sort=False)
+            counts, values = vc["count"].to_numpy(), vc["s"].to_numpy()
+            n = int(counts.max())
+            top = values[counts == n].min()
+            mixes = values
             if "device" in st.columns:
                 mine = np.zeros(st.height, dtype=bool)
-                mine[win[inv.reshape(-1) == top]] = True
+                mine[win[sw == top]] = True
                 n_dev = st["device"].filter(pl.Series(mine)).n_unique()
             else:
                 n_dev = 1

@@ -303,23 +303,31 @@ def several_regimes(ctx, th) -> Finding | None:
                         ["module"].head(1).to_list()) if sp.height else set()
     total = float(rep.op_time_ps or 0) or float(bs["self_ps"].sum() or 0)
     best = None
-    for name, g in bs.group_by("op_name"):
-        if g.height < 2:
+    # per op name, its populations' rows (in table order); the tests below read plain lists and
+    # only a candidate's rows become a frame
+    groups: dict = {}
+    for i, nm in enumerate(bs["op_name"].to_list()):
+        groups.setdefault(nm, []).append(i)
+    src = bs["source"].fill_null("").to_list() if "source" in bs.columns else None
+    shape_of, self_of = bs["shape"].to_list(), bs["self_ps"].to_list()
+    for name, idx in groups.items():
+        if len(idx) < 2:
             continue
-        if "source" in g.columns:  # one op in several buckets comes from one source line; a name
+        if src is not None:  # one op in several buckets comes from one source line; a name
             # shared by different ops of different programs (decode model.py:95, prefill :152) does not
-            srcs = [x for x in g["source"].fill_null("").to_list() if x]
+            srcs = [src[i] for i in idx if src[i]]
             if srcs:
                 top = max(set(srcs), key=srcs.count)
-                g = g.filter(pl.col("source").fill_null("") == top)
-                if g.height < 2:
+                idx = [i for i in idx if src[i] == top]
+                if len(idx) < 2:
                     continue
-        shapes = [arrays(s)[0] + arrays(s)[1] for s in g["shape"].to_list()]
+        shapes = [arrays(shape_of[i])[0] + arrays(shape_of[i])[1] for i in idx]
         if not shapes[0] or not all(_bucket_of(shapes[0], s) for s in shapes[1:]):
             continue
-        share = float(g["self_ps"].sum()) / total if total else 0
+        share = float(sum(self_of[i] for i in idx if self_of[i] is not None)) / total if total else 0
         if share < th.regime_share:
             continue
+        g = bs[idx]
         devs = g["devices"].cast(pl.Int64).fill_null(1)
         per_dev = (g["occurrences"] / devs.clip(1)).to_list()
         steady = [i for i, m in enumerate(g["modules"].to_list()) if set(m or []) & step_mods]

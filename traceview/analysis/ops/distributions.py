@@ -445,8 +445,12 @@ def _regimes_of(s: pl.DataFrame, where_names: np.ndarray | None = None) -> pl.Da
                 share = (n - j) / n
                 out["low_mode_ps"], out["high_mode_ps"], out["high_mode_share"] = low, high, share
                 w = wcodes[lo_b:hi_b]
-                dv = where_names[w] if where_names is not None else w.astype(str)
-                d_lo, d_hi = np.unique(dv[:j]), np.unique(dv[j:])
+
+                def names_of(codes):  # the sorted distinct device names of these codes
+                    u = np.unique(codes)
+                    return np.unique(where_names[u] if where_names is not None else u.astype(str))
+
+                d_lo, d_hi = names_of(w[:j]), names_of(w[j:])
                 n_x = np.unique(xs[lo_b:hi_b][j:]).size
                 if key in warm_keys and out["first_execution_ps"] is not None \
                         and high * WARMUP_FACTOR >= out["first_execution_ps"]:

@@ -27,8 +27,6 @@ Detectors (``detector`` column):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import polars as pl
 
@@ -43,7 +41,6 @@ DETECTIONS_SCHEMA = {"detector": pl.Utf8, "host": pl.Utf8, "module": pl.Utf8, "p
                      "fusion": pl.Utf8, "time_ps": pl.Int64, "occurrences": pl.Int64, "why": pl.Utf8}
 
 
-@dataclass
 class HloReport:
     """``detections`` (:data:`DETECTIONS_SCHEMA`, by measured time), ``patterns`` (the detections
     grouped by detector, module and shapes: instructions, time, occurrences, an example),
@@ -52,29 +49,20 @@ class HloReport:
     instruction table with ``time_ps`` / ``occurrences`` measured per top-level instruction, the
     ``hlo`` query table), ``flop_provenance`` (per program and source: op time share, the FLOPs'
     source ``trace`` / ``derived`` / ``unknown``), ``source`` ("protos", "op text" or "none"),
-    ``notes``."""
+    ``notes``. ``instructions`` may be given as a function that builds it: it and ``edges`` are
+    then built on first use (only ``query`` reads them)."""
 
-    detections: pl.DataFrame
-    instructions: pl.DataFrame
-    flop_provenance: pl.DataFrame
-    source: str = "none"
-    notes: list = field(default_factory=list)
-    patterns: pl.DataFrame = field(init=False, repr=False)
-    edges: pl.DataFrame = field(init=False, repr=False)
+    #: frames built on first use that ``query`` lists as tables (:func:`traceview.analysis.sql.report_tables`)
+    LAZY_FRAMES = ("instructions", "edges")
 
-    def __post_init__(self) -> None:
-        # one row per (producer, user) pair, for SQL over the graph ("which converts feed a copy")
-        i = self.instructions
-        if i.height:
-            op_of = i.select("host", "program_id", pl.col("name").alias("consumer"), pl.col("opcode").alias("consumer_opcode"),
-                             pl.col("fusion").alias("consumer_fusion"))
-            self.edges = (i.select("host", "module", "program_id", pl.col("name").alias("producer"),
-                                   pl.col("opcode").alias("producer_opcode"), pl.col("shape").alias("producer_shape"),
-                                   pl.col("fusion").alias("producer_fusion"), pl.col("users").alias("consumer"))
-                          .explode("consumer").filter(pl.col("consumer").is_not_null())
-                          .join(op_of, on=["host", "program_id", "consumer"], how="left"))
-        else:
-            self.edges = pl.DataFrame()
+    def __init__(self, detections: pl.DataFrame, instructions, flop_provenance: pl.DataFrame,
+                 source: str = "none", notes: list | None = None) -> None:
+        self.detections = detections
+        self._instructions = instructions
+        self.flop_provenance = flop_provenance
+        self.source = source
+        self.notes = [] if notes is None else notes
+        self._edges = None
         # one row per (detector, module, shape, operand shape): the copies of one op across layers
         d = self.detections
         self.patterns = (d.group_by("detector", "module", "shape", "operand_shape", maintain_order=True)
@@ -85,14 +73,36 @@ class HloReport:
                     "instructions": pl.UInt32, "time_ps": pl.Int64, "occurrences": pl.Int64, "example": pl.Utf8,
                     "why": pl.Utf8})
 
+    @property
+    def instructions(self) -> pl.DataFrame:
+        if callable(self._instructions):
+            self._instructions = self._instructions()
+        return self._instructions
+
+    @property
+    def edges(self) -> pl.DataFrame:
+        if self._edges is None:
+            # one row per (producer, user) pair, for SQL over the graph ("which converts feed a copy")
+            i = self.instructions
+            if i.height:
+                op_of = i.select("host", "program_id", pl.col("name").alias("consumer"),
+                                 pl.col("opcode").alias("consumer_opcode"), pl.col("fusion").alias("consumer_fusion"))
+                self._edges = (i.select("host", "module", "program_id", pl.col("name").alias("producer"),
+                                        pl.col("opcode").alias("producer_opcode"),
+                                        pl.col("shape").alias("producer_shape"),
+                                        pl.col("fusion").alias("producer_fusion"), pl.col("users").alias("consumer"))
+                               .explode("consumer").filter(pl.col("consumer").is_not_null())
+                               .join(op_of, on=["host", "program_id", "consumer"], how="left"))
+            else:
+                self._edges = pl.DataFrame()
+        return self._edges
+
 
 def _measured(table) -> pl.DataFrame:
     """Self time and occurrences per (host, program_id, op_name) of an op table."""
-    ev = table.events
-    n = table.attrs.height
-    a = ev["attr"].to_numpy().astype(np.int64)
-    t = np.bincount(a, weights=ev["self_ps"].fill_null(0).to_numpy().astype(np.float64), minlength=n)
-    c = np.bincount(a, weights=ev["count"].fill_null(1).to_numpy().astype(np.float64), minlength=n)
+    from traceview.model.optable import float_attr_sums
+
+    t, c = float_attr_sums(table)
     idx = table.attrs["attr"].to_numpy().astype(np.int64)
     return (table.attrs.select("host", "program_id", "op_name", "module", "op_kind", "shape", "hlo_text",
                                "cost_source")
@@ -115,14 +125,15 @@ def flop_provenance(table, measured: pl.DataFrame | None = None) -> pl.DataFrame
 
 
 def detect(prof) -> HloReport:
-    """The :class:`HloReport` of a profile (its ``hlo_protos`` and op table)."""
-    from traceview.model.hlo_graph import instructions
+    """The :class:`HloReport` of a profile (its ``hlo_protos`` and op table). The detectors read
+    the instruction columns; the instruction table (with measured time) is built on first use."""
+    from traceview.model.hlo_graph import columns_frame, instruction_columns
 
     table = prof.table
     meas = _measured(table)
     prov = flop_provenance(table, meas)
-    ins, notes = instructions(getattr(prof, "hlo_protos", None))
-    if ins.height == 0:
+    cols, notes = instruction_columns(getattr(prof, "hlo_protos", None))
+    if not cols["name"]:
         det = _from_op_text(meas)
         src = "op text" if meas.height and (meas["hlo_text"] != "").any() else "none"
         if src == "op text":
@@ -130,25 +141,35 @@ def detect(prof) -> HloReport:
                          "the users of an op are unknown")
         return HloReport(det, pl.DataFrame(), prov, src, notes)
     m = meas.group_by("host", "program_id", "op_name").agg(pl.col("time_ps").sum(), pl.col("occurrences").sum())
-    ins = (ins.join(m, left_on=["host", "program_id", "name"], right_on=["host", "program_id", "op_name"], how="left")
-           .join(m.rename({"time_ps": "fusion_time_ps", "occurrences": "fusion_occurrences"}),
-                 left_on=["host", "program_id", "fusion"], right_on=["host", "program_id", "op_name"], how="left"))
-    det = _detections(ins)
-    return HloReport(det, ins.drop("fusion_time_ps", "fusion_occurrences"), prov, "protos", notes)
+
+    def table_of() -> pl.DataFrame:
+        ins = columns_frame(cols)
+        return (ins.join(m, left_on=["host", "program_id", "name"], right_on=["host", "program_id", "op_name"],
+                         how="left")
+                .join(m.rename({"time_ps": "fusion_time_ps", "occurrences": "fusion_occurrences"}),
+                      left_on=["host", "program_id", "fusion"], right_on=["host", "program_id", "op_name"], how="left")
+                .drop("fusion_time_ps", "fusion_occurrences"))
+
+    return HloReport(_detections(cols, m), table_of, prov, "protos", notes)
 
 
-def _detections(ins: pl.DataFrame) -> pl.DataFrame:
-    opcode_of = dict(zip(zip(ins["host"].to_list(), ins["program_id"].to_list(), ins["name"].to_list()),
-                         ins["opcode"].to_list()))
+#: the opcodes a detector looks at
+_CANDIDATES = frozenset({"convert", "copy", "transpose", "reshape", "dynamic-update-slice", "scatter"})
+
+
+def _detections(cols: dict, m: pl.DataFrame) -> pl.DataFrame:
+    """The detections over the instruction columns ``cols`` (:func:`~traceview.model.hlo_graph.instruction_columns`),
+    timed by ``m`` (time_ps and occurrences per host, program_id, op_name): an instruction at
+    top level by its own op, a fused one by its fusion's."""
+    timed = {(h, p, n): (t, c) for h, p, n, t, c in m.iter_rows() if h is not None and p is not None and n is not None}
+    hosts, pids, names, opcodes = cols["host"], cols["program_id"], cols["name"], cols["opcode"]
+    keys = list(zip(hosts, pids, names))
+    opcode_of = dict(zip(keys, opcodes))
+    params = {k: (a, num) for k, a, num in zip(keys, cols["aliased"], cols["parameter"]) if num is not None}
+    users_of = dict(zip(keys, cols["users"]))
+    by_name = dict(zip(keys, zip(opcodes, cols["operands"], cols["fusion"], cols["param_index"])))
     rows = []
-    timed = pl.when(pl.col("fusion") == "").then(pl.col("time_ps")).otherwise(pl.col("fusion_time_ps"))
-    occ = pl.when(pl.col("fusion") == "").then(pl.col("occurrences")).otherwise(pl.col("fusion_occurrences"))
-    ins = ins.with_columns(timed.alias("_t"), occ.alias("_n"))
-    params = {(h, p, n): (a, num) for h, p, n, a, num in ins.filter(pl.col("parameter").is_not_null())
-              .select("host", "program_id", "name", "aliased", "parameter").iter_rows()}
-    users_of = {(h, p, n): u for h, p, n, u in ins.select("host", "program_id", "name", "users").iter_rows()}
-    by_name = {(h, p, n): (op, ops, f, k) for h, p, n, op, ops, f, k in ins.select(
-        "host", "program_id", "name", "opcode", "operands", "fusion", "param_index").iter_rows()}
+    none = (None, None)
 
     def add(r, det, why, operand_shape=""):
         rows.append({"detector": det, "host": r["host"], "module": r["module"], "program_id": r["program_id"],
@@ -157,9 +178,14 @@ def _detections(ins: pl.DataFrame) -> pl.DataFrame:
                      "time_ps": None if r["_t"] is None else int(r["_t"]),
                      "occurrences": None if r["_n"] is None else int(r["_n"]), "why": why})
 
-    cand = ins.filter(pl.col("opcode").is_in(["convert", "copy", "transpose", "reshape", "dynamic-update-slice", "scatter"]))
-    for r in cand.iter_rows(named=True):
+    wanted = ("host", "module", "program_id", "name", "opcode", "shape", "bytes", "element", "layout", "operands",
+              "operand_shapes", "operand_layouts", "users", "fusion")
+    for i in [i for i, op in enumerate(opcodes) if op in _CANDIDATES]:
+        r = {k: cols[k][i] for k in wanted}
         key = (r["host"], r["program_id"])
+        r["time_ps"], r["occurrences"] = timed.get(keys[i], none)
+        fused = timed.get((*key, r["fusion"]), none) if r["fusion"] else None
+        r["_t"], r["_n"] = (r["time_ps"], r["occurrences"]) if fused is None else fused
         op_shapes = r["operand_shapes"] or []
         if r["opcode"] == "convert" and op_shapes:
             src_el = op_shapes[0].split("[", 1)[0]

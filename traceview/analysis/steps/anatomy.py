@@ -343,8 +343,8 @@ def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) 
         o_start, o_dur, o_attr = pe.start[dsel], pe.dur[dsel], pe.attr[dsel]  # views for a slice
         r_start, r_dur = r["start_ps"].to_numpy(), r["duration_ps"].to_numpy()  # read-only views
         chunks: dict = {}
-        offs = []
-        inside = True
+        head = np.zeros(len(r_start), dtype=np.int64)  # per run with a chunk, its chunk's first op start
+        has = np.zeros(len(r_start), dtype=bool)
         by_prog = _program_rows(r["key"].to_numpy(), pid_of_key)
         c_chunks = (_c_chunks(pe, host, device, dsel, {p: len(x) for p, x in by_prog.items()})
                     if isinstance(dsel, slice) else None)
@@ -365,14 +365,17 @@ def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) 
                 m = len(st) // len(ridx)
                 heads = st[::m]
                 ends = en.reshape(len(ridx), m).max(axis=1)
-            off = heads - r_start[ridx]
-            offs.append(off)
+            head[ridx] = heads
+            has[ridx] = True
             chunks[pid] = (ridx, heads, ends)
-            inside &= bool(((off >= 0) & (off < np.maximum(r_dur[ridx], 1))).all())
-        allo = np.concatenate(offs) if offs else np.empty(0)
-        if allo.dtype.kind == "f":  # a run without a start (null) gives NaN: it has no offset
-            allo = allo[np.isfinite(allo)]
-        if allo.size and not inside:
+        # whether every chunk starts inside its execution (then the runs stand), in one pass
+        off = head - r_start
+        ok = (off >= 0) & (off < np.maximum(r_dur, 1))
+        whole = bool(has.all())
+        if bool(ok.all()) if whole else bool(ok[has].all()):
+            return r, None
+        allo = off if whole else off[has]  # the offsets of the runs with a chunk
+        if allo.size:
             shift = int(np.median(allo))
             new_start, new_dur = r_start + shift, r_dur.copy()
             for ridx, heads, ends in chunks.values():

@@ -30,6 +30,11 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+try:  # optional C accelerator
+    from traceview.analysis import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
 from traceview.analysis.ops.roofline import _ASYNC, _COLLECTIVE
 
 SCHEMA = {
@@ -54,6 +59,24 @@ def window_rows(anat) -> tuple[np.ndarray, str]:
     return np.arange(st.height), "all steps"
 
 
+def _window_sums(rows, keep: np.ndarray, ev: pl.DataFrame, na: int) -> tuple | None:
+    """Per op description, (self_ps, count) summed over the events of the window's step rows
+    (``keep``: per step row, plus False for -1) as float64, and the descriptions with such an
+    event: one C pass (``attr_sums``), the numpy bincounts' figures; None without the
+    accelerator, with nulls in the columns, or when the pass refuses."""
+    if _fast is None or len(rows) != ev.height or ev["self_ps"].null_count() or ev["count"].null_count():
+        return None
+    out = np.zeros((2, na))
+    seen = np.zeros(na, dtype=np.uint8)
+    vals = np.empty((2, ev.height), dtype=np.int64)
+    vals[0] = ev["self_ps"].to_numpy()
+    vals[1] = ev["count"].to_numpy()
+    if not _fast.attr_sums(np.ascontiguousarray(rows, dtype=np.int32), keep[:-1].view(np.uint8),
+                           np.ascontiguousarray(ev["attr"].to_numpy(), dtype=np.uint32), vals, 2, out, seen):
+        return None
+    return out[0], out[1], np.flatnonzero(seen)
+
+
 def family_roofline(anat, peaks) -> pl.DataFrame:
     """Per family of ``anat`` (a :class:`~traceview.analysis.steps.anatomy.StepAnatomy`), the figures of
     the module doc under ``peaks``: columns :data:`SCHEMA` (``n_steps``, ``step_ps`` and
@@ -69,15 +92,19 @@ def family_roofline(anat, peaks) -> pl.DataFrame:
     step_ps = float(anat.steps["duration_ps"].to_numpy()[win].sum()) / n
     keep = np.zeros(anat.steps.height + 1, dtype=bool)  # index -1 (outside every step) -> last, False
     keep[win] = True
-    inside = np.flatnonzero(keep[rows])
-    if len(inside) == 0:
-        return pl.DataFrame(schema=SCHEMA)
     ev = table.events
-    attr = ev["attr"].to_numpy()[inside].astype(np.int64)
     na = table.attrs.height
-    self_in = np.bincount(attr, weights=ev["self_ps"].to_numpy()[inside].astype(np.float64), minlength=na)
-    count_in = np.bincount(attr, weights=ev["count"].to_numpy()[inside].astype(np.float64), minlength=na)
-    ids = np.flatnonzero(np.bincount(attr, minlength=na))
+    got = _window_sums(rows, keep, ev, na)
+    if got is not None:
+        self_in, count_in, ids = got
+    else:
+        inside = np.flatnonzero(keep[rows])
+        attr = ev["attr"].to_numpy()[inside].astype(np.int64)
+        self_in = np.bincount(attr, weights=ev["self_ps"].to_numpy()[inside].astype(np.float64), minlength=na)
+        count_in = np.bincount(attr, weights=ev["count"].to_numpy()[inside].astype(np.float64), minlength=na)
+        ids = np.flatnonzero(np.bincount(attr, minlength=na))
+    if len(ids) == 0:
+        return pl.DataFrame(schema=SCHEMA)
     per = pl.DataFrame({"attr": pl.Series(ids, dtype=pl.UInt32), "_self": self_in[ids], "_count": count_in[ids]})
     desc = table.attrs.select("attr", "op_name", "op_kind", "flops", "bytes_accessed")
     per = (per.join(desc, on="attr", how="left").join(anat.attr_family, on="attr", how="left")

@@ -38,6 +38,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+try:  # optional C accelerator
+    from traceview.analysis import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
 PHASES = ("prefill", "decode", "mixed")
 #: the smallest vocabulary an LM head's ``[B, V]`` result is recognised by
 MIN_VOCAB = 16384
@@ -105,10 +110,9 @@ def program_phases(anat) -> pl.DataFrame:
               "tokens": pl.Int64, "lm_rows": pl.Int64, "matmul_shape": pl.Utf8}
     if table is None or table.height == 0:
         return pl.DataFrame(schema=schema)
-    ev = table.events
-    n_attr = table.attrs.height
-    self_ps = np.bincount(ev["attr"].to_numpy().astype(np.int64), weights=ev["self_ps"].fill_null(0).to_numpy(),
-                          minlength=n_attr)
+    from traceview.model.optable import float_attr_sums
+
+    self_ps = float_attr_sums(table)[0]
     attrs = table.attrs.select("attr", "host", "module", "program_id", "shape").with_columns(
         pl.Series("self_ps", self_ps[table.attrs["attr"].to_numpy().astype(np.int64)]))
     fam = anat.attr_family if anat.attr_family is not None else pl.DataFrame(schema={"attr": pl.UInt32,
@@ -331,30 +335,40 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
 
         f, mf, b = per_attr("flops"), per_attr("model_flops"), per_attr("bytes_accessed")
         fm = np.where(np.isnan(mf), f, mf)
-        inside = rows >= 0
-        r_in = rows[inside]
-        a_in = table.events["attr"].to_numpy()[inside]
+        ev_attr = table.events["attr"].to_numpy()
         cnt = table.events["count"]
-        c_in = None if cnt.null_count() == 0 and cnt.min() == 1 and cnt.max() == 1 else \
-            cnt.fill_null(1).to_numpy()[inside].astype(np.float64)
-        del inside
+        c_all = None if cnt.null_count() == 0 and cnt.min() == 1 and cnt.max() == 1 else \
+            cnt.fill_null(1).to_numpy()
+        got = _c_sums(rows, ev_attr, c_all, n_attr, n, table, f, fm, b)
+        if got is not None:
+            flops, mflops, byts, has_flops, has_bytes, used = got
+        else:
+            inside = rows >= 0
+            r_in = rows[inside]
+            a_in = ev_attr[inside]
+            c_in = None if c_all is None else c_all[inside].astype(np.float64)
+            del inside
 
-        # costs count as the family roofline counts them: none for collectives and async halves,
-        # once per execution of an op that launches several kernels (its _exec over its events)
-        factor = _cost_factor(table, a_in, c_in, n_attr)
+            # costs count as the family roofline counts them: none for collectives and async halves,
+            # once per execution of an op that launches several kernels (its _exec over its events)
+            counts = np.bincount(a_in, weights=c_in, minlength=n_attr) if c_in is not None else \
+                np.bincount(a_in, minlength=n_attr).astype(np.float64)
+            factor = _cost_factor(table, counts, n_attr)
 
-        def step_sums(per_attr: np.ndarray) -> np.ndarray:
-            # one per-event gather of a per-description figure at a time (NaN: unknown, as 0)
-            w = (np.nan_to_num(per_attr) * factor)[a_in]
-            if c_in is not None:
-                w *= c_in
-            return np.bincount(r_in, weights=w, minlength=n)
+            def step_sums(per_attr: np.ndarray) -> np.ndarray:
+                # one per-event gather of a per-description figure at a time (NaN: unknown, as 0)
+                w = (np.nan_to_num(per_attr) * factor)[a_in]
+                if c_in is not None:
+                    w *= c_in
+                return np.bincount(r_in, weights=w, minlength=n)
 
-        flops, mflops, byts = step_sums(f), step_sums(fm), step_sums(b)
-        # a step none of whose ops carries FLOPs (bytes) has an unknown MFU (MBU), not 0
-        has_flops = np.bincount(r_in, weights=((~np.isnan(fm)) & (factor > 0))[a_in].astype(np.float64), minlength=n) > 0
-        has_bytes = np.bincount(r_in, weights=((~np.isnan(b)) & (factor > 0))[a_in].astype(np.float64), minlength=n) > 0
-        used = np.bincount(a_in, minlength=n_attr) > 0
+            flops, mflops, byts = step_sums(f), step_sums(fm), step_sums(b)
+            # a step none of whose ops carries FLOPs (bytes) has an unknown MFU (MBU), not 0
+            has_flops = np.bincount(r_in, weights=((~np.isnan(fm)) & (factor > 0))[a_in].astype(np.float64),
+                                    minlength=n) > 0
+            has_bytes = np.bincount(r_in, weights=((~np.isnan(b)) & (factor > 0))[a_in].astype(np.float64),
+                                    minlength=n) > 0
+            used = np.bincount(a_in, minlength=n_attr) > 0
         has_m, has_f = ~np.isnan(mf[used]), ~np.isnan(f[used])
         src = np.zeros(n_attr, dtype=bool)
         src[idx] = (attrs["cost_source"] == "derived").fill_null(False).to_numpy()
@@ -386,16 +400,38 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
     return out, source
 
 
-def _cost_factor(table, a_in: np.ndarray, c_in: np.ndarray | None, n_attr: int) -> np.ndarray:
+def _c_sums(rows, ev_attr, counts, n_attr: int, n: int, table, f, fm, b) -> tuple | None:
+    """:func:`_utilisation`'s per-step sums in two C passes (``attr_sums``, ``row_sums``):
+    (flops, model_flops, bytes, has_flops, has_bytes, used per description), the same figures
+    as its numpy path; None without the accelerator or when a pass refuses."""
+    if _fast is None or len(rows) != len(ev_attr):
+        return None
+    r32 = np.ascontiguousarray(rows, dtype=np.int32)
+    a32 = np.ascontiguousarray(ev_attr, dtype=np.uint32)
+    c64 = b"" if counts is None else np.ascontiguousarray(counts, dtype=np.int64)
+    per = np.zeros(n_attr)
+    seen = np.zeros(n_attr, dtype=np.uint8)
+    if not _fast.attr_sums(r32, b"", a32, c64, 0 if counts is None else 1, per, seen):
+        return None
+    factor = _cost_factor(table, per, n_attr)
+    w = np.stack([np.nan_to_num(f) * factor, np.nan_to_num(fm) * factor, np.nan_to_num(b) * factor,
+                  ((~np.isnan(fm)) & (factor > 0)).astype(np.float64),
+                  ((~np.isnan(b)) & (factor > 0)).astype(np.float64)])
+    out = np.zeros((5, n))
+    if not _fast.row_sums(r32, a32, c64, np.ascontiguousarray(w), np.array([1, 1, 1, 0, 0], dtype=np.uint8), out):
+        return None
+    return out[0], out[1], out[2], out[3] > 0, out[4] > 0, seen.astype(bool)
+
+
+def _cost_factor(table, counts: np.ndarray, n_attr: int) -> np.ndarray:
     """Per op description, the multiplier of its FLOPs and bytes per occurrence that counts them
     as :func:`traceview.analysis.steps.family_roofline.family_roofline` does: 0 for collectives and the
     ``-start``/``-done`` halves of async ops (as :func:`traceview.analysis.ops.roofline.roofline`),
-    executions over occurrences for an op launching several kernels, else 1."""
+    executions over occurrences for an op launching several kernels, else 1. ``counts``: per
+    description, its occurrences inside steps (float64)."""
     from traceview.analysis.steps.family_roofline import _executions
     from traceview.analysis.ops.roofline import _ASYNC, _COLLECTIVE
 
-    counts = np.bincount(a_in, weights=c_in, minlength=n_attr) if c_in is not None else \
-        np.bincount(a_in, minlength=n_attr).astype(np.float64)
     ids = np.flatnonzero(counts)
     per = pl.DataFrame({"attr": pl.Series(ids, dtype=pl.UInt32), "_self": np.zeros(len(ids)), "_count": counts[ids]})
     per = per.join(table.attrs.select("attr", "op_name", "op_kind"), on="attr", how="left")

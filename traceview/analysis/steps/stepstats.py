@@ -113,14 +113,15 @@ def robust_z(values: np.ndarray) -> np.ndarray:
 
 
 def outliers(values, *, threshold: float = THRESHOLD, min_rel: float = MIN_REL,
-             min_steps: int = MIN_STEPS, reference=None) -> np.ndarray:
+             min_steps: int = MIN_STEPS, reference=None, median: float | None = None) -> np.ndarray:
     """Per value, whether it is an outlier by the rule in the module doc (bool array), judged
-    against the median and MAD of ``reference`` (default: the values themselves)."""
+    against the median and MAD of ``reference`` (default: the values themselves); ``median``:
+    that median, when the caller has it."""
     x = np.asarray(values, dtype=np.float64)
     ref = x if reference is None else np.asarray(reference, dtype=np.float64)
     if ref.size < min_steps or x.size == 0:
         return np.zeros(x.size, dtype=bool)
-    med = np.median(ref)
+    med = np.median(ref) if median is None else median
     dev = np.abs(x - med)
     mad = np.median(np.abs(ref - med))
     z = _K * dev / mad if mad > 0 else np.where(dev > 0, np.inf, 0.0)
@@ -400,8 +401,9 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
         if len(rows) == 0:
             continue
         parts = [rows]
-        if prog is not None and (prog[rows] != prog[rows[0]]).any():
-            parts = [rows[prog[rows] == v] for v in np.unique(prog[rows])]
+        pv = prog[rows] if prog is not None else None
+        if pv is not None and (pv != pv[0]).any():  # the programs in ascending order (distinct by hashing)
+            parts = [rows[pv == v] for v in np.sort(pl.Series(pv).unique().to_numpy())]
         for part in parts:
             d = dur[part]
             ref = d
@@ -416,14 +418,14 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
                 if len(np.unique(dev[same])) > 1:
                     ref = dur[same]
             med = float(np.median(ref))
-            flagged[part] = outliers(d, threshold=threshold, min_rel=min_rel, reference=ref)
+            flagged[part] = outliers(d, threshold=threshold, min_rel=min_rel, reference=ref, median=med)
             ratio[part] = d / med if med else 1.0
         gaps = gb[rows]
         have = np.isfinite(gaps)
         if have.sum() >= MIN_STEPS:
-            gm = float(np.median(gaps[have]))
-            sel = rows[have]
-            gap_long[sel] = outliers(gaps[have], threshold=threshold, min_rel=1.0) & (gaps[have] > 2 * gm)
+            g = gaps[have]
+            gm = float(np.median(g))
+            gap_long[rows[have]] = outliers(g, threshold=threshold, min_rel=1.0, median=gm) & (g > 2 * gm)
         if sl is not None:
             order = rows[np.argsort(idx_col[rows], kind="stable")]
             keep = np.zeros(len(rows), dtype=bool)
