@@ -392,12 +392,18 @@ def _partition(cu, sy, asy, ho, wa: np.ndarray, wb: np.ndarray) -> tuple:
     return tuple(out)
 
 
-def overlap(table, steps: pl.DataFrame | None) -> Overlap:
+def overlap(table, steps: pl.DataFrame | None, *, keep_ops: bool = False) -> Overlap:
     """Overlap of ``table`` (an OpTable or the wide op frame: host, device, module, op_name,
     op_kind, shape, hlo_text, start_ps, duration_ps) within the step windows ``steps`` (the
     step anatomy's frame: host, device, step, start_ps, duration_ps; ``in_window`` rows only
     when that column exists; None or empty: one window per device over its ops). Never raises
-    on an empty table (empty frames)."""
+    on an empty table (empty frames).
+
+    ``Overlap.ops`` is built on first use: from the per-op arrays kept with the result when
+    ``keep_ops``, else (the default: those arrays are as long as the trace's async copies and
+    most reports never read them) by computing this overlap again from ``table`` and ``steps``,
+    which the caller keeps unchanged."""
+    given = steps
     ev = _Events(table)
     if steps is not None and "in_window" in steps.columns:
         steps = steps.filter(pl.col("in_window"))
@@ -443,7 +449,10 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
             step_cols[k].append(np.asarray(v, dtype=np.int64))
     ev.attr = ev.start = ev.end = ev.dev = ev.cls = None  # the per-event arrays are done with
     build = None
-    if rec is not None and len(rec["attr"]):
+    if rec is not None and len(rec["attr"]) and not keep_ops:
+        def build() -> pl.DataFrame:  # the per-op frame, on first use of Overlap.ops: computed again
+            return overlap(table, given, keep_ops=True).ops
+    elif rec is not None and len(rec["attr"]):
         names = ev.attrs.select("host", "device", "module", "op_name", "op_kind", "shape", pl.col("_cls").alias("kind"))
         r_attr, r_sync, r_start, r_end, r_wait = rec["attr"], rec["sync"], rec["start"], rec["end"], rec["wait"]
 
