@@ -15,9 +15,9 @@ import threading
 BIG_INPUT_BYTES = 256 << 20
 #: inputs from which the heap is trimmed once they are read (:func:`trim_heap`)
 TRIM_INPUT_BYTES = 32 << 20
-#: inputs from which arrays of 1 MiB and more get their own mapping and freed pages of polars'
-#: allocator go back to the OS without a second delay (see tune_allocator)
-MAP_INPUT_BYTES = 32 << 20
+#: inputs from which the pages polars' allocator has kept unused go back to the OS without a
+#: second delay (see tune_allocator)
+PURGE_INPUT_BYTES = 32 << 20
 #: GIL switch interval while a file is decoded on a thread, s (Python's default is 5 ms)
 DECODE_SWITCH_INTERVAL_S = 0.0005
 #: exit code after an interrupt (Ctrl-C, SIGINT): 128 + SIGINT, as a shell reports it
@@ -76,18 +76,16 @@ def tune_allocator(input_bytes: int) -> None:
     * **glibc, every size**: one malloc arena (``M_ARENA_MAX`` = 1). The plane and step
       threads otherwise each get an arena whose freed arrays the next thread cannot reuse,
       so each new array is faulted in again.
-    * **inputs under** :data:`BIG_INPUT_BYTES`: freed blocks stay in the heap for reuse
-      (trim threshold 4 GiB, 64 MiB top pad); the heap is at most a few hundred MB there.
-      Under :data:`MAP_INPUT_BYTES` arrays up to 32 MiB are served from the heap too (mmap
-      threshold 32 MiB). From :data:`MAP_INPUT_BYTES` on, arrays of 1 MiB and more get their
-      own mapping (mmap threshold 1 MiB): the per-event arrays of one analysis, freed, would
-      otherwise stay in the heap between smaller blocks that later stages allocate, and the
-      heap's high-water mark would add to polars' own; and polars' allocator (jemalloc) purges
-      the pages it has kept unused for its 0.5 s dirty decay at once (``muzzy_decay_ms:0``;
-      its default keeps them, lazily freed but still resident, for another second).
+    * **inputs under** :data:`BIG_INPUT_BYTES`: freed arrays stay in the heap for reuse
+      (mmap threshold 32 MiB, trim threshold 4 GiB, 64 MiB top pad); the heap is at most a
+      few hundred MB there. From :data:`PURGE_INPUT_BYTES` on, polars' allocator (jemalloc)
+      purges the pages it has kept unused for its 0.5 s dirty decay at once
+      (``muzzy_decay_ms:0``; polars' default keeps them, lazily freed but still resident, for
+      another second, so that they add to the next stage's peak).
     * **inputs of** :data:`BIG_INPUT_BYTES` **and more**, allocation speed is traded for
       memory: polars allocates through jemalloc, which keeps freed pages (polars' defaults:
-      0.5 s, then 1 s more lazily freed) and is asked to purge at once (``_RJEM_MALLOC_CONF``, read when polars loads); on glibc,
+      0.5 s, then 1 s more lazily freed) and is asked to purge at once
+      (``_RJEM_MALLOC_CONF``, read when polars loads); on glibc,
       allocations of 1 MiB and more are served from ``mmap``, so freed arrays go back to the
       OS at once (glibc's dynamic threshold otherwise rises to 32 MiB after the first large
       free, keeping freed arrays in the heap while the next stage allocates).
@@ -96,8 +94,8 @@ def tune_allocator(input_bytes: int) -> None:
     -2, M_MMAP_THRESHOLD -3, M_ARENA_MAX -8). Nothing on other platforms or C libraries.
     The figures behind these choices are in ``benchmarks/RESULTS.md``."""
     big = input_bytes >= BIG_INPUT_BYTES
-    mapped = input_bytes >= MAP_INPUT_BYTES
-    if mapped and "polars" not in sys.modules:
+    purge = input_bytes >= PURGE_INPUT_BYTES
+    if purge and "polars" not in sys.modules:
         os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0" if big else "muzzy_decay_ms:0")
     if not sys.platform.startswith("linux"):
         return
@@ -106,8 +104,10 @@ def tune_allocator(input_bytes: int) -> None:
 
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-8, 1)  # M_ARENA_MAX
-        libc.mallopt(-3, 1 << 20 if mapped else 32 << 20)  # M_MMAP_THRESHOLD
-        if not big:
+        if big:
+            libc.mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
+        else:
+            libc.mallopt(-3, 32 << 20)
             libc.mallopt(-1, 4 << 30)  # M_TRIM_THRESHOLD
             libc.mallopt(-2, 64 << 20)  # M_TOP_PAD
     except (OSError, AttributeError):
