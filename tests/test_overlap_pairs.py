@@ -88,3 +88,22 @@ def test_comm_ops_equal_the_rule_without_the_c_pass(monkeypatch):
 
     monkeypatch.setattr(ov, "_fast", None)
     test_comm_ops_equal_the_rule()
+
+
+def test_ops_computed_again_on_first_use_equal_the_kept_records(shared_traces):
+    """The default Overlap keeps no per-op array (the records of every async copy and
+    collective execution are as long as the trace's copies); ``ops``, built on first use by
+    computing the overlap again, is the frame of the records kept with ``keep_ops``."""
+    import traceview
+    from traceview.analysis import derived
+
+    prof = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    steps = derived.step_anatomy(prof).steps
+    lazy, kept = overlap(prof.table, steps), overlap(prof.table, steps, keep_ops=True)
+    held = [c.cell_contents for c in lazy._build.__closure__ or ()]
+    assert not any(isinstance(v, (np.ndarray, dict)) for v in held)
+    assert lazy.n_ops == kept.n_ops > 2000 and lazy.summary == kept.summary
+    assert lazy.steps.equals(kept.steps) and lazy.populations.equals(kept.populations)
+    ops = lazy.ops
+    assert ops.height == lazy.n_ops and ops.equals(kept.ops)
+    assert (~ops["sync"]).sum() == lazy.summary["async_ops"] > 0  # async pairs, not only synchronous ones

@@ -381,3 +381,35 @@ def test_straggler_fixture_conditional_is_a_device_split_not_a_warm_up():
     assert reg["high_mode_ps"] == float(cpu5["duration_ps"].median())
     assert reg["low_mode_ps"] == float(rest["duration_ps"].median())
     assert reg["high_mode_share"] == 3 / 24
+
+
+def test_per_step_samples_are_each_populations_self_time_per_step(shared_traces):
+    """The diff's per-step samples (:func:`traceview.analysis.samples.population_samples`)
+    against a plain group-by: per population, its events' self time summed per step it has
+    events in, in step order (float64, exact); fewer than MIN_STEPS such steps: per occurrence."""
+    import numpy as np
+
+    import traceview
+    from traceview.analysis import derived
+    from traceview.analysis.samples import MIN_STEPS, _attr_codes, population_samples
+
+    prof = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    t, a = derived.tagged(prof), derived.step_anatomy(prof)
+    idx = a.steps["step"].to_numpy()
+    rows = np.where(a.step_rows >= 0, idx[np.clip(a.step_rows, 0, None)], -1)
+    got = population_samples(prof.table, t, rows)
+    code, keys = _attr_codes(t, True, prof.table.attrs.height)
+    ev = prof.table.events
+    per = (pl.DataFrame({"pop": code[ev["attr"].to_numpy()], "step": rows, "t": ev["self_ps"]})
+           .filter((pl.col("pop") >= 0) & (pl.col("step") >= 0))
+           .group_by("pop", "step").agg(pl.col("t").sum()).sort("pop", "step")
+           .group_by("pop", maintain_order=True).agg(pl.col("t")))
+    n = 0
+    for p, ts in per.iter_rows():
+        kind, arr = got.by_key[keys[p]]
+        if len(ts) >= MIN_STEPS:
+            assert kind == "per step" and arr.dtype == np.float64 and arr.tolist() == [float(x) for x in ts]
+            n += 1
+        else:
+            assert kind == "per occurrence"
+    assert n >= 3 and len(got.by_key) == len(keys)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from traceview.analysis import derived
@@ -60,13 +61,19 @@ def step_strip(an: StepAnatomy, bins: int = STRIP_BINS) -> StepStrip | None:
     pts = st.select("step", "duration_ps", "outlier").filter(pl.col("duration_ps").is_not_null())
 
     def envelope(part: pl.DataFrame) -> pl.DataFrame:
+        # per bin of step indices, its first and last row by (duration, step): one sort of the
+        # arrays, no frame per step (a bin's step range makes (step, duration) name its rows)
         if part.height <= 2 * bins:
             return part
-        lo, hi = part["step"].min(), part["step"].max()
-        width = max(1, -(-(int(hi) - int(lo) + 1) // bins))
-        b = part.with_columns(((pl.col("step") - lo) // width).alias("_bin")).sort("duration_ps", "step")
-        keep = pl.concat([b.group_by("_bin").first(), b.group_by("_bin").last()])
-        return keep.unique(["_bin", "step", "duration_ps"]).drop("_bin").select(part.columns)
+        s, d = part["step"].to_numpy(), part["duration_ps"].to_numpy()
+        lo = int(s.min())
+        width = max(1, -(-(int(s.max()) - lo + 1) // bins))
+        b = (s - lo) // width
+        o = np.lexsort((s, d, b))
+        ob = b[o]
+        first = np.flatnonzero(np.r_[True, ob[1:] != ob[:-1]])
+        ends = np.r_[first[1:], len(o)] - 1
+        return part[o[np.union1d(first, ends)]].unique(["step", "duration_ps"])
 
     if pts.height > 2 * bins:
         pts = pl.concat([envelope(pts.filter(~pl.col("outlier"))),

@@ -93,6 +93,7 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
                              "(traceview analyze PATH lists the devices)")
         yield out
         del out  # released before the next side is read
+        process.trim_heap(cargs.input_bytes(d))  # what its analysis freed, before the next side is read
 
 
 def side_paths(args) -> tuple[list[str], list[str]]:

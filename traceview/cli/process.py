@@ -15,6 +15,9 @@ import threading
 BIG_INPUT_BYTES = 256 << 20
 #: inputs from which the heap is trimmed once they are read (:func:`trim_heap`)
 TRIM_INPUT_BYTES = 32 << 20
+#: inputs from which the pages polars' allocator has kept unused go back to the OS without a
+#: second delay (see tune_allocator)
+PURGE_INPUT_BYTES = 32 << 20
 #: GIL switch interval while a file is decoded on a thread, s (Python's default is 5 ms)
 DECODE_SWITCH_INTERVAL_S = 0.0005
 #: exit code after an interrupt (Ctrl-C, SIGINT): 128 + SIGINT, as a shell reports it
@@ -75,10 +78,14 @@ def tune_allocator(input_bytes: int) -> None:
       so each new array is faulted in again.
     * **inputs under** :data:`BIG_INPUT_BYTES`: freed arrays stay in the heap for reuse
       (mmap threshold 32 MiB, trim threshold 4 GiB, 64 MiB top pad); the heap is at most a
-      few hundred MB there.
+      few hundred MB there. From :data:`PURGE_INPUT_BYTES` on, polars' allocator (jemalloc)
+      purges the pages it has kept unused for its 0.5 s dirty decay at once
+      (``muzzy_decay_ms:0``; polars' default keeps them, lazily freed but still resident, for
+      another second, so that they add to the next stage's peak).
     * **inputs of** :data:`BIG_INPUT_BYTES` **and more**, allocation speed is traded for
-      memory: polars allocates through jemalloc, which keeps freed pages for 10 s and is
-      asked to purge at once (``_RJEM_MALLOC_CONF``, read when polars loads); on glibc,
+      memory: polars allocates through jemalloc, which keeps freed pages (polars' defaults:
+      0.5 s, then 1 s more lazily freed) and is asked to purge at once
+      (``_RJEM_MALLOC_CONF``, read when polars loads); on glibc,
       allocations of 1 MiB and more are served from ``mmap``, so freed arrays go back to the
       OS at once (glibc's dynamic threshold otherwise rises to 32 MiB after the first large
       free, keeping freed arrays in the heap while the next stage allocates).
@@ -87,8 +94,9 @@ def tune_allocator(input_bytes: int) -> None:
     -2, M_MMAP_THRESHOLD -3, M_ARENA_MAX -8). Nothing on other platforms or C libraries.
     The figures behind these choices are in ``benchmarks/RESULTS.md``."""
     big = input_bytes >= BIG_INPUT_BYTES
-    if big and "polars" not in sys.modules:
-        os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
+    purge = input_bytes >= PURGE_INPUT_BYTES
+    if purge and "polars" not in sys.modules:
+        os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0" if big else "muzzy_decay_ms:0")
     if not sys.platform.startswith("linux"):
         return
     try:

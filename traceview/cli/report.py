@@ -40,11 +40,16 @@ def run(args) -> int:
         for f in ("json", "csv", "parquet", "table")})
     check_writable(out, "-o")
     refuse_inside_inputs(out, "-o")
+    from traceview.cli import process
     from traceview.cli.chartworker import ChartWorker
+    from traceview.read.discover import discover
 
+    disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=cargs.stale_after(args),
+                    group_hosts=cargs.group_hosts(args))
+    process.tune_allocator(cargs.input_bytes(disc))  # before the template's thread imports polars
     _compile_template_meanwhile()
     with ChartWorker() as charts:  # matplotlib imported in a second process while the trace is read
-        return _write(args, out, charts)
+        return _write(args, out, charts, disc)
 
 
 def _compile_template_meanwhile() -> None:
@@ -64,14 +69,14 @@ def _compile_template_meanwhile() -> None:
     threading.Thread(target=compile_it, name="traceview-template", daemon=True).start()
 
 
-def _write(args, out, charts) -> int:
+def _write(args, out, charts, disc) -> int:
     from traceview.cli import process
     from traceview.model.load import load
 
     with process.decoding_beside_imports():
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=cargs.stale_after(args),
-                    max_bytes=args.max_bytes, **cargs.read_options(args))
-    process.trim_heap(cargs.input_bytes(prof.discovery))
+                    max_bytes=args.max_bytes, discovery=disc, **cargs.read_options(args))
+    process.trim_heap(cargs.input_bytes(disc))
     from traceview.model.profiledata import check_regex
 
     for option, rx in (("--filter", args.filter), ("--device", args.device)):

@@ -778,12 +778,12 @@ def _merge_parts(parts: list) -> "OpTable":
             if o:
                 p.attr += np.uint32(o)
         return _finish_parts(parts, out.attr, out.start, out.durs, out.selfs, out.count)
-    attr = np.concatenate([p.attr.astype(np.uint32) + np.uint32(o) for p, o in zip(parts, offsets)])
+    attr = _concat_mapped([p.attr.astype(np.uint32) + np.uint32(o) for p, o in zip(parts, offsets)])
     for p in parts:
         p.attr = None
     cols = {}
     for name in ("durs", "selfs", "count"):
-        cols[name] = np.concatenate([getattr(p, name) for p in parts])
+        cols[name] = _concat_mapped([getattr(p, name) for p in parts])
         for p in parts:
             setattr(p, name, None)
     starts = [p.start for p in parts]
@@ -791,10 +791,20 @@ def _merge_parts(parts: list) -> "OpTable":
         start = pl.concat([x if isinstance(x, pl.Series) else pl.Series("start_ps", x, dtype=pl.Int64)
                            for x in starts], rechunk=True)
     else:
-        start = np.concatenate(starts)
+        start = _concat_mapped(starts)
     for p in parts:
         p.start = None
     return _finish_parts(parts, attr, start, cols["durs"], cols["selfs"], cols["count"])
+
+
+def _concat_mapped(arrays: list) -> np.ndarray:
+    """``np.concatenate(arrays)`` into :func:`traceview.read.hugearrays.empty` memory, as the
+    planes' own :class:`_OpArrays` are: the table's columns live for the whole run, and in
+    glibc's heap the analyses' arrays would grow around them."""
+    from traceview.read import hugearrays
+
+    out = hugearrays.empty(sum(len(a) for a in arrays), np.result_type(*arrays))
+    return np.concatenate(arrays, out=out)
 
 
 def _finish_parts(parts: list, attr, start, durs, selfs, count) -> "OpTable":

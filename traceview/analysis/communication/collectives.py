@@ -45,6 +45,7 @@ from traceview.analysis.hardware.interconnect import Link, find_link
 from traceview.analysis.communication.overlap import _match
 from traceview.model.collective_hlo import collective_attrs, host_transfer
 from traceview.model.shapes import parse_instruction
+from traceview.read import hugearrays
 
 try:  # optional C accelerator
     from traceview.analysis import _passes as _fast
@@ -482,7 +483,8 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
                                                          return_dtype=pl.Int64))
     by = bytes_of.gather(pl.Series(ra))
     ok = rec["t_ps"].is_not_null().to_numpy() & by.is_not_null().to_numpy()
-    g = g.join(_direction_bandwidth(dir_names, dir_of[ra], dev_of[ra], _codes(ev["start_ps"])[ix],
+    take = hugearrays.take  # per-record arrays in mappings of their own: no hole left in the heap
+    g = g.join(_direction_bandwidth(dir_names, take(dir_of, ra), take(dev_of, ra), take(_codes(ev["start_ps"]), ix),
                                     _codes(rec["t_ps"], 0), by.fill_null(0.0).to_numpy(), ok),
                on="direction", how="left").with_columns(
         (pl.col("direction_bandwidth") / pl.col("link_peak")).alias("frac_link_peak"))
@@ -515,9 +517,10 @@ def _direction_bandwidth(dir_names: pl.Series, dcode, dev, start, t, by, ok) -> 
     o = _stable_order(key)
     key, rows = key[o], m_ok[o]
     del o, m_ok
-    lo_all = start[rows]
-    hi_all = lo_all + t[rows]
-    b_ = by[rows]
+    lo_all = hugearrays.take(start, rows)
+    hi_all = hugearrays.take(t, rows)
+    np.add(lo_all, hi_all, out=hi_all)
+    b_ = hugearrays.take(by, rows)
     cuts = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1, len(key)] if len(key) else np.zeros(1, dtype=np.int64)
     head = key[cuts[:-1]] // n_dev  # the direction of each (direction, device) slice
     firsts = {}  # per direction, its first counted transfer (each slice's first row is its earliest)

@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from traceview.read import hugearrays
+
 try:  # optional C accelerator
     from traceview.analysis import _passes as _fast
 except ImportError:  # pragma: no cover - exercised when the extension is absent
@@ -242,9 +244,12 @@ class _Events:
         dev_of = _codes(self.attrs.select("host", "device").join(
             self.devices.with_row_index("_d"), on=["host", "device"], how="left", nulls_equal=True,
             maintain_order="left")["_d"]).astype(np.int32)
+        # the per-event arrays in mappings of their own (read.hugearrays): freed, they leave
+        # no hole in the heap for the later stages to grow around
         start = _codes(ev["start_ps"])
-        end = start + _codes(ev["duration_ps"])
-        dev = dev_of[attr]
+        end = hugearrays.empty(len(start), np.int64)
+        np.add(start, _codes(ev["duration_ps"]), out=end)
+        dev = hugearrays.take(dev_of, attr)
         del ev
         if len(dev) > 1 and not (np.all(dev[1:] >= dev[:-1]) and np.all((dev[1:] > dev[:-1]) | (start[1:] >= start[:-1]))):
             o = _stable_order(dev)  # by device (radix), each device's events in their order
@@ -253,7 +258,7 @@ class _Events:
                 o = np.lexsort((start, dev))  # stable
                 attr, start, end, dev = attr[o], start[o], end[o], dev[o]
         self.attr, self.start, self.end, self.dev = attr, start, end, dev
-        self.cls = cls_of[attr]
+        self.cls = hugearrays.take(cls_of, attr)
         # each device's slice of the arrays
         cuts = np.searchsorted(dev, np.arange(self.devices.height + 1), side="left")
         self.slices = [(d, slice(int(cuts[d]), int(cuts[d + 1]))) for d in range(self.devices.height)
@@ -337,11 +342,14 @@ def _comm_ops(ev: _Events) -> dict:
 def _records(ev: _Events, idx: np.ndarray, pe: np.ndarray, sync: np.ndarray) -> dict:
     """The :func:`_comm_ops` arrays of its records: ``idx`` (the sync event or the start),
     ``pe`` (the sync event or the done), ``sync`` (bool), positions in ``ev``."""
-    end_d, start_d = ev.end[pe], ev.start[pe]
-    end_s = ev.end[idx]
-    return {"attr": ev.attr[idx], "dev": ev.dev[idx], "start": ev.start[idx],
-            "end": np.where(sync, end_s, np.maximum(end_d, end_s)),
-            "wait": np.where(sync, 0, end_d - start_d), "sync": sync}
+    take = hugearrays.take
+    end_d, start_d = take(ev.end, pe), take(ev.start, pe)
+    end = take(ev.end, idx)  # end_s, then the record's end in place
+    np.maximum(end_d, end, out=end, where=~sync)
+    np.subtract(end_d, start_d, out=end_d)
+    end_d[sync] = 0
+    return {"attr": take(ev.attr, idx), "dev": take(ev.dev, idx), "start": take(ev.start, idx),
+            "end": end, "wait": end_d, "sync": sync}
 
 
 def _partition(cu, sy, asy, ho, wa: np.ndarray, wb: np.ndarray) -> tuple:
@@ -392,12 +400,18 @@ def _partition(cu, sy, asy, ho, wa: np.ndarray, wb: np.ndarray) -> tuple:
     return tuple(out)
 
 
-def overlap(table, steps: pl.DataFrame | None) -> Overlap:
+def overlap(table, steps: pl.DataFrame | None, *, keep_ops: bool = False) -> Overlap:
     """Overlap of ``table`` (an OpTable or the wide op frame: host, device, module, op_name,
     op_kind, shape, hlo_text, start_ps, duration_ps) within the step windows ``steps`` (the
     step anatomy's frame: host, device, step, start_ps, duration_ps; ``in_window`` rows only
     when that column exists; None or empty: one window per device over its ops). Never raises
-    on an empty table (empty frames)."""
+    on an empty table (empty frames).
+
+    ``Overlap.ops`` is built on first use: from the per-op arrays kept with the result when
+    ``keep_ops``, else (the default: those arrays are as long as the trace's async copies and
+    most reports never read them) by computing this overlap again from ``table`` and ``steps``,
+    which the caller keeps unchanged."""
+    given = steps
     ev = _Events(table)
     if steps is not None and "in_window" in steps.columns:
         steps = steps.filter(pl.col("in_window"))
@@ -443,7 +457,10 @@ def overlap(table, steps: pl.DataFrame | None) -> Overlap:
             step_cols[k].append(np.asarray(v, dtype=np.int64))
     ev.attr = ev.start = ev.end = ev.dev = ev.cls = None  # the per-event arrays are done with
     build = None
-    if rec is not None and len(rec["attr"]):
+    if rec is not None and len(rec["attr"]) and not keep_ops:
+        def build() -> pl.DataFrame:  # the per-op frame, on first use of Overlap.ops: computed again
+            return overlap(table, given, keep_ops=True).ops
+    elif rec is not None and len(rec["attr"]):
         names = ev.attrs.select("host", "device", "module", "op_name", "op_kind", "shape", pl.col("_cls").alias("kind"))
         r_attr, r_sync, r_start, r_end, r_wait = rec["attr"], rec["sync"], rec["start"], rec["end"], rec["wait"]
 

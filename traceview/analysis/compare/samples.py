@@ -13,7 +13,7 @@ Events map to populations through their op description (``attr``): the descripti
 non-absorbed tagged row decides (:mod:`traceview.analysis.ops.tagged`); a description of which
 some events were absorbed into a kernel and others not counts all its events with the
 non-absorbed population (rare: absorption needs ops without a name stack between a kernel's
-ops). One bincount pass over the events; memory O(events) int64 for one pass.
+ops). One sort of the events inside a step by (population, step); memory O(events) int64.
 """
 
 from __future__ import annotations
@@ -60,6 +60,30 @@ def _attr_codes(tagged, name_stem: bool, n_attrs: int, program_stem_key: bool = 
     return code, list(kid)
 
 
+def _per_step(pop: np.ndarray, self_ps: np.ndarray, step_rows: np.ndarray) -> dict[int, np.ndarray]:
+    """{population: its self time per step with events (float64, ps, in step order)} for the
+    populations with events in at least :data:`MIN_STEPS` steps. Per event: ``pop``
+    (population index, -1 for none), ``self_ps`` (int64), ``step_rows`` (step index, -1
+    outside every step). One stable sort of the (population, step) keys of the events inside
+    a step, then exact int64 sums per key (a profile's times are clamped so that no sum
+    wraps, :func:`~traceview.model.bounds.clamp_profile`), as float64. Memory: about 32
+    bytes per event inside a step."""
+    inside = (step_rows >= 0) & (pop >= 0)
+    n_steps = int(step_rows.max()) + 1
+    k = pop[inside].astype(np.int64) * n_steps + step_rows[inside]  # by population, then step
+    w = self_ps[inside]
+    del inside
+    o = np.argsort(k, kind="stable")
+    k, w = k[o], w[o]
+    del o
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, dtype=np.int64)
+    sums = np.add.reduceat(w, first).astype(np.float64) if len(k) else np.zeros(0)
+    p_of = k[first] // n_steps
+    del k, w
+    bounds = np.r_[0, np.flatnonzero(np.diff(p_of)) + 1, len(p_of)]
+    return {int(p_of[a]): sums[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b - a >= MIN_STEPS}
+
+
 def population_samples(table, tagged, step_rows: np.ndarray | None, step_durations=None, *,
                        name_stem: bool = True, program_stem_key: bool = True) -> Samples:
     """:class:`Samples` of one profile (module doc). ``table``: its
@@ -74,21 +98,11 @@ def population_samples(table, tagged, step_rows: np.ndarray | None, step_duratio
         return out
     code, keys = _attr_codes(tagged, name_stem, table.attrs.height, program_stem_key)
     P = len(keys)
-    pop = code[ev["attr"].to_numpy().astype(np.int64)]
-    self_ps = ev["self_ps"].fill_null(0).to_numpy().astype(np.int64)
+    pop = code.astype(np.int32)[ev["attr"].to_numpy()]  # P < 2**31: one population per description at most
+    self_ps = ev["self_ps"].fill_null(0).to_numpy()  # int64, a view of the column when it has no null
     per_step: dict[int, np.ndarray] = {}
     if step_rows is not None and len(step_rows) == ev.height and (step_rows >= 0).any():
-        inside = np.flatnonzero((step_rows >= 0) & (pop >= 0))
-        k = step_rows[inside].astype(np.int64) * P + pop[inside]
-        uk, inv = np.unique(k, return_inverse=True)
-        sums = np.bincount(inv, weights=self_ps[inside].astype(np.float64), minlength=len(uk))
-        p_of, s_of = uk % P, uk // P
-        order = np.lexsort((s_of, p_of))  # by population, then step
-        p_sorted = p_of[order]
-        bounds = np.r_[0, np.flatnonzero(np.diff(p_sorted)) + 1, len(order)]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            if b - a >= MIN_STEPS:
-                per_step[int(p_sorted[a])] = sums[order[a:b]]
+        per_step = _per_step(pop, self_ps, step_rows)
     missing = [i for i in range(P) if i not in per_step]
     if missing:
         start = ev["start_ps"].fill_null(0).to_numpy()
