@@ -384,14 +384,14 @@ def test_straggler_fixture_conditional_is_a_device_split_not_a_warm_up():
 
 
 def test_per_step_samples_are_each_populations_self_time_per_step(shared_traces):
-    """The diff's per-step samples (:func:`traceview.analysis.samples.population_samples`)
+    """The diff's per-step samples (:func:`traceview.analysis.compare.samples.population_samples`)
     against a plain group-by: per population, its events' self time summed per step it has
     events in, in step order (float64, exact); fewer than MIN_STEPS such steps: per occurrence."""
     import numpy as np
 
     import traceview
     from traceview.analysis import derived
-    from traceview.analysis.samples import MIN_STEPS, _attr_codes, population_samples
+    from traceview.analysis.compare.samples import MIN_STEPS, _attr_codes, population_samples
 
     prof = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
     t, a = derived.tagged(prof), derived.step_anatomy(prof)
