@@ -309,6 +309,27 @@ def test_chart_worker_draws_the_same_page(tpu_report_inline):
     assert drawn == inline and drawn.count("<svg") == 6
 
 
+def test_charts_submitted_while_the_report_is_built_are_drawn_once(tpu, tpu_report_inline):
+    """``report``'s path: build_report's on_section hands the half-built report to
+    submit_charts (roofline and steps once the anatomy is in, memory once it is), the renderer
+    then asks for the same charts and gets the pending ones: each chart drawn once, by the
+    worker, and the page byte-identical to one drawn in this process."""
+    from traceview.cli.chartworker import ChartWorker
+
+    _, inline = tpu_report_inline
+    seen = []
+    with ChartWorker() as worker:
+        def early(rep):
+            seen.append(rep.memory is not None)
+            html_render.submit_charts(rep, worker)
+
+        rep = build_report(tpu, html=True, on_section=early)
+        assert seen == [False, True] and len(worker._asked) == 4  # roofline, strip, steps; then memory
+        drawn = html_render.render_report(rep, charts=worker)
+        assert worker.alive == 1 and worker.answered == 6 and len(worker._asked) == 6
+    assert drawn == inline
+
+
 @pytest.mark.parametrize("child", ["import sys; sys.exit(3)",  # dies before answering
                                    "import sys, time; sys.stdout.buffer.write(b'\\x05' * 8); time.sleep(30)",  # garbage
                                    "import time; time.sleep(30)"])  # never answers (timeout)

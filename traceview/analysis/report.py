@@ -278,7 +278,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  expect_batch: int | None = None, rules=None, step_module: str | None = None,
                  step_extent: str = "span", source_frame: str = "direct", html: bool = False,
                  step_window: str = "steady", findings: bool = True, finding_thresholds=None,
-                 tokens_per_step: int | None = None) -> Report:
+                 tokens_per_step: int | None = None, on_section=None) -> Report:
     """Every section of :class:`Report` for ``prof`` (a
     :class:`~traceview.model.profiledata.ProfileData`).
 
@@ -291,6 +291,9 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     (:func:`traceview.analysis.findings.find`; thresholds as
     :func:`~traceview.analysis.findings.thresholds_of`). Raises :class:`~traceview.errors.UsageError` on a bad option
     (rule, module, extent, window, frame, steps), before any other work for ``by``.
+    ``on_section``: called with the report as it fills, once the roofline and the step
+    anatomy are in (with ``html``, the step chart and strip too) and once the memory is: a
+    caller can start on what those sections feed (the report's charts) meanwhile.
     """
     from traceview.errors import UsageError
 
@@ -327,6 +330,11 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  source_frame=source_frame, steps=anat)
     rep.events_note = events_note(rep.files, rep.op_events, rep.device_groups, kern)
     rep.roofline_layers = layer_copies(roof, peaks)
+    if html:
+        rep.step_chart = step_chart(rep.steps)
+        rep.step_strip = step_strip(rep.steps)
+    if on_section is not None:
+        on_section(rep)
     fleet = getattr(prof.discovery, "fleet", None)
     if fleet and prof.table.height:  # hosts captured in their own run folders: their clocks
         from traceview.analysis.communication.stragglers import host_clock_line
@@ -349,6 +357,8 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     rep.family_roofline = _family_roofline(anat, peaks)
     rep.family_roofline_summary = _family_summary(rep.family_roofline)
     rep.memory = profile_memory(prof, anat)
+    if on_section is not None:
+        on_section(rep)
     rep.kernel_inside = _kernel_inside(prof, kern)
     rep.hlo = _hlo_detect(prof)
     rep.phases = _phases(prof, anat, peaks, tokens_per_step=tokens_per_step)
@@ -401,8 +411,10 @@ def add_html_sections(rep: Report, prof, rules=None) -> Report:
     rep.html_sources = direct
     rep.source_kinds = source_kinds(direct)
     rep.populations_per_name = dict(rep.by_shape.group_by("op_name").agg(pl.len().alias("n")).iter_rows())
-    rep.step_chart = step_chart(rep.steps)
-    rep.step_strip = step_strip(rep.steps)
+    if rep.step_chart is None:
+        rep.step_chart = step_chart(rep.steps)
+    if rep.step_strip is None:
+        rep.step_strip = step_strip(rep.steps)
     rep.op_groups = layer_groups(prof, rules=rules, tagged=derived.tagged(prof, rules))
     rep.overview = overview(rep, getattr(prof, "step_markers", None))
     return rep

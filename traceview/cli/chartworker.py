@@ -129,6 +129,7 @@ class ChartWorker:
     def __init__(self, processes: int = 1) -> None:
         self._children = [_Child() for _ in range(max(1, processes))]
         self._next = 0
+        self._asked: dict = {}  # (name, pickled args) -> the pending chart: asked twice, drawn once
 
     def __enter__(self) -> ChartWorker:
         return self
@@ -152,6 +153,21 @@ class ChartWorker:
             c.close()
 
     def submit(self, name: str, *args):
+        """The pending chart ``name`` of ``args`` (a callable giving it); a chart asked for
+        again with equal arguments (submitted early, while the report was still being
+        built, then by the renderer) is the same pending chart."""
+        try:
+            key = (name, pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL))
+        except (pickle.PicklingError, TypeError, AttributeError):
+            key = None
+        if key is not None and key in self._asked:
+            return self._asked[key]
+        took = self._submit(name, *args)
+        if key is not None:
+            self._asked[key] = took
+        return took
+
+    def _submit(self, name: str, *args):
         from traceview.render.charts import CHARTS
 
         def inline():

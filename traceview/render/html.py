@@ -298,10 +298,11 @@ def _steps(rep, charts) -> _StepsView:
 MEMORY_LINES = 8
 
 
-def _memory(mem, top: int, charts) -> dict | None:
+def _memory(mem, top: int, charts, wait: bool = True) -> dict | None:
     """The memory section: the allocators' rows (the first ``top``), the chart of bytes in use
     of the :data:`MEMORY_LINES` largest (submitted to ``charts``, drawn here), the alive-at-peak
-    rows of the largest, notes; None without a memory analysis."""
+    rows of the largest, notes; None without a memory analysis. ``wait=False``: only submit
+    the chart (:func:`submit_charts`) and return None."""
     if mem is None:
         return None
     from traceview.render.charts import _MEM_COLORS
@@ -314,7 +315,10 @@ def _memory(mem, top: int, charts) -> dict | None:
     svg = None
     if mem.allocators:
         drawn = mem.allocators[:MEMORY_LINES]
-        svg = charts.submit("memory", [(list(a.series[0]), list(a.series[1])) for a in drawn], drawn[0].capacity)()
+        svg = charts.submit("memory", [(list(a.series[0]), list(a.series[1])) for a in drawn], drawn[0].capacity)
+        if not wait:
+            return None
+        svg = svg()
     first = mem.allocators[0] if mem.allocators else None
     notes = list(mem.notes) + [f"{a.allocator}: {n}" for a in mem.allocators[:top] for n in a.notes]
     return {"rows": rows, "n": len(mem.allocators), "svg": svg, "first": first.to_dict() if first else None,
@@ -381,6 +385,19 @@ def _overview(rep, steps: _StepsView, findings: list[dict]) -> dict | None:
 
 
 # -- public ---------------------------------------------------------------------------------
+
+def submit_charts(rep, charts, *, top: int = 30) -> None:
+    """Submit to ``charts`` the charts of ``rep`` whose sections are built already (the
+    roofline and the steps once the step anatomy is; the memory chart once the memory is),
+    exactly as :func:`render_report` will ask for them: a drawer that keeps what it was asked
+    (:class:`traceview.cli.chartworker.ChartWorker`) then draws them while the rest of the
+    report is built. Nothing is drawn or returned here."""
+    if getattr(rep, "step_chart", None) is not None and rep.steps is not None:
+        charts.submit("roofline", _roof_rows(rep), rep.peaks)
+        _steps(rep, charts)
+    if getattr(rep, "memory", None) is not None:
+        _memory(rep.memory, top, charts, wait=False)
+
 
 def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
     from traceview.render.findings import finding_rows
