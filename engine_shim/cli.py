@@ -116,6 +116,10 @@ def _parser() -> argparse.ArgumentParser:
                             "XLA_FLAGS=--xla_force_host_platform_device_count=N first) [default 1]")
         s.add_argument("--allow-cpu", action="store_true",
                        help="run an accelerator-sized preset (gemma-2b) even on a CPU-only machine")
+        s.add_argument("--time-tolerance", type=float, default=None, metavar="F",
+                       help="bound on the paired time check: the relative difference between the main "
+                            "generation's wall clock and the sum of its steps' times [default 0.05]; a loaded "
+                            "machine's gaps between steps can need more")
         s.add_argument("--itl-slo", type=float, default=None, metavar="MS",
                        help="inter-token latency objective in ms: also report goodput, the tokens/s counting the "
                             "tokens whose gap from the same request's previous token is within it (first tokens "
@@ -217,6 +221,8 @@ def _resolve(args, env) -> dict:
         dtype=args.dtype,
         greedy_bf16_logits=args.greedy_bf16_logits,
         itl_slo_ms=None if args.itl_slo is None else _in_range("--itl-slo", args.itl_slo, 0.0, float("inf"), low_open=True),
+        **({} if args.time_tolerance is None else
+           {"time_tolerance": _in_range("--time-tolerance", args.time_tolerance, 0.0, float("inf"), low_open=True)}),
     )
 
 

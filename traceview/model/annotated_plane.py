@@ -1,6 +1,10 @@
 """The decoded XLines of a plane whose ops are named by per-event stats (GPU stream lines,
 CPU thunk-executor threads), numpy only, and the prefetch plan of a file.
 
+Everything the prefetch thread runs is imported with this module, before the thread starts:
+an import on the thread would race the caller's imports (under pytest both rewrite modules
+through ``ast``, which CPython 3.11 does not make thread-safe).
+
 It imports no polars, so :mod:`traceview.read.prefetch` can run :func:`decode_lines` on a
 thread while polars is imported; :func:`traceview.model.from_xplane._read_annotated_plane`
 turns the lines into the op table, here or after a prefetch (the same function on the same
@@ -9,9 +13,12 @@ bytes either way). Raises :class:`~traceview.errors.TraceUnreadable` on malforme
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from traceview.model.naming import DERIVED_LINES
+from traceview.model.tpu_plane import plane_arrays
 from traceview.read.xplane import wire
 
 #: the per-event stats that name an op and key its combo (the event's description), in slot order
@@ -72,10 +79,6 @@ def prefetch_plan(space) -> list[tuple]:
     planes through :func:`decode_lines`; the ``/host:CPU`` planes too when the space has no
     device plane of those kinds (a CPU trace: the host plane holds the ops; the reader reads
     it only then)."""
-    from functools import partial
-
-    from traceview.model.tpu_plane import plane_arrays
-
     planes = list(space.planes)
     tpu = [(p, plane_arrays) for p in planes if p.name.startswith("/device:TPU:")]
     dev = [(p, partial(decode_lines, device_lines=True)) for p in planes if _device_lines(p)]

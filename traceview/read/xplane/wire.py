@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from google.protobuf.message import DecodeError
 
+from traceview.read import diagnose as _diagnose  # noqa: F401 - imported here, not on a decoding thread
 from traceview.read import hugearrays
 from traceview.read.xplane.protos import XLine, XLineEventsLoose, XLineEventsRaw, XLineHeader, XSpaceLazy
 from traceview.errors import TraceUnreadable
