@@ -323,3 +323,19 @@ def test_per_layer_copies_are_one_row(shared_traces, capsys):
     out = capsys.readouterr().out
     assert "roofline of the top 25 ops (×N: an op's N per-layer copies as one row) by total time" in out
     assert re.search(r"convolution_bitcast_fusion ×63 .* 91\.2% \(90\.8-91\.7%\)", out)
+
+
+def test_a_kernel_the_trace_costs_at_zero_stays_out_of_predicted_vs_measured(shared_traces):
+    """vLLM Qwen: the ragged paged-attention kernel (25.3% of op time) carries 0 FLOPs and 0
+    bytes: no roofline time, no efficiency, and predicted-vs-measured covers the other ops only
+    (their measured time summed by hand)."""
+    prof = traceview.load(shared_traces / "vllm_tpu_qwen")
+    roof = roofline(prof.table, resolve_peaks(prof.devices, chip="v6e"))
+    rpa = roof.filter(pl.col("op_name").str.starts_with("RPA-"))
+    assert rpa.height == 64 and (rpa["flops"] == 0).all() and (rpa["bytes"] == 0).all()
+    assert rpa["roofline_ps"].null_count() == 64 and rpa["efficiency"].null_count() == 64
+    costed = roof.filter((pl.col("flops").fill_null(0) != 0) | (pl.col("bytes").fill_null(0) != 0))
+    s = predicted_vs_measured(roof)
+    assert s["measured_ps"] == costed["total_ps"].sum() == 93_470_752_714
+    assert s["covered_share"] == pytest.approx(costed["total_ps"].sum() / roof["total_ps"].sum())
+    assert s["ratio"] == pytest.approx(0.941, abs=5e-4)

@@ -36,7 +36,8 @@ def roofline(ops, peaks: Peaks) -> pl.DataFrame:
     frac_peak_flops, frac_peak_bw, bound_by ("compute" / "memory": intensity vs ridge point;
     "async" for the issue/await halves of asynchronous ops, which get no costs; "collective" for
     collectives, whose bytes cross links, not HBM, so they get no HBM roofline; "unknown" without
-    costs), roofline_ps (per execution: max(flops/peak_flops, bytes/peak_bw) in ps), efficiency
+    costs), roofline_ps (per execution: max(flops/peak_flops, bytes/peak_bw) in ps; null for an
+    op with neither FLOPs nor bytes, 0 or missing: nothing to place), efficiency
     (roofline_ps / exec_ps), warning ("" or why a figure above 100% is not to be trusted).
     Sorted by total time. Rates use inclusive time because an op's FLOPs include its
     children's (as XProf's FLOP rate). ``ops``: an :class:`~traceview.model.optable.OpTable` or a
@@ -97,7 +98,7 @@ def roofline(ops, peaks: Peaks) -> pl.DataFrame:
         terms.append(pl.col("bytes").fill_null(0) / pb * 1e12)
     roof = pl.max_horizontal(terms) if terms else pl.lit(None, dtype=pl.Float64)
     g = g.with_columns(
-        pl.when(pl.col("flops").is_null() & pl.col("bytes").is_null()).then(None).otherwise(roof).alias("roofline_ps"))
+        pl.when(has_cost()).then(roof).otherwise(None).alias("roofline_ps"))
     g = g.with_columns(
         pl.when(pl.col("exec_ps") > 0).then(pl.col("roofline_ps") / pl.col("exec_ps")).otherwise(None).alias("efficiency"))
     g = g.with_columns(
@@ -158,6 +159,13 @@ def layer_copies(roof: pl.DataFrame, peaks: Peaks) -> pl.DataFrame:
         (pl.col("achieved_bw") / pb if pb else pl.lit(None, dtype=pl.Float64)).alias("frac_peak_bw"))
     return (g.select(list(schema)).cast(schema)
             .sort(["total_ps", "op_name", "shape"], descending=[True, False, False], maintain_order=True))
+
+
+def has_cost(flops: str = "flops", bytes_: str = "bytes") -> pl.Expr:
+    """Whether an op has a cost to place on the roofline: a FLOP or byte count that is neither
+    missing nor 0 (a trace states 0 and 0 for a custom kernel it cannot cost, e.g. a Pallas
+    kernel on TPU: such an op has no roofline time and stays out of predicted-vs-measured)."""
+    return (pl.col(flops).fill_null(0) != 0) | (pl.col(bytes_).fill_null(0) != 0)
 
 
 def _weighted_mean(name: str, w: pl.Expr) -> pl.Expr:

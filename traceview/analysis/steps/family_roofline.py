@@ -35,7 +35,7 @@ try:  # optional C accelerator
 except ImportError:  # pragma: no cover - exercised when the extension is absent
     _fast = None
 
-from traceview.analysis.ops.roofline import _ASYNC, _COLLECTIVE
+from traceview.analysis.ops.roofline import _ASYNC, _COLLECTIVE, has_cost
 
 SCHEMA = {
     "family": pl.Utf8, "time_ps": pl.Float64, "share": pl.Float64, "occurrences": pl.Float64,
@@ -118,7 +118,7 @@ def family_roofline(anat, peaks) -> pl.DataFrame:
     pf, pb, ridge = peaks.peak_flops or None, peaks.peak_bw or None, peaks.ridge
     terms = ([pl.col("flops").fill_null(0) / pf * 1e12] if pf else []) + (
         [pl.col("bytes").fill_null(0) / pb * 1e12] if pb else [])
-    costed = pl.col("flops").is_not_null() | pl.col("bytes").is_not_null()
+    costed = has_cost()
     roof = pl.max_horizontal(terms) if terms else pl.lit(None, dtype=pl.Float64)
     per = per.with_columns(costed.alias("_costed"),
                            pl.when(costed).then(roof * pl.col("_exec")).otherwise(None).alias("_pred"))
