@@ -765,7 +765,9 @@ def _(tmp):
       "analyzed in every format: the bytes are shown as \\xff, never an encoding error", EXIT_OK)
 def _(tmp):
     d = tmp / os.fsdecode(b"run\xff") / os.fsdecode(b"h\xfe.xplane.pb")
-    return Built(write(d, (SHARED / MI300X).read_bytes()), names=os.fsdecode(b"run\xff"), also=EVERY_FORMAT)
+    return Built(write(d, (SHARED / MI300X).read_bytes()), names=os.fsdecode(b"run\xff"),
+                 also=EVERY_FORMAT + [(["query", "{path}", "SELECT count(*) AS n FROM ops"], EXIT_OK),
+                                      (["export", "{path}", "-o", "{tmp}/exported"], EXIT_OK)])
 
 
 @case("top-beyond-int64", "`--top 18446744073709551616` (2**64)", "analyzed: every row, in every format and command",

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from traceview.model.naming import printable
+
 from traceview.errors import UsageError
 
 #: a trace without steps is exported whole when its op events number at most this
@@ -237,10 +239,12 @@ def _files(rep) -> dict:
     out = {}
     disc = rep.discovery
     local = getattr(disc, "local_copy", None) or (lambda f: f)  # a URL's file: its local copy (read.remote)
+    # the table names a file as shown (printable: undecodable bytes as \xff); open the real path
+    real = {printable(str(f.path)): str(f.path) for f in (disc.files if disc is not None else ())}
     if table is not None and table.attrs.height:
         for h, f in table.attrs.select("host", "file").unique().sort(["host", "file"]).iter_rows():
             if f:
-                out.setdefault(h, local(f))
+                out.setdefault(h, local(real.get(f, f)))
     for f in disc.files if disc is not None and not out else ():
         out.setdefault(f.host, str(f.path))
     return out

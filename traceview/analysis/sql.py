@@ -20,6 +20,8 @@ from typing import Callable
 
 import polars as pl
 
+from traceview.model.naming import printable
+
 from traceview.errors import UsageError
 
 #: table name of each Report field (None: not a table; ``table`` is the populations table
@@ -48,12 +50,13 @@ PROFILE_TABLES = ("ops", "module_runs", "programs", "step_markers", "memory_even
 
 def _rows_frame(items: list) -> pl.DataFrame:
     """A list of dataclasses (or dicts) as a frame: one row per item; values that are not
-    scalars (lists of mixed types, dicts) as JSON text."""
+    scalars (lists of mixed types, dicts) as JSON text; text as valid Unicode (a path's
+    undecodable bytes as ``\xff``: :func:`~traceview.model.naming.printable`)."""
     rows = []
     for it in items:
         d = dataclasses.asdict(it) if dataclasses.is_dataclass(it) else dict(it)
-        rows.append({k: v if v is None or isinstance(v, (str, int, float, bool)) else
-                     json.dumps(v, default=str, sort_keys=True) for k, v in d.items()})
+        rows.append({k: printable(v) if isinstance(v, str) else v if v is None or isinstance(v, (int, float, bool))
+                     else printable(json.dumps(v, default=str, sort_keys=True)) for k, v in d.items()})
     return pl.DataFrame(rows, infer_schema_length=None)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from traceview.cli import args as cargs
 from traceview.errors import EXIT_OK, UsageError
-from traceview.model.naming import safe_line
+from traceview.model.naming import printable, safe_line
 
 
 def window_range(text: str) -> tuple[int, int]:
@@ -62,7 +62,7 @@ def outputs(out: str, hosts: list[str]) -> tuple[dict, Path]:
     if len(hosts) <= 1:
         pbs = {h: Path(base + ".xplane.pb") for h in hosts or [""]}
     else:
-        from traceview.model.naming import safe_line as _s
+        from traceview.model.naming import printable, safe_line as _s
 
         pbs = {h: Path(f"{base}.{_s(h).replace('/', '_')}.xplane.pb") for h in hosts}
     return pbs, Path(base + ".json")
@@ -157,7 +157,7 @@ def run(args) -> int:
         space = with_tracks(sw, tracks, LINES)
         write_atomic(pbs.get(host, next(iter(pbs.values()))), xspace_bytes(space))
         spaces.append((host if len(by_file) > 1 else "", space))
-    title = (f"steps {plan.steps[0]}:{plan.steps[1]}" if plan.steps else "time window") + f" of {args.path}"
+    title = (f"steps {plan.steps[0]}:{plan.steps[1]}" if plan.steps else "time window") + f" of {printable(args.path)}"
     write_atomic(js, chrome_trace(spaces, title=title))
     for n in plan.notes:
         print(f"traceview: note: {safe_line(n)}", file=sys.stderr)

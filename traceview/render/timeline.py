@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 
+from traceview.model.naming import printable
 from traceview.read.xplane.protos import XLine, XSpace, XStat
 
 #: strings of event args cut at this many characters in the JSON (HLO texts can be long)
@@ -77,7 +78,7 @@ def _set_stat(plane, stat_ids: dict, key: str, value, free) -> XStat:
     elif isinstance(value, float) and math.isfinite(value):
         st.double_value = value
     elif isinstance(value, str):
-        st.str_value = value
+        st.str_value = printable(value)  # a path's undecodable bytes as \xff: a proto string is UTF-8
     else:
         import orjson
 
