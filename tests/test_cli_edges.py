@@ -5,6 +5,7 @@ at most one line on stderr, never a traceback."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 import os
 import subprocess
 import sys
@@ -212,3 +213,14 @@ def test_no_output_lands_in_the_log_dir_of_a_run_read(tmp_path, capsys):
         assert "refusing to write" in capsys.readouterr().err
     assert sorted(q.relative_to(prof) for q in prof.rglob("*")) == before
     assert main(["analyze", p, "-o", str(tmp_path / "out.json"), "--no-cache"]) == 0
+
+
+def test_a_negative_step_window_is_taken_as_a_value(capsys):
+    """``--step-window -2:`` (negatives count from the end, as the help says) reads as
+    ``--step-window=-2:``; argparse alone took ``-2:`` for an option and refused the command."""
+    fixture = str(Path(__file__).resolve().parents[1] / "fixtures" / "greedy_b4")
+    assert main(["analyze", fixture, "--step-window=-2:", "--format", "json", "--no-cache"]) == 0
+    want = json.loads(capsys.readouterr().out)["steps"]
+    assert main(["analyze", fixture, "--step-window", "-2:", "--format", "json", "--no-cache"]) == 0
+    got = json.loads(capsys.readouterr().out)["steps"]
+    assert got == want and got["window"] == "-2:" and "2 of 3 steps in window -2:" in got["summary"]

@@ -16,7 +16,8 @@ The package's layers, imports running one way: ``read`` (finding files, decoding
 above; ``testing`` and ``pytest_plugin`` serve test suites.
 """
 
-from traceview.errors import LimitExceeded, NoOpsFound, NoTraceFound, TraceUnreadable, TraceviewError, UsageError
+from traceview.errors import (LimitExceeded, NoOpsFound, NoTraceFound, RemoteUnreadable, TraceUnreadable, TraceviewError,
+                              UsageError)
 
 __version__ = "0.1.0"
 
@@ -40,4 +41,4 @@ def __dir__() -> list[str]:  # the lazy entry points too, for tab completion
 
 
 __all__ = ["load", "Profile", "Report", "diff", "verify", "ladder", "TraceviewError", "NoTraceFound", "TraceUnreadable",
-           "NoOpsFound", "UsageError", "LimitExceeded", "__version__"]
+           "NoOpsFound", "UsageError", "LimitExceeded", "RemoteUnreadable", "__version__"]

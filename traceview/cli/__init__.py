@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from traceview import __version__
@@ -53,6 +54,26 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: options whose value is a step range that may start with a minus (negatives count from the end)
+RANGE_OPTIONS = ("--step-window", "--steps")
+_NEGATIVE_RANGE = re.compile(r"-\d*:-?\d*|-\d+")
+
+
+def _attach_negative_ranges(argv: list[str]) -> list[str]:
+    """``--step-window -5:`` as ``--step-window=-5:`` (and so for :data:`RANGE_OPTIONS`):
+    argparse takes a value starting with a minus for an option and refuses the command."""
+    out, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a in RANGE_OPTIONS and i + 1 < len(argv) and _NEGATIVE_RANGE.fullmatch(argv[i + 1]):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``traceview`` console script. Returns the exit code."""
     from traceview.cli import process
@@ -66,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     process.matplotlib_home()
     if any("://" in a for a in argv):  # a URL (traceview.read.remote): the storage libraries stay quiet
         process.quiet_storage_logs()
+    argv = _attach_negative_ranges(argv)
     parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None)
     try:
         args = parser.parse_args(argv)
