@@ -271,7 +271,8 @@ def _no_steps_trace(tmp_path) -> Path:
     [2000, 3000), [5000, 6000) ps."""
     xs = tpu_xspace(((ADD, "add.1", 0, 1000), (ADD, "add.1", 2000, 1000), (ADD, "add.1", 5000, 1000)))
     del xs.planes[0].lines[0]
-    p = tmp_path / "nosteps.xplane.pb"
+    (tmp_path / "in").mkdir(exist_ok=True)  # its own folder: an exported trace may not go beside it
+    p = tmp_path / "in" / "nosteps.xplane.pb"
     p.write_bytes(xs.SerializeToString())
     return p
 
@@ -446,3 +447,14 @@ def test_an_exported_window_read_back_keeps_its_steps(shared_traces, tmp_path, c
         assert (abs(b["duration_ps"].head(3) - o["duration_ps"]) <= 2_000_000).all(), dev
         end = int(o["start_ps"][-1] + o["duration_ps"][-1])
         assert (b["start_ps"].slice(3) >= end - 2_000_000).all(), dev
+
+
+def test_an_exported_trace_never_lands_beside_the_trace_it_is_cut_from(tmp_path, capsys):
+    """-o in the folder of a loose trace read: refused before any work (the folder's next read
+    would take the exported window for one of its traces); elsewhere it is written."""
+    src = _no_steps_trace(tmp_path)
+    rc, err = export(capsys, src, "-o", src.parent / "cut")
+    assert rc == 2 and err.count("\n") == 1 and "which holds the trace it is cut from" in err
+    assert sorted(p.name for p in src.parent.iterdir()) == ["nosteps.xplane.pb"]
+    rc, err = export(capsys, src, "-o", tmp_path / "cut")
+    assert rc == 0 and (tmp_path / "cut.xplane.pb").exists()

@@ -42,7 +42,8 @@ def why_inside(out: Path, trace_paths, *, trace_name: bool = False) -> str | Non
       the profile as TensorBoard and ``jax.profiler`` see it).
 
     ``trace_name``: ``out`` is a trace meant to be one (``traceview export``'s ``.xplane.pb``):
-    its name is allowed, every other rule holds."""
+    its name is allowed, every other rule holds, and it may not go into a folder holding a
+    trace read (the next read of that folder would take it for one of its traces)."""
     from traceview.read.discover import classify
 
     out = Path(out)
@@ -57,6 +58,9 @@ def why_inside(out: Path, trace_paths, *, trace_name: bool = False) -> str | Non
                 return f"it is the trace file {f}"
         except OSError:
             pass
+    if trace_name and out.parent in dirs:
+        return (f"it is a trace written into {out.parent}, which holds the trace it is cut from (the next read of "
+                "that folder would take it for one of its traces)")
     chain = [out, *out.parents]
     if any(p.name == "profile" and p.parent.name == "plugins" for p in chain):
         return "it is inside a plugins/profile tree"
