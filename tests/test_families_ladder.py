@@ -299,3 +299,18 @@ def test_family_rules_that_match_no_op_say_so(b8, shared_traces):
                     "framework ops and source files"]
     assert not [w for w in b8.analyze(rules="study").warnings if w.startswith("no op matched")]
     assert not [w for w in v6e.analyze().warnings if w.startswith("no op matched")]
+
+
+def test_ladder_says_when_its_rules_match_no_op():
+    """The study rules on two fixtures recorded without the study's named scopes: every op
+    falls outside the rules, and the ladder says so instead of a silent 'other'; the built-in
+    families (no rules) give no such note."""
+    from pathlib import Path
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    profs = [traceview.load(fx / "greedy_b4"), traceview.load(fx / "greedy_b8")]
+    lad = ladder(profs, rules="study")
+    said = [n for n in lad.notes if n.startswith("no op of any profile matched the family rules")]
+    assert len(said) == 1 and "attention" in said[0]
+    assert not set(lad.table["family"].to_list()) & {"attention", "down", "gate-up", "logits"}
+    assert not any("matched the family rules" in n for n in ladder(profs).notes)

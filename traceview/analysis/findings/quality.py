@@ -80,14 +80,14 @@ def costs_unknown(ctx, th) -> Finding | None:
     share = float(gaps["share"].sum() or 0)
     if share < th.costs_share:
         return None
-    gaps = gaps.with_columns(
-        pl.when(pl.col("flops").fill_null(0) <= 0).then(pl.lit("FLOPs")).otherwise(pl.lit(""))
-        .alias("_f"), pl.when(pl.col("bytes").fill_null(0) <= 0).then(pl.lit("bytes")).otherwise(pl.lit("")).alias("_b"))
+    gaps = gaps.with_columns((pl.col("flops").fill_null(0) <= 0).alias("_f"), (pl.col("bytes").fill_null(0) <= 0).alias("_b"))
+    # per kernel name: whether some population of it has no FLOPs, no bytes (booleans, as the evidence says)
     by_name = (gaps.with_columns(pl.col("op_name").str.replace(r"\.\d+$", "").alias("name"))
                .group_by("name").agg(pl.col("share").sum(), pl.len().alias("populations"),
-                                     pl.col("_f").max().alias("no_flops"), pl.col("_b").max().alias("no_bytes"))
+                                     pl.col("_f").any().alias("no_flops"), pl.col("_b").any().alias("no_bytes"))
                .sort("share", descending=True))
-    named = [f"{r['name']} ({pct(r['share'])}, no {' or '.join(x for x in (r['no_flops'], r['no_bytes']) if x)})"
+    named = [f"{r['name']} ({pct(r['share'])}, no "
+             f"{' or '.join(w for w, missing in (('FLOPs', r['no_flops']), ('bytes', r['no_bytes'])) if missing)})"
              for r in by_name.head(3).iter_rows(named=True) if r["share"] >= 0.001]
     return Finding(
         "costs-unknown", "medium",
