@@ -341,14 +341,12 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
 
         rep.warnings.append(host_clock_line(prof.table, f"{len(fleet)} run folders read as one capture"))
     if rules is not None and prof.table.height:  # rules that match no op: say so, not a silent "other"
-        from traceview.analysis.ops.families import rules_of
+        from traceview.analysis.ops.families import unmatched_rules
 
-        named = {r.name for r in rules_of(rules)} - {"other"}  # a catch-all "other" matches everything
-        if named and not named & set(derived.tagged(prof, rules).rows["family"].unique().to_list()):
-            rep.warnings.append(f"no op matched the family rules ({len(named)} families: "
-                                f"{', '.join(sorted(named)[:4])}{' ...' if len(named) > 4 else ''}): the families shown are the "
-                                "built-in ones or the rules' catch-all; the rules search op names, HLO text, framework ops "
-                                "and source files")
+        what = unmatched_rules(rules, derived.tagged(prof, rules).rows["family"].unique().to_list())
+        if what:
+            rep.warnings.append(f"no op matched {what}: the families shown are the built-in ones or the rules' "
+                                "catch-all; the rules search op names, HLO text, framework ops and source files")
     rep.communication = derived.communication(prof, peaks)
     rep.program_splits = aggregate.program_splits(by_shape)
     rep.population_regimes = population_regimes(by_shape, examined)

@@ -177,13 +177,12 @@ def ladder(profiles, *, xs=None, labels=None, rules=None, peaks=None, step_modul
     if ridge is None:
         notes.append("no peaks known: no ridge point, so no crossing (--chip, --peak-flops/--peak-bw, --measure-cpu-peaks)")
     if rules is not None and table.height:  # rules that match no op: say so, not a silent "other"
-        from traceview.analysis.ops.families import rules_of
+        from traceview.analysis.ops.families import unmatched_rules
 
-        named = {r.name for r in rules_of(rules)} - {"other"}  # a catch-all "other" matches everything
-        if named and not named & set(table["family"].to_list()):
-            notes.append(f"no op of any profile matched the family rules ({len(named)} families: "
-                         f"{', '.join(sorted(named)[:4])}{' ...' if len(named) > 4 else ''}): every family shown is the "
-                         "built-in ones or the rules' catch-all")
+        what = unmatched_rules(rules, table["family"].to_list())
+        if what:
+            notes.append(f"no op of any profile matched {what}: every family shown is the built-in ones or the "
+                         "rules' catch-all")
     x_name = "batch" if xs is None else "x"
     return Ladder(points=pl.DataFrame(prow, schema=POINTS_SCHEMA), table=table, scaling=scaling, ridge=ridge,
                   x_name=x_name, notes=notes)

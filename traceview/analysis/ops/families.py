@@ -240,6 +240,16 @@ def rules_of(rules) -> list[FamilyRule]:
     return parse_rules(rules)
 
 
+def unmatched_rules(rules, families: Iterable[str]) -> str | None:
+    """``"the family rules (N families: a, b, c, d ...)"`` when ``rules`` (as :func:`rules_of`
+    takes them) name families of which none is among ``families`` (those the ops fell into;
+    a catch-all ``other`` matches everything and is not counted), else None."""
+    named = {r.name for r in rules_of(rules)} - {"other"}
+    if not named or named & set(families):
+        return None
+    return f"the family rules ({len(named)} families: {', '.join(sorted(named)[:4])}{' ...' if len(named) > 4 else ''})"
+
+
 def _fusion_name_is_move(op_name: str) -> bool:
     base = _SUFFIX.sub("", op_name)
     if base.startswith("wrapped_"):

@@ -21,6 +21,7 @@ import polars as pl
 from traceview.analysis.ops.aggregate import executions
 from traceview.analysis.hardware.peaks import Peaks
 from traceview.model.collective_hlo import COLLECTIVE_KINDS
+from traceview.model.naming import SUFFIX
 from traceview.model.optable import as_table, weighted_mode
 
 
@@ -135,7 +136,7 @@ def layer_copies(roof: pl.DataFrame, peaks: Peaks) -> pl.DataFrame:
     if roof.height == 0:
         return pl.DataFrame(schema=schema)
     key = ["_stem", "shape", "category", "cost_source", "flops", "bytes"]
-    g = (roof.with_columns(pl.col("op_name").str.replace(r"\.\d+$", "").alias("_stem"))
+    g = (roof.with_columns(pl.col("op_name").str.replace(SUFFIX.pattern, "").alias("_stem"))
          .group_by(key, maintain_order=True)
          .agg(pl.col("op_name").unique().sort().alias("op_names"), pl.col("op_name").first().alias("_first"),
               pl.col("occurrences").sum(), pl.col("executions").sum(), pl.col("total_ps").sum(),

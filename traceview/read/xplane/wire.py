@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 from google.protobuf.message import DecodeError
 
-from traceview.read import diagnose as _diagnose  # noqa: F401 - imported here, not on a decoding thread
+# at module level: a decoding thread (traceview.read.prefetch) imports nothing
+from traceview.read.diagnose import _varint, protobuf_fault, walk_fault, xspace_fault
 from traceview.read import hugearrays
 from traceview.read.xplane.protos import XLine, XLineEventsLoose, XLineEventsRaw, XLineHeader, XSpaceLazy
 from traceview.errors import TraceUnreadable
@@ -51,8 +52,6 @@ def read_xspace_bytes(data: bytes, path: str):
     try:
         space.ParseFromString(data)
     except (DecodeError, RecursionError, ValueError) as exc:
-        from traceview.read.diagnose import protobuf_fault, xspace_fault
-
         why = xspace_fault(data) or protobuf_fault(exc)
         raise TraceUnreadable(f"not a valid XSpace protobuf: {why}", path) from None
     return space
@@ -192,8 +191,6 @@ def mapped_fault(path: Path) -> str | None:
     level is malformed (:func:`~traceview.read.diagnose.walk_fault`): the fault named without
     reading the file into memory (the first MiB and the top-level field keys). None when the
     file cannot be mapped or its top level is well formed (protobuf then decides)."""
-    from traceview.read.diagnose import walk_fault, xspace_fault
-
     mm = _map_readonly(path)
     if mm is None:
         return None
@@ -317,8 +314,6 @@ def _stat_int_fields(raw: bytes) -> tuple[int, int | None]:
     """(metadata_id, integer value or None) of one serialized XStat, read field by field as
     the C decoder reads it (``stat_int`` in ``_decode.c``: the last int64/uint64 value
     field counts, as int64); malformed bytes raise ValueError."""
-    from traceview.read.diagnose import _varint
-
     sid, val, i, n = -1, None, 0, len(raw)
     while i < n:
         key, i = _varint(raw, i)
@@ -343,8 +338,6 @@ def _stat_int_fields(raw: bytes) -> tuple[int, int | None]:
 def _skip_value(raw: bytes, i: int, key: int, depth: int) -> int:
     """Index after the value of the field whose ``key`` ends at ``raw[i]`` (``skip_field`` in
     ``_decode.c``: groups to their matching end tag, at most 100 deep)."""
-    from traceview.read.diagnose import _varint
-
     n, w = len(raw), key & 7
     if w == 0:
         v, i = _varint(raw, i)
@@ -597,8 +590,6 @@ def _stat_value_fields(raw: bytes):
     """(metadata_id, kind, value) of one serialized XStat, read field by field as the C
     decoder reads it (``stat_full`` in ``_decode.c``: the last value field wins; a double as
     its int64 bits, str and bytes as bytes); malformed bytes raise ValueError."""
-    from traceview.read.diagnose import _varint
-
     sid, kind, val, i, n = -1, KIND_NONE, 0, 0, len(raw)
     while i < n:
         key, i = _varint(raw, i)
