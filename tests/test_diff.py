@@ -364,3 +364,21 @@ def test_a_runs_xplane_and_trace_json_are_one_recording(capsys):
     assert main(["diff", "--base", str(run / "engine-cpu.xplane.pb"), str(run / "engine-cpu.trace.json.gz"),
                  "--treatment", str(fx / "topp_b4"), "--no-cache"]) == 2
     assert "are the same recording (the same hosts of one run folder)" in capsys.readouterr().err
+
+
+def test_kernel_events_are_the_tagged_counts_per_kernel(kv_block_pair, shared_traces):
+    """diff's traced events per kernel (tagged.kernel_events) are what tagging the raw table
+    and summing its rows by kernel gives, on the interpreted-kernel pair and every shared trace."""
+    from traceview.analysis.compare.populations import kernel_table
+    from traceview.analysis.ops.tagged import kernel_events, tag
+
+    tables = [traceview.load(p, expand_kernels=True, cache=False).table for p in kv_block_pair]
+    tables += [traceview.load(p, cache=False).table for p in sorted(shared_traces.glob("*.xplane.pb"))
+               if "corrupt" not in p.name and "no_xla" not in p.name]
+    tables.append(traceview.load(shared_traces / "vllm_tpu_qwen", cache=False).table)
+    named = 0
+    for t in tables:
+        want = {r["kernel"]: r["events"] for r in kernel_table(None, tagged=tag(t)).iter_rows(named=True)}
+        assert kernel_events(t) == want
+        named += bool(want)
+    assert named == 3  # the two interpreted engines and vLLM's ragged paged attention name kernels

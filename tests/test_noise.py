@@ -36,6 +36,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import traceview
 from traceview.errors import UsageError
@@ -444,3 +446,45 @@ def test_a_long_side_is_thinned_without_bias():
         c = shift(b, t)
         assert c.lo <= 1.0 <= c.hi and abs(c.ratio - 1.0) < 0.02
         assert (shift(b, t).lo, shift(b, t).hi) == (c.lo, c.hi)
+
+
+@given(st.integers(1, 700), st.integers(1, 700), st.sampled_from(["normal", "ties", "one-value", "spread"]),
+       st.integers(0, 2**31))
+@settings(max_examples=60)
+def test_difference_order_stats_are_the_full_partitions_bit_for_bit(n, m, kind, seed):
+    """shift's median and interval ends come from difference_order_stats: the same float64
+    values, bit for bit, as partitioning every pairwise difference, on distinct values, heavy
+    ties, one value a side and widely spread magnitudes."""
+    rng = np.random.default_rng(seed)
+    if kind == "normal":
+        t, b = rng.normal(size=m), rng.normal(size=n)
+    elif kind == "ties":
+        t, b = rng.integers(0, 40, size=m) * 0.1, rng.integers(0, 300, size=n) * 0.07
+    elif kind == "one-value":
+        t, b = np.full(m, 2.5), np.full(n, -1.25)
+    else:
+        t, b = np.log(rng.lognormal(20, 8, size=m)), np.log(rng.lognormal(0, 8, size=n))
+    N = n * m
+    ks = sorted({0, (N - 1) // 2, N // 2, N - 1, int(rng.integers(N))})
+    want = np.partition(np.subtract.outer(t, b).ravel(), ks)[ks]
+    got = np.array(noise.difference_order_stats(t, b, ks), dtype=np.float64)
+    assert got.tobytes() == want.tobytes()
+
+
+def test_a_missed_bracket_falls_back_to_every_pair(monkeypatch):
+    """With a zero-width bracket the draw misses the order statistic and the full partition
+    answers, with the same values."""
+    rng = np.random.default_rng(3)
+    t, b = rng.normal(size=900), rng.normal(size=800)
+    ks = [1000, 359_999, 360_000, 719_000]
+    want = np.partition(np.subtract.outer(t, b).ravel(), ks)[ks]
+    monkeypatch.setattr(noise, "_BRACKET_Z", 0.0)
+    calls = []
+    real = noise._every_pair
+    monkeypatch.setattr(noise, "_every_pair", lambda *a: calls.append(1) or real(*a))
+    assert np.array(noise.difference_order_stats(t, b, ks)).tobytes() == want.tobytes()
+    assert calls == [1]
+    monkeypatch.setattr(noise, "_BRACKET_Z", 5.0)
+    calls.clear()
+    assert np.array(noise.difference_order_stats(t, b, ks)).tobytes() == want.tobytes()
+    assert calls == []  # the bracket found every one

@@ -48,7 +48,6 @@ self time on that side. Errors: :class:`~traceview.errors.UsageError` for bad ar
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass, field
 
@@ -61,7 +60,7 @@ from traceview.analysis.steps import anatomy as steps
 from traceview.analysis.compare.populations import KEY, family_shares, kernel_table, populations
 from traceview.analysis.compare.samples import Samples, population_samples
 from traceview.analysis.steps.stepstats import step_walls
-from traceview.analysis.ops.tagged import TaggedOps, tag
+from traceview.analysis.ops.tagged import TaggedOps, kernel_events
 from traceview.model.runtable import as_runs
 from traceview.errors import TraceviewError, UsageError
 from traceview.model.kernelname import config_changes, format_config_value, kernel_id
@@ -370,7 +369,7 @@ def _traced_kernel_events(prof, kern: pl.DataFrame, pops: pl.DataFrame) -> tuple
     raw = raw.filter(pl.struct("host", "device").is_in(devs.to_struct().implode()))
     if raw.height == prof.table.height:
         return kern, pops
-    traced = {r["kernel"]: r["events"] for r in kernel_table(None, tagged=tag(raw)).iter_rows(named=True)}
+    traced = kernel_events(raw)
     kern = kern.with_columns(pl.struct("kernel", "events").map_elements(
         lambda r: traced.get(r["kernel"], r["events"]), return_dtype=pl.Int64).alias("events"))
     inv = {r["kernel"]: r["invocations"] for r in kern.iter_rows(named=True)}
@@ -743,21 +742,8 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
             b = st.get(tuple(r["shape_treatment"] if k == "shape" else r["_fp_treatment"] if k == "fingerprint"
                              else r[k] for k in KEY))
         pairs.append((r["status"] == "matched" and sb is not None and st is not None, a, b))
-    # the rank tests are independent and spend their time in numpy (outer differences, a
-    # partition) without the GIL: run them on the cores there are, results in row order
-    todo = [i for i, (m, a, b) in enumerate(pairs) if m and a is not None and b is not None and a[0] == b[0]]
-
-    def judge(i):
-        return noise.shift(pairs[i][1][1], pairs[i][2][1], level=level, prior=prior, band=band)
-
-    workers = min(len(todo) // 8, os.cpu_count() or 1)
-    if workers > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=workers) as ex:
-            shifts = dict(zip(todo, ex.map(judge, todo)))
-    else:
-        shifts = {i: judge(i) for i in todo}
+    shifts = {i: noise.shift(a[1], b[1], level=level, prior=prior, band=band)
+              for i, (m, a, b) in enumerate(pairs) if m and a is not None and b is not None and a[0] == b[0]}
     for i, (matched, a, b) in enumerate(pairs):
         row = dict.fromkeys(_NOISE_SCHEMA)
         c = None

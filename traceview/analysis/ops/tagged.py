@@ -31,7 +31,7 @@ import polars as pl
 from traceview.analysis.ops import families, sources
 from traceview.model.fingerprint import population_fingerprint
 from traceview.model.kernelname import find_kernel_name, kernel_in_hlo, kernel_in_scope
-from traceview.model.optable import as_table
+from traceview.model.optable import as_table, int_bincount
 
 #: kdepth of an absorbed event (deeper than any name stack)
 ABSORBED_DEPTH = 1 << 30
@@ -127,6 +127,44 @@ def absorbed_kernels(table, kcode: np.ndarray, meta: np.ndarray, prog: np.ndarra
     return out
 
 
+def _kernel_codes(table, col: pl.DataFrame) -> tuple[list[str], np.ndarray, np.ndarray | None]:
+    """(the named kernels, sorted; per description (attr id) the code of its kernel in that
+    list, -1 for none; :func:`absorbed_kernels` of ``table``) for ``col``, the collapsed table
+    with :func:`_kernels`'s columns."""
+    names = sorted(set(col["kname"].drop_nulls().to_list()))
+    code_of = {k: i for i, k in enumerate(names)}
+    na = table.attrs.height
+    kcode = np.full(na, -1, dtype=np.int64)
+    meta = np.zeros(na, dtype=bool)
+    prog = np.zeros(na, dtype=np.uint64)
+    ids = col["attr"].to_numpy().astype(np.int64)
+    kcode[ids] = np.array([code_of.get(k, -1) if k is not None else -1 for k in col["kname"].to_list()],
+                          dtype=np.int64)
+    meta[ids] = (col["framework_op"].fill_null("") != "").to_numpy()
+    prog[ids] = col["_prog"].to_numpy().astype(np.uint64)
+    return names, kcode, absorbed_kernels(table, kcode, meta, prog)
+
+
+def kernel_events(ops) -> dict[str, int]:
+    """Occurrences per named kernel of an op table (absorbed events included): the ``count``
+    of :func:`tag`'s rows summed by ``kname``, without tagging families, sources and
+    fingerprints. {} when no op belongs to a named kernel."""
+    table = as_table(ops)
+    if table.height == 0:
+        return {}
+    col = _kernels(table.collapse())
+    if col["kname"].null_count() == col.height:
+        return {}
+    names, kcode, absorbed = _kernel_codes(table, col)
+    ev = table.events
+    code = kcode[ev["attr"].to_numpy().astype(np.int64)]
+    if absorbed is not None:  # a description's own kernel first, as tag's coalesce
+        code = np.where(code >= 0, code, absorbed)
+    mine = code >= 0
+    sums = int_bincount(code[mine], ev["count"].to_numpy()[mine], len(names))
+    return dict(zip(names, sums.tolist()))
+
+
 def tag(ops, rules=None) -> TaggedOps:
     """The tagged op descriptions of an op table (:class:`~traceview.model.optable.OpTable`
     or a wide op-event frame); ``rules``: user families
@@ -142,18 +180,7 @@ def tag(ops, rules=None) -> TaggedOps:
     have_kernels = col["kname"].null_count() < col.height
     absorbed = None
     if have_kernels:
-        names = sorted(set(col["kname"].drop_nulls().to_list()))
-        code_of = {k: i for i, k in enumerate(names)}
-        na = table.attrs.height
-        kcode = np.full(na, -1, dtype=np.int64)
-        meta = np.zeros(na, dtype=bool)
-        prog = np.zeros(na, dtype=np.uint64)
-        ids = col["attr"].to_numpy().astype(np.int64)
-        kcode[ids] = np.array([code_of.get(k, -1) if k is not None else -1 for k in col["kname"].to_list()],
-                              dtype=np.int64)
-        meta[ids] = (col["framework_op"].fill_null("") != "").to_numpy()
-        prog[ids] = col["_prog"].to_numpy().astype(np.uint64)
-        absorbed = absorbed_kernels(table, kcode, meta, prog)
+        names, _, absorbed = _kernel_codes(table, col)
     if absorbed is not None:
         # split each description by the kernel that absorbed its events (-1: none)
         ev = table.events
