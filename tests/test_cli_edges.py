@@ -224,3 +224,23 @@ def test_a_negative_step_window_is_taken_as_a_value(capsys):
     assert main(["analyze", fixture, "--step-window", "-2:", "--format", "json", "--no-cache"]) == 0
     got = json.loads(capsys.readouterr().out)["steps"]
     assert got == want and got["window"] == "-2:" and "2 of 3 steps in window -2:" in got["summary"]
+
+
+
+def test_positionals_may_follow_options(shared_traces, capsys):
+    """A subcommand's positionals after its options: query's SQL after --chip, diff's
+    treatment after --no-cache (argparse's plain parse refused both as unrecognized)."""
+    import traceview
+    from traceview.cli import main
+
+    f = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    sql = "select count(*) as n from ops"
+    assert main(["query", f, "--chip", "MI300X", "--format", "json", sql]) == 0
+    after = json.loads(capsys.readouterr().out)
+    assert main(["query", f, sql, "--chip", "MI300X", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == after
+    assert after["result"] == [{"n": traceview.load(f, cache=False).table.height}]
+    assert main(["diff", f, "--no-cache", f, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["populations"]
+    assert main(["analyze", f, "--no-cache", f]) == 2  # one PATH: the second is still refused
+    assert "unrecognized arguments" in capsys.readouterr().err

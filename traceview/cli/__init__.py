@@ -51,7 +51,20 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     for name, module in COMMANDS.items():
         if only is None or only == name:
             importlib.import_module(module).add_parser(sub)
+    parser.commands = sub.choices  # the subcommands' parsers, by name (:func:`parse`)
     return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """``argv`` parsed by ``parser``; a subcommand's own arguments intermixed (argparse's
+    ``parse_intermixed_args``), so positionals may follow options: ``query PATH --chip X SQL``,
+    ``diff A --no-cache B``. The engine's pass-through arguments are parsed as they are."""
+    commands = getattr(parser, "commands", {})
+    if argv and argv[0] in commands and argv[0] != "engine":
+        args = commands[argv[0]].parse_intermixed_args(argv[1:])
+        args.command = argv[0]
+        return args
+    return parser.parse_args(argv)
 
 
 #: options whose value is a step range that may start with a minus (negatives count from the end)
@@ -90,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = _attach_negative_ranges(argv)
     parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None)
     try:
-        args = parser.parse_args(argv)
+        args = parse(parser, argv)
     except SystemExit as exc:  # --help, --version (0) or a usage error (2, already said)
         return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
     if args.command is None:

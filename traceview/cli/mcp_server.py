@@ -286,7 +286,7 @@ def run_command(argv: list[str], *, ok_codes=(EXIT_OK,)) -> tuple[int, str]:
     process: parsed by the CLI's parser, run by its module's ``run``, standard output
     captured. Returns (exit code, output); raises UsageError (the parser's message) or the
     command's TraceviewError; an exit code outside ``ok_codes`` raises UsageError."""
-    from traceview.cli import COMMANDS, build_parser
+    from traceview.cli import COMMANDS, build_parser, parse
 
     err = io.StringIO()
     out = io.StringIO()
@@ -294,7 +294,7 @@ def run_command(argv: list[str], *, ok_codes=(EXIT_OK,)) -> tuple[int, str]:
         with _LOCK, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             parser = build_parser(only=argv[0])
             try:
-                args = parser.parse_args(argv)
+                args = parse(parser, argv)
                 rc = importlib.import_module(COMMANDS[argv[0]]).run(args)
             except SystemExit as exc:  # the parser's usage error (already written to err)
                 lines = [ln for ln in err.getvalue().splitlines() if ln.strip()]
