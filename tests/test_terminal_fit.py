@@ -217,6 +217,20 @@ def test_diff_folds_at_the_width(width, capsys):
         assert f"status {p['status']}" in follow and "occ. " in follow
 
 
+def test_ladder_folds_at_the_width(capsys):
+    """``ladder --width N``: every line within N columns, each family whole on its row with
+    its time per step at each point, the factors folded below it with the JSON's figures."""
+    pts = [str(FIXTURES / "greedy_b4"), str(FIXTURES / "greedy_b8")]
+    rc, out, _ = _run(["ladder", *pts, "--width", "70"], capsys)
+    assert rc == 0 and max(cell_len(ln) for ln in out.splitlines()) <= 70
+    rc, js, _ = _run(["ladder", *pts, "--format", "json"], capsys)
+    scaling = json.loads(js)["scaling"]
+    lines = out.splitlines()
+    for r in scaling:
+        i = next(i for i, ln in enumerate(lines) if ln.startswith(f"│ {r['family']} "))
+        assert f"per doubling {r['factor_per_doubling']:.2f}x" in lines[i + 1]
+
+
 def test_fleet_mode_folds_at_the_width(capsys):
     """``analyze --fleet --width 100``: every line within 100 columns; the fleet's op table keeps
     op, shape, occurrences, total and share and folds the quantiles below each row."""

@@ -34,9 +34,7 @@ def add_parser(sub) -> None:
                    help="a one-screen summary: what was read, the step time, the top op families and the top three "
                         "findings by impact (with --format json: the same as a small JSON object; not with csv, "
                         "parquet or --fleet)")
-    a.add_argument("--width", type=cargs.columns, metavar="N",
-                   help="lay the table output out for N columns (default: the terminal's width; on a pipe or in a "
-                        "file, wide enough that no cell is cut): columns that do not fit fold below each row")
+    cargs.add_width(a)
     a.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (required for parquet; - for "
                                                           "standard output)")
     a.add_argument("--steps", type=cargs.step_count, metavar="[MODULE=]N", action="append",

@@ -49,6 +49,13 @@ def columns(text: str) -> int:
     return v
 
 
+def add_width(p) -> None:
+    """``--width N`` (:func:`columns`): the table output laid out for N columns."""
+    p.add_argument("--width", type=columns, metavar="N",
+                   help="lay the table output out for N columns (default: the terminal's width; on a pipe or in a "
+                        "file, wide enough that no cell is cut): columns that do not fit fold below each row")
+
+
 def tokens_per_step(text: str) -> int:
     """argparse type of ``--tokens-per-step``: an integer from 1 to 2**31 (a step of more tokens
     is not a step)."""

@@ -39,9 +39,7 @@ def add_parser(sub) -> None:
                    help="table [default], json or html; with -o and no --format, the file's suffix (.txt, .json, "
                         ".html) decides, another suffix is an error")
     d.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (- for standard output)")
-    d.add_argument("--width", type=cargs.columns, metavar="N",
-                   help="lay the table output out for N columns (default: the terminal's width; on a pipe or in a "
-                        "file, wide enough that no cell is cut): columns that do not fit fold below each row")
+    cargs.add_width(d)
     d.add_argument("--overhead-factor", type=cargs.positive_float, default=4.0, metavar="F",
                    help="note populations whose traced event count changed by F times or more (default 4)")
     d.add_argument("--no-name-stem", action="store_true",

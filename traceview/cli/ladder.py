@@ -42,6 +42,7 @@ def add_parser(sub) -> None:
     p.add_argument("--format", choices=FORMATS, default=None,
                    help="table [default], json or html; with -o and no --format, the file's suffix decides")
     p.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (- for standard output)")
+    cargs.add_width(p)
     cargs.add_families(p)
     p.add_argument("--step-module", metavar="NAME",
                    help="the program whose executions are the steps (default: step markers, else the one with most "
@@ -89,11 +90,11 @@ def run(args) -> int:
         if out is None:
             from traceview.cli.outputs import console
 
-            render_ladder(console(), lad)
+            render_ladder(console(args.width), lad)
             return EXIT_OK
         from traceview.cli.outputs import PLAIN_WIDTH
 
-        text = render_ladder_text(lad, width=PLAIN_WIDTH)
+        text = render_ladder_text(lad, width=args.width or PLAIN_WIDTH)
     if out is not None:
         write_atomic(out, text)
         print(f"wrote {safe_line(str(out))}", file=sys.stderr)

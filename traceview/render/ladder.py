@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import polars as pl
 from rich.console import Console
-from rich.table import Table
 
 from traceview.model.units import fmt_pct, fmt_time_ps
 
@@ -53,39 +52,36 @@ def render_ladder(console: Console, lad) -> None:
                if p["step_ps"] else "no steps")
         console.print(f"  {lad.x_name} {_x(p['x'])}: {escape(p['label'])} ({escape(p['x_source'])}); "
                       f"{p['n_steps']} steps ({escape(p['window'] or '-')}); {cov}")
-    t = Table(title=f"time per step by family at each {lad.x_name}")
-    t.add_column("family")
-    for x in xs:
-        t.add_column(f"{lad.x_name} {_x(x)}", justify="right")
-    t.add_column("per doubling", justify="right")
-    t.add_column("between points", justify="right")
-    t.add_column("FLOPs per doubling", justify="right")
+    from traceview.model.naming import safe_line
+    from traceview.render.foldtable import Column, print_table
+
+    xcols = [Column(f"{lad.x_name} {_x(x)}", "right") for x in xs]
+    rows = []
     for r in lad.scaling.iter_rows(named=True):
-        cells = [escape(r["family"])]
+        cells = [safe_line(r["family"])]
         for x in xs:
             v = _cell(lad, r["family"], x, "time_ps")
             sh = _cell(lad, r["family"], x, "share")
             cells.append("-" if v is None else f"{fmt_time_ps(v)} ({fmt_pct(sh)})")
-        cells.append(_factor(r["factor_per_doubling"]))
-        cells.append(" ".join(_factor(f) for f in (r["factors"] or [])))
-        cells.append(_factor(r["flops_per_doubling"]))
-        t.add_row(*cells)
-    console.print(t)
+        cells += [_factor(r["factor_per_doubling"]), " ".join(_factor(f) for f in (r["factors"] or [])),
+                  _factor(r["flops_per_doubling"])]
+        rows.append(cells)
+    print_table(console, f"time per step by family at each {lad.x_name}",
+                [Column("family"), *xcols, Column("per doubling", "right", keep=False),
+                 Column("between points", "right", keep=False), Column("FLOPs per doubling", "right", keep=False)],
+                rows)
     ridge = f"ridge point {lad.ridge:.3g} FLOP/byte" if lad.ridge else "no ridge point (no peaks)"
-    it = Table(title=f"arithmetic intensity (FLOP/byte) and bound by; {ridge}")
-    it.add_column("family")
-    for x in xs:
-        it.add_column(f"{lad.x_name} {_x(x)}", justify="right")
-    it.add_column("crosses the ridge")
+    rows = []
     for r in lad.scaling.iter_rows(named=True):
-        cells = [escape(r["family"])]
+        cells = [safe_line(r["family"])]
         for x in xs:
             v = _cell(lad, r["family"], x, "intensity")
             b = _cell(lad, r["family"], x, "bound_by")
             cells.append("-" if v is None else f"{v:.3g} {b}")
         cells.append(crossing_text(r) or "-")
-        it.add_row(*cells)
-    console.print(it)
+        rows.append(cells)
+    print_table(console, f"arithmetic intensity (FLOP/byte) and bound by; {ridge}",
+                [Column("family"), *xcols, Column("crosses the ridge", keep=False)], rows)
     console.print("  per doubling: 2^slope of log2(time per step) against log2(" + lad.x_name
                   + "): 2.00x is linear, 1.00x flat")
     for n in lad.notes:
