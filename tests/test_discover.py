@@ -145,6 +145,13 @@ def test_unknown_run_name_lists_available(tmp_path):
     with pytest.raises(UsageError):
         discover(tmp_path, run="2026_01_01_10_00_00", all_runs=True)
 
+    # a file is its own run: --run names it or is refused as choosing nothing, not listing the folder
+    one = prof / "2026_01_01_10_00_00" / "h.xplane.pb"
+    assert discover(one, run="2026_01_01_10_00_00").runs[0].name == "2026_01_01_10_00_00"
+    with pytest.raises(UsageError) as ei:
+        discover(one, run="2026_01_02_10_00_00")
+    assert "is one trace file of run 2026_01_01_10_00_00" in str(ei.value) and "available runs" not in str(ei.value)
+
 
 # -- the traps -------------------------------------------------------------------------------
 

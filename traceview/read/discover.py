@@ -558,6 +558,10 @@ def discover(
                     matches = [r for r in runs if r.directory.relative_to(root).as_posix() == run.strip("/")]
                 except ValueError:
                     matches = []
+        if not matches and single_file:  # a file is its own run: --run cannot choose another
+            of_run = f" of run {runs[0].name}" if runs[0].timestamp is not None else ""
+            raise UsageError(f"no run named {run!r}: {root} is one trace file{of_run} (--run chooses among "
+                             "the runs of a folder)")
         if not matches:
             avail = ", ".join(r.name or str(r.directory) for r in runs)
             raise UsageError(f"no run named {run!r} under {root}; available runs (newest first): {avail}")
