@@ -241,3 +241,20 @@ def test_fleet_mode_folds_at_the_width(capsys):
     assert [c.strip() for c in lines[i + 1].strip("┃").split("┃")] == ["op", "shape", "occ.", "total", "self %"]
     folds = [ln for ln in lines[i + 3:i + 13] if ln.startswith("│  mean ")]
     assert len(folds) == 5 and all(" · p90 " in ln for ln in folds)
+
+
+def test_cut_columns_share_the_cut():
+    """The widest cut column is cut first, down to the next widest, then both together: an
+    op name of 30 cells and a shape of 50 cut by 30 cells end at 25 each, not the op at
+    MIN_CUT beside a whole shape (diff cut the op first)."""
+    from traceview.render.foldtable import MIN_CUT, Column, FoldTable, table_width
+
+    cols = [Column("op", cut=1), Column("shape", cut=2), Column("n", "right")]
+    rows = [["o" * 30, "s" * 50, "7"]]
+    natural = [30, 50, 1]
+    ft = FoldTable(None, cols, rows, natural, table_width(natural) - 30)
+    assert ft.fits and ft.widths == [25, 25, 1] and ft.cut_columns == ["op", "shape"]
+    ft = FoldTable(None, cols, rows, natural, table_width(natural) - 10)
+    assert ft.widths[:2] == [30, 40] and ft.cut_columns == ["shape"]
+    ft = FoldTable(None, cols, rows, natural, table_width([MIN_CUT, MIN_CUT, 1]) - 1)
+    assert not ft.fits and ft.widths[:2] == [MIN_CUT, MIN_CUT]

@@ -113,8 +113,8 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
     console.print()
     # narrower than the table: the rows fold (#, op, shape, self time and Δ stay)
     fold = {"overflow": "fold"}
-    cols = [Column("#", "right"), Column("status", keep=False), Column("op", cut=1, rich=fold),
-            Column("shape", cut=2, rich=fold), Column("occ.", "right", keep=False, rich=fold),
+    cols = [Column("#", "right"), Column("status", keep=False), Column("op", cut=2, rich=fold),
+            Column("shape", cut=1, rich=fold), Column("occ.", "right", keep=False, rich=fold),
             Column("self time", "right", rich=fold), Column("Δ", "right", rich=fold),
             Column("total ratio", "right", keep=False, rich=fold),
             Column("per step [noise]", "right", keep=False, rich=fold), Column("notes", keep=False, rich=fold)]

@@ -184,16 +184,28 @@ class FoldTable:
         fold_idx = [i for i, c in enumerate(columns) if not c.keep]
         w = [widths[i] for i in keep]
         over = table_width(w) - width
-        self.cut_columns = []
-        for j in sorted((j for j, c in enumerate(self.columns) if c.cut), key=lambda j: self.columns[j].cut):
-            if over <= 0:
+        # the widest cut columns are cut first, down to the next widest, then together (ties: by
+        # ``cut`` order), none below MIN_CUT (its header is cut too): an op name and a shape share
+        # the cut instead of one being cut to nothing while the other stays whole
+        cuts = sorted((j for j, c in enumerate(self.columns) if c.cut), key=lambda j: self.columns[j].cut)
+        natural = list(w)
+        while over > 0:
+            live = [j for j in cuts if w[j] > MIN_CUT]
+            if not live:
                 break
-            least = MIN_CUT  # the header is cut too
-            take = min(over, w[j] - least)
-            if take > 0:
-                w[j] -= take
-                over -= take
-                self.cut_columns.append(self.columns[j].header)
+            top = max(w[j] for j in live)
+            at_top = [j for j in live if w[j] == top]
+            floor = max([w[j] for j in live if w[j] < top] + [MIN_CUT])
+            if (top - floor) * len(at_top) >= over:
+                q, r = divmod(over, len(at_top))
+                for k, j in enumerate(at_top):
+                    w[j] -= q + (k < r)
+                over = 0
+            else:
+                over -= (top - floor) * len(at_top)
+                for j in at_top:
+                    w[j] = floor
+        self.cut_columns = [self.columns[j].header for j in cuts if w[j] < natural[j]]
         self.fits = over <= 0
         self.widths = w
         self.fold_from = min(fold_from, max(len(w) - 1, 0))
