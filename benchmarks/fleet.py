@@ -52,6 +52,9 @@ SRC = ROOT.parent / "shared" / "traces" / "tpu_v6e_4chip_psum.xplane.pb"
 _CHILD = r"""
 import json, resource, sys, time
 mode, path, workers, out, trim = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+from pathlib import Path
+from traceview.cli import process  # the allocator settings the CLI gives a read of this size
+process.tune_allocator(sum(f.stat().st_size for f in Path(path).rglob("*.xplane.pb")))
 import polars as pl, traceview, traceview.api, traceview.model.files, traceview.model.from_xplane  # noqa: E401
 from traceview.analysis import fleet
 from traceview.analysis.ops import aggregate

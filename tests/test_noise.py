@@ -488,3 +488,30 @@ def test_a_missed_bracket_falls_back_to_every_pair(monkeypatch):
     calls.clear()
     assert np.array(noise.difference_order_stats(t, b, ks)).tobytes() == want.tobytes()
     assert calls == []  # the bracket found every one
+
+
+def test_per_step_samples_on_the_grid_equal_the_sorted_sums(shared_traces):
+    """samples._per_step's two ways (a dense (population, step) grid, a sort of the events)
+    give the same populations and the same float64 sums, on every step-bearing shared trace
+    and the fixtures."""
+    from traceview.analysis import derived
+    from traceview.analysis.compare import samples
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    paths = [p for p in sorted(shared_traces.glob("*.xplane.pb")) if "corrupt" not in p.name and "no_xla" not in p.name]
+    paths += [shared_traces / "vllm_tpu_qwen", fixtures / "greedy_b4", fixtures / "collectives_8dev"]
+    compared = 0
+    for p in paths:
+        prof = traceview.load(p, cache=False)
+        a = derived.step_anatomy(prof, None)
+        rows = None if a is None else a.step_rows
+        if rows is None or not (rows >= 0).any():
+            continue
+        code, _ = samples._attr_codes(derived.tagged(prof, None), True, prof.table.attrs.height)
+        pop = code.astype(np.int32)[prof.table.events["attr"].to_numpy()]
+        sp = prof.table.events["self_ps"].fill_null(0).to_numpy()
+        grid, srt = samples._per_step(pop, sp, rows, dense=True), samples._per_step(pop, sp, rows, dense=False)
+        assert grid.keys() == srt.keys() and grid
+        assert all(grid[k].tobytes() == srt[k].tobytes() for k in grid)
+        compared += 1
+    assert compared >= 5
