@@ -18,6 +18,9 @@ the clock starts:
 * ``fleet-ops``, ``fleet-ops-dask``: as ``fleet`` / ``fleet-dask`` without steps (``--fleet-ops``),
   against ``single-ops``: ``load`` then by_shape and the device summary only.
 
+Each child first takes the allocator settings the CLI gives the mode
+(:func:`traceview.cli.process.tune_allocator` of the run's size for ``single``, of
+:func:`~traceview.cli.process.fleet_client_bytes` for the fleet modes, as ``analyze --fleet``).
 The cluster's workers get a plain process's malloc (``--dask-trim off``, default): distributed
 sets ``MALLOC_TRIM_THRESHOLD_`` in its workers, which also fixes glibc's mmap threshold at
 128 KiB, so every large array is mapped and unmapped again (``--dask-trim dask`` keeps it).
@@ -54,7 +57,8 @@ import json, resource, sys, time
 mode, path, workers, out, trim = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 from pathlib import Path
 from traceview.cli import process  # the allocator settings the CLI gives a read of this size
-process.tune_allocator(sum(f.stat().st_size for f in Path(path).rglob("*.xplane.pb")))
+size = sum(f.stat().st_size for f in Path(path).rglob("*.xplane.pb"))
+process.tune_allocator(process.fleet_client_bytes(size) if mode.startswith("fleet") else size)
 import polars as pl, traceview, traceview.api, traceview.model.files, traceview.model.from_xplane  # noqa: E401
 from traceview.analysis import fleet
 from traceview.analysis.ops import aggregate

@@ -500,8 +500,11 @@ def _merge_steps(parts, col, window, step_module, notes):
     n = int(in_win.sum())
     total_self = int(col["self_ps"].sum() or 0)
     outside = total_self - int(st["op_time_ps"].sum() or 0)
-    win_steps = st.filter(pl.col("in_window"))
+    # the columns the coverage reads, then the window's rows (not a copy of every column)
+    win_steps = st.select("host", "device", "duration_ps", "op_time_ps", "busy_ps", "gap_after_ps",
+                          "in_window").filter(pl.col("in_window"))
     cov = _coverage(win_steps, total_self, outside, excluded=st.height - n)
+    del win_steps
     cov_all = _coverage(st, total_self, outside)
     if n and fam_by_step.height:
         keep = pl.Series("step_row", np.flatnonzero(in_win), dtype=pl.Int64)
@@ -519,8 +522,8 @@ def _merge_steps(parts, col, window, step_module, notes):
     anat = StepAnatomy(steps=st, families=fam, coverage=cov, method=p0.step_method, module=p0.step_module,
                        extent="", notes=step_notes, window=dist["window"], distribution=dist, coverage_all=cov_all)
     ov = pl.concat(ovs, how="vertical") if ovs else empty_ov
-    ov = ov.join(st.filter(pl.col("in_window")).select("host", "device", "step"), on=["host", "device", "step"],
-                 how="semi")
+    ov = ov.join(st.select("host", "device", "step", "in_window").filter(pl.col("in_window")).drop("in_window"),
+                 on=["host", "device", "step"], how="semi")
     coll = pl.concat([p.collectives for p in parts], how="vertical")
     strag = None
     if ov.height:

@@ -112,7 +112,8 @@ def run(args) -> int:
     stale = cargs.stale_after(args)
     disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale,
                     group_hosts=cargs.group_hosts(args))
-    process.tune_allocator(cargs.input_bytes(disc))
+    size = cargs.input_bytes(disc)
+    process.tune_allocator(process.fleet_client_bytes(size) if getattr(args, "fleet", None) else size)
     if getattr(args, "fleet", False):
         from traceview.cli.analyze_fleet import run as run_fleet
 

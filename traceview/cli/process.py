@@ -114,6 +114,15 @@ def tune_allocator(input_bytes: int) -> None:
         pass
 
 
+def fleet_client_bytes(input_bytes: int) -> int:
+    """The input size :func:`tune_allocator` is given in fleet mode: at least
+    :data:`BIG_INPUT_BYTES`, whatever the hosts' files weigh, so memory goes before allocation
+    speed. The client holds one host at a time (none with workers) and merges the hosts'
+    partials, small frames whose freed pages polars' allocator would otherwise keep (its
+    dirty decay) while the next merge step allocates."""
+    return max(input_bytes, BIG_INPUT_BYTES)
+
+
 def trim_heap(input_bytes: int) -> None:
     """After an input of :data:`BIG_INPUT_BYTES` or more is read: hand the free pages in the
     middle of glibc's heap back to the OS (``malloc_trim(0)``, glibc ``malloc.h``). Reading
