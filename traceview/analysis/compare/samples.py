@@ -86,16 +86,27 @@ def _per_step(pop: np.ndarray, self_ps: np.ndarray, step_rows: np.ndarray,
         del k
         return {p: sums[p][got[p]].astype(np.float64) for p in range(n_pop) if int(got[p].sum()) >= MIN_STEPS}
     inside = (step_rows >= 0) & (pop >= 0)
-    k = pop[inside].astype(np.int64) * n_steps + step_rows[inside]  # by population, then step
-    w = self_ps[inside]
+    kt = np.int32 if n_pop * n_steps < (1 << 31) else np.int64
+    if inside.all():  # every event in a step: no selected copies
+        k = pop.astype(kt)
+        k *= n_steps
+        k += step_rows.astype(kt, copy=False)  # by population, then step
+        w = self_ps
+    else:
+        k = pop[inside].astype(kt) * kt(n_steps) + step_rows[inside].astype(kt)
+        w = self_ps[inside]
     del inside
     o = np.argsort(k, kind="stable")
     k, w = k[o], w[o]
     del o
-    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]]) if len(k) else np.zeros(0, dtype=np.int64)
-    sums = np.add.reduceat(w, first).astype(np.float64) if len(k) else np.zeros(0)
-    p_of = k[first] // n_steps
-    del k, w
+    if not len(k):
+        return {}
+    first = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+    p_of = k[first].astype(np.int64) // n_steps
+    del k
+    sums = np.add.reduceat(w, first)  # exact int64, then float64 (each array freed as soon as it is used)
+    del w, first
+    sums = sums.astype(np.float64)
     bounds = np.r_[0, np.flatnonzero(np.diff(p_of)) + 1, len(p_of)]
     return {int(p_of[a]): sums[a:b] for a, b in zip(bounds[:-1], bounds[1:]) if b - a >= MIN_STEPS}
 
