@@ -203,7 +203,7 @@ OUTPUTS = [
     Out("findings-vllm", ["analyze", VLLM, "--by", "kind", "--top", "5", *FRESH], cut=(r"^findings", r"^devices ")),
     Out("findings-conv3d-all", ["analyze", f"{SHARED}/mi300x_jax_conv3d.xplane.pb", "--step-window", "all", "--top", "5",
                                 *FRESH], cut=(r"^findings", r"^devices ")),
-    Out("diff-topp-greedy", ["diff", "fixtures/topp_b4", "fixtures/greedy_b4", "--top", "6", *NOCACHE]),
+    Out("diff-topp-greedy", ["diff", "fixtures/topp_b4", "fixtures/greedy_b4", "--top", "6", "--width", "100", *NOCACHE]),
     Out("verify-topp-greedy", ["verify", "fixtures/topp_b4", "fixtures/greedy_b4", "--check",
                                "op matching binary_search vanished", "--check", "no finding sampler-search-dominates",
                                "--check", "kernel RPAd* has bkv 256", *NOCACHE]),

@@ -382,3 +382,26 @@ def test_kernel_events_are_the_tagged_counts_per_kernel(kv_block_pair, shared_tr
         assert kernel_events(t) == want
         named += bool(want)
     assert named == 3  # the two interpreted engines and vLLM's ragged paged attention name kernels
+
+
+def test_traced_op_events_count_the_events_before_folding():
+    """The summary's traced op events are the events the profiler recorded (an interpreted
+    kernel's events before they are folded into its invocations), as analyze counts them:
+    topp vs greedy is 5,016 -> 2,454 (2.0x), under the 4x of the tracing-overhead note."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    base, treat = fx / "topp_b4", fx / "greedy_b4"
+    d = diff(traceview.load(base, cache=False), traceview.load(treat, cache=False))
+    for p, got in ((base, d.events_base), (treat, d.events_treatment)):
+        assert got == int(traceview.load(p, expand_kernels=True, cache=False).table.events["count"].sum())
+    assert (d.events_base, d.events_treatment) == (5016, 2454)
+    assert not any(n.startswith("traced op events") for n in d.notes)
+
+
+def test_a_step_window_without_steps_is_refused_as_analyze_refuses_it(capsys):
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    g = str(fx / "greedy_b4")
+    for argv in (["diff", g, g, "--step-window", "100:200"], ["analyze", g, "--step-window", "100:200"]):
+        assert main(argv) == 2
+        assert "--step-window 100:200 holds none of the trace's 3 steps" in capsys.readouterr().err
+    with pytest.raises(traceview.UsageError):
+        diff(traceview.load(g, cache=False), traceview.load(g, cache=False), step_window="100:200")

@@ -262,18 +262,6 @@ def source_kinds(files: pl.DataFrame) -> pl.DataFrame:
             .group_by("kind").agg(pl.col("share").sum()).sort("share", descending=True))
 
 
-def _window_holds_steps(anat, step_window: str) -> None:
-    """UsageError when an A:B step window (``step_window``, as parsed: not steady or all)
-    selects none of the steps found: a report of no steps would read as one without findings."""
-    if anat is None or anat.steps is None or anat.steps.height == 0:
-        return
-    st = anat.steps
-    if "in_window" in st.columns and not st["in_window"].fill_null(False).any():
-        n = st["step"].n_unique()
-        raise UsageError(f"--step-window {step_window} holds none of the trace's {n:,} steps (0..{n - 1}; A:B counts "
-                         "from 0, B excluded, negatives from the end)")
-
-
 def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: int | None = None,
                  expect_batch: int | None = None, rules=None, step_module: str | None = None,
                  step_extent: str = "span", source_frame: str = "direct", html: bool = False,
@@ -312,12 +300,11 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     checks = None
     if steps is not None or expect_batch is not None:  # 0 is refused by the checks, not ignored
         checks = aggregate.occurrence_checks(prof.table, prof.runs, steps=steps, expect_batch=expect_batch)
-    from traceview.analysis.steps.stepstats import parse_window
+    from traceview.analysis.steps.stepstats import parse_window, window_holds_steps
 
-    _, window_slice = parse_window(step_window)  # a bad window fails before any other work
+    parse_window(step_window)  # a bad window fails before any other work
     anat = derived.step_anatomy(prof, rules, module=step_module, extent=step_extent, window=step_window)
-    if window_slice is not None:
-        _window_holds_steps(anat, step_window)
+    window_holds_steps(None if anat is None else anat.steps, step_window)
     kern = _kernels(prof.table)
     files = _sources.by_file(prof.table, frame=source_frame)
     devices = prof.device_summary()

@@ -268,8 +268,8 @@ class DiffSide:
     ``kernels`` (:func:`~traceview.analysis.compare.populations.kernel_table`), ``families``
     (:func:`~traceview.analysis.compare.populations.family_shares`), ``module_sums`` (per module name:
     ``executions``, ``n_timed`` executions with a duration and their ``total_ps``; None
-    without module runs), ``events`` (op
-    events), ``self_ps`` (their self time, ps) and ``steps`` ((module, steps, mean step ps,
+    without module runs), ``events`` (op events as traced: an interpreted kernel's events
+    before they are folded into its invocations), ``self_ps`` (their self time, ps) and ``steps`` ((module, steps, mean step ps,
     method) of the step anatomy, None when it failed), ``communication``
     (:func:`traceview.analysis.communication.collectives.communication`, None when it could not be made),
     ``samples`` (:class:`~traceview.analysis.compare.samples.Samples`, for the noise intervals, from
@@ -299,19 +299,21 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     :func:`~traceview.analysis.ops.tagged.tag` result made with ``rules``, when the caller has it.
     ``step_window``: the steps the step time is the mean of (:mod:`traceview.analysis.steps.stepstats`).
     Raises UsageError on bad rules or step window."""
-    from traceview.analysis.steps.stepstats import parse_window
+    from traceview.analysis.steps.stepstats import parse_window, window_holds_steps
 
     parse_window(step_window)
     t = tagged if tagged is not None else derived.tagged(prof, rules)
     kern = kernel_table(prof, tagged=t)
     pops = populations(prof, name_stem=name_stem, tagged=t, program_stem_key=program_key)
-    kern, pops = _traced_kernel_events(prof, kern, pops)
+    kern, pops, traced = _traced_kernel_events(prof, kern, pops)
     runs = prof.runs if hasattr(prof, "runs") else prof.module_runs
     s = DiffSide(label=_label(prof, label), populations=pops,
-                 kernels=kern, families=family_shares(t), module_sums=module_sums(runs), events=t.events,
+                 kernels=kern, families=family_shares(t), module_sums=module_sums(runs),
+                 events=t.events if traced is None else traced,
                  self_ps=t.self_ps)
     a = _step_anatomy(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))),
                       step_window)
+    window_holds_steps(None if a is None else a.steps, step_window)  # as analyze: no diff of no steps
     s.steps = _steps_tuple(a)
     rows, durs = None, None
     if a is not None:  # the noise samples: every step under "steady" (ranks need no outlier removal), else the window's
@@ -350,25 +352,29 @@ def device_kinds(prof) -> tuple:
     return tuple(sorted(kinds))
 
 
-def _traced_kernel_events(prof, kern: pl.DataFrame, pops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _traced_kernel_events(prof, kern: pl.DataFrame, pops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int | None]:
     """``kern`` and ``pops`` with ``events`` counted in the files as traced when the profile
     folds interpreted kernel invocations into one row each
     (:func:`traceview.model.interpreted.collapse_kernels`): the overhead notes are about the
     events the profiler recorded. A kernel's traced events (ops carrying its name, in the
-    profile's devices) go to its populations in proportion to their occurrences. Unchanged
-    when nothing was folded."""
+    profile's devices) go to its populations in proportion to their occurrences; the third
+    item is the op events traced in the profile's devices (occurrences; None: the profile's
+    own). Unchanged when nothing was folded."""
     traces = getattr(prof, "traces", None) or []
-    if not traces or kern.height == 0:
-        return kern, pops
+    if not traces:
+        return kern, pops, None
     from traceview.model.optable import OpTable
 
     if sum(tr.table.height for tr in traces) == prof.table.height:
-        return kern, pops  # nothing folded (nor filtered)
+        return kern, pops, None  # nothing folded (nor filtered)
     raw = OpTable.concat([tr.table for tr in traces])
     devs = prof.table.collapse().select("host", "device").unique()
     raw = raw.filter(pl.struct("host", "device").is_in(devs.to_struct().implode()))
     if raw.height == prof.table.height:
-        return kern, pops
+        return kern, pops, None
+    total = int(raw.events["count"].sum() or 0)
+    if kern.height == 0:
+        return kern, pops, total
     traced = kernel_events(raw)
     kern = kern.with_columns(pl.struct("kernel", "events").map_elements(
         lambda r: traced.get(r["kernel"], r["events"]), return_dtype=pl.Int64).alias("events"))
@@ -382,7 +388,7 @@ def _traced_kernel_events(prof, kern: pl.DataFrame, pops: pl.DataFrame) -> tuple
 
     pops = pops.with_columns(pl.struct("is_kernel", "kernels", "occurrences", "events").map_elements(
         pop_events, return_dtype=pl.Int64).alias("events"))
-    return kern, pops
+    return kern, pops, total
 
 
 def _kernel_changes(kb: pl.DataFrame, kt: pl.DataFrame) -> list[dict]:

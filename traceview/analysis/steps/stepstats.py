@@ -98,6 +98,18 @@ def parse_window(spec: str) -> tuple[str, slice | None]:
                      f"A inclusive, B exclusive, e.g. 2: or 1:-1)")
 
 
+def window_holds_steps(steps: pl.DataFrame | None, window: str) -> None:
+    """UsageError when an A:B step window (``window``; steady and all pass) selects none of
+    ``steps`` (step rows with ``in_window``, as :func:`annotate` marks them; None or empty
+    pass): a report or diff of no steps would read as one without changes or findings."""
+    if parse_window(window)[1] is None or steps is None or steps.height == 0:
+        return
+    if "in_window" in steps.columns and not steps["in_window"].fill_null(False).any():
+        n = steps["step"].n_unique()
+        raise UsageError(f"--step-window {window} holds none of the trace's {n:,} steps (0..{n - 1}; A:B counts "
+                         "from 0, B excluded, negatives from the end)")
+
+
 def robust_z(values: np.ndarray) -> np.ndarray:
     """Modified z-scores 0.6745·|x − median| / MAD (float64); with MAD = 0, inf off the
     median and 0 on it. Empty in, empty out."""
