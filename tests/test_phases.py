@@ -134,3 +134,15 @@ def test_tokens_per_step_is_bounded():
     from traceview.cli import main
 
     assert main(["analyze", "fixtures/greedy_b4", "--no-cache", "--tokens-per-step", str(1 << 40)]) == 2
+
+
+def test_a_phase_of_every_window_step_has_the_anatomys_p10_p90(greedy_b4):
+    """All three steps of the fixture are decode steps: the phases table's median, p10 and
+    p90 are the step anatomy's (linear interpolation, as numpy's percentile), not a second
+    quantile rule (polars' default is nearest)."""
+    prof, ph = greedy_b4
+    dist = derived.step_anatomy(prof).distribution
+    row = ph.summary.filter(pl.col("phase") == "decode").row(0, named=True)
+    assert row["window_steps"] == dist["n_window"] == 3
+    for k in ("median_ps", "p10_ps", "p90_ps"):
+        assert row[k] == pytest.approx(dist[k], rel=1e-12)

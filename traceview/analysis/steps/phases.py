@@ -474,8 +474,8 @@ def _summary(lab: pl.DataFrame, executions: pl.DataFrame | None, runs: pl.DataFr
         mb = w.filter(pl.col("mbu").is_not_null())
         rows.append({
             "phase": p, "steps": all_p.height, "window_steps": w.height,
-            "median_ps": d.median() if w.height else None, "p10_ps": d.quantile(0.1) if w.height else None,
-            "p90_ps": d.quantile(0.9) if w.height else None,
+            "median_ps": d.median() if w.height else None, "p10_ps": d.quantile(0.1, "linear") if w.height else None,
+            "p90_ps": d.quantile(0.9, "linear") if w.height else None,
             "op_share": (float(prog) / total_ps) if prog and total_ps else None,
             "mfu": float((mf["mfu"] * mf["duration_ps"]).sum() / mf["duration_ps"].sum()) if mf.height else None,
             "mbu": float((mb["mbu"] * mb["duration_ps"]).sum() / mb["duration_ps"].sum()) if mb.height else None,
