@@ -14,6 +14,7 @@ import pytest
 
 import traceview
 from traceview.analysis.compare.history import NO_COMPARABLE, RunSummary, compare_runs, program_stem, summarise
+from traceview.analysis import derived
 from traceview.cli import main
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -112,3 +113,16 @@ def test_program_stem():
     assert program_stem("jit_prefill_t32") == "jit_prefill" and program_stem("jit_step_fun") == "jit_step_fun"
     assert program_stem("jit_forward_3d_conv") == "jit_forward_3d_conv" and program_stem("jit_f.3") == "jit_f"
     assert program_stem("jit_dot(12)") == "jit_dot" and program_stem(None) is None and program_stem("") is None
+
+
+def test_history_ranks_every_step_as_diff_does(shared_traces):
+    """The regression rule's samples are diff's: every step's wall time (ranks need no
+    outlier removal; the noise prior was measured on them), while the median, p10 and p90
+    stay the steady window's: the GEMM sweep has 18 steps, 13 in its steady window."""
+    from traceview.analysis.compare.diff import side
+
+    prof = traceview.load(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", cache=False)
+    s = summarise(prof, name="gemm", directory="gemm", time=0.0)
+    assert len(s.step_ps) == 18 and s.n_steps == len(s.window_ps) == 13
+    assert np.array_equal(s.step_ps, side(prof).samples.steps.astype(np.float64))
+    assert s.median_ps == pytest.approx(derived.step_anatomy(prof).distribution["median_ps"])

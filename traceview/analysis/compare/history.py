@@ -1,10 +1,11 @@
 """A run history: one summary per profiled run, oldest first, and a regression rule
 (``traceview history``).
 
-Per run (:func:`summarise`): the steady step time (median, p10, p90 of the step durations,
-ps; one per step index, the longest of the devices':
-:func:`~traceview.analysis.steps.stepstats.step_walls`) from the step anatomy (:func:`traceview.analysis.steps.anatomy.profile_anatomy`; when the steps
-frame has an ``in_window`` column, only its window's steps), the top op families' self time
+Per run (:func:`summarise`): the steady step time (median, p10, p90 of the durations of the
+steady window's steps, ps; one per step index, the longest of the devices':
+:func:`~traceview.analysis.steps.stepstats.step_walls`) from the step anatomy
+(:func:`traceview.analysis.steps.anatomy.profile_anatomy`), every step's duration for the
+regression rule, the top op families' self time
 per step, the custom kernels' configurations read off their names
 (:func:`traceview.analysis.ops.kernels.kernels`), and the ids of the findings of its report
 (:mod:`traceview.analysis.findings`).
@@ -69,8 +70,10 @@ def program_stem(module: str | None) -> str | None:
 
 @dataclass
 class RunSummary:
-    """One run of a history (:func:`summarise`). ``step_ps``: the step durations (ps) the
-    median and the regression rule use; ``families``: [{family, self_ps (per step), share}];
+    """One run of a history (:func:`summarise`). ``step_ps``: the durations (ps) of every
+    step, the regression rule's samples (a rank interval needs no outlier removal: the samples
+    diff ranks, on which the noise prior was measured); ``window_ps``: those of the steady
+    window's steps, for the median, p10 and p90 (None: ``step_ps``); ``families``: [{family, self_ps (per step), share}];
     ``kernels``: [{kernel, config}]; ``findings``: finding ids (None only in summaries
     built by hand); ``program``: the step program (:func:`program_stem`; default: that of
     ``step_module``; None: unknown, so the run is compared with none). ``change``/``baseline``/
@@ -88,6 +91,7 @@ class RunSummary:
     program: str | None = None
     #: device kinds of the run ("CPU", "TPU", "GPU"): which noise prior applies
     device_kinds: tuple = ()
+    window_ps: np.ndarray | None = None
     change: noise.Change | None = None
     baseline: str | None = None
     verdict: str = "baseline"
@@ -98,10 +102,12 @@ class RunSummary:
 
     @property
     def n_steps(self) -> int:
-        return len(self.step_ps)
+        """Steps the median, p10 and p90 are over (the steady window's)."""
+        return len(self.step_ps if self.window_ps is None else self.window_ps)
 
     def _q(self, q: float) -> float | None:
-        return float(np.quantile(self.step_ps, q)) if len(self.step_ps) else None
+        d = self.step_ps if self.window_ps is None else self.window_ps
+        return float(np.quantile(d, q)) if len(d) else None
 
     @property
     def median_ps(self) -> float | None:
@@ -164,8 +170,7 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
     rep = build_report(prof, rules=rules)  # one report: its step anatomy, kernels and findings
     a = rep.steps
     st = a.steps
-    if "in_window" in st.columns:
-        st = st.filter(pl.col("in_window").fill_null(False))
+    win = st.filter(pl.col("in_window").fill_null(False)) if "in_window" in st.columns else st
     fam = [{"family": r["family"], "self_ps": float(r["self_ps"]), "share": float(r["share"])}
            for r in a.families.head(top_families).iter_rows(named=True)]
     prog = a.module
@@ -185,7 +190,8 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
     from traceview.analysis.steps.stepstats import step_walls
 
     return RunSummary(name=name, directory=directory, time=time, step_method=a.method, step_module=a.module,
-                      step_ps=step_walls(st).astype(np.float64), families=fam, kernels=ks,
+                      step_ps=step_walls(st).astype(np.float64), window_ps=step_walls(win).astype(np.float64),
+                      families=fam, kernels=ks,
                       findings=[f.id for f in rep.findings or []], program=program_stem(prog),
                       device_kinds=device_kinds(prof))
 
