@@ -43,7 +43,7 @@ _SECTION = """\
 <h3>Populations — top {{ rows|length }} of {{ n_rows }} by |Δ self time|</h3>
 <p class="tv-note">Matched by (op kind, shape signature, HLO fingerprint without instruction names), not by XLA's names.</p>
 <table class="tv-diff-populations">
-<thead><tr><th>#</th><th>status</th><th>op</th><th>shape</th><th>occurrences</th><th>self time</th><th>Δ</th><th>total ratio</th><th>per step [noise interval]</th><th>notes</th></tr></thead>
+<thead><tr><th>#</th><th>status</th><th>op</th><th>shape</th><th>occurrences</th><th>self time</th><th>Δ</th><th>total ratio</th><th title="median ratio of the self time per step (per occurrence where marked) in its rank interval">change [noise interval]</th><th>notes</th></tr></thead>
 <tbody>
 {% for r in rows %}<tr class="tv-{{ r.status }}"><td class="num">{{ loop.index }}</td><td>{{ r.status }}</td><td>{{ r.label }}</td>
 <td class="shape">{{ r.shape_text }}</td><td class="num">{{ r.occ }}</td><td class="num">{{ r.self_ps_base|t }} → {{ r.self_ps_treatment|t }}</td>

@@ -73,8 +73,9 @@ def noise_cell(r: dict) -> str:
     inside its interval, ``"~ 1.02x [0.91-1.20x]"`` within noise, ``"2.80x [2.10-3.60x]"``
     outside, ``"? ..."`` when the noise is unknown, ``"gone"`` / ``"new"`` for a population that
     ran in several samples of one side only (significant), ``"-"`` without interval (too few
-    samples). The ratio column beside it is total over total self time, which also moves
-    with the occurrences."""
+    samples); ``" per occ."`` after the interval of a population compared per occurrence (it
+    runs outside the steps). The ratio column beside it is total over total self time, which
+    also moves with the occurrences."""
     lo, hi = r.get("ratio_lo"), r.get("ratio_hi")
     if str(r.get("noise") or "").startswith("significant ("):  # gone from every step, or new in each
         return "gone" if "vanished" in r["noise"] else "new"
@@ -83,4 +84,6 @@ def noise_cell(r: dict) -> str:
     mark = "? " if r.get("significant") is None else "" if r.get("significant") else "~ "
     med = r.get("median_ratio")
     est = f"{med:.2f}x " if med is not None else ""
-    return f"{mark}{est}[{lo:.2f}-{hi:.2f}x]"
+    # a population outside the steps is compared occurrence by occurrence: said in the cell
+    per = " per occ." if r.get("samples") == "per occurrence" else ""
+    return f"{mark}{est}[{lo:.2f}-{hi:.2f}x]{per}"

@@ -117,7 +117,7 @@ def render_diff(console: Console, d, *, top: int = 25) -> None:
             Column("shape", cut=1, rich=fold), Column("occ.", "right", keep=False, rich=fold),
             Column("self time", "right", rich=fold), Column("Δ", "right", rich=fold),
             Column("total ratio", "right", keep=False, rich=fold),
-            Column("per step [noise]", "right", keep=False, rich=fold), Column("notes", keep=False, rich=fold)]
+            Column("change [noise]", "right", keep=False, rich=fold), Column("notes", keep=False, rich=fold)]
     rows = []
     for i, r in enumerate(pops.head(top).iter_rows(named=True), 1):
         notes = match_notes(r)
