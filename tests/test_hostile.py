@@ -166,6 +166,9 @@ def test_control_characters_are_shown_escaped(evil_pair, tmp_path, capsys, monke
     rc, out, _ = _run(["analyze", a, "--format", "csv"], capsys)  # CSV on a terminal: the safe form
     assert rc == 0 and not _RAW.search(out)
     assert {r["op_name"] for r in csv.DictReader(io.StringIO(out))} == set(_SHOWN)
+    rc, out, _ = _run(["query", a, "select distinct op_name from ops", "--format", "csv"], capsys)  # query's too
+    assert rc == 0 and not _RAW.search(out)
+    assert {r["op_name"] for r in csv.DictReader(io.StringIO(out))} == set(_SHOWN)
 
 
 # -- one --top rule ---------------------------------------------------------------------------

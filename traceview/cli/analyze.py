@@ -209,16 +209,11 @@ def _write(rep, args, out: Path | None) -> bytes | None:
 
         data = analysis_json(rep, top=args.top, version=__version__, all_rows=args.all_rows)
     elif args.format == "csv":
-        import polars as pl
-
-        from traceview.render.tables import flat
+        from traceview.render.tables import flat, terminal_safe
 
         rows = flat(rep.table.head(args.top) if args.top else rep.table)
         if out is None and sys.stdout.isatty():  # a terminal gets control characters as \x1b, not raw
-            from traceview.model.naming import safe_line
-
-            rows = rows.with_columns(pl.col(c).map_elements(safe_line, return_dtype=pl.String)
-                                     for c, t in rows.schema.items() if t == pl.String)
+            rows = terminal_safe(rows)
         data = rows.write_csv().encode("utf-8")
     else:
         import io

@@ -119,9 +119,12 @@ def run(args) -> int:
                    query_payload(df, query=args.sql, top=top, version=__version__))
         data = dumps(payload).encode("utf-8")
     elif args.format == "csv":
-        from traceview.render.tables import flat
+        from traceview.render.tables import flat, terminal_safe
 
-        data = flat(df.head(top) if top else df).write_csv().encode("utf-8")
+        rows = flat(df.head(top) if top else df)
+        if out is None and sys.stdout.isatty():  # a terminal gets control characters as \x1b, not raw (as analyze)
+            rows = terminal_safe(rows)
+        data = rows.write_csv().encode("utf-8")
     else:
         import io
 

@@ -28,3 +28,14 @@ def _plain(v):
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
     return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
+
+
+def terminal_safe(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with every string cell made safe on a terminal
+    (:func:`~traceview.model.naming.safe_line`: control characters as ``\x1b``), for CSV
+    written to a terminal; files and pipes get the exact strings."""
+    from traceview.model.naming import safe_line
+
+    return df.with_columns(pl.col(c).map_elements(safe_line, return_dtype=pl.String)
+                           for c, t in df.schema.items() if t == pl.String)
+
