@@ -231,6 +231,20 @@ def test_ladder_folds_at_the_width(capsys):
         assert f"per doubling {r['factor_per_doubling']:.2f}x" in lines[i + 1]
 
 
+def test_history_folds_at_the_width(capsys):
+    """``history --width N``: every line within N columns, each run's median and verdict on
+    its row, with the JSON's figures; without --width on a pipe, one line per run, cells whole."""
+    runs = [str(FIXTURES / "greedy_b4"), str(FIXTURES / "greedy_b8")]
+    rc, out, _ = _run(["history", *runs, "--width", "80", "--no-cache"], capsys)
+    assert rc == 0 and max(cell_len(ln) for ln in out.splitlines()) <= 80
+    rc, js, _ = _run(["history", *runs, "--format", "json", "--no-cache"], capsys)
+    for n, r in enumerate(json.loads(js)["runs"], 1):
+        row = next(ln for ln in out.splitlines() if ln.startswith(f"│ {n} │"))
+        assert r["run"] in row and r["verdict"] in row
+    rc, plain, _ = _run(["history", *runs, "--no-cache"], capsys)
+    assert rc == 0 and sum(ln[:1] in ("1", "2") and "jit_decode" in ln for ln in plain.splitlines()) == 2
+
+
 def test_fleet_mode_folds_at_the_width(capsys):
     """``analyze --fleet --width 100``: every line within 100 columns; the fleet's op table keeps
     op, shape, occurrences, total and share and folds the quantiles below each row."""

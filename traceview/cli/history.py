@@ -43,6 +43,7 @@ def add_parser(sub) -> None:
                    help="table [default], json or html (trend chart); with -o and no --format the file's suffix "
                         "decides")
     h.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (- for standard output)")
+    cargs.add_width(h)
     h.add_argument("--append", metavar="FILE", help="append one JSON line per run to FILE (JSONL); refused inside "
                                                     "a profile folder")
     h.add_argument("--families", metavar="FILE", help="user op families, one NAME=REGEX per line (# comments)")
@@ -168,7 +169,12 @@ def run(args) -> int:
     else:
         from traceview.render.history import history_text
 
-        text = history_text(h)
+        width = args.width
+        if width is None and out is None and sys.stdout.isatty():  # a terminal: its width, as analyze's tables
+            from traceview.cli.outputs import console
+
+            width = console().width
+        text = history_text(h, width=width)
     if out is not None:
         write_atomic(out, text)
         print(f"wrote {safe_line(str(out))}", file=sys.stderr)

@@ -54,13 +54,26 @@ def rows(h) -> list[dict]:
     return out
 
 
-def history_text(h) -> str:
-    """The trend table and the regression verdict lines as plain text."""
+def history_text(h, width: int | None = None) -> str:
+    """The trend table and the regression verdict lines as plain text: every cell whole, one
+    line per row (``width`` None), or laid out for ``width`` columns (lines wrapped, the
+    table's run, median, change and verdict on the row and its other cells folded below it,
+    :func:`~traceview.render.foldtable.print_table`)."""
     rs = rows(h)
     head = ["#", "run", "steps", "median step", "p10-p90", "program", "vs", "change (interval)", "verdict", "kernels"]
     body = [[str(r["n"]), safe_line(r["run"]), str(r["steps"]), r["median"], r["spread"], safe_line(r["program"]),
              safe_line(r["baseline"]), r["change"], r["verdict"], safe_line(r["kernels"]) or "-"] for r in rs]
+    if width is not None:
+        return _history_at(h, rs, head, body, width)
     width = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
+    lines = _head_lines(h, rs)
+    for x in [head] + body:
+        lines.append("  ".join(v.rjust(w) if i in (0, 2, 3) else v.ljust(w) for i, (v, w) in enumerate(zip(x, width)))
+                     .rstrip())
+    return "\n".join(lines + _tail_lines(h, rs)) + "\n"
+
+
+def _head_lines(h, rs) -> list[str]:
     lines = [f"traceview history — {len(rs)} run(s), oldest first; each against "
              f"{'the previous run of its step program' if h.baseline == 'previous' else safe_line(h.baseline)}; "
              f"regression: a slowdown "
@@ -69,10 +82,31 @@ def history_text(h) -> str:
     bands = sorted({r.change.noise_source for r in h.runs if r.change is not None and r.change.noise_source})
     if bands:
         lines.append("run-to-run noise: " + "; ".join(safe_line(b) for b in bands))
-    for x in [head] + body:
-        lines.append("  ".join(v.rjust(w) if i in (0, 2, 3) else v.ljust(w) for i, (v, w) in enumerate(zip(x, width)))
-                     .rstrip())
-    lines.append("top families per step:")
+    return lines
+
+
+def _history_at(h, rs, head, body, width: int) -> str:
+    """:func:`history_text` laid out for ``width`` columns."""
+    import io
+
+    from rich.console import Console
+
+    from traceview.render.foldtable import Column, print_table
+
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, color_system=None, soft_wrap=False, highlight=False, emoji=False)
+    for ln in _head_lines(h, rs):
+        con.print(ln, markup=False)
+    keep = {"#", "run", "median step", "change (interval)", "verdict"}
+    print_table(con, None, [Column(c, "right" if c in ("#", "steps", "median step") else "left", keep=c in keep,
+                                   cut=1 if c == "run" else 0) for c in head], body, whole="--format json")
+    for ln in _tail_lines(h, rs):
+        con.print(ln, markup=False)
+    return buf.getvalue()
+
+
+def _tail_lines(h, rs) -> list[str]:
+    lines = ["top families per step:"]
     for r in rs:
         lines.append(f"  {r['n']} {safe_line(r['families']) or '-'}; findings: {safe_line(r['findings'])}")
     reg = h.regressions()
@@ -83,7 +117,7 @@ def history_text(h) -> str:
             f"{safe_line(r.name)} ({safe_line(getattr(r, 'program', None) or 'unknown program')})" for r in inc))
     for name, why in getattr(h, "skipped", None) or []:
         lines.append(f"skipped: {safe_line(name)}: {safe_line(why)}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 #: the method, as the table's header names it
