@@ -471,15 +471,22 @@ def render_step_records(console: Console, anat, top: int | None = None) -> None:
         return
     rows = anat.top_steps(top or STEP_ROWS)
     t = Table(title=f"steps — {rows.height:,} of {st.height:,} shown (outliers first, then the longest; start from the first step)")
-    for c, j in (("device", "left"), ("step", "right"), ("start", "right"), ("duration", "right"),
-                 ("idle", "right"), ("gap before", "right"), ("", "left"), ("reason", "left")):
-        t.add_column(c, justify=j, overflow="fold")
     t0 = int(st["start_ps"].min())
     hosts = "host" in st.columns and st["host"].n_unique() > 1  # ranks or hosts name the same devices
+    body = []
     for r in rows.iter_rows(named=True):
         mark = "[red]outlier[/red]" if r["outlier"] else ("" if r["in_window"] else "[dim]excluded[/dim]")
-        t.add_row(escape(f"{r['host']}:{r['device']}" if hosts else r["device"]), str(r["step"]), fmt_time_ps(r["start_ps"] - t0), fmt_time_ps(r["duration_ps"]),
-                  fmt_time_ps(r["idle_ps"]), "-" if r["gap_before_ps"] is None else fmt_time_ps(r["gap_before_ps"]),
-                  mark, escape(r["reason"] or ""))
+        body.append([escape(f"{r['host']}:{r['device']}" if hosts else r["device"]), str(r["step"]),
+                     fmt_time_ps(r["start_ps"] - t0), fmt_time_ps(r["duration_ps"]), fmt_time_ps(r["idle_ps"]),
+                     "-" if r["gap_before_ps"] is None else fmt_time_ps(r["gap_before_ps"]), mark,
+                     escape(r["reason"] or "")])
+    # the window and reason columns only when a shown step has something in them
+    cols = [("device", "left"), ("step", "right"), ("start", "right"), ("duration", "right"), ("idle", "right"),
+            ("gap before", "right"), ("window", "left"), ("reason", "left")]
+    keep = [i for i in range(len(cols)) if i < 6 or any(b[i] for b in body)]
+    for i in keep:
+        t.add_column(cols[i][0], justify=cols[i][1], overflow="fold")
+    for b in body:
+        t.add_row(*(b[i] for i in keep))
     console.print(t)
     console.print("  " + escape(anat.summary()))
