@@ -283,17 +283,17 @@ def _owners(s: np.ndarray, e: np.ndarray, ln: np.ndarray, sc: np.ndarray, anc: n
     return owner, n_inv
 
 
-def collapse_kernels(table: OpTable) -> OpTable:
-    """``table`` with the events of every interpreted Pallas kernel invocation folded into
-    one event of a new description (the module doc gives the rule and the row's columns).
-    Returns ``table`` itself when it holds no kernel scope (every TPU/GPU trace: there the
-    kernel is already one custom-call). Pre-aggregated events (no start) are kept as they are."""
+def _invocations(table: OpTable):
+    """(per event its invocation id, -1 for none; the number of invocations; the kernel
+    scopes' paths; per description its scope index, -1 for none, and whether it is its
+    scope's grid loop) of ``table`` by the module doc's rule, or None when it holds no kernel
+    scope."""
     attrs = table.attrs
     if table.height == 0 or attrs.height == 0:
-        return table
+        return None
     scope_of, anchor_of, paths = kernel_scopes(attrs)
     if not paths:
-        return table
+        return None
     ev = table.events
     attr = ev["attr"].to_numpy().astype(np.int64)
     start_s = ev["start_ps"]
@@ -301,8 +301,6 @@ def collapse_kernels(table: OpTable) -> OpTable:
     has_start = None if timed_all else start_s.is_not_null().to_numpy()
     start = _ints(start_s, 0)
     dur = _ints(ev["duration_ps"], 0)
-    selfp = _ints(ev["self_ps"], 0)
-    count = _ints(ev["count"], 1)
     # a thread is (host, run, file, device, line): events of one thread nest; the XLA:CPU
     # runtime runs parts of one loop body on other threads of the device
     line_of = (attrs.select(pl.struct(["host", "run", "file", "device", "line"]).rank("dense"))
@@ -311,8 +309,7 @@ def collapse_kernels(table: OpTable) -> OpTable:
               .to_series().to_numpy().astype(np.int64))
     n_lines = int(line_of.max()) + 1
     bare_of = (attrs["framework_op"].fill_null("") == "").to_numpy()
-    n = len(attr)
-    inv = np.full(n, -1, dtype=np.int64)  # invocation id per event
+    inv = np.full(len(attr), -1, dtype=np.int64)  # invocation id per event
     n_inv = 0
     # the devices with a timed kernel-scope event (per description: which have timed events)
     timed_attr = np.bincount(attr if timed_all else attr[has_start], minlength=attrs.height) > 0
@@ -330,6 +327,48 @@ def collapse_kernels(table: OpTable) -> OpTable:
         owner, n_inv = _owners(s, s + dur[order], line_of[a_o], scope_of[a_o], anchor_of[a_o], bare_of[a_o],
                                n_lines, len(paths), n_inv)
         inv[order] = owner
+    return inv, n_inv, paths, scope_of, anchor_of
+
+
+def folded_events(table: OpTable) -> dict[str, tuple[int, int]]:
+    """Per kernel name (the scope's last component, the folded row's ``op_name``): (its
+    invocations, the events :func:`collapse_kernels` folds into them) in ``table``, an
+    unfolded op table. {} when nothing would be folded."""
+    got = _invocations(table)
+    if got is None or got[1] == 0:
+        return {}
+    inv, n_inv, paths, scope_of, _ = got
+    attr = table.events["attr"].to_numpy().astype(np.int64)
+    members = np.bincount(inv[inv >= 0], minlength=n_inv)
+    inv_scope = np.full(n_inv, -1, dtype=np.int64)
+    own = (inv >= 0) & (scope_of[attr] >= 0)
+    inv_scope[inv[own]] = scope_of[attr[own]]  # every invocation holds one of its scope's ops
+    out: dict[str, list[int]] = {}
+    for k, m in zip(inv_scope.tolist(), members.tolist()):
+        name = paths[k].rsplit("/", 1)[-1]
+        got_k = out.setdefault(name, [0, 0])
+        got_k[0] += 1
+        got_k[1] += m
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def collapse_kernels(table: OpTable) -> OpTable:
+    """``table`` with the events of every interpreted Pallas kernel invocation folded into
+    one event of a new description (the module doc gives the rule and the row's columns).
+    Returns ``table`` itself when it holds no kernel scope (every TPU/GPU trace: there the
+    kernel is already one custom-call). Pre-aggregated events (no start) are kept as they are."""
+    got = _invocations(table)
+    if got is None:
+        return table
+    inv, n_inv, paths, scope_of, anchor_of = got
+    attrs = table.attrs
+    ev = table.events
+    attr = ev["attr"].to_numpy().astype(np.int64)
+    start = _ints(ev["start_ps"], 0)
+    dur = _ints(ev["duration_ps"], 0)
+    selfp = _ints(ev["self_ps"], 0)
+    count = _ints(ev["count"], 1)
+    n = len(attr)
     if n_inv == 0:
         return table
     # per invocation: its first event, start, self time, FLOPs of the kernel's own ops (not

@@ -60,7 +60,7 @@ from traceview.analysis.steps import anatomy as steps
 from traceview.analysis.compare.populations import KEY, family_shares, kernel_table, populations
 from traceview.analysis.compare.samples import Samples, population_samples
 from traceview.analysis.steps.stepstats import step_walls
-from traceview.analysis.ops.tagged import TaggedOps, kernel_events
+from traceview.analysis.ops.tagged import TaggedOps
 from traceview.model.runtable import as_runs
 from traceview.errors import TraceviewError, UsageError
 from traceview.model.kernelname import config_changes, format_config_value, kernel_id
@@ -357,7 +357,9 @@ def _traced_kernel_events(prof, kern: pl.DataFrame, pops: pl.DataFrame) -> tuple
     folds interpreted kernel invocations into one row each
     (:func:`traceview.model.interpreted.collapse_kernels`): the overhead notes are about the
     events the profiler recorded. A kernel's traced events (ops carrying its name, in the
-    profile's devices) go to its populations in proportion to their occurrences; the third
+    profile's devices: the events folded into its invocations,
+    :func:`traceview.model.interpreted.folded_events`, and its ops left unfolded) go to its
+    populations in proportion to their occurrences; the third
     item is the op events traced in the profile's devices (occurrences; None: the profile's
     own). Unchanged when nothing was folded."""
     traces = getattr(prof, "traces", None) or []
@@ -375,7 +377,16 @@ def _traced_kernel_events(prof, kern: pl.DataFrame, pops: pl.DataFrame) -> tuple
     total = int(raw.events["count"].sum() or 0)
     if kern.height == 0:
         return kern, pops, total
-    traced = kernel_events(raw)
+    from traceview.model.interpreted import folded_events
+    from traceview.model.kernelname import find_kernel_name
+
+    # a kernel's traced events: those folded into its invocations, and its ops left unfolded
+    # (its rows in the folded table less the invocations)
+    traced = {r["kernel"]: r["events"] for r in kern.iter_rows(named=True)}
+    for name, (n_inv, members) in folded_events(raw).items():
+        k = find_kernel_name(name) or name
+        if k in traced:
+            traced[k] += members - n_inv
     kern = kern.with_columns(pl.struct("kernel", "events").map_elements(
         lambda r: traced.get(r["kernel"], r["events"]), return_dtype=pl.Int64).alias("events"))
     inv = {r["kernel"]: r["invocations"] for r in kern.iter_rows(named=True)}

@@ -31,7 +31,7 @@ import polars as pl
 from traceview.analysis.ops import families, sources
 from traceview.model.fingerprint import population_fingerprint
 from traceview.model.kernelname import find_kernel_name, kernel_in_hlo, kernel_in_scope
-from traceview.model.optable import as_table, int_bincount
+from traceview.model.optable import as_table
 
 #: kdepth of an absorbed event (deeper than any name stack)
 ABSORBED_DEPTH = 1 << 30
@@ -143,26 +143,6 @@ def _kernel_codes(table, col: pl.DataFrame) -> tuple[list[str], np.ndarray, np.n
     meta[ids] = (col["framework_op"].fill_null("") != "").to_numpy()
     prog[ids] = col["_prog"].to_numpy().astype(np.uint64)
     return names, kcode, absorbed_kernels(table, kcode, meta, prog)
-
-
-def kernel_events(ops) -> dict[str, int]:
-    """Occurrences per named kernel of an op table (absorbed events included): the ``count``
-    of :func:`tag`'s rows summed by ``kname``, without tagging families, sources and
-    fingerprints. {} when no op belongs to a named kernel."""
-    table = as_table(ops)
-    if table.height == 0:
-        return {}
-    col = _kernels(table.collapse())
-    if col["kname"].null_count() == col.height:
-        return {}
-    names, kcode, absorbed = _kernel_codes(table, col)
-    ev = table.events
-    code = kcode[ev["attr"].to_numpy().astype(np.int64)]
-    if absorbed is not None:  # a description's own kernel first, as tag's coalesce
-        code = np.where(code >= 0, code, absorbed)
-    mine = code >= 0
-    sums = int_bincount(code[mine], ev["count"].to_numpy()[mine], len(names))
-    return dict(zip(names, sums.tolist()))
 
 
 def tag(ops, rules=None) -> TaggedOps:
