@@ -458,7 +458,7 @@ def _merge_steps(parts, col, window, step_module, notes):
     """(StepAnatomy or None, overlap rows, Stragglers or None) from the hosts' step rows."""
     from traceview.analysis.steps import stepstats
     from traceview.analysis.communication.overlap import STEPS_SCHEMA as OV_SCHEMA
-    from traceview.analysis.steps.anatomy import FAMILIES_SCHEMA, STEPS_SCHEMA, StepAnatomy, _coverage
+    from traceview.analysis.steps.anatomy import FAMILIES_SCHEMA, StepAnatomy, _coverage
     from traceview.analysis.communication.stragglers import stragglers
 
     empty_ov = pl.DataFrame(schema=OV_SCHEMA)

@@ -27,7 +27,6 @@ from traceview.analysis.ops.hlo_detect import detect as _hlo_detect
 from traceview.analysis.ops.kernel_inside import kernel_inside as _kernel_inside
 from traceview.analysis.memory.allocators import profile_memory
 from traceview.analysis.steps.phases import phases as _phases
-from traceview.errors import UsageError
 
 #: at most this many steps go into the step chart (the first ones, in time order)
 CHART_STEPS = 48

@@ -254,7 +254,7 @@ def _label_device(s: pl.DataFrame, r: pl.DataFrame) -> pl.DataFrame:
     ex_phase = np.where(name_phase != "", name_phase,
                         np.where(unified, np.where(tokens <= pow2, "decode", "prefill"), ""))
     # per step: the first decode and the first prefill execution in its window
-    out_ph, rep = [], {}
+    rep = {}
     for p in ("decode", "prefill"):
         pos = np.flatnonzero((ex_phase == p) & (owner >= 0))
         j = np.searchsorted(pos, lo)
