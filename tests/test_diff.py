@@ -401,10 +401,12 @@ def test_traced_op_events_count_the_events_before_folding():
     assert not any(n.startswith("traced op events") for n in d.notes)
 
 
-def test_a_step_window_without_steps_is_refused_as_analyze_refuses_it(capsys):
+def test_a_step_window_without_steps_is_refused_by_analyze_diff_and_verify(capsys):
     fx = Path(__file__).resolve().parents[1] / "fixtures"
     g = str(fx / "greedy_b4")
-    for argv in (["diff", g, g, "--step-window", "100:200"], ["analyze", g, "--step-window", "100:200"]):
+    for argv in (["diff", g, g, "--step-window", "100:200"], ["analyze", g, "--step-window", "100:200"],
+                 ["verify", g, g, "--step-window", "100:200", "-c", "family sampling share < 1%"],
+                 ["verify", g, "--step-window", "100:200", "-c", "family sampling share < 1%"]):
         assert main(argv) == 2
         assert "--step-window 100:200 holds none of the trace's 3 steps" in capsys.readouterr().err
     with pytest.raises(traceview.UsageError):

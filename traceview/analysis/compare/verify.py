@@ -24,7 +24,7 @@ from traceview.analysis.ops.families import FAMILIES, rules_of
 from traceview.analysis.compare.populations import kernel_table
 from traceview.analysis.ops.tagged import TaggedOps
 from traceview.analysis.compare.verify_grammar import CMPS, Check, parse_check
-from traceview.errors import UsageError
+from traceview.errors import TraceviewError, UsageError
 from traceview.analysis.ops.sources import frames
 from traceview.model.kernelname import config_value, config_value_matches, format_config_value, kernel_config
 from traceview.model.schema import OPS_SCHEMA
@@ -559,10 +559,18 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
     """Evaluate ``checks`` (strings or :class:`Check`) on ``treatment`` (and ``base`` for diff
     checks): profiles as :class:`Verifier` takes them; ``step_window``: the steps of the
     diff's step time (:mod:`traceview.analysis.steps.stepstats`). Raises UsageError for an invalid
-    check or step window (before evaluating any)."""
-    from traceview.analysis.steps.stepstats import parse_window
+    check or step window, or an A:B window holding no step of a profile (before evaluating any)."""
+    from traceview.analysis.steps.stepstats import parse_window, window_holds_steps
 
-    parse_window(step_window)
+    if parse_window(step_window)[1] is not None:  # an A:B window must hold steps, as analyze and diff refuse
+        for prof in (treatment, base):
+            if prof is None:
+                continue
+            try:
+                a = derived.step_anatomy(prof, rules, window=step_window)
+            except TraceviewError:  # no steps to hold: the checks that need them say so
+                continue
+            window_holds_steps(None if a is None else a.steps, step_window)
     parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]
     if not parsed:
         raise UsageError("no checks given")
