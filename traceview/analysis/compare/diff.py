@@ -372,6 +372,11 @@ def _traced_kernel_events(prof, kern: pl.DataFrame, pops: pl.DataFrame) -> tuple
     raw = OpTable.concat([tr.table for tr in traces])
     devs = prof.table.collapse().select("host", "device").unique()
     raw = raw.filter(pl.struct("host", "device").is_in(devs.to_struct().implode()))
+    win = getattr(prof, "phase_windows", None)
+    if win is not None:  # --phase: the traced events inside the phase's executions, as the profile's
+        from traceview.analysis.steps.phases import in_windows
+
+        raw = OpTable(raw.events.filter(pl.Series(in_windows(raw, win))), raw.attrs)
     if raw.height == prof.table.height:
         return kern, pops, None
     total = int(raw.events["count"].sum() or 0)

@@ -506,6 +506,20 @@ def _families(anat, lab: pl.DataFrame) -> pl.DataFrame:
             .sort(["phase", "self_ps"], descending=[False, True]).cast(schema))
 
 
+def in_windows(table, win: pl.DataFrame) -> np.ndarray:
+    """Per event of the OpTable ``table``: whether it starts inside one of the windows ``win``
+    (host, device, lo, hi: [lo, hi) ps, sorted by lo, not overlapping per device), as
+    :func:`phase_profile` keeps a phase's events."""
+    ev = table.events.select("attr", "start_ps").with_row_index("_i").join(
+        table.attrs.select("attr", "host", "device"), on="attr", how="left")
+    hit = (ev.filter(pl.col("start_ps").is_not_null()).sort("start_ps")
+           .join_asof(win, left_on="start_ps", right_on="lo", by=["host", "device"], strategy="backward", check_sortedness=False)
+           .filter(pl.col("hi").is_not_null() & (pl.col("start_ps") < pl.col("hi"))))
+    keep = np.zeros(table.height, dtype=bool)
+    keep[hit["_i"].to_numpy()] = True
+    return keep
+
+
 def phase_profile(prof, phase: str, ph: Phases):
     """A new profile of ``prof``'s class keeping the op events and program executions of one
     phase: for ``prefill`` / ``decode`` those inside the executions of programs of that phase,
@@ -537,15 +551,8 @@ def phase_profile(prof, phase: str, ph: Phases):
                          f"in this profile (phases found: {', '.join(found) or 'none'})")
     table = prof.table
     rt = prof.runs
-    ev = table.events.select("attr", "start_ps").with_row_index("_i").join(
-        table.attrs.select("attr", "host", "device"), on="attr", how="left")
     win = win.sort("lo")
-    hit = (ev.filter(pl.col("start_ps").is_not_null()).sort("start_ps")
-           .join_asof(win, left_on="start_ps", right_on="lo", by=["host", "device"], strategy="backward", check_sortedness=False)
-           .filter(pl.col("hi").is_not_null() & (pl.col("start_ps") < pl.col("hi"))))
-    keep = np.zeros(table.height, dtype=bool)
-    keep[hit["_i"].to_numpy()] = True
-    events = table.events.filter(pl.Series(keep))
+    events = table.events.filter(pl.Series(in_windows(table, win)))
     # the program executions inside the windows, kept on the run table's codes
     rk = rt.runs.with_row_index("_i").join(rt.keys.select("key", "host", "device"), on="key", how="left")
     rhit = (rk.filter(pl.col("start_ps").is_not_null()).sort("start_ps")
@@ -562,6 +569,7 @@ def phase_profile(prof, phase: str, ph: Phases):
                   runs=rt.with_runs(rt.runs.filter(pl.Series(rkeep))),
                   step_markers=prof.step_markers.head(0) if phase != "mixed" else _markers_in(prof.step_markers, win))
     out.phase = phase  # read by Report.phase: idle between the phase's steps is the other phases' time
+    out.phase_windows = win  # what diff keeps of the traced (unfolded) events too
     out.warnings = list(prof.warnings) + [f"--phase {phase}: {events.height:,} of {table.height:,} op events, in "
                                           f"{n:,} {'step' if phase == 'mixed' else 'program execution'}(s) of that phase"]
     return out
