@@ -215,3 +215,23 @@ def test_named_scope_around_a_loop_and_other_ops_stays_expanded(two_kernels):
     pick = pl.col("framework_op").str.contains("not_a_kernel", literal=True)
     assert prof.ops.filter(pick).height == expanded.ops.filter(pick).height > 0
     assert prof.ops.filter(pl.col("op_name") == "not_a_kernel").height == 0
+
+
+def test_kernel_invocations_leave_the_prologue_ops_out():
+    """On the four-device tensor-parallel fixture the kernel ran 16 times (2 layers x 2
+    decode steps x 4 devices): the kernels table says 16 folded or expanded, as the folded op
+    table's kernel rows and diff's root ops do, not 24 with the 8 prologue broadcasts beside
+    the grid loop."""
+    import polars as pl
+
+    from traceview.analysis.compare.populations import kernel_table
+    from traceview.analysis.ops.kernels import kernels
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures" / "tp_decode"
+    folded = traceview.load(fx, cache=False)
+    name = kernels(folded.table)["kernel"][0]
+    rows = folded.table.collapse().filter(pl.col("op_name") == name)
+    assert int(rows["count"].sum()) == 16
+    for prof in (folded, traceview.load(fx, cache=False, expand_kernels=True)):
+        assert kernels(prof.table)["invocations"].to_list() == [16]
+    assert kernel_table(folded)["invocations"].to_list() == [16]

@@ -3,9 +3,10 @@
 A *kernel scope* is a name of the kernel-name grammar (:mod:`traceview.model.kernelname`)
 in an op's ``framework_op`` (the JAX name stack: a Pallas kernel's ops carry
 ``jit(step)/RPAd-.../while/body/...``; on TPU the kernel is one custom-call carrying it). Its
-*invocations* are the events at the top of the scope (ops whose path ends at the scope or one
-component below it, e.g. the outer ``while`` of an interpreted kernel or the TPU
-custom-call); its time is the self time of every op inside the scope.
+*invocations* are the events at the top of the scope (the shallowest ops under it: the TPU
+custom-call, an interpreted kernel's folded invocation, or, expanded, its outer ``while``
+without the prologue pads and broadcasts beside it); its time is the self time of every op
+inside the scope.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ def kernels(ops) -> pl.DataFrame:
     """One row per (kernel name, module): the custom kernels of a profile.
 
     Columns: kernel, module, config (``key=v,v`` text), invocations (events at the top of the
-    scope), ops (events inside the scope), self_ps (ps), share (of all ops' self time),
+    scope: the folded invocation, the TPU custom-call, or the interpreted grid loop without the
+    prologue ops beside it), ops (events inside the scope), self_ps (ps), share (of all ops' self time),
     shape (the most frequent shape signature among the top events: for an interpreted
     kernel the loop state, which carries the batch; for a TPU custom-call its operands),
     source (most frequent ``file:line`` inside the scope). Sorted by self time. Empty frame
@@ -45,8 +47,13 @@ def kernels(ops) -> pl.DataFrame:
         .otherwise(None).alias("_src"),
     )
     keys = ["kernel", "module"]
+    # invocations: the ops at the top of the scope, and of those the grid loops when there are
+    # some (an interpreted kernel's prologue ops, pads and broadcasts, sit beside its loop)
+    top = pl.col("_depth") == pl.col("_depth").min().over(keys)
+    loop = pl.col("op_kind").fill_null("") == "while"
+    k = k.with_columns((top & (loop | ~(top & loop).any().over(keys))).alias("_inv"))
     out = k.group_by(keys).agg(
-        pl.col("count").filter(pl.col("_depth") <= 1).sum().alias("invocations"),
+        pl.col("count").filter(pl.col("_inv")).sum().alias("invocations"),
         pl.col("count").sum().alias("ops"),
         pl.col("self_ps").sum().alias("self_ps"),
     )
