@@ -126,6 +126,9 @@ def test_checks_file_and_json(tmp_path, capsys):
     ("kernel RPAd* changed bkv 2048 256", "expected '->'"),
     ("source of kernel RPAd*", "expected 'under'"),
     ("no op matching x y", "unexpected 'y'"),
+    ("exposed communication < 5%", "expected 'share' after 'exposed communication'"),
+    ("straggler < 5%", "expected 'lead' after 'straggler'"),
+    ("memory < 2 GiB", "expected 'peak' or 'growth per step' after 'memory'"),
 ])
 def test_invalid_checks_are_usage_errors(bad, fault, capsys):
     with pytest.raises(UsageError) as ei:

@@ -383,6 +383,15 @@ def _parse_body(p: _P) -> Check:
         return Check("", "memory_peak", {"cmp": _cmp(p), "bound": _bytes(p)})
     if p.kw("memory", "growth", "per", "step"):
         return Check("", "memory_growth", {"cmp": _cmp(p), "bound": _growth(p)})
+    # a known start without the words that finish it: say which word is missing
+    if p.kw("exposed", "communication"):
+        p.err("expected 'share' after 'exposed communication' (exposed communication share < 5%)")
+    if p.kw("exposed"):
+        p.err("expected 'communication share' after 'exposed' (exposed communication share < 5%)")
+    if p.kw("straggler"):
+        p.err("expected 'lead' after 'straggler' (straggler lead < 10%)")
+    if p.kw("memory"):
+        p.err("expected 'peak' or 'growth per step' after 'memory' (memory peak < 2 GiB)")
     p.err("unknown check; it should start with 'no op', 'op', 'family', 'kernel', 'source', 'collective', 'finding', "
           "'exposed communication', 'straggler', 'memory' or 'all matched' "
           "(see traceview verify --help)")
