@@ -244,3 +244,5 @@ def test_positionals_may_follow_options(shared_traces, capsys):
     assert json.loads(capsys.readouterr().out)["populations"]
     assert main(["analyze", f, "--no-cache", f]) == 2  # one PATH: the second is still refused
     assert "unrecognized arguments" in capsys.readouterr().err
+    assert main(["query", sql, f]) == 2  # the SQL first: said so, not "does not exist"
+    assert f"the trace comes first, then the query: traceview query {f}" in capsys.readouterr().err

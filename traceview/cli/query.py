@@ -86,6 +86,18 @@ def load_tables(args, out: Path | None):
     return tables(rep, prof)
 
 
+def _sql_before_path(args) -> None:
+    """UsageError when the SQL came first (``query "SELECT ..." PATH``): PATH then reads as the
+    query, and the trace as the SQL; said so instead of "does not exist"."""
+    import os
+    import re
+
+    path, q = str(args.path or ""), args.sql or ""
+    if (re.match(r"\s*(select|with|show|describe|explain)\b", path, re.IGNORECASE) and not os.path.exists(path)
+            and q and (os.path.exists(q) or "://" in q)):
+        raise UsageError(f"the trace comes first, then the query: traceview query {q} \"{path}\"")
+
+
 def run(args) -> int:
     """Returns 0; raises UsageError (exit 2) for bad SQL, an unknown table or column, and
     TraceviewError subclasses on bad input."""
@@ -93,6 +105,7 @@ def run(args) -> int:
     from traceview.analysis import sql
     from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
 
+    _sql_before_path(args)
     out = cargs.output_path(args.output, "-o")
     args.format = cargs.output_format(args.format, out, FORMATS, "table")
     if args.format == "parquet" and out is None:
