@@ -44,6 +44,7 @@ CALLS = [
     ("symlink_inside_folder", "analyze", {"path": "SCRATCH/profiles"}),
     ("missing", "analyze", {"path": "SCRATCH/no_such.xplane.pb"}),
     ("bad_arg", "analyze", {"path": V6E, "top": 0}),
+    ("diff_empty_window", "diff", {"base": V6E, "treatment": V6E, "step_window": "1000:2000"}),
     ("sql_reads_file", "query", {"path": V6E, "sql": "SELECT * FROM read_csv('/etc/passwd', has_header => false)"}),
     ("sql_drop", "query", {"path": V6E, "sql": "DROP TABLE ops"}),
     ("analyze_vllm_default", "analyze", {"path": VLLM}),
@@ -131,6 +132,7 @@ def test_tools_listed_with_schemas(session):
     assert [t.get("maximum") for t in a["properties"]["top"]["anyOf"]] == [1000, None]
     assert a["properties"]["offset"]["minimum"] == 0 and "section" in a["properties"]
     assert tools["verify"].input_schema["properties"]["checks"]["type"] == "array"
+    assert all("step_window" in tools[n].input_schema["properties"] for n in ("diff", "verify"))
     assert all(t.description for t in tools.values())
 
 
@@ -219,6 +221,7 @@ def test_find_traces_and_schema(session, shared_traces, cli):
     ("symlink_inside_folder", "h.xplane.pb: resolves outside the server's roots"),
     ("missing", "no_such.xplane.pb: no such file or folder"),
     ("bad_arg", "top"),
+    ("diff_empty_window", "--step-window 1000:2000 holds none of the trace's"),
     ("sql_reads_file", "SQL table functions that read files (read_csv) are refused"),
     ("sql_drop", "only SELECT"),
 ])

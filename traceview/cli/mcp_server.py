@@ -465,18 +465,22 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
         return answer(lambda rows: run_command([*argv, *_opt("top", rows), "--", real])[1], tool="analyze",
                       section=section, offset=offset, top=top)
 
+    window_arg = Annotated[str | None, Field(max_length=64, description="steps the step time is over: steady "
+                                                                        "(default), all, or A:B (step indices from 0, "
+                                                                        "B excluded, negatives from the end)")]
+
     @server.tool(description="traceview diff --format json: two profiles matched population by population (op "
                              "kind, shape, HLO text without names): time and occurrence deltas, appeared / "
                              "vanished populations, kernel configuration changes, step-time delta; paged as "
                              "analyze.")
     @guarded
     def diff(base: PathArg, treatment: PathArg, top: TopArg = None, section: SectionArg = None,
-             offset: OffsetArg = 0) -> str:
+             offset: OffsetArg = 0, step_window: window_arg = None) -> str:
         b, t = roots.resolve(base), roots.resolve(treatment)
         roots.check_discovered(b)
         roots.check_discovered(t)
-        return answer(lambda rows: run_command(["diff", *_opt("format", "json"), *_opt("top", rows), *cache,
-                                                "--", b, t])[1],
+        return answer(lambda rows: run_command(["diff", *_opt("format", "json"), *_opt("top", rows),
+                                                *_opt("step-window", step_window), *cache, "--", b, t])[1],
                       tool="diff", section=section, offset=offset, top=top)
 
     @server.tool(description="traceview verify --format json: evaluate checks (the verify grammar, e.g. "
@@ -486,11 +490,12 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
     @guarded
     def verify(path: PathArg, checks: Annotated[list[str], Field(min_length=1, max_length=100)],
                base: Annotated[str | None, Field(description="base profile for diff checks")] = None,
-               section: SectionArg = None, offset: OffsetArg = 0) -> str:
+               section: SectionArg = None, offset: OffsetArg = 0, step_window: window_arg = None) -> str:
         paths = ([roots.resolve(base)] if base else []) + [roots.resolve(path)]
         for p in paths:
             roots.check_discovered(p)
-        argv = ["verify", *_opt("format", "json"), *[f"--check={c}" for c in checks], *cache, "--", *paths]
+        argv = ["verify", *_opt("format", "json"), *[f"--check={c}" for c in checks],
+                *_opt("step-window", step_window), *cache, "--", *paths]
         _, text = run_command(argv, ok_codes=(EXIT_OK, EXIT_CHECK_FAILED))
         return answer(lambda rows: text, tool="verify", section=section, offset=offset, top=None)
 
