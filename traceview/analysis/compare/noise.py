@@ -380,15 +380,15 @@ def difference_order_stats(t, b, ks) -> list[float]:
     b = np.sort(np.asarray(b, dtype=np.float64))
     n_pairs = len(t) * len(b)
     ks = [int(k) for k in ks]
+    if n_pairs <= _DIRECT_PAIRS:
+        return _every_pair(t, b, ks)
     tu, tc = np.unique(t, return_counts=True)
     bu, bc = np.unique(b, return_counts=True)
-    if len(tu) * len(bu) <= _DIRECT_PAIRS < n_pairs:  # few distinct values: weigh each distinct pair
+    if len(tu) * len(bu) <= _DIRECT_PAIRS:  # few distinct values: weigh each distinct pair
         d = np.subtract.outer(tu, bu).ravel()
         order = np.argsort(d, kind="stable")
         upto = np.cumsum(np.multiply.outer(tc, bc).ravel()[order])
         return [d[order[np.searchsorted(upto, k, side="right")]] for k in ks]
-    if n_pairs <= _DIRECT_PAIRS:
-        return _every_pair(t, b, ks)
     rng = np.random.default_rng(0)
     drawn = np.sort(t[rng.integers(len(t), size=_BRACKET_DRAW)] - b[rng.integers(len(b), size=_BRACKET_DRAW)])
     out = []

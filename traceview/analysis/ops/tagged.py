@@ -127,24 +127,6 @@ def absorbed_kernels(table, kcode: np.ndarray, meta: np.ndarray, prog: np.ndarra
     return out
 
 
-def _kernel_codes(table, col: pl.DataFrame) -> tuple[list[str], np.ndarray, np.ndarray | None]:
-    """(the named kernels, sorted; per description (attr id) the code of its kernel in that
-    list, -1 for none; :func:`absorbed_kernels` of ``table``) for ``col``, the collapsed table
-    with :func:`_kernels`'s columns."""
-    names = sorted(set(col["kname"].drop_nulls().to_list()))
-    code_of = {k: i for i, k in enumerate(names)}
-    na = table.attrs.height
-    kcode = np.full(na, -1, dtype=np.int64)
-    meta = np.zeros(na, dtype=bool)
-    prog = np.zeros(na, dtype=np.uint64)
-    ids = col["attr"].to_numpy().astype(np.int64)
-    kcode[ids] = np.array([code_of.get(k, -1) if k is not None else -1 for k in col["kname"].to_list()],
-                          dtype=np.int64)
-    meta[ids] = (col["framework_op"].fill_null("") != "").to_numpy()
-    prog[ids] = col["_prog"].to_numpy().astype(np.uint64)
-    return names, kcode, absorbed_kernels(table, kcode, meta, prog)
-
-
 def tag(ops, rules=None) -> TaggedOps:
     """The tagged op descriptions of an op table (:class:`~traceview.model.optable.OpTable`
     or a wide op-event frame); ``rules``: user families
@@ -160,7 +142,18 @@ def tag(ops, rules=None) -> TaggedOps:
     have_kernels = col["kname"].null_count() < col.height
     absorbed = None
     if have_kernels:
-        names, _, absorbed = _kernel_codes(table, col)
+        names = sorted(set(col["kname"].drop_nulls().to_list()))
+        code_of = {k: i for i, k in enumerate(names)}
+        na = table.attrs.height
+        kcode = np.full(na, -1, dtype=np.int64)
+        meta = np.zeros(na, dtype=bool)
+        prog = np.zeros(na, dtype=np.uint64)
+        ids = col["attr"].to_numpy().astype(np.int64)
+        kcode[ids] = np.array([code_of.get(k, -1) if k is not None else -1 for k in col["kname"].to_list()],
+                              dtype=np.int64)
+        meta[ids] = (col["framework_op"].fill_null("") != "").to_numpy()
+        prog[ids] = col["_prog"].to_numpy().astype(np.uint64)
+        absorbed = absorbed_kernels(table, kcode, meta, prog)
     if absorbed is not None:
         # split each description by the kernel that absorbed its events (-1: none)
         ev = table.events
