@@ -11,9 +11,10 @@
 * the vectorized range maximum equals a brute-force one;
 * the C interpreted-kernel passes (``kernel_owners``, ``kernel_rows``) equal numpy's, on random
   device timelines and on the CPU fixtures' collapsed tables;
-* the C rank matching of async pairs (``rank_match``) and the collectives' pairing in event
-  order (``pair_by_key``) equal numpy's, and the overlap's and communication's results on the
-  shared traces do not depend on the C passes;
+* the C rank matching of async pairs (``rank_match``), the collectives' pairing in event
+  order (``pair_by_key``) and the host transfers' busy time per direction (``direction_busy``)
+  equal numpy's, and the overlap's and communication's results on the shared traces do not
+  depend on the C passes;
 * ``OpTable.collapse`` by counting per attr id (numpy) equals the polars group-by, on every
   shared xplane and fixture and on random event tables.
 """
@@ -538,6 +539,38 @@ def test_c_pair_by_key_equals_numpy(events, in_order):
     finally:
         collectives._fast = saved
     assert fast[0].tolist() == ref[0].tolist() and fast[1].tolist() == ref[1].tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 40), st.integers(-3, 12), st.booleans()), max_size=60),
+       st.lists(st.integers(-1, 1), min_size=6, max_size=6), st.lists(st.integers(0, 2), min_size=6, max_size=6),
+       st.lists(st.sampled_from([float("nan"), 0.0, 1.5, 3.0, 1e12]), min_size=6, max_size=6))
+def test_c_direction_busy_equals_numpy_and_the_covered_cells(records, dir_of, dev_of, by_attr):
+    """The host transfers' per-direction bytes and busy time (``direction_busy``) equal the
+    numpy sort-and-merge, bit for bit, in or out of start order and with spans ending before
+    they start; with none of those, busy time is the number of unit cells some transfer of
+    the direction covers on each device, summed over devices."""
+    from traceview.analysis.communication import collectives
+
+    ra = np.array([r[0] for r in records], dtype=np.uint32)
+    start = np.array([r[1] for r in records], dtype=np.int64)
+    ix = np.arange(len(records), dtype=np.int64)[::-1].copy()  # records read their events backwards
+    start = start[::-1].copy()
+    t = np.array([r[2] for r in records], dtype=np.int64)
+    ok = np.array([r[3] for r in records], dtype=bool)
+    d_of, v_of, b_of = np.array(dir_of, dtype=np.int64), np.array(dev_of, dtype=np.int64), np.array(by_attr)
+    busy, moved, first = (np.zeros(2, dtype=np.int64), np.zeros(2), np.zeros(2, dtype=np.int64))
+    assert collectives._fast.direction_busy(ra, ix, start, t, ok.view(np.uint8), d_of, v_of, b_of, busy, moved, first)
+    ref = collectives._direction_busy(2, ra, ix, start, t, ok, d_of, v_of, b_of)
+    assert busy.tolist() == ref[0].tolist() and moved.tobytes() == ref[1].tobytes() and first.tolist() == ref[2].tolist()
+    counted = [r for r, (a, _, dt, k) in enumerate(records) if k and d_of[a] >= 0 and not np.isnan(b_of[a])]
+    if all(records[r][2] >= 0 for r in counted):
+        cells = np.zeros((2, 3, 60), dtype=bool)
+        for r in counted:
+            a, s0, dt, _ = records[r]
+            cells[d_of[a], v_of[a], s0:s0 + dt] = True
+        assert busy.tolist() == cells.sum(axis=(1, 2)).tolist()
+    assert first.tolist() == [min((r for r in counted if d_of[records[r][0]] == d), default=-1) for d in (0, 1)]
 
 
 def test_collapse_by_counting_equals_the_group_by_on_every_trace(shared_traces):

@@ -25,6 +25,8 @@
  *     step rows (traceview.analysis.steps.phases, traceview.analysis.steps.family_roofline);
  *   row_sums(...) -> bool: per step row, sums of per-description weights over its events
  *     (traceview.analysis.steps.phases).
+ *   direction_busy(...) -> bool: per host-transfer direction, bytes moved and the time at least
+ *     one transfer was in flight, merged per device (traceview.analysis.communication.collectives).
  *
  * Each releases the GIL and returns False on input outside its preconditions (unordered
  * input, an index outside its table); the caller then takes the general path.
@@ -891,6 +893,108 @@ static PyObject *row_sums(PyObject *self, PyObject *args) {
 #pragma GCC pop_options
 #endif
 
+/* A transfer's interval and its position among the records (the sort's tie-break: stable). */
+typedef struct { int64_t lo, hi, pos; } tv_span;
+
+static int tv_span_cmp(const void *x, const void *y) {
+    const tv_span *a = x, *b = y;
+    if (a->lo != b->lo) return a->lo < b->lo ? -1 : 1;
+    return a->pos < b->pos ? -1 : (a->pos > b->pos);
+}
+
+/* direction_busy(ra, ix, start, t, ok, dir_of, dev_of, by_attr, busy, moved, first) -> bool
+ * Records r (ra: uint32 description; ix: int64 position in start, int64 per event; t: int64
+ * time; ok: uint8, time known) with d = dir_of[ra[r]] >= 0 (int64 per description), ok[r] and
+ * by_attr[ra[r]] (float64 per description) not NaN count: per direction d (busy, moved, first
+ * sized to the directions), moved[d] += by_attr in record order (as numpy's bincount with
+ * weights adds), first[d] = the first such record (-1: none), busy[d] += per device g =
+ * dev_of[ra[r]] (int64 per description, >= 0) the length swept by the records' [start[ix[r]],
+ * start[ix[r]] + t[r]) in stable start order: a record starting after the running end adds its
+ * length and moves the end to its own; one starting at or before it adds what it reaches past
+ * it (the union's length when no record ends before it starts). busy, moved and first are
+ * written, not added to. Returns False (outputs unspecified) on an index or code outside its
+ * array, or sizes that do not match. */
+static PyObject *direction_busy(PyObject *self, PyObject *args) {
+    Py_buffer b[11];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
+                          &b[8], &b[9], &b[10]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, ne = b[2].len / 8, na = b[5].len / 8, nd = b[8].len / 8;
+    int ok = b[1].len / 8 == n && b[3].len / 8 == n && b[4].len == n && b[6].len / 8 == na && b[7].len / 8 == na
+             && b[9].len / 8 == nd && b[10].len / 8 == nd;
+    const uint32_t *ra = b[0].buf;
+    const int64_t *ix = b[1].buf, *start = b[2].buf, *t = b[3].buf, *dir_of = b[5].buf, *dev_of = b[6].buf;
+    const uint8_t *okr = b[4].buf;
+    const double *by = b[7].buf;
+    int64_t *busy = b[8].buf, *first = b[10].buf;
+    double *moved = b[9].buf;
+    int64_t ndev = 0, ng = 0, *head = NULL, *fill = NULL;
+    tv_span *sp = NULL;
+    Py_ssize_t m = 0;
+    for (Py_ssize_t k = 0; ok && k < na; k++) {
+        if (dir_of[k] >= nd || dev_of[k] < 0) ok = 0;
+        else if (dev_of[k] + 1 > ndev) ndev = dev_of[k] + 1;
+    }
+    if (ok) {
+        ng = nd * (ndev ? ndev : 1);
+        head = PyMem_RawCalloc((size_t)ng + 1, sizeof(int64_t));
+        fill = PyMem_RawCalloc((size_t)ng + 1, sizeof(int64_t));
+        if (!head || !fill) goto nomem;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t d = 0; d < nd; d++) { busy[d] = 0; moved[d] = 0.0; first[d] = -1; }
+        for (Py_ssize_t r = 0; r < n; r++) {  /* the counted records: per direction, per group */
+            uint32_t a = ra[r];
+            if ((Py_ssize_t)a >= na || ix[r] < 0 || ix[r] >= ne) { ok = 0; break; }
+            int64_t d = dir_of[a];
+            if (d < 0 || !okr[r] || by[a] != by[a]) continue;
+            moved[d] += by[a];
+            if (first[d] < 0) first[d] = r;
+            head[d * ndev + dev_of[a] + 1]++;
+            m++;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    if (ok) {
+        sp = PyMem_RawMalloc((size_t)(m ? m : 1) * sizeof(tv_span));
+        if (!sp) goto nomem;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t g = 0; g < ng; g++) head[g + 1] += head[g];
+        for (Py_ssize_t r = 0; r < n; r++) {  /* each group's records, in record order */
+            uint32_t a = ra[r];
+            int64_t d = dir_of[a];
+            if (d < 0 || !okr[r] || by[a] != by[a]) continue;
+            int64_t g = d * ndev + dev_of[a];
+            tv_span *x = &sp[head[g] + fill[g]++];
+            x->lo = start[ix[r]];
+            x->hi = (int64_t)((uint64_t)x->lo + (uint64_t)t[r]);  /* wraps as numpy adds */
+            x->pos = r;
+        }
+        for (int64_t g = 0; g < ng; g++) {
+            tv_span *x = sp + head[g];
+            Py_ssize_t k = head[g + 1] - head[g];
+            if (!k) continue;
+            int sorted = 1;
+            for (Py_ssize_t i = 1; i < k && sorted; i++) sorted = x[i].lo >= x[i - 1].lo;
+            if (!sorted) qsort(x, (size_t)k, sizeof(tv_span), tv_span_cmp);
+            int64_t sum = 0, end = x[0].lo;
+            for (Py_ssize_t i = 0; i < k; i++) {
+                if (i == 0 || x[i].lo > end) { sum += x[i].hi - x[i].lo; end = x[i].hi; }
+                else if (x[i].hi > end) { sum += x[i].hi - end; end = x[i].hi; }
+            }
+            busy[g / ndev] += sum;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(head); PyMem_RawFree(fill); PyMem_RawFree(sp);
+    for (int k = 0; k < 11; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+nomem:
+    PyMem_RawFree(head); PyMem_RawFree(fill); PyMem_RawFree(sp);
+    for (int k = 0; k < 11; k++) PyBuffer_Release(&b[k]);
+    return PyErr_NoMemory();
+}
+
+
 static PyMethodDef methods[] = {
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
@@ -908,6 +1012,8 @@ static PyMethodDef methods[] = {
      "comm_records(attr, start, dev, start_key, done_key, sync_of, idx, pe, sync) -> int"},
     {"attr_sums", attr_sums, METH_VARARGS, "attr_sums(rows, keep, attr, vals, k, out, seen) -> bool"},
     {"row_sums", row_sums, METH_VARARGS, "row_sums(rows, attr, counts, w, scale, out) -> bool"},
+    {"direction_busy", direction_busy, METH_VARARGS,
+     "direction_busy(ra, ix, start, t, ok, dir_of, dev_of, by_attr, busy, moved, first) -> bool"},
     {NULL, NULL, 0, NULL}
 };
 

@@ -45,7 +45,6 @@ from traceview.analysis.hardware.interconnect import Link, find_link
 from traceview.analysis.communication.overlap import _match
 from traceview.model.collective_hlo import collective_attrs, host_transfer
 from traceview.model.shapes import parse_instruction
-from traceview.read import hugearrays
 
 try:  # optional C accelerator
     from traceview.analysis import _passes as _fast
@@ -481,11 +480,10 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
     dir_of = np.full(size, -1, dtype=np.int64)
     dir_of[ia] = _codes(info["direction"].replace_strict(dir_names, pl.Series(np.arange(len(dir_names))),
                                                          return_dtype=pl.Int64))
-    by = bytes_of.gather(pl.Series(ra))
-    ok = rec["t_ps"].is_not_null().to_numpy() & by.is_not_null().to_numpy()
-    take = hugearrays.take  # per-record arrays in mappings of their own: no hole left in the heap
-    g = g.join(_direction_bandwidth(dir_names, take(dir_of, ra), take(dev_of, ra), take(_codes(ev["start_ps"]), ix),
-                                    _codes(rec["t_ps"], 0), by.fill_null(0.0).to_numpy(), ok),
+    ok = rec["t_ps"].is_not_null().to_numpy()
+    by_attr = bytes_of.fill_null(np.nan).to_numpy()
+    g = g.join(_direction_bandwidth(dir_names, ra, ix, _codes(ev["start_ps"]), _codes(rec["t_ps"], 0), ok,
+                                    dir_of, dev_of, by_attr),
                on="direction", how="left").with_columns(
         (pl.col("direction_bandwidth") / pl.col("link_peak")).alias("frac_link_peak"))
     if peak is None:
@@ -498,47 +496,71 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
                                              descending=[True, False, False, False]), host_ps, modules)
 
 
-def _direction_bandwidth(dir_names: pl.Series, dcode, dev, start, t, by, ok) -> pl.DataFrame:
+def _direction_bandwidth(dir_names: pl.Series, ra, ix, start, t, ok, dir_of, dev_of, by_attr) -> pl.DataFrame:
     """Per direction: bytes of every transfer that way over the time at least one of them was
     in flight (intervals merged per device, summed over devices): the link's achieved rate when
-    transfers overlap, as they share it. Per transfer (arrays, in record order): ``dcode``
-    (index into ``dir_names``), ``dev`` (device index), ``start`` and ``t`` (ps), ``by``
-    (bytes); ``ok``: time and bytes known (only those count). Directions in order of their
-    first counted transfer."""
+    transfers overlap, as they share it. Per transfer (arrays, in record order): ``ra``
+    (description), ``ix`` (its event's position in ``start``, event start times, ps), ``t``
+    (time, ps) and ``ok`` (time known); per description: ``dir_of`` (index into ``dir_names``,
+    -1 for none), ``dev_of`` (device index), ``by_attr`` (bytes, NaN unknown). Only transfers
+    with time and bytes known count; bytes add in record order. Directions in order of their
+    first counted transfer. In C (``direction_busy``) when built, else by one stable sort by
+    (direction, device)."""
+    import numpy as np
+
+    n_dir = len(dir_names)
+    busy = np.zeros(n_dir, dtype=np.int64)
+    moved = np.zeros(n_dir)
+    first = np.full(n_dir, -1, dtype=np.int64)
+    if not (_fast is not None and _fast.direction_busy(
+            np.ascontiguousarray(ra, dtype=np.uint32), np.ascontiguousarray(ix, dtype=np.int64),
+            np.ascontiguousarray(start, dtype=np.int64), np.ascontiguousarray(t, dtype=np.int64),
+            np.ascontiguousarray(ok, dtype=bool).view(np.uint8), np.ascontiguousarray(dir_of, dtype=np.int64),
+            np.ascontiguousarray(dev_of, dtype=np.int64), np.ascontiguousarray(by_attr, dtype=np.float64),
+            busy, moved, first)):
+        busy, moved, first = _direction_busy(n_dir, ra, ix, start, t, ok, dir_of, dev_of, by_attr)
+    out = [{"direction": dir_names[k], "direction_bandwidth": float(moved[k]) / (int(busy[k]) * 1e-12) if busy[k] else None}
+           for k in sorted(np.flatnonzero(first >= 0).tolist(), key=lambda k: first[k])]
+    return pl.DataFrame(out, schema={"direction": pl.Utf8, "direction_bandwidth": pl.Float64})
+
+
+def _direction_busy(n_dir: int, ra, ix, start, t, ok, dir_of, dev_of, by_attr) -> tuple:
+    """(busy, moved, first) per direction of :func:`_direction_bandwidth`, with numpy: the
+    counted transfers sorted stably by (direction, device), each slice's intervals merged
+    (:func:`~traceview.analysis.communication.overlap._union`, or :func:`_sweep_busy` when some
+    transfer ends before it starts)."""
     import numpy as np
 
     from traceview.analysis.communication.overlap import _stable_order, _union
 
-    out = []
-    m_ok = np.flatnonzero(ok & (dcode >= 0))
-    # one stable sort by (direction, device): each device's transfers of a direction in record order
-    n_dev = int(dev.max(initial=0)) + 1
-    key = dcode[m_ok] * n_dev + dev[m_ok]
+    dcode, by = dir_of[ra], by_attr[ra]
+    m_ok = np.flatnonzero(ok & (dcode >= 0) & ~np.isnan(by))
+    dcode = dcode[m_ok]
+    moved = np.bincount(dcode, weights=by[m_ok], minlength=n_dir)  # in record order
+    first = np.full(n_dir, -1, dtype=np.int64)
+    seen, at = np.unique(dcode, return_index=True)
+    first[seen] = m_ok[at]
+    del by
+    n_dev = int(dev_of.max(initial=0)) + 1
+    key = dcode * n_dev + dev_of[ra[m_ok]]
     o = _stable_order(key)
     key, rows = key[o], m_ok[o]
-    del o, m_ok
-    lo_all = hugearrays.take(start, rows)
-    hi_all = hugearrays.take(t, rows)
-    np.add(lo_all, hi_all, out=hi_all)
-    b_ = hugearrays.take(by, rows)
-    cuts = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1, len(key)] if len(key) else np.zeros(1, dtype=np.int64)
-    head = key[cuts[:-1]] // n_dev  # the direction of each (direction, device) slice
-    firsts = {}  # per direction, its first counted transfer (each slice's first row is its earliest)
-    for c, k in enumerate(head.tolist()):
-        firsts[k] = min(firsts.get(k, len(by)), int(rows[cuts[c]]))
-    for k in sorted(firsts, key=firsts.get):
-        busy, moved = 0, 0.0
-        for c in np.flatnonzero(head == k):
-            i, j = cuts[c], cuts[c + 1]
-            lo, hi = lo_all[i:j], hi_all[i:j]
-            if (hi >= lo).all():  # the union's length; a negative span counts as the running sweep did
-                us, ue = _union(lo, hi)
-                busy += int((ue - us).sum())
-            else:
-                busy += _sweep_busy(lo, hi)
-            moved += float(b_[i:j].sum())
-        out.append({"direction": dir_names[k], "direction_bandwidth": moved / (busy * 1e-12) if busy else None})
-    return pl.DataFrame(out, schema={"direction": pl.Utf8, "direction_bandwidth": pl.Float64})
+    del o, m_ok, dcode
+    lo_all = start[ix[rows]]
+    hi_all = lo_all + t[rows]
+    busy = np.zeros(n_dir, dtype=np.int64)
+    cuts = np.r_[0, np.flatnonzero(key[1:] != key[:-1]) + 1, len(key)]
+    for c in range(len(cuts) - 1):
+        i, j = cuts[c], cuts[c + 1]
+        if i == j:
+            continue
+        lo, hi = lo_all[i:j], hi_all[i:j]
+        if (hi >= lo).all():  # the union's length; a negative span counts as the running sweep does
+            us, ue = _union(lo, hi)
+            busy[key[i] // n_dev] += int((ue - us).sum())
+        else:
+            busy[key[i] // n_dev] += _sweep_busy(lo, hi)
+    return busy, moved, first
 
 
 def _sweep_busy(lo, hi) -> int:

@@ -62,19 +62,21 @@ def window_rows(anat) -> tuple[np.ndarray, str]:
 def _window_sums(rows, keep: np.ndarray, ev: pl.DataFrame, na: int) -> tuple | None:
     """Per op description, (self_ps, count) summed over the events of the window's step rows
     (``keep``: per step row, plus False for -1) as float64, and the descriptions with such an
-    event: one C pass (``attr_sums``), the numpy bincounts' figures; None without the
-    accelerator, with nulls in the columns, or when the pass refuses."""
+    event: one C pass (``attr_sums``) per column, read in place, the numpy bincounts' figures;
+    None without the accelerator, with nulls in the columns, or when the pass refuses."""
     if _fast is None or len(rows) != ev.height or ev["self_ps"].null_count() or ev["count"].null_count():
         return None
-    out = np.zeros((2, na))
     seen = np.zeros(na, dtype=np.uint8)
-    vals = np.empty((2, ev.height), dtype=np.int64)
-    vals[0] = ev["self_ps"].to_numpy()
-    vals[1] = ev["count"].to_numpy()
-    if not _fast.attr_sums(np.ascontiguousarray(rows, dtype=np.int32), keep[:-1].view(np.uint8),
-                           np.ascontiguousarray(ev["attr"].to_numpy(), dtype=np.uint32), vals, 2, out, seen):
-        return None
-    return out[0], out[1], np.flatnonzero(seen)
+    r = np.ascontiguousarray(rows, dtype=np.int32)
+    k = keep[:-1].view(np.uint8)
+    a = np.ascontiguousarray(ev["attr"].to_numpy(), dtype=np.uint32)
+    sums = []
+    for c in ("self_ps", "count"):
+        out = np.zeros((1, na))
+        if not _fast.attr_sums(r, k, a, np.ascontiguousarray(ev[c].to_numpy(), dtype=np.int64), 1, out, seen):
+            return None
+        sums.append(out[0])
+    return sums[0], sums[1], np.flatnonzero(seen)
 
 
 def family_roofline(anat, peaks) -> pl.DataFrame:
