@@ -25,9 +25,11 @@ one ``hlo_stats`` answer (``/data/plugin/profile/data?run=run&tag=hlo_stats&host
 has arrived; its peak is the server's ``VmHWM``. A trace xprof-rs cannot read is recorded
 as "cannot read" with its message.
 
-It prints one table (trace, command, wall s, peak MB, each wall over analyze's, over
-XProf's and over xprof-rs's) and the targets of issue 23 with PASS/FAIL (``unknown`` where
-a figure is missing). ``--tree PATH`` runs traceview from another checkout (``PYTHONPATH``;
+Each command runs ``--repeat`` times (default 3), in rounds over all the commands so that a
+slow phase of the machine falls on all alike; the medians are reported with their ranges
+(one run of a command on this 2-core VM varies by up to ~30%). It prints one table (trace,
+command, wall s, peak MB, each wall over analyze's, over XProf's and over xprof-rs's) and
+the targets of issue 23 with PASS/FAIL (``unknown`` where a figure is missing), on the medians. ``--tree PATH`` runs traceview from another checkout (``PYTHONPATH``;
 its C extensions built in place), ``--markdown FILE`` writes the results as a markdown
 section (machine, commit, command, date), ``--only NAME`` runs a subset, ``--small`` uses 2
 repetitions (a quick check of the yardstick itself).
@@ -47,6 +49,7 @@ import os
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -199,36 +202,58 @@ def xprof_rs(f: Path, timeout: float) -> dict:
     return out
 
 
-def run_trace(name: str, f: Path, commands: list[str], tree: Path, timeout: float, log) -> dict:
-    """Every command of ``commands`` on ``f``: {command: {wall_s, rss_mib, rc, ...}}."""
-    res: dict = {}
+def run_trace(name: str, f: Path, commands: list[str], tree: Path, timeout: float, log, repeat: int = 1) -> dict:
+    """Every command of ``commands`` on ``f``, ``repeat`` rounds of all of them (so that a slow
+    phase of the machine falls on every command alike): {command: {wall_s, rss_mib, rc, ...,
+    walls, peaks}}, wall_s and rss_mib the medians of the rounds (:func:`_median_run`)."""
+    runs: dict = {cmd: [] for cmd in commands}
     out = Path(tempfile.mkdtemp(prefix="tv-speed-"))
     try:
-        for cmd in commands:
-            if cmd in _TV:
-                r = measure(tv_argv(cmd, f, out), env=_tv_env(tree), timeout=timeout)
-                if cmd == "json" and (out / "out.json").is_file():
-                    r["out_bytes"] = (out / "out.json").stat().st_size
-                if r["rc"] not in (0, 1) or (cmd != "verify" and r["rc"] != 0):
-                    r["error"] = (r["stderr"].strip().splitlines() or ["?"])[-1][:300]
-            elif cmd == "xprof":
-                r = measure([sys.executable, "-c", _XPROF_CHILD, str(f)], timeout=timeout)
-                try:
-                    r.update(json.loads(r["stdout"].strip().splitlines()[-1]))
-                except (ValueError, IndexError):
-                    r["error"] = (r["stderr"].strip().splitlines() or ["?"])[-1][:300]
-            elif cmd == "xprof-rs":
-                r = xprof_rs(f, timeout)
-            else:
-                raise ValueError(cmd)
-            r.pop("stdout", None)
-            r.pop("stderr", None)
-            res[cmd] = r
-            log(f"  {name} {cmd}: {r['wall_s']:.2f} s, {r['rss_mib']:.0f} MiB, rc {r['rc']}"
-                + (f" ({r['error']})" if r.get("error") else ""))
+        for k in range(repeat):
+            for cmd in commands:
+                r = _run_one(cmd, f, out, tree, timeout)
+                runs[cmd].append(r)
+                log(f"  {name} {cmd}{f' (round {k + 1}/{repeat})' if repeat > 1 else ''}: {r['wall_s']:.2f} s, "
+                    f"{r['rss_mib']:.0f} MiB, rc {r['rc']}" + (f" ({r['error']})" if r.get("error") else ""))
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    return res
+    return {cmd: _median_run(rs) for cmd, rs in runs.items()}
+
+
+def _run_one(cmd: str, f: Path, out: Path, tree: Path, timeout: float) -> dict:
+    if cmd in _TV:
+        r = measure(tv_argv(cmd, f, out), env=_tv_env(tree), timeout=timeout)
+        if cmd == "json" and (out / "out.json").is_file():
+            r["out_bytes"] = (out / "out.json").stat().st_size
+        if r["rc"] not in (0, 1) or (cmd != "verify" and r["rc"] != 0):
+            r["error"] = (r["stderr"].strip().splitlines() or ["?"])[-1][:300]
+    elif cmd == "xprof":
+        r = measure([sys.executable, "-c", _XPROF_CHILD, str(f)], timeout=timeout)
+        try:
+            r.update(json.loads(r["stdout"].strip().splitlines()[-1]))
+        except (ValueError, IndexError):
+            r["error"] = (r["stderr"].strip().splitlines() or ["?"])[-1][:300]
+    elif cmd == "xprof-rs":
+        r = xprof_rs(f, timeout)
+    else:
+        raise ValueError(cmd)
+    r.pop("stdout", None)
+    r.pop("stderr", None)
+    return r
+
+
+def _median_run(rs: list[dict]) -> dict:
+    """One command's rounds as one record: the first failed round if any failed, else the
+    median wall time and the median peak (each its own median), with every round's ``walls``
+    and ``peaks`` (MiB) kept."""
+    bad = [r for r in rs if r.get("error")]
+    if bad:
+        return bad[0]
+    walls = sorted(r["wall_s"] for r in rs)
+    peaks = sorted(r["rss_mib"] for r in rs)
+    out = dict(rs[0])
+    out.update(wall_s=statistics.median(walls), rss_mib=statistics.median(peaks), walls=walls, peaks=peaks)
+    return out
 
 
 # -- results ---------------------------------------------------------------------------------
@@ -251,6 +276,9 @@ def table_rows(results: dict, sizes: dict) -> list[list[str]]:
                 wall, peak = "failed", "-"
             else:
                 wall, peak = f"{r['wall_s']:.2f}", f"{r['rss_mib'] * 1048576 / _MB:.0f}"
+                if len(r.get("walls", ())) > 1:
+                    wall += f" ({r['walls'][0]:.2f}-{r['walls'][-1]:.2f})"
+                    peak += f" ({r['peaks'][0] * 1048576 / _MB:.0f}-{r['peaks'][-1] * 1048576 / _MB:.0f})"
 
             def fr(x):
                 return "-" if x is None else f"{x:.2f}"
@@ -325,7 +353,7 @@ def tree_commit(tree: Path) -> str:
         return "unknown"
 
 
-def markdown(results, sizes, files, tree, commit, argv, load) -> str:
+def markdown(results, sizes, files, tree, commit, argv, load, repeat: int = 1) -> str:
     m = machine()
     lines = [f"### Speed yardstick ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"- machine: {m['cpu']}, {m['nproc']} cores, {m['memory']}, {m['os']}; "
@@ -333,8 +361,10 @@ def markdown(results, sizes, files, tree, commit, argv, load) -> str:
              f"- traceview tree: `{tree}` at commit `{commit}`",
              f"- command: `python benchmarks/speed.py {' '.join(argv)}`",
              "- traces: " + "; ".join(f"`{n}` {files[n].name} ({sizes[n] / _MB:.0f} MB)" for n in results),
-             "- one run of each command, its own process; wall s and peak RSS (MB = 10^6 bytes); "
-             "`/ X` = this command's wall over X's", "",
+             (f"- {repeat} rounds of every command, each run its own process; wall s and peak RSS (MB = 10^6 "
+              "bytes) are the medians of the rounds (range in brackets), the ratios and verdicts are of the medians; "
+              if repeat > 1 else "- one run of each command, its own process; wall s and peak RSS (MB = 10^6 bytes); ")
+             + "`/ X` = this command's wall over X's", "",
              md_table(table_rows(results, sizes), _HEAD), "",
              md_table([list(t) for t in targets(results, sizes)], ["trace", "target", "figure", "verdict"]), ""]
     return "\n".join(lines)
@@ -354,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", type=Path, help="write the results as a markdown section to FILE")
     ap.add_argument("--small", action="store_true", help="2 repetitions of each trace (checks the yardstick)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per command")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="rounds of every command; the medians are reported (default 3; 1: one run each)")
     args = ap.parse_args(argv)
     commands = [c.strip() for c in args.commands.split(",") if c.strip()]
     bad = [c for c in commands if c not in COMMANDS]
@@ -377,13 +409,13 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for t in chosen:
         log(f"{t.name}: {files[t.name]} ({sizes[t.name] / _MB:.0f} MB)")
-        results[t.name] = run_trace(t.name, files[t.name], commands, tree, args.timeout, log)
+        results[t.name] = run_trace(t.name, files[t.name], commands, tree, args.timeout, log, max(1, args.repeat))
     print(f"traceview tree {tree} at {commit}; load average before the run {load:.2f}")
     print(text_table(table_rows(results, sizes), _HEAD))
     print()
     print(text_table([list(x) for x in targets(results, sizes)], ["trace", "target", "figure", "verdict"]))
     if args.markdown:
-        args.markdown.write_text(markdown(results, sizes, files, tree, commit, argv, load))
+        args.markdown.write_text(markdown(results, sizes, files, tree, commit, argv, load, max(1, args.repeat)))
         log(f"wrote {args.markdown}")
     return 0
 

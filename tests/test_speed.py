@@ -39,12 +39,26 @@ def test_targets_verdicts():
     assert rows[-1][2] == "cannot read" and "out of range" in rows[-1][-1]
 
 
+def test_rounds_are_reported_by_their_medians():
+    """Each command's rounds: the median wall and the median peak (each its own), with the
+    ranges; a failed round is reported as the failure, never averaged away."""
+    got = speed._median_run([_r(3.0, 300), _r(1.0, 500), _r(2.0, 100)])
+    assert (got["wall_s"], got["rss_mib"], got["walls"], got["peaks"]) == (2.0, 300, [1.0, 2.0, 3.0], [100, 300, 500])
+    row = speed.table_rows({"t": {"analyze": got}}, {"t": 100 * 1048576})[0]
+    assert row[2] == "2.00 (1.00-3.00)" and row[3] == f"{300 * 1048576 / 1e6:.0f} (105-524)"
+    bad = speed._median_run([_r(1.0), _r(9.0, error="boom"), _r(2.0)])
+    assert bad["error"] == "boom"
+
+
 def test_small_run_writes_markdown(tmp_path):
     md = tmp_path / "speed.md"
     assert speed.main(["--small", "--only", "mi300x_x20000", "--commands", "verify", "--cache-dir", str(tmp_path),
-                       "--markdown", str(md)]) == 0
+                       "--markdown", str(md), "--repeat", "2"]) == 0
     text = md.read_text()
     row = next(line for line in text.splitlines() if line.startswith("| mi300x_x2 | verify |"))
-    assert float(row.split("|")[3]) > 0
+    median, spread = row.split("|")[3].split(" (")
+    lo, hi = (float(x) for x in spread.rstrip(") ").split("-"))
+    assert 0 < lo <= float(median) <= hi
+    assert "2 rounds of every command" in text
     # analyze was not run: the ratio to it is unknown, never a verdict
     assert "| mi300x_x2 | verify <= 1.5x analyze | - | unknown |" in text
