@@ -120,7 +120,7 @@ def test_load_prefetches_only_the_plain_case(tmp_path, shared_traces, monkeypatc
     f.write_bytes(src.read_bytes() * 2)  # over the cache's 1 MiB floor: a cache entry is possible
     monkeypatch.delenv("TRACEVIEW_MAX_BYTES", raising=False)
     started = []
-    monkeypatch.setattr(prefetch, "start", lambda p, plan: started.append(p) or "started")
+    monkeypatch.setattr(prefetch, "start", lambda p, plan, idle=None: started.append(p) or "started")
     cache = TableCache(cache_dir, min_file_bytes=1 << 20)
 
     def start(**kw):
@@ -139,3 +139,52 @@ def test_load_prefetches_only_the_plain_case(tmp_path, shared_traces, monkeypatc
     load(str(one), cache=cache, prefetch=False)
     assert start() is None
     assert started == [f]
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_taker_runs_its_idle_work_while_the_thread_decodes(shared_traces, fails):
+    """take() runs the caller's idle work once while a plane is still being decoded (here the
+    plane's work waits for it), then waits; what the idle work raises is dropped, and the
+    planes are read as without it."""
+    import threading
+    import time
+
+    path = shared_traces / "mi300x_jax_gemm_sweep.xplane.pb"
+    ran = threading.Event()
+    calls = []
+
+    def plan(space):
+        def slow(plane, p):
+            assert ran.wait(30)  # decoded only once the taker has done its idle work
+            return ("decoded", plane.name)
+        return [(space.planes[0], slow)]
+
+    def idle():
+        calls.append(1)
+        ran.set()
+        if fails:
+            raise ImportError("no such module")
+
+    pf = prefetch.start(path, plan, idle)
+    assert pf is not None
+    for _ in range(3000):  # until the thread has claimed the plane: the taker drains nothing
+        with pf.lock:
+            if pf.next == 1:
+                break
+        time.sleep(0.01)
+    got = pf.take()
+    assert calls == [1] and got is not None
+    space, results = got
+    assert list(results.values()) == [("decoded", space.planes[0].name)]
+
+
+def test_the_imports_while_decoding_all_import():
+    """Every module the CLI imports while a trace is decoded exists (a renamed module would
+    otherwise be skipped silently)."""
+    import importlib.util
+
+    from traceview.cli import process
+
+    names = [m for ms in process.AFTER_READ_IMPORTS.values() for m in ms]
+    assert names and all(importlib.util.find_spec(m) is not None for m in names)
+    process.imports_while_decoding("analysis", "table", "no such part")()  # imports them, without error

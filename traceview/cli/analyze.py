@@ -125,7 +125,9 @@ def run(args) -> int:
 
     with process.decoding_beside_imports():
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale, max_bytes=args.max_bytes,
-                    discovery=disc, **cargs.read_options(args))
+                    discovery=disc, idle=process.imports_while_decoding(
+                        "analysis", "table" if args.format == "table" and not args.brief else args.format),
+                    **cargs.read_options(args))
     process.trim_heap(cargs.input_bytes(disc))
     from traceview.model.profiledata import check_regex
 

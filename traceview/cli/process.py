@@ -139,6 +139,35 @@ def trim_heap(input_bytes: int) -> None:
         pass
 
 
+#: what a command imports once its trace is read, by the part of the work that needs it: imported
+#: instead while the trace's last planes are still being decoded on the prefetch thread
+#: (:func:`imports_while_decoding`); each name must import (a test checks)
+AFTER_READ_IMPORTS = {
+    "analysis": ("traceview.analysis.report", "traceview.analysis.findings", "traceview.analysis.export",
+                 "traceview.analysis.steps.anatomy", "traceview.analysis.steps.phases",
+                 "traceview.analysis.steps.family_roofline", "traceview.analysis.communication.collectives",
+                 "traceview.analysis.communication.overlap", "traceview.analysis.memory.allocators",
+                 "traceview.analysis.ops.hlo_detect", "traceview.model.interpreted"),
+    "table": ("traceview.render.terminal", "traceview.cli.outputs"),
+    "json": ("traceview.render.json",),
+    "html": ("traceview.render.html",),
+}
+
+
+def imports_while_decoding(*parts: str):
+    """The ``idle`` work of :func:`traceview.model.load.load` for a command that goes on to
+    ``parts`` (keys of :data:`AFTER_READ_IMPORTS`): it imports their modules, so the loading
+    thread does while the prefetch thread finishes decoding what it would do after."""
+    names = [m for p in parts for m in AFTER_READ_IMPORTS.get(p, ())]
+
+    def idle() -> None:
+        import importlib
+
+        for m in names:
+            importlib.import_module(m)
+    return idle
+
+
 @contextlib.contextmanager
 def decoding_beside_imports():
     """A short GIL switch interval (:data:`DECODE_SWITCH_INTERVAL_S`) inside: a thread

@@ -75,7 +75,8 @@ def _write(args, out, charts, disc) -> int:
 
     with process.decoding_beside_imports():
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=cargs.stale_after(args),
-                    max_bytes=args.max_bytes, discovery=disc, **cargs.read_options(args))
+                    max_bytes=args.max_bytes, discovery=disc, idle=process.imports_while_decoding("analysis", "html"),
+                    **cargs.read_options(args))
     process.trim_heap(cargs.input_bytes(disc))
     from traceview.model.profiledata import check_regex
 

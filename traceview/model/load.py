@@ -22,11 +22,12 @@ def _size(path) -> int:
         return 0
 
 
-def start_prefetch(disc, *, max_bytes: int | None, cache, local: bool):
+def start_prefetch(disc, *, max_bytes: int | None, cache, local: bool, idle=None):
     """A :class:`traceview.read.prefetch.Prefetch` of the run's file, for the common case
     only: one ``.xplane.pb`` under :data:`PREFETCH_MAX_BYTES` read in this process
     (``local``), no byte limit in force (limits are checked first) and no fresh parsed-table
-    cache entry for it; else None. ``cache``: a TableCache or None. Never raises."""
+    cache entry for it; else None. ``cache``: a TableCache or None; ``idle``: see
+    :func:`traceview.read.prefetch.start`. Never raises."""
     files = disc.files
     if (len(files) != 1 or files[0].kind != "xplane" or max_bytes is not None or not local
             or os.environ.get("TRACEVIEW_MAX_BYTES", "").strip()):  # traceview.model.files.MAX_BYTES_ENV
@@ -41,13 +42,13 @@ def start_prefetch(disc, *, max_bytes: int | None, cache, local: bool):
     from traceview.model.annotated_plane import prefetch_plan  # numpy and the decoders first: the thread then
     from traceview.read import prefetch  # decodes (mostly without the GIL) while this one imports polars
 
-    return prefetch.start(tf.path, prefetch_plan)
+    return prefetch.start(tf.path, prefetch_plan, idle)
 
 
 def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = False, require_ops: bool = True,
          stale_after_s: float | None = 7 * 24 * 3600, max_bytes: int | None = None, cache=None, workers: int = 0,
          executor=None, scheduler: str | None = None, progress=None, discovery=None, prefetch=True,
-         factory=None, expand_kernels: bool = False, group_hosts: bool = True):
+         factory=None, expand_kernels: bool = False, group_hosts: bool = True, idle=None):
     """Find and read the traces under ``path`` (a file, run dir, log dir or any folder above, or a
     ``gs://``, ``s3://`` or other fsspec URL: :mod:`traceview.read.remote`).
 
@@ -65,7 +66,9 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     processes, on ``executor`` or on the Dask cluster at ``scheduler``; ``progress`` gets a
     :class:`traceview.read.batch.Progress` after each file. ``prefetch``: True to decode a
     single xplane's planes on a thread while polars is imported (:func:`start_prefetch`),
-    False not to, or a :class:`traceview.read.prefetch.Prefetch` the caller started.
+    False not to, or a :class:`traceview.read.prefetch.Prefetch` the caller started; ``idle``:
+    called once, with no arguments, while this thread waits for that decoding to finish (a
+    caller's imports, say; its exceptions are ignored, :meth:`~traceview.read.prefetch.Prefetch.take`).
     ``expand_kernels``: keep the ops inside each interpreted Pallas kernel invocation (CPU
     traces) as they are, instead of one row per invocation
     (:func:`traceview.model.interpreted.collapse_kernels`).
@@ -91,7 +94,8 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
                                                              run_hint="pass run= or all_runs=True to load()")
     store = TableCache.default() if cache is None else (cache or None)
     if prefetch is True:
-        pre = start_prefetch(disc, max_bytes=max_bytes, cache=store, local=executor is None and not scheduler)
+        pre = start_prefetch(disc, max_bytes=max_bytes, cache=store, local=executor is None and not scheduler,
+                             idle=idle)
     else:
         pre = prefetch or None
 

@@ -37,8 +37,8 @@ class Prefetch:
     """One file's prefetch: the mapped space, the planes its plan names with their work, and
     per-plane results (what the work returned, or the exception it raised). Made by :func:`start`."""
 
-    def __init__(self, path: str, ident: tuple, plan: Callable):
-        self.path, self.ident, self._plan = path, ident, plan
+    def __init__(self, path: str, ident: tuple, plan: Callable, idle: Callable | None = None):
+        self.path, self.ident, self._plan, self.idle = path, ident, plan, idle
         self.space = None
         self.planes: list = []  # (plane, work)
         self.results: list = []
@@ -91,11 +91,19 @@ class Prefetch:
         exception to raise}`` for each plane of ``space.planes`` the plan named), or None when the
         prefetch failed, the file changed since it started, or it was taken already (the
         prefetch lets go of what it hands over). Works through the planes not yet started on
-        the calling thread, then waits for the others. Never raises."""
+        the calling thread, then, when some are still being decoded, runs ``idle`` (given to
+        :func:`start`; once, its exceptions ignored), then waits for the others. Never raises
+        but what ``idle`` raises that is not an ``Exception`` (``KeyboardInterrupt``)."""
         self.ready.wait()
         if self.failed or self.space is None or _identity(os.path.realpath(self.path)) != self.ident:
             return None
         self._drain()
+        idle, self.idle = self.idle, None
+        if idle is not None and not all(ev.is_set() for ev in self.done):
+            try:  # the caller's own work while the background thread decodes
+                idle()
+            except Exception:  # noqa: BLE001 - it is the caller's to redo where it needs it
+                pass
         for ev in self.done:
             ev.wait()
         out = self.space, {id(p): r for (p, _), r in zip(self.planes, self.results)}
@@ -103,16 +111,17 @@ class Prefetch:
         return out
 
 
-def start(path: str | os.PathLike, plan: Callable) -> Prefetch | None:
+def start(path: str | os.PathLike, plan: Callable, idle: Callable | None = None) -> Prefetch | None:
     """Begin running, on a daemon thread, each ``work(plane, path)`` of ``plan(space)`` (a
     list of ``(plane, work)``, ``space`` the xplane file ``path`` mapped in place); returns
     the :class:`Prefetch`, or None when the file cannot be stat'ed or no thread can be
-    started. Never raises."""
+    started. ``idle``: what the thread that takes the prefetch does while it waits for this
+    one (:meth:`Prefetch.take`), e.g. the caller's imports. Never raises."""
     key = os.path.realpath(path)
     ident = _identity(key)
     if ident is None:
         return None
-    job = Prefetch(str(path), ident, plan)
+    job = Prefetch(str(path), ident, plan, idle)
     try:
         threading.Thread(target=job._run, name="traceview-prefetch", daemon=True).start()
     except RuntimeError:  # no thread can be started
