@@ -150,13 +150,17 @@ def main(argv: list[str] | None = None) -> int:
 def entry() -> None:
     """The ``traceview`` console script and ``python -m traceview.cli``: Ctrl-C handling first
     (:func:`traceview.cli.process.handle_interrupts`: one line, exit 130, in every command and
-    the engine), then :func:`main`, then :func:`traceview.cli.process.exit_now`."""
+    the engine), the collector's thresholds for a one-shot command
+    (:func:`traceview.cli.process.tune_gc`; not the engine, not the MCP server), then
+    :func:`main`, then :func:`traceview.cli.process.exit_now`."""
     from traceview.cli import process
 
     argv = sys.argv[1:]
     engine = bool(argv and argv[0] == "engine")
     try:
         process.handle_interrupts("traceview engine" if engine else "traceview")
+        if not engine and not (argv and argv[0] == "mcp"):  # one command, then the process ends
+            process.tune_gc()
         rc = main(argv)
     except KeyboardInterrupt:  # outside main's own handler: imports, the parser, the engine
         rc = process.say_interrupted()
