@@ -995,17 +995,19 @@ def _annotated_markers(le, marker: np.ndarray, step_md: list, names: list, value
     """Append the step annotations of one decoded line to ``markers``: events without an op
     whose ``step_num`` (the event's, else its metadata's) is set, timed (not pre-aggregated).
     The step number is resolved once per distinct stat value (or metadata)."""
-    kinds = le.extra_kinds[:, 0]  # step_num, the first extra stat
+    idx = np.flatnonzero(marker[le.combo])  # the marker events first: few, the line's events many
+    if not len(idx):
+        return
+    kinds = le.extra_kinds[idx, 0]  # step_num, the first extra stat
     own = kinds != wire.KIND_ABSENT
     md_has = np.array([x is not None for x in step_md], dtype=bool)
-    idx = np.flatnonzero(marker[le.combo] & (le.occurrences == 0)
-                         & np.where(own, kinds != wire.KIND_NONE, md_has[le.combo]))
+    keep = (le.occurrences[idx] == 0) & np.where(own, kinds != wire.KIND_NONE, md_has[le.combo[idx]])
+    idx, kinds, own_i = idx[keep], kinds[keep], own[keep]
     if not len(idx):
         return
     steps = np.empty(len(idx), dtype=object)
-    own_i = own[idx]
-    for k in np.unique(kinds[idx][own_i]).tolist():
-        sel = np.flatnonzero(own_i & (kinds[idx] == k))
+    for k in np.unique(kinds[own_i]).tolist():
+        sel = np.flatnonzero(own_i & (kinds == k))
         uniq, inv = np.unique(le.extra_values[idx[sel], 0], return_inverse=True)
         steps[sel] = np.array([_as_int(value(k, v)) for v in uniq.tolist()] + [None], dtype=object)[:-1][inv]
     sel = np.flatnonzero(~own_i)
