@@ -173,10 +173,10 @@ def test_series_by_definition(where, shared_traces):
 
 
 def test_direction_bandwidth_merges_each_devices_transfers_per_direction():
-    """collectives._direction_bandwidth against the rule written out: per direction (in order
-    of its first counted transfer), bytes of its counted transfers over the merged length of
-    their [start, start + t) per device, summed over devices; negative spans as a sweep in
-    start order meets them."""
+    """collectives._direction_bandwidth (the C pass when built) against the rule written out:
+    per direction (in order of its first counted transfer), bytes of its counted transfers over
+    the merged length of their [start, start + t) per device, summed over devices; negative
+    spans as a sweep in start order meets them."""
     from traceview.analysis.communication.collectives import _direction_bandwidth
 
     rng = np.random.default_rng(5)
@@ -186,8 +186,10 @@ def test_direction_bandwidth_merges_each_devices_transfers_per_direction():
         dcode, dev = rng.integers(-1, 3, n), rng.integers(0, 4, n)
         start, t = rng.integers(0, 100, n), rng.integers(-5, 40, n)
         by, ok = rng.random(n) * 1e6, rng.random(n) < 0.8
-        got = {r["direction"]: r["direction_bandwidth"] for r in _direction_bandwidth(names, dcode, dev, start, t, by, ok)
-               .iter_rows(named=True)}
+        # one description per transfer (its direction, device and bytes), each transfer its own event
+        rec = np.arange(n)
+        got = {r["direction"]: r["direction_bandwidth"] for r in _direction_bandwidth(
+            names, rec.astype(np.uint32), rec, start, t, ok, dcode, dev, by).iter_rows(named=True)}
         order, want = [], {}
         for i in range(n):
             if ok[i] and dcode[i] >= 0 and dcode[i] not in order:
