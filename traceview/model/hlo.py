@@ -79,9 +79,10 @@ def _stack(module_proto, frame_id: int, limit: int = 64) -> list[tuple[str, int]
     return out
 
 
-def _decode_op(mod, ins, by_id: dict, costs: ModuleCosts) -> HloOp:
+def _decode_op(mod, ins, by_id: dict, costs: ModuleCosts, stacks: dict | None = None) -> HloOp:
     """The :class:`HloOp` of instruction ``ins`` of module proto ``mod`` (``by_id``: its
-    instructions by id, the later of a repeated id winning)."""
+    instructions by id, the later of a repeated id winning; ``stacks``: the module's resolved
+    stack frames by frame id, filled as they are resolved: the ops of one source line share them)."""
     res = shape_from_proto(ins.shape)
     operands = []
     for oid in ins.operand_ids:
@@ -101,7 +102,14 @@ def _decode_op(mod, ins, by_id: dict, costs: ModuleCosts) -> HloOp:
         ", " + ", ".join(attrs) if attrs else ""
     )
     md = ins.metadata
-    frames = _stack(mod, md.stack_frame_id) if md.stack_frame_id else []
+    fid = md.stack_frame_id
+    got = stacks.get(fid) if stacks is not None and fid else None
+    if got is None:
+        frames = _stack(mod, fid) if fid else []
+        got = (frames, "\n".join(f"{f}:{ln}" for f, ln in frames))
+        if stacks is not None and fid:
+            stacks[fid] = got
+    frames, stack_text = got
     src_file, src_line = md.source_file, (md.source_line or None)
     if not src_file and frames:
         src_file, src_line = frames[0]
@@ -116,7 +124,7 @@ def _decode_op(mod, ins, by_id: dict, costs: ModuleCosts) -> HloOp:
         hlo_text=hlo_text,
         source_file=src_file,
         source_line=src_line,
-        source_stack="\n".join(f"{f}:{ln}" for f, ln in frames),
+        source_stack=stack_text,
         framework_op=md.op_name,
         custom_call_target=ins.custom_call_target,
         # control flow: its body's ops are traced (and costed) on their own
@@ -141,6 +149,7 @@ class _LazyOps(Mapping):
                 self._by_name[ins.name] = ins
         self._costs: ModuleCosts | None = None
         self._done: dict[str, HloOp] = {}
+        self._stacks: dict[int, tuple] = {}
 
     def __getitem__(self, name: str) -> HloOp:
         op = self._done.get(name)
@@ -148,7 +157,7 @@ class _LazyOps(Mapping):
             ins = self._by_name[name]
             if self._costs is None:
                 self._costs = ModuleCosts(self._mod)
-            op = self._done[name] = _decode_op(self._mod, ins, self._by_id, self._costs)
+            op = self._done[name] = _decode_op(self._mod, ins, self._by_id, self._costs, self._stacks)
         return op
 
     def get(self, name, default=None):
