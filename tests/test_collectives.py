@@ -373,3 +373,39 @@ def test_match_pairs_kth_start_with_kth_done_of_its_key():
             if k >= 0 and r < len(dones.get(int(k), [])):
                 want[i] = dones[int(k)][r]
         assert _match(ks, kd).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("c_passes", [True, False])
+def test_a_copy_whose_start_was_not_captured_costs_only_itself(v6e, monkeypatch, c_passes):
+    """A capture that begins between a copy-start and its copy-done (here: the first
+    ``copy-start`` on TPU:0 removed) leaves one done with no start. It is matched with nothing,
+    and every later copy of that op still pairs with its own start: the host transfers lose
+    exactly that copy's span and the overlap exactly that record (rank matching alone paired
+    each done with the next start, and the overlap dropped all 100 copies on the device)."""
+    import copy
+
+    from traceview.analysis.communication import collectives, overlap as ov
+    from traceview.model.optable import OpTable
+
+    if not c_passes:
+        monkeypatch.setattr(ov, "_fast", None)
+        monkeypatch.setattr(collectives, "_fast", None)
+    prof = v6e[0]
+    t = prof.table
+    ev = t.events.with_row_index("_i").join(t.attrs.select("attr", "op_name", "device"), on="attr", how="left")
+    on0 = ev.filter(pl.col("device").str.ends_with("TPU:0")).sort("start_ps")
+    first = on0.filter(pl.col("op_name") == "copy-start").row(0, named=True)
+    done = on0.filter((pl.col("op_name").str.starts_with("copy-done")) & (pl.col("start_ps") >= first["start_ps"]))
+    texts = dict(t.attrs.select("attr", "hlo_text").iter_rows())
+    done = next(r for r in done.iter_rows(named=True) if "%copy-start)" in texts[r["attr"]])  # its own done
+    span = done["start_ps"] + done["duration_ps"] - first["start_ps"]
+    cut = copy.copy(prof)
+    cut.table = OpTable(t.events.with_row_index("_i").filter(pl.col("_i") != first["_i"]).drop("_i"), t.attrs)
+    cut._derived = {}
+    whole, part = (communication(p).host_transfers.filter(pl.col("direction") == "h2d").row(0, named=True)
+                   for p in (prof, cut))
+    assert part["executions"] == whole["executions"] - 1 == 1199
+    assert part["total_ps"] == whole["total_ps"] - span
+    n_ops = [ov.overlap(p.table, None, keep_ops=True).ops.filter(
+        (pl.col("op_name") == "copy-start") & pl.col("device").str.ends_with("TPU:0")).height for p in (prof, cut)]
+    assert n_ops == [100, 99]

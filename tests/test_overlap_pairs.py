@@ -1,6 +1,7 @@
 """The overlap's per-op records (:func:`traceview.analysis.communication.overlap._comm_ops`) against the
-plain statement of the rule: the k-th done naming a start on a device pairs with that start's
-k-th execution there, kept when the done begins no earlier; records in (device, start) order,
+plain statement of the rule: the k-th done naming a start on a device (among those after that
+start's first execution there: an earlier done awaits an execution the capture missed) pairs
+with that start's k-th execution there, kept when the done begins no earlier; records in (device, start) order,
 synchronous ones first at one start, each part in event order (numpy's lexsort)."""
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def _oracle(ev: _Events) -> dict:
             dones.setdefault((int(ev.dev[i]), m.group(1)), []).append(i)
     pairs = []
     for key, ss in starts.items():
-        for s, d in zip(ss, dones.get(key, [])):
+        for s, d in zip(ss, [d for d in dones.get(key, []) if d > ss[0]]):  # events in (device, start) order
             if ev.start[d] >= ev.start[s]:
                 pairs.append((s, d))
     pairs.sort()

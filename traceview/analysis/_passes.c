@@ -469,7 +469,8 @@ static PyObject *rank_match(PyObject *self, PyObject *args) {
  * The records of traceview.analysis.communication.overlap._comm_ops over events in (device, start) order:
  * attr (uint32), start (int64), dev (int32), one per event; per attr id start_key and
  * done_key (int64, -1: not a start / done) and sync_of (uint8). The k-th start of a key
- * (in event order) pairs with the k-th done of that key, kept when the done starts no
+ * (in event order) pairs with the k-th done of that key that comes after the key's first
+ * start (a done before it awaits a start the capture missed), kept when the done starts no
  * earlier; synchronous events are records of their own. Records, in (dev, start) order with
  * the synchronous ones first at one (dev, start), each kind in event order: idx (int64, the
  * sync event or the start), pe (int64, the sync event itself or the done), sync (uint8).
@@ -496,11 +497,13 @@ static PyObject *comm_records(PyObject *self, PyObject *args) {
         if (dkey[k] + 1 > nk) nk = dkey[k] + 1;
     }
     int64_t *head = NULL, *seen = NULL, *order = NULL, *ps = NULL, *pd = NULL, *sy = NULL;
+    uint8_t *started = NULL;
     Py_ssize_t n_sync = 0, n_start = 0, n_done = 0;
     if (ok) {
         head = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
         seen = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
-        if (!head || !seen) goto nomem;
+        started = PyMem_RawCalloc((size_t)nk + 1, 1);
+        if (!head || !seen || !started) goto nomem;
         Py_BEGIN_ALLOW_THREADS
         for (Py_ssize_t i = 0; i < n; i++) {
             uint32_t a = attr[i];
@@ -509,8 +512,8 @@ static PyObject *comm_records(PyObject *self, PyObject *args) {
                 break;
             }
             if (syn[a]) n_sync++;
-            else if (skey[a] >= 0) n_start++;
-            else if (dkey[a] >= 0) { head[dkey[a] + 1]++; n_done++; }
+            else if (skey[a] >= 0) { n_start++; started[skey[a]] = 1; }
+            else if (dkey[a] >= 0 && started[dkey[a]]) { head[dkey[a] + 1]++; n_done++; }  /* else: its start not captured */
         }
         Py_END_ALLOW_THREADS
         if (ok && n_sync + n_start > cap) ok = 0;
@@ -523,9 +526,12 @@ static PyObject *comm_records(PyObject *self, PyObject *args) {
         if (!order || !ps || !pd || !sy) goto nomem;
         Py_BEGIN_ALLOW_THREADS
         for (int64_t k = 0; k < nk; k++) head[k + 1] += head[k];
+        memset(started, 0, (size_t)nk + 1);
         for (Py_ssize_t i = 0; i < n; i++) {  /* each key's dones in event order */
             uint32_t a = attr[i];
-            if (!syn[a] && skey[a] < 0 && dkey[a] >= 0) order[head[dkey[a]] + seen[dkey[a]]++] = i;
+            if (syn[a]) continue;
+            if (skey[a] >= 0) started[skey[a]] = 1;
+            else if (dkey[a] >= 0 && started[dkey[a]]) order[head[dkey[a]] + seen[dkey[a]]++] = i;
         }
         memset(seen, 0, ((size_t)nk + 1) * sizeof(int64_t));
         Py_ssize_t np_ = 0, ns = 0;
@@ -552,12 +558,12 @@ static PyObject *comm_records(PyObject *self, PyObject *args) {
         Py_END_ALLOW_THREADS
     }
     PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
-    PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy);
+    PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy); PyMem_RawFree(started);
     for (int k = 0; k < 9; k++) PyBuffer_Release(&b[k]);
     return PyLong_FromSsize_t(count);
 nomem:
     PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
-    PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy);
+    PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy); PyMem_RawFree(started);
     for (int k = 0; k < 9; k++) PyBuffer_Release(&b[k]);
     return PyErr_NoMemory();
 }
@@ -717,12 +723,17 @@ static PyObject *partition(PyObject *self, PyObject *args) {
 /* pair_by_key(a, t, lut_key, lut_done, si, d) -> int
  * Events a (uint32 attr ids) with times t (int64); per attr id its pair key lut_key (int64,
  * -1: none) and whether it is a done lut_done (uint8). The k-th non-done event of a key
- * takes the k-th done of that key, both counted in time order. When every key's starts and
+ * takes the k-th done of that key, both counted in time order, among the dones after the
+ * key's first start (a done before it awaits a start the capture missed). When every key's starts and
  * every key's dones are already in time order (t non-decreasing along the events), that is
  * event order: the non-done events are written to si (int64, in event order) and per such
  * event the index of its done, or -1, to d (int64); returns how many. Returns -1 (outputs
  * unspecified) when some key's events are out of time order (the caller sorts), an attr id
  * lies outside the tables, or si / d are shorter than the non-done events. */
+/* A done at event i of key k awaits a start the capture missed: its key has no start, or the
+ * key's first start (event first[k]) comes after it in time, or at its time but later. */
+#define PB_ORPHAN(k, i) (first[k] < 0 || t[i] < t[first[k]] || (t[i] == t[first[k]] && (i) < first[k]))
+
 static PyObject *pair_by_key(PyObject *self, PyObject *args) {
     Py_buffer b[6];
     if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5]))
@@ -736,19 +747,24 @@ static PyObject *pair_by_key(PyObject *self, PyObject *args) {
     Py_ssize_t count = -1;
     int64_t nk = 0;
     for (Py_ssize_t k = 0; ok && k < na; k++) if (key[k] + 1 > nk) nk = key[k] + 1;
-    int64_t *head = NULL, *seen = NULL, *last_s = NULL, *last_d = NULL, *order = NULL;
+    int64_t *head = NULL, *seen = NULL, *last_s = NULL, *last_d = NULL, *order = NULL, *first = NULL;
     if (ok) {
         head = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
         seen = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
         last_s = PyMem_RawMalloc(((size_t)nk + 1) * sizeof(int64_t));
         last_d = PyMem_RawMalloc(((size_t)nk + 1) * sizeof(int64_t));
-        if (!head || !seen || !last_s || !last_d) goto nomem;
+        first = PyMem_RawMalloc(((size_t)nk + 1) * sizeof(int64_t));
+        if (!head || !seen || !last_s || !last_d || !first) goto nomem;
         Py_ssize_t n_done = 0, n_start = 0;
         Py_BEGIN_ALLOW_THREADS
-        for (int64_t k = 0; k <= nk; k++) last_s[k] = last_d[k] = INT64_MIN;
-        for (Py_ssize_t i = 0; i < n; i++) {
+        for (int64_t k = 0; k <= nk; k++) last_s[k] = last_d[k] = INT64_MIN, first[k] = -1;
+        for (Py_ssize_t i = 0; i < n; i++) {  /* each key's first start (its earliest, when in order) */
             uint32_t x = a[i];
             if ((Py_ssize_t)x >= na) { ok = 0; break; }
+            if (!done[x] && key[x] >= 0 && first[key[x]] < 0) first[key[x]] = i;
+        }
+        for (Py_ssize_t i = 0; ok && i < n; i++) {
+            uint32_t x = a[i];
             int64_t k = key[x];
             if (!done[x]) {
                 n_start++;
@@ -756,6 +772,7 @@ static PyObject *pair_by_key(PyObject *self, PyObject *args) {
             } else if (k >= 0) {
                 if (t[i] < last_d[k]) { ok = 0; break; }
                 last_d[k] = t[i];
+                if (PB_ORPHAN(k, i)) continue;  /* before its key's first start: that start was not captured */
                 head[k + 1]++;
                 n_done++;
             }
@@ -769,7 +786,7 @@ static PyObject *pair_by_key(PyObject *self, PyObject *args) {
             for (int64_t k = 0; k < nk; k++) head[k + 1] += head[k];
             for (Py_ssize_t i = 0; i < n; i++) {  /* each key's dones in event (= time) order */
                 int64_t k = key[a[i]];
-                if (done[a[i]] && k >= 0) order[head[k] + seen[k]++] = i;
+                if (done[a[i]] && k >= 0 && !PB_ORPHAN(k, i)) order[head[k] + seen[k]++] = i;
             }
             memset(seen, 0, ((size_t)nk + 1) * sizeof(int64_t));
             Py_ssize_t j = 0;
@@ -789,10 +806,12 @@ static PyObject *pair_by_key(PyObject *self, PyObject *args) {
         }
     }
     PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(last_s); PyMem_RawFree(last_d); PyMem_RawFree(order);
+    PyMem_RawFree(first);
     for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
     return PyLong_FromSsize_t(count);
 nomem:
     PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(last_s); PyMem_RawFree(last_d); PyMem_RawFree(order);
+    PyMem_RawFree(first);
     for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
     return PyErr_NoMemory();
 }

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import polars as pl
 
 from traceview.analysis.hardware.interconnect import Link, find_link
-from traceview.analysis.communication.overlap import _match
+from traceview.analysis.communication.overlap import _match, _orphans
 from traceview.model.collective_hlo import collective_attrs, host_transfer
 from traceview.model.shapes import parse_instruction
 
@@ -237,7 +237,9 @@ def _pair_index(a, t, attrs: pl.DataFrame) -> tuple:
     si, di = np.flatnonzero(~is_done), np.flatnonzero(is_done)
     si = si[_time_order(t[si])]
     di = di[_time_order(t[di])]
-    match = _match(key[si], key[di])
+    kd = key[di]
+    kd[_orphans(key[si], (t[si], si), kd, (t[di], di))] = -1  # its start was not captured
+    match = _match(key[si], kd)
     hit = match >= 0
     match[hit] = di[match[hit]]  # no done at all: nothing to index
     return si, match

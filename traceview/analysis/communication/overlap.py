@@ -217,6 +217,36 @@ def _match(ks: np.ndarray, kd: np.ndarray) -> np.ndarray:
     return out
 
 
+def _orphans(sk: np.ndarray, s_at: tuple, dk: np.ndarray, d_at: tuple) -> np.ndarray:
+    """Per done (keys ``dk``), whether it comes before every start of its key (keys ``sk``):
+    a done whose start the capture missed (it began before the trace), matched with nothing,
+    so that the key's later dones still pair with their own starts. ``s_at`` / ``d_at``:
+    each event's place in time as a tuple of arrays compared in turn (time, then position);
+    the starts in that order. Keys below 0 are nobody's."""
+    out = np.zeros(len(dk), dtype=bool)
+    ok_s = sk >= 0
+    if not len(dk) or not ok_s.any():
+        return dk >= 0
+    keys, first = np.unique(sk[ok_s], return_index=True)  # each key's first start, in order
+    first = np.flatnonzero(ok_s)[first]
+    nk = int(max(keys.max(), dk.max())) + 1
+    has = np.zeros(nk, dtype=bool)
+    has[keys] = True
+    at = [np.zeros(nk, dtype=x.dtype) for x in s_at]
+    for a, x in zip(at, s_at):
+        a[keys] = x[first]
+    kd = np.maximum(dk, 0)
+    live = dk >= 0
+    out[live & ~has[kd]] = True  # a done of a key with no start at all
+    before = np.zeros(len(dk), dtype=bool)
+    tie = np.ones(len(dk), dtype=bool)
+    for a, x in zip(at, d_at):
+        before |= tie & (x < a[kd])
+        tie &= x == a[kd]
+    out |= live & has[kd] & before
+    return out
+
+
 class _Events:
     """A table's placed events as arrays in (host, device, start) order, stable: ``attr``,
     ``start``, ``end`` (ps), ``dev`` (index into ``devices``, (host, device) sorted, nulls
@@ -302,6 +332,7 @@ def _comm_ops(ev: _Events) -> dict:
     di = np.flatnonzero(kd >= 0)
     sk, dk = ks[si], kd[di]
     del ks, kd
+    dk[_orphans(sk, (si,), dk, (di,))] = -1  # a done before its key's first start: its start was not captured
     # the k-th start of a key takes the k-th done of that key
     m = _match(sk, dk)
     hit = m >= 0
