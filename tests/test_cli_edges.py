@@ -246,3 +246,18 @@ def test_positionals_may_follow_options(shared_traces, capsys):
     assert "unrecognized arguments" in capsys.readouterr().err
     assert main(["query", sql, f]) == 2  # the SQL first: said so, not "does not exist"
     assert f"the trace comes first, then the query: traceview query {f}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module", ["traceview.render.terminal", "traceview.analysis.communication.overlap"])
+def test_a_broken_install_is_one_line_and_exit_8(shared_traces, capsys, monkeypatch, module):
+    """A module of traceview that cannot be imported (deleted, or a dependency of it broken):
+    one line naming it and exit 8, never a traceback, nor exit 1 (a failed check). The import
+    tried while the trace is still decoded fails silently; the one the command needs says so."""
+    for m in [m for m in sys.modules if m == module or m.startswith(module + ".")]:
+        monkeypatch.delitem(sys.modules, m)
+    monkeypatch.setitem(sys.modules, module, None)  # importing it raises ImportError
+    rc = main(["analyze", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), "--no-cache"])
+    err = capsys.readouterr().err
+    assert rc == traceview.errors.EXIT_INSTALL == 8
+    assert err.count("\n") == 1 and err.startswith(f"traceview: error: cannot import {module}")
+    assert "reinstall traceview" in err and "Traceback" not in err

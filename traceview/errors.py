@@ -16,6 +16,7 @@ Exit codes (documented in docs/exit-codes.md):
 6     a resource limit was hit (decompression or parse limit)
 7     a remote store could not be read (access denied, server unreachable or stopped, an
       object cut short or changed while read)
+8     the installation is broken: a module of traceview or of a dependency cannot be imported
 ====  =====================================================================
 """
 
@@ -29,6 +30,7 @@ EXIT_UNREADABLE = 4
 EXIT_NO_OPS = 5
 EXIT_LIMIT = 6
 EXIT_REMOTE = 7
+EXIT_INSTALL = 8
 
 
 class TraceviewError(Exception):

@@ -3,7 +3,8 @@
 and turns errors into one line and an exit code.
 
 Exit codes are those of :mod:`traceview.errors` (0 ok, 1 check failed, 2 usage, 3 no trace
-found, 4 trace unreadable, 5 no HLO ops, 6 limit exceeded, 7 remote store unreadable), and 130 when interrupted (Ctrl-C:
+found, 4 trace unreadable, 5 no HLO ops, 6 limit exceeded, 7 remote store unreadable, 8 broken installation:
+a module cannot be imported), and 130 when interrupted (Ctrl-C:
 one line, :func:`traceview.cli.process.handle_interrupts`). Library errors are printed as one
 line, ``traceview: error: <file>: <fault>``, never as a traceback. Process tuning (allocator,
 threads, streams, the exit path) is :mod:`traceview.cli.process`'s alone.
@@ -17,7 +18,7 @@ import re
 import sys
 
 from traceview import __version__
-from traceview.errors import EXIT_LIMIT, EXIT_OK, EXIT_USAGE, TraceviewError
+from traceview.errors import EXIT_INSTALL, EXIT_LIMIT, EXIT_OK, EXIT_USAGE, TraceviewError
 
 #: the subcommands and their modules (imported only for the command being run)
 COMMANDS = {"analyze": "traceview.cli.analyze", "report": "traceview.cli.report", "diff": "traceview.cli.diff",
@@ -45,7 +46,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Shape-keyed analysis of JAX/XProf profiles (.xplane.pb, .trace.json.gz).",
         epilog="exit codes: 0 ok, 1 check failed, 2 usage, 3 no trace found, 4 trace unreadable, "
                "5 no HLO ops in trace, 6 resource limit exceeded, 7 remote store unreadable (denied, unreachable, "
-               "cut short), 130 interrupted (Ctrl-C)")
+               "cut short), 8 broken installation (a module cannot be imported), 130 interrupted (Ctrl-C)")
     parser.add_argument("--version", action="version", version=f"traceview {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():
@@ -85,6 +86,16 @@ def _attach_negative_ranges(argv: list[str]) -> list[str]:
         out.append(a)
         i += 1
     return out
+
+
+def broken_install(exc: ImportError) -> str:
+    """The one line for an ImportError raised while a command runs (exit 8): a module of
+    traceview or of a dependency is missing or cannot be loaded."""
+    from traceview.model.naming import safe_line
+
+    what = exc.name or "a module"
+    return safe_line(f"cannot import {what} ({exc}): the installation is incomplete or broken; reinstall "
+                     "traceview (pip install --force-reinstall traceview, or pip install -e . in a checkout)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -139,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         except KeyboardInterrupt:
             return process.say_interrupted()
+        except ImportError as exc:  # a module of traceview or a dependency missing or broken
+            if process.interrupted():
+                return process.say_interrupted()
+            print(f"traceview: error: {broken_install(exc)}", file=sys.stderr)
+            return EXIT_INSTALL
         except MemoryError:
             if process.interrupted():
                 return process.say_interrupted()
@@ -164,6 +180,9 @@ def entry() -> None:
         rc = main(argv)
     except KeyboardInterrupt:  # outside main's own handler: imports, the parser, the engine
         rc = process.say_interrupted()
+    except ImportError as exc:  # outside main's own handler: the parser imports the command's module
+        print(f"traceview: error: {broken_install(exc)}", file=sys.stderr)
+        rc = EXIT_INSTALL
     try:
         if process.interrupted():  # an interrupt swallowed or turned into another error on the way
             rc = process.say_interrupted()

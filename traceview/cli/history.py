@@ -24,7 +24,7 @@ def add_parser(sub) -> None:
                                    "interval; a run with none says 'no comparable run'.",
                        epilog="exit codes: 0 ok (or regressions without --fail-on-regression), 1 a regression under "
                               "--fail-on-regression (or a slowdown past the threshold that cannot be judged: too few "
-                              "steps for an interval, or no run-to-run noise to judge it against), 2 usage, 3 no trace, 4 unreadable, 5 no ops, 6 limit exceeded, 7 remote store unreadable")
+                              "steps for an interval, or no run-to-run noise to judge it against), 2 usage, 3 no trace, 4 unreadable, 5 no ops, 6 limit exceeded, 7 remote store unreadable, 8 broken installation")
     h.add_argument("paths", nargs="+", type=cargs.path_arg, metavar="PATH", help="log dir(s), plugins/profile folders or run folders")
     h.add_argument("--baseline", metavar="RUN", help="compare every run with this run (its folder name or path) "
                                                      "instead of the previous run")

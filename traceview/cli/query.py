@@ -23,7 +23,7 @@ examples:
   traceview query T.xplane.pb "SELECT op_name, shape, self_ps FROM populations
       WHERE array_contains(modules, 'jit_f') ORDER BY self_ps DESC LIMIT 5"
   traceview query T.xplane.pb "SELECT op_name, mean_ps, median_ps FROM populations WHERE mean_ps > 2 * median_ps"
-exit codes: 0 ok, 2 bad SQL, unknown table or column, or usage, 3-7 trace and remote-store errors"""
+exit codes: 0 ok, 2 bad SQL, unknown table or column, or usage, 3-7 trace and remote-store errors, 8 broken installation"""
 
 
 def add_parser(sub) -> None:

@@ -40,7 +40,7 @@ with two profiles (BASE TREATMENT); single-profile checks apply to TREATMENT, pr
   source of kernel GLOB changed
   all matched [except RX]
 CMP: < <= > >= == !=   PCT: 30% or 0.3   quote tokens with spaces ("..." or '...')
-exit codes: 0 all checks passed, 1 a check failed, 2 invalid check or usage, 3-7 trace and remote-store errors"""
+exit codes: 0 all checks passed, 1 a check failed, 2 invalid check or usage, 3-7 trace and remote-store errors, 8 broken installation"""
 
 
 def add_parser(sub) -> None:
