@@ -318,8 +318,8 @@ TABLE_DOCS: dict[str, tuple[str, dict[str, str]]] = {
                        "link_peak": "interconnect peak one way, bytes/s (null: unknown)",
                        "frac_link_peak": "busbw / link_peak"}),
     "host_transfers": ("one host transfer population (direction, mechanism, shape): copies to or from host memory",
-                       {"bytes": "bytes per copy", "time_ps": "time in flight per copy, ps",
-                        "bandwidth": "bytes / time in flight, bytes/s",
+                       {"bytes": "bytes per copy", "time_ps": "median time in flight per copy, ps",
+                        "bandwidth": "bytes / median time in flight, bytes/s",
                         "direction_bandwidth": "all copies of the direction over their merged time in flight, "
                                                "bytes/s"}),
     "population_regimes": ("one population whose spread mixes regimes (warm-up, programs, two modes)",

@@ -447,7 +447,7 @@ def render_communication(console: Console, comm, *, top: int) -> None:
         tc = [Column("direction", rich=fold), Column("mechanism", keep=False, rich=fold),
               Column("shape", cut=1, rich=fold), Column("ops", keep=False, rich=fold),
               Column("exec.", "right", keep=False, rich=fold), Column("bytes", "right", rich=fold),
-              Column("in flight", "right", keep=False, rich=fold), Column("bandwidth", "right", rich=fold),
+              Column("median in flight", "right", keep=False, rich=fold), Column("bandwidth", "right", rich=fold),
               Column("direction total", "right", keep=False, rich=fold), Column("op time", "right", rich=fold),
               Column("% link", "right", rich=fold)]
         rows = []
@@ -457,7 +457,8 @@ def render_communication(console: Console, comm, *, top: int) -> None:
                          f"{r['executions']:,}", _bytes(r["bytes"]), fmt_time_ps(r["time_ps"]),
                          fmt_rate(r["bandwidth"], "B/s"), fmt_rate(r["direction_bandwidth"], "B/s"),
                          fmt_time_ps(r["op_time_ps"]), fmt_pct(r["frac_link_peak"])])
-        print_table(console, f"host transfers (device <-> host memory) — {hl}", tc, rows)
+        print_table(console, f"host transfers (device <-> host memory; bandwidth = bytes / median in flight) — {hl}",
+                    tc, rows)
     for n in comm.notes:
         console.print(f"  [yellow]note:[/yellow] {escape(n)}")
 
