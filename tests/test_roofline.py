@@ -327,13 +327,18 @@ def test_per_layer_copies_are_one_row(shared_traces, capsys):
 
 def test_a_kernel_the_trace_costs_at_zero_stays_out_of_predicted_vs_measured(shared_traces):
     """vLLM Qwen: the ragged paged-attention kernel (25.3% of op time) carries 0 FLOPs and 0
-    bytes: no roofline time, no efficiency, and predicted-vs-measured covers the other ops only
+    bytes: no roofline time, no efficiency, no achieved rate (unknown, not 0), its family's
+    FLOPs and bytes unknown, and predicted-vs-measured covers the other ops only
     (their measured time summed by hand)."""
     prof = traceview.load(shared_traces / "vllm_tpu_qwen")
     roof = roofline(prof.table, resolve_peaks(prof.devices, chip="v6e"))
     rpa = roof.filter(pl.col("op_name").str.starts_with("RPA-"))
     assert rpa.height == 64 and (rpa["flops"] == 0).all() and (rpa["bytes"] == 0).all()
     assert rpa["roofline_ps"].null_count() == 64 and rpa["efficiency"].null_count() == 64
+    # its achieved rates are unknown, not 0 FLOP/s and 0 B/s; so is its family's cost
+    assert rpa["achieved_flops"].null_count() == 64 and rpa["achieved_bw"].null_count() == 64
+    fam = prof.analyze(peaks=resolve_peaks(prof.devices, chip="v6e")).family_roofline.filter(pl.col("family") == "attention/custom kernels")
+    assert fam.height == 1 and fam["flops"].null_count() == 1 and fam["bytes"].null_count() == 1
     costed = roof.filter((pl.col("flops").fill_null(0) != 0) | (pl.col("bytes").fill_null(0) != 0))
     s = predicted_vs_measured(roof)
     assert s["measured_ps"] == costed["total_ps"].sum() == 93_470_752_714

@@ -33,7 +33,8 @@ def roofline(ops, peaks: Peaks) -> pl.DataFrame:
     of an op can run several kernels, each an event carrying the op's full costs), mean_ps
     (inclusive time per occurrence), exec_ps (inclusive time per execution: the kernels'
     durations summed), total_ps, flops and bytes (per execution), cost_source (trace / derived /
-    unknown), intensity (FLOP/byte), achieved_flops (FLOP/s), achieved_bw (bytes/s),
+    unknown), intensity (FLOP/byte), achieved_flops (FLOP/s), achieved_bw (bytes/s; both null
+    for an op with neither FLOPs nor bytes, :func:`has_cost`),
     frac_peak_flops, frac_peak_bw, bound_by ("compute" / "memory": intensity vs ridge point;
     "async" for the issue/await halves of asynchronous ops, which get no costs; "collective" for
     collectives, whose bytes cross links, not HBM, so they get no HBM roofline; "unknown" without
@@ -81,8 +82,9 @@ def roofline(ops, peaks: Peaks) -> pl.DataFrame:
     secs = pl.col("exec_ps") * 1e-12
     g = g.with_columns(
         pl.when(pl.col("bytes") > 0).then(pl.col("flops") / pl.col("bytes")).otherwise(None).alias("intensity"),
-        pl.when(secs > 0).then(pl.col("flops") / secs).otherwise(None).alias("achieved_flops"),
-        pl.when(secs > 0).then(pl.col("bytes") / secs).otherwise(None).alias("achieved_bw"),
+        # an op with neither FLOPs nor bytes (a kernel the trace cannot cost) achieved an unknown rate, not 0
+        pl.when((secs > 0) & has_cost()).then(pl.col("flops") / secs).otherwise(None).alias("achieved_flops"),
+        pl.when((secs > 0) & has_cost()).then(pl.col("bytes") / secs).otherwise(None).alias("achieved_bw"),
     )
     g = g.with_columns(
         (pl.col("achieved_flops") / pf if pf else pl.lit(None, dtype=pl.Float64)).alias("frac_peak_flops"),
@@ -152,8 +154,8 @@ def layer_copies(roof: pl.DataFrame, peaks: Peaks) -> pl.DataFrame:
     pb = peaks.peak_bw or None
     secs = pl.col("exec_ps") * 1e-12
     g = g.with_columns(
-        pl.when(secs > 0).then(pl.col("flops") / secs).otherwise(None).alias("achieved_flops"),
-        pl.when(secs > 0).then(pl.col("bytes") / secs).otherwise(None).alias("achieved_bw"),
+        pl.when((secs > 0) & has_cost()).then(pl.col("flops") / secs).otherwise(None).alias("achieved_flops"),
+        pl.when((secs > 0) & has_cost()).then(pl.col("bytes") / secs).otherwise(None).alias("achieved_bw"),
         pl.when(pl.col("exec_ps") > 0).then(pl.col("roofline_ps") / pl.col("exec_ps")).otherwise(None).alias("efficiency"))
     g = g.with_columns(
         (pl.col("achieved_flops") / pf if pf else pl.lit(None, dtype=pl.Float64)).alias("frac_peak_flops"),

@@ -136,8 +136,9 @@ def family_roofline(anat, peaks) -> pl.DataFrame:
         pl.col("_costed").any().alias("_any_cost"),
     )
     g = g.with_columns(
-        pl.when(pl.col("_has_f")).then(pl.col("flops")).otherwise(None).alias("flops"),
-        pl.when(pl.col("_has_b")).then(pl.col("bytes")).otherwise(None).alias("bytes"),
+        # a family none of whose ops has a cost (kernels the trace states 0 and 0 for): unknown, not 0
+        pl.when(pl.col("_has_f") & pl.col("_any_cost")).then(pl.col("flops")).otherwise(None).alias("flops"),
+        pl.when(pl.col("_has_b") & pl.col("_any_cost")).then(pl.col("bytes")).otherwise(None).alias("bytes"),
         pl.when(pl.col("_any_cost")).then(pl.col("predicted_ps")).otherwise(None).alias("predicted_ps"),
         # no op of the family has a cost: nothing was measured against the roofline (not 0 ps)
         pl.when(pl.col("_any_cost")).then(pl.col("measured_ps")).otherwise(None).alias("measured_ps"),
