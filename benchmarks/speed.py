@@ -214,7 +214,7 @@ def run_trace(name: str, f: Path, commands: list[str], tree: Path, timeout: floa
                 r = _run_one(cmd, f, out, tree, timeout)
                 runs[cmd].append(r)
                 log(f"  {name} {cmd}{f' (round {k + 1}/{repeat})' if repeat > 1 else ''}: {r['wall_s']:.2f} s, "
-                    f"{r['rss_mib']:.0f} MiB, rc {r['rc']}" + (f" ({r['error']})" if r.get("error") else ""))
+                    f"{r['rss_mib'] * 1048576 / _MB:.0f} MB, rc {r['rc']}" + (f" ({r['error']})" if r.get("error") else ""))
     finally:
         shutil.rmtree(out, ignore_errors=True)
     return {cmd: _median_run(rs) for cmd, rs in runs.items()}
@@ -271,7 +271,9 @@ def table_rows(results: dict, sizes: dict) -> list[list[str]]:
     for name, res in results.items():
         for cmd, r in res.items():
             if r.get("error") and cmd == "xprof-rs":
-                wall, peak = ("cannot read" if "server exited" not in r["error"] else "failed"), "-"
+                wall = ("not installed" if r["rc"] == 127 else "failed" if "server exited" in r["error"]
+                        else "cannot read")
+                peak = "-"
             elif r.get("error"):
                 wall, peak = "failed", "-"
             else:
@@ -305,7 +307,8 @@ def targets(results: dict, sizes: dict) -> list[tuple[str, str, str, str]]:
         if "xprof-rs" in res:
             rs = res["xprof-rs"]
             if rs.get("error"):
-                add(name, "analyze no slower than xprof-rs cold", f"xprof-rs cannot read it: {rs['error'][:80]}", None)
+                add(name, "analyze no slower than xprof-rs cold",
+                    "xprof-rs not installed" if rs["rc"] == 127 else f"xprof-rs cannot read it: {rs['error'][:80]}", None)
             else:
                 x = _ratio(a, rs)
                 add(name, "analyze no slower than xprof-rs cold", "-" if x is None else f"{x:.2f}x its time",
@@ -382,11 +385,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--commands", default=",".join(COMMANDS), help=f"comma-separated subset of {','.join(COMMANDS)}")
     ap.add_argument("--tree", type=Path, default=REPO, help="the traceview checkout to time (PYTHONPATH)")
     ap.add_argument("--markdown", type=Path, help="write the results as a markdown section to FILE")
-    ap.add_argument("--small", action="store_true", help="2 repetitions of each trace (checks the yardstick)")
+    ap.add_argument("--small", action="store_true",
+                    help="each trace scaled x2 instead of x400/x20000 (checks the yardstick itself; its verdicts "
+                         "mean nothing at that size)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per command")
     ap.add_argument("--repeat", type=int, default=3,
                     help="rounds of every command; the medians are reported (default 3; 1: one run each)")
     args = ap.parse_args(argv)
+    if args.repeat < 1:
+        ap.error(f"--repeat must be 1 or more, got {args.repeat}")
     commands = [c.strip() for c in args.commands.split(",") if c.strip()]
     bad = [c for c in commands if c not in COMMANDS]
     if bad:
@@ -409,13 +416,13 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     for t in chosen:
         log(f"{t.name}: {files[t.name]} ({sizes[t.name] / _MB:.0f} MB)")
-        results[t.name] = run_trace(t.name, files[t.name], commands, tree, args.timeout, log, max(1, args.repeat))
+        results[t.name] = run_trace(t.name, files[t.name], commands, tree, args.timeout, log, args.repeat)
     print(f"traceview tree {tree} at {commit}; load average before the run {load:.2f}")
     print(text_table(table_rows(results, sizes), _HEAD))
     print()
     print(text_table([list(x) for x in targets(results, sizes)], ["trace", "target", "figure", "verdict"]))
     if args.markdown:
-        args.markdown.write_text(markdown(results, sizes, files, tree, commit, argv, load, max(1, args.repeat)))
+        args.markdown.write_text(markdown(results, sizes, files, tree, commit, argv, load, args.repeat))
         log(f"wrote {args.markdown}")
     return 0
 

@@ -62,3 +62,12 @@ def test_small_run_writes_markdown(tmp_path):
     assert "2 rounds of every command" in text
     # analyze was not run: the ratio to it is unknown, never a verdict
     assert "| mi300x_x2 | verify <= 1.5x analyze | - | unknown |" in text
+
+
+def test_an_absent_xprof_rs_is_said_so_not_unreadable():
+    res = {"t": {"analyze": _r(1.0), "xprof-rs": {"wall_s": float("nan"), "rss_mib": float("nan"), "rc": 127,
+                                                  "error": "xprof-rs not installed"}}}
+    rows = speed.table_rows(res, {"t": 100 * 1048576})
+    assert rows[-1][2] == "not installed"
+    got = {what: (fig, v) for _, what, fig, v in speed.targets(res, {"t": 100 * 1048576})}
+    assert got["analyze no slower than xprof-rs cold"] == ("xprof-rs not installed", "unknown")
