@@ -431,10 +431,10 @@ def test_an_unreadable_hlo_instruction_costs_only_its_own_shapes(monkeypatch, or
 
     real = hlo._decode_op
 
-    def decode(mod, ins, by_id, costs):
+    def decode(mod, ins, by_id, costs, *stacks):
         if ins.name.startswith("bad"):
             raise ValueError("hostile instruction")
-        return real(mod, ins, by_id, costs)
+        return real(mod, ins, by_id, costs, *stacks)
 
     monkeypatch.setattr(hlo, "_decode_op", decode)
     index = hlo.HloIndex()
