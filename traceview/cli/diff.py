@@ -72,7 +72,10 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
     with process.decoding_beside_imports():
         for d in discs:  # one prefetch per distinct file, all started before polars is imported
             key = tuple(str(tf.path) for tf in d.files)
-            pres.append(None if key in seen else start_prefetch(d, max_bytes=None, cache=cache or None, local=True))
+            # the first side's reader imports what the comparison needs while its planes are decoded
+            idle = process.imports_while_decoding("diff") if not pres else None
+            pres.append(None if key in seen else start_prefetch(d, max_bytes=None, cache=cache or None, local=True,
+                                                                idle=idle))
             seen.add(key)
     # no context is held across the yield: a generator dropped by an interrupted caller is
     # closed with nothing to run (an interrupt landing in a context's exit printed a traceback)

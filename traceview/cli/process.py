@@ -167,6 +167,9 @@ AFTER_READ_IMPORTS = {
     "table": ("traceview.render.terminal", "traceview.cli.outputs"),
     "json": ("traceview.render.json",),
     "html": ("traceview.render.html",),
+    "diff": ("traceview.analysis.communication.collectives", "traceview.analysis.communication.overlap",
+             "traceview.analysis.findings", "traceview.model.interpreted", "traceview.render.diff_terminal",
+             "traceview.render.diff_summary", "traceview.cli.outputs"),
 }
 
 
