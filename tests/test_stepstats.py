@@ -325,6 +325,10 @@ def test_steps_of_different_programs_are_judged_against_their_own_program(shared
     for row in flagged.iter_rows(named=True):  # slower than both other executions of its program
         same = gemm.filter((pl.col("program_id") == row["program_id"]) & ~pl.col("outlier"))
         assert same.height == 2 and row["duration_ps"] > 2 * same["duration_ps"].max()
+        # the ratio says which median it is against: its program's, not the 148 µs shown for all
+        ratio = row["duration_ps"] / gemm.filter(pl.col("program_id") == row["program_id"])["duration_ps"].median()
+        shown = f"{ratio:.2g}x" if ratio < 10 else f"{ratio:.0f}x"
+        assert row["reason"].startswith(f"{shown} its program's median;"), row["reason"]
 
 
 def test_a_step_window_outside_the_steps_is_a_usage_error(shared_traces, capsys):

@@ -29,7 +29,8 @@ per (host, device) step:
     go between two recordings of one configuration (the engine profiles of the test suite),
     while compilation or a first execution makes a step several times the median.
 
-* ``reason`` (Utf8, null when not an outlier): ``"4.9x the median"`` (or ``0.2x``) followed
+* ``reason`` (Utf8, null when not an outlier): ``"4.9x the median"`` (or ``0.2x``; ``"4.9x its
+  program's median"`` where the device ran several programs' steps, each judged among its own) followed
   by what the trace shows, ``; ``-separated: ``first execution of M`` (the first op event in
   the trace of module M on that device starts inside the step: compilation, autotuning or a
   cold cache before it), ``host gap before 3.2 ms`` (its ``gap_before_ps`` is itself an
@@ -353,17 +354,21 @@ def _gap_before(steps: pl.DataFrame, dev: np.ndarray) -> pl.Series:
     return pl.concat([ga, pl.Series([None], dtype=ga.dtype)]).gather(prev).alias("gap_after_ps")
 
 
-def _reason_texts(flagged: np.ndarray, ratio: np.ndarray, extra: dict) -> pl.Series:
-    """The ``reason`` column: per flagged step its ratio to the median (``"4.9x the median"``)
-    then the parts in ``extra`` {row: [parts]}; null for the others. Each distinct ratio is
-    formatted once."""
+def _reason_texts(flagged: np.ndarray, ratio: np.ndarray, extra: dict, by_program: np.ndarray | None = None) -> pl.Series:
+    """The ``reason`` column: per flagged step its ratio to the median (``"4.9x the median"``;
+    ``"4.9x its program's median"`` where ``by_program`` says the step was judged among its own
+    program's steps) then the parts in ``extra`` {row: [parts]}; null for the others. Each
+    distinct ratio is formatted once."""
     n = len(flagged)
     fl = np.flatnonzero(flagged)
     texts: list = []
     code = np.full(n, -1, dtype=np.int64)
     if len(fl):
-        bits, first, inv = np.unique(ratio[fl].view(np.int64), return_index=True, return_inverse=True)
-        texts = [f"{x:.2g}x the median" if x < 10 else f"{x:.0f}x the median" for x in ratio[fl][first].tolist()]
+        own = np.zeros(len(fl), dtype=np.int64) if by_program is None else by_program[fl].astype(np.int64)
+        keys = np.stack([ratio[fl].view(np.int64), own], axis=1)
+        _, first, inv = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+        texts = [(f"{x:.2g}x" if x < 10 else f"{x:.0f}x") + (" its program's median" if o else " the median")
+                 for x, o in zip(ratio[fl][first].tolist(), own[first].tolist())]
         code[fl] = inv.reshape(-1)
         if extra:
             rows = sorted(extra)
@@ -400,6 +405,7 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
     flagged = np.zeros(n, dtype=bool)
     gap_long = np.zeros(n, dtype=bool)
     ratio = np.ones(n, dtype=np.float64)
+    by_program = np.zeros(n, dtype=bool)  # judged among its own program's steps (several programs on the device)
     in_window = np.ones(n, dtype=bool)
     dur = steps["duration_ps"].to_numpy().astype(np.float64)
     gb = gap_before.to_numpy(allow_copy=True).astype(np.float64)  # NaN for nulls
@@ -432,6 +438,7 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
             med = float(np.median(ref))
             flagged[part] = outliers(d, threshold=threshold, min_rel=min_rel, reference=ref, median=med)
             ratio[part] = d / med if med else 1.0
+            by_program[part] = len(parts) > 1
         gaps = gb[rows]
         have = np.isfinite(gaps)
         if have.sum() >= MIN_STEPS:
@@ -466,7 +473,7 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
     return steps.with_columns(
         gap_before.alias("gap_before_ps").cast(pl.Int64),
         pl.Series("outlier", flagged, dtype=pl.Boolean),
-        _reason_texts(flagged, ratio, extra),
+        _reason_texts(flagged, ratio, extra, by_program),
         pl.Series("in_window", in_window, dtype=pl.Boolean),
     )
 
