@@ -421,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
     print(text_table(table_rows(results, sizes), _HEAD))
     print()
     print(text_table([list(x) for x in targets(results, sizes)], ["trace", "target", "figure", "verdict"]))
+    if args.small:
+        print("--small: traces scaled x2 (under 1 MB); the verdicts above check the yardstick, not traceview")
     if args.markdown:
         args.markdown.write_text(markdown(results, sizes, files, tree, commit, argv, load, args.repeat))
         log(f"wrote {args.markdown}")
