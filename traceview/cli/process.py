@@ -287,7 +287,8 @@ def handle_interrupts(who: str = "traceview") -> None:
       (numpy's, half done, prints the exception itself); the entry point prints the line and calls
       :func:`exit_now` (``os._exit``: no interpreter teardown, where a late exception would
       print a second traceback, and no JAX exit handlers, which crashed when interrupted);
-    * a second SIGINT, or one during the exit, ends the process at once;
+    * a second SIGINT, or one during the exit, ends the process at once, as does a first one
+      that lands where Python cannot raise it (a garbage-collector callback: :func:`_unraisable`);
     * a watchdog thread, woken by the signal itself (``signal.set_wakeup_fd``, written at C
       level even while the main thread is inside a long C call such as an XLA compilation),
       ends the process :data:`INTERRUPT_GRACE_S` after the first SIGINT if the main thread has
@@ -307,8 +308,24 @@ def handle_interrupts(who: str = "traceview") -> None:
     except (OSError, ValueError):
         r = None
     signal.signal(signal.SIGINT, _first_interrupt)
+    _default_unraisable[0] = sys.unraisablehook
+    sys.unraisablehook = _unraisable
     if r is not None:
         threading.Thread(target=_watchdog, args=(r,), name="traceview-interrupt", daemon=True).start()
+
+
+_default_unraisable: list = [None]
+
+
+def _unraisable(unraisable) -> None:
+    """``sys.unraisablehook`` while :func:`handle_interrupts` is in force: the KeyboardInterrupt
+    of a Ctrl-C that landed where Python cannot raise it (a garbage-collector callback, such as
+    JAX's, or a ``__del__``) ends the process as interrupted (one line, exit 130) instead of
+    printing "Exception ignored" with a traceback and running on; anything else goes to the
+    hook that was there before."""
+    if issubclass(unraisable.exc_type, KeyboardInterrupt) and interrupted():
+        _end_interrupted()
+    (_default_unraisable[0] or sys.__unraisablehook__)(unraisable)
 
 
 def _first_interrupt(signum, frame) -> None:
