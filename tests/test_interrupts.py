@@ -180,3 +180,29 @@ def test_ctrl_c_inside_a_garbage_collector_callback_is_one_line_and_exit_130(tmp
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 130, (p.stdout, p.stderr)
     assert p.stderr.strip().splitlines() == ["traceview: interrupted"] and p.stdout == ""
+
+
+def test_ctrl_c_while_the_arguments_are_parsed_is_one_line_and_exit_130(tmp_path):
+    """A Ctrl-C while argparse parses (it restores its actions in a ``finally`` block that then
+    fails on a name the interrupt left unbound: a clean-clone CI run saw a traceback ending in
+    'save_nargs'): one line, exit 130."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = tmp_path / "parse_interrupt.py"
+    script.write_text(textwrap.dedent("""
+        import argparse, os, signal, sys, time
+        real = argparse.ArgumentParser.format_usage
+        def interrupted(self):
+            os.kill(os.getpid(), signal.SIGINT)  # lands while argparse formats the usage
+            time.sleep(0.2)
+            return real(self)
+        argparse.ArgumentParser.format_usage = interrupted
+        sys.argv = ["traceview", "analyze", "x.xplane.pb"]
+        from traceview.cli import entry
+        entry()
+    """))
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 130, (p.stdout, p.stderr)
+    assert p.stderr.strip().splitlines() == ["traceview: interrupted"]

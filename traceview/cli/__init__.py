@@ -180,9 +180,14 @@ def entry() -> None:
         rc = main(argv)
     except KeyboardInterrupt:  # outside main's own handler: imports, the parser, the engine
         rc = process.say_interrupted()
-    except ImportError as exc:  # outside main's own handler: the parser imports the command's module
-        print(f"traceview: error: {broken_install(exc)}", file=sys.stderr)
-        rc = EXIT_INSTALL
+    except Exception as exc:
+        if process.interrupted():  # an interrupt turned into another error on its way out (argparse's
+            rc = process.say_interrupted()  # intermixed parse restores its actions in a finally block)
+        elif isinstance(exc, ImportError):  # the parser imports the command's module
+            print(f"traceview: error: {broken_install(exc)}", file=sys.stderr)
+            rc = EXIT_INSTALL
+        else:
+            raise
     try:
         if process.interrupted():  # an interrupt swallowed or turned into another error on the way
             rc = process.say_interrupted()
