@@ -237,9 +237,9 @@ def _pair_index(a, t, attrs: pl.DataFrame) -> tuple:
     si, di = np.flatnonzero(~is_done), np.flatnonzero(is_done)
     si = si[_time_order(t[si])]
     di = di[_time_order(t[di])]
-    kd = key[di]
-    kd[_orphans(key[si], (t[si], si), kd, (t[di], di))] = -1  # its start was not captured
-    match = _match(key[si], kd)
+    ks, kd = key[si], key[di]
+    kd[_orphans(ks, (t[si], si), kd, (t[di], di))] = -1  # its start was not captured
+    match = _match(ks, kd)
     hit = match >= 0
     match[hit] = di[match[hit]]  # no done at all: nothing to index
     return si, match

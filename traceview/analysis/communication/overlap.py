@@ -221,30 +221,19 @@ def _orphans(sk: np.ndarray, s_at: tuple, dk: np.ndarray, d_at: tuple) -> np.nda
     """Per done (keys ``dk``), whether it comes before every start of its key (keys ``sk``):
     a done whose start the capture missed (it began before the trace), matched with nothing,
     so that the key's later dones still pair with their own starts. ``s_at`` / ``d_at``:
-    each event's place in time as a tuple of arrays compared in turn (time, then position);
-    the starts in that order. Keys below 0 are nobody's."""
-    out = np.zeros(len(dk), dtype=bool)
-    ok_s = sk >= 0
-    if not len(dk) or not ok_s.any():
-        return dk >= 0
-    keys, first = np.unique(sk[ok_s], return_index=True)  # each key's first start, in order
-    first = np.flatnonzero(ok_s)[first]
-    nk = int(max(keys.max(), dk.max())) + 1
-    has = np.zeros(nk, dtype=bool)
-    has[keys] = True
-    at = [np.zeros(nk, dtype=x.dtype) for x in s_at]
-    for a, x in zip(at, s_at):
-        a[keys] = x[first]
+    each event's place in time as a tuple of int64 arrays compared in turn (time, then
+    position); the starts in that order. Keys below 0 are nobody's."""
+    s = np.flatnonzero(sk >= 0)
+    keys, first = np.unique(sk[s], return_index=True)  # each key's first start, in order
     kd = np.maximum(dk, 0)
-    live = dk >= 0
-    out[live & ~has[kd]] = True  # a done of a key with no start at all
-    before = np.zeros(len(dk), dtype=bool)
-    tie = np.ones(len(dk), dtype=bool)
-    for a, x in zip(at, d_at):
-        before |= tie & (x < a[kd])
-        tie &= x == a[kd]
-    out |= live & has[kd] & before
-    return out
+    size = int(max(keys.max(initial=-1), kd.max(initial=-1))) + 1
+    before, tie = np.zeros(len(dk), dtype=bool), np.ones(len(dk), dtype=bool)
+    for xs, xd in zip(s_at, d_at):
+        at = np.full(size, np.iinfo(np.int64).max)  # a key without a start: every done of it is before
+        at[keys] = xs[s[first]]
+        before |= tie & (xd < at[kd])
+        tie &= xd == at[kd]
+    return (dk >= 0) & before
 
 
 class _Events:
