@@ -103,13 +103,11 @@ def _decode_op(mod, ins, by_id: dict, costs: ModuleCosts, stacks: dict | None = 
     )
     md = ins.metadata
     fid = md.stack_frame_id
-    got = stacks.get(fid) if stacks is not None and fid else None
-    if got is None:
+    stacks = {} if stacks is None else stacks
+    if fid not in stacks:
         frames = _stack(mod, fid) if fid else []
-        got = (frames, "\n".join(f"{f}:{ln}" for f, ln in frames))
-        if stacks is not None and fid:
-            stacks[fid] = got
-    frames, stack_text = got
+        stacks[fid] = (frames, "\n".join(f"{f}:{ln}" for f, ln in frames))
+    frames, stack_text = stacks[fid]
     src_file, src_line = md.source_file, (md.source_line or None)
     if not src_file and frames:
         src_file, src_line = frames[0]

@@ -454,7 +454,8 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
                        else sp.gather(pl.Series(si)) + pl.Series(dself))
     ix = np.concatenate(idx) if len(idx[0]) else idx[-1]
     ra = a[ix]
-    bytes_of = pl.Series(np.full(size, None), dtype=pl.Float64).scatter(ia, info["bytes"])
+    by_attr = np.full(size, np.nan)  # bytes per attr id, NaN: unknown
+    by_attr[ia] = info["bytes"].fill_null(np.nan).to_numpy()
     rec = pl.DataFrame({"_g": g_of[ra], "attr": pl.Series(ra, dtype=pl.UInt32),
                         "t_ps": pl.concat(t_ps).cast(pl.Int64), "all_self_ps": pl.concat(self_ps).cast(pl.Int64)})
     if rec.height == 0:
@@ -483,7 +484,6 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
     dir_of[ia] = _codes(info["direction"].replace_strict(dir_names, pl.Series(np.arange(len(dir_names))),
                                                          return_dtype=pl.Int64))
     ok = rec["t_ps"].is_not_null().to_numpy()
-    by_attr = bytes_of.fill_null(np.nan).to_numpy()
     g = g.join(_direction_bandwidth(dir_names, ra, ix, _codes(ev["start_ps"]), _codes(rec["t_ps"], 0), ok,
                                     dir_of, dev_of, by_attr),
                on="direction", how="left").with_columns(
