@@ -88,14 +88,16 @@ def _attach_negative_ranges(argv: list[str]) -> list[str]:
     return out
 
 
-def broken_install(exc: ImportError) -> str:
-    """The one line for an ImportError raised while a command runs (exit 8): a module of
-    traceview or of a dependency is missing or cannot be loaded."""
+def broken_install(exc: ImportError) -> int:
+    """Say in one line that a module of traceview or of a dependency is missing or cannot be
+    loaded (an ImportError while a command runs); returns exit 8 (EXIT_INSTALL)."""
     from traceview.model.naming import safe_line
 
     what = exc.name or "a module"
-    return safe_line(f"cannot import {what} ({exc}): the installation is incomplete or broken; reinstall "
-                     "traceview (pip install --force-reinstall traceview, or pip install -e . in a checkout)")
+    print("traceview: error: " + safe_line(
+        f"cannot import {what} ({exc}): the installation is incomplete or broken; reinstall traceview "
+        "(pip install --force-reinstall traceview, or pip install -e . in a checkout)"), file=sys.stderr)
+    return EXIT_INSTALL
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,8 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError as exc:  # a module of traceview or a dependency missing or broken
             if process.interrupted():
                 return process.say_interrupted()
-            print(f"traceview: error: {broken_install(exc)}", file=sys.stderr)
-            return EXIT_INSTALL
+            return broken_install(exc)
         except MemoryError:
             if process.interrupted():
                 return process.say_interrupted()
@@ -184,8 +185,7 @@ def entry() -> None:
         if process.interrupted():  # an interrupt turned into another error on its way out (argparse's
             rc = process.say_interrupted()  # intermixed parse restores its actions in a finally block)
         elif isinstance(exc, ImportError):  # the parser imports the command's module
-            print(f"traceview: error: {broken_install(exc)}", file=sys.stderr)
-            rc = EXIT_INSTALL
+            rc = broken_install(exc)
         else:
             raise
     try:
