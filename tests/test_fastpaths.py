@@ -480,6 +480,70 @@ def test_plane_of_many_descriptions_reads_each_once(tmp_path, monkeypatch):
     assert one["hlo_text"].startswith("%fusion.2999 = f32[8,440]{1,0} fusion(")
 
 
+def _frames_equal(a, b) -> None:
+    for name in ("memory", "kernel_lines", "hlo_protos"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert (x is None) == (y is None), name
+        if x is not None and name == "hlo_protos":  # one row per program, in map order
+            x, y = x.sort("program_id"), y.sort("program_id")
+        if x is not None:
+            assert x.equals(y, null_equal=True), name
+
+
+def test_metadata_left_in_the_file_reads_as_protobuf_parses_it(shared_traces, monkeypatch):
+    # every plane's event_metadata map left in the mapped file (parsed entry by entry when
+    # asked for): ops, steps, module runs, memory, kernel lines and HLO as when protobuf
+    # parses the whole map
+    files = _xplanes(shared_traces)
+    eager = [xplane.read_xplane(p) for p in files]
+    monkeypatch.setattr(xline, "LAZY_METADATA_ENTRIES", 0)
+    assert all(isinstance(pl_.event_metadata, xline.LazyEventMetadata) for pl_ in xline.map_xspace(files[0]).planes)
+    lazy = [xplane.read_xplane(p) for p in files]
+    for a, b in zip(eager, lazy):
+        _same_trace(a, b)
+        _frames_equal(a, b)
+    assert any(t.memory is not None and t.memory.height for t in lazy)
+    assert any(t.kernel_lines is not None and t.kernel_lines.height for t in lazy)
+
+
+def test_lazy_metadata_map_behaves_as_protobufs(shared_traces, monkeypatch, tmp_path):
+    from traceview.errors import TraceUnreadable
+    from traceview.read.xplane.protos import XEventMetadata, XPlane, XSpace
+
+    path = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
+    parsed = XSpace.FromString(path.read_bytes())
+    monkeypatch.setattr(xline, "LAZY_METADATA_ENTRIES", 0)
+    mapped = xline.map_xspace(path)
+    for want, got in zip(parsed.planes, mapped.planes):
+        table = got.event_metadata
+        assert len(table) == len(want.event_metadata) and sorted(table) == sorted(want.event_metadata)
+        assert dict(table.items()) == dict(want.event_metadata.items())
+        assert dict(xline.metadata_names(got)) == {k: v.name for k, v in want.event_metadata.items()}
+        assert dict(xline.metadata_names(got, containing=(b"\x00no such name",))) == {}
+        for k in list(want.event_metadata)[:5]:
+            assert k in table and table[k] == want.event_metadata[k] and table.get(k) == want.event_metadata[k]
+        assert -1 not in table and table.get(-1) is None and "x" not in table
+        with pytest.raises(KeyError):
+            table[-1]
+    # a repeated id is its last entry (protobuf's map parse); an entry protobuf refuses names
+    # the file when it is asked for
+    a, b, bad = XPlane(id=1, name="/device:TPU:0"), XPlane(), XPlane()
+    a.event_metadata[5].name, b.event_metadata[5].name = "first", "second"
+    b.event_metadata[6].name = "other"
+    bad.event_metadata[7].name = "broken"
+    good = XEventMetadata(name="broken").SerializeToString()
+    cut = bad.SerializeToString().replace(good, b"\x12\x09broken")  # a string length past its end
+    assert len(cut) == len(bad.SerializeToString())
+    body = a.SerializeToString() + b.SerializeToString() + cut
+    out = tmp_path / "dup.xplane.pb"
+    out.write_bytes(b"\x0a" + xline._varint_bytes(len(body)) + body)
+    table = xline.map_xspace(out).planes[0].event_metadata
+    assert isinstance(table, xline.LazyEventMetadata) and sorted(table) == [5, 6, 7]
+    assert table[5].name == "second" and table[6].name == "other"
+    with pytest.raises(TraceUnreadable, match="event metadata 7"):
+        table[7]
+
+
 _spans = st.lists(st.tuples(st.integers(-5, 60), st.integers(-3, 12)), max_size=12)
 
 

@@ -687,7 +687,11 @@ def _tpu_op_table(meta: dict, mids: np.ndarray, starts, durs, selfs, occ, enc: n
     # the descriptions as column lists, one per (metadata row, module); the file's frame is
     # built once from every plane's lists (_finish_parts)
     rows, us, n_meta, n_uniq = k_row.tolist(), k_u.tolist(), len(ids), len(uniq)
-    desc = {c: [meta[c][r] if r < n_meta else None for r in rows] for c in _META_COLUMNS if c != "metadata_id"}
+    if len(rows) == n_meta and bool((k_row == np.arange(n_meta)).all()):
+        desc = {c: list(meta[c]) for c in _META_COLUMNS if c != "metadata_id"}  # each row once, in order
+    else:
+        desc = {c: [col[r] for r in rows] for c in _META_COLUMNS if c != "metadata_id"
+                for col in (meta[c] + [None],)}  # row n_meta: no metadata
     pid = [p if p is not None else (uniq[u][1] if u < n_uniq else None) for p, u in zip(desc["program_id"], us)]
     module = []
     for p, u in zip(pid, us):
@@ -811,8 +815,8 @@ def _finish_parts(parts: list, attr, start, durs, selfs, count) -> "OpTable":
     """The OpTable of merged per-event arrays, its descriptions and, when every plane
     computed them, its per-description aggregates."""
 
-    desc = frame({c: [v for p in parts for v in p.desc[c]] for c in ATTR_COLUMNS},
-                 {c: OPS_SCHEMA[c] for c in ATTR_COLUMNS})
+    desc = frame({c: parts[0].desc[c] if len(parts) == 1 else [v for p in parts for v in p.desc[c]]
+                  for c in ATTR_COLUMNS}, {c: OPS_SCHEMA[c] for c in ATTR_COLUMNS})
     collapsed = None
     if parts and all(p.stats is not None for p in parts):
         st = {c: np.concatenate([p.stats[c] for p in parts]) for c in parts[0].stats}

@@ -45,7 +45,8 @@ _TIME_STATS = {"device_offset_ps": 0, "device_duration_ps": 1}
 def has_kernel_lines(plane) -> bool:
     """Whether a plane's event metadata names what kernel profiling records (an ``ep_`` pipeline
     stage, an ``MXU`` counter, an LLO ``bundle.``): no line is touched."""
-    return any(md.name.startswith(("ep_", "bundle.")) or md.name == "MXU" for md in plane.event_metadata.values())
+    names = wire.metadata_names(plane, containing=(b"ep_", b"bundle.", b"MXU"))
+    return any(nm.startswith(("ep_", "bundle.")) or nm == "MXU" for _, nm in names)
 
 
 def empty_kernel_lines() -> pl.DataFrame:
@@ -63,7 +64,7 @@ def read_kernel_lines(plane, stat_names: dict[int, str], path: str, host: str) -
     raws = [(raw, nm) for raw, nm in raws if nm in KERNEL_LINES]
     if not raws:
         return None
-    names = {mid: md.name for mid, md in plane.event_metadata.items()}
+    names = dict(wire.metadata_names(plane))
     # slots: 0 device offset, 1 device duration, 2 the counter's value (any other stat)
     ids, slots = [], []
     for sid, nm in stat_names.items():

@@ -103,9 +103,12 @@ def empty_memory() -> pl.DataFrame:
     return pl.DataFrame(schema=MEMORY_SCHEMA)
 
 
+_EVENT_NAME_BYTES = tuple(nm.encode() for nm in EVENT_NAMES)
+
+
 def has_memory_events(plane) -> bool:
     """Whether ``plane``'s event metadata names an allocator event (no event is decoded)."""
-    return any(md.name in EVENT_NAMES for md in plane.event_metadata.values())
+    return any(nm in EVENT_NAMES for _, nm in wire.metadata_names(plane, containing=_EVENT_NAME_BYTES))
 
 
 def read_memory_events(plane, stat_names: dict[int, str], path: str, host: str) -> pl.DataFrame:
@@ -114,7 +117,7 @@ def read_memory_events(plane, stat_names: dict[int, str], path: str, host: str) 
     decoded by :func:`traceview.read.xplane.wire.decode_annotated` (the C decoder when built)
     and the events of the two allocator metadata ids kept: no Python work per event. Raises
     :class:`~traceview.errors.TraceUnreadable` naming ``path`` on malformed line bytes."""
-    kinds_of = {mid: EVENT_NAMES[md.name] for mid, md in plane.event_metadata.items() if md.name in EVENT_NAMES}
+    kinds_of = {mid: EVENT_NAMES[nm] for mid, nm in wire.metadata_names(plane) if nm in EVENT_NAMES}
     if not kinds_of:
         return empty_memory()
     ids, slots = [], []

@@ -110,7 +110,7 @@ class OpTable:
         a = attrs.with_row_index("attr").select(list(ATTR_SCHEMA)).cast(ATTR_SCHEMA)
         out = cls(events, a)
         if collapsed is not None:
-            out._collapsed = a.join(collapsed, on="attr", how="inner").sort("attr")
+            out._collapsed = _with_sums(a, collapsed)
         return out
 
     @staticmethod
@@ -162,7 +162,7 @@ class OpTable:
         agg = _collapse_counted(self.events)
         if agg is None:
             agg = _collapse_grouped(self.events)
-        self._collapsed = self.attrs.join(agg, on="attr", how="inner").sort("attr")
+        self._collapsed = _with_sums(self.attrs, agg)
         return self._collapsed
 
     def event_keys(self, keys: pl.DataFrame) -> np.ndarray:
@@ -185,6 +185,17 @@ class OpTable:
 
     def __repr__(self) -> str:
         return f"<OpTable: {self.events.height:,} events, {self.attrs.height:,} descriptions>"
+
+
+def _with_sums(attrs: pl.DataFrame, agg: pl.DataFrame) -> pl.DataFrame:
+    """``attrs`` inner-joined with the per-description sums ``agg`` on ``attr``, ordered by
+    attr: the columns side by side (no copy) when ``agg`` holds every description in order,
+    else a join that keeps the order of ``attrs`` when it is sorted (no sort of the strings)."""
+    if agg.height == attrs.height and agg["attr"].equals(attrs["attr"]):
+        return attrs.hstack(agg.drop("attr").get_columns())
+    if attrs["attr"].is_sorted():
+        return attrs.join(agg, on="attr", how="inner", maintain_order="left")
+    return attrs.join(agg, on="attr", how="inner").sort("attr")
 
 
 def as_table(ops) -> OpTable:

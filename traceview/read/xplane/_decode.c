@@ -27,6 +27,8 @@
  *
  * Reading a memory-mapped XSpace in place (traceview.read.xplane.wire.map_xspace):
  *   scan_message(buf, lo, hi) -> the top-level fields of buf[lo:hi] as byte ranges;
+ *   scan_plane(buf, lo, hi, min_entries) -> an XPlane's other fields, its XLines' ranges and,
+ *     for a large event_metadata map, its entries' keys and ranges (parsed on demand);
  *   copy_bytes(buf, lo, hi) -> bytes, guarded against a file that shrinks meanwhile;
  *   line_layout(buf, target) -> (n_events, line_header's tuple, piece bounds);
  *   decode_tpu(piece, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, i)
@@ -36,6 +38,7 @@
  * buffer protocol), so lines can be decoded in parallel threads.
  * Raise ValueError on malformed input (truncated varint, length past the end, bad UTF-8).
  */
+#define _GNU_SOURCE  /* memmem */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -477,6 +480,146 @@ static PyObject *scan_message(PyObject *self, PyObject *args) {
     }
     PyMem_RawFree(f);
     return out;
+}
+
+/* scan_plane(buf, lo, hi, min_entries) -> (rest, lines, entries): one XPlane message in
+ * buf[lo:hi] split for map_xspace. ``lines``: the (value start, value end) of each XLine (field
+ * 3). ``rest``: every other field's bytes, in file order, to be parsed by protobuf; the
+ * event_metadata map entries (field 4) among them unless there are min_entries or more, in
+ * which case they are left out and ``entries`` is (keys, starts, ends): bytes of native int64
+ * per entry in file order, its key (entry field 1; 0 when absent) and the byte range of its
+ * XEventMetadata (entry field 2; empty when absent; the last of repeated fields wins, as
+ * protobuf parses). ``entries`` is None otherwise. ValueError on a malformed plane or entry. */
+static PyObject *scan_plane(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t lo, hi, min_entries;
+    if (!PyArg_ParseTuple(args, "y*nnn", &view, &lo, &hi, &min_entries)) return NULL;
+    if (lo < 0 || hi > view.len || lo > hi) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, "range outside the buffer"); return NULL; }
+    const uint8_t *base = (const uint8_t *)view.buf, *end = base + hi;
+    const char *err = NULL;
+    /* pass 1: count the metadata entries and lines */
+    Py_ssize_t n_md = 0, n_lines = 0;
+    TV_GUARD(err,
+    const uint8_t *p = base + lo;
+    while (p < end) {
+        uint64_t key;
+        if (!read_varint(&p, end, &key)) { err = "truncated field key"; break; }
+        if (bad_key(key)) { err = "bad field number"; break; }
+        int wt = (int)(key & 7);
+        if (wt == 2) {
+            uint64_t len;
+            if (!read_varint(&p, end, &len) || len > (uint64_t)(end - p)) { err = "length past the end"; break; }
+            p += len;
+            if ((key >> 3) == 3) n_lines++;
+            else if ((key >> 3) == 4) n_md++;
+        } else if (wt == 4) { err = "unexpected end-group tag"; break; }
+        else if (!skip_field(&p, end, key)) { err = "bad field value"; break; }
+    });
+    if (err) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    int lazy = n_md >= min_entries;
+    PyObject *rest = PyBytes_FromStringAndSize(NULL, hi - lo);
+    PyObject *keys = lazy ? PyBytes_FromStringAndSize(NULL, n_md * 8) : NULL;
+    PyObject *starts = lazy ? PyBytes_FromStringAndSize(NULL, n_md * 8) : NULL;
+    PyObject *ends = lazy ? PyBytes_FromStringAndSize(NULL, n_md * 8) : NULL;
+    int64_t *lines = (int64_t *)PyMem_RawMalloc(sizeof(int64_t) * 2 * (size_t)(n_lines + 1));
+    if (!rest || (lazy && (!keys || !starts || !ends)) || !lines) {
+        Py_XDECREF(rest); Py_XDECREF(keys); Py_XDECREF(starts); Py_XDECREF(ends); PyMem_RawFree(lines);
+        PyBuffer_Release(&view); return PyErr_NoMemory();
+    }
+    char *out = PyBytes_AS_STRING(rest);
+    int64_t *ks = lazy ? (int64_t *)PyBytes_AS_STRING(keys) : NULL;
+    int64_t *ss = lazy ? (int64_t *)PyBytes_AS_STRING(starts) : NULL;
+    int64_t *es = lazy ? (int64_t *)PyBytes_AS_STRING(ends) : NULL;
+    Py_ssize_t used = 0, il = 0, im = 0;
+    /* pass 2: copy the kept fields, note the lines and the entries */
+    Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err,
+    const uint8_t *p = base + lo;
+    while (p < end) {
+        const uint8_t *tag = p;
+        uint64_t key;
+        read_varint(&p, end, &key);
+        int wt = (int)(key & 7);
+        const uint8_t *vs = p;
+        if (wt == 2) {
+            uint64_t len;
+            read_varint(&p, end, &len);
+            vs = p;
+            p += len;
+        } else skip_field(&p, end, key);
+        int64_t field = (int64_t)(key >> 3);
+        if (wt == 2 && field == 3 && il < n_lines) {
+            lines[2 * il] = vs - base; lines[2 * il + 1] = p - base; il++;
+            continue;
+        }
+        if (wt == 2 && field == 4 && lazy && im < n_md) {
+            /* the map entry: key (1, varint) and value (2, length-delimited) */
+            const uint8_t *q = vs, *qe = p;
+            int64_t k = 0, a = vs - base, b = vs - base;
+            while (q < qe) {
+                uint64_t ek;
+                if (!read_varint(&q, qe, &ek) || bad_key(ek)) { err = "bad event metadata entry"; break; }
+                int ewt = (int)(ek & 7);
+                if ((ek >> 3) == 1 && ewt == 0) {
+                    uint64_t v;
+                    if (!read_varint(&q, qe, &v)) { err = "bad event metadata entry"; break; }
+                    k = (int64_t)v;
+                } else if (ewt == 2) {
+                    uint64_t len;
+                    if (!read_varint(&q, qe, &len) || len > (uint64_t)(qe - q)) { err = "bad event metadata entry"; break; }
+                    if ((ek >> 3) == 2) { a = q - base; b = q + len - base; }
+                    q += len;
+                } else if (ewt == 4 || !skip_field(&q, qe, ek)) { err = "bad event metadata entry"; break; }
+            }
+            if (err) break;
+            ks[im] = k; ss[im] = a; es[im] = b; im++;
+            continue;
+        }
+        memcpy(out + used, tag, (size_t)(p - tag));
+        used += p - tag;
+    });
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    PyObject *line_list = err ? NULL : PyList_New(il);
+    for (Py_ssize_t i = 0; line_list && i < il; i++) {
+        PyObject *t = Py_BuildValue("(nn)", (Py_ssize_t)lines[2 * i], (Py_ssize_t)lines[2 * i + 1]);
+        if (!t) { Py_CLEAR(line_list); break; }
+        PyList_SET_ITEM(line_list, i, t);
+    }
+    PyMem_RawFree(lines);
+    if (err || !line_list || _PyBytes_Resize(&rest, used) < 0) {
+        Py_XDECREF(rest); Py_XDECREF(keys); Py_XDECREF(starts); Py_XDECREF(ends); Py_XDECREF(line_list);
+        if (err) PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    if (!lazy) return Py_BuildValue("(NNO)", rest, line_list, Py_None);
+    return Py_BuildValue("(NN(NNN))", rest, line_list, keys, starts, ends);
+}
+
+/* contains_any(buf, lo, hi, needles) -> bool: whether any of the byte strings ``needles``
+ * occurs in buf[lo:hi] (memmem, under the truncation guard, the GIL released). */
+static PyObject *contains_any(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t lo, hi;
+    PyObject *needles;
+    if (!PyArg_ParseTuple(args, "y*nnO!", &view, &lo, &hi, &PyTuple_Type, &needles)) return NULL;
+    if (lo < 0 || hi > view.len || lo > hi) { PyBuffer_Release(&view); PyErr_SetString(PyExc_ValueError, "range outside the buffer"); return NULL; }
+    const char *err = NULL;
+    int found = 0;
+    for (Py_ssize_t i = 0; !found && !err && i < PyTuple_GET_SIZE(needles); i++) {
+        PyObject *nd = PyTuple_GET_ITEM(needles, i);
+        if (!PyBytes_Check(nd)) { PyBuffer_Release(&view); PyErr_SetString(PyExc_TypeError, "needles must be bytes"); return NULL; }
+        const char *s = PyBytes_AS_STRING(nd);
+        size_t ns = (size_t)PyBytes_GET_SIZE(nd);
+        const char *hay = (const char *)view.buf + lo;
+        size_t nh = (size_t)(hi - lo);
+        Py_BEGIN_ALLOW_THREADS
+        TV_GUARD(err, found = memmem(hay, nh, s, ns) != NULL);
+        Py_END_ALLOW_THREADS
+    }
+    PyBuffer_Release(&view);
+    if (err) { PyErr_SetString(PyExc_ValueError, err); return NULL; }
+    return PyBool_FromLong(found);
 }
 
 /* copy_bytes(buf, lo, hi) -> bytes: buf[lo:hi] copied under the truncation guard (a plain
@@ -1104,6 +1247,9 @@ static PyObject *decode_metadata(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"scan_message", scan_message, METH_VARARGS,
      "scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]"},
+    {"scan_plane", scan_plane, METH_VARARGS,
+     "scan_plane(buf, lo, hi, min_entries) -> (rest, [(line start, line end)], (keys, starts, ends) or None)"},
+    {"contains_any", contains_any, METH_VARARGS, "contains_any(buf, lo, hi, needles) -> whether any needle occurs"},
     {"copy_bytes", copy_bytes, METH_VARARGS, "copy_bytes(buf, lo, hi) -> bytes (guarded against a shrinking file)"},
     {"line_layout", line_layout, METH_VARARGS,
      "line_layout(buf, target) -> (n_events, header, piece bounds)"},

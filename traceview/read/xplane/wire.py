@@ -99,16 +99,125 @@ class MappedLine:
                 pass
 
 
+#: event_metadata entries from which a mapped plane's map is left in the file and each entry
+#: parsed when asked for (:class:`LazyEventMetadata`): protobuf's parse of a million entries
+#: costs ~1 GB and ~1 s that the op-table columns, read from the bytes, never use
+LAZY_METADATA_ENTRIES = 4096
+
+
+class LazyEventMetadata:
+    """A plane's ``event_metadata`` map (XPlane field 4) left in the mapped file: a read-only
+    mapping of int64 id -> XEventMetadata, each entry parsed by protobuf when it is looked up
+    (not cached) or iterated, in the order of the entries in the file; a repeated id is its
+    last entry, as protobuf's map parse keeps (protobuf iterates a map in an order of its own). :meth:`names` gives every entry's name without protobuf.
+    Raises :class:`~traceview.errors.TraceUnreadable` naming the file on an entry protobuf
+    refuses, ``KeyError`` on an unknown id."""
+
+    __slots__ = ("_mm", "_span", "_path", "_ids", "_starts", "_ends", "_order")
+
+    def __init__(self, mm, span: tuple, path: str, keys: bytes, starts: bytes, ends: bytes):
+        self._mm, self._span, self._path = mm, span, path
+        k = np.frombuffer(keys, dtype=np.int64)
+        uniq, rev = np.unique(k[::-1], return_index=True)  # sorted ids, each one's last entry
+        row = len(k) - 1 - rev
+        self._ids = uniq
+        self._starts = np.frombuffer(starts, dtype=np.int64)[row]
+        self._ends = np.frombuffer(ends, dtype=np.int64)[row]
+        self._order = np.argsort(row, kind="stable")  # iteration: the entries' order in the file
+
+    def _row(self, key) -> int:
+        try:
+            k = int(key)
+        except (TypeError, ValueError):
+            return -1
+        i = int(np.searchsorted(self._ids, k))
+        return i if i < len(self._ids) and int(self._ids[i]) == k else -1
+
+    def _parse(self, i: int):
+        from traceview.read.xplane.protos import XEventMetadata
+
+        try:
+            return XEventMetadata.FromString(_fast.copy_bytes(self._mm, int(self._starts[i]), int(self._ends[i])))
+        except (DecodeError, RecursionError, ValueError) as exc:
+            raise TraceUnreadable(f"event metadata {int(self._ids[i])} is not a valid XEventMetadata: "
+                                  f"{protobuf_fault(exc)}", self._path) from None
+
+    def __getitem__(self, key):
+        i = self._row(key)
+        if i < 0:
+            raise KeyError(key)
+        return self._parse(i)
+
+    def get(self, key, default=None):
+        i = self._row(key)
+        return default if i < 0 else self._parse(i)
+
+    def __contains__(self, key) -> bool:
+        return self._row(key) >= 0
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def keys(self):
+        return self._ids[self._order].tolist()
+
+    def values(self):
+        return (self._parse(i) for i in self._order.tolist())
+
+    def items(self):
+        return ((int(self._ids[i]), self._parse(i)) for i in self._order.tolist())
+
+    def contains_any(self, needles: tuple[bytes, ...]) -> bool:
+        """Whether any of ``needles`` occurs in the bytes of the map's entries (a necessary
+        condition for a name to contain it; True when the bytes cannot be searched)."""
+        if not len(self._ids):
+            return False
+        mm = self._mm
+        try:
+            return _fast.contains_any(mm, int(self._starts.min()), int(self._ends.max()), tuple(needles))
+        except (ValueError, TypeError):
+            return True
+
+    def names(self) -> dict[int, str]:
+        """id -> name of every entry, read from the bytes (the C decoder's metadata walk)."""
+        mm, lo, hi = self._span
+        try:
+            mids, names, _, _, _, _ = _fast.decode_metadata(mm, lo, hi, np.zeros(0, dtype=np.int64),
+                                                             np.zeros(0, dtype=np.int64), 0)
+        except ValueError:
+            return {k: md.name for k, md in self.items()}  # protobuf names the fault
+        return dict(zip(np.frombuffer(mids, dtype=np.int64).tolist(), names))
+
+
+def metadata_names(plane, containing: tuple[bytes, ...] = ()):
+    """(id, name) of the XEventMetadata of ``plane`` (an XPlane, lazy or mapped), an iterator:
+    all of them, or, given ``containing`` (UTF-8 byte strings), at least those whose name
+    contains one of them. A :class:`LazyEventMetadata` map's names are read from its bytes,
+    and not at all when none of ``containing`` occurs in its entries."""
+    table = plane.event_metadata
+    if isinstance(table, LazyEventMetadata):
+        if containing and not table.contains_any(containing):
+            return iter(())
+        return iter(table.names().items())
+    return ((k, md.name) for k, md in table.items())
+
+
 class MappedPlane:
     """An XPlane read in place: the parsed small fields (``id``, ``name``,
     ``event_metadata``, ``stat_metadata``, ``stats``) and ``lines``, the XLines as memoryviews
-    (``mapped_lines``: the same as :class:`MappedLine`)."""
+    (``mapped_lines``: the same as :class:`MappedLine`). ``event_metadata`` is a
+    :class:`LazyEventMetadata` when the plane has :data:`LAZY_METADATA_ENTRIES` or more."""
 
-    def __init__(self, msg, mapped_lines: list, span: tuple | None = None):
+    def __init__(self, msg, mapped_lines: list, span: tuple | None = None, event_metadata=None):
         self._msg = msg
         self.mapped_lines = mapped_lines
         self.lines = [m.view for m in mapped_lines]
         self.span = span  # (mapping, start, end) of the XPlane message's bytes
+        if event_metadata is not None:
+            self.event_metadata = event_metadata
 
     def __getattr__(self, name):
         return getattr(self._msg, name)
@@ -131,10 +240,11 @@ def map_xspace(path: Path):
     None when the file cannot be mapped or its wire structure is malformed (the caller
     then reads it the classic way, which reports the fault).
 
-    Method: ``scan_message`` lists the top-level XSpace fields and each plane's fields as
-    byte ranges; everything except the XLines (the planes' names, metadata, stats, the
-    hostnames) is copied out and parsed by protobuf as an XSpace whose planes have no lines;
-    the XLines stay as views into the mapping."""
+    Method: ``scan_message`` lists the top-level XSpace fields and ``scan_plane`` splits each
+    plane; everything except the XLines (the planes' names, metadata, stats, the hostnames) is
+    copied out and parsed by protobuf as an XSpace whose planes have no lines; the XLines stay
+    as views into the mapping, and so does a metadata map of :data:`LAZY_METADATA_ENTRIES` or
+    more entries (:class:`LazyEventMetadata`)."""
     mm = _map_readonly(path)
     if mm is None:
         return None
@@ -142,26 +252,15 @@ def map_xspace(path: Path):
         top = _fast.scan_message(mm, 0, len(mm))
         skeleton = bytearray()
         plane_lines: list[list] = []
-        spans = []
+        spans, entries = [], []
         for field, wt, tag, vs, ve in top:
             if field == 1 and wt == 2:
-                fields = _fast.scan_message(mm, vs, ve)
-                rest = bytearray()
-                lines = []
-                run_lo = run_hi = None  # a run of adjacent non-line fields, copied in one call
-                for f2, w2, t2, a2, b2 in fields:
-                    if f2 == 3 and w2 == 2:
-                        lines.append(MappedLine(mm, a2, b2))
-                        continue
-                    if run_hi != t2:
-                        if run_lo is not None:
-                            rest += _fast.copy_bytes(mm, run_lo, run_hi)  # guarded: the file may shrink meanwhile
-                        run_lo = t2
-                    run_hi = b2
-                if run_lo is not None:
-                    rest += _fast.copy_bytes(mm, run_lo, run_hi)
-                plane_lines.append(lines)
+                # the plane's fields but its XLines (and a large metadata map), copied under
+                # the guard: the file may shrink meanwhile
+                rest, line_spans, md = _fast.scan_plane(mm, vs, ve, LAZY_METADATA_ENTRIES)
+                plane_lines.append([MappedLine(mm, a, b) for a, b in line_spans])
                 spans.append((mm, vs, ve))
+                entries.append(md)
                 skeleton += b"\x0a" + _varint_bytes(len(rest)) + rest
             else:
                 skeleton += _fast.copy_bytes(mm, tag, ve)
@@ -171,7 +270,9 @@ def map_xspace(path: Path):
         return None
     if len(msg.planes) != len(plane_lines):
         return None
-    return MappedSpace(msg, [MappedPlane(pm, ls, sp) for pm, ls, sp in zip(msg.planes, plane_lines, spans)])
+    name = str(path)
+    return MappedSpace(msg, [MappedPlane(pm, ls, sp, None if md is None else LazyEventMetadata(mm, sp, name, *md))
+                             for pm, ls, sp, md in zip(msg.planes, plane_lines, spans, entries)])
 
 
 
