@@ -773,7 +773,8 @@ def test_c_program_runs_equal_numpy(events):
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(-50, 50) | st.none(),
-                          st.integers(-(1 << 40), 1 << 40) | st.integers(-(1 << 62), 1 << 62) | st.none(),
+                          st.integers(-(1 << 40), 1 << 40) | st.integers(-(1 << 62), 1 << 62) | st.none()
+                          | st.integers(0, 1 << 51),
                           st.integers(0, 3) | st.none()), max_size=40))
 def test_float_attr_sums_equal_the_bincounts(events):
     """Per-description self time and occurrences read from the collapsed rows are the float64
@@ -790,5 +791,30 @@ def test_float_attr_sums_equal_the_bincounts(events):
     a = ev["attr"].to_numpy().astype(np.int64)
     want_t = np.bincount(a, weights=ev["self_ps"].fill_null(0).to_numpy().astype(np.float64), minlength=6)
     want_c = np.bincount(a, weights=ev["count"].fill_null(1).to_numpy().astype(np.float64), minlength=6)
-    t, c = float_attr_sums(table)
-    assert t.tolist() == want_t.tolist() and c.tolist() == want_c.tolist()
+    from traceview.model import optable
+
+    fast = optable._fast
+    try:
+        for impl in (fast, None):  # the C pass and numpy's bincounts
+            optable._fast = impl
+            t, c = float_attr_sums(table)
+            assert t.tolist() == want_t.tolist() and c.tolist() == want_c.tolist()
+    finally:
+        optable._fast = fast
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 1 << 51) | st.integers(-(1 << 40), 1 << 40)
+                          | st.integers(0, 1 << 58)), max_size=60))
+def test_int_bincount_sums_are_exact(pairs):
+    """Per-key int64 sums by float bincount where no partial sum reaches 2**53 (non-negative
+    values: their total below it), else by ``np.add.at``: always the exact integer sums."""
+    from traceview.model.optable import int_bincount
+
+    keys = np.array([k for k, _ in pairs], dtype=np.int64)
+    vals = np.array([v for _, v in pairs], dtype=np.int64)
+    want = [0] * 5
+    for k, v in pairs:
+        want[k] += v
+    got = int_bincount(keys, vals, 5)
+    assert got.dtype == np.int64 and got.tolist() == want

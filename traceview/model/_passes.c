@@ -198,6 +198,33 @@ static PyObject *attr_stats(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* attr_float_sums(attr, a, b, sa, sb) -> bool: per description id, the float64 sums of two
+ * int64 event columns, ``sa[attr[i]] += (double)a[i]`` in event order, which is what
+ * ``np.bincount(attr, weights=a.astype(float64))`` computes (bit for bit) without its two
+ * per-event temporaries. attr: uint32; a, b: int64; sa, sb: float64 zeros, k each. False
+ * (outputs partly written) on an id past k or arrays of different lengths. */
+static PyObject *attr_float_sums(PyObject *self, PyObject *args) {
+    Py_buffer b[5];
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4])) return NULL;
+    Py_ssize_t n = b[0].len / 4, k = b[3].len / 8;
+    int ok = b[1].len / 8 == n && b[2].len / 8 == n && b[4].len / 8 == k;
+    const uint32_t *attr = b[0].buf;
+    const int64_t *x = b[1].buf, *y = b[2].buf;
+    double *sx = b[3].buf, *sy = b[4].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t a = attr[i];
+            if ((Py_ssize_t)a >= k) { ok = 0; break; }
+            sx[a] += (double)x[i];
+            sy[a] += (double)y[i];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int j = 0; j < 5; j++) PyBuffer_Release(&b[j]);
+    return PyBool_FromLong(ok);
+}
+
 /* kernel_owners(s, e, ln, sc, anc, bare, n_lines, n_scopes, n_inv, owner) -> n_inv: the
  * interpreted-kernel invocation of each event of one device, in time order (s ascending), as
  * traceview.model.interpreted._owners computes it (its docstring gives the rule): ``owner``
@@ -518,6 +545,7 @@ static PyMethodDef methods[] = {
     {"enclosing_sorted", enclosing_sorted, METH_VARARGS,
      "enclosing_sorted(starts, outer_starts, outer_ends, out) -> bool"},
     {"tpu_attr", tpu_attr, METH_VARARGS, "tpu_attr(mids, enc, mid_row, fixed, exec_u, width, attr, lut) -> distinct"},
+    {"attr_float_sums", attr_float_sums, METH_VARARGS, "attr_float_sums(attr, a, b, sa, sb) -> bool"},
     {"attr_stats", attr_stats, METH_VARARGS,
      "attr_stats(attr, starts, durs, selfs, rows, dur_sum, self_sum, min_dur, max_dur, first) -> bool"},
     {"program_runs", program_runs, METH_VARARGS,

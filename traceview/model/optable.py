@@ -33,6 +33,11 @@ import polars as pl
 
 from traceview.model.schema import OPS_SCHEMA
 
+try:  # optional C accelerator (setup.py); the numpy below gives the same values
+    from traceview.model import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
 EVENT_COLUMNS = ["start_ps", "duration_ps", "self_ps", "count"]
 EVENT_SCHEMA: dict[str, pl.DataType] = {"attr": pl.UInt32, **{k: OPS_SCHEMA[k] for k in EVENT_COLUMNS}}
 ATTR_COLUMNS = [k for k in OPS_SCHEMA if k not in EVENT_COLUMNS]
@@ -251,32 +256,51 @@ def _collapse_grouped(events: pl.DataFrame) -> pl.DataFrame:
 def float_attr_sums(table: "OpTable") -> tuple[np.ndarray, np.ndarray]:
     """Per description (``table.attrs`` row id), its events' self_ps and count summed as float64
     bincounts sum them (null self_ps as 0, null count as 1): read from the collapsed rows (cached)
-    when no column has a null and no sum can reach 2**53 (the float sums are then the exact
-    integer sums), else one bincount each."""
+    when no column has a null and no partial sum can reach 2**53 (:func:`_sums_exact`: the float
+    sums are then the exact integer sums), else one bincount each (in one C pass without nulls,
+    bit for bit the same)."""
     ev = table.events
     n = table.attrs.height
     if ev.height and not ev["self_ps"].null_count() and not ev["count"].null_count():
-        lo_s, hi_s, lo_c, hi_c = ev.select(pl.col("self_ps").min().alias("a"), pl.col("self_ps").max().alias("b"),
-                                           pl.col("count").min().alias("c"), pl.col("count").max().alias("d")).row(0)
-        if max(abs(lo_s), abs(hi_s), abs(lo_c), abs(hi_c)) * ev.height < (1 << 53):
+        lo_s, hi_s, lo_c, hi_c, sum_s, sum_c = ev.select(
+            pl.col("self_ps").min().alias("a"), pl.col("self_ps").max().alias("b"), pl.col("count").min().alias("c"),
+            pl.col("count").max().alias("d"), pl.col("self_ps").sum().alias("e"), pl.col("count").sum().alias("f")).row(0)
+        if (_sums_exact(lo_s, hi_s, sum_s, ev.height) and _sums_exact(lo_c, hi_c, sum_c, ev.height)):
             col = table.collapse()
             ids = col["attr"].to_numpy().astype(np.int64)
             t, c = np.zeros(n), np.zeros(n)
             t[ids] = col["self_ps"].to_numpy()
             c[ids] = col["count"].to_numpy()
             return t, c
+    if _fast is not None and ev.height and not ev["self_ps"].null_count() and not ev["count"].null_count():
+        t, c = np.zeros(n), np.zeros(n)
+        if _fast.attr_float_sums(np.ascontiguousarray(ev["attr"].to_numpy(), dtype=np.uint32),
+                                 np.ascontiguousarray(ev["self_ps"].to_numpy(), dtype=np.int64),
+                                 np.ascontiguousarray(ev["count"].to_numpy(), dtype=np.int64), t, c):
+            return t, c
     a = ev["attr"].to_numpy().astype(np.int64)
     return (np.bincount(a, weights=ev["self_ps"].fill_null(0).to_numpy().astype(np.float64), minlength=n),
             np.bincount(a, weights=ev["count"].fill_null(1).to_numpy().astype(np.float64), minlength=n))
 
 
+def _sums_exact(lo: int, hi: int, total: int, n: int) -> bool:
+    """Whether float64 accumulation of ``n`` integers in [``lo``, ``hi``] (``total``: their
+    int64 sum) in any grouping and order is exact: every partial sum stays below 2**53. For
+    values >= 0 that holds when the total does (the total being exact when ``hi * n`` fits
+    int64); otherwise when ``max(|lo|, |hi|) * n`` is below 2**53."""
+    if lo >= 0 and hi * n < (1 << 63):
+        return total < (1 << 53)
+    return max(abs(lo), abs(hi)) * n < (1 << 53)
+
+
 def int_bincount(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Exact int64 sums of ``values`` per key in [0, n): ``np.bincount`` (float64) when no sum
-    can reach 2**53, else ``np.add.at``."""
+    """Exact int64 sums of ``values`` per key in [0, n): ``np.bincount`` (float64) when no
+    partial sum can reach 2**53 (:func:`_sums_exact`), else ``np.add.at``."""
     if len(values) == 0:
         return np.zeros(n, dtype=np.int64)
-    bound = max(abs(int(values.max())), abs(int(values.min()))) * len(values)
-    if bound < (1 << 53):
+    lo, hi = int(values.min()), int(values.max())
+    total = int(values.sum(dtype=np.int64)) if lo >= 0 and hi * len(values) < (1 << 63) else 0
+    if _sums_exact(lo, hi, total, len(values)):
         return np.bincount(keys, weights=values, minlength=n).astype(np.int64)
     out = np.zeros(n, dtype=np.int64)
     np.add.at(out, keys, values)
