@@ -459,6 +459,14 @@ def test_merged_profile_of_many_planes_reads_whole(tmp_path):
     assert td.table.height == 2400 and td.table.attrs.height == 2400 and td.module_runs.height == 600
     per_dev = td.ops.group_by("device").agg(pl.len().alias("n"), pl.col("shape").n_unique().alias("shapes"))
     assert per_dev.height == 600 and set(per_dev["n"]) == {4} and set(per_dev["shapes"]) == {4}
+    # the ranks' metadata bytes are the same: read once, shared; as when each plane reads its own
+    assert len({xline.metadata_bytes(p_, 1 << 20) for p_ in xline.map_xspace(p).planes}) == 1
+    mp = pytest.MonkeyPatch()
+    try:
+        mp.setattr(xplane, "SHARED_METADATA_BYTES", -1)
+        _same_trace(td, xplane.read_xplane(p))
+    finally:
+        mp.undo()
 
 
 def test_plane_of_many_descriptions_reads_each_once(tmp_path, monkeypatch):

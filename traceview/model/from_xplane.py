@@ -417,10 +417,30 @@ def _tpu_metadata(plane, names, stat_names, used=None, parsed: dict | None = Non
     """Column lists (:data:`_META_COLUMNS`), one row per XEventMetadata id (those in ``used``,
     the ids the plane's op events carry, when given: a plane may declare a million entries and
     use a few): the op fields TPU records once per op. ``parsed``: the cache of
-    :func:`~traceview.model.shapes.instruction_signature`, shared by the planes of a file.
+    :func:`~traceview.model.shapes.instruction_signature`, shared by the planes of a file,
+    which also holds the rows per distinct metadata bytes (:data:`SHARED_METADATA_BYTES`).
     Stats are read as :func:`_stats` reads them (the later of two same-named stats wins),
     only those in :data:`_TPU_OP_STATS`."""
     parsed = {} if parsed is None else parsed
+    raw = wire.metadata_bytes(plane, SHARED_METADATA_BYTES)
+    if raw is None:
+        return _tpu_metadata_read(plane, names, stat_names, used, parsed)
+    # a plane whose metadata bytes, ids used and stat names were read before (a merged
+    # profile's ranks): the same rows (read-only lists)
+    key = ("plane metadata", raw, None if used is None else tuple(used), tuple(stat_names.items()))
+    hit = parsed.get(key)
+    if hit is None:
+        hit = parsed[key] = _tpu_metadata_read(plane, names, stat_names, used, parsed)
+    return hit
+
+
+#: event_metadata bytes up to which a TPU plane's metadata rows are shared with the planes of
+#: the file that have the same bytes (:func:`_tpu_metadata`)
+SHARED_METADATA_BYTES = 1 << 20
+
+
+def _tpu_metadata_read(plane, names, stat_names, used, parsed: dict) -> dict[str, list]:
+    """:func:`_tpu_metadata` read off ``plane``."""
     if used is not None and len(used) >= COLUMNS_MIN_DESCRIPTIONS:
         cols = _tpu_metadata_columns(plane, names, stat_names, used, parsed)
         if cols is not None:

@@ -482,14 +482,16 @@ static PyObject *scan_message(PyObject *self, PyObject *args) {
     return out;
 }
 
-/* scan_plane(buf, lo, hi, min_entries) -> (rest, lines, entries): one XPlane message in
+/* scan_plane(buf, lo, hi, min_entries) -> (rest, lines, entries, span): one XPlane message in
  * buf[lo:hi] split for map_xspace. ``lines``: the (value start, value end) of each XLine (field
  * 3). ``rest``: every other field's bytes, in file order, to be parsed by protobuf; the
  * event_metadata map entries (field 4) among them unless there are min_entries or more, in
  * which case they are left out and ``entries`` is (keys, starts, ends): bytes of native int64
  * per entry in file order, its key (entry field 1; 0 when absent) and the byte range of its
  * XEventMetadata (entry field 2; empty when absent; the last of repeated fields wins, as
- * protobuf parses). ``entries`` is None otherwise. ValueError on a malformed plane or entry. */
+ * protobuf parses). ``entries`` is None otherwise. ``span``: (start, end) of the metadata
+ * entries' bytes when they lie side by side (protobuf writes them so), else None. ValueError
+ * on a malformed plane or entry. */
 static PyObject *scan_plane(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t lo, hi, min_entries;
@@ -531,6 +533,8 @@ static PyObject *scan_plane(PyObject *self, PyObject *args) {
     int64_t *ss = lazy ? (int64_t *)PyBytes_AS_STRING(starts) : NULL;
     int64_t *es = lazy ? (int64_t *)PyBytes_AS_STRING(ends) : NULL;
     Py_ssize_t used = 0, il = 0, im = 0;
+    Py_ssize_t md_lo = -1, md_hi = -1;  /* the metadata entries' bytes, while they are adjacent */
+    int md_adjacent = 1;
     /* pass 2: copy the kept fields, note the lines and the entries */
     Py_BEGIN_ALLOW_THREADS
     TV_GUARD(err,
@@ -548,6 +552,11 @@ static PyObject *scan_plane(PyObject *self, PyObject *args) {
             p += len;
         } else skip_field(&p, end, key);
         int64_t field = (int64_t)(key >> 3);
+        if (wt == 2 && field == 4) {
+            if (md_lo < 0) md_lo = tag - base;
+            else if (md_hi != tag - base) md_adjacent = 0;
+            md_hi = p - base;
+        }
         if (wt == 2 && field == 3 && il < n_lines) {
             lines[2 * il] = vs - base; lines[2 * il + 1] = p - base; il++;
             continue;
@@ -592,8 +601,10 @@ static PyObject *scan_plane(PyObject *self, PyObject *args) {
         if (err) PyErr_SetString(PyExc_ValueError, err);
         return NULL;
     }
-    if (!lazy) return Py_BuildValue("(NNO)", rest, line_list, Py_None);
-    return Py_BuildValue("(NN(NNN))", rest, line_list, keys, starts, ends);
+    PyObject *span = (md_lo >= 0 && md_adjacent) ? Py_BuildValue("(nn)", md_lo, md_hi) : (Py_INCREF(Py_None), Py_None);
+    if (!span) { Py_DECREF(rest); Py_XDECREF(keys); Py_XDECREF(starts); Py_XDECREF(ends); Py_DECREF(line_list); return NULL; }
+    if (!lazy) return Py_BuildValue("(NNON)", rest, line_list, Py_None, span);
+    return Py_BuildValue("(NN(NNN)N)", rest, line_list, keys, starts, ends, span);
 }
 
 /* contains_any(buf, lo, hi, needles) -> bool: whether any of the byte strings ``needles``
@@ -1248,7 +1259,7 @@ static PyMethodDef methods[] = {
     {"scan_message", scan_message, METH_VARARGS,
      "scan_message(buf, lo, hi) -> [(field, wire_type, tag_start, value_start, value_end), ...]"},
     {"scan_plane", scan_plane, METH_VARARGS,
-     "scan_plane(buf, lo, hi, min_entries) -> (rest, [(line start, line end)], (keys, starts, ends) or None)"},
+     "scan_plane(buf, lo, hi, min_entries) -> (rest, [(line start, line end)], (keys, starts, ends) or None, span or None)"},
     {"contains_any", contains_any, METH_VARARGS, "contains_any(buf, lo, hi, needles) -> whether any needle occurs"},
     {"copy_bytes", copy_bytes, METH_VARARGS, "copy_bytes(buf, lo, hi) -> bytes (guarded against a shrinking file)"},
     {"line_layout", line_layout, METH_VARARGS,

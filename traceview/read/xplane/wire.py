@@ -192,6 +192,20 @@ class LazyEventMetadata:
         return dict(zip(np.frombuffer(mids, dtype=np.int64).tolist(), names))
 
 
+def metadata_bytes(plane, limit: int) -> bytes | None:
+    """The serialized event_metadata entries of a mapped plane (:class:`MappedPlane`), when
+    they lie side by side in the file and hold at most ``limit`` bytes, else None: two planes
+    with the same bytes have the same metadata (a merged profile's ranks run the same
+    programs)."""
+    md_span, span = getattr(plane, "metadata_span", None), getattr(plane, "span", None)
+    if md_span is None or span is None or md_span[1] - md_span[0] > limit:
+        return None
+    try:
+        return _fast.copy_bytes(span[0], md_span[0], md_span[1])
+    except ValueError:
+        return None
+
+
 def metadata_names(plane, containing: tuple[bytes, ...] = ()):
     """(id, name) of the XEventMetadata of ``plane`` (an XPlane, lazy or mapped), an iterator:
     all of them, or, given ``containing`` (UTF-8 byte strings), at least those whose name
@@ -211,11 +225,13 @@ class MappedPlane:
     (``mapped_lines``: the same as :class:`MappedLine`). ``event_metadata`` is a
     :class:`LazyEventMetadata` when the plane has :data:`LAZY_METADATA_ENTRIES` or more."""
 
-    def __init__(self, msg, mapped_lines: list, span: tuple | None = None, event_metadata=None):
+    def __init__(self, msg, mapped_lines: list, span: tuple | None = None, event_metadata=None,
+                 metadata_span: tuple | None = None):
         self._msg = msg
         self.mapped_lines = mapped_lines
         self.lines = [m.view for m in mapped_lines]
         self.span = span  # (mapping, start, end) of the XPlane message's bytes
+        self.metadata_span = metadata_span  # (start, end) of its event_metadata entries, side by side
         if event_metadata is not None:
             self.event_metadata = event_metadata
 
@@ -257,10 +273,10 @@ def map_xspace(path: Path):
             if field == 1 and wt == 2:
                 # the plane's fields but its XLines (and a large metadata map), copied under
                 # the guard: the file may shrink meanwhile
-                rest, line_spans, md = _fast.scan_plane(mm, vs, ve, LAZY_METADATA_ENTRIES)
+                rest, line_spans, md, md_span = _fast.scan_plane(mm, vs, ve, LAZY_METADATA_ENTRIES)
                 plane_lines.append([MappedLine(mm, a, b) for a, b in line_spans])
                 spans.append((mm, vs, ve))
-                entries.append(md)
+                entries.append((md, md_span))
                 skeleton += b"\x0a" + _varint_bytes(len(rest)) + rest
             else:
                 skeleton += _fast.copy_bytes(mm, tag, ve)
@@ -271,8 +287,8 @@ def map_xspace(path: Path):
     if len(msg.planes) != len(plane_lines):
         return None
     name = str(path)
-    return MappedSpace(msg, [MappedPlane(pm, ls, sp, None if md is None else LazyEventMetadata(mm, sp, name, *md))
-                             for pm, ls, sp, md in zip(msg.planes, plane_lines, spans, entries)])
+    return MappedSpace(msg, [MappedPlane(pm, ls, sp, None if md is None else LazyEventMetadata(mm, sp, name, *md),
+                                         md_span) for pm, ls, sp, (md, md_span) in zip(msg.planes, plane_lines, spans, entries)])
 
 
 
