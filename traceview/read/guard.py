@@ -43,7 +43,8 @@ def why_inside(out: Path, trace_paths, *, trace_name: bool = False) -> str | Non
 
     ``trace_name``: ``out`` is a trace meant to be one (``traceview export``'s ``.xplane.pb``):
     its name is allowed, every other rule holds, and it may not go into a folder holding a
-    trace read (the next read of that folder would take it for one of its traces)."""
+    trace read, nor any folder below it (the next read of that folder, which looks into its
+    subfolders, would take it for one of its traces)."""
     from traceview.read.discover import classify
 
     out = Path(out)
@@ -58,9 +59,10 @@ def why_inside(out: Path, trace_paths, *, trace_name: bool = False) -> str | Non
                 return f"it is the trace file {f}"
         except OSError:
             pass
-    if trace_name and out.parent in dirs:
-        return (f"it is a trace written into {out.parent}, which holds the trace it is cut from (the next read of "
-                "that folder would take it for one of its traces)")
+    under = next((d for d in sorted(dirs) if d == out.parent or d in out.parents), None) if trace_name else None
+    if under is not None:  # a folder's read looks into its subfolders too
+        return (f"it is a trace written {'into' if under == out.parent else 'under'} {under}, which holds the "
+                "trace it is cut from (the next read of that folder would take it for one of its traces)")
     chain = [out, *out.parents]
     if any(p.name == "profile" and p.parent.name == "plugins" for p in chain):
         return "it is inside a plugins/profile tree"

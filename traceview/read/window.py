@@ -67,24 +67,39 @@ class SpaceWindow:
     events: int = 0
 
 
-def _clip_events(raw_piece_events, base_ps: int, lo: int, hi: int, out_line) -> int:
+def _clip_events(raw_piece_events, base_ps: int, lo: int, hi: int, out_line, moves=None, clock=None) -> int:
     """Append to ``out_line`` the events of ``raw_piece_events`` (protobuf XEvents of a line
-    whose start is ``base_ps``) overlapping [lo, hi), clipped to it; their offsets are
-    relative to ``out_line``'s timestamp. Returns how many were kept."""
+    whose start is ``base_ps``), clipped to [lo, hi) on the host-aligned clock, or, given
+    ``moves`` (per event: (host start, host end, device start, device duration) after the
+    cut, device ones -1 where the event has no device clock) and ``clock`` (the stat ids of
+    ``device_offset_ps`` and ``device_duration_ps``), placed there with those stats
+    rewritten; their offsets are relative to ``out_line``'s timestamp. Returns how many were
+    kept."""
     out_base = out_line.timestamp_ns * 1000
     kept = 0
-    for ev in raw_piece_events:
+    for j, ev in enumerate(raw_piece_events):
         if ev.WhichOneof("data") != "offset_ps":
             continue  # pre-aggregated: no place on a timeline
-        s = base_ps + ev.offset_ps
-        e = s + max(ev.duration_ps, 0)
-        if not (s < hi and (e > lo or (e == s and s >= lo))):
-            continue
-        s2, e2 = max(s, lo), min(e, hi)
+        if moves is not None:
+            s2, e2, dev, ddur = moves[j]
+        else:
+            s = base_ps + ev.offset_ps
+            e = s + max(ev.duration_ps, 0)
+            if not (s < hi and (e > lo or (e == s and s >= lo))):
+                continue
+            s2, e2, dev, ddur = max(s, lo), min(e, hi), -1, -1
         new = out_line.events.add()
         new.CopyFrom(ev)
         new.offset_ps = s2 - out_base
         new.duration_ps = e2 - s2
+        if dev >= 0 and clock is not None:
+            for st in new.stats:
+                if st.metadata_id in clock:
+                    value = dev if st.metadata_id == clock[0] else ddur
+                    if st.WhichOneof("value") == "uint64_value":
+                        st.uint64_value = value
+                    else:
+                        st.int64_value = value
         kept += 1
     return kept
 
@@ -117,24 +132,81 @@ def _too_many(path: str) -> LimitExceeded:
                          f"(--steps A:B) or a shorter --window-ps", path)
 
 
-def _cut_line(raw, path: str, lo: int, hi: int, out_line, budget: int = MAX_WINDOW_EVENTS) -> int:
-    """Copy the events of one serialized XLine overlapping [lo, hi) into ``out_line``; raise
-    LimitExceeded past ``budget`` events."""
+#: TPU plane lines of step-level spans on the host-aligned clock: kept whole, never cut
+WHOLE_LINES = ("XLA Modules", "Steps")
+
+
+def _cut_line(raw, path: str, lo: int, hi: int, out_line, budget: int = MAX_WINDOW_EVENTS, clock=None) -> int:
+    """Copy the events of one serialized XLine overlapping [lo, hi) (host-aligned) into
+    ``out_line``, clipped to it; raise LimitExceeded past ``budget`` events.
+
+    ``clock``: (``device_offset_ps`` stat id, ``device_duration_ps`` stat id, window start,
+    window end on the device clock) for a TPU plane, whose events are placed by their own
+    clocks, one plane-wide offset between the clocks misplacing single ops by tens of ms: an
+    event carrying both stats is kept when its device interval overlaps the device window and
+    clipped there (its host-aligned times cut by the same amounts, the two stats rewritten).
+    On :data:`WHOLE_LINES` (program executions, step markers: host-aligned, off their ops by
+    up to ~0.2 s) an event is kept when its middle lies in [lo, hi), whole but for its end,
+    cut at the next event's start (a program's host span runs on into the next execution's,
+    which the reader otherwise bounds it by), so a step never becomes a fragment that reads
+    back as a step of its own."""
     head = _header_of(raw, path)
     base = int(wire._line_base_ps(head.timestamp_ns))
     kept = 0
-    for piece, starts, ends, occ, _v, _v2 in _piece_events(raw, path):
-        hit = (starts < hi) & ((ends > lo) | ((ends == starts) & (starts >= lo))) & (occ == 0)
+    whole_line = clock is not None and head.name in WHOLE_LINES
+    off_id, dur_id = (clock[0], clock[1]) if clock is not None and not whole_line else (-1, -1)
+    nexts = None
+    if whole_line:  # a small line: every start, for each event's next
+        nexts = np.sort(np.concatenate([st[occ == 0] for _p, st, _e, occ, _a, _b in _piece_events(raw, path)]
+                                       or [np.zeros(0, dtype=np.int64)]))
+    for piece, starts, ends, occ, dev, ddur in _piece_events(raw, path, off_id, dur_id):
+        moves = None
+        if clock is None:
+            hit = (starts < hi) & ((ends > lo) | ((ends == starts) & (starts >= lo))) & (occ == 0)
+        elif whole_line:
+            mid = starts + (ends - starts) // 2
+            hit = (mid >= lo) & (mid < hi) & (occ == 0)
+            s2, e2 = starts, ends
+            anchors = clock[4] if len(clock) > 4 else None
+            if anchors is not None and len(anchors[0]) and len(nexts):
+                # the reader puts an execution on the ops' clock by the offset of the first op
+                # at or after its start, and ends a step where the next execution begins: the
+                # end is moved so that this execution ends there on the ops' clock
+                def on_ops(t):
+                    at = np.clip(np.searchsorted(anchors[0], t, side="left"), 0, len(anchors[0]) - 1)
+                    return t + anchors[1][at]
+                at = np.searchsorted(nexts, starts, side="right")
+                has_next = at < len(nexts)
+                nxt = nexts[np.minimum(at, len(nexts) - 1)]
+                e2 = np.where(has_next, starts + (on_ops(nxt) - on_ops(starts)), ends)
+                e2 = np.maximum(e2, starts)
+            d2 = l2 = np.full(len(starts), -1, dtype=np.int64)
+        else:
+            dlo, dhi = clock[2], clock[3]
+            has = (dev >= 0) & (ddur >= 0)
+            dend = dev + np.maximum(ddur, 0)
+            on_dev = has & (dev < dhi) & ((dend > dlo) | ((ddur == 0) & (dev >= dlo)))
+            on_host = ~has & (starts < hi) & ((ends > lo) | ((ends == starts) & (starts >= lo)))
+            hit = (on_dev | on_host) & (occ == 0)
+            cut_lo = np.where(on_dev, np.maximum(dlo - dev, 0), np.maximum(lo - starts, 0))
+            cut_hi = np.where(on_dev, np.maximum(dend - dhi, 0), np.maximum(ends - hi, 0))
+            s2 = np.minimum(starts + cut_lo, ends)
+            e2 = np.maximum(ends - cut_hi, s2)
+            d2 = np.where(on_dev, dev + cut_lo, -1)
+            l2 = np.where(on_dev, np.maximum(dend - cut_hi - (dev + cut_lo), 0), -1)
         if not hit.any():
             continue
-        idx = np.flatnonzero(hit).tolist()
+        idx = np.flatnonzero(hit)
         if kept + len(idx) > budget:
             raise _too_many(path)
         try:
             evs = XLine.FromString(piece).events
         except Exception as exc:  # DecodeError, ValueError
             raise TraceUnreadable(f"malformed XLine {head.name!r} ({exc})", path) from None
-        kept += _clip_events((evs[i] for i in idx), base, lo, hi, out_line)
+        if clock is not None:
+            moves = list(zip(s2[idx].tolist(), e2[idx].tolist(), d2[idx].tolist(), l2[idx].tolist()))
+        kept += _clip_events((evs[i] for i in idx.tolist()), base, lo, hi, out_line, moves,
+                             None if clock is None else (clock[0], clock[1]))
     return kept
 
 
@@ -147,20 +219,28 @@ def _header_of(raw, path: str):
     return wire.line_header(raw if isinstance(raw, bytes) else bytes(raw), path)
 
 
-def _device_offsets(plane, path: str, lo: int, hi: int) -> tuple[int, int] | None:
+def _device_stat_ids(plane) -> tuple[int, int]:
+    """The stat metadata ids of ``device_offset_ps`` and ``device_duration_ps`` (-1: none)."""
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    return (next((k for k, v in names.items() if v == "device_offset_ps"), -1),
+            next((k for k, v in names.items() if v == "device_duration_ps"), -1))
+
+
+def _device_offsets(plane, path: str, lo: int, hi: int, ops_clock: list | None = None) -> tuple[int, int] | None:
     """(device-minus-host offset at ``lo``, at ``hi``) of a TPU plane's ``XLA Ops`` events
     (ps): the median offset of the ops whose device start lies in [lo, hi), for both ends (one
     op's own offset strays by tens of ms: an async copy's); without such ops, that of the first
     op at or after ``lo`` (else the last before it) and of the last op before ``hi`` (else the
     first after it); None when they carry no device clock (``device_offset_ps`` and
-    ``device_duration_ps``). The line is read a piece at a time."""
-    names = {k: v.name for k, v in plane.stat_metadata.items()}
-    off_id = next((k for k, v in names.items() if v == "device_offset_ps"), -1)
-    dur_id = next((k for k, v in names.items() if v == "device_duration_ps"), -1)
+    ``device_duration_ps``). The line is read a piece at a time. ``ops_clock``: a list that gets
+    (host-aligned starts ascending, their device-minus-host offsets) of every op with a device
+    clock, the reader's anchors for events on the host-aligned clock."""
+    off_id, dur_id = _device_stat_ids(plane)
     if off_id < 0 or dur_id < 0:
         return None
     best: dict = {}  # at_lo, before_lo, at_hi, after_hi -> (device start, delta)
     inside: list = []  # the deltas of the ops starting in [lo, hi)
+    host_at: list = []  # every op's host-aligned start and delta, for ops_clock
     for raw in plane.lines:
         if _header_of(raw, path).name != "XLA Ops":
             continue
@@ -170,6 +250,7 @@ def _device_offsets(plane, path: str, lo: int, hi: int) -> tuple[int, int] | Non
                 continue
             d, delta = dev[has], dev[has] - starts[has]
             inside.append(delta[(d >= lo) & (d < hi)])
+            host_at.append((starts[has], delta))
             for key, mask, earliest in (("at_lo", d >= lo, True), ("before_lo", d < lo, False),
                                         ("at_hi", d < hi, False), ("after_hi", d >= hi, True)):
                 if not mask.any():
@@ -181,6 +262,11 @@ def _device_offsets(plane, path: str, lo: int, hi: int) -> tuple[int, int] | Non
                 if old is None or (cand[0] < old[0] if earliest else cand[0] > old[0]):
                     best[key] = cand
         break
+    if ops_clock is not None and host_at:
+        a = np.concatenate([x for x, _ in host_at])
+        dl = np.concatenate([y for _, y in host_at])
+        o = np.argsort(a, kind="stable")
+        ops_clock.extend((a[o], dl[o]))
     both = np.concatenate(inside) if inside else np.empty(0, dtype=np.int64)
     if both.size:  # one offset for the window: single ops' offsets stray by tens of ms (async copies)
         med = int(np.median(both))
@@ -218,14 +304,17 @@ def xspace_window(path: str, window: Window) -> SpaceWindow:
     out.errors.extend(mapped.errors)
     out.warnings.extend(mapped.warnings)
     aligned, shifts = {}, {}
-    tpu_windows = []
+    tpu_windows, tpu_planes, ops_clocks = [], set(), {}
     for plane in mapped.planes:  # first the device clocks
         lo, hi = window.of(plane.name)
-        d = _device_offsets(plane, p, lo, hi) if plane.name.startswith("/device:TPU") else None
+        anchors: list = []
+        d = _device_offsets(plane, p, lo, hi, anchors) if plane.name.startswith("/device:TPU") else None
         if d is not None:
+            ops_clocks[plane.name] = anchors
             aligned[plane.name] = (lo - d[0], hi - d[1])
             shifts[plane.name] = d[0]
             tpu_windows.append(aligned[plane.name])
+            tpu_planes.add(plane.name)
     host_window = ((min(w[0] for w in tpu_windows), max(w[1] for w in tpu_windows)) if tpu_windows
                    else (window.lo_ps, window.hi_ps))
     kept = 0
@@ -234,6 +323,9 @@ def xspace_window(path: str, window: Window) -> SpaceWindow:
             aligned[plane.name] = window.planes.get(plane.name, host_window) if not tpu_windows else host_window
             shifts[plane.name] = 0
         lo, hi = aligned[plane.name]
+        clock = None
+        if shifts[plane.name] or plane.name in tpu_planes:  # a device clock: each event placed by its own
+            clock = (*_device_stat_ids(plane), *window.of(plane.name), ops_clocks.get(plane.name) or None)
         np_ = out.planes.add()
         np_.id = plane.id
         np_.name = plane.name
@@ -245,7 +337,7 @@ def xspace_window(path: str, window: Window) -> SpaceWindow:
             head = _header_of(raw, p)
             line = XLine(id=head.id, display_id=head.display_id, name=head.name, display_name=head.display_name,
                          timestamp_ns=math.floor(lo / 1000), duration_ps=max(hi - lo, 0))
-            n = _cut_line(raw, p, lo, hi, line, MAX_WINDOW_EVENTS - kept)
+            n = _cut_line(raw, p, lo, hi, line, MAX_WINDOW_EVENTS - kept, clock)
             if n:
                 kept += n
                 used.update(e.metadata_id for e in line.events)
