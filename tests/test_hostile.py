@@ -103,7 +103,7 @@ def test_scheduler_pointed_at_an_http_server(tmp_path, capsys, monkeypatch):
                             capsys)
     finally:
         server.shutdown()
-    assert rc == 2 and len(err.splitlines()) == 1
+    assert rc == 7 and len(err.splitlines()) == 1  # a remote that does not answer (docs/exit-codes.md)
     assert "no Dask scheduler answered" in err and "HTTP/1.0" in err and "an HTTP server" in err
 
 

@@ -32,7 +32,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from traceview.errors import TraceviewError, UsageError
+from traceview.errors import RemoteUnreadable, TraceviewError, UsageError
 
 if TYPE_CHECKING:  # imported where used: concurrent.futures with its process pool and
     from concurrent.futures import Executor  # logging would otherwise slow every CLI start
@@ -114,7 +114,8 @@ def tasks_for(files, max_bytes: int | None = None, cache=None) -> list[ReadTask]
 
 def dask_executor(address: str):
     """(executor, close) for the Dask cluster at ``address``. Raises :class:`UsageError`
-    when ``distributed`` is not installed or the scheduler cannot be reached."""
+    when ``distributed`` is not installed or the address is malformed,
+    :class:`~traceview.errors.RemoteUnreadable` (exit 7) when no scheduler answers there."""
     try:
         from distributed import Client
     except ImportError:
@@ -135,10 +136,12 @@ def dask_executor(address: str):
     t.start()
     t.join(CONNECT_TIMEOUT_S + HANDSHAKE_GRACE_S)
     if "error" in got:
-        raise UsageError(f"cannot reach the Dask scheduler at {address}: {got['error']}") from None
+        err = got["error"]
+        kind = RemoteUnreadable if isinstance(err, (OSError, TimeoutError)) else UsageError  # else a bad address
+        raise kind(f"cannot reach the Dask scheduler at {address}: {err}") from None
     if "client" not in got:
-        raise UsageError(f"no Dask scheduler answered at {address} within {CONNECT_TIMEOUT_S + HANDSHAKE_GRACE_S:g} s"
-                         f"{_what_answers(address)}")
+        raise RemoteUnreadable(f"no Dask scheduler answered at {address} within "
+                               f"{CONNECT_TIMEOUT_S + HANDSHAKE_GRACE_S:g} s{_what_answers(address)}")
     client = got["client"]
     return client.get_executor(pure=False), client.close
 
