@@ -314,3 +314,17 @@ def test_ladder_says_when_its_rules_match_no_op():
     assert len(said) == 1 and "attention" in said[0]
     assert not set(lad.table["family"].to_list()) & {"attention", "down", "gate-up", "logits"}
     assert not any("matched the family rules" in n for n in ladder(profs).notes)
+
+
+def test_ladder_says_when_its_points_are_not_one_sweep(shared_traces):
+    """An engine run (CPU, step markers) beside the v6e psum trace (TPU, jit_f): the ladder
+    says they are not one sweep; two batches of the engine's decode are one (no such note)."""
+    from pathlib import Path
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    b4, b8 = traceview.load(fx / "greedy_b4"), traceview.load(fx / "greedy_b8")
+    v6e = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    lad = ladder([b4, v6e], xs=[4, 8], labels=["b4", "v6e"])
+    said = [n for n in lad.notes if n.startswith("the points are not one sweep")]
+    assert len(said) == 1 and "b4: step markers on CPU" in said[0] and "v6e: jit_f on TPU v6 Lite" in said[0], said
+    assert not any("not one sweep" in n for n in ladder([b4, b8]).notes)

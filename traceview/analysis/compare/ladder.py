@@ -115,6 +115,7 @@ def ladder(profiles, *, xs=None, labels=None, rules=None, peaks=None, step_modul
     ``peaks``: one :class:`~traceview.analysis.hardware.peaks.Peaks` for every point (default: the first
     profile's :func:`~traceview.analysis.hardware.peaks.profile_peaks`); ``step_module``: the program whose
     executions are steps. Raises UsageError (module doc; bad rules or module)."""
+    from traceview.analysis.compare.populations import program_stem
     from traceview.analysis.hardware.peaks import profile_peaks
     from traceview.analysis.steps.anatomy import profile_anatomy
 
@@ -144,8 +145,12 @@ def ladder(profiles, *, xs=None, labels=None, rules=None, peaks=None, step_modul
         peaks = profile_peaks(points[0][3])
     points.sort(key=lambda p: p[0])
     prow, trows = [], []
+    kinds: dict = {}  # (device kinds, step program stem) -> labels: one sweep has one
     for x, src, lab, prof in points:
         anat = profile_anatomy(prof, rules, module=step_module)
+        what = (", ".join(sorted({d.device_type or d.kind for d in prof.devices})) or "no device",
+                program_stem(anat.module) or ("step markers" if anat.method == "markers" else "no step program"))
+        kinds.setdefault(what, []).append(lab)
         fr = family_roofline(anat, peaks)
         prow.append({"label": lab, "x": x, "x_source": src, "n_steps": int(fr["n_steps"][0]) if fr.height else 0,
                      "step_ps": float(fr["step_ps"][0]) if fr.height else None,
@@ -156,6 +161,10 @@ def ladder(profiles, *, xs=None, labels=None, rules=None, peaks=None, step_modul
         for r in fr.iter_rows(named=True):
             trows.append({"family": r["family"], "x": x, "label": lab, **{k: r[k] for k in TABLE_SCHEMA
                                                                         if k not in ("family", "x", "label")}})
+    if len(kinds) > 1:  # a factor across different programs or chips is not a scaling
+        parts = "; ".join(f"{', '.join(labs)}: {prog} on {dev}" for (dev, prog), labs in kinds.items())
+        notes.append(f"the points are not one sweep (different step programs or devices: {parts}): their "
+                     "per-doubling factors compare different work")
     table = pl.DataFrame(trows, schema=TABLE_SCHEMA) if trows else pl.DataFrame(schema=TABLE_SCHEMA)
     srows = []
     ridge = peaks.ridge
