@@ -115,7 +115,7 @@ def run(args) -> int:
     from traceview.render.timeline import chrome_trace, with_tracks, xspace_bytes
 
     spaces = []
-    n_events = 0
+    n_events = n_tracks = 0
     by_file: dict = {}  # trace file -> its hosts (several: ranks merged into one XSpace)
     for host in sorted(plan.files):
         by_file.setdefault(plan.files[host], []).append(host)
@@ -154,6 +154,7 @@ def run(args) -> int:
         else:
             raise UsageError(f"{path}: export reads .xplane.pb and .trace.json(.gz) files, not {kind}")
         n_events += sw.events
+        n_tracks += len(tracks)
         space = with_tracks(sw, tracks, LINES)
         write_atomic(pbs.get(host, next(iter(pbs.values()))), xspace_bytes(space))
         spaces.append((host if len(by_file) > 1 else "", space))
@@ -166,6 +167,6 @@ def run(args) -> int:
 
     for path in (*pbs.values(), js):
         print(f"wrote {safe_line(str(path))}", file=sys.stderr)
-    print(f"traceview: {what} ({fmt_time_ps(plan.hi_ps - plan.lo_ps)}): {n_events:,} trace events and {len(plan.tracks):,} on traceview's "
+    print(f"traceview: {what} ({fmt_time_ps(plan.hi_ps - plan.lo_ps)}): {n_events:,} trace events and {n_tracks:,} on traceview's "
           f"lines", file=sys.stderr)
     return EXIT_OK
