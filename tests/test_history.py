@@ -50,10 +50,9 @@ def test_a_run_folder_and_a_loose_trace_each_with_its_own_steps(shared_traces, t
     assert (rows[src.name]["n_steps"], rows[src.name]["program"]) == (3, "jit_decode")
     # 18 steps of 6 programs; each program's third execution (extra ops) is an outlier
     assert (rows["loose.xplane.pb"]["n_steps"], rows["loose.xplane.pb"]["program"]) == (13, "jit_dot")
-    assert rows["loose.xplane.pb"]["verdict"] == NO_COMPARABLE and rows["loose.xplane.pb"]["baseline"] is None
-    assert j["regressions"] == [] and j["no_comparable_run"] == ["loose.xplane.pb"]
-    assert main(["history", str(logs), "--no-cache"]) == 0
-    assert "no comparable run" in capsys.readouterr().out
+    # the first run of its step program: the baseline of any later one
+    assert rows["loose.xplane.pb"]["verdict"] == "baseline" and rows["loose.xplane.pb"]["baseline"] is None
+    assert j["regressions"] == [] and j["no_comparable_run"] == []
 
 
 def test_history_of_the_shared_traces_lists_each_trace_once(shared_traces, capsys):
@@ -77,7 +76,9 @@ def test_history_of_the_shared_traces_lists_each_trace_once(shared_traces, capsy
     assert rows["2026_01_11_21_26_41"]["kernels"] and rows["mi300x_jax_gemm_sweep.xplane.pb"]["kernels"] == []
     assert [s["run"] for s in j["skipped"]] == ["corrupt_utf8_mangled.xplane.pb", "gpu_v100x8_tf2_bert_no_xla.xplane.pb"]
     assert "not a valid XSpace protobuf" in j["skipped"][0]["why"] and "no HLO ops" in j["skipped"][1]["why"]
-    assert sorted(j["no_comparable_run"]) == sorted(set(rows) - {j["runs"][0]["run"]}) and j["regressions"] == []
+    # six traces of six step programs: each the first (the baseline) of its own, none judged
+    assert {r["verdict"] for r in j["runs"]} == {"baseline"} and len({r["program"] for r in j["runs"]}) == len(rows)
+    assert j["no_comparable_run"] == [] and j["regressions"] == []
 
 
 def _run(name, t, steps, program):
@@ -93,16 +94,25 @@ def test_regressions_compare_one_step_program():
     h = compare_runs([_run("a1", 0, fast, "jit_decode"), _run("sweep", 1, [5e6] * 20, "jit_dot"),
                       _run("a2", 2, slow, "jit_decode"), _run("sweep2", 3, [5e6] * 20, "jit_dot")])
     v = {r.name: (r.verdict, r.baseline) for r in h.runs}
-    assert v == {"a1": ("baseline", None), "sweep": (NO_COMPARABLE, None), "a2": ("regression", "a1"),
+    assert v == {"a1": ("baseline", None), "sweep": ("baseline", None), "a2": ("regression", "a1"),
                  "sweep2": ("within noise", "sweep")}
-    assert [r.name for r in h.regressions()] == ["a2"] and [r.name for r in h.incomparable()] == ["sweep"]
+    assert [r.name for r in h.regressions()] == ["a2"] and h.incomparable() == []
     hb = compare_runs([_run("a1", 0, fast, "jit_decode"), _run("sweep", 1, [5e6] * 20, "jit_dot"),
                        _run("a2", 2, slow, "jit_decode")], baseline="a1")
     assert [r.verdict for r in hb.runs] == ["baseline", NO_COMPARABLE, "regression"]
     assert hb.to_dict()["no_comparable_run"] == ["sweep"]
     # no step module: the program is unknown, and unknown is not "the same": never judged
     hu = compare_runs([_run("u1", 0, fast, None), _run("u2", 1, slow, None)])
-    assert [r.verdict for r in hu.runs] == ["baseline", NO_COMPARABLE] and hu.regressions() == []
+    assert [r.verdict for r in hu.runs] == [NO_COMPARABLE, NO_COMPARABLE] and hu.regressions() == []
+    # one step program across buckets: compared, and said to be other work
+    hk = compare_runs([RunSummary(name="k1", directory="k1", time=0, step_method="markers", step_module=None,
+                                  step_ps=np.asarray(fast), program="jit_decode", program_module="jit_decode_b4_bkv64"),
+                       RunSummary(name="k2", directory="k2", time=1, step_method="markers", step_module=None,
+                                  step_ps=np.asarray(slow), program="jit_decode", program_module="jit_decode_b8_bkv512")])
+    assert [(r.name, b.name) for r, b in hk.across_buckets()] == [("k2", "k1")]
+    assert hk.to_dict()["across_buckets"] == [{"run": "k2", "module": "jit_decode_b8_bkv512", "baseline": "k1",
+                                               "baseline_module": "jit_decode_b4_bkv64"}]
+    assert h.across_buckets() == []
     assert _run("m", 0, fast, None).program is None
     assert RunSummary(name="x", directory="x", time=0, step_method="module", step_module="jit_decode_b4_bkv64",
                       step_ps=np.ones(3)).program == "jit_decode"

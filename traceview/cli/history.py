@@ -21,7 +21,8 @@ def add_parser(sub) -> None:
                                    "a run folder) as that file; runs that cannot be read are skipped and listed. "
                                    "Each run is compared with a baseline of the same step program (the previous "
                                    "such run, or --baseline RUN) by the ratio of median step times and its noise "
-                                   "interval; a run with none says 'no comparable run'.",
+                                   "interval; the first run of a step program is its 'baseline', a run of an "
+                                   "unknown program (or not the --baseline's) says 'no comparable run'.",
                        epilog="exit codes: 0 ok (or regressions without --fail-on-regression), 1 a regression under "
                               "--fail-on-regression (or a slowdown past the threshold that cannot be judged: too few "
                               "steps for an interval, or no run-to-run noise to judge it against), 2 usage, 3 no trace, 4 unreadable, 5 no ops, 6 limit exceeded, 7 remote store unreadable, 8 broken installation")

@@ -113,8 +113,11 @@ def _tail_lines(h, rs) -> list[str]:
     lines.append(f"regressions: {len(reg)}" + (": " + ", ".join(safe_line(r.name) for r in reg) if reg else ""))
     inc = h.incomparable() if hasattr(h, "incomparable") else []
     if inc:
-        lines.append("no comparable run (no earlier run of the same step program; not judged): " + ", ".join(
+        lines.append("no comparable run (step program unknown, or not the named baseline's; not judged): " + ", ".join(
             f"{safe_line(r.name)} ({safe_line(getattr(r, 'program', None) or 'unknown program')})" for r in inc))
+    for r, b in (h.across_buckets() if hasattr(h, "across_buckets") else []):
+        lines.append(f"across buckets: {safe_line(r.name)} ({safe_line(r.module)}) against {safe_line(b.name)} "
+                     f"({safe_line(b.module)}): one step program, other shapes or blocks, so not the same work")
     for name, why in getattr(h, "skipped", None) or []:
         lines.append(f"skipped: {safe_line(name)}: {safe_line(why)}")
     return lines
@@ -126,9 +129,10 @@ METHOD_NOTE = "Hodges-Lehmann ratio of the per-step durations, exact rank interv
 
 @_chart_style
 def trend_svg(medians: list[float | None], p10: list[float | None], p90: list[float | None],
-              colors: list[str]) -> str:
+              colors: list[str], programs: list | None = None) -> str:
     """Median step time per run (ms) with its p10-p90 bar, one point per run (x: run number),
-    coloured by verdict. No names in the SVG."""
+    coloured by verdict; a line joins the runs of one step program (``programs``, per run);
+    a log time axis when the medians span more than 10x. No names in the SVG."""
     n = len(medians)
     fig = _new_figure(min(8.4, max(5.0, 3.0 + 0.3 * n)), 3.2)
     ax = fig.add_subplot()
@@ -138,9 +142,18 @@ def trend_svg(medians: list[float | None], p10: list[float | None], p90: list[fl
         ax.plot([k, k], [(lo or m) / 1e9, (hi or m) / 1e9], color=c, lw=1.2)
         ax.plot([k], [m / 1e9], "o", color=c, ms=5)
     ys = [v / 1e9 for v in medians if v is not None]
-    ax.plot([k for k, v in enumerate(medians, 1) if v is not None], ys, color="#bbbbbb", lw=0.8, zorder=0)
+    programs = programs if programs is not None else [""] * n
+    for prog in dict.fromkeys(programs):  # one line per step program, never across programs
+        ks = [k for k, (v, p) in enumerate(zip(medians, programs), 1) if v is not None and p == prog]
+        if prog is not None and len(ks) > 1:
+            ax.plot(ks, [medians[k - 1] / 1e9 for k in ks], color="#bbbbbb", lw=0.8, zorder=0)
     top = max([v / 1e9 for v in p90 if v is not None] + ys + [0.0])
-    ax.set_ylim(0, top * 1.1 or 1.0)
+    low = min([v / 1e9 for v in p10 if v is not None and v > 0] + [y for y in ys if y > 0] + [top])
+    if low > 0 and top / low > 10:
+        ax.set_yscale("log")
+        ax.set_ylim(low / 1.3, top * 1.3)
+    else:
+        ax.set_ylim(0, top * 1.1 or 1.0)
     ax.set_xlim(0.5, n + 0.5)
     ax.set_xticks(range(1, n + 1))
     ax.set_xlabel("run (oldest first)")
@@ -160,6 +173,8 @@ table{border-collapse:collapse;margin:.5em 0 1.5em 0;font-size:13px}
 th,td{border:1px solid #ccc;padding:3px 6px;vertical-align:top;text-align:left}
 td.num{text-align:right;white-space:nowrap} .tv-note{color:#555;font-size:13px}
 tr.tv-regression td{background:#fbeeee} tr.tv-improvement td{background:#eef9ee}
+.tv-wide{overflow-x:auto;max-width:100%} td.tv-long{overflow-wrap:anywhere;min-width:14em;max-width:28em}
+td.tv-name{white-space:nowrap}
 </style></head>
 <body>
 <h1>traceview history</h1>
@@ -168,14 +183,15 @@ of the step time whose whole {{ level }} interval ({{ method }}) is at least {{ 
 only with runs of the same step program.</p>
 {{ chart }}
 <p class="tv-note">Colours: {% for v, c in colors %}<span style="color:{{ c }}">&#9679; {{ v }}</span> {% endfor %}</p>
-<table>
+{% for a in across %}<p class="tv-note">across buckets: {{ a }}</p>
+{% endfor %}<div class="tv-wide"><table>
 <thead><tr><th>#</th><th>run</th><th>steps</th><th>median step</th><th>p10-p90</th><th>program</th><th>vs</th><th>change (interval)</th>
 <th>verdict</th><th>top families per step</th><th>kernel configurations</th><th>findings</th></tr></thead>
 <tbody>
-{% for r in runs %}<tr class="tv-{{ r.verdict|replace(' ', '-') }}"><td class="num">{{ r.n }}</td><td title="{{ r.directory }}">{{ r.run }}</td>
-<td class="num">{{ r.steps }}</td><td class="num">{{ r.median }}</td><td class="num">{{ r.spread }}</td><td>{{ r.program }}</td><td>{{ r.baseline }}</td>
-<td class="num">{{ r.change }}</td><td>{{ r.verdict }}</td><td>{{ r.families }}</td><td>{{ r.kernels }}</td><td>{{ r.findings }}</td></tr>
-{% endfor %}</tbody></table>
+{% for r in runs %}<tr class="tv-{{ r.verdict|replace(' ', '-') }}"><td class="num">{{ r.n }}</td><td class="tv-name" title="{{ r.directory }}">{{ r.run }}</td>
+<td class="num">{{ r.steps }}</td><td class="num">{{ r.median }}</td><td class="num">{{ r.spread }}</td><td>{{ r.program }}</td><td class="tv-name">{{ r.baseline }}</td>
+<td class="num">{{ r.change }}</td><td>{{ r.verdict }}</td><td class="tv-long">{{ r.families }}</td><td>{{ r.kernels }}</td><td class="tv-long">{{ r.findings }}</td></tr>
+{% endfor %}</tbody></table></div>
 </body></html>
 """
 
@@ -195,10 +211,13 @@ def history_html(h) -> str:
 
     ds = [r.to_dict() for r in h.runs]
     svg = trend_svg([d["median_step_ps"] for d in ds], [d["p10_step_ps"] for d in ds],
-                    [d["p90_step_ps"] for d in ds], [VERDICT_COLORS.get(r.verdict, "#7f7f7f") for r in h.runs])
+                    [d["p90_step_ps"] for d in ds], [VERDICT_COLORS.get(r.verdict, "#7f7f7f") for r in h.runs],
+                    [r.program for r in h.runs])
     return _env().from_string(_PAGE).render(
         runs=rows(h), chart=Markup(svg), level=f"{h.level:.0%}", threshold=f"{h.threshold:.0%}", method=METHOD_NOTE,
-        against="the previous run of its step program" if h.baseline == "previous" else h.baseline, colors=list(VERDICT_COLORS.items()))
+        against="the previous run of its step program" if h.baseline == "previous" else h.baseline, colors=list(VERDICT_COLORS.items()),
+        across=[f"{r.name} ({r.module}) against {b.name} ({b.module}): one step program, other shapes or "
+                "blocks, so not the same work" for r, b in h.across_buckets()])
 
 
 def history_json(h) -> str:

@@ -23,15 +23,16 @@ Hodges-Lehmann ratio of the step times with its exact rank interval (4 steps a s
 judged against the run-to-run noise of one recording against another: ``noise`` when stated
 (:func:`~traceview.analysis.compare.noise.stated_band`), else the prior
 (:data:`~traceview.analysis.compare.noise.PRIOR`, step-time bound) when it was measured on the runs'
-device kinds, else unknown. Verdicts: ``no comparable run`` when no earlier run (or the named
-baseline) has the run's step program, or the run's program is unknown (no step module);
+device kinds, else unknown. Verdicts: ``baseline`` for the first run of each step program (the
+named baseline with ``baseline``); ``no comparable run`` when the run's program is unknown (no
+step module) or, with a named baseline, not the baseline's;
 ``no interval`` when a side has too few steps (the change cannot be judged; ``more_samples``
 says how many more); ``noise unknown`` when there is an interval but no run-to-run noise to
 judge it against; ``within noise`` when the interval does not clear the noise band;
 ``regression`` when it clears the band and lies wholly at or above ``1 + threshold``;
 ``improvement`` when it clears the band at or below ``1 / (1 + threshold)``; ``below
-threshold`` when it clears the band but not the threshold; ``baseline`` for a run compared
-with nothing. :meth:`History.unjudged` lists the ``no interval`` and ``noise unknown`` runs
+threshold`` when it clears the band but not the threshold. :meth:`History.across_buckets`
+lists the comparisons whose modules differ in their bucket tokens. :meth:`History.unjudged` lists the ``no interval`` and ``noise unknown`` runs
 whose ratio reaches the threshold: a slowdown that cannot be ruled out. Times in ps.
 """
 
@@ -89,6 +90,9 @@ class RunSummary:
     kernels: list[dict] = field(default_factory=list)
     findings: list[str] | None = None
     program: str | None = None
+    #: the step program's full module name (bucket tokens kept: ``jit_decode_b4_bkv64``), that of
+    #: the module holding the most self time inside marker steps; None: ``step_module``
+    program_module: str | None = None
     #: device kinds of the run ("CPU", "TPU", "GPU"): which noise prior applies
     device_kinds: tuple = ()
     window_ps: np.ndarray | None = None
@@ -99,6 +103,11 @@ class RunSummary:
     def __post_init__(self):
         if self.program is None:
             self.program = program_stem(self.step_module)
+
+    @property
+    def module(self) -> str | None:
+        """The step program's full module name (:attr:`program_module`, else ``step_module``)."""
+        return self.program_module or self.step_module
 
     @property
     def n_steps(self) -> int:
@@ -116,7 +125,7 @@ class RunSummary:
     def to_dict(self) -> dict:
         c = self.change
         return {"run": self.name, "directory": self.directory, "time": self.time, "step_method": self.step_method,
-                "step_module": self.step_module, "program": self.program, "n_steps": self.n_steps, "median_step_ps": self.median_ps,
+                "step_module": self.step_module, "program": self.program, "program_module": self.module, "n_steps": self.n_steps, "median_step_ps": self.median_ps,
                 "p10_step_ps": self._q(0.1), "p90_step_ps": self._q(0.9), "families": self.families,
                 "kernels": self.kernels, "findings": self.findings, "baseline": self.baseline,
                 "verdict": self.verdict, "change": c.to_dict() if c is not None else None}
@@ -135,8 +144,17 @@ class History:
     skipped: list[tuple[str, str]] = field(default_factory=list)
 
     def incomparable(self) -> list[RunSummary]:
-        """Runs with no earlier run (or baseline) of their step program."""
+        """Runs compared with nothing: their step program is unknown, or (a named baseline)
+        not the baseline's."""
         return [r for r in self.runs if r.verdict == NO_COMPARABLE]
+
+    def across_buckets(self) -> list[tuple[RunSummary, RunSummary]]:
+        """(run, its baseline) pairs whose step modules differ beyond the program stem: another
+        shape bucket or kernel block (``jit_decode_b4_bkv64`` against ``jit_decode_b8_bkv512``),
+        so the change is not the same work's."""
+        by = {r.name: r for r in self.runs}
+        return [(r, by[r.baseline]) for r in self.runs if r.baseline in by and r.module and by[r.baseline].module
+                and r.module != by[r.baseline].module]
 
     def regressions(self) -> list[RunSummary]:
         return [r for r in self.runs if r.verdict == "regression"]
@@ -153,6 +171,8 @@ class History:
                 "regressions": [r.name for r in self.regressions()],
                 "unjudged_slowdowns": [r.name for r in self.unjudged()],
                 "no_comparable_run": [r.name for r in self.incomparable()],
+                "across_buckets": [{"run": r.name, "module": r.module, "baseline": b.name,
+                                    "baseline_module": b.module} for r, b in self.across_buckets()],
                 "skipped": [{"run": n, "why": w} for n, w in self.skipped]}
 
 
@@ -192,7 +212,7 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
     return RunSummary(name=name, directory=directory, time=time, step_method=a.method, step_module=a.module,
                       step_ps=step_walls(st).astype(np.float64), window_ps=step_walls(win).astype(np.float64),
                       families=fam, kernels=ks,
-                      findings=[f.id for f in rep.findings or []], program=program_stem(prog),
+                      findings=[f.id for f in rep.findings or []], program=program_stem(prog), program_module=prog,
                       device_kinds=device_kinds(prof))
 
 
@@ -236,7 +256,7 @@ def compare_runs(runs: list[RunSummary], *, baseline: str | None = None, thresho
             first = r is base_run
         else:  # an unknown program is the same as none: never compared
             b = next((x for x in reversed(runs[:i]) if x.program == r.program), None) if r.program else None
-            first = i == 0
+            first = r.program is not None  # the first run of its program: the later ones' baseline
         if b is None or b is r:
             r.change, r.baseline = None, None
             r.verdict = "baseline" if first or b is r else NO_COMPARABLE
