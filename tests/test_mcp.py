@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 
 V6E = "tpu_v6e_4chip_psum.xplane.pb"
 GEMM = "mi300x_jax_gemm_sweep.xplane.pb"
@@ -62,6 +62,9 @@ PAGED = [
 #: bytes an answer may take
 MAX_BYTES = 32 * 1024
 
+#: the checkout under test
+ROOT = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture
 def cli(capsys):
@@ -86,9 +89,13 @@ def session(shared_traces, tmp_path_factory):
     (scratch / "profiles").mkdir()
     os.symlink(outside / "copy.xplane.pb", scratch / "profiles" / "h.xplane.pb")  # found by discovery
     before = sorted((p, p.stat().st_mtime_ns) for p in scratch.rglob("*"))
+    # the SDK passes the server a few environment variables only: PYTHONPATH makes it import
+    # this checkout, not whichever traceview the interpreter has installed
+    env = {**get_default_environment(),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     params = StdioServerParameters(command=sys.executable, args=["-m", "traceview.cli", "mcp", "--root",
                                                                  str(shared_traces), "--root", str(scratch)],
-                                   cwd=str(scratch))
+                                   cwd=str(scratch), env=env)
 
     async def talk():
         out = {}
