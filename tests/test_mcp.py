@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 
 V6E = "tpu_v6e_4chip_psum.xplane.pb"
 GEMM = "mi300x_jax_gemm_sweep.xplane.pb"
@@ -50,6 +50,11 @@ CALLS = [
     ("analyze_vllm_default", "analyze", {"path": VLLM}),
     ("analyze_v6e_steps", "analyze", {"path": V6E, "section": "steps"}),
     ("offset_without_section", "analyze", {"path": V6E, "offset": 3}),
+    ("analyze_v6e_default", "analyze", {"path": V6E}),
+    ("analyze_v6e_top5", "analyze", {"path": V6E, "top": 5}),
+    ("analyze_gemm_default", "analyze", {"path": GEMM}),
+    ("analyze_greedy_default", "analyze", {"path": "FIXTURES/greedy_b4"}),
+    ("query_v6e_id", "query", {"path": V6E, "sql": "SELECT program_id, module FROM programs WHERE module = 'jit_f'"}),
 ]
 
 #: (name, tool, arguments, section): tables read page by page, following next_offset
@@ -61,6 +66,9 @@ PAGED = [
 
 #: bytes an answer may take
 MAX_BYTES = 32 * 1024
+
+#: the checkout under test
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -86,9 +94,14 @@ def session(shared_traces, tmp_path_factory):
     (scratch / "profiles").mkdir()
     os.symlink(outside / "copy.xplane.pb", scratch / "profiles" / "h.xplane.pb")  # found by discovery
     before = sorted((p, p.stat().st_mtime_ns) for p in scratch.rglob("*"))
+    # the SDK passes the server a few environment variables only: PYTHONPATH makes it import
+    # this checkout, not whichever traceview the interpreter has installed
+    env = {**get_default_environment(),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     params = StdioServerParameters(command=sys.executable, args=["-m", "traceview.cli", "mcp", "--root",
-                                                                 str(shared_traces), "--root", str(scratch)],
-                                   cwd=str(scratch))
+                                                                 str(shared_traces), "--root", str(scratch),
+                                                                 "--root", str(ROOT / "fixtures")],
+                                   cwd=str(scratch), env=env)
 
     async def talk():
         out = {}
@@ -97,8 +110,8 @@ def session(shared_traces, tmp_path_factory):
                 await s.initialize()
                 out["_tools"] = (await s.list_tools()).tools
                 for name, tool, args in CALLS:
-                    args = {k: v.replace("SCRATCH", str(scratch)) if isinstance(v, str) else v
-                            for k, v in args.items()}
+                    args = {k: v.replace("SCRATCH", str(scratch)).replace("FIXTURES", str(ROOT / "fixtures"))
+                            if isinstance(v, str) else v for k, v in args.items()}
                     r = await s.call_tool(tool, args, read_timeout_seconds=300)
                     out[name] = (r.is_error, "".join(c.text for c in r.content if getattr(c, "type", "") == "text"))
                 for name, tool, args, section in PAGED:
@@ -238,8 +251,27 @@ def test_every_answer_fits_32_kb(session):
     assert max(sizes.values()) <= MAX_BYTES, sizes
 
 
+def _at(payload: dict, dotted: str):
+    node = payload
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def _holds_what_rows_say(got: dict) -> None:
+    """``rows`` states the rows each list of the answer holds; ``paging.cut`` names each list
+    holding part of its table, with the same counts."""
+    for path, n in got["rows"].items():
+        assert len(_at(got, path)) == n["shown"], path
+    for path, c in got["paging"]["cut"].items():
+        assert len(_at(got, path)) == c["shown"] < c["total"] == c["shown"] + c["remaining"], path
+        if path in got["rows"]:
+            assert got["rows"][path] == {"shown": c["shown"], "total": c["total"]}, path
+
+
 def test_default_analyze_is_cut_to_fit_and_says_so(session, shared_traces, cli):
     got = _ok(session, "analyze_vllm_default")
+    _holds_what_rows_say(got)
     cut = got["paging"]["cut"]
     # the command's 20 rows of the op table did not fit: fewer shown, the real total stated
     assert cut["ops"]["total"] == 3454 == cut["ops"]["shown"] + cut["ops"]["remaining"]
@@ -248,10 +280,48 @@ def test_default_analyze_is_cut_to_fit_and_says_so(session, shared_traces, cli):
     rc, out = cli("analyze", str(shared_traces / VLLM), "--format", "json", "--top", "20")
     want = json.loads(out)
     assert got["ops"] == want["ops"][:len(got["ops"])]
-    assert got["peaks"] == want["peaks"] and got["rows"] == want["rows"]
+    assert got["peaks"] == want["peaks"]
+    assert {p: n["total"] for p, n in got["rows"].items()} == {p: n["total"] for p, n in want["rows"].items()}
+    # the lead tables keep the most rows; every other list keeps at least one
+    assert len(got["ops"]) > max(len(_at(got, p)) for p in cut if p not in ("ops", "provenance.lines"))
+    assert all(len(_at(got, p)) >= 1 for p in cut)
     steps = _ok(session, "analyze_v6e_steps")  # a section that is an object: its lists cut to fit
     assert steps["section"] == "steps" and steps["steps"]["method"]
     assert steps["paging"]["cut"]["steps.records"]["total"] == 400
+    assert steps["steps"]["records_rows"] == {"shown": len(steps["steps"]["records"]), "total": 400}
+
+
+def test_default_analyze_fills_its_budget(session):
+    """The v6e overview holds all 4 devices and all 17 ops within 32 KB (only the per-step
+    tables are cut); an explicit top is honoured for the lead tables; on the GEMM sweep and
+    greedy_b4 ``rows`` states the rows the answer holds."""
+    got = _ok(session, "analyze_v6e_default")
+    _holds_what_rows_say(got)
+    assert len(session["analyze_v6e_default"][1].encode()) <= MAX_BYTES
+    assert len(got["devices"]) == 4 and len(got["ops"]) == 17 and got["ops"][0]["op_name"] == "copy-done.4"
+    assert got["rows"]["ops"] == {"shown": 17, "total": 17} and "ops" not in got["paging"]["cut"]
+    assert got["paging"]["cut"]["steps.records"] == {"shown": len(got["steps"]["records"]), "total": 400,
+                                                     "remaining": 400 - len(got["steps"]["records"])}
+    assert got["steps"]["records"][0]["program_id"] == "12190760917235803885"
+    top5 = _ok(session, "analyze_v6e_top5")
+    _holds_what_rows_say(top5)
+    assert len(top5["ops"]) == 5 and top5["rows"]["ops"] == {"shown": 5, "total": 17}
+    assert top5["paging"]["cut"]["ops"] == {"shown": 5, "total": 17, "remaining": 12}
+    gemm = _ok(session, "analyze_gemm_default")
+    _holds_what_rows_say(gemm)
+    assert gemm["rows"]["ops"] == {"shown": 16, "total": 16} and len(gemm["ops"]) == 16
+    greedy = _ok(session, "analyze_greedy_default")
+    _holds_what_rows_say(greedy)
+    assert greedy["rows"]["ops"] == {"shown": len(greedy["ops"]), "total": 216}
+    assert greedy["paging"]["cut"]["roofline"]["total"] == 210
+
+
+def test_query_answer_keeps_ids_exact(session):
+    """A JavaScript client parses numbers as doubles: the 64-bit id arrives as a string."""
+    err, text = session["query_v6e_id"]
+    assert not err, text
+    got = json.loads(text, parse_int=float)
+    assert got["result"] == [{"program_id": "12190760917235803885", "module": "jit_f"}]
 
 
 @pytest.mark.parametrize("name", [p[0] for p in PAGED])

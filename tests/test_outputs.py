@@ -168,3 +168,37 @@ def test_frame_json_matches_rows_as_python_holds_them():
                         {"f": None, "s": "é\u202e", "l": None, "t": "2026-01-02 03:04:05"}]
     assert got["k"] == {"3": None}
     assert got["non_finite"] == {"$.x[1].f": "nan", "$.x[2].f": "-inf", "$.x[0].l[1]": "inf", "$.k.3": "inf"}
+
+
+#: jit_f's 64-bit program id on the v6e trace (a double rounds it to 12190760917235804000)
+JIT_F_ID = "12190760917235803885"
+
+
+@pytest.mark.parametrize("rows", [["--top", "3"], ["--all-rows"]])
+def test_ids_are_decimal_strings(shared_traces, cli, rows):
+    """Every id column is written as a decimal string, whatever its size, so a reader that holds
+    numbers as doubles (``parse_int=float``: JavaScript, jq) keeps the 64-bit program ids exact."""
+    rc, out = cli("analyze", str(shared_traces / V6E), "--format", "json", *rows)
+    assert rc == 0
+    got = json.loads(out, parse_int=float)
+    assert got["steps"]["module"] == "jit_f" and got["steps"]["records"][0]["program_id"] == JIT_F_ID
+    ids = {r["module"]: r["program_id"] for r in got["phases"]["programs"]}
+    assert ids == {"jit_f": JIT_F_ID, "jit__psum": "9646411105960254074",
+                   "jit_broadcast_in_dim": "11287434908481120160"}
+    assert {r["module"]: r["program_id"] for r in got["hlo"]["flop_provenance"]} == ids
+    assert got["communication"]["collectives"][0]["channel_id"] == "1"
+    assert got["rows"]["ops"]["total"] == 17.0  # counts and times stay numbers
+
+
+def test_frame_json_writes_id_columns_as_text():
+    import polars as pl
+
+    from traceview.render.json import dumps
+
+    df = pl.DataFrame({"program_id": pl.Series([2**64 - 1, None], dtype=pl.UInt64), "step_id": [7, None],
+                       "ids": pl.Series([[1, 2**63], []], dtype=pl.List(pl.UInt64)), "n": [2**60, 1],
+                       "slot_id": ["a", "b"]})
+    assert json.loads(dumps({"x": df}))["x"] == [
+        {"program_id": "18446744073709551615", "step_id": "7", "ids": ["1", "9223372036854775808"], "n": 2**60,
+         "slot_id": "a"},
+        {"program_id": None, "step_id": None, "ids": [], "n": 1, "slot_id": "b"}]

@@ -190,3 +190,28 @@ def test_list_columns_of_any_type_print_as_table_and_csv(shared_traces, capsys):
         assert out.count("1;2") == 2
         assert main(["query", path, "SELECT * FROM split_names", "--format", fmt, "--no-cache"]) == 0
         capsys.readouterr()
+
+
+#: jit_f's 64-bit program id on the v6e trace (a double rounds it to 12190760917235804000)
+JIT_F_ID = "12190760917235803885"
+
+
+def test_ids_are_exact_decimal_strings_in_json(shared_traces, capsys):
+    """A 64-bit program id goes into the JSON as a decimal string, exact for a reader that holds
+    numbers as doubles (JavaScript, jq: ``parse_int=float``); pasted unquoted into SQL it
+    selects its row. ``*_id`` columns are strings too (the all-reduce's channel 1); other
+    integers stay numbers."""
+    path = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    assert main(["query", path, "SELECT program_id, module FROM programs WHERE module = 'jit_f'", "--format", "json",
+                 "--no-cache"]) == 0
+    out = json.loads(capsys.readouterr().out, parse_int=float)
+    assert out["result"] == [{"program_id": JIT_F_ID, "module": "jit_f"}]
+    assert out["columns"]["program_id"] == "UInt64"  # the SQL column's type: an integer
+    assert main(["query", path, f"SELECT module, program_id, count(*) AS n FROM ops WHERE program_id = {JIT_F_ID} "
+                 "GROUP BY module, program_id", "--format", "json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"] == [{"module": "jit_f", "program_id": JIT_F_ID, "n": 6000}]
+    assert main(["query", path, "SELECT kind, channel_id, executions FROM communication", "--format", "json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"] == [{"kind": "all-reduce", "channel_id": "1", "executions": 12}]
+    # the id quoted as in the JSON: a usage error that says to write it unquoted
+    assert main(["query", path, f"SELECT * FROM programs WHERE program_id = '{JIT_F_ID}'", "--no-cache"]) == 2
+    assert "write them unquoted" in capsys.readouterr().err

@@ -185,7 +185,8 @@ def execute(t: Tables, query: str) -> pl.DataFrame:
     are built); returns the result frame. Raises UsageError: a query :func:`check_query`
     refuses (not a SELECT, several statements, a file-reading table function), an unknown
     table (with the list of tables), or polars' error (its first line) for bad SQL or an
-    unknown column."""
+    unknown column (a string compared with a number: with how to write an id the JSON gives as
+    a string)."""
     check_query(query)
     names = set(t.names)
     used = {w for w in _WORD.findall(query) if w in names}
@@ -197,6 +198,9 @@ def execute(t: Tables, query: str) -> pl.DataFrame:
         missing = _MISSING.search(first)
         if missing:
             raise UsageError(f"unknown table {missing.group(1)!r} in the query; tables: {', '.join(t.names)}") from None
+        if "cannot compare string with numeric type" in first:
+            first += ("; ids the JSON writes as strings are integers in SQL: write them unquoted "
+                      "(WHERE program_id = 12190760917235803885)")
         raise UsageError(f"SQL error: {first}") from None
 
 

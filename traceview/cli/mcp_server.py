@@ -14,15 +14,18 @@ Confinement: every path (relative ones against the first root) is resolved with
 anywhere but the caches (``$TRACEVIEW_CACHE_DIR``, outside any profile folder; none with
 ``no_cache``). Output is bounded: strings cut at ``max_chars`` (each cut listed under
 ``"truncated"`` with the full length), and an answer takes at most ``max_bytes`` (an agent's
-context): the overview cuts every list to the rows that fit and says under ``"paging"`` how
-many each holds; ``section=PATH`` with ``offset`` pages through one list, each page stating
-``offset``, ``shown``, ``total``, ``remaining`` and ``next_offset`` (:func:`fit`, :func:`page`).
+context): an overview that does not fit keeps its lead tables (:data:`LEAD`) longest and cuts
+the other lists first, ``rows`` and ``"paging"`` stating what each holds; ``section=PATH``
+with ``offset`` pages through one list, each page stating ``offset``, ``shown``, ``total``,
+``remaining`` and ``next_offset`` (:func:`fit`, :func:`page`). Ids (64-bit program ids) are
+decimal strings, as in the commands' JSON.
 Errors are MCP tool errors carrying one line (traceview's message, or the exception's type and
 first line), never a traceback.
 """
 
 # no "from __future__ import annotations": the SDK reads the tools' annotations, some local to build_server
 
+import bisect
 import contextlib
 import importlib
 import io
@@ -187,28 +190,76 @@ def _with(obj, path: tuple, value):
     return out
 
 
-def fit(payload: dict, *, max_bytes: int = MAX_BYTES, tool: str = "analyze") -> dict:
-    """``payload`` if its JSON takes at most ``max_bytes``; else every list cut to its first n
-    items, n the largest of 50, 20, 10, 5, 2, 1, 0 that fits, with ``"paging"``: per cut list
-    (dotted path) its shown, total and remaining rows, and how to page through the rest. If
-    even empty lists do not fit, the largest sections are left out (named under
+#: lists each tool's overview keeps longest when it must cut (besides every list of strings:
+#: notes, warnings, provenance lines), by dotted path
+LEAD = {"analyze": ("devices", "ops", "findings"), "diff": ("populations", "findings")}
+
+
+def _largest(fits, lo: int, hi: int) -> int:
+    """The largest n in [lo, hi] with ``fits(n)`` (``fits(lo)`` holds; ``fits`` is monotone)."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def fit(payload: dict, *, max_bytes: int = MAX_BYTES, tool: str = "analyze", lead=None) -> dict:
+    """``payload`` if its JSON takes at most ``max_bytes``; else its lists cut to their first
+    rows, no further than needed: every list keeps its first row (none if even that does not
+    fit); the lead lists (``lead``, default :data:`LEAD` of ``tool``, and every list of
+    strings: notes, warnings) then grow as far as fits, every other list after them, each
+    list of a tier up to one common number of bytes (a list smaller than that stays whole).
+    ``rows`` states the rows each list now holds; ``"paging"``: per list holding part of its
+    table (dotted path) its shown, total and remaining rows, and how to page through the rest.
+    If even empty lists do not fit, the largest sections are left out (named under
     ``paging.omitted`` with their size)."""
     if _size(payload) <= max_bytes:
         return payload
-    lists = list(_lists(payload))
-    for n in (50, 20, 10, 5, 2, 1, 0):
-        cand, cut = payload, {}
-        for path, items in lists:
-            if len(items) > n:
-                dotted = ".".join(path)
-                total = _total(payload, dotted, len(items))
-                cand = _with(cand, path, items[:n])
-                cut[dotted] = {"shown": n, "total": total, "remaining": total - n}
-        cand = dict(cand, paging={
+    lead = set(LEAD.get(tool, ()) if lead is None else lead)
+    lists = []  # (path, items, dotted, lead?, bytes of the first k items for every k)
+    for path, items in _lists(payload):
+        dotted, sizes = ".".join(path), [2]
+        for item in items:
+            sizes.append(sizes[-1] + _size(item) + (len(sizes) > 1))
+        lists.append((path, items, dotted, dotted in lead or (items and all(isinstance(x, str) for x in items)),
+                      sizes))
+
+    def build(cap_lead: int, cap_rest: int, floor: int) -> dict:
+        """The payload with each list cut to the most rows whose JSON takes at most its tier's
+        cap, and at least ``floor`` rows."""
+        cand, cut, rows = payload, {}, payload.get("rows")
+        for path, items, dotted, first, sizes in lists:
+            n = max(min(len(items), floor), bisect.bisect_right(sizes, cap_lead if first else cap_rest) - 1)
+            total = _total(payload, dotted, len(items))
+            if n == len(items):
+                if total > n:  # cut by the command (its top): pageable all the same
+                    cut[dotted] = {"shown": n, "total": total, "remaining": total - n}
+                continue
+            cand = _with(cand, path, items[:n])
+            cut[dotted] = {"shown": n, "total": total, "remaining": total - n}
+            if isinstance(rows, dict) and isinstance(rows.get(dotted), dict):  # rows: what the answer holds
+                cand = _with(cand, ("rows", dotted), dict(rows[dotted], shown=n, total=total))
+            parent = cand
+            for k in path[:-1]:
+                parent = parent[k]
+            if isinstance(parent.get(path[-1] + "_rows"), dict):  # steps.records_rows
+                cand = _with(cand, path[:-1] + (path[-1] + "_rows",), {"shown": n, "total": total})
+        return dict(cand, paging={
             "max_bytes": max_bytes, "cut": cut,
             "more": f"call {tool} again with section=<one of cut> and offset=<its shown> for the next rows"})
-        if _size(cand) <= max_bytes:
-            return cand
+
+    fits = lambda cand: _size(cand) <= max_bytes
+    most = max((sizes[-1] for *_, sizes in lists), default=0)
+    for floor in (1, 0):
+        if not fits(build(0, 0, floor)):
+            continue
+        cap_lead = _largest(lambda b: fits(build(b, 0, floor)), 0, most)
+        cap_rest = _largest(lambda b: fits(build(cap_lead, b, floor)), 0, most)
+        return build(cap_lead, cap_rest, floor)
+    cand = build(0, 0, 0)
     omitted = {}
     for k in sorted(cand, key=lambda k: -_size(cand[k])):
         if k in ("paging", "section", "rows") or _size(cand) <= max_bytes:
@@ -345,8 +396,10 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
                      "by (name, shape) with occurrences, roofline, steps and sources. Paths are confined to: "
                      + ", ".join(roots.dirs + roots.urls) + ". Start with find_traces, then analyze (section=... for one "
                      "part), query (SQL; describe_schema lists the tables), diff and verify. Answers take at most "
-                     f"{max_bytes // 1024} KB: what was cut is under paging (or rows); section=PATH with offset "
-                     "pages through a table, each page giving next_offset.")
+                     f"{max_bytes // 1024} KB: rows states the rows each table holds of its total, paging.cut "
+                     "every table cut; section=PATH with offset pages through a table, each page giving "
+                     "next_offset. Ids (program_id, *_id) are decimal strings, exact for any JSON reader; in SQL "
+                     "they are integers: WHERE program_id = 12190760917235803885, unquoted.")
     cache = ["--no-cache"] if no_cache else []
 
     def load(text: str) -> tuple[dict, dict]:
@@ -408,8 +461,9 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
     PathArg = Annotated[str, Field(description="trace file, run folder or log dir, under a root (relative: to the "
                                                "first root)")]
     TopArg = Annotated[int | None, Field(ge=1, le=1000, description=(
-        f"rows of each table (default {OVERVIEW_ROWS}; the JSON states each total); with section: the most rows "
-        f"of the page (default: as many as fit)"))]
+        f"rows of each table (default {OVERVIEW_ROWS}; rows states each total); an answer over 32 KB keeps its "
+        f"lead tables longest (analyze: devices, ops, findings; diff: populations, findings) and cuts the others "
+        f"first (paging.cut); with section: the most rows of the page (default: as many as fit)"))]
     SectionArg = Annotated[str | None, Field(description=(
         "one section of the answer, a dotted path (ops, steps.records, overlap.steps, ...); a list is served "
         "a page at a time from offset"))]
@@ -445,9 +499,11 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
 
     @server.tool(description="traceview analyze --format json: provenance, warnings, devices and peaks, the HLO "
                              "ops keyed by (name, shape) with occurrences and times (ps), roofline, kernels, "
-                             "sources, steps and every other section of the report, each table cut at top rows "
-                             "and the answer at 32 KB (paging says what was cut). section=NAME returns one "
-                             "section (an unknown name lists them), a table a page at a time from offset.")
+                             "sources, steps and every other section of the report, each table cut at top rows; "
+                             "over 32 KB devices, ops and findings are kept longest and the other tables cut "
+                             "first (rows: what each holds of its total; paging.cut: each cut table). "
+                             "section=NAME returns one section (an unknown name lists them), a table a page at "
+                             "a time from offset. Ids (program_id, channel_id) are decimal strings.")
     @guarded
     def analyze(path: PathArg, section: SectionArg = None, offset: OffsetArg = 0,
                 top: TopArg = None, by: Annotated[str, Field(pattern="^(shape|name|program)$")] = "shape",
@@ -503,7 +559,8 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
                              "row per HLO op event), populations, roofline, steps, sources, kernels, programs, "
                              "module_runs, ... (describe_schema lists them). A page of the result from offset: at "
                              "most limit rows and 32 KB; rows.result states offset, shown, total, remaining and "
-                             "next_offset.")
+                             "next_offset. Id columns (program_id UInt64, *_id) come back as decimal strings; in "
+                             "the SQL they are integers: WHERE program_id = 12190760917235803885, unquoted.")
     @guarded
     def query(path: PathArg, sql: Annotated[str, Field(min_length=1, max_length=20000)],
               limit: Annotated[int, Field(ge=1, le=10000)] = 100, offset: OffsetArg = 0) -> str:

@@ -7,6 +7,12 @@ default) unless ``all_rows``; ``"rows"`` gives, for every table, the rows shown 
 (``{JSON path: {"shown", "total"}}``). Frames are encoded by polars (Rust) and the rest by
 orjson: no Python step per value.
 
+Ids are decimal strings: every UInt64 column (XLA's 64-bit program ids) and every integer
+column named ``id`` or ``*_id`` (``program_id``, ``channel_id``, ``step_id``) is written as
+``"12190760917235803885"`` in every row, whatever its size, so a reader that holds numbers as
+doubles (JavaScript, jq) keeps it exact and a column never changes type between traces; null
+stays null. Every other integer (ps, bytes, counts) is a JSON number.
+
 Always valid JSON (RFC 8259): a figure that is not finite (a ridge point or efficiency over
 an extreme peak) is written as null and listed, with its value, under ``"non_finite"``
 ({JSON path: "inf" / "-inf" / "nan"}); strings are valid Unicode (a path's undecodable
@@ -93,13 +99,25 @@ def _non_finite(df: pl.DataFrame, where: str, bad: dict) -> None:
                 bad[f"{where}[{i}].{c}[{j}]"] = "nan" if math.isnan(v_) else ("inf" if v_ > 0 else "-inf")
 
 
+def is_id(name: str, dtype: pl.DataType) -> bool:
+    """Whether a column (or a list column's items) of ``dtype`` holds ids the JSON writes as
+    decimal strings: UInt64, or an integer column named ``id`` / ``*_id``."""
+    if isinstance(dtype, (pl.List, pl.Array)) and dtype.inner is not None:
+        dtype = dtype.inner
+    return dtype == pl.UInt64 or (dtype.is_integer() and (name == "id" or name.endswith("_id")))
+
+
 def frame_json(df: pl.DataFrame, where: str = "$", bad: dict | None = None) -> bytes:
     """``df`` as a JSON array of row objects, one row per line, written by polars: non-finite
-    floats as null (recorded in ``bad`` under ``where[i].column``), dates and times as text
-    (``2026-01-01 00:00:00``), columns of other types (objects, durations, decimals) cast to
-    text."""
+    floats as null (recorded in ``bad`` under ``where[i].column``), id columns (:func:`is_id`)
+    as decimal strings, dates and times as text (``2026-01-01 00:00:00``), columns of other
+    types (objects, durations, decimals) cast to text. Casts are per column, in polars."""
     if bad is not None:
         _non_finite(df, where, bad)
+    ids = [pl.col(c).cast(pl.List(pl.String) if isinstance(t, (pl.List, pl.Array)) else pl.String)
+           for c, t in df.schema.items() if is_id(c, t)]
+    if ids:
+        df = df.with_columns(ids)
     odd = [c for c, t in df.schema.items() if not (t.is_numeric() or isinstance(t, _NATIVE) or t in _NATIVE)]
     if odd:
         df = df.with_columns(pl.col(c).map_elements(lambda v: printable(str(v)), return_dtype=pl.String)
