@@ -23,6 +23,7 @@ GEMM = "mi300x_jax_gemm_sweep.xplane.pb"
 CONV = "mi300x_jax_conv3d.xplane.pb"
 VLLM = "vllm_tpu_qwen"
 SQL = "SELECT op_name, shape, occurrences, self_ps FROM populations ORDER BY self_ps DESC, op_name, shape"
+ROOT = Path(__file__).resolve().parent.parent
 CHECKS = ["op matching all-reduce present", "op matching no_such_op present"]
 
 #: (name, tool, arguments): every call the module makes, in one session
@@ -88,7 +89,7 @@ def session(shared_traces, tmp_path_factory):
     before = sorted((p, p.stat().st_mtime_ns) for p in scratch.rglob("*"))
     params = StdioServerParameters(command=sys.executable, args=["-m", "traceview.cli", "mcp", "--root",
                                                                  str(shared_traces), "--root", str(scratch)],
-                                   cwd=str(scratch))
+                                   cwd=str(scratch), env={"PYTHONPATH": str(ROOT)})  # this checkout's traceview
 
     async def talk():
         out = {}
