@@ -25,6 +25,7 @@ VLLM = "vllm_tpu_qwen"
 SQL = "SELECT op_name, shape, occurrences, self_ps FROM populations ORDER BY self_ps DESC, op_name, shape"
 ROOT = Path(__file__).resolve().parent.parent
 CHECKS = ["op matching all-reduce present", "op matching no_such_op present"]
+CROSS4 = "FROM ops a CROSS JOIN ops b CROSS JOIN ops c CROSS JOIN ops d"  # 198**4 rows of the conv3d trace
 
 #: (name, tool, arguments): every call the module makes, in one session
 CALLS = [
@@ -51,6 +52,10 @@ CALLS = [
     ("analyze_vllm_default", "analyze", {"path": VLLM}),
     ("analyze_v6e_steps", "analyze", {"path": V6E, "section": "steps"}),
     ("offset_without_section", "analyze", {"path": V6E, "offset": 3}),
+    # a query whose work nothing bounds: the server (--query-memory 0.5) answers one line and goes on
+    ("query_huge", "query", {"path": CONV, "sql": f"SELECT a.op_name {CROSS4} ORDER BY a.self_ps + d.self_ps"}),
+    ("query_after_huge", "query", {"path": CONV, "sql": "SELECT count(*) AS n FROM ops"}),
+    ("query_cross_plain", "query", {"path": CONV, "sql": f"SELECT a.op_name {CROSS4}", "limit": 2}),
 ]
 
 #: (name, tool, arguments, section): tables read page by page, following next_offset
@@ -88,7 +93,8 @@ def session(shared_traces, tmp_path_factory):
     os.symlink(outside / "copy.xplane.pb", scratch / "profiles" / "h.xplane.pb")  # found by discovery
     before = sorted((p, p.stat().st_mtime_ns) for p in scratch.rglob("*"))
     params = StdioServerParameters(command=sys.executable, args=["-m", "traceview.cli", "mcp", "--root",
-                                                                 str(shared_traces), "--root", str(scratch)],
+                                                                 str(shared_traces), "--root", str(scratch),
+                                                                 "--query-memory", "0.5"],
                                    cwd=str(scratch), env={"PYTHONPATH": str(ROOT)})  # this checkout's traceview
 
     async def talk():
@@ -199,6 +205,21 @@ def test_query_equals_cli_json(session, shared_traces, cli):
     assert {**got, "rows": None} == {**want, "rows": None}
     err, text = session["query_bad"]
     assert err and "unknown table 'nope'" in text and "\n" not in text
+
+
+def test_query_past_its_memory_limit_is_a_tool_error_and_the_server_goes_on(session, shared_traces):
+    """The ORDER BY over a 4-way cross join aborted the server (polars' failed allocation); it
+    runs in a child under --query-memory: one line, and the next call is answered. A plain
+    SELECT over the same join yields its page and the exact total (the rows shown only)."""
+    err, text = session["query_huge"]
+    assert err and text == (f"Error executing tool query: {shared_traces / CONV}: the query exceeded its memory limit (0.5 GiB above the "
+                            "tables; --query-memory raises it)")
+    assert _ok(session, "query_after_huge")["result"] == [{"n": 198}]
+    got = _ok(session, "query_cross_plain")
+    first = __import__("traceview").load(shared_traces / CONV).ops["op_name"][0]
+    assert got["result"] == [{"op_name": first}] * 2
+    assert got["rows"]["result"] == {"offset": 0, "shown": 2, "total": 198 ** 4, "remaining": 198 ** 4 - 2,
+                                     "next_offset": 2}
 
 
 def test_find_traces_and_schema(session, shared_traces, cli):
