@@ -251,3 +251,35 @@ def test_query_past_its_limits_is_one_line_exit_6(shared_traces, capsys, how):
         assert err == f"traceview: error: {path}: {msg}\n"
     assert main(["query", path, "SELECT count(*) AS n FROM ops", "--format", "csv", "--no-cache"]) == 0
     assert capsys.readouterr().out == "n\n198\n"
+
+
+#: the occurrence checks of the v6e trace (4 devices; the step count 100: each device ran each
+#: jit_f population 100 times, the psum 3 times and the broadcast once)
+CHECKS_Q = ("SELECT op_name, shape, occurrences, per_device_max, steps, steps_ok, has_batch FROM occurrence_checks "
+            "ORDER BY op_name, shape")
+
+
+def test_occurrence_checks_from_the_command_line(v6e, capsys):
+    """``--steps`` / ``--expect-batch`` reach the occurrence_checks table from ``traceview
+    query`` as from ``Profile.sql(q, steps=..., expect_batch=...)``, validated as analyze
+    validates them (exit 2, one line)."""
+    path = str(v6e.discovery.root)
+    want = v6e.sql(CHECKS_Q, steps=100, expect_batch=5)
+    assert want.height == 17 and want["has_batch"].all()
+    assert [r for r in want.rows() if not r[5]] == [
+        ("all-reduce", "f32[5,1024,1024,256] <- f32[5,1024,1024,256]", 12, 3, 100, False, True),
+        ("broadcast.2", "f32[5,1024,1024,256] <- f32[]", 1, 1, 100, False, True)]
+    assert main(["query", path, CHECKS_Q, "--steps", "100", "--expect-batch", "5", "--format", "json",
+                 "--no-cache"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["result"] == want.to_dicts() and got["rows"]["result"] == {"shown": 17, "total": 17}
+    assert main(["query", path, "SELECT sum(steps_ok::int) AS ok FROM occurrence_checks", "--steps", "jit_f=100",
+                 "--format", "csv", "--no-cache"]) == 0
+    assert capsys.readouterr().out == "ok\n15\n"
+    for argv, msg in ((["--steps", "0"], "argument --steps: expected a positive integer"),
+                      (["--steps", "3", "--steps", "4"], "--steps takes either one N"),
+                      (["--steps", "nope=3"], "module 'nope' has no ops in this trace"),
+                      (["--expect-batch", "x"], "argument --expect-batch")):
+        assert main(["query", path, CHECKS_Q, *argv, "--no-cache"]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and err.count("\n") == 1 and "Traceback" not in err

@@ -118,6 +118,16 @@ def steps_option(values: list | None):
     return plain[0] if plain else named
 
 
+def add_occurrence_checks(p: argparse.ArgumentParser) -> None:
+    """``--steps [MODULE=]N`` (repeatable: :func:`steps_option`) and ``--expect-batch B``
+    (analyze, query): the occurrence checks (query's ``occurrence_checks`` table)."""
+    p.add_argument("--steps", type=step_count, metavar="[MODULE=]N", action="append",
+                   help="flag populations whose executions on a device are not a multiple of N (the step count; "
+                        "MODULE=N checks that program against its own count, repeat for several)")
+    p.add_argument("--expect-batch", type=exact_count, metavar="B",
+                   help="show which populations carry a dimension of size B")
+
+
 def check_step_modules(steps, prof) -> None:
     """UsageError when ``--steps MODULE=N`` (``steps`` as :func:`steps_option` returns it)
     names a program none of ``prof``'s ops ran in, naming the programs there are (as

@@ -509,7 +509,8 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
 
     @server.tool(description="traceview query --format json: SQL (polars) over the profile's tables: ops (one "
                              "row per HLO op event), populations, roofline, steps, sources, kernels, programs, "
-                             "module_runs, ... (describe_schema lists them). A page of the result from offset: at "
+                             "module_runs, ... (describe_schema lists them; occurrence_checks with steps or "
+                             "expect_batch). A page of the result from offset: at "
                              "most limit rows and 32 KB; rows.result states offset, shown, total, remaining and "
                              "next_offset. Each query runs in a child process under "
                              f"{said.get(query_memory, f'{query_memory:g} GiB')} of memory above the tables and "
@@ -517,11 +518,18 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
                              "ORDER BY over a cross join) it is a one-line tool error, and the server goes on.")
     @guarded
     def query(path: PathArg, sql: Annotated[str, Field(min_length=1, max_length=20000)],
-              limit: Annotated[int, Field(ge=1, le=10000)] = 100, offset: OffsetArg = 0) -> str:
+              limit: Annotated[int, Field(ge=1, le=10000)] = 100, offset: OffsetArg = 0,
+              steps: Annotated[int | None, Field(ge=1, description="step count: the occurrence_checks table "
+                                                                    "flags populations whose executions are not "
+                                                                    "a multiple")] = None,
+              expect_batch: Annotated[int | None, Field(ge=1, description="batch size B: the occurrence_checks "
+                                                                           "table says which populations carry a "
+                                                                           "dimension B")] = None) -> str:
         real = roots.resolve(path)
         roots.check_discovered(real)
-        got = answer(lambda rows: run_command(["query", *_opt("format", "json"), *_opt("top", rows), *cache, *limits,
-                                               "--", real, sql])[1],
+        argv = ["query", *_opt("format", "json"), *_opt("steps", steps), *_opt("expect-batch", expect_batch),
+                *cache, *limits]
+        got = answer(lambda rows: run_command([*argv, *_opt("top", rows), "--", real, sql])[1],
                      tool="query", section="result", offset=offset, top=min(limit, max_items))
         return got
 

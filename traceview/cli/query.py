@@ -17,8 +17,9 @@ TABLE_TOP = 25
 _EPILOG = """\
 tables: ops (one row per HLO op event), module_runs, programs, populations (analyze's op table),
 roofline, kernels, sources, steps, families, devices, ... and every other table of the report
-(communication, findings where the trace has them): traceview query PATH --tables lists them
-with their columns. polars SQL: list columns with array_contains(modules, 'jit_f').
+(communication, findings where the trace has them; occurrence_checks with --steps / --expect-batch):
+traceview query PATH --tables lists them with their columns. polars SQL: list columns with
+array_contains(modules, 'jit_f').
 examples:
   traceview query T.xplane.pb "SELECT op_name, shape, self_ps FROM populations
       WHERE array_contains(modules, 'jit_f') ORDER BY self_ps DESC LIMIT 5"
@@ -46,20 +47,24 @@ def add_parser(sub) -> None:
                    help="table [default], json, csv or parquet; with -o and no --format, the file's suffix decides")
     q.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (required for parquet)")
     cargs.add_query_limits(q)
+    cargs.add_occurrence_checks(q)  # the occurrence_checks table
     cargs.add_peaks(q)
     cargs.add_steps(q)
 
 
 def report_options(args) -> dict:
-    """:func:`~traceview.analysis.report.build_report` keyword arguments from the step and
-    source options present on ``args`` (those build_report takes)."""
+    """:func:`~traceview.analysis.report.build_report` keyword arguments from the step,
+    occurrence-check and source options present on ``args`` (those build_report takes)."""
     import inspect
 
     from traceview.analysis.report import build_report
 
     known = inspect.signature(build_report).parameters
-    return {k: getattr(args, k) for k in ("step_module", "step_window", "step_extent", "source_frame")
-            if k in known and hasattr(args, k)}
+    out = {k: getattr(args, k) for k in ("step_module", "step_window", "step_extent", "source_frame", "expect_batch")
+           if k in known and hasattr(args, k)}
+    if "steps" in known and hasattr(args, "steps"):
+        out["steps"] = cargs.steps_option(args.steps)
+    return out
 
 
 def load_tables(args, out: Path | None):
@@ -83,6 +88,7 @@ def load_tables(args, out: Path | None):
     for option, rx in (("--filter", args.filter), ("--device", args.device)):
         if rx is not None:
             check_regex(rx, option)
+    cargs.check_step_modules(cargs.steps_option(getattr(args, "steps", None)), prof)
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     refuse_inside_inputs(out, "-o", prof.discovery)
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
