@@ -23,7 +23,11 @@ GEMM = "mi300x_jax_gemm_sweep.xplane.pb"
 CONV = "mi300x_jax_conv3d.xplane.pb"
 VLLM = "vllm_tpu_qwen"
 SQL = "SELECT op_name, shape, occurrences, self_ps FROM populations ORDER BY self_ps DESC, op_name, shape"
+ROOT = Path(__file__).resolve().parent.parent
 CHECKS = ["op matching all-reduce present", "op matching no_such_op present"]
+CHECKS_Q = ("SELECT op_name, shape, occurrences, per_device_max, steps, steps_ok, has_batch FROM occurrence_checks "
+            "ORDER BY op_name, shape")
+CROSS4 = "FROM ops a CROSS JOIN ops b CROSS JOIN ops c CROSS JOIN ops d"  # 198**4 rows of the conv3d trace
 
 #: (name, tool, arguments): every call the module makes, in one session
 CALLS = [
@@ -55,6 +59,12 @@ CALLS = [
     ("analyze_gemm_default", "analyze", {"path": GEMM}),
     ("analyze_greedy_default", "analyze", {"path": "FIXTURES/greedy_b4"}),
     ("query_v6e_id", "query", {"path": V6E, "sql": "SELECT program_id, module FROM programs WHERE module = 'jit_f'"}),
+    # a query whose work nothing bounds: the server (--query-memory 0.5) answers one line and goes on
+    ("query_huge", "query", {"path": CONV, "sql": f"SELECT a.op_name {CROSS4} ORDER BY a.self_ps + d.self_ps"}),
+    ("query_after_huge", "query", {"path": CONV, "sql": "SELECT count(*) AS n FROM ops"}),
+    ("query_cross_plain", "query", {"path": CONV, "sql": f"SELECT a.op_name {CROSS4}", "limit": 2}),
+    ("query_checks", "query", {"path": V6E, "sql": CHECKS_Q, "steps": 100, "expect_batch": 5}),
+    ("query_checks_bad", "query", {"path": V6E, "sql": CHECKS_Q, "steps": 0}),
 ]
 
 #: (name, tool, arguments, section): tables read page by page, following next_offset
@@ -100,7 +110,7 @@ def session(shared_traces, tmp_path_factory):
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     params = StdioServerParameters(command=sys.executable, args=["-m", "traceview.cli", "mcp", "--root",
                                                                  str(shared_traces), "--root", str(scratch),
-                                                                 "--root", str(ROOT / "fixtures")],
+                                                                 "--root", str(ROOT / "fixtures"), "--query-memory", "0.5"],
                                    cwd=str(scratch), env=env)
 
     async def talk():
@@ -211,6 +221,35 @@ def test_query_equals_cli_json(session, shared_traces, cli):
     assert {**got, "rows": None} == {**want, "rows": None}
     err, text = session["query_bad"]
     assert err and "unknown table 'nope'" in text and "\n" not in text
+
+
+def test_query_past_its_memory_limit_is_a_tool_error_and_the_server_goes_on(session, shared_traces):
+    """The ORDER BY over a 4-way cross join aborted the server (polars' failed allocation); it
+    runs in a child under --query-memory: one line, and the next call is answered. A plain
+    SELECT over the same join yields its page and the exact total (the rows shown only)."""
+    err, text = session["query_huge"]
+    assert err and text == (f"Error executing tool query: {shared_traces / CONV}: the query exceeded its memory limit (0.5 GiB above the "
+                            "tables; --query-memory raises it)")
+    assert _ok(session, "query_after_huge")["result"] == [{"n": 198}]
+    got = _ok(session, "query_cross_plain")
+    first = __import__("traceview").load(shared_traces / CONV).ops["op_name"][0]
+    assert got["result"] == [{"op_name": first}] * 2
+    assert got["rows"]["result"] == {"offset": 0, "shown": 2, "total": 198 ** 4, "remaining": 198 ** 4 - 2,
+                                     "next_offset": 2}
+
+
+def test_query_takes_the_occurrence_check_options(session, shared_traces):
+    """steps / expect_batch reach the occurrence_checks table, as Profile.sql(q, steps=...,
+    expect_batch=...) computes it; a bad value is a one-line tool error."""
+    import traceview
+
+    want = traceview.load(shared_traces / V6E).sql(CHECKS_Q, steps=100, expect_batch=5)
+    got = _ok(session, "query_checks")
+    assert got["result"] == want.to_dicts() and got["rows"]["result"]["total"] == 17
+    assert [(r["op_name"], r["per_device_max"]) for r in got["result"] if not r["steps_ok"]] == [
+        ("all-reduce", 3), ("broadcast.2", 1)]
+    err, text = session["query_checks_bad"]
+    assert err and "steps" in text and "greater than or equal to 1" in text and "\n" not in text
 
 
 def test_find_traces_and_schema(session, shared_traces, cli):

@@ -215,3 +215,96 @@ def test_ids_are_exact_decimal_strings_in_json(shared_traces, capsys):
     # the id quoted as in the JSON: a usage error that says to write it unquoted
     assert main(["query", path, f"SELECT * FROM programs WHERE program_id = '{JIT_F_ID}'", "--no-cache"]) == 2
     assert "write them unquoted" in capsys.readouterr().err
+
+
+#: a 4-way cross join of the conv3d trace's 198 op events: 198**4 = 1,536,953,616 rows
+CROSS4 = "FROM ops a CROSS JOIN ops b CROSS JOIN ops c CROSS JOIN ops d"
+
+
+def _cli(*argv, timeout=120):
+    """The real command line (its own process, as a user runs it): (exit code, stdout, stderr)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    p = subprocess.run([sys.executable, "-m", "traceview.cli", *argv], capture_output=True, text=True,
+                       timeout=timeout, cwd=Path(__file__).resolve().parent.parent)  # this checkout's traceview
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_displayed_rows_only_are_produced(shared_traces):
+    """The displayed-row limit is pushed into the lazy plan: a plain SELECT over a 4-way cross
+    join yields its first rows and the exact total, in about a second, not 1.5e9 rows."""
+    from traceview.analysis.report import build_report
+    from traceview.analysis.sql import execute, execute_head, tables
+
+    conv = traceview.load(shared_traces / "mi300x_jax_conv3d.xplane.pb")
+    first = conv.ops["op_name"][0]
+    rc, out, err = _cli("query", str(shared_traces / "mi300x_jax_conv3d.xplane.pb"), f"SELECT a.op_name {CROSS4}",
+                        "--format", "json", "--top", "3", "--no-cache")
+    assert rc == 0, err
+    got = json.loads(out)
+    assert got["rows"] == {"result": {"shown": 3, "total": 198 ** 4}} and got["result"] == [{"op_name": first}] * 3
+    t = tables(build_report(conv), conv)  # ordinary queries: the same rows and count as the whole result
+    for q in ("SELECT op_name, self_ps FROM ops ORDER BY self_ps DESC, op_name", "SELECT count(*) AS n FROM ops",
+              "SELECT op_kind, sum(self_ps) AS s FROM ops GROUP BY op_kind ORDER BY s DESC"):
+        whole = execute(t, q)
+        head, total = execute_head(t, q, 5)
+        assert_frame_equal(head, whole.head(5))
+        assert total == whole.height
+    assert execute_head(t, "SELECT count(*) AS n FROM ops", 5)[0]["n"].to_list() == [198]
+
+
+@pytest.mark.parametrize("how", ["cli", "in-process"])
+def test_query_past_its_limits_is_one_line_exit_6(shared_traces, capsys, how):
+    """An ORDER BY over the 4-way cross join (memory: polars aborted the process) and a
+    DISTINCT count over it (time: 30 s) stop at --query-memory / --query-timeout with one line
+    and exit 6, from the command line (the query in a fork) and in-process (a query server's
+    fork: polars' pool runs here); the process goes on to answer the next query."""
+    path = str(shared_traces / "mi300x_jax_conv3d.xplane.pb")
+    cases = ((f"SELECT a.op_name {CROSS4} ORDER BY a.self_ps + d.self_ps", ["--query-memory", "0.5"],
+              "the query exceeded its memory limit (0.5 GiB above the tables; --query-memory raises it)"),
+             (f"SELECT count(DISTINCT a.self_ps + b.self_ps + c.self_ps + d.self_ps) AS n {CROSS4}",
+              ["--query-timeout", "1"], "the query ran past its time limit (1 s; --query-timeout raises it)"))
+    for q, limit, msg in cases:
+        if how == "cli":
+            rc, out, err = _cli("query", path, q, *limit, "--no-cache")
+        else:
+            rc = main(["query", path, q, *limit, "--no-cache"])
+            out, err = capsys.readouterr()
+        assert rc == 6 and out == ""
+        assert err == f"traceview: error: {path}: {msg}\n"
+    assert main(["query", path, "SELECT count(*) AS n FROM ops", "--format", "csv", "--no-cache"]) == 0
+    assert capsys.readouterr().out == "n\n198\n"
+
+
+#: the occurrence checks of the v6e trace (4 devices; the step count 100: each device ran each
+#: jit_f population 100 times, the psum 3 times and the broadcast once)
+CHECKS_Q = ("SELECT op_name, shape, occurrences, per_device_max, steps, steps_ok, has_batch FROM occurrence_checks "
+            "ORDER BY op_name, shape")
+
+
+def test_occurrence_checks_from_the_command_line(v6e, capsys):
+    """``--steps`` / ``--expect-batch`` reach the occurrence_checks table from ``traceview
+    query`` as from ``Profile.sql(q, steps=..., expect_batch=...)``, validated as analyze
+    validates them (exit 2, one line)."""
+    path = str(v6e.discovery.root)
+    want = v6e.sql(CHECKS_Q, steps=100, expect_batch=5)
+    assert want.height == 17 and want["has_batch"].all()
+    assert [r for r in want.rows() if not r[5]] == [
+        ("all-reduce", "f32[5,1024,1024,256] <- f32[5,1024,1024,256]", 12, 3, 100, False, True),
+        ("broadcast.2", "f32[5,1024,1024,256] <- f32[]", 1, 1, 100, False, True)]
+    assert main(["query", path, CHECKS_Q, "--steps", "100", "--expect-batch", "5", "--format", "json",
+                 "--no-cache"]) == 0
+    got = json.loads(capsys.readouterr().out)
+    assert got["result"] == want.to_dicts() and got["rows"]["result"] == {"shown": 17, "total": 17}
+    assert main(["query", path, "SELECT sum(steps_ok::int) AS ok FROM occurrence_checks", "--steps", "jit_f=100",
+                 "--format", "csv", "--no-cache"]) == 0
+    assert capsys.readouterr().out == "ok\n15\n"
+    for argv, msg in ((["--steps", "0"], "argument --steps: expected a positive integer"),
+                      (["--steps", "3", "--steps", "4"], "--steps takes either one N"),
+                      (["--steps", "nope=3"], "module 'nope' has no ops in this trace"),
+                      (["--expect-batch", "x"], "argument --expect-batch")):
+        assert main(["query", path, CHECKS_Q, *argv, "--no-cache"]) == 2
+        err = capsys.readouterr().err
+        assert msg in err and err.count("\n") == 1 and "Traceback" not in err

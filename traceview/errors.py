@@ -13,7 +13,7 @@ Exit codes (documented in docs/exit-codes.md):
 3     no trace found under the given path
 4     a trace was found but is unreadable (corrupt, truncated, not a trace)
 5     the trace is readable but holds nothing to analyze (no HLO ops)
-6     a resource limit was hit (decompression or parse limit)
+6     a resource limit was hit (decompression or parse limit; a query's memory or time limit)
 7     a remote store could not be read (access denied, server unreachable or stopped, an
       object cut short or changed while read)
 8     the installation is broken: a module of traceview or of a dependency cannot be imported
@@ -71,7 +71,8 @@ class NoOpsFound(TraceviewError):
 
 
 class LimitExceeded(TraceviewError):
-    """A safety limit (decompressed bytes, events) was exceeded; the limit is in the message."""
+    """A safety limit (decompressed bytes, events, a query's memory or time) was exceeded; the
+    limit is in the message."""
 
     exit_code = EXIT_LIMIT
 

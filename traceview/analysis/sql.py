@@ -13,6 +13,7 @@ line.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -180,19 +181,22 @@ def check_query(query: str) -> None:
                          "queries run over traceview's tables only")
 
 
-def execute(t: Tables, query: str) -> pl.DataFrame:
-    """Run the SQL ``query`` over the tables of ``t`` (only those whose names appear in it
-    are built); returns the result frame. Raises UsageError: a query :func:`check_query`
-    refuses (not a SELECT, several statements, a file-reading table function), an unknown
-    table (with the list of tables), or polars' error (its first line) for bad SQL or an
-    unknown column (a string compared with a number: with how to write an id the JSON gives as
-    a string)."""
+def _lazy(t: Tables, query: str) -> pl.LazyFrame:
+    """The lazy plan of ``query`` over the tables of ``t`` it names (:func:`check_query` first)."""
     check_query(query)
     names = set(t.names)
     used = {w for w in _WORD.findall(query) if w in names}
     ctx = pl.SQLContext({n: t.get(n) for n in sorted(used)})
+    with _sql_errors(t):
+        return ctx.execute(query, eager=False)
+
+
+@contextlib.contextmanager
+def _sql_errors(t: Tables):
+    """polars' errors (planning or collecting a query) as UsageError: an unknown table with the
+    list of tables, else polars' first line."""
     try:
-        return ctx.execute(query, eager=True)
+        yield
     except (pl.exceptions.PolarsError, ValueError, TypeError) as exc:
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         missing = _MISSING.search(first)
@@ -202,6 +206,30 @@ def execute(t: Tables, query: str) -> pl.DataFrame:
             first += ("; ids the JSON writes as strings are integers in SQL: write them unquoted "
                       "(WHERE program_id = 12190760917235803885)")
         raise UsageError(f"SQL error: {first}") from None
+
+
+def execute(t: Tables, query: str) -> pl.DataFrame:
+    """Run the SQL ``query`` over the tables of ``t`` (only those whose names appear in it
+    are built); returns the result frame. Raises UsageError: a query :func:`check_query`
+    refuses (not a SELECT, several statements, a file-reading table function), an unknown
+    table (with the list of tables), or polars' error (its first line) for bad SQL or an
+    unknown column (a string compared with a number: with how to write an id the JSON gives as
+    a string)."""
+    lf = _lazy(t, query)
+    with _sql_errors(t):
+        return lf.collect()
+
+
+def execute_head(t: Tables, query: str, rows: int) -> tuple[pl.DataFrame, int]:
+    """(the first ``rows`` rows of ``query``'s result, its total row count), as :func:`execute`
+    would give them, with the slice pushed into polars' lazy plan: a plain SELECT over a huge
+    join produces only those rows, and the count is planned without the result's columns. Work
+    the plan cannot bound (an aggregate or ORDER BY over a huge join) is still done in full.
+    Raises as :func:`execute`."""
+    lf = _lazy(t, query)
+    with _sql_errors(t):
+        head, count = pl.collect_all([lf.head(rows), lf.select(pl.len())])
+    return head, int(count.item())
 
 
 def describe(t: Tables) -> list[dict]:

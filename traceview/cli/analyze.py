@@ -37,11 +37,7 @@ def add_parser(sub) -> None:
     cargs.add_width(a)
     a.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (required for parquet; - for "
                                                           "standard output)")
-    a.add_argument("--steps", type=cargs.step_count, metavar="[MODULE=]N", action="append",
-                   help="flag populations whose executions on a device are not a multiple of N (the step count; "
-                        "MODULE=N checks that program against its own count, repeat for several)")
-    a.add_argument("--expect-batch", type=cargs.exact_count, metavar="B",
-                   help="show which populations carry a dimension of size B")
+    cargs.add_occurrence_checks(a)
     a.add_argument("--html", metavar="FILE", help="also write the offline HTML report to FILE")
     cargs.add_peaks(a)
     cargs.add_phase(a)

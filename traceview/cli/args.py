@@ -118,6 +118,16 @@ def steps_option(values: list | None):
     return plain[0] if plain else named
 
 
+def add_occurrence_checks(p: argparse.ArgumentParser) -> None:
+    """``--steps [MODULE=]N`` (repeatable: :func:`steps_option`) and ``--expect-batch B``
+    (analyze, query): the occurrence checks (query's ``occurrence_checks`` table)."""
+    p.add_argument("--steps", type=step_count, metavar="[MODULE=]N", action="append",
+                   help="flag populations whose executions on a device are not a multiple of N (the step count; "
+                        "MODULE=N checks that program against its own count, repeat for several)")
+    p.add_argument("--expect-batch", type=exact_count, metavar="B",
+                   help="show which populations carry a dimension of size B")
+
+
 def check_step_modules(steps, prof) -> None:
     """UsageError when ``--steps MODULE=N`` (``steps`` as :func:`steps_option` returns it)
     names a program none of ``prof``'s ops ran in, naming the programs there are (as
@@ -405,6 +415,35 @@ def input_bytes(*discoveries) -> int:
             except OSError:
                 pass
     return total
+
+
+def limit_value(text: str) -> float:
+    """argparse type of a resource limit: a finite number, 0 or more (0: no limit)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, 0 or more (0: no limit), got {text!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number, 0 or more (0: no limit), got {text!r}")
+    return v
+
+
+def add_query_limits(p: argparse.ArgumentParser) -> None:
+    """``--query-memory GIB`` and ``--query-timeout S`` (query, mcp): :mod:`traceview.cli.sqlguard`."""
+    from traceview.cli.sqlguard import MEMORY_GIB, TIMEOUT_S
+
+    p.add_argument("--query-memory", type=limit_value, default=MEMORY_GIB, metavar="GIB",
+                   help=f"memory a query may take above the profile's tables, in GiB (default {MEMORY_GIB:g}; "
+                        "0: no limit); over it: one line, exit 6")
+    p.add_argument("--query-timeout", type=limit_value, default=TIMEOUT_S, metavar="S",
+                   help=f"seconds a query may run (default {TIMEOUT_S:g}; 0: no limit); past it: one line, exit 6")
+
+
+def query_limits(args) -> dict:
+    """:func:`traceview.cli.sqlguard.run`'s ``memory`` (bytes) and ``seconds`` from
+    ``--query-memory`` / ``--query-timeout`` (None: no limit)."""
+    gib, seconds = args.query_memory, args.query_timeout
+    return {"memory": int(gib * (1 << 30)) or None if gib else None, "seconds": seconds or None}
 
 
 def add_findings(p: argparse.ArgumentParser) -> None:

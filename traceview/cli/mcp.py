@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from traceview.cli import args as cargs
 from traceview.errors import EXIT_OK
 
 
@@ -19,6 +20,7 @@ def add_parser(sub) -> None:
     m.add_argument("--no-cache", action="store_true",
                    help="neither read nor write the parsed-table and result caches (they live outside the "
                         "profile folders: $TRACEVIEW_CACHE_DIR, default ~/.cache/traceview)")
+    cargs.add_query_limits(m)  # each query tool call: a child process under these limits (traceview.cli.sqlguard)
 
 
 def run(args) -> int:
@@ -26,5 +28,5 @@ def run(args) -> int:
     root that is not a folder or a missing ``mcp`` SDK."""
     from traceview.cli.mcp_server import serve
 
-    serve(args.root or ["."], no_cache=args.no_cache)
+    serve(args.root or ["."], no_cache=args.no_cache, query_memory=args.query_memory, query_timeout=args.query_timeout)
     return EXIT_OK

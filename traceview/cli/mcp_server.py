@@ -371,9 +371,13 @@ def _opt(name: str, value) -> list[str]:
 
 
 def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_ITEMS, max_chars: int = MAX_CHARS,
-                 max_bytes: int = MAX_BYTES):
+                 max_bytes: int = MAX_BYTES, query_memory: float | None = None, query_timeout: float | None = None):
     """The :class:`mcp.server.mcpserver.MCPServer` with traceview's tools, confined to
-    ``roots``. Raises ImportError when the ``mcp`` SDK is not installed."""
+    ``roots``; ``query_memory`` (GiB) and ``query_timeout`` (s) bound each query (0: no limit;
+    None: :mod:`traceview.cli.sqlguard`'s defaults). Raises ImportError when the ``mcp`` SDK
+    is not installed."""
+    from traceview.cli.sqlguard import MEMORY_GIB, TIMEOUT_S
+
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
     from pydantic import Field
@@ -401,6 +405,10 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
                      "next_offset. Ids (program_id, *_id) are decimal strings, exact for any JSON reader; in SQL "
                      "they are integers: WHERE program_id = 12190760917235803885, unquoted.")
     cache = ["--no-cache"] if no_cache else []
+    query_memory = MEMORY_GIB if query_memory is None else query_memory
+    query_timeout = TIMEOUT_S if query_timeout is None else query_timeout
+    limits = [f"--query-memory={query_memory:g}", f"--query-timeout={query_timeout:g}"]
+    said = {0: "no limit"}
 
     def load(text: str) -> tuple[dict, dict]:
         """A command's JSON, bounded (:func:`bound`): (payload, string cuts)."""
@@ -557,17 +565,29 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
 
     @server.tool(description="traceview query --format json: SQL (polars) over the profile's tables: ops (one "
                              "row per HLO op event), populations, roofline, steps, sources, kernels, programs, "
-                             "module_runs, ... (describe_schema lists them). A page of the result from offset: at "
+                             "module_runs, ... (describe_schema lists them; occurrence_checks with steps or "
+                             "expect_batch). A page of the result from offset: at "
                              "most limit rows and 32 KB; rows.result states offset, shown, total, remaining and "
                              "next_offset. Id columns (program_id UInt64, *_id) come back as decimal strings; in "
-                             "the SQL they are integers: WHERE program_id = 12190760917235803885, unquoted.")
+                             "the SQL they are integers: WHERE program_id = 12190760917235803885, unquoted. "
+                             "Each query runs in a child process under "
+                             f"{said.get(query_memory, f'{query_memory:g} GiB')} of memory above the tables and "
+                             f"{said.get(query_timeout, f'{query_timeout:g} s')}: past either (an aggregate or "
+                             "ORDER BY over a cross join) it is a one-line tool error, and the server goes on.")
     @guarded
     def query(path: PathArg, sql: Annotated[str, Field(min_length=1, max_length=20000)],
-              limit: Annotated[int, Field(ge=1, le=10000)] = 100, offset: OffsetArg = 0) -> str:
+              limit: Annotated[int, Field(ge=1, le=10000)] = 100, offset: OffsetArg = 0,
+              steps: Annotated[int | None, Field(ge=1, description="step count: the occurrence_checks table "
+                                                                    "flags populations whose executions are not "
+                                                                    "a multiple")] = None,
+              expect_batch: Annotated[int | None, Field(ge=1, description="batch size B: the occurrence_checks "
+                                                                           "table says which populations carry a "
+                                                                           "dimension B")] = None) -> str:
         real = roots.resolve(path)
         roots.check_discovered(real)
-        got = answer(lambda rows: run_command(["query", *_opt("format", "json"), *_opt("top", rows), *cache, "--",
-                                               real, sql])[1],
+        argv = ["query", *_opt("format", "json"), *_opt("steps", steps), *_opt("expect-batch", expect_batch),
+                *cache, *limits]
+        got = answer(lambda rows: run_command([*argv, *_opt("top", rows), "--", real, sql])[1],
                      tool="query", section="result", offset=offset, top=min(limit, max_items))
         return got
 
@@ -595,12 +615,14 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
     return server
 
 
-def serve(roots: list[str], *, no_cache: bool = False) -> None:
-    """Serve the tools over stdio until the client closes the connection. Raises UsageError
-    for a bad root and when the ``mcp`` SDK is missing."""
+def serve(roots: list[str], *, no_cache: bool = False, query_memory: float | None = None,
+          query_timeout: float | None = None) -> None:
+    """Serve the tools over stdio until the client closes the connection (``query_memory``,
+    ``query_timeout``: as :func:`build_server`). Raises UsageError for a bad root and when the
+    ``mcp`` SDK is missing."""
     r = Roots(roots)
     try:
-        server = build_server(r, no_cache=no_cache)
+        server = build_server(r, no_cache=no_cache, query_memory=query_memory, query_timeout=query_timeout)
     except ImportError as exc:
         raise UsageError(f"traceview mcp needs the MCP SDK: pip install 'traceview[mcp]' ({_one_line(exc)})") from None
     server.run("stdio")

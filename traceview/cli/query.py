@@ -17,13 +17,17 @@ TABLE_TOP = 25
 _EPILOG = """\
 tables: ops (one row per HLO op event), module_runs, programs, populations (analyze's op table),
 roofline, kernels, sources, steps, families, devices, ... and every other table of the report
-(communication, findings where the trace has them): traceview query PATH --tables lists them
-with their columns. polars SQL: list columns with array_contains(modules, 'jit_f').
+(communication, findings where the trace has them; occurrence_checks with --steps / --expect-batch):
+traceview query PATH --tables lists them with their columns. polars SQL: list columns with
+array_contains(modules, 'jit_f').
 examples:
   traceview query T.xplane.pb "SELECT op_name, shape, self_ps FROM populations
       WHERE array_contains(modules, 'jit_f') ORDER BY self_ps DESC LIMIT 5"
   traceview query T.xplane.pb "SELECT op_name, mean_ps, median_ps FROM populations WHERE mean_ps > 2 * median_ps"
-exit codes: 0 ok, 2 bad SQL, unknown table or column, or usage, 3-7 trace and remote-store errors, 8 broken installation"""
+limits: the SQL runs in a child process under --query-memory (GiB above the tables) and --query-timeout (s);
+a query past either (an aggregate or ORDER BY over a cross join) stops with one line, exit 6.
+exit codes: 0 ok, 2 bad SQL, unknown table or column, or usage, 3-5 and 7 trace and remote-store errors,
+6 a reading or query limit exceeded, 8 broken installation"""
 
 
 def add_parser(sub) -> None:
@@ -42,20 +46,25 @@ def add_parser(sub) -> None:
     q.add_argument("--format", choices=FORMATS, default=None,
                    help="table [default], json, csv or parquet; with -o and no --format, the file's suffix decides")
     q.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (required for parquet)")
+    cargs.add_query_limits(q)
+    cargs.add_occurrence_checks(q)  # the occurrence_checks table
     cargs.add_peaks(q)
     cargs.add_steps(q)
 
 
 def report_options(args) -> dict:
-    """:func:`~traceview.analysis.report.build_report` keyword arguments from the step and
-    source options present on ``args`` (those build_report takes)."""
+    """:func:`~traceview.analysis.report.build_report` keyword arguments from the step,
+    occurrence-check and source options present on ``args`` (those build_report takes)."""
     import inspect
 
     from traceview.analysis.report import build_report
 
     known = inspect.signature(build_report).parameters
-    return {k: getattr(args, k) for k in ("step_module", "step_window", "step_extent", "source_frame")
-            if k in known and hasattr(args, k)}
+    out = {k: getattr(args, k) for k in ("step_module", "step_window", "step_extent", "source_frame", "expect_batch")
+           if k in known and hasattr(args, k)}
+    if "steps" in known and hasattr(args, "steps"):
+        out["steps"] = cargs.steps_option(args.steps)
+    return out
 
 
 def load_tables(args, out: Path | None):
@@ -79,6 +88,7 @@ def load_tables(args, out: Path | None):
     for option, rx in (("--filter", args.filter), ("--device", args.device)):
         if rx is not None:
             check_regex(rx, option)
+    cargs.check_step_modules(cargs.steps_option(getattr(args, "steps", None)), prof)
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     refuse_inside_inputs(out, "-o", prof.discovery)
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
@@ -98,11 +108,65 @@ def _sql_before_path(args) -> None:
         raise UsageError(f"the trace comes first, then the query: traceview query {q} \"{path}\"")
 
 
-def run(args) -> int:
-    """Returns 0; raises UsageError (exit 2) for bad SQL, an unknown table or column, and
-    TraceviewError subclasses on bad input."""
+def output(args, out: Path | None, terminal: bool = False) -> bytes:
+    """The bytes ``traceview query`` writes for ``args``: the profile read, the query run (its
+    displayed rows only, when the output shows a part: :func:`~traceview.analysis.sql.execute_head`)
+    and rendered under the limits of :func:`traceview.cli.sqlguard.limited`; ``terminal``: the
+    bytes go to a terminal (CSV escapes control characters)."""
     from traceview import __version__
     from traceview.analysis import sql
+    from traceview.cli import sqlguard
+
+    t = load_tables(args, out)
+    if args.tables:
+        title = "tables of traceview query (table, column, dtype, meaning)"
+        if args.format == "table":
+            from traceview.render.query import query_text
+
+            return query_text(sql.describe_frame(t), top=args.top or 10_000, title=title).encode("utf-8")
+        if args.format == "json":
+            from traceview.render.json import dumps, tables_payload
+
+            return dumps(tables_payload(sql.describe(t), version=__version__)).encode("utf-8")
+        df = sql.describe_frame(t)
+        df = df.head(args.top) if args.top else df
+        return _frame_bytes(df, args.format, terminal)
+    top = args.top or (TABLE_TOP if args.format == "table" else None)
+    with sqlguard.limited(args.path):
+        df, total = sql.execute_head(t, args.sql, top) if top else (sql.execute(t, args.sql), None)
+        if args.format == "table":
+            from traceview.render.query import query_text
+
+            return query_text(df, top=top, title=args.sql, total=total).encode("utf-8")
+        if args.format == "json":
+            from traceview.render.json import dumps, query_payload
+
+            return dumps(query_payload(df, query=args.sql, top=args.top, version=__version__,
+                                       total=total)).encode("utf-8")
+        return _frame_bytes(df, args.format, terminal)
+
+
+def _frame_bytes(df, fmt: str, terminal: bool) -> bytes:
+    """``df`` as CSV (control characters escaped for a ``terminal``, as analyze) or Parquet."""
+    if fmt == "csv":
+        from traceview.render.tables import flat, terminal_safe
+
+        rows = flat(df)
+        if terminal:
+            rows = terminal_safe(rows)
+        return rows.write_csv().encode("utf-8")
+    import io
+
+    buf = io.BytesIO()
+    df.write_parquet(buf)
+    return buf.getvalue()
+
+
+def run(args) -> int:
+    """Returns 0; raises UsageError (exit 2) for bad SQL, an unknown table or column,
+    LimitExceeded (exit 6) for a query past ``--query-memory`` / ``--query-timeout`` (run in a
+    child: :mod:`traceview.cli.sqlguard`), and TraceviewError subclasses on bad input."""
+    from traceview.cli import sqlguard
     from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
 
     _sql_before_path(args)
@@ -115,35 +179,8 @@ def run(args) -> int:
                          "no SQL query given: traceview query PATH \"SELECT ...\" (--tables lists the tables)")
     check_writable(out, "-o")
     refuse_inside_inputs(out, "-o")
-    t = load_tables(args, out)
-    if args.tables:
-        df, title = sql.describe_frame(t), "tables of traceview query (table, column, dtype, meaning)"
-    else:
-        df, title = sql.execute(t, args.sql), args.sql
-    top = args.top
-    if args.format == "table":
-        from traceview.render.query import query_text
-
-        data = query_text(df, top=top or (10_000 if args.tables else TABLE_TOP), title=title).encode("utf-8")
-    elif args.format == "json":
-        from traceview.render.json import dumps, query_payload, tables_payload
-
-        payload = (tables_payload(sql.describe(t), version=__version__) if args.tables else
-                   query_payload(df, query=args.sql, top=top, version=__version__))
-        data = dumps(payload).encode("utf-8")
-    elif args.format == "csv":
-        from traceview.render.tables import flat, terminal_safe
-
-        rows = flat(df.head(top) if top else df)
-        if out is None and sys.stdout.isatty():  # a terminal gets control characters as \x1b, not raw (as analyze)
-            rows = terminal_safe(rows)
-        data = rows.write_csv().encode("utf-8")
-    else:
-        import io
-
-        buf = io.BytesIO()
-        (df.head(top) if top else df).write_parquet(buf)
-        data = buf.getvalue()
+    terminal = out is None and sys.stdout.isatty()
+    data = sqlguard.run(output, args, out, terminal, path=args.path, **cargs.query_limits(args))
     if out is not None:
         write_atomic(out, data)
         from traceview.model.naming import safe_line

@@ -317,13 +317,13 @@ def verify_json(report) -> str:
     return dumps(report.to_dict())
 
 
-def query_payload(df, *, query: str | None, top: int | None, version: str) -> dict:
+def query_payload(df, *, query: str | None, top: int | None, version: str, total: int | None = None) -> dict:
     """The JSON object of a SQL result (``traceview query --format json``): the query,
     columns ({name: polars dtype}), rows (shown and total: ``top`` cuts the result, else every
-    row) and the result rows as objects."""
+    row; ``total`` when ``df`` holds only the result's first rows) and the result rows as objects."""
     shown = df.head(top) if top else df
     return {"traceview": version, "query": query, "top": top,
-            "rows": {"result": {"shown": shown.height, "total": df.height}},
+            "rows": {"result": {"shown": shown.height, "total": df.height if total is None else total}},
             "columns": {c: str(t) for c, t in df.schema.items()}, "result": shown}
 
 

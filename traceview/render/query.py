@@ -11,9 +11,10 @@ from traceview.render.tables import flat
 CELL_CHARS = 120
 
 
-def query_text(df: pl.DataFrame, *, top: int, title: str) -> str:
+def query_text(df: pl.DataFrame, *, top: int, title: str, total: int | None = None) -> str:
     """``df``'s first ``top`` rows as a Markdown-style table under ``title``, with a line
-    saying how many rows are shown of how many; list columns joined with ``;``, strings from
+    saying how many rows are shown of how many (``total``: the whole result's rows when ``df``
+    holds only its first ones, else ``df.height``); list columns joined with ``;``, strings from
     the trace escaped (:func:`traceview.model.naming.safe_line`) and cut at :data:`CELL_CHARS`."""
     shown = flat(df.head(top))
     shown = shown.with_columns(
@@ -23,4 +24,4 @@ def query_text(df: pl.DataFrame, *, top: int, title: str) -> str:
                    tbl_formatting="ASCII_MARKDOWN", tbl_hide_dataframe_shape=True, tbl_hide_column_data_types=False,
                    fmt_float="full", thousands_separator=False):
         body = str(shown)
-    return f"{safe_line(title)}\n{body}\n{shown.height} of {df.height} rows\n"
+    return f"{safe_line(title)}\n{body}\n{shown.height} of {df.height if total is None else total} rows\n"
