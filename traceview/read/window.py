@@ -141,15 +141,18 @@ def _cut_line(raw, path: str, lo: int, hi: int, out_line, budget: int = MAX_WIND
     ``out_line``, clipped to it; raise LimitExceeded past ``budget`` events.
 
     ``clock``: (``device_offset_ps`` stat id, ``device_duration_ps`` stat id, window start,
-    window end on the device clock) for a TPU plane, whose events are placed by their own
-    clocks, one plane-wide offset between the clocks misplacing single ops by tens of ms: an
-    event carrying both stats is kept when its device interval overlaps the device window and
-    clipped there (its host-aligned times cut by the same amounts, the two stats rewritten).
-    On :data:`WHOLE_LINES` (program executions, step markers: host-aligned, off their ops by
-    up to ~0.2 s) an event is kept when its middle lies in [lo, hi), whole but for its end,
-    cut at the next event's start (a program's host span runs on into the next execution's,
-    which the reader otherwise bounds it by), so a step never becomes a fragment that reads
-    back as a step of its own."""
+    window end on the device clock, the ops' (host-aligned starts ascending, device-minus-host
+    offsets) or None) for a TPU plane, whose events are placed by their own
+    clocks, since the offset between the clocks differs from op to op (an async copy's strays
+    far from the median): an event carrying both stats is kept when its device interval
+    overlaps the device window and clipped there (its host-aligned times cut by the same
+    amounts, the two stats rewritten). On :data:`WHOLE_LINES` (program executions, step
+    markers: host-aligned, off their ops by more than a single op's offset) an event is kept
+    when its middle lies in [lo, hi), whole but for its end, moved so that on the ops' clock
+    (the reader maps a host-aligned time by the offset of the first op at or after it) the
+    execution ends where the next one on the line begins, which is where the reader ends that
+    step in the whole trace; so a step never becomes a fragment that reads back as a step of
+    its own, and the window's last step keeps its length."""
     head = _header_of(raw, path)
     base = int(wire._line_base_ps(head.timestamp_ns))
     kept = 0

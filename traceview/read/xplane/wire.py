@@ -100,8 +100,9 @@ class MappedLine:
 
 
 #: event_metadata entries from which a mapped plane's map is left in the file and each entry
-#: parsed when asked for (:class:`LazyEventMetadata`): protobuf's parse of a million entries
-#: costs ~1 GB and ~1 s that the op-table columns, read from the bytes, never use
+#: parsed when asked for (:class:`LazyEventMetadata`): the op-table columns are read from the
+#: bytes, so protobuf's parse of a large map is memory and time for nothing (figures in
+#: ``benchmarks/RESULTS.md``, "Large inputs")
 LAZY_METADATA_ENTRIES = 4096
 
 
