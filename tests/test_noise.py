@@ -513,5 +513,12 @@ def test_per_step_samples_on_the_grid_equal_the_sorted_sums(shared_traces):
         grid, srt = samples._per_step(pop, sp, rows, dense=True), samples._per_step(pop, sp, rows, dense=False)
         assert grid.keys() == srt.keys() and grid
         assert all(grid[k].tobytes() == srt[k].tobytes() for k in grid)
+        fast = samples._fast
+        try:  # the grid by numpy's bincounts, as without the C accelerator
+            samples._fast = None
+            numpy_grid = samples._per_step(pop, sp, rows, dense=True)
+        finally:
+            samples._fast = fast
+        assert numpy_grid.keys() == grid.keys() and all(numpy_grid[k].tobytes() == grid[k].tobytes() for k in grid)
         compared += 1
     assert compared >= 5

@@ -867,6 +867,40 @@ static PyObject *attr_sums(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* cell_sums(pop, rows, vals, n_steps, sums, got) -> bool
+ * Per (population, step) cell c = pop[i] * n_steps + rows[i]: sums[c] += vals[i] (int64,
+ * wrapping as numpy's int64 sums do) and got[c] = 1, over the events with pop[i] >= 0 and
+ * rows[i] >= 0 (pop, rows: int32; vals: int64; sums: int64 and got: uint8, one per cell, zeroed
+ * by the caller). What two bincounts over the grid give, without a per-event key array or the
+ * grid's float copies. False (outputs partly written) on a cell past the grid or sizes that
+ * do not match. */
+static PyObject *cell_sums(PyObject *self, PyObject *args) {
+    Py_buffer b[5];
+    long long n_steps_ll;
+    if (!PyArg_ParseTuple(args, "y*y*y*Lw*w*", &b[0], &b[1], &b[2], &n_steps_ll, &b[3], &b[4])) return NULL;
+    Py_ssize_t n = b[0].len / 4, cells = b[4].len;
+    int ok = n_steps_ll >= 0 && b[1].len == n * 4 && b[2].len == n * 8 && b[3].len == cells * 8;
+    const int32_t *pop = b[0].buf, *rows = b[1].buf;
+    const int64_t *vals = b[2].buf;
+    int64_t *sums = b[3].buf;
+    uint8_t *got = b[4].buf;
+    int64_t n_steps = (int64_t)n_steps_ll;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int32_t p = pop[i], r = rows[i];
+            if (p < 0 || r < 0) continue;
+            int64_t c = (int64_t)p * n_steps + r;
+            if (r >= n_steps || c >= cells) { ok = 0; break; }
+            sums[c] = (int64_t)((uint64_t)sums[c] + (uint64_t)vals[i]);
+            got[c] = 1;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int j = 0; j < 5; j++) PyBuffer_Release(&b[j]);
+    return PyBool_FromLong(ok);
+}
+
 /* row_sums(rows, attr, counts, w, scale, out) -> bool
  * Per step row r: out[j * m + r] += w[j * na + attr[i]] (times (double)counts[i] when
  * scale[j] and counts is not empty) over the events i with rows[i] == r, in event order
@@ -1030,6 +1064,7 @@ static PyMethodDef methods[] = {
     {"comm_records", comm_records, METH_VARARGS,
      "comm_records(attr, start, dev, start_key, done_key, sync_of, idx, pe, sync) -> int"},
     {"attr_sums", attr_sums, METH_VARARGS, "attr_sums(rows, keep, attr, vals, k, out, seen) -> bool"},
+    {"cell_sums", cell_sums, METH_VARARGS, "cell_sums(pop, rows, vals, n_steps, sums, got) -> bool"},
     {"row_sums", row_sums, METH_VARARGS, "row_sums(rows, attr, counts, w, scale, out) -> bool"},
     {"direction_busy", direction_busy, METH_VARARGS,
      "direction_busy(ra, ix, start, t, ok, dir_of, dev_of, by_attr, busy, moved, first) -> bool"},
