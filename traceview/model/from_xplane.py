@@ -708,7 +708,8 @@ def _tpu_op_table(meta: dict, mids: np.ndarray, starts, durs, selfs, occ, enc: n
     # built once from every plane's lists (_finish_parts)
     rows, us, n_meta, n_uniq = k_row.tolist(), k_u.tolist(), len(ids), len(uniq)
     if len(rows) == n_meta and bool((k_row == np.arange(n_meta)).all()):
-        desc = {c: list(meta[c]) for c in _META_COLUMNS if c != "metadata_id"}  # each row once, in order
+        # each row once, in order: the metadata's own lists (never changed in place below)
+        desc = {c: meta[c] for c in _META_COLUMNS if c != "metadata_id"}
     else:
         desc = {c: [col[r] for r in rows] for c in _META_COLUMNS if c != "metadata_id"
                 for col in (meta[c] + [None],)}  # row n_meta: no metadata
@@ -721,8 +722,10 @@ def _tpu_op_table(meta: dict, mids: np.ndarray, starts, durs, selfs, occ, enc: n
         module.append("" if m is None else m)
     desc["program_id"], desc["module"] = pid, module
     for c in ("op_name", "op_kind", "category", "shape", "hlo_text", "source_file", "source_stack", "framework_op"):
-        desc[c] = ["" if v is None else v for v in desc[c]]
-    desc["cost_source"] = ["unknown" if v is None else v for v in desc["cost_source"]]
+        if None in desc[c]:  # new lists: the metadata's may be shared by planes (never changed in place)
+            desc[c] = ["" if v is None else v for v in desc[c]]
+    if None in desc["cost_source"]:
+        desc["cost_source"] = ["unknown" if v is None else v for v in desc["cost_source"]]
     for k, v in constants.items():
         desc[k] = [v] * len(rows)
     start = starts  # numpy; a Series with nulls where events are pre-aggregated
