@@ -308,3 +308,21 @@ def test_occurrence_checks_from_the_command_line(v6e, capsys):
         assert main(["query", path, CHECKS_Q, *argv, "--no-cache"]) == 2
         err = capsys.readouterr().err
         assert msg in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_huge_top_and_a_tiny_memory_limit_are_one_line(shared_traces, capsys):
+    """--top past polars' 32-bit row index is held to it; a memory limit too small for polars
+    to start a thread is the limit's one line and exit 6, not a panic's traceback."""
+    v6e = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    assert main(["query", v6e, "SELECT count(*) AS n FROM ops", "--top", str(1 << 32), "--format", "json",
+                 "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["result"] == [{"n": 6013}]
+    conv = str(shared_traces / "mi300x_jax_conv3d.xplane.pb")
+    assert main(["query", conv, "SELECT count(*) FROM ops", "--query-memory", "0.001", "--no-cache"]) == 6
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "memory limit" in err and "Traceback" not in err, err
+
+
+def test_an_empty_scheduler_address_is_a_usage_error(shared_traces, capsys):
+    assert main(["analyze", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), "--scheduler", "", "--no-cache"]) == 2
+    assert "--scheduler: empty address" in capsys.readouterr().err

@@ -220,6 +220,10 @@ def execute(t: Tables, query: str) -> pl.DataFrame:
         return lf.collect()
 
 
+#: most rows a result slice asks polars for (its row index is 32-bit)
+MAX_ROWS = (1 << 32) - 1
+
+
 def execute_head(t: Tables, query: str, rows: int) -> tuple[pl.DataFrame, int]:
     """(the first ``rows`` rows of ``query``'s result, its total row count), as :func:`execute`
     would give them, with the slice pushed into polars' lazy plan: a plain SELECT over a huge
@@ -227,6 +231,7 @@ def execute_head(t: Tables, query: str, rows: int) -> tuple[pl.DataFrame, int]:
     the plan cannot bound (an aggregate or ORDER BY over a huge join) is still done in full.
     Raises as :func:`execute`."""
     lf = _lazy(t, query)
+    rows = min(int(rows), MAX_ROWS)
     with _sql_errors(t):
         head, count = pl.collect_all([lf.head(rows), lf.select(pl.len())])
     return head, int(count.item())

@@ -237,7 +237,7 @@ def add_reading(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cache", action="store_true", help=NO_CACHE_HELP)
     p.add_argument("--workers", type=workers, default=1, metavar="N",
                    help="read the hosts' files in up to N local processes (default 1: in this process)")
-    p.add_argument("--scheduler", metavar="ADDRESS",
+    p.add_argument("--scheduler", metavar="ADDRESS", type=scheduler_address,
                    help="read the hosts' files on this Dask cluster (e.g. tcp://10.0.0.5:8786); "
                         "needs traceview[dist] and the files at the same paths on the workers")
 
@@ -426,6 +426,14 @@ def limit_value(text: str) -> float:
     if not math.isfinite(v) or v < 0:
         raise argparse.ArgumentTypeError(f"expected a finite number, 0 or more (0: no limit), got {text!r}")
     return v
+
+
+def scheduler_address(text: str) -> str:
+    """argparse type of ``--scheduler``: a non-empty address (an empty one read as none ran
+    the hosts locally without a word)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty address: give the Dask scheduler's, e.g. tcp://10.0.0.5:8786")
+    return text.strip()
 
 
 def add_query_limits(p: argparse.ArgumentParser) -> None:

@@ -475,8 +475,8 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
     SectionArg = Annotated[str | None, Field(description=(
         "one section of the answer, a dotted path (ops, steps.records, overlap.steps, ...); a list is served "
         "a page at a time from offset"))]
-    OffsetArg = Annotated[int, Field(ge=0, description="first row of the page of section (the previous page's "
-                                                       "next_offset)")]
+    OffsetArg = Annotated[int, Field(ge=0, le=(1 << 62), description="first row of the page of section (the "
+                                                                     "previous page's next_offset)")]
 
     @server.tool(description="What traceview would read under PATH and why: runs, hosts, files (format, size), "
                              "the reasons for each choice, and warnings (several runs, stale runs, stray files).")

@@ -129,7 +129,7 @@ def output(args, out: Path | None, terminal: bool = False) -> bytes:
 
             return dumps(tables_payload(sql.describe(t), version=__version__)).encode("utf-8")
         df = sql.describe_frame(t)
-        df = df.head(args.top) if args.top else df
+        df = df.head(min(args.top, sql.MAX_ROWS)) if args.top else df
         return _frame_bytes(df, args.format, terminal)
     top = args.top or (TABLE_TOP if args.format == "table" else None)
     with sqlguard.limited(args.path):
