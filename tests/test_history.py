@@ -104,15 +104,20 @@ def test_regressions_compare_one_step_program():
     # no step module: the program is unknown, and unknown is not "the same": never judged
     hu = compare_runs([_run("u1", 0, fast, None), _run("u2", 1, slow, None)])
     assert [r.verdict for r in hu.runs] == [NO_COMPARABLE, NO_COMPARABLE] and hu.regressions() == []
-    # one step program across buckets: compared, and said to be other work
-    hk = compare_runs([RunSummary(name="k1", directory="k1", time=0, step_method="markers", step_module=None,
-                                  step_ps=np.asarray(fast), program="jit_decode", program_module="jit_decode_b4_bkv64"),
-                       RunSummary(name="k2", directory="k2", time=1, step_method="markers", step_module=None,
-                                  step_ps=np.asarray(slow), program="jit_decode", program_module="jit_decode_b8_bkv512")])
-    assert [(r.name, b.name) for r, b in hk.across_buckets()] == [("k2", "k1")]
-    assert hk.to_dict()["across_buckets"] == [{"run": "k2", "module": "jit_decode_b8_bkv512", "baseline": "k1",
+    # one step program: runs of one batch bucket are compared across kernel configurations (a
+    # treatment, said so); another batch bucket is other work, its first run a baseline
+    def k(name, t, steps, module):
+        return RunSummary(name=name, directory=name, time=t, step_method="markers", step_module=None,
+                          step_ps=np.asarray(steps), program="jit_decode", program_module=module,
+                          device_kinds=("CPU",))
+    hk = compare_runs([k("k1", 0, fast, "jit_decode_b4_bkv64"), k("k2", 1, slow, "jit_decode_b8_bkv512"),
+                       k("k3", 2, slow, "jit_decode_b4_bkv512")])
+    assert {r.name: (r.verdict, r.baseline) for r in hk.runs} == {
+        "k1": ("baseline", None), "k2": ("baseline", None), "k3": ("regression", "k1")}
+    assert [(r.name, b.name) for r, b in hk.across_configs()] == [("k3", "k1")]
+    assert hk.to_dict()["across_configs"] == [{"run": "k3", "module": "jit_decode_b4_bkv512", "baseline": "k1",
                                                "baseline_module": "jit_decode_b4_bkv64"}]
-    assert h.across_buckets() == []
+    assert h.across_configs() == []
     assert _run("m", 0, fast, None).program is None
     assert RunSummary(name="x", directory="x", time=0, step_method="module", step_module="jit_decode_b4_bkv64",
                       step_ps=np.ones(3)).program == "jit_decode"

@@ -115,9 +115,10 @@ def _tail_lines(h, rs) -> list[str]:
     if inc:
         lines.append("no comparable run (step program unknown, or not the named baseline's; not judged): " + ", ".join(
             f"{safe_line(r.name)} ({safe_line(getattr(r, 'program', None) or 'unknown program')})" for r in inc))
-    for r, b in (h.across_buckets() if hasattr(h, "across_buckets") else []):
-        lines.append(f"across buckets: {safe_line(r.name)} ({safe_line(r.module)}) against {safe_line(b.name)} "
-                     f"({safe_line(b.module)}): one step program, other shapes or blocks, so not the same work")
+    for r, b in (h.across_configs() if hasattr(h, "across_configs") else []):
+        lines.append(f"other kernel configuration: {safe_line(r.name)} ({safe_line(r.module)}) against "
+                     f"{safe_line(b.name)} ({safe_line(b.module)}): the same batch and token buckets, so the change "
+                     "is the configuration's")
     for name, why in getattr(h, "skipped", None) or []:
         lines.append(f"skipped: {safe_line(name)}: {safe_line(why)}")
     return lines
@@ -183,7 +184,7 @@ of the step time whose whole {{ level }} interval ({{ method }}) is at least {{ 
 only with runs of the same step program.</p>
 {{ chart }}
 <p class="tv-note">Colours: {% for v, c in colors %}<span style="color:{{ c }}">&#9679; {{ v }}</span> {% endfor %}</p>
-{% for a in across %}<p class="tv-note">across buckets: {{ a }}</p>
+{% for a in across %}<p class="tv-note">other kernel configuration: {{ a }}</p>
 {% endfor %}<div class="tv-wide"><table>
 <thead><tr><th>#</th><th>run</th><th>steps</th><th>median step</th><th>p10-p90</th><th>program</th><th>vs</th><th>change (interval)</th>
 <th>verdict</th><th>top families per step</th><th>kernel configurations</th><th>findings</th></tr></thead>
@@ -216,8 +217,8 @@ def history_html(h) -> str:
     return _env().from_string(_PAGE).render(
         runs=rows(h), chart=Markup(svg), level=f"{h.level:.0%}", threshold=f"{h.threshold:.0%}", method=METHOD_NOTE,
         against="the previous run of its step program" if h.baseline == "previous" else h.baseline, colors=list(VERDICT_COLORS.items()),
-        across=[f"{r.name} ({r.module}) against {b.name} ({b.module}): one step program, other shapes or "
-                "blocks, so not the same work" for r, b in h.across_buckets()])
+        across=[f"{r.name} ({r.module}) against {b.name} ({b.module}): the same batch and token buckets, so the "
+                "change is the configuration's" for r, b in h.across_configs()])
 
 
 def history_json(h) -> str:

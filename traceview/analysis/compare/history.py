@@ -23,16 +23,18 @@ Hodges-Lehmann ratio of the step times with its exact rank interval (4 steps a s
 judged against the run-to-run noise of one recording against another: ``noise`` when stated
 (:func:`~traceview.analysis.compare.noise.stated_band`), else the prior
 (:data:`~traceview.analysis.compare.noise.PRIOR`, step-time bound) when it was measured on the runs'
-device kinds, else unknown. Verdicts: ``baseline`` for the first run of each step program (the
-named baseline with ``baseline``); ``no comparable run`` when the run's program is unknown (no
-step module) or, with a named baseline, not the baseline's;
+device kinds, else unknown. A run is compared only with runs of the same work: the same step
+program and the same batch and token buckets (:func:`work_tokens`), its kernel configuration
+free to differ (a treatment). Verdicts: ``baseline`` for the first run of each work (the named
+baseline with ``baseline``); ``no comparable run`` when the run's program is unknown (no step
+module) or, with a named baseline, not the baseline's work;
 ``no interval`` when a side has too few steps (the change cannot be judged; ``more_samples``
 says how many more); ``noise unknown`` when there is an interval but no run-to-run noise to
 judge it against; ``within noise`` when the interval does not clear the noise band;
 ``regression`` when it clears the band and lies wholly at or above ``1 + threshold``;
 ``improvement`` when it clears the band at or below ``1 / (1 + threshold)``; ``below
-threshold`` when it clears the band but not the threshold. :meth:`History.across_buckets`
-lists the comparisons whose modules differ in their bucket tokens. :meth:`History.unjudged` lists the ``no interval`` and ``noise unknown`` runs
+threshold`` when it clears the band but not the threshold. :meth:`History.across_configs`
+lists the comparisons whose kernel configurations differ. :meth:`History.unjudged` lists the ``no interval`` and ``noise unknown`` runs
 whose ratio reaches the threshold: a slowdown that cannot be ruled out. Times in ps.
 """
 
@@ -56,6 +58,25 @@ NOISE_UNKNOWN = "noise unknown"
 
 _COPY = re.compile(r"(\.\d+|\(\d+\))$")
 _CONFIG = re.compile(r"(_[a-z]+\d+(?:_\d+)*)+$")
+
+
+#: bucket tokens that change the work a step does (``_b<N>``: the batch's rows, ``_t<N>``:
+#: prefill tokens, ``_<N>``: a shape bucket); the others (``_bkv128``, ``_bq32``, ``_p16``) name
+#: a kernel's configuration: a treatment of the same work
+WORK_TOKENS = frozenset({"", "b", "t"})
+_TOKEN = re.compile(r"_([a-z]*)(\d+(?:_\d+)*)")
+
+
+def work_tokens(module: str | None) -> tuple:
+    """The work tokens (:data:`WORK_TOKENS`) of a module name's trailing bucket segments, in
+    order: ``jit_decode_b8_bkv512`` -> (("b", "8"),); () for none or no module."""
+    if not module:
+        return ()
+    m = _COPY.sub("", str(module))
+    tail = _CONFIG.search(m)
+    if not tail:
+        return ()
+    return tuple((a, d) for a, d in _TOKEN.findall(tail.group(0)) if a in WORK_TOKENS)
 
 
 def program_stem(module: str | None) -> str | None:
@@ -110,6 +131,12 @@ class RunSummary:
         return self.program_module or self.step_module
 
     @property
+    def work(self) -> tuple:
+        """What the run's steps do: its program and the module's work tokens
+        (:func:`work_tokens`); runs are compared only with runs of the same work."""
+        return (self.program, work_tokens(self.module))
+
+    @property
     def n_steps(self) -> int:
         """Steps the median, p10 and p90 are over (the steady window's)."""
         return len(self.step_ps if self.window_ps is None else self.window_ps)
@@ -148,10 +175,10 @@ class History:
         not the baseline's."""
         return [r for r in self.runs if r.verdict == NO_COMPARABLE]
 
-    def across_buckets(self) -> list[tuple[RunSummary, RunSummary]]:
-        """(run, its baseline) pairs whose step modules differ beyond the program stem: another
-        shape bucket or kernel block (``jit_decode_b4_bkv64`` against ``jit_decode_b8_bkv512``),
-        so the change is not the same work's."""
+    def across_configs(self) -> list[tuple[RunSummary, RunSummary]]:
+        """(run, its baseline) pairs whose step modules differ: the same work in another kernel
+        configuration (``jit_decode_b4_bkv128`` against ``jit_decode_b4_bkv64``), a treatment
+        the change measures."""
         by = {r.name: r for r in self.runs}
         return [(r, by[r.baseline]) for r in self.runs if r.baseline in by and r.module and by[r.baseline].module
                 and r.module != by[r.baseline].module]
@@ -171,8 +198,8 @@ class History:
                 "regressions": [r.name for r in self.regressions()],
                 "unjudged_slowdowns": [r.name for r in self.unjudged()],
                 "no_comparable_run": [r.name for r in self.incomparable()],
-                "across_buckets": [{"run": r.name, "module": r.module, "baseline": b.name,
-                                    "baseline_module": b.module} for r, b in self.across_buckets()],
+                "across_configs": [{"run": r.name, "module": r.module, "baseline": b.name,
+                                    "baseline_module": b.module} for r, b in self.across_configs()],
                 "skipped": [{"run": n, "why": w} for n, w in self.skipped]}
 
 
@@ -252,11 +279,11 @@ def compare_runs(runs: list[RunSummary], *, baseline: str | None = None, thresho
         base_run = hits[0]
     for i, r in enumerate(runs):
         if base_run is not None:
-            b = base_run if base_run.program == r.program and r.program is not None else None
+            b = base_run if base_run.work == r.work and r.program is not None else None
             first = r is base_run
         else:  # an unknown program is the same as none: never compared
-            b = next((x for x in reversed(runs[:i]) if x.program == r.program), None) if r.program else None
-            first = r.program is not None  # the first run of its program: the later ones' baseline
+            b = next((x for x in reversed(runs[:i]) if x.work == r.work), None) if r.program else None
+            first = r.program is not None  # the first run of its work: the later ones' baseline
         if b is None or b is r:
             r.change, r.baseline = None, None
             r.verdict = "baseline" if first or b is r else NO_COMPARABLE
