@@ -236,10 +236,13 @@ def test_hostile_thousands_of_identical_planes_are_bounded(tmp_path):
     assert len(notes) == 1 and "3000 ranks" in notes[0] and "and 2996 more" in notes[0]
 
 
-@pytest.mark.parametrize("mode", ["renumber", "naive"])
+@pytest.mark.parametrize("mode", ["renumber", "naive", "prefix"])
 def test_export_of_merged_ranks_writes_each_plane_once(shared_traces, tmp_path, mode, capsys):
     """Two ranks in one XSpace export to one XSpace holding the window of each of the file's
-    planes once (per-rank files each held both ranks' planes, every event twice in the JSON)."""
+    planes once (per-rank files each held both ranks' planes, every event twice in the JSON),
+    each plane cut at its own rank's and device's step: read back, 2 x 4 device-steps of the
+    original's ops (every plane was cut at the union of the devices' windows: a fresh user
+    read 150 op events and steps of the window's length)."""
     ranks = _ranks_of(tmp_path, shared_traces / V6E, 2)
     merged = tmp_path / "in" / "merged.xplane.pb"
     merge_ranks.merge(ranks, merged, mode)
@@ -253,4 +256,13 @@ def test_export_of_merged_ranks_writes_each_plane_once(shared_traces, tmp_path, 
     names = [p.name for p in src.planes]
     assert sorted(p.name for p in got.planes) == sorted(names)  # each plane once, none added
     err = capsys.readouterr().err
-    assert ("traceview's lines are left out of its export" in err) == (mode == "naive")
+    assert ("traceview's lines are left out of its export" in err) == (mode in ("naive", "prefix"))
+    import traceview
+
+    orig = traceview.load(shared_traces / V6E, stale_after_s=None).analyze(step_window="all").steps.steps
+    o = orig.filter(pl.col("step") == 1).sort("device")
+    back = traceview.load(out / "w.xplane.pb", stale_after_s=None, cache=False).analyze(step_window="all").steps.steps
+    assert back.height == 8 and sorted(back["ops"].to_list()) == sorted(o["ops"].to_list() * 2)
+    # each device-step as long as the original's (renumber names rank 1's devices TPU:4..7)
+    got, want = sorted(back["duration_ps"].to_list()), sorted(o["duration_ps"].to_list() * 2)
+    assert all(abs(x - y) <= 2_000_000 for x, y in zip(got, want)), (got, want)

@@ -227,7 +227,9 @@ class Profile(ProfileData):
         ``module_runs``, ``programs``, ``populations``, ``roofline``, ``steps``, ... and every
         other table of :meth:`analyze`'s Report; :mod:`traceview.analysis.sql`) and return the
         result as a polars DataFrame. ``options``: as :meth:`analyze`. Raises UsageError for bad
-        SQL, an unknown table or column."""
+        SQL, an unknown table or column. Runs in this process with no memory or time limit (the
+        library never forks): a query polars cannot bound (an aggregate or ORDER BY over a cross
+        join) takes what it needs; ``traceview query`` runs the same SQL in a limited child."""
         from traceview.analysis.report import build_report
         from traceview.analysis.sql import execute, tables
 

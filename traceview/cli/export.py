@@ -127,7 +127,8 @@ def run(args) -> int:
             from traceview.read.window import Window
 
             wins = [plan.windows[h] for h in its_hosts]
-            win = Window(min(w.lo_ps for w in wins), max(w.hi_ps for w in wins))
+            win = Window(min(w.lo_ps for w in wins), max(w.hi_ps for w in wins),
+                         per_plane=_rank_windows(its_hosts, plan.windows))
             devs = {t.device for t in tracks}
             for h in its_hosts[1:]:  # each rank's tracks, where its planes' names are its own
                 more = [t for t in plan.tracks if t.host == h]
@@ -170,3 +171,25 @@ def run(args) -> int:
     print(f"traceview: {what} ({fmt_time_ps(plan.hi_ps - plan.lo_ps)}): {n_events:,} trace events and {n_tracks:,} on traceview's "
           f"lines", file=sys.stderr)
     return EXIT_OK
+
+
+def _rank_windows(hosts: list, windows: dict):
+    """For an XSpace holding the ranks ``hosts`` (``FILE/<rank>`` as the reader names them):
+    a function of the file's planes and hostnames giving plane index -> its rank's window of
+    that device, the ranks told apart as the reader tells them
+    (:func:`traceview.model.ranks.plane_ranks`), so that ranks sharing plane names are each cut
+    at their own steps."""
+    from traceview.model.ranks import plane_ranks
+
+    def per_plane(planes, hostnames) -> dict:
+        ranks = plane_ranks(planes, hostnames)
+        out = {}
+        for i in range(len(planes)):
+            label = ranks.labels[ranks.rank[i]]
+            host = next((h for h in hosts if h == label or h.endswith("/" + label)), None)
+            w = windows.get(host) if host is not None else None
+            if w is not None and ranks.names[i] in w.planes:
+                out[i] = (*w.planes[ranks.names[i]], ranks.names[i])
+        return out
+
+    return per_plane

@@ -49,6 +49,10 @@ class Window:
     lo_ps: int
     hi_ps: int
     planes: dict = field(default_factory=dict)
+    #: for an XSpace of several ranks whose planes share names: given the file's planes and
+    #: hostnames, plane index -> (lo_ps, hi_ps, the plane's name without its rank) (the caller
+    #: tells the ranks apart)
+    per_plane: object = None
 
     def of(self, name: str) -> tuple[int, int]:
         return self.planes.get(name, (self.lo_ps, self.hi_ps))
@@ -306,29 +310,39 @@ def xspace_window(path: str, window: Window) -> SpaceWindow:
     out.hostnames.extend(mapped.hostnames)
     out.errors.extend(mapped.errors)
     out.warnings.extend(mapped.warnings)
-    aligned, shifts = {}, {}
-    tpu_windows, tpu_planes, ops_clocks = [], set(), {}
-    for plane in mapped.planes:  # first the device clocks
-        lo, hi = window.of(plane.name)
+    aligned, shifts = {}, {}  # by plane name, as returned (ranks sharing names: the last)
+    # per plane (file order): its window on the op clock, its host-aligned window, its shift
+    # and the ops' clock anchors when it has a device clock
+    by_index = window.per_plane(list(mapped.planes), list(mapped.hostnames)) if window.per_plane else {}
+    wins = [tuple(by_index[i][:2]) if i in by_index else window.of(plane.name) for i, plane in enumerate(mapped.planes)]
+    # the plane's own name, without a rank's prefix (given with its window)
+    names = [by_index[i][2] if i in by_index and len(by_index[i]) > 2 else plane.name
+             for i, plane in enumerate(mapped.planes)]
+    p_aligned: dict = {}
+    p_shift: dict = {}
+    anchors_of: dict = {}
+    tpu_windows = []
+    for i, plane in enumerate(mapped.planes):  # first the device clocks
+        lo, hi = wins[i]
         anchors: list = []
-        d = _device_offsets(plane, p, lo, hi, anchors) if plane.name.startswith("/device:TPU") else None
+        d = _device_offsets(plane, p, lo, hi, anchors) if names[i].startswith("/device:TPU") else None
         if d is not None:
-            ops_clocks[plane.name] = anchors
-            aligned[plane.name] = (lo - d[0], hi - d[1])
-            shifts[plane.name] = d[0]
-            tpu_windows.append(aligned[plane.name])
-            tpu_planes.add(plane.name)
+            anchors_of[i] = anchors
+            p_aligned[i] = (lo - d[0], hi - d[1])
+            p_shift[i] = d[0]
+            tpu_windows.append(p_aligned[i])
     host_window = ((min(w[0] for w in tpu_windows), max(w[1] for w in tpu_windows)) if tpu_windows
                    else (window.lo_ps, window.hi_ps))
     kept = 0
-    for plane in mapped.planes:
-        if plane.name not in aligned:
-            aligned[plane.name] = window.planes.get(plane.name, host_window) if not tpu_windows else host_window
-            shifts[plane.name] = 0
-        lo, hi = aligned[plane.name]
+    for i, plane in enumerate(mapped.planes):
+        if i not in p_aligned:
+            p_aligned[i] = window.planes.get(plane.name, host_window) if not tpu_windows else host_window
+            p_shift[i] = 0
+        lo, hi = p_aligned[i]
+        aligned[plane.name], shifts[plane.name] = p_aligned[i], p_shift[i]
         clock = None
-        if shifts[plane.name] or plane.name in tpu_planes:  # a device clock: each event placed by its own
-            clock = (*_device_stat_ids(plane), *window.of(plane.name), ops_clocks.get(plane.name) or None)
+        if i in anchors_of:  # a device clock: each event placed by its own
+            clock = (*_device_stat_ids(plane), *wins[i], anchors_of[i] or None)
         np_ = out.planes.add()
         np_.id = plane.id
         np_.name = plane.name
