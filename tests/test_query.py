@@ -326,3 +326,10 @@ def test_huge_top_and_a_tiny_memory_limit_are_one_line(shared_traces, capsys):
 def test_an_empty_scheduler_address_is_a_usage_error(shared_traces, capsys):
     assert main(["analyze", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), "--scheduler", "", "--no-cache"]) == 2
     assert "--scheduler: empty address" in capsys.readouterr().err
+
+
+def test_occurrence_checks_without_its_options_says_which(shared_traces, capsys):
+    path = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    assert main(["query", path, "SELECT * FROM occurrence_checks", "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "occurrence_checks exists with --steps N or --expect-batch B" in err

@@ -201,7 +201,10 @@ def _sql_errors(t: Tables):
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         missing = _MISSING.search(first)
         if missing:
-            raise UsageError(f"unknown table {missing.group(1)!r} in the query; tables: {', '.join(t.names)}") from None
+            hint = ("; occurrence_checks exists with --steps N or --expect-batch B (MCP: steps, expect_batch)"
+                    if missing.group(1) == "occurrence_checks" else "")
+            raise UsageError(f"unknown table {missing.group(1)!r} in the query{hint}; tables: "
+                             f"{', '.join(t.names)}") from None
         if "cannot compare string with numeric type" in first:
             first += ("; ids the JSON writes as strings are integers in SQL: write them unquoted "
                       "(WHERE program_id = 12190760917235803885)")
