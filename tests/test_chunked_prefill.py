@@ -106,7 +106,8 @@ def test_cli_bench_reports_prefix_hits(capsys):
     from traceview.engine_shim.cli import main
 
     args = ["bench", "--max-tokens", "2", "--batch-mult", "1", "--max-model-len", "128", "--no-precompile",
-            "--enable-prefix-caching", "--prefix-tokens", "40", "--max-num-batched-tokens", "32"]
+            "--enable-prefix-caching", "--prefix-tokens", "40", "--time-tolerance", "1",
+            "--max-num-batched-tokens", "32"]  # a loaded machine's gaps between tiny steps are no defect here
     assert main([*args, "--format", "json"]) == 0
     r = json.loads(capsys.readouterr().out)
     from traceview.engine_shim.bench import PROMPTS as BENCH
