@@ -63,9 +63,20 @@ def test_dask_cluster_equals_single_process(run_dir):
     _same_profile(single, by_client)
 
 
-def test_unreachable_scheduler_is_a_usage_error(run_dir):
-    with pytest.raises(TraceviewError, match="Dask scheduler"):
+def test_refused_scheduler_is_a_remote_fault_at_once(run_dir):
+    """Nothing listens on port 1: exit 7's RemoteUnreadable, without Dask's retries until its
+    connect timeout (the bound is that timeout, not a measure of speed)."""
+    import time
+
+    from traceview.errors import RemoteUnreadable
+    from traceview.read.batch import CONNECT_TIMEOUT_S
+
+    t0 = time.monotonic()
+    with pytest.raises(RemoteUnreadable, match=r"Dask scheduler at tcp://127.0.0.1:1: connection refused"):
         load(run_dir, scheduler="tcp://127.0.0.1:1")
+    assert time.monotonic() - t0 < CONNECT_TIMEOUT_S
+    with pytest.raises(RemoteUnreadable, match=r"unknown host 'nohost.invalid'"):
+        load(run_dir, scheduler="tcp://nohost.invalid:8786")
 
 
 def test_unreadable_host_comes_back_as_a_warning(run_dir, shared_traces, tmp_path):

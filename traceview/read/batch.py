@@ -122,6 +122,9 @@ def dask_executor(address: str):
         raise UsageError("--scheduler needs Dask: pip install 'traceview[dist]' (dask[distributed])") from None
     import threading
 
+    refused = _refused(address)
+    if refused:
+        raise RemoteUnreadable(f"cannot reach the Dask scheduler at {address}: {refused}")
     got: dict = {}
 
     def connect():
@@ -149,6 +152,33 @@ def dask_executor(address: str):
 #: Seconds to connect to a Dask scheduler, and beyond that for its handshake.
 CONNECT_TIMEOUT_S = 10.0
 HANDSHAKE_GRACE_S = 5.0
+
+
+def _refused(address: str) -> str:
+    """The fault when nothing listens at ``address``'s TCP port (connection refused, host
+    unknown), else "" (Dask's Client retries a refused connection until its timeout, as for a
+    scheduler still starting: a port nobody listens on would cost :data:`CONNECT_TIMEOUT_S`)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    u = urlsplit(address if "://" in address else f"tcp://{address}")
+    if u.scheme not in ("tcp", "") or not u.hostname:
+        return ""
+    try:
+        port = u.port
+    except ValueError:
+        return ""
+    if not port:
+        return ""
+    try:
+        with socket.create_connection((u.hostname, port), timeout=CONNECT_TIMEOUT_S):
+            return ""
+    except ConnectionRefusedError:
+        return "connection refused (no scheduler listens on that port)"
+    except socket.gaierror as exc:
+        return f"unknown host {u.hostname!r} ({exc.strerror or exc})"
+    except OSError:
+        return ""  # a timeout or an unreachable route: Dask's own connect says what it finds
 
 
 def _what_answers(address: str) -> str:
