@@ -12,7 +12,7 @@ import pytest
 from polars.testing import assert_frame_equal
 
 from traceview.api import load
-from traceview.errors import TraceUnreadable, TraceviewError
+from traceview.errors import TraceUnreadable
 from traceview.model.files import read_task
 from traceview.read.batch import Progress, ReadTask, read_many
 from traceview.render.progress import TerminalProgress
