@@ -337,7 +337,9 @@ def test_broken_step_clock_fails_the_time_check(monkeypatch, capsys):
             "--no-precompile"]
     rc, out = _engine(argv, capsys)
     assert rc == 1
-    assert re.search(r"check   FAIL time: wall [\d.]+ s, steps summed [\d.]+ s .* diff (4\d|5\d)\.\d\d%", out.out)
+    # halved step times: 1 - steps/(2 wall), at least 50% (and more when a loaded machine adds gaps)
+    m = re.search(r"check   FAIL time: wall [\d.]+ s, steps summed [\d.]+ s .* diff (\d+\.\d\d)%", out.out)
+    assert m and 45 <= float(m[1]) <= 100, out.out
     assert "check   ok   tokens: 12 in the outputs, 12 by the scheduler's step counters" in out.out
     assert "paired check failed (time)" in out.err
     assert "engine: KV cache capacity 16 pages x 16 = 256 tokens (17 pages allocated with the trash page); " \

@@ -353,7 +353,7 @@ def test_measured_cpu_peaks_are_warm_and_labelled(capsys):
         t = time.perf_counter()
         np.add(a, b, out=c)
         best = max(best, 3 * a.nbytes / (time.perf_counter() - t))
-    assert best / 4 < m.peak_bw < best * 4, (m.peak_bw, best)
+    assert best / 10 < m.peak_bw < best * 10, (m.peak_bw, best)  # two measurements on a shared machine
     assert m.peak_flops > 1e9
     rc, out, _ = _run(["analyze", str(Path(__file__).resolve().parents[1] / "fixtures" / "greedy_b4"),
                        "--measure-cpu-peaks", "--format", "json"], capsys)

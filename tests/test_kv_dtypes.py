@@ -276,7 +276,8 @@ def test_cli_bench_int8_budget_and_bad_values(tmp_path, capsys):
     from traceview.engine_shim.cli import main
 
     argv = ["bench", "--model", "tiny", "--max-model-len", "64", "--max-num-seqs", "2", "--batch-mult", "1",
-            "--max-tokens", "3", "--no-precompile", "--no-profile", "--format", "json", "--kv-dtype", "int8",
+            "--max-tokens", "3", "--no-precompile", "--no-profile", "--time-tolerance", "1",  # tiny steps, loaded CI
+            "--format", "json", "--kv-dtype", "int8",
             "--kv-cache-bytes", "50000"]
     assert main(argv) == 0
     r = json.loads(capsys.readouterr().out)
@@ -302,7 +303,10 @@ def test_cli_compile_time_two_fresh_trials(capsys):
         for ph in ("lower_s", "compile_s", "first_exec_s"):
             s = r["results"][impl][ph]
             assert len(s["values"]) == 2 and 0 < s["min"] <= s["median"] <= s["max"]
-        assert r["results"][impl]["process_s"]["min"] > r["results"][impl]["compile_s"]["max"]
+        # a trial's process time holds its own compile (trials in order; across trials a loaded
+        # machine can make one compile slower than another trial's whole process)
+        res = r["results"][impl]
+        assert all(p > c for p, c in zip(res["process_s"]["values"], res["compile_s"]["values"], strict=True))
     assert main(["compile-time", "--model", "tiny", "--kv-block", "20"]) == 2
     assert "multiple of the page size" in capsys.readouterr().err
 

@@ -264,7 +264,7 @@ def test_missing_bucket(env, scheme, capsys):
     rc, out, err = run_cli(capsys, "analyze", url)
     assert rc == EXIT_NO_TRACE
     assert "does not exist" in _one_line(err, url)
-    assert time.monotonic() - t0 < TIMEOUT_S * 3
+    assert time.monotonic() - t0 < TIMEOUT_S * 6  # bounded (a loaded machine: slack)
 
 
 def test_missing_folder_in_a_bucket(env, capsys):
@@ -299,7 +299,7 @@ def test_object_cut_short_mid_read(env, servers, scheme, capsys):
     # s3fs gives up after its retries and says the transfer ended early; gcsfs keeps retrying
     # until the request timeout cancels it
     assert ("cut short while reading it" in line) if scheme == "s3" else (f"no answer within {TIMEOUT_S} s" in line)
-    assert took < TIMEOUT_S * 3
+    assert took < TIMEOUT_S * 6  # bounded (gcsfs waits ~TIMEOUT_S by design; a loaded machine: slack)
     assert not list(Path(os.environ["TRACEVIEW_CACHE_DIR"]).rglob("tpu_host.xplane.pb"))  # no partial copy
 
 
@@ -338,7 +338,7 @@ def test_server_stopped_mid_read(env, tree, shared_traces, scheme, capsys):
     assert rc == EXIT_REMOTE, err
     line = _one_line(err, f"{url}/plugins/profile/{NEWEST}/tpu_host.xplane.pb")
     assert re.search(r"(no answer within \d+ s|cannot reach the server|cut short) while reading it", line), line
-    assert took < TIMEOUT_S * 4
+    assert took < TIMEOUT_S * 6  # bounded (a loaded machine: slack)
 
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
