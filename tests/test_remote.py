@@ -247,6 +247,35 @@ def test_unknown_scheme(env, capsys):
     assert "give a bucket" in _one_line(err, "s3://")
 
 
+def test_missing_packages_name_what_to_install(monkeypatch):
+    """Without fsspec: s3:// names its extra, another scheme says only local paths are read; with
+    fsspec but not a scheme's package (fsspec's ImportError without a module name): fsspec's
+    own advice for that scheme."""
+    import sys
+
+    import fsspec.core
+
+    from traceview.errors import UsageError
+    from traceview.read.remote import _filesystem
+
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "fsspec", None)
+        with pytest.raises(UsageError, match=r"s3://b/x: reading s3:// needs fsspec and s3fs, which are not "
+                                             r"installed: pip install 'traceview\[s3\]'"):
+            _filesystem("s3://b/x")
+        with pytest.raises(UsageError, match=r"foo://x: reading URLs needs fsspec, which is not installed .* "
+                                             r"only local paths are read"):
+            _filesystem("foo://x")
+
+    def no_aiohttp(url, **kw):
+        raise ImportError("HTTPFileSystem requires \"requests\" and \"aiohttp\" to be installed")
+
+    monkeypatch.setattr(fsspec.core, "url_to_fs", no_aiohttp)
+    with pytest.raises(UsageError, match=r"http://h/x: reading http:// needs a package that is not installed: "
+                                         r"HTTPFileSystem requires \"requests\" and \"aiohttp\""):
+        _filesystem("http://h/x")
+
+
 def test_a_url_as_output_is_refused_before_any_read(shared_traces, tmp_path, capsys):
     """``-o s3://...``: one line naming the URL whole (Path() would fold its '//'), exit 2,
     nothing read or written (the input does not exist)."""

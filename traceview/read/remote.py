@@ -181,7 +181,12 @@ def _filesystem(url: str):
     try:
         import fsspec
     except ImportError:
-        raise UsageError(f"{url}: reading URLs needs fsspec: pip install 'traceview[{EXTRAS.get(scheme, ('', 's3'))[1]}]'") from None
+        if scheme in EXTRAS:
+            raise UsageError(f"{url}: reading {scheme}:// needs fsspec and {EXTRAS[scheme][0]}, which are not "
+                             f"installed: pip install 'traceview[{EXTRAS[scheme][1]}]'") from None
+        raise UsageError(f"{url}: reading URLs needs fsspec, which is not installed (pip install fsspec, or "
+                         "'traceview[s3]' / 'traceview[gcs]' for s3:// and gs://); without it only local paths "
+                         "are read") from None
     from fsspec.registry import known_implementations, registry
 
     if scheme not in registry and scheme not in known_implementations:
@@ -190,9 +195,15 @@ def _filesystem(url: str):
     try:
         fs, path = fsspec.core.url_to_fs(url)
     except ImportError as exc:
-        pkg, extra = EXTRAS.get(scheme, (getattr(exc, "name", None) or "its fsspec package", None))
-        how = f"pip install 'traceview[{extra}]'" if extra else f"pip install {pkg}"
-        raise UsageError(f"{url}: reading {scheme}:// needs {pkg}, which is not installed: {how}") from None
+        if scheme in EXTRAS:
+            pkg, extra = EXTRAS[scheme]
+            raise UsageError(f"{url}: reading {scheme}:// needs {pkg}, which is not installed: "
+                             f"pip install 'traceview[{extra}]'") from None
+        if getattr(exc, "name", None):
+            raise UsageError(f"{url}: reading {scheme}:// needs {exc.name}, which is not installed: "
+                             f"pip install {exc.name}") from None
+        said = (known_implementations.get(scheme) or {}).get("err") or _first_line(exc)  # fsspec's own advice
+        raise UsageError(f"{url}: reading {scheme}:// needs a package that is not installed: {said}") from None
     except (ValueError, TypeError) as exc:
         raise UsageError(f"{url}: not a URL fsspec can open: {_first_line(exc)}") from None
     return fs, path
