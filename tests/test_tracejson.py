@@ -332,6 +332,8 @@ def test_not_json(tmp_path):
     assert "not valid JSON" in _fault(_write(tmp_path / "b.trace.json.gz", b'{"traceEvents": [1, 2'))
     assert "not valid JSON" in _fault(_write(tmp_path / "c.trace.json.gz", b'{"traceEvents": ["\xff\xfe"]}'))
     assert "neither gzip nor JSON" in _fault(_write(tmp_path / "d.trace.json", b"\x00\x01binary", gz=False))
+    for i, value in enumerate((b"null\n", b'"x"', b"42", b"-1.5e3", b"true")):  # JSON, but no object or array
+        assert "JSON holding a bare value" in _fault(_write(tmp_path / f"v{i}.trace.json", value, gz=False))
 
 
 def test_json_that_is_not_a_trace(tmp_path):

@@ -142,6 +142,9 @@ def read_json_bytes(path: str | os.PathLike, *, max_decompressed_bytes: int = MA
                 f"JSON file is {len(data):,} bytes, over the {max_decompressed_bytes:,}-byte limit on its text "
                 f"({why}{_LIMIT_HINT})", p)
         return data
+    if re.match(rb"(null|true|false|-?[0-9]|\")", head):  # JSON, but a bare value: no object, no array
+        raise TraceUnreadable(f"JSON holding a bare value (starts with {data[:8]!r}), not a trace's object or array "
+                              "of events: not a Chrome trace", p)
     what = "not gzip-compressed" if p.endswith(".gz") else "neither gzip nor JSON"
     raise TraceUnreadable(f"{what} (starts with {data[:8]!r}); expected a Chrome-trace JSON", p)
 
