@@ -192,7 +192,9 @@ def host_transfers(ctx, th) -> Finding | None:
         "host-transfers-dominate", "high" if share >= 0.5 else "medium",
         f"transfers between device and host memory hold {fmt_ms(host)} of each {fmt_ms(step)} step "
         f"({pct(share)}) with nothing else running on the device{what}",
-        {"host_ps": host, "step_ps": step, "share": share, "n_steps": int(st.height), "populations": top},
+        {"host_ps": host, "step_ps": step, "share": share, "n_steps": int(st.height), "populations": top,
+         **({"populations_note": "per population, summed over every occurrence on every device, each op in its own "
+             "window: concurrent transfers overlap, so the rows add up to more than the device time"} if top else {})},
         "a step that waits on copies to or from host memory runs at the host link's speed, not the chip's: PCIe "
         "Gen5 x16 carries about 63 GB/s one way (PCI-SIG: 32 GT/s a lane), 26x below the 1,640 GB/s of a TPU v6e's "
         "HBM (Google Cloud TPU v6e documentation)",
