@@ -369,8 +369,12 @@ def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) 
             has[ridx] = True
             chunks[pid] = (ridx, heads, ends)
         # whether every chunk starts inside its execution (then the runs stand), in one pass
-        off = head - r_start
-        ok = (off >= 0) & (off < np.maximum(r_dur, 1))
+        off = np.subtract(head, r_start, out=head)  # head is not read again
+        if r_dur.dtype == np.int64:  # 0 <= off < max(dur, 1) without an array of bounds (unsigned: off < 0 is past any dur)
+            ok = (off.view(np.uint64) < r_dur.view(np.uint64)) & (r_dur > 0)
+            ok |= off == 0
+        else:  # null durations (float, NaN): never inside
+            ok = (off >= 0) & (off < np.maximum(r_dur, 1))
         whole = bool(has.all())
         if bool(ok.all()) if whole else bool(ok[has].all()):
             return r, None
