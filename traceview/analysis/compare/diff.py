@@ -38,7 +38,9 @@ run-to-run noise: measured from the recordings when a side has several
 (:func:`~traceview.analysis.compare.noise.measured_band`), else the stated A/A prior of the machine
 class (:data:`~traceview.analysis.compare.noise.PRIOR`); never the treatment's own shifts. A change
 whose interval reaches into that band is "within noise"; too few samples for an interval is
-"no interval", with how many more steps to record. The step time gets the same from the
+"no interval", with how many more steps to record. One recording a side on devices the prior
+was not measured on has no band: an interval holding 1 is then "no change" (not significant:
+every band holds 1), one excluding 1 "unknown". The step time gets the same from the
 per-step durations.
 
 Units: every time is integer (or mean float) picoseconds; shares are fractions of all ops'
@@ -137,9 +139,11 @@ class DiffReport:
     columns (matched rows; null elsewhere): samples ("per step" / "per occurrence" / null),
     n_samples_base, n_samples_treatment, median_ratio (median per sample, treatment / base),
     ratio_lo, ratio_hi (its interval at ``noise_level``), significant (Boolean: the interval
-    excludes 1; a population on one side only: True when it ran in at least
+    lies beyond the noise band; False when it holds 1, null when it excludes 1 and the band is
+    unknown; a population on one side only: True when it ran in at least
     :data:`MIN_PRESENT` samples there), noise ("within noise", "significant", "significant
-    (vanished)", "significant (appeared)" or "no interval"), noise_band (the
+    (vanished)", "significant (appeared)", "no change" (the interval holds 1, the band is
+    unknown), "unknown" or "no interval": :attr:`noise.Change.verdict`), noise_band (the
     run-to-run band's upper edge as a ratio: changes within [1/band, band] are noise),
     more_samples (samples each side lacks for an interval, null when it has one). Sorted by
     ``|delta_self_ps|``.
@@ -751,7 +755,8 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
     of each matched population's samples on the two sides when they are of the same kind
     (per step, or per occurrence), else no interval. ``rec``: recordings per side; ``prior``:
     the one-recording noise (default :data:`noise.PRIOR`); ``band``: the band to use instead
-    (:func:`noise.unknown_band`: no verdict, ``noise`` "unknown")."""
+    (:func:`noise.unknown_band`: ``noise`` "no change" for an interval holding 1, else
+    "unknown")."""
     rows, changes, pairs, gone = [], [], [], {}
     for r in joined.select(KEY + ["status", "shape_treatment", "_fp_treatment"]).iter_rows(named=True):
         a = b = None
@@ -788,9 +793,7 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
                 rows.append(row)
                 changes.append(None)
                 continue
-        row["noise"] = ("no interval" if c is None or c.lo is None else
-                        "unknown" if c.significant is None else
-                        "significant" if c.significant else "within noise")
+        row["noise"] = "no interval" if c is None else c.verdict
         rows.append(row)
         changes.append(c)
     extra = pl.DataFrame(rows, schema=_NOISE_SCHEMA)
