@@ -424,3 +424,28 @@ def test_traced_op_events_under_a_phase_are_the_phases(capsys):
         for path, got in ((t, ev["base"]), (g, ev["treatment"])):
             assert main(["analyze", path, "--phase", phase, "--expand-kernels", "--format", "json"]) == 0
             assert got == sum(d["ops"] for d in json.loads(capsys.readouterr().out)["devices"]), (phase, path)
+
+
+def test_expand_kernels_makes_each_op_of_a_kernel_its_own_population(capsys):
+    """diff --expand-kernels (a user saw no effect): topp vs greedy has 162 populations, the
+    decode kernel one row; expanded, its 1,950 traced events are 36 op populations under the
+    kernel's identity (197 in all), every one matched, with the kernel's self time between
+    them. The kernels table is the same either way."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    t, g = str(fx / "topp_b4"), str(fx / "greedy_b4")
+    got = {}
+    for flag in ([], ["--expand-kernels"]):
+        assert main(["diff", t, g, "--all-rows", "--format", "json", "--no-cache"] + flag) == 0
+        got[bool(flag)] = json.loads(capsys.readouterr().out)
+    folded, expanded = got[False], got[True]
+    assert len(folded["populations"]) == 162 and len(expanded["populations"]) == 197
+    k = [p for p in folded["populations"] if p["stem"].startswith("RPAd-")]
+    assert [(p["kind"], p["stem"], p["occurrences_base"], p["events_base"]) for p in k] == [
+        ("kernel", "RPAd-p_*-bq_*_*-bkv_*_*", 6, 1950)]
+    ops = [p for p in expanded["populations"] if p["stem"].startswith("RPAd-p_*-bq_*_*-bkv_*_*/")]
+    assert len(ops) == 36 and {p["status"] for p in ops} == {"matched"} and "kernel" not in {p["kind"] for p in ops}
+    assert sum(p["events_base"] for p in ops) == 1950
+    assert sum(p["self_ps_base"] for p in ops) == k[0]["self_ps_base"]
+    assert {p["stem"] for p in ops} >= {"RPAd-p_*-bq_*_*-bkv_*_*/while", "RPAd-p_*-bq_*_*-bkv_*_*/copy"}
+    assert expanded["kernels"] == folded["kernels"]
+    assert expanded["counts"] == {"matched": 134, "appeared": 2, "vanished": 61}

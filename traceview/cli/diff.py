@@ -142,7 +142,8 @@ def run(args) -> int:
         if i == nb:
             pooled_base = pool(sides)
         sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem,
-                          base=pooled_base if i >= nb else None, step_window=args.step_window))
+                          base=pooled_base if i >= nb else None, step_window=args.step_window,
+                          expand_kernels=args.expand_kernels))
         del prof
     d = diff_sides(pooled_base, pool(sides[nb:]), overhead_factor=args.overhead_factor,
                    noise_level=args.noise_level)

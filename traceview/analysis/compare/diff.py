@@ -296,19 +296,23 @@ class DiffSide:
 
 
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
-         tagged: TaggedOps | None = None, step_window: str = "steady", program_key: bool = True) -> DiffSide:
+         tagged: TaggedOps | None = None, step_window: str = "steady", program_key: bool = True,
+         expand_kernels: bool = False) -> DiffSide:
     """The :class:`DiffSide` of ``prof`` (anything with ``table``, ``module_runs`` and
     ``traces``). ``base``: the base's side when ``prof`` is the treatment (its step module is
     the base's, after configuration substitution). ``tagged``: its
     :func:`~traceview.analysis.ops.tagged.tag` result made with ``rules``, when the caller has it.
     ``step_window``: the steps the step time is the mean of (:mod:`traceview.analysis.steps.stepstats`).
+    ``expand_kernels``: each op of a named kernel is its own population
+    (:func:`~traceview.analysis.compare.populations.keyed`; pass it with a profile loaded so).
     Raises UsageError on bad rules or step window."""
     from traceview.analysis.steps.stepstats import parse_window, window_holds_steps
 
     parse_window(step_window)
     t = tagged if tagged is not None else derived.tagged(prof, rules)
     kern = kernel_table(prof, tagged=t)
-    pops = populations(prof, name_stem=name_stem, tagged=t, program_stem_key=program_key)
+    pops = populations(prof, name_stem=name_stem, tagged=t, program_stem_key=program_key,
+                       expand_kernels=expand_kernels)
     kern, pops, traced = _traced_kernel_events(prof, kern, pops)
     runs = prof.runs if hasattr(prof, "runs") else prof.module_runs
     s = DiffSide(label=_label(prof, label), populations=pops,
@@ -332,7 +336,8 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
         if rows is not None:
             rows = np.where(rows >= 0, idx[np.clip(rows, 0, None)], -1)
         durs = step_walls(a.steps.filter(pl.Series(win)))
-    s.samples = population_samples(prof.table, t, rows, durs, name_stem=name_stem, program_stem_key=program_key)
+    s.samples = population_samples(prof.table, t, rows, durs, name_stem=name_stem, program_stem_key=program_key,
+                                   expand_kernels=expand_kernels)
     s.device_kinds = device_kinds(prof)
     if hasattr(prof, "used_devices"):
         s.communication = derived.communication(prof)
@@ -466,7 +471,7 @@ def _step_anatomy(prof, base, window: str = "steady") -> "steps.StepAnatomy | No
 def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor: float = OVERHEAD_FACTOR,
          overhead_min_events: int = OVERHEAD_MIN_EVENTS, labels: tuple[str, str] | None = None,
          tagged: tuple[TaggedOps, TaggedOps] | None = None, step_window: str = "steady",
-         program_key: bool = True, noise_level: float = noise.LEVEL) -> DiffReport:
+         program_key: bool = True, noise_level: float = noise.LEVEL, expand_kernels: bool = False) -> DiffReport:
     """Diff two profiles population by population (method in the module doc).
 
     Args:
@@ -486,6 +491,8 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
         steps left out), "all" or "A:B" (:mod:`traceview.analysis.steps.stepstats`); the noise
         samples come from the same steps.
       noise_level: confidence level of the noise intervals (default 0.95), in (0, 1).
+      expand_kernels: each op of a named kernel is its own population, not one kernel
+        population (profiles loaded with ``expand_kernels=True``).
 
     Returns: :class:`DiffReport` (:func:`diff_sides` of the two :func:`side` summaries).
     Raises: UsageError for ``overhead_factor <= 1``, a bad ``noise_level`` or bad rules.
@@ -494,9 +501,9 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
         raise UsageError(f"overhead factor must be > 1, got {overhead_factor!r}")
     tb, tt = tagged if tagged is not None else (None, None)
     b = side(base, rules=rules, name_stem=name_stem, label=labels[0] if labels else None, tagged=tb,
-             step_window=step_window, program_key=program_key)
+             step_window=step_window, program_key=program_key, expand_kernels=expand_kernels)
     t = side(treatment, rules=rules, name_stem=name_stem, label=labels[1] if labels else None, base=b, tagged=tt,
-             step_window=step_window, program_key=program_key)
+             step_window=step_window, program_key=program_key, expand_kernels=expand_kernels)
     return diff_sides(b, t, overhead_factor=overhead_factor, overhead_min_events=overhead_min_events,
                       noise_level=noise_level)
 
