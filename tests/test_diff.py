@@ -449,3 +449,32 @@ def test_expand_kernels_makes_each_op_of_a_kernel_its_own_population(capsys):
     assert {p["stem"] for p in ops} >= {"RPAd-p_*-bq_*_*-bkv_*_*/while", "RPAd-p_*-bq_*_*-bkv_*_*/copy"}
     assert expanded["kernels"] == folded["kernels"]
     assert expanded["counts"] == {"matched": 134, "appeared": 2, "vanished": 61}
+
+
+def test_pooling_recordings_of_other_hardware_or_steps_is_refused(shared_traces, capsys):
+    """--base TPU MI300X pooled a 4-chip TPU v6e recording with a one-GPU MI300X one and said
+    nothing; recordings whose hardware (device kind, type, count) or steps (markers, the step
+    program) differ are refused in one line naming both files and what differs (exit 2)."""
+    from traceview.analysis.compare.diff import side
+    from traceview.analysis.compare.pooled import pool
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    tpu, gemm, att = (str(shared_traces / f) for f in ("tpu_v6e_4chip_psum.xplane.pb", "mi300x_jax_gemm_sweep.xplane.pb",
+                                                        "mi300x_jax_attention.xplane.pb"))
+    cases = [([tpu, gemm], "they differ in hardware (4 x TPU v6 Lite vs 1 x AMD GPU) and steps (executions of jit_f "
+                           "vs executions of jit_dot)"),
+             ([gemm, att], "they differ in steps (executions of jit_dot vs executions of jit_matmul);"),
+             ([str(fx / "greedy_b4"), str(fx / "tp_decode")], "they differ in hardware (1 x CPU vs 4 x CPU);")]
+    for base, why in cases:
+        assert main(["diff", "--base", *base, "--treatment", att, "--no-cache"]) == 2
+        err = capsys.readouterr().err
+        lines = [ln for ln in err.splitlines() if ln.startswith("traceview: error:")]
+        assert len(lines) == 1 and "Traceback" not in err, err
+        assert lines[0].startswith("traceview: error: cannot pool ") and why in lines[0], lines[0]
+        assert all(Path(b).name in lines[0] for b in base)  # the files (a folder's under its name)
+    with pytest.raises(traceview.UsageError, match=r"hardware \(1 x AMD GPU vs 4 x TPU v6 Lite\)"):
+        pool([side(traceview.load(gemm)), side(traceview.load(tpu))])
+    # recordings of one hardware and one step definition still pool (two engine configurations)
+    assert main(["diff", "--base", str(fx / "greedy_b4"), str(fx / "topp_b4"), "--treatment", str(fx / "nodonate_b4"),
+                 "--format", "json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["noise"]["run_to_run"]["recordings"] == [2, 1]

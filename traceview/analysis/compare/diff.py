@@ -293,6 +293,8 @@ class DiffSide:
     recordings: int = 1
     #: device kinds of the profile's devices ("CPU", "TPU", "GPU"; "" when unknown)
     device_kinds: tuple = ()
+    #: the devices that ran ops, by kind: :func:`hardware`
+    hardware: tuple = ()
 
 
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
@@ -339,6 +341,7 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     s.samples = population_samples(prof.table, t, rows, durs, name_stem=name_stem, program_stem_key=program_key,
                                    expand_kernels=expand_kernels)
     s.device_kinds = device_kinds(prof)
+    s.hardware = hardware(prof)
     if hasattr(prof, "used_devices"):
         s.communication = derived.communication(prof)
     return s
@@ -359,6 +362,76 @@ def device_kinds(prof) -> tuple:
             return ()
         kinds.add(kind)
     return tuple(sorted(kinds))
+
+
+def hardware(prof) -> tuple:
+    """The devices of ``prof`` that ran ops, as sorted ``(kind, device type, count)`` triples:
+    ``(("TPU", "TPU v6 Lite", 4),)``; the type is "" where the trace names only the kind (a
+    trace.json's ``TPU``); () when no device can be told."""
+    from collections import Counter
+
+    got: Counter = Counter()
+    if hasattr(prof, "used_devices"):
+        for d in prof.used_devices():
+            kind = str(d.kind or "").upper()
+            typ = str(d.device_type or "")
+            got[(kind, "" if typ.upper() == kind else typ)] += 1
+    else:
+        try:
+            names = prof.table.collapse().select("host", "device").unique().iter_rows()
+        except Exception:
+            return ()
+        for _, n in names:
+            up = str(n).upper()
+            got[(next((k for k in ("TPU", "GPU", "CPU") if k in up), ""), "")] += 1
+    return tuple(sorted((k, t, n) for (k, t), n in got.items()))
+
+
+def hardware_text(hw: tuple) -> str:
+    """:func:`hardware` in words: ``"4 x TPU v6 Lite"``, ``"1 x CPU"``; "unknown devices" for ()."""
+    return " + ".join(f"{n} x {t or k or 'device'}" for k, t, n in hw) or "unknown devices"
+
+
+def same_hardware(a: tuple, b: tuple) -> bool:
+    """Whether two :func:`hardware` tuples are one hardware: the same device kinds and counts,
+    and the same device types where both name one. True when either is unknown (())."""
+    if not a or not b:
+        return True
+
+    def by_kind(hw):
+        out: dict = {}
+        for k, t, n in hw:
+            types, count = out.get(k, (set(), 0))
+            out[k] = (types | ({t} if t else set()), count + n)
+        return out
+
+    ka, kb = by_kind(a), by_kind(b)
+    if ka.keys() != kb.keys():
+        return False
+    return all(ka[k][1] == kb[k][1] and (not ka[k][0] or not kb[k][0] or ka[k][0] == kb[k][0]) for k in ka)
+
+
+def step_definition(steps: tuple | None) -> tuple[str, str] | None:
+    """How a side's steps were found (the ``steps`` tuple of a :class:`DiffSide`): (method,
+    bucket-free program of the step module, :func:`~traceview.analysis.compare.populations.program_stem`;
+    "" for step markers or the whole trace); None without steps."""
+    if steps is None:
+        return None
+    from traceview.analysis.compare.populations import program_stem
+
+    module, method = steps[0], steps[3]
+    return method, "" if method == "markers" else program_stem(module)
+
+
+def step_definition_text(steps: tuple | None) -> str:
+    """How a side's steps were found, in words: "step markers", "executions of jit_decode_b8",
+    "the whole trace", "no steps"."""
+    if steps is None:
+        return "no steps"
+    module, method = steps[0], steps[3]
+    if method == "markers":
+        return "step markers"
+    return f"executions of {module}" if module else "the whole trace"
 
 
 def _traced_kernel_events(prof, kern: pl.DataFrame, pops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int | None]:
