@@ -478,3 +478,41 @@ def test_pooling_recordings_of_other_hardware_or_steps_is_refused(shared_traces,
     assert main(["diff", "--base", str(fx / "greedy_b4"), str(fx / "topp_b4"), "--treatment", str(fx / "nodonate_b4"),
                  "--format", "json", "--no-cache"]) == 0
     assert json.loads(capsys.readouterr().out)["noise"]["run_to_run"]["recordings"] == [2, 1]
+
+
+def test_a_diff_across_hardware_or_step_definitions_says_so(shared_traces, capsys, tmp_path):
+    """TPU v6e against MI300X, or an engine trace stepped by markers against one stepped by a
+    program, diffed without a word on it: a note (terminal, JSON, HTML) names each side's
+    devices or steps; JSON gives each side's hardware. Alike sides get neither note."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    tpu, gemm, att = (str(shared_traces / f) for f in ("tpu_v6e_4chip_psum.xplane.pb", "mi300x_jax_gemm_sweep.xplane.pb",
+                                                        "mi300x_jax_attention.xplane.pb"))
+    greedy = str(fx / "greedy_b4")
+
+    def notes(a, b):
+        assert main(["diff", a, b, "--format", "json", "--top", "1", "--no-cache"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        return d["hardware"], d["notes"]
+
+    hw, ns = notes(tpu, gemm)
+    assert hw == {"base": "4 x TPU v6 Lite", "treatment": "1 x AMD GPU"}
+    assert ns[0].startswith("the sides ran on different hardware: 4 x TPU v6 Lite (base) vs 1 x AMD GPU (treatment): "
+                            "the comparison crosses hardware")
+    assert "steps are executions of jit_f (base) and jit_dot (treatment): different step programs" in "\n".join(ns)
+    hw, ns = notes(greedy, att)
+    assert hw == {"base": "1 x CPU", "treatment": "1 x AMD GPU"}
+    assert ns[1].startswith("the sides' steps were found differently: step markers (base) vs executions of "
+                            "jit_matmul (treatment)")
+    hw, ns = notes(greedy, str(fx / "tp_decode"))  # one CPU device against four
+    assert hw == {"base": "1 x CPU", "treatment": "4 x CPU"}
+    assert ns[0].startswith("the sides ran on different hardware: 1 x CPU (base) vs 4 x CPU (treatment)")
+    assert not any("steps were found differently" in n for n in ns)
+    hw, ns = notes(greedy, str(fx / "topp_b4"))
+    assert hw == {"base": "1 x CPU", "treatment": "1 x CPU"} and not any("different hardware" in n for n in ns)
+    assert main(["diff", tpu, gemm, "--top", "1", "--width", "400", "--no-cache"]) == 0
+    assert "note: the sides ran on different hardware: 4 x TPU v6 Lite (base) vs 1 x AMD GPU" in capsys.readouterr().out
+    page = tmp_path / "d.html"
+    assert main(["diff", greedy, att, "-o", str(page), "--no-cache"]) == 0
+    html = page.read_text()
+    assert "the sides ran on different hardware: 1 x CPU (base) vs 1 x AMD GPU (treatment)" in html
+    assert "step markers (base) vs executions of jit_matmul (treatment)" in html

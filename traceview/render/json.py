@@ -267,8 +267,8 @@ def analysis_json(rep, *, top: int | None, version: str, all_rows: bool = False)
 
 
 def diff_payload(d, top: int | None = None, all_rows: bool = False) -> dict:
-    """The JSON object of a :class:`~traceview.analysis.compare.diff.DiffReport`: labels, summary
-    lines, op time and traced events per side, steps, population counts by status, kernels,
+    """The JSON object of a :class:`~traceview.analysis.compare.diff.DiffReport`: labels, each
+    side's hardware, summary lines, op time and traced events per side, steps, population counts by status, kernels,
     families, modules, populations (by |delta|; HLO texts left out), overhead factor, notes,
     collectives, findings and noise; every table cut by :class:`Rows` (``rows``: shown and
     total of each)."""
@@ -279,6 +279,7 @@ def diff_payload(d, top: int | None = None, all_rows: bool = False) -> dict:
     return {
         "top": cut.top, "rows": cut.counts,
         "base": d.base_label, "treatment": d.treatment_label, "units": "ps",
+        "hardware": {"base": d.hardware[0], "treatment": d.hardware[1]},
         "summary": summary_lines(d),
         "op_time_ps": {"base": d.op_time_ps_base, "treatment": d.op_time_ps_treatment},
         "events": {"base": d.events_base, "treatment": d.events_treatment},

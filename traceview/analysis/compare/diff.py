@@ -151,8 +151,9 @@ class DiffReport:
     and events per side. ``families`` — family, self_ps and share per side, delta_self_ps.
     ``modules`` — module (base name; treatment names mapped through configuration
     substitution), executions and mean_ps per side. ``steps``: :class:`StepDelta`.
-    ``notes``: one line each (overhead, mismatched steps, collectives whose size or groups
-    changed). ``collectives``: :func:`traceview.analysis.communication.collectives.collective_diff` (None when
+    ``notes``: one line each (sides on different hardware, steps found differently or of
+    different programs, overhead, collectives whose size or groups changed). ``hardware``:
+    each side's devices in words (:func:`hardware_text`). ``collectives``: :func:`traceview.analysis.communication.collectives.collective_diff` (None when
     the sides are not profiles). ``findings``: the diff's findings
     (:func:`traceview.analysis.findings.find` with ``diff=``), set by :func:`diff_sides`.
     """
@@ -174,6 +175,7 @@ class DiffReport:
     findings: list | None = None  # traceview.analysis.findings (the diff's rules: profiling overhead)
     noise_level: float = noise.LEVEL
     run_noise: "NoiseSummary | None" = None  # which run-to-run noise the changes were judged against
+    hardware: tuple[str, str] = ("", "")  # each side's devices in words (hardware_text)
 
     # -- views ----------------------------------------------------------------------------
     def matched(self) -> pl.DataFrame:
@@ -740,6 +742,15 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
                                       prior=noise_prior, step=True, band=unknown)
 
     notes: list[str] = []
+    hw = (hardware_text(base.hardware), hardware_text(treatment.hardware))
+    if not same_hardware(base.hardware, treatment.hardware):
+        notes.append(f"the sides ran on different hardware: {hw[0]} (base) vs {hw[1]} (treatment): the comparison "
+                     "crosses hardware, its deltas are the hardware's as much as any treatment's")
+    db, dt = step_definition(base.steps), step_definition(treatment.steps)
+    if db is not None and dt is not None and db[0] != dt[0]:
+        notes.append(f"the sides' steps were found differently: {step_definition_text(base.steps)} (base) vs "
+                     f"{step_definition_text(treatment.steps)} (treatment): the step time and the per-step changes "
+                     "compare different step definitions")
     over = joined.filter(pl.col("overhead_note") != "")
     for r in over.head(5).iter_rows(named=True):
         what = r["stem"] if r["kind"] == "kernel" else f"{r['stem'] or r['kind']} {r['shape']}"
@@ -756,7 +767,8 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     if step is not None and step.module_base and step.module_treatment and step.module_base != step.module_treatment \
             and _subst(step.module_treatment, vmap) != step.module_base:
         notes.append(f"steps are executions of {step.module_base} (base) and {step.module_treatment} (treatment): "
-                     f"different programs, compare step times with care")
+                     f"different step programs, the step time and the per-step changes compare different step "
+                     f"definitions")
     coll = None
     if getattr(base, "communication", None) is not None and getattr(treatment, "communication", None) is not None:
         from traceview.analysis.communication.collectives import collective_diff
@@ -767,7 +779,7 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
                      families=families, modules=modules, steps=step, op_time_ps_base=base.self_ps,
                      op_time_ps_treatment=treatment.self_ps,
                      events_base=eb, events_treatment=et, overhead_factor=overhead_factor, notes=notes,
-                     collectives=coll, noise_level=noise_level, run_noise=run_noise)
+                     collectives=coll, noise_level=noise_level, run_noise=run_noise, hardware=hw)
     from traceview.analysis.findings import find
 
     rep.findings = find(diff=rep, thresholds={"overhead_factor": overhead_factor})
