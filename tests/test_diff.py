@@ -516,3 +516,31 @@ def test_a_diff_across_hardware_or_step_definitions_says_so(shared_traces, capsy
     html = page.read_text()
     assert "the sides ran on different hardware: 1 x CPU (base) vs 1 x AMD GPU (treatment)" in html
     assert "step markers (base) vs executions of jit_matmul (treatment)" in html
+
+
+def test_a_side_warning_names_its_file_once(tmp_path, shared_traces, capsys):
+    """diff prefixed every side warning with the side's path, and a warning that names it
+    already (a trace.json's 'no shapes' note, loose files in a folder) showed it twice."""
+    import shutil
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    run = next((fx / "greedy_b4" / "plugins" / "profile").iterdir())
+    tj = str(run / "engine-cpu.trace.json.gz")
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    shutil.copy(run / "engine-cpu.xplane.pb", loose)
+    shutil.copy(shared_traces / "mi300x_jax_attention.xplane.pb", loose)
+    two = tmp_path / "two" / "plugins" / "profile"
+    for name in ("greedy_b4", "topp_b4"):
+        src = next((fx / name / "plugins" / "profile").iterdir())
+        shutil.copytree(src, two / src.name)
+    cases = [(tj, tj, "trace.json carries no shapes or program ids for CPU ops"),
+             (str(loose), str(fx / "topp_b4"), "trace files lie loose in"),
+             (str(tmp_path / "two"), str(fx / "topp_b4"), "2 runs found; reading the newest")]
+    for base, treat, what in cases:
+        assert main(["diff", base, treat, "-o", str(tmp_path / "d.json"), "--no-cache"]) == 0
+        warns = [ln for ln in capsys.readouterr().err.splitlines() if what in ln]
+        assert warns and all(ln.startswith("traceview: warning: ") and ln.count(base) == 1 for ln in warns), warns
+    assert warns == [f"traceview: warning: {tmp_path / 'two'}: 2 runs found; reading the newest "
+                     f"{max(p.name for p in two.iterdir())}; pass --run-base / --run-treatment to choose (the newest "
+                     "run may not be the session you just profiled if clocks or copies differ)"]

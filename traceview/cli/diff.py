@@ -61,7 +61,6 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
     the caller's user chooses a run, for the warnings."""
     from traceview.cli import process
     from traceview.model.load import load, start_prefetch
-    from traceview.model.naming import safe_line
     from traceview.read.discover import discover
 
     cache = cargs.cache_from_args(args)
@@ -88,13 +87,29 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
         out = cargs.apply_phase(out, args)
         del prof
         for w in out.warnings:  # after the selection: --phase says what it kept
-            print(f"traceview: warning: {safe_line(path)}: {safe_line(w)}", file=sys.stderr)
+            print(f"traceview: warning: {side_warning(path, w)}", file=sys.stderr)
         if args.device and out.table.height == 0:  # a comparison or check of nothing
             raise UsageError(f"--device {args.device!r} leaves no op of {path}: nothing to compare or check "
                              "(traceview analyze PATH lists the devices)")
         yield out
         del out  # released before the next side is read
         process.trim_heap(cargs.input_bytes(d))  # what its analysis freed, before the next side is read
+
+
+def names_path(text: str, path) -> bool:
+    """Whether ``text`` names ``path`` (or a file under it) as a path of its own: not inside a
+    longer name."""
+    import os
+    import re
+
+    forms = {str(path).rstrip("/") or "/", os.path.normpath(str(path))}
+    return any(re.search(r"(?<![\w./-])" + re.escape(f) + r"(?![\w.-])", text) for f in forms)
+
+
+def side_warning(path, w: str) -> str:
+    """A side's warning as one line naming the side's path once: ``PATH: warning``, or the
+    warning alone when it names the path (or a file under it) itself."""
+    return safe_line(w) if names_path(w, path) else f"{safe_line(path)}: {safe_line(w)}"
 
 
 def side_paths(args) -> tuple[list[str], list[str]]:
