@@ -544,3 +544,26 @@ def test_a_side_warning_names_its_file_once(tmp_path, shared_traces, capsys):
     assert warns == [f"traceview: warning: {tmp_path / 'two'}: 2 runs found; reading the newest "
                      f"{max(p.name for p in two.iterdir())}; pass --run-base / --run-treatment to choose (the newest "
                      "run may not be the session you just profiled if clocks or copies differ)"]
+
+
+def test_a_fault_of_one_side_names_its_file(shared_traces, capsys):
+    """TPU v6e (100 steps) against MI300X GEMM (18 steps) with --step-window 20:40 said
+    'holds none of the trace's 18 steps' without saying which trace; a --phase that finds
+    nothing on one side neither. The error names the side's file, either way round, exit 2;
+    a malformed window is no side's fault and names none."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    tpu, gemm = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    for a, b in ((tpu, gemm), (gemm, tpu)):
+        assert main(["diff", a, b, "--step-window", "20:40", "--no-cache"]) == 2
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("traceview: error:")]
+        assert err == [f"traceview: error: {gemm}: --step-window 20:40 holds none of the trace's 18 steps (0..17; A:B "
+                       "counts from 0, B excluded, negatives from the end)"]
+    greedy, topp = str(fx / "greedy_b4"), str(fx / "topp_b4")
+    for argv in (["diff", greedy, gemm], ["diff", "--base", greedy, topp, "--treatment", gemm]):
+        assert main(argv + ["--phase", "decode", "--no-cache"]) == 2
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("traceview: error:")]
+        assert err == [f"traceview: error: {gemm}: --phase decode: no program execution of that phase in this profile "
+                       "(phases found: none)"]
+    assert main(["diff", greedy, topp, "--step-window", "x:y"]) == 2
+    err = capsys.readouterr().err
+    assert "traceview: error: unknown step window 'x:y'" in err and greedy not in err
