@@ -567,3 +567,16 @@ def test_a_fault_of_one_side_names_its_file(shared_traces, capsys):
     assert main(["diff", greedy, topp, "--step-window", "x:y"]) == 2
     err = capsys.readouterr().err
     assert "traceview: error: unknown step window 'x:y'" in err and greedy not in err
+
+
+def test_json_top_is_the_row_limit_applied(capsys):
+    """diff --format json said "top": null without --top although every table was cut to 25
+    rows; it gives the limit applied: 25 by default, --top's value, null under --all-rows."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    base = ["diff", str(fx / "topp_b4"), str(fx / "greedy_b4"), "--format", "json", "--no-cache"]
+    for flag, top in (([], 25), (["--top", "3"], 3), (["--all-rows"], None)):
+        assert main(base + flag) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["top"] == top and d["rows"]["populations"]["total"] == 162
+        assert d["rows"]["populations"]["shown"] == len(d["populations"]) == (top or 162)
+        assert all(r["shown"] == min(r["total"], top or r["total"]) for r in d["rows"].values())

@@ -270,14 +270,16 @@ def diff_payload(d, top: int | None = None, all_rows: bool = False) -> dict:
     """The JSON object of a :class:`~traceview.analysis.compare.diff.DiffReport`: labels, each
     side's hardware, summary lines, op time and traced events per side, steps, population counts by status, kernels,
     families, modules, populations (by |delta|; HLO texts left out), overhead factor, notes,
-    collectives, findings and noise; every table cut by :class:`Rows` (``rows``: shown and
+    collectives, findings and noise; every table cut by :class:`Rows` (``top``: the rows each
+    was cut to, ``top`` or :data:`DEFAULT_ROWS`, None with ``all_rows``; ``rows``: shown and
     total of each)."""
     from traceview.render.diff_summary import summary_lines
 
     cut = Rows(top, all_rows)
     pops = cut("populations", d.populations.drop("hlo_text_base", "hlo_text_treatment", strict=False))
     return {
-        "top": cut.top, "rows": cut.counts,
+        "top": cut.limit,  # the rows each table was cut to: --top, else the default (None: every row)
+        "rows": cut.counts,
         "base": d.base_label, "treatment": d.treatment_label, "units": "ps",
         "hardware": {"base": d.hardware[0], "treatment": d.hardware[1]},
         "summary": summary_lines(d),
