@@ -424,3 +424,159 @@ def test_traced_op_events_under_a_phase_are_the_phases(capsys):
         for path, got in ((t, ev["base"]), (g, ev["treatment"])):
             assert main(["analyze", path, "--phase", phase, "--expand-kernels", "--format", "json"]) == 0
             assert got == sum(d["ops"] for d in json.loads(capsys.readouterr().out)["devices"]), (phase, path)
+
+
+def test_expand_kernels_makes_each_op_of_a_kernel_its_own_population(capsys):
+    """diff --expand-kernels (a user saw no effect): topp vs greedy has 162 populations, the
+    decode kernel one row; expanded, its 1,950 traced events are 36 op populations under the
+    kernel's identity (197 in all), every one matched, with the kernel's self time between
+    them. The kernels table is the same either way."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    t, g = str(fx / "topp_b4"), str(fx / "greedy_b4")
+    got = {}
+    for flag in ([], ["--expand-kernels"]):
+        assert main(["diff", t, g, "--all-rows", "--format", "json", "--no-cache"] + flag) == 0
+        got[bool(flag)] = json.loads(capsys.readouterr().out)
+    folded, expanded = got[False], got[True]
+    assert len(folded["populations"]) == 162 and len(expanded["populations"]) == 197
+    k = [p for p in folded["populations"] if p["stem"].startswith("RPAd-")]
+    assert [(p["kind"], p["stem"], p["occurrences_base"], p["events_base"]) for p in k] == [
+        ("kernel", "RPAd-p_*-bq_*_*-bkv_*_*", 6, 1950)]
+    ops = [p for p in expanded["populations"] if p["stem"].startswith("RPAd-p_*-bq_*_*-bkv_*_*/")]
+    assert len(ops) == 36 and {p["status"] for p in ops} == {"matched"} and "kernel" not in {p["kind"] for p in ops}
+    assert sum(p["events_base"] for p in ops) == 1950
+    assert sum(p["self_ps_base"] for p in ops) == k[0]["self_ps_base"]
+    assert {p["stem"] for p in ops} >= {"RPAd-p_*-bq_*_*-bkv_*_*/while", "RPAd-p_*-bq_*_*-bkv_*_*/copy"}
+    assert expanded["kernels"] == folded["kernels"]
+    assert expanded["counts"] == {"matched": 134, "appeared": 2, "vanished": 61}
+
+
+def test_pooling_recordings_of_other_hardware_or_steps_is_refused(shared_traces, capsys):
+    """--base TPU MI300X pooled a 4-chip TPU v6e recording with a one-GPU MI300X one and said
+    nothing; recordings whose hardware (device kind, type, count) or steps (markers, the step
+    program) differ are refused in one line naming both files and what differs (exit 2)."""
+    from traceview.analysis.compare.diff import side
+    from traceview.analysis.compare.pooled import pool
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    tpu, gemm, att = (str(shared_traces / f) for f in ("tpu_v6e_4chip_psum.xplane.pb", "mi300x_jax_gemm_sweep.xplane.pb",
+                                                        "mi300x_jax_attention.xplane.pb"))
+    cases = [([tpu, gemm], "they differ in hardware (4 x TPU v6 Lite vs 1 x AMD GPU) and steps (executions of jit_f "
+                           "vs executions of jit_dot)"),
+             ([gemm, att], "they differ in steps (executions of jit_dot vs executions of jit_matmul);"),
+             ([str(fx / "greedy_b4"), str(fx / "tp_decode")], "they differ in hardware (1 x CPU vs 4 x CPU);")]
+    for base, why in cases:
+        assert main(["diff", "--base", *base, "--treatment", att, "--no-cache"]) == 2
+        err = capsys.readouterr().err
+        lines = [ln for ln in err.splitlines() if ln.startswith("traceview: error:")]
+        assert len(lines) == 1 and "Traceback" not in err, err
+        assert lines[0].startswith("traceview: error: cannot pool ") and why in lines[0], lines[0]
+        assert all(Path(b).name in lines[0] for b in base)  # the files (a folder's under its name)
+    with pytest.raises(traceview.UsageError, match=r"hardware \(1 x AMD GPU vs 4 x TPU v6 Lite\)"):
+        pool([side(traceview.load(gemm)), side(traceview.load(tpu))])
+    # recordings of one hardware and one step definition still pool (two engine configurations)
+    assert main(["diff", "--base", str(fx / "greedy_b4"), str(fx / "topp_b4"), "--treatment", str(fx / "nodonate_b4"),
+                 "--format", "json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["noise"]["run_to_run"]["recordings"] == [2, 1]
+
+
+def test_a_diff_across_hardware_or_step_definitions_says_so(shared_traces, capsys, tmp_path):
+    """TPU v6e against MI300X, or an engine trace stepped by markers against one stepped by a
+    program, diffed without a word on it: a note (terminal, JSON, HTML) names each side's
+    devices or steps; JSON gives each side's hardware. Alike sides get neither note."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    tpu, gemm, att = (str(shared_traces / f) for f in ("tpu_v6e_4chip_psum.xplane.pb", "mi300x_jax_gemm_sweep.xplane.pb",
+                                                        "mi300x_jax_attention.xplane.pb"))
+    greedy = str(fx / "greedy_b4")
+
+    def notes(a, b):
+        assert main(["diff", a, b, "--format", "json", "--top", "1", "--no-cache"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        return d["hardware"], d["notes"]
+
+    hw, ns = notes(tpu, gemm)
+    assert hw == {"base": "4 x TPU v6 Lite", "treatment": "1 x AMD GPU"}
+    assert ns[0].startswith("the sides ran on different hardware: 4 x TPU v6 Lite (base) vs 1 x AMD GPU (treatment): "
+                            "the comparison crosses hardware")
+    assert "steps are executions of jit_f (base) and jit_dot (treatment): different step programs" in "\n".join(ns)
+    hw, ns = notes(greedy, att)
+    assert hw == {"base": "1 x CPU", "treatment": "1 x AMD GPU"}
+    assert ns[1].startswith("the sides' steps were found differently: step markers (base) vs executions of "
+                            "jit_matmul (treatment)")
+    hw, ns = notes(greedy, str(fx / "tp_decode"))  # one CPU device against four
+    assert hw == {"base": "1 x CPU", "treatment": "4 x CPU"}
+    assert ns[0].startswith("the sides ran on different hardware: 1 x CPU (base) vs 4 x CPU (treatment)")
+    assert not any("steps were found differently" in n for n in ns)
+    hw, ns = notes(greedy, str(fx / "topp_b4"))
+    assert hw == {"base": "1 x CPU", "treatment": "1 x CPU"} and not any("different hardware" in n for n in ns)
+    assert main(["diff", tpu, gemm, "--top", "1", "--width", "400", "--no-cache"]) == 0
+    assert "note: the sides ran on different hardware: 4 x TPU v6 Lite (base) vs 1 x AMD GPU" in capsys.readouterr().out
+    page = tmp_path / "d.html"
+    assert main(["diff", greedy, att, "-o", str(page), "--no-cache"]) == 0
+    html = page.read_text()
+    assert "the sides ran on different hardware: 1 x CPU (base) vs 1 x AMD GPU (treatment)" in html
+    assert "step markers (base) vs executions of jit_matmul (treatment)" in html
+
+
+def test_a_side_warning_names_its_file_once(tmp_path, shared_traces, capsys):
+    """diff prefixed every side warning with the side's path, and a warning that names it
+    already (a trace.json's 'no shapes' note, loose files in a folder) showed it twice."""
+    import shutil
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    run = next((fx / "greedy_b4" / "plugins" / "profile").iterdir())
+    tj = str(run / "engine-cpu.trace.json.gz")
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    shutil.copy(run / "engine-cpu.xplane.pb", loose)
+    shutil.copy(shared_traces / "mi300x_jax_attention.xplane.pb", loose)
+    two = tmp_path / "two" / "plugins" / "profile"
+    for name in ("greedy_b4", "topp_b4"):
+        src = next((fx / name / "plugins" / "profile").iterdir())
+        shutil.copytree(src, two / src.name)
+    cases = [(tj, tj, "trace.json carries no shapes or program ids for CPU ops"),
+             (str(loose), str(fx / "topp_b4"), "trace files lie loose in"),
+             (str(tmp_path / "two"), str(fx / "topp_b4"), "2 runs found; reading the newest")]
+    for base, treat, what in cases:
+        assert main(["diff", base, treat, "-o", str(tmp_path / "d.json"), "--no-cache"]) == 0
+        warns = [ln for ln in capsys.readouterr().err.splitlines() if what in ln]
+        assert warns and all(ln.startswith("traceview: warning: ") and ln.count(base) == 1 for ln in warns), warns
+    assert warns == [f"traceview: warning: {tmp_path / 'two'}: 2 runs found; reading the newest "
+                     f"{max(p.name for p in two.iterdir())}; pass --run-base / --run-treatment to choose (the newest "
+                     "run may not be the session you just profiled if clocks or copies differ)"]
+
+
+def test_a_fault_of_one_side_names_its_file(shared_traces, capsys):
+    """TPU v6e (100 steps) against MI300X GEMM (18 steps) with --step-window 20:40 said
+    'holds none of the trace's 18 steps' without saying which trace; a --phase that finds
+    nothing on one side neither. The error names the side's file, either way round, exit 2;
+    a malformed window is no side's fault and names none."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    tpu, gemm = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    for a, b in ((tpu, gemm), (gemm, tpu)):
+        assert main(["diff", a, b, "--step-window", "20:40", "--no-cache"]) == 2
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("traceview: error:")]
+        assert err == [f"traceview: error: {gemm}: --step-window 20:40 holds none of the trace's 18 steps (0..17; A:B "
+                       "counts from 0, B excluded, negatives from the end)"]
+    greedy, topp = str(fx / "greedy_b4"), str(fx / "topp_b4")
+    for argv in (["diff", greedy, gemm], ["diff", "--base", greedy, topp, "--treatment", gemm]):
+        assert main(argv + ["--phase", "decode", "--no-cache"]) == 2
+        err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("traceview: error:")]
+        assert err == [f"traceview: error: {gemm}: --phase decode: no program execution of that phase in this profile "
+                       "(phases found: none)"]
+    assert main(["diff", greedy, topp, "--step-window", "x:y"]) == 2
+    err = capsys.readouterr().err
+    assert "traceview: error: unknown step window 'x:y'" in err and greedy not in err
+
+
+def test_json_top_is_the_row_limit_applied(capsys):
+    """diff --format json said "top": null without --top although every table was cut to 25
+    rows; it gives the limit applied: 25 by default, --top's value, null under --all-rows."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    base = ["diff", str(fx / "topp_b4"), str(fx / "greedy_b4"), "--format", "json", "--no-cache"]
+    for flag, top in (([], 25), (["--top", "3"], 3), (["--all-rows"], None)):
+        assert main(base + flag) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["top"] == top and d["rows"]["populations"]["total"] == 162
+        assert d["rows"]["populations"]["shown"] == len(d["populations"]) == (top or 162)
+        assert all(r["shown"] == min(r["total"], top or r["total"]) for r in d["rows"].values())

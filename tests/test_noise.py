@@ -397,13 +397,18 @@ def test_history_of_trace_files_and_runs_too_short_for_an_interval(shared_traces
                       run("b", 1, [1.5e9 * x for x in spread], ("TPU",))], threshold=0.05)
     assert h.runs[1].verdict == "noise unknown" and [x.name for x in h.unjudged()] == ["b"]
     assert h.regressions() == []
+    # ... but an interval holding 1 is no change there, not an unknown one
+    h = compare_runs([run("a", 0, [1e9 * x for x in spread], ("TPU",)),
+                      run("b", 1, [1e9 * x for x in reversed(spread)], ("TPU",))], threshold=0.05)
+    assert h.runs[1].verdict == "no change" and h.runs[1].change.significant is False and h.unjudged() == []
 
 
-def test_single_tpu_pair_gets_no_verdict_from_the_cpu_prior(shared_traces, tmp_path):
-    """The stated prior was measured on CPU recordings: a diff of one TPU recording a side
-    (the v6e trace against itself: 4 populations with an interval) judges nothing, neither
-    significant nor within noise, and says why (found by a new user: TPU and GPU diffs were
-    judged against the CPU VM's band)."""
+def test_single_tpu_pair_is_not_judged_against_the_cpu_prior(shared_traces, tmp_path):
+    """The stated prior was measured on CPU recordings: a diff of one TPU recording a side is
+    not judged against the CPU VM's band (found by a new user). The v6e trace against itself:
+    every interval holds 1, and every band holds 1, so nothing is significant although the
+    band is unknown ("no change", significant false, never "significance unknown": a second
+    user's report), on the 4 populations with an interval and the step line alike."""
     import json
 
     from traceview.cli import main
@@ -415,9 +420,35 @@ def test_single_tpu_pair_gets_no_verdict_from_the_cpu_prior(shared_traces, tmp_p
     assert d["noise"]["run_to_run"]["source"] == "unknown"
     assert "no A/A prior for TPU devices" in d["noise"]["run_to_run"]["text"]
     judged = [p for p in d["populations"] if p["ratio_lo"] is not None]
-    assert len(judged) == 4 and d["noise"]["significant"] == 0
-    assert {p["noise"] for p in judged} == {"unknown"} and {p["significant"] for p in judged} == {None}
+    assert len(judged) == 4 and d["noise"]["significant"] == 0 and d["noise"]["unknown"] == 0
+    assert all(p["ratio_lo"] <= 1 <= p["ratio_hi"] for p in judged)
+    assert {p["noise"] for p in judged} == {"no change"} and {p["significant"] for p in judged} == {False}
     assert all(p["noise_band"] is None for p in judged)
+    step = d["steps"]["noise"]
+    assert step["significant"] is False and step["verdict"] == "no change"
+    assert step["reason"] == "not significant: the interval contains no change"
+    line = next(x for x in d["summary"] if x.startswith("median step"))
+    assert line.startswith("median step ~1.00x [1.00x-1.00x] not significant: the interval contains no change")
+    assert "significance unknown" not in line
+    assert any("of the 4 matched populations with an interval, 4 contain no change" in x for x in d["summary"])
+    html = tmp_path / "d.html"
+    assert main(["diff", path, path, "-o", str(html), "--no-cache"]) == 0
+    page = html.read_text()
+    assert "not significant: the interval contains no change" in page and page.count('tv-noise">~ 1.00x') == 4
+
+
+def test_an_interval_holding_1_is_not_significant_under_an_unknown_band():
+    """The unknown band (no prior for the devices) withholds a verdict only from an interval
+    that excludes 1: one that holds 1 is no change under any band."""
+    band = noise.unknown_band({"TPU"})
+    same = noise.shift([1.0, 1.01, 0.99, 1.0, 1.02], [1.0, 1.02, 0.99, 1.01, 1.0], band=band)
+    assert same.lo <= 1 <= same.hi
+    assert same.significant is False and same.verdict == "no change" and same.marker() == "~"
+    moved = noise.shift([1.0, 1.01, 0.99, 1.0, 1.02], [1.5, 1.51, 1.49, 1.5, 1.52], band=band)
+    assert moved.lo > 1 and moved.significant is None and moved.verdict == "unknown"
+    assert "significance unknown" in moved.reason
+    known = noise.shift([1.0, 1.01, 0.99, 1.0, 1.02], [1.0, 1.02, 0.99, 1.01, 1.0], band=noise.stated_band(0.1))
+    assert known.significant is False and known.verdict == "within noise"
 
 
 def test_more_samples_is_what_the_interval_needs():

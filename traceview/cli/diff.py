@@ -7,7 +7,7 @@ import sys
 
 from traceview.model.naming import safe_line
 from traceview.cli import args as cargs
-from traceview.errors import EXIT_OK, UsageError
+from traceview.errors import EXIT_OK, TraceviewError, UsageError
 
 
 
@@ -61,7 +61,6 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
     the caller's user chooses a run, for the warnings."""
     from traceview.cli import process
     from traceview.model.load import load, start_prefetch
-    from traceview.model.naming import safe_line
     from traceview.read.discover import discover
 
     cache = cargs.cache_from_args(args)
@@ -85,16 +84,43 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
                         expand_kernels=bool(getattr(args, "expand_kernels", False)))
         process.trim_heap(cargs.input_bytes(d))
         out = prof.filter(device_regex=args.device) if args.device else prof
-        out = cargs.apply_phase(out, args)
+        try:
+            out = cargs.apply_phase(out, args)
+        except TraceviewError as e:  # --phase finds nothing in this side: say which
+            raise naming_side(e, path) from None
         del prof
         for w in out.warnings:  # after the selection: --phase says what it kept
-            print(f"traceview: warning: {safe_line(path)}: {safe_line(w)}", file=sys.stderr)
+            print(f"traceview: warning: {side_warning(path, w)}", file=sys.stderr)
         if args.device and out.table.height == 0:  # a comparison or check of nothing
             raise UsageError(f"--device {args.device!r} leaves no op of {path}: nothing to compare or check "
                              "(traceview analyze PATH lists the devices)")
         yield out
         del out  # released before the next side is read
         process.trim_heap(cargs.input_bytes(d))  # what its analysis freed, before the next side is read
+
+
+def names_path(text: str, path) -> bool:
+    """Whether ``text`` names ``path`` (or a file under it) as a path of its own: not inside a
+    longer name."""
+    import os
+    import re
+
+    forms = {str(path).rstrip("/") or "/", os.path.normpath(str(path))}
+    return any(re.search(r"(?<![\w./-])" + re.escape(f) + r"(?![\w.-])", text) for f in forms)
+
+
+def side_warning(path, w: str) -> str:
+    """A side's warning as one line naming the side's path once: ``PATH: warning``, or the
+    warning alone when it names the path (or a file under it) itself."""
+    return safe_line(w) if names_path(w, path) else f"{safe_line(path)}: {safe_line(w)}"
+
+
+def naming_side(err: TraceviewError, path) -> TraceviewError:
+    """``err``, a fault of the side read from ``path``, as one naming it: the same class (the
+    same exit code) with the path before its message; ``err`` itself when it names a file."""
+    if err.path is not None or names_path(str(err), path):
+        return err
+    return type(err)(err.fault, path=str(path))
 
 
 def side_paths(args) -> tuple[list[str], list[str]]:
@@ -128,6 +154,9 @@ def run(args) -> int:
         raise UsageError(f"--noise-level must be in (0, 1), got {args.noise_level!r}")
     base_paths, treatment_paths = side_paths(args)
     rules = cargs.rules_from_args(args)
+    from traceview.analysis.steps.stepstats import parse_window
+
+    parse_window(args.step_window)  # a malformed window is no side's fault: refused before any is read
     # one profile's op events at a time: each is summarised (populations, kernels, families,
     # steps, noise samples) and released before the next is read
     from traceview.analysis.compare.pooled import pool
@@ -141,8 +170,12 @@ def run(args) -> int:
             raise UsageError(f"refusing to write {out} inside a profile folder it reads; choose another -o")
         if i == nb:
             pooled_base = pool(sides)
-        sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem,
-                          base=pooled_base if i >= nb else None, step_window=args.step_window))
+        try:
+            sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem,
+                              base=pooled_base if i >= nb else None, step_window=args.step_window,
+                              expand_kernels=args.expand_kernels))
+        except TraceviewError as e:  # a fault of this side (a step window past its steps): say which
+            raise naming_side(e, todo[i][0]) from None
         del prof
     d = diff_sides(pooled_base, pool(sides[nb:]), overhead_factor=args.overhead_factor,
                    noise_level=args.noise_level)

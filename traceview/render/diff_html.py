@@ -105,7 +105,7 @@ def _context(d, top: int, title: str, anchor: str) -> dict:
         rows.append(dict(r, label=population_label(r), shape_text=shape, notes=notes,
                          occ=f"{'-' if ob is None else f'{ob:,}'} → {'-' if ot is None else f'{ot:,}'}",
                          ratio="-" if r["self_ratio"] is None else f"{r['self_ratio']:.2f}x",
-                         noise_text=noise_cell(r), within_noise=r.get("noise") == "within noise"))
+                         noise_text=noise_cell(r), within_noise=r.get("noise") in ("within noise", "no change")))
     sc = [dict(label=population_label(r), shape=short_shape(r["shape"], 120), source_base=r["source_base"] or "?",
                source_treatment=r["source_treatment"] or "?") for r in d.source_changes().head(top).iter_rows(named=True)]
     return {"title": title, "anchor": anchor, "summary": summary_lines(d), "kernels": d.kernel_changes().to_dicts(),

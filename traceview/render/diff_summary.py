@@ -25,7 +25,7 @@ def summary_lines(d) -> list[str]:
         c = getattr(s, "change", None)
         if c is not None:
             against = f"; against {c.noise_source}" if getattr(c, "noise_source", "") else ""
-            lines.append(f"median step {change_text(c.ratio, c.lo, c.hi, c.significant)} "
+            lines.append(f"median step {change_text(c)} "
                          f"({c.level:.0%} interval, {c.method}{against})")
     level = getattr(d, "noise_level", None)
     if level is not None and "significant" in d.populations.columns:
@@ -33,8 +33,10 @@ def summary_lines(d) -> list[str]:
         k = int(m["significant"].sum() or 0)
         ns = getattr(d, "run_noise", None)
         if ns is not None and getattr(ns, "source", "") == "unknown":
-            lines.append(f"noise: no verdict for the {m.height} matched populations with an interval: {ns.text} "
-                         f"(? marks a change whose significance is unknown)")
+            u = int(m["significant"].is_null().sum())
+            lines.append(f"noise: {ns.text}: of the {m.height} matched populations with an interval, "
+                         f"{m.height - u} contain no change (~, not significant) and {u} exclude it "
+                         f"(?, significance unknown)")
         else:
             src = f" against the run-to-run noise, {ns.text}" if ns is not None and getattr(ns, "text", "") else ""
             lines.append(f"noise: {k} of {m.height} matched populations with an interval changed beyond the noise "
@@ -55,23 +57,32 @@ def _steps_of(module, method) -> str:
     return "step markers" if method == "markers" else (module or "whole trace")
 
 
-def change_text(ratio, lo, hi, significant) -> str:
-    """``"2.78x [2.1x-3.6x]"`` for a change outside the noise, ``"~1.04x [0.9x-1.2x] within noise"``
-    inside it, ``"1.04x (no interval)"`` without interval, ``"-"`` without ratio."""
-    if ratio is None:
+def change_text(c) -> str:
+    """A :class:`~traceview.analysis.compare.noise.Change` in words: ``"2.78x [2.10x-3.60x]"``
+    outside the noise, ``"~1.04x [0.90x-1.20x] within noise"`` inside it, ``"~1.00x
+    [0.99x-1.01x] not significant: the interval contains no change"`` against an unknown
+    noise, ``"?1.30x [1.20x-1.40x] significance unknown"`` when the interval excludes 1
+    there, ``"1.04x (no interval)"`` without interval, ``"-"`` without ratio."""
+    from traceview.analysis.compare import noise
+
+    if c.ratio is None:
         return "-"
-    if lo is None or hi is None:
-        return f"{ratio:.2f}x (no interval)"
-    body = f"{ratio:.2f}x [{lo:.2f}x-{hi:.2f}x]"
-    if significant is None:
+    if c.lo is None or c.hi is None:
+        return f"{c.ratio:.2f}x (no interval)"
+    body = f"{c.ratio:.2f}x [{c.lo:.2f}x-{c.hi:.2f}x]"
+    v = c.verdict
+    if v == noise.VERDICT_UNKNOWN:
         return f"?{body} significance unknown"
-    return body if significant else f"~{body} within noise"
+    if v == noise.VERDICT_NO_CHANGE:
+        return f"~{body} not significant: the interval contains no change"
+    return body if v == noise.VERDICT_SIGNIFICANT else f"~{body} within noise"
 
 
 def noise_cell(r: dict) -> str:
     """A diff row's per-step change: the median ratio (Hodges-Lehmann) of its self time per step
-    inside its interval, ``"~ 1.02x [0.91-1.20x]"`` within noise, ``"2.80x [2.10-3.60x]"``
-    outside, ``"? ..."`` when the noise is unknown, ``"gone"`` / ``"new"`` for a population that
+    inside its interval, ``"~ 1.02x [0.91-1.20x]"`` within noise (or, the noise unknown, an
+    interval holding 1: no change), ``"2.80x [2.10-3.60x]"`` outside, ``"? ..."`` when the
+    noise is unknown and the interval excludes 1, ``"gone"`` / ``"new"`` for a population that
     ran in several samples of one side only (significant), ``"-"`` without interval (too few
     samples); ``" per occ."`` after the interval of a population compared per occurrence (it
     runs outside the steps). The ratio column beside it is total over total self time, which

@@ -267,18 +267,21 @@ def analysis_json(rep, *, top: int | None, version: str, all_rows: bool = False)
 
 
 def diff_payload(d, top: int | None = None, all_rows: bool = False) -> dict:
-    """The JSON object of a :class:`~traceview.analysis.compare.diff.DiffReport`: labels, summary
-    lines, op time and traced events per side, steps, population counts by status, kernels,
+    """The JSON object of a :class:`~traceview.analysis.compare.diff.DiffReport`: labels, each
+    side's hardware, summary lines, op time and traced events per side, steps, population counts by status, kernels,
     families, modules, populations (by |delta|; HLO texts left out), overhead factor, notes,
-    collectives, findings and noise; every table cut by :class:`Rows` (``rows``: shown and
+    collectives, findings and noise; every table cut by :class:`Rows` (``top``: the rows each
+    was cut to, ``top`` or :data:`DEFAULT_ROWS`, None with ``all_rows``; ``rows``: shown and
     total of each)."""
     from traceview.render.diff_summary import summary_lines
 
     cut = Rows(top, all_rows)
     pops = cut("populations", d.populations.drop("hlo_text_base", "hlo_text_treatment", strict=False))
     return {
-        "top": cut.top, "rows": cut.counts,
+        "top": cut.limit,  # the rows each table was cut to: --top, else the default (None: every row)
+        "rows": cut.counts,
         "base": d.base_label, "treatment": d.treatment_label, "units": "ps",
+        "hardware": {"base": d.hardware[0], "treatment": d.hardware[1]},
         "summary": summary_lines(d),
         "op_time_ps": {"base": d.op_time_ps_base, "treatment": d.op_time_ps_treatment},
         "events": {"base": d.events_base, "treatment": d.events_treatment},
@@ -295,15 +298,15 @@ def diff_payload(d, top: int | None = None, all_rows: bool = False) -> dict:
 
 
 def _diff_noise(d) -> dict | None:
-    """The diff's noise summary: level, populations compared (matched with an interval) and
-    flagged (outside the noise)."""
+    """The diff's noise summary: level, populations compared (matched with an interval),
+    flagged (outside the noise) and unknown (an interval excluding 1 against an unknown noise)."""
     level = getattr(d, "noise_level", None)
     if level is None or "ratio_lo" not in d.populations.columns:
         return None
     m = d.populations.filter(d.populations["ratio_lo"].is_not_null())
     rn = getattr(d, "run_noise", None)
     return {"level": level, "compared": m.height, "significant": int(m["significant"].sum() or 0),
-            "run_to_run": None if rn is None else rn.to_dict()}
+            "unknown": int(m["significant"].is_null().sum()), "run_to_run": None if rn is None else rn.to_dict()}
 
 
 def diff_json(d, top: int | None = None, all_rows: bool = False) -> str:

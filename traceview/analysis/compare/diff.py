@@ -38,7 +38,9 @@ run-to-run noise: measured from the recordings when a side has several
 (:func:`~traceview.analysis.compare.noise.measured_band`), else the stated A/A prior of the machine
 class (:data:`~traceview.analysis.compare.noise.PRIOR`); never the treatment's own shifts. A change
 whose interval reaches into that band is "within noise"; too few samples for an interval is
-"no interval", with how many more steps to record. The step time gets the same from the
+"no interval", with how many more steps to record. One recording a side on devices the prior
+was not measured on has no band: an interval holding 1 is then "no change" (not significant:
+every band holds 1), one excluding 1 "unknown". The step time gets the same from the
 per-step durations.
 
 Units: every time is integer (or mean float) picoseconds; shares are fractions of all ops'
@@ -137,9 +139,11 @@ class DiffReport:
     columns (matched rows; null elsewhere): samples ("per step" / "per occurrence" / null),
     n_samples_base, n_samples_treatment, median_ratio (median per sample, treatment / base),
     ratio_lo, ratio_hi (its interval at ``noise_level``), significant (Boolean: the interval
-    excludes 1; a population on one side only: True when it ran in at least
+    lies beyond the noise band; False when it holds 1, null when it excludes 1 and the band is
+    unknown; a population on one side only: True when it ran in at least
     :data:`MIN_PRESENT` samples there), noise ("within noise", "significant", "significant
-    (vanished)", "significant (appeared)" or "no interval"), noise_band (the
+    (vanished)", "significant (appeared)", "no change" (the interval holds 1, the band is
+    unknown), "unknown" or "no interval": :attr:`noise.Change.verdict`), noise_band (the
     run-to-run band's upper edge as a ratio: changes within [1/band, band] are noise),
     more_samples (samples each side lacks for an interval, null when it has one). Sorted by
     ``|delta_self_ps|``.
@@ -147,8 +151,9 @@ class DiffReport:
     and events per side. ``families`` — family, self_ps and share per side, delta_self_ps.
     ``modules`` — module (base name; treatment names mapped through configuration
     substitution), executions and mean_ps per side. ``steps``: :class:`StepDelta`.
-    ``notes``: one line each (overhead, mismatched steps, collectives whose size or groups
-    changed). ``collectives``: :func:`traceview.analysis.communication.collectives.collective_diff` (None when
+    ``notes``: one line each (sides on different hardware, steps found differently or of
+    different programs, overhead, collectives whose size or groups changed). ``hardware``:
+    each side's devices in words (:func:`hardware_text`). ``collectives``: :func:`traceview.analysis.communication.collectives.collective_diff` (None when
     the sides are not profiles). ``findings``: the diff's findings
     (:func:`traceview.analysis.findings.find` with ``diff=``), set by :func:`diff_sides`.
     """
@@ -170,6 +175,7 @@ class DiffReport:
     findings: list | None = None  # traceview.analysis.findings (the diff's rules: profiling overhead)
     noise_level: float = noise.LEVEL
     run_noise: "NoiseSummary | None" = None  # which run-to-run noise the changes were judged against
+    hardware: tuple[str, str] = ("", "")  # each side's devices in words (hardware_text)
 
     # -- views ----------------------------------------------------------------------------
     def matched(self) -> pl.DataFrame:
@@ -289,22 +295,28 @@ class DiffSide:
     recordings: int = 1
     #: device kinds of the profile's devices ("CPU", "TPU", "GPU"; "" when unknown)
     device_kinds: tuple = ()
+    #: the devices that ran ops, by kind: :func:`hardware`
+    hardware: tuple = ()
 
 
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
-         tagged: TaggedOps | None = None, step_window: str = "steady", program_key: bool = True) -> DiffSide:
+         tagged: TaggedOps | None = None, step_window: str = "steady", program_key: bool = True,
+         expand_kernels: bool = False) -> DiffSide:
     """The :class:`DiffSide` of ``prof`` (anything with ``table``, ``module_runs`` and
     ``traces``). ``base``: the base's side when ``prof`` is the treatment (its step module is
     the base's, after configuration substitution). ``tagged``: its
     :func:`~traceview.analysis.ops.tagged.tag` result made with ``rules``, when the caller has it.
     ``step_window``: the steps the step time is the mean of (:mod:`traceview.analysis.steps.stepstats`).
+    ``expand_kernels``: each op of a named kernel is its own population
+    (:func:`~traceview.analysis.compare.populations.keyed`; pass it with a profile loaded so).
     Raises UsageError on bad rules or step window."""
     from traceview.analysis.steps.stepstats import parse_window, window_holds_steps
 
     parse_window(step_window)
     t = tagged if tagged is not None else derived.tagged(prof, rules)
     kern = kernel_table(prof, tagged=t)
-    pops = populations(prof, name_stem=name_stem, tagged=t, program_stem_key=program_key)
+    pops = populations(prof, name_stem=name_stem, tagged=t, program_stem_key=program_key,
+                       expand_kernels=expand_kernels)
     kern, pops, traced = _traced_kernel_events(prof, kern, pops)
     runs = prof.runs if hasattr(prof, "runs") else prof.module_runs
     s = DiffSide(label=_label(prof, label), populations=pops,
@@ -328,8 +340,10 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
         if rows is not None:
             rows = np.where(rows >= 0, idx[np.clip(rows, 0, None)], -1)
         durs = step_walls(a.steps.filter(pl.Series(win)))
-    s.samples = population_samples(prof.table, t, rows, durs, name_stem=name_stem, program_stem_key=program_key)
+    s.samples = population_samples(prof.table, t, rows, durs, name_stem=name_stem, program_stem_key=program_key,
+                                   expand_kernels=expand_kernels)
     s.device_kinds = device_kinds(prof)
+    s.hardware = hardware(prof)
     if hasattr(prof, "used_devices"):
         s.communication = derived.communication(prof)
     return s
@@ -350,6 +364,76 @@ def device_kinds(prof) -> tuple:
             return ()
         kinds.add(kind)
     return tuple(sorted(kinds))
+
+
+def hardware(prof) -> tuple:
+    """The devices of ``prof`` that ran ops, as sorted ``(kind, device type, count)`` triples:
+    ``(("TPU", "TPU v6 Lite", 4),)``; the type is "" where the trace names only the kind (a
+    trace.json's ``TPU``); () when no device can be told."""
+    from collections import Counter
+
+    got: Counter = Counter()
+    if hasattr(prof, "used_devices"):
+        for d in prof.used_devices():
+            kind = str(d.kind or "").upper()
+            typ = str(d.device_type or "")
+            got[(kind, "" if typ.upper() == kind else typ)] += 1
+    else:
+        try:
+            names = prof.table.collapse().select("host", "device").unique().iter_rows()
+        except Exception:
+            return ()
+        for _, n in names:
+            up = str(n).upper()
+            got[(next((k for k in ("TPU", "GPU", "CPU") if k in up), ""), "")] += 1
+    return tuple(sorted((k, t, n) for (k, t), n in got.items()))
+
+
+def hardware_text(hw: tuple) -> str:
+    """:func:`hardware` in words: ``"4 x TPU v6 Lite"``, ``"1 x CPU"``; "unknown devices" for ()."""
+    return " + ".join(f"{n} x {t or k or 'device'}" for k, t, n in hw) or "unknown devices"
+
+
+def same_hardware(a: tuple, b: tuple) -> bool:
+    """Whether two :func:`hardware` tuples are one hardware: the same device kinds and counts,
+    and the same device types where both name one. True when either is unknown (())."""
+    if not a or not b:
+        return True
+
+    def by_kind(hw):
+        out: dict = {}
+        for k, t, n in hw:
+            types, count = out.get(k, (set(), 0))
+            out[k] = (types | ({t} if t else set()), count + n)
+        return out
+
+    ka, kb = by_kind(a), by_kind(b)
+    if ka.keys() != kb.keys():
+        return False
+    return all(ka[k][1] == kb[k][1] and (not ka[k][0] or not kb[k][0] or ka[k][0] == kb[k][0]) for k in ka)
+
+
+def step_definition(steps: tuple | None) -> tuple[str, str] | None:
+    """How a side's steps were found (the ``steps`` tuple of a :class:`DiffSide`): (method,
+    bucket-free program of the step module, :func:`~traceview.analysis.compare.populations.program_stem`;
+    "" for step markers or the whole trace); None without steps."""
+    if steps is None:
+        return None
+    from traceview.analysis.compare.populations import program_stem
+
+    module, method = steps[0], steps[3]
+    return method, "" if method == "markers" else program_stem(module)
+
+
+def step_definition_text(steps: tuple | None) -> str:
+    """How a side's steps were found, in words: "step markers", "executions of jit_decode_b8",
+    "the whole trace", "no steps"."""
+    if steps is None:
+        return "no steps"
+    module, method = steps[0], steps[3]
+    if method == "markers":
+        return "step markers"
+    return f"executions of {module}" if module else "the whole trace"
 
 
 def _traced_kernel_events(prof, kern: pl.DataFrame, pops: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, int | None]:
@@ -462,7 +546,7 @@ def _step_anatomy(prof, base, window: str = "steady") -> "steps.StepAnatomy | No
 def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor: float = OVERHEAD_FACTOR,
          overhead_min_events: int = OVERHEAD_MIN_EVENTS, labels: tuple[str, str] | None = None,
          tagged: tuple[TaggedOps, TaggedOps] | None = None, step_window: str = "steady",
-         program_key: bool = True, noise_level: float = noise.LEVEL) -> DiffReport:
+         program_key: bool = True, noise_level: float = noise.LEVEL, expand_kernels: bool = False) -> DiffReport:
     """Diff two profiles population by population (method in the module doc).
 
     Args:
@@ -482,6 +566,8 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
         steps left out), "all" or "A:B" (:mod:`traceview.analysis.steps.stepstats`); the noise
         samples come from the same steps.
       noise_level: confidence level of the noise intervals (default 0.95), in (0, 1).
+      expand_kernels: each op of a named kernel is its own population, not one kernel
+        population (profiles loaded with ``expand_kernels=True``).
 
     Returns: :class:`DiffReport` (:func:`diff_sides` of the two :func:`side` summaries).
     Raises: UsageError for ``overhead_factor <= 1``, a bad ``noise_level`` or bad rules.
@@ -490,9 +576,9 @@ def diff(base, treatment, *, rules=None, name_stem: bool = True, overhead_factor
         raise UsageError(f"overhead factor must be > 1, got {overhead_factor!r}")
     tb, tt = tagged if tagged is not None else (None, None)
     b = side(base, rules=rules, name_stem=name_stem, label=labels[0] if labels else None, tagged=tb,
-             step_window=step_window, program_key=program_key)
+             step_window=step_window, program_key=program_key, expand_kernels=expand_kernels)
     t = side(treatment, rules=rules, name_stem=name_stem, label=labels[1] if labels else None, base=b, tagged=tt,
-             step_window=step_window, program_key=program_key)
+             step_window=step_window, program_key=program_key, expand_kernels=expand_kernels)
     return diff_sides(b, t, overhead_factor=overhead_factor, overhead_min_events=overhead_min_events,
                       noise_level=noise_level)
 
@@ -656,6 +742,15 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
                                       prior=noise_prior, step=True, band=unknown)
 
     notes: list[str] = []
+    hw = (hardware_text(base.hardware), hardware_text(treatment.hardware))
+    if not same_hardware(base.hardware, treatment.hardware):
+        notes.append(f"the sides ran on different hardware: {hw[0]} (base) vs {hw[1]} (treatment): the comparison "
+                     "crosses hardware, its deltas are the hardware's as much as any treatment's")
+    db, dt = step_definition(base.steps), step_definition(treatment.steps)
+    if db is not None and dt is not None and db[0] != dt[0]:
+        notes.append(f"the sides' steps were found differently: {step_definition_text(base.steps)} (base) vs "
+                     f"{step_definition_text(treatment.steps)} (treatment): the step time and the per-step changes "
+                     "compare different step definitions")
     over = joined.filter(pl.col("overhead_note") != "")
     for r in over.head(5).iter_rows(named=True):
         what = r["stem"] if r["kind"] == "kernel" else f"{r['stem'] or r['kind']} {r['shape']}"
@@ -672,7 +767,8 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     if step is not None and step.module_base and step.module_treatment and step.module_base != step.module_treatment \
             and _subst(step.module_treatment, vmap) != step.module_base:
         notes.append(f"steps are executions of {step.module_base} (base) and {step.module_treatment} (treatment): "
-                     f"different programs, compare step times with care")
+                     f"different step programs, the step time and the per-step changes compare different step "
+                     f"definitions")
     coll = None
     if getattr(base, "communication", None) is not None and getattr(treatment, "communication", None) is not None:
         from traceview.analysis.communication.collectives import collective_diff
@@ -683,7 +779,7 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
                      families=families, modules=modules, steps=step, op_time_ps_base=base.self_ps,
                      op_time_ps_treatment=treatment.self_ps,
                      events_base=eb, events_treatment=et, overhead_factor=overhead_factor, notes=notes,
-                     collectives=coll, noise_level=noise_level, run_noise=run_noise)
+                     collectives=coll, noise_level=noise_level, run_noise=run_noise, hardware=hw)
     from traceview.analysis.findings import find
 
     rep.findings = find(diff=rep, thresholds={"overhead_factor": overhead_factor})
@@ -751,7 +847,8 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
     of each matched population's samples on the two sides when they are of the same kind
     (per step, or per occurrence), else no interval. ``rec``: recordings per side; ``prior``:
     the one-recording noise (default :data:`noise.PRIOR`); ``band``: the band to use instead
-    (:func:`noise.unknown_band`: no verdict, ``noise`` "unknown")."""
+    (:func:`noise.unknown_band`: ``noise`` "no change" for an interval holding 1, else
+    "unknown")."""
     rows, changes, pairs, gone = [], [], [], {}
     for r in joined.select(KEY + ["status", "shape_treatment", "_fp_treatment"]).iter_rows(named=True):
         a = b = None
@@ -788,9 +885,7 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
                 rows.append(row)
                 changes.append(None)
                 continue
-        row["noise"] = ("no interval" if c is None or c.lo is None else
-                        "unknown" if c.significant is None else
-                        "significant" if c.significant else "within noise")
+        row["noise"] = "no interval" if c is None else c.verdict
         rows.append(row)
         changes.append(c)
     extra = pl.DataFrame(rows, schema=_NOISE_SCHEMA)

@@ -29,8 +29,10 @@ free to differ (a treatment). Verdicts: ``baseline`` for the first run of each w
 baseline with ``baseline``); ``no comparable run`` when the run's program is unknown (no step
 module) or, with a named baseline, not the baseline's work;
 ``no interval`` when a side has too few steps (the change cannot be judged; ``more_samples``
-says how many more); ``noise unknown`` when there is an interval but no run-to-run noise to
-judge it against; ``within noise`` when the interval does not clear the noise band;
+says how many more); ``no change`` when there is no run-to-run noise to judge against but
+the interval holds 1 (not significant under any band); ``noise unknown`` when the interval
+excludes 1 and there is no run-to-run noise to judge it against; ``within noise`` when the
+interval does not clear the noise band;
 ``regression`` when it clears the band and lies wholly at or above ``1 + threshold``;
 ``improvement`` when it clears the band at or below ``1 / (1 + threshold)``; ``below
 threshold`` when it clears the band but not the threshold. :meth:`History.across_configs`
@@ -53,8 +55,10 @@ THRESHOLD = 0.05
 TOP_FAMILIES = 3
 #: verdict of a run whose step program no earlier run (or the named baseline) shares
 NO_COMPARABLE = "no comparable run"
-#: verdict of a run whose change has an interval but no run-to-run noise to clear
+#: verdict of a run whose change has an interval excluding 1 but no run-to-run noise to clear
 NOISE_UNKNOWN = "noise unknown"
+#: verdict of a run whose interval holds 1 where the run-to-run noise is unknown: not significant
+NO_CHANGE = "no change"
 
 _COPY = re.compile(r"(\.\d+|\(\d+\))$")
 _CONFIG = re.compile(r"(_[a-z]+\d+(?:_\d+)*)+$")
@@ -249,7 +253,7 @@ def _verdict(c: noise.Change, threshold: float) -> str:
     if c.significant is None:
         return NOISE_UNKNOWN
     if not c.significant:
-        return "within noise"
+        return NO_CHANGE if c.verdict == noise.VERDICT_NO_CHANGE else "within noise"
     if c.lo > 1:
         return "regression" if c.lo >= 1 + threshold else "below threshold"
     return "improvement" if c.hi <= 1 / (1 + threshold) else "below threshold"

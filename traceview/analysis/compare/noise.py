@@ -4,7 +4,8 @@
 time per step) and returns a :class:`Change`: the Hodges-Lehmann ratio treatment / base with
 an exact rank interval at ``level``, judged against the **run-to-run noise** (a
 :class:`NoiseBand`): the change is significant only when its whole interval lies beyond the
-band.
+band. Every band holds 1, so an interval holding 1 (no change) is not significant even where
+the band is unknown; only an interval excluding 1 against an unknown band gets no verdict.
 
 * Interval: the pairwise log ratios log t_j - log b_i, sorted (D_(1) .. D_(nm)); the estimate
   is their median, the interval [D_(k), D_(nm+1-k)] with k from the exact null distribution of
@@ -43,7 +44,9 @@ class Change:
     """Result of :func:`shift`. ``ratio``: the Hodges-Lehmann ratio treatment / base (None when
     a side is empty); ``lo``, ``hi``: its rank interval at ``level`` (None with too few samples:
     ``more_samples`` says how many more each side needs); ``significant``: the interval lies
-    beyond ``band`` (the run-to-run noise; None when that is unknown); ``noise_source``: the
+    beyond ``band`` (the run-to-run noise); an interval holding 1 (no change) is never
+    significant, whatever the band; None when the band is unknown and the interval excludes 1
+    (``verdict`` says which); ``noise_source``: the
     band in words; ``n_base``, ``n_treatment``: samples used; ``median_base`` /
     ``median_treatment``: the mean of each side's recording medians; ``method``:
     :data:`METHOD_RANK`, or why there is no interval."""
@@ -52,7 +55,7 @@ class Change:
     lo: float | None
     hi: float | None
     level: float
-    significant: bool
+    significant: bool | None
     method: str
     n_base: int
     n_treatment: int
@@ -62,6 +65,30 @@ class Change:
     band: "NoiseBand | None" = None
     noise_source: str = ""
     more_samples: int | None = None
+
+    @property
+    def verdict(self) -> str:
+        """``"no interval"`` (too few samples, or a side without sample), ``"significant"``
+        (the interval lies beyond the band), ``"within noise"`` (it reaches into a known
+        band), ``"no change"`` (it holds 1 and the band is unknown: not significant, whatever
+        the band) or ``"unknown"`` (it excludes 1 and the band is unknown)."""
+        if self.lo is None or self.hi is None:
+            return VERDICT_NO_INTERVAL
+        if self.significant is None:
+            return VERDICT_UNKNOWN
+        if self.significant:
+            return VERDICT_SIGNIFICANT
+        return VERDICT_NO_CHANGE if self.band is not None and not self.band.known else VERDICT_WITHIN
+
+    @property
+    def reason(self) -> str:
+        """The verdict in words: why the change is, is not, or may be significant."""
+        return {VERDICT_NO_INTERVAL: self.method,
+                VERDICT_SIGNIFICANT: "the interval lies beyond the run-to-run noise",
+                VERDICT_WITHIN: "the interval reaches into the run-to-run noise",
+                VERDICT_NO_CHANGE: "not significant: the interval contains no change",
+                VERDICT_UNKNOWN: "significance unknown: the interval excludes no change, the run-to-run "
+                                 "noise is unknown"}[self.verdict]
 
     @property
     def within_noise(self) -> bool:
@@ -79,7 +106,8 @@ class Change:
                 "median_treatment": self.median_treatment,
                 "min_effect": self.min_effect,
                 "noise_band": None if self.band is None else self.band.to_dict(),
-                "noise_source": self.noise_source, "more_samples": self.more_samples}
+                "noise_source": self.noise_source, "more_samples": self.more_samples,
+                "verdict": self.verdict, "reason": self.reason}
 
 
 def _recordings(x) -> list[np.ndarray]:
@@ -95,6 +123,9 @@ def _recordings(x) -> list[np.ndarray]:
 # -- the diff's test: a rank interval judged against the run-to-run noise ----------------------
 
 #: method name of :func:`shift`
+#: :attr:`Change.verdict` values
+VERDICT_NO_INTERVAL, VERDICT_SIGNIFICANT, VERDICT_WITHIN = "no interval", "significant", "within noise"
+VERDICT_NO_CHANGE, VERDICT_UNKNOWN = "no change", "unknown"
 METHOD_RANK = "Hodges-Lehmann ratio (median of pairwise ratios), exact Mann-Whitney interval"
 #: largest side :func:`shift` ranks as is (n x m pairwise ratios; a longer side is thinned)
 MAX_RANK_SAMPLES = 1500
@@ -247,7 +278,8 @@ class NoiseBand:
 
 def unknown_band(kinds) -> NoiseBand:
     """The band of one recording a side on device kinds no prior was measured on: unknown
-    (infinite bound), so a change there is neither significant nor within noise."""
+    (infinite bound): a change whose interval excludes 1 is neither significant nor within
+    noise there; one whose interval holds 1 is no change (not significant)."""
     k = ", ".join(sorted(kinds)) or "unknown"
     return NoiseBand(math.inf, "unknown", f"run-to-run noise unknown: no A/A prior for {k} devices "
                                          f"(pool 2 or more recordings a side to measure it)")
@@ -420,10 +452,12 @@ def shift(base_samples, treatment_samples, *, level: float = LEVEL, band: NoiseB
     all pairs); interval: [D_(k), D_(nm+1-k)] of the sorted pairwise log ratios
     (:func:`rank_k`), every sample of every recording pooled per side (a side longer than
     ``max_samples`` is thinned to a fixed-seed random draw of that many, which widens the interval). ``band``: the
-    noise to clear (:func:`unknown_band`: ``significant`` is None, no verdict); by default :func:`measured_band` when a side has several recordings,
+    noise to clear (:func:`unknown_band`: ``significant`` is None, no verdict, unless the
+    interval holds 1); by default :func:`measured_band` when a side has several recordings,
     else :func:`prior_band` of ``prior`` (default :data:`PRIOR`; ``step``: its step-time bound).
     Significant when the
-    interval lies wholly beyond the band (lo > exp(bound) or hi < exp(-bound)). Without an
+    interval lies wholly beyond the band (lo > exp(bound) or hi < exp(-bound)); an interval
+    holding 1 is not significant under any band, an unknown one included. Without an
     interval (too few samples), ``more_samples`` says how many more each side needs.
     Raises ValueError for a level outside (0, 1) or ``max_samples`` < 10.
     """
@@ -461,7 +495,8 @@ def shift(base_samples, treatment_samples, *, level: float = LEVEL, band: NoiseB
         return Change(ratio, None, None, significant=False, more_samples=more,
                       method=f"no interval: {n} vs {m} samples, record {more} more a side", **common)
     lo, hi = float(math.exp(part[k - 1])), float(math.exp(part[N - k]))
-    if not band.known:  # no run-to-run noise to clear: no verdict either way
-        return Change(ratio, lo, hi, significant=None, method=METHOD_RANK, **common)
+    if not band.known:  # no run-to-run noise to clear: every band holds 1, so an interval
+        # holding 1 is no change whatever the band; one excluding 1 gets no verdict
+        return Change(ratio, lo, hi, significant=False if lo <= 1 <= hi else None, method=METHOD_RANK, **common)
     sig = lo > math.exp(band.bound) or hi < math.exp(-band.bound)
     return Change(ratio, lo, hi, significant=bool(sig), method=METHOD_RANK, **common)

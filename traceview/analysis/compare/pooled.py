@@ -10,7 +10,9 @@ unions; ``source``, ``family`` and ``hlo_text`` are the first recording's. Modul
 every recording and means their time. The noise samples (:mod:`traceview.analysis.compare.samples`) stay one array per recording
 and population, so :func:`traceview.analysis.compare.noise.shift` ranks every sample of every
 recording and measures the run-to-run noise from the recordings' medians. The step line: the first recording's module, method and step window, steps (all, and in
-the window) summed, the mean step over every recording's window steps.
+the window) summed, the mean step over every recording's window steps. Recordings of one side
+must be of one hardware (device kinds, types and counts) and one step definition (step markers,
+or executions of one bucket-free program): others are refused (:func:`pool`).
 """
 
 from __future__ import annotations
@@ -66,15 +68,37 @@ def _refuse_repeats(sides: list[DiffSide]) -> None:
         seen[key] = s.label
 
 
+def _refuse_mixed(sides: list[DiffSide]) -> None:
+    """UsageError naming both and what differs when a side's recordings ran on different
+    hardware (device kinds, types or counts: a population's sample sums its devices) or found
+    their steps differently (step markers against a module, or step modules of different
+    bucket-free programs): pooled, their differences would pass for run-to-run noise."""
+    from traceview.analysis.compare.diff import hardware_text, same_hardware, step_definition, step_definition_text
+    from traceview.errors import UsageError
+
+    first = sides[0]
+    for s in sides[1:]:
+        what = []
+        if not same_hardware(first.hardware, s.hardware):
+            what.append(f"hardware ({hardware_text(first.hardware)} vs {hardware_text(s.hardware)})")
+        da, db = step_definition(first.steps), step_definition(s.steps)
+        if da is not None and db is not None and da != db:
+            what.append(f"steps ({step_definition_text(first.steps)} vs {step_definition_text(s.steps)})")
+        if what:
+            raise UsageError(f"cannot pool {first.label} with {s.label}: they differ in {' and '.join(what)}; "
+                             "pool only recordings of one configuration on one hardware")
+
+
 def pool(sides: list[DiffSide]) -> DiffSide:
     """One side from ``sides`` (each made by :func:`traceview.analysis.compare.diff.side`; module doc).
     A single side is returned as is. Raises ValueError for an empty list, UsageError when two
-    sides are one recording."""
+    sides are one recording or differ in hardware or step definition (:func:`_refuse_mixed`)."""
     if not sides:
         raise ValueError("no side to pool")
     if len(sides) == 1:
         return sides[0]
     _refuse_repeats(sides)
+    _refuse_mixed(sides)
     k = len(sides)
     pops = pl.concat([s.populations for s in sides], how="vertical_relaxed")
     self_total = round(sum(s.self_ps for s in sides) / k)
@@ -109,7 +133,8 @@ def pool(sides: list[DiffSide]) -> DiffSide:
     return DiffSide(label=" + ".join(s.label for s in sides), populations=pops, kernels=kern, families=fam,
                     module_sums=module_sums, events=round(sum(s.events for s in sides) / k), self_ps=self_total,
                     steps=steps, samples=pool_samples([s.samples for s in sides]),
-                    recordings=sum(s.recordings for s in sides))
+                    recordings=sum(s.recordings for s in sides), device_kinds=sides[0].device_kinds,
+                    hardware=sides[0].hardware)
 
 
 def pool_samples(samples: list[Samples | None]) -> Samples | None:

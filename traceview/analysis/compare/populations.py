@@ -79,13 +79,20 @@ def _tagged(prof, rules, tagged: TaggedOps | None) -> TaggedOps:
     return derived.tagged(prof, rules)
 
 
-def keyed(rows: pl.DataFrame, *, name_stem: bool = True, program_stem_key: bool = True) -> pl.DataFrame:
+def keyed(rows: pl.DataFrame, *, name_stem: bool = True, program_stem_key: bool = True,
+          expand_kernels: bool = False) -> pl.DataFrame:
     """Tagged rows (:class:`~traceview.analysis.ops.tagged.TaggedOps` ``rows``) with their
     population key (module doc): ``kind``, ``program`` ("" with ``program_stem_key=False``),
     ``stem``, ``shape`` (the kernel's root shapes for kernel rows) and ``fingerprint`` (""
-    for kernel rows) replace the row's own."""
+    for kernel rows) replace the row's own. ``expand_kernels``: an op of a named kernel is
+    its own population, keyed as an op outside kernels but with the stem
+    ``KERNEL_ID/stem`` (``RPAd-p_*-bq_*_*-bkv_*_*/fusion``)."""
     stem_expr = (pl.col("op_name").fill_null("").str.replace(r"\.\d+$", "") if name_stem else pl.lit(""))
     is_k = pl.col("kname").is_not_null()
+    if expand_kernels:  # a kernel's op keyed as any op, its stem under the kernel's identity
+        kid = pl.col("kname").map_elements(kernel_id, return_dtype=pl.Utf8)
+        stem_expr = pl.when(is_k).then(kid + pl.lit("/") + stem_expr if name_stem else kid).otherwise(stem_expr)
+        is_k = pl.lit(False)
     if program_stem_key:
         mods = rows["module"].unique().to_list()
         prog_expr = pl.col("module").replace_strict({m: program_stem(m) for m in mods}, default="",
@@ -102,13 +109,14 @@ def keyed(rows: pl.DataFrame, *, name_stem: bool = True, program_stem_key: bool 
 
 
 def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps | None = None,
-                program_stem_key: bool = True, members: bool = False) -> pl.DataFrame:
+                program_stem_key: bool = True, members: bool = False, expand_kernels: bool = False) -> pl.DataFrame:
     """One row per population of one profile (key in the module doc).
 
     ``prof``: anything with ``table`` (an OpTable) and ``module_runs``; ``tagged``: its
     :func:`~traceview.analysis.ops.tagged.tag` result when the caller has it (made with
     ``rules`` otherwise); ``program_stem_key=False`` leaves the program out of the key (its
-    column ""). Columns (:data:`POPULATION_SCHEMA`): the key, is_kernel, kernels
+    column ""); ``expand_kernels``: each op of a named kernel is its own population
+    (:func:`keyed`), as ``--expand-kernels`` shows them. Columns (:data:`POPULATION_SCHEMA`): the key, is_kernel, kernels
     (kernel names seen), op_names (XLA names seen, sorted), occurrences (invocations for
     kernels), events (traced op events), total_ps (wall time of the occurrences), self_ps,
     mean_ps (total_ps / occurrences), share (self_ps over all ops' self time), executions (of
@@ -121,8 +129,8 @@ def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps |
     t = _tagged(prof, rules, tagged)
     if t.height == 0:
         return pl.DataFrame(schema=POPULATION_SCHEMA)
-    df = keyed(t.rows, name_stem=name_stem, program_stem_key=program_stem_key)
-    is_k = pl.col("kname").is_not_null()
+    df = keyed(t.rows, name_stem=name_stem, program_stem_key=program_stem_key, expand_kernels=expand_kernels)
+    is_k = pl.lit(False) if expand_kernels else pl.col("kname").is_not_null()
     not_root = is_k & ~pl.col("kroot").fill_null(False)
     df = df.with_columns(
         # an invocation: a root op of a kernel, or any op outside kernels
@@ -145,8 +153,7 @@ def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps |
     out = df.group_by(KEY).agg(
         pl.col("kname").is_not_null().any().alias("is_kernel"),
         pl.col("kname").drop_nulls().unique().sort().alias("kernels"),
-        pl.col("op_name").filter(~pl.col("kname").is_not_null() | pl.col("kroot").fill_null(False))
-        .unique().sort().alias("op_names"),
+        pl.col("op_name").filter(~is_k | pl.col("kroot").fill_null(False)).unique().sort().alias("op_names"),
         pl.col("_inv").sum().cast(pl.Int64).alias("occurrences"),
         pl.col("count").sum().cast(pl.Int64).alias("events"),
         pl.col("_wall").sum().cast(pl.Int64).alias("total_ps"),
@@ -154,7 +161,7 @@ def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps |
         pl.col("module").filter(pl.col("module") != "").unique().sort().alias("modules"),
         pl.col("src_file").filter(pl.col("src_file") != "").unique().sort().alias("source_files"),
         # rows are in the order of their first event: the first here is the first root event
-        pl.col("hlo_text").filter(pl.col("kroot").fill_null(True)).first().alias("hlo_text"),
+        pl.col("hlo_text").filter(~is_k | pl.col("kroot").fill_null(True)).first().alias("hlo_text"),
     )
     out = (out.join(weighted_mode(df, KEY, "_src").rename({"_src": "source"}), on=KEY, how="left", nulls_equal=True)
            .join(weighted_mode(df, KEY, "family", skip_empty=False), on=KEY, how="left", nulls_equal=True))
@@ -169,7 +176,7 @@ def populations(prof, *, rules=None, name_stem: bool = True, tagged: TaggedOps |
     )
     out = out.select(list(POPULATION_SCHEMA)).cast(POPULATION_SCHEMA)
     if members:
-        roots = df.filter(pl.col("kname").is_null() | pl.col("kroot").fill_null(False))
+        roots = df.filter(~is_k | pl.col("kroot").fill_null(False))
         per = (roots.group_by(KEY + ["op_name"]).agg(
             pl.col("_inv").sum().cast(pl.Int64).alias("occurrences"), pl.col("_wall").sum().cast(pl.Int64).alias("total_ps"),
             pl.col("module").filter(pl.col("module") != "").unique().sort().alias("modules"))

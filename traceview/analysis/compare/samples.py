@@ -52,9 +52,11 @@ class Samples:
         return self.by_key.get(tuple(key))
 
 
-def _attr_codes(tagged, name_stem: bool, n_attrs: int, program_stem_key: bool = True) -> tuple[np.ndarray, list[tuple]]:
+def _attr_codes(tagged, name_stem: bool, n_attrs: int, program_stem_key: bool = True,
+                expand_kernels: bool = False) -> tuple[np.ndarray, list[tuple]]:
     """Per description (attr): population index (-1 for none) and the keys."""
-    rows = keyed(tagged.rows, name_stem=name_stem, program_stem_key=program_stem_key).with_columns(
+    rows = keyed(tagged.rows, name_stem=name_stem, program_stem_key=program_stem_key,
+                 expand_kernels=expand_kernels).with_columns(
         (pl.col("kdepth").fill_null(0) == ABSORBED_DEPTH).alias("_abs"))
     # the non-absorbed row of an attr wins
     rows = rows.sort(["attr", "_abs"]).unique("attr", keep="first", maintain_order=True)
@@ -126,18 +128,19 @@ def _per_step(pop: np.ndarray, self_ps: np.ndarray, step_rows: np.ndarray,
 
 
 def population_samples(table, tagged, step_rows: np.ndarray | None, step_durations=None, *,
-                       name_stem: bool = True, program_stem_key: bool = True) -> Samples:
+                       name_stem: bool = True, program_stem_key: bool = True, expand_kernels: bool = False) -> Samples:
     """:class:`Samples` of one profile (module doc). ``table``: its
     :class:`~traceview.model.optable.OpTable`; ``tagged``: its
     :func:`~traceview.analysis.ops.tagged.tag` result; ``step_rows``: per event, the step index
-    (-1 outside every step), or None; ``step_durations``: per-step wall time, ps."""
+    (-1 outside every step), or None; ``step_durations``: per-step wall time, ps;
+    ``expand_kernels``: the populations' keys as :func:`~traceview.analysis.compare.populations.keyed` makes them so."""
     out = Samples()
     if step_durations is not None:
         out.steps = np.asarray(step_durations, dtype=np.int64)
     ev = table.events
     if ev.height == 0 or tagged.height == 0:
         return out
-    code, keys = _attr_codes(tagged, name_stem, table.attrs.height, program_stem_key)
+    code, keys = _attr_codes(tagged, name_stem, table.attrs.height, program_stem_key, expand_kernels)
     P = len(keys)
     pop = code.astype(np.int32)[ev["attr"].to_numpy()]  # P < 2**31: one population per description at most
     self_ps = ev["self_ps"].fill_null(0).to_numpy()  # int64, a view of the column when it has no null
