@@ -196,6 +196,10 @@ def test_first_executions_are_flagged_and_left_out(first_runs):
     b = prof.steps(window="1:4")
     assert b.coverage.n_steps == 3 and b.distribution["window"] == "1:4"
     assert b.steps.filter(pl.col("in_window"))["step"].to_list() == [1, 2, 3]
+    # a window of none of the 8 steps is refused, as analyze --step-window refuses it
+    for empty in ("5:2", "100:200"):
+        with pytest.raises(UsageError, match=rf"step window {empty} holds none of the trace's 8 steps"):
+            prof.steps(window=empty)
 
 
 def test_cli_step_window_and_json(first_runs, tmp_path, capsys):

@@ -124,11 +124,15 @@ class Profile(ProfileData):
         op time; ``extent``: "span", "period" or "run"; ``markers``: "auto", None or a frame;
         ``window``: the steps analysed, "steady" (outliers left out), "all" or "A:B" (step
         indices, A inclusive, B exclusive); ``outlier_z``: the outlier rule's modified-z cut-off,
-        :mod:`traceview.analysis.steps.stepstats`)."""
+        :mod:`traceview.analysis.steps.stepstats`). Raises UsageError for a bad option and, as
+        ``analyze --step-window`` does, for an A:B window that holds none of the steps."""
         from traceview.analysis.steps.anatomy import profile_anatomy
+        from traceview.analysis.steps.stepstats import window_holds_steps
 
-        return profile_anatomy(self, rules, module=module, extent=extent, markers=markers, window=window,
+        anat = profile_anatomy(self, rules, module=module, extent=extent, markers=markers, window=window,
                                outlier_z=outlier_z)
+        window_holds_steps(anat.steps, window, option="step window")
+        return anat
 
     def communication(self, peaks=None):
         """Collectives and host transfers with their bandwidth model; see

@@ -99,15 +99,16 @@ def parse_window(spec: str) -> tuple[str, slice | None]:
                      f"A inclusive, B exclusive, e.g. 2: or 1:-1)")
 
 
-def window_holds_steps(steps: pl.DataFrame | None, window: str) -> None:
+def window_holds_steps(steps: pl.DataFrame | None, window: str, option: str = "--step-window") -> None:
     """UsageError when an A:B step window (``window``; steady and all pass) selects none of
     ``steps`` (step rows with ``in_window``, as :func:`annotate` marks them; None or empty
-    pass): a report or diff of no steps would read as one without changes or findings."""
+    pass): a report or diff of no steps would read as one without changes or findings.
+    ``option``: how the message names the window (the CLI option, or a library argument)."""
     if parse_window(window)[1] is None or steps is None or steps.height == 0:
         return
     if "in_window" in steps.columns and not steps["in_window"].fill_null(False).any():
         n = steps["step"].n_unique()
-        raise UsageError(f"--step-window {window} holds none of the trace's {n:,} steps (0..{n - 1}; A:B counts "
+        raise UsageError(f"{option} {window} holds none of the trace's {n:,} steps (0..{n - 1}; A:B counts "
                          "from 0, B excluded, negatives from the end)")
 
 
