@@ -182,6 +182,13 @@ def test_device_selection_reaches_the_allocators(shared_traces):
     assert [a.allocator for a in one.allocators] == ["2"]
     res = traceview.verify(prof.filter(device_regex="TPU:2$"), ["memory peak < 12GiB"])
     assert "(2 on" in res.results[0].message or "allocator 2" in res.results[0].message or " 2 on " in res.results[0].message
+    # a device filter that keeps no allocator says so, not that the trace has no allocator events
+    gemm = traceview.load(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", cache=False, stale_after_s=None)
+    none = gemm.filter(device_regex="nomatch")
+    assert none.memory.height == 0 and none.memory_note is not None
+    assert none.memory_report().notes == ["the device filter 'nomatch' keeps none of the trace's 162 allocator "
+                                          "events (allocators GPU_0_bfc, xla_gpu_host_bfc)"]
+    assert gemm.filter(device_regex="GPU:0$").memory_note is None and gemm.memory_note is None
 
 
 def test_growth_check_on_a_sweep_is_unknown_and_its_grammar(shared_traces):

@@ -52,7 +52,8 @@ class ProfileData:
     :class:`~traceview.model.schema.TraceData`); ``discovery`` (what was found and why it
     was chosen, or None when built from files directly); ``warnings`` (one line each);
     ``step_markers``; ``memory`` (the allocator events,
-    :data:`~traceview.model.memory_events.MEMORY_SCHEMA`); ``kernel_lines`` (TPU kernel-profiling
+    :data:`~traceview.model.memory_events.MEMORY_SCHEMA`; ``memory_note``: why it is empty when
+    the trace had allocator events, e.g. a device filter left them out, else None); ``kernel_lines`` (TPU kernel-profiling
     lines, :data:`~traceview.model.kernel_lines.KERNEL_SCHEMA`); ``hlo_protos`` (the programs'
     HLO protos, :data:`~traceview.model.hlo_graph.PROTOS_SCHEMA`, or None). ``ops`` (or ``table``) may be
     given as a wide frame or as an OpTable, ``module_runs`` (or ``runs``) as a wide frame or a
@@ -69,9 +70,11 @@ class ProfileData:
     memory: object
     kernel_lines: object
     hlo_protos: object
+    memory_note: object = None
 
     def __init__(self, ops=None, module_runs=None, devices=None, traces=None, discovery=None, warnings=None,
-                 step_markers=None, table=None, runs=None, memory=None, kernel_lines=None, hlo_protos=None):
+                 step_markers=None, table=None, runs=None, memory=None, kernel_lines=None, hlo_protos=None,
+                 memory_note=None):
         import polars as pl
 
         from traceview.model.optable import OpTable, as_table
@@ -91,6 +94,7 @@ class ProfileData:
 
             memory = empty_memory()
         self.memory = memory
+        self.memory_note = memory_note
         if kernel_lines is None:
             from traceview.model.kernel_lines import empty_kernel_lines
 
@@ -175,7 +179,7 @@ class ProfileData:
         back-references). Raises :class:`~traceview.errors.UsageError` on an invalid regex."""
         import polars as pl
 
-        table, runs, devices = self.table, self.runs, self.devices
+        table, runs, devices, memory_note = self.table, self.runs, self.devices, self.memory_note
         for rx in (op_regex, device_regex):
             if rx is not None:
                 check_regex(rx)
@@ -197,11 +201,15 @@ class ProfileData:
                 names = [d.name for d in self.devices]
                 serves = {a: allocator_device(a, names) for a in memory["allocator"].unique().to_list()}
                 keep = [a for a, dev in serves.items() if dev and pl.Series([dev]).str.contains(device_regex)[0]]
-                memory = memory.filter(pl.col("allocator").is_in(keep))
+                kept = memory.filter(pl.col("allocator").is_in(keep))
+                if kept.height == 0:
+                    memory_note = (f"the device filter {device_regex!r} keeps none of the trace's {memory.height:,} "
+                                   f"allocator events (allocators {', '.join(sorted(map(str, serves)))})")
+                memory = kept
         return type(self)(ops=table, runs=runs, devices=devices, traces=self.traces,
                           discovery=self.discovery, warnings=list(self.warnings), step_markers=self.step_markers,
                           memory=memory if device_regex else self.memory, kernel_lines=self.kernel_lines,
-                          hlo_protos=self.hlo_protos)
+                          hlo_protos=self.hlo_protos, memory_note=memory_note)
 
     @property
     def op_time_ps(self) -> int:

@@ -140,16 +140,19 @@ _SUMMARY_SCHEMA = {
 }
 
 
-def memory(mem: pl.DataFrame | None, steps: pl.DataFrame | None = None, device_names=()) -> MemoryReport:
+def memory(mem: pl.DataFrame | None, steps: pl.DataFrame | None = None, device_names=(),
+           absent: str | None = None) -> MemoryReport:
     """The :class:`MemoryReport` of a profile's allocator events ``mem``. ``steps``: the step
     anatomy's steps (host, device, step, start_ps, duration_ps, in_window) for per-step
     figures when the events carry no step ids; None for none. ``device_names``: the profile's
     device planes, to take each allocator's steps from its own device
-    (:func:`~traceview.model.memory_events.allocator_device`; every device's when it serves none)."""
+    (:func:`~traceview.model.memory_events.allocator_device`; every device's when it serves none).
+    ``absent``: why ``mem`` is empty though the trace had events (a device filter), said
+    instead of "no allocator events in this trace"."""
     if mem is None or mem.height == 0:
-        return MemoryReport([], ["no allocator events in this trace (TPU and GPU xplanes carry MemoryAllocation/"
-                                 "MemoryDeallocation on the host plane; XLA:CPU traces and trace.json exports "
-                                 "carry none)"])
+        return MemoryReport([], [absent or "no allocator events in this trace (TPU and GPU xplanes carry "
+                                 "MemoryAllocation/MemoryDeallocation on the host plane; XLA:CPU traces and "
+                                 "trace.json exports carry none)"])
     notes = []
     mem = mem.with_columns(pl.col("heap_bytes").fill_null(0), pl.col("stack_bytes").fill_null(0))
     cols = ("heap_bytes", "stack_bytes", "free_bytes", "allocation_bytes", "requested_bytes", "lifetime_peak_bytes")
@@ -306,4 +309,5 @@ def profile_memory(prof, anatomy=None) -> MemoryReport:
     """:func:`memory` of a profile's ``memory`` frame, per step over ``anatomy``'s steps (a
     :class:`~traceview.analysis.steps.anatomy.StepAnatomy` or None)."""
     steps = anatomy.steps if anatomy is not None and anatomy.steps.height else None
-    return memory(getattr(prof, "memory", None), steps, [d.name for d in getattr(prof, "devices", []) or []])
+    return memory(getattr(prof, "memory", None), steps, [d.name for d in getattr(prof, "devices", []) or []],
+                  absent=getattr(prof, "memory_note", None))
