@@ -72,6 +72,8 @@ def test_history_of_the_shared_traces_lists_each_trace_once(shared_traces, capsy
         ("mi300x_jax_conv3d.xplane.pb", 5, "jit_forward_3d_conv"), ("mi300x_jax_gemm_sweep.xplane.pb", 13, "jit_dot"),
         ("tpu_v6e_4chip_psum.xplane.pb", 100, "jit_f"), ("tpu_v6e_pallas_matmul_llo.xplane.pb", 3, "jit_matmul_optimized")}
     assert round(rows["tpu_v6e_4chip_psum.xplane.pb"]["median_step_ps"] / 1e9, 3) == 784.338  # slowest chip per step
+    # vLLM: one step on 2 devices, 67.306 ms on the slower (analyze's median over both device-steps: 67.275 ms)
+    assert rows["2026_01_11_21_26_41"]["median_step_ps"] == 67305983193
     assert rows["tpu_v6e_4chip_psum.xplane.pb"]["findings"] == ["host-transfers-dominate"]
     assert rows["2026_01_11_21_26_41"]["kernels"] and rows["mi300x_jax_gemm_sweep.xplane.pb"]["kernels"] == []
     assert [s["run"] for s in j["skipped"]] == ["corrupt_utf8_mangled.xplane.pb", "gpu_v100x8_tf2_bert_no_xla.xplane.pb"]

@@ -78,7 +78,9 @@ def _head_lines(h, rs) -> list[str]:
              f"{'the previous run of its step program' if h.baseline == 'previous' else safe_line(h.baseline)}; "
              f"regression: a slowdown "
              f"of the step time whose whole {h.level:.0%} interval ({safe_line(METHOD_NOTE)}) is at least "
-             f"{h.threshold:.0%} and beyond the run-to-run noise"]
+             f"{h.threshold:.0%} and beyond the run-to-run noise",
+             "step time: per step index, its slowest device's duration (a step ends when its last device does; "
+             "analyze's step median counts every device's steps)"]
     bands = sorted({r.change.noise_source for r in h.runs if r.change is not None and r.change.noise_source})
     if bands:
         lines.append("run-to-run noise: " + "; ".join(safe_line(b) for b in bands))
