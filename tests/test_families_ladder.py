@@ -286,6 +286,10 @@ def test_ladder_cli(engine_runs, shared_traces, tmp_path, capsys):
     assert main(["ladder", v6e, a, "--no-cache"]) == 2  # no engine bucket name: --x needed
     err = capsys.readouterr().err
     assert "give the sweep values with --x" in err and "Traceback" not in err
+    assert err.count(v6e) == 1 and f"{v6e}: cannot read its batch: " in err  # the profile named once
+    # a step module one profile lacks: the error names that profile
+    assert main(["ladder", a, b, "--step-module", "nosuch", "--no-cache"]) == 2
+    assert f"error: {a}: module 'nosuch' has no executions in this trace" in capsys.readouterr().err  # b8 sorts first
 
 
 def test_family_rules_that_match_no_op_say_so(b8, shared_traces):

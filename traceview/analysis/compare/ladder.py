@@ -117,6 +117,7 @@ def ladder(profiles, *, xs=None, labels=None, rules=None, peaks=None, step_modul
     executions are steps. Raises UsageError (module doc; bad rules or module)."""
     from traceview.analysis.compare.populations import program_stem
     from traceview.analysis.hardware.peaks import profile_peaks
+    from traceview.analysis.ops.families import rules_of
     from traceview.analysis.steps.anatomy import profile_anatomy
 
     profiles = list(profiles)
@@ -133,7 +134,7 @@ def ladder(profiles, *, xs=None, labels=None, rules=None, peaks=None, step_modul
         else:
             b, why = batch_of(prof)
             if b is None:
-                raise UsageError(f"cannot read the batch of {labels[i]}: {why}; give the sweep values with --x", labels[i])
+                raise UsageError(f"cannot read its batch: {why}; give the sweep values with --x", labels[i])
             x, src = float(b), f"batch: request bucket of the {why}"
         points.append((x, src, labels[i], prof))
     seen: dict = {}
@@ -146,8 +147,12 @@ def ladder(profiles, *, xs=None, labels=None, rules=None, peaks=None, step_modul
     points.sort(key=lambda p: p[0])
     prow, trows = [], []
     kinds: dict = {}  # (device kinds, step program stem) -> labels: one sweep has one
+    rules_of(rules)  # bad rules are no profile's fault: refused before any is analysed
     for x, src, lab, prof in points:
-        anat = profile_anatomy(prof, rules, module=step_module)
+        try:
+            anat = profile_anatomy(prof, rules, module=step_module)
+        except UsageError as e:  # a step module this profile lacks: say which profile
+            raise e if e.path is not None else UsageError(e.fault, lab) from None
         what = (", ".join(sorted({d.device_type or d.kind for d in prof.devices})) or "no device",
                 program_stem(anat.module) or ("step markers" if anat.method == "markers" else "no step program"))
         kinds.setdefault(what, []).append(lab)
