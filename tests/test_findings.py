@@ -336,6 +336,15 @@ def test_thresholds():
     for bad in ("nope=1", "host-bound-steps", "host-bound-steps=x", "host-bound-steps=-1"):
         with pytest.raises(UsageError):
             parse_threshold(bad)
+    # a share is 30% or 0.3: a bare 30 would be a threshold no trace reaches, so it is refused
+    with pytest.raises(UsageError, match="host_share is a share: write 30% for a percentage, or 0.3 as a fraction"):
+        parse_threshold("host-bound-steps=30")
+    with pytest.raises(UsageError, match="at most 100%"):
+        parse_threshold("host-bound-steps=150%")
+    with pytest.raises(UsageError, match="straggler_factor is not a share: write a plain number"):
+        parse_threshold("straggler-device=20%")
+    assert parse_threshold("memory-grows-per-step=200%").memory_growth == 2.0  # growth may pass 100%
+    assert parse_threshold("kv-block-covers-context=1.5").kv_cover == parse_threshold("kv_cover=150%").kv_cover == 1.5
 
 
 def test_analyze_json_html_and_library(reps, tmp_path, capsys):

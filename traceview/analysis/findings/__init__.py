@@ -152,6 +152,15 @@ PRIMARY = {
     "memory-grows-per-step": "memory_growth",
 }
 
+#: the thresholds that are shares (``10%`` or ``0.1``; a bare number above 1 is refused: 10% or 0.1?)
+SHARE_THRESHOLDS = frozenset({"sampler_share", "logits_share", "regime_share", "costs_share", "host_share",
+                              "exposed_share", "roofline_fraction", "roofline_share", "host_transfer_share",
+                              "memory_share", "memory_growth"})
+#: shares that may exceed 100% when written with ``%`` (growth per step)
+_OPEN_SHARES = frozenset({"memory_growth"})
+#: ratios that may be written either way and exceed 1 (a KV block over the context: 1.5 or 150%)
+_RATIOS = frozenset({"kv_cover"})
+
 #: every finding id a rule can emit (trace-quality ids included)
 IDS = tuple(PRIMARY) + ("stale-trace", "several-runs", "truncated-trace", "colliding-files", "unreadable-host",
                         "loose-trace-files")
@@ -161,7 +170,9 @@ DIFF_IDS = ("profiling-overhead",)
 
 def parse_threshold(text: str, base: Thresholds | None = None) -> Thresholds:
     """``ID=VALUE`` (a finding id of :data:`PRIMARY`, or a :class:`Thresholds` field name) ->
-    ``base`` with that threshold set. Raises UsageError for an unknown id or a bad number."""
+    ``base`` with that threshold set. A share (:data:`SHARE_THRESHOLDS`) is ``30%`` or ``0.3``;
+    other thresholds are plain numbers. Raises UsageError for an unknown id, a bad number, a
+    bare share above 1 or a percentage where a plain number is meant."""
     base = base or Thresholds()
     key, sep, val = str(text).partition("=")
     key = key.strip()
@@ -170,12 +181,22 @@ def parse_threshold(text: str, base: Thresholds | None = None) -> Thresholds:
     if not sep or name is None:
         raise UsageError(f"--finding-threshold {text!r}: expected ID=VALUE with ID one of "
                          f"{', '.join(PRIMARY)} (or a threshold name: {', '.join(sorted(names))})")
+    val = val.strip()
+    pct = val.endswith("%")
     try:
-        v = float(val.rstrip("%")) / (100 if val.endswith("%") else 1)
+        v = float(val[:-1] if pct else val) / (100 if pct else 1)
     except ValueError:
         raise UsageError(f"--finding-threshold {text!r}: {val!r} is not a number") from None
     if not v >= 0 or v == float("inf"):
         raise UsageError(f"--finding-threshold {text!r}: expected a finite number >= 0")
+    if name in SHARE_THRESHOLDS:
+        if not pct and v > 1:
+            raise UsageError(f"--finding-threshold {text!r}: {name} is a share: write {val}% for a percentage, "
+                             f"or {v / 100:g} as a fraction (0 to 1)")
+        if name not in _OPEN_SHARES and v > 1:
+            raise UsageError(f"--finding-threshold {text!r}: {name} is a share, at most 100%")
+    elif pct and name not in _RATIOS:
+        raise UsageError(f"--finding-threshold {text!r}: {name} is not a share: write a plain number")
     return replace(base, **{name: v})
 
 
