@@ -314,8 +314,9 @@ def diff_json(d, top: int | None = None, all_rows: bool = False) -> str:
 
 
 def verify_json(report) -> str:
-    """A :class:`~traceview.analysis.compare.verify.VerifyReport` as indented JSON text (ok, and per
-    check its text, ok and message) with a final newline."""
+    """A :class:`~traceview.analysis.compare.verify.VerifyReport` as indented JSON text (ok, the
+    passed / failed / unknown counts, and per check its text, status, ok and message) with a
+    final newline."""
     return dumps(report.to_dict())
 
 
