@@ -210,6 +210,8 @@ OUTPUTS = [
     Out("verify-donation", ["verify", "fixtures/greedy_b4", "fixtures/nodonate_b4", "--check",
                             "base: no finding state-copied-every-step", "--check",
                             "finding state-copied-every-step present", *NOCACHE]),
+    Out("verify-unknown", ["verify", GEMM, "--check", "no finding host-bound-steps", "--check",
+                           "family matmul share > 50%  # the GEMMs", *NOCACHE]),
     Out("ladder-greedy", ["ladder", "fixtures/greedy_b4", "fixtures/greedy_b8", *NOCACHE]),
     Out("history-greedy", ["history", "fixtures/greedy_b4", "fixtures/greedy_b8", *NOCACHE]),
     Out("query-v6e", ["query", V6E, "SELECT op_name, shape, occurrences, self_ps FROM populations "

@@ -15,7 +15,8 @@ import polars as pl
 import pytest
 
 import traceview
-from traceview.analysis.findings import Finding, Inputs, Thresholds, find, parse_threshold, thresholds_of
+from traceview.analysis.findings import (Finding, Inputs, NotEvaluated, Thresholds, find, parse_threshold,
+                                        thresholds_of)
 from traceview.analysis.findings import decode, quality
 from traceview.cli import main
 from traceview.errors import UsageError
@@ -265,9 +266,10 @@ def test_rules_on_hand_built_inputs():
                                              "hidden_ps": [50] * 3, "idle_ps": [0] * 3}))
     f = quality.exposed_communication(Inputs(SimpleNamespace(overlap=ov, steps=None)), th)
     assert f.id == "exposed-communication" and f.evidence["exposed_ps"] == 200 and f.evidence["step_ps"] == 1000
-    # two executions are not a repeated step: silent (the tensor-parallel fixture's 2 decode steps)
+    # two executions are not a repeated step: not evaluated (the tensor-parallel fixture's 2 decode steps)
     two = SimpleNamespace(steps=ov.steps.head(2))
-    assert quality.exposed_communication(Inputs(SimpleNamespace(overlap=two, steps=None)), th) is None
+    assert quality.exposed_communication(Inputs(SimpleNamespace(overlap=two, steps=None)), th) == NotEvaluated(
+        "exposed-communication", "2 step(s) per device: the rule needs a step repeated 3 times")
     ov.steps = ov.steps.with_columns(pl.lit(10).alias("exposed_ps"))
     assert quality.exposed_communication(Inputs(SimpleNamespace(overlap=ov, steps=None)), th) is None
     sg = SimpleNamespace(summary={"straggler": "c", "n_steps": 4, "steps_slowest": 3, "lead_median": 0.5,
@@ -284,7 +286,11 @@ def test_rules_on_hand_built_inputs():
     assert quality.straggler(Inputs(SimpleNamespace(stragglers=sg)), th).evidence["device"] == "c"
     sg.summary.update(n_steps=4, steps_slowest=4, lead_median=0.1)
     assert quality.straggler(Inputs(SimpleNamespace(stragglers=sg)), th) is None
-    assert quality.straggler(Inputs(SimpleNamespace()), th) is None
+    # no straggler figure: not evaluated, unless there is one device only (nothing to be slower than)
+    assert quality.straggler(Inputs(SimpleNamespace()), th) == NotEvaluated(
+        "straggler-device", "no collective execution matched across two or more devices")
+    one_dev = SimpleNamespace(devices=pl.DataFrame({"device": ["d"]}))
+    assert quality.straggler(Inputs(one_dev), th) is None
     steps = pl.DataFrame({"host": ["h"] * 4, "device": ["d"] * 4, "step": [0, 1, 2, 3], "start_ps": [0, 9, 12, 15],
                           "duration_ps": [9, 3, 3, 3], "gap_after_ps": [0, 0, 0, None], "idle_ps": [0] * 4,
                           "outlier": [True, False, False, False], "reason": ["first execution of jit_x", None, None, None],
@@ -294,8 +300,9 @@ def test_rules_on_hand_built_inputs():
     f = decode.warmup_in_window(Inputs(rep, cache=dict(loop)), th)
     assert f.evidence["steps"][0]["reason"] == "first execution of jit_x" and f.evidence["steady_median_ps"] == 3
     assert f.severity == "medium" and f.evidence["inside_window"] == 1
-    # without an op mix nothing says the steps repeat: silent, not a guess
-    assert decode.warmup_in_window(Inputs(rep), th) is None
+    # without an op mix nothing says the steps repeat: not evaluated, not a guess
+    got = decode.warmup_in_window(Inputs(rep), th)
+    assert isinstance(got, NotEvaluated) and got.id == "warmup-in-window" and "not one repeated step" in got.reason
     # the warm-up step already out of the window: nothing to act on, no finding
     out = SimpleNamespace(steps=SimpleNamespace(steps=steps.with_columns(in_window=pl.Series([False, True, True, True]))))
     assert decode.warmup_in_window(Inputs(out, cache=dict(loop)), th) is None
@@ -329,6 +336,15 @@ def test_thresholds():
     for bad in ("nope=1", "host-bound-steps", "host-bound-steps=x", "host-bound-steps=-1"):
         with pytest.raises(UsageError):
             parse_threshold(bad)
+    # a share is 30% or 0.3: a bare 30 would be a threshold no trace reaches, so it is refused
+    with pytest.raises(UsageError, match="host_share is a share: write 30% for a percentage, or 0.3 as a fraction"):
+        parse_threshold("host-bound-steps=30")
+    with pytest.raises(UsageError, match="at most 100%"):
+        parse_threshold("host-bound-steps=150%")
+    with pytest.raises(UsageError, match="straggler_factor is not a share: write a plain number"):
+        parse_threshold("straggler-device=20%")
+    assert parse_threshold("memory-grows-per-step=200%").memory_growth == 2.0  # growth may pass 100%
+    assert parse_threshold("kv-block-covers-context=1.5").kv_cover == parse_threshold("kv_cover=150%").kv_cover == 1.5
 
 
 def test_analyze_json_html_and_library(reps, tmp_path, capsys):
@@ -553,3 +569,55 @@ def test_host_bound_counts_other_programs_in_the_gap_as_busy():
     f = next(x for x in idle.findings if x.id == "host-bound-steps")
     assert f.evidence["gap_ps"] == pytest.approx(1_000_000_000) and f.evidence["gap_busy_ps"] == 0
     assert "host-bound-steps" not in {x.id for x in busy.findings}
+
+
+#: the step rules: on a trace without a repeated step none of them can judge it
+STEP_RULES = {"sampler-search-dominates", "state-copied-every-step", "logits-conversions", "one-name-several-regimes",
+              "host-bound-steps", "warmup-in-window", "memory-grows-per-step"}
+
+
+def test_rules_that_could_not_run_are_recorded_with_their_reason(reps):
+    """A rule whose inputs a trace lacks is not evaluated (not "no finding"): the report keeps
+    {id: reason}, read here off the shared traces."""
+    sweep = ("the steps are not one repeated step: the commonest op mix runs {n} time(s) per device, in {n} of {m} "
+             "step(s), and the rule needs 3 and half the steps")
+    got = {k: reps[k][1].findings_not_evaluated for k in ("gemm", "attn", "conv", "psum", "pallas", "vllm")}
+    # a sweep of jit_dot at several sizes, and of attention's pieces: no step rule can judge them
+    assert got["gemm"] == dict.fromkeys(STEP_RULES, sweep.format(n=3, m=13))
+    assert got["attn"] == dict.fromkeys(STEP_RULES, sweep.format(n=6, m=24))
+    # 8 GPUs without a collective: nothing to wait at, so no straggler figure
+    assert got["conv"] == {"straggler-device": "no collective execution matched across two or more devices"}
+    assert got["psum"] == {}  # every rule ran on the v6e psum steps
+    assert got["pallas"] == {"far-below-roofline": "no op with a byte count to place on the roofline",
+                             "memory-grows-per-step": "no allocator has per-step figures"}
+    one = "1 step(s) per device: the rule needs a step repeated 3 times"
+    assert got["vllm"] == {**dict.fromkeys(STEP_RULES - {"memory-grows-per-step"}, one),
+                           "exposed-communication": one, "host-transfers-dominate": one,
+                           "far-below-roofline": "no peak FLOP/s and bandwidth known for the device: analyze takes "
+                                                 "--chip, or --peak-flops and --peak-bw",
+                           "memory-near-capacity": "no allocator events in the trace",
+                           "memory-grows-per-step": "no allocator events in the trace"}
+    # a rule that was not evaluated never fires, and one that fired was evaluated
+    for prof, rep in reps.values():
+        assert not set(rep.findings_not_evaluated) & ids(rep)
+
+
+def test_not_evaluated_rules_are_shown_in_terminal_json_and_html(shared_traces, capsys):
+    gemm = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    assert main(["analyze", gemm, "--no-cache", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith("findings"))
+    assert line.startswith("findings: none among the rules that could run; not evaluated: ")
+    assert "(the steps are not one repeated step: the commonest op mix runs 3 time(s) per device" in out
+    assert main(["analyze", gemm, "--no-cache", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["findings"] == [] and set(doc["findings_not_evaluated"]) == STEP_RULES
+    assert main(["analyze", gemm, "--no-cache", "--format", "json", "--no-findings"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["findings"] is None and doc["findings_not_evaluated"] is None
+    # findings and rules that could not run side by side: conv3d's two findings, then the straggler rule
+    conv = str(shared_traces / "mi300x_jax_conv3d.xplane.pb")
+    assert main(["analyze", conv, "--no-cache", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert ("  not evaluated: straggler-device (no collective execution matched across two or more devices)"
+            in out.splitlines())

@@ -538,3 +538,13 @@ def test_the_roofline_table_shows_layer_copies_as_one_row(qwen_page):
     first = qwen_page[i:qwen_page.index("</tr>", qwen_page.index("<tr><td", i))]
     assert 'title="convolution_bitcast_fusion"' in first and ">×63</span>" in first
     assert "convolution_bitcast_fusion.3, " in first  # the members, in the title
+
+
+def test_findings_section_names_the_rules_that_could_not_run(gemm_html):
+    """The GEMM sweep has no finding, and no step rule could judge it: the page says which
+    could not run and why, not "no rule found its evidence"."""
+    sec = gemm_html[gemm_html.index('<section id="findings">'):]
+    sec = _text(sec[:sec.index("</section>")])
+    assert "no rule found its evidence" not in sec
+    assert "not evaluated: " in sec and "host-bound-steps" in sec and "warmup-in-window" in sec
+    assert "(the steps are not one repeated step: the commonest op mix runs 3 time(s) per device, in 3 of 13" in sec

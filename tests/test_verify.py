@@ -129,6 +129,15 @@ def test_checks_file_and_json(tmp_path, capsys):
     ("exposed communication < 5%", "expected 'share' after 'exposed communication'"),
     ("straggler < 5%", "expected 'lead' after 'straggler'"),
     ("memory < 2 GiB", "expected 'peak' or 'growth per step' after 'memory'"),
+    # a bare share above 1 would never hold (30 = 3000%): say what to write
+    ("family attention share < 30", "'30' is not a share: write 30% for a percentage, or 0.3 as a fraction (0 to 1)"),
+    ("straggler lead > 20", "'20' is not a share: write 20% for a percentage, or 0.2 as a fraction"),
+    # sizes and counts are never negative: a bound below 0 is a typo, not a check that never holds
+    ("memory peak < -1GiB", "byte count '-1GiB' is negative: it is 0 or more"),
+    ("memory peak < -2 GiB", "byte count '-2' is negative: it is 0 or more"),
+    ("collective all-reduce bytes >= -4096", "byte count '-4096' is negative: it is 0 or more"),
+    ("collective all-reduce group > -1", "group size '-1' is negative"),
+    ("op matching fusion count > -1", "occurrence count '-1' is negative"),
 ])
 def test_invalid_checks_are_usage_errors(bad, fault, capsys):
     with pytest.raises(UsageError) as ei:
@@ -209,3 +218,138 @@ def test_a_device_filter_that_matches_nothing_is_not_a_pass(shared_traces, capsy
     err = capsys.readouterr().err
     assert "--device 'zzz' leaves no op of" in err and "mi300x_jax_gemm_sweep" in err
     assert main(["verify", gemm, "--device", "GPU", "-c", "op matching . present", "--no-cache"]) == 0
+
+
+GEMM = "mi300x_jax_gemm_sweep.xplane.pb"
+#: why no step rule can judge the GEMM sweep (jit_dot at several sizes: not one repeated step)
+SWEEP = ("the steps are not one repeated step: the commonest op mix runs 3 time(s) per device, in 3 of 13 step(s), "
+         "and the rule needs 3 and half the steps")
+
+
+def test_a_finding_whose_rule_could_not_run_is_unknown_never_pass(shared_traces, capsys):
+    """``no finding host-bound-steps`` on a trace where the rule cannot run (the GEMM sweep has
+    no repeated step) is UNKNOWN, not PASS; the rules that ran still pass or fail."""
+    gemm = str(shared_traces / GEMM)
+    rep = verify(gemm, ["no finding host-bound-steps", "finding warmup-in-window present",
+                        "finding host-bound-steps impact < 5%", "no finding costs-unknown",
+                        "finding costs-unknown present", "no finding profiling-overhead"])
+    assert [r.status for r in rep.results] == ["unknown", "unknown", "unknown", "pass", "fail", "unknown"]
+    assert not rep.ok and len(rep.passed) == 1 and len(rep.failed) == 1 and len(rep.unknown) == 4
+    assert rep.results[0].message == f"the rule of host-bound-steps could not run: {SWEEP}"
+    assert rep.results[2].message == f"the rule of host-bound-steps could not run: {SWEEP}"
+    assert rep.results[3].message == "no finding costs-unknown (findings: none)"
+    assert rep.results[4].message == "no finding costs-unknown; expected one (findings: none)"
+    assert rep.results[5].message.startswith("the rule of profiling-overhead could not run: a finding of a diff")
+    # vLLM's trace.json: no allocator events, so neither memory rule nor the memory check can judge it
+    qwen = verify(str(shared_traces / "vllm_tpu_qwen"), ["no finding memory-near-capacity", "memory peak < 1GiB"])
+    assert [r.status for r in qwen.results] == ["unknown", "unknown"]
+    assert qwen.results[0].message == "the rule of memory-near-capacity could not run: no allocator events in the trace"
+    assert qwen.results[1].message.startswith("memory peak unknown: no allocator events in this trace")
+
+    # the CLI: UNKNOWN with its reason, the count, exit 1 although nothing failed
+    assert main(["verify", gemm, "--no-cache", "-c", "no finding host-bound-steps", "-c", "no finding costs-unknown"]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["UNKNOWN  no finding host-bound-steps",
+                                f"      the rule of host-bound-steps could not run: {SWEEP}",
+                                "PASS  no finding costs-unknown",
+                                "2 check(s): 1 passed, 0 failed, 1 unknown"]
+    assert main(["verify", gemm, "--no-cache", "--format", "json", "-c", "no finding host-bound-steps",
+                 "-c", "no finding costs-unknown", "-c", "finding costs-unknown present"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["ok"], doc["passed"], doc["failed"], doc["unknown"]) == (False, 1, 1, 1)
+    assert [(r["status"], r["ok"]) for r in doc["results"]] == [("unknown", False), ("pass", True), ("fail", False)]
+    assert doc["results"][0]["message"] == f"the rule of host-bound-steps could not run: {SWEEP}"
+    # the pytest helpers raise on an unknown too
+    from traceview import testing as tvt
+
+    with pytest.raises(AssertionError, match="UNKNOWN: the rule of host-bound-steps could not run"):
+        tvt.assert_no_finding(gemm, "host-bound-steps")
+    assert tvt.check(gemm, "no finding host-bound-steps").status == "unknown"
+
+
+def test_finding_checks_read_the_step_window(shared_traces, capsys):
+    """The report a finding check reads has analyze's ``--step-window``: conv3d's 43 ms first
+    step is left out of the steady window (no warm-up finding) and kept by ``all``; the Pallas
+    matmul's host-bound finding needs 3 steps, and ``1:`` leaves 2 (unknown)."""
+    conv = str(shared_traces / "mi300x_jax_conv3d.xplane.pb")
+    assert main(["verify", conv, "--no-cache", "-c", "finding warmup-in-window absent"]) == 0
+    assert "PASS  finding warmup-in-window absent" in capsys.readouterr().out
+    assert main(["verify", conv, "--no-cache", "--step-window", "all", "-c", "finding warmup-in-window absent"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  finding warmup-in-window absent" in out
+    assert ("/device:GPU:0 step 0 took 43.133 ms against a steady median of 999.98 µs; the mean over the window's "
+            "steps is 3.381 ms") in out
+    pallas = str(shared_traces / "tpu_v6e_pallas_matmul_llo.xplane.pb")
+    steady = verify(pallas, ["no finding host-bound-steps"])
+    assert steady.results[0].status == "fail"
+    assert "the device idles 189.87 µs of each 265.63 µs from one step's start to the next" in steady.results[0].message
+    cut = verify(pallas, ["no finding host-bound-steps"], step_window="1:")
+    assert cut.results[0].status == "unknown"
+    assert cut.results[0].message == ("the rule of host-bound-steps could not run: 2 step(s) per device: the rule "
+                                      "needs a step repeated 3 times")
+
+
+def test_source_checks_without_recorded_sources_are_unknown(shared_traces):
+    """The MI300X attention trace's add and multiply programs carry no source file or stack:
+    on them a source check can neither pass nor fail. On the whole trace (36 of 87 op events
+    with a source) they are judged, and a pass says how many events had none."""
+    att = load(shared_traces / "mi300x_jax_attention.xplane.pb")
+    bare = att.filter(op_regex="add|multiply")
+    rep = verify(bare, ["no op from file matching foo", "op from file matching . present", "source x/ absent",
+                        "source x/ present", "source of op matching fusion under x/", "no op matching foo"])
+    assert [r.status for r in rep.results] == ["unknown"] * 5 + ["pass"]
+    none = "none of the 24 op events has a recorded source (source file or stack)"
+    assert [r.message for r in rep.results[:4]] == [none] * 4
+    assert rep.results[4].message == ("ops matching /fusion/: 24 op event(s), none with a recorded source; bound: "
+                                      "under x/")
+    rep = verify(att, ["no op from file matching foo", "source x/ absent", "op from file matching generate_attention present",
+                       "source of op matching . under x/"])
+    assert [r.status for r in rep.results] == ["pass", "pass", "pass", "fail"]
+    assert rep.results[0].message == ("no op comes from a file matching /foo/ among 87 op events (51 of 87 op events "
+                                      "have no recorded source)")
+    assert rep.results[1].message == "no source under x/ (51 of 87 op events have no recorded source)"
+    assert rep.results[3].message.startswith("ops matching /./: 36 op event(s) from "
+                                             "/workspace/traces/generate_attention_trace.py")
+    # a diff check on sources: a side without any says nothing
+    rep = verify(att, ["op from file matching generate_attention vanished", "op from file matching generate_attention appeared"],
+                 base=bare)
+    assert [r.status for r in rep.results] == ["unknown", "unknown"]
+    assert rep.results[0].message == f"base: {none}"
+
+
+def test_checks_file_trailing_comments(shared_traces, tmp_path, capsys):
+    """``# comment`` after a check is dropped (from the check's text too); a quoted ``#`` is
+    part of the regex."""
+    gemm = str(shared_traces / GEMM)
+    f = tmp_path / "checks.txt"
+    f.write_text("# the GEMM sweep\n"
+                 "op matching custom-call present   # the hipBLASLt GEMMs\n"
+                 "  family matmul share > 50%  # most of the op time\n"
+                 "no op matching '#not-an-op'\n", encoding="utf-8")
+    checks = read_checks(f)
+    assert [c.text for c in checks] == ["op matching custom-call present", "family matmul share > 50%",
+                                        "no op matching '#not-an-op'"]
+    assert checks[2].args == {"rx": "#not-an-op", "want": "absent"}
+    assert main(["verify", gemm, "--no-cache", "--checks", str(f), "-c", "op matching custom-call.1 count == 15 # five sizes"]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines() == ["PASS  op matching custom-call.1 count == 15", "PASS  op matching custom-call present",
+                                "PASS  family matmul share > 50%", "PASS  no op matching '#not-an-op'",
+                                "4 check(s): 4 passed, 0 failed, 0 unknown"]
+    with pytest.raises(UsageError, match="empty check"):
+        parse_check("   # only a comment")
+
+
+def test_bad_values_are_usage_errors_on_a_real_trace(shared_traces, capsys):
+    """A bare share above 1 and a negative byte count stop before any trace is read (exit 2,
+    one line saying what to write); the fraction and percentage forms are the same check."""
+    gemm = str(shared_traces / GEMM)
+    assert main(["verify", gemm, "--no-cache", "-c", "family matmul share > 50"]) == 2
+    assert ("'50' is not a share: write 50% for a percentage, or 0.5 as a fraction (0 to 1)"
+            in capsys.readouterr().err)
+    assert main(["verify", gemm, "--no-cache", "-c", "memory peak < -512MiB"]) == 2
+    assert "byte count '-512MiB' is negative: it is 0 or more" in capsys.readouterr().err
+    assert main(["verify", gemm, "--no-cache", "--finding-threshold", "host-bound-steps=30",
+                 "-c", "no finding host-bound-steps"]) == 2
+    assert "host_share is a share: write 30% for a percentage, or 0.3 as a fraction" in capsys.readouterr().err
+    rep = verify(gemm, ["family matmul share > 50%", "family matmul share > 0.5"])
+    assert [r.status for r in rep.results] == ["pass", "pass"] and rep.results[0].message == rep.results[1].message

@@ -341,8 +341,9 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
     """Evaluate ``checks`` (strings of the :mod:`traceview.analysis.compare.verify_grammar` grammar)
     on ``treatment`` (and ``base`` for diff checks): :class:`Profile` objects or paths; one
     check may be given as a plain string. Returns
-    a :class:`traceview.analysis.compare.verify.VerifyReport`; ``step_window``: the steps of the diff's
-    step time ("steady", "all", "A:B"). Raises UsageError for an invalid check or window
+    a :class:`traceview.analysis.compare.verify.VerifyReport` (each result pass, fail or unknown);
+    ``step_window``: the steps of the diff's step time and of the report the finding checks read
+    ("steady", "all", "A:B"), as ``analyze`` uses them. Raises UsageError for an invalid check or window
     (before evaluating any) and the errors of :func:`load` for bad paths."""
     from traceview.analysis.steps.stepstats import parse_window
     from traceview.analysis.compare.verify import verify as _verify

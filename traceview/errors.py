@@ -8,7 +8,7 @@ Exit codes (documented in docs/exit-codes.md):
 
 ====  =====================================================================
 0     success
-1     a ``traceview verify`` check failed (reserved for the verify command)
+1     a ``traceview verify`` check failed or is unknown (reserved for the verify command)
 2     usage error (bad flag, bad value)
 3     no trace found under the given path
 4     a trace was found but is unreadable (corrupt, truncated, not a trace)

@@ -51,19 +51,22 @@ def _run(profile, c: Check, base=None, rules=None) -> CheckResult:
 
 
 def _assert(res: CheckResult) -> CheckResult:
+    """``res`` when it passed; AssertionError when it failed or is unknown (never a pass)."""
     if not res.ok:
-        raise AssertionError(f"{res.check}: {res.message}")
+        raise AssertionError(f"{res.check}: {'' if res.status == 'fail' else 'UNKNOWN: '}{res.message}")
     return res
 
 
 def check(profile, text: str, *, base=None, rules=None) -> CheckResult:
     """Evaluate one check written in the :mod:`traceview.analysis.compare.verify` grammar; never raises on a
-    failed check (see ``result.ok``). Raises UsageError on an invalid check."""
+    failed or unknown check (see ``result.status``: pass, fail or unknown; ``result.ok``). Raises
+    UsageError on an invalid check."""
     return _run(profile, parse_check(text), base, rules)
 
 
 def assert_check(profile, text: str, *, base=None, rules=None) -> CheckResult:
-    """:func:`check`, raising AssertionError with the reason when it fails."""
+    """:func:`check`, raising AssertionError with the reason when it fails or is unknown (the
+    trace lacks what the check needs)."""
     return _assert(check(profile, text, base=base, rules=rules))
 
 

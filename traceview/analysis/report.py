@@ -157,6 +157,8 @@ class Report:
     #: rows (op_name, shape, module, regimes, executions, first/later execution and mode figures)
     population_regimes: pl.DataFrame | None = None
     findings: list | None = None  # list of traceview.analysis.findings.Finding; None when --no-findings
+    #: {finding id: reason} of the rules that could not run (:func:`traceview.analysis.findings.evaluate`)
+    findings_not_evaluated: dict | None = None
     overlap: object = None
     stragglers: object = None
     family_roofline: pl.DataFrame | None = None
@@ -286,7 +288,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
 
     if by not in ("shape", "name", "program", "program-shape", "kind"):
         raise UsageError(f"unknown op table key {by!r}: expected shape, name, program, program-shape or kind")
-    from traceview.analysis.findings import find, thresholds_of
+    from traceview.analysis.findings import evaluate, thresholds_of
 
     th = thresholds_of(finding_thresholds) if findings else None
     by_shape, examined = aggregate.by_shape_and_regimes(prof.table, prof.runs)
@@ -348,7 +350,8 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     rep.phases = _phases(prof, anat, peaks, tokens_per_step=tokens_per_step)
     rep.phase = getattr(prof, "phase", None)
     if findings:  # last: the rules read every section above
-        rep.findings = find(rep, thresholds=th)
+        ev = evaluate(rep, thresholds=th)
+        rep.findings, rep.findings_not_evaluated = ev.findings, ev.not_evaluated
     from traceview.analysis.export import attach_export_commands
 
     attach_export_commands(rep)

@@ -549,8 +549,9 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
 
     @server.tool(description="traceview verify --format json: evaluate checks (the verify grammar, e.g. "
                              "\"kernel 'RPAd*' has bkv 256\", \"op matching all-reduce present\", \"family "
-                             "attention share < 30%\") on PATH, or on BASE and PATH for diff checks. ok is false "
-                             "when a check fails (that is a result, not an error).")
+                             "attention share < 30%\") on PATH, or on BASE and PATH for diff checks. Each result's status "
+                             "is pass, fail or unknown (the trace lacks what the check needs); ok is false "
+                             "when a check fails or is unknown (that is a result, not an error).")
     @guarded
     def verify(path: PathArg, checks: Annotated[list[str], Field(min_length=1, max_length=100)],
                base: Annotated[str | None, Field(description="base profile for diff checks")] = None,

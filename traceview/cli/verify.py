@@ -1,6 +1,7 @@
 """``traceview verify PATH [TREATMENT] --check CHECK ...``: declarative checks on a profile or
-a base/treatment pair (:mod:`traceview.analysis.compare.verify`). Exit 0 when every check passes, 1
-(:data:`traceview.errors.EXIT_CHECK_FAILED`) when one fails, 2 on an invalid check."""
+a base/treatment pair (:mod:`traceview.analysis.compare.verify`). Each check is PASS, FAIL or
+UNKNOWN (the trace lacks what it needs). Exit 0 when every check passes, 1
+(:data:`traceview.errors.EXIT_CHECK_FAILED`) when one fails or is unknown, 2 on an invalid check."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from traceview.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
 
 
 _VERIFY_EPILOG = """\
-checks (one per --check, or one per line in --checks FILE; '#' comments):
+checks (one per --check, or one per line in --checks FILE; '# comment' to the end of a line):
   no op [matching] RX                     op name, JAX name stack, kernel name or HLO text (names removed)
   op [matching] RX present|absent
   no op from file [matching] RX           source file or any stack frame
@@ -39,14 +40,19 @@ with two profiles (BASE TREATMENT); single-profile checks apply to TREATMENT, pr
   kernel GLOB changed KEY [A -> B]        e.g. kernel 'RPAd*' changed bkv 2048 -> 256
   source of kernel GLOB changed
   all matched [except RX]
-CMP: < <= > >= == !=   PCT: 30% or 0.3   quote tokens with spaces ("..." or '...')
-exit codes: 0 all checks passed, 1 a check failed, 2 invalid check or usage, 3-7 trace and remote-store errors, 8 broken installation"""
+CMP: < <= > >= == !=   PCT: 30% or 0.3 (a bare 30 is refused)   BYTES: 12GiB, 500MB, bytes (never negative)
+quote tokens with spaces ("..." or '...')
+each check is PASS, FAIL or UNKNOWN: unknown when the trace lacks what the check needs (no recorded
+sources, no allocator events, no collective across devices, a finding whose rule could not run)
+exit codes: 0 all checks passed, 1 a check failed or is unknown, 2 invalid check or usage, 3-7 trace and
+remote-store errors, 8 broken installation"""
 
 
 def add_parser(sub) -> None:
     v = sub.add_parser("verify", help="check a profile (or a base/treatment pair) against declarative checks",
-                       description="Evaluate checks on one profile, or on a BASE and TREATMENT pair. Exit 0 when "
-                                   "every check passes, 1 when one fails (with the reasons), 2 on an invalid check.",
+                       description="Evaluate checks on one profile, or on a BASE and TREATMENT pair: each is PASS, "
+                                   "FAIL or UNKNOWN (the trace lacks what it needs). Exit 0 when every check passes, "
+                                   "1 when one fails or is unknown (with the reasons), 2 on an invalid check.",
                        epilog=_VERIFY_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     v.add_argument("paths", nargs="+", type=cargs.path_arg, metavar="PATH",
                    help="the profile to check, or BASE TREATMENT for diff checks")
@@ -67,7 +73,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    """0 when every check passes, 1 otherwise; UsageError (2) on an invalid check, a diff
+    """0 when every check passes, 1 when one fails or is unknown; UsageError (2) on an invalid check, a diff
     check with one profile, or more than two paths."""
     from traceview.analysis.compare.verify import verify
     from traceview.analysis.compare.verify_grammar import parse_checks, read_checks

@@ -110,7 +110,9 @@ def brief_lines(rep, *, families: int = FAMILIES, findings: int = FINDINGS) -> l
     if found is None:
         out.append([("findings", "bold"), (": not computed (--no-findings)", None)])
     elif not found:
-        out.append([("findings", "bold"), (": none (no rule found its evidence in this trace)", None)])
+        from traceview.render.findings import none_line
+
+        out.append([("findings", "bold"), (": " + plain(none_line(getattr(rep, "findings_not_evaluated", None))), None)])
     else:
         out.append([("findings", "bold"),
                     (f" — top {min(findings, len(found))} of {len(found)} by the step time a change could recover", None)])
@@ -161,7 +163,7 @@ def brief_payload(rep, *, version: str, families: int = FAMILIES, findings: int 
     op time in ps), steps (method, module, window, distribution in ps, summary line),
     families (the top ``families`` rows of the step's families; families_total), findings
     (the top ``findings`` by impact, as the full JSON's; findings_total; None with
-    --no-findings)."""
+    --no-findings), findings_not_evaluated ({id: reason} of the rules that could not run)."""
     from traceview.render.provenance import run_names
 
     anat = rep.steps
@@ -179,6 +181,7 @@ def brief_payload(rep, *, version: str, families: int = FAMILIES, findings: int 
         "families_total": 0 if fams is None else fams.height,
         "findings": None if found is None else [f.to_dict() for f in found[:findings]],
         "findings_total": None if found is None else len(found),
+        "findings_not_evaluated": None if found is None else dict(getattr(rep, "findings_not_evaluated", None) or {}),
     }
 
 

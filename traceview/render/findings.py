@@ -95,15 +95,33 @@ def finding_rows(findings) -> list[dict]:
     return out
 
 
-def render_findings(console, findings) -> None:
-    """Print the findings section (nothing when ``findings`` is None: --no-findings)."""
+def not_evaluated_line(skipped: dict | None) -> str:
+    """``id, id (reason); id (reason)``: the rules that could not run, grouped by reason; ""
+    when none."""
+    by: dict = {}
+    for fid, why in (skipped or {}).items():
+        by.setdefault(why, []).append(fid)
+    return "; ".join(f"{', '.join(ids)} ({why})" for why, ids in by.items())
+
+
+def none_line(not_evaluated) -> str:
+    """What "no finding" means: no rule found its evidence, or which rules could not run."""
+    skipped = not_evaluated_line(not_evaluated)
+    if not skipped:
+        return "none (no rule found its evidence in this trace)"
+    return f"none among the rules that could run; not evaluated: {skipped}"
+
+
+def render_findings(console, findings, not_evaluated=None) -> None:
+    """Print the findings section (nothing when ``findings`` is None: --no-findings), with one
+    line naming the rules that could not run (``not_evaluated``: {id: reason})."""
     from traceview.render.terminal import escape
 
     if findings is None:
         return
     console.print()
     if not findings:
-        console.print("[bold]findings[/bold]: none (no rule found its evidence in this trace)")
+        console.print(f"[bold]findings[/bold]: {escape(none_line(not_evaluated))}")
         return
     console.print(f"[bold]findings[/bold] ({len(findings)}, ranked by the step time a change could recover; ids for "
                   "`traceview verify --check 'no finding ID'`):")
@@ -122,3 +140,6 @@ def render_findings(console, findings) -> None:
             console.print(f"      timeline: {escape(f.export_command)}")
         if getattr(f, "doc", ""):
             console.print(f"      more: {escape(f.doc)}")
+    skipped = not_evaluated_line(not_evaluated)
+    if skipped:
+        console.print(f"  [dim]not evaluated: {escape(skipped)}[/dim]")

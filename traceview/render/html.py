@@ -400,11 +400,10 @@ def submit_charts(rep, charts, *, top: int = 30) -> None:
 
 
 def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
-    from traceview.render.findings import finding_rows
-
     """The template's values. Both charts are submitted to ``charts`` first and collected
     last, so a drawer in another process draws them while the tables are built."""
     from traceview import __version__
+    from traceview.render.findings import finding_rows, not_evaluated_line
 
     charts = charts or InlineCharts()
     roof_chart = charts.submit("roofline", _roof_rows(rep), rep.peaks)
@@ -439,6 +438,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
         "top": top,
         "findings": finding_rows(getattr(rep, "findings", None)),
         "findings_off": getattr(rep, "findings", None) is None,
+        "findings_skipped": not_evaluated_line(getattr(rep, "findings_not_evaluated", None)),
         "family_roofline": _family_roofline(rep),
         "kinds": _kinds(rep, top),
         "export_command": getattr(rep, "export_command", None),
@@ -548,12 +548,12 @@ _SUMMARY = """\
 
 
 def summary_html(summary) -> str:
-    from traceview.render.findings import finding_rows
-
     """A compact HTML summary for Jupyter (``Profile._repr_html_``) of a
     :class:`~traceview.analysis.report.Summary`: files and hosts, devices, the resolved peaks
     (FLOP/s, B/s) and ridge point (FLOP/byte), warnings, and the top 10 (op, shape)
     populations by self time. Every trace string is escaped; no script, no external reference."""
+    from traceview.render.findings import finding_rows
+
     rows = _top_ops(summary.by_shape, summary.populations_per_name, {}, 10)
     hosts = summary.hosts
     return _env().from_string(_SUMMARY).render(

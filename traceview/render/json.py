@@ -209,8 +209,9 @@ def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = Fal
     """The JSON object of a :class:`~traceview.analysis.report.Report` (tables as polars
     frames, cut by :class:`Rows`; :func:`dumps` encodes it): provenance (lines, files, runs),
     warnings, has_shapes, devices, ops (the op table), peaks, roofline, kernels, sources, steps,
-    occurrence checks, communication, findings (None with --no-findings), overlap, stragglers,
-    family_roofline (per family and step) and its summary. ``rows``: every table's rows shown
+    occurrence checks, communication, findings and findings_not_evaluated ({id: reason}; both
+    None with --no-findings), overlap, stragglers, family_roofline (per family and step) and
+    its summary. ``rows``: every table's rows shown
     and in all, by JSON path."""
     peaks, anat = rep.peaks, rep.steps
     cut = Rows(top, all_rows)
@@ -243,6 +244,7 @@ def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = Fal
     out["population_regimes"] = cut("population_regimes", getattr(rep, "population_regimes", None))
     findings = getattr(rep, "findings", None)
     out["findings"] = None if findings is None else [f.to_dict() for f in findings]
+    out["findings_not_evaluated"] = None if findings is None else dict(getattr(rep, "findings_not_evaluated", None) or {})
     out["overlap"] = _overlap(getattr(rep, "overlap", None), cut)
     out["stragglers"] = _stragglers(getattr(rep, "stragglers", None), cut)
     out["family_roofline"] = cut("family_roofline", getattr(rep, "family_roofline", None))
@@ -315,8 +317,9 @@ def diff_json(d, top: int | None = None, all_rows: bool = False) -> str:
 
 
 def verify_json(report) -> str:
-    """A :class:`~traceview.analysis.compare.verify.VerifyReport` as indented JSON text (ok, and per
-    check its text, ok and message) with a final newline."""
+    """A :class:`~traceview.analysis.compare.verify.VerifyReport` as indented JSON text (ok, the
+    passed / failed / unknown counts, and per check its text, status, ok and message) with a
+    final newline."""
     return dumps(report.to_dict())
 
 

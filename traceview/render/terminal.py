@@ -105,7 +105,7 @@ def render_analysis(console: Console, rep, *, top: int) -> None:
         console.print("  [yellow]note:[/yellow] no shapes in this trace: ops are keyed by name only")
     from traceview.render.findings import render_findings
 
-    render_findings(console, getattr(rep, "findings", None))
+    render_findings(console, getattr(rep, "findings", None), getattr(rep, "findings_not_evaluated", None))
 
     if rep.devices.height:
         console.print()

@@ -4,7 +4,9 @@ A treatment is only a treatment once the trace shows it took effect: the kernel'
 carries the new block size, the sampler's ops are gone, the transplanted kernel's ops come
 from the new file. :class:`Verifier` evaluates the checks of :mod:`traceview.analysis.compare.verify_grammar`
 (grammar and definitions there) and gives one :class:`CheckResult` per check, whose message
-names the op, its shape, the measured figure and the bound. The checks run on
+names the op, its shape, the measured figure and the bound. A check is PASS, FAIL or UNKNOWN:
+unknown when the trace lacks what it needs (no recorded sources, no allocator events, no
+collective across devices, a finding whose rule could not run), never a pass. The checks run on
 :func:`traceview.analysis.ops.tagged.tag`'s rows (one per op description), never on a per-event
 table. Times in messages use :func:`traceview.model.units.fmt_time_ps`.
 """
@@ -31,22 +33,37 @@ from traceview.model.schema import OPS_SCHEMA
 from traceview.model.units import fmt_time_ps
 
 
+#: the outcomes of a check
+STATUSES = ("pass", "fail", "unknown")
+
+
 @dataclass
 class CheckResult:
-    """Outcome of one check: ``ok``, the check's text and a one-paragraph ``message``
-    (the reason when failed; what was measured when passed)."""
+    """Outcome of one check: the check's text, ``status`` (one of :data:`STATUSES`; True,
+    False and None are taken as pass, fail and unknown) and a one-paragraph ``message`` (the
+    reason when failed or unknown; what was measured when passed). ``ok``: status is pass."""
 
     check: str
-    ok: bool
+    status: str
     message: str
 
+    def __post_init__(self):
+        if not isinstance(self.status, str):
+            self.status = "unknown" if self.status is None else "pass" if self.status else "fail"
+        if self.status not in STATUSES:
+            raise ValueError(f"check status {self.status!r}: expected one of {', '.join(STATUSES)}")
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "pass"
+
     def to_dict(self) -> dict:
-        return {"check": self.check, "ok": self.ok, "message": self.message}
+        return {"check": self.check, "status": self.status, "ok": self.ok, "message": self.message}
 
 
 @dataclass
 class VerifyReport:
-    """All results; ``ok`` when every check passed."""
+    """All results; ``ok`` when every check passed (a failed or unknown one makes it False)."""
 
     results: list[CheckResult] = field(default_factory=list)
 
@@ -55,11 +72,20 @@ class VerifyReport:
         return all(r.ok for r in self.results)
 
     @property
+    def passed(self) -> list[CheckResult]:
+        return [r for r in self.results if r.status == "pass"]
+
+    @property
     def failed(self) -> list[CheckResult]:
-        return [r for r in self.results if not r.ok]
+        return [r for r in self.results if r.status == "fail"]
+
+    @property
+    def unknown(self) -> list[CheckResult]:
+        return [r for r in self.results if r.status == "unknown"]
 
     def to_dict(self) -> dict:
-        return {"ok": self.ok, "results": [r.to_dict() for r in self.results]}
+        return {"ok": self.ok, "passed": len(self.passed), "failed": len(self.failed), "unknown": len(self.unknown),
+                "results": [r.to_dict() for r in self.results]}
 
 
 def _fmt_t(ps) -> str:
@@ -78,6 +104,22 @@ _OP_COLUMNS = [c for c in OPS_SCHEMA if c not in ("start_ps",)]
 def _short(shape: str | None, n: int = 120) -> str:
     s = shape or "?"
     return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _sourced(df: pl.DataFrame) -> pl.DataFrame:
+    """The rows with a recorded source (a source file or a stack)."""
+    return df.filter((pl.col("src_file").fill_null("") != "") | (pl.col("source_file").fill_null("") != "")
+                     | (pl.col("source_stack").fill_null("") != ""))
+
+
+def _no_sources(df: pl.DataFrame) -> str:
+    return f"none of the {_events(df):,} op events has a recorded source (source file or stack)"
+
+
+def _source_note(df: pl.DataFrame) -> str:
+    """``" (N of M op events have no recorded source)"``, "" when every one has."""
+    n, have = _events(df), _events(_sourced(df))
+    return f" ({n - have:,} of {n:,} op events have no recorded source)" if have < n else ""
 
 
 def _under(path: str, prefix: str) -> bool:
@@ -107,7 +149,7 @@ class Verifier:
         self.rules = rules
         self.finding_thresholds = finding_thresholds
         self.findings_on = findings
-        self._findings: dict = {}
+        self._reports: dict = {}
         self.user_families = [r.name for r in rules_of(rules)]
         self._diff = None
 
@@ -182,15 +224,19 @@ class Verifier:
         parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]
         return VerifyReport([self.check(c) for c in parsed])
 
-    # single-profile checks: (check, profile) -> (ok, message)
-    def _presence(self, c: Check, prof, mask: pl.Expr, what: str, one: str) -> tuple[bool, str]:
-        """``what``: plural verb phrase ("match"), ``one``: singular ("matches")."""
+    # single-profile checks: (check, profile) -> (ok, message), ok None when unknown
+    def _presence(self, c: Check, prof, mask: pl.Expr, what: str, one: str, sources: bool = False) -> tuple:
+        """``what``: plural verb phrase ("match"), ``one``: singular ("matches"); ``sources``: the
+        mask reads sources, so a trace without any is unknown."""
         df = self._df(prof)
+        if sources and _sourced(df).height == 0:
+            return None, _no_sources(df)
         hit = df.filter(mask)
         total = int(df["self_ps"].sum() or 0)
         if c.args["want"] == "absent":
             if hit.height == 0:
-                return True, f"no op {one} /{c.args['rx']}/ among {_events(df):,} op events"
+                return True, (f"no op {one} /{c.args['rx']}/ among {_events(df):,} op events"
+                              + (_source_note(df) if sources else ""))
             return False, (f"{hit['count'].sum():,} op event(s) {what} /{c.args['rx']}/ "
                            f"({_fmt_t(hit['self_ps'].sum())}, {100 * (hit['self_ps'].sum() or 0) / total:.1f}% of op "
                            f"time); expected none. {self._describe(hit, total)}" if total else
@@ -199,44 +245,63 @@ class Verifier:
             return True, f"{hit['count'].sum():,} op event(s) {what} /{c.args['rx']}/: {self._describe(hit, total, 2)}"
         return False, f"no op {one} /{c.args['rx']}/ among {_events(df):,} op events; expected at least one"
 
-    def _c_finding(self, c, prof):
-        """``no finding ID`` / ``finding ID present|absent``: the findings of
-        :func:`traceview.analysis.report.build_report` on ``prof`` (thresholds as given)."""
+    def _report(self, prof):
+        """The :func:`traceview.analysis.report.build_report` of ``prof`` as analyze builds it:
+        the same step window, family rules and finding thresholds (the phase is the profile's)."""
         from traceview.analysis.report import build_report
 
+        got = self._reports.get(id(prof))
+        if got is None:
+            got = self._reports[id(prof)] = build_report(prof, rules=self.rules, step_window=self.step_window,
+                                                         finding_thresholds=self.finding_thresholds)
+        return got
+
+    def _not_evaluated(self, rep, fid: str) -> str | None:
+        """Why finding ``fid``'s rule did not run on ``rep``, None when it did."""
+        from traceview.analysis.findings import DIFF_IDS
+
+        if fid in DIFF_IDS:
+            return "a finding of a diff (traceview diff BASE TREATMENT); verify evaluates the findings of one profile"
+        return (getattr(rep, "findings_not_evaluated", None) or {}).get(fid)
+
+    def _c_finding(self, c, prof):
+        """``no finding ID`` / ``finding ID present|absent``: the findings of
+        :func:`traceview.analysis.report.build_report` on ``prof`` (:meth:`_report`); unknown
+        when the rule could not run."""
         if not self.findings_on:
             raise UsageError(f"check {c.text!r} needs the findings; drop --no-findings")
-        got = self._findings.get(id(prof))
-        if got is None:
-            got = self._findings[id(prof)] = build_report(prof, finding_thresholds=self.finding_thresholds).findings
-        hit = [f for f in got if f.id == c.args["id"]]
+        rep = self._report(prof)
+        got = rep.findings or []
+        fid = c.args["id"]
+        hit = [f for f in got if f.id == fid]
         others = ", ".join(sorted({f.id for f in got})) or "none"
-        if c.args["want"] == "absent":
-            if not hit:
-                return True, f"no finding {c.args['id']} (findings: {others})"
-            return False, f"finding {c.args['id']} ({hit[0].severity}): {hit[0].statement}"
         if hit:
-            return True, f"finding {c.args['id']} ({hit[0].severity}): {hit[0].statement}"
-        return False, f"no finding {c.args['id']}; expected one (findings: {others})"
+            return c.args["want"] == "present", f"finding {fid} ({hit[0].severity}): {hit[0].statement}"
+        why = self._not_evaluated(rep, fid)
+        if why:
+            return None, f"the rule of {fid} could not run: {why}"
+        if c.args["want"] == "absent":
+            return True, f"no finding {fid} (findings: {others})"
+        return False, f"no finding {fid}; expected one (findings: {others})"
 
     def _c_finding_impact(self, c, prof):
         """``finding ID impact CMP PCT`` (grammar in :mod:`traceview.analysis.compare.verify_grammar`)."""
-        from traceview.analysis.report import build_report
         from traceview.analysis.findings.impact import impact_line
 
         if not self.findings_on:
             raise UsageError(f"check {c.text!r} needs the findings; drop --no-findings")
-        got = self._findings.get(id(prof))
-        if got is None:
-            got = self._findings[id(prof)] = build_report(prof, finding_thresholds=self.finding_thresholds).findings
+        rep = self._report(prof)
         cmp_, bound, fid = c.args["cmp"], c.args["bound"], c.args["id"]
-        hit = [f for f in got if f.id == fid]
+        hit = [f for f in rep.findings or [] if f.id == fid]
         if not hit:
+            why = self._not_evaluated(rep, fid)
+            if why:
+                return None, f"the rule of {fid} could not run: {why}"
             return CMPS[cmp_](0.0, bound), f"no finding {fid}: impact taken as 0, bound {cmp_} {100 * bound:g}%"
         imp = hit[0].impact or {}
         lo, hi = imp.get("share_low"), imp.get("share_high")
         if imp.get("method") == "unknown" or hi is None:
-            return False, f"finding {fid} impact unknown: {imp.get('basis', '')}"
+            return None, f"finding {fid} impact unknown: {imp.get('basis', '')}"
         v = lo if cmp_ in (">", ">=") else hi
         return CMPS[cmp_](v, bound), f"finding {fid} impact {impact_line(imp)}; bound {cmp_} {100 * bound:g}%"
 
@@ -245,7 +310,7 @@ class Verifier:
 
     def _c_op_file(self, c, prof):
         return self._presence(c, prof, self._file_mask(c.args["rx"]), "come from a file matching",
-                              "comes from a file matching")
+                              "comes from a file matching", sources=True)
 
     def _c_count(self, c, prof):
         df = self._df(prof).filter(self._op_mask(c.args["rx"]))
@@ -277,7 +342,8 @@ class Verifier:
                  f"executions = {r['per_execution']:.3g} per execution, bound {cmp_} {n:g}" for r in bad[:5]]
         parts += [f"{r['op_name']} {_short(r['shape'])}: {r['occurrences']:,} occurrences, executions of its program "
                   f"unknown (no module runs)" for r in unknown[:3]]
-        return False, "; ".join(parts) + (f"; +{len(bad) - 5} more" if len(bad) > 5 else "")
+        # a population out of bounds fails; otherwise the ones without executions leave it unknown
+        return (False if bad else None), "; ".join(parts) + (f"; +{len(bad) - 5} more" if len(bad) > 5 else "")
 
     def _resolve_family(self, name: str) -> str:
         names = list(dict.fromkeys(list(self.user_families) + list(FAMILIES)))
@@ -324,8 +390,16 @@ class Verifier:
     def _c_exposed_share(self, c, prof):
         ov, _ = self._comm(prof)
         s = ov.summary
-        share = s["exposed_share"] or 0.0
+        share = s["exposed_share"]
         cmp_, bound = c.args["cmp"], c.args["bound"]
+        if share is None:  # the overlap has no step of its own: nothing communicates, or no steps
+            anat = derived.step_anatomy(prof)
+            cov = getattr(anat, "coverage", None)
+            if ov.n_ops == 0 and cov is not None and cov.n_steps and cov.step_ps:  # a real 0 over measured steps
+                return CMPS[cmp_](0.0, bound), (f"exposed communication is 0.0% of step time: no collective or async "
+                                                f"copy in the trace ({cov.n_steps} step(s), {_fmt_t(cov.step_ps)}), "
+                                                f"bound {cmp_} {100 * bound:g}%")
+            return None, "exposed communication share unknown: no step time measured"
         msg = (f"exposed communication is {100 * share:.1f}% of step time ({_fmt_t(s['exposed_ps'])} of "
                f"{_fmt_t(s['step_ps'])} over {s['n_steps']} step(s) on {s['n_devices']} device(s)), bound {cmp_} "
                f"{100 * bound:g}%")
@@ -338,7 +412,7 @@ class Verifier:
         s = st.summary
         cmp_, bound = c.args["cmp"], c.args["bound"]
         if not s.get("straggler"):
-            return False, "no straggler figure: no collective execution was matched across two or more devices"
+            return None, "straggler lead unknown: no collective execution was matched across two or more devices"
         lead = s["lead_max"]
         worst = st.steps.sort("lead", descending=True).row(0, named=True)
         msg = (f"straggler lead is {100 * lead:.1f}% (step {worst['step']}: {worst['slowest']} busy "
@@ -360,7 +434,7 @@ class Verifier:
         mem = self._memory(prof)
         cmp_, bound = c.args["cmp"], c.args["bound"]
         if not mem.known:
-            return False, "memory peak unknown: " + "; ".join(mem.notes)
+            return None, "memory peak unknown: " + "; ".join(mem.notes)
         a = mem.allocators[0]
         msg = (f"memory peak is {fmt_bytes(a.peak_in_use)} ({a.allocator} on {a.host}, "
                f"{'-' if a.peak_share is None else f'{100 * a.peak_share:.1f}%'} of its {fmt_bytes(a.capacity)}), "
@@ -377,13 +451,13 @@ class Verifier:
 
         loop = step_loop(Inputs(SimpleNamespace(steps=derived.step_anatomy(prof))))
         if mem.known and not loop["repeated"]:
-            return False, ("memory growth per step unknown: the steps are not one repeated step "
+            return None, ("memory growth per step unknown: the steps are not one repeated step "
                            f"({loop['mixes']} op mixes, the commonest in {loop['mix_steps']} of {loop['steps']} steps: "
                            "a sweep grows and shrinks by design)")
         known = [a for a in mem.allocators if a.growth_pct is not None]
         if not known:
             why = "; ".join(dict.fromkeys([n for a in mem.allocators for n in a.notes] + list(mem.notes)))
-            return False, "memory growth per step unknown: " + (why or "no allocator has per-step figures")
+            return None, "memory growth per step unknown: " + (why or "no allocator has per-step figures")
         a = max(known, key=lambda x: x.growth_pct)
         g = a.growth_pct / 100
         msg = (f"memory grows {100 * g:+.2f}% per step ({fmt_bytes(a.growth_per_step)} per step, {a.allocator} on "
@@ -436,7 +510,8 @@ class Verifier:
             return False, f"no op of {what} in the profile{extra}"
         with_src = sel.filter(pl.col("src_file") != "")
         if with_src.height == 0:
-            return False, f"{what}: {_events(sel):,} op event(s), none with a recorded source; bound: under {c.args['path']}"
+            return None, (f"{what}: {_events(sel):,} op event(s), none with a recorded source; bound: under "
+                          f"{c.args['path']}")
         files = with_src.group_by("src_file").agg(pl.col("count").sum().alias("n"), pl.col("op_name").first(),
                                                   pl.col("shape").first()).sort("n", descending=True)
         outside = [r for r in files.iter_rows(named=True) if not _under(r["src_file"], c.args["path"])]
@@ -448,6 +523,8 @@ class Verifier:
 
     def _c_source_present(self, c, prof):
         df = self._df(prof)
+        if _sourced(df).height == 0:
+            return None, _no_sources(df)
         path = c.args["path"]
         files = set(df["src_file"].unique().to_list())
         for st in df["source_stack"].fill_null("").unique().to_list():
@@ -458,7 +535,7 @@ class Verifier:
                 return True, f"source under {path}: {', '.join(hit[:3])}"
             return False, f"no op's source file or stack frame is under {path} ({len(files)} source files seen)"
         if not hit:
-            return True, f"no source under {path}"
+            return True, f"no source under {path}{_source_note(df)}"
         return False, f"ops come from {', '.join(hit[:4])} (under {path}); bound: absent"
 
     # diff checks: (check) -> (ok, message)
@@ -470,15 +547,24 @@ class Verifier:
         if rows.height == 0:
             return False, f"no {a['kind']} collective in this profile"
         f = CMPS[a["cmp"]]
-        bad = [r for r in rows.iter_rows(named=True) if r[col] is None or not f(r[col], a["n"])]
+        bad = [r for r in rows.iter_rows(named=True) if r[col] is not None and not f(r[col], a["n"])]
+        unknown = [r for r in rows.iter_rows(named=True) if r[col] is None]
         desc = "; ".join(f"{r['kind']} {_short(r['shape'])} groups {r['groups'] or '?'}: {a['what']} "
-                         f"{'unknown' if r[col] is None else f'{r[col]:,.0f}'}" for r in (bad or rows.to_dicts())[:4])
+                         f"{'unknown' if r[col] is None else f'{r[col]:,.0f}'}"
+                         for r in (bad or unknown or rows.to_dicts())[:4])
         if bad:
             return False, f"{len(bad)} of {rows.height} {a['kind']} population(s) fail {a['what']} {a['cmp']} {a['n']:,.0f}: {desc}"
+        if unknown:
+            return None, (f"{len(unknown)} of {rows.height} {a['kind']} population(s) have no {a['what']} "
+                          f"figure: {desc}")
         return True, f"{rows.height} {a['kind']} population(s), {a['what']} {a['cmp']} {a['n']:,.0f}: {desc}"
 
     def _c_op_diff(self, c, mask=None, what="match", one="matches"):
         rx = c.args["rx"]
+        if mask is not None:  # sources: a side without any says nothing
+            for side, prof in (("base", self.base), ("treatment", self.treatment)):
+                if _sourced(self._df(prof)).height == 0:
+                    return None, f"{side}: " + _no_sources(self._df(prof))
         mask = mask if mask is not None else self._op_mask(rx)
         b = self._df(self.base).filter(mask)
         t = self._df(self.treatment).filter(mask)
@@ -526,7 +612,9 @@ class Verifier:
         fb = sorted(set(self._ops_of(self.base, glob, None)["src_file"].to_list()) - {""})
         ft = sorted(set(self._ops_of(self.treatment, glob, None)["src_file"].to_list()) - {""})
         if not fb or not ft:
-            return False, f"kernel {glob!r}: no source recorded in the {'base' if not fb else 'treatment'}"
+            if self._kernels(self.base if not fb else self.treatment, glob).height == 0:
+                return False, f"no kernel named like {glob!r} in the {'base' if not fb else 'treatment'}"
+            return None, f"kernel {glob!r}: no source recorded in the {'base' if not fb else 'treatment'}"
         if fb == ft:
             return False, f"kernel {glob!r} source unchanged: {', '.join(fb)}"
         return True, f"kernel {glob!r} source {', '.join(fb)} -> {', '.join(ft)}"
@@ -558,7 +646,8 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
            findings: bool = True) -> VerifyReport:
     """Evaluate ``checks`` (strings or :class:`Check`) on ``treatment`` (and ``base`` for diff
     checks): profiles as :class:`Verifier` takes them; ``step_window``: the steps of the
-    diff's step time (:mod:`traceview.analysis.steps.stepstats`). Raises UsageError for an invalid
+    diff's step time and of the report the finding checks read, as analyze's
+    (:mod:`traceview.analysis.steps.stepstats`). Raises UsageError for an invalid
     check or step window, or an A:B window holding no step of a profile (before evaluating any)."""
     from traceview.analysis.steps.stepstats import parse_window, window_holds_steps
 
@@ -581,7 +670,7 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
             raise UsageError(f"check {c.text!r} needs two profiles (BASE and TREATMENT)")
         if c.kind == "family_share" and c.args["name"] is not None:
             v._resolve_family(c.args["name"])
-        if c.kind == "finding" and not findings:
+        if c.kind in ("finding", "finding_impact") and not findings:
             raise UsageError(f"check {c.text!r} needs the findings; drop --no-findings")
     return v.run(parsed)
 

@@ -2,18 +2,21 @@
 
 A treatment is only a treatment once the trace shows it took effect: the kernel's name
 carries the new block size, the sampler's ops are gone, the transplanted kernel's ops come
-from the new file. Each check below is one line; ``traceview verify`` exits 0 when every check
-passes and 1 (:data:`traceview.errors.EXIT_CHECK_FAILED`) otherwise, printing one reason per
-failed check that names the op, its shape, the measured figure and the bound. A check that
-does not parse raises :class:`~traceview.errors.UsageError` (exit 2) with a one-line message.
+from the new file. Each check below is one line and comes out PASS, FAIL or UNKNOWN (the trace
+lacks what the check needs: :mod:`traceview.analysis.compare.verify`); ``traceview verify``
+exits 0 when every check passes and 1 (:data:`traceview.errors.EXIT_CHECK_FAILED`) otherwise,
+printing one reason per failed or unknown check that names the op, its shape, the measured
+figure and the bound. A check that does not parse raises :class:`~traceview.errors.UsageError`
+(exit 2) with a one-line message.
 
 Grammar
 -------
 Keywords are case-insensitive; ``[...]`` is optional; ``RX`` is a Python regular expression
 (``re.search``), ``GLOB`` a shell pattern on the full kernel name (``fnmatch``, case
 sensitive), ``PATH`` a path or path prefix. A token with spaces can be quoted with ``"`` or
-``'`` (no escapes inside quotes, so ``\\d`` stays as written). In a checks file, blank lines
-and lines starting with ``#`` are skipped.
+``'`` (no escapes inside quotes, so ``\\d`` stays as written). A word starting with ``#``
+outside quotes starts a comment to the end of the line (``op matching x present  # note``;
+quote a regex that starts with ``#``); blank lines and comment lines are skipped.
 
 Single-profile checks (on the treatment when two profiles are given; prefix ``base:`` to
 check the base instead)::
@@ -22,6 +25,7 @@ check the base instead)::
                                         HLO text without instruction names matches RX
     op [matching] RX present|absent
     no op from file [matching] RX       no op's source file or any frame of its stack matches RX
+                                        (unknown when no op has a recorded source)
     op from file [matching] RX present|absent
     op [matching] RX count CMP N [per execution]
                                         occurrences of the matching ops (summed), or with
@@ -49,19 +53,22 @@ check the base instead)::
                                         collective counts exposed)
     straggler lead CMP PCT              the largest per-step lead of the slowest device's busy time
                                         over the median device's (traceview.analysis.communication.stragglers);
-                                        fails when no collective was matched across devices
+                                        unknown when no collective was matched across devices
     memory peak CMP BYTES               the largest peak in use of any allocator (heap + stack,
                                         traceview.analysis.memory.allocators); BYTES: 12GiB, "12 GiB", 500MB,
-                                        or a number of bytes; fails as unknown without allocator events
+                                        or a number of bytes (never negative); unknown without
+                                        allocator events
     memory growth per step CMP PCT      the largest growth per steady step of bytes in use at the
-                                        steps' ends over their mean; fails as unknown when no
-                                        allocator has it
-    no finding ID                       the findings (traceview.analysis.findings) do not include ID
+                                        steps' ends over their mean; unknown when no allocator
+                                        has it
+    no finding ID                       the findings (traceview.analysis.findings) do not include ID;
+                                        unknown when ID's rule could not run on the trace
+                                        (``Report.findings_not_evaluated``)
     finding ID [present|absent]         ... include it (ID: one of traceview.analysis.findings.IDS)
     finding ID impact CMP PCT           the share of the step the finding's change could recover
                                         (traceview.analysis.findings.impact): < and <= compare the
                                         range's upper end, > and >= its lower end; 0 when the finding
-                                        does not fire; fails as unknown when its impact is unknown
+                                        does not fire; unknown when its impact is unknown
 
 Diff checks (two profiles, BASE then TREATMENT)::
 
@@ -76,13 +83,15 @@ Diff checks (two profiles, BASE then TREATMENT)::
                                         names, stem or modules match RX
 
 ``CMP`` is one of ``< <= > >= == !=``; ``PCT`` is a percentage (``30%``) or a fraction
-(``0.3``); ``VALUE`` is a number (compared with the first number of a ``key_N_M`` part: the
+(``0.3``; a bare number above 1, ``30``, is refused); ``N`` and ``BYTES`` are never negative; ``VALUE`` is a number (compared with the first number of a ``key_N_M`` part: the
 block size), ``N_M`` / ``N,M`` for the whole tuple, or a word (``phase decode``).
 
 Definitions: *share* is the family's self time over the self time of all ops of the profile
 (all devices); ops of a named kernel count in ``attention/custom kernels``. *Under PATH*: the
 source path equals PATH, starts with it, or contains it after a ``/`` (``my_kernels/`` matches
-``/home/me/proj/my_kernels/kernel.py``).
+``/home/me/proj/my_kernels/kernel.py``). The checks that read sources (``op from file``,
+``source ...``) are unknown when no op they read has a recorded source (a file or a stack),
+in either profile for the diff checks.
 """
 
 from __future__ import annotations
@@ -113,6 +122,14 @@ class Check:
 
 
 # -- parsing --------------------------------------------------------------------------------
+
+def strip_comment(text: str) -> str:
+    """``text`` up to its comment: the first unquoted word starting with ``#`` and what follows."""
+    for m in _TOKEN.finditer(text):
+        if m.group(3) is not None and m.group(3).startswith("#"):
+            return text[:m.start()].rstrip()
+    return text
+
 
 def tokenize(text: str) -> list[str]:
     """Split a check into tokens: whitespace-separated, ``"..."``/``'...'`` quoted (kept
@@ -188,7 +205,7 @@ def _pct(p: _P) -> float:
     except ValueError:
         p.err(f"expected a percentage such as 30% or 0.3, got {s!r}")
     if not s.endswith("%") and v > 1:
-        p.err(f"{s!r} is not a share: write {s}% for a percentage, or a fraction from 0 to 1")
+        p.err(f"{s!r} is not a share: write {s}% for a percentage, or {v / 100:g} as a fraction (0 to 1)")
     if not 0 <= v <= 1:
         p.err(f"a share lies between 0% and 100%, got {s!r}")
     return v
@@ -209,15 +226,19 @@ def _growth(p: _P) -> float:
     return v
 
 
-def _int(p: _P) -> float:
-    """A bound: a finite number (``nan`` and ``inf`` are refused: nothing compares with NaN)."""
-    s = p.word("number")
+def _int(p: _P, what: str = "number") -> float:
+    """A bound: a finite number, not negative (``nan`` and ``inf`` are refused: nothing
+    compares with NaN; counts, byte sizes and group sizes are never below 0). ``what`` names
+    it in the message."""
+    s = p.word(what)
     try:
         v = float(s)
     except ValueError:
         p.err(f"expected a number, got {s!r}")
     if not math.isfinite(v):
         p.err(f"expected a finite number, got {s!r}")
+    if v < 0:
+        p.err(f"{what} {s!r} is negative: it is 0 or more")
     return v
 
 
@@ -228,8 +249,10 @@ _BYTES = re.compile(r"^([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)$", re.IGNOR
 
 def _bytes(p: _P) -> float:
     """A byte count: ``12GiB``, ``12 GiB`` (two words), ``500MB`` or a bare number (bytes);
-    KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024."""
+    KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB of 1024. A negative one is refused."""
     s = p.word("byte count")
+    if s.startswith("-"):  # a size is never below 0: "< -1GiB" would hold of nothing
+        p.err(f"byte count {s!r} is negative: it is 0 or more (12GiB, 500MB)")
     m = _BYTES.match(s)
     if m and not m.group(2) and (p.peek() or "").lower() in _UNITS and p.peek():
         s += p.word("unit")
@@ -243,7 +266,9 @@ def _bytes(p: _P) -> float:
 
 
 def parse_check(text: str) -> Check:
-    """Parse one check (grammar in the module doc). Raises UsageError with a one-line message."""
+    """Parse one check (grammar in the module doc; a trailing ``# comment`` dropped, also from
+    the check's text). Raises UsageError with a one-line message."""
+    text = strip_comment(text)
     toks = tokenize(text)
     p = _P(text, toks)
     if not toks:
@@ -306,7 +331,7 @@ def _parse_body(p: _P) -> Check:
             return Check("", what + "_diff", {"rx": rx, "want": nxt}, needs_base=True)
         if nxt == "count" and what == "op":
             p.i += 1
-            cmp_, n = _cmp(p), _int(p)
+            cmp_, n = _cmp(p), _int(p, "occurrence count")
             per = p.kw("per", "execution")
             return Check("", "count", {"rx": rx, "cmp": cmp_, "n": n, "per_execution": per})
         if nxt == "":
@@ -354,7 +379,8 @@ def _parse_body(p: _P) -> Check:
         if what not in ("bytes", "sent", "group"):
             p.err(f"expected bytes, sent or group after the collective kind, got {p.peek()!r}")
         p.i += 1
-        return Check("", "collective", {"kind": kind, "what": what, "cmp": _cmp(p), "n": _int(p)})
+        unit = {"bytes": "byte count", "sent": "byte count", "group": "group size"}[what]
+        return Check("", "collective", {"kind": kind, "what": what, "cmp": _cmp(p), "n": _int(p, unit)})
     if p.kw("source", "of", "kernel"):
         glob = p.word("kernel name pattern")
         if p.kw("changed"):

@@ -1,18 +1,22 @@
 """Findings: the study's lessons as diagnoses, each with its evidence, read off one profile's
 analyses (:class:`~traceview.analysis.report.Report`) and, for two rules, a diff.
 
-One rule per finding, each a pure function ``rule(ctx, th) -> Finding | None`` of the
-analysis results it needs (:class:`Inputs`: by-shape populations, steps, roofline, kernels,
-warnings, a diff); a rule returns None unless the trace holds the evidence. Thresholds are
-the fields of :class:`Thresholds` (documented defaults; ``--finding-threshold ID=VALUE`` sets
-the primary threshold of finding ID, :data:`PRIMARY`). The rules are in
+One rule per finding, each a pure function ``rule(ctx, th) -> Finding | NotEvaluated | None``
+of the analysis results it needs (:class:`Inputs`: by-shape populations, steps, roofline,
+kernels, warnings, a diff): a Finding when the trace holds the evidence, None when the rule
+ran and found none, :class:`NotEvaluated` (with the missing input) when it could not run
+(a ``--phase`` filter, too few steps, no shapes in a trace.json, no allocator events, ...).
+:func:`evaluate` keeps both outcomes apart (``Report.findings_not_evaluated``): a verdict on a
+finding whose rule did not run is unknown. Thresholds are the fields of :class:`Thresholds`
+(documented defaults; ``--finding-threshold ID=VALUE`` sets the primary threshold of finding
+ID, :data:`PRIMARY`). The rules are in
 :mod:`~traceview.analysis.findings.decode` (decode-engine patterns),
 :mod:`~traceview.analysis.findings.quality` (trace quality, costs, communication, diffs) and
 :mod:`~traceview.analysis.findings.memory` (device memory).
 
 Each finding's ``why`` stands alone: the lesson in one sentence with the measurement that
 taught it; ``doc`` links the page that tells each finding's story once
-(:data:`DOC_PAGE`, one section per id). A rule whose inputs are missing stays silent.
+(:data:`DOC_PAGE`, one section per id).
 Errors: :func:`parse_threshold` raises :class:`~traceview.errors.UsageError`.
 """
 
@@ -58,6 +62,24 @@ class Finding:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class NotEvaluated:
+    """A rule that could not judge the trace: ``id`` the finding it decides, ``reason`` the
+    missing input (one phrase, e.g. "one step: the rule needs two or more")."""
+
+    id: str
+    reason: str
+
+
+@dataclass
+class Evaluation:
+    """What the rules made of a report: ``findings`` (ranked, with impacts) and
+    ``not_evaluated`` ({finding id: reason} of the rules that could not run)."""
+
+    findings: list = field(default_factory=list)
+    not_evaluated: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -130,14 +152,27 @@ PRIMARY = {
     "memory-grows-per-step": "memory_growth",
 }
 
+#: the thresholds that are shares (``10%`` or ``0.1``; a bare number above 1 is refused: 10% or 0.1?)
+SHARE_THRESHOLDS = frozenset({"sampler_share", "logits_share", "regime_share", "costs_share", "host_share",
+                              "exposed_share", "roofline_fraction", "roofline_share", "host_transfer_share",
+                              "memory_share", "memory_growth"})
+#: shares that may exceed 100% when written with ``%`` (growth per step)
+_OPEN_SHARES = frozenset({"memory_growth"})
+#: ratios that may be written either way and exceed 1 (a KV block over the context: 1.5 or 150%)
+_RATIOS = frozenset({"kv_cover"})
+
 #: every finding id a rule can emit (trace-quality ids included)
 IDS = tuple(PRIMARY) + ("stale-trace", "several-runs", "truncated-trace", "colliding-files", "unreadable-host",
                         "loose-trace-files")
+#: the findings only a diff of two profiles can make (never evaluated on one profile)
+DIFF_IDS = ("profiling-overhead",)
 
 
 def parse_threshold(text: str, base: Thresholds | None = None) -> Thresholds:
     """``ID=VALUE`` (a finding id of :data:`PRIMARY`, or a :class:`Thresholds` field name) ->
-    ``base`` with that threshold set. Raises UsageError for an unknown id or a bad number."""
+    ``base`` with that threshold set. A share (:data:`SHARE_THRESHOLDS`) is ``30%`` or ``0.3``;
+    other thresholds are plain numbers. Raises UsageError for an unknown id, a bad number, a
+    bare share above 1 or a percentage where a plain number is meant."""
     base = base or Thresholds()
     key, sep, val = str(text).partition("=")
     key = key.strip()
@@ -146,12 +181,22 @@ def parse_threshold(text: str, base: Thresholds | None = None) -> Thresholds:
     if not sep or name is None:
         raise UsageError(f"--finding-threshold {text!r}: expected ID=VALUE with ID one of "
                          f"{', '.join(PRIMARY)} (or a threshold name: {', '.join(sorted(names))})")
+    val = val.strip()
+    pct = val.endswith("%")
     try:
-        v = float(val.rstrip("%")) / (100 if val.endswith("%") else 1)
+        v = float(val[:-1] if pct else val) / (100 if pct else 1)
     except ValueError:
         raise UsageError(f"--finding-threshold {text!r}: {val!r} is not a number") from None
     if not v >= 0 or v == float("inf"):
         raise UsageError(f"--finding-threshold {text!r}: expected a finite number >= 0")
+    if name in SHARE_THRESHOLDS:
+        if not pct and v > 1:
+            raise UsageError(f"--finding-threshold {text!r}: {name} is a share: write {val}% for a percentage, "
+                             f"or {v / 100:g} as a fraction (0 to 1)")
+        if name not in _OPEN_SHARES and v > 1:
+            raise UsageError(f"--finding-threshold {text!r}: {name} is a share, at most 100%")
+    elif pct and name not in _RATIOS:
+        raise UsageError(f"--finding-threshold {text!r}: {name} is not a share: write a plain number")
     return replace(base, **{name: v})
 
 
@@ -184,25 +229,33 @@ class Inputs:
     cache: dict = field(default_factory=dict)
 
 
-def find(report=None, *, diff=None, thresholds=None) -> list[Finding]:
-    """Every finding the rules make of ``report`` (and ``diff``), each with its ``impact``,
-    ranked by impact (:mod:`~traceview.analysis.findings.impact`).
-    ``thresholds``: as :func:`thresholds_of`."""
+def evaluate(report=None, *, diff=None, thresholds=None) -> Evaluation:
+    """Run every rule on ``report`` (and ``diff``): the findings, each with its ``impact``,
+    ranked by impact (:mod:`~traceview.analysis.findings.impact`), and the rules that could
+    not run with their reasons. ``thresholds``: as :func:`thresholds_of`."""
     from traceview.analysis.findings import decode, memory, quality
 
     th = thresholds_of(thresholds)
     ctx = Inputs(report, diff)
-    out = []
+    out, skipped = [], {}
     rules = (decode.RULES + quality.RULES + memory.RULES) if report is not None else ()
     rules += quality.DIFF_RULES if diff is not None else ()
     for rule in rules:
         got = rule(ctx, th)
         if got is None:
             continue
+        if isinstance(got, NotEvaluated):
+            skipped.setdefault(got.id, got.reason)
+            continue
         out.extend(got if isinstance(got, list) else [got])
     from traceview.analysis.findings.impact import attach
 
-    return attach(out, report)
+    return Evaluation(attach(out, report), skipped)
+
+
+def find(report=None, *, diff=None, thresholds=None) -> list[Finding]:
+    """The findings of :func:`evaluate` (ranked, with impacts)."""
+    return evaluate(report, diff=diff, thresholds=thresholds).findings
 
 
 def to_frame(findings: list[Finding]):

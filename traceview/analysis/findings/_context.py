@@ -273,3 +273,31 @@ def gap_busy(ctx) -> float:
         out = busy / n if n else 0.0
     ctx.cache["gap_busy"] = out
     return out
+
+
+def unevaluable(ctx, min_repeats: float = 3, *, shapes: bool = False, ops: bool = True) -> str | None:
+    """Why a step rule cannot judge the report, None when it can: no steps, no op inside them
+    (with ``ops``), no shapes (with ``shapes``: a trace.json of CPU/GPU ops carries none), or
+    steps that are not one repeated step (:func:`step_loop`)."""
+    if ops:
+        info = step_info(ctx)
+        if not info["n_steps"] or not info["step_ps"]:
+            return "no steps found"
+    else:
+        st = getattr(getattr(ctx.report, "steps", None), "steps", None)
+        if st is None or st.height == 0:
+            return "no steps found"
+    if shapes and not getattr(ctx.report, "has_shapes", True):
+        return "the trace carries no op shapes: a trace.json, read the .xplane.pb"
+    if ops and step_pops(ctx).height == 0:
+        return "no op inside the steps"
+    loop = step_loop(ctx, min_repeats)
+    if not loop["repeated"]:
+        if not loop["steps"]:
+            return "the steps' op mix is unknown (no op table in the steps): not one repeated step"
+        if loop["mixes"] <= 1:
+            return f"{loop['executions']:g} step(s) per device: the rule needs a step repeated {min_repeats:g} times"
+        return (f"the steps are not one repeated step: the commonest op mix runs {loop['executions']:g} time(s) per "
+                f"device, in {loop['mix_steps']} of {loop['steps']} step(s), and the rule needs {min_repeats:g} and "
+                "half the steps")
+    return None

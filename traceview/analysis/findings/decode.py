@@ -1,7 +1,8 @@
 """Finding rules for decode engines: the sampler's search, the KV block, the state copy,
 logits conversions, padding-bucket regimes, host-bound steps, far below the roofline and
-warm-up inside the window. Each rule: ``(Inputs, Thresholds) -> Finding | None``; shares
-are of the mean step's wall time (:func:`~._context.step_info`)."""
+warm-up inside the window. Each rule: ``(Inputs, Thresholds) -> Finding | NotEvaluated | None``
+(:mod:`traceview.analysis.findings`); shares are of the mean step's wall time
+(:func:`~._context.step_info`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import re
 
 import polars as pl
 
-from traceview.analysis.findings import Finding
+from traceview.analysis.findings import Finding, NotEvaluated
 from traceview.analysis.findings._context import (arrays, fmt_ms, gap_busy, nbytes, pct, pop_families, step_info,
-                                                  step_loop, step_pops, vocab)
+                                                  step_loop, step_pops, unevaluable, vocab)
 
 #: the sampler's search: ops in a scope or of a kind that sorts, bisects or accumulates the vocabulary
 SEARCH_RX = r"binary_search|sort|cumsum|cumulative|cumlogsumexp|top_?k"
@@ -19,11 +20,11 @@ _IN_PLACE = r"scatter|dynamic-update-slice|dynamic_update_slice"
 _CONVERSIONS = ("convert", "copy", "bitcast-convert", "transpose")
 
 
-def _loop(ctx, th) -> bool:
-    """Whether the report's steps are a repeated step (:func:`~._context.step_loop` with
-    ``th.step_repeats``): the step rules judge nothing else (a sweep of programs at several
-    sizes has no "per step")."""
-    return step_loop(ctx, th.step_repeats)["repeated"]
+def _cannot(ctx, th, fid: str, *, shapes: bool = False, ops: bool = True) -> NotEvaluated | None:
+    """Why the step rule ``fid`` cannot run (:func:`~._context.unevaluable` with ``th.step_repeats``),
+    None when it can."""
+    why = unevaluable(ctx, th.step_repeats, shapes=shapes, ops=ops)
+    return NotEvaluated(fid, why) if why else None
 
 
 def _per_step(ps: float, info: dict) -> float:
@@ -40,10 +41,13 @@ def _rows(df: pl.DataFrame, info: dict, n: int = 5) -> list[dict]:
 def sampler_search(ctx, th) -> Finding | None:
     """Rule 1: the sampler's sort / binary-search / cumulative-sum ops over the vocabulary
     take at least ``sampler_share`` of the step."""
+    no = _cannot(ctx, th, "sampler-search-dominates", shapes=True)
+    if no:
+        return no
     info = step_info(ctx)
     pops = step_pops(ctx)
     v = vocab(ctx)
-    if not info["step_ps"] or pops.height == 0 or v is None or not _loop(ctx, th):
+    if v is None:  # no sampler op over a vocabulary
         return None
     hit = pops.filter((pl.col("family") == "sampling") & (
         pl.col("framework_op").fill_null("").str.contains(SEARCH_RX) | pl.col("op_name").str.contains(SEARCH_RX)
@@ -100,7 +104,7 @@ def kv_block_covers(ctx, th) -> Finding | None:
     k = getattr(ctx.report, "kernels", None)
     if k is None or k.height == 0:
         return None
-    hits = []
+    hits, unread = [], 0
     for r in k.iter_rows(named=True):
         cfg = kernel_config(r["kernel"])
         bkv, page = cfg.get("bkv"), cfg.get("page") or cfg.get("p")
@@ -108,6 +112,7 @@ def kv_block_covers(ctx, th) -> Finding | None:
             continue
         got = _max_context(r["shape"], page[0])
         if got is None:
+            unread += 1
             continue
         b, pps, ctx_max = got
         if bkv[0] >= th.kv_cover * ctx_max:
@@ -115,6 +120,9 @@ def kv_block_covers(ctx, th) -> Finding | None:
                          "batch": b, "pages_per_seq": pps, "max_context": ctx_max, "share_of_op_time": r["share"],
                          "shape": r["shape"]})
     if not hits:
+        if unread:
+            return NotEvaluated("kv-block-covers-context", f"{unread} paged-attention kernel(s) without the operand "
+                                "shapes that give the context (page table)")
         return None
     h = max(hits, key=lambda x: x["share_of_op_time"])
     return Finding(
@@ -143,10 +151,11 @@ def state_copied(ctx, th) -> Finding | None:
     """Rule 3: a copy of a buffer the same program updates in place (scatter /
     dynamic-update-slice result = operand), at least ``state_copy_bytes``, once per step or
     more: the state is not donated."""
+    no = _cannot(ctx, th, "state-copied-every-step", shapes=True)
+    if no:
+        return no
     info = step_info(ctx)
     pops = step_pops(ctx)
-    if pops.height == 0 or not info["n_steps"] or not _loop(ctx, th):
-        return None
     upd = pops.filter(pl.col("op_kind").str.contains(_IN_PLACE) | pl.col("op_name").str.contains(_IN_PLACE)
                       | pl.col("framework_op").fill_null("").str.contains(_IN_PLACE))
     state = {}
@@ -212,6 +221,9 @@ def logits_conversions(ctx, th) -> Finding | None:
     """Rule 4: converts / copies / transposes of [batch, vocabulary] logits take at least
     ``logits_share`` of the step (one profile: what they cost now; whether they grow with
     the batch needs a second batch size, :func:`logits_growth`)."""
+    no = _cannot(ctx, th, "logits-conversions", shapes=True)
+    if no:
+        return no
     c = logits_cost(ctx)
     if c is None:
         return None
@@ -287,12 +299,14 @@ def several_regimes(ctx, th) -> Finding | None:
     dtypes, some dimensions different, the same source line where the trace has one) and
     whose occurrences are not all a multiple of the step count; says which population is the
     steady decode (the step module's)."""
+    no = _cannot(ctx, th, "one-name-several-regimes", shapes=True)
+    if no:
+        return no
     rep = ctx.report
     bs = getattr(rep, "by_shape", None)
     info = step_info(ctx)
-    anat = getattr(rep, "steps", None)
-    if bs is None or bs.height == 0 or not info["n_steps"] or anat is None or not _loop(ctx, th):
-        return None
+    if bs is None or bs.height == 0:
+        return NotEvaluated("one-name-several-regimes", "no op populations")
     n = info["n_steps"]
     step_mods = set()
     if info["steps"] is not None and "module" in info["steps"].columns:
@@ -364,14 +378,18 @@ def host_bound(ctx, th) -> Finding | None:
     """Rule 8: device idle inside steps plus the gap between them is at least ``host_share``
     of a step's wall time plus its gap (the step as the step anatomy measures it, the gap
     after it: one step's start to the next)."""
+    fid = "host-bound-steps"
     if getattr(ctx.report, "phase", None):  # the other phases' ops were left out: their time reads as idle
-        return None
+        return NotEvaluated(fid, "--phase leaves the other phases' ops out, so their time would read as idle")
+    no = _cannot(ctx, th, fid)
+    if no:
+        return no
     info = step_info(ctx)
     st = info["steps"]
-    if st is None or st.height < 2 or not info["step_ps"] or not _loop(ctx, th):
-        return None
-    if st["idle_ps"].null_count() == st.height:  # no measure of the idle time: silent
-        return None
+    if st.height < 2:
+        return NotEvaluated(fid, "one step: the idle time between steps needs two or more")
+    if st["idle_ps"].null_count() == st.height:  # no measure of the idle time
+        return NotEvaluated(fid, "no measure of the device's idle time in the steps")
     idle = float(st["idle_ps"].mean() or 0)
     # the gap after a step less the ops that ran in it (another program: a prefill chunk between
     # decode steps keeps the device busy, it is not the host's time)
@@ -403,15 +421,17 @@ def far_below_roofline(ctx, th) -> Finding | None:
     ``roofline_share`` of op time."""
     rep = ctx.report
     roof, peaks = getattr(rep, "roofline", None), getattr(rep, "peaks", None)
-    if roof is None or roof.height == 0 or peaks is None or not peaks.peak_bw or not peaks.peak_flops:
-        return None
+    if roof is None or roof.height == 0:
+        return NotEvaluated("far-below-roofline", "no op populations")
+    if peaks is None or not peaks.peak_bw or not peaks.peak_flops:
+        return NotEvaluated("far-below-roofline", "no peak FLOP/s and bandwidth known for the device: analyze takes --chip, or --peak-flops and --peak-bw")
     fam = pop_families(ctx)
     r = (roof.filter(pl.col("bytes").fill_null(0) > 0).join(fam, on=["op_name", "shape"], how="left")
          .filter(pl.col("family") != "collectives")
          .with_columns((pl.col("bytes") * pl.col("executions")).alias("_b"),
                        (pl.col("flops").fill_null(0) * pl.col("executions")).alias("_f")))
     if r.height == 0:
-        return None
+        return NotEvaluated("far-below-roofline", "no op with a byte count to place on the roofline")
     total = float(rep.op_time_ps or 0)
     ridge = peaks.peak_flops / peaks.peak_bw
     g = r.group_by("family").agg(pl.col("_b").sum(), pl.col("_f").sum(), pl.col("total_ps").sum(), pl.len().alias("n"))
@@ -450,10 +470,10 @@ def warmup_in_window(ctx, th) -> Finding | None:
     first step at least ``warmup_factor`` times the median of the later ones (at least
     ``warmup_min_steps`` steps on the device). Silent when the window already leaves every
     warm-up step out (the default steady window): there is nothing to act on."""
-    anat = getattr(ctx.report, "steps", None)
-    st = getattr(anat, "steps", None)
-    if st is None or st.height == 0 or not _loop(ctx, th):
-        return None
+    no = _cannot(ctx, th, "warmup-in-window", ops=False)
+    if no:
+        return no
+    st = ctx.report.steps.steps
     hits = []
     if "outlier" in st.columns and "reason" in st.columns:
         o = st.filter(pl.col("outlier").fill_null(False) & pl.col("reason").fill_null("").str.contains("first execution"))

@@ -1,12 +1,13 @@
 """Finding rules on device memory (``Report.memory``,
 :class:`~traceview.analysis.memory.allocators.MemoryReport`): a peak near the allocator's capacity, and
 memory that grows step after step. Both stay silent when the trace has no allocator events
-or the figure they need is unknown. Each rule: ``(Inputs, Thresholds) -> Finding | None``."""
+or the figure they need is unknown: :class:`~traceview.analysis.findings.NotEvaluated`. Each rule:
+``(Inputs, Thresholds) -> Finding | NotEvaluated | None``."""
 
 from __future__ import annotations
 
-from traceview.analysis.findings import Finding
-from traceview.analysis.findings._context import pct, step_loop
+from traceview.analysis.findings import Finding, NotEvaluated
+from traceview.analysis.findings._context import pct, unevaluable
 from traceview.model.units import fmt_bytes
 
 
@@ -18,7 +19,12 @@ def _allocators(ctx) -> list:
 def near_capacity(ctx, th) -> Finding | None:
     """The allocator whose peak in use is the largest share of its capacity, when that share is
     at least ``memory_share``."""
-    cands = [a for a in _allocators(ctx) if a.peak_share is not None and a.peak_share >= th.memory_share]
+    allocs = _allocators(ctx)
+    if not allocs:
+        return NotEvaluated("memory-near-capacity", "no allocator events in the trace")
+    if all(a.peak_share is None for a in allocs):
+        return NotEvaluated("memory-near-capacity", "no allocator's capacity is known")
+    cands = [a for a in allocs if a.peak_share is not None and a.peak_share >= th.memory_share]
     if not cands:
         return None
     a = max(cands, key=lambda x: x.peak_share)
@@ -42,11 +48,16 @@ def near_capacity(ctx, th) -> Finding | None:
 def grows_per_step(ctx, th) -> Finding | None:
     """Bytes in use at the end of each steady step growing by at least ``memory_growth`` of
     their mean per step, without a step that gives memory back, on a repeated step loop."""
-    loop = step_loop(ctx, th.step_repeats)
-    if not loop["repeated"]:
-        return None
+    allocs = _allocators(ctx)
+    if not allocs:
+        return NotEvaluated("memory-grows-per-step", "no allocator events in the trace")
+    why = unevaluable(ctx, th.step_repeats)
+    if why:
+        return NotEvaluated("memory-grows-per-step", why)
+    if all(a.growth_pct is None for a in allocs):
+        return NotEvaluated("memory-grows-per-step", "no allocator has per-step figures")
     best = None
-    for a in _allocators(ctx):
+    for a in allocs:
         if a.growth_pct is None or a.steps is None or a.growth_pct / 100 < th.memory_growth:
             continue
         ends = a.steps.filter(a.steps["steady"])["end_in_use"].to_list()

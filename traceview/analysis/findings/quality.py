@@ -1,7 +1,8 @@
 """Finding rules about what a trace can be trusted for: the reading warnings (stale,
 several runs, capped, colliding, unreadable), kernels without costs, communication (from the
 communication analyses, when a report carries them) and, in a diff, profiling overhead. Each
-rule: ``(Inputs, Thresholds) -> Finding | list[Finding] | None``."""
+rule: ``(Inputs, Thresholds) -> Finding | list[Finding] | NotEvaluated | None``
+(:mod:`traceview.analysis.findings`)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import re
 
 import polars as pl
 
-from traceview.analysis.findings import Finding
-from traceview.analysis.findings._context import fmt_ms, pct, step_info, step_loop
+from traceview.analysis.findings import Finding, NotEvaluated
+from traceview.analysis.findings._context import fmt_ms, pct, step_info, unevaluable
 
 #: the lesson behind every reading warning: a trace other than the one meant answers another question
 _STALE = ("a log dir keeps every session's run folder, and a viewer that reads 'whatever is there' silently shows "
@@ -63,7 +64,7 @@ def costs_unknown(ctx, th) -> Finding | None:
     rep = ctx.report
     bs, roof = getattr(rep, "by_shape", None), getattr(rep, "roofline", None)
     if bs is None or roof is None or bs.height == 0:
-        return None
+        return NotEvaluated("costs-unknown", "no op populations")
     kern = getattr(rep, "kernels", None)
     knames = set(kern["kernel"].to_list()) if kern is not None and kern.height else set()
     groups = getattr(rep, "device_groups", None)
@@ -118,15 +119,22 @@ def exposed_communication(ctx, th) -> Finding | None:
     ``exposed_ps`` beside compute/hidden/host/idle, or ``step_ps``) at least
     ``exposed_share`` of the step."""
     ov = getattr(ctx.report, "overlap", None)
-    st = _frame(ov, "steps", "per_step")
-    if st is None or st.height == 0 or "exposed_ps" not in st.columns or not _repeated(ctx, th, st):
+    if ov is None:  # no collective or async copy in the trace: nothing to expose
         return None
+    st = _frame(ov, "steps", "per_step")
+    if st is None or st.height == 0 or "exposed_ps" not in st.columns:
+        return NotEvaluated("exposed-communication", "no steps to split communication by")
+    why = _not_repeated(ctx, th, st)
+    if why:
+        return NotEvaluated("exposed-communication", why)
     parts = [c for c in ("compute_ps", "exposed_ps", "hidden_ps", "host_ps", "idle_ps") if c in st.columns]
     step = (st["step_ps"].cast(pl.Float64) if "step_ps" in st.columns
             else st.select(pl.sum_horizontal([pl.col(c) for c in parts if c != "hidden_ps"]))[:, 0].cast(pl.Float64))
     exp = float(st["exposed_ps"].mean() or 0)
     mean_step = float(step.mean() or 0) or step_info(ctx)["step_ps"]
-    if not mean_step or exp / mean_step < th.exposed_share:
+    if not mean_step:
+        return NotEvaluated("exposed-communication", "no step time")
+    if exp / mean_step < th.exposed_share:
         return None
     hidden = float(st["hidden_ps"].mean() or 0) if "hidden_ps" in st.columns else None
     ops = _frame(ov, "ops", "async_ops")
@@ -134,6 +142,7 @@ def exposed_communication(ctx, th) -> Finding | None:
            if ops is not None and "exposed_ps" in ops.columns else [])
     # the exposed time may be waiting for a straggler rather than moving data: say so first
     sf = straggler(ctx, th)
+    sf = sf if isinstance(sf, Finding) else None
     summ = getattr(getattr(ctx.report, "stragglers", None), "summary", None) or {}
     share = summ.get("attributed_share")
     waiting = sf is not None and share is not None and share >= 0.5
@@ -155,15 +164,18 @@ def exposed_communication(ctx, th) -> Finding | None:
         "traceview verify AFTER --check 'no finding exposed-communication'")
 
 
-def _repeated(ctx, th, per_step: pl.DataFrame) -> bool:
-    """Whether the steps are a repeated step: the report's step anatomy when it has one
-    (:func:`~._context.step_loop`), else at least ``step_repeats`` rows per device in the
-    communication section's own per-step frame."""
+def _not_repeated(ctx, th, per_step: pl.DataFrame) -> str | None:
+    """Why the steps are not a repeated step, None when they are: the report's step anatomy
+    when it has one (:func:`~._context.unevaluable`), else at least ``step_repeats`` rows per
+    device in the communication section's own per-step frame."""
     if getattr(getattr(ctx.report, "steps", None), "steps", None) is not None:
-        return step_loop(ctx, th.step_repeats)["repeated"]
+        return unevaluable(ctx, th.step_repeats)
     if "device" in per_step.columns:
-        return bool(per_step.group_by("device").len()["len"].min() >= th.step_repeats)
-    return per_step.height >= th.step_repeats
+        n = per_step.group_by("device").len()["len"].min()
+    else:
+        n = per_step.height
+    return None if n >= th.step_repeats else (f"{n} step(s) per device: the rule needs a step repeated "
+                                              f"{th.step_repeats:g} times")
 
 
 def host_transfers(ctx, th) -> Finding | None:
@@ -171,14 +183,24 @@ def host_transfers(ctx, th) -> Finding | None:
     a copy whose HLO shape carries memory space ``S(5)`` in flight while nothing else runs)
     hold at least ``host_transfer_share`` of the mean step. Silent without the overlap
     section's per-step split or without a repeated step."""
+    fid = "host-transfers-dominate"
+    if not getattr(ctx.report, "has_shapes", True):  # a transfer is told by its shape's memory space
+        return NotEvaluated(fid, "the trace carries no op shapes: a trace.json, read the .xplane.pb")
     ov = getattr(ctx.report, "overlap", None)
+    if ov is None:  # no collective or async copy in the trace: no transfer
+        return None
     st = _frame(ov, "steps", "per_step")
     if st is None or st.height == 0 or "host_ps" not in st.columns or "step_ps" not in st.columns:
-        return None
-    if not _repeated(ctx, th, st) or st["host_ps"].null_count() == st.height:
-        return None
+        return NotEvaluated(fid, "no steps to split the device's time by")
+    why = _not_repeated(ctx, th, st)
+    if why:
+        return NotEvaluated(fid, why)
+    if st["host_ps"].null_count() == st.height:
+        return NotEvaluated(fid, "no measure of host transfers in the steps")
     host, step = float(st["host_ps"].mean() or 0), float(st["step_ps"].mean() or 0)
-    if not step or host / step < th.host_transfer_share:
+    if not step:
+        return NotEvaluated(fid, "no step time")
+    if host / step < th.host_transfer_share:
         return None
     share = host / step
     pops = _frame(ov, "populations")
@@ -217,7 +239,10 @@ def straggler(ctx, th) -> Finding | None:
     dev, n, k = summ.get("straggler"), int(summ.get("n_steps") or 0), int(summ.get("steps_slowest") or 0)
     lead = summ.get("lead_median")
     if not dev or not n or lead is None:
-        return None
+        devs = getattr(ctx.report, "devices", None)
+        if isinstance(devs, pl.DataFrame) and devs.height <= 1:  # one device: no other to be slower than
+            return None
+        return NotEvaluated("straggler-device", "no collective execution matched across two or more devices")
     # most steps, and at least 3 of them: with 4 devices, the same one is slowest in 2 of 2
     # steps by chance 1 time in 4; fewer steps need a device twice the median's busy time
     if lead < th.straggler_factor - 1 or k < -(-n // 2) or (k < 3 and lead < 1.0):
@@ -249,7 +274,7 @@ def profiling_overhead(ctx, th) -> Finding | None:
     d = ctx.diff
     pops = getattr(d, "populations", None)
     if pops is None or pops.height == 0:
-        return None
+        return NotEvaluated("profiling-overhead", "no population in the diff")
     f = th.overhead_factor
     eb, et = pl.col("events_base").cast(pl.Float64), pl.col("events_treatment").cast(pl.Float64)
     rows = pops.filter((pl.col("status") == "matched") & (eb > 0) & (et > 0) & ((et / eb >= f) | (eb / et >= f))
