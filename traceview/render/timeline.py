@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 
 from traceview.model.naming import printable
-from traceview.read.xplane.protos import XLine, XSpace, XStat
+from traceview.read.xplane.protos import XLine, XStat
 
 #: strings of event args cut at this many characters in the JSON (HLO texts can be long)
 MAX_ARG_CHARS = 4096
