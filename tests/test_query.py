@@ -4,6 +4,7 @@ output formats; bad SQL and unknown tables as usage errors (exit 2)."""
 
 from __future__ import annotations
 
+import os
 import json
 
 import polars as pl
@@ -333,3 +334,29 @@ def test_occurrence_checks_without_its_options_says_which(shared_traces, capsys)
     assert main(["query", path, "SELECT * FROM occurrence_checks", "--no-cache"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "occurrence_checks exists with --steps N or --expect-batch B" in err
+
+
+def test_query_server_children_take_the_asking_process_environment_and_folder(shared_traces, tmp_path, monkeypatch,
+                                                                              capsys):
+    """In-process queries run in forks of a query server started once per process: each child
+    takes the environment and working directory of the process as they are at the query, not
+    as they were when the server started (an object store's credentials set later, a relative
+    path after a chdir). Was: test_remote's s3 query failed with NoCredentialsError whenever an
+    earlier test in the same worker had started the server."""
+    from traceview.cli import sqlguard
+
+    path = shared_traces / "mi300x_jax_conv3d.xplane.pb"
+    monkeypatch.setattr(sqlguard, "_fork_safe", lambda: False)  # as in an MCP server: the query server's forks
+    assert main(["query", str(path), "SELECT count(*) AS n FROM ops", "--format", "csv", "--no-cache"]) == 0
+    assert capsys.readouterr().out == "n\n198\n"
+    assert sqlguard._server[0] is not None and sqlguard._server[0].poll() is None  # started, and stays
+    server = sqlguard._server[0]
+    monkeypatch.setenv("TRACEVIEW_PROBE_VAR", "set after the server started")
+    monkeypatch.chdir(tmp_path)
+    assert sqlguard.run(os.getenv, "TRACEVIEW_PROBE_VAR", memory=None, seconds=None) == "set after the server started"
+    assert sqlguard.run(os.getcwd, memory=None, seconds=None) == str(tmp_path)
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "t.xplane.pb").symlink_to(path)
+    assert main(["query", "here", "SELECT count(*) AS n FROM ops", "--format", "csv", "--no-cache"]) == 0
+    assert capsys.readouterr().out == "n\n198\n"
+    assert sqlguard._server[0] is server  # every answer came from the one server

@@ -151,13 +151,21 @@ def _child(fd: int, work, args, memory, seconds) -> None:
         os._exit(code)
 
 
-def _fork_run(request: tuple) -> tuple[int, bytes]:
+def _fork_run(request: tuple, context: tuple | None = None) -> tuple[int, bytes]:
     """Fork a child running ``request`` (work, args, memory, seconds: :func:`_child`); its exit
-    code (minus the signal that ended it) and the bytes it wrote. Ctrl-C here kills it."""
+    code (minus the signal that ended it) and the bytes it wrote. ``context``: (environment,
+    working directory) the child takes first: those of the process that asked, not the query
+    server's, which date from its start. Ctrl-C here kills it."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(r)
+        if context is not None:
+            env, cwd = context
+            os.environ.clear()
+            os.environ.update(env)
+            with contextlib.suppress(OSError):
+                os.chdir(cwd)
         _child(w, *request)
     os.close(w)
     try:
@@ -201,10 +209,11 @@ def serve() -> None:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
     while True:
-        request = _receive(channel_in)
-        if request is None:
+        got = _receive(channel_in)
+        if got is None:
             return
-        _send(channel_out, _fork_run(request))
+        request, context = got
+        _send(channel_out, _fork_run(request, context))
 
 
 #: the query server of this process (a subprocess.Popen), started on first need
@@ -233,7 +242,9 @@ def _served(request: tuple) -> tuple[int, bytes]:
 
             atexit.register(_stop, proc)
         try:
-            _send(proc.stdin, request)
+            # the asking process's environment and folder: credentials, the cache folder, a
+            # relative path, each as they are now, not as they were when the server started
+            _send(proc.stdin, (request, (dict(os.environ), os.getcwd())))
             reply = _receive(proc.stdout)
             if reply is None:
                 raise LimitExceeded("the query server ended unexpectedly")
