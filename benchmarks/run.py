@@ -19,10 +19,18 @@ and MB/s of the file (decompressed JSON for trace.json.gz) over wall time. The m
 often shared: the 1-minute load average before each run is recorded, and CPU time is the
 figure least disturbed by other load. Writes ``benchmarks/RESULTS.md``.
 
+The traceview timed is this checkout's (``--tree`` another's), first on ``PYTHONPATH``, or with
+``--installed`` the one installed in this interpreter's environment; the children run as
+``python -P`` so that the working directory never decides (:mod:`tvprobe`). Before timing, a
+child started the same way reports which package it imports and whether its C extensions load;
+that line heads the output and RESULTS.md. A package without them (a checkout never built, say,
+beside a non-editable install) is refused with how to build it, unless ``--allow-fallback``.
+
 Usage::
 
     .venv/bin/python benchmarks/run.py                 # everything (about 15 min on 2 cores)
     .venv/bin/python benchmarks/run.py --quick         # 3M xplane + JSON only, 1 run each
+    .venv/bin/python benchmarks/run.py --installed     # the installed traceview, not the checkout
 """
 
 from __future__ import annotations
@@ -50,6 +58,7 @@ JSON_SRC = SHARED / "vllm_tpu_qwen" / "plugins" / "profile" / "2026_01_11_21_26_
 
 sys.path.insert(0, str(HERE))
 import scale_trace  # noqa: E402
+import tvprobe  # noqa: E402
 
 _XPROF_CHILD = r"""
 import json, shutil, sys, tempfile, time
@@ -156,7 +165,8 @@ def median_of(runs: list[dict]) -> dict:
 
 
 def traceview_cmd(path: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "traceview.cli", "analyze", str(path), "--format", "json", "-o", str(out), *extra]
+    return tvprobe.python_argv() + ["-m", "traceview.cli", "analyze", str(path), "--format", "json", "-o", str(out),
+                                    *extra]
 
 
 def ensure_traces(sizes: list[str]) -> dict[str, Path]:
@@ -194,9 +204,9 @@ def json_facts(path: Path) -> tuple[int, int]:
 
 
 def bench_file(path: Path, runs: int, xprof: bool, cache: bool, events: int, data_bytes: int,
-               breakdown: bool = True) -> dict:
+               breakdown: bool = True, tree: Path | None = REPO) -> dict:
     res: dict = {"file": path.name, "file_bytes": path.stat().st_size, "data_bytes": data_bytes, "events": events}
-    env = dict(os.environ)
+    env = tvprobe.child_env(tree)
     env.pop("TRACEVIEW_NO_CACHE", None)
     outp = Path(tempfile.mkdtemp(prefix="tv-bench-")) / "out.json"
     print(f"traceview cold x{runs}: {path.name}", flush=True)
@@ -229,7 +239,7 @@ def bench_file(path: Path, runs: int, xprof: bool, cache: bool, events: int, dat
                                         "rows": xs[0]["rows"]}
     res["breakdown"] = None
     if breakdown:
-        b = measure([sys.executable, "-c", _BREAKDOWN_CHILD, str(path)], env)
+        b = measure(tvprobe.python_argv() + ["-c", _BREAKDOWN_CHILD, str(path)], env)
         try:
             res["breakdown"] = json.loads(b["stdout"].strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -258,20 +268,15 @@ def machine() -> dict:
 
 
 def versions() -> dict:
+    """Versions of the dependencies installed here (traceview's own is the probe's, :mod:`tvprobe`)."""
     from importlib.metadata import PackageNotFoundError, version
 
     out = {"python": platform.python_version()}
-    for pkg in ("traceview", "xprof", "polars", "protobuf", "numpy", "orjson", "msgspec", "isal"):
+    for pkg in ("xprof", "polars", "protobuf", "numpy", "orjson", "msgspec", "isal"):
         try:
             out[pkg] = version(pkg)
         except PackageNotFoundError:
             out[pkg] = "-"
-    try:
-        from traceview.read.xplane import _decode  # noqa: F401
-
-        out["traceview C decoder"] = "built"
-    except ImportError:
-        out["traceview C decoder"] = "absent (pure-Python fallback)"
     return out
 
 
@@ -283,20 +288,21 @@ def _f(x, fmt="{:.2f}"):
 HAND_WRITTEN = "<!-- hand-written: kept by benchmarks/run.py -->"
 
 
-def write_results(results: list[dict], path: Path, argv: list[str]) -> None:
+def write_results(results: list[dict], path: Path, argv: list[str], timed: dict) -> None:
     m, v = machine(), versions()
     lines = ["# traceview benchmarks", "",
              "Made by `benchmarks/run.py` (see its docstring); re-run with:", "",
              "```sh", f".venv/bin/python benchmarks/run.py {' '.join(argv)}".rstrip(), "```", "",
              "## Machine and versions", "",
              f"- machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory']} RAM, {m['os']}",
+             f"- traceview timed (as the children import it): {tvprobe.describe(timed)}",
              "- versions: " + ", ".join(f"{k} {val}" for k, val in v.items()),
              f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
              "- load: the machine was shared with other jobs during these runs; `load` is the median "
              "1-minute load average before each run (2 = both cores busy before we start). CPU time "
              "(user + system of the process and its threads) is the figure least disturbed by that.",
              "", "Commands timed (each a separate process, median of the runs):", "",
-             "- traceview: `python -m traceview.cli analyze FILE --format json -o OUT [--no-cache]`",
+             "- traceview: `python -P -m traceview.cli analyze FILE --format json -o OUT [--no-cache]`",
              "- XProf: `raw_to_tool_data.xspace_to_tool_data([copy], 'hlo_stats', {'use_saved_result': False})` "
              "on a fresh copy in a temp dir (process wall includes `import xprof`; `convert` is the call alone)",
              "", "## Results", "",
@@ -369,21 +375,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-20m", action="store_true", help="skip the ~20M-event xplane")
     ap.add_argument("--no-xprof", action="store_true", help="do not time XProf")
     ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    tvprobe.add_options(ap, REPO)
     args = ap.parse_args(argv)
+    chosen = tvprobe.choose(args, "benchmarks/run.py")  # the package the children import, asked of one
+    if chosen is None:
+        return 2
+    tree, timed = chosen
+    print(f"timing {tvprobe.describe(timed)}", flush=True)
     runs = 1 if args.quick else args.runs
     sizes = ["3m"] if (args.quick or args.no_20m) else ["3m", "20m"]
     traces = ensure_traces(sizes)
     # an installed package ships byte-compiled modules; an editable checkout may not
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "traceview")], check=False)
+    subprocess.run([sys.executable, "-m", "compileall", "-q", timed["path"]], check=False)
     results = []
     results.append(bench_file(traces["3m"], runs, not args.no_xprof, True, xplane_events(traces["3m"]),
-                              traces["3m"].stat().st_size))
+                              traces["3m"].stat().st_size, tree=tree))
     jbytes, jevents = json_facts(traces["json"])
-    results.append(bench_file(traces["json"], runs, False, True, jevents, jbytes))
+    results.append(bench_file(traces["json"], runs, False, True, jevents, jbytes, tree=tree))
     if "20m" in traces:
         results.append(bench_file(traces["20m"], 1, False, False, xplane_events(traces["20m"]),
-                                  traces["20m"].stat().st_size, breakdown=False))
-    write_results(results, args.out, argv)
+                                  traces["20m"].stat().st_size, breakdown=False, tree=tree))
+    write_results(results, args.out, argv, timed)
     print(args.out.read_text())
     return 0
 

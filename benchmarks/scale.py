@@ -20,6 +20,9 @@ Measured as separate processes (``run.measure``: wall s, CPU s, peak RSS MiB thr
   ``load`` + ``by_shape`` (the client's imports done before the clock starts; a pool's or a
   cluster's start-up included, a cluster's own set-up apart) per host against the one-host run.
 
+The traceview timed is chosen and checked as :mod:`run` does (``--tree``, ``--installed``,
+``--allow-fallback``; :mod:`tvprobe`): the checkout's by default, refused without its C extensions.
+
 Writes the section between ``<!-- scale.py -->`` markers in ``benchmarks/RESULTS.md``
 (appended below the hand-written part when absent) and ``benchmarks/out/scale.json``.
 
@@ -43,6 +46,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import run  # noqa: E402
+import tvprobe  # noqa: E402
 import scale_trace  # noqa: E402
 
 BEGIN, END = "<!-- scale.py: begin -->", "<!-- scale.py: end -->"
@@ -81,11 +85,15 @@ print(json.dumps({"hosts": len(prof.traces), "events": prof.table.height, "popul
 
 
 def tv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "traceview.cli", *args]
+    return tvprobe.python_argv() + ["-m", "traceview.cli", *args]
+
+
+#: the checkout timed (None: the installed traceview), set by :func:`main` (:mod:`tvprobe`)
+TREE: Path | None = run.REPO
 
 
 def env() -> dict:
-    e = dict(os.environ, TRACEVIEW_NO_CACHE="1")
+    e = tvprobe.child_env(TREE, dict(os.environ, TRACEVIEW_NO_CACHE="1"))
     e.pop("TRACEVIEW_CACHE_DIR", None)
     return e
 
@@ -96,7 +104,7 @@ def commands(path: Path, out: Path) -> dict[str, list[str]]:
         "report": tv("report", str(path), "-o", str(out / "r.html")),
         "verify (3 checks)": tv("verify", str(path), "--format", "json", *[a for c in CHECKS for a in ("-c", c)]),
         "diff FILE FILE": tv("diff", str(path), str(path), "--format", "json", "-o", str(out / "d.json")),
-        "load().by_shape()": [sys.executable, "-c", _LOAD, str(path)],
+        "load().by_shape()": tvprobe.python_argv() + ["-c", _LOAD, str(path)],
     }
 
 
@@ -135,7 +143,7 @@ def bench_hosts(src: Path, hosts: int, workers: int) -> list[dict]:
                 if n == 1 and mode != "local":
                     continue
                 print(f"  {n} host(s): {label}", flush=True)
-                m = run.measure([sys.executable, "-c", _HOSTS, mode, str(folder), str(w)], env(), timeout=3600)
+                m = run.measure(tvprobe.python_argv() + ["-c", _HOSTS, mode, str(folder), str(w)], env(), timeout=3600)
                 try:
                     info = json.loads(m["stdout"].strip().splitlines()[-1])
                 except (ValueError, IndexError):
@@ -157,16 +165,17 @@ def per_host_file(events: int) -> Path:
     return dst
 
 
-def section(res: dict, argv: list[str]) -> str:
+def section(res: dict, argv: list[str], timed: dict) -> str:
     m, v = run.machine(), run.versions()
     lines = [BEGIN, "", "## Every command at scale (benchmarks/scale.py)", "",
              "Made by `benchmarks/scale.py` (see its docstring); re-run with:", "", "```sh",
              f".venv/bin/python benchmarks/scale.py {' '.join(argv)}".rstrip(), "```", "",
              f"- machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory']} RAM; "
-             + ", ".join(f"{k} {val}" for k, val in v.items() if k in ("python", "traceview", "polars", "numpy")),
+             + ", ".join(f"{k} {val}" for k, val in v.items() if k in ("python", "polars", "numpy")),
+             f"- traceview timed (as the children import it): {tvprobe.describe(timed)}",
              f"- date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; caches off (`TRACEVIEW_NO_CACHE=1`)",
              "- commands (`FILE` the scaled trace, each a separate process): "
-             "`python -m traceview.cli analyze FILE --format json -o OUT`, `... report FILE -o OUT.html`, "
+             "`python -P -m traceview.cli analyze FILE --format json -o OUT`, `... report FILE -o OUT.html`, "
              f"`... verify FILE --format json` with the checks {', '.join(repr(c) for c in CHECKS)}, "
              "`... diff FILE FILE --format json -o OUT`, and "
              "`python -c 'import traceview; traceview.load(FILE, cache=False).by_shape()'`", ""]
@@ -204,9 +213,9 @@ def section(res: dict, argv: list[str]) -> str:
     return "\n".join(lines)
 
 
-def write(res: dict, argv: list[str], path: Path) -> None:
+def write(res: dict, argv: list[str], path: Path, timed: dict) -> None:
     text = path.read_text(encoding="utf-8") if path.exists() else ""
-    sec = section(res, argv)
+    sec = section(res, argv, timed)
     if BEGIN in text and END in text:
         text = text[:text.index(BEGIN)] + sec + text[text.index(END) + len(END):]
     else:
@@ -225,7 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=run.os.cpu_count() or 2, help="worker processes (default: cores)")
     ap.add_argument("--skip", action="append", default=[], choices=["3m", "20m", "hosts"])
     ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
+    tvprobe.add_options(ap, run.REPO)
     args = ap.parse_args(argv)
+    global TREE
+    chosen = tvprobe.choose(args, "benchmarks/scale.py")  # the package the children import, asked of one
+    if chosen is None:
+        return 2
+    TREE, timed = chosen
+    print(f"timing {tvprobe.describe(timed)}", flush=True)
     runs = 1 if args.quick else args.runs
     traces = run.ensure_traces(["3m"] if args.quick else ["3m", "20m"])
     res: dict = {}
@@ -243,8 +259,8 @@ def main(argv: list[str] | None = None) -> int:
         res["hosts"] = {"hosts": hosts, "file": {"name": src.name, "bytes": src.stat().st_size,
                                                  "events": run.xplane_events(src)},
                         "rows": bench_hosts(src, hosts, args.workers)}
-    write(res, argv, args.out)
-    print(section(res, argv))
+    write(res, argv, args.out, timed)
+    print(section(res, argv, timed))
     return 0
 
 

@@ -29,8 +29,15 @@ Each command runs ``--repeat`` times (default 3), in rounds over all the command
 slow phase of the machine falls on all alike; the medians are reported with their ranges
 (one run of a command on this 2-core VM varies by up to ~30%). It prints one table (trace,
 command, wall s, peak MB, each wall over analyze's, over XProf's and over xprof-rs's) and
-the targets of issue 23 with PASS/FAIL (``unknown`` where a figure is missing), on the medians. ``--tree PATH`` runs traceview from another checkout (``PYTHONPATH``;
-its C extensions built in place), ``--markdown FILE`` writes the results as a markdown
+the targets of issue 23 with PASS/FAIL (``unknown`` where a figure is missing), on the medians.
+
+The traceview timed is this checkout's, ``--tree PATH`` another checkout's (first on
+``PYTHONPATH``; its C extensions built in place), ``--installed`` the one installed in this
+interpreter's environment; the children run as ``python -P``, so the working directory never
+decides (:mod:`tvprobe`). A child started the same way first reports the package it imports and
+whether its C extensions load: that line heads the output and the markdown, and a package
+without them is refused with how to build it (``--allow-fallback`` times it anyway).
+``--markdown FILE`` writes the results as a markdown
 section (machine, commit, command, date), ``--only NAME`` runs a subset, ``--small`` uses 2
 repetitions (a quick check of the yardstick itself).
 
@@ -65,6 +72,7 @@ SHARED = REPO.parent / "shared" / "traces"
 
 sys.path.insert(0, str(HERE))
 import scale_trace  # noqa: E402
+import tvprobe  # noqa: E402
 from run import _XPROF_CHILD, machine, measure  # noqa: E402
 
 
@@ -111,15 +119,14 @@ def build(trace: Trace, cache: Path, prebuilt: Path | None, small: bool, log) ->
 
 # -- commands --------------------------------------------------------------------------------
 
-def _tv_env(tree: Path) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(tree) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+def _tv_env(tree: Path | None) -> dict:
+    env = tvprobe.child_env(tree)
     env["TRACEVIEW_NO_CACHE"] = "1"
     return env
 
 
 def tv_argv(cmd: str, f: Path, out: Path) -> list[str]:
-    base = [sys.executable, "-P", "-m", "traceview.cli"]  # -P: the working directory never shadows --tree
+    base = tvprobe.python_argv() + ["-m", "traceview.cli"]  # -P: the working directory never shadows --tree
     if cmd == "analyze":
         return base + ["analyze", str(f), "--no-cache"]
     if cmd == "json":
@@ -202,7 +209,7 @@ def xprof_rs(f: Path, timeout: float) -> dict:
     return out
 
 
-def run_trace(name: str, f: Path, commands: list[str], tree: Path, timeout: float, log, repeat: int = 1) -> dict:
+def run_trace(name: str, f: Path, commands: list[str], tree: Path | None, timeout: float, log, repeat: int = 1) -> dict:
     """Every command of ``commands`` on ``f``, ``repeat`` rounds of all of them (so that a slow
     phase of the machine falls on every command alike): {command: {wall_s, rss_mib, rc, ...,
     walls, peaks}}, wall_s and rss_mib the medians of the rounds (:func:`_median_run`)."""
@@ -220,7 +227,7 @@ def run_trace(name: str, f: Path, commands: list[str], tree: Path, timeout: floa
     return {cmd: _median_run(rs) for cmd, rs in runs.items()}
 
 
-def _run_one(cmd: str, f: Path, out: Path, tree: Path, timeout: float) -> dict:
+def _run_one(cmd: str, f: Path, out: Path, tree: Path | None, timeout: float) -> dict:
     if cmd in _TV:
         r = measure(tv_argv(cmd, f, out), env=_tv_env(tree), timeout=timeout)
         if cmd == "json" and (out / "out.json").is_file():
@@ -356,12 +363,14 @@ def tree_commit(tree: Path) -> str:
         return "unknown"
 
 
-def markdown(results, sizes, files, tree, commit, argv, load, repeat: int = 1) -> str:
+def markdown(results, sizes, files, tree, commit, argv, load, repeat: int = 1, timed: dict | None = None) -> str:
     m = machine()
     lines = [f"### Speed yardstick ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"- machine: {m['cpu']}, {m['nproc']} cores, {m['memory']}, {m['os']}; "
              f"load average before the run {load:.2f}",
-             f"- traceview tree: `{tree}` at commit `{commit}`",
+             (f"- traceview tree: `{tree}` at commit `{commit}`" if tree is not None
+              else "- traceview: the installed package (`--installed`)"),
+             *([f"- traceview timed (as the children import it): {tvprobe.describe(timed)}"] if timed else []),
              f"- command: `python benchmarks/speed.py {' '.join(argv)}`",
              "- traces: " + "; ".join(f"`{n}` {files[n].name} ({sizes[n] / _MB:.0f} MB)" for n in results),
              (f"- {repeat} rounds of every command, each run its own process; wall s and peak RSS (MB = 10^6 "
@@ -383,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prebuilt", type=Path, help="a folder of ready scaled copies (e.g. /work/scaled)")
     ap.add_argument("--only", action="append", choices=[t.name for t in TRACES], help="a trace to run (repeatable)")
     ap.add_argument("--commands", default=",".join(COMMANDS), help=f"comma-separated subset of {','.join(COMMANDS)}")
-    ap.add_argument("--tree", type=Path, default=REPO, help="the traceview checkout to time (PYTHONPATH)")
+    tvprobe.add_options(ap, REPO)
     ap.add_argument("--markdown", type=Path, help="write the results as a markdown section to FILE")
     ap.add_argument("--small", action="store_true",
                     help="each trace scaled x2 instead of x400/x20000 (checks the yardstick itself; its verdicts "
@@ -398,16 +407,21 @@ def main(argv: list[str] | None = None) -> int:
     bad = [c for c in commands if c not in COMMANDS]
     if bad:
         ap.error(f"unknown command(s) {', '.join(bad)}; choose from {', '.join(COMMANDS)}")
-    tree = args.tree.resolve()
-    if not (tree / "traceview" / "cli").is_dir():
-        ap.error(f"{tree} is not a traceview checkout")
+    if not args.installed and not (args.tree / "traceview" / "cli").is_dir():
+        ap.error(f"{args.tree.resolve()} is not a traceview checkout")
+    chosen = tvprobe.choose(args, "benchmarks/speed.py")  # the package the children import, asked of one
+    if chosen is None:
+        return 2
+    tree, timed = chosen
 
     def log(msg):
         print(msg, file=sys.stderr, flush=True)
 
+    log(f"timing {tvprobe.describe(timed)}")
+
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     load = os.getloadavg()[0]
-    commit = tree_commit(tree)  # the code timed: taken before the run, which may outlast a commit
+    commit = tree_commit(tree) if tree is not None else "-"  # the code timed: taken before the run, which may outlast a commit
     chosen = [t for t in TRACES if not args.only or t.name in args.only]
     if args.small:  # the names say what was run
         chosen = [Trace(t.name.split("_x")[0].rsplit("_", 1)[0] + "_x2", t.src, 2, None, t.host_cpu, None) for t in chosen]
@@ -417,14 +431,16 @@ def main(argv: list[str] | None = None) -> int:
     for t in chosen:
         log(f"{t.name}: {files[t.name]} ({sizes[t.name] / _MB:.0f} MB)")
         results[t.name] = run_trace(t.name, files[t.name], commands, tree, args.timeout, log, args.repeat)
-    print(f"traceview tree {tree} at {commit}; load average before the run {load:.2f}")
+    print((f"traceview tree {tree} at {commit}" if tree is not None else "traceview installed")
+          + f"; load average before the run {load:.2f}")
+    print(tvprobe.describe(timed))
     print(text_table(table_rows(results, sizes), _HEAD))
     print()
     print(text_table([list(x) for x in targets(results, sizes)], ["trace", "target", "figure", "verdict"]))
     if args.small:
         print("--small: traces scaled x2 (under 1 MB); the verdicts above check the yardstick, not traceview")
     if args.markdown:
-        args.markdown.write_text(markdown(results, sizes, files, tree, commit, argv, load, args.repeat))
+        args.markdown.write_text(markdown(results, sizes, files, tree, commit, argv, load, args.repeat, timed))
         log(f"wrote {args.markdown}")
     return 0
 

@@ -136,7 +136,8 @@ def mcp_tools() -> str:
 
     def kind(schema):
         types = [s.get("type", "?") for s in schema.get("anyOf", [schema])]
-        return " | ".join(t for t in types if t != "null") + (" | null" if "null" in types else "")
+        text = " | ".join(t for t in types if t != "null") + (" | null" if "null" in types else "")
+        return text + (f": {' | '.join(schema['enum'])}" if "enum" in schema else "")
 
     async def tools(srv):
         return await srv.list_tools()

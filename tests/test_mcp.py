@@ -65,6 +65,20 @@ CALLS = [
     ("query_cross_plain", "query", {"path": CONV, "sql": f"SELECT a.op_name {CROSS4}", "limit": 2}),
     ("query_checks", "query", {"path": V6E, "sql": CHECKS_Q, "steps": 100, "expect_batch": 5}),
     ("query_checks_bad", "query", {"path": V6E, "sql": CHECKS_Q, "steps": 0}),
+    # every --by of the command line; a value it does not take, an argument no tool declares
+    ("analyze_v6e_by_kind", "analyze", {"path": V6E, "by": "kind", "top": 3}),
+    ("analyze_v6e_by_program_shape", "analyze", {"path": V6E, "by": "program-shape", "section": "ops"}),
+    ("analyze_bad_by", "analyze", {"path": V6E, "by": "nosuch"}),
+    ("analyze_unknown_arg", "analyze", {"path": V6E, "unknown_arg": 1}),
+    ("diff_unknown_arg", "diff", {"base": V6E, "treatment": V6E, "by": "name"}),
+    ("verify_unknown_arg", "verify", {"path": V6E, "checks": CHECKS, "check": "x"}),
+    ("query_unknown_arg", "query", {"path": V6E, "sql": "SELECT 1", "top": 3}),
+    ("find_unknown_arg", "find_traces", {"path": VLLM, "paths": VLLM}),
+    ("schema_unknown_arg", "describe_schema", {"tables": "ops"}),
+    ("schema_table", "describe_schema", {"table": "steps"}),
+    ("schema_v6e_table", "describe_schema", {"path": V6E, "table": "hlo_edges"}),
+    ("schema_bad_table", "describe_schema", {"table": "nosuch"}),
+    ("schema_v6e_bad_table", "describe_schema", {"path": V6E, "table": "nosuch"}),
 ]
 
 #: (name, tool, arguments, section): tables read page by page, following next_offset
@@ -157,6 +171,78 @@ def test_tools_listed_with_schemas(session):
     assert tools["verify"].input_schema["properties"]["checks"]["type"] == "array"
     assert all("step_window" in tools[n].input_schema["properties"] for n in ("diff", "verify"))
     assert all(t.description for t in tools.values())
+    assert all(t.input_schema["additionalProperties"] is False for t in tools.values())
+
+
+def test_choices_are_the_command_lines(session):
+    """A tool argument that is a choice on the command line lists exactly the choices of the
+    command's own parser as its enum (analyze's by: all five of analyze --by)."""
+    from traceview.cli import build_parser
+
+    tools = {t.name: t for t in session["_tools"]}
+    assert tools["analyze"].input_schema["properties"]["by"]["enum"] == ["shape", "name", "program", "program-shape",
+                                                                         "kind"]
+    command = {"find_traces": None, "analyze": "analyze", "diff": "diff", "verify": "verify", "query": "query",
+               "describe_schema": "query"}
+    assert set(command) == set(tools)
+    checked = []
+    for name, cmd in command.items():
+        if cmd is None:
+            continue
+        actions = {a.dest: a for a in build_parser(only=cmd).commands[cmd]._actions}
+        for arg, sch in tools[name].input_schema["properties"].items():
+            if arg in actions and actions[arg].choices:
+                assert sch.get("enum") == list(actions[arg].choices), (name, arg)
+                checked.append((name, arg))
+    assert checked == [("analyze", "by")]
+
+
+def test_by_takes_every_cli_choice(session, shared_traces, cli):
+    rc, out = cli("analyze", str(shared_traces / V6E), "--format", "json", "--top", "3", "--by", "kind")
+    assert rc == 0
+    got = _ok(session, "analyze_v6e_by_kind")
+    assert _without_age(got) == _without_age(json.loads(out))
+    assert got["rows"]["ops"] == {"shown": 3, "total": 5}
+    rc, out = cli("analyze", str(shared_traces / V6E), "--format", "json", "--by", "program-shape")
+    want = json.loads(out)["ops"]
+    got = _ok(session, "analyze_v6e_by_program_shape")
+    assert got["ops"] == want and got["rows"]["total"] == len(want) == 17
+    err, text = session["analyze_bad_by"]
+    assert err and "by" in text and "Input should be 'shape', 'name', 'program', 'program-shape' or 'kind'" in text
+    assert "\n" not in text
+
+
+@pytest.mark.parametrize("name,msg", [
+    ("analyze_unknown_arg", "analyze: unknown argument 'unknown_arg'; analyze takes path, section, offset, top, by, "
+                            "run, device, filter, steps, expect_batch"),
+    ("diff_unknown_arg", "diff: unknown argument 'by'; diff takes base, treatment, top, section, offset, step_window"),
+    ("verify_unknown_arg", "verify: unknown argument 'check'; verify takes path, checks, base, section, offset, "
+                           "step_window"),
+    ("query_unknown_arg", "query: unknown argument 'top'; query takes path, sql, limit, offset, steps, expect_batch"),
+    ("find_unknown_arg", "find_traces: unknown argument 'paths'; find_traces takes path, run, all_runs, section, "
+                         "offset"),
+    ("schema_unknown_arg", "describe_schema: unknown argument 'tables'; describe_schema takes path, table, section, "
+                           "offset"),
+])
+def test_unknown_arguments_are_refused(session, name, msg):
+    err, text = session[name]
+    assert err and text == msg
+
+
+def test_describe_schema_one_table(session, shared_traces, cli):
+    got = _ok(session, "schema_table")
+    assert [t["table"] for t in got["tables"]] == ["steps"]
+    assert got["tables"][0]["columns"][0] == {"name": "run_ps", "doc": "program run time, ps"}
+    rc, out = cli("query", str(shared_traces / V6E), "--tables", "--format", "json")
+    want = json.loads(out)
+    assert _ok(session, "schema_v6e_table") == {**want, "tables": [t for t in want["tables"] if t["table"] == "hlo_edges"]}
+    assert _ok(session, "schema_v6e_table")["tables"][0]["rows"] == 35
+    err, text = session["schema_bad_table"]
+    assert err and "unknown table 'nosuch'; tables: ops, module_runs, programs, step_markers, populations" in text
+    assert "\n" not in text
+    err, text = session["schema_v6e_bad_table"]  # a profile's own tables: memory_events, hlo_edges, ...
+    names = ", ".join(t["table"] for t in want["tables"])
+    assert err and text.endswith(f"unknown table 'nosuch'; tables: {names}") and "hlo_edges" in names
 
 
 _AGE = re.compile(r"\d+ (s|min|h|days) old")

@@ -20,7 +20,10 @@ with ``offset`` pages through one list, each page stating ``offset``, ``shown``,
 ``remaining`` and ``next_offset`` (:func:`fit`, :func:`page`). Ids (64-bit program ids) are
 decimal strings, as in the commands' JSON.
 Errors are MCP tool errors carrying one line (traceview's message, or the exception's type and
-first line), never a traceback.
+first line), never a traceback. A tool takes exactly its listed arguments (its input schema says
+``additionalProperties: false``): an unknown one is refused, naming it and the tool's arguments;
+an argument that is a choice on the command line (``analyze``'s ``by``) takes the choices the
+command's own parser declares (:func:`cli_option`), listed as the schema's ``enum``.
 """
 
 # no "from __future__ import annotations": the SDK reads the tools' annotations, some local to build_server
@@ -33,7 +36,7 @@ import json
 import os
 import sys
 import threading
-from typing import Annotated
+from typing import Annotated, Literal
 
 from traceview.errors import EXIT_CHECK_FAILED, EXIT_OK, TraceviewError, UsageError
 from traceview.model.naming import safe_line
@@ -359,6 +362,29 @@ def run_command(argv: list[str], *, ok_codes=(EXIT_OK,)) -> tuple[int, str]:
     return rc, out.getvalue()
 
 
+def cli_option(command: str, dest: str):
+    """The argparse action of option ``dest`` of the CLI subcommand ``command``, from the
+    command's own parser: a tool's choices and help are those of the command line."""
+    from traceview.cli import build_parser
+
+    sub = build_parser(only=command).commands[command]
+    for action in sub._actions:
+        if action.dest == dest:
+            return action
+    raise KeyError(f"traceview {command} has no option {dest!r}")
+
+
+def unknown_arguments(tool: str, arguments: dict, schema: dict) -> str | None:
+    """The one-line refusal of the keys of ``arguments`` that ``tool``'s input ``schema``
+    does not declare, or None when there are none."""
+    known = list(schema.get("properties", {}))
+    extra = [k for k in arguments if k not in known]
+    if not extra:
+        return None
+    return (f"{tool}: unknown argument{'s' if len(extra) > 1 else ''} {', '.join(repr(k) for k in extra)}; "
+            f"{tool} takes {', '.join(known)}")
+
+
 def _opt(name: str, value) -> list[str]:
     """``--name=value`` (the ``=`` form, so a value starting with '-' stays a value), or
     nothing for None / False; ``--name`` for True."""
@@ -386,9 +412,19 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
 
     class _Server(MCPServer):
         """MCPServer whose tool errors are one line (the SDK's argument validation errors
-        span several)."""
+        span several) and whose tools refuse arguments they do not declare (the SDK ignores
+        them)."""
+
+        async def list_tools(self):
+            tools = await super().list_tools()
+            for t in tools:
+                t.input_schema = {**t.input_schema, "additionalProperties": False}
+            return tools
 
         async def call_tool(self, name, arguments, context=None):
+            schema = next((t.input_schema for t in await self.list_tools() if t.name == name), None)
+            if schema is not None and (why := unknown_arguments(name, arguments or {}, schema)):
+                raise ToolError(why)
             try:
                 return await super().call_tool(name, arguments, context)
             except ToolError as exc:
@@ -477,6 +513,8 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
         "a page at a time from offset"))]
     OffsetArg = Annotated[int, Field(ge=0, le=(1 << 62), description="first row of the page of section (the "
                                                                      "previous page's next_offset)")]
+    by_option = cli_option("analyze", "by")  # the choices of analyze --by: one definition, the parser's
+    ByArg = Annotated[Literal[tuple(by_option.choices)], Field(description=by_option.help)]
 
     @server.tool(description="What traceview would read under PATH and why: runs, hosts, files (format, size), "
                              "the reasons for each choice, and warnings (several runs, stale runs, stray files).")
@@ -514,7 +552,7 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
                              "a time from offset. Ids (program_id, channel_id) are decimal strings.")
     @guarded
     def analyze(path: PathArg, section: SectionArg = None, offset: OffsetArg = 0,
-                top: TopArg = None, by: Annotated[str, Field(pattern="^(shape|name|program)$")] = "shape",
+                top: TopArg = None, by: ByArg = by_option.default,
                 run: str | None = None, device: Annotated[str | None, Field(description="device REGEX")] = None,
                 filter: Annotated[str | None, Field(description="op REGEX")] = None,
                 steps: Annotated[int | None, Field(ge=1, description="step count: flag populations whose "
@@ -594,10 +632,11 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
 
     @server.tool(description="The tables query runs over, with their columns (dtype, meaning). With a path: the "
                              "tables of that profile (traceview query PATH --tables --format json); without: "
-                             "the documented tables.")
+                             "the documented tables. table=NAME: that table alone (an unknown name lists them).")
     @guarded
-    def describe_schema(path: Annotated[str | None, Field(description="a profile, for its actual tables")] = None
-                        , section: SectionArg = None, offset: OffsetArg = 0) -> str:
+    def describe_schema(path: Annotated[str | None, Field(description="a profile, for its actual tables")] = None,
+                        table: Annotated[str | None, Field(description="one table (ops, populations, steps, ...)")]
+                        = None, section: SectionArg = None, offset: OffsetArg = 0) -> str:
         if path is None:
             from traceview.model.schema import OPS_SCHEMA, TABLE_DOCS, column_docs
 
@@ -611,6 +650,12 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
             real = roots.resolve(path)
             roots.check_discovered(real)
             _, text = run_command(["query", "--tables", *_opt("format", "json"), *cache, "--", real])
+        if table is not None:
+            doc = json.loads(text)
+            names = [t["table"] for t in doc["tables"]]
+            if table not in names:
+                raise UsageError(f"unknown table {table!r}; tables: {', '.join(names)}")
+            text = json.dumps({**doc, "tables": [t for t in doc["tables"] if t["table"] == table]})
         return answer(lambda rows: text, tool="describe_schema", section=section, offset=offset, top=None)
 
     return server
