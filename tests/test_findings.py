@@ -593,7 +593,7 @@ def test_rules_that_could_not_run_are_recorded_with_their_reason(reps):
     one = "1 step(s) per device: the rule needs a step repeated 3 times"
     assert got["vllm"] == {**dict.fromkeys(STEP_RULES - {"memory-grows-per-step"}, one),
                            "exposed-communication": one, "host-transfers-dominate": one,
-                           "far-below-roofline": "no peak FLOP/s and bandwidth known for the device: analyze takes "
+                           "far-below-roofline": "no peak FLOP/s and bandwidth known for the device: give "
                                                  "--chip, or --peak-flops and --peak-bw",
                            "memory-near-capacity": "no allocator events in the trace",
                            "memory-grows-per-step": "no allocator events in the trace"}

@@ -353,3 +353,25 @@ def test_bad_values_are_usage_errors_on_a_real_trace(shared_traces, capsys):
     assert "host_share is a share: write 30% for a percentage, or 0.3 as a fraction" in capsys.readouterr().err
     rep = verify(gemm, ["family matmul share > 50%", "family matmul share > 0.5"])
     assert [r.status for r in rep.results] == ["pass", "pass"] and rep.results[0].message == rep.results[1].message
+
+
+def test_peaks_reach_the_finding_checks(capsys):
+    """A CPU profile has no known peaks: far-below-roofline's rule cannot run and its check is
+    UNKNOWN (exit 1). With --peak-flops/--peak-bw (or --chip) verify evaluates it on the report
+    analyze makes with the same options: the same finding, the same figures."""
+    topp = TOPP
+    check = "no finding far-below-roofline"
+    assert main(["verify", topp, "-c", check, "--no-cache"]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("UNKNOWN  no finding far-below-roofline\n") and "give --chip, or --peak-flops and --peak-bw" in out
+    assert main(["verify", topp, "-c", check, "--no-cache", "--peak-flops", "1e12", "--peak-bw", "1e11"]) == 1
+    out = capsys.readouterr().out
+    said = ("matmul/convolution is memory-bound (9.6 FLOP/byte, ridge point 10) yet reaches 2.8% of peak bandwidth "
+            "while holding 68.0% of op time")
+    assert out.startswith("FAIL  no finding far-below-roofline\n") and said in out
+    assert main(["analyze", topp, "--no-cache", "--peak-flops", "1e12", "--peak-bw", "1e11"]) == 0
+    assert f"far-below-roofline: {said}" in capsys.readouterr().out
+    prof = load(topp, stale_after_s=None)
+    res = verify(prof, [check], peaks=prof.peaks(peak_flops=1e12, peak_bw=1e11))
+    assert res.results[0].status == "fail" and said in res.results[0].message
+    assert verify(prof, [check]).results[0].status == "unknown"

@@ -337,13 +337,16 @@ def diff(base, treatment, **options):
     return _diff(_profile(base), _profile(treatment), **options)
 
 
-def verify(treatment, checks, *, base=None, rules=None, step_window: str = "steady", finding_thresholds=None):
+def verify(treatment, checks, *, base=None, rules=None, step_window: str = "steady", finding_thresholds=None,
+           peaks=None):
     """Evaluate ``checks`` (strings of the :mod:`traceview.analysis.compare.verify_grammar` grammar)
     on ``treatment`` (and ``base`` for diff checks): :class:`Profile` objects or paths; one
     check may be given as a plain string. Returns
     a :class:`traceview.analysis.compare.verify.VerifyReport` (each result pass, fail or unknown);
     ``step_window``: the steps of the diff's step time and of the report the finding checks read
-    ("steady", "all", "A:B"), as ``analyze`` uses them. Raises UsageError for an invalid check or window
+    ("steady", "all", "A:B"), as ``analyze`` uses them; ``peaks``: the
+    :class:`~traceview.analysis.hardware.peaks.Peaks` of the finding checks' reports (e.g.
+    ``profile.peaks(chip="v5e")``; None: each profile's own). Raises UsageError for an invalid check or window
     (before evaluating any) and the errors of :func:`load` for bad paths."""
     from traceview.analysis.steps.stepstats import parse_window
     from traceview.analysis.compare.verify import verify as _verify
@@ -356,7 +359,7 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
     parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]  # usage errors before reading
     parse_window(step_window)
     return _verify(_profile(treatment), parsed, base=_profile(base) if base is not None else None, rules=rules,
-                   step_window=step_window, finding_thresholds=finding_thresholds)
+                   step_window=step_window, finding_thresholds=finding_thresholds, peaks=peaks)
 
 
 def ladder(profiles, **options):

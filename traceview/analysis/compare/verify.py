@@ -142,8 +142,9 @@ class Verifier:
     """
 
     def __init__(self, treatment, base=None, *, rules=None, step_window: str = "steady", finding_thresholds=None,
-                 findings: bool = True):
+                 findings: bool = True, peaks=None):
         self.treatment = treatment
+        self.peaks = peaks
         self.step_window = step_window
         self.base = base
         self.rules = rules
@@ -247,13 +248,14 @@ class Verifier:
 
     def _report(self, prof):
         """The :func:`traceview.analysis.report.build_report` of ``prof`` as analyze builds it:
-        the same step window, family rules and finding thresholds (the phase is the profile's)."""
+        the same step window, family rules, finding thresholds and peaks (the phase is the profile's)."""
         from traceview.analysis.report import build_report
 
         got = self._reports.get(id(prof))
         if got is None:
+            peaks = self.peaks(prof) if callable(self.peaks) else self.peaks
             got = self._reports[id(prof)] = build_report(prof, rules=self.rules, step_window=self.step_window,
-                                                         finding_thresholds=self.finding_thresholds)
+                                                         finding_thresholds=self.finding_thresholds, peaks=peaks)
         return got
 
     def _not_evaluated(self, rep, fid: str) -> str | None:
@@ -643,11 +645,14 @@ class Verifier:
 
 
 def verify(treatment, checks, *, base=None, rules=None, step_window: str = "steady", finding_thresholds=None,
-           findings: bool = True) -> VerifyReport:
+           findings: bool = True, peaks=None) -> VerifyReport:
     """Evaluate ``checks`` (strings or :class:`Check`) on ``treatment`` (and ``base`` for diff
     checks): profiles as :class:`Verifier` takes them; ``step_window``: the steps of the
     diff's step time and of the report the finding checks read, as analyze's
-    (:mod:`traceview.analysis.steps.stepstats`). Raises UsageError for an invalid
+    (:mod:`traceview.analysis.steps.stepstats`); ``peaks``: the
+    :class:`~traceview.analysis.hardware.peaks.Peaks` the finding checks' reports use (or a
+    function of a profile giving them; None: each profile's own, as analyze without --chip).
+    Raises UsageError for an invalid
     check or step window, or an A:B window holding no step of a profile (before evaluating any)."""
     from traceview.analysis.steps.stepstats import parse_window, window_holds_steps
 
@@ -664,7 +669,7 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
     if not parsed:
         raise UsageError("no checks given")
     v = Verifier(treatment, base, rules=rules, step_window=step_window, finding_thresholds=finding_thresholds,
-                 findings=findings)
+                 findings=findings, peaks=peaks)
     for c in parsed:  # usage errors before any evaluation
         if (c.needs_base or c.side == "base") and v.base is None:
             raise UsageError(f"check {c.text!r} needs two profiles (BASE and TREATMENT)")

@@ -424,7 +424,7 @@ def far_below_roofline(ctx, th) -> Finding | None:
     if roof is None or roof.height == 0:
         return NotEvaluated("far-below-roofline", "no op populations")
     if peaks is None or not peaks.peak_bw or not peaks.peak_flops:
-        return NotEvaluated("far-below-roofline", "no peak FLOP/s and bandwidth known for the device: analyze takes --chip, or --peak-flops and --peak-bw")
+        return NotEvaluated("far-below-roofline", "no peak FLOP/s and bandwidth known for the device: give --chip, or --peak-flops and --peak-bw")
     fam = pop_families(ctx)
     r = (roof.filter(pl.col("bytes").fill_null(0) > 0).join(fam, on=["op_name", "shape"], how="left")
          .filter(pl.col("family") != "collectives")
