@@ -189,6 +189,11 @@ def test_device_selection_reaches_the_allocators(shared_traces):
     assert none.memory_report().notes == ["the device filter 'nomatch' keeps none of the trace's 162 allocator "
                                           "events (allocators GPU_0_bfc, xla_gpu_host_bfc)"]
     assert gemm.filter(device_regex="GPU:0$").memory_note is None and gemm.memory_note is None
+    # the memory findings' reason is the same, not "no allocator events in the trace"
+    from traceview.analysis.report import build_report
+
+    why = build_report(none).findings_not_evaluated
+    assert why["memory-near-capacity"] == why["memory-grows-per-step"] == none.memory_report().notes[0]
 
 
 def test_growth_check_on_a_sweep_is_unknown_and_its_grammar(shared_traces):
@@ -202,3 +207,18 @@ def test_growth_check_on_a_sweep_is_unknown_and_its_grammar(shared_traces):
     assert parse_check("memory growth per step < 250%").args["bound"] == 2.5
     with pytest.raises(UsageError):
         parse_check("memory growth per step < 1")
+
+
+def test_an_empty_device_selection_reads_plainly(shared_traces, capsys):
+    """analyze --device matching nothing: the memory section and the memory findings say the
+    filter kept no allocator, and the communication line says there is no op time to share
+    (not 'collectives - and host transfers - of op time')."""
+    from traceview.cli import main
+
+    path = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    assert main(["analyze", path, "--device", "nomatch", "--no-cache", "--width", "400"]) == 0
+    out = capsys.readouterr().out
+    said = "the device filter 'nomatch' keeps none of the trace's 162 allocator events (allocators GPU_0_bfc, xla_gpu_host_bfc)"
+    assert f"memory — unknown: {said}" in out
+    assert f"memory-near-capacity, memory-grows-per-step ({said})" in " ".join(out.split())  # the line may wrap
+    assert "communication — no op time to share out;" in out and "collectives - and" not in out

@@ -375,3 +375,26 @@ def test_peaks_reach_the_finding_checks(capsys):
     res = verify(prof, [check], peaks=prof.peaks(peak_flops=1e12, peak_bw=1e11))
     assert res.results[0].status == "fail" and said in res.results[0].message
     assert verify(prof, [check]).results[0].status == "unknown"
+
+
+def test_a_share_of_ops_no_op_matches_says_so_even_when_it_passes(capsys):
+    """'family matching RX share < B' over ops none of which matches is a pass (a treatment that
+    removed them is what the check is for), with the caveat shown even under PASS, so that a
+    mistyped regex is seen: the text's note line and JSON's note."""
+    rep = verify(GREEDY, ["family matching zzz share < 5%", "family matching ynn_fusion share > 10%"])
+    zzz, ynn = rep.results
+    assert zzz.status == "pass" and zzz.note == ("no op matches /zzz/ (op name, HLO text, framework op, source "
+                                                 "file) among 510 op events")
+    assert ynn.status == "pass" and ynn.note == "" and "note" not in ynn.to_dict()
+    assert verify_text(rep).splitlines()[:3] == [
+        "PASS  family matching zzz share < 5%", f"      note: {zzz.note}", "PASS  family matching ynn_fusion share > 10%"]
+    assert main(["verify", GREEDY, "-c", "family matching zzz share < 5%", "--format", "json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["note"] == zzz.note
+
+
+def test_the_missing_peak_is_named():
+    """With only --peak-flops on a CPU profile, far-below-roofline's reason names the peak still missing."""
+    prof = load(GREEDY, stale_after_s=None)
+    res = verify(prof, ["no finding far-below-roofline"], peaks=prof.peaks(peak_flops=1e12))
+    assert res.results[0].status == "unknown"
+    assert res.results[0].message.endswith("no peak bandwidth known for the device: give --peak-bw (or --chip)")

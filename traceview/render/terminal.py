@@ -418,8 +418,9 @@ def render_communication(console: Console, comm, *, top: int) -> None:
     peak = ("interconnect peak unknown (chip not identified)" if ln is None else
             f"{escape(ln.interconnect)} {fmt_rate(ln.bidirectional, 'B/s')} bidirectional, "
             f"{fmt_rate(ln.per_direction, 'B/s')} one way ({escape(ln.source)})")
-    console.print(f"[bold]communication[/bold] — collectives {fmt_pct(comm.collective_share)} and host transfers "
-                  f"{fmt_pct(comm.host_share)} of op time; {peak}")
+    shares = ("no op time to share out" if comm.collective_share is None and comm.host_share is None else
+              f"collectives {fmt_pct(comm.collective_share)} and host transfers {fmt_pct(comm.host_share)} of op time")
+    console.print(f"[bold]communication[/bold] — {shares}; {peak}")
     cols = comm.collectives
     if cols.height:
         fold = {"overflow": "fold"}

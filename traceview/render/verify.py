@@ -8,9 +8,10 @@ from traceview.model.naming import safe_line
 
 def result_line(r) -> str:
     """``PASS  <check>``, ``FAIL  <check>`` or ``UNKNOWN  <check>``, the last two with the reason
-    on the next line; both are :func:`~traceview.model.naming.safe_line` (an op name's ESC or
+    on the next line (a pass with its caveat, ``note: ...``, when it has one); both are :func:`~traceview.model.naming.safe_line` (an op name's ESC or
     newline shown as ``\x1b``, ``\n``), so each stays one terminal line."""
-    return f"{r.status.upper()}  {safe_line(r.check)}" + ("" if r.ok else f"\n      {safe_line(r.message)}")
+    return f"{r.status.upper()}  {safe_line(r.check)}" + (f"\n      {safe_line(r.message)}" if not r.ok else
+                                                         f"\n      note: {safe_line(r.note)}" if getattr(r, "note", "") else "")
 
 
 def verify_text(report) -> str:

@@ -46,6 +46,8 @@ class CheckResult:
     check: str
     status: str
     message: str
+    #: a caveat shown even under a pass (e.g. a share of ops no op matched: a mistyped regex)
+    note: str = ""
 
     def __post_init__(self):
         if not isinstance(self.status, str):
@@ -58,7 +60,8 @@ class CheckResult:
         return self.status == "pass"
 
     def to_dict(self) -> dict:
-        return {"check": self.check, "status": self.status, "ok": self.ok, "message": self.message}
+        return {"check": self.check, "status": self.status, "ok": self.ok, "message": self.message,
+                **({"note": self.note} if self.note else {})}
 
 
 @dataclass
@@ -217,8 +220,8 @@ class Verifier:
         if (c.needs_base or c.side == "base") and self.base is None:
             raise UsageError(f"check {c.text!r} needs two profiles (BASE and TREATMENT)")
         fn = getattr(self, f"_c_{c.kind}")
-        ok, msg = fn(c, self._prof(c.side)) if not c.needs_base else fn(c)
-        return CheckResult(c.text, ok, msg)
+        got = fn(c, self._prof(c.side)) if not c.needs_base else fn(c)
+        return CheckResult(c.text, *got)
 
     def run(self, checks) -> VerifyReport:
         """Evaluate every check (strings or :class:`Check`) in order; returns a :class:`VerifyReport`."""
@@ -374,8 +377,14 @@ class Verifier:
         share = t / total if total else 0.0
         cmp_, bound = c.args["cmp"], c.args["bound"]
         msg = f"{label} is {100 * share:.1f}% of op time ({_fmt_t(t)} of {_fmt_t(total)}), bound {cmp_} {100 * bound:g}%"
+        note = ""
+        if sel.height == 0:  # a share of nothing: said even under a pass, so that a mistyped regex is seen
+            note = (f"no op matches /{c.args['rx']}/ (op name, HLO text, framework op, source file) among "
+                    f"{_events(df):,} op events" if c.args["name"] is None else
+                    f"no op is in {label} among {_events(df):,} op events")
+            msg = f"{note}: {msg}"
         if CMPS[cmp_](share, bound):
-            return True, msg
+            return True, msg, note
         return False, msg + (f"; largest: {self._describe(self._kernel_aware(sel), total, 3)}" if sel.height else "")
 
     @staticmethod

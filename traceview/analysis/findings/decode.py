@@ -424,7 +424,13 @@ def far_below_roofline(ctx, th) -> Finding | None:
     if roof is None or roof.height == 0:
         return NotEvaluated("far-below-roofline", "no op populations")
     if peaks is None or not peaks.peak_bw or not peaks.peak_flops:
-        return NotEvaluated("far-below-roofline", "no peak FLOP/s and bandwidth known for the device: give --chip, or --peak-flops and --peak-bw")
+        missing = [w for w, v in (("FLOP/s", None if peaks is None else peaks.peak_flops),
+                                  ("bandwidth", None if peaks is None else peaks.peak_bw)) if not v]
+        if len(missing) == 2:
+            return NotEvaluated("far-below-roofline", "no peak FLOP/s and bandwidth known for the device: give "
+                                "--chip, or --peak-flops and --peak-bw")
+        return NotEvaluated("far-below-roofline", f"no peak {missing[0]} known for the device: give "
+                            + ("--peak-flops" if missing[0] == "FLOP/s" else "--peak-bw") + " (or --chip)")
     fam = pop_families(ctx)
     r = (roof.filter(pl.col("bytes").fill_null(0) > 0).join(fam, on=["op_name", "shape"], how="left")
          .filter(pl.col("family") != "collectives")

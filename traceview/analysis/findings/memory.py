@@ -16,12 +16,20 @@ def _allocators(ctx) -> list:
     return list(getattr(mem, "allocators", None) or [])
 
 
+def _no_allocators(ctx) -> str:
+    """Why there is no allocator: the memory section's own reason (a device filter that kept
+    none), else that the trace has no allocator events."""
+    notes = list(getattr(getattr(ctx.report, "memory", None), "notes", None) or [])
+    said = [n for n in notes if n.startswith("the device filter")]
+    return said[0] if said else "no allocator events in the trace"
+
+
 def near_capacity(ctx, th) -> Finding | None:
     """The allocator whose peak in use is the largest share of its capacity, when that share is
     at least ``memory_share``."""
     allocs = _allocators(ctx)
     if not allocs:
-        return NotEvaluated("memory-near-capacity", "no allocator events in the trace")
+        return NotEvaluated("memory-near-capacity", _no_allocators(ctx))
     if all(a.peak_share is None for a in allocs):
         return NotEvaluated("memory-near-capacity", "no allocator's capacity is known")
     cands = [a for a in allocs if a.peak_share is not None and a.peak_share >= th.memory_share]
@@ -50,7 +58,7 @@ def grows_per_step(ctx, th) -> Finding | None:
     their mean per step, without a step that gives memory back, on a repeated step loop."""
     allocs = _allocators(ctx)
     if not allocs:
-        return NotEvaluated("memory-grows-per-step", "no allocator events in the trace")
+        return NotEvaluated("memory-grows-per-step", _no_allocators(ctx))
     why = unevaluable(ctx, th.step_repeats)
     if why:
         return NotEvaluated("memory-grows-per-step", why)
