@@ -398,3 +398,16 @@ def test_the_missing_peak_is_named():
     res = verify(prof, ["no finding far-below-roofline"], peaks=prof.peaks(peak_flops=1e12))
     assert res.results[0].status == "unknown"
     assert res.results[0].message.endswith("no peak bandwidth known for the device: give --peak-bw (or --chip)")
+
+
+def test_a_faulty_side_or_checks_file_is_named(shared_traces, tmp_path, capsys):
+    """BASE TREATMENT with a --step-window past one side's steps names that side; a checks
+    file of only comments is refused naming the file (a gate of no checks passes anything)."""
+    gemm = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    assert main(["verify", GREEDY, gemm, "--step-window", "4:8", "-c", "op matching dot present", "--no-cache"]) == 2
+    assert capsys.readouterr().err == (f"traceview: error: {GREEDY}: --step-window 4:8 holds none of the trace's 3 "
+                                       "steps (0..2; A:B counts from 0, B excluded, negatives from the end)\n")
+    empty = tmp_path / "gate.checks"
+    empty.write_text("# nothing yet\n\n")
+    assert main(["verify", GREEDY, "--checks", str(empty), "--no-cache"]) == 2
+    assert capsys.readouterr().err == f"traceview: error: {empty}: holds no check (only blank lines and # comments)\n"

@@ -440,9 +440,9 @@ def parse_checks(lines) -> list[Check]:
 
 def read_checks(path) -> list[Check]:
     """Checks from a file, one per line (``#`` comments, blank lines skipped). Raises
-    UsageError when the file cannot be read or a line is bad (message names ``file:line``)."""
+    UsageError when the file cannot be read, a line is bad (message names ``file:line``) or
+    it holds no check (names the file: a gate of no checks would pass on anything)."""
     from traceview.analysis.rulefiles import config_lines
-
 
     out = []
     for where, s in config_lines(path, "checks"):
@@ -450,4 +450,6 @@ def read_checks(path) -> list[Check]:
             out.append(parse_check(s))
         except UsageError as exc:
             raise UsageError(f"{where}: {exc.fault}") from None
+    if not out:
+        raise UsageError("holds no check (only blank lines and # comments)", str(path))
     return out
