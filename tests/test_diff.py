@@ -336,11 +336,43 @@ def test_the_same_recording_twice_on_a_side_is_refused(tmp_path, capsys):
     greedy, nodonate = str(fx / "greedy_b4"), str(fx / "nodonate_b4")
     copy = tmp_path / "greedy_copy"
     shutil.copytree(greedy, copy)
-    for base in ([greedy, greedy], [greedy, str(copy)]):
+    for base, why in (([greedy, greedy], "is given twice to --base"), ([greedy, str(copy)], "are the same recording")):
         assert main(["diff", "--base", *base, "--treatment", nodonate, "--no-cache"]) == 2
         err = capsys.readouterr().err
-        assert "are the same recording" in err and "greedy_b4" in err and "Traceback" not in err
+        assert why in err and "greedy_b4" in err and "Traceback" not in err
     assert main(["diff", "--base", greedy, str(fx / "topp_b4"), "--treatment", nodonate, "--no-cache"]) == 0
+
+
+def test_repeated_base_and_treatment_flags_pool(shared_traces, capsys):
+    """--base A --base B --treatment C used B alone (argparse kept the last flag), A silently
+    dropped; repeated flags add up and pool as --base A B does, a path given twice to one side
+    is a usage error naming it, and the pooling refusal (other hardware) applies to repeats."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    g4, g8, topp, nodonate = (str(fx / n) for n in ("greedy_b4", "greedy_b8", "topp_b4", "nodonate_b4"))
+    outs = []
+    for argv in (["--base", g4, "--base", g8, "--treatment", topp], ["--base", g4, g8, "--treatment", topp]):
+        assert main(["diff", *argv, "--format", "json", "--all-rows", "--no-cache"]) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0] == outs[1]
+    d = outs[0]
+    assert "greedy_b4" in d["base"] and "greedy_b8" in d["base"]
+    assert d["noise"]["run_to_run"]["recordings"] == [2, 1]
+    assert d["counts"] == {"matched": 99, "appeared": 61, "vanished": 30}
+    # pooled, a vanished population's samples are one array per recording: each counted
+    assert sum(p["noise"] == "significant (vanished)" for p in d["populations"]) == 30
+    assert main(["diff", "--base", g4, "--treatment", topp, "--treatment", nodonate, "--format", "json",
+                 "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["noise"]["run_to_run"]["recordings"] == [1, 2]
+    for argv in (["--base", g4, "--base", g4 + "/", "--treatment", topp],
+                 ["--base", g4, "--treatment", topp, "--treatment", topp]):
+        assert main(["diff", *argv, "--no-cache"]) == 2
+        err = capsys.readouterr().err
+        flag = "--base" if argv.count("--base") == 2 else "--treatment"
+        assert f"is given twice to {flag}" in err and ("greedy_b4" in err or "topp_b4" in err), err
+    tpu, gemm = (str(shared_traces / f) for f in ("tpu_v6e_4chip_psum.xplane.pb", "mi300x_jax_gemm_sweep.xplane.pb"))
+    assert main(["diff", "--base", tpu, "--base", gemm, "--treatment", topp, "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot pool" in err and "tpu_v6e_4chip_psum" in err and "mi300x_jax_gemm_sweep" in err
 
 
 def test_a_device_filter_that_matches_nothing_is_refused(capsys):

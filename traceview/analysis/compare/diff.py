@@ -877,7 +877,9 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
                 row.update(significant=False, samples=None if a is None or b is None else f"{a[0]} / {b[0]}")
         elif i in gone:
             status, xs = gone[i]
-            n = 0 if xs is None else int(np.count_nonzero(np.asarray(xs) > 0))
+            # pooled: a list of the recordings' arrays (of different lengths), each counted
+            n = 0 if xs is None else sum(int(np.count_nonzero(np.asarray(x) > 0))
+                                         for x in (xs if isinstance(xs, list) else [xs]))
             # ran with time in at least MIN_PRESENT samples of one side and never on the other: not
             # run-to-run noise (an op does not skip every step of a recording by chance)
             if n >= MIN_PRESENT:
