@@ -550,6 +550,37 @@ def test_a_diff_across_hardware_or_step_definitions_says_so(shared_traces, capsy
     assert "step markers (base) vs executions of jit_matmul (treatment)" in html
 
 
+def test_a_treatment_takes_its_own_steps_when_the_bases_program_is_not_in_it(shared_traces, capsys):
+    """diff TPU-psum greedy_b4 stepped the treatment by jit_prefill_t32 (8.129 ms x3, the base's
+    jit_f not running in it) where analyze, and greedy_b4 as the base, find its step markers
+    (2.893 ms x3): a treatment whose steps are of another kind than the base's, or that does not
+    run the base's step program, takes the steps analyze finds in it, and the note says so."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    greedy = str(fx / "greedy_b4")
+    tpu, att, gemm = (str(shared_traces / f) for f in ("tpu_v6e_4chip_psum.xplane.pb", "mi300x_jax_attention.xplane.pb",
+                                                        "mi300x_jax_gemm_sweep.xplane.pb"))
+
+    def steps(a, b):
+        assert main(["diff", a, b, "--format", "json", "--top", "1", "--no-cache"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        return d["steps"], d["notes"]
+
+    as_base, _ = steps(greedy, att)
+    assert (as_base["method_base"], as_base["steps_base"], as_base["module_base"]) == ("markers", 3, None)
+    assert as_base["step_ps_base"] == pytest.approx(2.893185e9)
+    for base, mod in ((tpu, "jit_f"), (att, "jit_matmul")):
+        st, ns = steps(base, greedy)
+        assert (st["method_base"], st["module_base"]) == ("module", mod)
+        assert (st["method_treatment"], st["steps_treatment"], st["module_treatment"]) == ("markers", 3, None)
+        assert st["step_ps_treatment"] == as_base["step_ps_base"]
+        assert f"the sides' steps were found differently: executions of {mod} (base) vs step markers (treatment): " \
+               "each side's steps are those analyze finds in it" in "\n".join(ns)
+    st, ns = steps(tpu, gemm)  # both stepped by a module, the base's not in the treatment: its own dominant one
+    assert (st["module_treatment"], st["steps_treatment"]) == ("jit_dot", 18)
+    assert "different step programs (jit_f does not run in the treatment, whose steps are those analyze finds " \
+           "in it)" in "\n".join(ns)
+
+
 def test_a_side_warning_names_its_file_once(tmp_path, shared_traces, capsys):
     """diff prefixed every side warning with the side's path, and a warning that names it
     already (a trace.json's 'no shapes' note, loose files in a folder) showed it twice."""

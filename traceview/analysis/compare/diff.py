@@ -23,9 +23,10 @@ Everything else is ``appeared`` (treatment only) or ``vanished`` (base only).
 Reported: per population the occurrence and self-time deltas; populations that appeared or
 vanished; populations whose direct source file changed (:mod:`traceview.analysis.ops.sources`);
 kernels whose configuration changed; op families (:mod:`traceview.analysis.ops.families`);
-module executions; the step-time delta (:func:`traceview.analysis.steps.anatomy` on the
-base's dominant module and the treatment's module of the same name, after configuration
-substitution; else each side's dominant module). Profiling-overhead notes: a population whose
+module executions; the step-time delta (:func:`traceview.analysis.steps.anatomy`: each side's
+steps as ``analyze`` finds them, step markers else the dominant module; a treatment stepped by
+a module, as the base is, takes the base's module when it runs it, found by name after
+configuration substitution). Profiling-overhead notes: a population whose
 traced event count differs by ``overhead_factor`` (default 4) or more between the sides gets a
 note that per-event tracing overhead may distort the comparison of its timing — throughput is
 never to be quoted from a profiled run.
@@ -304,7 +305,8 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
          expand_kernels: bool = False) -> DiffSide:
     """The :class:`DiffSide` of ``prof`` (anything with ``table``, ``module_runs`` and
     ``traces``). ``base``: the base's side when ``prof`` is the treatment (its step module is
-    the base's, after configuration substitution). ``tagged``: its
+    the base's, after configuration substitution, when both are stepped by a module and the
+    treatment runs it; else its own steps). ``tagged``: its
     :func:`~traceview.analysis.ops.tagged.tag` result made with ``rules``, when the caller has it.
     ``step_window``: the steps the step time is the mean of (:mod:`traceview.analysis.steps.stepstats`).
     ``expand_kernels``: each op of a named kernel is its own population
@@ -517,27 +519,29 @@ def _side_steps(prof, base, window: str = "steady") -> tuple | None:
 
 def _step_anatomy(prof, base, window: str = "steady") -> "steps.StepAnatomy | None":
     """``prof``'s step anatomy over ``window``: the one ``analyze`` shows (step markers when the
-    trace has them, else its dominant module); for a treatment (``base`` = (base side, value
-    map)) the base's kind of step: markers when the base's steps are markers and the treatment
-    has them, else the base's module, found by name after configuration substitution, else its
-    own dominant module. None when the anatomy fails on the trace."""
+    trace has them, else its dominant module). For a treatment (``base`` = (base side, value
+    map)) whose own steps are a module's, as the base's are: the base's module, found by name
+    after configuration substitution, when the treatment runs it; else (no such module, or
+    steps of another kind on the two sides: markers against a module) its own, as ``analyze``
+    finds them. None when the anatomy fails on the trace."""
     runs = as_runs(prof.runs if hasattr(prof, "runs") else prof.module_runs)
     try:
-        if base is None or (base[0].steps is not None and base[0].steps[3] == "markers"):
-            # the steps analyze shows (step markers when the trace has them, else the dominant
-            # module): a diff's step line is about the same steps
-            a = derived.step_anatomy(prof, None, window=window)
-            if base is None or a.method == "markers":
-                return a
-        mod = None
-        if base is not None:
-            b, vmap = base
-            mb = b.steps[0] if b.steps is not None else None
-            if mb and runs is not None and runs.height:
-                names = list(steps._run_modules(runs, [runs.runs["key"]]))
-                mod = mb if mb in names else next((m for m in names if _subst(m, vmap) == mb), None)
-        if mod is None:
-            mod = steps.dominant_module(prof.table, runs)
+        own = derived.step_anatomy(prof, None, window=window)
+    except TraceviewError:
+        own = None
+    if base is None or (own is not None and own.method == "markers"):
+        return own
+    b, vmap = base
+    if b.steps is None or b.steps[3] == "markers" or not b.steps[0] or runs is None or not runs.height:
+        return own  # steps of another kind than the treatment's own: its own
+    mb = b.steps[0]
+    names = list(steps._run_modules(runs, [runs.runs["key"]]))
+    mod = mb if mb in names else next((m for m in names if _subst(m, vmap) == mb), None)
+    if mod is None:  # the base's step program does not run in the treatment: its own steps
+        return own
+    if own is not None and own.module == mod:
+        return own
+    try:
         return steps.anatomy(prof.table, runs, module=mod, window=window)
     except TraceviewError:
         return None
@@ -749,8 +753,8 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     db, dt = step_definition(base.steps), step_definition(treatment.steps)
     if db is not None and dt is not None and db[0] != dt[0]:
         notes.append(f"the sides' steps were found differently: {step_definition_text(base.steps)} (base) vs "
-                     f"{step_definition_text(treatment.steps)} (treatment): the step time and the per-step changes "
-                     "compare different step definitions")
+                     f"{step_definition_text(treatment.steps)} (treatment): each side's steps are those analyze "
+                     "finds in it; the step time and the per-step changes compare different step definitions")
     over = joined.filter(pl.col("overhead_note") != "")
     for r in over.head(5).iter_rows(named=True):
         what = r["stem"] if r["kind"] == "kernel" else f"{r['stem'] or r['kind']} {r['shape']}"
@@ -767,7 +771,8 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     if step is not None and step.module_base and step.module_treatment and step.module_base != step.module_treatment \
             and _subst(step.module_treatment, vmap) != step.module_base:
         notes.append(f"steps are executions of {step.module_base} (base) and {step.module_treatment} (treatment): "
-                     f"different step programs, the step time and the per-step changes compare different step "
+                     f"different step programs ({step.module_base} does not run in the treatment, whose steps are "
+                     f"those analyze finds in it); the step time and the per-step changes compare different step "
                      f"definitions")
     coll = None
     if getattr(base, "communication", None) is not None and getattr(treatment, "communication", None) is not None:
