@@ -581,6 +581,35 @@ def test_a_treatment_takes_its_own_steps_when_the_bases_program_is_not_in_it(sha
            "in it)" in "\n".join(ns)
 
 
+def test_the_step_time_is_the_slowest_devices_per_step(shared_traces, capsys):
+    """diff v6e v6e gave a step time of 784.133 ms, the mean over the 400 device-steps of the 4
+    chips, while its noise samples (median 784.338 ms) and history take per step index the
+    slowest chip's: the headline is the mean of those per-step walls too (as history's window).
+    The self-diff of each shared trace still reads no change."""
+    from traceview.analysis import derived
+    from traceview.analysis.steps.stepstats import step_walls
+
+    path = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
+    assert main(["diff", str(path), str(path), "--format", "json", "--no-cache"]) == 0
+    st = json.loads(capsys.readouterr().out)["steps"]
+    a = derived.step_anatomy(traceview.load(str(path)), None)
+    win = a.steps.filter(pl.col("in_window"))
+    walls = step_walls(win)
+    assert (win.height, walls.size, st["window_steps_base"]) == (400, 100, 100)
+    assert round(st["step_ps_base"] / 1e9, 3) == round(float(walls.mean()) / 1e9, 3) == 784.266
+    assert round(a.coverage.step_ps / 1e9, 3) == 784.133  # the mean over every chip's copy: not a step time
+    assert st["step_ps_treatment"] == st["step_ps_base"] and st["delta_ps"] == 0
+    assert round(st["noise"]["median_base"] / 1e9, 3) == 784.338 and st["noise"]["verdict"] == "no change"
+    for name in ("mi300x_jax_attention.xplane.pb", "mi300x_jax_conv3d.xplane.pb", "mi300x_jax_gemm_sweep.xplane.pb",
+                 "tpu_v6e_pallas_matmul_llo.xplane.pb", "vllm_tpu_qwen"):
+        f = str(shared_traces / name)
+        assert main(["diff", f, f, "--format", "json", "--all-rows", "--no-cache"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["steps"]["delta_ps"] == 0 and d["noise"]["significant"] == 0, name
+        assert d["steps"]["noise"]["verdict"] in ("no change", "within noise", "no interval"), name
+        assert {p["noise"] for p in d["populations"]} <= {"no change", "within noise", "no interval"}, name
+
+
 def test_a_side_warning_names_its_file_once(tmp_path, shared_traces, capsys):
     """diff prefixed every side warning with the side's path, and a warning that names it
     already (a trace.json's 'no shapes' note, loose files in a folder) showed it twice."""

@@ -89,7 +89,8 @@ class StepDelta:
     ``module_*``: the module whose executions define the steps (None when the side has no
     module runs: one whole-trace step per device). ``method_*``: anatomy's method
     ("module", "trace", "markers"). ``steps_*``: every step found; ``step_ps_*``: the mean
-    over the ``window_steps_*`` steps of the step window ``window``
+    over the ``window_steps_*`` steps of the step window ``window`` of each step's time, its
+    slowest device's (:func:`~traceview.analysis.steps.stepstats.step_walls`)
     (:mod:`traceview.analysis.steps.stepstats`: "steady" leaves the outlier steps out).
     ``delta_ps`` = treatment − base; ``ratio`` = treatment / base (None when the base step is 0).
     """
@@ -502,14 +503,17 @@ def _kernel_changes(kb: pl.DataFrame, kt: pl.DataFrame) -> list[dict]:
 def _steps_tuple(a) -> tuple | None:
     """(module, steps, mean step ps over the window, method, steps in the window, window) of
     a step anatomy (None for None); steps are counted by step index (a step on 8 devices is
-    one step)."""
+    one step) and a step's time is its slowest device's (:func:`step_walls`, as the noise
+    samples and ``history``'s)."""
     if a is None:
         return None
     st = a.steps
     n_all = int(st["step"].n_unique()) if st.height else 0
-    n_win = (int(st.filter(pl.col("in_window"))["step"].n_unique()) if "in_window" in st.columns and st.height
-             else n_all)
-    return a.module, n_all, a.coverage.step_ps, a.method, n_win, a.window
+    win = st.filter(pl.col("in_window").fill_null(False)) if "in_window" in st.columns and st.height else st
+    n_win = int(win["step"].n_unique()) if win.height else 0
+    walls = step_walls(win) if win.height else np.zeros(0)
+    step_ps = float(walls.mean()) if walls.size else a.coverage.step_ps
+    return a.module, n_all, step_ps, a.method, n_win, a.window
 
 
 def _side_steps(prof, base, window: str = "steady") -> tuple | None:
