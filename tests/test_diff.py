@@ -610,6 +610,37 @@ def test_the_step_time_is_the_slowest_devices_per_step(shared_traces, capsys):
         assert {p["noise"] for p in d["populations"]} <= {"no change", "within noise", "no interval"}, name
 
 
+def test_the_noise_summary_counts_the_populations_of_one_side_only(tmp_path, capsys):
+    """diff topp_b4 greedy_b4: top-level noise.significant was 0 and the headline "0 of 31
+    matched ... changed beyond the noise" while 63 populations were significant: 61 vanished and
+    2 appeared. The JSON, text and HTML summaries count them; significant counts every
+    significant population, as DiffReport.significant() lists them."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    topp, greedy = str(fx / "topp_b4"), str(fx / "greedy_b4")
+    assert main(["diff", topp, greedy, "--format", "json", "--all-rows", "--no-cache"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    n = d["noise"]
+    assert {k: n[k] for k in ("compared", "significant_matched", "unknown", "vanished", "appeared", "significant")} \
+        == {"compared": 31, "significant_matched": 0, "unknown": 0, "vanished": 61, "appeared": 2, "significant": 63}
+    assert sum(p["significant"] is True for p in d["populations"]) == 63
+    assert d["counts"] == {"matched": 99, "appeared": 2, "vanished": 61}
+    line = next(x for x in d["summary"] if x.startswith("noise: 0 of 31"))
+    assert line.endswith("; 61 vanished and 2 appeared, significant: each ran in 2 or more samples of one side only")
+    rep = traceview.diff(traceview.load(topp), traceview.load(greedy))
+    assert rep.significant().height == 63 and rep.noise_counts()["significant"] == 63
+    assert main(["diff", topp, greedy, "--width", "400", "--no-cache"]) == 0
+    assert "changed beyond the noise" in (out := capsys.readouterr().out) and "; 61 vanished and 2 appeared" in out
+    page = tmp_path / "d.html"
+    assert main(["diff", topp, greedy, "-o", str(page), "--no-cache"]) == 0
+    assert "; 61 vanished and 2 appeared, significant" in page.read_text()
+    # nothing on one side only: no clause
+    assert main(["diff", greedy, greedy, "--format", "json", "--no-cache"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["noise"]["vanished"], d["noise"]["appeared"], d["noise"]["significant"]) == (0, 0, 0)
+    line = next(x for x in d["summary"] if x.startswith("noise: "))
+    assert "vanished" not in line and "appeared" not in line and line.endswith("~ marks a change within noise)")
+
+
 def test_a_side_warning_names_its_file_once(tmp_path, shared_traces, capsys):
     """diff prefixed every side warning with the side's path, and a warning that names it
     already (a trace.json's 'no shapes' note, loose files in a folder) showed it twice."""

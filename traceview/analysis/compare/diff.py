@@ -196,8 +196,25 @@ class DiffReport:
         return self.kernels.filter(pl.col("changes") != "")
 
     def significant(self) -> pl.DataFrame:
-        """Matched populations whose change is outside the noise."""
+        """Populations whose change is outside the noise: matched ones, and those that
+        appeared or vanished from at least :data:`MIN_PRESENT` samples of one side."""
         return self.populations.filter(pl.col("significant").fill_null(False))
+
+    def noise_counts(self) -> dict[str, int] | None:
+        """The noise verdicts counted (None without noise columns): ``compared`` (matched
+        populations with an interval), ``significant_matched`` (those beyond the noise),
+        ``unknown`` (their intervals excluding 1 against an unknown noise), ``vanished`` and
+        ``appeared`` (significant populations on one side only), ``significant`` (every
+        significant population: the last three added)."""
+        p = self.populations
+        if "significant" not in p.columns or "ratio_lo" not in p.columns:
+            return None
+        m = p.filter(pl.col("ratio_lo").is_not_null())
+        k = int(m["significant"].sum() or 0)
+        sig = p.filter(pl.col("significant").fill_null(False))
+        gone = {s: sig.filter(pl.col("status") == s).height for s in ("vanished", "appeared")}
+        return {"compared": m.height, "significant": k + gone["vanished"] + gone["appeared"],
+                "significant_matched": k, "unknown": int(m["significant"].is_null().sum()), **gone}
 
     def overhead_notes(self) -> pl.DataFrame:
         return self.populations.filter(pl.col("overhead_note") != "")
