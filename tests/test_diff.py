@@ -641,6 +641,33 @@ def test_the_noise_summary_counts_the_populations_of_one_side_only(tmp_path, cap
     assert "vanished" not in line and "appeared" not in line and line.endswith("~ marks a change within noise)")
 
 
+def test_an_op_inside_a_kernel_is_labelled_under_the_kernel(tmp_path, capsys):
+    """diff --expand-kernels labelled an op inside a kernel by its name alone: the RPAd
+    kernel's subtract_exponential_fusion row read as the sampler's. The text and HTML label
+    carry the kernel's identity, as JSON's stem does; an op outside a kernel keeps its name."""
+    from traceview.render.diff_terminal import population_label
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    argv = ["diff", str(fx / "topp_b4"), str(fx / "greedy_b4"), "--expand-kernels", "--all-rows", "--no-cache"]
+    assert main(argv + ["--format", "json"]) == 0
+    pops = json.loads(capsys.readouterr().out)["populations"]
+    sub = {p["stem"]: p for p in pops if "subtract_exponential_fusion" in (p["op_names_base"] or [])}
+    inside, outside = sub["RPAd-p_*-bq_*_*-bkv_*_*/subtract_exponential_fusion"], sub["subtract_exponential_fusion"]
+    assert population_label(inside) == "RPAd-p_*-bq_*_*-bkv_*_*/subtract_exponential_fusion, subtract_exponential_fusion.2"
+    assert population_label(outside) == "subtract_exponential_fusion" and outside["program"] == "jit_sample"
+    assert sum(population_label(p).startswith("RPAd-p_*-bq_*_*-bkv_*_*/") for p in pops) == 36
+    assert main(argv + ["--width", "400"]) == 0
+    text = capsys.readouterr().out
+    assert "│ RPAd-p_*-bq_*_*-bkv_*_*/subtract_exponential_fusion, subtract_exponential_fusion.2 " in text
+    page = tmp_path / "d.html"
+    assert main(argv + ["-o", str(page)]) == 0
+    assert "RPAd-p_*-bq_*_*-bkv_*_*/subtract_exponential_fusion, subtract_exponential_fusion.2" in page.read_text()
+    # folded (the default), the kernel is one row labelled by its name
+    assert main(argv[:3] + ["--all-rows", "--no-cache", "--format", "json"]) == 0
+    k = [p for p in json.loads(capsys.readouterr().out)["populations"] if p["kind"] == "kernel"]
+    assert [population_label(p) for p in k] == ["RPAd-p_16-bq_1_1-bkv_128_128"]
+
+
 def test_a_side_warning_names_its_file_once(tmp_path, shared_traces, capsys):
     """diff prefixed every side warning with the side's path, and a warning that names it
     already (a trace.json's 'no shapes' note, loose files in a folder) showed it twice."""
