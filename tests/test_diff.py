@@ -336,11 +336,43 @@ def test_the_same_recording_twice_on_a_side_is_refused(tmp_path, capsys):
     greedy, nodonate = str(fx / "greedy_b4"), str(fx / "nodonate_b4")
     copy = tmp_path / "greedy_copy"
     shutil.copytree(greedy, copy)
-    for base in ([greedy, greedy], [greedy, str(copy)]):
+    for base, why in (([greedy, greedy], "is given twice to --base"), ([greedy, str(copy)], "are the same recording")):
         assert main(["diff", "--base", *base, "--treatment", nodonate, "--no-cache"]) == 2
         err = capsys.readouterr().err
-        assert "are the same recording" in err and "greedy_b4" in err and "Traceback" not in err
+        assert why in err and "greedy_b4" in err and "Traceback" not in err
     assert main(["diff", "--base", greedy, str(fx / "topp_b4"), "--treatment", nodonate, "--no-cache"]) == 0
+
+
+def test_repeated_base_and_treatment_flags_pool(shared_traces, capsys):
+    """--base A --base B --treatment C used B alone (argparse kept the last flag), A silently
+    dropped; repeated flags add up and pool as --base A B does, a path given twice to one side
+    is a usage error naming it, and the pooling refusal (other hardware) applies to repeats."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    g4, g8, topp, nodonate = (str(fx / n) for n in ("greedy_b4", "greedy_b8", "topp_b4", "nodonate_b4"))
+    outs = []
+    for argv in (["--base", g4, "--base", g8, "--treatment", topp], ["--base", g4, g8, "--treatment", topp]):
+        assert main(["diff", *argv, "--format", "json", "--all-rows", "--no-cache"]) == 0
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0] == outs[1]
+    d = outs[0]
+    assert "greedy_b4" in d["base"] and "greedy_b8" in d["base"]
+    assert d["noise"]["run_to_run"]["recordings"] == [2, 1]
+    assert d["counts"] == {"matched": 99, "appeared": 61, "vanished": 30}
+    # pooled, a vanished population's samples are one array per recording: each counted
+    assert sum(p["noise"] == "significant (vanished)" for p in d["populations"]) == 30
+    assert main(["diff", "--base", g4, "--treatment", topp, "--treatment", nodonate, "--format", "json",
+                 "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["noise"]["run_to_run"]["recordings"] == [1, 2]
+    for argv in (["--base", g4, "--base", g4 + "/", "--treatment", topp],
+                 ["--base", g4, "--treatment", topp, "--treatment", topp]):
+        assert main(["diff", *argv, "--no-cache"]) == 2
+        err = capsys.readouterr().err
+        flag = "--base" if argv.count("--base") == 2 else "--treatment"
+        assert f"is given twice to {flag}" in err and ("greedy_b4" in err or "topp_b4" in err), err
+    tpu, gemm = (str(shared_traces / f) for f in ("tpu_v6e_4chip_psum.xplane.pb", "mi300x_jax_gemm_sweep.xplane.pb"))
+    assert main(["diff", "--base", tpu, "--base", gemm, "--treatment", topp, "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot pool" in err and "tpu_v6e_4chip_psum" in err and "mi300x_jax_gemm_sweep" in err
 
 
 def test_a_device_filter_that_matches_nothing_is_refused(capsys):
@@ -516,6 +548,124 @@ def test_a_diff_across_hardware_or_step_definitions_says_so(shared_traces, capsy
     html = page.read_text()
     assert "the sides ran on different hardware: 1 x CPU (base) vs 1 x AMD GPU (treatment)" in html
     assert "step markers (base) vs executions of jit_matmul (treatment)" in html
+
+
+def test_a_treatment_takes_its_own_steps_when_the_bases_program_is_not_in_it(shared_traces, capsys):
+    """diff TPU-psum greedy_b4 stepped the treatment by jit_prefill_t32 (8.129 ms x3, the base's
+    jit_f not running in it) where analyze, and greedy_b4 as the base, find its step markers
+    (2.893 ms x3): a treatment whose steps are of another kind than the base's, or that does not
+    run the base's step program, takes the steps analyze finds in it, and the note says so."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    greedy = str(fx / "greedy_b4")
+    tpu, att, gemm = (str(shared_traces / f) for f in ("tpu_v6e_4chip_psum.xplane.pb", "mi300x_jax_attention.xplane.pb",
+                                                        "mi300x_jax_gemm_sweep.xplane.pb"))
+
+    def steps(a, b):
+        assert main(["diff", a, b, "--format", "json", "--top", "1", "--no-cache"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        return d["steps"], d["notes"]
+
+    as_base, _ = steps(greedy, att)
+    assert (as_base["method_base"], as_base["steps_base"], as_base["module_base"]) == ("markers", 3, None)
+    assert as_base["step_ps_base"] == pytest.approx(2.893185e9)
+    for base, mod in ((tpu, "jit_f"), (att, "jit_matmul")):
+        st, ns = steps(base, greedy)
+        assert (st["method_base"], st["module_base"]) == ("module", mod)
+        assert (st["method_treatment"], st["steps_treatment"], st["module_treatment"]) == ("markers", 3, None)
+        assert st["step_ps_treatment"] == as_base["step_ps_base"]
+        assert f"the sides' steps were found differently: executions of {mod} (base) vs step markers (treatment): " \
+               "each side's steps are those analyze finds in it" in "\n".join(ns)
+    st, ns = steps(tpu, gemm)  # both stepped by a module, the base's not in the treatment: its own dominant one
+    assert (st["module_treatment"], st["steps_treatment"]) == ("jit_dot", 18)
+    assert "different step programs (jit_f does not run in the treatment, whose steps are those analyze finds " \
+           "in it)" in "\n".join(ns)
+
+
+def test_the_step_time_is_the_slowest_devices_per_step(shared_traces, capsys):
+    """diff v6e v6e gave a step time of 784.133 ms, the mean over the 400 device-steps of the 4
+    chips, while its noise samples (median 784.338 ms) and history take per step index the
+    slowest chip's: the headline is the mean of those per-step walls too (as history's window).
+    The self-diff of each shared trace still reads no change."""
+    from traceview.analysis import derived
+    from traceview.analysis.steps.stepstats import step_walls
+
+    path = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
+    assert main(["diff", str(path), str(path), "--format", "json", "--no-cache"]) == 0
+    st = json.loads(capsys.readouterr().out)["steps"]
+    a = derived.step_anatomy(traceview.load(str(path)), None)
+    win = a.steps.filter(pl.col("in_window"))
+    walls = step_walls(win)
+    assert (win.height, walls.size, st["window_steps_base"]) == (400, 100, 100)
+    assert round(st["step_ps_base"] / 1e9, 3) == round(float(walls.mean()) / 1e9, 3) == 784.266
+    assert round(a.coverage.step_ps / 1e9, 3) == 784.133  # the mean over every chip's copy: not a step time
+    assert st["step_ps_treatment"] == st["step_ps_base"] and st["delta_ps"] == 0
+    assert round(st["noise"]["median_base"] / 1e9, 3) == 784.338 and st["noise"]["verdict"] == "no change"
+    for name in ("mi300x_jax_attention.xplane.pb", "mi300x_jax_conv3d.xplane.pb", "mi300x_jax_gemm_sweep.xplane.pb",
+                 "tpu_v6e_pallas_matmul_llo.xplane.pb", "vllm_tpu_qwen"):
+        f = str(shared_traces / name)
+        assert main(["diff", f, f, "--format", "json", "--all-rows", "--no-cache"]) == 0
+        d = json.loads(capsys.readouterr().out)
+        assert d["steps"]["delta_ps"] == 0 and d["noise"]["significant"] == 0, name
+        assert d["steps"]["noise"]["verdict"] in ("no change", "within noise", "no interval"), name
+        assert {p["noise"] for p in d["populations"]} <= {"no change", "within noise", "no interval"}, name
+
+
+def test_the_noise_summary_counts_the_populations_of_one_side_only(tmp_path, capsys):
+    """diff topp_b4 greedy_b4: top-level noise.significant was 0 and the headline "0 of 31
+    matched ... changed beyond the noise" while 63 populations were significant: 61 vanished and
+    2 appeared. The JSON, text and HTML summaries count them; significant counts every
+    significant population, as DiffReport.significant() lists them."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    topp, greedy = str(fx / "topp_b4"), str(fx / "greedy_b4")
+    assert main(["diff", topp, greedy, "--format", "json", "--all-rows", "--no-cache"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    n = d["noise"]
+    assert {k: n[k] for k in ("compared", "significant_matched", "unknown", "vanished", "appeared", "significant")} \
+        == {"compared": 31, "significant_matched": 0, "unknown": 0, "vanished": 61, "appeared": 2, "significant": 63}
+    assert sum(p["significant"] is True for p in d["populations"]) == 63
+    assert d["counts"] == {"matched": 99, "appeared": 2, "vanished": 61}
+    line = next(x for x in d["summary"] if x.startswith("noise: 0 of 31"))
+    assert line.endswith("; 61 vanished and 2 appeared, significant: each ran in 2 or more samples of one side only")
+    rep = traceview.diff(traceview.load(topp), traceview.load(greedy))
+    assert rep.significant().height == 63 and rep.noise_counts()["significant"] == 63
+    assert main(["diff", topp, greedy, "--width", "400", "--no-cache"]) == 0
+    assert "changed beyond the noise" in (out := capsys.readouterr().out) and "; 61 vanished and 2 appeared" in out
+    page = tmp_path / "d.html"
+    assert main(["diff", topp, greedy, "-o", str(page), "--no-cache"]) == 0
+    assert "; 61 vanished and 2 appeared, significant" in page.read_text()
+    # nothing on one side only: no clause
+    assert main(["diff", greedy, greedy, "--format", "json", "--no-cache"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["noise"]["vanished"], d["noise"]["appeared"], d["noise"]["significant"]) == (0, 0, 0)
+    line = next(x for x in d["summary"] if x.startswith("noise: "))
+    assert "vanished" not in line and "appeared" not in line and line.endswith("~ marks a change within noise)")
+
+
+def test_an_op_inside_a_kernel_is_labelled_under_the_kernel(tmp_path, capsys):
+    """diff --expand-kernels labelled an op inside a kernel by its name alone: the RPAd
+    kernel's subtract_exponential_fusion row read as the sampler's. The text and HTML label
+    carry the kernel's identity, as JSON's stem does; an op outside a kernel keeps its name."""
+    from traceview.render.diff_terminal import population_label
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    argv = ["diff", str(fx / "topp_b4"), str(fx / "greedy_b4"), "--expand-kernels", "--all-rows", "--no-cache"]
+    assert main(argv + ["--format", "json"]) == 0
+    pops = json.loads(capsys.readouterr().out)["populations"]
+    sub = {p["stem"]: p for p in pops if "subtract_exponential_fusion" in (p["op_names_base"] or [])}
+    inside, outside = sub["RPAd-p_*-bq_*_*-bkv_*_*/subtract_exponential_fusion"], sub["subtract_exponential_fusion"]
+    assert population_label(inside) == "RPAd-p_*-bq_*_*-bkv_*_*/subtract_exponential_fusion, subtract_exponential_fusion.2"
+    assert population_label(outside) == "subtract_exponential_fusion" and outside["program"] == "jit_sample"
+    assert sum(population_label(p).startswith("RPAd-p_*-bq_*_*-bkv_*_*/") for p in pops) == 36
+    assert main(argv + ["--width", "400"]) == 0
+    text = capsys.readouterr().out
+    assert "│ RPAd-p_*-bq_*_*-bkv_*_*/subtract_exponential_fusion, subtract_exponential_fusion.2 " in text
+    page = tmp_path / "d.html"
+    assert main(argv + ["-o", str(page)]) == 0
+    assert "RPAd-p_*-bq_*_*-bkv_*_*/subtract_exponential_fusion, subtract_exponential_fusion.2" in page.read_text()
+    # folded (the default), the kernel is one row labelled by its name
+    assert main(argv[:3] + ["--all-rows", "--no-cache", "--format", "json"]) == 0
+    k = [p for p in json.loads(capsys.readouterr().out)["populations"] if p["kind"] == "kernel"]
+    assert [population_label(p) for p in k] == ["RPAd-p_16-bq_1_1-bkv_128_128"]
 
 
 def test_a_side_warning_names_its_file_once(tmp_path, shared_traces, capsys):

@@ -21,11 +21,11 @@ def add_parser(sub) -> None:
                               "traced events (e.g. a smaller kernel block) pays more tracing overhead")
     d.add_argument("base", nargs="?", type=cargs.path_arg, help="trace file or folder of the base (before) profile")
     d.add_argument("treatment", nargs="?", type=cargs.path_arg, help="trace file or folder of the treatment (after) profile")
-    d.add_argument("--base", dest="base_paths", nargs="+", type=cargs.path_arg, metavar="PATH",
+    d.add_argument("--base", dest="base_paths", action="extend", nargs="+", type=cargs.path_arg, metavar="PATH",
                    help="several base profiles (recordings of one configuration), pooled; with --treatment, "
-                        "instead of the two positional paths")
-    d.add_argument("--treatment", dest="treatment_paths", nargs="+", type=cargs.path_arg, metavar="PATH",
-                   help="several treatment profiles, pooled (see --base)")
+                        "instead of the two positional paths; repeated, the paths add up")
+    d.add_argument("--treatment", dest="treatment_paths", action="extend", nargs="+", type=cargs.path_arg,
+                   metavar="PATH", help="several treatment profiles, pooled (see --base)")
     d.add_argument("--noise-level", type=cargs.positive_float, default=0.95, metavar="P",
                    help="confidence level of the noise intervals, in (0, 1) (default 0.95): a change whose "
                         "rank interval reaches into the run-to-run noise (measured from several recordings a "
@@ -123,9 +123,24 @@ def naming_side(err: TraceviewError, path) -> TraceviewError:
     return type(err)(err.fault, path=str(path))
 
 
+def _refuse_repeats(flag: str, paths: list[str]) -> None:
+    """UsageError naming a path given twice to ``flag``: one recording pooled with itself
+    would pass for a second recording and fake the sample size."""
+    import os
+
+    seen: set[str] = set()
+    for p in paths:
+        key = os.path.realpath(p)
+        if key in seen:
+            raise UsageError(f"{safe_line(p)} is given twice to {flag}: give each recording once (one recording "
+                             "counted twice would pass for two and fake the sample size)")
+        seen.add(key)
+
+
 def side_paths(args) -> tuple[list[str], list[str]]:
     """The base and treatment paths: the two positional paths, or ``--base`` and
-    ``--treatment`` (one or more each). Raises UsageError for a mix or a missing side."""
+    ``--treatment`` (one or more each, repeated flags adding up). Raises UsageError for a mix,
+    a missing side or a path given twice to one side (one recording counted twice)."""
     pos = [p for p in (args.base, args.treatment) if p is not None]
     many = args.base_paths is not None or args.treatment_paths is not None
     if many:
@@ -133,6 +148,8 @@ def side_paths(args) -> tuple[list[str], list[str]]:
             raise UsageError("give BASE TREATMENT or --base PATH... --treatment PATH..., not both")
         if not args.base_paths or not args.treatment_paths:
             raise UsageError("--base and --treatment go together: give one or more paths to each")
+        for flag, paths in (("--base", args.base_paths), ("--treatment", args.treatment_paths)):
+            _refuse_repeats(flag, paths)
         return list(args.base_paths), list(args.treatment_paths)
     if len(pos) != 2:
         raise UsageError("diff needs two profiles: BASE TREATMENT (or --base PATH... --treatment PATH...)")

@@ -28,19 +28,20 @@ def summary_lines(d) -> list[str]:
             lines.append(f"median step {change_text(c)} "
                          f"({c.level:.0%} interval, {c.method}{against})")
     level = getattr(d, "noise_level", None)
-    if level is not None and "significant" in d.populations.columns:
-        m = d.populations.filter(d.populations["ratio_lo"].is_not_null())
-        k = int(m["significant"].sum() or 0)
+    c = d.noise_counts() if level is not None else None
+    if c is not None:
+        n, k, u = c["compared"], c["significant_matched"], c["unknown"]
         ns = getattr(d, "run_noise", None)
+        gone = _gone_text(c)
         if ns is not None and getattr(ns, "source", "") == "unknown":
-            u = int(m["significant"].is_null().sum())
-            lines.append(f"noise: {ns.text}: of the {m.height} matched populations with an interval, "
-                         f"{m.height - u} contain no change (~, not significant) and {u} exclude it "
-                         f"(?, significance unknown)")
+            lines.append(f"noise: {ns.text}: of the {n} matched populations with an interval, "
+                         f"{n - u} contain no change (~, not significant) and {u} exclude it "
+                         f"(?, significance unknown){gone}")
         else:
             src = f" against the run-to-run noise, {ns.text}" if ns is not None and getattr(ns, "text", "") else ""
-            lines.append(f"noise: {k} of {m.height} matched populations with an interval changed beyond the noise "
-                         f"({level:.0%} rank interval of the self time per step{src}; ~ marks a change within noise)")
+            lines.append(f"noise: {k} of {n} matched populations with an interval changed beyond the noise "
+                         f"({level:.0%} rank interval of the self time per step{src}; ~ marks a change within noise)"
+                         f"{gone}")
         if ns is not None and getattr(ns, "too_few", 0):
             lines.append(f"noise: {ns.too_few} matched populations have too few samples for an interval: "
                          f"record up to {ns.more_samples} more a side (steps; occurrences for a population outside the "
@@ -50,6 +51,18 @@ def summary_lines(d) -> list[str]:
                      f"({', '.join(r['names_base'])} -> {', '.join(r['names_treatment'])})")
     return lines
 
+
+
+def _gone_text(c: dict) -> str:
+    """The significant populations on one side only, as the noise line's last clause ("; 61
+    vanished and 2 appeared, significant: each ran in 2 or more samples of one side only");
+    "" when none."""
+    from traceview.analysis.compare.diff import MIN_PRESENT
+
+    parts = [f"{c[s]} {s}" for s in ("vanished", "appeared") if c[s]]
+    if not parts:
+        return ""
+    return f"; {' and '.join(parts)}, significant: each ran in {MIN_PRESENT} or more samples of one side only"
 
 
 def _steps_of(module, method) -> str:

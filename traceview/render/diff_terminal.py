@@ -27,16 +27,22 @@ def _names(names: list | None, n: int = 2) -> str:
 
 def population_label(r: dict) -> str:
     """A short label for one diff row: the kernel identity, or ``stem`` (else the kind) with
-    the base → treatment XLA names when they differ."""
+    the base → treatment XLA names when they differ; an op inside a kernel (``--expand-kernels``)
+    under the kernel's identity (``RPAd-p_*-bq_*_*-bkv_*_*/fusion``), told from an op of that
+    name outside it."""
     if r["kind"] == "kernel":
         kb, kt = r.get("kernels_base") or [], r.get("kernels_treatment") or []
         if kb and kt and kb != kt:
             return f"{_names(kb, 1)} → {_names(kt, 1)}"
         return _names(kb or kt, 1) or r["stem"]
+    inside = ""
+    if r.get("is_kernel") and r.get("stem"):  # an op of a kernel: its stem is "KERNEL_ID/op" (or KERNEL_ID)
+        inside = r["stem"].split("/", 1)[0] + "/"
     nb, nt = r.get("op_names_base") or [], r.get("op_names_treatment") or []
     if nb and nt and nb != nt:
-        return f"{_names(nb, 1)} → {_names(nt, 1)}"
-    return _names(nb or nt, 2) or r["stem"] or r["kind"]
+        return f"{inside}{_names(nb, 1)} → {_names(nt, 1)}"
+    names = _names(nb or nt, 2)
+    return f"{inside}{names}" if names else r["stem"] or r["kind"]
 
 
 def short_shape(shape: str | None, n: int = 90) -> str:

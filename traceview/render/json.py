@@ -300,15 +300,15 @@ def diff_payload(d, top: int | None = None, all_rows: bool = False) -> dict:
 
 
 def _diff_noise(d) -> dict | None:
-    """The diff's noise summary: level, populations compared (matched with an interval),
-    flagged (outside the noise) and unknown (an interval excluding 1 against an unknown noise)."""
+    """The diff's noise summary: level, the counts of :meth:`DiffReport.noise_counts` (matched
+    populations compared and flagged, unknown, significant vanished and appeared ones, every
+    significant one) and the run-to-run band."""
     level = getattr(d, "noise_level", None)
-    if level is None or "ratio_lo" not in d.populations.columns:
+    c = d.noise_counts() if level is not None else None
+    if c is None:
         return None
-    m = d.populations.filter(d.populations["ratio_lo"].is_not_null())
     rn = getattr(d, "run_noise", None)
-    return {"level": level, "compared": m.height, "significant": int(m["significant"].sum() or 0),
-            "unknown": int(m["significant"].is_null().sum()), "run_to_run": None if rn is None else rn.to_dict()}
+    return {"level": level, **c, "run_to_run": None if rn is None else rn.to_dict()}
 
 
 def diff_json(d, top: int | None = None, all_rows: bool = False) -> str:

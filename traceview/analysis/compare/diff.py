@@ -23,9 +23,10 @@ Everything else is ``appeared`` (treatment only) or ``vanished`` (base only).
 Reported: per population the occurrence and self-time deltas; populations that appeared or
 vanished; populations whose direct source file changed (:mod:`traceview.analysis.ops.sources`);
 kernels whose configuration changed; op families (:mod:`traceview.analysis.ops.families`);
-module executions; the step-time delta (:func:`traceview.analysis.steps.anatomy` on the
-base's dominant module and the treatment's module of the same name, after configuration
-substitution; else each side's dominant module). Profiling-overhead notes: a population whose
+module executions; the step-time delta (:func:`traceview.analysis.steps.anatomy`: each side's
+steps as ``analyze`` finds them, step markers else the dominant module; a treatment stepped by
+a module, as the base is, takes the base's module when it runs it, found by name after
+configuration substitution). Profiling-overhead notes: a population whose
 traced event count differs by ``overhead_factor`` (default 4) or more between the sides gets a
 note that per-event tracing overhead may distort the comparison of its timing — throughput is
 never to be quoted from a profiled run.
@@ -88,7 +89,8 @@ class StepDelta:
     ``module_*``: the module whose executions define the steps (None when the side has no
     module runs: one whole-trace step per device). ``method_*``: anatomy's method
     ("module", "trace", "markers"). ``steps_*``: every step found; ``step_ps_*``: the mean
-    over the ``window_steps_*`` steps of the step window ``window``
+    over the ``window_steps_*`` steps of the step window ``window`` of each step's time, its
+    slowest device's (:func:`~traceview.analysis.steps.stepstats.step_walls`)
     (:mod:`traceview.analysis.steps.stepstats`: "steady" leaves the outlier steps out).
     ``delta_ps`` = treatment − base; ``ratio`` = treatment / base (None when the base step is 0).
     """
@@ -194,8 +196,25 @@ class DiffReport:
         return self.kernels.filter(pl.col("changes") != "")
 
     def significant(self) -> pl.DataFrame:
-        """Matched populations whose change is outside the noise."""
+        """Populations whose change is outside the noise: matched ones, and those that
+        appeared or vanished from at least :data:`MIN_PRESENT` samples of one side."""
         return self.populations.filter(pl.col("significant").fill_null(False))
+
+    def noise_counts(self) -> dict[str, int] | None:
+        """The noise verdicts counted (None without noise columns): ``compared`` (matched
+        populations with an interval), ``significant_matched`` (those beyond the noise),
+        ``unknown`` (their intervals excluding 1 against an unknown noise), ``vanished`` and
+        ``appeared`` (significant populations on one side only), ``significant`` (every
+        significant population: the last three added)."""
+        p = self.populations
+        if "significant" not in p.columns or "ratio_lo" not in p.columns:
+            return None
+        m = p.filter(pl.col("ratio_lo").is_not_null())
+        k = int(m["significant"].sum() or 0)
+        sig = p.filter(pl.col("significant").fill_null(False))
+        gone = {s: sig.filter(pl.col("status") == s).height for s in ("vanished", "appeared")}
+        return {"compared": m.height, "significant": k + gone["vanished"] + gone["appeared"],
+                "significant_matched": k, "unknown": int(m["significant"].is_null().sum()), **gone}
 
     def overhead_notes(self) -> pl.DataFrame:
         return self.populations.filter(pl.col("overhead_note") != "")
@@ -304,7 +323,8 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
          expand_kernels: bool = False) -> DiffSide:
     """The :class:`DiffSide` of ``prof`` (anything with ``table``, ``module_runs`` and
     ``traces``). ``base``: the base's side when ``prof`` is the treatment (its step module is
-    the base's, after configuration substitution). ``tagged``: its
+    the base's, after configuration substitution, when both are stepped by a module and the
+    treatment runs it; else its own steps). ``tagged``: its
     :func:`~traceview.analysis.ops.tagged.tag` result made with ``rules``, when the caller has it.
     ``step_window``: the steps the step time is the mean of (:mod:`traceview.analysis.steps.stepstats`).
     ``expand_kernels``: each op of a named kernel is its own population
@@ -500,14 +520,17 @@ def _kernel_changes(kb: pl.DataFrame, kt: pl.DataFrame) -> list[dict]:
 def _steps_tuple(a) -> tuple | None:
     """(module, steps, mean step ps over the window, method, steps in the window, window) of
     a step anatomy (None for None); steps are counted by step index (a step on 8 devices is
-    one step)."""
+    one step) and a step's time is its slowest device's (:func:`step_walls`, as the noise
+    samples and ``history``'s)."""
     if a is None:
         return None
     st = a.steps
     n_all = int(st["step"].n_unique()) if st.height else 0
-    n_win = (int(st.filter(pl.col("in_window"))["step"].n_unique()) if "in_window" in st.columns and st.height
-             else n_all)
-    return a.module, n_all, a.coverage.step_ps, a.method, n_win, a.window
+    win = st.filter(pl.col("in_window").fill_null(False)) if "in_window" in st.columns and st.height else st
+    n_win = int(win["step"].n_unique()) if win.height else 0
+    walls = step_walls(win) if win.height else np.zeros(0)
+    step_ps = float(walls.mean()) if walls.size else a.coverage.step_ps
+    return a.module, n_all, step_ps, a.method, n_win, a.window
 
 
 def _side_steps(prof, base, window: str = "steady") -> tuple | None:
@@ -517,27 +540,29 @@ def _side_steps(prof, base, window: str = "steady") -> tuple | None:
 
 def _step_anatomy(prof, base, window: str = "steady") -> "steps.StepAnatomy | None":
     """``prof``'s step anatomy over ``window``: the one ``analyze`` shows (step markers when the
-    trace has them, else its dominant module); for a treatment (``base`` = (base side, value
-    map)) the base's kind of step: markers when the base's steps are markers and the treatment
-    has them, else the base's module, found by name after configuration substitution, else its
-    own dominant module. None when the anatomy fails on the trace."""
+    trace has them, else its dominant module). For a treatment (``base`` = (base side, value
+    map)) whose own steps are a module's, as the base's are: the base's module, found by name
+    after configuration substitution, when the treatment runs it; else (no such module, or
+    steps of another kind on the two sides: markers against a module) its own, as ``analyze``
+    finds them. None when the anatomy fails on the trace."""
     runs = as_runs(prof.runs if hasattr(prof, "runs") else prof.module_runs)
     try:
-        if base is None or (base[0].steps is not None and base[0].steps[3] == "markers"):
-            # the steps analyze shows (step markers when the trace has them, else the dominant
-            # module): a diff's step line is about the same steps
-            a = derived.step_anatomy(prof, None, window=window)
-            if base is None or a.method == "markers":
-                return a
-        mod = None
-        if base is not None:
-            b, vmap = base
-            mb = b.steps[0] if b.steps is not None else None
-            if mb and runs is not None and runs.height:
-                names = list(steps._run_modules(runs, [runs.runs["key"]]))
-                mod = mb if mb in names else next((m for m in names if _subst(m, vmap) == mb), None)
-        if mod is None:
-            mod = steps.dominant_module(prof.table, runs)
+        own = derived.step_anatomy(prof, None, window=window)
+    except TraceviewError:
+        own = None
+    if base is None or (own is not None and own.method == "markers"):
+        return own
+    b, vmap = base
+    if b.steps is None or b.steps[3] == "markers" or not b.steps[0] or runs is None or not runs.height:
+        return own  # steps of another kind than the treatment's own: its own
+    mb = b.steps[0]
+    names = list(steps._run_modules(runs, [runs.runs["key"]]))
+    mod = mb if mb in names else next((m for m in names if _subst(m, vmap) == mb), None)
+    if mod is None:  # the base's step program does not run in the treatment: its own steps
+        return own
+    if own is not None and own.module == mod:
+        return own
+    try:
         return steps.anatomy(prof.table, runs, module=mod, window=window)
     except TraceviewError:
         return None
@@ -749,8 +774,8 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     db, dt = step_definition(base.steps), step_definition(treatment.steps)
     if db is not None and dt is not None and db[0] != dt[0]:
         notes.append(f"the sides' steps were found differently: {step_definition_text(base.steps)} (base) vs "
-                     f"{step_definition_text(treatment.steps)} (treatment): the step time and the per-step changes "
-                     "compare different step definitions")
+                     f"{step_definition_text(treatment.steps)} (treatment): each side's steps are those analyze "
+                     "finds in it; the step time and the per-step changes compare different step definitions")
     over = joined.filter(pl.col("overhead_note") != "")
     for r in over.head(5).iter_rows(named=True):
         what = r["stem"] if r["kind"] == "kernel" else f"{r['stem'] or r['kind']} {r['shape']}"
@@ -767,7 +792,8 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     if step is not None and step.module_base and step.module_treatment and step.module_base != step.module_treatment \
             and _subst(step.module_treatment, vmap) != step.module_base:
         notes.append(f"steps are executions of {step.module_base} (base) and {step.module_treatment} (treatment): "
-                     f"different step programs, the step time and the per-step changes compare different step "
+                     f"different step programs ({step.module_base} does not run in the treatment, whose steps are "
+                     f"those analyze finds in it); the step time and the per-step changes compare different step "
                      f"definitions")
     coll = None
     if getattr(base, "communication", None) is not None and getattr(treatment, "communication", None) is not None:
@@ -877,7 +903,9 @@ def _with_noise(joined: pl.DataFrame, sb: "Samples | None", st: "Samples | None"
                 row.update(significant=False, samples=None if a is None or b is None else f"{a[0]} / {b[0]}")
         elif i in gone:
             status, xs = gone[i]
-            n = 0 if xs is None else int(np.count_nonzero(np.asarray(xs) > 0))
+            # pooled: a list of the recordings' arrays (of different lengths), each counted
+            n = 0 if xs is None else sum(int(np.count_nonzero(np.asarray(x) > 0))
+                                         for x in (xs if isinstance(xs, list) else [xs]))
             # ran with time in at least MIN_PRESENT samples of one side and never on the other: not
             # run-to-run noise (an op does not skip every step of a recording by chance)
             if n >= MIN_PRESENT:
