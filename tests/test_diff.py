@@ -373,6 +373,18 @@ def test_repeated_base_and_treatment_flags_pool(shared_traces, capsys):
     assert main(["diff", "--base", tpu, "--base", gemm, "--treatment", topp, "--no-cache"]) == 2
     err = capsys.readouterr().err
     assert "cannot pool" in err and "tpu_v6e_4chip_psum" in err and "mi300x_jax_gemm_sweep" in err
+    # greedy (KV block 128) pooled with hostmask (64) is not one configuration: pooled, but said; and
+    # greedy_b4 on both sides is said too (an A/A diff of the same paths is not)
+    hostmask = str(fx / "hostmask_b4")
+    assert main(["diff", "--base", g4, hostmask, "--treatment", g4, nodonate, "--format", "json", "--no-cache"]) == 0
+    notes = json.loads(capsys.readouterr().out)["notes"]
+    mixed = [n for n in notes if n.startswith("base: the pooled recordings are not one configuration: ")]
+    assert len(mixed) == 1 and "(RPAd-p_16-bq_1_1-bkv_128_128) vs " in mixed[0] and "(RPAd-p_16-bq_1_1-bkv_64_64)" in mixed[0]
+    assert not [n for n in notes if n.startswith("treatment: the pooled")]  # greedy and nodonate: both bkv 128
+    both = [n for n in notes if " is on both sides: " in n]
+    assert len(both) == 1 and both[0].startswith(f"{g4}/plugins/profile/") and "engine-cpu.xplane.pb" in both[0]
+    assert main(["diff", g4, g4, "--format", "json", "--no-cache"]) == 0
+    assert not [n for n in json.loads(capsys.readouterr().out)["notes"] if "both sides" in n or "pooled" in n]
 
 
 def test_a_device_filter_that_matches_nothing_is_refused(capsys):
@@ -625,14 +637,14 @@ def test_the_noise_summary_counts_the_populations_of_one_side_only(tmp_path, cap
     assert sum(p["significant"] is True for p in d["populations"]) == 63
     assert d["counts"] == {"matched": 99, "appeared": 2, "vanished": 61}
     line = next(x for x in d["summary"] if x.startswith("noise: 0 of 31"))
-    assert line.endswith("; 61 vanished and 2 appeared, significant: each ran in 2 or more samples of one side only")
+    assert line.endswith("; 61 vanished and 2 appeared are significant: each ran in 2 or more samples of one side only")
     rep = traceview.diff(traceview.load(topp), traceview.load(greedy))
     assert rep.significant().height == 63 and rep.noise_counts()["significant"] == 63
     assert main(["diff", topp, greedy, "--width", "400", "--no-cache"]) == 0
     assert "changed beyond the noise" in (out := capsys.readouterr().out) and "; 61 vanished and 2 appeared" in out
     page = tmp_path / "d.html"
     assert main(["diff", topp, greedy, "-o", str(page), "--no-cache"]) == 0
-    assert "; 61 vanished and 2 appeared, significant" in page.read_text()
+    assert "; 61 vanished and 2 appeared are significant" in page.read_text()
     # nothing on one side only: no clause
     assert main(["diff", greedy, greedy, "--format", "json", "--no-cache"]) == 0
     d = json.loads(capsys.readouterr().out)

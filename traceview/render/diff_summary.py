@@ -32,7 +32,7 @@ def summary_lines(d) -> list[str]:
     if c is not None:
         n, k, u = c["compared"], c["significant_matched"], c["unknown"]
         ns = getattr(d, "run_noise", None)
-        gone = _gone_text(c)
+        gone = _gone_text(c, d.counts())
         if ns is not None and getattr(ns, "source", "") == "unknown":
             lines.append(f"noise: {ns.text}: of the {n} matched populations with an interval, "
                          f"{n - u} contain no change (~, not significant) and {u} exclude it "
@@ -53,16 +53,21 @@ def summary_lines(d) -> list[str]:
 
 
 
-def _gone_text(c: dict) -> str:
-    """The significant populations on one side only, as the noise line's last clause ("; 61
-    vanished and 2 appeared, significant: each ran in 2 or more samples of one side only");
-    "" when none."""
+def _gone_text(c: dict, total: dict) -> str:
+    """The populations on one side only, as the noise line's last clause: how many of the
+    vanished and appeared (``total``: :meth:`DiffReport.counts`) are significant ("; 4 of 5
+    vanished and 88 of 101 appeared are significant: each ran in 2 or more samples of one side
+    only"; "61 vanished" when all are); "" when none is."""
     from traceview.analysis.compare.diff import MIN_PRESENT
 
-    parts = [f"{c[s]} {s}" for s in ("vanished", "appeared") if c[s]]
+    parts = [f"{c[s]} {s}" if c[s] == total.get(s, c[s]) else f"{c[s]} of {total[s]} {s}"
+             for s in ("vanished", "appeared") if c[s]]
     if not parts:
         return ""
-    return f"; {' and '.join(parts)}, significant: each ran in {MIN_PRESENT} or more samples of one side only"
+    verb = "is" if len(parts) == 1 and c["vanished"] + c["appeared"] == 1 else "are"
+    few = sum(total.get(s, 0) - c[s] for s in ("vanished", "appeared"))
+    return (f"; {' and '.join(parts)} {verb} significant: each ran in {MIN_PRESENT} or more samples of one side only"
+            + (f" ({few} more on one side only ran in fewer)" if few else ""))
 
 
 def _steps_of(module, method) -> str:

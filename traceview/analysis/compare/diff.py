@@ -286,6 +286,14 @@ def _changes_text(ch: dict) -> str:
                      f"{format_config_value(b) if b is not None else '-'}" for k, (a, b) in ch.items())
 
 
+def _recording_files(label: str) -> dict:
+    """{real path: path as the label shows it} of the trace files a side's label names (its
+    recordings' files, joined by " + " and ", "); empty for labels that are not files."""
+    import os
+
+    return {os.path.realpath(f): f for part in label.split(" + ") for f in part.split(", ") if f and os.path.isfile(f)}
+
+
 @dataclass
 class DiffSide:
     """What a diff needs of one profile, so that a profile's op events can be released before
@@ -316,6 +324,8 @@ class DiffSide:
     device_kinds: tuple = ()
     #: the devices that ran ops, by kind: :func:`hardware`
     hardware: tuple = ()
+    #: what pooling this side's recordings found worth saying (:func:`~traceview.analysis.compare.pooled.pool`)
+    notes: list = field(default_factory=list)
 
 
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
@@ -766,7 +776,13 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
             step.change = noise.shift(base.samples.steps, treatment.samples.steps, level=noise_level,
                                       prior=noise_prior, step=True, band=unknown)
 
-    notes: list[str] = []
+    notes: list[str] = [f"{who}: {n}" for who, sd in (("base", base), ("treatment", treatment))
+                        for n in getattr(sd, "notes", None) or []]
+    fb, ft = _recording_files(base.label), _recording_files(treatment.label)
+    both = set(fb) & set(ft)
+    if both and set(fb) != set(ft):
+        notes.append(f"{', '.join(sorted(fb[f] for f in both))} is on both sides: a recording pooled into both "
+                     "compares with itself, which pulls the two sides together")
     hw = (hardware_text(base.hardware), hardware_text(treatment.hardware))
     if not same_hardware(base.hardware, treatment.hardware):
         notes.append(f"the sides ran on different hardware: {hw[0]} (base) vs {hw[1]} (treatment): the comparison "

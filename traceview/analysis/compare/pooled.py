@@ -89,6 +89,31 @@ def _refuse_mixed(sides: list[DiffSide]) -> None:
                              "pool only recordings of one configuration on one hardware")
 
 
+def _configuration(s: DiffSide) -> tuple:
+    """(step module, kernel names) of a side: the names carry the compiled buckets and the
+    kernels' configurations (``jit_decode_b4_bkv64``, ``RPAd-p_16-bq_1_1-bkv_64_64``)."""
+    module = s.steps[0] if s.steps is not None else None
+    kernels = tuple(sorted(s.kernels["kernel"].to_list())) if s.kernels is not None and s.kernels.height else ()
+    return module, kernels
+
+
+def _mixed_configurations(sides: list[DiffSide]) -> list[str]:
+    """A note when the recordings pooled differ in step program or kernel configuration (same
+    hardware and step definition, else :func:`_refuse_mixed` refused them): their differences
+    count as run-to-run noise, widening the measured band."""
+    confs = [_configuration(s) for s in sides]
+    if all(c == confs[0] for c in confs):
+        return []
+    i = next(j for j, c in enumerate(confs) if c != confs[0])
+
+    def text(c):
+        return ", ".join([x for x in (c[0],) if x] + list(c[1][:3])) or "no step program or kernel"
+
+    return [f"the pooled recordings are not one configuration: {sides[0].label} ({text(confs[0])}) vs "
+            f"{sides[i].label} ({text(confs[i])}); their differences count as run-to-run noise, so the measured band "
+            "is wide and a real change can read as within noise: pool re-recordings of one configuration"]
+
+
 def pool(sides: list[DiffSide]) -> DiffSide:
     """One side from ``sides`` (each made by :func:`traceview.analysis.compare.diff.side`; module doc).
     A single side is returned as is. Raises ValueError for an empty list, UsageError when two
@@ -99,6 +124,7 @@ def pool(sides: list[DiffSide]) -> DiffSide:
         return sides[0]
     _refuse_repeats(sides)
     _refuse_mixed(sides)
+    notes = _mixed_configurations(sides)
     k = len(sides)
     pops = pl.concat([s.populations for s in sides], how="vertical_relaxed")
     self_total = round(sum(s.self_ps for s in sides) / k)
@@ -134,7 +160,7 @@ def pool(sides: list[DiffSide]) -> DiffSide:
                     module_sums=module_sums, events=round(sum(s.events for s in sides) / k), self_ps=self_total,
                     steps=steps, samples=pool_samples([s.samples for s in sides]),
                     recordings=sum(s.recordings for s in sides), device_kinds=sides[0].device_kinds,
-                    hardware=sides[0].hardware)
+                    hardware=sides[0].hardware, notes=notes)
 
 
 def pool_samples(samples: list[Samples | None]) -> Samples | None:
