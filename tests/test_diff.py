@@ -742,3 +742,30 @@ def test_json_top_is_the_row_limit_applied(capsys):
         assert d["top"] == top and d["rows"]["populations"]["total"] == 162
         assert d["rows"]["populations"]["shown"] == len(d["populations"]) == (top or 162)
         assert all(r["shown"] == min(r["total"], top or r["total"]) for r in d["rows"].values())
+
+
+def test_a_folder_and_its_file_on_one_side_say_given_twice(capsys):
+    """A run folder and the file inside it are one recording: the refusal says it is given
+    twice, not 'X and X are the same recording'."""
+    from traceview.cli import main
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    run = next((fx / "greedy_b4" / "plugins" / "profile").iterdir())
+    assert main(["diff", "--base", str(fx / "greedy_b4"), str(run / "engine-cpu.xplane.pb"),
+                 "--treatment", str(fx / "topp_b4"), "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"traceview: error: {run / 'engine-cpu.xplane.pb'} is given twice (a run folder and a path "
+                          "inside it name one recording): give each recording once")
+
+
+def test_tiny_ratios_keep_their_digits(shared_traces, capsys):
+    """A 784 ms step against a 2.9 ms one read '(0.00x)': under 0.1 a ratio keeps two
+    significant digits."""
+    from traceview.cli import main
+    from traceview.model.units import fmt_ratio
+
+    assert [fmt_ratio(x) for x in (None, 0.0, 0.0036889, 0.099, 0.1, 1.0, 12.345)] == [
+        "-", "0.00", "0.0037", "0.099", "0.10", "1.00", "12.35"]
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    assert main(["diff", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), str(fx / "greedy_b4"), "--no-cache"]) == 0
+    assert "step time 784.266 ms -> 2.893 ms (0.0037x)" in capsys.readouterr().out

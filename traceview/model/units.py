@@ -40,6 +40,14 @@ def fmt_rate(value: float | None, unit: str) -> str:
     return f"{value:.4g} {unit}"
 
 
+def fmt_ratio(x: float | None) -> str:
+    """A ratio without its ``x``: two decimals (``1.25``), two significant digits under 0.1
+    (``0.0037``: 0.00 would read as no time at all); "-" for None."""
+    if x is None:
+        return "-"
+    return f"{x:.2g}" if 0 < abs(x) < 0.1 else f"{x:.2f}"
+
+
 def fmt_pct(x: float | None) -> str:
     """``0.1234`` -> ``"12.3%"``; ``"-"`` for None and for a non-finite value (never ``inf%``)."""
     return "-" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from traceview.model.units import fmt_pct, fmt_time_ps
+from traceview.model.units import fmt_pct, fmt_time_ps, fmt_ratio
 from traceview.render.html import _printable
 from traceview.render.diff_summary import noise_cell, summary_lines
 
@@ -104,7 +104,7 @@ def _context(d, top: int, title: str, anchor: str) -> dict:
         ob, ot = r["occurrences_base"], r["occurrences_treatment"]
         rows.append(dict(r, label=population_label(r), shape_text=shape, notes=notes,
                          occ=f"{'-' if ob is None else f'{ob:,}'} → {'-' if ot is None else f'{ot:,}'}",
-                         ratio="-" if r["self_ratio"] is None else f"{r['self_ratio']:.2f}x",
+                         ratio="-" if r["self_ratio"] is None else f"{fmt_ratio(r['self_ratio'])}x",
                          noise_text=noise_cell(r), within_noise=r.get("noise") in ("within noise", "no change")))
     sc = [dict(label=population_label(r), shape=short_shape(r["shape"], 120), source_base=r["source_base"] or "?",
                source_treatment=r["source_treatment"] or "?") for r in d.source_changes().head(top).iter_rows(named=True)]

@@ -3,7 +3,7 @@ the terminal, JSON and HTML renderers."""
 
 from __future__ import annotations
 
-from traceview.model.units import fmt_time_ps
+from traceview.model.units import fmt_time_ps, fmt_ratio
 
 
 def summary_lines(d) -> list[str]:
@@ -15,7 +15,7 @@ def summary_lines(d) -> list[str]:
              f"traced op events {d.events_base:,} -> {d.events_treatment:,}"]
     s = d.steps
     if s is not None:
-        r = f" ({s.ratio:.2f}x)" if s.ratio else ""
+        r = f" ({fmt_ratio(s.ratio)}x)" if s.ratio else ""
         lines.append(f"step time {fmt_time_ps(s.step_ps_base)} -> {fmt_time_ps(s.step_ps_treatment)}{r} "
                      f"[{_steps_of(s.module_base, s.method_base)} x{s.steps_base} vs "
                      f"{_steps_of(s.module_treatment, s.method_treatment)} x{s.steps_treatment}] (profiled run)"
@@ -86,8 +86,8 @@ def change_text(c) -> str:
     if c.ratio is None:
         return "-"
     if c.lo is None or c.hi is None:
-        return f"{c.ratio:.2f}x (no interval)"
-    body = f"{c.ratio:.2f}x [{c.lo:.2f}x-{c.hi:.2f}x]"
+        return f"{fmt_ratio(c.ratio)}x (no interval)"
+    body = f"{fmt_ratio(c.ratio)}x [{fmt_ratio(c.lo)}x-{fmt_ratio(c.hi)}x]"
     v = c.verdict
     if v == noise.VERDICT_UNKNOWN:
         return f"?{body} significance unknown"
@@ -112,7 +112,7 @@ def noise_cell(r: dict) -> str:
         return "-"
     mark = "? " if r.get("significant") is None else "" if r.get("significant") else "~ "
     med = r.get("median_ratio")
-    est = f"{med:.2f}x " if med is not None else ""
+    est = f"{fmt_ratio(med)}x " if med is not None else ""
     # a population outside the steps is compared occurrence by occurrence: said in the cell
     per = " per occ." if r.get("samples") == "per occurrence" else ""
-    return f"{mark}{est}[{lo:.2f}-{hi:.2f}x]{per}"
+    return f"{mark}{est}[{fmt_ratio(lo)}-{fmt_ratio(hi)}x]{per}"

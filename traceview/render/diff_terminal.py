@@ -11,7 +11,7 @@ import polars as pl
 from rich.console import Console
 from rich.table import Table
 
-from traceview.model.units import fmt_pct, fmt_time_ps
+from traceview.model.units import fmt_pct, fmt_time_ps, fmt_ratio
 from traceview.render.diff_summary import noise_cell, summary_lines
 from traceview.render.foldtable import Column, print_table
 from traceview.render.terminal import escape, plain
@@ -73,7 +73,7 @@ def match_notes(r: dict) -> list[str]:
 
 
 def _ratio(x) -> str:
-    return "-" if x is None else f"{x:.2f}x"
+    return "-" if x is None else f"{fmt_ratio(x)}x"
 
 
 def _delta(ps) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from traceview.model.naming import safe_line
-from traceview.model.units import fmt_pct, fmt_time_ps
+from traceview.model.units import fmt_pct, fmt_time_ps, fmt_ratio
 from traceview.render.charts import _chart_style, _new_figure, _svg
 
 #: colour of a run's point by verdict
@@ -25,9 +25,9 @@ def _change(r) -> str:
     if c is None or c.ratio is None:
         return "-"
     if c.lo is None:
-        return f"{c.ratio:.2f}x (no interval)"
+        return f"{fmt_ratio(c.ratio)}x (no interval)"
     mark = "?" if c.significant is None else "" if c.significant else "~"
-    return f"{mark}{c.ratio:.2f}x [{c.lo:.2f}-{c.hi:.2f}]"
+    return f"{mark}{fmt_ratio(c.ratio)}x [{fmt_ratio(c.lo)}-{fmt_ratio(c.hi)}]"
 
 
 def _families(r) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import polars as pl
 from rich.console import Console
 
-from traceview.model.units import fmt_pct, fmt_time_ps
+from traceview.model.units import fmt_pct, fmt_time_ps, fmt_ratio
 
 #: family colors of the plot and its HTML legend (cycled)
 PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
@@ -28,7 +28,7 @@ def _cell(lad, fam: str, x: float, col: str):
 
 
 def _factor(v) -> str:
-    return "-" if v is None else f"{v:.2f}x"
+    return "-" if v is None else f"{fmt_ratio(v)}x"
 
 
 def crossing_text(r: dict) -> str:

@@ -53,8 +53,10 @@ def _refuse_repeats(sides: list[DiffSide]) -> None:
         where = frozenset((os.path.dirname(os.path.realpath(f)), host_from_filename(f))
                           for f in s.label.split(", ") if f and os.path.isfile(f))
         if where and where in files:
-            raise UsageError(f"{s.label} and {files[where]} are the same recording (the same hosts of one run "
-                             "folder): give each recording once; a repeat would pass for a second recording and "
+            which = (f"{s.label} is given twice (a run folder and a path inside it name one recording)"
+                     if s.label == files[where] else
+                     f"{s.label} and {files[where]} are the same recording (the same hosts of one run folder)")
+            raise UsageError(f"{which}: give each recording once; a repeat would pass for a second recording and "
                              "make the measured noise zero")
         files[where] = s.label
         steps = None if s.samples is None else s.samples.steps
