@@ -222,3 +222,4 @@ def test_an_empty_device_selection_reads_plainly(shared_traces, capsys):
     assert f"memory — unknown: {said}" in out
     assert f"memory-near-capacity, memory-grows-per-step ({said})" in " ".join(out.split())  # the line may wrap
     assert "communication — no op time to share out;" in out and "collectives - and" not in out
+    assert "FLOPs from" not in out  # no op time: no FLOP provenance shares ('derived - of op time')

@@ -31,8 +31,8 @@ def render_hlo(console: Console, h, *, top: int, escape) -> None:
                       fmt_time_ps(r["time_ps"]), escape(r["example"] or ""), escape(r["why"] or ""))
         console.print(t)
     fp = h.flop_provenance
-    if fp.height and (fp["source"] != "trace").any():
-        tot = fp["time_ps"].sum()
+    tot = fp["time_ps"].sum() if fp.height else 0
+    if tot and (fp["source"] != "trace").any():  # no op time (a selection that kept no op): no shares to give
         by = {s: fp.filter(fp["source"] == s)["time_ps"].sum() / tot if tot else None
               for s in fp["source"].unique().sort().to_list()}
         console.print("  FLOPs from " + ", ".join(f"{s} {fmt_pct(v)}" for s, v in by.items())
