@@ -119,7 +119,14 @@ def choose(args, prog: str) -> tuple[Path | None, dict] | None:
     """(tree, probe) of the traceview :func:`add_options`' ``args`` name, or None after
     printing ``prog``'s one-line refusal to standard error."""
     tree = None if args.installed else args.tree.resolve()
+    if tree is not None and not (tree / "traceview" / "cli").is_dir():  # the children would time an installed copy
+        print(f"{prog}: {tree} is not a traceview checkout (give --tree CHECKOUT, or --installed)", file=sys.stderr)
+        return None
     info = probe(tree)
+    if tree is not None and not info.get("error") and info.get("path") \
+            and Path(info["path"]).resolve() != (tree / "traceview").resolve():
+        print(f"{prog}: the children import traceview from {info['path']}, not from --tree {tree}", file=sys.stderr)
+        return None
     if info.get("error") or (not built(info) and not args.allow_fallback):
         print(f"{prog}: {refusal(tree, info)}", file=sys.stderr)
         return None

@@ -634,6 +634,7 @@ def test_the_noise_summary_counts_the_populations_of_one_side_only(tmp_path, cap
     n = d["noise"]
     assert {k: n[k] for k in ("compared", "significant_matched", "unknown", "vanished", "appeared", "significant")} \
         == {"compared": 31, "significant_matched": 0, "unknown": 0, "vanished": 61, "appeared": 2, "significant": 63}
+    assert n["one_side_too_few"] == 0  # every vanished and appeared population of topp vs greedy is significant
     assert sum(p["significant"] is True for p in d["populations"]) == 63
     assert d["counts"] == {"matched": 99, "appeared": 2, "vanished": 61}
     line = next(x for x in d["summary"] if x.startswith("noise: 0 of 31"))
@@ -768,4 +769,8 @@ def test_tiny_ratios_keep_their_digits(shared_traces, capsys):
         "-", "0.00", "0.0037", "0.099", "0.10", "1.00", "12.35"]
     fx = Path(__file__).resolve().parents[1] / "fixtures"
     assert main(["diff", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), str(fx / "greedy_b4"), "--no-cache"]) == 0
-    assert "step time 784.266 ms -> 2.893 ms (0.0037x)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "step time 784.266 ms -> 2.893 ms (0.0037x)" in out
+    # the one-side-only populations: how many of each are significant, and how many ran in too few samples
+    assert ("; 4 of 5 vanished and 88 of 101 appeared are significant: each ran in 2 or more samples of one side "
+            "only (14 more on one side only ran in fewer)") in out

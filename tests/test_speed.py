@@ -132,6 +132,10 @@ def test_the_harnesses_refuse_a_tree_without_extensions(unbuilt_tree, tmp_path, 
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"benchmarks/speed.py: {unbuilt_tree / 'traceview'} has no built C extensions") and "\n" not in err
     assert list(tmp_path.iterdir()) == []  # no trace built
+    # a --tree that is no checkout: the children would time whatever traceview is installed
+    assert run.main(["--tree", str(tmp_path), "--quick", "--no-xprof", "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (f"benchmarks/run.py: {tmp_path.resolve()} is not a traceview checkout "
+                                               "(give --tree CHECKOUT, or --installed)")
 
 
 def test_allow_fallback_times_it_and_says_so(unbuilt_tree, tmp_path):

@@ -119,6 +119,7 @@ def run(args) -> int:
     from traceview.analysis.compare.history import compare_runs, summarise
     from traceview.errors import TraceviewError
     from traceview.model.naming import printable, safe_line
+    from traceview.model.units import fmt_ratio
     from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
 
     if not args.regression_threshold >= 0 or not math.isfinite(args.regression_threshold):  # NaN too
@@ -195,11 +196,11 @@ def run(args) -> int:
         why = (f"too few steps for an interval ({c.n_base} vs {c.n_treatment}; record {c.more_samples} more steps "
                "a side, e.g. traceview engine profile --max-tokens N for the bundled engine)"
                if c.lo is None else f"{c.noise_source} (state it: --noise PCT)")
-        print(f"traceview: note: {safe_line(r.name)} {c.ratio:.2f}x vs {safe_line(r.baseline)} cannot be judged: "
+        print(f"traceview: note: {safe_line(r.name)} {fmt_ratio(c.ratio)}x vs {safe_line(r.baseline)} cannot be judged: "
               f"{safe_line(why)}; a slowdown that cannot be ruled out", file=sys.stderr)
     if (reg or unjudged) and args.fail_on_regression:
         if reg:
             print("traceview: regression: " + ", ".join(
-                f"{safe_line(r.name)} {r.change.ratio:.2f}x vs {safe_line(r.baseline)}" for r in reg), file=sys.stderr)
+                f"{safe_line(r.name)} {fmt_ratio(r.change.ratio)}x vs {safe_line(r.baseline)}" for r in reg), file=sys.stderr)
         return EXIT_CHECK_FAILED
     return EXIT_OK

@@ -100,11 +100,10 @@ def run(args) -> int:
             raise UsageError("--run-base and --run-treatment name the runs of BASE TREATMENT; for one profile "
                              "use --run")
         base, (treat,) = None, list(load_sides([(args.paths[0], args.run)], args, run_hint="pass --run"))
-    # --chip / --peak-flops / --peak-bw / --measure-cpu-peaks: the peaks of each profile's report, as analyze's
-    given = args.chip or args.peak_flops or args.peak_bw or args.measure_cpu_peaks
+    # the peaks of each profile's report as analyze's (--chip, --peak-flops, --peak-bw, --measure-cpu-peaks)
     report = verify(treat, checks, base=base, rules=rules, step_window=args.step_window,
                     finding_thresholds=fopts["finding_thresholds"], findings=fopts["findings"],
-                    peaks=(lambda prof: cargs.peaks_from_args(prof, args)) if given else None)
+                    peaks=lambda prof: cargs.peaks_from_args(prof, args))
     if args.format == "json":
         from traceview.render.json import verify_json
 

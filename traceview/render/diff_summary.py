@@ -65,7 +65,7 @@ def _gone_text(c: dict, total: dict) -> str:
     if not parts:
         return ""
     verb = "is" if len(parts) == 1 and c["vanished"] + c["appeared"] == 1 else "are"
-    few = sum(total.get(s, 0) - c[s] for s in ("vanished", "appeared"))
+    few = c.get("one_side_too_few", 0)
     return (f"; {' and '.join(parts)} {verb} significant: each ran in {MIN_PRESENT} or more samples of one side only"
             + (f" ({few} more on one side only ran in fewer)" if few else ""))
 

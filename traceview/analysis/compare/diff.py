@@ -65,6 +65,7 @@ from traceview.analysis.compare.samples import Samples, population_samples
 from traceview.analysis.steps.stepstats import step_walls
 from traceview.analysis.ops.tagged import TaggedOps
 from traceview.model.runtable import as_runs
+from traceview.model.units import fmt_ratio
 from traceview.errors import TraceviewError, UsageError
 from traceview.model.kernelname import config_changes, format_config_value, kernel_id
 
@@ -205,7 +206,8 @@ class DiffReport:
         populations with an interval), ``significant_matched`` (those beyond the noise),
         ``unknown`` (their intervals excluding 1 against an unknown noise), ``vanished`` and
         ``appeared`` (significant populations on one side only), ``significant`` (every
-        significant population: the last three added)."""
+        significant population: the last three added), ``one_side_too_few`` (populations on
+        one side only that ran in too few samples to be significant)."""
         p = self.populations
         if "significant" not in p.columns or "ratio_lo" not in p.columns:
             return None
@@ -213,8 +215,10 @@ class DiffReport:
         k = int(m["significant"].sum() or 0)
         sig = p.filter(pl.col("significant").fill_null(False))
         gone = {s: sig.filter(pl.col("status") == s).height for s in ("vanished", "appeared")}
+        one_side = p.filter(pl.col("status").is_in(["vanished", "appeared"])).height
         return {"compared": m.height, "significant": k + gone["vanished"] + gone["appeared"],
-                "significant_matched": k, "unknown": int(m["significant"].is_null().sum()), **gone}
+                "significant_matched": k, "unknown": int(m["significant"].is_null().sum()), **gone,
+                "one_side_too_few": one_side - gone["vanished"] - gone["appeared"]}
 
     def overhead_notes(self) -> pl.DataFrame:
         return self.populations.filter(pl.col("overhead_note") != "")
@@ -572,8 +576,8 @@ def _step_anatomy(prof, base, window: str = "steady") -> "steps.StepAnatomy | No
         return own
     if own is not None and own.module == mod:
         return own
-    try:
-        return steps.anatomy(prof.table, runs, module=mod, window=window)
+    try:  # cached like the treatment's own, for the report sections that read it again
+        return derived.step_anatomy(prof, None, module=mod, window=window)
     except TraceviewError:
         return None
 
@@ -781,8 +785,8 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     fb, ft = _recording_files(base.label), _recording_files(treatment.label)
     both = set(fb) & set(ft)
     if both and set(fb) != set(ft):
-        notes.append(f"{', '.join(sorted(fb[f] for f in both))} is on both sides: a recording pooled into both "
-                     "compares with itself, which pulls the two sides together")
+        notes.append(f"{', '.join(sorted(fb[f] for f in both))} {'is' if len(both) == 1 else 'are'} on both sides: "
+                     "a recording pooled into both compares with itself, which pulls the two sides together")
     hw = (hardware_text(base.hardware), hardware_text(treatment.hardware))
     if not same_hardware(base.hardware, treatment.hardware):
         notes.append(f"the sides ran on different hardware: {hw[0]} (base) vs {hw[1]} (treatment): the comparison "
@@ -844,7 +848,7 @@ def common_shift(joined: pl.DataFrame) -> str | None:
         return None
     side = m.filter(pl.col("ratio_lo") > 1) if up >= down else m.filter(pl.col("ratio_hi") < 1)
     med = float(side["median_ratio"].median())
-    return (f"{k} of {m.height} matched populations moved the same way (median {med:.2f}x per step): a treatment "
+    return (f"{k} of {m.height} matched populations moved the same way (median {fmt_ratio(med)}x per step): a treatment "
             f"of some ops does not move every op, a shift common to both recordings does (machine load, clocks, "
             f"power state, another machine); record both sides under the same conditions, interleaved")
 

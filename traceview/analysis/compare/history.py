@@ -58,7 +58,7 @@ NO_COMPARABLE = "no comparable run"
 #: verdict of a run whose change has an interval excluding 1 but no run-to-run noise to clear
 NOISE_UNKNOWN = "noise unknown"
 #: verdict of a run whose interval holds 1 where the run-to-run noise is unknown: not significant
-NO_CHANGE = "no change"
+NO_CHANGE = noise.VERDICT_NO_CHANGE
 
 _COPY = re.compile(r"(\.\d+|\(\d+\))$")
 _CONFIG = re.compile(r"(_[a-z]+\d+(?:_\d+)*)+$")

@@ -122,10 +122,10 @@ def _recordings(x) -> list[np.ndarray]:
 
 # -- the diff's test: a rank interval judged against the run-to-run noise ----------------------
 
-#: method name of :func:`shift`
 #: :attr:`Change.verdict` values
 VERDICT_NO_INTERVAL, VERDICT_SIGNIFICANT, VERDICT_WITHIN = "no interval", "significant", "within noise"
 VERDICT_NO_CHANGE, VERDICT_UNKNOWN = "no change", "unknown"
+#: method name of :func:`shift`
 METHOD_RANK = "Hodges-Lehmann ratio (median of pairwise ratios), exact Mann-Whitney interval"
 #: largest side :func:`shift` ranks as is (n x m pairwise ratios; a longer side is thinned)
 MAX_RANK_SAMPLES = 1500

@@ -17,11 +17,9 @@ def _allocators(ctx) -> list:
 
 
 def _no_allocators(ctx) -> str:
-    """Why there is no allocator: the memory section's own reason (a device filter that kept
-    none), else that the trace has no allocator events."""
-    notes = list(getattr(getattr(ctx.report, "memory", None), "notes", None) or [])
-    said = [n for n in notes if n.startswith("the device filter")]
-    return said[0] if said else "no allocator events in the trace"
+    """Why there is no allocator: the memory section's own reason when the trace had events (a
+    device filter kept none, :attr:`MemoryReport.absent`), else that it has no allocator events."""
+    return getattr(getattr(ctx.report, "memory", None), "absent", None) or "no allocator events in the trace"
 
 
 def near_capacity(ctx, th) -> Finding | None:

@@ -101,6 +101,8 @@ class MemoryReport:
 
     allocators: list[AllocatorMemory]
     notes: list[str] = field(default_factory=list)
+    #: why there is no allocator though the trace had events (a device filter kept none), else None
+    absent: str | None = None
     summary: pl.DataFrame = field(init=False, repr=False)
     alive: pl.DataFrame = field(init=False, repr=False)
     steps: pl.DataFrame = field(init=False, repr=False)
@@ -152,7 +154,7 @@ def memory(mem: pl.DataFrame | None, steps: pl.DataFrame | None = None, device_n
     if mem is None or mem.height == 0:
         return MemoryReport([], [absent or "no allocator events in this trace (TPU and GPU xplanes carry "
                                  "MemoryAllocation/MemoryDeallocation on the host plane; XLA:CPU traces and "
-                                 "trace.json exports carry none)"])
+                                 "trace.json exports carry none)"], absent=absent)
     notes = []
     mem = mem.with_columns(pl.col("heap_bytes").fill_null(0), pl.col("stack_bytes").fill_null(0))
     cols = ("heap_bytes", "stack_bytes", "free_bytes", "allocation_bytes", "requested_bytes", "lifetime_peak_bytes")
