@@ -89,8 +89,10 @@ def keyed(rows: pl.DataFrame, *, name_stem: bool = True, program_stem_key: bool 
     ``KERNEL_ID/stem`` (``RPAd-p_*-bq_*_*-bkv_*_*/fusion``)."""
     stem_expr = (pl.col("op_name").fill_null("").str.replace(r"\.\d+$", "") if name_stem else pl.lit(""))
     is_k = pl.col("kname").is_not_null()
+    # each kernel name's identity, worked out once per distinct name
+    kid = pl.col("kname").replace_strict({k: kernel_id(k) for k in rows["kname"].drop_nulls().unique().to_list()},
+                                         default=None, return_dtype=pl.Utf8)
     if expand_kernels:  # a kernel's op keyed as any op, its stem under the kernel's identity
-        kid = pl.col("kname").map_elements(kernel_id, return_dtype=pl.Utf8)
         stem_expr = pl.when(is_k).then(kid + pl.lit("/") + stem_expr if name_stem else kid).otherwise(stem_expr)
         is_k = pl.lit(False)
     if program_stem_key:
@@ -102,7 +104,7 @@ def keyed(rows: pl.DataFrame, *, name_stem: bool = True, program_stem_key: bool 
     return rows.with_columns(
         prog_expr.alias("program"),
         pl.when(is_k).then(pl.lit("kernel")).otherwise(pl.col("op_kind").fill_null("")).alias("kind"),
-        pl.when(is_k).then(pl.col("kname").map_elements(kernel_id, return_dtype=pl.Utf8)).otherwise(stem_expr).alias("stem"),
+        pl.when(is_k).then(kid).otherwise(stem_expr).alias("stem"),
         pl.when(is_k).then(pl.col("kshape")).otherwise(pl.col("shape").fill_null("")).alias("_shape"),
         pl.when(is_k).then(pl.lit("")).otherwise(pl.col("fingerprint")).alias("fingerprint"),
     ).drop("shape").rename({"_shape": "shape"})
