@@ -290,12 +290,11 @@ def _changes_text(ch: dict) -> str:
                      f"{format_config_value(b) if b is not None else '-'}" for k, (a, b) in ch.items())
 
 
-def _recording_files(label: str) -> dict:
-    """{real path: path as the label shows it} of the trace files a side's label names (its
-    recordings' files, joined by " + " and ", "); empty for labels that are not files."""
+def _recording_files(sd: "DiffSide") -> dict:
+    """{real path: path as read} of the local trace files of a side's recordings."""
     import os
 
-    return {os.path.realpath(f): f for part in label.split(" + ") for f in part.split(", ") if f and os.path.isfile(f)}
+    return {os.path.realpath(f): f for f in sd.files if os.path.isfile(f)}
 
 
 @dataclass
@@ -330,6 +329,8 @@ class DiffSide:
     hardware: tuple = ()
     #: what pooling this side's recordings found worth saying (:func:`~traceview.analysis.compare.pooled.pool`)
     notes: list = field(default_factory=list)
+    #: the trace files its recordings were read from (every recording's, when pooled)
+    files: tuple = ()
 
 
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
@@ -356,7 +357,7 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     s = DiffSide(label=_label(prof, label), populations=pops,
                  kernels=kern, families=family_shares(t), module_sums=module_sums(runs),
                  events=t.events if traced is None else traced,
-                 self_ps=t.self_ps)
+                 self_ps=t.self_ps, files=tuple(str(tr.path) for tr in getattr(prof, "traces", []) or []))
     a = _step_anatomy(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))),
                       step_window)
     window_holds_steps(None if a is None else a.steps, step_window)  # as analyze: no diff of no steps
@@ -782,7 +783,7 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
 
     notes: list[str] = [f"{who}: {n}" for who, sd in (("base", base), ("treatment", treatment))
                         for n in getattr(sd, "notes", None) or []]
-    fb, ft = _recording_files(base.label), _recording_files(treatment.label)
+    fb, ft = _recording_files(base), _recording_files(treatment)
     both = set(fb) & set(ft)
     if both and set(fb) != set(ft):
         notes.append(f"{', '.join(sorted(fb[f] for f in both))} {'is' if len(both) == 1 else 'are'} on both sides: "

@@ -51,7 +51,7 @@ def _refuse_repeats(sides: list[DiffSide]) -> None:
         # the same host's files in one run folder are one recording, whatever their format
         # (a run's .xplane.pb and its .trace.json.gz)
         where = frozenset((os.path.dirname(os.path.realpath(f)), host_from_filename(f))
-                          for f in s.label.split(", ") if f and os.path.isfile(f))
+                          for f in s.files if os.path.isfile(f))
         if where and where in files:
             which = (f"{s.label} is given twice (a run folder and a path inside it name one recording)"
                      if s.label == files[where] else
@@ -162,7 +162,7 @@ def pool(sides: list[DiffSide]) -> DiffSide:
                     module_sums=module_sums, events=round(sum(s.events for s in sides) / k), self_ps=self_total,
                     steps=steps, samples=pool_samples([s.samples for s in sides]),
                     recordings=sum(s.recordings for s in sides), device_kinds=sides[0].device_kinds,
-                    hardware=sides[0].hardware, notes=notes)
+                    hardware=sides[0].hardware, notes=notes, files=tuple(f for s in sides for f in s.files))
 
 
 def pool_samples(samples: list[Samples | None]) -> Samples | None:
