@@ -32,7 +32,7 @@ import struct
 import sys
 import threading
 
-from traceview.errors import LimitExceeded, TraceviewError
+from traceview.errors import LimitExceeded
 
 #: defaults of ``--query-memory`` (GiB above the profile's tables) and ``--query-timeout`` (s)
 MEMORY_GIB = 4.0
@@ -328,10 +328,8 @@ def limited(path=None):
     except MemoryError:
         raise LimitExceeded(f"the query exceeded its memory limit ({_gib(memory or 0)} above the tables; "
                             "--query-memory raises it)", path) from None
-    except (TraceviewError, KeyboardInterrupt):
-        raise
-    except BaseException as exc:  # noqa: BLE001 - polars failing under the cap (a panic: no thread, no page)
-        if not memory:
+    except BaseException as exc:  # noqa: BLE001 - polars panicking under the cap (no thread, no page)
+        if not memory or type(exc).__name__ != "PanicException":  # pyo3's PanicException: a BaseException
             raise
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         raise LimitExceeded(f"the query failed under its memory limit ({_gib(memory)} above the tables; "

@@ -152,6 +152,25 @@ def dask_executor(address: str):
 #: Seconds to connect to a Dask scheduler, and beyond that for its handshake.
 CONNECT_TIMEOUT_S = 10.0
 HANDSHAKE_GRACE_S = 5.0
+#: Seconds the probes of a scheduler's port wait (:func:`_refused`, :func:`_what_answers`): a
+#: refusal or an unknown host answers at once; a silent route is left to Dask's own connect
+PROBE_TIMEOUT_S = 3.0
+
+
+def _host_port(address: str, tcp_only: bool = True) -> tuple[str, int] | None:
+    """(host, port) of a scheduler address (``tcp://`` assumed when it has no scheme), None
+    without both or, with ``tcp_only``, for another scheme (``tls://``: a plain connect says
+    nothing of it)."""
+    from urllib.parse import urlsplit
+
+    u = urlsplit(address if "://" in address else f"tcp://{address}")
+    if (tcp_only and u.scheme != "tcp") or not u.hostname:
+        return None
+    try:
+        port = u.port
+    except ValueError:
+        return None
+    return (u.hostname, port) if port else None
 
 
 def _refused(address: str) -> str:
@@ -159,24 +178,17 @@ def _refused(address: str) -> str:
     unknown), else "" (Dask's Client retries a refused connection until its timeout, as for a
     scheduler still starting: a port nobody listens on would cost :data:`CONNECT_TIMEOUT_S`)."""
     import socket
-    from urllib.parse import urlsplit
 
-    u = urlsplit(address if "://" in address else f"tcp://{address}")
-    if u.scheme not in ("tcp", "") or not u.hostname:
+    hp = _host_port(address)
+    if hp is None:
         return ""
     try:
-        port = u.port
-    except ValueError:
-        return ""
-    if not port:
-        return ""
-    try:
-        with socket.create_connection((u.hostname, port), timeout=CONNECT_TIMEOUT_S):
+        with socket.create_connection(hp, timeout=PROBE_TIMEOUT_S):
             return ""
     except ConnectionRefusedError:
         return "connection refused (no scheduler listens on that port)"
     except socket.gaierror as exc:
-        return f"unknown host {u.hostname!r} ({exc.strerror or exc})"
+        return f"unknown host {hp[0]!r} ({exc.strerror or exc})"
     except OSError:
         return ""  # a timeout or an unreachable route: Dask's own connect says what it finds
 
@@ -185,18 +197,17 @@ def _what_answers(address: str) -> str:
     """``": <what the port says>"`` for a port that accepted the connection but is no Dask
     scheduler (a banner, else the status line it gives an HTTP request), or ""."""
     import socket
-    from urllib.parse import urlsplit
 
-    u = urlsplit(address if "://" in address else f"tcp://{address}")
-    if not u.hostname or not u.port:
+    hp = _host_port(address, tcp_only=False)
+    if hp is None:
         return ""
     try:
-        with socket.create_connection((u.hostname, u.port), timeout=3) as sock:
+        with socket.create_connection(hp, timeout=PROBE_TIMEOUT_S) as sock:
             sock.settimeout(1)
             try:
                 data = sock.recv(256)
             except socket.timeout:
-                sock.sendall(b"GET / HTTP/1.0\r\nHost: " + u.hostname.encode() + b"\r\n\r\n")
+                sock.sendall(b"GET / HTTP/1.0\r\nHost: " + hp[0].encode() + b"\r\n\r\n")
                 sock.settimeout(2)
                 data = sock.recv(256)
     except OSError:
