@@ -65,10 +65,10 @@ _CONFIG = re.compile(r"(_[a-z]+\d+(?:_\d+)*)+$")
 
 
 #: bucket tokens that change the work a step does (``_b<N>``: the batch's rows, ``_t<N>``:
-#: prefill tokens, ``_<N>``: a shape bucket); the others (``_bkv128``, ``_bq32``, ``_p16``) name
-#: a kernel's configuration: a treatment of the same work
-WORK_TOKENS = frozenset({"", "b", "t"})
-_TOKEN = re.compile(r"_([a-z]*)(\d+(?:_\d+)*)")
+#: prefill tokens); the others (``_bkv128``, ``_bq32``, ``_p16``) name a kernel's
+#: configuration: a treatment of the same work (a bare ``_<N>`` stays in :func:`program_stem`)
+WORK_TOKENS = frozenset({"b", "t"})
+_TOKEN = re.compile(r"_([a-z]+)(\d+(?:_\d+)*)")
 
 
 def work_tokens(module: str | None) -> tuple:
@@ -185,7 +185,7 @@ class History:
         the change measures."""
         by = {r.name: r for r in self.runs}
         return [(r, by[r.baseline]) for r in self.runs if r.baseline in by and r.module and by[r.baseline].module
-                and r.module != by[r.baseline].module]
+                and _COPY.sub("", r.module) != _COPY.sub("", by[r.baseline].module)]  # a copy number is no config
 
     def regressions(self) -> list[RunSummary]:
         return [r for r in self.runs if r.verdict == "regression"]
