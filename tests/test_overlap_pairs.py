@@ -66,9 +66,10 @@ def _oracle(ev: _Events) -> dict:
                 pairs.append((s, d))
     pairs.sort()
     sy = [i for i in range(len(a)) if sync_of[a[i]]]
-    rec = [(int(ev.dev[i]), int(ev.start[i]), 0, n, int(a[i]), int(ev.end[i]), 0) for n, i in enumerate(sy)]
-    rec += [(int(ev.dev[s]), int(ev.start[s]), 1, n, int(a[s]), int(max(ev.end[d], ev.end[s])),
-             int(ev.end[d] - ev.start[d])) for n, (s, d) in enumerate(pairs)]
+    end = ev.start + ev.dur
+    rec = [(int(ev.dev[i]), int(ev.start[i]), 0, n, int(a[i]), int(end[i]), 0) for n, i in enumerate(sy)]
+    rec += [(int(ev.dev[s]), int(ev.start[s]), 1, n, int(a[s]), int(max(end[d], end[s])),
+             int(end[d] - ev.start[d])) for n, (s, d) in enumerate(pairs)]
     rec.sort()
     return {"attr": [r[4] for r in rec], "dev": [r[0] for r in rec], "start": [r[1] for r in rec],
             "end": [r[5] for r in rec], "wait": [r[6] for r in rec], "sync": [r[2] == 0 for r in rec]}

@@ -238,7 +238,7 @@ def _orphans(sk: np.ndarray, s_at: tuple, dk: np.ndarray, d_at: tuple) -> np.nda
 
 class _Events:
     """A table's placed events as arrays in (host, device, start) order, stable: ``attr``,
-    ``start``, ``end`` (ps), ``dev`` (index into ``devices``, (host, device) sorted, nulls
+    ``start``, ``dur`` (ps; the table's own columns when they are in that order), ``dev`` (index into ``devices``, (host, device) sorted, nulls
     first), ``cls`` (per event, :data:`_CLS_CODES`); ``attrs``: the descriptions with
     ``_cls``; ``any_comm``: whether an event is communication or a transfer."""
 
@@ -257,26 +257,25 @@ class _Events:
         self.devices = self.attrs.select("host", "device").unique().sort(["host", "device"])
         self.cls_of = cls_of
         if not self.any_comm:  # nothing to place: the caller returns empty frames
-            self.attr = self.start = self.end = self.dev = self.cls = np.zeros(0, dtype=np.int64)
+            self.attr = self.start = self.dur = self.dev = self.cls = np.zeros(0, dtype=np.int64)
             self.slices = []
             return
         dev_of = _codes(self.attrs.select("host", "device").join(
             self.devices.with_row_index("_d"), on=["host", "device"], how="left", nulls_equal=True,
             maintain_order="left")["_d"]).astype(np.int32)
-        # the per-event arrays in mappings of their own (read.hugearrays): freed, they leave
-        # no hole in the heap for the later stages to grow around
-        start = _codes(ev["start_ps"])
-        end = hugearrays.empty(len(start), np.int64)
-        np.add(start, _codes(ev["duration_ps"]), out=end)
+        # the per-event arrays made here in mappings of their own (read.hugearrays): freed,
+        # they leave no hole in the heap for the later stages to grow around; an event's end
+        # is computed where it is read (a device's events, a record's), not kept per event
+        start, dur = _codes(ev["start_ps"]), _codes(ev["duration_ps"])
         dev = hugearrays.take(dev_of, attr)
         del ev
         if len(dev) > 1 and not (np.all(dev[1:] >= dev[:-1]) and np.all((dev[1:] > dev[:-1]) | (start[1:] >= start[:-1]))):
             o = _stable_order(dev)  # by device (radix), each device's events in their order
-            attr, start, end, dev = attr[o], start[o], end[o], dev[o]
+            attr, start, dur, dev = attr[o], start[o], dur[o], dev[o]
             if not np.all((dev[1:] > dev[:-1]) | (start[1:] >= start[:-1])):
                 o = np.lexsort((start, dev))  # stable
-                attr, start, end, dev = attr[o], start[o], end[o], dev[o]
-        self.attr, self.start, self.end, self.dev = attr, start, end, dev
+                attr, start, dur, dev = attr[o], start[o], dur[o], dev[o]
+        self.attr, self.start, self.dur, self.dev = attr, start, dur, dev
         self.cls = hugearrays.take(cls_of, attr)
         # each device's slice of the arrays
         cuts = np.searchsorted(dev, np.arange(self.devices.height + 1), side="left")
@@ -363,13 +362,17 @@ def _records(ev: _Events, idx: np.ndarray, pe: np.ndarray, sync: np.ndarray) -> 
     """The :func:`_comm_ops` arrays of its records: ``idx`` (the sync event or the start),
     ``pe`` (the sync event or the done), ``sync`` (bool), positions in ``ev``."""
     take = hugearrays.take
-    end_d, start_d = take(ev.end, pe), take(ev.start, pe)
-    end = take(ev.end, idx)  # end_s, then the record's end in place
+    wait = take(ev.dur, pe)  # the done's duration
+    end_d = take(ev.start, pe)
+    end_d += wait  # the done's end
+    start = take(ev.start, idx)
+    end = take(ev.dur, idx)
+    end += start  # the start's end, then the record's end in place
     np.maximum(end_d, end, out=end, where=~sync)
-    np.subtract(end_d, start_d, out=end_d)
-    end_d[sync] = 0
-    return {"attr": take(ev.attr, idx), "dev": take(ev.dev, idx), "start": take(ev.start, idx),
-            "end": end, "wait": end_d, "sync": sync}
+    del end_d
+    wait[sync] = 0
+    return {"attr": take(ev.attr, idx), "dev": take(ev.dev, idx), "start": start, "end": end, "wait": wait,
+            "sync": sync}
 
 
 def _partition(cu, sy, asy, ho, wa: np.ndarray, wb: np.ndarray) -> tuple:
@@ -454,7 +457,8 @@ def overlap(table, steps: pl.DataFrame | None, *, keep_ops: bool = False) -> Ove
                                  "host_ps")}
     empty = (np.zeros(0, dtype=np.int64),) * 2
     for d, sl in (ev.slices if ev.any_comm else []):
-        s, e, cls = ev.start[sl], ev.end[sl], ev.cls[sl]
+        s, cls = ev.start[sl], ev.cls[sl]
+        e = s + ev.dur[sl]
         is_comp = (cls == 0) | (cls == _CLS_CODES["copy"]) | (cls == _CLS_CODES["async op"])
         cu = _union(s[is_comp], e[is_comp])
         sy = asy = ho = empty
@@ -475,7 +479,7 @@ def overlap(table, steps: pl.DataFrame | None, *, keep_ops: bool = False) -> Ove
         for k, v in (("dev", np.full(len(wa), d)), ("step", wstep), ("start_ps", wa), ("step_ps", wb - wa),
                      ("compute_ps", compute), ("exposed_ps", exposed), ("hidden_ps", hidden), ("host_ps", host_only)):
             step_cols[k].append(np.asarray(v, dtype=np.int64))
-    ev.attr = ev.start = ev.end = ev.dev = ev.cls = None  # the per-event arrays are done with
+    ev.attr = ev.start = ev.dur = ev.dev = ev.cls = None  # the per-event arrays are done with
     build = None
     if rec is not None and len(rec["attr"]) and not keep_ops:
         def build() -> pl.DataFrame:  # the per-op frame, on first use of Overlap.ops: computed again
@@ -532,11 +536,14 @@ def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, e
         n_sync = np.bincount(a[rec["sync"]], minlength=size)
         inflight = (rec["end"] - rec["start"]).astype(np.int64, copy=False)
         hid = hid_all.astype(np.int64, copy=False)
-        vals = {"in_flight_ps": inflight, "hidden_ps": hid, "exposed_ps": inflight - hid,
-                "wait_at_done_ps": rec["wait"].astype(np.int64, copy=False)}
+        got = {"in_flight_ps": int_bincount(a, inflight, size)[ids]}
+        del inflight
+        got["hidden_ps"] = int_bincount(a, hid, size)[ids]
+        got["exposed_ps"] = got["in_flight_ps"] - got["hidden_ps"]  # exact sums: the sums of the differences
+        got["wait_at_done_ps"] = int_bincount(a, rec["wait"].astype(np.int64, copy=False), size)[ids]
         per = (pl.DataFrame({"attr": pl.Series(ids, dtype=pl.Int64), "_first": pl.Series(first[ids], dtype=pl.UInt32),
                              "n": pl.Series(cnt[ids], dtype=pl.UInt32), "sync": pl.Series(n_sync[ids] == cnt[ids]),
-                             **{c: pl.Series(c, int_bincount(a, vals[c], size)[ids], dtype=pl.Int64) for c in sums}})
+                             **{c: pl.Series(c, got[c], dtype=pl.Int64) for c in sums}})
                .join(ev.attrs.select(pl.col("attr").cast(pl.Int64), pl.col("_cls").alias("kind"), "op_kind", "op_name",
                                      "shape"), on="attr", how="left")
                .sort("_first"))
