@@ -343,8 +343,7 @@ def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) 
         o_start, o_dur, o_attr = pe.start[dsel], pe.dur[dsel], pe.attr[dsel]  # views for a slice
         r_start, r_dur = r["start_ps"].to_numpy(), r["duration_ps"].to_numpy()  # read-only views
         chunks: dict = {}
-        head = np.zeros(len(r_start), dtype=np.int64)  # per run with a chunk, its chunk's first op start
-        has = np.zeros(len(r_start), dtype=bool)
+        stand = True  # whether every chunk starts inside its execution (then the runs stand)
         by_prog = _program_rows(r["key"].to_numpy(), pid_of_key)
         c_chunks = (_c_chunks(pe, host, device, dsel, {p: len(x) for p, x in by_prog.items()})
                     if isinstance(dsel, slice) else None)
@@ -365,20 +364,12 @@ def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) 
                 m = len(st) // len(ridx)
                 heads = st[::m]
                 ends = en.reshape(len(ridx), m).max(axis=1)
-            head[ridx] = heads
-            has[ridx] = True
             chunks[pid] = (ridx, heads, ends)
-        # whether every chunk starts inside its execution (then the runs stand), in one pass
-        off = np.subtract(head, r_start, out=head)  # head is not read again
-        if r_dur.dtype == np.int64:  # 0 <= off < max(dur, 1) without an array of bounds (unsigned: off < 0 is past any dur)
-            ok = (off.view(np.uint64) < r_dur.view(np.uint64)) & (r_dur > 0)
-            ok |= off == 0
-        else:  # null durations (float, NaN): never inside
-            ok = (off >= 0) & (off < np.maximum(r_dur, 1))
-        whole = bool(has.all())
-        if bool(ok.all()) if whole else bool(ok[has].all()):
+            stand = stand and _inside(heads - r_start[ridx], r_dur[ridx])
+        if stand:
             return r, None
-        allo = off if whole else off[has]  # the offsets of the runs with a chunk
+        # the offsets of the runs with a chunk (their order does not matter to the median)
+        allo = np.concatenate([heads - r_start[ridx] for ridx, heads, _ in chunks.values()]) if chunks else np.zeros(0)
         if allo.size:
             shift = int(np.median(allo))
             new_start, new_dur = r_start + shift, r_dur.copy()
@@ -397,6 +388,18 @@ def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) 
         if fix is not None:
             fixed[fix[0]] = fix[1]
     return fixed, parts, False
+
+
+def _inside(off: np.ndarray, dur: np.ndarray) -> bool:
+    """Whether every offset ``off`` (ps, a chunk's first op start minus its execution's start)
+    lies inside its execution: 0 <= off < max(dur, 1); a null duration (float NaN) is never
+    inside."""
+    if dur.dtype == np.int64:  # without an array of bounds (unsigned: off < 0 is past any dur)
+        ok = (off.view(np.uint64) < dur.view(np.uint64)) & (dur > 0)
+        ok |= off == 0
+    else:
+        ok = (off >= 0) & (off < np.maximum(dur, 1))
+    return bool(ok.all())
 
 
 def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -> dict | None:
