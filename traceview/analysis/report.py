@@ -267,7 +267,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  expect_batch: int | None = None, rules=None, step_module: str | None = None,
                  step_extent: str = "span", source_frame: str = "direct", html: bool = False,
                  step_window: str = "steady", findings: bool = True, finding_thresholds=None,
-                 tokens_per_step: int | None = None, on_section=None) -> Report:
+                 tokens_per_step: int | None = None, on_section=None, release=None) -> Report:
     """Every section of :class:`Report` for ``prof`` (a
     :class:`~traceview.model.profiledata.ProfileData`).
 
@@ -283,6 +283,11 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     ``on_section``: called with the report as it fills, once the roofline and the step
     anatomy are in (with ``html``, the step chart and strip too) and once the memory is: a
     caller can start on what those sections feed (the report's charts) meanwhile.
+    ``release``: called with no argument after each section that frees large temporaries
+    (the populations, the step anatomy, communication, overlap and stragglers, the phases,
+    the findings),
+    so a caller can hand the freed memory back before the next one (the command line:
+    :func:`traceview.cli.process.heap_releaser`).
     """
     from traceview.errors import UsageError
 
@@ -291,7 +296,9 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     from traceview.analysis.findings import evaluate, thresholds_of
 
     th = thresholds_of(finding_thresholds) if findings else None
+    release = release if release is not None else _nothing
     by_shape, examined = aggregate.by_shape_and_regimes(prof.table, prof.runs)
+    release()
     table = {"shape": lambda: by_shape, "name": lambda: aggregate.by_name(prof.table),
              "program": lambda: aggregate.by_program_op(prof.table),
              "program-shape": lambda: aggregate.by_program_shape(prof.table, prof.runs),
@@ -305,6 +312,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
 
     parse_window(step_window)  # a bad window fails before any other work
     anat = derived.step_anatomy(prof, rules, module=step_module, extent=step_extent, window=step_window)
+    release()
     window_holds_steps(None if anat is None else anat.steps, step_window)
     kern = _kernels(prof.table)
     files = _sources.by_file(prof.table, frame=source_frame)
@@ -336,10 +344,12 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
             rep.warnings.append(f"no op matched {what}: the families shown are the built-in ones or the rules' "
                                 "catch-all; the rules search op names, HLO text, framework ops and source files")
     rep.communication = derived.communication(prof, peaks)
+    release()
     rep.program_splits = aggregate.program_splits(by_shape)
     rep.population_regimes = population_regimes(by_shape, examined)
     rep.overlap, rep.stragglers = communication_sections(prof, rules, module=step_module, extent=step_extent,
-                                                         window=step_window)
+                                                         window=step_window, release=release)
+    release()
     rep.family_roofline = _family_roofline(anat, peaks)
     rep.family_roofline_summary = _family_summary(rep.family_roofline)
     rep.memory = profile_memory(prof, anat)
@@ -348,10 +358,12 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     rep.kernel_inside = _kernel_inside(prof, kern)
     rep.hlo = _hlo_detect(prof)
     rep.phases = _phases(prof, anat, peaks, tokens_per_step=tokens_per_step)
+    release()
     rep.phase = getattr(prof, "phase", None)
     if findings:  # last: the rules read every section above
         ev = evaluate(rep, thresholds=th)
         rep.findings, rep.findings_not_evaluated = ev.findings, ev.not_evaluated
+        release()
     from traceview.analysis.export import attach_export_commands
 
     attach_export_commands(rep)
@@ -375,15 +387,22 @@ def population_regimes(by_shape: pl.DataFrame, examined: pl.DataFrame | None) ->
         reg, on=keys, how="left", nulls_equal=True)
 
 
+def _nothing() -> None:
+    """The default ``release`` of :func:`build_report`."""
+
+
 def communication_sections(prof, rules=None, *, module: str | None = None, extent: str = "span",
-                           window: str = "steady") -> tuple:
+                           window: str = "steady", release=None) -> tuple:
     """(Overlap or None, Stragglers or None) of ``prof`` within the step windows of its step
     anatomy with these parameters (:mod:`traceview.analysis.derived`: computed once per
     profile): None where the trace has nothing for the section (no collective or async copy;
-    fewer than two devices at a matched collective)."""
+    fewer than two devices at a matched collective). ``release``: as :func:`build_report`'s,
+    called between the two."""
     ov = derived.overlap(prof, rules, module=module, extent=extent, window=window)
     if ov.n_ops == 0:
         return None, None
+    if release is not None:
+        release()
     st = derived.stragglers(prof, rules, module=module, extent=extent, window=window)
     return ov, (st if st.summary.get("straggler") else None)
 

@@ -145,6 +145,7 @@ def run(args) -> int:
                        step_module=args.step_module, step_extent=args.step_extent,
                        step_window=args.step_window, source_frame=args.source_frame,
                        tokens_per_step=args.tokens_per_step,
+                       release=process.heap_releaser(cargs.input_bytes(disc)),
                        **cargs.findings_from_args(args))
     try:
         data = _write(rep, args, out)
