@@ -774,3 +774,34 @@ def test_tiny_ratios_keep_their_digits(shared_traces, capsys):
     # the one-side-only populations: how many of each are significant, and how many ran in too few samples
     assert ("; 4 of 5 vanished and 88 of 101 appeared are significant: each ran in 2 or more samples of one side "
             "only (14 more on one side only ran in fewer)") in out
+
+
+def test_cli_diff_releases_each_side_before_the_next_is_read(shared_traces, monkeypatch, capsys):
+    """diff reads one profile at a time: the base's profile is gone (only its summary kept)
+    when the treatment's is read, so the peak is one profile's, not two."""
+    import gc
+    import weakref
+
+    import traceview.analysis.compare.diff as diff_mod
+    import traceview.model.load as load_mod
+
+    made, alive_at_load = [], []
+    real_load, real_side = load_mod.load, diff_mod.side
+
+    def load(*a, **k):
+        gc.collect()
+        alive_at_load.append(sum(r() is not None for r in made))
+        return real_load(*a, **k)
+
+    def side(prof, **k):
+        made.append(weakref.ref(prof))
+        return real_side(prof, **k)
+
+    monkeypatch.setattr(load_mod, "load", load)
+    monkeypatch.setattr(diff_mod, "side", side)
+    base = shared_traces / "mi300x_jax_gemm_sweep.xplane.pb"
+    treatment = shared_traces / "mi300x_jax_attention.xplane.pb"
+    assert main(["diff", str(base), str(treatment), "--format", "json", "--no-cache"]) == 0
+    capsys.readouterr()
+    assert len(made) == 2
+    assert alive_at_load == [0, 0]  # no earlier side's profile alive when a side is read

@@ -159,6 +159,7 @@ def side_paths(args) -> tuple[list[str], list[str]]:
 def run(args) -> int:
     """Returns 0; raises TraceviewError subclasses on bad input."""
     from traceview.analysis.compare.diff import diff_sides, side
+    from traceview.cli import process
     from traceview.read.guard import check_writable, inside_inputs, refuse_inside_inputs, write_atomic
 
     out = cargs.output_path(args.output, "-o")
@@ -182,7 +183,11 @@ def run(args) -> int:
     todo = [(p, args.run_base) for p in base_paths] + [(p, args.run_treatment) for p in treatment_paths]
     sides: list = []
     pooled_base = None
-    for i, prof in enumerate(load_sides(todo, args)):
+    # no enumerate(): it keeps its last (i, prof) tuple for reuse, which would hold each profile
+    # while the next one is read
+    i = -1
+    for prof in load_sides(todo, args):
+        i += 1
         if out is not None and inside_inputs(out, prof.discovery):
             raise UsageError(f"refusing to write {out} inside a profile folder it reads; choose another -o")
         if i == nb:
@@ -190,7 +195,8 @@ def run(args) -> int:
         try:
             sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem,
                               base=pooled_base if i >= nb else None, step_window=args.step_window,
-                              expand_kernels=args.expand_kernels))
+                              expand_kernels=args.expand_kernels,
+                              release=process.heap_releaser(cargs.input_bytes(prof.discovery))))
         except TraceviewError as e:  # a fault of this side (a step window past its steps): say which
             raise naming_side(e, todo[i][0]) from None
         del prof

@@ -335,7 +335,7 @@ class DiffSide:
 
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
          tagged: TaggedOps | None = None, step_window: str = "steady", program_key: bool = True,
-         expand_kernels: bool = False) -> DiffSide:
+         expand_kernels: bool = False, release=None) -> DiffSide:
     """The :class:`DiffSide` of ``prof`` (anything with ``table``, ``module_runs`` and
     ``traces``). ``base``: the base's side when ``prof`` is the treatment (its step module is
     the base's, after configuration substitution, when both are stepped by a module and the
@@ -344,15 +344,19 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     ``step_window``: the steps the step time is the mean of (:mod:`traceview.analysis.steps.stepstats`).
     ``expand_kernels``: each op of a named kernel is its own population
     (:func:`~traceview.analysis.compare.populations.keyed`; pass it with a profile loaded so).
-    Raises UsageError on bad rules or step window."""
+    ``release``: as :func:`traceview.analysis.report.build_report`'s, called after the
+    populations, the step anatomy and the noise samples. Raises UsageError on bad rules or
+    step window."""
     from traceview.analysis.steps.stepstats import parse_window, window_holds_steps
 
     parse_window(step_window)
+    release = release if release is not None else _nothing
     t = tagged if tagged is not None else derived.tagged(prof, rules)
     kern = kernel_table(prof, tagged=t)
     pops = populations(prof, name_stem=name_stem, tagged=t, program_stem_key=program_key,
                        expand_kernels=expand_kernels)
     kern, pops, traced = _traced_kernel_events(prof, kern, pops)
+    release()
     runs = prof.runs if hasattr(prof, "runs") else prof.module_runs
     s = DiffSide(label=_label(prof, label), populations=pops,
                  kernels=kern, families=family_shares(t), module_sums=module_sums(runs),
@@ -361,6 +365,7 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     a = _step_anatomy(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))),
                       step_window)
     window_holds_steps(None if a is None else a.steps, step_window)  # as analyze: no diff of no steps
+    release()
     s.steps = _steps_tuple(a)
     rows, durs = None, None
     if a is not None:  # the noise samples: every step under "steady" (ranks need no outlier removal), else the window's
@@ -377,11 +382,16 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
         durs = step_walls(a.steps.filter(pl.Series(win)))
     s.samples = population_samples(prof.table, t, rows, durs, name_stem=name_stem, program_stem_key=program_key,
                                    expand_kernels=expand_kernels)
+    release()
     s.device_kinds = device_kinds(prof)
     s.hardware = hardware(prof)
     if hasattr(prof, "used_devices"):
         s.communication = derived.communication(prof)
     return s
+
+
+def _nothing() -> None:
+    """The default ``release`` of :func:`side`."""
 
 
 def device_kinds(prof) -> tuple:
