@@ -266,3 +266,33 @@ def test_export_of_merged_ranks_writes_each_plane_once(shared_traces, tmp_path, 
     # each device-step as long as the original's (renumber names rank 1's devices TPU:4..7)
     got, want = sorted(back["duration_ps"].to_list()), sorted(o["duration_ps"].to_list() * 2)
     assert all(abs(x - y) <= 2_000_000 for x, y in zip(got, want)), (got, want)
+
+
+def test_a_per_plane_cut_is_a_plane_cut(shared_traces, tmp_path):
+    """``Window.per_plane`` maps a plane index of the file to a ``PlaneCut``: its window and its
+    name without the rank, which tells a prefixed plane for the TPU plane it is (cut on its
+    device clock, as in the rank's own file); a bare tuple or an index past the file's planes
+    is refused, saying what it must be (a tuple was read by its length)."""
+    from traceview.read.window import PlaneCut, Window, xspace_window
+
+    merged = tmp_path / "in" / "merged.xplane.pb"
+    merge_ranks.merge(_ranks_of(tmp_path, shared_traces / V6E, 2), merged, "prefix")
+    t0 = 19500317903750  # the v6e trace's step 0 on TPU:0 (its steps table, device clock); two steps on
+    lo, hi = t0 + 10 * 784_000_000_000, t0 + 12 * 784_000_000_000
+    one = xspace_window(str(shared_traces / V6E), Window(lo, hi))
+
+    def tpu0(cut):
+        return lambda planes, _hosts: {i: cut for i, p in enumerate(planes) if p.name.endswith(": /device:TPU:0")}
+
+    got = xspace_window(str(merged), Window(lo, hi, per_plane=tpu0(PlaneCut(lo, hi, "/device:TPU:0"))))
+    assert [got.shifts[f"dp{k}_w-0: /device:TPU:0"] for k in (0, 1)] == [one.shifts["/device:TPU:0"]] * 2 != [0, 0]
+    cut = {p.name: sum(len(ln.events) for ln in p.lines) for p in got.space.planes}
+    want = {p.name: sum(len(ln.events) for ln in p.lines) for p in one.space.planes}
+    assert cut["dp0_w-0: /device:TPU:0"] == cut["dp1_w-0: /device:TPU:0"] == want["/device:TPU:0"] == 52
+
+    def past(planes, _hosts):  # an index past the file's planes
+        return {len(planes): PlaneCut(lo, hi, "x")}
+
+    for bad in (tpu0((lo, hi, "/device:TPU:0")), tpu0((lo, hi)), past):
+        with pytest.raises(TypeError, match=r"it must map a plane index of the file \(0\.\.13\) to a PlaneCut"):
+            xspace_window(str(merged), Window(lo, hi, per_plane=bad))

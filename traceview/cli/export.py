@@ -176,10 +176,11 @@ def run(args) -> int:
 def _rank_windows(hosts: list, windows: dict):
     """For an XSpace holding the ranks ``hosts`` (``FILE/<rank>`` as the reader names them):
     a function of the file's planes and hostnames giving plane index -> its rank's window of
-    that device, the ranks told apart as the reader tells them
+    that device (:class:`~traceview.read.window.PlaneCut`), the ranks told apart as the reader tells them
     (:func:`traceview.model.ranks.plane_ranks`), so that ranks sharing plane names are each cut
     at their own steps."""
     from traceview.model.ranks import plane_ranks
+    from traceview.read.window import PlaneCut
 
     def per_plane(planes, hostnames) -> dict:
         ranks = plane_ranks(planes, hostnames)
@@ -189,7 +190,7 @@ def _rank_windows(hosts: list, windows: dict):
             host = next((h for h in hosts if h == label or h.endswith("/" + label)), None)
             w = windows.get(host) if host is not None else None
             if w is not None and ranks.names[i] in w.planes:
-                out[i] = (*w.planes[ranks.names[i]], ranks.names[i])
+                out[i] = PlaneCut(*w.planes[ranks.names[i]], ranks.names[i])
         return out
 
     return per_plane

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,6 +41,16 @@ MAX_WINDOW_EVENTS = 4_000_000
 MAX_XSPACE_BYTES = 8 << 30
 
 
+class PlaneCut(NamedTuple):
+    """Where :attr:`Window.per_plane` cuts one plane of the file: ``lo_ps`` / ``hi_ps`` (the
+    op table's clock) and ``name``, the plane's name without its rank (the name that says
+    whether it is a TPU plane)."""
+
+    lo_ps: int
+    hi_ps: int
+    name: str
+
+
 @dataclass
 class Window:
     """Where to cut: ``lo_ps`` / ``hi_ps`` (the op table's clock, ps) for every plane, and
@@ -50,12 +61,23 @@ class Window:
     hi_ps: int
     planes: dict = field(default_factory=dict)
     #: for an XSpace of several ranks whose planes share names: given the file's planes and
-    #: hostnames, plane index -> (lo_ps, hi_ps, the plane's name without its rank) (the caller
-    #: tells the ranks apart)
+    #: hostnames, plane index -> :class:`PlaneCut` (the caller tells the ranks apart)
     per_plane: object = None
 
     def of(self, name: str) -> tuple[int, int]:
         return self.planes.get(name, (self.lo_ps, self.hi_ps))
+
+    def cuts(self, planes: list, hostnames: list) -> dict:
+        """:attr:`per_plane` of the file's ``planes`` and ``hostnames`` ({} without it); raises
+        TypeError when it gives anything but a :class:`PlaneCut` for a plane index."""
+        if self.per_plane is None:
+            return {}
+        out = self.per_plane(planes, hostnames)
+        for i, cut in out.items():
+            if not isinstance(cut, PlaneCut) or not isinstance(i, int) or not 0 <= i < len(planes):
+                raise TypeError(f"Window.per_plane gave {i!r}: {cut!r}; it must map a plane index of the file "
+                                f"(0..{len(planes) - 1}) to a PlaneCut")
+        return out
 
 
 @dataclass
@@ -313,11 +335,11 @@ def xspace_window(path: str, window: Window) -> SpaceWindow:
     aligned, shifts = {}, {}  # by plane name, as returned (ranks sharing names: the last)
     # per plane (file order): its window on the op clock, its host-aligned window, its shift
     # and the ops' clock anchors when it has a device clock
-    by_index = window.per_plane(list(mapped.planes), list(mapped.hostnames)) if window.per_plane else {}
-    wins = [tuple(by_index[i][:2]) if i in by_index else window.of(plane.name) for i, plane in enumerate(mapped.planes)]
+    by_index = window.cuts(list(mapped.planes), list(mapped.hostnames))
+    wins = [(by_index[i].lo_ps, by_index[i].hi_ps) if i in by_index else window.of(plane.name)
+            for i, plane in enumerate(mapped.planes)]
     # the plane's own name, without a rank's prefix (given with its window)
-    names = [by_index[i][2] if i in by_index and len(by_index[i]) > 2 else plane.name
-             for i, plane in enumerate(mapped.planes)]
+    names = [by_index[i].name if i in by_index else plane.name for i, plane in enumerate(mapped.planes)]
     p_aligned: dict = {}
     p_shift: dict = {}
     anchors_of: dict = {}
