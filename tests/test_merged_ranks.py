@@ -296,3 +296,66 @@ def test_a_per_plane_cut_is_a_plane_cut(shared_traces, tmp_path):
     for bad in (tpu0((lo, hi, "/device:TPU:0")), tpu0((lo, hi)), past):
         with pytest.raises(TypeError, match=r"it must map a plane index of the file \(0\.\.13\) to a PlaneCut"):
             xspace_window(str(merged), Window(lo, hi, per_plane=bad))
+
+
+GEMM, ATTENTION = "mi300x_jax_gemm_sweep.xplane.pb", "mi300x_jax_attention.xplane.pb"
+
+
+def _gpu_ranks(shared_traces, tmp_path: Path, mode: str | None) -> Path:
+    """The MI300X GEMM trace as rank 0 and the attention trace as rank 1: merged into one
+    XSpace (``mode``), or (None) a run folder of two hosts, one file each."""
+    if mode is None:
+        run = tmp_path / "log" / "plugins" / "profile" / "2026_01_01_00_00_00"
+        run.mkdir(parents=True)
+        for h, name in (("rank0", GEMM), ("rank1", ATTENTION)):
+            shutil.copyfile(shared_traces / name, run / f"{h}.xplane.pb")
+        return tmp_path / "log"
+    ranks = []
+    for k, name in enumerate((GEMM, ATTENTION)):
+        ranks.append(tmp_path / f"dp{k}_w-0.xplane.pb")
+        shutil.copyfile(shared_traces / name, ranks[-1])
+    merged = tmp_path / "in" / "merged.xplane.pb"
+    merge_ranks.merge(ranks, merged, mode)
+    return merged
+
+
+def _trace_events(path: Path) -> dict:
+    """Plane name -> its events, traceview's own lines left out."""
+    xs = XSpace()
+    xs.ParseFromString(path.read_bytes())
+    return {p.name: sum(len(ln.events) for ln in p.lines if not ln.name.startswith("traceview ")) for p in xs.planes}
+
+
+def _overlapping(path: Path, plane: str, lo: int, hi: int) -> int:
+    """Events of the plane named ``plane`` in the XSpace at ``path`` that overlap [lo, hi) (ps, on
+    the timeline's clock), as the export keeps them."""
+    xs = XSpace()
+    xs.ParseFromString(path.read_bytes())
+    n = 0
+    for p in xs.planes:
+        for ln in p.lines if p.name == plane else ():
+            for e in ln.events:
+                s = ln.timestamp_ns * 1000 + e.offset_ps
+                t = s + max(e.duration_ps, 0)
+                n += e.WhichOneof("data") == "offset_ps" and s < hi and (t > lo or (t == s and s >= lo))
+    return n
+
+
+@pytest.mark.parametrize("mode", ["renumber", None], ids=["merged", "two-files"])
+def test_export_of_a_rank_without_a_step_in_the_range(shared_traces, tmp_path, mode, capsys):
+    """The steps are jit_dot's, which only the GEMM rank runs: the attention rank, without a
+    step in the range, is cut at the window over every device (the export raised KeyError)."""
+    src = _gpu_ranks(shared_traces, tmp_path, mode)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["export", str(src), "--steps", "3:4", "-o", str(out / "w"), "--no-cache"]) == 0
+    st = traceview.load(src, cache=False).analyze().steps.steps.filter(pl.col("step").is_between(3, 4))
+    assert st["host"].unique().to_list() == (["merged/rank0"] if mode else ["rank0"])
+    lo, hi = st["start_ps"].min(), (st["start_ps"] + st["duration_ps"]).max()
+    if mode:
+        got, src_pb, planes = _trace_events(out / "w.xplane.pb"), src, ("/device:GPU:8", "/host:CPU 1")
+    else:
+        got, src_pb = _trace_events(out / "w.rank1.xplane.pb"), next(src.rglob("rank1.xplane.pb"))
+        planes = ("/device:GPU:0", "/host:CPU")
+    assert [got[p] for p in planes] == [_overlapping(src_pb, p, lo, hi) for p in planes] == [3, 71]
+    assert "steps 3:4 (96.12 µs): 119 trace events" in capsys.readouterr().err
