@@ -359,3 +359,78 @@ def test_export_of_a_rank_without_a_step_in_the_range(shared_traces, tmp_path, m
         planes = ("/device:GPU:0", "/host:CPU")
     assert [got[p] for p in planes] == [_overlapping(src_pb, p, lo, hi) for p in planes] == [3, 71]
     assert "steps 3:4 (96.12 µs): 119 trace events" in capsys.readouterr().err
+
+
+def _lines(path: Path) -> list:
+    """Per plane (file order): its name and its XLines serialized, traceview's own left out."""
+    xs = XSpace()
+    xs.ParseFromString(path.read_bytes())
+    return [(p.name, [ln.SerializeToString() for ln in p.lines if not ln.name.startswith("traceview ")])
+            for p in xs.planes]
+
+
+@pytest.mark.parametrize("mode", ["renumber", "naive", "prefix"])
+def test_merged_gpu_ranks_are_each_cut_at_their_own_window(shared_traces, tmp_path, mode, capsys, monkeypatch):
+    """Two MI300X ranks of different runs (GEMM and attention) merged into one XSpace, step 1
+    of a program both run: each rank's planes, device and host, hold exactly what the rank's
+    own file exports (every plane was cut at the union of the ranks' windows: 6,260 trace
+    events for 1,565); the window cut names each plane's rank and, where a device name
+    belongs to one rank, holds that device's window by name (it held none)."""
+    from traceview.read import window
+
+    seen = []
+    cut = window.xspace_window
+    monkeypatch.setattr(window, "xspace_window", lambda path, w: seen.append(w) or cut(path, w))
+    args = ["--steps", "1:1", "--step-module", "jit_convert_element_type", "--no-cache"]
+    for d in ("a", "b", "two", "one"):
+        (tmp_path / d).mkdir()
+    two = _gpu_ranks(shared_traces, tmp_path / "a", None)
+    assert main(["export", str(two), "-o", str(tmp_path / "two" / "w"), *args]) == 0
+    assert "1,565 trace events" in capsys.readouterr().err
+    merged = _gpu_ranks(shared_traces, tmp_path / "b", mode)
+    assert main(["export", str(merged), "-o", str(tmp_path / "one" / "w"), *args]) == 0
+    assert "1,565 trace events" in capsys.readouterr().err
+    own = [_lines(tmp_path / "two" / f"w.rank{k}.xplane.pb") for k in (0, 1)]
+    got = _lines(tmp_path / "one" / "w.xplane.pb")
+    src = XSpace()
+    src.ParseFromString(merged.read_bytes())
+    assert [p for p, _ in got] == [p.name for p in src.planes] and len(got) == 22
+    assert [lines for _, lines in got] == [lines for k in (0, 1) for _, lines in own[k]]
+    assert sum(len(lines) > 0 for _, lines in got) == 4  # a GPU and /host:CPU per rank
+    gpu0, gpu1 = (seen[k].planes["/device:GPU:0"] for k in (0, 1))  # the two files' windows, then the merged
+    assert gpu0 != gpu1 and len(seen) == 3
+    assert seen[2].planes == ({"/device:GPU:0": gpu0, "/device:GPU:8": gpu1} if mode == "renumber"
+                              else {})  # naive, prefix: one name, two windows
+    cuts = seen[2].cuts(list(src.planes), list(src.hostnames))
+    assert sorted(cuts) == list(range(22)) and [c.rank for c in cuts.values()] == [0] * 11 + [1] * 11
+    assert [(c.lo_ps, c.hi_ps) for c in (cuts[1], cuts[12])] == [gpu0, gpu1]  # each rank's GPU:0
+
+
+def test_merged_tpu_ranks_host_planes_cut_at_their_ranks_devices(shared_traces, tmp_path):
+    """Two ranks of the v6e trace (concatenated) given different steps (1 and 5): each rank's
+    planes are cut as the file alone is at that rank's steps, its host planes at the union of
+    its own TPU planes' windows (they were cut at the union over both ranks)."""
+    from traceview.cli.export import _rank_windows
+    from traceview.read.window import Window, xspace_window
+
+    merged = tmp_path / "in" / "merged.xplane.pb"
+    merge_ranks.merge(_ranks_of(tmp_path, shared_traces / V6E, 2), merged, "naive")
+    steps = traceview.load(shared_traces / V6E, stale_after_s=None, cache=False).analyze(step_window="all").steps.steps
+
+    def window(step: int) -> Window:
+        st = steps.filter(pl.col("step") == step)
+        ends = st["start_ps"] + st["duration_ps"]
+        return Window(st["start_ps"].min(), ends.max(),
+                      {d: (s, e) for d, s, e in zip(st["device"], st["start_ps"], ends)})
+
+    wins = {"merged/rank0": window(1), "merged/rank1": window(5)}
+    got = xspace_window(str(merged), Window(wins["merged/rank0"].lo_ps, wins["merged/rank1"].hi_ps,
+                                            per_plane=_rank_windows(list(wins), wins)))
+    own = [xspace_window(str(shared_traces / V6E), w) for w in wins.values()]
+    n = len(own[0].space.planes)
+    assert n == 7 and len(got.space.planes) == 2 * n
+    for k in (0, 1):
+        for a, b in zip(got.space.planes[k * n:(k + 1) * n], own[k].space.planes):
+            assert a.name == b.name and a.SerializeToString() == b.SerializeToString(), (k, a.name)
+    assert own[0].aligned["/host:CPU"] != own[1].aligned["/host:CPU"]
+    assert got.events == own[0].events + own[1].events
