@@ -266,3 +266,171 @@ def test_export_of_merged_ranks_writes_each_plane_once(shared_traces, tmp_path, 
     # each device-step as long as the original's (renumber names rank 1's devices TPU:4..7)
     got, want = sorted(back["duration_ps"].to_list()), sorted(o["duration_ps"].to_list() * 2)
     assert all(abs(x - y) <= 2_000_000 for x, y in zip(got, want)), (got, want)
+
+
+def test_a_per_plane_cut_is_a_plane_cut(shared_traces, tmp_path):
+    """``Window.per_plane`` maps a plane index of the file to a ``PlaneCut``: its window and its
+    name without the rank, which tells a prefixed plane for the TPU plane it is (cut on its
+    device clock, as in the rank's own file); a bare tuple or an index past the file's planes
+    is refused, saying what it must be (a tuple was read by its length)."""
+    from traceview.read.window import PlaneCut, Window, xspace_window
+
+    merged = tmp_path / "in" / "merged.xplane.pb"
+    merge_ranks.merge(_ranks_of(tmp_path, shared_traces / V6E, 2), merged, "prefix")
+    t0 = 19500317903750  # the v6e trace's step 0 on TPU:0 (its steps table, device clock); two steps on
+    lo, hi = t0 + 10 * 784_000_000_000, t0 + 12 * 784_000_000_000
+    one = xspace_window(str(shared_traces / V6E), Window(lo, hi))
+
+    def tpu0(cut):
+        return lambda planes, _hosts: {i: cut for i, p in enumerate(planes) if p.name.endswith(": /device:TPU:0")}
+
+    got = xspace_window(str(merged), Window(lo, hi, per_plane=tpu0(PlaneCut(lo, hi, "/device:TPU:0"))))
+    assert [got.shifts[f"dp{k}_w-0: /device:TPU:0"] for k in (0, 1)] == [one.shifts["/device:TPU:0"]] * 2 != [0, 0]
+    cut = {p.name: sum(len(ln.events) for ln in p.lines) for p in got.space.planes}
+    want = {p.name: sum(len(ln.events) for ln in p.lines) for p in one.space.planes}
+    assert cut["dp0_w-0: /device:TPU:0"] == cut["dp1_w-0: /device:TPU:0"] == want["/device:TPU:0"] == 52
+
+    def past(planes, _hosts):  # an index past the file's planes
+        return {len(planes): PlaneCut(lo, hi, "x")}
+
+    for bad in (tpu0((lo, hi, "/device:TPU:0")), tpu0((lo, hi)), past):
+        with pytest.raises(TypeError, match=r"it must map a plane index of the file \(0\.\.13\) to a PlaneCut"):
+            xspace_window(str(merged), Window(lo, hi, per_plane=bad))
+
+
+GEMM, ATTENTION = "mi300x_jax_gemm_sweep.xplane.pb", "mi300x_jax_attention.xplane.pb"
+
+
+def _gpu_ranks(shared_traces, tmp_path: Path, mode: str | None) -> Path:
+    """The MI300X GEMM trace as rank 0 and the attention trace as rank 1: merged into one
+    XSpace (``mode``), or (None) a run folder of two hosts, one file each."""
+    if mode is None:
+        run = tmp_path / "log" / "plugins" / "profile" / "2026_01_01_00_00_00"
+        run.mkdir(parents=True)
+        for h, name in (("rank0", GEMM), ("rank1", ATTENTION)):
+            shutil.copyfile(shared_traces / name, run / f"{h}.xplane.pb")
+        return tmp_path / "log"
+    ranks = []
+    for k, name in enumerate((GEMM, ATTENTION)):
+        ranks.append(tmp_path / f"dp{k}_w-0.xplane.pb")
+        shutil.copyfile(shared_traces / name, ranks[-1])
+    merged = tmp_path / "in" / "merged.xplane.pb"
+    merge_ranks.merge(ranks, merged, mode)
+    return merged
+
+
+def _trace_events(path: Path) -> dict:
+    """Plane name -> its events, traceview's own lines left out."""
+    xs = XSpace()
+    xs.ParseFromString(path.read_bytes())
+    return {p.name: sum(len(ln.events) for ln in p.lines if not ln.name.startswith("traceview ")) for p in xs.planes}
+
+
+def _overlapping(path: Path, plane: str, lo: int, hi: int) -> int:
+    """Events of the plane named ``plane`` in the XSpace at ``path`` that overlap [lo, hi) (ps, on
+    the timeline's clock), as the export keeps them."""
+    xs = XSpace()
+    xs.ParseFromString(path.read_bytes())
+    n = 0
+    for p in xs.planes:
+        for ln in p.lines if p.name == plane else ():
+            for e in ln.events:
+                s = ln.timestamp_ns * 1000 + e.offset_ps
+                t = s + max(e.duration_ps, 0)
+                n += e.WhichOneof("data") == "offset_ps" and s < hi and (t > lo or (t == s and s >= lo))
+    return n
+
+
+@pytest.mark.parametrize("mode", ["renumber", None], ids=["merged", "two-files"])
+def test_export_of_a_rank_without_a_step_in_the_range(shared_traces, tmp_path, mode, capsys):
+    """The steps are jit_dot's, which only the GEMM rank runs: the attention rank, without a
+    step in the range, is cut at the window over every device (the export raised KeyError)."""
+    src = _gpu_ranks(shared_traces, tmp_path, mode)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["export", str(src), "--steps", "3:4", "-o", str(out / "w"), "--no-cache"]) == 0
+    st = traceview.load(src, cache=False).analyze().steps.steps.filter(pl.col("step").is_between(3, 4))
+    assert st["host"].unique().to_list() == (["merged/rank0"] if mode else ["rank0"])
+    lo, hi = st["start_ps"].min(), (st["start_ps"] + st["duration_ps"]).max()
+    if mode:
+        got, src_pb, planes = _trace_events(out / "w.xplane.pb"), src, ("/device:GPU:8", "/host:CPU 1")
+    else:
+        got, src_pb = _trace_events(out / "w.rank1.xplane.pb"), next(src.rglob("rank1.xplane.pb"))
+        planes = ("/device:GPU:0", "/host:CPU")
+    assert [got[p] for p in planes] == [_overlapping(src_pb, p, lo, hi) for p in planes] == [3, 71]
+    assert "steps 3:4 (96.12 µs): 119 trace events" in capsys.readouterr().err
+
+
+def _lines(path: Path) -> list:
+    """Per plane (file order): its name and its XLines serialized, traceview's own left out."""
+    xs = XSpace()
+    xs.ParseFromString(path.read_bytes())
+    return [(p.name, [ln.SerializeToString() for ln in p.lines if not ln.name.startswith("traceview ")])
+            for p in xs.planes]
+
+
+@pytest.mark.parametrize("mode", ["renumber", "naive", "prefix"])
+def test_merged_gpu_ranks_are_each_cut_at_their_own_window(shared_traces, tmp_path, mode, capsys, monkeypatch):
+    """Two MI300X ranks of different runs (GEMM and attention) merged into one XSpace, step 1
+    of a program both run: each rank's planes, device and host, hold exactly what the rank's
+    own file exports (every plane was cut at the union of the ranks' windows: 6,260 trace
+    events for 1,565); the window cut names each plane's rank and, where a device name
+    belongs to one rank, holds that device's window by name (it held none)."""
+    from traceview.read import window
+
+    seen = []
+    cut = window.xspace_window
+    monkeypatch.setattr(window, "xspace_window", lambda path, w: seen.append(w) or cut(path, w))
+    args = ["--steps", "1:1", "--step-module", "jit_convert_element_type", "--no-cache"]
+    for d in ("a", "b", "two", "one"):
+        (tmp_path / d).mkdir()
+    two = _gpu_ranks(shared_traces, tmp_path / "a", None)
+    assert main(["export", str(two), "-o", str(tmp_path / "two" / "w"), *args]) == 0
+    assert "1,565 trace events" in capsys.readouterr().err
+    merged = _gpu_ranks(shared_traces, tmp_path / "b", mode)
+    assert main(["export", str(merged), "-o", str(tmp_path / "one" / "w"), *args]) == 0
+    assert "1,565 trace events" in capsys.readouterr().err
+    own = [_lines(tmp_path / "two" / f"w.rank{k}.xplane.pb") for k in (0, 1)]
+    got = _lines(tmp_path / "one" / "w.xplane.pb")
+    src = XSpace()
+    src.ParseFromString(merged.read_bytes())
+    assert [p for p, _ in got] == [p.name for p in src.planes] and len(got) == 22
+    assert [lines for _, lines in got] == [lines for k in (0, 1) for _, lines in own[k]]
+    assert sum(len(lines) > 0 for _, lines in got) == 4  # a GPU and /host:CPU per rank
+    gpu0, gpu1 = (seen[k].planes["/device:GPU:0"] for k in (0, 1))  # the two files' windows, then the merged
+    assert gpu0 != gpu1 and len(seen) == 3
+    assert seen[2].planes == ({"/device:GPU:0": gpu0, "/device:GPU:8": gpu1} if mode == "renumber"
+                              else {})  # naive, prefix: one name, two windows
+    cuts = seen[2].cuts(list(src.planes), list(src.hostnames))
+    assert sorted(cuts) == list(range(22)) and [c.rank for c in cuts.values()] == [0] * 11 + [1] * 11
+    assert [(c.lo_ps, c.hi_ps) for c in (cuts[1], cuts[12])] == [gpu0, gpu1]  # each rank's GPU:0
+
+
+def test_merged_tpu_ranks_host_planes_cut_at_their_ranks_devices(shared_traces, tmp_path):
+    """Two ranks of the v6e trace (concatenated) given different steps (1 and 5): each rank's
+    planes are cut as the file alone is at that rank's steps, its host planes at the union of
+    its own TPU planes' windows (they were cut at the union over both ranks)."""
+    from traceview.cli.export import _rank_windows
+    from traceview.read.window import Window, xspace_window
+
+    merged = tmp_path / "in" / "merged.xplane.pb"
+    merge_ranks.merge(_ranks_of(tmp_path, shared_traces / V6E, 2), merged, "naive")
+    steps = traceview.load(shared_traces / V6E, stale_after_s=None, cache=False).analyze(step_window="all").steps.steps
+
+    def window(step: int) -> Window:
+        st = steps.filter(pl.col("step") == step)
+        ends = st["start_ps"] + st["duration_ps"]
+        return Window(st["start_ps"].min(), ends.max(),
+                      {d: (s, e) for d, s, e in zip(st["device"], st["start_ps"], ends)})
+
+    wins = {"merged/rank0": window(1), "merged/rank1": window(5)}
+    got = xspace_window(str(merged), Window(wins["merged/rank0"].lo_ps, wins["merged/rank1"].hi_ps,
+                                            per_plane=_rank_windows(list(wins), wins)))
+    own = [xspace_window(str(shared_traces / V6E), w) for w in wins.values()]
+    n = len(own[0].space.planes)
+    assert n == 7 and len(got.space.planes) == 2 * n
+    for k in (0, 1):
+        for a, b in zip(got.space.planes[k * n:(k + 1) * n], own[k].space.planes):
+            assert a.name == b.name and a.SerializeToString() == b.SerializeToString(), (k, a.name)
+    assert own[0].aligned["/host:CPU"] != own[1].aligned["/host:CPU"]
+    assert got.events == own[0].events + own[1].events

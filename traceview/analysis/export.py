@@ -65,8 +65,9 @@ class TrackEvent:
 class ExportPlan:
     """Result of :func:`plan_export`. ``steps``: (A, B) exported, None when cut by time;
     ``lo_ps`` / ``hi_ps``: the window over every device (op table's clock, ps);
-    ``windows``: host -> :class:`~traceview.read.window.Window`; ``files``: host -> trace
-    file path; ``tracks``: :class:`TrackEvent` list; ``notes``: one line each."""
+    ``windows``: host -> :class:`~traceview.read.window.Window` (every host of ``files``; one
+    without a step in the range gets ``lo_ps`` / ``hi_ps``); ``files``: host -> trace file
+    path; ``tracks``: :class:`TrackEvent` list; ``notes``: one line each."""
 
     steps: tuple | None
     lo_ps: int
@@ -293,6 +294,11 @@ def plan_export(rep, *, steps: tuple[int, int] | None = None, window_ps: tuple[i
             w.planes[d] = (lo, hi)
         lo_all = min(w.lo_ps for w in windows.values())
         hi_all = max(w.hi_ps for w in windows.values())
+        from traceview.read.window import Window
+
+        for h in files:  # a host (a rank) without a step in the range: the window over every device
+            if h not in windows:
+                windows[h] = Window(lo_all, hi_all)
     else:
         from traceview.read.window import Window
 

@@ -127,7 +127,12 @@ def run(args) -> int:
             from traceview.read.window import Window
 
             wins = [plan.windows[h] for h in its_hosts]
+            cuts: dict = {}  # device name -> the ranks' windows of it
+            for w in wins:
+                for d, c in w.planes.items():
+                    cuts.setdefault(d, set()).add(c)
             win = Window(min(w.lo_ps for w in wins), max(w.hi_ps for w in wins),
+                         planes={d: next(iter(c)) for d, c in cuts.items() if len(c) == 1},
                          per_plane=_rank_windows(its_hosts, plan.windows))
             devs = {t.device for t in tracks}
             for h in its_hosts[1:]:  # each rank's tracks, where its planes' names are its own
@@ -175,21 +180,26 @@ def run(args) -> int:
 
 def _rank_windows(hosts: list, windows: dict):
     """For an XSpace holding the ranks ``hosts`` (``FILE/<rank>`` as the reader names them):
-    a function of the file's planes and hostnames giving plane index -> its rank's window of
-    that device, the ranks told apart as the reader tells them
-    (:func:`traceview.model.ranks.plane_ranks`), so that ranks sharing plane names are each cut
-    at their own steps."""
-    from traceview.model.ranks import plane_ranks
+    a function of the file's planes and hostnames giving plane index ->
+    :class:`~traceview.read.window.PlaneCut` for each plane of a rank (a device or host plane),
+    the ranks told apart as the reader tells them (:func:`traceview.model.ranks.plane_ranks`):
+    each rank cut as its own file would be, a device at its steps, the rank's other planes at
+    the rank's window, even where ranks share plane names."""
+    from traceview.model.ranks import HOST_PLANES, plane_ranks
+    from traceview.read.window import PlaneCut
 
     def per_plane(planes, hostnames) -> dict:
         ranks = plane_ranks(planes, hostnames)
         out = {}
         for i in range(len(planes)):
+            name = ranks.names[i]
+            if not (name.startswith("/device:") or name in HOST_PLANES):
+                continue  # a plane of no rank: the file's window
             label = ranks.labels[ranks.rank[i]]
             host = next((h for h in hosts if h == label or h.endswith("/" + label)), None)
             w = windows.get(host) if host is not None else None
-            if w is not None and ranks.names[i] in w.planes:
-                out[i] = (*w.planes[ranks.names[i]], ranks.names[i])
+            if w is not None:
+                out[i] = PlaneCut(*w.of(name), name, ranks.rank[i])
         return out
 
     return per_plane

@@ -14,7 +14,10 @@ host-aligned (``XLine.timestamp_ns * 1000 + offset_ps``); each TPU plane's windo
 onto the host-aligned clock by the device-minus-host offset of its ``XLA Ops`` events at the
 window's ends, and that offset is returned (``shifts``) so that what is drawn on top of the
 plane is moved alike. Planes without a device clock (host threads, GPU streams, XLA:CPU) use
-the window as given, or, on a TPU trace, the union of the TPU planes' host-aligned windows.
+the window as given, or, on a TPU trace, the union of the TPU planes' host-aligned windows. In
+an XSpace of several ranks (:attr:`Window.per_plane`) each rank's planes are cut as its own
+file would be: at its devices' windows, its other planes at its own window (on a TPU trace the
+union of its TPU planes' host-aligned windows).
 
 Errors: :class:`~traceview.errors.TraceUnreadable` naming the file on malformed bytes.
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -40,6 +44,18 @@ MAX_WINDOW_EVENTS = 4_000_000
 MAX_XSPACE_BYTES = 8 << 30
 
 
+class PlaneCut(NamedTuple):
+    """Where :attr:`Window.per_plane` cuts one plane of the file: ``lo_ps`` / ``hi_ps`` (the
+    op table's clock), ``name``, the plane's name without its rank (the name that says
+    whether it is a TPU plane), and ``rank``, its rank's index in the file (on a TPU trace a
+    plane without a device clock is cut at the union of its rank's TPU planes' windows)."""
+
+    lo_ps: int
+    hi_ps: int
+    name: str
+    rank: int = 0
+
+
 @dataclass
 class Window:
     """Where to cut: ``lo_ps`` / ``hi_ps`` (the op table's clock, ps) for every plane, and
@@ -50,12 +66,23 @@ class Window:
     hi_ps: int
     planes: dict = field(default_factory=dict)
     #: for an XSpace of several ranks whose planes share names: given the file's planes and
-    #: hostnames, plane index -> (lo_ps, hi_ps, the plane's name without its rank) (the caller
-    #: tells the ranks apart)
+    #: hostnames, plane index -> :class:`PlaneCut` (the caller tells the ranks apart)
     per_plane: object = None
 
     def of(self, name: str) -> tuple[int, int]:
         return self.planes.get(name, (self.lo_ps, self.hi_ps))
+
+    def cuts(self, planes: list, hostnames: list) -> dict:
+        """:attr:`per_plane` of the file's ``planes`` and ``hostnames`` ({} without it); raises
+        TypeError when it gives anything but a :class:`PlaneCut` for a plane index."""
+        if self.per_plane is None:
+            return {}
+        out = self.per_plane(planes, hostnames)
+        for i, cut in out.items():
+            if not isinstance(cut, PlaneCut) or not isinstance(i, int) or not 0 <= i < len(planes):
+                raise TypeError(f"Window.per_plane gave {i!r}: {cut!r}; it must map a plane index of the file "
+                                f"(0..{len(planes) - 1}) to a PlaneCut")
+        return out
 
 
 @dataclass
@@ -285,6 +312,10 @@ def _device_offsets(plane, path: str, lo: int, hi: int, ops_clock: list | None =
     return first[1], last[1]
 
 
+def _union(windows: list) -> tuple[int, int]:
+    return min(w[0] for w in windows), max(w[1] for w in windows)
+
+
 def xspace_window(path: str, window: Window) -> SpaceWindow:
     """The events of the ``.xplane.pb`` at ``path`` in ``window`` (module doc), as an XSpace:
     every plane with its id, name, stats and stat metadata, the event metadata its kept events
@@ -313,15 +344,16 @@ def xspace_window(path: str, window: Window) -> SpaceWindow:
     aligned, shifts = {}, {}  # by plane name, as returned (ranks sharing names: the last)
     # per plane (file order): its window on the op clock, its host-aligned window, its shift
     # and the ops' clock anchors when it has a device clock
-    by_index = window.per_plane(list(mapped.planes), list(mapped.hostnames)) if window.per_plane else {}
-    wins = [tuple(by_index[i][:2]) if i in by_index else window.of(plane.name) for i, plane in enumerate(mapped.planes)]
+    by_index = window.cuts(list(mapped.planes), list(mapped.hostnames))
+    wins = [(by_index[i].lo_ps, by_index[i].hi_ps) if i in by_index else window.of(plane.name)
+            for i, plane in enumerate(mapped.planes)]
     # the plane's own name, without a rank's prefix (given with its window)
-    names = [by_index[i][2] if i in by_index and len(by_index[i]) > 2 else plane.name
-             for i, plane in enumerate(mapped.planes)]
+    names = [by_index[i].name if i in by_index else plane.name for i, plane in enumerate(mapped.planes)]
     p_aligned: dict = {}
     p_shift: dict = {}
     anchors_of: dict = {}
     tpu_windows = []
+    tpu_of_rank: dict = {}  # a rank's TPU planes' host-aligned windows (per_plane)
     for i, plane in enumerate(mapped.planes):  # first the device clocks
         lo, hi = wins[i]
         anchors: list = []
@@ -331,12 +363,17 @@ def xspace_window(path: str, window: Window) -> SpaceWindow:
             p_aligned[i] = (lo - d[0], hi - d[1])
             p_shift[i] = d[0]
             tpu_windows.append(p_aligned[i])
-    host_window = ((min(w[0] for w in tpu_windows), max(w[1] for w in tpu_windows)) if tpu_windows
-                   else (window.lo_ps, window.hi_ps))
+            if i in by_index:
+                tpu_of_rank.setdefault(by_index[i].rank, []).append(p_aligned[i])
+    host_window = _union(tpu_windows) if tpu_windows else (window.lo_ps, window.hi_ps)
     kept = 0
     for i, plane in enumerate(mapped.planes):
         if i not in p_aligned:
-            p_aligned[i] = window.planes.get(plane.name, host_window) if not tpu_windows else host_window
+            if not tpu_windows:
+                p_aligned[i] = wins[i]
+            else:
+                ranks_tpu = tpu_of_rank.get(by_index[i].rank) if i in by_index else None
+                p_aligned[i] = _union(ranks_tpu) if ranks_tpu else host_window
             p_shift[i] = 0
         lo, hi = p_aligned[i]
         aligned[plane.name], shifts[plane.name] = p_aligned[i], p_shift[i]

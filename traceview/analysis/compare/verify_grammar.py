@@ -53,6 +53,7 @@ check the base instead)::
                                         collective counts exposed)
     straggler lead CMP PCT              the largest per-step lead of the slowest device's busy time
                                         over the median device's (traceview.analysis.communication.stragglers);
+                                        not a share: PCT may exceed 100% (``straggler lead < 200%``);
                                         unknown when no collective was matched across devices
     memory peak CMP BYTES               the largest peak in use of any allocator (heap + stack,
                                         traceview.analysis.memory.allocators); BYTES: 12GiB, "12 GiB", 500MB,
@@ -208,6 +209,23 @@ def _pct(p: _P) -> float:
         p.err(f"{s!r} is not a share: write {s}% for a percentage, or {v / 100:g} as a fraction (0 to 1)")
     if not 0 <= v <= 1:
         p.err(f"a share lies between 0% and 100%, got {s!r}")
+    return v
+
+
+def _lead(p: _P) -> float:
+    """A straggler lead: ``20%``, ``250%`` or a fraction up to 1 (``0.2``), never negative. Not a
+    share: the slowest device's busy time can be any multiple of the median's, so a lead over
+    100% is a real figure; a bare number above 1 is refused (``20``: 20% or 2000%?)."""
+    s = p.word("percentage")
+    try:
+        v = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+    except ValueError:
+        p.err(f"expected a percentage such as 20% or 0.2, got {s!r}")
+    if not math.isfinite(v) or v < 0:
+        p.err(f"a lead is a finite percentage, 0% or more (it may exceed 100%), got {s!r}")
+    if not s.endswith("%") and v > 1:
+        p.err(f"{s!r} is ambiguous: write {s}% for a percentage, or {v / 100:g} as a fraction (a lead over 100% "
+              "is written with its %)")
     return v
 
 
@@ -404,7 +422,7 @@ def _parse_body(p: _P) -> Check:
     if p.kw("exposed", "communication", "share"):
         return Check("", "exposed_share", {"cmp": _cmp(p), "bound": _pct(p)})
     if p.kw("straggler", "lead"):
-        return Check("", "straggler_lead", {"cmp": _cmp(p), "bound": _pct(p)})
+        return Check("", "straggler_lead", {"cmp": _cmp(p), "bound": _lead(p)})
     if p.kw("memory", "peak"):
         return Check("", "memory_peak", {"cmp": _cmp(p), "bound": _bytes(p)})
     if p.kw("memory", "growth", "per", "step"):
