@@ -237,11 +237,13 @@ def step_chart(anat: StepAnatomy, max_steps: int = CHART_STEPS) -> StepChart:
     n_steps = int(st["step"].n_unique())
     shown = min(n_steps, max_steps)
     series: list = []
-    step_of = st.with_row_index("step_row").select(pl.col("step_row").cast(pl.Int64), "step")
-    by_step = anat.family_time_by_step(step_of.filter(pl.col("step") < shown)["step_row"].to_numpy())
+    # the rows of the steps shown, before any grouping (a trace may hold 100,000s of steps)
+    step_of = (st.with_row_index("step_row").filter(pl.col("step") < shown)
+               .select(pl.col("step_row").cast(pl.Int64), "step", "idle_ps"))
+    by_step = anat.family_time_by_step(step_of["step_row"].to_numpy())
     if by_step.height:
-        ndev = st.group_by("step").agg(pl.len().alias("ndev"))
-        per = (by_step.join(step_of, on="step_row").filter(pl.col("step") < shown)
+        ndev = step_of.group_by("step").agg(pl.len().alias("ndev"))
+        per = (by_step.join(step_of.select("step_row", "step"), on="step_row")
                .group_by("step", "family").agg(pl.col("self_ps").sum())
                .join(ndev, on="step").with_columns(pl.col("self_ps") / pl.col("ndev")))
         acc = {f: [0.0] * shown for f in order}
@@ -249,7 +251,7 @@ def step_chart(anat: StepAnatomy, max_steps: int = CHART_STEPS) -> StepChart:
             acc.setdefault(f, [0.0] * shown)[s] += float(t or 0)
         series = [(f, acc[f]) for f in order if sum(acc[f]) > 0] + \
                  [(f, v) for f, v in acc.items() if f not in order and sum(v) > 0]
-    idle = st.filter(pl.col("step") < shown).group_by("step").agg(pl.col("idle_ps").mean()).sort("step")
+    idle = step_of.group_by("step").agg(pl.col("idle_ps").mean()).sort("step")
     idle_vals = [0.0] * shown
     for s, v in idle.iter_rows():
         idle_vals[s] = max(0.0, float(v or 0))
@@ -285,7 +287,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     caller can start on what those sections feed (the report's charts) meanwhile.
     ``release``: called with no argument after each section that frees large temporaries
     (the populations, the step anatomy, communication, overlap and stragglers, the phases,
-    the findings),
+    the findings, the HTML sections),
     so a caller can hand the freed memory back before the next one (the command line:
     :func:`traceview.cli.process.heap_releaser`).
     """
@@ -369,6 +371,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     attach_export_commands(rep)
     if html:
         add_html_sections(rep, prof, rules)
+        release()
     return rep
 
 

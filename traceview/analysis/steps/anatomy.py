@@ -962,22 +962,24 @@ class StepAnatomy:
         rows = self.step_rows
         if self.table is None or rows is None or not (rows >= 0).any():
             return pl.DataFrame(schema=schema)
-        if step_rows is not None:
+        if step_rows is not None:  # the events of those rows only, no per-event copy of the rows
             keep = np.zeros(int(rows.max()) + 2, dtype=bool)  # index -1 (outside) -> the last, False
             wanted = np.asarray(step_rows, dtype=np.int64)
             keep[wanted[(wanted >= 0) & (wanted < len(keep) - 1)]] = True
-            rows = np.where(keep[rows], rows, -1)
+            inside = np.flatnonzero(keep[rows])
+        else:
+            inside = np.flatnonzero(rows >= 0)
         fam = self.attr_family
         names = sorted(set(fam["family"].to_list()))
         code = np.full(self.table.attrs.height, 0, dtype=np.int64)
         code[fam["attr"].to_numpy().astype(np.int64)] = fam["family"].replace_strict(
             {f: i for i, f in enumerate(names)}, return_dtype=pl.Int64).to_numpy()
-        inside = np.flatnonzero(rows >= 0)
         if len(inside) == 0:
             return pl.DataFrame(schema=schema)
         nf = max(len(names), 1)
-        key = rows[inside].astype(np.int64) * nf + code[self.table.events["attr"].to_numpy()[inside]]
-        n = (int(rows.max()) + 1) * nf
+        row_in = rows[inside].astype(np.int64)
+        key = row_in * nf + code[self.table.events["attr"].to_numpy()[inside]]
+        n = (int(row_in.max()) + 1) * nf
         sums = int_bincount(key, self.table.events["self_ps"].to_numpy()[inside], n)
         have = np.flatnonzero(np.bincount(key, minlength=n))
         return pl.DataFrame({"step_row": have // nf, "family": pl.Series([names[i] for i in (have % nf).tolist()],

@@ -380,17 +380,21 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
             source = "the ops' FLOPs " + ("(derived from the HLO where the trace has none)" if derived else
                                           "(from the trace)")
     row = lab["_row"].to_numpy()
+    if len(row) == n and (n == 0 or (row[0] == 0 and bool((np.diff(row) == 1).all()))):  # every row, in order
+        flops, mflops, byts = (np.ascontiguousarray(x) for x in (flops, mflops, byts))
+    else:
+        flops, mflops, byts, has_flops, has_bytes = flops[row], mflops[row], byts[row], has_flops[row], has_bytes[row]
     dur = lab["duration_ps"].fill_null(0).to_numpy().astype(np.float64) * 1e-12
     pf = peaks.peak_flops if peaks is not None else None
     pb = peaks.peak_bw if peaks is not None else None
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        mfu = np.where(has_flops[row], mflops[row] / (dur * pf), np.nan) if pf else None
-        mbu = np.where(has_bytes[row], byts[row] / (dur * pb), np.nan) if pb else None
+        mfu = np.where(has_flops, mflops / (dur * pf), np.nan) if pf else None
+        mbu = np.where(has_bytes, byts / (dur * pb), np.nan) if pb else None
     tok = (pl.repeat(tokens_per_step, lab.height, dtype=pl.Int64, eager=True) if tokens_per_step
            else lab["tokens"]).alias("tokens")
     nul = pl.repeat(None, lab.height, dtype=pl.Float64, eager=True)
-    out = pl.DataFrame([lab["_row"], pl.Series("flops", flops[row]), pl.Series("model_flops", mflops[row]),
-                        pl.Series("bytes", byts[row]), pl.Series("mfu", mfu) if mfu is not None else nul.alias("mfu"),
+    out = pl.DataFrame([lab["_row"], pl.Series("flops", flops), pl.Series("model_flops", mflops),
+                        pl.Series("bytes", byts), pl.Series("mfu", mfu) if mfu is not None else nul.alias("mfu"),
                         pl.Series("mbu", mbu) if mbu is not None else nul.alias("mbu"), tok,
                         pl.Series("_dur", dur)])
     out = out.with_columns(pl.when(pl.col("mfu").is_finite()).then(pl.col("mfu")).alias("mfu"),
