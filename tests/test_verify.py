@@ -334,6 +334,7 @@ def test_checks_file_trailing_comments(shared_traces, tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.splitlines() == ["PASS  op matching custom-call.1 count == 15", "PASS  op matching custom-call present",
                                 "PASS  family matmul share > 50%", "PASS  no op matching '#not-an-op'",
+                                "      note: no op matches /#not-an-op/ among 42 op events",
                                 "4 check(s): 4 passed, 0 failed, 0 unknown"]
     with pytest.raises(UsageError, match="empty check"):
         parse_check("   # only a comment")
@@ -390,6 +391,23 @@ def test_a_share_of_ops_no_op_matches_says_so_even_when_it_passes(capsys):
         "PASS  family matching zzz share < 5%", f"      note: {zzz.note}", "PASS  family matching ynn_fusion share > 10%"]
     assert main(["verify", GREEDY, "-c", "family matching zzz share < 5%", "--format", "json", "--no-cache"]) == 0
     assert json.loads(capsys.readouterr().out)["results"][0]["note"] == zzz.note
+
+
+def test_an_absence_that_passes_says_what_it_searched(capsys):
+    """'no op matching RX' (and 'op matching RX absent', 'no op from file matching RX') claims
+    the absence: its pass shows the message as a note, as a share of no op does, so that a
+    mistyped regex is seen in the text (note line) and JSON (note); a failed one keeps no note."""
+    rep = verify(GREEDY, ["no op matching zzz", "op matching zzz absent", "no op from file matching zzz",
+                          "no op matching ynn_fusion"])
+    none, absent, nofile, ynn = rep.results
+    assert none.status == absent.status == nofile.status == "pass" and ynn.status == "fail"
+    assert none.note == none.message == absent.note == "no op matches /zzz/ among 510 op events"
+    assert nofile.note == ("no op comes from a file matching /zzz/ among 510 op events (101 of 510 op events have "
+                           "no recorded source)")
+    assert ynn.note == "" and "note" not in ynn.to_dict()
+    assert verify_text(rep).splitlines()[:2] == ["PASS  no op matching zzz", f"      note: {none.note}"]
+    assert main(["verify", GREEDY, "-c", "no op matching zzz", "--format", "json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["note"] == none.note
 
 
 def test_the_missing_peak_is_named():

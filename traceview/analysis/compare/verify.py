@@ -228,7 +228,7 @@ class Verifier:
         parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]
         return VerifyReport([self.check(c) for c in parsed])
 
-    # single-profile checks: (check, profile) -> (ok, message), ok None when unknown
+    # single-profile checks: (check, profile) -> (ok, message[, note]), ok None when unknown
     def _presence(self, c: Check, prof, mask: pl.Expr, what: str, one: str, sources: bool = False) -> tuple:
         """``what``: plural verb phrase ("match"), ``one``: singular ("matches"); ``sources``: the
         mask reads sources, so a trace without any is unknown."""
@@ -238,9 +238,9 @@ class Verifier:
         hit = df.filter(mask)
         total = int(df["self_ps"].sum() or 0)
         if c.args["want"] == "absent":
-            if hit.height == 0:
-                return True, (f"no op {one} /{c.args['rx']}/ among {_events(df):,} op events"
-                              + (_source_note(df) if sources else ""))
+            if hit.height == 0:  # the absence is the claim: said even under the pass, so that a mistyped regex is seen
+                msg = f"no op {one} /{c.args['rx']}/ among {_events(df):,} op events" + (_source_note(df) if sources else "")
+                return True, msg, msg
             return False, (f"{hit['count'].sum():,} op event(s) {what} /{c.args['rx']}/ "
                            f"({_fmt_t(hit['self_ps'].sum())}, {100 * (hit['self_ps'].sum() or 0) / total:.1f}% of op "
                            f"time); expected none. {self._describe(hit, total)}" if total else
