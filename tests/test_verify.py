@@ -9,6 +9,7 @@ of the flag that asked for greedy.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,22 @@ def test_invalid_checks_are_usage_errors(bad, fault, capsys):
     assert err.startswith("traceview: error: check 1: invalid check") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("checks, err", [
+    ([""], "check 1 is empty"),
+    (["   "], "check 1 is empty"),
+    (["no op matching x", ""], "check 2 is empty"),
+    (["all matched", "# later"], "check 2 is empty (only a # comment)"),
+])
+def test_an_empty_check_is_refused_naming_it(checks, err, capsys):
+    """A --check given empty (or only a comment) is a mistake to name, not one to skip: alone it
+    read 'no checks given', beside another check it was dropped and the gate ran without it."""
+    with pytest.raises(UsageError, match=f"^{re.escape(err)}$"):
+        parse_checks(checks)
+    assert main(["verify", GREEDY, "--no-cache", *(a for c in checks for a in ("-c", c))]) == 2
+    cap = capsys.readouterr()
+    assert cap.err == f"traceview: error: {err}\n" and cap.out == ""
+
+
 def test_usage_errors_at_evaluation(tmp_path, capsys):
     assert main(["verify", GREEDY, "-c", "op matching x vanished"]) == 2  # diff check, one profile
     assert "needs two profiles" in capsys.readouterr().err
@@ -178,8 +195,8 @@ def test_tokenizer_and_parser():
     assert parse_check("kernel RPAd* changed bkv 2048 -> 256").args == {"glob": "RPAd*", "key": "bkv", "a": "2048",
                                                                        "b": "256"}
     assert parse_check("FAMILY Attention SHARE <= 0.3").args["bound"] == pytest.approx(0.3)
-    assert [c.kind for c in parse_checks(["# c", "", "all matched", "source x/ present"])] == ["all_matched",
-                                                                                            "source_present"]
+    assert [c.kind for c in parse_checks(["all matched", "source x/ present  # c"])] == ["all_matched",
+                                                                                        "source_present"]
 
 
 def test_kernel_configuration_is_read_one_way(shared_traces, capsys):
