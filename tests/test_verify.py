@@ -165,6 +165,31 @@ def test_an_empty_check_is_refused_naming_it(checks, err, capsys):
     assert cap.err == f"traceview: error: {err}\n" and cap.out == ""
 
 
+@pytest.mark.parametrize("checks, two, err", [
+    (["family sampling share < 3%", "family bogus share < 3%"], False,
+     "check 2: unknown family 'bogus': known families are attention/custom kernels, matmul/convolution, collectives, "
+     "copies and conversions, sampling, elementwise fusions, other (or use 'family matching REGEX share ...')"),
+    (["family co share < 3%"], False, "check 1: family 'co' is ambiguous: collectives, copies and conversions"),
+    (["family sampling share < 3%", "op matching x vanished"], False,
+     "check 2: 'op matching x vanished' needs two profiles (BASE and TREATMENT)"),
+    (["base: no op matching x"], False, "check 1: 'base: no op matching x' needs two profiles (BASE and TREATMENT)"),
+    (["all matched", "no finding host-bound-steps"], True,  # with --no-findings
+     "check 2: 'no finding host-bound-steps' needs the findings; drop --no-findings"),
+])
+def test_refusals_at_evaluation_name_the_check(checks, two, err, capsys):
+    """The refusals found before evaluating (an unknown or ambiguous family, a diff check with one
+    profile, a finding check with --no-findings) name the check's position, as the grammar's do,
+    in the analysis layer's verify and so the CLI's."""
+    prof = load(GREEDY)
+    with pytest.raises(UsageError) as ei:
+        _verify.verify(prof, checks, base=prof if two else None, findings=not two)
+    assert str(ei.value) == err
+    paths, opts = ([GREEDY, GREEDY], ["--no-findings"]) if two else ([GREEDY], [])
+    assert main(["verify", *paths, *opts, *(a for c in checks for a in ("-c", c)), "--no-cache"]) == 2
+    cap = capsys.readouterr()
+    assert cap.err == f"traceview: error: {err}\n" and cap.out == ""
+
+
 def test_usage_errors_at_evaluation(tmp_path, capsys):
     assert main(["verify", GREEDY, "-c", "op matching x vanished"]) == 2  # diff check, one profile
     assert "needs two profiles" in capsys.readouterr().err

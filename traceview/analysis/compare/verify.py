@@ -693,12 +693,15 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
         raise UsageError("no checks given")
     v = Verifier(treatment, base, rules=rules, step_window=step_window, finding_thresholds=finding_thresholds,
                  findings=findings, peaks=peaks)
-    for c in parsed:  # usage errors before any evaluation
+    for i, c in enumerate(parsed, 1):  # usage errors before any evaluation, naming the check's position
         if (c.needs_base or c.side == "base") and v.base is None:
-            raise UsageError(f"check {c.text!r} needs two profiles (BASE and TREATMENT)")
+            raise UsageError(f"check {i}: {c.text!r} needs two profiles (BASE and TREATMENT)")
         if c.kind == "family_share" and c.args["name"] is not None:
-            v._resolve_family(c.args["name"])
+            try:
+                v._resolve_family(c.args["name"])
+            except UsageError as e:
+                raise UsageError(f"check {i}: {e.fault}") from None
         if c.kind in ("finding", "finding_impact") and not findings:
-            raise UsageError(f"check {c.text!r} needs the findings; drop --no-findings")
+            raise UsageError(f"check {i}: {c.text!r} needs the findings; drop --no-findings")
     return v.run(parsed)
 
