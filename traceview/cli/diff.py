@@ -191,7 +191,7 @@ def run(args) -> int:
             sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem,
                               base=pooled_base if i >= nb else None, step_window=args.step_window,
                               expand_kernels=args.expand_kernels))
-        except TraceviewError as e:  # a fault of this side (a step window past its steps): say which
+        except TraceviewError as e:  # a fault of this side: said with its file (side() names a step window's)
             raise naming_side(e, todo[i][0]) from None
         del prof
     d = diff_sides(pooled_base, pool(sides[nb:]), overhead_factor=args.overhead_factor,

@@ -653,16 +653,6 @@ class Verifier:
         return False, f"{rows.height} population(s) unmatched ({n} matched): " + "; ".join(parts)
 
 
-def _profile_name(prof) -> str | None:
-    """The path a profile was read from, as its discovery names it (None when built in memory)."""
-    disc = getattr(prof, "discovery", None)
-    root = getattr(disc, "root", None)
-    if root is not None:
-        return str(root)
-    traces = getattr(prof, "traces", None) or []
-    return str(traces[0].path) if len(traces) == 1 and getattr(traces[0], "path", None) else None
-
-
 def verify(treatment, checks, *, base=None, rules=None, step_window: str = "steady", finding_thresholds=None,
            findings: bool = True, peaks=None) -> VerifyReport:
     """Evaluate ``checks`` (strings or :class:`Check`) on ``treatment`` (and ``base`` for diff
@@ -683,11 +673,8 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
                 a = derived.step_anatomy(prof, rules, window=step_window)
             except TraceviewError:  # no steps to hold: the checks that need them say so
                 continue
-            try:
-                window_holds_steps(None if a is None else a.steps, step_window)
-            except UsageError as e:  # say which profile: BASE and TREATMENT may have different step counts
-                name = _profile_name(prof)
-                raise (UsageError(e.fault, name) if name and e.path is None else e) from None
+            # naming the profile: BASE and TREATMENT may have different step counts
+            window_holds_steps(None if a is None else a.steps, step_window, prof=prof)
     parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]
     if not parsed:
         raise UsageError("no checks given")
