@@ -732,6 +732,20 @@ def test_a_fault_of_one_side_names_its_file(shared_traces, capsys):
     assert "traceview: error: unknown step window 'x:y'" in err and greedy not in err
 
 
+def test_the_librarys_diff_names_the_side_a_step_window_misses(shared_traces):
+    """traceview.diff with a step_window past one side's steps names that side's file, as the
+    CLI does (the analysis layer names it, the CLI passes it on): from paths and from loaded
+    profiles, either way round."""
+    tpu, gemm = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    want = (f"{gemm}: --step-window 20:40 holds none of the trace's 18 steps (0..17; A:B counts from 0, B excluded, "
+            "negatives from the end)")
+    loaded = (traceview.load(tpu, cache=False), traceview.load(gemm, cache=False))
+    for a, b in ((tpu, gemm), (gemm, tpu), loaded, loaded[::-1]):
+        with pytest.raises(traceview.UsageError) as ei:
+            traceview.diff(a, b, step_window="20:40")
+        assert str(ei.value) == want and ei.value.path == gemm
+
+
 def test_json_top_is_the_row_limit_applied(capsys):
     """diff --format json said "top": null without --top although every table was cut to 25
     rows; it gives the limit applied: 25 by default, --top's value, null under --all-rows."""

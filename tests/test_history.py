@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import traceview
-from traceview.analysis.compare.history import NO_COMPARABLE, RunSummary, compare_runs, program_stem, summarise
+from traceview.analysis.compare.history import NO_COMPARABLE, RunSummary, compare_runs, summarise, work_tokens
+from traceview.model.naming import program_stem
 from traceview.analysis import derived
 from traceview.cli import main
 
@@ -126,10 +127,20 @@ def test_regressions_compare_one_step_program():
 
 
 def test_program_stem():
-    assert program_stem("jit_decode_b8_bkv128") == "jit_decode" == program_stem("jit_decode_b4_bkv2048")
-    assert program_stem("jit_prefill_t32") == "jit_prefill" and program_stem("jit_step_fun") == "jit_step_fun"
-    assert program_stem("jit_forward_3d_conv") == "jit_forward_3d_conv" and program_stem("jit_f.3") == "jit_f"
-    assert program_stem("jit_dot(12)") == "jit_dot" and program_stem(None) is None and program_stem("") is None
+    """One program_stem for the history's step program (bare=False) and the diff's population key
+    (the default): they differ only on a bare _<N> shape bucket, which the history keeps (another
+    bucket is other work) and the key drops (another bucket still matches)."""
+    for bare in (False, True):
+        assert program_stem("jit_decode_b8_bkv128", bare=bare) == "jit_decode" == program_stem("jit_decode_b4_bkv2048",
+                                                                                              bare=bare)
+        assert program_stem("jit_prefill_t32", bare=bare) == "jit_prefill" == program_stem("jit_prefill_t32_r4", bare=bare)
+        assert program_stem("jit_step_fun", bare=bare) == "jit_step_fun"
+        assert program_stem("jit_forward_3d_conv", bare=bare) == "jit_forward_3d_conv"
+        assert program_stem("jit_f.3", bare=bare) == "jit_f" == program_stem("jit_f(12)", bare=bare)
+        assert program_stem("jit_x_bkv128_128", bare=bare) == "jit_x"  # digits continuing a token are its value
+        assert program_stem(None, bare=bare) == "" == program_stem("", bare=bare)
+    assert program_stem("jit_f_128", bare=False) == "jit_f_128" and program_stem("jit_f_128") == "jit_f"
+    assert work_tokens("jit_decode_b8_bkv512_128") == (("b", "8"),) and work_tokens("jit_f_128.2") == ()
 
 
 def test_history_ranks_every_step_as_diff_does(shared_traces):

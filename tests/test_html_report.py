@@ -540,6 +540,25 @@ def test_the_roofline_table_shows_layer_copies_as_one_row(qwen_page):
     assert "convolution_bitcast_fusion.3, " in first  # the members, in the title
 
 
+def test_no_finding_is_worded_by_the_renderers_none_line(gemm, gemm_html):
+    """The overview's and the findings section's line for no finding are none_line's (the
+    terminal's and the brief's wording), not the template's own: with rules that could not run
+    (the GEMM sweep) and without (its report with every rule said to have run)."""
+    from traceview.render.findings import none_line
+
+    rep = build_report(gemm, html=True)
+    assert rep.findings == [] and rep.findings_not_evaluated
+    skipped = none_line(rep.findings_not_evaluated)
+    assert skipped.startswith("none among the rules that could run; not evaluated: sampler-search-dominates, ")
+    rep.findings_not_evaluated = {}
+    for page, want in ((gemm_html, skipped), (html_render.render_report(rep), none_line({}))):
+        sec = page[page.index('<section id="findings">'):]
+        sec = _text(sec[:sec.index("</section>")])
+        assert sec == f" Findings {want} "  # the section: its heading and the one line
+        assert f" Findings: {want} " in _text(page[:page.index('<section id="findings">')])  # the overview
+    assert none_line({}) == "none (no rule found its evidence in this trace)"
+
+
 def test_findings_section_names_the_rules_that_could_not_run(gemm_html):
     """The GEMM sweep has no finding, and no step rule could judge it: the page says which
     could not run and why, not "no rule found its evidence"."""

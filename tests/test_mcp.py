@@ -78,6 +78,8 @@ CALLS = [
     ("schema_table", "describe_schema", {"table": "steps"}),
     ("schema_v6e_table", "describe_schema", {"path": V6E, "table": "hlo_edges"}),
     ("schema_bad_table", "describe_schema", {"table": "nosuch"}),
+    ("schema_memory_no_path", "describe_schema", {"table": "memory"}),
+    ("schema_hlo_edges_no_path", "describe_schema", {"table": "hlo_edges"}),
     ("schema_v6e_bad_table", "describe_schema", {"path": V6E, "table": "nosuch"}),
 ]
 
@@ -207,9 +209,14 @@ def test_by_takes_every_cli_choice(session, shared_traces, cli):
     want = json.loads(out)["ops"]
     got = _ok(session, "analyze_v6e_by_program_shape")
     assert got["ops"] == want and got["rows"]["total"] == len(want) == 17
+    # a value the command line does not take: refused in the library's words (build_report's), not pydantic's
+    from traceview.analysis.report import OP_TABLE_KEYS
+    from traceview.cli.mcp_server import cli_option
+
+    assert list(OP_TABLE_KEYS) == cli_option("analyze", "by").choices
     err, text = session["analyze_bad_by"]
-    assert err and "by" in text and "Input should be 'shape', 'name', 'program', 'program-shape' or 'kind'" in text
-    assert "\n" not in text
+    assert err and text.endswith("unknown op table key 'nosuch': expected shape, name, program, program-shape or kind")
+    assert "Input should be" not in text and "\n" not in text
 
 
 @pytest.mark.parametrize("name,msg", [
@@ -240,6 +247,11 @@ def test_describe_schema_one_table(session, shared_traces, cli):
     err, text = session["schema_bad_table"]
     assert err and "unknown table 'nosuch'; tables: ops, module_runs, programs, step_markers, populations" in text
     assert "\n" not in text
+    # without a path, a table only a profile has is named as such (its columns are the profile's), not unknown
+    for table in ("memory", "hlo_edges"):
+        err, text = session[f"schema_{table}_no_path"]
+        assert err and text.endswith(f"the columns of '{table}' depend on the profile: give path=")
+        assert table in [t["table"] for t in want["tables"]]
     err, text = session["schema_v6e_bad_table"]  # a profile's own tables: memory_events, hlo_edges, ...
     names = ", ".join(t["table"] for t in want["tables"])
     assert err and text.endswith(f"unknown table 'nosuch'; tables: {names}") and "hlo_edges" in names

@@ -9,6 +9,7 @@ of the flag that asked for greedy.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -150,6 +151,47 @@ def test_invalid_checks_are_usage_errors(bad, fault, capsys):
     assert err.startswith("traceview: error: check 1: invalid check") and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("checks, err", [
+    ([""], "check 1 is empty"),
+    (["   "], "check 1 is empty"),
+    (["no op matching x", ""], "check 2 is empty"),
+    (["all matched", "# later"], "check 2 is empty (only a # comment)"),
+])
+def test_an_empty_check_is_refused_naming_it(checks, err, capsys):
+    """A --check given empty (or only a comment) is a mistake to name, not one to skip: alone it
+    read 'no checks given', beside another check it was dropped and the gate ran without it."""
+    with pytest.raises(UsageError, match=f"^{re.escape(err)}$"):
+        parse_checks(checks)
+    assert main(["verify", GREEDY, "--no-cache", *(a for c in checks for a in ("-c", c))]) == 2
+    cap = capsys.readouterr()
+    assert cap.err == f"traceview: error: {err}\n" and cap.out == ""
+
+
+@pytest.mark.parametrize("checks, two, err", [
+    (["family sampling share < 3%", "family bogus share < 3%"], False,
+     "check 2: unknown family 'bogus': known families are attention/custom kernels, matmul/convolution, collectives, "
+     "copies and conversions, sampling, elementwise fusions, other (or use 'family matching REGEX share ...')"),
+    (["family co share < 3%"], False, "check 1: family 'co' is ambiguous: collectives, copies and conversions"),
+    (["family sampling share < 3%", "op matching x vanished"], False,
+     "check 2: 'op matching x vanished' needs two profiles (BASE and TREATMENT)"),
+    (["base: no op matching x"], False, "check 1: 'base: no op matching x' needs two profiles (BASE and TREATMENT)"),
+    (["all matched", "no finding host-bound-steps"], True,  # with --no-findings
+     "check 2: 'no finding host-bound-steps' needs the findings; drop --no-findings"),
+])
+def test_refusals_at_evaluation_name_the_check(checks, two, err, capsys):
+    """The refusals found before evaluating (an unknown or ambiguous family, a diff check with one
+    profile, a finding check with --no-findings) name the check's position, as the grammar's do,
+    in the analysis layer's verify and so the CLI's."""
+    prof = load(GREEDY)
+    with pytest.raises(UsageError) as ei:
+        _verify.verify(prof, checks, base=prof if two else None, findings=not two)
+    assert str(ei.value) == err
+    paths, opts = ([GREEDY, GREEDY], ["--no-findings"]) if two else ([GREEDY], [])
+    assert main(["verify", *paths, *opts, *(a for c in checks for a in ("-c", c)), "--no-cache"]) == 2
+    cap = capsys.readouterr()
+    assert cap.err == f"traceview: error: {err}\n" and cap.out == ""
+
+
 def test_usage_errors_at_evaluation(tmp_path, capsys):
     assert main(["verify", GREEDY, "-c", "op matching x vanished"]) == 2  # diff check, one profile
     assert "needs two profiles" in capsys.readouterr().err
@@ -180,8 +222,8 @@ def test_tokenizer_and_parser():
     assert parse_check("kernel RPAd* changed bkv 2048 -> 256").args == {"glob": "RPAd*", "key": "bkv", "a": "2048",
                                                                        "b": "256"}
     assert parse_check("FAMILY Attention SHARE <= 0.3").args["bound"] == pytest.approx(0.3)
-    assert [c.kind for c in parse_checks(["# c", "", "all matched", "source x/ present"])] == ["all_matched",
-                                                                                            "source_present"]
+    assert [c.kind for c in parse_checks(["all matched", "source x/ present  # c"])] == ["all_matched",
+                                                                                        "source_present"]
 
 
 def test_kernel_configuration_is_read_one_way(shared_traces, capsys):
@@ -336,6 +378,7 @@ def test_checks_file_trailing_comments(shared_traces, tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.splitlines() == ["PASS  op matching custom-call.1 count == 15", "PASS  op matching custom-call present",
                                 "PASS  family matmul share > 50%", "PASS  no op matching '#not-an-op'",
+                                "      note: no op matches /#not-an-op/ among 42 op events",
                                 "4 check(s): 4 passed, 0 failed, 0 unknown"]
     with pytest.raises(UsageError, match="empty check"):
         parse_check("   # only a comment")
@@ -392,6 +435,23 @@ def test_a_share_of_ops_no_op_matches_says_so_even_when_it_passes(capsys):
         "PASS  family matching zzz share < 5%", f"      note: {zzz.note}", "PASS  family matching ynn_fusion share > 10%"]
     assert main(["verify", GREEDY, "-c", "family matching zzz share < 5%", "--format", "json", "--no-cache"]) == 0
     assert json.loads(capsys.readouterr().out)["results"][0]["note"] == zzz.note
+
+
+def test_an_absence_that_passes_says_what_it_searched(capsys):
+    """'no op matching RX' (and 'op matching RX absent', 'no op from file matching RX') claims
+    the absence: its pass shows the message as a note, as a share of no op does, so that a
+    mistyped regex is seen in the text (note line) and JSON (note); a failed one keeps no note."""
+    rep = verify(GREEDY, ["no op matching zzz", "op matching zzz absent", "no op from file matching zzz",
+                          "no op matching ynn_fusion"])
+    none, absent, nofile, ynn = rep.results
+    assert none.status == absent.status == nofile.status == "pass" and ynn.status == "fail"
+    assert none.note == none.message == absent.note == "no op matches /zzz/ among 510 op events"
+    assert nofile.note == ("no op comes from a file matching /zzz/ among 510 op events (101 of 510 op events have "
+                           "no recorded source)")
+    assert ynn.note == "" and "note" not in ynn.to_dict()
+    assert verify_text(rep).splitlines()[:2] == ["PASS  no op matching zzz", f"      note: {none.note}"]
+    assert main(["verify", GREEDY, "-c", "no op matching zzz", "--format", "json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["note"] == none.note
 
 
 def test_the_missing_peak_is_named():

@@ -28,6 +28,8 @@ from traceview.analysis.ops.kernel_inside import kernel_inside as _kernel_inside
 from traceview.analysis.memory.allocators import profile_memory
 from traceview.analysis.steps.phases import phases as _phases
 
+#: the keys of the op table (``by``): analyze --by's choices
+OP_TABLE_KEYS = ("shape", "name", "program", "program-shape", "kind")
 #: at most this many steps go into the step chart (the first ones, in time order)
 CHART_STEPS = 48
 #: at most this many x bins in the step strip chart (each keeps its shortest and longest step)
@@ -265,6 +267,15 @@ def source_kinds(files: pl.DataFrame) -> pl.DataFrame:
             .group_by("kind").agg(pl.col("share").sum()).sort("share", descending=True))
 
 
+def op_table_key(by: str) -> str:
+    """``by`` when it is one of :data:`OP_TABLE_KEYS`; raises UsageError naming them otherwise."""
+    from traceview.errors import UsageError
+
+    if by not in OP_TABLE_KEYS:
+        raise UsageError(f"unknown op table key {by!r}: expected {', '.join(OP_TABLE_KEYS[:-1])} or {OP_TABLE_KEYS[-1]}")
+    return by
+
+
 def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: int | None = None,
                  expect_batch: int | None = None, rules=None, step_module: str | None = None,
                  step_extent: str = "span", source_frame: str = "direct", html: bool = False,
@@ -291,10 +302,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     so a caller can hand the freed memory back before the next one (the command line:
     :func:`traceview.cli.process.heap_releaser`).
     """
-    from traceview.errors import UsageError
-
-    if by not in ("shape", "name", "program", "program-shape", "kind"):
-        raise UsageError(f"unknown op table key {by!r}: expected shape, name, program, program-shape or kind")
+    op_table_key(by)
     from traceview.analysis.findings import evaluate, thresholds_of
 
     th = thresholds_of(finding_thresholds) if findings else None

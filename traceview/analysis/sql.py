@@ -49,6 +49,13 @@ EMPTY: dict = {"findings": ("id", "severity", "statement", "evidence", "why", "n
 PROFILE_TABLES = ("ops", "module_runs", "programs", "step_markers", "memory_events", "kernel_lines")
 
 
+def profile_table_names() -> set[str]:
+    """The table names :data:`NAMES` and :data:`PROFILE_TABLES` give, known without reading a
+    profile: those :data:`~traceview.model.schema.TABLE_DOCS` leaves out (``memory``,
+    ``hlo_edges``, ...) have columns only a profile's tables say."""
+    return set(PROFILE_TABLES) | {v for v in NAMES.values() if v is not None}
+
+
 def _rows_frame(items: list) -> pl.DataFrame:
     """A list of dataclasses (or dicts) as a frame: one row per item; values that are not
     scalars (lists of mixed types, dicts) as JSON text; text as valid Unicode (a path's

@@ -197,7 +197,7 @@ def run(args) -> int:
                               base=pooled_base if i >= nb else None, step_window=args.step_window,
                               expand_kernels=args.expand_kernels,
                               release=process.heap_releaser(cargs.input_bytes(prof.discovery))))
-        except TraceviewError as e:  # a fault of this side (a step window past its steps): say which
+        except TraceviewError as e:  # a fault of this side: said with its file (side() names a step window's)
             raise naming_side(e, todo[i][0]) from None
         del prof
     d = diff_sides(pooled_base, pool(sides[nb:]), overhead_factor=args.overhead_factor,

@@ -23,7 +23,8 @@ Errors are MCP tool errors carrying one line (traceview's message, or the except
 first line), never a traceback. A tool takes exactly its listed arguments (its input schema says
 ``additionalProperties: false``): an unknown one is refused, naming it and the tool's arguments;
 an argument that is a choice on the command line (``analyze``'s ``by``) takes the choices the
-command's own parser declares (:func:`cli_option`), listed as the schema's ``enum``.
+command's own parser declares (:func:`cli_option`), listed as the schema's ``enum``; another
+value is refused in traceview's words (as the library refuses it), not the SDK's.
 """
 
 # no "from __future__ import annotations": the SDK reads the tools' annotations, some local to build_server
@@ -36,7 +37,7 @@ import json
 import os
 import sys
 import threading
-from typing import Annotated, Literal
+from typing import Annotated
 
 from traceview.errors import EXIT_CHECK_FAILED, EXIT_OK, TraceviewError, UsageError
 from traceview.model.naming import safe_line
@@ -514,7 +515,8 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
     OffsetArg = Annotated[int, Field(ge=0, le=(1 << 62), description="first row of the page of section (the "
                                                                      "previous page's next_offset)")]
     by_option = cli_option("analyze", "by")  # the choices of analyze --by: one definition, the parser's
-    ByArg = Annotated[Literal[tuple(by_option.choices)], Field(description=by_option.help)]
+    # listed as the schema's enum, refused by the tool in traceview's words (not pydantic's)
+    ByArg = Annotated[str, Field(description=by_option.help, json_schema_extra={"enum": list(by_option.choices)})]
 
     @server.tool(description="What traceview would read under PATH and why: runs, hosts, files (format, size), "
                              "the reasons for each choice, and warnings (several runs, stale runs, stray files).")
@@ -559,6 +561,9 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
                                                                       "executions are not a multiple")] = None,
                 expect_batch: Annotated[int | None, Field(ge=1, description="batch size B: which populations "
                                                                              "carry a dimension B")] = None) -> str:
+        from traceview.analysis.report import op_table_key
+
+        op_table_key(by)
         real = roots.resolve(path)
         roots.check_discovered(real, run=run)
         argv = ["analyze", *_opt("format", "json"), *_opt("by", by), *_opt("run", run),
@@ -653,6 +658,11 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
         if table is not None:
             doc = json.loads(text)
             names = [t["table"] for t in doc["tables"]]
+            if table not in names and path is None:
+                from traceview.analysis.sql import profile_table_names
+
+                if table in profile_table_names():  # a table only a profile has (memory, hlo_edges, ...)
+                    raise UsageError(f"the columns of {table!r} depend on the profile: give path=")
             if table not in names:
                 raise UsageError(f"unknown table {table!r}; tables: {', '.join(names)}")
             text = json.dumps({**doc, "tables": [t for t in doc["tables"] if t["table"] == table]})

@@ -80,6 +80,32 @@ def name_stem(op_name: str) -> str:
     return SUFFIX.sub("", op_name)
 
 
+#: a module name's trailing copy number: XLA's ``.3`` or a ``(3)``
+COPY = re.compile(r"(\.\d+|\(\d+\))$")
+#: a bucket or configuration token of a module name: ``_``, up to four letters, digits and the
+#: digits' ``_<N>`` continuations (``_b32``, ``_t32``, ``_bkv128_128``; bare: ``_128``)
+BUCKET = re.compile(r"_([A-Za-z]{0,4})(\d+(?:_\d+)*)(?=_|$)")
+
+
+def bucket_tokens(module: str | None) -> list[tuple[str, str]]:
+    """The (letters, digits) of every :data:`BUCKET` token of a module name, copy number
+    dropped: ``jit_decode_b8_bkv512`` -> [("b", "8"), ("bkv", "512")]; [] for none or no module."""
+    return [(t.group(1), t.group(2)) for t in BUCKET.finditer(COPY.sub("", module))] if module else []
+
+
+def program_stem(module: str | None, *, bare: bool = True) -> str:
+    """A module (hlo_module) name without its copy number (:data:`COPY`) and its bucket
+    tokens (:data:`BUCKET`): ``jit_decode_b32_bkv512.3`` -> ``jit_decode``; a name without
+    them is unchanged, one that is nothing else kept whole; None -> "". ``bare``: a bare
+    ``_<N>`` (a shape bucket) goes too (``jit_f_128`` -> ``jit_f``, the diff's population key,
+    where another bucket still matches); False keeps it (``jit_f_128``: a run history's step
+    program, where another bucket is other work)."""
+    if not module:
+        return ""
+    m = COPY.sub("", module)
+    return BUCKET.sub(lambda t: t.group(0) if not (bare or t.group(1)) else "", m) or m
+
+
 def as_uint64(v) -> int | None:
     """A stat value (int, numeric string) as an unsigned 64-bit id: negative int64 values
     (an id stored in a signed field) wrap to their unsigned value; None for missing,

@@ -403,7 +403,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
     """The template's values. Both charts are submitted to ``charts`` first and collected
     last, so a drawer in another process draws them while the tables are built."""
     from traceview import __version__
-    from traceview.render.findings import finding_rows, not_evaluated_line
+    from traceview.render.findings import finding_rows, none_line, not_evaluated_line
 
     charts = charts or InlineCharts()
     roof_chart = charts.submit("roofline", _roof_rows(rep), rep.peaks)
@@ -439,6 +439,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
         "findings": finding_rows(getattr(rep, "findings", None)),
         "findings_off": getattr(rep, "findings", None) is None,
         "findings_skipped": not_evaluated_line(getattr(rep, "findings_not_evaluated", None)),
+        "findings_none": none_line(getattr(rep, "findings_not_evaluated", None)),  # the one wording of no finding
         "family_roofline": _family_roofline(rep),
         "kinds": _kinds(rep, top),
         "export_command": getattr(rep, "export_command", None),

@@ -364,7 +364,8 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
                  self_ps=t.self_ps, files=tuple(str(tr.path) for tr in getattr(prof, "traces", []) or []))
     a = _step_anatomy(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))),
                       step_window)
-    window_holds_steps(None if a is None else a.steps, step_window)  # as analyze: no diff of no steps
+    # as analyze: no diff of no steps; naming the profile, as the two sides may have different step counts
+    window_holds_steps(None if a is None else a.steps, step_window, prof=prof)
     release()
     s.steps = _steps_tuple(a)
     rows, durs = None, None

@@ -10,9 +10,10 @@ per step, the custom kernels' configurations read off their names
 (:func:`traceview.analysis.ops.kernels.kernels`), and the ids of the findings of its report
 (:mod:`traceview.analysis.findings`).
 
-Step program (:func:`program_stem`): the step module's name (the module whose ops hold the
-most self time inside the steps when steps come from markers) without its bucket and config
-suffixes (``jit_decode_b8_bkv128`` -> ``jit_decode``; ``.N`` / ``(N)`` copies dropped). Only
+Step program (:func:`~traceview.model.naming.program_stem` with ``bare=False``): the step
+module's name (the module whose ops hold the most self time inside the steps when steps come
+from markers) without its bucket and config tokens (``jit_decode_b8_bkv128`` -> ``jit_decode``;
+``.N`` / ``(N)`` copies dropped; a bare shape bucket ``_<N>`` kept: another is other work). Only
 runs of one step program are compared: a GEMM sweep's steps and a decode engine's are not the
 same step, however their medians compare.
 
@@ -42,12 +43,12 @@ whose ratio reaches the threshold: a slowdown that cannot be ruled out. Times in
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from traceview.analysis.compare import noise
+from traceview.model.naming import COPY, bucket_tokens, program_stem
 
 #: default smallest slowdown called a regression (fraction)
 THRESHOLD = 0.05
@@ -60,38 +61,17 @@ NOISE_UNKNOWN = "noise unknown"
 #: verdict of a run whose interval holds 1 where the run-to-run noise is unknown: not significant
 NO_CHANGE = noise.VERDICT_NO_CHANGE
 
-_COPY = re.compile(r"(\.\d+|\(\d+\))$")
-_CONFIG = re.compile(r"(_[a-z]+\d+(?:_\d+)*)+$")
-
-
 #: bucket tokens that change the work a step does (``_b<N>``: the batch's rows, ``_t<N>``:
 #: prefill tokens); the others (``_bkv128``, ``_bq32``, ``_p16``) name a kernel's
-#: configuration: a treatment of the same work (a bare ``_<N>`` stays in :func:`program_stem`)
+#: configuration: a treatment of the same work (a bare ``_<N>`` stays in the step program)
 WORK_TOKENS = frozenset({"b", "t"})
-_TOKEN = re.compile(r"_([a-z]+)(\d+(?:_\d+)*)")
 
 
 def work_tokens(module: str | None) -> tuple:
-    """The work tokens (:data:`WORK_TOKENS`) of a module name's trailing bucket segments, in
-    order: ``jit_decode_b8_bkv512`` -> (("b", "8"),); () for none or no module."""
-    if not module:
-        return ()
-    m = _COPY.sub("", str(module))
-    tail = _CONFIG.search(m)
-    if not tail:
-        return ()
-    return tuple((a, d) for a, d in _TOKEN.findall(tail.group(0)) if a in WORK_TOKENS)
-
-
-def program_stem(module: str | None) -> str | None:
-    """The step program of a module name: without a trailing copy number (``.3``, ``(3)``) and
-    trailing bucket/config segments of letters then digits (``_b8``, ``_bkv128``, ``_t32``);
-    None for no module."""
-    if not module:
-        return None
-    m = _COPY.sub("", str(module))
-    stem = _CONFIG.sub("", m)
-    return stem or m
+    """The work tokens (:data:`WORK_TOKENS`) of a module name's bucket tokens
+    (:func:`~traceview.model.naming.bucket_tokens`), in order: ``jit_decode_b8_bkv512`` ->
+    (("b", "8"),); () for none or no module."""
+    return tuple((a, d) for a, d in bucket_tokens(module) if a in WORK_TOKENS)
 
 
 @dataclass
@@ -101,7 +81,7 @@ class RunSummary:
     diff ranks, on which the noise prior was measured); ``window_ps``: those of the steady
     window's steps, for the median, p10 and p90 (None: ``step_ps``); ``families``: [{family, self_ps (per step), share}];
     ``kernels``: [{kernel, config}]; ``findings``: finding ids (None only in summaries
-    built by hand); ``program``: the step program (:func:`program_stem`; default: that of
+    built by hand); ``program``: the step program (:func:`~traceview.model.naming.program_stem`, ``bare=False``; default: that of
     ``step_module``; None: unknown, so the run is compared with none). ``change``/``baseline``/
     ``verdict``: set by :func:`compare_runs`; ``device_kinds``: the kinds of its devices."""
 
@@ -127,7 +107,7 @@ class RunSummary:
 
     def __post_init__(self):
         if self.program is None:
-            self.program = program_stem(self.step_module)
+            self.program = program_stem(self.step_module, bare=False) or None  # a bare _<N>: other work
 
     @property
     def module(self) -> str | None:
@@ -185,7 +165,7 @@ class History:
         the change measures."""
         by = {r.name: r for r in self.runs}
         return [(r, by[r.baseline]) for r in self.runs if r.baseline in by and r.module and by[r.baseline].module
-                and _COPY.sub("", r.module) != _COPY.sub("", by[r.baseline].module)]  # a copy number is no config
+                and COPY.sub("", r.module) != COPY.sub("", by[r.baseline].module)]  # a copy number is no config
 
     def regressions(self) -> list[RunSummary]:
         return [r for r in self.runs if r.verdict == "regression"]
@@ -243,7 +223,7 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
     return RunSummary(name=name, directory=directory, time=time, step_method=a.method, step_module=a.module,
                       step_ps=step_walls(st).astype(np.float64), window_ps=step_walls(win).astype(np.float64),
                       families=fam, kernels=ks,
-                      findings=[f.id for f in rep.findings or []], program=program_stem(prog), program_module=prog,
+                      findings=[f.id for f in rep.findings or []], program=program_stem(prog, bare=False) or None, program_module=prog,
                       device_kinds=device_kinds(prof))
 
 

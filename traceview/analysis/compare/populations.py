@@ -33,29 +33,17 @@ Times in ps; shares are fractions of all ops' self time.
 from __future__ import annotations
 
 import json
-import re
 
 import polars as pl
 
 from traceview.analysis.ops.tagged import TaggedOps
 from traceview.model.kernelname import kernel_config, kernel_id
+from traceview.model.naming import program_stem
 from traceview.model.optable import weighted_mode
 from traceview.model.runtable import as_runs
 
 KEY = ["kind", "program", "stem", "shape", "fingerprint"]
 
-_BUCKET = re.compile(r"_[A-Za-z]{0,4}\d+(?=_|$)")
-_UNIQUIFIER = re.compile(r"\.\d+$")
-
-
-def program_stem(module: str | None) -> str:
-    """A module (hlo_module) name without XLA's uniquifier (``.3``) and without its bucket
-    tokens: every ``_`` + up to four letters + digits segment (``_b32``, ``_bkv512``,
-    ``_t32``, ``_r1``, ``_128``). ``jit_decode_b32_bkv512`` -> ``jit_decode``; a name without
-    such tokens is unchanged; None -> ""."""
-    if not module:
-        return ""
-    return _BUCKET.sub("", _UNIQUIFIER.sub("", module))
 
 POPULATION_SCHEMA = {
     "kind": pl.Utf8, "program": pl.Utf8, "stem": pl.Utf8, "shape": pl.Utf8, "fingerprint": pl.Utf8,

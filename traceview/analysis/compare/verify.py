@@ -228,7 +228,7 @@ class Verifier:
         parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]
         return VerifyReport([self.check(c) for c in parsed])
 
-    # single-profile checks: (check, profile) -> (ok, message), ok None when unknown
+    # single-profile checks: (check, profile) -> (ok, message[, note]), ok None when unknown
     def _presence(self, c: Check, prof, mask: pl.Expr, what: str, one: str, sources: bool = False) -> tuple:
         """``what``: plural verb phrase ("match"), ``one``: singular ("matches"); ``sources``: the
         mask reads sources, so a trace without any is unknown."""
@@ -238,9 +238,9 @@ class Verifier:
         hit = df.filter(mask)
         total = int(df["self_ps"].sum() or 0)
         if c.args["want"] == "absent":
-            if hit.height == 0:
-                return True, (f"no op {one} /{c.args['rx']}/ among {_events(df):,} op events"
-                              + (_source_note(df) if sources else ""))
+            if hit.height == 0:  # the absence is the claim: said even under the pass, so that a mistyped regex is seen
+                msg = f"no op {one} /{c.args['rx']}/ among {_events(df):,} op events" + (_source_note(df) if sources else "")
+                return True, msg, msg
             return False, (f"{hit['count'].sum():,} op event(s) {what} /{c.args['rx']}/ "
                            f"({_fmt_t(hit['self_ps'].sum())}, {100 * (hit['self_ps'].sum() or 0) / total:.1f}% of op "
                            f"time); expected none. {self._describe(hit, total)}" if total else
@@ -653,16 +653,6 @@ class Verifier:
         return False, f"{rows.height} population(s) unmatched ({n} matched): " + "; ".join(parts)
 
 
-def _profile_name(prof) -> str | None:
-    """The path a profile was read from, as its discovery names it (None when built in memory)."""
-    disc = getattr(prof, "discovery", None)
-    root = getattr(disc, "root", None)
-    if root is not None:
-        return str(root)
-    traces = getattr(prof, "traces", None) or []
-    return str(traces[0].path) if len(traces) == 1 and getattr(traces[0], "path", None) else None
-
-
 def verify(treatment, checks, *, base=None, rules=None, step_window: str = "steady", finding_thresholds=None,
            findings: bool = True, peaks=None) -> VerifyReport:
     """Evaluate ``checks`` (strings or :class:`Check`) on ``treatment`` (and ``base`` for diff
@@ -683,22 +673,22 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
                 a = derived.step_anatomy(prof, rules, window=step_window)
             except TraceviewError:  # no steps to hold: the checks that need them say so
                 continue
-            try:
-                window_holds_steps(None if a is None else a.steps, step_window)
-            except UsageError as e:  # say which profile: BASE and TREATMENT may have different step counts
-                name = _profile_name(prof)
-                raise (UsageError(e.fault, name) if name and e.path is None else e) from None
+            # naming the profile: BASE and TREATMENT may have different step counts
+            window_holds_steps(None if a is None else a.steps, step_window, prof=prof)
     parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]
     if not parsed:
         raise UsageError("no checks given")
     v = Verifier(treatment, base, rules=rules, step_window=step_window, finding_thresholds=finding_thresholds,
                  findings=findings, peaks=peaks)
-    for c in parsed:  # usage errors before any evaluation
+    for i, c in enumerate(parsed, 1):  # usage errors before any evaluation, naming the check's position
         if (c.needs_base or c.side == "base") and v.base is None:
-            raise UsageError(f"check {c.text!r} needs two profiles (BASE and TREATMENT)")
+            raise UsageError(f"check {i}: {c.text!r} needs two profiles (BASE and TREATMENT)")
         if c.kind == "family_share" and c.args["name"] is not None:
-            v._resolve_family(c.args["name"])
+            try:
+                v._resolve_family(c.args["name"])
+            except UsageError as e:
+                raise UsageError(f"check {i}: {e.fault}") from None
         if c.kind in ("finding", "finding_impact") and not findings:
-            raise UsageError(f"check {c.text!r} needs the findings; drop --no-findings")
+            raise UsageError(f"check {i}: {c.text!r} needs the findings; drop --no-findings")
     return v.run(parsed)
 

@@ -442,13 +442,14 @@ def _parse_body(p: _P) -> Check:
 
 
 def parse_checks(lines) -> list[Check]:
-    """Checks from strings; blank ones and ``#`` comments skipped. Raises UsageError naming
-    the check's position on the first bad one."""
+    """Checks from strings, one check each (``--check``). Raises UsageError naming the check's
+    position on the first bad one, a blank one or one of only a ``#`` comment included (a
+    check given empty is a mistake, not one to skip)."""
     out = []
     for i, line in enumerate(lines, 1):
         s = str(line).strip()
-        if not s or s.startswith("#"):
-            continue
+        if not s or not strip_comment(s).strip():
+            raise UsageError(f"check {i} is empty" + (" (only a # comment)" if s else ""))
         try:
             out.append(parse_check(s))
         except UsageError as exc:

@@ -99,17 +99,33 @@ def parse_window(spec: str) -> tuple[str, slice | None]:
                      f"A inclusive, B exclusive, e.g. 2: or 1:-1)")
 
 
-def window_holds_steps(steps: pl.DataFrame | None, window: str, option: str = "--step-window") -> None:
+def window_holds_steps(steps: pl.DataFrame | None, window: str, option: str = "--step-window", *,
+                       prof=None) -> None:
     """UsageError when an A:B step window (``window``; steady and all pass) selects none of
     ``steps`` (step rows with ``in_window``, as :func:`annotate` marks them; None or empty
     pass): a report or diff of no steps would read as one without changes or findings.
-    ``option``: how the message names the window (the CLI option, or a library argument)."""
+    ``option``: how the message names the window (the CLI option, or a library argument);
+    ``prof``: the profile the steps are of, named by the error (:func:`profile_name`) where two
+    profiles may have different step counts (diff's and verify's sides)."""
     if parse_window(window)[1] is None or steps is None or steps.height == 0:
         return
     if "in_window" in steps.columns and not steps["in_window"].fill_null(False).any():
         n = steps["step"].n_unique()
         raise UsageError(f"{option} {window} holds none of the trace's {n:,} steps (0..{n - 1}; A:B counts "
-                         "from 0, B excluded, negatives from the end)")
+                         "from 0, B excluded, negatives from the end)", None if prof is None else profile_name(prof))
+
+
+def profile_name(prof) -> str | None:
+    """The path a profile was read from, as its discovery names it (a remote one: its URL, not
+    the local copy's folder; None when built in memory)."""
+    disc = getattr(prof, "discovery", None)
+    if getattr(disc, "url", ""):
+        return str(disc.url)
+    root = getattr(disc, "root", None)
+    if root is not None:
+        return str(root)
+    traces = getattr(prof, "traces", None) or []
+    return str(traces[0].path) if len(traces) == 1 and getattr(traces[0], "path", None) else None
 
 
 def robust_z(values: np.ndarray) -> np.ndarray:
