@@ -104,15 +104,22 @@ def _per_step(pop: np.ndarray, self_ps: np.ndarray, step_rows: np.ndarray,
     inside = (step_rows >= 0) & (pop >= 0)
     kt = np.int32 if n_pop * n_steps < (1 << 31) else np.int64
     if inside.all():  # every event in a step: no selected copies
-        k = pop.astype(kt)
-        k *= n_steps
-        k += step_rows.astype(kt, copy=False)  # by population, then step
+        pp, sr = pop, step_rows
         w = self_ps
     else:
-        k = pop[inside].astype(kt) * kt(n_steps) + step_rows[inside].astype(kt)
+        pp, sr = pop[inside], step_rows[inside]
         w = self_ps[inside]
     del inside
-    o = np.argsort(k, kind="stable")
+    k = pp.astype(kt)
+    k *= kt(n_steps)
+    k += sr.astype(kt, copy=False)  # by population, then step
+    if n_pop <= 1 << 16 and len(sr) > 1 and bool((sr[1:] >= sr[:-1]).all()):
+        # the events' steps already ascend (one device): the same stable order is one radix
+        # sort of the populations
+        o = np.argsort(pp.astype(np.uint16), kind="stable")
+    else:
+        o = np.argsort(k, kind="stable")
+    del pp, sr
     k, w = k[o], w[o]
     del o
     if not len(k):

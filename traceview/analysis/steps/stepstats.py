@@ -503,9 +503,18 @@ def step_walls(steps: pl.DataFrame) -> np.ndarray:
     samples a side, not 24). Steps without a duration are left out."""
     if steps.height == 0:
         return np.zeros(0, dtype=np.int64)
-    w = (steps.filter(pl.col("duration_ps").is_not_null()).group_by("step")
-         .agg(pl.col("duration_ps").max()).sort("step"))
-    return w["duration_ps"].to_numpy().astype(np.int64)
+    st = steps.filter(pl.col("duration_ps").is_not_null()) if steps["duration_ps"].null_count() else steps
+    if st.height == 0:
+        return np.zeros(0, dtype=np.int64)
+    if st["step"].null_count():  # a step without an index: polars' group (nulls first)
+        w = st.group_by("step").agg(pl.col("duration_ps").max()).sort("step")
+        return w["duration_ps"].to_numpy().astype(np.int64)
+    # arrays: a stable sort by step only when the rows are out of step order (several devices)
+    s, d = st["step"].to_numpy(), st["duration_ps"].to_numpy().astype(np.int64, copy=False)
+    if len(s) > 1 and not bool((s[1:] >= s[:-1]).all()):
+        o = np.argsort(s, kind="stable")
+        s, d = s[o], d[o]
+    return np.maximum.reduceat(d, np.flatnonzero(np.r_[True, s[1:] != s[:-1]]))
 
 
 def distribution(steps: pl.DataFrame, window: str = "steady") -> dict:
