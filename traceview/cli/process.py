@@ -79,26 +79,21 @@ def tune_allocator(input_bytes: int) -> None:
     * **inputs under** :data:`BIG_INPUT_BYTES`: freed arrays stay in the heap for reuse
       (mmap threshold 32 MiB, trim threshold 4 GiB, 64 MiB top pad); the heap is at most a
       few hundred MB there. From :data:`PURGE_INPUT_BYTES` on, polars' allocator (jemalloc)
-      keeps the pages it has freed for 0.1 s rather than polars' 0.5 s before it purges them
-      at once (``dirty_decay_ms:100,muzzy_decay_ms:0``; polars' default keeps them, lazily
-      freed but still resident, for another second, so that they add to the next stage's
-      peak).
+      purges the pages it has freed at once (``dirty_decay_ms:0,muzzy_decay_ms:0``; polars'
+      default keeps them 0.5 s, then lazily freed but still resident for another second, so
+      that they add to the next stage's peak).
     * **inputs of** :data:`BIG_INPUT_BYTES` **and more**, allocation speed is traded for
-      memory: polars allocates through jemalloc, which keeps freed pages (polars' defaults:
-      0.5 s, then 1 s more lazily freed) and is asked to purge at once
-      (``_RJEM_MALLOC_CONF``, read when polars loads); on glibc,
-      allocations of 1 MiB and more are served from ``mmap``, so freed arrays go back to the
-      OS at once (glibc's dynamic threshold otherwise rises to 32 MiB after the first large
-      free, keeping freed arrays in the heap while the next stage allocates).
+      memory on glibc too: allocations of 1 MiB and more are served from ``mmap``, so freed
+      arrays go back to the OS at once (glibc's dynamic threshold otherwise rises to 32 MiB
+      after the first large free, keeping freed arrays in the heap while the next stage
+      allocates). jemalloc's settings (``_RJEM_MALLOC_CONF``) are read when polars loads.
 
     Options are ``mallopt`` parameters (glibc ``malloc.h``: M_TRIM_THRESHOLD -1, M_TOP_PAD
     -2, M_MMAP_THRESHOLD -3, M_ARENA_MAX -8). Nothing on other platforms or C libraries.
     The figures behind these choices are in ``benchmarks/RESULTS.md``."""
     big = input_bytes >= BIG_INPUT_BYTES
-    purge = input_bytes >= PURGE_INPUT_BYTES
-    if purge and "polars" not in sys.modules:
-        os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0" if big
-                              else "dirty_decay_ms:100,muzzy_decay_ms:0")
+    if input_bytes >= PURGE_INPUT_BYTES and "polars" not in sys.modules:
+        os.environ.setdefault("_RJEM_MALLOC_CONF", "dirty_decay_ms:0,muzzy_decay_ms:0")
     if not sys.platform.startswith("linux"):
         return
     try:
