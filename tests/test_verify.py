@@ -454,6 +454,21 @@ def test_an_absence_that_passes_says_what_it_searched(capsys):
     assert json.loads(capsys.readouterr().out)["results"][0]["note"] == none.note
 
 
+def test_other_passing_absences_say_what_they_searched():
+    """A count of no op, a kernel that is absent and a source path under which nothing lies
+    also pass with a note saying what was searched (a mistyped regex, name or path is seen);
+    a count of matched ops keeps no note."""
+    rep = verify(GREEDY, ["op matching zzz count < 3", "kernel zzz* absent", "source zzz/ absent",
+                          "op matching dot count > 1"])
+    count, kernel, source, real = rep.results
+    assert [r.status for r in rep.results] == ["pass"] * 4
+    assert count.note == "no op matches /zzz/ among 510 op events"
+    assert count.message == "no op matches /zzz/: occurrences 0 < 3"
+    assert kernel.note == kernel.message == "no kernel named like 'zzz*'; kernels found: RPAd-p_16-bq_1_1-bkv_128_128"
+    assert source.note == source.message == "no source under zzz/ (101 of 510 op events have no recorded source)"
+    assert real.note == ""
+
+
 def test_the_missing_peak_is_named():
     """With only --peak-flops on a CPU profile, far-below-roofline's reason names the peak still missing."""
     prof = load(GREEDY, stale_after_s=None)
@@ -490,3 +505,14 @@ def test_a_straggler_lead_bound_may_exceed_100_percent(shared_traces, src, lead)
                                                else ["pass", "pass", "fail", "pass", "pass"])
     assert {r.message.split(" (")[0] for r in rep.results} == {f"straggler lead is {lead}"}
     assert rep.results[0].message.endswith("bound < 150%") and rep.results[2].message.endswith("bound > 1000%")
+
+
+def test_straggler_lead_message_names_no_device_when_no_wait_is_attributed(shared_traces):
+    """The v6e trace's worst step has no collective matched across devices: its message says
+    no wait was attributed, instead of attributing the waits to "None"; the 8-device fixture's
+    names the device and its attributed wait."""
+    msg = verify(str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), ["straggler lead < 150%"]).results[0].message
+    assert "None" not in msg
+    assert "step 23: /device:TPU:3 busy 24.134 ms against the median 24.054 ms; no collective of the step matched" in msg
+    msg = verify(str(FIXTURES / "straggler_8dev"), ["straggler lead < 150%"]).results[0].message
+    assert "others' waits attributed to /device:CPU:5: 36.731 ms" in msg

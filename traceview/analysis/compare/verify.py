@@ -322,8 +322,9 @@ class Verifier:
         cmp_, n = c.args["cmp"], c.args["n"]
         f = CMPS[cmp_]
         if df.height == 0:
-            if f(0, n):
-                return True, f"no op matches /{c.args['rx']}/: occurrences 0 {cmp_} {n:g}"
+            if f(0, n):  # a count of nothing: said under the pass too, so that a mistyped regex is seen
+                msg = f"no op matches /{c.args['rx']}/: occurrences 0 {cmp_} {n:g}"
+                return True, msg, f"no op matches /{c.args['rx']}/ among {_events(self._df(prof)):,} op events"
             return False, f"no op matches /{c.args['rx']}/: occurrences 0, bound {cmp_} {n:g}"
         if not c.args["per_execution"]:
             occ = int(df["count"].sum())
@@ -426,10 +427,12 @@ class Verifier:
             return None, "straggler lead unknown: no collective execution was matched across two or more devices"
         lead = s["lead_max"]
         worst = st.steps.sort("lead", descending=True).row(0, named=True)
+        waits = ("no collective of the step matched across devices, so no wait attributed"
+                 if worst["last_to_arrive"] is None else
+                 f"others' waits attributed to {worst['last_to_arrive']}: {_fmt_t(worst['attributed_wait_ps'])}")
         msg = (f"straggler lead is {100 * lead:.1f}% (step {worst['step']}: {worst['slowest']} busy "
-               f"{_fmt_t(worst['busy_max_ps'])} against the median {_fmt_t(worst['busy_median_ps'])}; others' waits "
-               f"attributed to {worst['last_to_arrive']}: {_fmt_t(worst['attributed_wait_ps'])}), bound {cmp_} "
-               f"{100 * bound:g}%")
+               f"{_fmt_t(worst['busy_max_ps'])} against the median {_fmt_t(worst['busy_median_ps'])}; {waits}), "
+               f"bound {cmp_} {100 * bound:g}%")
         return CMPS[cmp_](lead, bound), msg
 
     def _memory(self, prof):
@@ -481,8 +484,9 @@ class Verifier:
             if k.height:
                 return True, f"kernel(s) {', '.join(k['kernel'].to_list())} ({int(k['invocations'].sum()):,} invocations)"
             return False, f"no kernel named like {c.args['glob']!r}; kernels found: {self._kernel_list(prof)}"
-        if k.height == 0:
-            return True, f"no kernel named like {c.args['glob']!r}"
+        if k.height == 0:  # the absence is the claim: said under the pass too (a mistyped name)
+            msg = f"no kernel named like {c.args['glob']!r}; kernels found: {self._kernel_list(prof)}"
+            return True, msg, msg
         return False, "; ".join(f"{r['kernel']} ran {r['invocations']:,} times in {', '.join(r['modules'])} "
                                 f"({_fmt_t(r['self_ps'])})" for r in k.iter_rows(named=True)) + "; bound: absent"
 
@@ -545,8 +549,9 @@ class Verifier:
             if hit:
                 return True, f"source under {path}: {', '.join(hit[:3])}"
             return False, f"no op's source file or stack frame is under {path} ({len(files)} source files seen)"
-        if not hit:
-            return True, f"no source under {path}{_source_note(df)}"
+        if not hit:  # the absence is the claim: said under the pass too (a mistyped path)
+            msg = f"no source under {path}{_source_note(df)}"
+            return True, msg, msg
         return False, f"ops come from {', '.join(hit[:4])} (under {path}); bound: absent"
 
     # diff checks: (check) -> (ok, message)
