@@ -300,3 +300,21 @@ def test_zero_fill_message_names_where_the_zeros_begin(shared_traces, tmp_path, 
     s2 = len(data[:300000].rstrip(b"\0"))
     e2 = 400000 + (len(data[400000:]) - len(data[400000:].lstrip(b"\0")))
     assert f"zero bytes from byte {s2} to byte {e2}" in capsys.readouterr().err
+
+
+def test_load_warns_when_reading_without_the_c_decoder(shared_traces, monkeypatch):
+    """A copy of traceview without its compiled decoder (a checkout's source tree imported from
+    its own folder) reads many times slower: traceview.load says so with a RuntimeWarning;
+    with the decoder, no warning."""
+    import warnings
+
+    import traceview.read.xplane.wire
+
+    path = shared_traces / "mi300x_jax_gemm_sweep.xplane.pb"
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        traceview.load(path, stale_after_s=None, cache=False)
+    assert not [w for w in got if "C decoder" in str(w.message)]
+    monkeypatch.setattr(traceview.read.xplane.wire, "_fast", None)
+    with pytest.warns(RuntimeWarning, match=r"has no compiled C decoder: traces are read by the pure-Python fallback"):
+        traceview.load(path, stale_after_s=None, cache=False)

@@ -338,14 +338,14 @@ def test_steps_of_different_programs_are_judged_against_their_own_program(shared
 def test_a_step_window_outside_the_steps_is_a_usage_error(shared_traces, capsys):
     """``--step-window 500:600`` on a trace of 100 steps: exit 2 and one line saying how many
     steps there are, not a report of no steps whose findings read "none" (absence of
-    evidence); a window that holds steps still reads."""
+    evidence), naming the file as diff and verify do; a window that holds steps still reads."""
     from traceview.cli import main
 
     path = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
     for cmd, extra in (("analyze", []), ("report", ["-o", os.devnull])):
         assert main([cmd, path, "--step-window", "500:600", "--no-cache", *extra]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err == ["traceview: error: --step-window 500:600 holds none of the trace's 100 steps (0..99; A:B "
-                       "counts from 0, B excluded, negatives from the end)"]
+        assert err == [f"traceview: error: {path}: --step-window 500:600 holds none of the trace's 100 steps (0..99; "
+                       "A:B counts from 0, B excluded, negatives from the end)"]
     assert main(["analyze", path, "--step-window", "5:8", "--brief", "--no-cache"]) == 0
     assert "12 of 400 device-steps (window 5:8)" in capsys.readouterr().out

@@ -279,17 +279,36 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     interpreted Pallas kernel invocation of a CPU trace is one op row, named by the kernel,
     unless ``expand_kernels`` (:mod:`traceview.model.interpreted`). The run folders of a
     capture written host by host (one host each, dated within a minute) are read as one run
-    unless ``group_hosts`` is False (:func:`traceview.read.discover.discover`)."""
+    unless ``group_hosts`` is False (:func:`traceview.read.discover.discover`). Warns
+    (RuntimeWarning, :func:`slow_reader_warning`) when this copy of traceview has no compiled
+    C decoder."""
     from traceview.model.load import load as _load
     from traceview.read.cache import TableCache
 
     path = _path(path)
+    slow_reader_warning()
     if cache is not None and cache is not False and not isinstance(cache, TableCache):
         raise UsageError(f"cache must be a TableCache, False or None, got {type(cache).__name__}")
     return _load(path, run=run, all_runs=all_runs, require_ops=require_ops, stale_after_s=stale_after_s,
                  max_bytes=max_bytes, cache=cache, workers=workers, executor=executor, scheduler=scheduler,
                  progress=progress, discovery=discovery, prefetch=prefetch, factory=Profile,
                  expand_kernels=expand_kernels, group_hosts=group_hosts)
+
+
+def slow_reader_warning() -> None:
+    """A RuntimeWarning (shown once per call site by Python's default filter) when the copy of
+    traceview imported has no compiled C decoder, so traces are read by the pure-Python
+    fallback, many times slower: typically the source tree of a checkout, imported from its
+    own folder, in place of the installed package (whose build compiled the decoder)."""
+    from traceview.read.xplane.wire import has_decoder
+
+    if not has_decoder():
+        import warnings
+
+        here = Path(__file__).resolve().parent
+        warnings.warn(f"traceview at {here} has no compiled C decoder: traces are read by the pure-Python fallback, "
+                      "many times slower; import the installed traceview (start Python outside the checkout) or "
+                      "build the decoder in place (python setup.py build_ext --inplace)", RuntimeWarning, stacklevel=3)
 
 
 #: The largest count an argument may give (as the CLI's options are held to).

@@ -323,7 +323,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     parse_window(step_window)  # a bad window fails before any other work
     anat = derived.step_anatomy(prof, rules, module=step_module, extent=step_extent, window=step_window)
     release()
-    window_holds_steps(None if anat is None else anat.steps, step_window)
+    window_holds_steps(None if anat is None else anat.steps, step_window, prof=prof)
     kern = _kernels(prof.table)
     files = _sources.by_file(prof.table, frame=source_frame)
     devices = prof.device_summary()
