@@ -477,3 +477,41 @@ def test_an_exported_trace_never_lands_beside_the_trace_it_is_cut_from(tmp_path,
     assert not any((src.parent / "sub" / "deeper").iterdir())
     rc, err = export(capsys, src, "-o", tmp_path / "cut")
     assert rc == 0 and (tmp_path / "cut.xplane.pb").exists()
+
+
+#: (trace, steps, device, a step of the range: (step, start_ps, duration_ps, ops, op_time_ps))
+GPU_ROUND_TRIPS = [
+    # the window's last step: four trailing ops (1.36 ms after its program's op) went unread,
+    # past the read-back's last step (its start plus the window's longest step period)
+    ("mi300x_jax_gemm_sweep.xplane.pb", "9:11", (11, 6_348_688_000, 1_581_442_000, 5, 609_321_000)),
+    # one step: read back, the dominant program was another (jit_dot ran once), four steps
+    ("mi300x_jax_attention.xplane.pb", "6:6", (6, 2_837_573_000, 1_286_002_000, 9, 626_560_000)),
+    # the window's op counts chose another anchor op for the executions: other step bounds
+    ("mi300x_jax_conv3d.xplane.pb", "0:2", (1, 88_524_247_000, 4_141_886_000, 5, 710_721_000)),
+]
+
+
+@pytest.mark.parametrize(("name", "steps", "pinned"), GPU_ROUND_TRIPS, ids=[t[0].split("_")[2] for t in GPU_ROUND_TRIPS])
+def test_a_gpu_export_read_back_has_the_steps_it_was_cut_at(shared_traces, tmp_path, capsys, name, steps, pinned):
+    """An MI300X export read back: on every GPU exactly the exported steps, each with the
+    original's start, duration, op count and op time to the ps. A GPU trace's steps are its
+    dominant program's executions derived from the whole trace's ops, which the window's ops
+    alone did not give again; the export's ``traceview steps`` line is read back as the steps."""
+    src = shared_traces / name
+    rc, err = export(capsys, src, "--steps", steps, "-o", tmp_path / "w")
+    assert rc == 0, err
+    a, b = map(int, steps.split(":"))
+    cols = ["start_ps", "duration_ps", "ops", "op_time_ps"]
+    orig = traceview.load(src, stale_after_s=None).analyze(step_window="all").steps
+    back = traceview.load(tmp_path / "w.xplane.pb", stale_after_s=None, cache=False).analyze(step_window="all").steps
+    o = orig.steps.filter(pl.col("step").is_between(a, b))
+    assert orig.method == "module" and back.method == "markers"
+    assert any("steps are the 'traceview steps' line of a traceview export" in n for n in back.notes)
+    assert back.steps.height == o.height > 0
+    for dev in sorted(set(o["device"])):
+        want = o.filter(pl.col("device") == dev).sort("step").select(cols).rows()
+        got = back.steps.filter(pl.col("device") == dev).sort("start_ps").select(cols).rows()
+        assert got == want, dev
+    step, *figures = pinned
+    assert tuple(figures) in back.steps.filter(pl.col("device") == "/device:GPU:0").select(cols).rows()
+    assert tuple(figures) == o.filter((pl.col("device") == "/device:GPU:0") & (pl.col("step") == step)).select(cols).row(0)

@@ -434,3 +434,33 @@ def test_merged_tpu_ranks_host_planes_cut_at_their_ranks_devices(shared_traces, 
             assert a.name == b.name and a.SerializeToString() == b.SerializeToString(), (k, a.name)
     assert own[0].aligned["/host:CPU"] != own[1].aligned["/host:CPU"]
     assert got.events == own[0].events + own[1].events
+
+
+@pytest.mark.parametrize("mode", ["renumber", "naive", "prefix"])
+def test_a_merged_gpu_export_draws_its_steps_on_its_own_rank_or_not_at_all(shared_traces, tmp_path, mode, capsys):
+    """GEMM and attention ranks merged, steps 9:11 (jit_dot's, the GEMM rank's): where the
+    device planes' names tell the ranks apart (renumber) the steps line is drawn on the GEMM
+    rank's GPU and read back as its steps, exactly the original's; where they do not (naive:
+    both ranks' GPU:0; prefix: '<rank>: /device:GPU:0') traceview's lines are left out, so no
+    plane is added (prefix drew them on a new '/device:GPU:0') and no other rank reads them as
+    steps of its own (naive: the attention rank's GPU, three steps without an op)."""
+    merged = _gpu_ranks(shared_traces, tmp_path, mode)
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["export", str(merged), "--steps", "9:11", "-o", str(out / "w"), "--no-cache"]) == 0
+    err = capsys.readouterr().err
+    assert ("traceview's lines are left out of its export" in err) == (mode != "renumber")
+    src, got = XSpace(), XSpace()
+    src.ParseFromString(merged.read_bytes())
+    got.ParseFromString((out / "w.xplane.pb").read_bytes())
+    assert [p.name for p in got.planes] == [p.name for p in src.planes]
+    cols = ["device", "start_ps", "duration_ps", "ops", "op_time_ps"]
+    back = traceview.load(out / "w.xplane.pb", stale_after_s=None, cache=False).analyze(step_window="all").steps
+    assert (back.steps["ops"] > 0).all() and back.steps["host"].unique().to_list() == [
+        "w/dp0_w-0" if mode == "prefix" else "w/rank0"]
+    if mode == "renumber":
+        assert back.method == "markers"
+        assert back.steps.select(cols).sort("start_ps").rows() == [
+            ("/device:GPU:0", 4_894_606_000, 672_121_000, 1, 672_121_000),
+            ("/device:GPU:0", 5_647_927_000, 587_481_000, 1, 587_481_000),
+            ("/device:GPU:0", 6_348_688_000, 1_581_442_000, 5, 609_321_000)]

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
-from traceview.model.naming import printable
+from traceview.model.naming import EXPORT_STEPS_LINE, printable
 
 from traceview.errors import UsageError
 
@@ -43,7 +43,7 @@ FAMILY_GAP_PS = 1_000_000
 #: (worked out op by op; a window that large is no longer read on a timeline)
 MAX_TRACK_EVENTS = 2_000_000
 
-LINES = ("traceview steps", "traceview families", "traceview exposed communication", "traceview findings")
+LINES = (EXPORT_STEPS_LINE, "traceview families", "traceview exposed communication", "traceview findings")
 
 
 @dataclass

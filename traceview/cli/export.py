@@ -159,6 +159,17 @@ def run(args) -> int:
                                   max_decompressed_bytes=text_limit_for(args.max_bytes) if args.max_bytes else None)
         else:
             raise UsageError(f"{path}: export reads .xplane.pb and .trace.json(.gz) files, not {kind}")
+        if len(its_hosts) > 1 and tracks:
+            # a device that names no plane of the file, or several (the ranks' planes named
+            # alike, or each under its rank's prefix): its lines would land on another rank's
+            # plane or a plane of their own, and be read back as that plane's steps
+            seen: dict = {}
+            for pl_ in sw.space.planes:
+                seen[pl_.name] = seen.get(pl_.name, 0) + 1
+            if any(seen.get(d, 0) != 1 for d in {t.device for t in tracks}):
+                plan.notes.append(f"{len(its_hosts)} ranks share {Path(path).name} and their device planes' "
+                                  "names: traceview's lines are left out of its export (the ops are all there)")
+                tracks = []
         n_events += sw.events
         n_tracks += len(tracks)
         space = with_tracks(sw, tracks, LINES)

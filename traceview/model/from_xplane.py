@@ -46,7 +46,7 @@ from traceview.model.hlo_graph import protos_frame
 from traceview.model.kernel_lines import read_kernel_lines
 from traceview.model.memory_events import has_memory_events, read_memory_events
 from traceview.model.naming import as_uint64 as _as_int
-from traceview.model.naming import printable, split_module_name, split_source
+from traceview.model.naming import EXPORT_STEPS_LINE, printable, split_module_name, split_source
 from traceview.model.optable import ATTR_COLUMNS, OpTable
 from traceview.model.ranks import is_device_plane, plane_ranks
 from traceview.model.runtable import KEY_SCHEMA, RunTable
@@ -339,6 +339,7 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
         elif name.startswith("/device:GPU:") or name.startswith("/device:CUSTOM:"):
             devices.append(_device_info(plane, "GPU" if "GPU" in name else "CUSTOM", stat_names, stat_names,
                                         h if several else ""))
+            dev_markers.extend((h,) + m for m in _export_step_markers(plane, stat_names, path))
             n_events += _read_annotated_plane(plane, stat_names, cols, hlo, h, run, path, device_lines=True,
                                               decoded=(decoded or {}).pop(id(plane), None))
         elif name == "/host:CPU":
@@ -1011,6 +1012,26 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
     cols.append(OpTable.from_parts(_cat(attrs_parts), start, _cat(dur_parts), _cat(self_parts), _cat(count_parts),
                                    attrs))
     return n
+
+
+def _export_step_markers(plane, stat_names: dict, path: str) -> list[tuple]:
+    """The events of a GPU plane's :data:`~traceview.model.naming.EXPORT_STEPS_LINE` (a
+    window ``traceview export`` wrote: one per step of the trace it was cut from) as step
+    markers (device, that line's name, its ``step`` stat, start_ps, duration_ps); [] on a
+    plane without it (every profiler's trace). A GPU trace's steps are its dominant program's
+    executions, derived from the ops of the whole trace (the program, its anchor op, the last
+    execution's extent), which the window's ops alone do not give again."""
+    out: list[tuple] = []
+    sid = next((k for k, v in stat_names.items() if v == "step"), -1)
+    for raw in plane.lines:
+        if wire.line_header(raw, path).name != EXPORT_STEPS_LINE:
+            continue
+        le = decode_line(raw, path, sid)
+        timed = np.flatnonzero(le.occurrences == 0)
+        steps = [int(v) if v >= 0 else None for v in le.stat_values[timed].tolist()]
+        out.extend(zip([plane.name] * len(timed), [EXPORT_STEPS_LINE] * len(timed), steps,
+                       le.starts[timed].tolist(), le.durations[timed].tolist()))
+    return out
 
 
 def _cat(parts: list) -> np.ndarray:

@@ -134,3 +134,8 @@ def as_float(v) -> float | None:
 #: device lines (XLines, trace.json threads) that repeat ops derived from other lines: never
 #: read as GPU kernel lines
 DERIVED_LINES = ("XLA Ops", "XLA Modules", "TensorFlow", "Framework", "Steps", "Source code", "Launch Stats")
+
+#: the XLine ``traceview export`` draws each exported step on (one event per device-step, its
+#: ``step`` stat the step's number in the trace it was cut from); a GPU plane's is read back
+#: as the plane's step markers
+EXPORT_STEPS_LINE = "traceview steps"

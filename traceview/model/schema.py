@@ -53,9 +53,10 @@ GPU/CPU derived from op events): host, device, module, program_id, start_ps, dur
 
 ``step_markers`` — one row per step annotation (``jax.profiler.StepTraceAnnotation``: a host
 event carrying a ``step_num`` stat) on a CPU trace, where ops and markers share the host
-clock, and one per event of a TPU plane's ``Steps`` line (name "Steps", device the plane, on
-the ops' clock): host, device ("" = every device of the host), name, step_num, start_ps,
-duration_ps.
+clock, one per event of a TPU plane's ``Steps`` line (name "Steps", device the plane, on
+the ops' clock) and one per event of a GPU plane's ``traceview steps`` line (a window
+``traceview export`` wrote; step_num the step's number in the trace it was cut from): host,
+device ("" = every device of the host), name, step_num, start_ps, duration_ps.
 """
 
 from __future__ import annotations

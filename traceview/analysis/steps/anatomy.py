@@ -6,8 +6,8 @@ step's wall time; the difference is the gap (device idle: host, dispatch, synchr
 
 Steps (:func:`find_steps`), per (host, device), in this order:
 
-1. **markers** — a frame of step markers (a ``Steps`` line: host, device, start_ps,
-   duration_ps) when the caller passes one. The readers do not put ``Steps`` in the op-event
+1. **markers** — a frame of step markers (a ``Steps`` line, or the ``traceview steps`` line
+   of a GPU export: host, device, start_ps, duration_ps) when the caller passes one. The readers do not put ``Steps`` in the op-event
    table yet, so this only happens when a caller supplies it.
 2. **dominant module** — otherwise each execution (``module_runs`` row) of the *dominant
    module* is a step: the module whose ops have the largest total self time (over all devices),
@@ -56,6 +56,7 @@ import polars as pl
 from traceview.analysis.steps import stepstats
 from traceview.analysis.ops.families import attr_families, rules_of
 from traceview.errors import UsageError
+from traceview.model.naming import EXPORT_STEPS_LINE
 from traceview.model.optable import as_table, int_bincount
 from traceview.model.runtable import RunTable, as_runs
 from traceview.model.schema import MODULE_RUNS_SCHEMA
@@ -1109,7 +1110,8 @@ def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str 
     """:func:`anatomy` of a profile (a :class:`~traceview.model.profiledata.ProfileData`).
 
     ``markers``: "auto" uses, when no ``module`` is named, the events of the TPU planes'
-    ``Steps`` lines (device markers, on the ops' clock; a note says so), else the trace's step
+    ``Steps`` lines or of a GPU export's steps line (device markers, on the ops' clock; a note
+    says so), else the trace's step
     annotations (``StepTraceAnnotation``) when the ops run on the host (CPU traces: markers
     and ops share the host clock); None ignores them; or a frame of
     :data:`~traceview.model.schema.STEP_MARKERS_SCHEMA`.
@@ -1125,8 +1127,14 @@ def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str 
         on_host = table.height > 0 and bool(table.collapse()["device"].str.contains("^(/host:|/device:CPU:)").all())
         if module is None and on_device.height:
             markers = on_device
-            note = (f"steps are the events of the TPU Steps line ({on_device.height} on "
-                    f"{on_device.select('host', 'device').unique().height} device(s)), not program executions")
+            n_dev = on_device.select("host", "device").unique().height
+            if bool((on_device["name"] == EXPORT_STEPS_LINE).all()):
+                note = (f"steps are the {EXPORT_STEPS_LINE!r} line of a traceview export ({on_device.height} on "
+                        f"{n_dev} device(s)): the steps of the trace it was cut from, not program executions "
+                        f"found again in the window")
+            else:
+                note = (f"steps are the events of the TPU Steps line ({on_device.height} on "
+                        f"{n_dev} device(s)), not program executions")
         else:
             host_mk = mk.filter(pl.col("device") == "") if mk.height else mk
             markers = host_mk if (module is None and on_host and host_mk.height) else None
