@@ -95,6 +95,8 @@ CALLS = [
     ("schema_memory_no_path", "describe_schema", {"table": "memory"}),
     ("schema_hlo_edges_no_path", "describe_schema", {"table": "hlo_edges"}),
     ("schema_v6e_bad_table", "describe_schema", {"path": V6E, "table": "nosuch"}),
+    ("schema_v6e_memory", "describe_schema", {"path": V6E, "table": "memory"}),
+    ("schema_v6e_memory_events", "describe_schema", {"path": V6E, "table": "memory_events"}),
 ]
 
 #: (name, tool, arguments, section): tables read page by page, following next_offset
@@ -262,13 +264,37 @@ def test_describe_schema_one_table(session, shared_traces, cli):
     assert err and "unknown table 'nosuch'; tables: ops, module_runs, programs, step_markers, populations" in text
     assert "\n" not in text
     # without a path, a table only a profile has is named as such (its columns are the profile's), not unknown
-    for table in ("memory", "hlo_edges"):
-        err, text = session[f"schema_{table}_no_path"]
-        assert err and text.endswith(f"the columns of '{table}' depend on the profile: give path=")
-        assert table in [t["table"] for t in want["tables"]]
+    err, text = session["schema_hlo_edges_no_path"]
+    assert err and text.endswith("the columns of 'hlo_edges' depend on the profile: give path=")
+    assert "hlo_edges" in [t["table"] for t in want["tables"]]
+    # the memory tables are documented: without a path their columns and meanings, as with one
+    got = _ok(session, "schema_memory_no_path")["tables"]
+    assert [t["table"] for t in got] == ["memory"] and got[0]["doc"].startswith("one device memory allocator")
+    documented = {c["name"]: c["doc"] for c in got[0]["columns"]}
+    assert documented["peak_in_use_bytes"] == "max over the events of heap + stack bytes (peakBytesInUse)"
     err, text = session["schema_v6e_bad_table"]  # a profile's own tables: memory_events, hlo_edges, ...
     names = ", ".join(t["table"] for t in want["tables"])
     assert err and text.endswith(f"unknown table 'nosuch'; tables: {names}") and "hlo_edges" in names
+
+
+def test_memory_tables_have_column_docs(session, shared_traces, cli):
+    """describe_schema of the v6e trace's memory tables: every column has its meaning, as the
+    other tables' columns do (memory's 18 columns were all "")."""
+    got = _ok(session, "schema_v6e_memory")["tables"][0]
+    assert got["table"] == "memory" and got["rows"] == 4 and len(got["columns"]) == 18
+    assert all(c["doc"] for c in got["columns"]), [c["name"] for c in got["columns"] if not c["doc"]]
+    cols = {c["name"]: c for c in got["columns"]}
+    assert cols["capacity_bytes"] == {"name": "capacity_bytes", "dtype": "Int64",
+                                      "doc": "heap + stack + free bytes at the peak (memoryCapacity; null: unknown)"}
+    events = _ok(session, "schema_v6e_memory_events")["tables"][0]
+    assert len(events["columns"]) == 17 and all(c["doc"] for c in events["columns"])
+    assert {c["name"]: c["doc"] for c in events["columns"]}["lifetime_peak_bytes"] == (
+        "the allocator's peak bytes in use so far (peak_bytes_in_use)")
+    # the command line lists the same, every memory table documented
+    rc, out = cli("query", str(shared_traces / V6E), "--tables", "--format", "json")
+    tables = {t["table"]: t for t in json.loads(out)["tables"]}
+    for name in ("memory", "memory_alive_at_peak", "memory_steps", "memory_events"):
+        assert tables[name]["doc"] and all(c["doc"] for c in tables[name]["columns"]), name
 
 
 _AGE = re.compile(r"\d+ (s|min|h|days) old")
