@@ -321,6 +321,23 @@ def _(tmp):
     return Built(write(tmp / "h.trace.json.gz", b"\x00" + random.Random(7).randbytes(65535)))
 
 
+@case("random-bytes-xplane-gz", "100 random bytes named `.xplane.pb.gz`",
+      "unreadable: not gzip-compressed (its first bytes shown), as a `.trace.json.gz` says", EXIT_UNREADABLE,
+      expect=("not gzip-compressed (starts with", "expected a gzip-compressed XSpace"), expect_not=("truncated",))
+def _(tmp):
+    # read as a plain XSpace, these bytes would say "the file ends inside plane #0 ... truncated"
+    p = write(tmp / "h.xplane.pb.gz", b"\x0a\x7f" + random.Random(13).randbytes(98))
+    return Built(p, also=[(["export", "{path}", "-o", "{tmp}/out"], EXIT_UNREADABLE)])
+
+
+@case("inflated-xplane-gz-name", "an uncompressed `.xplane.pb` saved as `.xplane.pb.gz` (a browser inflated it)",
+      "analyzed as the xplane it holds", EXIT_OK)
+def _(tmp):
+    def check(out):
+        assert len(out["ops"]) == 16 and out["ops"][0]["op_name"] == "custom-call.1"
+    return Built(write(tmp / "h.xplane.pb.gz", (SHARED / MI300X).read_bytes()), check=check)
+
+
 @case("protobuf-not-xspace", "a valid protobuf that is not an XSpace (an `xla.HloProto`)",
       "unreadable: not an XProf trace (its planes have no names)", EXIT_UNREADABLE, expect=("not an XProf trace",))
 def _(tmp):

@@ -621,3 +621,36 @@ def test_not_evaluated_rules_are_shown_in_terminal_json_and_html(shared_traces, 
     out = capsys.readouterr().out
     assert ("  not evaluated: straggler-device (no collective execution matched across two or more devices)"
             in out.splitlines())
+
+
+def test_an_empty_selection_is_the_not_evaluated_reason(shared_traces, capsys):
+    """--device / --filter that keep no op: every rule that needs ops says so (the selection's
+    reason, as the memory section gives the device filter's), not "no steps found" or "no op
+    populations"; the memory rules keep their own reasons."""
+    b4 = str(FIXTURES / "greedy_b4")
+    op_rules = {"sampler-search-dominates", "state-copied-every-step", "logits-conversions",
+                "one-name-several-regimes", "host-bound-steps", "far-below-roofline", "warmup-in-window",
+                "costs-unknown"}
+    for flag, rx, which in (("--device", "zzz", "device"), ("--filter", "zzzz", "op")):
+        assert main(["analyze", b4, flag, rx, "--no-cache", "--format", "json"]) == 0
+        doc = json.loads(capsys.readouterr().out)
+        assert f"no op left after {flag} '{rx}'" in doc["warnings"]
+        assert doc["findings"] == [] and doc["findings_not_evaluated"] == {
+            **dict.fromkeys(op_rules, f"no op left after the {which} filter '{rx}'"),
+            "memory-near-capacity": "no allocator events in the trace",
+            "memory-grows-per-step": "no allocator events in the trace"}
+    assert main(["analyze", b4, "--device", "zzz", "--no-cache"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("findings"))
+    assert "(no op left after the device filter 'zzz');" in line and "no steps found" not in line
+    # the library: Profile.filter says why its op table is empty; a selection that keeps ops says nothing
+    v6e = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb", stale_after_s=None)
+    assert v6e.ops_note is None and v6e.filter(device_regex="TPU:0$").ops_note is None
+    none = v6e.filter(op_regex="zzz", device_regex="TPU:0$")
+    assert none.table.height == 0 and none.ops_note == "no op left after the op filter 'zzz' and the device filter 'TPU:0$'"
+    # v6e --filter: its allocators stay (the op filter keeps memory), so memory-near-capacity runs, while
+    # memory-grows-per-step, which needs the steps, names the selection
+    assert none.filter(op_regex="add").ops_note == none.ops_note  # a narrower selection keeps the reason
+    assert main(["analyze", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), "--filter", "zzz", "--no-cache",
+                 "--format", "json"]) == 0
+    got = json.loads(capsys.readouterr().out)["findings_not_evaluated"]
+    assert got == dict.fromkeys(op_rules | {"memory-grows-per-step"}, "no op left after the op filter 'zzz'")

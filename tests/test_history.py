@@ -126,6 +126,39 @@ def test_regressions_compare_one_step_program():
                       step_ps=np.ones(3)).program == "jit_decode"
 
 
+def test_the_work_column_shows_why_a_run_is_a_new_baseline(tmp_path, capsys):
+    """A log dir of three fixture runs, oldest first: greedy_b4, topp_b4, greedy_b8. All three
+    run jit_decode, yet greedy_b8 is a fresh baseline (its batch bucket b8 is other work): the
+    table's work column, the JSON's work and the HTML table say jit_decode b4 / b4 / b8."""
+    profile = tmp_path / "logs" / "plugins" / "profile"
+    profile.mkdir(parents=True)
+    for fixture, name in (("greedy_b4", "2026_12_01_13_48_13"), ("topp_b4", "2026_12_01_13_48_19"),
+                          ("greedy_b8", "2026_12_01_13_48_25")):
+        (src,) = (FIXTURES / fixture / "plugins" / "profile").iterdir()
+        (profile / name).symlink_to(src, target_is_directory=True)
+    logs = str(tmp_path / "logs")
+    capsys.readouterr()
+    assert main(["history", logs, "--format", "json", "--no-cache"]) == 0
+    runs = json.loads(capsys.readouterr().out)["runs"]
+    assert [(r["program"], r["work"], r["program_module"], r["verdict"], r["baseline"]) for r in runs] == [
+        ("jit_decode", "jit_decode b4", "jit_decode_b4_bkv128", "baseline", None),
+        ("jit_decode", "jit_decode b4", "jit_decode_b4_bkv128", "no interval", "2026_12_01_13_48_13"),
+        ("jit_decode", "jit_decode b8", "jit_decode_b8_bkv128", "baseline", None)]
+    assert main(["history", logs, "--no-cache"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    head = next(ln for ln in lines if ln.startswith("#  run"))
+    assert head.split()[:7] == ["#", "run", "steps", "median", "step", "p10-p90", "work"]
+    at = head.index("work")
+    rows = [ln for ln in lines if ln[:1] in ("1", "2", "3") and "2026_12_01" in ln]
+    assert [ln[at:].split("  ")[0] for ln in rows] == ["jit_decode b4", "jit_decode b4", "jit_decode b8"]
+    assert "each against the previous run of its work (step program, batch and token buckets)" in lines[0]
+    out = tmp_path / "h.html"
+    assert main(["history", logs, "--format", "html", "-o", str(out), "--no-cache"]) == 0
+    page = out.read_text()
+    assert "<th>work</th>" in page and page.count("<td>jit_decode b8</td>") == 1
+    assert page.count("<td>jit_decode b4</td>") == 2
+
+
 def test_program_stem():
     """One program_stem for the history's step program (bare=False) and the diff's population key
     (the default): they differ only on a bare _<N> shape bucket, which the history keeps (another

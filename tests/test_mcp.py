@@ -70,6 +70,20 @@ CALLS = [
     ("analyze_v6e_by_program_shape", "analyze", {"path": V6E, "by": "program-shape", "section": "ops"}),
     ("analyze_bad_by", "analyze", {"path": V6E, "by": "nosuch"}),
     ("analyze_unknown_arg", "analyze", {"path": V6E, "unknown_arg": 1}),
+    # values a tool's schema does not take: refused in traceview's words, not pydantic's
+    ("analyze_top_negative", "analyze", {"path": V6E, "top": -1}),
+    ("analyze_top_over", "analyze", {"path": V6E, "top": 1001}),
+    ("analyze_top_text", "analyze", {"path": V6E, "top": "abc"}),
+    ("analyze_offset_negative", "analyze", {"path": V6E, "section": "ops", "offset": -3}),
+    ("analyze_expect_batch_half", "analyze", {"path": V6E, "expect_batch": 2.5}),
+    ("analyze_no_path", "analyze", {"top": 3}),
+    ("query_limit_zero", "query", {"path": V6E, "sql": "SELECT 1", "limit": 0}),
+    ("query_empty_sql", "query", {"path": V6E, "sql": ""}),
+    ("query_limit_text_number", "query", {"path": V6E, "sql": "SELECT 1 AS n", "limit": "2"}),
+    ("verify_no_checks", "verify", {"path": V6E, "checks": []}),
+    ("verify_check_not_text", "verify", {"path": V6E, "checks": [3]}),
+    ("diff_long_window", "diff", {"base": V6E, "treatment": V6E, "step_window": "1" * 65}),
+    ("find_bad_flag", "find_traces", {"path": VLLM, "all_runs": "maybe"}),
     ("diff_unknown_arg", "diff", {"base": V6E, "treatment": V6E, "by": "name"}),
     ("verify_unknown_arg", "verify", {"path": V6E, "checks": CHECKS, "check": "x"}),
     ("query_unknown_arg", "query", {"path": V6E, "sql": "SELECT 1", "top": 3}),
@@ -81,6 +95,8 @@ CALLS = [
     ("schema_memory_no_path", "describe_schema", {"table": "memory"}),
     ("schema_hlo_edges_no_path", "describe_schema", {"table": "hlo_edges"}),
     ("schema_v6e_bad_table", "describe_schema", {"path": V6E, "table": "nosuch"}),
+    ("schema_v6e_memory", "describe_schema", {"path": V6E, "table": "memory"}),
+    ("schema_v6e_memory_events", "describe_schema", {"path": V6E, "table": "memory_events"}),
 ]
 
 #: (name, tool, arguments, section): tables read page by page, following next_offset
@@ -248,13 +264,37 @@ def test_describe_schema_one_table(session, shared_traces, cli):
     assert err and "unknown table 'nosuch'; tables: ops, module_runs, programs, step_markers, populations" in text
     assert "\n" not in text
     # without a path, a table only a profile has is named as such (its columns are the profile's), not unknown
-    for table in ("memory", "hlo_edges"):
-        err, text = session[f"schema_{table}_no_path"]
-        assert err and text.endswith(f"the columns of '{table}' depend on the profile: give path=")
-        assert table in [t["table"] for t in want["tables"]]
+    err, text = session["schema_hlo_edges_no_path"]
+    assert err and text.endswith("the columns of 'hlo_edges' depend on the profile: give path=")
+    assert "hlo_edges" in [t["table"] for t in want["tables"]]
+    # the memory tables are documented: without a path their columns and meanings, as with one
+    got = _ok(session, "schema_memory_no_path")["tables"]
+    assert [t["table"] for t in got] == ["memory"] and got[0]["doc"].startswith("one device memory allocator")
+    documented = {c["name"]: c["doc"] for c in got[0]["columns"]}
+    assert documented["peak_in_use_bytes"] == "max over the events of heap + stack bytes (peakBytesInUse)"
     err, text = session["schema_v6e_bad_table"]  # a profile's own tables: memory_events, hlo_edges, ...
     names = ", ".join(t["table"] for t in want["tables"])
     assert err and text.endswith(f"unknown table 'nosuch'; tables: {names}") and "hlo_edges" in names
+
+
+def test_memory_tables_have_column_docs(session, shared_traces, cli):
+    """describe_schema of the v6e trace's memory tables: every column has its meaning, as the
+    other tables' columns do (memory's 18 columns were all "")."""
+    got = _ok(session, "schema_v6e_memory")["tables"][0]
+    assert got["table"] == "memory" and got["rows"] == 4 and len(got["columns"]) == 18
+    assert all(c["doc"] for c in got["columns"]), [c["name"] for c in got["columns"] if not c["doc"]]
+    cols = {c["name"]: c for c in got["columns"]}
+    assert cols["capacity_bytes"] == {"name": "capacity_bytes", "dtype": "Int64",
+                                      "doc": "heap + stack + free bytes at the peak (memoryCapacity; null: unknown)"}
+    events = _ok(session, "schema_v6e_memory_events")["tables"][0]
+    assert len(events["columns"]) == 17 and all(c["doc"] for c in events["columns"])
+    assert {c["name"]: c["doc"] for c in events["columns"]}["lifetime_peak_bytes"] == (
+        "the allocator's peak bytes in use so far (peak_bytes_in_use)")
+    # the command line lists the same, every memory table documented
+    rc, out = cli("query", str(shared_traces / V6E), "--tables", "--format", "json")
+    tables = {t["table"]: t for t in json.loads(out)["tables"]}
+    for name in ("memory", "memory_alive_at_peak", "memory_steps", "memory_events"):
+        assert tables[name]["doc"] and all(c["doc"] for c in tables[name]["columns"]), name
 
 
 _AGE = re.compile(r"\d+ (s|min|h|days) old")
@@ -347,7 +387,37 @@ def test_query_takes_the_occurrence_check_options(session, shared_traces):
     assert [(r["op_name"], r["per_device_max"]) for r in got["result"] if not r["steps_ok"]] == [
         ("all-reduce", 3), ("broadcast.2", 1)]
     err, text = session["query_checks_bad"]
-    assert err and "steps" in text and "greater than or equal to 1" in text and "\n" not in text
+    assert err and text == "query: argument 'steps': expected a positive integer, got 0"
+
+
+@pytest.mark.parametrize("name,msg", [
+    ("analyze_top_negative", "analyze: argument 'top': expected an integer from 1 to 1000, got -1"),
+    ("analyze_top_over", "analyze: argument 'top': expected an integer from 1 to 1000, got 1001"),
+    ("analyze_top_text", "analyze: argument 'top': expected an integer from 1 to 1000, got 'abc'"),
+    ("bad_arg", "analyze: argument 'top': expected an integer from 1 to 1000, got 0"),
+    ("analyze_offset_negative", "analyze: argument 'offset': expected a non-negative integer, got -3"),
+    ("analyze_expect_batch_half", "analyze: argument 'expect_batch': expected a positive integer, got 2.5"),
+    ("analyze_no_path", "analyze: missing argument 'path'"),
+    ("query_limit_zero", "query: argument 'limit': expected an integer from 1 to 10000, got 0"),
+    ("query_empty_sql", "query: argument 'sql': expected a non-empty string"),
+    ("verify_no_checks", "verify: argument 'checks': expected at least 1 item, got 0"),
+    ("verify_check_not_text", "verify: argument 'checks': item 0: expected a string, got 3"),
+    ("diff_long_window", "diff: argument 'step_window': expected at most 64 characters, got 65"),
+    ("find_bad_flag", "find_traces: argument 'all_runs': expected true or false, got 'maybe'"),
+])
+def test_bad_values_refused_in_traceviews_words(session, name, msg):
+    """Every tool's integer, string, list and boolean arguments: a value the schema does not
+    take is one line in traceview's words (as the command line's 'expected a positive
+    integer'), never pydantic's validation text."""
+    err, text = session[name]
+    assert err and text == msg
+    assert "validation error" not in text and "Input should be" not in text
+
+
+def test_values_the_sdk_converts_still_pass(session):
+    """A number sent as text is taken as the SDK takes it (limit "2": two rows)."""
+    got = _ok(session, "query_limit_text_number")
+    assert got["result"] == [{"n": 1}] and got["top"] == 2
 
 
 def test_find_traces_and_schema(session, shared_traces, cli):

@@ -170,6 +170,9 @@ class Report:
     roofline_layers: pl.DataFrame | None = None
     #: why fewer op events are shown than the files hold (:func:`events_note`), None when as many
     events_note: str | None = None
+    #: why there is no op though the trace had some (an op or device filter kept none: the
+    #: profile's ``ops_note``), said by the rules that cannot run for want of ops; else None
+    ops_note: str | None = None
     #: device memory from the allocators' events (:class:`~traceview.analysis.memory.allocators.MemoryReport`)
     memory: object = None
     #: inside the Pallas kernels: stages, counters, bundles (:class:`~traceview.analysis.ops.kernel_inside.KernelInside`)
@@ -335,6 +338,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  roofline_summary=predicted_vs_measured(roof), kernels=kern, sources=files,
                  source_frame=source_frame, steps=anat)
     rep.events_note = events_note(rep.files, rep.op_events, rep.device_groups, kern)
+    rep.ops_note = getattr(prof, "ops_note", None)
     rep.roofline_layers = layer_copies(roof, peaks)
     if html:
         rep.step_chart = step_chart(rep.steps)

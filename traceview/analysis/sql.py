@@ -51,8 +51,8 @@ PROFILE_TABLES = ("ops", "module_runs", "programs", "step_markers", "memory_even
 
 def profile_table_names() -> set[str]:
     """The table names :data:`NAMES` and :data:`PROFILE_TABLES` give, known without reading a
-    profile: those :data:`~traceview.model.schema.TABLE_DOCS` leaves out (``memory``,
-    ``hlo_edges``, ...) have columns only a profile's tables say."""
+    profile: those :data:`~traceview.model.schema.TABLE_DOCS` leaves out (``hlo_edges``,
+    ``hlo``, ...) have columns only a profile's tables say."""
     return set(PROFILE_TABLES) | {v for v in NAMES.values() if v is not None}
 
 

@@ -24,7 +24,9 @@ first line), never a traceback. A tool takes exactly its listed arguments (its i
 ``additionalProperties: false``): an unknown one is refused, naming it and the tool's arguments;
 an argument that is a choice on the command line (``analyze``'s ``by``) takes the choices the
 command's own parser declares (:func:`cli_option`), listed as the schema's ``enum``; another
-value is refused in traceview's words (as the library refuses it), not the SDK's.
+value is refused in traceview's words (as the library refuses it), not the SDK's. So is an
+argument that does not fit its schema (a missing one, an integer out of its bounds, an empty
+``sql``, no ``checks``: :func:`argument_faults`).
 """
 
 # no "from __future__ import annotations": the SDK reads the tools' annotations, some local to build_server
@@ -386,6 +388,86 @@ def unknown_arguments(tool: str, arguments: dict, schema: dict) -> str | None:
             f"{tool} takes {', '.join(known)}")
 
 
+def _expected_integer(spec: dict) -> str:
+    """What an integer argument's schema ``spec`` takes, in the command line's words."""
+    lo, hi = spec.get("minimum"), spec.get("maximum")
+    if lo is not None and hi is not None and hi < (1 << 31):
+        return f"an integer from {lo} to {hi}"
+    return {1: "a positive integer", 0: "a non-negative integer", None: "an integer"}.get(lo, f"an integer >= {lo}")
+
+
+#: the strings the SDK (pydantic) takes for a boolean
+_BOOL_WORDS = frozenset({"0", "1", "true", "false", "t", "f", "yes", "no", "y", "n", "on", "off"})
+
+
+def _value_fault(value, spec: dict) -> str | None:
+    """Why ``value`` does not fit ``spec`` (one branch of a tool's input schema: an integer,
+    boolean, string or array with its bounds), or None when it does or the schema says no
+    type; a value the SDK converts (``"3"`` for an integer, ``"true"``, a list sent as JSON
+    text) is taken as it takes it."""
+    kind = spec.get("type")
+    if kind == "integer":
+        n = value
+        if isinstance(value, str):
+            try:
+                n = int(value.strip())
+            except ValueError:
+                n = None
+        elif isinstance(value, float) and value.is_integer():
+            n = int(value)
+        if isinstance(n, bool) or not isinstance(n, int):
+            return f"expected {_expected_integer(spec)}, got {value!r}"
+        lo, hi = spec.get("minimum"), spec.get("maximum")
+        if (lo is not None and n < lo) or (hi is not None and n > hi):
+            return f"expected {_expected_integer(spec)}, got {value!r}"
+    elif kind == "boolean":
+        if not (isinstance(value, bool) or value in (0, 1) or (isinstance(value, str) and value.strip().lower() in _BOOL_WORDS)):
+            return f"expected true or false, got {value!r}"
+    elif kind == "string":
+        if not isinstance(value, str):
+            return f"expected a string, got {value!r}"
+        if len(value) < spec.get("minLength", 0):
+            return "expected a non-empty string" if spec["minLength"] == 1 else \
+                f"expected at least {spec['minLength']} characters, got {len(value)}"
+        if "maxLength" in spec and len(value) > spec["maxLength"]:
+            return f"expected at most {spec['maxLength']:,} characters, got {len(value):,}"
+    elif kind == "array":
+        if isinstance(value, str):  # a list sent as JSON text: the SDK parses it
+            try:
+                value = json.loads(value)
+            except ValueError:
+                pass
+        if not isinstance(value, list):
+            return f"expected a list, got {value!r}"
+        if len(value) < spec.get("minItems", 0):
+            return f"expected at least {spec['minItems']} item{'s' if spec['minItems'] > 1 else ''}, got {len(value)}"
+        if "maxItems" in spec and len(value) > spec["maxItems"]:
+            return f"expected at most {spec['maxItems']} items, got {len(value)}"
+        for i, item in enumerate(value):
+            if (why := _value_fault(item, spec.get("items", {}))):
+                return f"item {i}: {why}"
+    return None
+
+
+def argument_faults(tool: str, arguments: dict, schema: dict) -> str | None:
+    """The one-line refusal of the first of ``arguments`` that ``tool``'s input ``schema``
+    does not take (a required one missing, an integer out of its bounds or not an integer,
+    a string or list of the wrong length), in traceview's words, or None. Values the schema
+    leaves to the tool (``analyze``'s ``by``: the library's check) pass."""
+    missing = [k for k in schema.get("required", []) if k not in arguments]
+    if missing:
+        return f"{tool}: missing argument{'s' if len(missing) > 1 else ''} {', '.join(repr(k) for k in missing)}"
+    props = schema.get("properties", {})
+    for key, value in arguments.items():
+        spec = props.get(key, {})
+        if value is None and any(b.get("type") == "null" for b in spec.get("anyOf", ())):
+            continue
+        branch = next((b for b in spec.get("anyOf", ()) if b.get("type") != "null"), spec)
+        if (why := _value_fault(value, branch)):
+            return f"{tool}: argument {key!r}: {why}"
+    return None
+
+
 def _opt(name: str, value) -> list[str]:
     """``--name=value`` (the ``=`` form, so a value starting with '-' stays a value), or
     nothing for None / False; ``--name`` for True."""
@@ -413,8 +495,9 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
 
     class _Server(MCPServer):
         """MCPServer whose tool errors are one line (the SDK's argument validation errors
-        span several) and whose tools refuse arguments they do not declare (the SDK ignores
-        them)."""
+        span several), whose tools refuse arguments they do not declare (the SDK ignores
+        them) and refuse values their schema does not take in traceview's words, before the
+        SDK's validation."""
 
         async def list_tools(self):
             tools = await super().list_tools()
@@ -424,7 +507,8 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
 
         async def call_tool(self, name, arguments, context=None):
             schema = next((t.input_schema for t in await self.list_tools() if t.name == name), None)
-            if schema is not None and (why := unknown_arguments(name, arguments or {}, schema)):
+            if schema is not None and (why := unknown_arguments(name, arguments or {}, schema)
+                                       or argument_faults(name, arguments or {}, schema)):
                 raise ToolError(why)
             try:
                 return await super().call_tool(name, arguments, context)

@@ -122,12 +122,13 @@ PLANES_ALWAYS = 4096
 MIN_PLANE_BYTES = 1024
 
 
-def _starts_with_gzip(p: Path) -> bool:
+def _head(p: Path) -> bytes:
+    """The file's first bytes (empty when it cannot be read: the reader reports that)."""
     try:
         with open(p, "rb") as fh:
-            return fh.read(2) == b"\x1f\x8b"
+            return fh.read(8)
     except OSError:
-        return False  # the reader reports an unreadable file
+        return b""
 
 
 def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = "", max_bytes: int = MAX_FILE_BYTES,
@@ -163,7 +164,18 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
     space = None
     arrays = None
     space_bytes = size  # the serialized XSpace's size (inflated when gzipped)
-    gzipped = _starts_with_gzip(p)
+    head = _head(p)
+    gzipped = head[:2] == b"\x1f\x8b"
+
+    def not_xspace(why: str) -> TraceUnreadable:
+        # a <host>.xplane.pb.gz holding no gzip stream (read as is, in case it was inflated
+        # but kept its name) says so, as a .trace.json.gz does
+        if p.name.endswith(".gz") and not gzipped:
+            from traceview.read.inflate import not_gzip
+
+            return not_gzip(head, str(p), "a gzip-compressed XSpace")
+        return TraceUnreadable(why, str(p))
+
     if gzipped:  # a published <host>.xplane.pb.gz: inflated (within max_bytes) and parsed whole
         from traceview.read.inflate import gunzip
 
@@ -188,11 +200,11 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
             if space is None:
                 why = wire.mapped_fault(p)
                 if why:
-                    raise TraceUnreadable(f"not a valid XSpace protobuf: {why}", str(p))
+                    raise not_xspace(f"not a valid XSpace protobuf: {why}")
     if space is None:
         why = wire.mapped_fault(p) if not wire.has_decoder() else None  # (with the decoder: done above)
         if why:  # named from the mapping, before reading a garbage file of gigabytes whole
-            raise TraceUnreadable(f"not a valid XSpace protobuf: {why}", str(p))
+            raise not_xspace(f"not a valid XSpace protobuf: {why}")
         try:
             with open(p, "rb") as fh:
                 data = fh.read()
@@ -200,17 +212,20 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
             raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(p)) from None
         if not data:
             raise TraceUnreadable("file is empty", str(p))
-        space = read_xspace_bytes(data, str(p))
+        try:
+            space = read_xspace_bytes(data, str(p))
+        except TraceUnreadable as exc:
+            raise not_xspace(exc.fault) from None
         del data
     if not space.planes:
-        raise TraceUnreadable("XSpace has no planes (not an XProf trace?)", str(p))
+        raise not_xspace("XSpace has no planes (not an XProf trace?)")
     n_dev = sum(1 for pl_ in space.planes if is_device_plane(pl_.name))
     if n_dev > PLANES_ALWAYS and n_dev * MIN_PLANE_BYTES > space_bytes:
         raise TraceUnreadable(f"it holds {n_dev:,} device planes in {space_bytes:,} bytes (past {PLANES_ALWAYS:,} "
                               f"planes, each needs {MIN_PLANE_BYTES:,} bytes of metadata and events): the trace is "
                               "corrupt or synthetic", str(p))
     if not any(pl_.name for pl_ in space.planes):
-        raise TraceUnreadable("a protobuf whose planes have no names: not an XProf trace", str(p))
+        raise not_xspace("a protobuf whose planes have no names: not an XProf trace")
     stem = p.name.split(".xplane")[0] if ".xplane" in p.name else p.name.removesuffix(".gz").rsplit(".", 1)[0]
     host = printable(host or stem or (space.hostnames[0] if space.hostnames else ""))
     return convert_xspace(space, printable(str(p)), host, printable(run), decoded=arrays)

@@ -53,7 +53,9 @@ class ProfileData:
     was chosen, or None when built from files directly); ``warnings`` (one line each);
     ``step_markers``; ``memory`` (the allocator events,
     :data:`~traceview.model.memory_events.MEMORY_SCHEMA`; ``memory_note``: why it is empty when
-    the trace had allocator events, e.g. a device filter left them out, else None); ``kernel_lines`` (TPU kernel-profiling
+    the trace had allocator events, e.g. a device filter left them out, else None; ``ops_note``:
+    likewise why the op table is empty when the trace had op events, an op or device filter
+    kept none of them, else None); ``kernel_lines`` (TPU kernel-profiling
     lines, :data:`~traceview.model.kernel_lines.KERNEL_SCHEMA`); ``hlo_protos`` (the programs'
     HLO protos, :data:`~traceview.model.hlo_graph.PROTOS_SCHEMA`, or None). ``ops`` (or ``table``) may be
     given as a wide frame or as an OpTable, ``module_runs`` (or ``runs``) as a wide frame or a
@@ -71,10 +73,11 @@ class ProfileData:
     kernel_lines: object
     hlo_protos: object
     memory_note: object = None
+    ops_note: object = None
 
     def __init__(self, ops=None, module_runs=None, devices=None, traces=None, discovery=None, warnings=None,
                  step_markers=None, table=None, runs=None, memory=None, kernel_lines=None, hlo_protos=None,
-                 memory_note=None):
+                 memory_note=None, ops_note=None):
         import polars as pl
 
         from traceview.model.optable import OpTable, as_table
@@ -95,6 +98,7 @@ class ProfileData:
             memory = empty_memory()
         self.memory = memory
         self.memory_note = memory_note
+        self.ops_note = ops_note
         if kernel_lines is None:
             from traceview.model.kernel_lines import empty_kernel_lines
 
@@ -176,7 +180,9 @@ class ProfileData:
         path (the named scopes, e.g. a Pallas kernel's name or ``topp_binary_search``) matches
         ``op_regex`` and whose device (plane name, or ``host:plane``) matches
         ``device_regex``. The syntax is polars' (Rust ``regex``: no look-around or
-        back-references). Raises :class:`~traceview.errors.UsageError` on an invalid regex."""
+        back-references). A selection that keeps no op of a profile that had some says so in
+        ``ops_note`` (as ``memory_note`` for the allocator events). Raises
+        :class:`~traceview.errors.UsageError` on an invalid regex."""
         import polars as pl
 
         table, runs, devices, memory_note = self.table, self.runs, self.devices, self.memory_note
@@ -206,10 +212,14 @@ class ProfileData:
                     memory_note = (f"the device filter {device_regex!r} keeps none of the trace's {memory.height:,} "
                                    f"allocator events (allocators {', '.join(sorted(map(str, serves)))})")
                 memory = kept
+        ops_note = self.ops_note
+        if table.height == 0 and self.table.height and (op_regex or device_regex):
+            which = " and the ".join(f"{k} filter {v!r}" for k, v in (("op", op_regex), ("device", device_regex)) if v)
+            ops_note = f"no op left after the {which}"
         return type(self)(ops=table, runs=runs, devices=devices, traces=self.traces,
                           discovery=self.discovery, warnings=list(self.warnings), step_markers=self.step_markers,
                           memory=memory if device_regex else self.memory, kernel_lines=self.kernel_lines,
-                          hlo_protos=self.hlo_protos, memory_note=memory_note)
+                          hlo_protos=self.hlo_protos, memory_note=memory_note, ops_note=ops_note)
 
     @property
     def op_time_ps(self) -> int:

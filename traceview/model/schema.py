@@ -244,14 +244,20 @@ class TraceData:
 
 def _ops_column_docs() -> dict[str, str]:
     """{column: meaning} read off the op-table block of this module's docstring."""
+    return _block_docs(__doc__, OPS_SCHEMA)
+
+
+def _block_docs(doc: str | None, columns) -> dict[str, str]:
+    """{column: meaning} read off the column/dtype/meaning table of a module docstring ``doc``
+    (its first ``====`` block), for the names in ``columns``."""
     import re
 
     docs: dict[str, str] = {}
-    block = (__doc__ or "").split("==================  =========", 3)
+    block = (doc or "").split("==================  =========", 3)
     last = None
     for line in (block[2] if len(block) > 2 else "").splitlines():
-        m = re.match(r"^(\w+)\s{2,}(\w+)\s{2,}(.*)$", line)
-        if m and m.group(1) in OPS_SCHEMA:
+        m = re.match(r"^(\w+)\s+(\w+)\s{2,}(.*)$", line)  # a 19-character name leaves one space
+        if m and m.group(1) in columns:
             last = m.group(1)
             docs[last] = m.group(3).strip()
         elif last and line.startswith(" " * 20) and line.strip():
@@ -341,12 +347,52 @@ TABLE_DOCS: dict[str, tuple[str, dict[str, str]]] = {
     "stragglers_steps": ("one step: the slowest device and its lead over the median", {}),
     "stragglers_collectives": ("one collective execution matched across devices: arrivals, the last, the waits", {}),
     "findings": ("one finding: id, severity, statement, evidence, why, next step, verify hint, doc", {}),
+    "memory": ("one device memory allocator (XProf's memory id) from its allocation events, as XProf's "
+               "memory_profile reads them (bytes)",
+               {"host": "host name", "allocator": "XProf's memory id: allocator_name, else the device index",
+                "events": "allocation and deallocation events", "allocations": "allocation events",
+                "capacity_bytes": "heap + stack + free bytes at the peak (memoryCapacity; null: unknown)",
+                "lifetime_peak_bytes": "the allocator's own peak heap bytes in use over its life, before the "
+                                       "profile too (peakBytesUsageLifetime)",
+                "peak_in_use_bytes": "max over the events of heap + stack bytes (peakBytesInUse)",
+                "peak_heap_bytes": "heap bytes in use at the peak", "peak_stack_bytes": "stack bytes reserved at the peak",
+                "peak_time_ps": "the peak's time, ps on the host plane's clock",
+                "peak_share_of_capacity": "peak_in_use_bytes / capacity_bytes (0-1)",
+                "fragmentation_at_peak": "the allocator's fragmentation at the peak (0-1)",
+                "alive_at_peak_bytes": "bytes of the allocations alive at the peak",
+                "unattributed_bytes": "peak_heap_bytes minus alive_at_peak_bytes: allocated before the profile "
+                                      "began",
+                "step_source": "how events are put in steps: step ids (group_id), step windows or unknown",
+                "peak_step": "the step of the peak", "growth_per_step_bytes": "least-squares slope of the in-use at "
+                "the steady steps' ends, bytes per step",
+                "growth_per_step_pct": "growth_per_step_bytes as a percentage of the mean in-use at those ends"}),
+    "memory_alive_at_peak": ("one group of the allocations alive at an allocator's peak (op, shape, region, "
+                             "data type, bytes), largest first",
+                             {"host": "host name", "allocator": "XProf's memory id",
+                              "bytes": "allocation_bytes x count", "count": "allocations in the group",
+                              "allocation_bytes": "bytes the allocator handed out per allocation",
+                              "requested_bytes": "bytes the caller asked for per allocation",
+                              "op": "op that allocated (tf_op; \"\" if absent)", "shape": "tensor shape as recorded",
+                              "region": "region_type", "data_type": "data_type"}),
+    "memory_steps": ("one step with allocator events in it, per allocator: the in-use at its end and its peak",
+                     {"host": "host name", "allocator": "XProf's memory id",
+                      "step": "step id (group_id) or step number of the profile's step windows",
+                      "end_in_use": "heap + stack bytes as of the step's last event",
+                      "peak_in_use": "max heap + stack bytes within the step",
+                      "steady": "in the steady window (counted in the growth per step)",
+                      "events": "allocator events in the step"}),
+    "memory_events": ("one allocation or deallocation event of a device memory allocator", {}),
 }
 
 
 def column_docs(table: str) -> dict[str, str]:
     """{column: meaning} of a named table (:data:`TABLE_DOCS`; the op table's from this
-    module's docstring); {} for a table without docs."""
+    module's docstring, the allocator events' from :mod:`traceview.model.memory_events`'); {}
+    for a table without docs."""
     if table == "ops":
         return _ops_column_docs()
+    if table == "memory_events":  # the allocator events' table, documented where it is read
+        from traceview.model import memory_events
+
+        return _block_docs(memory_events.__doc__, memory_events.MEMORY_SCHEMA)
     return dict(TABLE_DOCS.get(table, ("", {}))[1])

@@ -35,6 +35,11 @@ def over_limit(limit: int, path: str, what: str = "JSON") -> LimitExceeded:
     return LimitExceeded(f"decompressed {what} exceeds the {limit:,}-byte limit", path)
 
 
+def not_gzip(head: bytes, path: str, expected: str) -> TraceUnreadable:
+    """The error for a ``.gz`` file that holds no gzip stream (nor, read as is, ``expected``)."""
+    return TraceUnreadable(f"not gzip-compressed (starts with {bytes(head[:8])!r}); expected {expected}", path)
+
+
 def gunzip(data: bytes, path: str, limit: int, what: str = "JSON") -> bytes | bytearray:
     """Decompress (possibly multi-member) gzip ``data`` into at most ``limit`` bytes.
 

@@ -32,6 +32,7 @@ from traceview.errors import LimitExceeded, NoTraceFound, TraceUnreadable
 from traceview.read.inflate import GZIP_MAGIC as _GZIP_MAGIC
 from traceview.read.inflate import gunzip as _gunzip
 from traceview.read.inflate import iter_gunzip as _iter_gunzip
+from traceview.read.inflate import not_gzip as _not_gzip
 
 #: Default memory budget for reading one trace JSON file, bytes (``--max-bytes``).
 MAX_MEMORY_BYTES = 4 << 30
@@ -145,8 +146,9 @@ def read_json_bytes(path: str | os.PathLike, *, max_decompressed_bytes: int = MA
     if re.match(rb"(null|true|false|-?[0-9]|\")", head):  # JSON, but a bare value: no object, no array
         raise TraceUnreadable(f"JSON holding a bare value (starts with {data[:8]!r}), not a trace's object or array "
                               "of events: not a Chrome trace", p)
-    what = "not gzip-compressed" if p.endswith(".gz") else "neither gzip nor JSON"
-    raise TraceUnreadable(f"{what} (starts with {data[:8]!r}); expected a Chrome-trace JSON", p)
+    if p.endswith(".gz"):
+        raise _not_gzip(data, p, "a Chrome-trace JSON")
+    raise TraceUnreadable(f"neither gzip nor JSON (starts with {data[:8]!r}); expected a Chrome-trace JSON", p)
 
 
 def _utf8_ok(text) -> bool:

@@ -330,11 +330,17 @@ def xspace_window(path: str, window: Window) -> SpaceWindow:
                 data = fh.read()
         except OSError as exc:
             raise TraceUnreadable(f"cannot read file ({exc.strerror or exc})", str(path)) from None
-        from traceview.read.inflate import GZIP_MAGIC, gunzip
+        from traceview.read.inflate import GZIP_MAGIC, gunzip, not_gzip
 
         if data[:2] == GZIP_MAGIC:  # <host>.xplane.pb.gz
             data = gunzip(data, str(path), MAX_XSPACE_BYTES, "XSpace")
-        mapped = wire.read_xspace_bytes(data, str(path))
+        elif str(path).endswith(".gz"):  # read as is (inflated, its name kept), else said so
+            try:
+                mapped = wire.read_xspace_bytes(data, str(path))
+            except TraceUnreadable:
+                raise not_gzip(data, str(path), "a gzip-compressed XSpace") from None
+        if mapped is None:
+            mapped = wire.read_xspace_bytes(data, str(path))
         del data
     p = str(path)
     out = XSpace()

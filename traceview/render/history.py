@@ -39,13 +39,14 @@ def _kernels(r) -> str:
 
 
 def rows(h) -> list[dict]:
-    """One display row per run: number, run, time, steps, program, median/p10/p90, change,
+    """One display row per run: number, run, time, steps, work (program and batch and token
+    buckets), median/p10/p90, change,
     verdict, families, kernel configurations, findings (strings escaped by the caller)."""
     out = []
     for i, r in enumerate(h.runs, 1):
         d = r.to_dict()
         out.append({"n": i, "run": r.name, "directory": r.directory, "steps": r.n_steps,
-                    "program": getattr(r, "program", None) or "-",
+                    "work": d.get("work") or getattr(r, "program", None) or "-",
                     "median": fmt_time_ps(d["median_step_ps"]),
                     "spread": f"{fmt_time_ps(d['p10_step_ps'])}-{fmt_time_ps(d['p90_step_ps'])}",
                     "baseline": r.baseline or "-", "change": _change(r), "verdict": r.verdict,
@@ -60,8 +61,8 @@ def history_text(h, width: int | None = None) -> str:
     table's run, median, change and verdict on the row and its other cells folded below it,
     :func:`~traceview.render.foldtable.print_table`)."""
     rs = rows(h)
-    head = ["#", "run", "steps", "median step", "p10-p90", "program", "vs", "change (interval)", "verdict", "kernels"]
-    body = [[str(r["n"]), safe_line(r["run"]), str(r["steps"]), r["median"], r["spread"], safe_line(r["program"]),
+    head = ["#", "run", "steps", "median step", "p10-p90", "work", "vs", "change (interval)", "verdict", "kernels"]
+    body = [[str(r["n"]), safe_line(r["run"]), str(r["steps"]), r["median"], r["spread"], safe_line(r["work"]),
              safe_line(r["baseline"]), r["change"], r["verdict"], safe_line(r["kernels"]) or "-"] for r in rs]
     if width is not None:
         return _history_at(h, rs, head, body, width)
@@ -75,7 +76,7 @@ def history_text(h, width: int | None = None) -> str:
 
 def _head_lines(h, rs) -> list[str]:
     lines = [f"traceview history — {len(rs)} run(s), oldest first; each against "
-             f"{'the previous run of its step program' if h.baseline == 'previous' else safe_line(h.baseline)}; "
+             f"{_AGAINST if h.baseline == 'previous' else safe_line(h.baseline)}; "
              f"regression: a slowdown "
              f"of the step time whose whole {h.level:.0%} interval ({safe_line(METHOD_NOTE)}) is at least "
              f"{h.threshold:.0%} and beyond the run-to-run noise",
@@ -126,6 +127,9 @@ def _tail_lines(h, rs) -> list[str]:
     return lines
 
 
+#: the rule's baseline when none is named
+_AGAINST = "the previous run of its work (step program, batch and token buckets)"
+
 #: the method, as the table's header names it
 METHOD_NOTE = "Hodges-Lehmann ratio of the per-step durations, exact rank interval"
 
@@ -134,7 +138,8 @@ METHOD_NOTE = "Hodges-Lehmann ratio of the per-step durations, exact rank interv
 def trend_svg(medians: list[float | None], p10: list[float | None], p90: list[float | None],
               colors: list[str], programs: list | None = None) -> str:
     """Median step time per run (ms) with its p10-p90 bar, one point per run (x: run number),
-    coloured by verdict; a line joins the runs of one step program (``programs``, per run);
+    coloured by verdict; a line joins the runs of one work (``programs``: per run, its step
+    program and work tokens);
     a log time axis when the medians span more than 10x. No names in the SVG."""
     n = len(medians)
     fig = _new_figure(min(8.4, max(5.0, 3.0 + 0.3 * n)), 3.2)
@@ -146,7 +151,7 @@ def trend_svg(medians: list[float | None], p10: list[float | None], p90: list[fl
         ax.plot([k], [m / 1e9], "o", color=c, ms=5)
     ys = [v / 1e9 for v in medians if v is not None]
     programs = programs if programs is not None else [""] * n
-    for prog in dict.fromkeys(programs):  # one line per step program, never across programs
+    for prog in dict.fromkeys(programs):  # one line per work, never across programs or buckets
         ks = [k for k, (v, p) in enumerate(zip(medians, programs), 1) if v is not None and p == prog]
         if prog is not None and len(ks) > 1:
             ax.plot(ks, [medians[k - 1] / 1e9 for k in ks], color="#bbbbbb", lw=0.8, zorder=0)
@@ -183,16 +188,16 @@ td.tv-name{white-space:nowrap}
 <h1>traceview history</h1>
 <p class="tv-note">{{ runs|length }} run(s), oldest first; each against {{ against }}. A regression is a slowdown
 of the step time whose whole {{ level }} interval ({{ method }}) is at least {{ threshold }} and beyond the run-to-run noise; runs are compared
-only with runs of the same step program.</p>
+only with runs of the same work: step program, batch and token buckets.</p>
 {{ chart }}
 <p class="tv-note">Colours: {% for v, c in colors %}<span style="color:{{ c }}">&#9679; {{ v }}</span> {% endfor %}</p>
 {% for a in across %}<p class="tv-note">other kernel configuration: {{ a }}</p>
 {% endfor %}<div class="tv-wide"><table>
-<thead><tr><th>#</th><th>run</th><th>steps</th><th>median step</th><th>p10-p90</th><th>program</th><th>vs</th><th>change (interval)</th>
+<thead><tr><th>#</th><th>run</th><th>steps</th><th>median step</th><th>p10-p90</th><th>work</th><th>vs</th><th>change (interval)</th>
 <th>verdict</th><th>top families per step</th><th>kernel configurations</th><th>findings</th></tr></thead>
 <tbody>
 {% for r in runs %}<tr class="tv-{{ r.verdict|replace(' ', '-') }}"><td class="num">{{ r.n }}</td><td class="tv-name" title="{{ r.directory }}">{{ r.run }}</td>
-<td class="num">{{ r.steps }}</td><td class="num">{{ r.median }}</td><td class="num">{{ r.spread }}</td><td>{{ r.program }}</td><td class="tv-name">{{ r.baseline }}</td>
+<td class="num">{{ r.steps }}</td><td class="num">{{ r.median }}</td><td class="num">{{ r.spread }}</td><td>{{ r.work }}</td><td class="tv-name">{{ r.baseline }}</td>
 <td class="num">{{ r.change }}</td><td>{{ r.verdict }}</td><td class="tv-long">{{ r.families }}</td><td>{{ r.kernels }}</td><td class="tv-long">{{ r.findings }}</td></tr>
 {% endfor %}</tbody></table></div>
 </body></html>
@@ -215,10 +220,10 @@ def history_html(h) -> str:
     ds = [r.to_dict() for r in h.runs]
     svg = trend_svg([d["median_step_ps"] for d in ds], [d["p10_step_ps"] for d in ds],
                     [d["p90_step_ps"] for d in ds], [VERDICT_COLORS.get(r.verdict, "#7f7f7f") for r in h.runs],
-                    [r.program for r in h.runs])
+                    [d["work"] for d in ds])
     return _env().from_string(_PAGE).render(
         runs=rows(h), chart=Markup(svg), level=f"{h.level:.0%}", threshold=f"{h.threshold:.0%}", method=METHOD_NOTE,
-        against="the previous run of its step program" if h.baseline == "previous" else h.baseline, colors=list(VERDICT_COLORS.items()),
+        against=_AGAINST if h.baseline == "previous" else h.baseline, colors=list(VERDICT_COLORS.items()),
         across=[f"{r.name} ({r.module}) against {b.name} ({b.module}): the same batch and token buckets, so the "
                 "change is the configuration's" for r, b in h.across_configs()])
 

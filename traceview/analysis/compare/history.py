@@ -121,6 +121,14 @@ class RunSummary:
         return (self.program, work_tokens(self.module))
 
     @property
+    def work_label(self) -> str | None:
+        """:attr:`work` as it reads: the step program, then its work tokens (``jit_decode b8``);
+        None when the program is unknown."""
+        if self.program is None:
+            return None
+        return " ".join([self.program, *(a + d for a, d in work_tokens(self.module))])
+
+    @property
     def n_steps(self) -> int:
         """Steps the median, p10 and p90 are over (the steady window's)."""
         return len(self.step_ps if self.window_ps is None else self.window_ps)
@@ -136,7 +144,7 @@ class RunSummary:
     def to_dict(self) -> dict:
         c = self.change
         return {"run": self.name, "directory": self.directory, "time": self.time, "step_method": self.step_method,
-                "step_module": self.step_module, "program": self.program, "program_module": self.module, "n_steps": self.n_steps, "median_step_ps": self.median_ps,
+                "step_module": self.step_module, "program": self.program, "program_module": self.module, "work": self.work_label, "n_steps": self.n_steps, "median_step_ps": self.median_ps,
                 "p10_step_ps": self._q(0.1), "p90_step_ps": self._q(0.9), "families": self.families,
                 "kernels": self.kernels, "findings": self.findings, "baseline": self.baseline,
                 "verdict": self.verdict, "change": c.to_dict() if c is not None else None}

@@ -275,22 +275,28 @@ def gap_busy(ctx) -> float:
     return out
 
 
+def no_ops(ctx, otherwise: str) -> str:
+    """Why a rule has no op, step or population to judge: the selection's reason when an op or
+    device filter kept none of the trace's ops (the report's ``ops_note``), else ``otherwise``."""
+    return getattr(ctx.report, "ops_note", None) or otherwise
+
+
 def unevaluable(ctx, min_repeats: float = 3, *, shapes: bool = False, ops: bool = True) -> str | None:
-    """Why a step rule cannot judge the report, None when it can: no steps, no op inside them
-    (with ``ops``), no shapes (with ``shapes``: a trace.json of CPU/GPU ops carries none), or
-    steps that are not one repeated step (:func:`step_loop`)."""
+    """Why a step rule cannot judge the report, None when it can: no steps (:func:`no_ops`), no
+    op inside them (with ``ops``), no shapes (with ``shapes``: a trace.json of CPU/GPU ops
+    carries none), or steps that are not one repeated step (:func:`step_loop`)."""
     if ops:
         info = step_info(ctx)
         if not info["n_steps"] or not info["step_ps"]:
-            return "no steps found"
+            return no_ops(ctx, "no steps found")
     else:
         st = getattr(getattr(ctx.report, "steps", None), "steps", None)
         if st is None or st.height == 0:
-            return "no steps found"
+            return no_ops(ctx, "no steps found")
     if shapes and not getattr(ctx.report, "has_shapes", True):
         return "the trace carries no op shapes: a trace.json, read the .xplane.pb"
     if ops and step_pops(ctx).height == 0:
-        return "no op inside the steps"
+        return no_ops(ctx, "no op inside the steps")
     loop = step_loop(ctx, min_repeats)
     if not loop["repeated"]:
         if not loop["steps"]:

@@ -11,7 +11,7 @@ import re
 import polars as pl
 
 from traceview.analysis.findings import Finding, NotEvaluated
-from traceview.analysis.findings._context import (arrays, fmt_ms, gap_busy, nbytes, pct, pop_families, step_info,
+from traceview.analysis.findings._context import (arrays, fmt_ms, gap_busy, nbytes, no_ops, pct, pop_families, step_info,
                                                   step_loop, step_pops, unevaluable, vocab)
 
 #: the sampler's search: ops in a scope or of a kind that sorts, bisects or accumulates the vocabulary
@@ -306,7 +306,7 @@ def several_regimes(ctx, th) -> Finding | None:
     bs = getattr(rep, "by_shape", None)
     info = step_info(ctx)
     if bs is None or bs.height == 0:
-        return NotEvaluated("one-name-several-regimes", "no op populations")
+        return NotEvaluated("one-name-several-regimes", no_ops(ctx, "no op populations"))
     n = info["n_steps"]
     step_mods = set()
     if info["steps"] is not None and "module" in info["steps"].columns:
@@ -422,7 +422,7 @@ def far_below_roofline(ctx, th) -> Finding | None:
     rep = ctx.report
     roof, peaks = getattr(rep, "roofline", None), getattr(rep, "peaks", None)
     if roof is None or roof.height == 0:
-        return NotEvaluated("far-below-roofline", "no op populations")
+        return NotEvaluated("far-below-roofline", no_ops(ctx, "no op populations"))
     if peaks is None or not peaks.peak_bw or not peaks.peak_flops:
         missing = [w for w, v in (("FLOP/s", None if peaks is None else peaks.peak_flops),
                                   ("bandwidth", None if peaks is None else peaks.peak_bw)) if not v]

@@ -11,7 +11,7 @@ import re
 import polars as pl
 
 from traceview.analysis.findings import Finding, NotEvaluated
-from traceview.analysis.findings._context import fmt_ms, pct, step_info, unevaluable
+from traceview.analysis.findings._context import fmt_ms, no_ops, pct, step_info, unevaluable
 
 #: the lesson behind every reading warning: a trace other than the one meant answers another question
 _STALE = ("a log dir keeps every session's run folder, and a viewer that reads 'whatever is there' silently shows "
@@ -64,7 +64,7 @@ def costs_unknown(ctx, th) -> Finding | None:
     rep = ctx.report
     bs, roof = getattr(rep, "by_shape", None), getattr(rep, "roofline", None)
     if bs is None or roof is None or bs.height == 0:
-        return NotEvaluated("costs-unknown", "no op populations")
+        return NotEvaluated("costs-unknown", no_ops(ctx, "no op populations"))
     kern = getattr(rep, "kernels", None)
     knames = set(kern["kernel"].to_list()) if kern is not None and kern.height else set()
     groups = getattr(rep, "device_groups", None)
