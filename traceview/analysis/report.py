@@ -301,9 +301,8 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     caller can start on what those sections feed (the report's charts) meanwhile.
     ``release``: called with no argument after each section that frees large temporaries
     (the populations, the step anatomy, communication, overlap and stragglers, the phases,
-    the findings, the HTML sections),
-    so a caller can hand the freed memory back before the next one (the command line:
-    :func:`traceview.cli.process.heap_releaser`).
+    the findings, the HTML sections), so a caller can hand the freed memory back before the
+    next one (the command line: :func:`traceview.cli.process.heap_releaser`).
     """
     op_table_key(by)
     from traceview.analysis.findings import evaluate, thresholds_of

@@ -107,6 +107,7 @@ def run(args) -> int:
 
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
                        step_module=args.step_module, step_extent=args.step_extent, step_window=args.step_window,
+                       release=process.heap_releaser(cargs.input_bytes(prof.discovery)),
                        **cargs.findings_from_args(args))
     plan = plan_export(rep, steps=args.steps, window_ps=args.window_ps)
     del rep, prof  # the window is read from the files: the tables are no longer needed

@@ -92,7 +92,7 @@ def load_tables(args, out: Path | None):
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     refuse_inside_inputs(out, "-o", prof.discovery)
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
-                       **report_options(args))
+                       release=process.heap_releaser(cargs.input_bytes(disc)), **report_options(args))
     return tables(rep, prof)
 
 
