@@ -188,3 +188,29 @@ def test_the_imports_while_decoding_all_import():
     names = [m for ms in process.AFTER_READ_IMPORTS.values() for m in ms]
     assert names and all(importlib.util.find_spec(m) is not None for m in names)
     process.imports_while_decoding("analysis", "table", "no such part")()  # imports them, without error
+
+
+def test_a_line_name_is_read_without_walking_its_events(shared_traces):
+    """wire.line_name gives line_header's name for every XLine of the shared traces, reading
+    only the fields before the events: a line cut inside its events (which line_header
+    refuses as malformed) still gives its name, so a mapped line's released pages are not
+    paged in again to look for the export's step line."""
+    from pathlib import Path
+
+    from traceview.errors import TraceUnreadable
+    from traceview.read.xplane import wire
+
+    n = 0
+    for name in ("mi300x_jax_gemm_sweep.xplane.pb", "tpu_v6e_4chip_psum.xplane.pb", "mi300x_jax_attention.xplane.pb"):
+        space = wire.map_xspace(Path(shared_traces / name))
+        for plane in space.planes:
+            for raw in plane.lines:
+                want = wire.line_header(raw, name).name
+                assert wire.line_name(raw, name) == want
+                n += 1
+                if len(raw) > 4096:  # cut inside the events
+                    cut = bytes(raw[:2048])
+                    with pytest.raises(TraceUnreadable):
+                        wire.line_header(cut, name)
+                    assert wire.line_name(cut, name) == want
+    assert n > 50

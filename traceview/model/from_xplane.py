@@ -1039,7 +1039,7 @@ def _export_step_markers(plane, stat_names: dict, path: str) -> list[tuple]:
     out: list[tuple] = []
     sid = next((k for k, v in stat_names.items() if v == "step"), -1)
     for raw in plane.lines:
-        if wire.line_header(raw, path).name != EXPORT_STEPS_LINE:
+        if wire.line_name(raw, path) != EXPORT_STEPS_LINE:  # the name only: a line of ops is not paged in again
             continue
         le = decode_line(raw, path, sid)
         timed = np.flatnonzero(le.occurrences == 0)

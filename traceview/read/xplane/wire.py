@@ -359,6 +359,41 @@ def line_header(raw: bytes, path: str) -> LineHeader:
     return LineHeader(h.id, h.display_id, h.name, h.display_name, h.timestamp_ns, h.duration_ps)
 
 
+def line_name(raw, path: str) -> str:
+    """The name of one serialized XLine, read from the fields before its events when it comes
+    first (XProf writes a line's fields in number order: id, name, timestamp_ns, then the
+    events): only the line's first bytes are touched, not the pages of its events (a mapped
+    line's pages, once released, stay released). Else, or on anything unexpected, the name
+    :func:`line_header` reads (which walks the whole line, and raises on malformed bytes)."""
+    try:
+        pos, n = 0, len(raw)
+        while pos < n:
+            key, pos = _varint(raw, pos)
+            if key is None:
+                break
+            field, wire_type = key >> 3, key & 7
+            if field == 4:  # the events begin: the name is not before them
+                break
+            if wire_type == 0:
+                _, pos = _varint(raw, pos)
+            elif wire_type == 2:
+                size, pos = _varint(raw, pos)
+                if size is None or pos + size > n:
+                    break
+                if field == 2:
+                    return bytes(raw[pos:pos + size]).decode("utf-8")
+                pos += size
+            elif wire_type == 1:
+                pos += 8
+            elif wire_type == 5:
+                pos += 4
+            else:
+                break
+    except (ValueError, TypeError):
+        pass
+    return line_header(raw, path).name
+
+
 def count_events(raw: bytes, path: str) -> int:
     """Number of XEvents in one serialized XLine, without decoding them."""
     if _fast is not None:
