@@ -140,7 +140,9 @@ def run(args) -> int:
                 more = [t for t in plan.tracks if t.host == h]
                 if {t.device for t in more} & devs:  # a plane name no longer tells the ranks apart
                     plan.notes.append(f"{len(its_hosts)} ranks share {Path(path).name} and their device planes' "
-                                      "names: traceview's lines are left out of its export (the ops are all there)")
+                                      "names: traceview's lines are left out of its export (the ops are all there; "
+                                      "read back, its steps are found from its ops again, and on GPU the window's "
+                                      "last step can end short of its trailing ops)")
                     tracks = []
                     break
                 tracks += more
@@ -169,7 +171,9 @@ def run(args) -> int:
                 seen[pl_.name] = seen.get(pl_.name, 0) + 1
             if any(seen.get(d, 0) != 1 for d in {t.device for t in tracks}):
                 plan.notes.append(f"{len(its_hosts)} ranks share {Path(path).name} and their device planes' "
-                                  "names: traceview's lines are left out of its export (the ops are all there)")
+                                  "names: traceview's lines are left out of its export (the ops are all there; read "
+                                  "back, its steps are found from its ops again, and on GPU the window's last step "
+                                  "can end short of its trailing ops)")
                 tracks = []
         n_events += sw.events
         n_tracks += len(tracks)
