@@ -136,9 +136,7 @@ def tag(ops, rules=None) -> TaggedOps:
     if table.height == 0:
         return TaggedOps(_empty_rows(table), 0, 0)
     col = _kernels(table.collapse())
-    first = (table.events.select("attr").with_row_index("_i").group_by("attr")
-             .agg(pl.col("_i").min().cast(pl.Int64).alias("first_row")))
-    col = col.join(first, on="attr", how="left")
+    col = col.join(_first_rows(table), on="attr", how="left")
     have_kernels = col["kname"].null_count() < col.height
     absorbed = None
     if have_kernels:
@@ -192,6 +190,17 @@ def tag(ops, rules=None) -> TaggedOps:
     col = col.with_columns(_map(col["hlo_text"], population_fingerprint, pl.Utf8).alias("fingerprint"))
     col = col.drop("_prog", "_absorbed", "min_ps", "max_ps", "first_ps")
     return TaggedOps(col, int(table.events["count"].sum() or 0), table.total_self_ps())
+
+
+def _first_rows(table) -> pl.DataFrame:
+    """attr, first_row (Int64): each description's first event row, for the descriptions with
+    events (one ``np.minimum.at`` over the rows; no per-event frame)."""
+    a = table.events["attr"].to_numpy()
+    n = len(a)
+    first = np.full(table.attrs.height, n, dtype=np.int64)
+    np.minimum.at(first, a, np.arange(n, dtype=np.int64))
+    ids = np.flatnonzero(first < n)
+    return pl.DataFrame({"attr": pl.Series(ids, dtype=table.events.schema["attr"]), "first_row": first[ids]})
 
 
 def _empty_rows(table) -> pl.DataFrame:
