@@ -817,5 +817,6 @@ def test_cli_diff_releases_each_side_before_the_next_is_read(shared_traces, monk
     treatment = shared_traces / "mi300x_jax_attention.xplane.pb"
     assert main(["diff", str(base), str(treatment), "--format", "json", "--no-cache"]) == 0
     capsys.readouterr()
-    assert len(made) == 2
-    assert alive_at_load == [0, 0]  # no earlier side's profile alive when a side is read
+    assert len(made) == 2 and len(alive_at_load) == 2
+    # when the treatment is read the base's profile is gone (the first read has nothing before it)
+    assert alive_at_load[1] == 0

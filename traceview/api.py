@@ -280,19 +280,21 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     unless ``expand_kernels`` (:mod:`traceview.model.interpreted`). The run folders of a
     capture written host by host (one host each, dated within a minute) are read as one run
     unless ``group_hosts`` is False (:func:`traceview.read.discover.discover`). Warns
-    (RuntimeWarning, :func:`slow_reader_warning`) when this copy of traceview has no compiled
-    C decoder."""
+    (RuntimeWarning, :func:`slow_reader_warning`) when it read an ``.xplane.pb`` without a
+    compiled C decoder in this copy of traceview."""
     from traceview.model.load import load as _load
     from traceview.read.cache import TableCache
 
     path = _path(path)
-    slow_reader_warning()
     if cache is not None and cache is not False and not isinstance(cache, TableCache):
         raise UsageError(f"cache must be a TableCache, False or None, got {type(cache).__name__}")
-    return _load(path, run=run, all_runs=all_runs, require_ops=require_ops, stale_after_s=stale_after_s,
+    prof = _load(path, run=run, all_runs=all_runs, require_ops=require_ops, stale_after_s=stale_after_s,
                  max_bytes=max_bytes, cache=cache, workers=workers, executor=executor, scheduler=scheduler,
                  progress=progress, discovery=discovery, prefetch=prefetch, factory=Profile,
                  expand_kernels=expand_kernels, group_hosts=group_hosts)
+    if any(getattr(tr, "format", None) == "xplane" for tr in getattr(prof, "traces", None) or ()):
+        slow_reader_warning()
+    return prof
 
 
 def slow_reader_warning() -> None:

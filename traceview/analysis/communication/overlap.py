@@ -238,9 +238,10 @@ def _orphans(sk: np.ndarray, s_at: tuple, dk: np.ndarray, d_at: tuple) -> np.nda
 
 class _Events:
     """A table's placed events as arrays in (host, device, start) order, stable: ``attr``,
-    ``start``, ``dur`` (ps; the table's own columns when they are in that order), ``dev`` (index into ``devices``, (host, device) sorted, nulls
-    first), ``cls`` (per event, :data:`_CLS_CODES`); ``attrs``: the descriptions with
-    ``_cls``; ``any_comm``: whether an event is communication or a transfer."""
+    ``start``, ``dur`` (ps; the table's own columns when they are in that order), ``dev``
+    (index into ``devices``, (host, device) sorted, nulls first), ``cls`` (per event,
+    :data:`_CLS_CODES`); ``attrs``: the descriptions with ``_cls``; ``any_comm``: whether an
+    event is communication or a transfer."""
 
     def __init__(self, table):
         from traceview.model.optable import as_table

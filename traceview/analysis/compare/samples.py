@@ -113,13 +113,15 @@ def _per_step(pop: np.ndarray, self_ps: np.ndarray, step_rows: np.ndarray,
     k = pp.astype(kt)
     k *= kt(n_steps)
     k += sr.astype(kt, copy=False)  # by population, then step
-    if n_pop <= 1 << 16 and len(sr) > 1 and bool((sr[1:] >= sr[:-1]).all()):
-        # the events' steps already ascend (one device): the same stable order is one radix
-        # sort of the populations
-        o = np.argsort(pp.astype(np.uint16), kind="stable")
-    else:
-        o = np.argsort(k, kind="stable")
-    del pp, sr
+    # when the events' step indices already ascend in event order (a device's events in time
+    # order, devices one after another), the same stable order is one radix sort of the
+    # populations alone
+    by_pop = n_pop <= 1 << 16 and len(sr) > 1 and bool((sr[1:] >= sr[:-1]).all())
+    del sr
+    key = pp.astype(np.uint16) if by_pop else k
+    del pp
+    o = np.argsort(key, kind="stable")
+    del key
     k, w = k[o], w[o]
     del o
     if not len(k):

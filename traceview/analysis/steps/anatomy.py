@@ -6,9 +6,10 @@ step's wall time; the difference is the gap (device idle: host, dispatch, synchr
 
 Steps (:func:`find_steps`), per (host, device), in this order:
 
-1. **markers** — a frame of step markers (a ``Steps`` line, or the ``traceview steps`` line
-   of a GPU export: host, device, start_ps, duration_ps) when the caller passes one. The readers do not put ``Steps`` in the op-event
-   table yet, so this only happens when a caller supplies it.
+1. **markers** — a frame of step markers (host, device, start_ps, duration_ps) when there is
+   one: the readers give a TPU plane's ``Steps`` line and a GPU export's ``traceview steps``
+   line as the profile's ``step_markers`` (not as op events), which :func:`profile_anatomy`
+   uses by default; a caller may pass its own.
 2. **dominant module** — otherwise each execution (``module_runs`` row) of the *dominant
    module* is a step: the module whose ops have the largest total self time (over all devices),
    among modules that have executions; ``module=`` overrides the choice. Executions are first

@@ -363,8 +363,11 @@ def line_name(raw, path: str) -> str:
     """The name of one serialized XLine, read from the fields before its events when it comes
     first (XProf writes a line's fields in number order: id, name, timestamp_ns, then the
     events): only the line's first bytes are touched, not the pages of its events (a mapped
-    line's pages, once released, stay released). Else, or on anything unexpected, the name
-    :func:`line_header` reads (which walks the whole line, and raises on malformed bytes)."""
+    line's pages, once released, stay released); of several names there, the last (as
+    protobuf keeps); a name after the events is not looked for. Without a name before the
+    events, or on anything unexpected, the name :func:`line_header` reads (which walks the
+    whole line, and raises on malformed bytes)."""
+    name = None
     try:
         pos, n = 0, len(raw)
         while pos < n:
@@ -381,7 +384,7 @@ def line_name(raw, path: str) -> str:
                 if size is None or pos + size > n:
                     break
                 if field == 2:
-                    return bytes(raw[pos:pos + size]).decode("utf-8")
+                    name = bytes(raw[pos:pos + size]).decode("utf-8")
                 pos += size
             elif wire_type == 1:
                 pos += 8
@@ -390,8 +393,8 @@ def line_name(raw, path: str) -> str:
             else:
                 break
     except (ValueError, TypeError):
-        pass
-    return line_header(raw, path).name
+        name = None
+    return name if name is not None else line_header(raw, path).name
 
 
 def count_events(raw: bytes, path: str) -> int:

@@ -1,0 +1,87 @@
+"""The array fast paths of this session's analyses against the frame code they replaced, on
+randomised inputs (fixed seeds) with the cases a trace can hold: nulls, ties, empty inputs,
+several devices whose rows interleave, unsorted rows, events outside every step."""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+import traceview
+from traceview.analysis.compare import samples
+from traceview.analysis.ops.tagged import _first_rows
+from traceview.analysis.steps.stepstats import step_walls
+
+
+def _walls_by_frame(steps: pl.DataFrame) -> np.ndarray:
+    if steps.height == 0:
+        return np.zeros(0, dtype=np.int64)
+    w = (steps.filter(pl.col("duration_ps").is_not_null()).group_by("step")
+         .agg(pl.col("duration_ps").max()).sort("step"))
+    return w["duration_ps"].to_numpy().astype(np.int64)
+
+
+def test_step_walls_equal_the_group_by():
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        n = int(rng.integers(0, 14))
+        step = rng.integers(0, 5, n)
+        if rng.random() < 0.5:
+            step = np.sort(step)  # one device's rows, in step order
+        dur = [None if rng.random() < 0.2 else int(v) for v in rng.integers(0, 100, n)]
+        steps = step.tolist()
+        if n and rng.random() < 0.2:
+            steps[0] = None
+        df = pl.DataFrame({"step": pl.Series(steps, dtype=pl.Int64), "duration_ps": pl.Series(dur, dtype=pl.Int64)})
+        got, want = step_walls(df), _walls_by_frame(df)
+        assert got.dtype == want.dtype == np.int64
+        assert np.array_equal(got, want), df
+
+
+def _per_step_by_dict(pop, self_ps, step_rows):
+    out = {}
+    for p in range(int(pop.max()) + 1 if len(pop) else 0):
+        m = (pop == p) & (step_rows >= 0)
+        st, w = step_rows[m], self_ps[m]
+        u = np.unique(st)
+        if len(u) >= samples.MIN_STEPS:
+            out[p] = np.array([w[st == x].sum() for x in u], dtype=np.float64)
+    return out
+
+
+def test_per_step_sort_paths_equal_the_sums():
+    """Steps ascending in event order (the radix path) or not (the key sort), events outside
+    every step or of no population, several devices' rows one after another."""
+    rng = np.random.default_rng(11)
+    for n, n_pop, n_steps, layout in [(3000, 6, 400, "one device"), (3000, 6, 400, "shuffled"),
+                                       (4000, 30, 900, "devices in turn"), (500, 3, 50, "one device")]:
+        pop = rng.integers(-1, n_pop, n).astype(np.int32)
+        if layout == "one device":
+            sr = np.sort(rng.integers(-1, n_steps, n))
+        elif layout == "devices in turn":
+            sr = np.concatenate([np.sort(rng.integers(-1, n_steps, n // 2)), np.sort(rng.integers(-1, n_steps, n // 2))])
+        else:
+            sr = rng.integers(-1, n_steps, n)
+        w = rng.integers(0, 10**9, n).astype(np.int64)
+        got, want = samples._per_step(pop, w, sr, dense=False), _per_step_by_dict(pop, w, sr)
+        assert got.keys() == want.keys()
+        assert all(np.array_equal(got[k], want[k]) for k in want), layout
+
+
+def test_first_rows_equal_the_group_by(shared_traces):
+    for name in ("mi300x_jax_attention.xplane.pb", "tpu_v6e_4chip_psum.xplane.pb"):
+        table = traceview.load(shared_traces / name, stale_after_s=None, cache=False).table
+        want = (table.events.select("attr").with_row_index("_i").group_by("attr")
+                .agg(pl.col("_i").min().cast(pl.Int64).alias("first_row")).sort("attr"))
+        assert _first_rows(table).sort("attr").equals(want)
+
+
+def test_family_time_of_some_steps_equals_the_whole_filtered(shared_traces):
+    """family_time_by_step(step_rows) (the step chart's first steps) against the whole
+    result filtered to those rows, on a TPU trace of 4 devices and a GPU trace."""
+    for name in ("tpu_v6e_4chip_psum.xplane.pb", "mi300x_jax_gemm_sweep.xplane.pb"):
+        an = traceview.load(shared_traces / name, stale_after_s=None, cache=False).steps()
+        whole = an.family_time_by_step()
+        rows = np.arange(0, an.steps.height, 3)
+        some = an.family_time_by_step(rows)
+        assert some.height and some.equals(whole.filter(pl.col("step_row").is_in(rows.tolist())))
