@@ -642,6 +642,9 @@ def test_an_empty_selection_is_the_not_evaluated_reason(shared_traces, capsys):
     assert main(["analyze", b4, "--device", "zzz", "--no-cache"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("findings"))
     assert "(no op left after the device filter 'zzz');" in line and "no steps found" not in line
+    assert main(["analyze", b4, "--device", "zzz", "--brief", "--no-cache"]) == 0  # the brief's step line too
+    step = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("step time"))
+    assert step == "step time unknown: no op left after the device filter 'zzz'"
     # the library: Profile.filter says why its op table is empty; a selection that keeps ops says nothing
     v6e = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb", stale_after_s=None)
     assert v6e.ops_note is None and v6e.filter(device_regex="TPU:0$").ops_note is None

@@ -90,7 +90,8 @@ def brief_lines(rep, *, families: int = FAMILIES, findings: int = FINDINGS) -> l
                      f"{dist['p90_ps'] * ms:.3f} ms, {dist['n_window']:,} of {dist['n']:,} device-steps (window "
                      f"{plain(dist.get('window') or anat.window)}); steps are {plain(_step_how(anat))}", "wrap")])
     else:
-        out.append([("step time ", "bold"), ("unknown: no steps found" if anat is None or anat.steps.height == 0
+        none = (f"unknown: {plain(rep.ops_note)}" if getattr(rep, "ops_note", None) else "unknown: no steps found")
+        out.append([("step time ", "bold"), (none if anat is None or anat.steps.height == 0
                                              else f"unknown: no steps in window {plain(anat.window)}", None)])
 
     fams = anat.families if anat is not None else None
