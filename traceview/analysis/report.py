@@ -308,7 +308,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     from traceview.analysis.findings import evaluate, thresholds_of
 
     th = thresholds_of(finding_thresholds) if findings else None
-    release = release if release is not None else _nothing
+    release = release if release is not None else (lambda: None)
     by_shape, examined = aggregate.by_shape_and_regimes(prof.table, prof.runs)
     release()
     table = {"shape": lambda: by_shape, "name": lambda: aggregate.by_name(prof.table),
@@ -399,10 +399,6 @@ def population_regimes(by_shape: pl.DataFrame, examined: pl.DataFrame | None) ->
            else pl.DataFrame(schema={**{k: pl.Utf8 for k in keys}, **dist.REGIME_SCHEMA}))
     return flagged.select(*keys, "occurrences", "self_ps", "p50_ps", "p90_ps", "max_ps", "cv").join(
         reg, on=keys, how="left", nulls_equal=True)
-
-
-def _nothing() -> None:
-    """The default ``release`` of :func:`build_report`."""
 
 
 def communication_sections(prof, rules=None, *, module: str | None = None, extent: str = "span",

@@ -478,7 +478,6 @@ def _opt(name: str, value) -> list[str]:
     return [f"--{name}={value}"]
 
 
-
 def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_ITEMS, max_chars: int = MAX_CHARS,
                  max_bytes: int = MAX_BYTES, query_memory: float | None = None, query_timeout: float | None = None):
     """The :class:`mcp.server.mcpserver.MCPServer` with traceview's tools, confined to

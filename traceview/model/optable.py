@@ -293,6 +293,14 @@ def _sums_exact(lo: int, hi: int, total: int, n: int) -> bool:
     return max(abs(lo), abs(hi)) * n < (1 << 53)
 
 
+def first_positions(keys: np.ndarray, n: int) -> np.ndarray:
+    """Per key in [0, n): the position of its first occurrence in ``keys`` (int64), or
+    ``len(keys)`` for a key that does not occur (one ``np.minimum.at``)."""
+    first = np.full(n, len(keys), dtype=np.int64)
+    np.minimum.at(first, keys, np.arange(len(keys), dtype=np.int64))
+    return first
+
+
 def int_bincount(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     """Exact int64 sums of ``values`` per key in [0, n): ``np.bincount`` (float64) when no
     partial sum can reach 2**53 (:func:`_sums_exact`), else ``np.add.at``."""

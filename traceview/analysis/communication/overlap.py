@@ -524,7 +524,7 @@ def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, e
     sums = ["in_flight_ps", "hidden_ps", "exposed_ps", "wait_at_done_ps"]
     n_ops = len(rec["attr"]) if build is not None else 0
     if n_ops:
-        from traceview.model.optable import int_bincount
+        from traceview.model.optable import first_positions, int_bincount
 
         # per description (attr id): its first record, records, whether all are synchronous,
         # exact int64 sums; counted over the few descriptions, no frame of the records
@@ -532,8 +532,7 @@ def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, e
         size = int(a.max()) + 1
         cnt = np.bincount(a, minlength=size)
         ids = np.flatnonzero(cnt)
-        first = np.full(size, n_ops, dtype=np.int64)
-        np.minimum.at(first, a, np.arange(n_ops, dtype=np.int64))
+        first = first_positions(a, size)
         n_sync = np.bincount(a[rec["sync"]], minlength=size)
         inflight = (rec["end"] - rec["start"]).astype(np.int64, copy=False)
         hid = hid_all.astype(np.int64, copy=False)

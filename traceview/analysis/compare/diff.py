@@ -350,7 +350,7 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     from traceview.analysis.steps.stepstats import parse_window, window_holds_steps
 
     parse_window(step_window)
-    release = release if release is not None else _nothing
+    release = release if release is not None else (lambda: None)
     t = tagged if tagged is not None else derived.tagged(prof, rules)
     kern = kernel_table(prof, tagged=t)
     pops = populations(prof, name_stem=name_stem, tagged=t, program_stem_key=program_key,
@@ -389,10 +389,6 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     if hasattr(prof, "used_devices"):
         s.communication = derived.communication(prof)
     return s
-
-
-def _nothing() -> None:
-    """The default ``release`` of :func:`side`."""
 
 
 def device_kinds(prof) -> tuple:

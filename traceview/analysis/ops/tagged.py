@@ -31,7 +31,7 @@ import polars as pl
 from traceview.analysis.ops import families, sources
 from traceview.model.fingerprint import population_fingerprint
 from traceview.model.kernelname import find_kernel_name, kernel_in_hlo, kernel_in_scope
-from traceview.model.optable import as_table
+from traceview.model.optable import as_table, first_positions
 
 #: kdepth of an absorbed event (deeper than any name stack)
 ABSORBED_DEPTH = 1 << 30
@@ -194,12 +194,10 @@ def tag(ops, rules=None) -> TaggedOps:
 
 def _first_rows(table) -> pl.DataFrame:
     """attr, first_row (Int64): each description's first event row, for the descriptions with
-    events (one ``np.minimum.at`` over the rows; no per-event frame)."""
+    events (:func:`~traceview.model.optable.first_positions`; no per-event frame)."""
     a = table.events["attr"].to_numpy()
-    n = len(a)
-    first = np.full(table.attrs.height, n, dtype=np.int64)
-    np.minimum.at(first, a, np.arange(n, dtype=np.int64))
-    ids = np.flatnonzero(first < n)
+    first = first_positions(a, table.attrs.height)
+    ids = np.flatnonzero(first < len(a))
     return pl.DataFrame({"attr": pl.Series(ids, dtype=table.events.schema["attr"]), "first_row": first[ids]})
 
 
