@@ -63,9 +63,27 @@ def test_per_step_sort_paths_equal_the_sums():
         else:
             sr = rng.integers(-1, n_steps, n)
         w = rng.integers(0, 10**9, n).astype(np.int64)
-        got, want = samples._per_step(pop, w, sr, dense=False), _per_step_by_dict(pop, w, sr)
-        assert got.keys() == want.keys()
-        assert all(np.array_equal(got[k], want[k]) for k in want), layout
+        want = _per_step_by_dict(pop, w, sr)
+        for runs, cells in [(False, 0), (True, 1 << 20), (True, 64), (True, 7)]:  # the sort; the grid in runs
+            got = samples._per_step(pop, w, sr, dense=False, runs=runs, chunk_cells=cells)
+            assert got.keys() == want.keys(), (layout, runs, cells)
+            assert all(got[k].dtype == np.float64 and np.array_equal(got[k], want[k]) for k in want), (layout, cells)
+
+
+def test_ascending_grid_goes_only_where_its_steps_ascend():
+    """The grid in runs takes steps ascending over the events inside a step (events outside
+    anywhere, steps with gaps, a step number past 2**31 refused) and leaves the rest to the sort."""
+    pop = np.array([0, 1, 0, -1, 1, 0, 1, 0], dtype=np.int32)
+    w = np.arange(1, 9, dtype=np.int64) * 10**6
+    sr = np.array([-1, 3, 3, 5, -1, 900, 900, 901], dtype=np.int64)
+    got = samples._ascending_grid(pop, w, sr, 2, 902, chunk_cells=4)
+    assert got is not None and got.keys() == {0, 1}
+    assert got[0].tolist() == [3e6, 6e6, 8e6] and got[1].tolist() == [2e6, 7e6]
+    assert samples._ascending_grid(pop, w, sr[::-1].copy(), 2, 902) is None  # descending
+    big = sr.copy()
+    big[-1] = 1 << 31
+    assert samples._ascending_grid(pop, w, big, 2, (1 << 31) + 1) is None
+    assert samples._per_step(pop, w, big, dense=False).keys() == {0, 1}  # the sort takes it
 
 
 def test_first_rows_equal_the_group_by(shared_traces):

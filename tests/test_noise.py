@@ -531,7 +531,7 @@ def test_per_step_samples_on_the_grid_equal_the_sorted_sums(shared_traces):
     fixtures = Path(__file__).resolve().parents[1] / "fixtures"
     paths = [p for p in sorted(shared_traces.glob("*.xplane.pb")) if "corrupt" not in p.name and "no_xla" not in p.name]
     paths += [shared_traces / "vllm_tpu_qwen", fixtures / "greedy_b4", fixtures / "collectives_8dev"]
-    compared = 0
+    compared = ran = 0
     for p in paths:
         prof = traceview.load(p, cache=False)
         a = derived.step_anatomy(prof, None)
@@ -541,9 +541,15 @@ def test_per_step_samples_on_the_grid_equal_the_sorted_sums(shared_traces):
         code, _ = samples._attr_codes(derived.tagged(prof, None), True, prof.table.attrs.height)
         pop = code.astype(np.int32)[prof.table.events["attr"].to_numpy()]
         sp = prof.table.events["self_ps"].fill_null(0).to_numpy()
-        grid, srt = samples._per_step(pop, sp, rows, dense=True), samples._per_step(pop, sp, rows, dense=False)
+        grid, srt = samples._per_step(pop, sp, rows, dense=True), samples._per_step(pop, sp, rows, dense=False,
+                                                                                    runs=False)
         assert grid.keys() == srt.keys() and grid
         assert all(grid[k].tobytes() == srt[k].tobytes() for k in grid)
+        # the grid in runs of steps, where the steps ascend (small runs: many of them)
+        in_runs = samples._ascending_grid(pop, sp, rows, int(pop.max()) + 1, int(rows.max()) + 1, chunk_cells=64)
+        if in_runs is not None:
+            ran += 1
+            assert in_runs.keys() == grid.keys() and all(in_runs[k].tobytes() == grid[k].tobytes() for k in grid)
         fast = samples._fast
         try:  # the grid by numpy's bincounts, as without the C accelerator
             samples._fast = None
@@ -552,4 +558,4 @@ def test_per_step_samples_on_the_grid_equal_the_sorted_sums(shared_traces):
             samples._fast = fast
         assert numpy_grid.keys() == grid.keys() and all(numpy_grid[k].tobytes() == grid[k].tobytes() for k in grid)
         compared += 1
-    assert compared >= 5
+    assert compared >= 5 and ran >= 3

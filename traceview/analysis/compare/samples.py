@@ -68,8 +68,70 @@ def _attr_codes(tagged, name_stem: bool, n_attrs: int, program_stem_key: bool = 
     return code, list(kid)
 
 
+#: cells of the (population, step) grid summed at a time when the events' steps ascend
+#: (:func:`_per_step`): 9 MB of grid
+CHUNK_CELLS = 1 << 20
+#: most (chunk, population) pieces the chunked grid may gather (:func:`_ascending_grid`); more
+#: (many populations over many steps) and the events are sorted instead
+MAX_PIECES = 1 << 15
+
+
+def _ascending_grid(pop: np.ndarray, self_ps: np.ndarray, step_rows: np.ndarray, n_pop: int, n_steps: int,
+                    chunk_cells: int = CHUNK_CELLS) -> dict[int, np.ndarray] | None:
+    """:func:`_per_step`'s sums when the steps of the events inside a step ascend in event order
+    (one device's events in time order, devices one after another with their steps numbered
+    apart, as step indices are): the (population, step) grid summed a run of steps at a time
+    (``chunk_cells`` cells) by the C accelerator's ``cell_sums``, each run's events being a
+    contiguous slice. No per-event key, sort or permutation: 8 bytes per event (a running
+    maximum of the steps and an int32 copy of them when they are wider) and one chunk's grid.
+    None when the steps do not ascend, the pieces would be too many (:data:`MAX_PIECES`), or
+    without the accelerator."""
+    if _fast is None or not n_pop or not 0 < n_steps < 1 << 31 or len(pop) != len(self_ps) or len(pop) != len(step_rows):
+        return None
+    spc = max(1, chunk_cells // n_pop)  # steps per chunk
+    if -(-n_steps // spc) * n_pop > MAX_PIECES:
+        return None
+    rows = np.ascontiguousarray(step_rows, dtype=np.int32)  # n_steps <= 2**31 (a step index)
+    top = np.maximum.accumulate(rows)
+    ok = rows == top
+    ok |= rows < 0
+    if not ok.all():
+        return None
+    del ok
+    runs = []  # (first event, end, first step, steps) of each run of steps, events in a slice
+    n, last = len(rows), int(top[-1]) if len(rows) else -1
+    a = int(np.searchsorted(top, 0, "left"))  # the first event inside a step
+    while a < n:
+        s0 = int(top[a])
+        s1 = min(s0 + spc, last + 1)
+        b = n if s1 > last else int(np.searchsorted(top, s1, "left"))
+        runs.append((a, b, s0, s1 - s0))
+        a = b
+    del top
+    pop = np.ascontiguousarray(pop, dtype=np.int32)
+    self_ps = np.ascontiguousarray(self_ps, dtype=np.int64)
+    sums = np.empty(n_pop * min(spc, max(last + 1, 1)), dtype=np.int64)
+    got = np.empty(len(sums), dtype=np.uint8)
+    pieces: list[list[np.ndarray]] = [[] for _ in range(n_pop)]
+    for a, b, s0, w in runs:
+        cells = n_pop * w
+        sums[:cells] = 0
+        got[:cells] = 0
+        rel = rows[a:b] - np.int32(s0)  # outside every step: negative, skipped
+        if not _fast.cell_sums(pop[a:b], rel, self_ps[a:b], w, sums[:cells], got[:cells]):
+            return None
+        grid, seen = sums[:cells].reshape(n_pop, w), got[:cells].view(bool).reshape(n_pop, w)
+        for p in np.flatnonzero(seen.any(axis=1)):
+            pieces[p].append(grid[p][seen[p]].astype(np.float64))
+    out = {}
+    for p, ps in enumerate(pieces):
+        if sum(len(x) for x in ps) >= MIN_STEPS:
+            out[p] = np.concatenate(ps) if len(ps) > 1 else ps[0]
+    return out
+
+
 def _per_step(pop: np.ndarray, self_ps: np.ndarray, step_rows: np.ndarray,
-              dense: bool | None = None) -> dict[int, np.ndarray]:
+              dense: bool | None = None, runs: bool = True, chunk_cells: int = CHUNK_CELLS) -> dict[int, np.ndarray]:
     """{population: its self time per step with events (float64, ps, in step order)} for the
     populations with events in at least :data:`MIN_STEPS` steps. Per event: ``pop``
     (population index, -1 for none), ``self_ps`` (int64), ``step_rows`` (step index, -1
@@ -78,8 +140,10 @@ def _per_step(pop: np.ndarray, self_ps: np.ndarray, step_rows: np.ndarray,
     wraps, :func:`~traceview.model.bounds.clamp_profile`), as float64; or, when the
     (population, step) grid has no more cells than events (``dense`` None: chosen so; True /
     False: forced), the same sums by two bincounts over the grid (one C pass, 9 bytes a cell,
-    when built). Memory: about 32 bytes per event inside a step sorted, 16 per event plus 16
-    per cell on the grid."""
+    when built); or, when the events' steps ascend, the grid a run of steps at a time
+    (:func:`_ascending_grid`, with the C accelerator; ``runs`` False: not tried, ``chunk_cells``:
+    its runs' size). Memory: about 32 bytes per event inside
+    a step sorted, 16 per event plus 16 per cell on the grid, 8 per event in runs."""
     n_steps = int(step_rows.max()) + 1
     n_pop = int(pop.max()) + 1 if len(pop) else 0
     if dense is None:
@@ -92,6 +156,10 @@ def _per_step(pop: np.ndarray, self_ps: np.ndarray, step_rows: np.ndarray,
                            np.ascontiguousarray(self_ps, dtype=np.int64), n_steps, sums, got):
             sums, seen = sums.reshape(n_pop, n_steps), got.view(bool).reshape(n_pop, n_steps)
             return {p: sums[p][seen[p]].astype(np.float64) for p in range(n_pop) if int(seen[p].sum()) >= MIN_STEPS}
+    if not dense and runs:
+        got = _ascending_grid(pop, self_ps, step_rows, n_pop, n_steps, chunk_cells)
+        if got is not None:
+            return got
     if dense and n_pop:  # a dense (population, step) grid: two bincounts
         k = pop.astype(np.int64)
         k *= n_steps
