@@ -120,6 +120,12 @@ class ProfileData:
             got = self._derived[key] = make()
             return got
 
+    def forget(self, analysis: str) -> None:
+        """Drop the derived results of ``analysis`` (the first item of their keys, e.g.
+        ``"anatomy"``) that :meth:`derived` keeps: a later call computes them again."""
+        for key in [k for k in self._derived if k and k[0] == analysis]:
+            del self._derived[key]
+
     def __getstate__(self) -> dict:
         """Pickled without the derived results (a worker's copy computes its own)."""
         state = dict(self.__dict__)

@@ -335,7 +335,7 @@ class DiffSide:
 
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
          tagged: TaggedOps | None = None, step_window: str = "steady", program_key: bool = True,
-         expand_kernels: bool = False, release=None) -> DiffSide:
+         expand_kernels: bool = False, release=None, drop_derived: bool = False) -> DiffSide:
     """The :class:`DiffSide` of ``prof`` (anything with ``table``, ``module_runs`` and
     ``traces``). ``base``: the base's side when ``prof`` is the treatment (its step module is
     the base's, after configuration substitution, when both are stepped by a module and the
@@ -345,8 +345,10 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     ``expand_kernels``: each op of a named kernel is its own population
     (:func:`~traceview.analysis.compare.populations.keyed`; pass it with a profile loaded so).
     ``release``: as :func:`traceview.analysis.report.build_report`'s, called after the
-    populations, the step anatomy and the noise samples. Raises UsageError on bad rules or
-    step window."""
+    populations, the step anatomy and the noise samples. ``drop_derived``: ``prof`` is read
+    for this side alone, so the step anatomy it keeps (:mod:`traceview.analysis.derived`) is
+    dropped as soon as the noise samples have their steps (its per-step frames are the
+    largest a side holds). Raises UsageError on bad rules or step window."""
     from traceview.analysis.steps.stepstats import parse_window, window_holds_steps
 
     parse_window(step_window)
@@ -379,10 +381,17 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
         # one sample per step index, the devices' copies of a step pooled (stepstats.step_walls)
         idx = a.steps["step"].to_numpy().astype(np.int64)
         if rows is not None:
-            rows = np.where(rows >= 0, idx[np.clip(rows, 0, None)], -1)
+            if len(idx) and 0 <= int(idx.min()) and int(idx.max()) < 1 << 31:  # 4 bytes an event, not 8
+                idx = idx.astype(np.int32)
+            rows = np.where(rows >= 0, idx[np.clip(rows, 0, None)], idx.dtype.type(-1))
         durs = step_walls(a.steps.filter(pl.Series(win)))
+        del win, idx
+    del a
+    if drop_derived and hasattr(prof, "forget"):  # the largest frames a side holds, no longer needed
+        prof.forget("anatomy")
     s.samples = population_samples(prof.table, t, rows, durs, name_stem=name_stem, program_stem_key=program_key,
                                    expand_kernels=expand_kernels)
+    del rows, durs
     release()
     s.device_kinds = device_kinds(prof)
     s.hardware = hardware(prof)
