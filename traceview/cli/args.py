@@ -345,6 +345,8 @@ def add_step_window(p: argparse.ArgumentParser) -> None:
 def rules_from_args(args):
     """Family rules from ``--families FILE`` then ``--family NAME=REGEX`` (UsageError when
     malformed), or None when there are none."""
+    if not getattr(args, "families", None) and not getattr(args, "family", None):
+        return None  # without importing the families (polars)
     from traceview.analysis.ops.families import parse_rules, read_rules
 
     rules = read_rules(args.families) if getattr(args, "families", None) else []

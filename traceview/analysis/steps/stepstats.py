@@ -56,6 +56,7 @@ import numpy as np
 import polars as pl
 
 from traceview.errors import UsageError
+from traceview.analysis.steps.window import parse_window  # noqa: F401 - imported from here too
 
 try:  # optional C accelerator
     from traceview.analysis import _passes as _fast
@@ -76,27 +77,6 @@ MIX_MAX = 64
 _K = 0.6745
 
 RECORD_SCHEMA = {"gap_before_ps": pl.Int64, "outlier": pl.Boolean, "reason": pl.Utf8, "in_window": pl.Boolean}
-
-
-def parse_window(spec: str) -> tuple[str, slice | None]:
-    """(``"steady"`` | ``"all"`` | ``"A:B"``, the slice for A:B else None). Raises
-    UsageError naming the expected forms."""
-    if not isinstance(spec, str):
-        raise UsageError(f"step window must be a string (all, steady or A:B), got {spec!r}")
-    s = spec.strip()
-    if s in ("steady", "all"):
-        return s, None
-    if s.count(":") == 1:
-        a, b = (x.strip() for x in s.split(":"))
-        try:
-            lo = int(a) if a else None
-            hi = int(b) if b else None
-        except ValueError:
-            lo = hi = "bad"
-        if lo != "bad":
-            return f"{'' if lo is None else lo}:{'' if hi is None else hi}", slice(lo, hi)
-    raise UsageError(f"unknown step window {spec!r}: expected all, steady or A:B (step indices, "
-                     f"A inclusive, B exclusive, e.g. 2: or 1:-1)")
 
 
 def window_holds_steps(steps: pl.DataFrame | None, window: str, option: str = "--step-window", *,
