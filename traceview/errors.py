@@ -45,6 +45,9 @@ class TraceviewError(Exception):
         # one line whatever the file or its contents hold (a newline in a JSON key, a file name)
         super().__init__(text.replace("\r", "\\r").replace("\n", "\\n"))
 
+    def __reduce__(self):  # pickled (an answer from a child process) with its path and fault
+        return type(self), (self.fault, self.path)
+
 
 class UsageError(TraceviewError):
     """A bad argument value (bad regex, unknown run name, unknown chip...)."""

@@ -52,19 +52,20 @@ def add_parser(sub) -> None:
     cargs.add_phase(d, tokens=False)
 
 
-def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass --run-base / --run-treatment"):
+def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass --run-base / --run-treatment",
+               discoveries: list | None = None):
     """Load each (path, run) side in turn (a generator: the caller can release a profile
     before the next is read); each side's discovery warnings (several runs, stray files...)
     go to stderr, one line each, as ``analyze`` shows them. The sides' single xplane files
     are all decoded on threads from the start, while polars is imported and the first side
     is analysed (one prefetch per file, for files under the prefetch size). ``run_hint``: how
-    the caller's user chooses a run, for the warnings."""
+    the caller's user chooses a run, for the warnings; ``discoveries``: :func:`discover_sides`
+    of ``sides``, when the caller has it."""
     from traceview.cli import process
     from traceview.model.load import load, start_prefetch
-    from traceview.read.discover import discover
 
     cache = cargs.cache_from_args(args)
-    discs = [discover(path, run=run, stale_after_s=None, run_hint=run_hint) for path, run in sides]
+    discs = discoveries if discoveries is not None else discover_sides(sides, run_hint)
     process.tune_allocator(cargs.input_bytes(*discs))
     seen: set = set()
     pres = []
@@ -97,6 +98,14 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
         yield out
         del out  # released before the next side is read
         process.trim_heap(cargs.input_bytes(d))  # what its analysis freed, before the next side is read
+
+
+def discover_sides(sides: list[tuple[str, str | None]], run_hint: str = "pass --run-base / --run-treatment") -> list:
+    """The discovery (:func:`traceview.read.discover.discover`) of each (path, run) side,
+    every side's before any is read: a missing or empty path is said at once."""
+    from traceview.read.discover import discover
+
+    return [discover(path, run=run, stale_after_s=None, run_hint=run_hint) for path, run in sides]
 
 
 def names_path(text: str, path) -> bool:
@@ -156,9 +165,62 @@ def side_paths(args) -> tuple[list[str], list[str]]:
     return [args.base], [args.treatment]
 
 
+def _side(i: int, todo, discs, args, rules, nb: int, bases):
+    """The :class:`~traceview.analysis.compare.diff.DiffSide` of side ``i`` of ``todo``, read
+    alone; ``bases``: the pickled base sides when it is a treatment's (its step module is the
+    pooled base's, :func:`~traceview.analysis.compare.diff.side`)."""
+    import dataclasses
+    import pickle
+
+    from traceview.cli import process
+
+    base = None
+    if bases is not None:  # what side() reads of the base: its kernels and steps, not its noise samples
+        from traceview.analysis.compare.pooled import pool
+
+        base = dataclasses.replace(pool([pickle.loads(b) for b in bases]), samples=None)
+    for prof in load_sides([todo[i]], args, discoveries=[discs[i]]):  # the first imports polars while it decodes
+        from traceview.analysis.compare.diff import side
+
+        try:
+            return side(prof, rules=rules, name_stem=not args.no_name_stem, base=base, step_window=args.step_window,
+                        expand_kernels=args.expand_kernels,
+                        release=process.heap_releaser(cargs.input_bytes(prof.discovery)), drop_derived=True)
+        except TraceviewError as e:  # a fault of this side: said with its file (side() names a step window's)
+            raise naming_side(e, todo[i][0]) from None
+    raise AssertionError("load_sides yields one profile per side")
+
+
+def _sides_here(todo, discs, args, rules, nb: int) -> list:
+    """Every side's :class:`~traceview.analysis.compare.diff.DiffSide`, read in this process,
+    one profile at a time (where a child process cannot be forked: :func:`traceview.cli.process.can_fork`)."""
+    from traceview.analysis.compare.diff import side
+    from traceview.analysis.compare.pooled import pool
+    from traceview.cli import process
+
+    sides: list = []
+    pooled_base = None
+    # no enumerate(): it keeps its last (i, prof) tuple for reuse, which would hold each profile
+    # while the next one is read
+    i = -1
+    for prof in load_sides(todo, args, discoveries=discs):
+        i += 1
+        if i == nb:
+            pooled_base = pool(sides)
+        try:
+            sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem,
+                              base=pooled_base if i >= nb else None, step_window=args.step_window,
+                              expand_kernels=args.expand_kernels,
+                              release=process.heap_releaser(cargs.input_bytes(prof.discovery)),
+                              drop_derived=True))
+        except TraceviewError as e:  # a fault of this side: said with its file (side() names a step window's)
+            raise naming_side(e, todo[i][0]) from None
+        del prof
+    return sides
+
+
 def run(args) -> int:
     """Returns 0; raises TraceviewError subclasses on bad input."""
-    from traceview.analysis.compare.diff import diff_sides, side
     from traceview.cli import process
     from traceview.read.guard import check_writable, inside_inputs, refuse_inside_inputs, write_atomic
 
@@ -171,35 +233,36 @@ def run(args) -> int:
     if not 0 < args.noise_level < 1:
         raise UsageError(f"--noise-level must be in (0, 1), got {args.noise_level!r}")
     base_paths, treatment_paths = side_paths(args)
-    rules = cargs.rules_from_args(args)
-    from traceview.analysis.steps.stepstats import parse_window
-
-    parse_window(args.step_window)  # a malformed window is no side's fault: refused before any is read
-    # one profile's op events at a time: each is summarised (populations, kernels, families,
-    # steps, noise samples) and released before the next is read
-    from traceview.analysis.compare.pooled import pool
-
     nb = len(base_paths)
     todo = [(p, args.run_base) for p in base_paths] + [(p, args.run_treatment) for p in treatment_paths]
-    sides: list = []
-    pooled_base = None
-    # no enumerate(): it keeps its last (i, prof) tuple for reuse, which would hold each profile
-    # while the next one is read
-    i = -1
-    for prof in load_sides(todo, args):
-        i += 1
-        if out is not None and inside_inputs(out, prof.discovery):
-            raise UsageError(f"refusing to write {out} inside a profile folder it reads; choose another -o")
-        if i == nb:
-            pooled_base = pool(sides)
-        try:
-            sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem,
-                              base=pooled_base if i >= nb else None, step_window=args.step_window,
-                              expand_kernels=args.expand_kernels,
-                              release=process.heap_releaser(cargs.input_bytes(prof.discovery))))
-        except TraceviewError as e:  # a fault of this side: said with its file (side() names a step window's)
-            raise naming_side(e, todo[i][0]) from None
-        del prof
+    discs = discover_sides(todo)
+    if out is not None and any(inside_inputs(out, d) for d in discs):
+        raise UsageError(f"refusing to write {out} inside a profile folder it reads; choose another -o")
+    process.tune_allocator(cargs.input_bytes(*discs))  # before polars is imported
+    rules = cargs.rules_from_args(args)
+    from traceview.analysis.steps.window import parse_window
+
+    parse_window(args.step_window)  # a malformed window is no side's fault: refused before any is read
+    if process.can_fork(cargs.input_bytes(*discs)):
+        # each profile read and summarised in a child process of its own: whatever one side's
+        # read and analyses leave in the allocators goes with its process before the next is
+        # read. Meanwhile this one imports what the comparison needs (the next child inherits it).
+        import pickle
+
+        parts = ("diff", "json") if args.format == "json" else ("diff",)
+        answers: list = []
+        for i in range(len(todo)):
+            answers.append(process.pickled_in_child(
+                lambda i=i: _side(i, todo, discs, args, rules, nb, answers[:nb] if i >= nb else None),
+                todo[i][0], meanwhile=process.imports_while_decoding(*parts) if i == 0 else None))
+        sides = [pickle.loads(a) for a in answers]
+        del answers
+    else:
+        sides = _sides_here(todo, discs, args, rules, nb)
+    from traceview.analysis.compare.diff import diff_sides
+    from traceview.analysis.compare.pooled import pool
+
+    pooled_base = pool(sides[:nb])
     d = diff_sides(pooled_base, pool(sides[nb:]), overhead_factor=args.overhead_factor,
                    noise_level=args.noise_level)
     if args.format == "json":

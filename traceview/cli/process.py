@@ -18,6 +18,9 @@ TRIM_INPUT_BYTES = 32 << 20
 #: inputs from which the pages polars' allocator has kept unused go back to the OS without a
 #: second delay (see tune_allocator)
 PURGE_INPUT_BYTES = 32 << 20
+#: inputs from which diff reads each profile in a child process of its own (:func:`pickled_in_child`):
+#: below, the second interpreter's imports and page faults cost more than the memory it saves
+FORK_INPUT_BYTES = 32 << 20
 #: GIL switch interval while a file is decoded on a thread, s (Python's default is 5 ms)
 DECODE_SWITCH_INTERVAL_S = 0.0005
 #: exit code after an interrupt (Ctrl-C, SIGINT): 128 + SIGINT, as a shell reports it
@@ -170,6 +173,153 @@ def heap_releaser(input_bytes: int):
     return release
 
 
+#: names (``/proc/self/task/*/comm``) of the threads polars starts on its first parallel work:
+#: its compute pool (``polars-N``) and its async runtime (``tokio-rt-worker``). A child forked
+#: after they run waits forever on threads it does not have (a test checks that polars still
+#: names them so).
+POLARS_POOL_THREADS = ("polars-", "tokio-")
+
+
+def can_fork(input_bytes: int) -> bool:
+    """Whether a command reading ``input_bytes`` of traces should read them in forked children
+    (:data:`FORK_INPUT_BYTES` or more) and a child forked now may use polars and numpy: Linux,
+    no Python thread but the main one and the interrupt watchdog (:func:`handle_interrupts`),
+    and none of polars' pool threads (:data:`POLARS_POOL_THREADS`) started. Importing polars
+    starts only its allocator's and spill cleaner's threads, which a child does without."""
+    if input_bytes < FORK_INPUT_BYTES or not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return False
+    if any(t is not threading.main_thread() and t.name != "traceview-interrupt" for t in threading.enumerate()):
+        return False
+    names = thread_names()
+    return "?" not in names and not any(n.startswith(POLARS_POOL_THREADS) and n != "polars-ooc-clea" for n in names)
+
+
+def thread_names() -> list[str]:
+    """The names (``comm``) of this process' threads; ``["?"]`` when /proc cannot be read
+    (:func:`can_fork` then refuses)."""
+    names = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return ["?"]
+    for task in tasks:
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                names.append(f.read().strip())
+        except FileNotFoundError:  # a thread that ended since the listing
+            continue
+        except OSError:
+            return ["?"]
+    return names
+
+
+class _ChildTraceback(Exception):
+    """A child's traceback, as the cause of the exception it raised (as concurrent.futures does)."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+
+    def __str__(self) -> str:
+        return "\n" + self.args[0]
+
+
+def pickled_in_child(work, what: str, meanwhile=None) -> memoryview:
+    """``work()`` run in a forked child process: its result, pickled (the caller unpickles it
+    once it forks no more, as unpickling polars frames may start polars' pool). The child's
+    memory goes with it, whatever its allocators kept. Call only when :func:`can_fork`.
+
+    An exception ``work`` raises is raised here, with its class (a TraceviewError keeps its
+    exit code) and the child's traceback as its cause. A child that ends without an answer
+    raises KeyboardInterrupt (SIGINT), LimitExceeded (SIGKILL, as the out-of-memory killer
+    sends) or TraceviewError, naming ``what`` (the input it was reading). A Ctrl-C ends the
+    child at once (the parent says so, once); the child dies with the parent. ``meanwhile``:
+    called here while the child works (imports, say)."""
+    import pickle
+
+    from traceview.errors import LimitExceeded, TraceviewError
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child; its work is what the tests check
+        os.close(r)
+        _child(work, w)
+    os.close(w)
+    try:
+        if meanwhile is not None:
+            meanwhile()
+        with os.fdopen(r, "rb") as f:
+            data = f.read()
+        _, status = os.waitpid(pid, 0)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.waitpid(pid, 0)
+        raise
+    if not data or status != 0:  # killed, or its answer not whole (the child printed why)
+        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        if sig == signal.SIGINT:
+            raise KeyboardInterrupt
+        if sig == signal.SIGKILL:
+            raise LimitExceeded(f"the process reading {what} was killed (SIGKILL, as sent when memory runs out)")
+        how = f"signal {sig}" if sig is not None else f"exit code {os.WEXITSTATUS(status)}"
+        raise TraceviewError(f"the process reading {what} ended without an answer ({how})")
+    if data[:1] == b"\x01":
+        return memoryview(data)[1:]
+    value, tb = pickle.loads(memoryview(data)[1:])
+    if tb:
+        value.__cause__ = _ChildTraceback(tb)
+    raise value
+
+
+def _child(work, fd: int) -> None:
+    """The forked child of :func:`pickled_in_child`: runs ``work``, writes to ``fd`` a flag byte
+    (1: done) and the pickled result, or 0 and the pickled (exception, traceback text), and
+    ends without the interpreter's teardown (exit code 1 when the answer could not be written)."""
+    import pickle
+    import traceback
+
+    code = 0
+    try:
+        signal.set_wakeup_fd(-1)  # the parent's watchdog pipe: the child's signals are its own
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it at once; the parent says so
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
+        try:
+            result, flag, tb = work(), b"\x01", ""
+        except BaseException as e:  # noqa: BLE001 - every fault goes back to the parent
+            from traceview.errors import TraceviewError
+
+            tb = "" if isinstance(e, (TraceviewError, KeyboardInterrupt, MemoryError)) else traceback.format_exc()
+            result, flag = (e, tb), b"\x00"
+        if flag == b"\x00":
+            try:
+                answer = pickle.dumps(result)
+                pickle.loads(answer)  # an exception class whose arguments do not rebuild it
+            except Exception:  # noqa: BLE001 - an exception that does not pickle: its text
+                answer = pickle.dumps((RuntimeError(f"{type(result[0]).__name__}: {result[0]}"), tb))
+        with os.fdopen(fd, "wb") as f:
+            f.write(flag)
+            if flag == b"\x00":
+                f.write(answer)
+            else:  # streamed: no second copy of the answer
+                pickle.dump(result, f, protocol=pickle.HIGHEST_PROTOCOL)
+    except BaseException as e:  # noqa: BLE001 - the parent reads no answer and says so
+        if not isinstance(e, (BrokenPipeError, KeyboardInterrupt)):  # not a parent gone or interrupted
+            traceback.print_exc()
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
 #: what a command imports once its trace is read, by the part of the work that needs it: imported
 #: instead while the trace's last planes are still being decoded on the prefetch thread
 #: (:func:`imports_while_decoding`); each name must import (a test checks)
@@ -182,7 +332,8 @@ AFTER_READ_IMPORTS = {
     "table": ("traceview.render.terminal", "traceview.cli.outputs"),
     "json": ("traceview.render.json",),
     "html": ("traceview.render.html",),
-    "diff": ("traceview.analysis.communication.collectives", "traceview.analysis.communication.overlap",
+    "diff": ("traceview.analysis.compare.diff", "traceview.analysis.compare.pooled",
+             "traceview.analysis.communication.collectives", "traceview.analysis.communication.overlap",
              "traceview.analysis.findings", "traceview.model.interpreted", "traceview.render.diff_terminal",
              "traceview.render.diff_summary", "traceview.cli.outputs"),
 }
