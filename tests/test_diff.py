@@ -737,7 +737,7 @@ def test_the_librarys_diff_names_the_side_a_step_window_misses(shared_traces):
     CLI does (the analysis layer names it, the CLI passes it on): from paths and from loaded
     profiles, either way round."""
     tpu, gemm = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
-    want = (f"{gemm}: --step-window 20:40 holds none of the trace's 18 steps (0..17; A:B counts from 0, B excluded, "
+    want = (f"{gemm}: step_window 20:40 holds none of the trace's 18 steps (0..17; A:B counts from 0, B excluded, "
             "negatives from the end)")
     loaded = (traceview.load(tpu, cache=False), traceview.load(gemm, cache=False))
     for a, b in ((tpu, gemm), (gemm, tpu), loaded, loaded[::-1]):

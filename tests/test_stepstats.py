@@ -198,8 +198,12 @@ def test_first_executions_are_flagged_and_left_out(first_runs):
     assert b.steps.filter(pl.col("in_window"))["step"].to_list() == [1, 2, 3]
     # a window of none of the 8 steps is refused, as analyze --step-window refuses it
     for empty in ("5:2", "100:200"):
-        with pytest.raises(UsageError, match=rf"step window {empty} holds none of the trace's 8 steps"):
+        with pytest.raises(UsageError, match=rf"step_window {empty} holds none of the trace's 8 steps"):
             prof.steps(window=empty)
+    # the library's report names its own argument (the command line names --step-window) and the file
+    with pytest.raises(UsageError, match=r"step_window 100:200 holds none of the trace's 8 steps") as e:
+        prof.analyze(step_window="100:200")
+    assert "--step-window" not in str(e.value) and e.value.path == str(prof.discovery.root)
 
 
 def test_cli_step_window_and_json(first_runs, tmp_path, capsys):

@@ -131,7 +131,7 @@ class Profile(ProfileData):
 
         anat = profile_anatomy(self, rules, module=module, extent=extent, markers=markers, window=window,
                                outlier_z=outlier_z)
-        window_holds_steps(anat.steps, window, option="step window")
+        window_holds_steps(anat.steps, window)
         return anat
 
     def communication(self, peaks=None):

@@ -283,7 +283,8 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  expect_batch: int | None = None, rules=None, step_module: str | None = None,
                  step_extent: str = "span", source_frame: str = "direct", html: bool = False,
                  step_window: str = "steady", findings: bool = True, finding_thresholds=None,
-                 tokens_per_step: int | None = None, on_section=None, release=None) -> Report:
+                 tokens_per_step: int | None = None, on_section=None, release=None,
+                 window_option: str = "step_window") -> Report:
     """Every section of :class:`Report` for ``prof`` (a
     :class:`~traceview.model.profiledata.ProfileData`).
 
@@ -325,7 +326,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     parse_window(step_window)  # a bad window fails before any other work
     anat = derived.step_anatomy(prof, rules, module=step_module, extent=step_extent, window=step_window)
     release()
-    window_holds_steps(None if anat is None else anat.steps, step_window, prof=prof)
+    window_holds_steps(None if anat is None else anat.steps, step_window, window_option, prof=prof)
     kern = _kernels(prof.table)
     files = _sources.by_file(prof.table, frame=source_frame)
     devices = prof.device_summary()

@@ -143,7 +143,7 @@ def run(args) -> int:
     rep = build_report(prof, by=args.by, peaks=cargs.peaks_from_args(prof, args), steps=cargs.steps_option(args.steps),
                        expect_batch=args.expect_batch, rules=cargs.rules_from_args(args),
                        step_module=args.step_module, step_extent=args.step_extent,
-                       step_window=args.step_window, source_frame=args.source_frame,
+                       step_window=args.step_window, window_option="--step-window", source_frame=args.source_frame,
                        tokens_per_step=args.tokens_per_step,
                        release=process.heap_releaser(cargs.input_bytes(disc)),
                        **cargs.findings_from_args(args))

@@ -183,7 +183,7 @@ def _side(i: int, todo, discs, args, rules, nb: int, bases):
         from traceview.analysis.compare.diff import side
 
         try:
-            return side(prof, rules=rules, name_stem=not args.no_name_stem, base=base, step_window=args.step_window,
+            return side(prof, rules=rules, name_stem=not args.no_name_stem, base=base, step_window=args.step_window, window_option="--step-window",
                         expand_kernels=args.expand_kernels,
                         release=process.heap_releaser(cargs.input_bytes(prof.discovery)), drop_derived=True)
         except TraceviewError as e:  # a fault of this side: said with its file (side() names a step window's)
@@ -210,6 +210,7 @@ def _sides_here(todo, discs, args, rules, nb: int) -> list:
         try:
             sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem,
                               base=pooled_base if i >= nb else None, step_window=args.step_window,
+                              window_option="--step-window",
                               expand_kernels=args.expand_kernels,
                               release=process.heap_releaser(cargs.input_bytes(prof.discovery)),
                               drop_derived=True))

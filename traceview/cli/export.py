@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
                         "step and its neighbours)")
     g.add_argument("--window-ps", type=window_range, metavar="START:END",
                    help="for a trace without steps: the time window, ps after the first op event (default: the "
-                        f"whole trace when it has at most 200,000 op events)")
+                        "whole trace when it has at most 200,000 op events)")
     p.add_argument("-o", "--output", metavar="OUT", required=True,
                    help="where to write: OUT.xplane.pb and OUT.json (a .xplane.pb or .json suffix given is dropped; "
                         "several hosts: OUT.<host>.xplane.pb each)")
@@ -62,7 +62,7 @@ def outputs(out: str, hosts: list[str]) -> tuple[dict, Path]:
     if len(hosts) <= 1:
         pbs = {h: Path(base + ".xplane.pb") for h in hosts or [""]}
     else:
-        from traceview.model.naming import printable, safe_line as _s
+        from traceview.model.naming import safe_line as _s
 
         pbs = {h: Path(f"{base}.{_s(h).replace('/', '_')}.xplane.pb") for h in hosts}
     return pbs, Path(base + ".json")
@@ -106,7 +106,7 @@ def run(args) -> int:
     from traceview.analysis.report import build_report
 
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
-                       step_module=args.step_module, step_extent=args.step_extent, step_window=args.step_window,
+                       step_module=args.step_module, step_extent=args.step_extent, step_window=args.step_window, window_option="--step-window",
                        release=process.heap_releaser(cargs.input_bytes(prof.discovery)),
                        **cargs.findings_from_args(args))
     plan = plan_export(rep, steps=args.steps, window_ps=args.window_ps)

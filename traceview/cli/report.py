@@ -94,7 +94,7 @@ def _write(args, out, charts, disc) -> int:
 
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
                        step_module=args.step_module, step_extent=args.step_extent,
-                       step_window=args.step_window, html=True, by=getattr(args, "by", "shape"),
+                       step_window=args.step_window, window_option="--step-window", html=True, by=getattr(args, "by", "shape"),
                        tokens_per_step=args.tokens_per_step,
                        on_section=lambda r: submit_charts(r, charts),  # drawn while the rest is built
                        release=process.heap_releaser(cargs.input_bytes(disc)),

@@ -101,7 +101,7 @@ def run(args) -> int:
                              "use --run")
         base, (treat,) = None, list(load_sides([(args.paths[0], args.run)], args, run_hint="pass --run"))
     # the peaks of each profile's report as analyze's (--chip, --peak-flops, --peak-bw, --measure-cpu-peaks)
-    report = verify(treat, checks, base=base, rules=rules, step_window=args.step_window,
+    report = verify(treat, checks, base=base, rules=rules, step_window=args.step_window, window_option="--step-window",
                     finding_thresholds=fopts["finding_thresholds"], findings=fopts["findings"],
                     peaks=lambda prof: cargs.peaks_from_args(prof, args))
     if args.format == "json":

@@ -335,7 +335,8 @@ class DiffSide:
 
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
          tagged: TaggedOps | None = None, step_window: str = "steady", program_key: bool = True,
-         expand_kernels: bool = False, release=None, drop_derived: bool = False) -> DiffSide:
+         expand_kernels: bool = False, release=None, drop_derived: bool = False,
+         window_option: str = "step_window") -> DiffSide:
     """The :class:`DiffSide` of ``prof`` (anything with ``table``, ``module_runs`` and
     ``traces``). ``base``: the base's side when ``prof`` is the treatment (its step module is
     the base's, after configuration substitution, when both are stepped by a module and the
@@ -367,7 +368,7 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     a = _step_anatomy(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))),
                       step_window)
     # as analyze: no diff of no steps; naming the profile, as the two sides may have different step counts
-    window_holds_steps(None if a is None else a.steps, step_window, prof=prof)
+    window_holds_steps(None if a is None else a.steps, step_window, window_option, prof=prof)
     release()
     s.steps = _steps_tuple(a)
     rows, durs = None, None

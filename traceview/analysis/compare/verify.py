@@ -659,7 +659,7 @@ class Verifier:
 
 
 def verify(treatment, checks, *, base=None, rules=None, step_window: str = "steady", finding_thresholds=None,
-           findings: bool = True, peaks=None) -> VerifyReport:
+           findings: bool = True, peaks=None, window_option: str = "step_window") -> VerifyReport:
     """Evaluate ``checks`` (strings or :class:`Check`) on ``treatment`` (and ``base`` for diff
     checks): profiles as :class:`Verifier` takes them; ``step_window``: the steps of the
     diff's step time and of the report the finding checks read, as analyze's
@@ -679,7 +679,7 @@ def verify(treatment, checks, *, base=None, rules=None, step_window: str = "stea
             except TraceviewError:  # no steps to hold: the checks that need them say so
                 continue
             # naming the profile: BASE and TREATMENT may have different step counts
-            window_holds_steps(None if a is None else a.steps, step_window, prof=prof)
+            window_holds_steps(None if a is None else a.steps, step_window, window_option, prof=prof)
     parsed = [parse_check(x) if isinstance(x, str) else x for x in checks]
     if not parsed:
         raise UsageError("no checks given")

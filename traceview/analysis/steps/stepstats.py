@@ -79,12 +79,13 @@ _K = 0.6745
 RECORD_SCHEMA = {"gap_before_ps": pl.Int64, "outlier": pl.Boolean, "reason": pl.Utf8, "in_window": pl.Boolean}
 
 
-def window_holds_steps(steps: pl.DataFrame | None, window: str, option: str = "--step-window", *,
+def window_holds_steps(steps: pl.DataFrame | None, window: str, option: str = "step_window", *,
                        prof=None) -> None:
     """UsageError when an A:B step window (``window``; steady and all pass) selects none of
     ``steps`` (step rows with ``in_window``, as :func:`annotate` marks them; None or empty
     pass): a report or diff of no steps would read as one without changes or findings.
-    ``option``: how the message names the window (the CLI option, or a library argument);
+    ``option``: how the message names the window (a library argument by default; the command
+    line passes its option, ``--step-window``);
     ``prof``: the profile the steps are of, named by the error (:func:`profile_name`) where two
     profiles may have different step counts (diff's and verify's sides)."""
     if parse_window(window)[1] is None or steps is None or steps.height == 0:
