@@ -103,3 +103,26 @@ def test_family_time_of_some_steps_equals_the_whole_filtered(shared_traces):
         rows = np.arange(0, an.steps.height, 3)
         some = an.family_time_by_step(rows)
         assert some.height and some.equals(whole.filter(pl.col("step_row").is_in(rows.tolist())))
+
+
+def test_step_order_equals_the_frame_sort(shared_traces):
+    """stepstats.step_order by numpy's stable sorts against the polars sorts it replaced:
+    random durations with many ties (scaled traces repeat steps exactly), outliers anywhere,
+    nulls (the frame path), and the anatomies of stepped shared traces."""
+    from traceview.analysis import derived
+    from traceview.analysis.steps.stepstats import _step_order_frame, step_order
+
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        n = int(rng.integers(1, 60))
+        d = rng.integers(0, int(rng.choice([2, 5, 10**9])), n).astype(np.int64)
+        o = rng.random(n) < rng.random()
+        frame = pl.DataFrame({"duration_ps": d, "outlier": o})
+        if rng.random() < 0.2:
+            frame = frame.with_columns(pl.when(pl.int_range(pl.len()) % 3 == 0).then(None)
+                                       .otherwise(pl.col("duration_ps")).alias("duration_ps"))
+        got, want = step_order(frame), _step_order_frame(frame)
+        assert got.dtype == want.dtype == np.uint32 and np.array_equal(got, want), frame
+    for name in ("tpu_v6e_4chip_psum.xplane.pb", "mi300x_jax_attention.xplane.pb", "mi300x_jax_gemm_sweep.xplane.pb"):
+        a = derived.step_anatomy(traceview.load(shared_traces / name, stale_after_s=None, cache=False), None)
+        assert a.steps.height and np.array_equal(step_order(a.steps), _step_order_frame(a.steps))
