@@ -247,19 +247,36 @@ def run(args) -> int:
     if process.can_fork(cargs.input_bytes(*discs)):
         # each profile read and summarised in a child process of its own: whatever one side's
         # read and analyses leave in the allocators goes with its process before the next is
-        # read. Meanwhile this one imports what the comparison needs (the next child inherits it).
+        # read. The last child also compares and renders, so this process never imports numpy
+        # or polars: while a child works it holds the answers so far (bytes) and little else.
         import pickle
 
-        parts = ("diff", "json") if args.format == "json" else ("diff",)
         answers: list = []
-        for i in range(len(todo)):
+        last = len(todo) - 1
+        for i in range(last):
             answers.append(process.pickled_in_child(
-                lambda i=i: _side(i, todo, discs, args, rules, nb, answers[:nb] if i >= nb else None),
-                todo[i][0], meanwhile=process.imports_while_decoding(*parts) if i == 0 else None))
-        sides = [pickle.loads(a) for a in answers]
-        del answers
+                lambda i=i: _side(i, todo, discs, args, rules, nb, answers[:nb] if i >= nb else None), todo[i][0]))
+
+        def compare_last():
+            mine = _side(last, todo, discs, args, rules, nb, answers[:nb] if last >= nb else None)
+            return _compared([pickle.loads(a) for a in answers] + [mine], nb, args, out)
+
+        text = pickle.loads(process.pickled_in_child(compare_last, todo[last][0]))
     else:
-        sides = _sides_here(todo, discs, args, rules, nb)
+        text = _compared(_sides_here(todo, discs, args, rules, nb), nb, args, out)
+    if text is None:  # printed to the terminal
+        return EXIT_OK
+    if out is not None:
+        write_atomic(out, text)
+        print(f"wrote {safe_line(str(out))}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _compared(sides: list, nb: int, args, out) -> str | None:
+    """The diff of the pooled first ``nb`` sides against the pooled others, as the text of
+    ``args.format``; None when a table went to the terminal (``out`` None) already."""
     from traceview.analysis.compare.diff import diff_sides
     from traceview.analysis.compare.pooled import pool
 
@@ -269,26 +286,19 @@ def run(args) -> int:
     if args.format == "json":
         from traceview.render.json import diff_json
 
-        text = diff_json(d, args.top, args.all_rows)
-    elif args.format == "html":
+        return diff_json(d, args.top, args.all_rows)
+    if args.format == "html":
         from traceview.render.diff_html import render_diff_page
 
-        text = render_diff_page(d, top=cargs.table_top(args, 25))
-    else:
-        from traceview.render.diff_terminal import render_diff
+        return render_diff_page(d, top=cargs.table_top(args, 25))
+    from traceview.render.diff_terminal import render_diff
 
-        if out is None:
-            from traceview.cli.outputs import console
+    if out is None:
+        from traceview.cli.outputs import console
 
-            render_diff(console(args.width), d, top=cargs.table_top(args, 25))
-            return EXIT_OK
-        from traceview.cli.outputs import PLAIN_WIDTH
-        from traceview.render.diff_terminal import render_diff_text
+        render_diff(console(args.width), d, top=cargs.table_top(args, 25))
+        return None
+    from traceview.cli.outputs import PLAIN_WIDTH
+    from traceview.render.diff_terminal import render_diff_text
 
-        text = render_diff_text(d, top=cargs.table_top(args, 25), width=args.width or PLAIN_WIDTH)
-    if out is not None:
-        write_atomic(out, text)
-        print(f"wrote {safe_line(str(out))}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
-    return EXIT_OK
+    return render_diff_text(d, top=cargs.table_top(args, 25), width=args.width or PLAIN_WIDTH)

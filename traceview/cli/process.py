@@ -223,7 +223,7 @@ class _ChildTraceback(Exception):
         return "\n" + self.args[0]
 
 
-def pickled_in_child(work, what: str, meanwhile=None) -> memoryview:
+def pickled_in_child(work, what: str) -> memoryview:
     """``work()`` run in a forked child process: its result, pickled (the caller unpickles it
     once it forks no more, as unpickling polars frames may start polars' pool). The child's
     memory goes with it, whatever its allocators kept. Call only when :func:`can_fork`.
@@ -232,8 +232,8 @@ def pickled_in_child(work, what: str, meanwhile=None) -> memoryview:
     exit code) and the child's traceback as its cause. A child that ends without an answer
     raises KeyboardInterrupt (SIGINT), LimitExceeded (SIGKILL, as the out-of-memory killer
     sends) or TraceviewError, naming ``what`` (the input it was reading). A Ctrl-C ends the
-    child at once (the parent says so, once); the child dies with the parent. ``meanwhile``:
-    called here while the child works (imports, say)."""
+    child at once, silently, and raises KeyboardInterrupt here (the parent says so, once); the
+    child dies with the parent."""
     import pickle
 
     from traceview.errors import LimitExceeded, TraceviewError
@@ -248,8 +248,6 @@ def pickled_in_child(work, what: str, meanwhile=None) -> memoryview:
         _child(work, w)
     os.close(w)
     try:
-        if meanwhile is not None:
-            meanwhile()
         with os.fdopen(r, "rb") as f:
             data = f.read()
         _, status = os.waitpid(pid, 0)
@@ -261,7 +259,7 @@ def pickled_in_child(work, what: str, meanwhile=None) -> memoryview:
         raise
     if not data or status != 0:  # killed, or its answer not whole (the child printed why)
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-        if sig == signal.SIGINT:
+        if sig == signal.SIGINT or (sig is None and os.WEXITSTATUS(status) == EXIT_INTERRUPTED):
             raise KeyboardInterrupt
         if sig == signal.SIGKILL:
             raise LimitExceeded(f"the process reading {what} was killed (SIGKILL, as sent when memory runs out)")
@@ -275,6 +273,12 @@ def pickled_in_child(work, what: str, meanwhile=None) -> memoryview:
     raise value
 
 
+def _child_interrupted(signum, frame) -> None:
+    """SIGINT in a child of :func:`pickled_in_child`: end at once, silently (exit 130; a Python
+    handler, not the default action, which polars' own handler would keep from acting)."""
+    os._exit(EXIT_INTERRUPTED)
+
+
 def _child(work, fd: int) -> None:
     """The forked child of :func:`pickled_in_child`: runs ``work``, writes to ``fd`` a flag byte
     (1: done) and the pickled result, or 0 and the pickled (exception, traceback text), and
@@ -284,8 +288,8 @@ def _child(work, fd: int) -> None:
 
     code = 0
     try:
+        signal.signal(signal.SIGINT, _child_interrupted)  # the parent says it was interrupted, once
         signal.set_wakeup_fd(-1)  # the parent's watchdog pipe: the child's signals are its own
-        signal.signal(signal.SIGINT, signal.SIG_DFL)  # Ctrl-C ends it at once; the parent says so
         with contextlib.suppress(Exception):
             import ctypes
 
@@ -463,6 +467,7 @@ def handle_interrupts(who: str = "traceview") -> None:
     Nothing is installed when SIGINT is ignored (a background job of a non-interactive
     shell) or handled by someone else already, or off the main thread."""
     _who[0] = who
+    _owner[0] = os.getpid()
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
@@ -481,6 +486,8 @@ def handle_interrupts(who: str = "traceview") -> None:
 
 
 _default_unraisable: list = [None]
+#: the process that installed the handlers (its forked children say nothing: :func:`_in_a_child`)
+_owner: list = [None]
 
 
 def _unraisable(unraisable) -> None:
@@ -495,6 +502,7 @@ def _unraisable(unraisable) -> None:
 
 
 def _first_interrupt(signum, frame) -> None:
+    _in_a_child()
     signal.signal(signal.SIGINT, _next_interrupt)
     if _importing(frame):  # a module half imported: some (numpy) print the KeyboardInterrupt's traceback
         _end_interrupted()
@@ -518,6 +526,13 @@ def interrupted() -> bool:
 
 def _next_interrupt(signum, frame) -> None:
     _end_interrupted()
+
+
+def _in_a_child() -> None:
+    """In a child forked by :func:`pickled_in_child` (a handler inherited before the child set
+    its own, or a signal that tripped before the fork): end silently, the parent says it once."""
+    if _owner[0] is not None and os.getpid() != _owner[0]:
+        os._exit(EXIT_INTERRUPTED)
 
 
 def _watchdog(fd: int) -> None:
@@ -556,6 +571,7 @@ def say_interrupted(raw: bool = False) -> int:
 
 
 def _end_interrupted() -> None:
+    _in_a_child()
     say_interrupted(raw=True)
     os._exit(EXIT_INTERRUPTED)
 
