@@ -85,6 +85,8 @@ class MappedLine:
         """madvise(DONTNEED) the whole pages inside [start + lo, start + hi)."""
         import mmap as _mmap
 
+        if (self.end if hi is None else self.start + hi) - (self.start + lo) < _mmap.PAGESIZE:
+            return  # no whole page inside
         if not hasattr(_mmap, "MADV_DONTNEED"):
             return
         a = self.start + lo
@@ -217,6 +219,13 @@ def metadata_names(plane, containing: tuple[bytes, ...] = ()):
         if containing and not table.contains_any(containing):
             return iter(())
         return iter(table.names().items())
+    md_span, span = getattr(plane, "metadata_span", None), getattr(plane, "span", None)
+    if containing and md_span is not None and span is not None and _fast is not None:
+        try:  # the entries' bytes, side by side in the mapping: searched without parsing a name
+            if not _fast.contains_any(span[0], md_span[0], md_span[1], tuple(containing)):
+                return iter(())
+        except (ValueError, TypeError):
+            pass
     return ((k, md.name) for k, md in table.items())
 
 
@@ -590,17 +599,25 @@ def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLin
         return out
     if _fast is not None:
         try:
-            mids = hugearrays.empty(n, np.uint32)
-            starts = hugearrays.empty(n, np.int64)
-            durs = hugearrays.empty(n, np.int64)
-            al = hugearrays.empty(n, np.int64)
-            flags = hugearrays.empty(n, np.uint8)
+            if n * 8 < hugearrays.MIN_BYTES:  # a small line (thousands of planes): plain arrays, no pages to release
+                mids, starts, durs, al = (np.empty(n, np.uint32), np.empty(n, np.int64), np.empty(n, np.int64),
+                                          np.empty(n, np.int64))
+                flags = np.empty(n, np.uint8)
+            else:
+                mids = hugearrays.empty(n, np.uint32)
+                starts = hugearrays.empty(n, np.int64)
+                durs = hugearrays.empty(n, np.int64)
+                al = hugearrays.empty(n, np.int64)
+                flags = hugearrays.empty(n, np.uint8)
             base = int(_line_base_ps(ts_ns))
-            i = 0
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                i += _fast.decode_tpu(raw[a:b], base, off_id, dur_id, mids, starts, durs, al, flags, i)
-                if mapped is not None:
-                    mapped.release(a, b)
+            if len(bounds) == 2:
+                _fast.decode_tpu(raw, base, off_id, dur_id, mids, starts, durs, al, flags, 0)
+            else:
+                i = 0
+                for a, b in zip(bounds[:-1], bounds[1:]):
+                    i += _fast.decode_tpu(raw[a:b], base, off_id, dur_id, mids, starts, durs, al, flags, i)
+                    if mapped is not None:
+                        mapped.release(a, b)
         except ValueError as exc:  # UnicodeDecodeError included
             raise TraceUnreadable(_line_fault(exc, out.name), path) from None
         if mapped is not None:
