@@ -31,6 +31,7 @@ naming stats)) and joined to the events by integer id, never per event.
 from __future__ import annotations
 
 import os
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -621,7 +622,9 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, 
                            np.asarray(pa.step_durs, dtype=np.int64).tolist()))
     parsed = {} if parsed is None else parsed
     raw = wire.metadata_bytes(plane, SHARED_METADATA_BYTES)
-    mods = parsed.setdefault(("module names",), _ModuleNames.empty())  # read-only
+    mods = parsed.get(("module names",))
+    if mods is None:
+        mods = parsed[("module names",)] = _ModuleNames.empty()  # read-only
     if pa.mod_mids is not None:
         mods = _module_names(plane, pa.mod_mids, raw, parsed)
         runs.append((mods.uniq, mods.exec_u, pa.mod_starts, pa.mod_durs, plane.name, host))
@@ -647,6 +650,8 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, 
                                "kernel": ""}, dest=dest))
     return pa.n_events
 
+
+_I64_MAX, _I64_MIN = (1 << 63) - 1, -(1 << 63)
 
 #: op events on a plane up to which its description ids are shared with the planes alike
 #: (:func:`_read_tpu_plane`)
@@ -815,11 +820,11 @@ def _tpu_op_table(keys: tuple, starts, durs, selfs, occ, constants: dict, dest=N
     if _fast is not None and count is not None and not isinstance(start, pl.Series) and len(ukeys):
         # every event placed and of one occurrence: OpTable.collapse's per-description
         # aggregates in one C pass here, on the plane's thread, instead of a group-by later
-        k = len(ukeys)
-        stats = {name: np.zeros(k, dtype=np.int64) for name in ("rows", "duration_ps", "self_ps")}
-        stats["min_ps"] = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
-        stats["max_ps"] = np.full(k, np.iinfo(np.int64).min, dtype=np.int64)
-        stats["first_ps"] = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+        block = np.empty((6, len(ukeys)), dtype=np.int64)  # one allocation, a row per aggregate
+        block[:3] = 0
+        block[3] = block[5] = _I64_MAX
+        block[4] = _I64_MIN
+        stats = dict(zip(("rows", "duration_ps", "self_ps", "min_ps", "max_ps", "first_ps"), block))
         if not _fast.attr_stats(attr, np.ascontiguousarray(starts, dtype=np.int64),
                                 np.ascontiguousarray(durs, dtype=np.int64), np.ascontiguousarray(selfs, dtype=np.int64),
                                 *(stats[c] for c in ("rows", "duration_ps", "self_ps", "min_ps", "max_ps", "first_ps"))):
@@ -905,7 +910,7 @@ def _finish_parts(parts: list, attr, start, durs, selfs, count) -> "OpTable":
     """The OpTable of merged per-event arrays, its descriptions and, when every plane
     computed them, its per-description aggregates."""
 
-    desc = frame({c: parts[0].desc[c] if len(parts) == 1 else [v for p in parts for v in p.desc[c]]
+    desc = frame({c: parts[0].desc[c] if len(parts) == 1 else list(chain.from_iterable(p.desc[c] for p in parts))
                   for c in ATTR_COLUMNS}, {c: OPS_SCHEMA[c] for c in ATTR_COLUMNS})
     collapsed = None
     if parts and all(p.stats is not None for p in parts):

@@ -47,9 +47,10 @@ class PlaneArrays:
                  "step_mids", "step_starts", "step_durs")
 
     def __init__(self):
-        for k in self.__slots__:
-            setattr(self, k, None)
         self.n_events = 0
+        self.mod_mids = self.mod_starts = self.mod_durs = None
+        self.mids = self.starts = self.durs = self.selfs = self.occ = self.enc = None
+        self.step_mids = self.step_starts = self.step_durs = None
 
 
 def stat_ids(plane, names: dict[int, str] | None = None) -> tuple[int, int]:
@@ -57,8 +58,12 @@ def stat_ids(plane, names: dict[int, str] | None = None) -> tuple[int, int]:
     ``plane`` (-1 where absent); ``names``: its stat names (id -> name) when read already."""
     if names is None:
         names = {k: v.name for k, v in plane.stat_metadata.items()}
-    off_id = next((k for k, v in names.items() if v == "device_offset_ps"), -1)
-    dur_id = next((k for k, v in names.items() if v == "device_duration_ps"), -1)
+    off_id = dur_id = -1
+    for k, v in names.items():  # the first id of each name
+        if v == "device_offset_ps" and off_id == -1:
+            off_id = k
+        elif v == "device_duration_ps" and dur_id == -1:
+            dur_id = k
     return off_id, dur_id
 
 

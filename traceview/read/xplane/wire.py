@@ -214,11 +214,6 @@ def metadata_names(plane, containing: tuple[bytes, ...] = ()):
     all of them, or, given ``containing`` (UTF-8 byte strings), at least those whose name
     contains one of them. A :class:`LazyEventMetadata` map's names are read from its bytes,
     and not at all when none of ``containing`` occurs in its entries."""
-    table = plane.event_metadata
-    if isinstance(table, LazyEventMetadata):
-        if containing and not table.contains_any(containing):
-            return iter(())
-        return iter(table.names().items())
     md_span, span = getattr(plane, "metadata_span", None), getattr(plane, "span", None)
     if containing and md_span is not None and span is not None and _fast is not None:
         try:  # the entries' bytes, side by side in the mapping: searched without parsing a name
@@ -226,6 +221,11 @@ def metadata_names(plane, containing: tuple[bytes, ...] = ()):
                 return iter(())
         except (ValueError, TypeError):
             pass
+    table = plane.event_metadata
+    if isinstance(table, LazyEventMetadata):
+        if containing and not table.contains_any(containing):
+            return iter(())
+        return iter(table.names().items())
     return ((k, md.name) for k, md in table.items())
 
 
@@ -609,7 +609,7 @@ def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLin
                 durs = hugearrays.empty(n, np.int64)
                 al = hugearrays.empty(n, np.int64)
                 flags = hugearrays.empty(n, np.uint8)
-            base = int(_line_base_ps(ts_ns))
+            base = ((int(ts_ns) * 1000 + (1 << 63)) & _U64) - (1 << 63)  # int(_line_base_ps(ts_ns))
             if len(bounds) == 2:
                 _fast.decode_tpu(raw, base, off_id, dur_id, mids, starts, durs, al, flags, 0)
             else:
