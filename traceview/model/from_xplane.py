@@ -30,6 +30,7 @@ naming stats)) and joined to the events by integer id, never per event.
 
 from __future__ import annotations
 
+import operator
 import os
 from itertools import chain
 from pathlib import Path
@@ -797,7 +798,7 @@ def _tpu_op_table(keys: tuple, starts, durs, selfs, occ, constants: dict, dest=N
     desc = dict(desc)
     n_rows = len(ukeys)
     for k, v in constants.items():
-        desc[k] = [v] * n_rows
+        desc[k] = _Same(v, n_rows)
     start = starts  # numpy; a Series with nulls where events are pre-aggregated
     if occ is not None and (occ > 0).any():
         start = pl.select(pl.when(pl.Series(occ > 0)).then(None)
@@ -906,12 +907,66 @@ def _concat_mapped(arrays: list) -> np.ndarray:
     return np.concatenate(arrays, out=out)
 
 
+class _Same:
+    """A description column of ``n`` rows of one ``value`` (a plane's constants)."""
+
+    __slots__ = ("value", "n")
+
+    def __init__(self, value, n: int):
+        self.value, self.n = value, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def tolist(self) -> list:
+        return [self.value] * self.n
+
+
+def _joined(name: str, cols: list, dtype) -> pl.Series:
+    """``pl.Series`` of the column lists ``cols`` (lists or :class:`_Same`) end to end."""
+    return pl.Series(name, list(chain.from_iterable(c.tolist() if isinstance(c, _Same) else c for c in cols)),
+                     dtype=dtype, strict=False)
+
+
+def _descriptions(parts: list) -> pl.DataFrame:
+    """The planes' descriptions end to end (:data:`ATTR_COLUMNS`), each column as
+    ``pl.Series(name, values, dtype, strict=False)`` of its joined lists gives it; the lists
+    that planes alike share (:func:`_read_tpu_plane`) and a plane's constants are converted
+    once and gathered."""
+    schema = {c: OPS_SCHEMA[c] for c in ATTR_COLUMNS}
+    if len(parts) < 64:  # few planes: the lists joined
+        return pl.DataFrame([_joined(c, [p.desc[c] for p in parts], t) for c, t in schema.items()])
+    lens = np.array([len(p.desc["op_name"]) for p in parts], dtype=np.int64)
+    first: dict = {}  # planes grouped by their op_name list (alike planes share it; the lists live in parts)
+    which = [first.setdefault(id(p.desc["op_name"]), len(first)) for p in parts]
+    reps = [None] * len(first)
+    for p, w in zip(parts, which):
+        if reps[w] is None:
+            reps[w] = p
+    w_arr = np.array(which, dtype=np.int64)
+    d_lens = np.array([len(r.desc["op_name"]) for r in reps], dtype=np.int64)
+    gather = np.repeat((np.cumsum(d_lens) - d_lens)[w_arr] - (np.cumsum(lens) - lens), lens) + np.arange(
+        int(lens.sum()), dtype=np.int64)
+    of_part = np.repeat(np.arange(len(parts), dtype=np.int64), lens)
+    out = []
+    for c, t in schema.items():
+        cols = [p.desc[c] for p in parts]
+        if set(map(type, cols)) == {_Same}:
+            out.append(pl.Series(c, [x.value for x in cols], dtype=t, strict=False).gather(of_part))
+            continue
+        rep_cols = [r.desc[c] for r in reps]
+        if len(reps) < len(parts) and all(map(operator.is_, cols, [rep_cols[w] for w in which])):
+            out.append(_joined(c, rep_cols, t).gather(gather))
+        else:
+            out.append(_joined(c, cols, t))
+    return pl.DataFrame(out)
+
+
 def _finish_parts(parts: list, attr, start, durs, selfs, count) -> "OpTable":
     """The OpTable of merged per-event arrays, its descriptions and, when every plane
     computed them, its per-description aggregates."""
 
-    desc = frame({c: parts[0].desc[c] if len(parts) == 1 else list(chain.from_iterable(p.desc[c] for p in parts))
-                  for c in ATTR_COLUMNS}, {c: OPS_SCHEMA[c] for c in ATTR_COLUMNS})
+    desc = _descriptions(parts)
     collapsed = None
     if parts and all(p.stats is not None for p in parts):
         st = {c: np.concatenate([p.stats[c] for p in parts]) for c in parts[0].stats}
