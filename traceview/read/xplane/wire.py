@@ -238,6 +238,7 @@ class MappedPlane:
     def __init__(self, msg, mapped_lines: list, span: tuple | None = None, event_metadata=None,
                  metadata_span: tuple | None = None):
         self._msg = msg
+        self.name = msg.name  # read often: kept here, not looked up through the message each time
         self.mapped_lines = mapped_lines
         self.lines = [m.view for m in mapped_lines]
         self.span = span  # (mapping, start, end) of the XPlane message's bytes
