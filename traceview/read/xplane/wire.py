@@ -212,8 +212,9 @@ def metadata_bytes(plane, limit: int) -> bytes | None:
 def metadata_names(plane, containing: tuple[bytes, ...] = ()):
     """(id, name) of the XEventMetadata of ``plane`` (an XPlane, lazy or mapped), an iterator:
     all of them, or, given ``containing`` (UTF-8 byte strings), at least those whose name
-    contains one of them. A :class:`LazyEventMetadata` map's names are read from its bytes,
-    and not at all when none of ``containing`` occurs in its entries."""
+    contains one of them. A :class:`LazyEventMetadata` map's names are read from its bytes;
+    none is read when none of ``containing`` occurs in the entries' bytes (a mapped plane's
+    entries side by side, or a lazy map's)."""
     md_span, span = getattr(plane, "metadata_span", None), getattr(plane, "span", None)
     if containing and md_span is not None and span is not None and _fast is not None:
         try:  # the entries' bytes, side by side in the mapping: searched without parsing a name
