@@ -464,3 +464,33 @@ def test_a_merged_gpu_export_draws_its_steps_on_its_own_rank_or_not_at_all(share
             ("/device:GPU:0", 4_894_606_000, 672_121_000, 1, 672_121_000),
             ("/device:GPU:0", 5_647_927_000, 587_481_000, 1, 587_481_000),
             ("/device:GPU:0", 6_348_688_000, 1_581_442_000, 5, 609_321_000)]
+
+
+def test_ranks_alike_share_their_descriptions_and_read_as_unshared(shared_traces, tmp_path, monkeypatch):
+    # 20 ranks of the v6e trace (80 TPU planes): planes with equal metadata bytes, module
+    # executions, op ids and enclosing executions have their module names and description ids
+    # worked out once and shared; the table is the one read with nothing shared (and, per
+    # rank, the original's rows)
+    import traceview.model.from_xplane as fx
+
+    merged = tmp_path / "alike.xplane.pb"
+    merge_ranks.merge(_ranks_of(tmp_path, shared_traces / V6E, 20), merged, "naive")
+    calls = []
+    keys = fx._tpu_keys
+    monkeypatch.setattr(fx, "_tpu_keys", lambda *a, **k: calls.append(1) or keys(*a, **k))
+    shared = read_xplane(merged)
+    n_shared = len(calls)
+    monkeypatch.setattr(fx, "SHARED_METADATA_BYTES", 0)  # no plane's metadata bytes compared: nothing shared
+    calls.clear()
+    alone = read_xplane(merged)
+    # TPU:1-3 run the same ops in the same modules (1,503 events each; TPU:0 1,504): two
+    # distinct descriptions sets in the whole file, against one per plane unshared
+    assert (n_shared, len(calls)) == (2, 80)
+    assert shared.table.height == alone.table.height == 20 * 6013
+    assert shared.ops.equals(alone.ops, null_equal=True)
+    assert shared.table.attrs.equals(alone.table.attrs, null_equal=True)
+    assert shared.module_runs.equals(alone.module_runs, null_equal=True)
+    one = read_xplane(shared_traces / V6E)
+    for k in (0, 19):
+        got = shared.ops.filter(pl.col("host") == f"alike/rank{k}")
+        assert _rows(got).equals(_rows(one.ops), null_equal=True)

@@ -30,7 +30,9 @@ naming stats)) and joined to the events by integer id, never per event.
 
 from __future__ import annotations
 
+import operator
 import os
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -270,8 +272,9 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
         notes.append(printable(rank_note))
 
     # pass 1: metadata and environment planes
+    names_of = {}  # id(plane) -> its stat names (id -> name), read once
     for plane in planes:
-        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        stat_names = names_of[id(plane)] = {k: v.name for k, v in plane.stat_metadata.items()}
         if plane.name == "/host:metadata":
             for md in plane.event_metadata.values():
                 st = {}
@@ -318,7 +321,7 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
         parsed: dict = {}  # HLO text patterns parsed, shared by the planes (instruction_signature)
 
         def one(plane):
-            sn = {k: v.name for k, v in plane.stat_metadata.items()}
+            sn = names_of[id(plane)]
             c_, r_, m_ = [], [], []
             return _read_tpu_plane(plane, sn, c_, r_, host_of[id(plane)], run, path, arrays=pre.get(id(plane)),
                                    dest=dest.get(id(plane)), markers=m_, parsed=parsed), c_, r_, m_
@@ -339,7 +342,7 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
         tpu_out = {id(p_): r for p_, r in zip(tpu, results)}
     for plane in planes:
         name = plane.name
-        stat_names = {k: v.name for k, v in plane.stat_metadata.items()}
+        stat_names = names_of[id(plane)]
         h = host_of[id(plane)]
         if name.startswith("/device:TPU:"):
             devices.append(_device_info(plane, "TPU", stat_names, stat_names, h if several else ""))
@@ -429,16 +432,18 @@ _TPU_OP_STATS = frozenset({"program_id", "hlo_category", "flops", "model_flops",
                            "source_stack", "tf_op", "shape_with_layout"})
 
 
-def _tpu_metadata(plane, names, stat_names, used=None, parsed: dict | None = None) -> dict[str, list]:
+def _tpu_metadata(plane, names, stat_names, used=None, parsed: dict | None = None, raw=False) -> dict[str, list]:
     """Column lists (:data:`_META_COLUMNS`), one row per XEventMetadata id (those in ``used``,
     the ids the plane's op events carry, when given: a plane may declare a million entries and
     use a few): the op fields TPU records once per op. ``parsed``: the cache of
     :func:`~traceview.model.shapes.instruction_signature`, shared by the planes of a file,
     which also holds the rows per distinct metadata bytes (:data:`SHARED_METADATA_BYTES`).
     Stats are read as :func:`_stats` reads them (the later of two same-named stats wins),
-    only those in :data:`_TPU_OP_STATS`."""
+    only those in :data:`_TPU_OP_STATS`. ``raw``: the plane's :func:`~traceview.read.xplane.wire.metadata_bytes`
+    when read already."""
     parsed = {} if parsed is None else parsed
-    raw = wire.metadata_bytes(plane, SHARED_METADATA_BYTES)
+    if raw is False:
+        raw = wire.metadata_bytes(plane, SHARED_METADATA_BYTES)
     if raw is None:
         return _tpu_metadata_read(plane, names, stat_names, used, parsed)
     # a plane whose metadata bytes, ids used and stat names were read before (a merged
@@ -604,7 +609,7 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, 
     decoded (:mod:`traceview.read.prefetch`), else decoded here. ``dest``: (:class:`_OpArrays`,
     lo, hi), the slice of the file's event arrays its ops are written to, or None."""
 
-    pa = arrays if arrays is not None else plane_arrays(plane, path)
+    pa = arrays if arrays is not None else plane_arrays(plane, path, stat_names)
     if markers is not None and pa.step_mids is not None and len(pa.step_mids):
         # the step number named by each distinct metadata, else the event's index on the line
         table = plane.event_metadata
@@ -616,17 +621,54 @@ def _read_tpu_plane(plane, stat_names, cols: list, runs: list, host, run, path, 
         markers.extend(zip([plane.name] * len(step), ["Steps"] * len(step), step.tolist(),
                            np.asarray(pa.step_starts, dtype=np.int64).tolist(),
                            np.asarray(pa.step_durs, dtype=np.int64).tolist()))
-    mods = _ModuleNames.empty()
+    parsed = {} if parsed is None else parsed
+    raw = wire.metadata_bytes(plane, SHARED_METADATA_BYTES)
+    mods = parsed.get(("module names",))
+    if mods is None:
+        mods = parsed[("module names",)] = _ModuleNames.empty()  # read-only
     if pa.mod_mids is not None:
-        mods = _ModuleNames(plane, pa.mod_mids)
+        mods = _module_names(plane, pa.mod_mids, raw, parsed)
         runs.append((mods.uniq, mods.exec_u, pa.mod_starts, pa.mod_durs, plane.name, host))
     if pa.mids is None:
         return pa.n_events
-    meta = _tpu_metadata(plane, stat_names, stat_names, used=np.unique(pa.mids).tolist(), parsed=parsed)
-    cols.append(_tpu_op_table(meta, pa.mids, pa.starts, pa.durs, pa.selfs, pa.occ, pa.enc, mods,
+    shared = None
+    if raw is not None and pa.occ is None and len(pa.mids) <= SHARED_KEYS_EVENTS:
+        # the op events' description ids depend on the metadata, the module names and the
+        # events' metadata ids and enclosing executions only: planes alike in all of these
+        # (a merged profile's ranks) share them, and their descriptions
+        shared = ("op keys", raw, tuple(stat_names.items()), mods, pa.mids.tobytes(),
+                  np.ascontiguousarray(pa.enc, dtype=np.int64).tobytes())
+    got = parsed.get(shared) if shared is not None else None
+    if got is None:
+        meta = _tpu_metadata(plane, stat_names, stat_names, used=np.unique(pa.mids).tolist(), parsed=parsed,
+                             raw=raw)
+        got = _tpu_keys(meta, pa.mids, pa.enc, mods,
+                        out=dest[0].attr[dest[1]:dest[2]] if dest is not None and shared is None else None)
+        if shared is not None:
+            parsed[shared] = got
+    cols.append(_tpu_op_table(got, pa.starts, pa.durs, pa.selfs, pa.occ,
                               {"host": host, "run": run, "file": path, "device": plane.name, "line": "XLA Ops",
                                "kernel": ""}, dest=dest))
     return pa.n_events
+
+
+_I64_MAX, _I64_MIN = (1 << 63) - 1, -(1 << 63)
+
+#: op events on a plane up to which its description ids are shared with the planes alike
+#: (:func:`_read_tpu_plane`)
+SHARED_KEYS_EVENTS = 1 << 16
+
+
+def _module_names(plane, exec_mids: np.ndarray, raw: bytes | None, parsed: dict) -> "_ModuleNames":
+    """:class:`_ModuleNames` of ``plane``, shared (read-only) by the planes whose metadata
+    bytes ``raw`` and executions are equal."""
+    if raw is None or len(exec_mids) > SHARED_KEYS_EVENTS:
+        return _ModuleNames(plane, exec_mids)
+    key = ("module names", raw, exec_mids.tobytes())
+    hit = parsed.get(key)
+    if hit is None:
+        hit = parsed[key] = _ModuleNames(plane, exec_mids)
+    return hit
 
 
 class _ModuleNames:
@@ -660,9 +702,10 @@ class _ModuleNames:
         return cls()
 
 
-def _tpu_op_table(meta: dict, mids: np.ndarray, starts, durs, selfs, occ, enc: np.ndarray,
-                  mods: _ModuleNames, constants: dict, dest=None):
-    """The :class:`~traceview.model.optable.OpTable` of one TPU ``XLA Ops`` line.
+def _tpu_keys(meta: dict, mids: np.ndarray, enc: np.ndarray, mods: _ModuleNames, out=None) -> tuple:
+    """The description ids of one TPU ``XLA Ops`` line: (``attr``, uint32 per event, read-only;
+    ``ukeys``, the distinct keys; ``desc``, the descriptions' column lists without the plane's
+    constants, read-only). ``out``: a uint32 array the C accelerator may write ``attr`` into.
 
     An event's description is its XEventMetadata row plus its module: the op's own
     ``program_id`` names the module (through the ``XLA Modules`` names); an op without one,
@@ -690,7 +733,7 @@ def _tpu_op_table(meta: dict, mids: np.ndarray, starts, durs, selfs, occ, enc: n
         mid_row[ids[ok]] = np.flatnonzero(ok)
         if _fast is not None and span < (1 << 31) and mids.dtype == np.uint32:
             # one C pass: the same keys and ids as the numpy below
-            attr = dest[0].attr[dest[1]:dest[2]] if dest is not None else np.empty(len(mids), dtype=np.uint32)
+            attr = out if out is not None else np.empty(len(mids), dtype=np.uint32)
             key_rank = np.zeros(span, dtype=np.int32)
             got = _fast.tpu_attr(mids, np.ascontiguousarray(enc, dtype=np.int64), mid_row, fixed.view(np.uint8),
                                  np.ascontiguousarray(mods.exec_u, dtype=np.int64), width, attr, key_rank)
@@ -742,8 +785,20 @@ def _tpu_op_table(meta: dict, mids: np.ndarray, starts, durs, selfs, occ, enc: n
             desc[c] = ["" if v is None else v for v in desc[c]]
     if None in desc["cost_source"]:
         desc["cost_source"] = ["unknown" if v is None else v for v in desc["cost_source"]]
+    return attr, ukeys, desc
+
+
+def _tpu_op_table(keys: tuple, starts, durs, selfs, occ, constants: dict, dest=None):
+    """The :class:`_TpuParts` of one TPU ``XLA Ops`` line whose description ids are ``keys``
+    (:func:`_tpu_keys`, left unchanged): the events' times, the descriptions with the plane's
+    ``constants`` and, where the C accelerator is built, the per-description aggregates.
+    ``dest``: (:class:`_OpArrays`, lo, hi), the slice of the file's event arrays to fill, or None."""
+
+    attr, ukeys, desc = keys
+    desc = dict(desc)
+    n_rows = len(ukeys)
     for k, v in constants.items():
-        desc[k] = [v] * len(rows)
+        desc[k] = _Same(v, n_rows)
     start = starts  # numpy; a Series with nulls where events are pre-aggregated
     if occ is not None and (occ > 0).any():
         start = pl.select(pl.when(pl.Series(occ > 0)).then(None)
@@ -760,15 +815,17 @@ def _tpu_op_table(meta: dict, mids: np.ndarray, starts, durs, selfs, occ, enc: n
         start, durs, selfs, count = out.start[lo:hi], out.durs[lo:hi], out.selfs[lo:hi], out.count[lo:hi]
     else:
         count = np.ones(len(starts), dtype=np.int64)
+    if dest is None or isinstance(start, pl.Series):
+        attr = attr.copy()  # the plane's own (keys may be shared by planes)
     stats = None
     if _fast is not None and count is not None and not isinstance(start, pl.Series) and len(ukeys):
         # every event placed and of one occurrence: OpTable.collapse's per-description
         # aggregates in one C pass here, on the plane's thread, instead of a group-by later
-        k = len(ukeys)
-        stats = {name: np.zeros(k, dtype=np.int64) for name in ("rows", "duration_ps", "self_ps")}
-        stats["min_ps"] = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
-        stats["max_ps"] = np.full(k, np.iinfo(np.int64).min, dtype=np.int64)
-        stats["first_ps"] = np.full(k, np.iinfo(np.int64).max, dtype=np.int64)
+        block = np.empty((6, len(ukeys)), dtype=np.int64)  # one allocation, a row per aggregate
+        block[:3] = 0
+        block[3] = block[5] = _I64_MAX
+        block[4] = _I64_MIN
+        stats = dict(zip(("rows", "duration_ps", "self_ps", "min_ps", "max_ps", "first_ps"), block))
         if not _fast.attr_stats(attr, np.ascontiguousarray(starts, dtype=np.int64),
                                 np.ascontiguousarray(durs, dtype=np.int64), np.ascontiguousarray(selfs, dtype=np.int64),
                                 *(stats[c] for c in ("rows", "duration_ps", "self_ps", "min_ps", "max_ps", "first_ps"))):
@@ -850,12 +907,66 @@ def _concat_mapped(arrays: list) -> np.ndarray:
     return np.concatenate(arrays, out=out)
 
 
+class _Same:
+    """A description column of ``n`` rows of one ``value`` (a plane's constants)."""
+
+    __slots__ = ("value", "n")
+
+    def __init__(self, value, n: int):
+        self.value, self.n = value, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def tolist(self) -> list:
+        return [self.value] * self.n
+
+
+def _joined(name: str, cols: list, dtype) -> pl.Series:
+    """``pl.Series`` of the column lists ``cols`` (lists or :class:`_Same`) end to end."""
+    return pl.Series(name, list(chain.from_iterable(c.tolist() if isinstance(c, _Same) else c for c in cols)),
+                     dtype=dtype, strict=False)
+
+
+def _descriptions(parts: list) -> pl.DataFrame:
+    """The planes' descriptions end to end (:data:`ATTR_COLUMNS`), each column as
+    ``pl.Series(name, values, dtype, strict=False)`` of its joined lists gives it; the lists
+    that planes alike share (:func:`_read_tpu_plane`) and a plane's constants are converted
+    once and gathered."""
+    schema = {c: OPS_SCHEMA[c] for c in ATTR_COLUMNS}
+    if len(parts) < 64:  # few planes: the lists joined
+        return pl.DataFrame([_joined(c, [p.desc[c] for p in parts], t) for c, t in schema.items()])
+    lens = np.array([len(p.desc["op_name"]) for p in parts], dtype=np.int64)
+    first: dict = {}  # planes grouped by their op_name list (alike planes share it; the lists live in parts)
+    which = [first.setdefault(id(p.desc["op_name"]), len(first)) for p in parts]
+    reps = [None] * len(first)
+    for p, w in zip(parts, which):
+        if reps[w] is None:
+            reps[w] = p
+    w_arr = np.array(which, dtype=np.int64)
+    d_lens = np.array([len(r.desc["op_name"]) for r in reps], dtype=np.int64)
+    gather = np.repeat((np.cumsum(d_lens) - d_lens)[w_arr] - (np.cumsum(lens) - lens), lens) + np.arange(
+        int(lens.sum()), dtype=np.int64)
+    of_part = np.repeat(np.arange(len(parts), dtype=np.int64), lens)
+    out = []
+    for c, t in schema.items():
+        cols = [p.desc[c] for p in parts]
+        if set(map(type, cols)) == {_Same}:
+            out.append(pl.Series(c, [x.value for x in cols], dtype=t, strict=False).gather(of_part))
+            continue
+        rep_cols = [r.desc[c] for r in reps]
+        if len(reps) < len(parts) and all(map(operator.is_, cols, [rep_cols[w] for w in which])):
+            out.append(_joined(c, rep_cols, t).gather(gather))
+        else:
+            out.append(_joined(c, cols, t))
+    return pl.DataFrame(out)
+
+
 def _finish_parts(parts: list, attr, start, durs, selfs, count) -> "OpTable":
     """The OpTable of merged per-event arrays, its descriptions and, when every plane
     computed them, its per-description aggregates."""
 
-    desc = frame({c: parts[0].desc[c] if len(parts) == 1 else [v for p in parts for v in p.desc[c]]
-                  for c in ATTR_COLUMNS}, {c: OPS_SCHEMA[c] for c in ATTR_COLUMNS})
+    desc = _descriptions(parts)
     collapsed = None
     if parts and all(p.stats is not None for p in parts):
         st = {c: np.concatenate([p.stats[c] for p in parts]) for c in parts[0].stats}

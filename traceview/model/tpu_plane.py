@@ -47,17 +47,23 @@ class PlaneArrays:
                  "step_mids", "step_starts", "step_durs")
 
     def __init__(self):
-        for k in self.__slots__:
-            setattr(self, k, None)
         self.n_events = 0
+        self.mod_mids = self.mod_starts = self.mod_durs = None
+        self.mids = self.starts = self.durs = self.selfs = self.occ = self.enc = None
+        self.step_mids = self.step_starts = self.step_durs = None
 
 
-def stat_ids(plane) -> tuple[int, int]:
+def stat_ids(plane, names: dict[int, str] | None = None) -> tuple[int, int]:
     """The XStatMetadata ids of ``device_offset_ps`` and ``device_duration_ps`` on
-    ``plane`` (-1 where absent)."""
-    names = {k: v.name for k, v in plane.stat_metadata.items()}
-    off_id = next((k for k, v in names.items() if v == "device_offset_ps"), -1)
-    dur_id = next((k for k, v in names.items() if v == "device_duration_ps"), -1)
+    ``plane`` (-1 where absent); ``names``: its stat names (id -> name) when read already."""
+    if names is None:
+        names = {k: v.name for k, v in plane.stat_metadata.items()}
+    off_id = dur_id = -1
+    for k, v in names.items():  # the first id of each name
+        if v == "device_offset_ps" and off_id == -1:
+            off_id = k
+        elif v == "device_duration_ps" and dur_id == -1:
+            dur_id = k
     return off_id, dur_id
 
 
@@ -80,11 +86,12 @@ def _on_ops_clock(line, op_line) -> np.ndarray:
     return starts
 
 
-def plane_arrays(plane, path: str) -> PlaneArrays:
+def plane_arrays(plane, path: str, stat_names: dict[int, str] | None = None) -> PlaneArrays:
     """Decode one TPU plane (an XPlane message or a :class:`~traceview.read.xplane.wire.MappedPlane`,
     whose line pages are released as they are decoded) into :class:`PlaneArrays`.
-    ``path`` names the file in errors. Raises TraceUnreadable on malformed bytes."""
-    off_id, dur_id = stat_ids(plane)
+    ``path`` names the file in errors; ``stat_names``: the plane's stat names when read
+    already. Raises TraceUnreadable on malformed bytes."""
+    off_id, dur_id = stat_ids(plane, stat_names)
     mapped = getattr(plane, "mapped_lines", None)
     counted = [decode_tpu_line(raw, path, off_id, dur_id, mapped[i] if mapped else None, only=TPU_LINES_USED)
                for i, raw in enumerate(plane.lines)]

@@ -85,6 +85,8 @@ class MappedLine:
         """madvise(DONTNEED) the whole pages inside [start + lo, start + hi)."""
         import mmap as _mmap
 
+        if (self.end if hi is None else self.start + hi) - (self.start + lo) < _mmap.PAGESIZE:
+            return  # no whole page inside
         if not hasattr(_mmap, "MADV_DONTNEED"):
             return
         a = self.start + lo
@@ -210,8 +212,16 @@ def metadata_bytes(plane, limit: int) -> bytes | None:
 def metadata_names(plane, containing: tuple[bytes, ...] = ()):
     """(id, name) of the XEventMetadata of ``plane`` (an XPlane, lazy or mapped), an iterator:
     all of them, or, given ``containing`` (UTF-8 byte strings), at least those whose name
-    contains one of them. A :class:`LazyEventMetadata` map's names are read from its bytes,
-    and not at all when none of ``containing`` occurs in its entries."""
+    contains one of them. A :class:`LazyEventMetadata` map's names are read from its bytes;
+    none is read when none of ``containing`` occurs in the entries' bytes (a mapped plane's
+    entries side by side, or a lazy map's)."""
+    md_span, span = getattr(plane, "metadata_span", None), getattr(plane, "span", None)
+    if containing and md_span is not None and span is not None and _fast is not None:
+        try:  # the entries' bytes, side by side in the mapping: searched without parsing a name
+            if not _fast.contains_any(span[0], md_span[0], md_span[1], tuple(containing)):
+                return iter(())
+        except (ValueError, TypeError):
+            pass
     table = plane.event_metadata
     if isinstance(table, LazyEventMetadata):
         if containing and not table.contains_any(containing):
@@ -229,6 +239,7 @@ class MappedPlane:
     def __init__(self, msg, mapped_lines: list, span: tuple | None = None, event_metadata=None,
                  metadata_span: tuple | None = None):
         self._msg = msg
+        self.name = msg.name  # read often: kept here, not looked up through the message each time
         self.mapped_lines = mapped_lines
         self.lines = [m.view for m in mapped_lines]
         self.span = span  # (mapping, start, end) of the XPlane message's bytes
@@ -590,17 +601,25 @@ def decode_tpu_line(raw, path: str, off_id: int, dur_id: int, mapped: "MappedLin
         return out
     if _fast is not None:
         try:
-            mids = hugearrays.empty(n, np.uint32)
-            starts = hugearrays.empty(n, np.int64)
-            durs = hugearrays.empty(n, np.int64)
-            al = hugearrays.empty(n, np.int64)
-            flags = hugearrays.empty(n, np.uint8)
-            base = int(_line_base_ps(ts_ns))
-            i = 0
-            for a, b in zip(bounds[:-1], bounds[1:]):
-                i += _fast.decode_tpu(raw[a:b], base, off_id, dur_id, mids, starts, durs, al, flags, i)
-                if mapped is not None:
-                    mapped.release(a, b)
+            if n * 8 < hugearrays.MIN_BYTES:  # a small line (thousands of planes): plain arrays, no pages to release
+                mids, starts, durs, al = (np.empty(n, np.uint32), np.empty(n, np.int64), np.empty(n, np.int64),
+                                          np.empty(n, np.int64))
+                flags = np.empty(n, np.uint8)
+            else:
+                mids = hugearrays.empty(n, np.uint32)
+                starts = hugearrays.empty(n, np.int64)
+                durs = hugearrays.empty(n, np.int64)
+                al = hugearrays.empty(n, np.int64)
+                flags = hugearrays.empty(n, np.uint8)
+            base = ((int(ts_ns) * 1000 + (1 << 63)) & _U64) - (1 << 63)  # int(_line_base_ps(ts_ns))
+            if len(bounds) == 2:
+                _fast.decode_tpu(raw, base, off_id, dur_id, mids, starts, durs, al, flags, 0)
+            else:
+                i = 0
+                for a, b in zip(bounds[:-1], bounds[1:]):
+                    i += _fast.decode_tpu(raw[a:b], base, off_id, dur_id, mids, starts, durs, al, flags, i)
+                    if mapped is not None:
+                        mapped.release(a, b)
         except ValueError as exc:  # UnicodeDecodeError included
             raise TraceUnreadable(_line_fault(exc, out.name), path) from None
         if mapped is not None:
