@@ -165,3 +165,30 @@ def test_traceview_errors_pickle_with_their_path():
     e = pickle.loads(pickle.dumps(NoTraceFound("no trace here", path="/x/y")))
     assert (type(e), e.path, e.fault, str(e), e.exit_code) == (NoTraceFound, "/x/y", "no trace here",
                                                                 "/x/y: no trace here", 3)
+
+
+def test_an_interrupt_in_a_child_is_said_once_by_the_parent():
+    """A child that runs the parent's inherited handler (a SIGINT that tripped just before the
+    fork) or gets a SIGINT of its own (polars' native handler must not swallow it) ends silently
+    with 130; the parent takes that for an interrupt and says it once."""
+    r = _python("""
+        import os, signal, sys, time
+        import polars as pl
+        from traceview.cli import process
+        process.handle_interrupts()
+        def polars_then_sigint():
+            pl.DataFrame({"a": list(range(100_000))}).group_by("a").len()  # its pool and handlers
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)
+        for work in (lambda: process._first_interrupt(signal.SIGINT, None),
+                     lambda: process._next_interrupt(signal.SIGINT, None), polars_then_sigint):
+            try:
+                process.pickled_in_child(work, "x.pb")
+                print("no interrupt")
+            except KeyboardInterrupt:
+                print("interrupted")
+        sys.stdout.flush()
+        process.exit_now(process.say_interrupted())
+    """, timeout=60)
+    assert r.stdout.split() == ["interrupted"] * 3, r.stderr
+    assert (r.returncode, r.stderr) == (130, "traceview: interrupted\n")
