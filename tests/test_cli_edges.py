@@ -213,6 +213,17 @@ def test_no_output_lands_in_the_log_dir_of_a_run_read(tmp_path, capsys):
         assert "refusing to write" in capsys.readouterr().err
     assert sorted(q.relative_to(prof) for q in prof.rglob("*")) == before
     assert main(["analyze", p, "-o", str(tmp_path / "out.json"), "--no-cache"]) == 0
+    # a log dir whose run holds symbolic links to traces kept elsewhere is protected alike
+    linked = tmp_path / "linked"
+    for f in prof.rglob("*.xplane.pb"):
+        dest = linked / f.relative_to(prof)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.symlink_to(f)
+    for argv in (["analyze", str(linked), "-o", f"{linked}/x.json"], ["diff", p, str(linked), "-o", f"{linked}/d.json"]):
+        assert main([*argv, "--no-cache"]) == 2, argv
+        err = capsys.readouterr().err
+        assert f"it is inside the log dir {linked} it reads" in err, err
+    assert not (linked / "x.json").exists() and not (linked / "d.json").exists()
 
 
 def test_a_negative_step_window_is_taken_as_a_value(capsys):

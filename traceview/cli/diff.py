@@ -47,6 +47,7 @@ def add_parser(sub) -> None:
     d.add_argument("--families", metavar="FILE", help="user op families, one NAME=REGEX per line (# comments)")
     d.add_argument("--family", action="append", metavar="NAME=REGEX", help="a user op family (repeatable)")
     d.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
+    cargs.add_max_bytes(d)
     cargs.add_step_window(d)
     cargs.add_expand_kernels(d)
     cargs.add_phase(d, tokens=False)
@@ -65,6 +66,7 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
     from traceview.model.load import load, start_prefetch
 
     cache = cargs.cache_from_args(args)
+    max_bytes = getattr(args, "max_bytes", None)
     discs = discoveries if discoveries is not None else discover_sides(sides, run_hint)
     process.tune_allocator(cargs.input_bytes(*discs))
     seen: set = set()
@@ -74,14 +76,15 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
             key = tuple(str(tf.path) for tf in d.files)
             # the first side's reader imports what the comparison needs while its planes are decoded
             idle = process.imports_while_decoding("diff") if not pres else None
-            pres.append(None if key in seen else start_prefetch(d, max_bytes=None, cache=cache or None, local=True,
-                                                                idle=idle))
+            pres.append(None if key in seen else start_prefetch(d, max_bytes=max_bytes, cache=cache or None,
+                                                                local=True, idle=idle))
             seen.add(key)
     # no context is held across the yield: a generator dropped by an interrupted caller is
     # closed with nothing to run (an interrupt landing in a context's exit printed a traceback)
     for (path, run), d, pre in zip(sides, discs, pres):
         with process.decoding_beside_imports():
             prof = load(path, run=run, stale_after_s=None, discovery=d, cache=cache, prefetch=pre or False,
+                        max_bytes=max_bytes,
                         expand_kernels=bool(getattr(args, "expand_kernels", False)))
         process.trim_heap(cargs.input_bytes(d))
         out = prof.filter(device_regex=args.device) if args.device else prof
@@ -223,7 +226,7 @@ def _sides_here(todo, discs, args, rules, nb: int) -> list:
 def run(args) -> int:
     """Returns 0; raises TraceviewError subclasses on bad input."""
     from traceview.cli import process
-    from traceview.read.guard import check_writable, inside_inputs, refuse_inside_inputs, write_atomic
+    from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
 
     out = cargs.output_path(args.output, "-o")
     args.format = cargs.output_format(args.format, out, ["table", "json", "html"], "table")
@@ -237,8 +240,7 @@ def run(args) -> int:
     nb = len(base_paths)
     todo = [(p, args.run_base) for p in base_paths] + [(p, args.run_treatment) for p in treatment_paths]
     discs = discover_sides(todo)
-    if out is not None and any(inside_inputs(out, d) for d in discs):
-        raise UsageError(f"refusing to write {out} inside a profile folder it reads; choose another -o")
+    refuse_inside_inputs(out, "-o", *discs)
     process.tune_allocator(cargs.input_bytes(*discs))  # before polars is imported
     rules = cargs.rules_from_args(args)
     from traceview.analysis.steps.window import parse_window

@@ -49,6 +49,7 @@ def add_parser(sub) -> None:
                         "op time)")
     cargs.add_peaks(p)
     p.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
+    cargs.add_max_bytes(p)
     cargs.add_expand_kernels(p)
 
 
@@ -56,7 +57,7 @@ def run(args) -> int:
     """Returns 0; raises TraceviewError subclasses on bad input."""
     from traceview.analysis.compare.ladder import ladder
     from traceview.cli.diff import load_sides
-    from traceview.read.guard import check_writable, inside_inputs, refuse_inside_inputs, write_atomic
+    from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
 
     out = cargs.output_path(args.output, "-o")
     args.format = cargs.output_format(args.format, out, FORMATS, "table")
@@ -71,8 +72,7 @@ def run(args) -> int:
     args.device = None
     profs = []
     for prof in load_sides([(p, None) for p in args.paths], args, run_hint="give a run folder as PROFILE"):
-        if out is not None and inside_inputs(out, prof.discovery):
-            raise UsageError(f"refusing to write {out} inside a profile folder it reads; choose another -o")
+        refuse_inside_inputs(out, "-o", prof.discovery)
         profs.append(prof)
     peaks = cargs.peaks_from_args(profs[0], args)
     lad = ladder(profs, xs=args.x, labels=args.paths, rules=rules, peaks=peaks, step_module=args.step_module)

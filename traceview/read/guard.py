@@ -52,8 +52,9 @@ def why_inside(out: Path, trace_paths, *, trace_name: bool = False) -> str | Non
         return "it bears a trace file's name"
     out = out.resolve()
     dirs = set()
-    for f in trace_paths:
+    for f in trace_paths:  # its folder, and its target's when it is a symbolic link
         dirs.add(Path(f).resolve().parent)
+        dirs.add(Path(f).parent.resolve())
         try:
             if out.exists() and os.path.samefile(out, f):  # a hard link to a trace elsewhere
                 return f"it is the trace file {f}"
