@@ -144,6 +144,17 @@ def test_bad_max_bytes_env_is_a_usage_error(tmp_path, monkeypatch, capsys):
     assert rc == 2 and len(err.splitlines()) == 1 and "TRACEVIEW_MAX_BYTES" in err
 
 
+def test_every_command_the_read_limit_names_takes_max_bytes(shared_traces, capsys):
+    """The read limit's message says "raise it with --max-bytes": diff, verify and ladder take
+    it as analyze does, refuse past it with exit 6 naming the file, and read under it."""
+    f = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    for argv in (["diff", f, f], ["verify", f, "-c", "op matching . present"], ["ladder", f, f, "--x", "1,2"]):
+        rc, out, err = run_cli([*argv, "--max-bytes", "1000", "--no-cache"], capsys)
+        assert rc == 6 and len(err.splitlines()) == 1 and f in err and "--max-bytes" in err, (argv, err)
+        rc, out, err = run_cli([*argv, "--max-bytes", str(1 << 30), "--no-cache"], capsys)
+        assert rc == 0, (argv, err)
+
+
 # -- nothing is written under the input path ------------------------------------------------
 
 def _listing(root: Path) -> dict:

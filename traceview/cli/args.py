@@ -267,6 +267,11 @@ def add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--filter", metavar="REGEX", help="keep only ops whose name, HLO text or framework op path (named scopes) matches REGEX")
     add_reading(p)
     add_expand_kernels(p)
+    add_max_bytes(p)
+
+
+def add_max_bytes(p: argparse.ArgumentParser) -> None:
+    """``--max-bytes N``: the read limit of one file (every command that reads traces)."""
     p.add_argument("--max-bytes", type=positive_int, metavar="N",
                    help="most bytes one file's reading may take: an .xplane.pb's size, the memory a .trace.json's "
                         "text and events take (about 2.25 B per byte of text + 400 B per event) (default: "

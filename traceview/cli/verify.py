@@ -68,6 +68,7 @@ def add_parser(sub) -> None:
     cargs.add_step_window(v)
     cargs.add_phase(v, tokens=False)
     v.add_argument("--no-cache", action="store_true", help=cargs.NO_CACHE_HELP)
+    cargs.add_max_bytes(v)
     cargs.add_expand_kernels(v)
     cargs.add_findings(v)
     cargs.add_peaks(v)
