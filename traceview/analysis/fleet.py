@@ -20,7 +20,9 @@ Per host, :func:`host_partial` returns a :class:`HostPartial`:
   :data:`EXACT_MAX` events on the host.
 * ``steps`` — the step rows of :func:`traceview.analysis.steps.anatomy` on the host's devices
   (steps are found per device; the dominant module is the host's, checked against the
-  fleet's at the merge), op self time and occurrences per (step, family), the overlap rows
+  fleet's at the merge), op self time and occurrences per (step, family) (integer arrays: step
+  row, family code into ``family_names``), the overlap rows (without the columns the step
+  rows repeat when they are the step rows' windows, in their order)
   per (device, step) (:func:`traceview.analysis.communication.overlap.overlap` over every step window) and
   the collective events (host, device, module, op name, kind, start, duration): the
   arrivals :func:`traceview.analysis.communication.stragglers.stragglers` matches across hosts. None of
@@ -132,6 +134,8 @@ class HostPartial:
     module_self: pl.DataFrame
     overlap_steps: pl.DataFrame
     collectives: pl.DataFrame
+    #: the names of ``step_families``' family codes
+    family_names: list = field(default_factory=list)
 
 
 def _distribution_parts(table, alpha: float) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -171,7 +175,7 @@ def host_partial(task, options: FleetOptions | None = None):
     from traceview.read.batch import Failed
 
     opts = options or FleetOptions()
-    td = read_task(task)
+    td = read_task(task, memory=False)  # fleet mode reads no allocator events
     if isinstance(td, Failed):
         return td
     try:
@@ -198,14 +202,12 @@ def host_partial(task, options: FleetOptions | None = None):
         from traceview.analysis.steps.anatomy import STEPS_SCHEMA
 
         steps = anat.steps.select(list(STEPS_SCHEMA)) if anat.steps.height else pl.DataFrame(schema=STEPS_SCHEMA)
-        fam = anat.family_time_by_step()
-        counts = _count_by_step(anat)
-        fam = fam.join(counts, on=["step_row", "family"], how="full", coalesce=True)
+        fam, fam_names = _families_by_step(anat)
         have = set(prof.module_runs["module"].drop_nulls().unique().to_list()) - {""} if prof.module_runs.height else set()
         module_self = (col.filter(pl.col("module").is_in(sorted(have))).group_by("module")
                        .agg(pl.col("self_ps").sum()) if col.height else pl.DataFrame(
                            schema={"module": pl.Utf8, "self_ps": pl.Int64}))
-        ov = overlap(table, steps if steps.height else None)
+        ov_steps = _overlap_columns(overlap(table, steps if steps.height else None).steps, steps)
         cols = ["host", "device", "module", "op_name", "op_kind", "start_ps", "duration_ps"]
         coll = table.filter(pl.col("op_kind").is_in(_KINDS)).frame(cols) if table.height else pl.DataFrame(
             schema={c: pl.Utf8 for c in cols[:5]} | {"start_ps": pl.Int64, "duration_ps": pl.Int64})
@@ -214,7 +216,8 @@ def host_partial(task, options: FleetOptions | None = None):
                            notes=list(prof.warnings), devices=list(prof.devices), col=col, moments=moments,
                            sketch=sketch, values=values, steps=steps, step_method=anat.method,
                            step_module=anat.module, step_notes=list(anat.notes), step_families=fam,
-                           module_self=module_self, overlap_steps=ov.steps, collectives=coll)
+                           module_self=module_self, overlap_steps=ov_steps, collectives=coll,
+                           family_names=fam_names)
     except TraceviewError as exc:
         return Failed(exc)
 
@@ -228,27 +231,55 @@ def _partial(td, prof, col, moments, sketch, values) -> HostPartial:
                        op_events=prof.table.height, has_shapes=bool(td.has_shapes and prof.table.height),
                        notes=list(prof.warnings), devices=list(prof.devices), col=col, moments=moments,
                        sketch=sketch, values=values, steps=pl.DataFrame(schema=STEPS_SCHEMA), step_method="off",
-                       step_module=None, step_notes=[], step_families=pl.DataFrame(
-                           schema={"step_row": pl.Int64, "family": pl.Utf8, "self_ps": pl.Int64, "count": pl.Int64}),
+                       step_module=None, step_notes=[], step_families=pl.DataFrame(schema=_FAM_SCHEMA),
                        module_self=pl.DataFrame(schema={"module": pl.Utf8, "self_ps": pl.Int64}),
                        overlap_steps=pl.DataFrame(schema=OV_SCHEMA), collectives=pl.DataFrame(
                            schema={c: pl.Utf8 for c in ("host", "device", "module", "op_name", "op_kind")}
                            | {"start_ps": pl.Int64, "duration_ps": pl.Int64}))
 
 
-def _count_by_step(anat) -> pl.DataFrame:
-    """Occurrences per (step_row, family) of the ops inside steps (sum of ``count``)."""
-    schema = {"step_row": pl.Int64, "family": pl.Utf8, "count": pl.Int64}
+#: the overlap columns a step row gives (overlap's name: the step rows' name)
+_OV_KEYS = {"host": "host", "device": "device", "step": "step", "start_ps": "start_ps", "step_ps": "duration_ps"}
+
+
+def _overlap_columns(ov: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """``ov`` (overlap rows) without :data:`_OV_KEYS` when its rows are the step rows'
+    windows in their order (the merge takes those columns from the step rows), else as is."""
+    if ov.height and ov.height == steps.height and ov.select(list(_OV_KEYS)).equals(
+            steps.select([pl.col(v).alias(k) for k, v in _OV_KEYS.items()])):
+        return ov.drop(list(_OV_KEYS))
+    return ov
+
+
+#: a partial's op self time and occurrences per (step row, family code)
+_FAM_SCHEMA = {"step_row": pl.Int32, "family": pl.UInt16, "self_ps": pl.Int64, "count": pl.Int64}
+
+
+def _families_by_step(anat) -> tuple[pl.DataFrame, list]:
+    """(:data:`_FAM_SCHEMA` rows, one per (step row, family) with events inside that step, by
+    step row then family; the family names, sorted, the codes' order) from one pass over the
+    events inside steps (exact int64 sums)."""
+    from traceview.model.optable import int_bincount
+
     rows = anat.step_rows
     if anat.table is None or rows is None or not (rows >= 0).any():
-        return pl.DataFrame(schema=schema)
+        return pl.DataFrame(schema=_FAM_SCHEMA), []
+    fam = anat.attr_family
+    names = sorted(set(fam["family"].to_list()))
+    code = np.zeros(anat.table.attrs.height, dtype=np.int64)
+    code[fam["attr"].to_numpy().astype(np.int64)] = fam["family"].replace_strict(
+        {f: i for i, f in enumerate(names)}, return_dtype=pl.Int64).to_numpy()
     inside = np.flatnonzero(rows >= 0)
     ev = anat.table.events
-    df = pl.DataFrame({"step_row": rows[inside].astype(np.int64),
-                       "attr": pl.Series(ev["attr"].to_numpy()[inside], dtype=pl.UInt32),
-                       "count": ev["count"].to_numpy()[inside]})
-    return (df.join(anat.attr_family, on="attr", how="left").group_by("step_row", "family")
-            .agg(pl.col("count").sum()).select(list(schema)).cast(schema))
+    nf = max(len(names), 1)
+    row_in = rows[inside].astype(np.int64)
+    key = row_in * nf + code[ev["attr"].to_numpy()[inside]]
+    n = (int(row_in.max()) + 1) * nf
+    self_ps = int_bincount(key, ev["self_ps"].to_numpy()[inside], n)
+    count = int_bincount(key, ev["count"].to_numpy()[inside], n)
+    have = np.flatnonzero(np.bincount(key, minlength=n))
+    return pl.DataFrame({"step_row": have // nf, "family": have % nf, "self_ps": self_ps[have],
+                         "count": count[have]}, schema=_FAM_SCHEMA), names
 
 
 # -- the merge -----------------------------------------------------------------------------
@@ -487,15 +518,8 @@ def _merge_steps(parts, col, window, step_module, notes):
                          + ", ".join(sorted(f"{m} {mod or ''}".strip() for m, mod in methods))
                          + "); name the step module")
             return None, empty_ov, None
-    steps, fams, ovs, offs = [], [], [], 0
-    for p in parts:
-        steps.append(p.steps)
-        fams.append(p.step_families.with_columns(pl.col("step_row") + offs))
-        ovs.append(p.overlap_steps)
-        offs += p.steps.height
-    st = pl.concat(steps, how="vertical")
+    st = pl.concat([p.steps for p in parts], how="vertical")
     st = stepstats.annotate(st, window=window)
-    fam_by_step = pl.concat(fams, how="vertical")
     in_win = st["in_window"].to_numpy().astype(bool)
     n = int(in_win.sum())
     total_self = int(col["self_ps"].sum() or 0)
@@ -506,24 +530,13 @@ def _merge_steps(parts, col, window, step_module, notes):
     cov = _coverage(win_steps, total_self, outside, excluded=st.height - n)
     del win_steps
     cov_all = _coverage(st, total_self, outside)
-    if n and fam_by_step.height:
-        keep = pl.Series("step_row", np.flatnonzero(in_win), dtype=pl.Int64)
-        fam = (fam_by_step.filter(pl.col("step_row").is_in(keep.implode())).group_by("family").agg(
-            (pl.col("self_ps").sum() / n).alias("self_ps"), pl.col("count").sum().alias("occurrences"))
-            .with_columns((pl.col("self_ps") / cov.step_ps if cov.step_ps else pl.lit(0.0)).alias("share"),
-                          (pl.col("occurrences") / n).alias("per_step"),
-                          pl.lit(None, dtype=pl.UInt32).alias("n_populations"))
-            .select(list(FAMILIES_SCHEMA)).cast(FAMILIES_SCHEMA).sort(["self_ps", "family"], descending=[True, False]))
-    else:
-        fam = pl.DataFrame(schema=FAMILIES_SCHEMA)
+    fam = _window_families(parts, in_win, n, cov.step_ps) if n else pl.DataFrame(schema=FAMILIES_SCHEMA)
     dist = stepstats.distribution(st, window)
     p0 = with_steps[0]
     step_notes = [ln for p in parts for ln in p.step_notes]
     anat = StepAnatomy(steps=st, families=fam, coverage=cov, method=p0.step_method, module=p0.step_module,
                        extent="", notes=step_notes, window=dist["window"], distribution=dist, coverage_all=cov_all)
-    ov = pl.concat(ovs, how="vertical") if ovs else empty_ov
-    ov = ov.join(st.select("host", "device", "step", "in_window").filter(pl.col("in_window")).drop("in_window"),
-                 on=["host", "device", "step"], how="semi")
+    ov = _window_overlap(parts, st, in_win, empty_ov)
     coll = pl.concat([p.collectives for p in parts], how="vertical")
     strag = None
     if ov.height:
@@ -532,7 +545,68 @@ def _merge_steps(parts, col, window, step_module, notes):
     return anat, ov, strag
 
 
-# -- reading a run in fleet mode -----------------------------------------------------------
+def _window_families(parts, in_win: np.ndarray, n: int, step_ps) -> pl.DataFrame:
+    """The families table (:data:`~traceview.analysis.steps.anatomy.FAMILIES_SCHEMA`, no
+    n_populations) of the hosts' per (step row, family) sums over the window's steps (``in_win``
+    over the concatenated step rows, ``n`` of them): exact int64 sums per family name."""
+    from traceview.analysis.steps.anatomy import FAMILIES_SCHEMA
+
+    names = sorted({f for p in parts for f in p.family_names})
+    ix = {f: i for i, f in enumerate(names)}
+    self_ps = np.zeros(len(names), dtype=np.int64)
+    count = np.zeros(len(names), dtype=np.int64)
+    present = np.zeros(len(names), dtype=bool)
+    off = 0
+    for p in parts:
+        sf = p.step_families
+        if sf.height:
+            keep = in_win[sf["step_row"].to_numpy().astype(np.int64) + off]
+            code = np.array([ix[f] for f in p.family_names], dtype=np.int64)[sf["family"].to_numpy()[keep]]
+            np.add.at(self_ps, code, sf["self_ps"].to_numpy()[keep])
+            np.add.at(count, code, sf["count"].to_numpy()[keep])
+            present[code] = True
+        off += p.steps.height
+    have = np.flatnonzero(present)
+    if not len(have):
+        return pl.DataFrame(schema=FAMILIES_SCHEMA)
+    return (pl.DataFrame({"family": pl.Series([names[i] for i in have.tolist()], dtype=pl.Utf8),
+                          "self_ps": self_ps[have], "occurrences": count[have]})
+            .with_columns(pl.col("self_ps") / n)
+            .with_columns((pl.col("self_ps") / step_ps if step_ps else pl.lit(0.0)).alias("share"),
+                          (pl.col("occurrences") / n).alias("per_step"),
+                          pl.lit(None, dtype=pl.UInt32).alias("n_populations"))
+            .select(list(FAMILIES_SCHEMA)).cast(FAMILIES_SCHEMA).sort(["self_ps", "family"], descending=[True, False]))
+
+
+def _window_overlap(parts, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataFrame) -> pl.DataFrame:
+    """The overlap rows of the window's steps, in the hosts' order: a host's rows that are its
+    step rows' windows (:func:`_overlap_columns`) take their keys from ``st`` (the concatenated,
+    annotated step rows); other hosts' rows are matched to the window's steps by (host,
+    device, step)."""
+    from traceview.analysis.communication.overlap import STEPS_SCHEMA as OV_SCHEMA
+
+    hosts = [p.host for p in parts]
+    distinct = len(set(hosts)) == len(hosts)
+    win = None
+    out, off = [], 0
+    for p in parts:
+        ov, h = p.overlap_steps, p.steps.height
+        if distinct and h and "host" not in ov.columns:
+            m = pl.Series(in_win[off:off + h])
+            keys = st.slice(off, h).filter(m).select([pl.col(v).alias(k) for k, v in _OV_KEYS.items()])
+            out.append(pl.concat([keys, ov.filter(m)], how="horizontal").select(list(OV_SCHEMA)))
+        elif ov.height:
+            if "host" not in ov.columns:  # hosts named alike: the keys, then the match
+                ov = pl.concat([p.steps.select([pl.col(v).alias(k) for k, v in _OV_KEYS.items()]), ov],
+                               how="horizontal").select(list(OV_SCHEMA))
+            if win is None:
+                win = st.select("host", "device", "step", "in_window").filter(pl.col("in_window")).drop("in_window")
+            out.append(ov.join(win, on=["host", "device", "step"], how="semi"))
+        off += h
+    return pl.concat(out, how="vertical") if out else empty
+
+
+# -- reading a run in fleet mode# -- reading a run in fleet mode -----------------------------------------------------------
 
 def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_bytes: int | None = None,
                cache=None, workers: int = 0, executor=None, scheduler: str | None = None, progress=None,
