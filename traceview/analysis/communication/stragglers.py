@@ -99,7 +99,8 @@ def clock_offsets(execs: pl.DataFrame) -> dict:
 
 
 #: the order naming a step's last device: most attributed wait, then most last arrivals, then name
-_BY_CAUSED = ["caused_wait_ps", "last_arrivals", "_name"]
+#: (``_r``: the name's rank)
+_BY_CAUSED = ["caused_wait_ps", "last_arrivals", "_r"]
 
 
 def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
@@ -134,56 +135,71 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
                  pl.col("wait_ps").sum()))
     coll = (last.with_columns((pl.col("last_arrival_ps") - pl.col("first_arrival_ps")).alias("skew_ps"))
             .select(list(COLLECTIVES_SCHEMA)).cast(COLLECTIVES_SCHEMA).sort("first_arrival_ps"))
-    # each execution to the step window holding its last arrival (on the last device)
+    # each execution to the step window holding its last arrival (on the last device); the
+    # device-step frames carry (host, device) as one code, numbered in the pair's sort order
+    pairs = ["host", "device"]
+    codes = overlap_steps.select(pairs).unique().sort(pairs).with_row_index("_d")
     w = overlap_steps.select("host", "device", "step", "start_ps", (pl.col("start_ps") + pl.col("step_ps")).alias("_e"),
                              pl.col("compute_ps").alias("busy_ps"))
     if w.height == 0:
         notes.append("no collective matched and no step windows with communication: no straggler figures")
         return Stragglers(devices=pl.DataFrame(schema=DEVICES_SCHEMA), steps=pl.DataFrame(schema=STEPS_SCHEMA),
                           collectives=coll, summary={}, clock_offsets=offsets, notes=notes)
+    w = w.join(codes, on=pairs, how="left", nulls_equal=True, maintain_order="left").drop(pairs)
     # the window holding each arrival (as-of on the start: no device-by-window product)
-    ex = execs.sort("start_ps").join_asof(
-        w.select("host", "device", "step", pl.col("start_ps").alias("_ws"), "_e").sort("_ws"),
-        left_on="start_ps", right_on="_ws", by=["host", "device"], strategy="backward", check_sortedness=False)
+    ex = execs.join(codes, on=pairs, how="left", nulls_equal=True, maintain_order="left").sort("start_ps").join_asof(
+        w.select("_d", "step", pl.col("start_ps").alias("_ws"), "_e").sort("_ws"),
+        left_on="start_ps", right_on="_ws", by="_d", strategy="backward", check_sortedness=False)
     ex = ex.with_columns(pl.when(pl.col("start_ps") < pl.col("_e")).then(pl.col("step")).alias("step"))
     ex = ex.join(last.select(key + ["last_host", "last_device"]), on=key, how="left")
-    waited = ex.group_by(["host", "device", "step"]).agg(pl.col("wait_ps").sum().alias("wait_ps"))
+    waited = ex.group_by(["_d", "step"]).agg(pl.col("wait_ps").sum().alias("wait_ps"))
     is_last = (pl.col("host") == pl.col("last_host")) & (pl.col("device") == pl.col("last_device"))
     # others' waits of an execution, attributed to its last device, in that device's step
     caused = (ex.group_by(key).agg(pl.col("wait_ps").sum().alias("caused_wait_ps"),
                                    pl.col("step").filter(is_last).first().alias("step"),
                                    pl.col("last_host").first().alias("host"), pl.col("last_device").first().alias("device"))
-              .group_by(["host", "device", "step"]).agg(pl.col("caused_wait_ps").sum(), pl.len().alias("last_arrivals")))
-    dev = (w.select("host", "device", "step", "busy_ps")
-           .join(waited, on=["host", "device", "step"], how="left", nulls_equal=True)
-           .join(caused, on=["host", "device", "step"], how="left", nulls_equal=True)
+              .join(codes, on=pairs, how="left", nulls_equal=True)
+              .group_by(["_d", "step"]).agg(pl.col("caused_wait_ps").sum(), pl.len().alias("last_arrivals")))
+    # a device's name: host:device with several hosts; "_r" its rank among the names
+    several = codes["host"].n_unique() > 1
+    names = (codes["host"] + ":" + codes["device"]) if several else codes["device"]
+    rank = names.rank("ordinal").cast(pl.Int64) if len(names) else pl.Series(dtype=pl.Int64)
+    dev = (w.select("_d", "step", "busy_ps")
+           .join(waited, on=["_d", "step"], how="left", nulls_equal=True)
+           .join(caused, on=["_d", "step"], how="left", nulls_equal=True)
            .with_columns(pl.col("wait_ps").fill_null(0), pl.col("caused_wait_ps").fill_null(0),
                          pl.col("last_arrivals").fill_null(0))
-           .select(list(DEVICES_SCHEMA)).cast(DEVICES_SCHEMA).sort(["step", "host", "device"]))
-    name = pl.when(pl.col("host").n_unique() > 1).then(pl.col("host") + ":" + pl.col("device")).otherwise(pl.col("device"))
-    dev_named = dev.with_columns(name.alias("_name"))
-    steps = (dev_named.group_by("step", maintain_order=True).agg(
+           .sort(["step", "_d"]))
+    dev_d = dev.with_columns(pl.lit(rank).gather(pl.col("_d")).alias("_r"))
+    steps = (dev_d.group_by("step", maintain_order=True).agg(
         pl.len().alias("n_devices"),
-        pl.col("_name").sort_by("busy_ps", descending=True).first().alias("slowest"),
+        pl.col("_d").sort_by("busy_ps", descending=True).first().alias("_slowest"),
         pl.col("busy_ps").max().alias("busy_max_ps"), pl.col("busy_ps").median().alias("busy_median_ps"),
         # the device whose late arrivals cost the others the most wait, and that device's own
         # attributed wait (one sort, so name and figure are the same device's); none when no
         # collective of the step was matched
         pl.when(pl.col("last_arrivals").max() > 0)
-        .then(pl.col("_name").sort_by(_BY_CAUSED, descending=[True, True, False]).first())
-        .otherwise(None).alias("last_to_arrive"),
+        .then(pl.col("_d").sort_by(_BY_CAUSED, descending=[True, True, False]).first())
+        .otherwise(None).alias("_last"),
         pl.col("caused_wait_ps").sort_by(_BY_CAUSED, descending=[True, True, False]).first()
         .alias("attributed_wait_ps"), pl.col("wait_ps").sum())
-        .with_columns(((pl.col("busy_max_ps") - pl.col("busy_median_ps")) / pl.col("busy_median_ps")).alias("lead"))
+        .with_columns(((pl.col("busy_max_ps") - pl.col("busy_median_ps")) / pl.col("busy_median_ps")).alias("lead"),
+                      pl.lit(names).gather(pl.col("_slowest")).alias("slowest"),
+                      pl.lit(names).gather(pl.col("_last")).alias("last_to_arrive"))
         .select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).sort("step"))
-    summary: dict = {"n_steps": steps.height, "n_devices": dev.select("host", "device").n_unique()}
+    del dev_d
+    dev_caused = dev.group_by("_d").agg(pl.col("caused_wait_ps").sum())
+    n_devices = dev["_d"].n_unique()
+    dev = (dev.with_columns(codes["host"].gather(dev["_d"]), codes["device"].gather(dev["_d"]))
+           .select(list(DEVICES_SCHEMA)).cast(DEVICES_SCHEMA))
+    summary: dict = {"n_steps": steps.height, "n_devices": n_devices}
     if steps.height and steps["n_devices"].max() > 1 and coll.height == 0:
         notes.append("no collective execution matched across devices (no collective opcodes in the trace: a "
                      "trace.json without HLO, or a program without communication): busy times only, no straggler "
                      "named")
     elif steps.height and steps["n_devices"].max() > 1:
         counts = steps.group_by("slowest").agg(pl.len().alias("n"), pl.col("lead").median())
-        tot_caused = dev_named.group_by("_name").agg(pl.col("caused_wait_ps").sum())
+        tot_caused = dev_caused.select(names.gather(dev_caused["_d"]).alias("_name"), "caused_wait_ps")
         counts = counts.join(tot_caused, left_on="slowest", right_on="_name", how="left")
         best = counts.sort(["n", "caused_wait_ps"], descending=True).row(0, named=True)
         all_wait = int(dev["wait_ps"].sum())
