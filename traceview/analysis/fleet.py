@@ -442,8 +442,11 @@ def merged_spread(col: pl.DataFrame, keys: list[str], moments: pl.DataFrame, ske
 
 
 def merge(parts: list[HostPartial], *, split_modules: bool = True, window: str = "steady",
-          step_module: str | None = None, alpha: float = ALPHA, warnings: list | None = None) -> Fleet:
-    """One :class:`Fleet` of the hosts' partials (in host order). Raises
+          step_module: str | None = None, alpha: float = ALPHA, warnings: list | None = None,
+          consume: bool = False) -> Fleet:
+    """One :class:`Fleet` of the hosts' partials (in host order). ``consume``: the partials'
+    per-step frames are dropped (set to None) once merged, so their memory goes before the
+    stragglers' (the partials are of no further use). Raises
     :class:`~traceview.errors.UsageError` on an unknown step window."""
     from traceview.analysis.ops import aggregate
     from traceview.analysis.steps.stepstats import parse_window
@@ -472,7 +475,7 @@ def merge(parts: list[HostPartial], *, split_modules: bool = True, window: str =
     q.update(alpha=alpha, bound=(f"p50_ps/p90_ps: exact for {q['exact']} population(s); for {q['sketch']}, read off "
                                  f"a log-bucket sketch, within {alpha:.1%} (relative) of the exact figure"))
     notes: list = []
-    anat, ov_steps, strag = _merge_steps(parts, col, window, step_module, notes)
+    anat, ov_steps, strag = _merge_steps(parts, col, window, step_module, notes, consume)
     return Fleet(files=[{"path": p.path, "host": p.host, "format": p.format, "events": p.n_events,
                          "op_events": p.op_events} for p in parts],
                  hosts=sorted({p.host for p in parts if p.host is not None}), warnings=warns,
@@ -485,7 +488,7 @@ def merge(parts: list[HostPartial], *, split_modules: bool = True, window: str =
                  device_infos=devices)
 
 
-def _merge_steps(parts, col, window, step_module, notes):
+def _merge_steps(parts, col, window, step_module, notes, consume=False):
     """(StepAnatomy or None, overlap rows, Stragglers or None) from the hosts' step rows."""
     from traceview.analysis.steps import stepstats
     from traceview.analysis.communication.overlap import STEPS_SCHEMA as OV_SCHEMA
@@ -519,17 +522,21 @@ def _merge_steps(parts, col, window, step_module, notes):
                          + "); name the step module")
             return None, empty_ov, None
     st = pl.concat([p.steps for p in parts], how="vertical")
-    st = stepstats.annotate(st, window=window)
+    dev_ids = stepstats._device_ids(st)  # (per row its (host, device) id, the ids' keys)
+    st = stepstats.annotate(st, window=window, devices=dev_ids)
     in_win = st["in_window"].to_numpy().astype(bool)
     n = int(in_win.sum())
     total_self = int(col["self_ps"].sum() or 0)
     outside = total_self - int(st["op_time_ps"].sum() or 0)
-    # the columns the coverage reads, then the window's rows (not a copy of every column)
-    win_steps = st.select("host", "device", "duration_ps", "op_time_ps", "busy_ps", "gap_after_ps",
-                          "in_window").filter(pl.col("in_window"))
-    cov = _coverage(win_steps, total_self, outside, excluded=st.height - n)
+    # the numbers the coverage reads, then the window's rows (not a copy of every column); the
+    # devices counted off the ids
+    win_steps = st.select("duration_ps", "op_time_ps", "busy_ps", "gap_after_ps", "in_window").filter(
+        pl.col("in_window"))
+    cov = _coverage(win_steps, total_self, outside, excluded=st.height - n,
+                    devices=len(np.unique(dev_ids[0][in_win])))
     del win_steps
-    cov_all = _coverage(st, total_self, outside)
+    cov_all = _coverage(st, total_self, outside, devices=len(dev_ids[1]))
+    del dev_ids
     fam = _window_families(parts, in_win, n, cov.step_ps) if n else pl.DataFrame(schema=FAMILIES_SCHEMA)
     dist = stepstats.distribution(st, window)
     p0 = with_steps[0]
@@ -538,6 +545,9 @@ def _merge_steps(parts, col, window, step_module, notes):
                        extent="", notes=step_notes, window=dist["window"], distribution=dist, coverage_all=cov_all)
     ov = _window_overlap(parts, st, in_win, empty_ov)
     coll = pl.concat([p.collectives for p in parts], how="vertical")
+    if consume:
+        for p in parts:
+            p.step_families = p.overlap_steps = p.collectives = p.steps = None
     strag = None
     if ov.height:
         s = stragglers(coll, ov)
@@ -651,5 +661,6 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
         raise _all_faults(errors, disc)
     if not any(p.col.height for p in parts):
         raise _all_faults(errors + [NoOpsFound("the trace has no HLO ops", ", ".join(p.path for p in parts))], disc)
+    del res
     return merge(parts, split_modules=split_modules, window=opts.step_window, step_module=opts.step_module,
-                 alpha=opts.alpha, warnings=warnings)
+                 alpha=opts.alpha, warnings=warnings, consume=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from traceview.analysis.communication.overlap import ASYNC_STARTS, SYNC_COLLECTIVES
@@ -138,14 +139,22 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
     # each execution to the step window holding its last arrival (on the last device); the
     # device-step frames carry (host, device) as one code, numbered in the pair's sort order
     pairs = ["host", "device"]
-    codes = overlap_steps.select(pairs).unique().sort(pairs).with_row_index("_d")
-    w = overlap_steps.select("host", "device", "step", "start_ps", (pl.col("start_ps") + pl.col("step_ps")).alias("_e"),
-                             pl.col("compute_ps").alias("busy_ps"))
-    if w.height == 0:
+    if overlap_steps.height == 0:
         notes.append("no collective matched and no step windows with communication: no straggler figures")
         return Stragglers(devices=pl.DataFrame(schema=DEVICES_SCHEMA), steps=pl.DataFrame(schema=STEPS_SCHEMA),
                           collectives=coll, summary={}, clock_offsets=offsets, notes=notes)
-    w = w.join(codes, on=pairs, how="left", nulls_equal=True, maintain_order="left").drop(pairs)
+    # the code of each row from its run of rows of one device (no join over every row's strings)
+    new = overlap_steps.select((pl.col("host").ne_missing(pl.col("host").shift(1))
+                                | pl.col("device").ne_missing(pl.col("device").shift(1))).alias("f"))["f"].to_numpy()
+    new[0] = True
+    firsts = np.flatnonzero(new)
+    runs = overlap_steps.select(pairs)[firsts]
+    codes = runs.unique().sort(pairs).with_row_index("_d")
+    run_code = runs.join(codes, on=pairs, how="left", nulls_equal=True, maintain_order="left")["_d"].to_numpy()
+    w = overlap_steps.select(
+        pl.Series("_d", np.repeat(run_code, np.diff(np.append(firsts, overlap_steps.height))), dtype=pl.UInt32),
+        "step", "start_ps", (pl.col("start_ps") + pl.col("step_ps")).alias("_e"), pl.col("compute_ps").alias("busy_ps"))
+    del new, firsts, runs, run_code
     # the window holding each arrival (as-of on the start: no device-by-window product)
     ex = execs.join(codes, on=pairs, how="left", nulls_equal=True, maintain_order="left").sort("start_ps").join_asof(
         w.select("_d", "step", pl.col("start_ps").alias("_ws"), "_e").sort("_ws"),
@@ -170,6 +179,7 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
            .with_columns(pl.col("wait_ps").fill_null(0), pl.col("caused_wait_ps").fill_null(0),
                          pl.col("last_arrivals").fill_null(0))
            .sort(["step", "_d"]))
+    del w, waited, caused, ex
     dev_d = dev.with_columns(pl.lit(rank).gather(pl.col("_d")).alias("_r"))
     steps = (dev_d.group_by("step", maintain_order=True).agg(
         pl.len().alias("n_devices"),
