@@ -180,24 +180,44 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
                          pl.col("last_arrivals").fill_null(0))
            .sort(["step", "_d"]))
     del w, waited, caused, ex
-    dev_d = dev.with_columns(pl.lit(rank).gather(pl.col("_d")).alias("_r"))
-    steps = (dev_d.group_by("step", maintain_order=True).agg(
-        pl.len().alias("n_devices"),
-        pl.col("_d").sort_by("busy_ps", descending=True).first().alias("_slowest"),
-        pl.col("busy_ps").max().alias("busy_max_ps"), pl.col("busy_ps").median().alias("busy_median_ps"),
-        # the device whose late arrivals cost the others the most wait, and that device's own
-        # attributed wait (one sort, so name and figure are the same device's); none when no
-        # collective of the step was matched
-        pl.when(pl.col("last_arrivals").max() > 0)
-        .then(pl.col("_d").sort_by(_BY_CAUSED, descending=[True, True, False]).first())
-        .otherwise(None).alias("_last"),
-        pl.col("caused_wait_ps").sort_by(_BY_CAUSED, descending=[True, True, False]).first()
-        .alias("attributed_wait_ps"), pl.col("wait_ps").sum())
-        .with_columns(((pl.col("busy_max_ps") - pl.col("busy_median_ps")) / pl.col("busy_median_ps")).alias("lead"),
-                      pl.lit(names).gather(pl.col("_slowest")).alias("slowest"),
-                      pl.lit(names).gather(pl.col("_last")).alias("last_to_arrive"))
-        .select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).sort("step"))
-    del dev_d
+    # per step (rows by step, then device): the slowest device (most busy; ties: the first) and
+    # the device whose late arrivals cost the others the most wait, with that device's own
+    # attributed wait (one order, so name and figure are the same device's; none when no
+    # collective of the step was matched), picked off one stable sort of the row numbers
+    step = dev["step"]
+    if dev.height and step.null_count() == 0 and dev["busy_ps"].null_count() == 0:
+        sv = step.to_numpy()
+        firsts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])
+        gid = np.repeat(np.arange(len(firsts)), np.diff(np.append(firsts, len(sv))))
+        d = dev["_d"].to_numpy().astype(np.int64)
+        slow = np.lexsort((-dev["busy_ps"].to_numpy(), gid))[firsts]
+        by = np.lexsort((rank.to_numpy()[d], -dev["last_arrivals"].to_numpy(), -dev["caused_wait_ps"].to_numpy(),
+                         gid))[firsts]
+        del gid
+        steps = dev.group_by("step", maintain_order=True).agg(
+            pl.len().alias("n_devices"), pl.col("busy_ps").max().alias("busy_max_ps"),
+            pl.col("busy_ps").median().alias("busy_median_ps"), pl.col("last_arrivals").max().alias("_la"),
+            pl.col("wait_ps").sum())
+        steps = steps.with_columns(pl.Series("_slowest", d[slow], dtype=pl.UInt32),
+                                   pl.when(pl.col("_la") > 0).then(pl.Series(d[by], dtype=pl.UInt32)).alias("_last"),
+                                   pl.Series("attributed_wait_ps", dev["caused_wait_ps"].to_numpy()[by]))
+        del d, slow, by
+    else:
+        dev_d = dev.with_columns(pl.lit(rank).gather(pl.col("_d")).alias("_r"))
+        steps = dev_d.group_by("step", maintain_order=True).agg(
+            pl.len().alias("n_devices"),
+            pl.col("_d").sort_by("busy_ps", descending=True).first().alias("_slowest"),
+            pl.col("busy_ps").max().alias("busy_max_ps"), pl.col("busy_ps").median().alias("busy_median_ps"),
+            pl.when(pl.col("last_arrivals").max() > 0)
+            .then(pl.col("_d").sort_by(_BY_CAUSED, descending=[True, True, False]).first())
+            .otherwise(None).alias("_last"),
+            pl.col("caused_wait_ps").sort_by(_BY_CAUSED, descending=[True, True, False]).first()
+            .alias("attributed_wait_ps"), pl.col("wait_ps").sum())
+        del dev_d
+    steps = (steps.with_columns(((pl.col("busy_max_ps") - pl.col("busy_median_ps")) / pl.col("busy_median_ps")).alias("lead"),
+                                pl.lit(names).gather(pl.col("_slowest")).alias("slowest"),
+                                pl.lit(names).gather(pl.col("_last")).alias("last_to_arrive"))
+             .select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).sort("step"))
     dev_caused = dev.group_by("_d").agg(pl.col("caused_wait_ps").sum())
     n_devices = dev["_d"].n_unique()
     dev = (dev.with_columns(codes["host"].gather(dev["_d"]), codes["device"].gather(dev["_d"]))
