@@ -173,25 +173,32 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
     several = codes["host"].n_unique() > 1
     names = (codes["host"] + ":" + codes["device"]) if several else codes["device"]
     rank = names.rank("ordinal").cast(pl.Int64) if len(names) else pl.Series(dtype=pl.Int64)
-    dev = (w.select("_d", "step", "busy_ps")
-           .join(waited, on=["_d", "step"], how="left", nulls_equal=True)
-           .join(caused, on=["_d", "step"], how="left", nulls_equal=True)
-           .with_columns(pl.col("wait_ps").fill_null(0), pl.col("caused_wait_ps").fill_null(0),
-                         pl.col("last_arrivals").fill_null(0))
-           .sort(["step", "_d"]))
-    del w, waited, caused, ex
+    # the few (device, step) sums of the waits put onto the window rows they match (0 elsewhere)
+    rows = w.select("_d", "step").with_row_index("_i")
+    got = {}
+    for small, cols in ((waited, ["wait_ps"]), (caused, ["caused_wait_ps", "last_arrivals"])):
+        m = small.join(rows, on=["_d", "step"], how="inner", nulls_equal=True)
+        for c in cols:
+            a = np.zeros(w.height, dtype=np.int64)
+            a[m["_i"].to_numpy()] = m[c].to_numpy()
+            got[c] = a
+    dev = pl.DataFrame({"_d": w["_d"], "step": w["step"], "busy_ps": w["busy_ps"], "wait_ps": got["wait_ps"],
+                        "caused_wait_ps": got["caused_wait_ps"],
+                        "last_arrivals": pl.Series(got["last_arrivals"], dtype=pl.UInt32)}).sort(["step", "_d"])
+    del w, waited, caused, ex, rows, got
     # per step (rows by step, then device): the slowest device (most busy; ties: the first) and
     # the device whose late arrivals cost the others the most wait, with that device's own
     # attributed wait (one order, so name and figure are the same device's; none when no
     # collective of the step was matched), picked off one stable sort of the row numbers
     step = dev["step"]
-    if dev.height and step.null_count() == 0 and dev["busy_ps"].null_count() == 0:
+    if dev.height and step.null_count() == 0 and dev["busy_ps"].null_count() == 0 and rank.null_count() == 0:
         sv = step.to_numpy()
         firsts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])
         gid = np.repeat(np.arange(len(firsts)), np.diff(np.append(firsts, len(sv))))
         d = dev["_d"].to_numpy().astype(np.int64)
-        slow = np.lexsort((-dev["busy_ps"].to_numpy(), gid))[firsts]
-        by = np.lexsort((rank.to_numpy()[d], -dev["last_arrivals"].to_numpy(), -dev["caused_wait_ps"].to_numpy(),
+        slow = np.lexsort((-dev["busy_ps"].to_numpy().astype(np.int64), gid))[firsts]
+        by = np.lexsort((rank.to_numpy()[d], -dev["last_arrivals"].to_numpy().astype(np.int64),
+                         -dev["caused_wait_ps"].to_numpy(),
                          gid))[firsts]
         del gid
         steps = dev.group_by("step", maintain_order=True).agg(
