@@ -194,7 +194,7 @@ def host_partial(task, options: FleetOptions | None = None):
             return _partial(td, prof, col, moments, sketch, values)
         try:
             anat = profile_anatomy(prof, opts.rules, module=opts.step_module, extent=opts.step_extent,
-                                   window="all")
+                                   window="all", reasons=False)  # the merge annotates the fleet's steps
         except UsageError as exc:  # e.g. the step module has no execution on this host
             part = _partial(td, prof, col, moments, sketch, values)
             part.step_method, part.step_notes = "error", [f"{td.host}: {exc.fault}"]
