@@ -281,7 +281,9 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
         else:
             from concurrent.futures import Future, as_completed
 
-            futures = [executor.submit(read, t) for t in tasks]
+            # a Dask client takes the files in one message (keys of their own: no two files merged)
+            client = type(executor).__module__.startswith("distributed") and hasattr(executor, "gather")
+            futures = executor.map(read, tasks, pure=False) if client else [executor.submit(read, t) for t in tasks]
             if all(isinstance(f, Future) for f in futures):
                 index = {f: i for i, f in enumerate(futures)}
                 for fut in as_completed(futures):
