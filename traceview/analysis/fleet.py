@@ -136,6 +136,12 @@ class HostPartial:
     collectives: pl.DataFrame
     #: the names of ``step_families``' family codes
     family_names: list = field(default_factory=list)
+    #: the step window ``steps`` were annotated for here (:func:`traceview.analysis.steps.stepstats.annotate`:
+    #: its columns after the step rows'), None when not annotated; ``steps_alone``: every
+    #: device's (program's) steps here are enough to judge them alone (no pooling across
+    #: hosts), so the fleet's annotation of these rows is this one
+    step_window: str | None = None
+    steps_alone: bool = False
 
 
 def _distribution_parts(table, alpha: float) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -199,6 +205,7 @@ def host_partial(task, options: FleetOptions | None = None):
             part = _partial(td, prof, col, moments, sketch, values)
             part.step_method, part.step_notes = "error", [f"{td.host}: {exc.fault}"]
             return part
+        from traceview.analysis.steps import stepstats
         from traceview.analysis.steps.anatomy import STEPS_SCHEMA
 
         steps = anat.steps.select(list(STEPS_SCHEMA)) if anat.steps.height else pl.DataFrame(schema=STEPS_SCHEMA)
@@ -208,6 +215,12 @@ def host_partial(task, options: FleetOptions | None = None):
                        .agg(pl.col("self_ps").sum()) if col.height else pl.DataFrame(
                            schema={"module": pl.Utf8, "self_ps": pl.Int64}))
         ov_steps = _overlap_columns(overlap(table, steps if steps.height else None).steps, steps)
+        # judged alone: every device's (program's) steps numerous enough not to be pooled with
+        # other hosts' (stepstats.POOL_BELOW)
+        alone = bool(steps.height) and int(steps.group_by("host", "device", "program_id").len()["len"].min()) \
+            >= stepstats.POOL_BELOW
+        if alone:
+            steps = stepstats.annotate(steps, window=opts.step_window)
         cols = ["host", "device", "module", "op_name", "op_kind", "start_ps", "duration_ps"]
         coll = table.filter(pl.col("op_kind").is_in(_KINDS)).frame(cols) if table.height else pl.DataFrame(
             schema={c: pl.Utf8 for c in cols[:5]} | {"start_ps": pl.Int64, "duration_ps": pl.Int64})
@@ -217,7 +230,8 @@ def host_partial(task, options: FleetOptions | None = None):
                            sketch=sketch, values=values, steps=steps, step_method=anat.method,
                            step_module=anat.module, step_notes=list(anat.notes), step_families=fam,
                            module_self=module_self, overlap_steps=ov_steps, collectives=coll,
-                           family_names=fam_names)
+                           family_names=fam_names, step_window=opts.step_window if alone else None,
+                           steps_alone=alone)
     except TraceviewError as exc:
         return Failed(exc)
 
@@ -492,7 +506,7 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
     """(StepAnatomy or None, overlap rows, Stragglers or None) from the hosts' step rows."""
     from traceview.analysis.steps import stepstats
     from traceview.analysis.communication.overlap import STEPS_SCHEMA as OV_SCHEMA
-    from traceview.analysis.steps.anatomy import FAMILIES_SCHEMA, StepAnatomy, _coverage
+    from traceview.analysis.steps.anatomy import FAMILIES_SCHEMA, STEPS_SCHEMA, StepAnatomy, _coverage
     from traceview.analysis.communication.stragglers import stragglers
 
     empty_ov = pl.DataFrame(schema=OV_SCHEMA)
@@ -521,9 +535,18 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
                          + ", ".join(sorted(f"{m} {mod or ''}".strip() for m, mod in methods))
                          + "); name the step module")
             return None, empty_ov, None
-    st = pl.concat([p.steps for p in parts], how="vertical")
-    dev_ids = stepstats._device_ids(st)  # (per row its (host, device) id, the ids' keys)
-    st = stepstats.annotate(st, window=window, devices=dev_ids)
+    # the hosts' own annotations when each host's steps were judged alone for this window and no
+    # two hosts share a name (the fleet's annotation is then theirs, row for row); else here
+    names = [set(p.steps["host"].unique().to_list()) for p in with_steps]
+    alone = (all(p.steps_alone and p.step_window == window for p in with_steps)
+             and sum(len(h) for h in names) == len(set().union(*names)))
+    if alone:
+        st = pl.concat([p.steps for p in parts if p.steps.height], how="vertical")
+        dev_ids = stepstats._device_ids(st)  # (per row its (host, device) id, the ids' keys)
+    else:
+        st = pl.concat([p.steps.select(list(STEPS_SCHEMA)) for p in parts], how="vertical")
+        dev_ids = stepstats._device_ids(st)
+        st = stepstats.annotate(st, window=window, devices=dev_ids)
     in_win = st["in_window"].to_numpy().astype(bool)
     n = int(in_win.sum())
     total_self = int(col["self_ps"].sum() or 0)
