@@ -220,7 +220,14 @@ def host_partial(task, options: FleetOptions | None = None):
         alone = bool(steps.height) and int(steps.group_by("host", "device", "program_id").len()["len"].min()) \
             >= stepstats.POOL_BELOW
         if alone:
-            steps = stepstats.annotate(steps, window=opts.step_window)
+            kind = stepstats.parse_window(opts.step_window)[0]
+            if kind in ("steady", "all"):  # the anatomy's own annotation (window all, reasons the ratio
+                # alone) but for the window: steady keeps the steps not flagged
+                steps = anat.steps.select(list(STEPS_SCHEMA) + list(stepstats.RECORD_SCHEMA))
+                if kind == "steady":
+                    steps = steps.with_columns((~pl.col("outlier")).alias("in_window"))
+            else:
+                steps = stepstats.annotate(steps, window=opts.step_window)
         cols = ["host", "device", "module", "op_name", "op_kind", "start_ps", "duration_ps"]
         coll = table.filter(pl.col("op_kind").is_in(_KINDS)).frame(cols) if table.height else pl.DataFrame(
             schema={c: pl.Utf8 for c in cols[:5]} | {"start_ps": pl.Int64, "duration_ps": pl.Int64})
