@@ -228,6 +228,7 @@ def host_partial(task, options: FleetOptions | None = None):
                     steps = steps.with_columns((~pl.col("outlier")).alias("in_window"))
             else:
                 steps = stepstats.annotate(steps, window=opts.step_window)
+        steps = steps.with_columns(pl.col(c).cast(pl.Categorical) for c in _STEP_TEXT)  # a few names, many rows
         cols = ["host", "device", "module", "op_name", "op_kind", "start_ps", "duration_ps"]
         coll = table.filter(pl.col("op_kind").is_in(_KINDS)).frame(cols) if table.height else pl.DataFrame(
             schema={c: pl.Utf8 for c in cols[:5]} | {"start_ps": pl.Int64, "duration_ps": pl.Int64})
@@ -257,6 +258,15 @@ def _partial(td, prof, col, moments, sketch, values) -> HostPartial:
                        overlap_steps=pl.DataFrame(schema=OV_SCHEMA), collectives=pl.DataFrame(
                            schema={c: pl.Utf8 for c in ("host", "device", "module", "op_name", "op_kind")}
                            | {"start_ps": pl.Int64, "duration_ps": pl.Int64}))
+
+
+#: the step rows' text columns, sent as categoricals (a few distinct names over many rows)
+_STEP_TEXT = ("host", "device", "module")
+
+
+def _text(steps: pl.DataFrame) -> pl.DataFrame:
+    """A partial's step rows with :data:`_STEP_TEXT` as text again."""
+    return steps.with_columns(pl.col(c).cast(pl.Utf8) for c in _STEP_TEXT if steps.schema.get(c) == pl.Categorical)
 
 
 #: the overlap columns a step row gives (overlap's name: the step rows' name)
@@ -544,14 +554,15 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
             return None, empty_ov, None
     # the hosts' own annotations when each host's steps were judged alone for this window and no
     # two hosts share a name (the fleet's annotation is then theirs, row for row); else here
-    names = [set(p.steps["host"].unique().to_list()) for p in with_steps]
+    texts = [_text(p.steps) for p in parts]
+    names = [set(t["host"].unique().to_list()) for t in texts if t.height]
     alone = (all(p.steps_alone and p.step_window == window for p in with_steps)
              and sum(len(h) for h in names) == len(set().union(*names)))
     if alone:
-        st = pl.concat([p.steps for p in parts if p.steps.height], how="vertical")
+        st = pl.concat([t for t in texts if t.height], how="vertical")
         dev_ids = stepstats._device_ids(st)  # (per row its (host, device) id, the ids' keys)
     else:
-        st = pl.concat([p.steps.select(list(STEPS_SCHEMA)) for p in parts], how="vertical")
+        st = pl.concat([t.select(list(STEPS_SCHEMA)) for t in texts], how="vertical")
         dev_ids = stepstats._device_ids(st)
         st = stepstats.annotate(st, window=window, devices=dev_ids)
     in_win = st["in_window"].to_numpy().astype(bool)
@@ -573,7 +584,8 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
     step_notes = [ln for p in parts for ln in p.step_notes]
     anat = StepAnatomy(steps=st, families=fam, coverage=cov, method=p0.step_method, module=p0.step_module,
                        extent="", notes=step_notes, window=dist["window"], distribution=dist, coverage_all=cov_all)
-    ov = _window_overlap(parts, st, in_win, empty_ov)
+    ov = _window_overlap(parts, texts, st, in_win, empty_ov)
+    del texts
     coll = pl.concat([p.collectives for p in parts], how="vertical")
     if consume:
         for p in parts:
@@ -618,26 +630,26 @@ def _window_families(parts, in_win: np.ndarray, n: int, step_ps) -> pl.DataFrame
             .select(list(FAMILIES_SCHEMA)).cast(FAMILIES_SCHEMA).sort(["self_ps", "family"], descending=[True, False]))
 
 
-def _window_overlap(parts, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataFrame) -> pl.DataFrame:
+def _window_overlap(parts, texts: list, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataFrame) -> pl.DataFrame:
     """The overlap rows of the window's steps, in the hosts' order: a host's rows that are its
     step rows' windows (:func:`_overlap_columns`) take their keys from ``st`` (the concatenated,
     annotated step rows); other hosts' rows are matched to the window's steps by (host,
-    device, step)."""
+    device, step). ``texts``: each part's step rows (:func:`_text`)."""
     from traceview.analysis.communication.overlap import STEPS_SCHEMA as OV_SCHEMA
 
     hosts = [p.host for p in parts]
     distinct = len(set(hosts)) == len(hosts)
     win = None
     out, off = [], 0
-    for p in parts:
-        ov, h = p.overlap_steps, p.steps.height
+    for p, t in zip(parts, texts):
+        ov, h = p.overlap_steps, t.height
         if distinct and h and "host" not in ov.columns:
             m = pl.Series(in_win[off:off + h])
             keys = st.slice(off, h).filter(m).select([pl.col(v).alias(k) for k, v in _OV_KEYS.items()])
             out.append(pl.concat([keys, ov.filter(m)], how="horizontal").select(list(OV_SCHEMA)))
         elif ov.height:
             if "host" not in ov.columns:  # hosts named alike: the keys, then the match
-                ov = pl.concat([p.steps.select([pl.col(v).alias(k) for k, v in _OV_KEYS.items()]), ov],
+                ov = pl.concat([t.select([pl.col(v).alias(k) for k, v in _OV_KEYS.items()]), ov],
                                how="horizontal").select(list(OV_SCHEMA))
             if win is None:
                 win = st.select("host", "device", "step", "in_window").filter(pl.col("in_window")).drop("in_window")
@@ -646,7 +658,7 @@ def _window_overlap(parts, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataF
     return pl.concat(out, how="vertical") if out else empty
 
 
-# -- reading a run in fleet mode# -- reading a run in fleet mode -----------------------------------------------------------
+# -- reading a run in fleet mode -----------------------------------------------------------
 
 def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_bytes: int | None = None,
                cache=None, workers: int = 0, executor=None, scheduler: str | None = None, progress=None,
