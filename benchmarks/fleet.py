@@ -18,7 +18,7 @@ the clock starts:
 * ``fleet-ops``, ``fleet-ops-dask``: as ``fleet`` / ``fleet-dask`` without steps (``--fleet-ops``),
   against ``single-ops``: ``load`` then by_shape and the device summary only.
 
-Each child first takes the allocator settings the CLI gives the mode
+Each child (in the environment this script started with) first takes the allocator settings the CLI gives the mode
 (:func:`traceview.cli.process.tune_allocator` of the run's size for ``single``, of
 :func:`~traceview.cli.process.fleet_client_bytes` for the fleet modes, as ``analyze --fleet``).
 The cluster's workers get a plain process's malloc (``--dask-trim off``, default): distributed
@@ -51,6 +51,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SRC = ROOT.parent / "shared" / "traces" / "tpu_v6e_4chip_psum.xplane.pb"
+#: the environment the children start from: this process's before polars is imported here (for
+#: the tables' comparison), which sets ``_RJEM_MALLOC_CONF`` to its own decay; a later child would
+#: inherit that in place of the allocator settings the CLI gives its mode
+_ENV = dict(os.environ)
 
 _CHILD = r"""
 import json, resource, sys, time
@@ -156,7 +160,7 @@ def partial_bytes(logs: Path) -> dict:
 
 
 def measure(mode: str, path: Path, workers: int, out: Path, trim: str = "off") -> dict:
-    env = dict(os.environ, TRACEVIEW_NO_CACHE="1", PYTHONPATH=str(ROOT))
+    env = dict(_ENV, TRACEVIEW_NO_CACHE="1", PYTHONPATH=str(ROOT))
     p = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path), str(workers), str(out), trim],
                        capture_output=True, text=True, env=env)
     if p.returncode:

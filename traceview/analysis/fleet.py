@@ -20,7 +20,9 @@ Per host, :func:`host_partial` returns a :class:`HostPartial`:
   :data:`EXACT_MAX` events on the host.
 * ``steps`` — the step rows of :func:`traceview.analysis.steps.anatomy` on the host's devices
   (steps are found per device; the dominant module is the host's, checked against the
-  fleet's at the merge), op self time and occurrences per (step, family), the overlap rows
+  fleet's at the merge), op self time and occurrences per (step, family) (integer arrays: step
+  row, family code into ``family_names``), the overlap rows (without the columns the step
+  rows repeat when they are the step rows' windows, in their order)
   per (device, step) (:func:`traceview.analysis.communication.overlap.overlap` over every step window) and
   the collective events (host, device, module, op name, kind, start, duration): the
   arrivals :func:`traceview.analysis.communication.stragglers.stragglers` matches across hosts. None of
@@ -132,6 +134,14 @@ class HostPartial:
     module_self: pl.DataFrame
     overlap_steps: pl.DataFrame
     collectives: pl.DataFrame
+    #: the names of ``step_families``' family codes
+    family_names: list = field(default_factory=list)
+    #: the step window ``steps`` were annotated for here (:func:`traceview.analysis.steps.stepstats.annotate`:
+    #: its columns after the step rows'), None when not annotated; ``steps_alone``: every
+    #: device's (program's) steps here are enough to judge them alone (no pooling across
+    #: hosts), so the fleet's annotation of these rows is this one
+    step_window: str | None = None
+    steps_alone: bool = False
 
 
 def _distribution_parts(table, alpha: float) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
@@ -171,7 +181,7 @@ def host_partial(task, options: FleetOptions | None = None):
     from traceview.read.batch import Failed
 
     opts = options or FleetOptions()
-    td = read_task(task)
+    td = read_task(task, memory=False)  # fleet mode reads no allocator events
     if isinstance(td, Failed):
         return td
     try:
@@ -190,22 +200,35 @@ def host_partial(task, options: FleetOptions | None = None):
             return _partial(td, prof, col, moments, sketch, values)
         try:
             anat = profile_anatomy(prof, opts.rules, module=opts.step_module, extent=opts.step_extent,
-                                   window="all")
+                                   window="all", reasons=False)  # the merge annotates the fleet's steps
         except UsageError as exc:  # e.g. the step module has no execution on this host
             part = _partial(td, prof, col, moments, sketch, values)
             part.step_method, part.step_notes = "error", [f"{td.host}: {exc.fault}"]
             return part
+        from traceview.analysis.steps import stepstats
         from traceview.analysis.steps.anatomy import STEPS_SCHEMA
 
         steps = anat.steps.select(list(STEPS_SCHEMA)) if anat.steps.height else pl.DataFrame(schema=STEPS_SCHEMA)
-        fam = anat.family_time_by_step()
-        counts = _count_by_step(anat)
-        fam = fam.join(counts, on=["step_row", "family"], how="full", coalesce=True)
+        fam, fam_names = _families_by_step(anat)
         have = set(prof.module_runs["module"].drop_nulls().unique().to_list()) - {""} if prof.module_runs.height else set()
         module_self = (col.filter(pl.col("module").is_in(sorted(have))).group_by("module")
                        .agg(pl.col("self_ps").sum()) if col.height else pl.DataFrame(
                            schema={"module": pl.Utf8, "self_ps": pl.Int64}))
-        ov = overlap(table, steps if steps.height else None)
+        ov_steps = _overlap_columns(overlap(table, steps if steps.height else None).steps, steps)
+        # judged alone: every device's (program's) steps numerous enough not to be pooled with
+        # other hosts' (stepstats.POOL_BELOW)
+        alone = bool(steps.height) and int(steps.group_by("host", "device", "program_id").len()["len"].min()) \
+            >= stepstats.POOL_BELOW
+        if alone:
+            kind = stepstats.parse_window(opts.step_window)[0]
+            if kind in ("steady", "all"):  # the anatomy's own annotation (window all, reasons the ratio
+                # alone) but for the window: steady keeps the steps not flagged
+                steps = anat.steps.select(list(STEPS_SCHEMA) + list(stepstats.RECORD_SCHEMA))
+                if kind == "steady":
+                    steps = steps.with_columns((~pl.col("outlier")).alias("in_window"))
+            else:
+                steps = stepstats.annotate(steps, window=opts.step_window)
+        steps = steps.with_columns(pl.col(c).cast(pl.Categorical) for c in _STEP_TEXT)  # a few names, many rows
         cols = ["host", "device", "module", "op_name", "op_kind", "start_ps", "duration_ps"]
         coll = table.filter(pl.col("op_kind").is_in(_KINDS)).frame(cols) if table.height else pl.DataFrame(
             schema={c: pl.Utf8 for c in cols[:5]} | {"start_ps": pl.Int64, "duration_ps": pl.Int64})
@@ -214,7 +237,9 @@ def host_partial(task, options: FleetOptions | None = None):
                            notes=list(prof.warnings), devices=list(prof.devices), col=col, moments=moments,
                            sketch=sketch, values=values, steps=steps, step_method=anat.method,
                            step_module=anat.module, step_notes=list(anat.notes), step_families=fam,
-                           module_self=module_self, overlap_steps=ov.steps, collectives=coll)
+                           module_self=module_self, overlap_steps=ov_steps, collectives=coll,
+                           family_names=fam_names, step_window=opts.step_window if alone else None,
+                           steps_alone=alone)
     except TraceviewError as exc:
         return Failed(exc)
 
@@ -228,27 +253,64 @@ def _partial(td, prof, col, moments, sketch, values) -> HostPartial:
                        op_events=prof.table.height, has_shapes=bool(td.has_shapes and prof.table.height),
                        notes=list(prof.warnings), devices=list(prof.devices), col=col, moments=moments,
                        sketch=sketch, values=values, steps=pl.DataFrame(schema=STEPS_SCHEMA), step_method="off",
-                       step_module=None, step_notes=[], step_families=pl.DataFrame(
-                           schema={"step_row": pl.Int64, "family": pl.Utf8, "self_ps": pl.Int64, "count": pl.Int64}),
+                       step_module=None, step_notes=[], step_families=pl.DataFrame(schema=_FAM_SCHEMA),
                        module_self=pl.DataFrame(schema={"module": pl.Utf8, "self_ps": pl.Int64}),
                        overlap_steps=pl.DataFrame(schema=OV_SCHEMA), collectives=pl.DataFrame(
                            schema={c: pl.Utf8 for c in ("host", "device", "module", "op_name", "op_kind")}
                            | {"start_ps": pl.Int64, "duration_ps": pl.Int64}))
 
 
-def _count_by_step(anat) -> pl.DataFrame:
-    """Occurrences per (step_row, family) of the ops inside steps (sum of ``count``)."""
-    schema = {"step_row": pl.Int64, "family": pl.Utf8, "count": pl.Int64}
+#: the step rows' text columns, sent as categoricals (a few distinct names over many rows)
+_STEP_TEXT = ("host", "device", "module")
+
+
+def _text(steps: pl.DataFrame) -> pl.DataFrame:
+    """A partial's step rows with :data:`_STEP_TEXT` as text again."""
+    return steps.with_columns(pl.col(c).cast(pl.Utf8) for c in _STEP_TEXT if steps.schema.get(c) == pl.Categorical)
+
+
+#: the overlap columns a step row gives (overlap's name: the step rows' name)
+_OV_KEYS = {"host": "host", "device": "device", "step": "step", "start_ps": "start_ps", "step_ps": "duration_ps"}
+
+
+def _overlap_columns(ov: pl.DataFrame, steps: pl.DataFrame) -> pl.DataFrame:
+    """``ov`` (overlap rows) without :data:`_OV_KEYS` when its rows are the step rows'
+    windows in their order (the merge takes those columns from the step rows), else as is."""
+    if ov.height and ov.height == steps.height and ov.select(list(_OV_KEYS)).equals(
+            steps.select([pl.col(v).alias(k) for k, v in _OV_KEYS.items()])):
+        return ov.drop(list(_OV_KEYS))
+    return ov
+
+
+#: a partial's op self time and occurrences per (step row, family code)
+_FAM_SCHEMA = {"step_row": pl.Int32, "family": pl.UInt16, "self_ps": pl.Int64, "count": pl.Int64}
+
+
+def _families_by_step(anat) -> tuple[pl.DataFrame, list]:
+    """(:data:`_FAM_SCHEMA` rows, one per (step row, family) with events inside that step, by
+    step row then family; the family names, sorted, the codes' order) from one pass over the
+    events inside steps (exact int64 sums)."""
+    from traceview.model.optable import int_bincount
+
     rows = anat.step_rows
     if anat.table is None or rows is None or not (rows >= 0).any():
-        return pl.DataFrame(schema=schema)
+        return pl.DataFrame(schema=_FAM_SCHEMA), []
+    fam = anat.attr_family
+    names = sorted(set(fam["family"].to_list()))
+    code = np.zeros(anat.table.attrs.height, dtype=np.int64)
+    code[fam["attr"].to_numpy().astype(np.int64)] = fam["family"].replace_strict(
+        {f: i for i, f in enumerate(names)}, return_dtype=pl.Int64).to_numpy()
     inside = np.flatnonzero(rows >= 0)
     ev = anat.table.events
-    df = pl.DataFrame({"step_row": rows[inside].astype(np.int64),
-                       "attr": pl.Series(ev["attr"].to_numpy()[inside], dtype=pl.UInt32),
-                       "count": ev["count"].to_numpy()[inside]})
-    return (df.join(anat.attr_family, on="attr", how="left").group_by("step_row", "family")
-            .agg(pl.col("count").sum()).select(list(schema)).cast(schema))
+    nf = max(len(names), 1)
+    row_in = rows[inside].astype(np.int64)
+    key = row_in * nf + code[ev["attr"].to_numpy()[inside]]
+    n = (int(row_in.max()) + 1) * nf
+    self_ps = int_bincount(key, ev["self_ps"].to_numpy()[inside], n)
+    count = int_bincount(key, ev["count"].to_numpy()[inside], n)
+    have = np.flatnonzero(np.bincount(key, minlength=n))
+    return pl.DataFrame({"step_row": have // nf, "family": have % nf, "self_ps": self_ps[have],
+                         "count": count[have]}, schema=_FAM_SCHEMA), names
 
 
 # -- the merge -----------------------------------------------------------------------------
@@ -411,8 +473,11 @@ def merged_spread(col: pl.DataFrame, keys: list[str], moments: pl.DataFrame, ske
 
 
 def merge(parts: list[HostPartial], *, split_modules: bool = True, window: str = "steady",
-          step_module: str | None = None, alpha: float = ALPHA, warnings: list | None = None) -> Fleet:
-    """One :class:`Fleet` of the hosts' partials (in host order). Raises
+          step_module: str | None = None, alpha: float = ALPHA, warnings: list | None = None,
+          consume: bool = False) -> Fleet:
+    """One :class:`Fleet` of the hosts' partials (in host order). ``consume``: the partials'
+    per-step frames are dropped (set to None) once merged, so their memory goes before the
+    stragglers' (the partials are of no further use). Raises
     :class:`~traceview.errors.UsageError` on an unknown step window."""
     from traceview.analysis.ops import aggregate
     from traceview.analysis.steps.stepstats import parse_window
@@ -441,7 +506,7 @@ def merge(parts: list[HostPartial], *, split_modules: bool = True, window: str =
     q.update(alpha=alpha, bound=(f"p50_ps/p90_ps: exact for {q['exact']} population(s); for {q['sketch']}, read off "
                                  f"a log-bucket sketch, within {alpha:.1%} (relative) of the exact figure"))
     notes: list = []
-    anat, ov_steps, strag = _merge_steps(parts, col, window, step_module, notes)
+    anat, ov_steps, strag = _merge_steps(parts, col, window, step_module, notes, consume)
     return Fleet(files=[{"path": p.path, "host": p.host, "format": p.format, "events": p.n_events,
                          "op_events": p.op_events} for p in parts],
                  hosts=sorted({p.host for p in parts if p.host is not None}), warnings=warns,
@@ -454,11 +519,11 @@ def merge(parts: list[HostPartial], *, split_modules: bool = True, window: str =
                  device_infos=devices)
 
 
-def _merge_steps(parts, col, window, step_module, notes):
+def _merge_steps(parts, col, window, step_module, notes, consume=False):
     """(StepAnatomy or None, overlap rows, Stragglers or None) from the hosts' step rows."""
     from traceview.analysis.steps import stepstats
     from traceview.analysis.communication.overlap import STEPS_SCHEMA as OV_SCHEMA
-    from traceview.analysis.steps.anatomy import FAMILIES_SCHEMA, StepAnatomy, _coverage
+    from traceview.analysis.steps.anatomy import FAMILIES_SCHEMA, STEPS_SCHEMA, StepAnatomy, _coverage
     from traceview.analysis.communication.stragglers import stragglers
 
     empty_ov = pl.DataFrame(schema=OV_SCHEMA)
@@ -487,49 +552,110 @@ def _merge_steps(parts, col, window, step_module, notes):
                          + ", ".join(sorted(f"{m} {mod or ''}".strip() for m, mod in methods))
                          + "); name the step module")
             return None, empty_ov, None
-    steps, fams, ovs, offs = [], [], [], 0
-    for p in parts:
-        steps.append(p.steps)
-        fams.append(p.step_families.with_columns(pl.col("step_row") + offs))
-        ovs.append(p.overlap_steps)
-        offs += p.steps.height
-    st = pl.concat(steps, how="vertical")
-    st = stepstats.annotate(st, window=window)
-    fam_by_step = pl.concat(fams, how="vertical")
+    # the hosts' own annotations when each host's steps were judged alone for this window and no
+    # two hosts share a name (the fleet's annotation is then theirs, row for row); else here
+    texts = [_text(p.steps) for p in parts]
+    names = [set(t["host"].unique().to_list()) for t in texts if t.height]
+    alone = (all(p.steps_alone and p.step_window == window for p in with_steps)
+             and sum(len(h) for h in names) == len(set().union(*names)))
+    if alone:
+        st = pl.concat([t for t in texts if t.height], how="vertical")
+        dev_ids = stepstats._device_ids(st)  # (per row its (host, device) id, the ids' keys)
+    else:
+        st = pl.concat([t.select(list(STEPS_SCHEMA)) for t in texts], how="vertical")
+        dev_ids = stepstats._device_ids(st)
+        st = stepstats.annotate(st, window=window, devices=dev_ids)
     in_win = st["in_window"].to_numpy().astype(bool)
     n = int(in_win.sum())
     total_self = int(col["self_ps"].sum() or 0)
     outside = total_self - int(st["op_time_ps"].sum() or 0)
-    # the columns the coverage reads, then the window's rows (not a copy of every column)
-    win_steps = st.select("host", "device", "duration_ps", "op_time_ps", "busy_ps", "gap_after_ps",
-                          "in_window").filter(pl.col("in_window"))
-    cov = _coverage(win_steps, total_self, outside, excluded=st.height - n)
+    # the numbers the coverage reads, then the window's rows (not a copy of every column); the
+    # devices counted off the ids
+    win_steps = st.select("duration_ps", "op_time_ps", "busy_ps", "gap_after_ps", "in_window").filter(
+        pl.col("in_window"))
+    cov = _coverage(win_steps, total_self, outside, excluded=st.height - n,
+                    devices=len(np.unique(dev_ids[0][in_win])))
     del win_steps
-    cov_all = _coverage(st, total_self, outside)
-    if n and fam_by_step.height:
-        keep = pl.Series("step_row", np.flatnonzero(in_win), dtype=pl.Int64)
-        fam = (fam_by_step.filter(pl.col("step_row").is_in(keep.implode())).group_by("family").agg(
-            (pl.col("self_ps").sum() / n).alias("self_ps"), pl.col("count").sum().alias("occurrences"))
-            .with_columns((pl.col("self_ps") / cov.step_ps if cov.step_ps else pl.lit(0.0)).alias("share"),
-                          (pl.col("occurrences") / n).alias("per_step"),
-                          pl.lit(None, dtype=pl.UInt32).alias("n_populations"))
-            .select(list(FAMILIES_SCHEMA)).cast(FAMILIES_SCHEMA).sort(["self_ps", "family"], descending=[True, False]))
-    else:
-        fam = pl.DataFrame(schema=FAMILIES_SCHEMA)
+    cov_all = _coverage(st, total_self, outside, devices=len(dev_ids[1]))
+    del dev_ids
+    fam = _window_families(parts, in_win, n, cov.step_ps) if n else pl.DataFrame(schema=FAMILIES_SCHEMA)
     dist = stepstats.distribution(st, window)
     p0 = with_steps[0]
     step_notes = [ln for p in parts for ln in p.step_notes]
     anat = StepAnatomy(steps=st, families=fam, coverage=cov, method=p0.step_method, module=p0.step_module,
                        extent="", notes=step_notes, window=dist["window"], distribution=dist, coverage_all=cov_all)
-    ov = pl.concat(ovs, how="vertical") if ovs else empty_ov
-    ov = ov.join(st.select("host", "device", "step", "in_window").filter(pl.col("in_window")).drop("in_window"),
-                 on=["host", "device", "step"], how="semi")
+    ov = _window_overlap(parts, texts, st, in_win, empty_ov)
+    del texts
     coll = pl.concat([p.collectives for p in parts], how="vertical")
+    if consume:
+        for p in parts:
+            p.step_families = p.overlap_steps = p.collectives = p.steps = None
     strag = None
     if ov.height:
         s = stragglers(coll, ov)
         strag = s if s.summary.get("straggler") else None
     return anat, ov, strag
+
+
+def _window_families(parts, in_win: np.ndarray, n: int, step_ps) -> pl.DataFrame:
+    """The families table (:data:`~traceview.analysis.steps.anatomy.FAMILIES_SCHEMA`, no
+    n_populations) of the hosts' per (step row, family) sums over the window's steps (``in_win``
+    over the concatenated step rows, ``n`` of them): exact int64 sums per family name."""
+    from traceview.analysis.steps.anatomy import FAMILIES_SCHEMA
+
+    names = sorted({f for p in parts for f in p.family_names})
+    ix = {f: i for i, f in enumerate(names)}
+    self_ps = np.zeros(len(names), dtype=np.int64)
+    count = np.zeros(len(names), dtype=np.int64)
+    present = np.zeros(len(names), dtype=bool)
+    off = 0
+    for p in parts:
+        sf = p.step_families
+        if sf.height:
+            keep = in_win[sf["step_row"].to_numpy().astype(np.int64) + off]
+            code = np.array([ix[f] for f in p.family_names], dtype=np.int64)[sf["family"].to_numpy()[keep]]
+            np.add.at(self_ps, code, sf["self_ps"].to_numpy()[keep])
+            np.add.at(count, code, sf["count"].to_numpy()[keep])
+            present[code] = True
+        off += p.steps.height
+    have = np.flatnonzero(present)
+    if not len(have):
+        return pl.DataFrame(schema=FAMILIES_SCHEMA)
+    return (pl.DataFrame({"family": pl.Series([names[i] for i in have.tolist()], dtype=pl.Utf8),
+                          "self_ps": self_ps[have], "occurrences": count[have]})
+            .with_columns(pl.col("self_ps") / n)
+            .with_columns((pl.col("self_ps") / step_ps if step_ps else pl.lit(0.0)).alias("share"),
+                          (pl.col("occurrences") / n).alias("per_step"),
+                          pl.lit(None, dtype=pl.UInt32).alias("n_populations"))
+            .select(list(FAMILIES_SCHEMA)).cast(FAMILIES_SCHEMA).sort(["self_ps", "family"], descending=[True, False]))
+
+
+def _window_overlap(parts, texts: list, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataFrame) -> pl.DataFrame:
+    """The overlap rows of the window's steps, in the hosts' order: a host's rows that are its
+    step rows' windows (:func:`_overlap_columns`) take their keys from ``st`` (the concatenated,
+    annotated step rows); other hosts' rows are matched to the window's steps by (host,
+    device, step). ``texts``: each part's step rows (:func:`_text`)."""
+    from traceview.analysis.communication.overlap import STEPS_SCHEMA as OV_SCHEMA
+
+    hosts = [p.host for p in parts]
+    distinct = len(set(hosts)) == len(hosts)
+    win = None
+    out, off = [], 0
+    for p, t in zip(parts, texts):
+        ov, h = p.overlap_steps, t.height
+        if distinct and h and "host" not in ov.columns:
+            m = pl.Series(in_win[off:off + h])
+            keys = st.slice(off, h).filter(m).select([pl.col(v).alias(k) for k, v in _OV_KEYS.items()])
+            out.append(pl.concat([keys, ov.filter(m)], how="horizontal").select(list(OV_SCHEMA)))
+        elif ov.height:
+            if "host" not in ov.columns:  # hosts named alike: the keys, then the match
+                ov = pl.concat([t.select([pl.col(v).alias(k) for k, v in _OV_KEYS.items()]), ov],
+                               how="horizontal").select(list(OV_SCHEMA))
+            if win is None:
+                win = st.select("host", "device", "step", "in_window").filter(pl.col("in_window")).drop("in_window")
+            out.append(ov.join(win, on=["host", "device", "step"], how="semi"))
+        off += h
+    return pl.concat(out, how="vertical") if out else empty
 
 
 # -- reading a run in fleet mode -----------------------------------------------------------
@@ -577,5 +703,6 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
         raise _all_faults(errors, disc)
     if not any(p.col.height for p in parts):
         raise _all_faults(errors + [NoOpsFound("the trace has no HLO ops", ", ".join(p.path for p in parts))], disc)
+    del res
     return merge(parts, split_modules=split_modules, window=opts.step_window, step_module=opts.step_module,
-                 alpha=opts.alpha, warnings=warnings)
+                 alpha=opts.alpha, warnings=warnings, consume=True)

@@ -80,8 +80,9 @@ def read_file(path: str | os.PathLike, *, kind: str | None = None, host: str | N
 
 
 def read_uncached(path: str | os.PathLike, *, kind: str | None = None, host: str | None = None, run: str = "",
-                  max_bytes: int | None = None, prefetch=None) -> TraceData:
-    """:func:`read_file` without the cache (same arguments, result and errors)."""
+                  max_bytes: int | None = None, prefetch=None, memory: bool = True) -> TraceData:
+    """:func:`read_file` without the cache (same arguments, result and errors); ``memory``:
+    False leaves an ``.xplane.pb``'s allocator events unread (``memory`` None)."""
     p = str(path)
     limit = max_bytes_default(max_bytes)
     if kind is None:
@@ -95,7 +96,7 @@ def read_uncached(path: str | os.PathLike, *, kind: str | None = None, host: str
         if kind == "xplane":
             from traceview.model.from_xplane import read_xplane
 
-            td = read_xplane(p, host=host, run=run, prefetch=prefetch,
+            td = read_xplane(p, host=host, run=run, prefetch=prefetch, memory=memory,
                              **({} if limit is None else {"max_bytes": limit}))
         else:
             from traceview.model.from_tracejson import read_trace_json
@@ -113,11 +114,15 @@ def read_uncached(path: str | os.PathLike, *, kind: str | None = None, host: str
     return td
 
 
-def read_task(task: ReadTask, prefetch=None):
+def read_task(task: ReadTask, prefetch=None, memory: bool = True):
     """Read one file of :func:`traceview.read.batch.read_many` (runs in a worker): its
     TraceData, or a :class:`~traceview.read.batch.Failed` carrying the TraceviewError.
-    ``prefetch``: see :func:`read_file` (in the calling process only)."""
+    ``prefetch``: see :func:`read_file` (in the calling process only). ``memory``: False
+    leaves the allocator events unread when the task has no cache (a cache entry is whole)."""
     try:
+        if not memory and task.cache_root is None:
+            return read_uncached(task.path, kind=task.kind, host=task.host, run=task.run, max_bytes=task.max_bytes,
+                                 prefetch=prefetch, memory=False)
         cache = (TableCache(task.cache_root, min_file_bytes=task.min_cache_bytes) if task.cache_root is not None
                  else False)
         return read_file(task.path, kind=task.kind, host=task.host, run=task.run, max_bytes=task.max_bytes, cache=cache,

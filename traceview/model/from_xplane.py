@@ -134,7 +134,7 @@ def _head(p: Path) -> bytes:
 
 
 def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = "", max_bytes: int = MAX_FILE_BYTES,
-                prefetch=None) -> TraceData:
+                prefetch=None, memory: bool = True) -> TraceData:
     """Read one ``.xplane.pb`` into a :class:`~traceview.model.schema.TraceData`.
 
     ``host`` defaults to the file stem (the profiler names files after the host), else the
@@ -151,7 +151,7 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
     finds malformed is diagnosed from the mapping (:func:`~traceview.read.xplane.wire.mapped_fault`);
     only when its top level looks sound is it read again the classic way, which names the fault. ``prefetch``: a
     :class:`traceview.read.prefetch.Prefetch` of this file (its TPU planes decoded on a thread
-    meanwhile), or None.
+    meanwhile), or None. ``memory``: False leaves the allocator events unread (``memory`` None).
     """
     from traceview.errors import LimitExceeded
 
@@ -230,10 +230,10 @@ def read_xplane(path: str | os.PathLike, *, host: str | None = None, run: str = 
         raise not_xspace("a protobuf whose planes have no names: not an XProf trace")
     stem = p.name.split(".xplane")[0] if ".xplane" in p.name else p.name.removesuffix(".gz").rsplit(".", 1)[0]
     host = printable(host or stem or (space.hostnames[0] if space.hostnames else ""))
-    return convert_xspace(space, printable(str(p)), host, printable(run), decoded=arrays)
+    return convert_xspace(space, printable(str(p)), host, printable(run), decoded=arrays, memory=memory)
 
 
-def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None = None) -> TraceData:
+def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None = None, memory: bool = True) -> TraceData:
     """Turn a parsed (lazy) XSpace into a :class:`TraceData` (see the module docstring).
     ``decoded``: ``{id(plane): result}`` for planes of ``space.planes`` decoded already
     (:mod:`traceview.read.prefetch`, :func:`traceview.model.annotated_plane.prefetch_plan`):
@@ -243,7 +243,8 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
     it is read (its lines freed one by one); planes not in it are decoded here. An XSpace holding several ranks'
     planes (:mod:`traceview.model.ranks`) keeps every plane: each rank's rows, devices, module
     runs, markers, memory and kernel lines are read under the host ``<host>/<rank label>``,
-    and a note says so."""
+    and a note says so. ``memory``: False leaves the allocator events unread."""
+    read_memory = memory
     cols: list[pl.DataFrame] = []
     runs: list[pl.DataFrame] = []
     devices: list[DeviceInfo] = []
@@ -362,7 +363,7 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
                                               decoded=(decoded or {}).pop(id(plane), None))
         elif name == "/host:CPU":
             host_planes.append((plane, stat_names))
-            if has_memory_events(plane):
+            if read_memory and has_memory_events(plane):
                 got = read_memory_events(plane, stat_names, path, h)
                 memory = got if memory is None else pl.concat([memory, got], how="vertical")
     have_device_ops = any(c.height for c in cols)  # OpTables (TPU) and frames (GPU) both have height

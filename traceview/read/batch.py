@@ -281,12 +281,23 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
         else:
             from concurrent.futures import Future, as_completed
 
-            futures = [executor.submit(read, t) for t in tasks]
+            # a Dask client takes the files in one message (keys of their own: no two files merged)
+            client = type(executor).__module__.startswith("distributed") and hasattr(executor, "gather")
+            futures = executor.map(read, tasks, pure=False) if client else [executor.submit(read, t) for t in tasks]
             if all(isinstance(f, Future) for f in futures):
                 index = {f: i for i, f in enumerate(futures)}
                 for fut in as_completed(futures):
                     finish(index[fut], fut.result())
-            else:  # e.g. a Dask Client's own futures: collect them in order
+            elif type(futures[0]).__module__.startswith("distributed"):  # a Dask Client's futures: each
+                # result as it comes, its worker's copy released then
+                from distributed import as_completed as dask_completed
+
+                index = {id(f): i for i, f in enumerate(futures)}
+                for fut in dask_completed(futures):
+                    res = fut.result()
+                    fut.release()
+                    finish(index[id(fut)], res)
+            else:  # other futures: collected in order
                 for i, fut in enumerate(futures):
                     finish(i, fut.result())
     finally:

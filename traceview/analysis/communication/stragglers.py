@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import polars as pl
 
 from traceview.analysis.communication.overlap import ASYNC_STARTS, SYNC_COLLECTIVES
@@ -99,7 +100,8 @@ def clock_offsets(execs: pl.DataFrame) -> dict:
 
 
 #: the order naming a step's last device: most attributed wait, then most last arrivals, then name
-_BY_CAUSED = ["caused_wait_ps", "last_arrivals", "_name"]
+#: (``_r``: the name's rank)
+_BY_CAUSED = ["caused_wait_ps", "last_arrivals", "_r"]
 
 
 def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
@@ -134,56 +136,107 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
                  pl.col("wait_ps").sum()))
     coll = (last.with_columns((pl.col("last_arrival_ps") - pl.col("first_arrival_ps")).alias("skew_ps"))
             .select(list(COLLECTIVES_SCHEMA)).cast(COLLECTIVES_SCHEMA).sort("first_arrival_ps"))
-    # each execution to the step window holding its last arrival (on the last device)
-    w = overlap_steps.select("host", "device", "step", "start_ps", (pl.col("start_ps") + pl.col("step_ps")).alias("_e"),
-                             pl.col("compute_ps").alias("busy_ps"))
-    if w.height == 0:
+    # each execution to the step window holding its last arrival (on the last device); the
+    # device-step frames carry (host, device) as one code, numbered in the pair's sort order
+    pairs = ["host", "device"]
+    if overlap_steps.height == 0:
         notes.append("no collective matched and no step windows with communication: no straggler figures")
         return Stragglers(devices=pl.DataFrame(schema=DEVICES_SCHEMA), steps=pl.DataFrame(schema=STEPS_SCHEMA),
                           collectives=coll, summary={}, clock_offsets=offsets, notes=notes)
+    # the code of each row from its run of rows of one device (no join over every row's strings)
+    new = overlap_steps.select((pl.col("host").ne_missing(pl.col("host").shift(1))
+                                | pl.col("device").ne_missing(pl.col("device").shift(1))).alias("f"))["f"].to_numpy()
+    new[0] = True
+    firsts = np.flatnonzero(new)
+    runs = overlap_steps.select(pairs)[firsts]
+    codes = runs.unique().sort(pairs).with_row_index("_d")
+    run_code = runs.join(codes, on=pairs, how="left", nulls_equal=True, maintain_order="left")["_d"].to_numpy()
+    w = overlap_steps.select(
+        pl.Series("_d", np.repeat(run_code, np.diff(np.append(firsts, overlap_steps.height))), dtype=pl.UInt32),
+        "step", "start_ps", (pl.col("start_ps") + pl.col("step_ps")).alias("_e"), pl.col("compute_ps").alias("busy_ps"))
+    del new, firsts, runs, run_code
     # the window holding each arrival (as-of on the start: no device-by-window product)
-    ex = execs.sort("start_ps").join_asof(
-        w.select("host", "device", "step", pl.col("start_ps").alias("_ws"), "_e").sort("_ws"),
-        left_on="start_ps", right_on="_ws", by=["host", "device"], strategy="backward", check_sortedness=False)
+    ex = execs.join(codes, on=pairs, how="left", nulls_equal=True, maintain_order="left").sort("start_ps").join_asof(
+        w.select("_d", "step", pl.col("start_ps").alias("_ws"), "_e").sort("_ws"),
+        left_on="start_ps", right_on="_ws", by="_d", strategy="backward", check_sortedness=False)
     ex = ex.with_columns(pl.when(pl.col("start_ps") < pl.col("_e")).then(pl.col("step")).alias("step"))
     ex = ex.join(last.select(key + ["last_host", "last_device"]), on=key, how="left")
-    waited = ex.group_by(["host", "device", "step"]).agg(pl.col("wait_ps").sum().alias("wait_ps"))
+    waited = ex.group_by(["_d", "step"]).agg(pl.col("wait_ps").sum().alias("wait_ps"))
     is_last = (pl.col("host") == pl.col("last_host")) & (pl.col("device") == pl.col("last_device"))
     # others' waits of an execution, attributed to its last device, in that device's step
     caused = (ex.group_by(key).agg(pl.col("wait_ps").sum().alias("caused_wait_ps"),
                                    pl.col("step").filter(is_last).first().alias("step"),
                                    pl.col("last_host").first().alias("host"), pl.col("last_device").first().alias("device"))
-              .group_by(["host", "device", "step"]).agg(pl.col("caused_wait_ps").sum(), pl.len().alias("last_arrivals")))
-    dev = (w.select("host", "device", "step", "busy_ps")
-           .join(waited, on=["host", "device", "step"], how="left", nulls_equal=True)
-           .join(caused, on=["host", "device", "step"], how="left", nulls_equal=True)
-           .with_columns(pl.col("wait_ps").fill_null(0), pl.col("caused_wait_ps").fill_null(0),
-                         pl.col("last_arrivals").fill_null(0))
-           .select(list(DEVICES_SCHEMA)).cast(DEVICES_SCHEMA).sort(["step", "host", "device"]))
-    name = pl.when(pl.col("host").n_unique() > 1).then(pl.col("host") + ":" + pl.col("device")).otherwise(pl.col("device"))
-    dev_named = dev.with_columns(name.alias("_name"))
-    steps = (dev_named.group_by("step", maintain_order=True).agg(
-        pl.len().alias("n_devices"),
-        pl.col("_name").sort_by("busy_ps", descending=True).first().alias("slowest"),
-        pl.col("busy_ps").max().alias("busy_max_ps"), pl.col("busy_ps").median().alias("busy_median_ps"),
-        # the device whose late arrivals cost the others the most wait, and that device's own
-        # attributed wait (one sort, so name and figure are the same device's); none when no
-        # collective of the step was matched
-        pl.when(pl.col("last_arrivals").max() > 0)
-        .then(pl.col("_name").sort_by(_BY_CAUSED, descending=[True, True, False]).first())
-        .otherwise(None).alias("last_to_arrive"),
-        pl.col("caused_wait_ps").sort_by(_BY_CAUSED, descending=[True, True, False]).first()
-        .alias("attributed_wait_ps"), pl.col("wait_ps").sum())
-        .with_columns(((pl.col("busy_max_ps") - pl.col("busy_median_ps")) / pl.col("busy_median_ps")).alias("lead"))
-        .select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).sort("step"))
-    summary: dict = {"n_steps": steps.height, "n_devices": dev.select("host", "device").n_unique()}
+              .join(codes, on=pairs, how="left", nulls_equal=True)
+              .group_by(["_d", "step"]).agg(pl.col("caused_wait_ps").sum(), pl.len().alias("last_arrivals")))
+    # a device's name: host:device with several hosts; "_r" its rank among the names
+    several = codes["host"].n_unique() > 1
+    names = (codes["host"] + ":" + codes["device"]) if several else codes["device"]
+    rank = names.rank("ordinal").cast(pl.Int64) if len(names) else pl.Series(dtype=pl.Int64)
+    # the few (device, step) sums of the waits put onto the window rows they match (0 elsewhere)
+    rows = w.select("_d", "step").with_row_index("_i")
+    got = {}
+    for small, cols in ((waited, ["wait_ps"]), (caused, ["caused_wait_ps", "last_arrivals"])):
+        m = small.join(rows, on=["_d", "step"], how="inner", nulls_equal=True)
+        for c in cols:
+            a = np.zeros(w.height, dtype=np.int64)
+            a[m["_i"].to_numpy()] = m[c].to_numpy()
+            got[c] = a
+    dev = pl.DataFrame({"_d": w["_d"], "step": w["step"], "busy_ps": w["busy_ps"], "wait_ps": got["wait_ps"],
+                        "caused_wait_ps": got["caused_wait_ps"],
+                        "last_arrivals": pl.Series(got["last_arrivals"], dtype=pl.UInt32)}).sort(["step", "_d"])
+    del w, waited, caused, ex, rows, got
+    # per step (rows by step, then device): the slowest device (most busy; ties: the first) and
+    # the device whose late arrivals cost the others the most wait, with that device's own
+    # attributed wait (one order, so name and figure are the same device's; none when no
+    # collective of the step was matched), picked off one stable sort of the row numbers
+    step = dev["step"]
+    if dev.height and step.null_count() == 0 and dev["busy_ps"].null_count() == 0 and rank.null_count() == 0:
+        sv = step.to_numpy()
+        firsts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])
+        gid = np.repeat(np.arange(len(firsts)), np.diff(np.append(firsts, len(sv))))
+        d = dev["_d"].to_numpy().astype(np.int64)
+        slow = np.lexsort((-dev["busy_ps"].to_numpy().astype(np.int64), gid))[firsts]
+        by = np.lexsort((rank.to_numpy()[d], -dev["last_arrivals"].to_numpy().astype(np.int64),
+                         -dev["caused_wait_ps"].to_numpy(),
+                         gid))[firsts]
+        del gid
+        steps = dev.group_by("step", maintain_order=True).agg(
+            pl.len().alias("n_devices"), pl.col("busy_ps").max().alias("busy_max_ps"),
+            pl.col("busy_ps").median().alias("busy_median_ps"), pl.col("last_arrivals").max().alias("_la"),
+            pl.col("wait_ps").sum())
+        steps = steps.with_columns(pl.Series("_slowest", d[slow], dtype=pl.UInt32),
+                                   pl.when(pl.col("_la") > 0).then(pl.Series(d[by], dtype=pl.UInt32)).alias("_last"),
+                                   pl.Series("attributed_wait_ps", dev["caused_wait_ps"].to_numpy()[by]))
+        del d, slow, by
+    else:
+        dev_d = dev.with_columns(pl.lit(rank).gather(pl.col("_d")).alias("_r"))
+        steps = dev_d.group_by("step", maintain_order=True).agg(
+            pl.len().alias("n_devices"),
+            pl.col("_d").sort_by("busy_ps", descending=True).first().alias("_slowest"),
+            pl.col("busy_ps").max().alias("busy_max_ps"), pl.col("busy_ps").median().alias("busy_median_ps"),
+            pl.when(pl.col("last_arrivals").max() > 0)
+            .then(pl.col("_d").sort_by(_BY_CAUSED, descending=[True, True, False]).first())
+            .otherwise(None).alias("_last"),
+            pl.col("caused_wait_ps").sort_by(_BY_CAUSED, descending=[True, True, False]).first()
+            .alias("attributed_wait_ps"), pl.col("wait_ps").sum())
+        del dev_d
+    steps = (steps.with_columns(((pl.col("busy_max_ps") - pl.col("busy_median_ps")) / pl.col("busy_median_ps")).alias("lead"),
+                                pl.lit(names).gather(pl.col("_slowest")).alias("slowest"),
+                                pl.lit(names).gather(pl.col("_last")).alias("last_to_arrive"))
+             .select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).sort("step"))
+    dev_caused = dev.group_by("_d").agg(pl.col("caused_wait_ps").sum())
+    n_devices = dev["_d"].n_unique()
+    dev = (dev.with_columns(codes["host"].gather(dev["_d"]), codes["device"].gather(dev["_d"]))
+           .select(list(DEVICES_SCHEMA)).cast(DEVICES_SCHEMA))
+    summary: dict = {"n_steps": steps.height, "n_devices": n_devices}
     if steps.height and steps["n_devices"].max() > 1 and coll.height == 0:
         notes.append("no collective execution matched across devices (no collective opcodes in the trace: a "
                      "trace.json without HLO, or a program without communication): busy times only, no straggler "
                      "named")
     elif steps.height and steps["n_devices"].max() > 1:
         counts = steps.group_by("slowest").agg(pl.len().alias("n"), pl.col("lead").median())
-        tot_caused = dev_named.group_by("_name").agg(pl.col("caused_wait_ps").sum())
+        tot_caused = dev_caused.select(names.gather(dev_caused["_d"]).alias("_name"), "caused_wait_ps")
         counts = counts.join(tot_caused, left_on="slowest", right_on="_name", how="left")
         best = counts.sort(["n", "caused_wait_ps"], descending=True).row(0, named=True)
         all_wait = int(dev["wait_ps"].sum())

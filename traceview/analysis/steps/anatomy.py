@@ -1015,7 +1015,7 @@ def _coverage(steps: pl.DataFrame, total_self: int, outside: int, excluded: int 
 
 def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: pl.DataFrame | None = None,
             module: str | None = None, extent: str = "span", window: str = "steady",
-            outlier_z: float = stepstats.THRESHOLD) -> StepAnatomy:
+            outlier_z: float = stepstats.THRESHOLD, reasons: bool = True) -> StepAnatomy:
     """Step anatomy of a profile: steps, families per step and the coverage line.
 
     ``ops`` / ``module_runs``: the tables of :mod:`traceview.model.schema` (``prof.table`` — an
@@ -1024,8 +1024,10 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
     ``prof.module_runs``). ``rules``: user families (see :func:`classify`). ``markers``,
     ``module``, ``extent``: see :func:`find_steps`. ``window`` ("steady", "all", "A:B") and
     ``outlier_z`` (the modified z-score cut-off): :mod:`traceview.analysis.steps.stepstats`; the
-    families and the coverage are over the window's steps. Formulas: :class:`Coverage` and the
-    module doc. Raises UsageError on bad rules, extent, window or module.
+    families and the coverage are over the window's steps. ``reasons``: False gives an outlier
+    step's ratio to the median alone (no op mix or first executions read off the events).
+    Formulas: :class:`Coverage` and the module doc. Raises UsageError on bad rules, extent,
+    window or module.
     """
     rs = rules_of(rules)  # validate before any work
     stepstats.parse_window(window)
@@ -1036,8 +1038,9 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
     if blocks is not None:  # the (host, device) ids of the rows, without a scan of the strings
         devices = (np.repeat(np.arange(len(blocks), dtype=np.int64), [b - a for _, _, a, b in blocks]),
                    [(h, d) for h, d, _, _ in blocks])
-    steps = stepstats.annotate(steps, window=window, table=table, attr=pe.attr, count=pe.count,
-                               step_rows=step_rows, threshold=outlier_z, devices=devices)
+    steps = (stepstats.annotate(steps, window=window, table=table, attr=pe.attr, count=pe.count,
+                                step_rows=step_rows, threshold=outlier_z, devices=devices) if reasons else
+             stepstats.annotate(steps, window=window, threshold=outlier_z, devices=devices))
     fam_of = attr_families(table, rs) if table.height else pl.DataFrame(schema={"attr": pl.UInt32, "family": pl.Utf8})
     in_win = steps["in_window"].to_numpy().astype(bool) if steps.height else np.zeros(0, dtype=bool)
     n = int(in_win.sum())
@@ -1107,7 +1110,8 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
 
 
 def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str = "span",
-                    markers="auto", window: str = "steady", outlier_z: float = stepstats.THRESHOLD) -> StepAnatomy:
+                    markers="auto", window: str = "steady", outlier_z: float = stepstats.THRESHOLD,
+                    reasons: bool = True) -> StepAnatomy:
     """:func:`anatomy` of a profile (a :class:`~traceview.model.profiledata.ProfileData`).
 
     ``markers``: "auto" uses, when no ``module`` is named, the events of the TPU planes'
@@ -1116,7 +1120,7 @@ def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str 
     annotations (``StepTraceAnnotation``) when the ops run on the host (CPU traces: markers
     and ops share the host clock); None ignores them; or a frame of
     :data:`~traceview.model.schema.STEP_MARKERS_SCHEMA`.
-    ``window`` / ``outlier_z``: :func:`anatomy`. Raises UsageError on bad rules, extent,
+    ``window`` / ``outlier_z`` / ``reasons``: :func:`anatomy`. Raises UsageError on bad rules, extent,
     window, module or ``markers``."""
     table = prof.table
     note = None
@@ -1140,7 +1144,7 @@ def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str 
             host_mk = mk.filter(pl.col("device") == "") if mk.height else mk
             markers = host_mk if (module is None and on_host and host_mk.height) else None
     a = anatomy(table, prof.runs, rules=rules, module=module, extent=extent, markers=markers,
-                window=window, outlier_z=outlier_z)
+                window=window, outlier_z=outlier_z, reasons=reasons)
     if note is not None:
         a.notes.insert(0, note)
     return a
