@@ -199,6 +199,10 @@ def _placed(ops) -> tuple:
     return table, _Placed(table)
 
 
+#: fewest op events per device, on average, for the per-device step work to go on threads: below,
+#: a device's work is mostly Python that holds the GIL, and the threads only contend (a merged
+#: profile of thousands of ranks)
+THREAD_MIN_EVENTS = 2_000
 #: below this many op events the per-device step work runs on threads (numpy, polars and the
 #: C pass release the GIL); above it, one device at a time bounds the temporaries
 PARALLEL_MAX_EVENTS = 8_000_000
@@ -208,7 +212,7 @@ def _per_device(fn, items: list, pe: "_Placed") -> list:
     """``[fn(item) for item in items]``, on up to ``os.cpu_count()`` threads when there are
     several devices and fewer than :data:`PARALLEL_MAX_EVENTS` events. Order is kept."""
     workers = min(len(items), os.cpu_count() or 1)
-    if workers < 2 or pe.n >= PARALLEL_MAX_EVENTS:
+    if workers < 2 or pe.n >= PARALLEL_MAX_EVENTS or pe.n < len(items) * THREAD_MIN_EVENTS:
         return [fn(it) for it in items]
     from concurrent.futures import ThreadPoolExecutor
 
@@ -546,7 +550,8 @@ def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str, module
     def one(item):
         (host, device), r = item
         idx = pe.sel(host, device)
-        ar = _in_start_order(ar_parts.get((host, device), r.clear().drop("program_id")))
+        ar = ar_parts.get((host, device))
+        ar = _in_start_order(r.clear().drop("program_id") if ar is None else ar)
         ar_start = ar["start_ps"].to_numpy()
         sources = [  # (starts, ends, has program, program) per kind of activity, time-ordered
             (pe.start[idx], None, lambda i=idx: pe.has_pid(i), lambda i=idx: pe.pid(i)),
@@ -599,22 +604,34 @@ def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str, module
             end[:-1] = starts[1:]
         end[:-1] = np.minimum(end[:-1], starts[1:])  # never past the next step's start
         end = np.maximum(end, starts)
-        nxt_ps = pl.Series("next_ps", starts, dtype=pl.Int64).shift(-1)  # starts are in time order
-        return pl.DataFrame({
-            "program_id": r["program_id"], "start_ps": starts, "end_ps": end, "run_ps": ends - starts,
-        }).with_columns(pl.lit(host, dtype=pl.Utf8).alias("host"), pl.lit(device, dtype=pl.Utf8).alias("device"),
-                        pl.lit(module, dtype=pl.Utf8).alias("module"), nxt_ps
-                        ).select(list(_WIN_SCHEMA) + ["next_ps"]).cast(_WIN_SCHEMA | {"next_ps": pl.Int64})
+        return r["program_id"], starts, end, ends - starts
 
     # devices in (host, device) order, each in time order: the order _with_next gives, no sort
     ar_parts = dict(all_runs)
     pid_has, pid_val = pid.is_not_null().to_numpy(), pid.fill_null(0).to_numpy().astype(np.uint64)
     groups = sorted(((k, _in_start_order(r)) for k, r in runs), key=lambda g: g[0])
-    frames = [((h, d), f) for ((h, d), _), f in zip(groups, _per_device(one, groups, pe)) if f.height]
-    ends = np.cumsum([f.height for _, f in frames]).tolist()
-    blocks = [(h, d, b - f.height, b) for ((h, d), f), b in zip(frames, ends)]
-    return (pl.concat([f for _, f in frames], how="vertical") if frames
-            else pl.DataFrame(schema=_WIN_SCHEMA | {"next_ps": pl.Int64})), blocks
+    got = [(k, w) for (k, _), w in zip(groups, _per_device(one, groups, pe)) if len(w[1])]
+    schema = _WIN_SCHEMA | {"next_ps": pl.Int64}
+    if not got:
+        return pl.DataFrame(schema=schema), []
+    # one frame of every device's arrays (a frame per device cost ~2 ms: seconds over a merged
+    # profile's thousands of ranks)
+    lens = np.array([len(w[1]) for _, w in got], dtype=np.int64)
+    cut = np.cumsum(lens)
+    blocks = [(h, d, b - n, b) for ((h, d), _), b, n in zip(got, cut.tolist(), lens.tolist())]
+    starts = np.concatenate([w[1] for _, w in got])
+    nxt = np.empty(len(starts), dtype=np.int64)  # the device's next step's start; null after its last
+    nxt[:-1] = starts[1:]
+    keys = pl.DataFrame({"host": [h for (h, _), _ in got], "device": [d for (_, d), _ in got]},
+                        schema={"host": pl.Utf8, "device": pl.Utf8})
+    win = keys[pl.Series(np.repeat(np.arange(len(got)), lens))].with_columns(
+        pl.lit(module, dtype=pl.Utf8).alias("module"),
+        pl.concat([w[0].cast(pl.UInt64) for _, w in got]).alias("program_id"),
+        pl.Series("start_ps", starts, dtype=pl.Int64),
+        pl.Series("end_ps", np.concatenate([w[2] for _, w in got]), dtype=pl.Int64),
+        pl.Series("run_ps", np.concatenate([w[3] for _, w in got]), dtype=pl.Int64),
+        pl.Series("next_ps", nxt, dtype=pl.Int64).scatter(cut - 1, None))
+    return win.select(list(schema)).cast(schema), blocks
 
 
 def _in_start_order(runs: pl.DataFrame) -> pl.DataFrame:

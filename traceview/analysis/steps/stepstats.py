@@ -409,6 +409,7 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
     gb = gap_before.to_numpy(allow_copy=True).astype(np.float64)  # NaN for nulls
     idx_col = steps["step"].to_numpy()
     module = None
+    pooled: dict = {}  # (program or module set) -> its steps on every device and their median, or None (one device)
     # steps that are executions of different compiled programs (a shape sweep's buckets) are
     # judged against their own program's steps only
     prog = (steps["program_id"].fill_null(0).to_numpy() if "program_id" in steps.columns
@@ -422,18 +423,21 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
             parts = [rows[pv == v] for v in np.sort(pl.Series(pv).unique().to_numpy())]
         for part in parts:
             d = dur[part]
-            ref = d
+            ref, med = d, None
             if len(part) < POOL_BELOW:  # few steps: the module's (program's) steps on every device (module doc)
                 if len(parts) > 1:
-                    same = prog == prog[part[0]]
+                    key = ("program", int(prog[part[0]]))
                 else:
                     if module is None:
                         module = (_keyed_rows(steps.select(pl.col("module").fill_null("")), ["module"])
                                   if "module" in steps.columns else np.zeros(n, dtype=np.int64))
-                    same = np.isin(module, np.unique(module[part]))
-                if len(np.unique(dev[same])) > 1:
-                    ref = dur[same]
-            med = float(np.median(ref))
+                    key = ("modules", tuple(np.unique(module[part]).tolist()))
+                if key not in pooled:  # once per program or module set, not once per device
+                    same = prog == key[1] if key[0] == "program" else np.isin(module, key[1])
+                    pooled[key] = (dur[same], float(np.median(dur[same]))) if len(np.unique(dev[same])) > 1 else None
+                if pooled[key] is not None:
+                    ref, med = pooled[key]
+            med = float(np.median(ref)) if med is None else med
             flagged[part] = outliers(d, threshold=threshold, min_rel=min_rel, reference=ref, median=med)
             ratio[part] = d / med if med else 1.0
             by_program[part] = len(parts) > 1
