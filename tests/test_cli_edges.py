@@ -224,6 +224,22 @@ def test_no_output_lands_in_the_log_dir_of_a_run_read(tmp_path, capsys):
         err = capsys.readouterr().err
         assert f"it is inside the log dir {linked} it reads" in err, err
     assert not (linked / "x.json").exists() and not (linked / "d.json").exists()
+    # and one whose run folder, or whose plugins folder, is a link to a folder elsewhere (named
+    # like a run, or not): nothing goes into the log dir, nor through the link into the traces' folder
+    run = next(prof.rglob("*.xplane.pb")).parent
+    for n, (link_at, target_name) in enumerate([("run", run.name), ("run", "realrun"), ("plugins", "plugins")]):
+        store, logdir = tmp_path / f"store{n}", tmp_path / f"logdir{n}"
+        target = store / target_name
+        shutil.copytree(run if link_at == "run" else prof / "plugins", target)
+        at = logdir / ("plugins/profile/" + run.name if link_at == "run" else "plugins")
+        at.parent.mkdir(parents=True)
+        at.symlink_to(target)
+        for argv in (["analyze", str(logdir), "-o", f"{logdir}/x.json"],
+                     ["analyze", str(logdir), "-o", f"{logdir}/plugins/profile/{run.name}/x.json"],
+                     ["diff", p, str(logdir), "-o", f"{logdir}/d.json"], ["report", str(logdir), "-o", f"{logdir}/r.html"]):
+            assert main([*argv, "--no-cache"]) == 2, argv
+            assert "refusing to write" in capsys.readouterr().err
+        assert not list(logdir.glob("*.*")) and not list(target.rglob("x.json")), n
 
 
 def test_a_negative_step_window_is_taken_as_a_value(capsys):
@@ -272,3 +288,12 @@ def test_a_broken_install_is_one_line_and_exit_8(shared_traces, capsys, monkeypa
     assert rc == traceview.errors.EXIT_INSTALL == 8
     assert err.count("\n") == 1 and err.startswith(f"traceview: error: cannot import {module}")
     assert "reinstall traceview" in err and "Traceback" not in err
+
+
+def test_a_malformed_step_window_is_refused_before_the_trace_is_read(shared_traces, tmp_path, capsys):
+    """Fresh-user pass 16: analyze read the trace (and said "no HLO ops", exit 5) before it
+    checked --step-window's form; analyze, report and export now refuse it first, as diff does."""
+    f = str(shared_traces / "gpu_v100x8_tf2_bert_no_xla.xplane.pb")
+    for argv in (["analyze", f], ["report", f, "-o", str(tmp_path / "r.html")], ["export", f, "-o", str(tmp_path / "w")]):
+        assert main([*argv, "--step-window", "abc", "--no-cache"]) == 2, argv
+        assert "unknown step window 'abc'" in capsys.readouterr().err

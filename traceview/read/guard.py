@@ -50,30 +50,34 @@ def why_inside(out: Path, trace_paths, *, trace_name: bool = False) -> str | Non
     out = Path(out)
     if classify(out.name) is not None and not trace_name:
         return "it bears a trace file's name"
+    given = Path(os.path.abspath(out))  # as named: a linked folder on the way kept
     out = out.resolve()
+    forms = [out] if given == out else [out, given]
     dirs = set()
-    for f in trace_paths:  # its folder, and its target's when it is a symbolic link
-        dirs.add(Path(f).resolve().parent)
-        dirs.add(Path(f).parent.resolve())
+    for f in trace_paths:  # a trace's folder as named and as resolved (a linked run folder or trace file)
+        dirs.update((Path(f).resolve().parent, Path(f).parent.resolve(), Path(os.path.abspath(f)).parent))
         try:
             if out.exists() and os.path.samefile(out, f):  # a hard link to a trace elsewhere
                 return f"it is the trace file {f}"
         except OSError:
             pass
-    under = next((d for d in sorted(dirs) if d == out.parent or d in out.parents), None) if trace_name else None
-    if under is not None:  # a folder's read looks into its subfolders too
-        return (f"it is a trace written {'into' if under == out.parent else 'under'} {under}, which holds the "
-                "trace it is cut from (the next read of that folder would take it for one of its traces)")
-    chain = [out, *out.parents]
-    if any(p.name == "profile" and p.parent.name == "plugins" for p in chain):
-        return "it is inside a plugins/profile tree"
-    for p in chain[1:] if _is_regular_target(out) else chain:
-        if run_folder(p):
-            return f"it is inside the run folder {p}"
-    for d in dirs:  # the log dir of a run read (LOGDIR/plugins/profile/RUN/file): the profile as a whole
+    if trace_name:
+        under = next((d for o in forms for d in sorted(dirs) if d == o.parent or d in o.parents), None)
+        if under is not None:  # a folder's read looks into its subfolders too
+            return (f"it is a trace written {'into' if under in (o.parent for o in forms) else 'under'} {under}, "
+                    "which holds the trace it is cut from (the next read of that folder would take it for one of "
+                    "its traces)")
+    for o in forms:
+        chain = [o, *o.parents]
+        if any(p.name == "profile" and p.parent.name == "plugins" for p in chain):
+            return "it is inside a plugins/profile tree"
+        for p in chain[1:] if _is_regular_target(o) else chain:
+            if run_folder(p):
+                return f"it is inside the run folder {p}"
+    for d in sorted(dirs):  # the log dir of a run read (LOGDIR/plugins/profile/RUN/file): the profile as a whole
         if d.parent.name == "profile" and d.parent.parent.name == "plugins":
             logdir = d.parent.parent.parent
-            if out == logdir or logdir in out.parents:
+            if any(o == logdir or logdir in o.parents for o in forms):
                 return f"it is inside the log dir {logdir} it reads"
     return None
 
