@@ -86,6 +86,9 @@ def run(args) -> int:
     from traceview.cli import process
     from traceview.read.discover import discover
 
+    from traceview.analysis.steps.window import parse_window
+
+    parse_window(args.step_window)  # a malformed window is refused before the trace is read
     out = cargs.output_path(args.output, "-o")
     args.format = cargs.output_format(args.format, out, FORMATS, "table", hint={
         "html": f"-o {out}: analyze writes table, json, csv or parquet; the HTML report is --html {out} "

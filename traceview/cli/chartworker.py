@@ -31,7 +31,16 @@ _CHILD = "from traceview.cli.chartworker import serve; serve()"
 def serve() -> None:
     """The worker's loop: import matplotlib's figure and SVG backend, then answer each pickled ``(name, args)`` on
     stdin with a pickled ``("ok", chart)`` or ``("error", text)`` on stdout (each preceded by
-    its length, 8 bytes little-endian), until EOF."""
+    its length, 8 bytes little-endian), until EOF. On Linux it dies with its parent (an
+    interrupted report does not wait for the worker's imports to end)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+            import signal
+
+            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
     from traceview.render.charts import CHARTS
 
     import matplotlib.figure  # noqa: F401

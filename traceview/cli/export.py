@@ -70,7 +70,10 @@ def outputs(out: str, hosts: list[str]) -> tuple[dict, Path]:
 
 def run(args) -> int:
     """Writes the window; returns 0. Raises TraceviewError subclasses on bad input."""
+    from traceview.analysis.steps.window import parse_window
     from traceview.read.guard import check_writable, refuse_inside_inputs
+
+    parse_window(args.step_window)  # a malformed window is refused before the trace is read
 
     pbs, js = outputs(args.output, [])
     for path in (*pbs.values(), js):

@@ -32,6 +32,9 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """Writes the report (see :func:`traceview.render.html.render_report`); returns 0."""
+    from traceview.analysis.steps.window import parse_window
+
+    parse_window(args.step_window)  # a malformed window is refused before the trace is read
     out = cargs.output_path(args.output, "-o")
     if out is None:
         raise UsageError("report writes an HTML file: -o needs a file name")

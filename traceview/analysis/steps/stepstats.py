@@ -92,7 +92,7 @@ def window_holds_steps(steps: pl.DataFrame | None, window: str, option: str = "s
         return
     if "in_window" in steps.columns and not steps["in_window"].fill_null(False).any():
         n = steps["step"].n_unique()
-        raise UsageError(f"{option} {window} holds none of the trace's {n:,} steps (0..{n - 1}; A:B counts "
+        raise UsageError(f"{option} {window} holds none of the trace's {n:,} step{'' if n == 1 else 's'} (0..{n - 1}; A:B counts "
                          "from 0, B excluded, negatives from the end)", None if prof is None else profile_name(prof))
 
 
