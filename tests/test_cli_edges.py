@@ -297,3 +297,7 @@ def test_a_malformed_step_window_is_refused_before_the_trace_is_read(shared_trac
     for argv in (["analyze", f], ["report", f, "-o", str(tmp_path / "r.html")], ["export", f, "-o", str(tmp_path / "w")]):
         assert main([*argv, "--step-window", "abc", "--no-cache"]) == 2, argv
         assert "unknown step window 'abc'" in capsys.readouterr().err
+    # and query names its option, as the other commands do, for a window past the steps
+    gemm = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    assert main(["query", gemm, "SELECT 1 AS a", "--step-window", "100:200", "--no-cache"]) == 2
+    assert "--step-window 100:200 holds none of the trace's 18 steps" in capsys.readouterr().err

@@ -192,3 +192,29 @@ def test_an_interrupt_in_a_child_is_said_once_by_the_parent():
     """, timeout=60)
     assert r.stdout.split() == ["interrupted"] * 3, r.stderr
     assert (r.returncode, r.stderr) == (130, "traceview: interrupted\n")
+
+
+def test_no_fork_when_the_outputs_are_redirected_and_sigint_ignored_stays_ignored(shared_traces):
+    """A caller that redirected stdout/stderr (to a StringIO) gets diff's table and warnings: the
+    sides are read in its process, not in children whose copies of the streams it never sees. A
+    parent that ignores SIGINT (a background job) has children that ignore it too."""
+    r = _python(f"""
+        import contextlib, io, os, signal, sys
+        from traceview.cli import main, process
+        process.FORK_INPUT_BYTES = 0
+        forks, real = [], os.fork
+        os.fork = lambda: (forks.append(1), real())[1]
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = main(["diff", {str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")!r},
+                       {str(shared_traces / "mi300x_jax_attention.xplane.pb")!r}, "--no-cache"])
+        print(rc, len(forks), "step time" in out.getvalue())
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        def work():
+            os.kill(os.getpid(), signal.SIGINT)
+            return 42
+        import pickle
+        print(pickle.loads(process.pickled_in_child(work, "x.pb")))
+    """)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "0", "True", "42"], r.stdout

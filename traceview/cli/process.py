@@ -184,9 +184,16 @@ def can_fork(input_bytes: int) -> bool:
     """Whether a command reading ``input_bytes`` of traces should read them in forked children
     (:data:`FORK_INPUT_BYTES` or more) and a child forked now may use polars and numpy: Linux,
     no Python thread but the main one and the interrupt watchdog (:func:`handle_interrupts`),
-    and none of polars' pool threads (:data:`POLARS_POOL_THREADS`) started. Importing polars
-    starts only its allocator's and spill cleaner's threads, which a child does without."""
+    and none of polars' pool threads (:data:`POLARS_POOL_THREADS`) started, with standard
+    output and error the process' own descriptors 1 and 2 (a caller that redirected them, to a
+    StringIO say, gets nothing from a child). Importing polars starts only its allocator's and
+    spill cleaner's threads, which a child does without."""
     if input_bytes < FORK_INPUT_BYTES or not sys.platform.startswith("linux") or not hasattr(os, "fork"):
+        return False
+    try:  # what a child prints must reach this process' own outputs, not a caller's redirect
+        if sys.stdout.fileno() != 1 or sys.stderr.fileno() != 2:
+            return False
+    except (AttributeError, ValueError, OSError):  # a StringIO, a closed stream
         return False
     if any(t is not threading.main_thread() and t.name != "traceview-interrupt" for t in threading.enumerate()):
         return False
@@ -242,10 +249,12 @@ def pickled_in_child(work, what: str) -> memoryview:
         with contextlib.suppress(Exception):
             stream.flush()
     r, w = os.pipe()
+    parent = os.getpid()
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child; its work is what the tests check
         os.close(r)
-        _child(work, w)
+        _child(work, w, parent, ignored)
     os.close(w)
     try:
         with os.fdopen(r, "rb") as f:
@@ -279,21 +288,26 @@ def _child_interrupted(signum, frame) -> None:
     os._exit(EXIT_INTERRUPTED)
 
 
-def _child(work, fd: int) -> None:
+def _child(work, fd: int, parent: int, ignored: bool) -> None:
     """The forked child of :func:`pickled_in_child`: runs ``work``, writes to ``fd`` a flag byte
     (1: done) and the pickled result, or 0 and the pickled (exception, traceback text), and
-    ends without the interpreter's teardown (exit code 1 when the answer could not be written)."""
+    ends without the interpreter's teardown (exit code 1 when the answer could not be written).
+    ``parent``: the parent's pid (a child whose parent is gone already ends); ``ignored``: the
+    parent ignores SIGINT (a background job), and so does the child."""
     import pickle
     import traceback
 
     code = 0
     try:
-        signal.signal(signal.SIGINT, _child_interrupted)  # the parent says it was interrupted, once
+        # the parent says it was interrupted, once; a parent that ignores SIGINT, its child too
+        signal.signal(signal.SIGINT, signal.SIG_IGN if ignored else _child_interrupted)
         signal.set_wakeup_fd(-1)  # the parent's watchdog pipe: the child's signals are its own
         with contextlib.suppress(Exception):
             import ctypes
 
             ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the parent
+        if os.getppid() != parent:  # it died before the line above: nobody to answer
+            os._exit(1)
         try:
             result, flag, tb = work(), b"\x01", ""
         except BaseException as e:  # noqa: BLE001 - every fault goes back to the parent

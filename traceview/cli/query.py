@@ -92,7 +92,8 @@ def load_tables(args, out: Path | None):
     prof = prof.filter(op_regex=args.filter, device_regex=args.device)
     refuse_inside_inputs(out, "-o", prof.discovery)
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
-                       release=process.heap_releaser(cargs.input_bytes(disc)), **report_options(args))
+                       release=process.heap_releaser(cargs.input_bytes(disc)), window_option="--step-window",
+                       **report_options(args))
     return tables(rep, prof)
 
 
