@@ -168,6 +168,20 @@ def side_paths(args) -> tuple[list[str], list[str]]:
     return [args.base], [args.treatment]
 
 
+def _summary(prof, path, args, rules, base):
+    """:func:`~traceview.analysis.compare.diff.side` of ``prof`` (read from ``path``) with the
+    command line's options, its profile read for it alone; a fault of the side names its file."""
+    from traceview.analysis.compare.diff import side
+    from traceview.cli import process
+
+    try:
+        return side(prof, rules=rules, name_stem=not args.no_name_stem, base=base, step_window=args.step_window,
+                    window_option="--step-window", expand_kernels=args.expand_kernels,
+                    release=process.heap_releaser(cargs.input_bytes(prof.discovery)), drop_derived=True)
+    except TraceviewError as e:  # said with its file (side() names a step window's)
+        raise naming_side(e, path) from None
+
+
 def _side(i: int, todo, discs, args, rules, nb: int, bases):
     """The :class:`~traceview.analysis.compare.diff.DiffSide` of side ``i`` of ``todo``, read
     alone; ``bases``: the pickled base sides when it is a treatment's (its step module is the
@@ -175,31 +189,20 @@ def _side(i: int, todo, discs, args, rules, nb: int, bases):
     import dataclasses
     import pickle
 
-    from traceview.cli import process
-
     base = None
     if bases is not None:  # what side() reads of the base: its kernels and steps, not its noise samples
         from traceview.analysis.compare.pooled import pool
 
         base = dataclasses.replace(pool([pickle.loads(b) for b in bases]), samples=None)
     for prof in load_sides([todo[i]], args, discoveries=[discs[i]]):  # the first imports polars while it decodes
-        from traceview.analysis.compare.diff import side
-
-        try:
-            return side(prof, rules=rules, name_stem=not args.no_name_stem, base=base, step_window=args.step_window, window_option="--step-window",
-                        expand_kernels=args.expand_kernels,
-                        release=process.heap_releaser(cargs.input_bytes(prof.discovery)), drop_derived=True)
-        except TraceviewError as e:  # a fault of this side: said with its file (side() names a step window's)
-            raise naming_side(e, todo[i][0]) from None
+        return _summary(prof, todo[i][0], args, rules, base)
     raise AssertionError("load_sides yields one profile per side")
 
 
 def _sides_here(todo, discs, args, rules, nb: int) -> list:
     """Every side's :class:`~traceview.analysis.compare.diff.DiffSide`, read in this process,
     one profile at a time (where a child process cannot be forked: :func:`traceview.cli.process.can_fork`)."""
-    from traceview.analysis.compare.diff import side
     from traceview.analysis.compare.pooled import pool
-    from traceview.cli import process
 
     sides: list = []
     pooled_base = None
@@ -210,15 +213,7 @@ def _sides_here(todo, discs, args, rules, nb: int) -> list:
         i += 1
         if i == nb:
             pooled_base = pool(sides)
-        try:
-            sides.append(side(prof, rules=rules, name_stem=not args.no_name_stem,
-                              base=pooled_base if i >= nb else None, step_window=args.step_window,
-                              window_option="--step-window",
-                              expand_kernels=args.expand_kernels,
-                              release=process.heap_releaser(cargs.input_bytes(prof.discovery)),
-                              drop_derived=True))
-        except TraceviewError as e:  # a fault of this side: said with its file (side() names a step window's)
-            raise naming_side(e, todo[i][0]) from None
+        sides.append(_summary(prof, todo[i][0], args, rules, pooled_base if i >= nb else None))
         del prof
     return sides
 
