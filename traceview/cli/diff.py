@@ -221,7 +221,7 @@ def _sides_here(todo, discs, args, rules, nb: int) -> list:
 def run(args) -> int:
     """Returns 0; raises TraceviewError subclasses on bad input."""
     from traceview.cli import process
-    from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
+    from traceview.read.guard import check_writable, refuse_inside_inputs
 
     out = cargs.output_path(args.output, "-o")
     args.format = cargs.output_format(args.format, out, ["table", "json", "html"], "table")
@@ -263,11 +263,9 @@ def run(args) -> int:
         text = _compared(_sides_here(todo, discs, args, rules, nb), nb, args, out)
     if text is None:  # printed to the terminal
         return EXIT_OK
-    if out is not None:
-        write_atomic(out, text)
-        print(f"wrote {safe_line(str(out))}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    from traceview.cli.outputs import emit
+
+    emit(text, out)
     return EXIT_OK
 
 

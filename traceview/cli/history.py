@@ -120,7 +120,7 @@ def run(args) -> int:
     from traceview.errors import TraceviewError
     from traceview.model.naming import printable, safe_line
     from traceview.model.units import fmt_ratio
-    from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
+    from traceview.read.guard import check_writable, refuse_inside_inputs
 
     if not args.regression_threshold >= 0 or not math.isfinite(args.regression_threshold):  # NaN too
         raise UsageError(f"--regression-threshold must be a finite number >= 0, got {args.regression_threshold!r}")
@@ -177,11 +177,9 @@ def run(args) -> int:
 
             width = console().width
         text = history_text(h, width=width)
-    if out is not None:
-        write_atomic(out, text)
-        print(f"wrote {safe_line(str(out))}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    from traceview.cli.outputs import emit
+
+    emit(text, out)
     if append is not None:
         from traceview.render.history import history_jsonl
 

@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from traceview.cli import args as cargs
 from traceview.errors import EXIT_OK, UsageError
-from traceview.model.naming import safe_line
 
 FORMATS = ["table", "json", "html"]
 
@@ -57,7 +55,7 @@ def run(args) -> int:
     """Returns 0; raises TraceviewError subclasses on bad input."""
     from traceview.analysis.compare.ladder import ladder
     from traceview.cli.diff import load_sides
-    from traceview.read.guard import check_writable, refuse_inside_inputs, write_atomic
+    from traceview.read.guard import check_writable, refuse_inside_inputs
 
     out = cargs.output_path(args.output, "-o")
     args.format = cargs.output_format(args.format, out, FORMATS, "table")
@@ -95,9 +93,7 @@ def run(args) -> int:
         from traceview.cli.outputs import PLAIN_WIDTH
 
         text = render_ladder_text(lad, width=args.width or PLAIN_WIDTH)
-    if out is not None:
-        write_atomic(out, text)
-        print(f"wrote {safe_line(str(out))}", file=sys.stderr)
-    else:
-        sys.stdout.write(text)
+    from traceview.cli.outputs import emit
+
+    emit(text, out)
     return EXIT_OK

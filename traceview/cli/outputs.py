@@ -14,6 +14,19 @@ from traceview.read.guard import check_writable, inside_inputs, refuse_inside_in
 PLAIN_WIDTH = 8192
 
 
+def emit(text: str, out) -> None:
+    """``text`` to the file ``out`` (written whole or not at all, then ``wrote OUT`` on stderr),
+    or to standard output when ``out`` is None."""
+    from traceview.model.naming import safe_line
+    from traceview.read.guard import write_atomic
+
+    if out is not None:
+        write_atomic(out, text)
+        print(f"wrote {safe_line(str(out))}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+
+
 def console(width: int | None = None):
     """A rich console on standard output: the terminal's own when it is one, else plain text
     (no colours) :data:`PLAIN_WIDTH` wide, whatever ``$COLUMNS`` says (a shell exports it to
