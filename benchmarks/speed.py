@@ -34,7 +34,8 @@ the targets of issue 23 with PASS/FAIL (``unknown`` where a figure is missing), 
 The traceview timed is this checkout's, ``--tree PATH`` another checkout's (first on
 ``PYTHONPATH``; its C extensions built in place), ``--installed`` the one installed in this
 interpreter's environment; the children run as ``python -P``, so the working directory never
-decides (:mod:`tvprobe`). A child started the same way first reports the package it imports and
+decides (:mod:`tvprobe`). A checkout's bytecode is compiled first, as ``pip install`` compiles
+an installed package's (XProf's is), so no child pays Python's compiler. A child started the same way first reports the package it imports and
 whether its C extensions load: that line heads the output and the markdown, and a package
 without them is refused with how to build it (``--allow-fallback`` times it anyway).
 ``--markdown FILE`` writes the results as a markdown
@@ -368,7 +369,8 @@ def markdown(results, sizes, files, tree, commit, argv, load, repeat: int = 1, t
     lines = [f"### Speed yardstick ({datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC)", "",
              f"- machine: {m['cpu']}, {m['nproc']} cores, {m['memory']}, {m['os']}; "
              f"load average before the run {load:.2f}",
-             (f"- traceview tree: `{tree}` at commit `{commit}`" if tree is not None
+             (f"- traceview tree: `{tree}` at commit `{commit}`, its bytecode compiled before timing (as `pip "
+              "install` does)" if tree is not None
               else "- traceview: the installed package (`--installed`)"),
              *([f"- traceview timed (as the children import it): {tvprobe.describe(timed)}"] if timed else []),
              f"- command: `python benchmarks/speed.py {' '.join(argv)}`",
