@@ -329,3 +329,19 @@ def test_load_warns_when_reading_without_the_c_decoder(shared_traces, monkeypatc
     monkeypatch.setattr(traceview.read.xplane.wire, "_fast", None)
     with pytest.warns(RuntimeWarning, match=r"has no compiled C decoder: traces are read by the pure-Python fallback"):
         traceview.load(path, stale_after_s=None, cache=False)
+
+
+def test_profile_analyze_options_are_checked_by_name(shared_traces):
+    """Profile.analyze / Profile.sql name themselves and list their options for one they do
+    not take (not build_report's TypeError), and an option given as None takes its default."""
+    import traceview
+    from traceview.errors import UsageError
+
+    prof = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb", cache=False)
+    with pytest.raises(UsageError, match=r"^analyze\(\) got unknown option bogus \(options: by, peaks, "):
+        prof.analyze(bogus=1)
+    with pytest.raises(UsageError, match=r"^sql\(\) got unknown options on_section, release "):
+        prof.sql("SELECT 1", release=None, on_section=None)
+    default, given_none = prof.analyze(), prof.analyze(step_window=None, by=None)
+    assert given_none.steps.window == default.steps.window == "steady"
+    assert given_none.by_shape.equals(default.by_shape)

@@ -221,10 +221,11 @@ class Profile(ProfileData):
 
     def analyze(self, **options):
         """Every section ``traceview analyze`` shows, as a :class:`traceview.Report`; options
-        as :func:`traceview.analysis.report.build_report`."""
+        as :func:`traceview.analysis.report.build_report` (an option given as None takes its
+        default). Raises UsageError for an unknown or bad option."""
         from traceview.analysis.report import build_report
 
-        return build_report(self, **options)
+        return build_report(self, **_report_options(options, "analyze"))
 
     def sql(self, query: str, **options):
         """Run the SQL ``query`` (polars' SQL engine) over this profile's named tables (``ops``,
@@ -237,7 +238,7 @@ class Profile(ProfileData):
         from traceview.analysis.report import build_report
         from traceview.analysis.sql import execute, tables
 
-        return execute(tables(build_report(self, **options), self), query)
+        return execute(tables(build_report(self, **_report_options(options, "sql")), self), query)
 
     def report(self, path: str | os.PathLike, *, top: int = 30, title: str | None = None, peaks=None, rules=None,
                step_module: str | None = None, step_extent: str = "span", step_window: str = "steady") -> Path:
@@ -315,6 +316,22 @@ def slow_reader_warning() -> None:
 
 #: The largest count an argument may give (as the CLI's options are held to).
 MAX_COUNT = 1 << 62
+
+
+#: build_report's options a caller of Profile.analyze / Profile.sql may give (the rest are the
+#: command line's: its progress and memory hooks, the option name its errors cite)
+_REPORT_OPTIONS = ("by", "peaks", "steps", "expect_batch", "rules", "step_module", "step_extent", "source_frame",
+                   "html", "step_window", "findings", "finding_thresholds", "tokens_per_step")
+
+
+def _report_options(options: dict, method: str) -> dict:
+    """``options`` for build_report, those given as None left out (their defaults apply).
+    Raises UsageError naming ``method`` for an option build_report does not take."""
+    bad = sorted(k for k in options if k not in _REPORT_OPTIONS)
+    if bad:
+        raise UsageError(f"{method}() got unknown option{'s' if len(bad) > 1 else ''} {', '.join(bad)} "
+                         f"(options: {', '.join(_REPORT_OPTIONS)})")
+    return {k: v for k, v in options.items() if v is not None}
 
 
 def _count(v, what: str) -> int:
