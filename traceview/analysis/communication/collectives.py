@@ -443,7 +443,8 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
     is_copy[ia] = (info["op_kind"] == "copy-start").fill_null(False).to_numpy()
     other = np.zeros(size, dtype=bool)
     other[ia] = ~is_copy[ia]
-    idx = [np.flatnonzero(other[a])]  # every other transfer: one event, in event order
+    # every other transfer: one event, in event order
+    idx = [np.flatnonzero(other[a]) if other.any() else np.zeros(0, dtype=np.int64)]
     t_ps = [ev["duration_ps"].gather(pl.Series(idx[0]))]
     self_ps = [ev["self_ps"].gather(pl.Series(idx[0]))]
     if is_copy.any():
@@ -452,10 +453,8 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
         # the copies in start order only where the records' order shows: the first record of a
         # group names its bytes, and bytes add up per direction in record order
         si, span, valid, dself = _pair_spans(ev, attrs, cand_of, not _order_free(info))
-        keep = is_copy[a[si]]
-        if not keep.all():
-            si, span, valid, dself = si[keep], span[keep], valid[keep], dself[keep]
-        del keep
+        # the pairing's non-done events are copy starts: every other candidate's op_kind ends
+        # in "-done", which _pair_index counts as a done
         idx.append(si)
         t_ps.append(pl.Series(span) if valid.all()
                     else pl.select(pl.when(pl.lit(pl.Series(valid))).then(pl.lit(pl.Series(span)))).to_series())
