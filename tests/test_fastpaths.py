@@ -826,3 +826,69 @@ def test_int_bincount_sums_are_exact(pairs):
         want[k] += v
     got = int_bincount(keys, vals, 5)
     assert got.dtype == np.int64 and got.tolist() == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 30)), max_size=60), st.booleans(),
+       st.lists(st.booleans(), min_size=6, max_size=6))
+def test_pair_by_key_over_kept_descriptions_equals_the_gathered_rows(events, in_order, keep):
+    """The collectives' pairing over the events of some descriptions only (``keep``), in C and
+    numpy, equals the pairing of those events gathered out first; unordered, the same pairs."""
+    from traceview.analysis.communication import collectives
+
+    ev = sorted(events, key=lambda e: e[1]) if in_order else events
+    attrs = pl.DataFrame({
+        "attr": pl.Series(range(6), dtype=pl.UInt32), "host": ["h"] * 6, "device": ["d0", "d0", "d0", "d1", "d1", "d1"],
+        "program_id": pl.Series([1] * 6, dtype=pl.UInt64),
+        "op_name": ["copy-start.1", "copy-done.1", "copy-start.2", "copy-start.1", "copy-done.1", "fusion"],
+        "op_kind": ["copy-start", "copy-done", "copy-start", "copy-start", "copy-done", "fusion"],
+        "hlo_text": ["", "%copy-done.1 = f32[8]{0} copy-done(f32[8]{0} %copy-start.1)", "", "",
+                     "%copy-done.1 = f32[8]{0} copy-done(f32[8]{0} %copy-start.1)", ""]})
+    a = np.array([x for x, _ in ev], dtype=np.uint32)
+    t = np.array([y for _, y in ev], dtype=np.int64)
+    kept = np.array(keep)
+    rows = np.flatnonzero(kept[a]) if len(a) else np.zeros(0, dtype=np.int64)
+    saved = collectives._fast
+    try:
+        for fast in (saved, None):
+            collectives._fast = fast
+            if not len(rows):
+                continue
+            si, d = collectives._pair_index(a[rows], t[rows], attrs)
+            ref = (rows[si].tolist(), [rows[x] if x >= 0 else -1 for x in d.tolist()])
+            got = collectives._pair_index(a, t, attrs, kept)
+            assert (got[0].tolist(), got[1].tolist()) == ref
+            un = collectives._pair_index(a, t, attrs, kept, False)
+            assert sorted(zip(un[0].tolist(), un[1].tolist())) == sorted(zip(*ref))
+    finally:
+        collectives._fast = saved
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2, 6), st.integers(0, 3), st.integers(-5, 5) | st.integers(0, 1 << 40),
+                          st.integers(0, 3), st.integers(0, 2)), max_size=40))
+def test_straggler_step_picks_equal_the_sorts(rows):
+    """The stragglers' per-step order, medians and picks (numpy, linear) equal polars' sort and
+    median and the lexsorts they replace."""
+    from traceview.analysis.communication import stragglers as sg
+
+    df = pl.DataFrame(rows, schema={"step": pl.Int64, "_d": pl.UInt32, "busy": pl.Int64, "la": pl.Int64,
+                                    "caused": pl.Int64}, orient="row")
+    o = sg._step_order(df["step"], df["_d"])
+    if o is None:  # a repeated (step, device): the caller sorts with polars
+        assert df.select("step", "_d").is_duplicated().any()
+        return
+    srt = df[pl.Series(o)]
+    assert srt.select("step", "_d").equals(df.sort(["step", "_d"]).select("step", "_d"))
+    if not srt.height:
+        return
+    sv = srt["step"].to_numpy()
+    firsts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])
+    gid = np.repeat(np.arange(len(firsts)), np.diff(np.append(firsts, len(sv))))
+    busy, la, caused = (srt[c].to_numpy() for c in ("busy", "la", "caused"))
+    rank = -srt["_d"].to_numpy().astype(np.int64)
+    assert sg._first_best(firsts, (busy,)).tolist() == np.lexsort((-busy, gid))[firsts].tolist()
+    assert (sg._first_best(firsts, (caused, la, rank)).tolist()
+            == np.lexsort((-rank, -la, -caused, gid))[firsts].tolist())
+    med = srt.group_by("step", maintain_order=True).agg(pl.col("busy").median())["busy"].to_numpy()
+    assert sg._medians(busy, firsts).tolist() == med.tolist()

@@ -168,30 +168,24 @@ def _pair_async(ev: pl.DataFrame, attrs: pl.DataFrame) -> pl.DataFrame:
                                           pl.lit(pl.Series(dself)).alias("done_self_ps"))
 
 
-def _pair_spans(ev: pl.DataFrame, attrs: pl.DataFrame, rows=None) -> tuple:
+def _pair_spans(ev: pl.DataFrame, attrs: pl.DataFrame, keep=None, ordered: bool = True) -> tuple:
     """The pairing of :func:`_pair_async` as int64/bool arrays over the rows of ``ev`` (only
-    the rows ``rows``, an ascending int64 index array, when given: indices below are positions
-    in ``rows``): (the non-done rows in start order, span_ps per such row (0 where not valid),
-    valid (matched with both times known), done_self_ps (0 when unmatched))."""
+    the rows whose attr id ``keep`` (bool per attr id) marks, when given): (the non-done rows,
+    in start order, or in row order when not ``ordered``; span_ps per such row (0 where not
+    valid), valid (matched with both times known), done_self_ps (0 when unmatched))."""
     import numpy as np
 
     from traceview.analysis.communication.overlap import _codes
 
     start, dur = ev["start_ps"], ev["duration_ps"]
     t_all = _codes(start, np.iinfo(np.int64).min)  # nulls first, as polars sorts them
-    a, t = ev["attr"].to_numpy(), t_all
-    if rows is not None:
-        a, t = a[rows], t_all[rows]
-    si, d = _pair_index(a, t, attrs)
-    del a, t
+    si, d = _pair_index(ev["attr"].to_numpy(), t_all, attrs, keep, ordered)
     span = np.zeros(len(si), dtype=np.int64)
     valid = np.zeros(len(si), dtype=bool)
     dself = np.zeros(len(si), dtype=np.int64)
     hit = d >= 0
     if hit.any():
         d, s_ = d[hit], si[hit]
-        if rows is not None:
-            d, s_ = rows[d], rows[s_]
         if start.null_count() or dur.null_count():
             end = start + dur
             dnull = start.is_null().to_numpy()[s_]
@@ -206,33 +200,49 @@ def _pair_spans(ev: pl.DataFrame, attrs: pl.DataFrame, rows=None) -> tuple:
     return si, span, valid, dself
 
 
-def _pair_index(a, t, attrs: pl.DataFrame) -> tuple:
-    """(the indices of the non-done events of ``a`` (attr ids) in time order ``t`` (stable),
-    per such event the index of its done event or -1): the matching of :func:`_pair_async`."""
+def _pair_index(a, t, attrs: pl.DataFrame, keep=None, ordered: bool = True) -> tuple:
+    """(the indices of the non-done events of ``a`` (attr ids) in time order ``t`` (stable;
+    in event order when not ``ordered``), per such event the index of its done event or -1):
+    the matching of :func:`_pair_async`. ``keep`` (bool per attr id, optional): only the
+    events of those descriptions take part (the others are neither starts nor dones)."""
     import numpy as np
 
     from traceview.analysis.communication.overlap import _keyed
 
     cnt = np.bincount(a)
-    ua = np.flatnonzero(cnt)  # the attr ids present, ascending
+    present = cnt > 0
+    if keep is not None:
+        present &= keep[:len(cnt)]
+    ua = np.flatnonzero(present)  # the attr ids taking part, ascending
     used = attrs.filter(pl.col("attr").is_in(pl.Series(ua, dtype=attrs.schema["attr"]).implode()))
     done_of = used.select((pl.col("op_kind").fill_null("").str.ends_with("-done")
                            | pl.col("op_name").str.contains(r"-done(\.\d+)?$")).fill_null(False))
     used = used.with_columns(done_of.to_series().alias("_done"))
     pair = [_done_operand(t_, n) if d else n for t_, n, d in used.select("hlo_text", "op_name", "_done").iter_rows()]
     used = used.with_columns(pl.Series("_pair", pair, dtype=pl.Utf8))
-    lut_key = np.full(attrs.height + 1, -1, dtype=np.int64)
-    lut_done = np.zeros(attrs.height + 1, dtype=bool)
+    size = max(attrs.height, len(cnt)) + 1
+    lut_key = np.full(size, -1, dtype=np.int64)
+    lut_done = np.zeros(size, dtype=bool)
     ua = used["attr"].to_numpy().astype(np.int64)
     lut_key[ua] = _keyed(used, ["host", "device", "program_id", "_pair"])
     lut_done[ua] = used["_done"].to_numpy()
+    if keep is not None:  # the others: dones of no key, which take no part in C below
+        kept = np.zeros(size, dtype=bool)
+        kept[:len(keep)] = keep
+        lut_done |= ~kept
     if _fast is not None:  # one C pass when each key's events are already in time order
         n_si = int(cnt[~lut_done[:len(cnt)]].sum())
         si, d = np.empty(n_si, dtype=np.int64), np.empty(n_si, dtype=np.int64)
         if _fast.pair_by_key(np.ascontiguousarray(a, dtype=np.uint32), np.ascontiguousarray(t, dtype=np.int64),
                              lut_key, lut_done.view(np.uint8), si, d) == n_si:
+            if not ordered:
+                return si, d
             o = _time_order(t[si])
             return si[o], d[o]
+    rows = None
+    if keep is not None:
+        rows = np.flatnonzero(kept[a])
+        a, t = a[rows], t[rows]
     key, is_done = lut_key[a], lut_done[a]
     si, di = np.flatnonzero(~is_done), np.flatnonzero(is_done)
     si = si[_time_order(t[si])]
@@ -242,6 +252,9 @@ def _pair_index(a, t, attrs: pl.DataFrame) -> tuple:
     match = _match(ks, kd)
     hit = match >= 0
     match[hit] = di[match[hit]]  # no done at all: nothing to index
+    if rows is not None:
+        si = rows[si]
+        match[hit] = rows[match[hit]]
     return si, match
 
 
@@ -430,22 +443,18 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
     is_copy[ia] = (info["op_kind"] == "copy-start").fill_null(False).to_numpy()
     other = np.zeros(size, dtype=bool)
     other[ia] = ~is_copy[ia]
-    idx = [np.flatnonzero(other[a])]  # every other transfer: one event, in event order
+    # every other transfer: one event, in event order
+    idx = [np.flatnonzero(other[a]) if other.any() else np.zeros(0, dtype=np.int64)]
     t_ps = [ev["duration_ps"].gather(pl.Series(idx[0]))]
     self_ps = [ev["self_ps"].gather(pl.Series(idx[0]))]
     if is_copy.any():
         cand_of = is_copy.copy()
         cand_of[np.asarray(done_ok, dtype=np.int64)] = True
-        cand = np.flatnonzero(cand_of[a])
-        whole = len(cand) == len(a)  # every event a candidate: no index needed
-        si, span, valid, dself = _pair_spans(ev, attrs, None if whole else cand)
-        if not whole:
-            si = cand[si]
-        del cand
-        keep = is_copy[a[si]]
-        if not keep.all():
-            si, span, valid, dself = si[keep], span[keep], valid[keep], dself[keep]
-        del keep
+        # the copies in start order only where the records' order shows: the first record of a
+        # group names its bytes, and bytes add up per direction in record order
+        si, span, valid, dself = _pair_spans(ev, attrs, cand_of, not _order_free(info))
+        # the pairing's non-done events are copy starts: every other candidate's op_kind ends
+        # in "-done", which _pair_index counts as a done
         idx.append(si)
         t_ps.append(pl.Series(span) if valid.all()
                     else pl.select(pl.when(pl.lit(pl.Series(valid))).then(pl.lit(pl.Series(span)))).to_series())
@@ -496,6 +505,14 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
     modules = set(mods.drop_nulls().to_list())
     return (g.select(list(HOST_SCHEMA)).sort(["op_time_ps", "direction", "mechanism", "shape"],
                                              descending=[True, False, False, False]), host_ps, modules)
+
+
+def _order_free(info: pl.DataFrame) -> bool:
+    """Whether the transfers described by ``info`` (columns ``_g``, ``direction``, ``bytes``)
+    have one byte count (null counting as one) per group and per direction: then no figure
+    of :func:`_host_transfers` depends on the order of its records."""
+    return all(info.group_by(k).agg(pl.col("bytes").n_unique().alias("_n"))["_n"].max() <= 1
+               for k in ("_g", "direction")) if info.height else True
 
 
 def _direction_bandwidth(dir_names: pl.Series, ra, ix, start, t, ok, dir_of, dev_of, by_attr) -> pl.DataFrame:

@@ -254,7 +254,8 @@ class _Events:
         if ev["start_ps"].null_count():
             ev = ev.filter(pl.col("start_ps").is_not_null())
         attr = ev["attr"].to_numpy()  # uint32, no copy
-        self.any_comm = bool(len(attr)) and bool((cls_of[attr] != 0).any())
+        self.counts = np.bincount(attr, minlength=len(cls_of))  # events per description
+        self.any_comm = bool(len(attr)) and bool((self.counts[:len(cls_of)][cls_of != 0] > 0).any())
         self.devices = self.attrs.select("host", "device").unique().sort(["host", "device"])
         self.cls_of = cls_of
         if not self.any_comm:  # nothing to place: the caller returns empty frames
@@ -284,6 +285,22 @@ class _Events:
                        if cuts[d + 1] > cuts[d]]
 
 
+def _row_devices(frame: pl.DataFrame, devices: pl.DataFrame) -> np.ndarray:
+    """Per row of ``frame`` (columns ``host``, ``device``), the index of its (host, device) in
+    ``devices`` (nulls equal), -1 where absent (int64): the left join of the rows' runs of one
+    device, repeated over each run's rows."""
+    if frame.height == 0:
+        return np.zeros(0, dtype=np.int64)
+    new = frame.select((pl.col("host").ne_missing(pl.col("host").shift(1))
+                        | pl.col("device").ne_missing(pl.col("device").shift(1))).alias("f"))["f"].to_numpy().copy()
+    new[0] = True
+    firsts = np.flatnonzero(new)
+    runs = frame.select("host", "device")[firsts]
+    code = _codes(runs.join(devices.with_row_index("_d"), on=["host", "device"], how="left", nulls_equal=True,
+                            maintain_order="left")["_d"])
+    return np.repeat(code, np.diff(np.append(firsts, frame.height)))
+
+
 def _comm_ops(ev: _Events) -> dict:
     """One record per collective / transfer execution, as arrays in (host, device, start)
     order (stable; synchronous ones before pairs at one start): ``attr`` (the sync event's or
@@ -309,7 +326,7 @@ def _comm_ops(ev: _Events) -> dict:
     start_key[start_of & at["op_name"].is_null().to_numpy()] = -1  # a null name names nothing
     a = ev.attr
     if _fast is not None and a.dtype == np.uint32:  # one C pass: pairs and the merge below
-        cap = int(np.bincount(a, minlength=n)[(start_key >= 0) | sync_of].sum())
+        cap = int(ev.counts[:n][(start_key >= 0) | sync_of].sum())
         idx, pe, sync = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.uint8)
         got = _fast.comm_records(np.ascontiguousarray(a), np.ascontiguousarray(ev.start, dtype=np.int64),
                                  np.ascontiguousarray(ev.dev, dtype=np.int32), start_key.astype(np.int64),
@@ -437,13 +454,13 @@ def overlap(table, steps: pl.DataFrame | None, *, keep_ops: bool = False) -> Ove
     which the caller keeps unchanged."""
     given = steps
     ev = _Events(table)
+    cols = ["host", "device", "step", "start_ps", "duration_ps"]
     if steps is not None and "in_window" in steps.columns:
-        steps = steps.filter(pl.col("in_window"))
+        steps = steps.select(cols + ["in_window"]).filter(pl.col("in_window"))
     wins = {}
     if ev.any_comm and steps is not None and steps.height:
-        w = steps.select("host", "device", "step", "start_ps", "duration_ps").join(
-            ev.devices.with_row_index("_d"), on=["host", "device"], how="left", nulls_equal=True, maintain_order="left")
-        wd = _codes(w["_d"])
+        w = steps.select(cols)
+        wd = _row_devices(w, ev.devices)
         order = np.argsort(wd, kind="stable")
         wa_all, wl_all, ws_all = _codes(w["start_ps"])[order], _codes(w["duration_ps"])[order], _codes(w["step"])[order]
         wd = wd[order]

@@ -174,18 +174,13 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
     names = (codes["host"] + ":" + codes["device"]) if several else codes["device"]
     rank = names.rank("ordinal").cast(pl.Int64) if len(names) else pl.Series(dtype=pl.Int64)
     # the few (device, step) sums of the waits put onto the window rows they match (0 elsewhere)
-    rows = w.select("_d", "step").with_row_index("_i")
-    got = {}
-    for small, cols in ((waited, ["wait_ps"]), (caused, ["caused_wait_ps", "last_arrivals"])):
-        m = small.join(rows, on=["_d", "step"], how="inner", nulls_equal=True)
-        for c in cols:
-            a = np.zeros(w.height, dtype=np.int64)
-            a[m["_i"].to_numpy()] = m[c].to_numpy()
-            got[c] = a
+    got = _onto_rows(w, ((waited, ["wait_ps"]), (caused, ["caused_wait_ps", "last_arrivals"])))
     dev = pl.DataFrame({"_d": w["_d"], "step": w["step"], "busy_ps": w["busy_ps"], "wait_ps": got["wait_ps"],
                         "caused_wait_ps": got["caused_wait_ps"],
-                        "last_arrivals": pl.Series(got["last_arrivals"], dtype=pl.UInt32)}).sort(["step", "_d"])
-    del w, waited, caused, ex, rows, got
+                        "last_arrivals": pl.Series(got["last_arrivals"], dtype=pl.UInt32)})
+    o = _step_order(dev["step"], dev["_d"])
+    dev = dev.sort(["step", "_d"]) if o is None else dev[pl.Series(o)]
+    del w, waited, caused, ex, got, o
     # per step (rows by step, then device): the slowest device (most busy; ties: the first) and
     # the device whose late arrivals cost the others the most wait, with that device's own
     # attributed wait (one order, so name and figure are the same device's; none when no
@@ -194,20 +189,20 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
     if dev.height and step.null_count() == 0 and dev["busy_ps"].null_count() == 0 and rank.null_count() == 0:
         sv = step.to_numpy()
         firsts = np.flatnonzero(np.r_[True, sv[1:] != sv[:-1]])
-        gid = np.repeat(np.arange(len(firsts)), np.diff(np.append(firsts, len(sv))))
         d = dev["_d"].to_numpy().astype(np.int64)
-        slow = np.lexsort((-dev["busy_ps"].to_numpy().astype(np.int64), gid))[firsts]
-        by = np.lexsort((rank.to_numpy()[d], -dev["last_arrivals"].to_numpy().astype(np.int64),
-                         -dev["caused_wait_ps"].to_numpy(),
-                         gid))[firsts]
-        del gid
-        steps = dev.group_by("step", maintain_order=True).agg(
-            pl.len().alias("n_devices"), pl.col("busy_ps").max().alias("busy_max_ps"),
-            pl.col("busy_ps").median().alias("busy_median_ps"), pl.col("last_arrivals").max().alias("_la"),
-            pl.col("wait_ps").sum())
+        busy = dev["busy_ps"].to_numpy().astype(np.int64, copy=False)
+        la = dev["last_arrivals"].to_numpy().astype(np.int64)
+        caused_v = dev["caused_wait_ps"].to_numpy()
+        slow = _first_best(firsts, (busy,))
+        by = _first_best(firsts, (caused_v, la, -rank.to_numpy()[d]))
+        steps = pl.DataFrame({
+            "step": sv[firsts], "n_devices": pl.Series(np.diff(np.append(firsts, len(sv))), dtype=pl.UInt32),
+            "busy_max_ps": busy[slow], "busy_median_ps": _medians(busy, firsts),
+            "_la": pl.Series(np.maximum.reduceat(la, firsts), dtype=pl.UInt32),
+            "wait_ps": np.add.reduceat(dev["wait_ps"].to_numpy(), firsts)})
         steps = steps.with_columns(pl.Series("_slowest", d[slow], dtype=pl.UInt32),
                                    pl.when(pl.col("_la") > 0).then(pl.Series(d[by], dtype=pl.UInt32)).alias("_last"),
-                                   pl.Series("attributed_wait_ps", dev["caused_wait_ps"].to_numpy()[by]))
+                                   pl.Series("attributed_wait_ps", caused_v[by]))
         del d, slow, by
     else:
         dev_d = dev.with_columns(pl.lit(rank).gather(pl.col("_d")).alias("_r"))
@@ -246,6 +241,106 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
                        attributed_share=(best["caused_wait_ps"] or 0) / all_wait if all_wait else None,
                        lead_max=float(steps["lead"].max()) if steps["lead"].max() is not None else None)
     return Stragglers(devices=dev, steps=steps, collectives=coll, summary=summary, clock_offsets=offsets, notes=notes)
+
+
+def _pair_codes(d: np.ndarray, step: np.ndarray, lo: int, span: int) -> np.ndarray | None:
+    """One int64 per (device code, step) that orders as the pair does: d * span + (step - lo)
+    (steps in [lo, lo + span)); None when that could overflow."""
+    if len(d) and (int(d.max()) + 1) * span >= (1 << 62):
+        return None
+    return d.astype(np.int64) * span + (step.astype(np.int64) - lo)
+
+
+def _step_order(step: pl.Series, d: pl.Series) -> np.ndarray | None:
+    """The row order of ``sort(["step", "_d"])`` (``_d``: small non-negative codes) as an int64
+    array, by one stable numpy sort; None (the caller sorts the frame) when a step is null or
+    two rows share (step, _d), whose order that sort leaves open."""
+    if step.null_count() or d.null_count() or not len(step):
+        return None if len(step) else np.zeros(0, dtype=np.int64)
+    sv, dv = step.to_numpy(), d.to_numpy()
+    lo, nd = int(sv.min()), int(dv.max()) + 1
+    key = _pair_codes(sv - lo, dv, 0, nd) if (int(sv.max()) - lo + 1) * nd < (1 << 62) else None
+    o = np.argsort(key, kind="stable") if key is not None else np.lexsort((dv, sv))
+    ss, ds = sv[o], dv[o]
+    if bool(((ss[1:] == ss[:-1]) & (ds[1:] == ds[:-1])).any()):
+        return None
+    return o
+
+
+def _onto_rows(w: pl.DataFrame, parts) -> dict:
+    """Per column of ``parts`` ((frame keyed by ``_d``, ``step``; its columns), ...): an int64
+    array over the rows of ``w`` (columns ``_d``, ``step``) holding the value of the part's row
+    with the same (``_d``, ``step``) (nulls equal), 0 where none: an inner join on the keys,
+    done by one search when the rows' keys are distinct and not null."""
+    out = {}
+    sv, dv = w["step"], w["_d"]
+    key = None
+    if w.height and not sv.null_count() and not dv.null_count():
+        s_np, d_np = sv.to_numpy(), dv.to_numpy()
+        lo = int(s_np.min())
+        key = _pair_codes(d_np, s_np, lo, int(s_np.max()) - lo + 1)
+    if key is not None:
+        o = np.argsort(key, kind="stable")
+        sk = key[o]
+        if bool((sk[1:] == sk[:-1]).any()):
+            key = None
+    if key is None:  # the join itself
+        rows = w.select("_d", "step").with_row_index("_i")
+        for small, cols in parts:
+            m = small.join(rows, on=["_d", "step"], how="inner", nulls_equal=True)
+            for c in cols:
+                a = np.zeros(w.height, dtype=np.int64)
+                a[m["_i"].to_numpy()] = m[c].to_numpy()
+                out[c] = a
+        return out
+    span = int(s_np.max()) - lo + 1
+    for small, cols in parts:
+        ok = (small["step"].is_not_null() & small["_d"].is_not_null()).to_numpy()
+        ps = small["step"].fill_null(lo).to_numpy().astype(np.int64)
+        pd_ = small["_d"].fill_null(0).to_numpy().astype(np.int64)
+        ok &= (ps >= lo) & (ps < lo + span)
+        q = pd_ * span + (ps - lo)
+        at = np.minimum(np.searchsorted(sk, q), max(len(sk) - 1, 0))
+        ok &= sk[at] == q
+        row = o[at[ok]]
+        for c in cols:
+            a = np.zeros(w.height, dtype=np.int64)
+            a[row] = small[c].to_numpy()[ok]
+            out[c] = a
+    return out
+
+
+def _first_best(firsts: np.ndarray, keys: tuple) -> np.ndarray:
+    """Per group of rows (groups start at ``firsts``, ascending, contiguous), the first row
+    whose ``keys`` (int64 arrays, compared in turn, larger wins) are the largest: what a
+    stable sort by (group, -keys...) puts first in each group."""
+    n = len(keys[0])
+    sizes = np.diff(np.append(firsts, n))
+    cand = np.ones(n, dtype=bool)
+    for k in keys:
+        low = np.iinfo(np.int64).min
+        best = np.maximum.reduceat(np.where(cand, k, low), firsts)
+        cand &= k == np.repeat(best, sizes)
+    idx = np.flatnonzero(cand)
+    g = np.repeat(np.arange(len(firsts)), sizes)[idx]
+    return idx[np.r_[True, g[1:] != g[:-1]]]
+
+
+def _medians(v: np.ndarray, firsts: np.ndarray) -> np.ndarray:
+    """Per group (rows from ``firsts``, contiguous), the median of the int64 ``v`` as polars
+    computes it: the middle value, or of the two middle ones lo + (hi - lo) * 0.5 in float64."""
+    n = len(v)
+    sizes = np.diff(np.append(firsts, n))
+    gid = np.repeat(np.arange(len(firsts)), sizes)
+    vlo = int(v.min())
+    span = int(v.max()) - vlo + 1
+    if len(firsts) * span < (1 << 62):
+        sv = np.sort(gid * span + (v - vlo)) - gid * span + vlo
+    else:
+        sv = v[np.lexsort((v, gid))]
+    lo = sv[firsts + (sizes - 1) // 2].astype(np.float64)
+    hi = sv[firsts + sizes // 2].astype(np.float64)
+    return lo + (hi - lo) * 0.5
 
 
 #: host clock offsets past this (ps, one second) are called out: the hosts' clocks disagree
