@@ -107,7 +107,9 @@ def consume(lines: list):
     lines.reverse()
     while lines:
         le = lines.pop()
-        yield annotated_line(le) if isinstance(le, mapped.RawAnnotated) else le
+        if isinstance(le, mapped.RawAnnotated):
+            le = annotated_line(le)  # the raw columns go now: only the arrays stay while it is read
+        yield le
 
 
 def _device_lines(plane) -> bool:
