@@ -315,9 +315,32 @@ def int_bincount(keys: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def _c_collapse(a: np.ndarray, events: pl.DataFrame, size: int) -> pl.DataFrame | None:
+    """:func:`_collapse_counted`'s frame of events that are each one occurrence (``count`` 1),
+    from one C pass over the attr ids ``a`` (``_passes.attr_stats``, < ``size``); None when
+    the pass refuses its input."""
+    big, small = np.iinfo(np.int64).max, np.iinfo(np.int64).min
+    rows = np.zeros(size, dtype=np.int64)
+    dsum, ssum = np.zeros(size, dtype=np.int64), np.zeros(size, dtype=np.int64)
+    mn, mx, first = np.full(size, big, dtype=np.int64), np.full(size, small, dtype=np.int64), \
+        np.full(size, big, dtype=np.int64)
+    col = {c: np.ascontiguousarray(events[c].to_numpy(), dtype=np.int64) for c in ("start_ps", "duration_ps", "self_ps")}
+    if not _fast.attr_stats(np.ascontiguousarray(a, dtype=np.uint32), col["start_ps"], col["duration_ps"],
+                            col["self_ps"], rows, dsum, ssum, mn, mx, first):
+        return None
+    ids = np.flatnonzero(rows)
+    return pl.DataFrame({"attr": pl.Series(ids, dtype=pl.UInt32), "count": pl.Series(rows[ids], dtype=pl.Int64),
+                         "duration_ps": pl.Series(dsum[ids], dtype=pl.Int64),
+                         "self_ps": pl.Series(ssum[ids], dtype=pl.Int64),
+                         "rows": pl.Series(rows[ids], dtype=pl.UInt32),
+                         "min_ps": pl.Series(mn[ids], dtype=pl.Int64), "max_ps": pl.Series(mx[ids], dtype=pl.Int64),
+                         "first_ps": pl.Series(first[ids], dtype=pl.Int64)})
+
+
 def _collapse_counted(events: pl.DataFrame) -> pl.DataFrame | None:
     """:func:`_collapse_grouped`'s frame (rows by attr id) by counting over the attr ids
-    (:func:`int_bincount` sums, exact minima and maxima by ``ufunc.at``), when every event is
+    (one C pass when every count is 1, :func:`_c_collapse`; else :func:`int_bincount` sums,
+    exact minima and maxima by ``ufunc.at``), when every event is
     at most one occurrence (``count`` <= 1: the per-occurrence time is the duration) and no
     column has a null; None otherwise (the group-by then)."""
     cols = ("count", "duration_ps", "self_ps", "start_ps")
@@ -329,6 +352,10 @@ def _collapse_counted(events: pl.DataFrame) -> pl.DataFrame | None:
         return None
     a = events["attr"].to_numpy()
     size = int(a.max()) + 1
+    if _fast is not None and int(count.min()) == 1:  # one occurrence each: one C pass (count sums = rows)
+        got = _c_collapse(a, events, size)
+        if got is not None:
+            return got
     rows = np.bincount(a, minlength=size)
     ids = np.flatnonzero(rows)
     out = {"attr": pl.Series(ids, dtype=pl.UInt32)}
