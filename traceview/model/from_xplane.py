@@ -1295,14 +1295,21 @@ def _derive_module_runs(table: OpTable) -> RunTable:
 def _c_program_runs(kid_ev: np.ndarray, start: np.ndarray, dur: np.ndarray, anchor_ev: np.ndarray,
                     nk: int) -> tuple | None:
     """:func:`_program_runs` in two C passes over the events in time order (``program_runs``:
-    count, then fill), without sorting them by program; None without the accelerator or when
-    the events are not in time order."""
-    if _fast is None or len(start) < 2 or not (start[1:] >= start[:-1]).all():
+    count, then fill), without sorting them by program; events out of time order (several
+    lines') are put in it first by one stable sort by start, which orders them as that
+    function's sort by program then start does. None without the accelerator."""
+    if _fast is None or len(start) < 2:
         return None
-    k64 = np.ascontiguousarray(kid_ev, dtype=np.int64)
-    s64 = np.ascontiguousarray(start, dtype=np.int64)
-    d64 = np.ascontiguousarray(dur, dtype=np.int64)
-    a8 = np.ascontiguousarray(anchor_ev, dtype=bool).view(np.uint8)
+    if not (start[1:] >= start[:-1]).all():
+        order = np.argsort(start, kind="stable")  # a few time-ordered lines: merged runs
+        k64, s64, d64 = kid_ev.astype(np.int64)[order], start[order].astype(np.int64), dur[order].astype(np.int64)
+        a8 = np.ascontiguousarray(anchor_ev[order], dtype=bool).view(np.uint8)
+        del order
+    else:
+        k64 = np.ascontiguousarray(kid_ev, dtype=np.int64)
+        s64 = np.ascontiguousarray(start, dtype=np.int64)
+        d64 = np.ascontiguousarray(dur, dtype=np.int64)
+        a8 = np.ascontiguousarray(anchor_ev, dtype=bool).view(np.uint8)
     counts = np.zeros(nk, dtype=np.int64)
     n = _fast.program_runs(k64, s64, d64, a8, nk, counts, bytearray(), bytearray())
     if n < 0:
