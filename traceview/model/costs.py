@@ -113,18 +113,25 @@ def _gemm_contracting(ins) -> list[int] | None:
 class ModuleCosts:
     """FLOPs of the instructions of one decoded ``HloModuleProto``, memoized per computation."""
 
-    def __init__(self, module_proto) -> None:
-        self.by_id = {}
-        self.comps = {}
-        for comp in module_proto.computations:
-            self.comps[comp.id] = comp
-            for ins in comp.instructions:
-                self.by_id[ins.id] = ins
+    def __init__(self, module_proto, by_id: dict | None = None) -> None:
+        """``by_id``: the module's instructions by id (the later of a repeated id), when the
+        caller has them."""
+        self.comps = {comp.id: comp for comp in module_proto.computations}
+        if by_id is None:
+            by_id = {ins.id: ins for comp in module_proto.computations for ins in comp.instructions}
+        self.by_id = by_id
         self._comp_flops: dict[int, int] = {}
+        self._shapes: dict[int, Shape | None] = {}
 
-    def _shape(self, ins_id) -> Shape | None:
-        o = self.by_id.get(ins_id)
-        return None if o is None else shape_from_proto(o.shape)
+    def shape(self, ins_id) -> Shape | None:
+        """The result shape of instruction ``ins_id`` (None for an unknown id), converted once."""
+        got = self._shapes.get(ins_id, False)
+        if got is False:
+            o = self.by_id.get(ins_id)
+            got = self._shapes[ins_id] = None if o is None else shape_from_proto(o.shape)
+        return got
+
+    _shape = shape
 
     def computation_flops(self, comp_id: int, depth: int = 0) -> int:
         if comp_id in self._comp_flops:

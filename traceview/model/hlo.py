@@ -84,10 +84,7 @@ def _decode_op(mod, ins, by_id: dict, costs: ModuleCosts, stacks: dict | None = 
     instructions by id, the later of a repeated id winning; ``stacks``: the module's resolved
     stack frames by frame id, filled as they are resolved: the ops of one source line share them)."""
     res = shape_from_proto(ins.shape)
-    operands = []
-    for oid in ins.operand_ids:
-        o = by_id.get(oid)
-        operands.append(None if o is None else shape_from_proto(o.shape))
+    operands = [costs.shape(oid) for oid in ins.operand_ids]  # each operand's shape converted once per module
     operand_names = [by_id[o].name if o in by_id else "?" for o in ins.operand_ids]
     text_ops = ", ".join(
         f"{'?' if s is None else s} %{n}" for s, n in zip(operands, operand_names)
@@ -154,7 +151,7 @@ class _LazyOps(Mapping):
         if op is None:
             ins = self._by_name[name]
             if self._costs is None:
-                self._costs = ModuleCosts(self._mod)
+                self._costs = ModuleCosts(self._mod, self._by_id)
             op = self._done[name] = _decode_op(self._mod, ins, self._by_id, self._costs, self._stacks)
         return op
 

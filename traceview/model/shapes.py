@@ -80,7 +80,7 @@ class Shape:
     def __str__(self) -> str:
         if self.members is not None:
             return "(" + ", ".join(str(m) for m in self.members) + ")"
-        return f"{self.dtype}[{','.join(str(d) for d in self.dims)}]"
+        return f"{self.dtype}[{','.join(map(str, self.dims))}]"
 
 
 @dataclass(frozen=True)
@@ -289,7 +289,7 @@ def shape_from_proto(proto) -> Shape:
     et = PRIMITIVE_TYPES.get(proto.element_type, f"type{proto.element_type}")
     if et == "tuple":
         return Shape("tuple", (), tuple(shape_from_proto(m) for m in proto.tuple_shapes))
-    return Shape(et, tuple(int(d) for d in proto.dimensions))
+    return Shape(et, tuple(proto.dimensions))  # repeated int64: Python ints already
 
 
 _NAME_REF = re.compile(r"%[\w\-\.]+")
