@@ -48,7 +48,7 @@ def _n_distinct(col: pl.Series) -> int:
         v = col.to_numpy()
         lo, hi = int(v.min()), int(v.max())
         if lo >= 0 and hi < 4 * len(v) + 1024:
-            return int(np.count_nonzero(np.bincount(v, minlength=0)))
+            return int(np.count_nonzero(np.bincount(v.astype(np.int64, copy=False))))
     return int(col.n_unique())
 
 

@@ -498,7 +498,7 @@ def _distinct(codes: np.ndarray) -> np.ndarray:
     if len(codes) and codes.dtype.kind in "iu":
         lo, hi = int(codes.min()), int(codes.max())
         if lo >= 0 and hi < 4 * len(codes) + 1024:
-            return np.flatnonzero(np.bincount(codes)).astype(codes.dtype, copy=False)
+            return np.flatnonzero(np.bincount(codes.astype(np.int64, copy=False))).astype(codes.dtype, copy=False)
     return np.unique(codes)
 
 
