@@ -657,3 +657,23 @@ def test_an_empty_selection_is_the_not_evaluated_reason(shared_traces, capsys):
                  "--format", "json"]) == 0
     got = json.loads(capsys.readouterr().out)["findings_not_evaluated"]
     assert got == dict.fromkeys(op_rules | {"memory-grows-per-step"}, "no op left after the op filter 'zzz'")
+
+
+def test_step_loop_words_and_distinct_steps():
+    """step_loop's words are splitmix64 of 1..n (non-zero); step_info's distinct step count equals
+    polars' n_unique, nulls and large or negative values included."""
+    from traceview.analysis.findings._context import _n_distinct, _words
+
+    def splitmix64(x):
+        m = (1 << 64) - 1
+        z = (x * 0x9E3779B97F4A7C15) & m
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+        return z ^ (z >> 31)
+
+    w = _words(1000)
+    assert w.dtype.name == "uint64" and [int(x) for x in w[:50]] == [splitmix64(i) for i in range(1, 51)]
+    assert (w != 0).all() and len(set(w.tolist())) == 1000
+    for s in (pl.Series([0, 1, 1, 7]), pl.Series([3, None, 3]), pl.Series([-1, 2, 2]),
+              pl.Series([10 ** 15, 1]), pl.Series([4, 4], dtype=pl.UInt64), pl.Series([], dtype=pl.Int64)):
+        assert _n_distinct(s) == s.n_unique()

@@ -413,3 +413,24 @@ def test_per_step_samples_are_each_populations_self_time_per_step(shared_traces)
         else:
             assert kind == "per occurrence"
     assert n >= 3 and len(got.by_key) == len(keys)
+
+
+def test_regime_helpers_equal_the_numpy_calls_they_replace():
+    """series' event and run selection, the mode split's medians and distinct codes compute
+    what np.flatnonzero(member[values]), np.median and np.unique give."""
+    rng = np.random.default_rng(7)
+    for n_codes in (1, 3, 8, 9, 40):
+        values = rng.integers(0, n_codes, 5000).astype(np.uint32)
+        for k in (0, 1, 2, 8, 9, n_codes):
+            member = np.zeros(n_codes, dtype=bool)
+            member[rng.permutation(n_codes)[:k]] = True
+            assert np.array_equal(dist._where_in(values, member), np.flatnonzero(member[values]))
+    for n in range(1, 60):
+        v = np.sort(rng.integers(0, 10 ** 13, n).astype(np.float64))
+        assert dist._sorted_median(v) == float(np.median(v))
+    for dtype in (np.int64, np.int32, np.uint64):
+        for codes in (rng.integers(0, 30, 500), rng.integers(0, 10 ** 9, 50), np.array([5])):
+            c = codes.astype(dtype)
+            got, want = dist._distinct(c), np.unique(c)
+            assert np.array_equal(got, want) and got.dtype == want.dtype
+    assert dist._distinct(np.array([-3, 2, -3])).tolist() == [-3, 2]

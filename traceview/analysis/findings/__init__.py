@@ -250,7 +250,7 @@ def evaluate(report=None, *, diff=None, thresholds=None) -> Evaluation:
         out.extend(got if isinstance(got, list) else [got])
     from traceview.analysis.findings.impact import attach
 
-    return Evaluation(attach(out, report), skipped)
+    return Evaluation(attach(out, report, ctx), skipped)
 
 
 def find(report=None, *, diff=None, thresholds=None) -> list[Finding]:

@@ -34,10 +34,28 @@ def nbytes(dtype: str, dims: tuple) -> int:
     return n * ELEMENT_BITS.get(dtype, 32) // 8
 
 
+#: the columns of the steps frame that :func:`step_info` keeps (those its readers use)
+_STEP_COLUMNS = ("host", "device", "step", "module", "start_ps", "duration_ps", "gap_after_ps", "idle_ps",
+                 "in_window")
+
+
+def _n_distinct(col: pl.Series) -> int:
+    """``col.n_unique()``: by a bincount when the values are small non-negative integers (step
+    numbers), else polars'."""
+    import numpy as np
+
+    if col.dtype.is_integer() and col.len() and not col.null_count():
+        v = col.to_numpy()
+        lo, hi = int(v.min()), int(v.max())
+        if lo >= 0 and hi < 4 * len(v) + 1024:
+            return int(np.count_nonzero(np.bincount(v.astype(np.int64, copy=False))))
+    return int(col.n_unique())
+
+
 def step_info(ctx) -> dict:
     """n_steps, devices, step_ps (mean step wall time), gap_ps (mean gap between steps, 0
-    when unknown), window_rows (rows of the steps frame analysed: ``in_window`` where the
-    steps branch supplies it)."""
+    when unknown), steps (the window's rows of the steps frame, the columns of
+    :data:`_STEP_COLUMNS` it has: ``in_window`` where the steps branch supplies it)."""
     got = ctx.cache.get("step_info")
     if got is not None:
         return got
@@ -45,14 +63,30 @@ def step_info(ctx) -> dict:
     st = getattr(anat, "steps", None)
     info = {"n_steps": 0, "devices": 0, "step_ps": 0.0, "gap_ps": 0.0, "steps": None}
     if st is not None and st.height:
+        # only the columns the rules read: the window filter copies none of the others
+        st = st.select([c for c in _STEP_COLUMNS if c in st.columns])
         if "in_window" in st.columns:
             st = st.filter(pl.col("in_window").fill_null(True))
         cov = anat.coverage
-        info = {"n_steps": int(st["step"].n_unique()), "devices": int(cov.devices or 1),
+        info = {"n_steps": _n_distinct(st["step"]), "devices": int(cov.devices or 1),
                 "step_ps": float(st["duration_ps"].mean() or 0), "gap_ps": float(st["gap_after_ps"].mean() or 0),
                 "steps": st}
     ctx.cache["step_info"] = info
     return info
+
+
+def _words(n: int):
+    """``n`` pseudo-random non-zero 64-bit words (uint64): splitmix64 of 1..n, no generator to
+    import."""
+    import numpy as np
+
+    with np.errstate(over="ignore"):
+        z = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    z[z == 0] = 1
+    return z
 
 
 def step_loop(ctx, min_repeats: float = 3) -> dict:
@@ -78,11 +112,11 @@ def step_loop(ctx, min_repeats: float = 3) -> dict:
     if st is not None and st.height and rows is not None and table is not None:
         keep = st["in_window"].fill_null(True).to_numpy() if "in_window" in st.columns else np.ones(st.height, bool)
         # population of each attr (dense rank of op_name, shape); a step's mix is the set of its
-        # populations, hashed as the sum (mod 2**64) of one random 64-bit word per population
+        # populations, hashed as the sum (mod 2**64) of one pseudo-random 64-bit word per population
         attrs = table.attrs.select("attr", pl.struct("op_name", "shape").rank("dense").alias("pop"))
         pop_of = np.zeros(int(attrs["attr"].max()) + 1 if attrs.height else 1, dtype=np.int64)
         pop_of[attrs["attr"].to_numpy().astype(np.int64)] = attrs["pop"].to_numpy().astype(np.int64)
-        words = np.random.default_rng(0).integers(1, 2 ** 63, size=int(pop_of.max()) + 1, dtype=np.uint64)
+        words = _words(int(pop_of.max()) + 1)
         sig = row_hashes(rows, table.events["attr"].to_numpy(), pop_of, words, st.height, keep=keep)
         win = np.flatnonzero(keep)
         if len(win):
@@ -238,19 +272,23 @@ def gap_busy(ctx) -> float:
         dev_ev[keyed["attr"].to_numpy().astype(np.int64)] = dev_of
         dev = dev_ev[attr]
         dkey = keyed.with_columns(pl.Series("d", dev_of)).select("host", "device", "d").unique()
-        # only the columns read below (the filter and group-by copy none of the step frame's other strings)
-        w = st.select("host", "device", "start_ps", "duration_ps", "gap_after_ps",
-                      *(["in_window"] if "in_window" in st.columns else []))
-        if "in_window" in w.columns:
-            w = w.filter(pl.col("in_window").fill_null(True))
-        w = w.filter(pl.col("gap_after_ps").is_not_null())
+        # the window steps with a gap after them: every one counts in the mean; only those of a
+        # device with outside events are read, with the columns read (no copy of the others)
+        used = pl.col("gap_after_ps").is_not_null()
+        if "in_window" in st.columns:
+            used = used & pl.col("in_window").fill_null(True)
+        n = int(st.select(used.sum()).item())
         # each device's code (a device with a null name matches none, as in a join)
         d_of = {(h, dv): c for h, dv, c in dkey.iter_rows() if h is not None and dv is not None}
-        busy, n = 0.0, 0
-        for (h, dv), g in w.group_by(["host", "device"]):
-            dcode = d_of.get((h, dv))
-            if dcode is None or not (m := ok & (dev == dcode)).any():
-                n += g.height
+        has = set(np.unique(dev[ok]).tolist())
+        busy = 0.0
+        for (h, dv), dcode in d_of.items():
+            if dcode not in has:
+                continue
+            m = ok & (dev == dcode)
+            g = (st.lazy().filter(used & (pl.col("host") == h) & (pl.col("device") == dv))
+                 .select("start_ps", "duration_ps", "gap_after_ps").collect())
+            if g.height == 0:
                 continue
             a, b = s[m], s[m] + d[m]
             o = np.argsort(a, kind="stable")
@@ -269,7 +307,6 @@ def gap_busy(ctx) -> float:
             lo = (g["start_ps"] + g["duration_ps"]).to_numpy()
             hi = lo + g["gap_after_ps"].to_numpy()
             busy += float(np.maximum(covered(hi) - covered(lo), 0).sum())
-            n += g.height
         out = busy / n if n else 0.0
     ctx.cache["gap_busy"] = out
     return out

@@ -38,28 +38,36 @@ def _unknown(basis: str, inputs: dict | None = None) -> dict:
             "method": "unknown", "basis": basis, "inputs": inputs or {}}
 
 
-def _steps(report) -> float:
-    """The mean step's wall time (ps) of the report's window steps, 0 without steps."""
+def _inputs(report, ctx=None):
+    """``ctx`` (the rules' :class:`~traceview.analysis.findings.Inputs`, whose derived tables are
+    reused) when it is of ``report``, else new Inputs of ``report``."""
     from traceview.analysis.findings import Inputs
+
+    return ctx if ctx is not None and ctx.report is report else Inputs(report)
+
+
+def _steps(report, ctx=None) -> float:
+    """The mean step's wall time (ps) of the report's window steps, 0 without steps."""
     from traceview.analysis.findings._context import step_info
 
-    return float(step_info(Inputs(report))["step_ps"] or 0)
+    return float(step_info(_inputs(report, ctx))["step_ps"] or 0)
 
 
-def impact_of(f: Finding, report=None) -> dict:
+def impact_of(f: Finding, report=None, ctx=None) -> dict:
     """The impact of finding ``f`` (module docstring), from its evidence and, for
-    ``far-below-roofline``, the report's roofline per family."""
+    ``far-below-roofline``, the report's roofline per family. ``ctx``: the rules' Inputs of
+    ``report``, when the caller has them."""
     ev = f.evidence or {}
     fid = f.id
     if fid in ("sampler-search-dominates", "state-copied-every-step"):
-        per, step = ev.get("per_step_ps"), ev.get("step_ps") or (_steps(report) if report is not None else 0)
+        per, step = ev.get("per_step_ps"), ev.get("step_ps") or (_steps(report, ctx) if report is not None else 0)
         if per is None or not step:
             return _unknown("no per-step time of the ops it names")
         what = "the sampler's search ops" if fid.startswith("sampler") else "the copies of the state"
         return _imp(per, per, step, "measured", f"{what} per step: the change removes them",
                     {"op time": "counted", "step time": "counted"})
     if fid == "logits-conversions":
-        per, step = ev.get("per_step_ps"), (report is not None and _steps(report)) or 0
+        per, step = ev.get("per_step_ps"), (report is not None and _steps(report, ctx)) or 0
         if per is None or not step:
             return _unknown("no per-step time of the conversions")
         return _imp(0, per, step, "bounded", "at most the conversions' time per step (fusing them keeps the work, "
@@ -86,7 +94,7 @@ def impact_of(f: Finding, report=None) -> dict:
     if fid == "straggler-device":
         sg = getattr(report, "stragglers", None) if report is not None else None
         steps = getattr(sg, "steps", None)
-        st = _steps(report) if report is not None else 0
+        st = _steps(report, ctx) if report is not None else 0
         if steps is not None and steps.height and st and {"busy_max_ps", "busy_median_ps"} <= set(steps.columns):
             lead = float((steps["busy_max_ps"] - steps["busy_median_ps"]).mean() or 0)
             return _imp(0, max(lead, 0.0), st, "bounded", "at most the slowest device's busy time over the median "
@@ -122,22 +130,22 @@ def impact_of(f: Finding, report=None) -> dict:
     return _unknown("about what the trace can be trusted for: no step time to recover")
 
 
-def _period(report) -> float:
+def _period(report, ctx=None) -> float:
     """The mean time from one window step's start to the next (step + gap after it, ps): the one
     basis every finding's share is of, so shares and the ranking compare; 0 without steps."""
-    from traceview.analysis.findings import Inputs
     from traceview.analysis.findings._context import step_info
 
-    info = step_info(Inputs(report))
+    info = step_info(_inputs(report, ctx))
     return float((info["step_ps"] or 0) + (info["gap_ps"] or 0))
 
 
-def attach(findings: list[Finding], report=None) -> list[Finding]:
+def attach(findings: list[Finding], report=None, ctx=None) -> list[Finding]:
     """Set each finding's ``impact`` (in place), its shares of one basis (:func:`_period`, when
-    the report has steps), and return them ranked (:func:`rank`)."""
-    basis = _period(report) if report is not None else 0.0
+    the report has steps), and return them ranked (:func:`rank`). ``ctx``: the rules' Inputs
+    of ``report`` (their step figures are reused), when the caller has them."""
+    basis = _period(report, ctx) if report is not None else 0.0
     for f in findings:
-        imp = impact_of(f, report)
+        imp = impact_of(f, report, ctx)
         if basis and imp.get("high_ps") is not None:
             imp.update(step_ps=basis, share_low=imp["low_ps"] / basis, share_high=imp["high_ps"] / basis)
         f.impact = imp

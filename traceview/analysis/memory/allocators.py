@@ -167,6 +167,9 @@ def memory(mem: pl.DataFrame | None, steps: pl.DataFrame | None = None, device_n
         mem = mem.filter(~is_bad)
         if mem.height == 0:
             return MemoryReport([], notes)
+    if steps is not None:  # only the columns read per allocator: each filter below copies none of the others
+        steps = steps.select([c for c in ("host", "device", "step", "start_ps", "duration_ps", "in_window")
+                              if c in steps.columns])
     out = []
     for (host, alloc), grp in mem.group_by(["host", "allocator"], maintain_order=True):
         from traceview.model.memory_events import allocator_device
@@ -284,11 +287,7 @@ def _steps_by_window(ev: pl.DataFrame, in_use: np.ndarray, steps: pl.DataFrame |
     s = s.filter(pl.col("host") == host) if "host" in s.columns else s
     if s.height == 0:
         return None
-    win = (s.group_by("step").agg(pl.col("start_ps").min().alias("a"),
-                                  (pl.col("start_ps") + pl.col("duration_ps")).max().alias("b"),
-                                  pl.col("in_window").all().alias("steady") if "in_window" in s.columns
-                                  else pl.lit(True).alias("steady"))
-           .sort("a"))
+    win = _step_spans(s)
     t = ev["time_ps"].to_numpy()
     a, b = win["a"].to_numpy(), win["b"].to_numpy()
     lo = np.searchsorted(t, a, side="left")
@@ -302,9 +301,31 @@ def _steps_by_window(ev: pl.DataFrame, in_use: np.ndarray, steps: pl.DataFrame |
     end_idx = hi - 1
     end_in_use = pl.Series(in_use[np.clip(end_idx, 0, len(in_use) - 1)], dtype=pl.Int64).set(
         pl.Series(end_idx < 0), None)
-    peak = [int(in_use[x:y].max()) if y > x else e for x, y, e in zip(lo.tolist(), hi.tolist(), end_in_use.to_list())]
+    # the max of in_use[lo:hi] per step (hi > lo for each): a reduceat over the pairs (lo, hi), a
+    # sentinel after the last event so that hi may be its end
+    bounds = np.empty(2 * len(lo), dtype=np.int64)
+    bounds[0::2], bounds[1::2] = lo, hi
+    peak = np.maximum.reduceat(np.append(in_use, in_use[:1]), bounds)[0::2]
     return pl.DataFrame({"step": win["step"], "end_in_use": end_in_use, "peak_in_use": pl.Series(peak, dtype=pl.Int64),
                          "steady": win["steady"], "events": hi - lo}).filter(pl.col("end_in_use").is_not_null())
+
+
+def _step_spans(s: pl.DataFrame) -> pl.DataFrame:
+    """Per step number of the steps ``s``: ``a`` (its earliest start), ``b`` (its latest end) and
+    ``steady`` (every row in the window, nulls not counted), by ``a``. The rows themselves when
+    each step has one row (step numbers ascending) and ``a`` ascends, else a group-by."""
+    if s["step"].null_count() == 0 and s["start_ps"].null_count() == 0 and s["duration_ps"].null_count() == 0:
+        step, a = s["step"].to_numpy(), s["start_ps"].to_numpy()
+        if step.dtype.kind in "iu" and bool((step[1:] > step[:-1]).all()) and bool((a[1:] >= a[:-1]).all()):
+            steady = (s["in_window"].fill_null(True) if "in_window" in s.columns
+                      else pl.Series("steady", [True] * s.height, dtype=pl.Boolean))
+            return pl.DataFrame({"step": s["step"], "a": s["start_ps"], "b": s["start_ps"] + s["duration_ps"],
+                                 "steady": steady})
+    return (s.group_by("step").agg(pl.col("start_ps").min().alias("a"),
+                                   (pl.col("start_ps") + pl.col("duration_ps")).max().alias("b"),
+                                   pl.col("in_window").all().alias("steady") if "in_window" in s.columns
+                                   else pl.lit(True).alias("steady"))
+            .sort("a"))
 
 
 def profile_memory(prof, anatomy=None) -> MemoryReport:

@@ -159,9 +159,8 @@ def series(table: OpTable, module_runs: pl.DataFrame | RunTable | None, attr_key
     host, device, program_id, start. Execution index per the module doc. ``names=False``:
     host, device and module are left out for ``_w`` (Int64, a dense code of (host, device,
     program_id)) beside program_id: no string per event."""
-    ev = table.events
-    kev = attr_key[ev["attr"].to_numpy()] if ev.height else np.empty(0, dtype=np.int32)
-    idx = np.flatnonzero(kev >= 0)
+    ev = table.events.select("attr", "count", "start_ps", "duration_ps", "self_ps")
+    idx = _where_in(ev["attr"].to_numpy(), attr_key >= 0) if ev.height else np.zeros(0, dtype=np.int64)
     if idx.size == 0:
         return pl.DataFrame(schema={"key": pl.Int32, **SERIES_SCHEMA})
     sel = ev[idx] if idx.size < ev.height else ev
@@ -172,7 +171,7 @@ def series(table: OpTable, module_runs: pl.DataFrame | RunTable | None, attr_key
     wid = _where_index(table)
     wcode_of = at.join(wid, on=where, how="left", nulls_equal=True, maintain_order="left")["_w"].to_numpy()
     a = sel["attr"].to_numpy().astype(np.int64)
-    key = kev[idx].astype(np.int64)
+    key = attr_key[a].astype(np.int64)
     wc = wcode_of[a].astype(np.int64)
     st = sel["start_ps"]
     st_sort = st.fill_null(int(np.iinfo(np.int64).max)).to_numpy()  # nulls last
@@ -196,7 +195,7 @@ def series(table: OpTable, module_runs: pl.DataFrame | RunTable | None, attr_key
         r_dur = runs["duration_ps"].fill_null(0).to_numpy()
         r_start = runs["start_ps"].to_numpy()
         if not want[kwc].all():  # code -1 reads want[-1]: False
-            keep = want[kwc][rkey]
+            keep = _where_in(rkey, want[kwc])
             rkey, r_start, r_dur = rkey[keep], r_start[keep], r_dur[keep]
         rwc = kwc[rkey]
         ro = _lex_order(rwc, r_start, r_dur)
@@ -440,18 +439,18 @@ def _regimes_of(s: pl.DataFrame, where_names: np.ndarray | None = None) -> pl.Da
         if n >= MIN_OCCURRENCES and hi_i >= lo_i and v[0] > 0:
             gaps = v[lo_i:hi_i + 1] / v[lo_i - 1:hi_i]
             j = int(np.argmax(gaps)) + lo_i  # split before index j
-            low, high = float(np.median(v[:j])), float(np.median(v[j:]))
+            low, high = _sorted_median(v[:j]), _sorted_median(v[j:])
             if high >= MODE_FACTOR * low and gaps[j - lo_i] >= MODE_GAP:
                 share = (n - j) / n
                 out["low_mode_ps"], out["high_mode_ps"], out["high_mode_share"] = low, high, share
                 w = wcodes[lo_b:hi_b]
 
                 def names_of(codes):  # the sorted distinct device names of these codes
-                    u = np.unique(codes)
+                    u = _distinct(codes)
                     return np.unique(where_names[u] if where_names is not None else u.astype(str))
 
                 d_lo, d_hi = names_of(w[:j]), names_of(w[j:])
-                n_x = np.unique(xs[lo_b:hi_b][j:]).size
+                n_x = _distinct(xs[lo_b:hi_b][j:]).size
                 if key in warm_keys and out["first_execution_ps"] is not None \
                         and high * WARMUP_FACTOR >= out["first_execution_ps"]:
                     # the later executions have a mode as slow as execution 0: a recurring
@@ -468,6 +467,39 @@ def _regimes_of(s: pl.DataFrame, where_names: np.ndarray | None = None) -> pl.Da
     for out, reasons in rows.values():
         out["regimes"] = "; ".join(reasons) if reasons else None
     return pl.DataFrame([{"key": k, **o} for k, (o, _) in rows.items()], schema=out_schema)
+
+
+def _where_in(values: np.ndarray, member: np.ndarray) -> np.ndarray:
+    """``np.flatnonzero(member[values])``: the indices of the ``values`` (non-negative integer
+    codes) whose ``member`` entry (bool, per code) is set, ascending. A few members are
+    compared for, not looked up (no gather over every value)."""
+    hit = np.flatnonzero(member)
+    if len(hit) > 8:
+        return np.flatnonzero(member[values])
+    if len(hit) == 0:
+        return np.zeros(0, dtype=np.int64)
+    m = values == values.dtype.type(hit[0])
+    for h in hit[1:]:
+        m |= values == values.dtype.type(h)
+    return np.flatnonzero(m)
+
+
+def _sorted_median(v: np.ndarray) -> float:
+    """``float(np.median(v))`` of an ascending non-empty float array: the middle value, or the
+    mean of the two middle ones, without numpy's partition."""
+    n = len(v)
+    k = n // 2
+    return float(v[k]) if n % 2 else float((v[k - 1] + v[k]) / 2.0)
+
+
+def _distinct(codes: np.ndarray) -> np.ndarray:
+    """``np.unique(codes)`` of integer codes: by a bincount when they are small and
+    non-negative, else a sort."""
+    if len(codes) and codes.dtype.kind in "iu":
+        lo, hi = int(codes.min()), int(codes.max())
+        if lo >= 0 and hi < 4 * len(codes) + 1024:
+            return np.flatnonzero(np.bincount(codes.astype(np.int64, copy=False))).astype(codes.dtype, copy=False)
+    return np.unique(codes)
 
 
 def population_series(table: OpTable, module_runs: pl.DataFrame | RunTable | None, op_name: str, shape: str,
