@@ -350,9 +350,20 @@ def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) 
         r_start, r_dur = r["start_ps"].to_numpy(), r["duration_ps"].to_numpy()  # read-only views
         chunks: dict = {}
         stand = True  # whether every chunk starts inside its execution (then the runs stand)
-        by_prog = _program_rows(r["key"].to_numpy(), pid_of_key)
-        c_chunks = (_c_chunks(pe, host, device, dsel, {p: len(x) for p, x in by_prog.items()})
-                    if isinstance(dsel, slice) else None)
+        key = r["key"].to_numpy()
+        c_chunks = None
+        if isinstance(dsel, slice) and _fast is not None:
+            # the chunks in one C pass and every run checked in another: no sort of the runs by
+            # program when they all stand (the usual case); else the general path below
+            raw = _c_chunk_plan(pe, host, device, dsel, _runs_of(key, pid_of_key))
+            if raw is not None:
+                c_chunks = _chunks_of(raw)
+                if r_dur.dtype == np.int64 and _fast.chunks_inside(
+                        np.ascontiguousarray(key, dtype=np.uint32), np.ascontiguousarray(r_start),
+                        np.ascontiguousarray(r_dur), _plan_of_key(raw[0], pid_of_key),
+                        np.array([k for _, k, _ in raw[0]], dtype=np.int64), raw[1], raw[2]):
+                    return r, None
+        by_prog = _program_rows(key, pid_of_key)
         for pid, ridx in by_prog.items():
             if c_chunks is not None:
                 if pid not in c_chunks:
@@ -408,6 +419,32 @@ def _inside(off: np.ndarray, dur: np.ndarray) -> bool:
     return bool(ok.all())
 
 
+def _runs_of(key: np.ndarray, pid_of_key: list) -> dict:
+    """{program_id: number of the rows coded ``key`` with that program} (``pid_of_key[k]``: the
+    program_id of code k, None for none, left out), as :func:`_program_rows` groups them."""
+    out: dict = {}
+    if len(key) == 0:
+        return out
+    for k, c in enumerate(np.bincount(key, minlength=len(pid_of_key)).tolist()):
+        p = pid_of_key[k] if k < len(pid_of_key) else None
+        if c and p is not None:
+            out[p] = out.get(p, 0) + c
+    return out
+
+
+def _plan_of_key(plan: list, pid_of_key: list) -> np.ndarray:
+    """Per run key, the index in ``plan`` (:func:`_c_chunk_plan`) of its program, -1 for none
+    (int32)."""
+    at = {pid: j for j, (pid, _, _) in enumerate(plan)}
+    return np.array([at.get(p, -1) if p is not None else -1 for p in pid_of_key], dtype=np.int32)
+
+
+def _chunks_of(raw: tuple) -> dict:
+    """:func:`_c_chunks`'s dict of a :func:`_c_chunk_plan` result."""
+    plan, offs, heads, ends = raw
+    return {pid: (heads[offs[j]:offs[j] + k], ends[offs[j]:offs[j] + k]) for j, (pid, k, _) in enumerate(plan)}
+
+
 def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -> dict | None:
     """{program_id: (heads, ends)} for one device whose events are the slice ``dsel``, as
     align_module_runs computes them per program (the k-th execution's chunk of m ops: its
@@ -415,6 +452,14 @@ def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -
     {program_id: executions on the device}. Programs whose op count on the device is not a
     whole multiple of their executions are left out. None without the C accelerator or when
     the pass refuses (the caller then uses numpy)."""
+    raw = _c_chunk_plan(pe, host, device, dsel, runs_of)
+    return None if raw is None else _chunks_of(raw)
+
+
+def _c_chunk_plan(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -> tuple | None:
+    """:func:`_c_chunks` as (plan: [(program_id, executions, m)], offs (int64: where each
+    program's chunks start), heads, ends), chunks of plan entry j at offs[j]:offs[j] +
+    executions; None as :func:`_c_chunks`."""
     if _fast is None:
         return None
     d = pe.dev_index[(host, device)]
@@ -429,16 +474,16 @@ def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -
             continue
         prog[lut] = len(plan)
         plan.append((pid, runs_n, n_ops // runs_n))
-    if not plan:
-        return {}
-    offs = np.cumsum([0] + [k for _, k, _ in plan])
+    offs = np.cumsum([0] + [k for _, k, _ in plan]).astype(np.int64)
     heads = np.empty(int(offs[-1]), dtype=np.int64)
     ends = np.empty(int(offs[-1]), dtype=np.int64)
+    if not plan:
+        return plan, offs[:-1], heads, ends
     ok = _fast.chunk_heads(pe.attr[dsel], pe.start[dsel], pe.dur[dsel], prog,
-                           np.array([m for _, _, m in plan], dtype=np.int64), offs[:-1].astype(np.int64), heads, ends)
+                           np.array([m for _, _, m in plan], dtype=np.int64), offs[:-1], heads, ends)
     if not ok:
         return None
-    return {pid: (heads[offs[j]:offs[j + 1]], ends[offs[j]:offs[j + 1]]) for j, (pid, _, _) in enumerate(plan)}
+    return plan, offs[:-1], heads, ends
 
 
 def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, markers: pl.DataFrame | None,
@@ -944,12 +989,18 @@ class StepAnatomy:
     coverage_all: Coverage | None = None
     window_sums: tuple | None = field(repr=False, default=None)
     summary_text: str = field(init=False, default="")
-    step_order: np.ndarray | None = field(init=False, repr=False, default=None)
+    _order: np.ndarray | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
-        # worked out once here, so that renderers only read them
+        # worked out once here, so that renderers only read it
         self.summary_text = stepstats.summary_line(self.distribution or {}, self.steps)
-        self.step_order = stepstats.step_order(self.steps)
+
+    @property
+    def step_order(self) -> np.ndarray:
+        """:func:`traceview.analysis.steps.stepstats.step_order` of ``steps`` (on first use)."""
+        if self._order is None:
+            self._order = stepstats.step_order(self.steps)
+        return self._order
 
     def summary(self) -> str:
         """The distribution's line (:func:`traceview.analysis.steps.stepstats.summary_line`)."""
@@ -958,7 +1009,7 @@ class StepAnatomy:
     def top_steps(self, n: int) -> pl.DataFrame:
         """At most ``n`` rows of ``steps`` for a per-step table: the first ``n`` of
         ``step_order`` (:func:`traceview.analysis.steps.stepstats.top_steps`)."""
-        return stepstats.top_steps(self.steps, n, self.step_order)
+        return stepstats.top_steps(self.steps, n, self._order)
 
     @property
     def ops(self) -> pl.DataFrame:
