@@ -102,3 +102,35 @@ def test_family_roofline_from_the_anatomy_sums_equals_its_own_pass(shared_traces
         a.window_sums = None
         assert fast.equals(fr.family_roofline(a, peaks), null_equal=True), name
     assert seen >= 8
+
+
+def test_anatomy_step_sums_equal_the_event_pass(shared_traces):
+    """The anatomy's per-description occurrences and events over every step (``step_sums``,
+    read off its window sums) equal a bincount over the events inside a step, on every shared
+    trace and fixture; the phases' figures taken from them are ``attr_sums``'s."""
+    from traceview.analysis.steps import phases
+
+    seen = 0
+    for name, prof in _profiles(shared_traces):
+        a = anatomy.profile_anatomy(prof)
+        if a.step_sums is None:
+            continue
+        seen += 1
+        ev = a.table.events
+        inside = a.step_rows >= 0
+        attr = ev["attr"].to_numpy()[inside].astype(np.int64)
+        na = a.table.attrs.height
+        assert a.step_sums[0].tolist() == np.bincount(attr, weights=ev["count"].to_numpy()[inside],
+                                                       minlength=na).astype(np.int64).tolist(), name
+        assert a.step_sums[1].tolist() == np.bincount(attr, minlength=na).tolist(), name
+        for counts in (None, ev["count"].to_numpy()):
+            got = phases._exact_step_sums(a.step_sums, counts, na)
+            per, flags = np.zeros(na), np.zeros(na, dtype=np.uint8)
+            from traceview.analysis import _passes
+
+            assert _passes.attr_sums(np.ascontiguousarray(a.step_rows, dtype=np.int32), b"",
+                                     np.ascontiguousarray(ev["attr"].to_numpy(), dtype=np.uint32),
+                                     b"" if counts is None else np.ascontiguousarray(counts, dtype=np.int64),
+                                     0 if counts is None else 1, per, flags)
+            assert got is not None and got[0].tolist() == per.tolist() and got[1].tolist() == flags.tolist(), name
+    assert seen >= 8

@@ -234,7 +234,8 @@ def _run_modules(rt: RunTable, keys: list) -> set:
     """The modules of ``rt``'s programs whose key is in one of the ``keys`` series."""
     used = np.zeros(rt.keys.height, dtype=bool)
     for k in keys:
-        used[k.to_numpy()] = True
+        if len(k):
+            used |= np.bincount(k.to_numpy(), minlength=rt.keys.height)[:rt.keys.height] > 0
     return set(rt.keys["module"].filter(pl.Series(used)).drop_nulls().unique().to_list())
 
 
@@ -283,6 +284,8 @@ def _device_parts(rt: RunTable) -> list:
         return []
     keys = rt.keys
     g = keys.select("host", "device").with_row_index("i").group_by(["host", "device"], maintain_order=True).agg("i")
+    if g.height == 1:  # one device: its runs are every row
+        return [(tuple(g.row(0)[:2]), rt.runs)]
     hd_of_key = np.zeros(keys.height, dtype=np.int64)
     hd_of_key[g["i"].explode().to_numpy()] = np.repeat(np.arange(g.height), g["i"].list.len().to_numpy())
     kc = rt.runs["key"].to_numpy()
@@ -504,7 +507,7 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, mark
         return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "markers", None, [], None
     module_runs = as_runs(module_runs)
     if module_runs.height and table.height:
-        fixed, parts, _ = _align(table, module_runs, pe)
+        fixed, parts, as_given = _align(table, module_runs, pe)
         notes = [f"{d}: module runs rebuilt from the ops (XLA Modules and XLA Ops on different clocks, "
                  f"median offset {v / 1e6:+.1f} µs)" for (_, d), v in sorted(fixed.items())]
         have = _run_modules(module_runs, [r["key"] for _, r in parts])
@@ -521,7 +524,7 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, mark
                 shown = ", ".join(str(p) for p in progs[:8]) + (", ..." if len(progs) > 8 else "")
                 notes.append(f"{mod} is {len(progs)} compiled programs (program_id {shown}): its steps mix them "
                              f"(shape buckets or a sweep), so the step distribution is over different programs")
-            win, blocks = _module_windows(pe, parts, runs, extent, mod, pid)
+            win, blocks = _module_windows(pe, parts, runs, extent, mod, pid, ordered=not as_given)
             return win, "module", mod, notes, blocks
     # whole trace
     if not pe.n or not pe.placed.any():
@@ -585,18 +588,19 @@ def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
 
 
 def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str, module: str,
-                    pid: pl.Series) -> tuple[pl.DataFrame, list]:
+                    pid: pl.Series, ordered: bool = False) -> tuple[pl.DataFrame, list]:
     """Windows for the dominant module's (``module``) executions ``runs``, and their :func:`_device_blocks`;
     the activity on a device is every placed op and every module run of ``all_runs`` (start,
     end, program: ``pid`` per key). Both are [((host, device), that device's runs; ``runs``
     with their program_id)]. The two kinds of
     activity are searched separately (each is already in time order) and their maxima
-    combined, which is the maximum over their union."""
+    combined, which is the maximum over their union. ``ordered``: both lists' runs are
+    already in start order (:func:`_align` sorted them), so they are not checked again."""
     def one(item):
         (host, device), r = item
         idx = pe.sel(host, device)
         ar = ar_parts.get((host, device))
-        ar = _in_start_order(r.clear().drop("program_id") if ar is None else ar)
+        ar = r.clear().drop("program_id") if ar is None else ar if ordered else _in_start_order(ar)
         ar_start = ar["start_ps"].to_numpy()
         sources = [  # (starts, ends, has program, program) per kind of activity, time-ordered
             (pe.start[idx], None, lambda i=idx: pe.has_pid(i), lambda i=idx: pe.pid(i)),
@@ -654,7 +658,7 @@ def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str, module
     # devices in (host, device) order, each in time order: the order _with_next gives, no sort
     ar_parts = dict(all_runs)
     pid_has, pid_val = pid.is_not_null().to_numpy(), pid.fill_null(0).to_numpy().astype(np.uint64)
-    groups = sorted(((k, _in_start_order(r)) for k, r in runs), key=lambda g: g[0])
+    groups = sorted(((k, r if ordered else _in_start_order(r)) for k, r in runs), key=lambda g: g[0])
     got = [(k, w) for (k, _), w in zip(groups, _per_device(one, groups, pe)) if len(w[1])]
     schema = _WIN_SCHEMA | {"next_ps": pl.Int64}
     if not got:
@@ -971,7 +975,9 @@ class StepAnatomy:
     :func:`align_module_runs`). ``table``, ``step_rows`` (per event, -1 outside every step)
     and ``attr_family`` (attr -> family) are the compact form behind ``ops``.
     ``window_sums``: (attr ids, self_ps, count) of the op descriptions with events in the
-    window's steps, exact int64 sums over those events (numpy arrays).
+    window's steps, exact int64 sums over those events (numpy arrays). ``step_sums``: (count,
+    events) per op description (int64, indexed by attr id) over the events inside any step;
+    None when the table has a null count.
     """
 
     steps: pl.DataFrame
@@ -988,6 +994,7 @@ class StepAnatomy:
     distribution: dict | None = None
     coverage_all: Coverage | None = None
     window_sums: tuple | None = field(repr=False, default=None)
+    step_sums: tuple | None = field(repr=False, default=None)
     summary_text: str = field(init=False, default="")
     _order: np.ndarray | None = field(init=False, repr=False, default=None)
 
@@ -1132,21 +1139,32 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
         a_out = pe.attr[out_idx].astype(np.int64)
         t_sum = tot_t - int_bincount(a_out, pe.self_ps[out_idx], na)
         c_sum = tot_c - int_bincount(a_out, pe.count[out_idx], na)
-        present = tot_r - np.bincount(a_out, minlength=na) > 0
-        ids = np.flatnonzero(present)
+        r_sum = tot_r - np.bincount(a_out, minlength=na)
+        ids = np.flatnonzero(r_sum > 0)
         inside = pl.DataFrame({"attr": pl.Series(ids, dtype=pl.UInt32), "self_ps": t_sum[ids], "count": c_sum[ids]})
         window_sums = (ids, t_sum[ids], c_sum[ids])
+        step_sums = None
+        if not table.events["count"].null_count():  # over every step: the window's, or less the events in none
+            if in_win.all():
+                step_sums = (c_sum, r_sum)
+            else:
+                none = out_idx[step_rows[out_idx] < 0]
+                a_no = pe.attr[none].astype(np.int64)
+                step_sums = (tot_c - int_bincount(a_no, pe.count[none], na), tot_r - np.bincount(a_no, minlength=na))
         del a_out, out_idx
     else:
         inside = pl.DataFrame(schema={"attr": pl.UInt32, "self_ps": pl.Int64, "count": pl.Int64})
-        window_sums = None
+        window_sums = step_sums = None
     outside = total_self - int(steps["op_time_ps"].sum() or 0) if steps.height else total_self
-    win_steps = (steps.select("duration_ps", "op_time_ps", "busy_ps", "gap_after_ps", "in_window")
-                 .filter(pl.col("in_window")) if steps.height else steps)
+    win_steps = steps.select("duration_ps", "op_time_ps", "busy_ps", "gap_after_ps", "in_window") if steps.height \
+        else steps
+    if steps.height and n < steps.height:
+        win_steps = win_steps.filter(pl.col("in_window"))
     if steps.height:
         dev, dev_keys = devices if devices is not None else stepstats._device_ids(steps)
+        per_dev = np.bincount(dev if n == steps.height else dev[in_win], minlength=len(dev_keys))
         cov = _coverage(win_steps, total_self, outside, excluded=steps.height - n,
-                        devices=len(np.unique(dev[in_win])))
+                        devices=int(np.count_nonzero(per_dev)))
         cov_all = _coverage(steps, total_self, outside, devices=len(dev_keys))
     else:
         cov, cov_all = Coverage(), Coverage()
@@ -1174,7 +1192,7 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
         notes = notes + [f"step window {dist['window']} holds no step: families and coverage are empty"]
     return StepAnatomy(steps=steps, families=fam, coverage=cov, method=method, module=mod, extent=extent,
                        notes=notes, table=table, step_rows=step_rows, attr_family=fam_of, window=dist["window"],
-                       distribution=dist, coverage_all=cov_all, window_sums=window_sums)
+                       distribution=dist, coverage_all=cov_all, window_sums=window_sums, step_sums=step_sums)
 
 
 def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str = "span",

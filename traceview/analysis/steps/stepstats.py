@@ -134,7 +134,7 @@ def outliers(values, *, threshold: float = THRESHOLD, min_rel: float = MIN_REL,
         return np.zeros(x.size, dtype=bool)
     med = np.median(ref) if median is None else median
     dev = np.abs(x - med)
-    mad = np.median(np.abs(ref - med))
+    mad = np.median(dev if ref is x else np.abs(ref - med))
     z = _K * dev / mad if mad > 0 else np.where(dev > 0, np.inf, 0.0)
     return (z > threshold) & (dev > min_rel * abs(med))
 
@@ -352,10 +352,10 @@ def _gap_before(steps: pl.DataFrame, dev: np.ndarray) -> pl.Series:
     st = steps["start_ps"].to_numpy()
     same = dev[1:] == dev[:-1]
     if (dev[1:] >= dev[:-1]).all() and (~same | (st[1:] >= st[:-1])).all():
-        o = np.arange(n, dtype=np.int64)
-    else:
-        o = np.lexsort((st, dev))
-        same = dev[o][1:] == dev[o][:-1]
+        # rows in (device, start) order: the row before, null on each device's first row
+        return ga.shift(1).scatter(np.flatnonzero(~same) + 1, None).alias("gap_after_ps")
+    o = np.lexsort((st, dev))
+    same = dev[o][1:] == dev[o][:-1]
     prev = np.full(n, n, dtype=np.int64)  # n: the appended null
     prev[o[1:][same]] = o[:-1][same]
     return pl.concat([ga, pl.Series([None], dtype=ga.dtype)]).gather(prev).alias("gap_after_ps")
@@ -368,6 +368,8 @@ def _reason_texts(flagged: np.ndarray, ratio: np.ndarray, extra: dict, by_progra
     distinct ratio is formatted once."""
     n = len(flagged)
     fl = np.flatnonzero(flagged)
+    if not len(fl):
+        return pl.repeat(None, n, dtype=pl.Utf8, eager=True).alias("reason")
     texts: list = []
     code = np.full(n, -1, dtype=np.int64)
     if len(fl):
@@ -429,7 +431,10 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
         parts = [rows]
         pv = prog[rows] if prog is not None else None
         if pv is not None and (pv != pv[0]).any():  # the programs in ascending order (distinct by hashing)
-            parts = [rows[pv == v] for v in np.sort(pl.Series(pv).unique().to_numpy())]
+            vals = np.sort(pl.Series(pv).unique().to_numpy())
+            code = np.searchsorted(vals, pv)  # each part's rows in row order: one stable sort of the codes
+            o = np.argsort(code.astype(np.uint16) if len(vals) <= 1 << 16 else code, kind="stable")
+            parts = np.split(rows[o], np.cumsum(np.bincount(code, minlength=len(vals)))[:-1])
         for part in parts:
             d = dur[part]
             ref, med = d, None
