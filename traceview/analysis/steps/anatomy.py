@@ -1134,8 +1134,8 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
         if in_win.all():
             out_idx = np.flatnonzero(step_rows < 0)
         else:
-            keep = np.append(in_win, False)  # index -1 (outside every step) -> the last, False
-            out_idx = np.flatnonzero(~keep[step_rows])
+            drop = np.append(~in_win, True)  # index -1 (outside every step) -> the last, True
+            out_idx = np.flatnonzero(drop[step_rows])
         a_out = pe.attr[out_idx].astype(np.int64)
         t_sum = tot_t - int_bincount(a_out, pe.self_ps[out_idx], na)
         c_sum = tot_c - int_bincount(a_out, pe.count[out_idx], na)
