@@ -27,6 +27,8 @@
  *     (traceview.analysis.steps.phases).
  *   direction_busy(...) -> bool: per host-transfer direction, bytes moved and the time at least
  *     one transfer was in flight, merged per device (traceview.analysis.communication.collectives).
+ *   chunks_inside(...) -> bool: whether every module run starts its op chunk inside itself
+ *     (traceview.analysis.steps.anatomy.align_module_runs, after chunk_heads).
  *
  * Each releases the GIL and returns False on input outside its preconditions (unordered
  * input, an index outside its table); the caller then takes the general path.
@@ -1048,6 +1050,44 @@ nomem:
 }
 
 
+/* chunks_inside(keys, starts, durs, plan, runs, offs, heads) -> bool
+ * One device's module runs in start order (keys: uint32 run key; starts, durs: int64) against
+ * the chunk heads of chunk_heads: a run whose key's program has plan[key] = p >= 0 is the
+ * k-th run of p (counted in row order) and its chunk's first op starts at heads[offs[p] + k];
+ * it starts inside the run when 0 <= head - start < dur, or head == start (the offset and
+ * the comparison unsigned, as numpy computes them). Returns True when every such run does;
+ * False when one does not, a key is outside plan, a program has more runs than runs[p] or
+ * sizes do not match (the caller then takes the general path). plan int32; runs, offs int64. */
+static PyObject *chunks_inside(PyObject *self, PyObject *args) {
+    Py_buffer b[7];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, nk = b[3].len / 4, np_ = b[4].len / 8, nh = b[6].len / 8;
+    int res = b[0].len == n * 4 && b[1].len == n * 8 && b[2].len == n * 8 && b[5].len == np_ * 8;
+    const uint32_t *keys = b[0].buf;
+    const int64_t *st = b[1].buf, *du = b[2].buf, *runs = b[4].buf, *offs = b[5].buf, *heads = b[6].buf;
+    const int32_t *plan = b[3].buf;
+    int64_t *seen = res ? PyMem_RawCalloc(np_ ? (size_t)np_ : 1, sizeof(int64_t)) : NULL;
+    if (res && !seen) { for (int k = 0; k < 7; k++) PyBuffer_Release(&b[k]); return PyErr_NoMemory(); }
+    if (res) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t p = 0; p < np_; p++)
+            if (offs[p] < 0 || runs[p] < 0 || offs[p] + runs[p] > nh) { res = 0; break; }
+        for (Py_ssize_t i = 0; i < n && res; i++) {
+            if ((Py_ssize_t)keys[i] >= nk) { res = 0; break; }
+            int32_t p = plan[keys[i]];
+            if (p < 0) continue;
+            if (p >= np_ || seen[p] >= runs[p]) { res = 0; break; }
+            uint64_t off = (uint64_t)heads[offs[p] + seen[p]++] - (uint64_t)st[i];
+            if (!(off == 0 || (du[i] > 0 && off < (uint64_t)du[i]))) res = 0;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(seen);
+    for (int k = 0; k < 7; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(res);
+}
+
 static PyMethodDef methods[] = {
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
@@ -1068,6 +1108,7 @@ static PyMethodDef methods[] = {
     {"row_sums", row_sums, METH_VARARGS, "row_sums(rows, attr, counts, w, scale, out) -> bool"},
     {"direction_busy", direction_busy, METH_VARARGS,
      "direction_busy(ra, ix, start, t, ok, dir_of, dev_of, by_attr, busy, moved, first) -> bool"},
+    {"chunks_inside", chunks_inside, METH_VARARGS, "chunks_inside(keys, starts, durs, plan, runs, offs, heads) -> bool"},
     {NULL, NULL, 0, NULL}
 };
 

@@ -234,7 +234,8 @@ def _run_modules(rt: RunTable, keys: list) -> set:
     """The modules of ``rt``'s programs whose key is in one of the ``keys`` series."""
     used = np.zeros(rt.keys.height, dtype=bool)
     for k in keys:
-        used[k.to_numpy()] = True
+        if len(k):
+            used |= np.bincount(k.to_numpy(), minlength=rt.keys.height)[:rt.keys.height] > 0
     return set(rt.keys["module"].filter(pl.Series(used)).drop_nulls().unique().to_list())
 
 
@@ -283,6 +284,8 @@ def _device_parts(rt: RunTable) -> list:
         return []
     keys = rt.keys
     g = keys.select("host", "device").with_row_index("i").group_by(["host", "device"], maintain_order=True).agg("i")
+    if g.height == 1:  # one device: its runs are every row
+        return [(tuple(g.row(0)[:2]), rt.runs)]
     hd_of_key = np.zeros(keys.height, dtype=np.int64)
     hd_of_key[g["i"].explode().to_numpy()] = np.repeat(np.arange(g.height), g["i"].list.len().to_numpy())
     kc = rt.runs["key"].to_numpy()
@@ -350,9 +353,20 @@ def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) 
         r_start, r_dur = r["start_ps"].to_numpy(), r["duration_ps"].to_numpy()  # read-only views
         chunks: dict = {}
         stand = True  # whether every chunk starts inside its execution (then the runs stand)
-        by_prog = _program_rows(r["key"].to_numpy(), pid_of_key)
-        c_chunks = (_c_chunks(pe, host, device, dsel, {p: len(x) for p, x in by_prog.items()})
-                    if isinstance(dsel, slice) else None)
+        key = r["key"].to_numpy()
+        c_chunks = None
+        if isinstance(dsel, slice) and _fast is not None:
+            # the chunks in one C pass and every run checked in another: no sort of the runs by
+            # program when they all stand (the usual case); else the general path below
+            raw = _c_chunk_plan(pe, host, device, dsel, _runs_of(key, pid_of_key))
+            if raw is not None:
+                c_chunks = _chunks_of(raw)
+                if r_dur.dtype == np.int64 and _fast.chunks_inside(
+                        np.ascontiguousarray(key, dtype=np.uint32), np.ascontiguousarray(r_start),
+                        np.ascontiguousarray(r_dur), _plan_of_key(raw[0], pid_of_key),
+                        np.array([k for _, k, _ in raw[0]], dtype=np.int64), raw[1], raw[2]):
+                    return r, None
+        by_prog = _program_rows(key, pid_of_key)
         for pid, ridx in by_prog.items():
             if c_chunks is not None:
                 if pid not in c_chunks:
@@ -408,6 +422,32 @@ def _inside(off: np.ndarray, dur: np.ndarray) -> bool:
     return bool(ok.all())
 
 
+def _runs_of(key: np.ndarray, pid_of_key: list) -> dict:
+    """{program_id: number of the rows coded ``key`` with that program} (``pid_of_key[k]``: the
+    program_id of code k, None for none, left out), as :func:`_program_rows` groups them."""
+    out: dict = {}
+    if len(key) == 0:
+        return out
+    for k, c in enumerate(np.bincount(key, minlength=len(pid_of_key)).tolist()):
+        p = pid_of_key[k] if k < len(pid_of_key) else None
+        if c and p is not None:
+            out[p] = out.get(p, 0) + c
+    return out
+
+
+def _plan_of_key(plan: list, pid_of_key: list) -> np.ndarray:
+    """Per run key, the index in ``plan`` (:func:`_c_chunk_plan`) of its program, -1 for none
+    (int32)."""
+    at = {pid: j for j, (pid, _, _) in enumerate(plan)}
+    return np.array([at.get(p, -1) if p is not None else -1 for p in pid_of_key], dtype=np.int32)
+
+
+def _chunks_of(raw: tuple) -> dict:
+    """:func:`_c_chunks`'s dict of a :func:`_c_chunk_plan` result."""
+    plan, offs, heads, ends = raw
+    return {pid: (heads[offs[j]:offs[j] + k], ends[offs[j]:offs[j] + k]) for j, (pid, k, _) in enumerate(plan)}
+
+
 def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -> dict | None:
     """{program_id: (heads, ends)} for one device whose events are the slice ``dsel``, as
     align_module_runs computes them per program (the k-th execution's chunk of m ops: its
@@ -415,6 +455,14 @@ def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -
     {program_id: executions on the device}. Programs whose op count on the device is not a
     whole multiple of their executions are left out. None without the C accelerator or when
     the pass refuses (the caller then uses numpy)."""
+    raw = _c_chunk_plan(pe, host, device, dsel, runs_of)
+    return None if raw is None else _chunks_of(raw)
+
+
+def _c_chunk_plan(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -> tuple | None:
+    """:func:`_c_chunks` as (plan: [(program_id, executions, m)], offs (int64: where each
+    program's chunks start), heads, ends), chunks of plan entry j at offs[j]:offs[j] +
+    executions; None as :func:`_c_chunks`."""
     if _fast is None:
         return None
     d = pe.dev_index[(host, device)]
@@ -429,16 +477,16 @@ def _c_chunks(pe: _Placed, host: str, device: str, dsel: slice, runs_of: dict) -
             continue
         prog[lut] = len(plan)
         plan.append((pid, runs_n, n_ops // runs_n))
-    if not plan:
-        return {}
-    offs = np.cumsum([0] + [k for _, k, _ in plan])
+    offs = np.cumsum([0] + [k for _, k, _ in plan]).astype(np.int64)
     heads = np.empty(int(offs[-1]), dtype=np.int64)
     ends = np.empty(int(offs[-1]), dtype=np.int64)
+    if not plan:
+        return plan, offs[:-1], heads, ends
     ok = _fast.chunk_heads(pe.attr[dsel], pe.start[dsel], pe.dur[dsel], prog,
-                           np.array([m for _, _, m in plan], dtype=np.int64), offs[:-1].astype(np.int64), heads, ends)
+                           np.array([m for _, _, m in plan], dtype=np.int64), offs[:-1], heads, ends)
     if not ok:
         return None
-    return {pid: (heads[offs[j]:offs[j + 1]], ends[offs[j]:offs[j + 1]]) for j, (pid, _, _) in enumerate(plan)}
+    return plan, offs[:-1], heads, ends
 
 
 def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, markers: pl.DataFrame | None,
@@ -459,7 +507,7 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, mark
         return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "markers", None, [], None
     module_runs = as_runs(module_runs)
     if module_runs.height and table.height:
-        fixed, parts, _ = _align(table, module_runs, pe)
+        fixed, parts, as_given = _align(table, module_runs, pe)
         notes = [f"{d}: module runs rebuilt from the ops (XLA Modules and XLA Ops on different clocks, "
                  f"median offset {v / 1e6:+.1f} µs)" for (_, d), v in sorted(fixed.items())]
         have = _run_modules(module_runs, [r["key"] for _, r in parts])
@@ -476,7 +524,7 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, mark
                 shown = ", ".join(str(p) for p in progs[:8]) + (", ..." if len(progs) > 8 else "")
                 notes.append(f"{mod} is {len(progs)} compiled programs (program_id {shown}): its steps mix them "
                              f"(shape buckets or a sweep), so the step distribution is over different programs")
-            win, blocks = _module_windows(pe, parts, runs, extent, mod, pid)
+            win, blocks = _module_windows(pe, parts, runs, extent, mod, pid, ordered=not as_given)
             return win, "module", mod, notes, blocks
     # whole trace
     if not pe.n or not pe.placed.any():
@@ -540,18 +588,19 @@ def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
 
 
 def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str, module: str,
-                    pid: pl.Series) -> tuple[pl.DataFrame, list]:
+                    pid: pl.Series, ordered: bool = False) -> tuple[pl.DataFrame, list]:
     """Windows for the dominant module's (``module``) executions ``runs``, and their :func:`_device_blocks`;
     the activity on a device is every placed op and every module run of ``all_runs`` (start,
     end, program: ``pid`` per key). Both are [((host, device), that device's runs; ``runs``
     with their program_id)]. The two kinds of
     activity are searched separately (each is already in time order) and their maxima
-    combined, which is the maximum over their union."""
+    combined, which is the maximum over their union. ``ordered``: both lists' runs are
+    already in start order (:func:`_align` sorted them), so they are not checked again."""
     def one(item):
         (host, device), r = item
         idx = pe.sel(host, device)
         ar = ar_parts.get((host, device))
-        ar = _in_start_order(r.clear().drop("program_id") if ar is None else ar)
+        ar = r.clear().drop("program_id") if ar is None else ar if ordered else _in_start_order(ar)
         ar_start = ar["start_ps"].to_numpy()
         sources = [  # (starts, ends, has program, program) per kind of activity, time-ordered
             (pe.start[idx], None, lambda i=idx: pe.has_pid(i), lambda i=idx: pe.pid(i)),
@@ -609,7 +658,7 @@ def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str, module
     # devices in (host, device) order, each in time order: the order _with_next gives, no sort
     ar_parts = dict(all_runs)
     pid_has, pid_val = pid.is_not_null().to_numpy(), pid.fill_null(0).to_numpy().astype(np.uint64)
-    groups = sorted(((k, _in_start_order(r)) for k, r in runs), key=lambda g: g[0])
+    groups = sorted(((k, r if ordered else _in_start_order(r)) for k, r in runs), key=lambda g: g[0])
     got = [(k, w) for (k, _), w in zip(groups, _per_device(one, groups, pe)) if len(w[1])]
     schema = _WIN_SCHEMA | {"next_ps": pl.Int64}
     if not got:
@@ -926,7 +975,9 @@ class StepAnatomy:
     :func:`align_module_runs`). ``table``, ``step_rows`` (per event, -1 outside every step)
     and ``attr_family`` (attr -> family) are the compact form behind ``ops``.
     ``window_sums``: (attr ids, self_ps, count) of the op descriptions with events in the
-    window's steps, exact int64 sums over those events (numpy arrays).
+    window's steps, exact int64 sums over those events (numpy arrays). ``step_sums``: (count,
+    events) per op description (int64, indexed by attr id) over the events inside any step;
+    None when the table has a null count.
     """
 
     steps: pl.DataFrame
@@ -943,13 +994,20 @@ class StepAnatomy:
     distribution: dict | None = None
     coverage_all: Coverage | None = None
     window_sums: tuple | None = field(repr=False, default=None)
+    step_sums: tuple | None = field(repr=False, default=None)
     summary_text: str = field(init=False, default="")
-    step_order: np.ndarray | None = field(init=False, repr=False, default=None)
+    _order: np.ndarray | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self) -> None:
-        # worked out once here, so that renderers only read them
+        # worked out once here, so that renderers only read it
         self.summary_text = stepstats.summary_line(self.distribution or {}, self.steps)
-        self.step_order = stepstats.step_order(self.steps)
+
+    @property
+    def step_order(self) -> np.ndarray:
+        """:func:`traceview.analysis.steps.stepstats.step_order` of ``steps`` (on first use)."""
+        if self._order is None:
+            self._order = stepstats.step_order(self.steps)
+        return self._order
 
     def summary(self) -> str:
         """The distribution's line (:func:`traceview.analysis.steps.stepstats.summary_line`)."""
@@ -958,7 +1016,7 @@ class StepAnatomy:
     def top_steps(self, n: int) -> pl.DataFrame:
         """At most ``n`` rows of ``steps`` for a per-step table: the first ``n`` of
         ``step_order`` (:func:`traceview.analysis.steps.stepstats.top_steps`)."""
-        return stepstats.top_steps(self.steps, n, self.step_order)
+        return stepstats.top_steps(self.steps, n, self._order)
 
     @property
     def ops(self) -> pl.DataFrame:
@@ -1076,26 +1134,37 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
         if in_win.all():
             out_idx = np.flatnonzero(step_rows < 0)
         else:
-            keep = np.append(in_win, False)  # index -1 (outside every step) -> the last, False
-            out_idx = np.flatnonzero(~keep[step_rows])
+            drop = np.append(~in_win, True)  # index -1 (outside every step) -> the last, True
+            out_idx = np.flatnonzero(drop[step_rows])
         a_out = pe.attr[out_idx].astype(np.int64)
         t_sum = tot_t - int_bincount(a_out, pe.self_ps[out_idx], na)
         c_sum = tot_c - int_bincount(a_out, pe.count[out_idx], na)
-        present = tot_r - np.bincount(a_out, minlength=na) > 0
-        ids = np.flatnonzero(present)
+        r_sum = tot_r - np.bincount(a_out, minlength=na)
+        ids = np.flatnonzero(r_sum > 0)
         inside = pl.DataFrame({"attr": pl.Series(ids, dtype=pl.UInt32), "self_ps": t_sum[ids], "count": c_sum[ids]})
         window_sums = (ids, t_sum[ids], c_sum[ids])
+        step_sums = None
+        if not table.events["count"].null_count():  # over every step: the window's, or less the events in none
+            if in_win.all():
+                step_sums = (c_sum, r_sum)
+            else:
+                none = out_idx[step_rows[out_idx] < 0]
+                a_no = pe.attr[none].astype(np.int64)
+                step_sums = (tot_c - int_bincount(a_no, pe.count[none], na), tot_r - np.bincount(a_no, minlength=na))
         del a_out, out_idx
     else:
         inside = pl.DataFrame(schema={"attr": pl.UInt32, "self_ps": pl.Int64, "count": pl.Int64})
-        window_sums = None
+        window_sums = step_sums = None
     outside = total_self - int(steps["op_time_ps"].sum() or 0) if steps.height else total_self
-    win_steps = (steps.select("duration_ps", "op_time_ps", "busy_ps", "gap_after_ps", "in_window")
-                 .filter(pl.col("in_window")) if steps.height else steps)
+    win_steps = steps.select("duration_ps", "op_time_ps", "busy_ps", "gap_after_ps", "in_window") if steps.height \
+        else steps
+    if steps.height and n < steps.height:
+        win_steps = win_steps.filter(pl.col("in_window"))
     if steps.height:
         dev, dev_keys = devices if devices is not None else stepstats._device_ids(steps)
+        per_dev = np.bincount(dev if n == steps.height else dev[in_win], minlength=len(dev_keys))
         cov = _coverage(win_steps, total_self, outside, excluded=steps.height - n,
-                        devices=len(np.unique(dev[in_win])))
+                        devices=int(np.count_nonzero(per_dev)))
         cov_all = _coverage(steps, total_self, outside, devices=len(dev_keys))
     else:
         cov, cov_all = Coverage(), Coverage()
@@ -1123,7 +1192,7 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
         notes = notes + [f"step window {dist['window']} holds no step: families and coverage are empty"]
     return StepAnatomy(steps=steps, families=fam, coverage=cov, method=method, module=mod, extent=extent,
                        notes=notes, table=table, step_rows=step_rows, attr_family=fam_of, window=dist["window"],
-                       distribution=dist, coverage_all=cov_all, window_sums=window_sums)
+                       distribution=dist, coverage_all=cov_all, window_sums=window_sums, step_sums=step_sums)
 
 
 def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str = "span",

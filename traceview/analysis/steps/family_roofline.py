@@ -79,6 +79,27 @@ def _window_sums(rows, keep: np.ndarray, ev: pl.DataFrame, na: int) -> tuple | N
     return sums[0], sums[1], np.flatnonzero(seen)
 
 
+def _anatomy_sums(anat, ev: pl.DataFrame) -> tuple | None:
+    """:func:`_window_sums`'s figures from the anatomy's exact int64 window sums
+    (``anat.window_sums``, over the same ``in_window`` rows) when float64 accumulation gives
+    the same numbers (no negative self time or count, every sum below 2**53: each partial sum
+    then exact); None otherwise (no sums kept, or they could differ)."""
+    got = getattr(anat, "window_sums", None)
+    if got is None or "in_window" not in anat.steps.columns or ev["self_ps"].null_count() or ev["count"].null_count():
+        return None
+    ids, t_sum, c_sum = got
+    if len(ids) == 0 or ev.height == 0:
+        return None
+    if min(int(ev["self_ps"].min()), int(ev["count"].min())) < 0 or max(int(t_sum.max()), int(c_sum.max())) >= 1 << 53:
+        return None
+    na = anat.table.attrs.height
+    self_in = np.zeros(na)
+    count_in = np.zeros(na)
+    self_in[ids] = t_sum
+    count_in[ids] = c_sum
+    return self_in, count_in, np.asarray(ids, dtype=np.int64)
+
+
 def family_roofline(anat, peaks) -> pl.DataFrame:
     """Per family of ``anat`` (a :class:`~traceview.analysis.steps.anatomy.StepAnatomy`), the figures of
     the module doc under ``peaks``: columns :data:`SCHEMA` (``n_steps``, ``step_ps`` and
@@ -96,7 +117,9 @@ def family_roofline(anat, peaks) -> pl.DataFrame:
     keep[win] = True
     ev = table.events
     na = table.attrs.height
-    got = _window_sums(rows, keep, ev, na)
+    got = _anatomy_sums(anat, ev)
+    if got is None:
+        got = _window_sums(rows, keep, ev, na)
     if got is not None:
         self_in, count_in, ids = got
     else:

@@ -339,7 +339,7 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
         cnt = table.events["count"]
         c_all = None if cnt.null_count() == 0 and cnt.min() == 1 and cnt.max() == 1 else \
             cnt.fill_null(1).to_numpy()
-        got = _c_sums(rows, ev_attr, c_all, n_attr, n, table, f, fm, b)
+        got = _c_sums(rows, ev_attr, c_all, n_attr, n, table, f, fm, b, getattr(anat, "step_sums", None))
         if got is not None:
             flops, mflops, byts, has_flops, has_bytes, used = got
         else:
@@ -404,19 +404,26 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
     return out, source
 
 
-def _c_sums(rows, ev_attr, counts, n_attr: int, n: int, table, f, fm, b) -> tuple | None:
+def _c_sums(rows, ev_attr, counts, n_attr: int, n: int, table, f, fm, b, step_sums=None) -> tuple | None:
     """:func:`_utilisation`'s per-step sums in two C passes (``attr_sums``, ``row_sums``):
     (flops, model_flops, bytes, has_flops, has_bytes, used per description), the same figures
-    as its numpy path; None without the accelerator or when a pass refuses."""
+    as its numpy path; None without the accelerator or when a pass refuses. ``step_sums``: the
+    anatomy's exact (count, events) per description over the steps' events
+    (:class:`~traceview.analysis.steps.anatomy.StepAnatomy`), which stand for ``attr_sums``
+    when float64 sums give the same numbers (no negative count, every sum below 2**53)."""
     if _fast is None or len(rows) != len(ev_attr):
         return None
     r32 = np.ascontiguousarray(rows, dtype=np.int32)
     a32 = np.ascontiguousarray(ev_attr, dtype=np.uint32)
     c64 = b"" if counts is None else np.ascontiguousarray(counts, dtype=np.int64)
-    per = np.zeros(n_attr)
-    seen = np.zeros(n_attr, dtype=np.uint8)
-    if not _fast.attr_sums(r32, b"", a32, c64, 0 if counts is None else 1, per, seen):
-        return None
+    got = _exact_step_sums(step_sums, counts, n_attr)
+    if got is not None:
+        per, seen = got
+    else:
+        per = np.zeros(n_attr)
+        seen = np.zeros(n_attr, dtype=np.uint8)
+        if not _fast.attr_sums(r32, b"", a32, c64, 0 if counts is None else 1, per, seen):
+            return None
     factor = _cost_factor(table, per, n_attr)
     w = np.stack([np.nan_to_num(f) * factor, np.nan_to_num(fm) * factor, np.nan_to_num(b) * factor,
                   ((~np.isnan(fm)) & (factor > 0)).astype(np.float64),
@@ -425,6 +432,19 @@ def _c_sums(rows, ev_attr, counts, n_attr: int, n: int, table, f, fm, b) -> tupl
     if not _fast.row_sums(r32, a32, c64, np.ascontiguousarray(w), np.array([1, 1, 1, 0, 0], dtype=np.uint8), out):
         return None
     return out[0], out[1], out[2], out[3] > 0, out[4] > 0, seen.astype(bool)
+
+
+def _exact_step_sums(step_sums, counts, n_attr: int) -> tuple | None:
+    """(occurrences per description as float64, whether it has an event in a step) from the
+    anatomy's int64 ``step_sums`` (count, events), as ``attr_sums`` adds them (``counts``:
+    per event, None for one each); None when they could differ or are not there."""
+    if step_sums is None or len(step_sums[0]) != n_attr:
+        return None
+    c_sum, r_sum = step_sums
+    per = r_sum if counts is None else c_sum
+    if n_attr and (int(per.max()) >= 1 << 53 or (counts is not None and len(counts) and int(counts.min()) < 0)):
+        return None
+    return per.astype(np.float64), (r_sum > 0).astype(np.uint8)
 
 
 def _cost_factor(table, counts: np.ndarray, n_attr: int) -> np.ndarray:
@@ -461,6 +481,7 @@ def _summary(lab: pl.DataFrame, executions: pl.DataFrame | None, runs: pl.DataFr
     MBU weighted by step time, tokens/s) and, for prefill and decode, the executions of that
     phase's programs (executions, exec_median_ps; op_share = their time over the time of every
     program execution) — a prefill chunk run between decode steps is an execution of no step."""
+    lab = lab.select("phase", "in_window", "duration_ps", "mfu", "mbu", "tokens")  # the columns read here
     win = lab.filter(pl.col("in_window"))
     total_ps = float(runs["duration_ps"].sum() or 0)
     rows = []

@@ -134,7 +134,7 @@ def outliers(values, *, threshold: float = THRESHOLD, min_rel: float = MIN_REL,
         return np.zeros(x.size, dtype=bool)
     med = np.median(ref) if median is None else median
     dev = np.abs(x - med)
-    mad = np.median(np.abs(ref - med))
+    mad = np.median(dev if ref is x else np.abs(ref - med))
     z = _K * dev / mad if mad > 0 else np.where(dev > 0, np.inf, 0.0)
     return (z > threshold) & (dev > min_rel * abs(med))
 
@@ -236,42 +236,31 @@ def row_hashes(step_rows: np.ndarray, attr: np.ndarray, pop: np.ndarray, words: 
 
 
 def _op_mix(pop: np.ndarray, attr: np.ndarray, count: np.ndarray, step_rows: np.ndarray, steps: pl.DataFrame,
-            flagged: np.ndarray, groups: list) -> dict:
+            flagged: np.ndarray, groups: list, with_events: np.ndarray | None = None) -> dict:
     """{flagged step row: "op mix differs ..." text} for flagged steps whose multiset of op
     populations (``pop[attr]``: per event a population id, :func:`_population_ids`; weighted
     by occurrences) differs from their device's modal step (at most :data:`MIX_MAX` steps are
     described). ``groups``: each device's step rows, devices in order of first appearance
-    (:func:`_device_groups`).
+    (:func:`_device_groups`); ``with_events``: the ids of the descriptions that have events
+    (``attr``'s distinct values), when the caller has them.
     A multiset hash per step (:func:`row_hashes`: sum of a random 64-bit key per population
     × count, mod 2**64) finds the modal step; exact counts are compared only for the flagged
-    steps."""
+    steps described and their modal steps, read off one pass that picks their events."""
     out: dict = {}
     if not flagged.any() or attr is None or len(attr) == 0:
         return out
     m = steps.height
-    present = np.zeros(len(pop), dtype=bool)
-    present[attr] = True  # the keys drawn cover the largest population id any event has
+    if with_events is None:
+        present = np.zeros(len(pop), dtype=bool)
+        present[attr] = True  # the keys drawn cover the largest population id any event has
+        with_events = np.flatnonzero(present)
     rng = np.random.default_rng(0)
-    n_keys = int(pop[present].max()) + 1
+    n_keys = int(pop[with_events].max()) + 1
     keys = rng.integers(1, np.iinfo(np.int64).max, size=n_keys, dtype=np.int64).astype(np.uint64)
     h = row_hashes(step_rows, attr, pop, keys, m, count=count)
-    spans: dict = {}  # the events of each step, on first use
-
-    def mix(i):
-        if not spans:
-            ev = np.flatnonzero(step_rows >= 0)
-            r = step_rows[ev]
-            if len(r) > 1 and not (r[1:] >= r[:-1]).all():
-                o = np.argsort(r, kind="stable")  # the events of each step contiguous, in event order
-                ev, r = ev[o], r[o]
-            per = np.bincount(r, minlength=m)
-            spans.update(ev=ev, hi=np.cumsum(per), per=per)
-        hi = int(spans["hi"][i])
-        s = spans["ev"][hi - int(spans["per"][i]):hi]
-        return np.bincount(pop[attr[s]], weights=count[s], minlength=n_keys)
-
+    plan = []  # (flagged row, its device's modal row), in the order they are described
     for rows in groups:
-        if len(rows) == 0:
+        if len(rows) == 0 or len(plan) >= MIX_MAX:
             continue
         hs = h[rows]
         # the modal mix of the device's unflagged steps, when one repeats: with no mix shared
@@ -282,18 +271,38 @@ def _op_mix(pop: np.ndarray, attr: np.ndarray, count: np.ndarray, step_rows: np.
         modal_h = vals[np.argmax(cnt)]
         same = rows[hs == modal_h]
         modal = int(same[~flagged[same]][0])
-        a_m = None
-        for i in rows[flagged[rows] & (hs != modal_h)].tolist():
-            if len(out) >= MIX_MAX:
-                return out
-            if a_m is None:
-                a_m = mix(modal)
-            a_i = mix(i)
-            added = int(((a_i > 0) & (a_m == 0)).sum())
-            missing = int(((a_i == 0) & (a_m > 0)).sum())
-            other = int(((a_i > 0) & (a_m > 0) & (a_i != a_m)).sum())
-            out[i] = (f"op mix differs from the modal step {int(steps['step'][modal])} "
-                      f"(+{added}/-{missing} populations, {other} with other counts)")
+        for i in rows[flagged[rows] & (hs != modal_h)].tolist()[:MIX_MAX - len(plan)]:
+            plan.append((i, modal))
+    if not plan:
+        return out
+    # the events of the steps compared, each step's contiguous and in event order
+    wanted = np.zeros(m + 1, dtype=bool)  # index -1 (outside every step) -> the last, False
+    wanted[[r for pair in plan for r in pair]] = True
+    ev = np.flatnonzero(wanted[step_rows])
+    r = step_rows[ev]
+    if len(r) > 1 and not (r[1:] >= r[:-1]).all():
+        o = np.argsort(r, kind="stable")
+        ev, r = ev[o], r[o]
+    got = sorted(set(r.tolist()) if len(r) < 4096 else np.unique(r).tolist())
+    lo = np.searchsorted(r, got, side="left")
+    hi = np.searchsorted(r, got, side="right")
+    spans = {k: (a, b) for k, a, b in zip(got, lo.tolist(), hi.tolist())}
+    mixes: dict = {}
+
+    def mix(i):
+        if i not in mixes:
+            a, b = spans.get(i, (0, 0))
+            s = ev[a:b]
+            mixes[i] = np.bincount(pop[attr[s]], weights=count[s], minlength=n_keys)
+        return mixes[i]
+
+    for i, modal in plan:
+        a_m, a_i = mix(modal), mix(i)
+        added = int(((a_i > 0) & (a_m == 0)).sum())
+        missing = int(((a_i == 0) & (a_m > 0)).sum())
+        other = int(((a_i > 0) & (a_m > 0) & (a_i != a_m)).sum())
+        out[i] = (f"op mix differs from the modal step {int(steps['step'][modal])} "
+                  f"(+{added}/-{missing} populations, {other} with other counts)")
     return out
 
 
@@ -343,10 +352,10 @@ def _gap_before(steps: pl.DataFrame, dev: np.ndarray) -> pl.Series:
     st = steps["start_ps"].to_numpy()
     same = dev[1:] == dev[:-1]
     if (dev[1:] >= dev[:-1]).all() and (~same | (st[1:] >= st[:-1])).all():
-        o = np.arange(n, dtype=np.int64)
-    else:
-        o = np.lexsort((st, dev))
-        same = dev[o][1:] == dev[o][:-1]
+        # rows in (device, start) order: the row before, null on each device's first row
+        return ga.shift(1).scatter(np.flatnonzero(~same) + 1, None).alias("gap_after_ps")
+    o = np.lexsort((st, dev))
+    same = dev[o][1:] == dev[o][:-1]
     prev = np.full(n, n, dtype=np.int64)  # n: the appended null
     prev[o[1:][same]] = o[:-1][same]
     return pl.concat([ga, pl.Series([None], dtype=ga.dtype)]).gather(prev).alias("gap_after_ps")
@@ -359,6 +368,8 @@ def _reason_texts(flagged: np.ndarray, ratio: np.ndarray, extra: dict, by_progra
     distinct ratio is formatted once."""
     n = len(flagged)
     fl = np.flatnonzero(flagged)
+    if not len(fl):
+        return pl.repeat(None, n, dtype=pl.Utf8, eager=True).alias("reason")
     texts: list = []
     code = np.full(n, -1, dtype=np.int64)
     if len(fl):
@@ -420,7 +431,10 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
         parts = [rows]
         pv = prog[rows] if prog is not None else None
         if pv is not None and (pv != pv[0]).any():  # the programs in ascending order (distinct by hashing)
-            parts = [rows[pv == v] for v in np.sort(pl.Series(pv).unique().to_numpy())]
+            vals = np.sort(pl.Series(pv).unique().to_numpy())
+            code = np.searchsorted(vals, pv)  # each part's rows in row order: one stable sort of the codes
+            o = np.argsort(code.astype(np.uint16) if len(vals) <= 1 << 16 else code, kind="stable")
+            parts = np.split(rows[o], np.cumsum(np.bincount(code, minlength=len(vals)))[:-1])
         for part in parts:
             d = dur[part]
             ref, med = d, None
@@ -457,7 +471,8 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
     first = _first_executions(table, steps, dev_keys, groups) if flagged.any() else {}
     mix = {}
     if step_rows is not None and attr is not None and table is not None and table.height and flagged.any():
-        mix = _op_mix(_population_ids(table), attr, count, step_rows, steps, flagged, groups)
+        mix = _op_mix(_population_ids(table), attr, count, step_rows, steps, flagged, groups,
+                      table.collapse()["attr"].to_numpy().astype(np.int64))
     extra: dict = {}
     gap_text: dict = {}
     for i in sorted(set(first) | set(np.flatnonzero(gap_long & flagged).tolist()) | set(mix)):
@@ -541,6 +556,40 @@ def step_order(steps: pl.DataFrame) -> np.ndarray:
     return np.concatenate(parts)
 
 
+def step_order_head(steps: pl.DataFrame, n: int) -> np.ndarray:
+    """``step_order(steps)[:n]`` without ordering every step: the rows before the n-th are
+    found by a partition (O(steps)), and only they are sorted (the same stable order)."""
+    m = steps.height
+    if n <= 0 or m == 0 or "outlier" not in steps.columns:
+        return np.zeros(0, dtype=np.uint32)
+    dur, out = steps["duration_ps"], steps["outlier"]
+    if n >= m or dur.null_count() or out.null_count() or not dur.dtype.is_signed_integer():
+        return step_order(steps)[:n]
+    d, o = dur.to_numpy(), out.to_numpy()
+    top = np.iinfo(np.int64).max
+    if int(d.min()) <= -top:  # -d must stay below the mark given to the outliers' rows
+        return step_order(steps)[:n]
+    flagged = np.flatnonzero(o)
+    if len(flagged) >= n:  # only outliers are shown
+        return flagged[_head_positions(np.negative(d[flagged]), n)].astype(np.uint32)
+    first = flagged[np.argsort(np.negative(d[flagged]), kind="stable")]
+    key = np.negative(d)  # a copy; the outliers' rows get the largest key, after every other row
+    key[flagged] = top
+    return np.concatenate([first, _head_positions(key, n - len(flagged))]).astype(np.uint32)
+
+
+def _head_positions(key: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` smallest of ``key`` (int64), in the order of a stable sort of
+    ``key``: ``np.argsort(key, kind="stable")[:k]`` by a partition and a sort of those k."""
+    if k >= len(key):
+        return np.argsort(key, kind="stable")
+    thr = np.partition(key, k - 1)[k - 1]
+    below = np.flatnonzero(key < thr)
+    at = np.flatnonzero(key == thr)[:k - len(below)]
+    pos = np.sort(np.concatenate([below, at]))  # row order, then a stable sort by key
+    return pos[np.argsort(key[pos], kind="stable")]
+
+
 def _step_order_frame(steps: pl.DataFrame) -> np.ndarray:
     """:func:`step_order` by polars (its descending sort keeps ties in row order; nulls first)."""
     r = steps.select(pl.int_range(pl.len(), dtype=pl.UInt32).alias("_r"), "duration_ps", "outlier")
@@ -554,8 +603,8 @@ def top_steps(steps: pl.DataFrame, n: int, order: np.ndarray | None = None) -> p
     (device, step) order."""
     if steps.height == 0 or n <= 0:
         return steps.head(0)
-    order = step_order(steps) if order is None else order
-    return steps[pl.Series(order[:n])].sort("host", "device", "step")
+    head = step_order_head(steps, n) if order is None else order[:n]
+    return steps[pl.Series(head)].sort("host", "device", "step")
 
 
 def summary_line(dist: dict, steps: pl.DataFrame | None = None, *, max_reasons: int = 3) -> str:
