@@ -997,6 +997,14 @@ class StepAnatomy:
     step_sums: tuple | None = field(repr=False, default=None)
     summary_text: str = field(init=False, default="")
     _order: np.ndarray | None = field(init=False, repr=False, default=None)
+    _sums_for: tuple | None = field(init=False, repr=False, default=None)
+
+    def sums_hold(self) -> bool:
+        """Whether ``window_sums`` and ``step_sums`` are those of this anatomy's ``steps``,
+        ``step_rows`` and ``table`` (a copy with other steps or rows, ``dataclasses.replace``,
+        does not carry them over)."""
+        got = self._sums_for
+        return got is not None and got[0] is self.steps and got[1] is self.step_rows and got[2] is self.table
 
     def __post_init__(self) -> None:
         # worked out once here, so that renderers only read it
@@ -1190,9 +1198,11 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
     dist = stepstats.distribution(steps, window)
     if steps.height and n == 0:
         notes = notes + [f"step window {dist['window']} holds no step: families and coverage are empty"]
-    return StepAnatomy(steps=steps, families=fam, coverage=cov, method=method, module=mod, extent=extent,
-                       notes=notes, table=table, step_rows=step_rows, attr_family=fam_of, window=dist["window"],
-                       distribution=dist, coverage_all=cov_all, window_sums=window_sums, step_sums=step_sums)
+    out = StepAnatomy(steps=steps, families=fam, coverage=cov, method=method, module=mod, extent=extent,
+                      notes=notes, table=table, step_rows=step_rows, attr_family=fam_of, window=dist["window"],
+                      distribution=dist, coverage_all=cov_all, window_sums=window_sums, step_sums=step_sums)
+    out._sums_for = (steps, step_rows, table)
+    return out
 
 
 def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str = "span",

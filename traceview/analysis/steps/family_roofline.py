@@ -85,7 +85,8 @@ def _anatomy_sums(anat, ev: pl.DataFrame) -> tuple | None:
     the same numbers (no negative self time or count, every sum below 2**53: each partial sum
     then exact); None otherwise (no sums kept, or they could differ)."""
     got = getattr(anat, "window_sums", None)
-    if got is None or "in_window" not in anat.steps.columns or ev["self_ps"].null_count() or ev["count"].null_count():
+    if (got is None or not getattr(anat, "sums_hold", lambda: False)() or "in_window" not in anat.steps.columns
+            or ev["self_ps"].null_count() or ev["count"].null_count()):
         return None
     ids, t_sum, c_sum = got
     if len(ids) == 0 or ev.height == 0:

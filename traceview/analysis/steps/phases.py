@@ -339,7 +339,8 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
         cnt = table.events["count"]
         c_all = None if cnt.null_count() == 0 and cnt.min() == 1 and cnt.max() == 1 else \
             cnt.fill_null(1).to_numpy()
-        got = _c_sums(rows, ev_attr, c_all, n_attr, n, table, f, fm, b, getattr(anat, "step_sums", None))
+        held = getattr(anat, "sums_hold", lambda: False)()  # sums of these steps, not of a copy's
+        got = _c_sums(rows, ev_attr, c_all, n_attr, n, table, f, fm, b, anat.step_sums if held else None)
         if got is not None:
             flops, mflops, byts, has_flops, has_bytes, used = got
         else:
