@@ -503,8 +503,10 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, mark
             targets = [(host, r["device"])] if r.get("device") else [(h, d) for h, d in placed_devs if h == host]
             for h, d in targets:
                 rows.append({"host": h, "device": d, "module": "", "program_id": None, "start_ps": r["start_ps"],
-                             "end_ps": r["start_ps"] + r["duration_ps"], "run_ps": None})
-        return _with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA)), "markers", None, [], None
+                             "end_ps": r["start_ps"] + r["duration_ps"], "run_ps": None,
+                             "step_num": r.get("step_num") if r.get("device") else None})
+        return (_with_next(pl.DataFrame(rows, schema=_WIN_SCHEMA | {"step_num": pl.Int64})), "markers", None, [],
+                None)
     module_runs = as_runs(module_runs)
     if module_runs.height and table.height:
         fixed, parts, as_given = _align(table, module_runs, pe)
@@ -872,18 +874,40 @@ def _starts_in_order(win: pl.DataFrame, blocks: list) -> bool:
     return True
 
 
+def _marker_numbers(win: pl.DataFrame) -> np.ndarray | None:
+    """The ``step_num`` of each window (int64) when every window is a device's step marker
+    carrying one and each device's numbers rise with its windows' starts (``win`` sorted by
+    host, device, start: :func:`_with_next`), so a window cut from a trace (``traceview
+    export --steps 6:8``) keeps its steps' numbers; else None (steps are numbered from 0 per
+    device). Host markers (a CPU trace's step annotations) never carry one here."""
+    if "step_num" not in win.columns or win.height == 0 or win["step_num"].null_count():
+        return None
+    nums = win["step_num"].to_numpy().astype(np.int64)
+    if win.height > 1:
+        dev = win.select(pl.struct("host", "device").rank("dense")).to_series().to_numpy()
+        same = dev[1:] == dev[:-1]
+        if not (nums[1:][same] > nums[:-1][same]).all():
+            return None
+    return nums
+
+
 def _steps(table, pe: _Placed, module_runs, *, markers, module, extent):
     """(steps frame of :func:`find_steps`, per event its step row (-1: none), method, module,
     notes, the steps' :func:`_device_blocks`)."""
     if extent not in EXTENTS:
         raise UsageError(f"unknown step extent {extent!r}: expected one of {', '.join(EXTENTS)}")
     win, method, mod, notes, blocks = _step_windows(table, pe, module_runs, markers, module, extent)
+    numbered = _marker_numbers(win)
+    if "step_num" in win.columns:
+        win = win.drop("step_num")
     if blocks is None:
         blocks = _device_blocks(win)
     step_row, n_ops, op_time, busy = _measure(pe, win, blocks)
     if win.height == 0:
         return pl.DataFrame(schema=STEPS_SCHEMA), step_row, method, mod, notes, blocks
-    if blocks is not None and (win.height < 2 or _starts_in_order(win, blocks)):
+    if numbered is not None:  # a device's step markers (a TPU Steps line, an export's): their own numbers
+        step_col = pl.Series("step", numbered, dtype=pl.Int64)
+    elif blocks is not None and (win.height < 2 or _starts_in_order(win, blocks)):
         # each device's windows are consecutive rows in start order: step = row - device's first row
         step = np.arange(win.height, dtype=np.int64)
         for _, _, a, b in blocks:
