@@ -147,6 +147,36 @@ class HostPartial:
     step_window: str | None = None
     steps_alone: bool = False
 
+    def __getstate__(self):
+        """Pickled (to the client) with its large frames as compressed Arrow IPC
+        (:class:`_Packed`): the per-step frames are mostly repeats and small integers."""
+        return {k: _Packed(v) if isinstance(v, pl.DataFrame) and v.estimated_size() >= PACK_MIN_BYTES else v
+                for k, v in self.__dict__.items()}
+
+    def __setstate__(self, state):
+        self.__dict__.update({k: v.frame() if isinstance(v, _Packed) else v for k, v in state.items()})
+
+
+#: a partial's frames of at least this many bytes (``estimated_size``) travel compressed
+PACK_MIN_BYTES = 64 << 10
+
+
+class _Packed:
+    """A frame as zstd-compressed Arrow IPC bytes; :meth:`frame` gives it back (same columns,
+    types and values)."""
+
+    def __init__(self, df: pl.DataFrame):
+        import io
+
+        buf = io.BytesIO()
+        df.write_ipc(buf, compression="zstd")
+        self.data = buf.getvalue()
+
+    def frame(self) -> pl.DataFrame:
+        import io
+
+        return pl.read_ipc(io.BytesIO(self.data))
+
 
 def _distribution_parts(table, alpha: float) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(moments, sketch, values) of an OpTable's per-occurrence durations per attr."""
