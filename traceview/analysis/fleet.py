@@ -671,24 +671,21 @@ def _window_families(parts, in_win: np.ndarray, n: int, step_ps) -> pl.DataFrame
     over the concatenated step rows, ``n`` of them): exact int64 sums per family name."""
     from traceview.analysis.steps.anatomy import FAMILIES_SCHEMA
 
-    from traceview.model.optable import int_bincount
-
     names = sorted({f for p in parts for f in p.family_names})
     ix = {f: i for i, f in enumerate(names)}
-    codes, selfs, counts = [], [], []
+    self_ps = np.zeros(len(names), dtype=np.int64)
+    count = np.zeros(len(names), dtype=np.int64)
+    present = np.zeros(len(names), dtype=bool)
     off = 0
     for p in parts:
         sf = p.step_families
         if sf.height:
             keep = in_win[sf["step_row"].to_numpy().astype(np.int64) + off]
-            codes.append(np.array([ix[f] for f in p.family_names], dtype=np.int64)[sf["family"].to_numpy()[keep]])
-            selfs.append(sf["self_ps"].to_numpy()[keep])
-            counts.append(sf["count"].to_numpy()[keep])
+            code = np.array([ix[f] for f in p.family_names], dtype=np.int64)[sf["family"].to_numpy()[keep]]
+            np.add.at(self_ps, code, sf["self_ps"].to_numpy()[keep])
+            np.add.at(count, code, sf["count"].to_numpy()[keep])
+            present[code] = True
         off += p.steps.height
-    code = np.concatenate(codes) if codes else np.zeros(0, dtype=np.int64)
-    self_ps = int_bincount(code, np.concatenate(selfs) if selfs else np.zeros(0, dtype=np.int64), len(names))
-    count = int_bincount(code, np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64), len(names))
-    present = np.bincount(code, minlength=len(names)) > 0
     have = np.flatnonzero(present)
     if not len(have):
         return pl.DataFrame(schema=FAMILIES_SCHEMA)
