@@ -81,12 +81,10 @@ def buckets(values: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
     """Sketch bucket (int32) of each value (ps, >= 0): ceil(log_γ v), :data:`ZERO_BUCKET` for 0."""
     v = np.asarray(values, dtype=np.float64)
     pos = v > 0
-    if pos.all():  # no zero: one pass in place (the same figures)
-        r = np.log(v)
-        r /= math.log(_gamma(alpha))
-        return np.ceil(r, out=r).astype(np.int32)
-    out = np.full(len(v), ZERO_BUCKET, dtype=np.int64)
-    out[pos] = np.ceil(np.log(v[pos]) / math.log(_gamma(alpha)))
+    r = np.log(v if pos.all() else np.where(pos, v, 1.0))
+    r /= math.log(_gamma(alpha))
+    out = np.ceil(r, out=r).astype(np.int64)
+    out[~pos] = ZERO_BUCKET
     return out.astype(np.int32)
 
 
@@ -212,25 +210,21 @@ def _sketch_rows(attr: np.ndarray, b: np.ndarray, na: int) -> pl.DataFrame:
     if not len(b):
         return pl.DataFrame(schema=schema)
     zero = b == ZERO_BUCKET
-    nz = ~zero
-    parts = []
+    key = b.astype(np.int64)
+    lo = int(key[~zero].min()) - 1 if not zero.all() else 0  # a zero's bin: below the smallest other bucket
+    key[zero] = lo
+    span = int(key.max()) - lo + 1
+    key -= lo
+    key += attr * span
+    if na * span <= _BINS_MAX:
+        c = np.bincount(key, minlength=na * span)
+        k = np.flatnonzero(c)
+        c = c[k]
+    else:
+        k, c = np.unique(key, return_counts=True)
+    a, bb = k // span, k % span + lo
     if zero.any():
-        cz = np.bincount(attr[zero], minlength=na)
-        a = np.flatnonzero(cz)
-        parts.append((a, np.full(len(a), ZERO_BUCKET, dtype=np.int64), cz[a]))
-    if nz.any():
-        a_nz, b_nz = (attr, b) if not zero.any() else (attr[nz], b[nz])
-        lo = int(b_nz.min())
-        span = int(b_nz.max()) - lo + 1
-        key = a_nz * span + (b_nz.astype(np.int64) - lo)
-        if na * span <= _BINS_MAX:
-            c = np.bincount(key, minlength=na * span)
-            k = np.flatnonzero(c)
-            c = c[k]
-        else:
-            k, c = np.unique(key, return_counts=True)
-        parts.append((k // span, k % span + lo, c))
-    a, bb, c = (np.concatenate(x) for x in zip(*parts))
+        bb[bb == lo] = ZERO_BUCKET
     return pl.DataFrame({"attr": a, "bucket": bb, "n": c.astype(np.int64)}, schema=schema)
 
 
