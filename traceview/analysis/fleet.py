@@ -617,15 +617,16 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
             return None, empty_ov, None
     # the hosts' own annotations when each host's steps were judged alone for this window and no
     # two hosts share a name (the fleet's annotation is then theirs, row for row); else here
-    # the step rows of every host, one under the other (their text columns as text once stacked)
+    # the step rows of every host, one under the other, their text columns as text
     names = [set(p.steps["host"].unique().to_list()) for p in with_steps]
     alone = (all(p.steps_alone and p.step_window == window for p in with_steps)
              and sum(len(h) for h in names) == len(set().union(*names)))
     if alone:
-        st = _text(pl.concat([p.steps for p in with_steps], how="vertical"))
+        st = pl.concat([_text(p.steps) for p in with_steps], how="vertical")  # (each host cast: a cast
+        # of the concatenation copies every column)
         dev_ids = stepstats._device_ids(st)  # (per row its (host, device) id, the ids' keys)
     else:
-        st = _text(pl.concat([p.steps.select(list(STEPS_SCHEMA)) for p in with_steps], how="vertical"))
+        st = pl.concat([_text(p.steps.select(list(STEPS_SCHEMA))) for p in with_steps], how="vertical")
         dev_ids = stepstats._device_ids(st)
         st = stepstats.annotate(st, window=window, devices=dev_ids)
     in_win = st["in_window"].to_numpy().astype(bool)
@@ -702,11 +703,6 @@ def _window_overlap(parts, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataF
     hosts = [p.host for p in parts]
     distinct = len(set(hosts)) == len(hosts)
     keyed = [pl.col(v).alias(k) for k, v in _OV_KEYS.items()]
-    if distinct and all("host" not in p.overlap_steps.columns if p.steps.height else not p.overlap_steps.height
-                        for p in parts):  # every host's rows are its step rows' windows: stacked at once
-        m = pl.Series(in_win)
-        ov = pl.concat([p.overlap_steps for p in parts if p.steps.height], how="vertical").filter(m)
-        return pl.concat([st.filter(m).select(keyed), ov], how="horizontal").select(list(OV_SCHEMA))
     win = None
     out, off = [], 0
     for p in parts:
