@@ -138,7 +138,8 @@ def build(base: Path, hosts: int, events: int) -> Path:
 
 
 def partial_bytes(logs: Path) -> dict:
-    """Pickled bytes of one host's partial, per part (what a worker sends the client)."""
+    """Pickled bytes of one host's partial, per part (what a worker sends the client: its
+    large frames packed, as ``HostPartial`` pickles them)."""
     import pickle
 
     from traceview.analysis.fleet import host_partial
@@ -146,8 +147,9 @@ def partial_bytes(logs: Path) -> dict:
 
     f = next(logs.rglob("*.xplane.pb"))
     hp = host_partial(ReadTask(path=str(f), kind="xplane", host=f.name.split(".")[0]))
-    parts = {k: len(pickle.dumps(getattr(hp, k))) for k in ("col", "moments", "sketch", "values", "steps",
-                                                             "step_families", "overlap_steps", "collectives")}
+    state = hp.__getstate__()
+    parts = {k: len(pickle.dumps(state[k])) for k in ("col", "moments", "sketch", "values", "steps",
+                                                      "step_families", "overlap_steps", "collectives")}
     parts["total"] = len(pickle.dumps(hp))
     from traceview.analysis.fleet import FleetOptions
 

@@ -209,3 +209,60 @@ def test_step_module_missing_on_some_hosts_is_said(mixed):
                        "in this trace"]
     with pytest.raises(UsageError, match="module 'nope' has no executions"):
         fleet.load_fleet(mixed, options=fleet.FleetOptions(step_module="nope"))
+
+
+def test_sketch_rows_and_buckets_equal_a_group_by(monkeypatch):
+    """The host's sketch rows (dense bins, or a sort past ``_BINS_MAX``) equal a group_by
+    over (attr, bucket); the bucket of a value is the same with or without zeros about."""
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        n, na = int(rng.integers(1, 2000)), int(rng.integers(1, 30))
+        v = np.floor(rng.lognormal(10, 5, n)) * (rng.random(n) > 0.2)
+        if trial % 2:
+            v = np.maximum(v, 1.0)
+        elif trial % 10 == 4:
+            v[:] = 0.0
+        b = fleet.buckets(v)
+        pos = v > 0
+        assert (b[pos] == fleet.buckets(v[pos])).all() and (b[~pos] == fleet.ZERO_BUCKET).all()
+        attr = rng.integers(0, na, n)
+        want = (pl.DataFrame({"attr": pl.Series(attr, dtype=pl.UInt32), "bucket": b})
+                .group_by("attr", "bucket").agg(pl.len().cast(pl.Int64).alias("n")).sort("attr", "bucket"))
+        monkeypatch.setattr(fleet, "_BINS_MAX", 1 << 22 if trial % 4 < 2 else 1)
+        assert_frame_equal(want, fleet._sketch_rows(attr, b, na).sort("attr", "bucket"))
+    assert fleet._sketch_rows(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32), 3).height == 0
+
+
+def test_partial_travels_packed_and_comes_back_the_same(shared_traces, monkeypatch):
+    """A host's large frames are pickled as compressed Arrow IPC; unpickled, every frame has
+    its schema and values again (here every frame packed, empty ones too)."""
+    import pickle
+
+    from traceview.read.batch import ReadTask
+
+    hp = fleet.host_partial(ReadTask(path=str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), kind="xplane",
+                                     host="h"))
+    monkeypatch.setattr(fleet, "PACK_MIN_BYTES", 0)
+    assert isinstance(hp.__getstate__()["steps"], fleet._Packed)
+    back = pickle.loads(pickle.dumps(hp))
+    for k, v in hp.__dict__.items():
+        if isinstance(v, pl.DataFrame):
+            assert back.__dict__[k].schema == v.schema, k
+            assert_frame_equal(v, back.__dict__[k], check_exact=True)
+        else:
+            assert back.__dict__[k] == v, k
+
+
+def test_dask_cluster_equals_in_process(pod):
+    """On a Dask cluster (results gathered as they complete) the merged fleet is the
+    in-process one."""
+    distributed = pytest.importorskip("distributed")
+    here = fleet.load_fleet(pod)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=40) as cluster, distributed.Client(cluster) as client:
+        there = fleet.load_fleet(pod, executor=client)
+    for a, b in ((here.by_shape, there.by_shape), (here.devices, there.devices), (here.steps.steps, there.steps.steps),
+                 (here.steps.families, there.steps.families), (here.overlap_steps, there.overlap_steps),
+                 (here.stragglers.devices, there.stragglers.devices)):
+        assert_frame_equal(a, b, check_exact=True)
+    assert there.stragglers.summary == here.stragglers.summary and there.files == here.files

@@ -80,9 +80,11 @@ def _gamma(alpha: float) -> float:
 def buckets(values: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
     """Sketch bucket (int32) of each value (ps, >= 0): ceil(log_γ v), :data:`ZERO_BUCKET` for 0."""
     v = np.asarray(values, dtype=np.float64)
-    out = np.full(len(v), ZERO_BUCKET, dtype=np.int64)
     pos = v > 0
-    out[pos] = np.ceil(np.log(v[pos]) / math.log(_gamma(alpha)))
+    r = np.log(v if pos.all() else np.where(pos, v, 1.0))
+    r /= math.log(_gamma(alpha))
+    out = np.ceil(r, out=r).astype(np.int64)
+    out[~pos] = ZERO_BUCKET
     return out.astype(np.int32)
 
 
@@ -143,6 +145,36 @@ class HostPartial:
     step_window: str | None = None
     steps_alone: bool = False
 
+    def __getstate__(self):
+        """Pickled (to the client) with its large frames as compressed Arrow IPC
+        (:class:`_Packed`): the per-step frames are mostly repeats and small integers."""
+        return {k: _Packed(v) if isinstance(v, pl.DataFrame) and v.estimated_size() >= PACK_MIN_BYTES else v
+                for k, v in self.__dict__.items()}
+
+    def __setstate__(self, state):
+        self.__dict__.update({k: v.frame() if isinstance(v, _Packed) else v for k, v in state.items()})
+
+
+#: a partial's frames of at least this many bytes (``estimated_size``) travel compressed
+PACK_MIN_BYTES = 64 << 10
+
+
+class _Packed:
+    """A frame as zstd-compressed Arrow IPC bytes; :meth:`frame` gives it back (same columns,
+    types and values)."""
+
+    def __init__(self, df: pl.DataFrame):
+        import io
+
+        buf = io.BytesIO()
+        df.write_ipc(buf, compression="zstd")
+        self.data = buf.getvalue()
+
+    def frame(self) -> pl.DataFrame:
+        import io
+
+        return pl.read_ipc(io.BytesIO(self.data))
+
 
 def _distribution_parts(table, alpha: float) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
     """(moments, sketch, values) of an OpTable's per-occurrence durations per attr."""
@@ -160,12 +192,40 @@ def _distribution_parts(table, alpha: float) -> tuple[pl.DataFrame, pl.DataFrame
     have = np.flatnonzero(n)
     moments = pl.DataFrame({"attr": pl.Series(have, dtype=pl.UInt32), "n": n[have].astype(np.int64),
                             "mean": mean[have], "m2": m2[have]})
-    b = buckets(per, alpha)
-    sk = (pl.DataFrame({"attr": pl.Series(attr, dtype=pl.UInt32), "bucket": b})
-          .group_by("attr", "bucket").agg(pl.len().cast(pl.Int64).alias("n")))
+    sk = _sketch_rows(attr, buckets(per, alpha), na)
     small = n[attr] <= EXACT_MAX
     values = pl.DataFrame({"attr": pl.Series(attr[small], dtype=pl.UInt32), "value": per[small]})
     return moments, sk, values
+
+
+#: most (attr, bucket) bins counted by one ``np.bincount`` (else a sort)
+_BINS_MAX = 1 << 22
+
+
+def _sketch_rows(attr: np.ndarray, b: np.ndarray, na: int) -> pl.DataFrame:
+    """The sketch rows (attr UInt32, bucket Int32, n Int64; one per (attr, bucket) with
+    events, in no particular order) of per-event attr ids ``attr`` (int64, < ``na``) and
+    buckets ``b``: counted over dense bins when attr x bucket span is small, else sorted."""
+    schema = {"attr": pl.UInt32, "bucket": pl.Int32, "n": pl.Int64}
+    if not len(b):
+        return pl.DataFrame(schema=schema)
+    zero = b == ZERO_BUCKET
+    key = b.astype(np.int64)
+    lo = int(key[~zero].min()) - 1 if not zero.all() else 0  # a zero's bin: below the smallest other bucket
+    key[zero] = lo
+    span = int(key.max()) - lo + 1
+    key -= lo
+    key += attr * span
+    if na * span <= _BINS_MAX:
+        c = np.bincount(key, minlength=na * span)
+        k = np.flatnonzero(c)
+        c = c[k]
+    else:
+        k, c = np.unique(key, return_counts=True)
+    a, bb = k // span, k % span + lo
+    if zero.any():
+        bb[bb == lo] = ZERO_BUCKET
+    return pl.DataFrame({"attr": a, "bucket": bb, "n": c.astype(np.int64)}, schema=schema)
 
 
 def host_partial(task, options: FleetOptions | None = None):
@@ -398,8 +458,12 @@ def _offsets(parts: list[HostPartial]) -> list[int]:
     return out
 
 
-def _shift(df: pl.DataFrame, off: int) -> pl.DataFrame:
-    return df.with_columns((pl.col("attr").cast(pl.Int64) + off).cast(pl.UInt32))
+def _stacked(frames: list, offs: list) -> pl.DataFrame:
+    """The frames one under the other, each one's ``attr`` shifted by its offset (the
+    partials' attr ids kept apart)."""
+    out = pl.concat(frames, how="vertical")
+    add = np.repeat(np.asarray(offs, dtype=np.int64), [f.height for f in frames])
+    return out.with_columns((pl.col("attr").cast(pl.Int64) + pl.Series(add)).cast(pl.UInt32))
 
 
 def merged_spread(col: pl.DataFrame, keys: list[str], moments: pl.DataFrame, sketch: pl.DataFrame,
@@ -485,9 +549,8 @@ def merge(parts: list[HostPartial], *, split_modules: bool = True, window: str =
 
     parse_window(window)
     offs = _offsets(parts)
-    col, moments, sketch, values = (
-        pl.concat([_shift(getattr(p, name), o) for p, o in zip(parts, offs)], how="vertical") if parts else None
-        for name in ("col", "moments", "sketch", "values"))
+    col, moments, sketch, values = (_stacked([getattr(p, name) for p in parts], offs) if parts else None
+                                    for name in ("col", "moments", "sketch", "values"))
     devices, warns = devices_and_notes(parts, warnings)
     keys = aggregate.by_shape_keys(split_modules)
     total_self = int(col["self_ps"].sum() or 0) if col is not None and col.height else 0
@@ -554,15 +617,16 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
             return None, empty_ov, None
     # the hosts' own annotations when each host's steps were judged alone for this window and no
     # two hosts share a name (the fleet's annotation is then theirs, row for row); else here
-    texts = [_text(p.steps) for p in parts]
-    names = [set(t["host"].unique().to_list()) for t in texts if t.height]
+    # the step rows of every host, one under the other, their text columns as text
+    names = [set(p.steps["host"].unique().to_list()) for p in with_steps]
     alone = (all(p.steps_alone and p.step_window == window for p in with_steps)
              and sum(len(h) for h in names) == len(set().union(*names)))
     if alone:
-        st = pl.concat([t for t in texts if t.height], how="vertical")
+        st = pl.concat([_text(p.steps) for p in with_steps], how="vertical")  # (each host cast: a cast
+        # of the concatenation copies every column)
         dev_ids = stepstats._device_ids(st)  # (per row its (host, device) id, the ids' keys)
     else:
-        st = pl.concat([t.select(list(STEPS_SCHEMA)) for t in texts], how="vertical")
+        st = pl.concat([_text(p.steps.select(list(STEPS_SCHEMA))) for p in with_steps], how="vertical")
         dev_ids = stepstats._device_ids(st)
         st = stepstats.annotate(st, window=window, devices=dev_ids)
     in_win = st["in_window"].to_numpy().astype(bool)
@@ -584,8 +648,7 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
     step_notes = [ln for p in parts for ln in p.step_notes]
     anat = StepAnatomy(steps=st, families=fam, coverage=cov, method=p0.step_method, module=p0.step_module,
                        extent="", notes=step_notes, window=dist["window"], distribution=dist, coverage_all=cov_all)
-    ov = _window_overlap(parts, texts, st, in_win, empty_ov)
-    del texts
+    ov = _window_overlap(parts, st, in_win, empty_ov)
     coll = pl.concat([p.collectives for p in parts], how="vertical")
     if consume:
         for p in parts:
@@ -630,27 +693,27 @@ def _window_families(parts, in_win: np.ndarray, n: int, step_ps) -> pl.DataFrame
             .select(list(FAMILIES_SCHEMA)).cast(FAMILIES_SCHEMA).sort(["self_ps", "family"], descending=[True, False]))
 
 
-def _window_overlap(parts, texts: list, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataFrame) -> pl.DataFrame:
+def _window_overlap(parts, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataFrame) -> pl.DataFrame:
     """The overlap rows of the window's steps, in the hosts' order: a host's rows that are its
     step rows' windows (:func:`_overlap_columns`) take their keys from ``st`` (the concatenated,
     annotated step rows); other hosts' rows are matched to the window's steps by (host,
-    device, step). ``texts``: each part's step rows (:func:`_text`)."""
+    device, step)."""
     from traceview.analysis.communication.overlap import STEPS_SCHEMA as OV_SCHEMA
 
     hosts = [p.host for p in parts]
     distinct = len(set(hosts)) == len(hosts)
+    keyed = [pl.col(v).alias(k) for k, v in _OV_KEYS.items()]
     win = None
     out, off = [], 0
-    for p, t in zip(parts, texts):
-        ov, h = p.overlap_steps, t.height
+    for p in parts:
+        ov, h = p.overlap_steps, p.steps.height
         if distinct and h and "host" not in ov.columns:
             m = pl.Series(in_win[off:off + h])
-            keys = st.slice(off, h).filter(m).select([pl.col(v).alias(k) for k, v in _OV_KEYS.items()])
+            keys = st.slice(off, h).filter(m).select(keyed)
             out.append(pl.concat([keys, ov.filter(m)], how="horizontal").select(list(OV_SCHEMA)))
         elif ov.height:
             if "host" not in ov.columns:  # hosts named alike: the keys, then the match
-                ov = pl.concat([t.select([pl.col(v).alias(k) for k, v in _OV_KEYS.items()]), ov],
-                               how="horizontal").select(list(OV_SCHEMA))
+                ov = pl.concat([_text(p.steps).select(keyed), ov], how="horizontal").select(list(OV_SCHEMA))
             if win is None:
                 win = st.select("host", "device", "step", "in_window").filter(pl.col("in_window")).drop("in_window")
             out.append(ov.join(win, on=["host", "device", "step"], how="semi"))

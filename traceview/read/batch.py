@@ -289,12 +289,12 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
                 for fut in as_completed(futures):
                     finish(index[fut], fut.result())
             elif type(futures[0]).__module__.startswith("distributed"):  # a Dask Client's futures: each
-                # result as it comes, its worker's copy released then
+                # result as it comes (fetched on the client's event loop meanwhile, not one
+                # blocking round trip per file), its worker's copy released then
                 from distributed import as_completed as dask_completed
 
                 index = {id(f): i for i, f in enumerate(futures)}
-                for fut in dask_completed(futures):
-                    res = fut.result()
+                for fut, res in dask_completed(futures, with_results=True):
                     fut.release()
                     finish(index[id(fut)], res)
             else:  # other futures: collected in order
