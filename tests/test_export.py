@@ -516,3 +516,24 @@ def test_a_gpu_export_read_back_has_the_steps_it_was_cut_at(shared_traces, tmp_p
     step, *figures = pinned
     assert tuple(figures) in back.steps.filter(pl.col("device") == "/device:GPU:0").select(cols).rows()
     assert tuple(figures) == o.filter((pl.col("device") == "/device:GPU:0") & (pl.col("step") == step)).select(cols).row(0)
+
+
+def test_an_export_of_an_export_draws_traceview_lines_once(shared_traces, tmp_path, capsys):
+    """Cutting steps 6:7 out of an export of steps 6:8 (the timeline command analyze suggests
+    for it) replaces the window's traceview lines: read back, steps 6 and 7 once each, as in
+    the first export (they were copied and drawn again: four steps, each real one followed by
+    a twin of 0 ops)."""
+    (tmp_path / "a").mkdir()
+    rc, err = export(capsys, shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", "--steps", "6:8", "-o", tmp_path / "a" / "w")
+    assert rc == 0, err
+    rc, err = export(capsys, tmp_path / "a" / "w.xplane.pb", "--steps", "6:7", "-o", tmp_path / "w2")
+    assert rc == 0, err
+    cols = ["step", "start_ps", "duration_ps", "ops", "op_time_ps"]
+    first = traceview.load(tmp_path / "a" / "w.xplane.pb", cache=False).analyze(step_window="all").steps.steps
+    again = traceview.load(tmp_path / "w2.xplane.pb", cache=False).analyze(step_window="all").steps.steps
+    assert again["step"].to_list() == [6, 7]
+    assert again.select(cols).rows() == first.filter(pl.col("step") <= 7).select(cols).rows()
+    for plane in _space(tmp_path / "w2.xplane.pb").planes:
+        names = [ln.name for ln in plane.lines if ln.name.startswith("traceview ")]
+        assert len(names) == len(set(names)), plane.name
+    assert any(ln.name == "traceview steps" for p in _space(tmp_path / "w2.xplane.pb").planes for ln in p.lines)

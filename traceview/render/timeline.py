@@ -91,8 +91,14 @@ def with_tracks(window, tracks, lines) -> object:
     host) drawn on their device's plane (created when the window has none of that name), one
     XLine per name of ``lines`` that has events, after the plane's own lines. Times move by
     the plane's ``window.shifts`` (op clock -> host-aligned) and are clipped to the plane's
-    window (an op that began before it)."""
+    window (an op that began before it). Lines of ``lines``' names the window already has (it
+    was cut from an export) are dropped first: drawn again, a step would be read back twice."""
     space = window.space
+    own = set(lines)
+    for p in space.planes:
+        for i in reversed(range(len(p.lines))):
+            if p.lines[i].name in own:
+                del p.lines[i]
     planes = {p.name: p for p in space.planes}
     by_plane: dict = {}
     for t in tracks:
