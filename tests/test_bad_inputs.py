@@ -342,6 +342,18 @@ def test_profile_analyze_options_are_checked_by_name(shared_traces):
         prof.analyze(bogus=1)
     with pytest.raises(UsageError, match=r"^sql\(\) got unknown options on_section, release "):
         prof.sql("SELECT 1", release=None, on_section=None)
+    for bad, said in (({"tokens_per_step": 0}, "tokens_per_step must be a whole number > 0, got 0"),
+                      ({"tokens_per_step": "abc"}, "tokens_per_step must be a whole number > 0, got 'abc'"),
+                      ({"tokens_per_step": True}, "tokens_per_step must be a whole number > 0, got True"),
+                      ({"peaks": "x"}, "peaks must be a Peaks (from .peaks()), got str"),
+                      ({"html": 5}, "html must be True or False, got 5"),
+                      ({"findings": "no"}, "findings must be True or False, got 'no'"),
+                      ({"rules": 5}, "family rules must be a rules file's path or a list of 'name=regex' strings")):
+        with pytest.raises(UsageError) as ei:
+            prof.analyze(**bad)
+        assert said in str(ei.value), bad
+    with pytest.raises(UsageError, match=r"^sql\(\) takes the query as a string, got int$"):
+        prof.sql(5)
     default, given_none = prof.analyze(), prof.analyze(step_window=None, by=None)
     assert given_none.steps.window == default.steps.window == "steady"
     assert given_none.by_shape.equals(default.by_shape)

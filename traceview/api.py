@@ -238,6 +238,8 @@ class Profile(ProfileData):
         from traceview.analysis.report import build_report
         from traceview.analysis.sql import execute, tables
 
+        if not isinstance(query, str):
+            raise UsageError(f"sql() takes the query as a string, got {type(query).__name__}")
         return execute(tables(build_report(self, **_report_options(options, "sql")), self), query)
 
     def report(self, path: str | os.PathLike, *, top: int = 30, title: str | None = None, peaks=None, rules=None,
@@ -326,12 +328,26 @@ _REPORT_OPTIONS = ("by", "peaks", "steps", "expect_batch", "rules", "step_module
 
 def _report_options(options: dict, method: str) -> dict:
     """``options`` for build_report, those given as None left out (their defaults apply).
-    Raises UsageError naming ``method`` for an option build_report does not take."""
+    Raises UsageError naming ``method`` for an option build_report does not take, or for a
+    value of the wrong kind (``peaks`` not a Peaks, ``tokens_per_step`` not a whole number
+    > 0, ``html`` / ``findings`` not a bool; the rest are checked where they are used)."""
     bad = sorted(k for k in options if k not in _REPORT_OPTIONS)
     if bad:
         raise UsageError(f"{method}() got unknown option{'s' if len(bad) > 1 else ''} {', '.join(bad)} "
                          f"(options: {', '.join(_REPORT_OPTIONS)})")
-    return {k: v for k, v in options.items() if v is not None}
+    given = {k: v for k, v in options.items() if v is not None}
+    for k in ("html", "findings"):
+        if k in given and not isinstance(given[k], bool):
+            raise UsageError(f"{method}(): {k} must be True or False, got {given[k]!r}")
+    n = given.get("tokens_per_step")
+    if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+        raise UsageError(f"{method}(): tokens_per_step must be a whole number > 0, got {n!r}")
+    if "peaks" in given:
+        from traceview.analysis.hardware.peaks import Peaks
+
+        if not isinstance(given["peaks"], Peaks):
+            raise UsageError(f"{method}(): peaks must be a Peaks (from .peaks()), got {type(given['peaks']).__name__}")
+    return given
 
 
 def _count(v, what: str) -> int:

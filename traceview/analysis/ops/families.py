@@ -237,6 +237,9 @@ def rules_of(rules) -> list[FamilyRule]:
         return []
     if isinstance(rules, (str, os.PathLike)):
         return read_rules(rules)
+    if isinstance(rules, (bytes, dict)) or not hasattr(rules, "__iter__"):
+        raise UsageError(f"family rules must be a rules file's path or a list of 'name=regex' strings, "
+                         f"got {type(rules).__name__}")
     return parse_rules(rules)
 
 
