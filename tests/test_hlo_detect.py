@@ -147,3 +147,20 @@ def test_a_shape_out_of_range_costs_its_module():
     ins, notes = instructions(_frame(data))
     assert ins.height == 0 and notes == ["HLO proto of m(7) is unreadable: instruction huge has a shape out of range "
                                          "(f32[1099511627776,1073741824])"]
+
+
+def test_flop_provenance_orders_ties_one_way():
+    """Rows of one module and equal time (0 ps after a --filter) come out in one order whatever
+    order the descriptions arrive in (the group-by's order changed from run to run)."""
+    import polars as pl
+
+    from traceview.analysis.ops.hlo_detect import flop_provenance
+
+    m = pl.DataFrame({"module": ["m"] * 4 + ["n"], "program_id": pl.Series([2, 1, 1, 3, 9], dtype=pl.UInt64),
+                      "cost_source": ["trace", "derived", "trace", None, "trace"],
+                      "time_ps": [0, 0, 5, 0, 7]})
+    want = [("m", 1, "trace", 5), ("m", 1, "derived", 0), ("m", 2, "trace", 0), ("m", 3, "unknown", 0),
+            ("n", 9, "trace", 7)]
+    for seed in range(6):
+        got = flop_provenance(None, m.sample(fraction=1.0, shuffle=True, seed=seed))
+        assert got.select("module", "program_id", "source", "time_ps").rows() == want

@@ -111,7 +111,8 @@ def _measured(table) -> pl.DataFrame:
 
 def flop_provenance(table, measured: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per program (module, program_id) and FLOP source (``cost_source``: trace, derived,
-    unknown): op self time and its share of the program's op time, ops (descriptions).
+    unknown): op self time and its share of the program's op time, ops (descriptions); by
+    module, then time (longest first), program_id and source, so ties keep one order.
     ``measured``: :func:`_measured` of ``table`` when the caller has it."""
     m = _measured(table) if measured is None else measured
     if m.height == 0:
@@ -121,7 +122,8 @@ def flop_provenance(table, measured: pl.DataFrame | None = None) -> pl.DataFrame
          .agg(pl.col("time_ps").sum(), pl.len().alias("ops")))
     return (g.with_columns((pl.col("time_ps") / pl.col("time_ps").sum().over("module", "program_id")).alias("share"))
             .select("module", "program_id", "source", "time_ps", "share", "ops")
-            .sort(["module", "time_ps"], descending=[False, True]))
+            .sort(["module", "time_ps", "program_id", "source"], descending=[False, True, False, False],
+                  nulls_last=True))
 
 
 def detect(prof) -> HloReport:
