@@ -54,6 +54,15 @@ def test_a_broken_symlink_says_so(tmp_path, capsys):
                   f"which does not exist)"
 
 
+def test_a_loop_of_symlinks_says_so(tmp_path, capsys):
+    """Two links naming each other: a loop, not a broken link to a file that 'does not exist'."""
+    os.symlink("b", tmp_path / "a")
+    os.symlink("a", tmp_path / "b")
+    assert main(["analyze", str(tmp_path / "a")]) == 3
+    err = capsys.readouterr().err.strip()
+    assert err == f"traceview: error: {tmp_path / 'a'}: is a symbolic link that leads back to itself (to b, a loop of links)"
+
+
 def test_no_straggler_is_named_on_a_lead_of_a_tenth_of_a_percent(shared_traces, capsys):
     """The v6e chips take turns being slowest by ~0.1%: that device was called "straggler"."""
     assert main(["analyze", str(shared_traces / V6E), "--no-cache"]) == 0

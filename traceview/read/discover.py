@@ -36,6 +36,7 @@ The traps this module guards against:
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat as _stat
@@ -500,6 +501,12 @@ def discover(
         raise UsageError("give either a run name or all runs, not both")
     if listing is None and not os.path.exists(root):
         if os.path.islink(root):
+            try:
+                os.stat(root)
+            except OSError as exc:
+                if exc.errno == errno.ELOOP:  # links that lead back to themselves
+                    raise NoTraceFound(f"is a symbolic link that leads back to itself (to {os.readlink(root)}, "
+                                       "a loop of links)", root) from None
             raise NoTraceFound(f"is a broken symbolic link (to {os.readlink(root)}, which does not exist)", root)
         raise NoTraceFound("does not exist", root)
     skipped: list[tuple[Path, str]] = []
