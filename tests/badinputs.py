@@ -578,7 +578,6 @@ def _no_read(path: Path):
 
     import traceview.model.from_xplane
     import traceview.read.tracejson
-    import traceview.read.xplane.mapped
     import traceview.read.xplane.wire
 
     os.chmod(path, 0)
@@ -594,8 +593,7 @@ def _no_read(path: Path):
 
     def patch(mp):
         mp.setattr(traceview.model.from_xplane, "open", guarded, raising=False)
-        mp.setattr(traceview.read.xplane.wire, "open", guarded, raising=False)
-        mp.setattr(traceview.read.xplane.mapped, "open", guarded, raising=False)  # map_xspace
+        mp.setattr(traceview.read.xplane.wire, "open", guarded, raising=False)  # map_xspace
         mp.setattr(traceview.read.tracejson, "open", guarded, raising=False)
     return patch
 

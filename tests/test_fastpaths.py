@@ -504,7 +504,7 @@ def test_metadata_left_in_the_file_reads_as_protobuf_parses_it(shared_traces, mo
     # parses the whole map
     files = _xplanes(shared_traces)
     eager = [xplane.read_xplane(p) for p in files]
-    monkeypatch.setattr("traceview.read.xplane.mapped.LAZY_METADATA_ENTRIES", 0)  # map_xspace's
+    monkeypatch.setattr(xline, "LAZY_METADATA_ENTRIES", 0)
     assert all(isinstance(pl_.event_metadata, xline.LazyEventMetadata) for pl_ in xline.map_xspace(files[0]).planes)
     lazy = [xplane.read_xplane(p) for p in files]
     for a, b in zip(eager, lazy):
@@ -520,7 +520,7 @@ def test_lazy_metadata_map_behaves_as_protobufs(shared_traces, monkeypatch, tmp_
 
     path = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
     parsed = XSpace.FromString(path.read_bytes())
-    monkeypatch.setattr("traceview.read.xplane.mapped.LAZY_METADATA_ENTRIES", 0)  # map_xspace's
+    monkeypatch.setattr(xline, "LAZY_METADATA_ENTRIES", 0)
     mapped = xline.map_xspace(path)
     for want, got in zip(parsed.planes, mapped.planes):
         table = got.event_metadata

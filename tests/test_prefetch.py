@@ -51,7 +51,7 @@ ENGINE = next((Path(__file__).parent.parent / "fixtures" / "greedy_b4").glob("pl
     (ENGINE, ["/host:CPU"]),  # a CPU trace: its host plane holds the ops
 ])
 def test_every_plane_kind_is_prefetched_and_read_the_same(shared_traces, path, planes):
-    from traceview.read.xplane.wire import AnnotatedLine, RawAnnotated
+    from traceview.read.xplane.wire import AnnotatedLine
 
     path = shared_traces / path
     plain = xplane.read_xplane(path)
@@ -59,7 +59,7 @@ def test_every_plane_kind_is_prefetched_and_read_the_same(shared_traces, path, p
     assert pf is not None
     space, results = pf.take()
     assert [p.name for p in space.planes if id(p) in results] == planes
-    assert all(isinstance(x, (AnnotatedLine, RawAnnotated, int)) for p in space.planes if not p.name.startswith("/device:TPU:")
+    assert all(isinstance(x, (AnnotatedLine, int)) for p in space.planes if not p.name.startswith("/device:TPU:")
                and id(p) in results for x in results[id(p)])
     got = xplane.convert_xspace(space, str(path), plain.host, "", decoded=results)
     _same(plain, got)

@@ -39,8 +39,8 @@ def start_prefetch(disc, *, max_bytes: int | None, cache, local: bool, idle=None
     if cache is not None and size >= cache.min_file_bytes and cache.has_fresh(
             tf.path, [str(tf.path), "xplane", tf.host, tf.run]):  # traceview.model.files.cache_args
         return None
-    from traceview.model.annotated_plane import prefetch_plan  # no numpy: the thread decodes a CPU or GPU trace
-    from traceview.read import prefetch  # (mostly without the GIL) while this one imports numpy and polars
+    from traceview.model.annotated_plane import prefetch_plan  # numpy and the decoders first: the thread then
+    from traceview.read import prefetch  # decodes (mostly without the GIL) while this one imports polars
 
     return prefetch.start(tf.path, prefetch_plan, idle)
 

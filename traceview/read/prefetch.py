@@ -1,11 +1,10 @@
 """Decode an xplane file's planes on a background thread while the caller is still starting.
 
-A cold ``traceview.load`` spends its first fraction of a second importing numpy and polars on
-one core while the other is idle. :func:`start` (called right after discovery, before they are
-imported) maps the file and lists ``plan(space)``'s planes on the calling thread, then runs their
-``work(plane, path)`` on a daemon thread (the caller passes
-:func:`traceview.model.annotated_plane.prefetch_plan`, whose work imports nothing and spends
-most of its time in C code that releases the GIL). :meth:`Prefetch.take` hands the mapped
+A cold ``traceview.load`` spends its first fraction of a second importing polars on one core
+while the other is idle. :func:`start` (called right after discovery, before polars is imported) maps the file
+and runs ``plan(space)``'s ``work(plane, path)`` over the planes it names on a daemon thread (the caller passes
+:func:`traceview.model.annotated_plane.prefetch_plan`, whose work imports no polars and spends most of
+its time in C and numpy code that releases the GIL). :meth:`Prefetch.take` hands the mapped
 XSpace and the per-plane results over: it first works on the calling thread through the
 planes the background thread has not started, so both cores work once the imports are done,
 then waits for the rest.
@@ -68,28 +67,23 @@ class Prefetch:
                 self.results[i] = exc
             self.done[i].set()
 
-    def _prepare(self) -> bool:
-        """Map the file and list the planes the plan names (on the calling thread, so that
-        whatever the plan imports is imported there); whether there is work for the thread."""
+    def _run(self) -> None:
         try:
-            from traceview.read.xplane.mapped import has_decoder, map_xspace
+            from traceview.read.xplane.wire import has_decoder, map_xspace
 
             space = map_xspace(Path(self.path)) if has_decoder() else None
             if space is None:
                 self.failed = True
-                return False
+                return
             self.space = space
             self.planes = list(self._plan(space))
             self.results = [None] * len(self.planes)
             self.done = [threading.Event() for _ in self.planes]
-        except Exception:  # noqa: BLE001 - a prefetch never fails the run
+        except BaseException:  # noqa: BLE001 - a prefetch never fails the run
             self.failed = True
-            return False
+            return
         finally:
             self.ready.set()
-        return True
-
-    def _run(self) -> None:
         self._drain()
 
     def take(self):
@@ -118,8 +112,8 @@ class Prefetch:
 
 
 def start(path: str | os.PathLike, plan: Callable, idle: Callable | None = None) -> Prefetch | None:
-    """Map the xplane file ``path`` in place (``space``) and call ``plan(space)`` (a list of
-    ``(plane, work)``) here, then begin running each ``work(plane, path)`` on a daemon thread; returns
+    """Begin running, on a daemon thread, each ``work(plane, path)`` of ``plan(space)`` (a
+    list of ``(plane, work)``, ``space`` the xplane file ``path`` mapped in place); returns
     the :class:`Prefetch`, or None when the file cannot be stat'ed or no thread can be
     started. ``idle``: what the thread that takes the prefetch does while it waits for this
     one (:meth:`Prefetch.take`), e.g. the caller's imports. Never raises."""
@@ -128,8 +122,6 @@ def start(path: str | os.PathLike, plan: Callable, idle: Callable | None = None)
     if ident is None:
         return None
     job = Prefetch(str(path), ident, plan, idle)
-    if not job._prepare():
-        return job  # take() says None: the reader starts afresh
     try:
         threading.Thread(target=job._run, name="traceview-prefetch", daemon=True).start()
     except RuntimeError:  # no thread can be started

@@ -768,9 +768,7 @@ static PyObject *line_layout(PyObject *self, PyObject *args) {
  * 1 double (its bits), 2 uint64, 3 int64, 4 str (index into strings, a str), 5 bytes (index
  * into strings, a bytes), 6 ref_value, 7 a stat without a value. The arrays are bytes objects
  * (int64 native, has_stats / kinds uint8, combo uint32). str values are decoded as strict
- * UTF-8 (UnicodeDecodeError, a ValueError, otherwise). An optional sixth argument drop_zero,
- * when nonzero, gives None for an occurrences column of zeros only and for extra_values when
- * no event has an extra stat (extra_kinds all 0). */
+ * UTF-8 (UnicodeDecodeError, a ValueError, otherwise). */
 typedef struct { int kind; int64_t val; const uint8_t *s; uint64_t slen; } stat_val;
 
 /* one XStat: its metadata_id and its value (the last oneof field wins). hard: read_varint_h */
@@ -1007,8 +1005,8 @@ static const char *fill_annotated(const uint8_t *p, const uint8_t *end, const an
 
 static PyObject *decode_annotated(PyObject *self, PyObject *args) {
     Py_buffer view, bi, bsl;
-    int nkey, nslot, drop_zero = 0;
-    if (!PyArg_ParseTuple(args, "y*y*y*ii|i", &view, &bi, &bsl, &nkey, &nslot, &drop_zero)) return NULL;
+    int nkey, nslot;
+    if (!PyArg_ParseTuple(args, "y*y*y*ii", &view, &bi, &bsl, &nkey, &nslot)) return NULL;
     Py_ssize_t nids = bi.len / 8;
     const char *err = NULL;
     if (bsl.len / 8 != nids || nkey < 0 || nslot < nkey || nslot > ANNOT_MAX_SLOTS) err = "bad stat slots";
@@ -1079,16 +1077,6 @@ static PyObject *decode_annotated(PyObject *self, PyObject *args) {
         Py_XDECREF(cm); Py_XDECREF(ck); Py_XDECREF(cv); Py_XDECREF(strs);
         if (err) PyErr_SetString(PyExc_ValueError, err);
         return NULL;
-    }
-    if (drop_zero && n) {  /* an all-zero occurrences column, or extra values without a stat: None */
-        const int64_t *occ = (const int64_t *)PyBytes_AS_STRING(b[2]);
-        const uint8_t *xk = (const uint8_t *)PyBytes_AS_STRING(b[5]);
-        Py_ssize_t i = 0, nxk = n * nx;
-        while (i < n && occ[i] == 0) i++;
-        if (i == n) { Py_DECREF(b[2]); Py_INCREF(Py_None); b[2] = Py_None; }
-        i = 0;
-        while (i < nxk && xk[i] == 0) i++;
-        if (nx && i == nxk) { Py_DECREF(b[6]); Py_INCREF(Py_None); b[6] = Py_None; }
     }
     return Py_BuildValue("(LnNNNNNNNNNNN)", (long long)ts, n, b[0], b[1], b[2], b[3], b[4], b[5], b[6], cm, ck, cv, strs);
 }
@@ -1283,7 +1271,7 @@ static PyMethodDef methods[] = {
     {"line_header", line_header, METH_VARARGS,
      "line_header(buf) -> (id, display_id, name, display_name, timestamp_ns, duration_ps)"},
     {"decode_annotated", decode_annotated, METH_VARARGS,
-     "decode_annotated(buf, ids, slots, nkey, nslot[, drop_zero]) -> (timestamp_ns, n, offsets, durations, occurrences, has_stats, "
+     "decode_annotated(buf, ids, slots, nkey, nslot) -> (timestamp_ns, n, offsets, durations, occurrences, has_stats, "
      "combo, extra_kinds, extra_values, combo_mids, combo_kinds, combo_values, strings)"},
     {"decode_metadata", decode_metadata, METH_VARARGS,
      "decode_metadata(buf, lo, hi, ids, slots, nslot) -> (mids, names, display_names, kinds, values, strings)"},

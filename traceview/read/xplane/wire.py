@@ -28,10 +28,12 @@ from google.protobuf.message import DecodeError
 from traceview.read.diagnose import _varint, protobuf_fault, walk_fault, xspace_fault
 from traceview.read import hugearrays
 from traceview.read.xplane.protos import XLine, XLineEventsLoose, XLineEventsRaw, XLineHeader, XSpaceLazy
-from traceview.read.xplane.mapped import (LAZY_METADATA_ENTRIES, MappedLine, MappedPlane, MappedSpace,  # noqa: F401
-                                          RawAnnotated, _line_fault, _map_readonly, _varint_bytes, map_xspace)
-from traceview.read.xplane.mapped import _fast
 from traceview.errors import TraceUnreadable
+
+try:  # optional C accelerator (setup.py builds it when a compiler is available)
+    from traceview.read.xplane import _decode as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
 
 
 
@@ -54,6 +56,56 @@ def read_xspace_bytes(data: bytes, path: str):
         raise TraceUnreadable(f"not a valid XSpace protobuf: {why}", path) from None
     return space
 
+
+
+def _varint_bytes(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+class MappedLine:
+    """One XLine left in the memory-mapped file: ``view`` (a memoryview of its bytes) and
+    ``release()``, which hands its pages back to the OS (they are re-read from the page
+    cache if touched again)."""
+
+    __slots__ = ("view", "mm", "start", "end")
+
+    def __init__(self, mm, start: int, end: int):
+        self.mm, self.start, self.end = mm, start, end
+        self.view = memoryview(mm)[start:end]
+
+    def release(self, lo: int = 0, hi: int | None = None) -> None:
+        """madvise(DONTNEED) the whole pages inside [start + lo, start + hi)."""
+        import mmap as _mmap
+
+        if (self.end if hi is None else self.start + hi) - (self.start + lo) < _mmap.PAGESIZE:
+            return  # no whole page inside
+        if not hasattr(_mmap, "MADV_DONTNEED"):
+            return
+        a = self.start + lo
+        b = self.end if hi is None else self.start + hi
+        page = _mmap.PAGESIZE
+        a = -(-a // page) * page
+        b = (b // page) * page
+        if b > a:
+            try:
+                self.mm.madvise(_mmap.MADV_DONTNEED, a, b - a)
+            except (OSError, ValueError):
+                pass
+
+
+#: event_metadata entries from which a mapped plane's map is left in the file and each entry
+#: parsed when asked for (:class:`LazyEventMetadata`): the op-table columns are read from the
+#: bytes, so protobuf's parse of a large map is memory and time for nothing (figures in
+#: ``benchmarks/RESULTS.md``, "Large inputs")
+LAZY_METADATA_ENTRIES = 4096
 
 
 class LazyEventMetadata:
@@ -178,6 +230,91 @@ def metadata_names(plane, containing: tuple[bytes, ...] = ()):
     return ((k, md.name) for k, md in table.items())
 
 
+class MappedPlane:
+    """An XPlane read in place: the parsed small fields (``id``, ``name``,
+    ``event_metadata``, ``stat_metadata``, ``stats``) and ``lines``, the XLines as memoryviews
+    (``mapped_lines``: the same as :class:`MappedLine`). ``event_metadata`` is a
+    :class:`LazyEventMetadata` when the plane has :data:`LAZY_METADATA_ENTRIES` or more."""
+
+    def __init__(self, msg, mapped_lines: list, span: tuple | None = None, event_metadata=None,
+                 metadata_span: tuple | None = None):
+        self._msg = msg
+        self.name = msg.name  # read often: kept here, not looked up through the message each time
+        self.mapped_lines = mapped_lines
+        self.lines = [m.view for m in mapped_lines]
+        self.span = span  # (mapping, start, end) of the XPlane message's bytes
+        self.metadata_span = metadata_span  # (start, end) of its event_metadata entries, side by side
+        if event_metadata is not None:
+            self.event_metadata = event_metadata
+
+    def __getattr__(self, name):
+        return getattr(self._msg, name)
+
+
+class MappedSpace:
+    """An XSpace read in place (:func:`map_xspace`): ``planes`` (:class:`MappedPlane`),
+    ``hostnames``, ``errors``, ``warnings``."""
+
+    def __init__(self, msg, planes: list):
+        self._msg = msg
+        self.planes = planes
+
+    def __getattr__(self, name):
+        return getattr(self._msg, name)
+
+
+def map_xspace(path: Path):
+    """The XSpace of ``path`` read in place through ``mmap`` (C accelerator required), or
+    None when the file cannot be mapped or its wire structure is malformed (the caller
+    then reads it the classic way, which reports the fault).
+
+    Method: ``scan_message`` lists the top-level XSpace fields and ``scan_plane`` splits each
+    plane; everything except the XLines (the planes' names, metadata, stats, the hostnames) is
+    copied out and parsed by protobuf as an XSpace whose planes have no lines; the XLines stay
+    as views into the mapping, and so does a metadata map of :data:`LAZY_METADATA_ENTRIES` or
+    more entries (:class:`LazyEventMetadata`)."""
+    mm = _map_readonly(path)
+    if mm is None:
+        return None
+    try:
+        top = _fast.scan_message(mm, 0, len(mm))
+        skeleton = bytearray()
+        plane_lines: list[list] = []
+        spans, entries = [], []
+        for field, wt, tag, vs, ve in top:
+            if field == 1 and wt == 2:
+                # the plane's fields but its XLines (and a large metadata map), copied under
+                # the guard: the file may shrink meanwhile
+                rest, line_spans, md, md_span = _fast.scan_plane(mm, vs, ve, LAZY_METADATA_ENTRIES)
+                plane_lines.append([MappedLine(mm, a, b) for a, b in line_spans])
+                spans.append((mm, vs, ve))
+                entries.append((md, md_span))
+                skeleton += b"\x0a" + _varint_bytes(len(rest)) + rest
+            else:
+                skeleton += _fast.copy_bytes(mm, tag, ve)
+        msg = XSpaceLazy()
+        msg.ParseFromString(bytes(skeleton))
+    except (ValueError, DecodeError, RecursionError):
+        return None
+    if len(msg.planes) != len(plane_lines):
+        return None
+    name = str(path)
+    return MappedSpace(msg, [MappedPlane(pm, ls, sp, None if md is None else LazyEventMetadata(mm, sp, name, *md),
+                                         md_span) for pm, ls, sp, (md, md_span) in zip(msg.planes, plane_lines, spans, entries)])
+
+
+
+def _map_readonly(path: Path):
+    """``path`` memory-mapped read-only, or None when it cannot be (missing, empty, a pipe)."""
+    import mmap as _mmap
+
+    try:
+        with open(path, "rb") as fh:
+            return _mmap.mmap(fh.fileno(), 0, access=_mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+
+
 def mapped_fault(path: Path) -> str | None:
     """:func:`traceview.read.diagnose.xspace_fault` on the memory-mapped file when its top
     level is malformed (:func:`~traceview.read.diagnose.walk_fault`): the fault named without
@@ -207,6 +344,15 @@ class LineEvents:
 
 #: An XLine's own fields (what :class:`~traceview.read.xplane.protos.XLineHeader` holds).
 LineHeader = namedtuple("LineHeader", "id display_id name display_name timestamp_ns duration_ps")
+
+
+def _line_fault(exc: Exception, name: str | None = None) -> str:
+    """The one-line fault for a line the decoder refused: the C guard's "the file changed
+    while it was read" as it is, anything else as a malformed XLine."""
+    text = str(exc)
+    if "changed while it was read" in text:
+        return text
+    return f"malformed XLine {name!r} ({text})" if name is not None else f"malformed XLine ({text})"
 
 
 def line_header(raw: bytes, path: str) -> LineHeader:
@@ -533,49 +679,41 @@ def decode_annotated(raw, path: str, ids, slots, nkey: int, nslot: int) -> Annot
     slots = np.ascontiguousarray(slots, dtype=np.int64)
     if not 0 <= nkey <= nslot <= MAX_SLOTS or len(ids) != len(slots):
         raise ValueError("bad stat slots")
-    if _fast is not None:
-        header = line_header(raw, path)
-        try:
-            cols = _fast.decode_annotated(raw, ids, slots, nkey, nslot, 1)
-        except ValueError as exc:  # UnicodeDecodeError included
-            raise TraceUnreadable(_line_fault(exc, header.name), path) from None
-        return annotated_line(RawAnnotated(tuple(header), cols, nkey, nslot))
     out = AnnotatedLine()
     out.header = line_header(raw, path)
     out.name = out.header.name
-    try:
-        _annotated_python(out, raw if isinstance(raw, bytes) else bytes(raw), ids, slots, nkey, nslot)
-    except (DecodeError, RecursionError, ValueError) as exc:
-        raise TraceUnreadable(_line_fault(exc, out.name), path) from None
-    out.starts = out.starts + _line_base_ps(out.header.timestamp_ns)
-    return out
-
-
-def annotated_line(raw: RawAnnotated) -> AnnotatedLine:
-    """The :class:`AnnotatedLine` of a line the C decoder decoded
-    (:func:`~traceview.read.xplane.mapped.decode_annotated_raw`): numpy views of its columns,
-    no copy. A column without a value (no pre-aggregated event, no extra stat: None in ``raw``)
-    is one read-only zero instead of 8 bytes per event (a whole plane's lines may be held at
-    once: prefetch)."""
-    nkey, nx = raw.nkey, raw.nslot - raw.nkey
-    ts, n, offs, durs, occs, flags, combo, xk, xv, cm, ck, cv, strings = raw.columns
-    out = AnnotatedLine()
-    out.header = LineHeader(*raw.header)
-    out.name = out.header.name
-    offsets = np.frombuffer(offs, dtype=np.int64)
-    out.durations = np.frombuffer(durs, dtype=np.int64)
-    out.occurrences = (np.broadcast_to(np.int64(0), (n,)) if occs is None
-                       else np.frombuffer(occs, dtype=np.int64))
-    out.has_stats = np.frombuffer(flags, dtype=np.bool_)
-    out.combo = np.frombuffer(combo, dtype=np.uint32)
-    out.extra_kinds = np.frombuffer(xk, dtype=np.uint8).reshape(n, nx)
-    out.extra_values = (np.broadcast_to(np.int64(0), (n, nx)) if xv is None
-                        else np.frombuffer(xv, dtype=np.int64).reshape(n, nx))
-    out.combo_mids = np.frombuffer(cm, dtype=np.int64)
-    m = len(out.combo_mids)
-    out.combo_kinds = np.frombuffer(ck, dtype=np.uint8).reshape(m, nkey)
-    out.combo_values = np.frombuffer(cv, dtype=np.int64).reshape(m, nkey)
-    out.strings = strings
+    nx = nslot - nkey
+    if _fast is not None:
+        try:
+            (ts, n, offs, durs, occs, flags, combo, xk, xv, cm, ck, cv,
+             strings) = _fast.decode_annotated(raw, ids, slots, nkey, nslot)
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise TraceUnreadable(_line_fault(exc, out.name), path) from None
+        offsets = np.frombuffer(offs, dtype=np.int64)
+        out.durations = np.frombuffer(durs, dtype=np.int64)
+        out.occurrences = np.frombuffer(occs, dtype=np.int64)
+        out.has_stats = np.frombuffer(flags, dtype=np.bool_)
+        out.combo = np.frombuffer(combo, dtype=np.uint32)
+        out.extra_kinds = np.frombuffer(xk, dtype=np.uint8).reshape(n, nx)
+        out.extra_values = np.frombuffer(xv, dtype=np.int64).reshape(n, nx)
+        out.combo_mids = np.frombuffer(cm, dtype=np.int64)
+        m = len(out.combo_mids)
+        out.combo_kinds = np.frombuffer(ck, dtype=np.uint8).reshape(m, nkey)
+        out.combo_values = np.frombuffer(cv, dtype=np.int64).reshape(m, nkey)
+        out.strings = strings
+        del occs, xv
+        # columns without a value (no pre-aggregated event, no extra stat): one read-only zero
+        # instead of 8 bytes per event (a whole plane's lines may be held at once: prefetch)
+        if n and not out.occurrences.any():
+            out.occurrences = np.broadcast_to(np.int64(0), (n,))
+        if n and nx and not out.extra_kinds.any():  # KIND_ABSENT is 0
+            out.extra_values = np.broadcast_to(np.int64(0), (n, nx))
+    else:
+        try:
+            _annotated_python(out, raw if isinstance(raw, bytes) else bytes(raw), ids, slots, nkey, nslot)
+        except (DecodeError, RecursionError, ValueError) as exc:
+            raise TraceUnreadable(_line_fault(exc, out.name), path) from None
+        offsets = out.starts
     out.starts = offsets + _line_base_ps(out.header.timestamp_ns)
     return out
 
