@@ -586,13 +586,10 @@ def test_c_partition_and_covered_equal_numpy(cu, sy, asy, ho, wins):
     assert fast_cov.tolist() == ref_cov.tolist()
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 30)), max_size=60), st.booleans())
-def test_c_pair_by_key_equals_numpy(events, in_order):
-    """The collectives' pairing (_pair_index) with the C pass (each key's events in time order:
-    one pass in event order; out of order: it refuses) equals the sorts and searches."""
-    from traceview.analysis.communication import collectives
-
+def _copy_pairs_case(events, in_order: bool):
+    """(attr ids uint32, starts int64, attrs frame) of six copy descriptions on two devices
+    (starts, a start and a done of one pair, ...) for the pairing tests; ``events`` (attr,
+    start) pairs, sorted by start when ``in_order``."""
     ev = sorted(events, key=lambda e: e[1]) if in_order else events
     attrs = pl.DataFrame({
         "attr": pl.Series(range(6), dtype=pl.UInt32), "host": ["h"] * 6, "device": ["d0", "d0", "d0", "d1", "d1", "d1"],
@@ -601,8 +598,17 @@ def test_c_pair_by_key_equals_numpy(events, in_order):
         "op_kind": ["copy-start", "copy-done", "copy-start", "copy-start", "copy-done", "fusion"],
         "hlo_text": ["", "%copy-done.1 = f32[8]{0} copy-done(f32[8]{0} %copy-start.1)", "", "",
                      "%copy-done.1 = f32[8]{0} copy-done(f32[8]{0} %copy-start.1)", ""]})
-    a = np.array([x for x, _ in ev], dtype=np.uint32)
-    t = np.array([y for _, y in ev], dtype=np.int64)
+    return (np.array([x for x, _ in ev], dtype=np.uint32), np.array([y for _, y in ev], dtype=np.int64), attrs)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 30)), max_size=60), st.booleans())
+def test_c_pair_by_key_equals_numpy(events, in_order):
+    """The collectives' pairing (_pair_index) with the C pass (each key's events in time order:
+    one pass in event order; out of order: it refuses) equals the sorts and searches."""
+    from traceview.analysis.communication import collectives
+
+    a, t, attrs = _copy_pairs_case(events, in_order)
     fast = collectives._pair_index(a, t, attrs)
     saved = collectives._fast
     try:
@@ -851,16 +857,7 @@ def test_pair_by_key_over_kept_descriptions_equals_the_gathered_rows(events, in_
     numpy, equals the pairing of those events gathered out first; unordered, the same pairs."""
     from traceview.analysis.communication import collectives
 
-    ev = sorted(events, key=lambda e: e[1]) if in_order else events
-    attrs = pl.DataFrame({
-        "attr": pl.Series(range(6), dtype=pl.UInt32), "host": ["h"] * 6, "device": ["d0", "d0", "d0", "d1", "d1", "d1"],
-        "program_id": pl.Series([1] * 6, dtype=pl.UInt64),
-        "op_name": ["copy-start.1", "copy-done.1", "copy-start.2", "copy-start.1", "copy-done.1", "fusion"],
-        "op_kind": ["copy-start", "copy-done", "copy-start", "copy-start", "copy-done", "fusion"],
-        "hlo_text": ["", "%copy-done.1 = f32[8]{0} copy-done(f32[8]{0} %copy-start.1)", "", "",
-                     "%copy-done.1 = f32[8]{0} copy-done(f32[8]{0} %copy-start.1)", ""]})
-    a = np.array([x for x, _ in ev], dtype=np.uint32)
-    t = np.array([y for _, y in ev], dtype=np.int64)
+    a, t, attrs = _copy_pairs_case(events, in_order)
     kept = np.array(keep)
     rows = np.flatnonzero(kept[a]) if len(a) else np.zeros(0, dtype=np.int64)
     saved = collectives._fast
