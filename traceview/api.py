@@ -95,11 +95,9 @@ class Profile(ProfileData):
         """Roofline figures per (op, shape) population; see
         :func:`traceview.analysis.ops.roofline.roofline`. ``peaks`` defaults to :meth:`peaks`
         called with ``peak_overrides``."""
-        from traceview.analysis.hardware.peaks import Peaks
         from traceview.analysis.ops.roofline import roofline
 
-        if peaks is not None and not isinstance(peaks, Peaks):
-            raise UsageError(f"peaks must be a Peaks (from .peaks()), got {type(peaks).__name__}")
+        _check_peaks(peaks)
         return roofline(self.table, peaks if peaks is not None else self.peaks(**peak_overrides))
 
     def sources(self, by: str = "file", frame: str = "direct"):
@@ -342,12 +340,16 @@ def _report_options(options: dict, method: str) -> dict:
     n = given.get("tokens_per_step")
     if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
         raise UsageError(f"{method}(): tokens_per_step must be a whole number > 0, got {n!r}")
-    if "peaks" in given:
-        from traceview.analysis.hardware.peaks import Peaks
-
-        if not isinstance(given["peaks"], Peaks):
-            raise UsageError(f"{method}(): peaks must be a Peaks (from .peaks()), got {type(given['peaks']).__name__}")
+    _check_peaks(given.get("peaks"), f"{method}(): ")
     return given
+
+
+def _check_peaks(peaks, where: str = "") -> None:
+    """Raises UsageError (prefixed by ``where``) when ``peaks`` is neither None nor a Peaks."""
+    from traceview.analysis.hardware.peaks import Peaks
+
+    if peaks is not None and not isinstance(peaks, Peaks):
+        raise UsageError(f"{where}peaks must be a Peaks (from .peaks()), got {type(peaks).__name__}")
 
 
 def _count(v, what: str) -> int:
