@@ -137,9 +137,13 @@ def median_step(anat) -> int | None:
     tie), or None when there are no steps."""
     if not has_steps(anat):
         return None
-    st = anat.steps
-    w = st.filter(pl.col("in_window").fill_null(True)) if "in_window" in st.columns else st
-    w = w.filter(pl.col("duration_ps").is_not_null())
+    st = anat.steps.select([c for c in ("step", "duration_ps", "in_window") if c in anat.steps.columns])
+    if "in_window" in st.columns and not bool(st["in_window"].fill_null(True).all()):
+        w = st.filter(pl.col("in_window").fill_null(True))
+    else:  # every step in the window: the frame itself, no copy
+        w = st
+    if w["duration_ps"].null_count():
+        w = w.filter(pl.col("duration_ps").is_not_null())
     if w.height == 0:
         w = st.filter(pl.col("duration_ps").is_not_null())
         if w.height == 0:

@@ -65,7 +65,7 @@ def step_info(ctx) -> dict:
     if st is not None and st.height:
         # only the columns the rules read: the window filter copies none of the others
         st = st.select([c for c in _STEP_COLUMNS if c in st.columns])
-        if "in_window" in st.columns:
+        if "in_window" in st.columns and not bool(st["in_window"].fill_null(True).all()):
             st = st.filter(pl.col("in_window").fill_null(True))
         cov = anat.coverage
         info = {"n_steps": _n_distinct(st["step"]), "devices": int(cov.devices or 1),
@@ -164,7 +164,11 @@ def step_pops(ctx) -> pl.DataFrame:
         # partial sum can reach 2**53: no negative value, and every description's total below it
         exact = False
         if wa is not None:
-            low = ev.select(pl.min_horizontal(pl.col("self_ps").min(), pl.col("count").min())).item()
+            from traceview.analysis.eventstats import ranges
+
+            r = ranges(anat.table)
+            lows = [v for v in (r["self_min"], r["count_min"]) if v is not None]
+            low = min(lows) if lows else None
             col = anat.table.collapse()
             high = col.select(pl.max_horizontal(pl.col("self_ps").max(), pl.col("count").max())).item()
             exact = (low is None or low >= 0) and (high is None or high < 1 << 53)

@@ -175,7 +175,10 @@ def memory(mem: pl.DataFrame | None, steps: pl.DataFrame | None = None, device_n
         from traceview.model.memory_events import allocator_device
 
         dev = allocator_device(alloc, device_names)
-        own = steps.filter(pl.col("device") == dev) if dev and steps is not None and "device" in steps.columns else steps
+        own = steps
+        if dev and steps is not None and "device" in steps.columns:
+            mine = steps["device"] == dev
+            own = steps if mine.null_count() == 0 and bool(mine.all()) else steps.filter(mine)
         out.append(_allocator(host, alloc, grp.sort("time_ps", maintain_order=True),
                               own if own is not None and own.height else steps))
     out.sort(key=lambda a: (-a.peak_in_use, a.host, a.allocator))
@@ -283,8 +286,10 @@ def _steps_by_window(ev: pl.DataFrame, in_use: np.ndarray, steps: pl.DataFrame |
     host = ev["host"][0]
     t0, t1 = int(ev["time_ps"].min()), int(ev["time_ps"].max())
     # the steps that can hold an event: those overlapping the events' time range
-    s = steps.filter((pl.col("start_ps") <= t1) & (pl.col("start_ps") + pl.col("duration_ps") >= t0))
-    s = s.filter(pl.col("host") == host) if "host" in s.columns else s
+    keep = steps.select((pl.col("start_ps") <= t1) & (pl.col("start_ps") + pl.col("duration_ps") >= t0)
+                        & (pl.col("host") == host if "host" in steps.columns else pl.lit(True)))[:, 0]
+    # the steps themselves when every one can hold an event (no copy of the frame)
+    s = steps if keep.null_count() == 0 and bool(keep.all()) else steps.filter(keep)
     if s.height == 0:
         return None
     win = _step_spans(s)

@@ -27,6 +27,7 @@ import re
 import numpy as np
 import polars as pl
 
+from traceview.analysis import eventstats
 from traceview.model.optable import OpTable, as_table, weighted_mode
 from traceview.model.runtable import RunTable, as_runs
 
@@ -109,7 +110,7 @@ def executions(col: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
 
 
 def _total_self(table: OpTable) -> int:
-    return table.total_self_ps()
+    return eventstats.total_self_ps(table)
 
 
 def _finish(df: pl.DataFrame, total_self: int, sort: bool = True) -> pl.DataFrame:

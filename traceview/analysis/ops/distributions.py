@@ -50,6 +50,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from traceview.analysis import eventstats
 from traceview.model.optable import OpTable
 from traceview.model.runtable import RunTable, as_runs
 from traceview.model.units import fmt_time_ps
@@ -116,7 +117,7 @@ def spread(table: OpTable, col: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
         return pl.DataFrame(schema={**{c: col.schema[c] for c in keys}, **SPREAD_SCHEMA})
     k, names = _keyed(col, keys)
     ev = table.events
-    one = not ev.height or int(ev["count"].max() or 1) <= 1
+    one = not ev.height or int(eventstats.ranges(table)["count_max"] or 1) <= 1
     if _fast is not None and one and ev.height:
         lut = _key_of_attr(table, k)
         nk = int(k["key"].max()) + 1

@@ -100,7 +100,7 @@ class HloReport:
 
 def _measured(table) -> pl.DataFrame:
     """Self time and occurrences per (host, program_id, op_name) of an op table."""
-    from traceview.model.optable import float_attr_sums
+    from traceview.analysis.eventstats import float_attr_sums
 
     t, c = float_attr_sums(table)
     idx = table.attrs["attr"].to_numpy().astype(np.int64)

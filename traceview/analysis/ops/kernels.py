@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from traceview.analysis import eventstats
 from traceview.model.kernelname import POLARS_KERNEL_NAME, config_text
 from traceview.model.optable import as_table, weighted_mode
 
@@ -33,7 +34,7 @@ def kernels(ops) -> pl.DataFrame:
     table = as_table(ops)
     if table.height == 0:
         return pl.DataFrame(schema=schema)
-    total = table.total_self_ps()
+    total = eventstats.total_self_ps(table)
     col = table.collapse()
     k = col.with_columns(pl.col("framework_op").str.extract(POLARS_KERNEL_NAME, 1).alias("kernel"))
     k = k.filter(pl.col("kernel").is_not_null())

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
+from traceview.analysis import eventstats
 from traceview.analysis.ops import families, sources
 from traceview.model.fingerprint import population_fingerprint
 from traceview.model.kernelname import find_kernel_name, kernel_in_hlo, kernel_in_scope
@@ -189,7 +190,8 @@ def tag(ops, rules=None) -> TaggedOps:
     col = sources.attribute(col)
     col = col.with_columns(_map(col["hlo_text"], population_fingerprint, pl.Utf8).alias("fingerprint"))
     col = col.drop("_prog", "_absorbed", "min_ps", "max_ps", "first_ps")
-    return TaggedOps(col, int(table.events["count"].sum() or 0), table.total_self_ps())
+    return TaggedOps(col, int(eventstats.ranges(table)["count_sum"] or 0) if table.events.height else 0,
+                     eventstats.total_self_ps(table))
 
 
 def _first_rows(table) -> pl.DataFrame:

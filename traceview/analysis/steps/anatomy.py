@@ -49,11 +49,12 @@ All times are integer ps (means are floats). Errors: bad rules raise
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import polars as pl
 
+from traceview.analysis import eventstats
 from traceview.analysis.steps import stepstats
 from traceview.analysis.ops.families import attr_families, rules_of
 from traceview.errors import UsageError
@@ -1151,7 +1152,7 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
     fam_of = attr_families(table, rs) if table.height else pl.DataFrame(schema={"attr": pl.UInt32, "family": pl.Utf8})
     in_win = steps["in_window"].to_numpy().astype(bool) if steps.height else np.zeros(0, dtype=bool)
     n = int(in_win.sum())
-    total_self = table.total_self_ps()
+    total_self = eventstats.total_self_ps(table)
     # per op description: its events inside the window's steps (self time, occurrences),
     # exact int64 sums: the description's totals (OpTable.collapse, cached) less its events
     # outside every window step, which are few (bincount over those alone)
@@ -1197,7 +1198,9 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
         per_dev = np.bincount(dev if n == steps.height else dev[in_win], minlength=len(dev_keys))
         cov = _coverage(win_steps, total_self, outside, excluded=steps.height - n,
                         devices=int(np.count_nonzero(per_dev)))
-        cov_all = _coverage(steps, total_self, outside, devices=len(dev_keys))
+        # every step in the window, on every device: the same figures (no second pass over the steps)
+        cov_all = (replace(cov) if n == steps.height and cov.devices == len(dev_keys)
+                   else _coverage(steps, total_self, outside, devices=len(dev_keys)))
     else:
         cov, cov_all = Coverage(), Coverage()
     if n and inside.height:

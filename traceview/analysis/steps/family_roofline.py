@@ -30,6 +30,8 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+from traceview.analysis import eventstats
+
 try:  # optional C accelerator
     from traceview.analysis import _passes as _fast
 except ImportError:  # pragma: no cover - exercised when the extension is absent
@@ -91,7 +93,9 @@ def _anatomy_sums(anat, ev: pl.DataFrame) -> tuple | None:
     ids, t_sum, c_sum = got
     if len(ids) == 0 or ev.height == 0:
         return None
-    if min(int(ev["self_ps"].min()), int(ev["count"].min())) < 0 or max(int(t_sum.max()), int(c_sum.max())) >= 1 << 53:
+    r = eventstats.ranges(anat.table) if ev is anat.table.events else None
+    lo_s, lo_c = (r["self_min"], r["count_min"]) if r is not None else (ev["self_ps"].min(), ev["count"].min())
+    if min(int(lo_s), int(lo_c)) < 0 or max(int(t_sum.max()), int(c_sum.max())) >= 1 << 53:
         return None
     na = anat.table.attrs.height
     self_in = np.zeros(na)

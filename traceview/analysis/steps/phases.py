@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import polars as pl
 
+from traceview.analysis import eventstats
+
 try:  # optional C accelerator
     from traceview.analysis import _passes as _fast
 except ImportError:  # pragma: no cover - exercised when the extension is absent
@@ -110,9 +112,7 @@ def program_phases(anat) -> pl.DataFrame:
               "tokens": pl.Int64, "lm_rows": pl.Int64, "matmul_shape": pl.Utf8}
     if table is None or table.height == 0:
         return pl.DataFrame(schema=schema)
-    from traceview.model.optable import float_attr_sums
-
-    self_ps = float_attr_sums(table)[0]
+    self_ps = eventstats.float_attr_sums(table)[0]
     attrs = table.attrs.select("attr", "host", "module", "program_id", "shape").with_columns(
         pl.Series("self_ps", self_ps[table.attrs["attr"].to_numpy().astype(np.int64)]))
     fam = anat.attr_family if anat.attr_family is not None else pl.DataFrame(schema={"attr": pl.UInt32,
@@ -336,9 +336,9 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
         f, mf, b = per_attr("flops"), per_attr("model_flops"), per_attr("bytes_accessed")
         fm = np.where(np.isnan(mf), f, mf)
         ev_attr = table.events["attr"].to_numpy()
-        cnt = table.events["count"]
-        c_all = None if cnt.null_count() == 0 and cnt.min() == 1 and cnt.max() == 1 else \
-            cnt.fill_null(1).to_numpy()
+        r = eventstats.ranges(table)
+        c_all = None if r["count_nulls"] == 0 and r["count_min"] == 1 and r["count_max"] == 1 else \
+            table.events["count"].fill_null(1).to_numpy()
         held = getattr(anat, "sums_hold", lambda: False)()  # sums of these steps, not of a copy's
         got = _c_sums(rows, ev_attr, c_all, n_attr, n, table, f, fm, b, anat.step_sums if held else None)
         if got is not None:
@@ -483,21 +483,30 @@ def _summary(lab: pl.DataFrame, executions: pl.DataFrame | None, runs: pl.DataFr
     phase's programs (executions, exec_median_ps; op_share = their time over the time of every
     program execution) — a prefill chunk run between decode steps is an execution of no step."""
     lab = lab.select("phase", "in_window", "duration_ps", "mfu", "mbu", "tokens")  # the columns read here
-    win = lab.filter(pl.col("in_window"))
+    win = _where(lab, lab["in_window"])
     total_ps = float(runs["duration_ps"].sum() or 0)
+    ph = lab["phase"]
+    # every step of one phase (the usual case): its frames are the whole ones, no filter per phase
+    only = ph[0] if lab.height and not ph.null_count() and bool((ph == ph[0]).all()) else None
+
+    def of(frame: pl.DataFrame, p: str) -> pl.DataFrame:
+        if only is not None:
+            return frame if p == only else frame.clear()
+        return frame.filter(pl.col("phase") == p)
+
     rows = []
     for p in PHASES + ("unknown",):
-        all_p = lab.filter(pl.col("phase") == p)
+        all_p = of(lab, p)
         ex = (executions.filter(pl.col("phase") == p)
               if executions is not None and p in ("prefill", "decode") else None)
         if all_p.height == 0 and (ex is None or ex.height == 0):
             continue
-        w = win.filter(pl.col("phase") == p)
+        w = of(win, p)
         d = w["duration_ps"].cast(pl.Float64)
         sec = float(w["duration_ps"].sum() or 0) * 1e-12
         prog = ex["duration_ps"].sum() if ex is not None else None
-        mf = w.filter(pl.col("mfu").is_not_null())
-        mb = w.filter(pl.col("mbu").is_not_null())
+        mf = _where(w, w["mfu"].is_not_null())
+        mb = _where(w, w["mbu"].is_not_null())
         rows.append({
             "phase": p, "steps": all_p.height, "window_steps": w.height,
             "median_ps": d.median() if w.height else None, "p10_ps": d.quantile(0.1, "linear") if w.height else None,
@@ -513,10 +522,15 @@ def _summary(lab: pl.DataFrame, executions: pl.DataFrame | None, runs: pl.DataFr
     return pl.DataFrame(rows, schema=SUMMARY_SCHEMA)
 
 
+def _where(frame: pl.DataFrame, keep: pl.Series) -> pl.DataFrame:
+    """``frame.filter(keep)``, the frame itself when ``keep`` holds every row."""
+    return frame if not keep.null_count() and bool(keep.all()) else frame.filter(keep)
+
+
 def _families(anat, lab: pl.DataFrame) -> pl.DataFrame:
     """Per (phase, family): time per window step of that phase (ps) and its share of those steps'
     time."""
-    win = lab.filter(pl.col("in_window"))
+    win = _where(lab, lab["in_window"])
     schema = {"phase": pl.Utf8, "family": pl.Utf8, "self_ps": pl.Float64, "share": pl.Float64}
     if win.height == 0:
         return pl.DataFrame(schema=schema)
