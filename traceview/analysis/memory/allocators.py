@@ -286,8 +286,16 @@ def _steps_by_window(ev: pl.DataFrame, in_use: np.ndarray, steps: pl.DataFrame |
     host = ev["host"][0]
     t0, t1 = int(ev["time_ps"].min()), int(ev["time_ps"].max())
     # the steps that can hold an event: those overlapping the events' time range
-    keep = steps.select((pl.col("start_ps") <= t1) & (pl.col("start_ps") + pl.col("duration_ps") >= t0)
-                        & (pl.col("host") == host if "host" in steps.columns else pl.lit(True)))[:, 0]
+    st, du = steps["start_ps"], steps["duration_ps"]
+    if not st.null_count() and not du.null_count() and st.dtype == pl.Int64 and du.dtype == pl.Int64:
+        a = st.to_numpy()
+        with np.errstate(over="ignore"):  # int64 sums wrap, as polars' do
+            near = (a <= t1) & (a + du.to_numpy() >= t0)
+        keep = pl.Series(near)
+    else:
+        keep = steps.select((pl.col("start_ps") <= t1) & (pl.col("start_ps") + pl.col("duration_ps") >= t0))[:, 0]
+    if "host" in steps.columns:
+        keep = keep & (steps["host"] == host)
     # the steps themselves when every one can hold an event (no copy of the frame)
     s = steps if keep.null_count() == 0 and bool(keep.all()) else steps.filter(keep)
     if s.height == 0:

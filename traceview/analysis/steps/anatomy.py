@@ -231,13 +231,20 @@ def dominant_module(ops, module_runs) -> str | None:
     return _dominant(as_table(ops), _run_modules(rt, [rt.runs["key"]]))
 
 
-def _run_modules(rt: RunTable, keys: list) -> set:
-    """The modules of ``rt``'s programs whose key is in one of the ``keys`` series."""
+def _run_modules(rt: RunTable, keys: list, used: np.ndarray | None = None) -> set:
+    """The modules of ``rt``'s programs whose key is in one of the ``keys`` series (``used``:
+    :func:`_used_keys` of them, when the caller has it)."""
+    used = _used_keys(rt, keys) if used is None else used
+    return set(rt.keys["module"].filter(pl.Series(used)).drop_nulls().unique().to_list())
+
+
+def _used_keys(rt: RunTable, keys: list) -> np.ndarray:
+    """Per program key of ``rt``, whether it is in one of the ``keys`` series (bool)."""
     used = np.zeros(rt.keys.height, dtype=bool)
     for k in keys:
         if len(k):
             used |= np.bincount(k.to_numpy(), minlength=rt.keys.height)[:rt.keys.height] > 0
-    return set(rt.keys["module"].filter(pl.Series(used)).drop_nulls().unique().to_list())
+    return used
 
 
 def _dominant(table, have: set) -> str | None:
@@ -513,7 +520,8 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, mark
         fixed, parts, as_given = _align(table, module_runs, pe)
         notes = [f"{d}: module runs rebuilt from the ops (XLA Modules and XLA Ops on different clocks, "
                  f"median offset {v / 1e6:+.1f} µs)" for (_, d), v in sorted(fixed.items())]
-        have = _run_modules(module_runs, [r["key"] for _, r in parts])
+        used = _used_keys(module_runs, [r["key"] for _, r in parts])
+        have = _run_modules(module_runs, [], used)
         mod = module if module is not None else _dominant(table, have)
         if module is not None and module not in have:
             raise UsageError(f"module {module!r} has no executions in this trace")
@@ -522,7 +530,8 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, mark
             pid = module_runs.keys["program_id"]
             runs = [(k, r.filter(pl.Series(of_mod[r["key"].to_numpy()]))) for k, r in parts]
             runs = [(k, r.with_columns(pid.gather(r["key"]).alias("program_id"))) for k, r in runs if r.height]
-            progs = sorted({p for _, r in runs for p in r["program_id"].unique().to_list()} - {None})
+            # the programs of the module's runs: of the keys used, those of the module (no pass over the runs)
+            progs = sorted(set(pid.filter(pl.Series(used & of_mod)).to_list()) - {None})
             if len(progs) > 1:  # one name, several compiled programs (shape buckets, a sweep)
                 shown = ", ".join(str(p) for p in progs[:8]) + (", ..." if len(progs) > 8 else "")
                 notes.append(f"{mod} is {len(progs)} compiled programs (program_id {shown}): its steps mix them "
