@@ -394,14 +394,19 @@ def _utilisation(anat, lab: pl.DataFrame, peaks, tokens_per_step):
     tok = (pl.repeat(tokens_per_step, lab.height, dtype=pl.Int64, eager=True) if tokens_per_step
            else lab["tokens"]).alias("tokens")
     nul = pl.repeat(None, lab.height, dtype=pl.Float64, eager=True)
+
+    def finite(name: str, x: np.ndarray | None) -> pl.Series:  # null where not finite (NaN, inf)
+        if x is None:
+            return nul.alias(name)
+        return pl.Series(name, np.where(np.isfinite(x), x, np.nan), nan_to_null=True)
+
+    if tok.null_count() == lab.height:  # no step's tokens: no rate (no frame built for it)
+        rate = nul.alias("tokens_per_s")
+    else:
+        rate = pl.DataFrame([tok, pl.Series("_dur", dur)]).select(
+            pl.when(pl.col("_dur") > 0).then(pl.col("tokens") / pl.col("_dur")).alias("tokens_per_s"))[:, 0]
     out = pl.DataFrame([lab["_row"], pl.Series("flops", flops), pl.Series("model_flops", mflops),
-                        pl.Series("bytes", byts), pl.Series("mfu", mfu) if mfu is not None else nul.alias("mfu"),
-                        pl.Series("mbu", mbu) if mbu is not None else nul.alias("mbu"), tok,
-                        pl.Series("_dur", dur)])
-    out = out.with_columns(pl.when(pl.col("mfu").is_finite()).then(pl.col("mfu")).alias("mfu"),
-                           pl.when(pl.col("mbu").is_finite()).then(pl.col("mbu")).alias("mbu"),
-                           pl.when(pl.col("_dur") > 0).then(pl.col("tokens") / pl.col("_dur")).alias("tokens_per_s")
-                           ).drop("_dur")
+                        pl.Series("bytes", byts), finite("mfu", mfu), finite("mbu", mbu), tok, rate])
     return out, source
 
 
