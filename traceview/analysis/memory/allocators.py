@@ -176,9 +176,8 @@ def memory(mem: pl.DataFrame | None, steps: pl.DataFrame | None = None, device_n
 
         dev = allocator_device(alloc, device_names)
         own = steps
-        if dev and steps is not None and "device" in steps.columns:
-            mine = steps["device"] == dev
-            own = steps if mine.null_count() == 0 and bool(mine.all()) else steps.filter(mine)
+        if dev and steps is not None and "device" in steps.columns and not _all_equal(steps["device"], dev):
+            own = steps.filter(pl.col("device") == dev)
         out.append(_allocator(host, alloc, grp.sort("time_ps", maintain_order=True),
                               own if own is not None and own.height else steps))
     out.sort(key=lambda a: (-a.peak_in_use, a.host, a.allocator))
@@ -294,8 +293,8 @@ def _steps_by_window(ev: pl.DataFrame, in_use: np.ndarray, steps: pl.DataFrame |
         keep = pl.Series(near)
     else:
         keep = steps.select((pl.col("start_ps") <= t1) & (pl.col("start_ps") + pl.col("duration_ps") >= t0))[:, 0]
-    if "host" in steps.columns:
-        keep = keep & (steps["host"] == host)
+    if "host" in steps.columns and not _all_equal(steps["host"], host):
+        keep = keep & steps.select(pl.col("host") == host)[:, 0]
     # the steps themselves when every one can hold an event (no copy of the frame)
     s = steps if keep.null_count() == 0 and bool(keep.all()) else steps.filter(keep)
     if s.height == 0:
@@ -321,6 +320,12 @@ def _steps_by_window(ev: pl.DataFrame, in_use: np.ndarray, steps: pl.DataFrame |
     peak = np.maximum.reduceat(np.append(in_use, in_use[:1]), bounds)[0::2]
     return pl.DataFrame({"step": win["step"], "end_in_use": end_in_use, "peak_in_use": pl.Series(peak, dtype=pl.Int64),
                          "steady": win["steady"], "events": hi - lo}).filter(pl.col("end_in_use").is_not_null())
+
+
+def _all_equal(s: pl.Series, value) -> bool:
+    """Whether every value of ``s`` is ``value`` (no null; its min and max, which a sorted
+    column gives without a scan)."""
+    return len(s) > 0 and not s.null_count() and s.min() == value and s.max() == value
 
 
 def _step_spans(s: pl.DataFrame) -> pl.DataFrame:

@@ -341,6 +341,29 @@ def _device_groups(dev: np.ndarray, n_dev: int) -> list:
     return np.split(order, cuts)
 
 
+def _several(col: pl.Series) -> bool:
+    """``col.n_unique() > 1`` (a null counts as one value) from its null count, min and max."""
+    nulls = col.null_count()
+    if nulls:
+        return nulls < len(col)
+    return len(col) > 1 and col.min() != col.max()
+
+
+def _codes(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct ``values`` ascending, per value the index of its own among them): by a
+    lookup table when they are small non-negative integers, else a sort."""
+    if values.dtype.kind in "iu" and len(values):
+        lo, hi = int(values.min()), int(values.max())
+        if lo >= 0 and hi < 4 * len(values) + 1024:
+            seen = np.bincount(values.astype(np.int64, copy=False))
+            vals = np.flatnonzero(seen)
+            lut = np.zeros(len(seen), dtype=np.int64)
+            lut[vals] = np.arange(len(vals))
+            return vals.astype(values.dtype), lut[values]
+    vals = np.sort(pl.Series(values).unique().to_numpy())
+    return vals, np.searchsorted(vals, values)
+
+
 def _gap_before(steps: pl.DataFrame, dev: np.ndarray) -> pl.Series:
     """Per step, the ``gap_after_ps`` of the step before it on its device (by start_ps, ties
     in row order); null for a device's first step."""
@@ -424,15 +447,14 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
     # steps that are executions of different compiled programs (a shape sweep's buckets) are
     # judged against their own program's steps only
     prog = (steps["program_id"].fill_null(0).to_numpy() if "program_id" in steps.columns
-            and steps["program_id"].n_unique() > 1 else None)
+            and _several(steps["program_id"]) else None)
     for rows in groups:
         if len(rows) == 0:
             continue
         parts = [rows]
         pv = prog[rows] if prog is not None else None
         if pv is not None and (pv != pv[0]).any():  # the programs in ascending order (distinct by hashing)
-            vals = np.sort(pl.Series(pv).unique().to_numpy())
-            code = np.searchsorted(vals, pv)  # each part's rows in row order: one stable sort of the codes
+            vals, code = _codes(pv)  # each part's rows in row order: one stable sort of the codes
             o = np.argsort(code.astype(np.uint16) if len(vals) <= 1 << 16 else code, kind="stable")
             parts = np.split(rows[o], np.cumsum(np.bincount(code, minlength=len(vals)))[:-1])
         for part in parts:
