@@ -238,12 +238,15 @@ def _run_modules(rt: RunTable, keys: list, used: np.ndarray | None = None) -> se
     return set(rt.keys["module"].filter(pl.Series(used)).drop_nulls().unique().to_list())
 
 
-def _used_keys(rt: RunTable, keys: list) -> np.ndarray:
-    """Per program key of ``rt``, whether it is in one of the ``keys`` series (bool)."""
+def _used_keys(rt: RunTable, keys: list, counts: list = ()) -> np.ndarray:
+    """Per program key of ``rt``, whether it is in one of the ``keys`` series or has a
+    non-zero entry in one of the ``counts`` (bincounts of such series) (bool)."""
     used = np.zeros(rt.keys.height, dtype=bool)
     for k in keys:
         if len(k):
             used |= np.bincount(k.to_numpy(), minlength=rt.keys.height)[:rt.keys.height] > 0
+    for c in counts:
+        used |= c[:rt.keys.height] > 0
     return used
 
 
@@ -333,11 +336,14 @@ def _program_rows(key: np.ndarray, pid_of_key: list) -> dict:
     return out
 
 
-def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) -> tuple[dict, list, bool]:
+def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None,
+           key_counts: dict | None = None) -> tuple[dict, list, bool]:
     """:func:`align_module_runs` as ({(host, device): shift}, its runs per device:
     [((host, device), runs in start order: :func:`_device_parts` frames)], whether the runs
     are ``module_runs`` as they are (no op placed: devices in row order, nothing dropped)),
-    devices in order of first appearance in ``module_runs``."""
+    devices in order of first appearance in ``module_runs``. ``key_counts``: filled with
+    {(host, device): runs per key of that device's runs (int64, indexed by key)} for the
+    devices whose runs were counted on the way."""
     fixed: dict = {}
     if module_runs.height == 0:
         return fixed, [], True
@@ -366,7 +372,10 @@ def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None) 
         if isinstance(dsel, slice) and _fast is not None:
             # the chunks in one C pass and every run checked in another: no sort of the runs by
             # program when they all stand (the usual case); else the general path below
-            raw = _c_chunk_plan(pe, host, device, dsel, _runs_of(key, pid_of_key))
+            counts = np.bincount(key, minlength=len(pid_of_key)) if len(key) else None
+            if key_counts is not None and counts is not None:
+                key_counts[(host, device)] = counts  # the same keys as the runs returned, in any order
+            raw = _c_chunk_plan(pe, host, device, dsel, _runs_of(key, pid_of_key, counts))
             if raw is not None:
                 c_chunks = _chunks_of(raw)
                 if r_dur.dtype == np.int64 and _fast.chunks_inside(
@@ -430,13 +439,16 @@ def _inside(off: np.ndarray, dur: np.ndarray) -> bool:
     return bool(ok.all())
 
 
-def _runs_of(key: np.ndarray, pid_of_key: list) -> dict:
+def _runs_of(key: np.ndarray, pid_of_key: list, counts: np.ndarray | None = None) -> dict:
     """{program_id: number of the rows coded ``key`` with that program} (``pid_of_key[k]``: the
-    program_id of code k, None for none, left out), as :func:`_program_rows` groups them."""
+    program_id of code k, None for none, left out), as :func:`_program_rows` groups them;
+    ``counts``: ``np.bincount(key, minlength=len(pid_of_key))`` when the caller has it."""
     out: dict = {}
     if len(key) == 0:
         return out
-    for k, c in enumerate(np.bincount(key, minlength=len(pid_of_key)).tolist()):
+    if counts is None:
+        counts = np.bincount(key, minlength=len(pid_of_key))
+    for k, c in enumerate(counts.tolist()):
         p = pid_of_key[k] if k < len(pid_of_key) else None
         if c and p is not None:
             out[p] = out.get(p, 0) + c
@@ -517,10 +529,12 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, mark
                 None)
     module_runs = as_runs(module_runs)
     if module_runs.height and table.height:
-        fixed, parts, as_given = _align(table, module_runs, pe)
+        counted: dict = {}
+        fixed, parts, as_given = _align(table, module_runs, pe, counted)
         notes = [f"{d}: module runs rebuilt from the ops (XLA Modules and XLA Ops on different clocks, "
                  f"median offset {v / 1e6:+.1f} µs)" for (_, d), v in sorted(fixed.items())]
-        used = _used_keys(module_runs, [r["key"] for _, r in parts])
+        used = _used_keys(module_runs, [r["key"] for k, r in parts if k not in counted],
+                          [counted[k] for k, _ in parts if k in counted])
         have = _run_modules(module_runs, [], used)
         mod = module if module is not None else _dominant(table, have)
         if module is not None and module not in have:
