@@ -130,9 +130,10 @@ def step_loop(ctx, min_repeats: float = 3) -> dict:
             if "device" in st.columns:
                 mine = np.zeros(st.height, dtype=bool)
                 mine[win[sw == top]] = True
-                d = st["device"]
-                one = d.len() and not d.null_count() and d.min() == d.max()  # one device (no scan when sorted)
-                n_dev = 1 if one else d.filter(pl.Series(mine)).n_unique()
+                # one device in the steps: no per-row pass over the names (an expression reads a
+                # column repeating one value as it is)
+                one = st.select(pl.col("device").n_unique()).item() == 1
+                n_dev = 1 if one else st["device"].filter(pl.Series(mine)).n_unique()
             else:
                 n_dev = 1
             execs = n / max(n_dev, 1)

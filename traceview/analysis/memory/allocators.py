@@ -176,7 +176,7 @@ def memory(mem: pl.DataFrame | None, steps: pl.DataFrame | None = None, device_n
 
         dev = allocator_device(alloc, device_names)
         own = steps
-        if dev and steps is not None and "device" in steps.columns and not _all_equal(steps["device"], dev):
+        if dev and steps is not None and "device" in steps.columns and not _all_equal(steps, "device", dev):
             own = steps.filter(pl.col("device") == dev)
         out.append(_allocator(host, alloc, grp.sort("time_ps", maintain_order=True),
                               own if own is not None and own.height else steps))
@@ -293,7 +293,7 @@ def _steps_by_window(ev: pl.DataFrame, in_use: np.ndarray, steps: pl.DataFrame |
         keep = pl.Series(near)
     else:
         keep = steps.select((pl.col("start_ps") <= t1) & (pl.col("start_ps") + pl.col("duration_ps") >= t0))[:, 0]
-    if "host" in steps.columns and not _all_equal(steps["host"], host):
+    if "host" in steps.columns and not _all_equal(steps, "host", host):
         keep = keep & steps.select(pl.col("host") == host)[:, 0]
     # the steps themselves when every one can hold an event (no copy of the frame)
     s = steps if keep.null_count() == 0 and bool(keep.all()) else steps.filter(keep)
@@ -322,10 +322,10 @@ def _steps_by_window(ev: pl.DataFrame, in_use: np.ndarray, steps: pl.DataFrame |
                          "steady": win["steady"], "events": hi - lo}).filter(pl.col("end_in_use").is_not_null())
 
 
-def _all_equal(s: pl.Series, value) -> bool:
-    """Whether every value of ``s`` is ``value`` (no null; its min and max, which a sorted
-    column gives without a scan)."""
-    return len(s) > 0 and not s.null_count() and s.min() == value and s.max() == value
+def _all_equal(frame: pl.DataFrame, col: str, value) -> bool:
+    """Whether every row of ``frame`` has ``value`` in ``col`` (a null is not equal): an
+    expression, which reads a column that repeats one value without spelling it out per row."""
+    return bool(frame.select(pl.col(col).eq_missing(value).all()).item())
 
 
 def _step_spans(s: pl.DataFrame) -> pl.DataFrame:

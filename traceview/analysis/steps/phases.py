@@ -490,9 +490,11 @@ def _summary(lab: pl.DataFrame, executions: pl.DataFrame | None, runs: pl.DataFr
     lab = lab.select("phase", "in_window", "duration_ps", "mfu", "mbu", "tokens")  # the columns read here
     win = _where(lab, lab["in_window"])
     total_ps = float(runs["duration_ps"].sum() or 0)
-    ph = lab["phase"]
     # every step of one phase (the usual case): its frames are the whole ones, no filter per phase
-    only = ph[0] if lab.height and not ph.null_count() and bool((ph == ph[0]).all()) else None
+    # (an expression: a column repeating one label is read as it is, not spelt out per step)
+    nulls, distinct, first = lab.select(pl.col("phase").null_count(), pl.col("phase").n_unique().alias("u"),
+                                        pl.col("phase").first().alias("f")).row(0)
+    only = first if lab.height and not nulls and distinct == 1 else None
 
     def of(frame: pl.DataFrame, p: str) -> pl.DataFrame:
         if only is not None:
