@@ -3,7 +3,11 @@
 * the module runs' alignment with its C check that every run starts its op chunk
   (``chunks_inside``) equals numpy's per-program check, on every trace and on random runs;
 * the first rows of the per-step table by a partition equal the full stable sort's;
-* the family roofline read off the anatomy's window sums equals its own pass over the events.
+* the family roofline read off the anatomy's window sums equals its own pass over the events;
+* the step programs' codes by a lookup table equal those of a sort, and ``_several`` equals
+  ``n_unique() > 1``;
+* the event-column figures kept per events frame (:mod:`traceview.analysis.eventstats`) equal
+  the table's own: its total self time and :func:`~traceview.model.optable.float_attr_sums`.
 """
 
 from __future__ import annotations
@@ -134,3 +138,36 @@ def test_anatomy_step_sums_equal_the_event_pass(shared_traces):
                                      0 if counts is None else 1, per, flags)
             assert got is not None and got[0].tolist() == per.tolist() and got[1].tolist() == flags.tolist(), name
     assert seen >= 8
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 300), min_size=1, max_size=200), st.booleans())
+def test_program_codes_equal_a_sort(values, huge):
+    v = np.array(values, dtype=np.uint64) + (np.uint64(1 << 40) if huge else np.uint64(0))  # huge: the sort
+    vals, code = stepstats._codes(v)
+    want = np.sort(pl.Series(v).unique().to_numpy())
+    assert vals.tolist() == want.tolist() and vals.dtype == v.dtype
+    assert code.tolist() == np.searchsorted(want, v).tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(0, 3)), max_size=12))
+def test_several_equals_n_unique(values):
+    col = pl.Series(values, dtype=pl.UInt64)
+    assert stepstats._several(col) == (col.n_unique() > 1)
+
+
+def test_event_figures_equal_the_tables_own(shared_traces):
+    from traceview.analysis import eventstats
+    from traceview.model.optable import OpTable, float_attr_sums
+
+    for path, prof in _profiles(shared_traces):
+        t = prof.table
+        assert eventstats.total_self_ps(t) == t.total_self_ps(), path
+        got, want = eventstats.float_attr_sums(t), float_attr_sums(t)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)), path
+        assert eventstats.float_attr_sums(t) is got  # kept: the same arrays the second time
+        # a sum that could round in float64 takes the table's own path, bit for bit
+        big = OpTable(t.events.with_columns(pl.col("self_ps") + (1 << 53)), t.attrs)
+        got, want = eventstats.float_attr_sums(big), float_attr_sums(big)
+        assert all(np.array_equal(a, b) for a, b in zip(got, want)), path
