@@ -12,6 +12,7 @@
 
 At the top: :class:`~traceview.analysis.report.Report` (what one command shows, gathered
 once), :mod:`~traceview.analysis.derived` (the derived frames each computed once per profile),
+:mod:`~traceview.analysis.eventstats` (event-column figures several sections read, once per events frame),
 the export window, the SQL tables, the report overview and fleet mode. Functions take model
 tables and return polars frames or small value objects; none prints or reads a file other
 than a rules or checks file named by the caller.
