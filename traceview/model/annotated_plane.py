@@ -47,10 +47,11 @@ def iter_lines(plane, path: str, device_lines: bool):
     nkey, nslot = len(KEY_STATS), len(KEY_STATS) + len(EXTRA_STATS)
     mapped = getattr(plane, "mapped_lines", None) or []
     for i, raw in enumerate(plane.lines):
-        if device_lines and wire.line_header(raw, path).name.startswith(DERIVED_LINES):
-            yield wire.count_events(raw, path)
+        walked = wire.line_walk(raw, path)  # header and event count: one walk, not one per use
+        if device_lines and walked[0].name.startswith(DERIVED_LINES):
+            yield walked[1] if walked[1] is not None else wire.count_events(raw, path)
             continue
-        le = wire.decode_annotated(raw, path, ids, slots, nkey, nslot)
+        le = wire.decode_annotated(raw, path, ids, slots, nkey, nslot, walked)
         if i < len(mapped):
             mapped[i].release()  # the file's pages, re-read from the page cache if touched again
         yield le
