@@ -1284,9 +1284,9 @@ def _derive_module_runs(table: OpTable) -> RunTable:
     # and keys are numbered in sort order, so a stable sort by start then by (host, device)
     hd = key_tab.select(pl.struct("host", "device").rle_id()).to_series().to_numpy()
     o = np.argsort(r_start, kind="stable")
-    hd_run = hd[kid[o]]
-    if hd_run.min() != hd_run.max():
-        o = o[np.argsort(hd_run.astype(kdt), kind="stable")]
+    hd_used = hd[np.bincount(kid, minlength=nk) > 0]  # per program with runs: one (host, device) is the rule
+    if hd_used.min() != hd_used.max():
+        o = o[np.argsort(hd[kid[o]].astype(kdt), kind="stable")]
     runs = pl.DataFrame({"key": pl.Series(kid[o], dtype=pl.UInt32), "start_ps": pl.Series(r_start[o], dtype=pl.Int64),
                          "duration_ps": pl.Series(r_dur[o], dtype=pl.Int64)})
     return RunTable(runs, key_tab.rename({"kid": "key"}).cast(KEY_SCHEMA))
