@@ -7,9 +7,10 @@ and runs ``plan(space)``'s ``work(plane, path)`` over the planes it names on a d
 its time in C and numpy code that releases the GIL). A plan may name a plane several times,
 each work doing a part of it (a list, its lines, say): the parts' lists are joined in plan
 order; a part may carry a weight (``(plane, work, weight)``), the heaviest parts are started
-first. :meth:`Prefetch.take` hands the mapped XSpace and the per-plane results over: it first
-works on the calling thread through the parts the background thread has not started, so both
-cores work once the imports are done, then waits for the rest.
+first. :meth:`Prefetch.take` hands the mapped XSpace and the per-plane results over: while the
+background thread decodes, it first does the caller's idle work (its imports), then works on
+the calling thread through the parts the background thread has not started, so both cores
+work, then waits for the rest.
 
 Nothing changes in what is read: the same function runs on the same bytes, and a plane whose
 work failed hands its exception over, for the reader to raise as it would have. A prefetch is
@@ -97,20 +98,21 @@ class Prefetch:
         exception to raise}`` for each plane of ``space.planes`` the plan named; a plane of several
         parts: their lists joined in plan order, or the first part's exception), or None when the
         prefetch failed, the file changed since it started, or it was taken already (the
-        prefetch lets go of what it hands over). Works through the planes not yet started on
-        the calling thread, then, when some are still being decoded, runs ``idle`` (given to
-        :func:`start`; once, its exceptions ignored), then waits for the others. Never raises
+        prefetch lets go of what it hands over). When parts are still being decoded, runs
+        ``idle`` (given to :func:`start`; once, its exceptions ignored: work the caller needs
+        anyway, done beside the background thread rather than after), then works through the
+        parts not yet started on the calling thread, then waits for the others. Never raises
         but what ``idle`` raises that is not an ``Exception`` (``KeyboardInterrupt``)."""
         self.ready.wait()
         if self.failed or self.space is None or _identity(os.path.realpath(self.path)) != self.ident:
             return None
-        self._drain()
         idle, self.idle = self.idle, None
         if idle is not None and not all(ev.is_set() for ev in self.done):
             try:  # the caller's own work while the background thread decodes
                 idle()
             except Exception:  # noqa: BLE001 - it is the caller's to redo where it needs it
                 pass
+        self._drain()
         for ev in self.done:
             ev.wait()
         results: dict = {}
