@@ -779,9 +779,15 @@ def test_c_attr_and_row_sums_equal_bincount(events, weights, keep, counted):
                 min_size=2, max_size=60))
 def test_c_program_runs_equal_numpy(events):
     """The executions derived from ops (GPU/CPU traces) in two C passes over the events in time
-    order (``program_runs``; sorted by start first when they are not) equal numpy's sort by
-    program: same keys, starts and durations
+    order (``program_runs``; sorted by start first when they are not), in (start, key) order,
+    equal numpy's sort by program put in that order: same keys, starts and durations
     (ends wrapping past int64), groups of equal start, events before a first anchor dropped."""
+
+    def ref_runs(*a):
+        got = xplane._program_runs(*a)
+        o = np.argsort(got[1], kind="stable")
+        return [x[o] for x in got]
+
     ev = sorted(events, key=lambda e: e[1])
     kid = np.array([k for k, _, _, _ in ev], dtype=np.uint16)
     start = np.array([s * 1000 for _, s, _, _ in ev], dtype=np.int64)
@@ -789,13 +795,13 @@ def test_c_program_runs_equal_numpy(events):
     anchor = np.array([a for _, _, _, a in ev], dtype=bool)
     fast = xplane._c_program_runs(kid, start, dur, anchor, 5)
     assert fast is not None
-    ref = xplane._program_runs(kid, start, dur, anchor, 5)
+    ref = ref_runs(kid, start, dur, anchor, 5)
     for a, b in zip(fast, ref):
         assert a.dtype == b.dtype and a.tolist() == b.tolist()
     # out of time order (several lines' events): sorted by start first, numpy's figures still
     for perm in (np.arange(len(kid))[::-1], np.argsort(kid, kind="stable")):
         fast = xplane._c_program_runs(kid[perm], start[perm], dur[perm], anchor[perm], 5)
-        ref = xplane._program_runs(kid[perm], start[perm], dur[perm], anchor[perm], 5)
+        ref = ref_runs(kid[perm], start[perm], dur[perm], anchor[perm], 5)
         for a, b in zip(fast, ref):
             assert a.dtype == b.dtype and a.tolist() == b.tolist()
 

@@ -178,6 +178,52 @@ def test_the_taker_runs_its_idle_work_while_the_thread_decodes(shared_traces, fa
     assert list(results.values()) == [("decoded", space.planes[0].name)]
 
 
+def test_a_plane_in_parts_is_joined_in_plan_order(shared_traces):
+    """A plan naming a plane in several parts: their lists joined in plan order whatever order
+    they ran in (the heaviest started first), the first failing part's exception standing for
+    the plane (as a decoding line by line raises the first bad line's)."""
+    path = shared_traces / "mi300x_jax_gemm_sweep.xplane.pb"
+
+    def part(tag, fails=False):
+        def work(plane, p):
+            if fails:
+                raise ValueError(tag)
+            return [tag]
+        return work
+
+    def plan(space):
+        a, b = space.planes[0], space.planes[1]
+        return [(a, part("a1"), 1), (a, part("a2"), 5), (a, part("a3"), 3),
+                (b, part("b1")), (b, part("b2", True)), (b, part("b3", True))]
+
+    pf = prefetch.start(path, plan)
+    assert pf is not None
+    space, results = pf.take()
+    assert pf.order == [1, 2, 0, 3, 4, 5]
+    assert results[id(space.planes[0])] == ["a1", "a2", "a3"]
+    err = results[id(space.planes[1])]
+    assert isinstance(err, ValueError) and str(err) == "b2"
+
+
+def test_a_split_plane_decodes_as_a_whole_one(shared_traces):
+    """The engine trace's host plane is decoded in parts (its large lines apart): the parts'
+    lines joined are the plane's lines decoded in one go."""
+    import numpy as np
+
+    from traceview.model.annotated_plane import decode_lines
+
+    space = xline.map_xspace(ENGINE)
+    plan = prefetch_plan(space)
+    assert len(plan) > 1 and len({id(x[0]) for x in plan}) == 1
+    whole = decode_lines(plan[0][0], str(ENGINE), False)
+    joined = [x for p, work, _ in plan for x in work(p, str(ENGINE))]
+    assert len(joined) == len(whole) == len(plan[0][0].lines)
+    for a, b in zip(whole, joined):
+        assert a.name == b.name and len(a) == len(b)
+        assert all(np.array_equal(getattr(a, k), getattr(b, k)) for k in ("starts", "durations", "combo", "combo_mids",
+                                                                         "combo_kinds", "combo_values", "extra_values"))
+
+
 def test_the_imports_while_decoding_all_import():
     """Every module the CLI imports while a trace is decoded exists (a renamed module would
     otherwise be skipped silently)."""

@@ -439,98 +439,86 @@ static PyObject *kernel_rows(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
-/* program_runs(kid, starts, durs, anchor, nk, counts, run_start, run_end) -> runs
+/* program_runs(kid, starts, durs, anchor, nk, run_key, run_start, run_end) -> runs
  * The executions of _derive_module_runs from events in time order (starts non-decreasing):
  * kid (int64, per event its program key, 0 <= kid < nk), durs (int64), anchor (uint8: the
  * event is of its program's anchor op). Per program, its events with one start are a group;
  * a group holding an anchor event begins an execution at that start, which takes every later
  * event of its program up to the next such group and ends at their latest end (start + dur,
  * wrapping like numpy int64 addition); events before a program's first such group belong to
- * none. With run_start / run_end empty, counts (int64, nk) receives each program's number of
- * executions; else counts holds them and each program's executions are written in start
- * order, programs in key order (run_start, run_end: int64, sum of counts). Returns the number
- * of executions, or -1 (outputs unspecified) when the events are not in time order, a key is
- * out of range or the sizes do not match (the caller then sorts with numpy). */
+ * none. With run_key / run_start / run_end empty, only counts the executions; else writes
+ * them (run_key: uint32, run_start / run_end: int64, as many as counted) ordered by start,
+ * then key: the groups of one start are closed together once the next start is reached.
+ * Returns the number of executions, or -1 (outputs unspecified) when the events are not in
+ * time order, a key is out of range or the sizes do not match (the caller then sorts with
+ * numpy). */
 static PyObject *program_runs(PyObject *self, PyObject *args) {
     Py_buffer b[7];
     Py_ssize_t nk;
     if (!PyArg_ParseTuple(args, "y*y*y*y*nw*w*w*", &b[0], &b[1], &b[2], &b[3], &nk, &b[4], &b[5], &b[6]))
         return NULL;
     Py_ssize_t n = b[1].len / 8;
-    int fill = b[5].len > 0;
-    Py_ssize_t total = -1;
+    Py_ssize_t n_out = b[5].len / 8;
+    int fill = n_out > 0;
+    Py_ssize_t total = 0;
     int ok = nk >= 0 && b[0].len == n * 8 && b[1].len == n * 8 && b[2].len == n * 8 && b[3].len == n
-             && b[4].len == nk * 8 && b[5].len == b[6].len;
+             && b[4].len == n_out * 4 && b[6].len == n_out * 8;
     const int64_t *kid = b[0].buf, *st = b[1].buf, *du = b[2].buf;
     const uint8_t *anc = b[3].buf;
-    int64_t *counts = b[4].buf, *rs = b[5].buf, *re = b[6].buf;
-    Py_ssize_t n_out = b[5].len / 8;
-    /* per program: seen, open, group has anchor; group start, group end, open start, open end, next slot */
+    uint32_t *rk = b[4].buf;
+    int64_t *rs = b[5].buf, *re = b[6].buf;
+    /* per program: in the current start's groups, its group has an anchor, has an open
+     * execution; its group's end, the open execution's slot; the programs of the current start */
     uint8_t *flags = NULL;
-    int64_t *st6 = NULL;
+    int64_t *st3 = NULL;
     if (ok && nk > 0) {
         flags = PyMem_RawCalloc((size_t)nk, 3);
-        st6 = PyMem_RawMalloc((size_t)nk * 5 * sizeof(int64_t));
-        if (flags == NULL || st6 == NULL) {
-            PyMem_RawFree(flags); PyMem_RawFree(st6);
+        st3 = PyMem_RawMalloc((size_t)nk * 3 * sizeof(int64_t));
+        if (flags == NULL || st3 == NULL) {
+            PyMem_RawFree(flags); PyMem_RawFree(st3);
             for (int j = 0; j < 7; j++) PyBuffer_Release(&b[j]);
             return PyErr_NoMemory();
         }
     }
     if (ok) {
         Py_BEGIN_ALLOW_THREADS
-        uint8_t *seen = flags, *open = flags + nk, *ganc = flags + 2 * nk;
-        int64_t *gst = st6, *gend = st6 + nk, *ost = st6 + 2 * nk, *oend = st6 + 3 * nk, *pos = st6 + 4 * nk;
-        if (fill) {
-            int64_t acc = 0;
-            for (Py_ssize_t k = 0; k < nk; k++) { pos[k] = acc; acc += counts[k]; }
-            if (acc != n_out) ok = 0;
-        } else {
-            for (Py_ssize_t k = 0; k < nk; k++) counts[k] = 0;
-        }
-#define EMIT(k) do { \
-            if (fill) { \
-                if (pos[k] >= n_out) ok = 0; \
-                else { rs[pos[k]] = ost[k]; re[pos[k]] = oend[k]; pos[k]++; } } \
-            else counts[k]++; } while (0)
-#define FINISH(k) do { \
-            if (ganc[k]) { if (open[k]) EMIT(k); open[k] = 1; ost[k] = gst[k]; oend[k] = gend[k]; } \
-            else if (open[k] && gend[k] > oend[k]) oend[k] = gend[k]; } while (0)
-        int64_t prev = INT64_MIN;
+        uint8_t *cur = flags, *ganc = flags + nk, *open = flags + 2 * nk;
+        int64_t *gend = st3, *slot = st3 + nk, *pend = st3 + 2 * nk;
+        Py_ssize_t np_ = 0;  /* programs with a group at the current start, in pend */
+        int64_t now = INT64_MIN;
+        /* close the groups of start `now`, programs in key order (a few: insertion sort) */
+#define CLOSE_GROUPS() do { \
+            for (Py_ssize_t x = 1; x < np_; x++) { \
+                int64_t v = pend[x]; Py_ssize_t y = x; \
+                while (y > 0 && pend[y - 1] > v) { pend[y] = pend[y - 1]; y--; } \
+                pend[y] = v; } \
+            for (Py_ssize_t x = 0; x < np_; x++) { \
+                int64_t k = pend[x]; cur[k] = 0; \
+                if (ganc[k]) { \
+                    if (fill) { \
+                        if (total >= n_out) { ok = 0; break; } \
+                        rk[total] = (uint32_t)k; rs[total] = now; re[total] = gend[k]; slot[k] = total; } \
+                    open[k] = 1; total++; \
+                } else if (open[k] && fill && gend[k] > re[slot[k]]) re[slot[k]] = gend[k]; } \
+            np_ = 0; } while (0)
         for (Py_ssize_t i = 0; i < n && ok; i++) {
             int64_t k = kid[i], s = st[i];
-            if (k < 0 || k >= nk || s < prev) { ok = 0; break; }
-            prev = s;
+            if (k < 0 || k >= nk || s < now) { ok = 0; break; }
+            if (s != now) { CLOSE_GROUPS(); now = s; }
             int64_t e = (int64_t)((uint64_t)s + (uint64_t)du[i]);
-            if (!seen[k] || s != gst[k]) {
-                if (seen[k]) FINISH(k);
-                seen[k] = 1; gst[k] = s; gend[k] = e; ganc[k] = anc[i] != 0;
-            } else {
+            if (!cur[k]) { cur[k] = 1; pend[np_++] = k; gend[k] = e; ganc[k] = anc[i] != 0; }
+            else {
                 if (e > gend[k]) gend[k] = e;
                 if (anc[i]) ganc[k] = 1;
             }
         }
-        if (ok) {
-            for (Py_ssize_t k = 0; k < nk && ok; k++) {
-                if (!seen[k]) continue;
-                FINISH(k);
-                if (open[k]) EMIT(k);
-            }
-        }
-        if (ok) {  /* each program wrote exactly its count */
-            int64_t acc = 0;
-            for (Py_ssize_t k = 0; k < nk; k++) {
-                acc += counts[k];
-                if (fill && pos[k] != acc) ok = 0;
-            }
-            total = (Py_ssize_t)acc;
-        }
-#undef EMIT
-#undef FINISH
+        if (ok) CLOSE_GROUPS();
+        if (ok && fill && total != n_out) ok = 0;  /* exactly as many as counted */
+#undef CLOSE_GROUPS
         Py_END_ALLOW_THREADS
     }
     PyMem_RawFree(flags);
-    PyMem_RawFree(st6);
+    PyMem_RawFree(st3);
     for (int j = 0; j < 7; j++) PyBuffer_Release(&b[j]);
     return PyLong_FromSsize_t(ok ? total : -1);
 }
@@ -549,7 +537,7 @@ static PyMethodDef methods[] = {
     {"attr_stats", attr_stats, METH_VARARGS,
      "attr_stats(attr, starts, durs, selfs, rows, dur_sum, self_sum, min_dur, max_dur, first) -> bool"},
     {"program_runs", program_runs, METH_VARARGS,
-     "program_runs(kid, starts, durs, anchor, nk, counts, run_start, run_end) -> runs"},
+     "program_runs(kid, starts, durs, anchor, nk, run_key, run_start, run_end) -> runs"},
     {NULL, NULL, 0, NULL}
 };
 

@@ -1273,28 +1273,34 @@ def _derive_module_runs(table: OpTable) -> RunTable:
     if not len(kid_ev):
         return RunTable.empty()
     nk = key_tab.height
+    # rows by host, device, start_ps, module, program_id: keys are numbered in sort order, so
+    # the runs in (start, key) order, then a stable sort by (host, device)
     got = _c_program_runs(kid_ev, start, dur, anchor_ev, nk)
     if got is None:
         kend = (np.cumsum(np.bincount(kid_of, weights=rows_attr, minlength=nk).astype(np.int64))
                 if kept and rows_attr is not None else None)  # past each program's events
-        got = _program_runs(kid_ev, start, dur, anchor_ev, nk, kend)
-    kid, r_start, r_dur = got
+        kid, r_start, r_dur = _program_runs(kid_ev, start, dur, anchor_ev, nk, kend)  # (key, start) order
+        o = np.argsort(r_start, kind="stable")
+        kid, r_start, r_dur = kid[o], r_start[o], r_dur[o]
+    else:
+        kid, r_start, r_dur = got
     del kid_ev, start, dur, anchor_ev
-    # rows by host, device, start_ps, module, program_id: the runs are in (key, start) order
-    # and keys are numbered in sort order, so a stable sort by start then by (host, device)
     hd = key_tab.select(pl.struct("host", "device").rle_id()).to_series().to_numpy()
-    o = np.argsort(r_start, kind="stable")
-    hd_run = hd[kid[o]]
-    if hd_run.min() != hd_run.max():
-        o = o[np.argsort(hd_run.astype(kdt), kind="stable")]
-    runs = pl.DataFrame({"key": pl.Series(kid[o], dtype=pl.UInt32), "start_ps": pl.Series(r_start[o], dtype=pl.Int64),
-                         "duration_ps": pl.Series(r_dur[o], dtype=pl.Int64)})
+    if hd.min() != hd.max():  # programs on several (host, device): which of them ran
+        hd_run = hd[kid]
+        if hd_run.min() != hd_run.max():
+            o = np.argsort(hd_run.astype(kdt), kind="stable")
+            kid, r_start, r_dur = kid[o], r_start[o], r_dur[o]
+        del hd_run
+    runs = pl.DataFrame({"key": pl.Series(kid, dtype=pl.UInt32), "start_ps": pl.Series(r_start, dtype=pl.Int64),
+                         "duration_ps": pl.Series(r_dur, dtype=pl.Int64)})
     return RunTable(runs, key_tab.rename({"kid": "key"}).cast(KEY_SCHEMA))
 
 
 def _c_program_runs(kid_ev: np.ndarray, start: np.ndarray, dur: np.ndarray, anchor_ev: np.ndarray,
                     nk: int) -> tuple | None:
-    """:func:`_program_runs` in two C passes over the events in time order (``program_runs``:
+    """:func:`_program_runs`'s executions in (start, key) order (that function's put in it by a
+    stable sort by start), in two C passes over the events in time order (``program_runs``:
     count, then fill), without sorting them by program; events out of time order (several
     lines') are put in it first by one stable sort by start, which orders them as that
     function's sort by program then start does. None without the accelerator."""
@@ -1310,16 +1316,16 @@ def _c_program_runs(kid_ev: np.ndarray, start: np.ndarray, dur: np.ndarray, anch
         s64 = np.ascontiguousarray(start, dtype=np.int64)
         d64 = np.ascontiguousarray(dur, dtype=np.int64)
         a8 = np.ascontiguousarray(anchor_ev, dtype=bool).view(np.uint8)
-    counts = np.zeros(nk, dtype=np.int64)
-    n = _fast.program_runs(k64, s64, d64, a8, nk, counts, bytearray(), bytearray())
+    n = _fast.program_runs(k64, s64, d64, a8, nk, bytearray(), bytearray(), bytearray())
     if n < 0:
         return None
+    r_key = np.empty(n, dtype=np.uint32)
     r_start = np.empty(n, dtype=np.int64)
     r_end = np.empty(n, dtype=np.int64)
-    if _fast.program_runs(k64, s64, d64, a8, nk, counts, r_start, r_end) != n:
+    if _fast.program_runs(k64, s64, d64, a8, nk, r_key, r_start, r_end) != n:
         return None
     r_end -= r_start  # int64, wrapping as polars does
-    return np.repeat(np.arange(nk, dtype=np.uint32), counts), r_start, r_end
+    return r_key, r_start, r_end
 
 
 def _program_runs(kid_ev: np.ndarray, start: np.ndarray, dur: np.ndarray, anchor_ev: np.ndarray, nk: int,

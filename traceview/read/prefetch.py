@@ -4,10 +4,13 @@ A cold ``traceview.load`` spends its first fraction of a second importing polars
 while the other is idle. :func:`start` (called right after discovery, before polars is imported) maps the file
 and runs ``plan(space)``'s ``work(plane, path)`` over the planes it names on a daemon thread (the caller passes
 :func:`traceview.model.annotated_plane.prefetch_plan`, whose work imports no polars and spends most of
-its time in C and numpy code that releases the GIL). :meth:`Prefetch.take` hands the mapped
-XSpace and the per-plane results over: it first works on the calling thread through the
-planes the background thread has not started, so both cores work once the imports are done,
-then waits for the rest.
+its time in C and numpy code that releases the GIL). A plan may name a plane several times,
+each work doing a part of it (a list, its lines, say): the parts' lists are joined in plan
+order; a part may carry a weight (``(plane, work, weight)``), the heaviest parts are started
+first. :meth:`Prefetch.take` hands the mapped XSpace and the per-plane results over: while the
+background thread decodes, it first does the caller's idle work (its imports), then works on
+the calling thread through the parts the background thread has not started, so both cores
+work, then waits for the rest.
 
 Nothing changes in what is read: the same function runs on the same bytes, and a plane whose
 work failed hands its exception over, for the reader to raise as it would have. A prefetch is
@@ -40,10 +43,11 @@ class Prefetch:
     def __init__(self, path: str, ident: tuple, plan: Callable, idle: Callable | None = None):
         self.path, self.ident, self._plan, self.idle = path, ident, plan, idle
         self.space = None
-        self.planes: list = []  # (plane, work)
+        self.planes: list = []  # (plane, work) per part, in plan order
+        self.order: list[int] = []  # the parts in the order they are started (heaviest first)
         self.results: list = []
         self.done: list[threading.Event] = []
-        self.next = 0
+        self.next = 0  # parts of self.order claimed
         self.failed = False
         self.ready = threading.Event()  # set once planes are listed (or the job failed)
         self.lock = threading.Lock()
@@ -53,12 +57,12 @@ class Prefetch:
         return os.path.realpath(path) == os.path.realpath(self.path)
 
     def _drain(self) -> None:
-        """Work through unclaimed planes on the calling thread until none is left."""
+        """Work through unclaimed parts on the calling thread until none is left."""
         while True:
             with self.lock:
-                i = self.next
-                if i >= len(self.planes):
+                if self.next >= len(self.order):
                     return
+                i = self.order[self.next]
                 self.next += 1
             plane, work = self.planes[i]
             try:
@@ -76,7 +80,10 @@ class Prefetch:
                 self.failed = True
                 return
             self.space = space
-            self.planes = list(self._plan(space))
+            parts = list(self._plan(space))
+            self.planes = [(x[0], x[1]) for x in parts]
+            weight = [x[2] if len(x) > 2 else 0 for x in parts]
+            self.order = sorted(range(len(parts)), key=lambda i: -weight[i])  # stable: plan order among equals
             self.results = [None] * len(self.planes)
             self.done = [threading.Event() for _ in self.planes]
         except BaseException:  # noqa: BLE001 - a prefetch never fails the run
@@ -88,25 +95,35 @@ class Prefetch:
 
     def take(self):
         """``(space, results)`` (``results``: ``{id(plane): what its work returned or the
-        exception to raise}`` for each plane of ``space.planes`` the plan named), or None when the
+        exception to raise}`` for each plane of ``space.planes`` the plan named; a plane of several
+        parts: their lists joined in plan order, or the first part's exception), or None when the
         prefetch failed, the file changed since it started, or it was taken already (the
-        prefetch lets go of what it hands over). Works through the planes not yet started on
-        the calling thread, then, when some are still being decoded, runs ``idle`` (given to
-        :func:`start`; once, its exceptions ignored), then waits for the others. Never raises
+        prefetch lets go of what it hands over). When parts are still being decoded, runs
+        ``idle`` (given to :func:`start`; once, its exceptions ignored: work the caller needs
+        anyway, done beside the background thread rather than after), then works through the
+        parts not yet started on the calling thread, then waits for the others. Never raises
         but what ``idle`` raises that is not an ``Exception`` (``KeyboardInterrupt``)."""
         self.ready.wait()
         if self.failed or self.space is None or _identity(os.path.realpath(self.path)) != self.ident:
             return None
-        self._drain()
         idle, self.idle = self.idle, None
         if idle is not None and not all(ev.is_set() for ev in self.done):
             try:  # the caller's own work while the background thread decodes
                 idle()
             except Exception:  # noqa: BLE001 - it is the caller's to redo where it needs it
                 pass
+        self._drain()
         for ev in self.done:
             ev.wait()
-        out = self.space, {id(p): r for (p, _), r in zip(self.planes, self.results)}
+        results: dict = {}
+        parts: dict = {}
+        for (p, _), r in zip(self.planes, self.results):
+            parts[id(p)] = parts.get(id(p), 0) + 1
+            if parts[id(p)] == 1:
+                results[id(p)] = r
+            elif not isinstance(results[id(p)], BaseException):  # an earlier part's exception stands
+                results[id(p)] = r if isinstance(r, BaseException) else results[id(p)] + r
+        out = self.space, results
         self.space, self.results, self.planes = None, [], []
         return out
 

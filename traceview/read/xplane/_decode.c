@@ -15,12 +15,13 @@
  * same for stat_id2). TPU events carry their device-clock offset and duration this way
  * (``device_offset_ps``, ``device_duration_ps``).
  *
- * line_header(buf) -> (id, display_id, name, display_name, timestamp_ns, duration_ps): the
- * XLine's own fields, skipping its events (name and display_name decoded as strict UTF-8).
+ * line_header(buf, with_count=False) -> (id, display_id, name, display_name, timestamp_ns,
+ * duration_ps): the XLine's own fields, skipping its events (name and display_name decoded as
+ * strict UTF-8); with_count: (that tuple, the number of events), from the same walk.
  *
  * count_events(buf) -> n: the number of XEvents in a serialized XLine.
  *
- * decode_annotated(buf, ids, slots, nkey, nslot) -> per-event columns of a GPU stream / CPU
+ * decode_annotated(buf, ids, slots, nkey, nslot, n=-1) -> per-event columns of a GPU stream / CPU
  * thunk / host XLine (offsets, durations, occurrences, has_stats, the event's combo id and the
  * per-event stat columns) and, once per distinct (metadata_id, key stat values), its combo
  * row; str / bytes stat values interned once per line (see its comment below).
@@ -407,12 +408,17 @@ static PyObject *header_tuple(line_walk *w) {
 static PyObject *line_header(PyObject *self, PyObject *args) {
     Py_buffer view;
     line_walk w;
-    if (!PyArg_ParseTuple(args, "y*", &view)) return NULL;
+    int with_count = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &view, &with_count)) return NULL;
     int ok = walk_buffer(&view, 0, &w);
     PyBuffer_Release(&view);
     if (!ok) return NULL;
     PyObject *out = header_tuple(&w);
     PyMem_RawFree(w.names);
+    if (out && with_count) {
+        PyObject *both = Py_BuildValue("(Nn)", out, w.n);
+        return both;
+    }
     return out;
 }
 
@@ -756,9 +762,12 @@ static PyObject *line_layout(PyObject *self, PyObject *args) {
 }
 
 /* ---- annotated lines (GPU streams, CPU thunk threads, host threads) -----------------------
- * decode_annotated(buf, ids, slots, nkey, nslot) -> (timestamp_ns, n, offsets, durations,
+ * decode_annotated(buf, ids, slots, nkey, nslot, n=-1) -> (timestamp_ns, n, offsets, durations,
  *     occurrences, has_stats, combo, extra_kinds, extra_values, combo_mids, combo_kinds,
  *     combo_values, strings)
+ * n: the line's event count when the caller has it (line_header's with_count): the counting
+ * pass is skipped and timestamp_ns comes back as 0 (take line_header's); a line that holds
+ * another count fails with TV_CHANGED (the bytes changed between the two walks).
  * ids / slots: int64 buffers of equal length: an XStat whose metadata_id is ids[i] goes to
  * slot slots[i] (several ids may share a slot; per event the later stat wins). Slots
  * 0..nkey-1 are key slots: each event's (metadata_id, key slot values) is interned, in order of
@@ -793,6 +802,21 @@ static inline int stat_full(const uint8_t *q, const uint8_t *qe, const uint8_t *
     return 1;
 }
 
+/* stat_full for the common shape of an XStat, "metadata_id (one byte), then one varint
+ * value" (field 3, 4 or 7): 1 when q..qe is exactly that (read as stat_full would), else 0
+ * (the caller then runs stat_full) */
+static inline int stat_simple(const uint8_t *q, const uint8_t *qe, const uint8_t *hard, int64_t *id, stat_val *sv) {
+    if (qe - q < 4 || q[0] != 0x08 || (q[1] & 0x80)) return 0;
+    uint8_t k = q[2];
+    if (k != 0x38 && k != 0x20 && k != 0x18) return 0;
+    const uint8_t *r = q + 3;
+    uint64_t v;
+    if (!read_varint_h(&r, qe, hard, &v) || r != qe) return 0;
+    *id = q[1];
+    sv->kind = k == 0x18 ? 2 : k == 0x20 ? 3 : 6; sv->val = (int64_t)v; sv->s = NULL; sv->slen = 0;
+    return 1;
+}
+
 typedef struct {
     /* strings: arena + (offset, len, kind) per distinct, open-addressing table of indices */
     char *arena; size_t alen, acap;
@@ -802,7 +826,13 @@ typedef struct {
     int nkey;
     int64_t *cmid; uint8_t *ckind; int64_t *cval; Py_ssize_t nc, ccap;
     int64_t *ctab; Py_ssize_t ctcap;
+    /* per event metadata id below ANNOT_LAST: 1 + the combos of its latest events
+     * (ANNOT_WAYS, the latest first; 0: none), checked before the table is looked up */
+    uint32_t *last; int64_t lcap;
 } annot_state;
+
+#define ANNOT_LAST 65536
+#define ANNOT_WAYS 4
 
 static inline uint64_t mix64(uint64_t h) {
     h ^= h >> 33; h *= 0xff51afd7ed558ccdULL; h ^= h >> 33; h *= 0xc4ceb9fe1a85ec53ULL; h ^= h >> 33;
@@ -876,6 +906,28 @@ static inline uint64_t combo_hash(int64_t mid, const uint8_t *kinds, const int64
     return mix64(h);
 }
 
+/* a->last grown to hold metadata id mid (< ANNOT_LAST); 0, or -1 when out of memory */
+static int grow_last(annot_state *a, int64_t mid) {
+    int64_t cap = a->lcap ? a->lcap : 64;
+    while (cap <= mid) cap *= 2;
+    if (cap > ANNOT_LAST) cap = ANNOT_LAST;
+    if (grow_to((void **)&a->last, sizeof(uint32_t) * ANNOT_WAYS * (size_t)cap)) return -1;
+    memset(a->last + a->lcap * ANNOT_WAYS, 0, sizeof(uint32_t) * ANNOT_WAYS * (size_t)(cap - a->lcap));
+    a->lcap = cap;
+    return 0;
+}
+
+/* whether combo j is (mid, kinds, vals) */
+static inline int same_combo(const annot_state *a, int64_t j, int64_t mid, const uint8_t *kinds, const int64_t *vals) {
+    int nk = a->nkey;
+    if (a->cmid[j] != mid) return 0;
+    const uint8_t *ck = a->ckind + j * nk;
+    const int64_t *cv = a->cval + j * nk;
+    for (int s = 0; s < nk; s++)
+        if (ck[s] != kinds[s] || cv[s] != vals[s]) return 0;
+    return 1;
+}
+
 /* combo id of (mid, kinds, vals); -1 when out of memory */
 static int64_t intern_combo(annot_state *a, int64_t mid, const uint8_t *kinds, const int64_t *vals) {
     int nk = a->nkey;
@@ -896,9 +948,7 @@ static int64_t intern_combo(annot_state *a, int64_t mid, const uint8_t *kinds, c
     Py_ssize_t i = (Py_ssize_t)(h & (uint64_t)(a->ctcap - 1));
     while (a->ctab[i] >= 0) {
         int64_t j = a->ctab[i];
-        if (a->cmid[j] == mid && (nk == 0 || (memcmp(a->ckind + j * nk, kinds, (size_t)nk) == 0
-                                              && memcmp(a->cval + j * nk, vals, sizeof(int64_t) * (size_t)nk) == 0)))
-            return j;
+        if (same_combo(a, j, mid, kinds, vals)) return j;
         i = (i + 1) & (a->ctcap - 1);
     }
     if (a->nc == a->ccap) {
@@ -917,14 +967,17 @@ static int64_t intern_combo(annot_state *a, int64_t mid, const uint8_t *kinds, c
 static void annot_free(annot_state *a) {
     PyMem_RawFree(a->arena); PyMem_RawFree(a->soff); PyMem_RawFree(a->slen); PyMem_RawFree(a->skind);
     PyMem_RawFree(a->stab); PyMem_RawFree(a->cmid); PyMem_RawFree(a->ckind); PyMem_RawFree(a->cval);
-    PyMem_RawFree(a->ctab);
+    PyMem_RawFree(a->ctab); PyMem_RawFree(a->last);
 }
+
+
 
 #define ANNOT_MAX_SLOTS 32
 #define ANNOT_DIRECT 256  /* stat metadata ids below this find their slot in annot_out.slot_of */
 typedef struct {
     int64_t *offs, *durs, *occs, *xval; uint8_t *flags, *xkind; uint32_t *combo;
     const int64_t *ids, *slots; Py_ssize_t nids; int nkey, nslot;
+    Py_ssize_t n;  /* the events the arrays hold */
     /* per id below ANNOT_DIRECT: its one slot, -1 when not in ids, -2 when in ids more than
      * once (those, and larger ids, scan ids) */
     int8_t slot_of[ANNOT_DIRECT];
@@ -981,7 +1034,7 @@ static const char *fill_annotated(const uint8_t *p, const uint8_t *end, const an
                 if (!read_varint_h(&q, qe, end, &sl) || sl > (uint64_t)(qe - q)) return "stat length past the end";
                 int64_t sid;
                 stat_val sv;
-                if (!stat_full(q, q + sl, end, &sid, &sv)) return "bad stat";
+                if (!stat_simple(q, q + sl, end, &sid, &sv) && !stat_full(q, q + sl, end, &sid, &sv)) return "bad stat";
                 q += sl;
                 int direct = sid >= 0 && sid < ANNOT_DIRECT ? o->slot_of[sid] : -2;
                 if (direct >= 0) {
@@ -992,7 +1045,22 @@ static const char *fill_annotated(const uint8_t *p, const uint8_t *end, const an
                 }
             } else if (!skip_field(&q, qe, k2)) return "bad event field";
         }
-        int64_t c = intern_combo(a, mid, kinds, vals);
+        if (i >= o->n) return TV_CHANGED;  /* more events than counted */
+        int64_t c = -1;
+        uint32_t *last = NULL;
+        if (mid >= 0 && mid < ANNOT_LAST) {
+            if (mid >= a->lcap && grow_last(a, mid)) return "out of memory";
+            last = a->last + mid * ANNOT_WAYS;
+            for (int w = 0; w < ANNOT_WAYS && last[w]; w++)
+                if (same_combo(a, (int64_t)last[w] - 1, mid, kinds, vals)) { c = (int64_t)last[w] - 1; break; }
+        }
+        if (c < 0) {
+            c = intern_combo(a, mid, kinds, vals);
+            if (last && c >= 0 && c < 0xFFFFFFFFLL) {
+                memmove(last + 1, last, sizeof(uint32_t) * (ANNOT_WAYS - 1));
+                last[0] = (uint32_t)(c + 1);
+            }
+        }
         if (c < 0 || c > 0xFFFFFFFFLL) return "out of memory";
         o->offs[i] = off; o->durs[i] = dur; o->occs[i] = occ; o->flags[i] = has;
         o->combo[i] = (uint32_t)c;
@@ -1000,13 +1068,14 @@ static const char *fill_annotated(const uint8_t *p, const uint8_t *end, const an
         i++;
         p = qe;
     }
-    return NULL;
+    return i == o->n ? NULL : TV_CHANGED;
 }
 
 static PyObject *decode_annotated(PyObject *self, PyObject *args) {
     Py_buffer view, bi, bsl;
     int nkey, nslot;
-    if (!PyArg_ParseTuple(args, "y*y*y*ii", &view, &bi, &bsl, &nkey, &nslot)) return NULL;
+    Py_ssize_t counted = -1;
+    if (!PyArg_ParseTuple(args, "y*y*y*ii|n", &view, &bi, &bsl, &nkey, &nslot, &counted)) return NULL;
     Py_ssize_t nids = bi.len / 8;
     const char *err = NULL;
     if (bsl.len / 8 != nids || nkey < 0 || nslot < nkey || nslot > ANNOT_MAX_SLOTS) err = "bad stat slots";
@@ -1019,11 +1088,13 @@ static PyObject *decode_annotated(PyObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, err); return NULL;
     }
     const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
-    Py_ssize_t n = 0;
+    Py_ssize_t n = counted;
     int64_t ts = 0;
-    Py_BEGIN_ALLOW_THREADS
-    TV_GUARD(err, err = scan_line(p, end, &n, &ts));
-    Py_END_ALLOW_THREADS
+    if (counted < 0) {
+        Py_BEGIN_ALLOW_THREADS
+        TV_GUARD(err, err = scan_line(p, end, &n, &ts));
+        Py_END_ALLOW_THREADS
+    }
     if (err) {
         PyBuffer_Release(&view); PyBuffer_Release(&bi); PyBuffer_Release(&bsl);
         PyErr_SetString(PyExc_ValueError, err); return NULL;
@@ -1044,7 +1115,7 @@ static PyObject *decode_annotated(PyObject *self, PyObject *args) {
                    (int64_t *)PyBytes_AS_STRING(b[2]), (int64_t *)PyBytes_AS_STRING(b[6]),
                    (uint8_t *)PyBytes_AS_STRING(b[3]), (uint8_t *)PyBytes_AS_STRING(b[5]),
                    (uint32_t *)PyBytes_AS_STRING(b[4]), (const int64_t *)bi.buf, (const int64_t *)bsl.buf,
-                   nids, nkey, nslot, {0}};
+                   nids, nkey, nslot, n, {0}};
     memset(o.slot_of, -1, sizeof o.slot_of);
     for (Py_ssize_t t = 0; t < nids; t++) {
         int64_t id = o.ids[t];
@@ -1269,9 +1340,10 @@ static PyMethodDef methods[] = {
     {"decode_line", decode_line, METH_VARARGS,
      "decode_line(buf, stat_id=-1, stat_id2=-1) -> (timestamp_ns, n, mids, offsets, durations, occurrences, has_stats, stat_values, stat_values2)"},
     {"line_header", line_header, METH_VARARGS,
-     "line_header(buf) -> (id, display_id, name, display_name, timestamp_ns, duration_ps)"},
+     "line_header(buf, with_count=False) -> (id, display_id, name, display_name, timestamp_ns, duration_ps), "
+     "with_count: (that, n_events)"},
     {"decode_annotated", decode_annotated, METH_VARARGS,
-     "decode_annotated(buf, ids, slots, nkey, nslot) -> (timestamp_ns, n, offsets, durations, occurrences, has_stats, "
+     "decode_annotated(buf, ids, slots, nkey, nslot, n=-1) -> (timestamp_ns, n, offsets, durations, occurrences, has_stats, "
      "combo, extra_kinds, extra_values, combo_mids, combo_kinds, combo_values, strings)"},
     {"decode_metadata", decode_metadata, METH_VARARGS,
      "decode_metadata(buf, lo, hi, ids, slots, nslot) -> (mids, names, display_names, kinds, values, strings)"},

@@ -370,6 +370,18 @@ def line_header(raw: bytes, path: str) -> LineHeader:
     return LineHeader(h.id, h.display_id, h.name, h.display_name, h.timestamp_ns, h.duration_ps)
 
 
+def line_walk(raw, path: str) -> tuple[LineHeader, int | None]:
+    """(:func:`line_header`, the line's event count) from one walk over the line (C
+    accelerator when built; without it, the header and None). Raises as :func:`line_header`."""
+    if _fast is not None:
+        try:
+            head, n = _fast.line_header(raw, True)
+        except ValueError as exc:  # UnicodeDecodeError included
+            raise TraceUnreadable(_line_fault(exc), path) from None
+        return LineHeader(*head), n
+    return line_header(raw, path), None
+
+
 def line_name(raw, path: str) -> str:
     """The name of one serialized XLine, read from the fields before its events when it comes
     first (XProf writes a line's fields in number order: id, name, timestamp_ns, then the
@@ -668,25 +680,26 @@ KIND_ABSENT, KIND_DOUBLE, KIND_UINT64, KIND_INT64, KIND_STR, KIND_BYTES, KIND_RE
 MAX_SLOTS = 32
 
 
-def decode_annotated(raw, path: str, ids, slots, nkey: int, nslot: int) -> AnnotatedLine:
+def decode_annotated(raw, path: str, ids, slots, nkey: int, nslot: int, walked=None) -> AnnotatedLine:
     """Decode one XLine whose events are named by per-event stats into an
     :class:`AnnotatedLine`: an XStat whose metadata id is ``ids[i]`` fills slot ``slots[i]``
     (the later stat of an event wins); slots below ``nkey`` key the event's combo, the others
     are per-event columns. C accelerator when built, else protobuf and the stat reader of
-    :func:`_stat_value_fields` (the same arrays). Raises :class:`TraceUnreadable` on
+    :func:`_stat_value_fields` (the same arrays). ``walked``: :func:`line_walk` of ``raw``
+    when the caller has it (the line is not walked again). Raises :class:`TraceUnreadable` on
     malformed bytes (a str value of a slot that is not UTF-8 included)."""
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     slots = np.ascontiguousarray(slots, dtype=np.int64)
     if not 0 <= nkey <= nslot <= MAX_SLOTS or len(ids) != len(slots):
         raise ValueError("bad stat slots")
     out = AnnotatedLine()
-    out.header = line_header(raw, path)
+    out.header, counted = walked if walked is not None else (line_header(raw, path), None)
     out.name = out.header.name
     nx = nslot - nkey
     if _fast is not None:
         try:
             (ts, n, offs, durs, occs, flags, combo, xk, xv, cm, ck, cv,
-             strings) = _fast.decode_annotated(raw, ids, slots, nkey, nslot)
+             strings) = _fast.decode_annotated(raw, ids, slots, nkey, nslot, -1 if counted is None else counted)
         except ValueError as exc:  # UnicodeDecodeError included
             raise TraceUnreadable(_line_fault(exc, out.name), path) from None
         offsets = np.frombuffer(offs, dtype=np.int64)
