@@ -467,31 +467,38 @@ static PyObject *rank_match(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
-/* comm_records(attr, start, dev, start_key, done_key, sync_of, idx, pe, sync) -> int
+/* comm_records(attr, start, dur, dev, start_key, done_key, sync_of, r_attr, r_dev, r_start, r_end, r_wait, r_sync) -> int
  * The records of traceview.analysis.communication.overlap._comm_ops over events in (device, start) order:
- * attr (uint32), start (int64), dev (int32), one per event; per attr id start_key and
+ * attr (uint32), start and dur (int64), dev (int32), one per event; per attr id start_key and
  * done_key (int64, -1: not a start / done) and sync_of (uint8). The k-th start of a key
  * (in event order) pairs with the k-th done of that key that comes after the key's first
  * start (a done before it awaits a start the capture missed), kept when the done starts no
  * earlier; synchronous events are records of their own. Records, in (dev, start) order with
- * the synchronous ones first at one (dev, start), each kind in event order: idx (int64, the
- * sync event or the start), pe (int64, the sync event itself or the done), sync (uint8).
- * Returns the number of records, or -1 (outputs unspecified) when the events are not in
- * (dev, start) order, an attr id lies outside the tables, or the outputs (all the same
- * length) are shorter than the synchronous events plus the starts. */
+ * the synchronous ones first at one (dev, start), each kind in event order, as
+ * overlap._records writes them: r_attr (uint32) and r_dev (int32) of the sync event or the
+ * start, r_start (its start), r_end (its end; a pair's: the later of the start's end and the
+ * done's end), r_wait (a pair's done duration, 0 for a sync event), r_sync (uint8); ends
+ * wrap as numpy's int64 additions do. Returns the number of records, or -1 (outputs
+ * unspecified) when the events are not in (dev, start) order, an attr id lies outside the
+ * tables, or the outputs (all the same length) are shorter than the synchronous events plus
+ * the starts. */
 static PyObject *comm_records(PyObject *self, PyObject *args) {
-    Py_buffer b[9];
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8]))
+    Py_buffer b[13];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6],
+                          &b[7], &b[8], &b[9], &b[10], &b[11], &b[12]))
         return NULL;
-    Py_ssize_t n = b[0].len / 4, na = b[3].len / 8, cap = b[6].len / 8;
-    int ok = b[1].len / 8 == n && b[2].len / 4 == n && b[4].len / 8 == na && b[5].len == na
-             && b[7].len / 8 == cap && b[8].len == cap;
+    Py_ssize_t n = b[0].len / 4, na = b[4].len / 8, cap = b[7].len / 4;
+    int ok = b[1].len / 8 == n && b[2].len / 8 == n && b[3].len / 4 == n && b[5].len / 8 == na && b[6].len == na
+             && b[8].len / 4 == cap && b[9].len / 8 == cap && b[10].len / 8 == cap && b[11].len / 8 == cap
+             && b[12].len == cap;
     const uint32_t *attr = b[0].buf;
-    const int64_t *st = b[1].buf, *skey = b[3].buf, *dkey = b[4].buf;
-    const int32_t *dev = b[2].buf;
-    const uint8_t *syn = b[5].buf;
-    int64_t *idx = b[6].buf, *pe = b[7].buf;
-    uint8_t *sync = b[8].buf;
+    const int64_t *st = b[1].buf, *du = b[2].buf, *skey = b[4].buf, *dkey = b[5].buf;
+    const int32_t *dev = b[3].buf;
+    const uint8_t *syn = b[6].buf;
+    uint32_t *r_attr = b[7].buf;
+    int32_t *r_dev = b[8].buf;
+    int64_t *r_start = b[9].buf, *r_end = b[10].buf, *r_wait = b[11].buf;
+    uint8_t *r_sync = b[12].buf;
     Py_ssize_t count = -1;
     int64_t nk = 0;
     for (Py_ssize_t k = 0; ok && k < na; k++) {
@@ -553,20 +560,36 @@ static PyObject *comm_records(PyObject *self, PyObject *args) {
         while (i < ns || j < np_) {
             int take_sync = j >= np_ || (i < ns && (dev[sy[i]] < dev[ps[j]]
                                                     || (dev[sy[i]] == dev[ps[j]] && st[sy[i]] <= st[ps[j]])));
-            if (take_sync) { idx[o] = pe[o] = sy[i++]; sync[o++] = 1; }
-            else { idx[o] = ps[j]; pe[o] = pd[j++]; sync[o++] = 0; }
+            int64_t e;
+            if (take_sync) {
+                e = sy[i++];
+                r_end[o] = (int64_t)((uint64_t)st[e] + (uint64_t)du[e]);
+                r_wait[o] = 0;
+                r_sync[o] = 1;
+            } else {
+                int64_t d = pd[j];
+                e = ps[j++];
+                int64_t end = (int64_t)((uint64_t)st[e] + (uint64_t)du[e]);
+                int64_t end_d = (int64_t)((uint64_t)st[d] + (uint64_t)du[d]);
+                r_end[o] = end_d > end ? end_d : end;
+                r_wait[o] = du[d];
+                r_sync[o] = 0;
+            }
+            r_attr[o] = attr[e];
+            r_dev[o] = dev[e];
+            r_start[o++] = st[e];
         }
         count = o;
         Py_END_ALLOW_THREADS
     }
     PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
     PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy); PyMem_RawFree(started);
-    for (int k = 0; k < 9; k++) PyBuffer_Release(&b[k]);
+    for (int k = 0; k < 13; k++) PyBuffer_Release(&b[k]);
     return PyLong_FromSsize_t(count);
 nomem:
     PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
     PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy); PyMem_RawFree(started);
-    for (int k = 0; k < 9; k++) PyBuffer_Release(&b[k]);
+    for (int k = 0; k < 13; k++) PyBuffer_Release(&b[k]);
     return PyErr_NoMemory();
 }
 

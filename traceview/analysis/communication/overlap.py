@@ -325,14 +325,19 @@ def _comm_ops(ev: _Events) -> dict:
     done_key = np.where(done_of, ids[n:], -1)
     start_key[start_of & at["op_name"].is_null().to_numpy()] = -1  # a null name names nothing
     a = ev.attr
-    if _fast is not None and a.dtype == np.uint32:  # one C pass: pairs and the merge below
+    if _fast is not None and a.dtype == np.uint32:  # one C pass: pairs, the merge below and _records
         cap = int(ev.counts[:n][(start_key >= 0) | sync_of].sum())
-        idx, pe, sync = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.uint8)
+        out = {"attr": hugearrays.empty(cap, np.uint32), "dev": hugearrays.empty(cap, np.int32)}
+        for k in ("start", "end", "wait"):
+            out[k] = hugearrays.empty(cap, np.int64)
+        out["sync"] = hugearrays.empty(cap, np.bool_)
         got = _fast.comm_records(np.ascontiguousarray(a), np.ascontiguousarray(ev.start, dtype=np.int64),
-                                 np.ascontiguousarray(ev.dev, dtype=np.int32), start_key.astype(np.int64),
-                                 done_key.astype(np.int64), sync_of.astype(np.uint8), idx, pe, sync)
+                                 np.ascontiguousarray(ev.dur, dtype=np.int64), np.ascontiguousarray(ev.dev, dtype=np.int32),
+                                 start_key.astype(np.int64), done_key.astype(np.int64), sync_of.astype(np.uint8),
+                                 out["attr"], out["dev"], out["start"], out["end"], out["wait"], out["sync"].view(np.uint8))
         if got >= 0:
-            return _records(ev, idx[:got], pe[:got], sync[:got].view(bool))
+            return {k: v[:got] for k, v in out.items()}
+        del out
     ks, kd = start_key[a], done_key[a]
     si = np.flatnonzero(ks >= 0)
     di = np.flatnonzero(kd >= 0)
