@@ -13,7 +13,8 @@
   device timelines and on the CPU fixtures' collapsed tables;
 * the C rank matching of async pairs (``rank_match``), the collectives' pairing in event
   order (``pair_by_key``) and the host transfers' busy time per direction (``direction_busy``)
-  equal numpy's, and the overlap's and communication's results on the shared traces do not
+  equal numpy's, the overlap's per-description record sums (``record_sums``) equal the
+  bincounts, and the overlap's and communication's results on the shared traces do not
   depend on the C passes;
 * ``OpTable.collapse`` by counting per attr id (numpy) equals the polars group-by, on every
   shared xplane and fixture and on random event tables.
@@ -650,6 +651,38 @@ def test_c_direction_busy_equals_numpy_and_the_covered_cells(records, dir_of, de
         assert busy.tolist() == cells.sum(axis=(1, 2)).tolist()
     assert first.tolist() == [min((r for r in counted if d_of[records[r][0]] == d), default=-1) for d in (0, 1)]
 
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.booleans(), st.integers(-(1 << 62), 1 << 62) | st.integers(-5, 50),
+                          st.integers(-(1 << 62), 1 << 62) | st.integers(-5, 50), st.integers(-3, 40),
+                          st.integers(-(1 << 62), 1 << 62) | st.integers(0, 9)), max_size=60),
+       st.integers(0, 3))
+def test_c_record_sums_equal_numpy(records, extra):
+    """The overlap's per-description counts and sums of its records (``record_sums``) equal
+    the bincounts: first record, synchronous ones, int64 sums wrapping as numpy's do."""
+    from traceview.analysis.communication import overlap
+
+    rec = {"attr": np.array([r[0] for r in records], dtype=np.uint32), "sync": np.array([r[1] for r in records], dtype=bool),
+           "start": np.array([r[2] for r in records], dtype=np.int64), "wait": np.array([r[5] for r in records], dtype=np.int64)}
+    with np.errstate(over="ignore"):
+        rec["end"] = rec["start"] + np.array([r[3] for r in records], dtype=np.int64)
+    hid = np.array([r[4] for r in records], dtype=np.int64)
+    size = (int(rec["attr"].max()) + 1 if records else 0) + extra
+    fast = overlap._record_sums(rec, hid, size)
+    saved = overlap._fast
+    try:
+        overlap._fast = None
+        with np.errstate(over="ignore"):
+            ref = overlap._record_sums(rec, hid, size)
+    finally:
+        overlap._fast = saved
+    assert [x.tolist() for x in fast[:3]] == [x.tolist() for x in ref[:3]]
+    assert {k: v.tolist() for k, v in fast[3].items()} == {k: v.tolist() for k, v in ref[3].items()}
+    if records:  # an attr id past the outputs: refused
+        small = int(rec["attr"].max())
+        assert not overlap._fast.record_sums(rec["attr"], rec["sync"].view(np.uint8), rec["start"], rec["end"], hid,
+                                             rec["wait"], *[np.empty(small, dtype=np.int64) for _ in range(6)])
 
 def test_collapse_by_counting_equals_the_group_by_on_every_trace(shared_traces):
     """OpTable.collapse counts per attr id (numpy) when every event is one occurrence and

@@ -17,6 +17,8 @@
  *     async pairs merged in (device, start) order (traceview.analysis.communication.overlap._comm_ops).
  *   pair_by_key(...) -> int: async starts matched with their dones by key and rank, events
  *     already in time order within each key (traceview.analysis.communication.collectives._pair_index);
+ *   record_sums(...) -> bool: per description, the overlap's records counted and summed
+ *     (traceview.analysis.communication.overlap._finish);
  *   covered(...) -> bool: time of windows covered by disjoint sorted intervals
  *     (traceview.analysis.communication.overlap._covered);
  *   partition(...) -> bool: a device's step windows split into exposed / compute / hidden /
@@ -593,6 +595,45 @@ nomem:
     return PyErr_NoMemory();
 }
 
+/* record_sums(attr, sync, start, end, hid, wait, cnt, first, n_sync, s_flight, s_hid, s_wait) -> bool
+ * Per description of the overlap's records (traceview.analysis.communication.overlap._finish):
+ * records r (attr: uint32; sync: uint8; start, end, hid, wait: int64), per attr id a < size
+ * (the outputs' length, all int64): cnt[a] records, first[a] the first record (len(attr)
+ * when none), n_sync[a] synchronous ones, and the sums of end - start, hid and wait (int64,
+ * wrapping as numpy's int64 arithmetic does). Outputs are written, not added to. Returns
+ * False (outputs unspecified) on an attr id >= size or sizes that do not match. */
+static PyObject *record_sums(PyObject *self, PyObject *args) {
+    Py_buffer b[12];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
+                          &b[8], &b[9], &b[10], &b[11]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, size = b[6].len / 8;
+    int ok = b[0].len == n * 4 && b[1].len == n && b[2].len == n * 8 && b[3].len == n * 8 && b[4].len == n * 8
+             && b[5].len == n * 8;
+    for (int k = 7; k < 12; k++) if (b[k].len != size * 8) ok = 0;
+    const uint32_t *attr = b[0].buf;
+    const uint8_t *sync = b[1].buf;
+    const int64_t *st = b[2].buf, *en = b[3].buf, *hid = b[4].buf, *wait = b[5].buf;
+    int64_t *cnt = b[6].buf, *first = b[7].buf, *nsync = b[8].buf;
+    uint64_t *sf = b[9].buf, *sh = b[10].buf, *sw = b[11].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t a = 0; a < size; a++) { cnt[a] = nsync[a] = 0; first[a] = n; sf[a] = sh[a] = sw[a] = 0; }
+        for (Py_ssize_t r = 0; r < n; r++) {
+            uint32_t a = attr[r];
+            if ((Py_ssize_t)a >= size) { ok = 0; break; }
+            if (!cnt[a]++) first[a] = r;
+            nsync[a] += sync[r] != 0;
+            sf[a] += (uint64_t)en[r] - (uint64_t)st[r];
+            sh[a] += (uint64_t)hid[r];
+            sw[a] += (uint64_t)wait[r];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 12; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
 /* How many of the n ascending values v are <= t: a galloping search from *hint (the
  * previous answer), so that queries in (nearly) ascending order cost O(1) each. */
 static Py_ssize_t count_le(const int64_t *v, Py_ssize_t n, int64_t t, Py_ssize_t *hint) {
@@ -1122,6 +1163,8 @@ static PyMethodDef methods[] = {
     {"rank_match", rank_match, METH_VARARGS, "rank_match(ks, kd, out) -> bool"},
     {"pair_by_key", pair_by_key, METH_VARARGS, "pair_by_key(a, t, lut_key, lut_done, si, d) -> int"},
     {"covered", covered, METH_VARARGS, "covered(us, ue, a, b, out) -> bool"},
+    {"record_sums", record_sums, METH_VARARGS,
+     "record_sums(attr, sync, start, end, hid, wait, cnt, first, n_sync, s_flight, s_hid, s_wait) -> bool"},
     {"partition", partition, METH_VARARGS,
      "partition(cs, ce, ss, se, as, ae, hs, he, wa, wb, exposed, compute, hidden, host) -> bool"},
     {"comm_records", comm_records, METH_VARARGS,

@@ -546,23 +546,13 @@ def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, e
     sums = ["in_flight_ps", "hidden_ps", "exposed_ps", "wait_at_done_ps"]
     n_ops = len(rec["attr"]) if build is not None else 0
     if n_ops:
-        from traceview.model.optable import first_positions, int_bincount
-
         # per description (attr id): its first record, records, whether all are synchronous,
         # exact int64 sums; counted over the few descriptions, no frame of the records
-        a = rec["attr"].astype(np.int64)
-        size = int(a.max()) + 1
-        cnt = np.bincount(a, minlength=size)
+        size = int(rec["attr"].max()) + 1
+        cnt, first, n_sync, got = _record_sums(rec, hid_all, size)
         ids = np.flatnonzero(cnt)
-        first = first_positions(a, size)
-        n_sync = np.bincount(a[rec["sync"]], minlength=size)
-        inflight = (rec["end"] - rec["start"]).astype(np.int64, copy=False)
-        hid = hid_all.astype(np.int64, copy=False)
-        got = {"in_flight_ps": int_bincount(a, inflight, size)[ids]}
-        del inflight
-        got["hidden_ps"] = int_bincount(a, hid, size)[ids]
+        got = {c: v[ids] for c, v in got.items()}
         got["exposed_ps"] = got["in_flight_ps"] - got["hidden_ps"]  # exact sums: the sums of the differences
-        got["wait_at_done_ps"] = int_bincount(a, rec["wait"].astype(np.int64, copy=False), size)[ids]
         per = (pl.DataFrame({"attr": pl.Series(ids, dtype=pl.Int64), "_first": pl.Series(first[ids], dtype=pl.UInt32),
                              "n": pl.Series(cnt[ids], dtype=pl.UInt32), "sync": pl.Series(n_sync[ids] == cnt[ids]),
                              **{c: pl.Series(c, got[c], dtype=pl.Int64) for c in sums}})
@@ -581,9 +571,9 @@ def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, e
     tot = {k: int(st_df[k].sum()) if st_df.height else 0
            for k in ("step_ps", "compute_ps", "exposed_ps", "hidden_ps", "host_ps", "idle_ps")}
     if n_ops:
-        coll = ev.cls_of[rec["attr"]] == _CLS_CODES["collective"]
-        n_coll, coll_sync, n_async = int(coll.sum()), bool(rec["sync"][coll].all()), int((~rec["sync"]).sum())
-        any_async = bool((coll & ~rec["sync"]).any())
+        coll = ids[ev.cls_of[ids] == _CLS_CODES["collective"]]  # per description, no pass over the records
+        n_coll, coll_sync = int(cnt[coll].sum()), bool((n_sync[coll] == cnt[coll]).all())
+        n_async, any_async = n_ops - int(n_sync.sum()), bool((n_sync[coll] < cnt[coll]).any())
     else:
         n_coll, coll_sync, n_async, any_async = 0, True, 0, False
     summary = dict(tot, exposed_share=tot["exposed_ps"] / tot["step_ps"] if tot["step_ps"] else None,
@@ -597,6 +587,31 @@ def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, e
     if not any_async and not n_coll:
         notes.append("no collective in the trace")
     return Overlap(populations=pops, steps=st_df, summary=summary, notes=notes, n_ops=n_ops, _build=build)
+
+
+def _record_sums(rec: dict, hid_all: np.ndarray, size: int) -> tuple:
+    """Per attr id in [0, size) of the records ``rec`` (:func:`_comm_ops`; ``hid_all`` their
+    hidden times): (records, first record (``len`` when none), synchronous records,
+    {"in_flight_ps", "hidden_ps", "wait_at_done_ps": exact int64 sums}), all int64 arrays. In
+    C (``record_sums``) when built, else bincounts."""
+    from traceview.model.optable import first_positions, int_bincount
+
+    if _fast is not None and rec["attr"].dtype == np.uint32:
+        out = [np.empty(size, dtype=np.int64) for _ in range(6)]
+        if _fast.record_sums(np.ascontiguousarray(rec["attr"]), np.ascontiguousarray(rec["sync"]).view(np.uint8),
+                             *(np.ascontiguousarray(x, dtype=np.int64) for x in (rec["start"], rec["end"], hid_all,
+                                                                                 rec["wait"])), *out):
+            return out[0], out[1], out[2], {"in_flight_ps": out[3], "hidden_ps": out[4], "wait_at_done_ps": out[5]}
+    a = rec["attr"].astype(np.int64)
+    cnt = np.bincount(a, minlength=size)
+    first = first_positions(a, size)
+    n_sync = np.bincount(a[rec["sync"]], minlength=size)
+    inflight = (rec["end"] - rec["start"]).astype(np.int64, copy=False)
+    got = {"in_flight_ps": int_bincount(a, inflight, size)}
+    del inflight
+    got["hidden_ps"] = int_bincount(a, hid_all.astype(np.int64, copy=False), size)
+    got["wait_at_done_ps"] = int_bincount(a, rec["wait"].astype(np.int64, copy=False), size)
+    return cnt, first, n_sync, got
 
 
 def profile_overlap(prof, steps=None) -> Overlap:
