@@ -13,7 +13,8 @@
   device timelines and on the CPU fixtures' collapsed tables;
 * the C rank matching of async pairs (``rank_match``), the collectives' pairing in event
   order (``pair_by_key``) and the host transfers' busy time per direction (``direction_busy``)
-  equal numpy's, the overlap's per-description record sums (``record_sums``) equal the
+  equal numpy's, the pairs' spans (``pair_spans``) equal numpy's gathers, the overlap's
+  per-description record sums (``record_sums``) equal the
   bincounts, and the overlap's and communication's results on the shared traces do not
   depend on the C passes;
 * ``OpTable.collapse`` by counting per attr id (numpy) equals the polars group-by, on every
@@ -618,6 +619,35 @@ def test_c_pair_by_key_equals_numpy(events, in_order):
     finally:
         collectives._fast = saved
     assert fast[0].tolist() == ref[0].tolist() and fast[1].tolist() == ref[1].tolist()
+
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 30)), max_size=60), st.booleans(),
+       st.lists(st.integers(-5, 40) | st.integers(-(1 << 62), 1 << 62), min_size=60, max_size=60),
+       st.lists(st.integers(-5, 40) | st.just(1 << 62), min_size=60, max_size=60))
+def test_c_pair_spans_equal_numpy(events, in_order, durs, selfs):
+    """The pairs' time in flight and done self time (``pair_spans``) equal numpy's gathers,
+    unmatched starts and wrapping sums included."""
+    from traceview.analysis.communication import collectives
+
+    a, t, attrs = _copy_pairs_case(events, in_order)
+    ev = pl.DataFrame({"attr": pl.Series(a, dtype=pl.UInt32), "start_ps": pl.Series(t, dtype=pl.Int64),
+                       "duration_ps": pl.Series(durs[:len(a)], dtype=pl.Int64),
+                       "self_ps": pl.Series(selfs[:len(a)], dtype=pl.Int64)})
+    for ordered in (True, False):
+        fast = collectives._pair_spans(ev, attrs, None, ordered)
+        saved = collectives._fast
+        try:
+            collectives._fast = None
+            with np.errstate(over="ignore"):
+                ref = collectives._pair_spans(ev, attrs, None, ordered)
+        finally:
+            collectives._fast = saved
+        if ordered:
+            assert [x.tolist() for x in fast] == [x.tolist() for x in ref]
+        else:  # the starts in event order (C) or in time order (numpy): the same pairs
+            assert sorted(zip(*[x.tolist() for x in fast])) == sorted(zip(*[x.tolist() for x in ref]))
 
 
 @settings(max_examples=300, deadline=None)

@@ -19,6 +19,8 @@
  *     already in time order within each key (traceview.analysis.communication.collectives._pair_index);
  *   record_sums(...) -> bool: per description, the overlap's records counted and summed
  *     (traceview.analysis.communication.overlap._finish);
+ *   pair_spans(...) -> bool: the time in flight and the done's self time of matched async pairs
+ *     (traceview.analysis.communication.collectives._pair_spans);
  *   covered(...) -> bool: time of windows covered by disjoint sorted intervals
  *     (traceview.analysis.communication.overlap._covered);
  *   partition(...) -> bool: a device's step windows split into exposed / compute / hidden /
@@ -882,6 +884,39 @@ nomem:
     return PyErr_NoMemory();
 }
 
+/* pair_spans(si, d, t, dur, selfv, span, valid, dself) -> bool
+ * The times of matched async pairs (traceview.analysis.communication.collectives._pair_spans):
+ * per start j (si: int64 event index; d: int64 index of its done, -1 when unmatched), over
+ * event arrays t, dur and selfv (int64, no nulls): span[j] = t[d] + dur[d] - t[si] (wrapping
+ * as numpy's int64 arithmetic), valid[j] = 1 and dself[j] = selfv[d] when matched; 0, 0, 0
+ * when not (span, dself int64; valid uint8). Returns False (outputs unspecified) on an index
+ * outside the events or sizes that do not match. */
+static PyObject *pair_spans(PyObject *self, PyObject *args) {
+    Py_buffer b[8];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7]))
+        return NULL;
+    Py_ssize_t m = b[0].len / 8, n = b[2].len / 8;
+    int ok = b[1].len == m * 8 && b[3].len == n * 8 && b[4].len == n * 8 && b[5].len == m * 8 && b[6].len == m
+             && b[7].len == m * 8;
+    const int64_t *si = b[0].buf, *d = b[1].buf, *t = b[2].buf, *du = b[3].buf, *sv = b[4].buf;
+    int64_t *span = b[5].buf, *dself = b[7].buf;
+    uint8_t *valid = b[6].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t j = 0; j < m; j++) {
+            int64_t s = si[j], e = d[j];
+            if (s < 0 || s >= n || e >= n) { ok = 0; break; }
+            if (e < 0) { span[j] = 0; valid[j] = 0; dself[j] = 0; continue; }
+            span[j] = (int64_t)((uint64_t)t[e] + (uint64_t)du[e] - (uint64_t)t[s]);
+            valid[j] = 1;
+            dself[j] = sv[e];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 8; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
 /* The sums below add in event order, one double at a time, exactly as numpy's bincount with
  * weights does (the products are not fused into the additions). */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -1163,6 +1198,7 @@ static PyMethodDef methods[] = {
     {"rank_match", rank_match, METH_VARARGS, "rank_match(ks, kd, out) -> bool"},
     {"pair_by_key", pair_by_key, METH_VARARGS, "pair_by_key(a, t, lut_key, lut_done, si, d) -> int"},
     {"covered", covered, METH_VARARGS, "covered(us, ue, a, b, out) -> bool"},
+    {"pair_spans", pair_spans, METH_VARARGS, "pair_spans(si, d, t, dur, selfv, span, valid, dself) -> bool"},
     {"record_sums", record_sums, METH_VARARGS,
      "record_sums(attr, sync, start, end, hid, wait, cnt, first, n_sync, s_flight, s_hid, s_wait) -> bool"},
     {"partition", partition, METH_VARARGS,

@@ -180,6 +180,12 @@ def _pair_spans(ev: pl.DataFrame, attrs: pl.DataFrame, keep=None, ordered: bool 
     start, dur = ev["start_ps"], ev["duration_ps"]
     t_all = _codes(start, np.iinfo(np.int64).min)  # nulls first, as polars sorts them
     si, d = _pair_index(ev["attr"].to_numpy(), t_all, attrs, keep, ordered)
+    if _fast is not None and not (start.null_count() or dur.null_count()):  # one C pass over the pairs
+        span, valid, dself = np.empty(len(si), dtype=np.int64), np.empty(len(si), dtype=bool), np.empty(len(si), dtype=np.int64)
+        if _fast.pair_spans(np.ascontiguousarray(si, dtype=np.int64), np.ascontiguousarray(d, dtype=np.int64), t_all,
+                            np.ascontiguousarray(_codes(dur)), np.ascontiguousarray(_codes(ev["self_ps"], 0)),
+                            span, valid.view(np.uint8), dself):
+            return si, span, valid, dself
     span = np.zeros(len(si), dtype=np.int64)
     valid = np.zeros(len(si), dtype=bool)
     dself = np.zeros(len(si), dtype=np.int64)
