@@ -14,9 +14,9 @@
 * the C rank matching of async pairs (``rank_match``), the collectives' pairing in event
   order (``pair_by_key``) and the host transfers' busy time per direction (``direction_busy``)
   equal numpy's, the pairs' spans (``pair_spans``) equal numpy's gathers, the overlap's
-  per-description record sums (``record_sums``) equal the
-  bincounts, and the overlap's and communication's results on the shared traces do not
-  depend on the C passes;
+  per-description record sums (``record_sums``) equal the bincounts and its unions of some
+  codes' intervals (``union_where``) the masks and ``_union``, and the overlap's and
+  communication's results on the shared traces do not depend on the C passes;
 * ``OpTable.collapse`` by counting per attr id (numpy) equals the polars group-by, on every
   shared xplane and fixture and on random event tables.
 """
@@ -587,6 +587,33 @@ def test_c_partition_and_covered_equal_numpy(cu, sy, asy, ho, wins):
     assert [x.tolist() for x in fast] == [x.tolist() for x in ref]
     assert fast_cov.tolist() == ref_cov.tolist()
 
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(-10, 20) | st.just(1 << 62), st.integers(0, 9)), max_size=60),
+       st.lists(st.integers(0, 9), max_size=4), st.booleans(), st.booleans())
+def test_c_union_where_equals_numpy(items, kept, in_order, as_durs):
+    """The union of the intervals of some codes (``union_where``) equals the masks and
+    :func:`_union`, ends before starts and wrapping ends included; out of order it refuses
+    and the sort decides."""
+    from traceview.analysis.communication import overlap
+
+    if in_order:
+        items = sorted(items, key=lambda x: x[0])
+    s = np.array([x[0] for x in items], dtype=np.int64)
+    v = np.array([x[1] for x in items], dtype=np.int64)
+    codes = np.array([x[2] for x in items], dtype=np.int8)
+    lut = overlap._lut(kept)
+    with np.errstate(over="ignore"):
+        args = (s, None, v, codes, lut) if as_durs else (s, s + v, None, codes, lut)
+        fast = overlap._union_where(*args)
+        saved = overlap._fast
+        try:
+            overlap._fast = None
+            ref = overlap._union_where(*args)
+        finally:
+            overlap._fast = saved
+    assert fast[0].tolist() == ref[0].tolist() and fast[1].tolist() == ref[1].tolist()
 
 def _copy_pairs_case(events, in_order: bool):
     """(attr ids uint32, starts int64, attrs frame) of six copy descriptions on two devices

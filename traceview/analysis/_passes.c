@@ -17,6 +17,8 @@
  *     async pairs merged in (device, start) order (traceview.analysis.communication.overlap._comm_ops).
  *   pair_by_key(...) -> int: async starts matched with their dones by key and rank, events
  *     already in time order within each key (traceview.analysis.communication.collectives._pair_index);
+ *   union_where(...) -> int: the union of the intervals of some codes, starts in order
+ *     (traceview.analysis.communication.overlap._union_where);
  *   record_sums(...) -> bool: per description, the overlap's records counted and summed
  *     (traceview.analysis.communication.overlap._finish);
  *   pair_spans(...) -> bool: the time in flight and the done's self time of matched async pairs
@@ -636,6 +638,52 @@ static PyObject *record_sums(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* union_where(starts, ends, durs, codes, lut, out_s, out_e) -> int
+ * traceview.analysis.communication.overlap._union of the elements i with lut[codes[i]] != 0
+ * (codes: int8, lut: uint8 indexed by code, codes outside it not kept) whose starts (int64)
+ * are non-decreasing: ends[i] = ends (int64) when durs is empty, else starts + durs (int64,
+ * wrapping as numpy adds); a new interval opens where a start exceeds the running maximum
+ * of the ends before it, and each interval ends at that running maximum after its last
+ * element. Writes the intervals to out_s, out_e (int64, sized to the elements at least);
+ * returns how many, or -1 (outputs unspecified) when the kept starts are not in order or
+ * sizes do not match (the caller sorts). */
+static PyObject *union_where(PyObject *self, PyObject *args) {
+    Py_buffer b[7];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 8, nl = b[4].len, cap = b[5].len / 8;
+    int with_dur = b[2].len > 0;
+    int ok = (with_dur ? b[2].len == n * 8 && b[1].len == 0 : b[1].len == n * 8) && b[3].len == n
+             && b[6].len == cap * 8;
+    const int64_t *st = b[0].buf, *en = b[1].buf, *du = b[2].buf;
+    const int8_t *codes = b[3].buf;
+    const uint8_t *lut = b[4].buf;
+    int64_t *os = b[5].buf, *oe = b[6].buf;
+    Py_ssize_t m = 0;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        int64_t run = 0, last = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int c = codes[i];
+            if (c < 0 || c >= nl || !lut[c]) continue;
+            int64_t s_ = st[i], e = with_dur ? (int64_t)((uint64_t)s_ + (uint64_t)du[i]) : en[i];
+            if (m == 0) { if (cap < 1) { ok = 0; break; } os[m++] = s_; run = e; last = s_; continue; }
+            if (s_ < last) { ok = 0; break; }
+            last = s_;
+            if (s_ > run) {
+                if (m >= cap) { ok = 0; break; }
+                oe[m - 1] = run;
+                os[m++] = s_;
+            }
+            if (e > run) run = e;
+        }
+        if (ok && m) oe[m - 1] = run;
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 7; k++) PyBuffer_Release(&b[k]);
+    return PyLong_FromSsize_t(ok ? m : -1);
+}
+
 /* How many of the n ascending values v are <= t: a galloping search from *hint (the
  * previous answer), so that queries in (nearly) ascending order cost O(1) each. */
 static Py_ssize_t count_le(const int64_t *v, Py_ssize_t n, int64_t t, Py_ssize_t *hint) {
@@ -1199,6 +1247,7 @@ static PyMethodDef methods[] = {
     {"pair_by_key", pair_by_key, METH_VARARGS, "pair_by_key(a, t, lut_key, lut_done, si, d) -> int"},
     {"covered", covered, METH_VARARGS, "covered(us, ue, a, b, out) -> bool"},
     {"pair_spans", pair_spans, METH_VARARGS, "pair_spans(si, d, t, dur, selfv, span, valid, dself) -> bool"},
+    {"union_where", union_where, METH_VARARGS, "union_where(starts, ends, durs, codes, lut, out_s, out_e) -> int"},
     {"record_sums", record_sums, METH_VARARGS,
      "record_sums(attr, sync, start, end, hid, wait, cnt, first, n_sync, s_flight, s_hid, s_wait) -> bool"},
     {"partition", partition, METH_VARARGS,

@@ -159,6 +159,38 @@ def _covered(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np
 _CLS_CODES = {"collective": 1, "host transfer": 2, "copy": 3, "async op": 4}
 
 
+def _lut(codes) -> np.ndarray:
+    """uint8 table over the codes 0..9: 1 at ``codes``."""
+    out = np.zeros(10, dtype=np.uint8)
+    out[list(codes)] = 1
+    return out
+
+
+#: event classes that count as compute (:data:`_CLS_CODES`): compute, device copies, other async ops
+_COMPUTE = _lut([0, _CLS_CODES["copy"], _CLS_CODES["async op"]])
+#: record codes (class * 2 + sync) of synchronous collectives, async collectives, host transfers
+_SYNC_COLL = _lut([_CLS_CODES["collective"] * 2 + 1])
+_ASYNC_COLL = _lut([_CLS_CODES["collective"] * 2])
+_HOST = _lut([_CLS_CODES["host transfer"] * 2, _CLS_CODES["host transfer"] * 2 + 1])
+
+
+def _union_where(starts: np.ndarray, ends, durs, codes: np.ndarray, lut: np.ndarray) -> tuple:
+    """:func:`_union` of the elements whose ``codes`` (int8, 0..9) ``lut`` marks, their ends
+    ``ends`` or, when ``ends`` is None, ``starts + durs``. In one C pass (``union_where``)
+    when built and the kept starts are in order, else by masks and :func:`_union`."""
+    if _fast is not None:
+        us, ue = np.empty(len(starts), dtype=np.int64), np.empty(len(starts), dtype=np.int64)
+        m = _fast.union_where(np.ascontiguousarray(starts, dtype=np.int64),
+                              b"" if ends is None else np.ascontiguousarray(ends, dtype=np.int64),
+                              np.ascontiguousarray(durs, dtype=np.int64) if ends is None else b"",
+                              np.ascontiguousarray(codes, dtype=np.int8), lut, us, ue)
+        if m >= 0:
+            return us[:m], ue[:m]
+    keep = lut[codes].astype(bool)
+    s = starts[keep]
+    return _union(s, ends[keep] if ends is not None else s + durs[keep])
+
+
 def _codes(values, null: int = -1) -> np.ndarray:
     """int64 array of a polars Series' values (nulls as ``null``)."""
     return values.fill_null(null).to_numpy().astype(np.int64, copy=False)
@@ -479,25 +511,22 @@ def overlap(table, steps: pl.DataFrame | None, *, keep_ops: bool = False) -> Ove
     step_cols = {k: [] for k in ("dev", "step", "start_ps", "step_ps", "compute_ps", "exposed_ps", "hidden_ps",
                                  "host_ps")}
     empty = (np.zeros(0, dtype=np.int64),) * 2
+    # per record: its class and whether it is synchronous, as one code (class * 2 + sync)
+    rec_code = (rec_cls * 2 + rec["sync"]).astype(np.int8) if rec else None
     for d, sl in (ev.slices if ev.any_comm else []):
-        s, cls = ev.start[sl], ev.cls[sl]
-        e = s + ev.dur[sl]
-        is_comp = (cls == 0) | (cls == _CLS_CODES["copy"]) | (cls == _CLS_CODES["async op"])
-        cu = _union(s[is_comp], e[is_comp])
+        cu = _union_where(ev.start[sl], None, ev.dur[sl], ev.cls[sl], _COMPUTE)
         sy = asy = ho = empty
         lo, hi = int(cuts[d]), int(cuts[d + 1])
         if hi > lo:
             t0, t1, sync = rec["start"][lo:hi], rec["end"][lo:hi], rec["sync"][lo:hi]
             hid_all[lo:hi] = np.where(sync, 0, _covered(cu[0], cu[1], t0, t1))
-            kc = rec_cls[lo:hi]
-            is_coll, is_host = kc == _CLS_CODES["collective"], kc == _CLS_CODES["host transfer"]
-            sy = _union(t0[is_coll & sync], t1[is_coll & sync])
-            asy = _union(t0[is_coll & ~sync], t1[is_coll & ~sync])
-            ho = _union(t0[is_host], t1[is_host])
+            code = rec_code[lo:hi]
+            sy, asy, ho = (_union_where(t0, t1, None, code, lut) for lut in (_SYNC_COLL, _ASYNC_COLL, _HOST))
         if d in wins:
             wa, wb, wstep = wins[d]
         else:
-            wa, wb, wstep = np.array([s.min()]), np.array([e.max()]), np.array([0])
+            s = ev.start[sl]
+            wa, wb, wstep = np.array([s.min()]), np.array([(s + ev.dur[sl]).max()]), np.array([0])
         exposed, compute, hidden, host_only = _partition(cu, sy, asy, ho, wa, wb)
         for k, v in (("dev", np.full(len(wa), d)), ("step", wstep), ("start_ps", wa), ("step_ps", wb - wa),
                      ("compute_ps", compute), ("exposed_ps", exposed), ("hidden_ps", hidden), ("host_ps", host_only)):
