@@ -558,11 +558,21 @@ _spans = st.lists(st.tuples(st.integers(-5, 60), st.integers(-3, 12)), max_size=
 
 
 @settings(max_examples=400, deadline=None)
-@given(_spans, _spans, _spans, _spans, st.lists(st.tuples(st.integers(-10, 80), st.integers(-5, 40)), max_size=6))
-def test_c_partition_and_covered_equal_numpy(cu, sy, asy, ho, wins):
+@given(_spans, _spans, _spans, _spans, st.lists(st.tuples(st.integers(-10, 80), st.integers(-5, 40)), max_size=6),
+       st.booleans())
+def test_c_partition_and_covered_equal_numpy(cu, sy, asy, ho, wins, in_order):
     """The overlap's step partition and covered time in C equal numpy's sweep, negative
-    spans (running maxima that go back) and windows included."""
+    spans (running maxima that go back) and windows included; windows in order and disjoint
+    (answered during the merge) or not."""
     from traceview.analysis.communication import overlap
+
+    if in_order:  # consecutive windows, each from where the last ended (some empty)
+        at, ordered = -12, []
+        for a, d in wins:
+            at += abs(a) % 9
+            ordered.append((at, abs(d) % 15))
+            at += abs(d) % 15
+        wins = ordered
 
     def sets():
         out = []

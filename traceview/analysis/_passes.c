@@ -793,7 +793,75 @@ static PyObject *partition(PyObject *self, PyObject *args) {
         for (int k = 0; k < 8 && ok; k++)
             for (Py_ssize_t j = 1; j < len[k]; j++) if (run[k][j] < run[k][j - 1]) { ok = 0; break; }
         Py_ssize_t p[8] = {0}, nu = 0;
-        while (ok) {  /* the distinct bounds in order, each set's membership after each */
+        /* when each set's bounds interleave in order (s0 <= e0 <= s1 <= e1 ...: disjoint sorted
+         * intervals, as _union gives), a set holds the time after v exactly when an odd number
+         * of its bounds are <= v: a merge of four sequences, empty sets left out */
+        int inter = ok, live[4], nlive = 0;
+        for (int x = 0; x < 4 && inter; x++) {
+            const int64_t *S = run[2 * x], *E = run[2 * x + 1];
+            for (Py_ssize_t k = 0; k < len[2 * x]; k++)
+                if (S[k] > E[k] || (k + 1 < len[2 * x] && E[k] > S[k + 1])) { inter = 0; break; }
+            if (len[2 * x]) live[nlive++] = x;
+        }
+        /* windows in order and disjoint (wa[i] <= wb[i] <= wa[i+1]): their bounds are answered
+         * during the merge, with the running sums of the four masks, not from stored bounds */
+        int stream = inter;
+        for (Py_ssize_t i = 0; i < m && stream; i++)
+            if (wa[i] > wb[i] || (i + 1 < m && wb[i] > wa[i + 1])) stream = 0;
+        uint64_t scum[4] = {0, 0, 0, 0}, sup[4] = {0, 0, 0, 0};
+        int64_t sv = 0;
+        int sfl = 0;
+        Py_ssize_t qi = 0;
+#define PT_QUERY(i) ((i) & 1 ? wb[(i) >> 1] : wa[(i) >> 1])
+/* the time of each mask in (-inf, t): none before the first bound; partial: t lies in the
+ * segment after the last bound sv (else at or after the last bound, no segment after it) */
+#define PT_ANSWER(i, t, partial) do {                                                          \
+        for (int x = 0; x < 4; x++) {                                                           \
+            uint64_t u_ = !nu ? 0 : scum[x] + ((partial) && ((sfl >> x) & 1) ? (uint64_t)(t) - (uint64_t)sv : 0); \
+            if ((i) & 1) outs[x][(i) >> 1] = (int64_t)(u_ - sup[x]);                            \
+            else sup[x] = u_;                                                                   \
+        }                                                                                       \
+    } while (0)
+        if (inter) {
+            Py_ssize_t q[4] = {0}, qn[4];
+            for (int x = 0; x < 4; x++) qn[x] = 2 * len[2 * x];
+#define PT_BOUND(x, i) ((i) & 1 ? run[2 * (x) + 1][(i) >> 1] : run[2 * (x)][(i) >> 1])
+            for (;;) {
+                int have = 0;
+                int64_t v = 0;
+                for (int j = 0; j < nlive; j++) {
+                    int x = live[j];
+                    if (q[x] < qn[x]) {
+                        int64_t bx = PT_BOUND(x, q[x]);
+                        if (!have || bx < v) { v = bx; have = 1; }
+                    }
+                }
+                if (!have) break;
+                int f = 0;
+                for (int j = 0; j < nlive; j++) {
+                    int x = live[j];
+                    while (q[x] < qn[x] && PT_BOUND(x, q[x]) == v) q[x]++;
+                    if (q[x] & 1) f |= 1 << x;
+                }
+#undef PT_BOUND
+                int c = f & 1, s_ = f & 2, a = f & 4, h = f & 8;
+                uint8_t fl = (uint8_t)(((s_ || (a && !c)) ? 1 : 0) | ((c && !s_) ? 2 : 0) | ((a && c && !s_) ? 4 : 0)
+                                       | ((h && !(c || s_ || a)) ? 8 : 0));
+                if (stream) {  /* the window bounds before v lie in the segment after the previous bound */
+                    while (qi < 2 * m && PT_QUERY(qi) < v) { PT_ANSWER(qi, PT_QUERY(qi), 1); qi++; }
+                    if (nu) for (int x = 0; x < 4; x++) if ((sfl >> x) & 1) scum[x] += (uint64_t)v - (uint64_t)sv;
+                    sv = v;
+                    sfl = fl;
+                    nu++;
+                } else {
+                    pts[nu] = v;
+                    flag[nu++] = fl;
+                }
+            }
+            if (stream)  /* at or after the last bound (or with none): no segment after it */
+                for (; qi < 2 * m; qi++) PT_ANSWER(qi, PT_QUERY(qi), 0);
+        }
+        while (ok && !inter) {  /* the distinct bounds in order, each set's membership after each */
             int have = 0;
             int64_t v = 0;
             for (int k = 0; k < 8; k++)
@@ -807,15 +875,17 @@ static PyObject *partition(PyObject *self, PyObject *args) {
             flag[nu++] = (uint8_t)(((s_ || (a && !c)) ? 1 : 0) | ((c && !s_) ? 2 : 0) | ((a && c && !s_) ? 4 : 0)
                                    | ((h && !(c || s_ || a)) ? 8 : 0));
         }
+#undef PT_QUERY
+#undef PT_ANSWER
         /* cum[x][u]: time of mask x over the segments [pts[j], pts[j+1]), j < u */
-        for (int x = 0; x < 4 && ok; x++) {
+        for (int x = 0; x < 4 && ok && !stream; x++) {
             uint64_t *cx = cum + (size_t)x * ((size_t)total + 1);
             cx[0] = 0;
             for (Py_ssize_t u = 0; u + 1 < nu; u++)
                 cx[u + 1] = cx[u] + ((flag[u] >> x) & 1 ? (uint64_t)pts[u + 1] - (uint64_t)pts[u] : 0);
         }
         Py_ssize_t hint[2] = {0, 0};
-        for (Py_ssize_t i = 0; i < m && ok; i++) {
+        for (Py_ssize_t i = 0; i < m && ok && !stream; i++) {
             int64_t t2[2] = {wa[i], wb[i]};
             uint64_t up[2][4];
             for (int e = 0; e < 2; e++) {
