@@ -13,8 +13,10 @@
   device timelines and on the CPU fixtures' collapsed tables;
 * the C rank matching of async pairs (``rank_match``), the collectives' pairing in event
   order (``pair_by_key``) and the host transfers' busy time per direction (``direction_busy``)
-  equal numpy's, and the overlap's and communication's results on the shared traces do not
-  depend on the C passes;
+  equal numpy's, the pairs' spans (``pair_spans``) equal numpy's gathers, the overlap's
+  per-description record sums (``record_sums``) equal the bincounts and its unions of some
+  codes' intervals (``union_where``) the masks and ``_union``, and the overlap's and
+  communication's results on the shared traces do not depend on the C passes;
 * ``OpTable.collapse`` by counting per attr id (numpy) equals the polars group-by, on every
   shared xplane and fixture and on random event tables.
 """
@@ -556,11 +558,21 @@ _spans = st.lists(st.tuples(st.integers(-5, 60), st.integers(-3, 12)), max_size=
 
 
 @settings(max_examples=400, deadline=None)
-@given(_spans, _spans, _spans, _spans, st.lists(st.tuples(st.integers(-10, 80), st.integers(-5, 40)), max_size=6))
-def test_c_partition_and_covered_equal_numpy(cu, sy, asy, ho, wins):
+@given(_spans, _spans, _spans, _spans, st.lists(st.tuples(st.integers(-10, 80), st.integers(-5, 40)), max_size=6),
+       st.booleans())
+def test_c_partition_and_covered_equal_numpy(cu, sy, asy, ho, wins, in_order):
     """The overlap's step partition and covered time in C equal numpy's sweep, negative
-    spans (running maxima that go back) and windows included."""
+    spans (running maxima that go back) and windows included; windows in order and disjoint
+    (answered during the merge) or not."""
     from traceview.analysis.communication import overlap
+
+    if in_order:  # consecutive windows, each from where the last ended (some empty)
+        at, ordered = -12, []
+        for a, d in wins:
+            at += abs(a) % 9
+            ordered.append((at, abs(d) % 15))
+            at += abs(d) % 15
+        wins = ordered
 
     def sets():
         out = []
@@ -585,6 +597,33 @@ def test_c_partition_and_covered_equal_numpy(cu, sy, asy, ho, wins):
     assert [x.tolist() for x in fast] == [x.tolist() for x in ref]
     assert fast_cov.tolist() == ref_cov.tolist()
 
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(-10, 20) | st.just(1 << 62), st.integers(0, 9)), max_size=60),
+       st.lists(st.integers(0, 9), max_size=4), st.booleans(), st.booleans())
+def test_c_union_where_equals_numpy(items, kept, in_order, as_durs):
+    """The union of the intervals of some codes (``union_where``) equals the masks and
+    :func:`_union`, ends before starts and wrapping ends included; out of order it refuses
+    and the sort decides."""
+    from traceview.analysis.communication import overlap
+
+    if in_order:
+        items = sorted(items, key=lambda x: x[0])
+    s = np.array([x[0] for x in items], dtype=np.int64)
+    v = np.array([x[1] for x in items], dtype=np.int64)
+    codes = np.array([x[2] for x in items], dtype=np.int8)
+    lut = overlap._lut(kept)
+    with np.errstate(over="ignore"):
+        args = (s, None, v, codes, lut) if as_durs else (s, s + v, None, codes, lut)
+        fast = overlap._union_where(*args)
+        saved = overlap._fast
+        try:
+            overlap._fast = None
+            ref = overlap._union_where(*args)
+        finally:
+            overlap._fast = saved
+    assert fast[0].tolist() == ref[0].tolist() and fast[1].tolist() == ref[1].tolist()
 
 def _copy_pairs_case(events, in_order: bool):
     """(attr ids uint32, starts int64, attrs frame) of six copy descriptions on two devices
@@ -619,6 +658,35 @@ def test_c_pair_by_key_equals_numpy(events, in_order):
     assert fast[0].tolist() == ref[0].tolist() and fast[1].tolist() == ref[1].tolist()
 
 
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 30)), max_size=60), st.booleans(),
+       st.lists(st.integers(-5, 40) | st.integers(-(1 << 62), 1 << 62), min_size=60, max_size=60),
+       st.lists(st.integers(-5, 40) | st.just(1 << 62), min_size=60, max_size=60))
+def test_c_pair_spans_equal_numpy(events, in_order, durs, selfs):
+    """The pairs' time in flight and done self time (``pair_spans``) equal numpy's gathers,
+    unmatched starts and wrapping sums included."""
+    from traceview.analysis.communication import collectives
+
+    a, t, attrs = _copy_pairs_case(events, in_order)
+    ev = pl.DataFrame({"attr": pl.Series(a, dtype=pl.UInt32), "start_ps": pl.Series(t, dtype=pl.Int64),
+                       "duration_ps": pl.Series(durs[:len(a)], dtype=pl.Int64),
+                       "self_ps": pl.Series(selfs[:len(a)], dtype=pl.Int64)})
+    for ordered in (True, False):
+        fast = collectives._pair_spans(ev, attrs, None, ordered)
+        saved = collectives._fast
+        try:
+            collectives._fast = None
+            with np.errstate(over="ignore"):
+                ref = collectives._pair_spans(ev, attrs, None, ordered)
+        finally:
+            collectives._fast = saved
+        if ordered:
+            assert [x.tolist() for x in fast] == [x.tolist() for x in ref]
+        else:  # the starts in event order (C) or in time order (numpy): the same pairs
+            assert sorted(zip(*[x.tolist() for x in fast])) == sorted(zip(*[x.tolist() for x in ref]))
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 40), st.integers(-3, 12), st.booleans()), max_size=60),
        st.lists(st.integers(-1, 1), min_size=6, max_size=6), st.lists(st.integers(0, 2), min_size=6, max_size=6),
@@ -650,6 +718,38 @@ def test_c_direction_busy_equals_numpy_and_the_covered_cells(records, dir_of, de
         assert busy.tolist() == cells.sum(axis=(1, 2)).tolist()
     assert first.tolist() == [min((r for r in counted if d_of[records[r][0]] == d), default=-1) for d in (0, 1)]
 
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.booleans(), st.integers(-(1 << 62), 1 << 62) | st.integers(-5, 50),
+                          st.integers(-(1 << 62), 1 << 62) | st.integers(-5, 50), st.integers(-3, 40),
+                          st.integers(-(1 << 62), 1 << 62) | st.integers(0, 9)), max_size=60),
+       st.integers(0, 3))
+def test_c_record_sums_equal_numpy(records, extra):
+    """The overlap's per-description counts and sums of its records (``record_sums``) equal
+    the bincounts: first record, synchronous ones, int64 sums wrapping as numpy's do."""
+    from traceview.analysis.communication import overlap
+
+    rec = {"attr": np.array([r[0] for r in records], dtype=np.uint32), "sync": np.array([r[1] for r in records], dtype=bool),
+           "start": np.array([r[2] for r in records], dtype=np.int64), "wait": np.array([r[5] for r in records], dtype=np.int64)}
+    with np.errstate(over="ignore"):
+        rec["end"] = rec["start"] + np.array([r[3] for r in records], dtype=np.int64)
+    hid = np.array([r[4] for r in records], dtype=np.int64)
+    size = (int(rec["attr"].max()) + 1 if records else 0) + extra
+    fast = overlap._record_sums(rec, hid, size)
+    saved = overlap._fast
+    try:
+        overlap._fast = None
+        with np.errstate(over="ignore"):
+            ref = overlap._record_sums(rec, hid, size)
+    finally:
+        overlap._fast = saved
+    assert [x.tolist() for x in fast[:3]] == [x.tolist() for x in ref[:3]]
+    assert {k: v.tolist() for k, v in fast[3].items()} == {k: v.tolist() for k, v in ref[3].items()}
+    if records:  # an attr id past the outputs: refused
+        small = int(rec["attr"].max())
+        assert not overlap._fast.record_sums(rec["attr"], rec["sync"].view(np.uint8), rec["start"], rec["end"], hid,
+                                             rec["wait"], *[np.empty(small, dtype=np.int64) for _ in range(6)])
 
 def test_collapse_by_counting_equals_the_group_by_on_every_trace(shared_traces):
     """OpTable.collapse counts per attr id (numpy) when every event is one occurrence and

@@ -17,6 +17,12 @@
  *     async pairs merged in (device, start) order (traceview.analysis.communication.overlap._comm_ops).
  *   pair_by_key(...) -> int: async starts matched with their dones by key and rank, events
  *     already in time order within each key (traceview.analysis.communication.collectives._pair_index);
+ *   union_where(...) -> int: the union of the intervals of some codes, starts in order
+ *     (traceview.analysis.communication.overlap._union_where);
+ *   record_sums(...) -> bool: per description, the overlap's records counted and summed
+ *     (traceview.analysis.communication.overlap._finish);
+ *   pair_spans(...) -> bool: the time in flight and the done's self time of matched async pairs
+ *     (traceview.analysis.communication.collectives._pair_spans);
  *   covered(...) -> bool: time of windows covered by disjoint sorted intervals
  *     (traceview.analysis.communication.overlap._covered);
  *   partition(...) -> bool: a device's step windows split into exposed / compute / hidden /
@@ -467,31 +473,38 @@ static PyObject *rank_match(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
-/* comm_records(attr, start, dev, start_key, done_key, sync_of, idx, pe, sync) -> int
+/* comm_records(attr, start, dur, dev, start_key, done_key, sync_of, r_attr, r_dev, r_start, r_end, r_wait, r_sync) -> int
  * The records of traceview.analysis.communication.overlap._comm_ops over events in (device, start) order:
- * attr (uint32), start (int64), dev (int32), one per event; per attr id start_key and
+ * attr (uint32), start and dur (int64), dev (int32), one per event; per attr id start_key and
  * done_key (int64, -1: not a start / done) and sync_of (uint8). The k-th start of a key
  * (in event order) pairs with the k-th done of that key that comes after the key's first
  * start (a done before it awaits a start the capture missed), kept when the done starts no
  * earlier; synchronous events are records of their own. Records, in (dev, start) order with
- * the synchronous ones first at one (dev, start), each kind in event order: idx (int64, the
- * sync event or the start), pe (int64, the sync event itself or the done), sync (uint8).
- * Returns the number of records, or -1 (outputs unspecified) when the events are not in
- * (dev, start) order, an attr id lies outside the tables, or the outputs (all the same
- * length) are shorter than the synchronous events plus the starts. */
+ * the synchronous ones first at one (dev, start), each kind in event order, as
+ * overlap._records writes them: r_attr (uint32) and r_dev (int32) of the sync event or the
+ * start, r_start (its start), r_end (its end; a pair's: the later of the start's end and the
+ * done's end), r_wait (a pair's done duration, 0 for a sync event), r_sync (uint8); ends
+ * wrap as numpy's int64 additions do. Returns the number of records, or -1 (outputs
+ * unspecified) when the events are not in (dev, start) order, an attr id lies outside the
+ * tables, or the outputs (all the same length) are shorter than the synchronous events plus
+ * the starts. */
 static PyObject *comm_records(PyObject *self, PyObject *args) {
-    Py_buffer b[9];
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7], &b[8]))
+    Py_buffer b[13];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6],
+                          &b[7], &b[8], &b[9], &b[10], &b[11], &b[12]))
         return NULL;
-    Py_ssize_t n = b[0].len / 4, na = b[3].len / 8, cap = b[6].len / 8;
-    int ok = b[1].len / 8 == n && b[2].len / 4 == n && b[4].len / 8 == na && b[5].len == na
-             && b[7].len / 8 == cap && b[8].len == cap;
+    Py_ssize_t n = b[0].len / 4, na = b[4].len / 8, cap = b[7].len / 4;
+    int ok = b[1].len / 8 == n && b[2].len / 8 == n && b[3].len / 4 == n && b[5].len / 8 == na && b[6].len == na
+             && b[8].len / 4 == cap && b[9].len / 8 == cap && b[10].len / 8 == cap && b[11].len / 8 == cap
+             && b[12].len == cap;
     const uint32_t *attr = b[0].buf;
-    const int64_t *st = b[1].buf, *skey = b[3].buf, *dkey = b[4].buf;
-    const int32_t *dev = b[2].buf;
-    const uint8_t *syn = b[5].buf;
-    int64_t *idx = b[6].buf, *pe = b[7].buf;
-    uint8_t *sync = b[8].buf;
+    const int64_t *st = b[1].buf, *du = b[2].buf, *skey = b[4].buf, *dkey = b[5].buf;
+    const int32_t *dev = b[3].buf;
+    const uint8_t *syn = b[6].buf;
+    uint32_t *r_attr = b[7].buf;
+    int32_t *r_dev = b[8].buf;
+    int64_t *r_start = b[9].buf, *r_end = b[10].buf, *r_wait = b[11].buf;
+    uint8_t *r_sync = b[12].buf;
     Py_ssize_t count = -1;
     int64_t nk = 0;
     for (Py_ssize_t k = 0; ok && k < na; k++) {
@@ -553,21 +566,122 @@ static PyObject *comm_records(PyObject *self, PyObject *args) {
         while (i < ns || j < np_) {
             int take_sync = j >= np_ || (i < ns && (dev[sy[i]] < dev[ps[j]]
                                                     || (dev[sy[i]] == dev[ps[j]] && st[sy[i]] <= st[ps[j]])));
-            if (take_sync) { idx[o] = pe[o] = sy[i++]; sync[o++] = 1; }
-            else { idx[o] = ps[j]; pe[o] = pd[j++]; sync[o++] = 0; }
+            int64_t e;
+            if (take_sync) {
+                e = sy[i++];
+                r_end[o] = (int64_t)((uint64_t)st[e] + (uint64_t)du[e]);
+                r_wait[o] = 0;
+                r_sync[o] = 1;
+            } else {
+                int64_t d = pd[j];
+                e = ps[j++];
+                int64_t end = (int64_t)((uint64_t)st[e] + (uint64_t)du[e]);
+                int64_t end_d = (int64_t)((uint64_t)st[d] + (uint64_t)du[d]);
+                r_end[o] = end_d > end ? end_d : end;
+                r_wait[o] = du[d];
+                r_sync[o] = 0;
+            }
+            r_attr[o] = attr[e];
+            r_dev[o] = dev[e];
+            r_start[o++] = st[e];
         }
         count = o;
         Py_END_ALLOW_THREADS
     }
     PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
     PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy); PyMem_RawFree(started);
-    for (int k = 0; k < 9; k++) PyBuffer_Release(&b[k]);
+    for (int k = 0; k < 13; k++) PyBuffer_Release(&b[k]);
     return PyLong_FromSsize_t(count);
 nomem:
     PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
     PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy); PyMem_RawFree(started);
-    for (int k = 0; k < 9; k++) PyBuffer_Release(&b[k]);
+    for (int k = 0; k < 13; k++) PyBuffer_Release(&b[k]);
     return PyErr_NoMemory();
+}
+
+/* record_sums(attr, sync, start, end, hid, wait, cnt, first, n_sync, s_flight, s_hid, s_wait) -> bool
+ * Per description of the overlap's records (traceview.analysis.communication.overlap._finish):
+ * records r (attr: uint32; sync: uint8; start, end, hid, wait: int64), per attr id a < size
+ * (the outputs' length, all int64): cnt[a] records, first[a] the first record (len(attr)
+ * when none), n_sync[a] synchronous ones, and the sums of end - start, hid and wait (int64,
+ * wrapping as numpy's int64 arithmetic does). Outputs are written, not added to. Returns
+ * False (outputs unspecified) on an attr id >= size or sizes that do not match. */
+static PyObject *record_sums(PyObject *self, PyObject *args) {
+    Py_buffer b[12];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
+                          &b[8], &b[9], &b[10], &b[11]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, size = b[6].len / 8;
+    int ok = b[0].len == n * 4 && b[1].len == n && b[2].len == n * 8 && b[3].len == n * 8 && b[4].len == n * 8
+             && b[5].len == n * 8;
+    for (int k = 7; k < 12; k++) if (b[k].len != size * 8) ok = 0;
+    const uint32_t *attr = b[0].buf;
+    const uint8_t *sync = b[1].buf;
+    const int64_t *st = b[2].buf, *en = b[3].buf, *hid = b[4].buf, *wait = b[5].buf;
+    int64_t *cnt = b[6].buf, *first = b[7].buf, *nsync = b[8].buf;
+    uint64_t *sf = b[9].buf, *sh = b[10].buf, *sw = b[11].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t a = 0; a < size; a++) { cnt[a] = nsync[a] = 0; first[a] = n; sf[a] = sh[a] = sw[a] = 0; }
+        for (Py_ssize_t r = 0; r < n; r++) {
+            uint32_t a = attr[r];
+            if ((Py_ssize_t)a >= size) { ok = 0; break; }
+            if (!cnt[a]++) first[a] = r;
+            nsync[a] += sync[r] != 0;
+            sf[a] += (uint64_t)en[r] - (uint64_t)st[r];
+            sh[a] += (uint64_t)hid[r];
+            sw[a] += (uint64_t)wait[r];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 12; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
+/* union_where(starts, ends, durs, codes, lut, out_s, out_e) -> int
+ * traceview.analysis.communication.overlap._union of the elements i with lut[codes[i]] != 0
+ * (codes: int8, lut: uint8 indexed by code, codes outside it not kept) whose starts (int64)
+ * are non-decreasing: ends[i] = ends (int64) when durs is empty, else starts + durs (int64,
+ * wrapping as numpy adds); a new interval opens where a start exceeds the running maximum
+ * of the ends before it, and each interval ends at that running maximum after its last
+ * element. Writes the intervals to out_s, out_e (int64, sized to the elements at least);
+ * returns how many, or -1 (outputs unspecified) when the kept starts are not in order or
+ * sizes do not match (the caller sorts). */
+static PyObject *union_where(PyObject *self, PyObject *args) {
+    Py_buffer b[7];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 8, nl = b[4].len, cap = b[5].len / 8;
+    int with_dur = b[2].len > 0;
+    int ok = (with_dur ? b[2].len == n * 8 && b[1].len == 0 : b[1].len == n * 8) && b[3].len == n
+             && b[6].len == cap * 8;
+    const int64_t *st = b[0].buf, *en = b[1].buf, *du = b[2].buf;
+    const int8_t *codes = b[3].buf;
+    const uint8_t *lut = b[4].buf;
+    int64_t *os = b[5].buf, *oe = b[6].buf;
+    Py_ssize_t m = 0;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        int64_t run = 0, last = 0;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int c = codes[i];
+            if (c < 0 || c >= nl || !lut[c]) continue;
+            int64_t s_ = st[i], e = with_dur ? (int64_t)((uint64_t)s_ + (uint64_t)du[i]) : en[i];
+            if (m == 0) { if (cap < 1) { ok = 0; break; } os[m++] = s_; run = e; last = s_; continue; }
+            if (s_ < last) { ok = 0; break; }
+            last = s_;
+            if (s_ > run) {
+                if (m >= cap) { ok = 0; break; }
+                oe[m - 1] = run;
+                os[m++] = s_;
+            }
+            if (e > run) run = e;
+        }
+        if (ok && m) oe[m - 1] = run;
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 7; k++) PyBuffer_Release(&b[k]);
+    return PyLong_FromSsize_t(ok ? m : -1);
 }
 
 /* How many of the n ascending values v are <= t: a galloping search from *hint (the
@@ -679,7 +793,75 @@ static PyObject *partition(PyObject *self, PyObject *args) {
         for (int k = 0; k < 8 && ok; k++)
             for (Py_ssize_t j = 1; j < len[k]; j++) if (run[k][j] < run[k][j - 1]) { ok = 0; break; }
         Py_ssize_t p[8] = {0}, nu = 0;
-        while (ok) {  /* the distinct bounds in order, each set's membership after each */
+        /* when each set's bounds interleave in order (s0 <= e0 <= s1 <= e1 ...: disjoint sorted
+         * intervals, as _union gives), a set holds the time after v exactly when an odd number
+         * of its bounds are <= v: a merge of four sequences, empty sets left out */
+        int inter = ok, live[4], nlive = 0;
+        for (int x = 0; x < 4 && inter; x++) {
+            const int64_t *S = run[2 * x], *E = run[2 * x + 1];
+            for (Py_ssize_t k = 0; k < len[2 * x]; k++)
+                if (S[k] > E[k] || (k + 1 < len[2 * x] && E[k] > S[k + 1])) { inter = 0; break; }
+            if (len[2 * x]) live[nlive++] = x;
+        }
+        /* windows in order and disjoint (wa[i] <= wb[i] <= wa[i+1]): their bounds are answered
+         * during the merge, with the running sums of the four masks, not from stored bounds */
+        int stream = inter;
+        for (Py_ssize_t i = 0; i < m && stream; i++)
+            if (wa[i] > wb[i] || (i + 1 < m && wb[i] > wa[i + 1])) stream = 0;
+        uint64_t scum[4] = {0, 0, 0, 0}, sup[4] = {0, 0, 0, 0};
+        int64_t sv = 0;
+        int sfl = 0;
+        Py_ssize_t qi = 0;
+#define PT_QUERY(i) ((i) & 1 ? wb[(i) >> 1] : wa[(i) >> 1])
+/* the time of each mask in (-inf, t): none before the first bound; partial: t lies in the
+ * segment after the last bound sv (else at or after the last bound, no segment after it) */
+#define PT_ANSWER(i, t, partial) do {                                                          \
+        for (int x = 0; x < 4; x++) {                                                           \
+            uint64_t u_ = !nu ? 0 : scum[x] + ((partial) && ((sfl >> x) & 1) ? (uint64_t)(t) - (uint64_t)sv : 0); \
+            if ((i) & 1) outs[x][(i) >> 1] = (int64_t)(u_ - sup[x]);                            \
+            else sup[x] = u_;                                                                   \
+        }                                                                                       \
+    } while (0)
+        if (inter) {
+            Py_ssize_t q[4] = {0}, qn[4];
+            for (int x = 0; x < 4; x++) qn[x] = 2 * len[2 * x];
+#define PT_BOUND(x, i) ((i) & 1 ? run[2 * (x) + 1][(i) >> 1] : run[2 * (x)][(i) >> 1])
+            for (;;) {
+                int have = 0;
+                int64_t v = 0;
+                for (int j = 0; j < nlive; j++) {
+                    int x = live[j];
+                    if (q[x] < qn[x]) {
+                        int64_t bx = PT_BOUND(x, q[x]);
+                        if (!have || bx < v) { v = bx; have = 1; }
+                    }
+                }
+                if (!have) break;
+                int f = 0;
+                for (int j = 0; j < nlive; j++) {
+                    int x = live[j];
+                    while (q[x] < qn[x] && PT_BOUND(x, q[x]) == v) q[x]++;
+                    if (q[x] & 1) f |= 1 << x;
+                }
+#undef PT_BOUND
+                int c = f & 1, s_ = f & 2, a = f & 4, h = f & 8;
+                uint8_t fl = (uint8_t)(((s_ || (a && !c)) ? 1 : 0) | ((c && !s_) ? 2 : 0) | ((a && c && !s_) ? 4 : 0)
+                                       | ((h && !(c || s_ || a)) ? 8 : 0));
+                if (stream) {  /* the window bounds before v lie in the segment after the previous bound */
+                    while (qi < 2 * m && PT_QUERY(qi) < v) { PT_ANSWER(qi, PT_QUERY(qi), 1); qi++; }
+                    if (nu) for (int x = 0; x < 4; x++) if ((sfl >> x) & 1) scum[x] += (uint64_t)v - (uint64_t)sv;
+                    sv = v;
+                    sfl = fl;
+                    nu++;
+                } else {
+                    pts[nu] = v;
+                    flag[nu++] = fl;
+                }
+            }
+            if (stream)  /* at or after the last bound (or with none): no segment after it */
+                for (; qi < 2 * m; qi++) PT_ANSWER(qi, PT_QUERY(qi), 0);
+        }
+        while (ok && !inter) {  /* the distinct bounds in order, each set's membership after each */
             int have = 0;
             int64_t v = 0;
             for (int k = 0; k < 8; k++)
@@ -693,15 +875,17 @@ static PyObject *partition(PyObject *self, PyObject *args) {
             flag[nu++] = (uint8_t)(((s_ || (a && !c)) ? 1 : 0) | ((c && !s_) ? 2 : 0) | ((a && c && !s_) ? 4 : 0)
                                    | ((h && !(c || s_ || a)) ? 8 : 0));
         }
+#undef PT_QUERY
+#undef PT_ANSWER
         /* cum[x][u]: time of mask x over the segments [pts[j], pts[j+1]), j < u */
-        for (int x = 0; x < 4 && ok; x++) {
+        for (int x = 0; x < 4 && ok && !stream; x++) {
             uint64_t *cx = cum + (size_t)x * ((size_t)total + 1);
             cx[0] = 0;
             for (Py_ssize_t u = 0; u + 1 < nu; u++)
                 cx[u + 1] = cx[u] + ((flag[u] >> x) & 1 ? (uint64_t)pts[u + 1] - (uint64_t)pts[u] : 0);
         }
         Py_ssize_t hint[2] = {0, 0};
-        for (Py_ssize_t i = 0; i < m && ok; i++) {
+        for (Py_ssize_t i = 0; i < m && ok && !stream; i++) {
             int64_t t2[2] = {wa[i], wb[i]};
             uint64_t up[2][4];
             for (int e = 0; e < 2; e++) {
@@ -816,6 +1000,39 @@ nomem:
     PyMem_RawFree(first);
     for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
     return PyErr_NoMemory();
+}
+
+/* pair_spans(si, d, t, dur, selfv, span, valid, dself) -> bool
+ * The times of matched async pairs (traceview.analysis.communication.collectives._pair_spans):
+ * per start j (si: int64 event index; d: int64 index of its done, -1 when unmatched), over
+ * event arrays t, dur and selfv (int64, no nulls): span[j] = t[d] + dur[d] - t[si] (wrapping
+ * as numpy's int64 arithmetic), valid[j] = 1 and dself[j] = selfv[d] when matched; 0, 0, 0
+ * when not (span, dself int64; valid uint8). Returns False (outputs unspecified) on an index
+ * outside the events or sizes that do not match. */
+static PyObject *pair_spans(PyObject *self, PyObject *args) {
+    Py_buffer b[8];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7]))
+        return NULL;
+    Py_ssize_t m = b[0].len / 8, n = b[2].len / 8;
+    int ok = b[1].len == m * 8 && b[3].len == n * 8 && b[4].len == n * 8 && b[5].len == m * 8 && b[6].len == m
+             && b[7].len == m * 8;
+    const int64_t *si = b[0].buf, *d = b[1].buf, *t = b[2].buf, *du = b[3].buf, *sv = b[4].buf;
+    int64_t *span = b[5].buf, *dself = b[7].buf;
+    uint8_t *valid = b[6].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t j = 0; j < m; j++) {
+            int64_t s = si[j], e = d[j];
+            if (s < 0 || s >= n || e >= n) { ok = 0; break; }
+            if (e < 0) { span[j] = 0; valid[j] = 0; dself[j] = 0; continue; }
+            span[j] = (int64_t)((uint64_t)t[e] + (uint64_t)du[e] - (uint64_t)t[s]);
+            valid[j] = 1;
+            dself[j] = sv[e];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 8; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
 }
 
 /* The sums below add in event order, one double at a time, exactly as numpy's bincount with
@@ -1099,6 +1316,10 @@ static PyMethodDef methods[] = {
     {"rank_match", rank_match, METH_VARARGS, "rank_match(ks, kd, out) -> bool"},
     {"pair_by_key", pair_by_key, METH_VARARGS, "pair_by_key(a, t, lut_key, lut_done, si, d) -> int"},
     {"covered", covered, METH_VARARGS, "covered(us, ue, a, b, out) -> bool"},
+    {"pair_spans", pair_spans, METH_VARARGS, "pair_spans(si, d, t, dur, selfv, span, valid, dself) -> bool"},
+    {"union_where", union_where, METH_VARARGS, "union_where(starts, ends, durs, codes, lut, out_s, out_e) -> int"},
+    {"record_sums", record_sums, METH_VARARGS,
+     "record_sums(attr, sync, start, end, hid, wait, cnt, first, n_sync, s_flight, s_hid, s_wait) -> bool"},
     {"partition", partition, METH_VARARGS,
      "partition(cs, ce, ss, se, as, ae, hs, he, wa, wb, exposed, compute, hidden, host) -> bool"},
     {"comm_records", comm_records, METH_VARARGS,

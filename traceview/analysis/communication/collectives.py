@@ -168,18 +168,25 @@ def _pair_async(ev: pl.DataFrame, attrs: pl.DataFrame) -> pl.DataFrame:
                                           pl.lit(pl.Series(dself)).alias("done_self_ps"))
 
 
-def _pair_spans(ev: pl.DataFrame, attrs: pl.DataFrame, keep=None, ordered: bool = True) -> tuple:
+def _pair_spans(ev: pl.DataFrame, attrs: pl.DataFrame, keep=None, ordered: bool = True, counts=None) -> tuple:
     """The pairing of :func:`_pair_async` as int64/bool arrays over the rows of ``ev`` (only
     the rows whose attr id ``keep`` (bool per attr id) marks, when given): (the non-done rows,
     in start order, or in row order when not ``ordered``; span_ps per such row (0 where not
-    valid), valid (matched with both times known), done_self_ps (0 when unmatched))."""
+    valid), valid (matched with both times known), done_self_ps (0 when unmatched)). ``counts``: the
+    events per attr id (``np.bincount`` of the attr column) when the caller has them."""
     import numpy as np
 
     from traceview.analysis.communication.overlap import _codes
 
     start, dur = ev["start_ps"], ev["duration_ps"]
     t_all = _codes(start, np.iinfo(np.int64).min)  # nulls first, as polars sorts them
-    si, d = _pair_index(ev["attr"].to_numpy(), t_all, attrs, keep, ordered)
+    si, d = _pair_index(ev["attr"].to_numpy(), t_all, attrs, keep, ordered, counts)
+    if _fast is not None and not (start.null_count() or dur.null_count()):  # one C pass over the pairs
+        span, valid, dself = np.empty(len(si), dtype=np.int64), np.empty(len(si), dtype=bool), np.empty(len(si), dtype=np.int64)
+        if _fast.pair_spans(np.ascontiguousarray(si, dtype=np.int64), np.ascontiguousarray(d, dtype=np.int64), t_all,
+                            np.ascontiguousarray(_codes(dur)), np.ascontiguousarray(_codes(ev["self_ps"], 0)),
+                            span, valid.view(np.uint8), dself):
+            return si, span, valid, dself
     span = np.zeros(len(si), dtype=np.int64)
     valid = np.zeros(len(si), dtype=bool)
     dself = np.zeros(len(si), dtype=np.int64)
@@ -200,16 +207,17 @@ def _pair_spans(ev: pl.DataFrame, attrs: pl.DataFrame, keep=None, ordered: bool 
     return si, span, valid, dself
 
 
-def _pair_index(a, t, attrs: pl.DataFrame, keep=None, ordered: bool = True) -> tuple:
+def _pair_index(a, t, attrs: pl.DataFrame, keep=None, ordered: bool = True, counts=None) -> tuple:
     """(the indices of the non-done events of ``a`` (attr ids) in time order ``t`` (stable;
     in event order when not ``ordered``), per such event the index of its done event or -1):
     the matching of :func:`_pair_async`. ``keep`` (bool per attr id, optional): only the
-    events of those descriptions take part (the others are neither starts nor dones)."""
+    events of those descriptions take part (the others are neither starts nor dones).
+    ``counts``: ``np.bincount(a)`` when the caller has it."""
     import numpy as np
 
     from traceview.analysis.communication.overlap import _keyed
 
-    cnt = np.bincount(a)
+    cnt = np.bincount(a) if counts is None else counts
     present = cnt > 0
     if keep is not None:
         present &= keep[:len(cnt)]
@@ -408,7 +416,9 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
         return schema_empty, 0, set()
     attrs = table.attrs
     a = ev["attr"].to_numpy()  # uint32, no copy
-    present = np.bincount(a, minlength=attrs.height) > 0
+    counts = np.bincount(a)  # events per attr id, shared with the pairing below
+    present = np.zeros(max(attrs.height, len(counts)), dtype=bool)
+    present[:len(counts)] = counts > 0
     cand_attr = np.zeros(len(present), dtype=bool)
     cand_attr[_codes(candidates)] = True
     used = attrs.join(pl.DataFrame({"attr": pl.Series(np.flatnonzero(present & cand_attr), dtype=attrs.schema["attr"])}),
@@ -452,7 +462,7 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
         cand_of[np.asarray(done_ok, dtype=np.int64)] = True
         # the copies in start order only where the records' order shows: the first record of a
         # group names its bytes, and bytes add up per direction in record order
-        si, span, valid, dself = _pair_spans(ev, attrs, cand_of, not _order_free(info))
+        si, span, valid, dself = _pair_spans(ev, attrs, cand_of, not _order_free(info), counts)
         # the pairing's non-done events are copy starts: every other candidate's op_kind ends
         # in "-done", which _pair_index counts as a done
         idx.append(si)

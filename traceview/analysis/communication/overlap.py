@@ -159,6 +159,38 @@ def _covered(us: np.ndarray, ue: np.ndarray, a: np.ndarray, b: np.ndarray) -> np
 _CLS_CODES = {"collective": 1, "host transfer": 2, "copy": 3, "async op": 4}
 
 
+def _lut(codes) -> np.ndarray:
+    """uint8 table over the codes 0..9: 1 at ``codes``."""
+    out = np.zeros(10, dtype=np.uint8)
+    out[list(codes)] = 1
+    return out
+
+
+#: event classes that count as compute (:data:`_CLS_CODES`): compute, device copies, other async ops
+_COMPUTE = _lut([0, _CLS_CODES["copy"], _CLS_CODES["async op"]])
+#: record codes (class * 2 + sync) of synchronous collectives, async collectives, host transfers
+_SYNC_COLL = _lut([_CLS_CODES["collective"] * 2 + 1])
+_ASYNC_COLL = _lut([_CLS_CODES["collective"] * 2])
+_HOST = _lut([_CLS_CODES["host transfer"] * 2, _CLS_CODES["host transfer"] * 2 + 1])
+
+
+def _union_where(starts: np.ndarray, ends, durs, codes: np.ndarray, lut: np.ndarray) -> tuple:
+    """:func:`_union` of the elements whose ``codes`` (int8, 0..9) ``lut`` marks, their ends
+    ``ends`` or, when ``ends`` is None, ``starts + durs``. In one C pass (``union_where``)
+    when built and the kept starts are in order, else by masks and :func:`_union`."""
+    if _fast is not None:
+        us, ue = np.empty(len(starts), dtype=np.int64), np.empty(len(starts), dtype=np.int64)
+        m = _fast.union_where(np.ascontiguousarray(starts, dtype=np.int64),
+                              b"" if ends is None else np.ascontiguousarray(ends, dtype=np.int64),
+                              np.ascontiguousarray(durs, dtype=np.int64) if ends is None else b"",
+                              np.ascontiguousarray(codes, dtype=np.int8), lut, us, ue)
+        if m >= 0:
+            return us[:m], ue[:m]
+    keep = lut[codes].astype(bool)
+    s = starts[keep]
+    return _union(s, ends[keep] if ends is not None else s + durs[keep])
+
+
 def _codes(values, null: int = -1) -> np.ndarray:
     """int64 array of a polars Series' values (nulls as ``null``)."""
     return values.fill_null(null).to_numpy().astype(np.int64, copy=False)
@@ -325,14 +357,19 @@ def _comm_ops(ev: _Events) -> dict:
     done_key = np.where(done_of, ids[n:], -1)
     start_key[start_of & at["op_name"].is_null().to_numpy()] = -1  # a null name names nothing
     a = ev.attr
-    if _fast is not None and a.dtype == np.uint32:  # one C pass: pairs and the merge below
+    if _fast is not None and a.dtype == np.uint32:  # one C pass: pairs, the merge below and _records
         cap = int(ev.counts[:n][(start_key >= 0) | sync_of].sum())
-        idx, pe, sync = np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.int64), np.empty(cap, dtype=np.uint8)
+        out = {"attr": hugearrays.empty(cap, np.uint32), "dev": hugearrays.empty(cap, np.int32)}
+        for k in ("start", "end", "wait"):
+            out[k] = hugearrays.empty(cap, np.int64)
+        out["sync"] = hugearrays.empty(cap, np.bool_)
         got = _fast.comm_records(np.ascontiguousarray(a), np.ascontiguousarray(ev.start, dtype=np.int64),
-                                 np.ascontiguousarray(ev.dev, dtype=np.int32), start_key.astype(np.int64),
-                                 done_key.astype(np.int64), sync_of.astype(np.uint8), idx, pe, sync)
+                                 np.ascontiguousarray(ev.dur, dtype=np.int64), np.ascontiguousarray(ev.dev, dtype=np.int32),
+                                 start_key.astype(np.int64), done_key.astype(np.int64), sync_of.astype(np.uint8),
+                                 out["attr"], out["dev"], out["start"], out["end"], out["wait"], out["sync"].view(np.uint8))
         if got >= 0:
-            return _records(ev, idx[:got], pe[:got], sync[:got].view(bool))
+            return {k: v[:got] for k, v in out.items()}
+        del out
     ks, kd = start_key[a], done_key[a]
     si = np.flatnonzero(ks >= 0)
     di = np.flatnonzero(kd >= 0)
@@ -474,25 +511,22 @@ def overlap(table, steps: pl.DataFrame | None, *, keep_ops: bool = False) -> Ove
     step_cols = {k: [] for k in ("dev", "step", "start_ps", "step_ps", "compute_ps", "exposed_ps", "hidden_ps",
                                  "host_ps")}
     empty = (np.zeros(0, dtype=np.int64),) * 2
+    # per record: its class and whether it is synchronous, as one code (class * 2 + sync)
+    rec_code = (rec_cls * 2 + rec["sync"]).astype(np.int8) if rec else None
     for d, sl in (ev.slices if ev.any_comm else []):
-        s, cls = ev.start[sl], ev.cls[sl]
-        e = s + ev.dur[sl]
-        is_comp = (cls == 0) | (cls == _CLS_CODES["copy"]) | (cls == _CLS_CODES["async op"])
-        cu = _union(s[is_comp], e[is_comp])
+        cu = _union_where(ev.start[sl], None, ev.dur[sl], ev.cls[sl], _COMPUTE)
         sy = asy = ho = empty
         lo, hi = int(cuts[d]), int(cuts[d + 1])
         if hi > lo:
             t0, t1, sync = rec["start"][lo:hi], rec["end"][lo:hi], rec["sync"][lo:hi]
             hid_all[lo:hi] = np.where(sync, 0, _covered(cu[0], cu[1], t0, t1))
-            kc = rec_cls[lo:hi]
-            is_coll, is_host = kc == _CLS_CODES["collective"], kc == _CLS_CODES["host transfer"]
-            sy = _union(t0[is_coll & sync], t1[is_coll & sync])
-            asy = _union(t0[is_coll & ~sync], t1[is_coll & ~sync])
-            ho = _union(t0[is_host], t1[is_host])
+            code = rec_code[lo:hi]
+            sy, asy, ho = (_union_where(t0, t1, None, code, lut) for lut in (_SYNC_COLL, _ASYNC_COLL, _HOST))
         if d in wins:
             wa, wb, wstep = wins[d]
         else:
-            wa, wb, wstep = np.array([s.min()]), np.array([e.max()]), np.array([0])
+            s = ev.start[sl]
+            wa, wb, wstep = np.array([s.min()]), np.array([(s + ev.dur[sl]).max()]), np.array([0])
         exposed, compute, hidden, host_only = _partition(cu, sy, asy, ho, wa, wb)
         for k, v in (("dev", np.full(len(wa), d)), ("step", wstep), ("start_ps", wa), ("step_ps", wb - wa),
                      ("compute_ps", compute), ("exposed_ps", exposed), ("hidden_ps", hidden), ("host_ps", host_only)):
@@ -541,23 +575,13 @@ def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, e
     sums = ["in_flight_ps", "hidden_ps", "exposed_ps", "wait_at_done_ps"]
     n_ops = len(rec["attr"]) if build is not None else 0
     if n_ops:
-        from traceview.model.optable import first_positions, int_bincount
-
         # per description (attr id): its first record, records, whether all are synchronous,
         # exact int64 sums; counted over the few descriptions, no frame of the records
-        a = rec["attr"].astype(np.int64)
-        size = int(a.max()) + 1
-        cnt = np.bincount(a, minlength=size)
+        size = int(rec["attr"].max()) + 1
+        cnt, first, n_sync, got = _record_sums(rec, hid_all, size)
         ids = np.flatnonzero(cnt)
-        first = first_positions(a, size)
-        n_sync = np.bincount(a[rec["sync"]], minlength=size)
-        inflight = (rec["end"] - rec["start"]).astype(np.int64, copy=False)
-        hid = hid_all.astype(np.int64, copy=False)
-        got = {"in_flight_ps": int_bincount(a, inflight, size)[ids]}
-        del inflight
-        got["hidden_ps"] = int_bincount(a, hid, size)[ids]
+        got = {c: v[ids] for c, v in got.items()}
         got["exposed_ps"] = got["in_flight_ps"] - got["hidden_ps"]  # exact sums: the sums of the differences
-        got["wait_at_done_ps"] = int_bincount(a, rec["wait"].astype(np.int64, copy=False), size)[ids]
         per = (pl.DataFrame({"attr": pl.Series(ids, dtype=pl.Int64), "_first": pl.Series(first[ids], dtype=pl.UInt32),
                              "n": pl.Series(cnt[ids], dtype=pl.UInt32), "sync": pl.Series(n_sync[ids] == cnt[ids]),
                              **{c: pl.Series(c, got[c], dtype=pl.Int64) for c in sums}})
@@ -576,9 +600,9 @@ def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, e
     tot = {k: int(st_df[k].sum()) if st_df.height else 0
            for k in ("step_ps", "compute_ps", "exposed_ps", "hidden_ps", "host_ps", "idle_ps")}
     if n_ops:
-        coll = ev.cls_of[rec["attr"]] == _CLS_CODES["collective"]
-        n_coll, coll_sync, n_async = int(coll.sum()), bool(rec["sync"][coll].all()), int((~rec["sync"]).sum())
-        any_async = bool((coll & ~rec["sync"]).any())
+        coll = ids[ev.cls_of[ids] == _CLS_CODES["collective"]]  # per description, no pass over the records
+        n_coll, coll_sync = int(cnt[coll].sum()), bool((n_sync[coll] == cnt[coll]).all())
+        n_async, any_async = n_ops - int(n_sync.sum()), bool((n_sync[coll] < cnt[coll]).any())
     else:
         n_coll, coll_sync, n_async, any_async = 0, True, 0, False
     summary = dict(tot, exposed_share=tot["exposed_ps"] / tot["step_ps"] if tot["step_ps"] else None,
@@ -592,6 +616,31 @@ def _finish(build, st_df: pl.DataFrame, rec: dict | None, hid_all: np.ndarray, e
     if not any_async and not n_coll:
         notes.append("no collective in the trace")
     return Overlap(populations=pops, steps=st_df, summary=summary, notes=notes, n_ops=n_ops, _build=build)
+
+
+def _record_sums(rec: dict, hid_all: np.ndarray, size: int) -> tuple:
+    """Per attr id in [0, size) of the records ``rec`` (:func:`_comm_ops`; ``hid_all`` their
+    hidden times): (records, first record (``len`` when none), synchronous records,
+    {"in_flight_ps", "hidden_ps", "wait_at_done_ps": exact int64 sums}), all int64 arrays. In
+    C (``record_sums``) when built, else bincounts."""
+    from traceview.model.optable import first_positions, int_bincount
+
+    if _fast is not None and rec["attr"].dtype == np.uint32:
+        out = [np.empty(size, dtype=np.int64) for _ in range(6)]
+        if _fast.record_sums(np.ascontiguousarray(rec["attr"]), np.ascontiguousarray(rec["sync"]).view(np.uint8),
+                             *(np.ascontiguousarray(x, dtype=np.int64) for x in (rec["start"], rec["end"], hid_all,
+                                                                                 rec["wait"])), *out):
+            return out[0], out[1], out[2], {"in_flight_ps": out[3], "hidden_ps": out[4], "wait_at_done_ps": out[5]}
+    a = rec["attr"].astype(np.int64)
+    cnt = np.bincount(a, minlength=size)
+    first = first_positions(a, size)
+    n_sync = np.bincount(a[rec["sync"]], minlength=size)
+    inflight = (rec["end"] - rec["start"]).astype(np.int64, copy=False)
+    got = {"in_flight_ps": int_bincount(a, inflight, size)}
+    del inflight
+    got["hidden_ps"] = int_bincount(a, hid_all.astype(np.int64, copy=False), size)
+    got["wait_at_done_ps"] = int_bincount(a, rec["wait"].astype(np.int64, copy=False), size)
+    return cnt, first, n_sync, got
 
 
 def profile_overlap(prof, steps=None) -> Overlap:
