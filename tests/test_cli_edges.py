@@ -301,3 +301,27 @@ def test_a_malformed_step_window_is_refused_before_the_trace_is_read(shared_trac
     gemm = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
     assert main(["query", gemm, "SELECT 1 AS a", "--step-window", "100:200", "--no-cache"]) == 2
     assert "--step-window 100:200 holds none of the trace's 18 steps" in capsys.readouterr().err
+
+
+def test_read_uncollected_only_in_a_one_shot_command():
+    """process.read_uncollected: in a process tuned by tune_gc, no collection inside, then
+    everything alive frozen and collection back on (also after an error); elsewhere nothing."""
+    import gc
+
+    from traceview.cli import process
+
+    saved = gc.get_threshold()
+    try:
+        with process.read_uncollected():  # pytest's process: thresholds not tuned
+            assert gc.isenabled()
+        assert gc.get_freeze_count() == 0
+        process.tune_gc()
+        with pytest.raises(KeyError):
+            with process.read_uncollected():
+                assert not gc.isenabled()
+                raise KeyError
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.enable()
+        gc.unfreeze()
+        gc.set_threshold(*saved)

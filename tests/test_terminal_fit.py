@@ -272,3 +272,18 @@ def test_cut_columns_share_the_cut():
     assert ft.widths[:2] == [30, 40] and ft.cut_columns == ["shape"]
     ft = FoldTable(None, cols, rows, natural, table_width([MIN_CUT, MIN_CUT, 1]) - 1)
     assert not ft.fits and ft.widths[:2] == [MIN_CUT, MIN_CUT]
+
+
+def test_several_is_n_unique_above_one():
+    """render.terminal._several (whether a step table names several hosts) is ``n_unique() > 1``,
+    nulls counting as a value."""
+    import itertools
+
+    import polars as pl
+
+    from traceview.render.terminal import _several
+
+    for n in range(5):
+        for values in itertools.product(["a", "b", None], repeat=n):
+            s = pl.Series("host", list(values), dtype=pl.String)
+            assert _several(s) == (s.n_unique() > 1), values

@@ -122,7 +122,7 @@ def run(args) -> int:
         return EXIT_OK
     from traceview.model.load import load
 
-    with process.decoding_beside_imports():
+    with process.decoding_beside_imports(), process.read_uncollected():
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale, max_bytes=args.max_bytes,
                     discovery=disc, idle=process.imports_while_decoding(
                         "analysis", "table" if args.format == "table" and not args.brief else args.format),

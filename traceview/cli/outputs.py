@@ -39,8 +39,18 @@ def console(width: int | None = None):
             raise BrokenPipeError
 
     if sys.stdout.isatty():
-        return _Console(width=width, highlight=False, emoji=False)
-    return _Console(width=width or PLAIN_WIDTH, color_system=None, soft_wrap=False, highlight=False, emoji=False)
+        return _fixed_size(_Console(width=width, highlight=False, emoji=False))
+    return _fixed_size(_Console(width=width or PLAIN_WIDTH, color_system=None, soft_wrap=False, highlight=False,
+                                emoji=False))
+
+
+def _fixed_size(con):
+    """``con`` with its size as it is now, kept: rich otherwise asks the three standard streams for
+    a terminal size (and the environment for ``COLUMNS`` and ``LINES``) at each print and each
+    table, for the same answer while a command runs."""
+    if not con.legacy_windows:  # its width is one less than it says; set as is, it would shrink
+        con.size = con.size
+    return con
 
 
 def file_console(fh, width: int | None = None):

@@ -130,6 +130,27 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
+@contextlib.contextmanager
+def read_uncollected():
+    """Around the read of a one-shot command's trace (:func:`tune_gc` in force): no cycle
+    collection inside, then everything alive (the modules imported meanwhile, the profile read)
+    frozen out of the collector's generations (``gc.freeze``) and collection resumed. The
+    collector would otherwise walk each of those long-lived objects once, at the first
+    collection after it was made, and find next to no garbage. Elsewhere (a caller's process:
+    tests, a notebook) nothing changes."""
+    import gc
+
+    if gc.get_threshold() != GC_THRESHOLDS or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        gc.enable()
+
+
 def fleet_client_bytes(input_bytes: int) -> int:
     """The input size :func:`tune_allocator` is given in fleet mode: at least
     :data:`BIG_INPUT_BYTES`, whatever the hosts' files weigh, so memory goes before allocation

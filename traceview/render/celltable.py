@@ -5,7 +5,9 @@ cell as the Text of its markup, wrapped and justified to the column: a few hundr
 microseconds a cell, most of a report's rendering. :class:`Table` is that Table with each
 string header and cell a :class:`_Cell`, which measures and renders itself exactly as the
 padded Text would (the same segments, so the same output with or without colour) and does the
-common case, text that fits its column on one line, directly.
+common case, text that fits its column on one line, directly. On a console without colour (a
+pipe, a file), a table whose cells are all such text and whose columns fit is laid out here
+whole, line by line, as rich's Table lays it out (:meth:`Table._plain_lines`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from rich.console import Console
 from rich.measure import Measurement
 from rich.padding import Padding
 from rich.segment import Segment
+from rich.style import Style
 from rich.table import Table as _RichTable
 
 #: the padding rich gives every cell of a default Table: one space left and right
@@ -32,17 +35,25 @@ class _Cell:
 
     def __init__(self, markup: str):
         self.markup = markup
-        self._text = None  # (console, markup option, plain text or None) once measured
+        self._text = None  # (console, markup option, plain text or None, text or None) once measured
 
     def _plain(self, console: Console, options) -> str | None:
         """The cell's text when its markup gives plain text (no style, no spans), else None."""
+        return self._texts(console, options)[2]
+
+    def _unstyled(self, console: Console, options) -> str | None:
+        """The cell's text with its styles dropped (what a console without colour prints of
+        it), or None when its Text sets how it is laid out (justify, overflow, no_wrap)."""
+        return self._texts(console, options)[3]
+
+    def _texts(self, console: Console, options) -> tuple:
         got = self._text
         if got is None or got[0] is not console or got[1] is not options.markup:
             text = console.render_str(self.markup, markup=options.markup, highlight=False)
-            plain = text.plain if not (text.spans or text.style or text.justify or text.overflow
-                                       or text.no_wrap is not None) else None
-            got = self._text = (console, options.markup, plain)
-        return got[2]
+            laid_out = text.justify or text.overflow or text.no_wrap is not None
+            plain = text.plain if not (text.spans or text.style or laid_out) else None
+            got = self._text = (console, options.markup, plain, None if laid_out else text.plain)
+        return got
 
     def __rich_measure__(self, console: Console, options) -> Measurement:
         # Padding.__rich_measure__ over Measurement.get of the markup's Text (rich 13-15)
@@ -99,3 +110,87 @@ class Table(_RichTable):
 
     def add_row(self, *cells, **kwargs) -> None:
         super().add_row(*(self._cell(c) for c in cells), **kwargs)
+
+    def __rich_console__(self, console: Console, options):
+        lines = self._plain_lines(console, options) if console.color_system is None else None
+        if lines is None:
+            yield from super().__rich_console__(console, options)
+            return
+        widths, lines = lines
+        if self.title:  # as rich's Table renders its title (a Text centred over the table)
+            title = self.title
+            if isinstance(title, str):
+                title = console.render_str(title, style=Style.pick_first(self.title_style, "table.title"),
+                                           highlight=False)
+            render_options = options.update(width=sum(widths) + self._extra_width, highlight=self.highlight,
+                                            height=None)
+            yield from console.render(title, options=render_options.update(justify=self.title_justify))
+        new_line = Segment.line()
+        for line in lines:
+            yield Segment(line)
+            yield new_line
+
+    def _plain_lines(self, console: Console, options) -> tuple[list[int], list[str]] | None:
+        """(column widths, the lines of the table below its title) as rich's Table renders
+        them without colour, for the common case: default table options, every header and cell
+        a :class:`_Cell` of printable text (its styles print nothing), in a left- or right-justified column
+        of no fixed width, the columns side by side within ``options.max_width``. None
+        otherwise (rich's Table lays it out). Each column is as wide as its widest cell (or its
+        ``min_width``) plus the padding; each cell is its text padded as :class:`_Cell` pads it."""
+        columns = self.columns
+        if (not columns or not self.box or self.width is not None or self.expand or self.min_width is not None
+                or not self.show_header or self.show_footer or not self.show_edge or self.show_lines or self.leading
+                or self.caption or self.row_styles or self.highlight
+                or any(r.style is not None or r.end_section for r in self.rows)):
+            return None
+        texts, widths = [], []
+        for column in columns:
+            if (column.width is not None or column.max_width is not None or column.highlight
+                    or column.justify not in ("left", "right")):
+                return None
+            col = []
+            widest = 0
+            for cell in (column.header, *column._cells):
+                if type(cell) is not _Cell:
+                    return None
+                plain = cell._unstyled(console, options)  # styles print nothing without colour
+                if plain is None or not plain.isprintable():
+                    return None
+                n = len(plain) if plain.isascii() else cell_len(plain)
+                if n > widest:
+                    widest = n
+                col.append((plain, n))
+            width = widest + 2
+            if column.min_width is not None and column.min_width > width:
+                width = column.min_width
+            if width < 3:  # no room inside the padding: rich's Padding lays it out
+                return None
+            texts.append(col)
+            widths.append(width)
+        if sum(widths) + self._extra_width > options.max_width:
+            return None
+        cells = []  # per column, its padded cells
+        for column, col, width in zip(columns, texts, widths):
+            inner = width - 2
+            if column.justify == "left":
+                cells.append([f" {plain}{' ' * (inner - n)} " for plain, n in col])
+            else:
+                out = []
+                for plain, n in col:
+                    body = plain.rstrip()
+                    if len(body) != len(plain):
+                        n = len(body) if body.isascii() else cell_len(body)
+                    out.append(f" {' ' * (inner - n)}{body} ")
+                cells.append(out)
+        box = self.box.substitute(options, safe=console.safe_box if self.safe_box is None else self.safe_box)
+        lines = [box.get_top(widths),
+                 box.head_left + box.head_vertical.join(c[0] for c in cells) + box.head_right,
+                 box.get_row(widths, "head", edge=True)]
+        n_rows = len(self.rows)
+        for i, row in enumerate(zip(*(c[1:] for c in cells)), 1):
+            if i == n_rows:
+                lines.append(box.foot_left + box.foot_vertical.join(row) + box.foot_right)
+            else:
+                lines.append(box.mid_left + box.mid_vertical.join(row) + box.mid_right)
+        lines.append(box.get_bottom(widths))
+        return widths, lines

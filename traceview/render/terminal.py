@@ -464,6 +464,15 @@ def render_communication(console: Console, comm, *, top: int) -> None:
         console.print(f"  [yellow]note:[/yellow] {escape(n)}")
 
 
+def _several(s: pl.Series) -> bool:
+    """``s.n_unique() > 1`` (a null counts as a value) without hashing every value: a column
+    of a step per row is long."""
+    nulls = s.null_count()
+    if nulls:
+        return nulls < s.len()
+    return s.len() > 1 and not (s == s[0]).all()
+
+
 def render_step_records(console: Console, anat, top: int | None = None) -> None:
     """The per-step table (device, step, start, duration, idle, gap before, outlier and its
     reason) of the steps :meth:`~traceview.analysis.steps.anatomy.StepAnatomy.top_steps` picks, and
@@ -474,7 +483,7 @@ def render_step_records(console: Console, anat, top: int | None = None) -> None:
     rows = anat.top_steps(top or STEP_ROWS)
     t = Table(title=f"steps — {rows.height:,} of {st.height:,} shown (outliers first, then the longest; start from the first step)")
     t0 = int(st["start_ps"].min())
-    hosts = "host" in st.columns and st["host"].n_unique() > 1  # ranks or hosts name the same devices
+    hosts = "host" in st.columns and _several(st["host"])  # ranks or hosts name the same devices
     body = []
     for r in rows.iter_rows(named=True):
         mark = "[red]outlier[/red]" if r["outlier"] else ("" if r["in_window"] else "[dim]excluded[/dim]")
