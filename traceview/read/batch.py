@@ -14,7 +14,8 @@ object:
   imports before it reads, and one process already reads a file's TPU planes on threads, so
   on a machine with few cores this is slower (``benchmarks/RESULTS.md``);
 * ``scheduler="tcp://host:8786"``: the workers of an existing Dask distributed cluster,
-  through ``distributed.Client(address).get_executor()`` (``pip install 'traceview[dist]'``).
+  through a ``distributed.Client(address)``, as ``executor=`` takes one (``pip install
+  'traceview[dist]'``).
   The workers must see the trace files at the same paths and have traceview installed;
 * ``executor=``: any object with ``submit(fn, *args) -> Future`` (a Dask ``Client`` works).
 
@@ -114,7 +115,8 @@ def tasks_for(files, max_bytes: int | None = None, cache=None) -> list[ReadTask]
 
 
 def dask_executor(address: str):
-    """(executor, close) for the Dask cluster at ``address``. Raises :class:`UsageError`
+    """(executor, close) for the Dask cluster at ``address``: its ``Client`` (read_many
+    groups files into tasks and fetches results as they complete on one). Raises :class:`UsageError`
     when ``distributed`` is not installed or the address is malformed,
     :class:`~traceview.errors.RemoteUnreadable` (exit 7) when no scheduler answers there."""
     try:
@@ -147,7 +149,7 @@ def dask_executor(address: str):
         raise RemoteUnreadable(f"no Dask scheduler answered at {address} within "
                                f"{CONNECT_TIMEOUT_S + HANDSHAKE_GRACE_S:g} s{_what_answers(address)}")
     client = got["client"]
-    return client.get_executor(pure=False), client.close
+    return client, client.close
 
 
 #: Seconds to connect to a Dask scheduler, and beyond that for its handshake.
@@ -331,7 +333,8 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
                 from distributed import as_completed as dask_completed
 
                 index = {id(f): g for f, g in zip(futures, groups)}
-                for fut, res in dask_completed(futures, with_results=True):
+                for fut, res in dask_completed(futures, with_results=True, loop=futures[0].client.loop):  # (a
+                    # client not set as the default, as dask_executor's)
                     fut.release()
                     g = index[id(fut)]
                     for i, r in zip(g, res if per > 1 else [res]):
