@@ -26,7 +26,9 @@ sets ``MALLOC_TRIM_THRESHOLD_`` in its workers, which also fixes glibc's mmap th
 128 KiB, so every large array is mapped and unmapped again (``--dask-trim dask`` keeps it).
 
 Per mode: wall seconds of the read and merge (the cluster's start-up and the workers' imports
-apart), the client's peak
+apart), the client's CPU seconds over them (all its threads: on Dask the scheduler's too), the
+Dask workers' CPU seconds (their whole processes, as ``client.run`` reads them before and
+after; ``-`` for the other modes), the client's peak
 RSS (``ru_maxrss``: Dask's scheduler runs in the client; its workers are other processes),
 and whether the op table's exact columns equal the single process's (p50/p90 within the
 sketch's bound). Prints a markdown table and the projection to ``--project-hosts`` hosts of
@@ -86,7 +88,10 @@ if mode.endswith("dask"):
         import traceview.model.files, traceview.model.from_xplane, traceview.model.profiledata  # noqa: E401
     client.run(warm)
     startup = time.perf_counter() - t
-t0 = time.perf_counter()
+cpu = lambda: time.process_time()  # noqa: E731
+wcpu = (lambda: sum(client.run(time.process_time).values())) if client is not None else (lambda: 0.0)  # noqa: E731
+w0 = wcpu()
+t0, c0 = time.perf_counter(), cpu()
 if mode in ("single", "load-dask", "single-ops"):
     prof = traceview.load(path, cache=False, executor=client)
     by_shape = aggregate.by_shape(prof.table, prof.module_runs)
@@ -103,12 +108,13 @@ else:
     by_shape, dev = f.by_shape, f.devices
     hosts, events = len(f.files), sum(r["op_events"] for r in f.files)
     steps = f.steps.steps.height if f.steps is not None else 0
-s = time.perf_counter() - t0
+s, client_cpu = time.perf_counter() - t0, cpu() - c0
+workers_cpu = wcpu() - w0
 by_shape.drop("modules", "programs").write_parquet(out)
 if client is not None:
     client.close(); cluster.close()
 print(json.dumps({"mode": mode, "hosts": hosts, "op_events": events, "steps": steps, "s": s,
-                  "startup_s": startup, "client_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "startup_s": startup, "client_cpu_s": client_cpu, "workers_cpu_s": workers_cpu, "client_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 EXACT = ["op_kind", "category", "occurrences", "executions", "total_ps", "self_ps", "mean_ps", "min_ps", "max_ps",
@@ -212,13 +218,16 @@ def main(argv=None) -> int:
     print(f"{a.hosts} hosts, {size / a.hosts / 1e6:.1f} MB and "
           f"{next(iter(rows.values()))['op_events'] // a.hosts:,} op events each; Dask: {a.workers} single-thread "
           f"worker processes\n")
-    print("| mode | s | against one process | client peak MiB | against one process | cluster start-up s | op table |")
-    print("|---|---|---|---|---|---|---|")
+    print("| mode | s | against one process | client CPU s | workers' CPU s | client peak MiB | against one process "
+          "| cluster start-up s | op table |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for mode, r in rows.items():
         ref = rows.get("single-ops" if "ops" in mode else "single") or rows.get("single") or rows.get("single-ops")
         rs = f"{r['s'] / ref['s']:.2f}x" if ref else "-"
         rm = f"{r['client_rss_mib'] / ref['client_rss_mib']:.2f}x" if ref else "-"
-        print(f"| {mode} | {r['s']:.2f} | {rs} | {r['client_rss_mib']:,.0f} | {rm} | {r['startup_s']:.1f} | {r['table']} |")
+        wc = f"{r['workers_cpu_s']:.2f}" if mode.endswith("dask") else "-"
+        print(f"| {mode} | {r['s']:.2f} | {rs} | {r['client_cpu_s']:.2f} | {wc} | {r['client_rss_mib']:,.0f} | {rm} "
+              f"| {r['startup_s']:.1f} | {r['table']} |")
     pb = partial_bytes(logs)
     print(f"\none host's partial: {pb['total']:,} bytes pickled ({pb['op_events']:,} op events, "
           f"{pb['step_rows']:,} step rows, {pb['collective_events']:,} collective events): "

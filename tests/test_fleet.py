@@ -253,14 +253,28 @@ def test_partial_travels_packed_and_comes_back_the_same(shared_traces, monkeypat
             assert back.__dict__[k] == v, k
 
 
-def test_dask_cluster_equals_in_process(pod):
-    """On a Dask cluster (results gathered as they complete) the merged fleet is the
-    in-process one."""
+def test_dask_cluster_equals_in_process(pod, mixed, monkeypatch):
+    """On a Dask cluster (results gathered as they complete, one file a task or several) the
+    merged fleet is the in-process one."""
+    from traceview.read import batch
+
     distributed = pytest.importorskip("distributed")
     here = fleet.load_fleet(pod)
+    mixed_here = fleet.load_fleet(mixed)
+    per_task = []
+    real = batch._files_per_task
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
                                   silence_logs=40) as cluster, distributed.Client(cluster) as client:
         there = fleet.load_fleet(pod, executor=client)
+        per_task += [real(client, 2), real(client, 16)]  # 16 files on 2 threads: 8 tasks of 2
+        monkeypatch.setattr(batch, "_files_per_task", lambda c, n: 2)  # 3 hosts: tasks of 2 files and 1
+        mixed_there = fleet.load_fleet(mixed, executor=client)
+        both = fleet.load_fleet(pod, executor=client)
+    assert per_task == [1, 2]
+    assert_frame_equal(mixed_here.by_shape, mixed_there.by_shape, check_exact=True)
+    assert mixed_there.files == mixed_here.files and mixed_there.notes == mixed_here.notes
+    assert_frame_equal(both.steps.steps, here.steps.steps, check_exact=True)
+    assert both.stragglers.summary == here.stragglers.summary
     for a, b in ((here.by_shape, there.by_shape), (here.devices, there.devices), (here.steps.steps, there.steps.steps),
                  (here.steps.families, there.steps.families), (here.overlap_steps, there.overlap_steps),
                  (here.stragglers.devices, there.stragglers.devices)):

@@ -360,15 +360,21 @@ def _families_by_step(anat) -> tuple[pl.DataFrame, list]:
     code = np.zeros(anat.table.attrs.height, dtype=np.int64)
     code[fam["attr"].to_numpy().astype(np.int64)] = fam["family"].replace_strict(
         {f: i for i, f in enumerate(names)}, return_dtype=pl.Int64).to_numpy()
-    inside = np.flatnonzero(rows >= 0)
     ev = anat.table.events
     nf = max(len(names), 1)
-    row_in = rows[inside].astype(np.int64)
-    key = row_in * nf + code[ev["attr"].to_numpy()[inside]]
-    n = (int(row_in.max()) + 1) * nf
-    self_ps = int_bincount(key, ev["self_ps"].to_numpy()[inside], n)
-    count = int_bincount(key, ev["count"].to_numpy()[inside], n)
-    have = np.flatnonzero(np.bincount(key, minlength=n))
+    # one key per event, (step row, family); an event outside every step in an extra last bin
+    key = rows.astype(np.int64)
+    outside = key < 0
+    n = (int(key.max()) + 1) * nf
+    key *= nf
+    key += code[ev["attr"].to_numpy()]
+    key[outside] = n
+    events = np.bincount(key, minlength=n + 1)[:n]
+    cnt = ev["count"].to_numpy()
+    self_ps = int_bincount(key, ev["self_ps"].to_numpy(), n + 1)[:n]
+    # events of one occurrence each (the common case): the occurrences are the events
+    count = events if len(cnt) and int(cnt.min()) == int(cnt.max()) == 1 else int_bincount(key, cnt, n + 1)[:n]
+    have = np.flatnonzero(events)
     return pl.DataFrame({"step_row": have // nf, "family": have % nf, "self_ps": self_ps[have],
                          "count": count[have]}, schema=_FAM_SCHEMA), names
 
@@ -703,6 +709,14 @@ def _window_overlap(parts, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataF
     hosts = [p.host for p in parts]
     distinct = len(set(hosts)) == len(hosts)
     keyed = [pl.col(v).alias(k) for k, v in _OV_KEYS.items()]
+    if distinct and all("host" not in p.overlap_steps.columns if p.steps.height else not p.overlap_steps.height
+                        for p in parts):  # every host's rows its step rows' windows: one filter of them all
+        ov = [p.overlap_steps for p in parts if p.steps.height]
+        if not ov:
+            return empty
+        m = pl.Series(in_win)
+        return pl.concat([st.select(keyed).filter(m), pl.concat(ov, how="vertical").filter(m)],
+                         how="horizontal").select(list(OV_SCHEMA))
     win = None
     out, off = [], 0
     for p in parts:

@@ -14,7 +14,8 @@ object:
   imports before it reads, and one process already reads a file's TPU planes on threads, so
   on a machine with few cores this is slower (``benchmarks/RESULTS.md``);
 * ``scheduler="tcp://host:8786"``: the workers of an existing Dask distributed cluster,
-  through ``distributed.Client(address).get_executor()`` (``pip install 'traceview[dist]'``).
+  through a ``distributed.Client(address)``, as ``executor=`` takes one (``pip install
+  'traceview[dist]'``).
   The workers must see the trace files at the same paths and have traceview installed;
 * ``executor=``: any object with ``submit(fn, *args) -> Future`` (a Dask ``Client`` works).
 
@@ -28,6 +29,7 @@ hosts were readable); any other exception propagates. ``progress(p)`` is called 
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -113,7 +115,8 @@ def tasks_for(files, max_bytes: int | None = None, cache=None) -> list[ReadTask]
 
 
 def dask_executor(address: str):
-    """(executor, close) for the Dask cluster at ``address``. Raises :class:`UsageError`
+    """(executor, close) for the Dask cluster at ``address``: its ``Client`` (read_many
+    groups files into tasks and fetches results as they complete on one). Raises :class:`UsageError`
     when ``distributed`` is not installed or the address is malformed,
     :class:`~traceview.errors.RemoteUnreadable` (exit 7) when no scheduler answers there."""
     try:
@@ -146,7 +149,7 @@ def dask_executor(address: str):
         raise RemoteUnreadable(f"no Dask scheduler answered at {address} within "
                                f"{CONNECT_TIMEOUT_S + HANDSHAKE_GRACE_S:g} s{_what_answers(address)}")
     client = got["client"]
-    return client.get_executor(pure=False), client.close
+    return client, client.close
 
 
 #: Seconds to connect to a Dask scheduler, and beyond that for its handshake.
@@ -227,6 +230,32 @@ def _worker_ignores_interrupts() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+#: On a Dask cluster, files are grouped into tasks so that each worker thread gets at least
+#: this many tasks (one file a task when there are fewer files)
+TASKS_PER_THREAD = 4
+
+
+def _files_per_task(client, n: int) -> int:
+    """Files per Dask task for ``n`` files on ``client``'s workers (:data:`TASKS_PER_THREAD`)."""
+    try:
+        threads = sum(client.nthreads().values())
+    except Exception:  # no answer from the scheduler: one file a task
+        return 1
+    return max(1, n // (max(threads, 1) * TASKS_PER_THREAD))
+
+
+class _Files:
+    """The tasks of one Dask task (a plain list would be taken apart by Dask's graph)."""
+
+    def __init__(self, tasks: list):
+        self.tasks = tasks
+
+
+def _read_each(read: Callable, files: _Files) -> list:
+    """``read(task)`` for each of ``files``' tasks, in order (one Dask task of several files)."""
+    return [read(t) for t in files.tasks]
+
+
 def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor | None" = None,
               scheduler: str | None = None, workers: int = 0,
               progress: Callable[[Progress], None] | None = None) -> list:
@@ -239,7 +268,9 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
     Otherwise a local process pool of up to ``workers`` processes (capped by the number of
     files) when ``workers`` >= 2, there are at least two files and :data:`PARALLEL_MIN_BYTES`
     in total, else the calling process. ``progress`` gets a :class:`Progress` after each
-    file. Raises :class:`UsageError` for ``workers`` < 0.
+    file. On a Dask ``Client``, files are grouped into tasks of several when there are more
+    than :data:`TASKS_PER_THREAD` per worker thread. Raises :class:`UsageError` for
+    ``workers`` < 0.
     """
     if workers < 0:
         raise UsageError(f"workers must be 0 or more, got {workers}")
@@ -281,9 +312,17 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
         else:
             from concurrent.futures import Future, as_completed
 
-            # a Dask client takes the files in one message (keys of their own: no two files merged)
+            # a Dask client takes the files in one message (keys of their own: no two files
+            # merged), a few files a task when there are many per worker thread (each task costs
+            # the scheduler, which runs in this process, and the worker a few ms)
             client = type(executor).__module__.startswith("distributed") and hasattr(executor, "gather")
-            futures = executor.map(read, tasks, pure=False) if client else [executor.submit(read, t) for t in tasks]
+            per = _files_per_task(executor, n) if client else 1
+            groups = [list(range(i, min(i + per, n))) for i in range(0, n, per)]
+            if per > 1:
+                futures = executor.map(functools.partial(_read_each, read), [_Files(tasks[g[0]:g[-1] + 1]) for g in groups],
+                                       pure=False)
+            else:
+                futures = executor.map(read, tasks, pure=False) if client else [executor.submit(read, t) for t in tasks]
             if all(isinstance(f, Future) for f in futures):
                 index = {f: i for i, f in enumerate(futures)}
                 for fut in as_completed(futures):
@@ -293,10 +332,13 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
                 # blocking round trip per file), its worker's copy released then
                 from distributed import as_completed as dask_completed
 
-                index = {id(f): i for i, f in enumerate(futures)}
-                for fut, res in dask_completed(futures, with_results=True):
+                index = {id(f): g for f, g in zip(futures, groups)}
+                for fut, res in dask_completed(futures, with_results=True, loop=futures[0].client.loop):  # (a
+                    # client not set as the default, as dask_executor's)
                     fut.release()
-                    finish(index[id(fut)], res)
+                    g = index[id(fut)]
+                    for i, r in zip(g, res if per > 1 else [res]):
+                        finish(i, r)
             else:  # other futures: collected in order
                 for i, fut in enumerate(futures):
                     finish(i, fut.result())
