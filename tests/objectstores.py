@@ -214,10 +214,11 @@ class GCS(Server):
 
 class CutProxy:
     """A TCP proxy on 127.0.0.1 to ``port`` that ends each connection once ``limit`` bytes of
-    the server's answers went through it (responses larger than that are cut short)."""
+    the server's answers went through it (responses larger than that are cut short);
+    ``on_cut`` (no argument) is called at each cut, before the connection ends."""
 
-    def __init__(self, port: int, limit: int):
-        self.target, self.limit = port, limit
+    def __init__(self, port: int, limit: int, on_cut=None):
+        self.target, self.limit, self.on_cut = port, limit, on_cut
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -255,6 +256,8 @@ class CutProxy:
                 if limit is not None and sent + len(data) > limit:
                     dst.sendall(data[: limit - sent])
                     self.cuts += 1
+                    if self.on_cut is not None:
+                        self.on_cut()
                     break
                 dst.sendall(data)
                 sent += len(data)

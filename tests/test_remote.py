@@ -16,7 +16,6 @@ import json
 import os
 import re
 import shutil
-import threading
 import time
 from pathlib import Path
 
@@ -334,36 +333,32 @@ def test_object_cut_short_mid_read(env, servers, scheme, capsys):
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_server_stopped_mid_read(env, tree, shared_traces, scheme, capsys):
-    """A server of its own, killed as soon as the first ranged read of a 40 MB object begins."""
+    """A server of its own, killed once the first MiB of a 40 MB object has reached the reader
+    (a proxy in front of it kills it there and cuts the connection: no race with the transfer)."""
     obj = tree["tmp"] / f"forty-{scheme}.xplane.pb"
     _pad(shared_traces / V6E, obj, 40 << 20)
     key = f"logdir/plugins/profile/{NEWEST}/tpu_host.xplane.pb"
     srv = (S3(tree["tmp"], {"doomed": {key: obj}}, auth=False) if scheme == "s3"
            else GCS(tree["tmp"], {"doomed": {key: obj}}))
-    stopped = threading.Event()
 
-    def kill_on_first_read():
-        pat = r"^GET /doomed/logdir/plugins" if scheme == "s3" else r"^GET /download/"
-        while not stopped.is_set():
-            if srv.requests(pat):
-                srv.proc.kill()
-                stopped.set()
-                return
-            time.sleep(0.005)
+    def kill():
+        if srv.proc.poll() is None:
+            srv.proc.kill()
+            srv.proc.wait(10)
 
-    watcher = threading.Thread(target=kill_on_first_read, daemon=True)
+    proxy = CutProxy(srv.port, limit=1 << 20, on_cut=kill)  # listings pass; the object does not
     try:
-        env(s3_user="reader", s3_endpoint=srv.endpoint, gcs_endpoint=srv.endpoint)
+        env(s3_user="reader", s3_endpoint=proxy.endpoint, gcs_endpoint=proxy.endpoint)
         if scheme == "s3":  # this server enforces no IAM: any keys
             os.environ["AWS_ACCESS_KEY_ID"] = os.environ["AWS_SECRET_ACCESS_KEY"] = "open"
-        watcher.start()
         url = f"{scheme}://doomed/logdir"
         t0 = time.monotonic()
         rc, out, err = run_cli(capsys, "analyze", url)
         took = time.monotonic() - t0
     finally:
-        stopped.set()
+        proxy.close()
         srv.stop()
+    assert proxy.cuts >= 1 and srv.proc.poll() is not None
     assert rc == EXIT_REMOTE, err
     line = _one_line(err, f"{url}/plugins/profile/{NEWEST}/tpu_host.xplane.pb")
     assert re.search(r"(no answer within \d+ s|cannot reach the server|cut short) while reading it", line), line
