@@ -59,22 +59,15 @@ def float_attr_sums(table) -> tuple:
     """:func:`traceview.model.optable.float_attr_sums` of ``table``, once per events frame: read
     off the collapsed rows, as it does, when :func:`ranges` show the float sums exact, else
     that function."""
-    import numpy as np
-
-    from traceview.model.optable import _sums_exact, float_attr_sums as _sums
+    from traceview.model.optable import _sums_exact, collapsed_sums, float_attr_sums as _sums
 
     def make():
-        ev, n = table.events, table.attrs.height
+        ev = table.events
         r = ranges(table) if ev.height else None
         if (r is not None and not r["self_nulls"] and not r["count_nulls"]
                 and _sums_exact(r["self_min"], r["self_max"], r["self_sum"], ev.height)
                 and _sums_exact(r["count_min"], r["count_max"], r["count_sum"], ev.height)):
-            col = table.collapse()
-            ids = col["attr"].to_numpy().astype(np.int64)
-            t, c = np.zeros(n), np.zeros(n)
-            t[ids] = col["self_ps"].to_numpy()
-            c[ids] = col["count"].to_numpy()
-            return t, c
+            return collapsed_sums(table)
         return _sums(table)
 
     return _memo(table.events, ("float_attr_sums", table.attrs.height), make)

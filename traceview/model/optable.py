@@ -253,6 +253,18 @@ def _collapse_grouped(events: pl.DataFrame) -> pl.DataFrame:
     return agg
 
 
+def collapsed_sums(table: "OpTable") -> tuple[np.ndarray, np.ndarray]:
+    """Per description (``table.attrs`` row id), self_ps and count of the collapsed rows as
+    float64 arrays (0 where a description has no event): :func:`float_attr_sums` when its
+    sums are exact."""
+    col = table.collapse()
+    ids = col["attr"].to_numpy().astype(np.int64)
+    t, c = np.zeros(table.attrs.height), np.zeros(table.attrs.height)
+    t[ids] = col["self_ps"].to_numpy()
+    c[ids] = col["count"].to_numpy()
+    return t, c
+
+
 def float_attr_sums(table: "OpTable") -> tuple[np.ndarray, np.ndarray]:
     """Per description (``table.attrs`` row id), its events' self_ps and count summed as float64
     bincounts sum them (null self_ps as 0, null count as 1): read from the collapsed rows (cached)
@@ -266,12 +278,7 @@ def float_attr_sums(table: "OpTable") -> tuple[np.ndarray, np.ndarray]:
             pl.col("self_ps").min().alias("a"), pl.col("self_ps").max().alias("b"), pl.col("count").min().alias("c"),
             pl.col("count").max().alias("d"), pl.col("self_ps").sum().alias("e"), pl.col("count").sum().alias("f")).row(0)
         if (_sums_exact(lo_s, hi_s, sum_s, ev.height) and _sums_exact(lo_c, hi_c, sum_c, ev.height)):
-            col = table.collapse()
-            ids = col["attr"].to_numpy().astype(np.int64)
-            t, c = np.zeros(n), np.zeros(n)
-            t[ids] = col["self_ps"].to_numpy()
-            c[ids] = col["count"].to_numpy()
-            return t, c
+            return collapsed_sums(table)
     if _fast is not None and ev.height and not ev["self_ps"].null_count() and not ev["count"].null_count():
         t, c = np.zeros(n), np.zeros(n)
         if _fast.attr_float_sums(np.ascontiguousarray(ev["attr"].to_numpy(), dtype=np.uint32),
