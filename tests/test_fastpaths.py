@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -40,6 +41,17 @@ from traceview.model.optable import OpTable
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 pytestmark = pytest.mark.skipif(not xline.has_decoder(), reason="the C accelerator is not built")
+
+
+@contextlib.contextmanager
+def _numpy_only(module):
+    """``module``'s C passes off (its ``_fast`` None) inside the block: its numpy fallback runs."""
+    saved = module._fast
+    module._fast = None
+    try:
+        yield
+    finally:
+        module._fast = saved
 
 
 def _xplanes(shared_traces: Path) -> list[Path]:
@@ -150,12 +162,8 @@ def test_c_row_hashes_equal_numpy(events, pop_of_attr, keep, in_order, as_set):
     kw = dict(keep=np.array(keep)) if as_set else dict(count=count)
     fast = stepstats.row_hashes(rows, attr, pop, words, 7, **kw)
     assert fast.tolist() == stepstats.row_hashes(rows.astype(np.int64), attr, pop, words, 7, **kw).tolist()
-    saved = stepstats._fast
-    try:
-        stepstats._fast = None
+    with _numpy_only(stepstats):
         ref = stepstats.row_hashes(rows, attr, pop, words, 7, **kw)
-    finally:
-        stepstats._fast = saved
     assert fast.tolist() == ref.tolist()
 
 
@@ -165,12 +173,8 @@ def test_c_self_times_equal_the_reference(pairs):
     starts = np.array([p[0] for p in pairs], dtype=np.int64)
     durs = np.array([p[1] for p in pairs], dtype=np.int64)
     fast = timeline.self_times(starts, durs)
-    saved = timeline._fast
-    try:
-        timeline._fast = None
+    with _numpy_only(timeline):
         ref = timeline.self_times(starts, durs)
-    finally:
-        timeline._fast = saved
     assert (fast == ref).all()
 
 
@@ -197,12 +201,8 @@ def test_c_kernel_owners_equal_numpy(args):
     from traceview.model import interpreted
 
     fast = interpreted._owners(*args)
-    saved = interpreted._fast
-    try:
-        interpreted._fast = None
+    with _numpy_only(interpreted):
         ref = interpreted._owners(*args)
-    finally:
-        interpreted._fast = saved
     assert fast[1] == ref[1] and (fast[0] == ref[0]).all()
 
 
@@ -241,12 +241,8 @@ def test_c_enclosing_equals_the_binary_search(inner, outer, in_order):
     os_ = np.array([a for a, _ in o], dtype=np.int64)
     oe = np.array([a + d for a, d in o], dtype=np.int64)
     fast = timeline.enclosing(s, s, os_, oe)
-    saved = timeline._fast
-    try:
-        timeline._fast = None
+    with _numpy_only(timeline):
         ref = timeline.enclosing(s, s, os_, oe)
-    finally:
-        timeline._fast = saved
     assert fast.tolist() == ref.tolist()
 
 
@@ -257,12 +253,8 @@ def test_c_rank_match_equals_numpy(ks, kd):
 
     s, d = np.array(ks, dtype=np.int64), np.array(kd, dtype=np.int64)
     fast = overlap._match(s, d)
-    saved = overlap._fast
-    try:
-        overlap._fast = None
+    with _numpy_only(overlap):
         ref = overlap._match(s, d)
-    finally:
-        overlap._fast = saved
     assert fast.tolist() == ref.tolist()
 
 
@@ -586,14 +578,10 @@ def test_c_partition_and_covered_equal_numpy(cu, sy, asy, ho, wins, in_order):
     fast_sets = sets()
     fast = overlap._partition(*fast_sets, wa, wb)
     fast_cov = overlap._covered(*fast_sets[0], wa, wb)
-    saved = overlap._fast
-    try:
-        overlap._fast = None
+    with _numpy_only(overlap):
         ref_sets = sets()
         ref = overlap._partition(*ref_sets, wa, wb)
         ref_cov = overlap._covered(*ref_sets[0], wa, wb)
-    finally:
-        overlap._fast = saved
     assert [x.tolist() for x in fast] == [x.tolist() for x in ref]
     assert fast_cov.tolist() == ref_cov.tolist()
 
@@ -617,12 +605,8 @@ def test_c_union_where_equals_numpy(items, kept, in_order, as_durs):
     with np.errstate(over="ignore"):
         args = (s, None, v, codes, lut) if as_durs else (s, s + v, None, codes, lut)
         fast = overlap._union_where(*args)
-        saved = overlap._fast
-        try:
-            overlap._fast = None
+        with _numpy_only(overlap):
             ref = overlap._union_where(*args)
-        finally:
-            overlap._fast = saved
     assert fast[0].tolist() == ref[0].tolist() and fast[1].tolist() == ref[1].tolist()
 
 def _copy_pairs_case(events, in_order: bool):
@@ -649,12 +633,8 @@ def test_c_pair_by_key_equals_numpy(events, in_order):
 
     a, t, attrs = _copy_pairs_case(events, in_order)
     fast = collectives._pair_index(a, t, attrs)
-    saved = collectives._fast
-    try:
-        collectives._fast = None
+    with _numpy_only(collectives):
         ref = collectives._pair_index(a, t, attrs)
-    finally:
-        collectives._fast = saved
     assert fast[0].tolist() == ref[0].tolist() and fast[1].tolist() == ref[1].tolist()
 
 
@@ -674,13 +654,9 @@ def test_c_pair_spans_equal_numpy(events, in_order, durs, selfs):
                        "self_ps": pl.Series(selfs[:len(a)], dtype=pl.Int64)})
     for ordered in (True, False):
         fast = collectives._pair_spans(ev, attrs, None, ordered)
-        saved = collectives._fast
-        try:
-            collectives._fast = None
+        with _numpy_only(collectives):
             with np.errstate(over="ignore"):
                 ref = collectives._pair_spans(ev, attrs, None, ordered)
-        finally:
-            collectives._fast = saved
         if ordered:
             assert [x.tolist() for x in fast] == [x.tolist() for x in ref]
         else:  # the starts in event order (C) or in time order (numpy): the same pairs
@@ -737,13 +713,9 @@ def test_c_record_sums_equal_numpy(records, extra):
     hid = np.array([r[4] for r in records], dtype=np.int64)
     size = (int(rec["attr"].max()) + 1 if records else 0) + extra
     fast = overlap._record_sums(rec, hid, size)
-    saved = overlap._fast
-    try:
-        overlap._fast = None
+    with _numpy_only(overlap):
         with np.errstate(over="ignore"):
             ref = overlap._record_sums(rec, hid, size)
-    finally:
-        overlap._fast = saved
     assert [x.tolist() for x in fast[:3]] == [x.tolist() for x in ref[:3]]
     assert {k: v.tolist() for k, v in fast[3].items()} == {k: v.tolist() for k, v in ref[3].items()}
     if records:  # an attr id past the outputs: refused
