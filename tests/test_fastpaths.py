@@ -1080,3 +1080,29 @@ def test_c_comm_records_stream_equals_comm_records(events, skey, dkey, sync, in_
         got = fn(a, start, dur, dev, sk, dk, sy, *o)
         outs.append((got, [x[:got].tolist() for x in o] if got >= 0 else None))
     assert outs[0] == outs[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 60)), max_size=30),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(0, 50), st.integers(0, 12)), max_size=30))
+def test_window_steps_equal_the_asof_join(arrivals, windows):
+    """The stragglers' window per arrival (:func:`_window_steps`: a sort and a search per
+    device) equals the backward as-of join by device and its end check; two windows of a
+    device beginning together are left to the join."""
+    from traceview.analysis.communication import stragglers
+
+    ex = pl.DataFrame({"_d": pl.Series([a for a, _ in arrivals], dtype=pl.UInt32),
+                       "start_ps": pl.Series([t for _, t in arrivals], dtype=pl.Int64)}).sort("start_ps")
+    w = pl.DataFrame({"_d": pl.Series([d for d, _, _ in windows], dtype=pl.UInt32),
+                      "step": pl.Series(range(len(windows)), dtype=pl.Int64),
+                      "start_ps": pl.Series([s for _, s, _ in windows], dtype=pl.Int64)})
+    w = w.with_columns((pl.col("start_ps") + pl.Series([n for _, _, n in windows], dtype=pl.Int64)).alias("_e"))
+    got = stragglers._window_steps(ex, w)
+    starts = [(d, s) for d, s, _ in windows]
+    if not windows or len(set(starts)) < len(starts):
+        assert got is None
+        return
+    ref = ex.join_asof(w.select("_d", "step", pl.col("start_ps").alias("_ws"), "_e").sort("_ws"),
+                       left_on="start_ps", right_on="_ws", by="_d", strategy="backward", check_sortedness=False)
+    ref = ref.select(pl.when(pl.col("start_ps") < pl.col("_e")).then(pl.col("step")).alias("step"))["step"]
+    assert got.to_list() == ref.to_list() and got.dtype == ref.dtype
