@@ -1106,3 +1106,25 @@ def test_window_steps_equal_the_asof_join(arrivals, windows):
                        left_on="start_ps", right_on="_ws", by="_d", strategy="backward", check_sortedness=False)
     ref = ref.select(pl.when(pl.col("start_ps") < pl.col("_e")).then(pl.col("step")).alias("step"))["step"]
     assert got.to_list() == ref.to_list() and got.dtype == ref.dtype
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 20)), max_size=50), st.booleans(),
+       st.lists(st.integers(0, 2), min_size=6, max_size=6), st.lists(st.integers(0, 4), min_size=6, max_size=6))
+def test_c_events_placed_equal_the_gathers(events, in_order, dev_of, cls_of):
+    """Each event's device and class with the (device, start) order checked in one C pass
+    (``events_placed``) equal numpy's gathers and comparisons; an id past the tables is refused."""
+    from traceview.analysis.communication import overlap
+
+    d_of, c_of = np.array(dev_of, dtype=np.int32), np.array(cls_of, dtype=np.int8)
+    if in_order:
+        events = sorted(events, key=lambda e: (dev_of[e[0]] if e[0] < 6 else 0, e[1]))
+    a = np.array([e[0] for e in events], dtype=np.uint32)
+    s = np.array([e[1] for e in events], dtype=np.int64)
+    dev, cls, placed = overlap._placed(a, s, d_of, c_of)
+    if len(a) and int(a.max()) >= 6:
+        assert placed == -1
+        return
+    assert dev.tolist() == d_of[a].tolist() and cls.tolist() == c_of[a].tolist()
+    ordered = all((dev[i], s[i]) >= (dev[i - 1], s[i - 1]) for i in range(1, len(a)))
+    assert placed == int(ordered)

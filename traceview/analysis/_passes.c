@@ -1617,6 +1617,41 @@ nomem:
     return PyErr_NoMemory();
 }
 
+/* events_placed(attr, start, dev_of, cls_of, dev, cls) -> int
+ * Per event (attr: uint32 ids, start: int64) its device dev[i] = dev_of[attr[i]] (int32) and
+ * class cls[i] = cls_of[attr[i]] (int8), in one pass (traceview.analysis.communication.overlap._Events),
+ * checking the (dev, start) order on the way. Returns 1 when the events are in that order
+ * (non-decreasing dev, and start within each dev), 0 when not (outputs filled all the
+ * same), -1 (outputs unspecified) when an id lies outside dev_of or cls_of or sizes do not
+ * match. */
+static PyObject *events_placed(PyObject *self, PyObject *args) {
+    Py_buffer b[6];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5])) return NULL;
+    Py_ssize_t n = b[0].len / 4, nd = b[2].len / 4, nc = b[3].len;
+    int ok = b[0].len == n * 4 && b[1].len == n * 8 && b[2].len == nd * 4 && b[4].len == n * 4 && b[5].len == n;
+    const uint32_t *attr = b[0].buf;
+    const int64_t *st = b[1].buf;
+    const int32_t *dev_of = b[2].buf;
+    const int8_t *cls_of = b[3].buf;
+    int32_t *dev = b[4].buf;
+    int8_t *cls = b[5].buf;
+    int ordered = 1;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t a = attr[i];
+            if ((Py_ssize_t)a >= nd || (Py_ssize_t)a >= nc) { ok = 0; break; }
+            int32_t d = dev_of[a];
+            dev[i] = d;
+            cls[i] = cls_of[a];
+            if (i && (d < dev[i - 1] || (d == dev[i - 1] && st[i] < st[i - 1]))) ordered = 0;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
+    return PyLong_FromLong(ok ? ordered : -1);
+}
+
 static PyMethodDef methods[] = {
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
@@ -1649,6 +1684,7 @@ static PyMethodDef methods[] = {
     {"comm_records_stream", comm_records_stream, METH_VARARGS,
      "comm_records_stream(attr, start, dur, dev, start_key, done_key, sync_of, r_attr, r_dev, r_start, r_end, r_wait, "
      "r_sync) -> int"},
+    {"events_placed", events_placed, METH_VARARGS, "events_placed(attr, start, dev_of, cls_of, dev, cls) -> int"},
     {NULL, NULL, 0, NULL}
 };
 

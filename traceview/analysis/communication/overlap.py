@@ -311,20 +311,37 @@ class _Events:
         # they leave no hole in the heap for the later stages to grow around; an event's end
         # is computed where it is read (a device's events, a record's), not kept per event
         start, dur = _codes(ev["start_ps"]), _codes(ev["duration_ps"])
-        dev = hugearrays.take(dev_of, attr)
         del ev
-        if len(dev) > 1 and not (np.all(dev[1:] >= dev[:-1]) and np.all((dev[1:] > dev[:-1]) | (start[1:] >= start[:-1]))):
+        dev, cls, placed = _placed(attr, start, dev_of, cls_of)
+        if placed != 1 and len(dev) > 1 and not (np.all(dev[1:] >= dev[:-1])
+                                                 and np.all((dev[1:] > dev[:-1]) | (start[1:] >= start[:-1]))):
             o = _stable_order(dev)  # by device (radix), each device's events in their order
             attr, start, dur, dev = attr[o], start[o], dur[o], dev[o]
             if not np.all((dev[1:] > dev[:-1]) | (start[1:] >= start[:-1])):
                 o = np.lexsort((start, dev))  # stable
                 attr, start, dur, dev = attr[o], start[o], dur[o], dev[o]
+            cls = None
         self.attr, self.start, self.dur, self.dev = attr, start, dur, dev
-        self.cls = hugearrays.take(cls_of, attr)
+        self.cls = cls if cls is not None else hugearrays.take(cls_of, attr)
         # each device's slice of the arrays
         cuts = np.searchsorted(dev, np.arange(self.devices.height + 1), side="left")
         self.slices = [(d, slice(int(cuts[d]), int(cuts[d + 1]))) for d in range(self.devices.height)
                        if cuts[d + 1] > cuts[d]]
+
+
+def _placed(attr: np.ndarray, start: np.ndarray, dev_of: np.ndarray, cls_of: np.ndarray) -> tuple:
+    """(per event its device ``dev_of[attr]``, its class ``cls_of[attr]`` or None, 1 when the
+    events are known to be in (device, start) order, else 0 or -1): in one C pass
+    (``events_placed``) when built, else the device by a gather and the class left to the caller."""
+    if _fast is not None and attr.dtype == np.uint32:
+        dev, cls = hugearrays.empty(len(attr), np.int32), hugearrays.empty(len(attr), np.int8)
+        got = _fast.events_placed(np.ascontiguousarray(attr), np.ascontiguousarray(start, dtype=np.int64),
+                                  np.ascontiguousarray(dev_of, dtype=np.int32), np.ascontiguousarray(cls_of, dtype=np.int8),
+                                  dev, cls)
+        if got >= 0:
+            return dev, cls, got
+        del dev, cls
+    return hugearrays.take(dev_of, attr), None, -1
 
 
 def _row_devices(frame: pl.DataFrame, devices: pl.DataFrame) -> np.ndarray:
