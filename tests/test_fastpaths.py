@@ -982,3 +982,149 @@ def test_straggler_step_picks_equal_the_sorts(rows):
             == np.lexsort((-rank, -la, -caused, gid))[firsts].tolist())
     med = srt.group_by("step", maintain_order=True).agg(pl.col("busy").median())["busy"].to_numpy()
     assert sg._medians(busy, firsts).tolist() == med.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 9), max_size=60), st.integers(0, 12))
+def test_c_attr_counts_equal_bincount(ids, n):
+    """The attr ids counted in C (``attr_counts``) equal ``np.bincount``, with or without a
+    minimum length; an id past the table is refused and bincount decides."""
+    from traceview.analysis.communication import collectives, overlap
+
+    a = np.array(ids, dtype=np.uint32)
+    assert collectives._attr_counts(a, n).tolist() == np.bincount(a).tolist()
+    if not len(a) or int(a.max()) < n:
+        assert overlap._attr_counts(a, n).tolist() == np.bincount(a, minlength=n).tolist()
+    with _numpy_only(collectives), _numpy_only(overlap):
+        assert collectives._attr_counts(a, n).tolist() == np.bincount(a).tolist()
+        if not len(a) or int(a.max()) < n:
+            assert overlap._attr_counts(a, n).tolist() == np.bincount(a, minlength=n).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 40), st.integers(-3, 12), st.booleans()), max_size=60),
+       st.lists(st.integers(-1, 1), min_size=6, max_size=6), st.lists(st.integers(0, 2), min_size=6, max_size=6),
+       st.lists(st.sampled_from([float("nan"), 0.0, 1.5, 3.0, 1e12]), min_size=6, max_size=6), st.booleans())
+def test_c_direction_busy_in_order_equals_direction_busy(records, dir_of, dev_of, by_attr, in_order):
+    """The one-pass host-transfer sweep (``direction_busy_in_order``) gives ``direction_busy``'s
+    figures bit for bit whenever each (direction, device)'s counted records come in start
+    order, and refuses exactly when one does not."""
+    from traceview.analysis.communication import collectives
+
+    if in_order:
+        records = sorted(records, key=lambda r: r[1])
+    ra = np.array([r[0] for r in records], dtype=np.uint32)
+    start = np.array([r[1] for r in records], dtype=np.int64)
+    ix = np.arange(len(records), dtype=np.int64)
+    t = np.array([r[2] for r in records], dtype=np.int64)
+    ok = np.array([r[3] for r in records], dtype=bool).view(np.uint8)
+    d_of, v_of, b_of = np.array(dir_of, dtype=np.int64), np.array(dev_of, dtype=np.int64), np.array(by_attr)
+    outs = [(np.zeros(2, dtype=np.int64), np.zeros(2), np.zeros(2, dtype=np.int64)) for _ in range(2)]
+    got = collectives._fast.direction_busy_in_order(ra, ix, start, t, ok, d_of, v_of, b_of, *outs[0])
+    assert collectives._fast.direction_busy(ra, ix, start, t, ok, d_of, v_of, b_of, *outs[1])
+    groups: dict = {}
+    for r, (a, s0, _, k) in enumerate(records):
+        if k and d_of[a] >= 0 and not np.isnan(b_of[a]):
+            groups.setdefault((d_of[a], v_of[a]), []).append(s0)
+    assert got == all(g == sorted(g) for g in groups.values())
+    if got:
+        assert outs[0][0].tolist() == outs[1][0].tolist() and outs[0][1].tobytes() == outs[1][1].tobytes()
+        assert outs[0][2].tolist() == outs[1][2].tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(-5, 50) | st.just(1 << 62), st.integers(0, 30)),
+                min_size=1, max_size=60),
+       st.lists(st.integers(0, 3), min_size=8, max_size=8))
+def test_c_transfer_groups_equal_the_group_by(records, g_of):
+    """The host transfers' per-group figures from the C passes (``attr_stats``, ``median_by``)
+    equal polars' group-by (order of first appearance, first attr, count, median, sums)."""
+    from traceview.analysis.communication import collectives
+
+    ra = np.array([r[0] for r in records], dtype=np.uint32)
+    g = np.array(g_of, dtype=np.int64)
+    rec = pl.DataFrame({"_g": g[ra], "attr": pl.Series(ra, dtype=pl.UInt32),
+                        "t_ps": pl.Series([r[1] for r in records], dtype=pl.Int64),
+                        "all_self_ps": pl.Series([r[2] for r in records], dtype=pl.Int64)})
+    fast, ua = collectives._transfer_groups(rec, g, ra)
+    with _numpy_only(collectives):
+        ref, ua_ref = collectives._transfer_groups(rec, g, ra)
+    assert fast.equals(ref) and fast.schema == ref.schema and ua.tolist() == ua_ref.tolist()
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 1), st.integers(0, 12), st.integers(-3, 10)), max_size=60),
+       st.lists(st.integers(-1, 2), min_size=8, max_size=8), st.lists(st.integers(-1, 2), min_size=8, max_size=8),
+       st.lists(st.booleans(), min_size=8, max_size=8), st.booleans(), st.integers(0, 3))
+def test_c_comm_records_stream_equals_comm_records(events, skey, dkey, sync, in_order, short):
+    """The overlap's records built in one streaming pass (``comm_records_stream``) equal the
+    counting passes and merge of ``comm_records``: pairs by rank per key (dones before the
+    key's first start orphaned, dones before the start of their rank), unmatched starts and
+    pairs whose done starts earlier dropped, synchronous records first within a (device,
+    start); the same refusals (out of order, outputs too short)."""
+    from traceview.analysis.communication import overlap
+
+    if in_order:
+        events = sorted(events, key=lambda e: (e[1], e[2]))
+    a = np.array([e[0] for e in events], dtype=np.uint32)
+    dev = np.array([e[1] for e in events], dtype=np.int32)
+    start = np.array([e[2] for e in events], dtype=np.int64)
+    dur = np.array([e[3] for e in events], dtype=np.int64)
+    sk, dk = np.array(skey, dtype=np.int64), np.array(dkey, dtype=np.int64)
+    sy = np.array(sync, dtype=np.uint8)
+    cap = max(0, int(sum(1 for x in a if sy[x] or sk[x] >= 0)) - short)
+    outs = []
+    for fn in (overlap._fast.comm_records, overlap._fast.comm_records_stream):
+        o = (np.zeros(cap, dtype=np.uint32), np.zeros(cap, dtype=np.int32), np.zeros(cap, dtype=np.int64),
+             np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.uint8))
+        got = fn(a, start, dur, dev, sk, dk, sy, *o)
+        outs.append((got, [x[:got].tolist() for x in o] if got >= 0 else None))
+    assert outs[0] == outs[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 60)), max_size=30),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(0, 50), st.integers(0, 12)), max_size=30))
+def test_window_steps_equal_the_asof_join(arrivals, windows):
+    """The stragglers' window per arrival (:func:`_window_steps`: a sort and a search per
+    device) equals the backward as-of join by device and its end check; two windows of a
+    device beginning together are left to the join."""
+    from traceview.analysis.communication import stragglers
+
+    ex = pl.DataFrame({"_d": pl.Series([a for a, _ in arrivals], dtype=pl.UInt32),
+                       "start_ps": pl.Series([t for _, t in arrivals], dtype=pl.Int64)}).sort("start_ps")
+    w = pl.DataFrame({"_d": pl.Series([d for d, _, _ in windows], dtype=pl.UInt32),
+                      "step": pl.Series(range(len(windows)), dtype=pl.Int64),
+                      "start_ps": pl.Series([s for _, s, _ in windows], dtype=pl.Int64)})
+    w = w.with_columns((pl.col("start_ps") + pl.Series([n for _, _, n in windows], dtype=pl.Int64)).alias("_e"))
+    got = stragglers._window_steps(ex, w)
+    starts = [(d, s) for d, s, _ in windows]
+    if not windows or len(set(starts)) < len(starts):
+        assert got is None
+        return
+    ref = ex.join_asof(w.select("_d", "step", pl.col("start_ps").alias("_ws"), "_e").sort("_ws"),
+                       left_on="start_ps", right_on="_ws", by="_d", strategy="backward", check_sortedness=False)
+    ref = ref.select(pl.when(pl.col("start_ps") < pl.col("_e")).then(pl.col("step")).alias("step"))["step"]
+    assert got.to_list() == ref.to_list() and got.dtype == ref.dtype
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 20)), max_size=50), st.booleans(),
+       st.lists(st.integers(0, 2), min_size=6, max_size=6), st.lists(st.integers(0, 4), min_size=6, max_size=6))
+def test_c_events_placed_equal_the_gathers(events, in_order, dev_of, cls_of):
+    """Each event's device and class with the (device, start) order checked in one C pass
+    (``events_placed``) equal numpy's gathers and comparisons; an id past the tables is refused."""
+    from traceview.analysis.communication import overlap
+
+    d_of, c_of = np.array(dev_of, dtype=np.int32), np.array(cls_of, dtype=np.int8)
+    if in_order:
+        events = sorted(events, key=lambda e: (dev_of[e[0]] if e[0] < 6 else 0, e[1]))
+    a = np.array([e[0] for e in events], dtype=np.uint32)
+    s = np.array([e[1] for e in events], dtype=np.int64)
+    dev, cls, placed = overlap._placed(a, s, d_of, c_of)
+    if len(a) and int(a.max()) >= 6:
+        assert placed == -1
+        return
+    assert dev.tolist() == d_of[a].tolist() and cls.tolist() == c_of[a].tolist()
+    ordered = all((dev[i], s[i]) >= (dev[i - 1], s[i - 1]) for i in range(1, len(a)))
+    assert placed == int(ordered)

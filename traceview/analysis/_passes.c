@@ -1305,6 +1305,353 @@ static PyObject *chunks_inside(PyObject *self, PyObject *args) {
     return PyBool_FromLong(res);
 }
 
+/* perf-v6e */
+
+/* attr_counts(a, out) -> int
+ * np.bincount of the attr ids a (uint32) into out (int64, written, not added to): out[k] =
+ * how many of a are k. Returns the largest id + 1 (0 when a is empty: the length np.bincount
+ * gives), or -1 (out unspecified) when an id lies outside out. No copy of a is made. */
+static PyObject *attr_counts(PyObject *self, PyObject *args) {
+    Py_buffer b[2];
+    if (!PyArg_ParseTuple(args, "y*w*", &b[0], &b[1])) return NULL;
+    Py_ssize_t n = b[0].len / 4, size = b[1].len / 8, top = 0;
+    const uint32_t *a = b[0].buf;
+    int64_t *out = b[1].buf;
+    int ok = b[0].len == n * 4 && b[1].len == size * 8;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        memset(out, 0, (size_t)size * sizeof(int64_t));
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t x = a[i];
+            if ((Py_ssize_t)x >= size) { ok = 0; break; }
+            out[x]++;
+            if ((Py_ssize_t)x >= top) top = (Py_ssize_t)x + 1;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 2; k++) PyBuffer_Release(&b[k]);
+    return PyLong_FromSsize_t(ok ? top : -1);
+}
+
+/* attr_stats(attr, v1, v2, cnt, first, s1, s2) -> bool
+ * Per attr id k < size (the outputs' length, all int64) of the records r (attr: uint32; v1,
+ * v2: int64 per record): cnt[k] records, first[k] the first record (len(attr) when none),
+ * s1[k] and s2[k] the sums of v1 and v2 (wrapping as numpy's int64 sums). Outputs are
+ * written, not added to. Returns False (outputs unspecified) on an id >= size or sizes that
+ * do not match. */
+static PyObject *attr_stats(PyObject *self, PyObject *args) {
+    Py_buffer b[7];
+    if (!PyArg_ParseTuple(args, "y*y*y*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6])) return NULL;
+    Py_ssize_t n = b[0].len / 4, size = b[3].len / 8;
+    int ok = b[0].len == n * 4 && b[1].len == n * 8 && b[2].len == n * 8;
+    for (int k = 3; k < 7; k++) if (b[k].len != size * 8) ok = 0;
+    const uint32_t *attr = b[0].buf;
+    const int64_t *v1 = b[1].buf, *v2 = b[2].buf;
+    int64_t *cnt = b[3].buf, *first = b[4].buf;
+    uint64_t *s1 = b[5].buf, *s2 = b[6].buf;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t k = 0; k < size; k++) { cnt[k] = 0; first[k] = n; s1[k] = s2[k] = 0; }
+        for (Py_ssize_t r = 0; r < n; r++) {
+            uint32_t k = attr[r];
+            if ((Py_ssize_t)k >= size) { ok = 0; break; }
+            if (!cnt[k]++) first[k] = r;
+            s1[k] += (uint64_t)v1[r];
+            s2[k] += (uint64_t)v2[r];
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 7; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
+/* direction_busy_in_order(ra, ix, start, t, ok, dir_of, dev_of, by_attr, busy, moved, first) -> bool
+ * direction_busy's result (same arguments and outputs) when each (direction, device) group's
+ * counted records come in non-decreasing start order, as the records of async copies paired
+ * in event order do: then its stable sort leaves them in record order, and the sweep runs
+ * with a running end per group in one pass, no buffer of the records. Returns False
+ * (outputs unspecified) when some group is out of order or on direction_busy's refusals:
+ * the caller then calls direction_busy. */
+static PyObject *direction_busy_in_order(PyObject *self, PyObject *args) {
+    Py_buffer b[11];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
+                          &b[8], &b[9], &b[10]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, ne = b[2].len / 8, na = b[5].len / 8, nd = b[8].len / 8;
+    int ok = b[1].len / 8 == n && b[3].len / 8 == n && b[4].len == n && b[6].len / 8 == na && b[7].len / 8 == na
+             && b[9].len / 8 == nd && b[10].len / 8 == nd;
+    const uint32_t *ra = b[0].buf;
+    const int64_t *ix = b[1].buf, *start = b[2].buf, *t = b[3].buf, *dir_of = b[5].buf, *dev_of = b[6].buf;
+    const uint8_t *okr = b[4].buf;
+    const double *by = b[7].buf;
+    int64_t *busy = b[8].buf, *first = b[10].buf;
+    double *moved = b[9].buf;
+    int64_t ndev = 0, ng = 0;
+    int64_t *end = NULL, *last = NULL;
+    uint64_t *sum = NULL;
+    uint8_t *seen = NULL;
+    for (Py_ssize_t k = 0; ok && k < na; k++) {
+        if (dir_of[k] >= nd || dev_of[k] < 0) ok = 0;
+        else if (dev_of[k] + 1 > ndev) ndev = dev_of[k] + 1;
+    }
+    if (ok) {
+        ng = nd * (ndev ? ndev : 1);
+        end = PyMem_RawMalloc(((size_t)ng + 1) * sizeof(int64_t));
+        last = PyMem_RawMalloc(((size_t)ng + 1) * sizeof(int64_t));
+        sum = PyMem_RawCalloc((size_t)ng + 1, sizeof(uint64_t));
+        seen = PyMem_RawCalloc((size_t)ng + 1, 1);
+        if (!end || !last || !sum || !seen) {
+            PyMem_RawFree(end); PyMem_RawFree(last); PyMem_RawFree(sum); PyMem_RawFree(seen);
+            for (int k = 0; k < 11; k++) PyBuffer_Release(&b[k]);
+            return PyErr_NoMemory();
+        }
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t d = 0; d < nd; d++) { busy[d] = 0; moved[d] = 0.0; first[d] = -1; }
+        for (Py_ssize_t r = 0; r < n; r++) {
+            uint32_t a = ra[r];
+            if ((Py_ssize_t)a >= na || ix[r] < 0 || ix[r] >= ne) { ok = 0; break; }
+            int64_t d = dir_of[a];
+            if (d < 0 || !okr[r] || by[a] != by[a]) continue;
+            moved[d] += by[a];
+            if (first[d] < 0) first[d] = r;
+            int64_t g = d * ndev + dev_of[a];
+            int64_t lo = start[ix[r]];
+            int64_t hi = (int64_t)((uint64_t)lo + (uint64_t)t[r]);  /* wraps as numpy adds */
+            if (!seen[g]) {  /* the group's first record opens its sweep */
+                seen[g] = 1;
+                sum[g] += (uint64_t)hi - (uint64_t)lo;
+                end[g] = hi;
+            } else {
+                if (lo < last[g]) { ok = 0; break; }  /* out of start order: the sort decides */
+                if (lo > end[g]) { sum[g] += (uint64_t)hi - (uint64_t)lo; end[g] = hi; }
+                else if (hi > end[g]) { sum[g] += (uint64_t)hi - (uint64_t)end[g]; end[g] = hi; }
+            }
+            last[g] = lo;
+        }
+        for (int64_t g = 0; ok && ndev && g < ng; g++) busy[g / ndev] = (int64_t)((uint64_t)busy[g / ndev] + sum[g]);
+        Py_END_ALLOW_THREADS
+    }
+    PyMem_RawFree(end); PyMem_RawFree(last); PyMem_RawFree(sum); PyMem_RawFree(seen);
+    for (int k = 0; k < 11; k++) PyBuffer_Release(&b[k]);
+    return PyBool_FromLong(ok);
+}
+
+/* comm_records_stream(attr, start, dur, dev, start_key, done_key, sync_of, r_attr, r_dev, r_start, r_end, r_wait, r_sync) -> int
+ * comm_records' records (same arguments, outputs, result and refusals) in one pass over the
+ * events, with no per-event buffer: each synchronous event and each start is written where
+ * it comes (events in (dev, start) order), a start waiting in its key's queue (oldest first,
+ * linked through r_wait) until its key's next done fills its end and wait; a done that comes
+ * before the start of its rank waits in a queue of dones instead. Then, only when needed,
+ * the starts never matched and the pairs whose done starts earlier are dropped, and within
+ * each (dev, start) the synchronous records are put before the pairs, as comm_records' merge
+ * orders them. */
+static PyObject *comm_records_stream(PyObject *self, PyObject *args) {
+    Py_buffer b[13];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6],
+                          &b[7], &b[8], &b[9], &b[10], &b[11], &b[12]))
+        return NULL;
+    Py_ssize_t n = b[0].len / 4, na = b[4].len / 8, cap = b[7].len / 4;
+    int ok = b[1].len / 8 == n && b[2].len / 8 == n && b[3].len / 4 == n && b[5].len / 8 == na && b[6].len == na
+             && b[8].len / 4 == cap && b[9].len / 8 == cap && b[10].len / 8 == cap && b[11].len / 8 == cap
+             && b[12].len == cap;
+    const uint32_t *attr = b[0].buf;
+    const int64_t *st = b[1].buf, *du = b[2].buf, *skey = b[4].buf, *dkey = b[5].buf;
+    const int32_t *dev = b[3].buf;
+    const uint8_t *syn = b[6].buf;
+    uint32_t *r_attr = b[7].buf;
+    int32_t *r_dev = b[8].buf;
+    int64_t *r_start = b[9].buf, *r_end = b[10].buf, *r_wait = b[11].buf;
+    uint8_t *r_sync = b[12].buf;
+    Py_ssize_t count = -1;
+    int64_t nk = 0;
+    for (Py_ssize_t k = 0; ok && k < na; k++) {
+        if (skey[k] + 1 > nk) nk = skey[k] + 1;
+        if (dkey[k] + 1 > nk) nk = dkey[k] + 1;
+    }
+    /* per key: its queue of waiting starts (records) and of waiting dones (slots of dq_ev) */
+    int64_t *sq_h = NULL, *sq_t = NULL, *dq_h = NULL, *dq_t = NULL, *dq_ev = NULL, *dq_next = NULL;
+    uint8_t *started = NULL;
+    int64_t *tmp = NULL;
+    Py_ssize_t dq_n = 0, dq_cap = 0;
+    if (ok) {
+        sq_h = PyMem_RawMalloc(((size_t)nk + 1) * sizeof(int64_t));
+        sq_t = PyMem_RawMalloc(((size_t)nk + 1) * sizeof(int64_t));
+        dq_h = PyMem_RawMalloc(((size_t)nk + 1) * sizeof(int64_t));
+        dq_t = PyMem_RawMalloc(((size_t)nk + 1) * sizeof(int64_t));
+        started = PyMem_RawCalloc((size_t)nk + 1, 1);
+        if (!sq_h || !sq_t || !dq_h || !dq_t || !started) goto nomem;
+    }
+    if (ok) {
+        Py_ssize_t o = 0, n_sync = 0, n_start = 0, dropped = 0, waiting = 0;
+        int ties = 0, nomem = 0;
+        Py_BEGIN_ALLOW_THREADS
+        for (int64_t k = 0; k <= nk; k++) sq_h[k] = sq_t[k] = dq_h[k] = dq_t[k] = -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t a = attr[i];
+            if ((Py_ssize_t)a >= na || (i && (dev[i] < dev[i - 1] || (dev[i] == dev[i - 1] && st[i] < st[i - 1])))) {
+                ok = 0;
+                break;
+            }
+            if (syn[a]) {
+                n_sync++;
+                if (o >= cap) continue;  /* refused below */
+                /* a pair record already at this (dev, start): the merge puts this one before it */
+                for (Py_ssize_t j = o - 1; j >= 0 && r_dev[j] == dev[i] && r_start[j] == st[i]; j--)
+                    if (r_sync[j] != 1) { ties = 1; break; }
+                r_attr[o] = a;
+                r_dev[o] = dev[i];
+                r_start[o] = st[i];
+                r_end[o] = (int64_t)((uint64_t)st[i] + (uint64_t)du[i]);
+                r_wait[o] = 0;
+                r_sync[o++] = 1;
+                continue;
+            }
+            int64_t k = skey[a];
+            if (k >= 0) {  /* a start */
+                n_start++;
+                started[k] = 1;
+                if (o >= cap) continue;
+                int64_t end = (int64_t)((uint64_t)st[i] + (uint64_t)du[i]);
+                if (dq_h[k] >= 0) {  /* the done of its rank came first: kept when it starts no earlier */
+                    int64_t q = dq_h[k], d = dq_ev[q];
+                    dq_h[k] = dq_next[q];
+                    if (dq_h[k] < 0) dq_t[k] = -1;
+                    if (st[d] < st[i]) continue;
+                    int64_t end_d = (int64_t)((uint64_t)st[d] + (uint64_t)du[d]);
+                    r_attr[o] = a;
+                    r_dev[o] = dev[i];
+                    r_start[o] = st[i];
+                    r_end[o] = end_d > end ? end_d : end;
+                    r_wait[o] = du[d];
+                    r_sync[o++] = 0;
+                    continue;
+                }
+                r_attr[o] = a;  /* waits for its done: r_end holds its own end, r_wait the next in the queue */
+                r_dev[o] = dev[i];
+                r_start[o] = st[i];
+                r_end[o] = end;
+                r_wait[o] = -1;
+                r_sync[o] = 3;
+                if (sq_t[k] >= 0) r_wait[sq_t[k]] = o; else sq_h[k] = o;
+                sq_t[k] = o++;
+                waiting++;
+                continue;
+            }
+            k = dkey[a];
+            if (k < 0 || !started[k]) continue;  /* not a done, or its start was not captured */
+            if (sq_h[k] >= 0) {  /* the oldest waiting start of its key */
+                int64_t p = sq_h[k];
+                sq_h[k] = r_wait[p];
+                if (sq_h[k] < 0) sq_t[k] = -1;
+                waiting--;
+                if (st[i] < r_start[p]) { r_sync[p] = 2; dropped++; continue; }
+                int64_t end_d = (int64_t)((uint64_t)st[i] + (uint64_t)du[i]);
+                if (end_d > r_end[p]) r_end[p] = end_d;
+                r_wait[p] = du[i];
+                r_sync[p] = 0;
+            } else {  /* before the start of its rank: it waits */
+                if (dq_n >= dq_cap) {
+                    Py_ssize_t nc = dq_cap ? 2 * dq_cap : 64;
+                    int64_t *ne = PyMem_RawRealloc(dq_ev, (size_t)nc * sizeof(int64_t));
+                    if (ne) dq_ev = ne;
+                    int64_t *nn = ne ? PyMem_RawRealloc(dq_next, (size_t)nc * sizeof(int64_t)) : NULL;
+                    if (nn) dq_next = nn;
+                    if (!ne || !nn) { nomem = 1; break; }
+                    dq_cap = nc;
+                }
+                dq_ev[dq_n] = i;
+                dq_next[dq_n] = -1;
+                if (dq_t[k] >= 0) dq_next[dq_t[k]] = dq_n; else dq_h[k] = dq_n;
+                dq_t[k] = dq_n++;
+            }
+        }
+        if (ok && !nomem && n_sync + n_start > cap) ok = 0;
+        if (ok && !nomem && (dropped || waiting)) {  /* drop the unmatched starts and late dones' pairs */
+            Py_ssize_t w = 0;
+            for (Py_ssize_t r = 0; r < o; r++) {
+                if (r_sync[r] > 1) continue;
+                r_attr[w] = r_attr[r]; r_dev[w] = r_dev[r]; r_start[w] = r_start[r];
+                r_end[w] = r_end[r]; r_wait[w] = r_wait[r]; r_sync[w++] = r_sync[r];
+            }
+            o = w;
+        }
+        if (ok && !nomem && ties) {  /* within each (dev, start): the synchronous records first, each kind in order */
+            Py_ssize_t r = 0;
+            while (r < o) {
+                Py_ssize_t e = r + 1;
+                while (e < o && r_dev[e] == r_dev[r] && r_start[e] == r_start[r]) e++;
+                int mixed = 0;
+                for (Py_ssize_t j = r + 1; j < e; j++) if (r_sync[j] && !r_sync[j - 1]) { mixed = 1; break; }
+                if (mixed) {
+                    Py_ssize_t m = e - r, w = 0;
+                    int64_t *nt = PyMem_RawRealloc(tmp, (size_t)m * 4 * sizeof(int64_t));
+                    if (!nt) { nomem = 1; break; }
+                    tmp = nt;
+                    for (int pass = 1; pass >= 0; pass--)
+                        for (Py_ssize_t j = r; j < e; j++)
+                            if (r_sync[j] == pass) {
+                                tmp[4 * w] = r_attr[j]; tmp[4 * w + 1] = r_end[j];
+                                tmp[4 * w + 2] = r_wait[j]; tmp[4 * w + 3] = pass;
+                                w++;
+                            }
+                    for (Py_ssize_t j = 0; j < m; j++) {  /* dev and start are the run's own */
+                        r_attr[r + j] = (uint32_t)tmp[4 * j]; r_end[r + j] = tmp[4 * j + 1];
+                        r_wait[r + j] = tmp[4 * j + 2]; r_sync[r + j] = (uint8_t)tmp[4 * j + 3];
+                    }
+                }
+                r = e;
+            }
+        }
+        Py_END_ALLOW_THREADS
+        if (nomem) goto nomem;
+        if (ok) count = o;
+    }
+    PyMem_RawFree(sq_h); PyMem_RawFree(sq_t); PyMem_RawFree(dq_h); PyMem_RawFree(dq_t); PyMem_RawFree(started);
+    PyMem_RawFree(dq_ev); PyMem_RawFree(dq_next); PyMem_RawFree(tmp);
+    for (int k = 0; k < 13; k++) PyBuffer_Release(&b[k]);
+    return PyLong_FromSsize_t(count);
+nomem:
+    PyMem_RawFree(sq_h); PyMem_RawFree(sq_t); PyMem_RawFree(dq_h); PyMem_RawFree(dq_t); PyMem_RawFree(started);
+    PyMem_RawFree(dq_ev); PyMem_RawFree(dq_next); PyMem_RawFree(tmp);
+    for (int k = 0; k < 13; k++) PyBuffer_Release(&b[k]);
+    return PyErr_NoMemory();
+}
+
+/* events_placed(attr, start, dev_of, cls_of, dev, cls) -> int
+ * Per event (attr: uint32 ids, start: int64) its device dev[i] = dev_of[attr[i]] (int32) and
+ * class cls[i] = cls_of[attr[i]] (int8), in one pass (traceview.analysis.communication.overlap._Events),
+ * checking the (dev, start) order on the way. Returns 1 when the events are in that order
+ * (non-decreasing dev, and start within each dev), 0 when not (outputs filled all the
+ * same), -1 (outputs unspecified) when an id lies outside dev_of or cls_of or sizes do not
+ * match. */
+static PyObject *events_placed(PyObject *self, PyObject *args) {
+    Py_buffer b[6];
+    if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5])) return NULL;
+    Py_ssize_t n = b[0].len / 4, nd = b[2].len / 4, nc = b[3].len;
+    int ok = b[0].len == n * 4 && b[1].len == n * 8 && b[2].len == nd * 4 && b[4].len == n * 4 && b[5].len == n;
+    const uint32_t *attr = b[0].buf;
+    const int64_t *st = b[1].buf;
+    const int32_t *dev_of = b[2].buf;
+    const int8_t *cls_of = b[3].buf;
+    int32_t *dev = b[4].buf;
+    int8_t *cls = b[5].buf;
+    int ordered = 1;
+    if (ok) {
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t a = attr[i];
+            if ((Py_ssize_t)a >= nd || (Py_ssize_t)a >= nc) { ok = 0; break; }
+            int32_t d = dev_of[a];
+            dev[i] = d;
+            cls[i] = cls_of[a];
+            if (i && (d < dev[i - 1] || (d == dev[i - 1] && st[i] < st[i - 1]))) ordered = 0;
+        }
+        Py_END_ALLOW_THREADS
+    }
+    for (int k = 0; k < 6; k++) PyBuffer_Release(&b[k]);
+    return PyLong_FromLong(ok ? ordered : -1);
+}
+
 static PyMethodDef methods[] = {
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
@@ -1330,6 +1677,14 @@ static PyMethodDef methods[] = {
     {"direction_busy", direction_busy, METH_VARARGS,
      "direction_busy(ra, ix, start, t, ok, dir_of, dev_of, by_attr, busy, moved, first) -> bool"},
     {"chunks_inside", chunks_inside, METH_VARARGS, "chunks_inside(keys, starts, durs, plan, runs, offs, heads) -> bool"},
+    {"attr_counts", attr_counts, METH_VARARGS, "attr_counts(a, out) -> int"},
+    {"attr_stats", attr_stats, METH_VARARGS, "attr_stats(attr, v1, v2, cnt, first, s1, s2) -> bool"},
+    {"direction_busy_in_order", direction_busy_in_order, METH_VARARGS,
+     "direction_busy_in_order(ra, ix, start, t, ok, dir_of, dev_of, by_attr, busy, moved, first) -> bool"},
+    {"comm_records_stream", comm_records_stream, METH_VARARGS,
+     "comm_records_stream(attr, start, dur, dev, start_key, done_key, sync_of, r_attr, r_dev, r_start, r_end, r_wait, "
+     "r_sync) -> int"},
+    {"events_placed", events_placed, METH_VARARGS, "events_placed(attr, start, dev_of, cls_of, dev, cls) -> int"},
     {NULL, NULL, 0, NULL}
 };
 

@@ -416,7 +416,7 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
         return schema_empty, 0, set()
     attrs = table.attrs
     a = ev["attr"].to_numpy()  # uint32, no copy
-    counts = np.bincount(a)  # events per attr id, shared with the pairing below
+    counts = _attr_counts(a, attrs.height)  # events per attr id, shared with the pairing below
     present = np.zeros(max(attrs.height, len(counts)), dtype=bool)
     present[:len(counts)] = counts > 0
     cand_attr = np.zeros(len(present), dtype=bool)
@@ -480,11 +480,7 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
     if rec.height == 0:
         return schema_empty, 0, set()
     peak = link.host_per_direction if link is not None else None
-    g = rec.group_by("_g", maintain_order=True).agg(
-        pl.col("attr").first().alias("_first"), pl.len().cast(pl.Int64).alias("executions"),
-        pl.col("t_ps").median().alias("time_ps"), pl.col("t_ps").sum().cast(pl.Int64).alias("total_ps"),
-        pl.col("all_self_ps").sum().cast(pl.Int64).alias("op_time_ps"))
-    ua = np.flatnonzero(np.bincount(ra))
+    g, ua = _transfer_groups(rec, g_of, ra)
     names = (pl.DataFrame({"_g": g_of[ua], "attr": pl.Series(ua, dtype=pl.UInt32)})
              .join(attrs.select("attr", "op_name", "module", "host", "device"), on="attr", how="left")
              .group_by("_g").agg(pl.col("op_name").unique().sort().alias("ops"),
@@ -517,6 +513,70 @@ def _host_transfers(table, candidates: pl.Series, link: Link | None, notes: list
                                              descending=[True, False, False, False]), host_ps, modules)
 
 
+def _attr_counts(a, n_attrs: int):
+    """``np.bincount(a)`` of the attr ids ``a`` (uint32), in one C pass (``attr_counts``: no
+    int64 copy of ``a``) when built and every id is below ``n_attrs``."""
+    import numpy as np
+
+    if _fast is not None and a.dtype == np.uint32:
+        out = np.empty(max(n_attrs, 0), dtype=np.int64)
+        m = _fast.attr_counts(np.ascontiguousarray(a), out)
+        if m >= 0:
+            return out[:m]
+    return np.bincount(a)
+
+
+def _transfer_groups(rec: pl.DataFrame, g_of, ra) -> tuple:
+    """(the host-transfer records ``rec`` (``_g``, ``attr``, ``t_ps``, ``all_self_ps``) per
+    transfer group ``_g`` in order of first appearance: ``_first`` (the first record's attr),
+    ``executions``, ``time_ps`` (median), ``total_ps`` and ``op_time_ps`` (sums); the attr
+    ids among the records, ascending). ``g_of``: the group per attr id, ``ra``: the records'
+    attr ids (uint32). Without nulls and with the C passes built: per attr id counted and
+    summed in one pass (``attr_stats``), the medians per group by quickselect
+    (``median_by``, polars' median), the few per-attr figures folded into their groups;
+    else polars' group-by."""
+    import numpy as np
+
+    t, sp = rec["t_ps"], rec["all_self_ps"]
+    if (_fast is not None and rec.height and not t.null_count() and not sp.null_count() and len(g_of)
+            and int(g_of.max()) < (1 << 31) - 1 and bool((g_of[ra] >= 0).all())):
+        size = len(g_of)
+        tv, sv = np.ascontiguousarray(_codes_of(t)), np.ascontiguousarray(_codes_of(sp))
+        cnt, first, st, ss = (np.empty(size, dtype=np.int64) for _ in range(4))
+        ra32 = np.ascontiguousarray(ra, dtype=np.uint32)
+        ng = int(g_of.max()) + 1
+        med, have = np.empty(ng), np.zeros(ng, dtype=np.uint8)
+        if (_fast.attr_stats(ra32, tv, sv, cnt, first, st, ss)
+                and _fast.median_by(ra32, np.ascontiguousarray(g_of, dtype=np.int32), tv, med, have)):
+            ids = np.flatnonzero(cnt)
+            gi = g_of[ids]
+            n_g, t_g, s_g = np.zeros(ng, dtype=np.int64), np.zeros(ng, dtype=np.int64), np.zeros(ng, dtype=np.int64)
+            f_g = np.full(ng, len(ra), dtype=np.int64)
+            np.add.at(n_g, gi, cnt[ids])
+            np.add.at(t_g, gi, st[ids])
+            np.add.at(s_g, gi, ss[ids])
+            np.minimum.at(f_g, gi, first[ids])
+            gs = np.unique(gi)
+            gs = gs[np.argsort(f_g[gs], kind="stable")]  # groups in order of their first record
+            return pl.DataFrame({"_g": pl.Series(gs, dtype=pl.Int64), "_first": pl.Series(ra32[f_g[gs]], dtype=pl.UInt32),
+                                 "executions": pl.Series(n_g[gs], dtype=pl.Int64),
+                                 "time_ps": pl.Series(med[gs], dtype=pl.Float64),
+                                 "total_ps": pl.Series(t_g[gs], dtype=pl.Int64),
+                                 "op_time_ps": pl.Series(s_g[gs], dtype=pl.Int64)}), ids
+    g = rec.group_by("_g", maintain_order=True).agg(
+        pl.col("attr").first().alias("_first"), pl.len().cast(pl.Int64).alias("executions"),
+        pl.col("t_ps").median().alias("time_ps"), pl.col("t_ps").sum().cast(pl.Int64).alias("total_ps"),
+        pl.col("all_self_ps").sum().cast(pl.Int64).alias("op_time_ps"))
+    return g, np.flatnonzero(np.bincount(ra))
+
+
+def _codes_of(values):
+    """int64 numpy array of a polars Series without nulls."""
+    import numpy as np
+
+    return values.to_numpy().astype(np.int64, copy=False)
+
+
 def _order_free(info: pl.DataFrame) -> bool:
     """Whether the transfers described by ``info`` (columns ``_g``, ``direction``, ``bytes``)
     have one byte count (null counting as one) per group and per direction: then no figure
@@ -533,20 +593,23 @@ def _direction_bandwidth(dir_names: pl.Series, ra, ix, start, t, ok, dir_of, dev
     (time, ps) and ``ok`` (time known); per description: ``dir_of`` (index into ``dir_names``,
     -1 for none), ``dev_of`` (device index), ``by_attr`` (bytes, NaN unknown). Only transfers
     with time and bytes known count; bytes add in record order. Directions in order of their
-    first counted transfer. In C (``direction_busy``) when built, else by one stable sort by
-    (direction, device)."""
+    first counted transfer. In C when built (``direction_busy_in_order`` in one pass when each
+    (direction, device)'s transfers come in start order, else ``direction_busy``), else by one
+    stable sort by (direction, device)."""
     import numpy as np
 
     n_dir = len(dir_names)
     busy = np.zeros(n_dir, dtype=np.int64)
     moved = np.zeros(n_dir)
     first = np.full(n_dir, -1, dtype=np.int64)
-    if not (_fast is not None and _fast.direction_busy(
-            np.ascontiguousarray(ra, dtype=np.uint32), np.ascontiguousarray(ix, dtype=np.int64),
-            np.ascontiguousarray(start, dtype=np.int64), np.ascontiguousarray(t, dtype=np.int64),
-            np.ascontiguousarray(ok, dtype=bool).view(np.uint8), np.ascontiguousarray(dir_of, dtype=np.int64),
-            np.ascontiguousarray(dev_of, dtype=np.int64), np.ascontiguousarray(by_attr, dtype=np.float64),
-            busy, moved, first)):
+    if _fast is not None:
+        args = (np.ascontiguousarray(ra, dtype=np.uint32), np.ascontiguousarray(ix, dtype=np.int64),
+                np.ascontiguousarray(start, dtype=np.int64), np.ascontiguousarray(t, dtype=np.int64),
+                np.ascontiguousarray(ok, dtype=bool).view(np.uint8), np.ascontiguousarray(dir_of, dtype=np.int64),
+                np.ascontiguousarray(dev_of, dtype=np.int64), np.ascontiguousarray(by_attr, dtype=np.float64),
+                busy, moved, first)
+        done = _fast.direction_busy_in_order(*args) or _fast.direction_busy(*args)
+    if _fast is None or not done:
         busy, moved, first = _direction_busy(n_dir, ra, ix, start, t, ok, dir_of, dev_of, by_attr)
     out = [{"direction": dir_names[k], "direction_bandwidth": float(moved[k]) / (int(busy[k]) * 1e-12) if busy[k] else None}
            for k in sorted(np.flatnonzero(first >= 0).tolist(), key=lambda k: first[k])]

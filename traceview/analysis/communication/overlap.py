@@ -191,6 +191,16 @@ def _union_where(starts: np.ndarray, ends, durs, codes: np.ndarray, lut: np.ndar
     return _union(s, ends[keep] if ends is not None else s + durs[keep])
 
 
+def _attr_counts(attr: np.ndarray, n: int) -> np.ndarray:
+    """``np.bincount(attr, minlength=n)`` of attr ids (uint32): in one C pass (``attr_counts``,
+    no int64 copy of ``attr``) when built and every id is below ``n``."""
+    if _fast is not None and attr.dtype == np.uint32:
+        out = np.empty(n, dtype=np.int64)
+        if _fast.attr_counts(np.ascontiguousarray(attr), out) >= 0:
+            return out
+    return np.bincount(attr, minlength=n)
+
+
 def _codes(values, null: int = -1) -> np.ndarray:
     """int64 array of a polars Series' values (nulls as ``null``)."""
     return values.fill_null(null).to_numpy().astype(np.int64, copy=False)
@@ -286,7 +296,7 @@ class _Events:
         if ev["start_ps"].null_count():
             ev = ev.filter(pl.col("start_ps").is_not_null())
         attr = ev["attr"].to_numpy()  # uint32, no copy
-        self.counts = np.bincount(attr, minlength=len(cls_of))  # events per description
+        self.counts = _attr_counts(attr, len(cls_of))  # events per description
         self.any_comm = bool(len(attr)) and bool((self.counts[:len(cls_of)][cls_of != 0] > 0).any())
         self.devices = self.attrs.select("host", "device").unique().sort(["host", "device"])
         self.cls_of = cls_of
@@ -301,20 +311,37 @@ class _Events:
         # they leave no hole in the heap for the later stages to grow around; an event's end
         # is computed where it is read (a device's events, a record's), not kept per event
         start, dur = _codes(ev["start_ps"]), _codes(ev["duration_ps"])
-        dev = hugearrays.take(dev_of, attr)
         del ev
-        if len(dev) > 1 and not (np.all(dev[1:] >= dev[:-1]) and np.all((dev[1:] > dev[:-1]) | (start[1:] >= start[:-1]))):
+        dev, cls, placed = _placed(attr, start, dev_of, cls_of)
+        if placed != 1 and len(dev) > 1 and not (np.all(dev[1:] >= dev[:-1])
+                                                 and np.all((dev[1:] > dev[:-1]) | (start[1:] >= start[:-1]))):
             o = _stable_order(dev)  # by device (radix), each device's events in their order
             attr, start, dur, dev = attr[o], start[o], dur[o], dev[o]
             if not np.all((dev[1:] > dev[:-1]) | (start[1:] >= start[:-1])):
                 o = np.lexsort((start, dev))  # stable
                 attr, start, dur, dev = attr[o], start[o], dur[o], dev[o]
+            cls = None
         self.attr, self.start, self.dur, self.dev = attr, start, dur, dev
-        self.cls = hugearrays.take(cls_of, attr)
+        self.cls = cls if cls is not None else hugearrays.take(cls_of, attr)
         # each device's slice of the arrays
         cuts = np.searchsorted(dev, np.arange(self.devices.height + 1), side="left")
         self.slices = [(d, slice(int(cuts[d]), int(cuts[d + 1]))) for d in range(self.devices.height)
                        if cuts[d + 1] > cuts[d]]
+
+
+def _placed(attr: np.ndarray, start: np.ndarray, dev_of: np.ndarray, cls_of: np.ndarray) -> tuple:
+    """(per event its device ``dev_of[attr]``, its class ``cls_of[attr]`` or None, 1 when the
+    events are known to be in (device, start) order, else 0 or -1): in one C pass
+    (``events_placed``) when built, else the device by a gather and the class left to the caller."""
+    if _fast is not None and attr.dtype == np.uint32:
+        dev, cls = hugearrays.empty(len(attr), np.int32), hugearrays.empty(len(attr), np.int8)
+        got = _fast.events_placed(np.ascontiguousarray(attr), np.ascontiguousarray(start, dtype=np.int64),
+                                  np.ascontiguousarray(dev_of, dtype=np.int32), np.ascontiguousarray(cls_of, dtype=np.int8),
+                                  dev, cls)
+        if got >= 0:
+            return dev, cls, got
+        del dev, cls
+    return hugearrays.take(dev_of, attr), None, -1
 
 
 def _row_devices(frame: pl.DataFrame, devices: pl.DataFrame) -> np.ndarray:
@@ -357,16 +384,17 @@ def _comm_ops(ev: _Events) -> dict:
     done_key = np.where(done_of, ids[n:], -1)
     start_key[start_of & at["op_name"].is_null().to_numpy()] = -1  # a null name names nothing
     a = ev.attr
-    if _fast is not None and a.dtype == np.uint32:  # one C pass: pairs, the merge below and _records
+    if _fast is not None and a.dtype == np.uint32:  # one C pass (comm_records_stream): pairs, the merge below, _records
         cap = int(ev.counts[:n][(start_key >= 0) | sync_of].sum())
         out = {"attr": hugearrays.empty(cap, np.uint32), "dev": hugearrays.empty(cap, np.int32)}
         for k in ("start", "end", "wait"):
             out[k] = hugearrays.empty(cap, np.int64)
         out["sync"] = hugearrays.empty(cap, np.bool_)
-        got = _fast.comm_records(np.ascontiguousarray(a), np.ascontiguousarray(ev.start, dtype=np.int64),
-                                 np.ascontiguousarray(ev.dur, dtype=np.int64), np.ascontiguousarray(ev.dev, dtype=np.int32),
-                                 start_key.astype(np.int64), done_key.astype(np.int64), sync_of.astype(np.uint8),
-                                 out["attr"], out["dev"], out["start"], out["end"], out["wait"], out["sync"].view(np.uint8))
+        got = _fast.comm_records_stream(
+            np.ascontiguousarray(a), np.ascontiguousarray(ev.start, dtype=np.int64),
+            np.ascontiguousarray(ev.dur, dtype=np.int64), np.ascontiguousarray(ev.dev, dtype=np.int32),
+            start_key.astype(np.int64), done_key.astype(np.int64), sync_of.astype(np.uint8),
+            out["attr"], out["dev"], out["start"], out["end"], out["wait"], out["sync"].view(np.uint8))
         if got >= 0:
             return {k: v[:got] for k, v in out.items()}
         del out

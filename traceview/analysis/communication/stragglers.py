@@ -156,10 +156,14 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
         "step", "start_ps", (pl.col("start_ps") + pl.col("step_ps")).alias("_e"), pl.col("compute_ps").alias("busy_ps"))
     del new, firsts, runs, run_code
     # the window holding each arrival (as-of on the start: no device-by-window product)
-    ex = execs.join(codes, on=pairs, how="left", nulls_equal=True, maintain_order="left").sort("start_ps").join_asof(
-        w.select("_d", "step", pl.col("start_ps").alias("_ws"), "_e").sort("_ws"),
-        left_on="start_ps", right_on="_ws", by="_d", strategy="backward", check_sortedness=False)
-    ex = ex.with_columns(pl.when(pl.col("start_ps") < pl.col("_e")).then(pl.col("step")).alias("step"))
+    ex = execs.join(codes, on=pairs, how="left", nulls_equal=True, maintain_order="left").sort("start_ps")
+    held = _window_steps(ex, w)
+    if held is not None:
+        ex = ex.with_columns(held)
+    else:
+        ex = ex.join_asof(w.select("_d", "step", pl.col("start_ps").alias("_ws"), "_e").sort("_ws"),
+                          left_on="start_ps", right_on="_ws", by="_d", strategy="backward", check_sortedness=False)
+        ex = ex.with_columns(pl.when(pl.col("start_ps") < pl.col("_e")).then(pl.col("step")).alias("step"))
     ex = ex.join(last.select(key + ["last_host", "last_device"]), on=key, how="left")
     waited = ex.group_by(["_d", "step"]).agg(pl.col("wait_ps").sum().alias("wait_ps"))
     is_last = (pl.col("host") == pl.col("last_host")) & (pl.col("device") == pl.col("last_device"))
@@ -241,6 +245,37 @@ def stragglers(table, overlap_steps: pl.DataFrame) -> Stragglers:
                        attributed_share=(best["caused_wait_ps"] or 0) / all_wait if all_wait else None,
                        lead_max=float(steps["lead"].max()) if steps["lead"].max() is not None else None)
     return Stragglers(devices=dev, steps=steps, collectives=coll, summary=summary, clock_offsets=offsets, notes=notes)
+
+
+def _window_steps(ex: pl.DataFrame, w: pl.DataFrame) -> pl.Series | None:
+    """Per arrival of ``ex`` (columns ``_d``, ``start_ps``), the ``step`` of the window of ``w``
+    (``_d``, ``step``, ``start_ps``, ``_e``) on its device that began last at or before it,
+    null when none or when the arrival is at or past that window's end ``_e``: the backward
+    as-of join by device, by one sort of the windows and a search per device. None (the
+    caller joins) when a value is null or two windows of a device begin together (which the
+    join would pick between by its sort)."""
+    cols = (ex["_d"], ex["start_ps"], w["_d"], w["start_ps"], w["_e"], w["step"])
+    if any(c.null_count() for c in cols) or w.height == 0:
+        return None
+    xd, xt, wd, ws, we, wstep = (c.to_numpy() for c in cols)
+    o = np.lexsort((ws, wd))
+    sd, ss = wd[o], ws[o]
+    if bool(((sd[1:] == sd[:-1]) & (ss[1:] == ss[:-1])).any()):
+        return None
+    step = np.zeros(len(xd), dtype=np.int64)
+    ok = np.zeros(len(xd), dtype=bool)
+    for c in np.unique(xd):
+        lo, hi = np.searchsorted(sd, c, "left"), np.searchsorted(sd, c, "right")
+        rows = np.flatnonzero(xd == c)
+        k = np.searchsorted(ss[lo:hi], xt[rows], side="right") - 1
+        hit = k >= 0
+        at = o[lo + k[hit]]
+        rows = rows[hit]
+        inside = xt[rows] < we[at]
+        step[rows[inside]] = wstep[at[inside]]
+        ok[rows[inside]] = True
+    return pl.select(pl.when(pl.lit(pl.Series(ok))).then(pl.lit(pl.Series(step, dtype=w.schema["step"])))
+                     .alias("step")).to_series()
 
 
 def _pair_codes(d: np.ndarray, step: np.ndarray, lo: int, span: int) -> np.ndarray | None:
