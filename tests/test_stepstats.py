@@ -103,6 +103,29 @@ def test_few_steps_are_judged_against_the_module_on_every_device():
     assert not stepstats.annotate(other)["outlier"].any()
 
 
+def test_a_long_host_gap_is_a_flagged_steps_reason_only():
+    """A long host gap before a flagged step is one of its reasons; the gap before an
+    unflagged step (on a device with no outlier, or on the flagged device) is no reason."""
+    n = 10
+    dur = [100] * n
+    dur[6] = 1000  # flagged, after a long gap
+    start, t = [], 0
+    for i in range(n):
+        t += 5000 if i in (3, 6) else 10  # gap before step 3 (not flagged) and before 6 (flagged)
+        start.append(t)
+        t += dur[i]
+    gap_after = [start[i + 1] - start[i] - dur[i] for i in range(n - 1)] + [None]
+    one = {"host": ["h"] * n, "step": list(range(n)), "module": ["jit_f"] * n, "start_ps": start,
+           "duration_ps": dur, "gap_after_ps": gap_after}
+    frame = pl.concat([pl.DataFrame({**one, "device": ["g0"] * n}),
+                       pl.DataFrame({**one, "device": ["g1"] * n, "duration_ps": [100] * n})])
+    out = stepstats.annotate(frame)
+    flagged = out.filter(pl.col("outlier"))
+    assert flagged.select("device", "step").rows() == [("g0", 6)]
+    assert flagged["reason"][0] == "10x the median; host gap before 0.000 ms"
+    assert out.filter(~pl.col("outlier"))["reason"].null_count() == 2 * n - 1
+
+
 # --------------------------------------------------------------------------------------
 # real traces
 

@@ -542,7 +542,8 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, mark
         if mod is not None:
             of_mod = (module_runs.keys["module"] == mod).fill_null(False).to_numpy()
             pid = module_runs.keys["program_id"]
-            runs = [(k, r.filter(pl.Series(of_mod[r["key"].to_numpy()]))) for k, r in parts]
+            mod_keys = pl.Series(np.flatnonzero(of_mod)).cast(module_runs.runs.schema["key"]).implode()
+            runs = [(k, r.filter(pl.col("key").is_in(mod_keys))) for k, r in parts]
             runs = [(k, r.with_columns(pid.gather(r["key"]).alias("program_id"))) for k, r in runs if r.height]
             # the programs of the module's runs: of the keys used, those of the module (no pass over the runs)
             progs = sorted(set(pid.filter(pl.Series(used & of_mod)).to_list()) - {None})

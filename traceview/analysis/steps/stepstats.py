@@ -440,7 +440,6 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
     by_program = np.zeros(n, dtype=bool)  # judged among its own program's steps (several programs on the device)
     in_window = np.ones(n, dtype=bool)
     dur = steps["duration_ps"].to_numpy().astype(np.float64)
-    gb = gap_before.to_numpy(allow_copy=True).astype(np.float64)  # NaN for nulls
     idx_col = steps["step"].to_numpy()
     module = None
     pooled: dict = {}  # (program or module set) -> its steps on every device and their median, or None (one device)
@@ -477,12 +476,6 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
             flagged[part] = outliers(d, threshold=threshold, min_rel=min_rel, reference=ref, median=med)
             ratio[part] = d / med if med else 1.0
             by_program[part] = len(parts) > 1
-        gaps = gb[rows]
-        have = np.isfinite(gaps)
-        if have.sum() >= MIN_STEPS:
-            g = gaps[have]
-            gm = float(np.median(g))
-            gap_long[rows[have]] = outliers(g, threshold=threshold, min_rel=1.0, median=gm) & (g > 2 * gm)
         if sl is not None:
             order = rows[np.argsort(idx_col[rows], kind="stable")]
             keep = np.zeros(len(rows), dtype=bool)
@@ -490,6 +483,18 @@ def annotate(steps: pl.DataFrame, *, window: str = "steady", table=None, attr: n
             in_window[order] = keep
     if kind == "steady":
         in_window = ~flagged
+    gb = None
+    if flagged.any():  # a long host gap is only a flagged step's reason: judged on the devices with one
+        gb = gap_before.to_numpy(allow_copy=True).astype(np.float64)  # NaN for nulls
+        for rows in groups:
+            if len(rows) == 0 or not flagged[rows].any():
+                continue
+            gaps = gb[rows]
+            have = np.isfinite(gaps)
+            if have.sum() >= MIN_STEPS:
+                g = gaps[have]
+                gm = float(np.median(g))
+                gap_long[rows[have]] = outliers(g, threshold=threshold, min_rel=1.0, median=gm) & (g > 2 * gm)
     first = _first_executions(table, steps, dev_keys, groups) if flagged.any() else {}
     mix = {}
     if step_rows is not None and attr is not None and table is not None and table.height and flagged.any():
