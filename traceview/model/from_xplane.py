@@ -1316,14 +1316,19 @@ def _c_program_runs(kid_ev: np.ndarray, start: np.ndarray, dur: np.ndarray, anch
         s64 = np.ascontiguousarray(start, dtype=np.int64)
         d64 = np.ascontiguousarray(dur, dtype=np.int64)
         a8 = np.ascontiguousarray(anchor_ev, dtype=bool).view(np.uint8)
-    n = _fast.program_runs(k64, s64, d64, a8, nk, bytearray(), bytearray(), bytearray())
-    if n < 0:
+    # an execution begins at a group holding an anchor event: at most one per anchor event,
+    # so one pass fills arrays of that size (their unwritten tail is never touched)
+    cap = int(np.count_nonzero(a8))
+    r_key = np.empty(cap, dtype=np.uint32)
+    r_start = np.empty(cap, dtype=np.int64)
+    r_end = np.empty(cap, dtype=np.int64)
+    n = _fast.program_runs(k64, s64, d64, a8, nk, r_key, r_start, r_end, True)
+    if not 0 <= n <= cap:  # (none counted without an anchor event)
         return None
-    r_key = np.empty(n, dtype=np.uint32)
-    r_start = np.empty(n, dtype=np.int64)
-    r_end = np.empty(n, dtype=np.int64)
-    if _fast.program_runs(k64, s64, d64, a8, nk, r_key, r_start, r_end) != n:
-        return None
+    if n < cap:
+        r_key, r_start, r_end = r_key[:n], r_start[:n], r_end[:n]
+        if n < cap // 2:  # most of the arrays unused: let them go
+            r_key, r_start, r_end = r_key.copy(), r_start.copy(), r_end.copy()
     r_end -= r_start  # int64, wrapping as polars does
     return r_key, r_start, r_end
 
