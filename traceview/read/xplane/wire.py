@@ -746,11 +746,10 @@ def annotated_layout(raw, path: str, piece_bytes: int) -> tuple[LineHeader, list
 
 def annotated_arrays(n: int, nx: int) -> tuple:
     """The per-event arrays of an :class:`AnnotatedLine` of ``n`` events and ``nx`` extra
-    slots, uninitialized, for :func:`decode_annotated_piece` to fill (offsets, durations,
-    occurrences, has_stats, combo, extra_kinds, extra_values)."""
-    return (hugearrays.empty(n, np.int64), hugearrays.empty(n, np.int64), hugearrays.empty(n, np.int64),
-            hugearrays.empty(n, np.uint8), hugearrays.empty(n, np.uint32), hugearrays.empty(n * nx, np.uint8),
-            hugearrays.empty(n * nx, np.int64))
+    slots that :func:`decode_annotated_piece` fills, uninitialized: offsets, durations,
+    has_stats, combo, extra_kinds (the occurrences and extra values are each piece's own)."""
+    return (hugearrays.empty(n, np.int64), hugearrays.empty(n, np.int64), hugearrays.empty(n, np.uint8),
+            hugearrays.empty(n, np.uint32), hugearrays.empty(n * nx, np.uint8))
 
 
 def decode_annotated_piece(piece, path: str, name: str, ids, slots, nkey: int, nslot: int, n: int, arrays: tuple,
@@ -758,18 +757,25 @@ def decode_annotated_piece(piece, path: str, name: str, ids, slots, nkey: int, n
     """Decode the ``n`` events of one piece of an XLine (:func:`annotated_layout`'s
     ``raw[bounds[k]:bounds[k + 1]]``, ``n`` = ``counts[k + 1] - counts[k]``) into ``arrays``
     (:func:`annotated_arrays` of the whole line) from event ``index`` on, as
-    :func:`decode_annotated` decodes them; returns the piece's own (combo_mids, combo_kinds,
-    combo_values, strings) for :func:`join_annotated`. C accelerator only; pieces of a line may
-    be decoded on several threads at once. Raises :class:`TraceUnreadable` (``name``: the
-    line's) on malformed bytes."""
+    :func:`decode_annotated` decodes them; returns, for :func:`join_annotated`, the piece's own
+    (combo_mids, combo_kinds, combo_values, strings) and its occurrences and extra values
+    (None when all zero: no pre-aggregated event, no extra stat). C accelerator only;
+    pieces of a line may be decoded on several threads at once. Raises
+    :class:`TraceUnreadable` (``name``: the line's) on malformed bytes."""
     ids = np.ascontiguousarray(ids, dtype=np.int64)
     slots = np.ascontiguousarray(slots, dtype=np.int64)
     if not 0 <= nkey <= nslot <= MAX_SLOTS or len(ids) != len(slots):
         raise ValueError("bad stat slots")
+    nx = nslot - nkey
+    offs, durs, flags, combo, xk = arrays
+    occs, xv = np.empty(n, dtype=np.int64), np.empty(n * nx, dtype=np.int64)
+    a, b = index, index + n
     try:
-        return _fast.decode_annotated_into(piece, ids, slots, nkey, nslot, n, *arrays, index)
+        got = _fast.decode_annotated_into(piece, ids, slots, nkey, nslot, n, offs[a:b], durs[a:b], occs, flags[a:b],
+                                          combo[a:b], xk[a * nx:b * nx], xv, 0)
     except ValueError as exc:  # UnicodeDecodeError included
         raise TraceUnreadable(_line_fault(exc, name), path) from None
+    return got + (occs if occs.any() else None, xv if xk[a * nx:b * nx].any() else None)
 
 
 def join_annotated(header: LineHeader, arrays: tuple, counts: list[int], pieces: list[tuple], nkey: int,
@@ -780,13 +786,15 @@ def join_annotated(header: LineHeader, arrays: tuple, counts: list[int], pieces:
     whole line. The pieces' strings and combos are numbered again in order of first
     appearance in the line and the events' combo ids and string values renumbered in place."""
     nx = nslot - nkey
-    offs, durs, occs, flags, combo, xk, xv = arrays
+    offs, durs, flags, combo, xk = arrays
     n = len(offs)
-    xk, xv = xk.reshape(n, nx), xv.reshape(n, nx)
+    xk = xk.reshape(n, nx)
+    occs = np.zeros(n, dtype=np.int64) if any(p[4] is not None for p in pieces) else None
+    xv = np.zeros((n, nx), dtype=np.int64) if nx and any(p[5] is not None for p in pieces) else None
     strings: list = []
     string_id: dict = {}  # a str and a bytes value never compare equal: one key space
     mids, kinds, vals = [], [], []
-    for (a, b), (cm, ck, cv, strs) in zip(zip(counts[:-1], counts[1:]), pieces):
+    for (a, b), (cm, ck, cv, strs, p_occ, p_xv) in zip(zip(counts[:-1], counts[1:]), pieces):
         smap = np.empty(len(strs), dtype=np.int64)
         for j, v in enumerate(strs):
             g = string_id.get(v)
@@ -800,10 +808,12 @@ def join_annotated(header: LineHeader, arrays: tuple, counts: list[int], pieces:
         is_str = (ck_ == KIND_STR) | (ck_ == KIND_BYTES)
         if is_str.any():
             cv_ = np.where(is_str, smap[np.where(is_str, cv_, 0)], cv_)
-        if nx and len(strs) and b > a:
+        if p_occ is not None:
+            occs[a:b] = p_occ
+        if p_xv is not None:
+            p_xv = p_xv.reshape(b - a, nx)
             xs = (xk[a:b] == KIND_STR) | (xk[a:b] == KIND_BYTES)
-            if xs.any():
-                xv[a:b] = np.where(xs, smap[np.where(xs, xv[a:b], 0)], xv[a:b])
+            xv[a:b] = np.where(xs, smap[np.where(xs, p_xv, 0)], p_xv) if xs.any() else p_xv
         mids.append(np.frombuffer(cm, dtype=np.int64))
         kinds.append(ck_)
         vals.append(cv_)
@@ -835,18 +845,16 @@ def join_annotated(header: LineHeader, arrays: tuple, counts: list[int], pieces:
     out = AnnotatedLine()
     out.header, out.name = header, header.name
     out.durations = durs
-    out.occurrences = occs
     out.has_stats = flags.view(np.bool_)
     out.combo = combo
-    out.extra_kinds, out.extra_values = xk, xv
+    out.extra_kinds = xk
     out.combo_mids = np.ascontiguousarray(all_mid[keep])
     out.combo_kinds = np.ascontiguousarray(all_kind[keep]).reshape(len(keep), nkey)
     out.combo_values = np.ascontiguousarray(all_val[keep]).reshape(len(keep), nkey)
     out.strings = strings
-    if n and not occs.any():  # as decode_annotated: one read-only zero for a column without a value
-        out.occurrences = np.broadcast_to(np.int64(0), (n,))
-    if n and nx and not xk.any():
-        out.extra_values = np.broadcast_to(np.int64(0), (n, nx))
+    # as decode_annotated: one read-only zero for a column without a value
+    out.occurrences = occs if occs is not None else np.broadcast_to(np.int64(0), (n,))
+    out.extra_values = xv if xv is not None else np.broadcast_to(np.int64(0), (n, nx))
     np.add(offs, _line_base_ps(header.timestamp_ns), out=offs)
     out.starts = offs
     return out
