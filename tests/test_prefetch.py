@@ -260,3 +260,117 @@ def test_a_line_name_is_read_without_walking_its_events(shared_traces):
                         wire.line_header(cut, name)
                     assert wire.line_name(cut, name) == want
     assert n > 50
+
+
+def _line_in_pieces(raw, ids, slots, piece_bytes):
+    """wire.decode_annotated_piece over line_layout's pieces of ``raw``, joined."""
+    import numpy as np
+
+    from traceview.model.annotated_plane import EXTRA_STATS, KEY_STATS
+
+    nkey, nslot = len(KEY_STATS), len(KEY_STATS) + len(EXTRA_STATS)
+    head, bounds, counts = xline.annotated_layout(raw, "x", piece_bytes)
+    arrays = xline.annotated_arrays(counts[-1], nslot - nkey)
+    order = list(range(len(bounds) - 1))[::-1]  # pieces may be decoded in any order
+    got = {k: xline.decode_annotated_piece(memoryview(raw)[bounds[k]:bounds[k + 1]], "x", head.name,
+                                           np.asarray(ids), np.asarray(slots), nkey, nslot,
+                                           counts[k + 1] - counts[k], arrays, counts[k]) for k in order}
+    return len(bounds) - 1, xline.join_annotated(head, arrays, counts, [got[k] for k in sorted(got)], nkey, nslot)
+
+
+def _same_line(a, b) -> None:
+    import numpy as np
+
+    assert a.header == b.header and a.name == b.name and a.strings == b.strings
+    assert [type(s) for s in a.strings] == [type(s) for s in b.strings]
+    for k in ("starts", "durations", "occurrences", "has_stats", "combo", "extra_kinds", "extra_values", "combo_mids",
+              "combo_kinds", "combo_values"):
+        x, y = getattr(a, k), getattr(b, k)
+        assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), k
+
+
+def test_a_line_decoded_in_pieces_is_the_line_decoded_whole():
+    """Pieces of a line, each with its own combos and strings, joined: the arrays, combos
+    (in order of first appearance) and strings (str and bytes apart) of the whole line; str
+    values in key and extra slots renumbered, pre-aggregated events kept."""
+    from traceview.model.annotated_plane import EXTRA_STATS, KEY_STATS, stat_slots
+    from traceview.read.xplane.protos import XLine
+
+    names = {1: "hlo_op", 2: "hlo_module", 3: "program_id", 4: "step_num", 5: "name", 6: "tf_op"}
+    ids, slots = stat_slots(names)
+    line = XLine(id=3, name="Stream #7", timestamp_ns=12345)
+    for i in range(600):
+        ev = line.events.add(metadata_id=1 + i % 5, duration_ps=10 + i)
+        if i % 97 == 5:
+            ev.num_occurrences = 3
+        else:
+            ev.offset_ps = 1000 * i
+        if i % 4:
+            ev.stats.add(metadata_id=1, str_value=f"op{(i * 7) % 11}")
+            ev.stats.add(metadata_id=3, uint64_value=i % 3)
+        if i % 9 == 0:
+            ev.stats.add(metadata_id=5, bytes_value=b"op%d" % (i % 4))  # bytes alongside equal str
+            ev.stats.add(metadata_id=6, str_value=b"op%d" % (i % 4))
+        if i % 13 == 0:
+            ev.stats.add(metadata_id=4, str_value=f"step {i // 50}")  # a str in an extra slot
+        elif i % 13 == 1:
+            ev.stats.add(metadata_id=4, int64_value=i)
+    raw = line.SerializeToString()
+    nkey, nslot = len(KEY_STATS), len(KEY_STATS) + len(EXTRA_STATS)
+    whole = xline.decode_annotated(raw, "x", ids, slots, nkey, nslot, xline.line_walk(raw, "x"))
+    assert len(whole.strings) > 10 and whole.occurrences.any()
+    for piece_bytes in (1, 100, 2000, len(raw)):
+        n, joined = _line_in_pieces(raw, ids, slots, piece_bytes)
+        assert n > 1 or piece_bytes == len(raw)
+        _same_line(whole, joined)
+
+
+def test_a_large_line_is_decoded_in_pieces_by_both_threads(shared_traces, monkeypatch):
+    """With the split thresholds lowered, the GPU and CPU traces' largest lines are decoded in
+    pieces (SplitLine parts): the file reads the same as without a prefetch."""
+    from traceview.model import annotated_plane
+
+    monkeypatch.setattr(annotated_plane, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(annotated_plane, "PIECE_SHARE", 1 / 64)
+    monkeypatch.setattr(annotated_plane, "PIECE_MIN_BYTES", 1)
+    for path in (shared_traces / "mi300x_jax_attention.xplane.pb", ENGINE,
+                 shared_traces / "gpu_v100x8_tf2_bert_no_xla.xplane.pb"):
+        plain = xplane.read_xplane(path)
+        space = xline.map_xspace(path)
+        plan = prefetch_plan(space)
+        pieces = [w for _, w, _ in plan if getattr(w, "func", None) is annotated_plane.decode_piece]
+        assert len(pieces) > 4
+        pf = prefetch.start(path, prefetch_plan)
+        assert pf is not None
+        space, results = pf.take()
+        assert any(isinstance(x, annotated_plane.SplitLine) for r in results.values() if isinstance(r, list)
+                   for x in r)
+        got = xplane.convert_xspace(space, str(path), plain.host, "", decoded=results)
+        _same(plain, got)
+        assert got.step_markers.equals(plain.step_markers)
+
+
+def test_a_malformed_line_in_pieces_raises_the_error_of_the_whole_line(tmp_path, shared_traces, monkeypatch):
+    """A fault inside one piece of a split line: the whole line is decoded again, which raises
+    what a read without a prefetch raises."""
+    from traceview.model import annotated_plane
+
+    monkeypatch.setattr(annotated_plane, "SPLIT_MIN_BYTES", 1)
+    monkeypatch.setattr(annotated_plane, "PIECE_SHARE", 1 / 64)
+    monkeypatch.setattr(annotated_plane, "PIECE_MIN_BYTES", 1)
+    name = "mi300x_jax_attention.xplane.pb"
+    data = bytearray((shared_traces / name).read_bytes())
+    space = xline.map_xspace(shared_traces / name)
+    plane = next(p for p in space.planes if p.name.startswith("/device:GPU:"))
+    ops = max(plane.mapped_lines, key=lambda m: m.end - m.start)
+    for at in (ops.start + (ops.end - ops.start) * 3 // 4, ops.start + (ops.end - ops.start) // 3):
+        data[at:at + 3] = b"\x22\x01\xff"  # a stat of one byte: not a valid XStat
+    bad = tmp_path / "bad.xplane.pb"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(TraceUnreadable) as plain:
+        xplane.read_xplane(bad)
+    pf = prefetch.start(bad, prefetch_plan)
+    assert pf is not None
+    with pytest.raises(TraceUnreadable) as pre:
+        xplane.read_xplane(bad, prefetch=pf)
+    assert str(pre.value) == str(plain.value)

@@ -449,13 +449,17 @@ static PyObject *kernel_rows(PyObject *self, PyObject *args) {
  * none. With run_key / run_start / run_end empty, only counts the executions; else writes
  * them (run_key: uint32, run_start / run_end: int64, as many as counted) ordered by start,
  * then key: the groups of one start are closed together once the next start is reached.
+ * at_most (optional, default False): the outputs may be longer than the executions (e.g.
+ * one slot per anchor event, at least as many): they are written from the start and their
+ * number returned (-1 when they do not fit), with no counting pass first.
  * Returns the number of executions, or -1 (outputs unspecified) when the events are not in
  * time order, a key is out of range or the sizes do not match (the caller then sorts with
  * numpy). */
 static PyObject *program_runs(PyObject *self, PyObject *args) {
     Py_buffer b[7];
     Py_ssize_t nk;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*nw*w*w*", &b[0], &b[1], &b[2], &b[3], &nk, &b[4], &b[5], &b[6]))
+    int at_most = 0;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*nw*w*w*|p", &b[0], &b[1], &b[2], &b[3], &nk, &b[4], &b[5], &b[6], &at_most))
         return NULL;
     Py_ssize_t n = b[1].len / 8;
     Py_ssize_t n_out = b[5].len / 8;
@@ -513,7 +517,7 @@ static PyObject *program_runs(PyObject *self, PyObject *args) {
             }
         }
         if (ok) CLOSE_GROUPS();
-        if (ok && fill && total != n_out) ok = 0;  /* exactly as many as counted */
+        if (ok && fill && !at_most && total != n_out) ok = 0;  /* exactly as many as counted */
 #undef CLOSE_GROUPS
         Py_END_ALLOW_THREADS
     }
@@ -537,7 +541,7 @@ static PyMethodDef methods[] = {
     {"attr_stats", attr_stats, METH_VARARGS,
      "attr_stats(attr, starts, durs, selfs, rows, dur_sum, self_sum, min_dur, max_dur, first) -> bool"},
     {"program_runs", program_runs, METH_VARARGS,
-     "program_runs(kid, starts, durs, anchor, nk, run_key, run_start, run_end) -> runs"},
+     "program_runs(kid, starts, durs, anchor, nk, run_key, run_start, run_end, at_most=False) -> runs"},
     {NULL, NULL, 0, NULL}
 };
 

@@ -1094,7 +1094,9 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
             lines.append((le.name, le.combo, le.starts, le.durations, le.occurrences, rows))
         elif op_ev.any():
             pos = np.flatnonzero(op_ev)
-            lines.append((le.name, le.combo[pos], le.starts[pos], le.durations[pos], le.occurrences[pos], rows))
+            occ = le.occurrences
+            occ = np.broadcast_to(np.int64(0), (len(pos),)) if _zeros(occ) else occ[pos]
+            lines.append((le.name, le.combo[pos], le.starts[pos], le.durations[pos], occ, rows))
     if not lines:
         return n
     # the device of each op: the plane, or per device_ordinal on a host plane running several
@@ -1107,6 +1109,8 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
         devices.extend(dev_names)
     attr_rows: list[tuple] = []
     attrs_parts, start_parts, dur_parts, self_parts, count_parts = [], [], [], [], []
+    # a pre-aggregated event anywhere (decode_annotated's zero column for a line without any)
+    aggregated = any(not _zeros(ln[4]) and bool((ln[4] != 0).any()) for ln in lines)
     for line_name, combo, starts, durs, occ, rows in lines:
         # descriptions of this line, numbered in order of first appearance (combos are)
         seen: dict[tuple, int] = {}
@@ -1123,11 +1127,14 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
         start_parts.append(starts)
         dur_parts.append(durs)
         self_parts.append(self_times(starts, durs))
-        count_parts.append(np.where(occ != 0, occ, 1))
-    occ_all = _cat([ln[4] for ln in lines])
+        if aggregated:
+            count_parts.append(np.where(occ != 0, occ, 1))
     starts = _cat(start_parts)
     start = starts
-    if (occ_all != 0).any():
+    if not aggregated:
+        count_parts.append(np.ones(len(starts), dtype=np.int64))
+    else:
+        occ_all = _cat([ln[4] for ln in lines])
         start = pl.select(pl.when(pl.Series(occ_all != 0)).then(None)
                           .otherwise(pl.Series("start_ps", starts, dtype=pl.Int64)).alias("start_ps")).to_series()
     m = len(attr_rows)
@@ -1159,6 +1166,13 @@ def _export_step_markers(plane, stat_names: dict, path: str) -> list[tuple]:
         out.extend(zip([plane.name] * len(timed), [EXPORT_STEPS_LINE] * len(timed), steps,
                        le.starts[timed].tolist(), le.durations[timed].tolist()))
     return out
+
+
+def _zeros(a: np.ndarray) -> bool:
+    """Whether ``a`` is a read-only zero column (a broadcast zero:
+    :func:`~traceview.read.xplane.wire.decode_annotated`'s occurrences of a line without a
+    pre-aggregated event)."""
+    return a.ndim == 1 and a.strides == (0,) and not a[:1].any()
 
 
 def _cat(parts: list) -> np.ndarray:
@@ -1316,14 +1330,19 @@ def _c_program_runs(kid_ev: np.ndarray, start: np.ndarray, dur: np.ndarray, anch
         s64 = np.ascontiguousarray(start, dtype=np.int64)
         d64 = np.ascontiguousarray(dur, dtype=np.int64)
         a8 = np.ascontiguousarray(anchor_ev, dtype=bool).view(np.uint8)
-    n = _fast.program_runs(k64, s64, d64, a8, nk, bytearray(), bytearray(), bytearray())
-    if n < 0:
+    # an execution begins at a group holding an anchor event: at most one per anchor event,
+    # so one pass fills arrays of that size (their unwritten tail is never touched)
+    cap = int(np.count_nonzero(a8))
+    r_key = np.empty(cap, dtype=np.uint32)
+    r_start = np.empty(cap, dtype=np.int64)
+    r_end = np.empty(cap, dtype=np.int64)
+    n = _fast.program_runs(k64, s64, d64, a8, nk, r_key, r_start, r_end, True)
+    if not 0 <= n <= cap:  # (none counted without an anchor event)
         return None
-    r_key = np.empty(n, dtype=np.uint32)
-    r_start = np.empty(n, dtype=np.int64)
-    r_end = np.empty(n, dtype=np.int64)
-    if _fast.program_runs(k64, s64, d64, a8, nk, r_key, r_start, r_end) != n:
-        return None
+    if n < cap:
+        r_key, r_start, r_end = r_key[:n], r_start[:n], r_end[:n]
+        if n < cap // 2:  # most of the arrays unused: let them go
+            r_key, r_start, r_end = r_key.copy(), r_start.copy(), r_end.copy()
     r_end -= r_start  # int64, wrapping as polars does
     return r_key, r_start, r_end
 

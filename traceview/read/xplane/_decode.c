@@ -24,14 +24,17 @@
  * decode_annotated(buf, ids, slots, nkey, nslot, n=-1) -> per-event columns of a GPU stream / CPU
  * thunk / host XLine (offsets, durations, occurrences, has_stats, the event's combo id and the
  * per-event stat columns) and, once per distinct (metadata_id, key stat values), its combo
- * row; str / bytes stat values interned once per line (see its comment below).
+ * row; str / bytes stat values interned once per line (see its comment below);
+ * decode_annotated_into(piece, ..., n, arrays..., index) the same of a line_layout piece,
+ * written into caller-owned arrays from event index on.
  *
  * Reading a memory-mapped XSpace in place (traceview.read.xplane.wire.map_xspace):
  *   scan_message(buf, lo, hi) -> the top-level fields of buf[lo:hi] as byte ranges;
  *   scan_plane(buf, lo, hi, min_entries) -> an XPlane's other fields, its XLines' ranges and,
  *     for a large event_metadata map, its entries' keys and ranges (parsed on demand);
  *   copy_bytes(buf, lo, hi) -> bytes, guarded against a file that shrinks meanwhile;
- *   line_layout(buf, target) -> (n_events, line_header's tuple, piece bounds);
+ *   line_layout(buf, target, with_counts=False) -> (n_events, line_header's tuple, piece bounds[,
+ *     the events before each bound]);
  *   decode_tpu(piece, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, i)
  *     -> events of a TPU line piece written into caller-owned arrays from index i.
  *
@@ -328,6 +331,7 @@ typedef struct {
     int64_t id, display_id, ts, dur;
     Py_ssize_t name_len, dname_len, n, nb, cap;
     Py_ssize_t *bounds;  /* NULL when no pieces are asked for */
+    Py_ssize_t *counts;  /* per bound, the events before it (with bounds) */
     char *names;
 } line_walk;
 
@@ -360,8 +364,12 @@ static const char *walk_line(const uint8_t *base, const uint8_t *end, Py_ssize_t
             if (w->nb + 1 >= w->cap) {
                 Py_ssize_t *nbuf = (Py_ssize_t *)PyMem_RawRealloc(w->bounds, sizeof(Py_ssize_t) * (size_t)(w->cap * 2));
                 if (!nbuf) return "out of memory";
-                w->bounds = nbuf; w->cap *= 2;
+                w->bounds = nbuf;
+                nbuf = (Py_ssize_t *)PyMem_RawRealloc(w->counts, sizeof(Py_ssize_t) * (size_t)(w->cap * 2));
+                if (!nbuf) return "out of memory";
+                w->counts = nbuf; w->cap *= 2;
             }
+            w->counts[w->nb] = w->n;
             w->bounds[w->nb++] = p - base;
             last = p;
         }
@@ -381,15 +389,20 @@ static int walk_buffer(Py_buffer *view, Py_ssize_t target, line_walk *w) {
     if (target > 0) {
         w->cap = 16; w->nb = 1;
         w->bounds = (Py_ssize_t *)PyMem_RawMalloc(sizeof(Py_ssize_t) * (size_t)w->cap);
-        if (!w->bounds) { PyErr_NoMemory(); return 0; }
-        w->bounds[0] = 0;
+        w->counts = (Py_ssize_t *)PyMem_RawMalloc(sizeof(Py_ssize_t) * (size_t)w->cap);
+        if (!w->bounds || !w->counts) {
+            PyMem_RawFree(w->bounds); PyMem_RawFree(w->counts);
+            w->bounds = w->counts = NULL;
+            PyErr_NoMemory(); return 0;
+        }
+        w->bounds[0] = 0; w->counts[0] = 0;
     }
     Py_BEGIN_ALLOW_THREADS
     TV_GUARD(err, err = walk_line(p, end, target, w));
     Py_END_ALLOW_THREADS
     if (err) {
-        PyMem_RawFree(w->bounds); PyMem_RawFree(w->names);
-        w->bounds = NULL; w->names = NULL;
+        PyMem_RawFree(w->bounds); PyMem_RawFree(w->counts); PyMem_RawFree(w->names);
+        w->bounds = w->counts = NULL; w->names = NULL;
         PyErr_SetString(PyExc_ValueError, err);
         return 0;
     }
@@ -737,15 +750,17 @@ static PyObject *decode_tpu(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(i - index);
 }
 
-/* line_layout(buf, target) -> (n_events, header, bounds): one pass over a serialized XLine:
- * its event count, its header as line_header gives it, and piece boundaries at field
- * boundaries every >= target bytes (each piece is itself a valid serialization of a subset
- * of the line's fields). */
+/* line_layout(buf, target, with_counts=False) -> (n_events, header, bounds[, counts]): one
+ * pass over a serialized XLine: its event count, its header as line_header gives it, and
+ * piece boundaries at field boundaries every >= target bytes (each piece is itself a valid
+ * serialization of a subset of the line's fields); with_counts, per bound the events before it
+ * (the last: n_events). */
 static PyObject *line_layout(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t target;
+    int with_counts = 0;
     line_walk w;
-    if (!PyArg_ParseTuple(args, "y*n", &view, &target)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*n|p", &view, &target, &with_counts)) return NULL;
     if (target < 1) target = 1;
     Py_ssize_t len = view.len;
     int ok = walk_buffer(&view, target, &w);
@@ -754,10 +769,19 @@ static PyObject *line_layout(PyObject *self, PyObject *args) {
     PyObject *head = header_tuple(&w);
     PyMem_RawFree(w.names);
     PyObject *lst = head ? PyList_New(w.nb + 1) : NULL;
-    if (!lst) { Py_XDECREF(head); PyMem_RawFree(w.bounds); return NULL; }
-    for (Py_ssize_t i = 0; i < w.nb; i++) PyList_SET_ITEM(lst, i, PyLong_FromSsize_t(w.bounds[i]));
+    PyObject *cnt = lst && with_counts ? PyList_New(w.nb + 1) : NULL;
+    if (!lst || (with_counts && !cnt)) {
+        Py_XDECREF(head); Py_XDECREF(lst); PyMem_RawFree(w.bounds); PyMem_RawFree(w.counts);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < w.nb; i++) {
+        PyList_SET_ITEM(lst, i, PyLong_FromSsize_t(w.bounds[i]));
+        if (cnt) PyList_SET_ITEM(cnt, i, PyLong_FromSsize_t(w.counts[i]));
+    }
     PyList_SET_ITEM(lst, w.nb, PyLong_FromSsize_t(len));
-    PyMem_RawFree(w.bounds);
+    if (cnt) PyList_SET_ITEM(cnt, w.nb, PyLong_FromSsize_t(w.n));
+    PyMem_RawFree(w.bounds); PyMem_RawFree(w.counts);
+    if (cnt) return Py_BuildValue("(nNNN)", w.n, head, lst, cnt);
     return Py_BuildValue("(nNN)", w.n, head, lst);
 }
 
@@ -1071,18 +1095,55 @@ static const char *fill_annotated(const uint8_t *p, const uint8_t *end, const an
     return i == o->n ? NULL : TV_CHANGED;
 }
 
+/* ids / slots checked (slots within nslot, nslot <= ANNOT_MAX_SLOTS); NULL or the fault */
+static const char *annot_check(const Py_buffer *bi, const Py_buffer *bsl, int nkey, int nslot) {
+    Py_ssize_t nids = bi->len / 8;
+    if (bsl->len / 8 != nids || nkey < 0 || nslot < nkey || nslot > ANNOT_MAX_SLOTS) return "bad stat slots";
+    for (Py_ssize_t t = 0; t < nids; t++) {
+        int64_t s = ((const int64_t *)bsl->buf)[t];
+        if (s < 0 || s >= nslot) return "bad stat slots";
+    }
+    return NULL;
+}
+
+/* o's stat slot lookup (slot_of) from its ids and slots */
+static void annot_slot_of(annot_out *o) {
+    memset(o->slot_of, -1, sizeof o->slot_of);
+    for (Py_ssize_t t = 0; t < o->nids; t++) {
+        int64_t id = o->ids[t];
+        if (id >= 0 && id < ANNOT_DIRECT) o->slot_of[id] = o->slot_of[id] == -1 ? (int8_t)o->slots[t] : -2;
+    }
+}
+
+/* (combo_mids, combo_kinds, combo_values, strings) of a filled annot_state (NULL, an error
+ * set, on failure); frees a */
+static PyObject *annot_combos(annot_state *a, int nkey) {
+    PyObject *cm = PyBytes_FromStringAndSize((const char *)a->cmid, a->nc * 8);
+    PyObject *ck = PyBytes_FromStringAndSize((const char *)a->ckind, a->nc * nkey);
+    PyObject *cv = PyBytes_FromStringAndSize((const char *)a->cval, a->nc * nkey * 8);
+    PyObject *strs = PyList_New(a->ns);
+    for (Py_ssize_t j = 0; strs && j < a->ns; j++) {
+        const char *s = a->arena + a->soff[j];
+        PyObject *x = a->skind[j] == 4 ? PyUnicode_DecodeUTF8(s, a->slen[j], "strict")
+                                       : PyBytes_FromStringAndSize(s, a->slen[j]);
+        if (!x) { Py_CLEAR(strs); break; }
+        PyList_SET_ITEM(strs, j, x);
+    }
+    annot_free(a);
+    if (!cm || !ck || !cv || !strs) {
+        Py_XDECREF(cm); Py_XDECREF(ck); Py_XDECREF(cv); Py_XDECREF(strs);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNN)", cm, ck, cv, strs);
+}
+
 static PyObject *decode_annotated(PyObject *self, PyObject *args) {
     Py_buffer view, bi, bsl;
     int nkey, nslot;
     Py_ssize_t counted = -1;
     if (!PyArg_ParseTuple(args, "y*y*y*ii|n", &view, &bi, &bsl, &nkey, &nslot, &counted)) return NULL;
     Py_ssize_t nids = bi.len / 8;
-    const char *err = NULL;
-    if (bsl.len / 8 != nids || nkey < 0 || nslot < nkey || nslot > ANNOT_MAX_SLOTS) err = "bad stat slots";
-    for (Py_ssize_t t = 0; !err && t < nids; t++) {
-        int64_t s = ((const int64_t *)bsl.buf)[t];
-        if (s < 0 || s >= nslot) err = "bad stat slots";
-    }
+    const char *err = annot_check(&bi, &bsl, nkey, nslot);
     if (err) {
         PyBuffer_Release(&view); PyBuffer_Release(&bi); PyBuffer_Release(&bsl);
         PyErr_SetString(PyExc_ValueError, err); return NULL;
@@ -1116,11 +1177,7 @@ static PyObject *decode_annotated(PyObject *self, PyObject *args) {
                    (uint8_t *)PyBytes_AS_STRING(b[3]), (uint8_t *)PyBytes_AS_STRING(b[5]),
                    (uint32_t *)PyBytes_AS_STRING(b[4]), (const int64_t *)bi.buf, (const int64_t *)bsl.buf,
                    nids, nkey, nslot, n, {0}};
-    memset(o.slot_of, -1, sizeof o.slot_of);
-    for (Py_ssize_t t = 0; t < nids; t++) {
-        int64_t id = o.ids[t];
-        if (id >= 0 && id < ANNOT_DIRECT) o.slot_of[id] = o.slot_of[id] == -1 ? (int8_t)o.slots[t] : -2;
-    }
+    annot_slot_of(&o);
     annot_state a;
     memset(&a, 0, sizeof a);
     a.nkey = nkey;
@@ -1128,28 +1185,70 @@ static PyObject *decode_annotated(PyObject *self, PyObject *args) {
     TV_GUARD(err, err = fill_annotated(p, end, &o, &a));
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&view); PyBuffer_Release(&bi); PyBuffer_Release(&bsl);
-    PyObject *cm = NULL, *ck = NULL, *cv = NULL, *strs = NULL;
-    if (!err) {
-        cm = PyBytes_FromStringAndSize((const char *)a.cmid, a.nc * 8);
-        ck = PyBytes_FromStringAndSize((const char *)a.ckind, a.nc * nkey);
-        cv = PyBytes_FromStringAndSize((const char *)a.cval, a.nc * nkey * 8);
-        strs = PyList_New(a.ns);
-        for (Py_ssize_t j = 0; strs && j < a.ns; j++) {
-            const char *s = a.arena + a.soff[j];
-            PyObject *x = a.skind[j] == 4 ? PyUnicode_DecodeUTF8(s, a.slen[j], "strict")
-                                          : PyBytes_FromStringAndSize(s, a.slen[j]);
-            if (!x) { Py_CLEAR(strs); break; }
-            PyList_SET_ITEM(strs, j, x);
-        }
-    }
-    annot_free(&a);
-    if (err || !cm || !ck || !cv || !strs) {
+    PyObject *combos = NULL;
+    if (err) annot_free(&a);
+    else combos = annot_combos(&a, nkey);
+    if (!combos) {
         for (int k = 0; k < 7; k++) Py_DECREF(b[k]);
-        Py_XDECREF(cm); Py_XDECREF(ck); Py_XDECREF(cv); Py_XDECREF(strs);
         if (err) PyErr_SetString(PyExc_ValueError, err);
         return NULL;
     }
-    return Py_BuildValue("(LnNNNNNNNNNNN)", (long long)ts, n, b[0], b[1], b[2], b[3], b[4], b[5], b[6], cm, ck, cv, strs);
+    PyObject *out = Py_BuildValue("(LnNNNNNNNOOOO)", (long long)ts, n, b[0], b[1], b[2], b[3], b[4], b[5], b[6],
+                                  PyTuple_GET_ITEM(combos, 0), PyTuple_GET_ITEM(combos, 1),
+                                  PyTuple_GET_ITEM(combos, 2), PyTuple_GET_ITEM(combos, 3));
+    Py_DECREF(combos);
+    return out;
+}
+
+/* decode_annotated_into(buf, ids, slots, nkey, nslot, n, offsets, durations, occurrences,
+ *     has_stats, combo, extra_kinds, extra_values, index) -> (combo_mids, combo_kinds,
+ *     combo_values, strings): decode_annotated of the n events of buf (a field-aligned piece of
+ * an XLine, line_layout's) written into caller-owned arrays from event index on (the arrays
+ * as decode_annotated's: int64, int64, int64, uint8, uint32, uint8 x (nslot - nkey), int64 x
+ * (nslot - nkey)); combos and strings are the piece's own (numbered from 0 in order of first
+ * appearance in the piece). ValueError on malformed bytes, another event count than n, or
+ * arrays too short. */
+static PyObject *decode_annotated_into(PyObject *self, PyObject *args) {
+    Py_buffer view, bi, bsl, bb[7];
+    int nkey, nslot;
+    Py_ssize_t n, index;
+    if (!PyArg_ParseTuple(args, "y*y*y*iinw*w*w*w*w*w*w*n", &view, &bi, &bsl, &nkey, &nslot, &n, &bb[0], &bb[1],
+                          &bb[2], &bb[3], &bb[4], &bb[5], &bb[6], &index))
+        return NULL;
+    const char *err = annot_check(&bi, &bsl, nkey, nslot);
+    int nx = nslot - nkey;
+    if (!err) {
+        /* offsets, durations, occurrences, has_stats, combo, extra_kinds, extra_values */
+        Py_ssize_t width[7] = {8, 8, 8, 1, 4, nx, 8 * nx};
+        if (n < 0 || index < 0) err = "bad event range";
+        for (int k = 0; !err && k < 7; k++)
+            if (bb[k].len / (width[k] ? width[k] : 1) < index + n && width[k]) err = "output arrays too short";
+    }
+    if (err) {
+        PyBuffer_Release(&view); PyBuffer_Release(&bi); PyBuffer_Release(&bsl);
+        for (int k = 0; k < 7; k++) PyBuffer_Release(&bb[k]);
+        PyErr_SetString(PyExc_ValueError, err); return NULL;
+    }
+    annot_out o = {(int64_t *)bb[0].buf + index, (int64_t *)bb[1].buf + index, (int64_t *)bb[2].buf + index,
+                   (int64_t *)bb[6].buf + index * nx, (uint8_t *)bb[3].buf + index, (uint8_t *)bb[5].buf + index * nx,
+                   (uint32_t *)bb[4].buf + index, (const int64_t *)bi.buf, (const int64_t *)bsl.buf,
+                   bi.len / 8, nkey, nslot, n, {0}};
+    annot_slot_of(&o);
+    annot_state a;
+    memset(&a, 0, sizeof a);
+    a.nkey = nkey;
+    const uint8_t *p = (const uint8_t *)view.buf, *end = p + view.len;
+    Py_BEGIN_ALLOW_THREADS
+    TV_GUARD(err, err = fill_annotated(p, end, &o, &a));
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view); PyBuffer_Release(&bi); PyBuffer_Release(&bsl);
+    for (int k = 0; k < 7; k++) PyBuffer_Release(&bb[k]);
+    if (err) {
+        annot_free(&a);
+        PyErr_SetString(PyExc_ValueError, err);
+        return NULL;
+    }
+    return annot_combos(&a, nkey);
 }
 
 /* ---- event metadata of a plane ------------------------------------------------------------
@@ -1334,7 +1433,7 @@ static PyMethodDef methods[] = {
     {"contains_any", contains_any, METH_VARARGS, "contains_any(buf, lo, hi, needles) -> whether any needle occurs"},
     {"copy_bytes", copy_bytes, METH_VARARGS, "copy_bytes(buf, lo, hi) -> bytes (guarded against a shrinking file)"},
     {"line_layout", line_layout, METH_VARARGS,
-     "line_layout(buf, target) -> (n_events, header, piece bounds)"},
+     "line_layout(buf, target, with_counts=False) -> (n_events, header, piece bounds[, events before each bound])"},
     {"decode_tpu", decode_tpu, METH_VARARGS,
      "decode_tpu(buf, base_ps, stat_off, stat_dur, mids, starts, durs, aligned, flags, index) -> n"},
     {"decode_line", decode_line, METH_VARARGS,
@@ -1345,6 +1444,9 @@ static PyMethodDef methods[] = {
     {"decode_annotated", decode_annotated, METH_VARARGS,
      "decode_annotated(buf, ids, slots, nkey, nslot, n=-1) -> (timestamp_ns, n, offsets, durations, occurrences, has_stats, "
      "combo, extra_kinds, extra_values, combo_mids, combo_kinds, combo_values, strings)"},
+    {"decode_annotated_into", decode_annotated_into, METH_VARARGS,
+     "decode_annotated_into(buf, ids, slots, nkey, nslot, n, offsets, durations, occurrences, has_stats, combo, "
+     "extra_kinds, extra_values, index) -> (combo_mids, combo_kinds, combo_values, strings)"},
     {"decode_metadata", decode_metadata, METH_VARARGS,
      "decode_metadata(buf, lo, hi, ids, slots, nslot) -> (mids, names, display_names, kinds, values, strings)"},
     {"count_events", count_events, METH_VARARGS, "count_events(buf) -> number of XEvents in the XLine"},

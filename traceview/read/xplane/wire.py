@@ -731,6 +731,135 @@ def decode_annotated(raw, path: str, ids, slots, nkey: int, nslot: int, walked=N
     return out
 
 
+def annotated_layout(raw, path: str, piece_bytes: int) -> tuple[LineHeader, list[int], list[int]]:
+    """(header, bounds, counts) of one XLine for :func:`decode_annotated_piece`: its header,
+    byte offsets cutting it into pieces of about ``piece_bytes`` at field boundaries (the
+    first 0, the last its length) and the events before each offset (the last its event
+    count), from one walk over the line. C accelerator only. Raises :class:`TraceUnreadable`
+    on malformed bytes."""
+    try:
+        _n, head, bounds, counts = _fast.line_layout(raw, max(int(piece_bytes), 1), True)
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise TraceUnreadable(_line_fault(exc), path) from None
+    return LineHeader(*head), bounds, counts
+
+
+def annotated_arrays(n: int, nx: int) -> tuple:
+    """The per-event arrays of an :class:`AnnotatedLine` of ``n`` events and ``nx`` extra
+    slots that :func:`decode_annotated_piece` fills, uninitialized: offsets, durations,
+    has_stats, combo, extra_kinds (the occurrences and extra values are each piece's own)."""
+    return (hugearrays.empty(n, np.int64), hugearrays.empty(n, np.int64), hugearrays.empty(n, np.uint8),
+            hugearrays.empty(n, np.uint32), hugearrays.empty(n * nx, np.uint8))
+
+
+def decode_annotated_piece(piece, path: str, name: str, ids, slots, nkey: int, nslot: int, n: int, arrays: tuple,
+                           index: int) -> tuple:
+    """Decode the ``n`` events of one piece of an XLine (:func:`annotated_layout`'s
+    ``raw[bounds[k]:bounds[k + 1]]``, ``n`` = ``counts[k + 1] - counts[k]``) into ``arrays``
+    (:func:`annotated_arrays` of the whole line) from event ``index`` on, as
+    :func:`decode_annotated` decodes them; returns, for :func:`join_annotated`, the piece's own
+    (combo_mids, combo_kinds, combo_values, strings) and its occurrences and extra values
+    (None when all zero: no pre-aggregated event, no extra stat). C accelerator only;
+    pieces of a line may be decoded on several threads at once. Raises
+    :class:`TraceUnreadable` (``name``: the line's) on malformed bytes."""
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    slots = np.ascontiguousarray(slots, dtype=np.int64)
+    if not 0 <= nkey <= nslot <= MAX_SLOTS or len(ids) != len(slots):
+        raise ValueError("bad stat slots")
+    nx = nslot - nkey
+    offs, durs, flags, combo, xk = arrays
+    occs, xv = np.empty(n, dtype=np.int64), np.empty(n * nx, dtype=np.int64)
+    a, b = index, index + n
+    try:
+        got = _fast.decode_annotated_into(piece, ids, slots, nkey, nslot, n, offs[a:b], durs[a:b], occs, flags[a:b],
+                                          combo[a:b], xk[a * nx:b * nx], xv, 0)
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise TraceUnreadable(_line_fault(exc, name), path) from None
+    return got + (occs if occs.any() else None, xv if xk[a * nx:b * nx].any() else None)
+
+
+def join_annotated(header: LineHeader, arrays: tuple, counts: list[int], pieces: list[tuple], nkey: int,
+                   nslot: int) -> AnnotatedLine:
+    """The :class:`AnnotatedLine` of a line decoded in pieces (:func:`decode_annotated_piece`,
+    piece ``k`` holding events ``counts[k]:counts[k + 1]`` of ``arrays`` and returning
+    ``pieces[k]``): the same arrays, combos and strings :func:`decode_annotated` gives the
+    whole line. The pieces' strings and combos are numbered again in order of first
+    appearance in the line and the events' combo ids and string values renumbered in place."""
+    nx = nslot - nkey
+    offs, durs, flags, combo, xk = arrays
+    n = len(offs)
+    xk = xk.reshape(n, nx)
+    occs = np.zeros(n, dtype=np.int64) if any(p[4] is not None for p in pieces) else None
+    xv = np.zeros((n, nx), dtype=np.int64) if nx and any(p[5] is not None for p in pieces) else None
+    strings: list = []
+    string_id: dict = {}  # a str and a bytes value never compare equal: one key space
+    mids, kinds, vals = [], [], []
+    for (a, b), (cm, ck, cv, strs, p_occ, p_xv) in zip(zip(counts[:-1], counts[1:]), pieces):
+        smap = np.empty(len(strs), dtype=np.int64)
+        for j, v in enumerate(strs):
+            g = string_id.get(v)
+            if g is None:
+                g = string_id[v] = len(strings)
+                strings.append(v)
+            smap[j] = g
+        m = len(cm) // 8
+        ck_ = np.frombuffer(ck, dtype=np.uint8).reshape(m, nkey)
+        cv_ = np.frombuffer(cv, dtype=np.int64).reshape(m, nkey)
+        is_str = (ck_ == KIND_STR) | (ck_ == KIND_BYTES)
+        if is_str.any():
+            cv_ = np.where(is_str, smap[np.where(is_str, cv_, 0)], cv_)
+        if p_occ is not None:
+            occs[a:b] = p_occ
+        if p_xv is not None:
+            p_xv = p_xv.reshape(b - a, nx)
+            xs = (xk[a:b] == KIND_STR) | (xk[a:b] == KIND_BYTES)
+            xv[a:b] = np.where(xs, smap[np.where(xs, p_xv, 0)], p_xv) if xs.any() else p_xv
+        mids.append(np.frombuffer(cm, dtype=np.int64))
+        kinds.append(ck_)
+        vals.append(cv_)
+    # every piece's combos end to end; a line's combo is the first of its equals
+    all_mid = np.concatenate(mids)
+    all_kind = np.concatenate(kinds) if nkey else np.zeros((len(all_mid), 0), dtype=np.uint8)
+    all_val = np.concatenate(vals) if nkey else np.zeros((len(all_mid), 0), dtype=np.int64)
+    rows = np.empty((len(all_mid), 1 + 2 * nkey), dtype=np.int64)
+    rows[:, 0] = all_mid
+    rows[:, 1:1 + nkey] = all_kind
+    rows[:, 1 + nkey:] = all_val
+    if len(rows):
+        _, first, inv = np.unique(rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel(),
+                                  return_index=True, return_inverse=True)
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(len(first), dtype=np.int64)
+        rank[order] = np.arange(len(first), dtype=np.int64)
+        glob = rank[inv.reshape(-1)]  # per piece combo, its line combo
+        keep = first[order]
+    else:
+        glob = keep = np.zeros(0, dtype=np.int64)
+    off = 0
+    for (a, b), cm in zip(zip(counts[:-1], counts[1:]), mids):
+        m = len(cm)
+        lut = glob[off:off + m]
+        if b > a and not (lut == np.arange(m)).all():
+            np.take(lut.astype(np.uint32), combo[a:b], out=combo[a:b], mode="clip")
+        off += m
+    out = AnnotatedLine()
+    out.header, out.name = header, header.name
+    out.durations = durs
+    out.has_stats = flags.view(np.bool_)
+    out.combo = combo
+    out.extra_kinds = xk
+    out.combo_mids = np.ascontiguousarray(all_mid[keep])
+    out.combo_kinds = np.ascontiguousarray(all_kind[keep]).reshape(len(keep), nkey)
+    out.combo_values = np.ascontiguousarray(all_val[keep]).reshape(len(keep), nkey)
+    out.strings = strings
+    # as decode_annotated: one read-only zero for a column without a value
+    out.occurrences = occs if occs is not None else np.broadcast_to(np.int64(0), (n,))
+    out.extra_values = xv if xv is not None else np.broadcast_to(np.int64(0), (n, nx))
+    np.add(offs, _line_base_ps(header.timestamp_ns), out=offs)
+    out.starts = offs
+    return out
+
+
 def _annotated_python(out: AnnotatedLine, raw: bytes, ids, slots, nkey: int, nslot: int) -> None:
     """The pure-Python :func:`decode_annotated` (``out.starts`` left as the offsets)."""
     evs = XLineEventsLoose.FromString(raw).events
