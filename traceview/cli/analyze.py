@@ -120,13 +120,17 @@ def run(args) -> int:
     stored, done = _stored(args, disc, out)
     if done:
         return EXIT_OK
-    from traceview.model.load import load
+    from traceview.model.load import load, start_prefetch
 
+    opts = cargs.read_options(args)
+    idle = process.imports_while_decoding("analysis", "table" if args.format == "table" and not args.brief
+                                          else args.format)
     with process.decoding_beside_imports(), process.read_uncollected():
+        # started here, not by load: the file is decoded while load imports the cache and the readers
+        pre = start_prefetch(disc, max_bytes=args.max_bytes, cache=opts["cache"] or None,
+                             local=not opts["scheduler"], idle=idle)
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale, max_bytes=args.max_bytes,
-                    discovery=disc, idle=process.imports_while_decoding(
-                        "analysis", "table" if args.format == "table" and not args.brief else args.format),
-                    **cargs.read_options(args))
+                    discovery=disc, prefetch=pre or False, **opts)
     process.trim_heap(cargs.input_bytes(disc))
     from traceview.model.profiledata import check_regex
 
