@@ -398,6 +398,41 @@ def imports_while_decoding(*parts: str):
 
 
 @contextlib.contextmanager
+def imports_beside(idle):
+    """``idle`` (:func:`imports_while_decoding`'s) run on a thread of its own inside, while this
+    one computes: polars' work (a report's sections) leaves the GIL free most of the time and
+    the second core idle, where the imports the output needs can run. Joined when the block
+    ends normally (what it imported is then whole; a module it failed to import is imported
+    again where it is used, which raises there), left to run when it raises. A short GIL switch
+    interval (:data:`DECODE_SWITCH_INTERVAL_S`) inside, so this thread waits little for the GIL
+    when a polars call returns. ``idle`` None: nothing."""
+    if idle is None:
+        yield
+        return
+
+    def work() -> None:
+        try:
+            idle()
+        except Exception:  # noqa: BLE001 - imported again, and raised, where it is used
+            pass
+
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(DECODE_SWITCH_INTERVAL_S)
+    try:
+        thread = threading.Thread(target=work, name="traceview-imports", daemon=True)
+        thread.start()
+    except RuntimeError:  # no thread can be started: imported where they are used
+        sys.setswitchinterval(saved)
+        yield
+        return
+    try:
+        yield
+        thread.join()
+    finally:
+        sys.setswitchinterval(saved)
+
+
+@contextlib.contextmanager
 def decoding_beside_imports():
     """A short GIL switch interval (:data:`DECODE_SWITCH_INTERVAL_S`) inside: a thread
     decoding a file (:mod:`traceview.read.prefetch`) takes the GIL for short Python steps
