@@ -236,6 +236,40 @@ def test_the_imports_while_decoding_all_import():
     process.imports_while_decoding("analysis", "table", "no such part")()  # imports them, without error
 
 
+def test_imports_beside_runs_the_imports_on_a_thread_and_joins_it():
+    """process.imports_beside: the idle work runs on another thread while the block runs, is
+    done when the block ends, its exceptions swallowed; the switch interval is restored (also
+    when the block raises); None does nothing."""
+    import sys
+    import threading
+
+    from traceview.cli import process
+
+    saved = sys.getswitchinterval()
+    seen, go = [], threading.Event()
+
+    def idle():
+        go.wait(5)
+        seen.append(threading.current_thread().name)
+
+    with process.imports_beside(idle):
+        assert sys.getswitchinterval() == process.DECODE_SWITCH_INTERVAL_S
+        go.set()  # the block goes on while the thread works
+    assert seen == ["traceview-imports"] and sys.getswitchinterval() == saved
+
+    def failing():
+        raise ImportError("no such module")
+
+    with process.imports_beside(failing):
+        pass
+    with pytest.raises(KeyError):
+        with process.imports_beside(lambda: None):
+            raise KeyError("x")
+    assert sys.getswitchinterval() == saved
+    with process.imports_beside(None):
+        assert sys.getswitchinterval() == saved
+
+
 def test_a_line_name_is_read_without_walking_its_events(shared_traces):
     """wire.line_name gives line_header's name for every XLine of the shared traces, reading
     only the fields before the events: a line cut inside its events (which line_header

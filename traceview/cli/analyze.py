@@ -120,13 +120,17 @@ def run(args) -> int:
     stored, done = _stored(args, disc, out)
     if done:
         return EXIT_OK
-    from traceview.model.load import load
+    from traceview.model.load import load, start_prefetch
 
+    opts = cargs.read_options(args)
+    idle = process.imports_while_decoding("analysis", "table" if args.format == "table" and not args.brief
+                                          else args.format)
     with process.decoding_beside_imports(), process.read_uncollected():
+        # started here, not by load: the file is decoded while load imports the cache and the readers
+        pre = start_prefetch(disc, max_bytes=args.max_bytes, cache=opts["cache"] or None,
+                             local=not opts["scheduler"], idle=idle)
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale, max_bytes=args.max_bytes,
-                    discovery=disc, idle=process.imports_while_decoding(
-                        "analysis", "table" if args.format == "table" and not args.brief else args.format),
-                    **cargs.read_options(args))
+                    discovery=disc, prefetch=pre or False, **opts)
     process.trim_heap(cargs.input_bytes(disc))
     from traceview.model.profiledata import check_regex
 
@@ -143,13 +147,17 @@ def run(args) -> int:
     from traceview.analysis.report import add_html_sections, build_report
 
     # every section is computed whatever the format, so bad options fail the same way
-    rep = build_report(prof, by=args.by, peaks=cargs.peaks_from_args(prof, args), steps=cargs.steps_option(args.steps),
-                       expect_batch=args.expect_batch, rules=cargs.rules_from_args(args),
-                       step_module=args.step_module, step_extent=args.step_extent,
-                       step_window=args.step_window, window_option="--step-window", source_frame=args.source_frame,
-                       tokens_per_step=args.tokens_per_step,
-                       release=process.heap_releaser(cargs.input_bytes(disc)),
-                       **cargs.findings_from_args(args))
+    options = dict(by=args.by, peaks=cargs.peaks_from_args(prof, args), steps=cargs.steps_option(args.steps),
+                   expect_batch=args.expect_batch, rules=cargs.rules_from_args(args),
+                   step_module=args.step_module, step_extent=args.step_extent,
+                   step_window=args.step_window, window_option="--step-window", source_frame=args.source_frame,
+                   tokens_per_step=args.tokens_per_step, release=process.heap_releaser(cargs.input_bytes(disc)),
+                   **cargs.findings_from_args(args))
+    # what the output needs is imported meanwhile when a prefetch read the trace (its wait may have
+    # done it already); without one (several files, trace JSON, --max-bytes) the report's own
+    # peak is the run's, and the imports stay after it
+    with process.imports_beside(idle if pre is not None else None):
+        rep = build_report(prof, **options)
     try:
         data = _write(rep, args, out)
         if stored is not None and data is not None:

@@ -367,8 +367,13 @@ AFTER_READ_IMPORTS = {
                  "traceview.analysis.steps.anatomy", "traceview.analysis.steps.phases",
                  "traceview.analysis.steps.family_roofline", "traceview.analysis.communication.collectives",
                  "traceview.analysis.communication.overlap", "traceview.analysis.memory.allocators",
-                 "traceview.analysis.ops.hlo_detect", "traceview.model.interpreted"),
-    "table": ("traceview.render.terminal", "traceview.cli.outputs"),
+                 "traceview.analysis.ops.hlo_detect", "traceview.model.interpreted",
+                 "traceview.analysis.ops.distributions", "traceview.analysis.findings.decode",
+                 "traceview.analysis.findings.quality", "traceview.analysis.findings.memory",
+                 "traceview.analysis.findings.impact"),
+    "table": ("traceview.render.terminal", "traceview.cli.outputs", "traceview.render.findings",
+              "traceview.render.family_roofline", "traceview.render.hlo_view", "traceview.render.kernel_view",
+              "traceview.render.memory_view", "traceview.render.phases_view"),
     "json": ("traceview.render.json",),
     "html": ("traceview.render.html",),
     "diff": ("traceview.analysis.compare.diff", "traceview.analysis.compare.pooled",
@@ -390,6 +395,41 @@ def imports_while_decoding(*parts: str):
         for m in names:
             importlib.import_module(m)
     return idle
+
+
+@contextlib.contextmanager
+def imports_beside(idle):
+    """``idle`` (:func:`imports_while_decoding`'s) run on a thread of its own inside, while this
+    one computes: polars' work (a report's sections) leaves the GIL free most of the time and
+    the second core idle, where the imports the output needs can run. Joined when the block
+    ends normally (what it imported is then whole; a module it failed to import is imported
+    again where it is used, which raises there), left to run when it raises. A short GIL switch
+    interval (:data:`DECODE_SWITCH_INTERVAL_S`) inside, so this thread waits little for the GIL
+    when a polars call returns. ``idle`` None: nothing."""
+    if idle is None:
+        yield
+        return
+
+    def work() -> None:
+        try:
+            idle()
+        except Exception:  # noqa: BLE001 - imported again, and raised, where it is used
+            pass
+
+    saved = sys.getswitchinterval()
+    sys.setswitchinterval(DECODE_SWITCH_INTERVAL_S)
+    try:
+        thread = threading.Thread(target=work, name="traceview-imports", daemon=True)
+        thread.start()
+    except RuntimeError:  # no thread can be started: imported where they are used
+        sys.setswitchinterval(saved)
+        yield
+        return
+    try:
+        yield
+        thread.join()
+    finally:
+        sys.setswitchinterval(saved)
 
 
 @contextlib.contextmanager

@@ -1,6 +1,7 @@
 """Protobuf schemas for XSpace and the HLO subset traceview reads, built at import time.
 
-The messages are declared field by field with ``descriptor_pb2`` into a private
+The messages are declared field by field, encoded as descriptor.proto's
+``FileDescriptorProto`` (a few lines of wire format here) and added to a private
 ``DescriptorPool``, so traceview needs neither TensorFlow, XProf nor ``protoc`` and never
 clashes with another copy of ``tensorflow.profiler.XSpace`` loaded in the same process.
 
@@ -17,56 +18,106 @@ Only the fields traceview uses are declared; unknown fields are skipped by the p
 
 from __future__ import annotations
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf import descriptor_pool, message_factory
 
-_F = descriptor_pb2.FieldDescriptorProto
-_T = {
-    "int64": _F.TYPE_INT64,
-    "uint64": _F.TYPE_UINT64,
-    "int32": _F.TYPE_INT32,
-    "double": _F.TYPE_DOUBLE,
-    "float": _F.TYPE_FLOAT,
-    "bool": _F.TYPE_BOOL,
-    "string": _F.TYPE_STRING,
-    "bytes": _F.TYPE_BYTES,
-}
+# descriptor.proto's numbers (FieldDescriptorProto.Type and .Label): the files are handed to
+# the pool serialized (AddSerializedFile), not built with descriptor_pb2, whose import costs
+# more than the rest of this module does
+_T = {"double": 1, "float": 2, "int64": 3, "uint64": 4, "int32": 5, "bool": 8, "string": 9, "bytes": 12}
+_TYPE_MESSAGE = 11
+_LABEL_OPTIONAL, _LABEL_REPEATED = 1, 3
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _num(field: int, n: int) -> bytes:
+    return _varint(field << 3) + _varint(n)
+
+
+def _len(field: int, payload: bytes | str) -> bytes:
+    if isinstance(payload, str):
+        payload = payload.encode()
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+class _Desc:
+    """A message type as descriptor.proto's DescriptorProto: its name, fields (name, number,
+    label, type, type name or "", oneof index or None), nested types, oneofs, map entry flag."""
+
+    def __init__(self, name: str):
+        self.name, self.field, self.nested, self.oneofs, self.map_entry = name, [], [], [], False
+
+    def encode(self) -> bytes:
+        out = _len(1, self.name)  # DescriptorProto: name 1, field 2, nested_type 3, options 7, oneof_decl 8
+        for name, number, label, ftype, type_name, oneof in self.field:
+            f = _len(1, name) + _num(3, number) + _num(4, label) + _num(5, ftype)
+            if type_name:
+                f += _len(6, type_name)
+            if oneof is not None:
+                f += _num(9, oneof)
+            out += _len(2, f)
+        for n in self.nested:
+            out += _len(3, n.encode())
+        if self.map_entry:
+            out += _len(7, _num(7, 1))  # MessageOptions.map_entry
+        for o in self.oneofs:
+            out += _len(8, _len(1, o))
+        return out
+
+
+class _File:
+    """A proto3 file as descriptor.proto's FileDescriptorProto: name, package, message types."""
+
+    def __init__(self, name: str, package: str):
+        self.name, self.package, self.messages = name, package, []
+
+    def encode(self) -> bytes:
+        # FileDescriptorProto: name 1, package 2, message_type 4, syntax 12
+        return (_len(1, self.name) + _len(2, self.package) + b"".join(_len(4, m.encode()) for m in self.messages)
+                + _len(12, "proto3"))
 
 
 def _message(file_proto, name, fields, nested=()):
-    msg = file_proto.message_type.add() if file_proto is not None else descriptor_pb2.DescriptorProto()
-    msg.name = name
+    msg = _Desc(name)
+    file_proto.messages.append(msg)
     _fill(msg, fields, file_proto.package)
-    for n in nested:
-        msg.nested_type.add().CopyFrom(n)
+    msg.nested.extend(nested)
     return msg
 
 
 def _fill(msg, fields, package):
     for fname, number, ftype, label in fields:
-        f = msg.field.add()
-        f.name = fname
-        f.number = number
-        f.label = _F.LABEL_REPEATED if label == "repeated" else _F.LABEL_OPTIONAL
+        lab = _LABEL_REPEATED if label == "repeated" else _LABEL_OPTIONAL
         if ftype in _T:
-            f.type = _T[ftype]
+            msg.field.append([fname, number, lab, _T[ftype], "", None])
         else:
-            f.type = _F.TYPE_MESSAGE
-            f.type_name = ftype if ftype.startswith(".") else f".{package}.{ftype}"
+            msg.field.append([fname, number, lab, _TYPE_MESSAGE,
+                              ftype if ftype.startswith(".") else f".{package}.{ftype}", None])
+
+
+def _oneof(msg, name, indices):
+    """Put ``msg``'s fields at ``indices`` (positions in its field list) in a new oneof ``name``."""
+    for i in indices:
+        msg.field[i][5] = len(msg.oneofs)
+    msg.oneofs.append(name)
 
 
 def _map_entry(name, key_type, value_type, package):
-    entry = descriptor_pb2.DescriptorProto()
-    entry.name = name
-    entry.options.map_entry = True
+    entry = _Desc(name)
+    entry.map_entry = True
     _fill(entry, [("key", 1, key_type, ""), ("value", 2, value_type, "")], package)
     return entry
 
 
 def _build_xplane(pool):
-    fp = descriptor_pb2.FileDescriptorProto()
-    fp.name = "traceview/xplane.proto"
-    fp.package = "traceview.xplane"
-    fp.syntax = "proto3"
+    fp = _File("traceview/xplane.proto", "traceview.xplane")
     pkg = fp.package
     _message(fp, "XSpace", [
         ("planes", 1, "XPlane", "repeated"),
@@ -82,8 +133,8 @@ def _build_xplane(pool):
         ("stat_metadata", 5, ".traceview.xplane.XPlane.StatMetadataEntry", "repeated"),
         ("stats", 6, "XStat", "repeated"),
     ])
-    plane.nested_type.add().CopyFrom(_map_entry("EventMetadataEntry", "int64", "XEventMetadata", pkg))
-    plane.nested_type.add().CopyFrom(_map_entry("StatMetadataEntry", "int64", "XStatMetadata", pkg))
+    plane.nested.append(_map_entry("EventMetadataEntry", "int64", "XEventMetadata", pkg))
+    plane.nested.append(_map_entry("StatMetadataEntry", "int64", "XStatMetadata", pkg))
     _message(fp, "XLine", [
         ("id", 1, "int64", ""),
         ("display_id", 10, "int64", ""),
@@ -100,9 +151,7 @@ def _build_xplane(pool):
         ("duration_ps", 3, "int64", ""),
         ("stats", 4, "XStat", "repeated"),
     ])
-    ev.oneof_decl.add().name = "data"
-    ev.field[1].oneof_index = 0
-    ev.field[2].oneof_index = 0
+    _oneof(ev, "data", (1, 2))
     st = _message(fp, "XStat", [
         ("metadata_id", 1, "int64", ""),
         ("double_value", 2, "double", ""),
@@ -112,9 +161,7 @@ def _build_xplane(pool):
         ("bytes_value", 6, "bytes", ""),
         ("ref_value", 7, "uint64", ""),
     ])
-    st.oneof_decl.add().name = "value"
-    for i in range(1, 7):
-        st.field[i].oneof_index = 0
+    _oneof(st, "value", range(1, 7))
     _message(fp, "XEventMetadata", [
         ("id", 1, "int64", ""),
         ("name", 2, "string", ""),
@@ -145,8 +192,8 @@ def _build_xplane(pool):
         ("stat_metadata", 5, ".traceview.xplane.XPlaneLazy.StatMetadataEntry", "repeated"),
         ("stats", 6, "XStat", "repeated"),
     ])
-    lazy.nested_type.add().CopyFrom(_map_entry("EventMetadataEntry", "int64", "XEventMetadata", pkg))
-    lazy.nested_type.add().CopyFrom(_map_entry("StatMetadataEntry", "int64", "XStatMetadata", pkg))
+    lazy.nested.append(_map_entry("EventMetadataEntry", "int64", "XEventMetadata", pkg))
+    lazy.nested.append(_map_entry("StatMetadataEntry", "int64", "XStatMetadata", pkg))
     # The events of a line as the pure-Python decoder reads them: stats kept as raw bytes
     # (parsed one by one when asked for, as XStatLoose whose str_value is bytes), so what the
     # C decoder does not look at (a malformed or non-UTF-8 stat nobody reads) is tolerated by
@@ -158,9 +205,7 @@ def _build_xplane(pool):
         ("duration_ps", 3, "int64", ""),
         ("stats", 4, "bytes", "repeated"),
     ])
-    ev_loose.oneof_decl.add().name = "data"
-    ev_loose.field[1].oneof_index = 0
-    ev_loose.field[2].oneof_index = 0
+    _oneof(ev_loose, "data", (1, 2))
     st_loose = _message(fp, "XStatLoose", [
         ("metadata_id", 1, "int64", ""),
         ("double_value", 2, "double", ""),
@@ -170,9 +215,7 @@ def _build_xplane(pool):
         ("bytes_value", 6, "bytes", ""),
         ("ref_value", 7, "uint64", ""),
     ])
-    st_loose.oneof_decl.add().name = "value"
-    for i in range(1, 7):
-        st_loose.field[i].oneof_index = 0
+    _oneof(st_loose, "value", range(1, 7))
     _message(fp, "XLineEventsLoose", [("events", 4, "XEventLoose", "repeated")])
     _message(fp, "XLineEventsRaw", [("events", 4, "bytes", "repeated")])  # counting only
     _message(fp, "XLineHeader", [
@@ -183,14 +226,11 @@ def _build_xplane(pool):
         ("timestamp_ns", 3, "int64", ""),
         ("duration_ps", 9, "int64", ""),
     ])
-    pool.Add(fp)
+    pool.AddSerializedFile(fp.encode())
 
 
 def _build_hlo(pool):
-    fp = descriptor_pb2.FileDescriptorProto()
-    fp.name = "traceview/hlo.proto"
-    fp.package = "traceview.hlo"
-    fp.syntax = "proto3"
+    fp = _File("traceview/hlo.proto", "traceview.hlo")
     _message(fp, "TileProto", [("dimensions", 1, "int64", "repeated")])
     _message(fp, "LayoutProto", [
         ("minor_to_major", 1, "int64", "repeated"),
@@ -283,12 +323,10 @@ def _build_hlo(pool):
         ("root_id", 6, "int64", ""),
         ("is_fusion_computation", 7, "bool", ""),
     ])
-    fl = descriptor_pb2.DescriptorProto()
-    fl.name = "FileLocation"
+    fl = _Desc("FileLocation")
     _fill(fl, [("file_name_id", 1, "int32", ""), ("function_name_id", 2, "int32", ""),
                ("line", 3, "int32", ""), ("column", 4, "int32", "")], fp.package)
-    sf = descriptor_pb2.DescriptorProto()
-    sf.name = "StackFrame"
+    sf = _Desc("StackFrame")
     _fill(sf, [("file_location_id", 1, "int32", ""), ("parent_frame_id", 2, "int32", "")], fp.package)
     _message(fp, "StackFrameIndexProto", [
         ("file_names", 1, "string", "repeated"),
@@ -296,8 +334,7 @@ def _build_hlo(pool):
         ("file_locations", 3, ".traceview.hlo.StackFrameIndexProto.FileLocation", "repeated"),
         ("stack_frames", 4, ".traceview.hlo.StackFrameIndexProto.StackFrame", "repeated"),
     ], nested=(fl, sf))
-    ae = descriptor_pb2.DescriptorProto()
-    ae.name = "AliasEntryProto"
+    ae = _Desc("AliasEntryProto")
     _fill(ae, [("output_shape_index", 1, "int64", "repeated"), ("parameter_number", 2, "int64", ""),
                ("parameter_shape_index", 3, "int64", "repeated")], fp.package)
     _message(fp, "HloInputOutputAliasProto", [
@@ -312,7 +349,7 @@ def _build_hlo(pool):
         ("stack_frame_index", 17, "StackFrameIndexProto", ""),
     ])
     _message(fp, "HloProto", [("hlo_module", 1, "HloModuleProto", "")])
-    pool.Add(fp)
+    pool.AddSerializedFile(fp.encode())
 
 
 _POOL = descriptor_pool.DescriptorPool()
