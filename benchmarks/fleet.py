@@ -5,7 +5,8 @@ shared ``tpu_v6e_4chip_psum.xplane.pb`` scaled to ``--events`` events
 (``benchmarks/scale_trace.py``), hard-linked under one name per host
 (``plugins/profile/2026_01_01_00_00_00/hostNN.xplane.pb``; discovery names a host by its
 file's stem). Then, each in a fresh child process with the caches off, imports done before
-the clock starts:
+the clock starts (where the client reads no file, ``fleet-pool`` and the Dask fleet modes, the
+modules ``analyze --fleet`` loads there: not the xplane reader):
 
 * ``single``: ``traceview.load`` in one process, then the sections fleet mode gives: by_shape,
   device summary, step anatomy, overlap and stragglers;
@@ -28,11 +29,12 @@ sets ``MALLOC_TRIM_THRESHOLD_`` in its workers, which also fixes glibc's mmap th
 Per mode: wall seconds of the read and merge (the cluster's start-up and the workers' imports
 apart), the client's CPU seconds over them (all its threads: on Dask the scheduler's too), the
 Dask workers' CPU seconds (their whole processes, as ``client.run`` reads them before and
-after; ``-`` for the other modes), the client's peak
-RSS (``ru_maxrss``: Dask's scheduler runs in the client; its workers are other processes),
-and whether the op table's exact columns equal the single process's (p50/p90 within the
-sketch's bound). Prints a markdown table and the projection to ``--project-hosts`` hosts of
-``--project-bytes`` each (time and client memory per host, linear in hosts and in bytes).
+after; ``-`` for the other modes), the client's peak RSS (``ru_maxrss``: Dask's scheduler
+runs in the client; its workers are other processes) and its RSS when the clock starts
+(imports, and the cluster when there is one), and whether the op table's exact columns equal
+the single process's (p50/p90 within the sketch's bound). Prints a markdown table and the
+projection to ``--project-hosts`` hosts of ``--project-bytes`` each (time and client memory per
+host, linear in hosts and in bytes).
 
 Usage::
 
@@ -61,15 +63,22 @@ _ENV = dict(os.environ)
 _CHILD = r"""
 import json, resource, sys, time
 mode, path, workers, out, trim = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+_READS_NONE = ("fleet-pool", "fleet-dask", "fleet-ops-dask")
 from pathlib import Path
 from traceview.cli import process  # the allocator settings the CLI gives a read of this size
 size = sum(f.stat().st_size for f in Path(path).rglob("*.xplane.pb"))
 process.tune_allocator(process.fleet_client_bytes(size) if mode.startswith("fleet") else size)
-import polars as pl, traceview, traceview.api, traceview.model.files, traceview.model.from_xplane  # noqa: E401
+import polars as pl, traceview  # noqa: E401
 from traceview.analysis import fleet
 from traceview.analysis.ops import aggregate
-from traceview.analysis.report import communication_sections
-from traceview.analysis import derived
+if mode in _READS_NONE:  # the client reads no file: the modules `analyze --fleet` loads there
+    import traceview.model.load, traceview.model.files, traceview.model.profiledata  # noqa: E401
+    import traceview.read.batch, traceview.read.cache, traceview.read.discover  # noqa: E401
+    import traceview.analysis.steps.anatomy, traceview.analysis.communication.stragglers  # noqa: E401
+else:  # the reader too
+    import traceview.api, traceview.model.files, traceview.model.from_xplane  # noqa: E401
+    from traceview.analysis.report import communication_sections
+    from traceview.analysis import derived
 cluster = client = None
 startup = 0.0
 if mode.endswith("dask"):
@@ -91,6 +100,7 @@ if mode.endswith("dask"):
 cpu = lambda: time.process_time()  # noqa: E731
 wcpu = (lambda: sum(client.run(time.process_time).values())) if client is not None else (lambda: 0.0)  # noqa: E731
 w0 = wcpu()
+start_rss = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize() / 2**20  # imports, cluster
 t0, c0 = time.perf_counter(), cpu()
 if mode in ("single", "load-dask", "single-ops"):
     prof = traceview.load(path, cache=False, executor=client)
@@ -114,7 +124,7 @@ by_shape.drop("modules", "programs").write_parquet(out)
 if client is not None:
     client.close(); cluster.close()
 print(json.dumps({"mode": mode, "hosts": hosts, "op_events": events, "steps": steps, "s": s,
-                  "startup_s": startup, "client_cpu_s": client_cpu, "workers_cpu_s": workers_cpu, "client_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "startup_s": startup, "client_cpu_s": client_cpu, "workers_cpu_s": workers_cpu, "client_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "client_start_mib": start_rss}))
 """
 
 EXACT = ["op_kind", "category", "occurrences", "executions", "total_ps", "self_ps", "mean_ps", "min_ps", "max_ps",
@@ -219,15 +229,15 @@ def main(argv=None) -> int:
           f"{next(iter(rows.values()))['op_events'] // a.hosts:,} op events each; Dask: {a.workers} single-thread "
           f"worker processes\n")
     print("| mode | s | against one process | client CPU s | workers' CPU s | client peak MiB | against one process "
-          "| cluster start-up s | op table |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| client at the start MiB | cluster start-up s | op table |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for mode, r in rows.items():
         ref = rows.get("single-ops" if "ops" in mode else "single") or rows.get("single") or rows.get("single-ops")
         rs = f"{r['s'] / ref['s']:.2f}x" if ref else "-"
         rm = f"{r['client_rss_mib'] / ref['client_rss_mib']:.2f}x" if ref else "-"
         wc = f"{r['workers_cpu_s']:.2f}" if mode.endswith("dask") else "-"
         print(f"| {mode} | {r['s']:.2f} | {rs} | {r['client_cpu_s']:.2f} | {wc} | {r['client_rss_mib']:,.0f} | {rm} "
-              f"| {r['startup_s']:.1f} | {r['table']} |")
+              f"| {r['client_start_mib']:,.0f} | {r['startup_s']:.1f} | {r['table']} |")
     pb = partial_bytes(logs)
     print(f"\none host's partial: {pb['total']:,} bytes pickled ({pb['op_events']:,} op events, "
           f"{pb['step_rows']:,} step rows, {pb['collective_events']:,} collective events): "

@@ -270,7 +270,9 @@ def host_partial(task, options: FleetOptions | None = None):
 
         steps = anat.steps.select(list(STEPS_SCHEMA)) if anat.steps.height else pl.DataFrame(schema=STEPS_SCHEMA)
         fam, fam_names = _families_by_step(anat)
-        have = set(prof.module_runs["module"].drop_nulls().unique().to_list()) - {""} if prof.module_runs.height else set()
+        rt = prof.runs  # the modules that ran: their programs' rows (not the wide runs frame)
+        have = (set(rt.keys["module"].gather(rt.runs["key"].unique()).drop_nulls().to_list()) - {""}
+                if rt.runs.height and rt.keys.height else set())
         module_self = (col.filter(pl.col("module").is_in(sorted(have))).group_by("module")
                        .agg(pl.col("self_ps").sum()) if col.height else pl.DataFrame(
                            schema={"module": pl.Utf8, "self_ps": pl.Int64}))
@@ -644,7 +646,7 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
     win_steps = st.select("duration_ps", "op_time_ps", "busy_ps", "gap_after_ps", "in_window").filter(
         pl.col("in_window"))
     cov = _coverage(win_steps, total_self, outside, excluded=st.height - n,
-                    devices=len(np.unique(dev_ids[0][in_win])))
+                    devices=int(np.count_nonzero(np.bincount(dev_ids[0][in_win], minlength=len(dev_ids[1])))))
     del win_steps
     cov_all = _coverage(st, total_self, outside, devices=len(dev_ids[1]))
     del dev_ids
