@@ -161,3 +161,27 @@ def test_a_narrow_table_of_many_rows_is_laid_out_line_by_line(monkeypatch):
     monkeypatch.setattr(Padding, "__rich_console__", render)
     assert coloured == _print(RichTable, "steps", cols, rows, 41, True, False)
 
+
+def test_plain_console_ends_lines_at_their_last_character():
+    """traceview's Console drops the spaces rich leaves at the end of a line without colour (a
+    centred title, a wrapped line), and nothing else; with colour it prints rich's bytes."""
+    from traceview.render.console import Console as PlainConsole
+
+    def show(cls, colour):
+        buf = io.StringIO()
+        console = cls(file=buf, width=30, force_terminal=colour, color_system="256" if colour else None,
+                      highlight=False, emoji=False)
+        t = Table(title="a centred title")
+        t.add_column("x")
+        t.add_row("a  b")
+        console.print(t)
+        console.print("a line long enough to be wrapped by rich at thirty columns")
+        console.print("keep  ", end="")
+        console.print("two spaces inside")
+        return buf.getvalue()
+
+    plain, richs = show(PlainConsole, False), show(Console, False)
+    assert richs != plain and any(ln.endswith(" ") for ln in richs.splitlines())
+    assert plain == "\n".join(ln.rstrip(" ") for ln in richs.split("\n"))
+    assert "keep  two spaces inside" in plain
+    assert show(PlainConsole, True) == show(Console, True)
