@@ -4,10 +4,11 @@ rich pads every cell of a default Table (``Padding(cell, (0, 1))``) and renders 
 cell as the Text of its markup, wrapped and justified to the column: a few hundred
 microseconds a cell, most of a report's rendering. :class:`Table` is that Table with each
 string header and cell a :class:`_Cell`, which measures and renders itself exactly as the
-padded Text would (the same segments, so the same output with or without colour) and does the
-common case, text that fits its column on one line, directly. On a console without colour (a
-pipe, a file), a table whose cells are all such text and whose columns fit is laid out here
-whole, line by line, as rich's Table lays it out (:meth:`Table._plain_lines`).
+padded Text would (the same segments, so the same output with or without colour) and does
+plain text directly, on one line or wrapped to its column (:func:`_wrapped`). On a console
+without colour (a pipe, a file), a table whose cells are all such text is laid out here whole,
+line by line, as rich's Table lays it out (:meth:`Table._plain_lines`): its columns narrowed
+and its cells wrapped as rich's are when they do not fit the width.
 """
 
 from __future__ import annotations
