@@ -184,3 +184,27 @@ def test_code_fingerprint_covers_the_report_template():
     names = {p.name for p in code_files()}
     assert "report.html.j2" in names
     assert "cache.py" in names
+
+
+def test_a_stored_answer_names_the_scheduler_it_did_not_contact(cache_dir, trace, monkeypatch, capsysbinary):
+    """--scheduler is where files are read: a stored output reads none, so no cluster is asked
+    (exit 0) and a warning names the address; without the stored output the same wrong address
+    is exit 7."""
+    pytest.importorskip("distributed")
+    from traceview.errors import EXIT_REMOTE
+
+    bad = ["--scheduler", "tcp://127.0.0.1:1"]
+    assert main(["analyze", str(trace), "--format", "json", "--top", "3", *bad]) == EXIT_REMOTE
+    assert b"cannot reach the Dask scheduler at tcp://127.0.0.1:1" in capsysbinary.readouterr().err
+    assert main(["analyze", str(trace), "--format", "json", "--top", "3"]) == 0  # stored
+    first = capsysbinary.readouterr()
+    assert b"warning" not in first.err
+    with monkeypatch.context() as m:
+        _no_reading(m)
+        assert main(["analyze", str(trace), "--format", "json", "--top", "3", *bad]) == 0
+    got = capsysbinary.readouterr()
+    assert got.out == first.out
+    assert got.err.decode().splitlines() == [
+        "traceview: warning: the Dask scheduler at tcp://127.0.0.1:1 was not contacted: this output was stored by an "
+        "earlier run over the same files (--no-cache reads them on the cluster)"]
+    assert main(["analyze", str(trace), "--format", "json", "--top", "3", "--no-cache", *bad]) == EXIT_REMOTE

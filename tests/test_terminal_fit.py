@@ -287,3 +287,24 @@ def test_several_is_n_unique_above_one():
         for values in itertools.product(["a", "b", None], repeat=n):
             s = pl.Series("host", list(values), dtype=pl.String)
             assert _several(s) == (s.n_unique() > 1), values
+
+
+@pytest.mark.parametrize("width", [None, 41, 80])
+def test_no_line_ends_in_a_space(width, shared_traces, capsys):
+    """Plain output (a pipe, a file) ends every line at its last visible character: analyze
+    on every shared trace, diff and verify, at the pipe's width and at narrow ones (centred
+    titles, wrapped lines and folded notes are where rich leaves spaces)."""
+    w = [] if width is None else ["--width", str(width)]
+    gemm, att = shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", shared_traces / "mi300x_jax_attention.xplane.pb"
+    runs = [["analyze", str(p), "--no-cache", *w] for p in sorted(shared_traces.glob("*.xplane.pb"))]
+    runs += [["diff", str(gemm), str(att), "--no-cache", *w],
+             ["diff", str(FIXTURES / "topp_b4"), str(FIXTURES / "greedy_b4"), "--no-cache", *w],
+             ["verify", str(FIXTURES / "topp_b4"), str(FIXTURES / "greedy_b4"), "-c", "all matched", "--no-cache"],
+             ["verify", str(att), "-c", "no op matching all-reduce", "-c", "family matmul share < 3%", "--no-cache"]]
+    printed = 0
+    for argv in runs:
+        rc, out, _ = _run(argv, capsys)
+        bad = [ln for ln in out.splitlines() if ln.endswith(" ")]
+        assert not bad, (argv, bad[:3])
+        printed += len(out.splitlines()) if rc in (0, 1) else 0
+    assert printed > 500

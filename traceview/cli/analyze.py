@@ -57,8 +57,8 @@ def add_parser(sub) -> None:
 def _stored(args, disc, out: Path | None):
     """(result cache key or None, whether a stored output was written). A finished output for
     the same options over the same unchanged files is written again (no polars, no
-    reading); not for side outputs (--html), measured peaks, a byte limit or a terminal
-    whose width and colours vary."""
+    reading, no ``--scheduler`` contacted: a warning names it); not for side outputs (--html),
+    measured peaks, a byte limit or a terminal whose width and colours vary."""
     if (args.html or getattr(args, "measure_cpu_peaks", False) or args.max_bytes is not None
             or (out is None and (args.format == "table" or (args.format == "csv" and sys.stdout.isatty())))
             or args.no_cache):
@@ -73,6 +73,10 @@ def _stored(args, disc, out: Path | None):
     hit = resultcache.get(rkey, root)
     if hit is None or (out is not None and inside_inputs(out, disc)):
         return (rkey, root), False
+    if args.scheduler:  # nothing is read, so no cluster is asked: say so, lest a wrong address pass unseen
+        print(f"traceview: warning: the Dask scheduler at {safe_line(args.scheduler)} was not contacted: this "
+              f"output was stored by an earlier run over the same files (--no-cache reads them on the cluster)",
+              file=sys.stderr)
     if out is not None:
         write_atomic(out, hit)
         print(f"wrote {safe_line(str(out))}", file=sys.stderr)  # as a computed run reports it

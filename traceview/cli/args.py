@@ -239,7 +239,8 @@ def add_reading(p: argparse.ArgumentParser) -> None:
                    help="read the hosts' files in up to N local processes (default 1: in this process)")
     p.add_argument("--scheduler", metavar="ADDRESS", type=scheduler_address,
                    help="read the hosts' files on this Dask cluster (e.g. tcp://10.0.0.5:8786); "
-                        "needs traceview[dist] and the files at the same paths on the workers")
+                        "needs traceview[dist] and the files at the same paths on the workers; an analyze output "
+                        "answered from the result cache reads nothing and contacts no scheduler (a warning names it)")
 
 
 EXPAND_KERNELS_HELP = ("show the ops inside each interpreted Pallas kernel invocation (a CPU trace, interpret=True) "

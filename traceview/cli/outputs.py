@@ -32,7 +32,7 @@ def console(width: int | None = None):
     (no colours) :data:`PLAIN_WIDTH` wide, whatever ``$COLUMNS`` says (a shell exports it to
     pipes too; a pipe's reader wants whole cells). ``width`` (``--width``): that many columns
     either way. A closed pipe raises BrokenPipeError (rich would exit 1)."""
-    from rich.console import Console
+    from traceview.render.console import Console  # plain output: no trailing spaces
 
     class _Console(Console):
         def on_broken_pipe(self) -> None:  # rich exits 1 here; a closed pipe is a normal end
@@ -56,6 +56,6 @@ def _fixed_size(con):
 def file_console(fh, width: int | None = None):
     """A plain rich console writing to an open text file, ``width`` (else :data:`PLAIN_WIDTH`)
     wide."""
-    from rich.console import Console
+    from traceview.render.console import Console  # plain output: no trailing spaces
 
     return Console(file=fh, width=width or PLAIN_WIDTH, color_system=None, highlight=False, emoji=False)

@@ -4,15 +4,20 @@ rich pads every cell of a default Table (``Padding(cell, (0, 1))``) and renders 
 cell as the Text of its markup, wrapped and justified to the column: a few hundred
 microseconds a cell, most of a report's rendering. :class:`Table` is that Table with each
 string header and cell a :class:`_Cell`, which measures and renders itself exactly as the
-padded Text would (the same segments, so the same output with or without colour) and does the
-common case, text that fits its column on one line, directly. On a console without colour (a
-pipe, a file), a table whose cells are all such text and whose columns fit is laid out here
-whole, line by line, as rich's Table lays it out (:meth:`Table._plain_lines`).
+padded Text would (the same segments, so the same output with or without colour) and does
+plain text directly, on one line or wrapped to its column (:func:`_wrapped`). On a console
+without colour (a pipe, a file), a table whose cells are all such text is laid out here whole,
+line by line, as rich's Table lays it out (:meth:`Table._plain_lines`): its columns narrowed
+and its cells wrapped as rich's are when they do not fit the width.
 """
 
 from __future__ import annotations
 
-from rich.cells import cell_len
+import re
+
+from rich._ratio import ratio_reduce
+from rich._wrap import divide_line
+from rich.cells import cell_len, set_cell_size
 from rich.console import Console
 from rich.measure import Measurement
 from rich.padding import Padding
@@ -22,6 +27,10 @@ from rich.table import Table as _RichTable
 
 #: the padding rich gives every cell of a default Table: one space left and right
 _CELL_PAD = (0, 1, 0, 1)
+#: whitespace ending a string (rich's ``text._re_whitespace``)
+_TRAILING_SPACE = re.compile(r"\s+$")
+#: a word and the whitespace around it (rich's ``_wrap.re_word``)
+_WORD = re.compile(r"\s*\S+\s*")
 
 
 class _Cell:
@@ -76,7 +85,17 @@ class _Cell:
         plain = self._plain(console, options) if inner >= 1 and not options.highlight else None
         if plain is not None and options.justify in ("left", "right") and plain.isprintable():
             n = cell_len(plain)
-            if n <= inner:  # one line, as Text.wrap and Lines.justify leave it
+            if n > inner and not options.no_wrap and options.overflow in ("fold", "ellipsis", "crop"):
+                lines = _wrapped(plain, inner, options.justify, options.overflow)
+                if lines is not None:  # wrapped as Text.wrap wraps it, each line padded as rich's Padding pads it
+                    pad, new_line = Segment(" "), Segment.line()
+                    for line in lines:
+                        yield pad
+                        yield Segment(line)
+                        yield pad
+                        yield new_line
+                    return
+            elif n <= inner:  # one line, as Text.wrap and Lines.justify leave it
                 if options.justify == "left":
                     body = plain + " " * (inner - n)
                 else:
@@ -133,10 +152,13 @@ class Table(_RichTable):
     def _plain_lines(self, console: Console, options) -> tuple[list[int], list[str]] | None:
         """(column widths, the lines of the table below its title) as rich's Table renders
         them without colour, for the common case: default table options, every header and cell
-        a :class:`_Cell` of printable text (its styles print nothing), in a left- or right-justified column
-        of no fixed width, the columns side by side within ``options.max_width``. None
-        otherwise (rich's Table lays it out). Each column is as wide as its widest cell (or its
-        ``min_width``) plus the padding; each cell is its text padded as :class:`_Cell` pads it."""
+        a :class:`_Cell` of printable text (its styles print nothing), in a left- or
+        right-justified, top-aligned column of no fixed width that may wrap. None otherwise
+        (rich's Table lays it out). Each column is as wide as its widest cell (or its
+        ``min_width``) plus the padding; when the columns do not fit ``options.max_width``
+        they are narrowed as rich narrows them (:meth:`_narrowed`) and a cell wider than its
+        column is wrapped as rich wraps its Text (:func:`_wrapped`), a row as tall as its
+        tallest cell."""
         columns = self.columns
         if (not columns or not self.box or self.width is not None or self.expand or self.min_width is not None
                 or not self.show_header or self.show_footer or not self.show_edge or self.show_lines or self.leading
@@ -145,8 +167,9 @@ class Table(_RichTable):
             return None
         texts, widths = [], []
         for column in columns:
-            if (column.width is not None or column.max_width is not None or column.highlight
-                    or column.justify not in ("left", "right")):
+            if (column.width is not None or column.max_width is not None or column.highlight or column.no_wrap
+                    or column.justify not in ("left", "right") or column.vertical != "top"
+                    or column.overflow not in ("fold", "ellipsis", "crop")):
                 return None
             col = []
             widest = 0
@@ -163,34 +186,135 @@ class Table(_RichTable):
             width = widest + 2
             if column.min_width is not None and column.min_width > width:
                 width = column.min_width
-            if width < 3:  # no room inside the padding: rich's Padding lays it out
-                return None
             texts.append(col)
             widths.append(width)
         if sum(widths) + self._extra_width > options.max_width:
+            widths = self._narrowed(widths, options.max_width - self._extra_width)
+            if widths is None:
+                return None
+        if min(widths) < 3:  # no room inside the padding: rich's Padding lays it out
             return None
-        cells = []  # per column, its padded cells
+        cells = []  # per column, its padded cells: a line, or a list of lines when it wraps
+        tall = False
         for column, col, width in zip(columns, texts, widths):
             inner = width - 2
-            if column.justify == "left":
-                cells.append([f" {plain}{' ' * (inner - n)} " for plain, n in col])
-            else:
-                out = []
-                for plain, n in col:
+            left = column.justify == "left"
+            out = []
+            for plain, n in col:
+                if n > inner:
+                    lines = _wrapped(plain, inner, column.justify, column.overflow)
+                    if lines is None:
+                        return None
+                    out.append([f" {line} " for line in lines])
+                    tall = True
+                elif left:
+                    out.append(f" {plain}{' ' * (inner - n)} ")
+                else:
                     body = plain.rstrip()
                     if len(body) != len(plain):
                         n = len(body) if body.isascii() else cell_len(body)
                     out.append(f" {' ' * (inner - n)}{body} ")
-                cells.append(out)
+            cells.append(out)
         box = self.box.substitute(options, safe=console.safe_box if self.safe_box is None else self.safe_box)
-        lines = [box.get_top(widths),
-                 box.head_left + box.head_vertical.join(c[0] for c in cells) + box.head_right,
-                 box.get_row(widths, "head", edge=True)]
+        lines = [box.get_top(widths)]
         n_rows = len(self.rows)
-        for i, row in enumerate(zip(*(c[1:] for c in cells)), 1):
-            if i == n_rows:
-                lines.append(box.foot_left + box.foot_vertical.join(row) + box.foot_right)
+        for i, row in enumerate(zip(*cells)):
+            if i == 0:
+                left, mid, right = box.head_left, box.head_vertical, box.head_right
+            elif i == n_rows:
+                left, mid, right = box.foot_left, box.foot_vertical, box.foot_right
             else:
-                lines.append(box.mid_left + box.mid_vertical.join(row) + box.mid_right)
+                left, mid, right = box.mid_left, box.mid_vertical, box.mid_right
+            if tall and any(type(c) is list for c in row):
+                height = max(len(c) if type(c) is list else 1 for c in row)
+                shaped = []
+                for c, width in zip(row, widths):
+                    c = c if type(c) is list else [c]
+                    blank = [" " * width] * (height - len(c))
+                    shaped.append(blank + c if i == 0 else c + blank)  # the header row aligns to its bottom
+                lines.extend(left + mid.join(parts) + right for parts in zip(*shaped))
+            else:
+                lines.append(left + mid.join(row) + right)
+            if i == 0:
+                lines.append(box.get_row(widths, "head", edge=True))
         lines.append(box.get_bottom(widths))
         return widths, lines
+
+    def _narrowed(self, widths: list[int], max_width: int) -> list[int] | None:
+        """The column widths (padding included) rich's Table gives columns of natural
+        ``widths`` (widest cell and padding, or ``min_width``) in ``max_width`` cells:
+        each capped at ``max_width``, the widest narrowed first, then all evenly
+        (``Table._calculate_column_widths``); None when they still do not fit."""
+        if max_width < 3:
+            return None
+        floors = [c.min_width or 0 for c in self.columns]
+        widths = [max(min(w, max_width), f) for w, f in zip(widths, floors)]
+        if sum(widths) > max_width:
+            narrowed = self._collapse_widths(widths, [True] * len(widths), max_width)
+            if sum(narrowed) > max_width:
+                narrowed = ratio_reduce(sum(narrowed) - max_width, [1] * len(narrowed), narrowed, narrowed)
+            if min(narrowed) < 3:
+                return None
+            # measured again at their new widths: a column keeps its min_width
+            widths = [max(min(w, n), f) for w, n, f in zip(widths, narrowed, floors)]
+        return widths if sum(widths) <= max_width else None
+
+
+def _wrapped(plain: str, inner: int, justify: str, overflow: str) -> list[str] | None:
+    """The lines, each ``inner`` cells wide, of a one-line cell ``plain`` wider than
+    ``inner`` cells, as rich lays out its Text in a column of ``inner`` cells inside the
+    padding (``Text.wrap``: broken between words, a word longer than a line folded (overflow
+    "fold") or cut with "…" ("ellipsis") or without ("crop"), each line justified); None when
+    a line would not come out ``inner`` cells wide (wide characters at the edge)."""
+    out = []
+    fold = overflow == "fold"
+    breaks = _ascii_breaks(plain, inner, fold) if plain.isascii() else divide_line(plain, inner, fold=fold)
+    starts = [0, *breaks, len(plain)]
+    for a, b in zip(starts, starts[1:]):
+        line = plain[a:b]
+        if len(line) > inner:  # Text.rstrip_end: whitespace beyond the line's width goes
+            space = _TRAILING_SPACE.search(line)
+            if space is not None:
+                line = line[:len(line) - min(len(space.group(0)), len(line) - inner)]
+        if justify == "right":
+            line = line.rstrip()
+        n = len(line) if line.isascii() else cell_len(line)
+        if n > inner:  # Text.truncate
+            line = set_cell_size(line, inner - 1) + "…" if overflow == "ellipsis" else set_cell_size(line, inner)
+            n = cell_len(line)
+        if n < inner:
+            line = " " * (inner - n) + line if justify == "right" else line + " " * (inner - n)
+        elif n > inner:
+            return None
+        if not line.isascii() and cell_len(line) != inner:
+            return None
+        out.append(line)
+    return out
+
+
+def _ascii_breaks(text: str, width: int, fold: bool) -> list[int]:
+    """``rich._wrap.divide_line(text, width, fold)`` for a printable ASCII ``text`` (a
+    character a cell): where its lines start after the first."""
+    breaks = []
+    offset = 0
+    for m in _WORD.finditer(text):
+        start, end = m.span()
+        n = end - start
+        length = len(m.group().rstrip())
+        if width - offset >= length:  # the word fits on this line
+            offset += n
+        elif length > width:  # longer than a line: folded into pieces, or left to be cut
+            if fold:
+                last = start + (n - 1) // width * width
+                if start:
+                    breaks.append(start)
+                breaks.extend(range(start + width, last + 1, width))
+                offset = end - last
+            else:
+                if start:
+                    breaks.append(start)
+                offset = n
+        elif offset and start:  # on the next line
+            breaks.append(start)
+            offset = n
+    return breaks

@@ -173,6 +173,8 @@ def render_diff_text(d, *, top: int = 25, width: int = 8192) -> str:
     ``width`` columns wide (default: as wide as its cells, so nothing folds or wraps)."""
     import io
 
+    from traceview.render.console import Console as PlainConsole
+
     buf = io.StringIO()
-    render_diff(Console(file=buf, width=width, color_system=None, soft_wrap=False, emoji=False), d, top=top)
+    render_diff(PlainConsole(file=buf, width=width, color_system=None, soft_wrap=False, emoji=False), d, top=top)
     return buf.getvalue()

@@ -92,8 +92,7 @@ def _history_at(h, rs, head, body, width: int) -> str:
     """:func:`history_text` laid out for ``width`` columns."""
     import io
 
-    from rich.console import Console
-
+    from traceview.render.console import Console
     from traceview.render.foldtable import Column, print_table
 
     buf = io.StringIO()

@@ -92,8 +92,10 @@ def render_ladder_text(lad, *, width: int) -> str:
     """:func:`render_ladder` as plain text ``width`` columns wide (for a file)."""
     import io
 
+    from traceview.render.console import Console as PlainConsole
+
     buf = io.StringIO()
-    render_ladder(Console(file=buf, width=width, force_terminal=False, color_system=None, soft_wrap=False, emoji=False), lad)
+    render_ladder(PlainConsole(file=buf, width=width, force_terminal=False, color_system=None, soft_wrap=False, emoji=False), lad)
     return buf.getvalue()
 
 
