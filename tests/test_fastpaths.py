@@ -1052,16 +1052,47 @@ def test_c_transfer_groups_equal_the_group_by(records, g_of):
     assert fast.equals(ref) and fast.schema == ref.schema and ua.tolist() == ua_ref.tolist()
 
 
+def _comm_records_rule(a, start, dur, dev, sk, dk, sy, cap):
+    """``comm_records_stream``'s contract stated plainly: None where it must refuse (events out
+    of (device, start) order, outputs shorter than the synchronous events plus the starts), else
+    its records as lists (attr, dev, start, end, wait, sync)."""
+    n = len(a)
+    if any((dev[i - 1], start[i - 1]) > (dev[i], start[i]) for i in range(1, n)):
+        return None
+    if cap < sum(1 for x in a if sy[x] or sk[x] >= 0):
+        return None
+    starts, dones = {}, {}
+    for i in range(n):
+        if sk[a[i]] >= 0:
+            starts.setdefault(int(sk[a[i]]), []).append(i)
+        if dk[a[i]] >= 0:
+            dones.setdefault(int(dk[a[i]]), []).append(i)
+    pairs = []
+    for key, ss in starts.items():  # the k-th start with the k-th done after the key's first start
+        for s, d in zip(ss, [d for d in dones.get(key, []) if d > ss[0]]):
+            if start[d] >= start[s]:
+                pairs.append((s, d))
+    pairs.sort()
+    end = [int(start[i]) + int(dur[i]) for i in range(n)]
+    rec = [(int(dev[i]), int(start[i]), 0, i, int(a[i]), end[i], 0) for i in range(n) if sy[a[i]]]
+    rec += [(int(dev[s]), int(start[s]), 1, s, int(a[s]), max(end[d], end[s]), end[d] - int(start[d]))
+            for s, d in pairs]
+    rec.sort()
+    return [[r[4] for r in rec], [r[0] for r in rec], [r[1] for r in rec], [r[5] for r in rec],
+            [r[6] for r in rec], [1 - r[2] for r in rec]]
+
+
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 7), st.integers(0, 1), st.integers(0, 12), st.integers(-3, 10)), max_size=60),
-       st.lists(st.integers(-1, 2), min_size=8, max_size=8), st.lists(st.integers(-1, 2), min_size=8, max_size=8),
-       st.lists(st.booleans(), min_size=8, max_size=8), st.booleans(), st.integers(0, 3))
-def test_c_comm_records_stream_equals_comm_records(events, skey, dkey, sync, in_order, short):
-    """The overlap's records built in one streaming pass (``comm_records_stream``) equal the
-    counting passes and merge of ``comm_records``: pairs by rank per key (dones before the
-    key's first start orphaned, dones before the start of their rank), unmatched starts and
-    pairs whose done starts earlier dropped, synchronous records first within a (device,
-    start); the same refusals (out of order, outputs too short)."""
+       st.lists(st.sampled_from(["sync", "start", "done", "none"]), min_size=8, max_size=8),
+       st.lists(st.integers(0, 2), min_size=8, max_size=8), st.booleans(), st.integers(0, 3))
+def test_c_comm_records_stream_equals_the_rule(events, role, key, in_order, short):
+    """The overlap's records built in one streaming pass (``comm_records_stream``) equal the rule
+    (:func:`_comm_records_rule`): pairs by rank per key (dones before the key's first start
+    orphaned, dones before the start of their rank), unmatched starts and pairs whose done
+    starts earlier dropped, synchronous records first within a (device, start); the same
+    refusals (out of order, outputs too short). Each description is one of synchronous, a start,
+    a done or neither, as ``_comm_ops`` classifies them."""
     from traceview.analysis.communication import overlap
 
     if in_order:
@@ -1070,16 +1101,17 @@ def test_c_comm_records_stream_equals_comm_records(events, skey, dkey, sync, in_
     dev = np.array([e[1] for e in events], dtype=np.int32)
     start = np.array([e[2] for e in events], dtype=np.int64)
     dur = np.array([e[3] for e in events], dtype=np.int64)
-    sk, dk = np.array(skey, dtype=np.int64), np.array(dkey, dtype=np.int64)
-    sy = np.array(sync, dtype=np.uint8)
+    sk = np.array([k if r == "start" else -1 for r, k in zip(role, key)], dtype=np.int64)
+    dk = np.array([k if r == "done" else -1 for r, k in zip(role, key)], dtype=np.int64)
+    sy = np.array([r == "sync" for r in role], dtype=np.uint8)
     cap = max(0, int(sum(1 for x in a if sy[x] or sk[x] >= 0)) - short)
-    outs = []
-    for fn in (overlap._fast.comm_records, overlap._fast.comm_records_stream):
-        o = (np.zeros(cap, dtype=np.uint32), np.zeros(cap, dtype=np.int32), np.zeros(cap, dtype=np.int64),
-             np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.uint8))
-        got = fn(a, start, dur, dev, sk, dk, sy, *o)
-        outs.append((got, [x[:got].tolist() for x in o] if got >= 0 else None))
-    assert outs[0] == outs[1]
+    o = (np.zeros(cap, dtype=np.uint32), np.zeros(cap, dtype=np.int32), np.zeros(cap, dtype=np.int64),
+         np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.int64), np.zeros(cap, dtype=np.uint8))
+    got = overlap._fast.comm_records_stream(a, start, dur, dev, sk, dk, sy, *o)
+    want = _comm_records_rule(a, start, dur, dev, sk, dk, sy, cap)
+    assert (got < 0) == (want is None)
+    if want is not None:
+        assert got == len(want[0]) and [x[:got].tolist() for x in o] == want
 
 
 @settings(max_examples=300, deadline=None)

@@ -13,8 +13,6 @@
  *     (traceview.analysis.steps.stepstats).
  *   rank_match(...) -> bool: the k-th start of a key with the k-th done of that key
  *     (traceview.analysis.communication.overlap._match: async pairs, collectives and host transfers).
- *   comm_records(...) -> int: the overlap's per-op records, synchronous collectives and
- *     async pairs merged in (device, start) order (traceview.analysis.communication.overlap._comm_ops).
  *   pair_by_key(...) -> int: async starts matched with their dones by key and rank, events
  *     already in time order within each key (traceview.analysis.communication.collectives._pair_index);
  *   union_where(...) -> int: the union of the intervals of some codes, starts in order
@@ -35,6 +33,12 @@
  *     one transfer was in flight, merged per device (traceview.analysis.communication.collectives).
  *   chunks_inside(...) -> bool: whether every module run starts its op chunk inside itself
  *     (traceview.analysis.steps.anatomy.align_module_runs, after chunk_heads).
+ *   attr_counts, attr_stats, direction_busy_in_order: per description counts and sums, and
+ *     direction_busy over transfers already in order (traceview.analysis.communication.collectives).
+ *   comm_records_stream(...) -> int: the overlap's per-op records, synchronous collectives and
+ *     async pairs in (device, start) order (traceview.analysis.communication.overlap._comm_ops).
+ *   events_placed(...) -> int: each event's device and class, the (device, start) order
+ *     checked (traceview.analysis.communication.overlap._Events).
  *
  * Each releases the GIL and returns False on input outside its preconditions (unordered
  * input, an index outside its table); the caller then takes the general path.
@@ -471,132 +475,6 @@ static PyObject *rank_match(PyObject *self, PyObject *args) {
     PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
     for (int k = 0; k < 3; k++) PyBuffer_Release(&b[k]);
     return PyBool_FromLong(ok);
-}
-
-/* comm_records(attr, start, dur, dev, start_key, done_key, sync_of, r_attr, r_dev, r_start, r_end, r_wait, r_sync) -> int
- * The records of traceview.analysis.communication.overlap._comm_ops over events in (device, start) order:
- * attr (uint32), start and dur (int64), dev (int32), one per event; per attr id start_key and
- * done_key (int64, -1: not a start / done) and sync_of (uint8). The k-th start of a key
- * (in event order) pairs with the k-th done of that key that comes after the key's first
- * start (a done before it awaits a start the capture missed), kept when the done starts no
- * earlier; synchronous events are records of their own. Records, in (dev, start) order with
- * the synchronous ones first at one (dev, start), each kind in event order, as
- * overlap._records writes them: r_attr (uint32) and r_dev (int32) of the sync event or the
- * start, r_start (its start), r_end (its end; a pair's: the later of the start's end and the
- * done's end), r_wait (a pair's done duration, 0 for a sync event), r_sync (uint8); ends
- * wrap as numpy's int64 additions do. Returns the number of records, or -1 (outputs
- * unspecified) when the events are not in (dev, start) order, an attr id lies outside the
- * tables, or the outputs (all the same length) are shorter than the synchronous events plus
- * the starts. */
-static PyObject *comm_records(PyObject *self, PyObject *args) {
-    Py_buffer b[13];
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6],
-                          &b[7], &b[8], &b[9], &b[10], &b[11], &b[12]))
-        return NULL;
-    Py_ssize_t n = b[0].len / 4, na = b[4].len / 8, cap = b[7].len / 4;
-    int ok = b[1].len / 8 == n && b[2].len / 8 == n && b[3].len / 4 == n && b[5].len / 8 == na && b[6].len == na
-             && b[8].len / 4 == cap && b[9].len / 8 == cap && b[10].len / 8 == cap && b[11].len / 8 == cap
-             && b[12].len == cap;
-    const uint32_t *attr = b[0].buf;
-    const int64_t *st = b[1].buf, *du = b[2].buf, *skey = b[4].buf, *dkey = b[5].buf;
-    const int32_t *dev = b[3].buf;
-    const uint8_t *syn = b[6].buf;
-    uint32_t *r_attr = b[7].buf;
-    int32_t *r_dev = b[8].buf;
-    int64_t *r_start = b[9].buf, *r_end = b[10].buf, *r_wait = b[11].buf;
-    uint8_t *r_sync = b[12].buf;
-    Py_ssize_t count = -1;
-    int64_t nk = 0;
-    for (Py_ssize_t k = 0; ok && k < na; k++) {
-        if (skey[k] + 1 > nk) nk = skey[k] + 1;
-        if (dkey[k] + 1 > nk) nk = dkey[k] + 1;
-    }
-    int64_t *head = NULL, *seen = NULL, *order = NULL, *ps = NULL, *pd = NULL, *sy = NULL;
-    uint8_t *started = NULL;
-    Py_ssize_t n_sync = 0, n_start = 0, n_done = 0;
-    if (ok) {
-        head = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
-        seen = PyMem_RawCalloc((size_t)nk + 1, sizeof(int64_t));
-        started = PyMem_RawCalloc((size_t)nk + 1, 1);
-        if (!head || !seen || !started) goto nomem;
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t i = 0; i < n; i++) {
-            uint32_t a = attr[i];
-            if ((Py_ssize_t)a >= na || (i && (dev[i] < dev[i - 1] || (dev[i] == dev[i - 1] && st[i] < st[i - 1])))) {
-                ok = 0;
-                break;
-            }
-            if (syn[a]) n_sync++;
-            else if (skey[a] >= 0) { n_start++; started[skey[a]] = 1; }
-            else if (dkey[a] >= 0 && started[dkey[a]]) { head[dkey[a] + 1]++; n_done++; }  /* else: its start not captured */
-        }
-        Py_END_ALLOW_THREADS
-        if (ok && n_sync + n_start > cap) ok = 0;
-    }
-    if (ok) {
-        order = PyMem_RawMalloc((size_t)(n_done ? n_done : 1) * sizeof(int64_t));
-        ps = PyMem_RawMalloc((size_t)(n_start ? n_start : 1) * sizeof(int64_t));
-        pd = PyMem_RawMalloc((size_t)(n_start ? n_start : 1) * sizeof(int64_t));
-        sy = PyMem_RawMalloc((size_t)(n_sync ? n_sync : 1) * sizeof(int64_t));
-        if (!order || !ps || !pd || !sy) goto nomem;
-        Py_BEGIN_ALLOW_THREADS
-        for (int64_t k = 0; k < nk; k++) head[k + 1] += head[k];
-        memset(started, 0, (size_t)nk + 1);
-        for (Py_ssize_t i = 0; i < n; i++) {  /* each key's dones in event order */
-            uint32_t a = attr[i];
-            if (syn[a]) continue;
-            if (skey[a] >= 0) started[skey[a]] = 1;
-            else if (dkey[a] >= 0 && started[dkey[a]]) order[head[dkey[a]] + seen[dkey[a]]++] = i;
-        }
-        memset(seen, 0, ((size_t)nk + 1) * sizeof(int64_t));
-        Py_ssize_t np_ = 0, ns = 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            uint32_t a = attr[i];
-            if (syn[a]) { sy[ns++] = i; continue; }
-            int64_t k = skey[a];
-            if (k < 0) continue;
-            int64_t r = seen[k]++;
-            if (r < head[k + 1] - head[k]) {
-                int64_t d = order[head[k] + r];
-                if (st[d] >= st[i]) { ps[np_] = i; pd[np_] = d; np_++; }
-            }
-        }
-        /* merge: a synchronous record goes first unless a pair's (dev, start) is smaller */
-        Py_ssize_t i = 0, j = 0, o = 0;
-        while (i < ns || j < np_) {
-            int take_sync = j >= np_ || (i < ns && (dev[sy[i]] < dev[ps[j]]
-                                                    || (dev[sy[i]] == dev[ps[j]] && st[sy[i]] <= st[ps[j]])));
-            int64_t e;
-            if (take_sync) {
-                e = sy[i++];
-                r_end[o] = (int64_t)((uint64_t)st[e] + (uint64_t)du[e]);
-                r_wait[o] = 0;
-                r_sync[o] = 1;
-            } else {
-                int64_t d = pd[j];
-                e = ps[j++];
-                int64_t end = (int64_t)((uint64_t)st[e] + (uint64_t)du[e]);
-                int64_t end_d = (int64_t)((uint64_t)st[d] + (uint64_t)du[d]);
-                r_end[o] = end_d > end ? end_d : end;
-                r_wait[o] = du[d];
-                r_sync[o] = 0;
-            }
-            r_attr[o] = attr[e];
-            r_dev[o] = dev[e];
-            r_start[o++] = st[e];
-        }
-        count = o;
-        Py_END_ALLOW_THREADS
-    }
-    PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
-    PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy); PyMem_RawFree(started);
-    for (int k = 0; k < 13; k++) PyBuffer_Release(&b[k]);
-    return PyLong_FromSsize_t(count);
-nomem:
-    PyMem_RawFree(head); PyMem_RawFree(seen); PyMem_RawFree(order);
-    PyMem_RawFree(ps); PyMem_RawFree(pd); PyMem_RawFree(sy); PyMem_RawFree(started);
-    for (int k = 0; k < 13; k++) PyBuffer_Release(&b[k]);
-    return PyErr_NoMemory();
 }
 
 /* record_sums(attr, sync, start, end, hid, wait, cnt, first, n_sync, s_flight, s_hid, s_wait) -> bool
@@ -1437,14 +1315,26 @@ static PyObject *direction_busy_in_order(PyObject *self, PyObject *args) {
 }
 
 /* comm_records_stream(attr, start, dur, dev, start_key, done_key, sync_of, r_attr, r_dev, r_start, r_end, r_wait, r_sync) -> int
- * comm_records' records (same arguments, outputs, result and refusals) in one pass over the
- * events, with no per-event buffer: each synchronous event and each start is written where
- * it comes (events in (dev, start) order), a start waiting in its key's queue (oldest first,
- * linked through r_wait) until its key's next done fills its end and wait; a done that comes
- * before the start of its rank waits in a queue of dones instead. Then, only when needed,
- * the starts never matched and the pairs whose done starts earlier are dropped, and within
- * each (dev, start) the synchronous records are put before the pairs, as comm_records' merge
- * orders them. */
+ * The records of traceview.analysis.communication.overlap._comm_ops over events in (device, start) order:
+ * attr (uint32), start and dur (int64), dev (int32), one per event; per attr id start_key and
+ * done_key (int64, -1: not a start / done) and sync_of (uint8). The k-th start of a key
+ * (in event order) pairs with the k-th done of that key that comes after the key's first
+ * start (a done before it awaits a start the capture missed), kept when the done starts no
+ * earlier; synchronous events are records of their own. Records, in (dev, start) order with
+ * the synchronous ones first at one (dev, start), each kind in event order, as
+ * overlap._records writes them: r_attr (uint32) and r_dev (int32) of the sync event or the
+ * start, r_start (its start), r_end (its end; a pair's: the later of the start's end and the
+ * done's end), r_wait (a pair's done duration, 0 for a sync event), r_sync (uint8); ends
+ * wrap as numpy's int64 additions do. Returns the number of records, or -1 (outputs
+ * unspecified) when the events are not in (dev, start) order, an attr id lies outside the
+ * tables, or the outputs (all the same length) are shorter than the synchronous events plus
+ * the starts.
+ * One pass over the events, with no per-event buffer: each synchronous event and each start is
+ * written where it comes, a start waiting in its key's queue (oldest first, linked through
+ * r_wait) until its key's next done fills its end and wait; a done that comes before the start
+ * of its rank waits in a queue of dones instead. Then, only when needed, the starts never
+ * matched and the pairs whose done starts earlier are dropped, and within each (dev, start)
+ * the synchronous records are put before the pairs. */
 static PyObject *comm_records_stream(PyObject *self, PyObject *args) {
     Py_buffer b[13];
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6],
@@ -1669,8 +1559,6 @@ static PyMethodDef methods[] = {
      "record_sums(attr, sync, start, end, hid, wait, cnt, first, n_sync, s_flight, s_hid, s_wait) -> bool"},
     {"partition", partition, METH_VARARGS,
      "partition(cs, ce, ss, se, as, ae, hs, he, wa, wb, exposed, compute, hidden, host) -> bool"},
-    {"comm_records", comm_records, METH_VARARGS,
-     "comm_records(attr, start, dev, start_key, done_key, sync_of, idx, pe, sync) -> int"},
     {"attr_sums", attr_sums, METH_VARARGS, "attr_sums(rows, keep, attr, vals, k, out, seen) -> bool"},
     {"cell_sums", cell_sums, METH_VARARGS, "cell_sums(pop, rows, vals, n_steps, sums, got) -> bool"},
     {"row_sums", row_sums, METH_VARARGS, "row_sums(rows, attr, counts, w, scale, out) -> bool"},
