@@ -33,8 +33,8 @@
  *     one transfer was in flight, merged per device (traceview.analysis.communication.collectives).
  *   chunks_inside(...) -> bool: whether every module run starts its op chunk inside itself
  *     (traceview.analysis.steps.anatomy.align_module_runs, after chunk_heads).
- *   attr_counts, attr_stats, direction_busy_in_order: per description counts and sums, and
- *     direction_busy over transfers already in order (traceview.analysis.communication.collectives).
+ *   attr_counts, direction_busy_in_order: np.bincount of attr ids, and direction_busy over
+ *     transfers already in order (traceview.analysis.communication.collectives).
  *   comm_records_stream(...) -> int: the overlap's per-op records, synchronous collectives and
  *     async pairs in (device, start) order (traceview.analysis.communication.overlap._comm_ops).
  *   events_placed(...) -> int: each event's device and class, the (device, start) order
@@ -1211,38 +1211,6 @@ static PyObject *attr_counts(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(ok ? top : -1);
 }
 
-/* attr_stats(attr, v1, v2, cnt, first, s1, s2) -> bool
- * Per attr id k < size (the outputs' length, all int64) of the records r (attr: uint32; v1,
- * v2: int64 per record): cnt[k] records, first[k] the first record (len(attr) when none),
- * s1[k] and s2[k] the sums of v1 and v2 (wrapping as numpy's int64 sums). Outputs are
- * written, not added to. Returns False (outputs unspecified) on an id >= size or sizes that
- * do not match. */
-static PyObject *attr_stats(PyObject *self, PyObject *args) {
-    Py_buffer b[7];
-    if (!PyArg_ParseTuple(args, "y*y*y*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6])) return NULL;
-    Py_ssize_t n = b[0].len / 4, size = b[3].len / 8;
-    int ok = b[0].len == n * 4 && b[1].len == n * 8 && b[2].len == n * 8;
-    for (int k = 3; k < 7; k++) if (b[k].len != size * 8) ok = 0;
-    const uint32_t *attr = b[0].buf;
-    const int64_t *v1 = b[1].buf, *v2 = b[2].buf;
-    int64_t *cnt = b[3].buf, *first = b[4].buf;
-    uint64_t *s1 = b[5].buf, *s2 = b[6].buf;
-    if (ok) {
-        Py_BEGIN_ALLOW_THREADS
-        for (Py_ssize_t k = 0; k < size; k++) { cnt[k] = 0; first[k] = n; s1[k] = s2[k] = 0; }
-        for (Py_ssize_t r = 0; r < n; r++) {
-            uint32_t k = attr[r];
-            if ((Py_ssize_t)k >= size) { ok = 0; break; }
-            if (!cnt[k]++) first[k] = r;
-            s1[k] += (uint64_t)v1[r];
-            s2[k] += (uint64_t)v2[r];
-        }
-        Py_END_ALLOW_THREADS
-    }
-    for (int k = 0; k < 7; k++) PyBuffer_Release(&b[k]);
-    return PyBool_FromLong(ok);
-}
-
 /* direction_busy_in_order(ra, ix, start, t, ok, dir_of, dev_of, by_attr, busy, moved, first) -> bool
  * direction_busy's result (same arguments and outputs) when each (direction, device) group's
  * counted records come in non-decreasing start order, as the records of async copies paired
@@ -1566,7 +1534,6 @@ static PyMethodDef methods[] = {
      "direction_busy(ra, ix, start, t, ok, dir_of, dev_of, by_attr, busy, moved, first) -> bool"},
     {"chunks_inside", chunks_inside, METH_VARARGS, "chunks_inside(keys, starts, durs, plan, runs, offs, heads) -> bool"},
     {"attr_counts", attr_counts, METH_VARARGS, "attr_counts(a, out) -> int"},
-    {"attr_stats", attr_stats, METH_VARARGS, "attr_stats(attr, v1, v2, cnt, first, s1, s2) -> bool"},
     {"direction_busy_in_order", direction_busy_in_order, METH_VARARGS,
      "direction_busy_in_order(ra, ix, start, t, ok, dir_of, dev_of, by_attr, busy, moved, first) -> bool"},
     {"comm_records_stream", comm_records_stream, METH_VARARGS,

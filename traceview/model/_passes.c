@@ -167,15 +167,18 @@ static PyObject *tpu_attr(PyObject *self, PyObject *args) {
  * Per description id (the output arrays' index, int64, caller-zeroed except min/max/first):
  * events, sums of duration and self time (int64, wrapping like polars' sums), shortest and
  * longest duration and earliest start: OpTable.collapse's aggregates for events that are all
- * placed and of one occurrence each (count 1). Returns False when an id is past the outputs.
- * min_dur must start at INT64_MAX, max_dur and first at INT64_MIN / INT64_MAX. */
+ * placed and of one occurrence each (count 1); with starts empty, first is the position of the
+ * description's first event instead (the host transfers' groups, traceview.analysis.communication.
+ * collectives). Returns False when an id is past the outputs. min_dur must start at INT64_MAX,
+ * max_dur and first at INT64_MIN / INT64_MAX. */
 static PyObject *attr_stats(PyObject *self, PyObject *args) {
     Py_buffer b[10];
     if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6], &b[7],
                           &b[8], &b[9]))
         return NULL;
     Py_ssize_t n = b[0].len / 4, k = b[4].len / 8;
-    int ok = b[1].len / 8 == n && b[2].len / 8 == n && b[3].len / 8 == n;
+    int by_position = b[1].len == 0;
+    int ok = (by_position || b[1].len / 8 == n) && b[2].len / 8 == n && b[3].len / 8 == n;
     for (int j = 5; j < 10; j++) ok = ok && b[j].len / 8 == k;
     const uint32_t *attr = b[0].buf;
     const int64_t *st = b[1].buf, *du = b[2].buf, *sf = b[3].buf;
@@ -190,7 +193,8 @@ static PyObject *attr_stats(PyObject *self, PyObject *args) {
             ss[a] = (int64_t)((uint64_t)ss[a] + (uint64_t)sf[i]);
             if (du[i] < mn[a]) mn[a] = du[i];
             if (du[i] > mx[a]) mx[a] = du[i];
-            if (st[i] < first[a]) first[a] = st[i];
+            int64_t at = by_position ? (int64_t)i : st[i];
+            if (at < first[a]) first[a] = at;
         }
         Py_END_ALLOW_THREADS
     }

@@ -46,10 +46,11 @@ from traceview.analysis.communication.overlap import _match, _orphans
 from traceview.model.collective_hlo import collective_attrs, host_transfer
 from traceview.model.shapes import parse_instruction
 
-try:  # optional C accelerator
+try:  # optional C accelerators
     from traceview.analysis import _passes as _fast
+    from traceview.model import _passes as _model_fast
 except ImportError:  # pragma: no cover - exercised when the extension is absent
-    _fast = None
+    _fast = _model_fast = None
 
 #: bus-bandwidth factor per kind as a function of the group size n (nccl-tests doc/PERFORMANCE.md)
 BUS_FACTOR = {
@@ -532,7 +533,7 @@ def _transfer_groups(rec: pl.DataFrame, g_of, ra) -> tuple:
     ``executions``, ``time_ps`` (median), ``total_ps`` and ``op_time_ps`` (sums); the attr
     ids among the records, ascending). ``g_of``: the group per attr id, ``ra``: the records'
     attr ids (uint32). Without nulls and with the C passes built: per attr id counted and
-    summed in one pass (``attr_stats``), the medians per group by quickselect
+    summed in one pass (``traceview.model._passes.attr_stats``, first by position), the medians per group by quickselect
     (``median_by``, polars' median), the few per-attr figures folded into their groups;
     else polars' group-by."""
     import numpy as np
@@ -542,11 +543,13 @@ def _transfer_groups(rec: pl.DataFrame, g_of, ra) -> tuple:
             and int(g_of.max()) < (1 << 31) - 1 and bool((g_of[ra] >= 0).all())):
         size = len(g_of)
         tv, sv = np.ascontiguousarray(_codes_of(t)), np.ascontiguousarray(_codes_of(sp))
-        cnt, first, st, ss = (np.empty(size, dtype=np.int64) for _ in range(4))
+        cnt, st, ss = (np.zeros(size, dtype=np.int64) for _ in range(3))
+        big = np.iinfo(np.int64).max
+        lo, hi, first = np.full(size, big), np.full(size, -big - 1), np.full(size, big)
         ra32 = np.ascontiguousarray(ra, dtype=np.uint32)
         ng = int(g_of.max()) + 1
         med, have = np.empty(ng), np.zeros(ng, dtype=np.uint8)
-        if (_fast.attr_stats(ra32, tv, sv, cnt, first, st, ss)
+        if (_model_fast.attr_stats(ra32, np.empty(0, dtype=np.int64), tv, sv, cnt, st, ss, lo, hi, first)
                 and _fast.median_by(ra32, np.ascontiguousarray(g_of, dtype=np.int32), tv, med, have)):
             ids = np.flatnonzero(cnt)
             gi = g_of[ids]
