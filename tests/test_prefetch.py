@@ -82,6 +82,21 @@ def test_a_file_changed_after_the_start_is_read_afresh(tmp_path, shared_traces):
     assert got.ops.drop("file").equals(want.ops.drop("file"), null_equal=True)
 
 
+def _refused_alike(tmp_path, data: bytes) -> str:
+    """The message of the error reading ``data`` (written to tmp_path) raises, the same with a
+    prefetch as without."""
+    bad = tmp_path / "bad.xplane.pb"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(TraceUnreadable) as plain:
+        xplane.read_xplane(bad)
+    pf = prefetch.start(bad, prefetch_plan)
+    assert pf is not None
+    with pytest.raises(TraceUnreadable) as pre:
+        xplane.read_xplane(bad, prefetch=pf)
+    assert str(pre.value) == str(plain.value)
+    return str(pre.value)
+
+
 @pytest.mark.parametrize("name, plane_name, line_name", [
     ("tpu_v6e_4chip_psum.xplane.pb", "/device:TPU:", "XLA Ops"),
     ("mi300x_jax_gemm_sweep.xplane.pb", "/device:GPU:", None),  # a GPU stream line
@@ -95,16 +110,8 @@ def test_a_malformed_line_raises_the_same_error_with_and_without_prefetch(tmp_pa
                if line_name in (None, xline.line_header(raw, "x").name)), key=lambda m: m.end - m.start)
     mid = (ops.start + ops.end) // 2
     data[mid:mid + 16] = b"\xff" * 16  # an over-long varint inside the line's events
-    bad = tmp_path / "bad.xplane.pb"
-    bad.write_bytes(bytes(data))
-    with pytest.raises(TraceUnreadable) as plain:
-        xplane.read_xplane(bad)
-    pf = prefetch.start(bad, prefetch_plan)
-    assert pf is not None
-    with pytest.raises(TraceUnreadable) as pre:
-        xplane.read_xplane(bad, prefetch=pf)
-    assert str(pre.value) == str(plain.value)
-    assert "malformed XLine" in str(pre.value) and str(bad) in str(pre.value)
+    bad = _refused_alike(tmp_path, data)
+    assert "malformed XLine" in bad and str(tmp_path / "bad.xplane.pb") in bad
 
 
 def test_load_prefetches_only_the_plain_case(tmp_path, shared_traces, monkeypatch, cache_dir):
@@ -399,12 +406,4 @@ def test_a_malformed_line_in_pieces_raises_the_error_of_the_whole_line(tmp_path,
     ops = max(plane.mapped_lines, key=lambda m: m.end - m.start)
     for at in (ops.start + (ops.end - ops.start) * 3 // 4, ops.start + (ops.end - ops.start) // 3):
         data[at:at + 3] = b"\x22\x01\xff"  # a stat of one byte: not a valid XStat
-    bad = tmp_path / "bad.xplane.pb"
-    bad.write_bytes(bytes(data))
-    with pytest.raises(TraceUnreadable) as plain:
-        xplane.read_xplane(bad)
-    pf = prefetch.start(bad, prefetch_plan)
-    assert pf is not None
-    with pytest.raises(TraceUnreadable) as pre:
-        xplane.read_xplane(bad, prefetch=pf)
-    assert str(pre.value) == str(plain.value)
+    _refused_alike(tmp_path, data)
