@@ -581,7 +581,10 @@ def overlap(table, steps: pl.DataFrame | None, *, keep_ops: bool = False) -> Ove
         # distinct (host, device) and (host, step) of the step rows, on their integer codes
         h, stp = _keyed(ev.devices, ["host"])[sc["dev"]], sc["step"]
         o = np.lexsort((stp, h))
-        counts = (1 + int(((h[o][1:] != h[o][:-1]) | (stp[o][1:] != stp[o][:-1])).sum()), len(np.unique(sc["dev"])))
+        h, stp = h[o], stp[o]
+        # distinct devices: their indices (0 .. devices - 1) counted, no sort
+        counts = (1 + int(((h[1:] != h[:-1]) | (stp[1:] != stp[:-1])).sum()),
+                  int(np.count_nonzero(np.bincount(sc["dev"]))))
         st_df = ev.devices[pl.Series(sc.pop("dev"))].with_columns(
             *[pl.Series(k, v) for k, v in sc.items()],
             pl.Series("idle_ps", span - sc["compute_ps"] - sc["exposed_ps"] - sc["host_ps"]),
