@@ -30,6 +30,11 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+try:  # optional C accelerator
+    from traceview.analysis import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
 #: the smallest result a widening convert is reported for (bytes)
 MIN_BYTES = 1 << 20
 _WIDE = ("f32", "f64")
@@ -134,7 +139,7 @@ def detect(prof) -> HloReport:
     table = prof.table
     meas = _measured(table)
     prov = flop_provenance(table, meas)
-    cols, notes = instruction_columns(getattr(prof, "hlo_protos", None))
+    cols, notes = instruction_columns(getattr(prof, "hlo_protos", None), _fast)
     if not cols["name"]:
         det = _from_op_text(meas)
         src = "op text" if meas.height and (meas["hlo_text"] != "").any() else "none"
