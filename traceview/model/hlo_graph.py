@@ -3,8 +3,9 @@ detectors of :mod:`traceview.analysis.ops.hlo_detect` read and ``traceview query
 
 Source: the ``xla.HloProto`` of each program in the ``/host:metadata`` plane
 (:class:`traceview.model.hlo.HloIndex` keeps their bytes), decoded whole here, once per program
-(field numbers: OpenXLA ``xla/service/hlo.proto``). A proto that does not decode costs its
-module a note, never the rest.
+(field numbers: OpenXLA ``xla/service/hlo.proto``); given the analysis' C passes, the fields the
+columns need are then read from the bytes by ``hlo_scan`` (the same columns). A proto that does
+not decode costs its module a note, never the rest.
 
 ==================  =========  ==============================================================
 column              dtype      meaning
