@@ -145,12 +145,13 @@ def _scanned_rows(got: tuple, host: str, module: str, pid: int, shapes: dict, ta
     id_of = dict(zip(ids, range(n)))
     if len(id_of) != n or len({c[0] for c in comps}) != len(comps):
         return None
-    for key in set(shape_keys).difference(shapes):
+    distinct = set(shape_keys)
+    for key in distinct.difference(shapes):
         shapes[key] = _shape_info(ShapeProto.FromString(key))
     infos = [shapes[k] for k in shape_keys]
-    for k, info in enumerate(infos):
-        if info[5]:
-            raise ValueError(f"instruction {names[k]} has a shape out of range ({info[0]})")
+    if any(shapes[k][5] for k in distinct):
+        k = next(k for k, info in enumerate(infos) if info[5])  # the first in the module's order
+        raise ValueError(f"instruction {names[k]} has a shape out of range ({infos[k][0]})")
     if not n:
         return {k: [] for k in HLO_SCHEMA}
     name_of = dict(zip(ids, names))
