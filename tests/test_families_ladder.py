@@ -332,3 +332,14 @@ def test_ladder_says_when_its_points_are_not_one_sweep(shared_traces):
     said = [n for n in lad.notes if n.startswith("the points are not one sweep")]
     assert len(said) == 1 and "b4: step markers on CPU" in said[0] and "v6e: jit_f on TPU v6 Lite" in said[0], said
     assert not any("not one sweep" in n for n in ladder([b4, b8]).notes)
+
+
+def test_the_sampling_prefilter_agrees_with_the_search():
+    """``_sampling_in`` (words first, then the regex) says what ``_SAMPLING.search`` says,
+    on ASCII text and on text whose case folding is not ASCII's."""
+    from traceview.analysis.ops.families import _SAMPLING, _sampling_in
+
+    for t in ["", "model.py:12 sample_logits", "jit(step)/TOP_K", "topp", "top_p/argmax:3", "resort", "sorted",
+              "x/sort:1", "Binary_Search", "samplers/greedy", "upsample", "argsort", "ſampler", "arg\u212aax",
+              "Sampling", "stop_gradient", "laptop"]:
+        assert _sampling_in(t) == (_SAMPLING.search(t) is not None), t

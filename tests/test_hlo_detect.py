@@ -164,3 +164,30 @@ def test_flop_provenance_orders_ties_one_way():
     for seed in range(6):
         got = flop_provenance(None, m.sample(fraction=1.0, shuffle=True, seed=seed))
         assert got.select("module", "program_id", "source", "time_ps").rows() == want
+
+
+def test_the_c_reader_gives_the_columns_of_the_decoded_module(shared_traces):
+    """``instruction_columns`` with the C passes (``hlo_scan``, ``take_lists``) equals the reading
+    of the decoded messages: the recorded modules, and crafted ones that take its other paths (an
+    operand id of no instruction, a reused id, a shape out of range, a module given twice)."""
+    from traceview.analysis import _passes
+    from traceview.model.hlo_graph import instruction_columns
+
+    frames = [traceview.load(p, cache=False, stale_after_s=None).hlo_protos
+              for p in ("fixtures/nodonate_b4", shared_traces / "mi300x_jax_attention.xplane.pb")]
+    ok = _proto([(0, "main", [(1, "p0", "parameter", [8, 4], [], 0, []), (2, "p1", "parameter", [2], [], 1, []),
+                              (3, "f", "fusion", [8, 4], [1, 99], 0, [5]), (4, "c", "copy", [8, 4], [3], 0, [])]),
+                 (5, "fused", [(6, "fp", "parameter", [8, 4], [], 0, []), (7, "cv", "convert", [8, 4], [6], 0, [])])],
+                aliased=(1,))
+    reused = _proto([(0, "main", [(2, "a", "parameter", [4], [], 0, []), (9, "b", "add", [4], [2, 2], 0, []),
+                                  (2, "z", "negate", [5], [], 0, [])])])
+    huge = _proto([(0, "main", [(1, "ok", "parameter", [4], [], 0, []),
+                                (2, "huge", "broadcast", [1 << 40, 1 << 30], [1], 0, [])])])
+    assert _passes.hlo_scan(ok) is not None and _passes.hlo_scan(reused) is not None
+    assert _passes.hlo_scan(ok + ok) is None  # hlo_module twice: the decoded message merges them
+    frames += [_frame(d) for d in (ok, reused, huge, ok + ok, b"")]
+    for f in frames:
+        want = instruction_columns(f)
+        assert instruction_columns(f, _passes) == want and (want[0]["name"] or want[1] or f["proto"][0] == b"")
+    assert _passes.take_lists([[1, 2], []], {1: "a", 2: "b"}) == [["a", "b"], []]
+    assert _passes.take_lists([[1, 3]], {1: "a"}) is None

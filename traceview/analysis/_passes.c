@@ -1510,6 +1510,248 @@ static PyObject *events_placed(PyObject *self, PyObject *args) {
     return PyLong_FromLong(ok ? ordered : -1);
 }
 
+/* perf-build5 */
+/*
+ * hlo_scan(data) -> tuple | None: the fields of an xla.HloProto (bytes that HloProto.FromString
+ * has already accepted) that traceview.model.hlo_graph reads, straight from the wire format:
+ * (entry_computation_id, [aliased parameter_number], [(computation id, name, instructions)],
+ * ids, names, opcodes, [operand ids], parameter_number (None unless a "parameter"),
+ * result ShapeProto bytes (b"" when absent), [(called computation id, fusion name)]), the
+ * instruction columns over every computation in order. None on anything a plain reading could
+ * get wrong (a singular field repeated, so merged or overridden; a known field with another
+ * wire type; a group; bad UTF-8): the caller then reads the decoded message.
+ */
+typedef struct { const uint8_t *p, *e; } hs_rd;
+
+static int hs_varint(hs_rd *r, uint64_t *v) {
+    uint64_t x = 0;
+    for (int s = 0; s < 70; s += 7) {
+        if (r->p >= r->e) return 0;
+        uint8_t b = *r->p++;
+        x |= (uint64_t)(b & 0x7f) << s;
+        if (!(b & 0x80)) { *v = x; return 1; }
+    }
+    return 0;
+}
+
+/* the next field: number, wire type; for wire type 2 its payload in *sub; 0 at the end, -1 on error */
+static int hs_field(hs_rd *r, uint32_t *num, int *wt, uint64_t *val, hs_rd *sub) {
+    if (r->p >= r->e) return 0;
+    uint64_t key;
+    if (!hs_varint(r, &key)) return -1;
+    *num = (uint32_t)(key >> 3);
+    *wt = (int)(key & 7);
+    if (*num == 0) return -1;
+    switch (*wt) {
+    case 0: if (!hs_varint(r, val)) return -1; break;
+    case 1: if (r->e - r->p < 8) return -1; r->p += 8; break;
+    case 5: if (r->e - r->p < 4) return -1; r->p += 4; break;
+    case 2: {
+        uint64_t n;
+        if (!hs_varint(r, &n) || n > (uint64_t)(r->e - r->p)) return -1;
+        sub->p = r->p; sub->e = r->p + n; r->p += n; break;
+    }
+    default: return -1;  /* groups: left to the decoded message */
+    }
+    return 1;
+}
+
+/* append a repeated int64 field (one varint, or a packed run) to list */
+static int hs_ints(PyObject *list, int wt, uint64_t val, hs_rd *sub) {
+    if (wt == 0) {
+        PyObject *o = PyLong_FromLongLong((long long)val);
+        if (!o) return -1;
+        int rc = PyList_Append(list, o);
+        Py_DECREF(o);
+        return rc;
+    }
+    if (wt != 2) return 1;
+    while (sub->p < sub->e) {
+        uint64_t v;
+        if (!hs_varint(sub, &v)) return 1;
+        PyObject *o = PyLong_FromLongLong((long long)v);
+        if (!o) return -1;
+        int rc = PyList_Append(list, o);
+        Py_DECREF(o);
+        if (rc) return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    PyObject *ids, *names, *opcodes, *operands, *params, *shapes, *fusions;
+} hs_cols;
+
+/* one HloInstructionProto: 0 done, 1 unsupported, -1 Python error */
+static int hs_instruction(hs_rd r, hs_cols *c) {
+    uint32_t num; int wt; uint64_t val = 0; hs_rd sub;
+    int64_t id = 0, pnum = 0;
+    hs_rd name = {NULL, NULL}, opcode = {NULL, NULL}, shape = {NULL, NULL};
+    unsigned seen = 0;
+    int f, rc = 1;
+    PyObject *ops = PyList_New(0), *called = PyList_New(0), *o = NULL, *nm = NULL;
+    if (!ops || !called) { rc = -1; goto done; }
+    while ((f = hs_field(&r, &num, &wt, &val, &sub)) > 0) {
+        unsigned bit = 0;
+        switch (num) {
+        case 1: if (wt != 2) goto done; bit = 1; name = sub; break;
+        case 2: if (wt != 2) goto done; bit = 2; opcode = sub; break;
+        case 3: if (wt != 2) goto done; bit = 4; shape = sub; break;
+        case 9: if (wt != 0) goto done; bit = 8; pnum = (int64_t)val; break;
+        case 35: if (wt != 0) goto done; bit = 16; id = (int64_t)val; break;
+        case 36: if ((f = hs_ints(ops, wt, val, &sub)) != 0) { rc = f; goto done; } break;
+        case 38: if ((f = hs_ints(called, wt, val, &sub)) != 0) { rc = f; goto done; } break;
+        default: break;
+        }
+        if (seen & bit) goto done;
+        seen |= bit;
+    }
+    if (f < 0) goto done;
+    rc = -1;
+    nm = PyUnicode_DecodeUTF8((const char *)name.p, name.e - name.p, NULL);
+    if (!nm) { PyErr_Clear(); rc = 1; goto done; }
+    o = PyUnicode_DecodeUTF8((const char *)opcode.p, opcode.e - opcode.p, NULL);
+    if (!o) { PyErr_Clear(); rc = 1; goto done; }
+    if (PyList_Append(c->names, nm) || PyList_Append(c->opcodes, o) || PyList_Append(c->operands, ops)) goto done;
+    Py_DECREF(o); o = NULL;
+    if (!(o = PyLong_FromLongLong(id)) || PyList_Append(c->ids, o)) goto done;
+    Py_DECREF(o); o = NULL;
+    int is_param = opcode.e - opcode.p == 9 && memcmp(opcode.p, "parameter", 9) == 0;
+    if (is_param) {
+        if (!(o = PyLong_FromLongLong(pnum)) || PyList_Append(c->params, o)) goto done;
+        Py_DECREF(o); o = NULL;
+    } else if (PyList_Append(c->params, Py_None)) goto done;
+    if (!(o = PyBytes_FromStringAndSize((const char *)shape.p, shape.e - shape.p)) || PyList_Append(c->shapes, o))
+        goto done;
+    Py_DECREF(o); o = NULL;
+    if (opcode.e - opcode.p == 6 && memcmp(opcode.p, "fusion", 6) == 0) {
+        for (Py_ssize_t k = 0; k < PyList_GET_SIZE(called); k++) {
+            PyObject *t = PyTuple_Pack(2, PyList_GET_ITEM(called, k), nm);
+            if (!t) goto done;
+            int e = PyList_Append(c->fusions, t);
+            Py_DECREF(t);
+            if (e) goto done;
+        }
+    }
+    rc = 0;
+done:
+    Py_XDECREF(ops); Py_XDECREF(called); Py_XDECREF(o); Py_XDECREF(nm);
+    return rc;
+}
+
+static PyObject *hlo_scan(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    if (!PyArg_ParseTuple(args, "y*", &b)) return NULL;
+    hs_cols c = {PyList_New(0), PyList_New(0), PyList_New(0), PyList_New(0), PyList_New(0), PyList_New(0),
+                 PyList_New(0)};
+    PyObject *alias = PyList_New(0), *comps = PyList_New(0), *out = NULL;
+    uint32_t num; int wt; uint64_t val = 0; hs_rd sub, mod = {NULL, NULL};
+    int64_t entry = 0;
+    int f, rc = 1;
+    unsigned seen = 0;
+    if (!c.ids || !c.names || !c.opcodes || !c.operands || !c.params || !c.shapes || !c.fusions || !alias || !comps)
+        { rc = -1; goto done; }
+    hs_rd r = {(const uint8_t *)b.buf, (const uint8_t *)b.buf + b.len};
+    while ((f = hs_field(&r, &num, &wt, &val, &sub)) > 0) {
+        if (num == 1) {
+            if (wt != 2 || mod.p) goto done;
+            mod = sub;
+        }
+    }
+    if (f < 0) goto done;
+    r = mod;
+    while (r.p && (f = hs_field(&r, &num, &wt, &val, &sub)) > 0) {
+        if (num == 6) {
+            if (wt != 0 || (seen & 1)) goto done;
+            seen |= 1; entry = (int64_t)val;
+        } else if (num == 8) {  /* input_output_alias: entries (1), each parameter_number (2) */
+            if (wt != 2 || (seen & 2)) goto done;
+            seen |= 2;
+            hs_rd a = sub, en; uint32_t n2; int w2; uint64_t v2 = 0; int f2;
+            while ((f2 = hs_field(&a, &n2, &w2, &v2, &en)) > 0) {
+                if (n2 != 1) continue;
+                if (w2 != 2) goto done;
+                int64_t pn = 0; int got = 0; hs_rd x; uint32_t n3; int w3; uint64_t v3 = 0; int f3;
+                while ((f3 = hs_field(&en, &n3, &w3, &v3, &x)) > 0) {
+                    if (n3 != 2) continue;
+                    if (w3 != 0 || got) goto done;
+                    got = 1; pn = (int64_t)v3;
+                }
+                if (f3 < 0) goto done;
+                PyObject *o = PyLong_FromLongLong(pn);
+                if (!o || PyList_Append(alias, o)) { Py_XDECREF(o); rc = -1; goto done; }
+                Py_DECREF(o);
+            }
+            if (f2 < 0) goto done;
+        } else if (num == 3) {  /* a computation: name (1), instructions (2), id (5) */
+            if (wt != 2) goto done;
+            hs_rd cr = sub, x, cname = {NULL, NULL}; uint32_t n2; int w2; uint64_t v2 = 0; int f2;
+            int64_t cid = 0; unsigned cs = 0;
+            Py_ssize_t before = PyList_GET_SIZE(c.names);
+            while ((f2 = hs_field(&cr, &n2, &w2, &v2, &x)) > 0) {
+                if (n2 == 1) {
+                    if (w2 != 2 || (cs & 1)) goto done;
+                    cs |= 1; cname = x;
+                } else if (n2 == 5) {
+                    if (w2 != 0 || (cs & 2)) goto done;
+                    cs |= 2; cid = (int64_t)v2;
+                } else if (n2 == 2) {
+                    if (w2 != 2) goto done;
+                    int e = hs_instruction(x, &c);
+                    if (e) { rc = e; goto done; }
+                }
+            }
+            if (f2 < 0) goto done;
+            PyObject *nm = PyUnicode_DecodeUTF8((const char *)cname.p, cname.e - cname.p, NULL);
+            if (!nm) { PyErr_Clear(); goto done; }
+            PyObject *t = Py_BuildValue("(LNn)", (long long)cid, nm, PyList_GET_SIZE(c.names) - before);
+            if (!t || PyList_Append(comps, t)) { Py_XDECREF(t); rc = -1; goto done; }
+            Py_DECREF(t);
+        }
+    }
+    if (r.p && f < 0) goto done;
+    out = Py_BuildValue("(LOOOOOOOOO)", (long long)entry, alias, comps, c.ids, c.names, c.opcodes, c.operands,
+                        c.params, c.shapes, c.fusions);
+    rc = out ? 0 : -1;
+done:
+    PyBuffer_Release(&b);
+    Py_XDECREF(c.ids); Py_XDECREF(c.names); Py_XDECREF(c.opcodes); Py_XDECREF(c.operands);
+    Py_XDECREF(c.params); Py_XDECREF(c.shapes); Py_XDECREF(c.fusions); Py_XDECREF(alias); Py_XDECREF(comps);
+    if (rc < 0) { Py_XDECREF(out); return NULL; }
+    if (rc > 0) Py_RETURN_NONE;
+    return out;
+}
+
+/* take_lists(keys, values) -> list | None: [[values[k] for k in ks] for ks in keys] (keys a list
+ * of lists, values a dict); None when a key is missing or an input is not a list / dict. */
+static PyObject *take_lists(PyObject *self, PyObject *args) {
+    PyObject *keys, *values;
+    if (!PyArg_ParseTuple(args, "OO", &keys, &values)) return NULL;
+    if (!PyList_CheckExact(keys) || !PyDict_CheckExact(values)) Py_RETURN_NONE;
+    Py_ssize_t n = PyList_GET_SIZE(keys);
+    PyObject *out = PyList_New(n);
+    if (!out) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *ks = PyList_GET_ITEM(keys, i);
+        if (!PyList_CheckExact(ks)) { Py_DECREF(out); Py_RETURN_NONE; }
+        Py_ssize_t m = PyList_GET_SIZE(ks);
+        PyObject *row = PyList_New(m);
+        if (!row) { Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, i, row);
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject *v = PyDict_GetItemWithError(values, PyList_GET_ITEM(ks, j));
+            if (!v) {
+                Py_DECREF(out);
+                if (PyErr_Occurred()) return NULL;
+                Py_RETURN_NONE;
+            }
+            Py_INCREF(v);
+            PyList_SET_ITEM(row, j, v);
+        }
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"step_pass", step_pass, METH_VARARGS,
      "step_pass(idx, starts, durs, selfs, counts, lo, hi, rows, ops, optime, busy[, row_offset]) -> bool"},
@@ -1540,6 +1782,8 @@ static PyMethodDef methods[] = {
      "comm_records_stream(attr, start, dur, dev, start_key, done_key, sync_of, r_attr, r_dev, r_start, r_end, r_wait, "
      "r_sync) -> int"},
     {"events_placed", events_placed, METH_VARARGS, "events_placed(attr, start, dev_of, cls_of, dev, cls) -> int"},
+    {"hlo_scan", hlo_scan, METH_VARARGS, "hlo_scan(data) -> tuple | None"},
+    {"take_lists", take_lists, METH_VARARGS, "take_lists(keys, values) -> list | None"},
     {NULL, NULL, 0, NULL}
 };
 

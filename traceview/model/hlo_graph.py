@@ -3,8 +3,9 @@ detectors of :mod:`traceview.analysis.ops.hlo_detect` read and ``traceview query
 
 Source: the ``xla.HloProto`` of each program in the ``/host:metadata`` plane
 (:class:`traceview.model.hlo.HloIndex` keeps their bytes), decoded whole here, once per program
-(field numbers: OpenXLA ``xla/service/hlo.proto``). A proto that does not decode costs its
-module a note, never the rest.
+(field numbers: OpenXLA ``xla/service/hlo.proto``); given the analysis' C passes, the fields the
+columns need are then read from the bytes by ``hlo_scan`` (the same columns). A proto that does
+not decode costs its module a note, never the rest.
 
 ==================  =========  ==============================================================
 column              dtype      meaning
@@ -65,9 +66,11 @@ def instructions(protos: pl.DataFrame | None) -> tuple[pl.DataFrame, list[str]]:
     return columns_frame(cols), notes
 
 
-def instruction_columns(protos: pl.DataFrame | None) -> tuple[dict[str, list], list[str]]:
+def instruction_columns(protos: pl.DataFrame | None, fast=None) -> tuple[dict[str, list], list[str]]:
     """(the :data:`HLO_SCHEMA` columns of every instruction of ``protos`` as Python lists, in
-    the order of :func:`instructions`' rows; notes for the modules that did not decode)."""
+    the order of :func:`instructions`' rows; notes for the modules that did not decode).
+    ``fast``: the optional C passes (:mod:`traceview.analysis._passes`: ``hlo_scan`` reads a
+    proto's bytes, ``take_lists`` gathers operands); the same columns."""
     from google.protobuf.message import DecodeError
 
     from traceview.read.xplane.protos import HloProto
@@ -77,13 +80,17 @@ def instruction_columns(protos: pl.DataFrame | None) -> tuple[dict[str, list], l
     if protos is None or protos.height == 0:
         return rows, notes
     seen = set()
+    shapes: dict[bytes, tuple] = {}  # serialized ShapeProto -> _shape_info
     for host, module, pid, data in protos.iter_rows():
         if (host, pid) in seen:
             continue
         seen.add((host, pid))
         try:
             mod = HloProto.FromString(data).hlo_module
-            part = _module_rows(mod, host, module, pid)
+            got = fast.hlo_scan(data) if fast is not None else None
+            part = None if got is None else _scanned_rows(got, host, module, pid, shapes, fast.take_lists)
+            if part is None:
+                part = _module_rows(mod, host, module, pid)
         except (DecodeError, RecursionError, ValueError) as exc:
             from traceview.read.diagnose import protobuf_fault
 
@@ -116,6 +123,66 @@ def _list_series(name: str, lists: list[list[str]]) -> pl.Series:
     grouped = flat.group_by("row", maintain_order=True).agg("v")
     out = row.to_frame().join(grouped, on="row", how="left", maintain_order="left")["v"]
     return out.fill_null(pl.lit([], dtype=pl.List(pl.Utf8))).alias(name)
+
+
+def _shape_info(proto) -> tuple:
+    """(Shape, text, layout, bytes or None, element, out of range) of a ``ShapeProto``."""
+    sh = shape_from_proto(proto)
+    bad = sh.elements >= 1 << 62 or any(d < 0 for d in getattr(sh, "dims", ()) or ())
+    return (sh, str(sh), ",".join(map(str, proto.layout.minor_to_major)), None if bad else sh.bytes,
+            "" if sh.members is not None else sh.dtype, bad)
+
+
+def _scanned_rows(got: tuple, host: str, module: str, pid: int, shapes: dict, take) -> dict[str, list] | None:
+    """:func:`_module_rows` of a module read by ``hlo_scan`` (``got``), or None when its
+    instruction or computation ids repeat (the decoded module is read then). ``shapes``: the
+    :func:`_shape_info` of each serialized ``ShapeProto`` seen so far (filled here); ``take``:
+    ``take_lists`` (``[[values[k] for k in ks] for ks in keys]``, None on a missing key)."""
+    from traceview.read.xplane.protos import ShapeProto
+
+    entry_id, alias, comps, ids, names, opcodes, operands, params, shape_keys, fusions = got
+    n = len(ids)
+    id_of = dict(zip(ids, range(n)))
+    if len(id_of) != n or len({c[0] for c in comps}) != len(comps):
+        return None
+    distinct = set(shape_keys)
+    for key in distinct.difference(shapes):
+        shapes[key] = _shape_info(ShapeProto.FromString(key))
+    infos = [shapes[k] for k in shape_keys]
+    if any(shapes[k][5] for k in distinct):
+        k = next(k for k, info in enumerate(infos) if info[5])  # the first in the module's order
+        raise ValueError(f"instruction {names[k]} has a shape out of range ({infos[k][0]})")
+    if not n:
+        return {k: [] for k in HLO_SCHEMA}
+    name_of = dict(zip(ids, names))
+    op_names = take(operands, name_of)
+    if op_names is None:  # an operand id of no instruction: left out
+        operands = [[o for o in ops if o in id_of] for ops in operands]
+        op_names = take(operands, name_of)
+    users: dict[int, list[str]] = {}
+    for name, ops in zip(names, operands):
+        for o in ops:
+            users.setdefault(o, []).append(name)
+    fusion_of = dict(fusions)
+    aliased = set(alias)
+    texts = [i[1] for i in infos]
+    layouts = [i[2] for i in infos]
+    cname, entry, fusion, param = [], [], [], []
+    a = 0
+    for cid, name, count in comps:
+        is_entry = cid == entry_id
+        cname += [name] * count
+        entry += [is_entry] * count
+        fusion += [fusion_of.get(cid, "")] * count
+        param += params[a:a + count] if is_entry else [None] * count
+        a += count
+    return {"host": [host] * n, "module": [module] * n, "program_id": [pid] * n, "computation": cname,
+            "entry": entry, "fusion": fusion, "name": names, "opcode": opcodes, "shape": texts,
+            "bytes": [i[3] for i in infos], "element": [i[4] for i in infos], "layout": layouts,
+            "operands": op_names, "operand_shapes": take(operands, dict(zip(ids, texts))),
+            "operand_layouts": take(operands, dict(zip(ids, layouts))),
+            "users": [users.get(i, []) for i in ids], "parameter": param,
+            "aliased": [None if p is None else p in aliased for p in param], "param_index": params}
 
 
 def _module_rows(mod, host: str, module: str, pid: int) -> dict[str, list]:

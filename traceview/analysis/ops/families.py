@@ -110,6 +110,8 @@ _MOVE_WORDS = frozenset({"copy", "start", "done", "convert", "bitcast", "transpo
                          "update", "concatenate", "pad", "gather"})
 _SAMPLING = re.compile(r"(?<![a-z])sampl(e|er|ers|ing)(?![a-z])|(?<![a-z])top_?[kp](?![a-z])|binary_search|"
                        r"(?<![a-z])arg(max|min|sort)(?![a-z])|(?<![a-z])sort(?![a-z])", re.IGNORECASE)
+#: words every :data:`_SAMPLING` match holds (lower case): ASCII text without any has none
+_SAMPLING_WORDS = ("sampl", "top", "nary_search", "arg", "sort")
 _ELEMENTWISE = frozenset("""abs add and atan2 cbrt ceil clamp compare complex cos cosine divide erf exp
     exponential exponential-minus-one expm1 floor imag is-finite log log-plus-one log1p logistic maximum minimum
     multiply negate not or popcnt power real remainder round-nearest-afz round-nearest-even rsqrt select
@@ -274,6 +276,16 @@ def _in_kernel_scope(framework_op: str) -> bool:
     return False
 
 
+def _sampling_in(text: str) -> bool:
+    """Whether :data:`_SAMPLING` matches ``text``; ASCII text without one of its
+    :data:`_SAMPLING_WORDS` is not searched (the search tries every position)."""
+    if text.isascii():
+        low = text.lower()
+        if not any(w in low for w in _SAMPLING_WORDS):
+            return False
+    return _SAMPLING.search(text) is not None
+
+
 @lru_cache(maxsize=65536)
 def family_of(op_name: str, op_kind: str, category: str, hlo_text: str, framework_op: str,
               source_file: str, source_stack: str = "", kernel: str = "") -> str:
@@ -309,8 +321,8 @@ def family_of(op_name: str, op_kind: str, category: str, hlo_text: str, framewor
             or (cat == "custom fusion" and _MOVE_FRAMEWORK.search(framework_op or ""))):
         return COPIES
     # sampling
-    if (kind == "sort" or _SAMPLING.search(source_file or "") or _SAMPLING.search(source_stack or "")
-            or _SAMPLING.search(framework_op or "")):
+    if (kind == "sort" or _sampling_in(source_file or "") or _sampling_in(source_stack or "")
+            or _sampling_in(framework_op or "")):
         return SAMPLING
     # elementwise fusions
     if kind == "fusion" or cat.endswith("fusion") or kind in _ELEMENTWISE or cat == "non-fusion elementwise":

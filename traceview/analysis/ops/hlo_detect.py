@@ -30,6 +30,11 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
+try:  # optional C accelerator
+    from traceview.analysis import _passes as _fast
+except ImportError:  # pragma: no cover - exercised when the extension is absent
+    _fast = None
+
 #: the smallest result a widening convert is reported for (bytes)
 MIN_BYTES = 1 << 20
 _WIDE = ("f32", "f64")
@@ -134,7 +139,7 @@ def detect(prof) -> HloReport:
     table = prof.table
     meas = _measured(table)
     prov = flop_provenance(table, meas)
-    cols, notes = instruction_columns(getattr(prof, "hlo_protos", None))
+    cols, notes = instruction_columns(getattr(prof, "hlo_protos", None), _fast)
     if not cols["name"]:
         det = _from_op_text(meas)
         src = "op text" if meas.height and (meas["hlo_text"] != "").any() else "none"
@@ -165,11 +170,24 @@ def _detections(cols: dict, m: pl.DataFrame) -> pl.DataFrame:
     top level by its own op, a fused one by its fusion's."""
     timed = {(h, p, n): (t, c) for h, p, n, t, c in m.iter_rows() if h is not None and p is not None and n is not None}
     hosts, pids, names, opcodes = cols["host"], cols["program_id"], cols["name"], cols["opcode"]
-    keys = list(zip(hosts, pids, names))
-    opcode_of = dict(zip(keys, opcodes))
-    params = {k: (a, num) for k, a, num in zip(keys, cols["aliased"], cols["parameter"]) if num is not None}
-    users_of = dict(zip(keys, cols["users"]))
-    by_name = dict(zip(keys, zip(opcodes, cols["operands"], cols["fusion"], cols["param_index"])))
+    lookups: dict = {}
+
+    def lookup(what: str) -> dict:  # a map by (host, program_id, name), built on first use (few candidates need one)
+        if what not in lookups:
+            if "keys" not in lookups:
+                lookups["keys"] = list(zip(hosts, pids, names))
+            keys = lookups["keys"]
+            if what == "opcode_of":
+                lookups[what] = dict(zip(keys, opcodes))
+            elif what == "params":
+                lookups[what] = {k: (a, num) for k, a, num in zip(keys, cols["aliased"], cols["parameter"])
+                                 if num is not None}
+            elif what == "users_of":
+                lookups[what] = dict(zip(keys, cols["users"]))
+            else:
+                lookups[what] = dict(zip(keys, zip(opcodes, cols["operands"], cols["fusion"], cols["param_index"])))
+        return lookups[what]
+
     rows = []
     none = (None, None)
 
@@ -185,7 +203,7 @@ def _detections(cols: dict, m: pl.DataFrame) -> pl.DataFrame:
     for i in [i for i, op in enumerate(opcodes) if op in _CANDIDATES]:
         r = {k: cols[k][i] for k in wanted}
         key = (r["host"], r["program_id"])
-        r["time_ps"], r["occurrences"] = timed.get(keys[i], none)
+        r["time_ps"], r["occurrences"] = timed.get((*key, r["name"]), none)
         fused = timed.get((*key, r["fusion"]), none) if r["fusion"] else None
         r["_t"], r["_n"] = (r["time_ps"], r["occurrences"]) if fused is None else fused
         op_shapes = r["operand_shapes"] or []
@@ -197,7 +215,8 @@ def _detections(cols: dict, m: pl.DataFrame) -> pl.DataFrame:
             if r["element"] in _WIDE and src_el in _NARROW and r["bytes"] >= MIN_BYTES and materialized:
                 users = r["users"]
                 if not users and r["fusion"]:  # a fusion's root: its users are the fusion's
-                    users = users_of.get((*key, r["fusion"]), [])
+                    users = lookup("users_of").get((*key, r["fusion"]), [])
+                opcode_of = lookup("opcode_of")
                 uses = [opcode_of.get((*key, u), "?") for u in users]
                 if all(u in _SINK for u in uses):
                     what = ", ".join(sorted(set(uses))) or "the program's output"
@@ -215,6 +234,7 @@ def _detections(cols: dict, m: pl.DataFrame) -> pl.DataFrame:
                 f"({r['occurrences']:,}): its own pass over {r['shape']}", op_shapes[0] if op_shapes else "")
         if r["opcode"] in ("dynamic-update-slice", "scatter") and r["operands"]:
             name, seen = r["operands"][0], 0
+            params, by_name = lookup("params"), lookup("by_name")
             while seen < 16:  # through gte / bitcast / copy / fusion parameter to an entry parameter
                 seen += 1
                 if (*key, name) in params:
