@@ -81,11 +81,13 @@ def buckets(values: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
     """Sketch bucket (int32) of each value (ps, >= 0): ceil(log_γ v), :data:`ZERO_BUCKET` for 0."""
     v = np.asarray(values, dtype=np.float64)
     pos = v > 0
-    r = np.log(v if pos.all() else np.where(pos, v, 1.0))
+    every = bool(pos.all())
+    r = np.log(v if every else np.where(pos, v, 1.0))
     r /= math.log(_gamma(alpha))
-    out = np.ceil(r, out=r).astype(np.int64)
-    out[~pos] = ZERO_BUCKET
-    return out.astype(np.int32)
+    out = np.ceil(r, out=r).astype(np.int32)  # (|log_γ v| is far inside int32 for any int64 duration)
+    if not every:
+        out[~pos] = ZERO_BUCKET
+    return out
 
 
 def bucket_value(b: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
@@ -180,21 +182,29 @@ def _distribution_parts(table, alpha: float) -> tuple[pl.DataFrame, pl.DataFrame
     """(moments, sketch, values) of an OpTable's per-occurrence durations per attr."""
     ev = table.events
     attr = ev["attr"].to_numpy().astype(np.int64)
-    dur = ev["duration_ps"].to_numpy().astype(np.float64)
+    dur = ev["duration_ps"].to_numpy()
     cnt = ev["count"].to_numpy()
     one = not ev.height or int(cnt.max()) <= 1
-    per = dur if one else dur / np.maximum(cnt, 1)
+    per = dur.astype(np.float64) if one else dur / np.maximum(cnt, 1)
     na = table.attrs.height
     n = np.bincount(attr, minlength=na)
     s = np.bincount(attr, weights=per, minlength=na)
     mean = np.divide(s, n, out=np.zeros(na), where=n > 0)
-    m2 = np.bincount(attr, weights=(per - mean[attr]) ** 2, minlength=na)
+    dev = mean[attr]  # each event's squared deviation from its mean, in one array
+    np.subtract(per, dev, out=dev)
+    np.multiply(dev, dev, out=dev)
+    m2 = np.bincount(attr, weights=dev, minlength=na)
+    del dev
     have = np.flatnonzero(n)
     moments = pl.DataFrame({"attr": pl.Series(have, dtype=pl.UInt32), "n": n[have].astype(np.int64),
                             "mean": mean[have], "m2": m2[have]})
     sk = _sketch_rows(attr, buckets(per, alpha), na)
-    small = n[attr] <= EXACT_MAX
-    values = pl.DataFrame({"attr": pl.Series(attr[small], dtype=pl.UInt32), "value": per[small]})
+    small = n <= EXACT_MAX  # per attr; a gather over the events only when some attr is small
+    if small[have].any():
+        small = small[attr]
+        values = pl.DataFrame({"attr": pl.Series(attr[small], dtype=pl.UInt32), "value": per[small]})
+    else:
+        values = pl.DataFrame(schema={"attr": pl.UInt32, "value": pl.Float64})
     return moments, sk, values
 
 
@@ -210,9 +220,13 @@ def _sketch_rows(attr: np.ndarray, b: np.ndarray, na: int) -> pl.DataFrame:
     if not len(b):
         return pl.DataFrame(schema=schema)
     zero = b == ZERO_BUCKET
+    some_zero = bool(zero.any())
     key = b.astype(np.int64)
-    lo = int(key[~zero].min()) - 1 if not zero.all() else 0  # a zero's bin: below the smallest other bucket
-    key[zero] = lo
+    if not some_zero:
+        lo = int(key.min()) - 1
+    else:  # a zero's bin: below the smallest other bucket
+        lo = int(key[~zero].min()) - 1 if not zero.all() else 0
+        key[zero] = lo
     span = int(key.max()) - lo + 1
     key -= lo
     key += attr * span
@@ -223,7 +237,7 @@ def _sketch_rows(attr: np.ndarray, b: np.ndarray, na: int) -> pl.DataFrame:
     else:
         k, c = np.unique(key, return_counts=True)
     a, bb = k // span, k % span + lo
-    if zero.any():
+    if some_zero:
         bb[bb == lo] = ZERO_BUCKET
     return pl.DataFrame({"attr": a, "bucket": bb, "n": c.astype(np.int64)}, schema=schema)
 
