@@ -753,6 +753,30 @@ def _window_overlap(parts, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataF
 
 # -- reading a run in fleet mode -----------------------------------------------------------
 
+class _Arrived:
+    """What the merge can do with one host's partial while the other hosts are still being
+    read (:func:`traceview.read.batch.read_many`'s ``arrived``): its step rows' names cast to
+    text (as the merge reads them); at the first partial, the modules the merge uses are
+    imported (numpy's masked arrays too: polars asks for them at its first frame from numpy)."""
+
+    def __init__(self):
+        self.first = True
+
+    def __call__(self, res):
+        if self.first and isinstance(res, HostPartial):
+            self.first = False
+            import numpy.ma  # noqa: F401
+
+            import traceview.analysis.communication.stragglers  # noqa: F401
+            import traceview.analysis.ops.aggregate  # noqa: F401
+            import traceview.analysis.steps.anatomy  # noqa: F401
+            import traceview.analysis.steps.stepstats  # noqa: F401
+            import traceview.model.profiledata  # noqa: F401
+        if isinstance(res, HostPartial) and res.steps is not None and res.steps.height:
+            res.steps = _text(res.steps)
+        return res
+
+
 def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_bytes: int | None = None,
                cache=None, workers: int = 0, executor=None, scheduler: str | None = None, progress=None,
                discovery=None, stale_after_s: float | None = 7 * 24 * 3600, options: FleetOptions | None = None,
@@ -785,7 +809,7 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
     store = TableCache.default() if cache is None else (cache or None)
     tasks = tasks_for(disc.files, max_bytes_default(max_bytes), cache=store)
     res = read_many(tasks, functools.partial(host_partial, options=opts), executor=executor, scheduler=scheduler,
-                    workers=workers, progress=progress)
+                    workers=workers, progress=progress, arrived=_Arrived())
     if type(disc).__module__ == "traceview.read.remote":  # a URL's local copies are named by their URL
         from traceview.read.remote import relabel
 
