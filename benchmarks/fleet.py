@@ -29,8 +29,9 @@ sets ``MALLOC_TRIM_THRESHOLD_`` in its workers, which also fixes glibc's mmap th
 Per mode: wall seconds of the read and merge (the cluster's start-up and the workers' imports
 apart), the client's CPU seconds over them (all its threads: on Dask the scheduler's too), the
 Dask workers' CPU seconds (their whole processes, as ``client.run`` reads them before and
-after; ``-`` for the other modes) and, from Dask's task stream, how long each worker computed
-tasks, when the first began and the last ended (what the client does after it is the tail), the client's peak RSS (``ru_maxrss``: Dask's scheduler
+after; ``-`` for the other modes) and, with ``--task-stream``, from Dask's task stream, how long
+each worker computed tasks, when the first began and the last ended (what the client does
+after it is the tail), the client's peak RSS (``ru_maxrss``: Dask's scheduler
 runs in the client; its workers are other processes) and its RSS when the clock starts
 (imports, and the cluster when there is one), and whether the op table's exact columns equal
 the single process's (p50/p90 within the sketch's bound). Prints a markdown table and the
@@ -63,7 +64,7 @@ _ENV = dict(os.environ)
 
 _CHILD = r"""
 import json, resource, sys, time
-mode, path, workers, out, trim = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+mode, path, workers, out, trim, with_stream = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6] == "1"
 _READS_NONE = ("fleet-pool", "fleet-dask", "fleet-ops-dask")
 from pathlib import Path
 from traceview.cli import process  # the allocator settings the CLI gives a read of this size
@@ -103,7 +104,7 @@ wcpu = (lambda: sum(client.run(time.process_time).values())) if client is not No
 w0 = wcpu()
 start_rss = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize() / 2**20  # imports, cluster
 stream = None
-if client is not None:  # each task's compute interval on its worker (wall clock)
+if client is not None and with_stream:  # each task's compute interval on its worker (wall clock)
     stream = distributed.get_task_stream(client)
     stream.__enter__()
 t0, c0 = time.perf_counter(), cpu()
@@ -194,9 +195,9 @@ def partial_bytes(logs: Path) -> dict:
     return parts
 
 
-def measure(mode: str, path: Path, workers: int, out: Path, trim: str = "off") -> dict:
+def measure(mode: str, path: Path, workers: int, out: Path, trim: str = "off", stream: bool = False) -> dict:
     env = dict(_ENV, TRACEVIEW_NO_CACHE="1", PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path), str(workers), str(out), trim],
+    p = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path), str(workers), str(out), trim, "1" if stream else "0"],
                        capture_output=True, text=True, env=env)
     if p.returncode:
         raise SystemExit(f"{mode} failed:\n{p.stderr[-3000:]}")
@@ -227,6 +228,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dask-trim", choices=["off", "dask"], default="off",
                     help="off: the workers' malloc as a plain process's [default]; dask: distributed's "
                          "MALLOC_TRIM_THRESHOLD_ kept")
+    ap.add_argument("--task-stream", action="store_true",
+                    help="Dask modes: also record the task stream (each worker's compute time, the first task's "
+                         "start, the last's end; its records add a little to the client's peak)")
     ap.add_argument("--project-hosts", type=int, default=256)
     ap.add_argument("--project-bytes", type=float, default=1e9)
     a = ap.parse_args(argv)
@@ -235,7 +239,7 @@ def main(argv=None) -> int:
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in a.modes.split(","):
-            rows[mode] = measure(mode, logs, a.workers, Path(tmp) / f"{mode}.parquet", a.dask_trim)
+            rows[mode] = measure(mode, logs, a.workers, Path(tmp) / f"{mode}.parquet", a.dask_trim, a.task_stream)
             ref_mode = "single-ops" if "ops" in mode else "single"
             rows[mode]["table"] = ("reference" if mode == ref_mode else
                                    same_table(Path(tmp) / f"{ref_mode}.parquet", Path(tmp) / f"{mode}.parquet")
