@@ -284,8 +284,8 @@ def test_dask_cluster_equals_in_process(pod, mixed, monkeypatch):
 
 @pytest.mark.parametrize("which", ["pod", "mixed"])
 def test_partials_prepared_on_arrival_merge_the_same(which, request):
-    """What load_fleet does with each partial as it arrives (read_many's ``arrived``: the step
-    rows' names as text) leaves the merge as it is; read_many keeps what ``arrived`` returns."""
+    """What load_fleet does as each partial arrives (read_many's ``arrived``) leaves the merge
+    as it is; read_many keeps what ``arrived`` returns."""
     from traceview.read.batch import ReadTask, read_many
 
     root = request.getfixturevalue(which)

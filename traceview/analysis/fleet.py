@@ -754,10 +754,11 @@ def _window_overlap(parts, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataF
 # -- reading a run in fleet mode -----------------------------------------------------------
 
 class _Arrived:
-    """What the merge can do with one host's partial while the other hosts are still being
-    read (:func:`traceview.read.batch.read_many`'s ``arrived``): its step rows' names cast to
-    text (as the merge reads them); at the first partial, the modules the merge uses are
-    imported (numpy's masked arrays too: polars asks for them at its first frame from numpy)."""
+    """What the merge can do with the hosts' partials while other hosts are still being read
+    (:func:`traceview.read.batch.read_many`'s ``arrived``): at the first partial, the modules
+    the merge uses are imported (numpy's masked arrays too: polars asks for them at its first
+    frame from numpy). The partials stay as they came (their step rows' names categorical
+    until the merge: cast to text on arrival, they raised the client's peak)."""
 
     def __init__(self):
         self.first = True
@@ -772,8 +773,6 @@ class _Arrived:
             import traceview.analysis.steps.anatomy  # noqa: F401
             import traceview.analysis.steps.stepstats  # noqa: F401
             import traceview.model.profiledata  # noqa: F401
-        if isinstance(res, HostPartial) and res.steps is not None and res.steps.height:
-            res.steps = _text(res.steps)
         return res
 
 
