@@ -29,7 +29,9 @@ sets ``MALLOC_TRIM_THRESHOLD_`` in its workers, which also fixes glibc's mmap th
 Per mode: wall seconds of the read and merge (the cluster's start-up and the workers' imports
 apart), the client's CPU seconds over them (all its threads: on Dask the scheduler's too), the
 Dask workers' CPU seconds (their whole processes, as ``client.run`` reads them before and
-after; ``-`` for the other modes), the client's peak RSS (``ru_maxrss``: Dask's scheduler
+after; ``-`` for the other modes) and, with ``--task-stream``, from Dask's task stream, how long
+each worker computed tasks, when the first began and the last ended (what the client does
+after it is the tail), the client's peak RSS (``ru_maxrss``: Dask's scheduler
 runs in the client; its workers are other processes) and its RSS when the clock starts
 (imports, and the cluster when there is one), and whether the op table's exact columns equal
 the single process's (p50/p90 within the sketch's bound). Prints a markdown table and the
@@ -62,7 +64,7 @@ _ENV = dict(os.environ)
 
 _CHILD = r"""
 import json, resource, sys, time
-mode, path, workers, out, trim = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
+mode, path, workers, out, trim, with_stream = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5], sys.argv[6] == "1"
 _READS_NONE = ("fleet-pool", "fleet-dask", "fleet-ops-dask")
 from pathlib import Path
 from traceview.cli import process  # the allocator settings the CLI gives a read of this size
@@ -101,7 +103,12 @@ cpu = lambda: time.process_time()  # noqa: E731
 wcpu = (lambda: sum(client.run(time.process_time).values())) if client is not None else (lambda: 0.0)  # noqa: E731
 w0 = wcpu()
 start_rss = int(open("/proc/self/statm").read().split()[1]) * resource.getpagesize() / 2**20  # imports, cluster
+stream = None
+if client is not None and with_stream:  # each task's compute interval on its worker (wall clock)
+    stream = distributed.get_task_stream(client)
+    stream.__enter__()
 t0, c0 = time.perf_counter(), cpu()
+w_t0 = time.time()
 if mode in ("single", "load-dask", "single-ops"):
     prof = traceview.load(path, cache=False, executor=client)
     by_shape = aggregate.by_shape(prof.table, prof.module_runs)
@@ -120,11 +127,22 @@ else:
     steps = f.steps.steps.height if f.steps is not None else 0
 s, client_cpu = time.perf_counter() - t0, cpu() - c0
 workers_cpu = wcpu() - w0
+tasks = {}
+if stream is not None:
+    stream.__exit__(None, None, None)
+    spans = [(d["worker"], ss["start"] - w_t0, ss["stop"] - w_t0) for d in stream.data for ss in d["startstops"]
+             if ss["action"] == "compute"]
+    busy = {}
+    for w, a, b in spans:
+        busy[w] = busy.get(w, 0.0) + b - a
+    tasks = {"tasks": len(spans), "busy_s": sorted(busy.values(), reverse=True),
+             "first_start_s": min((a for _, a, _ in spans), default=0.0), "last_end_s": max((b for _, _, b in spans), default=0.0)}
 by_shape.drop("modules", "programs").write_parquet(out)
 if client is not None:
     client.close(); cluster.close()
 print(json.dumps({"mode": mode, "hosts": hosts, "op_events": events, "steps": steps, "s": s,
-                  "startup_s": startup, "client_cpu_s": client_cpu, "workers_cpu_s": workers_cpu, "client_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "client_start_mib": start_rss}))
+                  "startup_s": startup, "client_cpu_s": client_cpu, "workers_cpu_s": workers_cpu, "client_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "client_start_mib": start_rss,
+                  **tasks}))
 """
 
 EXACT = ["op_kind", "category", "occurrences", "executions", "total_ps", "self_ps", "mean_ps", "min_ps", "max_ps",
@@ -177,9 +195,9 @@ def partial_bytes(logs: Path) -> dict:
     return parts
 
 
-def measure(mode: str, path: Path, workers: int, out: Path, trim: str = "off") -> dict:
+def measure(mode: str, path: Path, workers: int, out: Path, trim: str = "off", stream: bool = False) -> dict:
     env = dict(_ENV, TRACEVIEW_NO_CACHE="1", PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path), str(workers), str(out), trim],
+    p = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path), str(workers), str(out), trim, "1" if stream else "0"],
                        capture_output=True, text=True, env=env)
     if p.returncode:
         raise SystemExit(f"{mode} failed:\n{p.stderr[-3000:]}")
@@ -210,6 +228,9 @@ def main(argv=None) -> int:
     ap.add_argument("--dask-trim", choices=["off", "dask"], default="off",
                     help="off: the workers' malloc as a plain process's [default]; dask: distributed's "
                          "MALLOC_TRIM_THRESHOLD_ kept")
+    ap.add_argument("--task-stream", action="store_true",
+                    help="Dask modes: also record the task stream (each worker's compute time, the first task's "
+                         "start, the last's end; its records add a little to the client's peak)")
     ap.add_argument("--project-hosts", type=int, default=256)
     ap.add_argument("--project-bytes", type=float, default=1e9)
     a = ap.parse_args(argv)
@@ -218,7 +239,7 @@ def main(argv=None) -> int:
     rows = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in a.modes.split(","):
-            rows[mode] = measure(mode, logs, a.workers, Path(tmp) / f"{mode}.parquet", a.dask_trim)
+            rows[mode] = measure(mode, logs, a.workers, Path(tmp) / f"{mode}.parquet", a.dask_trim, a.task_stream)
             ref_mode = "single-ops" if "ops" in mode else "single"
             rows[mode]["table"] = ("reference" if mode == ref_mode else
                                    same_table(Path(tmp) / f"{ref_mode}.parquet", Path(tmp) / f"{mode}.parquet")
@@ -238,6 +259,13 @@ def main(argv=None) -> int:
         wc = f"{r['workers_cpu_s']:.2f}" if mode.endswith("dask") else "-"
         print(f"| {mode} | {r['s']:.2f} | {rs} | {r['client_cpu_s']:.2f} | {wc} | {r['client_rss_mib']:,.0f} | {rm} "
               f"| {r['client_start_mib']:,.0f} | {r['startup_s']:.1f} | {r['table']} |")
+    for mode, r in rows.items():
+        if r.get("tasks"):
+            print(f"\n{mode}: {r['tasks']} tasks; the workers computed "
+                  + " and ".join(f"{b:.2f}" for b in r["busy_s"]) + f" s of the {r['s']:.2f} s (from {r['first_start_s']:.2f} s "
+                  f"to {r['last_end_s']:.2f} s); after the last task, {r['s'] - r['last_end_s']:.2f} s on the client "
+                  "(the last results' transfer and the merge)", end="")
+    print()
     pb = partial_bytes(logs)
     print(f"\none host's partial: {pb['total']:,} bytes pickled ({pb['op_events']:,} op events, "
           f"{pb['step_rows']:,} step rows, {pb['collective_events']:,} collective events): "

@@ -280,3 +280,38 @@ def test_dask_cluster_equals_in_process(pod, mixed, monkeypatch):
                  (here.stragglers.devices, there.stragglers.devices)):
         assert_frame_equal(a, b, check_exact=True)
     assert there.stragglers.summary == here.stragglers.summary and there.files == here.files
+
+
+@pytest.mark.parametrize("which", ["pod", "mixed"])
+def test_partials_prepared_on_arrival_merge_the_same(which, request):
+    """What load_fleet does as each partial arrives (read_many's ``arrived``) leaves the merge
+    as it is; read_many keeps what ``arrived`` returns."""
+    from traceview.read.batch import ReadTask, read_many
+
+    root = request.getfixturevalue(which)
+    tasks = [ReadTask(path=str(f), kind="xplane", host=f.name.split(".")[0]) for f in sorted(root.rglob("*.xplane.pb"))]
+    seen = []
+
+    def arrived(res):
+        seen.append(res)
+        return ("kept", res)
+
+    out = read_many(tasks, fleet.host_partial, arrived=arrived)
+    assert [r for _, r in out] == seen and all(k == "kept" for k, _ in out) and len(seen) == len(tasks)
+    raw = fleet.merge([fleet.host_partial(t) for t in tasks])
+    prep = fleet._Arrived()
+    got = fleet.merge([prep(fleet.host_partial(t)) for t in tasks])
+    assert (raw.steps is None) == (got.steps is None) and (which == "mixed") == (raw.steps is None)  # (mixed:
+    # its hosts find steps differently)
+    pairs = [(raw.by_shape, got.by_shape), (raw.devices, got.devices), (raw.overlap_steps, got.overlap_steps)]
+    if raw.steps is not None:
+        pairs += [(raw.steps.steps, got.steps.steps), (raw.steps.families, got.steps.families)]
+        assert raw.steps.coverage == got.steps.coverage
+    for a, b in pairs:
+        assert_frame_equal(a, b, check_exact=True)
+    assert (raw.stragglers is None) == (got.stragglers is None)
+    if raw.stragglers is not None:
+        assert_frame_equal(raw.stragglers.devices, got.stragglers.devices, check_exact=True)
+        assert_frame_equal(raw.stragglers.steps, got.stragglers.steps, check_exact=True)
+        assert raw.stragglers.summary == got.stragglers.summary
+    assert raw.notes == got.notes

@@ -81,11 +81,13 @@ def buckets(values: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
     """Sketch bucket (int32) of each value (ps, >= 0): ceil(log_γ v), :data:`ZERO_BUCKET` for 0."""
     v = np.asarray(values, dtype=np.float64)
     pos = v > 0
-    r = np.log(v if pos.all() else np.where(pos, v, 1.0))
+    every = bool(pos.all())
+    r = np.log(v if every else np.where(pos, v, 1.0))
     r /= math.log(_gamma(alpha))
-    out = np.ceil(r, out=r).astype(np.int64)
-    out[~pos] = ZERO_BUCKET
-    return out.astype(np.int32)
+    out = np.ceil(r, out=r).astype(np.int32)  # (|log_γ v| is far inside int32 for any int64 duration)
+    if not every:
+        out[~pos] = ZERO_BUCKET
+    return out
 
 
 def bucket_value(b: np.ndarray, alpha: float = ALPHA) -> np.ndarray:
@@ -180,21 +182,29 @@ def _distribution_parts(table, alpha: float) -> tuple[pl.DataFrame, pl.DataFrame
     """(moments, sketch, values) of an OpTable's per-occurrence durations per attr."""
     ev = table.events
     attr = ev["attr"].to_numpy().astype(np.int64)
-    dur = ev["duration_ps"].to_numpy().astype(np.float64)
+    dur = ev["duration_ps"].to_numpy()
     cnt = ev["count"].to_numpy()
     one = not ev.height or int(cnt.max()) <= 1
-    per = dur if one else dur / np.maximum(cnt, 1)
+    per = dur.astype(np.float64) if one else dur / np.maximum(cnt, 1)
     na = table.attrs.height
     n = np.bincount(attr, minlength=na)
     s = np.bincount(attr, weights=per, minlength=na)
     mean = np.divide(s, n, out=np.zeros(na), where=n > 0)
-    m2 = np.bincount(attr, weights=(per - mean[attr]) ** 2, minlength=na)
+    dev = mean[attr]  # each event's squared deviation from its mean, in one array
+    np.subtract(per, dev, out=dev)
+    np.multiply(dev, dev, out=dev)
+    m2 = np.bincount(attr, weights=dev, minlength=na)
+    del dev
     have = np.flatnonzero(n)
     moments = pl.DataFrame({"attr": pl.Series(have, dtype=pl.UInt32), "n": n[have].astype(np.int64),
                             "mean": mean[have], "m2": m2[have]})
     sk = _sketch_rows(attr, buckets(per, alpha), na)
-    small = n[attr] <= EXACT_MAX
-    values = pl.DataFrame({"attr": pl.Series(attr[small], dtype=pl.UInt32), "value": per[small]})
+    small = n <= EXACT_MAX  # per attr; a gather over the events only when some attr is small
+    if small[have].any():
+        small = small[attr]
+        values = pl.DataFrame({"attr": pl.Series(attr[small], dtype=pl.UInt32), "value": per[small]})
+    else:
+        values = pl.DataFrame(schema={"attr": pl.UInt32, "value": pl.Float64})
     return moments, sk, values
 
 
@@ -210,9 +220,13 @@ def _sketch_rows(attr: np.ndarray, b: np.ndarray, na: int) -> pl.DataFrame:
     if not len(b):
         return pl.DataFrame(schema=schema)
     zero = b == ZERO_BUCKET
+    some_zero = bool(zero.any())
     key = b.astype(np.int64)
-    lo = int(key[~zero].min()) - 1 if not zero.all() else 0  # a zero's bin: below the smallest other bucket
-    key[zero] = lo
+    if not some_zero:
+        lo = int(key.min()) - 1
+    else:  # a zero's bin: below the smallest other bucket
+        lo = int(key[~zero].min()) - 1 if not zero.all() else 0
+        key[zero] = lo
     span = int(key.max()) - lo + 1
     key -= lo
     key += attr * span
@@ -223,7 +237,7 @@ def _sketch_rows(attr: np.ndarray, b: np.ndarray, na: int) -> pl.DataFrame:
     else:
         k, c = np.unique(key, return_counts=True)
     a, bb = k // span, k % span + lo
-    if zero.any():
+    if some_zero:
         bb[bb == lo] = ZERO_BUCKET
     return pl.DataFrame({"attr": a, "bucket": bb, "n": c.astype(np.int64)}, schema=schema)
 
@@ -739,6 +753,29 @@ def _window_overlap(parts, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataF
 
 # -- reading a run in fleet mode -----------------------------------------------------------
 
+class _Arrived:
+    """What the merge can do with the hosts' partials while other hosts are still being read
+    (:func:`traceview.read.batch.read_many`'s ``arrived``): at the first partial, the modules
+    the merge uses are imported (numpy's masked arrays too: polars asks for them at its first
+    frame from numpy). The partials stay as they came (their step rows' names categorical
+    until the merge: cast to text on arrival, they raised the client's peak)."""
+
+    def __init__(self):
+        self.first = True
+
+    def __call__(self, res):
+        if self.first and isinstance(res, HostPartial):
+            self.first = False
+            import numpy.ma  # noqa: F401
+
+            import traceview.analysis.communication.stragglers  # noqa: F401
+            import traceview.analysis.ops.aggregate  # noqa: F401
+            import traceview.analysis.steps.anatomy  # noqa: F401
+            import traceview.analysis.steps.stepstats  # noqa: F401
+            import traceview.model.profiledata  # noqa: F401
+        return res
+
+
 def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_bytes: int | None = None,
                cache=None, workers: int = 0, executor=None, scheduler: str | None = None, progress=None,
                discovery=None, stale_after_s: float | None = 7 * 24 * 3600, options: FleetOptions | None = None,
@@ -771,7 +808,7 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
     store = TableCache.default() if cache is None else (cache or None)
     tasks = tasks_for(disc.files, max_bytes_default(max_bytes), cache=store)
     res = read_many(tasks, functools.partial(host_partial, options=opts), executor=executor, scheduler=scheduler,
-                    workers=workers, progress=progress)
+                    workers=workers, progress=progress, arrived=_Arrived())
     if type(disc).__module__ == "traceview.read.remote":  # a URL's local copies are named by their URL
         from traceview.read.remote import relabel
 

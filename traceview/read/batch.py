@@ -258,7 +258,7 @@ def _read_each(read: Callable, files: _Files) -> list:
 
 def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor | None" = None,
               scheduler: str | None = None, workers: int = 0,
-              progress: Callable[[Progress], None] | None = None) -> list:
+              progress: Callable[[Progress], None] | None = None, arrived: Callable | None = None) -> list:
     """``read(task)`` for every task; returns, in task order, its result or the
     TraceviewError it raised, per file.
 
@@ -268,9 +268,11 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
     Otherwise a local process pool of up to ``workers`` processes (capped by the number of
     files) when ``workers`` >= 2, there are at least two files and :data:`PARALLEL_MIN_BYTES`
     in total, else the calling process. ``progress`` gets a :class:`Progress` after each
-    file. On a Dask ``Client``, files are grouped into tasks of several when there are more
-    than :data:`TASKS_PER_THREAD` per worker thread. Raises :class:`UsageError` for
-    ``workers`` < 0.
+    file. ``arrived(result)``: called with each file's result (or its TraceviewError) as it
+    comes, in this process while the other files are still being read; what it returns is
+    kept in its place. On a Dask ``Client``, files are grouped into tasks of several when
+    there are more than :data:`TASKS_PER_THREAD` per worker thread. Raises
+    :class:`UsageError` for ``workers`` < 0.
     """
     if workers < 0:
         raise UsageError(f"workers must be 0 or more, got {workers}")
@@ -283,6 +285,8 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
     def finish(i: int, res) -> None:
         if isinstance(res, Failed):
             res = res.rebuild()
+        if arrived is not None:
+            res = arrived(res)
         results[i] = res
         done["files"] += 1
         done["bytes"] += tasks[i].size
