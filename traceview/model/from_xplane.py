@@ -54,6 +54,7 @@ from traceview.model.ranks import is_device_plane, plane_ranks
 from traceview.model.runtable import KEY_SCHEMA, RunTable
 from traceview.model.tpu_plane import plane_arrays
 from traceview.model.annotated_plane import KEY_STATS, consume, iter_lines
+from traceview.read import hugearrays
 from traceview.read.xplane import wire
 from traceview.read.xplane.wire import _full_line, _line_base_ps, count_events, decode_line, read_xspace_bytes
 
@@ -1123,7 +1124,7 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
                 seen[full] = len(attr_rows)
                 attr_rows.append(full)
             lut[c] = seen[full]
-        attrs_parts.append(lut[combo])
+        attrs_parts.append(hugearrays.take(lut, combo))  # combo < len(rows): valid indices
         start_parts.append(starts)
         dur_parts.append(durs)
         self_parts.append(self_times(starts, durs))
@@ -1132,7 +1133,7 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
     starts = _cat(start_parts)
     start = starts
     if not aggregated:
-        count_parts.append(np.ones(len(starts), dtype=np.int64))
+        count_parts.append(hugearrays.full(len(starts), 1, np.int64))
     else:
         occ_all = _cat([ln[4] for ln in lines])
         start = pl.select(pl.when(pl.Series(occ_all != 0)).then(None)
@@ -1326,16 +1327,17 @@ def _c_program_runs(kid_ev: np.ndarray, start: np.ndarray, dur: np.ndarray, anch
         a8 = np.ascontiguousarray(anchor_ev[order], dtype=bool).view(np.uint8)
         del order
     else:
-        k64 = np.ascontiguousarray(kid_ev, dtype=np.int64)
+        k64 = hugearrays.empty(len(kid_ev), np.int64)
+        k64[:] = kid_ev
         s64 = np.ascontiguousarray(start, dtype=np.int64)
         d64 = np.ascontiguousarray(dur, dtype=np.int64)
         a8 = np.ascontiguousarray(anchor_ev, dtype=bool).view(np.uint8)
     # an execution begins at a group holding an anchor event: at most one per anchor event,
     # so one pass fills arrays of that size (their unwritten tail is never touched)
     cap = int(np.count_nonzero(a8))
-    r_key = np.empty(cap, dtype=np.uint32)
-    r_start = np.empty(cap, dtype=np.int64)
-    r_end = np.empty(cap, dtype=np.int64)
+    r_key = hugearrays.empty(cap, np.uint32)  # the module runs' columns (huge pages: fewer faults)
+    r_start = hugearrays.empty(cap, np.int64)
+    r_end = hugearrays.empty(cap, np.int64)
     n = _fast.program_runs(k64, s64, d64, a8, nk, r_key, r_start, r_end, True)
     if not 0 <= n <= cap:  # (none counted without an anchor event)
         return None
