@@ -459,3 +459,11 @@ def test_a_malformed_line_in_pieces_raises_the_error_of_the_whole_line(tmp_path,
     with pytest.raises(TraceUnreadable) as pre:
         xplane.read_xplane(bad, prefetch=pf)
     assert str(pre.value) == str(plain.value)
+
+
+def test_no_imports_beside_under_pytests_import_hook():
+    """Under pytest (its assertion rewriting parses traceview's modules with ast, not
+    thread-safe in CPython 3.11) a command imports nothing on a second thread."""
+    from traceview.cli import process
+
+    assert process.imports_may_race()

@@ -407,6 +407,14 @@ def imports_while_decoding(*parts: str):
     return idle
 
 
+def imports_may_race() -> bool:
+    """Whether importing on a second thread may break this one's imports: an import hook of
+    pytest's is installed (its assertion rewriting, which rewrites traceview's modules as a
+    plugin's, parses them with ``ast``, which CPython 3.11 does not make thread-safe). A
+    command then leaves :func:`imports_beside` out, its modules imported where used."""
+    return any(type(f).__module__.startswith("_pytest") for f in sys.meta_path)
+
+
 @contextlib.contextmanager
 def imports_beside(idle):
     """``idle`` (:func:`imports_while_decoding`'s) run on a thread of its own inside, while this
