@@ -1124,7 +1124,7 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
                 seen[full] = len(attr_rows)
                 attr_rows.append(full)
             lut[c] = seen[full]
-        attrs_parts.append(hugearrays.take(lut, combo))  # combo < len(rows): valid indices
+        attrs_parts.append(lut[combo])
         start_parts.append(starts)
         dur_parts.append(durs)
         self_parts.append(self_times(starts, durs))
@@ -1133,7 +1133,7 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
     starts = _cat(start_parts)
     start = starts
     if not aggregated:
-        count_parts.append(hugearrays.full(len(starts), 1, np.int64))
+        count_parts.append(np.ones(len(starts), dtype=np.int64))
     else:
         occ_all = _cat([ln[4] for ln in lines])
         start = pl.select(pl.when(pl.Series(occ_all != 0)).then(None)
