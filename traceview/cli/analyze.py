@@ -160,7 +160,7 @@ def run(args) -> int:
     # what the output needs is imported meanwhile when a prefetch read the trace (its wait may have
     # done it already); without one (several files, trace JSON, --max-bytes) the report's own
     # peak is the run's, and the imports stay after it
-    with process.imports_beside(idle if pre is not None else None):
+    with process.imports_beside(idle if pre is not None and not process.imports_may_race() else None):
         rep = build_report(prof, **options)
     try:
         data = _write(rep, args, out)

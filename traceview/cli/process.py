@@ -386,15 +386,33 @@ AFTER_READ_IMPORTS = {
 def imports_while_decoding(*parts: str):
     """The ``idle`` work of :func:`traceview.model.load.load` for a command that goes on to
     ``parts`` (keys of :data:`AFTER_READ_IMPORTS`): it imports their modules, so the loading
-    thread does while the prefetch thread finishes decoding what it would do after."""
+    thread does while the prefetch thread finishes decoding what it would do after. Its
+    ``steps`` (a generator, one module each) let the prefetch stop importing as soon as the
+    trace is decoded (:meth:`traceview.read.prefetch.Prefetch.take`): the loading thread
+    then reads on, and the modules left are imported beside the report
+    (:func:`imports_beside`) or where they are used."""
     names = [m for p in parts for m in AFTER_READ_IMPORTS.get(p, ())]
 
-    def idle() -> None:
+    def steps():
         import importlib
 
         for m in names:
             importlib.import_module(m)
+            yield m
+
+    def idle() -> None:
+        for _ in steps():
+            pass
+    idle.steps = steps  # one import at a time: the prefetch stops once the trace is decoded
     return idle
+
+
+def imports_may_race() -> bool:
+    """Whether importing on a second thread may break this one's imports: an import hook of
+    pytest's is installed (its assertion rewriting, which rewrites traceview's modules as a
+    plugin's, parses them with ``ast``, which CPython 3.11 does not make thread-safe). A
+    command then leaves :func:`imports_beside` out, its modules imported where used."""
+    return any(type(f).__module__.startswith("_pytest") for f in sys.meta_path)
 
 
 @contextlib.contextmanager

@@ -176,6 +176,15 @@ def clamp_file(table: OpTable, module_runs, path: str) -> tuple[OpTable, object,
     return table, module_runs, notes + run_notes
 
 
+def _below(values: pl.Series) -> bool:
+    """Whether ``values`` (integers) cannot sum past :data:`SUM_LIMIT`, summed as float64 or
+    not: their count times their largest is at most half of it (far more than float64's
+    rounding over any count of values). A pass over the column without the float64 copy
+    that summing it takes."""
+    top = values.max()
+    return top is None or len(values) * max(int(top), 0) <= SUM_LIMIT // 2
+
+
 def clamp_profile(table: OpTable, module_runs) -> tuple[OpTable, object, list[str]]:
     """``(table, module_runs, notes)`` with every event's duration and occurrence count clamped
     to ``SUM_LIMIT // n`` when their sum over the whole profile would pass :data:`SUM_LIMIT`
@@ -183,7 +192,7 @@ def clamp_profile(table: OpTable, module_runs) -> tuple[OpTable, object, list[st
     a :class:`~traceview.model.runtable.RunTable`."""
     notes = []
     ev = table.events
-    if ev.height:
+    if ev.height and not (_below(ev["duration_ps"]) and _below(ev["count"])):
         n = ev.height
         tot_d = float(ev["duration_ps"].cast(pl.Float64).sum() or 0.0)
         tot_c = float(ev["count"].cast(pl.Float64).sum() or 0.0)
@@ -193,7 +202,7 @@ def clamp_profile(table: OpTable, module_runs) -> tuple[OpTable, object, list[st
             notes.append(f"the op events' durations sum to {tot_d:.3g} ps and their occurrences to {tot_c:.3g}, "
                          f"past what any profile holds (the trace is corrupt): each event is clamped to {cap} ps "
                          f"and {cap} occurrences so that no total wraps")
-    if module_runs.height:
+    if module_runs.height and not _below(module_runs.runs["duration_ps"]):
         tot = float(module_runs.runs["duration_ps"].cast(pl.Float64).sum() or 0.0)
         if tot > SUM_LIMIT:
             cap = max(SUM_LIMIT // module_runs.height, 1)

@@ -54,6 +54,7 @@ from traceview.model.ranks import is_device_plane, plane_ranks
 from traceview.model.runtable import KEY_SCHEMA, RunTable
 from traceview.model.tpu_plane import plane_arrays
 from traceview.model.annotated_plane import KEY_STATS, consume, iter_lines
+from traceview.read import hugearrays
 from traceview.read.xplane import wire
 from traceview.read.xplane.wire import _full_line, _line_base_ps, count_events, decode_line, read_xspace_bytes
 
@@ -1326,16 +1327,17 @@ def _c_program_runs(kid_ev: np.ndarray, start: np.ndarray, dur: np.ndarray, anch
         a8 = np.ascontiguousarray(anchor_ev[order], dtype=bool).view(np.uint8)
         del order
     else:
-        k64 = np.ascontiguousarray(kid_ev, dtype=np.int64)
+        k64 = hugearrays.empty(len(kid_ev), np.int64)
+        k64[:] = kid_ev
         s64 = np.ascontiguousarray(start, dtype=np.int64)
         d64 = np.ascontiguousarray(dur, dtype=np.int64)
         a8 = np.ascontiguousarray(anchor_ev, dtype=bool).view(np.uint8)
     # an execution begins at a group holding an anchor event: at most one per anchor event,
     # so one pass fills arrays of that size (their unwritten tail is never touched)
     cap = int(np.count_nonzero(a8))
-    r_key = np.empty(cap, dtype=np.uint32)
-    r_start = np.empty(cap, dtype=np.int64)
-    r_end = np.empty(cap, dtype=np.int64)
+    r_key = hugearrays.empty(cap, np.uint32)  # the module runs' columns (huge pages: fewer faults)
+    r_start = hugearrays.empty(cap, np.int64)
+    r_end = hugearrays.empty(cap, np.int64)
     n = _fast.program_runs(k64, s64, d64, a8, nk, r_key, r_start, r_end, True)
     if not 0 <= n <= cap:  # (none counted without an anchor event)
         return None

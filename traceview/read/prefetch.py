@@ -56,6 +56,9 @@ class Prefetch:
         """Whether this prefetch is for ``path`` (the same file once links are resolved)."""
         return os.path.realpath(path) == os.path.realpath(self.path)
 
+    def _decoded(self) -> bool:
+        return all(ev.is_set() for ev in self.done)
+
     def _drain(self) -> None:
         """Work through unclaimed parts on the calling thread until none is left."""
         while True:
@@ -100,16 +103,25 @@ class Prefetch:
         prefetch failed, the file changed since it started, or it was taken already (the
         prefetch lets go of what it hands over). When parts are still being decoded, runs
         ``idle`` (given to :func:`start`; once, its exceptions ignored: work the caller needs
-        anyway, done beside the background thread rather than after), then works through the
-        parts not yet started on the calling thread, then waits for the others. Never raises
+        anyway, done beside the background thread rather than after; an ``idle`` with a
+        ``steps`` attribute, a callable returning an iterator, is stepped through instead,
+        and left as soon as every part is decoded: its rest is the caller's to do later),
+        then works through the parts not yet started on the calling thread, then waits for
+        the others. Never raises
         but what ``idle`` raises that is not an ``Exception`` (``KeyboardInterrupt``)."""
         self.ready.wait()
         if self.failed or self.space is None or _identity(os.path.realpath(self.path)) != self.ident:
             return None
         idle, self.idle = self.idle, None
-        if idle is not None and not all(ev.is_set() for ev in self.done):
+        if idle is not None and not self._decoded():
             try:  # the caller's own work while the background thread decodes
-                idle()
+                steps = getattr(idle, "steps", None)
+                if steps is None:
+                    idle()
+                else:
+                    for _ in steps():  # step by step, until every part is decoded
+                        if self._decoded():
+                            break
             except Exception:  # noqa: BLE001 - it is the caller's to redo where it needs it
                 pass
         self._drain()
