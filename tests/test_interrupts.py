@@ -210,3 +210,19 @@ def test_ctrl_c_while_the_arguments_are_parsed_is_one_line_and_exit_130(tmp_path
     p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 130, (p.stdout, p.stderr)
     assert p.stderr.strip().splitlines() == ["traceview: interrupted"]
+
+
+def test_the_command_imports_little_before_its_ctrl_c_handling():
+    """What the ``traceview`` script imports before :func:`traceview.cli.entry` installs the
+    Ctrl-C handling is all a Ctrl-C can land in untreated: neither argparse (with gettext,
+    imported by the parser after the handling) nor numpy or polars. A fresh-user run saw a
+    traceback from an interrupt inside argparse's import."""
+    import subprocess
+    import sys
+
+    code = ("import sys; before = set(sys.modules); import traceview.cli; "
+            "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in "
+            "('argparse', 'gettext', 'numpy', 'polars', 'locale', 'traceview')))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT.parent)
+    assert p.returncode == 0, p.stderr
+    assert eval(p.stdout) == ["traceview", "traceview.cli", "traceview.errors"]

@@ -12,13 +12,16 @@ threads, streams, the exit path) is :mod:`traceview.cli.process`'s alone.
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import re
 import sys
+from typing import TYPE_CHECKING
 
 from traceview import __version__
 from traceview.errors import EXIT_INSTALL, EXIT_LIMIT, EXIT_OK, EXIT_USAGE, TraceviewError
+
+if TYPE_CHECKING:  # argparse (with gettext) is imported by build_parser, after entry() has
+    import argparse  # installed the Ctrl-C handling: an interrupt during that import is one line
 
 #: the subcommands and their modules (imported only for the command being run)
 COMMANDS = {"analyze": "traceview.cli.analyze", "report": "traceview.cli.report", "diff": "traceview.cli.diff",
@@ -27,21 +30,12 @@ COMMANDS = {"analyze": "traceview.cli.analyze", "report": "traceview.cli.report"
             "export": "traceview.cli.export"}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors as one line, ``traceview: error: <what>`` and the --help to
-    read, exit 2 (argparse prints its whole usage block first)."""
-
-    def error(self, message: str):
-        from traceview.model.naming import safe_line
-
-        print(f"traceview: error: {safe_line(message)} (see {self.prog} --help)", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-
-
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The CLI's argument parser. ``only``: build just that subcommand (:func:`main` does,
     for the command on its command line: building the others' options costs start-up time)."""
-    parser = _Parser(
+    from traceview.cli.args import Parser
+
+    parser = Parser(
         prog="traceview",
         description="Shape-keyed analysis of JAX/XProf profiles (.xplane.pb, .trace.json.gz).",
         epilog="exit codes: 0 ok, 1 check failed, 2 usage, 3 no trace found, 4 trace unreadable, "

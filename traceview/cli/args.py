@@ -9,6 +9,20 @@ import os
 from pathlib import Path
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line, ``traceview: error: <what>`` and the --help to
+    read, exit 2 (argparse prints its whole usage block first)."""
+
+    def error(self, message: str):
+        import sys
+
+        from traceview.errors import EXIT_USAGE
+        from traceview.model.naming import safe_line
+
+        print(f"traceview: error: {safe_line(message)} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
 #: Counts on the command line are held to this (no table, step count or batch comes near;
 #: larger values would overflow the int64 arithmetic of the tables): a larger one means "all".
 MAX_COUNT = 1 << 62
