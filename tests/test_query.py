@@ -329,6 +329,31 @@ def test_an_empty_scheduler_address_is_a_usage_error(shared_traces, capsys):
     assert "--scheduler: empty address" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("address, fault", [
+    ("notaurl", "names no port"), ("tcp://127.0.0.1:9\nevil", "white space or a control character"),
+    ("foo://h:1", "unknown scheme 'foo'"), ("TCP://h:1", "unknown scheme 'TCP'"), ("tcp://h:99999", "not a number from 1 to 65535"),
+    ("tcp://h:x", "not a number"), ("tcp://:8786", "names no host"), ("tcp://h:8786/p", "more than host and port")])
+def test_a_malformed_scheduler_address_is_a_usage_error(shared_traces, capsys, address, fault):
+    """One line naming --scheduler and the fault, exit 2, before any connection is tried."""
+    assert main(["analyze", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), "--scheduler", address,
+                 "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("traceview: error: argument --scheduler: not an address") and fault in err
+    assert err.count("\n") == 1 and "cannot reach" not in err
+
+
+@pytest.mark.parametrize("address", ["tcp://10.0.0.5:8786", "10.0.0.5:8786", "tls://sched.example:8786",
+                                     "tcp://[::1]:8786", "ws://h:80"])
+def test_scheduler_addresses_dask_reads_are_accepted_with_its_host_and_port(address):
+    """The oracle: ``distributed.comm.addressing`` reads each address taken to the same host and port."""
+    from distributed.comm.addressing import get_address_host_port
+
+    from traceview.read.batch import _host_port, address_fault
+
+    assert address_fault(address) == ""
+    assert get_address_host_port(address) == _host_port(address, tcp_only=False)
+
+
 def test_occurrence_checks_without_its_options_says_which(shared_traces, capsys):
     path = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
     assert main(["query", path, "SELECT * FROM occurrence_checks", "--no-cache"]) == 2

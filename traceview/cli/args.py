@@ -451,10 +451,17 @@ def limit_value(text: str) -> float:
 
 
 def scheduler_address(text: str) -> str:
-    """argparse type of ``--scheduler``: a non-empty address (an empty one read as none ran
-    the hosts locally without a word)."""
+    """argparse type of ``--scheduler``: a Dask scheduler address
+    (:func:`traceview.read.batch.address_fault`; an empty one, read as none, would run the
+    hosts locally without a word)."""
+    from traceview.read.batch import address_fault
+
     if not text.strip():
         raise argparse.ArgumentTypeError("empty address: give the Dask scheduler's, e.g. tcp://10.0.0.5:8786")
+    fault = address_fault(text.strip())
+    if fault:
+        raise argparse.ArgumentTypeError(f"not an address ({text!r}): {fault}; give the Dask scheduler's, "
+                                         "e.g. tcp://10.0.0.5:8786")
     return text.strip()
 
 

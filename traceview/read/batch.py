@@ -125,6 +125,9 @@ def dask_executor(address: str):
         raise UsageError("--scheduler needs Dask: pip install 'traceview[dist]' (dask[distributed])") from None
     import threading
 
+    fault = address_fault(address)
+    if fault:
+        raise UsageError(f"{address!r} is not a Dask scheduler address: {fault}")
     refused = _refused(address)
     if refused:
         raise RemoteUnreadable(f"cannot reach the Dask scheduler at {address}: {refused}")
@@ -158,6 +161,38 @@ HANDSHAKE_GRACE_S = 5.0
 #: Seconds the probes of a scheduler's port wait (:func:`_refused`, :func:`_what_answers`): a
 #: refusal or an unknown host answers at once; a silent route is left to Dask's own connect
 PROBE_TIMEOUT_S = 3.0
+
+
+#: the address schemes of Dask's communication backends that reach another process
+#: (``distributed.comm.registry``; ``inproc://`` is this process's own)
+DASK_SCHEMES = ("tcp", "tls", "ws", "wss", "ucx")
+
+
+def address_fault(address: str) -> str:
+    """What makes ``address`` no Dask scheduler address (``[scheme://]host:port``, ``tcp://``
+    when it has none, ``scheme`` one of :data:`DASK_SCHEMES`, a port 1-65535), or "" when it
+    is one; the grammar of ``distributed.comm.addressing``, checked before any connection."""
+    from urllib.parse import urlsplit
+
+    if not address.strip():
+        return "it is empty"
+    if any(c.isspace() or not c.isprintable() for c in address):
+        return "it holds white space or a control character"
+    scheme = address.split("://", 1)[0] if "://" in address else "tcp"  # as Dask: lower case only
+    if scheme not in DASK_SCHEMES:
+        return f"unknown scheme {scheme!r} (Dask's: {', '.join(DASK_SCHEMES)})"
+    try:
+        u = urlsplit(address if "://" in address else f"tcp://{address}")
+        port = u.port
+    except ValueError as exc:
+        return f"its port is not a number from 1 to 65535 ({exc})"
+    if not u.hostname:
+        return "it names no host"
+    if not port:
+        return "it names no port (the scheduler's is usually 8786)"
+    if u.path not in ("", "/") or u.query or u.fragment:
+        return "it holds more than host and port"
+    return ""
 
 
 def _host_port(address: str, tcp_only: bool = True) -> tuple[str, int] | None:
