@@ -123,17 +123,18 @@ def test_diff_table_strips_escape_sequences(tmp_path, capsys):
 
 # -- control and bidi characters in op names reach no terminal or page raw ---------------------
 
-#: op names with ESC (ANSI colour), NUL, CR and LF, TAB and C1 CSI, bidi overrides and isolates
+#: op names with ESC (ANSI colour), NUL, CR and LF, TAB and C1 CSI, bidi overrides and isolates,
+#: and invisible ones (zero-width space, BOM, soft hyphen) with a line separator
 _EVIL = ["esc\x1b[31mRED\x1b[0m.1", "nul\x00.2", "cr\rnl\n.3", "tab\tc1\x9b2J.4",
-         "bidi\u202eevil\u2066x\u2069\u200f.5"]
-_RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+         "bidi\u202eevil\u2066x\u2069\u200f.5", "zw\u200bbom\ufeffshy\xadls\u2028.6"]
+_RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
 _SHOWN = ["esc\\x1b[31mRED\\x1b[0m.1", "nul\\x00.2", "cr\\rnl\\n.3", "tab\\tc1\\x9b2J.4",
-          "bidi\\u202eevil\\u2066x\\u2069\\u200f.5"]
+          "bidi\\u202eevil\\u2066x\\u2069\\u200f.5", "zw\\u200bbom\\ufeffshy\\xadls\\u2028.6"]
 
 
 @pytest.fixture(scope="module")
 def evil_pair(tmp_path_factory):
-    """A profile whose five ops carry :data:`_EVIL` names, and the same without the first."""
+    """A profile whose six ops carry :data:`_EVIL` names, and the same without the first."""
     tmp = tmp_path_factory.mktemp("evil")
     ops = [(ADD.replace("%add.1", f"%add.{i}"), n, i * 2000, 1000 + i) for i, n in enumerate(_EVIL, 1)]
     a = write(tmp / "a" / "h.xplane.pb", tpu_xspace(ops).SerializeToString())

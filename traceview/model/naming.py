@@ -31,9 +31,13 @@ def printable(text: str) -> str:
 
 #: What a terminal line or a page must not receive raw: C0 controls (ESC starts ANSI escape
 #: sequences, ``\r`` and ``\n`` rewrite or split a line), DEL, C1 controls (``\x9b`` is an 8-bit
-#: CSI) and the Unicode bidi controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069) that
-#: reorder what follows them on screen ("Trojan Source", CVE-2021-42574).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: CSI), the Unicode bidi controls (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069) that
+#: reorder what follows them on screen ("Trojan Source", CVE-2021-42574), the line and
+#: paragraph separators U+2028/U+2029 (a line break to some terminals and viewers), and the
+#: invisible format characters that make two names look alike (soft hyphen U+00AD, U+180E,
+#: zero-width space and joiners U+200B-U+200D, U+2060-U+2064, the BOM U+FEFF, U+FFF9-U+FFFB).
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+                     "\u2066-\u2069\ufeff\ufff9-\ufffb]")
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -44,8 +48,9 @@ def _visible(m: re.Match) -> str:
 
 def safe_line(text, *, keep_newlines: bool = False) -> str:
     """``text`` (any trace string) safe on one terminal line or in a page:
-    :func:`printable`, then each control and bidi character (see :data:`_UNSAFE`) written as
-    a visible Python-style escape (``\x1b``, ``\x00``, ``\n``, ``\t``, ``\x9b``, ``\u202e``).
+    :func:`printable`, then each control, bidi, separator and invisible format character (see
+    :data:`_UNSAFE`) written as a visible Python-style escape (``\x1b``, ``\x00``, ``\n``,
+    ``\t``, ``\x9b``, ``\u202e``, ``\u200b``, ``\ufeff``).
     Other text, backslashes included, is unchanged; the exact data stays in JSON and files.
     ``keep_newlines``: ``\n`` and ``\t`` pass (a page's ``<pre>`` of HLO text needs them)."""
     text = printable(str(text))
