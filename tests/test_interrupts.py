@@ -212,7 +212,7 @@ def test_ctrl_c_while_the_arguments_are_parsed_is_one_line_and_exit_130(tmp_path
     assert p.stderr.strip().splitlines() == ["traceview: interrupted"]
 
 
-def test_the_command_imports_little_before_its_ctrl_c_handling():
+def test_the_command_imports_little_before_its_ctrl_c_handling(tmp_path):
     """What the ``traceview`` script imports before :func:`traceview.cli.entry` installs the
     Ctrl-C handling is all a Ctrl-C can land in untreated: neither argparse (with gettext,
     imported by the parser after the handling) nor numpy or polars. A fresh-user run saw a
@@ -223,6 +223,6 @@ def test_the_command_imports_little_before_its_ctrl_c_handling():
     code = ("import sys; before = set(sys.modules); import traceview.cli; "
             "print(sorted(m for m in set(sys.modules) - before if m.split('.')[0] in "
             "('argparse', 'gettext', 'numpy', 'polars', 'locale', 'traceview')))")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT.parent)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert eval(p.stdout) == ["traceview", "traceview.cli", "traceview.errors"]
