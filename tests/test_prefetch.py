@@ -5,10 +5,13 @@ dropped when the file changes."""
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from traceview.cli import process
 from traceview.errors import TraceUnreadable
 from traceview.model import from_xplane as xplane
 from traceview.model.annotated_plane import prefetch_plan
@@ -153,8 +156,6 @@ def test_the_taker_runs_its_idle_work_while_the_thread_decodes(shared_traces, fa
     """take() runs the caller's idle work once while a plane is still being decoded (here the
     plane's work waits for it), then waits; what the idle work raises is dropped, and the
     planes are read as without it."""
-    import threading
-    import time
 
     path = shared_traces / "mi300x_jax_gemm_sweep.xplane.pb"
     ran = threading.Event()
@@ -173,12 +174,7 @@ def test_the_taker_runs_its_idle_work_while_the_thread_decodes(shared_traces, fa
             raise ImportError("no such module")
 
     pf = prefetch.start(path, plan, idle)
-    assert pf is not None
-    for _ in range(3000):  # until the thread has claimed the plane: the taker drains nothing
-        with pf.lock:
-            if pf.next == 1:
-                break
-        time.sleep(0.01)
+    _until_claimed(pf)
     got = pf.take()
     assert calls == [1] and got is not None
     space, results = got
@@ -236,7 +232,6 @@ def test_the_imports_while_decoding_all_import():
     otherwise be skipped silently)."""
     import importlib.util
 
-    from traceview.cli import process
 
     names = [m for ms in process.AFTER_READ_IMPORTS.values() for m in ms]
     assert names and all(importlib.util.find_spec(m) is not None for m in names)
@@ -248,9 +243,7 @@ def test_imports_beside_runs_the_imports_on_a_thread_and_joins_it():
     done when the block ends, its exceptions swallowed; the switch interval is restored (also
     when the block raises); None does nothing."""
     import sys
-    import threading
 
-    from traceview.cli import process
 
     saved = sys.getswitchinterval()
     seen, go = [], threading.Event()
@@ -407,3 +400,64 @@ def test_a_malformed_line_in_pieces_raises_the_error_of_the_whole_line(tmp_path,
     for at in (ops.start + (ops.end - ops.start) * 3 // 4, ops.start + (ops.end - ops.start) // 3):
         data[at:at + 3] = b"\x22\x01\xff"  # a stat of one byte: not a valid XStat
     _refused_alike(tmp_path, data)
+
+
+def _until_claimed(pf) -> None:
+    """Wait until ``pf``'s thread has claimed its one plane (the taker then drains nothing)."""
+    assert pf is not None
+    for _ in range(3000):
+        with pf.lock:
+            if pf.next == 1:
+                return
+        time.sleep(0.01)
+
+
+# -- the loading thread's idle work in steps (process.imports_while_decoding): take() leaves
+# it once the trace is decoded; no imports beside the report under pytest
+
+
+def test_the_takers_idle_steps_stop_once_every_part_is_decoded(shared_traces):
+    """An idle work with ``steps`` (process.imports_while_decoding's) is stepped through only
+    while a part is still being decoded: once every part is done, take() leaves the rest (the
+    caller's to do later) and hands the planes over."""
+    path = shared_traces / "mi300x_jax_gemm_sweep.xplane.pb"
+    first = threading.Event()
+    taken = []
+
+    def plan(space):
+        def slow(plane, p):
+            assert first.wait(30)  # decoded once the taker has taken its first step
+            return ("decoded", plane.name)
+        return [(space.planes[0], slow)]
+
+    def idle():
+        raise AssertionError("stepped through, not called")
+
+    def steps():
+        for i in range(5):
+            taken.append(i)
+            if i == 0:
+                first.set()
+                assert pf.done[0].wait(30)  # the part is decoded before the next step is asked for
+            yield i
+
+    idle.steps = steps
+    pf = prefetch.start(path, plan, idle)
+    _until_claimed(pf)
+    space, results = pf.take()
+    assert taken == [0]
+    assert list(results.values()) == [("decoded", space.planes[0].name)]
+
+
+def test_the_imports_while_decoding_come_in_steps():
+    """process.imports_while_decoding's idle imports every module when called, and its steps
+    one module each, in order."""
+    idle = process.imports_while_decoding("json", "no such part")
+    assert list(idle.steps()) == list(process.AFTER_READ_IMPORTS["json"])
+    assert idle() is None
+
+
+def test_no_imports_beside_under_pytests_import_hook():
+    """Under pytest (its assertion rewriting parses traceview's modules with ast, not
+    thread-safe in CPython 3.11) a command imports nothing on a second thread."""
+    assert process.imports_may_race()
