@@ -810,6 +810,31 @@ def test_c_step_sums_equal_numpy_on_every_trace(shared_traces, monkeypatch):
         assert rep.phases.flops_source == ph.flops_source, name
 
 
+def test_report_communication_beside_equals_inline(shared_traces):
+    """``build_report(beside=True)`` (the communication section on its own thread) gives
+    the same communication section and findings as computed inline, on every shared trace
+    and fixture; an error of the section's thread is raised by the caller."""
+    import dataclasses
+
+    from traceview.analysis import report
+
+    for name, prof in _profiles(shared_traces):
+        a = report.build_report(prof, beside=True)
+        prof._derived = {}
+        b = report.build_report(prof)
+        for f in dataclasses.fields(a.communication):
+            x, y = getattr(a.communication, f.name), getattr(b.communication, f.name)
+            assert x.equals(y, null_equal=True) if isinstance(x, pl.DataFrame) else x == y, (name, f.name)
+        assert [f.id for f in a.findings or []] == [f.id for f in b.findings or []], name
+
+    def fail():
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        report._beside(fail)()
+    assert report._beside(lambda: 7)() == 7
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(-1, 4), st.integers(0, 3), st.integers(0, 1 << 40), st.integers(1, 9)),
                 max_size=60),

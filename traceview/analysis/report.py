@@ -284,7 +284,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  step_extent: str = "span", source_frame: str = "direct", html: bool = False,
                  step_window: str = "steady", findings: bool = True, finding_thresholds=None,
                  tokens_per_step: int | None = None, on_section=None, release=None,
-                 window_option: str = "step_window") -> Report:
+                 window_option: str = "step_window", beside: bool = False) -> Report:
     """Every section of :class:`Report` for ``prof`` (a
     :class:`~traceview.model.profiledata.ProfileData`).
 
@@ -304,6 +304,9 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     (the populations, the step anatomy, communication, overlap and stragglers, the phases,
     the findings, the HTML sections), so a caller can hand the freed memory back before the
     next one (the command line: :func:`traceview.cli.process.heap_releaser`).
+    ``beside``: the communication section is computed on a thread of its own while this one
+    computes the step anatomy (its C passes and polars' work leave the GIL free); its errors
+    are raised where the section is filled, as without.
     """
     op_table_key(by)
     from traceview.analysis.findings import evaluate, thresholds_of
@@ -317,6 +320,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
              "program-shape": lambda: aggregate.by_program_shape(prof.table, prof.runs),
              "kind": lambda: _by_kind(prof, rules=rules, tagged=derived.tagged(prof, rules))}[by]()
     peaks = peaks if peaks is not None else profile_peaks(prof)
+    comm = _beside(lambda: derived.communication(prof, peaks)) if beside else None
     roof = roofline(prof.table, peaks)
     checks = None
     if steps is not None or expect_batch is not None:  # 0 is refused by the checks, not ignored
@@ -357,7 +361,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
         if what:
             rep.warnings.append(f"no op matched {what}: the families shown are the built-in ones or the rules' "
                                 "catch-all; the rules search op names, HLO text, framework ops and source files")
-    rep.communication = derived.communication(prof, peaks)
+    rep.communication = comm() if comm is not None else derived.communication(prof, peaks)
     release()
     rep.program_splits = aggregate.program_splits(by_shape)
     rep.population_regimes = population_regimes(by_shape, examined)
@@ -385,6 +389,34 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
         add_html_sections(rep, prof, rules)
         release()
     return rep
+
+
+def _beside(make):
+    """A callable returning ``make()``'s result (raising what it raised), ``make`` run on a
+    daemon thread started now; run at the call when no thread can be started."""
+    import threading
+
+    got: list = []
+
+    def work() -> None:
+        try:
+            got.append((True, make()))
+        except BaseException as exc:  # noqa: BLE001 - raised by the caller's call below
+            got.append((False, exc))
+
+    thread = threading.Thread(target=work, name="traceview-section", daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:
+        return make
+
+    def result():
+        thread.join()
+        ok, value = got[0]
+        if not ok:
+            raise value
+        return value
+    return result
 
 
 def population_regimes(by_shape: pl.DataFrame, examined: pl.DataFrame | None) -> pl.DataFrame:
