@@ -810,21 +810,39 @@ def test_c_step_sums_equal_numpy_on_every_trace(shared_traces, monkeypatch):
         assert rep.phases.flops_source == ph.flops_source, name
 
 
-def test_report_communication_beside_equals_inline(shared_traces):
-    """``build_report(beside=True)`` (the communication section on its own thread) gives
-    the same communication section and findings as computed inline, on every shared trace
-    and fixture; an error of the section's thread is raised by the caller."""
+def _same_section(x, y) -> bool:
+    """Whether two report sections hold the same figures (frames equal, nulls equal; the
+    functions they keep to build details are not compared)."""
     import dataclasses
 
+    if isinstance(x, pl.DataFrame):
+        return isinstance(y, pl.DataFrame) and x.equals(y, null_equal=True)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return type(x) is type(y) and all(_same_section(getattr(x, f.name), getattr(y, f.name))
+                                          for f in dataclasses.fields(x))
+    if isinstance(x, (list, tuple)):
+        return type(x) is type(y) and len(x) == len(y) and all(map(_same_section, x, y))
+    if isinstance(x, dict):
+        return isinstance(y, dict) and x.keys() == y.keys() and all(_same_section(x[k], y[k]) for k in x)
+    if isinstance(x, float) and isinstance(y, float) and x != x:
+        return y != y
+    if callable(x) and callable(y):  # a section's builder of its details: not a figure
+        return True
+    return x == y
+
+
+def test_report_sections_beside_equal_inline(shared_traces):
+    """``build_report(beside=True)`` (the communication, memory and phases sections on
+    threads of their own) gives the same sections and findings as computed inline, on every
+    shared trace and fixture; an error of a section's thread is raised by the caller."""
     from traceview.analysis import report
 
     for name, prof in _profiles(shared_traces):
         a = report.build_report(prof, beside=True)
         prof._derived = {}
         b = report.build_report(prof)
-        for f in dataclasses.fields(a.communication):
-            x, y = getattr(a.communication, f.name), getattr(b.communication, f.name)
-            assert x.equals(y, null_equal=True) if isinstance(x, pl.DataFrame) else x == y, (name, f.name)
+        for section in ("communication", "memory", "phases", "overlap", "stragglers", "family_roofline"):
+            assert _same_section(getattr(a, section), getattr(b, section)), (name, section)
         assert [f.id for f in a.findings or []] == [f.id for f in b.findings or []], name
 
     def fail():
@@ -833,6 +851,9 @@ def test_report_communication_beside_equals_inline(shared_traces):
     with pytest.raises(ValueError, match="boom"):
         report._beside(fail)()
     assert report._beside(lambda: 7)() == 7
+    with pytest.raises(ValueError, match="boom"):
+        report._result(report._outcome(fail))
+    assert report._result(report._outcome(lambda: 7)) == 7
 
 
 @settings(max_examples=300, deadline=None)

@@ -305,8 +305,9 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     the findings, the HTML sections), so a caller can hand the freed memory back before the
     next one (the command line: :func:`traceview.cli.process.heap_releaser`).
     ``beside``: the communication section is computed on a thread of its own while this one
-    computes the step anatomy (its C passes and polars' work leave the GIL free); its errors
-    are raised where the section is filled, as without.
+    computes the step anatomy, and the memory and phases sections while it computes the
+    stragglers (C passes and polars' work leave the GIL free); their errors are raised where
+    each section is filled, as without.
     """
     op_table_key(by)
     from traceview.analysis.findings import evaluate, thresholds_of
@@ -365,17 +366,24 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     release()
     rep.program_splits = aggregate.program_splits(by_shape)
     rep.population_regimes = population_regimes(by_shape, examined)
+    later = None
+    if beside:  # the memory and the phases beside the stragglers, once the overlap (the peak) is done
+        derived.overlap(prof, rules, module=step_module, extent=step_extent, window=step_window)
+        release()
+        later = _beside(lambda: (_outcome(lambda: profile_memory(prof, anat)),
+                                 _outcome(lambda: _phases(prof, anat, peaks, tokens_per_step=tokens_per_step))))
     rep.overlap, rep.stragglers = communication_sections(prof, rules, module=step_module, extent=step_extent,
                                                          window=step_window, release=release)
     release()
     rep.family_roofline = _family_roofline(anat, peaks)
     rep.family_roofline_summary = _family_summary(rep.family_roofline)
-    rep.memory = profile_memory(prof, anat)
+    mem, ph = later() if later is not None else ((True, profile_memory(prof, anat)), None)
+    rep.memory = _result(mem)
     if on_section is not None:
         on_section(rep)
     rep.kernel_inside = _kernel_inside(prof, kern)
     rep.hlo = _hlo_detect(prof)
-    rep.phases = _phases(prof, anat, peaks, tokens_per_step=tokens_per_step)
+    rep.phases = _result(ph) if ph is not None else _phases(prof, anat, peaks, tokens_per_step=tokens_per_step)
     release()
     rep.phase = getattr(prof, "phase", None)
     if findings:  # last: the rules read every section above
@@ -389,6 +397,22 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
         add_html_sections(rep, prof, rules)
         release()
     return rep
+
+
+def _outcome(make) -> tuple:
+    """(True, ``make()``) or (False, the exception it raised), for :func:`_result`."""
+    try:
+        return True, make()
+    except Exception as exc:  # noqa: BLE001 - raised by _result where the section is filled
+        return False, exc
+
+
+def _result(outcome: tuple):
+    """The value of an :func:`_outcome`, or its exception raised."""
+    ok, value = outcome
+    if not ok:
+        raise value
+    return value
 
 
 def _beside(make):
