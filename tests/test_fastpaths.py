@@ -832,8 +832,8 @@ def _same_section(x, y) -> bool:
 
 
 def test_report_sections_beside_equal_inline(shared_traces):
-    """``build_report(beside=True)`` (the communication, memory and phases sections on
-    threads of their own) gives the same sections and findings as computed inline, on every
+    """``build_report(beside=True)`` (the populations, communication, memory and phases
+    sections on threads of their own) gives the same sections and findings as computed inline, on every
     shared trace and fixture; an error of a section's thread is raised by the caller."""
     from traceview.analysis import report
 
@@ -841,19 +841,23 @@ def test_report_sections_beside_equal_inline(shared_traces):
         a = report.build_report(prof, beside=True)
         prof._derived = {}
         b = report.build_report(prof)
-        for section in ("communication", "memory", "phases", "overlap", "stragglers", "family_roofline"):
+        for section in ("table", "by_shape", "population_regimes", "program_splits", "communication", "memory",
+                        "phases", "overlap", "stragglers", "family_roofline"):
             assert _same_section(getattr(a, section), getattr(b, section)), (name, section)
         assert [f.id for f in a.findings or []] == [f.id for f in b.findings or []], name
+    for by in ("name", "program", "program-shape", "kind"):  # the op table keyed otherwise: computed here
+        a = report.build_report(prof, by=by, beside=True)
+        prof._derived = {}
+        b = report.build_report(prof, by=by)
+        assert _same_section(a.table, b.table) and _same_section(a.by_shape, b.by_shape), by
 
     def fail():
         raise ValueError("boom")
 
+    first, second, third = report._beside(fail, lambda: 7, lambda: 8)
+    assert third() == 8 and second() == 7
     with pytest.raises(ValueError, match="boom"):
-        report._beside(fail)()
-    assert report._beside(lambda: 7)() == 7
-    with pytest.raises(ValueError, match="boom"):
-        report._result(report._outcome(fail))
-    assert report._result(report._outcome(lambda: 7)) == 7
+        first()
 
 
 @settings(max_examples=300, deadline=None)
