@@ -810,6 +810,56 @@ def test_c_step_sums_equal_numpy_on_every_trace(shared_traces, monkeypatch):
         assert rep.phases.flops_source == ph.flops_source, name
 
 
+def _same_section(x, y) -> bool:
+    """Whether two report sections hold the same figures (frames equal, nulls equal; the
+    functions they keep to build details are not compared)."""
+    import dataclasses
+
+    if isinstance(x, pl.DataFrame):
+        return isinstance(y, pl.DataFrame) and x.equals(y, null_equal=True)
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return type(x) is type(y) and all(_same_section(getattr(x, f.name), getattr(y, f.name))
+                                          for f in dataclasses.fields(x))
+    if isinstance(x, (list, tuple)):
+        return type(x) is type(y) and len(x) == len(y) and all(map(_same_section, x, y))
+    if isinstance(x, dict):
+        return isinstance(y, dict) and x.keys() == y.keys() and all(_same_section(x[k], y[k]) for k in x)
+    if isinstance(x, float) and isinstance(y, float) and x != x:
+        return y != y
+    if callable(x) and callable(y):  # a section's builder of its details: not a figure
+        return True
+    return x == y
+
+
+def test_report_sections_beside_equal_inline(shared_traces):
+    """``build_report(beside=True)`` (the populations, communication, memory and phases
+    sections on threads of their own) gives the same sections and findings as computed inline, on every
+    shared trace and fixture; an error of a section's thread is raised by the caller."""
+    from traceview.analysis import report
+
+    for name, prof in _profiles(shared_traces):
+        a = report.build_report(prof, beside=True)
+        prof._derived = {}
+        b = report.build_report(prof)
+        for section in ("table", "by_shape", "population_regimes", "program_splits", "communication", "memory",
+                        "phases", "overlap", "stragglers", "family_roofline"):
+            assert _same_section(getattr(a, section), getattr(b, section)), (name, section)
+        assert [f.id for f in a.findings or []] == [f.id for f in b.findings or []], name
+    for by in ("name", "program", "program-shape", "kind"):  # the op table keyed otherwise: computed here
+        a = report.build_report(prof, by=by, beside=True)
+        prof._derived = {}
+        b = report.build_report(prof, by=by)
+        assert _same_section(a.table, b.table) and _same_section(a.by_shape, b.by_shape), by
+
+    def fail():
+        raise ValueError("boom")
+
+    first, second, third = report._beside(fail, lambda: 7, lambda: 8)
+    assert third() == 8 and second() == 7
+    with pytest.raises(ValueError, match="boom"):
+        first()
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.integers(-1, 4), st.integers(0, 3), st.integers(0, 1 << 40), st.integers(1, 9)),
                 max_size=60),

@@ -284,7 +284,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  step_extent: str = "span", source_frame: str = "direct", html: bool = False,
                  step_window: str = "steady", findings: bool = True, finding_thresholds=None,
                  tokens_per_step: int | None = None, on_section=None, release=None,
-                 window_option: str = "step_window") -> Report:
+                 window_option: str = "step_window", beside: bool = False) -> Report:
     """Every section of :class:`Report` for ``prof`` (a
     :class:`~traceview.model.profiledata.ProfileData`).
 
@@ -304,18 +304,29 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     (the populations, the step anatomy, communication, overlap and stragglers, the phases,
     the findings, the HTML sections), so a caller can hand the freed memory back before the
     next one (the command line: :func:`traceview.cli.process.heap_releaser`).
+    ``beside``: the populations and the communication section are computed on a thread of
+    their own while this one computes the roofline and the step anatomy, and the memory and
+    phases sections while it computes the stragglers (C passes and polars' work leave the GIL
+    free); their errors are raised where each section is filled, as without.
     """
     op_table_key(by)
     from traceview.analysis.findings import evaluate, thresholds_of
 
     th = thresholds_of(finding_thresholds) if findings else None
     release = release if release is not None else (lambda: None)
-    by_shape, examined = aggregate.by_shape_and_regimes(prof.table, prof.runs)
-    release()
-    table = {"shape": lambda: by_shape, "name": lambda: aggregate.by_name(prof.table),
-             "program": lambda: aggregate.by_program_op(prof.table),
-             "program-shape": lambda: aggregate.by_program_shape(prof.table, prof.runs),
-             "kind": lambda: _by_kind(prof, rules=rules, tagged=derived.tagged(prof, rules))}[by]()
+    comm = None
+    if beside:  # the populations, then the communication, beside the roofline and the step anatomy
+        peaks = peaks if peaks is not None else profile_peaks(prof)
+        shape_of, comm = _beside(lambda: aggregate.by_shape_and_regimes(prof.table, prof.runs),
+                                 lambda: derived.communication(prof, peaks))
+    else:
+        by_shape, examined = aggregate.by_shape_and_regimes(prof.table, prof.runs)
+        release()
+    table = None if beside and by == "shape" else {
+        "shape": lambda: by_shape, "name": lambda: aggregate.by_name(prof.table),
+        "program": lambda: aggregate.by_program_op(prof.table),
+        "program-shape": lambda: aggregate.by_program_shape(prof.table, prof.runs),
+        "kind": lambda: _by_kind(prof, rules=rules, tagged=derived.tagged(prof, rules))}[by]()
     peaks = peaks if peaks is not None else profile_peaks(prof)
     roof = roofline(prof.table, peaks)
     checks = None
@@ -327,6 +338,9 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     anat = derived.step_anatomy(prof, rules, module=step_module, extent=step_extent, window=step_window)
     release()
     window_holds_steps(None if anat is None else anat.steps, step_window, window_option, prof=prof)
+    if beside:
+        by_shape, examined = shape_of()
+        table = by_shape if by == "shape" else table
     kern = _kernels(prof.table)
     files = _sources.by_file(prof.table, frame=source_frame)
     devices = prof.device_summary()
@@ -357,21 +371,26 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
         if what:
             rep.warnings.append(f"no op matched {what}: the families shown are the built-in ones or the rules' "
                                 "catch-all; the rules search op names, HLO text, framework ops and source files")
-    rep.communication = derived.communication(prof, peaks)
+    rep.communication = comm() if beside else derived.communication(prof, peaks)
     release()
     rep.program_splits = aggregate.program_splits(by_shape)
     rep.population_regimes = population_regimes(by_shape, examined)
+    if beside:  # the memory and the phases beside the stragglers, once the overlap (the peak) is done
+        derived.overlap(prof, rules, module=step_module, extent=step_extent, window=step_window)
+        release()
+        mem_of, phases_of = _beside(lambda: profile_memory(prof, anat),
+                                    lambda: _phases(prof, anat, peaks, tokens_per_step=tokens_per_step))
     rep.overlap, rep.stragglers = communication_sections(prof, rules, module=step_module, extent=step_extent,
                                                          window=step_window, release=release)
     release()
     rep.family_roofline = _family_roofline(anat, peaks)
     rep.family_roofline_summary = _family_summary(rep.family_roofline)
-    rep.memory = profile_memory(prof, anat)
+    rep.memory = mem_of() if beside else profile_memory(prof, anat)
     if on_section is not None:
         on_section(rep)
     rep.kernel_inside = _kernel_inside(prof, kern)
     rep.hlo = _hlo_detect(prof)
-    rep.phases = _phases(prof, anat, peaks, tokens_per_step=tokens_per_step)
+    rep.phases = phases_of() if beside else _phases(prof, anat, peaks, tokens_per_step=tokens_per_step)
     release()
     rep.phase = getattr(prof, "phase", None)
     if findings:  # last: the rules read every section above
@@ -385,6 +404,43 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
         add_html_sections(rep, prof, rules)
         release()
     return rep
+
+
+def _beside(*makes) -> list:
+    """One getter per callable of ``makes``, returning what it returned (raising what it
+    raised); the callables run one after the other on a daemon thread started now, or each
+    at its getter's call when no thread can be started."""
+    import threading
+
+    outcomes: list = [(False, RuntimeError("the section's thread ended early"))] * len(makes)
+    done = [threading.Event() for _ in makes]
+
+    def work() -> None:
+        try:
+            for i, make in enumerate(makes):
+                try:
+                    outcomes[i] = (True, make())
+                except Exception as exc:  # noqa: BLE001 - raised by the getter
+                    outcomes[i] = (False, exc)
+                done[i].set()
+        finally:  # the thread itself stopped (SystemExit): no getter waits for ever
+            for ev in done:
+                ev.set()
+
+    try:
+        threading.Thread(target=work, name="traceview-section", daemon=True).start()
+    except RuntimeError:
+        return list(makes)
+
+    def getter(i: int):
+        def get():
+            done[i].wait()
+            ok, value = outcomes[i]
+            if not ok:
+                raise value
+            return value
+        return get
+    return [getter(i) for i in range(len(makes))]
 
 
 def population_regimes(by_shape: pl.DataFrame, examined: pl.DataFrame | None) -> pl.DataFrame:

@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         from traceview.cli.engine import main as engine_main
 
         return engine_main(argv[1:])
+    if argv[:1] != ["mcp"]:  # a one-shot command: one malloc arena before any thread starts
+        process.one_malloc_arena()
     process.limit_blas_threads()
     process.matplotlib_home()
     if any("://" in a for a in argv):  # a URL (traceview.read.remote): the storage libraries stay quiet
@@ -169,7 +171,8 @@ def entry() -> None:
     argv = sys.argv[1:]
     engine = bool(argv and argv[0] == "engine")
     try:
-        process.handle_interrupts("traceview engine" if engine else "traceview")
+        process.handle_interrupts("traceview engine" if engine else "traceview",
+                                  one_arena=not engine and not (argv and argv[0] == "mcp"))
         if not engine and not (argv and argv[0] == "mcp"):  # one command, then the process ends
             process.tune_gc()
         rc = main(argv)

@@ -161,7 +161,7 @@ def run(args) -> int:
     # done it already); without one (several files, trace JSON, --max-bytes) the report's own
     # peak is the run's, and the imports stay after it
     with process.imports_beside(idle if pre is not None and not process.imports_may_race() else None):
-        rep = build_report(prof, **options)
+        rep = build_report(prof, beside=not process.imports_may_race(), **options)
     try:
         data = _write(rep, args, out)
         if stored is not None and data is not None:

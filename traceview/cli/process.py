@@ -73,6 +73,23 @@ def matplotlib_home() -> None:
     os.environ["MPLCONFIGDIR"] = folder
 
 
+def one_malloc_arena() -> None:
+    """glibc: every thread allocates from the main malloc arena (``M_ARENA_MAX`` = 1, as
+    :func:`tune_allocator` intends), for a one-shot command. Called before any other thread
+    runs (:func:`traceview.cli.main`, :func:`handle_interrupts`): glibc fixes its arena limit
+    when a second thread first allocates, and a later ``mallopt`` no longer changes it (a
+    thread's arena then keeps its freed arrays, which ``malloc_trim`` does not hand back).
+    Nothing elsewhere or on failure."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").mallopt(-8, 1)  # M_ARENA_MAX
+    except (OSError, AttributeError):
+        pass
+
+
 def tune_allocator(input_bytes: int) -> None:
     """Tune the allocators for the input size, before polars is imported.
 
@@ -541,7 +558,7 @@ _said = threading.Lock()  # taken once, by whoever prints the interrupt line
 _who = ["traceview"]
 
 
-def handle_interrupts(who: str = "traceview") -> None:
+def handle_interrupts(who: str = "traceview", one_arena: bool = False) -> None:
     """Ctrl-C (SIGINT) ends the command with one line, ``<who>: interrupted``, and exit code
     :data:`EXIT_INTERRUPTED`, wherever it lands. Called first thing by the entry point.
 
@@ -558,7 +575,8 @@ def handle_interrupts(who: str = "traceview") -> None:
       not by then.
 
     Nothing is installed when SIGINT is ignored (a background job of a non-interactive
-    shell) or handled by someone else already, or off the main thread."""
+    shell) or handled by someone else already, or off the main thread. ``one_arena``:
+    :func:`one_malloc_arena` first (a one-shot command)."""
     _who[0] = who
     _owner[0] = os.getpid()
     if threading.current_thread() is not threading.main_thread():
@@ -575,6 +593,8 @@ def handle_interrupts(who: str = "traceview") -> None:
     _default_unraisable[0] = sys.unraisablehook
     sys.unraisablehook = _unraisable
     if r is not None:
+        if one_arena:  # before the watchdog's thread allocates
+            one_malloc_arena()
         threading.Thread(target=_watchdog, args=(r,), name="traceview-interrupt", daemon=True).start()
 
 
