@@ -332,7 +332,8 @@ def test_an_empty_scheduler_address_is_a_usage_error(shared_traces, capsys):
 @pytest.mark.parametrize("address, fault", [
     ("notaurl", "names no port"), ("tcp://127.0.0.1:9\nevil", "white space or a control character"),
     ("foo://h:1", "unknown scheme 'foo'"), ("TCP://h:1", "unknown scheme 'TCP'"), ("tcp://h:99999", "not a number from 1 to 65535"),
-    ("tcp://h:x", "not a number"), ("tcp://:8786", "names no host"), ("tcp://h:8786/p", "more than host and port")])
+    ("tcp://h:x", "not a number"), ("tcp://:8786", "names no host"), ("tcp://h:8786/p", "more than host and port"),
+    ("127.0.0.1:0", "its port 0 is not one from 1 to 65535")])
 def test_a_malformed_scheduler_address_is_a_usage_error(shared_traces, capsys, address, fault):
     """One line naming --scheduler and the fault, exit 2, before any connection is tried."""
     assert main(["analyze", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), "--scheduler", address,
@@ -340,6 +341,37 @@ def test_a_malformed_scheduler_address_is_a_usage_error(shared_traces, capsys, a
     err = capsys.readouterr().err
     assert err.startswith("traceview: error: argument --scheduler: not an address") and fault in err
     assert err.count("\n") == 1 and "cannot reach" not in err
+
+
+def test_a_port_that_talks_but_not_dask_is_no_scheduler(shared_traces, capsys):
+    """A service that sends bytes first (here 64 x 0xff, as a proxy or a database banner might)
+    is exit 7 "no Dask scheduler" naming what it sent, not Dask's decoding error (it asked numpy
+    for exabytes: "Unable to allocate 3.07 EiB") as a usage error."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def talk():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"\xff" * 64)
+
+    threading.Thread(target=talk, daemon=True).start()
+    try:
+        assert main(["analyze", str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb"), "--scheduler",
+                     f"tcp://127.0.0.1:{port}", "--no-cache"]) == 7
+    finally:
+        server.close()
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert f"no Dask scheduler at tcp://127.0.0.1:{port}: its reply is not Dask's protocol" in err
+    assert "the port answers '\\xff" in err
 
 
 @pytest.mark.parametrize("address", ["tcp://10.0.0.5:8786", "10.0.0.5:8786", "tls://sched.example:8786",

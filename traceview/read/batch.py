@@ -118,7 +118,8 @@ def dask_executor(address: str):
     """(executor, close) for the Dask cluster at ``address``: its ``Client`` (read_many
     groups files into tasks and fetches results as they complete on one). Raises :class:`UsageError`
     when ``distributed`` is not installed or the address is malformed,
-    :class:`~traceview.errors.RemoteUnreadable` (exit 7) when no scheduler answers there."""
+    :class:`~traceview.errors.RemoteUnreadable` (exit 7) when no scheduler answers there or
+    what answers is no Dask scheduler."""
     try:
         from distributed import Client
     except ImportError:
@@ -146,8 +147,15 @@ def dask_executor(address: str):
     t.join(CONNECT_TIMEOUT_S + HANDSHAKE_GRACE_S)
     if "error" in got:
         err = got["error"]
-        kind = RemoteUnreadable if isinstance(err, (OSError, TimeoutError)) else UsageError  # else a bad address
-        raise kind(f"cannot reach the Dask scheduler at {address}: {err}") from None
+        if isinstance(err, (OSError, TimeoutError)):
+            raise RemoteUnreadable(f"cannot reach the Dask scheduler at {address}: {err}") from None
+        if isinstance(err, TypeError) and "ssl_context" in str(err):  # tls:// or wss:// without certificates
+            raise UsageError(f"{address} needs TLS certificates: Dask's configuration names none "
+                             "(distributed.comm.tls.ca-file, .client.cert and .client.key)") from None
+        # the address is well formed (address_fault) and the port accepted a connection: what
+        # answers there sent bytes Dask cannot decode (Dask's own error names an array size)
+        raise RemoteUnreadable(f"no Dask scheduler at {address}: its reply is not Dask's protocol "
+                               f"({type(err).__name__}){_what_answers(address)}") from None
     if "client" not in got:
         raise RemoteUnreadable(f"no Dask scheduler answered at {address} within "
                                f"{CONNECT_TIMEOUT_S + HANDSHAKE_GRACE_S:g} s{_what_answers(address)}")
@@ -188,8 +196,10 @@ def address_fault(address: str) -> str:
         return f"its port is not a number from 1 to 65535 ({exc})"
     if not u.hostname:
         return "it names no host"
-    if not port:
+    if port is None:
         return "it names no port (the scheduler's is usually 8786)"
+    if port == 0:
+        return "its port 0 is not one from 1 to 65535"
     if u.path not in ("", "/") or u.query or u.fragment:
         return "it holds more than host and port"
     return ""
@@ -250,10 +260,10 @@ def _what_answers(address: str) -> str:
                 data = sock.recv(256)
     except OSError:
         return ""
-    line = data.split(b"\n", 1)[0].strip().decode("ascii", "backslashreplace")[:80]
+    line = "".join(chr(b) if 32 <= b < 127 else f"\\x{b:02x}" for b in data.split(b"\n", 1)[0].strip())[:80]
     if not line:
         return ": the port accepts connections and says nothing"
-    return f": the port answers {line!r}" + (" (an HTTP server)" if line.startswith("HTTP/") else "")
+    return f": the port answers '{line}'" + (" (an HTTP server)" if line.startswith("HTTP/") else "")
 
 
 def _worker_ignores_interrupts() -> None:
