@@ -35,15 +35,21 @@ _HLO_CHARS = 1500
 
 # -- jinja ----------------------------------------------------------------------------------
 
-def _printable(value):
-    """jinja2 ``finalize``: every string written valid Unicode with its control and bidi
-    characters as visible escapes (``\x1b``, ``\u202e``; newlines and tabs kept, as HLO text
-    needs: :func:`~traceview.model.naming.safe_line`), markup kept as markup."""
-    if isinstance(value, str):
-        fixed = safe_line(value, keep_newlines=True)
-        if fixed is not value:
-            import markupsafe
+class _Text(str):
+    """A string shown as lines in a ``<pre>`` (HLO text): :func:`_printable` keeps its newlines
+    and tabs."""
 
+
+def _printable(value):
+    """jinja2 ``finalize``: every string written valid Unicode with its control, bidi and line
+    separator characters as visible escapes (``\x1b``, ``\u202e``, ``\n``:
+    :func:`~traceview.model.naming.safe_line`), markup kept as markup; newlines and tabs kept
+    only in markup and in :class:`_Text` (HLO text)."""
+    if isinstance(value, str):
+        import markupsafe
+
+        fixed = safe_line(value, keep_newlines=isinstance(value, (_Text, markupsafe.Markup)))
+        if fixed is not value:
             return markupsafe.Markup(fixed) if isinstance(value, markupsafe.Markup) else fixed
     return value
 
@@ -113,7 +119,7 @@ def _top_ops(by_shape: pl.DataFrame, npop: dict, hlo: dict, top: int) -> list[di
             "total_ps": r["total_ps"], "self_ps": r["self_ps"], "mean_ps": r["mean_ps"], "share": r["share"],
             "modules": ", ".join(m for m in mods[:3] if m) + (f" +{len(mods) - 3}" if len(mods) > 3 else ""),
             "source": r["source"] or "", "n_pops": npop.get(r["op_name"], 1),
-            "hlo": _short(text, _HLO_CHARS),
+            "hlo": _Text(_short(text, _HLO_CHARS)),
         })
     return rows
 
@@ -137,7 +143,7 @@ def _grouped_ops(groups: pl.DataFrame, top: int) -> list[dict]:
             "mean_ps": r["mean_ps"], "share": r["share"], "per_execution": r["per_execution"],
             "modules": ", ".join(m for m in mods[:3] if m) + (f" +{len(mods) - 3}" if len(mods) > 3 else ""),
             "all_modules": ", ".join(m for m in mods if m), "source": r["source"] or "",
-            "hlo": _short(r["hlo_text"] or "", _HLO_CHARS),
+            "hlo": _Text(_short(r["hlo_text"] or "", _HLO_CHARS)),
             "member_rows": [{"op_name": m["op_name"], "occurrences": m["occurrences"], "total_ps": m["total_ps"],
                              "mean_ps": (m["total_ps"] / m["occurrences"]) if m["occurrences"] else None,
                              "modules": ", ".join(x for x in (m["modules"] or []) if x)}
