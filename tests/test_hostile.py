@@ -159,6 +159,8 @@ def test_control_characters_are_shown_escaped(evil_pair, tmp_path, capsys, monke
     assert {r["op_name"] for r in json.loads(out)["ops"]} == set(_EVIL)  # JSON keeps the data
     page = (tmp_path / "r.html").read_text()
     assert not _RAW.search(page) and "esc\\x1b[31mRED" in page and "bidi\\u202eevil" in page
+    for name in _SHOWN:  # a newline or tab in a name too (the page keeps them only in HLO text)
+        assert name in page
     assert main(["analyze", a, "-o", str(tmp_path / "o.csv")]) == 0
     with open(tmp_path / "o.csv", newline="") as fh:  # a CSV file keeps the data
         assert {r["op_name"] for r in csv.DictReader(fh)} == set(_EVIL)
@@ -170,6 +172,12 @@ def test_control_characters_are_shown_escaped(evil_pair, tmp_path, capsys, monke
     rc, out, _ = _run(["query", a, "select distinct op_name from ops", "--format", "csv"], capsys)  # query's too
     assert rc == 0 and not _RAW.search(out)
     assert {r["op_name"] for r in csv.DictReader(io.StringIO(out))} == set(_SHOWN)
+    for argv in (["analyze", a, "--format", "json"], ["query", a, "select distinct op_name from ops", "--format",
+                                                       "json"]):  # JSON on a terminal: \\u escapes, the same data
+        rc, out, _ = _run(argv, capsys)
+        assert rc == 0 and not _RAW.search(out) and "\\u202e" in out
+        rows = json.loads(out)["ops" if argv[0] == "analyze" else "result"]
+        assert {r["op_name"] for r in rows} == set(_EVIL)
 
 
 # -- one --top rule ---------------------------------------------------------------------------

@@ -81,7 +81,9 @@ def _stored(args, disc, out: Path | None):
         write_atomic(out, hit)
         print(f"wrote {safe_line(str(out))}", file=sys.stderr)  # as a computed run reports it
     else:
-        sys.stdout.buffer.write(hit) if hasattr(sys.stdout, "buffer") else sys.stdout.write(hit.decode())
+        from traceview.cli.outputs import to_stdout
+
+        to_stdout(hit)
     return (rkey, root), True
 
 
@@ -238,6 +240,7 @@ def _write(rep, args, out: Path | None) -> bytes | None:
     if out is not None:
         write_atomic(out, data)
         return data
-    sys.stdout.flush()
-    sys.stdout.buffer.write(data) if hasattr(sys.stdout, "buffer") else sys.stdout.write(data.decode("utf-8"))
+    from traceview.cli.outputs import to_stdout
+
+    to_stdout(data)
     return data

@@ -18,6 +18,7 @@ def run(args, disc, out) -> int:
     output. Raises :class:`UsageError` for an option fleet mode does not take (named), and
     what :func:`traceview.analysis.fleet.load_fleet` raises."""
     from traceview.cli import args as cargs
+    from traceview.cli.outputs import to_stdout
     from traceview.model.naming import safe_line
     from traceview.read.guard import write_atomic
 
@@ -62,6 +63,5 @@ def run(args, disc, out) -> int:
         write_atomic(out, data)
         print(f"wrote {safe_line(str(out))}", file=sys.stderr)
     else:
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data)
+        to_stdout(data)
     return EXIT_OK

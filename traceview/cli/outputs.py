@@ -14,6 +14,27 @@ from traceview.read.guard import check_writable, inside_inputs, refuse_inside_in
 PLAIN_WIDTH = 8192
 
 
+def to_stdout(data: bytes | str) -> None:
+    """``data`` (UTF-8 when bytes) to standard output. A terminal gets JSON's raw C1 controls,
+    bidi, invisible and separator characters as ``\\uXXXX`` (:func:`~traceview.model.naming.json_safe`:
+    the same JSON; tables and CSV escaped theirs already); a pipe or a file gets the bytes."""
+    sys.stdout.flush()
+    if sys.stdout.isatty():
+        from traceview.model.naming import json_safe
+
+        text = data.decode("utf-8") if isinstance(data, bytes) else data
+        safe = json_safe(text)
+        if safe is not text or isinstance(data, str):
+            sys.stdout.write(safe)
+            return
+    if isinstance(data, str):
+        sys.stdout.write(data)
+    elif hasattr(sys.stdout, "buffer"):
+        sys.stdout.buffer.write(data)
+    else:
+        sys.stdout.write(data.decode("utf-8"))
+
+
 def emit(text: str, out) -> None:
     """``text`` to the file ``out`` (written whole or not at all, then ``wrote OUT`` on stderr),
     or to standard output when ``out`` is None."""
@@ -24,7 +45,7 @@ def emit(text: str, out) -> None:
         write_atomic(out, text)
         print(f"wrote {safe_line(str(out))}", file=sys.stderr)
     else:
-        sys.stdout.write(text)
+        to_stdout(text)
 
 
 def console(width: int | None = None):

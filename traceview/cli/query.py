@@ -188,6 +188,7 @@ def run(args) -> int:
 
         print(f"wrote {safe_line(str(out))}", file=sys.stderr)
     else:
-        sys.stdout.flush()
-        sys.stdout.buffer.write(data) if hasattr(sys.stdout, "buffer") else sys.stdout.write(data.decode("utf-8"))
+        from traceview.cli.outputs import to_stdout
+
+        to_stdout(data)
     return EXIT_OK

@@ -36,9 +36,17 @@ def printable(text: str) -> str:
 #: paragraph separators U+2028/U+2029 (a line break to some terminals and viewers), and the
 #: invisible format characters that make two names look alike (soft hyphen U+00AD, U+180E,
 #: zero-width space and joiners U+200B-U+200D, U+2060-U+2064, the BOM U+FEFF, U+FFF9-U+FFFB).
-_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
-                     "\u2066-\u2069\ufeff\ufff9-\ufffb]")
+_UNSAFE_WIDE = "\x80-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff\ufff9-\ufffb"
+_UNSAFE = re.compile(f"[\x00-\x1f\x7f{_UNSAFE_WIDE}]")
 _NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_WIDE = re.compile(f"[{_UNSAFE_WIDE}]")
+
+
+def json_safe(text: str) -> str:
+    """JSON text (from a JSON encoder: its C0 controls already escaped) with the other
+    :data:`_UNSAFE` characters, which a JSON encoder passes raw, written as ``\\uXXXX``
+    escapes: the same JSON value, safe on a terminal."""
+    return _WIDE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text) if _WIDE.search(text) else text
 
 
 def _visible(m: re.Match) -> str:
