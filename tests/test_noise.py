@@ -26,8 +26,10 @@ and ``traceview history`` with its regression rule.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import shutil
 import time
 from datetime import timedelta
@@ -350,6 +352,20 @@ def test_history_cli_exit_codes_json_html_and_append(log_dir, runs, tmp_path, ca
     capsys.readouterr()
     assert main(args + ["--append", str(runs[0] / "h.jsonl")]) == 2
     assert "never writes into a profile folder" in capsys.readouterr().err
+    before = jl.read_bytes()
+    real_write = os.write
+
+    def disk_fills(fd, data):  # half the lines land, then the disk is full
+        if len(data) > 40:
+            return real_write(fd, bytes(data[:len(data) // 2]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "write", disk_fills)
+        assert main(args + ["--append", str(jl)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot append to {jl}: No space left on device (the file is as it was)" in err and err.count("\n") == 1
+    assert jl.read_bytes() == before  # no half line left behind
     assert main(args + ["--baseline", "nope"]) == 2
 
 

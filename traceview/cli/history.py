@@ -181,10 +181,10 @@ def run(args) -> int:
 
     emit(text, out)
     if append is not None:
+        from traceview.read.guard import append_whole
         from traceview.render.history import history_jsonl
 
-        with open(append, "a", encoding="utf-8") as f:
-            f.write(history_jsonl(h))
+        append_whole(append, history_jsonl(h))
         print(f"appended {len(h.runs)} run(s) to {printable(str(append))}", file=sys.stderr)
     for name, why in skipped if (args.format != "table" or out is not None) else ():  # the table says it
         print(f"traceview: note: skipped run {safe_line(name)}: {safe_line(why)}", file=sys.stderr)

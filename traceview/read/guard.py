@@ -146,6 +146,36 @@ def check_writable(path: Path | None, flag: str) -> None:
         raise UsageError(f"refusing to write {path}: folder {parent} does not exist")
 
 
+def append_whole(path: Path, data: bytes | str) -> None:
+    """Append ``data`` to ``path`` (created if missing) whole or not at all: a write that fails
+    part way (disk full, quota) is cut back to the file's former end, so a JSON-lines file never
+    keeps half a line. Raises :class:`UsageError` naming ``path``."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    except OSError as exc:
+        raise UsageError(f"cannot append to {path}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        end, regular = st.st_size, stat.S_ISREG(st.st_mode)
+        view = memoryview(raw)
+        try:
+            while view:
+                view = view[os.write(fd, view):]
+            if regular:
+                os.fsync(fd)  # some file systems say "no space" only when the data is flushed
+        except BaseException as exc:  # an OSError, or an interrupt (Ctrl-C) part way
+            try:
+                os.ftruncate(fd, end)
+            except OSError:
+                pass
+            if isinstance(exc, OSError):
+                raise UsageError(f"cannot append to {path}: {exc.strerror or exc} (the file is as it was)") from None
+            raise
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: Path, data: bytes | str) -> None:
     """Write ``data`` to ``path`` through a temporary file in its folder renamed over it, so a
     reader never sees half a file and a hard link to an existing ``path`` (a trace elsewhere)
