@@ -325,3 +325,14 @@ def test_read_uncollected_only_in_a_one_shot_command():
         gc.enable()
         gc.unfreeze()
         gc.set_threshold(*saved)
+
+
+def test_a_path_that_cannot_be_looked_at_is_not_called_missing(tmp_path, capsys):
+    """A name over the file system's limit (ENAMETOOLONG; a folder without search permission,
+    EACCES, is the same case) is exit 4 naming the fault, not exit 3 "does not exist"."""
+    long = tmp_path / ("a" * 300)
+    assert main(["analyze", str(long), "--no-cache"]) == 4
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.rstrip().endswith("cannot be looked at (File name too long)"), err
+    assert main(["analyze", str(tmp_path / "missing"), "--no-cache"]) == 3
+    assert capsys.readouterr().err.rstrip().endswith("missing: does not exist")

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from traceview.errors import NoTraceFound, UsageError
+from traceview.errors import NoTraceFound, TraceUnreadable, UsageError
 
 #: File-name patterns searched for, as shown to users.
 PATTERNS: tuple[str, ...] = ("*.xplane.pb", "*.xplane.pb.gz", "*.trace.json.gz", "*.trace.json", "perfetto_trace.json.gz")
@@ -434,6 +434,19 @@ def _describe_run(r: Run, now: float) -> str:
     return f"{r.name or r.directory.name or str(r.directory)} ({when}, {_age_phrase(r.age(now))}, {len(hosts)} host{'s' if len(hosts) != 1 else ''})"
 
 
+def _stat_or_raise(root: Path) -> None:
+    """Raises :class:`TraceUnreadable` naming ``root`` when it cannot even be looked at
+    (a folder on its way without search permission, a name too long): not "does not exist"."""
+    try:
+        os.stat(root)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # said below, with the link's target
+            return
+        raise TraceUnreadable(f"cannot be looked at ({exc.strerror or exc})", root) from None
+
+
 def discover(
     path: str | os.PathLike,
     *,
@@ -499,6 +512,8 @@ def discover(
     now = time.time() if now is None else now
     if run is not None and all_runs:
         raise UsageError("give either a run name or all runs, not both")
+    if listing is None:
+        _stat_or_raise(root)
     if listing is None and not os.path.exists(root):
         if os.path.islink(root):
             try:
