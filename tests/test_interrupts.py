@@ -226,3 +226,30 @@ def test_the_command_imports_little_before_its_ctrl_c_handling(tmp_path):
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert eval(p.stdout) == ["traceview", "traceview.cli", "traceview.errors"]
+
+
+def _sigint_state() -> tuple[bool, bool]:
+    """(SIGINT blocked, SIGINT ignored) in the calling process (a pool worker)."""
+    return signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []), signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+
+
+@pytest.mark.skipif(not hasattr(signal, "pthread_sigmask"), reason="POSIX signal masks")
+def test_pool_workers_start_with_ctrl_c_held_then_ignore_it():
+    """``--workers N``: the pool's spawned workers start with SIGINT blocked (a Ctrl-C while
+    their interpreter starts printed its KeyboardInterrupt traceback, 8 runs in 40 before),
+    then ignore it and unblock it in their initializer; the parent's mask is restored."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from traceview.read.batch import _interrupts_held, _worker_ignores_interrupts
+
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=ctx) as bare, ProcessPoolExecutor(
+            1, mp_context=ctx, initializer=_worker_ignores_interrupts) as pool:
+        with _interrupts_held():
+            assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+            started_bare, started = bare.submit(_sigint_state), pool.submit(_sigint_state)
+        assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
+        assert started_bare.result(timeout=60) == (True, False)  # the mask is inherited through spawn
+        assert started.result(timeout=60) == (False, True)  # the initializer: ignored, unblocked

@@ -29,6 +29,7 @@ hosts were readable); any other exception propagates. ``progress(p)`` is called 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from dataclasses import dataclass
@@ -273,6 +274,25 @@ def _worker_ignores_interrupts() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # held while it started (_interrupts_held): a Ctrl-C since is dropped
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """SIGINT held (blocked) in this thread while it starts pool workers: they inherit the mask,
+    so a Ctrl-C while a worker's interpreter starts (before :func:`_worker_ignores_interrupts`)
+    prints no traceback there; this process takes it when the mask is restored."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 #: On a Dask cluster, files are grouped into tasks so that each worker thread gets at least
@@ -371,7 +391,10 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
                 futures = executor.map(functools.partial(_read_each, read), [_Files(tasks[g[0]:g[-1] + 1]) for g in groups],
                                        pure=False)
             else:
-                futures = executor.map(read, tasks, pure=False) if client else [executor.submit(read, t) for t in tasks]
+                with _interrupts_held() if executor is own_pool else contextlib.nullcontext():  # (its
+                    # workers start at the submits)
+                    futures = executor.map(read, tasks, pure=False) if client else [executor.submit(read, t)
+                                                                                     for t in tasks]
             if all(isinstance(f, Future) for f in futures):
                 index = {f: i for i, f in enumerate(futures)}
                 for fut in as_completed(futures):
