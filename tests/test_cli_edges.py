@@ -336,3 +336,14 @@ def test_a_path_that_cannot_be_looked_at_is_not_called_missing(tmp_path, capsys)
     assert err.count("\n") == 1 and err.rstrip().endswith("cannot be looked at (File name too long)"), err
     assert main(["analyze", str(tmp_path / "missing"), "--no-cache"]) == 3
     assert capsys.readouterr().err.rstrip().endswith("missing: does not exist")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize("argv", [["analyze", "--help"], ["--version"]])
+def test_help_and_version_to_a_full_disk_say_so(argv, tmp_path):
+    """argparse swallows a failed write of the help or the version: they were lost with exit 0."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "traceview.cli", *argv], stdout=full, stderr=subprocess.PIPE,
+                           cwd=tmp_path, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.decode() == "traceview: error: cannot write standard output: No space left on device\n"

@@ -113,8 +113,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else None)
     try:
         args = parse(parser, argv)
+        fault = None
     except SystemExit as exc:  # --help, --version (0) or a usage error (2, already said)
-        return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
+        code = int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
+        if code:
+            return code
+        try:  # the help or the version reaches standard output, or says why not
+            sys.stdout.flush()
+            return code
+        except OSError as exc2:
+            fault = exc2
+    except OSError as exc:  # a help longer than the buffer, written to a full disk
+        fault = exc
+    if fault is not None:
+        process.silence_stdout()
+        if isinstance(fault, BrokenPipeError):  # (| head): a normal end
+            return EXIT_OK
+        print(f"traceview: error: cannot write standard output: {fault.strerror or fault}", file=sys.stderr)
+        return EXIT_USAGE
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

@@ -22,6 +22,14 @@ class Parser(argparse.ArgumentParser):
         print(f"traceview: error: {safe_line(message)} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
+    def _print_message(self, message, file=None):
+        """argparse's writer of the help, the usage and ``--version``, with a failed write
+        raised (argparse swallows the OSError: a help sent to a full disk was lost with exit 0)."""
+        import sys
+
+        if message:
+            (file or sys.stderr).write(message)
+
 
 #: Counts on the command line are held to this (no table, step count or batch comes near;
 #: larger values would overflow the int64 arithmetic of the tables): a larger one means "all".
