@@ -347,3 +347,9 @@ def test_help_and_version_to_a_full_disk_say_so(argv, tmp_path):
                            cwd=tmp_path, timeout=120)
     assert r.returncode == 2
     assert r.stderr.decode() == "traceview: error: cannot write standard output: No space left on device\n"
+
+
+def test_no_command_is_a_usage_error_on_stderr(capsys):
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("usage: traceview") and "analyze" in err

@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"traceview: error: cannot write standard output: {fault.strerror or fault}", file=sys.stderr)
         return EXIT_USAGE
     if args.command is None:
-        parser.print_help()
+        parser.print_help(sys.stderr)  # a usage error: on standard error, as argparse's own
         return EXIT_USAGE
     with process.standard_streams():
         if not getattr(args, "no_cache", False):
