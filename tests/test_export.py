@@ -313,6 +313,8 @@ BAD = [
     ("output a folder", lambda src, t: [src, "-o", f"{t}/"], "-o needs a file name"),
     ("negative step", lambda src, t: [src, "--steps=-1:2", "-o", t / "o"], "step numbers start at 0"),
     ("empty time window", lambda src, t: [src, "--window-ps", "0:0", "-o", t / "o"], "is empty: give START < END"),
+    ("negative time", lambda src, t: [src, "--window-ps=-5:10", "-o", t / "o"], "START is ps after the first op event"),
+    ("negative time, spaced", lambda src, t: [src, "--window-ps", "-5:10", "-o", t / "o"], "0 or more"),
 ]
 
 

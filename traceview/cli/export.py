@@ -24,6 +24,14 @@ def window_range(text: str) -> tuple[int, int]:
         raise argparse.ArgumentTypeError(str(exc).strip()) from None
 
 
+def time_window(text: str) -> tuple[int, int]:
+    """argparse type of ``--window-ps``: ``START:END`` ps after the first op event, 0 <= START <= END."""
+    a, b = window_range(text)
+    if a < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: START is ps after the first op event, 0 or more")
+    return a, b
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("export", help="write a step window as .xplane.pb (XProf, TensorBoard) and Chrome-trace JSON "
                                       "(Perfetto), with traceview's lines on top",
@@ -40,7 +48,7 @@ def add_parser(sub) -> None:
     g.add_argument("--steps", type=window_range, metavar="A:B",
                    help="the steps to export, A and B included, as numbered in the steps table (default: the median "
                         "step and its neighbours)")
-    g.add_argument("--window-ps", type=window_range, metavar="START:END",
+    g.add_argument("--window-ps", type=time_window, metavar="START:END",
                    help="for a trace without steps: the time window, ps after the first op event (default: the "
                         "whole trace when it has at most 200,000 op events)")
     p.add_argument("-o", "--output", metavar="OUT", required=True,
