@@ -26,10 +26,12 @@ and ``traceview history`` with its regression rule.
 
 from __future__ import annotations
 
+import argparse
 import errno
 import json
 import math
 import os
+import re
 import shutil
 import time
 from datetime import timedelta
@@ -575,3 +577,20 @@ def test_per_step_samples_on_the_grid_equal_the_sorted_sums(shared_traces):
         assert numpy_grid.keys() == grid.keys() and all(numpy_grid[k].tobytes() == grid[k].tobytes() for k in grid)
         compared += 1
     assert compared >= 5 and ran >= 3
+
+
+@pytest.mark.parametrize("value, says", [("5%", None), ("10", None), ("0.05", "reads as 0.05%: write 5 or 5%"),
+                                         ("-1", "expected a percent from 0"), ("x%", "expected a percent")])
+def test_history_percent_options_take_a_percent_sign_and_refuse_a_bare_fraction(value, says, capsys):
+    """``--noise 5%`` is 5% (was refused: "invalid float value"); a bare 0.05, a fraction as
+    ``verify`` writes one, would silently mean 0.05% here: refused, saying how to write it."""
+    from traceview.cli import args as cargs
+
+    if says is None:
+        assert cargs.percent(value) == float(value.rstrip("%"))
+        return
+    with pytest.raises(argparse.ArgumentTypeError, match=re.escape(says)):
+        cargs.percent(value)
+    assert main(["history", "x", "--noise", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("traceview: error: argument --noise: ") and says in err and err.count("\n") == 1

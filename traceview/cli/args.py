@@ -55,6 +55,24 @@ def positive_int(text: str) -> int:
     return min(v, MAX_COUNT)
 
 
+def percent(text: str) -> float:
+    """argparse type of a PCT option: percent, ``10`` or ``10%``, finite and >= 0. A bare value
+    between 0 and 1 (``0.05``) is refused as ambiguous: ``verify`` writes fractions so, and
+    here it would mean 0.05%; ``0.05%`` says it."""
+    t = text.strip()
+    marked = t.endswith("%")
+    try:
+        v = float(t[:-1] if marked else t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percent (10 or 10%), got {text!r}") from None
+    if not (0 <= v < 1e6):
+        raise argparse.ArgumentTypeError(f"expected a percent from 0 (10 or 10%), got {text!r}")
+    if 0 < v < 1 and not marked:
+        raise argparse.ArgumentTypeError(f"{text!r} reads as {v:g}%: write {v * 100:g} or {v * 100:g}% for "
+                                         f"{v * 100:g} percent, or {v:g}% if you mean it")
+    return v
+
+
 #: the narrowest and widest ``--width``
 MIN_COLUMNS, MAX_COLUMNS = 40, 8192
 

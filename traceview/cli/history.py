@@ -29,13 +29,13 @@ def add_parser(sub) -> None:
     h.add_argument("paths", nargs="+", type=cargs.path_arg, metavar="PATH", help="log dir(s), plugins/profile folders or run folders")
     h.add_argument("--baseline", metavar="RUN", help="compare every run with this run (its folder name or path) "
                                                      "instead of the previous run")
-    h.add_argument("--regression-threshold", type=float, default=5.0, metavar="PCT",
+    h.add_argument("--regression-threshold", type=cargs.percent, default=5.0, metavar="PCT",
                    help="a regression is a slowdown of the median step whose whole noise interval is at least "
-                        "PCT percent (default 5)")
+                        "PCT percent, 5 or 5%% (default 5)")
     h.add_argument("--noise-level", type=cargs.positive_float, default=0.95, metavar="P",
                    help="confidence level of the noise interval, in (0, 1) (default 0.95)")
-    h.add_argument("--noise", type=float, default=None, metavar="PCT",
-                   help="the run-to-run noise of one run against another on your machine, in percent (e.g. 10 for "
+    h.add_argument("--noise", type=cargs.percent, default=None, metavar="PCT",
+                   help="the run-to-run noise of one run against another on your machine, in percent (10 or 10%% for "
                         "±10%%, from A/A runs of one configuration); default: the built-in prior where it was "
                         "measured (CPU), else unknown (no verdict)")
     h.add_argument("--fail-on-regression", action="store_true",
