@@ -241,15 +241,59 @@ def test_pool_workers_start_with_ctrl_c_held_then_ignore_it():
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from traceview.read.batch import _interrupts_held, _worker_ignores_interrupts
+    from traceview.read.batch import _interrupts_held, _worker_init
 
     before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
     ctx = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=ctx) as bare, ProcessPoolExecutor(
-            1, mp_context=ctx, initializer=_worker_ignores_interrupts) as pool:
+            1, mp_context=ctx, initializer=_worker_init) as pool:
         with _interrupts_held():
             assert signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
             started_bare, started = bare.submit(_sigint_state), pool.submit(_sigint_state)
         assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before
         assert started_bare.result(timeout=60) == (True, False)  # the mask is inherited through spawn
         assert started.result(timeout=60) == (False, True)  # the initializer: ignored, unblocked
+
+
+_POOL_THEN_WAIT = """
+import multiprocessing, os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from traceview.read.batch import _worker_init
+
+if __name__ == "__main__":
+    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init)
+    print(*sorted({pool.submit(os.getpid).result() for _ in range(8)}), flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_pool_workers_end_when_the_process_that_started_them_is_killed(sig, tmp_path):
+    """``--workers N`` killed (SIGKILL, or SIGTERM as ``timeout`` sends): its workers end too
+    (they held both ends of the pool's queues and waited for ever, 350 MB each on a 109 MB trace)."""
+    import traceview
+
+    script = tmp_path / "pool.py"
+    script.write_text(_POOL_THEN_WAIT)
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(Path(traceview.__file__).parent.parent)})
+    try:
+        workers = [int(x) for x in p.stdout.readline().split()]
+        assert workers and all(_alive(w) for w in workers)
+        p.send_signal(sig)
+        p.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_alive(w) for w in workers)
+    finally:
+        p.kill()
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, ended and not yet reaped by init, counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False

@@ -267,21 +267,37 @@ def _what_answers(address: str) -> str:
     return f": the port answers '{line}'" + (" (an HTTP server)" if line.startswith("HTTP/") else "")
 
 
-def _worker_ignores_interrupts() -> None:
-    """A pool worker leaves Ctrl-C to the process that started it (a terminal sends SIGINT to
-    the whole process group: each worker would print its own traceback); that process shuts
-    the pool down."""
+def _worker_init() -> None:
+    """A pool worker's start: it leaves Ctrl-C to the process that started it (a terminal
+    sends SIGINT to the whole process group: each worker would print its own traceback; that
+    process shuts the pool down), and it ends when that process ends without shutting the pool
+    down (SIGKILL, SIGTERM: a worker waiting on the pool's queues, which every worker holds both
+    ends of, would otherwise wait for ever, holding its memory)."""
     import signal
+    import threading
+    from multiprocessing import parent_process
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(signal, "pthread_sigmask"):  # held while it started (_interrupts_held): a Ctrl-C since is dropped
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    parent = parent_process()
+    if parent is not None and parent.sentinel is not None:
+        threading.Thread(target=_end_with, args=(parent.sentinel,), name="traceview-parent-watch", daemon=True).start()
+
+
+def _end_with(sentinel) -> None:
+    """Waits until ``sentinel`` (the parent's, readable once that process is gone), then ends
+    this process at once."""
+    from multiprocessing.connection import wait
+
+    wait([sentinel])
+    os._exit(1)
 
 
 @contextlib.contextmanager
 def _interrupts_held():
     """SIGINT held (blocked) in this thread while it starts pool workers: they inherit the mask,
-    so a Ctrl-C while a worker's interpreter starts (before :func:`_worker_ignores_interrupts`)
+    so a Ctrl-C while a worker's interpreter starts (before :func:`_worker_init`)
     prints no traceback there; this process takes it when the mask is restored."""
     import signal
 
@@ -373,7 +389,7 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
             from concurrent.futures import ProcessPoolExecutor
 
             own_pool = executor = ProcessPoolExecutor(max_workers=w, mp_context=multiprocessing.get_context("spawn"),
-                                                      initializer=_worker_ignores_interrupts)
+                                                      initializer=_worker_init)
     try:
         if executor is None:
             for i, t in enumerate(tasks):
