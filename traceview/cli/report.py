@@ -101,7 +101,7 @@ def _write(args, out, charts, disc) -> int:
                        tokens_per_step=args.tokens_per_step,
                        on_section=lambda r: submit_charts(r, charts),  # drawn while the rest is built
                        release=process.heap_releaser(cargs.input_bytes(disc)),
-                       **cargs.findings_from_args(args))
+                       beside=not process.imports_may_race(), **cargs.findings_from_args(args))
     text = render_report(rep, top=args.top, title=args.title, charts=charts)
     write_atomic(out, text)
     print(f"wrote {safe_line(str(out))}", file=sys.stderr)
