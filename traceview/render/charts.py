@@ -11,10 +11,12 @@ from __future__ import annotations
 import io
 import math
 import re
-
-import polars as pl
+from typing import TYPE_CHECKING, NamedTuple
 
 from traceview.model.units import fmt_rate
+
+if TYPE_CHECKING:
+    import polars as pl
 
 #: Colors of the roofline points by bound ("memory" / "compute" / "unknown").
 BOUND_COLORS = {"memory": "#1f77b4", "compute": "#d62728", "unknown": "#7f7f7f"}
@@ -97,8 +99,33 @@ def _new_figure(w: float, h: float):
     return fig
 
 
+#: the columns of a roofline frame :func:`roofline_svg` reads
+ROOF_COLUMNS = ("flops", "bytes", "intensity", "achieved_flops", "total_ps", "bound_by")
+
+
+class RoofPeaks(NamedTuple):
+    """What :func:`roofline_svg` reads of a :class:`~traceview.analysis.hardware.peaks.Peaks`
+    (FLOP/s, B/s, FLOP/byte)."""
+
+    peak_flops: float | None
+    peak_bw: float | None
+    ridge: float | None
+    complete: bool
+
+
+def roofline_args(roof: pl.DataFrame, peaks) -> tuple[dict, RoofPeaks]:
+    """:func:`roofline_svg`'s arguments as plain Python values (columns as lists), so the
+    report's chart process draws it without importing polars or the analysis modules."""
+    return (roof.select(ROOF_COLUMNS).to_dict(as_series=False),
+            RoofPeaks(peaks.peak_flops, peaks.peak_bw, peaks.ridge, bool(peaks.complete)))
+
+
+def _finite_positive(v) -> bool:
+    return v is not None and v > 0 and math.isfinite(v)
+
+
 @_chart_style
-def roofline_svg(roof: pl.DataFrame, peaks, *, labelled: int = LABELLED) -> tuple[str | None, str, int]:
+def roofline_svg(roof: pl.DataFrame | dict, peaks, *, labelled: int = LABELLED) -> tuple[str | None, str, int]:
     """Log-log roofline chart of the populations in ``roof`` (rows of
     :func:`traceview.analysis.ops.roofline.roofline`, sorted by total time).
 
@@ -115,21 +142,21 @@ def roofline_svg(roof: pl.DataFrame, peaks, *, labelled: int = LABELLED) -> tupl
         return None, (f"No roofline chart: the {' and the '.join(gone)} of this device {verb} unknown (the trace does "
                       "not carry them and the device type is not in the chip table). "
                       "Pass --chip NAME, or --peak-flops and --peak-bw (report(..., peaks=Peaks(...)) in Python)."), 0
-    costed = roof.with_row_index("rank", offset=1).filter(pl.col("flops").is_not_null() | pl.col("bytes").is_not_null())
-    if costed.height == 0:
+    cols = roof if isinstance(roof, dict) else roof.select(ROOF_COLUMNS).to_dict(as_series=False)
+    costed = [i for i, (f, b) in enumerate(zip(cols["flops"], cols["bytes"])) if f is not None or b is not None]
+    if not costed:
         return None, ("No roofline chart: this trace carries no FLOP or byte counts and none could be derived "
                       "from its HLO, so no op can be placed against the roofs."), 0
-    pts = costed.filter((pl.col("intensity") > 0) & (pl.col("achieved_flops") > 0)
-                        & pl.col("intensity").is_finite() & pl.col("achieved_flops").is_finite())
-    hidden = costed.height - pts.height
-    if pts.height == 0:
-        return None, (f"No roofline chart: none of the {costed.height} populations with costs does FLOPs "
+    pts = [i for i in costed if _finite_positive(cols["intensity"][i]) and _finite_positive(cols["achieved_flops"][i])]
+    hidden = len(costed) - len(pts)
+    if not pts:
+        return None, (f"No roofline chart: none of the {len(costed)} populations with costs does FLOPs "
                       "(pure data movement), so none has a positive arithmetic intensity to place on a log axis."), hidden
 
     pf, pb, ridge = float(peaks.peak_flops), float(peaks.peak_bw), peaks.ridge
-    x = pts["intensity"].to_list()
-    y = pts["achieved_flops"].to_list()
-    t = [float(v or 0) for v in pts["total_ps"].to_list()]
+    x = [cols["intensity"][i] for i in pts]
+    y = [cols["achieved_flops"][i] for i in pts]
+    t = [float(cols["total_ps"][i] or 0) for i in pts]
     tmax = max(t) or 1.0
     lo = min(min(x), ridge or 1.0) / 4
     hi = max(max(x), ridge or 1.0) * 4
@@ -167,12 +194,12 @@ def roofline_svg(roof: pl.DataFrame, peaks, *, labelled: int = LABELLED) -> tupl
     (dx0, dy0), (dx1, dy1) = ax.transData.transform([(x0, x0 * pb), (x1, x1 * pb)])
     ax.text(x0, x0 * pb * 1.3, f"memory roof {fmt_rate(pb, 'B/s')}", rotation=math.degrees(math.atan2(dy1 - dy0, dx1 - dx0)),
             rotation_mode="anchor", fontsize=8.5, color="#444", va="bottom", ha="left")
-    bounds = pts["bound_by"].to_list()
+    bounds = [cols["bound_by"][i] for i in pts]
     colors = [BOUND_COLORS.get(b, BOUND_COLORS["unknown"]) for b in bounds]
     sizes = [18 + 900 * (v / tmax) for v in t]
     ax.scatter(x, y, s=sizes, c=colors, alpha=0.55, edgecolors="#333", linewidths=0.6, zorder=3)
-    ranks = pts["rank"].to_list()
-    order = sorted(range(pts.height), key=lambda i: -t[i])[:labelled]
+    ranks = [i + 1 for i in pts]  # the row's number in roof, as the report's roofline table
+    order = sorted(range(len(pts)), key=lambda i: -t[i])[:labelled]
     # points that sit on top of each other share one label ("5,6,7")
     disp = ax.transData.transform([(x[i], y[i]) for i in order]) if order else []
     groups: list[list[int]] = []

@@ -22,7 +22,7 @@ import polars as pl
 
 from traceview.model.naming import safe_line
 from traceview.model.units import fmt_bytes, fmt_pct, fmt_rate, fmt_time_ps
-from traceview.render.charts import BOUND_COLORS, InlineCharts
+from traceview.render.charts import BOUND_COLORS, InlineCharts, roofline_args
 from traceview.render.overlap_html import comm_view, finish as finish_comm
 from traceview.render.provenance import provenance_lines, run_names
 
@@ -399,7 +399,7 @@ def submit_charts(rep, charts, *, top: int = 30) -> None:
     (:class:`traceview.cli.chartworker.ChartWorker`) then draws them while the rest of the
     report is built. Nothing is drawn or returned here."""
     if getattr(rep, "step_chart", None) is not None and rep.steps is not None:
-        charts.submit("roofline", _roof_rows(rep), rep.peaks)
+        charts.submit("roofline", *roofline_args(_roof_rows(rep), rep.peaks))
         _steps(rep, charts)
     if getattr(rep, "memory", None) is not None:
         _memory(rep.memory, top, charts, wait=False)
@@ -412,7 +412,7 @@ def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
     from traceview.render.findings import finding_rows, none_line, not_evaluated_line
 
     charts = charts or InlineCharts()
-    roof_chart = charts.submit("roofline", _roof_rows(rep), rep.peaks)
+    roof_chart = charts.submit("roofline", *roofline_args(_roof_rows(rep), rep.peaks))
     steps = _steps(rep, charts)
     comm = comm_view(rep, charts, min(top, 20))
 
