@@ -78,6 +78,27 @@ def test_diff_in_children_equals_diff_in_one_process(shared_traces, tmp_path):
         assert json.loads(here.read_text())["steps"]
 
 
+def test_later_children_are_forked_with_what_the_parent_imported_meanwhile(shared_traces):
+    """While the first side's child reads, the parent imports the reader, polars and the
+    comparison (a ``meanwhile`` that fails is ignored): the second child is forked with them,
+    and the parent's polars pool never starts (it could not fork again)."""
+    r = _python(_FORCED.replace('print("forks"', 'print("pool", any(n.startswith(process.POLARS_POOL_THREADS) and '
+                                'n != "polars-ooc-clea" for n in process.thread_names()), "parent_polars", '
+                                '"polars" in sys.modules, "compare", "traceview.analysis.compare.diff" in sys.modules)\n'
+                                '    print("forks"'),
+                "diff", str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb"),
+                str(shared_traces / "mi300x_jax_attention.xplane.pb"), "--no-cache", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-10:] == ["pool", "False", "parent_polars", "True", "compare", "True", "forks", "2", "rc",
+                                      "0"]
+    r = _python("""
+        import pickle
+        from traceview.cli import process
+        print(pickle.loads(process.pickled_in_child(lambda: 5, "a.pb", meanwhile=lambda: 1 / 0)))
+    """)
+    assert r.returncode == 0 and r.stdout.split() == ["5"], r.stderr
+
+
 def test_a_fault_in_a_child_is_said_as_in_one_process(shared_traces, capsys):
     """A side's fault raised in its child comes back with its class (exit code) and message."""
     from traceview.cli import main

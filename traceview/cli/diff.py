@@ -252,7 +252,8 @@ def run(args) -> int:
         last = len(todo) - 1
         for i in range(last):
             answers.append(process.pickled_in_child(
-                lambda i=i: _side(i, todo, discs, args, rules, nb, answers[:nb] if i >= nb else None), todo[i][0]))
+                lambda i=i: _side(i, todo, discs, args, rules, nb, answers[:nb] if i >= nb else None), todo[i][0],
+                meanwhile=_child_imports if i == 0 else None))
 
         def compare_last():
             mine = _side(last, todo, discs, args, rules, nb, answers[:nb] if last >= nb else None)
@@ -267,6 +268,18 @@ def run(args) -> int:
 
     emit(text, out)
     return EXIT_OK
+
+
+def _child_imports() -> None:
+    """What every side's child imports (the reader, polars, numpy, the comparison), imported
+    here while the first child reads: the later children are forked with it (polars' thread
+    pool is not started by an import). The parent's own memory grows by the modules only."""
+    import importlib
+
+    from traceview.cli import process
+
+    for m in ("traceview.model.load", *process.AFTER_READ_IMPORTS["diff"]):
+        importlib.import_module(m)
 
 
 def _compared(sides: list, nb: int, args, out) -> str | None:

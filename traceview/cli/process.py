@@ -268,7 +268,7 @@ class _ChildTraceback(Exception):
         return "\n" + self.args[0]
 
 
-def pickled_in_child(work, what: str) -> memoryview:
+def pickled_in_child(work, what: str, meanwhile=None) -> memoryview:
     """``work()`` run in a forked child process: its result, pickled (the caller unpickles it
     once it forks no more, as unpickling polars frames may start polars' pool). The child's
     memory goes with it, whatever its allocators kept. Call only when :func:`can_fork`.
@@ -278,7 +278,9 @@ def pickled_in_child(work, what: str) -> memoryview:
     raises KeyboardInterrupt (SIGINT), LimitExceeded (SIGKILL, as the out-of-memory killer
     sends) or TraceviewError, naming ``what`` (the input it was reading). A Ctrl-C ends the
     child at once, silently, and raises KeyboardInterrupt here (the parent says so, once); the
-    child dies with the parent."""
+    child dies with the parent. ``meanwhile``: called here, with no argument, while the child
+    works (what this process does then is the next fork's too: imports a later child needs);
+    what it raises is ignored."""
     import pickle
 
     from traceview.errors import LimitExceeded, TraceviewError
@@ -295,6 +297,11 @@ def pickled_in_child(work, what: str) -> memoryview:
         _child(work, w, parent, ignored)
     os.close(w)
     try:
+        if meanwhile is not None:
+            try:
+                meanwhile()
+            except Exception:  # noqa: BLE001 - the child's work is what counts; an import failing here fails there too
+                pass
         with os.fdopen(r, "rb") as f:
             data = f.read()
         _, status = os.waitpid(pid, 0)
