@@ -567,3 +567,20 @@ def test_findings_section_names_the_rules_that_could_not_run(gemm_html):
     assert "no rule found its evidence" not in sec
     assert "not evaluated: " in sec and "host-bound-steps" in sec and "warmup-in-window" in sec
     assert "(the steps are not one repeated step: the commonest op mix runs 3 time(s) per device, in 3 of 13" in sec
+
+
+def test_the_step_chart_stacks_its_families_in_one_order(shared_traces):
+    """The families the anatomy's table leaves out are stacked after its own, longest first:
+    their order came from a group_by's rows and changed from run to run (the gemm report's
+    step chart differed between two runs of one tree)."""
+    from traceview.analysis import derived
+    from traceview.analysis.report import step_chart
+    from traceview.model.load import load
+
+    prof = load(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb", cache=False)
+    anat = derived.step_anatomy(prof, None)
+    assert anat.families["family"].to_list() == ["matmul/convolution"]
+    for _ in range(20):  # the group_by's order varied about every other call
+        chart = step_chart(anat)
+        assert [f for f, _ in chart.series] == ["matmul/convolution", "elementwise fusions", "copies and conversions"]
+        assert [round(sum(v)) for _, v in chart.series] == [3233884000, 142640000, 21160000]

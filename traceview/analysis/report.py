@@ -254,8 +254,11 @@ def step_chart(anat: StepAnatomy, max_steps: int = CHART_STEPS) -> StepChart:
         acc = {f: [0.0] * shown for f in order}
         for s, f, t, _ in per.iter_rows():
             acc.setdefault(f, [0.0] * shown)[s] += float(t or 0)
-        series = [(f, acc[f]) for f in order if sum(acc[f]) > 0] + \
-                 [(f, v) for f, v in acc.items() if f not in order and sum(v) > 0]
+        # the families the anatomy's table leaves out after its own, longest first (by name on a
+        # tie): the group_by's row order varies from run to run, and with it the stacking
+        extra = sorted(((f, v) for f, v in acc.items() if f not in order and sum(v) > 0),
+                       key=lambda fv: (-sum(fv[1]), fv[0]))
+        series = [(f, acc[f]) for f in order if sum(acc[f]) > 0] + extra
     idle = step_of.group_by("step").agg(pl.col("idle_ps").mean()).sort("step")
     idle_vals = [0.0] * shown
     for s, v in idle.iter_rows():
