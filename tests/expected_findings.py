@@ -58,6 +58,15 @@ FIXTURES = {
         # ynn_fusion.14: decode f32[8,512] x3 beside prefill buckets, 7.6% of op time
         "one-name-several-regimes",
     },
+    "h200_cmdbuf": {
+        # JAX 0.11 on an H200: each step ends in block_until_ready, so the GPU idles ~0.5 ms between
+        # the 0.69 ms steps (60% of the step period)
+        "host-bound-steps",
+        # the softmax and transpose fusions of the attention (25% of op time) at ~27% of 4.8 TB/s
+        "far-below-roofline",
+        # the same fusions in the 8x512 and the 8x16 programs (gemm_fusion_dot.8: x24 and x8)
+        "one-name-several-regimes",
+    },
     "hostmask_b4": {
         # the host computes a token mask in Python each step: the device idles 75% of the 3 decode steps
         "host-bound-steps",

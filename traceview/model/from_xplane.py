@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import operator
 import os
+import re
 from itertools import chain
 from pathlib import Path
 
@@ -1015,6 +1016,12 @@ def _op_row(st: dict, ev_name: str, hlo: HloIndex) -> tuple:
     pid = _as_int(st.get("program_id"))
     module = str(st.get("hlo_module", "") or "") or hlo.names.get(pid, "")
     info = hlo.op(pid, op_name)
+    if info is None and ev_name and ev_name != op_name:  # a kernel of a command buffer (a CUDA graph):
+        # its hlo_op is the buffer's thunk (command_buffer_1, no instruction of the module); XLA
+        # names a fusion's kernel after the fusion, "." written "_" (fusion_89 for fusion.89)
+        inner = _kernel_instruction(ev_name, pid, hlo)
+        if inner is not None:
+            op_name, info = inner
     fw = str(st.get("tf_op", "") or "")
     if fw in ("", "XlaModule:"):
         fw = str(st.get("name", "") or "")
@@ -1026,6 +1033,21 @@ def _op_row(st: dict, ev_name: str, hlo: HloIndex) -> tuple:
             None if info.flops is None else float(info.flops), None,
             None if info.bytes is None else float(info.bytes),
             "unknown" if info.flops is None and info.bytes is None else "derived")
+
+
+_KERNEL_SUFFIX = re.compile(r"_(\d+)$")
+
+
+def _kernel_instruction(kernel: str, pid: int | None, hlo: HloIndex) -> tuple[str, object] | None:
+    """(name, HloOp) of the instruction of module ``pid`` that the kernel named ``kernel``
+    runs: the kernel's own name, else with its last ``_<digits>`` written ``.<digits>`` (XLA:GPU
+    names a fusion's kernel after the fusion: ``gemm_fusion_dot_8`` runs ``gemm_fusion_dot.8``);
+    None when neither is an instruction (a cuBLAS kernel, a memset)."""
+    for name in (kernel, _KERNEL_SUFFIX.sub(r".\1", kernel)):
+        info = hlo.op(pid, name)
+        if info is not None:
+            return name, info
+    return None
 
 
 _ROW_COLUMNS = ("module", "program_id", "op_name", "op_kind", "category", "shape", "hlo_text", "kernel", "source_file",
