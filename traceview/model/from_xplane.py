@@ -1018,10 +1018,12 @@ def _op_row(st: dict, ev_name: str, hlo: HloIndex) -> tuple:
     info = hlo.op(pid, op_name)
     if info is None and ev_name and ev_name != op_name:  # a kernel of a command buffer (a CUDA graph):
         # its hlo_op is the buffer's thunk (command_buffer_1, no instruction of the module); XLA
-        # names a fusion's kernel after the fusion, "." written "_" (fusion_89 for fusion.89)
+        # names a fusion's kernel after the fusion, "." written "_" (fusion_89 for fusion.89),
+        # and runs identical fusions with one kernel (fusion.77 as fusion_76): the op is the
+        # buffer's kernel, with the shape, HLO and costs of the fusion it is named after
         inner = _kernel_instruction(ev_name, pid, hlo)
         if inner is not None:
-            op_name, info = inner
+            op_name, info = f"{op_name}/{ev_name}", inner[1]
     fw = str(st.get("tf_op", "") or "")
     if fw in ("", "XlaModule:"):
         fw = str(st.get("name", "") or "")
