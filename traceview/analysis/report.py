@@ -423,10 +423,15 @@ def _beside(*makes) -> list:
             for i, make in enumerate(makes):
                 try:
                     outcomes[i] = (True, make())
-                except Exception as exc:  # noqa: BLE001 - raised by the getter
+                except BaseException as exc:  # noqa: BLE001 - raised by the getter; a BaseException
+                    # (a panic of polars' while the command is interrupted, SystemExit) too, which
+                    # would otherwise reach threading's hook and print a traceback beside
+                    # "traceview: interrupted"
                     outcomes[i] = (False, exc)
+                    if not isinstance(exc, Exception):
+                        break
                 done[i].set()
-        finally:  # the thread itself stopped (SystemExit): no getter waits for ever
+        finally:  # the thread itself stopped: no getter waits for ever
             for ev in done:
                 ev.set()
 
