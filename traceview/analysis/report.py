@@ -226,11 +226,12 @@ def split_names(by_shape: pl.DataFrame) -> pl.DataFrame:
     """The op names of a :func:`~traceview.analysis.ops.aggregate.by_shape` table that have
     several shape populations: op_name, n, and per population (lists, in the table's order)
     shape, occurrences, mean_ps, self_ps, share, modules; t (their total self time, ps).
-    Sorted by t, descending."""
+    Sorted by t, descending, then op_name."""
     return (by_shape.group_by("op_name").agg(
         pl.len().alias("n"), pl.col("shape"), pl.col("occurrences"), pl.col("mean_ps"), pl.col("self_ps"),
         pl.col("share"), pl.col("modules"), pl.col("self_ps").sum().alias("t"))
-        .filter(pl.col("n") > 1).sort("t", descending=True))
+        .filter(pl.col("n") > 1).sort(["t", "op_name"], descending=[True, False]))  # (a tie by name: a group_by's
+    # order varies from run to run)
 
 
 def step_chart(anat: StepAnatomy, max_steps: int = CHART_STEPS) -> StepChart:

@@ -223,7 +223,9 @@ def _alive_at(ev: pl.DataFrame, k: int) -> tuple[pl.DataFrame, int]:
     grouped = (alive.group_by(["op", "shape", "region", "data_type", "allocation_bytes", "requested_bytes"])
                .agg(pl.len().alias("count"))
                .with_columns((pl.col("allocation_bytes").fill_null(0) * pl.col("count")).alias("bytes"))
-               .sort(["bytes", "allocation_bytes", "op", "shape"], descending=[True, True, False, False])
+               .sort(["bytes", "allocation_bytes", "op", "shape", "region", "data_type", "requested_bytes"],
+                     descending=[True, True, False, False, False, False, True])  # (every group key: ties broke by
+               # a group_by's order, which varies from run to run)
                .head(ALIVE_ROWS)
                .select("bytes", "count", "allocation_bytes", "requested_bytes", "op", "shape", "region", "data_type"))
     return grouped, total

@@ -170,7 +170,8 @@ def phases(prof, anat, peaks=None, *, tokens_per_step: int | None = None) -> Pha
     for (host, dev), s in steps.sort("host", "device", "start_ps").group_by(["host", "device"], maintain_order=True):
         r = by_dev.get((host, dev), runs.head(0))
         ex, got = _label_device(s, r)
-        rows = s["_row"].to_numpy()
+        rows = s["_row"].to_numpy().astype(np.int64)  # (UInt32: np.where with -1 wrapped it to 2**32-1,
+        # and numpy 2.5 raises OverflowError)
         execs.append(ex.with_columns(pl.Series("step_row", np.where(ex["step_row"].to_numpy() >= 0,
                                                                        rows[np.maximum(ex["step_row"].to_numpy(), 0)]
                                                                        if len(rows) else -1, -1))))
