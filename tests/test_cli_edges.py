@@ -353,3 +353,27 @@ def test_no_command_is_a_usage_error_on_stderr(capsys):
     assert main([]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("usage: traceview") and "analyze" in err
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["analyze", "--help"]])
+def test_help_and_version_with_stdout_closed_say_so(argv, tmp_path):
+    """``>&-``: sys.stdout is None; argparse's writer met it as an AttributeError traceback."""
+    r = subprocess.run([sys.executable, "-m", "traceview.cli", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       cwd=tmp_path, timeout=120, preexec_fn=lambda: os.close(1))
+    assert r.returncode == 2
+    assert r.stderr.decode() == "traceview: error: cannot write standard output: standard output is closed\n"
+
+
+@pytest.mark.parametrize("option, value, says", [
+    ("--query-memory", "9e9", None), ("--query-memory", "1e308", None), ("--query-timeout", "9.3e9", None),
+    ("--query-memory", "1e-12", "expected 0 (no limit) or at least")])
+def test_query_limits_past_the_range_a_limit_can_bind(shared_traces, capsys, option, value, says):
+    """A limit too large to bind is no limit (it overflowed int or setitimer: a traceback); one
+    too small to import a module is refused (1e-12 GiB rounded to 0 read as no limit)."""
+    rc = main(["query", str(shared_traces / "mi300x_jax_conv3d.xplane.pb"), "SELECT 1 AS x", option, value,
+               "--no-cache", "--format", "csv"])
+    out, err = capsys.readouterr()
+    if says is None:
+        assert rc == 0 and out == "x\n1\n" and "Traceback" not in err
+    else:
+        assert rc == 2 and says in err and err.count("\n") == 1

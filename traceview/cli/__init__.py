@@ -12,6 +12,7 @@ threads, streams, the exit path) is :mod:`traceview.cli.process`'s alone.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import re
 import sys
@@ -119,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         if code:
             return code
         try:  # the help or the version reaches standard output, or says why not
+            if sys.stdout is None:  # descriptor 1 closed (>&-): nothing was written
+                raise OSError(errno.EBADF, "standard output is closed")
             sys.stdout.flush()
             return code
         except OSError as exc2:

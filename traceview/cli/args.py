@@ -25,10 +25,12 @@ class Parser(argparse.ArgumentParser):
     def _print_message(self, message, file=None):
         """argparse's writer of the help, the usage and ``--version``, with a failed write
         raised (argparse swallows the OSError: a help sent to a full disk was lost with exit 0)."""
-        import sys
+        import errno
 
         if message:
-            (file or sys.stderr).write(message)
+            if file is None:  # argparse gives sys.stdout, None when descriptor 1 is closed (>&-)
+                raise OSError(errno.EBADF, "standard output is closed")
+            file.write(message)
 
 
 #: Counts on the command line are held to this (no table, step count or batch comes near;
@@ -476,6 +478,20 @@ def limit_value(text: str) -> float:
     return v
 
 
+def memory_gib(text: str) -> float:
+    """argparse type of ``--query-memory``: :func:`limit_value`, and 0 or at least
+    :data:`MIN_MEMORY_GIB` (below it a query cannot even import its modules: it read as a
+    broken installation)."""
+    v = limit_value(text)
+    if 0 < v < MIN_MEMORY_GIB:
+        raise argparse.ArgumentTypeError(f"expected 0 (no limit) or at least {MIN_MEMORY_GIB:g} GiB, got {text!r}")
+    return v
+
+
+#: the smallest ``--query-memory`` taken, GiB (1 MiB)
+MIN_MEMORY_GIB = 1 / 1024
+
+
 def scheduler_address(text: str) -> str:
     """argparse type of ``--scheduler``: a Dask scheduler address
     (:func:`traceview.read.batch.address_fault`; an empty one, read as none, would run the
@@ -495,7 +511,7 @@ def add_query_limits(p: argparse.ArgumentParser) -> None:
     """``--query-memory GIB`` and ``--query-timeout S`` (query, mcp): :mod:`traceview.cli.sqlguard`."""
     from traceview.cli.sqlguard import MEMORY_GIB, TIMEOUT_S
 
-    p.add_argument("--query-memory", type=limit_value, default=MEMORY_GIB, metavar="GIB",
+    p.add_argument("--query-memory", type=memory_gib, default=MEMORY_GIB, metavar="GIB",
                    help=f"memory a query may take above the profile's tables, in GiB (default {MEMORY_GIB:g}; "
                         "0: no limit); over it: one line, exit 6")
     p.add_argument("--query-timeout", type=limit_value, default=TIMEOUT_S, metavar="S",
@@ -506,7 +522,14 @@ def query_limits(args) -> dict:
     """:func:`traceview.cli.sqlguard.run`'s ``memory`` (bytes) and ``seconds`` from
     ``--query-memory`` / ``--query-timeout`` (None: no limit)."""
     gib, seconds = args.query_memory, args.query_timeout
-    return {"memory": int(gib * (1 << 30)) or None if gib else None, "seconds": seconds or None}
+    # a limit too large to bind (past 2**62 bytes, or a timer past MAX_LIMIT_S) is none; a tiny
+    # one is at least a byte (rounded to 0 it read as "no limit")
+    memory = None if not gib or gib * (1 << 30) >= (1 << 62) else max(1, int(gib * (1 << 30)))
+    return {"memory": memory, "seconds": seconds if seconds and seconds < MAX_LIMIT_S else None}
+
+
+#: seconds past which ``--query-timeout`` sets no timer (a year: setitimer overflows far beyond)
+MAX_LIMIT_S = 365 * 86400.0
 
 
 def add_findings(p: argparse.ArgumentParser) -> None:

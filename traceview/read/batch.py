@@ -155,8 +155,9 @@ def dask_executor(address: str):
                              "(distributed.comm.tls.ca-file, .client.cert and .client.key)") from None
         # the address is well formed (address_fault) and the port accepted a connection: what
         # answers there sent bytes Dask cannot decode (Dask's own error names an array size)
-        raise RemoteUnreadable(f"no Dask scheduler at {address}: its reply is not Dask's protocol "
-                               f"({type(err).__name__}){_what_answers(address)}") from None
+        raise RemoteUnreadable(f"no Dask scheduler at {address}: its reply is not Dask's protocol"
+                               f"{_what_answers(address)}") from None  # (Dask's error, a MemoryError
+        # or a ValueError from decoding garbage, would send the user after the wrong fault)
     if "client" not in got:
         raise RemoteUnreadable(f"no Dask scheduler answered at {address} within "
                                f"{CONNECT_TIMEOUT_S + HANDSHAKE_GRACE_S:g} s{_what_answers(address)}")
