@@ -40,7 +40,7 @@ import numpy as np
 import polars as pl
 
 from traceview.errors import TraceUnreadable
-from traceview.model.hlo import HloIndex
+from traceview.model.hlo import HloIndex, HloOp
 from traceview.model.schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, STEP_MARKERS_SCHEMA, DeviceInfo, TraceData, frame
 from traceview.model.shapes import canonical_shape_text, instruction_signature
 from traceview.model.timeline import self_times
@@ -1021,9 +1021,9 @@ def _op_row(st: dict, ev_name: str, hlo: HloIndex) -> tuple:
         # names a fusion's kernel after the fusion, "." written "_" (fusion_89 for fusion.89),
         # and runs identical fusions with one kernel (fusion.77 as fusion_76): the op is the
         # buffer's kernel, with the shape, HLO and costs of the fusion it is named after
-        inner = _kernel_instruction(ev_name, pid, hlo)
-        if inner is not None:
-            op_name, info = f"{op_name}/{ev_name}", inner[1]
+        namesake = _kernel_namesake(ev_name, pid, hlo)
+        if namesake is not None:
+            op_name, info = f"{op_name}/{ev_name}", namesake
     fw = str(st.get("tf_op", "") or "")
     if fw in ("", "XlaModule:"):
         fw = str(st.get("name", "") or "")
@@ -1040,15 +1040,15 @@ def _op_row(st: dict, ev_name: str, hlo: HloIndex) -> tuple:
 _KERNEL_SUFFIX = re.compile(r"_(\d+)$")
 
 
-def _kernel_instruction(kernel: str, pid: int | None, hlo: HloIndex) -> tuple[str, object] | None:
-    """(name, HloOp) of the instruction of module ``pid`` that the kernel named ``kernel``
-    runs: the kernel's own name, else with its last ``_<digits>`` written ``.<digits>`` (XLA:GPU
-    names a fusion's kernel after the fusion: ``gemm_fusion_dot_8`` runs ``gemm_fusion_dot.8``);
-    None when neither is an instruction (a cuBLAS kernel, a memset)."""
+def _kernel_namesake(kernel: str, pid: int | None, hlo: HloIndex) -> HloOp | None:
+    """The instruction of module ``pid`` that the kernel named ``kernel`` is named after: its own
+    name, else its last ``_<digits>`` written ``.<digits>`` (XLA:GPU names a fusion's kernel
+    after the fusion: ``gemm_fusion_dot_8`` for ``gemm_fusion_dot.8``; identical fusions share
+    the first one's kernel); None when neither is an instruction (a cuBLAS kernel, a memset)."""
     for name in (kernel, _KERNEL_SUFFIX.sub(r".\1", kernel)):
         info = hlo.op(pid, name)
         if info is not None:
-            return name, info
+            return info
     return None
 
 
