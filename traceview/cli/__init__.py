@@ -12,7 +12,6 @@ threads, streams, the exit path) is :mod:`traceview.cli.process`'s alone.
 
 from __future__ import annotations
 
-import errno
 import importlib
 import re
 import sys
@@ -119,9 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         code = int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_USAGE
         if code:
             return code
-        try:  # the help or the version reaches standard output, or says why not
-            if sys.stdout is None:  # descriptor 1 closed (>&-): nothing was written
-                raise OSError(errno.EBADF, "standard output is closed")
+        try:  # the help or the version reaches standard output, or says why not (a closed
+            # descriptor 1 is args.Parser._print_message's OSError, below)
             sys.stdout.flush()
             return code
         except OSError as exc2:

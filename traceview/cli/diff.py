@@ -274,12 +274,10 @@ def _child_imports() -> None:
     """What every side's child imports (the reader, polars, numpy, the comparison), imported
     here while the first child reads: the later children are forked with it (polars' thread
     pool is not started by an import). The parent's own memory grows by the modules only."""
-    import importlib
-
+    import traceview.model.load  # noqa: F401
     from traceview.cli import process
 
-    for m in ("traceview.model.load", *process.AFTER_READ_IMPORTS["diff"]):
-        importlib.import_module(m)
+    process.imports_while_decoding("diff")()
 
 
 def _compared(sides: list, nb: int, args, out) -> str | None:

@@ -434,17 +434,17 @@ def _describe_run(r: Run, now: float) -> str:
     return f"{r.name or r.directory.name or str(r.directory)} ({when}, {_age_phrase(r.age(now))}, {len(hosts)} host{'s' if len(hosts) != 1 else ''})"
 
 
-def _stat_or_raise(root: Path) -> None:
-    """Raises :class:`TraceUnreadable` naming ``root`` when it cannot even be looked at
+def _missing(root: Path) -> int | None:
+    """None when ``root`` exists, else why not (``ENOENT``, ``ENOTDIR``, ``ELOOP``: a loop of
+    links). Raises :class:`TraceUnreadable` naming ``root`` when it cannot even be looked at
     (a folder on its way without search permission, a name too long): not "does not exist"."""
     try:
         os.stat(root)
-    except (FileNotFoundError, NotADirectoryError):
-        return
     except OSError as exc:
-        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):  # said below, with the link's target
-            return
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return exc.errno
         raise TraceUnreadable(f"cannot be looked at ({exc.strerror or exc})", root) from None
+    return None
 
 
 def discover(
@@ -512,16 +512,12 @@ def discover(
     now = time.time() if now is None else now
     if run is not None and all_runs:
         raise UsageError("give either a run name or all runs, not both")
-    if listing is None:
-        _stat_or_raise(root)
-    if listing is None and not os.path.exists(root):
+    missing = _missing(root) if listing is None else None
+    if missing is not None:
         if os.path.islink(root):
-            try:
-                os.stat(root)
-            except OSError as exc:
-                if exc.errno == errno.ELOOP:  # links that lead back to themselves
-                    raise NoTraceFound(f"is a symbolic link that leads back to itself (to {os.readlink(root)}, "
-                                       "a loop of links)", root) from None
+            if missing == errno.ELOOP:  # links that lead back to themselves
+                raise NoTraceFound(f"is a symbolic link that leads back to itself (to {os.readlink(root)}, "
+                                   "a loop of links)", root)
             raise NoTraceFound(f"is a broken symbolic link (to {os.readlink(root)}, which does not exist)", root)
         raise NoTraceFound("does not exist", root)
     skipped: list[tuple[Path, str]] = []

@@ -116,8 +116,12 @@ class RoofPeaks(NamedTuple):
 def roofline_args(roof: pl.DataFrame, peaks) -> tuple[dict, RoofPeaks]:
     """:func:`roofline_svg`'s arguments as plain Python values (columns as lists), so the
     report's chart process draws it without importing polars or the analysis modules."""
-    return (roof.select(ROOF_COLUMNS).to_dict(as_series=False),
-            RoofPeaks(peaks.peak_flops, peaks.peak_bw, peaks.ridge, bool(peaks.complete)))
+    return _roof_columns(roof), RoofPeaks(peaks.peak_flops, peaks.peak_bw, peaks.ridge, bool(peaks.complete))
+
+
+def _roof_columns(roof: pl.DataFrame | dict) -> dict:
+    """:data:`ROOF_COLUMNS` of ``roof`` as lists (a dict of them is taken as it is)."""
+    return roof if isinstance(roof, dict) else roof.select(ROOF_COLUMNS).to_dict(as_series=False)
 
 
 def _finite_positive(v) -> bool:
@@ -142,7 +146,7 @@ def roofline_svg(roof: pl.DataFrame | dict, peaks, *, labelled: int = LABELLED) 
         return None, (f"No roofline chart: the {' and the '.join(gone)} of this device {verb} unknown (the trace does "
                       "not carry them and the device type is not in the chip table). "
                       "Pass --chip NAME, or --peak-flops and --peak-bw (report(..., peaks=Peaks(...)) in Python)."), 0
-    cols = roof if isinstance(roof, dict) else roof.select(ROOF_COLUMNS).to_dict(as_series=False)
+    cols = _roof_columns(roof)
     costed = [i for i, (f, b) in enumerate(zip(cols["flops"], cols["bytes"])) if f is not None or b is not None]
     if not costed:
         return None, ("No roofline chart: this trace carries no FLOP or byte counts and none could be derived "

@@ -46,11 +46,12 @@ def _printable(value):
     :func:`~traceview.model.naming.safe_line`), markup kept as markup; newlines and tabs kept
     only in markup and in :class:`_Text` (HLO text)."""
     if isinstance(value, str):
-        import markupsafe
-
-        fixed = safe_line(value, keep_newlines=isinstance(value, (_Text, markupsafe.Markup)))
+        markup = hasattr(value, "__html__")  # a markupsafe.Markup
+        fixed = safe_line(value, keep_newlines=markup or isinstance(value, _Text))
         if fixed is not value:
-            return markupsafe.Markup(fixed) if isinstance(value, markupsafe.Markup) else fixed
+            import markupsafe
+
+            return markupsafe.Markup(fixed) if markup else fixed
     return value
 
 
