@@ -539,3 +539,38 @@ def test_an_export_of_an_export_draws_traceview_lines_once(shared_traces, tmp_pa
         names = [ln.name for ln in plane.lines if ln.name.startswith("traceview ")]
         assert len(names) == len(set(names)), plane.name
     assert any(ln.name == "traceview steps" for p in _space(tmp_path / "w2.xplane.pb").planes for ln in p.lines)
+
+
+def test_a_failed_json_write_leaves_no_xplane_behind(tmp_path, capsys, monkeypatch):
+    """The disk filling up while ``OUT.json`` is written: exit 2 naming it, and neither
+    ``OUT.xplane.pb`` (written first) nor a temporary file is left in the folder."""
+    import errno
+    import os as _os
+
+    import traceview.read.guard as guard
+
+    real = _os.fdopen
+
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    def fdopen(fd, *a, **k):
+        fh = real(fd, *a, **k)
+        return Full(fh) if ".json." in _os.readlink(f"/proc/self/fd/{fd}") else fh
+
+    monkeypatch.setattr(guard.os, "fdopen", fdopen)
+    out = tmp_path / "out"
+    out.mkdir()
+    rc, err = export(capsys, ENGINE, "-o", out / "w")
+    assert rc == 2 and "cannot write" in err and "w.json: No space left on device" in err, err
+    assert list(out.iterdir()) == []

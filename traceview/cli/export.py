@@ -122,7 +122,7 @@ def run(args) -> int:
                        **cargs.findings_from_args(args))
     plan = plan_export(rep, steps=args.steps, window_ps=args.window_ps)
     del rep, prof  # the window is read from the files: the tables are no longer needed
-    from traceview.read.guard import write_atomic
+    from traceview.read.guard import written_together
     from traceview.read.window import tracejson_window, xspace_window
     from traceview.render.timeline import chrome_trace, with_tracks, xspace_bytes
 
@@ -131,68 +131,70 @@ def run(args) -> int:
     by_file: dict = {}  # trace file -> its hosts (several: ranks merged into one XSpace)
     for host in sorted(plan.files):
         by_file.setdefault(plan.files[host], []).append(host)
-    for path, its_hosts in sorted(by_file.items(), key=lambda kv: kv[1][0]):
-        host = its_hosts[0]
-        win = plan.windows[host]
-        tracks = [t for t in plan.tracks if t.host == host]
-        if len(its_hosts) > 1:
-            from traceview.read.window import Window
+    # every file written or none: a failed .json (disk full) leaves no lone .xplane.pb
+    with written_together() as put:
+        for path, its_hosts in sorted(by_file.items(), key=lambda kv: kv[1][0]):
+            host = its_hosts[0]
+            win = plan.windows[host]
+            tracks = [t for t in plan.tracks if t.host == host]
+            if len(its_hosts) > 1:
+                from traceview.read.window import Window
 
-            wins = [plan.windows[h] for h in its_hosts]
-            cuts: dict = {}  # device name -> the ranks' windows of it
-            for w in wins:
-                for d, c in w.planes.items():
-                    cuts.setdefault(d, set()).add(c)
-            win = Window(min(w.lo_ps for w in wins), max(w.hi_ps for w in wins),
-                         planes={d: next(iter(c)) for d, c in cuts.items() if len(c) == 1},
-                         per_plane=_rank_windows(its_hosts, plan.windows))
-            devs = {t.device for t in tracks}
-            for h in its_hosts[1:]:  # each rank's tracks, where its planes' names are its own
-                more = [t for t in plan.tracks if t.host == h]
-                if {t.device for t in more} & devs:  # a plane name no longer tells the ranks apart
+                wins = [plan.windows[h] for h in its_hosts]
+                cuts: dict = {}  # device name -> the ranks' windows of it
+                for w in wins:
+                    for d, c in w.planes.items():
+                        cuts.setdefault(d, set()).add(c)
+                win = Window(min(w.lo_ps for w in wins), max(w.hi_ps for w in wins),
+                             planes={d: next(iter(c)) for d, c in cuts.items() if len(c) == 1},
+                             per_plane=_rank_windows(its_hosts, plan.windows))
+                devs = {t.device for t in tracks}
+                for h in its_hosts[1:]:  # each rank's tracks, where its planes' names are its own
+                    more = [t for t in plan.tracks if t.host == h]
+                    if {t.device for t in more} & devs:  # a plane name no longer tells the ranks apart
+                        plan.notes.append(f"{len(its_hosts)} ranks share {Path(path).name} and their device planes' "
+                                          "names: traceview's lines are left out of its export (the ops are all there; "
+                                          "read back, its steps are found from its ops again, and on GPU the window's "
+                                          "last step can end short of its trailing ops)")
+                        tracks = []
+                        break
+                    tracks += more
+                    devs |= {t.device for t in more}
+            from traceview.read.discover import classify
+
+            kind = (classify(Path(path).name) or ("xplane", ""))[0]
+            if kind == "xplane":
+                sw = xspace_window(path, win)
+            elif kind == "trace_json":
+                from traceview.read.tracejson import text_limit_for
+
+                plan.notes.append(f"{Path(path).name} is a Chrome-trace JSON: its events' args are kept as XStats, but it "
+                                  "holds no HLO protos, so the exported XSpace read again (by traceview or XProf) has no op "
+                                  "shapes; the .json export and the original keep them")
+                sw = tracejson_window(path, win,
+                                      max_decompressed_bytes=text_limit_for(args.max_bytes) if args.max_bytes else None)
+            else:
+                raise UsageError(f"{path}: export reads .xplane.pb and .trace.json(.gz) files, not {kind}")
+            if len(its_hosts) > 1 and tracks:
+                # a device that names no plane of the file, or several (the ranks' planes named
+                # alike, or each under its rank's prefix): its lines would land on another rank's
+                # plane or a plane of their own, and be read back as that plane's steps
+                seen: dict = {}
+                for pl_ in sw.space.planes:
+                    seen[pl_.name] = seen.get(pl_.name, 0) + 1
+                if any(seen.get(d, 0) != 1 for d in {t.device for t in tracks}):
                     plan.notes.append(f"{len(its_hosts)} ranks share {Path(path).name} and their device planes' "
-                                      "names: traceview's lines are left out of its export (the ops are all there; "
-                                      "read back, its steps are found from its ops again, and on GPU the window's "
-                                      "last step can end short of its trailing ops)")
+                                      "names: traceview's lines are left out of its export (the ops are all there; read "
+                                      "back, its steps are found from its ops again, and on GPU the window's last step "
+                                      "can end short of its trailing ops)")
                     tracks = []
-                    break
-                tracks += more
-                devs |= {t.device for t in more}
-        from traceview.read.discover import classify
-
-        kind = (classify(Path(path).name) or ("xplane", ""))[0]
-        if kind == "xplane":
-            sw = xspace_window(path, win)
-        elif kind == "trace_json":
-            from traceview.read.tracejson import text_limit_for
-
-            plan.notes.append(f"{Path(path).name} is a Chrome-trace JSON: its events' args are kept as XStats, but it "
-                              "holds no HLO protos, so the exported XSpace read again (by traceview or XProf) has no op "
-                              "shapes; the .json export and the original keep them")
-            sw = tracejson_window(path, win,
-                                  max_decompressed_bytes=text_limit_for(args.max_bytes) if args.max_bytes else None)
-        else:
-            raise UsageError(f"{path}: export reads .xplane.pb and .trace.json(.gz) files, not {kind}")
-        if len(its_hosts) > 1 and tracks:
-            # a device that names no plane of the file, or several (the ranks' planes named
-            # alike, or each under its rank's prefix): its lines would land on another rank's
-            # plane or a plane of their own, and be read back as that plane's steps
-            seen: dict = {}
-            for pl_ in sw.space.planes:
-                seen[pl_.name] = seen.get(pl_.name, 0) + 1
-            if any(seen.get(d, 0) != 1 for d in {t.device for t in tracks}):
-                plan.notes.append(f"{len(its_hosts)} ranks share {Path(path).name} and their device planes' "
-                                  "names: traceview's lines are left out of its export (the ops are all there; read "
-                                  "back, its steps are found from its ops again, and on GPU the window's last step "
-                                  "can end short of its trailing ops)")
-                tracks = []
-        n_events += sw.events
-        n_tracks += len(tracks)
-        space = with_tracks(sw, tracks, LINES)
-        write_atomic(pbs.get(host, next(iter(pbs.values()))), xspace_bytes(space))
-        spaces.append((host if len(by_file) > 1 else "", space))
-    title = (f"steps {plan.steps[0]}:{plan.steps[1]}" if plan.steps else "time window") + f" of {printable(args.path)}"
-    write_atomic(js, chrome_trace(spaces, title=title))
+            n_events += sw.events
+            n_tracks += len(tracks)
+            space = with_tracks(sw, tracks, LINES)
+            put(pbs.get(host, next(iter(pbs.values()))), xspace_bytes(space))
+            spaces.append((host if len(by_file) > 1 else "", space))
+        title = (f"steps {plan.steps[0]}:{plan.steps[1]}" if plan.steps else "time window") + f" of {printable(args.path)}"
+        put(js, chrome_trace(spaces, title=title))
     for n in plan.notes:
         print(f"traceview: note: {safe_line(n)}", file=sys.stderr)
     what = f"steps {plan.steps[0]}:{plan.steps[1]}" if plan.steps else "the time window"

@@ -9,6 +9,7 @@ Used by the CLI and by the library (:meth:`traceview.Profile.report`) alike. Err
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
@@ -183,39 +184,63 @@ def write_atomic(path: Path, data: bytes | str) -> None:
     link); an existing device, FIFO or socket (``/dev/null``, ``/dev/stdout``, a process
     substitution) is written in place, never replaced. Raises :class:`UsageError` naming
     ``path`` when it cannot be written."""
-    path = Path(path)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    if not _is_regular_target(path):
+    with written_together() as put:
+        put(path, data)
+
+
+@contextlib.contextmanager
+def written_together():
+    """A ``put(path, data)`` whose files (each as :func:`write_atomic` writes it) all appear
+    when the block ends, or none: each is written to a temporary file beside it, renamed over
+    its path only once the block ends without an exception; otherwise (an error, Ctrl-C) every
+    temporary file is removed and no path is touched. A device, FIFO or socket path is
+    written when put. Raises :class:`UsageError` naming a path that cannot be written."""
+    staged: list[tuple[str, Path]] = []
+
+    def put(path: Path, data: bytes | str) -> None:
+        path = Path(path)
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        if not _is_regular_target(path):
+            try:
+                with open(path, "wb") as fh:
+                    fh.write(raw)
+            except OSError as exc:
+                raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+            return
+        if path.is_symlink():
+            path = path.resolve()
+        folder = path.parent if str(path.parent) else Path(".")
         try:
-            with open(path, "wb") as fh:
-                fh.write(raw)
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
         except OSError as exc:
             raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-        return
-    if path.is_symlink():
-        path = path.resolve()
-    folder = path.parent if str(path.parent) else Path(".")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
+        staged.append((tmp, path))
         try:
-            mode = os.stat(path).st_mode & 0o7777
-        except OSError:
-            mode = 0o666 & ~_umask()
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException as exc:  # an OSError, or an interrupt (Ctrl-C): no temporary file left behind
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(exc, OSError):
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(raw)
+            try:
+                mode = os.stat(path).st_mode & 0o7777
+            except OSError:
+                mode = 0o666 & ~_umask()
+            os.chmod(tmp, mode)
+        except OSError as exc:
             raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
-        raise
+
+    try:
+        yield put
+        while staged:
+            tmp, path = staged[0]
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+            staged.pop(0)
+    finally:  # an error or an interrupt (Ctrl-C): no temporary file left behind
+        for tmp, _ in staged:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
 
 
 def _umask() -> int:
