@@ -231,6 +231,30 @@ def test_unreadable_folder_is_skipped(tmp_path, monkeypatch):
     assert any("skipped 1 path" in r for r in d.reasons)
 
 
+def test_a_folder_given_that_cannot_be_listed_is_unreadable_not_empty(tmp_path, monkeypatch, capsys):
+    """The folder given itself cannot be listed: exit 4 (unreadable) naming it and why, not 3
+    (no trace found), which would say it holds no trace; a subfolder that cannot be listed is
+    skipped and said (above)."""
+    from traceview.cli import main
+    from traceview.errors import EXIT_UNREADABLE, TraceUnreadable
+
+    bad = tmp_path / "locked"
+    _touch(bad / "2026_01_06_12_00_00" / "h.xplane.pb")
+    real_scandir = os.scandir
+
+    def scandir(path="."):
+        if Path(path) == bad:  # root ignores permission bits: inject the failure instead
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(TraceUnreadable, match="cannot list folder: Permission denied"):
+        discover(bad)
+    assert main(["analyze", str(bad), "--no-cache"]) == EXIT_UNREADABLE
+    err = capsys.readouterr().err
+    assert err == f"traceview: error: {bad}: cannot list folder: Permission denied\n", err
+
+
 def test_read_only_tree_is_left_untouched(tmp_path):
     root = tmp_path / "ro"
     prof = root / "plugins" / "profile"

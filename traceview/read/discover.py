@@ -544,6 +544,9 @@ def discover(
         skipped.sort(key=lambda pw: [(0, int(t), "") if t.isdigit() else (1, 0, t)
                                      for t in re.split(r"(\d+)", str(pw[0]))])
     if not found:
+        if skipped and skipped[0][0] == root and skipped[0][1].startswith("cannot list folder"):
+            # the folder given cannot be read at all: unreadable (4), as one that cannot be looked at
+            raise TraceUnreadable(skipped[0][1], root)
         extra = f"; {len(skipped)} path(s) skipped, first: {skipped[0][0]}: {skipped[0][1]}" if skipped else ""
         raise NoTraceFound(f"no trace files found (searched at any depth for {patterns}){extra}", root)
 
