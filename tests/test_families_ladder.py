@@ -321,8 +321,9 @@ def test_ladder_says_when_its_rules_match_no_op():
 
 
 def test_ladder_says_when_its_points_are_not_one_sweep(shared_traces):
-    """An engine run (CPU, step markers) beside the v6e psum trace (TPU, jit_f): the ladder
-    says they are not one sweep; two batches of the engine's decode are one (no such note)."""
+    """An engine run (CPU, step markers) beside the v6e psum trace (TPU, jit_f), or beside the
+    engine on four devices: the ladder says they are not one sweep; two batches of the engine's
+    decode are one (no such note)."""
     from pathlib import Path
 
     fx = Path(__file__).resolve().parents[1] / "fixtures"
@@ -330,8 +331,12 @@ def test_ladder_says_when_its_points_are_not_one_sweep(shared_traces):
     v6e = traceview.load(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
     lad = ladder([b4, v6e], xs=[4, 8], labels=["b4", "v6e"])
     said = [n for n in lad.notes if n.startswith("the points are not one sweep")]
-    assert len(said) == 1 and "b4: step markers on CPU" in said[0] and "v6e: jit_f on TPU v6 Lite" in said[0], said
+    assert len(said) == 1 and "b4: step markers on 1 x CPU" in said[0] and "v6e: jit_f on 4 x TPU v6 Lite" in said[0], said
     assert not any("not one sweep" in n for n in ladder([b4, b8]).notes)
+    # the same kind of device, another count: the 4-device tensor-parallel decode beside b4's one
+    tp = traceview.load(fx / "tp_decode")
+    said = [n for n in ladder([b4, tp], xs=[1, 2], labels=["b4", "tp"]).notes if "not one sweep" in n]
+    assert len(said) == 1 and "b4: step markers on 1 x CPU; tp: step markers on 4 x CPU" in said[0], said
 
 
 def test_the_sampling_prefilter_agrees_with_the_search():

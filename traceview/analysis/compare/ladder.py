@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from traceview.analysis.compare.diff import hardware, hardware_text, same_hardware
 from traceview.analysis.steps.family_roofline import family_roofline
 from traceview.errors import UsageError
 
@@ -153,7 +154,7 @@ def ladder(profiles, *, xs=None, labels=None, rules=None, peaks=None, step_modul
             anat = profile_anatomy(prof, rules, module=step_module)
         except UsageError as e:  # a step module this profile lacks: say which profile
             raise e if e.path is not None else UsageError(e.fault, lab) from None
-        what = (", ".join(sorted({d.device_type or d.kind for d in prof.devices})) or "no device",
+        what = (hardware(prof),
                 program_stem(anat.module) or ("step markers" if anat.method == "markers" else "no step program"))
         kinds.setdefault(what, []).append(lab)
         fr = family_roofline(anat, peaks)
@@ -166,8 +167,10 @@ def ladder(profiles, *, xs=None, labels=None, rules=None, peaks=None, step_modul
         for r in fr.iter_rows(named=True):
             trows.append({"family": r["family"], "x": x, "label": lab, **{k: r[k] for k in TABLE_SCHEMA
                                                                         if k not in ("family", "x", "label")}})
-    if len(kinds) > 1:  # a factor across different programs or chips is not a scaling
-        parts = "; ".join(f"{', '.join(labs)}: {prog} on {dev}" for (dev, prog), labs in kinds.items())
+    first_hw, first_prog = next(iter(kinds))
+    if any(prog != first_prog or not same_hardware(hw, first_hw) for hw, prog in kinds):
+        # a factor across different programs, chips or device counts is not a scaling
+        parts = "; ".join(f"{', '.join(labs)}: {prog} on {hardware_text(hw)}" for (hw, prog), labs in kinds.items())
         notes.append(f"the points are not one sweep (different step programs or devices: {parts}): their "
                      "per-doubling factors compare different work")
     table = pl.DataFrame(trows, schema=TABLE_SCHEMA) if trows else pl.DataFrame(schema=TABLE_SCHEMA)
