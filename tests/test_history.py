@@ -187,3 +187,37 @@ def test_history_ranks_every_step_as_diff_does(shared_traces):
     assert len(s.step_ps) == 18 and s.n_steps == len(s.window_ps) == 13
     assert np.array_equal(s.step_ps, side(prof).samples.steps.astype(np.float64))
     assert s.median_ps == pytest.approx(derived.step_anatomy(prof).distribution["median_ps"])
+
+
+def test_a_run_on_other_hardware_is_compared_only_with_its_own(tmp_path, capsys):
+    """greedy_b4 (1 CPU device), tp_decode (the same jit_decode b4 work on 4 CPU devices, 2.6x
+    its step time), topp_b4 (1 device), oldest first: tp_decode is the first run of its work
+    on its hardware (a baseline, not a 2.6x change), topp_b4 is compared with greedy_b4, and
+    the text, JSON and HTML name both hardware changes."""
+    profile = tmp_path / "logs" / "plugins" / "profile"
+    profile.mkdir(parents=True)
+    names = ("2026_12_01_13_48_13", "2026_12_01_13_48_19", "2026_12_01_13_48_25")
+    for fixture, name in zip(("greedy_b4", "tp_decode", "topp_b4"), names):
+        (src,) = (FIXTURES / fixture / "plugins" / "profile").iterdir()
+        (profile / name).symlink_to(src, target_is_directory=True)
+    logs = str(tmp_path / "logs")
+    capsys.readouterr()
+    assert main(["history", logs, "--format", "json", "--no-cache"]) == 0
+    h = json.loads(capsys.readouterr().out)
+    assert [(r["work"], r["hardware"], r["verdict"], r["baseline"]) for r in h["runs"]] == [
+        ("jit_decode b4", "1 x CPU", "baseline", None), ("jit_decode b4", "4 x CPU", "baseline", None),
+        ("jit_decode b4", "1 x CPU", "no interval", names[0])]
+    assert h["hardware_changes"] == [
+        {"run": names[1], "hardware": "4 x CPU", "previous": names[0], "previous_hardware": "1 x CPU"},
+        {"run": names[2], "hardware": "1 x CPU", "previous": names[1], "previous_hardware": "4 x CPU"}]
+    assert main(["history", logs, "--no-cache"]) == 0
+    said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("other hardware: ")]
+    assert said[0].startswith(f"other hardware: {names[1]} ran on 4 x CPU, the previous run of its work "
+                              f"({names[0]}) on 1 x CPU: not compared with it") and len(said) == 2
+    out = tmp_path / "h.html"
+    assert main(["history", logs, "--format", "html", "-o", str(out), "--no-cache"]) == 0
+    assert out.read_text().count('<p class="tv-note">other hardware: ') == 2
+    # a named baseline on other hardware judges nothing
+    assert main(["history", logs, "--format", "json", "--baseline", names[0], "--no-cache"]) == 0
+    assert [r["verdict"] for r in json.loads(capsys.readouterr().out)["runs"]] == [
+        "baseline", "no comparable run", "no interval"]

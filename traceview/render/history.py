@@ -115,15 +115,26 @@ def _tail_lines(h, rs) -> list[str]:
     lines.append(f"regressions: {len(reg)}" + (": " + ", ".join(safe_line(r.name) for r in reg) if reg else ""))
     inc = h.incomparable() if hasattr(h, "incomparable") else []
     if inc:
-        lines.append("no comparable run (step program unknown, or not the named baseline's; not judged): " + ", ".join(
+        lines.append("no comparable run (step program unknown, or not the named baseline's work or hardware; not judged): " + ", ".join(
             f"{safe_line(r.name)} ({safe_line(getattr(r, 'program', None) or 'unknown program')})" for r in inc))
     for r, b in (h.across_configs() if hasattr(h, "across_configs") else []):
         lines.append(f"other kernel configuration: {safe_line(r.name)} ({safe_line(r.module)}) against "
                      f"{safe_line(b.name)} ({safe_line(b.module)}): the same batch and token buckets, so the change "
                      "is the configuration's")
+    for r, p in (h.hardware_changes() if hasattr(h, "hardware_changes") else []):
+        lines.append(f"other hardware: {_hardware_change(r, p)}")
     for name, why in getattr(h, "skipped", None) or []:
         lines.append(f"skipped: {safe_line(name)}: {safe_line(why)}")
     return lines
+
+
+def _hardware_change(r, p) -> str:
+    """A :meth:`History.hardware_changes` pair in words (names escaped by the caller in HTML)."""
+    from traceview.analysis.compare.diff import hardware_text
+
+    return (f"{safe_line(r.name)} ran on {hardware_text(r.hardware)}, the previous run of its work "
+            f"({safe_line(p.name)}) on {hardware_text(p.hardware)}: not compared with it (a step time on "
+            "other devices is no regression), only with runs on its own hardware")
 
 
 #: the rule's baseline when none is named
@@ -187,10 +198,11 @@ td.tv-name{white-space:nowrap}
 <h1>traceview history</h1>
 <p class="tv-note">{{ runs|length }} run(s), oldest first; each against {{ against }}. A regression is a slowdown
 of the step time whose whole {{ level }} interval ({{ method }}) is at least {{ threshold }} and beyond the run-to-run noise; runs are compared
-only with runs of the same work: step program, batch and token buckets.</p>
+only with runs of the same work (step program, batch and token buckets) on the same hardware.</p>
 {{ chart }}
 <p class="tv-note">Colours: {% for v, c in colors %}<span style="color:{{ c }}">&#9679; {{ v }}</span> {% endfor %}</p>
 {% for a in across %}<p class="tv-note">other kernel configuration: {{ a }}</p>
+{% endfor %}{% for a in hardware %}<p class="tv-note">other hardware: {{ a }}</p>
 {% endfor %}<div class="tv-wide"><table>
 <thead><tr><th>#</th><th>run</th><th>steps</th><th>median step</th><th>p10-p90</th><th>work</th><th>vs</th><th>change (interval)</th>
 <th>verdict</th><th>top families per step</th><th>kernel configurations</th><th>findings</th></tr></thead>
@@ -224,7 +236,8 @@ def history_html(h) -> str:
         runs=rows(h), chart=Markup(svg), level=f"{h.level:.0%}", threshold=f"{h.threshold:.0%}", method=METHOD_NOTE,
         against=_AGAINST if h.baseline == "previous" else h.baseline, colors=list(VERDICT_COLORS.items()),
         across=[f"{r.name} ({r.module}) against {b.name} ({b.module}): the same batch and token buckets, so the "
-                "change is the configuration's" for r, b in h.across_configs()])
+                "change is the configuration's" for r, b in h.across_configs()],
+        hardware=[_hardware_change(r, p) for r, p in h.hardware_changes()])
 
 
 def history_json(h) -> str:

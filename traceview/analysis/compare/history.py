@@ -18,7 +18,7 @@ runs of one step program are compared: a GEMM sweep's steps and a decode engine'
 same step, however their medians compare.
 
 Regression rule (:func:`compare_runs`): each run against its baseline (the latest earlier run of
-the same step program, or the run named as ``baseline`` for every run),
+the same step program on the same hardware, or the run named as ``baseline`` for every run),
 :func:`traceview.analysis.compare.noise.shift` of the per-step durations (treatment = the run): the
 Hodges-Lehmann ratio of the step times with its exact rank interval (4 steps a side at 0.95),
 judged against the run-to-run noise of one recording against another: ``noise`` when stated
@@ -28,7 +28,9 @@ device kinds, else unknown. A run is compared only with runs of the same work: t
 program and the same batch and token buckets (:func:`work_tokens`), its kernel configuration
 free to differ (a treatment). Verdicts: ``baseline`` for the first run of each work (the named
 baseline with ``baseline``); ``no comparable run`` when the run's program is unknown (no step
-module) or, with a named baseline, not the baseline's work;
+module) or, with a named baseline, not the baseline's work or hardware (device kind, type or
+count: :func:`~traceview.analysis.compare.diff.same_hardware`; :meth:`History.hardware_changes`
+lists the runs whose previous run of their work ran on other hardware);
 ``no interval`` when a side has too few steps (the change cannot be judged; ``more_samples``
 says how many more); ``no change`` when there is no run-to-run noise to judge against but
 the interval holds 1 (not significant under any band); ``noise unknown`` when the interval
@@ -48,6 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from traceview.analysis.compare import noise
+from traceview.analysis.compare.diff import hardware_text, same_hardware
 from traceview.model.naming import COPY, bucket_tokens, program_stem
 
 #: default smallest slowdown called a regression (fraction)
@@ -100,6 +103,10 @@ class RunSummary:
     program_module: str | None = None
     #: device kinds of the run ("CPU", "TPU", "GPU"): which noise prior applies
     device_kinds: tuple = ()
+    #: the devices that ran ops, ``(kind, device type, count)`` triples
+    #: (:func:`~traceview.analysis.compare.diff.hardware`; () unknown): runs are compared only
+    #: with runs on the same hardware
+    hardware: tuple = ()
     window_ps: np.ndarray | None = None
     change: noise.Change | None = None
     baseline: str | None = None
@@ -144,7 +151,8 @@ class RunSummary:
     def to_dict(self) -> dict:
         c = self.change
         return {"run": self.name, "directory": self.directory, "time": self.time, "step_method": self.step_method,
-                "step_module": self.step_module, "program": self.program, "program_module": self.module, "work": self.work_label, "n_steps": self.n_steps, "median_step_ps": self.median_ps,
+                "step_module": self.step_module, "program": self.program, "program_module": self.module, "work": self.work_label,
+                "hardware": hardware_text(self.hardware) if self.hardware else None, "n_steps": self.n_steps, "median_step_ps": self.median_ps,
                 "p10_step_ps": self._q(0.1), "p90_step_ps": self._q(0.9), "families": self.families,
                 "kernels": self.kernels, "findings": self.findings, "baseline": self.baseline,
                 "verdict": self.verdict, "change": c.to_dict() if c is not None else None}
@@ -175,6 +183,17 @@ class History:
         return [(r, by[r.baseline]) for r in self.runs if r.baseline in by and r.module and by[r.baseline].module
                 and COPY.sub("", r.module) != COPY.sub("", by[r.baseline].module)]  # a copy number is no config
 
+    def hardware_changes(self) -> list[tuple[RunSummary, RunSummary]]:
+        """(run, the latest earlier run of its work) pairs on other hardware (device kind, type
+        or count: :func:`~traceview.analysis.compare.diff.same_hardware`): the run is not
+        compared with that one, but with the latest earlier run of its work on its own hardware."""
+        out = []
+        for i, r in enumerate(self.runs):
+            prev = next((x for x in reversed(self.runs[:i]) if x.work == r.work), None) if r.program else None
+            if prev is not None and not same_hardware(prev.hardware, r.hardware):
+                out.append((r, prev))
+        return out
+
     def regressions(self) -> list[RunSummary]:
         return [r for r in self.runs if r.verdict == "regression"]
 
@@ -192,6 +211,9 @@ class History:
                 "no_comparable_run": [r.name for r in self.incomparable()],
                 "across_configs": [{"run": r.name, "module": r.module, "baseline": b.name,
                                     "baseline_module": b.module} for r, b in self.across_configs()],
+                "hardware_changes": [{"run": r.name, "hardware": hardware_text(r.hardware), "previous": p.name,
+                                      "previous_hardware": hardware_text(p.hardware)}
+                                     for r, p in self.hardware_changes()],
                 "skipped": [{"run": n, "why": w} for n, w in self.skipped]}
 
 
@@ -203,7 +225,7 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
     bad ``rules``)."""
     import polars as pl
 
-    from traceview.analysis.compare.diff import device_kinds
+    from traceview.analysis.compare.diff import device_kinds, hardware
     from traceview.analysis.report import build_report
 
     rep = build_report(prof, rules=rules)  # one report: its step anatomy, kernels and findings
@@ -232,7 +254,7 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
                       step_ps=step_walls(st).astype(np.float64), window_ps=step_walls(win).astype(np.float64),
                       families=fam, kernels=ks,
                       findings=[f.id for f in rep.findings or []], program=program_stem(prog, bare=False) or None, program_module=prog,
-                      device_kinds=device_kinds(prof))
+                      device_kinds=device_kinds(prof), hardware=hardware(prof))
 
 
 def _verdict(c: noise.Change, threshold: float) -> str:
@@ -271,11 +293,13 @@ def compare_runs(runs: list[RunSummary], *, baseline: str | None = None, thresho
         base_run = hits[0]
     for i, r in enumerate(runs):
         if base_run is not None:
-            b = base_run if base_run.work == r.work and r.program is not None else None
+            b = (base_run if base_run.work == r.work and r.program is not None
+                 and same_hardware(base_run.hardware, r.hardware) else None)
             first = r is base_run
         else:  # an unknown program is the same as none: never compared
-            b = next((x for x in reversed(runs[:i]) if x.work == r.work), None) if r.program else None
-            first = r.program is not None  # the first run of its work: the later ones' baseline
+            b = next((x for x in reversed(runs[:i]) if x.work == r.work and same_hardware(x.hardware, r.hardware)),
+                     None) if r.program else None
+            first = r.program is not None  # the first run of its work (on its hardware): the later ones' baseline
         if b is None or b is r:
             r.change, r.baseline = None, None
             r.verdict = "baseline" if first or b is r else NO_COMPARABLE
