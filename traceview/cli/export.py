@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
     cargs.add_selection(p)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--steps", type=window_range, metavar="A:B",
-                   help="the steps to export, A and B included, as numbered in the steps table (default: the median "
+                   help="the steps to export, A and B both included (--step-window's A:B leaves B out), as numbered in the steps table (default: the median "
                         "step and its neighbours)")
     g.add_argument("--window-ps", type=time_window, metavar="START:END",
                    help="for a trace without steps: the time window, ps after the first op event (default: the "
