@@ -27,10 +27,11 @@ def _threads(pid: int) -> int:
 
 
 def interrupt(argv: list[str], delay: float, *, env: dict | None = None, stdin=subprocess.DEVNULL, cwd=None,
-              after: str | None = None):
-    """Run ``traceview ARGV``, send SIGINT to its process group ``delay`` s after its entry
-    point started (or after it wrote a stderr line starting with ``after``); (exit code,
-    stderr lines, seconds from start to SIGINT)."""
+              after: str | None = None, sig: int = signal.SIGINT, group: bool = True):
+    """Run ``traceview ARGV``, send SIGINT (``sig``) to its process group (``group`` False: to
+    the process alone, as ``kill PID``) ``delay`` s after its entry point started (or after it
+    wrote a stderr line starting with ``after``); (exit code, stderr lines, seconds from start
+    to the signal)."""
     import threading
 
     p = subprocess.Popen([sys.executable, "-m", "traceview.cli", *argv], stdin=stdin, stdout=subprocess.DEVNULL,
@@ -59,7 +60,10 @@ def interrupt(argv: list[str], delay: float, *, env: dict | None = None, stdin=s
         time.sleep(delay)
         sent = time.monotonic() - t0
         if p.poll() is None:
-            os.killpg(p.pid, signal.SIGINT)
+            if group:
+                os.killpg(p.pid, sig)
+            else:
+                p.send_signal(sig)
         p.wait(timeout=120)
         reader.join(10)
     finally:
@@ -69,9 +73,9 @@ def interrupt(argv: list[str], delay: float, *, env: dict | None = None, stdin=s
     return p.returncode, lines, sent
 
 
-def _check(rc, lines, what, line="traceview: interrupted"):
+def _check(rc, lines, what, line="traceview: interrupted", code=130):
     assert "Traceback" not in "\n".join(lines), (what, lines)
-    assert rc == 130 and lines == [line], (what, rc, lines)
+    assert rc == code and lines == [line], (what, rc, lines)
 
 
 def test_ctrl_c_during_analyze_is_one_line_and_exit_130(shared_traces):
@@ -122,6 +126,27 @@ def test_ctrl_c_in_every_command(shared_traces, tmp_path):
     assert not report.exists() or report.read_text().rstrip().endswith("</html>")
     rc, lines, _ = interrupt(["mcp", "--root", str(shared_traces)], 1.5, stdin=subprocess.PIPE)
     _check(rc, lines, "mcp")
+
+
+def test_sigterm_during_a_pool_read_is_one_line_and_exit_143(shared_traces, tmp_path):
+    """``kill PID`` (SIGTERM to traceview alone) while ``analyze --workers 2`` reads four hosts:
+    ``traceview: terminated``, exit 143, and nothing else (its default action killed the process
+    where it stood, and the resource tracker then warned of the pool's leaked semaphores)."""
+    run = tmp_path / "logs" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    run.mkdir(parents=True)
+    for h in range(4):
+        os.link(shared_traces / TPU, run / f"host{h}.xplane.pb")
+    delay = 1.2
+    for _ in range(6):
+        rc, lines, _ = interrupt(["analyze", str(tmp_path / "logs"), "--workers", "2"], delay,
+                                 sig=signal.SIGTERM, group=False)
+        if rc == 0 and lines == []:  # finished first: sooner
+            delay /= 2
+            continue
+        _check(rc, lines, delay, line="traceview: terminated", code=143)
+        break
+    else:
+        raise AssertionError(f"analyze always finished before the SIGTERM (last delay {delay:.3f} s)")
 
 
 @pytest.mark.slow

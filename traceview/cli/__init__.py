@@ -4,7 +4,7 @@ and turns errors into one line and an exit code.
 
 Exit codes are those of :mod:`traceview.errors` (0 ok, 1 check failed, 2 usage, 3 no trace
 found, 4 trace unreadable, 5 no HLO ops, 6 limit exceeded, 7 remote store unreadable, 8 broken installation:
-a module cannot be imported), and 130 when interrupted (Ctrl-C:
+a module cannot be imported), 130 when interrupted (Ctrl-C) and 143 when terminated (SIGTERM):
 one line, :func:`traceview.cli.process.handle_interrupts`). Library errors are printed as one
 line, ``traceview: error: <file>: <fault>``, never as a traceback. Process tuning (allocator,
 threads, streams, the exit path) is :mod:`traceview.cli.process`'s alone.
@@ -40,7 +40,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Shape-keyed analysis of JAX/XProf profiles (.xplane.pb, .trace.json.gz).",
         epilog="exit codes: 0 ok, 1 check failed, 2 usage, 3 no trace found, 4 trace unreadable, "
                "5 no HLO ops in trace, 6 resource limit exceeded, 7 remote store unreadable (denied, unreachable, "
-               "cut short), 8 broken installation (a module cannot be imported), 130 interrupted (Ctrl-C)")
+               "cut short), 8 broken installation (a module cannot be imported), 130 interrupted (Ctrl-C), "
+               "143 terminated (SIGTERM)")
     parser.add_argument("--version", action="version", version=f"traceview {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, module in COMMANDS.items():

@@ -25,6 +25,8 @@ FORK_INPUT_BYTES = 32 << 20
 DECODE_SWITCH_INTERVAL_S = 0.0005
 #: exit code after an interrupt (Ctrl-C, SIGINT): 128 + SIGINT, as a shell reports it
 EXIT_INTERRUPTED = 130
+#: exit code after a SIGTERM (``kill``, a job scheduler, a container stopped): 128 + SIGTERM
+EXIT_TERMINATED = 143
 #: seconds from a SIGINT to a forced exit when the main thread has not ended by then (it may
 #: be inside a long C call, e.g. an XLA compilation, where Python cannot raise)
 INTERRUPT_GRACE_S = 3.0
@@ -548,14 +550,14 @@ def exit_now(rc: int, *, teardown: bool = False) -> None:
     that cannot flush take the normal ``sys.exit``; an interrupted command
     (:data:`EXIT_INTERRUPTED`) never does."""
     exiting()
-    if teardown and rc != EXIT_INTERRUPTED:
+    if teardown and rc not in (EXIT_INTERRUPTED, EXIT_TERMINATED):
         sys.exit(rc)
     try:
         for stream in (sys.stdout, sys.stderr):
             if stream is not None:
                 stream.flush()
     except Exception:  # noqa: BLE001 - a stream that cannot flush: the normal exit reports nothing more
-        if rc != EXIT_INTERRUPTED:
+        if rc not in (EXIT_INTERRUPTED, EXIT_TERMINATED):
             sys.exit(rc)
     os._exit(rc)
 
@@ -563,6 +565,8 @@ def exit_now(rc: int, *, teardown: bool = False) -> None:
 # ------------------------------------------------------------------ interrupts
 _said = threading.Lock()  # taken once, by whoever prints the interrupt line
 _who = ["traceview"]
+#: what ended the command and its exit code: a SIGINT's, or a SIGTERM's once one arrived first
+_how = ["interrupted", EXIT_INTERRUPTED]
 
 
 def handle_interrupts(who: str = "traceview", one_arena: bool = False) -> None:
@@ -581,6 +585,11 @@ def handle_interrupts(who: str = "traceview", one_arena: bool = False) -> None:
       ends the process :data:`INTERRUPT_GRACE_S` after the first SIGINT if the main thread has
       not by then.
 
+    A SIGTERM (``kill``, a job scheduler, a container stopped) first ends the command the same
+    way, with ``<who>: terminated`` and exit code :data:`EXIT_TERMINATED` (its default action
+    kills the process where it stands: a ``--workers`` pool's semaphores were left to the
+    resource tracker, which warned of them), unless SIGTERM is ignored or handled already.
+
     Nothing is installed when SIGINT is ignored (a background job of a non-interactive
     shell) or handled by someone else already, or off the main thread. ``one_arena``:
     :func:`one_malloc_arena` first (a one-shot command)."""
@@ -597,6 +606,8 @@ def handle_interrupts(who: str = "traceview", one_arena: bool = False) -> None:
     except (OSError, ValueError):
         r = None
     signal.signal(signal.SIGINT, _first_interrupt)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _first_terminate)
     _default_unraisable[0] = sys.unraisablehook
     sys.unraisablehook = _unraisable
     if r is not None:
@@ -629,6 +640,16 @@ def _first_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def _first_terminate(signum, frame) -> None:
+    """A first SIGTERM: as a first SIGINT, said and coded as a SIGTERM's (:data:`_how`)."""
+    if not interrupted():
+        _how[:] = ["terminated", EXIT_TERMINATED]
+    signal.signal(signal.SIGTERM, _next_interrupt)
+    if interrupted():  # a SIGINT came first: this one ends it at once
+        _end_interrupted()
+    _first_interrupt(signum, frame)
+
+
 def _importing(frame) -> bool:
     """Whether ``frame`` runs inside an import (a module's top level run by importlib)."""
     while frame is not None:
@@ -652,7 +673,7 @@ def _in_a_child() -> None:
     """In a child forked by :func:`pickled_in_child` (a handler inherited before the child set
     its own, or a signal that tripped before the fork): end silently, the parent says it once."""
     if _owner[0] is not None and os.getpid() != _owner[0]:
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(_how[1])
 
 
 def _watchdog(fd: int) -> None:
@@ -668,17 +689,18 @@ def _watchdog(fd: int) -> None:
             return
         if not got:
             return
-        if signal.SIGINT in got:
+        if signal.SIGINT in got or signal.SIGTERM in got:
             time.sleep(INTERRUPT_GRACE_S)
             _end_interrupted()
 
 
 def say_interrupted(raw: bool = False) -> int:
-    """Print ``<who>: interrupted`` on stderr (once per process, whoever asks) and return
-    :data:`EXIT_INTERRUPTED`. ``raw``: straight to descriptor 2 (from a signal handler or a
-    thread, where the buffered stream may be in use)."""
+    """Print ``<who>: interrupted`` (``terminated`` after a SIGTERM) on stderr (once per
+    process, whoever asks) and return :data:`EXIT_INTERRUPTED` (:data:`EXIT_TERMINATED`).
+    ``raw``: straight to descriptor 2 (from a signal handler or a thread, where the buffered
+    stream may be in use)."""
     if _said.acquire(blocking=False):
-        line = f"{_who[0]}: interrupted\n"
+        line = f"{_who[0]}: {_how[0]}\n"
         try:
             if raw or sys.stderr is None:
                 os.write(2, line.encode())
@@ -687,13 +709,13 @@ def say_interrupted(raw: bool = False) -> int:
                 sys.stderr.flush()
         except (OSError, ValueError, RuntimeError):
             pass
-    return EXIT_INTERRUPTED
+    return _how[1]
 
 
 def _end_interrupted() -> None:
     _in_a_child()
     say_interrupted(raw=True)
-    os._exit(EXIT_INTERRUPTED)
+    os._exit(_how[1])
 
 
 def exiting() -> None:
