@@ -509,3 +509,13 @@ def test_a_name_that_is_not_utf8_is_named_in_words(tmp_path, capsys):
     said = [w for w in doc["warnings"] if "is unreadable" in w]
     assert len(said) == 1 and "not valid UTF-8" in said[0] and "HloProto" not in said[0]
     assert sum(d["ops"] for d in doc["devices"]) == 42  # every op event, as the intact trace reads
+
+
+def test_a_value_that_rounds_to_zero_never_reads_minus_zero():
+    """A memory-growth slope of -3e-9 B per step read "-0 B"; 0 it is, in every formatter."""
+    from traceview.model.units import fmt_bytes, fmt_pct, fmt_ratio, fmt_time_ps
+
+    assert [fmt_bytes(v) for v in (-3e-9, -0.0, -0.4, -0.6)] == ["0 B", "0 B", "0 B", "-1 B"]
+    assert [fmt_time_ps(v) for v in (-3e-9, -0.0, -0.6)] == ["0 ps", "0 ps", "-1 ps"]
+    assert [fmt_pct(v) for v in (-3e-9, -0.0, -0.4)] == ["0.0%", "0.0%", "-40.0%"]
+    assert [fmt_ratio(v) for v in (-0.0, -0.004, -0.4)] == ["0.00", "-0.004", "-0.40"]

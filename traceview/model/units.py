@@ -27,7 +27,7 @@ def fmt_time_ps(ps: float | int | None) -> str:
         return f"{ps / 1e6:.2f} µs"
     if a >= 1e3:
         return f"{ps / 1e3:.1f} ns"
-    return f"{ps:.0f} ps"
+    return f"{ps:z.0f} ps"  # z: a value that rounds to 0 reads 0, never -0
 
 
 def fmt_rate(value: float | None, unit: str) -> str:
@@ -45,12 +45,12 @@ def fmt_ratio(x: float | None) -> str:
     (``0.0037``: 0.00 would read as no time at all); "-" for None."""
     if x is None:
         return "-"
-    return f"{x:.2g}" if 0 < abs(x) < 0.1 else f"{x:.2f}"
+    return f"{x:.2g}" if 0 < abs(x) < 0.1 else f"{x:z.2f}"
 
 
 def fmt_pct(x: float | None) -> str:
     """``0.1234`` -> ``"12.3%"``; ``"-"`` for None and for a non-finite value (never ``inf%``)."""
-    return "-" if x is None or not math.isfinite(x) else f"{100 * x:.1f}%"
+    return "-" if x is None or not math.isfinite(x) else f"{100 * x:z.1f}%"
 
 
 def fmt_bytes(n: float | int | None) -> str:
@@ -62,4 +62,4 @@ def fmt_bytes(n: float | int | None) -> str:
     for factor, prefix in ((1 << 50, "Pi"), (1 << 40, "Ti"), (1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")):
         if abs(v) >= factor:
             return f"{v / factor:.2f} {prefix}B"
-    return f"{v:.0f} B"
+    return f"{v:z.0f} B"
