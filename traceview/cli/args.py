@@ -206,10 +206,15 @@ def output_format(given: str | None, out: Path | None, choices, default: str, *,
     """``given``, else the format ``out``'s suffix implies (:data:`SUFFIX_FORMATS`), else
     ``default`` when ``out`` is None or has no suffix. Raises
     :class:`~traceview.errors.UsageError` for a suffix that implies no format of ``choices``
-    (the message is ``hint[format]`` when given, e.g. where the HTML report is written)."""
+    (the message is ``hint[format]`` when given, e.g. where the HTML report is written), or
+    another format than ``given`` (``--format parquet -o x.json``; ``.txt`` goes with any)."""
     from traceview.errors import UsageError
 
     if given:
+        implied = SUFFIX_FORMATS.get(out.suffix.lower()) if out is not None else None
+        if implied not in (None, given, "table"):  # .txt names any text
+            raise UsageError(f"-o {out}: its suffix {out.suffix!r} says {implied}, --format says {given}: "
+                             f"name the file for its format, or drop one of the two")
         return given
     if out is None or not out.suffix:
         return default
