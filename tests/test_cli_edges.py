@@ -377,3 +377,75 @@ def test_query_limits_past_the_range_a_limit_can_bind(shared_traces, capsys, opt
         assert rc == 0 and out == "x\n1\n" and "Traceback" not in err
     else:
         assert rc == 2 and says in err and err.count("\n") == 1
+
+
+def test_a_format_the_output_suffix_contradicts_is_refused(shared_traces, tmp_path, capsys, monkeypatch):
+    """``--format parquet -o x.json`` wrote Parquet into a .json file (and csv into .parquet):
+    a one-line usage error now, nothing written; ``.txt`` goes with any text format."""
+    monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")
+    g = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    for fmt, name in (("parquet", "x.json"), ("csv", "x.parquet"), ("json", "x.csv")):
+        rc = main(["analyze", g, "--format", fmt, "-o", str(tmp_path / name)])
+        err = capsys.readouterr().err
+        assert rc == 2 and err.count("\n") == 1 and f"says {fmt}" in err and not (tmp_path / name).exists(), err
+    assert main(["analyze", g, "--format", "json", "-o", str(tmp_path / "x.txt")]) == 0
+    assert (tmp_path / "x.txt").read_text().startswith("{")
+
+
+def test_html_to_standard_output(shared_traces, tmp_path, capsys, monkeypatch):
+    """``--html -`` wrote nothing anywhere and exited 0: the report now goes to standard output
+    when the table or JSON goes to -o FILE, and is a usage error when both would go there."""
+    monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")
+    g = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    assert main(["analyze", g, "-o", str(tmp_path / "k.json"), "--html", "-"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("<!DOCTYPE html>") and out.rstrip().endswith("</html>")
+    assert (tmp_path / "k.json").read_text().startswith("{")
+    assert main(["analyze", g, "--html", "-"]) == 2
+    c = capsys.readouterr()
+    assert c.out == "" and "--html - writes the HTML report to standard output" in c.err
+
+
+def _closed_reader(argv, tmp_path):
+    """``traceview ARGV | true``: the reader gone before anything is written; (exit code, stderr)."""
+    import subprocess
+    import sys
+
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        p = subprocess.run([sys.executable, "-m", "traceview.cli", *argv], stdout=w, stderr=subprocess.PIPE,
+                           text=True, cwd=tmp_path, env={**os.environ, "TRACEVIEW_NO_CACHE": "1"}, timeout=300)
+    finally:
+        os.close(w)
+    return p.returncode, p.stderr
+
+
+def test_a_reader_that_stops_early_keeps_the_verdict_and_the_side_outputs(shared_traces, tmp_path):
+    """``verify ... | true`` with a failing check exited 0 (the closed pipe's quiet end hid
+    the verdict); ``analyze --html FILE | true`` exited 0 without writing FILE. Now exit 1 and
+    nothing said, and FILE written."""
+    v6e = str(shared_traces / "tpu_v6e_4chip_psum.xplane.pb")
+    rc, err = _closed_reader(["verify", v6e, "-c", "family copies share < 30%"], tmp_path)
+    assert rc == 1 and err == "", err
+    rc, err = _closed_reader(["verify", v6e, "-c", "op matching . present"], tmp_path)
+    assert rc == 0 and err == "", err
+    page = tmp_path / "h.html"
+    rc, err = _closed_reader(["analyze", str(shared_traces / "mi300x_jax_conv3d.xplane.pb"), "--html", str(page)],
+                             tmp_path)
+    assert rc == 0 and page.read_text().rstrip().endswith("</html>") and err == f"wrote {page}\n", err
+
+
+def test_history_fail_on_regression_keeps_its_code_and_append_when_the_reader_stops(tmp_path):
+    """``history --fail-on-regression --append F | true`` over greedy_b4 then topp_b4 (1.16x,
+    too few steps to rule a slowdown out): exit 1 as with a reader, and F appended."""
+    root = Path(__file__).resolve().parents[1] / "fixtures"
+    profile = tmp_path / "logs" / "plugins" / "profile"
+    profile.mkdir(parents=True)
+    for fixture, name in (("greedy_b4", "2026_12_01_13_48_13"), ("topp_b4", "2026_12_01_13_48_19")):
+        (src,) = (root / fixture / "plugins" / "profile").iterdir()
+        (profile / name).symlink_to(src, target_is_directory=True)
+    jl = tmp_path / "h.jsonl"
+    rc, err = _closed_reader(["history", str(tmp_path / "logs"), "--fail-on-regression", "--append", str(jl)], tmp_path)
+    assert rc == 1 and "cannot be judged" in err, err
+    assert len(jl.read_text().splitlines()) == 2

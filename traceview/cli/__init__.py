@@ -143,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             why = unusable_reason()
             if why:  # once per run, whatever reads the cache afterwards
                 print(f"traceview: note: {why}", file=sys.stderr)
+        process.verdict(EXIT_OK)  # none yet (main may run several commands in one process)
         try:
             rc = importlib.import_module(COMMANDS[args.command]).run(args)
             sys.stdout.flush()
@@ -154,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
                 return process.say_interrupted()
             print(f"traceview: error: {safe_line(exc)}", file=sys.stderr)
             return exc.exit_code
-        except BrokenPipeError:  # the reader went away (| head): a normal end
+        except BrokenPipeError:  # the reader went away (| head): a normal end, a verdict kept
             process.silence_stdout()
-            return EXIT_OK
+            return process.cut_short()
         except OSError as exc:  # writing the output failed (disk full, closed descriptor...): exit 2
             process.silence_stdout()
             if process.interrupted():

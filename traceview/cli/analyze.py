@@ -38,7 +38,7 @@ def add_parser(sub) -> None:
     a.add_argument("-o", "--output", metavar="FILE", help="write the output to FILE (required for parquet; - for "
                                                           "standard output)")
     cargs.add_occurrence_checks(a)
-    a.add_argument("--html", metavar="FILE", help="also write the offline HTML report to FILE")
+    a.add_argument("--html", metavar="FILE", help="also write the offline HTML report to FILE (- for standard output, the output then going to -o FILE)")
     cargs.add_peaks(a)
     cargs.add_phase(a)
     cargs.add_steps(a)
@@ -108,6 +108,10 @@ def run(args) -> int:
         raise UsageError("parquet is binary: give -o FILE, not -" if args.output == "-" else
                          "--format parquet needs -o FILE")
     html = cargs.output_path(args.html, "--html")
+    html_out = args.html == "-"  # the report on standard output: the table or JSON then goes to -o FILE
+    if html_out and out is None:
+        raise UsageError("--html - writes the HTML report to standard output, where the output goes too: give "
+                         "-o FILE for it, or --html FILE")
     cargs.distinct_outputs(("-o", out), ("--html", html))
     check_writable(out, "-o")
     check_writable(html, "--html")
@@ -164,25 +168,37 @@ def run(args) -> int:
     # peak is the run's, and the imports stay after it
     with process.imports_beside(idle if pre is not None and not process.imports_may_race() else None):
         rep = build_report(prof, beside=not process.imports_may_race(), **options)
+    cut = None
     try:
-        data = _write(rep, args, out)
+        try:
+            data = _write(rep, args, out)
+        except BrokenPipeError as e:  # the reader stopped early (| head): --html is written all the same
+            cut, data, stored = e, None, None
         if stored is not None and data is not None:
             from traceview.cli import resultcache
 
             resultcache.put(stored[0], data, stored[1])
         if out is not None:
             print(f"wrote {safe_line(str(out))}", file=sys.stderr)
-        if html is not None:
+        if html is not None or html_out:
             from traceview.render.html import render_report
 
             add_html_sections(rep, prof)
-            write_atomic(html, render_report(rep, top=max(args.top or 0, 30)))
-            print(f"wrote {safe_line(str(html))}", file=sys.stderr)
+            page = render_report(rep, top=max(args.top or 0, 30))
+            if html_out:
+                from traceview.cli.outputs import to_stdout
+
+                to_stdout(page.encode("utf-8"))
+            else:
+                write_atomic(html, page)
+                print(f"wrote {safe_line(str(html))}", file=sys.stderr)
     except BrokenPipeError:
         raise
     except OSError as exc:
         target = out if out is not None else "standard output"
         raise UsageError(f"cannot write {target}: {exc.strerror or exc}") from None
+    if cut is not None:
+        raise cut
     return EXIT_OK
 
 

@@ -177,9 +177,16 @@ def run(args) -> int:
 
             width = console().width
         text = history_text(h, width=width)
+    from traceview.cli import process
     from traceview.cli.outputs import emit
 
-    emit(text, out)
+    reg, unjudged = h.regressions(), h.unjudged()
+    rc = process.verdict(EXIT_CHECK_FAILED if (reg or unjudged) and args.fail_on_regression else EXIT_OK)
+    cut = None
+    try:
+        emit(text, out)
+    except BrokenPipeError as e:  # the reader stopped early (| head): --append and the verdict all the same
+        cut = e
     if append is not None:
         from traceview.read.guard import append_whole
         from traceview.render.history import history_jsonl
@@ -188,7 +195,6 @@ def run(args) -> int:
         print(f"appended {len(h.runs)} run(s) to {printable(str(append))}", file=sys.stderr)
     for name, why in skipped if (args.format != "table" or out is not None) else ():  # the table says it
         print(f"traceview: note: skipped run {safe_line(name)}: {safe_line(why)}", file=sys.stderr)
-    reg, unjudged = h.regressions(), h.unjudged()
     for r in unjudged:
         c = r.change
         why = (f"too few steps for an interval ({c.n_base} vs {c.n_treatment}; record {c.more_samples} more steps "
@@ -196,9 +202,9 @@ def run(args) -> int:
                if c.lo is None else f"{c.noise_source} (state it: --noise PCT)")
         print(f"traceview: note: {safe_line(r.name)} {fmt_ratio(c.ratio)}x vs {safe_line(r.baseline)} cannot be judged: "
               f"{safe_line(why)}; a slowdown that cannot be ruled out", file=sys.stderr)
-    if (reg or unjudged) and args.fail_on_regression:
-        if reg:
-            print("traceview: regression: " + ", ".join(
-                f"{safe_line(r.name)} {fmt_ratio(r.change.ratio)}x vs {safe_line(r.baseline)}" for r in reg), file=sys.stderr)
-        return EXIT_CHECK_FAILED
-    return EXIT_OK
+    if reg and args.fail_on_regression:
+        print("traceview: regression: " + ", ".join(
+            f"{safe_line(r.name)} {fmt_ratio(r.change.ratio)}x vs {safe_line(r.baseline)}" for r in reg), file=sys.stderr)
+    if cut is not None:
+        raise cut
+    return rc

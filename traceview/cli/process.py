@@ -562,6 +562,23 @@ def exit_now(rc: int, *, teardown: bool = False) -> None:
     os._exit(rc)
 
 
+_verdict = [0]  # the exit code a command's verdict gives, set before its output is written
+
+
+def verdict(rc: int) -> int:
+    """Record ``rc``, the exit code of a command's verdict (``verify``'s failed check, ``history
+    --fail-on-regression``'s regression), before its output is written, and return it: a reader
+    that stops early (``| head``, ``| true``) ends the command quietly with this code
+    (:func:`cut_short`), not 0."""
+    _verdict[0] = rc
+    return rc
+
+
+def cut_short() -> int:
+    """The exit code of a command whose reader stopped early: its :func:`verdict`, else 0."""
+    return _verdict[0]
+
+
 # ------------------------------------------------------------------ interrupts
 _said = threading.Lock()  # taken once, by whoever prints the interrupt line
 _who = ["traceview"]

@@ -105,6 +105,9 @@ def run(args) -> int:
     report = verify(treat, checks, base=base, rules=rules, step_window=args.step_window, window_option="--step-window",
                     finding_thresholds=fopts["finding_thresholds"], findings=fopts["findings"],
                     peaks=lambda prof: cargs.peaks_from_args(prof, args))
+    from traceview.cli import process
+
+    rc = process.verdict(EXIT_OK if report.ok else EXIT_CHECK_FAILED)  # kept if the reader stops early
     if args.format == "json":
         from traceview.render.json import verify_json
 
@@ -113,4 +116,4 @@ def run(args) -> int:
         from traceview.render.verify import verify_text
 
         sys.stdout.write(verify_text(report) + "\n")
-    return EXIT_OK if report.ok else EXIT_CHECK_FAILED
+    return rc
