@@ -417,3 +417,13 @@ def test_query_server_children_take_the_asking_process_environment_and_folder(sh
     assert main(["query", "here", "SELECT count(*) AS n FROM ops", "--format", "csv", "--no-cache"]) == 0
     assert capsys.readouterr().out == "n\n198\n"
     assert sqlguard._server[0] is server  # every answer came from the one server
+
+
+def test_a_query_past_polars_row_limit_is_a_limit_not_an_sql_error(shared_traces, capsys):
+    """A count over the 6-way cross join of the GEMM sweep's ops (past 2^32 rows on the way) passes
+    polars' 2^32-row limit: exit 6 naming it, not exit 2 'SQL error: ... install polars[rt64]'."""
+    path = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    q = "SELECT count(*) FROM ops a, ops b, ops c, ops d, ops e, ops f"
+    assert main(["query", path, q, "--no-cache"]) == 6
+    c = capsys.readouterr()
+    assert c.out == "" and "pass polars' limit of 2^32 rows" in c.err and c.err.count("\n") == 1, c.err

@@ -498,3 +498,18 @@ def test_streamed_file_limits(tmp_path, monkeypatch):
     assert "limit on its text" in msg and "streamed" in msg
     msg = _fault(p, LimitExceeded, max_bytes=size // 2)  # 96 bytes per event kept: over by the end
     assert "memory limit to read" in msg and "--max-bytes" in msg
+
+
+def test_a_duration_past_the_float_range_warns_once_in_traceviews_words(tmp_path):
+    """An op whose ``dur`` is 1e308 µs (x 1e6 overflows a float): traceview's clamp warning, and
+    no numpy RuntimeWarning naming a line of traceview's source before it."""
+    import subprocess
+    import sys
+
+    events = _meta(3, "/device:TPU:0", {3: "XLA Ops"})
+    events += [_x(3, 3, 100.0 + 10 * i, 1e308 if i == 2 else 2.0, f"fusion.{i}", {}) for i in range(5)]
+    doc = {"displayTimeUnit": "ns", "traceEvents": events}
+    p = _write(tmp_path / "big.trace.json", doc, gz=False)
+    r = subprocess.run([sys.executable, "-m", "traceview.cli", "analyze", str(p), "--brief", "--no-cache"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "RuntimeWarning" not in r.stderr and "clamped to" in r.stdout + r.stderr, r.stderr

@@ -23,7 +23,7 @@ import polars as pl
 
 from traceview.model.naming import printable
 
-from traceview.errors import UsageError
+from traceview.errors import LimitExceeded, UsageError
 
 #: table name of each Report field (None: not a table; ``table`` is the populations table
 #: keyed by ``--by``, already ``populations``); (field, attribute) for frames inside an object
@@ -212,6 +212,9 @@ def _sql_errors(t: Tables):
                     if missing.group(1) == "occurrence_checks" else "")
             raise UsageError(f"unknown table {missing.group(1)!r} in the query{hint}; tables: "
                              f"{', '.join(t.names)}") from None
+        if "maximum length reached" in first:  # a result past polars' 2^32 rows (a cross join of joins)
+            raise LimitExceeded("the query's rows (its result or a step on the way) pass polars' limit of 2^32 rows (a cross join "
+                                "of several tables?): narrow it with WHERE or LIMIT") from None
         if "cannot compare string with numeric type" in first:
             first += ("; ids the JSON writes as strings are integers in SQL: write them unquoted "
                       "(WHERE program_id = 12190760917235803885)")
