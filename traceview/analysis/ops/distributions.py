@@ -111,37 +111,58 @@ def spread(table: OpTable, col: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """``keys`` + ``p50_ps``, ``p90_ps``, ``cv`` (Float64) per ``keys`` group of the collapsed
     frame ``col`` (:meth:`~traceview.model.optable.OpTable.collapse` rows of ``table``, with
     ``keys`` columns). Per occurrence: ``duration_ps / count`` (a pre-aggregated row counts its
-    mean once). One C pass (``quantiles_by``) when every event is one occurrence, else polars.
+    mean once). The quantiles by one C pass (``quantiles_by``) when every event is one
+    occurrence, else polars; the mean and standard deviation by :func:`_moments` either way,
+    so ``cv`` does not depend on the C pass.
     """
     if col.height == 0:
         return pl.DataFrame(schema={**{c: col.schema[c] for c in keys}, **SPREAD_SCHEMA})
     k, names = _keyed(col, keys)
     ev = table.events
     one = not ev.height or int(eventstats.ranges(table)["count_max"] or 1) <= 1
-    if _fast is not None and one and ev.height:
-        lut = _key_of_attr(table, k)
-        nk = int(k["key"].max()) + 1
+    lut = _key_of_attr(table, k)
+    nk = int(k["key"].max()) + 1
+    attr = np.ascontiguousarray(ev["attr"].to_numpy())
+    key = lut.astype(np.intp)[attr]
+    dur = ev["duration_ps"]
+    per = dur if one else dur / ev["count"]
+    mean, sd = _moments(key, per, nk)
+    if _fast is not None and one and ev.height and not dur.null_count():
         qs = np.array([0.5, 0.9], dtype=np.float64)
         out = np.empty(nk * 2, dtype=np.float64)
-        stats = np.empty(nk * 3, dtype=np.float64)
         have = np.zeros(nk, dtype=np.uint8)
-        attr = np.ascontiguousarray(ev["attr"].to_numpy())
-        dur = np.ascontiguousarray(ev["duration_ps"].to_numpy(), dtype=np.int64)
-        if _fast.quantiles_by(attr, lut, dur, qs, out, stats, have):
+        if _fast.quantiles_by(attr, lut, np.ascontiguousarray(dur.to_numpy(), dtype=np.int64), qs, out, have):
             got = np.flatnonzero(have)
             q = out.reshape(nk, 2)[got]
-            st = stats.reshape(nk, 3)[got]
             res = pl.DataFrame({"key": pl.Series(got, dtype=pl.Int64), "p50_ps": q[:, 0], "p90_ps": q[:, 1],
-                                "_mean": st[:, 0], "_sd": np.sqrt(st[:, 1])})
+                                "_mean": mean[got], "_sd": sd[got]})
             return _finish_spread(names, res, k, col)
-    ids = table.event_keys(k.select("attr", "key"))
-    per = pl.DataFrame({"key": ids, "per": ev["duration_ps"] if one else ev["duration_ps"] / ev["count"]})
-    res = per.filter(pl.col("key") >= 0).group_by("key").agg(
+    res = pl.DataFrame({"key": key, "per": per}).filter(pl.col("key") >= 0).group_by("key").agg(
         pl.col("per").median().cast(pl.Float64).alias("p50_ps"),
-        pl.col("per").quantile(0.9, "linear").cast(pl.Float64).alias("p90_ps"),
-        pl.col("per").mean().cast(pl.Float64).alias("_mean"),
-        pl.col("per").std(ddof=0).cast(pl.Float64).alias("_sd"))
+        pl.col("per").quantile(0.9, "linear").cast(pl.Float64).alias("p90_ps"))
+    got = res["key"].to_numpy()
+    res = res.with_columns(pl.Series("_mean", mean[got]), pl.Series("_sd", sd[got]))
     return _finish_spread(names, res, k, col)
+
+
+def _moments(key: np.ndarray, values: pl.Series, nk: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, standard deviation with ddof 0), float64 arrays of ``nk``, of ``values`` (one
+    per event, nulls left out) per ``key`` (int, one per event; -1: none). Each sum runs in
+    event order in float64 (``np.bincount``), the variance by two passes (sum of squared
+    deviations from the mean); NaN for a key without values. The one implementation that
+    both of :func:`spread`'s paths use."""
+    v = values.to_numpy()
+    if values.null_count() or (len(key) and key.min() < 0):
+        keep = (key >= 0) & ~values.is_null().to_numpy()
+        key, v = key[keep], v[keep]
+    key = key.astype(np.intp, copy=False)
+    v = v.astype(np.float64, copy=False)
+    n = np.bincount(key, minlength=nk)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.bincount(key, weights=v, minlength=nk) / n
+        d = v - mean[key]
+        sd = np.sqrt(np.bincount(key, weights=d * d, minlength=nk) / n)
+    return mean, sd
 
 
 def _finish_spread(names: pl.DataFrame, res: pl.DataFrame, k: pl.DataFrame, col: pl.DataFrame) -> pl.DataFrame:
