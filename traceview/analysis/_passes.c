@@ -7,7 +7,7 @@
  *   window_max(...) -> bool: latest activity end per step window, by merge;
  *   chunk_heads(...) -> bool: module runs' op chunks (traceview.analysis.steps.anatomy.align_module_runs);
  *   median_by(...) -> bool: medians per group by quickselect (traceview.analysis.ops.aggregate);
- *   quantiles_by(...) -> bool: quantiles, mean, std and max per group
+ *   quantiles_by(...) -> bool: quantiles per group, and the values grouped
  *     (traceview.analysis.ops.distributions).
  *   row_hashes(...) -> bool: per step row, a hash of its events' op populations
  *     (traceview.analysis.steps.stepstats).
@@ -284,26 +284,29 @@ static PyObject *median_by(PyObject *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
-/* quantiles_by(attr, key_of_attr, values, qs, out, stats, have) -> bool
+/* quantiles_by(attr, key_of_attr, values, qs, out, counts, grouped) -> bool
  * Per key = key_of_attr[attr[i]] (int32; -1: not counted), the quantiles qs (double,
  * ascending in [0, 1]) of values (int64) with linear interpolation between the two nearest
  * ranks (numpy's default, polars' "linear": v[f] + (v[f+1] - v[f]) * (q(c-1) - f)), so q = 0.5
- * is polars' median; out[key * nq + j] (double). stats[key * 3 + 0..2] (double): mean,
- * variance over all of the key's values (ddof 0, two passes), and max. have
- * (uint8) per key: the key has values. Values grouped by key into one buffer, then one
- * narrowing quickselect per quantile: O(n). Returns False when an index is outside its table
- * or qs is not ascending in [0, 1]. attr uint32. */
+ * is polars' median; out[key * nq + j] (double). counts (int64) per key: its values.
+ * grouped (double, as long as values): the counted values as doubles, grouped by key (key
+ * 0's first), in event order within a key (a stable counting sort: numpy's stable argsort
+ * of the keys), for the caller's mean and deviation; the entries past sum(counts) are left
+ * as they were. The quantiles by one narrowing quickselect per quantile on an int64 copy:
+ * O(n). Returns False when an index is outside its table or qs is not ascending in [0, 1].
+ * attr uint32. */
 static PyObject *quantiles_by(PyObject *self, PyObject *args) {
     Py_buffer b[7];
     if (!PyArg_ParseTuple(args, "y*y*y*y*w*w*w*", &b[0], &b[1], &b[2], &b[3], &b[4], &b[5], &b[6])) return NULL;
-    Py_ssize_t n = b[0].len / 4, na = b[1].len / 4, nq = b[3].len / 8, nk = b[6].len;
-    int ok = b[2].len / 8 == n && b[4].len / 8 == nk * nq && b[5].len / 8 == nk * 3;
+    Py_ssize_t n = b[0].len / 4, na = b[1].len / 4, nq = b[3].len / 8, nk = b[5].len / 8;
+    int ok = b[2].len / 8 == n && b[4].len / 8 == nk * nq && b[6].len / 8 == n;
     const uint32_t *attr = b[0].buf;
     const int32_t *key = b[1].buf;
     const int64_t *val = b[2].buf;
     const double *qs = b[3].buf;
-    double *out = b[4].buf, *stats = b[5].buf;
-    uint8_t *have = b[6].buf;
+    double *out = b[4].buf;
+    int64_t *counts = b[5].buf;
+    double *grouped = b[6].buf;
     for (Py_ssize_t j = 0; j < nq && ok; j++)
         if (!(qs[j] >= 0.0 && qs[j] <= 1.0) || (j && qs[j] < qs[j - 1])) ok = 0;
     Py_ssize_t *start = ok ? PyMem_RawCalloc((size_t)nk + 1, sizeof(Py_ssize_t)) : NULL;
@@ -324,24 +327,17 @@ static PyObject *quantiles_by(PyObject *self, PyObject *args) {
             start[k + 1]++;
         }
         if (ok) {
-            for (Py_ssize_t k = 0; k < nk; k++) start[k + 1] += start[k];
+            for (Py_ssize_t k = 0; k < nk; k++) { counts[k] = start[k + 1]; start[k + 1] += start[k]; }
             memcpy(fill, start, ((size_t)nk + 1) * sizeof(Py_ssize_t));
             for (Py_ssize_t i = 0; i < n; i++) {
                 int32_t k = key[attr[i]];
-                if (k >= 0) buf[fill[k]++] = val[i];
+                if (k >= 0) { Py_ssize_t at = fill[k]++; buf[at] = val[i]; grouped[at] = (double)val[i]; }
             }
             for (Py_ssize_t k = 0; k < nk; k++) {
                 Py_ssize_t c = start[k + 1] - start[k];
-                have[k] = c > 0;
-                double *o = out + k * nq, *st = stats + k * 3;
-                if (!c) { for (Py_ssize_t j = 0; j < nq; j++) o[j] = 0.0; st[0] = st[1] = st[2] = 0.0; continue; }
+                double *o = out + k * nq;
+                if (!c) { for (Py_ssize_t j = 0; j < nq; j++) o[j] = 0.0; continue; }
                 int64_t *v = buf + start[k];
-                double sum = 0.0, ss = 0.0;
-                int64_t mx = v[0];
-                for (Py_ssize_t i = 0; i < c; i++) { sum += (double)v[i]; if (v[i] > mx) mx = v[i]; }
-                double mean = sum / (double)c;
-                for (Py_ssize_t i = 0; i < c; i++) { double d = (double)v[i] - mean; ss += d * d; }
-                st[0] = mean; st[1] = ss / (double)c; st[2] = (double)mx;
                 Py_ssize_t lo = 0;  /* v[lo..c) holds the values >= every selected one */
                 for (Py_ssize_t j = 0; j < nq; j++) {
                     double pos = qs[j] * (double)(c - 1);
@@ -1758,7 +1754,7 @@ static PyMethodDef methods[] = {
     {"window_max", window_max, METH_VARARGS, "window_max(a_start, a_len, is_dur, starts, nxt, end) -> bool"},
     {"chunk_heads", chunk_heads, METH_VARARGS, "chunk_heads(attr, starts, durs, prog, m, offs, heads, ends) -> bool"},
     {"median_by", median_by, METH_VARARGS, "median_by(attr, key_of_attr, values, out, have) -> bool"},
-    {"quantiles_by", quantiles_by, METH_VARARGS, "quantiles_by(attr, key_of_attr, values, qs, out, stats, have) -> bool"},
+    {"quantiles_by", quantiles_by, METH_VARARGS, "quantiles_by(attr, key_of_attr, values, qs, out, counts, grouped) -> bool"},
     {"row_hashes", row_hashes, METH_VARARGS, "row_hashes(rows, attr, pop, keep, words, counts, distinct, out) -> bool"},
     {"rank_match", rank_match, METH_VARARGS, "rank_match(ks, kd, out) -> bool"},
     {"pair_by_key", pair_by_key, METH_VARARGS, "pair_by_key(a, t, lut_key, lut_done, si, d) -> int"},

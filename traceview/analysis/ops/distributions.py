@@ -111,37 +111,70 @@ def spread(table: OpTable, col: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """``keys`` + ``p50_ps``, ``p90_ps``, ``cv`` (Float64) per ``keys`` group of the collapsed
     frame ``col`` (:meth:`~traceview.model.optable.OpTable.collapse` rows of ``table``, with
     ``keys`` columns). Per occurrence: ``duration_ps / count`` (a pre-aggregated row counts its
-    mean once). One C pass (``quantiles_by``) when every event is one occurrence, else polars.
+    mean once). When every event is one occurrence, one C pass (``quantiles_by``) gives the
+    quantiles and the values grouped by key, else numpy groups them and polars gives the
+    quantiles; the mean and deviation of the grouped values by :func:`_moments` either way.
     """
     if col.height == 0:
         return pl.DataFrame(schema={**{c: col.schema[c] for c in keys}, **SPREAD_SCHEMA})
     k, names = _keyed(col, keys)
     ev = table.events
     one = not ev.height or int(eventstats.ranges(table)["count_max"] or 1) <= 1
-    if _fast is not None and one and ev.height:
-        lut = _key_of_attr(table, k)
-        nk = int(k["key"].max()) + 1
+    lut = _key_of_attr(table, k)
+    nk = int(k["key"].max()) + 1
+    attr = np.ascontiguousarray(ev["attr"].to_numpy())
+    dur = ev["duration_ps"]
+    if _fast is not None and one and ev.height and not dur.null_count():
         qs = np.array([0.5, 0.9], dtype=np.float64)
         out = np.empty(nk * 2, dtype=np.float64)
-        stats = np.empty(nk * 3, dtype=np.float64)
-        have = np.zeros(nk, dtype=np.uint8)
-        attr = np.ascontiguousarray(ev["attr"].to_numpy())
-        dur = np.ascontiguousarray(ev["duration_ps"].to_numpy(), dtype=np.int64)
-        if _fast.quantiles_by(attr, lut, dur, qs, out, stats, have):
-            got = np.flatnonzero(have)
+        counts = np.zeros(nk, dtype=np.int64)
+        grouped = np.empty(ev.height, dtype=np.float64)
+        if _fast.quantiles_by(attr, lut, np.ascontiguousarray(dur.to_numpy(), dtype=np.int64), qs, out, counts,
+                              grouped):
+            got = np.flatnonzero(counts)
             q = out.reshape(nk, 2)[got]
-            st = stats.reshape(nk, 3)[got]
+            mean, sd = _moments(grouped[:int(counts.sum())], counts)
             res = pl.DataFrame({"key": pl.Series(got, dtype=pl.Int64), "p50_ps": q[:, 0], "p90_ps": q[:, 1],
-                                "_mean": st[:, 0], "_sd": np.sqrt(st[:, 1])})
+                                "_mean": mean[got], "_sd": sd[got]})
             return _finish_spread(names, res, k, col)
-    ids = table.event_keys(k.select("attr", "key"))
-    per = pl.DataFrame({"key": ids, "per": ev["duration_ps"] if one else ev["duration_ps"] / ev["count"]})
-    res = per.filter(pl.col("key") >= 0).group_by("key").agg(
+    key = lut.astype(np.int64)[attr]
+    per = dur if one else dur / ev["count"]
+    res = pl.DataFrame({"key": key, "per": per}).filter(pl.col("key") >= 0).group_by("key").agg(
         pl.col("per").median().cast(pl.Float64).alias("p50_ps"),
-        pl.col("per").quantile(0.9, "linear").cast(pl.Float64).alias("p90_ps"),
-        pl.col("per").mean().cast(pl.Float64).alias("_mean"),
-        pl.col("per").std(ddof=0).cast(pl.Float64).alias("_sd"))
+        pl.col("per").quantile(0.9, "linear").cast(pl.Float64).alias("p90_ps"))
+    keep = key >= 0
+    if per.null_count():
+        keep &= per.is_not_null().to_numpy()
+    key = key[keep]
+    order = np.argsort(key.astype(np.uint16) if nk <= 1 << 16 else key, kind="stable")  # radix for few keys
+    mean, sd = _moments(per.to_numpy()[keep][order], np.bincount(key, minlength=nk))
+    got = res["key"].to_numpy()
+    res = res.with_columns(pl.Series("_mean", mean[got]), pl.Series("_sd", sd[got]))
     return _finish_spread(names, res, k, col)
+
+
+def _moments(grouped: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, standard deviation with ddof 0), float64 arrays as long as ``counts``, of the
+    values ``grouped`` by key (int64 or float64, converted to float64 as C converts them:
+    key 0's ``counts[0]`` values first, in event order within a key); NaN for a key without
+    values. Sums in float64 by ``np.add.reduceat``, the variance by two passes (squared
+    deviations from the key's mean). The one implementation of both of :func:`spread`'s
+    paths, so their ``cv`` is the same."""
+    mean = np.full(len(counts), np.nan)
+    sd = np.full(len(counts), np.nan)
+    some = np.flatnonzero(counts)
+    if not len(some):
+        return mean, sd
+    c = counts[some]
+    starts = np.cumsum(c) - c
+    v = grouped.astype(np.float64, copy=False)
+    m = np.add.reduceat(v, starts) / c
+    dev = np.repeat(m, c)
+    np.subtract(v, dev, out=dev)
+    np.multiply(dev, dev, out=dev)
+    mean[some] = m
+    sd[some] = np.sqrt(np.add.reduceat(dev, starts) / c)
+    return mean, sd
 
 
 def _finish_spread(names: pl.DataFrame, res: pl.DataFrame, k: pl.DataFrame, col: pl.DataFrame) -> pl.DataFrame:
