@@ -278,3 +278,25 @@ def test_a_kernel_named_after_a_fusion_also_runs_its_identical_twins():
              ("cc.2", "custom-call"), ("h.3", "fusion"))
     got = _attributed(_line([0, 1, 2, 3, 4, 5, 6], [0, 4, 1, 0, 3, 4, 2]), sched)
     assert [name for _, name in got] == [None, "cc.1", None, None, "cc.2", "cc.2", None]
+
+
+@pytest.mark.parametrize("path", [TRACE, ORACLE], ids=["cmdbuf", "nocmdbuf"])
+def test_a_cublas_call_is_not_bimodal_by_its_memset(path):
+    """A cuBLAS custom-call runs a ~0.8 µs memset and a ~34-44 µs GEMM under one op: its
+    regimes are read per execution (the two summed), not per kernel, so no "bimodal"; the
+    execution time is the oracle's memset + GEMM."""
+    from traceview.analysis.ops import aggregate
+
+    p = traceview.load(path, cache=False)
+    _, examined = aggregate.by_shape_and_regimes(p.table, p.runs)
+    cc = examined.filter(pl.col("op_name").str.contains("custom-call"))
+    assert cc.height == 4 and cc["regimes"].null_count() == 4 and cc["executions"].to_list() == [12] * 4
+    off = _gpu_events(ORACLE)
+    plane = next(q for q in _space(ORACLE).planes if q.name == "/device:GPU:0")
+    dur = {(line.timestamp_ns * 1000 + e.offset_ps): e.duration_ps for line in plane.lines for e in line.events}
+    per_exec = collections.defaultdict(float)
+    for t, _, op, _ in off:
+        if op == "custom-call.2":
+            per_exec[op] += dur[t] / 12
+    got = cc.filter(pl.col("op_name").str.ends_with("custom-call.2"))["later_execution_ps"][0]
+    assert got == pytest.approx(per_exec["custom-call.2"], rel=0.1)
