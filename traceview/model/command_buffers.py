@@ -2,9 +2,11 @@
 
 Inside a command buffer every kernel event carries the buffer's thunk as ``hlo_op``
 (``command_buffer_1``, no instruction of the module). A fusion's kernel is named after the
-fusion (:func:`traceview.model.from_xplane._kernel_namesake`); a cuBLAS GEMM (``nvjet_*``,
-``sm90_xmma_*`` of a ``__cublas$gemm`` / ``__cublas$lt$matmul`` custom-call) and the memset it
-runs first are not. Two facts of the trace place them:
+fusion (:func:`traceview.model.from_xplane._kernel_namesake`); a cuBLAS GEMM (``nvjet_sm90_*``
+of a ``__cublas$lt$matmul`` custom-call, say) and the memset it runs first are not. Such a
+kernel becomes the op ``<thunk>/<instruction>`` (``command_buffer_1/custom-call.2``), not
+``<thunk>/<kernel>``: cuBLAS picks its kernel by heuristics, and GEMMs of different shapes run
+kernels of one name. Two facts of the trace place them:
 
 * the per-event stats ``cuda_graph_id`` and ``cuda_graph_node_id`` (CUPTI's graph and node of
   each kernel or memset run by a graph): one node is one command of the buffer, the same in
@@ -93,10 +95,14 @@ def attribute(le, pids: list, insts: list, exact: list, thunks: list, hlo: HloIn
     got_nodes, got_of = [], []  # attributed node keys (program, graph, node) and their (combo, instruction)
     order = np.lexsort((first, node_graph, node_pid))
     cuts = np.flatnonzero((np.diff(node_pid[order]) != 0) | (np.diff(node_graph[order]) != 0)) + 1
+    memo: dict[tuple, dict] = {}  # graphs of one program recorded alike (one per launch, say) are placed once
     for grp in np.split(order, cuts):
         p = int(node_pid[grp[0]])
         seq_combos = node_combo[grp].tolist()
-        placed = _place(seq_combos, p, insts, exact, thunks, hlo, named.get(p, set()))
+        key = (p, tuple(seq_combos))
+        if key not in memo:
+            memo[key] = _place(seq_combos, p, insts, exact, thunks, hlo, named.get(p, set()))
+        placed = memo[key]
         for k, inst in placed.items():
             got_nodes.append(grp[k])
             got_of.append((seq_combos[k], inst))

@@ -9,7 +9,10 @@ Where op identity comes from, per platform:
   execution, named ``<module>(<program_id>)``.
 * **GPU** — plane ``/device:GPU:<n>``, lines ``Stream #<id>(...)``. Kernel events carry
   per-event stats ``hlo_op``, ``hlo_module``, ``program_id``; shapes, opcode and source come
-  from the HLO protos in ``/host:metadata`` joined on (program_id, hlo_op).
+  from the HLO protos in ``/host:metadata`` joined on (program_id, hlo_op). A kernel run in a
+  command buffer (a CUDA graph) carries the buffer's thunk as ``hlo_op``: it is the fusion it
+  is named after (:func:`_kernel_namesake`), else the instruction its graph node and the
+  module's schedule place it at (:mod:`traceview.model.command_buffers`).
 * **CPU** — plane ``/host:CPU``, XLA:CPU thunk-executor threads; events with ``hlo_op`` /
   ``hlo_module`` / ``program_id`` stats, joined to the HLO protos the same way; the
   ``end: <op>`` marker events are skipped. Used only when no device plane has HLO ops (on
