@@ -67,6 +67,14 @@ FIXTURES = {
         # the same fusions in the 8x512 and the 8x16 programs (gemm_fusion_dot.8: x24 and x8)
         "one-name-several-regimes",
     },
+    "h200_nocmdbuf": {
+        # the same program with command buffers off: ~0.32 ms idle between the 0.57 ms steps
+        "host-bound-steps",
+        # the same softmax and transpose fusions, 25.7% of op time at ~27% of 4.8 TB/s
+        "far-below-roofline",
+        # no one-name-several-regimes: each instruction is its own op (gemm_fusion_dot.8 x12 and
+        # x4, 3.3% of op time, under the 5% a name must hold), not one kernel name run by several
+    },
     "hostmask_b4": {
         # the host computes a token mask in Python each step: the device idles 75% of the 3 decode steps
         "host-bound-steps",

@@ -168,8 +168,8 @@ def test_all_runs_keeps_each_run_on_its_own_timeline(capsys):
     runs = {f.run for f in prof.discovery.files}
     hosts = set(prof.table.attrs["host"].unique().to_list())
     folders = [p for p in FIX.glob("*/plugins/profile/*") if p.is_dir()]  # a run each (two share a name)
-    assert len(folders) == 9 and len(runs) == 9
-    assert len(hosts) == 9 and all(any(h.startswith(r + "/") for r in runs) for h in hosts)
+    assert len(folders) == 10 and len(runs) == 10
+    assert len(hosts) == 10 and all(any(h.startswith(r + "/") for r in runs) for h in hosts)
     st = prof.analyze().steps.steps
     assert st["gap_before_ps"].drop_nulls().min() >= 0 and st["gap_after_ps"].drop_nulls().min() >= 0
     one = traceview.load(FIX / "greedy_b4", stale_after_s=None)  # one run: hosts unchanged

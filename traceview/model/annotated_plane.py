@@ -23,8 +23,9 @@ from traceview.read.xplane import wire
 
 #: the per-event stats that name an op and key its combo (the event's description), in slot order
 KEY_STATS = ("hlo_op", "hlo_module", "program_id", "tf_op", "name", "device_ordinal")
-#: per-event stats read as columns after the key stats
-EXTRA_STATS = ("step_num",)
+#: per-event stats read as columns after the key stats: step markers, and the CUDA graph and
+#: graph node of a kernel run in a command buffer (:mod:`traceview.model.command_buffers`)
+EXTRA_STATS = ("step_num", "cuda_graph_id", "cuda_graph_node_id")
 
 
 def stat_slots(stat_names: dict[int, str]) -> tuple[np.ndarray, np.ndarray]:

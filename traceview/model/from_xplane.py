@@ -9,7 +9,10 @@ Where op identity comes from, per platform:
   execution, named ``<module>(<program_id>)``.
 * **GPU** — plane ``/device:GPU:<n>``, lines ``Stream #<id>(...)``. Kernel events carry
   per-event stats ``hlo_op``, ``hlo_module``, ``program_id``; shapes, opcode and source come
-  from the HLO protos in ``/host:metadata`` joined on (program_id, hlo_op).
+  from the HLO protos in ``/host:metadata`` joined on (program_id, hlo_op). A kernel run in a
+  command buffer (a CUDA graph) carries the buffer's thunk as ``hlo_op``: it is the fusion it
+  is named after (:func:`_kernel_namesake`), else the instruction its graph node and the
+  module's schedule place it at (:mod:`traceview.model.command_buffers`).
 * **CPU** — plane ``/host:CPU``, XLA:CPU thunk-executor threads; events with ``hlo_op`` /
   ``hlo_module`` / ``program_id`` stats, joined to the HLO protos the same way; the
   ``end: <op>`` marker events are skipped. Used only when no device plane has HLO ops (on
@@ -40,6 +43,7 @@ import numpy as np
 import polars as pl
 
 from traceview.errors import TraceUnreadable
+from traceview.model import command_buffers
 from traceview.model.hlo import HloIndex, HloOp
 from traceview.model.schema import MODULE_RUNS_SCHEMA, OPS_SCHEMA, STEP_MARKERS_SCHEMA, DeviceInfo, TraceData, frame
 from traceview.model.shapes import canonical_shape_text, instruction_signature
@@ -1009,21 +1013,33 @@ def _resolver(stat_names: dict[int, str], strings: list):
     return value
 
 
-def _op_row(st: dict, ev_name: str, hlo: HloIndex) -> tuple:
-    """The description columns (:data:`_ROW_COLUMNS`) of an annotated op event whose merged
-    stats are ``st`` and whose XEventMetadata is named ``ev_name``."""
+def _op_of(st: dict, ev_name: str, hlo: HloIndex) -> tuple[str, HloOp | None, bool]:
+    """(op name, instruction, whether that is the event's own ``hlo_op``) of an annotated op
+    event whose merged stats are ``st`` and whose XEventMetadata is named ``ev_name``; the
+    instruction None when the trace names none."""
     op_name = str(st.get("hlo_op"))
     pid = _as_int(st.get("program_id"))
-    module = str(st.get("hlo_module", "") or "") or hlo.names.get(pid, "")
     info = hlo.op(pid, op_name)
-    if info is None and ev_name and ev_name != op_name:  # a kernel of a command buffer (a CUDA graph):
+    if info is not None:
+        return op_name, info, True
+    if ev_name and ev_name != op_name:  # a kernel of a command buffer (a CUDA graph):
         # its hlo_op is the buffer's thunk (command_buffer_1, no instruction of the module); XLA
         # names a fusion's kernel after the fusion, "." written "_" (fusion_89 for fusion.89),
         # and runs identical fusions with one kernel (fusion.77 as fusion_76): the op is the
         # buffer's kernel, with the shape, HLO and costs of the fusion it is named after
         namesake = _kernel_namesake(ev_name, pid, hlo)
         if namesake is not None:
-            op_name, info = f"{op_name}/{ev_name}", namesake
+            return f"{op_name}/{ev_name}", namesake, False
+    return op_name, None, False
+
+
+def _op_row(st: dict, ev_name: str, hlo: HloIndex, op: tuple | None = None) -> tuple:
+    """The description columns (:data:`_ROW_COLUMNS`) of an annotated op event whose merged
+    stats are ``st`` and whose XEventMetadata is named ``ev_name``; ``op``: its (op name,
+    instruction), default :func:`_op_of`'s."""
+    op_name, info = op if op is not None else _op_of(st, ev_name, hlo)[:2]
+    pid = _as_int(st.get("program_id"))
+    module = str(st.get("hlo_module", "") or "") or hlo.names.get(pid, "")
     fw = str(st.get("tf_op", "") or "")
     if fw in ("", "XlaModule:"):
         fw = str(st.get("name", "") or "")
@@ -1092,6 +1108,12 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
         marker = np.zeros(n_combo, dtype=bool)
         names: list[str] = [""] * n_combo
         rows: list = [None] * n_combo
+        # per combo, for the nameless kernels of command buffers (command_buffers.attribute)
+        pids: list = [None] * n_combo
+        insts: list = [None] * n_combo
+        exact: list = [False] * n_combo
+        thunks: list = [None] * n_combo
+        sts: list = [None] * n_combo
         for c, mid in enumerate(le.combo_mids.tolist()):  # once per distinct (metadata, stat values)
             if mid not in md_cache:
                 md = md_by_id.get(mid)
@@ -1111,17 +1133,29 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
             if ev_name.startswith("end: "):
                 continue
             is_op[c] = True
-            rows[c] = (_op_row(st, ev_name, hlo), _as_int(st.get("device_ordinal")))
+            op = _op_of(st, ev_name, hlo)
+            rows[c] = (_op_row(st, ev_name, hlo, op[:2]), _as_int(st.get("device_ordinal")))
+            pids[c], insts[c], exact[c] = _as_int(st.get("program_id")), op[1], op[2]
+            if op[1] is None and ev_name != op[0] and hlo.get(pids[c]) is not None:
+                thunks[c], sts[c] = op[0], st
         if markers is not None and marker.any():
             _annotated_markers(le, marker, step_md, names, value, markers)
-        op_ev = is_op[le.combo]
+        combo = le.combo
+        if any(t is not None for t in thunks):  # nameless kernels of a command buffer: placed by the schedule
+            placed = command_buffers.attribute(le, pids, insts, exact, thunks, hlo)
+            if placed is not None:
+                combo, added = placed
+                for c, inst in added:
+                    rows.append((_op_row(sts[c], names[c], hlo, (f"{thunks[c]}/{inst.name}", inst)), rows[c][1]))
+                is_op = np.concatenate([is_op, np.ones(len(added), dtype=bool)])
+        op_ev = is_op[combo]
         if op_ev.all():  # every event an op (GPU streams): the decoded arrays as they are
-            lines.append((le.name, le.combo, le.starts, le.durations, le.occurrences, rows))
+            lines.append((le.name, combo, le.starts, le.durations, le.occurrences, rows))
         elif op_ev.any():
             pos = np.flatnonzero(op_ev)
             occ = le.occurrences
             occ = np.broadcast_to(np.int64(0), (len(pos),)) if _zeros(occ) else occ[pos]
-            lines.append((le.name, le.combo[pos], le.starts[pos], le.durations[pos], occ, rows))
+            lines.append((le.name, combo[pos], le.starts[pos], le.durations[pos], occ, rows))
     if not lines:
         return n
     # the device of each op: the plane, or per device_ordinal on a host plane running several

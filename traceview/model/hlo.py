@@ -158,6 +158,52 @@ class _LazyOps(Mapping):
     def get(self, name, default=None):
         return self[name] if name in self._by_name else default
 
+    def body(self, name: str) -> tuple | None:
+        """What instruction ``name`` computes, names aside: its opcode, fusion kind, custom-call
+        target, shape and operands' shapes, and the same of every instruction of the
+        computations it calls (operands as positions in them). Equal for two fusions XLA runs
+        with one kernel; None for an unknown name."""
+        ins = self._by_name.get(name)
+        if ins is None:
+            return None
+        comps = getattr(self, "_comps", None)
+        if comps is None:
+            comps = self._comps = {c.id: c for c in self._mod.computations}
+
+        def shape(sp):
+            return shape_from_proto(sp)
+
+        called = []
+        for cid in ins.called_computation_ids:
+            comp = comps.get(cid)
+            if comp is None:
+                return None
+            pos = {i.id: k for k, i in enumerate(comp.instructions)}
+            called.append(tuple((i.opcode, i.fusion_kind, i.custom_call_target, shape(i.shape),
+                                 tuple(pos.get(o, -1) for o in i.operand_ids), i.parameter_number, i.tuple_index)
+                                for i in comp.instructions))
+        operands = tuple(shape(self._by_id[o].shape) if o in self._by_id else None for o in ins.operand_ids)
+        return (ins.opcode, ins.fusion_kind, ins.custom_call_target, shape(ins.shape), operands, tuple(called))
+
+    def schedules(self) -> list[tuple[tuple[str, str], ...]]:
+        """Per scheduled computation (``HloModuleProto.schedule``: the entry's first, then
+        the others', while bodies and the like, in id order), (name, opcode) of its
+        instructions in schedule order: the order XLA:GPU emits their thunks, and so launches
+        their kernels. [] when the module has no schedule; a sequence naming an instruction
+        the module lacks is left out."""
+        mod = self._mod
+        if not mod.HasField("schedule"):
+            return []
+        seqs = mod.schedule.sequences
+        by_id = self._by_id
+        ids = sorted(seqs, key=lambda c: (c != mod.entry_computation_id, c))
+        out = []
+        for c in ids:
+            seq = seqs[c].instruction_ids
+            if seq and all(i in by_id for i in seq):
+                out.append(tuple((by_id[i].name, by_id[i].opcode) for i in seq))
+        return out
+
     def __contains__(self, name) -> bool:
         return name in self._by_name
 
@@ -222,6 +268,28 @@ class HloIndex:
             self.errors.append(f"HLO proto of {name}({program_id}) is unusable "
                                f"({type(exc).__name__}: {exc}); its ops have no shapes")
         self._decoded[program_id] = None
+
+    def schedules(self, program_id: int | None) -> list[tuple[tuple[str, str], ...]]:
+        """(name, opcode) of module ``program_id``'s scheduled instructions, one sequence per
+        scheduled computation (:meth:`_LazyOps.schedules`); [] when the module is unknown,
+        unusable or unscheduled."""
+        mod = self.get(program_id)
+        fn = getattr(mod.ops, "schedules", None) if mod is not None else None
+        try:
+            return fn() if fn is not None else []
+        except Exception:  # noqa: BLE001 - as in op: a hostile proto costs the schedule, not the trace
+            return []
+
+    def same_body(self, program_id: int | None, a: str, b: str) -> bool:
+        """Whether instructions ``a`` and ``b`` of module ``program_id`` compute the same
+        thing, names aside (:meth:`_LazyOps.body`); False when either is unknown."""
+        mod = self.get(program_id)
+        body = getattr(mod.ops, "body", None) if mod is not None else None
+        try:
+            x = body(a) if body is not None else None
+            return x is not None and x == body(b)
+        except Exception:  # noqa: BLE001 - as in op
+            return False
 
     def op(self, program_id: int | None, op_name: str) -> HloOp | None:
         """The instruction ``op_name`` of module ``program_id``, None when either is unknown,

@@ -398,13 +398,43 @@ def regimes(table: OpTable, module_runs: pl.DataFrame | RunTable | None, col: pl
         return pl.DataFrame(schema=schema)
     cand = candidates.select(keys).unique().with_row_index("key").with_columns(pl.col("key").cast(pl.Int64))
     k = col.select(["attr"] + keys).join(cand, on=keys, how="inner", nulls_equal=True)
-    lut = _key_of_attr(table, k)
-    s = series(table, module_runs, lut, names=False)
+    s = _execution_series(table, module_runs, k)
     wid = _where_index(table)
     dev = wid["device"].cast(pl.Utf8).fill_null("?")
     if wid["host"].n_unique() > 1:
         dev = wid["host"].cast(pl.Utf8).fill_null("?") + ":" + dev
     return cand.join(_regimes_of(s, dev.to_numpy()), on="key", how="left").drop("key").select(list(schema)).cast(schema)
+
+
+def _execution_series(table: OpTable, module_runs, k: pl.DataFrame) -> pl.DataFrame:
+    """:func:`series` (``names=False``) of the populations ``k`` (attr -> key), one row per
+    execution of an op: on GPU one execution can launch several kernels (a cuBLAS call's memset
+    and GEMM, one ``hlo_op``), and a population mixing their events reads as two modes of
+    occurrence time. For a population with several kernel names, the n-th occurrence of each
+    kernel in an execution of its program (in time order) makes one row: the earliest start,
+    the durations and self times summed."""
+    kern = table.attrs["kernel"].gather(pl.Series(k["attr"].cast(pl.Int64))) if k.height else None
+    multi = (k.with_columns(kern.fill_null("").alias("_kernel")).group_by("key").agg(pl.col("_kernel").n_unique())
+             .filter(pl.col("_kernel") > 1)["key"]) if k.height else pl.Series("key", [], dtype=pl.Int64)
+    if multi.len() == 0:
+        return series(table, module_runs, _key_of_attr(table, k), names=False)
+    # (population, kernel) pairs as keys, so that series ranks each kernel's occurrences on its own
+    kk = k.with_columns(kern.fill_null("").alias("_kernel"), pl.col("key").is_in(multi.implode()).alias("_multi"))
+    kk = kk.with_columns(pl.when(pl.col("_multi")).then(pl.struct("key", "_kernel").rank("dense").cast(pl.Int64)
+                                                        + pl.col("key").max())
+                         .otherwise(pl.col("key")).alias("_sub"))
+    sub_of = kk.select(pl.col("_sub").alias("key"), pl.col("key").alias("_pop")).unique()
+    s = series(table, module_runs, _key_of_attr(table, kk.select("attr", pl.col("_sub").alias("key"))),
+               names=False)
+    s = s.with_columns(pl.col("key").cast(pl.Int64)).join(sub_of, on="key", how="left")
+    one = s.filter(pl.col("_pop") == pl.col("key")).drop("_pop")
+    many = (s.filter(pl.col("_pop") != pl.col("key"))
+            .group_by("_pop", "_w", "execution", "occurrence")
+            .agg(pl.col("program_id").first(), pl.col("start_ps").min(), pl.col("duration_ps").sum(),
+                 pl.col("self_ps").sum())
+            .rename({"_pop": "key"}))
+    out = pl.concat([one, many.select(one.columns).cast(one.schema)])
+    return out.sort(["key", "_w", "program_id", "start_ps"], nulls_last=True).with_columns(pl.col("key").cast(pl.Int32))
 
 
 def _regimes_of(s: pl.DataFrame, where_names: np.ndarray | None = None) -> pl.DataFrame:

@@ -11,7 +11,7 @@ Field numbers are public facts taken from:
   XStat, XEventMetadata, XStatMetadata.
 * OpenXLA's ``hlo.proto`` and ``xla_data.proto``: HloProto,
   HloModuleProto, HloComputationProto, HloInstructionProto, ShapeProto, LayoutProto,
-  OpMetadata, StackFrameIndexProto, DotDimensionNumbers, ConvolutionDimensionNumbers, Window.
+  OpMetadata, StackFrameIndexProto, HloScheduleProto, DotDimensionNumbers, ConvolutionDimensionNumbers, Window.
 
 Only the fields traceview uses are declared; unknown fields are skipped by the parser.
 """
@@ -339,8 +339,13 @@ def _build_hlo(pool):
                ("parameter_shape_index", 3, "int64", "repeated")], fp.package)
     _message(fp, "HloInputOutputAliasProto", [
         ("entries", 1, ".traceview.hlo.HloInputOutputAliasProto.AliasEntryProto", "repeated")], nested=(ae,))
+    _message(fp, "InstructionSequence", [("instruction_ids", 1, "int64", "repeated")])
+    _message(fp, "HloScheduleProto", [
+        ("sequences", 1, ".traceview.hlo.HloScheduleProto.SequencesEntry", "repeated"),
+    ], nested=(_map_entry("SequencesEntry", "int64", "InstructionSequence", fp.package),))
     _message(fp, "HloModuleProto", [
         ("input_output_alias", 8, "HloInputOutputAliasProto", ""),
+        ("schedule", 7, "HloScheduleProto", ""),
         ("name", 1, "string", ""),
         ("entry_computation_name", 2, "string", ""),
         ("entry_computation_id", 6, "int64", ""),
