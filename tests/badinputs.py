@@ -654,6 +654,15 @@ def _(tmp):
     return Built(tmp)
 
 
+@case("trace-link-loop", "two trace names that are symbolic links to each other, and nothing else",
+      "no trace: each link named as a loop, not as broken", EXIT_NO_TRACE,
+      expect=("no trace files found", "symbolic link in a loop of links"), xplane=False)
+def _(tmp):
+    (tmp / "a.xplane.pb").symlink_to(tmp / "b.xplane.pb")
+    (tmp / "b.xplane.pb").symlink_to(tmp / "a.xplane.pb")
+    return Built(tmp)
+
+
 @case("broken-symlink", "a trace name that is a dangling symlink, beside a good trace",
       "analyzed: the dangling link is skipped", EXIT_OK)
 def _(tmp):

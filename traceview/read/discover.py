@@ -332,7 +332,8 @@ def _walk(root: Path, skipped: list[tuple[Path, str]]) -> list[tuple[Path, str, 
             try:
                 fst = e.stat(follow_symlinks=True)
             except OSError as exc:
-                why = "broken symlink" if e.is_symlink() else f"cannot stat: {exc.strerror or exc}"
+                why = (("symbolic link in a loop of links" if exc.errno == errno.ELOOP else "broken symlink")
+                       if e.is_symlink() else f"cannot stat: {exc.strerror or exc}")
                 skipped.append((p, why))
                 continue
             if not _stat.S_ISREG(fst.st_mode):
