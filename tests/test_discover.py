@@ -213,18 +213,24 @@ def test_symlinked_run_folder_is_followed(tmp_path):
     assert d.runs[0].name == "2026_01_05_12_00_00"
 
 
-def test_unreadable_folder_is_skipped(tmp_path, monkeypatch):
-    good = _touch(tmp_path / "ok" / "2026_01_05_12_00_00" / "h.xplane.pb")
-    bad = tmp_path / "locked"
-    _touch(bad / "2026_01_06_12_00_00" / "h.xplane.pb")
+def _cannot_list(monkeypatch, bad: Path) -> None:
+    """``os.scandir(bad)`` fails as a folder without read permission does (root ignores
+    permission bits: the failure is injected instead)."""
     real_scandir = os.scandir
 
     def scandir(path="."):
-        if Path(path) == bad:  # root ignores permission bits: inject the failure instead
+        if Path(path) == bad:
             raise PermissionError(13, "Permission denied", str(path))
         return real_scandir(path)
 
     monkeypatch.setattr(os, "scandir", scandir)
+
+
+def test_unreadable_folder_is_skipped(tmp_path, monkeypatch):
+    good = _touch(tmp_path / "ok" / "2026_01_05_12_00_00" / "h.xplane.pb")
+    bad = tmp_path / "locked"
+    _touch(bad / "2026_01_06_12_00_00" / "h.xplane.pb")
+    _cannot_list(monkeypatch, bad)
     d = discover(tmp_path)
     assert [x.path for x in d.files] == [good]
     assert (bad, "cannot list folder: Permission denied") in d.skipped
@@ -240,14 +246,7 @@ def test_a_folder_given_that_cannot_be_listed_is_unreadable_not_empty(tmp_path, 
 
     bad = tmp_path / "locked"
     _touch(bad / "2026_01_06_12_00_00" / "h.xplane.pb")
-    real_scandir = os.scandir
-
-    def scandir(path="."):
-        if Path(path) == bad:  # root ignores permission bits: inject the failure instead
-            raise PermissionError(13, "Permission denied", str(path))
-        return real_scandir(path)
-
-    monkeypatch.setattr(os, "scandir", scandir)
+    _cannot_list(monkeypatch, bad)
     with pytest.raises(TraceUnreadable, match="cannot list folder: Permission denied"):
         discover(bad)
     assert main(["analyze", str(bad), "--no-cache"]) == EXIT_UNREADABLE
