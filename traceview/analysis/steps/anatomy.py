@@ -48,7 +48,6 @@ All times are integer ps (means are floats). Errors: bad rules raise
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -210,9 +209,12 @@ PARALLEL_MAX_EVENTS = 8_000_000
 
 
 def _per_device(fn, items: list, pe: "_Placed") -> list:
-    """``[fn(item) for item in items]``, on up to ``os.cpu_count()`` threads when there are
-    several devices and fewer than :data:`PARALLEL_MAX_EVENTS` events. Order is kept."""
-    workers = min(len(items), os.cpu_count() or 1)
+    """``[fn(item) for item in items]``, on up to
+    :func:`~traceview.read.batch.threads_available` threads when there are several devices
+    and fewer than :data:`PARALLEL_MAX_EVENTS` events. Order is kept."""
+    from traceview.read.batch import threads_available
+
+    workers = min(len(items), threads_available())
     if workers < 2 or pe.n >= PARALLEL_MAX_EVENTS or pe.n < len(items) * THREAD_MIN_EVENTS:
         return [fn(it) for it in items]
     from concurrent.futures import ThreadPoolExecutor
