@@ -234,8 +234,9 @@ def test_sketch_rows_and_buckets_equal_a_group_by(monkeypatch):
 
 
 def test_partial_travels_packed_and_comes_back_the_same(shared_traces, monkeypatch):
-    """A host's large frames are pickled as compressed Arrow IPC; unpickled, every frame has
-    its schema and values again (here every frame packed, empty ones too)."""
+    """A host's large frames are pickled as compressed Arrow IPC; unpickled, they stay packed
+    until used, and every frame has its schema and values again, read as an attribute or
+    through ``frame`` (here every frame packed, empty ones too); pickled again, the same."""
     import pickle
 
     from traceview.read.batch import ReadTask
@@ -245,12 +246,21 @@ def test_partial_travels_packed_and_comes_back_the_same(shared_traces, monkeypat
     monkeypatch.setattr(fleet, "PACK_MIN_BYTES", 0)
     assert isinstance(hp.__getstate__()["steps"], fleet._Packed)
     back = pickle.loads(pickle.dumps(hp))
+    frames = [k for k, v in hp.__dict__.items() if isinstance(v, pl.DataFrame)]
+    assert sorted(back._packed) == sorted(frames) and not any(k in back.__dict__ for k in frames)
+    again = pickle.loads(pickle.dumps(back))  # (packed frames sent on as they came)
     for k, v in hp.__dict__.items():
         if isinstance(v, pl.DataFrame):
-            assert back.__dict__[k].schema == v.schema, k
-            assert_frame_equal(v, back.__dict__[k], check_exact=True)
+            assert back.rows(k) == v.height and back.columns(k) == v.columns, k
+            got = back.frame(k)
+            assert k in back._packed and got.schema == v.schema, k  # (frame: not kept unpacked)
+            assert_frame_equal(v, got, check_exact=True)
+            assert_frame_equal(v, getattr(back, k), check_exact=True)  # an attribute: unpacked, kept
+            assert k not in back._packed and k in back.__dict__, k
+            assert_frame_equal(v, again.frame(k, drop=True), check_exact=True)
+            assert again.rows(k) == 0 and getattr(again, k) is None, k
         else:
-            assert back.__dict__[k] == v, k
+            assert back.__dict__[k] == v and again.__dict__[k] == v, k
 
 
 def test_dask_cluster_equals_in_process(pod, mixed, monkeypatch):
@@ -315,3 +325,42 @@ def test_partials_prepared_on_arrival_merge_the_same(which, request):
         assert_frame_equal(raw.stragglers.steps, got.stragglers.steps, check_exact=True)
         assert raw.stragglers.summary == got.stragglers.summary
     assert raw.notes == got.notes
+
+
+@pytest.mark.parametrize("case", ["default", "window", "alike"])
+def test_packed_partials_consumed_merge_the_same(pod, case):
+    """Partials as the client gets them (pickled: their large frames packed until the merge
+    unpacks them, one host at a time, and lets them go) merge as the same partials held
+    unpacked: the hosts' own annotations, the fleet's (another window) and hosts named alike."""
+    import pickle
+
+    from traceview.read.batch import ReadTask
+
+    files = sorted(pod.rglob("*.xplane.pb"))
+    tasks = [ReadTask(path=str(f), kind="xplane", host="h" if case == "alike" else f.name.split(".")[0])
+             for f in files]
+    window = "all" if case == "window" else "steady"
+    plain = fleet.merge([fleet.host_partial(t) for t in tasks], window=window)
+    monkey = fleet.PACK_MIN_BYTES
+    try:
+        fleet.PACK_MIN_BYTES = 0  # every frame packed
+        parts = [pickle.loads(pickle.dumps(fleet.host_partial(t))) for t in tasks]
+    finally:
+        fleet.PACK_MIN_BYTES = monkey
+    assert all(p._packed for p in parts)
+    got = fleet.merge(parts, window=window, consume=True)
+    assert all(p.rows(n) == 0 for p in parts for n in ("steps", "step_families", "overlap_steps", "collectives"))
+    assert plain.steps is not None and plain.steps.steps.height > 0
+    for a, b in ((plain.by_shape, got.by_shape), (plain.steps.steps, got.steps.steps),
+                 (plain.steps.families, got.steps.families), (plain.overlap_steps, got.overlap_steps),
+                 (plain.stragglers.devices, got.stragglers.devices), (plain.stragglers.steps, got.stragglers.steps)):
+        assert_frame_equal(a, b, check_exact=True)
+    assert plain.steps.coverage == got.steps.coverage and plain.notes == got.notes
+    if case == "window":  # the fleet's annotation of the hosts' rows: the single process's
+        prof = load(pod)
+        anat = profile_anatomy(prof, window="all")
+        order = ["host", "device", "step"]
+        cols = [c for c in anat.steps.columns if c != "reason"]
+        assert_frame_equal(anat.steps.select(cols).sort(order), got.steps.steps.select(cols).sort(order))
+    if case == "alike":
+        assert got.overlap_steps.height == plain.overlap_steps.height > 0
