@@ -315,7 +315,8 @@ def host_partial(task, options: FleetOptions | None = None):
             return _partial(td, prof, col, moments, sketch, values)
         try:
             anat = profile_anatomy(prof, opts.rules, module=opts.step_module, extent=opts.step_extent,
-                                   window="all", reasons=False)  # the merge annotates the fleet's steps
+                                   window="all", reasons=False, rows_only=True)  # the merge annotates the
+            # fleet's steps
         except UsageError as exc:  # e.g. the step module has no execution on this host
             part = _partial(td, prof, col, moments, sketch, values)
             part.step_method, part.step_notes = "error", [f"{td.host}: {exc.fault}"]
@@ -331,7 +332,7 @@ def host_partial(task, options: FleetOptions | None = None):
         module_self = (col.filter(pl.col("module").is_in(sorted(have))).group_by("module")
                        .agg(pl.col("self_ps").sum()) if col.height else pl.DataFrame(
                            schema={"module": pl.Utf8, "self_ps": pl.Int64}))
-        ov_steps = _overlap_columns(overlap(table, steps if steps.height else None).steps, steps)
+        ov_steps = _overlap_columns(overlap(table, steps if steps.height else None, steps_only=True).steps, steps)
         # judged alone: every device's (program's) steps numerous enough not to be pooled with
         # other hosts' (stepstats.POOL_BELOW)
         alone = bool(steps.height) and int(steps.group_by("host", "device", "program_id").len()["len"].min()) \
