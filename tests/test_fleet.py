@@ -55,6 +55,14 @@ def pod(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("pod"), {"host-a.xplane.pb": src, "host-b.xplane.pb": src})
 
 
+@pytest.fixture(scope="module")
+def tpu2(shared_traces, tmp_path_factory):
+    """Two TPU v6e hosts (each device's steps numerous enough to be judged alone)."""
+    return _run(tmp_path_factory.mktemp("tpu2"), {
+        "tpu-a.xplane.pb": shared_traces / "tpu_v6e_4chip_psum.xplane.pb",
+        "tpu-b.xplane.pb": shared_traces / "tpu_v6e_4chip_psum.xplane.pb"})
+
+
 def _check_quantiles(single: pl.DataFrame, merged: pl.DataFrame, alpha: float) -> float:
     j = single.select(*KEYS, "p50_ps", "p90_ps", "cv").join(
         merged.select(*KEYS, "p50_ps", "p90_ps", "cv"), on=KEYS, nulls_equal=True)
@@ -309,8 +317,10 @@ def test_partials_prepared_on_arrival_merge_the_same(which, request):
     out = read_many(tasks, fleet.host_partial, arrived=arrived)
     assert [r for _, r in out] == seen and all(k == "kept" for k, _ in out) and len(seen) == len(tasks)
     raw = fleet.merge([fleet.host_partial(t) for t in tasks])
-    prep = fleet._Arrived()
-    got = fleet.merge([prep(fleet.host_partial(t)) for t in tasks])
+    prep = fleet._Arrived("steady")  # (each host with steps prepared as it comes)
+    ready = [prep(fleet.host_partial(t)) for t in tasks]
+    assert all("steps" in p._prepared for p in ready if p.rows("steps") and p.step_method != "error")
+    got = fleet.merge(ready, consume=True)
     assert (raw.steps is None) == (got.steps is None) and (which == "mixed") == (raw.steps is None)  # (mixed:
     # its hosts find steps differently)
     pairs = [(raw.by_shape, got.by_shape), (raw.devices, got.devices), (raw.overlap_steps, got.overlap_steps)]
@@ -327,8 +337,9 @@ def test_partials_prepared_on_arrival_merge_the_same(which, request):
     assert raw.notes == got.notes
 
 
-@pytest.mark.parametrize("case", ["default", "window", "alike"])
-def test_packed_partials_consumed_merge_the_same(pod, case):
+@pytest.mark.parametrize("which", ["pod", "tpu2"])
+@pytest.mark.parametrize("case", ["default", "window", "alike", "arrived", "arrived-window", "arrived-alike"])
+def test_packed_partials_consumed_merge_the_same(which, case, request):
     """Partials as the client gets them (pickled: their large frames packed until the merge
     unpacks them, one host at a time, and lets them go) merge as the same partials held
     unpacked: the hosts' own annotations, the fleet's (another window) and hosts named alike."""
@@ -336,10 +347,11 @@ def test_packed_partials_consumed_merge_the_same(pod, case):
 
     from traceview.read.batch import ReadTask
 
-    files = sorted(pod.rglob("*.xplane.pb"))
-    tasks = [ReadTask(path=str(f), kind="xplane", host="h" if case == "alike" else f.name.split(".")[0])
+    root = request.getfixturevalue(which)
+    files = sorted(root.rglob("*.xplane.pb"))
+    tasks = [ReadTask(path=str(f), kind="xplane", host="h" if case.endswith("alike") else f.name.split(".")[0])
              for f in files]
-    window = "all" if case == "window" else "steady"
+    window = "all" if case.endswith("window") else "steady"
     plain = fleet.merge([fleet.host_partial(t) for t in tasks], window=window)
     monkey = fleet.PACK_MIN_BYTES
     try:
@@ -348,19 +360,29 @@ def test_packed_partials_consumed_merge_the_same(pod, case):
     finally:
         fleet.PACK_MIN_BYTES = monkey
     assert all(p._packed for p in parts)
+    if case.startswith("arrived"):  # prepared as they come (load_fleet's _Arrived, for the merge's window)
+        arrived = fleet._Arrived(window)
+        parts = [arrived(p) for p in parts]
+        # (the window's own sums: made for hosts that judged their steps alone for this window,
+        # used only when no two hosts share a name)
+        assert all(("families" in p._prepared) == (window == "steady" and which == "tpu2") for p in parts)
     got = fleet.merge(parts, window=window, consume=True)
     assert all(p.rows(n) == 0 for p in parts for n in ("steps", "step_families", "overlap_steps", "collectives"))
     assert plain.steps is not None and plain.steps.steps.height > 0
-    for a, b in ((plain.by_shape, got.by_shape), (plain.steps.steps, got.steps.steps),
-                 (plain.steps.families, got.steps.families), (plain.overlap_steps, got.overlap_steps),
-                 (plain.stragglers.devices, got.stragglers.devices), (plain.stragglers.steps, got.stragglers.steps)):
+    pairs = [(plain.by_shape, got.by_shape), (plain.steps.steps, got.steps.steps),
+             (plain.steps.families, got.steps.families), (plain.overlap_steps, got.overlap_steps)]
+    assert (plain.stragglers is None) == (got.stragglers is None) and (which == "pod") <= (got.stragglers is not None)
+    if plain.stragglers is not None:
+        pairs += [(plain.stragglers.devices, got.stragglers.devices), (plain.stragglers.steps, got.stragglers.steps)]
+    for a, b in pairs:
         assert_frame_equal(a, b, check_exact=True)
+    assert got.steps.families.height > 0
     assert plain.steps.coverage == got.steps.coverage and plain.notes == got.notes
-    if case == "window":  # the fleet's annotation of the hosts' rows: the single process's
-        prof = load(pod)
+    if case.endswith("window"):  # the fleet's annotation of the hosts' rows: the single process's
+        prof = load(root)
         anat = profile_anatomy(prof, window="all")
         order = ["host", "device", "step"]
         cols = [c for c in anat.steps.columns if c != "reason"]
         assert_frame_equal(anat.steps.select(cols).sort(order), got.steps.steps.select(cols).sort(order))
-    if case == "alike":
+    if case.endswith("alike"):
         assert got.overlap_steps.height == plain.overlap_steps.height > 0

@@ -151,7 +151,7 @@ class HostPartial:
         """Pickled (to the client) with its large frames as compressed Arrow IPC
         (:class:`_Packed`): the per-step frames are mostly repeats and small integers."""
         state = {k: _Packed(v) if isinstance(v, pl.DataFrame) and v.estimated_size() >= PACK_MIN_BYTES else v
-                 for k, v in self.__dict__.items() if k != "_packed"}
+                 for k, v in self.__dict__.items() if k not in ("_packed", "_prepared")}
         state.update(self.__dict__.get("_packed", {}))  # (still packed here: sent on as they came)
         return state
 
@@ -698,10 +698,15 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
     # the step rows of every host, one under the other, their text columns as text
     # each host's step rows, their text columns as text (each host cast: a cast of the
     # concatenation copies every column; the categorical rows unpacked one host at a time)
-    pieces = [_text(p.frame("steps", drop=consume)) for p in with_steps]
-    names = [set(t["host"].unique().to_list()) for t in pieces]
+    prep = [p.__dict__.get("_prepared") or _prepared(p) for p in with_steps]  # (_Arrived: done as they came)
+    pieces = [d["steps"] for d in prep]
+    names = [d["hosts"] for d in prep]
     alone = (all(p.steps_alone and p.step_window == window for p in with_steps)
              and sum(len(h) for h in names) == len(set().union(*names)))
+    del prep
+    if consume:
+        for p in with_steps:
+            p.drop("steps")
     if alone:
         st = pl.concat(pieces, how="vertical")
         dev_ids = stepstats._device_ids(st)  # (per row its (host, device) id, the ids' keys)
@@ -724,18 +729,19 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
     del win_steps
     cov_all = _coverage(st, total_self, outside, devices=len(dev_ids[1]))
     del dev_ids
-    fam = (_window_families(parts, in_win, n, cov.step_ps, heights, consume) if n
+    fam = (_window_families(parts, in_win, n, cov.step_ps, heights, consume, own=alone) if n
            else pl.DataFrame(schema=FAMILIES_SCHEMA))
     dist = stepstats.distribution(st, window)
     p0 = with_steps[0]
     step_notes = [ln for p in parts for ln in p.step_notes]
     anat = StepAnatomy(steps=st, families=fam, coverage=cov, method=p0.step_method, module=p0.step_module,
                        extent="", notes=step_notes, window=dist["window"], distribution=dist, coverage_all=cov_all)
-    ov = _window_overlap(parts, st, in_win, empty_ov, heights, consume)
+    ov = _window_overlap(parts, st, in_win, empty_ov, heights, consume, own=alone)
     coll = pl.concat([p.collectives for p in parts], how="vertical")
     if consume:
         for p in parts:
             p.drop("step_families", "overlap_steps", "collectives", "steps")
+            p.__dict__.pop("_prepared", None)
     strag = None
     if ov.height:
         s = stragglers(coll, ov)
@@ -743,11 +749,45 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
     return anat, ov, strag
 
 
-def _window_families(parts, in_win: np.ndarray, n: int, step_ps, heights: dict, consume: bool = False) -> pl.DataFrame:
+def _family_sums(sf: pl.DataFrame, n_codes: int, keep_rows: np.ndarray) -> tuple:
+    """(self_ps, count: exact int64 sums; present: bool) per family code (``n_codes`` of them) of
+    a host's per (step row, family) rows ``sf`` whose step row is kept (``keep_rows``: bool per
+    step row of the host)."""
+    from traceview.model.optable import int_bincount
+
+    if not sf.height:
+        return np.zeros(n_codes, dtype=np.int64), np.zeros(n_codes, dtype=np.int64), np.zeros(n_codes, dtype=bool)
+    keep = keep_rows[sf["step_row"].to_numpy().astype(np.int64)]
+    code = sf["family"].to_numpy()[keep].astype(np.int64)
+    return (int_bincount(code, sf["self_ps"].to_numpy()[keep], n_codes),
+            int_bincount(code, sf["count"].to_numpy()[keep], n_codes), np.bincount(code, minlength=n_codes) > 0)
+
+
+def _prepared(p: HostPartial, window: str | None = None) -> dict:
+    """What the merge takes from one host with steps, made without the other hosts: "steps",
+    its step rows with their names as text (:func:`_text`); "hosts", their host names; and,
+    with ``window`` the step window the host annotated its rows for (``steps_alone``) and its
+    overlap rows its step rows' windows, "families" (:func:`_family_sums` over its window's
+    steps) and "overlap" (its window's overlap rows, without the keys): the merge's figures of
+    this host when every host's steps were judged alone (:func:`_merge_steps`)."""
+    piece = _text(p.frame("steps"))
+    out = {"steps": piece, "hosts": set(piece["host"].unique().to_list())}
+    if (window is not None and p.steps_alone and p.step_window == window and "host" not in p.columns("overlap_steps")
+            and p.rows("overlap_steps") == piece.height):
+        own = piece["in_window"].to_numpy().astype(bool)
+        out["families"] = _family_sums(p.frame("step_families"), len(p.family_names), own)
+        out["overlap"] = p.frame("overlap_steps").filter(pl.Series(own))
+    return out
+
+
+def _window_families(parts, in_win: np.ndarray, n: int, step_ps, heights: dict, consume: bool = False,
+                     own: bool = False) -> pl.DataFrame:
     """The families table (:data:`~traceview.analysis.steps.anatomy.FAMILIES_SCHEMA`, no
     n_populations) of the hosts' per (step row, family) sums over the window's steps (``in_win``
     over the concatenated step rows, ``n`` of them; ``heights``: {id(partial): its step rows}):
-    exact int64 sums per family name. ``consume``: each partial's rows dropped once summed."""
+    exact int64 sums per family name. ``consume``: each partial's rows dropped once summed.
+    ``own``: ``in_win`` is each host's own annotation (the sums :func:`_prepared` made on
+    arrival are used)."""
     from traceview.analysis.steps.anatomy import FAMILIES_SCHEMA
 
     names = sorted({f for p in parts for f in p.family_names})
@@ -757,14 +797,15 @@ def _window_families(parts, in_win: np.ndarray, n: int, step_ps, heights: dict, 
     present = np.zeros(len(names), dtype=bool)
     off = 0
     for p in parts:
-        sf = p.frame("step_families", drop=consume)
-        if sf.height:
-            keep = in_win[sf["step_row"].to_numpy().astype(np.int64) + off]
-            code = np.array([ix[f] for f in p.family_names], dtype=np.int64)[sf["family"].to_numpy()[keep]]
-            np.add.at(self_ps, code, sf["self_ps"].to_numpy()[keep])
-            np.add.at(count, code, sf["count"].to_numpy()[keep])
-            present[code] = True
-        off += heights.get(id(p), 0)
+        h = heights.get(id(p), 0)
+        got = (p.__dict__.get("_prepared") or {}).get("families") if own else None
+        if got is None:
+            got = _family_sums(p.frame("step_families", drop=consume), len(p.family_names), in_win[off:off + h])
+        code = np.array([ix[f] for f in p.family_names], dtype=np.int64)  # (distinct: no two codes alike)
+        self_ps[code] += got[0]
+        count[code] += got[1]
+        present[code] |= got[2]
+        off += h
     have = np.flatnonzero(present)
     if not len(have):
         return pl.DataFrame(schema=FAMILIES_SCHEMA)
@@ -778,12 +819,14 @@ def _window_families(parts, in_win: np.ndarray, n: int, step_ps, heights: dict, 
 
 
 def _window_overlap(parts, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataFrame, heights: dict,
-                    consume: bool = False) -> pl.DataFrame:
+                    consume: bool = False, own: bool = False) -> pl.DataFrame:
     """The overlap rows of the window's steps, in the hosts' order: a host's rows that are its
     step rows' windows (:func:`_overlap_columns`) take their keys from ``st`` (the concatenated,
     annotated step rows; ``heights``: {id(partial): its rows there}); other hosts' rows are
     matched to the window's steps by (host, device, step). ``consume``: each partial's rows
-    dropped once taken (a host's rows unpacked, filtered and let go one host at a time)."""
+    dropped once taken (a host's rows unpacked, filtered and let go one host at a time).
+    ``own``: ``in_win`` is each host's own annotation (the rows :func:`_prepared` filtered on
+    arrival are used)."""
     from traceview.analysis.communication.overlap import STEPS_SCHEMA as OV_SCHEMA
 
     hosts = [p.host for p in parts]
@@ -795,7 +838,9 @@ def _window_overlap(parts, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataF
         for p in parts:
             h = heights.get(id(p), 0)
             if h:
-                ov.append(p.frame("overlap_steps", drop=consume).filter(pl.Series(in_win[off:off + h])))
+                got = (p.__dict__.get("_prepared") or {}).get("overlap") if own else None
+                ov.append(got if got is not None else
+                          p.frame("overlap_steps", drop=consume).filter(pl.Series(in_win[off:off + h])))
                 off += h
         if not ov:
             return empty
@@ -825,13 +870,18 @@ class _Arrived:
     """What the merge can do with the hosts' partials while other hosts are still being read
     (:func:`traceview.read.batch.read_many`'s ``arrived``): at the first partial, the modules
     the merge uses are imported (numpy's masked arrays too: polars asks for them at its first
-    frame from numpy). The partials stay as they came (their step rows' names categorical
-    until the merge: cast to text on arrival, they raised the client's peak)."""
+    frame from numpy); with ``window`` (the merge's step window), each host with steps gets
+    its :func:`_prepared` parts (kept on the partial, not pickled), so that little of the
+    merge is left after the last host."""
 
-    def __init__(self):
+    def __init__(self, window: str | None = None):
         self.first = True
+        self.window = window
 
     def __call__(self, res):
+        if self.window is not None and isinstance(res, HostPartial) and res.rows("steps") and \
+                res.step_method not in ("error", "off"):
+            res.__dict__["_prepared"] = _prepared(res, self.window)
         if self.first and isinstance(res, HostPartial):
             self.first = False
             import numpy.ma  # noqa: F401
@@ -876,7 +926,7 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
     store = TableCache.default() if cache is None else (cache or None)
     tasks = tasks_for(disc.files, max_bytes_default(max_bytes), cache=store)
     res = read_many(tasks, functools.partial(host_partial, options=opts), executor=executor, scheduler=scheduler,
-                    workers=workers, progress=progress, arrived=_Arrived())
+                    workers=workers, progress=progress, arrived=_Arrived(opts.step_window if opts.steps else None))
     if type(disc).__module__ == "traceview.read.remote":  # a URL's local copies are named by their URL
         from traceview.read.remote import relabel
 
