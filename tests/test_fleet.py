@@ -378,6 +378,9 @@ def test_packed_partials_consumed_merge_the_same(which, case, request):
         assert_frame_equal(a, b, check_exact=True)
     assert got.steps.families.height > 0
     assert plain.steps.coverage == got.steps.coverage and plain.notes == got.notes
+    if case in ("default", "arrived"):  # the coverage (devices counted off the hosts' own ids): the single process's
+        anat = profile_anatomy(load(root))
+        assert got.steps.coverage == anat.coverage and got.steps.coverage_all == anat.coverage_all
     if case.endswith("window"):  # the fleet's annotation of the hosts' rows: the single process's
         prof = load(root)
         anat = profile_anatomy(prof, window="all")

@@ -703,19 +703,26 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
     names = [d["hosts"] for d in prep]
     alone = (all(p.steps_alone and p.step_window == window for p in with_steps)
              and sum(len(h) for h in names) == len(set().union(*names)))
-    del prep
     if consume:
         for p in with_steps:
             p.drop("steps")
     if alone:
         st = pl.concat(pieces, how="vertical")
-        dev_ids = stepstats._device_ids(st)  # (per row its (host, device) id, the ids' keys)
+        # (per row its (host, device) id, the ids' keys: the hosts' own, numbered on; no two
+        # hosts share a name, so no two share a key)
+        ids, keys, off = [], [], 0
+        for d in prep:
+            ids.append(d["devices"][0] + off)
+            keys += d["devices"][1]
+            off += len(d["devices"][1])
+        dev_ids = (np.concatenate(ids), keys)
+        del ids
     else:
         st = pl.concat([t.select(list(STEPS_SCHEMA)) for t in pieces], how="vertical")
         dev_ids = stepstats._device_ids(st)
         st = stepstats.annotate(st, window=window, devices=dev_ids)
     heights = {id(p): t.height for p, t in zip(with_steps, pieces)}  # each host's step rows
-    del pieces
+    del pieces, prep
     in_win = st["in_window"].to_numpy().astype(bool)
     n = int(in_win.sum())
     total_self = int(col["self_ps"].sum() or 0)
@@ -765,13 +772,16 @@ def _family_sums(sf: pl.DataFrame, n_codes: int, keep_rows: np.ndarray) -> tuple
 
 def _prepared(p: HostPartial, window: str | None = None) -> dict:
     """What the merge takes from one host with steps, made without the other hosts: "steps",
-    its step rows with their names as text (:func:`_text`); "hosts", their host names; and,
+    its step rows with their names as text (:func:`_text`); "hosts", their host names;
+    "devices", their :func:`~traceview.analysis.steps.stepstats._device_ids`; and,
     with ``window`` the step window the host annotated its rows for (``steps_alone``) and its
     overlap rows its step rows' windows, "families" (:func:`_family_sums` over its window's
     steps) and "overlap" (its window's overlap rows, without the keys): the merge's figures of
     this host when every host's steps were judged alone (:func:`_merge_steps`)."""
+    from traceview.analysis.steps.stepstats import _device_ids
+
     piece = _text(p.frame("steps"))
-    out = {"steps": piece, "hosts": set(piece["host"].unique().to_list())}
+    out = {"steps": piece, "hosts": set(piece["host"].unique().to_list()), "devices": _device_ids(piece)}
     if (window is not None and p.steps_alone and p.step_window == window and "host" not in p.columns("overlap_steps")
             and p.rows("overlap_steps") == piece.height):
         own = piece["in_window"].to_numpy().astype(bool)
