@@ -383,22 +383,8 @@ _STEP_TEXT = ("host", "device", "module")
 
 
 def _text(steps: pl.DataFrame) -> pl.DataFrame:
-    """A partial's step rows with :data:`_STEP_TEXT` as text again (:func:`_cat_text`)."""
-    return steps.with_columns(_cat_text(steps[c]) for c in _STEP_TEXT if steps.schema.get(c) == pl.Categorical)
-
-
-def _cat_text(s: pl.Series) -> pl.Series:
-    """A categorical series as text: its distinct values as text, gathered per row, so the
-    rows' string views share one buffer of the few names (a cast writes every row's string
-    again); a cast when it holds nulls."""
-    if s.null_count() or not len(s):
-        return s.cast(pl.Utf8)
-    codes = s.to_physical()
-    names = s.unique()
-    at = names.to_physical().to_numpy().astype(np.int64)
-    lut = np.zeros(int(at.max()) + 1, dtype=np.uint32)
-    lut[at] = np.arange(len(at), dtype=np.uint32)
-    return names.cast(pl.Utf8).gather(lut[codes.to_numpy()]).alias(s.name)
+    """A partial's step rows with :data:`_STEP_TEXT` as text again."""
+    return steps.with_columns(pl.col(c).cast(pl.Utf8) for c in _STEP_TEXT if steps.schema.get(c) == pl.Categorical)
 
 
 #: the overlap columns a step row gives (overlap's name: the step rows' name)
@@ -781,7 +767,8 @@ def _prepared(p: HostPartial, window: str | None = None) -> dict:
     from traceview.analysis.steps.stepstats import _device_ids
 
     piece = _text(p.frame("steps"))
-    out = {"steps": piece, "hosts": set(piece["host"].unique().to_list()), "devices": _device_ids(piece)}
+    ids = _device_ids(piece)
+    out = {"steps": piece, "hosts": {h for h, _ in ids[1]}, "devices": ids}
     if (window is not None and p.steps_alone and p.step_window == window and "host" not in p.columns("overlap_steps")
             and p.rows("overlap_steps") == piece.height):
         own = piece["in_window"].to_numpy().astype(bool)
