@@ -389,3 +389,14 @@ def test_packed_partials_consumed_merge_the_same(which, case, request):
         assert_frame_equal(anat.steps.select(cols).sort(order), got.steps.steps.select(cols).sort(order))
     if case.endswith("alike"):
         assert got.overlap_steps.height == plain.overlap_steps.height > 0
+
+
+def test_cat_text_equals_a_cast(monkeypatch):
+    """A categorical column as text (the step rows' names): the cast's values, nulls and all."""
+    s = pl.Series("device", ["/device:TPU:1", "/device:TPU:0", "/device:TPU:1", "h"] * 50, dtype=pl.Categorical)
+    for x in (s, s.scatter([3], None), s.head(0)):
+        got = fleet._cat_text(x)
+        assert got.dtype == pl.Utf8 and got.name == "device"
+        assert_frame_equal(x.cast(pl.Utf8).to_frame(), got.to_frame(), check_exact=True)
+    monkeypatch.setattr(fleet, "_LUT_MAX", 0)  # codes past the table: a cast
+    assert_frame_equal(s.cast(pl.Utf8).to_frame(), fleet._cat_text(s).to_frame())

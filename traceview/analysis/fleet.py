@@ -383,8 +383,28 @@ _STEP_TEXT = ("host", "device", "module")
 
 
 def _text(steps: pl.DataFrame) -> pl.DataFrame:
-    """A partial's step rows with :data:`_STEP_TEXT` as text again."""
-    return steps.with_columns(pl.col(c).cast(pl.Utf8) for c in _STEP_TEXT if steps.schema.get(c) == pl.Categorical)
+    """A partial's step rows with :data:`_STEP_TEXT` as text again (:func:`_cat_text`)."""
+    return steps.with_columns(_cat_text(steps[c]) for c in _STEP_TEXT if steps.schema.get(c) == pl.Categorical)
+
+
+#: the largest categorical code :func:`_cat_text` maps through a table (else it casts)
+_LUT_MAX = 1 << 20
+
+
+def _cat_text(s: pl.Series) -> pl.Series:
+    """A categorical series as text: its distinct values as text, gathered per row, so the
+    rows' string views share one buffer of the few names (a cast writes every row's string
+    again); a cast when it holds nulls or its codes span more than :data:`_LUT_MAX`."""
+    if s.null_count() or not len(s):
+        return s.cast(pl.Utf8)
+    codes = s.to_physical()
+    names = s.unique()
+    at = names.to_physical().to_numpy().astype(np.int64)
+    if int(at.max()) >= _LUT_MAX:
+        return s.cast(pl.Utf8)
+    lut = np.zeros(int(at.max()) + 1, dtype=np.uint32)
+    lut[at] = np.arange(len(at), dtype=np.uint32)
+    return names.cast(pl.Utf8).gather(lut[codes.to_numpy()]).alias(s.name)
 
 
 #: the overlap columns a step row gives (overlap's name: the step rows' name)
