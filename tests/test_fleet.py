@@ -55,6 +55,14 @@ def pod(tmp_path_factory):
     return _run(tmp_path_factory.mktemp("pod"), {"host-a.xplane.pb": src, "host-b.xplane.pb": src})
 
 
+@pytest.fixture(scope="module")
+def tpu2(shared_traces, tmp_path_factory):
+    """Two TPU v6e hosts (each device's steps numerous enough to be judged alone)."""
+    return _run(tmp_path_factory.mktemp("tpu2"), {
+        "tpu-a.xplane.pb": shared_traces / "tpu_v6e_4chip_psum.xplane.pb",
+        "tpu-b.xplane.pb": shared_traces / "tpu_v6e_4chip_psum.xplane.pb"})
+
+
 def _check_quantiles(single: pl.DataFrame, merged: pl.DataFrame, alpha: float) -> float:
     j = single.select(*KEYS, "p50_ps", "p90_ps", "cv").join(
         merged.select(*KEYS, "p50_ps", "p90_ps", "cv"), on=KEYS, nulls_equal=True)
@@ -234,8 +242,9 @@ def test_sketch_rows_and_buckets_equal_a_group_by(monkeypatch):
 
 
 def test_partial_travels_packed_and_comes_back_the_same(shared_traces, monkeypatch):
-    """A host's large frames are pickled as compressed Arrow IPC; unpickled, every frame has
-    its schema and values again (here every frame packed, empty ones too)."""
+    """A host's large frames are pickled as compressed Arrow IPC; unpickled, they stay packed
+    until used, and every frame has its schema and values again, read as an attribute or
+    through ``frame`` (here every frame packed, empty ones too); pickled again, the same."""
     import pickle
 
     from traceview.read.batch import ReadTask
@@ -245,12 +254,21 @@ def test_partial_travels_packed_and_comes_back_the_same(shared_traces, monkeypat
     monkeypatch.setattr(fleet, "PACK_MIN_BYTES", 0)
     assert isinstance(hp.__getstate__()["steps"], fleet._Packed)
     back = pickle.loads(pickle.dumps(hp))
+    frames = [k for k, v in hp.__dict__.items() if isinstance(v, pl.DataFrame)]
+    assert sorted(back._packed) == sorted(frames) and not any(k in back.__dict__ for k in frames)
+    again = pickle.loads(pickle.dumps(back))  # (packed frames sent on as they came)
     for k, v in hp.__dict__.items():
         if isinstance(v, pl.DataFrame):
-            assert back.__dict__[k].schema == v.schema, k
-            assert_frame_equal(v, back.__dict__[k], check_exact=True)
+            assert back.rows(k) == v.height and back.columns(k) == v.columns, k
+            got = back.frame(k)
+            assert k in back._packed and got.schema == v.schema, k  # (frame: not kept unpacked)
+            assert_frame_equal(v, got, check_exact=True)
+            assert_frame_equal(v, getattr(back, k), check_exact=True)  # an attribute: unpacked, kept
+            assert k not in back._packed and k in back.__dict__, k
+            assert_frame_equal(v, again.frame(k, drop=True), check_exact=True)
+            assert again.rows(k) == 0 and getattr(again, k) is None, k
         else:
-            assert back.__dict__[k] == v, k
+            assert back.__dict__[k] == v and again.__dict__[k] == v, k
 
 
 def test_dask_cluster_equals_in_process(pod, mixed, monkeypatch):
@@ -299,8 +317,10 @@ def test_partials_prepared_on_arrival_merge_the_same(which, request):
     out = read_many(tasks, fleet.host_partial, arrived=arrived)
     assert [r for _, r in out] == seen and all(k == "kept" for k, _ in out) and len(seen) == len(tasks)
     raw = fleet.merge([fleet.host_partial(t) for t in tasks])
-    prep = fleet._Arrived()
-    got = fleet.merge([prep(fleet.host_partial(t)) for t in tasks])
+    prep = fleet._Arrived("steady")  # (each host with steps prepared as it comes)
+    ready = [prep(fleet.host_partial(t)) for t in tasks]
+    assert all("steps" in p._prepared for p in ready if p.rows("steps") and p.step_method != "error")
+    got = fleet.merge(ready, consume=True)
     assert (raw.steps is None) == (got.steps is None) and (which == "mixed") == (raw.steps is None)  # (mixed:
     # its hosts find steps differently)
     pairs = [(raw.by_shape, got.by_shape), (raw.devices, got.devices), (raw.overlap_steps, got.overlap_steps)]
@@ -315,3 +335,68 @@ def test_partials_prepared_on_arrival_merge_the_same(which, request):
         assert_frame_equal(raw.stragglers.steps, got.stragglers.steps, check_exact=True)
         assert raw.stragglers.summary == got.stragglers.summary
     assert raw.notes == got.notes
+
+
+@pytest.mark.parametrize("which", ["pod", "tpu2"])
+@pytest.mark.parametrize("case", ["default", "window", "alike", "arrived", "arrived-window", "arrived-alike"])
+def test_packed_partials_consumed_merge_the_same(which, case, request):
+    """Partials as the client gets them (pickled: their large frames packed until the merge
+    unpacks them, one host at a time, and lets them go) merge as the same partials held
+    unpacked: the hosts' own annotations, the fleet's (another window) and hosts named alike."""
+    import pickle
+
+    from traceview.read.batch import ReadTask
+
+    root = request.getfixturevalue(which)
+    files = sorted(root.rglob("*.xplane.pb"))
+    tasks = [ReadTask(path=str(f), kind="xplane", host="h" if case.endswith("alike") else f.name.split(".")[0])
+             for f in files]
+    window = "all" if case.endswith("window") else "steady"
+    plain = fleet.merge([fleet.host_partial(t) for t in tasks], window=window)
+    monkey = fleet.PACK_MIN_BYTES
+    try:
+        fleet.PACK_MIN_BYTES = 0  # every frame packed
+        parts = [pickle.loads(pickle.dumps(fleet.host_partial(t))) for t in tasks]
+    finally:
+        fleet.PACK_MIN_BYTES = monkey
+    assert all(p._packed for p in parts)
+    if case.startswith("arrived"):  # prepared as they come (load_fleet's _Arrived, for the merge's window)
+        arrived = fleet._Arrived(window)
+        parts = [arrived(p) for p in parts]
+        # (the window's own sums: made for hosts that judged their steps alone for this window,
+        # used only when no two hosts share a name)
+        assert all(("families" in p._prepared) == (window == "steady" and which == "tpu2") for p in parts)
+    got = fleet.merge(parts, window=window, consume=True)
+    assert all(p.rows(n) == 0 for p in parts for n in ("steps", "step_families", "overlap_steps", "collectives"))
+    assert plain.steps is not None and plain.steps.steps.height > 0
+    pairs = [(plain.by_shape, got.by_shape), (plain.steps.steps, got.steps.steps),
+             (plain.steps.families, got.steps.families), (plain.overlap_steps, got.overlap_steps)]
+    assert (plain.stragglers is None) == (got.stragglers is None) and (which == "pod") <= (got.stragglers is not None)
+    if plain.stragglers is not None:
+        pairs += [(plain.stragglers.devices, got.stragglers.devices), (plain.stragglers.steps, got.stragglers.steps)]
+    for a, b in pairs:
+        assert_frame_equal(a, b, check_exact=True)
+    assert got.steps.families.height > 0
+    assert plain.steps.coverage == got.steps.coverage and plain.notes == got.notes
+    if case in ("default", "arrived"):  # the coverage (devices counted off the hosts' own ids): the single process's
+        anat = profile_anatomy(load(root))
+        assert got.steps.coverage == anat.coverage and got.steps.coverage_all == anat.coverage_all
+    if case.endswith("window"):  # the fleet's annotation of the hosts' rows: the single process's
+        prof = load(root)
+        anat = profile_anatomy(prof, window="all")
+        order = ["host", "device", "step"]
+        cols = [c for c in anat.steps.columns if c != "reason"]
+        assert_frame_equal(anat.steps.select(cols).sort(order), got.steps.steps.select(cols).sort(order))
+    if case.endswith("alike"):
+        assert got.overlap_steps.height == plain.overlap_steps.height > 0
+
+
+def test_cat_text_equals_a_cast(monkeypatch):
+    """A categorical column as text (the step rows' names): the cast's values, nulls and all."""
+    s = pl.Series("device", ["/device:TPU:1", "/device:TPU:0", "/device:TPU:1", "h"] * 50, dtype=pl.Categorical)
+    for x in (s, s.scatter([3], None), s.head(0)):
+        got = fleet._cat_text(x)
+        assert got.dtype == pl.Utf8 and got.name == "device"
+        assert_frame_equal(x.cast(pl.Utf8).to_frame(), got.to_frame(), check_exact=True)
+    monkeypatch.setattr(fleet, "_LUT_MAX", 0)  # codes past the table: a cast
+    assert_frame_equal(s.cast(pl.Utf8).to_frame(), fleet._cat_text(s).to_frame())

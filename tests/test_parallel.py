@@ -144,3 +144,36 @@ def test_local_processes_only_when_allowed(shared_traces, tmp_path, monkeypatch,
     _same_profile(single_json, load(tmp_path, workers=2))
     _same_profile(single_xplane, load(run_dir, workers=2))
     assert made == [1, 1]
+
+
+def test_thread_budget_one_thread_same_result(shared_traces, monkeypatch):
+    """Within ``thread_budget(1)`` (what a Dask task runs under) a file is read and its steps
+    found without a thread of traceview's own, with the same result."""
+    import concurrent.futures
+    import os
+
+    from traceview.analysis.steps.anatomy import profile_anatomy
+    from traceview.model.profiledata import ProfileData
+    from traceview.read.batch import thread_budget, threads_available
+
+    path = shared_traces / "tpu_v6e_4chip_psum.xplane.pb"
+    task = ReadTask(path=str(path), kind="xplane", host="h")
+
+    def steps():
+        prof = ProfileData.from_traces([read_task(task, memory=False)])
+        return prof.table.events, profile_anatomy(prof, window="all", reasons=False).steps
+
+    free = steps()
+    assert threads_available() == (os.cpu_count() or 1)
+
+    class NoThreads:
+        def __init__(self, *a, **k):
+            raise AssertionError("a thread pool under a budget of one thread")
+
+    monkeypatch.setattr(concurrent.futures, "ThreadPoolExecutor", NoThreads)
+    with thread_budget(1):
+        assert threads_available() == 1
+        one = steps()
+    assert threads_available() == (os.cpu_count() or 1)
+    assert_frame_equal(free[0], one[0])
+    assert_frame_equal(free[1], one[1])

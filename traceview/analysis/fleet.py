@@ -150,11 +150,51 @@ class HostPartial:
     def __getstate__(self):
         """Pickled (to the client) with its large frames as compressed Arrow IPC
         (:class:`_Packed`): the per-step frames are mostly repeats and small integers."""
-        return {k: _Packed(v) if isinstance(v, pl.DataFrame) and v.estimated_size() >= PACK_MIN_BYTES else v
-                for k, v in self.__dict__.items()}
+        state = {k: _Packed(v) if isinstance(v, pl.DataFrame) and v.estimated_size() >= PACK_MIN_BYTES else v
+                 for k, v in self.__dict__.items() if k not in ("_packed", "_prepared")}
+        state.update(self.__dict__.get("_packed", {}))  # (still packed here: sent on as they came)
+        return state
 
     def __setstate__(self, state):
-        self.__dict__.update({k: v.frame() if isinstance(v, _Packed) else v for k, v in state.items()})
+        """Unpickled, the packed frames stay packed until used (:meth:`frame`; reading the
+        attribute unpacks and keeps it): the client holds every host's partial until the merge."""
+        self.__dict__["_packed"] = {k: v for k, v in state.items() if isinstance(v, _Packed)}
+        self.__dict__.update({k: v for k, v in state.items() if not isinstance(v, _Packed)})
+
+    def __getattr__(self, name):  # a packed frame read as an attribute: unpacked, kept
+        packed = self.__dict__.get("_packed")
+        if packed is None or name not in packed:
+            raise AttributeError(name)
+        v = self.__dict__[name] = packed.pop(name).frame()
+        return v
+
+    def frame(self, name: str, drop: bool = False) -> pl.DataFrame:
+        """Frame ``name``, unpacked when it came packed (not kept unpacked: the caller holds
+        it); ``drop``: the partial lets go of it (None after)."""
+        packed = self.__dict__.get("_packed") or {}
+        v = packed.get(name)
+        v = v.frame() if v is not None else self.__dict__[name]
+        if drop:
+            self.drop(name)
+        return v
+
+    def drop(self, *names: str) -> None:
+        """Lets go of frames ``names`` (None after)."""
+        packed = self.__dict__.get("_packed") or {}
+        for name in names:
+            packed.pop(name, None)
+            self.__dict__[name] = None
+
+    def rows(self, name: str) -> int:
+        """Rows of frame ``name``, packed or not (0 when dropped)."""
+        v = (self.__dict__.get("_packed") or {}).get(name)
+        v = v if v is not None else self.__dict__[name]
+        return v.height if v is not None else 0
+
+    def columns(self, name: str) -> list:
+        """Column names of frame ``name``, packed or not."""
+        v = (self.__dict__.get("_packed") or {}).get(name)
+        return list(v.columns if v is not None else self.__dict__[name].columns)
 
 
 #: a partial's frames of at least this many bytes (``estimated_size``) travel compressed
@@ -171,6 +211,7 @@ class _Packed:
         buf = io.BytesIO()
         df.write_ipc(buf, compression="zstd")
         self.data = buf.getvalue()
+        self.height, self.columns = df.height, df.columns
 
     def frame(self) -> pl.DataFrame:
         import io
@@ -274,7 +315,8 @@ def host_partial(task, options: FleetOptions | None = None):
             return _partial(td, prof, col, moments, sketch, values)
         try:
             anat = profile_anatomy(prof, opts.rules, module=opts.step_module, extent=opts.step_extent,
-                                   window="all", reasons=False)  # the merge annotates the fleet's steps
+                                   window="all", reasons=False, rows_only=True)  # the merge annotates the
+            # fleet's steps
         except UsageError as exc:  # e.g. the step module has no execution on this host
             part = _partial(td, prof, col, moments, sketch, values)
             part.step_method, part.step_notes = "error", [f"{td.host}: {exc.fault}"]
@@ -290,7 +332,7 @@ def host_partial(task, options: FleetOptions | None = None):
         module_self = (col.filter(pl.col("module").is_in(sorted(have))).group_by("module")
                        .agg(pl.col("self_ps").sum()) if col.height else pl.DataFrame(
                            schema={"module": pl.Utf8, "self_ps": pl.Int64}))
-        ov_steps = _overlap_columns(overlap(table, steps if steps.height else None).steps, steps)
+        ov_steps = _overlap_columns(overlap(table, steps if steps.height else None, steps_only=True).steps, steps)
         # judged alone: every device's (program's) steps numerous enough not to be pooled with
         # other hosts' (stepstats.POOL_BELOW)
         alone = bool(steps.height) and int(steps.group_by("host", "device", "program_id").len()["len"].min()) \
@@ -341,8 +383,28 @@ _STEP_TEXT = ("host", "device", "module")
 
 
 def _text(steps: pl.DataFrame) -> pl.DataFrame:
-    """A partial's step rows with :data:`_STEP_TEXT` as text again."""
-    return steps.with_columns(pl.col(c).cast(pl.Utf8) for c in _STEP_TEXT if steps.schema.get(c) == pl.Categorical)
+    """A partial's step rows with :data:`_STEP_TEXT` as text again (:func:`_cat_text`)."""
+    return steps.with_columns(_cat_text(steps[c]) for c in _STEP_TEXT if steps.schema.get(c) == pl.Categorical)
+
+
+#: the largest categorical code :func:`_cat_text` maps through a table (else it casts)
+_LUT_MAX = 1 << 20
+
+
+def _cat_text(s: pl.Series) -> pl.Series:
+    """A categorical series as text: its distinct values as text, gathered per row, so the
+    rows' string views share one buffer of the few names (a cast writes every row's string
+    again); a cast when it holds nulls or its codes span more than :data:`_LUT_MAX`."""
+    if s.null_count() or not len(s):
+        return s.cast(pl.Utf8)
+    codes = s.to_physical()
+    names = s.unique()
+    at = names.to_physical().to_numpy().astype(np.int64)
+    if int(at.max()) >= _LUT_MAX:
+        return s.cast(pl.Utf8)
+    lut = np.zeros(int(at.max()) + 1, dtype=np.uint32)
+    lut[at] = np.arange(len(at), dtype=np.uint32)
+    return names.cast(pl.Utf8).gather(lut[codes.to_numpy()]).alias(s.name)
 
 
 #: the overlap columns a step row gives (overlap's name: the step rows' name)
@@ -612,7 +674,7 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
     from traceview.analysis.communication.stragglers import stragglers
 
     empty_ov = pl.DataFrame(schema=OV_SCHEMA)
-    with_steps = [p for p in parts if p.steps.height]
+    with_steps = [p for p in parts if p.rows("steps")]
     failed = [ln for p in parts if p.step_method == "error" for ln in p.step_notes]
     if failed:
         if len(failed) == len(parts):
@@ -640,17 +702,33 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
     # the hosts' own annotations when each host's steps were judged alone for this window and no
     # two hosts share a name (the fleet's annotation is then theirs, row for row); else here
     # the step rows of every host, one under the other, their text columns as text
-    names = [set(p.steps["host"].unique().to_list()) for p in with_steps]
+    # each host's step rows, their text columns as text (each host cast: a cast of the
+    # concatenation copies every column; the categorical rows unpacked one host at a time)
+    prep = [p.__dict__.get("_prepared") or _prepared(p) for p in with_steps]  # (_Arrived: done as they came)
+    pieces = [d["steps"] for d in prep]
+    names = [d["hosts"] for d in prep]
     alone = (all(p.steps_alone and p.step_window == window for p in with_steps)
              and sum(len(h) for h in names) == len(set().union(*names)))
+    if consume:
+        for p in with_steps:
+            p.drop("steps")
     if alone:
-        st = pl.concat([_text(p.steps) for p in with_steps], how="vertical")  # (each host cast: a cast
-        # of the concatenation copies every column)
-        dev_ids = stepstats._device_ids(st)  # (per row its (host, device) id, the ids' keys)
+        st = pl.concat(pieces, how="vertical")
+        # (per row its (host, device) id, the ids' keys: the hosts' own, numbered on; no two
+        # hosts share a name, so no two share a key)
+        ids, keys, off = [], [], 0
+        for d in prep:
+            ids.append(d["devices"][0] + off)
+            keys += d["devices"][1]
+            off += len(d["devices"][1])
+        dev_ids = (np.concatenate(ids), keys)
+        del ids
     else:
-        st = pl.concat([_text(p.steps.select(list(STEPS_SCHEMA))) for p in with_steps], how="vertical")
+        st = pl.concat([t.select(list(STEPS_SCHEMA)) for t in pieces], how="vertical")
         dev_ids = stepstats._device_ids(st)
         st = stepstats.annotate(st, window=window, devices=dev_ids)
+    heights = {id(p): t.height for p, t in zip(with_steps, pieces)}  # each host's step rows
+    del pieces, prep
     in_win = st["in_window"].to_numpy().astype(bool)
     n = int(in_win.sum())
     total_self = int(col["self_ps"].sum() or 0)
@@ -664,17 +742,19 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
     del win_steps
     cov_all = _coverage(st, total_self, outside, devices=len(dev_ids[1]))
     del dev_ids
-    fam = _window_families(parts, in_win, n, cov.step_ps) if n else pl.DataFrame(schema=FAMILIES_SCHEMA)
+    fam = (_window_families(parts, in_win, n, cov.step_ps, heights, consume, own=alone) if n
+           else pl.DataFrame(schema=FAMILIES_SCHEMA))
     dist = stepstats.distribution(st, window)
     p0 = with_steps[0]
     step_notes = [ln for p in parts for ln in p.step_notes]
     anat = StepAnatomy(steps=st, families=fam, coverage=cov, method=p0.step_method, module=p0.step_module,
                        extent="", notes=step_notes, window=dist["window"], distribution=dist, coverage_all=cov_all)
-    ov = _window_overlap(parts, st, in_win, empty_ov)
+    ov = _window_overlap(parts, st, in_win, empty_ov, heights, consume, own=alone)
     coll = pl.concat([p.collectives for p in parts], how="vertical")
     if consume:
         for p in parts:
-            p.step_families = p.overlap_steps = p.collectives = p.steps = None
+            p.drop("step_families", "overlap_steps", "collectives", "steps")
+            p.__dict__.pop("_prepared", None)
     strag = None
     if ov.height:
         s = stragglers(coll, ov)
@@ -682,10 +762,49 @@ def _merge_steps(parts, col, window, step_module, notes, consume=False):
     return anat, ov, strag
 
 
-def _window_families(parts, in_win: np.ndarray, n: int, step_ps) -> pl.DataFrame:
+def _family_sums(sf: pl.DataFrame, n_codes: int, keep_rows: np.ndarray) -> tuple:
+    """(self_ps, count: exact int64 sums; present: bool) per family code (``n_codes`` of them) of
+    a host's per (step row, family) rows ``sf`` whose step row is kept (``keep_rows``: bool per
+    step row of the host)."""
+    from traceview.model.optable import int_bincount
+
+    if not sf.height:
+        return np.zeros(n_codes, dtype=np.int64), np.zeros(n_codes, dtype=np.int64), np.zeros(n_codes, dtype=bool)
+    keep = keep_rows[sf["step_row"].to_numpy().astype(np.int64)]
+    code = sf["family"].to_numpy()[keep].astype(np.int64)
+    return (int_bincount(code, sf["self_ps"].to_numpy()[keep], n_codes),
+            int_bincount(code, sf["count"].to_numpy()[keep], n_codes), np.bincount(code, minlength=n_codes) > 0)
+
+
+def _prepared(p: HostPartial, window: str | None = None) -> dict:
+    """What the merge takes from one host with steps, made without the other hosts: "steps",
+    its step rows with their names as text (:func:`_text`); "hosts", their host names;
+    "devices", their :func:`~traceview.analysis.steps.stepstats._device_ids`; and,
+    with ``window`` the step window the host annotated its rows for (``steps_alone``) and its
+    overlap rows its step rows' windows, "families" (:func:`_family_sums` over its window's
+    steps) and "overlap" (its window's overlap rows, without the keys): the merge's figures of
+    this host when every host's steps were judged alone (:func:`_merge_steps`)."""
+    from traceview.analysis.steps.stepstats import _device_ids
+
+    piece = _text(p.frame("steps"))
+    ids = _device_ids(piece)
+    out = {"steps": piece, "hosts": {h for h, _ in ids[1]}, "devices": ids}
+    if (window is not None and p.steps_alone and p.step_window == window and "host" not in p.columns("overlap_steps")
+            and p.rows("overlap_steps") == piece.height):
+        own = piece["in_window"].to_numpy().astype(bool)
+        out["families"] = _family_sums(p.frame("step_families"), len(p.family_names), own)
+        out["overlap"] = p.frame("overlap_steps").filter(pl.Series(own))
+    return out
+
+
+def _window_families(parts, in_win: np.ndarray, n: int, step_ps, heights: dict, consume: bool = False,
+                     own: bool = False) -> pl.DataFrame:
     """The families table (:data:`~traceview.analysis.steps.anatomy.FAMILIES_SCHEMA`, no
     n_populations) of the hosts' per (step row, family) sums over the window's steps (``in_win``
-    over the concatenated step rows, ``n`` of them): exact int64 sums per family name."""
+    over the concatenated step rows, ``n`` of them; ``heights``: {id(partial): its step rows}):
+    exact int64 sums per family name. ``consume``: each partial's rows dropped once summed.
+    ``own``: ``in_win`` is each host's own annotation (the sums :func:`_prepared` made on
+    arrival are used)."""
     from traceview.analysis.steps.anatomy import FAMILIES_SCHEMA
 
     names = sorted({f for p in parts for f in p.family_names})
@@ -695,14 +814,15 @@ def _window_families(parts, in_win: np.ndarray, n: int, step_ps) -> pl.DataFrame
     present = np.zeros(len(names), dtype=bool)
     off = 0
     for p in parts:
-        sf = p.step_families
-        if sf.height:
-            keep = in_win[sf["step_row"].to_numpy().astype(np.int64) + off]
-            code = np.array([ix[f] for f in p.family_names], dtype=np.int64)[sf["family"].to_numpy()[keep]]
-            np.add.at(self_ps, code, sf["self_ps"].to_numpy()[keep])
-            np.add.at(count, code, sf["count"].to_numpy()[keep])
-            present[code] = True
-        off += p.steps.height
+        h = heights.get(id(p), 0)
+        got = (p.__dict__.get("_prepared") or {}).get("families") if own else None
+        if got is None:
+            got = _family_sums(p.frame("step_families", drop=consume), len(p.family_names), in_win[off:off + h])
+        code = np.array([ix[f] for f in p.family_names], dtype=np.int64)  # (distinct: no two codes alike)
+        self_ps[code] += got[0]
+        count[code] += got[1]
+        present[code] |= got[2]
+        off += h
     have = np.flatnonzero(present)
     if not len(have):
         return pl.DataFrame(schema=FAMILIES_SCHEMA)
@@ -715,35 +835,45 @@ def _window_families(parts, in_win: np.ndarray, n: int, step_ps) -> pl.DataFrame
             .select(list(FAMILIES_SCHEMA)).cast(FAMILIES_SCHEMA).sort(["self_ps", "family"], descending=[True, False]))
 
 
-def _window_overlap(parts, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataFrame) -> pl.DataFrame:
+def _window_overlap(parts, st: pl.DataFrame, in_win: np.ndarray, empty: pl.DataFrame, heights: dict,
+                    consume: bool = False, own: bool = False) -> pl.DataFrame:
     """The overlap rows of the window's steps, in the hosts' order: a host's rows that are its
     step rows' windows (:func:`_overlap_columns`) take their keys from ``st`` (the concatenated,
-    annotated step rows); other hosts' rows are matched to the window's steps by (host,
-    device, step)."""
+    annotated step rows; ``heights``: {id(partial): its rows there}); other hosts' rows are
+    matched to the window's steps by (host, device, step). ``consume``: each partial's rows
+    dropped once taken (a host's rows unpacked, filtered and let go one host at a time).
+    ``own``: ``in_win`` is each host's own annotation (the rows :func:`_prepared` filtered on
+    arrival are used)."""
     from traceview.analysis.communication.overlap import STEPS_SCHEMA as OV_SCHEMA
 
     hosts = [p.host for p in parts]
     distinct = len(set(hosts)) == len(hosts)
     keyed = [pl.col(v).alias(k) for k, v in _OV_KEYS.items()]
-    if distinct and all("host" not in p.overlap_steps.columns if p.steps.height else not p.overlap_steps.height
-                        for p in parts):  # every host's rows its step rows' windows: one filter of them all
-        ov = [p.overlap_steps for p in parts if p.steps.height]
+    if distinct and all("host" not in p.columns("overlap_steps") if heights.get(id(p)) else
+                        not p.rows("overlap_steps") for p in parts):  # every host's rows its step rows' windows
+        ov, off = [], 0
+        for p in parts:
+            h = heights.get(id(p), 0)
+            if h:
+                got = (p.__dict__.get("_prepared") or {}).get("overlap") if own else None
+                ov.append(got if got is not None else
+                          p.frame("overlap_steps", drop=consume).filter(pl.Series(in_win[off:off + h])))
+                off += h
         if not ov:
             return empty
-        m = pl.Series(in_win)
-        return pl.concat([st.select(keyed).filter(m), pl.concat(ov, how="vertical").filter(m)],
+        return pl.concat([st.select(keyed).filter(pl.Series(in_win)), pl.concat(ov, how="vertical")],
                          how="horizontal").select(list(OV_SCHEMA))
     win = None
     out, off = [], 0
     for p in parts:
-        ov, h = p.overlap_steps, p.steps.height
+        ov, h = p.frame("overlap_steps", drop=consume), heights.get(id(p), 0)
         if distinct and h and "host" not in ov.columns:
             m = pl.Series(in_win[off:off + h])
             keys = st.slice(off, h).filter(m).select(keyed)
             out.append(pl.concat([keys, ov.filter(m)], how="horizontal").select(list(OV_SCHEMA)))
         elif ov.height:
-            if "host" not in ov.columns:  # hosts named alike: the keys, then the match
-                ov = pl.concat([_text(p.steps).select(keyed), ov], how="horizontal").select(list(OV_SCHEMA))
+            if "host" not in ov.columns:  # hosts named alike: the keys (the host's rows of st), then the match
+                ov = pl.concat([st.slice(off, h).select(keyed), ov], how="horizontal").select(list(OV_SCHEMA))
             if win is None:
                 win = st.select("host", "device", "step", "in_window").filter(pl.col("in_window")).drop("in_window")
             out.append(ov.join(win, on=["host", "device", "step"], how="semi"))
@@ -757,13 +887,18 @@ class _Arrived:
     """What the merge can do with the hosts' partials while other hosts are still being read
     (:func:`traceview.read.batch.read_many`'s ``arrived``): at the first partial, the modules
     the merge uses are imported (numpy's masked arrays too: polars asks for them at its first
-    frame from numpy). The partials stay as they came (their step rows' names categorical
-    until the merge: cast to text on arrival, they raised the client's peak)."""
+    frame from numpy); with ``window`` (the merge's step window), each host with steps gets
+    its :func:`_prepared` parts (kept on the partial, not pickled), so that little of the
+    merge is left after the last host."""
 
-    def __init__(self):
+    def __init__(self, window: str | None = None):
         self.first = True
+        self.window = window
 
     def __call__(self, res):
+        if self.window is not None and isinstance(res, HostPartial) and res.rows("steps") and \
+                res.step_method not in ("error", "off"):
+            res.__dict__["_prepared"] = _prepared(res, self.window)
         if self.first and isinstance(res, HostPartial):
             self.first = False
             import numpy.ma  # noqa: F401
@@ -808,7 +943,7 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
     store = TableCache.default() if cache is None else (cache or None)
     tasks = tasks_for(disc.files, max_bytes_default(max_bytes), cache=store)
     res = read_many(tasks, functools.partial(host_partial, options=opts), executor=executor, scheduler=scheduler,
-                    workers=workers, progress=progress, arrived=_Arrived())
+                    workers=workers, progress=progress, arrived=_Arrived(opts.step_window if opts.steps else None))
     if type(disc).__module__ == "traceview.read.remote":  # a URL's local copies are named by their URL
         from traceview.read.remote import relabel
 

@@ -60,6 +60,7 @@ from traceview.model.runtable import KEY_SCHEMA, RunTable
 from traceview.model.tpu_plane import plane_arrays
 from traceview.model.annotated_plane import KEY_STATS, consume, iter_lines
 from traceview.read import hugearrays
+from traceview.read.batch import threads_available
 from traceview.read.xplane import wire
 from traceview.read.xplane.wire import _full_line, _line_base_ps, count_events, decode_line, read_xspace_bytes
 
@@ -333,7 +334,7 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
             return _read_tpu_plane(plane, sn, c_, r_, host_of[id(plane)], run, path, arrays=pre.get(id(plane)),
                                    dest=dest.get(id(plane)), markers=m_, parsed=parsed), c_, r_, m_
 
-        workers = min(len(tpu), os.cpu_count() or 1, PLANE_THREADS)
+        workers = min(len(tpu), threads_available(), PLANE_THREADS)
         line_bytes = sum(len(ln) for p_ in tpu for ln in p_.lines)
         if line_bytes > PARALLEL_MAX_BYTES:
             workers = 1  # each thread holds a plane's decoding temporaries: one at a time on big files

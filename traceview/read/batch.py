@@ -30,6 +30,7 @@ hosts were readable); any other exception propagates. ``progress(p)`` is called 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 from dataclasses import dataclass
@@ -312,6 +313,33 @@ def _interrupts_held():
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+#: the threads of its own a read may start (plane decoding, per-device step work): 0 for
+#: ``os.cpu_count()``; set by :func:`thread_budget`
+_THREADS = contextvars.ContextVar("traceview_threads", default=0)
+
+
+def threads_available() -> int:
+    """How many threads a step of one file's work may spread over: ``os.cpu_count()``, or the
+    budget of the :func:`thread_budget` in force (a worker's share of the machine)."""
+    return _THREADS.get() or os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def thread_budget(n: int):
+    """Within the block (this thread's context), :func:`threads_available` is ``n`` (>= 1)."""
+    token = _THREADS.set(max(1, int(n)))
+    try:
+        yield
+    finally:
+        _THREADS.reset(token)
+
+
+def _budgeted(read: Callable, threads: int, task):
+    """``read(task)`` within :func:`thread_budget` ``(threads)`` (a worker's per-file function)."""
+    with thread_budget(threads):
+        return read(task)
+
+
 #: On a Dask cluster, files are grouped into tasks so that each worker thread gets at least
 #: this many tasks (one file a task when there are fewer files)
 TASKS_PER_THREAD = 4
@@ -350,7 +378,9 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
     Otherwise a local process pool of up to ``workers`` processes (capped by the number of
     files) when ``workers`` >= 2, there are at least two files and :data:`PARALLEL_MIN_BYTES`
     in total, else the calling process. ``progress`` gets a :class:`Progress` after each
-    file. ``arrived(result)``: called with each file's result (or its TraceviewError) as it
+    file. In a worker, ``read`` runs with a :func:`thread_budget`: one thread per Dask task
+    (Dask runs a task per worker thread), the machine's cores shared out among a local pool's
+    processes. ``arrived(result)``: called with each file's result (or its TraceviewError) as it
     comes, in this process while the other files are still being read; what it returns is
     kept in its place. On a Dask ``Client``, files are grouped into tasks of several when
     there are more than :data:`TASKS_PER_THREAD` per worker thread. Raises
@@ -402,6 +432,10 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
             # merged), a few files a task when there are many per worker thread (each task costs
             # the scheduler, which runs in this process, and the worker a few ms)
             client = type(executor).__module__.startswith("distributed") and hasattr(executor, "gather")
+            if client:  # one thread a task: the worker's other threads run other tasks
+                read = functools.partial(_budgeted, read, 1)
+            elif executor is own_pool:  # the machine's cores shared out among the processes
+                read = functools.partial(_budgeted, read, max(1, (os.cpu_count() or 1) // w))
             per = _files_per_task(executor, n) if client else 1
             groups = [list(range(i, min(i + per, n))) for i in range(0, n, per)]
             if per > 1:

@@ -506,7 +506,7 @@ def _partition(cu, sy, asy, ho, wa: np.ndarray, wb: np.ndarray) -> tuple:
     return tuple(out)
 
 
-def overlap(table, steps: pl.DataFrame | None, *, keep_ops: bool = False) -> Overlap:
+def overlap(table, steps: pl.DataFrame | None, *, keep_ops: bool = False, steps_only: bool = False) -> Overlap:
     """Overlap of ``table`` (an OpTable or the wide op frame: host, device, module, op_name,
     op_kind, shape, hlo_text, start_ps, duration_ps) within the step windows ``steps`` (the
     step anatomy's frame: host, device, step, start_ps, duration_ps; ``in_window`` rows only
@@ -516,7 +516,8 @@ def overlap(table, steps: pl.DataFrame | None, *, keep_ops: bool = False) -> Ove
     ``Overlap.ops`` is built on first use: from the per-op arrays kept with the result when
     ``keep_ops``, else (the default: those arrays are as long as the trace's async copies and
     most reports never read them) by computing this overlap again from ``table`` and ``steps``,
-    which the caller keeps unchanged."""
+    which the caller keeps unchanged. ``steps_only``: ``Overlap.steps`` alone (populations
+    empty, summary and notes not computed, no per-op frame: what a fleet host's partial reads)."""
     given = steps
     ev = _Events(table)
     cols = ["host", "device", "step", "start_ps", "duration_ps"]
@@ -592,6 +593,8 @@ def overlap(table, steps: pl.DataFrame | None, *, keep_ops: bool = False) -> Ove
         ).select(list(STEPS_SCHEMA)).cast(STEPS_SCHEMA).with_columns(pl.col("critical_share").fill_nan(None))
     else:
         st_df, counts = pl.DataFrame(schema=STEPS_SCHEMA), None
+    if steps_only:
+        return Overlap(populations=pl.DataFrame(), steps=st_df, summary={})
     return _finish(build, st_df, rec, hid_all, ev, counts)
 
 

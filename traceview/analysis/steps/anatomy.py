@@ -48,7 +48,6 @@ All times are integer ps (means are floats). Errors: bad rules raise
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -210,9 +209,12 @@ PARALLEL_MAX_EVENTS = 8_000_000
 
 
 def _per_device(fn, items: list, pe: "_Placed") -> list:
-    """``[fn(item) for item in items]``, on up to ``os.cpu_count()`` threads when there are
-    several devices and fewer than :data:`PARALLEL_MAX_EVENTS` events. Order is kept."""
-    workers = min(len(items), os.cpu_count() or 1)
+    """``[fn(item) for item in items]``, on up to
+    :func:`~traceview.read.batch.threads_available` threads when there are several devices
+    and fewer than :data:`PARALLEL_MAX_EVENTS` events. Order is kept."""
+    from traceview.read.batch import threads_available
+
+    workers = min(len(items), threads_available())
     if workers < 2 or pe.n >= PARALLEL_MAX_EVENTS or pe.n < len(items) * THREAD_MIN_EVENTS:
         return [fn(it) for it in items]
     from concurrent.futures import ThreadPoolExecutor
@@ -1147,7 +1149,7 @@ def _coverage(steps: pl.DataFrame, total_self: int, outside: int, excluded: int 
 
 def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: pl.DataFrame | None = None,
             module: str | None = None, extent: str = "span", window: str = "steady",
-            outlier_z: float = stepstats.THRESHOLD, reasons: bool = True) -> StepAnatomy:
+            outlier_z: float = stepstats.THRESHOLD, reasons: bool = True, rows_only: bool = False) -> StepAnatomy:
     """Step anatomy of a profile: steps, families per step and the coverage line.
 
     ``ops`` / ``module_runs``: the tables of :mod:`traceview.model.schema` (``prof.table`` — an
@@ -1158,8 +1160,10 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
     ``outlier_z`` (the modified z-score cut-off): :mod:`traceview.analysis.steps.stepstats`; the
     families and the coverage are over the window's steps. ``reasons``: False gives an outlier
     step's ratio to the median alone (no op mix or first executions read off the events).
-    Formulas: :class:`Coverage` and the module doc. Raises UsageError on bad rules, extent,
-    window or module.
+    ``rows_only`` (without ``rules``): the annotated steps, ``step_rows``, ``attr_family`` and
+    the notes only (families empty, coverage and distribution not computed: what a fleet
+    host's partial reads). Formulas: :class:`Coverage` and the module doc. Raises UsageError
+    on bad rules, extent, window or module.
     """
     rs = rules_of(rules)  # validate before any work
     stepstats.parse_window(window)
@@ -1176,6 +1180,11 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
     fam_of = attr_families(table, rs) if table.height else pl.DataFrame(schema={"attr": pl.UInt32, "family": pl.Utf8})
     in_win = steps["in_window"].to_numpy().astype(bool) if steps.height else np.zeros(0, dtype=bool)
     n = int(in_win.sum())
+    if rows_only and rules is None and (n or not steps.height):  # (else a note read off the families or
+        # the window)
+        return StepAnatomy(steps=steps, families=pl.DataFrame(schema=FAMILIES_SCHEMA), coverage=Coverage(),
+                           method=method, module=mod, extent=extent, notes=notes, table=table, step_rows=step_rows,
+                           attr_family=fam_of, window=window)
     total_self = eventstats.total_self_ps(table)
     # per op description: its events inside the window's steps (self time, occurrences),
     # exact int64 sums: the description's totals (OpTable.collapse, cached) less its events
@@ -1258,7 +1267,7 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
 
 def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str = "span",
                     markers="auto", window: str = "steady", outlier_z: float = stepstats.THRESHOLD,
-                    reasons: bool = True) -> StepAnatomy:
+                    reasons: bool = True, rows_only: bool = False) -> StepAnatomy:
     """:func:`anatomy` of a profile (a :class:`~traceview.model.profiledata.ProfileData`).
 
     ``markers``: "auto" uses, when no ``module`` is named, the events of the TPU planes'
@@ -1267,7 +1276,7 @@ def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str 
     annotations (``StepTraceAnnotation``) when the ops run on the host (CPU traces: markers
     and ops share the host clock); None ignores them; or a frame of
     :data:`~traceview.model.schema.STEP_MARKERS_SCHEMA`.
-    ``window`` / ``outlier_z`` / ``reasons``: :func:`anatomy`. Raises UsageError on bad rules, extent,
+    ``window`` / ``outlier_z`` / ``reasons`` / ``rows_only``: :func:`anatomy`. Raises UsageError on bad rules, extent,
     window, module or ``markers``."""
     table = prof.table
     note = None
@@ -1291,7 +1300,7 @@ def profile_anatomy(prof, rules=None, *, module: str | None = None, extent: str 
             host_mk = mk.filter(pl.col("device") == "") if mk.height else mk
             markers = host_mk if (module is None and on_host and host_mk.height) else None
     a = anatomy(table, prof.runs, rules=rules, module=module, extent=extent, markers=markers,
-                window=window, outlier_z=outlier_z, reasons=reasons)
+                window=window, outlier_z=outlier_z, reasons=reasons, rows_only=rows_only)
     if note is not None:
         a.notes.insert(0, note)
     return a
