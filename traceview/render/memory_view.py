@@ -31,7 +31,8 @@ def render_memory(console: Console, mem, *, top: int, escape) -> None:
     rows = []
     for a in mem.allocators[:top]:
         growth = ("unknown" if a.growth_per_step is None else
-                  f"{fmt_bytes(a.growth_per_step)} ({a.growth_pct:+.2f}%)" if a.growth_pct is not None
+                  f"{fmt_bytes(a.growth_per_step)} ({a.growth_pct:{'+z.2f' if round(a.growth_per_step) == 0 else '+.2f'}}%)"
+                  if a.growth_pct is not None
                   else fmt_bytes(a.growth_per_step))
         rows.append([plain(a.host), plain(a.allocator), fmt_bytes(a.capacity), fmt_bytes(a.peak_in_use),
                      fmt_bytes(a.peak_heap), fmt_bytes(a.peak_stack), fmt_pct(a.peak_share), fmt_bytes(a.lifetime_peak),

@@ -382,7 +382,7 @@ def _align(ops, module_runs: RunTable, _placed_events: "_Placed | None" = None,
                 c_chunks = _chunks_of(raw)
                 if r_dur.dtype == np.int64 and _fast.chunks_inside(
                         np.ascontiguousarray(key, dtype=np.uint32), np.ascontiguousarray(r_start),
-                        np.ascontiguousarray(r_dur), _plan_of_key(raw[0], pid_of_key),
+                        np.ascontiguousarray(r_dur), _plan_of_key(raw[0], pid_of_key, np.unique(key)),
                         np.array([k for _, k, _ in raw[0]], dtype=np.int64), raw[1], raw[2]):
                     return r, None
         by_prog = _program_rows(key, pid_of_key)
@@ -450,18 +450,24 @@ def _runs_of(key: np.ndarray, pid_of_key: list, counts: np.ndarray | None = None
         return out
     if counts is None:
         counts = np.bincount(key, minlength=len(pid_of_key))
-    for k, c in enumerate(counts.tolist()):
+    nz = np.flatnonzero(counts)  # the device's own keys: per device, not per key of every device
+    for k, c in zip(nz.tolist(), counts[nz].tolist()):
         p = pid_of_key[k] if k < len(pid_of_key) else None
-        if c and p is not None:
+        if p is not None:
             out[p] = out.get(p, 0) + c
     return out
 
 
-def _plan_of_key(plan: list, pid_of_key: list) -> np.ndarray:
+def _plan_of_key(plan: list, pid_of_key: list, keys: np.ndarray) -> np.ndarray:
     """Per run key, the index in ``plan`` (:func:`_c_chunk_plan`) of its program, -1 for none
-    (int32)."""
+    (int32), set for the codes ``keys`` (the runs' own; the others -1)."""
     at = {pid: j for j, (pid, _, _) in enumerate(plan)}
-    return np.array([at.get(p, -1) if p is not None else -1 for p in pid_of_key], dtype=np.int32)
+    out = np.full(len(pid_of_key), -1, dtype=np.int32)
+    for k in keys.tolist():
+        p = pid_of_key[k]
+        if p is not None:
+            out[k] = at.get(p, -1)
+    return out
 
 
 def _chunks_of(raw: tuple) -> dict:
@@ -544,9 +550,7 @@ def _step_windows(table, pe: _Placed, module_runs: pl.DataFrame | RunTable, mark
         if mod is not None:
             of_mod = (module_runs.keys["module"] == mod).fill_null(False).to_numpy()
             pid = module_runs.keys["program_id"]
-            mod_keys = pl.Series(np.flatnonzero(of_mod)).cast(module_runs.runs.schema["key"]).implode()
-            runs = [(k, r.filter(pl.col("key").is_in(mod_keys))) for k, r in parts]
-            runs = [(k, r.with_columns(pid.gather(r["key"]).alias("program_id"))) for k, r in runs if r.height]
+            runs = _module_parts(parts, of_mod, pid)
             # the programs of the module's runs: of the keys used, those of the module (no pass over the runs)
             progs = sorted(set(pid.filter(pl.Series(used & of_mod)).to_list()) - {None})
             if len(progs) > 1:  # one name, several compiled programs (shape buckets, a sweep)
@@ -614,6 +618,31 @@ def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray
         res[m] = np.maximum(tab[a[m]], tab[b[m] - (1 << lvl)])
     out[ok] = res
     return out
+
+
+def _module_parts(parts: list, of_mod: np.ndarray, pid: pl.Series) -> list:
+    """The runs of ``parts`` ([((host, device), runs)]) whose key is the module's (``of_mod``,
+    bool per key), with their ``program_id`` (``pid`` per key), as [((host, device), runs)]
+    for the devices that ran it, in ``parts``' order: one filter and one gather over every
+    device's runs stacked, not a frame operation per device (a merged profile of thousands of
+    device planes)."""
+    if not parts:
+        return []
+    frames = [r for _, r in parts]
+    heights = np.array([r.height for r in frames], dtype=np.int64)
+    part = np.repeat(np.arange(len(frames), dtype=np.int64), heights)
+    keep = of_mod[pl.concat([r["key"] for r in frames]).to_numpy().astype(np.int64)] if heights.sum() else \
+        np.zeros(0, dtype=bool)
+    if not keep.any():
+        return []
+    at = np.flatnonzero(keep)
+    rows = pl.concat(frames).gather(pl.Series(at))
+    rows = rows.with_columns(pid.gather(rows["key"]).alias("program_id"))
+    part = part[at]
+    cuts = np.flatnonzero(np.diff(part)) + 1  # part is sorted: each device's rows one slice
+    starts = np.concatenate([[0], cuts])
+    ends = np.concatenate([cuts, [len(part)]])
+    return [(parts[int(part[a])][0], rows.slice(int(a), int(b - a))) for a, b in zip(starts, ends)]
 
 
 def _module_windows(pe: _Placed, all_runs: list, runs: list, extent: str, module: str,
