@@ -199,7 +199,8 @@ def _receive(stream):
 def serve() -> None:
     """The query server's loop (module doc): on standard input the modules to import
     (:func:`_preload`), then requests; on standard output, per request, (exit code, bytes) of
-    :func:`_fork_run`. Ends at the end of its input. Ctrl-C is for its children, not for it."""
+    :func:`_fork_run`. Ends at the end of its input, or quietly when its answer cannot be
+    written (the asking process is gone). Ctrl-C is for its children, not for it."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     channel_in, channel_out = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # nothing but answers on the channel
@@ -213,7 +214,10 @@ def serve() -> None:
         if got is None:
             return
         request, context = got
-        _send(channel_out, _fork_run(request, context))
+        try:
+            _send(channel_out, _fork_run(request, context))
+        except OSError:  # the process it answers is gone (interrupted, terminated): end quietly
+            return
 
 
 #: the query server of this process (a subprocess.Popen), started on first need
