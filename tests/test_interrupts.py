@@ -129,12 +129,12 @@ def test_ctrl_c_in_every_command(shared_traces, tmp_path):
 
 
 def test_sigterm_during_a_pool_read_is_one_line_and_exit_143(shared_traces, tmp_path):
-    """``kill PID`` (SIGTERM to traceview alone) while ``analyze --workers 2`` reads four hosts:
+    """``kill PID`` (SIGTERM to traceview alone) while ``analyze --workers 2`` reads ten hosts:
     ``traceview: terminated``, exit 143, and nothing else (its default action killed the process
     where it stood, and the resource tracker then warned of the pool's leaked semaphores)."""
     run = tmp_path / "logs" / "plugins" / "profile" / "2026_01_01_00_00_00"
     run.mkdir(parents=True)
-    for h in range(4):
+    for h in range(10):  # 8.5 MB: past read.batch.PARALLEL_MIN_BYTES, so the pool starts
         os.link(shared_traces / TPU, run / f"host{h}.xplane.pb")
     delay = 1.2
     for _ in range(6):

@@ -559,7 +559,23 @@ def exit_now(rc: int, *, teardown: bool = False) -> None:
     except Exception:  # noqa: BLE001 - a stream that cannot flush: the normal exit reports nothing more
         if rc not in (EXIT_INTERRUPTED, EXIT_TERMINATED):
             sys.exit(rc)
+    if rc in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        _release_semaphores()
     os._exit(rc)
+
+
+def _release_semaphores() -> None:
+    """Unlink the named semaphores a ``--workers`` pool created (multiprocessing's finalizers
+    of exit priority 0 and up: ``SemLock._cleanup``; the interpreter's exit, which
+    :func:`os._exit` skips, runs them): else its resource tracker, when it outlives this
+    process (a SIGTERM sent to traceview alone), warns of them on stderr."""
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is None:
+        return
+    try:
+        mp_util._run_finalizers(0)
+    except Exception:  # noqa: BLE001 - the exit goes on whatever a finalizer raises
+        pass
 
 
 _verdict = [0]  # the exit code a command's verdict gives, set before its output is written
@@ -732,6 +748,7 @@ def say_interrupted(raw: bool = False) -> int:
 def _end_interrupted() -> None:
     _in_a_child()
     say_interrupted(raw=True)
+    _release_semaphores()
     os._exit(_how[1])
 
 
