@@ -384,7 +384,7 @@ def test_a_format_the_output_suffix_contradicts_is_refused(shared_traces, tmp_pa
     a one-line usage error now, nothing written; ``.txt`` goes with any text format."""
     monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")
     g = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
-    for fmt, name in (("parquet", "x.json"), ("csv", "x.parquet"), ("json", "x.csv")):
+    for fmt, name in (("parquet", "x.json"), ("csv", "x.parquet"), ("json", "x.csv"), ("parquet", "x.txt")):
         rc = main(["analyze", g, "--format", fmt, "-o", str(tmp_path / name)])
         err = capsys.readouterr().err
         assert rc == 2 and err.count("\n") == 1 and f"says {fmt}" in err and not (tmp_path / name).exists(), err

@@ -207,12 +207,12 @@ def output_format(given: str | None, out: Path | None, choices, default: str, *,
     ``default`` when ``out`` is None or has no suffix. Raises
     :class:`~traceview.errors.UsageError` for a suffix that implies no format of ``choices``
     (the message is ``hint[format]`` when given, e.g. where the HTML report is written), or
-    another format than ``given`` (``--format parquet -o x.json``; ``.txt`` goes with any)."""
+    another format than ``given`` (``--format parquet -o x.json``; ``.txt`` goes with any text format)."""
     from traceview.errors import UsageError
 
     if given:
         implied = SUFFIX_FORMATS.get(out.suffix.lower()) if out is not None else None
-        if implied not in (None, given, "table"):  # .txt names any text
+        if implied not in (None, given) and not (implied == "table" and given != "parquet"):  # .txt: any text
             raise UsageError(f"-o {out}: its suffix {out.suffix!r} says {implied}, --format says {given}: "
                              f"name the file for its format, or drop one of the two")
         return given
