@@ -300,3 +300,27 @@ def test_a_cublas_call_is_not_bimodal_by_its_memset(path):
             per_exec[op] += dur[t] / 12
     got = cc.filter(pl.col("op_name").str.ends_with("custom-call.2"))["later_execution_ps"][0]
     assert got == pytest.approx(per_exec["custom-call.2"], rel=0.1)
+
+
+def test_a_diff_with_command_buffers_off_pairs_the_same_instructions(capsys):
+    """``diff h200_cmdbuf h200_nocmdbuf`` (one program, command buffers on, then off) matched 2
+    populations of 67 and paired fusion.91 with fusion.89 (+3), a 3.87x "slowdown": an op run in
+    a graph (``command_buffer_1/custom-call.0``, ``command_buffer_1/fusion_89``) now has its
+    instruction's stem, so 30 pair with the same occurrences on both sides but one (the
+    identical twin fusions the graph runs with one kernel, 24 against 16), none vanishes, and
+    no matched population's median changes by more than 1.2x (the GEMMs, two populations of
+    two, within 2%)."""
+    import json
+
+    from traceview.cli import main
+
+    assert main(["diff", str(TRACE), str(ORACLE), "--format", "json", "--all-rows", "--no-cache"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["counts"] == {"matched": 30, "appeared": 1, "vanished": 0}
+    m = [p for p in d["populations"] if p["status"] == "matched"]
+    assert sum(p["occurrences_base"] != p["occurrences_treatment"] for p in m) == 1
+    assert all(0.5 < p["median_ratio"] < 1.2 for p in m)
+    gemms = [p for p in m if p["kind"] == "custom-call"]
+    # the four GEMMs, two of each shape: two populations of 48 occurrences a side
+    assert sorted(n for p in gemms for n in p["op_names_treatment"]) == list(CUSTOM_CALLS)
+    assert [p["occurrences_base"] for p in gemms] == [48, 48] and all(0.98 < p["median_ratio"] < 1.02 for p in gemms)

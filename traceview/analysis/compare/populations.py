@@ -13,7 +13,9 @@ fingerprint)``:
   ``program_stem=False`` leaves it out;
 * ``stem`` — the op name without XLA's uniquifying suffix (``copy_bitcast_fusion.6`` ->
   ``copy_bitcast_fusion``); XLA:CPU and TPU derive it from the fused opcodes, so it is stable
-  across compilations. ``name_stem=False`` leaves it out (for comparisons across compiler
+  across compilations. An op run in a command buffer (``command_buffer_1/custom-call.0``,
+  ``command_buffer_1/fusion_76``) has the stem of its instruction (``custom-call``, ``fusion``),
+  as when it runs outside the graph. ``name_stem=False`` leaves it out (for comparisons across compiler
   versions that name fusions differently);
 * ``shape`` — the canonical shape signature (:mod:`traceview.model.shapes`);
 * ``fingerprint`` — :func:`traceview.model.fingerprint.population_fingerprint`.
@@ -67,6 +69,10 @@ def _tagged(prof, rules, tagged: TaggedOps | None) -> TaggedOps:
     return derived.tagged(prof, rules)
 
 
+#: the thunk prefix of an op run in a command buffer (a CUDA graph): ``command_buffer_1/``
+_IN_GRAPH = r"^command_buffer(?:_\d+)?/"
+
+
 def keyed(rows: pl.DataFrame, *, name_stem: bool = True, program_stem_key: bool = True,
           expand_kernels: bool = False) -> pl.DataFrame:
     """Tagged rows (:class:`~traceview.analysis.ops.tagged.TaggedOps` ``rows``) with their
@@ -75,7 +81,13 @@ def keyed(rows: pl.DataFrame, *, name_stem: bool = True, program_stem_key: bool 
     for kernel rows) replace the row's own. ``expand_kernels``: an op of a named kernel is
     its own population, keyed as an op outside kernels but with the stem
     ``KERNEL_ID/stem`` (``RPAd-p_*-bq_*_*-bkv_*_*/fusion``)."""
-    stem_expr = (pl.col("op_name").fill_null("").str.replace(r"\.\d+$", "") if name_stem else pl.lit(""))
+    name = pl.col("op_name").fill_null("")
+    # a kernel run in a command buffer (command_buffer_1/custom-call.0, command_buffer_1/fusion_76):
+    # the stem of the instruction after the thunk, a kernel's _N read as .N, so it pairs with the
+    # same instruction run outside a CUDA graph (traceview.model.command_buffers)
+    in_graph = name.str.contains(_IN_GRAPH)
+    stem_expr = (pl.when(in_graph).then(name.str.replace(_IN_GRAPH, "").str.replace(r"[._]\d+$", ""))
+                 .otherwise(name.str.replace(r"\.\d+$", "")) if name_stem else pl.lit(""))
     is_k = pl.col("kname").is_not_null()
     # each kernel name's identity, worked out once per distinct name
     kid = pl.col("kname").replace_strict({k: kernel_id(k) for k in rows["kname"].drop_nulls().unique().to_list()},
