@@ -322,3 +322,21 @@ def _alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_the_line_reaches_the_process_stderr_while_a_call_captures_it(capfd, monkeypatch):
+    """An MCP tool call captures sys.stderr (redirect_stderr); a SIGTERM landing then ended the
+    server with exit 143 and no line (5 of 5 at 0.25-0.35 s into an analyze call): the line
+    goes to descriptor 2 whenever sys.stderr is not the process's own."""
+    import contextlib
+    import io
+    import threading
+
+    from traceview.cli import process
+
+    monkeypatch.setattr(process, "_said", threading.Lock())
+    monkeypatch.setattr(process, "_how", ["terminated", process.EXIT_TERMINATED])
+    captured = io.StringIO()
+    with contextlib.redirect_stderr(captured):
+        assert process.say_interrupted() == 143
+    assert captured.getvalue() == "" and capfd.readouterr().err == "traceview: terminated\n"

@@ -735,8 +735,8 @@ def say_interrupted(raw: bool = False) -> int:
     if _said.acquire(blocking=False):
         line = f"{_who[0]}: {_how[0]}\n"
         try:
-            if raw or sys.stderr is None:
-                os.write(2, line.encode())
+            if raw or sys.stderr is None or sys.stderr is not sys.__stderr__:  # redirected (an MCP tool's
+                os.write(2, line.encode())  # call captures it): the line goes to the process's stderr
             else:
                 sys.stderr.write(line)
                 sys.stderr.flush()
