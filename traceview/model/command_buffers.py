@@ -40,6 +40,17 @@ from traceview.read.xplane import wire
 GRAPH_COL = EXTRA_STATS.index("cuda_graph_id")
 NODE_COL = EXTRA_STATS.index("cuda_graph_node_id")
 
+#: the thunk part of an op run in a command buffer (:func:`graph_op`: ``command_buffer_1/``),
+#: which no HLO instruction's name holds
+IN_GRAPH = r"^command_buffer(?:_\d+)?/"
+
+
+def graph_op(thunk: str, name: str) -> str:
+    """The op name of the instruction or kernel ``name`` run in the command buffer whose thunk
+    (the kernels' ``hlo_op``) is ``thunk``: ``command_buffer_1/custom-call.2``."""
+    return f"{thunk}/{name}"
+
+
 #: opcodes of scheduled instructions that launch nothing on the device (no thunk, or one
 #: that only aliases buffers)
 NO_LAUNCH = frozenset({"parameter", "constant", "bitcast", "get-tuple-element", "tuple", "after-all",

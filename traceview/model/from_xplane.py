@@ -1030,7 +1030,7 @@ def _op_of(st: dict, ev_name: str, hlo: HloIndex) -> tuple[str, HloOp | None, bo
         # buffer's kernel, with the shape, HLO and costs of the fusion it is named after
         namesake = _kernel_namesake(ev_name, pid, hlo)
         if namesake is not None:
-            return f"{op_name}/{ev_name}", namesake, False
+            return command_buffers.graph_op(op_name, ev_name), namesake, False
     return op_name, None, False
 
 
@@ -1147,7 +1147,7 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
             if placed is not None:
                 combo, added = placed
                 for c, inst in added:
-                    rows.append((_op_row(sts[c], names[c], hlo, (f"{thunks[c]}/{inst.name}", inst)), rows[c][1]))
+                    rows.append((_op_row(sts[c], names[c], hlo, (command_buffers.graph_op(thunks[c], inst.name), inst)), rows[c][1]))
                 is_op = np.concatenate([is_op, np.ones(len(added), dtype=bool)])
         op_ev = is_op[combo]
         if op_ev.all():  # every event an op (GPU streams): the decoded arrays as they are

@@ -39,6 +39,7 @@ import json
 import polars as pl
 
 from traceview.analysis.ops.tagged import TaggedOps
+from traceview.model.command_buffers import IN_GRAPH
 from traceview.model.kernelname import kernel_config, kernel_id
 from traceview.model.naming import program_stem
 from traceview.model.optable import weighted_mode
@@ -69,10 +70,6 @@ def _tagged(prof, rules, tagged: TaggedOps | None) -> TaggedOps:
     return derived.tagged(prof, rules)
 
 
-#: the thunk prefix of an op run in a command buffer (a CUDA graph): ``command_buffer_1/``
-_IN_GRAPH = r"^command_buffer(?:_\d+)?/"
-
-
 def keyed(rows: pl.DataFrame, *, name_stem: bool = True, program_stem_key: bool = True,
           expand_kernels: bool = False) -> pl.DataFrame:
     """Tagged rows (:class:`~traceview.analysis.ops.tagged.TaggedOps` ``rows``) with their
@@ -85,8 +82,8 @@ def keyed(rows: pl.DataFrame, *, name_stem: bool = True, program_stem_key: bool 
     # a kernel run in a command buffer (command_buffer_1/custom-call.0, command_buffer_1/fusion_76):
     # the stem of the instruction after the thunk, a kernel's _N read as .N, so it pairs with the
     # same instruction run outside a CUDA graph (traceview.model.command_buffers)
-    in_graph = name.str.contains(_IN_GRAPH)
-    stem_expr = (pl.when(in_graph).then(name.str.replace(_IN_GRAPH, "").str.replace(r"[._]\d+$", ""))
+    in_graph = name.str.contains(IN_GRAPH)
+    stem_expr = (pl.when(in_graph).then(name.str.replace(IN_GRAPH, "").str.replace(r"[._]\d+$", ""))
                  .otherwise(name.str.replace(r"\.\d+$", "")) if name_stem else pl.lit(""))
     is_k = pl.col("kname").is_not_null()
     # each kernel name's identity, worked out once per distinct name
