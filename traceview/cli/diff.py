@@ -273,8 +273,16 @@ def run(args) -> int:
 def _child_imports() -> None:
     """What every side's child imports (the reader, polars, numpy, the comparison), imported
     here while the first child reads: the later children are forked with it (polars' thread
-    pool is not started by an import). The parent's own memory grows by the modules only."""
+    pool is not started by an import). The parent's own memory grows by the modules only.
+    The reader's modules too, which :func:`~traceview.model.load.load` imports as it starts,
+    and ``numpy.ma``, which polars imports when it first makes a series of an array."""
+    import numpy.ma  # noqa: F401
+
+    import traceview.model.files  # noqa: F401
+    import traceview.model.from_xplane  # noqa: F401
     import traceview.model.load  # noqa: F401
+    import traceview.read.batch  # noqa: F401
+    import traceview.read.prefetch  # noqa: F401
     from traceview.cli import process
 
     process.imports_while_decoding("diff")()

@@ -405,7 +405,9 @@ AFTER_READ_IMPORTS = {
     "diff": ("traceview.analysis.compare.diff", "traceview.analysis.compare.pooled",
              "traceview.analysis.communication.collectives", "traceview.analysis.communication.overlap",
              "traceview.analysis.findings", "traceview.model.interpreted", "traceview.render.diff_terminal",
-             "traceview.render.diff_summary", "traceview.cli.outputs"),
+             "traceview.render.diff_summary", "traceview.cli.outputs", "traceview.analysis.findings.decode",
+             "traceview.analysis.findings.impact", "traceview.analysis.findings.quality",
+             "traceview.analysis.findings.memory", "numpy.random"),
 }
 
 
