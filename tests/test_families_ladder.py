@@ -178,7 +178,10 @@ def test_family_roofline_figures(b8):
         assert r["share"] == pytest.approx(r["time_ps"] / r["step_ps"])
         if r["bytes"]:
             assert r["intensity"] == pytest.approx((r["flops"] or 0) / r["bytes"])
-            assert r["bound_by"] == ("compute" if r["intensity"] >= CPU_PEAKS.ridge else "memory")
+            # at or above the ridge, an intensity that is an upper bound (FLOPs without bytes
+            # for part of the time: the interpreted attention kernel) proves no compute bound
+            assert r["bound_by"] == ("memory" if r["intensity"] < CPU_PEAKS.ridge else
+                                     "unknown" if r["no_bytes_share"] else "compute"), r
     assert sum(r["time_ps"] for r in rows.values()) == pytest.approx(a.coverage.family_ps)
     # predicted: each op's max(FLOPs / peak, bytes / peak), by hand over the op rows in steps
     windows = [(r["start_ps"], r["start_ps"] + r["duration_ps"]) for r in a.steps.iter_rows(named=True)
@@ -348,3 +351,40 @@ def test_the_sampling_prefilter_agrees_with_the_search():
               "x/sort:1", "Binary_Search", "samplers/greedy", "upsample", "argsort", "ſampler", "arg\u212aax",
               "Sampling", "stop_gradient", "laptop"]:
         assert _sampling_in(t) == (_SAMPLING.search(t) is not None), t
+
+
+def test_an_upper_bound_intensity_proves_no_compute_bound():
+    """The 4-device tensor-parallel decode (fixture tp_decode): its attention kernels, run
+    interpreted on CPU, have FLOPs but no byte count for 99.3% of the family's time, so the
+    family's intensity (all FLOPs over the bytes of the few ops that have them) is an upper
+    bound. Under a ridge below it the family is bound by "unknown", not "compute"; under a
+    ridge above it, "memory" (the bound proves it). The ladder marks the cell "<=" and reads no
+    crossing from it."""
+    from pathlib import Path
+
+    from traceview.analysis.compare.ladder import _crossing
+    from traceview.analysis.steps.anatomy import profile_anatomy
+    from traceview.render.ladder import render_ladder_text
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    tp = traceview.load(fx / "tp_decode")
+    anat = profile_anatomy(tp)
+    low, high = Peaks(peak_flops=1e12, peak_bw=1e10), Peaks(peak_flops=1e13, peak_bw=1e10)  # ridges 100, 1000
+    att = family_roofline(anat, low).filter(pl.col("family") == "attention/custom kernels").row(0, named=True)
+    assert att["no_bytes_share"] == pytest.approx(0.9935, abs=5e-4)
+    assert att["intensity"] == pytest.approx(att["flops"] / att["bytes"]) and 100 < att["intensity"] < 1000
+    assert att["bound_by"] == "unknown"
+    assert family_roofline(anat, high).filter(pl.col("family") == "attention/custom kernels")["bound_by"][0] == "memory"
+    for r in family_roofline(anat, low).filter(pl.col("family") != "attention/custom kernels").iter_rows(named=True):
+        if r["intensity"] is not None:  # exact intensities keep their verdict
+            assert r["no_bytes_share"] == 0 and r["bound_by"] == ("compute" if r["intensity"] >= 100 else "memory")
+    # the ladder: "<=" on the cell, a note, and no crossing read off an upper bound above the ridge
+    b4 = traceview.load(fx / "greedy_b4")
+    lad = ladder([tp, b4], xs=[1, 2], labels=["tp", "b4"], peaks=low)
+    text = render_ladder_text(lad, width=200)
+    assert f"<={att['intensity']:.3g} unknown" in text
+    assert any(n.startswith("intensities shown with <= are upper bounds") and "attention/custom kernels" in n
+               for n in lad.notes)
+    assert _crossing([1.0, 2.0], [50.0, 150.0], 100.0)[0] == "memory -> compute"
+    assert _crossing([1.0, 2.0], [50.0, 150.0], 100.0, [False, True]) == (None, None, None)
+    assert _crossing([1.0, 2.0], [150.0, 50.0], 100.0, [False, True])[0] == "compute -> memory"  # below: proven

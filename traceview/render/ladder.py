@@ -27,6 +27,16 @@ def _cell(lad, fam: str, x: float, col: str):
     return hit[col][0] if hit.height else None
 
 
+def _intensity(lad, fam: str, x: float) -> str:
+    """``"42.1 memory"``, ``"<=150 unknown"`` (an upper bound: some of the family's time has
+    FLOPs but no byte count) or "-" for one family at one point."""
+    v = _cell(lad, fam, x, "intensity")
+    if v is None:
+        return "-"
+    up = "<=" if _cell(lad, fam, x, "no_bytes_share") else ""
+    return f"{up}{v:.3g} {_cell(lad, fam, x, 'bound_by')}"
+
+
 def _factor(v) -> str:
     return "-" if v is None else f"{fmt_ratio(v)}x"
 
@@ -75,9 +85,7 @@ def render_ladder(console: Console, lad) -> None:
     for r in lad.scaling.iter_rows(named=True):
         cells = [safe_line(r["family"])]
         for x in xs:
-            v = _cell(lad, r["family"], x, "intensity")
-            b = _cell(lad, r["family"], x, "bound_by")
-            cells.append("-" if v is None else f"{v:.3g} {b}")
+            cells.append(_intensity(lad, r["family"], x))
         cells.append(crossing_text(r) or "-")
         rows.append(cells)
     print_table(console, f"arithmetic intensity (FLOP/byte) and bound by; {ridge}",
@@ -191,11 +199,10 @@ def render_ladder_page(lad) -> str:
         color = PALETTE[i % len(PALETTE)]
         ts = [_cell(lad, r["family"], x, "time_ps") for x in xs]
         ins = [_cell(lad, r["family"], x, "intensity") for x in xs]
-        bs = [_cell(lad, r["family"], x, "bound_by") for x in xs]
         series.append((color, xs, ts, ins))
         fams.append({"family": r["family"], "color": color,
                      "times": ["-" if t is None else fmt_time_ps(t) for t in ts],
-                     "ints": ["-" if v is None else f"{v:.3g} {b}" for v, b in zip(ins, bs)],
+                     "ints": [_intensity(lad, r["family"], x) for x in xs],
                      "factor": _factor(r["factor_per_doubling"]),
                      "factors": " ".join(_factor(f) for f in (r["factors"] or [])),
                      "ffactor": _factor(r["flops_per_doubling"]),

@@ -16,7 +16,9 @@ Figures per family over the points with time > 0, x ascending:
   the work does, against what the time does);
 * ridge crossing: the first consecutive pair whose intensities lie on either side of the
   ridge point (``crosses`` "memory -> compute" or "compute -> memory"), with ``cross_x`` the
-  x where the log-log line between the two points meets the ridge.
+  x where the log-log line between the two points meets the ridge. A point whose intensity is
+  an upper bound (``no_bytes_share`` > 0: some of the family's time has FLOPs but no byte
+  count) at or above the ridge is on no known side of it and takes part in no pair.
 
 Times in ps, intensities in FLOP/byte. Errors: :class:`~traceview.errors.UsageError` when a
 profile's x can be neither read nor is given, when ``xs`` and the profiles differ in number,
@@ -41,7 +43,7 @@ POINTS_SCHEMA = {"label": pl.Utf8, "x": pl.Float64, "x_source": pl.Utf8, "n_step
                  "families_ps": pl.Float64, "window": pl.Utf8}
 TABLE_SCHEMA = {"family": pl.Utf8, "x": pl.Float64, "label": pl.Utf8, "time_ps": pl.Float64, "share": pl.Float64,
                 "flops": pl.Float64, "bytes": pl.Float64, "intensity": pl.Float64, "bound_by": pl.Utf8,
-                "predicted_ps": pl.Float64, "measured_ps": pl.Float64}
+                "predicted_ps": pl.Float64, "measured_ps": pl.Float64, "no_bytes_share": pl.Float64}
 SCALING_SCHEMA = {"family": pl.Utf8, "points": pl.Int64, "first_ps": pl.Float64, "last_ps": pl.Float64,
                   "factor_per_doubling": pl.Float64, "factors": pl.List(pl.Float64),
                   "flops_per_doubling": pl.Float64, "crosses": pl.Utf8,
@@ -92,10 +94,14 @@ def _slope(xs: list[float], ts: list[float]) -> float | None:
     return sum((p[0] - mx) * (p[1] - my) for p in pts) / sxx
 
 
-def _crossing(xs: list[float], ins: list, ridge: float | None):
-    """(direction, [x1, x2], x at the ridge) of the first pair on either side of ``ridge``."""
+def _crossing(xs: list[float], ins: list, ridge: float | None, upper: list | None = None):
+    """(direction, [x1, x2], x at the ridge) of the first pair on either side of ``ridge``;
+    ``upper``: per point, whether its intensity is only an upper bound (then, at or above the
+    ridge, the point's side is unknown)."""
     if not ridge:
         return None, None, None
+    upper = upper or [False] * len(xs)
+    ins = [None if u and i is not None and i >= ridge else i for i, u in zip(ins, upper)]
     for (x1, i1), (x2, i2) in zip(zip(xs, ins), list(zip(xs, ins))[1:]):
         if not i1 or not i2 or i1 <= 0 or i2 <= 0:
             continue
@@ -185,7 +191,7 @@ def ladder(profiles, *, xs=None, labels=None, rules=None, peaks=None, step_modul
         sf = _slope(fx, sub["flops"].to_list())
         factors = [(t2 / t1) ** (1 / math.log2(x2 / x1)) if t1 and t2 and t1 > 0 and t2 > 0 else None
                    for (x1, t1), (x2, t2) in zip(zip(fx, ft), list(zip(fx, ft))[1:])]
-        d, between, cx = _crossing(fx, fi, ridge)
+        d, between, cx = _crossing(fx, fi, ridge, [bool(v) for v in sub["no_bytes_share"].to_list()])
         srows.append({"family": fam, "points": sub.height, "first_ps": ft[0], "last_ps": ft[-1],
                       "factor_per_doubling": None if s is None else 2.0 ** s, "factors": factors,
                       "flops_per_doubling": None if sf is None else 2.0 ** sf, "crosses": d,
@@ -193,6 +199,12 @@ def ladder(profiles, *, xs=None, labels=None, rules=None, peaks=None, step_modul
     scaling = pl.DataFrame(srows, schema=SCALING_SCHEMA) if srows else pl.DataFrame(schema=SCALING_SCHEMA)
     if ridge is None:
         notes.append("no peaks known: no ridge point, so no crossing (--chip, --peak-flops/--peak-bw, --measure-cpu-peaks)")
+    upper = (table.filter((pl.col("no_bytes_share") > 0) & pl.col("intensity").is_not_null())
+             .select("family").unique(maintain_order=True)["family"].to_list() if table.height else [])
+    if upper:
+        notes.append("intensities shown with <= are upper bounds: part of the family's time has FLOPs but no byte "
+                     f"count ({', '.join(upper[:3])}{', ...' if len(upper) > 3 else ''}); at or above the ridge "
+                     "such a point is bound by unknown and takes part in no crossing")
     if rules is not None and table.height:  # rules that match no op: say so, not a silent "other"
         from traceview.analysis.ops.families import unmatched_rules
 

@@ -14,7 +14,8 @@ n the number of device-steps, and sums over the op events that start inside thos
   :func:`traceview.analysis.ops.roofline.roofline`);
 * ``intensity`` = flops / bytes (FLOP/byte); ``bound_by`` = "compute" when it is at or above
   the ridge point (peak FLOP/s / peak bytes/s), else "memory"; "unknown" without both peaks or
-  without costs;
+  without costs, and when ``no_bytes_share`` > 0 and the intensity is at or above the ridge
+  (an upper bound there proves no compute bound; below the ridge it proves the memory bound);
 * ``predicted_ps`` = Σ count × max(FLOPs / peak FLOP/s, bytes / peak bytes/s) / n over the ops
   with a cost (each op on its own roof: Williams, Waterman & Patterson, CACM 2009, the model of
   :mod:`traceview.analysis.ops.roofline`), against ``measured_ps`` = the self time per step of those
@@ -179,7 +180,9 @@ def family_roofline(anat, peaks) -> pl.DataFrame:
         pl.when(pl.col("time_ps") > 0).then(pl.col("_nob") / pl.col("time_ps")).otherwise(None).alias("no_bytes_share"),
     )
     bound = (pl.when(pl.col("intensity").is_null()).then(pl.lit("unknown"))
-             .when(pl.col("intensity") >= ridge).then(pl.lit("compute")).otherwise(pl.lit("memory"))
+             .when(pl.col("intensity") < ridge).then(pl.lit("memory"))
+             .when(pl.col("no_bytes_share").fill_null(0) > 0).then(pl.lit("unknown"))  # an upper bound
+             .otherwise(pl.lit("compute"))
              if ridge else pl.lit("unknown"))
     g = g.with_columns(bound.alias("bound_by"), pl.lit(n, dtype=pl.Int64).alias("n_steps"),
                        pl.lit(step_ps).alias("step_ps"), pl.lit(what).alias("window"))
