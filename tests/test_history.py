@@ -217,7 +217,19 @@ def test_a_run_on_other_hardware_is_compared_only_with_its_own(tmp_path, capsys)
     out = tmp_path / "h.html"
     assert main(["history", logs, "--format", "html", "-o", str(out), "--no-cache"]) == 0
     assert out.read_text().count('<p class="tv-note">other hardware: ') == 2
-    # a named baseline on other hardware judges nothing
+    # a named baseline on other hardware judges nothing, and the line names the baseline (not
+    # "the previous run of its work", which the rule does not use then)
     assert main(["history", logs, "--format", "json", "--baseline", names[0], "--no-cache"]) == 0
-    assert [r["verdict"] for r in json.loads(capsys.readouterr().out)["runs"]] == [
-        "baseline", "no comparable run", "no interval"]
+    h = json.loads(capsys.readouterr().out)
+    assert [r["verdict"] for r in h["runs"]] == ["baseline", "no comparable run", "no interval"]
+    assert h["hardware_changes"] == [{"run": names[1], "hardware": "4 x CPU", "baseline": names[0],
+                                      "baseline_hardware": "1 x CPU"}]
+    assert main(["history", logs, "--baseline", names[0], "--no-cache"]) == 0
+    said = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("other hardware: ")]
+    assert said == [f"other hardware: {names[1]} ran on 4 x CPU, the baseline ({names[0]}) on 1 x CPU: not "
+                    "compared (a step time on other devices is no regression)"]
+    # the baseline on 4 devices: both 1-device runs are named against it
+    assert main(["history", logs, "--format", "json", "--baseline", names[1], "--no-cache"]) == 0
+    h = json.loads(capsys.readouterr().out)
+    assert [r["verdict"] for r in h["runs"]] == ["no comparable run", "baseline", "no comparable run"]
+    assert [c["run"] for c in h["hardware_changes"]] == [names[0], names[2]]

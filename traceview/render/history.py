@@ -121,17 +121,22 @@ def _tail_lines(h, rs) -> list[str]:
         lines.append(f"other kernel configuration: {safe_line(r.name)} ({safe_line(r.module)}) against "
                      f"{safe_line(b.name)} ({safe_line(b.module)}): the same batch and token buckets, so the change "
                      "is the configuration's")
+    named = hasattr(h, "named_baseline") and h.named_baseline() is not None
     for r, p in (h.hardware_changes() if hasattr(h, "hardware_changes") else []):
-        lines.append(f"other hardware: {_hardware_change(r, p)}")
+        lines.append(f"other hardware: {_hardware_change(r, p, named)}")
     for name, why in getattr(h, "skipped", None) or []:
         lines.append(f"skipped: {safe_line(name)}: {safe_line(why)}")
     return lines
 
 
-def _hardware_change(r, p) -> str:
-    """A :meth:`History.hardware_changes` pair in words (names escaped by the caller in HTML)."""
+def _hardware_change(r, p, named: bool = False) -> str:
+    """A :meth:`History.hardware_changes` pair in words (names escaped by the caller in HTML);
+    ``named``: ``p`` is the named baseline."""
     from traceview.analysis.compare.diff import hardware_text
 
+    if named:
+        return (f"{safe_line(r.name)} ran on {hardware_text(r.hardware)}, the baseline ({safe_line(p.name)}) on "
+                f"{hardware_text(p.hardware)}: not compared (a step time on other devices is no regression)")
     return (f"{safe_line(r.name)} ran on {hardware_text(r.hardware)}, the previous run of its work "
             f"({safe_line(p.name)}) on {hardware_text(p.hardware)}: not compared with it (a step time on "
             "other devices is no regression), only with runs on its own hardware")
@@ -237,7 +242,7 @@ def history_html(h) -> str:
         against=_AGAINST if h.baseline == "previous" else h.baseline, colors=list(VERDICT_COLORS.items()),
         across=[f"{r.name} ({r.module}) against {b.name} ({b.module}): the same batch and token buckets, so the "
                 "change is the configuration's" for r, b in h.across_configs()],
-        hardware=[_hardware_change(r, p) for r, p in h.hardware_changes()])
+        hardware=[_hardware_change(r, p, h.named_baseline() is not None) for r, p in h.hardware_changes()])
 
 
 def history_json(h) -> str:

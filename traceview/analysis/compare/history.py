@@ -183,13 +183,26 @@ class History:
         return [(r, by[r.baseline]) for r in self.runs if r.baseline in by and r.module and by[r.baseline].module
                 and COPY.sub("", r.module) != COPY.sub("", by[r.baseline].module)]  # a copy number is no config
 
+    def named_baseline(self) -> RunSummary | None:
+        """The run the rule's ``baseline`` names (the first of its name or directory); None
+        under the default rule."""
+        if self.baseline == "previous":
+            return None
+        return next((r for r in self.runs if self.baseline in (r.name, r.directory)), None)
+
     def hardware_changes(self) -> list[tuple[RunSummary, RunSummary]]:
-        """(run, the latest earlier run of its work) pairs on other hardware (device kind, type
-        or count: :func:`~traceview.analysis.compare.diff.same_hardware`): the run is not
-        compared with that one, but with the latest earlier run of its work on its own hardware."""
+        """(run, the run it would be compared with) pairs on other hardware (device kind, type
+        or count: :func:`~traceview.analysis.compare.diff.same_hardware`), that run being the
+        latest earlier run of its work (the default rule: the run is compared with the latest
+        earlier run of its work on its own hardware instead), or the named baseline for each
+        run of the baseline's work (the run is compared with none)."""
         out = []
+        base = self.named_baseline()
         for i, r in enumerate(self.runs):
-            prev = next((x for x in reversed(self.runs[:i]) if x.work == r.work), None) if r.program else None
+            if base is not None:
+                prev = base if r is not base and r.program and r.work == base.work else None
+            else:
+                prev = next((x for x in reversed(self.runs[:i]) if x.work == r.work), None) if r.program else None
             if prev is not None and not same_hardware(prev.hardware, r.hardware):
                 out.append((r, prev))
         return out
@@ -211,8 +224,9 @@ class History:
                 "no_comparable_run": [r.name for r in self.incomparable()],
                 "across_configs": [{"run": r.name, "module": r.module, "baseline": b.name,
                                     "baseline_module": b.module} for r, b in self.across_configs()],
-                "hardware_changes": [{"run": r.name, "hardware": hardware_text(r.hardware), "previous": p.name,
-                                      "previous_hardware": hardware_text(p.hardware)}
+                "hardware_changes": [{"run": r.name, "hardware": hardware_text(r.hardware), against: p.name,
+                                      f"{against}_hardware": hardware_text(p.hardware)}
+                                     for against in ["previous" if self.named_baseline() is None else "baseline"]
                                      for r, p in self.hardware_changes()],
                 "skipped": [{"run": n, "why": w} for n, w in self.skipped]}
 
