@@ -145,6 +145,19 @@ def test_workers_must_be_one_or_more(value, shared_traces, capsys):
     assert err.startswith("traceview: error: argument --workers") and "see traceview analyze --help" in err
 
 
+def test_workers_that_start_no_pool_say_so(shared_traces, capsys):
+    """--workers 4 on one 842.49 KiB file reads it in this process (a pool needs 2 files and
+    8 MiB): the output says so, in the warnings of the table and of the JSON; --workers 1
+    (the default) says nothing."""
+    t = str(shared_traces / TPU)
+    assert main(["analyze", t, "--workers", "4", "--format", "json", "--no-cache"]) == 0
+    said = [w for w in json.loads(capsys.readouterr().out)["warnings"] if "worker processes" in w]
+    assert said == ["read in this process, not by 4 worker processes: 1 file(s), 842.49 KiB (a pool is started "
+                    "for 2 files or more and 8.00 MiB in all, where it pays for its start-up)"]
+    assert main(["analyze", t, "--no-cache", "--top", "1"]) == 0
+    assert "worker processes" not in capsys.readouterr().out
+
+
 def test_diff_and_verify_take_no_cache(shared_traces, capsys, cache_dir):
     """--no-cache: the parsed-table cache is neither read nor written (the cache_dir fixture
     caches every file, so without the flag the same commands write an entry)."""

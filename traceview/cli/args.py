@@ -283,7 +283,8 @@ def add_reading(p: argparse.ArgumentParser) -> None:
     """``--no-cache``, ``--workers``, ``--scheduler`` (analyze, report)."""
     p.add_argument("--no-cache", action="store_true", help=NO_CACHE_HELP)
     p.add_argument("--workers", type=workers, default=1, metavar="N",
-                   help="read the hosts' files in up to N local processes (default 1: in this process)")
+                   help="read the hosts' files in up to N local processes (default 1: in this process; "
+                        "a pool is started for 2 files or more and 8 MiB in all)")
     p.add_argument("--scheduler", metavar="ADDRESS", type=scheduler_address,
                    help="read the hosts' files on this Dask cluster (e.g. tcp://10.0.0.5:8786); "
                         "needs traceview[dist] and the files at the same paths on the workers; an analyze output "

@@ -366,6 +366,14 @@ def _read_each(read: Callable, files: _Files) -> list:
     return [read(t) for t in files.tasks]
 
 
+def pool_size(workers: int, tasks: Sequence[ReadTask]) -> int:
+    """The processes of the local pool :func:`read_many` starts for ``workers`` and ``tasks``
+    (no executor, no scheduler): ``workers`` capped by the number of files when that is 2 or
+    more and the files hold :data:`PARALLEL_MIN_BYTES` in all, else 0 (this process reads)."""
+    w = min(workers, len(tasks))
+    return w if w >= 2 and sum(t.size for t in tasks) >= PARALLEL_MIN_BYTES else 0
+
+
 def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor | None" = None,
               scheduler: str | None = None, workers: int = 0,
               progress: Callable[[Progress], None] | None = None, arrived: Callable | None = None) -> list:
@@ -413,8 +421,8 @@ def read_many(tasks: Sequence[ReadTask], read: Callable, *, executor: "Executor 
     if executor is None and scheduler:
         executor, close = dask_executor(scheduler)
     elif executor is None:
-        w = min(workers, n)
-        if w >= 2 and total >= PARALLEL_MIN_BYTES:
+        w = pool_size(workers, tasks)
+        if w:
             import multiprocessing
 
             from concurrent.futures import ProcessPoolExecutor
