@@ -492,6 +492,9 @@ def test_streamed_file_limits(tmp_path, monkeypatch):
     size = len(gzip.decompress(p.read_bytes()))
     monkeypatch.setattr(tj, "STREAM_ABOVE", -1)
     monkeypatch.setattr(tj, "_STREAM_CHUNK", 64 << 10)
+    # the whole text (about 2 MB) inflated in one block, so that the text limit is met before the
+    # events decoded from it pass the memory budget (with 512 KiB blocks the budget is met first)
+    monkeypatch.setattr(tj, "_INFLATE_BLOCK", 4 << 20)
     assert read_trace_json(p, max_decompressed_bytes=size).ops.height == 20000
     assert f"{size - 1:,}-byte limit on its text" in _fault(p, LimitExceeded, max_decompressed_bytes=size - 1)
     msg = _fault(p, LimitExceeded, max_bytes=size // 4 - 1)

@@ -57,6 +57,7 @@ STREAM_TEXT_FACTOR = 4
 STREAM_EVENT_BYTES = 96
 STREAM_DESC_BYTES = 4096
 _STREAM_CHUNK = 16 << 20  # text decoded at a time
+_INFLATE_BLOCK = 512 << 10  # text read or inflated at a time
 _STREAM_MAX_PIECE = 256 << 20  # text without an event boundary before the stream is read whole
 
 
@@ -151,20 +152,24 @@ def read_json_bytes(path: str | os.PathLike, *, max_decompressed_bytes: int = MA
     raise TraceUnreadable(f"neither gzip nor JSON (starts with {data[:8]!r}); expected a Chrome-trace JSON", p)
 
 
-def _utf8_ok(text) -> bool:
-    """Whether ``text`` is valid UTF-8 (orjson rejects anything else; the typed decode does
-    not look inside the values it skips). ASCII, the exporter's output, is checked in one
-    fast pass; anything else is decoded in 4 MiB pieces and thrown away."""
+def _utf8_ok(text, end: int | None = None) -> bool:
+    """Whether ``text`` (bytes or bytearray; its first ``end`` bytes when given) is valid
+    UTF-8 (orjson rejects anything else; the typed decode does not look inside the values it
+    skips). ASCII, the exporter's output, is checked in one fast pass (of the whole of
+    ``text``); anything else is decoded in 4 MiB pieces and thrown away."""
     if text.isascii():
         return True
     dec = codecs.getincrementaldecoder("utf-8")()
-    view = memoryview(text)
-    try:
-        for i in range(0, len(view), 1 << 22):
-            dec.decode(view[i:i + (1 << 22)])
-        dec.decode(b"", True)
-    except UnicodeDecodeError:
-        return False
+    with memoryview(text) as whole:
+        view = whole[:end]
+        try:
+            for i in range(0, len(view), 1 << 22):
+                dec.decode(view[i:i + (1 << 22)])
+            dec.decode(b"", True)
+        except UnicodeDecodeError:
+            return False
+        finally:
+            view.release()
     return True
 
 
@@ -266,8 +271,9 @@ def text_blocks(path: str, limit: int, why: str = ""):
             magic = fh.read(2)
             fh.seek(0)
             if magic == _GZIP_MAGIC:
-                try:
-                    yield from _iter_gunzip(fh, path, limit)
+                try:  # blocks under glibc's mmap threshold for a big input (cli.process.tune_allocator):
+                    # each is then a reused heap block, not fresh pages faulted in and unmapped
+                    yield from _iter_gunzip(fh, path, limit, block=_INFLATE_BLOCK)
                 except LimitExceeded as exc:
                     raise LimitExceeded(f"{exc.fault} on its text ({why}{_LIMIT_HINT})", path) from None
                 return
@@ -276,7 +282,7 @@ def text_blocks(path: str, limit: int, why: str = ""):
                 raise LimitExceeded(f"JSON file is {size:,} bytes, over the {limit:,}-byte limit on its text "
                                     f"({why}{_LIMIT_HINT})", path)
             while True:
-                b = fh.read(_STREAM_CHUNK)
+                b = fh.read(_INFLATE_BLOCK)
                 if not b:
                     return
                 yield b
@@ -342,7 +348,11 @@ def stream_event_chunks(blocks, path: str):
         start, closer = m.end(), b"]}"
     else:
         raise StreamFallback
-    del buf[:start]
+    # buf[0] is the '[' before the first element: each piece is decoded in place as a JSON
+    # array, buf[0] and the byte after its last element set to the brackets (no copy of the
+    # piece: on a big input every copy would be fresh pages, cli.process.tune_allocator)
+    del buf[:start - 1]
+    buf[0] = 0x5B  # [
     while True:
         m = None
         while True:
@@ -356,10 +366,19 @@ def stream_event_chunks(blocks, path: str):
             if eof:
                 break
             raise StreamFallback
-        yield _decode_piece(buf, m.start() + 1, path)
-        del buf[:m.start(1)]
+        end = m.start() + 1  # after the piece's last element: a space or the comma
+        kept = buf[end]
+        buf[end] = 0x5D  # ]
+        got = []
+        try:
+            got.append(_decode_piece(buf, end + 1, path))
+        finally:
+            buf[end] = kept
+        yield got.pop()  # not kept in this frame while the caller works on it
+        del buf[:m.start(1) - 1]  # up to the byte before the next element, which becomes its '['
+        buf[0] = 0x5B
     # the last elements, the array's end and the document's
-    tail = bytes(buf).rstrip(_WS)
+    tail = bytes(memoryview(buf)[1:]).rstrip(_WS)
     del buf
     if closer == b"]}":
         if not tail.endswith(b"}"):
@@ -369,26 +388,32 @@ def stream_event_chunks(blocks, path: str):
         raise StreamFallback
     tail = tail[:-1]
     if tail.strip(_WS):
-        yield _decode_piece(tail, len(tail), path)
+        text = b"[" + tail + b"]"
+        yield _decode_piece(text, len(text), path)
 
 
 def _decode_piece(buf, end: int, path: str) -> tuple[list, int, bool, int]:
-    """``buf[:end]`` (whole elements of the events array) decoded as :func:`decode_events`
-    does; :class:`StreamFallback` when it does not decode."""
-    text = b"[" + bytes(memoryview(buf)[:end]) + b"]"
-    if _LIST_DECODER is not None and _utf8_ok(text):
+    """``buf[:end]`` (a JSON array of whole elements of the events array, read in place)
+    decoded as :func:`decode_events` does, with its element text's size (``end`` less the
+    brackets); :class:`StreamFallback` when it does not decode."""
+    with memoryview(buf) as whole:
+        text = whole[:end]
         try:
-            return _LIST_DECODER.decode(text), 0, True, end
-        except Exception:  # msgspec.DecodeError/ValidationError, RecursionError: orjson decides
-            pass
-    try:
-        values = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        raise StreamFallback from None
+            if _LIST_DECODER is not None and _utf8_ok(buf, end):
+                try:
+                    return _LIST_DECODER.decode(text), 0, True, end - 2
+                except Exception:  # msgspec.DecodeError/ValidationError, RecursionError: orjson decides
+                    pass
+            try:
+                values = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                raise StreamFallback from None
+        finally:
+            text.release()
     if not any(type(e) is dict for e in values):
         raise StreamFallback  # read whole: "no trace event objects" is said of the whole array
     events, n_other = _from_dicts(values)
-    return events, n_other, False, end
+    return events, n_other, False, end - 2
 
 
 @contextlib.contextmanager
