@@ -868,6 +868,27 @@ for _v, _label in ((1e18, "1e18"), (1e300, "1e300"), (float(1 << 70), "2**70"), 
                                                      (["analyze", "{path}"], EXIT_OK)]))
 
 
+def cpu_trace_doc(ops=(("dot.1", 0.0, 2.0, "0"),)) -> dict:
+    """A Chrome-trace JSON document like a JAX CPU export: process ``/host:CPU``, one thread,
+    one ``hlo_op``-annotated event per ``(hlo_op, ts_us, dur_us, run_id)`` of module jit_f."""
+    events = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}},
+              {"ph": "M", "pid": 1, "tid": 5, "name": "thread_name", "args": {"name": "tf_XLAEigen/1"}}]
+    for op, ts, dur, rid in ops:
+        events.append({"ph": "X", "pid": 1, "tid": 5, "ts": ts, "dur": dur, "name": op,
+                       "args": {"hlo_op": op, "hlo_module": "jit_f", "run_id": rid}})
+    events.append({})
+    return {"displayTimeUnit": "ns", "traceEvents": events}
+
+
+@case("json-cpu-run-past-int64", "CPU trace JSON: an op of a module run lasting 1e30 µs (its run's end passes int64 ps)",
+      "analyzed, report written: the op and the module run clamped to 13.3 days, each with a warning (was a "
+      "traceback)", EXIT_OK, xplane=False, expect=("module run(s) last longer",))
+def _(tmp):
+    doc = cpu_trace_doc([("dot.1", 10.0 * i, 1e30 if i == 1 else 2.0, str(i // 2)) for i in range(4)])
+    return Built(write(tmp / "h.trace.json.gz", gz(doc)), also=[(["report", "{path}", "-o", "{tmp}/r.html"], EXIT_OK),
+                                                                (["analyze", "{path}"], EXIT_OK)])
+
+
 def _option_file(tmp: Path, kind: str) -> str:
     if kind == "fifo":
         p = tmp / "rules.fifo"

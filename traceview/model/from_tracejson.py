@@ -987,5 +987,6 @@ def _read_annotated(pname, lines, names, acc: _OpRows, runs_cols, host, skip_der
         runs_cols["module"].append(module)
         runs_cols["program_id"].append(pid)
         runs_cols["start_ps"].append(s)
-        runs_cols["duration_ps"].append(e - s)
+        # an end past int64 (a corrupt dur) saturates, for clamp_file to clamp with a warning
+        runs_cols["duration_ps"].append(min(e - s, _I64 - 1))
     return found
