@@ -574,6 +574,36 @@ def _(tmp):
     return Built(run, ops_from="good.xplane.pb")
 
 
+@case("corrupt-xplane-json-beside", "a run folder whose one host has a truncated `.xplane.pb` and its "
+      "`.trace.json.gz` beside it", "analyzed from the JSON: a warning names both files, the xplane's fault and what "
+      "the JSON lacks (was exit 4)", EXIT_OK, expect=("truncated", "read ", "instead, the Chrome-trace JSON of the same host",
+                                                       "no program ids"))
+def _(tmp):
+    run = tmp / RUN
+    data = (SHARED / TPU).read_bytes()
+    write(run / "h.xplane.pb", data[: len(data) // 2])
+    write(run / "h.trace.json.gz", gz(tpu_trace_doc()))
+
+    def check(out):
+        assert [f["format"] for f in out["provenance"]["files"]] == ["trace_json"]
+        assert any("h.xplane.pb is unreadable: reading h.trace.json.gz instead" in x for x in out["provenance"]["lines"])
+    return Built(run, ops_from="h.trace.json.gz", check=check,
+                 also=[(["report", "{path}", "-o", "{tmp}/r.html"], EXIT_OK), (["diff", "{path}", "{path}"], EXIT_OK)])
+
+
+@case("corrupt-xplane-corrupt-json-beside", "a run folder whose one host has a truncated `.xplane.pb` and a "
+      "truncated `.trace.json.gz` beside it", "unreadable: one line naming the xplane's fault and the JSON's",
+      EXIT_UNREADABLE, expect=("ends inside plane", "the Chrome-trace JSON beside it cannot be read either",
+                               "truncated gzip stream"))
+def _(tmp):
+    run = tmp / RUN
+    data = (SHARED / TPU).read_bytes()
+    write(run / "h.xplane.pb", data[: len(data) // 2])
+    js = gz(tpu_trace_doc([("add.1", ADD, float(i), 0.5) for i in range(2000)]))
+    write(run / "h.trace.json.gz", js[: len(js) // 2])
+    return Built(run, names=str(run / "h.xplane.pb"))
+
+
 def _no_read(path: Path):
     """Make reads of ``path`` fail with EACCES: chmod 000, and (since tests run as root,
     who reads through any mode bits) the readers' ``open`` refuses that one path."""
