@@ -117,6 +117,7 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
         results = relabel(results, disc)
     else:
         disc = json_fallback(disc, tasks, results, warnings, limit, store)
+        warnings.extend(_copies(disc.files))
     # several runs: each its own timeline (module doc of qualify_host); the run folders of one
     # capture written host by host (Discovery.fleet) are one
     timeline = getattr(disc, "timeline", lambda r: r)
@@ -178,6 +179,18 @@ def json_fallback(disc, tasks: list, results: list, warnings: list, limit, store
     if files == list(disc.files):
         return disc
     return dataclasses.replace(disc, files=files, reasons=reasons)
+
+
+def _copies(files) -> list[str]:
+    """A warning per group of ``files`` holding the same bytes under several host names."""
+    from traceview.read.discover import same_bytes
+
+    out = []
+    for group in same_bytes(files):
+        names = ", ".join(str(f.path) for f in group)
+        out.append(f"{names}: the same {group[0].size:,} bytes under {len(group)} names (a copy, or one file linked "
+                   f"twice?): read as {len(group)} hosts, so every op of that trace is counted {len(group)} times")
+    return out
 
 
 def qualify_host(td, run: str):

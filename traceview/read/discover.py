@@ -719,3 +719,52 @@ def _host_group(r0: Run, pool: list[Run], warnings: list[str], run_hint: str) ->
         group.append(r)
         taken.add(r.hosts[0])
     return group if len(group) > 1 else []
+
+
+#: bytes compared at a time by :func:`same_bytes`
+_COMPARE_CHUNK = 1 << 20
+
+
+def same_bytes(files: list[TraceFile]) -> list[list[TraceFile]]:
+    """Groups of two or more of ``files`` holding the same bytes (one file under two names,
+    hard links included): the same trace counted as several hosts. Only files of equal size
+    are opened, and they are read side by side only until their bytes differ; a file that
+    cannot be read is in no group."""
+    by_size: dict[int, list[TraceFile]] = {}
+    for f in files:
+        by_size.setdefault(f.size, []).append(f)
+    out = []
+    for group in by_size.values():
+        if len(group) > 1 and group[0].size > 0:
+            out.extend(_equal_contents(group))
+    return out
+
+
+def _equal_contents(group: list[TraceFile]) -> list[list[TraceFile]]:
+    handles = []
+    try:
+        for f in group:
+            try:
+                handles.append((f, open(f.path, "rb")))
+            except OSError:
+                continue
+        pending = [handles]
+        done = []
+        while pending:
+            nxt = []
+            for hs in pending:
+                parts: dict[bytes, list] = {}
+                for f, fh in hs:
+                    try:
+                        parts.setdefault(fh.read(_COMPARE_CHUNK), []).append((f, fh))
+                    except OSError:
+                        continue
+                for chunk, same in parts.items():
+                    if len(same) < 2:
+                        continue
+                    (done if not chunk else nxt).append(same)
+            pending = nxt
+        return [[f for f, _ in same] for same in done]
+    finally:
+        for _, fh in handles:
+            fh.close()
