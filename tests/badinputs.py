@@ -457,6 +457,17 @@ def _(tmp):
     return Built(write(tmp / "h.trace.json.gz", gz(doc)))
 
 
+@case("json-pids-as-text", "trace JSON whose every complete event has its pid written as text (`\"1\"`)",
+      "no HLO ops, and the line says why: every op event is on no named process (was: no HLO ops alone)",
+      EXIT_NO_OPS, xplane=False, expect=("no HLO ops", "3 with a pid that is missing or not an integer"))
+def _(tmp):
+    doc = tpu_trace_doc([("add.1", ADD, 1.0, 0.5), ("add.1", ADD, 2.0, 0.5)])
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X":
+            e["pid"] = str(e["pid"])
+    return Built(write(tmp / "h.trace.json.gz", gz(doc)))
+
+
 @case("json-non-utf8", "`.trace.json` with a non-UTF-8 byte inside an op name",
       "unreadable: not valid JSON (not valid UTF-8), with the position", EXIT_UNREADABLE, expect=("UTF-8",), xplane=False)
 def _(tmp):

@@ -60,6 +60,7 @@ from traceview.model.timeline import enclosing, self_times
 from traceview.read.discover import host_from_filename
 from traceview.model.bounds import MAX_HLO_CHARS, MAX_TEXT_CHARS, cut_text
 from traceview.model.cpu_devices import cpu_device_name
+from traceview.model.load import FIELD_FAULTS
 from traceview.read import tracejson as _tj
 from traceview.read.tracejson import (ARG_FIELDS, MAX_MEMORY_BYTES, UNSET, Args, check_reading_cost, gc_paused, has_fields,
                                       decode_events, read_json_bytes, text_limit_for)
@@ -711,8 +712,7 @@ def _field_faults(ev: _Events, path: str) -> str | None:
                      "an XLA Ops line)")
     if not parts:
         return None
-    return (f"{path}: complete ('X') events with fields the profiler's exporter never writes (the file was altered "
-            f"or written by another tool): {'; '.join(parts)}")
+    return (f"{path}: {FIELD_FAULTS} (the file was altered or written by another tool): {'; '.join(parts)}")
 
 
 def _missing_or_bad(missing: int, bad: int) -> str:

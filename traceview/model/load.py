@@ -10,6 +10,9 @@ from __future__ import annotations
 import functools
 import os
 
+#: what :func:`traceview.model.from_tracejson.read_trace_json`'s note on malformed event fields says
+FIELD_FAULTS = "complete ('X') events with fields the profiler's exporter never writes"
+
 #: the largest single ``.xplane.pb`` decoded on a thread while the caller imports (bytes);
 #: larger files are read plane by plane to bound memory
 PREFETCH_MAX_BYTES = 256 << 20
@@ -130,8 +133,11 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
                                                 expand_kernels=expand_kernels)
     if require_ops and prof.table.height == 0:
         names = ", ".join(str(t.path) for t in traces)
+        # events left out as malformed may be why: say so in the one line
+        malformed = [n for t in traces for n in t.notes if FIELD_FAULTS in n]
         no_ops = NoOpsFound("the trace has no HLO ops (no XLA Ops line, no hlo_op-annotated kernels); "
-                            "was it recorded from a JAX/XLA program?", names)
+                            + ("; ".join(malformed) if malformed else "was it recorded from a JAX/XLA program?"),
+                            names)
         raise _all_faults(errors + [no_ops], disc)
     return prof
 
