@@ -400,3 +400,17 @@ def test_load_warns_of_one_trace_under_two_host_names(tmp_path, shared_traces):
     # distinct hosts: no such warning
     _touch(run / "h2.xplane.pb", data=(shared_traces / "mi300x_jax_attention.xplane.pb").read_bytes())
     assert not [w for w in load(tmp_path, cache=False).warnings if "the same" in w]
+
+
+def test_reason_names_the_empty_xplane_a_json_is_read_for(tmp_path):
+    """A host whose .xplane.pb is empty (skipped) is read from its JSON: the reason says why,
+    not 'no .xplane.pb for this host'."""
+    run = tmp_path / "2024_01_02_03_04_05"
+    _touch(run / "h.xplane.pb", data=b"")
+    _touch(run / "h.trace.json.gz")
+    _touch(run / "g.trace.json.gz")
+    disc = discover(tmp_path)
+    [h] = [r for r in disc.reasons if r.startswith("host h:")]
+    assert "its h.xplane.pb is skipped (empty file (0 bytes)" in h and "no .xplane.pb" not in h
+    [g] = [r for r in disc.reasons if r.startswith("host g:")]
+    assert "no .xplane.pb for this host" in g
