@@ -436,7 +436,10 @@ def _(tmp):
 
 @case("json-bad-fields", "trace JSON with missing and wrongly typed fields (no ts, string dur, list args, "
       "numeric names, null pid, huge and infinite-looking numbers) beside one good op",
-      "analyzed: malformed events are kept or skipped field by field; the good op is in the table", EXIT_OK, xplane=False)
+      "analyzed: malformed events are kept or skipped field by field, and one warning naming the file counts each "
+      "kind of malformed ts, dur, pid and tid and what was made of it; the good op is in the table", EXIT_OK,
+      xplane=False, expect=("1 with a dur that is not a number (read as 0 ps", "1 with a ts that is missing or null",
+                            "1 with a pid that is missing or not an integer (on no named process: left out)"))
 def _(tmp):
     doc = tpu_trace_doc([("add.1", ADD, 1.0, 0.5)])
     ev = doc["traceEvents"]
@@ -451,6 +454,17 @@ def _(tmp):
         {"ph": 7}, {"ph": "M", "name": "process_name", "args": {"name": ["/device:TPU:9"]}, "pid": 2}, "text", 3, None, [],
     ]
     doc["traceEvents"] = ev[:-1] + bad + ev[-1:]
+    return Built(write(tmp / "h.trace.json.gz", gz(doc)))
+
+
+@case("json-pids-as-text", "trace JSON whose every complete event has its pid written as text (`\"1\"`)",
+      "no HLO ops, and the line says why: every op event is on no named process (was: no HLO ops alone)",
+      EXIT_NO_OPS, xplane=False, expect=("no HLO ops", "3 with a pid that is missing or not an integer"))
+def _(tmp):
+    doc = tpu_trace_doc([("add.1", ADD, 1.0, 0.5), ("add.1", ADD, 2.0, 0.5)])
+    for e in doc["traceEvents"]:
+        if e.get("ph") == "X":
+            e["pid"] = str(e["pid"])
     return Built(write(tmp / "h.trace.json.gz", gz(doc)))
 
 
@@ -569,6 +583,36 @@ def _(tmp):
     data = (SHARED / TPU).read_bytes()
     write(run / "cut.xplane.pb", data[: len(data) // 2])
     return Built(run, ops_from="good.xplane.pb")
+
+
+@case("corrupt-xplane-json-beside", "a run folder whose one host has a truncated `.xplane.pb` and its "
+      "`.trace.json.gz` beside it", "analyzed from the JSON: a warning names both files, the xplane's fault and what "
+      "the JSON lacks (was exit 4)", EXIT_OK, expect=("truncated", "read ", "instead, the Chrome-trace JSON of the same host",
+                                                       "no program ids"))
+def _(tmp):
+    run = tmp / RUN
+    data = (SHARED / TPU).read_bytes()
+    write(run / "h.xplane.pb", data[: len(data) // 2])
+    write(run / "h.trace.json.gz", gz(tpu_trace_doc()))
+
+    def check(out):
+        assert [f["format"] for f in out["provenance"]["files"]] == ["trace_json"]
+        assert any("h.xplane.pb is unreadable: reading h.trace.json.gz instead" in x for x in out["provenance"]["lines"])
+    return Built(run, ops_from="h.trace.json.gz", check=check,
+                 also=[(["report", "{path}", "-o", "{tmp}/r.html"], EXIT_OK), (["diff", "{path}", "{path}"], EXIT_OK)])
+
+
+@case("corrupt-xplane-corrupt-json-beside", "a run folder whose one host has a truncated `.xplane.pb` and a "
+      "truncated `.trace.json.gz` beside it", "unreadable: one line naming the xplane's fault and the JSON's",
+      EXIT_UNREADABLE, expect=("ends inside plane", "the Chrome-trace JSON beside it cannot be read either",
+                               "truncated gzip stream"))
+def _(tmp):
+    run = tmp / RUN
+    data = (SHARED / TPU).read_bytes()
+    write(run / "h.xplane.pb", data[: len(data) // 2])
+    js = gz(tpu_trace_doc([("add.1", ADD, float(i), 0.5) for i in range(2000)]))
+    write(run / "h.trace.json.gz", js[: len(js) // 2])
+    return Built(run, names=str(run / "h.xplane.pb"))
 
 
 def _no_read(path: Path):
@@ -866,6 +910,27 @@ for _v, _label in ((1e18, "1e18"), (1e300, "1e300"), (float(1 << 70), "2**70"), 
                                                                   if _v > 0 else ("negative duration",))))(lambda tmp, v=_v: Built(_json_extreme(tmp, v),
                                                also=[(["report", "{path}", "-o", "{tmp}/r.html"], EXIT_OK),
                                                      (["analyze", "{path}"], EXIT_OK)]))
+
+
+def cpu_trace_doc(ops=(("dot.1", 0.0, 2.0, "0"),)) -> dict:
+    """A Chrome-trace JSON document like a JAX CPU export: process ``/host:CPU``, one thread,
+    one ``hlo_op``-annotated event per ``(hlo_op, ts_us, dur_us, run_id)`` of module jit_f."""
+    events = [{"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "/host:CPU"}},
+              {"ph": "M", "pid": 1, "tid": 5, "name": "thread_name", "args": {"name": "tf_XLAEigen/1"}}]
+    for op, ts, dur, rid in ops:
+        events.append({"ph": "X", "pid": 1, "tid": 5, "ts": ts, "dur": dur, "name": op,
+                       "args": {"hlo_op": op, "hlo_module": "jit_f", "run_id": rid}})
+    events.append({})
+    return {"displayTimeUnit": "ns", "traceEvents": events}
+
+
+@case("json-cpu-run-past-int64", "CPU trace JSON: an op of a module run lasting 1e30 µs (its run's end passes int64 ps)",
+      "analyzed, report written: the op and the module run clamped to 13.3 days, each with a warning (was a "
+      "traceback)", EXIT_OK, xplane=False, expect=("module run(s) last longer",))
+def _(tmp):
+    doc = cpu_trace_doc([("dot.1", 10.0 * i, 1e30 if i == 1 else 2.0, str(i // 2)) for i in range(4)])
+    return Built(write(tmp / "h.trace.json.gz", gz(doc)), also=[(["report", "{path}", "-o", "{tmp}/r.html"], EXIT_OK),
+                                                                (["analyze", "{path}"], EXIT_OK)])
 
 
 def _option_file(tmp: Path, kind: str) -> str:

@@ -367,3 +367,50 @@ def test_skipped_paths_are_named_in_path_order(tmp_path):
     d = discover(tmp_path)
     names = [p.name for p, why in d.skipped if "already visited" in why]
     assert names == ["h2", "h889", "h921", "h1500"]
+
+
+def test_same_bytes_groups_copies_and_links_only(tmp_path):
+    """Copies and hard links of one trace are grouped; a file of the same size with other
+    bytes (differing only in its last chunk) and files of other sizes are not."""
+    from traceview.read.discover import _COMPARE_CHUNK, same_bytes
+
+    run = tmp_path / "2024_01_02_03_04_05"
+    body = os.urandom(_COMPARE_CHUNK + 10)
+    _touch(run / "a.xplane.pb", data=body)
+    _touch(run / "b.xplane.pb", data=body)
+    os.link(run / "a.xplane.pb", run / "c.xplane.pb")
+    _touch(run / "d.xplane.pb", data=body[:-1] + bytes([body[-1] ^ 1]))  # same size, last byte differs
+    _touch(run / "e.xplane.pb", data=body[:-1])
+    _touch(run / "f.xplane.pb", data=b"other")
+    disc = discover(tmp_path)
+    assert len(disc.files) == 6
+    assert [sorted(f.host for f in g) for g in same_bytes(disc.files)] == [["a", "b", "c"]]
+
+
+def test_load_warns_of_one_trace_under_two_host_names(tmp_path, shared_traces):
+    from traceview.model.load import load
+
+    run = tmp_path / "2024_01_02_03_04_05"
+    data = (shared_traces / "mi300x_jax_gemm_sweep.xplane.pb").read_bytes()
+    _touch(run / "h1.xplane.pb", data=data)
+    _touch(run / "h2.xplane.pb", data=data)
+    prof = load(tmp_path, cache=False)
+    [w] = [w for w in prof.warnings if "the same" in w]
+    assert "h1.xplane.pb" in w and "h2.xplane.pb" in w and f"the same {len(data):,} bytes under 2 names" in w
+    # distinct hosts: no such warning
+    _touch(run / "h2.xplane.pb", data=(shared_traces / "mi300x_jax_attention.xplane.pb").read_bytes())
+    assert not [w for w in load(tmp_path, cache=False).warnings if "the same" in w]
+
+
+def test_reason_names_the_empty_xplane_a_json_is_read_for(tmp_path):
+    """A host whose .xplane.pb is empty (skipped) is read from its JSON: the reason says why,
+    not 'no .xplane.pb for this host'."""
+    run = tmp_path / "2024_01_02_03_04_05"
+    _touch(run / "h.xplane.pb", data=b"")
+    _touch(run / "h.trace.json.gz")
+    _touch(run / "g.trace.json.gz")
+    disc = discover(tmp_path)
+    [h] = [r for r in disc.reasons if r.startswith("host h:")]
+    assert "its h.xplane.pb is skipped (empty file (0 bytes)" in h and "no .xplane.pb" not in h
+    [g] = [r for r in disc.reasons if r.startswith("host g:")]
+    assert "no .xplane.pb for this host" in g

@@ -208,3 +208,26 @@ def test_a_stored_answer_names_the_scheduler_it_did_not_contact(cache_dir, trace
         "traceview: warning: the Dask scheduler at tcp://127.0.0.1:1 was not contacted: this output was stored by an "
         "earlier run over the same files (--no-cache reads them on the cluster)"]
     assert main(["analyze", str(trace), "--format", "json", "--top", "3", "--no-cache", *bad]) == EXIT_REMOTE
+
+
+def test_a_host_read_from_its_json_instead_is_not_stored(cache_dir, tmp_path, shared_traces):
+    """The key names the files discovery chose: a run whose unreadable .xplane.pb was replaced by
+    the trace JSON beside it is not stored, so a changed JSON is never answered from the store."""
+    import gzip
+    import os
+
+    import orjson
+
+    from badinputs import OLD, tpu_trace_doc
+
+    run = tmp_path / "in" / "2024_01_02_03_04_05"
+    run.mkdir(parents=True)
+    data = (shared_traces / "tpu_v6e_4chip_psum.xplane.pb").read_bytes()
+    (run / "h.xplane.pb").write_bytes(data[: len(data) // 2])
+    (run / "h.trace.json.gz").write_bytes(gzip.compress(orjson.dumps(tpu_trace_doc())))
+    for p in run.iterdir():
+        os.utime(p, (OLD, OLD))
+    out = tmp_path / "a.json"
+    assert main(["analyze", str(run), "--format", "json", "-o", str(out)]) == 0
+    assert orjson.loads(out.read_bytes())["provenance"]["files"][0]["format"] == "trace_json"
+    assert not list((cache_dir / "results").glob("*.out"))

@@ -182,7 +182,10 @@ def _tpu_doc():
 def test_synthetic_tpu_corners(tmp_path):
     td = read_trace_json(_write(tmp_path / "tpuhost.trace.json.gz", _tpu_doc()), host="h1", run="r1")
     assert td.n_events == 14  # X and instant events; not the M rows, the string or the {}
-    assert td.notes == [] and td.has_shapes
+    # the null dur and the numbers written as text are read, and said in one note
+    [note] = td.notes
+    assert "1 with a dur that is missing or null (read as 0 ps" in note and "2 ts or dur value(s) written as text" in note
+    assert td.has_shapes
     ops = td.ops
     assert set(ops["host"]) == {"h1"} and set(ops["run"]) == {"r1"}
     assert ops.height == 9 and set(ops["device"]) == {"/device:TPU:0"}
@@ -213,6 +216,39 @@ def test_synthetic_tpu_corners(tmp_path):
     assert runs.select("module", "program_id", "start_ps", "duration_ps").rows() == [
         ("jit_f", 18446744073709551615, 100_000_000, 50_000_000), ("jit_g", None, 200_000_000, 10_000_000)]
     assert [d.name for d in td.devices] == ["/device:TPU:0"]
+
+
+@pytest.mark.parametrize("typed", [True, False])
+def test_malformed_event_fields_are_counted_in_one_note(tmp_path, monkeypatch, typed):
+    """ts/dur/pid/tid of a type the exporter never writes change figures (an op read as 0 ps,
+    left out, off the timeline): each kind is counted in one note naming the file, on the
+    typed (msgspec) and the general (orjson) decode alike; the exporter's form has none."""
+    from traceview.read import tracejson
+
+    if not typed:
+        monkeypatch.setattr(tracejson, "_DECODER", None)
+    doc = _tpu_doc()
+    ev = doc["traceEvents"]
+    ops = [e for e in ev if type(e) is dict and e.get("ph") == "X" and e.get("tid") == 3 and e.get("pid") == 3]
+    for e in ops:  # the exporter's form: numbers only
+        e["ts"], e["dur"] = float(e["ts"]), float(e["dur"] or 1.0)
+    p = _write(tmp_path / "good.trace.json", doc, gz=False)
+    ops[0]["dur"], ops[1]["dur"] = True, "abc"  # not numbers
+    ops[2]["ts"] = [1]
+    ops[3]["pid"], ops[4]["pid"] = "3", {"a": 1}  # on no named process: left out
+    ops[5]["tid"] = 3.5  # on a thread with no name
+    q = _write(tmp_path / "bad.trace.json", doc, gz=False)
+    good, bad = read_trace_json(p), read_trace_json(q)
+    assert not any("never writes" in n for n in good.notes)
+    [note] = [n for n in bad.notes if "never writes" in n]
+    assert note.startswith(str(q) + ": ")
+    for part in ("2 with a dur that is not a number", "1 with a ts that is not a number",
+                 "2 with a pid that is missing or not an integer",
+                 "1 with a tid that is missing or not an integer"):
+        assert part in note, (part, note)
+    assert bad.ops.height == good.ops.height - 3  # the two pids and the tid
+    dur = dict(zip(bad.ops["op_name"], bad.ops["duration_ps"]))
+    assert dur["while.1"] == 0 and dur["fusion.7"] == 0  # true and "abc": 0 ps, as said
 
 
 def test_plain_json_array_form_and_default_host(tmp_path):

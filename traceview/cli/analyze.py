@@ -174,7 +174,8 @@ def run(args) -> int:
             data = _write(rep, args, out)
         except BrokenPipeError as e:  # the reader stopped early (| head): --html is written all the same
             cut, data, stored = e, None, None
-        if stored is not None and data is not None:
+        # a host read from its JSON because its xplane is unreadable: the key names only the xplane
+        if stored is not None and data is not None and list(prof.discovery.files) == list(disc.files):
             from traceview.cli import resultcache
 
             resultcache.put(stored[0], data, stored[1])

@@ -60,6 +60,7 @@ from traceview.model.timeline import enclosing, self_times
 from traceview.read.discover import host_from_filename
 from traceview.model.bounds import MAX_HLO_CHARS, MAX_TEXT_CHARS, cut_text
 from traceview.model.cpu_devices import cpu_device_name
+from traceview.model.load import FIELD_FAULTS
 from traceview.read import tracejson as _tj
 from traceview.read.tracejson import (ARG_FIELDS, MAX_MEMORY_BYTES, UNSET, Args, check_reading_cost, gc_paused, has_fields,
                                       decode_events, read_json_bytes, text_limit_for)
@@ -378,14 +379,14 @@ class _Desc:
 class _Col:
     """A µs time field (``ts`` or ``dur``) of a run of events as integer ps: ``val``
     (``round(x * 1e6)``, as :func:`_ps` converts; 0 where it gives None), ``valid`` (bool, or
-    None: all valid), ``fastok`` (whether ``round(x * 1e6)`` of the raw value is a number in
-    the int64 range, or None: all are; the exporter's form, read without per-value checks),
-    ``fastval`` (that value where it differs from ``val``: booleans, or None)."""
+    None: all valid) and ``faults``: how many values were missing, not a number (text that is
+    no number, true/false, a list or object) and numbers written as text, or None when every
+    value is a JSON number (the exporter's form, read without per-value checks)."""
 
-    __slots__ = ("val", "valid", "fastok", "fastval")
+    __slots__ = ("val", "valid", "faults")
 
-    def __init__(self, val, valid, fastok, fastval):
-        self.val, self.valid, self.fastok, self.fastval = val, valid, fastok, fastval
+    def __init__(self, val, valid, faults):
+        self.val, self.valid, self.faults = val, valid, faults
 
     @staticmethod
     def of(raw: list) -> "_Col":
@@ -396,53 +397,40 @@ class _Col:
             except OverflowError:
                 a = None
             if a is not None and (np.isfinite(a) & (np.abs(a) < 2.0 ** 63)).all():
-                return _Col(np.rint(a).astype(np.int64), None, None, None)
+                return _Col(np.rint(a).astype(np.int64), None, None)
         n = len(raw)
         val = np.zeros(n, dtype=np.int64)
         valid = np.ones(n, dtype=bool)
-        fastok = np.ones(n, dtype=bool)
-        fastval = None
+        missing = bad = text = 0
         for i, x in enumerate(raw):
             s = _ps(x)
             if s is None:
                 valid[i] = False
+                if x is None or x is UNSET:
+                    missing += 1
+                else:
+                    bad += 1
             else:
                 val[i] = s
-            t = type(x)
-            if t is float or t is int or t is bool:
-                try:
-                    f = round(x * 1e6)
-                except (OverflowError, ValueError):
-                    fastok[i] = False
-                    continue
-                if not -_I64 <= f < _I64:
-                    fastok[i] = False
-                elif t is bool:
-                    if fastval is None:
-                        fastval = val.copy()
-                    fastval[i] = f
-            else:
-                fastok[i] = False
-        return _Col(val, None if valid.all() else valid, None if fastok.all() else fastok, fastval)
+                if type(x) is str:
+                    text += 1
+        faults = (missing, bad, text) if missing or bad or text else None
+        return _Col(val, None if valid.all() else valid, faults)
 
     @staticmethod
     def concat(cols: list) -> "_Col":
         if len(cols) == 1:
             return cols[0]
         if not cols:
-            return _Col(np.zeros(0, dtype=np.int64), None, None, None)
+            return _Col(np.zeros(0, dtype=np.int64), None, None)
         val = np.concatenate([c.val for c in cols])
-
-        def opt(attr, fill):
-            if all(getattr(c, attr) is None for c in cols):
-                return None
-            return np.concatenate([getattr(c, attr) if getattr(c, attr) is not None
-                                   else (c.val if fill is None else np.full(len(c.val), fill)) for c in cols])
-        return _Col(val, opt("valid", True), opt("fastok", True), opt("fastval", None))
+        valid = (None if all(c.valid is None for c in cols) else
+                 np.concatenate([c.valid if c.valid is not None else np.ones(len(c.val), dtype=bool) for c in cols]))
+        faults = [c.faults for c in cols if c.faults is not None]
+        return _Col(val, valid, tuple(map(sum, zip(*faults))) if faults else None)
 
     def take(self, idx: np.ndarray) -> "_Col":
-        f = lambda a: None if a is None else a[idx]  # noqa: E731
-        return _Col(self.val[idx], f(self.valid), f(self.fastok), f(self.fastval))
+        return _Col(self.val[idx], None if self.valid is None else self.valid[idx], None)
 
 
 def _dev_ints(args: list) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -571,6 +559,7 @@ class _Events:
         self.n_objects = 0  # event objects decoded (the long-string criterion)
         self.interned: dict = {}
         self.descs: list = []
+        self.n_unhashable = 0  # X events whose pid or tid is a list or object: on no line
 
     def add(self, events: list, n_other: int, typed: bool) -> None:
         """One chunk of event objects (:func:`traceview.read.tracejson.decode_events`), in file
@@ -592,6 +581,7 @@ class _Events:
                 try:
                     b = buckets.get(key)
                 except TypeError:  # a list or object as pid/tid: on no line
+                    self.n_unhashable += 1
                     continue
                 if b is None:
                     b = buckets[key] = _Line()
@@ -670,6 +660,9 @@ def _convert(ev: _Events, path: str, host: str, run: str) -> TraceData:
         which = "/".join(sorted(annotated_kinds))
         notes.append(f"{path}: trace.json carries no shapes or program ids for {which} ops; "
                      "read the .xplane.pb for shape-keyed tables")
+    faults = _field_faults(ev, path)
+    if faults:
+        notes.append(faults)
     if n_events in EVENT_CAPS:
         notes.append(f"{path}: holds exactly {n_events:,} events, the profiler's cap: the trace was probably "
                      "truncated, keeping only the earliest events (raise TF_PROFILER_TRACE_VIEWER_MAX_EVENTS "
@@ -680,6 +673,52 @@ def _convert(ev: _Events, path: str, host: str, run: str) -> TraceData:
     has_shapes = bool(acc.n) and any(r[_SHAPE_AT] for r in acc.rows)
     return TraceData(path=path, host=host, format="trace_json", ops=ops, module_runs=module_runs,
                      devices=devices, notes=notes, has_shapes=has_shapes, n_events=n_events)
+
+
+def _field_faults(ev: _Events, path: str) -> str | None:
+    """The note counting the complete (``X``) events whose ``ts``, ``dur``, ``pid`` or ``tid``
+    is missing or of a type the exporter never writes, and what reading made of them; None
+    when there are none. Costs a pass over the lines, not the events, unless a column has
+    such values."""
+    process, thread = ev.process, ev.thread
+    missing_dur = bad_dur = missing_ts = bad_ts = text = bad_pid = bad_tid = 0
+    for (pid, tid), line in ev.buckets.items():
+        for col, is_dur in ((line.ts, False), (line.dur, True)):
+            if col.faults is not None:
+                m, b, t = col.faults
+                text += t
+                if is_dur:
+                    missing_dur, bad_dur = missing_dur + m, bad_dur + b
+                else:
+                    missing_ts, bad_ts = missing_ts + m, bad_ts + b
+        if type(pid) is not int and pid not in process:
+            bad_pid += len(line)
+        elif type(tid) is not int and (pid, tid) not in thread:
+            bad_tid += len(line)
+    bad_pid += ev.n_unhashable
+    parts = []
+    if missing_dur or bad_dur:
+        parts.append(f"{missing_dur + bad_dur:,} with a dur that is {_missing_or_bad(missing_dur, bad_dur)} "
+                     "(read as 0 ps unless args.device_duration_ps gives the time)")
+    if missing_ts or bad_ts:
+        parts.append(f"{missing_ts + bad_ts:,} with a ts that is {_missing_or_bad(missing_ts, bad_ts)} "
+                     "(no start: kept off the timeline)")
+    if text:
+        parts.append(f"{text:,} ts or dur value(s) written as text (read as the numbers they spell)")
+    if bad_pid:
+        parts.append(f"{bad_pid:,} with a pid that is missing or not an integer (on no named process: left out)")
+    if bad_tid:
+        parts.append(f"{bad_tid:,} with a tid that is missing or not an integer (on a thread with no name: never "
+                     "an XLA Ops line)")
+    if not parts:
+        return None
+    return (f"{path}: {FIELD_FAULTS} (the file was altered or written by another tool): {'; '.join(parts)}")
+
+
+def _missing_or_bad(missing: int, bad: int) -> str:
+    if missing and bad:
+        return f"missing or null ({missing:,}) or not a number ({bad:,})"
+    return "missing or null" if missing else "not a number"
 
 
 #: TPU op columns derived from an event's name and metadata args, in _tpu_row's order
@@ -756,14 +795,10 @@ def _i64_series(name: str, chunks: list) -> pl.Series:
 def _times(line: _Line, idx: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(starts, durations, valid) in ps of a line's events (those at ``idx``): ``ts``/``dur``
     µs times ``1e6``, rounded; ``valid`` says where the start is known (None: everywhere),
-    starts are 0 and durations 0 where unknown. When every ``ts`` and ``dur`` of these events
-    is a number in range (the exporter's form) each is read as ``round(x * 1e6)``; else
-    each as :func:`_ps` reads it."""
+    starts are 0 and durations 0 where unknown (each value as :func:`_ps` reads it)."""
     ts, dur = line.ts, line.dur
     if idx is not None:
         ts, dur = ts.take(idx), dur.take(idx)
-    if (ts.fastok is None or ts.fastok.all()) and (dur.fastok is None or dur.fastok.all()):
-        return (ts.val if ts.fastval is None else ts.fastval), (dur.val if dur.fastval is None else dur.fastval), None
     return ts.val, dur.val, ts.valid
 
 
@@ -987,5 +1022,6 @@ def _read_annotated(pname, lines, names, acc: _OpRows, runs_cols, host, skip_der
         runs_cols["module"].append(module)
         runs_cols["program_id"].append(pid)
         runs_cols["start_ps"].append(s)
-        runs_cols["duration_ps"].append(e - s)
+        # an end past int64 (a corrupt dur) saturates, for clamp_file to clamp with a warning
+        runs_cols["duration_ps"].append(min(e - s, _I64 - 1))
     return found

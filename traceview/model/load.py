@@ -10,6 +10,9 @@ from __future__ import annotations
 import functools
 import os
 
+#: what :func:`traceview.model.from_tracejson.read_trace_json`'s note on malformed event fields says
+FIELD_FAULTS = "complete ('X') events with fields the profiler's exporter never writes"
+
 #: the largest single ``.xplane.pb`` decoded on a thread while the caller imports (bytes);
 #: larger files are read plane by plane to bound memory
 PREFETCH_MAX_BYTES = 256 << 20
@@ -56,7 +59,7 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     (:func:`traceview.read.discover.discover`; ``discovery``: its result for ``path`` made by
     the caller, not repeated; ``group_hosts``: the run folders of a capture written host by
     host are read as one run, see ``discover``), reads one file per host (xplane.pb preferred over
-    trace.json.gz) and merges them into one profile, an instance of ``factory`` (default
+    trace.json.gz, which is read instead when the xplane is unreadable: :func:`json_fallback`) and merges them into one profile, an instance of ``factory`` (default
     :class:`~traceview.model.profiledata.ProfileData`; called as its ``from_traces``).
 
     ``max_bytes``: see :func:`traceview.model.files.read_file`. ``cache``: a
@@ -121,6 +124,9 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
         from traceview.read.remote import relabel
 
         results = relabel(results, disc)
+    else:
+        disc = json_fallback(disc, tasks, results, warnings, limit, store)
+        warnings.extend(_copies(disc.files))
     # several runs: each its own timeline (module doc of qualify_host); the run folders of one
     # capture written host by host (Discovery.fleet) are one
     timeline = getattr(disc, "timeline", lambda r: r)
@@ -133,10 +139,70 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
                                                 expand_kernels=expand_kernels)
     if require_ops and prof.table.height == 0:
         names = ", ".join(str(t.path) for t in traces)
+        # events left out as malformed may be why: say so in the one line
+        malformed = [n for t in traces for n in t.notes if FIELD_FAULTS in n]
         no_ops = NoOpsFound("the trace has no HLO ops (no XLA Ops line, no hlo_op-annotated kernels); "
-                            "was it recorded from a JAX/XLA program?", names)
+                            + ("; ".join(malformed) if malformed else "was it recorded from a JAX/XLA program?"),
+                            names)
         raise _all_faults(errors + [no_ops], disc)
     return prof
+
+
+#: what a Chrome-trace JSON lacks beside its host's .xplane.pb
+JSON_LACKS = ("no program ids and no FLOPs or bytes, shapes only from TPU HLO text (none on CPU and GPU), capped "
+              "at 1M-5M events")
+
+
+def json_fallback(disc, tasks: list, results: list, warnings: list, limit, store):
+    """``disc``, or a copy naming the files read instead: each ``.xplane.pb`` that is
+    unreadable (:class:`~traceview.errors.TraceUnreadable`, not a limit) and has a Chrome-trace
+    JSON of the same run and host beside it is replaced in ``results`` by that JSON, read in
+    this process, with a warning naming both files, the fault and what the JSON lacks. When
+    the JSON cannot be read either, the xplane's error names both faults."""
+    import dataclasses
+
+    from traceview.errors import TraceUnreadable
+    from traceview.model.files import read_task
+    from traceview.read.batch import Failed, tasks_for
+    from traceview.read.discover import json_siblings
+
+    files = list(disc.files)
+    reasons = list(disc.reasons)
+    for i, (task, res) in enumerate(zip(tasks, results)):
+        err = res.rebuild() if isinstance(res, Failed) else res
+        if task.kind != "xplane" or type(err) is not TraceUnreadable or i >= len(files):
+            continue
+        tf = files[i]
+        sib = json_siblings(disc, tf)
+        if not sib:
+            continue
+        alt = sib[0]
+        got = read_task(tasks_for([alt], limit, cache=store)[0])
+        got = got.rebuild() if isinstance(got, Failed) else got
+        if isinstance(got, Exception):
+            results[i] = type(err)(f"{err.fault}; the Chrome-trace JSON beside it cannot be read either: {got}",
+                                   err.path)
+            continue
+        results[i] = got
+        files[i] = alt
+        reasons.append(f"host {tf.host}: {tf.path.name} is unreadable: reading {alt.path.name} instead")
+        warnings.append(f"{err}: read {alt.path} instead, the Chrome-trace JSON of the same host, which has less "
+                        f"({JSON_LACKS})")
+    if files == list(disc.files):
+        return disc
+    return dataclasses.replace(disc, files=files, reasons=reasons)
+
+
+def _copies(files) -> list[str]:
+    """A warning per group of ``files`` holding the same bytes under several host names."""
+    from traceview.read.discover import same_bytes
+
+    out = []
+    for group in same_bytes(files):
+        names = ", ".join(str(f.path) for f in group)
+        out.append(f"{names}: the same {group[0].size:,} bytes under {len(group)} names (a copy, or one file linked "
+                   f"twice?): read as {len(group)} hosts, so every op of that trace is counted {len(group)} times")
+    return out
 
 
 def qualify_host(td, run: str):

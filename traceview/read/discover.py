@@ -387,13 +387,22 @@ def _group(found, root: Path, single_file: bool) -> list[Run]:
     return runs
 
 
-def _select_files(r: Run, reasons: list[str], warnings: list[str]) -> list[TraceFile]:
+def _select_files(r: Run, reasons: list[str], warnings: list[str], skipped: dict | None = None) -> list[TraceFile]:
+    """One file per host of ``r``, the reason for each choice appended to ``reasons``;
+    ``skipped``: path -> why, of the files the walk skipped (an empty .xplane.pb)."""
     chosen = []
     for host in r.hosts:
         fs = r.files_for(host)
         best = fs[0]
         chosen.append(best)
         others = fs[1:]
+        gone = [(n, skipped[r.directory / n]) for n in (f"{host}.xplane.pb", f"{host}.xplane.pb.gz")
+                if skipped and r.directory / n in skipped] if best.kind != "xplane" and not others else []
+        if gone:
+            reasons.append(f"host {host}: reading {best.path.name} ({_fmt_size(best.size)}): its {gone[0][0]} is "
+                           f"skipped ({gone[0][1]}); the Chrome-trace JSON carries fewer details (TPU: shapes from "
+                           "HLO text; CPU/GPU: no shapes, no program ids)")
+            continue
         if not others:
             why = {
                 "xplane": "the only file for this host",
@@ -665,7 +674,7 @@ def discover(
             reasons.append(f"run {r.name or r.directory}: hosts {', '.join(r.hosts)}")
         elif r.hosts:
             reasons.append(f"hosts: {', '.join(r.hosts)}")
-        files.extend(_select_files(r, reasons, warnings))
+        files.extend(_select_files(r, reasons, warnings, {p: why for p, why in skipped}))
         # stale: only the newest run read matters (older ones were asked for with all_runs)
         if stale_after_s is not None and r is selected[0] and r.age(now) > stale_after_s:
             when = r.timestamp.strftime("%Y-%m-%d %H:%M:%S") if r.timestamp else datetime.fromtimestamp(r.time).strftime("%Y-%m-%d %H:%M:%S")
@@ -719,3 +728,52 @@ def _host_group(r0: Run, pool: list[Run], warnings: list[str], run_hint: str) ->
         group.append(r)
         taken.add(r.hosts[0])
     return group if len(group) > 1 else []
+
+
+#: bytes compared at a time by :func:`same_bytes`
+_COMPARE_CHUNK = 1 << 20
+
+
+def same_bytes(files: list[TraceFile]) -> list[list[TraceFile]]:
+    """Groups of two or more of ``files`` holding the same bytes (one file under two names,
+    hard links included): the same trace counted as several hosts. Only files of equal size
+    are opened, and they are read side by side only until their bytes differ; a file that
+    cannot be read is in no group."""
+    by_size: dict[int, list[TraceFile]] = {}
+    for f in files:
+        by_size.setdefault(f.size, []).append(f)
+    out = []
+    for group in by_size.values():
+        if len(group) > 1 and group[0].size > 0:
+            out.extend(_equal_contents(group))
+    return out
+
+
+def _equal_contents(group: list[TraceFile]) -> list[list[TraceFile]]:
+    handles = []
+    try:
+        for f in group:
+            try:
+                handles.append((f, open(f.path, "rb")))
+            except OSError:
+                continue
+        pending = [handles]
+        done = []
+        while pending:
+            nxt = []
+            for hs in pending:
+                parts: dict[bytes, list] = {}
+                for f, fh in hs:
+                    try:
+                        parts.setdefault(fh.read(_COMPARE_CHUNK), []).append((f, fh))
+                    except OSError:
+                        continue
+                for chunk, same in parts.items():
+                    if len(same) < 2:
+                        continue
+                    (done if not chunk else nxt).append(same)
+            pending = nxt
+        return [[f for f, _ in same] for same in done]
+    finally:
+        for _, fh in handles:
+            fh.close()
