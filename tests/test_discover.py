@@ -386,6 +386,22 @@ def test_same_bytes_groups_copies_and_links_only(tmp_path):
     assert len(disc.files) == 6
     assert [sorted(f.host for f in g) for g in same_bytes(disc.files)] == [["a", "b", "c"]]
 
+def test_names_of_one_file_are_grouped_without_a_read(tmp_path, monkeypatch):
+    """Hard links of one trace (as benchmarks/fleet.py lays out its hosts) are one group, in
+    the files' order, found from their inode: no file is opened."""
+    import traceview.read.discover as dm
+
+    links = tmp_path / "2024_01_02_03_04_05"
+    _touch(links / "h0.xplane.pb", data=os.urandom(dm._COMPARE_CHUNK + 10))
+    for i in (1, 2):
+        os.link(links / "h0.xplane.pb", links / f"h{i}.xplane.pb")
+    disc = discover(tmp_path)
+
+    def no_open(*a, **k):
+        raise AssertionError("a file was opened")
+    monkeypatch.setattr(dm, "open", no_open, raising=False)
+    assert [[f.host for f in g] for g in dm.same_bytes(disc.files)] == [["h0", "h1", "h2"]]
+
 
 def test_load_warns_of_one_trace_under_two_host_names(tmp_path, shared_traces):
     from traceview.model.load import load

@@ -737,8 +737,8 @@ _COMPARE_CHUNK = 1 << 20
 def same_bytes(files: list[TraceFile]) -> list[list[TraceFile]]:
     """Groups of two or more of ``files`` holding the same bytes (one file under two names,
     hard links included): the same trace counted as several hosts. Only files of equal size
-    are opened, and they are read side by side only until their bytes differ; a file that
-    cannot be read is in no group."""
+    are compared: the names of one file (one inode) without a read, other files read side by
+    side only until their bytes differ; a file that cannot be read is in no group."""
     by_size: dict[int, list[TraceFile]] = {}
     for f in files:
         by_size.setdefault(f.size, []).append(f)
@@ -750,6 +750,30 @@ def same_bytes(files: list[TraceFile]) -> list[list[TraceFile]]:
 
 
 def _equal_contents(group: list[TraceFile]) -> list[list[TraceFile]]:
+    """The groups of two or more of ``group`` (files of one size) with equal bytes, each in
+    ``group``'s order: the names of one file (hard links: one device and inode) are one
+    without a read; one name of each file is read (:func:`_equal_bytes`)."""
+    inodes: dict = {}
+    for f in group:
+        try:
+            st = os.stat(f.path)
+        except OSError:
+            continue
+        inodes.setdefault((st.st_dev, st.st_ino), []).append(f)
+    names = {id(fs[0]): fs for fs in inodes.values()}  # a file's first name: all its names
+    out, merged = [], set()
+    for same in _equal_bytes([fs[0] for fs in inodes.values()]):
+        merged.update(id(f) for f in same)
+        out.append([g for f in same for g in names[id(f)]])
+    out += [fs for fs in inodes.values() if len(fs) > 1 and id(fs[0]) not in merged]
+    pos = {id(f): i for i, f in enumerate(group)}
+    return [sorted(g, key=lambda f: pos[id(f)]) for g in out]
+
+
+def _equal_bytes(group: list[TraceFile]) -> list[list[TraceFile]]:
+    """The groups of two or more of ``group`` whose bytes are equal, read a chunk at a time."""
+    if len(group) < 2:
+        return []
     handles = []
     try:
         for f in group:
