@@ -462,3 +462,21 @@ def test_history_fail_on_regression_keeps_its_code_and_append_when_the_reader_st
     rc, err = _closed_reader(["history", str(tmp_path / "logs"), "--fail-on-regression", "--append", str(jl)], tmp_path)
     assert rc == 1 and "cannot be judged" in err, err
     assert len(jl.read_text().splitlines()) == 2
+
+
+def test_an_output_under_a_file_names_the_file_not_a_missing_folder(shared_traces, tmp_path, capsys, monkeypatch):
+    """``-o report.html/x.json`` where ``report.html`` is a file: the one line names the file
+    that stands where a folder should be, for every command that writes; a folder that is
+    really missing is still called missing."""
+    monkeypatch.setenv("TRACEVIEW_NO_CACHE", "1")
+    gemm = str(shared_traces / "mi300x_jax_gemm_sweep.xplane.pb")
+    (tmp_path / "r.html").write_text("kept")
+    for out in (tmp_path / "r.html" / "x.json", tmp_path / "r.html" / "a" / "b" / "x.json"):
+        for argv in (["analyze", gemm, "-o", str(out)], ["report", gemm, "-o", str(out.with_suffix(".html"))],
+                     ["query", gemm, "select 1", "-o", str(out)], ["diff", gemm, gemm, "-o", str(out)]):
+            assert main(argv) == 2
+            err = capsys.readouterr().err
+            assert err == f"traceview: error: refusing to write {argv[-1]}: {tmp_path / 'r.html'} is not a folder\n", err
+    assert (tmp_path / "r.html").read_text() == "kept"
+    assert main(["analyze", gemm, "-o", str(tmp_path / "missing" / "x.json")]) == 2
+    assert f"folder {tmp_path / 'missing'} does not exist" in capsys.readouterr().err

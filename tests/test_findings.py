@@ -677,3 +677,24 @@ def test_step_loop_words_and_distinct_steps():
     for s in (pl.Series([0, 1, 1, 7]), pl.Series([3, None, 3]), pl.Series([-1, 2, 2]),
               pl.Series([10 ** 15, 1]), pl.Series([4, 4], dtype=pl.UInt64), pl.Series([], dtype=pl.Int64)):
         assert _n_distinct(s) == s.n_unique()
+
+
+def test_user_family_rules_do_not_hide_the_sampler_finding(reps, capsys):
+    """Family rules group ops for display: a rule that takes the sampler's search ops out of
+    the built-in ``sampling`` family (``--family search=topp_binary_search``, or a catch-all
+    ``mine=fusion``) leaves the finding as it is, so ``verify 'no finding ...'`` does not pass
+    on a renamed family; the table shows the user's families."""
+    base = one(reps["topp_b4"][1], "sampler-search-dominates")
+    prof = reps["topp_b4"][0]
+    for rules in (["search=topp_binary_search"], ["mine=fusion"]):
+        rep = prof.analyze(rules=rules)
+        f = one(rep, "sampler-search-dominates")
+        assert f.statement == base.statement and f.evidence["per_step_ps"] == base.evidence["per_step_ps"]
+        assert f.evidence["vocab"] == 512 and f.evidence["scopes"] == ["topp_binary_search"]
+        assert rules[0].split("=")[0] in set(rep.steps.families["family"].to_list())
+    topp = str(FIXTURES / "topp_b4")
+    assert main(["verify", topp, "--family", "search=topp_binary_search", "--no-cache",
+                 "-c", "no finding sampler-search-dominates", "-c", "family search share > 1%"]) == 1
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "FAIL  no finding sampler-search-dominates"
+    assert "takes 160.62 µs of each 3.363 ms step (4.8%)" in out and "PASS  family search share > 1%" in out

@@ -519,3 +519,23 @@ def test_a_value_that_rounds_to_zero_never_reads_minus_zero():
     assert [fmt_time_ps(v) for v in (-3e-9, -0.0, -0.6)] == ["0 ps", "0 ps", "-1 ps"]
     assert [fmt_pct(v) for v in (-3e-9, -0.0, -0.4)] == ["0.0%", "0.0%", "-40.0%"]
     assert [fmt_ratio(v) for v in (-0.0, -0.004, -0.4)] == ["0.00", "-0.004", "-0.40"]
+
+
+def test_query_column_names_are_escaped_on_a_terminal(capsys, monkeypatch):
+    """A query's column names (its aliases) reach the terminal as the cells do: escaped in the
+    table, and in CSV on a terminal; a CSV to a pipe and the JSON keep the exact name."""
+    gemm = str(SHARED / MI300X)
+    alias = "op\x1b[2J\x07"
+    sql = f'select op_name as "{alias}", count(*) as "n\x1b[0m" from ops group by 1 order by 2 desc limit 1'
+    rc, out, _ = _run(["query", gemm, sql], capsys)
+    assert rc == 0 and not _RAW.search(out)
+    header = out.splitlines()[1]
+    assert header.split("|")[1].strip() == "op\\x1b[2J\\x07" and header.split("|")[2].strip() == "n\\x1b[0m"
+    assert [c.strip() for c in out.splitlines()[5].split("|")[1:3]] == ["custom-call.1", "15"]
+    rc, out, _ = _run(["query", gemm, sql, "--format", "csv"], capsys)  # a pipe: the exact name
+    assert rc == 0 and out.splitlines() == [f"{alias},n\x1b[0m", "custom-call.1,15"]
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    rc, out, _ = _run(["query", gemm, sql, "--format", "csv"], capsys)
+    assert rc == 0 and out.splitlines() == ["op\\x1b[2J\\x07,n\\x1b[0m", "custom-call.1,15"]
+    rc, out, _ = _run(["query", gemm, sql, "--format", "json"], capsys)
+    assert json.loads(out)["result"] == [{alias: "custom-call.1", "n\x1b[0m": 15}]

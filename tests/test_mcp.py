@@ -613,3 +613,17 @@ def test_missing_sdk_is_a_usage_error(tmp_path, monkeypatch):
         serve([str(tmp_path)])
     with pytest.raises(UsageError, match="not a folder"):
         serve([str(tmp_path / "nope")])
+
+
+def test_the_extra_is_named_where_a_user_meets_mcp(capsys):
+    """``traceview mcp --help``, the README's mention and the exit-code table say that the
+    server needs the ``mcp`` extra, and what its absence exits with (2, as ``engine``'s)."""
+    from traceview.cli import main
+
+    assert main(["mcp", "--help"]) == 0
+    assert "pip install 'traceview[mcp]'" in " ".join(capsys.readouterr().out.split())
+    root = Path(__file__).resolve().parents[1]
+    readme = " ".join((root / "README.md").read_text().split())
+    assert "`mcp` (an MCP server; extra `[mcp]`)" in readme
+    row2 = next(ln for ln in (root / "docs" / "exit-codes.md").read_text().splitlines() if ln.startswith("| 2 |"))
+    assert "`traceview mcp` without `traceview[mcp]`" in row2

@@ -516,3 +516,18 @@ def test_straggler_lead_message_names_no_device_when_no_wait_is_attributed(share
     assert "step 23: /device:TPU:3 busy 24.134 ms against the median 24.054 ms; no collective of the step matched" in msg
     msg = verify(str(FIXTURES / "straggler_8dev"), ["straggler lead < 150%"]).results[0].message
     assert "others' waits attributed to /device:CPU:5: 36.731 ms" in msg
+
+
+def test_option_files_saved_with_a_byte_order_mark(tmp_path, capsys):
+    """A checks file and a family rules file saved as "UTF-8 with BOM" and CRLF (Notepad,
+    PowerShell's Out-File) read as the same text without the mark: the first line is a
+    comment, the family is named ``mine``, not ``\\ufeffmine``."""
+    checks, fams = tmp_path / "checks.txt", tmp_path / "families.txt"
+    checks.write_bytes(b"\xef\xbb\xbf# the sampler gate\r\nop matching topp_binary_search present\r\n"
+                       b"family mine share > 50%\r\n")
+    fams.write_bytes(b"\xef\xbb\xbfmine=fusion\r\n")
+    assert main(["verify", TOPP, "--checks", str(checks), "--families", str(fams), "--format", "json",
+                 "--no-cache"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [r["check"] for r in doc["results"]] == ["op matching topp_binary_search present", "family mine share > 50%"]
+    assert doc["results"][1]["message"] == "family 'mine' is 86.1% of op time (23.874 ms of 27.739 ms), bound > 50%"

@@ -45,10 +45,10 @@ def config_lines(path: str | os.PathLike, what: str) -> list[tuple[str, str]]:
     """``(where, text)`` for each line of ``path`` that is neither blank nor a ``#`` comment;
     ``where`` is ``path:line`` for error messages. Raises :class:`UsageError` naming ``what``
     (e.g. "family rules") when the file cannot be read as UTF-8 text or is refused by
-    :func:`read_option_file`."""
+    :func:`read_option_file`. A leading byte order mark (an editor's "UTF-8 with BOM") is dropped."""
     p = Path(path)
     try:
-        text = read_option_file(p, what).decode("utf-8")
+        text = read_option_file(p, what).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise UsageError(f"cannot read {what} file ({exc})", str(p)) from None
     out = []

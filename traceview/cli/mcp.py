@@ -11,7 +11,8 @@ def add_parser(sub) -> None:
     m = sub.add_parser("mcp", help="serve traceview's tools to an MCP client (agents) over stdio",
                        description="A Model Context Protocol server over stdio: tools find_traces, analyze, diff, "
                                    "verify, query and describe_schema, each returning the JSON the command line "
-                                   "prints. Paths are confined to the roots (symbolic links resolved first).",
+                                   "prints. Paths are confined to the roots (symbolic links resolved first). "
+                                   "Needs the mcp extra: pip install 'traceview[mcp]'.",
                        epilog="example: claude mcp add traceview -- traceview mcp --root ~/profiles")
     m.add_argument("--root", action="append", metavar="DIR",
                    help="a folder the tools may read (repeatable; default: the current folder); anything "

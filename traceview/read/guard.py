@@ -144,6 +144,10 @@ def check_writable(path: Path | None, flag: str) -> None:
         raise UsageError(f"refusing to write {path}: it is a folder; {flag} needs a file name")
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
+        blocker = next((p for p in (parent, *parent.parents) if os.path.lexists(p)), None)
+        if blocker is not None and not blocker.is_dir():
+            raise UsageError(f"refusing to write {path}: {blocker} is not a folder"
+                             + (" (a broken symbolic link)" if blocker.is_symlink() and not blocker.exists() else ""))
         raise UsageError(f"refusing to write {path}: folder {parent} does not exist")
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from traceview.model.naming import safe_line
-from traceview.render.tables import flat
+from traceview.render.tables import flat, safe_names
 
 #: cells longer than this are cut for display (the JSON, CSV and Parquet keep them whole)
 CELL_CHARS = 120
@@ -15,8 +15,8 @@ def query_text(df: pl.DataFrame, *, top: int, title: str, total: int | None = No
     """``df``'s first ``top`` rows as a Markdown-style table under ``title``, with a line
     saying how many rows are shown of how many (``total``: the whole result's rows when ``df``
     holds only its first ones, else ``df.height``); list columns joined with ``;``, strings from
-    the trace escaped (:func:`traceview.model.naming.safe_line`) and cut at :data:`CELL_CHARS`."""
-    shown = flat(df.head(top))
+    the trace and column names escaped (:func:`traceview.model.naming.safe_line`) and cut at :data:`CELL_CHARS`."""
+    shown = safe_names(flat(df.head(top)))
     shown = shown.with_columns(
         pl.col(c).map_elements(lambda s: safe_line(s)[:CELL_CHARS], return_dtype=pl.String)
         for c, t in shown.schema.items() if t == pl.String)

@@ -31,11 +31,29 @@ def _plain(v):
 
 
 def terminal_safe(df: pl.DataFrame) -> pl.DataFrame:
-    """``df`` with every string cell made safe on a terminal
+    """``df`` with every string cell and column name made safe on a terminal
     (:func:`~traceview.model.naming.safe_line`: control characters as ``\x1b``), for CSV
     written to a terminal; files and pipes get the exact strings."""
     from traceview.model.naming import safe_line
 
-    return df.with_columns(pl.col(c).map_elements(safe_line, return_dtype=pl.String)
-                           for c, t in df.schema.items() if t == pl.String)
+    return safe_names(df.with_columns(pl.col(c).map_elements(safe_line, return_dtype=pl.String)
+                                      for c, t in df.schema.items() if t == pl.String))
+
+
+def safe_names(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with its column names (a query's aliases) made safe on a terminal
+    (:func:`~traceview.model.naming.safe_line`); a name the escaping makes equal to another
+    gets a ``_N`` suffix."""
+    from traceview.model.naming import safe_line
+
+    names, seen = [], set(df.columns)
+    for c in df.columns:
+        s = safe_line(c)
+        if s != c:
+            base, n = s, 2
+            while s in seen:
+                s, n = f"{base}_{n}", n + 1
+            seen.add(s)
+        names.append(s)
+    return df.rename(dict(zip(df.columns, names))) if names != df.columns else df
 

@@ -144,9 +144,10 @@ def step_loop(ctx, min_repeats: float = 3) -> dict:
 
 
 def step_pops(ctx) -> pl.DataFrame:
-    """Populations of the ops inside the analysed steps: op_name, shape, op_kind, family,
-    module, framework_op (the first), self_ps (summed over steps and devices), count; empty
-    when the report has no steps."""
+    """Populations of the ops inside the analysed steps: op_name, shape, op_kind, family (the
+    built-in one, whatever the user's rules: :meth:`StepAnatomy.builtin_family`), module,
+    framework_op (the first), self_ps (summed over steps and devices), count; empty when the
+    report has no steps."""
     got = ctx.cache.get("step_pops")
     if got is not None:
         return got
@@ -161,7 +162,7 @@ def step_pops(ctx) -> pl.DataFrame:
         st = anat.steps
         ev = anat.table.events
         a = (anat.table.attrs.select("attr", "op_name", "shape", "op_kind", "module", "framework_op", "source_file")
-             .join(anat.attr_family, on="attr", how="left"))
+             .join(_builtin(anat), on="attr", how="left"))
         wa = getattr(anat, "window_sums", None)
         # the anatomy's exact sums per description are what float64 bincounts give whenever no
         # partial sum can reach 2**53: no negative value, and every description's total below it
@@ -205,16 +206,28 @@ def step_pops(ctx) -> pl.DataFrame:
     return out
 
 
+def _builtin(anat) -> pl.DataFrame:
+    """attr -> built-in family of ``anat`` (:meth:`StepAnatomy.builtin_family`; ``attr_family``
+    for an anatomy without that method)."""
+    get = getattr(anat, "builtin_family", None)
+    return get() if get is not None else anat.attr_family
+
+
 def pop_families(ctx) -> pl.DataFrame:
-    """(op_name, shape) -> family of every population of the report's table."""
+    """(op_name, shape) -> family (the user's rules applied, as the report shows it) and
+    builtin (the built-in family, :meth:`StepAnatomy.builtin_family`) of every population of
+    the report's table."""
     got = ctx.cache.get("pop_families")
     if got is not None:
         return got
     anat = getattr(ctx.report, "steps", None)
-    out = pl.DataFrame(schema={"op_name": pl.Utf8, "shape": pl.Utf8, "family": pl.Utf8})
+    out = pl.DataFrame(schema={"op_name": pl.Utf8, "shape": pl.Utf8, "family": pl.Utf8, "builtin": pl.Utf8})
     if anat is not None and getattr(anat, "attr_family", None) is not None and anat.table is not None:
         a = anat.table.attrs.select("attr", "op_name", "shape").join(anat.attr_family, on="attr", how="left")
-        out = a.group_by(["op_name", "shape"]).agg(pl.col("family").first())
+        b = _builtin(anat)
+        a = (a.with_columns(pl.col("family").alias("builtin")) if b is anat.attr_family else
+             a.join(b.rename({"family": "builtin"}), on="attr", how="left"))
+        out = a.group_by(["op_name", "shape"]).agg(pl.col("family").first(), pl.col("builtin").first())
     ctx.cache["pop_families"] = out
     return out
 
@@ -224,7 +237,7 @@ def vocab(ctx) -> int | None:
     sampler family's ops take or return; None without sampler ops."""
     if "vocab" in ctx.cache:
         return ctx.cache["vocab"]
-    fam = pop_families(ctx).filter(pl.col("family") == "sampling")
+    fam = pop_families(ctx).filter(pl.col("builtin") == "sampling")
     c: Counter = Counter()
     for sig in fam["shape"].to_list():
         res, ops = arrays(sig)

@@ -433,7 +433,7 @@ def far_below_roofline(ctx, th) -> Finding | None:
                             + ("--peak-flops" if missing[0] == "FLOP/s" else "--peak-bw") + " (or --chip)")
     fam = pop_families(ctx)
     r = (roof.filter(pl.col("bytes").fill_null(0) > 0).join(fam, on=["op_name", "shape"], how="left")
-         .filter(pl.col("family") != "collectives")
+         .filter(pl.col("builtin") != "collectives")
          .with_columns((pl.col("bytes") * pl.col("executions")).alias("_b"),
                        (pl.col("flops").fill_null(0) * pl.col("executions")).alias("_f")))
     if r.height == 0:

@@ -1075,7 +1075,10 @@ class StepAnatomy:
     coverage_all: Coverage | None = None
     window_sums: tuple | None = field(repr=False, default=None)
     step_sums: tuple | None = field(repr=False, default=None)
+    #: whether user family rules made ``attr_family`` (:meth:`builtin_family` then classifies apart)
+    user_rules: bool = False
     summary_text: str = field(init=False, default="")
+    _builtin: pl.DataFrame | None = field(init=False, repr=False, default=None)
     _order: np.ndarray | None = field(init=False, repr=False, default=None)
     _sums_for: tuple | None = field(init=False, repr=False, default=None)
 
@@ -1085,6 +1088,17 @@ class StepAnatomy:
         does not carry them over)."""
         got = self._sums_for
         return got is not None and got[0] is self.steps and got[1] is self.step_rows and got[2] is self.table
+
+    def builtin_family(self) -> pl.DataFrame | None:
+        """``attr_family`` by the built-in families alone, the user's rules left out (on first
+        use; ``attr_family`` itself without rules): what the finding rules that look for a
+        built-in family (sampling, copies and conversions, collectives) read, so that a
+        display rule that renames those ops cannot hide a finding."""
+        if not self.user_rules or self.table is None or self.attr_family is None:
+            return self.attr_family
+        if self._builtin is None:
+            self._builtin = attr_families(self.table) if self.table.height else self.attr_family
+        return self._builtin
 
     def __post_init__(self) -> None:
         # worked out once here, so that renderers only read it
@@ -1289,7 +1303,8 @@ def anatomy(ops, module_runs: pl.DataFrame | RunTable, rules=None, *, markers: p
         notes = notes + [f"step window {dist['window']} holds no step: families and coverage are empty"]
     out = StepAnatomy(steps=steps, families=fam, coverage=cov, method=method, module=mod, extent=extent,
                       notes=notes, table=table, step_rows=step_rows, attr_family=fam_of, window=dist["window"],
-                      distribution=dist, coverage_all=cov_all, window_sums=window_sums, step_sums=step_sums)
+                      distribution=dist, coverage_all=cov_all, window_sums=window_sums, step_sums=step_sums,
+                      user_rules=bool(rs))
     out._sums_for = (steps, step_rows, table)
     return out
 
