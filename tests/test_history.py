@@ -233,3 +233,30 @@ def test_a_run_on_other_hardware_is_compared_only_with_its_own(tmp_path, capsys)
     h = json.loads(capsys.readouterr().out)
     assert [r["verdict"] for r in h["runs"]] == ["no comparable run", "baseline", "no comparable run"]
     assert [c["run"] for c in h["hardware_changes"]] == [names[0], names[2]]
+
+
+def test_an_interval_past_the_threshold_is_inconclusive_not_no_change(tmp_path, capsys):
+    """The two H200 fixtures (command buffers on, then off; GPU: no noise prior): 0.99x with
+    an interval of 0.97-1.30. It holds 1 and a 30% slowdown, so the verdict is
+    ``inconclusive``, and --fail-on-regression exits 1 on it (a slowdown that cannot be ruled
+    out); under a 40% threshold the interval lies inside [1/1.4, 1.4]: ``no change``, exit 0."""
+    profile = tmp_path / "logs" / "plugins" / "profile"
+    profile.mkdir(parents=True)
+    for fixture in ("h200_cmdbuf", "h200_nocmdbuf"):
+        (src,) = (FIXTURES / fixture / "plugins" / "profile").iterdir()
+        (profile / src.name).symlink_to(src, target_is_directory=True)
+    logs = str(tmp_path / "logs")
+    capsys.readouterr()
+    assert main(["history", logs, "--format", "json", "--no-cache"]) == 0
+    h = json.loads(capsys.readouterr().out)
+    last = h["runs"][-1]
+    assert last["verdict"] == "inconclusive" and h["unjudged_slowdowns"] == [last["run"]]
+    assert last["change"]["lo"] < 1 < 1.05 <= last["change"]["hi"]
+    assert main(["history", logs, "--fail-on-regression", "--no-cache"]) == 1
+    err = capsys.readouterr().err
+    assert f"{last['run']} 0.99x vs " in err and "cannot be judged: its interval [0.97-1.30] holds no change and a " \
+        "slowdown past the 5% threshold" in err
+    assert main(["history", logs, "--format", "json", "--regression-threshold", "40", "--fail-on-regression",
+                 "--no-cache"]) == 0
+    h = json.loads(capsys.readouterr().out)
+    assert h["runs"][-1]["verdict"] == "no change" and h["unjudged_slowdowns"] == []

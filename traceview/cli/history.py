@@ -25,7 +25,8 @@ def add_parser(sub) -> None:
                                    "unknown program (or not the --baseline's) says 'no comparable run'.",
                        epilog="exit codes: 0 ok (or regressions without --fail-on-regression), 1 a regression under "
                               "--fail-on-regression (or a slowdown past the threshold that cannot be judged: too few "
-                              "steps for an interval, or no run-to-run noise to judge it against), 2 usage, 3 no trace, 4 unreadable, 5 no ops, 6 limit exceeded, 7 remote store unreadable, 8 broken installation")
+                              "steps for an interval, no run-to-run noise to judge it against, or an interval that "
+                              "reaches past the threshold), 2 usage, 3 no trace, 4 unreadable, 5 no ops, 6 limit exceeded, 7 remote store unreadable, 8 broken installation")
     h.add_argument("paths", nargs="+", type=cargs.path_arg, metavar="PATH", help="log dir(s), plugins/profile folders or run folders")
     h.add_argument("--baseline", metavar="RUN", help="compare every run with this run (its folder name or path) "
                                                      "instead of the previous run")
@@ -116,7 +117,7 @@ def _load_one(where: str, how, cache):
 def run(args) -> int:
     """Returns 0, or 1 for a regression under --fail-on-regression; raises TraceviewError
     subclasses on bad input."""
-    from traceview.analysis.compare.history import compare_runs, summarise
+    from traceview.analysis.compare.history import INCONCLUSIVE, compare_runs, summarise
     from traceview.errors import TraceviewError
     from traceview.model.naming import printable, safe_line
     from traceview.model.units import fmt_ratio
@@ -197,9 +198,14 @@ def run(args) -> int:
         print(f"traceview: note: skipped run {safe_line(name)}: {safe_line(why)}", file=sys.stderr)
     for r in unjudged:
         c = r.change
-        why = (f"too few steps for an interval ({c.n_base} vs {c.n_treatment}; record {c.more_samples} more steps "
-               "a side, e.g. traceview engine profile --max-tokens N for the bundled engine)"
-               if c.lo is None else f"{c.noise_source} (state it: --noise PCT)")
+        if r.verdict == INCONCLUSIVE:
+            why = (f"its interval [{fmt_ratio(c.lo)}-{fmt_ratio(c.hi)}] holds no change and a slowdown past the "
+                   f"{h.threshold:.0%} threshold ({c.n_base} vs {c.n_treatment} steps, {c.noise_source}; record more "
+                   "steps a side, or state the noise: --noise PCT)")
+        else:
+            why = (f"too few steps for an interval ({c.n_base} vs {c.n_treatment}; record {c.more_samples} more steps "
+                   "a side, e.g. traceview engine profile --max-tokens N for the bundled engine)"
+                   if c.lo is None else f"{c.noise_source} (state it: --noise PCT)")
         print(f"traceview: note: {safe_line(r.name)} {fmt_ratio(c.ratio)}x vs {safe_line(r.baseline)} cannot be judged: "
               f"{safe_line(why)}; a slowdown that cannot be ruled out", file=sys.stderr)
     if reg and args.fail_on_regression:

@@ -16,7 +16,7 @@ from traceview.render.charts import _chart_style, _new_figure, _svg
 
 #: colour of a run's point by verdict
 VERDICT_COLORS = {"baseline": "#7f7f7f", "within noise": "#1f77b4", "no interval": "#bcbd22", "below threshold": "#9467bd",
-                  "noise unknown": "#e377c2", "no change": "#17becf",
+                  "noise unknown": "#e377c2", "no change": "#17becf", "inconclusive": "#bcbd22",
                   "regression": "#d62728", "improvement": "#2ca02c", "no comparable run": "#ff7f0e"}
 
 

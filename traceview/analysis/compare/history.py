@@ -33,14 +33,17 @@ count: :func:`~traceview.analysis.compare.diff.same_hardware`; :meth:`History.ha
 lists the runs whose previous run of their work ran on other hardware);
 ``no interval`` when a side has too few steps (the change cannot be judged; ``more_samples``
 says how many more); ``no change`` when there is no run-to-run noise to judge against but
-the interval holds 1 (not significant under any band); ``noise unknown`` when the interval
+the interval holds 1 and lies within the threshold both ways ([1 / (1 + threshold), 1 +
+threshold]: not significant under any band); ``inconclusive`` when it holds 1 but reaches past
+the threshold (too few or too spread steps to tell no change from a change that size); ``noise unknown`` when the interval
 excludes 1 and there is no run-to-run noise to judge it against; ``within noise`` when the
 interval does not clear the noise band;
 ``regression`` when it clears the band and lies wholly at or above ``1 + threshold``;
 ``improvement`` when it clears the band at or below ``1 / (1 + threshold)``; ``below
 threshold`` when it clears the band but not the threshold. :meth:`History.across_configs`
 lists the comparisons whose kernel configurations differ. :meth:`History.unjudged` lists the ``no interval`` and ``noise unknown`` runs
-whose ratio reaches the threshold: a slowdown that cannot be ruled out. Times in ps.
+whose ratio reaches the threshold and the ``inconclusive`` runs whose interval does: a slowdown
+that cannot be ruled out. Times in ps.
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ NO_COMPARABLE = "no comparable run"
 NOISE_UNKNOWN = "noise unknown"
 #: verdict of a run whose interval holds 1 where the run-to-run noise is unknown: not significant
 NO_CHANGE = noise.VERDICT_NO_CHANGE
+#: verdict of a run whose interval holds 1 but reaches past the threshold, with no noise to judge against
+INCONCLUSIVE = "inconclusive"
 
 #: bucket tokens that change the work a step does (``_b<N>``: the batch's rows, ``_t<N>``:
 #: prefill tokens); the others (``_bkv128``, ``_bq32``, ``_p16``) name a kernel's
@@ -212,9 +217,12 @@ class History:
 
     def unjudged(self) -> list[RunSummary]:
         """Runs without an interval (too few steps) or without a noise band to judge it
-        against, whose step ratio is at least 1 + threshold: a slowdown that cannot be ruled out."""
-        return [r for r in self.runs if r.verdict in ("no interval", NOISE_UNKNOWN) and r.change is not None
-                and r.change.ratio is not None and r.change.ratio >= 1 + self.threshold]
+        against, whose step ratio is at least 1 + threshold, and inconclusive runs whose
+        interval reaches 1 + threshold: a slowdown that cannot be ruled out."""
+        return [r for r in self.runs if r.change is not None and (
+            (r.verdict in ("no interval", NOISE_UNKNOWN) and r.change.ratio is not None
+             and r.change.ratio >= 1 + self.threshold)
+            or (r.verdict == INCONCLUSIVE and r.change.hi >= 1 + self.threshold))]
 
     def to_dict(self) -> dict:
         return {"baseline": self.baseline, "threshold": self.threshold, "level": self.level, "units": "ps",
@@ -277,7 +285,9 @@ def _verdict(c: noise.Change, threshold: float) -> str:
     if c.significant is None:
         return NOISE_UNKNOWN
     if not c.significant:
-        return NO_CHANGE if c.verdict == noise.VERDICT_NO_CHANGE else "within noise"
+        if c.verdict != noise.VERDICT_NO_CHANGE:
+            return "within noise"
+        return INCONCLUSIVE if c.hi >= 1 + threshold or c.lo <= 1 / (1 + threshold) else NO_CHANGE
     if c.lo > 1:
         return "regression" if c.lo >= 1 + threshold else "below threshold"
     return "improvement" if c.hi <= 1 / (1 + threshold) else "below threshold"
