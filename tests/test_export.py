@@ -311,6 +311,8 @@ BAD = [
      "refusing to write"),
     ("no output", lambda src, t: [src, "-o", ""], "-o needs a file name"),
     ("output a folder", lambda src, t: [src, "-o", f"{t}/"], "-o needs a file name"),
+    # a device: /dev/null.xplane.pb and /dev/null.json would be made beside it
+    ("output a device", lambda src, t: [src, "-o", "/dev/null"], "/dev/null is not a file (a device or a pipe)"),
     ("negative step", lambda src, t: [src, "--steps=-1:2", "-o", t / "o"], "step numbers start at 0"),
     ("empty time window", lambda src, t: [src, "--window-ps", "0:0", "-o", t / "o"], "is empty: give START < END"),
     ("negative time", lambda src, t: [src, "--window-ps=-5:10", "-o", t / "o"], "START is ps after the first op event"),

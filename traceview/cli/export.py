@@ -6,6 +6,7 @@ Perfetto's UI), each holding the window's events and traceview's lines on top
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -60,9 +61,14 @@ def add_parser(sub) -> None:
 
 
 def outputs(out: str, hosts: list[str]) -> tuple[dict, Path]:
-    """(host -> .xplane.pb path, .json path) for ``-o OUT``. Raises UsageError for an empty OUT."""
+    """(host -> .xplane.pb path, .json path) for ``-o OUT``. Raises UsageError for an empty
+    OUT, a folder, or an OUT that names something other than a file (a device such as
+    /dev/full or /dev/null, a pipe: the files would be made beside it)."""
     if not out or not out.strip() or out == "-" or out.endswith(("/", "\\")) or Path(out).is_dir():
         raise UsageError(f"-o needs a file name to write OUT.xplane.pb and OUT.json, got {out!r}")
+    if os.path.exists(out) and not os.path.isfile(out):
+        raise UsageError(f"refusing to write {out}.xplane.pb and {out}.json: {out} is not a file (a device or a "
+                         "pipe); -o names the files export writes, OUT.xplane.pb and OUT.json")
     base = out
     for suf in (".xplane.pb", ".json"):
         if base.endswith(suf) and len(base) > len(suf):
