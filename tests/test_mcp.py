@@ -627,3 +627,26 @@ def test_the_extra_is_named_where_a_user_meets_mcp(capsys):
     assert "`mcp` (an MCP server; extra `[mcp]`)" in readme
     row2 = next(ln for ln in (root / "docs" / "exit-codes.md").read_text().splitlines() if ln.startswith("| 2 |"))
     assert "`traceview mcp` without `traceview[mcp]`" in row2
+
+
+def test_a_failed_tool_call_leaves_the_servers_stderr_quiet(shared_traces, tmp_path):
+    """A refused call is a one-line tool error for the client; the server's stderr gets no
+    block of the SDK's INFO log lines per failure (it did: 'INFO Tool 'analyze' failed: ...'
+    over four lines, twice for two calls)."""
+    env = {**get_default_environment(),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    params = StdioServerParameters(command=sys.executable, args=["-m", "traceview.cli", "mcp", "--root",
+                                                                 str(shared_traces)], cwd=str(tmp_path), env=env)
+    log = tmp_path / "stderr.txt"
+
+    async def talk():
+        with open(log, "w") as errlog:
+            async with stdio_client(params, errlog=errlog) as streams:
+                async with ClientSession(*streams) as s:
+                    await s.initialize()
+                    r = await s.call_tool("analyze", {"path": str(tmp_path / "elsewhere")})
+                    return r.is_error, r.content[0].text
+
+    is_error, text = anyio.run(talk)
+    assert is_error and "outside the server's roots" in text and len(text.splitlines()) == 1
+    assert "failed" not in log.read_text() and "INFO" not in log.read_text(), log.read_text()

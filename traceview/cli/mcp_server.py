@@ -516,6 +516,9 @@ def build_server(roots: Roots, *, no_cache: bool = False, max_items: int = MAX_I
 
     server = _Server(
         name="traceview", version=__version__,
+        # the SDK logs each failed tool call at INFO, as a block of lines on stderr; the client
+        # has the one-line error already
+        log_level="WARNING",
         instructions="traceview reads JAX/XProf profiles (.xplane.pb, .trace.json.gz) and reports HLO ops keyed "
                      "by (name, shape) with occurrences, roofline, steps and sources. Paths are confined to: "
                      + ", ".join(roots.dirs + roots.urls) + ". Start with find_traces, then analyze (section=... for one "
