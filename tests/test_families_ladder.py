@@ -102,9 +102,13 @@ def test_rule_fields_parse_and_match():
     assert not s.matches("attention.1", "attention", "jit(f)/mlp/dot", "attention.py")  # only the scope
     plain = families.parse_rule("a=attention")
     assert plain.field == "" and plain.matches("attention.1", "", "", "")
-    for bad, why in (("x=scope:", "empty"), ("x=line:(", "regex"), ("=scope:a", "name")):
-        with pytest.raises(UsageError):
+    for bad, why in (("x=scope:", "empty"), ("x=line:(", "regular expression"), ("=scope:a", "name"),
+                     ("x=nofield:y", "unknown field 'nofield'"), ("x=source:model", "unknown field 'source'")):
+        with pytest.raises(UsageError, match=why):
             families.parse_rule(bad)
+    # the text 'nofield:' itself, searched in every field, as the refusal says to write it
+    lit = families.parse_rule("x=(?:nofield):y")
+    assert lit.field == "" and lit.matches("nofield:y.1", "", "", "")
     study = families.read_rules("study")
     assert [r.name for r in study] == [*STUDY, "other"] and all(r.field for r in study)
 

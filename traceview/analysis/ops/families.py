@@ -129,6 +129,8 @@ RULE_FIELDS = {"op": "op_name", "kind": "op_kind", "hlo": "hlo_text", "scope": "
                "file": "source_file", "line": "_line", "stack": "source_stack"}
 _DEFAULT_FIELDS = ("op_name", "hlo_text", "framework_op", "source_file")
 _FIELD_PREFIX = re.compile(r"^(" + "|".join(RULE_FIELDS) + r"):")
+#: a rule's regex that starts like a field prefix (a bare lowercase word and a colon)
+_LIKE_FIELD = re.compile(r"^([a-z_]+):")
 
 #: built-in rule sets, selected by name where a rules file is expected (``--families study``):
 #: ``study`` splits the bundled engine's decode step by the named scopes its model emits
@@ -181,8 +183,8 @@ def parse_rule(text: str, where: str = "") -> FamilyRule:
     """``"name=regex"`` or ``"name=FIELD:regex"`` (FIELD a key of :data:`RULE_FIELDS`) ->
     :class:`FamilyRule`. The name is stripped; the regex is taken as written after the first
     ``=`` (and the field prefix). Raises UsageError (naming ``where``, e.g. ``file:line``)
-    when there is no ``=``, the name or regex is empty, or the regex does not compile in
-    polars' engine."""
+    when there is no ``=``, the name or regex is empty, the regex starts like a field that is
+    none (``name:...``), or the regex does not compile in polars' engine."""
     at = f"{where}: " if where else ""
     if "=" not in text:
         raise UsageError(f"{at}bad family rule {text.strip()!r}: expected NAME=REGEX or NAME=FIELD:REGEX")
@@ -195,6 +197,9 @@ def parse_rule(text: str, where: str = "") -> FamilyRule:
     fld = m.group(1) if m else ""
     if m:
         rx = rx[m.end():].strip()
+    elif (w := _LIKE_FIELD.match(rx)) is not None:  # a misspelt field would search every field for its text
+        raise UsageError(f"{at}bad family rule {text.strip()!r}: unknown field {w.group(1)!r} (fields: "
+                         f"{', '.join(RULE_FIELDS)}); to search for the text '{w.group(0)}' write (?:{w.group(1)}):")
     if not rx:
         raise UsageError(f"{at}bad family rule {text.strip()!r}: the regular expression after "
                          f"'{'=' + fld + ':' if fld else '='}' is empty")
