@@ -820,3 +820,16 @@ def test_cli_diff_releases_each_side_before_the_next_is_read(shared_traces, monk
     assert len(made) == 2 and len(alive_at_load) == 2
     # when the treatment is read the base's profile is gone (the first read has nothing before it)
     assert alive_at_load[1] == 0
+
+
+def test_the_same_source_from_another_checkout_is_no_file_change():
+    """greedy_b4 was recorded from /work/main, nodonate_b4 from /work/wt-finds: the engine's
+    ops come from engine_shim/model.py in both. Only line changes are reported (the file
+    moved code between the recordings: 31 populations), no 'file' change for the checkout's
+    root (84 were before); a kernel moved to another file still is one (the transplant test)."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    d = diff(traceview.load(fx / "greedy_b4"), traceview.load(fx / "nodonate_b4"))
+    changed = d.source_changes()
+    assert changed["source_changed"].unique().to_list() == ["line"] and changed.height == 31
+    r = changed.row(0, named=True)
+    assert r["source_base"].startswith("/work/main/") and r["source_treatment"].startswith("/work/wt-finds/")

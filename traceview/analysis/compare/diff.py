@@ -549,6 +549,14 @@ def _kernel_changes(kb: pl.DataFrame, kt: pl.DataFrame) -> list[dict]:
             for a in r["names_base"] for b in r["names_treatment"]]
 
 
+def _src_tail(src: str) -> str:
+    """A source file (or ``file:line``) by its last two path parts, ``engine_shim/model.py:81``:
+    the same code recorded from two checkouts (``/work/main/...`` against ``/work/wt-b/...``,
+    an A/B's usual set-up) is the same source."""
+    parts = src.replace("\\", "/").rsplit("/", 2)
+    return "/".join(parts[-2:])
+
+
 def _steps_tuple(a) -> tuple | None:
     """(module, steps, mean step ps over the window, method, steps in the window, window) of
     a step anatomy (None for None); steps are counted by step index (a step on 8 devices is
@@ -739,9 +747,9 @@ def diff_sides(base: DiffSide, treatment: DiffSide, *, overhead_factor: float = 
     def _src_change(fb, ft, sb, st):
         if fb is None or ft is None:
             return ""
-        if sorted(fb) != sorted(ft):
+        if sorted(map(_src_tail, fb)) != sorted(map(_src_tail, ft)):
             return "file"
-        if (sb or "") != (st or ""):
+        if _src_tail(sb or "") != _src_tail(st or ""):
             return "line"
         return ""
 
