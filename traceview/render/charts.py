@@ -84,10 +84,11 @@ def _power_of_ten(x: float, _pos=None) -> str:
 
 def _plain_log_labels(ax) -> None:
     """Label a log-log axes' decades as ``10ᵏ`` in plain text, minor ticks unlabelled."""
-    from matplotlib.ticker import FuncFormatter, NullFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(FuncFormatter(_power_of_ten))
+        axis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
         axis.set_minor_formatter(NullFormatter())
 
 
@@ -284,8 +285,22 @@ def step_strip_svg(steps: list[int], durations: list[float], outliers: list[bool
     ax = fig.add_subplot()
     pts = [(int(s), float(d) / 1e9, bool(o)) for s, d, o in zip(steps, durations, outliers)
            if d is not None and math.isfinite(float(d))]
-    inl = [(s, d) for s, d, o in pts if not o]
-    out = [(s, d) for s, d, o in pts if o]
+    top = max((d for _, d, _ in pts), default=1.0)
+    low = min((d for _, d, _ in pts if d > 0), default=top)
+    log = low > 0 and top / low > 20  # a warm-up step 100x the rest: log scale keeps the steady ones apart
+    # one point of a kind per half pixel (the plot is about 700 x 200 px; a point is 4 px
+    # wide): points that coincide on the chart, a step's copies on several devices and
+    # neighbouring steps of one time, are drawn once (each point is an SVG element)
+    span_y = (math.log10(top * 1.5) - math.log10(low / 1.5)) if log else (top * 1.08 or 1.0)
+    qy = span_y / 400 or 1.0
+    qx = max((max(s for s, _, _ in pts) - min(s for s, _, _ in pts)) / 1400, 1e-9) if pts else 1.0
+    seen: set = set()
+
+    def first(s, d, o) -> bool:
+        key = (round(s / qx), round((math.log10(d) if log and d > 0 else d) / qy), o)
+        return not (key in seen or seen.add(key))
+    inl = [(s, d) for s, d, o in pts if not o and first(s, d, o)]
+    out = [(s, d) for s, d, o in pts if o and first(s, d, o)]
     if inl:
         ax.scatter([s for s, _ in inl], [d for _, d in inl], s=10, c="#1f77b4", linewidths=0, label="step")
     if out:
@@ -293,9 +308,7 @@ def step_strip_svg(steps: list[int], durations: list[float], outliers: list[bool
                    label="outlier")
     if median is not None and math.isfinite(median):
         ax.axhline(median / 1e9, color="#555", lw=0.8, ls="--")
-    top = max((d for _, d, _ in pts), default=1.0)
-    low = min((d for _, d, _ in pts if d > 0), default=top)
-    if low > 0 and top / low > 20:  # a warm-up step 100x the rest: log scale keeps the steady ones apart
+    if log:
         ax.set_yscale("log")
         ax.set_ylim(low / 1.5, top * 1.5)
         from matplotlib.ticker import FuncFormatter, NullFormatter
