@@ -310,21 +310,28 @@ def test_chart_worker_draws_the_same_page(tpu_report_inline):
 
 
 def test_charts_submitted_while_the_report_is_built_are_drawn_once(tpu, tpu_report_inline):
-    """``report``'s path: build_report's on_section hands the half-built report to
-    submit_charts (roofline and steps once the anatomy is in, memory once it is), the renderer
-    then asks for the same charts and gets the pending ones: each chart drawn once, by the
-    worker, and the page byte-identical to one drawn in this process."""
+    """``report``'s path: build_report's on_roofline hands the roofline's rows to
+    submit_roofline before the step anatomy is computed, its on_section the half-built report
+    to submit_charts (the roofline again, the strip and steps once the anatomy is in; memory,
+    overlap and skew once they are), the renderer then asks for the same charts and gets the
+    pending ones: each chart drawn once, by the worker, and the page byte-identical to one
+    drawn in this process."""
     from traceview.cli.chartworker import ChartWorker
 
     _, inline = tpu_report_inline
     seen = []
     with ChartWorker() as worker:
+        def roof(rows, peaks):
+            seen.append("roofline")
+            html_render.submit_roofline(rows, peaks, worker)
+
         def early(rep):
-            seen.append(rep.memory is not None)
+            seen.append(len(worker._asked))
             html_render.submit_charts(rep, worker)
 
-        rep = build_report(tpu, html=True, on_section=early)
-        assert seen == [False, True] and len(worker._asked) == 4  # roofline, strip, steps; then memory
+        rep = build_report(tpu, html=True, on_section=early, on_roofline=roof)
+        # the roofline first, alone; then strip and steps; then memory, overlap steps and skew
+        assert seen == ["roofline", 1, 3] and len(worker._asked) == 6
         drawn = html_render.render_report(rep, charts=worker)
         assert worker.alive == 1 and worker.answered == 6 and len(worker._asked) == 6
     assert drawn == inline

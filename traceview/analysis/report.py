@@ -288,7 +288,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  step_extent: str = "span", source_frame: str = "direct", html: bool = False,
                  step_window: str = "steady", findings: bool = True, finding_thresholds=None,
                  tokens_per_step: int | None = None, on_section=None, release=None,
-                 window_option: str = "step_window", beside: bool = False) -> Report:
+                 window_option: str = "step_window", beside: bool = False, on_roofline=None) -> Report:
     """Every section of :class:`Report` for ``prof`` (a
     :class:`~traceview.model.profiledata.ProfileData`).
 
@@ -304,6 +304,9 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
     ``on_section``: called with the report as it fills, once the roofline and the step
     anatomy are in (with ``html``, the step chart and strip too) and once the memory is: a
     caller can start on what those sections feed (the report's charts) meanwhile.
+    ``on_roofline``: called with the roofline's rows as the report shows them (the layer
+    copies folded, else per (name, shape): :attr:`Report.roofline_layers`) and the peaks as
+    soon as they are computed, before the step anatomy (the roofline chart).
     ``release``: called with no argument after each section that frees large temporaries
     (the populations, the step anatomy, communication, overlap and stragglers, the phases,
     the findings, the HTML sections), so a caller can hand the freed memory back before the
@@ -333,6 +336,9 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
         "kind": lambda: _by_kind(prof, rules=rules, tagged=derived.tagged(prof, rules))}[by]()
     peaks = peaks if peaks is not None else profile_peaks(prof)
     roof = roofline(prof.table, peaks)
+    roof_layers = layer_copies(roof, peaks)
+    if on_roofline is not None:
+        on_roofline(roof if roof_layers is None else roof_layers, peaks)
     checks = None
     if steps is not None or expect_batch is not None:  # 0 is refused by the checks, not ignored
         checks = aggregate.occurrence_checks(prof.table, prof.runs, steps=steps, expect_batch=expect_batch)
@@ -357,7 +363,7 @@ def build_report(prof, *, by: str = "shape", peaks: Peaks | None = None, steps: 
                  source_frame=source_frame, steps=anat)
     rep.events_note = events_note(rep.files, rep.op_events, rep.device_groups, kern)
     rep.ops_note = getattr(prof, "ops_note", None)
-    rep.roofline_layers = layer_copies(roof, peaks)
+    rep.roofline_layers = roof_layers
     if html:
         rep.step_chart = step_chart(rep.steps)
         rep.step_strip = step_strip(rep.steps)

@@ -14,12 +14,11 @@ errors are the same with or without it.
 
 from __future__ import annotations
 
-import os
 import pickle
-import select
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 #: Seconds to wait for one chart from the worker before drawing it here.
@@ -62,16 +61,45 @@ def serve() -> None:
 
 
 class _Child:
-    """One worker process and its answers, in the order asked."""
+    """One worker process and its answers, in the order asked. A thread here reads each
+    answer as soon as the worker writes it, so the worker never waits on a full pipe (an
+    answer is an SVG of up to a few hundred KB) before drawing the next chart."""
 
     def __init__(self) -> None:
         self.answers: list = []
         self.sent = 0
+        self._got = threading.Condition()
+        self._done = False  # the reader stopped: the worker ended, failed or was closed
         try:
             self.proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
         except OSError:
             self.proc = None
+            self._done = True
+            return
+        threading.Thread(target=self._read_answers, args=(self.proc.stdout,), name="traceview-charts",
+                         daemon=True).start()
+
+    def _read_answers(self, stream) -> None:
+        try:
+            while True:
+                head = _read_exactly(stream, 8)
+                if head is None:
+                    break
+                (size,) = struct.unpack("<Q", head)
+                data = _read_exactly(stream, size)
+                if data is None:
+                    break
+                answer = pickle.loads(data)
+                with self._got:
+                    self.answers.append(answer)
+                    self._got.notify_all()
+        except Exception:  # noqa: BLE001 - died or answered garbage: the charts left are drawn here
+            pass
+        finally:
+            with self._got:
+                self._done = True
+                self._got.notify_all()
 
     def close(self) -> None:
         proc, self.proc = self.proc, None
@@ -98,33 +126,34 @@ class _Child:
         return self.sent - 1
 
     def answer(self, index: int):
-        """The answer to request ``index``, or None when the child cannot give one."""
-        while len(self.answers) <= index:
-            if self.proc is None:
-                return None
-            try:
-                deadline = time.monotonic() + ANSWER_S
-                (size,) = struct.unpack("<Q", self._read(8, deadline))
-                self.answers.append(pickle.loads(self._read(size, deadline)))
-            except Exception:  # died, timed out or answered garbage: draw here
-                self.close()
-                return None
-        return self.answers[index]
+        """The answer to request ``index``, or None when the child cannot give one within
+        :data:`ANSWER_S` (it is then closed)."""
+        deadline = time.monotonic() + ANSWER_S
+        with self._got:
+            while len(self.answers) <= index and not self._done:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    break
+                self._got.wait(wait)
+            if len(self.answers) > index:
+                return self.answers[index]
+        self.close()
+        return None
 
-    def _read(self, n: int, deadline: float) -> bytes:
-        """Exactly ``n`` bytes of the child's stdout by ``deadline``; raises EOFError or TimeoutError."""
-        fd = self.proc.stdout.fileno()
-        parts, got = [], 0
-        while got < n:
-            wait = deadline - time.monotonic()
-            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
-                raise TimeoutError
-            part = os.read(fd, min(n - got, 1 << 20))
-            if not part:
-                raise EOFError
-            parts.append(part)
-            got += len(part)
-        return b"".join(parts)
+
+def _read_exactly(stream, n: int) -> bytes | None:
+    """``n`` bytes of ``stream`` (a raw pipe), or None at its end before them."""
+    parts, got = [], 0
+    while got < n:
+        try:
+            part = stream.read(min(n - got, 1 << 20))
+        except (OSError, ValueError):  # closed under the reader
+            return None
+        if not part:
+            return None
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
 
 
 class ChartWorker:

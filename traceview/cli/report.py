@@ -93,13 +93,14 @@ def _write(args, out, charts, disc) -> int:
         print(f"traceview: warning: {safe_line(w)}", file=sys.stderr)
     refuse_inside_inputs(out, "-o", prof.discovery)
     from traceview.analysis.report import build_report
-    from traceview.render.html import render_report, submit_charts
+    from traceview.render.html import render_report, submit_charts, submit_roofline
 
     rep = build_report(prof, peaks=cargs.peaks_from_args(prof, args), rules=cargs.rules_from_args(args),
                        step_module=args.step_module, step_extent=args.step_extent,
                        step_window=args.step_window, window_option="--step-window", html=True, by=getattr(args, "by", "shape"),
                        tokens_per_step=args.tokens_per_step,
                        on_section=lambda r: submit_charts(r, charts),  # drawn while the rest is built
+                       on_roofline=lambda rows, peaks: submit_roofline(rows, peaks, charts),
                        release=process.heap_releaser(cargs.input_bytes(disc)),
                        beside=not process.imports_may_race(), **cargs.findings_from_args(args))
     text = render_report(rep, top=args.top, title=args.title, charts=charts)

@@ -393,17 +393,29 @@ def _overview(rep, steps: _StepsView, findings: list[dict]) -> dict | None:
 
 # -- public ---------------------------------------------------------------------------------
 
+def submit_roofline(rows, peaks, charts) -> None:
+    """Submit to ``charts`` the roofline chart of ``rows`` (the report's roofline rows, as
+    :func:`_roof_rows` gives them) under ``peaks``, as :func:`render_report` will ask for it
+    (:func:`~traceview.analysis.report.build_report`'s ``on_roofline``)."""
+    charts.submit("roofline", *roofline_args(rows, peaks))
+
+
 def submit_charts(rep, charts, *, top: int = 30) -> None:
     """Submit to ``charts`` the charts of ``rep`` whose sections are built already (the
-    roofline and the steps once the step anatomy is; the memory chart once the memory is),
+    roofline and the steps once the step anatomy is; the memory chart once the memory is, and
+    the communication charts once the overlap and stragglers are),
     exactly as :func:`render_report` will ask for them: a drawer that keeps what it was asked
     (:class:`traceview.cli.chartworker.ChartWorker`) then draws them while the rest of the
     report is built. Nothing is drawn or returned here."""
     if getattr(rep, "step_chart", None) is not None and rep.steps is not None:
-        charts.submit("roofline", *roofline_args(_roof_rows(rep), rep.peaks))
+        submit_roofline(_roof_rows(rep), rep.peaks, charts)
         _steps(rep, charts)
     if getattr(rep, "memory", None) is not None:
         _memory(rep.memory, top, charts, wait=False)
+    if getattr(rep, "overlap", None) is not None:  # the communication section's charts, as _context asks
+        from traceview.render.overlap_html import comm_view
+
+        comm_view(rep, charts, min(top, 20))
 
 
 def _context(rep, *, top: int, title: str | None, charts=None) -> dict:
