@@ -481,7 +481,9 @@ def render_step_records(console: Console, anat, top: int | None = None) -> None:
     if st.height == 0 or "outlier" not in st.columns:
         return
     rows = anat.top_steps(top or STEP_ROWS)
-    t = Table(title=f"steps — {rows.height:,} of {st.height:,} shown (outliers first, then the longest; start from the first step)")
+    picked = (f"all {st.height:,} shown" if rows.height == st.height else
+              f"{rows.height:,} of {st.height:,} shown: the outliers, then the longest")
+    t = Table(title=f"steps — {picked}, in device and step order (start: from the first step)")
     t0 = int(st["start_ps"].min())
     hosts = "host" in st.columns and _several(st["host"])  # ranks or hosts name the same devices
     body = []
