@@ -145,17 +145,21 @@ def test_workers_must_be_one_or_more(value, shared_traces, capsys):
     assert err.startswith("traceview: error: argument --workers") and "see traceview analyze --help" in err
 
 
-def test_workers_that_start_no_pool_say_so(shared_traces, capsys):
+def test_workers_that_start_no_pool_say_so(shared_traces, capsys, cache_dir):
     """--workers 4 on one 842.49 KiB file reads it in this process (a pool needs 2 files and
-    8 MiB): the output says so, in the warnings of the table and of the JSON; --workers 1
-    (the default) says nothing."""
+    8 MiB): a note on standard error says so, not the output, so a stored result read back
+    without the flag does not carry it; --workers 1 (the default) says nothing."""
     t = str(shared_traces / TPU)
-    assert main(["analyze", t, "--workers", "4", "--format", "json", "--no-cache"]) == 0
-    said = [w for w in json.loads(capsys.readouterr().out)["warnings"] if "worker processes" in w]
-    assert said == ["read in this process, not by 4 worker processes: 1 file(s), 842.49 KiB (a pool is started "
-                    "for 2 files or more and 8.00 MiB in all, where it pays for its start-up)"]
-    assert main(["analyze", t, "--no-cache", "--top", "1"]) == 0
-    assert "worker processes" not in capsys.readouterr().out
+    assert main(["analyze", t, "--workers", "4", "--format", "json"]) == 0
+    got = capsys.readouterr()
+    assert "worker processes" not in got.out
+    assert ("traceview: note: read in this process, not by 4 worker processes: 1 file(s), 842.49 KiB (a pool is "
+            "started for 2 files or more and 8.00 MiB in all, where it pays for its start-up)") in got.err
+    assert main(["analyze", t, "--format", "json"]) == 0  # the stored result
+    got = capsys.readouterr()
+    assert "worker processes" not in got.out + got.err
+    assert main(["report", t, "--workers", "2", "-o", str(cache_dir.parent / "r.html")]) == 0
+    assert "not by 2 worker processes" in capsys.readouterr().err
 
 
 def test_diff_and_verify_take_no_cache(shared_traces, capsys, cache_dir):

@@ -130,6 +130,7 @@ def run(args) -> int:
     stored, done = _stored(args, disc, out)
     if done:
         return EXIT_OK
+    cargs.note_workers(args, disc)
     from traceview.model.load import load, start_prefetch
 
     opts = cargs.read_options(args)

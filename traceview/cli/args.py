@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 from pathlib import Path
 
 
@@ -447,6 +448,24 @@ def read_options(args) -> dict:
     return {"cache": cache_from_args(args), "workers": max(0, getattr(args, "workers", 1) or 0),
             "scheduler": getattr(args, "scheduler", None), "progress": TerminalProgress(),
             "expand_kernels": bool(getattr(args, "expand_kernels", False)), "group_hosts": group_hosts(args)}
+
+
+def note_workers(args, disc) -> None:
+    """Say on standard error when ``--workers N`` (N >= 2, no ``--scheduler``) starts no pool
+    for the files of ``disc`` (:func:`traceview.read.batch.pool_size`): they are read in this
+    process. A note, not part of the output (a stored result is the same whatever the flag)."""
+    w = getattr(args, "workers", 1) or 0
+    if w < 2 or getattr(args, "scheduler", None) or disc is None:
+        return
+    from traceview.model.units import fmt_bytes
+    from traceview.read.batch import PARALLEL_MIN_BYTES, pool_size
+
+    files = list(disc.files)
+    if pool_size(w, files):
+        return
+    print(f"traceview: note: read in this process, not by {w} worker processes: {len(files)} file(s), "
+          f"{fmt_bytes(sum(f.size for f in files))} (a pool is started for 2 files or more and "
+          f"{fmt_bytes(PARALLEL_MIN_BYTES)} in all, where it pays for its start-up)", file=sys.stderr)
 
 
 def group_hosts(args) -> bool:

@@ -82,6 +82,7 @@ def load_tables(args, out: Path | None):
     disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale,
                     group_hosts=cargs.group_hosts(args))
     process.tune_allocator(cargs.input_bytes(disc))
+    cargs.note_workers(args, disc)
     with process.decoding_beside_imports():
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=stale, max_bytes=args.max_bytes,
                     discovery=disc, **cargs.read_options(args))

@@ -50,6 +50,7 @@ def run(args) -> int:
     disc = discover(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=cargs.stale_after(args),
                     group_hosts=cargs.group_hosts(args))
     process.tune_allocator(cargs.input_bytes(disc))  # before the template's thread imports polars
+    cargs.note_workers(args, disc)
     _compile_template_meanwhile()
     with ChartWorker() as charts:  # matplotlib imported in a second process while the trace is read
         return _write(args, out, charts, disc)

@@ -105,17 +105,11 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
     from traceview.errors import NoOpsFound  # noqa: E402 - polars from here on
     from traceview.model.files import max_bytes_default, read_task
     from traceview.model.profiledata import ProfileData
-    from traceview.read.batch import PARALLEL_MIN_BYTES, pool_size, read_many, tasks_for
+    from traceview.read.batch import read_many, tasks_for
 
     limit = max_bytes_default(max_bytes)
     warnings = list(disc.warnings)
     tasks = tasks_for(disc.files, limit, cache=store)
-    if executor is None and not scheduler and workers >= 2 and not pool_size(workers, tasks):
-        from traceview.model.units import fmt_bytes
-
-        warnings.append(f"read in this process, not by {workers} worker processes: {len(tasks)} file(s), "
-                        f"{fmt_bytes(sum(t.size for t in tasks))} (a pool is started for 2 files or more and "
-                        f"{fmt_bytes(PARALLEL_MIN_BYTES)} in all, where it pays for its start-up)")
     # a prefetch is only started for a single file read here (read_many reads one file in
     # this process), so the reader can take it over
     read = read_task if pre is None or len(tasks) != 1 else functools.partial(read_task, prefetch=pre)
