@@ -103,12 +103,16 @@ def test_rule_fields_parse_and_match():
     plain = families.parse_rule("a=attention")
     assert plain.field == "" and plain.matches("attention.1", "", "", "")
     for bad, why in (("x=scope:", "empty"), ("x=line:(", "regular expression"), ("=scope:a", "name"),
-                     ("x=nofield:y", "unknown field 'nofield'"), ("x=source:model", "unknown field 'source'")):
+                     ("x=nofield:y", "unknown field 'nofield'"), ("x=source:model", "unknown field 'source'"),
+                     ("x=Op:fusion", "unknown field 'Op' \\(fields are lowercase\\)")):
         with pytest.raises(UsageError, match=why):
             families.parse_rule(bad)
     # the text 'nofield:' itself, searched in every field, as the refusal says to write it
     lit = families.parse_rule("x=(?:nofield):y")
     assert lit.field == "" and lit.matches("nofield:y.1", "", "", "")
+    # a C++ namespace (GPU kernel names: cutlass::, std::) is text, not a field
+    ns = families.parse_rule("x=cutlass::gemm")
+    assert ns.field == "" and ns.pattern == "cutlass::gemm" and ns.matches("custom-call.3", "cutlass::gemm::Kernel", "", "")
     study = families.read_rules("study")
     assert [r.name for r in study] == [*STUDY, "other"] and all(r.field for r in study)
 

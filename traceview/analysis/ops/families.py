@@ -129,8 +129,8 @@ RULE_FIELDS = {"op": "op_name", "kind": "op_kind", "hlo": "hlo_text", "scope": "
                "file": "source_file", "line": "_line", "stack": "source_stack"}
 _DEFAULT_FIELDS = ("op_name", "hlo_text", "framework_op", "source_file")
 _FIELD_PREFIX = re.compile(r"^(" + "|".join(RULE_FIELDS) + r"):")
-#: a rule's regex that starts like a field prefix (a bare lowercase word and a colon)
-_LIKE_FIELD = re.compile(r"^([a-z_]+):")
+#: a rule's regex that starts like a field prefix (a bare word and one colon: not ``std::``)
+_LIKE_FIELD = re.compile(r"^([A-Za-z_]+):(?!:)")
 
 #: built-in rule sets, selected by name where a rules file is expected (``--families study``):
 #: ``study`` splits the bundled engine's decode step by the named scopes its model emits
@@ -198,7 +198,8 @@ def parse_rule(text: str, where: str = "") -> FamilyRule:
     if m:
         rx = rx[m.end():].strip()
     elif (w := _LIKE_FIELD.match(rx)) is not None:  # a misspelt field would search every field for its text
-        raise UsageError(f"{at}bad family rule {text.strip()!r}: unknown field {w.group(1)!r} (fields: "
+        case = " (fields are lowercase)" if w.group(1).lower() in RULE_FIELDS else ""
+        raise UsageError(f"{at}bad family rule {text.strip()!r}: unknown field {w.group(1)!r}{case} (fields: "
                          f"{', '.join(RULE_FIELDS)}); to search for the text '{w.group(0)}' write (?:{w.group(1)}):")
     if not rx:
         raise UsageError(f"{at}bad family rule {text.strip()!r}: the regular expression after "
