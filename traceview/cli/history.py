@@ -199,9 +199,11 @@ def run(args) -> int:
     for r in unjudged:
         c = r.change
         if r.verdict == INCONCLUSIVE:
+            known = c.band is not None and c.band.known
             why = (f"its interval [{fmt_ratio(c.lo)}-{fmt_ratio(c.hi)}] holds no change and a slowdown past the "
-                   f"{h.threshold:.0%} threshold ({c.n_base} vs {c.n_treatment} steps, {c.noise_source}; record more "
-                   "steps a side, or state the noise: --noise PCT)")
+                   f"{h.threshold:.0%} threshold{' and the noise' if known else ''} ({c.n_base} vs {c.n_treatment} "
+                   f"steps, {c.noise_source}; record more steps a side"
+                   + (")" if known else ", or state the noise: --noise PCT)"))
         else:
             why = (f"too few steps for an interval ({c.n_base} vs {c.n_treatment}; record {c.more_samples} more steps "
                    "a side, e.g. traceview engine profile --max-tokens N for the bundled engine)"

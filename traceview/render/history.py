@@ -113,6 +113,9 @@ def _tail_lines(h, rs) -> list[str]:
         lines.append(f"  {r['n']} {safe_line(r['families']) or '-'}; findings: {safe_line(r['findings'])}")
     reg = h.regressions()
     lines.append(f"regressions: {len(reg)}" + (": " + ", ".join(safe_line(r.name) for r in reg) if reg else ""))
+    unj = h.unjudged() if hasattr(h, "unjudged") else []
+    if unj:  # what --fail-on-regression also fails on
+        lines.append(f"slowdowns that cannot be ruled out: {len(unj)}: " + ", ".join(safe_line(r.name) for r in unj))
     inc = h.incomparable() if hasattr(h, "incomparable") else []
     if inc:
         lines.append("no comparable run (step program unknown, or not the named baseline's work or hardware; not judged): " + ", ".join(

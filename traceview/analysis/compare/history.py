@@ -34,8 +34,9 @@ lists the runs whose previous run of their work ran on other hardware);
 ``no interval`` when a side has too few steps (the change cannot be judged; ``more_samples``
 says how many more); ``no change`` when there is no run-to-run noise to judge against but
 the interval holds 1 and lies within the threshold both ways ([1 / (1 + threshold), 1 +
-threshold]: not significant under any band); ``inconclusive`` when it holds 1 but reaches past
-the threshold (too few or too spread steps to tell no change from a change that size); ``noise unknown`` when the interval
+threshold]: not significant under any band); ``inconclusive`` when it is not significant but
+reaches past the threshold, and past the noise band when one is known (too few or too spread
+steps to tell no change from a change that size); ``noise unknown`` when the interval
 excludes 1 and there is no run-to-run noise to judge it against; ``within noise`` when the
 interval does not clear the noise band;
 ``regression`` when it clears the band and lies wholly at or above ``1 + threshold``;
@@ -47,6 +48,8 @@ that cannot be ruled out. Times in ps.
 """
 
 from __future__ import annotations
+
+import math
 
 from dataclasses import dataclass, field
 
@@ -285,9 +288,14 @@ def _verdict(c: noise.Change, threshold: float) -> str:
     if c.significant is None:
         return NOISE_UNKNOWN
     if not c.significant:
-        if c.verdict != noise.VERDICT_NO_CHANGE:
-            return "within noise"
-        return INCONCLUSIVE if c.hi >= 1 + threshold or c.lo <= 1 / (1 + threshold) else NO_CHANGE
+        # the interval reaches a change past the threshold (and past the noise, when known):
+        # no change and a change that size are both in it
+        hi, lo = 1 + threshold, 1 / (1 + threshold)
+        if c.band is not None and c.band.known:
+            hi, lo = max(hi, math.exp(c.band.bound)), min(lo, math.exp(-c.band.bound))
+        if c.hi >= hi or c.lo <= lo:
+            return INCONCLUSIVE
+        return NO_CHANGE if c.verdict == noise.VERDICT_NO_CHANGE else "within noise"
     if c.lo > 1:
         return "regression" if c.lo >= 1 + threshold else "below threshold"
     return "improvement" if c.hi <= 1 / (1 + threshold) else "below threshold"
