@@ -604,3 +604,11 @@ def test_split_names_ties_are_broken_by_name():
                              "share": [0.1] * 5, "modules": [["m"]] * 5})
     for _ in range(20):
         assert split_names(by_shape)["op_name"].to_list() == ["a", "b"]
+
+
+def test_a_missing_value_is_a_dash_never_python_none():
+    """Every page's templates print None (a figure or reason the report lacks, as the steps'
+    'why' of a scaled v6e trace) as '-' (it printed 'None' in 30 cells there)."""
+    from traceview.render.html import _env
+
+    assert _env().from_string("<td>{{ why }}</td><td>{{ n }}</td>").render(why=None, n=0) == "<td>-</td><td>0</td>"

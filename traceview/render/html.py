@@ -44,7 +44,10 @@ def _printable(value):
     """jinja2 ``finalize``: every string written valid Unicode with its control, bidi and line
     separator characters as visible escapes (``\x1b``, ``\u202e``, ``\n``:
     :func:`~traceview.model.naming.safe_line`), markup kept as markup; newlines and tabs kept
-    only in markup and in :class:`_Text` (HLO text)."""
+    only in markup and in :class:`_Text` (HLO text); None (a figure or reason the report lacks)
+    as ``-``, never Python's ``None``."""
+    if value is None:
+        return "-"
     if isinstance(value, str):
         markup = hasattr(value, "__html__")  # a markupsafe.Markup
         fixed = safe_line(value, keep_newlines=markup or isinstance(value, _Text))
