@@ -576,3 +576,13 @@ def test_a_failed_json_write_leaves_no_xplane_behind(tmp_path, capsys, monkeypat
     rc, err = export(capsys, ENGINE, "-o", out / "w")
     assert rc == 2 and "cannot write" in err and "w.json: No space left on device" in err, err
     assert list(out.iterdir()) == []
+
+
+def test_an_output_linked_to_a_device_is_refused(tmp_path, capsys):
+    """-o OUT whose OUT.xplane.pb is a symbolic link to /dev/null: refused (exit 2, one line)
+    before the trace is read, not 'wrote OUT.xplane.pb' with the window gone to /dev/null."""
+    (tmp_path / "nul.xplane.pb").symlink_to("/dev/null")
+    rc, err = export(capsys, ENGINE, "-o", tmp_path / "nul")
+    assert rc == 2 and err.strip() == (f"traceview: error: refusing to write {tmp_path}/nul.xplane.pb: it is not a "
+                                       "file (a device or a pipe, or a link to one)"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["nul.xplane.pb"]

@@ -79,7 +79,11 @@ def outputs(out: str, hosts: list[str]) -> tuple[dict, Path]:
         from traceview.model.naming import safe_line as _s
 
         pbs = {h: Path(f"{base}.{_s(h).replace('/', '_')}.xplane.pb") for h in hosts}
-    return pbs, Path(base + ".json")
+    js = Path(base + ".json")
+    for path in (*pbs.values(), js):  # a link to a device or a pipe is refused as one
+        if os.path.exists(path) and not os.path.isfile(path):
+            raise UsageError(f"refusing to write {path}: it is not a file (a device or a pipe, or a link to one)")
+    return pbs, js
 
 
 def run(args) -> int:
