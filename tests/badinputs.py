@@ -598,6 +598,8 @@ def _(tmp):
     def check(out):
         assert [f["format"] for f in out["provenance"]["files"]] == ["trace_json"]
         assert any("h.xplane.pb is unreadable: reading h.trace.json.gz instead" in x for x in out["provenance"]["lines"])
+        # the line that chose the xplane is replaced, not left beside it (it said the xplane was read)
+        assert not any(x.lstrip().startswith("host h: reading h.xplane.pb") for x in out["provenance"]["lines"])
     return Built(run, ops_from="h.trace.json.gz", check=check,
                  also=[(["report", "{path}", "-o", "{tmp}/r.html"], EXIT_OK), (["diff", "{path}", "{path}"], EXIT_OK)])
 

@@ -179,7 +179,13 @@ def json_fallback(disc, tasks: list, results: list, warnings: list, limit, store
             continue
         results[i] = got
         files[i] = alt
-        reasons.append(f"host {tf.host}: {tf.path.name} is unreadable: reading {alt.path.name} instead")
+        said = f"host {tf.host}: {tf.path.name} is unreadable: reading {alt.path.name} instead"
+        was = f"host {tf.host}: reading {tf.path.name} "  # the line that chose the xplane: replaced, not kept beside
+        at = next((k for k, ln in enumerate(reasons) if ln.startswith(was)), None)
+        if at is None:
+            reasons.append(said)
+        else:
+            reasons[at] = said
         warnings.append(f"{err}: read {alt.path} instead, the Chrome-trace JSON of the same host, which has less "
                         f"({JSON_LACKS})")
     if files == list(disc.files):
