@@ -400,3 +400,13 @@ def test_cat_text_equals_a_cast(monkeypatch):
         assert_frame_equal(x.cast(pl.Utf8).to_frame(), got.to_frame(), check_exact=True)
     monkeypatch.setattr(fleet, "_LUT_MAX", 0)  # codes past the table: a cast
     assert_frame_equal(s.cast(pl.Utf8).to_frame(), fleet._cat_text(s).to_frame())
+
+
+def test_one_trace_under_two_host_names_is_said_as_without_fleet(mixed):
+    """tpu-a and tpu-b are the same v6e bytes: fleet mode warns as load() does (it said
+    nothing, and the trace was counted twice without a word)."""
+    import traceview
+
+    said = [w for w in fleet.load_fleet(mixed).warnings if "under 2 names" in w]
+    assert len(said) == 1 and "tpu-a.xplane.pb" in said[0] and "tpu-b.xplane.pb" in said[0]
+    assert said == [w for w in traceview.load(mixed, cache=False).warnings if "under 2 names" in w]

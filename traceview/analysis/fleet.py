@@ -949,6 +949,10 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
 
         res = relabel(res, disc)
     warnings = list(disc.warnings)
+    if type(disc).__module__ != "traceview.read.remote":  # one trace under several host names, as load() says
+        from traceview.model.load import copy_warnings
+
+        warnings.extend(copy_warnings(disc.files))
     parts, errors = split_results(res, warnings)
     if errors and not parts:
         raise _all_faults(errors, disc)

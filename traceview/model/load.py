@@ -120,7 +120,7 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
         results = relabel(results, disc)
     else:
         disc = json_fallback(disc, tasks, results, warnings, limit, store)
-        warnings.extend(_copies(disc.files))
+        warnings.extend(copy_warnings(disc.files))
     # several runs: each its own timeline (module doc of qualify_host); the run folders of one
     # capture written host by host (Discovery.fleet) are one
     timeline = getattr(disc, "timeline", lambda r: r)
@@ -193,7 +193,7 @@ def json_fallback(disc, tasks: list, results: list, warnings: list, limit, store
     return dataclasses.replace(disc, files=files, reasons=reasons)
 
 
-def _copies(files) -> list[str]:
+def copy_warnings(files) -> list[str]:
     """A warning per group of ``files`` holding the same bytes under several host names."""
     from traceview.read.discover import same_bytes
 
