@@ -268,3 +268,26 @@ def test_an_interval_past_the_threshold_is_inconclusive_not_no_change(tmp_path, 
     assert "inconclusive" in out and f"slowdowns that cannot be ruled out: 1: {last['run']}" in out
     assert main(["history", logs, "--format", "json", "--noise", "50", "--fail-on-regression", "--no-cache"]) == 0
     assert json.loads(capsys.readouterr().out)["runs"][-1]["verdict"] == "within noise"
+
+
+def test_each_run_carries_the_warnings_analyze_gives(tmp_path, capsys):
+    """A run whose host's .xplane.pb is truncated, its .trace.json.gz beside it, is read from
+    the JSON (as analyze reads it), and history says so for that run in every format (it said
+    nothing: the run's figures silently came from the JSON)."""
+    (src,) = (FIXTURES / "greedy_b4" / "plugins" / "profile").iterdir()
+    run = tmp_path / "logs" / "plugins" / "profile" / src.name
+    run.mkdir(parents=True)
+    data = (src / "engine-cpu.xplane.pb").read_bytes()
+    (run / "engine-cpu.xplane.pb").write_bytes(data[: len(data) // 2])
+    (run / "engine-cpu.trace.json.gz").write_bytes((src / "engine-cpu.trace.json.gz").read_bytes())
+    logs = str(tmp_path / "logs")
+    capsys.readouterr()
+    assert main(["history", logs, "--format", "json", "--no-cache"]) == 0
+    [r] = json.loads(capsys.readouterr().out)["runs"]
+    [w] = [w for w in r["warnings"] if "engine-cpu.xplane.pb: not a valid XSpace protobuf" in w]
+    assert "read " in w and "engine-cpu.trace.json.gz instead" in w
+    assert main(["history", logs, "--no-cache"]) == 0
+    assert f"warning: {src.name}: " in capsys.readouterr().out
+    out = tmp_path / "h.html"
+    assert main(["history", logs, "--format", "html", "-o", str(out), "--no-cache"]) == 0
+    assert f'<p class="tv-note">warning: {src.name}: ' in out.read_text()

@@ -127,6 +127,9 @@ def _tail_lines(h, rs) -> list[str]:
     named = hasattr(h, "named_baseline") and h.named_baseline() is not None
     for r, p in (h.hardware_changes() if hasattr(h, "hardware_changes") else []):
         lines.append(f"other hardware: {_hardware_change(r, p, named)}")
+    for r in h.runs:  # what analyze would warn of, read (a host from its JSON, one trace under two names)
+        for w in getattr(r, "warnings", None) or []:
+            lines.append(f"warning: {safe_line(r.name)}: {safe_line(w)}")
     for name, why in getattr(h, "skipped", None) or []:
         lines.append(f"skipped: {safe_line(name)}: {safe_line(why)}")
     return lines
@@ -210,7 +213,7 @@ only with runs of the same work (step program, batch and token buckets) on the s
 {{ chart }}
 <p class="tv-note">Colours: {% for v, c in colors %}<span style="color:{{ c }}">&#9679; {{ v }}</span> {% endfor %}</p>
 {% for a in across %}<p class="tv-note">other kernel configuration: {{ a }}</p>
-{% endfor %}{% for a in hardware %}<p class="tv-note">other hardware: {{ a }}</p>
+{% endfor %}{% for a in warned %}<p class="tv-note">warning: {{ a }}</p>{% endfor %}{% for a in hardware %}<p class="tv-note">other hardware: {{ a }}</p>
 {% endfor %}<div class="tv-wide"><table>
 <thead><tr><th>#</th><th>run</th><th>steps</th><th>median step</th><th>p10-p90</th><th>work</th><th>vs</th><th>change (interval)</th>
 <th>verdict</th><th>top families per step</th><th>kernel configurations</th><th>findings</th></tr></thead>
@@ -245,7 +248,8 @@ def history_html(h) -> str:
         against=_AGAINST if h.baseline == "previous" else h.baseline, colors=list(VERDICT_COLORS.items()),
         across=[f"{r.name} ({r.module}) against {b.name} ({b.module}): the same batch and token buckets, so the "
                 "change is the configuration's" for r, b in h.across_configs()],
-        hardware=[_hardware_change(r, p, h.named_baseline() is not None) for r, p in h.hardware_changes()])
+        hardware=[_hardware_change(r, p, h.named_baseline() is not None) for r, p in h.hardware_changes()],
+        warned=[f"{r.name}: {w}" for r in h.runs for w in getattr(r, "warnings", None) or []])
 
 
 def history_json(h) -> str:

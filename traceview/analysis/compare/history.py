@@ -119,6 +119,7 @@ class RunSummary:
     change: noise.Change | None = None
     baseline: str | None = None
     verdict: str = "baseline"
+    warnings: list = field(default_factory=list)
 
     def __post_init__(self):
         if self.program is None:
@@ -163,7 +164,8 @@ class RunSummary:
                 "hardware": hardware_text(self.hardware) if self.hardware else None, "n_steps": self.n_steps, "median_step_ps": self.median_ps,
                 "p10_step_ps": self._q(0.1), "p90_step_ps": self._q(0.9), "families": self.families,
                 "kernels": self.kernels, "findings": self.findings, "baseline": self.baseline,
-                "verdict": self.verdict, "change": c.to_dict() if c is not None else None}
+                "verdict": self.verdict, "change": c.to_dict() if c is not None else None,
+                "warnings": list(self.warnings)}
 
 
 @dataclass
@@ -279,7 +281,7 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
                       step_ps=step_walls(st).astype(np.float64), window_ps=step_walls(win).astype(np.float64),
                       families=fam, kernels=ks,
                       findings=[f.id for f in rep.findings or []], program=program_stem(prog, bare=False) or None, program_module=prog,
-                      device_kinds=device_kinds(prof), hardware=hardware(prof))
+                      device_kinds=device_kinds(prof), hardware=hardware(prof), warnings=list(rep.warnings))
 
 
 def _verdict(c: noise.Change, threshold: float) -> str:
