@@ -410,3 +410,22 @@ def test_one_trace_under_two_host_names_is_said_as_without_fleet(mixed):
     said = [w for w in fleet.load_fleet(mixed).warnings if "under 2 names" in w]
     assert len(said) == 1 and "tpu-a.xplane.pb" in said[0] and "tpu-b.xplane.pb" in said[0]
     assert said == [w for w in traceview.load(mixed, cache=False).warnings if "under 2 names" in w]
+
+
+def test_a_host_with_an_unreadable_xplane_is_read_from_its_json(tmp_path):
+    """As without --fleet: host A's .xplane.pb cut in half, its .trace.json.gz beside it. Fleet
+    mode read only host B and skipped A; now A is read from its JSON, with the warning load()
+    gives."""
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    (a,) = (fx / "greedy_b4" / "plugins" / "profile").iterdir()
+    b = next((fx / "nodonate_b4").rglob("*.xplane.pb"))
+    run = tmp_path / "plugins" / "profile" / a.name
+    run.mkdir(parents=True)
+    data = (a / "engine-cpu.xplane.pb").read_bytes()
+    (run / "hosta.xplane.pb").write_bytes(data[: len(data) // 2])
+    shutil.copyfile(a / "engine-cpu.trace.json.gz", run / "hosta.trace.json.gz")
+    shutil.copyfile(b, run / "hostb.xplane.pb")
+    f = fleet.load_fleet(tmp_path, cache=False)
+    assert f.hosts == ["hosta", "hostb"]
+    [w] = [w for w in f.warnings if "hosta.xplane.pb: not a valid XSpace protobuf" in w]
+    assert f"read {run / 'hosta.trace.json.gz'} instead" in w

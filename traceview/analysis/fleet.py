@@ -942,16 +942,20 @@ def load_fleet(path, *, run: str | None = None, all_runs: bool = False, max_byte
                                                              run_hint="pass run= or all_runs=True")
     store = TableCache.default() if cache is None else (cache or None)
     tasks = tasks_for(disc.files, max_bytes_default(max_bytes), cache=store)
-    res = read_many(tasks, functools.partial(host_partial, options=opts), executor=executor, scheduler=scheduler,
-                    workers=workers, progress=progress, arrived=_Arrived(opts.step_window if opts.steps else None))
+    arrived = _Arrived(opts.step_window if opts.steps else None)
+    read = functools.partial(host_partial, options=opts)
+    res = read_many(tasks, read, executor=executor, scheduler=scheduler, workers=workers, progress=progress,
+                    arrived=arrived)
+    warnings = list(disc.warnings)
     if type(disc).__module__ == "traceview.read.remote":  # a URL's local copies are named by their URL
         from traceview.read.remote import relabel
 
         res = relabel(res, disc)
-    warnings = list(disc.warnings)
-    if type(disc).__module__ != "traceview.read.remote":  # one trace under several host names, as load() says
-        from traceview.model.load import copy_warnings
+    else:  # as load() does: a host whose xplane is unreadable from its JSON, one trace under several names
+        from traceview.model.load import copy_warnings, json_fallback
 
+        disc = json_fallback(disc, tasks, res, warnings, max_bytes_default(max_bytes), store,
+                             read=lambda t: arrived(read(t)))
         warnings.extend(copy_warnings(disc.files))
     parts, errors = split_results(res, warnings)
     if errors and not parts:

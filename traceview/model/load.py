@@ -147,12 +147,14 @@ JSON_LACKS = ("no program ids and no FLOPs or bytes, shapes only from TPU HLO te
               "at 1M-5M events")
 
 
-def json_fallback(disc, tasks: list, results: list, warnings: list, limit, store):
+def json_fallback(disc, tasks: list, results: list, warnings: list, limit, store, read=None):
     """``disc``, or a copy naming the files read instead: each ``.xplane.pb`` that is
     unreadable (:class:`~traceview.errors.TraceUnreadable`, not a limit) and has a Chrome-trace
     JSON of the same run and host beside it is replaced in ``results`` by that JSON, read in
-    this process, with a warning naming both files, the fault and what the JSON lacks. When
-    the JSON cannot be read either, the xplane's error names both faults."""
+    this process by ``read`` (a task's reader, as :func:`traceview.read.batch.read_many` takes;
+    default :func:`~traceview.model.files.read_task`), with a warning naming both files, the
+    fault and what the JSON lacks. When the JSON cannot be read either, the xplane's error
+    names both faults."""
     import dataclasses
 
     from traceview.errors import TraceUnreadable
@@ -171,7 +173,7 @@ def json_fallback(disc, tasks: list, results: list, warnings: list, limit, store
         if not sib:
             continue
         alt = sib[0]
-        got = read_task(tasks_for([alt], limit, cache=store)[0])
+        got = (read or read_task)(tasks_for([alt], limit, cache=store)[0])
         got = got.rebuild() if isinstance(got, Failed) else got
         if isinstance(got, Exception):
             results[i] = type(err)(f"{err.fault}; the Chrome-trace JSON beside it cannot be read either: {got}",
