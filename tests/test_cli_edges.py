@@ -160,6 +160,8 @@ def test_workers_that_start_no_pool_say_so(shared_traces, capsys, cache_dir):
     assert "worker processes" not in got.out + got.err
     assert main(["report", t, "--workers", "2", "-o", str(cache_dir.parent / "r.html")]) == 0
     assert "not by 2 worker processes" in capsys.readouterr().err
+    assert main(["export", t, "--workers", "3", "-o", str(cache_dir.parent / "w")]) == 0
+    assert "not by 3 worker processes" in capsys.readouterr().err
 
 
 def test_diff_and_verify_take_no_cache(shared_traces, capsys, cache_dir):

@@ -281,7 +281,7 @@ NO_CACHE_HELP = ("neither read nor write the parsed-table cache (~/.cache/tracev
 
 
 def add_reading(p: argparse.ArgumentParser) -> None:
-    """``--no-cache``, ``--workers``, ``--scheduler`` (analyze, report)."""
+    """``--no-cache``, ``--workers``, ``--scheduler`` (analyze, report, query, export: :func:`add_selection`)."""
     p.add_argument("--no-cache", action="store_true", help=NO_CACHE_HELP)
     p.add_argument("--workers", type=workers, default=1, metavar="N",
                    help="read the hosts' files in up to N local processes (default 1: in this process; "

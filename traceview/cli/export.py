@@ -103,6 +103,7 @@ def run(args) -> int:
     with process.decoding_beside_imports():
         prof = load(args.path, run=args.run, all_runs=args.all_runs, stale_after_s=cargs.stale_after(args),
                     max_bytes=args.max_bytes, **cargs.read_options(args))
+    cargs.note_workers(args, prof.discovery)
     from traceview.model.profiledata import check_regex
 
     for option, rx in (("--filter", args.filter), ("--device", args.device)):
