@@ -69,7 +69,8 @@ NO_COMPARABLE = "no comparable run"
 NOISE_UNKNOWN = "noise unknown"
 #: verdict of a run whose interval holds 1 where the run-to-run noise is unknown: not significant
 NO_CHANGE = noise.VERDICT_NO_CHANGE
-#: verdict of a run whose interval holds 1 but reaches past the threshold, with no noise to judge against
+#: verdict of a run whose change is not significant but whose interval reaches past the
+#: threshold (and past the noise band, when one is known)
 INCONCLUSIVE = "inconclusive"
 
 #: bucket tokens that change the work a step does (``_b<N>``: the batch's rows, ``_t<N>``:
@@ -196,9 +197,7 @@ class History:
     def named_baseline(self) -> RunSummary | None:
         """The run the rule's ``baseline`` names (the first of its name or directory); None
         under the default rule."""
-        if self.baseline == "previous":
-            return None
-        return next((r for r in self.runs if self.baseline in (r.name, r.directory)), None)
+        return None if self.baseline == "previous" else _named_run(self.runs, self.baseline)
 
     def hardware_changes(self) -> list[tuple[RunSummary, RunSummary]]:
         """(run, the run it would be compared with) pairs on other hardware (device kind, type
@@ -230,6 +229,7 @@ class History:
             or (r.verdict == INCONCLUSIVE and r.change.hi >= 1 + self.threshold))]
 
     def to_dict(self) -> dict:
+        against = "previous" if self.named_baseline() is None else "baseline"  # the hardware changes' other run
         return {"baseline": self.baseline, "threshold": self.threshold, "level": self.level, "units": "ps",
                 "method": noise.METHOD_RANK, "runs": [r.to_dict() for r in self.runs],
                 "regressions": [r.name for r in self.regressions()],
@@ -239,7 +239,6 @@ class History:
                                     "baseline_module": b.module} for r, b in self.across_configs()],
                 "hardware_changes": [{"run": r.name, "hardware": hardware_text(r.hardware), against: p.name,
                                       f"{against}_hardware": hardware_text(p.hardware)}
-                                     for against in ["previous" if self.named_baseline() is None else "baseline"]
                                      for r, p in self.hardware_changes()],
                 "skipped": [{"run": n, "why": w} for n, w in self.skipped]}
 
@@ -284,6 +283,11 @@ def summarise(prof, *, name: str, directory: str, time: float, rules=None,
                       device_kinds=device_kinds(prof), hardware=hardware(prof), warnings=list(rep.warnings))
 
 
+def _named_run(runs: list[RunSummary], baseline: str) -> RunSummary | None:
+    """The first of ``runs`` (oldest first) whose name or directory is ``baseline``."""
+    return next((r for r in runs if baseline in (r.name, r.directory)), None)
+
+
 def _verdict(c: noise.Change, threshold: float) -> str:
     if c.lo is None or c.ratio is None:
         return "no interval"
@@ -321,10 +325,9 @@ def compare_runs(runs: list[RunSummary], *, baseline: str | None = None, thresho
     runs = sorted(runs, key=lambda r: (r.time, r.directory))
     base_run = None
     if baseline is not None:
-        hits = [r for r in runs if baseline in (r.name, r.directory)]
-        if not hits:
+        base_run = _named_run(runs, baseline)
+        if base_run is None:
             raise ValueError(f"baseline {baseline!r} names no run (runs: {', '.join(r.name for r in runs)})")
-        base_run = hits[0]
     for i, r in enumerate(runs):
         if base_run is not None:
             b = (base_run if base_run.work == r.work and r.program is not None
