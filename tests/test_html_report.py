@@ -309,6 +309,21 @@ def test_chart_worker_draws_the_same_page(tpu_report_inline):
     assert drawn == inline and drawn.count("<svg") == 6
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc (Linux)")
+def test_chart_worker_runs_niced(tpu_report_inline):
+    """The worker lowers its own priority by NICE once started (read off /proc/PID/stat, field
+    19), so its imports and charts take the CPU the command's threads leave."""
+    from traceview.cli import chartworker
+
+    rep, _ = tpu_report_inline
+    with chartworker.ChartWorker() as worker:
+        html_render.render_report(rep, charts=worker)  # answered: the worker is past its nice call
+        assert worker.answered == 6
+        proc = worker._children[0].proc
+        fields = open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()
+        assert int(fields[16]) == min(19, os.nice(0) + chartworker.NICE)
+
+
 def test_charts_submitted_while_the_report_is_built_are_drawn_once(tpu, tpu_report_inline):
     """``report``'s path: build_report's on_roofline hands the roofline's rows to
     submit_roofline before the step anatomy is computed, its on_section the half-built report

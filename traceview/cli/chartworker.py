@@ -24,6 +24,12 @@ import time
 #: Seconds to wait for one chart from the worker before drawing it here.
 ANSWER_S = 60.0
 
+#: The worker's niceness increment (``os.nice``): its imports and charts take the CPU time the
+#: command's own threads leave (on 2 cores they otherwise slow the read and the analyses they
+#: overlap); at 10 the worker still gets about a tenth of a core a busy command thread would
+#: take (Linux CFS weights 110 against 1024), so it is not starved on a loaded machine.
+NICE = 10
+
 _CHILD = "from traceview.cli.chartworker import serve; serve()"
 
 
@@ -31,7 +37,8 @@ def serve() -> None:
     """The worker's loop: import matplotlib's figure and SVG backend, then answer each pickled ``(name, args)`` on
     stdin with a pickled ``("ok", chart)`` or ``("error", text)`` on stdout (each preceded by
     its length, 8 bytes little-endian), until EOF. On Linux it dies with its parent (an
-    interrupted report does not wait for the worker's imports to end)."""
+    interrupted report does not wait for the worker's imports to end). It runs niced by
+    :data:`NICE`."""
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -40,6 +47,12 @@ def serve() -> None:
             ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
         except (OSError, AttributeError):
             pass
+    try:
+        import os
+
+        os.nice(NICE)
+    except (OSError, AttributeError):  # no os.nice (Windows) or not permitted: as it is
+        pass
     from traceview.render.charts import CHARTS
 
     import matplotlib.figure  # noqa: F401
