@@ -177,7 +177,8 @@ def _summary(prof, path, args, rules, base):
     try:
         return side(prof, rules=rules, name_stem=not args.no_name_stem, base=base, step_window=args.step_window,
                     window_option="--step-window", expand_kernels=args.expand_kernels,
-                    release=process.heap_releaser(cargs.input_bytes(prof.discovery)), drop_derived=True)
+                    release=process.heap_releaser(cargs.input_bytes(prof.discovery)), drop_derived=True,
+                    beside=not process.imports_may_race())
     except TraceviewError as e:  # said with its file (side() names a step window's)
         raise naming_side(e, path) from None
 

@@ -336,7 +336,7 @@ class DiffSide:
 def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, base: DiffSide | None = None,
          tagged: TaggedOps | None = None, step_window: str = "steady", program_key: bool = True,
          expand_kernels: bool = False, release=None, drop_derived: bool = False,
-         window_option: str = "step_window") -> DiffSide:
+         window_option: str = "step_window", beside: bool = False) -> DiffSide:
     """The :class:`DiffSide` of ``prof`` (anything with ``table``, ``module_runs`` and
     ``traces``). ``base``: the base's side when ``prof`` is the treatment (its step module is
     the base's, after configuration substitution, when both are stepped by a module and the
@@ -349,24 +349,39 @@ def side(prof, *, rules=None, name_stem: bool = True, label: str | None = None, 
     populations, the step anatomy and the noise samples. ``drop_derived``: ``prof`` is read
     for this side alone, so the step anatomy it keeps (:mod:`traceview.analysis.derived`) is
     dropped as soon as the noise samples have their steps (its per-step frames are the
-    largest a side holds). Raises UsageError on bad rules or step window."""
+    largest a side holds). ``beside``: the tagging, kernels, populations and module sums are
+    computed on a thread of their own while this one computes the step anatomy (as
+    :func:`~traceview.analysis.report.build_report`'s ``beside``; ``release`` is then not called
+    between them); the same side either way. Raises UsageError on bad rules or step window."""
     from traceview.analysis.steps.stepstats import parse_window, window_holds_steps
 
     parse_window(step_window)
     release = release if release is not None else (lambda: None)
-    t = tagged if tagged is not None else derived.tagged(prof, rules)
-    kern = kernel_table(prof, tagged=t)
-    pops = populations(prof, name_stem=name_stem, tagged=t, program_stem_key=program_key,
-                       expand_kernels=expand_kernels)
-    kern, pops, traced = _traced_kernel_events(prof, kern, pops)
-    release()
     runs = prof.runs if hasattr(prof, "runs") else prof.module_runs
+
+    def tables():  # the populations and what the side's tables read (none of it the step anatomy's)
+        t = tagged if tagged is not None else derived.tagged(prof, rules)
+        kern = kernel_table(prof, tagged=t)
+        pops = populations(prof, name_stem=name_stem, tagged=t, program_stem_key=program_key,
+                           expand_kernels=expand_kernels)
+        kern, pops, traced = _traced_kernel_events(prof, kern, pops)
+        return t, kern, pops, traced, family_shares(t), module_sums(runs)
+
+    if beside:
+        from traceview.analysis.report import _beside
+
+        (tables_of,) = _beside(tables)
+    else:
+        got = tables()
+        release()
+        tables_of = lambda: got  # noqa: E731
+    vmap = None if base is None else (lambda: _value_map(_kernel_changes(base.kernels, tables_of()[1])))
+    a = _step_anatomy(prof, None if base is None else (base, vmap), step_window)
+    t, kern, pops, traced, fams, msums = tables_of()
     s = DiffSide(label=_label(prof, label), populations=pops,
-                 kernels=kern, families=family_shares(t), module_sums=module_sums(runs),
+                 kernels=kern, families=fams, module_sums=msums,
                  events=t.events if traced is None else traced,
                  self_ps=t.self_ps, files=tuple(str(tr.path) for tr in getattr(prof, "traces", []) or []))
-    a = _step_anatomy(prof, None if base is None else (base, _value_map(_kernel_changes(base.kernels, kern))),
-                      step_window)
     # as analyze: no diff of no steps; naming the profile, as the two sides may have different step counts
     window_holds_steps(None if a is None else a.steps, step_window, window_option, prof=prof)
     release()
@@ -593,6 +608,7 @@ def _step_anatomy(prof, base, window: str = "steady") -> "steps.StepAnatomy | No
     if base is None or (own is not None and own.method == "markers"):
         return own
     b, vmap = base
+    vmap = vmap() if callable(vmap) else vmap
     if b.steps is None or b.steps[3] == "markers" or not b.steps[0] or runs is None or not runs.height:
         return own  # steps of another kind than the treatment's own: its own
     mb = b.steps[0]

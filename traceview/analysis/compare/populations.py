@@ -221,10 +221,10 @@ def kernel_table(prof, *, rules=None, tagged: TaggedOps | None = None) -> pl.Dat
 
 def family_shares(tagged: TaggedOps) -> pl.DataFrame:
     """Self time per family over a profile's ops: family, self_ps (Int64, ps), share (of all
-    ops' self time); unordered. Empty frame when there is no op."""
+    ops' self time); by family. Empty frame when there is no op."""
     if tagged.height == 0:
         return pl.DataFrame(schema={"family": pl.Utf8, "self_ps": pl.Int64, "share": pl.Float64})
     df = tagged.rows
     total = int(df["self_ps"].sum() or 0)
     return df.group_by("family").agg(pl.col("self_ps").sum().cast(pl.Int64)).with_columns(
-        (pl.col("self_ps") / total if total else pl.lit(0.0)).alias("share"))
+        (pl.col("self_ps") / total if total else pl.lit(0.0)).alias("share")).sort("family")
