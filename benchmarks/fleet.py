@@ -31,7 +31,8 @@ apart), the client's CPU seconds over them (all its threads: on Dask the schedul
 Dask workers' CPU seconds (their whole processes, as ``client.run`` reads them before and
 after; ``-`` for the other modes) and, with ``--task-stream``, from Dask's task stream, how long
 each worker computed tasks, when the first began and the last ended (what the client does
-after it is the tail), the client's peak RSS (``ru_maxrss``: Dask's scheduler
+after it is the tail), the client's peak RSS up to the end of the read and merge (``ru_maxrss``,
+before the op table is written out for the comparison; Dask's scheduler
 runs in the client; its workers are other processes) and its RSS when the clock starts
 (imports, and the cluster when there is one), and whether the op table's exact columns equal
 the single process's (p50/p90 within the sketch's bound). Prints a markdown table and the
@@ -127,6 +128,7 @@ else:
     steps = f.steps.steps.height if f.steps is not None else 0
 s, client_cpu = time.perf_counter() - t0, cpu() - c0
 workers_cpu = wcpu() - w0
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the read and merge's (not the table's write below)
 tasks = {}
 if stream is not None:
     stream.__exit__(None, None, None)
@@ -141,7 +143,7 @@ by_shape.drop("modules", "programs").write_parquet(out)
 if client is not None:
     client.close(); cluster.close()
 print(json.dumps({"mode": mode, "hosts": hosts, "op_events": events, "steps": steps, "s": s,
-                  "startup_s": startup, "client_cpu_s": client_cpu, "workers_cpu_s": workers_cpu, "client_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "client_start_mib": start_rss,
+                  "startup_s": startup, "client_cpu_s": client_cpu, "workers_cpu_s": workers_cpu, "client_rss_mib": peak, "client_start_mib": start_rss,
                   **tasks}))
 """
 
