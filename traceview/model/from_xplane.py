@@ -367,7 +367,7 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
                                         h if several else ""))
             dev_markers.extend((h,) + m for m in _export_step_markers(plane, stat_names, path))
             n_events += _read_annotated_plane(plane, stat_names, cols, hlo, h, run, path, device_lines=True,
-                                              decoded=(decoded or {}).pop(id(plane), None))
+                                              decoded=(decoded or {}).pop(id(plane), None), notes=notes)
         elif name == "/host:CPU":
             host_planes.append((plane, stat_names))
             if read_memory and has_memory_events(plane):
@@ -382,7 +382,8 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
         got: list[tuple] = []
         h = host_of[id(plane)]
         n_events += _read_annotated_plane(plane, stat_names, cols, hlo, h, run, path, device_lines=False,
-                                          markers=got, devices=names, decoded=(decoded or {}).pop(id(plane), None))
+                                          markers=got, devices=names, decoded=(decoded or {}).pop(id(plane), None),
+                                          notes=notes)
         markers.extend((h, "") + tuple(m) for m in got)
         devices.extend(DeviceInfo(name=nm, kind="CPU", device_type="CPU", host=h if several else "") for nm in names)
 
@@ -1074,7 +1075,8 @@ _ROW_COLUMNS = ("module", "program_id", "op_name", "op_kind", "category", "shape
 
 
 def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, run, path, device_lines: bool,
-                          markers: list | None = None, devices: list | None = None, decoded=None) -> int:
+                          markers: list | None = None, devices: list | None = None, decoded=None,
+                          notes: list | None = None) -> int:
     """GPU stream lines / CPU thunk-executor threads: ops named by per-event stats
     (``hlo_op``, ``hlo_module``, ``program_id``, ``tf_op``, ``name``, ``device_ordinal``),
     merged over their XEventMetadata's stats. Each line is decoded into columns
@@ -1087,11 +1089,13 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
     (:func:`~traceview.model.cpu_devices.device_names`) and the devices' names appended.
     ``decoded``: the plane's :func:`~traceview.model.annotated_plane.decode_lines` (made by a
     prefetch; an exception it raised is raised here; emptied as its lines are read), None to
-    decode here line by line. Returns the plane's
-    event count."""
+    decode here line by line. ``notes``: where a line is said of events whose ``hlo_op`` is a
+    ``ref_value`` to a stat id the plane does not define (they cannot be named: not ops).
+    Returns the plane's event count."""
     if isinstance(decoded, BaseException):
         raise decoded
     n = 0
+    dangling = 0  # events whose hlo_op refers to no XStatMetadata of the plane
     md_by_id = plane.event_metadata
     md_cache: dict[int, tuple] = {}
     lines = []  # (line name, op event positions, combo row per op event, starts, durs, occ, rows)
@@ -1115,6 +1119,7 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
         exact: list = [False] * n_combo
         thunks: list = [None] * n_combo
         sts: list = [None] * n_combo
+        dang: list = []  # combos whose hlo_op is a dangling ref_value
         for c, mid in enumerate(le.combo_mids.tolist()):  # once per distinct (metadata, stat values)
             if mid not in md_cache:
                 md = md_by_id.get(mid)
@@ -1128,6 +1133,9 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
                     st[nm] = value(k, int(le.combo_values[c, j]))
             names[c] = ev_name
             if not st.get("hlo_op"):
+                if int(le.combo_kinds[c, 0]) == wire.KIND_REF and \
+                        (int(le.combo_values[c, 0]) & ((1 << 64) - 1)) not in stat_names:
+                    dang.append(c)
                 marker[c] = markers is not None
                 step_md[c] = md_st.get("step_num")
                 continue
@@ -1139,6 +1147,8 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
             pids[c], insts[c], exact[c] = _as_int(st.get("program_id")), op[1], op[2]
             if op[1] is None and ev_name != op[0] and hlo.get(pids[c]) is not None:
                 thunks[c], sts[c] = op[0], st
+        if dang:
+            dangling += int(np.count_nonzero(np.isin(le.combo, dang)))
         if markers is not None and marker.any():
             _annotated_markers(le, marker, step_md, names, value, markers)
         combo = le.combo
@@ -1157,6 +1167,9 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
             occ = le.occurrences
             occ = np.broadcast_to(np.int64(0), (len(pos),)) if _zeros(occ) else occ[pos]
             lines.append((le.name, combo[pos], le.starts[pos], le.durations[pos], occ, rows))
+    if dangling and notes is not None:
+        notes.append(printable(f"{path}: {plane.name}: {dangling:,} event(s) name their HLO op through a stat id "
+                               "the plane does not define (a dangling ref_value): not counted as ops"))
     if not lines:
         return n
     # the device of each op: the plane, or per device_ordinal on a host plane running several
