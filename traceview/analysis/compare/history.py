@@ -165,8 +165,17 @@ class RunSummary:
                 "hardware": hardware_text(self.hardware) if self.hardware else None, "n_steps": self.n_steps, "median_step_ps": self.median_ps,
                 "p10_step_ps": self._q(0.1), "p90_step_ps": self._q(0.9), "families": self.families,
                 "kernels": self.kernels, "findings": self.findings, "baseline": self.baseline,
-                "verdict": self.verdict, "change": c.to_dict() if c is not None else None,
+                "verdict": self.verdict, "change": _change_dict(c) if c is not None else None,
                 "warnings": list(self.warnings)}
+
+
+def _change_dict(c: noise.Change) -> dict:
+    """``c.to_dict()`` with the test's own verdict as ``test_verdict``: a run's verdict (``verdict``
+    beside ``change``) also weighs the threshold, and one ``verdict`` key saying "no change"
+    inside a run that says "inconclusive" misread as the run's."""
+    d = c.to_dict()
+    d["test_verdict"] = d.pop("verdict")
+    return d
 
 
 @dataclass
