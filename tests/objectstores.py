@@ -3,7 +3,8 @@
 * S3: moto's server (``python -m moto.server``, test extra ``moto[server]``) in its own
   process, with IAM enforced (``INITIAL_NO_AUTH_ACTION_COUNT``: the first requests, which make
   the users, are the only unauthenticated ones): a ``writer`` (s3:*) that fills the buckets, a
-  ``reader`` (s3:GetObject and s3:ListBucket only: traceview could write nothing if it tried)
+  ``reader`` (s3:GetObject and s3:ListBucket, and their operations' own names for moto 5.2.6, only:
+  traceview could write nothing if it tried)
   and ``nobody`` (no policy: every request denied).
 * GCS: ``gcp-storage-emulator`` (test extra) in its own process, in memory.
 
@@ -77,8 +78,12 @@ class Server:
 #: IAM actions made before authentication is enforced (the users and their keys)
 _IAM_SETUP_ACTIONS = 8
 
+#: (AWS authorises ListObjects/ListObjectsV2 as s3:ListBucket and HeadObject as s3:GetObject;
+#: moto 5.2.6 checks them under their operation names, so those are granted too: still no
+#: action that writes)
 _READ_ONLY = {"Version": "2012-10-17", "Statement": [
-    {"Effect": "Allow", "Action": ["s3:GetObject", "s3:ListBucket"], "Resource": "*"}]}
+    {"Effect": "Allow", "Action": ["s3:GetObject", "s3:HeadObject", "s3:ListBucket", "s3:ListObjects",
+                                   "s3:ListObjectsV2"], "Resource": "*"}]}
 _ALL = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
 
 
