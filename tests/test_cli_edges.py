@@ -512,3 +512,33 @@ def test_a_dangling_hlo_op_ref_value_is_said_not_dropped_silently(shared_traces,
     assert len(said) == 1 and "/device:GPU:0: 5 event(s)" in said[0]
     whole = traceview.load(shared_traces / "mi300x_jax_attention.xplane.pb", cache=False)
     assert whole.op_events == 87 and not any("dangling" in w for w in whole.warnings)
+
+
+def test_python_children_do_not_import_from_the_working_directory(shared_traces, tmp_path):
+    """A ``traceview.py``, ``matplotlib.py`` or ``multiprocessing.py`` in the folder a command
+    runs in (a downloaded profile bundle) is not imported by the Python processes it starts:
+    the report's chart worker, the query server, a spawn pool's workers (they ran ``python -c``,
+    which puts the working directory first on sys.path: each of these files ran)."""
+    repo = Path(__file__).resolve().parents[1]
+    fixtures = repo / "fixtures"
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    marker = tmp_path / "imported"
+    for name in ("traceview.py", "matplotlib.py", "multiprocessing.py", "polars.py", "pickle.py"):
+        (bundle / name).write_text(f"open({str(marker)!r}, 'a').write({name!r} + '\\n')\n")
+    env = dict(os.environ, PYTHONPATH=str(repo), TRACEVIEW_NO_CACHE="1")
+    env.pop("PYTHONSAFEPATH", None)
+    hosts = tmp_path / "hosts" / "plugins" / "profile" / "2026_01_01_00_00_00"
+    hosts.mkdir(parents=True)
+    data = (shared_traces / "tpu_v6e_4chip_psum.xplane.pb").read_bytes()
+    for h in range(10):  # 8.6 MB in 10 files: a pool is started (read.batch.PARALLEL_MIN_BYTES)
+        (hosts / f"h{h}.xplane.pb").write_bytes(data)
+    cli = [sys.executable, "-P", "-m", "traceview.cli"]
+    runs = [["report", str(fixtures / "greedy_b4"), "-o", str(tmp_path / "r.html")],
+            ["analyze", str(tmp_path / "hosts"), "--workers", "2", "--brief"],
+            ["query", str(fixtures / "greedy_b4"), "select count(*) from ops"]]
+    for argv in runs:
+        p = subprocess.run(cli + argv, cwd=bundle, env=env, capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 and "not by 2 worker processes" not in p.stderr, (argv, p.stderr)
+    assert not marker.exists(), marker.read_text()
+    assert (tmp_path / "r.html").read_text().count("<svg") >= 2

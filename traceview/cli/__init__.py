@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] != ["mcp"]:  # a one-shot command: one malloc arena before any thread starts
         process.one_malloc_arena()
     process.limit_blas_threads()
+    process.safe_child_path()
     process.matplotlib_home()
     if any("://" in a for a in argv):  # a URL (traceview.read.remote): the storage libraries stay quiet
         process.quiet_storage_logs()

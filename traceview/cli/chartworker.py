@@ -84,8 +84,9 @@ class _Child:
         self._got = threading.Condition()
         self._done = False  # the reader stopped: the worker ended, failed or was closed
         try:
-            self.proc = subprocess.Popen([sys.executable, "-c", _CHILD], stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0)
+            self.proc = subprocess.Popen([sys.executable, "-P", "-c", _CHILD], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
+                                         env=_child_env())
         except OSError:
             self.proc = None
             self._done = True
@@ -152,6 +153,21 @@ class _Child:
                 return self.answers[index]
         self.close()
         return None
+
+
+def _child_env() -> dict:
+    """The worker's environment: this one's, with the folder this process imported traceview
+    from first on ``PYTHONPATH``. The worker runs with ``-P`` (its working directory, where a
+    ``traceview.py`` or ``matplotlib.py`` of a downloaded profile bundle may lie, is not on its
+    ``sys.path``), so it imports the same traceview as this process, installed or not."""
+    import os
+
+    import traceview
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(traceview.__file__)))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
 
 
 def _read_exactly(stream, n: int) -> bytes | None:

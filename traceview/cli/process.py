@@ -56,6 +56,15 @@ def limit_blas_threads() -> None:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
+def safe_child_path() -> None:
+    """The Python processes the command starts (a spawn pool's workers, which run ``python -c``)
+    do not put their working directory first on ``sys.path`` (``PYTHONSAFEPATH``, Python 3.11):
+    a ``traceview.py``, ``matplotlib.py`` or ``multiprocessing.py`` in the folder the command
+    runs in (a downloaded profile bundle) would otherwise be imported, and run, by them. The
+    chart worker and the query server are started with ``-P`` themselves."""
+    os.environ.setdefault("PYTHONSAFEPATH", "1")
+
+
 def matplotlib_home() -> None:
     """Point matplotlib's config and font cache (``MPLCONFIGDIR``) at a folder of this user's in
     the temporary directory when ``HOME`` is missing or not writable, so that a report run

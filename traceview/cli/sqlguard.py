@@ -237,7 +237,7 @@ def _served(request: tuple) -> tuple[int, bytes]:
     with _server_lock:
         proc = _server[0]
         if proc is None or proc.poll() is not None:
-            proc = subprocess.Popen([sys.executable, "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            proc = subprocess.Popen([sys.executable, "-P", "-c", _BOOT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                     close_fds=True)
             _server[0] = proc
             _send(proc.stdin, list(sys.path))
