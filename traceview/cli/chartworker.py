@@ -157,16 +157,19 @@ class _Child:
 
 def _child_env() -> dict:
     """The worker's environment: this one's, with the folder this process imported traceview
-    from first on ``PYTHONPATH``. The worker runs with ``-P`` (its working directory, where a
+    from first on ``PYTHONPATH`` unless it is a site-packages folder. The worker runs with ``-P`` (its working directory, where a
     ``traceview.py`` or ``matplotlib.py`` of a downloaded profile bundle may lie, is not on its
     ``sys.path``), so it imports the same traceview as this process, installed or not."""
     import os
+    import site
 
     import traceview
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(traceview.__file__)))
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    sites = {os.path.abspath(p) for p in site.getsitepackages() + [site.getusersitepackages()]}
+    if root not in sites:  # (an installed traceview is found as it is; site-packages is not put first)
+        env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     return env
 
 
