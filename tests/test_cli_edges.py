@@ -542,3 +542,60 @@ def test_python_children_do_not_import_from_the_working_directory(shared_traces,
         assert p.returncode == 0 and "not by 2 worker processes" not in p.stderr, (argv, p.stderr)
     assert not marker.exists(), marker.read_text()
     assert (tmp_path / "r.html").read_text().count("<svg") >= 2
+
+
+def _gpu_trace(shared_traces, tmp_path, name: str, edit) -> Path:
+    """The MI300X trace with ``edit(plane, names)`` applied to /device:GPU:0, as a run folder
+    under ``tmp_path / name``."""
+    from traceview.read.xplane.protos import XSpace
+
+    space = XSpace()
+    space.ParseFromString((shared_traces / "mi300x_jax_attention.xplane.pb").read_bytes())
+    plane = next(p for p in space.planes if p.name == "/device:GPU:0")
+    edit(plane, {k: v.name for k, v in plane.stat_metadata.items()})
+    run = tmp_path / name / "plugins" / "profile" / "2026_01_01_00_00_00"
+    run.mkdir(parents=True)
+    (run / "h.xplane.pb").write_bytes(space.SerializeToString())
+    return tmp_path / name
+
+
+def test_gpu_kernels_that_cannot_be_named_are_not_replaced_by_host_events(shared_traces, tmp_path, capsys):
+    """When no GPU kernel names an HLO op (the hlo_op stats removed; or moved onto the kernels'
+    XEventMetadata as ref_values to no stat), the host's launch events are not read as a CPU
+    device's ops in their place (they were: 'CPU x1: 87 op events, op time 756.83 us'): exit 5,
+    the line saying why. With the hlo_op on the metadata, resolvable, the 87 kernels are read."""
+    def strip(plane, names):
+        for ln in plane.lines:
+            for e in ln.events:
+                keep = [s for s in e.stats if names.get(s.metadata_id) != "hlo_op"]
+                del e.stats[:]
+                e.stats.extend(keep)
+
+    def onto_metadata(dangle):
+        def edit(plane, names):
+            moved = set()
+            for ln in plane.lines:
+                for e in ln.events:
+                    hs = [s for s in e.stats if names.get(s.metadata_id) == "hlo_op"]
+                    if not hs:
+                        continue
+                    if e.metadata_id not in moved:
+                        ns = plane.event_metadata[e.metadata_id].stats.add()
+                        ns.CopyFrom(hs[0])
+                        if dangle:
+                            ns.ref_value = max(names) + 1000
+                        moved.add(e.metadata_id)
+                    keep = [s for s in e.stats if names.get(s.metadata_id) != "hlo_op"]
+                    del e.stats[:]
+                    e.stats.extend(keep)
+        return edit
+
+    for name, edit, dangling in (("stripped", strip, False), ("mddang", onto_metadata(True), True)):
+        rc = main(["analyze", str(_gpu_trace(shared_traces, tmp_path, name, edit)), "--no-cache"])
+        err = capsys.readouterr().err
+        assert rc == traceview.errors.EXIT_NO_OPS, (name, err)
+        assert "the GPU plane(s) hold 105 event(s), none of them named by an HLO op" in err, name
+        assert ("/device:GPU:0: 87 event(s) name their HLO op through a stat id" in err) == dangling, name
+    ok = traceview.load(_gpu_trace(shared_traces, tmp_path, "mdok", onto_metadata(False)), cache=False,
+                        stale_after_s=None)
+    assert ok.op_events == 87 and ok.device_summary()["device"].to_list() == ["/device:GPU:0"]

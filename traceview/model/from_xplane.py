@@ -260,6 +260,7 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
     start_ns = stop_ns = None
     n_events = 0
     host_planes = []
+    gpu_counts: dict = {}  # events on the GPU planes' decoded lines (_read_annotated_plane's counts)
     memory = None
     kernel_parts: list = []
     markers: list[tuple] = []  # (host, device, name, step_num, start_ps, duration_ps): host step annotations
@@ -367,15 +368,23 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
                                         h if several else ""))
             dev_markers.extend((h,) + m for m in _export_step_markers(plane, stat_names, path))
             n_events += _read_annotated_plane(plane, stat_names, cols, hlo, h, run, path, device_lines=True,
-                                              decoded=(decoded or {}).pop(id(plane), None), notes=notes)
+                                              decoded=(decoded or {}).pop(id(plane), None), notes=notes,
+                                              counts=gpu_counts)
         elif name == "/host:CPU":
             host_planes.append((plane, stat_names))
             if read_memory and has_memory_events(plane):
                 got = read_memory_events(plane, stat_names, path, h)
                 memory = got if memory is None else pl.concat([memory, got], how="vertical")
     have_device_ops = any(c.height for c in cols)  # OpTables (TPU) and frames (GPU) both have height
+    # GPU kernels none of which names an HLO op: the host's thunk events (launches, on the host's
+    # clock) would stand in for them as a CPU device's ops; said, and not read
+    unnamed = not have_device_ops and gpu_counts.get("line_events", 0) > 0
+    if unnamed and host_planes:
+        notes.append(f"{path}: the GPU plane(s) hold {gpu_counts['line_events']:,} event(s), none of them "
+                     "named by an HLO op (no hlo_op stat, or one the plane cannot resolve): the host's launch "
+                     "events are not read as ops in their place")
     for plane, stat_names in host_planes:
-        if have_device_ops:
+        if have_device_ops or unnamed:
             n_events += sum(count_events(raw, path) for raw in plane.lines)
             continue
         names: list[str] = []
@@ -1076,7 +1085,7 @@ _ROW_COLUMNS = ("module", "program_id", "op_name", "op_kind", "category", "shape
 
 def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, run, path, device_lines: bool,
                           markers: list | None = None, devices: list | None = None, decoded=None,
-                          notes: list | None = None) -> int:
+                          notes: list | None = None, counts: dict | None = None) -> int:
     """GPU stream lines / CPU thunk-executor threads: ops named by per-event stats
     (``hlo_op``, ``hlo_module``, ``program_id``, ``tf_op``, ``name``, ``device_ordinal``),
     merged over their XEventMetadata's stats. Each line is decoded into columns
@@ -1091,7 +1100,8 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
     prefetch; an exception it raised is raised here; emptied as its lines are read), None to
     decode here line by line. ``notes``: where a line is said of events whose ``hlo_op`` is a
     ``ref_value`` to a stat id the plane does not define (they cannot be named: not ops).
-    Returns the plane's event count."""
+    ``counts``: its ``"line_events"`` grows by the events of the lines decoded here (not the
+    derived lines). Returns the plane's event count."""
     if isinstance(decoded, BaseException):
         raise decoded
     n = 0
@@ -1104,6 +1114,8 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
             n += le
             continue
         n += len(le)
+        if counts is not None:
+            counts["line_events"] = counts.get("line_events", 0) + len(le)
         if not le.has_stats.any():  # no event with per-event stats (hlo_op is one): no ops here
             continue
         value = _resolver(stat_names, le.strings)
@@ -1124,8 +1136,11 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
             if mid not in md_cache:
                 md = md_by_id.get(mid)
                 md_cache[mid] = ((_stats(md.stats, stat_names, stat_names) if md is not None else {}),
-                                 md.name if md is not None else "")
-            md_st, ev_name = md_cache[mid]
+                                 md.name if md is not None else "",
+                                 md is not None and any(stat_names.get(x.metadata_id) == "hlo_op"
+                                                        and x.WhichOneof("value") == "ref_value"
+                                                        and x.ref_value not in stat_names for x in md.stats))
+            md_st, ev_name, md_dangling = md_cache[mid]
             st = dict(md_st)
             for j, nm in enumerate(KEY_STATS):
                 k = int(le.combo_kinds[c, j])
@@ -1133,8 +1148,9 @@ def _read_annotated_plane(plane, stat_names, cols: list, hlo: HloIndex, host, ru
                     st[nm] = value(k, int(le.combo_values[c, j]))
             names[c] = ev_name
             if not st.get("hlo_op"):
-                if int(le.combo_kinds[c, 0]) == wire.KIND_REF and \
-                        (int(le.combo_values[c, 0]) & ((1 << 64) - 1)) not in stat_names:
+                k0 = int(le.combo_kinds[c, 0])
+                if (k0 == wire.KIND_REF and (int(le.combo_values[c, 0]) & ((1 << 64) - 1)) not in stat_names) or \
+                        (k0 == wire.KIND_ABSENT and md_dangling):  # (the event's own, else its metadata's)
                     dang.append(c)
                 marker[c] = markers is not None
                 step_md[c] = md_st.get("step_num")

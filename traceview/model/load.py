@@ -12,6 +12,8 @@ import os
 
 #: what :func:`traceview.model.from_tracejson.read_trace_json`'s note on malformed event fields says
 FIELD_FAULTS = "complete ('X') events with fields the profiler's exporter never writes"
+#: the xplane reader's notes of kernels that cannot be named (traceview.model.from_xplane)
+UNNAMED_KERNELS = ("none of them named by an HLO op", "a dangling ref_value")
 
 #: the largest single ``.xplane.pb`` decoded on a thread while the caller imports (bytes);
 #: larger files are read plane by plane to bound memory
@@ -133,11 +135,12 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
                                                 expand_kernels=expand_kernels)
     if require_ops and prof.table.height == 0:
         names = ", ".join(str(t.path) for t in traces)
-        # events left out as malformed may be why: say so in the one line
-        malformed = [n for t in traces for n in t.notes if FIELD_FAULTS in n]
+        # events left out as malformed, or kernels that cannot be named, may be why: said in the one line
+        malformed = [n.split(": ", 1)[1] if n.startswith(f"{t.path}: ") else n for t in traces for n in t.notes
+                     if FIELD_FAULTS in n or any(u in n for u in UNNAMED_KERNELS)]
+        hint = [] if any(FIELD_FAULTS in n for n in malformed) else ["was it recorded from a JAX/XLA program?"]
         no_ops = NoOpsFound("the trace has no HLO ops (no XLA Ops line, no hlo_op-annotated kernels); "
-                            + ("; ".join(malformed) if malformed else "was it recorded from a JAX/XLA program?"),
-                            names)
+                            + "; ".join(malformed + hint), names)
         raise _all_faults(errors + [no_ops], disc)
     return prof
 
