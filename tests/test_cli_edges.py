@@ -512,3 +512,30 @@ def test_a_dangling_hlo_op_ref_value_is_said_not_dropped_silently(shared_traces,
     assert len(said) == 1 and "/device:GPU:0: 5 event(s)" in said[0]
     whole = traceview.load(shared_traces / "mi300x_jax_attention.xplane.pb", cache=False)
     assert whole.op_events == 87 and not any("dangling" in w for w in whole.warnings)
+
+
+def test_diff_and_verify_json_carry_each_reading_warning_once(shared_traces, tmp_path, capsys):
+    """diff and verify said a side's reading warnings on stderr only (their JSON, and so the MCP
+    tools' answers, had none), and diff A A said each twice. Both JSONs carry ``warnings``, the
+    lines stderr shows, each once."""
+    from badinputs import dangling_hlo_refs
+
+    root = tmp_path / "p"
+    f = dangling_hlo_refs(root, 5)
+    orig = str(shared_traces / "mi300x_jax_attention.xplane.pb")
+    (said,) = [w for w in traceview.load(root, cache=False, stale_after_s=None).warnings if "dangling" in w]
+    assert str(f) in said and "5 event(s)" in said
+
+    for argv in (["diff", str(root), str(root)], ["diff", str(root), orig], ["diff", orig, str(root)],
+                 ["verify", str(root), "--check", "op matching fusion present"],
+                 ["verify", orig, str(root), "--check", "op matching fusion present"]):
+        assert main([*argv, "--format", "json", "--no-cache"]) == 0, argv
+        got = capsys.readouterr()
+        err = [ln.removeprefix("traceview: warning: ") for ln in got.err.splitlines()
+               if ln.startswith("traceview: warning: ")]
+        assert err == [said], (argv, err)
+        assert json.loads(got.out)["warnings"] == [said], argv
+    assert main(["diff", orig, orig, "--format", "json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["warnings"] == []
+    assert main(["verify", orig, "--check", "op matching fusion present", "--format", "json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["warnings"] == []
