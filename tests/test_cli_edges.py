@@ -539,3 +539,32 @@ def test_diff_and_verify_json_carry_each_reading_warning_once(shared_traces, tmp
     assert json.loads(capsys.readouterr().out)["warnings"] == []
     assert main(["verify", orig, "--check", "op matching fusion present", "--format", "json", "--no-cache"]) == 0
     assert json.loads(capsys.readouterr().out)["warnings"] == []
+
+
+def test_a_path_after_double_dash_may_start_with_a_minus(shared_traces, tmp_path, monkeypatch, capsys):
+    """``analyze -- -dash`` said 'unrecognized arguments: -dash': Python 3.11's intermixed parse
+    drops the ``--`` and reads what follows as options. After ``--`` every argument is a path,
+    read as ``./-dash`` is; an option after it is refused as argparse refuses it."""
+    import shutil
+
+    (tmp_path / "-dash").mkdir()
+    shutil.copy(shared_traces / "mi300x_jax_attention.xplane.pb", tmp_path / "-dash")
+    monkeypatch.chdir(tmp_path)
+    outs = []
+    for argv in (["analyze", "--format", "json", "--no-cache", "--", "-dash"],
+                 ["analyze", "--format", "json", "--no-cache", "./-dash"]):
+        assert main(argv) == 0, capsys.readouterr().err
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0]["ops"] == outs[1]["ops"] and outs[0]["ops"]
+    assert outs[0]["provenance"]["files"][0]["path"].endswith("-dash/mi300x_jax_attention.xplane.pb")
+    assert main(["diff", "--format", "json", "--no-cache", "--", "-dash", "-dash"]) == 0
+    counts = json.loads(capsys.readouterr().out)["counts"]
+    assert counts["matched"] > 0 and counts["appeared"] == counts["vanished"] == 0  # one recording, both sides
+    assert main(["verify", "--check", "op matching fusion present", "--no-cache", "--", "-dash"]) == 0
+    assert "PASS  op matching fusion present" in capsys.readouterr().out
+    assert main(["analyze", "--no-cache", "--", "-dash", "--brief"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "traceview: error: unrecognized arguments: --brief (see traceview analyze --help)"]
+    assert main(["analyze", "--no-cache", "--", "-nosuch"]) == traceview.errors.EXIT_NO_TRACE
+    assert capsys.readouterr().err.startswith("traceview: error: -nosuch: ")
+

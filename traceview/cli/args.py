@@ -20,6 +20,7 @@ class Parser(argparse.ArgumentParser):
         from traceview.errors import EXIT_USAGE
         from traceview.model.naming import safe_line
 
+        message = message.replace(POSITIONAL_MARK, "")  # an argument after -- as given
         print(f"traceview: error: {safe_line(message)} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
@@ -33,6 +34,10 @@ class Parser(argparse.ArgumentParser):
                 raise OSError(errno.EBADF, "standard output is closed")
             file.write(message)
 
+
+#: put before an argument after ``--`` that starts with a minus while it is parsed
+#: (:func:`traceview.cli.parse`; no command-line argument holds a NUL)
+POSITIONAL_MARK = "\x00"
 
 #: Counts on the command line are held to this (no table, step count or batch comes near;
 #: larger values would overflow the int64 arithmetic of the tables): a larger one means "all".
