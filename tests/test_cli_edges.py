@@ -568,3 +568,16 @@ def test_a_path_after_double_dash_may_start_with_a_minus(shared_traces, tmp_path
     assert main(["analyze", "--no-cache", "--", "-nosuch"]) == traceview.errors.EXIT_NO_TRACE
     assert capsys.readouterr().err.startswith("traceview: error: -nosuch: ")
 
+
+@pytest.mark.parametrize("rule,why", [("", "empty"), ("  ", "empty"), ("#attn=RPA", "a comment, not a rule")])
+def test_an_empty_family_rule_is_refused_as_the_other_bad_rules(shared_traces, capsys, rule, why):
+    """``--family ''`` was skipped as a blank line of a rules file is, exit 0, while verify
+    refuses an empty ``--check``: a ``--family`` is a rule, refused in one line, exit 2."""
+    t = str(shared_traces / "mi300x_jax_attention.xplane.pb")
+    for argv in (["analyze", t], ["diff", t, t], ["verify", t, "--check", "op matching fusion present"]):
+        assert main([*argv, "--family", "attn=RPA", "--family", rule, "--no-cache"]) == traceview.errors.EXIT_USAGE
+        assert capsys.readouterr().err.splitlines() == [
+            f"traceview: error: rule 2: bad family rule {rule.strip()!r}: {why}: expected NAME=REGEX or "
+            "NAME=FIELD:REGEX"], argv
+    assert main(["verify", t, "--check", "", "--no-cache"]) == traceview.errors.EXIT_USAGE
+    assert capsys.readouterr().err.splitlines() == ["traceview: error: check 1 is empty"]

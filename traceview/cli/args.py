@@ -404,9 +404,17 @@ def add_step_window(p: argparse.ArgumentParser) -> None:
 
 def rules_from_args(args):
     """Family rules from ``--families FILE`` then ``--family NAME=REGEX`` (UsageError when
-    malformed), or None when there are none."""
+    malformed, an empty or ``#`` one included: a file's blank and comment lines are skipped, a
+    ``--family`` is a rule), or None when there are none."""
     if not getattr(args, "families", None) and not getattr(args, "family", None):
         return None  # without importing the families (polars)
+    from traceview.errors import UsageError
+
+    for i, s in enumerate(getattr(args, "family", None) or [], 1):
+        if not s.strip() or s.strip().startswith("#"):
+            raise UsageError(f"rule {i}: bad family rule {s.strip()!r}: "
+                             f"{'empty' if not s.strip() else 'a comment, not a rule'}: expected NAME=REGEX or "
+                             "NAME=FIELD:REGEX")
     from traceview.analysis.ops.families import parse_rules, read_rules
 
     rules = read_rules(args.families) if getattr(args, "families", None) else []
