@@ -179,6 +179,21 @@ def write(path: Path, data: bytes, *, mtime: float | None = OLD) -> Path:
     return path
 
 
+def dangling_hlo_refs(root: Path, n: int = 5) -> Path:
+    """The MI300X attention trace with the ``hlo_op`` stat of its first ``n`` GPU:0 events a
+    ``ref_value`` to a stat id its plane does not define (read with a 'dangling ref_value'
+    warning), written as run ``RUN`` of a profile folder ``root``; returns the file."""
+    space = XSpace()
+    space.ParseFromString((SHARED / "mi300x_jax_attention.xplane.pb").read_bytes())
+    plane = next(p for p in space.planes if p.name == "/device:GPU:0")
+    names = {k: v.name for k, v in plane.stat_metadata.items()}
+    refs = [s for ln in plane.lines for e in ln.events for s in e.stats
+            if names.get(s.metadata_id) == "hlo_op" and s.WhichOneof("value") == "ref_value"]
+    for s in refs[:n]:
+        s.ref_value = max(names) + 1000
+    return write(root / "plugins" / "profile" / RUN / "h.xplane.pb", space.SerializeToString(), mtime=None)
+
+
 def gz(doc) -> bytes:
     return gzip.compress(doc if isinstance(doc, bytes) else orjson.dumps(doc), compresslevel=6, mtime=0)
 

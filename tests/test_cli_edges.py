@@ -599,3 +599,72 @@ def test_gpu_kernels_that_cannot_be_named_are_not_replaced_by_host_events(shared
     ok = traceview.load(_gpu_trace(shared_traces, tmp_path, "mdok", onto_metadata(False)), cache=False,
                         stale_after_s=None)
     assert ok.op_events == 87 and ok.device_summary()["device"].to_list() == ["/device:GPU:0"]
+
+
+def test_diff_and_verify_json_carry_each_reading_warning_once(shared_traces, tmp_path, capsys):
+    """diff and verify said a side's reading warnings on stderr only (their JSON, and so the MCP
+    tools' answers, had none), and diff A A said each twice. Both JSONs carry ``warnings``, the
+    lines stderr shows, each once."""
+    from badinputs import dangling_hlo_refs
+
+    root = tmp_path / "p"
+    f = dangling_hlo_refs(root, 5)
+    orig = str(shared_traces / "mi300x_jax_attention.xplane.pb")
+    (said,) = [w for w in traceview.load(root, cache=False, stale_after_s=None).warnings if "dangling" in w]
+    assert str(f) in said and "5 event(s)" in said
+
+    for argv in (["diff", str(root), str(root)], ["diff", str(root), orig], ["diff", orig, str(root)],
+                 ["verify", str(root), "--check", "op matching fusion present"],
+                 ["verify", orig, str(root), "--check", "op matching fusion present"]):
+        assert main([*argv, "--format", "json", "--no-cache"]) == 0, argv
+        got = capsys.readouterr()
+        err = [ln.removeprefix("traceview: warning: ") for ln in got.err.splitlines()
+               if ln.startswith("traceview: warning: ")]
+        assert err == [said], (argv, err)
+        assert json.loads(got.out)["warnings"] == [said], argv
+    assert main(["diff", orig, orig, "--format", "json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["warnings"] == []
+    assert main(["verify", orig, "--check", "op matching fusion present", "--format", "json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["warnings"] == []
+
+
+def test_a_path_after_double_dash_may_start_with_a_minus(shared_traces, tmp_path, monkeypatch, capsys):
+    """``analyze -- -dash`` said 'unrecognized arguments: -dash': Python 3.11's intermixed parse
+    drops the ``--`` and reads what follows as options. After ``--`` every argument is a path,
+    read as ``./-dash`` is; an option after it is refused as argparse refuses it."""
+    import shutil
+
+    (tmp_path / "-dash").mkdir()
+    shutil.copy(shared_traces / "mi300x_jax_attention.xplane.pb", tmp_path / "-dash")
+    monkeypatch.chdir(tmp_path)
+    outs = []
+    for argv in (["analyze", "--format", "json", "--no-cache", "--", "-dash"],
+                 ["analyze", "--format", "json", "--no-cache", "./-dash"]):
+        assert main(argv) == 0, capsys.readouterr().err
+        outs.append(json.loads(capsys.readouterr().out))
+    assert outs[0]["ops"] == outs[1]["ops"] and outs[0]["ops"]
+    assert outs[0]["provenance"]["files"][0]["path"].endswith("-dash/mi300x_jax_attention.xplane.pb")
+    assert main(["diff", "--format", "json", "--no-cache", "--", "-dash", "-dash"]) == 0
+    counts = json.loads(capsys.readouterr().out)["counts"]
+    assert counts["matched"] > 0 and counts["appeared"] == counts["vanished"] == 0  # one recording, both sides
+    assert main(["verify", "--check", "op matching fusion present", "--no-cache", "--", "-dash"]) == 0
+    assert "PASS  op matching fusion present" in capsys.readouterr().out
+    assert main(["analyze", "--no-cache", "--", "-dash", "--brief"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "traceview: error: unrecognized arguments: --brief (see traceview analyze --help)"]
+    assert main(["analyze", "--no-cache", "--", "-nosuch"]) == traceview.errors.EXIT_NO_TRACE
+    assert capsys.readouterr().err.startswith("traceview: error: -nosuch: ")
+
+
+@pytest.mark.parametrize("rule,why", [("", "empty"), ("  ", "empty"), ("#attn=RPA", "a comment, not a rule")])
+def test_an_empty_family_rule_is_refused_as_the_other_bad_rules(shared_traces, capsys, rule, why):
+    """``--family ''`` was skipped as a blank line of a rules file is, exit 0, while verify
+    refuses an empty ``--check``: a ``--family`` is a rule, refused in one line, exit 2."""
+    t = str(shared_traces / "mi300x_jax_attention.xplane.pb")
+    for argv in (["analyze", t], ["diff", t, t], ["verify", t, "--check", "op matching fusion present"]):
+        assert main([*argv, "--family", "attn=RPA", "--family", rule, "--no-cache"]) == traceview.errors.EXIT_USAGE
+        assert capsys.readouterr().err.splitlines() == [
+            f"traceview: error: rule 2: bad family rule {rule.strip()!r}: {why}: expected NAME=REGEX or "
+            "NAME=FIELD:REGEX"], argv
+    assert main(["verify", t, "--check", "", "--no-cache"]) == traceview.errors.EXIT_USAGE
+    assert capsys.readouterr().err.splitlines() == ["traceview: error: check 1 is empty"]

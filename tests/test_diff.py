@@ -833,3 +833,61 @@ def test_the_same_source_from_another_checkout_is_no_file_change():
     assert changed["source_changed"].unique().to_list() == ["line"] and changed.height == 31
     r = changed.row(0, named=True)
     assert r["source_base"].startswith("/work/main/") and r["source_treatment"].startswith("/work/wt-finds/")
+
+
+def test_a_pooled_diffs_modules_are_deterministic_and_met_by_name_first(capsys):
+    """The modules table took each treatment module's name from an unordered unique(), so two
+    treatment modules renamed to one base module (bkv64 and bkv128 of a pooled side) named
+    either from run to run; and a treatment module renamed by the kernel's config change
+    (jit_prefill_t64 -> a jit_prefill_t128 neither side ran) missed its own base module. A
+    treatment module meets the base module of its name, else the one its renamed name is;
+    module_treatment is the met module of most time, ties by name."""
+    import os
+    import subprocess
+    import sys
+
+    from traceview.analysis.compare.diff import module_sums
+
+    fx = Path(__file__).resolve().parents[1] / "fixtures"
+    base, treat = [str(fx / n) for n in ("topp_b4", "nodonate_b4")], [str(fx / n) for n in ("greedy_b4", "hostmask_b4")]
+    argv = ["diff", "--base", *base, "--treatment", *treat, "--format", "json", "--all-rows", "--no-cache"]
+    outs = []
+    for _ in range(3):
+        assert main(argv) == 0
+        outs.append(capsys.readouterr().out)
+    root = str(Path(__file__).resolve().parents[1])
+    for threads in ("1", "3"):
+        env = dict(os.environ, POLARS_MAX_THREADS=threads, PYTHONPATH=root)
+        outs.append(subprocess.run([sys.executable, "-m", "traceview.cli", *argv], env=env, cwd=root, check=True,
+                                   capture_output=True, text=True).stdout)
+    assert len(set(outs)) == 1
+    d = json.loads(outs[0])
+
+    def sums(paths):
+        out: dict[str, list[int]] = {}
+        for p in paths:
+            for r in module_sums(traceview.load(p).runs).iter_rows(named=True):
+                e = out.setdefault(r["module"], [0, 0])
+                e[0] += r["executions"]
+                e[1] += r["total_ps"]
+        return out
+
+    sb, st = sums(base), sums(treat)
+    (change,) = [k["changes"] for k in d["kernels"] if k["changes"]]  # bkv 128_128 -> 64_64
+    was, now = change.split(" ", 1)[1].split(" -> ")
+    vmap = {t: b for b, t in zip(re.findall(r"\d+", was), re.findall(r"\d+", now)) if t != b}
+
+    def met(m):
+        renamed = re.sub(r"\d+", lambda x: vmap.get(x.group(0), x.group(0)), m)
+        return m if m in sb else renamed if renamed in sb else m
+
+    rows = {r["module"]: r for r in d["modules"]}
+    assert set(rows) == set(sb) | {met(m) for m in st}
+    for name, r in rows.items():
+        members = sorted((m for m in st if met(m) == name), key=lambda m: (-st[m][1], m))
+        assert r["executions_base"] == (sb[name][0] if name in sb else None)
+        assert r["executions_treatment"] == (sum(st[m][0] for m in members) if members else None)
+        assert r["module_treatment"] == (members[0] if members else name)
+    lumped = [n for n in rows if sum(met(m) == n for m in st) > 1]
+    assert lumped == ["jit_decode_b4_bkv128"] and rows["jit_decode_b4_bkv128"]["module_treatment"] == "jit_decode_b4_bkv64"
+    assert rows["jit_prefill_t64"]["module_treatment"] == "jit_prefill_t64" and "jit_prefill_t128" not in rows

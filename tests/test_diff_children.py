@@ -239,3 +239,25 @@ def test_no_fork_when_the_outputs_are_redirected_and_sigint_ignored_stays_ignore
     """)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["0", "0", "True", "42"], r.stdout
+
+
+def test_children_say_a_warning_once_and_the_json_carries_it(shared_traces, tmp_path):
+    """Read in children (one per side), a warning of one file on both sides was said by each
+    child; now each child's lines come back beside its side (``process.Headed``): a later
+    child says only new ones, and the JSON's ``warnings`` is the one process's."""
+    from badinputs import dangling_hlo_refs
+    from traceview.cli import main
+
+    root = tmp_path / "p"
+    dangling_hlo_refs(root, 5)
+    orig = str(shared_traces / "mi300x_jax_attention.xplane.pb")
+    for case in ([str(root), str(root)], [str(root), orig], ["--base", str(root), orig, "--treatment", str(root)]):
+        here, there = tmp_path / "here.json", tmp_path / "there.json"
+        assert main(["diff", *case, "--no-cache", "-o", str(here)]) == 0
+        r = _python(_FORCED, "diff", *case, "--no-cache", "-o", str(there))
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split()[-4:] == ["forks", str(3 if "--base" in case else 2), "rc", "0"]
+        said = json.loads(there.read_text())["warnings"]
+        assert len(said) == 1 and "5 event(s)" in said[0] and "dangling ref_value" in said[0], said
+        assert [ln for ln in r.stderr.splitlines() if "dangling" in ln] == [f"traceview: warning: {said[0]}"]
+        assert there.read_bytes() == here.read_bytes()

@@ -254,6 +254,9 @@ def test_an_interval_past_the_threshold_is_inconclusive_not_no_change(tmp_path, 
     assert last["change"]["lo"] < 1 < 1.05 <= last["change"]["hi"]
     # the test's own word apart from the run's: no second "verdict" key saying otherwise
     assert last["change"]["test_verdict"] == "no change" and "verdict" not in last["change"]
+    # and its reason: "the interval contains no change" is the test's, not the inconclusive run's
+    assert last["change"]["test_reason"] == "not significant: the interval contains no change"
+    assert "reason" not in last["change"]
     assert main(["history", logs, "--fail-on-regression", "--no-cache"]) == 1
     err = capsys.readouterr().err
     assert f"{last['run']} 0.99x vs " in err and "cannot be judged: its interval [0.97-1.30] holds no change and a " \

@@ -18,9 +18,12 @@ import pytest
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
 
+from badinputs import dangling_hlo_refs
+
 V6E = "tpu_v6e_4chip_psum.xplane.pb"
 GEMM = "mi300x_jax_gemm_sweep.xplane.pb"
 CONV = "mi300x_jax_conv3d.xplane.pb"
+ATTN = "mi300x_jax_attention.xplane.pb"
 VLLM = "vllm_tpu_qwen"
 SQL = "SELECT op_name, shape, occurrences, self_ps FROM populations ORDER BY self_ps DESC, op_name, shape"
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +39,8 @@ CALLS = [
     ("analyze_bad_section", "analyze", {"path": V6E, "section": "nope"}),
     ("diff_mi300x", "diff", {"base": GEMM, "treatment": CONV, "top": 5}),
     ("verify_v6e", "verify", {"path": V6E, "checks": CHECKS}),
+    ("diff_dangling", "diff", {"base": "SCRATCH/dangling", "treatment": ATTN, "top": 5}),
+    ("verify_dangling", "verify", {"path": "SCRATCH/dangling", "checks": ["op matching fusion present"]}),
     ("query_vllm", "query", {"path": VLLM, "sql": SQL, "limit": 7}),
     ("query_bad", "query", {"path": V6E, "sql": "SELECT * FROM nope"}),
     ("find_vllm", "find_traces", {"path": VLLM}),
@@ -135,6 +140,7 @@ def session(shared_traces, tmp_path_factory):
     os.symlink(outside / "copy.xplane.pb", scratch / "escape.xplane.pb")  # a link out of the roots
     (scratch / "profiles").mkdir()
     os.symlink(outside / "copy.xplane.pb", scratch / "profiles" / "h.xplane.pb")  # found by discovery
+    dangling_hlo_refs(scratch / "dangling")  # read with a warning
     before = sorted((p, p.stat().st_mtime_ns) for p in scratch.rglob("*"))
     # the SDK passes the server a few environment variables only: PYTHONPATH makes it import
     # this checkout, not whichever traceview the interpreter has installed
@@ -170,6 +176,7 @@ def session(shared_traces, tmp_path_factory):
 
     res = anyio.run(talk)
     res["_written"] = sorted((p, p.stat().st_mtime_ns) for p in scratch.rglob("*")) != before
+    res["_scratch"] = scratch
     return res
 
 
@@ -347,6 +354,23 @@ def test_verify_equals_cli_json(session, shared_traces, cli):
     got = _ok(session, "verify_v6e")
     assert got == json.loads(out)
     assert [r["ok"] for r in got["results"]] == [True, False]
+
+
+def test_diff_and_verify_answers_carry_the_reading_warnings(session, shared_traces, cli):
+    """The diff and verify tools' answers had no ``warnings`` (analyze's had): a profile read
+    with a warning said it in the server's log only."""
+    dangling = str(session["_scratch"] / "dangling")
+    rc, out = cli("diff", dangling, str(shared_traces / ATTN), "--format", "json", "--top", "5")
+    assert rc == 0
+    got = _ok(session, "diff_dangling")
+    assert got == json.loads(out)
+    rc, out = cli("verify", dangling, "--format", "json", "-c", "op matching fusion present")
+    assert rc == 0
+    checked = _ok(session, "verify_dangling")
+    assert checked == json.loads(out)
+    for answer in (got, checked):
+        (w,) = answer["warnings"]
+        assert w.startswith(dangling) and "/device:GPU:0: 5 event(s)" in w and "dangling ref_value" in w, w
 
 
 def test_query_equals_cli_json(session, shared_traces, cli):

@@ -149,6 +149,22 @@ def test_brief_on_every_trace(path, capsys):
     assert f"  {fam} " in text
 
 
+def test_brief_says_why_fewer_op_events_than_read(capsys):
+    """--brief showed "2,454 op events" read and "510 op events" on the device without the line
+    the full output gives why (interpreted Pallas kernel invocations folded to one row each)."""
+    path = str(FIXTURES / "greedy_b4")
+    d = json.loads(_run(["analyze", path, "--format", "json"], capsys)[1])
+    read, shown = sum(f["op_events"] for f in d["provenance"]["files"]), sum(g["ops"] for g in d["devices"])
+    assert read > shown
+    full = _run(["analyze", path, "--width", "400"], capsys)[1].splitlines()
+    (note,) = [ln.strip() for ln in full if f"{shown:,} op events below, of the {read:,} read: " in ln]
+    assert "each interpreted Pallas kernel invocation is one row" in note
+    brief = _run(["analyze", path, "--brief", "--width", "400"], capsys)[1].splitlines()
+    assert [ln.strip() for ln in brief if "op events below" in ln] == [note]
+    dev = next(i for i, ln in enumerate(brief) if ln.startswith("  devices  "))
+    assert brief[dev + 1].strip() == note  # under the devices line it explains
+
+
 def test_brief_json_is_the_full_jsons_head(capsys):
     rc, out, _ = _run(["analyze", str(VLLM), "--brief", "--format", "json"], capsys)
     assert rc == 0

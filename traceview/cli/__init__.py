@@ -54,13 +54,28 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """``argv`` parsed by ``parser``; a subcommand's own arguments intermixed (argparse's
     ``parse_intermixed_args``), so positionals may follow options: ``query PATH --chip X SQL``,
-    ``diff A --no-cache B``. The engine's pass-through arguments are parsed as they are."""
+    ``diff A --no-cache B``. After ``--`` every argument is a positional (``analyze -- -dash``):
+    Python 3.11's intermixed parse drops the ``--`` and reads a later ``-dash`` as an option, so
+    those starting with a minus go through it marked and come back as given. The engine's
+    pass-through arguments are parsed as they are."""
+    from traceview.cli.args import POSITIONAL_MARK as _MARK
+
     commands = getattr(parser, "commands", {})
     if argv and argv[0] in commands and argv[0] != "engine":
-        args = commands[argv[0]].parse_intermixed_args(argv[1:])
+        rest = argv[1:]
+        if "--" in rest:
+            i = rest.index("--")
+            rest = rest[:i + 1] + [_MARK + a if a.startswith("-") else a for a in rest[i + 1:]]
+        args = commands[argv[0]].parse_intermixed_args(rest)
+        for k, v in vars(args).items():
+            if isinstance(v, str) and v.startswith(_MARK):
+                setattr(args, k, v[len(_MARK):])
+            elif isinstance(v, list) and any(isinstance(x, str) and x.startswith(_MARK) for x in v):
+                setattr(args, k, [x[len(_MARK):] if isinstance(x, str) and x.startswith(_MARK) else x for x in v])
         args.command = argv[0]
         return args
     return parser.parse_args(argv)
+
 
 
 #: options whose value is a step range that may start with a minus (negatives count from the end)
@@ -70,10 +85,13 @@ _NEGATIVE_RANGE = re.compile(r"-\d*:-?\d*|-\d+")
 
 def _attach_negative_ranges(argv: list[str]) -> list[str]:
     """``--step-window -5:`` as ``--step-window=-5:`` (and so for :data:`RANGE_OPTIONS`):
-    argparse takes a value starting with a minus for an option and refuses the command."""
+    argparse takes a value starting with a minus for an option and refuses the command. Not
+    after ``--``: positionals only."""
     out, i = [], 0
     while i < len(argv):
         a = argv[i]
+        if a == "--":
+            return out + argv[i:]
         if a in RANGE_OPTIONS and i + 1 < len(argv) and _NEGATIVE_RANGE.fullmatch(argv[i + 1]):
             out.append(f"{a}={argv[i + 1]}")
             i += 2

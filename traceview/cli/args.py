@@ -20,6 +20,7 @@ class Parser(argparse.ArgumentParser):
         from traceview.errors import EXIT_USAGE
         from traceview.model.naming import safe_line
 
+        message = message.replace(POSITIONAL_MARK, "")  # an argument after -- as given
         print(f"traceview: error: {safe_line(message)} (see {self.prog} --help)", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
 
@@ -33,6 +34,10 @@ class Parser(argparse.ArgumentParser):
                 raise OSError(errno.EBADF, "standard output is closed")
             file.write(message)
 
+
+#: put before an argument after ``--`` that starts with a minus while it is parsed
+#: (:func:`traceview.cli.parse`; no command-line argument holds a NUL)
+POSITIONAL_MARK = "\x00"
 
 #: Counts on the command line are held to this (no table, step count or batch comes near;
 #: larger values would overflow the int64 arithmetic of the tables): a larger one means "all".
@@ -399,9 +404,17 @@ def add_step_window(p: argparse.ArgumentParser) -> None:
 
 def rules_from_args(args):
     """Family rules from ``--families FILE`` then ``--family NAME=REGEX`` (UsageError when
-    malformed), or None when there are none."""
+    malformed, an empty or ``#`` one included: a file's blank and comment lines are skipped, a
+    ``--family`` is a rule), or None when there are none."""
     if not getattr(args, "families", None) and not getattr(args, "family", None):
         return None  # without importing the families (polars)
+    from traceview.errors import UsageError
+
+    for i, s in enumerate(getattr(args, "family", None) or [], 1):
+        if not s.strip() or s.strip().startswith("#"):
+            raise UsageError(f"rule {i}: bad family rule {s.strip()!r}: "
+                             f"{'empty' if not s.strip() else 'a comment, not a rule'}: expected NAME=REGEX or "
+                             "NAME=FIELD:REGEX")
     from traceview.analysis.ops.families import parse_rules, read_rules
 
     rules = read_rules(args.families) if getattr(args, "families", None) else []

@@ -54,10 +54,12 @@ def add_parser(sub) -> None:
 
 
 def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass --run-base / --run-treatment",
-               discoveries: list | None = None):
+               discoveries: list | None = None, said: list | None = None):
     """Load each (path, run) side in turn (a generator: the caller can release a profile
-    before the next is read); each side's discovery warnings (several runs, stray files...)
-    go to stderr, one line each, as ``analyze`` shows them. The sides' single xplane files
+    before the next is read); each side's warnings (several runs, stray files, events
+    dropped...) go to stderr, one line each naming the side's file (:func:`side_warning`), a
+    line said already not again; ``said``: the lines said so far, each new one appended (for
+    the JSON's ``warnings``). The sides' single xplane files
     are all decoded on threads from the start, while polars is imported and the first side
     is analysed (one prefetch per file, for files under the prefetch size). ``run_hint``: how
     the caller's user chooses a run, for the warnings; ``discoveries``: :func:`discover_sides`
@@ -67,6 +69,7 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
 
     cache = cargs.cache_from_args(args)
     max_bytes = getattr(args, "max_bytes", None)
+    said = [] if said is None else said
     discs = discoveries if discoveries is not None else discover_sides(sides, run_hint)
     process.tune_allocator(cargs.input_bytes(*discs))
     seen: set = set()
@@ -94,7 +97,10 @@ def load_sides(sides: list[tuple[str, str | None]], args, run_hint: str = "pass 
             raise naming_side(e, path) from None
         del prof
         for w in out.warnings:  # after the selection: --phase says what it kept
-            print(f"traceview: warning: {side_warning(path, w)}", file=sys.stderr)
+            line = side_warning(path, w)
+            if line not in said:  # one file on both sides warns once
+                said.append(line)
+                print(f"traceview: warning: {line}", file=sys.stderr)
         if args.device and out.table.height == 0:  # a comparison or check of nothing
             raise UsageError(f"--device {args.device!r} leaves no op of {path}: nothing to compare or check "
                              "(traceview analyze PATH lists the devices)")
@@ -183,10 +189,11 @@ def _summary(prof, path, args, rules, base):
         raise naming_side(e, path) from None
 
 
-def _side(i: int, todo, discs, args, rules, nb: int, bases):
+def _side(i: int, todo, discs, args, rules, nb: int, bases, said: list):
     """The :class:`~traceview.analysis.compare.diff.DiffSide` of side ``i`` of ``todo``, read
     alone; ``bases``: the pickled base sides when it is a treatment's (its step module is the
-    pooled base's, :func:`~traceview.analysis.compare.diff.side`)."""
+    pooled base's, :func:`~traceview.analysis.compare.diff.side`); ``said``: the warning lines
+    said so far (:func:`load_sides`), its own appended."""
     import dataclasses
     import pickle
 
@@ -195,14 +202,15 @@ def _side(i: int, todo, discs, args, rules, nb: int, bases):
         from traceview.analysis.compare.pooled import pool
 
         base = dataclasses.replace(pool([pickle.loads(b) for b in bases]), samples=None)
-    for prof in load_sides([todo[i]], args, discoveries=[discs[i]]):  # the first imports polars while it decodes
+    for prof in load_sides([todo[i]], args, discoveries=[discs[i]], said=said):  # the first imports polars while it decodes
         return _summary(prof, todo[i][0], args, rules, base)
     raise AssertionError("load_sides yields one profile per side")
 
 
-def _sides_here(todo, discs, args, rules, nb: int) -> list:
+def _sides_here(todo, discs, args, rules, nb: int, said: list) -> list:
     """Every side's :class:`~traceview.analysis.compare.diff.DiffSide`, read in this process,
-    one profile at a time (where a child process cannot be forked: :func:`traceview.cli.process.can_fork`)."""
+    one profile at a time (where a child process cannot be forked: :func:`traceview.cli.process.can_fork`);
+    ``said``: as :func:`load_sides`'s."""
     from traceview.analysis.compare.pooled import pool
 
     sides: list = []
@@ -210,7 +218,7 @@ def _sides_here(todo, discs, args, rules, nb: int) -> list:
     # no enumerate(): it keeps its last (i, prof) tuple for reuse, which would hold each profile
     # while the next one is read
     i = -1
-    for prof in load_sides(todo, args, discoveries=discs):
+    for prof in load_sides(todo, args, discoveries=discs, said=said):
         i += 1
         if i == nb:
             pooled_base = pool(sides)
@@ -250,19 +258,27 @@ def run(args) -> int:
         import pickle
 
         answers: list = []
+        said: list = []  # each child's warning lines come back beside its side, for the next to skip
         last = len(todo) - 1
+
+        def read(i):
+            side = _side(i, todo, discs, args, rules, nb, answers[:nb] if i >= nb else None, said)
+            return process.Headed(said, side)
+
         for i in range(last):
-            answers.append(process.pickled_in_child(
-                lambda i=i: _side(i, todo, discs, args, rules, nb, answers[:nb] if i >= nb else None), todo[i][0],
-                meanwhile=_child_imports if i == 0 else None))
+            got = process.pickled_in_child(lambda i=i: read(i), todo[i][0],
+                                           meanwhile=_child_imports if i == 0 else None)
+            said[:] = got.head
+            answers.append(got.body)
 
         def compare_last():
-            mine = _side(last, todo, discs, args, rules, nb, answers[:nb] if last >= nb else None)
-            return _compared([pickle.loads(a) for a in answers] + [mine], nb, args, out)
+            mine = _side(last, todo, discs, args, rules, nb, answers[:nb] if last >= nb else None, said)
+            return _compared([pickle.loads(a) for a in answers] + [mine], nb, args, out, said)
 
         text = pickle.loads(process.pickled_in_child(compare_last, todo[last][0]))
     else:
-        text = _compared(_sides_here(todo, discs, args, rules, nb), nb, args, out)
+        said = []
+        text = _compared(_sides_here(todo, discs, args, rules, nb, said), nb, args, out, said)
     if text is None:  # printed to the terminal
         return EXIT_OK
     from traceview.cli.outputs import emit
@@ -289,9 +305,10 @@ def _child_imports() -> None:
     process.imports_while_decoding("diff")()
 
 
-def _compared(sides: list, nb: int, args, out) -> str | None:
+def _compared(sides: list, nb: int, args, out, warnings: list) -> str | None:
     """The diff of the pooled first ``nb`` sides against the pooled others, as the text of
-    ``args.format``; None when a table went to the terminal (``out`` None) already."""
+    ``args.format``; None when a table went to the terminal (``out`` None) already.
+    ``warnings``: the sides' warning lines, for the JSON."""
     from traceview.analysis.compare.diff import diff_sides
     from traceview.analysis.compare.pooled import pool
 
@@ -301,7 +318,7 @@ def _compared(sides: list, nb: int, args, out) -> str | None:
     if args.format == "json":
         from traceview.render.json import diff_json
 
-        return diff_json(d, args.top, args.all_rows)
+        return diff_json(d, args.top, args.all_rows, warnings=warnings)
     if args.format == "html":
         from traceview.render.diff_html import render_diff_page
 

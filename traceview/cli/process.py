@@ -269,6 +269,16 @@ def thread_names() -> list[str]:
     return names
 
 
+class Headed:
+    """A child's answer in two parts (:func:`pickled_in_child`): ``head``, small, which the
+    parent unpickles at once (plain Python objects only), and ``body``, which it gets pickled."""
+
+    __slots__ = ("head", "body")
+
+    def __init__(self, head, body):
+        self.head, self.body = head, body
+
+
 class _ChildTraceback(Exception):
     """A child's traceback, as the cause of the exception it raised (as concurrent.futures does)."""
 
@@ -291,7 +301,8 @@ def pickled_in_child(work, what: str, meanwhile=None) -> memoryview:
     child at once, silently, and raises KeyboardInterrupt here (the parent says so, once); the
     child dies with the parent. ``meanwhile``: called here, with no argument, while the child
     works (what this process does then is the next fork's too: imports a later child needs);
-    what it raises is ignored."""
+    what it raises is ignored. A :class:`Headed` answer comes back as ``Headed(head, body)``:
+    the head unpickled, the body pickled."""
     import pickle
 
     from traceview.errors import LimitExceeded, TraceviewError
@@ -332,6 +343,9 @@ def pickled_in_child(work, what: str, meanwhile=None) -> memoryview:
         raise TraceviewError(f"the process reading {what} ended without an answer ({how})")
     if data[:1] == b"\x01":
         return memoryview(data)[1:]
+    if data[:1] == b"\x02":  # the head's length, the head, the body
+        n = int.from_bytes(data[1:9], "little")
+        return Headed(pickle.loads(memoryview(data)[9:9 + n]), memoryview(data)[9 + n:])
     value, tb = pickle.loads(memoryview(data)[1:])
     if tb:
         value.__cause__ = _ChildTraceback(tb)
@@ -371,6 +385,9 @@ def _child(work, fd: int, parent: int, ignored: bool) -> None:
 
             tb = "" if isinstance(e, (TraceviewError, KeyboardInterrupt, MemoryError)) else traceback.format_exc()
             result, flag = (e, tb), b"\x00"
+        head = None
+        if isinstance(result, Headed):
+            head, result, flag = pickle.dumps(result.head), result.body, b"\x02"
         if flag == b"\x00":
             try:
                 answer = pickle.dumps(result)
@@ -379,6 +396,8 @@ def _child(work, fd: int, parent: int, ignored: bool) -> None:
                 answer = pickle.dumps((RuntimeError(f"{type(result[0]).__name__}: {result[0]}"), tb))
         with os.fdopen(fd, "wb") as f:
             f.write(flag)
+            if head is not None:
+                f.write(len(head).to_bytes(8, "little") + head)
             if flag == b"\x00":
                 f.write(answer)
             else:  # streamed: no second copy of the answer

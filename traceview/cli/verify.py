@@ -90,17 +90,18 @@ def run(args) -> int:
         raise UsageError("no checks given: use --check CHECK or --checks FILE (see traceview verify --help)")
     rules = cargs.rules_from_args(args)
     fopts = cargs.findings_from_args(args)
+    said: list = []  # the warning lines, for the JSON
     if len(args.paths) == 2:
         if args.run:
             raise UsageError("--run names the run of one profile; for BASE TREATMENT use --run-base and "
                              "--run-treatment")
         base, treat = load_sides([(args.paths[0], args.run_base), (args.paths[1], args.run_treatment)], args,
-                                 run_hint="pass --run-base / --run-treatment")
+                                 run_hint="pass --run-base / --run-treatment", said=said)
     else:
         if args.run_base or args.run_treatment:
             raise UsageError("--run-base and --run-treatment name the runs of BASE TREATMENT; for one profile "
                              "use --run")
-        base, (treat,) = None, list(load_sides([(args.paths[0], args.run)], args, run_hint="pass --run"))
+        base, (treat,) = None, list(load_sides([(args.paths[0], args.run)], args, run_hint="pass --run", said=said))
     # the peaks of each profile's report as analyze's (--chip, --peak-flops, --peak-bw, --measure-cpu-peaks)
     report = verify(treat, checks, base=base, rules=rules, step_window=args.step_window, window_option="--step-window",
                     finding_thresholds=fopts["finding_thresholds"], findings=fopts["findings"],
@@ -111,7 +112,7 @@ def run(args) -> int:
     if args.format == "json":
         from traceview.render.json import verify_json
 
-        sys.stdout.write(verify_json(report))
+        sys.stdout.write(verify_json(report, said))
     else:
         from traceview.render.verify import verify_text
 

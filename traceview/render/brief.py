@@ -21,7 +21,7 @@ from traceview.render.foldtable import _take, cut_end, cut_middle
 FAMILIES, FINDINGS = 5, 3
 
 #: the most lines :func:`render_brief` prints
-MAX_LINES = 25
+MAX_LINES = 26
 
 _HOW = {"markers": "step markers", "trace": "the whole trace as one step"}
 _SEVERITY = {"high": "red", "medium": "yellow", "info": "cyan"}
@@ -76,6 +76,8 @@ def brief_lines(rep, *, families: int = FAMILIES, findings: int = FINDINGS) -> l
         groups.append(f"{plain(g['device_type'])} ×{g['n']}: {g['ops']:,} op events, op time "
                       f"{fmt_time_ps(g['op_time_ps'])} ({shown})")
     out.append([("  devices  ", "bold"), ("; ".join(groups) if groups else "no device with ops", "cut-middle")])
+    if getattr(rep, "events_note", None):  # why fewer op events than read: as the full output says
+        out.append([("           ", None), (plain(rep.events_note), None)])
     if rep.warnings:
         more = f" (+{len(rep.warnings) - 1} more)" if len(rep.warnings) > 1 else ""
         out.append([("  warning  ", "yellow"), (_short_paths(plain(rep.warnings[0])) + more, "cut-middle")])

@@ -268,11 +268,11 @@ def analysis_json(rep, *, top: int | None, version: str, all_rows: bool = False)
     return dumps_bytes(analysis_payload(rep, top=top, version=version, all_rows=all_rows))
 
 
-def diff_payload(d, top: int | None = None, all_rows: bool = False) -> dict:
+def diff_payload(d, top: int | None = None, all_rows: bool = False, warnings=()) -> dict:
     """The JSON object of a :class:`~traceview.analysis.compare.diff.DiffReport`: labels, each
     side's hardware, summary lines, op time and traced events per side, steps, population counts by status, kernels,
     families, modules, populations (by |delta|; HLO texts left out), overhead factor, notes,
-    collectives, findings and noise; every table cut by :class:`Rows` (``top``: the rows each
+    ``warnings`` (the sides' reading warnings, each naming its file), collectives, findings and noise; every table cut by :class:`Rows` (``top``: the rows each
     was cut to, ``top`` or :data:`DEFAULT_ROWS`, None with ``all_rows``; ``rows``: shown and
     total of each)."""
     from traceview.render.diff_summary import summary_lines
@@ -292,7 +292,7 @@ def diff_payload(d, top: int | None = None, all_rows: bool = False) -> dict:
         "kernels": cut("kernels", d.kernels), "families": cut("families", d.families),
         "modules": cut("modules", d.modules),
         "populations": pops,
-        "overhead_factor": d.overhead_factor, "notes": list(d.notes),
+        "overhead_factor": d.overhead_factor, "notes": list(d.notes), "warnings": list(warnings),
         "collectives": cut("collectives", getattr(d, "collectives", None)),
         "findings": [f.to_dict() for f in getattr(d, "findings", None) or []],
         "noise": _diff_noise(d),
@@ -311,16 +311,16 @@ def _diff_noise(d) -> dict | None:
     return {"level": level, **c, "run_to_run": None if rn is None else rn.to_dict()}
 
 
-def diff_json(d, top: int | None = None, all_rows: bool = False) -> str:
+def diff_json(d, top: int | None = None, all_rows: bool = False, warnings=()) -> str:
     """:func:`diff_payload` as indented JSON text with a final newline."""
-    return dumps(diff_payload(d, top, all_rows))
+    return dumps(diff_payload(d, top, all_rows, warnings))
 
 
-def verify_json(report) -> str:
+def verify_json(report, warnings=()) -> str:
     """A :class:`~traceview.analysis.compare.verify.VerifyReport` as indented JSON text (ok, the
-    passed / failed / unknown counts, and per check its text, status, ok and message) with a
-    final newline."""
-    return dumps(report.to_dict())
+    passed / failed / unknown counts, per check its text, status, ok and message, and
+    ``warnings``: the profiles' reading warnings, each naming its file) with a final newline."""
+    return dumps({**report.to_dict(), "warnings": list(warnings)})
 
 
 def query_payload(df, *, query: str | None, top: int | None, version: str, total: int | None = None) -> dict:

@@ -1060,24 +1060,40 @@ def module_sums(runs) -> pl.DataFrame | None:
 
 
 def _module_diff(b_runs: pl.DataFrame | None, t_runs: pl.DataFrame | None, vmap) -> pl.DataFrame:
-    """Executions and mean time per module on both sides (:func:`module_sums` of each), the
-    treatment's module names renamed through ``vmap`` to meet the base's."""
-    def mods(r, mapping):
-        if r is None or r.height == 0:
-            return pl.DataFrame(schema={"module": pl.Utf8, "executions": pl.Int64, "mean_ps": pl.Float64})
-        names = r["module"].unique().drop_nulls().to_list()  # renamed once per distinct name
-        n, total = pl.col("n_timed").sum(), pl.col("total_ps").sum()
-        return r.with_columns(pl.col("module").replace_strict({m: _subst(m, mapping) for m in names},
-                                                             default=None, return_dtype=pl.Utf8)) \
-            .group_by("module").agg(pl.col("executions").sum().alias("executions"),
-                                    pl.when(n > 0).then(total / n).otherwise(None).alias("mean_ps"))
+    """Executions and mean time per module on both sides (:func:`module_sums` of each). A
+    treatment module meets the base module of its own name, else the one its name becomes
+    through ``vmap`` (a changed kernel configuration), else none. ``module_treatment``: of the
+    treatment modules met in a row, the one of most time, ties by name."""
+    empty = pl.DataFrame(schema={"module": pl.Utf8, "executions": pl.Int64, "mean_ps": pl.Float64})
 
-    b, t = mods(b_runs, {}), mods(t_runs, vmap)
-    names_t = {}
-    if t_runs is not None and t_runs.height:
-        for m in t_runs["module"].unique().to_list():
-            names_t.setdefault(_subst(m, vmap), m)
-    out = b.join(t, on="module", how="full", coalesce=True, suffix="_treatment").rename(
+    def mods(r):
+        n, total = pl.col("n_timed").sum(), pl.col("total_ps").sum()
+        return r.group_by("module").agg(pl.col("executions").sum().alias("executions"),
+                                        pl.when(n > 0).then(total / n).otherwise(None).alias("mean_ps"))
+
+    have_b = b_runs is not None and b_runs.height > 0
+    have_t = t_runs is not None and t_runs.height > 0
+    b = mods(b_runs.select("module", "executions", "n_timed", "total_ps")) if have_b else empty
+    t, names_t = empty, {}
+    if have_t:
+        in_base = set(b["module"].drop_nulls().to_list())
+
+        def met(m):  # the base name a treatment module meets
+            if not m or m in in_base:
+                return m
+            renamed = _subst(m, vmap)
+            return renamed if renamed in in_base else m
+
+        names = sorted(set(t_runs["module"].drop_nulls().to_list()))
+        t_runs = t_runs.with_columns(pl.col("module").replace_strict({m: met(m) for m in names}, default=None,
+                                                                     return_dtype=pl.Utf8).alias("_met"))
+        t = mods(t_runs.drop("module").rename({"_met": "module"}).select("module", "executions", "n_timed",
+                                                                          "total_ps"))
+        own = (t_runs.filter(pl.col("module").is_not_null()).group_by("_met", "module").agg(pl.col("total_ps").sum())
+               .sort(["total_ps", "module"], descending=[True, False]).unique("_met", keep="first",
+                                                                             maintain_order=True))
+        names_t = dict(zip(own["_met"].to_list(), own["module"].to_list()))
+    out = b.join(t, on="module", how="full", coalesce=True, suffix="_treatment", nulls_equal=True).rename(
         {"executions": "executions_base", "mean_ps": "mean_ps_base"})
     out = out.with_columns(pl.col("module").replace_strict(names_t, default=pl.col("module"), return_dtype=pl.Utf8)
                            .alias("module_treatment"))

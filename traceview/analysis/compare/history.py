@@ -170,11 +170,13 @@ class RunSummary:
 
 
 def _change_dict(c: noise.Change) -> dict:
-    """``c.to_dict()`` with the test's own verdict as ``test_verdict``: a run's verdict (``verdict``
-    beside ``change``) also weighs the threshold, and one ``verdict`` key saying "no change"
+    """``c.to_dict()`` with the test's own verdict and reason as ``test_verdict`` and
+    ``test_reason``: a run's verdict (``verdict`` beside ``change``) also weighs the threshold,
+    and a ``verdict`` saying "no change" (or a ``reason`` saying the interval contains no change)
     inside a run that says "inconclusive" misread as the run's."""
     d = c.to_dict()
     d["test_verdict"] = d.pop("verdict")
+    d["test_reason"] = d.pop("reason")
     return d
 
 
