@@ -376,15 +376,11 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
                 got = read_memory_events(plane, stat_names, path, h)
                 memory = got if memory is None else pl.concat([memory, got], how="vertical")
     have_device_ops = any(c.height for c in cols)  # OpTables (TPU) and frames (GPU) both have height
-    # GPU kernels none of which names an HLO op: the host's thunk events (launches, on the host's
-    # clock) would stand in for them as a CPU device's ops; said, and not read
-    unnamed = not have_device_ops and gpu_counts.get("line_events", 0) > 0
-    if unnamed and host_planes:
-        notes.append(f"{path}: the GPU plane(s) hold {gpu_counts['line_events']:,} event(s), none of them "
-                     "named by an HLO op (no hlo_op stat, or one the plane cannot resolve): the host's launch "
-                     "events are not read as ops in their place")
+    # GPU events none of which names an HLO op: the host's hlo_op events are read (a CPU program in
+    # a process that also used a GPU), said to be the host's (on an XLA:GPU trace, the launches)
+    unnamed = gpu_counts.get("line_events", 0) if not have_device_ops else 0
     for plane, stat_names in host_planes:
-        if have_device_ops or unnamed:
+        if have_device_ops:
             n_events += sum(count_events(raw, path) for raw in plane.lines)
             continue
         names: list[str] = []
@@ -395,6 +391,11 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
                                           notes=notes)
         markers.extend((h, "") + tuple(m) for m in got)
         devices.extend(DeviceInfo(name=nm, kind="CPU", device_type="CPU", host=h if several else "") for nm in names)
+    if unnamed:
+        notes.append(f"{path}: the GPU plane(s) hold {unnamed:,} event(s), none of them named by an HLO op (no "
+                     "hlo_op stat, or one the plane cannot resolve)"
+                     + (": the ops shown are the host's hlo_op events (on an XLA:GPU trace, the kernels' launches, "
+                        "on the host's clock, not the kernels)" if any(c.height for c in cols) else ""))
 
 
     tpu_parts = [c for c in cols if isinstance(c, _TpuParts)]
