@@ -1063,7 +1063,8 @@ def _module_diff(b_runs: pl.DataFrame | None, t_runs: pl.DataFrame | None, vmap)
     """Executions and mean time per module on both sides (:func:`module_sums` of each). A
     treatment module meets the base module of its own name, else the one its name becomes
     through ``vmap`` (a changed kernel configuration), else none. ``module_treatment``: of the
-    treatment modules met in a row, the one of most time, ties by name."""
+    treatment modules met in a row, the one of most time, ties by name; null where none met it
+    (a module only the base ran)."""
     empty = pl.DataFrame(schema={"module": pl.Utf8, "executions": pl.Int64, "mean_ps": pl.Float64})
 
     def mods(r):
@@ -1095,7 +1096,7 @@ def _module_diff(b_runs: pl.DataFrame | None, t_runs: pl.DataFrame | None, vmap)
         names_t = dict(zip(own["_met"].to_list(), own["module"].to_list()))
     out = b.join(t, on="module", how="full", coalesce=True, suffix="_treatment", nulls_equal=True).rename(
         {"executions": "executions_base", "mean_ps": "mean_ps_base"})
-    out = out.with_columns(pl.col("module").replace_strict(names_t, default=pl.col("module"), return_dtype=pl.Utf8)
-                           .alias("module_treatment"))
+    out = out.with_columns(pl.col("module").replace_strict(names_t, default=None, return_dtype=pl.Utf8)
+                           .alias("module_treatment"))  # (null: no treatment module met the row)
     return out.select("module", "module_treatment", "executions_base", "executions_treatment", "mean_ps_base",
                       "mean_ps_treatment").sort(["mean_ps_base", "module"], descending=[True, False], nulls_last=True)
