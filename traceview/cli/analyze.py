@@ -58,9 +58,10 @@ def _stored(args, disc, out: Path | None):
     """(result cache key or None, whether a stored output was written). A finished output for
     the same options over the same unchanged files is written again (no polars, no
     reading, no ``--scheduler`` contacted: a warning names it); not for side outputs (--html),
-    measured peaks, a byte limit or a terminal whose width and colours vary."""
+    measured peaks, a byte limit, a terminal whose width and colours vary, or csv and parquet
+    (the op table alone, whose warnings are said on standard error as it is computed)."""
     if (args.html or getattr(args, "measure_cpu_peaks", False) or args.max_bytes is not None
-            or (out is None and (args.format == "table" or (args.format == "csv" and sys.stdout.isatty())))
+            or (out is None and args.format == "table") or args.format in ("csv", "parquet")
             or args.no_cache):
         return None, False
     from traceview.cli import resultcache
@@ -242,14 +243,17 @@ def _write(rep, args, out: Path | None) -> bytes | None:
         from traceview.render.json import analysis_json
 
         data = analysis_json(rep, top=args.top, version=__version__, all_rows=args.all_rows)
-    elif args.format == "csv":
+    elif args.format in ("csv", "parquet"):  # the op table alone: its warnings said on standard error
+        for w in rep.warnings:
+            print(f"traceview: warning: {safe_line(w)}", file=sys.stderr)
+    if args.format == "csv":
         from traceview.render.tables import flat, terminal_safe
 
         rows = flat(rep.table.head(args.top) if args.top else rep.table)
         if out is None and sys.stdout.isatty():  # a terminal gets control characters as \x1b, not raw
             rows = terminal_safe(rows)
         data = rows.write_csv().encode("utf-8")
-    else:
+    elif args.format == "parquet":
         import io
 
         buf = io.BytesIO()
