@@ -595,7 +595,7 @@ def test_gpu_kernels_that_cannot_be_named_are_said(shared_traces, tmp_path, caps
     for name, edit, dangling in (("stripped", strip, False), ("mddang", onto_metadata(True), True)):
         prof = traceview.load(_gpu_trace(shared_traces, tmp_path, name, edit), cache=False, stale_after_s=None)
         said = [w for w in prof.warnings if "none of them named by an HLO op" in w]
-        assert len(said) == 1 and "the GPU plane(s) hold 105 event(s)" in said[0], name
+        assert len(said) == 1 and "the 8 GPU plane(s) hold 105 event(s)" in said[0], name
         assert "the ops shown are the host's hlo_op events" in said[0], name
         assert prof.op_events == 87 and prof.device_summary()["device"].to_list() == ["/host:CPU"], name
         assert any("/device:GPU:0: 87 event(s) name their HLO op through a stat id" in w
@@ -603,8 +603,16 @@ def test_gpu_kernels_that_cannot_be_named_are_said(shared_traces, tmp_path, caps
     rc = main(["analyze", str(shared_traces / "gpu_v100x8_tf2_bert_no_xla.xplane.pb"), "--no-cache"])
     err = capsys.readouterr().err
     assert rc == traceview.errors.EXIT_NO_OPS
-    assert "the GPU plane(s) hold 1,556 event(s), none of them named by an HLO op" in err
+    assert "GPU plane(s) hold 1,556 event(s), none of them named by an HLO op" in err
     assert "was it recorded from a JAX/XLA program?" in err
+    # the GPU planes' lines gone (a device tracer that recorded nothing): the host's events, said so
+    def no_lines(plane, names):
+        del plane.lines[:]
+
+    prof = traceview.load(_gpu_trace(shared_traces, tmp_path, "nolines", no_lines), cache=False, stale_after_s=None)
+    said = [w for w in prof.warnings if "GPU plane(s) hold no event" in w]
+    assert len(said) == 1 and "the 8 GPU plane(s) hold no event: the ops shown are the host's" in said[0]
+    assert prof.op_events == 87
     ok = traceview.load(_gpu_trace(shared_traces, tmp_path, "mdok", onto_metadata(False)), cache=False,
                         stale_after_s=None)
     assert ok.op_events == 87 and ok.device_summary()["device"].to_list() == ["/device:GPU:0"]

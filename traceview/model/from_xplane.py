@@ -260,7 +260,7 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
     start_ns = stop_ns = None
     n_events = 0
     host_planes = []
-    gpu_counts: dict = {}  # events on the GPU planes' decoded lines (_read_annotated_plane's counts)
+    gpu_counts: dict = {}  # GPU planes, and events on their decoded lines (_read_annotated_plane's counts)
     memory = None
     kernel_parts: list = []
     markers: list[tuple] = []  # (host, device, name, step_num, start_ps, duration_ps): host step annotations
@@ -367,6 +367,7 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
             devices.append(_device_info(plane, "GPU" if "GPU" in name else "CUSTOM", stat_names, stat_names,
                                         h if several else ""))
             dev_markers.extend((h,) + m for m in _export_step_markers(plane, stat_names, path))
+            gpu_counts["planes"] = gpu_counts.get("planes", 0) + 1
             n_events += _read_annotated_plane(plane, stat_names, cols, hlo, h, run, path, device_lines=True,
                                               decoded=(decoded or {}).pop(id(plane), None), notes=notes,
                                               counts=gpu_counts)
@@ -378,7 +379,7 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
     have_device_ops = any(c.height for c in cols)  # OpTables (TPU) and frames (GPU) both have height
     # GPU events none of which names an HLO op: the host's hlo_op events are read (a CPU program in
     # a process that also used a GPU), said to be the host's (on an XLA:GPU trace, the launches)
-    unnamed = gpu_counts.get("line_events", 0) if not have_device_ops else 0
+    unnamed = not have_device_ops and "planes" in gpu_counts
     for plane, stat_names in host_planes:
         if have_device_ops:
             n_events += sum(count_events(raw, path) for raw in plane.lines)
@@ -392,8 +393,10 @@ def convert_xspace(space, path: str, host: str, run: str, decoded: dict | None =
         markers.extend((h, "") + tuple(m) for m in got)
         devices.extend(DeviceInfo(name=nm, kind="CPU", device_type="CPU", host=h if several else "") for nm in names)
     if unnamed:
-        notes.append(f"{path}: the GPU plane(s) hold {unnamed:,} event(s), none of them named by an HLO op (no "
-                     "hlo_op stat, or one the plane cannot resolve)"
+        ev = gpu_counts.get("line_events", 0)
+        notes.append(f"{path}: the {gpu_counts['planes']} GPU plane(s) "
+                     + (f"hold {ev:,} event(s), none of them named by an HLO op (no hlo_op stat, or one the plane "
+                        "cannot resolve)" if ev else "hold no event")
                      + (": the ops shown are the host's hlo_op events (on an XLA:GPU trace, the kernels' launches, "
                         "on the host's clock, not the kernels)" if any(c.height for c in cols) else ""))
 

@@ -13,7 +13,7 @@ import os
 #: what :func:`traceview.model.from_tracejson.read_trace_json`'s note on malformed event fields says
 FIELD_FAULTS = "complete ('X') events with fields the profiler's exporter never writes"
 #: the xplane reader's notes of kernels that cannot be named (traceview.model.from_xplane)
-UNNAMED_KERNELS = ("none of them named by an HLO op", "a dangling ref_value")
+UNNAMED_KERNELS = ("none of them named by an HLO op", "a dangling ref_value", "GPU plane(s) hold no event")
 
 #: the largest single ``.xplane.pb`` decoded on a thread while the caller imports (bytes);
 #: larger files are read plane by plane to bound memory
