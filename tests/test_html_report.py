@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import polars as pl
@@ -350,6 +351,27 @@ def test_charts_submitted_while_the_report_is_built_are_drawn_once(tpu, tpu_repo
         drawn = html_render.render_report(rep, charts=worker)
         assert worker.alive == 1 and worker.answered == 6 and len(worker._asked) == 6
     assert drawn == inline
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_chart_worker_whose_parent_is_gone_ends_before_importing(tmp_path):
+    """The worker's program asks to die with its parent first thing and ends at once when the
+    parent it was started for is gone already (Ctrl-C during a report's first moments): it left a
+    worker importing matplotlib for 1-2 s after the command had exited. Here its parent pid is
+    not its parent's: it exits 0 without importing traceview (a traceview package first on its
+    path would say so)."""
+    from traceview.cli import chartworker
+
+    fake = tmp_path / "fake" / "traceview"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').write('x')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "fake"))
+    p = subprocess.run([sys.executable, "-P", "-c", chartworker._CHILD, "1"], env=env, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 0 and not (tmp_path / "imported").exists(), p.stderr
+    p = subprocess.run([sys.executable, "-P", "-c", chartworker._CHILD, str(os.getpid())], env=env,
+                       capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert (tmp_path / "imported").exists()  # (its parent alive: it goes on to import)
 
 
 @pytest.mark.parametrize("child", ["import sys; sys.exit(3)",  # dies before answering

@@ -14,6 +14,7 @@ errors are the same with or without it.
 
 from __future__ import annotations
 
+import os
 import pickle
 import struct
 import subprocess
@@ -30,23 +31,29 @@ ANSWER_S = 60.0
 #: take (Linux CFS weights 110 against 1024), so it is not starved on a loaded machine.
 NICE = 10
 
-_CHILD = "from traceview.cli.chartworker import serve; serve()"
+#: the worker's program (argv[1]: the parent's pid). On Linux it asks to die with its parent
+#: (PR_SET_PDEATHSIG) before anything else, and ends at once if the parent is gone already: an
+#: interrupted report leaves no worker importing matplotlib behind it
+_CHILD = """
+import sys
+if sys.platform.startswith("linux"):
+    try:
+        import ctypes, os, signal
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+        if os.getppid() != int(sys.argv[1]):
+            sys.exit(0)
+    except (OSError, AttributeError, ValueError, IndexError):
+        pass
+from traceview.cli.chartworker import serve
+serve()
+"""
 
 
 def serve() -> None:
     """The worker's loop: import matplotlib's figure and SVG backend, then answer each pickled ``(name, args)`` on
     stdin with a pickled ``("ok", chart)`` or ``("error", text)`` on stdout (each preceded by
-    its length, 8 bytes little-endian), until EOF. On Linux it dies with its parent (an
-    interrupted report does not wait for the worker's imports to end). It runs niced by
-    :data:`NICE`."""
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-            import signal
-
-            ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-        except (OSError, AttributeError):
-            pass
+    its length, 8 bytes little-endian), until EOF (on Linux it dies with its parent:
+    :data:`_CHILD`). It runs niced by :data:`NICE`."""
     try:
         import os
 
@@ -84,7 +91,8 @@ class _Child:
         self._got = threading.Condition()
         self._done = False  # the reader stopped: the worker ended, failed or was closed
         try:
-            self.proc = subprocess.Popen([sys.executable, "-P", "-c", _CHILD], stdin=subprocess.PIPE,
+            self.proc = subprocess.Popen([sys.executable, "-P", "-c", _CHILD, str(os.getpid())],
+                                         stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
                                          env=_child_env())
         except OSError:
