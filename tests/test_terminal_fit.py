@@ -163,6 +163,9 @@ def test_brief_says_why_fewer_op_events_than_read(capsys):
     assert [ln.strip() for ln in brief if "op events below" in ln] == [note]
     dev = next(i for i, ln in enumerate(brief) if ln.startswith("  devices  "))
     assert brief[dev + 1].strip() == note  # under the devices line it explains
+    # the JSON too (full and brief), where it said nothing of why
+    bj = json.loads(_run(["analyze", path, "--brief", "--format", "json"], capsys)[1])
+    assert d["events_note"] == note and bj["events_note"] == note
 
 
 def test_brief_json_is_the_full_jsons_head(capsys):
@@ -176,6 +179,7 @@ def test_brief_json_is_the_full_jsons_head(capsys):
     assert b["families"] == full["steps"]["families"][:5] and b["families_total"] == 6
     assert b["findings"] == full["findings"][:3] and b["findings_total"] == len(full["findings"])
     assert [d["n"] for d in b["devices"]] == [2]
+    assert b["events_note"] is None and full["events_note"] is None  # (every op event shown)
 
 
 def test_brief_refuses_csv_and_parquet(capsys, tmp_path):

@@ -139,7 +139,8 @@ def load(path: str | os.PathLike, *, run: str | None = None, all_runs: bool = Fa
         malformed = [n.split(": ", 1)[1] if n.startswith(f"{t.path}: ") else n for t in traces for n in t.notes
                      if FIELD_FAULTS in n or any(u in n for u in UNNAMED_KERNELS)]
         hint = [] if any(FIELD_FAULTS in n for n in malformed) else ["was it recorded from a JAX/XLA program?"]
-        no_ops = NoOpsFound("the trace has no HLO ops (no XLA Ops line, no hlo_op-annotated kernels); "
+        no_ops = NoOpsFound(("the trace has no HLO ops: " if malformed else
+                             "the trace has no HLO ops (no XLA Ops line, no hlo_op-annotated kernels); ")
                             + "; ".join(malformed + hint), names)
         raise _all_faults(errors + [no_ops], disc)
     return prof

@@ -178,6 +178,7 @@ def brief_payload(rep, *, version: str, families: int = FAMILIES, findings: int 
                  "runs": run_names(rep.discovery)},
         "warnings": list(rep.warnings),
         "devices": rep.device_groups.select("kind", "device_type", "n", "device", "ops", "op_time_ps"),
+        "events_note": getattr(rep, "events_note", None),
         "steps": None if anat is None else {"method": anat.method, "module": anat.module, "window": anat.window,
                                             "distribution": anat.distribution, "summary": anat.summary()},
         "families": None if fams is None else fams.head(families),

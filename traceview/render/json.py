@@ -223,6 +223,7 @@ def analysis_payload(rep, *, top: int | None, version: str, all_rows: bool = Fal
                        "runs": run_names(rep.discovery)},
         "warnings": list(rep.warnings),
         "has_shapes": rep.has_shapes,
+        "events_note": getattr(rep, "events_note", None),  # why fewer op events than read, as the table says
     }
     out["devices"] = cut("devices", rep.devices)
     out["ops"] = cut("ops", rep.table)
