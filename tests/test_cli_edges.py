@@ -643,6 +643,12 @@ def test_diff_and_verify_json_carry_each_reading_warning_once(shared_traces, tmp
     assert json.loads(capsys.readouterr().out)["warnings"] == []
     assert main(["verify", orig, "--check", "op matching fusion present", "--format", "json", "--no-cache"]) == 0
     assert json.loads(capsys.readouterr().out)["warnings"] == []
+    # ladder too (its JSON had no warnings; helper-109)
+    assert main(["ladder", orig, str(root), "--x", "1,2", "--format", "json", "--no-cache"]) == 0
+    got = capsys.readouterr()
+    assert json.loads(got.out)["warnings"] == [said] and got.err.count("dangling ref_value") == 1
+    assert main(["ladder", orig, orig, "--x", "1,2", "--format", "json", "--no-cache"]) == 0
+    assert json.loads(capsys.readouterr().out)["warnings"] == []
 
 
 def test_a_path_after_double_dash_may_start_with_a_minus(shared_traces, tmp_path, monkeypatch, capsys):

@@ -69,7 +69,9 @@ def run(args) -> int:
     rules = cargs.rules_from_args(args)
     args.device = None
     profs = []
-    for prof in load_sides([(p, None) for p in args.paths], args, run_hint="give a run folder as PROFILE"):
+    said: list = []  # the profiles' warning lines, for the JSON
+    for prof in load_sides([(p, None) for p in args.paths], args, run_hint="give a run folder as PROFILE",
+                           said=said):
         refuse_inside_inputs(out, "-o", prof.discovery)
         profs.append(prof)
     peaks = cargs.peaks_from_args(profs[0], args)
@@ -77,7 +79,7 @@ def run(args) -> int:
     if args.format == "json":
         from traceview.render.ladder import ladder_json
 
-        text = ladder_json(lad)
+        text = ladder_json(lad, said)
     elif args.format == "html":
         from traceview.render.ladder import render_ladder_page
 

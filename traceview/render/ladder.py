@@ -107,18 +107,19 @@ def render_ladder_text(lad, *, width: int) -> str:
     return buf.getvalue()
 
 
-def ladder_payload(lad) -> dict:
+def ladder_payload(lad, warnings=()) -> dict:
     """The JSON object: x_name, ridge, points, table (per family and point), scaling (per
-    family), notes. Times in ps."""
+    family), notes, warnings (the profiles' reading warnings, each naming its file). Times in ps."""
     return {"x_name": lad.x_name, "ridge": lad.ridge, "units": "ps", "points": lad.points.to_dicts(),
-            "table": lad.table.to_dicts(), "scaling": lad.scaling.to_dicts(), "notes": list(lad.notes)}
+            "table": lad.table.to_dicts(), "scaling": lad.scaling.to_dicts(), "notes": list(lad.notes),
+            "warnings": list(warnings)}
 
 
-def ladder_json(lad) -> str:
+def ladder_json(lad, warnings=()) -> str:
     """:func:`ladder_payload` as indented JSON text with a final newline."""
     from traceview.render.json import dumps
 
-    return dumps(ladder_payload(lad))
+    return dumps(ladder_payload(lad, warnings))
 
 
 def _plot(series: list, ridge, x_name: str) -> str | None:
