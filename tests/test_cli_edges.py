@@ -693,17 +693,24 @@ def test_an_empty_family_rule_is_refused_as_the_other_bad_rules(shared_traces, c
     assert capsys.readouterr().err.splitlines() == ["traceview: error: check 1 is empty"]
 
 
-def test_csv_and_parquet_say_the_reading_warnings_on_stderr(tmp_path, capsys):
+def test_csv_and_parquet_say_the_reading_warnings_on_stderr(tmp_path, capsys, monkeypatch, cache_dir):
     """analyze --format csv / parquet write the op table alone: the reading's warnings (here 5
-    GPU events with a dangling hlo_op ref) are said on standard error, on a second run too
-    (they said none: the table and JSON carry them, these formats cannot)."""
+    GPU events with a dangling hlo_op ref) are said on standard error, on a second run answered
+    from the result cache too (they said none: the table and JSON carry them, these formats
+    cannot)."""
+    import traceview.model.load as loading
     from badinputs import dangling_hlo_refs
 
     f = dangling_hlo_refs(tmp_path / "p", 5)
-    for fmt in ("csv", "parquet", "csv"):  # (the third: a run after the first's caches)
-        out = tmp_path / f"o.{fmt}"
+    os.utime(f, (1704164645, 1704164645))  # (its age in the reasons, so in the stored result's key: days, not s)
+    for i, fmt in enumerate(("csv", "parquet", "csv", "parquet")):  # the last two answered from the result cache
+        if i == 2:
+            monkeypatch.setattr(loading, "load", lambda *a, **k: pytest.fail("read again"))
+        out = tmp_path / f"o{i}.{fmt}"
         assert main(["analyze", str(f), "--format", fmt, "-o", str(out)]) == 0
         err = capsys.readouterr().err
         said = [ln for ln in err.splitlines() if ln.startswith("traceview: warning: ") and "dangling ref_value" in ln]
         assert len(said) == 1 and "/device:GPU:0: 5 event(s)" in said[0], err
         assert out.stat().st_size > 0
+    assert (tmp_path / "o0.csv").read_bytes() == (tmp_path / "o2.csv").read_bytes()
+    assert (tmp_path / "o1.parquet").read_bytes() == (tmp_path / "o3.parquet").read_bytes()

@@ -57,11 +57,11 @@ def add_parser(sub) -> None:
 def _stored(args, disc, out: Path | None):
     """(result cache key or None, whether a stored output was written). A finished output for
     the same options over the same unchanged files is written again (no polars, no
-    reading, no ``--scheduler`` contacted: a warning names it); not for side outputs (--html),
-    measured peaks, a byte limit, a terminal whose width and colours vary, or csv and parquet
-    (the op table alone, whose warnings are said on standard error as it is computed)."""
+    reading, no ``--scheduler`` contacted: a warning names it; csv and parquet, the op table
+    alone, say their stored warnings on standard error again); not for side outputs (--html),
+    measured peaks, a byte limit or a terminal whose width and colours vary."""
     if (args.html or getattr(args, "measure_cpu_peaks", False) or args.max_bytes is not None
-            or (out is None and args.format == "table") or args.format in ("csv", "parquet")
+            or (out is None and (args.format == "table" or (args.format == "csv" and sys.stdout.isatty())))
             or args.no_cache):
         return None, False
     from traceview.cli import resultcache
@@ -72,8 +72,13 @@ def _stored(args, disc, out: Path | None):
         return None, False
     rkey = resultcache.key("analyze", vars(args), disc, root)
     hit = resultcache.get(rkey, root)
+    if hit is not None and args.format in ("csv", "parquet"):
+        got = resultcache.split_warnings(hit)
+        hit = None if got is None else got[1]
     if hit is None or (out is not None and inside_inputs(out, disc)):
         return (rkey, root), False
+    for w in got[0] if args.format in ("csv", "parquet") else ():
+        print(f"traceview: warning: {safe_line(w)}", file=sys.stderr)
     if args.scheduler:  # nothing is read, so no cluster is asked: say so, lest a wrong address pass unseen
         print(f"traceview: warning: the Dask scheduler at {safe_line(args.scheduler)} was not contacted: this "
               f"output was stored by an earlier run over the same files (--no-cache reads them on the cluster)",
@@ -180,7 +185,8 @@ def run(args) -> int:
         if stored is not None and data is not None and list(prof.discovery.files) == list(disc.files):
             from traceview.cli import resultcache
 
-            resultcache.put(stored[0], data, stored[1])
+            resultcache.put(stored[0], resultcache.with_warnings(rep.warnings, data)
+                            if args.format in ("csv", "parquet") else data, stored[1])
         if out is not None:
             print(f"wrote {safe_line(str(out))}", file=sys.stderr)
         if html is not None or html_out:

@@ -123,6 +123,26 @@ def put(k: str | None, data: bytes, root: Path | None) -> None:
                 pass
 
 
+def with_warnings(warnings: list, data: bytes) -> bytes:
+    """``data`` stored with the warning lines a replay says on standard error (csv and parquet
+    outputs, which cannot hold them): their count of bytes (4, little-endian), the lines as a
+    JSON list, then ``data``."""
+    head = json.dumps([str(w) for w in warnings]).encode()
+    return len(head).to_bytes(4, "little") + head + data
+
+
+def split_warnings(blob: bytes) -> tuple[list, bytes] | None:
+    """(warning lines, output) of a :func:`with_warnings` blob; None when it is not one."""
+    try:
+        n = int.from_bytes(blob[:4], "little")
+        lines = json.loads(blob[4:4 + n])
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+        return None
+    return lines, blob[4 + n:]
+
+
 #: bytes of the BLAKE2b digest that heads every stored output (checked on read)
 _DIGEST = 16
 
