@@ -491,21 +491,10 @@ def test_an_output_under_a_file_names_the_file_not_a_missing_folder(shared_trace
 def test_a_dangling_hlo_op_ref_value_is_said_not_dropped_silently(shared_traces, tmp_path, capsys):
     """GPU events whose ``hlo_op`` stat is a ``ref_value`` to a stat id the plane does not define
     cannot be named: they are not counted as ops, and a warning says how many (it dropped them
-    without a word). Here 5 of the MI300X trace's 87 kernels, read off the protobuf."""
-    from traceview.read.xplane.protos import XSpace
+    without a word). Here 5 of the MI300X trace's 87 kernels (badinputs.dangling_hlo_refs)."""
+    from badinputs import dangling_hlo_refs
 
-    space = XSpace()
-    space.ParseFromString((shared_traces / "mi300x_jax_attention.xplane.pb").read_bytes())
-    plane = next(p for p in space.planes if p.name == "/device:GPU:0")
-    names = {k: v.name for k, v in plane.stat_metadata.items()}
-    refs = [s for ln in plane.lines for e in ln.events for s in e.stats
-            if names.get(s.metadata_id) == "hlo_op" and s.WhichOneof("value") == "ref_value"]
-    assert len(refs) == 87
-    for s in refs[:5]:
-        s.ref_value = max(names) + 1000
-    run = tmp_path / "plugins" / "profile" / "2026_01_01_00_00_00"
-    run.mkdir(parents=True)
-    (run / "h.xplane.pb").write_bytes(space.SerializeToString())
+    dangling_hlo_refs(tmp_path, 5)
     prof = traceview.load(tmp_path, cache=False, stale_after_s=None)
     assert prof.op_events == 82
     said = [w for w in prof.warnings if "dangling ref_value" in w]

@@ -811,12 +811,15 @@ def test_c_step_sums_equal_numpy_on_every_trace(shared_traces, monkeypatch):
 
 
 def _same_section(x, y) -> bool:
-    """Whether two report sections hold the same figures (frames equal, nulls equal; the
-    functions they keep to build details are not compared)."""
+    """Whether two report sections (or diff sides) hold the same figures (frames equal, nulls
+    equal; arrays element for element; the functions they keep to build details are not
+    compared)."""
     import dataclasses
 
     if isinstance(x, pl.DataFrame):
         return isinstance(y, pl.DataFrame) and x.equals(y, null_equal=True)
+    if isinstance(x, np.ndarray):  # (a diff side's samples)
+        return isinstance(y, np.ndarray) and x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         return type(x) is type(y) and all(_same_section(getattr(x, f.name), getattr(y, f.name))
                                           for f in dataclasses.fields(x))
@@ -860,22 +863,6 @@ def test_report_sections_beside_equal_inline(shared_traces):
         first()
 
 
-def _same_side(x, y) -> bool:
-    """:func:`_same_section`, numpy arrays compared element for element (a side's samples)."""
-    import dataclasses
-
-    if isinstance(x, np.ndarray):
-        return isinstance(y, np.ndarray) and x.dtype == y.dtype and np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return type(x) is type(y) and all(_same_side(getattr(x, f.name), getattr(y, f.name))
-                                          for f in dataclasses.fields(x))
-    if isinstance(x, (list, tuple)):
-        return type(x) is type(y) and len(x) == len(y) and all(map(_same_side, x, y))
-    if isinstance(x, dict):
-        return isinstance(y, dict) and x.keys() == y.keys() and all(_same_side(x[k], y[k]) for k in x)
-    return _same_section(x, y)
-
-
 def test_diff_side_beside_equals_inline(shared_traces):
     """``diff.side(beside=True)`` (the populations and tables on a thread of their own while
     the step anatomy is computed; ``diff``'s path) gives the side computed inline, field for
@@ -887,11 +874,11 @@ def test_diff_side_beside_equals_inline(shared_traces):
         a = side(prof, beside=True)
         prof._derived = {}
         b = side(prof)
-        assert _same_side(a, b), name
+        assert _same_section(a, b), name
         prof._derived = {}
         ta = side(prof, base=b, beside=True)
         prof._derived = {}
-        assert _same_side(ta, side(prof, base=b)), name
+        assert _same_section(ta, side(prof, base=b)), name
     from traceview.errors import UsageError
 
     with pytest.raises(UsageError):  # a bad rule raised by the caller, from the thread
