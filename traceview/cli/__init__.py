@@ -77,7 +77,6 @@ def parse(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespac
     return parser.parse_args(argv)
 
 
-
 #: options whose value is a step range that may start with a minus (negatives count from the end)
 RANGE_OPTIONS = ("--step-window", "--steps", "--window-ps")
 _NEGATIVE_RANGE = re.compile(r"-\d*:-?\d*|-\d+")

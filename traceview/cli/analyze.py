@@ -72,12 +72,12 @@ def _stored(args, disc, out: Path | None):
         return None, False
     rkey = resultcache.key("analyze", vars(args), disc, root)
     hit = resultcache.get(rkey, root)
+    warned: list = []  # csv and parquet: the warning lines stored with the output
     if hit is not None and args.format in ("csv", "parquet"):
-        got = resultcache.split_warnings(hit)
-        hit = None if got is None else got[1]
+        warned, hit = resultcache.split_warnings(hit) or ([], None)
     if hit is None or (out is not None and inside_inputs(out, disc)):
         return (rkey, root), False
-    for w in got[0] if args.format in ("csv", "parquet") else ():
+    for w in warned:
         print(f"traceview: warning: {safe_line(w)}", file=sys.stderr)
     if args.scheduler:  # nothing is read, so no cluster is asked: say so, lest a wrong address pass unseen
         print(f"traceview: warning: the Dask scheduler at {safe_line(args.scheduler)} was not contacted: this "

@@ -55,8 +55,6 @@ def serve() -> None:
     its length, 8 bytes little-endian), until EOF (on Linux it dies with its parent:
     :data:`_CHILD`). It runs niced by :data:`NICE`."""
     try:
-        import os
-
         os.nice(NICE)
     except (OSError, AttributeError):  # no os.nice (Windows) or not permitted: as it is
         pass
@@ -92,9 +90,8 @@ class _Child:
         self._done = False  # the reader stopped: the worker ended, failed or was closed
         try:
             self.proc = subprocess.Popen([sys.executable, "-P", "-c", _CHILD, str(os.getpid())],
-                                         stdin=subprocess.PIPE,
-                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
-                                         env=_child_env())
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                         bufsize=0, env=_child_env())
         except OSError:
             self.proc = None
             self._done = True
@@ -165,10 +162,10 @@ class _Child:
 
 def _child_env() -> dict:
     """The worker's environment: this one's, with the folder this process imported traceview
-    from first on ``PYTHONPATH`` unless it is a site-packages folder. The worker runs with ``-P`` (its working directory, where a
-    ``traceview.py`` or ``matplotlib.py`` of a downloaded profile bundle may lie, is not on its
-    ``sys.path``), so it imports the same traceview as this process, installed or not."""
-    import os
+    from first on ``PYTHONPATH`` unless it is a site-packages folder. The worker runs with
+    ``-P`` (its working directory, where a ``traceview.py`` or ``matplotlib.py`` of a
+    downloaded profile bundle may lie, is not on its ``sys.path``), so it imports the same
+    traceview as this process, installed or not."""
     import site
 
     import traceview

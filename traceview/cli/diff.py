@@ -202,7 +202,8 @@ def _side(i: int, todo, discs, args, rules, nb: int, bases, said: list):
         from traceview.analysis.compare.pooled import pool
 
         base = dataclasses.replace(pool([pickle.loads(b) for b in bases]), samples=None)
-    for prof in load_sides([todo[i]], args, discoveries=[discs[i]], said=said):  # the first imports polars while it decodes
+    # (the first imports polars while it decodes)
+    for prof in load_sides([todo[i]], args, discoveries=[discs[i]], said=said):
         return _summary(prof, todo[i][0], args, rules, base)
     raise AssertionError("load_sides yields one profile per side")
 

@@ -273,7 +273,8 @@ def diff_payload(d, top: int | None = None, all_rows: bool = False, warnings=())
     """The JSON object of a :class:`~traceview.analysis.compare.diff.DiffReport`: labels, each
     side's hardware, summary lines, op time and traced events per side, steps, population counts by status, kernels,
     families, modules, populations (by |delta|; HLO texts left out), overhead factor, notes,
-    ``warnings`` (the sides' reading warnings, each naming its file), collectives, findings and noise; every table cut by :class:`Rows` (``top``: the rows each
+    ``warnings`` (the sides' reading warnings, each naming its file), collectives, findings and
+    noise; every table cut by :class:`Rows` (``top``: the rows each
     was cut to, ``top`` or :data:`DEFAULT_ROWS`, None with ``all_rows``; ``rows``: shown and
     total of each)."""
     from traceview.render.diff_summary import summary_lines

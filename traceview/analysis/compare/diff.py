@@ -596,10 +596,11 @@ def _side_steps(prof, base, window: str = "steady") -> tuple | None:
 def _step_anatomy(prof, base, window: str = "steady") -> "steps.StepAnatomy | None":
     """``prof``'s step anatomy over ``window``: the one ``analyze`` shows (step markers when the
     trace has them, else its dominant module). For a treatment (``base`` = (base side, value
-    map, or a callable giving it when first needed)) whose own steps are a module's, as the base's are: the base's module, found by name
-    after configuration substitution, when the treatment runs it; else (no such module, or
-    steps of another kind on the two sides: markers against a module) its own, as ``analyze``
-    finds them. None when the anatomy fails on the trace."""
+    map, or a callable giving it when first needed)) whose own steps are a module's, as the
+    base's are: the base's module, found by name after configuration substitution, when the
+    treatment runs it; else (no such module, or steps of another kind on the two sides: markers
+    against a module) its own, as ``analyze`` finds them. None when the anatomy fails on the
+    trace."""
     runs = as_runs(prof.runs if hasattr(prof, "runs") else prof.module_runs)
     try:
         own = derived.step_anatomy(prof, None, window=window)

@@ -194,7 +194,8 @@ class Verifier:
             return ""
         g = ops.group_by(["op_name", "shape"]).agg(
             pl.col("count").sum().alias("occ"), pl.col("self_ps").sum().alias("t"),
-            pl.col("module").unique().sort().alias("mods")).sort(["t", "op_name", "shape"], descending=[True, False, False])
+            pl.col("module").unique().sort().alias("mods")).sort(["t", "op_name", "shape"],
+                                                                 descending=[True, False, False])
         parts = []
         for r in g.head(n).iter_rows(named=True):
             share = f", {100 * r['t'] / total_self:.1f}% of op time" if total_self else ""
@@ -528,7 +529,8 @@ class Verifier:
             return None, (f"{what}: {_events(sel):,} op event(s), none with a recorded source; bound: under "
                           f"{c.args['path']}")
         files = with_src.group_by("src_file").agg(pl.col("count").sum().alias("n"), pl.col("op_name").first(),
-                                                  pl.col("shape").first()).sort(["n", "src_file"], descending=[True, False])
+                                                  pl.col("shape").first()).sort(["n", "src_file"],
+                                                                                descending=[True, False])
         outside = [r for r in files.iter_rows(named=True) if not _under(r["src_file"], c.args["path"])]
         if outside:
             return False, f"{what}: " + "; ".join(
